@@ -1,0 +1,215 @@
+/*
+ * kiln.h -- the public C interface of kiln, an ahead-of-time inference
+ * compiler and runtime.
+ *
+ * If a function, type or constant is not declared in this file, it is not
+ * part of kiln's API and may change without notice.
+ *
+ * The life of a model, in four objects:
+ *
+ *   kiln_model    a parsed model (ONNX).              kiln_model_load_onnx
+ *   kiln_builder  build configuration: device,        kiln_builder_create
+ *                 precision, shape profiles, threads.
+ *   kiln_engine   the optimized, immutable plan plus  kiln_build / kiln_engine_load
+ *                 its weights; serializable, shared
+ *                 by any number of contexts.
+ *   kiln_context  per-thread activations and I/O      kiln_context_create
+ *                 bindings; runs the engine.
+ *
+ * Conventions
+ *   - Every fallible function returns a kiln_status. KILN_OK is 0. On failure
+ *     kiln_last_error() returns a message (thread-local, valid until the next
+ *     kiln call on the same thread) saying what went wrong and where.
+ *   - Constructors take `T **out` last. On success the caller owns *out and
+ *     releases it with the matching kiln_T_free(); on failure *out is NULL.
+ *   - Every kiln_*_free() accepts NULL.
+ *   - An engine is immutable and may be used from any number of threads. A
+ *     context is used by one thread at a time; its engine must outlive it.
+ *   - Pointers returned by getters are borrowed from the object that returned
+ *     them and are valid while it lives (and, for outputs, until the next run).
+ */
+#ifndef KILN_H
+#define KILN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32)
+#define KILN_API __declspec(dllexport)
+#else
+#define KILN_API __attribute__((visibility("default")))
+#endif
+
+#define KILN_VERSION_MAJOR 0
+#define KILN_VERSION_MINOR 1
+#define KILN_VERSION_PATCH 0
+#define KILN_VERSION_NUMBER \
+    (KILN_VERSION_MAJOR * 10000 + KILN_VERSION_MINOR * 100 + KILN_VERSION_PATCH)
+
+/* Largest tensor rank kiln handles. */
+#define KILN_MAX_RANK 8
+
+/* Status codes. Append-only: values are never renumbered. */
+typedef enum kiln_status {
+    KILN_OK = 0,
+    KILN_ERR_INVALID_ARGUMENT = 1, /* caller misuse: bad name, shape, dtype, NULL */
+    KILN_ERR_UNSUPPORTED = 2,      /* op, dtype, opset or option not implemented */
+    KILN_ERR_MODEL = 3,            /* the model is malformed or inconsistent */
+    KILN_ERR_FORMAT = 4,           /* an engine file is truncated, corrupt, foreign or too new */
+    KILN_ERR_OUT_OF_MEMORY = 5,
+    KILN_ERR_DEVICE = 6,           /* device (GPU) failure */
+    KILN_ERR_IO = 7,               /* file system error */
+    KILN_ERR_INTERNAL = 8          /* a kiln bug: please report */
+} kiln_status;
+
+/* Element types. Values match ONNX's TensorProto.DataType. */
+typedef enum kiln_dtype {
+    KILN_DTYPE_UNDEFINED = 0,
+    KILN_DTYPE_FLOAT32 = 1,
+    KILN_DTYPE_UINT8 = 2,
+    KILN_DTYPE_INT8 = 3,
+    KILN_DTYPE_UINT16 = 4,
+    KILN_DTYPE_INT16 = 5,
+    KILN_DTYPE_INT32 = 6,
+    KILN_DTYPE_INT64 = 7,
+    KILN_DTYPE_STRING = 8,
+    KILN_DTYPE_BOOL = 9,
+    KILN_DTYPE_FLOAT16 = 10,
+    KILN_DTYPE_FLOAT64 = 11,
+    KILN_DTYPE_UINT32 = 12,
+    KILN_DTYPE_UINT64 = 13,
+    KILN_DTYPE_BFLOAT16 = 16
+} kiln_dtype;
+
+typedef enum kiln_device {
+    KILN_DEVICE_CPU = 0,
+    KILN_DEVICE_CUDA = 1
+} kiln_device;
+
+typedef enum kiln_precision {
+    KILN_PRECISION_FP32 = 0, /* full fp32 */
+    KILN_PRECISION_TF32 = 1, /* fp32 storage, tf32 matrix math where available */
+    KILN_PRECISION_FP16 = 2,
+    KILN_PRECISION_BF16 = 3
+} kiln_precision;
+
+typedef struct kiln_model kiln_model;
+typedef struct kiln_builder kiln_builder;
+typedef struct kiln_engine kiln_engine;
+typedef struct kiln_context kiln_context;
+
+/* ---- library ---------------------------------------------------------- */
+
+KILN_API int kiln_version_number(void);        /* KILN_VERSION_NUMBER of the library */
+KILN_API const char *kiln_version_string(void); /* "0.1.0" */
+KILN_API const char *kiln_status_name(kiln_status s); /* "KILN_ERR_MODEL" */
+/* Message of the last failure on this thread ("" if none). */
+KILN_API const char *kiln_last_error(void);
+KILN_API const char *kiln_dtype_name(kiln_dtype t);   /* "float32"; "?" if unknown */
+KILN_API size_t kiln_dtype_size(kiln_dtype t);        /* bytes per element; 0 if none */
+/* Releases memory that kiln returned to the caller (kiln_engine_serialize). */
+KILN_API void kiln_free(void *p);
+
+/* Description of one model or engine input/output. dims[i] < 0 marks a
+ * dynamic dimension; `dim_names[i]` is its symbolic name (or NULL). */
+typedef struct kiln_io_info {
+    const char *name;
+    kiln_dtype dtype;
+    int rank;
+    int64_t dims[KILN_MAX_RANK];
+    const char *dim_names[KILN_MAX_RANK];
+} kiln_io_info;
+
+/* ---- model ------------------------------------------------------------ */
+
+/* Parses an ONNX model file. External data files are read relative to the
+ * model's folder. Free with kiln_model_free. */
+KILN_API kiln_status kiln_model_load_onnx(const char *path, kiln_model **out);
+/* Parses an ONNX model from memory. `base_dir` (may be NULL) is where external
+ * data files are looked for. The bytes are not retained. */
+KILN_API kiln_status kiln_model_load_onnx_memory(const void *data, size_t size,
+                                                 const char *base_dir, kiln_model **out);
+KILN_API void kiln_model_free(kiln_model *m);
+KILN_API int kiln_model_num_inputs(const kiln_model *m);
+KILN_API int kiln_model_num_outputs(const kiln_model *m);
+KILN_API kiln_status kiln_model_input_info(const kiln_model *m, int index, kiln_io_info *out);
+KILN_API kiln_status kiln_model_output_info(const kiln_model *m, int index, kiln_io_info *out);
+
+/* ---- builder ---------------------------------------------------------- */
+
+KILN_API kiln_status kiln_builder_create(kiln_builder **out);
+KILN_API void kiln_builder_free(kiln_builder *b);
+KILN_API kiln_status kiln_builder_set_device(kiln_builder *b, kiln_device dev, int index);
+KILN_API kiln_status kiln_builder_set_precision(kiln_builder *b, kiln_precision p);
+/* Threads used by contexts of the built engine (CPU). 0 = one per core. */
+KILN_API kiln_status kiln_builder_set_threads(kiln_builder *b, int threads);
+/* Upper bound on scratch memory a layer may use, in bytes. 0 = no limit. */
+KILN_API kiln_status kiln_builder_set_workspace(kiln_builder *b, size_t bytes);
+/* File that keeps kernel timings between builds (read if present, written after). */
+KILN_API kiln_status kiln_builder_set_timing_cache(kiln_builder *b, const char *path);
+/* Shape profile of one input: every dimension that is dynamic in the model
+ * gets a range. min <= opt <= max elementwise; rank must match the model.
+ * Inputs with dynamic dimensions and no profile get min=opt=max=1 for them. */
+KILN_API kiln_status kiln_builder_set_profile(kiln_builder *b, const char *input_name, int rank,
+                                              const int64_t *min, const int64_t *opt,
+                                              const int64_t *max);
+/* Builds an engine for `m` (which is not modified and may be freed after). */
+KILN_API kiln_status kiln_build(const kiln_builder *b, const kiln_model *m, kiln_engine **out);
+
+/* ---- engine ----------------------------------------------------------- */
+
+/* Loads an engine file (mapped, not copied). Free with kiln_engine_free. */
+KILN_API kiln_status kiln_engine_load(const char *path, kiln_engine **out);
+/* Loads an engine from memory; the bytes are copied. */
+KILN_API kiln_status kiln_engine_load_memory(const void *data, size_t size, kiln_engine **out);
+/* Serializes to a new buffer the caller frees with kiln_free. */
+KILN_API kiln_status kiln_engine_serialize(const kiln_engine *e, void **data, size_t *size);
+/* Writes the engine to `path` atomically (temporary file, then rename). */
+KILN_API kiln_status kiln_engine_save(const kiln_engine *e, const char *path);
+KILN_API void kiln_engine_free(kiln_engine *e);
+KILN_API int kiln_engine_num_inputs(const kiln_engine *e);
+KILN_API int kiln_engine_num_outputs(const kiln_engine *e);
+KILN_API kiln_status kiln_engine_input_info(const kiln_engine *e, int index, kiln_io_info *out);
+KILN_API kiln_status kiln_engine_output_info(const kiln_engine *e, int index, kiln_io_info *out);
+/* Shape profile of input `index` (dims of rank info.rank). */
+KILN_API kiln_status kiln_engine_input_profile(const kiln_engine *e, int index, int64_t *min,
+                                               int64_t *opt, int64_t *max);
+KILN_API kiln_device kiln_engine_device(const kiln_engine *e);
+KILN_API kiln_precision kiln_engine_precision(const kiln_engine *e);
+/* A human-readable (or JSON, when json != 0) description of the engine:
+ * inputs, outputs, profiles, layers and their kernels, memory. The string is
+ * owned by the engine. */
+KILN_API const char *kiln_engine_describe(kiln_engine *e, int json);
+
+/* ---- context ---------------------------------------------------------- */
+
+KILN_API kiln_status kiln_context_create(const kiln_engine *e, kiln_context **out);
+KILN_API void kiln_context_free(kiln_context *c);
+/* Threads this context uses (overrides the engine's setting). 0 = one per core. */
+KILN_API kiln_status kiln_context_set_threads(kiln_context *c, int threads);
+/* Binds an input by name. The data is not copied: it must stay valid and
+ * unchanged until kiln_context_run returns. The shape must lie inside the
+ * engine's profile and the dtype must match. */
+KILN_API kiln_status kiln_context_set_input(kiln_context *c, const char *name, kiln_dtype dtype,
+                                            int rank, const int64_t *dims, const void *data);
+/* Optionally binds caller memory for an output (`capacity` bytes). If the
+ * output needs more, run fails with KILN_ERR_INVALID_ARGUMENT. */
+KILN_API kiln_status kiln_context_set_output(kiln_context *c, const char *name, void *data,
+                                             size_t capacity);
+/* For CUDA engines: the cudaStream_t to run on (NULL: the context's own). */
+KILN_API kiln_status kiln_context_set_stream(kiln_context *c, void *stream);
+/* Runs the engine on the bound inputs. */
+KILN_API kiln_status kiln_context_run(kiln_context *c);
+/* Reads an output of the last run. *data is borrowed: valid until the next
+ * run or kiln_context_free. Any of dtype/rank/dims/data may be NULL. */
+KILN_API kiln_status kiln_context_get_output(kiln_context *c, const char *name, kiln_dtype *dtype,
+                                             int *rank, int64_t *dims, const void **data);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* KILN_H */

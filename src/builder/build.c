@@ -1,0 +1,415 @@
+/* build.c -- the builder: configuration, and model -> engine. */
+#include "backends/backend.h"
+#include "runtime/engine.h"
+
+#include <stdio.h>
+
+kiln_status kiln_builder_create(kiln_builder **out) {
+    if (!out) return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "kiln_builder_create: out is NULL");
+    *out = kiln__calloc(1, sizeof **out);
+    if (!*out) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory creating a builder");
+    (*out)->opts.device = KILN_DEVICE_CPU;
+    (*out)->opts.precision = KILN_PRECISION_FP32;
+    return KILN_OK;
+}
+
+void kiln_builder_free(kiln_builder *b) {
+    if (!b) return;
+    for (int i = 0; i < b->n_profiles; i++) kiln__free(b->profiles[i].name);
+    kiln__free(b->profiles);
+    kiln__free(b->timing_cache);
+    kiln__free(b);
+}
+
+#define CHECK_BUILDER(b, fn) \
+    if (!(b)) return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, fn ": builder is NULL")
+
+kiln_status kiln_builder_set_device(kiln_builder *b, kiln_device dev, int index) {
+    CHECK_BUILDER(b, "kiln_builder_set_device");
+    if (dev != KILN_DEVICE_CPU && dev != KILN_DEVICE_CUDA)
+        return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "unknown device %d", (int)dev);
+    if (index < 0) return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "device index %d < 0", index);
+    b->opts.device = dev;
+    b->opts.device_index = index;
+    return KILN_OK;
+}
+
+kiln_status kiln_builder_set_precision(kiln_builder *b, kiln_precision p) {
+    CHECK_BUILDER(b, "kiln_builder_set_precision");
+    if (p < KILN_PRECISION_FP32 || p > KILN_PRECISION_BF16)
+        return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "unknown precision %d", (int)p);
+    b->opts.precision = p;
+    return KILN_OK;
+}
+
+kiln_status kiln_builder_set_threads(kiln_builder *b, int threads) {
+    CHECK_BUILDER(b, "kiln_builder_set_threads");
+    if (threads < 0 || threads > 1024)
+        return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "threads must be in 0..1024, got %d", threads);
+    b->opts.threads = threads;
+    return KILN_OK;
+}
+
+kiln_status kiln_builder_set_workspace(kiln_builder *b, size_t bytes) {
+    CHECK_BUILDER(b, "kiln_builder_set_workspace");
+    b->opts.workspace = bytes;
+    return KILN_OK;
+}
+
+kiln_status kiln_builder_set_timing_cache(kiln_builder *b, const char *path) {
+    CHECK_BUILDER(b, "kiln_builder_set_timing_cache");
+    char *p = path ? kiln__strdup(path) : NULL;
+    if (path && !p) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    kiln__free(b->timing_cache);
+    b->timing_cache = p;
+    return KILN_OK;
+}
+
+kiln_status kiln_builder_set_profile(kiln_builder *b, const char *input_name, int rank,
+                                     const int64_t *min, const int64_t *opt, const int64_t *max) {
+    CHECK_BUILDER(b, "kiln_builder_set_profile");
+    if (!input_name || !min || !opt || !max)
+        return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "kiln_builder_set_profile: NULL argument");
+    if (rank < 0 || rank > KILN_MAX_RANK)
+        return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "profile for '%s': rank %d out of range 0..%d",
+                         input_name, rank, KILN_MAX_RANK);
+    for (int i = 0; i < rank; i++) {
+        if (min[i] < 0 || !(min[i] <= opt[i] && opt[i] <= max[i]))
+            return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT,
+                             "profile for '%s': dimension %d needs 0 <= min <= opt <= max, got "
+                             "min=%lld opt=%lld max=%lld",
+                             input_name, i, (long long)min[i], (long long)opt[i], (long long)max[i]);
+    }
+    kiln_profile_req *r = NULL;
+    for (int i = 0; i < b->n_profiles; i++)
+        if (!strcmp(b->profiles[i].name, input_name)) r = &b->profiles[i];
+    if (!r) {
+        KILN_TRY(kiln__grow((void **)&b->profiles, &b->cap_profiles, b->n_profiles + 1,
+                            sizeof *b->profiles));
+        r = &b->profiles[b->n_profiles];
+        r->name = kiln__strdup(input_name);
+        if (!r->name) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory");
+        b->n_profiles++;
+    }
+    r->p.rank = rank;
+    for (int i = 0; i < rank; i++) {
+        r->p.min[i] = min[i];
+        r->p.opt[i] = opt[i];
+        r->p.max[i] = max[i];
+    }
+    return KILN_OK;
+}
+
+/* Resolves the profile of every graph input, and specializes dims whose
+ * range is a single value. */
+static kiln_status resolve_profiles(const kiln_builder *b, kiln_graph *g, kiln_profile *profiles) {
+    char s1[128], s2[128];
+    for (int i = 0; i < b->n_profiles; i++) {
+        bool found = false;
+        for (int k = 0; k < g->n_inputs; k++)
+            if (!strcmp(g->values[g->inputs[k]].name, b->profiles[i].name)) found = true;
+        if (!found)
+            return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT,
+                             "shape profile given for '%s', which is not an input of the model",
+                             b->profiles[i].name);
+    }
+    for (int k = 0; k < g->n_inputs; k++) {
+        kiln_value *v = &g->values[g->inputs[k]];
+        kiln_profile *p = &profiles[k];
+        const kiln_profile_req *r = NULL;
+        for (int i = 0; i < b->n_profiles; i++)
+            if (!strcmp(b->profiles[i].name, v->name)) r = &b->profiles[i];
+        if (v->info.rank < 0) {
+            if (!r)
+                return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT,
+                                 "input '%s' has unknown rank: give it a shape profile", v->name);
+            v->info.rank = r->p.rank;
+            for (int d = 0; d < r->p.rank; d++) v->info.dims[d] = KILN_DIM_UNKNOWN;
+        }
+        p->rank = v->info.rank;
+        if (r && r->p.rank != v->info.rank)
+            return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT,
+                             "shape profile for '%s' has rank %d, but the input has rank %d %s",
+                             v->name, r->p.rank, v->info.rank,
+                             kiln__shape_str(v->info.rank, v->info.dims, s1, sizeof s1));
+        for (int d = 0; d < p->rank; d++) {
+            int64_t dim = v->info.dims[d];
+            if (dim >= 0) {
+                if (r && (r->p.min[d] != dim || r->p.max[d] != dim))
+                    return KILN_FAIL(
+                        KILN_ERR_INVALID_ARGUMENT,
+                        "shape profile for '%s' sets dimension %d to %s..%s, but the model "
+                        "fixes it to %lld",
+                        v->name, d, kiln__shape_str(p->rank, r->p.min, s1, sizeof s1),
+                        kiln__shape_str(p->rank, r->p.max, s2, sizeof s2), (long long)dim);
+                p->min[d] = p->opt[d] = p->max[d] = dim;
+            } else if (r) {
+                p->min[d] = r->p.min[d];
+                p->opt[d] = r->p.opt[d];
+                p->max[d] = r->p.max[d];
+            } else {
+                p->min[d] = p->opt[d] = p->max[d] = 1;
+            }
+        }
+    }
+    /* A symbol whose every use has a single-value range becomes that value. */
+    for (int k = 0; k < g->n_inputs; k++) {
+        kiln_value *v = &g->values[g->inputs[k]];
+        kiln_profile *p = &profiles[k];
+        for (int d = 0; d < p->rank; d++) {
+            int64_t dim = v->info.dims[d];
+            if (dim >= 0 || p->min[d] != p->max[d]) continue;
+            bool fixed = true;
+            if (KILN_DIM_IS_SYM(dim)) {
+                for (int k2 = 0; k2 < g->n_inputs; k2++) {
+                    kiln_value *v2 = &g->values[g->inputs[k2]];
+                    for (int d2 = 0; d2 < profiles[k2].rank; d2++)
+                        if (v2->info.dims[d2] == dim &&
+                            (profiles[k2].min[d2] != p->min[d] || profiles[k2].max[d2] != p->min[d]))
+                            fixed = false;
+                }
+            }
+            if (!fixed) continue;
+            int64_t val = p->min[d];
+            if (KILN_DIM_IS_SYM(dim)) {
+                /* replace the symbol everywhere it appears */
+                for (int i = 0; i < g->n_values; i++) {
+                    kiln_value *x = &g->values[i];
+                    if (x->flags & KILN_VALUE_CONST) continue;
+                    for (int j = 0; j < x->info.rank; j++)
+                        if (x->info.dims[j] == dim) x->info.dims[j] = val;
+                }
+            } else {
+                v->info.dims[d] = val;
+            }
+        }
+    }
+    /* Intermediate shapes were inferred under the old dims: forget them. */
+    for (int i = 0; i < g->n_values; i++) {
+        kiln_value *x = &g->values[i];
+        if ((x->flags & (KILN_VALUE_CONST | KILN_VALUE_INPUT)) || x->producer < 0) continue;
+        if (x->flags & KILN_VALUE_OUTPUT) continue; /* keep declared output shapes */
+        x->info.rank = -1;
+    }
+    return KILN_OK;
+}
+
+kiln_status kiln_build(const kiln_builder *b, const kiln_model *m, kiln_engine **out) {
+    if (!out) return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "kiln_build: out is NULL");
+    *out = NULL;
+    if (!b || !m) return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "kiln_build: builder or model is NULL");
+    const kiln_backend_i *be = kiln__backend_for(b->opts.device);
+    if (!be)
+        return KILN_FAIL(KILN_ERR_UNSUPPORTED,
+                         "device '%s' is not available: this kiln was built without it",
+                         b->opts.device == KILN_DEVICE_CUDA ? "cuda" : "?");
+    if (b->opts.device == KILN_DEVICE_CPU &&
+        (b->opts.precision == KILN_PRECISION_FP16 || b->opts.precision == KILN_PRECISION_BF16))
+        return KILN_FAIL(KILN_ERR_UNSUPPORTED,
+                         "precision %s is not supported by the CPU backend (use fp32)",
+                         b->opts.precision == KILN_PRECISION_FP16 ? "fp16" : "bf16");
+    kiln_engine *e = kiln__calloc(1, sizeof *e);
+    kiln_status s;
+    if (!e) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory creating an engine");
+    if ((s = kiln__graph_clone(m->graph, &e->graph)) != KILN_OK) goto fail;
+    kiln_graph *g = e->graph;
+    e->profiles = kiln__calloc((size_t)g->n_inputs + 1, sizeof *e->profiles);
+    if (!e->profiles) {
+        s = KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory");
+        goto fail;
+    }
+    if ((s = resolve_profiles(b, g, e->profiles)) != KILN_OK) goto fail;
+    if ((s = kiln__pass_infer(g)) != KILN_OK) goto fail;
+    if ((s = kiln__pass_fold_constants(g)) != KILN_OK) goto fail;
+    if ((s = kiln__pass_dce(g)) != KILN_OK) goto fail;
+    if ((s = kiln__pass_infer(g)) != KILN_OK) goto fail;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const kiln_node *n = &g->nodes[i];
+        if (!be->supports(g, n)) {
+            s = KILN_FAIL(KILN_ERR_UNSUPPORTED, "node '%s' (%s) has no %s kernel", n->name,
+                          n->op->name, be->name);
+            goto fail;
+        }
+    }
+    e->opts = b->opts;
+    kiln__cpu_target(e->target, sizeof e->target);
+    snprintf(e->builder_version, sizeof e->builder_version, "%s", kiln_version_string());
+    *out = e;
+    return KILN_OK;
+fail:
+    kiln_engine_free(e);
+    return s;
+}
+
+/* ---- describe (inspect) ------------------------------------------------- */
+
+static void dims_str(const kiln_graph *g, const kiln_tinfo *t, kiln_sbuf *sb, bool json) {
+    kiln__sbuf_printf(sb, "[");
+    for (int i = 0; i < t->rank; i++) {
+        int64_t d = t->dims[i];
+        const char *sep = i ? (json ? ", " : "x") : "";
+        if (d >= 0)
+            kiln__sbuf_printf(sb, "%s%lld", sep, (long long)d);
+        else if (KILN_DIM_IS_SYM(d) && KILN_DIM_SYM_ID(d) < g->n_symbols)
+            kiln__sbuf_printf(sb, json ? "%s\"%s\"" : "%s%s", sep, g->symbols[KILN_DIM_SYM_ID(d)]);
+        else
+            kiln__sbuf_printf(sb, json ? "%s\"?\"" : "%s?", sep);
+    }
+    kiln__sbuf_printf(sb, "]");
+}
+
+static void json_str(kiln_sbuf *sb, const char *s) {
+    kiln__sbuf_printf(sb, "\"");
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') kiln__sbuf_printf(sb, "\\%c", c);
+        else if (c < 0x20) kiln__sbuf_printf(sb, "\\u%04x", c);
+        else kiln__sbuf_printf(sb, "%c", c);
+    }
+    kiln__sbuf_printf(sb, "\"");
+}
+
+static void profile_str(const kiln_profile *p, const int64_t *d, kiln_sbuf *sb, bool json) {
+    (void)p;
+    kiln__sbuf_printf(sb, "[");
+    for (int i = 0; i < p->rank; i++)
+        kiln__sbuf_printf(sb, "%s%lld", i ? (json ? ", " : "x") : "", (long long)d[i]);
+    kiln__sbuf_printf(sb, "]");
+}
+
+static const char *device_name(int d) { return d == KILN_DEVICE_CUDA ? "cuda" : "cpu"; }
+static const char *precision_name(int p) {
+    switch (p) {
+    case KILN_PRECISION_TF32: return "tf32";
+    case KILN_PRECISION_FP16: return "fp16";
+    case KILN_PRECISION_BF16: return "bf16";
+    default: return "fp32";
+    }
+}
+
+static void describe(const kiln_engine *e, kiln_sbuf *sb, bool json) {
+    const kiln_graph *g = e->graph;
+    const kiln_backend_i *be = kiln__backend_for(e->opts.device);
+    size_t weights = 0;
+    int n_const = 0;
+    for (int i = 0; i < g->n_values; i++)
+        if (g->values[i].flags & KILN_VALUE_CONST) {
+            weights += g->values[i].nbytes;
+            n_const++;
+        }
+    if (json) {
+        kiln__sbuf_printf(sb, "{\n  \"kiln_version\": ");
+        json_str(sb, e->builder_version);
+        kiln__sbuf_printf(sb, ",\n  \"target\": ");
+        json_str(sb, e->target);
+        kiln__sbuf_printf(sb, ",\n  \"device\": \"%s\",\n  \"precision\": \"%s\",\n  \"threads\": %d,\n",
+                          device_name(e->opts.device), precision_name(e->opts.precision),
+                          e->opts.threads);
+        kiln__sbuf_printf(sb, "  \"inputs\": [");
+        for (int k = 0; k < g->n_inputs; k++) {
+            const kiln_value *v = &g->values[g->inputs[k]];
+            kiln__sbuf_printf(sb, "%s\n    {\"name\": ", k ? "," : "");
+            json_str(sb, v->name);
+            kiln__sbuf_printf(sb, ", \"dtype\": \"%s\", \"shape\": ", kiln_dtype_name(v->info.dtype));
+            dims_str(g, &v->info, sb, true);
+            kiln__sbuf_printf(sb, ", \"min\": ");
+            profile_str(&e->profiles[k], e->profiles[k].min, sb, true);
+            kiln__sbuf_printf(sb, ", \"opt\": ");
+            profile_str(&e->profiles[k], e->profiles[k].opt, sb, true);
+            kiln__sbuf_printf(sb, ", \"max\": ");
+            profile_str(&e->profiles[k], e->profiles[k].max, sb, true);
+            kiln__sbuf_printf(sb, "}");
+        }
+        kiln__sbuf_printf(sb, "\n  ],\n  \"outputs\": [");
+        for (int k = 0; k < g->n_outputs; k++) {
+            const kiln_value *v = &g->values[g->outputs[k]];
+            kiln__sbuf_printf(sb, "%s\n    {\"name\": ", k ? "," : "");
+            json_str(sb, v->name);
+            kiln__sbuf_printf(sb, ", \"dtype\": \"%s\", \"shape\": ", kiln_dtype_name(v->info.dtype));
+            dims_str(g, &v->info, sb, true);
+            kiln__sbuf_printf(sb, "}");
+        }
+        kiln__sbuf_printf(sb, "\n  ],\n  \"layers\": [");
+        for (int i = 0; i < g->n_nodes; i++) {
+            const kiln_node *n = &g->nodes[i];
+            kiln__sbuf_printf(sb, "%s\n    {\"name\": ", i ? "," : "");
+            json_str(sb, n->name);
+            kiln__sbuf_printf(sb, ", \"op\": \"%s\", \"kernel\": \"%s:%s\", \"inputs\": [", n->op->name,
+                              be ? be->kernel_name(g, n) : "?", n->op->name);
+            for (int k = 0; k < n->n_in; k++) {
+                kiln__sbuf_printf(sb, "%s", k ? ", " : "");
+                if (n->in[k] < 0) kiln__sbuf_printf(sb, "null");
+                else json_str(sb, g->values[n->in[k]].name);
+            }
+            kiln__sbuf_printf(sb, "], \"outputs\": [");
+            for (int k = 0; k < n->n_out; k++) {
+                kiln__sbuf_printf(sb, "%s", k ? ", " : "");
+                if (n->out[k] < 0) {
+                    kiln__sbuf_printf(sb, "null");
+                    continue;
+                }
+                kiln__sbuf_printf(sb, "{\"name\": ");
+                json_str(sb, g->values[n->out[k]].name);
+                kiln__sbuf_printf(sb, ", \"shape\": ");
+                dims_str(g, &g->values[n->out[k]].info, sb, true);
+                kiln__sbuf_printf(sb, "}");
+            }
+            kiln__sbuf_printf(sb, "]}");
+        }
+        kiln__sbuf_printf(sb, "\n  ],\n  \"memory\": {\"weights_bytes\": %zu, \"constants\": %d}\n}\n",
+                          weights, n_const);
+        return;
+    }
+    kiln__sbuf_printf(sb, "kiln engine (built by kiln %s)\n", e->builder_version);
+    kiln__sbuf_printf(sb, "  target:    %s\n  device:    %s:%d\n  precision: %s\n  threads:   %d%s\n",
+                      e->target, device_name(e->opts.device), e->opts.device_index,
+                      precision_name(e->opts.precision), e->opts.threads,
+                      e->opts.threads ? "" : " (one per core)");
+    kiln__sbuf_printf(sb, "inputs (%d):\n", g->n_inputs);
+    for (int k = 0; k < g->n_inputs; k++) {
+        const kiln_value *v = &g->values[g->inputs[k]];
+        kiln__sbuf_printf(sb, "  %s: %s ", v->name, kiln_dtype_name(v->info.dtype));
+        dims_str(g, &v->info, sb, false);
+        kiln__sbuf_printf(sb, "  profile min ");
+        profile_str(&e->profiles[k], e->profiles[k].min, sb, false);
+        kiln__sbuf_printf(sb, " opt ");
+        profile_str(&e->profiles[k], e->profiles[k].opt, sb, false);
+        kiln__sbuf_printf(sb, " max ");
+        profile_str(&e->profiles[k], e->profiles[k].max, sb, false);
+        kiln__sbuf_printf(sb, "\n");
+    }
+    kiln__sbuf_printf(sb, "outputs (%d):\n", g->n_outputs);
+    for (int k = 0; k < g->n_outputs; k++) {
+        const kiln_value *v = &g->values[g->outputs[k]];
+        kiln__sbuf_printf(sb, "  %s: %s ", v->name, kiln_dtype_name(v->info.dtype));
+        dims_str(g, &v->info, sb, false);
+        kiln__sbuf_printf(sb, "\n");
+    }
+    kiln__sbuf_printf(sb, "layers (%d):\n", g->n_nodes);
+    for (int i = 0; i < g->n_nodes; i++) {
+        const kiln_node *n = &g->nodes[i];
+        kiln__sbuf_printf(sb, "  %4d  %-22s %-28s kernel %s:%s  ->", i, n->op->name, n->name,
+                          be ? be->kernel_name(g, n) : "?", n->op->name);
+        for (int k = 0; k < n->n_out; k++) {
+            if (n->out[k] < 0) continue;
+            kiln__sbuf_printf(sb, " ");
+            dims_str(g, &g->values[n->out[k]].info, sb, false);
+        }
+        kiln__sbuf_printf(sb, "\n");
+    }
+    kiln__sbuf_printf(sb, "memory:\n  weights: %zu bytes in %d constants\n", weights, n_const);
+}
+
+const char *kiln_engine_describe(kiln_engine *e, int json) {
+    if (!e) return "";
+    char **slot = json ? &e->describe_json : &e->describe_text;
+    if (*slot) return *slot;
+    kiln_sbuf sb = {0};
+    describe(e, &sb, json != 0);
+    if (sb.oom || !sb.data) {
+        kiln__sbuf_free(&sb);
+        return "";
+    }
+    *slot = sb.data;
+    return *slot;
+}

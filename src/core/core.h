@@ -1,0 +1,108 @@
+/* core.h -- internal helpers shared by every part of kiln: status reporting,
+ * allocation, dtype facts, half-precision conversion. Not public API. */
+#ifndef KILN_CORE_H
+#define KILN_CORE_H
+
+#include "kiln.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#define KILN_PRIVATE __attribute__((visibility("hidden")))
+
+/* Records a failure message (printf-style) for kiln_last_error() and returns
+ * `code`. Use as `return KILN_FAIL(KILN_ERR_MODEL, "node '%s': ...", name);` */
+#define KILN_FAIL(code, ...) kiln__fail((code), __VA_ARGS__)
+KILN_PRIVATE kiln_status kiln__fail(kiln_status code, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Prepends context to the current message: "ctx: <old message>". Returns code. */
+KILN_PRIVATE kiln_status kiln__fail_prefix(kiln_status code, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+KILN_PRIVATE void kiln__clear_error(void);
+
+#define KILN_TRY(expr)                       \
+    do {                                     \
+        kiln_status kiln__s_ = (expr);       \
+        if (kiln__s_ != KILN_OK) return kiln__s_; \
+    } while (0)
+
+/* Invariant checks for kiln bugs only (never for input-dependent conditions). */
+#define KILN_ASSERT(x) \
+    ((x) ? (void)0 : kiln__assert_fail(#x, __FILE__, __LINE__))
+KILN_PRIVATE void kiln__assert_fail(const char *expr, const char *file, int line);
+
+/* Allocation. Every kiln allocation goes through these. */
+KILN_PRIVATE void *kiln__malloc(size_t n);
+KILN_PRIVATE void *kiln__calloc(size_t n, size_t size);
+KILN_PRIVATE void *kiln__realloc(void *p, size_t n);
+KILN_PRIVATE void kiln__free(void *p);
+KILN_PRIVATE char *kiln__strdup(const char *s);
+/* 64-byte aligned; free with kiln__aligned_free. */
+KILN_PRIVATE void *kiln__aligned_alloc(size_t n);
+KILN_PRIVATE void kiln__aligned_free(void *p);
+/* Grows *p (elements of `size`) so that it holds at least `need` elements. */
+KILN_PRIVATE kiln_status kiln__grow(void **p, int *cap, int need, size_t size);
+
+/* Multiplication with overflow check: returns false on overflow. */
+static inline bool kiln__mul_ok(int64_t a, int64_t b, int64_t *out) {
+    return !__builtin_mul_overflow(a, b, out);
+}
+
+/* dtype facts */
+KILN_PRIVATE bool kiln__dtype_valid(int t);        /* a kiln_dtype kiln knows */
+KILN_PRIVATE bool kiln__dtype_is_float(kiln_dtype t); /* f16, bf16, f32, f64 */
+KILN_PRIVATE bool kiln__dtype_is_int(kiln_dtype t);   /* signed or unsigned integer */
+KILN_PRIVATE bool kiln__dtype_is_signed(kiln_dtype t);
+
+/* Generic element access as double / int64 (slow paths for rare dtypes). */
+KILN_PRIVATE double kiln__load_f64(kiln_dtype t, const void *p, int64_t i);
+KILN_PRIVATE void kiln__store_f64(kiln_dtype t, void *p, int64_t i, double v);
+KILN_PRIVATE int64_t kiln__load_i64(kiln_dtype t, const void *p, int64_t i);
+KILN_PRIVATE void kiln__store_i64(kiln_dtype t, void *p, int64_t i, int64_t v);
+
+/* IEEE half and bfloat16 <-> float (round to nearest even). */
+KILN_PRIVATE float kiln__f16_to_f32(uint16_t h);
+KILN_PRIVATE uint16_t kiln__f32_to_f16(float f);
+static inline float kiln__bf16_to_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static inline uint16_t kiln__f32_to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* NaN */
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+/* Growable string buffer (used for messages, inspect output). */
+typedef struct kiln_sbuf {
+    char *data;
+    size_t len, cap;
+    bool oom;
+} kiln_sbuf;
+KILN_PRIVATE void kiln__sbuf_printf(kiln_sbuf *b, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+KILN_PRIVATE void kiln__sbuf_free(kiln_sbuf *b);
+
+/* Cheap 64-bit hash (FNV-1a) for names and checksums. */
+KILN_PRIVATE uint64_t kiln__fnv1a(const void *data, size_t n, uint64_t seed);
+#define KILN_FNV_SEED 0xcbf29ce484222325ull
+
+/* Thread pool. A kernel splits [0, n) into chunks of at least `grain` and
+ * calls fn(ctx, begin, end) on the pool's threads (and the caller's). A NULL
+ * pool runs fn(ctx, 0, n) inline. */
+typedef struct kiln_pool kiln_pool;
+typedef void (*kiln_range_fn)(void *ctx, int64_t begin, int64_t end);
+KILN_PRIVATE kiln_status kiln__pool_create(int threads, kiln_pool **out);
+KILN_PRIVATE void kiln__pool_free(kiln_pool *p);
+KILN_PRIVATE int kiln__pool_threads(const kiln_pool *p); /* 1 for NULL */
+KILN_PRIVATE void kiln__parallel_for(kiln_pool *p, int64_t n, int64_t grain, kiln_range_fn fn,
+                                     void *ctx);
+KILN_PRIVATE int kiln__cpu_count(void);
+
+#endif

@@ -1,0 +1,288 @@
+/* graph.c -- building, linking, cloning and compacting kiln graphs. */
+#include "ir/ir.h"
+
+#include <stdio.h>
+
+kiln_status kiln__graph_create(kiln_graph **out) {
+    *out = kiln__calloc(1, sizeof **out);
+    if (!*out) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory creating a graph");
+    return KILN_OK;
+}
+
+static void value_clear(kiln_value *v) {
+    kiln__free(v->name);
+    if (!v->data_borrowed) kiln__aligned_free(v->data);
+}
+
+static void node_clear(kiln_node *n) {
+    kiln__free(n->name);
+    kiln__free(n->in);
+    kiln__free(n->out);
+    kiln__free(n->attrs);
+}
+
+void kiln__graph_free(kiln_graph *g) {
+    if (!g) return;
+    for (int i = 0; i < g->n_values; i++) value_clear(&g->values[i]);
+    for (int i = 0; i < g->n_nodes; i++) node_clear(&g->nodes[i]);
+    for (int i = 0; i < g->n_symbols; i++) kiln__free(g->symbols[i]);
+    kiln__free(g->values);
+    kiln__free(g->nodes);
+    kiln__free(g->inputs);
+    kiln__free(g->outputs);
+    kiln__free(g->symbols);
+    kiln__free(g->hash);
+    kiln__free(g);
+}
+
+/* ---- name hash table (open addressing, value index + 1, 0 = empty) ------ */
+
+static uint64_t name_hash(const char *s) { return kiln__fnv1a(s, strlen(s), KILN_FNV_SEED); }
+
+static kiln_status hash_rebuild(kiln_graph *g, int cap) {
+    int *h = kiln__calloc((size_t)cap, sizeof *h);
+    if (!h) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory (graph names)");
+    for (int i = 0; i < g->n_values; i++) {
+        uint64_t k = name_hash(g->values[i].name) & (uint64_t)(cap - 1);
+        while (h[k]) k = (k + 1) & (uint64_t)(cap - 1);
+        h[k] = i + 1;
+    }
+    kiln__free(g->hash);
+    g->hash = h;
+    g->hash_cap = cap;
+    return KILN_OK;
+}
+
+int kiln__graph_find_value(const kiln_graph *g, const char *name) {
+    if (!g->hash_cap || !name) return -1;
+    uint64_t k = name_hash(name) & (uint64_t)(g->hash_cap - 1);
+    while (g->hash[k]) {
+        int i = g->hash[k] - 1;
+        if (!strcmp(g->values[i].name, name)) return i;
+        k = (k + 1) & (uint64_t)(g->hash_cap - 1);
+    }
+    return -1;
+}
+
+kiln_status kiln__graph_add_value(kiln_graph *g, const char *name, int *out) {
+    char fresh[64];
+    if (!name || !*name) {
+        int k = g->n_values;
+        do {
+            snprintf(fresh, sizeof fresh, "kiln_tmp_%d", k++);
+        } while (kiln__graph_find_value(g, fresh) >= 0);
+        name = fresh;
+    } else if (kiln__graph_find_value(g, name) >= 0) {
+        return KILN_FAIL(KILN_ERR_MODEL, "tensor name '%s' is defined twice", name);
+    }
+    KILN_TRY(kiln__grow((void **)&g->values, &g->cap_values, g->n_values + 1, sizeof *g->values));
+    if ((g->n_values + 1) * 2 > g->hash_cap)
+        KILN_TRY(hash_rebuild(g, g->hash_cap ? g->hash_cap * 2 : 64));
+    kiln_value *v = &g->values[g->n_values];
+    memset(v, 0, sizeof *v);
+    v->name = kiln__strdup(name);
+    if (!v->name) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory (value name)");
+    v->producer = -1;
+    v->info.rank = -1;
+    int idx = g->n_values++;
+    uint64_t k = name_hash(v->name) & (uint64_t)(g->hash_cap - 1);
+    while (g->hash[k]) k = (k + 1) & (uint64_t)(g->hash_cap - 1);
+    g->hash[k] = idx + 1;
+    if (out) *out = idx;
+    return KILN_OK;
+}
+
+size_t kiln__value_nbytes(const kiln_tinfo *t) {
+    int64_t n = kiln__numel(t->rank, t->dims);
+    size_t es = kiln_dtype_size(t->dtype);
+    int64_t b;
+    if (n < 0 || !es || !kiln__mul_ok(n, (int64_t)es, &b)) return 0;
+    return (size_t)b;
+}
+
+kiln_status kiln__value_set_const(kiln_value *v, kiln_dtype dtype, int rank, const int64_t *dims,
+                                  const void *data) {
+    if (rank < 0 || rank > KILN_MAX_RANK)
+        return KILN_FAIL(KILN_ERR_UNSUPPORTED, "tensor '%s': rank %d is not supported (max %d)",
+                         v->name, rank, KILN_MAX_RANK);
+    kiln_tinfo t = {.dtype = dtype, .rank = rank};
+    for (int i = 0; i < rank; i++) t.dims[i] = dims[i];
+    int64_t n = kiln__numel(rank, t.dims);
+    if (n < 0) return KILN_FAIL(KILN_ERR_MODEL, "tensor '%s': invalid constant shape", v->name);
+    size_t nb = kiln__value_nbytes(&t);
+    if (n > 0 && !nb) return KILN_FAIL(KILN_ERR_MODEL, "tensor '%s': constant too large", v->name);
+    void *p = kiln__aligned_alloc(nb);
+    if (!p) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory for constant '%s' (%zu bytes)",
+                             v->name, nb);
+    if (data && nb) memcpy(p, data, nb);
+    else memset(p, 0, nb);
+    if (!v->data_borrowed) kiln__aligned_free(v->data);
+    v->data = p;
+    v->data_borrowed = false;
+    v->nbytes = nb;
+    v->info = t;
+    v->info.data = p;
+    v->flags |= KILN_VALUE_CONST;
+    return KILN_OK;
+}
+
+kiln_status kiln__graph_add_node(kiln_graph *g, int op_id, const char *name, int n_in, const int *in,
+                                 int n_out, const int *out, const void *attrs, int *node_out) {
+    const kiln_op_def *op = kiln__op_by_id(op_id);
+    if (!op) return KILN_FAIL(KILN_ERR_INTERNAL, "unknown op id %d", op_id);
+    KILN_TRY(kiln__grow((void **)&g->nodes, &g->cap_nodes, g->n_nodes + 1, sizeof *g->nodes));
+    kiln_node *n = &g->nodes[g->n_nodes];
+    memset(n, 0, sizeof *n);
+    n->op_id = op_id;
+    n->op = op;
+    n->n_in = n_in;
+    n->n_out = n_out;
+    char fresh[64];
+    if (!name || !*name) {
+        snprintf(fresh, sizeof fresh, "%s_%d", op->name, g->n_nodes);
+        name = fresh;
+    }
+    n->name = kiln__strdup(name);
+    n->in = kiln__calloc((size_t)n_in + 1, sizeof(int));
+    n->out = kiln__calloc((size_t)n_out + 1, sizeof(int));
+    n->attrs = op->attr_size ? kiln__calloc(1, op->attr_size) : NULL;
+    if (!n->name || !n->in || !n->out || (op->attr_size && !n->attrs)) {
+        node_clear(n);
+        return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory (node)");
+    }
+    if (n_in) memcpy(n->in, in, sizeof(int) * (size_t)n_in);
+    if (n_out) memcpy(n->out, out, sizeof(int) * (size_t)n_out);
+    if (op->attr_size && attrs) memcpy(n->attrs, attrs, op->attr_size);
+    int idx = g->n_nodes++;
+    for (int i = 0; i < n_out; i++)
+        if (out[i] >= 0) g->values[out[i]].producer = idx;
+    if (node_out) *node_out = idx;
+    return KILN_OK;
+}
+
+kiln_status kiln__graph_add_symbol(kiln_graph *g, const char *name, int *out) {
+    for (int i = 0; i < g->n_symbols; i++)
+        if (!strcmp(g->symbols[i], name)) {
+            *out = i;
+            return KILN_OK;
+        }
+    KILN_TRY(kiln__grow((void **)&g->symbols, &g->cap_symbols, g->n_symbols + 1, sizeof(char *)));
+    g->symbols[g->n_symbols] = kiln__strdup(name);
+    if (!g->symbols[g->n_symbols]) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory (symbol)");
+    *out = g->n_symbols++;
+    return KILN_OK;
+}
+
+void kiln__graph_link(kiln_graph *g) {
+    for (int i = 0; i < g->n_values; i++) {
+        g->values[i].producer = -1;
+        g->values[i].n_uses = 0;
+        g->values[i].flags &= ~(uint32_t)(KILN_VALUE_INPUT | KILN_VALUE_OUTPUT);
+    }
+    for (int i = 0; i < g->n_inputs; i++) g->values[g->inputs[i]].flags |= KILN_VALUE_INPUT;
+    for (int i = 0; i < g->n_outputs; i++) {
+        g->values[g->outputs[i]].flags |= KILN_VALUE_OUTPUT;
+        g->values[g->outputs[i]].n_uses++;
+    }
+    for (int i = 0; i < g->n_nodes; i++) {
+        kiln_node *n = &g->nodes[i];
+        if (n->dead) continue;
+        for (int k = 0; k < n->n_out; k++)
+            if (n->out[k] >= 0) g->values[n->out[k]].producer = i;
+        for (int k = 0; k < n->n_in; k++)
+            if (n->in[k] >= 0) g->values[n->in[k]].n_uses++;
+    }
+}
+
+static kiln_status int_list_push(int **p, int *n, int *cap, int v) {
+    KILN_TRY(kiln__grow((void **)p, cap, *n + 1, sizeof(int)));
+    (*p)[(*n)++] = v;
+    return KILN_OK;
+}
+
+kiln_status kiln__graph_clone(const kiln_graph *g, kiln_graph **out) {
+    kiln_graph *c = NULL;
+    kiln_status s;
+    *out = NULL;
+    if ((s = kiln__graph_create(&c)) != KILN_OK) return s;
+    c->opset = g->opset;
+    for (int i = 0; i < g->n_symbols; i++) {
+        int k;
+        if ((s = kiln__graph_add_symbol(c, g->symbols[i], &k)) != KILN_OK) goto fail;
+    }
+    for (int i = 0; i < g->n_values; i++) {
+        const kiln_value *v = &g->values[i];
+        int k;
+        if ((s = kiln__graph_add_value(c, v->name, &k)) != KILN_OK) goto fail;
+        kiln_value *cv = &c->values[k];
+        if (v->flags & KILN_VALUE_CONST) {
+            if ((s = kiln__value_set_const(cv, v->info.dtype, v->info.rank, v->info.dims, v->data)) !=
+                KILN_OK)
+                goto fail;
+        } else {
+            cv->info = v->info;
+            cv->info.data = NULL;
+        }
+        cv->flags = v->flags;
+    }
+    for (int i = 0; i < g->n_nodes; i++) {
+        const kiln_node *n = &g->nodes[i];
+        if (n->dead) continue;
+        if ((s = kiln__graph_add_node(c, n->op_id, n->name, n->n_in, n->in, n->n_out, n->out,
+                                      n->attrs, NULL)) != KILN_OK)
+            goto fail;
+    }
+    for (int i = 0; i < g->n_inputs; i++)
+        if ((s = int_list_push(&c->inputs, &c->n_inputs, &c->cap_inputs, g->inputs[i])) != KILN_OK)
+            goto fail;
+    for (int i = 0; i < g->n_outputs; i++)
+        if ((s = int_list_push(&c->outputs, &c->n_outputs, &c->cap_outputs, g->outputs[i])) !=
+            KILN_OK)
+            goto fail;
+    kiln__graph_link(c);
+    *out = c;
+    return KILN_OK;
+fail:
+    kiln__graph_free(c);
+    return s;
+}
+
+kiln_status kiln__graph_compact(kiln_graph *g) {
+    kiln__graph_link(g);
+    /* keep: values used, produced by live nodes, graph inputs/outputs */
+    int *map = kiln__malloc(sizeof(int) * (size_t)(g->n_values + 1));
+    if (!map) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory (compact)");
+    int nv = 0;
+    for (int i = 0; i < g->n_values; i++) {
+        kiln_value *v = &g->values[i];
+        bool keep = v->n_uses > 0 || v->producer >= 0 || (v->flags & KILN_VALUE_INPUT);
+        if (keep) {
+            map[i] = nv;
+            if (nv != i) g->values[nv] = *v;
+            nv++;
+        } else {
+            map[i] = -1;
+            value_clear(v);
+        }
+    }
+    g->n_values = nv;
+    int nn = 0;
+    for (int i = 0; i < g->n_nodes; i++) {
+        kiln_node *n = &g->nodes[i];
+        if (n->dead) {
+            node_clear(n);
+            continue;
+        }
+        for (int k = 0; k < n->n_in; k++) n->in[k] = n->in[k] >= 0 ? map[n->in[k]] : -1;
+        for (int k = 0; k < n->n_out; k++) n->out[k] = n->out[k] >= 0 ? map[n->out[k]] : -1;
+        if (nn != i) g->nodes[nn] = *n;
+        nn++;
+    }
+    g->n_nodes = nn;
+    for (int i = 0; i < g->n_inputs; i++) g->inputs[i] = map[g->inputs[i]];
+    for (int i = 0; i < g->n_outputs; i++) g->outputs[i] = map[g->outputs[i]];
+    kiln__free(map);
+    kiln_status s = hash_rebuild(g, g->hash_cap ? g->hash_cap : 64);
+    kiln__graph_link(g);
+    return s;
+}

@@ -1,0 +1,155 @@
+/* common.c -- shape helpers shared by operator infer functions and kernels,
+ * and the operator registry built from ops.def. */
+#include "ops/op.h"
+
+#include <stdio.h>
+
+/* ---- registry ---------------------------------------------------------- */
+
+#define KILN_OP(id, sym) extern const kiln_op_def kiln_op_##sym;
+#include "ops/ops.def"
+#undef KILN_OP
+
+static const kiln_op_def *const kiln_op_table[KILN_OP_ID_LIMIT] = {
+#define KILN_OP(id, sym) [id] = &kiln_op_##sym,
+#include "ops/ops.def"
+#undef KILN_OP
+};
+
+const kiln_op_def *kiln__op_by_id(int id) {
+    if (id <= 0 || id >= KILN_OP_ID_LIMIT) return NULL;
+    return kiln_op_table[id];
+}
+
+static bool domain_eq(const char *a, const char *b) {
+    if (!a || !strcmp(a, "ai.onnx")) a = "";
+    if (!b || !strcmp(b, "ai.onnx")) b = "";
+    return !strcmp(a, b);
+}
+
+int kiln__op_find(const char *domain, const char *type) {
+    for (int i = 1; i < KILN_OP_ID_LIMIT; i++) {
+        const kiln_op_def *d = kiln_op_table[i];
+        if (d && !strcmp(d->name, type) && domain_eq(d->domain, domain)) return i;
+    }
+    return 0;
+}
+
+int kiln__op_id_of(const kiln_op_def *op) {
+    for (int i = 1; i < KILN_OP_ID_LIMIT; i++)
+        if (kiln_op_table[i] == op) return i;
+    return 0;
+}
+
+/* ---- shapes ------------------------------------------------------------ */
+
+int64_t kiln__numel(int rank, const int64_t *dims) {
+    if (rank < 0) return -1;
+    int64_t n = 1;
+    for (int i = 0; i < rank; i++) {
+        if (dims[i] < 0) return -1;
+        if (!kiln__mul_ok(n, dims[i], &n)) return -1;
+    }
+    return n;
+}
+
+int64_t kiln__tensor_numel(const kiln_tensor *t) { return kiln__numel(t->rank, t->dims); }
+
+kiln_status kiln__norm_axis(const char *node, int64_t axis, int rank, int *out) {
+    if (axis < -rank || axis >= rank)
+        return KILN_FAIL(KILN_ERR_MODEL, "node '%s': axis %lld is out of range for rank %d",
+                         node ? node : "?", (long long)axis, rank);
+    *out = (int)(axis < 0 ? axis + rank : axis);
+    return KILN_OK;
+}
+
+const char *kiln__shape_str(int rank, const int64_t *dims, char *buf, size_t n) {
+    size_t len = 0;
+    if (n == 0) return buf;
+    buf[0] = 0;
+    if (rank < 0) {
+        snprintf(buf, n, "[?]");
+        return buf;
+    }
+    len += (size_t)snprintf(buf + len, n - len, "[");
+    for (int i = 0; i < rank && len < n; i++) {
+        if (dims[i] >= 0)
+            len += (size_t)snprintf(buf + len, n - len, "%s%lld", i ? "x" : "", (long long)dims[i]);
+        else
+            len += (size_t)snprintf(buf + len, n - len, "%s?", i ? "x" : "");
+    }
+    if (len < n) snprintf(buf + len, n - len, "]");
+    return buf;
+}
+
+kiln_status kiln__broadcast_shapes(const char *node, int n, const kiln_tinfo *const *in,
+                                   kiln_tinfo *out) {
+    int rank = 0;
+    for (int i = 0; i < n; i++) {
+        if (!in[i]) continue;
+        if (in[i]->rank < 0) {
+            out->rank = -1;
+            return KILN_OK;
+        }
+        if (in[i]->rank > rank) rank = in[i]->rank;
+    }
+    out->rank = rank;
+    for (int d = 0; d < rank; d++) {
+        int64_t r = 1; /* result so far */
+        bool have = false;
+        for (int i = 0; i < n; i++) {
+            if (!in[i]) continue;
+            int k = d - (rank - in[i]->rank);
+            if (k < 0) continue;
+            int64_t v = in[i]->dims[k];
+            if (!have) {
+                r = v;
+                have = true;
+                continue;
+            }
+            if (v == 1) continue;
+            if (r == 1) {
+                r = v;
+            } else if (v >= 0 && r >= 0) {
+                if (v != r) {
+                    char a[128], b[128];
+                    return KILN_FAIL(KILN_ERR_MODEL,
+                                     "node '%s': shapes %s and %s cannot be broadcast together",
+                                     node ? node : "?",
+                                     kiln__shape_str(in[0] ? in[0]->rank : 0,
+                                                     in[0] ? in[0]->dims : NULL, a, sizeof a),
+                                     kiln__shape_str(in[i]->rank, in[i]->dims, b, sizeof b));
+                }
+            } else if (v >= 0) {
+                r = v; /* symbolic vs known > 1: must be that value */
+            } else if (r >= 0) {
+                /* keep known r */
+            } else if (v != r) {
+                r = KILN_DIM_UNKNOWN; /* two different symbols */
+            }
+        }
+        out->dims[d] = r;
+    }
+    return KILN_OK;
+}
+
+void kiln__tinfo_copy_shape(kiln_tinfo *dst, const kiln_tinfo *src) {
+    dst->dtype = src->dtype;
+    dst->rank = src->rank;
+    if (src->rank > 0) memcpy(dst->dims, src->dims, sizeof(int64_t) * (size_t)src->rank);
+}
+
+int64_t kiln__tinfo_int(const kiln_tinfo *t, int64_t i) { return kiln__load_i64(t->dtype, t->data, i); }
+
+void kiln__bcast_strides(int r, const int64_t *dims, int R, const int64_t *odims, int64_t *strides) {
+    int64_t s = 1;
+    for (int d = R - 1; d >= 0; d--) {
+        int k = d - (R - r);
+        if (k < 0) {
+            strides[d] = 0;
+            continue;
+        }
+        strides[d] = (dims[k] == 1 && odims[d] != 1) ? 0 : s;
+        s *= dims[k];
+    }
+}

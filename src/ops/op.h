@@ -1,0 +1,171 @@
+/* op.h -- how an operator is described to kiln.
+ *
+ * Every operator is one `kiln_op_def` descriptor (defined in a file under
+ * src/ops/) plus one line in the registry (src/ops/ops.def, which includes
+ * one fragment per op family). The descriptor carries everything the rest of
+ * kiln needs:
+ *
+ *   import     ONNX attributes -> the op's POD attribute struct (attr_size
+ *              bytes, serialized verbatim into engines). Older opset forms
+ *              are normalized here to the newest form, e.g. Squeeze-11's
+ *              `axes` attribute becomes a constant input, so kernels see one
+ *              form only.
+ *   infer      output dtypes and shapes from input infos. Used at build time
+ *              (dims may be symbolic/unknown, data only known for constants)
+ *              and at run time (all dims known, all input data present).
+ *   workspace  optional: scratch bytes the kernel needs for given shapes.
+ *   cpu        the CPU kernel. Tensors are dense, row-major.
+ *
+ * Adding an operator: see docs/adding-an-op.md.
+ */
+#ifndef KILN_OP_H
+#define KILN_OP_H
+
+#include "core/core.h"
+
+/* ---- dimensions ---------------------------------------------------------
+ * A dim >= 0 is known. A dim < 0 is dynamic: KILN_DIM_UNKNOWN (-1) is an
+ * anonymous unknown; KILN_DIM_SYM(k) (<= -2) is the named symbol k of the
+ * graph (ONNX dim_param), which two tensors share when equal. At run time
+ * every dim is known. */
+#define KILN_DIM_UNKNOWN (-1)
+#define KILN_DIM_SYM(k) (-2 - (int64_t)(k))
+#define KILN_DIM_SYM_ID(d) ((int)(-2 - (d)))
+#define KILN_DIM_IS_SYM(d) ((d) <= -2)
+
+/* Type, shape and (optionally) value of a tensor, as inference sees it. */
+typedef struct kiln_tinfo {
+    kiln_dtype dtype;
+    int rank;                     /* -1: rank unknown (build time only) */
+    int64_t dims[KILN_MAX_RANK];
+    const void *data;             /* values when known (constants; always at run time) */
+} kiln_tinfo;
+
+/* A dense row-major tensor a kernel reads or writes. */
+typedef struct kiln_tensor {
+    kiln_dtype dtype;
+    int rank;
+    int64_t dims[KILN_MAX_RANK];
+    void *data;
+} kiln_tensor;
+
+typedef struct kiln_op_def kiln_op_def;
+
+typedef struct kiln_infer_args {
+    const kiln_op_def *op;
+    const void *attrs;
+    const char *node_name;         /* for error messages */
+    int n_in, n_out;
+    const kiln_tinfo *const *in;   /* in[i] == NULL: optional input absent */
+    kiln_tinfo *const *out;        /* filled by infer: dtype, rank, dims (data stays NULL) */
+    bool runtime;                  /* all dims known and all input data present */
+} kiln_infer_args;
+
+typedef struct kiln_kernel_args {
+    const kiln_op_def *op;
+    const void *attrs;
+    const char *node_name;
+    int n_in, n_out;
+    const kiln_tensor *const *in;  /* in[i] == NULL: optional input absent */
+    kiln_tensor *const *out;       /* shapes already set by infer, data allocated */
+    void *workspace;               /* `workspace()` bytes, 64-byte aligned */
+    size_t workspace_size;
+    kiln_pool *pool;               /* may be NULL: run serially */
+} kiln_kernel_args;
+
+/* ---- import: the ONNX node being imported, as an op's import sees it ---- */
+typedef struct kiln_import_ctx kiln_import_ctx;
+
+KILN_PRIVATE int64_t kiln_import_opset(const kiln_import_ctx *ic); /* of the node's domain */
+KILN_PRIVATE const char *kiln_import_node_name(const kiln_import_ctx *ic);
+KILN_PRIVATE int kiln_import_num_inputs(const kiln_import_ctx *ic);  /* absent optionals count */
+KILN_PRIVATE int kiln_import_num_outputs(const kiln_import_ctx *ic);
+KILN_PRIVATE bool kiln_import_has_input(const kiln_import_ctx *ic, int i); /* present, non-empty name */
+/* Known info of input i (dtype/shape, data if constant) or NULL. */
+KILN_PRIVATE const kiln_tinfo *kiln_import_input_info(const kiln_import_ctx *ic, int i);
+KILN_PRIVATE bool kiln_attr_has(const kiln_import_ctx *ic, const char *name);
+KILN_PRIVATE int64_t kiln_attr_int(const kiln_import_ctx *ic, const char *name, int64_t dflt);
+KILN_PRIVATE float kiln_attr_float(const kiln_import_ctx *ic, const char *name, float dflt);
+/* Copies up to `cap` values; returns the attribute's count (-1 if absent).
+ * A count > cap is an error the caller reports. */
+KILN_PRIVATE int kiln_attr_ints(const kiln_import_ctx *ic, const char *name, int64_t *buf, int cap);
+KILN_PRIVATE int kiln_attr_floats(const kiln_import_ctx *ic, const char *name, float *buf, int cap);
+/* Returns the string attribute (borrowed, NUL-terminated) or dflt. */
+KILN_PRIVATE const char *kiln_attr_string(const kiln_import_ctx *ic, const char *name,
+                                          const char *dflt);
+/* Tensor attribute: returns KILN_OK and fills *info (data borrowed until the
+ * import ends) or KILN_ERR_MODEL if absent/invalid. */
+KILN_PRIVATE kiln_status kiln_attr_tensor(const kiln_import_ctx *ic, const char *name,
+                                          kiln_tinfo *info);
+/* Sets input i of the node to a new constant (copied), growing the input
+ * list if needed. Used to normalize attribute forms of old opsets into the
+ * input forms of new ones. */
+KILN_PRIVATE kiln_status kiln_import_set_const_input(kiln_import_ctx *ic, int i, kiln_dtype dtype,
+                                                     int rank, const int64_t *dims,
+                                                     const void *data);
+/* Error helper: "node 'name' (OpType): message" as KILN_ERR_MODEL. */
+#define KILN_IMPORT_FAIL(ic, ...) kiln__import_fail((ic), __VA_ARGS__)
+KILN_PRIVATE kiln_status kiln__import_fail(const kiln_import_ctx *ic, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* ---- the descriptor ---------------------------------------------------- */
+
+enum {
+    KILN_OP_FLAG_INPLACE = 1u << 0,   /* out[0] may alias in[0] (same size) */
+    KILN_OP_FLAG_NO_FOLD = 1u << 1,   /* never constant-fold (random ops) */
+    KILN_OP_FLAG_SHAPE_ONLY = 1u << 2,/* reads only input shapes, not data (Shape, Size):
+                                         folded whenever the input shape is fully known */
+};
+
+struct kiln_op_def {
+    const char *name;     /* ONNX op type, e.g. "Conv" */
+    const char *domain;   /* "" for ai.onnx, "com.microsoft", ... */
+    int since;            /* oldest opset version supported */
+    int min_inputs, max_inputs;   /* max_inputs < 0: variadic */
+    int min_outputs, max_outputs;
+    int code;             /* free for the op family's shared code (e.g. which binary op) */
+    uint32_t flags;
+    size_t attr_size;     /* bytes of the POD attribute struct (0: none) */
+    kiln_status (*import)(kiln_import_ctx *ic, void *attrs);            /* may be NULL */
+    kiln_status (*infer)(const kiln_infer_args *a);
+    size_t (*workspace)(const kiln_infer_args *a);                      /* may be NULL */
+    kiln_status (*cpu)(const kiln_kernel_args *a);
+};
+
+/* Registry (generated from ops.def). Ids are stable: they are written into
+ * engine files. */
+enum kiln_op_id {
+    KILN_OP_INVALID = 0,
+#define KILN_OP(id, sym) KILN_OP_##sym = id,
+#include "ops/ops.def"
+#undef KILN_OP
+};
+#define KILN_OP_ID_LIMIT 1024
+
+KILN_PRIVATE const kiln_op_def *kiln__op_by_id(int id);
+/* Finds the op for (domain, type). Returns its id or 0. */
+KILN_PRIVATE int kiln__op_find(const char *domain, const char *type);
+KILN_PRIVATE int kiln__op_id_of(const kiln_op_def *op);
+
+/* ---- helpers for infer and kernels (src/ops/common.c) ------------------ */
+
+KILN_PRIVATE int64_t kiln__numel(int rank, const int64_t *dims); /* -1 if any dim unknown */
+KILN_PRIVATE int64_t kiln__tensor_numel(const kiln_tensor *t);
+/* Normalizes a possibly negative axis into [0, rank); fails with a message. */
+KILN_PRIVATE kiln_status kiln__norm_axis(const char *node, int64_t axis, int rank, int *out);
+/* Multidirectional (numpy) broadcast of n shapes into out (build or run time;
+ * symbolic dims handled). */
+KILN_PRIVATE kiln_status kiln__broadcast_shapes(const char *node, int n, const kiln_tinfo *const *in,
+                                                kiln_tinfo *out);
+/* Copies dtype/rank/dims of src into dst. */
+KILN_PRIVATE void kiln__tinfo_copy_shape(kiln_tinfo *dst, const kiln_tinfo *src);
+/* Reads element i of an integer tensor (int32/int64...) given by tinfo with data. */
+KILN_PRIVATE int64_t kiln__tinfo_int(const kiln_tinfo *t, int64_t i);
+/* Broadcast strides: for an input of rank r broadcast to rank R/dims, element
+ * strides aligned to the output (0 where broadcast). */
+KILN_PRIVATE void kiln__bcast_strides(int r, const int64_t *dims, int R, const int64_t *odims,
+                                      int64_t *strides);
+/* Shape mismatch message helper: "[1x3x224x224]" into buf. */
+KILN_PRIVATE const char *kiln__shape_str(int rank, const int64_t *dims, char *buf, size_t n);
+
+#endif

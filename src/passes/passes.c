@@ -1,0 +1,200 @@
+/* passes.c -- graph passes run by the builder: shape/type inference,
+ * constant folding, dead-node elimination. */
+#include "ir/ir.h"
+
+#include <stdio.h>
+
+/* Merges an inferred shape with what the model declared: known inferred dims
+ * win; where inference knows nothing, a declared dim (known or symbolic)
+ * is kept. */
+static void merge_info(kiln_tinfo *dst, const kiln_tinfo *inferred) {
+    if (inferred->rank < 0) {
+        if (dst->dtype == KILN_DTYPE_UNDEFINED) dst->dtype = inferred->dtype;
+        return;
+    }
+    kiln_tinfo old = *dst;
+    dst->dtype = inferred->dtype;
+    dst->rank = inferred->rank;
+    for (int i = 0; i < inferred->rank; i++) {
+        int64_t d = inferred->dims[i];
+        if (d == KILN_DIM_UNKNOWN && old.rank == inferred->rank && old.dims[i] != KILN_DIM_UNKNOWN)
+            d = old.dims[i];
+        dst->dims[i] = d;
+    }
+}
+
+/* Runs op->infer for node `ni` over the graph's value infos. */
+static kiln_status infer_node(kiln_graph *g, int ni, bool runtime, kiln_tinfo *outs) {
+    kiln_node *n = &g->nodes[ni];
+    const kiln_tinfo *in_ptrs[64];
+    kiln_tinfo *out_ptrs[64];
+    if (n->n_in > 64 || n->n_out > 64)
+        return KILN_FAIL(KILN_ERR_UNSUPPORTED, "node '%s' (%s): more than 64 inputs or outputs",
+                         n->name, n->op->name);
+    for (int i = 0; i < n->n_in; i++) in_ptrs[i] = n->in[i] >= 0 ? &g->values[n->in[i]].info : NULL;
+    for (int i = 0; i < n->n_out; i++) {
+        memset(&outs[i], 0, sizeof outs[i]);
+        outs[i].rank = -1;
+        out_ptrs[i] = &outs[i];
+    }
+    kiln_infer_args a = {.op = n->op, .attrs = n->attrs, .node_name = n->name, .n_in = n->n_in,
+                         .n_out = n->n_out, .in = in_ptrs, .out = out_ptrs, .runtime = runtime};
+    kiln_status s = n->op->infer(&a);
+    if (s != KILN_OK) return s;
+    for (int i = 0; i < n->n_out; i++) {
+        if (outs[i].rank > KILN_MAX_RANK)
+            return KILN_FAIL(KILN_ERR_INTERNAL, "node '%s' (%s): inferred rank %d", n->name,
+                             n->op->name, outs[i].rank);
+        outs[i].data = NULL;
+    }
+    return KILN_OK;
+}
+
+kiln_status kiln__pass_infer(kiln_graph *g) {
+    kiln_tinfo outs[64];
+    for (int ni = 0; ni < g->n_nodes; ni++) {
+        kiln_node *n = &g->nodes[ni];
+        if (n->dead) continue;
+        kiln_status s = infer_node(g, ni, false, outs);
+        if (s != KILN_OK) return s;
+        for (int k = 0; k < n->n_out; k++) {
+            if (n->out[k] < 0) continue;
+            kiln_value *v = &g->values[n->out[k]];
+            if (v->flags & KILN_VALUE_CONST) continue;
+            merge_info(&v->info, &outs[k]);
+        }
+    }
+    return KILN_OK;
+}
+
+static bool all_dims_known(const kiln_tinfo *t) {
+    if (t->rank < 0) return false;
+    for (int i = 0; i < t->rank; i++)
+        if (t->dims[i] < 0) return false;
+    return true;
+}
+
+/* Evaluates node `ni` on its (constant) inputs and turns its outputs into
+ * constants. */
+static kiln_status fold_node(kiln_graph *g, int ni) {
+    kiln_node *n = &g->nodes[ni];
+    bool shape_only = (n->op->flags & KILN_OP_FLAG_SHAPE_ONLY) != 0;
+    kiln_tinfo in_info[64], outs[64];
+    const kiln_tinfo *in_ptrs[64];
+    kiln_tinfo *out_ptrs[64];
+    kiln_tensor in_t[64], out_t[64];
+    const kiln_tensor *in_tp[64];
+    kiln_tensor *out_tp[64];
+    if (n->n_in > 64 || n->n_out > 64) return KILN_OK;
+    for (int i = 0; i < n->n_in; i++) {
+        in_ptrs[i] = NULL;
+        in_tp[i] = NULL;
+        if (n->in[i] < 0) continue;
+        kiln_value *v = &g->values[n->in[i]];
+        in_info[i] = v->info;
+        in_ptrs[i] = &in_info[i];
+        in_t[i].dtype = v->info.dtype;
+        in_t[i].rank = v->info.rank;
+        memcpy(in_t[i].dims, v->info.dims, sizeof in_t[i].dims);
+        in_t[i].data = shape_only ? NULL : v->data;
+        in_tp[i] = &in_t[i];
+    }
+    for (int i = 0; i < n->n_out; i++) {
+        memset(&outs[i], 0, sizeof outs[i]);
+        out_ptrs[i] = &outs[i];
+    }
+    kiln_infer_args ia = {.op = n->op, .attrs = n->attrs, .node_name = n->name, .n_in = n->n_in,
+                          .n_out = n->n_out, .in = in_ptrs, .out = out_ptrs, .runtime = true};
+    KILN_TRY(n->op->infer(&ia));
+    void *ws = NULL;
+    size_t ws_size = n->op->workspace ? n->op->workspace(&ia) : 0;
+    kiln_status s = KILN_OK;
+    for (int i = 0; i < n->n_out; i++) {
+        out_t[i].dtype = outs[i].dtype;
+        out_t[i].rank = outs[i].rank;
+        memcpy(out_t[i].dims, outs[i].dims, sizeof out_t[i].dims);
+        out_t[i].data = NULL;
+        out_tp[i] = &out_t[i];
+    }
+    for (int i = 0; i < n->n_out; i++) {
+        if (outs[i].rank < 0 || outs[i].rank > KILN_MAX_RANK || !all_dims_known(&outs[i])) {
+            s = KILN_FAIL(KILN_ERR_INTERNAL, "node '%s' (%s): output %d shape unknown at fold time",
+                          n->name, n->op->name, i);
+            goto done;
+        }
+        size_t nb = kiln__value_nbytes(&outs[i]);
+        out_t[i].data = kiln__aligned_alloc(nb);
+        if (!out_t[i].data) {
+            s = KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory folding node '%s'", n->name);
+            goto done;
+        }
+    }
+    if (ws_size && !(ws = kiln__aligned_alloc(ws_size))) {
+        s = KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory folding node '%s'", n->name);
+        goto done;
+    }
+    kiln_kernel_args ka = {.op = n->op, .attrs = n->attrs, .node_name = n->name, .n_in = n->n_in,
+                           .n_out = n->n_out, .in = in_tp, .out = out_tp, .workspace = ws,
+                           .workspace_size = ws_size, .pool = NULL};
+    if ((s = n->op->cpu(&ka)) != KILN_OK) goto done;
+    for (int i = 0; i < n->n_out; i++) {
+        if (n->out[i] < 0) continue;
+        kiln_value *v = &g->values[n->out[i]];
+        if (!v->data_borrowed) kiln__aligned_free(v->data);
+        v->data = out_t[i].data;
+        v->data_borrowed = false;
+        v->nbytes = kiln__value_nbytes(&outs[i]);
+        v->info = outs[i];
+        v->info.data = v->data;
+        v->flags |= KILN_VALUE_CONST;
+        out_t[i].data = NULL;
+    }
+    n->dead = true;
+done:
+    for (int i = 0; i < n->n_out; i++) kiln__aligned_free(out_t[i].data);
+    kiln__aligned_free(ws);
+    return s;
+}
+
+kiln_status kiln__pass_fold_constants(kiln_graph *g) {
+    for (int ni = 0; ni < g->n_nodes; ni++) {
+        kiln_node *n = &g->nodes[ni];
+        if (n->dead || !n->op->cpu || (n->op->flags & KILN_OP_FLAG_NO_FOLD)) continue;
+        bool shape_only = (n->op->flags & KILN_OP_FLAG_SHAPE_ONLY) != 0;
+        bool ok = true;
+        for (int i = 0; i < n->n_in && ok; i++) {
+            if (n->in[i] < 0) continue;
+            const kiln_value *v = &g->values[n->in[i]];
+            ok = shape_only ? all_dims_known(&v->info) : (v->flags & KILN_VALUE_CONST) != 0;
+        }
+        /* Never fold into a graph output that is also a graph input. */
+        for (int i = 0; i < n->n_out && ok; i++)
+            if (n->out[i] >= 0 && (g->values[n->out[i]].flags & KILN_VALUE_INPUT)) ok = false;
+        if (!ok) continue;
+        kiln_status s = fold_node(g, ni);
+        if (s != KILN_OK)
+            return kiln__fail_prefix(s, "constant folding node '%s' (%s)", n->name, n->op->name);
+    }
+    return KILN_OK;
+}
+
+kiln_status kiln__pass_dce(kiln_graph *g) {
+    bool *live = kiln__calloc((size_t)g->n_values + 1, sizeof *live);
+    if (!live) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory (dce)");
+    for (int i = 0; i < g->n_outputs; i++) live[g->outputs[i]] = true;
+    for (int ni = g->n_nodes - 1; ni >= 0; ni--) {
+        kiln_node *n = &g->nodes[ni];
+        if (n->dead) continue;
+        bool used = false;
+        for (int k = 0; k < n->n_out; k++)
+            if (n->out[k] >= 0 && live[n->out[k]]) used = true;
+        if (!used) {
+            n->dead = true;
+            continue;
+        }
+        for (int k = 0; k < n->n_in; k++)
+            if (n->in[k] >= 0) live[n->in[k]] = true;
+    }
+    kiln__free(live);
+    return kiln__graph_compact(g);
+}
