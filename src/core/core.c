@@ -28,7 +28,18 @@ kiln_status kiln__fail_prefix(kiln_status code, const char *fmt, ...) {
     vsnprintf(prefix, sizeof prefix, fmt, ap);
     va_end(ap);
     memcpy(old, kiln_errbuf, sizeof old);
-    snprintf(kiln_errbuf, sizeof kiln_errbuf, "%s: %s", prefix, old);
+    /* "prefix: old", truncated to the buffer */
+    size_t np = strlen(prefix), no = strlen(old), cap = sizeof kiln_errbuf - 1;
+    if (np > cap) np = cap;
+    memcpy(kiln_errbuf, prefix, np);
+    size_t len = np;
+    if (len + 2 <= cap) {
+        memcpy(kiln_errbuf + len, ": ", 2);
+        len += 2;
+    }
+    if (no > cap - len) no = cap - len;
+    memcpy(kiln_errbuf + len, old, no);
+    kiln_errbuf[len + no] = 0;
     return code;
 }
 

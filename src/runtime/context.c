@@ -354,7 +354,8 @@ kiln_status kiln_context_run(kiln_context *c) {
     for (int ni = 0; ni < g->n_nodes; ni++) {
         const kiln_node *n = &g->nodes[ni];
         if ((s = run_node(c, n, slot)) != KILN_OK) {
-            s = kiln__fail_prefix(s, "running node '%s' (%s)", n->name, n->op->name);
+            if (!strstr(kiln_last_error(), n->name))
+                s = kiln__fail_prefix(s, "running node '%s' (%s)", n->name, n->op->name);
             goto done;
         }
         for (int k = 0; k < n->n_in; k++) {

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Runs every test of kiln on a fresh Debian 12 machine: set-up, a release
+# build with all ctest suites (unit, conformance against the ONNX backend node
+# tests, CLI, real models vs PyTorch), then an AddressSanitizer +
+# UndefinedBehaviorSanitizer build running the unit, CLI and conformance suites.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+JOBS=$(nproc)
+
+echo "== release build"
+BUILD_DIR=build bash scripts/build.sh
+(cd build && ctest --output-on-failure -j"$JOBS" -LE slow)
+echo "== real models vs PyTorch"
+(cd build && ctest --output-on-failure -L slow)
+
+echo "== ASan + UBSan build"
+BUILD_DIR=build-asan bash scripts/build.sh -DKILN_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+(cd build-asan && ctest --output-on-failure -j"$JOBS" -LE slow)
+echo "all test suites passed"

@@ -1,0 +1,854 @@
+/* import.c -- ONNX ModelProto -> kiln_graph.
+ *
+ * The order of work:
+ *   1. unpack the protobuf; read opset_import per domain;
+ *   2. initializers become constant values; graph inputs that are not
+ *      initializers become graph inputs (initializers listed as inputs are
+ *      constants, as ONNX Runtime treats them for IR >= 4);
+ *   3. index which node defines which value (duplicates are errors) and sort
+ *      the nodes topologically (undefined inputs and cycles are errors);
+ *   4. import the nodes in that order: Constant nodes become constant
+ *      values, every other node is looked up in the operator registry and
+ *      its attributes are converted by the op's `import` through the
+ *      kiln_import_ctx functions defined here;
+ *   5. value_info and graph outputs give declared dtypes/shapes.
+ * Shapes of node outputs are inferred later (kiln__pass_infer).
+ */
+#include "onnx/onnx_internal.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+/* ---- a small string -> int map (keys borrowed) ------------------------- */
+
+typedef struct strmap {
+    const char **keys;
+    int *vals;
+    size_t cap; /* power of two; 0 when empty */
+    size_t n;
+} strmap;
+
+static void strmap_free(strmap *m) {
+    kiln__free(m->keys);
+    kiln__free(m->vals);
+    memset(m, 0, sizeof *m);
+}
+
+static size_t strmap_slot(const strmap *m, const char *key) {
+    size_t mask = m->cap - 1;
+    size_t i = (size_t)kiln__fnv1a(key, strlen(key), KILN_FNV_SEED) & mask;
+    while (m->keys[i] && strcmp(m->keys[i], key)) i = (i + 1) & mask;
+    return i;
+}
+
+static kiln_status strmap_reserve(strmap *m, size_t n) {
+    size_t cap = 16;
+    while (cap < 2 * n + 2) {
+        if (cap > (SIZE_MAX >> 2) / sizeof(void *)) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "table too large");
+        cap *= 2;
+    }
+    if (cap <= m->cap) return KILN_OK;
+    strmap nm = {0};
+    nm.keys = kiln__calloc(cap, sizeof *nm.keys);
+    nm.vals = kiln__calloc(cap, sizeof *nm.vals);
+    if (!nm.keys || !nm.vals) {
+        strmap_free(&nm);
+        return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory (name table)");
+    }
+    nm.cap = cap;
+    for (size_t i = 0; i < m->cap; i++) {
+        if (!m->keys[i]) continue;
+        size_t j = strmap_slot(&nm, m->keys[i]);
+        nm.keys[j] = m->keys[i];
+        nm.vals[j] = m->vals[i];
+        nm.n++;
+    }
+    strmap_free(m);
+    *m = nm;
+    return KILN_OK;
+}
+
+/* Returns true and *val if present. */
+static bool strmap_get(const strmap *m, const char *key, int *val) {
+    if (!m->cap) return false;
+    size_t i = strmap_slot(m, key);
+    if (!m->keys[i]) return false;
+    *val = m->vals[i];
+    return true;
+}
+
+/* Inserts key (must be absent). */
+static kiln_status strmap_put(strmap *m, const char *key, int val) {
+    KILN_TRY(strmap_reserve(m, m->n + 1));
+    size_t i = strmap_slot(m, key);
+    if (!m->keys[i]) m->n++;
+    m->keys[i] = key;
+    m->vals[i] = val;
+    return KILN_OK;
+}
+
+/* ---- importer state -------------------------------------------------------- */
+
+enum { DEF_GRAPH = -1 }; /* defined by a graph input or initializer (>= 0: node index) */
+
+typedef struct importer {
+    kiln_graph *g;
+    const Onnx__ModelProto *model;
+    const Onnx__GraphProto *gp;
+    const char *base_dir;
+    strmap defs;           /* value name -> DEF_GRAPH or index of the defining node */
+    strmap inits;          /* initializer names */
+    int *order;            /* nodes in topological order */
+} importer;
+
+static bool domain_is_onnx(const char *d) { return !d || !*d || !strcmp(d, "ai.onnx"); }
+
+static const char *str_or_empty(const char *s) { return s ? s : ""; }
+
+/* Opset of `domain` imported by the model; false if the model lacks it. */
+static bool find_opset(const importer *im, const char *domain, int64_t *out) {
+    const Onnx__ModelProto *m = im->model;
+    bool onnx = domain_is_onnx(domain);
+    for (size_t i = 0; i < m->n_opset_import; i++) {
+        const Onnx__OperatorSetIdProto *o = m->opset_import[i];
+        bool match = onnx ? domain_is_onnx(o->domain) : (o->domain && !strcmp(o->domain, domain));
+        if (match) {
+            *out = o->has_version ? o->version : 1;
+            return true;
+        }
+    }
+    if (onnx && m->n_opset_import == 0 && (!m->has_ir_version || m->ir_version < 3)) {
+        /* IR < 3 models have no opset_import: opset 1 */
+        *out = 1;
+        return true;
+    }
+    return false;
+}
+
+/* A name for messages and for the graph: the node's own, else "<op>_<index>". */
+static void node_label(const Onnx__NodeProto *np, int index, char *buf, size_t n) {
+    if (np->name && *np->name)
+        snprintf(buf, n, "%s", np->name);
+    else
+        snprintf(buf, n, "%s_%d", np->op_type && *np->op_type ? np->op_type : "node", index);
+}
+
+/* Reads a TypeProto into info (dtype, rank, dims). `what` names the value.
+ * With `required`, a missing type is an error; otherwise the info is left
+ * unknown (dtype UNDEFINED, rank -1). */
+static kiln_status parse_type(importer *im, const Onnx__TypeProto *tp, const char *what,
+                              bool required, kiln_tinfo *info) {
+    memset(info, 0, sizeof *info);
+    info->rank = -1;
+    if (!tp || tp->value_case == ONNX__TYPE_PROTO__VALUE__NOT_SET) {
+        if (required) return KILN_FAIL(KILN_ERR_MODEL, "%s has no type", what);
+        return KILN_OK;
+    }
+    switch (tp->value_case) {
+    case ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE: break;
+    case ONNX__TYPE_PROTO__VALUE_SEQUENCE_TYPE:
+        return KILN_FAIL(KILN_ERR_UNSUPPORTED, "%s is a sequence; kiln supports only tensors", what);
+    case ONNX__TYPE_PROTO__VALUE_MAP_TYPE:
+        return KILN_FAIL(KILN_ERR_UNSUPPORTED, "%s is a map; kiln supports only tensors", what);
+    case ONNX__TYPE_PROTO__VALUE_OPTIONAL_TYPE:
+        return KILN_FAIL(KILN_ERR_UNSUPPORTED, "%s is an optional; kiln supports only tensors", what);
+    case ONNX__TYPE_PROTO__VALUE_SPARSE_TENSOR_TYPE:
+        return KILN_FAIL(KILN_ERR_UNSUPPORTED, "%s is a sparse tensor; kiln supports only dense tensors",
+                         what);
+    default:
+        return KILN_FAIL(KILN_ERR_UNSUPPORTED, "%s has an unknown kind of type (%d)", what,
+                         (int)tp->value_case);
+    }
+    const Onnx__TypeProto__Tensor *tt = tp->tensor_type;
+    if (!tt || !tt->has_elem_type || tt->elem_type == 0) {
+        if (required) return KILN_FAIL(KILN_ERR_MODEL, "%s has no element type", what);
+    } else {
+        KILN_TRY(kiln__onnx_dtype(tt->elem_type, what, &info->dtype));
+    }
+    if (!tt || !tt->shape) return KILN_OK; /* rank unknown */
+    const Onnx__TensorShapeProto *sh = tt->shape;
+    if (sh->n_dim > KILN_MAX_RANK)
+        return KILN_FAIL(KILN_ERR_UNSUPPORTED, "%s has rank %zu; kiln supports up to %d", what,
+                         sh->n_dim, KILN_MAX_RANK);
+    info->rank = (int)sh->n_dim;
+    for (size_t i = 0; i < sh->n_dim; i++) {
+        const Onnx__TensorShapeProto__Dimension *d = sh->dim[i];
+        if (d->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE) {
+            if (d->dim_value < 0)
+                return KILN_FAIL(KILN_ERR_MODEL, "%s: dimension %zu is negative (%" PRId64 ")", what,
+                                 i, d->dim_value);
+            info->dims[i] = d->dim_value;
+        } else if (d->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM &&
+                   d->dim_param && *d->dim_param) {
+            int k;
+            KILN_TRY(kiln__graph_add_symbol(im->g, d->dim_param, &k)); /* same name, same k */
+            info->dims[i] = KILN_DIM_SYM(k);
+        } else {
+            info->dims[i] = KILN_DIM_UNKNOWN;
+        }
+    }
+    return KILN_OK;
+}
+
+static kiln_status push_int(int **arr, int *n, int *cap, int v) {
+    KILN_TRY(kiln__grow((void **)arr, cap, *n + 1, sizeof **arr));
+    (*arr)[(*n)++] = v;
+    return KILN_OK;
+}
+
+/* Adds a constant value named `name` holding info's data. */
+static kiln_status add_const_value(kiln_graph *g, const char *name, const kiln_tinfo *info,
+                                   int *out) {
+    int v;
+    KILN_TRY(kiln__graph_add_value(g, name, &v));
+    KILN_TRY(kiln__value_set_const(&g->values[v], info->dtype, info->rank, info->dims, info->data));
+    g->values[v].flags |= KILN_VALUE_CONST;
+    if (out) *out = v;
+    return KILN_OK;
+}
+
+/* ---- steps 2-3: graph-level values, definitions, order --------------------- */
+
+static kiln_status import_initializers(importer *im) {
+    const Onnx__GraphProto *gp = im->gp;
+    if (gp->n_sparse_initializer) {
+        const Onnx__SparseTensorProto *sp = gp->sparse_initializer[0];
+        return KILN_FAIL(KILN_ERR_UNSUPPORTED, "sparse initializer '%s' is not supported",
+                         sp->values && sp->values->name ? sp->values->name : "");
+    }
+    KILN_TRY(strmap_reserve(&im->inits, gp->n_initializer));
+    for (size_t i = 0; i < gp->n_initializer; i++) {
+        const Onnx__TensorProto *t = gp->initializer[i];
+        const char *name = str_or_empty(t->name);
+        if (!*name) return KILN_FAIL(KILN_ERR_MODEL, "initializer %zu has no name", i);
+        int dummy;
+        if (strmap_get(&im->inits, name, &dummy))
+            return KILN_FAIL(KILN_ERR_MODEL, "initializer '%s' is defined twice", name);
+        KILN_TRY(strmap_put(&im->inits, name, (int)i));
+        KILN_TRY(strmap_put(&im->defs, name, DEF_GRAPH));
+
+        char what[300];
+        snprintf(what, sizeof what, "initializer '%s'", name);
+        kiln_tinfo info;
+        void *owned = NULL;
+        KILN_TRY(kiln__onnx_tensor_decode(t, what, im->base_dir, &info, &owned));
+        kiln_status s = add_const_value(im->g, name, &info, NULL);
+        kiln__free(owned);
+        if (s != KILN_OK) return s;
+    }
+    return KILN_OK;
+}
+
+static kiln_status import_inputs(importer *im) {
+    const Onnx__GraphProto *gp = im->gp;
+    kiln_graph *g = im->g;
+    for (size_t i = 0; i < gp->n_input; i++) {
+        const Onnx__ValueInfoProto *vi = gp->input[i];
+        const char *name = str_or_empty(vi->name);
+        if (!*name) return KILN_FAIL(KILN_ERR_MODEL, "graph input %zu has no name", i);
+        int d;
+        if (strmap_get(&im->inits, name, &d)) continue; /* initializer: a constant */
+        if (strmap_get(&im->defs, name, &d))
+            return KILN_FAIL(KILN_ERR_MODEL, "graph input '%s' is listed twice", name);
+        KILN_TRY(strmap_put(&im->defs, name, DEF_GRAPH));
+        char what[300];
+        snprintf(what, sizeof what, "graph input '%s'", name);
+        kiln_tinfo info;
+        KILN_TRY(parse_type(im, vi->type, what, true, &info));
+        int v;
+        KILN_TRY(kiln__graph_add_value(g, name, &v));
+        g->values[v].info = info;
+        g->values[v].flags |= KILN_VALUE_INPUT;
+        KILN_TRY(push_int(&g->inputs, &g->n_inputs, &g->cap_inputs, v));
+    }
+    return KILN_OK;
+}
+
+/* Describes the definer of a value for messages. */
+static void definer_str(const importer *im, int def, char *buf, size_t n) {
+    if (def == DEF_GRAPH) {
+        snprintf(buf, n, "a graph input or initializer");
+    } else {
+        char lab[200];
+        node_label(im->gp->node[def], def, lab, sizeof lab);
+        snprintf(buf, n, "node '%s' (index %d)", lab, def);
+    }
+}
+
+static kiln_status index_definitions(importer *im) {
+    const Onnx__GraphProto *gp = im->gp;
+    size_t total = im->defs.n;
+    for (size_t i = 0; i < gp->n_node; i++) total += gp->node[i]->n_output;
+    KILN_TRY(strmap_reserve(&im->defs, total));
+    for (size_t i = 0; i < gp->n_node; i++) {
+        const Onnx__NodeProto *np = gp->node[i];
+        for (size_t j = 0; j < np->n_output; j++) {
+            const char *name = str_or_empty(np->output[j]);
+            if (!*name) continue;
+            int def;
+            if (strmap_get(&im->defs, name, &def)) {
+                char lab[200], other[260];
+                node_label(np, (int)i, lab, sizeof lab);
+                definer_str(im, def, other, sizeof other);
+                return KILN_FAIL(KILN_ERR_MODEL,
+                                 "value '%s' is produced by node '%s' (index %zu) but is already "
+                                 "defined by %s",
+                                 name, lab, i, other);
+            }
+            KILN_TRY(strmap_put(&im->defs, name, (int)i));
+        }
+    }
+    return KILN_OK;
+}
+
+/* Depth-first topological sort that keeps an already sorted model's order. */
+static kiln_status sort_nodes(importer *im) {
+    const Onnx__GraphProto *gp = im->gp;
+    int n = (int)gp->n_node;
+    kiln_status s = KILN_OK;
+    im->order = kiln__calloc((size_t)n + 1, sizeof *im->order);
+    unsigned char *state = kiln__calloc((size_t)n + 1, 1); /* 0 new, 1 on stack, 2 done */
+    int *stack = kiln__calloc((size_t)n + 1, sizeof *stack);
+    size_t *pos = kiln__calloc((size_t)n + 1, sizeof *pos);
+    if (!im->order || !state || !stack || !pos) {
+        s = KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory (sorting nodes)");
+        goto done;
+    }
+    int k = 0;
+    for (int root = 0; root < n; root++) {
+        if (state[root]) continue;
+        int sp = 0;
+        stack[sp++] = root;
+        state[root] = 1;
+        pos[root] = 0;
+        while (sp > 0) {
+            int cur = stack[sp - 1];
+            const Onnx__NodeProto *np = gp->node[cur];
+            if (pos[cur] < np->n_input) {
+                const char *name = str_or_empty(np->input[pos[cur]++]);
+                if (!*name) continue;
+                int def;
+                if (!strmap_get(&im->defs, name, &def)) {
+                    char lab[200];
+                    node_label(np, cur, lab, sizeof lab);
+                    s = KILN_FAIL(KILN_ERR_MODEL,
+                                  "node '%s' (%s, index %d): input %zu '%s' is not defined by any "
+                                  "node, graph input or initializer",
+                                  lab, str_or_empty(np->op_type), cur, pos[cur] - 1, name);
+                    goto done;
+                }
+                if (def == DEF_GRAPH || state[def] == 2) continue;
+                if (state[def] == 1) {
+                    char lab[200];
+                    node_label(gp->node[def], def, lab, sizeof lab);
+                    s = KILN_FAIL(KILN_ERR_MODEL,
+                                  "the graph has a cycle through node '%s' (index %d), value '%s'",
+                                  lab, def, name);
+                    goto done;
+                }
+                state[def] = 1;
+                pos[def] = 0;
+                stack[sp++] = def;
+            } else {
+                sp--;
+                state[cur] = 2;
+                im->order[k++] = cur;
+            }
+        }
+    }
+done:
+    kiln__free(state);
+    kiln__free(stack);
+    kiln__free(pos);
+    return s;
+}
+
+/* ---- the import context ---------------------------------------------------- */
+
+struct kiln_import_ctx {
+    importer *im;
+    const Onnx__NodeProto *np;
+    const char *name;      /* node label */
+    const char *op_type;
+    int64_t opset;
+    int *in;               /* value indices, -1 absent */
+    int n_in, cap_in;
+    int n_out;
+    kiln_tinfo **infos;    /* per input: stable copies handed to the op */
+    int cap_infos;
+    void **owned;          /* temporaries freed when the node is done */
+    int n_owned, cap_owned;
+};
+
+static void ctx_free(kiln_import_ctx *ic) {
+    kiln__free(ic->in);
+    for (int i = 0; i < ic->cap_infos; i++) kiln__free(ic->infos[i]);
+    kiln__free(ic->infos);
+    for (int i = 0; i < ic->n_owned; i++) kiln__free(ic->owned[i]);
+    kiln__free(ic->owned);
+}
+
+static kiln_status ctx_own(kiln_import_ctx *ic, void *p) {
+    kiln_status s = kiln__grow((void **)&ic->owned, &ic->cap_owned, ic->n_owned + 1, sizeof(void *));
+    if (s != KILN_OK) {
+        kiln__free(p);
+        return s;
+    }
+    ic->owned[ic->n_owned++] = p;
+    return KILN_OK;
+}
+
+int64_t kiln_import_opset(const kiln_import_ctx *ic) { return ic->opset; }
+
+const char *kiln_import_node_name(const kiln_import_ctx *ic) { return ic->name; }
+
+int kiln_import_num_inputs(const kiln_import_ctx *ic) { return ic->n_in; }
+
+int kiln_import_num_outputs(const kiln_import_ctx *ic) { return ic->n_out; }
+
+bool kiln_import_has_input(const kiln_import_ctx *ic, int i) {
+    return i >= 0 && i < ic->n_in && ic->in[i] >= 0;
+}
+
+const kiln_tinfo *kiln_import_input_info(const kiln_import_ctx *ic, int i) {
+    if (!kiln_import_has_input(ic, i)) return NULL;
+    kiln_import_ctx *mic = (kiln_import_ctx *)ic; /* the cache is not observable state */
+    if (kiln__grow((void **)&mic->infos, &mic->cap_infos, i + 1, sizeof(kiln_tinfo *)) != KILN_OK)
+        return NULL;
+    if (!mic->infos[i] && !(mic->infos[i] = kiln__malloc(sizeof(kiln_tinfo)))) return NULL;
+    const kiln_value *v = &ic->im->g->values[ic->in[i]];
+    *mic->infos[i] = v->info;
+    mic->infos[i]->data = (v->flags & KILN_VALUE_CONST) ? v->data : NULL;
+    return mic->infos[i];
+}
+
+static const Onnx__AttributeProto *find_attr(const kiln_import_ctx *ic, const char *name) {
+    for (size_t i = 0; i < ic->np->n_attribute; i++) {
+        const Onnx__AttributeProto *a = ic->np->attribute[i];
+        if (a->name && !strcmp(a->name, name)) return a;
+    }
+    return NULL;
+}
+
+/* The attribute's type, guessing from the fields set for IR 1 models. */
+static int attr_type(const Onnx__AttributeProto *a) {
+    if (a->has_type && a->type != ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__UNDEFINED) return a->type;
+    if (a->has_f) return ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT;
+    if (a->has_i) return ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT;
+    if (a->has_s) return ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING;
+    if (a->t) return ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__TENSOR;
+    if (a->g) return ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPH;
+    if (a->n_floats) return ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOATS;
+    if (a->n_ints) return ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS;
+    if (a->n_strings) return ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRINGS;
+    return ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__UNDEFINED;
+}
+
+bool kiln_attr_has(const kiln_import_ctx *ic, const char *name) { return find_attr(ic, name) != NULL; }
+
+int64_t kiln_attr_int(const kiln_import_ctx *ic, const char *name, int64_t dflt) {
+    const Onnx__AttributeProto *a = find_attr(ic, name);
+    if (!a) return dflt;
+    switch (attr_type(a)) {
+    case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT: return a->i;
+    case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT:
+        if (a->f >= -9.2e18f && a->f <= 9.2e18f) return (int64_t)a->f;
+        return dflt;
+    default: return dflt;
+    }
+}
+
+float kiln_attr_float(const kiln_import_ctx *ic, const char *name, float dflt) {
+    const Onnx__AttributeProto *a = find_attr(ic, name);
+    if (!a) return dflt;
+    switch (attr_type(a)) {
+    case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT: return a->f;
+    case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT: return (float)a->i;
+    default: return dflt;
+    }
+}
+
+int kiln_attr_ints(const kiln_import_ctx *ic, const char *name, int64_t *buf, int cap) {
+    const Onnx__AttributeProto *a = find_attr(ic, name);
+    if (!a) return -1;
+    switch (attr_type(a)) {
+    case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS: {
+        int n = a->n_ints > INT32_MAX ? INT32_MAX : (int)a->n_ints;
+        for (int i = 0; i < n && i < cap; i++) buf[i] = a->ints[i];
+        return n;
+    }
+    case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT:
+        if (cap > 0) buf[0] = a->i;
+        return 1;
+    case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__UNDEFINED:
+        return 0; /* an empty list */
+    default:
+        return -1;
+    }
+}
+
+int kiln_attr_floats(const kiln_import_ctx *ic, const char *name, float *buf, int cap) {
+    const Onnx__AttributeProto *a = find_attr(ic, name);
+    if (!a) return -1;
+    switch (attr_type(a)) {
+    case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOATS: {
+        int n = a->n_floats > INT32_MAX ? INT32_MAX : (int)a->n_floats;
+        for (int i = 0; i < n && i < cap; i++) buf[i] = a->floats[i];
+        return n;
+    }
+    case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS: {
+        int n = a->n_ints > INT32_MAX ? INT32_MAX : (int)a->n_ints;
+        for (int i = 0; i < n && i < cap; i++) buf[i] = (float)a->ints[i];
+        return n;
+    }
+    case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT:
+        if (cap > 0) buf[0] = a->f;
+        return 1;
+    case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__UNDEFINED:
+        return 0;
+    default:
+        return -1;
+    }
+}
+
+const char *kiln_attr_string(const kiln_import_ctx *ic, const char *name, const char *dflt) {
+    const Onnx__AttributeProto *a = find_attr(ic, name);
+    if (!a || attr_type(a) != ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING) return dflt;
+    char *s = kiln__malloc(a->s.len + 1);
+    if (!s) return dflt;
+    if (a->s.len) memcpy(s, a->s.data, a->s.len);
+    s[a->s.len] = 0;
+    if (ctx_own((kiln_import_ctx *)ic, s) != KILN_OK) return dflt;
+    return s;
+}
+
+kiln_status kiln_attr_tensor(const kiln_import_ctx *ic, const char *name, kiln_tinfo *info) {
+    memset(info, 0, sizeof *info);
+    const Onnx__AttributeProto *a = find_attr(ic, name);
+    if (!a || !a->t)
+        return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (%s): attribute '%s' is not a tensor",
+                         ic->name, ic->op_type, name);
+    char what[400];
+    snprintf(what, sizeof what, "node '%s' (%s): attribute '%s'", ic->name, ic->op_type, name);
+    void *owned = NULL;
+    KILN_TRY(kiln__onnx_tensor_decode(a->t, what, ic->im->base_dir, info, &owned));
+    if (owned) KILN_TRY(ctx_own((kiln_import_ctx *)ic, owned));
+    return KILN_OK;
+}
+
+kiln_status kiln_import_set_const_input(kiln_import_ctx *ic, int i, kiln_dtype dtype, int rank,
+                                        const int64_t *dims, const void *data) {
+    if (i < 0 || i > 1024)
+        return KILN_FAIL(KILN_ERR_INTERNAL, "node '%s': bad constant input index %d", ic->name, i);
+    if (rank < 0 || rank > KILN_MAX_RANK)
+        return KILN_FAIL(KILN_ERR_INTERNAL, "node '%s': bad constant rank %d", ic->name, rank);
+    kiln_graph *g = ic->im->g;
+    char name[300];
+    snprintf(name, sizeof name, "%s:in%d", ic->name, i);
+    int v, d;
+    if (kiln__graph_find_value(g, name) >= 0 || strmap_get(&ic->im->defs, name, &d))
+        KILN_TRY(kiln__graph_add_value(g, NULL, &v)); /* name taken: a fresh one */
+    else
+        KILN_TRY(kiln__graph_add_value(g, name, &v));
+    KILN_TRY(kiln__value_set_const(&g->values[v], dtype, rank, dims, data));
+    g->values[v].flags |= KILN_VALUE_CONST;
+    KILN_TRY(kiln__grow((void **)&ic->in, &ic->cap_in, i + 1, sizeof(int)));
+    while (ic->n_in <= i) ic->in[ic->n_in++] = -1;
+    ic->in[i] = v;
+    return KILN_OK;
+}
+
+kiln_status kiln__import_fail(const kiln_import_ctx *ic, const char *fmt, ...) {
+    char msg[768];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (%s): %s", ic->name, ic->op_type, msg);
+}
+
+/* ---- step 4: nodes ----------------------------------------------------------- */
+
+static kiln_status import_constant(importer *im, const Onnx__NodeProto *np, const char *label) {
+    if (np->n_output != 1 || !np->output[0] || !*np->output[0])
+        return KILN_FAIL(KILN_ERR_MODEL, "Constant node '%s' must have exactly one output", label);
+    const char *out = np->output[0];
+    if (np->n_attribute != 1)
+        return KILN_FAIL(KILN_ERR_MODEL, "Constant node '%s' must have exactly one attribute (has %zu)",
+                         label, np->n_attribute);
+    const Onnx__AttributeProto *a = np->attribute[0];
+    const char *an = str_or_empty(a->name);
+    kiln_tinfo info;
+    memset(&info, 0, sizeof info);
+    void *owned = NULL;
+    if (!strcmp(an, "value")) {
+        char what[300];
+        snprintf(what, sizeof what, "Constant node '%s'", label);
+        if (!a->t) return KILN_FAIL(KILN_ERR_MODEL, "%s: attribute 'value' is not a tensor", what);
+        KILN_TRY(kiln__onnx_tensor_decode(a->t, what, im->base_dir, &info, &owned));
+    } else if (!strcmp(an, "value_float")) {
+        info.dtype = KILN_DTYPE_FLOAT32;
+        info.rank = 0;
+        info.data = &a->f;
+    } else if (!strcmp(an, "value_int")) {
+        info.dtype = KILN_DTYPE_INT64;
+        info.rank = 0;
+        info.data = &a->i;
+    } else if (!strcmp(an, "value_floats")) {
+        info.dtype = KILN_DTYPE_FLOAT32;
+        info.rank = 1;
+        info.dims[0] = (int64_t)a->n_floats;
+        info.data = a->floats;
+    } else if (!strcmp(an, "value_ints")) {
+        info.dtype = KILN_DTYPE_INT64;
+        info.rank = 1;
+        info.dims[0] = (int64_t)a->n_ints;
+        info.data = a->ints;
+    } else if (!strcmp(an, "value_string") || !strcmp(an, "value_strings")) {
+        return KILN_FAIL(KILN_ERR_UNSUPPORTED,
+                         "Constant node '%s': string constants are not supported", label);
+    } else if (!strcmp(an, "sparse_value")) {
+        return KILN_FAIL(KILN_ERR_UNSUPPORTED,
+                         "Constant node '%s': sparse constants are not supported", label);
+    } else {
+        return KILN_FAIL(KILN_ERR_MODEL, "Constant node '%s': unknown attribute '%s'", label, an);
+    }
+    kiln_status s = add_const_value(im->g, out, &info, NULL);
+    kiln__free(owned);
+    return s;
+}
+
+static kiln_status check_counts(const kiln_import_ctx *ic, const kiln_op_def *op, int index) {
+    int n_in = ic->n_in;
+    while (n_in > 0 && ic->in[n_in - 1] < 0) n_in--; /* trailing absent inputs */
+    if (n_in < op->min_inputs || (op->max_inputs >= 0 && n_in > op->max_inputs)) {
+        if (op->max_inputs < 0)
+            return KILN_FAIL(KILN_ERR_MODEL,
+                             "node '%s' (%s, index %d) has %d inputs; %s takes at least %d",
+                             ic->name, op->name, index, n_in, op->name, op->min_inputs);
+        return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (%s, index %d) has %d inputs; %s takes %d to %d",
+                         ic->name, op->name, index, n_in, op->name, op->min_inputs, op->max_inputs);
+    }
+    if (ic->n_out < op->min_outputs || (op->max_outputs >= 0 && ic->n_out > op->max_outputs)) {
+        if (op->max_outputs < 0)
+            return KILN_FAIL(KILN_ERR_MODEL,
+                             "node '%s' (%s, index %d) has %d outputs; %s makes at least %d",
+                             ic->name, op->name, index, ic->n_out, op->name, op->min_outputs);
+        return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (%s, index %d) has %d outputs; %s makes %d to %d",
+                         ic->name, op->name, index, ic->n_out, op->name, op->min_outputs,
+                         op->max_outputs);
+    }
+    return KILN_OK;
+}
+
+static kiln_status import_node(importer *im, int index) {
+    const Onnx__NodeProto *np = im->gp->node[index];
+    kiln_graph *g = im->g;
+    char label[256];
+    node_label(np, index, label, sizeof label);
+    const char *op_type = str_or_empty(np->op_type);
+    const char *domain = domain_is_onnx(np->domain) ? "" : np->domain;
+    if (!*op_type) return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (index %d) has no op_type", label, index);
+
+    if (!*domain && !strcmp(op_type, "Constant")) return import_constant(im, np, label);
+
+    int op_id = kiln__op_find(domain, op_type);
+    const kiln_op_def *op = op_id ? kiln__op_by_id(op_id) : NULL;
+    if (!op)
+        return KILN_FAIL(KILN_ERR_UNSUPPORTED,
+                         "unsupported operator '%s' (domain '%s') at node '%s' (index %d)", op_type,
+                         domain, label, index);
+    int64_t opset;
+    if (!find_opset(im, domain, &opset))
+        return KILN_FAIL(KILN_ERR_MODEL,
+                         "node '%s' (%s, index %d) uses domain '%s', which the model's "
+                         "opset_import does not list",
+                         label, op_type, index, domain);
+    if (opset < op->since)
+        return KILN_FAIL(KILN_ERR_UNSUPPORTED,
+                         "operator '%s' at node '%s' (index %d): the model uses opset %" PRId64
+                         "; kiln supports %s from opset %d",
+                         op_type, label, index, opset, op_type, op->since);
+
+    kiln_import_ctx ic;
+    memset(&ic, 0, sizeof ic);
+    ic.im = im;
+    ic.np = np;
+    ic.name = label;
+    ic.op_type = op_type;
+    ic.opset = opset;
+    void *attrs = NULL;
+    kiln_status s = KILN_OK;
+    int *outs = NULL;
+
+    /* inputs: "" = absent; trailing absent ones dropped */
+    int n_in = (int)np->n_input;
+    while (n_in > 0 && !*str_or_empty(np->input[n_in - 1])) n_in--;
+    if ((s = kiln__grow((void **)&ic.in, &ic.cap_in, n_in + 1, sizeof(int))) != KILN_OK) goto done;
+    for (int i = 0; i < n_in; i++) {
+        const char *name = str_or_empty(np->input[i]);
+        int v = -1;
+        if (*name && (v = kiln__graph_find_value(g, name)) < 0) {
+            s = KILN_FAIL(KILN_ERR_INTERNAL, "node '%s': input '%s' not found after sorting", label,
+                          name);
+            goto done;
+        }
+        ic.in[ic.n_in++] = v;
+    }
+
+    /* outputs: trailing unnamed ones dropped, unnamed ones in between get
+     * fresh values */
+    int n_out = (int)np->n_output;
+    while (n_out > 0 && !*str_or_empty(np->output[n_out - 1])) n_out--;
+    ic.n_out = n_out;
+    outs = kiln__calloc((size_t)n_out + 1, sizeof *outs);
+    if (!outs) {
+        s = KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory");
+        goto done;
+    }
+    for (int j = 0; j < n_out; j++) {
+        const char *name = str_or_empty(np->output[j]);
+        if ((s = kiln__graph_add_value(g, *name ? name : NULL, &outs[j])) != KILN_OK) goto done;
+        g->values[outs[j]].info.dtype = KILN_DTYPE_UNDEFINED;
+        g->values[outs[j]].info.rank = -1;
+    }
+
+    if (op->attr_size) {
+        attrs = kiln__calloc(1, op->attr_size);
+        if (!attrs) {
+            s = KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory");
+            goto done;
+        }
+    }
+    if (op->import && (s = op->import(&ic, attrs)) != KILN_OK) goto done;
+    if ((s = check_counts(&ic, op, index)) != KILN_OK) goto done;
+    s = kiln__graph_add_node(g, op_id, label, ic.n_in, ic.in, n_out, outs, attrs, NULL);
+done:
+    kiln__free(outs);
+    kiln__free(attrs);
+    ctx_free(&ic);
+    return s;
+}
+
+/* ---- step 5: declared types, outputs --------------------------------------- */
+
+/* Applies a declared type to a node output whose type is still unknown. */
+static kiln_status apply_declared(importer *im, const Onnx__ValueInfoProto *vi, const char *kind,
+                                  int *value_out) {
+    kiln_graph *g = im->g;
+    const char *name = str_or_empty(vi->name);
+    char what[300];
+    snprintf(what, sizeof what, "%s '%s'", kind, name);
+    int v = *name ? kiln__graph_find_value(g, name) : -1;
+    if (value_out) *value_out = v;
+    if (v < 0) return KILN_OK;
+    kiln_tinfo info;
+    KILN_TRY(parse_type(im, vi->type, what, false, &info));
+    kiln_value *val = &g->values[v];
+    if (val->flags & (KILN_VALUE_CONST | KILN_VALUE_INPUT)) return KILN_OK;
+    if (val->info.dtype == KILN_DTYPE_UNDEFINED) val->info.dtype = info.dtype;
+    if (val->info.rank < 0 && info.rank >= 0) {
+        val->info.rank = info.rank;
+        memcpy(val->info.dims, info.dims, sizeof info.dims);
+    }
+    return KILN_OK;
+}
+
+static kiln_status import_outputs(importer *im) {
+    const Onnx__GraphProto *gp = im->gp;
+    kiln_graph *g = im->g;
+    for (size_t i = 0; i < gp->n_value_info; i++)
+        KILN_TRY(apply_declared(im, gp->value_info[i], "value", NULL));
+    if (gp->n_output == 0) return KILN_FAIL(KILN_ERR_MODEL, "the graph has no outputs");
+    for (size_t i = 0; i < gp->n_output; i++) {
+        const char *name = str_or_empty(gp->output[i]->name);
+        if (!*name) return KILN_FAIL(KILN_ERR_MODEL, "graph output %zu has no name", i);
+        for (size_t j = 0; j < i; j++)
+            if (!strcmp(str_or_empty(gp->output[j]->name), name))
+                return KILN_FAIL(KILN_ERR_MODEL, "graph output '%s' is listed twice", name);
+        int v;
+        KILN_TRY(apply_declared(im, gp->output[i], "graph output", &v));
+        if (v < 0)
+            return KILN_FAIL(KILN_ERR_MODEL,
+                             "graph output '%s' is not produced by any node, graph input or "
+                             "initializer",
+                             name);
+        g->values[v].flags |= KILN_VALUE_OUTPUT;
+        KILN_TRY(push_int(&g->outputs, &g->n_outputs, &g->cap_outputs, v));
+    }
+    return KILN_OK;
+}
+
+/* ---- entry point ------------------------------------------------------------- */
+
+static kiln_status import_model(importer *im) {
+    const Onnx__ModelProto *m = im->model;
+    if (!m->graph) return KILN_FAIL(KILN_ERR_MODEL, "not a valid ONNX model: it has no graph");
+    im->gp = m->graph;
+    KILN_TRY(kiln__graph_create(&im->g));
+    int64_t opset = 0;
+    if (find_opset(im, "", &opset)) im->g->opset = opset;
+    for (size_t i = 0; i < m->n_opset_import; i++) {
+        const Onnx__OperatorSetIdProto *o = m->opset_import[i];
+        if (o->has_version && o->version < 1)
+            return KILN_FAIL(KILN_ERR_MODEL, "opset_import of domain '%s' has version %" PRId64,
+                             str_or_empty(o->domain), o->version);
+    }
+    KILN_TRY(import_initializers(im));
+    KILN_TRY(import_inputs(im));
+    KILN_TRY(index_definitions(im));
+    KILN_TRY(sort_nodes(im));
+    for (size_t k = 0; k < im->gp->n_node; k++) KILN_TRY(import_node(im, im->order[k]));
+    KILN_TRY(import_outputs(im));
+    kiln__graph_link(im->g);
+    return KILN_OK;
+}
+
+static char *make_producer(const Onnx__ModelProto *m) {
+    const char *n = str_or_empty(m->producer_name), *v = str_or_empty(m->producer_version);
+    size_t ln = strlen(n), lv = strlen(v);
+    char *p = kiln__malloc(ln + lv + 2);
+    if (!p) return NULL;
+    memcpy(p, n, ln);
+    size_t k = ln;
+    if (ln && lv) p[k++] = ' ';
+    memcpy(p + k, v, lv);
+    p[k + lv] = 0;
+    return p;
+}
+
+kiln_status kiln__onnx_import(const void *data, size_t size, const char *base_dir,
+                              kiln_graph **out, char **producer) {
+    if (!out) return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "kiln__onnx_import: out is NULL");
+    *out = NULL;
+    if (producer) *producer = NULL;
+    if (!data && size) return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "model bytes are NULL");
+    if (size == 0) return KILN_FAIL(KILN_ERR_MODEL, "not a valid ONNX model: it is empty");
+
+    ProtobufCAllocator alloc;
+    kiln__onnx_allocator(&alloc);
+    Onnx__ModelProto *m = onnx__model_proto__unpack(&alloc, size, data);
+    if (!m) return KILN_FAIL(KILN_ERR_MODEL, "not a valid ONNX model: protobuf parse failed");
+
+    importer im;
+    memset(&im, 0, sizeof im);
+    im.model = m;
+    im.base_dir = base_dir;
+    kiln_status s = import_model(&im);
+    char *prod = NULL;
+    if (s == KILN_OK && producer && !(prod = make_producer(m)))
+        s = KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    strmap_free(&im.defs);
+    strmap_free(&im.inits);
+    kiln__free(im.order);
+    onnx__model_proto__free_unpacked(m, &alloc);
+    if (s != KILN_OK) {
+        kiln__graph_free(im.g);
+        return s;
+    }
+    *out = im.g;
+    if (producer) *producer = prod;
+    return KILN_OK;
+}

@@ -1,0 +1,31 @@
+/* onnx_internal.h -- shared by the files of the ONNX front end (src/onnx/);
+ * needs the protobuf-c code generated from onnx.proto on the include path. */
+#ifndef KILN_ONNX_INTERNAL_H
+#define KILN_ONNX_INTERNAL_H
+
+#include "onnx/onnx_import.h"
+
+#include "onnx.pb-c.h"
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "kiln's ONNX importer assumes a little-endian host (ONNX raw_data is little-endian)"
+#endif
+
+/* A protobuf-c allocator that allocates through kiln__malloc/kiln__free. */
+KILN_PRIVATE void kiln__onnx_allocator(ProtobufCAllocator *a);
+
+/* Decodes a TensorProto. `what` names it in messages (e.g. "initializer
+ * 'w'"). External data is read relative to `base_dir` (NULL: refused).
+ * On success info->dtype/rank/dims are set and info->data points to the
+ * values: either into `t` itself (borrowed, *owned == NULL; valid while `t`
+ * lives) or into a new buffer returned in *owned (free with kiln__free). */
+KILN_PRIVATE kiln_status kiln__onnx_tensor_decode(const Onnx__TensorProto *t, const char *what,
+                                                  const char *base_dir, kiln_tinfo *info,
+                                                  void **owned);
+
+/* Maps an ONNX TensorProto.DataType to a kiln dtype. Returns KILN_OK, or
+ * KILN_ERR_UNSUPPORTED (STRING, complex, float8, unknown values) /
+ * KILN_ERR_MODEL (UNDEFINED) with a message naming `what`. */
+KILN_PRIVATE kiln_status kiln__onnx_dtype(int32_t onnx_type, const char *what, kiln_dtype *out);
+
+#endif

@@ -1,0 +1,592 @@
+/* nn_pool.c -- pooling: MaxPool, AveragePool, LpPool, GlobalAveragePool,
+ * GlobalMaxPool, GlobalLpPool, MaxUnpool.
+ *
+ * Windows are resolved per output position and clipped to the input, so
+ * padding never reads memory. Planes (n, c) are spread over the pool.
+ * float32 1-D/2-D windows have a direct path; everything else (3-D, other
+ * dtypes) walks the window with an odometer and accumulates in double.
+ *
+ * Output size (NOTSET): floor or ceil((in + pads - dilated_kernel) / stride) + 1;
+ * with ceil_mode the last window must start inside the input or its leading
+ * padding (PyTorch's rule). SAME_*: ceil(in / stride). VALID: no padding. */
+#include "ops/op.h"
+
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+
+#define NODE(a) ((a)->node_name ? (a)->node_name : "?")
+#define MAX_SP (KILN_MAX_RANK - 2)
+
+enum { PAD_NOTSET = 0, PAD_SAME_UPPER = 1, PAD_SAME_LOWER = 2, PAD_VALID = 3 };
+enum { POOL_MAX = 0, POOL_AVG = 1, POOL_LP = 2 };
+
+/* Serialized verbatim into engines: keep POD and fixed-size. */
+typedef struct kiln_pool_attrs {
+    int32_t auto_pad;
+    int32_t ceil_mode;
+    int32_t count_include_pad;
+    int32_t storage_order;
+    int32_t n_kernel, n_pads, n_strides, n_dilations;
+    float p; /* LpPool / GlobalLpPool */
+    int32_t reserved;
+    int64_t kernel[MAX_SP];
+    int64_t pads[2 * MAX_SP];
+    int64_t strides[MAX_SP];
+    int64_t dilations[MAX_SP];
+} kiln_pool_attrs;
+
+/* ---- import --------------------------------------------------------------- */
+
+static kiln_status read_ints(kiln_import_ctx *ic, const char *name, int64_t *dst, int cap,
+                             int32_t *count) {
+    int n = kiln_attr_ints(ic, name, dst, cap);
+    if (n > cap)
+        return KILN_IMPORT_FAIL(ic, "attribute '%s' has %d values; at most %d are supported", name,
+                                n, cap);
+    *count = n < 0 ? 0 : n;
+    return KILN_OK;
+}
+
+static float read_p(kiln_import_ctx *ic) {
+    /* LpPool-1 / GlobalLpPool-1 have a float `p`; later versions an int. */
+    if (kiln_import_opset(ic) < 2) return kiln_attr_float(ic, "p", 2.0f);
+    return (float)kiln_attr_int(ic, "p", 2);
+}
+
+static kiln_status pool_import(kiln_import_ctx *ic, void *attrs) {
+    kiln_pool_attrs *at = attrs;
+    const char *s = kiln_attr_string(ic, "auto_pad", "NOTSET");
+    if (!strcmp(s, "NOTSET") || !s[0]) at->auto_pad = PAD_NOTSET;
+    else if (!strcmp(s, "SAME_UPPER")) at->auto_pad = PAD_SAME_UPPER;
+    else if (!strcmp(s, "SAME_LOWER")) at->auto_pad = PAD_SAME_LOWER;
+    else if (!strcmp(s, "VALID")) at->auto_pad = PAD_VALID;
+    else return KILN_IMPORT_FAIL(ic, "unknown auto_pad value '%s'", s);
+    at->ceil_mode = kiln_attr_int(ic, "ceil_mode", 0) != 0;
+    at->count_include_pad = kiln_attr_int(ic, "count_include_pad", 0) != 0;
+    at->storage_order = kiln_attr_int(ic, "storage_order", 0) != 0;
+    at->p = read_p(ic);
+    KILN_TRY(read_ints(ic, "kernel_shape", at->kernel, MAX_SP, &at->n_kernel));
+    KILN_TRY(read_ints(ic, "pads", at->pads, 2 * MAX_SP, &at->n_pads));
+    KILN_TRY(read_ints(ic, "strides", at->strides, MAX_SP, &at->n_strides));
+    KILN_TRY(read_ints(ic, "dilations", at->dilations, MAX_SP, &at->n_dilations));
+    if (at->n_kernel == 0) return KILN_IMPORT_FAIL(ic, "attribute 'kernel_shape' is required");
+    for (int i = 0; i < at->n_kernel; i++)
+        if (at->kernel[i] < 1) return KILN_IMPORT_FAIL(ic, "kernel_shape values must be >= 1");
+    for (int i = 0; i < at->n_strides; i++)
+        if (at->strides[i] < 1) return KILN_IMPORT_FAIL(ic, "strides must be >= 1");
+    for (int i = 0; i < at->n_dilations; i++)
+        if (at->dilations[i] < 1) return KILN_IMPORT_FAIL(ic, "dilations must be >= 1");
+    for (int i = 0; i < at->n_pads; i++)
+        if (at->pads[i] < 0) return KILN_IMPORT_FAIL(ic, "pads must be >= 0");
+    return KILN_OK;
+}
+
+static kiln_status global_import(kiln_import_ctx *ic, void *attrs) {
+    kiln_pool_attrs *at = attrs;
+    at->p = read_p(ic);
+    return KILN_OK;
+}
+
+/* ---- geometry ------------------------------------------------------------- */
+
+typedef struct pool_geom {
+    int ns;
+    int64_t N, C;
+    int64_t in[MAX_SP], out[MAX_SP], k[MAX_SP], s[MAX_SP], d[MAX_SP], pb[MAX_SP], pe[MAX_SP];
+    int64_t in_sz, out_sz;
+} pool_geom;
+
+static kiln_status pool_geom_make(const char *node, const char *op, const kiln_pool_attrs *at,
+                                  int rank, const int64_t *dims, pool_geom *g) {
+    memset(g, 0, sizeof *g);
+    if (rank < 3)
+        return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (%s): input must have rank >= 3 (N, C, spatial), got %d",
+                         node, op, rank);
+    g->ns = rank - 2;
+    if (at->n_kernel != g->ns)
+        return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (%s): kernel_shape has %d dims, input has %d spatial dims",
+                         node, op, at->n_kernel, g->ns);
+    if ((at->n_strides && at->n_strides != g->ns) || (at->n_dilations && at->n_dilations != g->ns) ||
+        (at->n_pads && at->n_pads != 2 * g->ns))
+        return KILN_FAIL(KILN_ERR_MODEL,
+                         "node '%s' (%s): strides/dilations/pads lengths (%d/%d/%d) do not match %d "
+                         "spatial dims",
+                         node, op, at->n_strides, at->n_dilations, at->n_pads, g->ns);
+    g->N = dims[0];
+    g->C = dims[1];
+    g->in_sz = g->out_sz = 1;
+    for (int i = 0; i < g->ns; i++) {
+        int64_t in = dims[2 + i], k = at->kernel[i];
+        int64_t s = at->n_strides ? at->strides[i] : 1;
+        int64_t d = at->n_dilations ? at->dilations[i] : 1;
+        int64_t pb = at->n_pads ? at->pads[i] : 0, pe = at->n_pads ? at->pads[g->ns + i] : 0;
+        int64_t dk = (k - 1) * d + 1, out;
+        if (at->auto_pad == PAD_VALID) pb = pe = 0;
+        if (in < 0) {
+            out = KILN_DIM_UNKNOWN;
+        } else if (at->auto_pad == PAD_SAME_UPPER || at->auto_pad == PAD_SAME_LOWER) {
+            out = (in + s - 1) / s;
+            int64_t total = (out - 1) * s + dk - in;
+            if (total < 0) total = 0;
+            if (at->auto_pad == PAD_SAME_UPPER) {
+                pb = total / 2;
+                pe = total - pb;
+            } else {
+                pe = total / 2;
+                pb = total - pe;
+            }
+        } else {
+            int64_t span = in + pb + pe - dk;
+            if (span < 0)
+                return KILN_FAIL(KILN_ERR_MODEL,
+                                 "node '%s' (%s): kernel extent %lld is larger than the padded "
+                                 "input %lld along spatial dim %d",
+                                 node, op, (long long)dk, (long long)(in + pb + pe), i);
+            if (at->ceil_mode && at->auto_pad == PAD_NOTSET) {
+                out = (span + s - 1) / s + 1;
+                if ((out - 1) * s >= in + pb) out--;
+            } else {
+                out = span / s + 1;
+            }
+        }
+        g->in[i] = in;
+        g->out[i] = out;
+        g->k[i] = k;
+        g->s[i] = s;
+        g->d[i] = d;
+        g->pb[i] = pb;
+        g->pe[i] = pe;
+        g->in_sz = in < 0 || g->in_sz < 0 ? -1 : g->in_sz * in;
+        g->out_sz = out < 0 || g->out_sz < 0 ? -1 : g->out_sz * out;
+    }
+    return KILN_OK;
+}
+
+static bool pool_dtype_ok(kiln_dtype t, int kind) {
+    if (t == KILN_DTYPE_FLOAT32 || t == KILN_DTYPE_FLOAT64 || t == KILN_DTYPE_FLOAT16 ||
+        t == KILN_DTYPE_BFLOAT16)
+        return true;
+    return kind == POOL_MAX && (t == KILN_DTYPE_INT8 || t == KILN_DTYPE_UINT8);
+}
+
+static kiln_status pool_infer(const kiln_infer_args *a) {
+    const kiln_pool_attrs *at = a->attrs;
+    const kiln_tinfo *X = a->in[0];
+    kiln_tinfo *y = a->out[0];
+    int kind = a->op->code;
+    y->dtype = X->dtype;
+    if (!pool_dtype_ok(X->dtype, kind))
+        return KILN_FAIL(KILN_ERR_UNSUPPORTED, "node '%s' (%s): dtype %s is not supported", NODE(a),
+                         a->op->name, kiln_dtype_name(X->dtype));
+    kiln_tinfo *ind = a->n_out > 1 ? a->out[1] : NULL;
+    if (ind) ind->dtype = KILN_DTYPE_INT64;
+    if (X->rank < 0) {
+        y->rank = -1;
+        if (ind) ind->rank = -1;
+        return KILN_OK;
+    }
+    pool_geom g;
+    KILN_TRY(pool_geom_make(NODE(a), a->op->name, at, X->rank, X->dims, &g));
+    y->rank = X->rank;
+    y->dims[0] = X->dims[0];
+    y->dims[1] = X->dims[1];
+    for (int i = 0; i < g.ns; i++) y->dims[2 + i] = g.out[i];
+    if (ind) kiln__tinfo_copy_shape(ind, y), ind->dtype = KILN_DTYPE_INT64;
+    return KILN_OK;
+}
+
+/* ---- kernels -------------------------------------------------------------- */
+
+typedef struct pool_ctx {
+    const pool_geom *g;
+    const kiln_pool_attrs *at;
+    int kind;
+    const kiln_tensor *X;
+    kiln_tensor *Y;
+    int64_t *ind; /* MaxPool indices or NULL */
+    int64_t cm_stride[MAX_SP]; /* column-major spatial strides (storage_order 1) */
+} pool_ctx;
+
+/* float32, 1-D/2-D windows. */
+static void pool_plane_f32_2d(const pool_ctx *c, int64_t pl) {
+    const pool_geom *g = c->g;
+    bool two = g->ns == 2;
+    int64_t H = two ? g->in[0] : 1, W = g->in[two ? 1 : 0];
+    int64_t OH = two ? g->out[0] : 1, OW = g->out[two ? 1 : 0];
+    int64_t kh = two ? g->k[0] : 1, kw = g->k[two ? 1 : 0];
+    int64_t sh = two ? g->s[0] : 1, sw = g->s[two ? 1 : 0];
+    int64_t dh = two ? g->d[0] : 1, dw = g->d[two ? 1 : 0];
+    int64_t pt = two ? g->pb[0] : 0, pl_ = g->pb[two ? 1 : 0];
+    int64_t pbh = two ? g->pe[0] : 0, pbw = g->pe[two ? 1 : 0];
+    const float *x = (const float *)c->X->data + pl * g->in_sz;
+    float *y = (float *)c->Y->data + pl * g->out_sz;
+    int64_t *ind = c->ind ? c->ind + pl * g->out_sz : NULL;
+    for (int64_t oh = 0; oh < OH; oh++) {
+        int64_t hs = oh * sh - pt;
+        for (int64_t ow = 0; ow < OW; ow++) {
+            int64_t ws = ow * sw - pl_;
+            if (c->kind == POOL_MAX) {
+                float best = -INFINITY;
+                int64_t bi = -1;
+                for (int64_t i = 0; i < kh; i++) {
+                    int64_t ih = hs + i * dh;
+                    if (ih < 0 || ih >= H) continue;
+                    const float *xr = x + ih * W;
+                    for (int64_t j = 0; j < kw; j++) {
+                        int64_t iw = ws + j * dw;
+                        if (iw < 0 || iw >= W) continue;
+                        if (xr[iw] > best || bi < 0) {
+                            best = xr[iw];
+                            bi = ih * W + iw;
+                        }
+                    }
+                }
+                y[oh * OW + ow] = best;
+                if (ind) {
+                    int64_t ih = bi / W, iw = bi % W;
+                    int64_t v = c->at->storage_order ? (two ? ih + iw * H : iw) : bi;
+                    ind[oh * OW + ow] = pl * g->in_sz + v;
+                }
+                continue;
+            }
+            double acc = 0.0;
+            int64_t n_valid = 0, n_pad = 0;
+            for (int64_t i = 0; i < kh; i++) {
+                int64_t ih = hs + i * dh;
+                bool hin = ih >= 0 && ih < H, hpad = ih >= -pt && ih < H + pbh;
+                for (int64_t j = 0; j < kw; j++) {
+                    int64_t iw = ws + j * dw;
+                    bool win = iw >= 0 && iw < W, wpad = iw >= -pl_ && iw < W + pbw;
+                    if (hin && win) {
+                        float v = x[ih * W + iw];
+                        if (c->kind == POOL_AVG) acc += v;
+                        else acc += pow(fabs((double)v), (double)c->at->p);
+                        n_valid++;
+                    } else if (hpad && wpad) {
+                        n_pad++;
+                    }
+                }
+            }
+            double r;
+            if (c->kind == POOL_AVG) r = acc / (double)(c->at->count_include_pad ? n_valid + n_pad : n_valid);
+            else r = pow(acc, 1.0 / (double)c->at->p);
+            y[oh * OW + ow] = (float)r;
+        }
+    }
+}
+
+/* Any rank, any dtype (through double). */
+static void pool_plane_generic(const pool_ctx *c, int64_t pl) {
+    const pool_geom *g = c->g;
+    int ns = g->ns;
+    kiln_dtype t = c->X->dtype;
+    int64_t o[MAX_SP] = {0};
+    for (int64_t p = 0; p < g->out_sz; p++) {
+        int64_t kx[MAX_SP] = {0};
+        double best = -INFINITY, acc = 0.0;
+        int64_t bi = -1, n_valid = 0, n_pad = 0;
+        int64_t kn = 1;
+        for (int i = 0; i < ns; i++) kn *= g->k[i];
+        for (int64_t kp = 0; kp < kn; kp++) {
+            int64_t idx = 0, cm = 0;
+            bool in = true, padded = true;
+            for (int i = 0; i < ns; i++) {
+                int64_t q = o[i] * g->s[i] - g->pb[i] + kx[i] * g->d[i];
+                if (q < 0 || q >= g->in[i]) in = false;
+                if (q < -g->pb[i] || q >= g->in[i] + g->pe[i]) padded = false;
+                idx = idx * g->in[i] + q;
+                cm += q * c->cm_stride[i];
+            }
+            if (in) {
+                double v = kiln__load_f64(t, c->X->data, pl * g->in_sz + idx);
+                if (c->kind == POOL_MAX) {
+                    if (v > best || bi < 0) {
+                        best = v;
+                        bi = c->at->storage_order ? cm : idx;
+                    }
+                } else if (c->kind == POOL_AVG) {
+                    acc += v;
+                } else {
+                    acc += pow(fabs(v), (double)c->at->p);
+                }
+                n_valid++;
+            } else if (padded) {
+                n_pad++;
+            }
+            for (int i = ns - 1; i >= 0; i--) {
+                if (++kx[i] < g->k[i]) break;
+                kx[i] = 0;
+            }
+        }
+        double r;
+        if (c->kind == POOL_MAX) r = best;
+        else if (c->kind == POOL_AVG)
+            r = acc / (double)(c->at->count_include_pad ? n_valid + n_pad : n_valid);
+        else r = pow(acc, 1.0 / (double)c->at->p);
+        kiln__store_f64(t, c->Y->data, pl * g->out_sz + p, r);
+        if (c->ind) c->ind[pl * g->out_sz + p] = pl * g->in_sz + bi;
+        for (int i = ns - 1; i >= 0; i--) {
+            if (++o[i] < g->out[i]) break;
+            o[i] = 0;
+        }
+    }
+}
+
+static void pool_planes(void *vctx, int64_t p0, int64_t p1) {
+    const pool_ctx *c = vctx;
+    bool fast = c->X->dtype == KILN_DTYPE_FLOAT32 && c->g->ns <= 2;
+    for (int64_t pl = p0; pl < p1; pl++) {
+        if (fast) pool_plane_f32_2d(c, pl);
+        else pool_plane_generic(c, pl);
+    }
+}
+
+static kiln_status pool_cpu(const kiln_kernel_args *a) {
+    const kiln_pool_attrs *at = a->attrs;
+    pool_geom g;
+    KILN_TRY(pool_geom_make(NODE(a), a->op->name, at, a->in[0]->rank, a->in[0]->dims, &g));
+    if (!pool_dtype_ok(a->in[0]->dtype, a->op->code))
+        return KILN_FAIL(KILN_ERR_UNSUPPORTED, "node '%s' (%s): dtype %s is not supported", NODE(a),
+                         a->op->name, kiln_dtype_name(a->in[0]->dtype));
+    pool_ctx c = {.g = &g, .at = at, .kind = a->op->code, .X = a->in[0], .Y = a->out[0]};
+    if (a->op->code == POOL_MAX && a->n_out > 1 && a->out[1] && a->out[1]->data)
+        c.ind = a->out[1]->data;
+    int64_t s = 1;
+    for (int i = 0; i < g.ns; i++) {
+        c.cm_stride[i] = s;
+        s *= g.in[i];
+    }
+    int64_t planes = g.N * g.C;
+    if (planes == 0 || g.out_sz == 0) return KILN_OK;
+    int64_t kn = 1;
+    for (int i = 0; i < g.ns; i++) kn *= g.k[i];
+    int64_t per = g.out_sz * kn;
+    kiln__parallel_for(a->pool, planes, per > 0 ? (32768 + per - 1) / per : planes, pool_planes, &c);
+    return KILN_OK;
+}
+
+const kiln_op_def kiln_op_MaxPool = {
+    .name = "MaxPool", .domain = "", .since = 1,
+    .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 2,
+    .code = POOL_MAX, .attr_size = sizeof(kiln_pool_attrs),
+    .import = pool_import, .infer = pool_infer, .cpu = pool_cpu,
+};
+
+const kiln_op_def kiln_op_AveragePool = {
+    .name = "AveragePool", .domain = "", .since = 1,
+    .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
+    .code = POOL_AVG, .attr_size = sizeof(kiln_pool_attrs),
+    .import = pool_import, .infer = pool_infer, .cpu = pool_cpu,
+};
+
+const kiln_op_def kiln_op_LpPool = {
+    .name = "LpPool", .domain = "", .since = 1,
+    .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
+    .code = POOL_LP, .attr_size = sizeof(kiln_pool_attrs),
+    .import = pool_import, .infer = pool_infer, .cpu = pool_cpu,
+};
+
+/* ---- global pools --------------------------------------------------------- */
+
+static kiln_status global_infer(const kiln_infer_args *a) {
+    const kiln_tinfo *X = a->in[0];
+    kiln_tinfo *y = a->out[0];
+    y->dtype = X->dtype;
+    if (!pool_dtype_ok(X->dtype, a->op->code))
+        return KILN_FAIL(KILN_ERR_UNSUPPORTED, "node '%s' (%s): dtype %s is not supported", NODE(a),
+                         a->op->name, kiln_dtype_name(X->dtype));
+    y->rank = X->rank;
+    if (X->rank < 0) return KILN_OK;
+    if (X->rank < 2)
+        return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (%s): input must have rank >= 2, got %d", NODE(a),
+                         a->op->name, X->rank);
+    y->dims[0] = X->dims[0];
+    y->dims[1] = X->dims[1];
+    for (int i = 2; i < X->rank; i++) y->dims[i] = 1;
+    return KILN_OK;
+}
+
+typedef struct global_ctx {
+    const kiln_tensor *X;
+    kiln_tensor *Y;
+    int64_t plane;
+    int kind;
+    float p;
+} global_ctx;
+
+static void global_planes(void *vctx, int64_t p0, int64_t p1) {
+    const global_ctx *c = vctx;
+    int64_t n = c->plane;
+    for (int64_t pl = p0; pl < p1; pl++) {
+        double r;
+        if (c->X->dtype == KILN_DTYPE_FLOAT32 && c->kind != POOL_LP) {
+            const float *x = (const float *)c->X->data + pl * n;
+            if (c->kind == POOL_MAX) {
+                float m = n > 0 ? x[0] : -INFINITY;
+                for (int64_t i = 1; i < n; i++) m = x[i] > m ? x[i] : m;
+                r = m;
+            } else {
+                float acc[8] = {0};
+                int64_t i = 0;
+                for (; i + 8 <= n; i += 8)
+                    for (int j = 0; j < 8; j++) acc[j] += x[i + j];
+                double s = 0.0;
+                for (; i < n; i++) s += x[i];
+                for (int j = 0; j < 8; j++) s += acc[j];
+                r = s / (double)n;
+            }
+            ((float *)c->Y->data)[pl] = (float)r;
+            continue;
+        }
+        kiln_dtype t = c->X->dtype;
+        double acc = c->kind == POOL_MAX ? -INFINITY : 0.0;
+        for (int64_t i = 0; i < n; i++) {
+            double v = kiln__load_f64(t, c->X->data, pl * n + i);
+            if (c->kind == POOL_MAX) acc = v > acc || i == 0 ? v : acc;
+            else if (c->kind == POOL_AVG) acc += v;
+            else acc += pow(fabs(v), (double)c->p);
+        }
+        if (c->kind == POOL_AVG) r = acc / (double)n;
+        else if (c->kind == POOL_LP) r = pow(acc, 1.0 / (double)c->p);
+        else r = acc;
+        kiln__store_f64(t, c->Y->data, pl, r);
+    }
+}
+
+static kiln_status global_cpu(const kiln_kernel_args *a) {
+    const kiln_pool_attrs *at = a->attrs;
+    const kiln_tensor *X = a->in[0];
+    global_ctx c = {.X = X, .Y = a->out[0], .kind = a->op->code, .p = at ? at->p : 2.0f};
+    c.plane = 1;
+    for (int i = 2; i < X->rank; i++) c.plane *= X->dims[i];
+    int64_t planes = X->dims[0] * X->dims[1];
+    if (planes == 0) return KILN_OK;
+    kiln__parallel_for(a->pool, planes, c.plane > 0 ? (32768 + c.plane - 1) / c.plane : planes,
+                       global_planes, &c);
+    return KILN_OK;
+}
+
+const kiln_op_def kiln_op_GlobalAveragePool = {
+    .name = "GlobalAveragePool", .domain = "", .since = 1,
+    .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
+    .code = POOL_AVG, .infer = global_infer, .cpu = global_cpu,
+};
+
+const kiln_op_def kiln_op_GlobalMaxPool = {
+    .name = "GlobalMaxPool", .domain = "", .since = 1,
+    .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
+    .code = POOL_MAX, .infer = global_infer, .cpu = global_cpu,
+};
+
+const kiln_op_def kiln_op_GlobalLpPool = {
+    .name = "GlobalLpPool", .domain = "", .since = 1,
+    .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
+    .code = POOL_LP, .attr_size = sizeof(kiln_pool_attrs),
+    .import = global_import, .infer = global_infer, .cpu = global_cpu,
+};
+
+/* ---- MaxUnpool ------------------------------------------------------------ */
+/* Indices refer to the default output shape ((in - 1) * stride + kernel -
+ * pads); an explicit output_shape places that result at the start of each
+ * dimension (the ONNX reference behaviour). */
+
+static kiln_status unpool_import(kiln_import_ctx *ic, void *attrs) {
+    kiln_pool_attrs *at = attrs;
+    KILN_TRY(read_ints(ic, "kernel_shape", at->kernel, MAX_SP, &at->n_kernel));
+    KILN_TRY(read_ints(ic, "pads", at->pads, 2 * MAX_SP, &at->n_pads));
+    KILN_TRY(read_ints(ic, "strides", at->strides, MAX_SP, &at->n_strides));
+    if (at->n_kernel == 0) return KILN_IMPORT_FAIL(ic, "attribute 'kernel_shape' is required");
+    for (int i = 0; i < at->n_strides; i++)
+        if (at->strides[i] < 1) return KILN_IMPORT_FAIL(ic, "strides must be >= 1");
+    return KILN_OK;
+}
+
+static kiln_status unpool_default(const char *node, const kiln_pool_attrs *at, int rank,
+                                  const int64_t *xd, int64_t *out) {
+    int ns = rank - 2;
+    if (rank < 3 || at->n_kernel != ns || (at->n_strides && at->n_strides != ns) ||
+        (at->n_pads && at->n_pads != 2 * ns))
+        return KILN_FAIL(KILN_ERR_MODEL,
+                         "node '%s' (MaxUnpool): kernel_shape/strides/pads do not match input rank %d",
+                         node, rank);
+    out[0] = xd[0];
+    out[1] = xd[1];
+    for (int i = 0; i < ns; i++) {
+        int64_t s = at->n_strides ? at->strides[i] : 1;
+        int64_t p = at->n_pads ? at->pads[i] + at->pads[ns + i] : 0;
+        out[2 + i] = xd[2 + i] < 0 ? KILN_DIM_UNKNOWN : (xd[2 + i] - 1) * s + at->kernel[i] - p;
+    }
+    return KILN_OK;
+}
+
+static kiln_status unpool_infer(const kiln_infer_args *a) {
+    const kiln_pool_attrs *at = a->attrs;
+    const kiln_tinfo *X = a->in[0], *I = a->in[1];
+    const kiln_tinfo *S = a->n_in > 2 ? a->in[2] : NULL;
+    kiln_tinfo *y = a->out[0];
+    y->dtype = X->dtype;
+    if (!pool_dtype_ok(X->dtype, POOL_AVG))
+        return KILN_FAIL(KILN_ERR_UNSUPPORTED, "node '%s' (MaxUnpool): dtype %s is not supported",
+                         NODE(a), kiln_dtype_name(X->dtype));
+    if (I->dtype != KILN_DTYPE_INT64)
+        return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (MaxUnpool): indices must be int64, got %s",
+                         NODE(a), kiln_dtype_name(I->dtype));
+    y->rank = X->rank;
+    if (X->rank < 0) return KILN_OK;
+    KILN_TRY(unpool_default(NODE(a), at, X->rank, X->dims, y->dims));
+    if (S) {
+        if (S->rank != 1 || (S->dims[0] >= 0 && S->dims[0] != X->rank))
+            return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (MaxUnpool): output_shape must be 1-D of length %d",
+                             NODE(a), X->rank);
+        for (int i = 0; i < X->rank; i++) {
+            int64_t def = y->dims[i];
+            y->dims[i] = S->data ? kiln__tinfo_int(S, i) : KILN_DIM_UNKNOWN;
+            if (S->data && def >= 0 && y->dims[i] < def)
+                return KILN_FAIL(KILN_ERR_UNSUPPORTED,
+                                 "node '%s' (MaxUnpool): output_shape[%d] = %lld is smaller than "
+                                 "the default %lld",
+                                 NODE(a), i, (long long)y->dims[i], (long long)def);
+        }
+    }
+    return KILN_OK;
+}
+
+static kiln_status unpool_cpu(const kiln_kernel_args *a) {
+    const kiln_pool_attrs *at = a->attrs;
+    const kiln_tensor *X = a->in[0], *I = a->in[1];
+    kiln_tensor *Y = a->out[0];
+    int64_t def[KILN_MAX_RANK];
+    KILN_TRY(unpool_default(NODE(a), at, X->rank, X->dims, def));
+    int64_t ny = kiln__tensor_numel(Y), nx = kiln__tensor_numel(X);
+    int64_t ndef = kiln__numel(X->rank, def);
+    size_t es = kiln_dtype_size(Y->dtype);
+    memset(Y->data, 0, (size_t)ny * es);
+    const int64_t *ind = I->data;
+    if (kiln__tensor_numel(I) != nx)
+        return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (MaxUnpool): indices have %lld elements, X has %lld",
+                         NODE(a), (long long)kiln__tensor_numel(I), (long long)nx);
+    for (int64_t j = 0; j < nx; j++) {
+        int64_t idx = ind[j];
+        if (idx < 0 || idx >= ndef)
+            return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (MaxUnpool): index %lld out of range [0, %lld)",
+                             NODE(a), (long long)idx, (long long)ndef);
+        /* re-linearize from the default shape into Y's shape */
+        int64_t rem = idx, o = 0, mul = 1;
+        for (int i = X->rank - 1; i >= 0; i--) {
+            int64_t c = rem % def[i];
+            rem /= def[i];
+            o += c * mul;
+            mul *= Y->dims[i];
+        }
+        memcpy((char *)Y->data + (size_t)o * es, (const char *)X->data + (size_t)j * es, es);
+    }
+    return KILN_OK;
+}
+
+const kiln_op_def kiln_op_MaxUnpool = {
+    .name = "MaxUnpool", .domain = "", .since = 9,
+    .min_inputs = 2, .max_inputs = 3, .min_outputs = 1, .max_outputs = 1,
+    .attr_size = sizeof(kiln_pool_attrs),
+    .import = unpool_import, .infer = unpool_infer, .cpu = unpool_cpu,
+};

@@ -1,0 +1,207 @@
+/* tensor_internal.h -- helpers shared by the tensor / data-movement operator
+ * family (src/ops/tensor*.c). Private to that family. */
+#ifndef KILN_OPS_TENSOR_INTERNAL_H
+#define KILN_OPS_TENSOR_INTERNAL_H
+
+#include "ops/op.h"
+
+/* Internal rank limit of the strided copy engine: Tile and DepthToSpace view
+ * a tensor of rank <= KILN_MAX_RANK as one of up to twice that rank. */
+#define KILN_TX_MAX_RANK (2 * KILN_MAX_RANK)
+
+/* Bytes moved per parallel task, roughly. */
+#define KILN_TX_GRAIN_BYTES ((int64_t)32768)
+
+/* Copies a strided view: for every index i of `dims` (rank <= KILN_TX_MAX_RANK),
+ * dst[sum i_k*dst_st[k]] = src[sum i_k*src_st[k]], strides in elements of
+ * `es` bytes (negative and zero source strides allowed; destination
+ * positions must be distinct). Dims of 1 are dropped and contiguous axes
+ * merged; contiguous rows become memcpy, and a transposed innermost pair is
+ * copied in tiles. Runs on `pool` when the copy is big. */
+KILN_PRIVATE void kiln__tx_copy(kiln_pool *pool, size_t es, int rank, const int64_t *dims,
+                                void *dst, const int64_t *dst_st, const void *src,
+                                const int64_t *src_st);
+/* Row-major element strides of a dense tensor. */
+KILN_PRIVATE void kiln__tx_strides(int rank, const int64_t *dims, int64_t *st);
+/* Copies n bytes, splitting big copies over the pool. */
+KILN_PRIVATE void kiln__tx_memcpy(kiln_pool *pool, void *dst, const void *src, size_t n);
+/* Fills n elements of es bytes at dst with the element at `val`. */
+KILN_PRIVATE void kiln__tx_fill(void *dst, int64_t n, const void *val, size_t es);
+
+/* Element size of a dtype kiln can move (0 for STRING/unknown). On failure
+ * reports "node 'x' (Op): dtype string is not supported". */
+KILN_PRIVATE kiln_status kiln__tx_esize(const char *op, const char *node, kiln_dtype t,
+                                        size_t *es);
+/* Whether an element at p (dtype t, index i) is nonzero (true). -0.0 is zero,
+ * NaN is nonzero. */
+KILN_PRIVATE bool kiln__tx_nonzero(kiln_dtype t, const void *p, int64_t i);
+
+/* Checks that input i of an infer call is an integer tensor of rank <= 1
+ * (scalar allowed when allow_scalar) and returns its element count in *n
+ * (-1 if unknown). */
+KILN_PRIVATE kiln_status kiln__tx_int_vector(const kiln_infer_args *a, int i, const char *what,
+                                             bool allow_scalar, int64_t *n);
+/* Element i of an integer tensor (any integer dtype). */
+static inline int64_t kiln__tx_int(const kiln_tinfo *t, int64_t i) {
+    return kiln__load_i64(t->dtype, t->data, i);
+}
+static inline int64_t kiln__tx_tensor_int(const kiln_tensor *t, int64_t i) {
+    return kiln__load_i64(t->dtype, t->data, i);
+}
+
+/* Merges two dims that must be equal (build time): a known value wins over a
+ * symbol, a symbol over unknown. Fails when both are known and differ. */
+KILN_PRIVATE kiln_status kiln__tx_merge_dim(const char *op, const char *node, int64_t a, int64_t b,
+                                            int64_t *out);
+
+/* Import helper: attribute `attr` (ints) becomes input `input` as an int64
+ * 1-D constant. Returns KILN_OK without change if the attribute is absent. */
+KILN_PRIVATE kiln_status kiln__tx_ints_attr_to_input(kiln_import_ctx *ic, const char *attr,
+                                                     int input);
+
+/* Output i of the current node is present (requested). Not known to ops: all
+ * outputs of the node are passed; used only to skip work cheaply. */
+static inline bool kiln__tx_has_out(const kiln_kernel_args *a, int i) {
+    return i < a->n_out && a->out[i] && a->out[i]->data;
+}
+
+static inline int64_t kiln__tx_min64(int64_t a, int64_t b) { return a < b ? a : b; }
+static inline int64_t kiln__tx_max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+/* Standard "node 'x' (Op): " message prefix formatting. */
+#define KILN_TX_FAIL(code, a, fmt, ...)                                                   \
+    KILN_FAIL((code), "node '%s' (%s): " fmt, (a)->node_name ? (a)->node_name : "?",        \
+              (a)->op ? (a)->op->name : "?", __VA_ARGS__)
+#define KILN_TX_FAIL0(code, a, msg)                                                     \
+    KILN_FAIL((code), "node '%s' (%s): %s", (a)->node_name ? (a)->node_name : "?",        \
+              (a)->op ? (a)->op->name : "?", msg)
+
+/* ---- attribute structs (POD, written into engine files verbatim) ---------- */
+
+/* enum values stored in attributes (permanent) */
+enum { RED_NONE = 0, RED_ADD = 1, RED_MUL = 2, RED_MAX = 3, RED_MIN = 4 };
+
+enum { PAD_CONSTANT = 0, PAD_REFLECT = 1, PAD_EDGE = 2, PAD_WRAP = 3 };
+
+enum { RS_NEAREST = 0, RS_LINEAR = 1, RS_CUBIC = 2 };
+enum {
+    RS_HALF_PIXEL = 0,
+    RS_ASYMMETRIC = 1,
+    RS_PYTORCH_HALF_PIXEL = 2,
+    RS_TF_HALF_PIXEL_FOR_NN = 3,
+    RS_ALIGN_CORNERS = 4,
+    RS_TF_CROP_AND_RESIZE = 5,
+    RS_HALF_PIXEL_SYMMETRIC = 6,
+};
+enum {
+    RS_ROUND_PREFER_FLOOR = 0,
+    RS_ROUND_PREFER_CEIL = 1,
+    RS_FLOOR = 2,
+    RS_CEIL = 3,
+    RS_SIMPLE = 4, /* opset < 11: floor when upsampling, ceil when downsampling */
+};
+
+/* tensor_gen.c */
+typedef struct kiln_cos_attrs {
+    int32_t dtype;
+    uint8_t value[8];
+} kiln_cos_attrs;
+
+/* tensor_gen.c */
+typedef struct kiln_eyelike_attrs {
+    int64_t k;
+    int32_t dtype; /* 0: the input's */
+    int32_t reserved;
+} kiln_eyelike_attrs;
+
+/* tensor_gen.c */
+typedef struct kiln_trilu_attrs {
+    int32_t upper;
+} kiln_trilu_attrs;
+
+/* tensor_gen.c */
+typedef struct kiln_cumsum_attrs {
+    int32_t exclusive, reverse;
+} kiln_cumsum_attrs;
+
+/* tensor_index.c */
+typedef struct kiln_gathernd_attrs {
+    int32_t batch_dims;
+    int32_t reduction; /* ScatterND */
+} kiln_gathernd_attrs;
+
+/* tensor_index.c */
+typedef struct kiln_scatter_attrs {
+    int32_t axis;
+    int32_t reduction;
+} kiln_scatter_attrs;
+
+/* tensor_layout.c */
+typedef struct kiln_transpose_attrs {
+    int32_t n_perm; /* 0: reverse the dims */
+    int32_t perm[KILN_MAX_RANK];
+} kiln_transpose_attrs;
+
+/* tensor_layout.c */
+typedef struct kiln_d2s_attrs {
+    int32_t blocksize;
+    int32_t crd; /* DepthToSpace mode CRD (else DCR) */
+} kiln_d2s_attrs;
+
+/* Concat, Gather, GatherElements, OneHot */
+typedef struct kiln_axis_attrs {
+    int32_t axis;
+} kiln_axis_attrs;
+
+/* tensor_layout.c */
+typedef struct kiln_split_attrs {
+    int32_t axis;
+    int32_t num_outputs; /* opset 18 attribute; 0 if absent */
+} kiln_split_attrs;
+
+/* tensor_pad.c */
+typedef struct kiln_pad_attrs {
+    int32_t mode;
+} kiln_pad_attrs;
+
+/* tensor_pad.c */
+typedef struct kiln_revseq_attrs {
+    int32_t batch_axis, time_axis;
+} kiln_revseq_attrs;
+
+/* tensor_resize.c */
+typedef struct kiln_resize_attrs {
+    int32_t mode, ctm, nearest_mode, exclude_outside;
+    float cubic_coeff_a, extrapolation_value;
+    int32_t in_roi, in_scales, in_sizes; /* input index of each, or -1 */
+} kiln_resize_attrs;
+
+/* tensor_select.c */
+typedef struct kiln_axis_opt_attrs {
+    int32_t has_axis, axis;
+    int32_t sorted; /* Unique */
+} kiln_axis_opt_attrs;
+
+/* tensor_shape.c */
+typedef struct kiln_reshape_attrs {
+    int32_t allowzero;
+} kiln_reshape_attrs;
+
+/* tensor_shape.c */
+typedef struct kiln_flatten_attrs {
+    int32_t axis;
+} kiln_flatten_attrs;
+
+/* tensor_shape.c */
+typedef struct kiln_dropout_attrs {
+    int32_t mask_like_input; /* opset < 10: mask has the input's dtype */
+} kiln_dropout_attrs;
+
+/* tensor_shape.c */
+typedef struct kiln_shape_attrs {
+    int64_t start, end;
+    int32_t has_end;
+    int32_t reserved;
+} kiln_shape_attrs;
+
+#endif

@@ -1,0 +1,197 @@
+#!/bin/bash
+# test_cli.sh -- behaviour tests of the `kiln` command-line tool.
+#
+# Usage: tests/cli/test_cli.sh PATH/TO/kiln
+#
+# Makes a tiny ONNX model (MatMul + Add + Relu with a dynamic batch, plus a
+# second output with an awkward name) in a temporary folder with
+# /usr/bin/python3 + onnx, then checks exit codes and messages of every
+# subcommand. Ends with "N passed, M failed"; exits 1 if anything failed.
+set -u
+
+KILN=${1:?usage: test_cli.sh PATH/TO/kiln}
+KILN=$(cd "$(dirname "$KILN")" && pwd)/$(basename "$KILN")
+PY=/usr/bin/python3
+T=$(mktemp -d /tmp/kiln_cli_test.XXXXXX)
+trap 'rm -rf "$T"' EXIT
+PASS=0
+FAIL=0
+
+ok() { PASS=$((PASS + 1)); }
+bad() { FAIL=$((FAIL + 1)); echo "FAIL: $*"; }
+
+# expect NAME RC PATTERN CMD...   RC: a number, or "nz" for any non-zero status.
+# PATTERN ("" for none) must appear in stdout+stderr (grep -F, case-insensitive).
+# Failures must also print "kiln: error:" on stderr.
+expect() {
+    local name=$1 want=$2 pat=$3
+    shift 3
+    "$@" >"$T/out" 2>"$T/err"
+    local rc=$?
+    local good=1
+    if [ "$want" = nz ]; then
+        [ $rc -ne 0 ] || good=0
+        if [ $rc -ne 0 ] && ! grep -q '^kiln: error: ' "$T/err"; then good=0; fi
+    else
+        [ $rc -eq "$want" ] || good=0
+    fi
+    if [ -n "$pat" ] && ! cat "$T/out" "$T/err" | grep -qiF -- "$pat"; then good=0; fi
+    if [ $good = 1 ]; then
+        ok
+    else
+        bad "$name: exit $rc (wanted $want), pattern '$pat'"
+        sed 's/^/    | /' "$T/out" "$T/err" | head -20
+    fi
+}
+
+# ---- the tiny model and its inputs -------------------------------------------------
+$PY - "$T" <<'EOF' || { echo "cannot make the test model (needs /usr/bin/python3 with onnx, numpy)"; echo "0 passed, 1 failed"; exit 1; }
+import sys, numpy as np, onnx
+from onnx import helper, numpy_helper, TensorProto
+d = sys.argv[1]
+rng = np.random.default_rng(7)
+w = rng.standard_normal((4, 3)).astype(np.float32)
+b = rng.standard_normal((3,)).astype(np.float32)
+nodes = [helper.make_node("MatMul", ["x", "w"], ["h"], name="mm"),
+         helper.make_node("Add", ["h", "b"], ["hb"], name="add"),
+         helper.make_node("Relu", ["hb"], ["y"], name="relu"),
+         helper.make_node("Add", ["y", "y"], ["sub/out:0"], name="twice")]
+g = helper.make_graph(nodes, "tiny",
+                      [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 3]),
+                       helper.make_tensor_value_info("sub/out:0", TensorProto.FLOAT, ["batch", 3])],
+                      initializer=[numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
+m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+onnx.checker.check_model(m)
+onnx.save(m, d + "/tiny.onnx")
+x = rng.standard_normal((2, 4)).astype(np.float32)
+np.save(d + "/x.npy", x)
+np.save(d + "/y_ref.npy", np.maximum(x @ w + b, 0))
+np.save(d + "/x_shape.npy", rng.standard_normal((2, 5)).astype(np.float32))
+np.save(d + "/x_big.npy", rng.standard_normal((9, 4)).astype(np.float32))
+np.save(d + "/x_f64.npy", x.astype(np.float64))
+np.save(d + "/x_rank.npy", x.reshape(2, 2, 2))
+np.save(d + "/x_fortran.npy", np.asfortranarray(rng.standard_normal((4, 4)).astype(np.float32)))
+open(d + "/garbage.npy", "wb").write(bytes(range(200)))
+open(d + "/random.kiln", "wb").write(np.random.default_rng(1).integers(0, 256, 4096, dtype=np.uint8).tobytes())
+EOF
+
+cd "$T"
+
+# ---- help, version, usage errors ---------------------------------------------------
+expect "kiln --help" 0 "Usage: kiln" "$KILN" --help
+expect "kiln help" 0 "Commands" "$KILN" help
+expect "kiln -h" 0 "Usage: kiln" "$KILN" -h
+expect "kiln version" 0 "kiln 0." "$KILN" version
+expect "kiln --version" 0 "library" "$KILN" --version
+for sub in build run inspect bench version; do
+    expect "kiln $sub --help" 0 "Usage: kiln $sub" "$KILN" "$sub" --help
+    expect "kiln $sub -h" 0 "Usage: kiln $sub" "$KILN" "$sub" -h
+    expect "kiln help $sub" 0 "Usage: kiln $sub" "$KILN" help "$sub"
+done
+expect "no command" 2 "Usage" "$KILN"
+expect "unknown command" 2 "unknown command 'frobnicate'" "$KILN" frobnicate
+for sub in build run inspect bench; do
+    expect "kiln $sub --bogus" 2 "unknown option '--bogus'" "$KILN" "$sub" --bogus x
+    expect "kiln $sub without file" 2 "no " "$KILN" "$sub"
+done
+expect "option without value" 2 "needs a value" "$KILN" build tiny.onnx --shapes
+expect "flag with value" 2 "takes no value" "$KILN" build tiny.onnx --fp32=yes
+expect "two precisions" 2 "only one of" "$KILN" build tiny.onnx --fp32 --fp16
+expect "bad --threads" 2 "--threads" "$KILN" build tiny.onnx --threads many
+expect "bad --device" 2 "--device" "$KILN" build tiny.onnx --device tpu
+expect "bad shapes syntax" 2 "name:dims" "$KILN" build tiny.onnx --shapes 1x4
+expect "bad shapes dims" 2 "bad dims" "$KILN" build tiny.onnx --shapes x:1xfour
+expect "bad shapes trailing x" 2 "trailing" "$KILN" build tiny.onnx --shapes x:1x
+expect "bad --iterations" 2 "--iterations" "$KILN" bench x.kiln --iterations 0
+expect "bad --duration" 2 "--duration" "$KILN" bench x.kiln --duration -1
+expect "two engines" 2 "unexpected argument" "$KILN" run a.kiln b.kiln
+
+# ---- missing and bad files ---------------------------------------------------------------
+expect "build missing model" nz "no_such_model.onnx" "$KILN" build no_such_model.onnx -o z.kiln
+expect "run missing engine" nz "no_such.kiln" "$KILN" run no_such.kiln
+expect "inspect missing engine" nz "no_such.kiln" "$KILN" inspect no_such.kiln
+expect "bench missing engine" nz "no_such.kiln" "$KILN" bench no_such.kiln
+expect "build a non-onnx file" nz "garbage.npy" "$KILN" build garbage.npy -o z.kiln
+expect "random bytes engine (run)" nz "not a kiln engine" "$KILN" run random.kiln
+expect "random bytes engine (inspect)" nz "not a kiln engine" "$KILN" inspect random.kiln
+
+# ---- build -------------------------------------------------------------------------------
+expect "build unknown input in --shapes" nz "'nope'" "$KILN" build tiny.onnx -o t.kiln --shapes nope:1x4
+expect "build wrong rank in --shapes" nz "rank" "$KILN" build tiny.onnx -o t.kiln --shapes x:1x4x1
+expect "build fixed dim mismatch" nz "fixed dim 1" "$KILN" build tiny.onnx -o t.kiln --shapes x:1x5
+expect "build min > max" nz "min <= opt <= max" "$KILN" build tiny.onnx -o t.kiln --min-shapes x:4x4 --max-shapes x:2x4
+expect "build" 0 "layers" "$KILN" build tiny.onnx -o tiny.kiln --min-shapes x:1x4 --opt-shapes x:2x4 --max-shapes x:8x4
+[ -s tiny.kiln ] && ok || bad "build wrote no engine"
+grep -q "time:" out && ok || bad "build summary has no time"
+expect "build --shapes, default output name" 0 "tiny.kiln" "$KILN" build tiny.onnx --shapes x:3x4 --threads 1 --workspace 64
+expect "build note for missing profile" 0 "dynamic" "$KILN" build tiny.onnx -o noprof.kiln
+
+# ---- run -----------------------------------------------------------------------------------
+"$KILN" build tiny.onnx -o tiny.kiln --min-shapes x:1x4 --opt-shapes x:2x4 --max-shapes x:8x4 >/dev/null 2>&1
+expect "run random inputs" 0 "output 'y'" "$KILN" run tiny.kiln
+grep -q "\[2x3\]" out && ok || bad "random run did not use the opt shape 2x4"
+expect "run with --shapes" 0 "[5x3]" "$KILN" run tiny.kiln --shapes x:5x4
+expect "run --shapes outside profile" nz "'x'" "$KILN" run tiny.kiln --shapes x:9x4
+expect "run with input and output dir" 0 "min" "$KILN" run tiny.kiln --input x=x.npy --output-dir outs/nested
+[ -f outs/nested/y.npy ] && ok || bad "y.npy not written"
+[ -f outs/nested/sub_out_0.npy ] && ok || bad "sanitized sub_out_0.npy not written"
+if $PY -c "
+import numpy as np, sys
+y = np.load('outs/nested/y.npy'); r = np.load('y_ref.npy'); t = np.load('outs/nested/sub_out_0.npy')
+sys.exit(0 if y.dtype == np.float32 and y.shape == (2, 3) and np.allclose(y, r, atol=1e-5) and np.allclose(t, 2 * r, atol=1e-5) else 1)"; then
+    ok
+else
+    bad "outputs differ from numpy's"
+fi
+expect "run unnamed --input (one input)" 0 "x.npy" "$KILN" run tiny.kiln --input x.npy
+expect "run --print" 0 "values" "$KILN" run tiny.kiln --input x=x.npy --print
+expect "run wrong shape" nz "x" "$KILN" run tiny.kiln --input x=x_shape.npy
+grep -qF "'x'" err && grep -qF "2x5" err && ok || bad "wrong-shape message lacks input name and shape: $(cat err)"
+expect "run batch over profile" nz "9x4" "$KILN" run tiny.kiln --input x=x_big.npy
+expect "run wrong rank" nz "rank" "$KILN" run tiny.kiln --input x=x_rank.npy
+expect "run wrong dtype" nz "float64" "$KILN" run tiny.kiln --input x=x_f64.npy
+grep -qF "float32" err && ok || bad "wrong-dtype message lacks the expected dtype"
+expect "run wrong input name" nz "'bogus'" "$KILN" run tiny.kiln --input bogus=x.npy
+expect "run --shapes wrong name" nz "'bogus'" "$KILN" run tiny.kiln --shapes bogus:1x4
+expect "run missing npy" nz "missing.npy" "$KILN" run tiny.kiln --input x=missing.npy
+expect "run garbage npy" nz "not a .npy file" "$KILN" run tiny.kiln --input x=garbage.npy
+expect "run fortran npy" nz "fortran" "$KILN" run tiny.kiln --input x=x_fortran.npy
+expect "run input given twice" nz "twice" "$KILN" run tiny.kiln --input x=x.npy --input x=x.npy
+"$KILN" run tiny.kiln --seed 5 --output-dir s1 >/dev/null 2>&1
+"$KILN" run tiny.kiln --seed 5 --output-dir s2 >/dev/null 2>&1
+"$KILN" run tiny.kiln --seed 6 --output-dir s3 >/dev/null 2>&1
+cmp -s s1/y.npy s2/y.npy && ok || bad "same --seed gave different outputs"
+cmp -s s1/y.npy s3/y.npy && bad "different --seed gave the same outputs" || ok
+expect "run --threads" 0 "output 'y'" "$KILN" run tiny.kiln --threads 1
+
+# ---- damaged engines ------------------------------------------------------------------
+size=$(stat -c %s tiny.kiln)
+head -c $((size / 2)) tiny.kiln >half.kiln
+head -c $((size - 1)) tiny.kiln >minus1.kiln
+head -c 16 tiny.kiln >head16.kiln
+: >empty.kiln
+expect "truncated engine (half)" nz "truncated" "$KILN" run half.kiln
+expect "truncated engine (-1 byte)" nz "truncated" "$KILN" run minus1.kiln
+expect "truncated engine (16 bytes)" nz "truncated" "$KILN" inspect head16.kiln
+expect "empty engine" nz "empty.kiln" "$KILN" run empty.kiln
+expect "onnx file as engine" nz "not a kiln engine" "$KILN" run tiny.onnx
+
+# ---- inspect -------------------------------------------------------------------------------
+expect "inspect" 0 "x" "$KILN" inspect tiny.kiln
+"$KILN" inspect tiny.kiln --json >inspect.json 2>&1 && $PY -m json.tool inspect.json >/dev/null 2>&1 && ok ||
+    bad "inspect --json is not valid JSON: $(head -c 300 inspect.json)"
+
+# ---- bench ------------------------------------------------------------------------------------
+expect "bench" 0 "p50" "$KILN" bench tiny.kiln --warmup 1 --iterations 5
+for k in p90 p99 min mean max throughput; do grep -q "$k" out && ok || bad "bench output lacks $k"; done
+expect "bench --shapes, --duration" 0 "p99" "$KILN" bench tiny.kiln --shapes x:8x4 --iterations 3 --duration 0.05
+"$KILN" bench tiny.kiln --iterations 3 --json >bench.json 2>&1 && $PY -c "
+import json, sys
+d = json.load(open('bench.json'))
+sys.exit(0 if all(k in d['latency_ms'] for k in ('min', 'mean', 'p50', 'p90', 'p99', 'max')) and d['iterations'] == 3 else 1)" &&
+    ok || bad "bench --json: $(head -c 300 bench.json)"
+expect "bench bad engine" nz "not a kiln engine" "$KILN" bench random.kiln
+
+echo "$PASS passed, $FAIL failed"
+[ $FAIL -eq 0 ]

@@ -1,0 +1,57 @@
+#!/usr/bin/python3
+"""Writes the small ONNX models the C unit tests use (committed, so tests
+need no Python): run with Debian's /usr/bin/python3 (onnx + numpy)."""
+import sys
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper, TensorProto
+
+rng = np.random.default_rng(1234)
+
+
+def mlp(path):
+    # x[batch,16] -> MatMul(16x32) + b -> Relu -> MatMul(32x8) + b -> Softmax
+    w1 = numpy_helper.from_array(rng.standard_normal((16, 32)).astype(np.float32), "w1")
+    b1 = numpy_helper.from_array(rng.standard_normal((32,)).astype(np.float32), "b1")
+    w2 = numpy_helper.from_array(rng.standard_normal((32, 8)).astype(np.float32), "w2")
+    b2 = numpy_helper.from_array(rng.standard_normal((8,)).astype(np.float32), "b2")
+    nodes = [
+        helper.make_node("MatMul", ["x", "w1"], ["h0"], name="fc1"),
+        helper.make_node("Add", ["h0", "b1"], ["h1"], name="fc1_bias"),
+        helper.make_node("Relu", ["h1"], ["h2"], name="relu"),
+        helper.make_node("MatMul", ["h2", "w2"], ["h3"], name="fc2"),
+        helper.make_node("Add", ["h3", "b2"], ["h4"], name="fc2_bias"),
+        helper.make_node("Softmax", ["h4"], ["y"], name="softmax", axis=-1),
+    ]
+    g = helper.make_graph(
+        nodes, "tiny_mlp",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 8])],
+        initializer=[w1, b1, w2, b2])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], producer_name="kiln-tests")
+    onnx.checker.check_model(m)
+    onnx.save(m, path)
+    # Reference input/output for batch 3, computed with numpy: raw float32 x then y.
+    x = rng.standard_normal((3, 16)).astype(np.float32)
+    h = np.maximum(x @ numpy_helper.to_array(w1) + numpy_helper.to_array(b1), 0)
+    z = h @ numpy_helper.to_array(w2) + numpy_helper.to_array(b2)
+    z = np.exp(z - z.max(axis=-1, keepdims=True))
+    y = (z / z.sum(axis=-1, keepdims=True)).astype(np.float32)
+    with open(path.replace(".onnx", "_io.bin"), "wb") as f:
+        f.write(x.tobytes())
+        f.write(y.tobytes())
+
+
+def unknown_op(path):
+    nodes = [helper.make_node("FancyOp", ["x"], ["y"], name="my_fancy_node", domain="")]
+    g = helper.make_graph(nodes, "unknown_op",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    onnx.save(m, path)
+
+
+if __name__ == "__main__":
+    out = sys.argv[1] if len(sys.argv) > 1 else "."
+    mlp(f"{out}/tiny_mlp.onnx")
+    unknown_op(f"{out}/unknown_op.onnx")

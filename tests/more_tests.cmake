@@ -1,0 +1,22 @@
+# More test targets, included from tests/tests.cmake. Keep one section per
+# target group.
+
+# ---- ONNX conformance runner ------------------------------------------------
+# kiln_conformance runs ONNX backend node tests (model.onnx + test_data_set_*)
+# and compares kiln's outputs with the expected ones.
+add_executable(kiln_conformance ${CMAKE_SOURCE_DIR}/tests/conformance/conformance.c)
+target_link_libraries(kiln_conformance PRIVATE kiln_static)
+target_include_directories(kiln_conformance PRIVATE ${CMAKE_SOURCE_DIR}/src ${KILN_GEN_DIR}
+                                                    ${PROTOBUF_C_INCLUDE})
+
+set(KILN_ONNX_NODE_TESTS /usr/share/libonnx-testdata/data/node)
+if(EXISTS ${KILN_ONNX_NODE_TESTS})
+  set(KILN_CONFORMANCE_ARGS)
+  if(EXISTS ${CMAKE_SOURCE_DIR}/tests/conformance/node_passing.txt)
+    list(APPEND KILN_CONFORMANCE_ARGS --expect ${CMAKE_SOURCE_DIR}/tests/conformance/node_passing.txt)
+  endif()
+  add_test(NAME conformance
+           COMMAND kiln_conformance ${KILN_CONFORMANCE_ARGS} ${KILN_ONNX_NODE_TESTS}
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+  set_tests_properties(conformance PROPERTIES LABELS "conformance" TIMEOUT 3600)
+endif()

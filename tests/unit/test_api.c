@@ -1,0 +1,262 @@
+/* test_api.c -- the public C API end to end on a small committed model
+ * (tests/data/tiny_mlp.onnx, from tests/data/gen_tiny.py): load, build with
+ * a dynamic-batch profile, serialize/deserialize, run against numpy's
+ * reference, misuse errors, and many contexts of one engine on threads. */
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+
+#include "test.h"
+
+#define MODEL "tests/data/tiny_mlp.onnx"
+#define IO "tests/data/tiny_mlp_io.bin"
+
+static float ref_x[3 * 16], ref_y[3 * 8];
+
+static int load_ref(void) {
+    FILE *f = fopen(IO, "rb");
+    if (!f) return 0;
+    int ok = fread(ref_x, sizeof ref_x, 1, f) == 1 && fread(ref_y, sizeof ref_y, 1, f) == 1;
+    fclose(f);
+    return ok;
+}
+
+static float max_err(const float *a, const float *b, int n) {
+    float m = 0;
+    for (int i = 0; i < n; i++) {
+        float d = fabsf(a[i] - b[i]);
+        if (!(d <= m)) m = d; /* NaN counts as error */
+    }
+    return m;
+}
+
+static kiln_engine *build_tiny(int min_b, int opt_b, int max_b) {
+    kiln_model *m = NULL;
+    kiln_builder *b = NULL;
+    kiln_engine *e = NULL;
+    int64_t mn[2] = {min_b, 16}, op[2] = {opt_b, 16}, mx[2] = {max_b, 16};
+    CHECK_OK(kiln_model_load_onnx(MODEL, &m));
+    CHECK_OK(kiln_builder_create(&b));
+    CHECK_OK(kiln_builder_set_profile(b, "x", 2, mn, op, mx));
+    CHECK_OK(kiln_builder_set_threads(b, 1));
+    if (m && b) CHECK_OK(kiln_build(b, m, &e));
+    kiln_builder_free(b);
+    kiln_model_free(m);
+    return e;
+}
+
+static int run_batch(kiln_context *c, const float *x, int batch, float *y) {
+    int64_t dims[2] = {batch, 16};
+    kiln_status s = kiln_context_set_input(c, "x", KILN_DTYPE_FLOAT32, 2, dims, x);
+    if (s == KILN_OK) s = kiln_context_run(c);
+    const void *out = NULL;
+    int rank = 0;
+    int64_t od[KILN_MAX_RANK];
+    kiln_dtype dt;
+    if (s == KILN_OK) s = kiln_context_get_output(c, "y", &dt, &rank, od, &out);
+    if (s != KILN_OK) {
+        fprintf(stderr, "  run_batch: %s\n", kiln_last_error());
+        return 0;
+    }
+    if (dt != KILN_DTYPE_FLOAT32 || rank != 2 || od[0] != batch || od[1] != 8) return 0;
+    memcpy(y, out, sizeof(float) * (size_t)batch * 8);
+    return 1;
+}
+
+TEST(test_model_info) {
+    kiln_model *m = NULL;
+    CHECK_OK(kiln_model_load_onnx(MODEL, &m));
+    if (!m) return;
+    CHECK(kiln_model_num_inputs(m) == 1);
+    CHECK(kiln_model_num_outputs(m) == 1);
+    kiln_io_info info;
+    CHECK_OK(kiln_model_input_info(m, 0, &info));
+    CHECK(!strcmp(info.name, "x"));
+    CHECK(info.dtype == KILN_DTYPE_FLOAT32);
+    CHECK(info.rank == 2 && info.dims[0] < 0 && info.dims[1] == 16);
+    CHECK(info.dim_names[0] && !strcmp(info.dim_names[0], "batch"));
+    CHECK(kiln_model_input_info(m, 1, &info) == KILN_ERR_INVALID_ARGUMENT);
+    kiln_model_free(m);
+}
+
+TEST(test_run_matches_reference) {
+    kiln_engine *e = build_tiny(1, 3, 8);
+    if (!e) return;
+    kiln_context *c = NULL;
+    CHECK_OK(kiln_context_create(e, &c));
+    float y[3 * 8];
+    CHECK(run_batch(c, ref_x, 3, y));
+    CHECK(max_err(y, ref_y, 3 * 8) < 1e-5f);
+    /* a smaller batch inside the profile, then the same again */
+    CHECK(run_batch(c, ref_x, 1, y));
+    CHECK(max_err(y, ref_y, 8) < 1e-5f);
+    CHECK(run_batch(c, ref_x, 3, y));
+    CHECK(max_err(y, ref_y, 3 * 8) < 1e-5f);
+    kiln_context_free(c);
+    kiln_engine_free(e);
+}
+
+TEST(test_serialize_roundtrip) {
+    kiln_engine *e = build_tiny(1, 2, 4);
+    if (!e) return;
+    void *data = NULL;
+    size_t size = 0;
+    CHECK_OK(kiln_engine_serialize(e, &data, &size));
+    kiln_engine *e2 = NULL;
+    CHECK_OK(kiln_engine_load_memory(data, size, &e2));
+    kiln_free(data);
+    const char *path = "build-test-api.kiln";
+    CHECK_OK(kiln_engine_save(e, path));
+    kiln_engine *e3 = NULL;
+    CHECK_OK(kiln_engine_load(path, &e3));
+    remove(path);
+    kiln_engine *es[2] = {e2, e3};
+    for (int i = 0; i < 2; i++) {
+        if (!es[i]) continue;
+        int64_t mn[2], op[2], mx[2];
+        CHECK_OK(kiln_engine_input_profile(es[i], 0, mn, op, mx));
+        CHECK(mn[0] == 1 && op[0] == 2 && mx[0] == 4 && mx[1] == 16);
+        kiln_context *c = NULL;
+        CHECK_OK(kiln_context_create(es[i], &c));
+        float y[3 * 8];
+        if (c) CHECK(run_batch(c, ref_x, 3, y));
+        CHECK(max_err(y, ref_y, 24) < 1e-5f);
+        kiln_context_free(c);
+    }
+    kiln_engine_free(e3);
+    kiln_engine_free(e2);
+    kiln_engine_free(e);
+}
+
+TEST(test_bad_inputs) {
+    kiln_engine *e = build_tiny(1, 2, 4);
+    if (!e) return;
+    kiln_context *c = NULL;
+    CHECK_OK(kiln_context_create(e, &c));
+    int64_t ok[2] = {2, 16}, too_big[2] = {5, 16}, wrong[2] = {2, 15};
+    float x[5 * 16] = {0};
+    int32_t xi[2 * 16] = {0};
+    CHECK_ERR(kiln_context_set_input(c, "nope", KILN_DTYPE_FLOAT32, 2, ok, x),
+              KILN_ERR_INVALID_ARGUMENT, "no input named 'nope'");
+    CHECK_ERR(kiln_context_set_input(c, "x", KILN_DTYPE_INT32, 2, ok, xi),
+              KILN_ERR_INVALID_ARGUMENT, "expected dtype float32, got int32");
+    CHECK_ERR(kiln_context_set_input(c, "x", KILN_DTYPE_FLOAT32, 2, too_big, x),
+              KILN_ERR_INVALID_ARGUMENT, "outside the engine's profile");
+    CHECK_ERR(kiln_context_set_input(c, "x", KILN_DTYPE_FLOAT32, 2, wrong, x),
+              KILN_ERR_INVALID_ARGUMENT, "[2x15]");
+    CHECK_ERR(kiln_context_set_input(c, "x", KILN_DTYPE_FLOAT32, 1, ok, x),
+              KILN_ERR_INVALID_ARGUMENT, "expected rank 2");
+    CHECK_ERR(kiln_context_run(c), KILN_ERR_INVALID_ARGUMENT, "input 'x' is not set");
+    CHECK_ERR(kiln_context_get_output(c, "y", NULL, NULL, NULL, NULL), KILN_ERR_INVALID_ARGUMENT,
+              "has not run");
+    CHECK_ERR(kiln_context_get_output(c, "zz", NULL, NULL, NULL, NULL), KILN_ERR_INVALID_ARGUMENT,
+              "no output named 'zz'");
+    /* output bound to a too-small buffer */
+    float small[4];
+    CHECK_OK(kiln_context_set_input(c, "x", KILN_DTYPE_FLOAT32, 2, ok, x));
+    CHECK_OK(kiln_context_set_output(c, "y", small, sizeof small));
+    CHECK_ERR(kiln_context_run(c), KILN_ERR_INVALID_ARGUMENT, "bound buffer");
+    /* bound to a right-sized buffer: the result lands there */
+    float big[2 * 8];
+    CHECK_OK(kiln_context_set_output(c, "y", big, sizeof big));
+    CHECK_OK(kiln_context_run(c));
+    const void *p = NULL;
+    CHECK_OK(kiln_context_get_output(c, "y", NULL, NULL, NULL, &p));
+    CHECK(p == (const void *)big);
+    kiln_context_free(c);
+    kiln_engine_free(e);
+}
+
+TEST(test_bad_models) {
+    kiln_model *m = NULL;
+    CHECK_ERR(kiln_model_load_onnx("tests/data/does_not_exist.onnx", &m), KILN_ERR_IO,
+              "does_not_exist.onnx");
+    CHECK(m == NULL);
+    CHECK_ERR(kiln_model_load_onnx("tests/data/unknown_op.onnx", &m), KILN_ERR_UNSUPPORTED,
+              "FancyOp");
+    CHECK(strstr(kiln_last_error(), "my_fancy_node") != NULL);
+    CHECK(m == NULL);
+    const char junk[] = "this is not an onnx model at all";
+    CHECK(kiln_model_load_onnx_memory(junk, sizeof junk, NULL, &m) == KILN_ERR_MODEL);
+    CHECK(m == NULL);
+    /* builder misuse */
+    kiln_builder *b = NULL;
+    CHECK_OK(kiln_builder_create(&b));
+    int64_t mn[2] = {4, 16}, op[2] = {2, 16}, mx[2] = {8, 16};
+    CHECK_ERR(kiln_builder_set_profile(b, "x", 2, mn, op, mx), KILN_ERR_INVALID_ARGUMENT,
+              "min <= opt <= max");
+    int64_t mn2[2] = {1, 16}, mx2[2] = {8, 16};
+    CHECK_OK(kiln_builder_set_profile(b, "not_an_input", 2, mn2, mn2, mx2));
+    CHECK_OK(kiln_model_load_onnx(MODEL, &m));
+    kiln_engine *e = NULL;
+    if (m) CHECK_ERR(kiln_build(b, m, &e), KILN_ERR_INVALID_ARGUMENT, "not_an_input");
+    CHECK(e == NULL);
+    kiln_builder_free(b);
+    CHECK_OK(kiln_builder_create(&b));
+    CHECK_OK(kiln_builder_set_precision(b, KILN_PRECISION_FP16));
+    if (m) CHECK_ERR(kiln_build(b, m, &e), KILN_ERR_UNSUPPORTED, "fp16");
+    kiln_builder_free(b);
+    kiln_model_free(m);
+    /* NULL is fine for every free */
+    kiln_model_free(NULL);
+    kiln_builder_free(NULL);
+    kiln_engine_free(NULL);
+    kiln_context_free(NULL);
+}
+
+/* ---- many contexts of one engine on many threads ------------------------ */
+
+typedef struct worker {
+    kiln_engine *e;
+    int id, iters, errors;
+} worker;
+
+static void *worker_main(void *arg) {
+    worker *w = arg;
+    kiln_context *c = NULL;
+    if (kiln_context_create(w->e, &c) != KILN_OK) {
+        w->errors++;
+        return NULL;
+    }
+    kiln_context_set_threads(c, (w->id % 2) ? 1 : 2);
+    float y[3 * 8];
+    for (int i = 0; i < w->iters; i++) {
+        int batch = 1 + (w->id + i) % 3;
+        if (!run_batch(c, ref_x, batch, y) || max_err(y, ref_y, batch * 8) >= 1e-5f) w->errors++;
+    }
+    kiln_context_free(c);
+    return NULL;
+}
+
+TEST(test_threads_share_engine) {
+    kiln_engine *e = build_tiny(1, 2, 3);
+    if (!e) return;
+    enum { N = 8 };
+    pthread_t th[N];
+    worker w[N];
+    for (int i = 0; i < N; i++) {
+        w[i] = (worker){.e = e, .id = i, .iters = 200};
+        pthread_create(&th[i], NULL, worker_main, &w[i]);
+    }
+    int errors = 0;
+    for (int i = 0; i < N; i++) {
+        pthread_join(th[i], NULL);
+        errors += w[i].errors;
+    }
+    CHECK(errors == 0);
+    kiln_engine_free(e);
+}
+
+int main(void) {
+    if (!load_ref()) {
+        fprintf(stderr, "cannot read %s (run from the repository root)\n", IO);
+        return 1;
+    }
+    RUN(test_model_info);
+    RUN(test_run_matches_reference);
+    RUN(test_serialize_roundtrip);
+    RUN(test_bad_inputs);
+    RUN(test_bad_models);
+    RUN(test_threads_share_engine);
+    return test_summary();
+}
