@@ -287,8 +287,36 @@ static const char *precision_name(int p) {
     }
 }
 
+/* Measures the activation memory of one run at the profiles' opt shapes
+ * (zero-filled inputs). Returns 0 if the run fails. */
+static size_t activation_bytes_at_opt(const kiln_engine *e) {
+    const kiln_graph *g = e->graph;
+    kiln_context *c = NULL;
+    size_t bytes = 0;
+    void **bufs = kiln__calloc((size_t)g->n_inputs + 1, sizeof *bufs);
+    if (!bufs || kiln_context_create(e, &c) != KILN_OK) goto done;
+    kiln_context_set_threads(c, 1);
+    for (int k = 0; k < g->n_inputs; k++) {
+        const kiln_value *v = &g->values[g->inputs[k]];
+        kiln_tinfo t = {.dtype = v->info.dtype, .rank = e->profiles[k].rank};
+        memcpy(t.dims, e->profiles[k].opt, sizeof t.dims);
+        bufs[k] = kiln__calloc(1, kiln__value_nbytes(&t) + 1);
+        if (!bufs[k] || kiln_context_set_input(c, v->name, t.dtype, t.rank, t.dims, bufs[k]) != KILN_OK)
+            goto done;
+    }
+    if (kiln_context_run(c) == KILN_OK) bytes = kiln__context_memory(c);
+done:
+    kiln_context_free(c);
+    if (bufs)
+        for (int k = 0; k < g->n_inputs; k++) kiln__free(bufs[k]);
+    kiln__free(bufs);
+    kiln__clear_error();
+    return bytes;
+}
+
 static void describe(const kiln_engine *e, kiln_sbuf *sb, bool json) {
     const kiln_graph *g = e->graph;
+    size_t act = activation_bytes_at_opt(e);
     const kiln_backend_i *be = kiln__backend_for(e->opts.device);
     size_t weights = 0;
     int n_const = 0;
@@ -356,8 +384,10 @@ static void describe(const kiln_engine *e, kiln_sbuf *sb, bool json) {
             }
             kiln__sbuf_printf(sb, "]}");
         }
-        kiln__sbuf_printf(sb, "\n  ],\n  \"memory\": {\"weights_bytes\": %zu, \"constants\": %d}\n}\n",
-                          weights, n_const);
+        kiln__sbuf_printf(sb,
+                          "\n  ],\n  \"memory\": {\"weights_bytes\": %zu, \"constants\": %d, "
+                          "\"activation_bytes_at_opt\": %zu}\n}\n",
+                          weights, n_const, act);
         return;
     }
     kiln__sbuf_printf(sb, "kiln engine (built by kiln %s)\n", e->builder_version);
@@ -398,6 +428,9 @@ static void describe(const kiln_engine *e, kiln_sbuf *sb, bool json) {
         kiln__sbuf_printf(sb, "\n");
     }
     kiln__sbuf_printf(sb, "memory:\n  weights: %zu bytes in %d constants\n", weights, n_const);
+    if (act)
+        kiln__sbuf_printf(sb, "  activations + scratch at opt shapes: %zu bytes (measured by one run)\n",
+                          act);
 }
 
 const char *kiln_engine_describe(kiln_engine *e, int json) {

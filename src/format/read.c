@@ -5,6 +5,8 @@
  * known to be inside the weights section. */
 #include "format/format.h"
 
+#include "backends/backend.h"
+
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -227,7 +229,7 @@ kiln_status kiln__format_check_graph(const kiln_graph *g, const kiln_profile *pr
             goto done;
         }
         if (n->n_in < op->min_inputs || (op->max_inputs >= 0 && n->n_in > op->max_inputs) ||
-            n->n_out < op->min_outputs || n->n_out > op->max_outputs) {
+            n->n_out < op->min_outputs || (op->max_outputs >= 0 && n->n_out > op->max_outputs)) {
             st = KILN_FAIL(KILN_ERR_FORMAT,
                            "node %d '%s' (%s): %d inputs and %d outputs; the op takes %d..%d inputs "
                            "and %d..%d outputs",
@@ -404,12 +406,11 @@ static kiln_status check_target(const kiln_engine *e, const char *required) {
     } else if (e->opts.device == KILN_DEVICE_CUDA) {
         if (kind_len && !kind_cuda)
             return bad("device is cuda but the target is '%s'", t);
-#ifndef KILN_HAVE_CUDA
-        return KILN_FAIL(KILN_ERR_UNSUPPORTED,
-                         "engine was built for '%s' (a CUDA GPU), but this kiln was built without "
-                         "CUDA support; rebuild the engine for the CPU",
-                         t);
-#endif
+        if (!kiln__backend_for(KILN_DEVICE_CUDA))
+            return KILN_FAIL(KILN_ERR_UNSUPPORTED,
+                             "engine was built for '%s' (a CUDA GPU), but this kiln was built "
+                             "without CUDA support; rebuild the engine for the CPU",
+                             t);
     } else {
         return bad("unknown device %d", (int)e->opts.device);
     }

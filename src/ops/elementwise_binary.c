@@ -304,9 +304,21 @@ static kiln_status ew_binary_infer(const kiln_infer_args *a) {
     if (code != EW_B_POW) KILN_TRY(ew_same_dtypes(a, 0, 2));
     const kiln_tinfo *ins[2] = {a->in[0], &b1};
     KILN_TRY(kiln__broadcast_shapes(a->node_name, 2, ins, a->out[0]));
-    if (code == EW_B_PRELU && a->in[0]->rank >= 0 && a->out[0]->rank != a->in[0]->rank)
-        return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (PRelu): slope of rank %d does not broadcast "
-                         "to X of rank %d", ew_node(a->node_name), b1.rank, a->in[0]->rank);
+    if (code == EW_B_PRELU && a->in[0]->rank >= 0 && a->out[0]->rank >= 0) {
+        /* unidirectional: the slope broadcasts to X, the output is X's shape */
+        const kiln_tinfo *x = a->in[0];
+        bool ok = a->out[0]->rank == x->rank;
+        for (int d = 0; ok && d < x->rank; d++)
+            if (x->dims[d] >= 0 && a->out[0]->dims[d] >= 0 && x->dims[d] != a->out[0]->dims[d])
+                ok = false;
+        if (!ok) {
+            char sx[128], ss[128];
+            return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (PRelu): slope %s does not broadcast to X %s",
+                             ew_node(a->node_name), kiln__shape_str(b1.rank, b1.dims, ss, sizeof ss),
+                             kiln__shape_str(x->rank, x->dims, sx, sizeof sx));
+        }
+        kiln__tinfo_copy_shape(a->out[0], x);
+    }
     a->out[0]->dtype = ew_kind_is_compare(code) ? KILN_DTYPE_BOOL : a->in[0]->dtype;
     return KILN_OK;
 }
@@ -480,6 +492,12 @@ static kiln_status ew_binary_import(kiln_import_ctx *ic, void *attrs) {
     return kiln__ew_import_legacy_bcast(ic, attrs);
 }
 
+static kiln_status ew_prelu_import(kiln_import_ctx *ic, void *attrs) {
+    kiln_ew_bin_attrs *at = attrs;
+    if (kiln_import_opset(ic) < 7) at->legacy_bcast = EW_LEGACY_PRELU;
+    return KILN_OK;
+}
+
 static kiln_status ew_mod_import(kiln_import_ctx *ic, void *attrs) {
     kiln_ew_bin_attrs *at = attrs;
     int64_t f = kiln_attr_int(ic, "fmod", 0);
@@ -523,7 +541,7 @@ EW_BIN_DEF(And, "And", 1, EW_B_AND, ew_binary_import)
 EW_BIN_DEF(Or, "Or", 1, EW_B_OR, ew_binary_import)
 EW_BIN_DEF(Xor, "Xor", 1, EW_B_XOR, ew_binary_import)
 EW_BIN_DEF(BitShift, "BitShift", 11, EW_B_SHL, ew_bitshift_import)
-EW_BIN_DEF(PRelu, "PRelu", 1, EW_B_PRELU, NULL)
+EW_BIN_DEF(PRelu, "PRelu", 1, EW_B_PRELU, ew_prelu_import)
 
 #define EW_VAR_DEF(SYM, NAME, CODE)                                                         \
     const kiln_op_def kiln_op_##SYM = {                                                     \

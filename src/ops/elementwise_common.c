@@ -169,6 +169,11 @@ kiln_status kiln__ew_legacy_shape(const char *node, const kiln_ew_bin_attrs *at,
                                   int *rank1, int64_t *dims1) {
     if (!at || !at->legacy_bcast || rank0 < 0 || *rank1 < 0) return KILN_OK;
     int64_t axis = at->legacy_axis;
+    if (at->legacy_bcast == EW_LEGACY_PRELU) {
+        /* PRelu-6: a 1-D slope of C values applies along axis 1 */
+        if (*rank1 != 1 || rank0 < 2 || dims1[0] == 1) return KILN_OK;
+        axis = 1;
+    }
     if (axis < 0) axis += rank0;
     if (axis < 0 || axis + *rank1 > rank0)
         return KILN_FAIL(KILN_ERR_MODEL,
@@ -186,7 +191,7 @@ kiln_status kiln__ew_legacy_shape(const char *node, const kiln_ew_bin_attrs *at,
 kiln_status kiln__ew_import_legacy_bcast(kiln_import_ctx *ic, kiln_ew_bin_attrs *at) {
     if (kiln_import_opset(ic) >= 7) return KILN_OK;
     if (kiln_attr_int(ic, "broadcast", 0) && kiln_attr_has(ic, "axis")) {
-        at->legacy_bcast = 1;
+        at->legacy_bcast = EW_LEGACY_AXIS;
         at->legacy_axis = (int32_t)kiln_attr_int(ic, "axis", 0);
     }
     /* broadcast=1 without axis is suffix alignment (numpy), and broadcast=0

@@ -33,8 +33,10 @@ typedef struct kiln_ew_cast_attrs {
     int32_t to; /* kiln_dtype */
 } kiln_ew_cast_attrs;
 
-/* Binary and variadic ops. legacy_bcast != 0: opset < 7 broadcasting of
- * input 1 aligned to input 0 at `legacy_axis` (normalized at infer time). */
+/* Binary and variadic ops. legacy_bcast == EW_LEGACY_AXIS: opset < 7
+ * broadcasting of input 1 aligned to input 0 at `legacy_axis` (normalized at
+ * infer time); EW_LEGACY_PRELU: PRelu-6's per-channel slope. */
+enum { EW_LEGACY_NONE = 0, EW_LEGACY_AXIS = 1, EW_LEGACY_PRELU = 2 };
 typedef struct kiln_ew_bin_attrs {
     int32_t legacy_bcast;
     int32_t legacy_axis;

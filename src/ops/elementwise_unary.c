@@ -72,10 +72,12 @@ static inline float ew_expf(float x) {
     return x == x ? y : x;
 }
 
-/* exp(x) - 1 without cancellation near 0: Taylor up to x^9 for |x| < 0.5. */
-static inline float ew_expm1f(float x) {
-    float big = ew_expf(x) - 1.0f;
-    float p = 1.0f / 362880.0f;
+/* expm1 by its degree-12 Taylor polynomial: relative error < 1e-8 for |x| <= 1.5 */
+static inline float ew_expm1_taylor12f(float x) {
+    float p = 1.0f / 479001600.0f;
+    p = p * x + 1.0f / 39916800.0f;
+    p = p * x + 1.0f / 3628800.0f;
+    p = p * x + 1.0f / 362880.0f;
     p = p * x + 1.0f / 40320.0f;
     p = p * x + 1.0f / 5040.0f;
     p = p * x + 1.0f / 720.0f;
@@ -83,23 +85,34 @@ static inline float ew_expm1f(float x) {
     p = p * x + 1.0f / 24.0f;
     p = p * x + 1.0f / 6.0f;
     p = p * x + 0.5f;
-    float small = x + x * x * p;
-    return fabsf(x) < 0.5f ? small : big;
+    return x + x * x * p;
 }
 
-/* tanh: odd Taylor polynomial for |x| < 0.25, else 1 - 2 / (exp(2|x|) + 1). */
+/* exp(x) - 1 without cancellation near 0 */
+static inline float ew_expm1f(float x) {
+    float big = ew_expf(x) - 1.0f;
+    return (x > -0.7f && x < 1.5f) ? ew_expm1_taylor12f(x) : big;
+}
+
+/* tanh on |x| with the sign put back (keeps tanh(-0) = -0):
+ *   |x| < 0.25:  odd Taylor polynomial
+ *   |x| < 0.55:  t / (t + 2) with t = expm1(2|x|) from its Taylor polynomial
+ *   otherwise:   1 - 2 / (exp(2|x|) + 1) (no cancellation: the result is > 0.5) */
 static inline float ew_tanhf(float x) {
     float ax = fabsf(x);
     float e = ew_expf(2.0f * ax);
-    float big = copysignf(1.0f - 2.0f / (e + 1.0f), x);
-    float x2 = x * x;
+    float big = 1.0f - 2.0f / (e + 1.0f);
+    float t = ew_expm1_taylor12f(2.0f * ax);
+    float mid = t / (t + 2.0f);
+    float x2 = ax * ax;
     float p = -1382.0f / 155925.0f;
     p = p * x2 + 62.0f / 2835.0f;
     p = p * x2 - 17.0f / 315.0f;
     p = p * x2 + 2.0f / 15.0f;
     p = p * x2 - 1.0f / 3.0f;
-    float small = x + x * x2 * p;
-    return ax < 0.25f ? small : big;
+    float small = ax + ax * x2 * p;
+    float y = ax < 0.55f ? mid : big;
+    return copysignf(ax < 0.25f ? small : y, x);
 }
 
 static inline float ew_sigmoidf(float x) { return 1.0f / (1.0f + ew_expf(-x)); }
@@ -161,7 +174,7 @@ static inline double ew_clamp01(double v) {
         case EW_U_SIGMOID: EW_MAP(T, SIGMOID(v));                                           \
         case EW_U_HARDSIGMOID: EW_MAP(T, CLAMP01(alpha * v + beta));                        \
         case EW_U_HARDSWISH: {                                                              \
-            const T a6 = (T)(1.0f / 6.0f), half = (T)0.5;                                   \
+            const T a6 = (T)(1.0 / 6.0), half = (T)0.5;                                      \
             EW_MAP(T, v * CLAMP01(a6 * v + half));                                          \
         }                                                                                   \
         case EW_U_TANH: EW_MAP(T, TANH(v));                                                 \

@@ -229,12 +229,14 @@ static kiln_status conv_geom_make(const char *node, const char *op, const kiln_c
                 o = g->in[i] * g->s[i];
             }
             int64_t total = full - o;
-            if (total < 0)
-                return KILN_FAIL(KILN_ERR_UNSUPPORTED,
-                                 "node '%s' (%s): output size %lld along spatial dim %d is larger "
-                                 "than the full transposed convolution (%lld)",
-                                 node, op, (long long)o, i, (long long)full);
-            if (at->auto_pad == PAD_SAME_UPPER) {
+            if (o < 0)
+                return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (%s): output_shape[%d] is negative",
+                                 node, op, i);
+            if (total < 0) {
+                /* output larger than the full result: zeros at the end */
+                g->pb[i] = 0;
+                g->pe[i] = total;
+            } else if (at->auto_pad == PAD_SAME_UPPER) {
                 g->pb[i] = total / 2;
                 g->pe[i] = total - total / 2;
             } else {

@@ -59,8 +59,8 @@ KILN_PRIVATE kiln_status kiln__tx_merge_dim(const char *op, const char *node, in
 KILN_PRIVATE kiln_status kiln__tx_ints_attr_to_input(kiln_import_ctx *ic, const char *attr,
                                                      int input);
 
-/* Output i of the current node is present (requested). Not known to ops: all
- * outputs of the node are passed; used only to skip work cheaply. */
+/* Whether output i has memory to write (kernels skip optional outputs the
+ * runtime did not allocate, e.g. zero-size ones). */
 static inline bool kiln__tx_has_out(const kiln_kernel_args *a, int i) {
     return i < a->n_out && a->out[i] && a->out[i]->data;
 }

@@ -355,13 +355,22 @@ static void rs_rows(void *vctx, int64_t begin, int64_t end) {
         if (c->at->mode == RS_NEAREST) {
             /* one pair, one tap: a byte copy */
             const char *src = c->x + (size_t)poff[0] * es;
-            for (int64_t j = 0; j < W; j++) {
-                if (lact && la->outside[j]) {
-                    memcpy(dst + (size_t)j * es, c->extrap, es);
-                    continue;
+            if (!lact) {
+                memcpy(dst, src, (size_t)W * es);
+                continue;
+            }
+            bool crop = c->at->ctm == RS_TF_CROP_AND_RESIZE;
+            if (!crop && es == 4) {
+                for (int64_t j = 0; j < W; j++) ((uint32_t *)dst)[j] = ((const uint32_t *)src)[la->idx[j]];
+            } else if (!crop && es == 2) {
+                for (int64_t j = 0; j < W; j++) ((uint16_t *)dst)[j] = ((const uint16_t *)src)[la->idx[j]];
+            } else if (!crop && es == 1) {
+                for (int64_t j = 0; j < W; j++) ((uint8_t *)dst)[j] = ((const uint8_t *)src)[la->idx[j]];
+            } else {
+                for (int64_t j = 0; j < W; j++) {
+                    const char *s = la->outside[j] ? (const char *)c->extrap : src + (size_t)la->idx[j] * es;
+                    memcpy(dst + (size_t)j * es, s, es);
                 }
-                int64_t s = lact ? la->idx[j] : j;
-                memcpy(dst + (size_t)j * es, src + (size_t)s * es, es);
             }
             continue;
         }

@@ -393,6 +393,12 @@ done:
     return s;
 }
 
+size_t kiln__context_memory(const kiln_context *c) {
+    size_t total = c->ws_cap;
+    for (int i = 0; i < c->n_bufs; i++) total += c->bufs[i].cap;
+    return total;
+}
+
 kiln_status kiln_context_get_output(kiln_context *c, const char *name, kiln_dtype *dtype, int *rank,
                                     int64_t *dims, const void **data) {
     if (!c || !name)

@@ -58,6 +58,9 @@ KILN_PRIVATE kiln_status kiln__format_write(const kiln_engine *e, void **data, s
  * into e->graph, e->profiles, e->opts, e->target. Validates everything. */
 KILN_PRIVATE kiln_status kiln__format_read(const void *data, size_t size, kiln_engine *e);
 
+/* Bytes of activation buffers and scratch a context holds after its runs. */
+KILN_PRIVATE size_t kiln__context_memory(const kiln_context *c);
+
 /* Target description of this machine (CPU features). */
 KILN_PRIVATE void kiln__cpu_target(char *buf, size_t n);
 

@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "backends/backend.h"
 #include "format/format.h"
 #include "test.h"
 
@@ -25,12 +26,12 @@
 static int find_op(int n_in, int prefer) {
     const kiln_op_def *p = kiln__op_by_id(prefer);
     if (p && p->min_inputs <= n_in && (p->max_inputs < 0 || p->max_inputs >= n_in) &&
-        p->min_outputs <= 1 && p->max_outputs >= 1)
+        p->min_outputs <= 1 && (p->max_outputs < 0 || p->max_outputs >= 1))
         return prefer;
     for (int id = 1; id < KILN_OP_ID_LIMIT; id++) {
         const kiln_op_def *op = kiln__op_by_id(id);
         if (op && op->min_inputs <= n_in && (op->max_inputs < 0 || op->max_inputs >= n_in) &&
-            op->min_outputs <= 1 && op->max_outputs >= 1)
+            op->min_outputs <= 1 && (op->max_outputs < 0 || op->max_outputs >= 1))
             return id;
     }
     return 0;
@@ -888,9 +889,8 @@ TEST(test_patched_files) {
     expect_patch("target", p_target_unterminated, KILN_ERR_FORMAT, "'target' is not NUL-terminated");
     expect_patch("precision", p_precision, KILN_ERR_FORMAT, "precision 77");
     expect_patch("device/target", p_device_mismatch, KILN_ERR_FORMAT, "device is cpu");
-#ifndef KILN_HAVE_CUDA
-    expect_patch("cuda", p_cuda, KILN_ERR_UNSUPPORTED, "built for 'cuda sm_90'");
-#endif
+    if (!kiln__backend_for(KILN_DEVICE_CUDA))
+        expect_patch("cuda", p_cuda, KILN_ERR_UNSUPPORTED, "built for 'cuda sm_90'");
     expect_patch("required unknown", p_required_unknown, KILN_ERR_UNSUPPORTED,
                  "requires CPU feature 'avx9000', which this kiln does not know");
     expect_patch("required arch", p_required_arch, KILN_ERR_UNSUPPORTED,

@@ -809,6 +809,48 @@ TEST(gru_layout1_reverse_vs_reference) {
         }
 }
 
+/* ---- DFT (misc_signal.c): radix-2 and direct paths vs the formula -------- */
+
+TEST(dft_pow2_and_direct) {
+    typedef struct {
+        int32_t axis, inverse, onesided;
+    } dft_attrs;
+    const kiln_op_def *op = kiln__op_by_id(KILN_OP_DFT);
+    for (int n = 5; n <= 8; n++)
+        for (int inv = 0; inv < 2; inv++) {
+            float xv[2 * 8 * 2];
+            for (int i = 0; i < 2 * n * 2; i++) xv[i] = (float)((i * 5) % 7) - 3.f;
+            int64_t xd[3] = {2, n, 2};
+            kiln_tensor x = tensor(KILN_DTYPE_FLOAT32, 3, xd, xv);
+            const kiln_tensor *in[1] = {&x};
+            dft_attrs at = {1, inv, 0};
+            run_result r;
+            CHECK_OK(run_op(op, &at, 1, in, 1, NULL, &r));
+            if (r.st != KILN_OK) continue;
+            int bad = 0;
+            for (int b = 0; b < 2; b++)
+                for (int k = 0; k < n; k++) {
+                    double re = 0, im = 0, sg = inv ? 1.0 : -1.0;
+                    for (int j = 0; j < n; j++) {
+                        double xr = xv[(b * n + j) * 2], xi = xv[(b * n + j) * 2 + 1];
+                        double ang = sg * 2.0 * 3.14159265358979323846 * j * k / n;
+                        re += xr * cos(ang) - xi * sin(ang);
+                        im += xr * sin(ang) + xi * cos(ang);
+                    }
+                    if (inv) {
+                        re /= n;
+                        im /= n;
+                    }
+                    const float *y = (const float *)r.out[0].data + (b * n + k) * 2;
+                    if (!close_enough(y[0], re, 1e-5, 1e-5) || !close_enough(y[1], im, 1e-5, 1e-5))
+                        bad++;
+                }
+            if (bad) fprintf(stderr, "  DFT n=%d inverse=%d: %d wrong\n", n, inv, bad);
+            CHECK(bad == 0);
+            result_free(&r);
+        }
+}
+
 int main(void) {
     RUN(reduce_all_kinds_axes_sets);
     RUN(reduce_other_dtypes);
@@ -823,5 +865,6 @@ int main(void) {
     RUN(lstm_bidirectional_vs_reference);
     RUN(lstm_hand_computed);
     RUN(gru_layout1_reverse_vs_reference);
+    RUN(dft_pow2_and_direct);
     return test_summary();
 }

@@ -1,0 +1,1452 @@
+/* kiln.c -- the `kiln` command-line tool: build, run, inspect and benchmark
+ * engines. Uses only the public API (kiln.h) and the .npy helpers (npy.h).
+ *
+ * Exit status: 0 success; 1 a failure (bad model, engine or input file,
+ * build or run error); 2 a usage error (unknown command or option, missing
+ * or malformed argument). Errors go to stderr as "kiln: error: <message>".
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "kiln.h"
+#include "npy.h"
+
+enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2 };
+
+/* ---- messages --------------------------------------------------------------- */
+
+static int fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static int fail(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("kiln: error: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    return EXIT_FAIL;
+}
+
+static int usage_error(const char *cmd, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("kiln: error: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    if (cmd) fprintf(stderr, "Try 'kiln %s --help'.\n", cmd);
+    else fprintf(stderr, "Try 'kiln --help'.\n");
+    return EXIT_USAGE;
+}
+
+/* A failed kiln call: "what: <status>: <kiln_last_error()>". */
+static int fail_kiln(kiln_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int fail_kiln(kiln_status s, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("kiln: error: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    const char *msg = kiln_last_error();
+    fprintf(stderr, ": %s\n", msg && *msg ? msg : kiln_status_name(s));
+    va_end(ap);
+    return EXIT_FAIL;
+}
+
+/* A failed load of `path`: names the file once even when kiln's message does too. */
+static int fail_load(kiln_status s, const char *what, const char *path) {
+    const char *msg = kiln_last_error();
+    if (msg && *msg && strstr(msg, path)) return fail("cannot load %s: %s", what, msg);
+    return fail_kiln(s, "cannot load %s '%s'", what, path);
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* "[1x3x224x224]" ("[]" for a scalar); dynamic dims (< 0) print their name or "?"
+ * and then " x " separates the dims ("[batch x 784]"). */
+static const char *fmt_dims(char *buf, size_t cap, int rank, const int64_t *dims,
+                            const char *const *names) {
+    bool symbolic = false;
+    for (int i = 0; i < rank; i++) symbolic = symbolic || dims[i] < 0;
+    size_t n = (size_t)snprintf(buf, cap, "[");
+    for (int i = 0; i < rank && n < cap; i++) {
+        const char *sep = i ? (symbolic ? " x " : "x") : "";
+        if (dims[i] >= 0) n += (size_t)snprintf(buf + n, cap - n, "%s%" PRId64, sep, dims[i]);
+        else n += (size_t)snprintf(buf + n, cap - n, "%s%s", sep, names && names[i] ? names[i] : "?");
+    }
+    if (n < cap) snprintf(buf + n, cap - n, "]");
+    return buf;
+}
+
+#define DIMS_CAP (KILN_MAX_RANK * 48 + 8)
+
+/* ---- option parsing ----------------------------------------------------------- */
+
+typedef struct optdef {
+    const char *name;  /* "--output" */
+    const char *alias; /* "-o" or NULL */
+    bool has_arg;
+} optdef;
+
+typedef struct argscan {
+    int argc;
+    char **argv;
+    int i;
+    const char *cmd;
+    bool only_positional; /* after "--" */
+} argscan;
+
+enum { SCAN_END = -1, SCAN_POSITIONAL = -2, SCAN_ERROR = -3 };
+
+/* Returns the index of the next option in defs (and its value), SCAN_POSITIONAL
+ * (value = the argument), SCAN_END, or SCAN_ERROR (message printed). */
+static int scan_next(argscan *s, const optdef *defs, int ndefs, const char **val) {
+    *val = NULL;
+    if (s->i >= s->argc) return SCAN_END;
+    const char *arg = s->argv[s->i++];
+    if (s->only_positional || arg[0] != '-' || arg[1] == '\0') {
+        *val = arg;
+        return SCAN_POSITIONAL;
+    }
+    if (strcmp(arg, "--") == 0) {
+        s->only_positional = true;
+        return scan_next(s, defs, ndefs, val);
+    }
+    const char *eq = strncmp(arg, "--", 2) == 0 ? strchr(arg, '=') : NULL;
+    size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
+    for (int k = 0; k < ndefs; k++) {
+        bool match = (strlen(defs[k].name) == len && strncmp(defs[k].name, arg, len) == 0) ||
+                     (defs[k].alias && strlen(defs[k].alias) == len && strncmp(defs[k].alias, arg, len) == 0);
+        if (!match) continue;
+        if (!defs[k].has_arg) {
+            if (eq) {
+                usage_error(s->cmd, "option %s takes no value", defs[k].name);
+                return SCAN_ERROR;
+            }
+            return k;
+        }
+        if (eq) {
+            *val = eq + 1;
+        } else {
+            if (s->i >= s->argc) {
+                usage_error(s->cmd, "option %s needs a value", defs[k].name);
+                return SCAN_ERROR;
+            }
+            *val = s->argv[s->i++];
+        }
+        return k;
+    }
+    usage_error(s->cmd, "unknown option '%s'", arg);
+    return SCAN_ERROR;
+}
+
+static bool parse_int64(const char *s, int64_t lo, int64_t hi, int64_t *out) {
+    if (!s || !*s || isspace((unsigned char)*s)) return false;
+    errno = 0;
+    char *end;
+    long long v = strtoll(s, &end, 10);
+    if (errno || *end || v < lo || v > hi) return false;
+    *out = v;
+    return true;
+}
+
+static bool parse_double(const char *s, double lo, double hi, double *out) {
+    if (!s || !*s || isspace((unsigned char)*s)) return false;
+    errno = 0;
+    char *end;
+    double v = strtod(s, &end);
+    if (errno || *end || !(v >= lo && v <= hi)) return false;
+    *out = v;
+    return true;
+}
+
+/* Parses an integer option value or prints a usage error. */
+static bool opt_int(const char *cmd, const char *opt, const char *val, int64_t lo, int64_t hi, int64_t *out) {
+    if (parse_int64(val, lo, hi, out)) return true;
+    usage_error(cmd, "%s: expected an integer in [%" PRId64 ", %" PRId64 "], got '%s'", opt, lo, hi, val);
+    return false;
+}
+
+/* ---- shape lists: "name:1x3x224x224,name2:1x128" ------------------------------- */
+
+typedef struct shape_spec {
+    char *name;
+    int rank;
+    int64_t dims[KILN_MAX_RANK];
+} shape_spec;
+
+typedef struct shape_list {
+    shape_spec *v;
+    int n, cap;
+} shape_list;
+
+static void shapes_free(shape_list *l) {
+    for (int i = 0; i < l->n; i++) free(l->v[i].name);
+    free(l->v);
+    memset(l, 0, sizeof *l);
+}
+
+static const shape_spec *shapes_find(const shape_list *l, const char *name) {
+    for (int i = 0; i < l->n; i++)
+        if (strcmp(l->v[i].name, name) == 0) return &l->v[i];
+    return NULL;
+}
+
+/* Appends the specs in `text`; the name is everything before the last ':' of an
+ * item (so names such as "input:0" work); dims are 'x'-separated (empty for a
+ * scalar). Returns false after printing a usage error. */
+static bool shapes_parse(const char *cmd, const char *opt, const char *text, shape_list *l) {
+    const char *p = text;
+    if (!*p) {
+        usage_error(cmd, "%s: empty value (expected name:dims, e.g. input:1x3x224x224)", opt);
+        return false;
+    }
+    while (*p) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        char *item = malloc(len + 1);
+        if (!item) {
+            fail("out of memory");
+            return false;
+        }
+        memcpy(item, p, len);
+        item[len] = '\0';
+        char *colon = strrchr(item, ':');
+        if (!colon || colon == item) {
+            usage_error(cmd, "%s: '%s' is not name:dims (e.g. input:1x3x224x224)", opt, item);
+            free(item);
+            return false;
+        }
+        *colon = '\0';
+        shape_spec sp = {.name = item, .rank = 0};
+        char *d = colon + 1;
+        while (*d) {
+            char *x = strchr(d, 'x');
+            if (x) *x = '\0';
+            int64_t v;
+            if (sp.rank >= KILN_MAX_RANK || !parse_int64(d, 0, INT64_MAX / 2, &v)) {
+                usage_error(cmd, "%s: bad dims for '%s' (expected non-negative integers joined by 'x', "
+                                 "at most %d)", opt, item, KILN_MAX_RANK);
+                free(item);
+                return false;
+            }
+            sp.dims[sp.rank++] = v;
+            if (!x) break;
+            d = x + 1;
+            if (!*d) {
+                usage_error(cmd, "%s: bad dims for '%s' (trailing 'x')", opt, item);
+                free(item);
+                return false;
+            }
+        }
+        if (shapes_find(l, item)) {
+            usage_error(cmd, "%s: input '%s' given twice", opt, item);
+            free(item);
+            return false;
+        }
+        if (l->n == l->cap) {
+            int cap = l->cap ? l->cap * 2 : 4;
+            shape_spec *nv = realloc(l->v, (size_t)cap * sizeof *nv);
+            if (!nv) {
+                free(item);
+                fail("out of memory");
+                return false;
+            }
+            l->v = nv;
+            l->cap = cap;
+        }
+        l->v[l->n++] = sp;
+        p += len;
+        if (*p == ',') {
+            p++;
+            if (!*p) {
+                usage_error(cmd, "%s: trailing ','", opt);
+                return false;
+            }
+        }
+    }
+    return true;
+}
+
+/* ---- element conversion and statistics ---------------------------------------- */
+
+static float half_to_float(uint16_t h) {
+    uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
+    if (exp == 0x1f) {
+        bits = sign | 0x7f800000u | (man << 13);
+    } else if (exp == 0) {
+        if (man == 0) {
+            bits = sign;
+        } else { /* subnormal: normalise */
+            int e = -1;
+            do {
+                e++;
+                man <<= 1;
+            } while (!(man & 0x400));
+            bits = sign | (uint32_t)(127 - 15 - e) << 23 | (man & 0x3ff) << 13;
+        }
+    } else {
+        bits = sign | (exp + 127 - 15) << 23 | man << 13;
+    }
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+static uint16_t float_to_half(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint32_t sign = (x >> 16) & 0x8000, absx = x & 0x7fffffffu;
+    if (absx >= 0x7f800000u) return (uint16_t)(sign | 0x7c00 | (absx > 0x7f800000u ? 0x200 : 0));
+    if (absx >= 0x477ff000u) return (uint16_t)(sign | 0x7c00); /* rounds to inf */
+    if (absx < 0x38800000u) {                                   /* subnormal or zero */
+        if (absx < 0x33000000u) return (uint16_t)sign;
+        uint32_t man = (absx & 0x7fffff) | 0x800000;
+        int shift = 126 - (int)(absx >> 23); /* 14..24 */
+        uint32_t h = man >> shift, rem = man & ((1u << shift) - 1), half = 1u << (shift - 1);
+        if (rem > half || (rem == half && (h & 1))) h++;
+        return (uint16_t)(sign | h);
+    }
+    uint32_t h = ((absx >> 13) - ((127 - 15) << 10)), rem = absx & 0x1fff;
+    if (rem > 0x1000 || (rem == 0x1000 && (h & 1))) h++;
+    return (uint16_t)(sign | h);
+}
+
+static float bf16_to_float(uint16_t b) {
+    uint32_t bits = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+static uint16_t float_to_bf16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40);
+    x += 0x7fff + ((x >> 16) & 1);
+    return (uint16_t)(x >> 16);
+}
+
+static double load_f64(kiln_dtype t, const void *p, int64_t i) {
+    switch (t) {
+    case KILN_DTYPE_FLOAT32: return ((const float *)p)[i];
+    case KILN_DTYPE_FLOAT64: return ((const double *)p)[i];
+    case KILN_DTYPE_FLOAT16: return half_to_float(((const uint16_t *)p)[i]);
+    case KILN_DTYPE_BFLOAT16: return bf16_to_float(((const uint16_t *)p)[i]);
+    case KILN_DTYPE_INT8: return ((const int8_t *)p)[i];
+    case KILN_DTYPE_INT16: return ((const int16_t *)p)[i];
+    case KILN_DTYPE_INT32: return ((const int32_t *)p)[i];
+    case KILN_DTYPE_INT64: return (double)((const int64_t *)p)[i];
+    case KILN_DTYPE_UINT8: return ((const uint8_t *)p)[i];
+    case KILN_DTYPE_UINT16: return ((const uint16_t *)p)[i];
+    case KILN_DTYPE_UINT32: return ((const uint32_t *)p)[i];
+    case KILN_DTYPE_UINT64: return (double)((const uint64_t *)p)[i];
+    case KILN_DTYPE_BOOL: return ((const uint8_t *)p)[i] ? 1 : 0;
+    default: return NAN;
+    }
+}
+
+static bool dtype_is_float(kiln_dtype t) {
+    return t == KILN_DTYPE_FLOAT32 || t == KILN_DTYPE_FLOAT64 || t == KILN_DTYPE_FLOAT16 ||
+           t == KILN_DTYPE_BFLOAT16;
+}
+
+static void print_value(kiln_dtype t, const void *p, int64_t i) {
+    if (dtype_is_float(t)) printf("%.6g", load_f64(t, p, i));
+    else if (t == KILN_DTYPE_INT64) printf("%" PRId64, ((const int64_t *)p)[i]);
+    else if (t == KILN_DTYPE_UINT64) printf("%" PRIu64, ((const uint64_t *)p)[i]);
+    else if (t == KILN_DTYPE_BOOL) printf("%s", ((const uint8_t *)p)[i] ? "true" : "false");
+    else printf("%.0f", load_f64(t, p, i));
+}
+
+/* ---- random inputs ------------------------------------------------------------ */
+
+static uint64_t splitmix64(uint64_t *s) {
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* Floats uniform in [-1, 1); integers in [0, 10); bools 0/1. */
+static bool fill_random(kiln_dtype t, void *data, int64_t n, uint64_t seed) {
+    uint64_t s = seed;
+    for (int64_t i = 0; i < n; i++) {
+        uint64_t r = splitmix64(&s);
+        float u = (float)((double)(r >> 40) / (double)(1ull << 24) * 2.0 - 1.0);
+        switch (t) {
+        case KILN_DTYPE_FLOAT32: ((float *)data)[i] = u; break;
+        case KILN_DTYPE_FLOAT64: ((double *)data)[i] = (double)(r >> 11) / (double)(1ull << 53) * 2.0 - 1.0; break;
+        case KILN_DTYPE_FLOAT16: ((uint16_t *)data)[i] = float_to_half(u); break;
+        case KILN_DTYPE_BFLOAT16: ((uint16_t *)data)[i] = float_to_bf16(u); break;
+        case KILN_DTYPE_INT8: ((int8_t *)data)[i] = (int8_t)(r % 10); break;
+        case KILN_DTYPE_INT16: ((int16_t *)data)[i] = (int16_t)(r % 10); break;
+        case KILN_DTYPE_INT32: ((int32_t *)data)[i] = (int32_t)(r % 10); break;
+        case KILN_DTYPE_INT64: ((int64_t *)data)[i] = (int64_t)(r % 10); break;
+        case KILN_DTYPE_UINT8: ((uint8_t *)data)[i] = (uint8_t)(r % 10); break;
+        case KILN_DTYPE_UINT16: ((uint16_t *)data)[i] = (uint16_t)(r % 10); break;
+        case KILN_DTYPE_UINT32: ((uint32_t *)data)[i] = (uint32_t)(r % 10); break;
+        case KILN_DTYPE_UINT64: ((uint64_t *)data)[i] = r % 10; break;
+        case KILN_DTYPE_BOOL: ((uint8_t *)data)[i] = (uint8_t)(r >> 63); break;
+        default: return false;
+        }
+    }
+    return true;
+}
+
+/* ---- engine inputs ---------------------------------------------------------------- */
+
+typedef struct input_file {
+    char *name; /* NULL: the engine's only input */
+    const char *path;
+} input_file;
+
+typedef struct input_files {
+    input_file *v;
+    int n, cap;
+} input_files;
+
+static void input_files_free(input_files *l) {
+    for (int i = 0; i < l->n; i++) free(l->v[i].name);
+    free(l->v);
+    memset(l, 0, sizeof *l);
+}
+
+static bool input_files_add(input_files *l, const char *spec) {
+    if (l->n == l->cap) {
+        int cap = l->cap ? l->cap * 2 : 4;
+        input_file *nv = realloc(l->v, (size_t)cap * sizeof *nv);
+        if (!nv) return false;
+        l->v = nv;
+        l->cap = cap;
+    }
+    const char *eq = strchr(spec, '=');
+    input_file f = {NULL, spec};
+    if (eq) {
+        f.name = malloc((size_t)(eq - spec) + 1);
+        if (!f.name) return false;
+        memcpy(f.name, spec, (size_t)(eq - spec));
+        f.name[eq - spec] = '\0';
+        f.path = eq + 1;
+    }
+    l->v[l->n++] = f;
+    return true;
+}
+
+typedef struct bound_input {
+    kiln_io_info info;
+    kiln_dtype dtype;
+    int rank;
+    int64_t dims[KILN_MAX_RANK];
+    void *data; /* owned */
+    const char *source; /* file path, or NULL when random */
+} bound_input;
+
+static void list_names(const kiln_engine *e, bool inputs, char *buf, size_t cap) {
+    size_t n = 0;
+    buf[0] = '\0';
+    int count = inputs ? kiln_engine_num_inputs(e) : kiln_engine_num_outputs(e);
+    for (int i = 0; i < count && n < cap; i++) {
+        kiln_io_info info;
+        if ((inputs ? kiln_engine_input_info(e, i, &info) : kiln_engine_output_info(e, i, &info)) != KILN_OK)
+            continue;
+        n += (size_t)snprintf(buf + n, cap - n, "%s'%s'", i ? ", " : "", info.name);
+    }
+}
+
+static int engine_input_index(const kiln_engine *e, const char *name) {
+    for (int i = 0; i < kiln_engine_num_inputs(e); i++) {
+        kiln_io_info info;
+        if (kiln_engine_input_info(e, i, &info) == KILN_OK && strcmp(info.name, name) == 0) return i;
+    }
+    return -1;
+}
+
+/* Checks a shape against input k's rank and profile; prints the error. */
+static bool check_shape(const kiln_engine *e, int k, const kiln_io_info *info, int rank, const int64_t *dims,
+                        const char *source) {
+    /* `source` is a file name or "--shapes": "x.npy has shape ..." / "--shapes gives shape ..." */
+    const char *verb = strcmp(source, "--shapes") == 0 ? " gives" : " has";
+    char a[DIMS_CAP], b[DIMS_CAP], c[DIMS_CAP];
+    if (rank != info->rank) {
+        fail("input '%s': %s%s shape %s (rank %d), the engine expects rank %d %s", info->name, source, verb,
+             fmt_dims(a, sizeof a, rank, dims, NULL), rank, info->rank,
+             fmt_dims(b, sizeof b, info->rank, info->dims, info->dim_names));
+        return false;
+    }
+    int64_t mn[KILN_MAX_RANK], opt[KILN_MAX_RANK], mx[KILN_MAX_RANK];
+    if (kiln_engine_input_profile(e, k, mn, opt, mx) != KILN_OK) {
+        for (int i = 0; i < rank; i++) mn[i] = mx[i] = info->dims[i];
+    }
+    for (int i = 0; i < rank; i++) {
+        if (mn[i] >= 0 && mx[i] >= 0 && (dims[i] < mn[i] || dims[i] > mx[i])) {
+            if (mn[i] == mx[i])
+                fail("input '%s': %s%s shape %s, but dim %d must be %" PRId64 " (engine shape %s)", info->name,
+                     source, verb, fmt_dims(a, sizeof a, rank, dims, NULL), i, mn[i],
+                     fmt_dims(b, sizeof b, info->rank, info->dims, info->dim_names));
+            else
+                fail("input '%s': %s%s shape %s, outside the engine's profile: dim %d must be in "
+                     "[%" PRId64 ", %" PRId64 "] (min %s, max %s)", info->name, source, verb,
+                     fmt_dims(a, sizeof a, rank, dims, NULL), i, mn[i], mx[i],
+                     fmt_dims(b, sizeof b, rank, mn, NULL), fmt_dims(c, sizeof c, rank, mx, NULL));
+            return false;
+        }
+    }
+    return true;
+}
+
+/* Prepares and binds every engine input: from --input files, else random with
+ * the --shapes shape or the profile's opt shape. bufs has one slot per input. */
+static int bind_inputs(kiln_engine *e, kiln_context *c, const input_files *files, const shape_list *shapes,
+                       uint64_t seed, bound_input *bufs, bool quiet) {
+    int n_in = kiln_engine_num_inputs(e);
+    char names[2048], a[DIMS_CAP];
+    /* Every --input and --shapes name must be an engine input. */
+    for (int j = 0; j < files->n; j++) {
+        if (!files->v[j].name) {
+            if (n_in != 1) {
+                list_names(e, true, names, sizeof names);
+                return fail("--input %s: name the input (name=file.npy); the engine has %d inputs: %s",
+                            files->v[j].path, n_in, names);
+            }
+            kiln_io_info info;
+            if (kiln_engine_input_info(e, 0, &info) != KILN_OK) return fail_kiln(KILN_ERR_INTERNAL, "input 0");
+            files->v[j].name = strdup(info.name);
+            if (!files->v[j].name) return fail("out of memory");
+        }
+        if (engine_input_index(e, files->v[j].name) < 0) {
+            list_names(e, true, names, sizeof names);
+            return fail("--input: the engine has no input named '%s' (inputs: %s)", files->v[j].name, names);
+        }
+        for (int k = 0; k < j; k++)
+            if (strcmp(files->v[k].name, files->v[j].name) == 0)
+                return fail("--input: input '%s' given twice", files->v[j].name);
+    }
+    for (int j = 0; j < shapes->n; j++)
+        if (engine_input_index(e, shapes->v[j].name) < 0) {
+            list_names(e, true, names, sizeof names);
+            return fail("--shapes: the engine has no input named '%s' (inputs: %s)", shapes->v[j].name, names);
+        }
+    for (int k = 0; k < n_in; k++) {
+        bound_input *b = &bufs[k];
+        kiln_status st = kiln_engine_input_info(e, k, &b->info);
+        if (st != KILN_OK) return fail_kiln(st, "reading input %d of the engine", k);
+        const input_file *f = NULL;
+        for (int j = 0; j < files->n; j++)
+            if (strcmp(files->v[j].name, b->info.name) == 0) f = &files->v[j];
+        if (f) {
+            npy_array arr;
+            char err[1024];
+            if (npy_read(f->path, &arr, err, sizeof err)) return fail("input '%s': %s", b->info.name, err);
+            b->dtype = arr.dtype;
+            b->rank = arr.rank;
+            memcpy(b->dims, arr.dims, sizeof b->dims);
+            b->data = arr.data; /* take ownership */
+            b->source = f->path;
+            if (arr.dtype != b->info.dtype)
+                return fail("input '%s': %s has dtype %s (shape %s), the engine expects %s", b->info.name, f->path,
+                            kiln_dtype_name(arr.dtype), fmt_dims(a, sizeof a, arr.rank, arr.dims, NULL),
+                            kiln_dtype_name(b->info.dtype));
+            if (!check_shape(e, k, &b->info, arr.rank, arr.dims, f->path)) return EXIT_FAIL;
+        } else {
+            const shape_spec *sp = shapes_find(shapes, b->info.name);
+            b->dtype = b->info.dtype;
+            b->source = NULL;
+            if (sp) {
+                b->rank = sp->rank;
+                memcpy(b->dims, sp->dims, sizeof b->dims);
+                if (!check_shape(e, k, &b->info, sp->rank, sp->dims, "--shapes")) return EXIT_FAIL;
+            } else {
+                int64_t mn[KILN_MAX_RANK], opt[KILN_MAX_RANK], mx[KILN_MAX_RANK];
+                b->rank = b->info.rank;
+                if (kiln_engine_input_profile(e, k, mn, opt, mx) == KILN_OK)
+                    memcpy(b->dims, opt, sizeof(int64_t) * (size_t)b->rank);
+                else
+                    memcpy(b->dims, b->info.dims, sizeof(int64_t) * (size_t)b->rank);
+                for (int i = 0; i < b->rank; i++)
+                    if (b->dims[i] < 0)
+                        return fail("input '%s': dim %d is dynamic and has no profile; give --shapes %s:...",
+                                    b->info.name, i, b->info.name);
+            }
+            int64_t numel = 1;
+            for (int i = 0; i < b->rank; i++)
+                if (__builtin_mul_overflow(numel, b->dims[i], &numel))
+                    return fail("input '%s': shape is too large", b->info.name);
+            size_t es = kiln_dtype_size(b->dtype);
+            if (es == 0 || (uint64_t)numel > SIZE_MAX / es)
+                return fail("input '%s': cannot make random data of dtype %s", b->info.name,
+                            kiln_dtype_name(b->dtype));
+            b->data = malloc((size_t)numel * es + 1);
+            if (!b->data) return fail("input '%s': out of memory", b->info.name);
+            if (!fill_random(b->dtype, b->data, numel, seed * 1000003u + (uint64_t)k))
+                return fail("input '%s': cannot make random data of dtype %s", b->info.name,
+                            kiln_dtype_name(b->dtype));
+        }
+        st = kiln_context_set_input(c, b->info.name, b->dtype, b->rank, b->dims, b->data);
+        if (st != KILN_OK)
+            return fail_kiln(st, "input '%s' (%s %s from %s)", b->info.name, kiln_dtype_name(b->dtype),
+                             fmt_dims(a, sizeof a, b->rank, b->dims, NULL), b->source ? b->source : "random data");
+        if (!quiet)
+            printf("input  '%s': %s %s  (%s)\n", b->info.name, kiln_dtype_name(b->dtype),
+                   fmt_dims(a, sizeof a, b->rank, b->dims, NULL), b->source ? b->source : "random");
+    }
+    return EXIT_OK;
+}
+
+static void free_inputs(bound_input *bufs, int n) {
+    if (!bufs) return;
+    for (int i = 0; i < n; i++) free(bufs[i].data);
+    free(bufs);
+}
+
+/* ---- build -------------------------------------------------------------------------- */
+
+static const char build_help[] =
+    "Usage: kiln build MODEL.onnx [-o ENGINE.kiln] [options]\n"
+    "\n"
+    "Compiles an ONNX model into an engine file.\n"
+    "\n"
+    "Options:\n"
+    "  -o, --output FILE        engine file to write (default: MODEL with .onnx replaced by .kiln)\n"
+    "  --shapes SPECS           shape of inputs, min = opt = max; SPECS is\n"
+    "                           name:1x3x224x224[,name2:dims...] (a name may contain ':';\n"
+    "                           the last ':' separates the dims; 'name:' is a scalar)\n"
+    "  --min-shapes SPECS       smallest shapes of the profile\n"
+    "  --opt-shapes SPECS       shapes to optimize for\n"
+    "  --max-shapes SPECS       largest shapes of the profile\n"
+    "                           (for an input given only some of min/opt/max: opt defaults to\n"
+    "                           max, else min; min and max default to opt. Inputs with dynamic\n"
+    "                           dims and no shapes get 1 for those dims.)\n"
+    "  --fp32 | --tf32 | --fp16 | --bf16   precision (default fp32)\n"
+    "  --device DEV             cpu (default), cuda or cuda:N\n"
+    "  --threads N              threads for contexts of the engine (0 = one per core; default 0)\n"
+    "  --workspace MIB          largest scratch memory a layer may use, in MiB (0 = no limit)\n"
+    "  --timing-cache FILE      kernel timing cache (read if present, written after)\n"
+    "  -q, --quiet              print nothing on success\n"
+    "  -h, --help               show this help\n";
+
+typedef struct prof_entry {
+    const char *name;
+    int rank;
+    int64_t mn[KILN_MAX_RANK], opt[KILN_MAX_RANK], mx[KILN_MAX_RANK];
+    bool have_mn, have_opt, have_mx;
+} prof_entry;
+
+static int cmd_build(int argc, char **argv) {
+    static const optdef defs[] = {
+        {"--output", "-o", true},  {"--shapes", NULL, true},     {"--min-shapes", NULL, true},
+        {"--opt-shapes", NULL, true}, {"--max-shapes", NULL, true}, {"--fp32", NULL, false},
+        {"--tf32", NULL, false},   {"--fp16", NULL, false},      {"--bf16", NULL, false},
+        {"--device", NULL, true},  {"--threads", NULL, true},    {"--workspace", NULL, true},
+        {"--timing-cache", NULL, true}, {"--help", "-h", false}, {"--quiet", "-q", false},
+    };
+    enum { O_OUT, O_SHAPES, O_MIN, O_OPT, O_MAX, O_FP32, O_TF32, O_FP16, O_BF16, O_DEVICE, O_THREADS,
+           O_WORKSPACE, O_TCACHE, O_HELP, O_QUIET };
+    argscan s = {argc, argv, 0, "build", false};
+    const char *model_path = NULL, *out_path = NULL, *tcache = NULL, *val;
+    shape_list sl[4] = {{0}}; /* shapes, min, opt, max */
+    int precision = -1, device = KILN_DEVICE_CPU;
+    int64_t device_index = 0, threads = -1, workspace = -1;
+    bool quiet = false;
+    int rc = EXIT_USAGE, id;
+    char *default_out = NULL;
+    kiln_model *m = NULL;
+    kiln_builder *b = NULL;
+    kiln_engine *e = NULL;
+    prof_entry *pe = NULL;
+
+    while ((id = scan_next(&s, defs, (int)(sizeof defs / sizeof defs[0]), &val)) != SCAN_END) {
+        switch (id) {
+        case SCAN_ERROR: goto done;
+        case SCAN_POSITIONAL:
+            if (model_path) {
+                usage_error("build", "unexpected argument '%s' (one model only)", val);
+                goto done;
+            }
+            model_path = val;
+            break;
+        case O_HELP: fputs(build_help, stdout); rc = EXIT_OK; goto done;
+        case O_OUT: out_path = val; break;
+        case O_SHAPES: case O_MIN: case O_OPT: case O_MAX:
+            if (!shapes_parse("build", defs[id].name, val, &sl[id - O_SHAPES])) goto done;
+            break;
+        case O_FP32: case O_TF32: case O_FP16: case O_BF16: {
+            int p = id == O_FP32 ? KILN_PRECISION_FP32 : id == O_TF32 ? KILN_PRECISION_TF32
+                  : id == O_FP16 ? KILN_PRECISION_FP16 : KILN_PRECISION_BF16;
+            if (precision >= 0 && precision != p) {
+                usage_error("build", "give only one of --fp32, --tf32, --fp16, --bf16");
+                goto done;
+            }
+            precision = p;
+            break;
+        }
+        case O_DEVICE:
+            if (strcmp(val, "cpu") == 0) {
+                device = KILN_DEVICE_CPU;
+            } else if (strcmp(val, "cuda") == 0) {
+                device = KILN_DEVICE_CUDA;
+            } else if (strncmp(val, "cuda:", 5) == 0 && parse_int64(val + 5, 0, 1024, &device_index)) {
+                device = KILN_DEVICE_CUDA;
+            } else {
+                usage_error("build", "--device: expected cpu, cuda or cuda:N, got '%s'", val);
+                goto done;
+            }
+            break;
+        case O_THREADS: if (!opt_int("build", "--threads", val, 0, 4096, &threads)) goto done; break;
+        case O_WORKSPACE:
+            if (!opt_int("build", "--workspace", val, 0, (int64_t)(SIZE_MAX >> 21), &workspace)) goto done;
+            break;
+        case O_TCACHE: tcache = val; break;
+        case O_QUIET: quiet = true; break;
+        default: goto done;
+        }
+    }
+    if (!model_path) {
+        usage_error("build", "no model given");
+        goto done;
+    }
+    rc = EXIT_FAIL;
+    if (!out_path) {
+        size_t n = strlen(model_path);
+        default_out = malloc(n + 6);
+        if (!default_out) {
+            fail("out of memory");
+            goto done;
+        }
+        memcpy(default_out, model_path, n + 1);
+        if (n > 5 && strcmp(default_out + n - 5, ".onnx") == 0) default_out[n - 5] = '\0';
+        strcat(default_out, ".kiln");
+        out_path = default_out;
+    }
+
+    double t0 = now_s();
+    kiln_status st = kiln_model_load_onnx(model_path, &m);
+    if (st != KILN_OK) {
+        fail_load(st, "model", model_path);
+        goto done;
+    }
+    double t_load = now_s() - t0;
+    int n_in = kiln_model_num_inputs(m), n_out = kiln_model_num_outputs(m);
+
+    /* Profiles: every named input must exist, ranks must match. */
+    pe = calloc((size_t)(n_in > 0 ? n_in : 1), sizeof *pe);
+    if (!pe) {
+        fail("out of memory");
+        goto done;
+    }
+    for (int q = 0; q < 4; q++)
+        for (int j = 0; j < sl[q].n; j++) {
+            const shape_spec *sp = &sl[q].v[j];
+            int k = -1;
+            kiln_io_info info;
+            for (int i = 0; i < n_in; i++)
+                if (kiln_model_input_info(m, i, &info) == KILN_OK && strcmp(info.name, sp->name) == 0) k = i;
+            if (k < 0) {
+                char names[2048];
+                size_t n = 0;
+                names[0] = '\0';
+                for (int i = 0; i < n_in && n < sizeof names; i++)
+                    if (kiln_model_input_info(m, i, &info) == KILN_OK)
+                        n += (size_t)snprintf(names + n, sizeof names - n, "%s'%s'", i ? ", " : "", info.name);
+                fail("%s: the model has no input named '%s' (inputs: %s)", defs[O_SHAPES + q].name, sp->name,
+                     names);
+                goto done;
+            }
+            kiln_model_input_info(m, k, &info);
+            char a[DIMS_CAP], bb[DIMS_CAP];
+            if (sp->rank != info.rank) {
+                fail("%s: input '%s' has rank %d %s in the model, %d dims given", defs[O_SHAPES + q].name,
+                     sp->name, info.rank, fmt_dims(a, sizeof a, info.rank, info.dims, info.dim_names), sp->rank);
+                goto done;
+            }
+            for (int i = 0; i < info.rank; i++)
+                if (info.dims[i] >= 0 && sp->dims[i] != info.dims[i]) {
+                    fail("%s: input '%s' has fixed dim %d = %" PRId64 " in the model %s, %s given",
+                         defs[O_SHAPES + q].name, sp->name, i, info.dims[i],
+                         fmt_dims(a, sizeof a, info.rank, info.dims, info.dim_names),
+                         fmt_dims(bb, sizeof bb, sp->rank, sp->dims, NULL));
+                    goto done;
+                }
+            prof_entry *p = &pe[k];
+            if (q > 0 && shapes_find(&sl[0], sp->name)) {
+                usage_error("build", "input '%s' is in both --shapes and %s (--shapes sets min, opt and max)",
+                            sp->name, defs[O_SHAPES + q].name);
+                rc = EXIT_USAGE;
+                goto done;
+            }
+            p->name = sp->name;
+            p->rank = sp->rank;
+            size_t bytes = sizeof(int64_t) * (size_t)sp->rank;
+            if (q == 0 || q == 1) { memcpy(p->mn, sp->dims, bytes); p->have_mn = true; }
+            if (q == 0 || q == 2) { memcpy(p->opt, sp->dims, bytes); p->have_opt = true; }
+            if (q == 0 || q == 3) { memcpy(p->mx, sp->dims, bytes); p->have_mx = true; }
+        }
+
+    st = kiln_builder_create(&b);
+    if (st != KILN_OK) {
+        fail_kiln(st, "cannot create a builder");
+        goto done;
+    }
+    if ((st = kiln_builder_set_device(b, (kiln_device)device, (int)device_index)) != KILN_OK) {
+        fail_kiln(st, "--device");
+        goto done;
+    }
+    if (precision >= 0 && (st = kiln_builder_set_precision(b, (kiln_precision)precision)) != KILN_OK) {
+        fail_kiln(st, "precision");
+        goto done;
+    }
+    if (threads >= 0 && (st = kiln_builder_set_threads(b, (int)threads)) != KILN_OK) {
+        fail_kiln(st, "--threads");
+        goto done;
+    }
+    if (workspace >= 0 && (st = kiln_builder_set_workspace(b, (size_t)workspace << 20)) != KILN_OK) {
+        fail_kiln(st, "--workspace");
+        goto done;
+    }
+    if (tcache && (st = kiln_builder_set_timing_cache(b, tcache)) != KILN_OK) {
+        fail_kiln(st, "--timing-cache");
+        goto done;
+    }
+    for (int k = 0; k < n_in; k++) {
+        prof_entry *p = &pe[k];
+        kiln_io_info info;
+        if (kiln_model_input_info(m, k, &info) != KILN_OK) continue;
+        if (!p->name) {
+            bool dynamic = false;
+            for (int i = 0; i < info.rank; i++) dynamic = dynamic || info.dims[i] < 0;
+            char a[DIMS_CAP];
+            if (dynamic && !quiet)
+                fprintf(stderr, "kiln: note: input '%s' %s has dynamic dims and no shapes: using 1 for them\n",
+                        info.name, fmt_dims(a, sizeof a, info.rank, info.dims, info.dim_names));
+            continue;
+        }
+        size_t bytes = sizeof(int64_t) * (size_t)p->rank;
+        if (!p->have_opt) memcpy(p->opt, p->have_mx ? p->mx : p->mn, bytes);
+        if (!p->have_mn) memcpy(p->mn, p->opt, bytes);
+        if (!p->have_mx) memcpy(p->mx, p->opt, bytes);
+        for (int i = 0; i < p->rank; i++)
+            if (!(p->mn[i] <= p->opt[i] && p->opt[i] <= p->mx[i])) {
+                char a[DIMS_CAP], bb[DIMS_CAP], c[DIMS_CAP];
+                fail("input '%s': shapes must satisfy min <= opt <= max in every dim, got min %s opt %s max %s",
+                     p->name, fmt_dims(a, sizeof a, p->rank, p->mn, NULL), fmt_dims(bb, sizeof bb, p->rank, p->opt, NULL),
+                     fmt_dims(c, sizeof c, p->rank, p->mx, NULL));
+                goto done;
+            }
+        st = kiln_builder_set_profile(b, p->name, p->rank, p->mn, p->opt, p->mx);
+        if (st != KILN_OK) {
+            fail_kiln(st, "profile of input '%s'", p->name);
+            goto done;
+        }
+    }
+
+    t0 = now_s();
+    st = kiln_build(b, m, &e);
+    double t_build = now_s() - t0;
+    if (st != KILN_OK) {
+        fail_kiln(st, "cannot build '%s'", model_path);
+        goto done;
+    }
+    t0 = now_s();
+    st = kiln_engine_save(e, out_path);
+    double t_save = now_s() - t0;
+    if (st != KILN_OK) {
+        fail_kiln(st, "cannot write engine '%s'", out_path);
+        goto done;
+    }
+    if (!quiet) {
+        char a[DIMS_CAP], bb[DIMS_CAP], c[DIMS_CAP], d[DIMS_CAP];
+        printf("model:   %s (%d inputs, %d outputs)\n", model_path, n_in, n_out);
+        for (int k = 0; k < kiln_engine_num_inputs(e); k++) {
+            kiln_io_info info;
+            int64_t mn[KILN_MAX_RANK], opt[KILN_MAX_RANK], mx[KILN_MAX_RANK];
+            if (kiln_engine_input_info(e, k, &info) != KILN_OK) continue;
+            printf("  input  %s: %s %s", info.name, kiln_dtype_name(info.dtype),
+                   fmt_dims(a, sizeof a, info.rank, info.dims, info.dim_names));
+            if (kiln_engine_input_profile(e, k, mn, opt, mx) == KILN_OK)
+                printf("  profile min %s opt %s max %s", fmt_dims(bb, sizeof bb, info.rank, mn, NULL),
+                       fmt_dims(c, sizeof c, info.rank, opt, NULL), fmt_dims(d, sizeof d, info.rank, mx, NULL));
+            printf("\n");
+        }
+        for (int k = 0; k < kiln_engine_num_outputs(e); k++) {
+            kiln_io_info info;
+            if (kiln_engine_output_info(e, k, &info) != KILN_OK) continue;
+            printf("  output %s: %s %s\n", info.name, kiln_dtype_name(info.dtype),
+                   fmt_dims(a, sizeof a, info.rank, info.dims, info.dim_names));
+        }
+        /* The layer count is read from the text description ("layers (N):"). */
+        const char *desc = kiln_engine_describe(e, 0);
+        const char *lp = desc ? strstr(desc, "\nlayers (") : NULL;
+        int layers = -1;
+        if (lp) sscanf(lp, "\nlayers (%d", &layers);
+        struct stat sb;
+        double size = stat(out_path, &sb) == 0 ? (double)sb.st_size : 0;
+        if (layers >= 0) printf("layers:  %d\n", layers);
+        if (size >= 1e6) printf("engine:  %s (%.1f MB)\n", out_path, size / 1e6);
+        else printf("engine:  %s (%.1f kB)\n", out_path, size / 1e3);
+        printf("time:    load %.3f s, build %.3f s, save %.3f s\n", t_load, t_build, t_save);
+    }
+    rc = EXIT_OK;
+done:
+    kiln_engine_free(e);
+    kiln_builder_free(b);
+    kiln_model_free(m);
+    free(pe);
+    free(default_out);
+    for (int q = 0; q < 4; q++) shapes_free(&sl[q]);
+    return rc;
+}
+
+/* ---- run ------------------------------------------------------------------------------ */
+
+static const char run_help[] =
+    "Usage: kiln run ENGINE.kiln [options]\n"
+    "\n"
+    "Runs an engine once and reports its outputs.\n"
+    "\n"
+    "Options:\n"
+    "  -i, --input NAME=FILE.npy  an input from a .npy file (repeatable; FILE.npy alone if the\n"
+    "                           engine has one input). Inputs not given get random data:\n"
+    "                           floats uniform in [-1, 1), integers in [0, 10), random bools.\n"
+    "  --shapes SPECS           shapes of the random inputs (name:1x3x224x224[,...]);\n"
+    "                           default: the profile's opt shape\n"
+    "  --output-dir DIR         write each output as DIR/<name>.npy (characters other than\n"
+    "                           A-Z a-z 0-9 . _ - in names become '_'; DIR is created)\n"
+    "  --seed S                 seed of the random inputs (default 0)\n"
+    "  --threads N              threads (0 = one per core; default: the engine's setting)\n"
+    "  --print                  print every output value\n"
+    "  -q, --quiet              print only errors\n"
+    "  -h, --help               show this help\n";
+
+static bool make_dirs(const char *path) {
+    char *p = strdup(path);
+    if (!p) return false;
+    for (char *q = p + 1; *q; q++) {
+        if (*q != '/') continue;
+        *q = '\0';
+        if (mkdir(p, 0777) != 0 && errno != EEXIST) {
+            free(p);
+            return false;
+        }
+        *q = '/';
+    }
+    bool ok = mkdir(p, 0777) == 0 || errno == EEXIST;
+    free(p);
+    struct stat sb;
+    return ok && stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+/* Output file name: unsafe characters become '_'; never empty, never hidden. */
+static void sanitize(const char *name, char *out, size_t cap) {
+    size_t n = 0;
+    if (name[0] == '.' || name[0] == '\0') out[n++] = '_';
+    for (const char *p = name; *p && n + 1 < cap; p++) {
+        unsigned char ch = (unsigned char)*p;
+        out[n++] = (isalnum(ch) || ch == '.' || ch == '_' || ch == '-') ? (char)ch : '_';
+    }
+    out[n] = '\0';
+}
+
+static void print_output(const char *name, kiln_dtype dt, int rank, const int64_t *dims, const void *data,
+                         bool all) {
+    char a[DIMS_CAP];
+    int64_t n = 1;
+    for (int i = 0; i < rank; i++) n *= dims[i];
+    printf("output '%s': %s %s\n", name, kiln_dtype_name(dt), fmt_dims(a, sizeof a, rank, dims, NULL));
+    if (n == 0) {
+        printf("  (empty)\n");
+        return;
+    }
+    int64_t show = all ? n : (n < 8 ? n : 8);
+    printf("  values:");
+    for (int64_t i = 0; i < show; i++) {
+        printf(all && i % 8 == 0 ? "\n   " : " ");
+        print_value(dt, data, i);
+    }
+    if (show < n) printf(" ... (%" PRId64 " values)", n);
+    printf("\n");
+    double mn = INFINITY, mx = -INFINITY, sum = 0;
+    int64_t nans = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double v = load_f64(dt, data, i);
+        if (isnan(v)) {
+            nans++;
+            continue;
+        }
+        if (v < mn) mn = v;
+        if (v > mx) mx = v;
+        sum += v;
+    }
+    if (nans < n) printf("  min %.6g  max %.6g  mean %.6g", mn, mx, sum / (double)(n - nans));
+    if (nans) printf("  (%" PRId64 " NaN)", nans);
+    printf("\n");
+}
+
+static int cmd_run(int argc, char **argv) {
+    static const optdef defs[] = {
+        {"--input", "-i", true}, {"--output-dir", NULL, true}, {"--shapes", NULL, true},
+        {"--seed", NULL, true},  {"--threads", NULL, true},    {"--print", NULL, false},
+        {"--help", "-h", false}, {"--quiet", "-q", false},
+    };
+    enum { O_INPUT, O_OUTDIR, O_SHAPES, O_SEED, O_THREADS, O_PRINT, O_HELP, O_QUIET };
+    argscan s = {argc, argv, 0, "run", false};
+    const char *engine_path = NULL, *outdir = NULL, *val;
+    input_files files = {0};
+    shape_list shapes = {0};
+    int64_t seed = 0, threads = -1;
+    bool print_all = false, quiet = false;
+    int rc = EXIT_USAGE, id;
+    kiln_engine *e = NULL;
+    kiln_context *c = NULL;
+    bound_input *bufs = NULL;
+    int n_in = 0;
+
+    while ((id = scan_next(&s, defs, (int)(sizeof defs / sizeof defs[0]), &val)) != SCAN_END) {
+        switch (id) {
+        case SCAN_ERROR: goto done;
+        case SCAN_POSITIONAL:
+            if (engine_path) {
+                usage_error("run", "unexpected argument '%s' (one engine only)", val);
+                goto done;
+            }
+            engine_path = val;
+            break;
+        case O_HELP: fputs(run_help, stdout); rc = EXIT_OK; goto done;
+        case O_INPUT:
+            if (!*val || (strchr(val, '=') && !strchr(val, '=')[1])) {
+                usage_error("run", "--input: expected NAME=FILE.npy, got '%s'", val);
+                goto done;
+            }
+            if (!input_files_add(&files, val)) {
+                rc = fail("out of memory");
+                goto done;
+            }
+            break;
+        case O_OUTDIR: outdir = val; break;
+        case O_SHAPES: if (!shapes_parse("run", "--shapes", val, &shapes)) goto done; break;
+        case O_SEED: if (!opt_int("run", "--seed", val, 0, INT64_MAX, &seed)) goto done; break;
+        case O_THREADS: if (!opt_int("run", "--threads", val, 0, 4096, &threads)) goto done; break;
+        case O_PRINT: print_all = true; break;
+        case O_QUIET: quiet = true; break;
+        default: goto done;
+        }
+    }
+    if (!engine_path) {
+        usage_error("run", "no engine given");
+        goto done;
+    }
+    rc = EXIT_FAIL;
+    double t0 = now_s();
+    kiln_status st = kiln_engine_load(engine_path, &e);
+    if (st != KILN_OK) {
+        fail_load(st, "engine", engine_path);
+        goto done;
+    }
+    double t_load = now_s() - t0;
+    if ((st = kiln_context_create(e, &c)) != KILN_OK) {
+        fail_kiln(st, "cannot create a context");
+        goto done;
+    }
+    if (threads >= 0 && (st = kiln_context_set_threads(c, (int)threads)) != KILN_OK) {
+        fail_kiln(st, "--threads");
+        goto done;
+    }
+    n_in = kiln_engine_num_inputs(e);
+    bufs = calloc((size_t)(n_in > 0 ? n_in : 1), sizeof *bufs);
+    if (!bufs) {
+        fail("out of memory");
+        goto done;
+    }
+    if (bind_inputs(e, c, &files, &shapes, (uint64_t)seed, bufs, quiet) != EXIT_OK) goto done;
+    t0 = now_s();
+    st = kiln_context_run(c);
+    double t_run = now_s() - t0;
+    if (st != KILN_OK) {
+        fail_kiln(st, "run failed");
+        goto done;
+    }
+    if (outdir && !make_dirs(outdir)) {
+        fail("--output-dir: cannot create '%s': %s", outdir, strerror(errno));
+        goto done;
+    }
+    int n_out = kiln_engine_num_outputs(e);
+    char **used = calloc((size_t)(n_out > 0 ? n_out : 1), sizeof *used);
+    if (!used) {
+        fail("out of memory");
+        goto done;
+    }
+    int orc = EXIT_OK;
+    for (int k = 0; k < n_out && orc == EXIT_OK; k++) {
+        kiln_io_info info;
+        kiln_dtype dt;
+        int rank;
+        int64_t dims[KILN_MAX_RANK];
+        const void *data;
+        if ((st = kiln_engine_output_info(e, k, &info)) != KILN_OK ||
+            (st = kiln_context_get_output(c, info.name, &dt, &rank, dims, &data)) != KILN_OK) {
+            orc = fail_kiln(st, "reading output %d", k);
+            break;
+        }
+        if (!quiet) print_output(info.name, dt, rank, dims, data, print_all);
+        if (!outdir) continue;
+        char fname[512];
+        sanitize(info.name, fname, sizeof fname - 16);
+        for (int j = 0; j < k; j++) /* two names that sanitize alike: add the index */
+            if (used[j] && strcmp(used[j], fname) == 0) {
+                snprintf(fname + strlen(fname), 16, "_%d", k);
+                break;
+            }
+        used[k] = strdup(fname);
+        size_t plen = strlen(outdir) + strlen(fname) + 8;
+        char *path = malloc(plen);
+        if (!path) {
+            orc = fail("out of memory");
+            break;
+        }
+        snprintf(path, plen, "%s/%s.npy", outdir, fname);
+        char err[1024];
+        int wrc;
+        if (dt == KILN_DTYPE_BFLOAT16) { /* .npy has no bfloat16: widen to float32 */
+            int64_t n = 1;
+            for (int i = 0; i < rank; i++) n *= dims[i];
+            float *f = malloc((size_t)n * sizeof(float) + 1);
+            if (!f) {
+                free(path);
+                orc = fail("out of memory");
+                break;
+            }
+            for (int64_t i = 0; i < n; i++) f[i] = bf16_to_float(((const uint16_t *)data)[i]);
+            wrc = npy_write(path, KILN_DTYPE_FLOAT32, rank, dims, f, err, sizeof err);
+            free(f);
+            if (!quiet) printf("  (bfloat16 written as float32)\n");
+        } else {
+            wrc = npy_write(path, dt, rank, dims, data, err, sizeof err);
+        }
+        if (wrc) orc = fail("output '%s': %s", info.name, err);
+        else if (!quiet) printf("  -> %s\n", path);
+        free(path);
+    }
+    for (int k = 0; k < n_out; k++) free(used[k]);
+    free(used);
+    if (orc != EXIT_OK) goto done;
+    if (!quiet) printf("time: load %.3f s, run %.3f ms\n", t_load, t_run * 1e3);
+    rc = EXIT_OK;
+done:
+    kiln_context_free(c);
+    free_inputs(bufs, n_in);
+    kiln_engine_free(e);
+    input_files_free(&files);
+    shapes_free(&shapes);
+    return rc;
+}
+
+/* ---- inspect --------------------------------------------------------------------------- */
+
+static const char inspect_help[] =
+    "Usage: kiln inspect ENGINE.kiln [--json]\n"
+    "\n"
+    "Describes an engine: inputs, outputs, profiles, layers and kernels, memory.\n"
+    "\n"
+    "Options:\n"
+    "  --json       print JSON\n"
+    "  -h, --help   show this help\n";
+
+static int cmd_inspect(int argc, char **argv) {
+    static const optdef defs[] = {{"--json", NULL, false}, {"--help", "-h", false}};
+    argscan s = {argc, argv, 0, "inspect", false};
+    const char *path = NULL, *val;
+    bool json = false;
+    int id;
+    while ((id = scan_next(&s, defs, 2, &val)) != SCAN_END) {
+        if (id == SCAN_ERROR) return EXIT_USAGE;
+        if (id == SCAN_POSITIONAL) {
+            if (path) return usage_error("inspect", "unexpected argument '%s' (one engine only)", val);
+            path = val;
+        } else if (id == 0) {
+            json = true;
+        } else {
+            fputs(inspect_help, stdout);
+            return EXIT_OK;
+        }
+    }
+    if (!path) return usage_error("inspect", "no engine given");
+    kiln_engine *e = NULL;
+    kiln_status st = kiln_engine_load(path, &e);
+    if (st != KILN_OK) return fail_load(st, "engine", path);
+    const char *d = kiln_engine_describe(e, json);
+    int rc = EXIT_OK;
+    if (!d || !*d) {
+        rc = fail("cannot describe engine '%s'", path);
+    } else {
+        fputs(d, stdout);
+        if (d[strlen(d) - 1] != '\n') fputc('\n', stdout);
+    }
+    kiln_engine_free(e);
+    return rc;
+}
+
+/* ---- bench ------------------------------------------------------------------------------- */
+
+static const char bench_help[] =
+    "Usage: kiln bench ENGINE.kiln [options]\n"
+    "\n"
+    "Measures latency: warm-up runs, then timed runs (CLOCK_MONOTONIC) until both\n"
+    "--iterations and --duration are reached.\n"
+    "\n"
+    "Options:\n"
+    "  --warmup N           untimed runs first (default 3)\n"
+    "  --iterations N       at least N timed runs (default 10)\n"
+    "  --duration S         run for at least S seconds (default 0)\n"
+    "  --shapes SPECS       shapes of the inputs (default: the profile's opt shapes)\n"
+    "  -i, --input NAME=FILE.npy  use an input from a file instead of random data\n"
+    "  --seed S             seed of the random inputs (default 0)\n"
+    "  --threads N          threads (0 = one per core; default: the engine's setting)\n"
+    "  --json               print the results as JSON only\n"
+    "  -h, --help           show this help\n";
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Nearest-rank percentile of a sorted array. */
+static double percentile(const double *v, int64_t n, double q) {
+    int64_t r = (int64_t)ceil(q / 100.0 * (double)n);
+    if (r < 1) r = 1;
+    if (r > n) r = n;
+    return v[r - 1];
+}
+
+static void json_string(const char *s) {
+    putchar('"');
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\') printf("\\%c", ch);
+        else if (ch < 0x20) printf("\\u%04x", ch);
+        else putchar(ch);
+    }
+    putchar('"');
+}
+
+static int cmd_bench(int argc, char **argv) {
+    static const optdef defs[] = {
+        {"--warmup", NULL, true}, {"--iterations", NULL, true}, {"--duration", NULL, true},
+        {"--shapes", NULL, true}, {"--threads", NULL, true},    {"--json", NULL, false},
+        {"--help", "-h", false},  {"--input", "-i", true},      {"--seed", NULL, true},
+    };
+    enum { O_WARMUP, O_ITERS, O_DURATION, O_SHAPES, O_THREADS, O_JSON, O_HELP, O_INPUT, O_SEED };
+    argscan s = {argc, argv, 0, "bench", false};
+    const char *path = NULL, *val;
+    int64_t warmup = 3, iters = 10, threads = -1, seed = 0;
+    double duration = 0;
+    bool json = false;
+    shape_list shapes = {0};
+    input_files files = {0};
+    int rc = EXIT_USAGE, id, n_in = 0;
+    kiln_engine *e = NULL;
+    kiln_context *c = NULL;
+    bound_input *bufs = NULL;
+    double *lat = NULL;
+
+    while ((id = scan_next(&s, defs, (int)(sizeof defs / sizeof defs[0]), &val)) != SCAN_END) {
+        switch (id) {
+        case SCAN_ERROR: goto done;
+        case SCAN_POSITIONAL:
+            if (path) {
+                usage_error("bench", "unexpected argument '%s' (one engine only)", val);
+                goto done;
+            }
+            path = val;
+            break;
+        case O_HELP: fputs(bench_help, stdout); rc = EXIT_OK; goto done;
+        case O_WARMUP: if (!opt_int("bench", "--warmup", val, 0, 100000000, &warmup)) goto done; break;
+        case O_ITERS: if (!opt_int("bench", "--iterations", val, 1, 100000000, &iters)) goto done; break;
+        case O_DURATION:
+            if (!parse_double(val, 0, 1e6, &duration)) {
+                usage_error("bench", "--duration: expected seconds in [0, 1e6], got '%s'", val);
+                goto done;
+            }
+            break;
+        case O_SHAPES: if (!shapes_parse("bench", "--shapes", val, &shapes)) goto done; break;
+        case O_THREADS: if (!opt_int("bench", "--threads", val, 0, 4096, &threads)) goto done; break;
+        case O_SEED: if (!opt_int("bench", "--seed", val, 0, INT64_MAX, &seed)) goto done; break;
+        case O_JSON: json = true; break;
+        case O_INPUT:
+            if (!input_files_add(&files, val)) {
+                rc = fail("out of memory");
+                goto done;
+            }
+            break;
+        default: goto done;
+        }
+    }
+    if (!path) {
+        usage_error("bench", "no engine given");
+        goto done;
+    }
+    rc = EXIT_FAIL;
+    kiln_status st = kiln_engine_load(path, &e);
+    if (st != KILN_OK) {
+        fail_load(st, "engine", path);
+        goto done;
+    }
+    if ((st = kiln_context_create(e, &c)) != KILN_OK) {
+        fail_kiln(st, "cannot create a context");
+        goto done;
+    }
+    if (threads >= 0 && (st = kiln_context_set_threads(c, (int)threads)) != KILN_OK) {
+        fail_kiln(st, "--threads");
+        goto done;
+    }
+    n_in = kiln_engine_num_inputs(e);
+    bufs = calloc((size_t)(n_in > 0 ? n_in : 1), sizeof *bufs);
+    if (!bufs) {
+        fail("out of memory");
+        goto done;
+    }
+    if (bind_inputs(e, c, &files, &shapes, (uint64_t)seed, bufs, json) != EXIT_OK) goto done;
+    double t0 = now_s();
+    for (int64_t i = 0; i < warmup; i++)
+        if ((st = kiln_context_run(c)) != KILN_OK) {
+            fail_kiln(st, "run failed (warm-up %" PRId64 ")", i);
+            goto done;
+        }
+    double t_warm = now_s() - t0;
+    int64_t cap = iters, n = 0;
+    lat = malloc((size_t)cap * sizeof *lat);
+    if (!lat) {
+        fail("out of memory");
+        goto done;
+    }
+    double start = now_s(), t_end = start;
+    while (n < iters || t_end - start < duration) {
+        if (n == cap) {
+            int64_t ncap = cap * 2;
+            double *nl = realloc(lat, (size_t)ncap * sizeof *nl);
+            if (!nl) break; /* keep what we have */
+            lat = nl;
+            cap = ncap;
+        }
+        double a = now_s();
+        if ((st = kiln_context_run(c)) != KILN_OK) {
+            fail_kiln(st, "run failed (iteration %" PRId64 ")", n);
+            goto done;
+        }
+        t_end = now_s();
+        lat[n++] = (t_end - a) * 1e3;
+    }
+    double total = t_end - start, sum = 0;
+    for (int64_t i = 0; i < n; i++) sum += lat[i];
+    qsort(lat, (size_t)n, sizeof *lat, cmp_double);
+    double mean = sum / (double)n, p50 = percentile(lat, n, 50), p90 = percentile(lat, n, 90),
+           p99 = percentile(lat, n, 99), tput = total > 0 ? (double)n / total : 0;
+    if (json) {
+        printf("{\n  \"engine\": ");
+        json_string(path);
+        printf(",\n  \"inputs\": [");
+        for (int k = 0; k < n_in; k++) {
+            printf("%s{\"name\": ", k ? ", " : "");
+            json_string(bufs[k].info.name);
+            printf(", \"dtype\": \"%s\", \"shape\": [", kiln_dtype_name(bufs[k].dtype));
+            for (int i = 0; i < bufs[k].rank; i++) printf("%s%" PRId64, i ? ", " : "", bufs[k].dims[i]);
+            printf("]}");
+        }
+        printf("],\n  \"warmup\": %" PRId64 ",\n  \"iterations\": %" PRId64 ",\n  \"total_s\": %.6f,\n", warmup,
+               n, total);
+        printf("  \"latency_ms\": {\"min\": %.6f, \"mean\": %.6f, \"p50\": %.6f, \"p90\": %.6f, \"p99\": %.6f, "
+               "\"max\": %.6f},\n", lat[0], mean, p50, p90, p99, lat[n - 1]);
+        printf("  \"throughput_per_s\": %.3f\n}\n", tput);
+    } else {
+        printf("warm-up:    %" PRId64 " runs in %.3f s\n", warmup, t_warm);
+        printf("iterations: %" PRId64 " runs in %.3f s\n", n, total);
+        printf("latency (ms): min %.3f  mean %.3f  p50 %.3f  p90 %.3f  p99 %.3f  max %.3f\n", lat[0], mean, p50,
+               p90, p99, lat[n - 1]);
+        printf("throughput: %.2f inferences/s\n", tput);
+    }
+    rc = EXIT_OK;
+done:
+    free(lat);
+    kiln_context_free(c);
+    free_inputs(bufs, n_in);
+    kiln_engine_free(e);
+    shapes_free(&shapes);
+    input_files_free(&files);
+    return rc;
+}
+
+/* ---- main -------------------------------------------------------------------------------- */
+
+static const char main_help[] =
+    "Usage: kiln COMMAND [options]\n"
+    "\n"
+    "kiln compiles ONNX models into engines and runs them.\n"
+    "\n"
+    "Commands:\n"
+    "  build MODEL.onnx -o ENGINE.kiln   compile a model (kiln build --help)\n"
+    "  run ENGINE.kiln                   run once on .npy or random inputs, save outputs\n"
+    "  inspect ENGINE.kiln [--json]      describe an engine\n"
+    "  bench ENGINE.kiln                 measure latency and throughput\n"
+    "  version                           print kiln's version\n"
+    "  help [COMMAND]                    show help\n"
+    "\n"
+    "Example:\n"
+    "  kiln build resnet50.onnx -o resnet50.kiln --shapes input:1x3x224x224\n"
+    "  kiln run resnet50.kiln --input input=x.npy --output-dir out/\n"
+    "\n"
+    "Exit status: 0 success, 1 failure (bad model, engine or input; build or run\n"
+    "error), 2 usage error (unknown command or option, bad argument).\n";
+
+static int cmd_version(int argc, char **argv) {
+    (void)argv;
+    if (argc > 0 && (strcmp(argv[0], "--help") == 0 || strcmp(argv[0], "-h") == 0)) {
+        printf("Usage: kiln version\n\nPrints the versions of the kiln tool and library.\n");
+        return EXIT_OK;
+    }
+    if (argc > 0) return usage_error("version", "unexpected argument '%s'", argv[0]);
+    printf("kiln %d.%d.%d (library %s)\n", KILN_VERSION_MAJOR, KILN_VERSION_MINOR, KILN_VERSION_PATCH,
+           kiln_version_string());
+    return EXIT_OK;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        fputs(main_help, stderr);
+        return EXIT_USAGE;
+    }
+    const char *cmd = argv[1];
+    int sub_argc = argc - 2;
+    char **sub_argv = argv + 2;
+    if (strcmp(cmd, "build") == 0) return cmd_build(sub_argc, sub_argv);
+    if (strcmp(cmd, "run") == 0) return cmd_run(sub_argc, sub_argv);
+    if (strcmp(cmd, "inspect") == 0) return cmd_inspect(sub_argc, sub_argv);
+    if (strcmp(cmd, "bench") == 0) return cmd_bench(sub_argc, sub_argv);
+    if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) return cmd_version(sub_argc, sub_argv);
+    if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {
+        if (sub_argc == 0) {
+            fputs(main_help, stdout);
+            return EXIT_OK;
+        }
+        char help_flag[] = "--help";
+        char *hv[] = {help_flag, NULL};
+        const char *c = sub_argv[0];
+        if (strcmp(c, "build") == 0) return cmd_build(1, hv);
+        if (strcmp(c, "run") == 0) return cmd_run(1, hv);
+        if (strcmp(c, "inspect") == 0) return cmd_inspect(1, hv);
+        if (strcmp(c, "bench") == 0) return cmd_bench(1, hv);
+        if (strcmp(c, "version") == 0) return cmd_version(1, hv);
+        return usage_error(NULL, "unknown command '%s'", c);
+    }
+    return usage_error(NULL, "unknown command '%s'", cmd);
+}
