@@ -9,13 +9,16 @@ bash scripts/build.sh
 MODEL=${MODEL:-resnet50}
 OUT=${OUT:-out/main}
 mkdir -p "$OUT"
-/usr/bin/python3 scripts/gen_models.py models --only "$MODEL"
-onnx=$(ls models/"${MODEL}"*opset17*.onnx 2>/dev/null | head -n1 || true)
-[ -n "$onnx" ] || onnx=$(ls models/"${MODEL}"*.onnx | head -n1)
+VARIANT=${MODEL}_op17_fixed
+[ "$MODEL" = bert ] && VARIANT=bert_op17_dyn
+/usr/bin/python3 scripts/gen_models.py models --only "$VARIANT"
+onnx=models/$VARIANT/model.onnx
 echo "== kiln build $onnx"
 ./build/kiln build "$onnx" -o "$OUT/$MODEL.kiln"
 echo "== kiln inspect (summary)"
-./build/kiln inspect "$OUT/$MODEL.kiln" | head -n 20
+./build/kiln inspect "$OUT/$MODEL.kiln" > "$OUT/inspect.txt"
+head -n 20 "$OUT/inspect.txt"; echo "   ... (full listing in $OUT/inspect.txt)"
+tail -n 3 "$OUT/inspect.txt"
 echo "== kiln run"
 ./build/kiln run "$OUT/$MODEL.kiln" --output-dir "$OUT/outputs"
 echo "== kiln bench"

@@ -9,13 +9,13 @@ bash scripts/setup.sh
 JOBS=$(nproc)
 
 echo "== release build"
-BUILD_DIR=build bash scripts/build.sh
-(cd build && ctest --output-on-failure -j"$JOBS" -LE slow)
-echo "== real models vs PyTorch"
-(cd build && ctest --output-on-failure -L slow)
+BUILD_DIR=build bash scripts/build.sh -DKILN_MODEL_TESTS=ON
+(cd build && ctest --output-on-failure -j"$JOBS" -E '^models$')
+echo "== real models vs PyTorch (ResNet-50, MobileNetV2, BERT-base, MLP)"
+(cd build && ctest --output-on-failure -V -R '^models$' | grep -vE '^[0-9]+: (Test command|Working Directory|Environment)')
 
 echo "== ASan + UBSan build"
 BUILD_DIR=build-asan bash scripts/build.sh -DKILN_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-(cd build-asan && ctest --output-on-failure -j"$JOBS" -LE slow)
+(cd build-asan && ctest --output-on-failure -j"$JOBS" -E '^models$')
 echo "all test suites passed"

@@ -116,7 +116,8 @@ kiln_status kiln_model_load_onnx(const char *path, kiln_model **out) {
 
 kiln_status kiln_model_load_onnx_memory(const void *data, size_t size, const char *base_dir,
                                         kiln_model **out) {
-    if (!out) return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "kiln_model_load_onnx_memory: out is NULL");
+    if (!out)
+        return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "kiln_model_load_onnx_memory: out is NULL");
     *out = NULL;
     if (!data && size)
         return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "kiln_model_load_onnx_memory: data is NULL");
@@ -142,8 +143,9 @@ static kiln_status io_info(const kiln_model *m, int index, bool input, kiln_io_i
     const kiln_graph *g = m->graph;
     int n = input ? g->n_inputs : g->n_outputs;
     if (index < 0 || index >= n)
-        return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "%s: index %d out of range (the model has %d %s)",
-                         fn, index, n, input ? "inputs" : "outputs");
+        return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT,
+                         "%s: index %d out of range (the model has %d %s)", fn, index, n,
+                         input ? "inputs" : "outputs");
     const kiln_value *v = &g->values[input ? g->inputs[index] : g->outputs[index]];
     memset(out, 0, sizeof *out);
     out->name = v->name;

@@ -39,14 +39,16 @@ static void strmap_free(strmap *m) {
 static size_t strmap_slot(const strmap *m, const char *key) {
     size_t mask = m->cap - 1;
     size_t i = (size_t)kiln__fnv1a(key, strlen(key), KILN_FNV_SEED) & mask;
-    while (m->keys[i] && strcmp(m->keys[i], key)) i = (i + 1) & mask;
+    while (m->keys[i] && strcmp(m->keys[i], key))
+        i = (i + 1) & mask;
     return i;
 }
 
 static kiln_status strmap_reserve(strmap *m, size_t n) {
     size_t cap = 16;
     while (cap < 2 * n + 2) {
-        if (cap > (SIZE_MAX >> 2) / sizeof(void *)) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "table too large");
+        if (cap > (SIZE_MAX >> 2) / sizeof(void *))
+            return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "table too large");
         cap *= 2;
     }
     if (cap <= m->cap) return KILN_OK;
@@ -98,9 +100,9 @@ typedef struct importer {
     const Onnx__ModelProto *model;
     const Onnx__GraphProto *gp;
     const char *base_dir;
-    strmap defs;           /* value name -> DEF_GRAPH or index of the defining node */
-    strmap inits;          /* initializer names */
-    int *order;            /* nodes in topological order */
+    strmap defs;  /* value name -> DEF_GRAPH or index of the defining node */
+    strmap inits; /* initializer names */
+    int *order;   /* nodes in topological order */
 } importer;
 
 static bool domain_is_onnx(const char *d) { return !d || !*d || !strcmp(d, "ai.onnx"); }
@@ -149,14 +151,16 @@ static kiln_status parse_type(importer *im, const Onnx__TypeProto *tp, const cha
     switch (tp->value_case) {
     case ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE: break;
     case ONNX__TYPE_PROTO__VALUE_SEQUENCE_TYPE:
-        return KILN_FAIL(KILN_ERR_UNSUPPORTED, "%s is a sequence; kiln supports only tensors", what);
+        return KILN_FAIL(KILN_ERR_UNSUPPORTED, "%s is a sequence; kiln supports only tensors",
+                         what);
     case ONNX__TYPE_PROTO__VALUE_MAP_TYPE:
         return KILN_FAIL(KILN_ERR_UNSUPPORTED, "%s is a map; kiln supports only tensors", what);
     case ONNX__TYPE_PROTO__VALUE_OPTIONAL_TYPE:
-        return KILN_FAIL(KILN_ERR_UNSUPPORTED, "%s is an optional; kiln supports only tensors", what);
-    case ONNX__TYPE_PROTO__VALUE_SPARSE_TENSOR_TYPE:
-        return KILN_FAIL(KILN_ERR_UNSUPPORTED, "%s is a sparse tensor; kiln supports only dense tensors",
+        return KILN_FAIL(KILN_ERR_UNSUPPORTED, "%s is an optional; kiln supports only tensors",
                          what);
+    case ONNX__TYPE_PROTO__VALUE_SPARSE_TENSOR_TYPE:
+        return KILN_FAIL(KILN_ERR_UNSUPPORTED,
+                         "%s is a sparse tensor; kiln supports only dense tensors", what);
     default:
         return KILN_FAIL(KILN_ERR_UNSUPPORTED, "%s has an unknown kind of type (%d)", what,
                          (int)tp->value_case);
@@ -177,8 +181,8 @@ static kiln_status parse_type(importer *im, const Onnx__TypeProto *tp, const cha
         const Onnx__TensorShapeProto__Dimension *d = sh->dim[i];
         if (d->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE) {
             if (d->dim_value < 0)
-                return KILN_FAIL(KILN_ERR_MODEL, "%s: dimension %zu is negative (%" PRId64 ")", what,
-                                 i, d->dim_value);
+                return KILN_FAIL(KILN_ERR_MODEL, "%s: dimension %zu is negative (%" PRId64 ")",
+                                 what, i, d->dim_value);
             info->dims[i] = d->dim_value;
         } else if (d->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM &&
                    d->dim_param && *d->dim_param) {
@@ -280,7 +284,8 @@ static void definer_str(const importer *im, int def, char *buf, size_t n) {
 static kiln_status index_definitions(importer *im) {
     const Onnx__GraphProto *gp = im->gp;
     size_t total = im->defs.n;
-    for (size_t i = 0; i < gp->n_node; i++) total += gp->node[i]->n_output;
+    for (size_t i = 0; i < gp->n_node; i++)
+        total += gp->node[i]->n_output;
     KILN_TRY(strmap_reserve(&im->defs, total));
     for (size_t i = 0; i < gp->n_node; i++) {
         const Onnx__NodeProto *np = gp->node[i];
@@ -370,28 +375,31 @@ done:
 struct kiln_import_ctx {
     importer *im;
     const Onnx__NodeProto *np;
-    const char *name;      /* node label */
+    const char *name; /* node label */
     const char *op_type;
     int64_t opset;
-    int *in;               /* value indices, -1 absent */
+    int *in; /* value indices, -1 absent */
     int n_in, cap_in;
     int n_out;
-    kiln_tinfo **infos;    /* per input: stable copies handed to the op */
+    kiln_tinfo **infos; /* per input: stable copies handed to the op */
     int cap_infos;
-    void **owned;          /* temporaries freed when the node is done */
+    void **owned; /* temporaries freed when the node is done */
     int n_owned, cap_owned;
 };
 
 static void ctx_free(kiln_import_ctx *ic) {
     kiln__free(ic->in);
-    for (int i = 0; i < ic->cap_infos; i++) kiln__free(ic->infos[i]);
+    for (int i = 0; i < ic->cap_infos; i++)
+        kiln__free(ic->infos[i]);
     kiln__free(ic->infos);
-    for (int i = 0; i < ic->n_owned; i++) kiln__free(ic->owned[i]);
+    for (int i = 0; i < ic->n_owned; i++)
+        kiln__free(ic->owned[i]);
     kiln__free(ic->owned);
 }
 
 static kiln_status ctx_own(kiln_import_ctx *ic, void *p) {
-    kiln_status s = kiln__grow((void **)&ic->owned, &ic->cap_owned, ic->n_owned + 1, sizeof(void *));
+    kiln_status s =
+        kiln__grow((void **)&ic->owned, &ic->cap_owned, ic->n_owned + 1, sizeof(void *));
     if (s != KILN_OK) {
         kiln__free(p);
         return s;
@@ -446,7 +454,9 @@ static int attr_type(const Onnx__AttributeProto *a) {
     return ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__UNDEFINED;
 }
 
-bool kiln_attr_has(const kiln_import_ctx *ic, const char *name) { return find_attr(ic, name) != NULL; }
+bool kiln_attr_has(const kiln_import_ctx *ic, const char *name) {
+    return find_attr(ic, name) != NULL;
+}
 
 int64_t kiln_attr_int(const kiln_import_ctx *ic, const char *name, int64_t dflt) {
     const Onnx__AttributeProto *a = find_attr(ic, name);
@@ -476,16 +486,15 @@ int kiln_attr_ints(const kiln_import_ctx *ic, const char *name, int64_t *buf, in
     switch (attr_type(a)) {
     case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS: {
         int n = a->n_ints > INT32_MAX ? INT32_MAX : (int)a->n_ints;
-        for (int i = 0; i < n && i < cap; i++) buf[i] = a->ints[i];
+        for (int i = 0; i < n && i < cap; i++)
+            buf[i] = a->ints[i];
         return n;
     }
     case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT:
         if (cap > 0) buf[0] = a->i;
         return 1;
-    case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__UNDEFINED:
-        return 0; /* an empty list */
-    default:
-        return -1;
+    case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__UNDEFINED: return 0; /* an empty list */
+    default: return -1;
     }
 }
 
@@ -495,21 +504,21 @@ int kiln_attr_floats(const kiln_import_ctx *ic, const char *name, float *buf, in
     switch (attr_type(a)) {
     case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOATS: {
         int n = a->n_floats > INT32_MAX ? INT32_MAX : (int)a->n_floats;
-        for (int i = 0; i < n && i < cap; i++) buf[i] = a->floats[i];
+        for (int i = 0; i < n && i < cap; i++)
+            buf[i] = a->floats[i];
         return n;
     }
     case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS: {
         int n = a->n_ints > INT32_MAX ? INT32_MAX : (int)a->n_ints;
-        for (int i = 0; i < n && i < cap; i++) buf[i] = (float)a->ints[i];
+        for (int i = 0; i < n && i < cap; i++)
+            buf[i] = (float)a->ints[i];
         return n;
     }
     case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT:
         if (cap > 0) buf[0] = a->f;
         return 1;
-    case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__UNDEFINED:
-        return 0;
-    default:
-        return -1;
+    case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__UNDEFINED: return 0;
+    default: return -1;
     }
 }
 
@@ -528,8 +537,8 @@ kiln_status kiln_attr_tensor(const kiln_import_ctx *ic, const char *name, kiln_t
     memset(info, 0, sizeof *info);
     const Onnx__AttributeProto *a = find_attr(ic, name);
     if (!a || !a->t)
-        return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (%s): attribute '%s' is not a tensor",
-                         ic->name, ic->op_type, name);
+        return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (%s): attribute '%s' is not a tensor", ic->name,
+                         ic->op_type, name);
     char what[400];
     snprintf(what, sizeof what, "node '%s' (%s): attribute '%s'", ic->name, ic->op_type, name);
     void *owned = NULL;
@@ -555,7 +564,8 @@ kiln_status kiln_import_set_const_input(kiln_import_ctx *ic, int i, kiln_dtype d
     KILN_TRY(kiln__value_set_const(&g->values[v], dtype, rank, dims, data));
     g->values[v].flags |= KILN_VALUE_CONST;
     KILN_TRY(kiln__grow((void **)&ic->in, &ic->cap_in, i + 1, sizeof(int)));
-    while (ic->n_in <= i) ic->in[ic->n_in++] = -1;
+    while (ic->n_in <= i)
+        ic->in[ic->n_in++] = -1;
     ic->in[i] = v;
     return KILN_OK;
 }
@@ -576,8 +586,9 @@ static kiln_status import_constant(importer *im, const Onnx__NodeProto *np, cons
         return KILN_FAIL(KILN_ERR_MODEL, "Constant node '%s' must have exactly one output", label);
     const char *out = np->output[0];
     if (np->n_attribute != 1)
-        return KILN_FAIL(KILN_ERR_MODEL, "Constant node '%s' must have exactly one attribute (has %zu)",
-                         label, np->n_attribute);
+        return KILN_FAIL(KILN_ERR_MODEL,
+                         "Constant node '%s' must have exactly one attribute (has %zu)", label,
+                         np->n_attribute);
     const Onnx__AttributeProto *a = np->attribute[0];
     const char *an = str_or_empty(a->name);
     kiln_tinfo info;
@@ -622,23 +633,25 @@ static kiln_status import_constant(importer *im, const Onnx__NodeProto *np, cons
 
 static kiln_status check_counts(const kiln_import_ctx *ic, const kiln_op_def *op, int index) {
     int n_in = ic->n_in;
-    while (n_in > 0 && ic->in[n_in - 1] < 0) n_in--; /* trailing absent inputs */
+    while (n_in > 0 && ic->in[n_in - 1] < 0)
+        n_in--; /* trailing absent inputs */
     if (n_in < op->min_inputs || (op->max_inputs >= 0 && n_in > op->max_inputs)) {
         if (op->max_inputs < 0)
             return KILN_FAIL(KILN_ERR_MODEL,
                              "node '%s' (%s, index %d) has %d inputs; %s takes at least %d",
                              ic->name, op->name, index, n_in, op->name, op->min_inputs);
-        return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (%s, index %d) has %d inputs; %s takes %d to %d",
-                         ic->name, op->name, index, n_in, op->name, op->min_inputs, op->max_inputs);
+        return KILN_FAIL(KILN_ERR_MODEL,
+                         "node '%s' (%s, index %d) has %d inputs; %s takes %d to %d", ic->name,
+                         op->name, index, n_in, op->name, op->min_inputs, op->max_inputs);
     }
     if (ic->n_out < op->min_outputs || (op->max_outputs >= 0 && ic->n_out > op->max_outputs)) {
         if (op->max_outputs < 0)
             return KILN_FAIL(KILN_ERR_MODEL,
                              "node '%s' (%s, index %d) has %d outputs; %s makes at least %d",
                              ic->name, op->name, index, ic->n_out, op->name, op->min_outputs);
-        return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (%s, index %d) has %d outputs; %s makes %d to %d",
-                         ic->name, op->name, index, ic->n_out, op->name, op->min_outputs,
-                         op->max_outputs);
+        return KILN_FAIL(KILN_ERR_MODEL,
+                         "node '%s' (%s, index %d) has %d outputs; %s makes %d to %d", ic->name,
+                         op->name, index, ic->n_out, op->name, op->min_outputs, op->max_outputs);
     }
     return KILN_OK;
 }
@@ -650,7 +663,8 @@ static kiln_status import_node(importer *im, int index) {
     node_label(np, index, label, sizeof label);
     const char *op_type = str_or_empty(np->op_type);
     const char *domain = domain_is_onnx(np->domain) ? "" : np->domain;
-    if (!*op_type) return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (index %d) has no op_type", label, index);
+    if (!*op_type)
+        return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (index %d) has no op_type", label, index);
 
     if (!*domain && !strcmp(op_type, "Constant")) return import_constant(im, np, label);
 
@@ -685,7 +699,8 @@ static kiln_status import_node(importer *im, int index) {
 
     /* inputs: "" = absent; trailing absent ones dropped */
     int n_in = (int)np->n_input;
-    while (n_in > 0 && !*str_or_empty(np->input[n_in - 1])) n_in--;
+    while (n_in > 0 && !*str_or_empty(np->input[n_in - 1]))
+        n_in--;
     if ((s = kiln__grow((void **)&ic.in, &ic.cap_in, n_in + 1, sizeof(int))) != KILN_OK) goto done;
     for (int i = 0; i < n_in; i++) {
         const char *name = str_or_empty(np->input[i]);
@@ -701,7 +716,8 @@ static kiln_status import_node(importer *im, int index) {
     /* outputs: trailing unnamed ones dropped, unnamed ones in between get
      * fresh values */
     int n_out = (int)np->n_output;
-    while (n_out > 0 && !*str_or_empty(np->output[n_out - 1])) n_out--;
+    while (n_out > 0 && !*str_or_empty(np->output[n_out - 1]))
+        n_out--;
     ic.n_out = n_out;
     outs = kiln__calloc((size_t)n_out + 1, sizeof *outs);
     if (!outs) {
@@ -800,7 +816,8 @@ static kiln_status import_model(importer *im) {
     KILN_TRY(import_inputs(im));
     KILN_TRY(index_definitions(im));
     KILN_TRY(sort_nodes(im));
-    for (size_t k = 0; k < im->gp->n_node; k++) KILN_TRY(import_node(im, im->order[k]));
+    for (size_t k = 0; k < im->gp->n_node; k++)
+        KILN_TRY(import_node(im, im->order[k]));
     KILN_TRY(import_outputs(im));
     kiln__graph_link(im->g);
     return KILN_OK;
@@ -819,8 +836,8 @@ static char *make_producer(const Onnx__ModelProto *m) {
     return p;
 }
 
-kiln_status kiln__onnx_import(const void *data, size_t size, const char *base_dir,
-                              kiln_graph **out, char **producer) {
+kiln_status kiln__onnx_import(const void *data, size_t size, const char *base_dir, kiln_graph **out,
+                              char **producer) {
     if (!out) return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "kiln__onnx_import: out is NULL");
     *out = NULL;
     if (producer) *producer = NULL;

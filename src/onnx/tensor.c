@@ -35,14 +35,14 @@ kiln_status kiln__onnx_dtype(int32_t t, const char *what, kiln_dtype *out) {
     case ONNX__TENSOR_PROTO__DATA_TYPE__UNDEFINED:
         return KILN_FAIL(KILN_ERR_MODEL, "%s has no (or an UNDEFINED) data type", what);
     case ONNX__TENSOR_PROTO__DATA_TYPE__STRING:
-        return KILN_FAIL(KILN_ERR_UNSUPPORTED, "%s has data type STRING, which kiln does not support",
-                         what);
+        return KILN_FAIL(KILN_ERR_UNSUPPORTED,
+                         "%s has data type STRING, which kiln does not support", what);
     case ONNX__TENSOR_PROTO__DATA_TYPE__COMPLEX64:
     case ONNX__TENSOR_PROTO__DATA_TYPE__COMPLEX128:
-        return KILN_FAIL(KILN_ERR_UNSUPPORTED, "%s has data type %s, which kiln does not support",
-                         what, t == ONNX__TENSOR_PROTO__DATA_TYPE__COMPLEX64 ? "COMPLEX64" : "COMPLEX128");
-    default:
-        break;
+        return KILN_FAIL(
+            KILN_ERR_UNSUPPORTED, "%s has data type %s, which kiln does not support", what,
+            t == ONNX__TENSOR_PROTO__DATA_TYPE__COMPLEX64 ? "COMPLEX64" : "COMPLEX128");
+    default: break;
     }
     if (!kiln__dtype_valid(t))
         return KILN_FAIL(KILN_ERR_UNSUPPORTED,
@@ -73,15 +73,16 @@ static bool location_safe(const char *loc) {
     const char *p = loc;
     while (*p) {
         const char *e = p;
-        while (*e && *e != '/' && *e != '\\') e++;
+        while (*e && *e != '/' && *e != '\\')
+            e++;
         if (e - p == 2 && p[0] == '.' && p[1] == '.') return false;
         p = *e ? e + 1 : e;
     }
     return true;
 }
 
-static kiln_status read_external(const Onnx__TensorProto *t, const char *what,
-                                 const char *base_dir, int64_t nbytes, void **owned) {
+static kiln_status read_external(const Onnx__TensorProto *t, const char *what, const char *base_dir,
+                                 int64_t nbytes, void **owned) {
     const char *location = NULL;
     int64_t offset = 0, length = -1;
     for (size_t i = 0; i < t->n_external_data; i++) {
@@ -91,16 +92,17 @@ static kiln_status read_external(const Onnx__TensorProto *t, const char *what,
             location = kv->value ? kv->value : "";
         } else if (!strcmp(kv->key, "offset")) {
             if (!parse_size(kv->value, &offset))
-                return KILN_FAIL(KILN_ERR_MODEL, "%s: external data offset '%s' is not a valid size",
-                                 what, kv->value ? kv->value : "");
+                return KILN_FAIL(KILN_ERR_MODEL,
+                                 "%s: external data offset '%s' is not a valid size", what,
+                                 kv->value ? kv->value : "");
         } else if (!strcmp(kv->key, "length")) {
             if (!parse_size(kv->value, &length))
-                return KILN_FAIL(KILN_ERR_MODEL, "%s: external data length '%s' is not a valid size",
-                                 what, kv->value ? kv->value : "");
+                return KILN_FAIL(KILN_ERR_MODEL,
+                                 "%s: external data length '%s' is not a valid size", what,
+                                 kv->value ? kv->value : "");
         }
     }
-    if (!location)
-        return KILN_FAIL(KILN_ERR_MODEL, "%s: external data without a 'location'", what);
+    if (!location) return KILN_FAIL(KILN_ERR_MODEL, "%s: external data without a 'location'", what);
     if (!location_safe(location))
         return KILN_FAIL(KILN_ERR_MODEL,
                          "%s: external data location '%s' is not a relative path inside the "
@@ -147,7 +149,8 @@ static kiln_status read_external(const Onnx__TensorProto *t, const char *what,
     }
     buf = kiln__malloc((size_t)nbytes);
     if (!buf) {
-        s = KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "%s: out of memory (%" PRId64 " bytes)", what, nbytes);
+        s = KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "%s: out of memory (%" PRId64 " bytes)", what,
+                      nbytes);
         goto done;
     }
     int64_t got = 0;
@@ -216,11 +219,10 @@ kiln_status kiln__onnx_tensor_decode(const Onnx__TensorProto *t, const char *wha
     } else if (t->has_raw_data) {
         if ((int64_t)t->raw_data.len != nbytes) {
             char shape[128];
-            return KILN_FAIL(KILN_ERR_MODEL,
-                             "%s: raw_data has %zu bytes but shape %s (%s) needs %" PRId64, what,
-                             t->raw_data.len,
-                             kiln__shape_str(info->rank, info->dims, shape, sizeof shape),
-                             kiln_dtype_name(dt), nbytes);
+            return KILN_FAIL(
+                KILN_ERR_MODEL, "%s: raw_data has %zu bytes but shape %s (%s) needs %" PRId64, what,
+                t->raw_data.len, kiln__shape_str(info->rank, info->dims, shape, sizeof shape),
+                kiln_dtype_name(dt), nbytes);
         }
         info->data = t->raw_data.data;
     } else {
@@ -296,7 +298,8 @@ kiln_status kiln__onnx_tensor_decode(const Onnx__TensorProto *t, const char *wha
     if (dt == KILN_DTYPE_BOOL && numel > 0) {
         const uint8_t *b = info->data;
         int64_t i = 0;
-        while (i < numel && b[i] <= 1) i++;
+        while (i < numel && b[i] <= 1)
+            i++;
         if (i < numel) {
             uint8_t *nb = *owned;
             if (!nb) {
@@ -306,7 +309,8 @@ kiln_status kiln__onnx_tensor_decode(const Onnx__TensorProto *t, const char *wha
                 *owned = nb;
                 info->data = nb;
             }
-            for (; i < numel; i++) nb[i] = nb[i] != 0;
+            for (; i < numel; i++)
+                nb[i] = nb[i] != 0;
         }
     }
     return KILN_OK;
@@ -332,7 +336,8 @@ kiln_status kiln__onnx_read_tensor_named(const void *data, size_t size, kiln_tin
     s = kiln__onnx_tensor_decode(t, what, NULL, info, &owned);
     if (s == KILN_OK && !owned) { /* borrowed from t: copy out */
         size_t n = kiln_dtype_size(info->dtype);
-        for (int i = 0; i < info->rank; i++) n *= (size_t)info->dims[i];
+        for (int i = 0; i < info->rank; i++)
+            n *= (size_t)info->dims[i];
         owned = kiln__malloc(n);
         if (!owned) {
             s = KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "%s: out of memory", what);

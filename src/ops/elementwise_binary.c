@@ -166,7 +166,6 @@ EW_FOR_UINT(EW_GEN_SHR)
 EW_FOR_FLOAT(EW_GEN_POW)
 
 /* the table: ew_bin_rows[kind][native type index] (NULL: not supported) */
-#define EW_TAB(OP) EW_TAB_##OP
 #define EW_ENTRY(OP, IDX, SFX) [IDX] = ew_##OP##_##SFX,
 #define EW_E_ADD(IDX, SFX, T, K, W, DT) EW_ENTRY(ADD, IDX, SFX)
 #define EW_E_SUB(IDX, SFX, T, K, W, DT) EW_ENTRY(SUB, IDX, SFX)
@@ -412,7 +411,6 @@ static kiln_status ew_binary_cpu(const kiln_kernel_args *a) {
 typedef struct ew_scale_job {
     kiln_dtype t;
     void *y;
-    double inv_n;
     double n;
 } ew_scale_job;
 
@@ -444,7 +442,7 @@ static kiln_status ew_variadic_cpu(const kiln_kernel_args *a) {
         for (int i = 2; i < a->n_in; i++) KILN_TRY(ew_apply(a, kind, out, a->in[i], out));
     }
     if (code == EW_B_MEAN && a->n_in > 1) {
-        ew_scale_job j = {out->dtype, out->data, 1.0 / a->n_in, (double)a->n_in};
+        ew_scale_job j = {out->dtype, out->data, (double)a->n_in};
         kiln__ew_parallel(a->pool, kiln__tensor_numel(out), EW_GRAIN, ew_mean_chunk, &j);
     }
     return KILN_OK;

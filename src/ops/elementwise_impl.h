@@ -165,8 +165,10 @@ KILN_PRIVATE kiln_status kiln__ew_check_dtype(const kiln_infer_args *a, int idx,
 KILN_PRIVATE kiln_status kiln__ew_kernel_dtype_fail(const kiln_kernel_args *a, kiln_dtype t);
 
 /* Applies opset < 7 legacy broadcasting (input 1 aligned at an axis of
- * input 0) to a copy of input 1's shape. Returns false if not applicable
- * (then the shape is left as is). */
+ * input 0, or PRelu-6's per-channel slope) to a copy of input 1's shape
+ * (rank1/dims1, updated in place). Leaves it unchanged when the attributes
+ * ask for numpy broadcasting or a rank is unknown; fails when the axis does
+ * not fit. */
 KILN_PRIVATE kiln_status kiln__ew_legacy_shape(const char *node, const kiln_ew_bin_attrs *at,
                                                int rank0, int *rank1, int64_t *dims1);
 /* Reads the opset < 7 `broadcast`/`axis` attributes into `at`. */

@@ -256,6 +256,7 @@ static kiln_status gathernd_cpu(const kiln_kernel_args *a) {
     const kiln_tensor *x = a->in[0], *ind = a->in[1];
     size_t es;
     KILN_TRY(kiln__tx_esize(a->op->name, a->node_name, x->dtype, &es));
+    if (kiln__tensor_numel(a->out[0]) == 0) return KILN_OK;
     nd_layout L;
     nd_make_layout(x, ind, at->batch_dims, &L);
     const int64_t *iv = (const int64_t *)ind->data;

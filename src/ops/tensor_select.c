@@ -372,6 +372,10 @@ static kiln_status unique_cpu(const kiln_kernel_args *a) {
                           (const char *)q.items + (size_t)(q.first[u] * q.isz) * es, ss);
         }
     }
+    if (U == 0) {
+        uniq_free(&q);
+        return KILN_OK;
+    }
     if (kiln__tx_has_out(a, 1)) memcpy(a->out[1]->data, q.first, sizeof(int64_t) * (size_t)U);
     if (kiln__tx_has_out(a, 2)) memcpy(a->out[2]->data, q.inv, sizeof(int64_t) * (size_t)q.N);
     if (kiln__tx_has_out(a, 3)) memcpy(a->out[3]->data, q.count, sizeof(int64_t) * (size_t)U);

@@ -376,6 +376,7 @@ static kiln_status dropout_cpu(const kiln_kernel_args *a) {
     if (kiln__tx_has_out(a, 1)) {
         kiln_tensor *m = a->out[1];
         int64_t n = kiln__tensor_numel(m);
+        if (n == 0) return KILN_OK;
         if (m->dtype == KILN_DTYPE_BOOL) {
             memset(m->data, 1, (size_t)n);
         } else {

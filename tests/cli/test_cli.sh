@@ -126,6 +126,9 @@ expect "build" 0 "layers" "$KILN" build tiny.onnx -o tiny.kiln --min-shapes x:1x
 grep -q "time:" out && ok || bad "build summary has no time"
 expect "build --shapes, default output name" 0 "tiny.kiln" "$KILN" build tiny.onnx --shapes x:3x4 --threads 1 --workspace 64
 expect "build note for missing profile" 0 "dynamic" "$KILN" build tiny.onnx -o noprof.kiln
+expect "build --shapes with --min-shapes" 2 "both --shapes and --min-shapes" "$KILN" build tiny.onnx -o t.kiln --shapes x:1x4 --min-shapes x:1x4
+expect "build min/max only (opt = max)" 0 "opt [6x4] max [6x4]" "$KILN" build tiny.onnx -o mm.kiln --min-shapes x:1x4 --max-shapes x:6x4
+expect "help for an unknown command" 2 "unknown command 'bogus'" "$KILN" help bogus
 
 # ---- run -----------------------------------------------------------------------------------
 "$KILN" build tiny.onnx -o tiny.kiln --min-shapes x:1x4 --opt-shapes x:2x4 --max-shapes x:8x4 >/dev/null 2>&1

@@ -102,7 +102,8 @@ static int is_file(const char *p) {
     return stat(p, &st) == 0 && S_ISREG(st.st_mode);
 }
 
-static void set_reason(result *r, int kind, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void set_reason(result *r, int kind, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 static void set_reason(result *r, int kind, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
@@ -143,7 +144,8 @@ static char **list_dir(const char *dir, size_t *count) {
 }
 
 static void free_names(char **names, size_t n) {
-    for (size_t i = 0; i < n; i++) free(names[i]);
+    for (size_t i = 0; i < n; i++)
+        free(names[i]);
     free(names);
 }
 
@@ -166,7 +168,8 @@ static void add_test(test_list *l, const char *path) {
     memset(t, 0, sizeof *t);
     t->path = xstrdup(path);
     size_t len = strlen(t->path);
-    while (len > 1 && t->path[len - 1] == '/') t->path[--len] = 0;
+    while (len > 1 && t->path[len - 1] == '/')
+        t->path[--len] = 0;
     const char *slash = strrchr(t->path, '/');
     t->name = slash ? slash + 1 : t->path;
 }
@@ -248,8 +251,10 @@ typedef struct data_set {
 } data_set;
 
 static void data_set_free(data_set *d) {
-    for (int i = 0; i < d->n_in; i++) tensor_free(&d->in[i]);
-    for (int i = 0; i < d->n_out; i++) tensor_free(&d->out[i]);
+    for (int i = 0; i < d->n_in; i++)
+        tensor_free(&d->in[i]);
+    for (int i = 0; i < d->n_out; i++)
+        tensor_free(&d->out[i]);
     free(d->in);
     free(d->out);
     free(d->name);
@@ -279,7 +284,8 @@ static int read_tensors(const char *dir, const char *prefix, tensor **out, int *
 
 static int64_t numel(int rank, const int64_t *dims) {
     int64_t n = 1;
-    for (int i = 0; i < rank; i++) n *= dims[i];
+    for (int i = 0; i < rank; i++)
+        n *= dims[i];
     return n;
 }
 
@@ -306,7 +312,8 @@ static int compare(const char *name, const char *set, const tensor *exp, kiln_dt
         return 1;
     }
     int same = rank == exp->info.rank;
-    for (int i = 0; same && i < rank; i++) same = dims[i] == exp->info.dims[i];
+    for (int i = 0; same && i < rank; i++)
+        same = dims[i] == exp->info.dims[i];
     if (!same) {
         char a[200], b[200];
         shape_str(exp->info.rank, exp->info.dims, a, sizeof a);
@@ -465,7 +472,8 @@ static void run_test(const char *dir, const options *o, result *r) {
             goto done;
         }
         int dynamic = info.rank < 0;
-        for (int j = 0; j < info.rank; j++) dynamic |= info.dims[j] < 0;
+        for (int j = 0; j < info.rank; j++)
+            dynamic |= info.dims[j] < 0;
         if (!dynamic) continue;
         int rank = -1, have = 0;
         int64_t mn[KILN_MAX_RANK], opt[KILN_MAX_RANK], mx[KILN_MAX_RANK];
@@ -508,7 +516,8 @@ static void run_test(const char *dir, const options *o, result *r) {
             const tensor *t = &ds->in[k];
             int mi = model_input_for(m, t, k);
             if (mi < 0) {
-                set_reason(r, R_FAIL, "%s: input_%d.pb has no matching model input (the model has %d)",
+                set_reason(r, R_FAIL,
+                           "%s: input_%d.pb has no matching model input (the model has %d)",
                            ds->name, k, kiln_model_num_inputs(m));
                 goto done;
             }
@@ -517,7 +526,8 @@ static void run_test(const char *dir, const options *o, result *r) {
             if (!engine_has_input(e, info.name)) continue; /* pruned: unused by the outputs */
             /* ONNX's test data stores bfloat16 tensors as uint16 bit patterns */
             kiln_dtype dt = t->info.dtype;
-            if (dt == KILN_DTYPE_UINT16 && info.dtype == KILN_DTYPE_BFLOAT16) dt = KILN_DTYPE_BFLOAT16;
+            if (dt == KILN_DTYPE_UINT16 && info.dtype == KILN_DTYPE_BFLOAT16)
+                dt = KILN_DTYPE_BFLOAT16;
             s = kiln_context_set_input(c, info.name, dt, t->info.rank, t->info.dims, t->data);
             if (s != KILN_OK) {
                 char stage[300];
@@ -559,7 +569,8 @@ static void run_test(const char *dir, const options *o, result *r) {
     }
     r->kind = R_PASS;
 done:
-    for (size_t d = 0; d < n_sets; d++) data_set_free(&sets[d]);
+    for (size_t d = 0; d < n_sets; d++)
+        data_set_free(&sets[d]);
     free(sets);
     free_names(names, n_names);
     kiln_context_free(c);
@@ -675,9 +686,11 @@ static char **read_name_file(const char *path, size_t *count) {
         char *h = strchr(line, '#');
         if (h) *h = 0;
         char *p = line;
-        while (*p == ' ' || *p == '\t') p++;
+        while (*p == ' ' || *p == '\t')
+            p++;
         char *q = p + strlen(p);
-        while (q > p && (q[-1] == '\n' || q[-1] == '\r' || q[-1] == ' ' || q[-1] == '\t')) *--q = 0;
+        while (q > p && (q[-1] == '\n' || q[-1] == '\r' || q[-1] == ' ' || q[-1] == '\t'))
+            *--q = 0;
         if (!*p) continue;
         if (n + 1 >= cap) {
             cap = cap ? cap * 2 : 256;
@@ -718,7 +731,8 @@ static int write_passing(const char *path, const test_list *l) {
     FILE *f = fopen(tmp, "w");
     int ok = f != NULL;
     if (ok) {
-        fprintf(f, "# Conformance tests kiln passes (written by kiln_conformance --write-passing).\n");
+        fprintf(f,
+                "# Conformance tests kiln passes (written by kiln_conformance --write-passing).\n");
         for (size_t i = 0; i < n; i++)
             if (i == 0 || strcmp(names[i], names[i - 1])) fprintf(f, "%s\n", names[i]);
         ok = fflush(f) == 0 && fsync(fileno(f)) == 0;
@@ -788,8 +802,10 @@ int main(int argc, char **argv) {
             passed++;
             if (o.verbose) printf("PASS %s\n", t->name);
         } else {
-            if (t->r.kind == R_UNSUPPORTED) unsupported++;
-            else failed++;
+            if (t->r.kind == R_UNSUPPORTED)
+                unsupported++;
+            else
+                failed++;
             crashed += t->r.crashed;
             printf("%s %s: %.200s\n", t->r.kind == R_UNSUPPORTED ? "UNSUPPORTED" : "FAIL", t->name,
                    t->r.reason);
@@ -811,7 +827,8 @@ int main(int argc, char **argv) {
             const result *r = result_of(&tests, names[i]);
             if (r && r->kind == R_PASS) continue;
             regressions++;
-            printf("REGRESSION: %s: %.200s\n", names[i], r ? r->reason : "not found among the tests run");
+            printf("REGRESSION: %s: %.200s\n", names[i],
+                   r ? r->reason : "not found among the tests run");
         }
         if (regressions) {
             printf("%d expected test%s did not pass\n", regressions, regressions == 1 ? "" : "s");
@@ -824,7 +841,8 @@ int main(int argc, char **argv) {
     printf("conformance: %d passed, %d failed, %d unsupported (%zu total)\n", passed, failed,
            unsupported, tests.n);
     printf("%d passed, %d failed, %d skipped\n", passed, failed, unsupported);
-    for (size_t i = 0; i < tests.n; i++) free(tests.v[i].path);
+    for (size_t i = 0; i < tests.n; i++)
+        free(tests.v[i].path);
     free(tests.v);
     return rc;
 }

@@ -29,7 +29,8 @@ static void *ar_alloc(arena *a, size_t n) {
 }
 
 static void ar_free(arena *a) {
-    for (int i = 0; i < a->n; i++) free(a->p[i]);
+    for (int i = 0; i < a->n; i++)
+        free(a->p[i]);
     a->n = 0;
 }
 
@@ -85,10 +86,12 @@ static Onnx__NodeProto *node(arena *a, const char *name, const char *op, int n_i
     np->op_type = ar_str(a, op);
     np->n_input = (size_t)n_in;
     np->input = ar_alloc(a, sizeof(char *) * (size_t)(n_in + 1));
-    for (int i = 0; i < n_in; i++) np->input[i] = ar_str(a, in[i]);
+    for (int i = 0; i < n_in; i++)
+        np->input[i] = ar_str(a, in[i]);
     np->n_output = (size_t)n_out;
     np->output = ar_alloc(a, sizeof(char *) * (size_t)(n_out + 1));
-    for (int i = 0; i < n_out; i++) np->output[i] = ar_str(a, out[i]);
+    for (int i = 0; i < n_out; i++)
+        np->output[i] = ar_str(a, out[i]);
     return np;
 }
 
@@ -101,7 +104,8 @@ static Onnx__TensorProto *tensor(arena *a, const char *name, int dtype, int rank
     t->data_type = dtype;
     t->n_dims = (size_t)rank;
     t->dims = ar_alloc(a, sizeof(int64_t) * (size_t)(rank + 1));
-    for (int i = 0; i < rank; i++) t->dims[i] = dims[i];
+    for (int i = 0; i < rank; i++)
+        t->dims[i] = dims[i];
     return t;
 }
 
@@ -341,8 +345,8 @@ TEST(test_raw_vs_typed) {
             typed->n_uint64_data = 6;
             typed->uint64_data = ar_alloc(&a, 6 * 8);
             for (int i = 0; i < 6; i++)
-                typed->uint64_data[i] = dt == KILN_DTYPE_UINT64 ? u64[i]
-                                                                : ((uint32_t)u64[i] ^ 0x80000000u);
+                typed->uint64_data[i] =
+                    dt == KILN_DTYPE_UINT64 ? u64[i] : ((uint32_t)u64[i] ^ 0x80000000u);
             break;
         default:
             typed->n_int32_data = 6;
@@ -602,8 +606,10 @@ TEST(test_truncated) {
     for (size_t cut = 1; cut < n; cut += 3) {
         kiln_status s = kiln__onnx_import(buf, cut, NULL, &g, NULL);
         tried++;
-        if (s == KILN_ERR_MODEL) rejected++;
-        else if (s == KILN_OK) kiln__graph_free(g); /* a prefix can be a complete message */
+        if (s == KILN_ERR_MODEL)
+            rejected++;
+        else if (s == KILN_OK)
+            kiln__graph_free(g); /* a prefix can be a complete message */
         else {
             fprintf(stderr, "  cut at %zu: %s: %s\n", cut, kiln_status_name(s), kiln_last_error());
             CHECK(0);
@@ -611,7 +617,8 @@ TEST(test_truncated) {
         g = NULL;
     }
     CHECK(rejected > tried / 2);
-    CHECK_ERR(kiln__onnx_import(buf, n / 2, NULL, &g, NULL), KILN_ERR_MODEL, "not a valid ONNX model");
+    CHECK_ERR(kiln__onnx_import(buf, n / 2, NULL, &g, NULL), KILN_ERR_MODEL,
+              "not a valid ONNX model");
     free(buf);
     ar_free(&a);
 }

@@ -1011,6 +1011,115 @@ TEST(scatter_and_gather_nd) {
     result_free(&r);
 }
 
+TEST(opset18_forms) {
+    run_result r;
+    /* Split with num_outputs (no split input): ceil-sized chunks, last smaller */
+    float x[7] = {0, 1, 2, 3, 4, 5, 6};
+    int64_t xd[1] = {7};
+    kiln_tensor tx = tensor(KILN_DTYPE_FLOAT32, 1, xd, x);
+    const kiln_tensor *in[1] = {&tx};
+    kiln_split_attrs sa = {0, 3};
+    CHECK_OK(run_op(KILN_OP_Split, &sa, 1, in, 3, NULL, &r));
+    CHECK(r.st == KILN_OK && r.out[0].dims[0] == 3 && r.out[1].dims[0] == 3 && r.out[2].dims[0] == 1);
+    if (r.st == KILN_OK) CHECK(((float *)r.out[2].data)[0] == 6.0f && ((float *)r.out[1].data)[0] == 3.0f);
+    result_free(&r);
+    /* Pad with an axes input: pad only axis -1 of a [2,2] */
+    float p[4] = {1, 2, 3, 4};
+    int64_t pd[2] = {2, 2}, pads[2] = {1, 0}, axes[1] = {-1}, d2[1] = {2}, d1[1] = {1};
+    kiln_tensor tp = tensor(KILN_DTYPE_FLOAT32, 2, pd, p), tpp = tensor(KILN_DTYPE_INT64, 1, d2, pads),
+                ta = tensor(KILN_DTYPE_INT64, 1, d1, axes);
+    const kiln_tensor *inp[4] = {&tp, &tpp, NULL, &ta};
+    kiln_pad_attrs pa = {PAD_EDGE};
+    CHECK_OK(run_op(KILN_OP_Pad, &pa, 4, inp, 1, NULL, &r));
+    float want[6] = {1, 1, 2, 3, 3, 4};
+    int64_t wd[2] = {2, 3};
+    CHECK(r.st == KILN_OK && same_dims(&r.out[0], 2, wd) && !memcmp(r.out[0].data, want, sizeof want));
+    result_free(&r);
+    /* ScatterElements reduction max/min */
+    float d[3] = {5, 5, 5}, up[2] = {7, 1};
+    int64_t idx[2] = {0, 2}, dd[1] = {3}, id[1] = {2};
+    kiln_tensor td = tensor(KILN_DTYPE_FLOAT32, 1, dd, d), ti = tensor(KILN_DTYPE_INT64, 1, id, idx),
+                tu = tensor(KILN_DTYPE_FLOAT32, 1, id, up);
+    const kiln_tensor *ins[3] = {&td, &ti, &tu};
+    kiln_scatter_attrs smax = {0, RED_MAX};
+    CHECK_OK(run_op(KILN_OP_ScatterElements, &smax, 3, ins, 1, NULL, &r));
+    float wmax[3] = {7, 5, 5};
+    CHECK(r.st == KILN_OK && !memcmp(r.out[0].data, wmax, sizeof wmax));
+    result_free(&r);
+    kiln_scatter_attrs smin = {0, RED_MIN};
+    CHECK_OK(run_op(KILN_OP_ScatterElements, &smin, 3, ins, 1, NULL, &r));
+    float wmin[3] = {5, 5, 1};
+    CHECK(r.st == KILN_OK && !memcmp(r.out[0].data, wmin, sizeof wmin));
+    result_free(&r);
+}
+
+/* ---- build time with unknown ranks ------------------------------------------------------ */
+
+TEST(infer_unknown_rank_tolerated) {
+    /* Every op of the family accepts inputs of unknown rank without data at
+     * build time: it either infers something (rank -1 allowed) or fails cleanly. */
+    typedef struct {
+        int id, n_in, n_out;
+        kiln_dtype dt[5];
+    } op_case;
+    const kiln_dtype F = KILN_DTYPE_FLOAT32, I = KILN_DTYPE_INT64, B = KILN_DTYPE_BOOL;
+    const op_case cases[] = {
+        {KILN_OP_Reshape, 2, 1, {F, I}},         {KILN_OP_Flatten, 1, 1, {F}},
+        {KILN_OP_Transpose, 1, 1, {F}},          {KILN_OP_Concat, 2, 1, {F, F}},
+        {KILN_OP_Split, 2, 2, {F, I}},           {KILN_OP_Slice, 5, 1, {F, I, I, I, I}},
+        {KILN_OP_Squeeze, 2, 1, {F, I}},         {KILN_OP_Unsqueeze, 2, 1, {F, I}},
+        {KILN_OP_Gather, 2, 1, {F, I}},          {KILN_OP_GatherElements, 2, 1, {F, I}},
+        {KILN_OP_GatherND, 2, 1, {F, I}},        {KILN_OP_ScatterElements, 3, 1, {F, I, F}},
+        {KILN_OP_ScatterND, 3, 1, {F, I, F}},    {KILN_OP_Scatter, 3, 1, {F, I, F}},
+        {KILN_OP_Expand, 2, 1, {F, I}},          {KILN_OP_Tile, 2, 1, {F, I}},
+        {KILN_OP_Pad, 3, 1, {F, I, F}},          {KILN_OP_Shape, 1, 1, {F}},
+        {KILN_OP_Size, 1, 1, {F}},               {KILN_OP_ConstantOfShape, 1, 1, {I}},
+        {KILN_OP_Range, 3, 1, {F, F, F}},        {KILN_OP_Identity, 1, 1, {F}},
+        {KILN_OP_Dropout, 1, 2, {F}},            {KILN_OP_OneHot, 3, 1, {I, I, F}},
+        {KILN_OP_DepthToSpace, 1, 1, {F}},       {KILN_OP_SpaceToDepth, 1, 1, {F}},
+        {KILN_OP_NonZero, 1, 1, {F}},            {KILN_OP_Compress, 2, 1, {F, B}},
+        {KILN_OP_Trilu, 2, 1, {F, I}},           {KILN_OP_EyeLike, 1, 1, {F}},
+        {KILN_OP_ReverseSequence, 2, 1, {F, I}}, {KILN_OP_Resize, 3, 1, {F, F, F}},
+        {KILN_OP_Upsample, 2, 1, {F, F}},        {KILN_OP_CumSum, 2, 1, {F, I}},
+        {KILN_OP_Unique, 1, 4, {F}},
+    };
+    unsigned char attrs[256];
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const op_case *oc = &cases[c];
+        const kiln_op_def *op = kiln__op_by_id(oc->id);
+        CHECK(op != NULL && op->attr_size <= sizeof attrs);
+        if (!op) continue;
+        memset(attrs, 0, sizeof attrs);
+        if (oc->id == KILN_OP_DepthToSpace || oc->id == KILN_OP_SpaceToDepth) {
+            kiln_d2s_attrs d = {2, 0};
+            memcpy(attrs, &d, sizeof d);
+        } else if (oc->id == KILN_OP_Resize || oc->id == KILN_OP_Upsample) {
+            kiln_resize_attrs r = resize_attrs(RS_LINEAR, RS_HALF_PIXEL);
+            if (oc->id == KILN_OP_Upsample) r.in_roi = -1, r.in_scales = 1, r.in_sizes = -1;
+            memcpy(attrs, &r, sizeof r);
+        } else if (oc->id == KILN_OP_ReverseSequence) {
+            kiln_revseq_attrs r = {1, 0};
+            memcpy(attrs, &r, sizeof r);
+        } else if (oc->id == KILN_OP_Trilu) {
+            kiln_trilu_attrs t = {1};
+            memcpy(attrs, &t, sizeof t);
+        }
+        kiln_tinfo ti[5];
+        const kiln_tinfo *in[5];
+        for (int i = 0; i < oc->n_in; i++) {
+            memset(&ti[i], 0, sizeof ti[i]);
+            ti[i].dtype = oc->dt[i];
+            ti[i].rank = -1;
+            in[i] = &ti[i];
+        }
+        kiln_tinfo out[4];
+        kiln_status st = infer_op(oc->id, attrs, oc->n_in, in, oc->n_out, out);
+        if (st != KILN_OK) fprintf(stderr, "  %s: %s\n", op->name, kiln_last_error());
+        CHECK(st == KILN_OK);
+        for (int o = 0; o < oc->n_out && st == KILN_OK; o++) CHECK(out[o].rank >= -1 && out[o].rank <= KILN_MAX_RANK);
+    }
+}
+
 int main(void) {
     RUN(transpose_odd_shapes);
     RUN(transpose_bert_and_nchw_parallel);
@@ -1031,5 +1140,7 @@ int main(void) {
     RUN(depth_space_roundtrip);
     RUN(data_dependent_ops);
     RUN(scatter_and_gather_nd);
+    RUN(opset18_forms);
+    RUN(infer_unknown_rank_tolerated);
     return test_summary();
 }
