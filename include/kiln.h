@@ -179,6 +179,8 @@ KILN_API kiln_status kiln_engine_output_info(const kiln_engine *e, int index, ki
 KILN_API kiln_status kiln_engine_input_profile(const kiln_engine *e, int index, int64_t *min,
                                                int64_t *opt, int64_t *max);
 KILN_API kiln_device kiln_engine_device(const kiln_engine *e);
+/* Number of layers (nodes) in the engine's optimized plan. */
+KILN_API int kiln_engine_num_layers(const kiln_engine *e);
 KILN_API kiln_precision kiln_engine_precision(const kiln_engine *e);
 /* A human-readable (or JSON, when json != 0) description of the engine:
  * inputs, outputs, profiles, layers and their kernels, memory. The string is

@@ -886,11 +886,7 @@ static int cmd_build(int argc, char **argv) {
             printf("  output %s: %s %s\n", info.name, kiln_dtype_name(info.dtype),
                    fmt_dims(a, sizeof a, info.rank, info.dims, info.dim_names));
         }
-        /* The layer count is read from the text description ("layers (N):"). */
-        const char *desc = kiln_engine_describe(e, 0);
-        const char *lp = desc ? strstr(desc, "\nlayers (") : NULL;
-        int layers = -1;
-        if (lp) sscanf(lp, "\nlayers (%d", &layers);
+        int layers = kiln_engine_num_layers(e);
         struct stat sb;
         double size = stat(out_path, &sb) == 0 ? (double)sb.st_size : 0;
         if (layers >= 0) printf("layers:  %d\n", layers);

@@ -241,6 +241,8 @@ fail:
     return s;
 }
 
+int kiln_engine_num_layers(const kiln_engine *e) { return e ? e->graph->n_nodes : 0; }
+
 /* ---- describe (inspect) ------------------------------------------------- */
 
 static void dims_str(const kiln_graph *g, const kiln_tinfo *t, kiln_sbuf *sb, bool json) {

@@ -39,7 +39,8 @@ KILN_PRIVATE void *kiln__calloc(size_t n, size_t size);
 KILN_PRIVATE void *kiln__realloc(void *p, size_t n);
 KILN_PRIVATE void kiln__free(void *p);
 KILN_PRIVATE char *kiln__strdup(const char *s);
-/* 64-byte aligned; free with kiln__aligned_free. */
+/* 256-byte aligned (engine weights and loaded engines rely on it); free with
+ * kiln__aligned_free. */
 KILN_PRIVATE void *kiln__aligned_alloc(size_t n);
 KILN_PRIVATE void kiln__aligned_free(void *p);
 /* Grows *p (elements of `size`) so that it holds at least `need` elements. */

@@ -181,6 +181,7 @@ static kiln_status nms_run(const char *nm, const nms_in *p, int64_t *out, int64_
             const float *sc = p->scores + (b * p->C + c) * p->N;
             int64_t nc = 0;
             for (int64_t i = 0; i < p->N; i++) {
+                if (sc[i] != sc[i]) continue; /* NaN scores are never selected */
                 if (p->has_score_th && !(sc[i] > p->score_th)) continue;
                 cand[nc].score = sc[i];
                 cand[nc].idx = i;

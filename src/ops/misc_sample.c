@@ -78,8 +78,8 @@ static double gs_reflect(double c, double twice_low, double twice_high) {
     double mn = twice_low / 2.0, span = (twice_high - twice_low) / 2.0;
     c = fabs(c - mn);
     double extra = fmod(c, span);
-    int64_t flips = (int64_t)floor(c / span);
-    return flips % 2 == 0 ? extra + mn : span - extra + mn;
+    double flips = floor(c / span);
+    return fmod(flips, 2.0) == 0.0 ? extra + mn : span - extra + mn;
 }
 
 static double gs_pad(double c, int64_t size, int pad, bool align) {
@@ -90,6 +90,13 @@ static double gs_pad(double c, int64_t size, int pad, bool align) {
         return gs_clip(c, size);
     }
     return c;
+}
+
+/* A pixel coordinate as an index; out-of-range (and NaN) give -1, which
+ * reads as padding. */
+static int64_t gs_idx(double v) {
+    if (!(v >= -1.0 && v < 4611686018427387904.0)) return -1;
+    return (int64_t)v;
 }
 
 static double gs_at(const kiln_tensor *x, int64_t base, int64_t H, int64_t W, int64_t iy,
@@ -137,18 +144,20 @@ static kiln_status gs_cpu(const kiln_kernel_args *a) {
                             for (int j = 0; j < 4; j++) {
                                 double px = gs_pad(x0 - 1 + j, W, pad, align);
                                 double py = gs_pad(y0 - 1 + i, H, pad, align);
-                                row += wx[j] * gs_at(x, base, H, W, (int64_t)py, (int64_t)px);
+                                row += wx[j] * gs_at(x, base, H, W, gs_idx(py), gs_idx(px));
                             }
                             v += wy[i] * row;
                         }
                     } else {
                         double ix = gs_pad(fx, W, pad, align), iy = gs_pad(fy, H, pad, align);
                         if (at->mode == GS_NEAREST) {
-                            v = gs_at(x, base, H, W, (int64_t)nearbyint(iy), (int64_t)nearbyint(ix));
+                            v = gs_at(x, base, H, W, gs_idx(nearbyint(iy)), gs_idx(nearbyint(ix)));
                         } else {
                             double x0 = floor(ix), y0 = floor(iy);
                             double tx = ix - x0, ty = iy - y0;
-                            int64_t X0 = (int64_t)x0, Y0 = (int64_t)y0;
+                            int64_t X0 = gs_idx(x0), Y0 = gs_idx(y0);
+                            if (X0 < 0 && x0 != -1.0) X0 = -2; /* both taps outside */
+                            if (Y0 < 0 && y0 != -1.0) Y0 = -2;
                             v = (1 - tx) * (1 - ty) * gs_at(x, base, H, W, Y0, X0) +
                                 tx * (1 - ty) * gs_at(x, base, H, W, Y0, X0 + 1) +
                                 (1 - tx) * ty * gs_at(x, base, H, W, Y0 + 1, X0) +
@@ -267,10 +276,13 @@ static kiln_status roi_cpu(const kiln_kernel_args *a) {
             rh = fmax(rh, 1.0);
         }
         double bh = rh / (double)PH, bw = rw / (double)PW;
-        int64_t gh = at->sampling_ratio > 0 ? at->sampling_ratio : (int64_t)ceil(rh / (double)PH);
-        int64_t gw = at->sampling_ratio > 0 ? at->sampling_ratio : (int64_t)ceil(rw / (double)PW);
-        if (gh < 0) gh = 0;
-        if (gw < 0) gw = 0;
+        /* adaptive sampling: ceil(size / bins), bounded so that absurd (or NaN)
+         * rois cannot make the loops explode */
+        double ah = ceil(rh / (double)PH), aw = ceil(rw / (double)PW);
+        int64_t gh = at->sampling_ratio > 0 ? at->sampling_ratio
+                                            : (ah >= 0 ? (int64_t)fmin(ah, 65536.0) : 0);
+        int64_t gw = at->sampling_ratio > 0 ? at->sampling_ratio
+                                            : (aw >= 0 ? (int64_t)fmin(aw, 65536.0) : 0);
         double count = (double)(gh * gw > 1 ? gh * gw : 1);
         for (int64_t ph = 0; ph < PH; ph++)
             for (int64_t pw = 0; pw < PW; pw++)
@@ -283,7 +295,7 @@ static kiln_status roi_cpu(const kiln_kernel_args *a) {
                         for (int64_t ix = 0; ix < gw; ix++) {
                             double xx = x1 + (double)pw * bw + ((double)ix + 0.5) * bw / (double)gw;
                             roi_pc pc = {{0, 0, 0, 0}, {0, 0, 0, 0}};
-                            if (!(yy < -1.0 || yy > (double)H || xx < -1.0 || xx > (double)W)) {
+                            if (yy >= -1.0 && yy <= (double)H && xx >= -1.0 && xx <= (double)W) {
                                 double sy = yy <= 0 ? 0 : yy, sx = xx <= 0 ? 0 : xx;
                                 int64_t yl = (int64_t)sy, xl = (int64_t)sx, yh, xh;
                                 if (yl >= H - 1) {

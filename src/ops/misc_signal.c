@@ -254,9 +254,9 @@ static kiln_status dft_cpu(const kiln_kernel_args *a) {
     int64_t comp = x->dims[r - 1];
     int64_t L = x->dims[ax];
     int64_t n = len ? kiln__load_i64(len->dtype, len->data, 0) : L;
-    if (n < 1)
-        return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "node '%s' (DFT): dft_length %lld must be >= 1",
-                         nm, (long long)n);
+    if (n < 1 || n > ((int64_t)1 << 40))
+        return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT,
+                         "node '%s' (DFT): dft_length %lld is not in [1, 2^40]", nm, (long long)n);
     int64_t n_out = y->dims[ax];
     int64_t outer = 1, inner = 1;
     for (int i = 0; i < ax; i++) outer *= x->dims[i];
@@ -489,7 +489,10 @@ static kiln_status mel_cpu(const kiln_kernel_args *a) {
     double step = (hm - lm) / (double)(nmel + 2);
     for (int64_t i = 0; i < nmel + 2; i++) {
         double f = 700.0 * (pow(10.0, ((double)i * step + lm) / 2595.0) - 1.0);
-        pt[i] = (int64_t)floor((double)(dftl + 1) * f / (double)sr);
+        double b = floor((double)(dftl + 1) * f / (double)sr);
+        /* bounded (NaN -> -1) so that the conversion is defined; the loops
+         * below only write inside the spectrogram */
+        pt[i] = b >= -1.0 ? (int64_t)fmin(b, 4.0e15) : -1;
     }
     int64_t total = nb * nmel;
     for (int64_t i = 0; i < total; i++) kiln__store_f64(y->dtype, y->data, i, 0.0);
@@ -498,16 +501,12 @@ static kiln_status mel_cpu(const kiln_kernel_args *a) {
         if (c == l) {
             if (c >= 0 && c < nb) kiln__store_f64(y->dtype, y->data, c * nmel + m, 1.0);
         } else {
-            for (int64_t j = l; j <= c; j++)
-                if (j >= 0 && j < nb)
-                    kiln__store_f64(y->dtype, y->data, j * nmel + m,
-                                    (double)(j - l) / (double)(c - l));
+            for (int64_t j = l > 0 ? l : 0; j <= c && j < nb; j++)
+                kiln__store_f64(y->dtype, y->data, j * nmel + m, (double)(j - l) / (double)(c - l));
         }
         if (h > c)
-            for (int64_t j = c; j < h; j++)
-                if (j >= 0 && j < nb)
-                    kiln__store_f64(y->dtype, y->data, j * nmel + m,
-                                    (double)(h - j) / (double)(h - c));
+            for (int64_t j = c > 0 ? c : 0; j < h && j < nb; j++)
+                kiln__store_f64(y->dtype, y->data, j * nmel + m, (double)(h - j) / (double)(h - c));
     }
     kiln__free(pt);
     return KILN_OK;

@@ -423,11 +423,103 @@ typedef struct dw_ctx {
     float *y;
 } dw_ctx;
 
+/* One output row of a depthwise conv, kernel row by kernel row, one pass per
+ * tap (any kernel size, stride, dilation). */
+static void dw_row_generic(const g2d *v, const float *x, const float *w, float *restrict yr,
+                           int64_t oh) {
+    for (int64_t i = 0; i < v->kh; i++) {
+        int64_t ih = oh * v->sh - v->pt + i * v->dh;
+        if (ih < 0 || ih >= v->H) continue;
+        const float *restrict xr = x + ih * v->W;
+        for (int64_t j = 0; j < v->kw; j++) {
+            float wv = w[i * v->kw + j];
+            int64_t off = j * v->dw - v->pl, lo, hi;
+            valid_range(off, v->sw, v->W, v->OW, &lo, &hi);
+            if (v->sw == 1) {
+                const float *restrict xs = xr + off;
+                for (int64_t ow = lo; ow < hi; ow++) yr[ow] += wv * xs[ow];
+            } else {
+                for (int64_t ow = lo; ow < hi; ow++) yr[ow] += wv * xr[ow * v->sw + off];
+            }
+        }
+    }
+}
+
+/* 3x3 kernels (MobileNet): the three taps of a kernel row (or all nine taps
+ * when the three input rows exist) are fused into one pass over the
+ * interior of the row, where every tap is inside the input; the few edge
+ * outputs are done tap by tap. */
+static void dw_row_3x3(const g2d *v, const float *x, const float *w, float *restrict yr,
+                       int64_t oh) {
+    int64_t d = v->dw, off0 = -v->pl, lo, hi, lo2, hi2;
+    valid_range(off0, v->sw, v->W, v->OW, &lo, &hi);
+    valid_range(off0 + 2 * d, v->sw, v->W, v->OW, &lo2, &hi2);
+    if (lo2 > lo) lo = lo2;
+    if (hi2 < hi) hi = hi2;
+    if (lo > hi) lo = hi;
+    const float *rows[3];
+    int nrows = 0;
+    for (int64_t i = 0; i < 3; i++) {
+        int64_t ih = oh * v->sh - v->pt + i * v->dh;
+        rows[i] = ih >= 0 && ih < v->H ? x + ih * v->W : NULL;
+        nrows += rows[i] != NULL;
+    }
+    /* edges, tap by tap */
+    for (int64_t i = 0; i < 3; i++) {
+        if (!rows[i]) continue;
+        for (int64_t j = 0; j < 3; j++) {
+            float wv = w[i * 3 + j];
+            int64_t off = j * d + off0;
+            for (int64_t ow = 0; ow < lo; ow++) {
+                int64_t iw = ow * v->sw + off;
+                if (iw >= 0 && iw < v->W) yr[ow] += wv * rows[i][iw];
+            }
+            for (int64_t ow = hi; ow < v->OW; ow++) {
+                int64_t iw = ow * v->sw + off;
+                if (iw >= 0 && iw < v->W) yr[ow] += wv * rows[i][iw];
+            }
+        }
+    }
+    if (lo >= hi) return;
+    if (nrows == 3) {
+        const float *restrict a = rows[0] + off0, *restrict b = rows[1] + off0,
+                              *restrict c = rows[2] + off0;
+        float w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3], w4 = w[4], w5 = w[5], w6 = w[6],
+              w7 = w[7], w8 = w[8];
+        if (v->sw == 1) {
+            for (int64_t ow = lo; ow < hi; ow++)
+                yr[ow] += w0 * a[ow] + w1 * a[ow + d] + w2 * a[ow + 2 * d] + w3 * b[ow] +
+                          w4 * b[ow + d] + w5 * b[ow + 2 * d] + w6 * c[ow] + w7 * c[ow + d] +
+                          w8 * c[ow + 2 * d];
+        } else {
+            int64_t s = v->sw;
+            for (int64_t ow = lo; ow < hi; ow++) {
+                int64_t q = ow * s;
+                yr[ow] += w0 * a[q] + w1 * a[q + d] + w2 * a[q + 2 * d] + w3 * b[q] +
+                          w4 * b[q + d] + w5 * b[q + 2 * d] + w6 * c[q] + w7 * c[q + d] +
+                          w8 * c[q + 2 * d];
+            }
+        }
+        return;
+    }
+    for (int64_t i = 0; i < 3; i++) {
+        if (!rows[i]) continue;
+        const float *restrict a = rows[i] + off0;
+        float w0 = w[i * 3], w1 = w[i * 3 + 1], w2 = w[i * 3 + 2];
+        int64_t s = v->sw;
+        for (int64_t ow = lo; ow < hi; ow++) {
+            int64_t q = ow * s;
+            yr[ow] += w0 * a[q] + w1 * a[q + d] + w2 * a[q + 2 * d];
+        }
+    }
+}
+
 static void dw_channels(void *vctx, int64_t c0, int64_t c1) {
     const dw_ctx *c = vctx;
     const conv_geom *g = c->g;
     const g2d *v = &c->v;
     int64_t mult = g->Mg; /* output channels per input channel */
+    bool k3 = v->kh == 3 && v->kw == 3;
     for (int64_t nm = c0; nm < c1; nm++) {
         int64_t n = nm / g->M, m = nm % g->M;
         int64_t ci = m / mult;
@@ -438,24 +530,8 @@ static void dw_channels(void *vctx, int64_t c0, int64_t c1) {
         for (int64_t oh = 0; oh < v->OH; oh++) {
             float *restrict yr = y + oh * v->OW;
             for (int64_t ow = 0; ow < v->OW; ow++) yr[ow] = bias;
-            for (int64_t i = 0; i < v->kh; i++) {
-                int64_t ih = oh * v->sh - v->pt + i * v->dh;
-                if (ih < 0 || ih >= v->H) continue;
-                const float *restrict xr = x + ih * v->W;
-                for (int64_t j = 0; j < v->kw; j++) {
-                    float wv = w[i * v->kw + j];
-                    int64_t off = j * v->dw - v->pl, lo, hi;
-                    valid_range(off, v->sw, v->W, v->OW, &lo, &hi);
-                    if (v->sw == 1) {
-                        const float *restrict xs = xr + off;
-                        for (int64_t ow = lo; ow < hi; ow++) yr[ow] += wv * xs[ow];
-                    } else if (v->sw == 2) {
-                        for (int64_t ow = lo; ow < hi; ow++) yr[ow] += wv * xr[2 * ow + off];
-                    } else {
-                        for (int64_t ow = lo; ow < hi; ow++) yr[ow] += wv * xr[ow * v->sw + off];
-                    }
-                }
-            }
+            if (k3) dw_row_3x3(v, x, w, yr, oh);
+            else dw_row_generic(v, x, w, yr, oh);
         }
     }
 }

@@ -81,7 +81,9 @@ KILN_PRIVATE const char *kiln_import_node_name(const kiln_import_ctx *ic);
 KILN_PRIVATE int kiln_import_num_inputs(const kiln_import_ctx *ic);  /* absent optionals count */
 KILN_PRIVATE int kiln_import_num_outputs(const kiln_import_ctx *ic);
 KILN_PRIVATE bool kiln_import_has_input(const kiln_import_ctx *ic, int i); /* present, non-empty name */
-/* Known info of input i (dtype/shape, data if constant) or NULL. */
+/* Known info of input i (dtype/shape, data if constant) or NULL. At import
+ * time only graph inputs and constants are known; intermediate values have
+ * no shape yet (kiln__pass_infer runs after import). */
 KILN_PRIVATE const kiln_tinfo *kiln_import_input_info(const kiln_import_ctx *ic, int i);
 KILN_PRIVATE bool kiln_attr_has(const kiln_import_ctx *ic, const char *name);
 KILN_PRIVATE int64_t kiln_attr_int(const kiln_import_ctx *ic, const char *name, int64_t dflt);
@@ -122,7 +124,7 @@ struct kiln_op_def {
     const char *domain;   /* "" for ai.onnx, "com.microsoft", ... */
     int since;            /* oldest opset version supported */
     int min_inputs, max_inputs;   /* max_inputs < 0: variadic */
-    int min_outputs, max_outputs;
+    int min_outputs, max_outputs; /* max_outputs < 0: variadic */
     int code;             /* free for the op family's shared code (e.g. which binary op) */
     uint32_t flags;
     size_t attr_size;     /* bytes of the POD attribute struct (0: none) */
