@@ -533,6 +533,21 @@ const char *kiln_attr_string(const kiln_import_ctx *ic, const char *name, const 
     return s;
 }
 
+int kiln_attr_strings(const kiln_import_ctx *ic, const char *name, const char **buf, int cap) {
+    const Onnx__AttributeProto *a = find_attr(ic, name);
+    if (!a || attr_type(a) != ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRINGS) return -1;
+    int n = a->n_strings > INT32_MAX ? INT32_MAX : (int)a->n_strings;
+    for (int i = 0; i < n && i < cap; i++) {
+        char *s = kiln__malloc(a->strings[i].len + 1);
+        if (!s) return -1;
+        if (a->strings[i].len) memcpy(s, a->strings[i].data, a->strings[i].len);
+        s[a->strings[i].len] = 0;
+        if (ctx_own((kiln_import_ctx *)ic, s) != KILN_OK) return -1;
+        buf[i] = s;
+    }
+    return n;
+}
+
 kiln_status kiln_attr_tensor(const kiln_import_ctx *ic, const char *name, kiln_tinfo *info) {
     memset(info, 0, sizeof *info);
     const Onnx__AttributeProto *a = find_attr(ic, name);

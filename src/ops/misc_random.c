@@ -16,7 +16,6 @@ typedef struct kiln_random_attrs {
     float seed;
     float a, b;      /* normal: mean, scale; uniform: low, high */
     int32_t rank;    /* RandomNormal/RandomUniform: `shape` */
-    int32_t pad_;
     int64_t shape[KILN_MAX_RANK];
 } kiln_random_attrs;
 

@@ -13,8 +13,7 @@
  * two GEMMs, the second on r (.) H) and the elementwise gate math.
  *
  * Activations: the defaults (RNN Tanh; GRU Sigmoid, Tanh; LSTM Sigmoid,
- * Tanh, Tanh). The `activations` attribute is a list of strings, which the
- * import API cannot read yet, so a node that sets it is rejected. */
+ * Tanh, Tanh), or Sigmoid/Tanh/Relu chosen per gate by `activations`. */
 #include "ops/gemm.h"
 #include "ops/op.h"
 
@@ -60,10 +59,11 @@ static kiln_status rnn_import(kiln_import_ctx *ic, void *attrs, int kind) {
         at->has_clip = 1;
         at->clip = c;
     }
-    if (kiln_attr_has(ic, "activations") || kiln_attr_has(ic, "activation_alpha") ||
-        kiln_attr_has(ic, "activation_beta"))
-        return KILN_IMPORT_FAIL(ic, "attribute 'activations' is not supported (only the default "
-                                    "activations are)");
+    if (kiln_attr_has(ic, "activation_alpha") || kiln_attr_has(ic, "activation_beta"))
+        return KILN_FAIL(KILN_ERR_UNSUPPORTED,
+                         "node '%s': attributes 'activation_alpha'/'activation_beta' are not "
+                         "supported (only Sigmoid, Tanh and Relu activations are)",
+                         kiln_import_node_name(ic));
     for (int d = 0; d < 2; d++) {
         if (kind == RNN_SIMPLE) {
             at->act[d * 3 + 0] = ACT_TANH;
@@ -71,6 +71,26 @@ static kiln_status rnn_import(kiln_import_ctx *ic, void *attrs, int kind) {
             at->act[d * 3 + 0] = ACT_SIGMOID;
             at->act[d * 3 + 1] = ACT_TANH;
             at->act[d * 3 + 2] = ACT_TANH;
+        }
+    }
+    const char *acts[6];
+    int per_dir = kind == RNN_LSTM ? 3 : kind == RNN_GRU ? 2 : 1;
+    int n_dir = at->direction == DIR_BIDI ? 2 : 1;
+    int n_act = kiln_attr_strings(ic, "activations", acts, 6);
+    if (n_act >= 0) {
+        if (n_act != per_dir * n_dir)
+            return KILN_IMPORT_FAIL(ic, "attribute 'activations' has %d entries; %d expected", n_act,
+                                    per_dir * n_dir);
+        for (int i = 0; i < n_act; i++) {
+            int a;
+            if (!strcmp(acts[i], "Sigmoid")) a = ACT_SIGMOID;
+            else if (!strcmp(acts[i], "Tanh")) a = ACT_TANH;
+            else if (!strcmp(acts[i], "Relu")) a = ACT_RELU;
+            else
+                return KILN_FAIL(KILN_ERR_UNSUPPORTED,
+                                 "node '%s': activation '%s' is not supported (Sigmoid, Tanh and "
+                                 "Relu are)", kiln_import_node_name(ic), acts[i]);
+            at->act[(i / per_dir) * 3 + i % per_dir] = a;
         }
     }
     return KILN_OK;

@@ -590,3 +590,91 @@ const kiln_op_def kiln_op_MaxUnpool = {
     .attr_size = sizeof(kiln_pool_attrs),
     .import = unpool_import, .infer = unpool_infer, .cpu = unpool_cpu,
 };
+
+/* ---- MaxRoiPool ----------------------------------------------------------- */
+/* X [N, C, H, W], rois [R, 5] (batch, x1, y1, x2, y2) -> Y [R, C, ph, pw].
+ * Caffe's ROI pooling: ROI corners rounded after scaling, bins of
+ * floor/ceil bounds, empty bins give 0. */
+
+typedef struct kiln_maxroipool_attrs {
+    int32_t pooled_h, pooled_w;
+    float spatial_scale;
+} kiln_maxroipool_attrs;
+
+static kiln_status maxroipool_import(kiln_import_ctx *ic, void *attrs) {
+    kiln_maxroipool_attrs *at = attrs;
+    int64_t ps[2];
+    int n = kiln_attr_ints(ic, "pooled_shape", ps, 2);
+    if (n != 2 || ps[0] < 1 || ps[1] < 1 || ps[0] > INT32_MAX || ps[1] > INT32_MAX)
+        return KILN_IMPORT_FAIL(ic, "attribute 'pooled_shape' must hold two positive values");
+    at->pooled_h = (int32_t)ps[0];
+    at->pooled_w = (int32_t)ps[1];
+    at->spatial_scale = kiln_attr_float(ic, "spatial_scale", 1.0f);
+    return KILN_OK;
+}
+
+static kiln_status maxroipool_infer(const kiln_infer_args *a) {
+    const kiln_maxroipool_attrs *at = a->attrs;
+    const kiln_tinfo *X = a->in[0], *R = a->in[1];
+    kiln_tinfo *y = a->out[0];
+    y->dtype = X->dtype;
+    if (!pool_dtype_ok(X->dtype, POOL_AVG) || R->dtype != X->dtype)
+        return KILN_FAIL(KILN_ERR_UNSUPPORTED, "node '%s' (MaxRoiPool): dtypes %s/%s are not supported",
+                         NODE(a), kiln_dtype_name(X->dtype), kiln_dtype_name(R->dtype));
+    if ((X->rank >= 0 && X->rank != 4) || (R->rank >= 0 && R->rank != 2) ||
+        (R->rank == 2 && R->dims[1] >= 0 && R->dims[1] != 5))
+        return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (MaxRoiPool): expected X [N,C,H,W] and rois [R,5]",
+                         NODE(a));
+    y->rank = 4;
+    y->dims[0] = R->rank == 2 ? R->dims[0] : KILN_DIM_UNKNOWN;
+    y->dims[1] = X->rank == 4 ? X->dims[1] : KILN_DIM_UNKNOWN;
+    y->dims[2] = at->pooled_h;
+    y->dims[3] = at->pooled_w;
+    return KILN_OK;
+}
+
+static kiln_status maxroipool_cpu(const kiln_kernel_args *a) {
+    const kiln_maxroipool_attrs *at = a->attrs;
+    const kiln_tensor *X = a->in[0], *R = a->in[1];
+    kiln_dtype t = X->dtype;
+    int64_t N = X->dims[0], C = X->dims[1], H = X->dims[2], W = X->dims[3];
+    int64_t nr = R->dims[0], PH = at->pooled_h, PW = at->pooled_w;
+    for (int64_t r = 0; r < nr; r++) {
+        int64_t b = (int64_t)kiln__load_f64(t, R->data, r * 5);
+        if (b < 0 || b >= N)
+            return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (MaxRoiPool): batch index %lld out of range [0, %lld)",
+                             NODE(a), (long long)b, (long long)N);
+        double sc = at->spatial_scale;
+        int64_t x1 = (int64_t)round(kiln__load_f64(t, R->data, r * 5 + 1) * sc);
+        int64_t y1 = (int64_t)round(kiln__load_f64(t, R->data, r * 5 + 2) * sc);
+        int64_t x2 = (int64_t)round(kiln__load_f64(t, R->data, r * 5 + 3) * sc);
+        int64_t y2 = (int64_t)round(kiln__load_f64(t, R->data, r * 5 + 4) * sc);
+        int64_t rh = y2 - y1 + 1 > 1 ? y2 - y1 + 1 : 1, rw = x2 - x1 + 1 > 1 ? x2 - x1 + 1 : 1;
+        double bh = (double)rh / (double)PH, bw = (double)rw / (double)PW;
+        for (int64_t c = 0; c < C; c++)
+            for (int64_t ph = 0; ph < PH; ph++)
+                for (int64_t pw = 0; pw < PW; pw++) {
+                    int64_t hs = (int64_t)floor((double)ph * bh) + y1, he = (int64_t)ceil((double)(ph + 1) * bh) + y1;
+                    int64_t ws = (int64_t)floor((double)pw * bw) + x1, we = (int64_t)ceil((double)(pw + 1) * bw) + x1;
+                    hs = hs < 0 ? 0 : hs > H ? H : hs;
+                    he = he < 0 ? 0 : he > H ? H : he;
+                    ws = ws < 0 ? 0 : ws > W ? W : ws;
+                    we = we < 0 ? 0 : we > W ? W : we;
+                    double m = (he <= hs || we <= ws) ? 0.0 : -INFINITY;
+                    for (int64_t h = hs; h < he; h++)
+                        for (int64_t w = ws; w < we; w++) {
+                            double v = kiln__load_f64(t, X->data, ((b * C + c) * H + h) * W + w);
+                            m = v > m ? v : m;
+                        }
+                    kiln__store_f64(t, a->out[0]->data, ((r * C + c) * PH + ph) * PW + pw, m);
+                }
+    }
+    return KILN_OK;
+}
+
+const kiln_op_def kiln_op_MaxRoiPool = {
+    .name = "MaxRoiPool", .domain = "", .since = 1,
+    .min_inputs = 2, .max_inputs = 2, .min_outputs = 1, .max_outputs = 1,
+    .attr_size = sizeof(kiln_maxroipool_attrs),
+    .import = maxroipool_import, .infer = maxroipool_infer, .cpu = maxroipool_cpu,
+};

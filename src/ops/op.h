@@ -57,7 +57,10 @@ typedef struct kiln_infer_args {
     const char *node_name;         /* for error messages */
     int n_in, n_out;
     const kiln_tinfo *const *in;   /* in[i] == NULL: optional input absent */
-    kiln_tinfo *const *out;        /* filled by infer: dtype, rank, dims (data stays NULL) */
+    kiln_tinfo *const *out;        /* filled by infer: dtype, rank, dims (data stays NULL).
+                                      Outputs whose size depends on input values (NonZero,
+                                      NonMaxSuppression) are sized at run time by scanning
+                                      the inputs here. */
     bool runtime;                  /* all dims known and all input data present */
 } kiln_infer_args;
 
@@ -89,9 +92,14 @@ KILN_PRIVATE bool kiln_attr_has(const kiln_import_ctx *ic, const char *name);
 KILN_PRIVATE int64_t kiln_attr_int(const kiln_import_ctx *ic, const char *name, int64_t dflt);
 KILN_PRIVATE float kiln_attr_float(const kiln_import_ctx *ic, const char *name, float dflt);
 /* Copies up to `cap` values; returns the attribute's count (-1 if absent).
- * A count > cap is an error the caller reports. */
+ * A count > cap is an error the caller reports; buf may be NULL with cap 0
+ * to ask for the count only. */
 KILN_PRIVATE int kiln_attr_ints(const kiln_import_ctx *ic, const char *name, int64_t *buf, int cap);
 KILN_PRIVATE int kiln_attr_floats(const kiln_import_ctx *ic, const char *name, float *buf, int cap);
+/* String-list attribute: stores up to `cap` borrowed NUL-terminated strings
+ * (valid until the import ends) and returns the count (-1 if absent). */
+KILN_PRIVATE int kiln_attr_strings(const kiln_import_ctx *ic, const char *name, const char **buf,
+                                   int cap);
 /* Returns the string attribute (borrowed, NUL-terminated) or dflt. */
 KILN_PRIVATE const char *kiln_attr_string(const kiln_import_ctx *ic, const char *name,
                                           const char *dflt);

@@ -35,7 +35,7 @@ static kiln_status cos_infer(const kiln_infer_args *a) {
                             KILN_MAX_RANK);
     y->rank = (int)n;
     for (int k = 0; k < y->rank; k++) {
-        y->dims[k] = a->in[0]->data ? kiln__tx_int(a->in[0], k) : KILN_DIM_UNKNOWN;
+        y->dims[k] = a->in[0]->data ? kiln__tinfo_int(a->in[0], k) : KILN_DIM_UNKNOWN;
         if (a->in[0]->data && y->dims[k] < 0)
             return KILN_TX_FAIL(KILN_ERR_MODEL, a, "shape has negative entry %lld",
                                 (long long)y->dims[k]);
@@ -265,7 +265,7 @@ static kiln_status cumsum_infer(const kiln_infer_args *a) {
     if (n >= 0 && n != 1) return KILN_TX_FAIL0(KILN_ERR_MODEL, a, "axis must be a scalar");
     if (a->in[1]->data && a->in[0]->rank >= 0) {
         int ax;
-        KILN_TRY(kiln__norm_axis(a->node_name, kiln__tx_int(a->in[1], 0), a->in[0]->rank, &ax));
+        KILN_TRY(kiln__norm_axis(a->node_name, kiln__tinfo_int(a->in[1], 0), a->in[0]->rank, &ax));
     }
     return KILN_OK;
 }
@@ -301,9 +301,8 @@ static kiln_status cumsum_cpu(const kiln_kernel_args *a) {
     int ax;
     if (x->rank == 0) return KILN_TX_FAIL0(KILN_ERR_MODEL, a, "input must have rank >= 1");
     KILN_TRY(kiln__norm_axis(a->node_name, kiln__tx_tensor_int(a->in[1], 0), x->rank, &ax));
-    int64_t outer = 1, inner = 1, len = x->dims[ax];
-    for (int k = 0; k < ax; k++) outer *= x->dims[k];
-    for (int k = ax + 1; k < x->rank; k++) inner *= x->dims[k];
+    int64_t outer, inner, len = x->dims[ax];
+    kiln__tx_outer_inner(x->rank, x->dims, ax, &outer, &inner);
     switch (x->dtype) {
     case KILN_DTYPE_FLOAT32: CUMSUM_LOOP(float, float, CS_ID, CS_ID); break;
     case KILN_DTYPE_FLOAT64: CUMSUM_LOOP(double, double, CS_ID, CS_ID); break;

@@ -23,11 +23,8 @@ static kiln_status tx_index_error(const kiln_kernel_args *a, int64_t v, int64_t 
 }
 
 static kiln_status axis0_import(kiln_import_ctx *ic, void *attrs) {
-    int64_t axis = kiln_attr_int(ic, "axis", 0);
-    if (axis < -KILN_MAX_RANK || axis >= KILN_MAX_RANK)
-        return KILN_IMPORT_FAIL(ic, "attribute 'axis' = %lld is out of range", (long long)axis);
-    ((kiln_axis_attrs *)attrs)->axis = (int32_t)axis;
-    return KILN_OK;
+    return kiln__tx_import_axis(ic, "axis", 0, -KILN_MAX_RANK, KILN_MAX_RANK - 1,
+                                &((kiln_axis_attrs *)attrs)->axis);
 }
 
 /* ---- Gather ---------------------------------------------------------------- */
@@ -89,9 +86,8 @@ static kiln_status gather_cpu(const kiln_kernel_args *a) {
     size_t es;
     KILN_TRY(kiln__tx_esize(a->op->name, a->node_name, x->dtype, &es));
     int axis = at->axis < 0 ? at->axis + x->rank : at->axis;
-    int64_t outer = 1, inner = 1, A = x->dims[axis], N = kiln__tensor_numel(ind);
-    for (int k = 0; k < axis; k++) outer *= x->dims[k];
-    for (int k = axis + 1; k < x->rank; k++) inner *= x->dims[k];
+    int64_t outer, inner, A = x->dims[axis], N = kiln__tensor_numel(ind);
+    kiln__tx_outer_inner(x->rank, x->dims, axis, &outer, &inner);
     for (int64_t i = 0; i < N; i++) {
         int64_t v = kiln__tx_tensor_int(ind, i);
         if (!tx_index_ok(&v, A)) return tx_index_error(a, kiln__tx_tensor_int(ind, i), A, axis);
@@ -509,11 +505,8 @@ const kiln_op_def kiln_op_ScatterND = {
 /* ---- OneHot ----------------------------------------------------------------------------- */
 
 static kiln_status onehot_import(kiln_import_ctx *ic, void *attrs) {
-    int64_t axis = kiln_attr_int(ic, "axis", -1);
-    if (axis < -KILN_MAX_RANK - 1 || axis > KILN_MAX_RANK)
-        return KILN_IMPORT_FAIL(ic, "attribute 'axis' = %lld is out of range", (long long)axis);
-    ((kiln_axis_attrs *)attrs)->axis = (int32_t)axis;
-    return KILN_OK;
+    return kiln__tx_import_axis(ic, "axis", -1, -KILN_MAX_RANK, KILN_MAX_RANK - 1,
+                                &((kiln_axis_attrs *)attrs)->axis);
 }
 
 static int64_t onehot_depth(kiln_dtype t, const void *p) { return kiln__load_i64(t, p, 0); }
@@ -555,9 +548,8 @@ static kiln_status onehot_cpu(const kiln_kernel_args *a) {
     size_t es;
     KILN_TRY(kiln__tx_esize(a->op->name, a->node_name, y->dtype, &es));
     int r = y->rank, axis = at->axis < 0 ? at->axis + r : at->axis;
-    int64_t depth = y->dims[axis], outer = 1, inner = 1;
-    for (int k = 0; k < axis; k++) outer *= y->dims[k];
-    for (int k = axis + 1; k < r; k++) inner *= y->dims[k];
+    int64_t depth = y->dims[axis], outer, inner;
+    kiln__tx_outer_inner(r, y->dims, axis, &outer, &inner);
     const char *off = (const char *)vals->data, *on = off + es;
     kiln__tx_fill(y->data, kiln__tensor_numel(y), off, es);
     for (int64_t o = 0; o < outer; o++)

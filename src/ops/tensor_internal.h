@@ -41,10 +41,8 @@ KILN_PRIVATE bool kiln__tx_nonzero(kiln_dtype t, const void *p, int64_t i);
  * (-1 if unknown). */
 KILN_PRIVATE kiln_status kiln__tx_int_vector(const kiln_infer_args *a, int i, const char *what,
                                              bool allow_scalar, int64_t *n);
-/* Element i of an integer tensor (any integer dtype). */
-static inline int64_t kiln__tx_int(const kiln_tinfo *t, int64_t i) {
-    return kiln__load_i64(t->dtype, t->data, i);
-}
+/* Element i of an integer tensor (any integer dtype); kiln__tinfo_int
+ * (common.c) is the same for a kiln_tinfo. */
 static inline int64_t kiln__tx_tensor_int(const kiln_tensor *t, int64_t i) {
     return kiln__load_i64(t->dtype, t->data, i);
 }
@@ -53,6 +51,21 @@ static inline int64_t kiln__tx_tensor_int(const kiln_tensor *t, int64_t i) {
  * symbol, a symbol over unknown. Fails when both are known and differ. */
 KILN_PRIVATE kiln_status kiln__tx_merge_dim(const char *op, const char *node, int64_t a, int64_t b,
                                             int64_t *out);
+
+/* Products of dims before and after `axis`: a tensor seen as [outer, dims[axis], inner]. */
+static inline void kiln__tx_outer_inner(int rank, const int64_t *dims, int axis, int64_t *outer,
+                                        int64_t *inner) {
+    int64_t o = 1, n = 1;
+    for (int k = 0; k < axis; k++) o *= dims[k];
+    for (int k = axis + 1; k < rank; k++) n *= dims[k];
+    *outer = o;
+    *inner = n;
+}
+
+/* Import helper: int attribute `name` (default dflt) that must lie in
+ * [lo, hi], stored as int32. */
+KILN_PRIVATE kiln_status kiln__tx_import_axis(kiln_import_ctx *ic, const char *name, int64_t dflt,
+                                              int64_t lo, int64_t hi, int32_t *out);
 
 /* Import helper: attribute `attr` (ints) becomes input `input` as an int64
  * 1-D constant. Returns KILN_OK without change if the attribute is absent. */

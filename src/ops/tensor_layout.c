@@ -230,11 +230,7 @@ static kiln_status concat_import(kiln_import_ctx *ic, void *attrs) {
     kiln_axis_attrs *at = (kiln_axis_attrs *)attrs;
     if (!kiln_attr_has(ic, "axis") && kiln_import_opset(ic) >= 4)
         return KILN_IMPORT_FAIL(ic, "attribute 'axis' is required");
-    int64_t axis = kiln_attr_int(ic, "axis", 1);
-    if (axis < -KILN_MAX_RANK || axis >= KILN_MAX_RANK)
-        return KILN_IMPORT_FAIL(ic, "attribute 'axis' = %lld is out of range", (long long)axis);
-    at->axis = (int32_t)axis;
-    return KILN_OK;
+    return kiln__tx_import_axis(ic, "axis", 1, -KILN_MAX_RANK, KILN_MAX_RANK - 1, &at->axis);
 }
 
 static kiln_status concat_infer(const kiln_infer_args *a) {
@@ -303,9 +299,8 @@ static kiln_status concat_cpu(const kiln_kernel_args *a) {
     size_t es;
     KILN_TRY(kiln__tx_esize(a->op->name, a->node_name, y->dtype, &es));
     int axis = at->axis < 0 ? at->axis + y->rank : at->axis;
-    int64_t outer = 1, inner = 1;
-    for (int k = 0; k < axis; k++) outer *= y->dims[k];
-    for (int k = axis + 1; k < y->rank; k++) inner *= y->dims[k];
+    int64_t outer, inner;
+    kiln__tx_outer_inner(y->rank, y->dims, axis, &outer, &inner);
     int64_t ochunk = y->dims[axis] * inner, off = 0;
     for (int i = 0; i < a->n_in; i++) {
         const kiln_tensor *t = a->in[i];
@@ -331,10 +326,7 @@ const kiln_op_def kiln_op_Concat = {
 
 static kiln_status split_import(kiln_import_ctx *ic, void *attrs) {
     kiln_split_attrs *at = (kiln_split_attrs *)attrs;
-    int64_t axis = kiln_attr_int(ic, "axis", 0);
-    if (axis < -KILN_MAX_RANK || axis >= KILN_MAX_RANK)
-        return KILN_IMPORT_FAIL(ic, "attribute 'axis' = %lld is out of range", (long long)axis);
-    at->axis = (int32_t)axis;
+    KILN_TRY(kiln__tx_import_axis(ic, "axis", 0, -KILN_MAX_RANK, KILN_MAX_RANK - 1, &at->axis));
     at->num_outputs = (int32_t)kiln_attr_int(ic, "num_outputs", 0);
     if (kiln_import_opset(ic) < 13 && kiln_attr_has(ic, "split"))
         KILN_TRY(kiln__tx_ints_attr_to_input(ic, "split", 1));
@@ -411,9 +403,8 @@ static kiln_status split_cpu(const kiln_kernel_args *a) {
     size_t es;
     KILN_TRY(kiln__tx_esize(a->op->name, a->node_name, x->dtype, &es));
     int axis = at->axis < 0 ? at->axis + x->rank : at->axis;
-    int64_t outer = 1, inner = 1;
-    for (int k = 0; k < axis; k++) outer *= x->dims[k];
-    for (int k = axis + 1; k < x->rank; k++) inner *= x->dims[k];
+    int64_t outer, inner;
+    kiln__tx_outer_inner(x->rank, x->dims, axis, &outer, &inner);
     int64_t xchunk = x->dims[axis] * inner, off = 0;
     for (int i = 0; i < a->n_out; i++) {
         kiln_tensor *t = a->out[i];
@@ -606,7 +597,7 @@ static kiln_status expand_infer(const kiln_infer_args *a) {
     t.dtype = x->dtype;
     t.rank = (int)n;
     for (int k = 0; k < (int)n; k++) {
-        t.dims[k] = kiln__tx_int(s, k);
+        t.dims[k] = kiln__tinfo_int(s, k);
         if (t.dims[k] < 0)
             return KILN_TX_FAIL(KILN_ERR_MODEL, a, "shape has negative entry %lld",
                                 (long long)t.dims[k]);
@@ -668,7 +659,7 @@ static kiln_status tile_infer(const kiln_infer_args *a) {
             y->dims[k] = KILN_DIM_UNKNOWN;
             continue;
         }
-        int64_t rep = kiln__tx_int(r, k);
+        int64_t rep = kiln__tinfo_int(r, k);
         if (rep < 0)
             return KILN_TX_FAIL(KILN_ERR_MODEL, a, "repeats has negative entry %lld", (long long)rep);
         y->dims[k] = tx_dim_mul(x->dims[k], rep);

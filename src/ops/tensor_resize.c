@@ -163,7 +163,7 @@ static kiln_status resize_infer(const kiln_infer_args *a) {
             continue;
         }
         if (sizes) {
-            y->dims[k] = kiln__tx_int(sizes, k);
+            y->dims[k] = kiln__tinfo_int(sizes, k);
             if (y->dims[k] < 0)
                 return KILN_TX_FAIL(KILN_ERR_MODEL, a, "sizes has negative entry %lld",
                                     (long long)y->dims[k]);

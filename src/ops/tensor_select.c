@@ -57,10 +57,7 @@ const kiln_op_def kiln_op_NonZero = {
 static kiln_status compress_import(kiln_import_ctx *ic, void *attrs) {
     kiln_axis_opt_attrs *at = (kiln_axis_opt_attrs *)attrs;
     at->has_axis = kiln_attr_has(ic, "axis");
-    int64_t axis = kiln_attr_int(ic, "axis", 0);
-    if (axis < -KILN_MAX_RANK || axis >= KILN_MAX_RANK)
-        return KILN_IMPORT_FAIL(ic, "attribute 'axis' = %lld is out of range", (long long)axis);
-    at->axis = (int32_t)axis;
+    KILN_TRY(kiln__tx_import_axis(ic, "axis", 0, -KILN_MAX_RANK, KILN_MAX_RANK - 1, &at->axis));
     at->sorted = kiln_attr_int(ic, "sorted", 1) != 0;
     return KILN_OK;
 }
@@ -114,14 +111,12 @@ static kiln_status compress_cpu(const kiln_kernel_args *a) {
     KILN_TRY(kiln__tx_esize(a->op->name, a->node_name, x->dtype, &es));
     const uint8_t *cv = (const uint8_t *)c->data;
     int64_t clen = c->dims[0];
-    int64_t outer = 1, inner = 1;
+    int64_t outer = 1, inner = 1, len = kiln__tensor_numel(x);
     if (at->has_axis) {
         int axis = at->axis < 0 ? at->axis + x->rank : at->axis;
-        for (int k = 0; k < axis; k++) outer *= x->dims[k];
-        for (int k = axis + 1; k < x->rank; k++) inner *= x->dims[k];
+        kiln__tx_outer_inner(x->rank, x->dims, axis, &outer, &inner);
+        len = x->dims[axis];
     }
-    int64_t len = at->has_axis ? x->dims[at->axis < 0 ? at->axis + x->rank : at->axis]
-                               : kiln__tensor_numel(x);
     int64_t cnt = tx_count_true(cv, clen);
     size_t blk = (size_t)inner * es;
     char *dst = (char *)y->data;
@@ -240,9 +235,8 @@ static kiln_status uniq_compute(const char *node, kiln_dtype t, int rank, const 
         q->isz = 1;
         q->base = data;
     } else {
-        int64_t outer = 1, inner = 1, A = dims[axis];
-        for (int k = 0; k < axis; k++) outer *= dims[k];
-        for (int k = axis + 1; k < rank; k++) inner *= dims[k];
+        int64_t outer, inner, A = dims[axis];
+        kiln__tx_outer_inner(rank, dims, axis, &outer, &inner);
         q->N = A;
         q->isz = outer * inner;
         q->items = kiln__malloc((size_t)n * es);
@@ -363,9 +357,8 @@ static kiln_status unique_cpu(const kiln_kernel_args *a) {
         for (int64_t u = 0; u < U; u++)
             memcpy((char *)y->data + (size_t)u * es, (const char *)x->data + (size_t)q.first[u] * es, es);
     } else {
-        int64_t outer = 1, inner = 1;
-        for (int k = 0; k < axis; k++) outer *= x->dims[k];
-        for (int k = axis + 1; k < x->rank; k++) inner *= x->dims[k];
+        int64_t outer, inner;
+        kiln__tx_outer_inner(x->rank, x->dims, axis, &outer, &inner);
         for (int64_t u = 0; u < U; u++) {
             int64_t dims[2] = {outer, inner}, ds[2] = {U * inner, 1}, ss[2] = {inner, 1};
             kiln__tx_copy(NULL, es, 2, dims, (char *)y->data + (size_t)(u * inner) * es, ds,

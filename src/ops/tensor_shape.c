@@ -88,7 +88,7 @@ static kiln_status reshape_infer(const kiln_infer_args *a) {
     bool has_zero = false;
     y->rank = (int)n;
     for (int i = 0; i < (int)n; i++) {
-        v[i] = kiln__tx_int(s, i);
+        v[i] = kiln__tinfo_int(s, i);
         if (v[i] < -1)
             return KILN_TX_FAIL(KILN_ERR_MODEL, a, "invalid value %lld in shape", (long long)v[i]);
         if (v[i] == -1) {
@@ -169,12 +169,8 @@ const kiln_op_def kiln_op_Reshape = {
 /* ---- Flatten ----------------------------------------------------------- */
 
 static kiln_status flatten_import(kiln_import_ctx *ic, void *attrs) {
-    kiln_flatten_attrs *at = (kiln_flatten_attrs *)attrs;
-    int64_t axis = kiln_attr_int(ic, "axis", 1);
-    if (axis < -KILN_MAX_RANK || axis > KILN_MAX_RANK)
-        return KILN_IMPORT_FAIL(ic, "attribute 'axis' = %lld is out of range", (long long)axis);
-    at->axis = (int32_t)axis;
-    return KILN_OK;
+    return kiln__tx_import_axis(ic, "axis", 1, -KILN_MAX_RANK, KILN_MAX_RANK,
+                                &((kiln_flatten_attrs *)attrs)->axis);
 }
 
 static kiln_status flatten_infer(const kiln_infer_args *a) {
@@ -220,7 +216,7 @@ static kiln_status tx_read_axes(const kiln_infer_args *a, const kiln_tinfo *ax, 
     *count = 0;
     for (int k = 0; k < rank; k++) mark[k] = false;
     for (int64_t i = 0; i < n; i++) {
-        int64_t v = kiln__tx_int(ax, i);
+        int64_t v = kiln__tinfo_int(ax, i);
         if (v < -rank || v >= rank)
             return KILN_TX_FAIL(KILN_ERR_MODEL, a, "axis %lld is out of range for rank %d",
                                 (long long)v, rank);

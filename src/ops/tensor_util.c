@@ -3,11 +3,15 @@
  * Tile, DepthToSpace...) reduces to, and small infer/import helpers. */
 #include "ops/tensor_internal.h"
 
+#include <stddef.h>
 #include <stdio.h>
 
 /* ---- strided copy engine ------------------------------------------------ */
 
 enum { TX_ROWS_CONTIG = 0, TX_ROWS_STRIDED = 1, TX_TILED = 2 };
+
+/* Address of element `off` (may be negative: reversed slices) of `es` bytes. */
+#define TX_AT(base, off, es) ((base) + (ptrdiff_t)(off) * (ptrdiff_t)(es))
 
 #define TX_TILE 32
 
@@ -84,7 +88,7 @@ static void tx_strided_row(size_t es, char *dst, int64_t ds, const char *src, in
     case 8: TX_STRIDED_LOOP(uint64_t); break;
     default:
         for (int64_t j = 0; j < n; j++)
-            memcpy(dst + (size_t)(j * ds) * es, src + (size_t)(j * ss) * es, es);
+            memcpy(TX_AT(dst, j * ds, es), TX_AT(src, j * ss, es), es);
         break;
     }
 }
@@ -111,7 +115,7 @@ static void tx_tile_block(size_t es, char *dst, int64_t dA, const char *src, int
     default:
         for (int64_t a = a0; a < a1; a++)
             for (int64_t b = 0; b < n; b++)
-                memcpy(dst + (size_t)(a * dA + b) * es, src + (size_t)(a + b * sB) * es, es);
+                memcpy(TX_AT(dst, a * dA + b, es), TX_AT(src, a + b * sB, es), es);
         break;
     }
 }
@@ -152,10 +156,10 @@ static void tx_run(void *ctx, int64_t begin, int64_t end) {
         for (int64_t u = begin; u < end;) {
             int64_t m = nk - idx[k];
             if (m > end - u) m = end - u;
-            char *d = p->dst + (size_t)doff * es;
-            const char *s = p->src + (size_t)soff * es;
+            char *d = TX_AT(p->dst, doff, es);
+            const char *s = TX_AT(p->src, soff, es);
             for (int64_t j = 0; j < m; j++)
-                tx_copy_row(d + (size_t)(j * dk) * es, s + (size_t)(j * sk) * es, rb);
+                tx_copy_row(TX_AT(d, j * dk, es), TX_AT(s, j * sk, es), rb);
             u += m;
             if (u >= end) break;
             /* idx[k] reaches nk: step back to its last value, then carry */
@@ -170,7 +174,7 @@ static void tx_run(void *ctx, int64_t begin, int64_t end) {
         for (int64_t u = begin; u < end; u++) {
             int64_t off = piece * p->piece;
             int64_t cnt = p->n - off < p->piece ? p->n - off : p->piece;
-            tx_copy_row(p->dst + (size_t)(doff + off) * es, p->src + (size_t)(soff + off) * es,
+            tx_copy_row(TX_AT(p->dst, doff + off, es), TX_AT(p->src, soff + off, es),
                         (size_t)cnt * es);
             if (++piece == p->split) {
                 piece = 0;
@@ -180,7 +184,7 @@ static void tx_run(void *ctx, int64_t begin, int64_t end) {
     } else if (p->kind == TX_ROWS_STRIDED) {
         tx_row_offsets(p, begin, idx, &doff, &soff);
         for (int64_t u = begin; u < end; u++) {
-            tx_strided_row(es, p->dst + (size_t)doff * es, p->ds, p->src + (size_t)soff * es, p->ss,
+            tx_strided_row(es, TX_AT(p->dst, doff, es), p->ds, TX_AT(p->src, soff, es), p->ss,
                            p->n);
             tx_row_next(p, idx, &doff, &soff);
         }
@@ -189,7 +193,7 @@ static void tx_run(void *ctx, int64_t begin, int64_t end) {
         tx_row_offsets(p, row, idx, &doff, &soff);
         for (int64_t u = begin; u < end; u++) {
             int64_t a0 = t * TX_TILE, a1 = a0 + TX_TILE < p->A ? a0 + TX_TILE : p->A;
-            tx_tile_block(es, p->dst + (size_t)doff * es, p->dA, p->src + (size_t)soff * es, p->sB,
+            tx_tile_block(es, TX_AT(p->dst, doff, es), p->dA, TX_AT(p->src, soff, es), p->sB,
                           a0, a1, p->n);
             if (++t == p->ntA) {
                 t = 0;
@@ -425,6 +429,15 @@ kiln_status kiln__tx_merge_dim(const char *op, const char *node, int64_t a, int6
 }
 
 /* ---- import helpers ----------------------------------------------------- */
+
+kiln_status kiln__tx_import_axis(kiln_import_ctx *ic, const char *name, int64_t dflt, int64_t lo,
+                                 int64_t hi, int32_t *out) {
+    int64_t v = kiln_attr_int(ic, name, dflt);
+    if (v < lo || v > hi)
+        return KILN_IMPORT_FAIL(ic, "attribute '%s' = %lld is out of range", name, (long long)v);
+    *out = (int32_t)v;
+    return KILN_OK;
+}
 
 kiln_status kiln__tx_ints_attr_to_input(kiln_import_ctx *ic, const char *attr, int input) {
     int64_t buf[4 * KILN_MAX_RANK];

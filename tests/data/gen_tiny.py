@@ -51,7 +51,28 @@ def unknown_op(path):
     onnx.save(m, path)
 
 
+def lstm(path, activations):
+    # LSTM over x[seq 4, batch 2, input 3], hidden 5; optional explicit activations.
+    r = np.random.default_rng(7)
+    w = numpy_helper.from_array(r.standard_normal((1, 20, 3)).astype(np.float32), "W")
+    rr = numpy_helper.from_array(r.standard_normal((1, 20, 5)).astype(np.float32), "R")
+    attrs = {"hidden_size": 5}
+    if activations:
+        attrs["activations"] = activations
+    nodes = [helper.make_node("LSTM", ["x", "W", "R"], ["y"], name="lstm", **attrs)]
+    g = helper.make_graph(nodes, "lstm",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 2, 3])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 1, 2, 5])],
+                          initializer=[w, rr])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 14)])
+    onnx.save(m, path)
+
+
 if __name__ == "__main__":
     out = sys.argv[1] if len(sys.argv) > 1 else "."
     mlp(f"{out}/tiny_mlp.onnx")
     unknown_op(f"{out}/unknown_op.onnx")
+    lstm(f"{out}/lstm_default.onnx", None)
+    lstm(f"{out}/lstm_explicit.onnx", ["Sigmoid", "Tanh", "Tanh"])
+    lstm(f"{out}/lstm_relu.onnx", ["Sigmoid", "Relu", "Tanh"])
+    lstm(f"{out}/lstm_bad_act.onnx", ["HardSigmoid", "Tanh", "Tanh"])

@@ -204,6 +204,44 @@ TEST(test_bad_models) {
     kiln_context_free(NULL);
 }
 
+/* Runs a fixed-shape model with one float input x of n elements; copies
+ * output y (m elements) into y. Returns 1 on success. */
+static int run_file(const char *path, const float *x, int64_t rank, const int64_t *dims, float *y,
+                    size_t m) {
+    kiln_model *md = NULL;
+    kiln_builder *b = NULL;
+    kiln_engine *e = NULL;
+    kiln_context *c = NULL;
+    const void *out = NULL;
+    int ok = kiln_model_load_onnx(path, &md) == KILN_OK && kiln_builder_create(&b) == KILN_OK &&
+             kiln_build(b, md, &e) == KILN_OK && kiln_context_create(e, &c) == KILN_OK &&
+             kiln_context_set_input(c, "x", KILN_DTYPE_FLOAT32, (int)rank, dims, x) == KILN_OK &&
+             kiln_context_run(c) == KILN_OK &&
+             kiln_context_get_output(c, "y", NULL, NULL, NULL, &out) == KILN_OK;
+    if (ok) memcpy(y, out, m * sizeof(float));
+    else fprintf(stderr, "  %s: %s\n", path, kiln_last_error());
+    kiln_context_free(c);
+    kiln_engine_free(e);
+    kiln_builder_free(b);
+    kiln_model_free(md);
+    return ok;
+}
+
+TEST(test_lstm_activations) {
+    float x[4 * 2 * 3], y0[40], y1[40], y2[40];
+    for (int i = 0; i < 24; i++) x[i] = (float)((i * 7) % 11) / 5.0f - 1.0f;
+    int64_t dims[3] = {4, 2, 3};
+    CHECK(run_file("tests/data/lstm_default.onnx", x, 3, dims, y0, 40));
+    CHECK(run_file("tests/data/lstm_explicit.onnx", x, 3, dims, y1, 40));
+    CHECK(run_file("tests/data/lstm_relu.onnx", x, 3, dims, y2, 40));
+    CHECK(max_err(y0, y1, 40) == 0.0f);    /* explicit defaults == defaults */
+    CHECK(max_err(y0, y2, 40) > 1e-3f);    /* a different activation changes the result */
+    kiln_model *m = NULL;
+    CHECK_ERR(kiln_model_load_onnx("tests/data/lstm_bad_act.onnx", &m), KILN_ERR_UNSUPPORTED,
+              "activation 'HardSigmoid' is not supported");
+    CHECK(m == NULL);
+}
+
 /* ---- many contexts of one engine on many threads ------------------------ */
 
 typedef struct worker {
@@ -257,6 +295,7 @@ int main(void) {
     RUN(test_serialize_roundtrip);
     RUN(test_bad_inputs);
     RUN(test_bad_models);
+    RUN(test_lstm_activations);
     RUN(test_threads_share_engine);
     return test_summary();
 }
