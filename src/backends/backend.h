@@ -1,26 +1,49 @@
 /* backend.h -- the interface between the builder/runtime and a device.
  *
  * A backend says which nodes it can run (`supports`), names the kernel it
- * picked for a node (for inspect), and runs one node on tensors that live in
- * its memory. The CPU backend is always present; a CUDA backend fills the
- * same table from src/backends/cuda/. Kernels themselves stay with their ops
- * (op->cpu for the CPU; a per-op table for other devices). */
+ * picked for a node (for inspect), owns per-context device state (stream,
+ * library handles), moves bytes between host and device, and runs one node
+ * on tensors that live in its memory. The CPU backend is always present; the
+ * CUDA backend (src/backends/cuda/, built when nvcc is found) fills the same
+ * table. Kernels stay with their ops: op->cpu for the CPU; a per-op-id table
+ * inside each device backend for the others.
+ *
+ * Threading: one backend state belongs to one context and is used by one
+ * thread at a time. Engine-level functions (upload/unload) may be called
+ * from any thread. */
 #ifndef KILN_BACKEND_H
 #define KILN_BACKEND_H
 
 #include "ir/ir.h"
 
 typedef struct kiln_backend_i {
-    const char *name;      /* "cpu" */
+    const char *name;      /* "cpu", "cuda" */
     int device;            /* kiln_device */
-    /* Whether the backend has a kernel for node n (dtypes as inferred). */
+    /* Whether the backend has a kernel for node n (dtypes/shapes as inferred
+     * in g at build time). */
     bool (*supports)(const kiln_graph *g, const kiln_node *n);
-    /* Short name of the kernel that runs n, for inspect. */
+    /* Short name of the kernel that runs n, for inspect (static string). */
     const char *(*kernel_name)(const kiln_graph *g, const kiln_node *n);
-    /* Device memory for activations; host pointers for the CPU. */
-    void *(*alloc)(size_t bytes);
-    void (*free)(void *p);
-    kiln_status (*run)(const kiln_kernel_args *a);
+
+    /* Per-context state: created for device `index`; NULL state is fine for
+     * backends without one (CPU). `stream` may be set by the caller
+     * (cudaStream_t as void*; NULL: the state's own stream). */
+    kiln_status (*state_create)(int index, void **state);
+    void (*state_free)(void *state);
+    kiln_status (*set_stream)(void *state, void *stream);
+
+    /* Memory in the backend's address space. */
+    void *(*alloc)(void *state, size_t bytes);
+    void (*free)(void *state, void *p);
+    /* Copies, ordered on the state's stream. to_host waits for completion. */
+    kiln_status (*to_device)(void *state, void *dst, const void *src, size_t n);
+    kiln_status (*to_host)(void *state, void *dst, const void *src, size_t n);
+    /* Waits until all work queued on the state's stream is done. */
+    kiln_status (*sync)(void *state);
+
+    /* Runs node a->op with a->in/out pointing into this backend's memory.
+     * a->stream and a->device_state are set from `state`. */
+    kiln_status (*run)(void *state, const kiln_kernel_args *a);
 } kiln_backend_i;
 
 KILN_PRIVATE const kiln_backend_i *kiln__backend_for(int device); /* NULL if not built in */

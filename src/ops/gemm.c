@@ -269,35 +269,36 @@ static void pack_a(const gemm_prob *p, int64_t i0, int64_t mc, int64_t p0, int64
  * columns past nc zero. */
 static void pack_b(const gemm_prob *p, int64_t p0, int64_t kc, int64_t j0, int64_t nc,
                    float *restrict dst) {
+    if (!p->tb) {
+        /* Row by row, so that B is read sequentially (rows of B are far
+         * apart: walking one panel down k would miss the TLB and the
+         * prefetchers on every row). */
+        int64_t full = nc / GEMM_NR * GEMM_NR;
+        for (int64_t k = 0; k < kc; k++) {
+            const float *s = p->B + (p0 + k) * p->ldb + j0;
+            float *d = dst + k * GEMM_NR;
+            for (int64_t jr = 0; jr < full; jr += GEMM_NR)
+                memcpy(d + jr * kc, s + jr, GEMM_NR * sizeof(float));
+            if (full < nc) {
+                float *dd = d + full * kc;
+                int64_t j = 0;
+                for (; j < nc - full; j++) dd[j] = s[full + j];
+                for (; j < GEMM_NR; j++) dd[j] = 0.0f;
+            }
+        }
+        return;
+    }
     for (int64_t jr = 0; jr < nc; jr += GEMM_NR) {
         int64_t nr = nc - jr < GEMM_NR ? nc - jr : GEMM_NR;
         float *d = dst + jr * kc;
-        if (!p->tb) {
-            const float *src = p->B + p0 * p->ldb + j0 + jr;
-            if (nr == GEMM_NR) {
-                for (int64_t k = 0; k < kc; k++) {
-                    memcpy(d, src + k * p->ldb, GEMM_NR * sizeof(float));
-                    d += GEMM_NR;
-                }
-            } else {
-                for (int64_t k = 0; k < kc; k++) {
-                    const float *s = src + k * p->ldb;
-                    int64_t j = 0;
-                    for (; j < nr; j++) d[j] = s[j];
-                    for (; j < GEMM_NR; j++) d[j] = 0.0f;
-                    d += GEMM_NR;
-                }
-            }
-        } else {
-            /* B is N x K: column j of op(B) is row j of B, contiguous in k. */
-            const float *src = p->B + (j0 + jr) * p->ldb + p0;
-            for (int64_t j = 0; j < nr; j++) {
-                const float *s = src + j * p->ldb;
-                for (int64_t k = 0; k < kc; k++) d[k * GEMM_NR + j] = s[k];
-            }
-            for (int64_t j = nr; j < GEMM_NR; j++)
-                for (int64_t k = 0; k < kc; k++) d[k * GEMM_NR + j] = 0.0f;
+        /* B is N x K: column j of op(B) is row j of B, contiguous in k. */
+        const float *src = p->B + (j0 + jr) * p->ldb + p0;
+        for (int64_t j = 0; j < nr; j++) {
+            const float *s = src + j * p->ldb;
+            for (int64_t k = 0; k < kc; k++) d[k * GEMM_NR + j] = s[k];
         }
+        for (int64_t j = nr; j < GEMM_NR; j++)
+            for (int64_t k = 0; k < kc; k++) d[k * GEMM_NR + j] = 0.0f;
     }
 }
 

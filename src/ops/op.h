@@ -74,6 +74,8 @@ typedef struct kiln_kernel_args {
     void *workspace;               /* `workspace()` bytes, 64-byte aligned */
     size_t workspace_size;
     kiln_pool *pool;               /* may be NULL: run serially */
+    void *stream;                  /* device backends: cudaStream_t (as void*) to launch on */
+    void *device_state;            /* device backends: the backend's per-context state */
 } kiln_kernel_args;
 
 /* ---- import: the ONNX node being imported, as an op's import sees it ---- */
@@ -136,6 +138,8 @@ struct kiln_op_def {
     int code;             /* free for the op family's shared code (e.g. which binary op) */
     uint32_t flags;
     size_t attr_size;     /* bytes of the POD attribute struct (0: none) */
+    uint32_t host_inputs; /* bit i: infer reads the *values* of input i (Reshape's shape,
+                             Slice's starts...), so it must be on the host at run time */
     kiln_status (*import)(kiln_import_ctx *ic, void *attrs);            /* may be NULL */
     kiln_status (*infer)(const kiln_infer_args *a);
     size_t (*workspace)(const kiln_infer_args *a);                      /* may be NULL */

@@ -33,6 +33,7 @@ typedef struct kiln_out_binding {
 struct kiln_context {
     const kiln_engine *e;
     const kiln_backend_i *be;
+    void *be_state;
     kiln_pool *pool;
     int threads;
     kiln_tensor *vt;       /* per value: its tensor during/after a run */
@@ -70,16 +71,22 @@ kiln_status kiln_context_create(const kiln_engine *e, kiln_context **out) {
         return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory creating a context");
     }
     for (size_t i = 0; i < nv; i++) c->buf_of[i] = -1;
+    kiln_status s = be->state_create(e->opts.device_index, &c->be_state);
+    if (s != KILN_OK) {
+        kiln_context_free(c);
+        return s;
+    }
     *out = c;
     return KILN_OK;
 }
 
 void kiln_context_free(kiln_context *c) {
     if (!c) return;
-    for (int i = 0; i < c->n_bufs; i++) c->be->free(c->bufs[i].data);
+    for (int i = 0; i < c->n_bufs; i++) c->be->free(c->be_state, c->bufs[i].data);
     kiln__free(c->bufs);
     kiln__aligned_free(c->ws);
     kiln__pool_free(c->pool);
+    if (c->be) c->be->state_free(c->be_state);
     kiln__free(c->vt);
     kiln__free(c->buf_of);
     kiln__free(c->uses_left);
@@ -102,9 +109,7 @@ kiln_status kiln_context_set_threads(kiln_context *c, int threads) {
 
 kiln_status kiln_context_set_stream(kiln_context *c, void *stream) {
     if (!c) return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "kiln_context_set_stream: context is NULL");
-    if (stream && c->e->opts.device == KILN_DEVICE_CPU)
-        return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "a stream was given for a CPU engine");
-    return KILN_OK;
+    return c->be->set_stream(c->be_state, stream);
 }
 
 static int find_io(const kiln_graph *g, const int *list, int n, const char *name) {
@@ -206,9 +211,9 @@ static kiln_status take_buf(kiln_context *c, int v, size_t size) {
             c->bufs[best].cap = 0;
         }
         kiln_buf *b = &c->bufs[best];
-        c->be->free(b->data);
+        c->be->free(c->be_state, b->data);
         b->cap = 0;
-        b->data = c->be->alloc(size + 64);
+        b->data = c->be->alloc(c->be_state, size + 64);
         if (!b->data)
             return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory: %zu bytes for tensor '%s'",
                              size, c->e->graph->values[v].name);
@@ -306,7 +311,7 @@ static kiln_status run_node(kiln_context *c, const kiln_node *n, int *out_slot) 
     kiln_kernel_args ka = {.op = n->op, .attrs = n->attrs, .node_name = n->name, .n_in = n->n_in,
                            .n_out = n->n_out, .in = in_tp, .out = out_tp, .workspace = c->ws,
                            .workspace_size = ws, .pool = c->pool};
-    kiln_status s = c->be->run(&ka);
+    kiln_status s = c->be->run(c->be_state, &ka);
     for (int j = 0; j < n_tmp; j++) c->bufs[tmp_bufs[j]].in_use = false;
     return s;
 }

@@ -12,15 +12,53 @@ static const char *cpu_kernel_name(const kiln_graph *g, const kiln_node *n) {
     return "cpu";
 }
 
-static kiln_status cpu_run(const kiln_kernel_args *a) { return a->op->cpu(a); }
+static kiln_status cpu_run(void *state, const kiln_kernel_args *a) {
+    (void)state;
+    return a->op->cpu(a);
+}
+
+static kiln_status cpu_state_create(int index, void **state) {
+    (void)index;
+    *state = NULL;
+    return KILN_OK;
+}
+static void cpu_state_free(void *state) { (void)state; }
+static kiln_status cpu_set_stream(void *state, void *stream) {
+    (void)state;
+    if (stream) return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "a stream was given for a CPU engine");
+    return KILN_OK;
+}
+static void *cpu_alloc(void *state, size_t n) {
+    (void)state;
+    return kiln__aligned_alloc(n);
+}
+static void cpu_free(void *state, void *p) {
+    (void)state;
+    kiln__aligned_free(p);
+}
+static kiln_status cpu_copy(void *state, void *dst, const void *src, size_t n) {
+    (void)state;
+    if (n) memmove(dst, src, n);
+    return KILN_OK;
+}
+static kiln_status cpu_sync(void *state) {
+    (void)state;
+    return KILN_OK;
+}
 
 static const kiln_backend_i kiln_backend_cpu = {
     .name = "cpu",
     .device = KILN_DEVICE_CPU,
     .supports = cpu_supports,
     .kernel_name = cpu_kernel_name,
-    .alloc = kiln__aligned_alloc,
-    .free = kiln__aligned_free,
+    .state_create = cpu_state_create,
+    .state_free = cpu_state_free,
+    .set_stream = cpu_set_stream,
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .to_device = cpu_copy,
+    .to_host = cpu_copy,
+    .sync = cpu_sync,
     .run = cpu_run,
 };
 
