@@ -20,3 +20,14 @@ if(EXISTS ${KILN_ONNX_NODE_TESTS})
            WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
   set_tests_properties(conformance PROPERTIES LABELS "conformance" TIMEOUT 3600)
 endif()
+
+# The pytorch-converted and pytorch-operator suites beside the node tests.
+set(KILN_ONNX_PYTORCH_TESTS /usr/share/libonnx-testdata/data/pytorch-converted
+                            /usr/share/libonnx-testdata/data/pytorch-operator)
+if(EXISTS /usr/share/libonnx-testdata/data/pytorch-converted)
+  add_test(NAME conformance_pytorch
+           COMMAND kiln_conformance --expect ${CMAKE_SOURCE_DIR}/tests/conformance/pytorch_passing.txt
+                   ${KILN_ONNX_PYTORCH_TESTS}
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+  set_tests_properties(conformance_pytorch PROPERTIES LABELS "conformance" TIMEOUT 1800)
+endif()

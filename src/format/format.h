@@ -84,7 +84,9 @@
  *              8  u32     n_in
  *             12  u32     n_out
  *             16  u32     attr_size (must equal the op's attr_size)
- *             20  u32     reserved (0)
+ *             20  u32     device the node runs on (kiln_device): 0 (CPU) or
+ *                         the engine's device (a CUDA engine runs nodes
+ *                         without a GPU kernel on the CPU)
  *             24  i32[n_in]   input value indices (-1: absent optional)
  *                 i32[n_out]  output value indices
  *                 u8[attr_size] the op's POD attribute struct, verbatim

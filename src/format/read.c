@@ -582,7 +582,7 @@ static kiln_status read_values(const reader *r, kiln_graph *g) {
     return KILN_OK;
 }
 
-static kiln_status read_nodes(const reader *r, kiln_graph *g) {
+static kiln_status read_nodes(const reader *r, const kiln_engine *e, kiln_graph *g) {
     const section *ns = &r->sec[SEC_NODS];
     uint64_t pos = ns->offset, end = ns->offset + ns->size;
     int *io = NULL;
@@ -596,6 +596,7 @@ static kiln_status read_nodes(const reader *r, kiln_graph *g) {
         const unsigned char *q = r->p + pos;
         uint32_t op_id = kiln__le32(q), n_in = kiln__le32(q + 8), n_out = kiln__le32(q + 12);
         uint32_t attr_size = kiln__le32(q + 16);
+        uint32_t device = kiln__le32(q + 20);
         const char *name = "";
         if ((st = get_str(r, kiln__le32(q + 4), "node", i, &name)) != KILN_OK) break;
         uint64_t rec = KILN_FMT_NODE_HEADER + 4 * ((uint64_t)n_in + n_out) + attr_size;
@@ -612,6 +613,11 @@ static kiln_status read_nodes(const reader *r, kiln_graph *g) {
                            "engine file uses operator id %u (node %d '%s'), which this kiln does "
                            "not know; rebuild the engine with this kiln or upgrade kiln",
                            op_id, i, name);
+            break;
+        }
+        if (device != KILN_DEVICE_CPU && device != (uint32_t)e->opts.device) {
+            st = bad("node %d '%s' (%s): device %u is neither the CPU nor the engine's device", i,
+                     name, op->name, device);
             break;
         }
         if (attr_size != op->attr_size) {
@@ -647,6 +653,7 @@ static kiln_status read_nodes(const reader *r, kiln_graph *g) {
             st = kiln__fail_prefix(KILN_ERR_FORMAT, "engine file is malformed: node %d '%s'", i, name);
             break;
         }
+        g->nodes[node_idx].device = (int)device;
         pos += rec;
     }
     if (st == KILN_OK && pos != end) st = bad("node section has %llu bytes after the last node",
@@ -770,7 +777,7 @@ kiln_status kiln__format_read(const void *data, size_t size, kiln_engine *e) {
             st = bad("symbol %d '%s' is defined twice", i, name);
     }
     if (st == KILN_OK) st = read_values(&r, g);
-    if (st == KILN_OK) st = read_nodes(&r, g);
+    if (st == KILN_OK) st = read_nodes(&r, e, g);
     if (st == KILN_OK) st = read_io(&r, g, &profiles);
     if (st == KILN_OK) {
         st = kiln__format_check_graph(g, profiles);

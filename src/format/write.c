@@ -276,6 +276,7 @@ kiln_status kiln__format_write(const kiln_engine *e, void **data, size_t *size) 
             kiln__put_le32(p + 8, (uint32_t)n->n_in);
             kiln__put_le32(p + 12, (uint32_t)n->n_out);
             kiln__put_le32(p + 16, (uint32_t)n->op->attr_size);
+            kiln__put_le32(p + 20, (uint32_t)n->device);
             unsigned char *q = p + KILN_FMT_NODE_HEADER;
             for (int k = 0; k < n->n_in; k++, q += 4) kiln__put_le32(q, (uint32_t)n->in[k]);
             for (int k = 0; k < n->n_out; k++, q += 4) kiln__put_le32(q, (uint32_t)n->out[k]);

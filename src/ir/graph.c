@@ -228,9 +228,11 @@ kiln_status kiln__graph_clone(const kiln_graph *g, kiln_graph **out) {
     for (int i = 0; i < g->n_nodes; i++) {
         const kiln_node *n = &g->nodes[i];
         if (n->dead) continue;
+        int k;
         if ((s = kiln__graph_add_node(c, n->op_id, n->name, n->n_in, n->in, n->n_out, n->out,
-                                      n->attrs, NULL)) != KILN_OK)
+                                      n->attrs, &k)) != KILN_OK)
             goto fail;
+        c->nodes[k].device = n->device;
     }
     for (int i = 0; i < g->n_inputs; i++)
         if ((s = int_list_push(&c->inputs, &c->n_inputs, &c->cap_inputs, g->inputs[i])) != KILN_OK)

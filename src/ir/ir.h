@@ -32,6 +32,7 @@ typedef struct kiln_node {
     int *in;               /* value indices; -1 for an absent optional input */
     int *out;
     void *attrs;           /* op->attr_size bytes, owned */
+    int device;            /* kiln_device the node runs on (set by the builder) */
     bool dead;             /* removed by a pass; skipped everywhere */
 } kiln_node;
 

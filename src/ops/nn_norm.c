@@ -100,7 +100,8 @@ static kiln_status bn_infer(const kiln_infer_args *a) {
         if (i == 0) {
             kiln__tinfo_copy_shape(a->out[0], X);
         } else {
-            a->out[i]->dtype = a->in[i < 3 ? 3 : 4]->dtype;
+            /* running/saved mean and variance (training mode only) */
+            a->out[i]->dtype = a->in[3]->dtype;
             a->out[i]->rank = 1;
             a->out[i]->dims[0] = X->rank >= 2 ? X->dims[1] : KILN_DIM_UNKNOWN;
         }

@@ -55,6 +55,7 @@ const kiln_op_def kiln_op_ConstantOfShape = {
     .name = "ConstantOfShape", .domain = "", .since = 9,
     .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
     .attr_size = sizeof(kiln_cos_attrs),
+    .host_inputs = 1u << 0,
     .import = cos_import, .infer = cos_infer, .cpu = cos_cpu,
 };
 
@@ -141,6 +142,7 @@ static kiln_status range_cpu(const kiln_kernel_args *a) {
 const kiln_op_def kiln_op_Range = {
     .name = "Range", .domain = "", .since = 11,
     .min_inputs = 3, .max_inputs = 3, .min_outputs = 1, .max_outputs = 1,
+    .host_inputs = (1u << 0) | (1u << 1) | (1u << 2),
     .infer = range_infer, .cpu = range_cpu,
 };
 
@@ -327,5 +329,6 @@ const kiln_op_def kiln_op_CumSum = {
     .name = "CumSum", .domain = "", .since = 11,
     .min_inputs = 2, .max_inputs = 2, .min_outputs = 1, .max_outputs = 1,
     .attr_size = sizeof(kiln_cumsum_attrs),
+    .host_inputs = 1u << 1,
     .import = cumsum_import, .infer = cumsum_infer, .cpu = cumsum_cpu,
 };

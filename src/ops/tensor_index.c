@@ -567,5 +567,6 @@ const kiln_op_def kiln_op_OneHot = {
     .name = "OneHot", .domain = "", .since = 9,
     .min_inputs = 3, .max_inputs = 3, .min_outputs = 1, .max_outputs = 1,
     .attr_size = sizeof(kiln_axis_attrs),
+    .host_inputs = 1u << 1,
     .import = onehot_import, .infer = onehot_infer, .cpu = onehot_cpu,
 };

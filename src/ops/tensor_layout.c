@@ -423,6 +423,7 @@ const kiln_op_def kiln_op_Split = {
     .name = "Split", .domain = "", .since = 1,
     .min_inputs = 1, .max_inputs = 2, .min_outputs = 1, .max_outputs = -1,
     .attr_size = sizeof(kiln_split_attrs),
+    .host_inputs = 1u << 1,
     .import = split_import, .infer = split_infer, .cpu = split_cpu,
 };
 
@@ -563,6 +564,7 @@ static kiln_status slice_cpu(const kiln_kernel_args *a) {
 const kiln_op_def kiln_op_Slice = {
     .name = "Slice", .domain = "", .since = 1,
     .min_inputs = 1, .max_inputs = 5, .min_outputs = 1, .max_outputs = 1,
+    .host_inputs = (1u << 1) | (1u << 2) | (1u << 3) | (1u << 4),
     .import = slice_import, .infer = slice_infer, .cpu = slice_cpu,
 };
 
@@ -629,6 +631,7 @@ static kiln_status expand_cpu(const kiln_kernel_args *a) {
 const kiln_op_def kiln_op_Expand = {
     .name = "Expand", .domain = "", .since = 8,
     .min_inputs = 2, .max_inputs = 2, .min_outputs = 1, .max_outputs = 1,
+    .host_inputs = 1u << 1,
     .infer = expand_infer, .cpu = expand_cpu,
 };
 
@@ -691,5 +694,6 @@ static kiln_status tile_cpu(const kiln_kernel_args *a) {
 const kiln_op_def kiln_op_Tile = {
     .name = "Tile", .domain = "", .since = 1,
     .min_inputs = 2, .max_inputs = 2, .min_outputs = 1, .max_outputs = 1,
+    .host_inputs = 1u << 1,
     .import = tile_import, .infer = tile_infer, .cpu = tile_cpu,
 };

@@ -208,6 +208,7 @@ const kiln_op_def kiln_op_Pad = {
     .name = "Pad", .domain = "", .since = 1,
     .min_inputs = 1, .max_inputs = 4, .min_outputs = 1, .max_outputs = 1,
     .attr_size = sizeof(kiln_pad_attrs),
+    .host_inputs = (1u << 1) | (1u << 3),
     .import = pad_import, .infer = pad_infer, .cpu = pad_cpu,
 };
 

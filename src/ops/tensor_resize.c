@@ -492,6 +492,7 @@ const kiln_op_def kiln_op_Resize = {
     .name = "Resize", .domain = "", .since = 10,
     .min_inputs = 1, .max_inputs = 4, .min_outputs = 1, .max_outputs = 1,
     .attr_size = sizeof(kiln_resize_attrs),
+    .host_inputs = (1u << 1) | (1u << 2) | (1u << 3),
     .import = resize_import, .infer = resize_infer, .cpu = resize_cpu,
 };
 
@@ -499,5 +500,6 @@ const kiln_op_def kiln_op_Upsample = {
     .name = "Upsample", .domain = "", .since = 1,
     .min_inputs = 1, .max_inputs = 2, .min_outputs = 1, .max_outputs = 1,
     .attr_size = sizeof(kiln_resize_attrs),
+    .host_inputs = 1u << 1,
     .import = upsample_import, .infer = resize_infer, .cpu = resize_cpu,
 };

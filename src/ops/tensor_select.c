@@ -49,6 +49,7 @@ static kiln_status nonzero_cpu(const kiln_kernel_args *a) {
 const kiln_op_def kiln_op_NonZero = {
     .name = "NonZero", .domain = "", .since = 9,
     .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
+    .host_inputs = 1u << 0,
     .infer = nonzero_infer, .cpu = nonzero_cpu,
 };
 
@@ -136,6 +137,7 @@ const kiln_op_def kiln_op_Compress = {
     .name = "Compress", .domain = "", .since = 9,
     .min_inputs = 2, .max_inputs = 2, .min_outputs = 1, .max_outputs = 1,
     .attr_size = sizeof(kiln_axis_opt_attrs),
+    .host_inputs = 1u << 1,
     .import = compress_import, .infer = compress_infer, .cpu = compress_cpu,
 };
 
@@ -380,5 +382,6 @@ const kiln_op_def kiln_op_Unique = {
     .name = "Unique", .domain = "", .since = 11,
     .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 4,
     .attr_size = sizeof(kiln_axis_opt_attrs),
+    .host_inputs = 1u << 0,
     .import = compress_import, .infer = unique_infer, .cpu = unique_cpu,
 };

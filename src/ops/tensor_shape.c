@@ -163,6 +163,7 @@ const kiln_op_def kiln_op_Reshape = {
     .min_inputs = 1, .max_inputs = 2, .min_outputs = 1, .max_outputs = 1,
     .flags = KILN_OP_FLAG_INPLACE,
     .attr_size = sizeof(kiln_reshape_attrs),
+    .host_inputs = 1u << 1,
     .import = reshape_import, .infer = reshape_infer, .cpu = tx_copy_through,
 };
 
@@ -278,6 +279,7 @@ const kiln_op_def kiln_op_Squeeze = {
     .name = "Squeeze", .domain = "", .since = 1,
     .min_inputs = 1, .max_inputs = 2, .min_outputs = 1, .max_outputs = 1,
     .flags = KILN_OP_FLAG_INPLACE,
+    .host_inputs = 1u << 1,
     .import = squeeze_import, .infer = squeeze_infer, .cpu = tx_copy_through,
 };
 
@@ -322,6 +324,7 @@ const kiln_op_def kiln_op_Unsqueeze = {
     .name = "Unsqueeze", .domain = "", .since = 1,
     .min_inputs = 1, .max_inputs = 2, .min_outputs = 1, .max_outputs = 1,
     .flags = KILN_OP_FLAG_INPLACE,
+    .host_inputs = 1u << 1,
     .import = unsqueeze_import, .infer = unsqueeze_infer, .cpu = tx_copy_through,
 };
 
@@ -441,6 +444,7 @@ static kiln_status shape_cpu(const kiln_kernel_args *a) {
 const kiln_op_def kiln_op_Shape = {
     .name = "Shape", .domain = "", .since = 1,
     .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
+    .flags = KILN_OP_FLAG_SHAPE_ONLY,
     .attr_size = sizeof(kiln_shape_attrs),
     .import = shape_import, .infer = shape_infer, .cpu = shape_cpu,
 };
@@ -459,5 +463,6 @@ static kiln_status size_cpu(const kiln_kernel_args *a) {
 const kiln_op_def kiln_op_Size = {
     .name = "Size", .domain = "", .since = 1,
     .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
+    .flags = KILN_OP_FLAG_SHAPE_ONLY,
     .infer = size_infer, .cpu = size_cpu,
 };

@@ -93,16 +93,17 @@ static void tx_strided_row(size_t es, char *dst, int64_t ds, const char *src, in
     }
 }
 
-/* dst[a*dA + b] = src[a + b*sB] for a in [a0,a1), b in [0,n), in tiles. */
-#define TX_TILE_LOOP(T)                                                            \
-    do {                                                                           \
-        T *d_ = (T *)dst;                                                          \
-        const T *s_ = (const T *)src;                                              \
-        for (int64_t b0 = 0; b0 < n; b0 += TX_TILE) {                              \
-            int64_t b1 = b0 + TX_TILE < n ? b0 + TX_TILE : n;                      \
-            for (int64_t b = b0; b < b1; b++)                                      \
-                for (int64_t a = a0; a < a1; a++) d_[a * dA + b] = s_[a + b * sB]; \
-        }                                                                          \
+/* dst[a*dA + b] = src[a + b*sB] for a in [a0,a1), b in [0,n), in tiles of
+ * TX_TILE x TX_TILE; inside a tile the source is read contiguously. */
+#define TX_TILE_LOOP(T)                                                                \
+    do {                                                                               \
+        T *d_ = (T *)dst;                                                              \
+        const T *s_ = (const T *)src;                                                  \
+        for (int64_t b0 = 0; b0 < n; b0 += TX_TILE) {                                  \
+            int64_t b1 = b0 + TX_TILE < n ? b0 + TX_TILE : n;                          \
+            for (int64_t b = b0; b < b1; b++)                                          \
+                for (int64_t a = a0; a < a1; a++) d_[a * dA + b] = s_[a + b * sB];     \
+        }                                                                              \
     } while (0)
 
 static void tx_tile_block(size_t es, char *dst, int64_t dA, const char *src, int64_t sB,

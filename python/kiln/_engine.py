@@ -1,0 +1,166 @@
+"""A deserialized kiln engine (kiln_engine) and its execution contexts, over ctypes.
+
+`Engine` owns one kiln_engine and a pool of kiln_contexts (a context is used by one
+thread at a time; the pool hands one to each concurrent caller). Everything is freed
+when the Engine is garbage collected or closed (contexts first, then the engine).
+"""
+
+import ctypes
+import json
+import os
+import threading
+import weakref
+from pathlib import Path
+
+from . import _lib
+from ._lib import KILN_MAX_RANK, KilnError, Status, check, lib
+
+DEVICE_CPU, DEVICE_CUDA = 0, 1
+PRECISIONS = {0: "fp32", 1: "tf32", 2: "fp16", 3: "bf16"}
+
+
+class TensorInfo:
+    """Name, dtype (kiln dtype code) and shape of an engine input or output. Dynamic
+    dimensions are None in `shape`; `dim_names` holds their symbolic names."""
+
+    __slots__ = ("name", "dtype", "shape", "dim_names", "min_shape", "opt_shape", "max_shape")
+
+    def __init__(self, info):
+        self.name = info.name.decode()
+        self.dtype = info.dtype
+        r = info.rank
+        self.shape = tuple(int(d) if d >= 0 else None for d in info.dims[:r]) if r >= 0 else None
+        self.dim_names = (
+            tuple((n.decode() if n else None) for n in info.dim_names[:r]) if r >= 0 else None
+        )
+        self.min_shape = self.opt_shape = self.max_shape = None
+
+    @property
+    def rank(self):
+        return None if self.shape is None else len(self.shape)
+
+    @property
+    def dtype_name(self):
+        return _lib.dtype_name(self.dtype)
+
+    def shape_str(self):
+        if self.shape is None:
+            return "[?]"
+        parts = []
+        for d, n in zip(self.shape, self.dim_names):
+            parts.append(str(d) if d is not None else (n or "?"))
+        return "[" + ", ".join(parts) + "]"
+
+    def __repr__(self):
+        return f"{self.name}: {self.dtype_name}{self.shape_str()}"
+
+
+def _free_all(handle, contexts):
+    L = lib()
+    while contexts:
+        L.kiln_context_free(contexts.pop())
+    if handle:
+        L.kiln_engine_free(handle)
+
+
+class Engine:
+    """One kiln_engine. Construct with Engine.from_bytes / Engine.from_file."""
+
+    def __init__(self, handle, threads=None, header=b""):
+        self._h = ctypes.c_void_p(handle)
+        self._all_contexts = []  # every context created (freed with the engine)
+        self._free_contexts = []  # contexts not in use
+        self._lock = threading.Lock()
+        self._threads = threads
+        self._finalizer = weakref.finalize(self, _free_all, handle, self._all_contexts)
+        L = lib()
+        info = _lib.IoInfo()
+        self.inputs = []
+        for i in range(L.kiln_engine_num_inputs(self._h)):
+            check(L.kiln_engine_input_info(self._h, i, ctypes.byref(info)))
+            t = TensorInfo(info)
+            r = info.rank
+            mn, op, mx = ((ctypes.c_int64 * KILN_MAX_RANK)() for _ in range(3))
+            check(L.kiln_engine_input_profile(self._h, i, mn, op, mx))
+            t.min_shape, t.opt_shape, t.max_shape = (tuple(a[:r]) for a in (mn, op, mx))
+            self.inputs.append(t)
+        self.outputs = []
+        for i in range(L.kiln_engine_num_outputs(self._h)):
+            check(L.kiln_engine_output_info(self._h, i, ctypes.byref(info)))
+            self.outputs.append(TensorInfo(info))
+        self.device_type = L.kiln_engine_device(self._h)
+        self.precision = PRECISIONS.get(L.kiln_engine_precision(self._h), "?")
+        self.num_layers = L.kiln_engine_num_layers(self._h)
+        # kiln.h has no getter for the device index: read it from the engine file's
+        # header (docs/engine-format.md: i32 little-endian at offset 84).
+        self.device_index = (int.from_bytes(header[84:88], "little", signed=True)
+                             if len(header) >= 88 else 0)
+
+    # ---- construction --------------------------------------------------------------
+    @classmethod
+    def from_bytes(cls, data, threads=None):
+        data = bytes(data) if not isinstance(data, bytes) else data
+        out = ctypes.c_void_p()
+        buf = ctypes.c_char_p(data)
+        check(lib().kiln_engine_load_memory(buf, len(data), ctypes.byref(out)))
+        return cls(out.value, threads, header=data[:88])
+
+    @classmethod
+    def from_file(cls, path, threads=None):
+        out = ctypes.c_void_p()
+        check(lib().kiln_engine_load(os.fsencode(Path(path)), ctypes.byref(out)))
+        with open(path, "rb") as f:
+            header = f.read(88)
+        return cls(out.value, threads, header=header)
+
+    # ---- engine-level --------------------------------------------------------------
+    @property
+    def handle(self):
+        if not self._finalizer.alive:
+            raise ValueError("the engine was closed")
+        return self._h
+
+    def serialize(self):
+        data = ctypes.c_void_p()
+        size = ctypes.c_size_t()
+        L = lib()
+        check(L.kiln_engine_serialize(self.handle, ctypes.byref(data), ctypes.byref(size)))
+        try:
+            return ctypes.string_at(data.value, size.value)
+        finally:
+            L.kiln_free(data)
+
+    def save(self, path):
+        check(lib().kiln_engine_save(self.handle, os.fsencode(Path(path))))
+
+    def describe(self, as_json=False):
+        s = lib().kiln_engine_describe(self.handle, 1 if as_json else 0)
+        if s is None:
+            raise KilnError(Status.INTERNAL, _lib.last_error() or "kiln_engine_describe failed")
+        s = s.decode("utf-8", "replace")
+        return json.loads(s) if as_json else s
+
+    def close(self):
+        self._finalizer()
+
+    # ---- contexts ------------------------------------------------------------------
+    def acquire_context(self):
+        with self._lock:
+            if self._free_contexts:
+                return self._free_contexts.pop()
+        L = lib()
+        out = ctypes.c_void_p()
+        check(L.kiln_context_create(self.handle, ctypes.byref(out)))
+        if self._threads is not None:
+            st = L.kiln_context_set_threads(out, int(self._threads))
+            if st != 0:
+                msg = _lib.last_error()
+                L.kiln_context_free(out)
+                raise KilnError(st, msg)
+        with self._lock:
+            self._all_contexts.append(out.value)
+        return out.value
+
+    def release_context(self, ctx):
+        with self._lock:
+            self._free_contexts.append(ctx)

@@ -1,0 +1,262 @@
+"""Every error of the Python front end, with its message checked word for word."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import kiln
+from kiln import _compat
+from models import MLP, Unsupported, UnsupportedDynamo
+
+
+@pytest.fixture(scope="module")
+def mlp():
+    return MLP().eval()
+
+
+@pytest.fixture(scope="module")
+def engine(mlp):
+    """A dynamic-batch MLP engine: input x float32 [1..8, 16]."""
+    return kiln.convert_method_to_engine(
+        mlp, inputs=[kiln.Input(min_shape=(1, 16), opt_shape=(2, 16), max_shape=(8, 16))],
+        exporter="torchscript")
+
+
+def raises(exc, message):
+    """pytest.raises that checks the whole message, not a pattern."""
+    class _Ctx:
+        def __enter__(self):
+            self.cm = pytest.raises(exc)
+            self.info = self.cm.__enter__()
+            return self.info
+
+        def __exit__(self, *a):
+            r = self.cm.__exit__(*a)
+            assert str(self.info.value) == message, f"\n got: {self.info.value!s}\nwant: {message}"
+            return r
+
+    return _Ctx()
+
+
+# ---- convert_method_to_engine arguments -------------------------------------------------
+
+def test_inputs_and_arg_inputs_both_given(mlp):
+    x = torch.randn(2, 16)
+    with raises(ValueError, "give inputs= or arg_inputs= (they are aliases), not both"):
+        kiln.convert_method_to_engine(mlp, inputs=[x], arg_inputs=[x])
+
+
+def test_no_inputs(mlp):
+    with raises(ValueError, "no inputs given: pass inputs= (or arg_inputs=) and/or kwarg_inputs="):
+        kiln.convert_method_to_engine(mlp)
+
+
+def test_method_missing(mlp):
+    with raises(AttributeError,
+                "MLP has no method 'encode'; method_name must name a method of the module"):
+        kiln.convert_method_to_engine(mlp, "encode", inputs=[torch.randn(2, 16)])
+
+
+def test_inputs_not_matching_the_signature(mlp):
+    with raises(TypeError, "the inputs do not match MLP.forward(x): too many positional "
+                           "arguments"):
+        kiln.convert_method_to_engine(mlp, inputs=[torch.randn(2, 16), torch.randn(2, 16)])
+
+
+def test_input_not_a_tensor(mlp):
+    with raises(TypeError, "input 'x' of MLP.forward is an int; kiln engines take tensors: pass "
+                           "a torch.Tensor or a kiln.Input"):
+        kiln.convert_method_to_engine(mlp, inputs=[3])
+
+
+def test_output_not_a_tensor():
+    class Counts(torch.nn.Module):
+        def forward(self, x):
+            return x + 1, x.shape[0]
+
+    with raises(TypeError, "Counts.forward returned an int at output[1]; kiln engines return "
+                           "tensors (alone or in tuples, lists and dicts)"):
+        kiln.convert_method_to_engine(Counts(), inputs=[torch.randn(2, 3)])
+
+
+def test_bad_precision_device_exporter_option(mlp):
+    x = [torch.randn(2, 16)]
+    with raises(ValueError, "precision must be 'fp32', 'tf32', 'fp16' or 'bf16'; got 'int8'"):
+        kiln.convert_method_to_engine(mlp, inputs=x, precision="int8")
+    with raises(ValueError, "device must be 'cpu', 'cuda' or 'cuda:N'; got 'tpu'"):
+        kiln.convert_method_to_engine(mlp, inputs=x, device="tpu")
+    with raises(ValueError, "exporter must be 'auto', 'torchscript' or 'dynamo'; got 'onnx'"):
+        kiln.convert_method_to_engine(mlp, inputs=x, exporter="onnx")
+    with raises(TypeError, "unknown build option 'thread'; build options are: threads, "
+                           "workspace, timing_cache (and device, precision)"):
+        kiln.convert_method_to_engine(mlp, inputs=x, thread=2)
+
+
+def test_unsupported_precision_is_kilns_error(mlp):
+    """Precision is respected: no silent fp32 engine when fp16 was asked for."""
+    with raises(kiln.KilnError, "precision fp16 is not supported by the CPU backend (use fp32)") as e:
+        kiln.convert_method_to_engine(mlp, inputs=[torch.randn(2, 16)], precision=torch.float16)
+    assert e.value.status == kiln.Status.UNSUPPORTED
+    assert e.value.status_name == "KILN_ERR_UNSUPPORTED"
+
+
+def test_cuda_device_goes_to_kiln(mlp):
+    """device='cuda' is passed to the builder; this kiln has no CUDA backend yet."""
+    with raises(kiln.KilnError, "device 'cuda' is not available: this kiln was built without it") as e:
+        kiln.convert_method_to_engine(mlp, inputs=[torch.randn(2, 16)], device="cuda:0")
+    assert e.value.status == kiln.Status.UNSUPPORTED
+
+
+def test_unsupported_operators_torchscript():
+    with raises(kiln.UnsupportedOperatorError,
+                "kiln does not support 2 operators used by Unsupported.forward:\n"
+                "  kiln_test::Frobnicate at node '/blocks/blocks.0/Frobnicate' (module blocks.0), "
+                "node '/blocks/blocks.3/Frobnicate' (module blocks.3)\n"
+                "  If at node 'If_7'") as e:
+        kiln.convert_method_to_engine(Unsupported(), inputs=[torch.randn(2, 4)],
+                                      exporter="torchscript")
+    assert e.value.status == kiln.Status.UNSUPPORTED
+    assert isinstance(e.value, kiln.KilnError)
+    assert e.value.operators == {
+        "kiln_test::Frobnicate": [("/blocks/blocks.0/Frobnicate", "blocks.0"),
+                                  ("/blocks/blocks.3/Frobnicate", "blocks.3")],
+        "If": [("If_7", None)],
+    }
+
+
+@pytest.mark.skipif("dynamo" not in __import__("conftest").exporters(),
+                    reason="needs torch >= 2.5 and onnxscript")
+def test_unsupported_operators_dynamo():
+    with pytest.raises(kiln.UnsupportedOperatorError) as e:
+        kiln.convert_method_to_engine(UnsupportedDynamo(), inputs=[torch.randn(2, 4)],
+                                      exporter="dynamo")
+    msg = str(e.value)
+    assert msg.startswith("kiln does not support 1 operator used by UnsupportedDynamo.forward:\n"
+                          "  If at node "), msg
+    assert list(e.value.operators) == ["If"]
+
+
+def test_torch_too_old(mlp, monkeypatch):
+    monkeypatch.setattr(torch, "__version__", "1.12.1")
+    with raises(RuntimeError, "kiln needs torch 1.13 or newer; this is torch 1.12.1"):
+        kiln.convert_method_to_engine(mlp, inputs=[torch.randn(2, 16)])
+
+
+def test_dynamo_needs_newer_torch(mlp, monkeypatch):
+    if _compat.torch_version() >= _compat.MIN_TORCH_DYNAMO:
+        monkeypatch.setattr(torch, "__version__", "2.4.1")
+    with raises(RuntimeError,
+                f"exporter='dynamo' needs torch 2.5 or newer; this is torch {torch.__version__}"):
+        kiln.convert_method_to_engine(mlp, inputs=[torch.randn(2, 16)], exporter="dynamo")
+
+
+# ---- kiln.Input ------------------------------------------------------------------------
+
+def test_input_errors():
+    with raises(ValueError, "kiln.Input: give either shape= or min_shape=/opt_shape=/max_shape=, "
+                            "not both"):
+        kiln.Input((1, 2), min_shape=(1, 2))
+    with raises(ValueError, "kiln.Input: give shape= (static) or min_shape= and max_shape= "
+                            "(dynamic)"):
+        kiln.Input(min_shape=(1, 2))
+    with raises(ValueError, "kiln.Input: min_shape, opt_shape and max_shape must have the same "
+                            "rank, got (1, 2), (2, 2), (4,)"):
+        kiln.Input(min_shape=(1, 2), opt_shape=(2, 2), max_shape=(4,))
+    with raises(ValueError, "kiln.Input: need min_shape <= opt_shape <= max_shape in every "
+                            "dimension, got (1, 2), (8, 2), (4, 2)"):
+        kiln.Input(min_shape=(1, 2), opt_shape=(8, 2), max_shape=(4, 2))
+    with raises(ValueError, "kiln.Input: shape must be a tuple of non-negative ints, got (1, -2)"):
+        kiln.Input((1, -2))
+    with raises(TypeError, "kiln.Input: dtype must be a torch dtype kiln supports, got "
+                           "torch.complex64"):
+        kiln.Input((1, 2), dtype=torch.complex64)
+    with raises(ValueError, "kiln.Input: name must be a Python identifier, got 'my input'"):
+        kiln.Input((1, 2), name="my input")
+    i = kiln.Input(min_shape=(1, 4), max_shape=(8, 4))
+    assert i.opt_shape == (8, 4) and i.dynamic_axes == [0]
+
+
+# ---- EngineModule ----------------------------------------------------------------------
+
+def test_engine_module_wrong_names(engine):
+    em = kiln.EngineModule(engine)
+    x = torch.randn(2, 16)
+    with raises(TypeError, "EngineModule.forward got an unexpected input 'y'; the engine's inputs "
+                           "are: x"):
+        em(y=x)
+    with raises(TypeError, "EngineModule.forward is missing input 'x'"):
+        em()
+    with raises(TypeError, "EngineModule.forward takes 1 input (x) but 2 were given"):
+        em(x, x)
+    with raises(TypeError, "EngineModule.forward got multiple values for input 'x'"):
+        em(x, x=x)
+
+
+def test_engine_module_wrong_shapes(engine):
+    em = kiln.EngineModule(engine)
+    with raises(ValueError, "input 'x' has shape (2, 16, 1), but the engine expects rank 2 "
+                            "[1..8, 16]"):
+        em(torch.randn(2, 16, 1))
+    with raises(ValueError, "input 'x' has shape (2, 15), but the engine expects [1..8, 16] "
+                            "(dimension 1 must be 16)"):
+        em(torch.randn(2, 15))
+    with raises(ValueError, "input 'x' has shape (9, 16), outside the engine's profile "
+                            "[1..8, 16] (dimension 0 must be in 1..8)"):
+        em(torch.randn(9, 16))
+
+
+def test_engine_module_wrong_dtype(engine):
+    em = kiln.EngineModule(engine)
+    with raises(TypeError, "input 'x' has dtype torch.float64, but the engine expects "
+                           "torch.float32"):
+        em(torch.randn(2, 16, dtype=torch.float64))
+    with raises(TypeError, "input 'x' must be a torch.Tensor, got list"):
+        em([[0.0] * 16])
+
+
+def test_engine_module_wrong_device(engine):
+    em = kiln.EngineModule(engine)
+    assert em.device == torch.device("cpu")
+    with raises(ValueError, "input 'x' is on meta, but the engine runs on cpu; move it with "
+                            ".to('cpu')"):
+        em(torch.empty(2, 16, device="meta"))
+
+
+def test_engine_module_bad_engine():
+    with raises(kiln.KilnError, "not a kiln engine file (bad magic)") as e:
+        kiln.EngineModule(b"not an engine")
+    assert e.value.status == kiln.Status.FORMAT
+    with raises(TypeError, "EngineModule: engine must be bytes, a path or a binary file object; "
+                           "got int"):
+        kiln.EngineModule(42)
+    with raises(RuntimeError, "EngineModule has no engine: construct it with one or "
+                              "load_state_dict a state that holds one"):
+        kiln.EngineModule()(torch.randn(1, 16))
+
+
+def test_engine_module_missing_file(tmp_path):
+    path = tmp_path / "missing.kiln"
+    with raises(kiln.KilnError, f"{path}: cannot open engine: No such file or directory") as e:
+        kiln.load(path)
+    assert e.value.status == kiln.Status.IO
+
+
+def test_save_bad_argument():
+    with raises(TypeError, "kiln.save: expected an EngineModule or engine bytes, got str"):
+        kiln.save("engine", "out.kiln")
+
+
+# ---- the library -----------------------------------------------------------------------
+
+def test_library_not_found():
+    code = "import kiln, torch; kiln.EngineModule(b'x')"
+    env = dict(os.environ, KILN_LIBRARY="/nonexistent/libkiln.so",
+               PYTHONPATH=os.path.dirname(kiln.__path__[0]))
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert r.returncode != 0
+    assert r.stderr.strip().splitlines()[-1] == (
+        "kiln._lib.LibraryNotFoundError: kiln: cannot load libkiln from "
+        "KILN_LIBRARY=/nonexistent/libkiln.so: /nonexistent/libkiln.so")

@@ -1,0 +1,257 @@
+/* cuda_backend.c -- the CUDA backend's vtable: per-context state, device
+ * memory, host <-> device copies on the state's stream, and dispatch of a
+ * node to its entry in the kernel table (cuda_table.c). */
+#if KILN_HAVE_CUDA
+
+#include "backends/cuda/cuda_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+kiln_status kiln__cuda_fail(cudaError_t e, const char *node, const char *what) {
+    /* clear a non-sticky error so that later calls do not report it again */
+    (void)cudaGetLastError();
+    return KILN_FAIL(KILN_ERR_DEVICE, "node '%s': CUDA error %s (%s) in %s", node ? node : "?",
+                     cudaGetErrorName(e), cudaGetErrorString(e), what);
+}
+
+/* ---- support -------------------------------------------------------------------- */
+
+static bool cuda_supports(const kiln_graph *g, const kiln_node *n) {
+    if (!n->op) return false;
+    const kiln_cuda_kernel *k = kiln__cuda_kernel_for(kiln__op_id_of(n->op));
+    return k && k->supports(g, n);
+}
+
+static const char *cuda_kernel_name(const kiln_graph *g, const kiln_node *n) {
+    (void)g;
+    const kiln_cuda_kernel *k = n->op ? kiln__cuda_kernel_for(kiln__op_id_of(n->op)) : NULL;
+    return k ? k->name : "none";
+}
+
+/* ---- state ------------------------------------------------------------------------- */
+
+static void cuda_state_free(void *state) {
+    kiln_cuda_state *st = state;
+    if (!st) return;
+    (void)cudaSetDevice(st->device);
+    if (st->own) (void)cudaStreamSynchronize(st->own);
+    if (st->stream && st->stream != st->own) (void)cudaStreamSynchronize(st->stream);
+#if KILN_HAVE_CUDNN
+    if (st->dnn) (void)cudnnDestroy(st->dnn);
+#endif
+    if (st->lt) (void)cublasLtDestroy(st->lt);
+    if (st->lt_ws) (void)cudaFree(st->lt_ws);
+    if (st->scratch) (void)cudaFree(st->scratch);
+    if (st->own) (void)cudaStreamDestroy(st->own);
+    (void)cudaGetLastError();
+    kiln__free(st);
+}
+
+static kiln_status cuda_state_create(int index, void **out) {
+    *out = NULL;
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return KILN_FAIL(KILN_ERR_DEVICE, "no CUDA device available: %s", cudaGetErrorString(e));
+    }
+    if (count <= 0) return KILN_FAIL(KILN_ERR_DEVICE, "no CUDA device available: no device found");
+    if (index < 0 || index >= count)
+        return KILN_FAIL(KILN_ERR_DEVICE, "CUDA device %d does not exist (%d device%s found)", index,
+                         count, count == 1 ? "" : "s");
+    kiln_cuda_state *st = kiln__calloc(1, sizeof *st);
+    if (!st) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory creating the CUDA state");
+    st->device = index;
+    kiln_status s = KILN_OK;
+    const char *what = "?";
+#define STATE_TRY(call)                                \
+    do {                                               \
+        cudaError_t e_ = (call);                       \
+        if (e_ != cudaSuccess) {                       \
+            what = #call;                              \
+            e = e_;                                    \
+            goto cuda_fail;                            \
+        }                                              \
+    } while (0)
+    STATE_TRY(cudaSetDevice(index));
+    struct cudaDeviceProp prop;
+    STATE_TRY(cudaGetDeviceProperties(&prop, index));
+    st->sm_count = prop.multiProcessorCount;
+    st->cc_major = prop.major;
+    st->cc_minor = prop.minor;
+    e = kcu_probe();
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        s = KILN_FAIL(KILN_ERR_DEVICE,
+                      "CUDA device %d (%s, compute capability %d.%d) cannot run this kiln's GPU "
+                      "code: %s (kiln's CUDA code was built for other architectures; rebuild "
+                      "with CMAKE_CUDA_ARCHITECTURES including %d%d)",
+                      index, prop.name, prop.major, prop.minor, cudaGetErrorString(e), prop.major,
+                      prop.minor);
+        goto fail;
+    }
+    STATE_TRY(cudaStreamCreateWithFlags(&st->own, cudaStreamNonBlocking));
+    st->stream = st->own;
+    STATE_TRY(cudaMalloc(&st->lt_ws, KILN_CUDA_LT_WORKSPACE));
+    st->lt_ws_size = KILN_CUDA_LT_WORKSPACE;
+    cublasStatus_t bs = cublasLtCreate(&st->lt);
+    if (bs != CUBLAS_STATUS_SUCCESS) {
+        s = KILN_FAIL(KILN_ERR_DEVICE, "cuBLASLt could not be initialized on CUDA device %d: %s",
+                      index, cublasLtGetStatusString(bs));
+        st->lt = NULL;
+        goto fail;
+    }
+#if KILN_HAVE_CUDNN
+    cudnnStatus_t ds = cudnnCreate(&st->dnn);
+    if (ds != CUDNN_STATUS_SUCCESS) {
+        /* cuDNN is optional: convolutions fall back to im2col + GEMM */
+        st->dnn = NULL;
+    } else if (cudnnSetStream(st->dnn, st->stream) != CUDNN_STATUS_SUCCESS) {
+        (void)cudnnDestroy(st->dnn);
+        st->dnn = NULL;
+    }
+#endif
+    const char *sync = getenv("KILN_CUDA_SYNC");
+    st->sync_each = sync && sync[0] && strcmp(sync, "0") != 0;
+    *out = st;
+    return KILN_OK;
+cuda_fail:
+    (void)cudaGetLastError();
+    s = KILN_FAIL(KILN_ERR_DEVICE, "CUDA device %d: %s failed: %s", index, what,
+                  cudaGetErrorString(e));
+fail:
+    cuda_state_free(st);
+    return s;
+#undef STATE_TRY
+}
+
+static kiln_status cuda_set_stream(void *state, void *stream) {
+    kiln_cuda_state *st = state;
+    if (!st) return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "set_stream: no CUDA state");
+    st->stream = stream ? (cudaStream_t)stream : st->own;
+#if KILN_HAVE_CUDNN
+    if (st->dnn && cudnnSetStream(st->dnn, st->stream) != CUDNN_STATUS_SUCCESS)
+        return KILN_FAIL(KILN_ERR_DEVICE, "cuDNN rejected the stream given to the context");
+#endif
+    return KILN_OK;
+}
+
+kiln_status kiln__cuda_set_tf32(void *state, bool allow) {
+    kiln_cuda_state *st = state;
+    if (!st) return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "set_tf32: no CUDA state");
+    st->allow_tf32 = allow;
+    return KILN_OK;
+}
+
+void kiln__cuda_state_info(const void *state, int *device, int *sm_count, int *cc_major,
+                           int *cc_minor) {
+    const kiln_cuda_state *st = state;
+    if (device) *device = st ? st->device : -1;
+    if (sm_count) *sm_count = st ? st->sm_count : 0;
+    if (cc_major) *cc_major = st ? st->cc_major : 0;
+    if (cc_minor) *cc_minor = st ? st->cc_minor : 0;
+}
+
+/* ---- memory -------------------------------------------------------------------------- */
+
+static void *cuda_alloc(void *state, size_t bytes) {
+    kiln_cuda_state *st = state;
+    if (st && cudaSetDevice(st->device) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return NULL;
+    }
+    void *p = NULL;
+    cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        (void)KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "cudaMalloc of %zu bytes failed: %s", bytes,
+                  cudaGetErrorString(e));
+        return NULL;
+    }
+    return p;
+}
+
+static void cuda_free(void *state, void *p) {
+    kiln_cuda_state *st = state;
+    if (!p) return;
+    if (st) {
+        (void)cudaSetDevice(st->device);
+        /* the stream may still read or write p */
+        (void)cudaStreamSynchronize(st->stream);
+    }
+    (void)cudaFree(p);
+    (void)cudaGetLastError();
+}
+
+static kiln_status cuda_copy(kiln_cuda_state *st, void *dst, const void *src, size_t n, bool wait,
+                             const char *what) {
+    if (!st) return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "%s: no CUDA state", what);
+    if (!n) return KILN_OK;
+    KILN_CUDA_TRY(cudaSetDevice(st->device), what);
+    KILN_CUDA_TRY(cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, st->stream), what);
+    if (wait) KILN_CUDA_TRY(cudaStreamSynchronize(st->stream), what);
+    return KILN_OK;
+}
+
+static kiln_status cuda_to_device(void *state, void *dst, const void *src, size_t n) {
+    return cuda_copy(state, dst, src, n, false, "copy to the device");
+}
+
+static kiln_status cuda_to_host(void *state, void *dst, const void *src, size_t n) {
+    return cuda_copy(state, dst, src, n, true, "copy to the host");
+}
+
+static kiln_status cuda_sync(void *state) {
+    kiln_cuda_state *st = state;
+    if (!st) return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "sync: no CUDA state");
+    KILN_CUDA_TRY(cudaSetDevice(st->device), "synchronizing the stream");
+    KILN_CUDA_TRY(cudaStreamSynchronize(st->stream), "synchronizing the stream");
+    return KILN_OK;
+}
+
+/* ---- running a node ------------------------------------------------------------------- */
+
+static kiln_status cuda_run(void *state, const kiln_kernel_args *a) {
+    kiln_cuda_state *st = state;
+    const char *node = KCU_NODE(a);
+    if (!st) return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "node '%s': no CUDA state", node);
+    const kiln_cuda_kernel *k = kiln__cuda_kernel_for(kiln__op_id_of(a->op));
+    if (!k)
+        return KILN_FAIL(KILN_ERR_UNSUPPORTED, "node '%s' (%s): no CUDA kernel for this op", node,
+                         a->op->name);
+    KILN_CUDA_TRY(cudaSetDevice(st->device), node);
+    kiln_kernel_args b = *a;
+    b.stream = (void *)st->stream;
+    b.device_state = st;
+    kiln_status s = k->run(&b);
+    if (s != KILN_OK) {
+        (void)cudaGetLastError();
+        return s;
+    }
+    KILN_CUDA_TRY(cudaGetLastError(), node);
+    if (st->sync_each) KILN_CUDA_TRY(cudaStreamSynchronize(st->stream), node);
+    return KILN_OK;
+}
+
+static const kiln_backend_i kiln_backend_cuda = {
+    .name = "cuda",
+    .device = KILN_DEVICE_CUDA,
+    .supports = cuda_supports,
+    .kernel_name = cuda_kernel_name,
+    .state_create = cuda_state_create,
+    .state_free = cuda_state_free,
+    .set_stream = cuda_set_stream,
+    .alloc = cuda_alloc,
+    .free = cuda_free,
+    .to_device = cuda_to_device,
+    .to_host = cuda_to_host,
+    .sync = cuda_sync,
+    .run = cuda_run,
+};
+
+const kiln_backend_i *kiln__cuda_backend(void) { return &kiln_backend_cuda; }
+
+#else
+typedef int kiln_cuda_backend_disabled;
+#endif

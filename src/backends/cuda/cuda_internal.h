@@ -1,0 +1,200 @@
+/* cuda_internal.h -- private to the CUDA backend (the .c files of src/backends/cuda).
+ *
+ * Layout of the backend:
+ *   cuda_backend.c   the kiln_backend_i vtable: per-context state (device,
+ *                    stream, cuBLASLt/cuDNN handles, workspaces), memory,
+ *                    copies, dispatch of a node to its kernel-table entry.
+ *   cuda_table.c     THE kernel table: one line per supported op id.
+ *   cuda_util.c      geometry planners (broadcast, strided copy), reading
+ *                    small integer inputs on the host, scratch memory.
+ *   cuda_ops_*.c     per op family: `supports` (dtype checks on the graph)
+ *                    and `run` (attributes -> launcher arguments).
+ *   cuda_blas.c      GEMM through cuBLASLt (MatMul, Gemm, Conv fallback).
+ *   cuda_conv.c      Conv through cuDNN, or im2col + GEMM / direct kernel.
+ *   k_*.cu           the CUDA kernels and their launchers (cuda_kernels.h).
+ *
+ * Everything here is compiled only when KILN_HAVE_CUDA is set (cmake/cuda.cmake). */
+#ifndef KILN_CUDA_INTERNAL_H
+#define KILN_CUDA_INTERNAL_H
+
+#include "backends/backend.h"
+#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/cuda_kernels.h"
+
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+#if KILN_HAVE_CUDNN
+#include <cudnn.h>
+#endif
+
+/* Attribute structs of the nn and reduce families, once they live in
+ * headers (see docs/cuda.md, "Ops waiting for attribute headers"). Until
+ * then the ops that need them stay out of the kernel table. */
+#if defined(__has_include)
+#if __has_include("ops/nn_attrs.h")
+#include "ops/nn_attrs.h"
+#define KILN_CUDA_NN_ATTRS 1
+#endif
+#if __has_include("ops/reduce_attrs.h")
+#include "ops/reduce_attrs.h"
+#define KILN_CUDA_REDUCE_ATTRS 1
+#endif
+#endif
+#ifndef KILN_CUDA_NN_ATTRS
+#define KILN_CUDA_NN_ATTRS 0
+#endif
+#ifndef KILN_CUDA_REDUCE_ATTRS
+#define KILN_CUDA_REDUCE_ATTRS 0
+#endif
+
+/* cuBLASLt workspace per context (NVIDIA recommends 32 MiB on Hopper). */
+#define KILN_CUDA_LT_WORKSPACE ((size_t)32 << 20)
+
+typedef struct kiln_cuda_state {
+    int device;
+    cudaStream_t stream;      /* where work is queued: `own` or the caller's */
+    cudaStream_t own;
+    cublasLtHandle_t lt;
+    void *lt_ws;
+    size_t lt_ws_size;
+#if KILN_HAVE_CUDNN
+    cudnnHandle_t dnn;
+#endif
+    void *scratch;            /* device scratch shared by kernels, grown on demand */
+    size_t scratch_cap;
+    int sm_count, cc_major, cc_minor;
+    bool allow_tf32;          /* fp32 GEMM/conv may use TF32 tensor cores */
+    bool sync_each;           /* KILN_CUDA_SYNC=1: synchronize after every node (debugging) */
+} kiln_cuda_state;
+
+/* ---- errors ----------------------------------------------------------------
+ * Every CUDA failure becomes KILN_ERR_DEVICE naming the node (or what was
+ * being done) and the CUDA error. Never aborts. */
+KILN_PRIVATE kiln_status kiln__cuda_fail(cudaError_t e, const char *node, const char *what);
+#define KILN_CUDA_TRY(call, node)                                       \
+    do {                                                                \
+        cudaError_t kiln__ce_ = (call);                                 \
+        if (kiln__ce_ != cudaSuccess) return kiln__cuda_fail(kiln__ce_, (node), #call); \
+    } while (0)
+/* node name of kernel args, never NULL */
+#define KCU_NODE(a) ((a)->node_name ? (a)->node_name : "?")
+#define KCU_STREAM(a) ((cudaStream_t)(a)->stream)
+#define KCU_STATE(a) ((kiln_cuda_state *)(a)->device_state)
+
+/* ---- the kernel table --------------------------------------------------------- */
+
+typedef struct kiln_cuda_kernel {
+    const char *name; /* for inspect, e.g. "cuda.binary" */
+    /* dtypes (and shapes/attributes, as far as known at build time) of node n in g */
+    bool (*supports)(const kiln_graph *g, const kiln_node *n);
+    /* a->stream, a->device_state set; tensors in device memory (see docs/cuda.md) */
+    kiln_status (*run)(const kiln_kernel_args *a);
+} kiln_cuda_kernel;
+
+/* The entry of op `op_id`, or NULL when the op has no CUDA kernel. */
+KILN_PRIVATE const kiln_cuda_kernel *kiln__cuda_kernel_for(int op_id);
+/* Number of ops in the table (for tests and docs). */
+KILN_PRIVATE int kiln__cuda_kernel_count(void);
+
+/* Declares the supports/run pair of a kernel family member: KCU_DECLARE(binary)
+ * declares kiln__cu_binary_supports and kiln__cu_binary_run. */
+#define KCU_DECLARE(fn)                                                              \
+    KILN_PRIVATE bool kiln__cu_##fn##_supports(const kiln_graph *g, const kiln_node *n); \
+    KILN_PRIVATE kiln_status kiln__cu_##fn##_run(const kiln_kernel_args *a);
+#define KCU_ENTRY(name, fn) {name, kiln__cu_##fn##_supports, kiln__cu_##fn##_run}
+
+/* cuda_ops_ew.c */
+KCU_DECLARE(unary)
+KCU_DECLARE(predicate)
+KCU_DECLARE(binary)
+KCU_DECLARE(variadic)
+KCU_DECLARE(where)
+KCU_DECLARE(clip)
+KCU_DECLARE(cast)
+/* cuda_ops_tensor.c */
+KCU_DECLARE(copy)
+KCU_DECLARE(dropout)
+KCU_DECLARE(transpose)
+KCU_DECLARE(concat)
+KCU_DECLARE(split)
+KCU_DECLARE(slice)
+KCU_DECLARE(expand)
+KCU_DECLARE(tile)
+KCU_DECLARE(gather)
+/* cuda_ops_nn.c */
+KCU_DECLARE(global_pool)
+KCU_DECLARE(softmax)
+KCU_DECLARE(layernorm)
+KCU_DECLARE(batchnorm)
+KCU_DECLARE(pool)
+KCU_DECLARE(reduce)
+/* cuda_blas.c, cuda_conv.c */
+KCU_DECLARE(matmul)
+KCU_DECLARE(gemm)
+KCU_DECLARE(conv)
+
+/* ---- helpers for supports() ---------------------------------------------------- */
+
+/* Info of input/output i of n as inferred in g; NULL when absent. */
+KILN_PRIVATE const kiln_tinfo *kiln__cu_in(const kiln_graph *g, const kiln_node *n, int i);
+KILN_PRIVATE const kiln_tinfo *kiln__cu_out(const kiln_graph *g, const kiln_node *n, int i);
+/* dtype of input/output i (UNDEFINED when absent) */
+KILN_PRIVATE kiln_dtype kiln__cu_in_dtype(const kiln_graph *g, const kiln_node *n, int i);
+KILN_PRIVATE kiln_dtype kiln__cu_out_dtype(const kiln_graph *g, const kiln_node *n, int i);
+KILN_PRIVATE bool kiln__cu_is_float(kiln_dtype t); /* f32 f16 bf16 f64 */
+
+/* ---- helpers for run() ------------------------------------------------------------ */
+
+/* Broadcast geometry of `nin` inputs (ranks <= out rank, numpy aligned)
+ * onto the dense output shape. */
+KILN_PRIVATE void kiln__cuda_bcast_plan(int out_rank, const int64_t *out_dims, int nin,
+                                        const int *in_rank, const int64_t *const *in_dims,
+                                        kcu_bcast *g);
+/* Plans and launches a strided copy of es-byte elements (see kcu_copy):
+ * merges dims, widens elements to 16/8/4 bytes where alignment allows,
+ * uses the tiled transpose for transposed 2-D views. dst_st NULL: dense. */
+KILN_PRIVATE kiln_status kiln__cuda_copy(const kiln_kernel_args *a, size_t es, int rank,
+                                         const int64_t *dims, void *dst, const int64_t *dst_st,
+                                         const void *src, const int64_t *src_st);
+/* Device-to-device copy of n bytes on the stream (no-op when dst == src). */
+KILN_PRIVATE kiln_status kiln__cuda_memcpy(const kiln_kernel_args *a, void *dst, const void *src,
+                                           size_t n);
+/* Whether p is device memory (cudaPointerGetAttributes); host pointers and
+ * unknown ones are false. */
+KILN_PRIVATE bool kiln__cuda_is_device_ptr(const void *p);
+/* Reads the values of a small integer tensor (Slice starts, Reduce axes...)
+ * on the host, wherever it lives (a device copy synchronizes the stream).
+ * *n = element count (<= cap). */
+KILN_PRIVATE kiln_status kiln__cuda_read_ints(const kiln_kernel_args *a, const kiln_tensor *t,
+                                              int64_t *out, int64_t cap, int64_t *n,
+                                              const char *what);
+/* Reads element 0 of a scalar tensor on the host as double and int64. */
+KILN_PRIVATE kiln_status kiln__cuda_read_scalar(const kiln_kernel_args *a, const kiln_tensor *t,
+                                                double *f, int64_t *i);
+/* Device scratch of at least n bytes (256-byte aligned), valid until the
+ * next call on this state; stream-ordered reuse is safe. */
+KILN_PRIVATE kiln_status kiln__cuda_scratch(kiln_cuda_state *st, size_t n, void **out,
+                                            const char *node);
+/* Row-major element strides of a dense shape. */
+KILN_PRIVATE void kiln__cuda_strides(int rank, const int64_t *dims, int64_t *st);
+
+/* ---- GEMM (cuda_blas.c) -------------------------------------------------------------
+ * Row-major, batched: for b in [0, batch):
+ *   C_b = alpha * op(A_b) * op(B_b) + beta * C_b
+ * with op(A) M x K (A is M x K with row stride lda, or K x M when ta), op(B)
+ * K x N (B is K x N, or N x K when tb), C M x N with row stride ldc; X_b =
+ * X + b * stride_x (elements). beta == 0: C is only written. Floating dtypes;
+ * fp32 accumulation (fp64 for fp64). */
+typedef struct kiln_cuda_gemm {
+    kiln_dtype t;
+    bool ta, tb;
+    int64_t M, N, K, batch;
+    double alpha, beta;
+    const void *A, *B;
+    void *C;
+    int64_t lda, ldb, ldc;
+    int64_t sa, sb, sc;
+} kiln_cuda_gemm;
+KILN_PRIVATE kiln_status kiln__cuda_gemm(const kiln_kernel_args *a, const kiln_cuda_gemm *p);
+
+#endif

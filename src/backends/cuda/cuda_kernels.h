@@ -1,0 +1,240 @@
+/* cuda_kernels.h -- the launchers of kiln's CUDA kernels (src/backends/cuda/k_*.cu).
+ *
+ * This header is the only thing the C side (cuda_*.c) and the CUDA side
+ * (k_*.cu, compiled by nvcc) share. It uses plain C types and the public
+ * kiln.h enums only, so that no internal kiln header has to be valid C++.
+ * Every launcher enqueues work on `stream` and returns cudaGetLastError()
+ * of the launch (cudaSuccess when there was nothing to do); the C side turns
+ * a failure into KILN_ERR_DEVICE naming the node. Launchers never
+ * synchronize and never allocate: scratch memory comes from the caller.
+ *
+ * Geometry structs are passed by value to the kernels (as __grid_constant__
+ * parameters), so they must stay well under the 4 KB parameter limit. */
+#ifndef KILN_CUDA_KERNELS_H
+#define KILN_CUDA_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda_runtime_api.h>
+
+#include "kiln.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KCU_THREADS 256
+/* Grid-stride kernels launch at most this many blocks. */
+#define KCU_MAX_BLOCKS 8192
+
+/* ---- broadcasting elementwise geometry -------------------------------------
+ * The output is dense with `n` elements; input k is read at the element
+ * offset sum_d coord[d] * st[k][d], coord being the output coordinate in the
+ * merged shape dims[0..rank). flat[k] says that no index arithmetic is
+ * needed: KCU_FLAT_SAME (offset = output index) or KCU_FLAT_SCALAR (offset
+ * 0); when every input is flat the kernel skips the coordinates entirely.
+ * idx32: every offset fits in 32 bits (cheaper index arithmetic). */
+#define KCU_EW_MAX_IN 3
+enum { KCU_FLAT_NONE = 0, KCU_FLAT_SAME = 1, KCU_FLAT_SCALAR = 2 };
+typedef struct kcu_bcast {
+    int rank, nin;
+    int all_flat, idx32;
+    int flat[KCU_EW_MAX_IN];
+    int pad_;
+    int64_t n;
+    int64_t dims[KILN_MAX_RANK];
+    int64_t st[KCU_EW_MAX_IN][KILN_MAX_RANK];
+} kcu_bcast;
+
+/* Unary ops (float compute: f32, f16, bf16 in float; f64 in double). */
+enum {
+    KCU_U_ABS = 0, KCU_U_NEG, KCU_U_SQRT, KCU_U_EXP, KCU_U_LOG, KCU_U_RECIPROCAL, KCU_U_FLOOR,
+    KCU_U_CEIL, KCU_U_ROUND, KCU_U_SIGN, KCU_U_SIN, KCU_U_COS, KCU_U_TAN, KCU_U_ASIN,
+    KCU_U_ACOS, KCU_U_ATAN, KCU_U_SINH, KCU_U_COSH, KCU_U_ASINH, KCU_U_ACOSH, KCU_U_ATANH,
+    KCU_U_ERF, KCU_U_RELU, KCU_U_LEAKYRELU, KCU_U_ELU, KCU_U_SELU, KCU_U_CELU, KCU_U_SIGMOID,
+    KCU_U_HARDSIGMOID, KCU_U_HARDSWISH, KCU_U_TANH, KCU_U_SOFTPLUS, KCU_U_SOFTSIGN, KCU_U_MISH,
+    KCU_U_THRESHOLDEDRELU, KCU_U_SHRINK,
+    KCU_U_COUNT
+};
+/* y[i] = op(x[i]), n elements, same dtype. Floating dtypes: every op;
+ * int32/int64: ABS, NEG, SIGN, RELU only. */
+cudaError_t kcu_unary(int op, kiln_dtype t, const void *x, void *y, int64_t n, float alpha,
+                      float beta, float gamma, cudaStream_t stream);
+/* Whether kcu_unary has a kernel for (op, dtype). */
+int kcu_unary_has(int op, kiln_dtype t);
+
+/* IsNaN / IsInf / Not: bool (uint8) output. */
+enum { KCU_P_ISNAN = 0, KCU_P_ISINF = 1, KCU_P_NOT = 2 };
+cudaError_t kcu_predicate(int op, kiln_dtype t, const void *x, uint8_t *y, int64_t n,
+                          int detect_pos, int detect_neg, cudaStream_t stream);
+
+/* Binary ops with broadcasting. Inputs share dtype `t`; comparisons and
+ * logic write bool (uint8), the rest write `t`. */
+enum {
+    KCU_B_ADD = 0, KCU_B_SUB, KCU_B_MUL, KCU_B_DIV, KCU_B_FMOD, KCU_B_PYMOD, KCU_B_MAX,
+    KCU_B_MIN, KCU_B_PRELU, KCU_B_POW, KCU_B_EQ, KCU_B_LT, KCU_B_LE, KCU_B_GT, KCU_B_GE,
+    KCU_B_AND, KCU_B_OR, KCU_B_XOR, KCU_B_SHL, KCU_B_SHR,
+    KCU_B_COUNT
+};
+cudaError_t kcu_binary(int op, kiln_dtype t, const kcu_bcast *g, void *y, const void *a,
+                       const void *b, cudaStream_t stream);
+int kcu_binary_has(int op, kiln_dtype t);
+/* y[i] = y[i] / d (Mean): floating dtypes. */
+cudaError_t kcu_div_scalar(kiln_dtype t, void *y, int64_t n, float d, cudaStream_t stream);
+
+/* Where(cond, x, y) with broadcasting over three inputs; es: element size
+ * (1, 2, 4, 8). in[0] of the geometry is the condition. */
+cudaError_t kcu_where(size_t es, const kcu_bcast *g, void *out, const uint8_t *cond,
+                      const void *x, const void *y, cudaStream_t stream);
+
+/* Clip: bounds from device scalars (lo_dev/hi_dev, same dtype as x) when
+ * non-NULL, else from host values (lo_f/hi_f for floating dtypes, lo_i/hi_i
+ * for integers) when has_lo/has_hi. Floating dtypes and int8/uint8/int32/
+ * int64. */
+typedef struct kcu_clip_bounds {
+    const void *lo_dev, *hi_dev;
+    int has_lo, has_hi;
+    double lo_f, hi_f;
+    int64_t lo_i, hi_i;
+} kcu_clip_bounds;
+cudaError_t kcu_clip(kiln_dtype t, const void *x, void *y, int64_t n, const kcu_clip_bounds *b,
+                     cudaStream_t stream);
+int kcu_clip_has(kiln_dtype t);
+
+/* Cast between any two of: f32 f64 f16 bf16 i8 i16 i32 i64 u8 u16 u32 u64 bool. */
+cudaError_t kcu_cast(kiln_dtype from, kiln_dtype to, const void *x, void *y, int64_t n,
+                     cudaStream_t stream);
+int kcu_cast_has(kiln_dtype t);
+
+/* ---- data movement ----------------------------------------------------------
+ * dst[sum i_k*dst_st[k]] = src[sum i_k*src_st[k]] for every index i of dims
+ * (element strides; source strides may be zero or negative). Dims merged
+ * and size-1 dims dropped by the caller (kiln__cuda_copy_plan). */
+#define KCU_COPY_MAX_RANK 16
+typedef struct kcu_copy {
+    int rank, idx32;
+    int dst_dense, pad_; /* dst_st are the dense row-major strides of dims */
+    int64_t n;
+    int64_t dims[KCU_COPY_MAX_RANK];
+    int64_t dst_st[KCU_COPY_MAX_RANK];
+    int64_t src_st[KCU_COPY_MAX_RANK];
+} kcu_copy;
+cudaError_t kcu_strided_copy(size_t es, const kcu_copy *c, void *dst, const void *src,
+                             cudaStream_t stream);
+/* Batched 2-D transpose: for b in [0, batch), p in [0, P), q in [0, Q):
+ * dst[b*P*Q + p*Q + q] = src[boff(b) + q*sq + p], boff from the batch dims
+ * of `c` (c->rank dims, c->src_st strides, dst ignored). Tiled through
+ * shared memory so reads and writes are both coalesced. */
+cudaError_t kcu_transpose2d(size_t es, const kcu_copy *batch, int64_t P, int64_t Q, int64_t sq,
+                            void *dst, const void *src, cudaStream_t stream);
+
+/* Gather along an axis: x viewed as [outer, axis_dim, inner], indices (n_ind
+ * of int32/int64, negative counts from the end), y as [outer, n_ind, inner].
+ * Out-of-range indices produce zeros. */
+cudaError_t kcu_gather(size_t es, kiln_dtype idx_t, const void *x, const void *ind, void *y,
+                       int64_t outer, int64_t axis_dim, int64_t n_ind, int64_t inner,
+                       cudaStream_t stream);
+
+/* ---- normalization, softmax -------------------------------------------------- */
+
+/* Softmax (kind 0) / LogSoftmax (kind 1) over `n` elements with stride
+ * `inner`, for outer*inner rows. Floating dtypes; fp32 arithmetic (double
+ * for f64). */
+cudaError_t kcu_softmax(int kind, kiln_dtype t, const void *x, void *y, int64_t outer, int64_t n,
+                        int64_t inner, cudaStream_t stream);
+
+/* LayerNormalization over rows of D contiguous elements. scale/bias hold D
+ * elements (or 1 when *_scalar), dtype t; bias may be NULL. mean/inv_std
+ * (dtype stat_t: f32/f64/f16/bf16, one per row) may be NULL. Statistics in
+ * fp32 (f64 for f64 input), two-pass. */
+cudaError_t kcu_layernorm(kiln_dtype t, const void *x, const void *scale, int scale_scalar,
+                          const void *bias, int bias_scalar, void *y, kiln_dtype stat_t,
+                          void *mean, void *inv_std, int64_t rows, int64_t D, float eps,
+                          cudaStream_t stream);
+
+/* BatchNormalization (inference): y = x * mul[c] + add[c] with
+ * mul = scale / sqrt(var + eps), add = bias - mean * mul computed in double
+ * from parameters of dtype pt into `coef` (device scratch of 2*np floats;
+ * np = C, or C*plane when per_elem). x/y: [N, C, plane] of dtype t. */
+cudaError_t kcu_batchnorm(kiln_dtype t, const void *x, void *y, kiln_dtype pt,
+                          const void *scale, const void *bias, const void *mean, const void *var,
+                          float *coef, int64_t N, int64_t C, int64_t plane, int per_elem,
+                          float eps, cudaStream_t stream);
+
+/* ---- reductions ----------------------------------------------------------------
+ * Output element o (dense, out_n of them) reduces R input elements. Input
+ * offsets: kept part from o's coordinates in kdims (strides kst), reduced
+ * part from r's coordinates in rdims (strides rst). */
+enum {
+    KCU_R_SUM = 0, KCU_R_MEAN, KCU_R_MAX, KCU_R_MIN, KCU_R_PROD, KCU_R_L1, KCU_R_L2,
+    KCU_R_LOGSUM, KCU_R_LOGSUMEXP, KCU_R_SUMSQUARE,
+    KCU_R_COUNT
+};
+typedef struct kcu_reduce {
+    int krank, rrank;
+    int64_t out_n, R;
+    int64_t kdims[KILN_MAX_RANK], kst[KILN_MAX_RANK];
+    int64_t rdims[KILN_MAX_RANK], rst[KILN_MAX_RANK];
+} kcu_reduce;
+/* Floating dtypes (fp32 accumulation; f64 in double). */
+cudaError_t kcu_reduce_run(int kind, kiln_dtype t, const kcu_reduce *g, const void *x, void *y,
+                           cudaStream_t stream);
+
+/* ---- pooling, convolution helpers ---------------------------------------------- */
+
+#define KCU_MAX_SP 3
+typedef struct kcu_pool {
+    int ns, kind;            /* kind: 0 max, 1 average */
+    int count_include_pad, pad_;
+    int64_t planes;          /* N * C */
+    int64_t in_sz, out_sz, out_n;
+    int64_t in[KCU_MAX_SP], out[KCU_MAX_SP], k[KCU_MAX_SP], s[KCU_MAX_SP], d[KCU_MAX_SP];
+    int64_t pb[KCU_MAX_SP], pe[KCU_MAX_SP];
+} kcu_pool;
+/* MaxPool / AveragePool on [planes, spatial...]; ind (int64, may be NULL):
+ * MaxPool indices into the flattened input (row-major, storage_order 0). */
+cudaError_t kcu_pool_run(kiln_dtype t, const kcu_pool *g, const void *x, void *y, int64_t *ind,
+                         cudaStream_t stream);
+
+/* Convolution geometry (NC + up to 3 spatial dims), group G. */
+typedef struct kcu_conv {
+    int ns, pad_;
+    int64_t N, C, M, G, Cg, Mg;
+    int64_t in_sz, out_sz, k_sz;
+    int64_t in[KCU_MAX_SP], out[KCU_MAX_SP], k[KCU_MAX_SP], s[KCU_MAX_SP], d[KCU_MAX_SP];
+    int64_t pb[KCU_MAX_SP];
+} kcu_conv;
+/* im2col of image n, group g into col [Cg * k_sz, out_sz] (dtype t). */
+cudaError_t kcu_im2col(kiln_dtype t, const kcu_conv *g, const void *x, int64_t n, int64_t grp,
+                       void *col, cudaStream_t stream);
+/* Direct depthwise convolution (Cg == 1, Mg == 1... any Mg): y = conv(x, w)
+ * (+ bias[m] when bias != NULL). Floating dtypes, fp32 accumulation. */
+cudaError_t kcu_conv_direct(kiln_dtype t, const kcu_conv *g, const void *x, const void *w,
+                            const void *bias, void *y, cudaStream_t stream);
+/* y[n, m, :] += bias[m] over [N, M, plane]. */
+cudaError_t kcu_add_channel_bias(kiln_dtype t, void *y, const void *bias, int64_t N, int64_t M,
+                                 int64_t plane, cudaStream_t stream);
+
+/* Simple tiled GEMM (fallback when cuBLASLt has no algorithm, and K == 0):
+ * row-major, batched like kiln__cuda_gemm (cuda_internal.h): C_b = alpha *
+ * op(A_b) op(B_b) + beta * C_b (C only written when beta == 0). Floating
+ * dtypes, fp32 accumulation (fp64 for fp64). */
+cudaError_t kcu_gemm_simple(kiln_dtype t, int ta, int tb, int64_t M, int64_t N, int64_t K,
+                            int64_t batch, double alpha, const void *A, int64_t lda, int64_t sa,
+                            const void *B, int64_t ldb, int64_t sb, double beta, void *C,
+                            int64_t ldc, int64_t sc, cudaStream_t stream);
+
+/* ---- misc ------------------------------------------------------------------------ */
+
+/* Fills n elements of size es at dst with the element at host address val. */
+cudaError_t kcu_fill(size_t es, void *dst, int64_t n, const void *val, cudaStream_t stream);
+/* Checks that the kernels of this build can run on the current device:
+ * cudaSuccess, or the error (e.g. cudaErrorNoKernelImageForDevice). */
+cudaError_t kcu_probe(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

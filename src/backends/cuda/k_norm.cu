@@ -1,0 +1,281 @@
+/* k_norm.cu -- Softmax/LogSoftmax, LayerNormalization, BatchNormalization
+ * (inference). Statistics are kept in fp32 (fp64 for fp64 tensors) for
+ * every storage type; rows are reduced by a warp (short rows) or a block. */
+#include "k_common.cuh"
+
+namespace kcu {
+
+/* A "group" of G threads (32: one warp; KCU_THREADS: the block) that
+ * reduces one row. Every thread of the group gets the result. */
+template <int G> struct Group {
+    template <typename C, typename Op>
+    static __device__ __forceinline__ C reduce(C v, Op op, C *sh) {
+        if constexpr (G == 32) {
+            (void)sh;
+            return warp_reduce(v, op);
+        } else {
+            return block_reduce(v, op, sh);
+        }
+    }
+    static __device__ __forceinline__ int rank() { return (int)(threadIdx.x % G); }
+};
+
+/* ---- softmax --------------------------------------------------------------------------
+ * Rows of n contiguous elements (inner == 1): a group of G threads per row
+ * (G = 32: a warp per row, 8 rows per block; G = block size: one row per
+ * block). Strided rows (inner > 1): a thread per row. */
+
+template <typename T, int G>
+__global__ void __launch_bounds__(KCU_THREADS)
+    k_softmax_rows(int kind, const T *__restrict__ x, T *__restrict__ y, int64_t rows, int64_t n) {
+    typedef typename Num<T>::C C;
+    __shared__ C sh[32];
+    const int rows_per_block = KCU_THREADS / G;
+    const int lane = Group<G>::rank();
+    for (int64_t r = (int64_t)blockIdx.x * rows_per_block + threadIdx.x / G; r < rows;
+         r += (int64_t)gridDim.x * rows_per_block) {
+        const T *xr = x + r * n;
+        T *yr = y + r * n;
+        C m = -(C)INFINITY;
+        for (int64_t j = lane; j < n; j += G) {
+            C v = Num<T>::load(xr[j]);
+            m = v > m ? v : m;
+        }
+        m = Group<G>::reduce(m, OpMaxNan(), sh);
+        C s = 0;
+        for (int64_t j = lane; j < n; j += G) s += m_exp(Num<T>::load(xr[j]) - m);
+        s = Group<G>::reduce(s, OpAdd(), sh);
+        if (kind == 0) {
+            C inv = C(1) / s;
+            for (int64_t j = lane; j < n; j += G) yr[j] = Num<T>::store(m_exp(Num<T>::load(xr[j]) - m) * inv);
+        } else {
+            C ls = m_log(s);
+            for (int64_t j = lane; j < n; j += G) yr[j] = Num<T>::store((Num<T>::load(xr[j]) - m) - ls);
+        }
+    }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(KCU_THREADS)
+    k_softmax_strided(int kind, const T *__restrict__ x, T *__restrict__ y, int64_t outer,
+                      int64_t n, int64_t inner) {
+    typedef typename Num<T>::C C;
+    KCU_GRID_STRIDE(r, outer * inner) {
+        int64_t o = r / inner, j = r % inner;
+        const T *xr = x + o * n * inner + j;
+        T *yr = y + o * n * inner + j;
+        C m = -(C)INFINITY;
+        for (int64_t k = 0; k < n; k++) {
+            C v = Num<T>::load(xr[k * inner]);
+            m = (v > m || v != v) ? v : m;
+        }
+        C s = 0;
+        for (int64_t k = 0; k < n; k++) s += m_exp(Num<T>::load(xr[k * inner]) - m);
+        if (kind == 0) {
+            C inv = C(1) / s;
+            for (int64_t k = 0; k < n; k++)
+                yr[k * inner] = Num<T>::store(m_exp(Num<T>::load(xr[k * inner]) - m) * inv);
+        } else {
+            C ls = m_log(s);
+            for (int64_t k = 0; k < n; k++)
+                yr[k * inner] = Num<T>::store((Num<T>::load(xr[k * inner]) - m) - ls);
+        }
+    }
+}
+
+template <typename T>
+static cudaError_t softmax_launch(int kind, const void *x, void *y, int64_t outer, int64_t n,
+                                  int64_t inner, cudaStream_t st) {
+    const T *px = (const T *)x;
+    T *py = (T *)y;
+    if (inner == 1) {
+        if (n <= 1024) {
+            int64_t blocks = (outer + (KCU_THREADS / 32) - 1) / (KCU_THREADS / 32);
+            k_softmax_rows<T, 32><<<grid_for(blocks, 1), KCU_THREADS, 0, st>>>(kind, px, py, outer, n);
+        } else {
+            k_softmax_rows<T, KCU_THREADS><<<grid_for(outer, 1), KCU_THREADS, 0, st>>>(kind, px, py,
+                                                                                    outer, n);
+        }
+    } else {
+        k_softmax_strided<T><<<grid_for(outer * inner), KCU_THREADS, 0, st>>>(kind, px, py, outer,
+                                                                             n, inner);
+    }
+    return cudaGetLastError();
+}
+
+/* ---- LayerNormalization ------------------------------------------------------------------- */
+
+template <typename S> __device__ __forceinline__ void store_stat(void *p, int64_t r, double v) {
+    ((S *)p)[r] = Num<S>::store((typename Num<S>::C)v);
+}
+
+__device__ __forceinline__ void store_stat_dt(kiln_dtype t, void *p, int64_t r, double v) {
+    switch (t) {
+    case KILN_DTYPE_FLOAT64: store_stat<double>(p, r, v); break;
+    case KILN_DTYPE_FLOAT16: store_stat<__half>(p, r, v); break;
+    case KILN_DTYPE_BFLOAT16: store_stat<__nv_bfloat16>(p, r, v); break;
+    default: store_stat<float>(p, r, v); break;
+    }
+}
+
+template <typename T, int G>
+__global__ void __launch_bounds__(KCU_THREADS)
+    k_layernorm(const T *__restrict__ x, const T *__restrict__ scale, int scale_scalar,
+                const T *__restrict__ bias, int bias_scalar, T *__restrict__ y, kiln_dtype stat_t,
+                void *mean_out, void *inv_out, int64_t rows, int64_t D, float eps) {
+    typedef typename Num<T>::C C;
+    __shared__ C sh[32];
+    const int rows_per_block = KCU_THREADS / G;
+    const int lane = Group<G>::rank();
+    for (int64_t r = (int64_t)blockIdx.x * rows_per_block + threadIdx.x / G; r < rows;
+         r += (int64_t)gridDim.x * rows_per_block) {
+        const T *xr = x + r * D;
+        T *yr = y + r * D;
+        C s = 0;
+        for (int64_t j = lane; j < D; j += G) s += Num<T>::load(xr[j]);
+        s = Group<G>::reduce(s, OpAdd(), sh);
+        const C mean = D ? s / (C)D : C(0);
+        C ss = 0;
+        for (int64_t j = lane; j < D; j += G) {
+            C d = Num<T>::load(xr[j]) - mean;
+            ss += d * d;
+        }
+        ss = Group<G>::reduce(ss, OpAdd(), sh);
+        const C inv = C(1) / m_sqrt((D ? ss / (C)D : C(0)) + (C)eps);
+        for (int64_t j = lane; j < D; j += G) {
+            C v = (Num<T>::load(xr[j]) - mean) * inv * Num<T>::load(scale[scale_scalar ? 0 : j]);
+            if (bias) v += Num<T>::load(bias[bias_scalar ? 0 : j]);
+            yr[j] = Num<T>::store(v);
+        }
+        if (lane == 0) {
+            if (mean_out) store_stat_dt(stat_t, mean_out, r, (double)mean);
+            if (inv_out) store_stat_dt(stat_t, inv_out, r, (double)inv);
+        }
+    }
+}
+
+template <typename T>
+static cudaError_t layernorm_launch(const void *x, const void *scale, int ss, const void *bias,
+                                    int bs, void *y, kiln_dtype stat_t, void *mean, void *inv,
+                                    int64_t rows, int64_t D, float eps, cudaStream_t st) {
+    if (D <= 1024) {
+        int64_t blocks = (rows + (KCU_THREADS / 32) - 1) / (KCU_THREADS / 32);
+        k_layernorm<T, 32><<<grid_for(blocks, 1), KCU_THREADS, 0, st>>>(
+            (const T *)x, (const T *)scale, ss, (const T *)bias, bs, (T *)y, stat_t, mean, inv,
+            rows, D, eps);
+    } else {
+        k_layernorm<T, KCU_THREADS><<<grid_for(rows, 1), KCU_THREADS, 0, st>>>(
+            (const T *)x, (const T *)scale, ss, (const T *)bias, bs, (T *)y, stat_t, mean, inv,
+            rows, D, eps);
+    }
+    return cudaGetLastError();
+}
+
+/* ---- BatchNormalization ----------------------------------------------------------------------- */
+
+__device__ __forceinline__ double load_dt(kiln_dtype t, const void *p, int64_t i) {
+    switch (t) {
+    case KILN_DTYPE_FLOAT64: return ((const double *)p)[i];
+    case KILN_DTYPE_FLOAT16: return (double)__half2float(((const __half *)p)[i]);
+    case KILN_DTYPE_BFLOAT16: return (double)__bfloat162float(((const __nv_bfloat16 *)p)[i]);
+    default: return (double)((const float *)p)[i];
+    }
+}
+
+__global__ void __launch_bounds__(KCU_THREADS)
+    k_bn_coef(kiln_dtype pt, const void *scale, const void *bias, const void *mean,
+              const void *var, float *coef, int64_t np, float eps) {
+    KCU_GRID_STRIDE(i, np) {
+        double s = load_dt(pt, scale, i), b = load_dt(pt, bias, i);
+        double m = load_dt(pt, mean, i), v = load_dt(pt, var, i);
+        double mul = s / ::sqrt(v + (double)eps);
+        coef[i] = (float)mul;
+        coef[np + i] = (float)(b - m * mul);
+    }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(KCU_THREADS)
+    k_bn_apply(const T *__restrict__ x, T *__restrict__ y, const float *__restrict__ coef,
+               int64_t total, int64_t C, int64_t plane, int per_elem, int64_t np) {
+    KCU_GRID_STRIDE(i, total) {
+        int64_t p = i / plane, ch = p % C;
+        int64_t k = per_elem ? ch * plane + (i % plane) : ch;
+        float v = (float)Num<T>::load(x[i]);
+        y[i] = Num<T>::store((typename Num<T>::C)(v * coef[k] + coef[np + k]));
+    }
+}
+
+/* fp64 keeps the double coefficients' precision poorly through float; use
+ * double all the way for it */
+__global__ void __launch_bounds__(KCU_THREADS)
+    k_bn_apply_f64(const double *__restrict__ x, double *__restrict__ y, kiln_dtype pt,
+                   const void *scale, const void *bias, const void *mean, const void *var,
+                   int64_t total, int64_t C, int64_t plane, int per_elem, float eps) {
+    KCU_GRID_STRIDE(i, total) {
+        int64_t p = i / plane, ch = p % C;
+        int64_t k = per_elem ? ch * plane + (i % plane) : ch;
+        double mul = load_dt(pt, scale, k) / ::sqrt(load_dt(pt, var, k) + (double)eps);
+        double add = load_dt(pt, bias, k) - load_dt(pt, mean, k) * mul;
+        y[i] = x[i] * mul + add;
+    }
+}
+
+} /* namespace kcu */
+
+using namespace kcu;
+
+extern "C" {
+
+cudaError_t kcu_softmax(int kind, kiln_dtype t, const void *x, void *y, int64_t outer, int64_t n,
+                        int64_t inner, cudaStream_t stream) {
+    if (outer <= 0 || n <= 0 || inner <= 0) return cudaSuccess;
+    KCU_SWITCH_FLOAT(t, return softmax_launch<T_>(kind, x, y, outer, n, inner, stream))
+    return cudaErrorInvalidValue;
+}
+
+cudaError_t kcu_layernorm(kiln_dtype t, const void *x, const void *scale, int scale_scalar,
+                          const void *bias, int bias_scalar, void *y, kiln_dtype stat_t,
+                          void *mean, void *inv_std, int64_t rows, int64_t D, float eps,
+                          cudaStream_t stream) {
+    if (rows <= 0) return cudaSuccess;
+    KCU_SWITCH_FLOAT(t, return layernorm_launch<T_>(x, scale, scale_scalar, bias, bias_scalar, y,
+                                                     stat_t, mean, inv_std, rows, D, eps, stream))
+    return cudaErrorInvalidValue;
+}
+
+cudaError_t kcu_batchnorm(kiln_dtype t, const void *x, void *y, kiln_dtype pt,
+                          const void *scale, const void *bias, const void *mean, const void *var,
+                          float *coef, int64_t N, int64_t C, int64_t plane, int per_elem,
+                          float eps, cudaStream_t stream) {
+    int64_t total = N * C * plane;
+    if (total <= 0) return cudaSuccess;
+    if (t == KILN_DTYPE_FLOAT64) {
+        k_bn_apply_f64<<<grid_for(total), KCU_THREADS, 0, stream>>>(
+            (const double *)x, (double *)y, pt, scale, bias, mean, var, total, C, plane, per_elem,
+            eps);
+        return cudaGetLastError();
+    }
+    int64_t np = per_elem ? C * plane : C;
+    k_bn_coef<<<grid_for(np), KCU_THREADS, 0, stream>>>(pt, scale, bias, mean, var, coef, np, eps);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return e;
+    switch (t) {
+    case KILN_DTYPE_FLOAT32:
+        k_bn_apply<float><<<grid_for(total), KCU_THREADS, 0, stream>>>(
+            (const float *)x, (float *)y, coef, total, C, plane, per_elem, np);
+        break;
+    case KILN_DTYPE_FLOAT16:
+        k_bn_apply<__half><<<grid_for(total), KCU_THREADS, 0, stream>>>(
+            (const __half *)x, (__half *)y, coef, total, C, plane, per_elem, np);
+        break;
+    case KILN_DTYPE_BFLOAT16:
+        k_bn_apply<__nv_bfloat16><<<grid_for(total), KCU_THREADS, 0, stream>>>(
+            (const __nv_bfloat16 *)x, (__nv_bfloat16 *)y, coef, total, C, plane, per_elem, np);
+        break;
+    default: return cudaErrorInvalidValue;
+    }
+    return cudaGetLastError();
+}
+
+} /* extern "C" */
