@@ -60,6 +60,9 @@ if(NOT KILN_CUDA STREQUAL "OFF")
         set(CMAKE_CUDA_ARCHITECTURES 90a CACHE STRING "CUDA architectures to build for" FORCE)
       endif()
       enable_language(CUDA)
+      # libkiln and its users link as C programs (with CUDA::cudart); the
+      # CUDA objects inside libkiln must not turn them into CUDA links.
+      set(CMAKE_CUDA_LINKER_PREFERENCE_PROPAGATES FALSE)
       find_package(CUDAToolkit)
       if(NOT CUDAToolkit_FOUND OR NOT TARGET CUDA::cudart)
         _kiln_cuda_missing("the CUDA toolkit (cudart) was not found")
@@ -111,7 +114,7 @@ if(KILN_CUDA_ENABLED)
 endif()
 
 # ---- wiring into the kiln targets -----------------------------------------------
-function(_kiln_cuda_attach)
+function(_kiln_cuda_attach deferred)
   if(NOT KILN_CUDA_ENABLED)
     return()
   endif()
@@ -123,13 +126,20 @@ function(_kiln_cuda_attach)
   if(NOT TARGET kiln_objs OR NOT TARGET kiln OR NOT TARGET kiln_static)
     message(FATAL_ERROR "cuda.cmake: the targets kiln_objs, kiln and kiln_static must exist")
   endif()
+  # The C side joins kiln_objs (CMakeLists.txt leaves src/backends/cuda/ out
+  # of its glob); the .cu files form their own object library.
+  file(GLOB _kiln_cuda_c CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/backends/cuda/*.c)
   file(GLOB _kiln_cu CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/backends/cuda/*.cu)
+  target_sources(kiln_objs PRIVATE ${_kiln_cuda_c})
+  if(KILN_OP_DEFS)
+    set_source_files_properties(${_kiln_cuda_c} PROPERTIES OBJECT_DEPENDS "${KILN_OP_DEFS}")
+  endif()
   add_library(kiln_cuda_objs OBJECT ${_kiln_cu})
   # The directory's C flags (-Wall -Werror, sanitizers) are not nvcc's: start clean.
   set_property(TARGET kiln_cuda_objs PROPERTY COMPILE_OPTIONS "")
   set_target_properties(kiln_cuda_objs PROPERTIES
     CUDA_STANDARD 17 CUDA_STANDARD_REQUIRED ON CUDA_EXTENSIONS OFF
-    POSITION_INDEPENDENT_CODE ON CUDA_SEPARABLE_COMPILATION OFF)
+    POSITION_INDEPENDENT_CODE ON CUDA_SEPARABLE_COMPILATION OFF CUDA_RUNTIME_LIBRARY Shared)
   target_include_directories(kiln_cuda_objs PRIVATE ${CMAKE_SOURCE_DIR}/include
                                                     ${CMAKE_SOURCE_DIR}/src/backends/cuda)
   target_compile_options(kiln_cuda_objs PRIVATE
@@ -147,8 +157,9 @@ function(_kiln_cuda_attach)
   else()
     list(APPEND _defs KILN_HAVE_CUDNN=0)
   endif()
-  target_compile_definitions(kiln_objs PUBLIC ${_defs})
-  target_include_directories(kiln_objs PUBLIC ${_incs})
+  target_compile_definitions(kiln_objs PRIVATE ${_defs})
+  target_include_directories(kiln_objs PRIVATE ${_incs})
+  set_target_properties(kiln kiln_static PROPERTIES LINKER_LANGUAGE C)
   foreach(t kiln kiln_static)
     target_sources(${t} PRIVATE $<TARGET_OBJECTS:kiln_cuda_objs>)
     target_link_libraries(${t} PUBLIC ${_libs})
@@ -160,13 +171,15 @@ function(_kiln_cuda_attach)
     get_filename_component(_cudnn_dir ${KILN_CUDNN_LIBRARY} DIRECTORY)
     set_property(TARGET kiln APPEND PROPERTY BUILD_RPATH ${_cudnn_dir})
   endif()
-  if(KILN_BUILD_TESTS AND EXISTS ${CMAKE_SOURCE_DIR}/tests/cuda/tests.cmake)
+  # Injected builds (CMAKE_PROJECT_kiln_INCLUDE) register the GPU tests here;
+  # otherwise tests/tests.cmake includes tests/cuda/tests.cmake itself.
+  if(deferred AND KILN_BUILD_TESTS AND EXISTS ${CMAKE_SOURCE_DIR}/tests/cuda/tests.cmake)
     include(${CMAKE_SOURCE_DIR}/tests/cuda/tests.cmake)
   endif()
 endfunction()
 
 if(TARGET kiln_static)
-  _kiln_cuda_attach()
+  _kiln_cuda_attach(FALSE)
 elseif(KILN_CUDA_ENABLED)
-  cmake_language(DEFER DIRECTORY ${CMAKE_SOURCE_DIR} CALL _kiln_cuda_attach)
+  cmake_language(DEFER DIRECTORY ${CMAKE_SOURCE_DIR} CALL _kiln_cuda_attach TRUE)
 endif()

@@ -2,7 +2,8 @@
 # Installs what kiln needs on Debian 12 (only what is missing), as root or via sudo.
 set -euo pipefail
 PKGS=(build-essential cmake pkg-config libprotobuf-c-dev protobuf-c-compiler libonnx-dev
-      libonnx-testdata python3-torch python3-torchvision python3-onnx python3-numpy)
+      libonnx-testdata python3-torch python3-torchvision python3-onnx python3-numpy
+      python3-venv)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

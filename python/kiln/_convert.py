@@ -103,12 +103,15 @@ def _node_module(node, root):
     resolved against the module tree. None when the node has no scope."""
     for p in getattr(node, "metadata_props", []):
         if p.key == "pkg.torch.onnx.name_scopes":
+            # dynamo: the module stack, root first ('') and the op itself last
             try:
-                scopes = [s for s in ast.literal_eval(p.value) if s]
+                scopes = ast.literal_eval(p.value)
             except (ValueError, SyntaxError):
-                scopes = []
-            if scopes:
-                return scopes[-1]
+                return None
+            if not scopes or scopes[0] != "":
+                return None  # a node made by an export pass, not by a module
+            mods = [s for s in scopes[1:-1] if s]
+            return mods[-1] if mods else None
     name = node.name or ""
     if not name.startswith("/"):
         return None

@@ -222,7 +222,7 @@ class _Runtime:
             st = L.kiln_context_run(ctx)
             if st != 0:
                 msg = _lib.last_error()
-                if st == Status.INVALID_ARGUMENT and "bound buffer" in msg and any(bufs):
+                if st == Status.INVALID_ARGUMENT and "bound buffer" in msg and any(b is not None for b in bufs):
                     # a predicted shape was too small: data-dependent output shapes
                     for k, name in enumerate(self.out_names):
                         if bufs[k] is not None and name.decode() in msg:

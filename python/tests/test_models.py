@@ -162,6 +162,14 @@ def encoder_engines(encoder, exporter):
     src, mask = _seq_input()
     fwd = kiln.convert_method_to_engine(encoder, inputs=[src], kwarg_inputs={"mask": mask},
                                         exporter=exporter)
+    try:
+        kiln.EngineModule(fwd)(torch.randn(3, 5, 8), mask=_padding_mask(3, 5))
+    except kiln.KilnError:
+        if exporter == "torchscript" and kiln._compat.torch_version() >= (2, 0):
+            pytest.xfail(f"the TorchScript exporter of torch {torch.__version__} bakes "
+                         f"nn.MultiheadAttention's batch and sequence sizes into Reshape "
+                         f"constants (use the dynamo exporter, the default there)")
+        raise
     enc = kiln.convert_method_to_engine(encoder, "encode", inputs=[src],
                                         kwarg_inputs={"mask": mask}, exporter=exporter)
     return {"forward": fwd, "encode": enc}

@@ -43,12 +43,13 @@ TOL=${KILN_MODEL_TOL:-1e-4}
 TIMEOUT=${KILN_MODEL_TIMEOUT:-1800}
 [ -x "$KILN" ] || { echo "run_model_tests.sh: no kiln tool at $KILN" >&2; exit 2; }
 
-if ! $PY "$TOOL" check "$MODELDIR" "$ONLY" 2>/dev/null; then
-    echo "generating models in $MODELDIR ..."
-    GEN=("$PY" "$ROOT/scripts/gen_models.py" "$MODELDIR")
-    [ -n "$ONLY" ] && GEN+=(--only "$ONLY")
-    "${GEN[@]}" || { echo "run_model_tests.sh: model generation failed" >&2; echo "0 passed, 1 failed"; exit 1; }
-fi
+# gen_models.py skips variants that already exist, so this only fills in
+# what a previous (possibly narrower, --only) run did not make.
+echo "generating missing models in $MODELDIR ..."
+GEN=("$PY" "$ROOT/scripts/gen_models.py" "$MODELDIR")
+[ -n "$ONLY" ] && GEN+=(--only "$ONLY")
+"${GEN[@]}" || { echo "run_model_tests.sh: model generation failed" >&2; echo "0 passed, 1 failed"; exit 1; }
+$PY "$TOOL" check "$MODELDIR" "$ONLY" || { echo "run_model_tests.sh: models incomplete in $MODELDIR" >&2; echo "0 passed, 1 failed"; exit 1; }
 mapfile -t MODELS < <($PY "$TOOL" list "$MODELDIR" "$ONLY")
 [ ${#MODELS[@]} -gt 0 ] || { echo "run_model_tests.sh: no models selected" >&2; echo "0 passed, 1 failed"; exit 1; }
 

@@ -132,9 +132,13 @@ kiln_status kiln__cuda_gemm(const kiln_kernel_args *a, const kiln_cuda_gemm *p) 
     float af = (float)p->alpha, bf = (float)p->beta;
     const void *alpha = scale_t == CUDA_R_64F ? (const void *)&p->alpha : (const void *)&af;
     const void *beta = scale_t == CUDA_R_64F ? (const void *)&p->beta : (const void *)&bf;
-    LT_TRY(cublasLtMatmul(st->lt, op, alpha, p->B, lfirst, p->A, lsecond, beta, p->C, lc, p->C, lc,
-                          &res.algo, st->lt_ws, st->lt_ws_size, KCU_STREAM(a)),
-           "Matmul");
+    cublasStatus_t ms = cublasLtMatmul(st->lt, op, alpha, p->B, lfirst, p->A, lsecond, beta, p->C,
+                                       lc, p->C, lc, &res.algo, st->lt_ws, st->lt_ws_size,
+                                       KCU_STREAM(a));
+    if (ms == CUBLAS_STATUS_NOT_SUPPORTED) /* e.g. a layout the heuristic let through */
+        s = gemm_simple(a, p);
+    else if (ms != CUBLAS_STATUS_SUCCESS)
+        s = lt_fail(node, "Matmul", ms);
 done:
     if (pref) cublasLtMatmulPreferenceDestroy(pref);
     if (lc) cublasLtMatrixLayoutDestroy(lc);

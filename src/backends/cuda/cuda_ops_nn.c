@@ -69,7 +69,7 @@ kiln_status kiln__cu_softmax_run(const kiln_kernel_args *a) {
         n = kiln__numel(x->rank - axis, x->dims + axis);
         inner = 1;
     } else {
-        int axis;
+        int axis = 0;
         KILN_TRY(kiln__norm_axis(KCU_NODE(a), at->axis, x->rank, &axis));
         outer = kiln__numel(axis, x->dims);
         n = x->dims[axis];
@@ -119,7 +119,7 @@ kiln_status kiln__cu_layernorm_run(const kiln_kernel_args *a) {
     const kiln_tensor *x = a->in[0], *S = a->in[1], *B = a->n_in > 2 ? a->in[2] : NULL;
     if (!kiln__cu_is_float(x->dtype) || S->dtype != x->dtype || (B && B->dtype != x->dtype))
         return dtype_fail(a, x->dtype);
-    int axis;
+    int axis = 0;
     KILN_TRY(kiln__norm_axis(KCU_NODE(a), at->axis, x->rank, &axis));
     int64_t D = kiln__numel(x->rank - axis, x->dims + axis), rows = kiln__numel(axis, x->dims);
     int64_t sn = kiln__tensor_numel(S), bn = B ? kiln__tensor_numel(B) : 0;

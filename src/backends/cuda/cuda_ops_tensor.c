@@ -32,7 +32,7 @@ bool kiln__cu_copy_supports(const kiln_graph *g, const kiln_node *n) { return in
 kiln_status kiln__cu_copy_run(const kiln_kernel_args *a) {
     const kiln_tensor *x = a->in[0];
     kiln_tensor *y = a->out[0];
-    size_t es;
+    size_t es = 0;
     KILN_TRY(esize(a, x->dtype, &es));
     int64_t n = kiln__tensor_numel(x);
     if (n != kiln__tensor_numel(y))
@@ -70,7 +70,7 @@ kiln_status kiln__cu_dropout_run(const kiln_kernel_args *a) {
     if (a->n_out > 1 && a->out[1] && a->out[1]->data) {
         kiln_tensor *m = a->out[1];
         int64_t n = kiln__tensor_numel(m);
-        size_t es;
+        size_t es = 0;
         KILN_TRY(esize(a, m->dtype, &es));
         unsigned char one[8] = {0};
         if (m->dtype == KILN_DTYPE_BOOL) one[0] = 1;
@@ -90,7 +90,7 @@ kiln_status kiln__cu_transpose_run(const kiln_kernel_args *a) {
     const kiln_transpose_attrs *at = a->attrs;
     const kiln_tensor *x = a->in[0];
     kiln_tensor *y = a->out[0];
-    size_t es;
+    size_t es = 0;
     KILN_TRY(esize(a, x->dtype, &es));
     if (at->n_perm != 0 && at->n_perm != x->rank)
         return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (Transpose): perm has %d entries for rank %d",
@@ -121,7 +121,7 @@ bool kiln__cu_concat_supports(const kiln_graph *g, const kiln_node *n) {
 kiln_status kiln__cu_concat_run(const kiln_kernel_args *a) {
     const kiln_axis_attrs *at = a->attrs;
     kiln_tensor *y = a->out[0];
-    size_t es;
+    size_t es = 0;
     KILN_TRY(esize(a, y->dtype, &es));
     int axis = at->axis < 0 ? at->axis + y->rank : at->axis;
     if (axis < 0 || axis >= y->rank)
@@ -149,7 +149,7 @@ bool kiln__cu_split_supports(const kiln_graph *g, const kiln_node *n) { return i
 kiln_status kiln__cu_split_run(const kiln_kernel_args *a) {
     const kiln_split_attrs *at = a->attrs;
     const kiln_tensor *x = a->in[0];
-    size_t es;
+    size_t es = 0;
     KILN_TRY(esize(a, x->dtype, &es));
     int axis = at->axis < 0 ? at->axis + x->rank : at->axis;
     if (axis < 0 || axis >= x->rank)
@@ -182,7 +182,7 @@ kiln_status kiln__cu_slice_run(const kiln_kernel_args *a) {
     const kiln_tensor *x = a->in[0];
     kiln_tensor *y = a->out[0];
     const char *node = KCU_NODE(a);
-    size_t es;
+    size_t es = 0;
     KILN_TRY(esize(a, x->dtype, &es));
     int64_t st[KILN_MAX_RANK], en[KILN_MAX_RANK], ax[KILN_MAX_RANK], sp[KILN_MAX_RANK];
     int64_t ns, ne, nax = -1, nsp = -1;
@@ -251,7 +251,7 @@ bool kiln__cu_expand_supports(const kiln_graph *g, const kiln_node *n) { return 
 kiln_status kiln__cu_expand_run(const kiln_kernel_args *a) {
     const kiln_tensor *x = a->in[0];
     kiln_tensor *y = a->out[0];
-    size_t es;
+    size_t es = 0;
     KILN_TRY(esize(a, x->dtype, &es));
     int64_t sst[KILN_MAX_RANK];
     kiln__bcast_strides(x->rank, x->dims, y->rank, y->dims, sst);
@@ -263,7 +263,7 @@ bool kiln__cu_tile_supports(const kiln_graph *g, const kiln_node *n) { return in
 kiln_status kiln__cu_tile_run(const kiln_kernel_args *a) {
     const kiln_tensor *x = a->in[0];
     kiln_tensor *y = a->out[0];
-    size_t es;
+    size_t es = 0;
     KILN_TRY(esize(a, x->dtype, &es));
     int64_t xst[KILN_MAX_RANK];
     kiln__cuda_strides(x->rank, x->dims, xst);
@@ -288,7 +288,7 @@ bool kiln__cu_gather_supports(const kiln_graph *g, const kiln_node *n) {
 kiln_status kiln__cu_gather_run(const kiln_kernel_args *a) {
     const kiln_axis_attrs *at = a->attrs;
     const kiln_tensor *x = a->in[0], *ind = a->in[1];
-    size_t es;
+    size_t es = 0;
     KILN_TRY(esize(a, x->dtype, &es));
     if (ind->dtype != KILN_DTYPE_INT32 && ind->dtype != KILN_DTYPE_INT64)
         return KILN_FAIL(KILN_ERR_UNSUPPORTED, "node '%s' (Gather): indices of dtype %s",

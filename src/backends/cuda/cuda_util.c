@@ -225,7 +225,7 @@ kiln_status kiln__cuda_read_ints(const kiln_kernel_args *a, const kiln_tensor *t
     size_t nb = (size_t)cnt * kiln_dtype_size(t->dtype);
     if (nb > sizeof buf)
         return KILN_FAIL(KILN_ERR_INTERNAL, "node '%s': %s too large", KCU_NODE(a), what);
-    const void *p;
+    const void *p = NULL;
     KILN_TRY(host_view(a, t, nb, buf, &p));
     for (int64_t i = 0; i < cnt; i++) out[i] = kiln__load_i64(t->dtype, p, i);
     *n = cnt;
@@ -235,7 +235,7 @@ kiln_status kiln__cuda_read_ints(const kiln_kernel_args *a, const kiln_tensor *t
 kiln_status kiln__cuda_read_scalar(const kiln_kernel_args *a, const kiln_tensor *t, double *f,
                                    int64_t *i) {
     int64_t buf[2];
-    const void *p;
+    const void *p = NULL;
     size_t es = kiln_dtype_size(t->dtype);
     if (!es || es > sizeof buf)
         return KILN_FAIL(KILN_ERR_UNSUPPORTED, "node '%s': scalar of dtype %s", KCU_NODE(a),

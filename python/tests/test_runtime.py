@@ -1,0 +1,179 @@
+"""EngineModule at run time: zero-copy binding, output-shape prediction and its
+fallbacks, data-dependent shapes, threads, the DLPack copy path, engine files and
+objects, kiln.compile."""
+
+import io
+import json
+import threading
+
+import pytest
+import torch
+
+import kiln
+from conftest import assert_close
+from kiln import _module
+from models import MLP, TinyEncoder
+
+
+@pytest.fixture(scope="module")
+def mlp():
+    return MLP().eval()
+
+
+@pytest.fixture(scope="module")
+def mlp_engine(mlp):
+    return kiln.convert_method_to_engine(
+        mlp, inputs=[kiln.Input(min_shape=(1, 16), opt_shape=(2, 16), max_shape=(8, 16))],
+        exporter="torchscript")
+
+
+class Positives(torch.nn.Module):
+    """An output whose shape depends on the input's values (NonZero)."""
+
+    def forward(self, x):
+        return x[x > 0] * 2
+
+
+def test_inputs_bound_in_place_outputs_returned_fresh(mlp, mlp_engine):
+    em = kiln.EngineModule(mlp_engine)
+    x = torch.randn(4, 16)
+    a = em(x)
+    b = em(x)
+    assert a.data_ptr() != b.data_ptr()  # each call returns its own tensors
+    assert_close(a, b, atol=0, rtol=0)
+
+
+def test_non_contiguous_and_grad_inputs(mlp, mlp_engine):
+    em = kiln.EngineModule(mlp_engine)
+    x = torch.randn(16, 4).t()  # not contiguous
+    assert not x.is_contiguous()
+    with torch.no_grad():
+        want = mlp(x)
+    assert_close(em(x), want)
+    xg = torch.randn(3, 16, requires_grad=True)
+    out = em(xg)
+    assert not out.requires_grad  # engines are not differentiable
+    with torch.no_grad():
+        assert_close(out, mlp(xg))
+
+
+def test_output_shapes_not_tied_to_inputs_use_the_cache():
+    """With torch 1.13's TorchScript exporter the transformer's output dims are not named
+    after its inputs' (they are named afresh): the first call with new input shapes
+    copies the output once; later calls with those shapes are written in place. (The
+    dynamo exporter, the default on new torch, ties them: in place from the start.)"""
+    enc = TinyEncoder().eval()
+    eng = kiln.convert_method_to_engine(
+        enc, inputs=[kiln.Input(min_shape=(1, 1, 8), opt_shape=(2, 4, 8), max_shape=(2, 8, 8))],
+        exporter="auto")
+    em = kiln.EngineModule(eng)
+    rules = em._kiln_rt.out_rules
+    src = torch.randn(2, 5, 8)
+    first = em(src)
+    second = em(src)
+    assert_close(first, second, atol=0, rtol=0)
+    stats = em.run_stats
+    if rules[0] is None:
+        assert stats == {"runs": 2, "outputs_in_place": 1, "outputs_copied": 1}
+    else:  # an exporter that ties the dims: in place from the start
+        assert stats == {"runs": 2, "outputs_in_place": 2, "outputs_copied": 0}
+
+
+def test_data_dependent_output_shape():
+    eng = kiln.convert_method_to_engine(Positives(), inputs=[torch.randn(10)],
+                                        exporter="torchscript")
+    em = kiln.EngineModule(eng)
+    few = torch.tensor([1.0, -1, -1, -1, -1, -1, -1, -1, -1, 2])
+    many = torch.tensor([1.0, 1, 1, 1, 1, 1, 1, 1, -1, 2])
+    assert_close(em(few), few[few > 0] * 2)
+    # the cached shape (2 elements) is too small for this run: retried unbound
+    assert_close(em(many), many[many > 0] * 2)
+    assert_close(em(few), few[few > 0] * 2)
+    assert em.run_stats["outputs_copied"] == 3
+
+
+def test_threads_share_one_engine(mlp, mlp_engine):
+    em = kiln.EngineModule(mlp_engine, threads=1)
+    xs = [torch.randn(b, 16) for b in (1, 2, 3, 4, 5, 6, 7, 8)]
+    with torch.no_grad():
+        want = [mlp(x) for x in xs]
+    errors = []
+
+    def work(i):
+        try:
+            for _ in range(5):
+                assert_close(em(xs[i]), want[i])
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    ts = [threading.Thread(target=work, args=(i,)) for i in range(len(xs))]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert not errors, errors
+    assert len(em.engine._all_contexts) >= 1
+
+
+def test_dlpack_copy_path():
+    """The path CUDA engines use for outputs kiln keeps (DLPack wrap + clone), run on CPU
+    memory."""
+    src = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    for dtype in (torch.float32, torch.int64, torch.bool, torch.float16, torch.uint8):
+        t = src.to(dtype)
+        out = _module.borrowed_to_tensor(t.data_ptr(), (3, 4), dtype, torch.device("meta"))
+        assert out.dtype == dtype
+        assert torch.equal(out, t) and out.data_ptr() != t.data_ptr()
+
+
+def test_engine_module_sources(mlp_engine, tmp_path):
+    path = tmp_path / "mlp.kiln"
+    kiln.save(mlp_engine, path)
+    x = torch.randn(2, 16)
+    want = kiln.EngineModule(mlp_engine)(x)
+    for source in (path, str(path), io.BytesIO(path.read_bytes()), bytearray(mlp_engine),
+                   kiln.EngineModule(mlp_engine)):
+        em = kiln.EngineModule(source)
+        assert_close(em(x), want, atol=0, rtol=0)
+    with open(path, "rb") as f:
+        assert_close(kiln.load(f)(x), want, atol=0, rtol=0)
+
+
+def test_engine_information(mlp_engine):
+    em = kiln.EngineModule(mlp_engine)
+    assert em.precision == "fp32"
+    assert em.device == torch.device("cpu")
+    assert repr(em) == ("EngineModule(inputs=[x: float32[x_dim0, 16]], "
+                        "outputs=[output0: float32[x_dim0, 4]], device=cpu, precision=fp32)")
+    info = em.inspect(json=True)
+    assert info["inputs"][0]["name"] == "x" and info["inputs"][0]["max"] == [8, 16]
+    assert "layers" in info
+    assert em.inspect().startswith("kiln engine")
+    assert em.inputs[0].min_shape == (1, 16) and em.inputs[0].max_shape == (8, 16)
+    assert mlp_engine.spec["method"] == "MLP.forward"
+    assert mlp_engine.spec["inputs"] == ["x"]
+    assert kiln.library_version() == "0.1.0"
+    json.dumps(mlp_engine.spec)
+
+
+def test_compile(mlp):
+    em = kiln.compile(mlp, [torch.randn(2, 16)], threads=1)
+    x = torch.randn(2, 16)
+    with torch.no_grad():
+        assert_close(em(x), mlp(x))
+
+
+def test_method_calling_self(mlp):
+    """A method that calls self(...) exports (the module's forward is called inside)."""
+
+    class Scaled(MLP):
+        def scaled(self, x, k):
+            return self(x) * k
+
+    m = Scaled().eval()
+    em = kiln.EngineModule(kiln.convert_method_to_engine(
+        m, "scaled", inputs=[torch.randn(2, 16), torch.tensor(3.0)], exporter="torchscript"))
+    x, k = torch.randn(2, 16), torch.tensor(0.5)
+    with torch.no_grad():
+        assert_close(em(x, k), m.scaled(x, k))
+    assert "forward" not in m.__dict__  # the stand-in forward is gone again

@@ -1,0 +1,966 @@
+/* test_cuda_ops.c -- the CUDA backend against the CPU kernels.
+ *
+ * Every case builds host inputs (odd shapes, broadcasting, NaN/inf where
+ * the op's semantics define them), infers the output shapes, runs the CPU
+ * kernel (op->cpu) and the CUDA backend (through its kiln_backend_i: alloc,
+ * to_device, run, sync, to_host) on the same inputs, and compares:
+ *   floating outputs: NaN/inf positions must agree, and the normalized mean
+ *     squared error sum((gpu-cpu)^2) / sum(cpu^2) must stay under a limit
+ *     (1e-7 for fp32 by default, looser for fp16/bf16);
+ *   integer/bool outputs: exact.
+ * Device outputs are allocated with GUARD bytes of a pattern on both sides,
+ * which must survive the kernel (out-of-bounds writes). Integer parameter
+ * inputs that kiln keeps on the host (Slice starts, Reduce axes, ...) are
+ * passed as host pointers and, in a second run, as device pointers.
+ * Each case also checks that supports() accepts the node.
+ *
+ * Without a GPU the program prints "no CUDA device: skipping", checks that
+ * the backend fails cleanly, and reports 0 passed, 0 failed, N skipped. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <cuda_runtime_api.h>
+
+#include "backends/cuda/cuda_internal.h"
+#include "ops/elementwise_impl.h"
+#include "ops/tensor_internal.h"
+#include "test.h"
+
+#define GUARD 256
+#define GUARD_BYTE 0xA5
+#define MAXIO 8
+
+static const kiln_backend_i *be;
+static void *st;
+static bool covered[KILN_OP_ID_LIMIT];
+static int n_cases;
+
+/* ---- host tensors (an arena freed after each test) ------------------------------ */
+
+#define ARENA 512
+static kiln_tensor arena_t[ARENA];
+static void *arena_m[ARENA];
+static int arena_n;
+
+static void arena_reset(void) {
+    for (int i = 0; i < arena_n; i++) free(arena_m[i]);
+    arena_n = 0;
+}
+
+static size_t tbytes(const kiln_tensor *t) {
+    return (size_t)kiln__tensor_numel(t) * kiln_dtype_size(t->dtype);
+}
+
+static kiln_tensor *tnew(kiln_dtype dt, int rank, const int64_t *dims) {
+    if (arena_n >= ARENA) {
+        fprintf(stderr, "test arena full\n");
+        exit(2);
+    }
+    kiln_tensor *t = &arena_t[arena_n];
+    memset(t, 0, sizeof *t);
+    t->dtype = dt;
+    t->rank = rank;
+    for (int i = 0; i < rank; i++) t->dims[i] = dims[i];
+    arena_m[arena_n] = calloc(tbytes(t) + 16, 1);
+    t->data = arena_m[arena_n++];
+    return t;
+}
+
+/* xorshift64* */
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+static uint64_t rnext(void) {
+    rng ^= rng >> 12;
+    rng ^= rng << 25;
+    rng ^= rng >> 27;
+    return rng * 2685821657736338717ull;
+}
+static double runif(double lo, double hi) {
+    return lo + (hi - lo) * ((double)(rnext() >> 11) / 9007199254740992.0);
+}
+
+/* random values in [lo, hi] (integers: whole numbers in that range; bool: 0/1) */
+static kiln_tensor *trand(kiln_dtype dt, double lo, double hi, int rank, const int64_t *dims) {
+    kiln_tensor *t = tnew(dt, rank, dims);
+    int64_t n = kiln__tensor_numel(t);
+    for (int64_t i = 0; i < n; i++) {
+        if (dt == KILN_DTYPE_BOOL) kiln__store_i64(dt, t->data, i, (int64_t)(rnext() & 1));
+        else if (kiln__dtype_is_int(dt)) kiln__store_i64(dt, t->data, i, (int64_t)floor(runif(lo, hi + 1)));
+        else kiln__store_f64(dt, t->data, i, runif(lo, hi));
+    }
+    return t;
+}
+
+/* random bytes (integers over their full range) */
+static kiln_tensor *tbits(kiln_dtype dt, int rank, const int64_t *dims) {
+    kiln_tensor *t = tnew(dt, rank, dims);
+    unsigned char *p = t->data;
+    for (size_t i = 0; i < tbytes(t); i++) p[i] = (unsigned char)rnext();
+    if (dt == KILN_DTYPE_BOOL)
+        for (size_t i = 0; i < tbytes(t); i++) p[i] &= 1;
+    return t;
+}
+
+static kiln_tensor *tvals(kiln_dtype dt, int n, const double *v) {
+    int64_t d[1] = {n};
+    kiln_tensor *t = tnew(dt, 1, d);
+    for (int i = 0; i < n; i++) kiln__store_f64(dt, t->data, i, v[i]);
+    return t;
+}
+
+static kiln_tensor *tscalar(kiln_dtype dt, double v) {
+    kiln_tensor *t = tnew(dt, 0, NULL);
+    kiln__store_f64(dt, t->data, 0, v);
+    return t;
+}
+
+/* NaN, +-inf, -0 and 0 at a few places of a floating tensor */
+static kiln_tensor *specials(kiln_tensor *t) {
+    static const double sv[5] = {NAN, INFINITY, -INFINITY, -0.0, 0.0};
+    int64_t n = kiln__tensor_numel(t);
+    for (int k = 0; k < 5 && k < n; k++) kiln__store_f64(t->dtype, t->data, (k * 7919) % n, sv[k]);
+    return t;
+}
+
+#define S(...) (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (int64_t[]){__VA_ARGS__}
+#define V(...) (int)(sizeof((double[]){__VA_ARGS__}) / sizeof(double)), (double[]){__VA_ARGS__}
+
+static const kiln_dtype F32 = KILN_DTYPE_FLOAT32, F16 = KILN_DTYPE_FLOAT16,
+                        BF16 = KILN_DTYPE_BFLOAT16, F64 = KILN_DTYPE_FLOAT64,
+                        I8 = KILN_DTYPE_INT8, U8 = KILN_DTYPE_UINT8, I32 = KILN_DTYPE_INT32,
+                        I64 = KILN_DTYPE_INT64, BOOL = KILN_DTYPE_BOOL;
+
+/* ---- comparing ------------------------------------------------------------------------- */
+
+static double default_tol(kiln_dtype t) {
+    switch (t) {
+    case KILN_DTYPE_FLOAT16: return 1e-5;
+    case KILN_DTYPE_BFLOAT16: return 1e-4;
+    case KILN_DTYPE_FLOAT64: return 1e-14;
+    default: return 1e-7;
+    }
+}
+
+static bool compare(const char *node, int out, kiln_dtype t, const void *cpu, const void *gpu,
+                    int64_t n, double tol) {
+    if (kiln__dtype_is_float(t)) {
+        double num = 0, den = 0;
+        int64_t bad = -1;
+        for (int64_t i = 0; i < n; i++) {
+            double c = kiln__load_f64(t, cpu, i), g = kiln__load_f64(t, gpu, i);
+            if (isnan(c) || isnan(g) || isinf(c) || isinf(g)) {
+                bool same = (isnan(c) && isnan(g)) || c == g;
+                if (!same && bad < 0) bad = i;
+                continue;
+            }
+            num += (g - c) * (g - c);
+            den += c * c;
+        }
+        double nmse = den > 0 ? num / den : num;
+        if (bad >= 0 || nmse > (tol > 0 ? tol : default_tol(t))) {
+            if (bad < 0)
+                for (int64_t i = 0; i < n && bad < 0; i++)
+                    if (kiln__load_f64(t, cpu, i) != kiln__load_f64(t, gpu, i)) bad = i;
+            fprintf(stderr, "  %s: output %d (%s, %lld elements): NMSE %.3g (limit %.3g)%s", node, out,
+                    kiln_dtype_name(t), (long long)n, nmse, tol > 0 ? tol : default_tol(t),
+                    bad >= 0 ? "" : "\n");
+            if (bad >= 0)
+                fprintf(stderr, "; first difference at %lld: cpu %.9g gpu %.9g\n", (long long)bad,
+                        kiln__load_f64(t, cpu, bad), kiln__load_f64(t, gpu, bad));
+            return false;
+        }
+        return true;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        int64_t c = kiln__load_i64(t, cpu, i), g = kiln__load_i64(t, gpu, i);
+        if (t == KILN_DTYPE_BOOL) {
+            c = c != 0;
+            g = g != 0;
+        }
+        if (c != g) {
+            fprintf(stderr, "  %s: output %d (%s): element %lld: cpu %lld gpu %lld\n", node, out,
+                    kiln_dtype_name(t), (long long)i, (long long)c, (long long)g);
+            return false;
+        }
+    }
+    return true;
+}
+
+/* ---- running one case ------------------------------------------------------------------- */
+
+#define FAILF(...)                              \
+    do {                                        \
+        fprintf(stderr, "  " __VA_ARGS__);      \
+        fprintf(stderr, "\n");                  \
+        test_failed_checks++;                   \
+    } while (0)
+
+/* infer + graph for supports(); returns false (after reporting) on failure */
+static bool infer_case(const char *node, const kiln_op_def *op, const void *attrs, int n_in,
+                       kiln_tensor *const *in, int n_out, kiln_tinfo *ti, kiln_tinfo *to,
+                       bool *supported) {
+    const kiln_tinfo *tip[MAXIO];
+    kiln_tinfo *top[MAXIO];
+    for (int i = 0; i < n_in; i++) {
+        tip[i] = NULL;
+        memset(&ti[i], 0, sizeof ti[i]);
+        if (!in[i]) continue;
+        ti[i].dtype = in[i]->dtype;
+        ti[i].rank = in[i]->rank;
+        memcpy(ti[i].dims, in[i]->dims, sizeof ti[i].dims);
+        ti[i].data = in[i]->data;
+        tip[i] = &ti[i];
+    }
+    for (int j = 0; j < n_out; j++) {
+        memset(&to[j], 0, sizeof to[j]);
+        top[j] = &to[j];
+    }
+    kiln_infer_args ia = {.op = op, .attrs = attrs, .node_name = node, .n_in = n_in,
+                          .n_out = n_out, .in = tip, .out = top, .runtime = true};
+    kiln_status s = op->infer(&ia);
+    if (s != KILN_OK) {
+        FAILF("%s: infer failed (test bug?): %s", node, kiln_last_error());
+        return false;
+    }
+    /* a one-node graph for supports(): build-time view (no data) */
+    kiln_value vals[2 * MAXIO];
+    int vin[MAXIO], vout[MAXIO], nv = 0;
+    memset(vals, 0, sizeof vals);
+    for (int i = 0; i < n_in; i++) {
+        vin[i] = -1;
+        if (!in[i]) continue;
+        vals[nv].name = (char *)"in";
+        vals[nv].info = ti[i];
+        vals[nv].info.data = NULL;
+        vin[i] = nv++;
+    }
+    for (int j = 0; j < n_out; j++) {
+        vals[nv].name = (char *)"out";
+        vals[nv].info = to[j];
+        vout[j] = nv++;
+    }
+    kiln_node nd;
+    memset(&nd, 0, sizeof nd);
+    nd.op_id = kiln__op_id_of(op);
+    nd.op = op;
+    nd.name = (char *)node;
+    nd.n_in = n_in;
+    nd.in = vin;
+    nd.n_out = n_out;
+    nd.out = vout;
+    nd.attrs = (void *)attrs;
+    kiln_graph g;
+    memset(&g, 0, sizeof g);
+    g.values = vals;
+    g.n_values = nv;
+    g.nodes = &nd;
+    g.n_nodes = 1;
+    *supported = be->supports(&g, &nd);
+    return true;
+}
+
+static void run_case(const char *what, int op_id, const void *attrs, int n_in,
+                     kiln_tensor *const *in, int n_out, uint32_t host_in, double tol) {
+    const kiln_op_def *op = kiln__op_by_id(op_id);
+    char node[192];
+    snprintf(node, sizeof node, "%s/%s", op ? op->name : "?", what);
+    if (!op) {
+        FAILF("%s: no op with id %d", node, op_id);
+        return;
+    }
+    covered[op_id] = true;
+    n_cases++;
+    kiln_tinfo ti[MAXIO], to[MAXIO];
+    bool sup = false;
+    if (!infer_case(node, op, attrs, n_in, in, n_out, ti, to, &sup)) return;
+    if (!sup) FAILF("%s: supports() says no", node);
+
+    /* CPU reference */
+    kiln_tensor cout[MAXIO], *coutp[MAXIO];
+    size_t nb[MAXIO];
+    for (int j = 0; j < n_out; j++) {
+        memset(&cout[j], 0, sizeof cout[j]);
+        cout[j].dtype = to[j].dtype;
+        cout[j].rank = to[j].rank;
+        memcpy(cout[j].dims, to[j].dims, sizeof cout[j].dims);
+        nb[j] = tbytes(&cout[j]);
+        cout[j].data = calloc(nb[j] + 1, 1);
+        coutp[j] = &cout[j];
+    }
+    const kiln_tinfo *tip[MAXIO];
+    kiln_tinfo *top[MAXIO];
+    for (int i = 0; i < n_in; i++) tip[i] = in[i] ? &ti[i] : NULL;
+    for (int j = 0; j < n_out; j++) top[j] = &to[j];
+    kiln_infer_args ia = {.op = op, .attrs = attrs, .node_name = node, .n_in = n_in,
+                          .n_out = n_out, .in = tip, .out = top, .runtime = true};
+    size_t wsz = op->workspace ? op->workspace(&ia) : 0;
+    void *ws = wsz ? aligned_alloc(64, (wsz + 63) & ~(size_t)63) : NULL;
+    kiln_kernel_args ka = {.op = op, .attrs = attrs, .node_name = node, .n_in = n_in,
+                           .n_out = n_out, .in = (const kiln_tensor *const *)in, .out = coutp,
+                           .workspace = ws, .workspace_size = wsz};
+    kiln_status s = op->cpu(&ka);
+    free(ws);
+    if (s != KILN_OK) {
+        FAILF("%s: CPU kernel failed (test bug?): %s", node, kiln_last_error());
+        goto out;
+    }
+
+    /* GPU, once with parameter inputs on the host and once on the device */
+    for (int variant = 0; variant < (host_in ? 2 : 1); variant++) {
+        kiln_tensor din[MAXIO], gout[MAXIO], *goutp[MAXIO];
+        const kiln_tensor *dinp[MAXIO];
+        void *dmem[MAXIO] = {0}, *gmem[MAXIO] = {0};
+        bool ok = true;
+        for (int i = 0; i < n_in; i++) {
+            dinp[i] = NULL;
+            if (!in[i]) continue;
+            din[i] = *in[i];
+            if (!(variant == 0 && (host_in >> i) & 1)) {
+                size_t b = tbytes(in[i]);
+                dmem[i] = be->alloc(st, b ? b : 1);
+                if (!dmem[i] || be->to_device(st, dmem[i], in[i]->data, b) != KILN_OK) {
+                    FAILF("%s: device input %d: %s", node, i, kiln_last_error());
+                    ok = false;
+                }
+                din[i].data = dmem[i];
+            }
+            dinp[i] = &din[i];
+        }
+        for (int j = 0; j < n_out && ok; j++) {
+            gout[j] = cout[j];
+            size_t tot = nb[j] + 2 * GUARD;
+            unsigned char *pat = malloc(tot);
+            memset(pat, GUARD_BYTE, tot);
+            gmem[j] = be->alloc(st, tot);
+            if (!gmem[j] || be->to_device(st, gmem[j], pat, tot) != KILN_OK) {
+                FAILF("%s: device output %d: %s", node, j, kiln_last_error());
+                ok = false;
+            }
+            free(pat);
+            gout[j].data = (char *)gmem[j] + GUARD;
+            goutp[j] = &gout[j];
+        }
+        if (ok) {
+            kiln_kernel_args kg = {.op = op, .attrs = attrs, .node_name = node, .n_in = n_in,
+                                   .n_out = n_out, .in = dinp, .out = goutp};
+            s = be->run(st, &kg);
+            if (s == KILN_OK) s = be->sync(st);
+            if (s != KILN_OK) {
+                FAILF("%s%s: CUDA run failed: %s: %s", node, variant ? " (device params)" : "",
+                      kiln_status_name(s), kiln_last_error());
+                ok = false;
+            }
+        }
+        for (int j = 0; j < n_out && ok; j++) {
+            size_t tot = nb[j] + 2 * GUARD;
+            unsigned char *hb = malloc(tot);
+            if (be->to_host(st, hb, gmem[j], tot) != KILN_OK) {
+                FAILF("%s: copy back: %s", node, kiln_last_error());
+                free(hb);
+                break;
+            }
+            for (size_t k = 0; k < GUARD; k++)
+                if (hb[k] != GUARD_BYTE || hb[GUARD + nb[j] + k] != GUARD_BYTE) {
+                    FAILF("%s: output %d: write outside the tensor (guard byte %s+%zu)", node, j,
+                          hb[k] != GUARD_BYTE ? "before" : "after", k);
+                    break;
+                }
+            if (!compare(node, j, cout[j].dtype, cout[j].data, hb + GUARD,
+                         kiln__tensor_numel(&cout[j]), tol))
+                test_failed_checks++;
+            free(hb);
+        }
+        for (int i = 0; i < n_in; i++) be->free(st, dmem[i]);
+        for (int j = 0; j < n_out; j++) be->free(st, gmem[j]);
+    }
+out:
+    for (int j = 0; j < n_out; j++) free(cout[j].data);
+}
+
+/* supports() must refuse this node */
+static void refuse_case(const char *what, int op_id, const void *attrs, int n_in,
+                        kiln_tensor *const *in, int n_out) {
+    const kiln_op_def *op = kiln__op_by_id(op_id);
+    char node[192];
+    snprintf(node, sizeof node, "%s/%s", op->name, what);
+    kiln_tinfo ti[MAXIO], to[MAXIO];
+    bool sup = true;
+    if (!infer_case(node, op, attrs, n_in, in, n_out, ti, to, &sup)) return;
+    if (sup) FAILF("%s: supports() accepts a node it should leave to the CPU", node);
+}
+
+#define CASE(what, OP, attrs, n_out, host_in, tol, ...)                                          \
+    do {                                                                                         \
+        kiln_tensor *ins_[] = {__VA_ARGS__};                                                     \
+        run_case(what, KILN_OP_##OP, attrs, (int)(sizeof ins_ / sizeof ins_[0]), ins_, n_out,    \
+                 host_in, tol);                                                                  \
+    } while (0)
+#define REFUSE(what, OP, attrs, n_out, ...)                                                      \
+    do {                                                                                         \
+        kiln_tensor *ins_[] = {__VA_ARGS__};                                                     \
+        refuse_case(what, KILN_OP_##OP, attrs, (int)(sizeof ins_ / sizeof ins_[0]), ins_, n_out); \
+    } while (0)
+
+/* ---- the backend itself ----------------------------------------------------------------- */
+
+TEST(test_api) {
+    /* copies round-trip, on the own stream and on a caller's stream */
+    float h[1000], back[1000];
+    for (int i = 0; i < 1000; i++) h[i] = (float)i * 0.5f;
+    void *d = be->alloc(st, sizeof h);
+    CHECK(d != NULL);
+    CHECK_OK(be->to_device(st, d, h, sizeof h));
+    memset(back, 0, sizeof back);
+    CHECK_OK(be->to_host(st, back, d, sizeof back));
+    CHECK(memcmp(h, back, sizeof h) == 0);
+    cudaStream_t s;
+    CHECK(cudaStreamCreate(&s) == cudaSuccess);
+    CHECK_OK(be->set_stream(st, (void *)s));
+    int64_t dims[1] = {1000};
+    kiln_tensor *x = specials(trand(F32, -3, 3, 1, dims));
+    CASE("caller_stream", Relu, NULL, 1, 0, 0, x);
+    CHECK_OK(be->to_device(st, d, h, sizeof h));
+    CHECK_OK(be->sync(st));
+    CHECK_OK(be->set_stream(st, NULL));
+    CHECK(cudaStreamDestroy(s) == cudaSuccess);
+    be->free(st, d);
+    be->free(st, NULL);
+    /* an op with no CUDA kernel: a clean KILN_ERR_UNSUPPORTED */
+    const kiln_op_def *op = kiln__op_by_id(KILN_OP_Hardmax);
+    CHECK(op != NULL && kiln__cuda_kernel_for(KILN_OP_Hardmax) == NULL);
+    if (op) {
+        kiln_tensor t = *x;
+        const kiln_tensor *ins[1] = {&t};
+        kiln_tensor o = *x, *outs[1] = {&o};
+        kiln_kernel_args ka = {.op = op, .node_name = "hm", .n_in = 1, .n_out = 1, .in = ins,
+                               .out = outs};
+        CHECK_ERR(be->run(st, &ka), KILN_ERR_UNSUPPORTED, "no CUDA kernel");
+    }
+    CHECK(strcmp(be->name, "cuda") == 0 && be->device == KILN_DEVICE_CUDA);
+    /* a state for a device that does not exist */
+    void *bad = NULL;
+    CHECK_ERR(be->state_create(4096, &bad), KILN_ERR_DEVICE, "does not exist");
+    CHECK(bad == NULL);
+}
+
+/* ---- elementwise ---------------------------------------------------------------------- */
+
+typedef struct unary_spec {
+    int op;
+    double lo, hi;
+    kiln_ew_act_attrs at;
+} unary_spec;
+
+TEST(test_unary) {
+    static const unary_spec u[] = {
+        {KILN_OP_Abs, -3, 3, {0, 0, 0}}, {KILN_OP_Neg, -3, 3, {0, 0, 0}}, {KILN_OP_Sqrt, 0, 4, {0, 0, 0}},
+        {KILN_OP_Exp, -5, 5, {0, 0, 0}}, {KILN_OP_Log, 0.01, 5, {0, 0, 0}},
+        {KILN_OP_Reciprocal, 0.1, 3, {0, 0, 0}}, {KILN_OP_Floor, -5, 5, {0, 0, 0}},
+        {KILN_OP_Ceil, -5, 5, {0, 0, 0}}, {KILN_OP_Round, -5, 5, {0, 0, 0}}, {KILN_OP_Sign, -2, 2, {0, 0, 0}},
+        {KILN_OP_Sin, -4, 4, {0, 0, 0}}, {KILN_OP_Cos, -4, 4, {0, 0, 0}}, {KILN_OP_Tan, -1.2, 1.2, {0, 0, 0}},
+        {KILN_OP_Asin, -1, 1, {0, 0, 0}}, {KILN_OP_Acos, -1, 1, {0, 0, 0}}, {KILN_OP_Atan, -4, 4, {0, 0, 0}},
+        {KILN_OP_Sinh, -3, 3, {0, 0, 0}}, {KILN_OP_Cosh, -3, 3, {0, 0, 0}}, {KILN_OP_Asinh, -4, 4, {0, 0, 0}},
+        {KILN_OP_Acosh, 1, 5, {0, 0, 0}}, {KILN_OP_Atanh, -0.99, 0.99, {0, 0, 0}},
+        {KILN_OP_Erf, -3, 3, {0, 0, 0}}, {KILN_OP_Relu, -3, 3, {0, 0, 0}},
+        {KILN_OP_LeakyRelu, -3, 3, {0.01f, 0, 0}}, {KILN_OP_Elu, -3, 3, {1.0f, 0, 0}},
+        {KILN_OP_Selu, -3, 3, {1.67326319f, 0, 1.05070102f}}, {KILN_OP_Celu, -3, 3, {1.5f, 0, 0}},
+        {KILN_OP_Sigmoid, -8, 8, {0, 0, 0}}, {KILN_OP_HardSigmoid, -4, 4, {0.2f, 0.5f, 0}},
+        {KILN_OP_HardSwish, -5, 5, {0, 0, 0}}, {KILN_OP_Tanh, -4, 4, {0, 0, 0}},
+        {KILN_OP_Softplus, -8, 8, {0, 0, 0}}, {KILN_OP_Softsign, -4, 4, {0, 0, 0}},
+        {KILN_OP_Mish, -5, 5, {0, 0, 0}}, {KILN_OP_ThresholdedRelu, -3, 3, {1.0f, 0, 0}},
+        {KILN_OP_Shrink, -3, 3, {0.5f, 0.3f, 0}},
+    };
+    for (size_t k = 0; k < sizeof u / sizeof u[0]; k++) {
+        const kiln_op_def *op = kiln__op_by_id(u[k].op);
+        const void *at = op->attr_size ? (const void *)&u[k].at : NULL;
+        uint32_t host = 0;
+        run_case("f32", u[k].op, at, 1, (kiln_tensor *[]){specials(trand(F32, u[k].lo, u[k].hi, S(3, 5, 7)))}, 1, host, 0);
+        run_case("f16", u[k].op, at, 1, (kiln_tensor *[]){trand(F16, u[k].lo, u[k].hi, S(257))}, 1, host, 0);
+        run_case("bf16", u[k].op, at, 1, (kiln_tensor *[]){trand(BF16, u[k].lo, u[k].hi, S(2, 33))}, 1, host, 0);
+        run_case("f64", u[k].op, at, 1, (kiln_tensor *[]){specials(trand(F64, u[k].lo, u[k].hi, S(17)))}, 1, host, 0);
+    }
+    static const int iops[4] = {KILN_OP_Abs, KILN_OP_Neg, KILN_OP_Sign, KILN_OP_Relu};
+    for (int k = 0; k < 4; k++) {
+        run_case("i32", iops[k], NULL, 1, (kiln_tensor *[]){tbits(I32, S(31))}, 1, 0, 0);
+        run_case("i64", iops[k], NULL, 1, (kiln_tensor *[]){tbits(I64, S(4, 5))}, 1, 0, 0);
+    }
+    CASE("empty", Relu, NULL, 1, 0, 0, trand(F32, -1, 1, S(2, 0, 3)));
+    CASE("big", Sigmoid, NULL, 1, 0, 0, trand(F32, -6, 6, S(3, 1000, 77)));
+}
+
+TEST(test_predicates) {
+    kiln_ew_isinf_attrs pos = {1, 0}, both = {1, 1};
+    CASE("f32", IsNaN, NULL, 1, 0, 0, specials(trand(F32, -2, 2, S(4, 9))));
+    CASE("f16", IsNaN, NULL, 1, 0, 0, specials(trand(F16, -2, 2, S(33))));
+    CASE("pos", IsInf, &pos, 1, 0, 0, specials(trand(F32, -2, 2, S(4, 9))));
+    CASE("both_f64", IsInf, &both, 1, 0, 0, specials(trand(F64, -2, 2, S(21))));
+    CASE("bool", Not, NULL, 1, 0, 0, trand(BOOL, 0, 1, S(5, 13)));
+}
+
+TEST(test_clip) {
+    CASE("minmax", Clip, NULL, 1, 0x6, 0, specials(trand(F32, -3, 3, S(5, 31))), tscalar(F32, -1),
+         tscalar(F32, 1.5));
+    CASE("min", Clip, NULL, 1, 0x2, 0, trand(F32, -3, 3, S(40)), tscalar(F32, 0.25));
+    CASE("max", Clip, NULL, 1, 0x4, 0, trand(F32, -3, 3, S(40)), NULL, tscalar(F32, 0.25));
+    CASE("none", Clip, NULL, 1, 0, 0, trand(F32, -3, 3, S(40)));
+    CASE("f16", Clip, NULL, 1, 0x6, 0, trand(F16, -3, 3, S(3, 9)), tscalar(F16, -0.5), tscalar(F16, 2));
+    CASE("i32", Clip, NULL, 1, 0x6, 0, trand(I32, -100, 100, S(50)), tscalar(I32, -7), tscalar(I32, 9));
+    CASE("u8", Clip, NULL, 1, 0x6, 0, tbits(U8, S(50)), tscalar(U8, 20), tscalar(U8, 200));
+}
+
+/* shape pairs for broadcasting */
+typedef struct bpair {
+    const char *name;
+    int ra, rb;
+    int64_t a[KILN_MAX_RANK], b[KILN_MAX_RANK];
+} bpair;
+static const bpair pairs[] = {
+    {"same", 3, 3, {3, 4, 5}, {3, 4, 5}},
+    {"3x1x5+4x1", 3, 2, {3, 1, 5}, {4, 1}},
+    {"4d+row", 4, 1, {2, 3, 4, 5}, {5}},
+    {"scalar+2d", 0, 2, {0}, {7, 9}},
+    {"bias", 2, 1, {64, 257}, {257}},
+    {"rank8", 8, 8, {2, 1, 3, 1, 2, 1, 2, 3}, {1, 2, 3, 4, 1, 1, 2, 1}},
+    {"col", 2, 2, {37, 1}, {1, 41}},
+    {"empty", 3, 1, {2, 0, 3}, {3}},
+};
+#define NPAIRS (int)(sizeof pairs / sizeof pairs[0])
+
+static void bin_cases(int op, const kiln_ew_bin_attrs *at, kiln_dtype t, double lo, double hi,
+                      bool all_pairs, bool spec) {
+    for (int p = 0; p < NPAIRS; p++) {
+        if (!all_pairs && p != 1 && p != 3 && p != 5) continue;
+        kiln_tensor *A = trand(t, lo, hi, pairs[p].ra, pairs[p].a);
+        kiln_tensor *B = trand(t, lo, hi, pairs[p].rb, pairs[p].b);
+        if (spec && kiln__dtype_is_float(t)) specials(A);
+        char what[96];
+        snprintf(what, sizeof what, "%s/%s", kiln_dtype_name(t), pairs[p].name);
+        run_case(what, op, at, 2, (kiln_tensor *[]){A, B}, 1, 0, 0);
+    }
+}
+
+TEST(test_binary) {
+    kiln_ew_bin_attrs none = {0, 0, 0, 0};
+    static const int arith[] = {KILN_OP_Add, KILN_OP_Sub, KILN_OP_Mul, KILN_OP_Div};
+    for (int k = 0; k < 4; k++) {
+        bin_cases(arith[k], &none, F32, -3, 3, true, true);
+        bin_cases(arith[k], &none, F16, -3, 3, false, false);
+        bin_cases(arith[k], &none, BF16, -3, 3, false, false);
+        bin_cases(arith[k], &none, F64, -3, 3, false, false);
+        bin_cases(arith[k], &none, I32, -3, 3, false, false); /* Div by 0 and -1 included */
+        bin_cases(arith[k], &none, I64, -50, 50, false, false);
+    }
+    kiln_ew_bin_attrs fmod1 = {0, 0, 1, 0}, pymod = {0, 0, 0, 0};
+    bin_cases(KILN_OP_Mod, &fmod1, F32, -5, 5, false, false);
+    bin_cases(KILN_OP_Mod, &pymod, F32, -5, 5, false, false);
+    bin_cases(KILN_OP_Mod, &fmod1, I32, -7, 7, false, false);
+    bin_cases(KILN_OP_Mod, &pymod, I64, -7, 7, false, false);
+    bin_cases(KILN_OP_Mod, &pymod, F16, -5, 5, false, false);
+    bin_cases(KILN_OP_Pow, &none, F32, 0.1, 3, false, false);
+    bin_cases(KILN_OP_Pow, &none, F16, 0.1, 2, false, false);
+    bin_cases(KILN_OP_Pow, &none, F64, 0.1, 3, false, false);
+    static const int cmp[] = {KILN_OP_Equal, KILN_OP_Less, KILN_OP_LessOrEqual, KILN_OP_Greater,
+                              KILN_OP_GreaterOrEqual};
+    for (int k = 0; k < 5; k++) {
+        const kiln_ew_bin_attrs *at = kiln__op_by_id(cmp[k])->attr_size ? &none : NULL;
+        /* whole numbers so that equality happens */
+        bin_cases(cmp[k], at, F32, -2, 2, true, false);
+        bin_cases(cmp[k], at, I64, -2, 2, false, false);
+        bin_cases(cmp[k], at, F16, -2, 2, false, false);
+        bin_cases(cmp[k], at, U8, 0, 3, false, false);
+    }
+    {
+        /* float compares with NaN */
+        kiln_tensor *A = specials(trand(F32, -2, 2, S(50))), *B = specials(trand(F32, -2, 2, S(50)));
+        CASE("nan", Less, &none, 1, 0, 0, A, B);
+        CASE("nan", Equal, &none, 1, 0, 0, A, B);
+        CASE("bool", Equal, &none, 1, 0, 0, trand(BOOL, 0, 1, S(3, 1, 5)), trand(BOOL, 0, 1, S(4, 1)));
+    }
+    static const int logic[] = {KILN_OP_And, KILN_OP_Or, KILN_OP_Xor};
+    for (int k = 0; k < 3; k++) bin_cases(logic[k], &none, BOOL, 0, 1, true, false);
+    kiln_ew_bin_attrs left = {0, 0, 0, 0}, right = {0, 0, 0, 1};
+    bin_cases(KILN_OP_BitShift, &left, U8, 0, 9, false, false);
+    bin_cases(KILN_OP_BitShift, &right, U8, 0, 9, false, false);
+    bin_cases(KILN_OP_BitShift, &left, KILN_DTYPE_UINT32, 0, 40, false, false);
+    bin_cases(KILN_OP_BitShift, &right, KILN_DTYPE_UINT64, 0, 70, false, false);
+    /* PRelu: the slope broadcasts to X */
+    CASE("f32", PRelu, &none, 1, 0, 0, specials(trand(F32, -3, 3, S(2, 3, 4, 5))), trand(F32, 0, 1, S(3, 1, 1)));
+    CASE("f16", PRelu, &none, 1, 0, 0, trand(F16, -3, 3, S(4, 6)), trand(F16, 0, 1, S(6)));
+    /* opset < 7 broadcasting of B at an axis of A */
+    kiln_ew_bin_attrs legacy = {EW_LEGACY_AXIS, 1, 0, 0};
+    CASE("legacy_axis", Add, &legacy, 1, 0, 0, trand(F32, -3, 3, S(2, 3, 4, 5)), trand(F32, -3, 3, S(3, 4)));
+    /* left to the CPU */
+    REFUSE("mixed_pow", Pow, &none, 1, trand(F32, 0.5, 2, S(5)), trand(I64, 0, 3, S(5)));
+    REFUSE("i8_add", Add, &none, 1, trand(I8, -3, 3, S(5)), trand(I8, -3, 3, S(5)));
+}
+
+TEST(test_variadic) {
+    CASE("sum3", Sum, NULL, 1, 0, 0, trand(F32, -3, 3, S(3, 1, 5)), trand(F32, -3, 3, S(4, 1)),
+         trand(F32, -3, 3, S(5)));
+    CASE("sum1", Sum, NULL, 1, 0, 0, trand(F32, -3, 3, S(3, 7)));
+    CASE("mean_f16", Mean, NULL, 1, 0, 0, trand(F16, -3, 3, S(6, 7)), trand(F16, -3, 3, S(7)));
+    CASE("mean3", Mean, NULL, 1, 0, 0, trand(F32, -3, 3, S(2, 3)), trand(F32, -3, 3, S(2, 3)),
+         trand(F32, -3, 3, S(1)));
+    CASE("max_i32", Max, NULL, 1, 0, 0, tbits(I32, S(4, 5)), tbits(I32, S(5)), tbits(I32, S(4, 1)));
+    CASE("min_nan", Min, NULL, 1, 0, 0, specials(trand(F32, -3, 3, S(40))),
+         specials(trand(F32, -3, 3, S(40))));
+    CASE("max_bf16", Max, NULL, 1, 0, 0, trand(BF16, -3, 3, S(9, 9)), trand(BF16, -3, 3, S(9, 1)));
+}
+
+TEST(test_where) {
+    CASE("f32", Where, NULL, 1, 0, 0, trand(BOOL, 0, 1, S(3, 1, 5)), trand(F32, -3, 3, S(4, 5)),
+         tscalar(F32, 7));
+    CASE("i64", Where, NULL, 1, 0, 0, trand(BOOL, 0, 1, S(6)), tbits(I64, S(6)), tbits(I64, S(1)));
+    CASE("f16", Where, NULL, 1, 0, 0, trand(BOOL, 0, 1, S(2, 1, 4)), trand(F16, -3, 3, S(3, 4)),
+         trand(F16, -3, 3, S(2, 3, 1)));
+    CASE("bool", Where, NULL, 1, 0, 0, trand(BOOL, 0, 1, S(10)), trand(BOOL, 0, 1, S(10)),
+         trand(BOOL, 0, 1, S(10)));
+    CASE("rank8", Where, NULL, 1, 0, 0, trand(BOOL, 0, 1, S(2, 1, 3, 1, 2, 1, 2, 3)),
+         trand(F32, -3, 3, S(1, 2, 3, 4, 1, 1, 2, 1)), trand(F32, -3, 3, S(3)));
+}
+
+TEST(test_cast) {
+    static const kiln_dtype all[] = {
+        KILN_DTYPE_FLOAT32, KILN_DTYPE_FLOAT64, KILN_DTYPE_FLOAT16, KILN_DTYPE_BFLOAT16,
+        KILN_DTYPE_INT8,    KILN_DTYPE_INT16,   KILN_DTYPE_INT32,   KILN_DTYPE_INT64,
+        KILN_DTYPE_UINT8,   KILN_DTYPE_UINT16,  KILN_DTYPE_UINT32,  KILN_DTYPE_UINT64,
+        KILN_DTYPE_BOOL};
+    const int n = (int)(sizeof all / sizeof all[0]);
+    for (int i = 0; i < n; i++) {
+        kiln_tensor *x;
+        if (kiln__dtype_is_float(all[i])) {
+            x = specials(trand(all[i], -300, 300, S(61)));
+            kiln__store_f64(all[i], x->data, 10, 3.0e9);  /* out of int32 range */
+            kiln__store_f64(all[i], x->data, 11, -1.0e20); /* out of int64 range */
+            kiln__store_f64(all[i], x->data, 12, 255.5);
+        } else {
+            x = tbits(all[i], S(61));
+        }
+        for (int j = 0; j < n; j++) {
+            kiln_ew_cast_attrs at = {(int32_t)all[j]};
+            char what[64];
+            snprintf(what, sizeof what, "%s->%s", kiln_dtype_name(all[i]), kiln_dtype_name(all[j]));
+            run_case(what, KILN_OP_Cast, &at, 1, (kiln_tensor *[]){x}, 1, 0, 1e-30);
+        }
+    }
+    CASE("like", CastLike, NULL, 1, 0, 0, trand(F32, -9, 9, S(3, 4)), trand(F16, 0, 1, S(1)));
+}
+
+/* ---- data movement ------------------------------------------------------------------------ */
+
+TEST(test_copies) {
+    kiln_reshape_attrs rs = {0};
+    kiln_flatten_attrs fl = {2};
+    kiln_dropout_attrs dr = {0}, drl = {1};
+    CASE("reshape", Reshape, &rs, 1, 0x2, 0, trand(F32, -3, 3, S(2, 3, 4)), tvals(I64, V(4, -1)));
+    CASE("flatten", Flatten, &fl, 1, 0, 0, trand(F16, -3, 3, S(2, 3, 4, 5)));
+    CASE("squeeze", Squeeze, NULL, 1, 0x2, 0, trand(I64, -3, 3, S(2, 1, 4)), tvals(I64, V(1)));
+    CASE("unsqueeze", Unsqueeze, NULL, 1, 0x2, 0, trand(BOOL, 0, 1, S(2, 4)), tvals(I64, V(0, 3)));
+    CASE("identity", Identity, NULL, 1, 0, 0, trand(BF16, -3, 3, S(7, 3)));
+    CASE("empty", Identity, NULL, 1, 0, 0, trand(F32, -3, 3, S(7, 0)));
+    CASE("mask", Dropout, &dr, 2, 0, 0, trand(F32, -3, 3, S(5, 6)));
+    CASE("mask_like", Dropout, &drl, 2, 0, 0, trand(F16, -3, 3, S(5, 6)));
+}
+
+TEST(test_transpose) {
+    kiln_transpose_attrs bert = {4, {0, 2, 1, 3}}, rev = {0, {0, 0, 0}}, p021 = {3, {0, 2, 1}},
+                         p201 = {3, {2, 0, 1}}, p10 = {2, {1, 0}};
+    CASE("bert", Transpose, &bert, 1, 0, 0, trand(F32, -3, 3, S(2, 5, 3, 16)));
+    CASE("bert_f16", Transpose, &bert, 1, 0, 0, trand(F16, -3, 3, S(2, 33, 4, 64)));
+    CASE("2d", Transpose, &rev, 1, 0, 0, trand(F32, -3, 3, S(33, 65)));
+    CASE("2d_tiles", Transpose, &p10, 1, 0, 0, trand(F32, -3, 3, S(64, 48)));
+    CASE("batched", Transpose, &p021, 1, 0, 0, trand(F16, -3, 3, S(3, 40, 50)));
+    CASE("i8", Transpose, &p201, 1, 0, 0, trand(I8, -100, 100, S(5, 7, 9)));
+    CASE("rev4", Transpose, &rev, 1, 0, 0, trand(F64, -3, 3, S(2, 3, 4, 5)));
+    CASE("bool", Transpose, &p10, 1, 0, 0, trand(BOOL, 0, 1, S(9, 17)));
+    CASE("rank1", Transpose, &rev, 1, 0, 0, trand(F32, -3, 3, S(11)));
+}
+
+TEST(test_concat_split) {
+    kiln_axis_attrs ax1 = {1}, axm1 = {-1}, ax0 = {0};
+    CASE("axis1", Concat, &ax1, 1, 0, 0, trand(F32, -3, 3, S(2, 3, 4)), trand(F32, -3, 3, S(2, 1, 4)),
+         trand(F32, -3, 3, S(2, 5, 4)));
+    CASE("last_f16", Concat, &axm1, 1, 0, 0, trand(F16, -3, 3, S(3, 5)), trand(F16, -3, 3, S(3, 2)));
+    CASE("axis0_i64", Concat, &ax0, 1, 0, 0, tbits(I64, S(2, 3)), tbits(I64, S(1, 3)), tbits(I64, S(4, 3)));
+    CASE("empty_part", Concat, &ax1, 1, 0, 0, trand(F32, -3, 3, S(2, 0, 4)), trand(F32, -3, 3, S(2, 3, 4)));
+    kiln_split_attrs s1 = {1, 0}, s0n = {0, 3};
+    CASE("sizes", Split, &s1, 3, 0x2, 0, trand(F32, -3, 3, S(6, 10)), tvals(I64, V(2, 5, 3)));
+    CASE("even", Split, &s0n, 3, 0, 0, trand(F16, -3, 3, S(9, 4)));
+}
+
+TEST(test_slice) {
+    kiln_tensor *x = trand(F32, -3, 3, S(10, 11, 12));
+    CASE("steps", Slice, NULL, 1, 0x1e, 0, x, tvals(I64, V(1, -3)), tvals(I64, V(9, 100)),
+         tvals(I64, V(0, 2)), tvals(I64, V(2, 1)));
+    CASE("negative_step", Slice, NULL, 1, 0x1e, 0, x, tvals(I64, V(-1)), tvals(I64, V(-100)),
+         tvals(I64, V(1)), tvals(I64, V(-2)));
+    CASE("i32_params", Slice, NULL, 1, 0x6, 0, trand(F16, -3, 3, S(4, 7)), tvals(I32, V(1, 2)),
+         tvals(I32, V(3, 6)));
+    CASE("empty", Slice, NULL, 1, 0xe, 0, x, tvals(I64, V(5)), tvals(I64, V(5)), tvals(I64, V(2)));
+    CASE("inner_contig", Slice, NULL, 1, 0xe, 0, trand(BF16, -3, 3, S(8, 64)), tvals(I64, V(2)),
+         tvals(I64, V(7)), tvals(I64, V(0)));
+}
+
+TEST(test_expand_tile) {
+    CASE("f32", Expand, NULL, 1, 0x2, 0, trand(F32, -3, 3, S(3, 1)), tvals(I64, V(2, 3, 4)));
+    CASE("f16", Expand, NULL, 1, 0x2, 0, trand(F16, -3, 3, S(1, 5)), tvals(I64, V(6, 1)));
+    CASE("bool", Expand, NULL, 1, 0x2, 0, trand(BOOL, 0, 1, S(4)), tvals(I64, V(3, 1, 4)));
+    CASE("f32", Tile, NULL, 1, 0x2, 0, trand(F32, -3, 3, S(2, 3)), tvals(I64, V(2, 3)));
+    CASE("i32", Tile, NULL, 1, 0x2, 0, trand(I32, -9, 9, S(2, 1, 5)), tvals(I64, V(1, 4, 2)));
+}
+
+TEST(test_gather) {
+    kiln_axis_attrs ax0 = {0}, ax1 = {1}, axm1 = {-1};
+    CASE("embed", Gather, &ax0, 1, 0, 0, trand(F32, -3, 3, S(50, 64)), trand(I64, -50, 49, S(4, 7)));
+    CASE("embed_f16", Gather, &ax0, 1, 0, 0, trand(F16, -3, 3, S(30, 64)), trand(I32, 0, 29, S(9)));
+    CASE("axis1", Gather, &ax1, 1, 0, 0, trand(F32, -3, 3, S(3, 10, 4)), trand(I32, -10, 9, S(5)));
+    CASE("last", Gather, &axm1, 1, 0, 0, tbits(I8, S(3, 5, 7)), trand(I64, 0, 6, S(2, 2)));
+    CASE("scalar_index", Gather, &ax0, 1, 0, 0, trand(F32, -3, 3, S(6, 5)), tscalar(I64, -2));
+}
+
+TEST(test_global_pool) {
+    CASE("avg", GlobalAveragePool, NULL, 1, 0, 0, trand(F32, -3, 3, S(2, 3, 5, 7)));
+    CASE("avg_f16", GlobalAveragePool, NULL, 1, 0, 0, trand(F16, -3, 3, S(2, 64, 7, 7)));
+    CASE("avg_big", GlobalAveragePool, NULL, 1, 0, 0, trand(F32, -3, 3, S(1, 3, 100, 100)));
+    CASE("max", GlobalMaxPool, NULL, 1, 0, 0, specials(trand(F32, -3, 3, S(2, 3, 9))));
+}
+
+TEST(test_matmul) {
+    CASE("2d", MatMul, NULL, 1, 0, 1e-10, trand(F32, -1, 1, S(5, 7)), trand(F32, -1, 1, S(7, 3)));
+    CASE("fold", MatMul, NULL, 1, 0, 1e-10, trand(F32, -1, 1, S(2, 3, 5, 7)), trand(F32, -1, 1, S(7, 4)));
+    CASE("bcast", MatMul, NULL, 1, 0, 1e-10, trand(F32, -1, 1, S(2, 1, 5, 7)),
+         trand(F32, -1, 1, S(3, 7, 4)));
+    CASE("bcast2", MatMul, NULL, 1, 0, 1e-10, trand(F32, -1, 1, S(2, 3, 5, 7)),
+         trand(F32, -1, 1, S(2, 1, 7, 4)));
+    CASE("vec_left", MatMul, NULL, 1, 0, 1e-10, trand(F32, -1, 1, S(7)), trand(F32, -1, 1, S(2, 7, 3)));
+    CASE("vec_right", MatMul, NULL, 1, 0, 1e-10, trand(F32, -1, 1, S(4, 7)), trand(F32, -1, 1, S(7)));
+    CASE("f16", MatMul, NULL, 1, 0, 1e-5, trand(F16, -1, 1, S(3, 64, 32)), trand(F16, -1, 1, S(3, 32, 48)));
+    CASE("bf16", MatMul, NULL, 1, 0, 1e-4, trand(BF16, -1, 1, S(2, 17, 33)), trand(BF16, -1, 1, S(33, 9)));
+    CASE("f64", MatMul, NULL, 1, 0, 1e-14, trand(F64, -1, 1, S(6, 5)), trand(F64, -1, 1, S(5, 8)));
+    CASE("big", MatMul, NULL, 1, 0, 1e-10, trand(F32, -1, 1, S(130, 257)), trand(F32, -1, 1, S(257, 129)));
+    CASE("k0", MatMul, NULL, 1, 0, 1e-10, trand(F32, -1, 1, S(3, 0)), trand(F32, -1, 1, S(0, 4)));
+    CASE("odd_f16", MatMul, NULL, 1, 0, 1e-5, trand(F16, -1, 1, S(7, 13)), trand(F16, -1, 1, S(13, 5)));
+}
+
+/* ---- ops whose attribute structs live in headers once the lead moves them ---------------- */
+
+#if KILN_CUDA_NN_ATTRS
+TEST(test_gemm) {
+    kiln_gemm_attrs plain = {1.0f, 1.0f, 0, 0}, tt = {0.5f, 2.0f, 1, 1}, ta = {1.0f, 0.0f, 1, 0};
+    CASE("plain", Gemm, &plain, 1, 0, 1e-10, trand(F32, -1, 1, S(5, 7)), trand(F32, -1, 1, S(7, 3)));
+    CASE("bias_row", Gemm, &plain, 1, 0, 1e-10, trand(F32, -1, 1, S(5, 7)), trand(F32, -1, 1, S(7, 3)),
+         trand(F32, -1, 1, S(3)));
+    CASE("tt_col", Gemm, &tt, 1, 0, 1e-10, trand(F32, -1, 1, S(7, 5)), trand(F32, -1, 1, S(3, 7)),
+         trand(F32, -1, 1, S(5, 1)));
+    CASE("beta0", Gemm, &ta, 1, 0, 1e-10, trand(F32, -1, 1, S(7, 5)), trand(F32, -1, 1, S(7, 3)),
+         trand(F32, -1, 1, S(5, 3)));
+    CASE("f16_full", Gemm, &tt, 1, 0, 1e-5, trand(F16, -1, 1, S(32, 16)), trand(F16, -1, 1, S(24, 32)),
+         trand(F16, -1, 1, S(16, 24)));
+    CASE("scalar_c", Gemm, &plain, 1, 0, 1e-10, trand(F32, -1, 1, S(4, 6)), trand(F32, -1, 1, S(6, 2)),
+         tscalar(F32, 0.5));
+}
+
+static kiln_conv_attrs conv_at(int auto_pad, int group, int ns, int64_t k, int64_t s, int64_t d,
+                               int64_t pb, int64_t pe) {
+    kiln_conv_attrs at;
+    memset(&at, 0, sizeof at);
+    at.auto_pad = auto_pad;
+    at.group = group;
+    at.n_strides = at.n_dilations = at.n_kernel = ns;
+    at.n_pads = 2 * ns;
+    for (int i = 0; i < ns; i++) {
+        at.kernel[i] = k;
+        at.strides[i] = s;
+        at.dilations[i] = d;
+        at.pads[i] = pb;
+        at.pads[ns + i] = pe;
+    }
+    return at;
+}
+
+TEST(test_conv) {
+    kiln_conv_attrs a3 = conv_at(PAD_NOTSET, 1, 2, 3, 1, 1, 1, 1);
+    CASE("3x3", Conv, &a3, 1, 0, 1e-9, trand(F32, -1, 1, S(2, 3, 9, 11)), trand(F32, -1, 1, S(8, 3, 3, 3)),
+         trand(F32, -1, 1, S(8)));
+    kiln_conv_attrs s2 = conv_at(PAD_NOTSET, 1, 2, 3, 2, 1, 1, 0); /* asymmetric: fallback */
+    CASE("asym_stride2", Conv, &s2, 1, 0, 1e-9, trand(F32, -1, 1, S(1, 4, 10, 9)),
+         trand(F32, -1, 1, S(6, 4, 3, 3)));
+    kiln_conv_attrs same = conv_at(PAD_SAME_UPPER, 1, 2, 2, 1, 1, 0, 0);
+    CASE("same_upper_k2", Conv, &same, 1, 0, 1e-9, trand(F32, -1, 1, S(1, 2, 7, 7)),
+         trand(F32, -1, 1, S(3, 2, 2, 2)));
+    kiln_conv_attrs grp = conv_at(PAD_NOTSET, 2, 2, 3, 1, 2, 2, 2);
+    CASE("groups_dil", Conv, &grp, 1, 0, 1e-9, trand(F32, -1, 1, S(2, 4, 8, 8)),
+         trand(F32, -1, 1, S(6, 2, 3, 3)), trand(F32, -1, 1, S(6)));
+    kiln_conv_attrs dw = conv_at(PAD_NOTSET, 6, 2, 3, 1, 1, 1, 1);
+    CASE("depthwise", Conv, &dw, 1, 0, 1e-9, trand(F32, -1, 1, S(2, 6, 9, 9)),
+         trand(F32, -1, 1, S(12, 1, 3, 3)), trand(F32, -1, 1, S(12)));
+    kiln_conv_attrs c1 = conv_at(PAD_NOTSET, 1, 1, 5, 2, 1, 2, 2);
+    CASE("1d", Conv, &c1, 1, 0, 1e-9, trand(F32, -1, 1, S(2, 3, 20)), trand(F32, -1, 1, S(4, 3, 5)));
+    kiln_conv_attrs c3 = conv_at(PAD_NOTSET, 1, 3, 3, 1, 1, 1, 1);
+    CASE("3d", Conv, &c3, 1, 0, 1e-9, trand(F32, -1, 1, S(1, 2, 5, 6, 7)),
+         trand(F32, -1, 1, S(3, 2, 3, 3, 3)), trand(F32, -1, 1, S(3)));
+    kiln_conv_attrs p1 = conv_at(PAD_NOTSET, 1, 2, 1, 1, 1, 0, 0);
+    CASE("1x1", Conv, &p1, 1, 0, 1e-9, trand(F32, -1, 1, S(2, 16, 5, 5)), trand(F32, -1, 1, S(8, 16, 1, 1)),
+         trand(F32, -1, 1, S(8)));
+    CASE("f16", Conv, &a3, 1, 0, 1e-5, trand(F16, -1, 1, S(1, 8, 12, 12)),
+         trand(F16, -1, 1, S(16, 8, 3, 3)), trand(F16, -1, 1, S(16)));
+}
+
+static kiln_pool_attrs pool_at(int auto_pad, int ns, int64_t k, int64_t s, int64_t pb, int64_t pe,
+                               int ceil_mode, int cip) {
+    kiln_pool_attrs at;
+    memset(&at, 0, sizeof at);
+    at.auto_pad = auto_pad;
+    at.ceil_mode = ceil_mode;
+    at.count_include_pad = cip;
+    at.n_kernel = at.n_strides = ns;
+    at.n_pads = 2 * ns;
+    for (int i = 0; i < ns; i++) {
+        at.kernel[i] = k;
+        at.strides[i] = s;
+        at.pads[i] = pb;
+        at.pads[ns + i] = pe;
+    }
+    return at;
+}
+
+TEST(test_pool) {
+    kiln_pool_attrs m = pool_at(PAD_NOTSET, 2, 3, 2, 1, 1, 0, 0);
+    CASE("max3s2", MaxPool, &m, 1, 0, 0, specials(trand(F32, -3, 3, S(2, 3, 11, 12))));
+    CASE("max_indices", MaxPool, &m, 2, 0, 0, trand(F32, -3, 3, S(1, 2, 8, 8)));
+    kiln_pool_attrs mc = pool_at(PAD_NOTSET, 2, 2, 2, 0, 0, 1, 0);
+    CASE("max_ceil", MaxPool, &mc, 1, 0, 0, trand(F16, -3, 3, S(1, 3, 7, 9)));
+    kiln_pool_attrs a0 = pool_at(PAD_NOTSET, 2, 3, 1, 1, 1, 0, 0), a1 = pool_at(PAD_NOTSET, 2, 3, 1, 1, 1, 0, 1);
+    CASE("avg_excl", AveragePool, &a0, 1, 0, 0, trand(F32, -3, 3, S(2, 3, 6, 7)));
+    CASE("avg_incl", AveragePool, &a1, 1, 0, 0, trand(F32, -3, 3, S(2, 3, 6, 7)));
+    kiln_pool_attrs a3 = pool_at(PAD_SAME_UPPER, 3, 2, 2, 0, 0, 0, 0);
+    CASE("avg_3d_same", AveragePool, &a3, 1, 0, 0, trand(F32, -3, 3, S(1, 2, 5, 6, 7)));
+    kiln_pool_attrs m1 = pool_at(PAD_NOTSET, 1, 4, 3, 0, 2, 0, 0);
+    CASE("max_1d", MaxPool, &m1, 1, 0, 0, trand(BF16, -3, 3, S(2, 3, 20)));
+    kiln_pool_attrs so = m;
+    so.storage_order = 1;
+    REFUSE("col_major_indices", MaxPool, &so, 2, trand(F32, -3, 3, S(1, 2, 8, 8)));
+}
+
+TEST(test_norm) {
+    kiln_bn_attrs bn = {1e-5f, 1};
+    CASE("bn", BatchNormalization, &bn, 1, 0, 1e-10, trand(F32, -3, 3, S(2, 3, 4, 5)),
+         trand(F32, 0.5, 2, S(3)), trand(F32, -1, 1, S(3)), trand(F32, -1, 1, S(3)),
+         trand(F32, 0.1, 2, S(3)));
+    CASE("bn_f16", BatchNormalization, &bn, 1, 0, 0, trand(F16, -3, 3, S(2, 8, 7)),
+         trand(F32, 0.5, 2, S(8)), trand(F32, -1, 1, S(8)), trand(F32, -1, 1, S(8)),
+         trand(F32, 0.1, 2, S(8)));
+    CASE("bn_f64", BatchNormalization, &bn, 1, 0, 0, trand(F64, -3, 3, S(3, 2)),
+         trand(F64, 0.5, 2, S(2)), trand(F64, -1, 1, S(2)), trand(F64, -1, 1, S(2)),
+         trand(F64, 0.1, 2, S(2)));
+    kiln_ln_attrs ln = {-1, 1e-5f, 1}, ln1 = {1, 1e-5f, 1};
+    CASE("ln_last", LayerNormalization, &ln, 1, 0, 1e-10, trand(F32, -3, 3, S(4, 7, 33)),
+         trand(F32, 0.5, 2, S(33)), trand(F32, -1, 1, S(33)));
+    CASE("ln_bert", LayerNormalization, &ln, 1, 0, 1e-10, trand(F32, -3, 3, S(2, 16, 768)),
+         trand(F32, 0.5, 2, S(768)), trand(F32, -1, 1, S(768)));
+    CASE("ln_wide", LayerNormalization, &ln, 1, 0, 1e-10, trand(F32, -3, 3, S(3, 5000)),
+         trand(F32, 0.5, 2, S(5000)), trand(F32, -1, 1, S(5000)));
+    CASE("ln_axis1_stats", LayerNormalization, &ln1, 3, 0, 1e-10, trand(F32, -3, 3, S(3, 4, 5)),
+         trand(F32, 0.5, 2, S(4, 5)));
+    CASE("ln_f16", LayerNormalization, &ln, 1, 0, 0, trand(F16, -3, 3, S(6, 64)),
+         trand(F16, 0.5, 2, S(64)), trand(F16, -1, 1, S(64)));
+}
+
+TEST(test_softmax) {
+    kiln_softmax_attrs last = {-1, 0}, ax1 = {1, 0}, legacy = {1, 1};
+    CASE("last", Softmax, &last, 1, 0, 1e-10, trand(F32, -5, 5, S(4, 100)));
+    CASE("wide", Softmax, &last, 1, 0, 1e-10, trand(F32, -5, 5, S(3, 2000)));
+    CASE("strided", Softmax, &ax1, 1, 0, 1e-10, trand(F32, -5, 5, S(2, 5, 7)));
+    CASE("legacy_2d", Softmax, &legacy, 1, 0, 1e-10, trand(F32, -5, 5, S(2, 3, 4)));
+    CASE("f16", Softmax, &last, 1, 0, 0, trand(F16, -5, 5, S(8, 128)));
+    CASE("log", LogSoftmax, &last, 1, 0, 1e-10, trand(F32, -5, 5, S(6, 30)));
+    CASE("log_strided", LogSoftmax, &ax1, 1, 0, 1e-10, trand(F32, -5, 5, S(2, 9, 3)));
+}
+#endif
+
+#if KILN_CUDA_REDUCE_ATTRS
+TEST(test_reduce) {
+    kiln_reduce_attrs keep = {1, 0}, drop = {0, 0}, noop = {1, 1};
+    CASE("mean_last", ReduceMean, &keep, 1, 0x2, 0, trand(F32, -3, 3, S(8, 768)), tvals(I64, V(-1)));
+    CASE("sum_02", ReduceSum, &drop, 1, 0x2, 0, trand(F32, -3, 3, S(3, 4, 5)), tvals(I64, V(0, 2)));
+    CASE("sum_all", ReduceSum, &drop, 1, 0, 0, trand(F32, -3, 3, S(3, 4, 5)));
+    CASE("noop", ReduceSum, &noop, 1, 0, 0, trand(F32, -3, 3, S(3, 4)));
+    CASE("max_nan", ReduceMax, &keep, 1, 0x2, 0, specials(trand(F32, -3, 3, S(6, 40))), tvals(I64, V(1)));
+    CASE("min_col", ReduceMin, &keep, 1, 0x2, 0, trand(F32, -3, 3, S(40, 6)), tvals(I64, V(0)));
+    CASE("sum_f16", ReduceSum, &keep, 1, 0x2, 0, trand(F16, -3, 3, S(4, 50)), tvals(I64, V(1)));
+    CASE("mean_bf16_mid", ReduceMean, &drop, 1, 0x2, 0, trand(BF16, -3, 3, S(3, 7, 9)), tvals(I64, V(1)));
+    CASE("l1", ReduceL1, &keep, 1, 0x2, 0, trand(F32, -3, 3, S(5, 9)), tvals(I64, V(1)));
+    CASE("l2", ReduceL2, &keep, 1, 0x2, 0, trand(F32, -3, 3, S(5, 9)), tvals(I64, V(0, 1)));
+    CASE("logsum", ReduceLogSum, &keep, 1, 0x2, 0, trand(F32, 0.1, 3, S(5, 9)), tvals(I64, V(1)));
+    CASE("logsumexp", ReduceLogSumExp, &keep, 1, 0x2, 0, trand(F32, -3, 3, S(5, 64)), tvals(I64, V(1)));
+    CASE("sumsquare", ReduceSumSquare, &drop, 1, 0x2, 0, trand(F32, -3, 3, S(2, 3, 4)), tvals(I64, V(-1, 0)));
+    CASE("prod", ReduceProd, &keep, 1, 0x2, 0, trand(F32, 0.9, 1.1, S(4, 33)), tvals(I64, V(1)));
+    CASE("mean_block", ReduceMean, &keep, 1, 0x2, 0, trand(F32, -3, 3, S(2, 10000)), tvals(I64, V(1)));
+    CASE("f64", ReduceSum, &keep, 1, 0x2, 0, trand(F64, -3, 3, S(3, 100)), tvals(I64, V(1)));
+}
+#endif
+
+/* every op of the table has at least one case */
+TEST(test_coverage) {
+    for (int id = 1; id < KILN_OP_ID_LIMIT; id++)
+        if (kiln__cuda_kernel_for(id) && !covered[id]) {
+            const kiln_op_def *op = kiln__op_by_id(id);
+            FAILF("op %s (id %d) is in the CUDA table but has no test case", op ? op->name : "?", id);
+        }
+    printf("  %d cases, %d ops in the CUDA table\n", n_cases, kiln__cuda_kernel_count());
+}
+
+#define TESTS_BASE(X)                                                                         \
+    X(test_api) X(test_unary) X(test_predicates) X(test_clip) X(test_binary) X(test_variadic) \
+    X(test_where) X(test_cast) X(test_copies) X(test_transpose) X(test_concat_split)          \
+    X(test_slice) X(test_expand_tile) X(test_gather) X(test_global_pool) X(test_matmul)
+#if KILN_CUDA_NN_ATTRS
+#define TESTS_NN(X) X(test_gemm) X(test_conv) X(test_pool) X(test_norm) X(test_softmax)
+#else
+#define TESTS_NN(X)
+#endif
+#if KILN_CUDA_REDUCE_ATTRS
+#define TESTS_REDUCE(X) X(test_reduce)
+#else
+#define TESTS_REDUCE(X)
+#endif
+#define ALL_TESTS(X) TESTS_BASE(X) TESTS_NN(X) TESTS_REDUCE(X) X(test_coverage)
+
+#define COUNT_ONE(t) +1
+#define RUN_ONE(t)      \
+    do {                \
+        RUN(t);         \
+        arena_reset();  \
+    } while (0);
+
+int main(void) {
+    const int n_tests = 0 ALL_TESTS(COUNT_ONE);
+    be = kiln__cuda_backend();
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess || count <= 0) {
+        (void)cudaGetLastError();
+        printf("no CUDA device: skipping (%s)\n",
+               e != cudaSuccess ? cudaGetErrorString(e) : "no device found");
+        /* the backend must still fail cleanly */
+        void *s = (void *)1;
+        kiln_status rs = be->state_create(0, &s);
+        int bad = !(rs == KILN_ERR_DEVICE && s == NULL &&
+                    strstr(kiln_last_error(), "no CUDA device available") != NULL);
+        if (bad)
+            fprintf(stderr, "  state_create without a device: %s, \"%s\"\n", kiln_status_name(rs),
+                    kiln_last_error());
+        printf("0 passed, %d failed, %d skipped\n", bad, n_tests);
+        return bad;
+    }
+    kiln_status s = be->state_create(0, &st);
+    if (s != KILN_OK) {
+        printf("FAIL state_create: %s: %s\n", kiln_status_name(s), kiln_last_error());
+        printf("0 passed, 1 failed\n");
+        return 1;
+    }
+    ALL_TESTS(RUN_ONE)
+    be->state_free(st);
+    return test_summary();
+}

@@ -1,0 +1,16 @@
+# GPU tests of the CUDA backend (registered once, only when the backend is
+# built: KILN_CUDA_ENABLED from cmake/cuda.cmake). Without a GPU the program
+# prints "no CUDA device: skipping" and succeeds.
+if(NOT KILN_CUDA_ENABLED)
+  return()
+endif()
+get_property(_kiln_cuda_tests GLOBAL PROPERTY KILN_CUDA_TESTS_ADDED)
+if(_kiln_cuda_tests)
+  return()
+endif()
+set_property(GLOBAL PROPERTY KILN_CUDA_TESTS_ADDED TRUE)
+add_executable(test_cuda_ops ${CMAKE_SOURCE_DIR}/tests/cuda/test_cuda_ops.c)
+target_link_libraries(test_cuda_ops PRIVATE kiln_static)
+target_include_directories(test_cuda_ops PRIVATE ${CMAKE_SOURCE_DIR}/src ${CMAKE_SOURCE_DIR}/tests)
+add_test(NAME cuda_ops COMMAND test_cuda_ops WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+set_tests_properties(cuda_ops PROPERTIES LABELS "cuda;unit")
