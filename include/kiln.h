@@ -157,6 +157,9 @@ KILN_API kiln_status kiln_builder_set_timing_cache(kiln_builder *b, const char *
 KILN_API kiln_status kiln_builder_set_profile(kiln_builder *b, const char *input_name, int rank,
                                               const int64_t *min, const int64_t *opt,
                                               const int64_t *max);
+/* Device engines: when non-zero, a node without a kernel on the device makes
+ * the build fail (with the list of such nodes) instead of running on the CPU. */
+KILN_API kiln_status kiln_builder_set_strict_device(kiln_builder *b, int strict);
 /* Builds an engine for `m` (which is not modified and may be freed after). */
 KILN_API kiln_status kiln_build(const kiln_builder *b, const kiln_model *m, kiln_engine **out);
 
@@ -195,21 +198,31 @@ KILN_API void kiln_context_free(kiln_context *c);
 KILN_API kiln_status kiln_context_set_threads(kiln_context *c, int threads);
 /* Binds an input by name. The data is not copied: it must stay valid and
  * unchanged until kiln_context_run returns. The shape must lie inside the
- * engine's profile and the dtype must match. */
+ * engine's profile and the dtype must match. For a CUDA engine `data` may be
+ * host memory or device memory of the engine's GPU (told apart by the CUDA
+ * runtime; device memory is used without a copy). */
 KILN_API kiln_status kiln_context_set_input(kiln_context *c, const char *name, kiln_dtype dtype,
                                             int rank, const int64_t *dims, const void *data);
-/* Optionally binds caller memory for an output (`capacity` bytes). If the
- * output needs more, run fails with KILN_ERR_INVALID_ARGUMENT. */
+/* Optionally binds caller memory for an output (`capacity` bytes; host or,
+ * for CUDA engines, device memory). If the output needs more, run fails with
+ * KILN_ERR_INVALID_ARGUMENT. NULL unbinds. */
 KILN_API kiln_status kiln_context_set_output(kiln_context *c, const char *name, void *data,
                                              size_t capacity);
 /* For CUDA engines: the cudaStream_t to run on (NULL: the context's own). */
 KILN_API kiln_status kiln_context_set_stream(kiln_context *c, void *stream);
-/* Runs the engine on the bound inputs. */
+/* Runs the engine on the bound inputs. For CUDA engines the work is queued
+ * on the context's stream and run returns once it is complete. */
 KILN_API kiln_status kiln_context_run(kiln_context *c);
-/* Reads an output of the last run. *data is borrowed: valid until the next
- * run or kiln_context_free. Any of dtype/rank/dims/data may be NULL. */
+/* Reads an output of the last run. *data is host memory, borrowed: valid
+ * until the next run or kiln_context_free (a CUDA engine's output is copied
+ * to the host once, on the first call). Any of dtype/rank/dims/data may be
+ * NULL. */
 KILN_API kiln_status kiln_context_get_output(kiln_context *c, const char *name, kiln_dtype *dtype,
                                              int *rank, int64_t *dims, const void **data);
+/* CUDA engines: the device address of an output of the last run (borrowed
+ * like get_output's). Shape and dtype come from kiln_context_get_output. */
+KILN_API kiln_status kiln_context_get_output_device(kiln_context *c, const char *name,
+                                                    const void **data);
 
 #ifdef __cplusplus
 }

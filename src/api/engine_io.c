@@ -25,6 +25,7 @@ static kiln_status engine_from_blob(void *blob, size_t size, int kind, kiln_engi
     e->blob_size = size;
     e->blob_kind = kind;
     kiln_status st = kiln__format_read(blob, size, e);
+    if (st == KILN_OK) st = kiln__engine_prepare(e);
     if (st != KILN_OK) {
         kiln_engine_free(e);
         return st;
@@ -182,6 +183,7 @@ kiln_status kiln_engine_save(const kiln_engine *e, const char *path) {
 
 void kiln_engine_free(kiln_engine *e) {
     if (!e) return;
+    kiln__engine_release(e);
     kiln__graph_free(e->graph);
     kiln__free(e->profiles);
     kiln__free(e->describe_text);

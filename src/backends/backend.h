@@ -40,6 +40,9 @@ typedef struct kiln_backend_i {
     kiln_status (*to_host)(void *state, void *dst, const void *src, size_t n);
     /* Waits until all work queued on the state's stream is done. */
     kiln_status (*sync)(void *state);
+    /* Whether p points into this backend's memory (so a caller's buffer can
+     * be used without a copy). May be NULL: never. */
+    bool (*owns_pointer)(void *state, const void *p);
 
     /* Runs node a->op with a->in/out pointing into this backend's memory.
      * a->stream and a->device_state are set from `state`. */

@@ -65,6 +65,12 @@ kiln_status kiln_builder_set_timing_cache(kiln_builder *b, const char *path) {
     return KILN_OK;
 }
 
+kiln_status kiln_builder_set_strict_device(kiln_builder *b, int strict) {
+    CHECK_BUILDER(b, "kiln_builder_set_strict_device");
+    b->strict_device = strict != 0;
+    return KILN_OK;
+}
+
 kiln_status kiln_builder_set_profile(kiln_builder *b, const char *input_name, int rank,
                                      const int64_t *min, const int64_t *opt, const int64_t *max) {
     CHECK_BUILDER(b, "kiln_builder_set_profile");
@@ -194,6 +200,38 @@ static kiln_status resolve_profiles(const kiln_builder *b, kiln_graph *g, kiln_p
     return KILN_OK;
 }
 
+/* Places every node: on the builder's device where that backend has a
+ * kernel, else on the CPU (or, with strict_device, fails naming them). */
+static kiln_status place_nodes(const kiln_builder *b, const kiln_backend_i *be, kiln_graph *g) {
+    const kiln_backend_i *cpu = kiln__backend_for(KILN_DEVICE_CPU);
+    kiln_sbuf missing = {0};
+    int n_missing = 0;
+    for (int i = 0; i < g->n_nodes; i++) {
+        kiln_node *n = &g->nodes[i];
+        if (be->supports(g, n)) {
+            n->device = be->device;
+            continue;
+        }
+        if (be->device == KILN_DEVICE_CPU)
+            return KILN_FAIL(KILN_ERR_UNSUPPORTED, "node '%s' (%s) has no CPU kernel", n->name,
+                             n->op->name);
+        if (!cpu->supports(g, n))
+            return KILN_FAIL(KILN_ERR_UNSUPPORTED, "node '%s' (%s) has no %s or CPU kernel", n->name,
+                             n->op->name, be->name);
+        n->device = KILN_DEVICE_CPU;
+        if (n_missing < 20) kiln__sbuf_printf(&missing, "%s'%s' (%s)", n_missing ? ", " : "", n->name,
+                                              n->op->name);
+        n_missing++;
+    }
+    kiln_status s = KILN_OK;
+    if (n_missing && b->strict_device)
+        s = KILN_FAIL(KILN_ERR_UNSUPPORTED,
+                      "strict device: %d node(s) have no %s kernel: %s%s", n_missing, be->name,
+                      missing.data ? missing.data : "", n_missing > 20 ? ", ..." : "");
+    kiln__sbuf_free(&missing);
+    return s;
+}
+
 kiln_status kiln_build(const kiln_builder *b, const kiln_model *m, kiln_engine **out) {
     if (!out) return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "kiln_build: out is NULL");
     *out = NULL;
@@ -223,16 +261,10 @@ kiln_status kiln_build(const kiln_builder *b, const kiln_model *m, kiln_engine *
     if ((s = kiln__pass_fold_constants(g)) != KILN_OK) goto fail;
     if ((s = kiln__pass_dce(g)) != KILN_OK) goto fail;
     if ((s = kiln__pass_infer(g)) != KILN_OK) goto fail;
-    for (int i = 0; i < g->n_nodes; i++) {
-        const kiln_node *n = &g->nodes[i];
-        if (!be->supports(g, n)) {
-            s = KILN_FAIL(KILN_ERR_UNSUPPORTED, "node '%s' (%s) has no %s kernel", n->name,
-                          n->op->name, be->name);
-            goto fail;
-        }
-    }
+    if ((s = place_nodes(b, be, g)) != KILN_OK) goto fail;
     e->opts = b->opts;
     kiln__cpu_target(e->target, sizeof e->target);
+    if ((s = kiln__engine_prepare(e)) != KILN_OK) goto fail;
     snprintf(e->builder_version, sizeof e->builder_version, "%s", kiln_version_string());
     *out = e;
     return KILN_OK;
@@ -316,10 +348,55 @@ done:
     return bytes;
 }
 
+static const char *node_kernel(const kiln_graph *g, const kiln_node *n) {
+    const kiln_backend_i *nb = kiln__backend_for(n->device);
+    return nb ? nb->kernel_name(g, n) : "?";
+}
+
+/* Device engines: nodes that run on the CPU, and the host<->device copies
+ * (tensors crossing between the two sides) they cost. */
+static void fallback_summary(const kiln_engine *e, kiln_sbuf *sb, bool json) {
+    const kiln_graph *g = e->graph;
+    int n_cpu = 0, n_cross = 0;
+    for (int i = 0; i < g->n_nodes; i++) n_cpu += g->nodes[i].device == KILN_DEVICE_CPU;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const kiln_node *n = &g->nodes[i];
+        for (int k = 0; k < n->n_in; k++) {
+            int v = n->in[k];
+            if (v < 0 || (g->values[v].flags & KILN_VALUE_CONST)) continue;
+            int p = g->values[v].producer;
+            int from = p >= 0 ? g->nodes[p].device : KILN_DEVICE_CPU;
+            if (from != n->device) n_cross++;
+        }
+    }
+    if (json) {
+        kiln__sbuf_printf(sb, ",\n  \"cpu_fallback\": {\"nodes\": %d, \"copies\": %d, \"list\": [",
+                          n_cpu, n_cross);
+        int k = 0;
+        for (int i = 0; i < g->n_nodes; i++) {
+            const kiln_node *n = &g->nodes[i];
+            if (n->device != KILN_DEVICE_CPU) continue;
+            kiln__sbuf_printf(sb, "%s{\"name\": ", k++ ? ", " : "");
+            json_str(sb, n->name);
+            kiln__sbuf_printf(sb, ", \"op\": \"%s\"}", n->op->name);
+        }
+        kiln__sbuf_printf(sb, "]}");
+        return;
+    }
+    kiln__sbuf_printf(sb, "cpu fallback: %d node(s) without a %s kernel run on the CPU, costing %d "
+                          "host<->device copies per run%s\n",
+                      n_cpu, e->opts.device == KILN_DEVICE_CUDA ? "cuda" : "device", n_cross,
+                      n_cpu ? ":" : "");
+    for (int i = 0; i < g->n_nodes; i++) {
+        const kiln_node *n = &g->nodes[i];
+        if (n->device == KILN_DEVICE_CPU)
+            kiln__sbuf_printf(sb, "  %s (%s)\n", n->name, n->op->name);
+    }
+}
+
 static void describe(const kiln_engine *e, kiln_sbuf *sb, bool json) {
     const kiln_graph *g = e->graph;
     size_t act = activation_bytes_at_opt(e);
-    const kiln_backend_i *be = kiln__backend_for(e->opts.device);
     size_t weights = 0;
     int n_const = 0;
     for (int i = 0; i < g->n_values; i++)
@@ -365,7 +442,7 @@ static void describe(const kiln_engine *e, kiln_sbuf *sb, bool json) {
             kiln__sbuf_printf(sb, "%s\n    {\"name\": ", i ? "," : "");
             json_str(sb, n->name);
             kiln__sbuf_printf(sb, ", \"op\": \"%s\", \"kernel\": \"%s:%s\", \"inputs\": [", n->op->name,
-                              be ? be->kernel_name(g, n) : "?", n->op->name);
+                              node_kernel(g, n), n->op->name);
             for (int k = 0; k < n->n_in; k++) {
                 kiln__sbuf_printf(sb, "%s", k ? ", " : "");
                 if (n->in[k] < 0) kiln__sbuf_printf(sb, "null");
@@ -388,8 +465,10 @@ static void describe(const kiln_engine *e, kiln_sbuf *sb, bool json) {
         }
         kiln__sbuf_printf(sb,
                           "\n  ],\n  \"memory\": {\"weights_bytes\": %zu, \"constants\": %d, "
-                          "\"activation_bytes_at_opt\": %zu}\n}\n",
+                          "\"activation_bytes_at_opt\": %zu}",
                           weights, n_const, act);
+        if (e->opts.device != KILN_DEVICE_CPU) fallback_summary(e, sb, true);
+        kiln__sbuf_printf(sb, "\n}\n");
         return;
     }
     kiln__sbuf_printf(sb, "kiln engine (built by kiln %s)\n", e->builder_version);
@@ -421,7 +500,7 @@ static void describe(const kiln_engine *e, kiln_sbuf *sb, bool json) {
     for (int i = 0; i < g->n_nodes; i++) {
         const kiln_node *n = &g->nodes[i];
         kiln__sbuf_printf(sb, "  %4d  %-22s %-28s kernel %s:%s  ->", i, n->op->name, n->name,
-                          be ? be->kernel_name(g, n) : "?", n->op->name);
+                          node_kernel(g, n), n->op->name);
         for (int k = 0; k < n->n_out; k++) {
             if (n->out[k] < 0) continue;
             kiln__sbuf_printf(sb, " ");
@@ -433,6 +512,7 @@ static void describe(const kiln_engine *e, kiln_sbuf *sb, bool json) {
     if (act)
         kiln__sbuf_printf(sb, "  activations + scratch at opt shapes: %zu bytes (measured by one run)\n",
                           act);
+    if (e->opts.device != KILN_DEVICE_CPU) fallback_summary(e, sb, false);
 }
 
 const char *kiln_engine_describe(kiln_engine *e, int json) {

@@ -1,15 +1,23 @@
 /* context.c -- execution contexts: input/output binding and running the plan.
  *
- * A run walks the plan's nodes in order. For each node it infers the exact
- * output shapes from the actual inputs (so every shape inside the profile
- * works, and data-dependent shapes too), takes buffers for the outputs from
- * the context's pool, runs the kernel, and returns to the pool every buffer
- * whose last reader has run. Buffers stay with the context between runs, so
- * repeated runs at the same shapes allocate nothing. */
+ * A run walks the plan's nodes in order. Each node runs on the device the
+ * builder placed it on: the engine's device, or the CPU for nodes the device
+ * has no kernel for. For each node the context
+ *   1. makes every input available where the node runs (copying between
+ *      host and device memory when the producer ran elsewhere), and on the
+ *      host for inputs whose values shape inference reads (op->host_inputs);
+ *   2. infers the exact output shapes from the actual inputs (so any shape
+ *      inside the profile works, and data-dependent shapes too);
+ *   3. takes output buffers from the pool of that memory, runs the kernel;
+ *   4. returns to the pools every buffer whose last reader has run.
+ * Buffers stay with the context between runs, so repeated runs at the same
+ * shapes allocate nothing. */
 #include "backends/backend.h"
 #include "runtime/engine.h"
 
 #include <stdio.h>
+
+enum { MEM_HOST = 0, MEM_DEV = 1 };
 
 typedef struct kiln_buf {
     void *data;
@@ -17,9 +25,25 @@ typedef struct kiln_buf {
     bool in_use;
 } kiln_buf;
 
+typedef struct kiln_mempool {
+    kiln_buf *bufs;
+    int n, cap;
+    void *ws;     /* scratch shared by all nodes */
+    size_t ws_cap;
+} kiln_mempool;
+
+/* A value during a run: its shape and where its bytes are. */
+typedef struct kiln_slot {
+    kiln_tensor t;         /* dtype/rank/dims; t.data unused */
+    void *ptr[2];          /* host / device copy, or NULL */
+    int buf[2];            /* pool buffer index per memory, or -1 (not pooled) */
+    int uses_left;
+} kiln_slot;
+
 typedef struct kiln_binding {
-    const void *data;      /* bound input */
+    const void *data;
     bool bound;
+    int mem;               /* where the caller's bytes are */
     kiln_dtype dtype;
     int rank;
     int64_t dims[KILN_MAX_RANK];
@@ -28,68 +52,93 @@ typedef struct kiln_binding {
 typedef struct kiln_out_binding {
     void *data;            /* caller memory for an output, or NULL */
     size_t cap;
+    int mem;
 } kiln_out_binding;
 
 struct kiln_context {
     const kiln_engine *e;
-    const kiln_backend_i *be;
-    void *be_state;
-    kiln_pool *pool;
+    const kiln_backend_i *be[2];   /* host (CPU) backend; the engine's device backend or NULL */
+    void *state[2];
+    kiln_mempool pool[2];
+    kiln_pool *threads_pool;
     int threads;
-    kiln_tensor *vt;       /* per value: its tensor during/after a run */
-    int *buf_of;           /* per value: index into bufs, or -1 */
-    int *uses_left;        /* per value, during a run */
-    kiln_buf *bufs;
-    int n_bufs, cap_bufs;
-    void *ws;              /* scratch shared by all nodes */
-    size_t ws_cap;
+    kiln_slot *slots;      /* per value (+1 spare for unread outputs) */
+    int *out_slot;         /* per value: graph output index or -1 */
     kiln_binding *in;      /* per graph input */
     kiln_out_binding *out; /* per graph output */
     bool ran;
 };
 
+static int node_mem(const kiln_context *c, const kiln_node *n) {
+    return (c->be[MEM_DEV] && n->device != KILN_DEVICE_CPU) ? MEM_DEV : MEM_HOST;
+}
+
 kiln_status kiln_context_create(const kiln_engine *e, kiln_context **out) {
     if (!out) return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "kiln_context_create: out is NULL");
     *out = NULL;
     if (!e) return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "kiln_context_create: engine is NULL");
-    const kiln_backend_i *be = kiln__backend_for(e->opts.device);
-    if (!be) return KILN_FAIL(KILN_ERR_UNSUPPORTED, "engine device is not available in this kiln");
+    const kiln_backend_i *dev = NULL;
+    if (e->opts.device != KILN_DEVICE_CPU) {
+        dev = kiln__backend_for(e->opts.device);
+        if (!dev)
+            return KILN_FAIL(KILN_ERR_UNSUPPORTED,
+                             "the engine was built for device %d, which this kiln was built without",
+                             e->opts.device);
+    }
     kiln_context *c = kiln__calloc(1, sizeof *c);
     if (!c) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory creating a context");
     const kiln_graph *g = e->graph;
     c->e = e;
-    c->be = be;
+    c->be[MEM_HOST] = kiln__backend_for(KILN_DEVICE_CPU);
+    c->be[MEM_DEV] = dev;
     c->threads = e->opts.threads;
     size_t nv = (size_t)g->n_values + 1;
-    c->vt = kiln__calloc(nv, sizeof *c->vt);
-    c->buf_of = kiln__malloc(nv * sizeof *c->buf_of);
-    c->uses_left = kiln__calloc(nv, sizeof *c->uses_left);
+    c->slots = kiln__calloc(nv, sizeof *c->slots);
+    c->out_slot = kiln__malloc(nv * sizeof *c->out_slot);
     c->in = kiln__calloc((size_t)g->n_inputs + 1, sizeof *c->in);
     c->out = kiln__calloc((size_t)g->n_outputs + 1, sizeof *c->out);
-    if (!c->vt || !c->buf_of || !c->uses_left || !c->in || !c->out) {
+    if (!c->slots || !c->out_slot || !c->in || !c->out) {
         kiln_context_free(c);
         return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory creating a context");
     }
-    for (size_t i = 0; i < nv; i++) c->buf_of[i] = -1;
-    kiln_status s = be->state_create(e->opts.device_index, &c->be_state);
-    if (s != KILN_OK) {
-        kiln_context_free(c);
-        return s;
+    for (size_t i = 0; i < nv; i++) {
+        c->slots[i].buf[0] = c->slots[i].buf[1] = -1;
+        c->out_slot[i] = -1;
+    }
+    for (int k = 0; k < g->n_outputs; k++) c->out_slot[g->outputs[k]] = k;
+    for (int m = 0; m < 2; m++) {
+        if (!c->be[m]) continue;
+        kiln_status s = c->be[m]->state_create(e->opts.device_index, &c->state[m]);
+        if (s != KILN_OK) {
+            kiln_context_free(c);
+            return s;
+        }
     }
     *out = c;
     return KILN_OK;
 }
 
+static void mempool_free(kiln_context *c, int m) {
+    kiln_mempool *p = &c->pool[m];
+    for (int i = 0; i < p->n; i++) c->be[m]->free(c->state[m], p->bufs[i].data);
+    if (p->ws) c->be[m]->free(c->state[m], p->ws);
+    kiln__free(p->bufs);
+    memset(p, 0, sizeof *p);
+}
+
 void kiln_context_free(kiln_context *c) {
     if (!c) return;
-    for (int i = 0; i < c->n_bufs; i++) c->be->free(c->be_state, c->bufs[i].data);
-    kiln__free(c->bufs);
-    kiln__aligned_free(c->ws);
-    kiln__pool_free(c->pool);
-    if (c->be) c->be->state_free(c->be_state);
-    kiln__free(c->vt);
-    kiln__free(c->buf_of);
-    kiln__free(c->uses_left);
+    for (int m = 0; m < 2; m++) {
+        if (!c->be[m]) continue;
+        if (c->state[m] || m == MEM_HOST) {
+            if (m == MEM_DEV && c->state[m]) c->be[m]->sync(c->state[m]);
+            mempool_free(c, m);
+            c->be[m]->state_free(c->state[m]);
+        }
+    }
+    kiln__pool_free(c->threads_pool);
+    kiln__free(c->slots);
+    kiln__free(c->out_slot);
     kiln__free(c->in);
     kiln__free(c->out);
     kiln__free(c);
@@ -100,8 +149,8 @@ kiln_status kiln_context_set_threads(kiln_context *c, int threads) {
     if (threads < 0 || threads > 1024)
         return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "threads must be in 0..1024, got %d", threads);
     if (threads != c->threads) {
-        kiln__pool_free(c->pool);
-        c->pool = NULL;
+        kiln__pool_free(c->threads_pool);
+        c->threads_pool = NULL;
         c->threads = threads;
     }
     return KILN_OK;
@@ -109,7 +158,11 @@ kiln_status kiln_context_set_threads(kiln_context *c, int threads) {
 
 kiln_status kiln_context_set_stream(kiln_context *c, void *stream) {
     if (!c) return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "kiln_context_set_stream: context is NULL");
-    return c->be->set_stream(c->be_state, stream);
+    if (!c->be[MEM_DEV]) {
+        if (stream) return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "a stream was given for a CPU engine");
+        return KILN_OK;
+    }
+    return c->be[MEM_DEV]->set_stream(c->state[MEM_DEV], stream);
 }
 
 static int find_io(const kiln_graph *g, const int *list, int n, const char *name) {
@@ -118,11 +171,24 @@ static int find_io(const kiln_graph *g, const int *list, int n, const char *name
     return -1;
 }
 
-static void names_list(const kiln_graph *g, const int *list, int n, char *buf, size_t cap) {
+/* "engine has no input named 'x' (inputs: 'a', 'b')" */
+static kiln_status no_such_io(const kiln_graph *g, bool input, const char *name) {
+    const int *list = input ? g->inputs : g->outputs;
+    int n = input ? g->n_inputs : g->n_outputs;
+    char buf[512];
     size_t len = 0;
     buf[0] = 0;
-    for (int i = 0; i < n && len + 1 < cap; i++)
-        len += (size_t)snprintf(buf + len, cap - len, "%s'%s'", i ? ", " : "", g->values[list[i]].name);
+    for (int i = 0; i < n && len + 1 < sizeof buf; i++)
+        len += (size_t)snprintf(buf + len, sizeof buf - len, "%s'%s'", i ? ", " : "",
+                                g->values[list[i]].name);
+    return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "engine has no %s named '%s' (%ss: %s)",
+                     input ? "input" : "output", name, input ? "input" : "output", buf);
+}
+
+static int pointer_mem(const kiln_context *c, const void *p) {
+    const kiln_backend_i *dev = c->be[MEM_DEV];
+    return (dev && dev->owns_pointer && p && dev->owns_pointer(c->state[MEM_DEV], p)) ? MEM_DEV
+                                                                                      : MEM_HOST;
 }
 
 kiln_status kiln_context_set_input(kiln_context *c, const char *name, kiln_dtype dtype, int rank,
@@ -132,12 +198,7 @@ kiln_status kiln_context_set_input(kiln_context *c, const char *name, kiln_dtype
         return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "kiln_context_set_input: NULL context or name");
     const kiln_graph *g = c->e->graph;
     int k = find_io(g, g->inputs, g->n_inputs, name);
-    if (k < 0) {
-        char list[512];
-        names_list(g, g->inputs, g->n_inputs, list, sizeof list);
-        return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "engine has no input named '%s' (inputs: %s)",
-                         name, list);
-    }
+    if (k < 0) return no_such_io(g, true, name);
     const kiln_value *v = &g->values[g->inputs[k]];
     const kiln_profile *p = &c->e->profiles[k];
     if (dtype != v->info.dtype)
@@ -170,6 +231,7 @@ kiln_status kiln_context_set_input(kiln_context *c, const char *name, kiln_dtype
     kiln_binding *bd = &c->in[k];
     bd->data = data;
     bd->bound = true;
+    bd->mem = pointer_mem(c, data);
     bd->dtype = dtype;
     bd->rank = rank;
     for (int d = 0; d < rank; d++) bd->dims[d] = dims[d];
@@ -181,78 +243,129 @@ kiln_status kiln_context_set_output(kiln_context *c, const char *name, void *dat
         return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "kiln_context_set_output: NULL context or name");
     const kiln_graph *g = c->e->graph;
     int k = find_io(g, g->outputs, g->n_outputs, name);
-    if (k < 0) {
-        char list[512];
-        names_list(g, g->outputs, g->n_outputs, list, sizeof list);
-        return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "engine has no output named '%s' (outputs: %s)",
-                         name, list);
-    }
+    if (k < 0) return no_such_io(g, false, name);
     c->out[k].data = data;
     c->out[k].cap = data ? capacity : 0;
+    c->out[k].mem = pointer_mem(c, data);
     return KILN_OK;
 }
 
-/* Takes a pooled buffer of at least `size` bytes for value v. */
-static kiln_status take_buf(kiln_context *c, int v, size_t size) {
+/* ---- buffer pools ------------------------------------------------------- */
+
+/* Takes a free buffer of at least `size` bytes from pool m; returns its
+ * index in *idx. Best fit; otherwise the largest free one is regrown, or a
+ * new one is made. */
+static kiln_status take_buf(kiln_context *c, int m, size_t size, const char *what, int *idx) {
+    kiln_mempool *p = &c->pool[m];
     int best = -1;
-    for (int i = 0; i < c->n_bufs; i++) {
-        kiln_buf *b = &c->bufs[i];
+    for (int i = 0; i < p->n; i++) {
+        kiln_buf *b = &p->bufs[i];
         if (b->in_use || b->cap < size) continue;
-        if (best < 0 || b->cap < c->bufs[best].cap) best = i;
+        if (best < 0 || b->cap < p->bufs[best].cap) best = i;
     }
     if (best < 0) {
-        /* Grow the largest free buffer, or make a new one. */
-        for (int i = 0; i < c->n_bufs; i++)
-            if (!c->bufs[i].in_use && (best < 0 || c->bufs[i].cap > c->bufs[best].cap)) best = i;
+        for (int i = 0; i < p->n; i++)
+            if (!p->bufs[i].in_use && (best < 0 || p->bufs[i].cap > p->bufs[best].cap)) best = i;
         if (best < 0) {
-            KILN_TRY(kiln__grow((void **)&c->bufs, &c->cap_bufs, c->n_bufs + 1, sizeof *c->bufs));
-            best = c->n_bufs++;
-            c->bufs[best].data = NULL;
-            c->bufs[best].cap = 0;
+            KILN_TRY(kiln__grow((void **)&p->bufs, &p->cap, p->n + 1, sizeof *p->bufs));
+            best = p->n++;
+            p->bufs[best].data = NULL;
+            p->bufs[best].cap = 0;
         }
-        kiln_buf *b = &c->bufs[best];
-        c->be->free(c->be_state, b->data);
+        kiln_buf *b = &p->bufs[best];
+        if (b->data) c->be[m]->free(c->state[m], b->data);
         b->cap = 0;
-        b->data = c->be->alloc(c->be_state, size + 64);
+        b->data = c->be[m]->alloc(c->state[m], size + 64);
         if (!b->data)
-            return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory: %zu bytes for tensor '%s'",
-                             size, c->e->graph->values[v].name);
+            return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of %s memory: %zu bytes for %s",
+                             m == MEM_DEV ? "device" : "host", size, what);
         b->cap = size + 64;
     }
-    c->bufs[best].in_use = true;
-    c->buf_of[v] = best;
-    c->vt[v].data = c->bufs[best].data;
+    p->bufs[best].in_use = true;
+    *idx = best;
     return KILN_OK;
 }
 
-static void release_value(kiln_context *c, int v) {
-    int b = c->buf_of[v];
-    if (b >= 0) {
-        c->bufs[b].in_use = false;
-        c->buf_of[v] = -1;
+static void slot_release(kiln_context *c, kiln_slot *s) {
+    for (int m = 0; m < 2; m++) {
+        if (s->buf[m] >= 0) c->pool[m].bufs[s->buf[m]].in_use = false;
+        s->buf[m] = -1;
+        s->ptr[m] = NULL;
     }
 }
 
-static kiln_status run_node(kiln_context *c, const kiln_node *n, int *out_slot) {
+static size_t slot_bytes(const kiln_slot *s) {
+    kiln_tinfo t = {.dtype = s->t.dtype, .rank = s->t.rank};
+    memcpy(t.dims, s->t.dims, sizeof t.dims);
+    return kiln__value_nbytes(&t);
+}
+
+/* Makes value v's bytes available in memory m (copying if needed). */
+static kiln_status slot_make_available(kiln_context *c, int v, int m) {
+    kiln_slot *s = &c->slots[v];
+    if (s->ptr[m]) return KILN_OK;
+    int from = 1 - m;
+    size_t nb = slot_bytes(s);
+    const char *name = c->e->graph->values[v].name;
+    if (!s->ptr[from] && nb)
+        return KILN_FAIL(KILN_ERR_INTERNAL, "tensor '%s' has no data", name);
+    int b;
+    KILN_TRY(take_buf(c, m, nb, name, &b));
+    s->buf[m] = b;
+    s->ptr[m] = c->pool[m].bufs[b].data;
+    if (!nb) return KILN_OK;
+    const kiln_backend_i *dev = c->be[MEM_DEV];
+    if (m == MEM_DEV) return dev->to_device(c->state[MEM_DEV], s->ptr[m], s->ptr[from], nb);
+    return dev->to_host(c->state[MEM_DEV], s->ptr[m], s->ptr[from], nb);
+}
+
+static kiln_status workspace(kiln_context *c, int m, size_t ws, const char *node, void **out) {
+    kiln_mempool *p = &c->pool[m];
+    *out = NULL;
+    if (!ws) return KILN_OK;
+    if (ws > p->ws_cap) {
+        if (p->ws) c->be[m]->free(c->state[m], p->ws);
+        p->ws_cap = 0;
+        p->ws = c->be[m]->alloc(c->state[m], ws);
+        if (!p->ws)
+            return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory: %zu bytes of workspace for node '%s'",
+                             ws, node);
+        p->ws_cap = ws;
+    }
+    *out = p->ws;
+    return KILN_OK;
+}
+
+/* ---- running ------------------------------------------------------------ */
+
+static kiln_status run_node(kiln_context *c, const kiln_node *n) {
     const kiln_graph *g = c->e->graph;
+    int m = node_mem(c, n);
     kiln_tinfo in_info[64], outs[64];
     const kiln_tinfo *in_ip[64];
     kiln_tinfo *out_ip[64];
+    kiln_tensor in_t[64], out_t[64];
     const kiln_tensor *in_tp[64];
     kiln_tensor *out_tp[64];
+    int tmp_bufs[64], n_tmp = 0;
     if (n->n_in > 64 || n->n_out > 64)
         return KILN_FAIL(KILN_ERR_UNSUPPORTED, "node '%s': too many inputs/outputs", n->name);
     for (int i = 0; i < n->n_in; i++) {
         in_ip[i] = NULL;
         in_tp[i] = NULL;
         if (n->in[i] < 0) continue;
-        const kiln_tensor *t = &c->vt[n->in[i]];
-        in_info[i].dtype = t->dtype;
-        in_info[i].rank = t->rank;
-        memcpy(in_info[i].dims, t->dims, sizeof t->dims);
-        in_info[i].data = t->data;
+        kiln_slot *s = &c->slots[n->in[i]];
+        KILN_TRY(slot_make_available(c, n->in[i], m));
+        bool need_host = m == MEM_HOST || (n->op->host_inputs & (1u << i));
+        if (need_host && m == MEM_DEV) KILN_TRY(slot_make_available(c, n->in[i], MEM_HOST));
+        in_info[i].dtype = s->t.dtype;
+        in_info[i].rank = s->t.rank;
+        memcpy(in_info[i].dims, s->t.dims, sizeof s->t.dims);
+        in_info[i].data = need_host ? s->ptr[MEM_HOST] : NULL;
         in_ip[i] = &in_info[i];
-        in_tp[i] = t;
+        in_t[i] = s->t;
+        in_t[i].data = s->ptr[m];
+        in_tp[i] = &in_t[i];
     }
     for (int i = 0; i < n->n_out; i++) {
         memset(&outs[i], 0, sizeof outs[i]);
@@ -261,146 +374,154 @@ static kiln_status run_node(kiln_context *c, const kiln_node *n, int *out_slot) 
     kiln_infer_args ia = {.op = n->op, .attrs = n->attrs, .node_name = n->name, .n_in = n->n_in,
                           .n_out = n->n_out, .in = in_ip, .out = out_ip, .runtime = true};
     KILN_TRY(n->op->infer(&ia));
-    kiln_tensor scratch_out[64];
-    int tmp_bufs[64], n_tmp = 0;
+    kiln_status st = KILN_OK;
     for (int i = 0; i < n->n_out; i++) {
-        if (outs[i].rank < 0 || outs[i].rank > KILN_MAX_RANK || kiln__numel(outs[i].rank, outs[i].dims) < 0)
-            return KILN_FAIL(KILN_ERR_INTERNAL, "node '%s' (%s): output %d has no exact shape at run time",
-                             n->name, n->op->name, i);
-        int v = n->out[i];
-        kiln_tensor *t = v >= 0 ? &c->vt[v] : &scratch_out[i];
-        t->dtype = outs[i].dtype;
-        t->rank = outs[i].rank;
-        memcpy(t->dims, outs[i].dims, sizeof t->dims);
-        size_t nb = kiln__value_nbytes(&outs[i]);
-        if (v >= 0) {
-            int ok = out_slot[v];
-            if (ok >= 0 && c->out[ok].data && c->out[ok].cap >= nb) {
-                t->data = c->out[ok].data; /* write straight into caller memory */
-            } else {
-                if (ok >= 0 && c->out[ok].data)
-                    return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT,
-                                     "output '%s' needs %zu bytes, but the bound buffer holds %zu",
-                                     g->values[v].name, nb, c->out[ok].cap);
-                KILN_TRY(take_buf(c, v, nb));
-            }
-        } else {
-            /* An output nobody reads: still needs memory for the kernel,
-             * held until the kernel has run. */
-            int tmp = g->n_values; /* spare slot at the end of the arrays */
-            kiln_status ts = take_buf(c, tmp, nb);
-            if (ts != KILN_OK) {
-                for (int j = 0; j < n_tmp; j++) c->bufs[tmp_bufs[j]].in_use = false;
-                return ts;
-            }
-            t->data = c->vt[tmp].data;
-            tmp_bufs[n_tmp++] = c->buf_of[tmp];
-            c->buf_of[tmp] = -1;
+        if (outs[i].rank < 0 || outs[i].rank > KILN_MAX_RANK ||
+            kiln__numel(outs[i].rank, outs[i].dims) < 0) {
+            st = KILN_FAIL(KILN_ERR_INTERNAL, "node '%s' (%s): output %d has no exact shape at run time",
+                           n->name, n->op->name, i);
+            goto done;
         }
-        out_tp[i] = t;
+        int v = n->out[i];
+        out_t[i].dtype = outs[i].dtype;
+        out_t[i].rank = outs[i].rank;
+        memcpy(out_t[i].dims, outs[i].dims, sizeof out_t[i].dims);
+        size_t nb = kiln__value_nbytes(&outs[i]);
+        out_tp[i] = &out_t[i];
+        if (v < 0) { /* an output nobody reads: memory held until the kernel ran */
+            int b;
+            if ((st = take_buf(c, m, nb, n->name, &b)) != KILN_OK) goto done;
+            tmp_bufs[n_tmp++] = b;
+            out_t[i].data = c->pool[m].bufs[b].data;
+            continue;
+        }
+        kiln_slot *s = &c->slots[v];
+        slot_release(c, s);
+        s->t = out_t[i];
+        int ok = c->out_slot[v];
+        if (ok >= 0 && c->out[ok].data && c->out[ok].mem == m && c->out[ok].cap >= nb) {
+            s->ptr[m] = c->out[ok].data; /* write straight into caller memory */
+        } else {
+            if (ok >= 0 && c->out[ok].data && c->out[ok].cap < nb) {
+                st = KILN_FAIL(KILN_ERR_INVALID_ARGUMENT,
+                               "output '%s' needs %zu bytes, but the bound buffer holds %zu",
+                               g->values[v].name, nb, c->out[ok].cap);
+                goto done;
+            }
+            int b;
+            if ((st = take_buf(c, m, nb, g->values[v].name, &b)) != KILN_OK) goto done;
+            s->buf[m] = b;
+            s->ptr[m] = c->pool[m].bufs[b].data;
+        }
+        out_t[i].data = s->ptr[m];
     }
-    size_t ws = n->op->workspace ? n->op->workspace(&ia) : 0;
-    if (ws > c->ws_cap) {
-        kiln__aligned_free(c->ws);
-        c->ws_cap = 0;
-        c->ws = kiln__aligned_alloc(ws);
-        if (!c->ws) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory: %zu bytes of workspace "
-                                     "for node '%s'", ws, n->name);
-        c->ws_cap = ws;
-    }
+    void *ws;
+    size_t ws_size = n->op->workspace && m == MEM_HOST ? n->op->workspace(&ia) : 0;
+    if ((st = workspace(c, m, ws_size, n->name, &ws)) != KILN_OK) goto done;
     kiln_kernel_args ka = {.op = n->op, .attrs = n->attrs, .node_name = n->name, .n_in = n->n_in,
-                           .n_out = n->n_out, .in = in_tp, .out = out_tp, .workspace = c->ws,
-                           .workspace_size = ws, .pool = c->pool};
-    kiln_status s = c->be->run(c->be_state, &ka);
-    for (int j = 0; j < n_tmp; j++) c->bufs[tmp_bufs[j]].in_use = false;
-    return s;
+                           .n_out = n->n_out, .in = in_tp, .out = out_tp, .workspace = ws,
+                           .workspace_size = ws_size,
+                           .pool = m == MEM_HOST ? c->threads_pool : NULL,
+                           .stream = NULL, .device_state = m == MEM_DEV ? c->state[m] : NULL};
+    st = c->be[m]->run(c->state[m], &ka);
+done:
+    for (int j = 0; j < n_tmp; j++) c->pool[m].bufs[tmp_bufs[j]].in_use = false;
+    return st;
+}
+
+/* Copies graph output k into the caller's bound buffer when the kernel
+ * could not write it there directly. */
+static kiln_status deliver_output(kiln_context *c, int k) {
+    kiln_out_binding *ob = &c->out[k];
+    int v = c->e->graph->outputs[k];
+    kiln_slot *s = &c->slots[v];
+    if (!ob->data || s->ptr[ob->mem] == ob->data) return KILN_OK;
+    size_t nb = slot_bytes(s);
+    if (ob->cap < nb)
+        return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT,
+                         "output '%s' needs %zu bytes, but the bound buffer holds %zu",
+                         c->e->graph->values[v].name, nb, ob->cap);
+    int from = s->ptr[ob->mem] ? ob->mem : 1 - ob->mem;
+    if (nb) {
+        if (from == MEM_HOST && ob->mem == MEM_HOST) memcpy(ob->data, s->ptr[MEM_HOST], nb);
+        else if (ob->mem == MEM_DEV)
+            KILN_TRY(c->be[MEM_DEV]->to_device(c->state[MEM_DEV], ob->data, s->ptr[from], nb));
+        else KILN_TRY(c->be[MEM_DEV]->to_host(c->state[MEM_DEV], ob->data, s->ptr[from], nb));
+    }
+    /* the bound buffer now holds the output */
+    if (s->buf[ob->mem] >= 0) c->pool[ob->mem].bufs[s->buf[ob->mem]].in_use = false;
+    s->buf[ob->mem] = -1;
+    s->ptr[ob->mem] = ob->data;
+    return KILN_OK;
 }
 
 kiln_status kiln_context_run(kiln_context *c) {
     if (!c) return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "kiln_context_run: context is NULL");
-    const kiln_graph *g = c->e->graph;
+    const kiln_engine *e = c->e;
+    const kiln_graph *g = e->graph;
     for (int k = 0; k < g->n_inputs; k++)
         if (!c->in[k].bound)
             return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "input '%s' is not set",
                              g->values[g->inputs[k]].name);
-    if (!c->pool && (c->threads == 0 || c->threads > 1))
-        KILN_TRY(kiln__pool_create(c->threads, &c->pool));
+    if (!c->threads_pool && (c->threads == 0 || c->threads > 1))
+        KILN_TRY(kiln__pool_create(c->threads, &c->threads_pool));
     c->ran = false;
-    /* Reset: release every buffer, set up constants and inputs. */
-    for (int i = 0; i < c->n_bufs; i++) c->bufs[i].in_use = false;
-    int nv = g->n_values;
-    int *slot = kiln__malloc(sizeof(int) * (size_t)(nv + 1));
-    if (!slot) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory");
-    for (int i = 0; i <= nv; i++) {
-        slot[i] = -1;
-        c->buf_of[i] = -1;
-    }
-    for (int k = 0; k < g->n_outputs; k++) slot[g->outputs[k]] = k;
-    for (int i = 0; i < nv; i++) {
+    for (int m = 0; m < 2; m++)
+        for (int i = 0; i < c->pool[m].n; i++) c->pool[m].bufs[i].in_use = false;
+    for (int i = 0; i <= g->n_values; i++) {
+        kiln_slot *s = &c->slots[i];
+        s->buf[0] = s->buf[1] = -1;
+        s->ptr[0] = s->ptr[1] = NULL;
+        if (i == g->n_values) continue;
         const kiln_value *v = &g->values[i];
-        c->uses_left[i] = v->n_uses;
+        s->uses_left = v->n_uses;
         if (v->flags & KILN_VALUE_CONST) {
-            c->vt[i].dtype = v->info.dtype;
-            c->vt[i].rank = v->info.rank;
-            memcpy(c->vt[i].dims, v->info.dims, sizeof c->vt[i].dims);
-            c->vt[i].data = v->data;
-        } else {
-            c->vt[i].data = NULL;
+            s->t.dtype = v->info.dtype;
+            s->t.rank = v->info.rank;
+            memcpy(s->t.dims, v->info.dims, sizeof s->t.dims);
+            s->ptr[MEM_HOST] = v->data;
+            if (e->dev_const) s->ptr[MEM_DEV] = e->dev_const[i];
         }
     }
     for (int k = 0; k < g->n_inputs; k++) {
-        kiln_tensor *t = &c->vt[g->inputs[k]];
-        t->dtype = c->in[k].dtype;
-        t->rank = c->in[k].rank;
-        memcpy(t->dims, c->in[k].dims, sizeof t->dims);
-        t->data = (void *)c->in[k].data; /* read-only: kernels never write inputs */
+        kiln_slot *s = &c->slots[g->inputs[k]];
+        s->t.dtype = c->in[k].dtype;
+        s->t.rank = c->in[k].rank;
+        memcpy(s->t.dims, c->in[k].dims, sizeof s->t.dims);
+        s->ptr[c->in[k].mem] = (void *)c->in[k].data; /* read-only: kernels never write inputs */
     }
-    kiln_status s = KILN_OK;
+    kiln_status st = KILN_OK;
     for (int ni = 0; ni < g->n_nodes; ni++) {
         const kiln_node *n = &g->nodes[ni];
-        if ((s = run_node(c, n, slot)) != KILN_OK) {
+        if ((st = run_node(c, n)) != KILN_OK) {
             if (!strstr(kiln_last_error(), n->name))
-                s = kiln__fail_prefix(s, "running node '%s' (%s)", n->name, n->op->name);
-            goto done;
+                st = kiln__fail_prefix(st, "running node '%s' (%s)", n->name, n->op->name);
+            return st;
         }
         for (int k = 0; k < n->n_in; k++) {
             int v = n->in[k];
-            if (v < 0) continue;
-            /* a node may read the same value twice: count each read */
-            if (--c->uses_left[v] == 0 && slot[v] < 0) release_value(c, v);
+            /* a node may read the same value twice: each read counts */
+            if (v >= 0 && --c->slots[v].uses_left == 0 && c->out_slot[v] < 0)
+                slot_release(c, &c->slots[v]);
         }
         for (int k = 0; k < n->n_out; k++) {
             int v = n->out[k];
-            if (v >= 0 && c->uses_left[v] == 0 && slot[v] < 0) release_value(c, v);
+            if (v >= 0 && c->slots[v].uses_left == 0 && c->out_slot[v] < 0)
+                slot_release(c, &c->slots[v]);
         }
     }
-    /* Outputs that are constants or inputs, bound to caller memory: copy. */
-    for (int k = 0; k < g->n_outputs; k++) {
-        int v = g->outputs[k];
-        kiln_tensor *t = &c->vt[v];
-        kiln_tinfo ti = {.dtype = t->dtype, .rank = t->rank};
-        memcpy(ti.dims, t->dims, sizeof ti.dims);
-        size_t nb = kiln__value_nbytes(&ti);
-        if (c->out[k].data && t->data != c->out[k].data) {
-            if (c->out[k].cap < nb) {
-                s = KILN_FAIL(KILN_ERR_INVALID_ARGUMENT,
-                              "output '%s' needs %zu bytes, but the bound buffer holds %zu",
-                              g->values[v].name, nb, c->out[k].cap);
-                goto done;
-            }
-            if (nb) memcpy(c->out[k].data, t->data, nb);
-            t->data = c->out[k].data;
-        }
-    }
+    for (int k = 0; k < g->n_outputs; k++) KILN_TRY(deliver_output(c, k));
+    if (c->be[MEM_DEV]) KILN_TRY(c->be[MEM_DEV]->sync(c->state[MEM_DEV]));
     c->ran = true;
-done:
-    kiln__free(slot);
-    return s;
+    return KILN_OK;
 }
 
 size_t kiln__context_memory(const kiln_context *c) {
-    size_t total = c->ws_cap;
-    for (int i = 0; i < c->n_bufs; i++) total += c->bufs[i].cap;
+    size_t total = 0;
+    for (int m = 0; m < 2; m++) {
+        total += c->pool[m].ws_cap;
+        for (int i = 0; i < c->pool[m].n; i++) total += c->pool[m].bufs[i].cap;
+    }
     return total;
 }
 
@@ -410,20 +531,82 @@ kiln_status kiln_context_get_output(kiln_context *c, const char *name, kiln_dtyp
         return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "kiln_context_get_output: NULL context or name");
     const kiln_graph *g = c->e->graph;
     int k = find_io(g, g->outputs, g->n_outputs, name);
-    if (k < 0) {
-        char list[512];
-        names_list(g, g->outputs, g->n_outputs, list, sizeof list);
-        return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "engine has no output named '%s' (outputs: %s)",
-                         name, list);
-    }
+    if (k < 0) return no_such_io(g, false, name);
     if (!c->ran)
         return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT,
                          "output '%s' is not available: the context has not run successfully", name);
-    const kiln_tensor *t = &c->vt[g->outputs[k]];
-    if (dtype) *dtype = t->dtype;
-    if (rank) *rank = t->rank;
+    int v = g->outputs[k];
+    kiln_slot *s = &c->slots[v];
+    if (data) {
+        /* host bytes; a device output is copied to the host once */
+        KILN_TRY(slot_make_available(c, v, MEM_HOST));
+        *data = s->ptr[MEM_HOST];
+    }
+    if (dtype) *dtype = s->t.dtype;
+    if (rank) *rank = s->t.rank;
     if (dims)
-        for (int d = 0; d < t->rank; d++) dims[d] = t->dims[d];
-    if (data) *data = t->data;
+        for (int d = 0; d < s->t.rank; d++) dims[d] = s->t.dims[d];
     return KILN_OK;
+}
+
+kiln_status kiln_context_get_output_device(kiln_context *c, const char *name, const void **data) {
+    if (!c || !name || !data)
+        return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "kiln_context_get_output_device: NULL argument");
+    const kiln_graph *g = c->e->graph;
+    int k = find_io(g, g->outputs, g->n_outputs, name);
+    if (k < 0) return no_such_io(g, false, name);
+    if (!c->be[MEM_DEV])
+        return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "output '%s': a CPU engine has no device outputs",
+                         name);
+    if (!c->ran)
+        return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT,
+                         "output '%s' is not available: the context has not run successfully", name);
+    int v = g->outputs[k];
+    KILN_TRY(slot_make_available(c, v, MEM_DEV));
+    KILN_TRY(c->be[MEM_DEV]->sync(c->state[MEM_DEV]));
+    *data = c->slots[v].ptr[MEM_DEV];
+    return KILN_OK;
+}
+
+/* ---- engine-level device state ---------------------------------------- */
+
+kiln_status kiln__engine_prepare(kiln_engine *e) {
+    if (e->opts.device == KILN_DEVICE_CPU || e->dev_const) return KILN_OK;
+    const kiln_backend_i *dev = kiln__backend_for(e->opts.device);
+    if (!dev)
+        return KILN_FAIL(KILN_ERR_UNSUPPORTED,
+                         "the engine was built for device %d, which this kiln was built without",
+                         e->opts.device);
+    const kiln_graph *g = e->graph;
+    KILN_TRY(dev->state_create(e->opts.device_index, &e->dev_state));
+    e->dev_const = kiln__calloc((size_t)g->n_values + 1, sizeof *e->dev_const);
+    if (!e->dev_const) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    for (int ni = 0; ni < g->n_nodes; ni++) {
+        const kiln_node *n = &g->nodes[ni];
+        if (n->device == KILN_DEVICE_CPU) continue;
+        for (int i = 0; i < n->n_in; i++) {
+            int v = n->in[i];
+            if (v < 0 || e->dev_const[v] || !(g->values[v].flags & KILN_VALUE_CONST)) continue;
+            const kiln_value *val = &g->values[v];
+            e->dev_const[v] = dev->alloc(e->dev_state, val->nbytes + 64);
+            if (!e->dev_const[v])
+                return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY,
+                                 "out of device memory uploading weight '%s' (%zu bytes)", val->name,
+                                 val->nbytes);
+            if (val->nbytes) KILN_TRY(dev->to_device(e->dev_state, e->dev_const[v], val->data, val->nbytes));
+        }
+    }
+    return dev->sync(e->dev_state);
+}
+
+void kiln__engine_release(kiln_engine *e) {
+    if (!e->dev_state && !e->dev_const) return;
+    const kiln_backend_i *dev = kiln__backend_for(e->opts.device);
+    if (dev && e->dev_const && e->graph)
+        for (int i = 0; i < e->graph->n_values; i++)
+            if (e->dev_const[i]) dev->free(e->dev_state, e->dev_const[i]);
+    if (dev && e->dev_state) dev->state_free(e->dev_state);
+    kiln__free(e->dev_const);
+    e->dev_const = NULL;
+    e->dev_state = NULL;
 }

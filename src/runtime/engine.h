@@ -33,6 +33,7 @@ typedef struct kiln_profile_req {
 struct kiln_builder {
     kiln_build_options opts;
     char *timing_cache;
+    bool strict_device;
     kiln_profile_req *profiles;
     int n_profiles, cap_profiles;
 };
@@ -47,6 +48,11 @@ struct kiln_engine {
     void *blob;                  /* mmap'd file or kiln__aligned_alloc'd copy */
     size_t blob_size;
     int blob_kind;               /* 0 none, 1 mmap, 2 aligned_alloc */
+    /* Device engines: constants read by device nodes, uploaded once at
+     * build/load time and shared by all contexts (dev_const[value] or NULL),
+     * and the backend state that owns them. */
+    void **dev_const;
+    void *dev_state;
     /* Cached descriptions (kiln_engine_describe). */
     char *describe_text;
     char *describe_json;
@@ -57,6 +63,12 @@ KILN_PRIVATE kiln_status kiln__format_write(const kiln_engine *e, void **data, s
 /* Parses `data` (which must stay alive as e->blob; constants borrow from it)
  * into e->graph, e->profiles, e->opts, e->target. Validates everything. */
 KILN_PRIVATE kiln_status kiln__format_read(const void *data, size_t size, kiln_engine *e);
+
+/* Device engines: uploads the constants device nodes read (no-op for CPU
+ * engines). Called after build and after load. */
+KILN_PRIVATE kiln_status kiln__engine_prepare(kiln_engine *e);
+/* Frees what kiln__engine_prepare made. */
+KILN_PRIVATE void kiln__engine_release(kiln_engine *e);
 
 /* Bytes of activation buffers and scratch a context holds after its runs. */
 KILN_PRIVATE size_t kiln__context_memory(const kiln_context *c);
