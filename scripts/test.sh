@@ -14,6 +14,10 @@ BUILD_DIR=build bash scripts/build.sh -DKILN_MODEL_TESTS=ON
 echo "== real models vs PyTorch (ResNet-50, MobileNetV2, BERT-base, MLP)"
 (cd build && ctest --output-on-failure -V -R '^models$' | grep -vE '^[0-9]+: (Test command|Working Directory|Environment)')
 
+echo "== Python front end (python/: pytest, Lightning)"
+bash scripts/setup_python.sh
+KILN_LIBRARY=build/libkiln.so KILN_CLI=build/kiln .venv/bin/python -m pytest -q -rs python/tests
+
 echo "== ASan + UBSan build"
 BUILD_DIR=build-asan bash scripts/build.sh -DKILN_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1

@@ -230,7 +230,6 @@ def bind_inputs(module, method_name, args, kwargs, dynamic_batch=None):
         except TypeError as e:
             raise TypeError(f"the inputs do not match {label}{sig}: {e}") from None
     bound = []
-    pi = 0
     var_pos = next((p for p in params if p.kind == p.VAR_POSITIONAL), None)
     positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     for i, value in enumerate(args):
@@ -240,7 +239,6 @@ def bind_inputs(module, method_name, args, kwargs, dynamic_batch=None):
             pname = f"{var_pos.name}_{i - len(positional)}"
         else:
             pname = f"input{i}"
-        pi += 1
         spec, example = _to_spec(value, f"input '{pname}' of {label}", dynamic_batch)
         bound.append(BoundInput(spec.name or pname, pname, False, spec, example))
     for key, value in kwargs.items():

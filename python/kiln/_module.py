@@ -40,7 +40,7 @@ import torch
 
 from . import _lib
 from ._engine import DEVICE_CUDA, Engine
-from ._export import KILN_TO_TORCH, TORCH_TO_KILN, tree_is_plain, tree_num_leaves, unflatten_outputs
+from ._export import KILN_TO_TORCH, tree_is_plain, tree_num_leaves, unflatten_outputs
 from ._lib import KILN_MAX_RANK, KilnError, Status, check, lib
 
 SPEC_SUFFIX = ".json"

@@ -21,7 +21,7 @@ if not os.environ.get("KILN_LIBRARY") and (REPO / "build" / "libkiln.so").exists
 
 import torch  # noqa: E402
 
-import kiln  # noqa: E402
+import kiln  # noqa: E402,F401  (fails early when the package is broken)
 from kiln import _compat  # noqa: E402
 
 torch.set_num_threads(1)  # the machines running this are small and shared

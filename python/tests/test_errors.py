@@ -104,13 +104,6 @@ def test_unsupported_precision_is_kilns_error(mlp):
     assert e.value.status_name == "KILN_ERR_UNSUPPORTED"
 
 
-def test_cuda_device_goes_to_kiln(mlp):
-    """device='cuda' is passed to the builder; this kiln has no CUDA backend yet."""
-    with raises(kiln.KilnError, "device 'cuda' is not available: this kiln was built without it") as e:
-        kiln.convert_method_to_engine(mlp, inputs=[torch.randn(2, 16)], device="cuda:0")
-    assert e.value.status == kiln.Status.UNSUPPORTED
-
-
 def test_unsupported_operators_torchscript():
     with pytest.raises(kiln.UnsupportedOperatorError) as e:
         kiln.convert_method_to_engine(Unsupported(), inputs=[torch.randn(2, 4)],

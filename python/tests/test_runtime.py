@@ -177,3 +177,22 @@ def test_method_calling_self(mlp):
     with torch.no_grad():
         assert_close(em(x, k), m.scaled(x, k))
     assert "forward" not in m.__dict__  # the stand-in forward is gone again
+
+
+def test_build_options_reach_the_builder(mlp, tmp_path):
+    eng = kiln.convert_method_to_engine(
+        mlp, inputs=[torch.randn(2, 16)], exporter="torchscript", opset=13, threads=3,
+        workspace=1 << 20, timing_cache=tmp_path / "timings", onnx_path=tmp_path / "mlp.onnx")
+    info = kiln.EngineModule(eng).inspect(json=True)
+    assert info["threads"] == 3 and info["precision"] == "fp32" and info["device"] == "cpu"
+    import onnx
+
+    model = onnx.load(str(tmp_path / "mlp.onnx"))
+    assert [o.version for o in model.opset_import if o.domain in ("", "ai.onnx")] == [13]
+    assert [i.name for i in model.graph.input] == ["x"]
+    assert [o.name for o in model.graph.output] == ["output0"]
+
+
+def test_tf32_precision_is_kept(mlp):
+    em = kiln.compile(mlp, [torch.randn(2, 16)], precision="tf32")
+    assert em.precision == "tf32"

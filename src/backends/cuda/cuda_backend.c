@@ -129,7 +129,13 @@ fail:
 static kiln_status cuda_set_stream(void *state, void *stream) {
     kiln_cuda_state *st = state;
     if (!st) return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "set_stream: no CUDA state");
-    st->stream = stream ? (cudaStream_t)stream : st->own;
+    cudaStream_t next = stream ? (cudaStream_t)stream : st->own;
+    if (next != st->stream) {
+        /* work queued on the old stream (uploads, earlier runs) comes first */
+        KILN_CUDA_TRY(cudaSetDevice(st->device), "set_stream");
+        KILN_CUDA_TRY(cudaStreamSynchronize(st->stream), "set_stream");
+    }
+    st->stream = next;
 #if KILN_HAVE_CUDNN
     if (st->dnn && cudnnSetStream(st->dnn, st->stream) != CUDNN_STATUS_SUCCESS)
         return KILN_FAIL(KILN_ERR_DEVICE, "cuDNN rejected the stream given to the context");

@@ -88,13 +88,10 @@ static kiln_status dnn_fail(const char *node, const char *what, cudnnStatus_t s)
                      cudnnGetErrorString(s));
 }
 
-#define DNN_TRY(call, what)                            \
+/* descriptor setup: any failure means "cuDNN declines", the caller falls back */
+#define DNN_SETUP(call)                                \
     do {                                               \
-        cudnnStatus_t dnn_s_ = (call);                 \
-        if (dnn_s_ != CUDNN_STATUS_SUCCESS) {          \
-            s = dnn_fail(node, (what), dnn_s_);        \
-            goto done;                                 \
-        }                                              \
+        if ((call) != CUDNN_STATUS_SUCCESS) goto done; \
     } while (0)
 
 /* Runs the convolution through cuDNN. *handled = false: cuDNN declined
@@ -147,17 +144,16 @@ static kiln_status conv_cudnn(const kiln_kernel_args *a, const kcu_conv *g, bool
     cudnnTensorDescriptor_t xdesc = NULL, ydesc = NULL;
     cudnnFilterDescriptor_t wdesc = NULL;
     cudnnConvolutionDescriptor_t cdesc = NULL;
-    DNN_TRY(cudnnCreateTensorDescriptor(&xdesc), "CreateTensorDescriptor");
-    DNN_TRY(cudnnCreateTensorDescriptor(&ydesc), "CreateTensorDescriptor");
-    DNN_TRY(cudnnCreateFilterDescriptor(&wdesc), "CreateFilterDescriptor");
-    DNN_TRY(cudnnCreateConvolutionDescriptor(&cdesc), "CreateConvolutionDescriptor");
-    DNN_TRY(cudnnSetTensorNdDescriptor(xdesc, dt, nd, xd, xs), "SetTensorNdDescriptor (X)");
-    DNN_TRY(cudnnSetTensorNdDescriptor(ydesc, dt, nd, yd, ys), "SetTensorNdDescriptor (Y)");
-    DNN_TRY(cudnnSetFilterNdDescriptor(wdesc, dt, CUDNN_TENSOR_NCHW, nd, wd), "SetFilterNdDescriptor");
-    DNN_TRY(cudnnSetConvolutionNdDescriptor(cdesc, nsp, pad, str, dil, CUDNN_CROSS_CORRELATION, ct),
-            "SetConvolutionNdDescriptor");
-    DNN_TRY(cudnnSetConvolutionGroupCount(cdesc, (int)g->G), "SetConvolutionGroupCount");
-    DNN_TRY(cudnnSetConvolutionMathType(cdesc, math), "SetConvolutionMathType");
+    DNN_SETUP(cudnnCreateTensorDescriptor(&xdesc));
+    DNN_SETUP(cudnnCreateTensorDescriptor(&ydesc));
+    DNN_SETUP(cudnnCreateFilterDescriptor(&wdesc));
+    DNN_SETUP(cudnnCreateConvolutionDescriptor(&cdesc));
+    DNN_SETUP(cudnnSetTensorNdDescriptor(xdesc, dt, nd, xd, xs));
+    DNN_SETUP(cudnnSetTensorNdDescriptor(ydesc, dt, nd, yd, ys));
+    DNN_SETUP(cudnnSetFilterNdDescriptor(wdesc, dt, CUDNN_TENSOR_NCHW, nd, wd));
+    DNN_SETUP(cudnnSetConvolutionNdDescriptor(cdesc, nsp, pad, str, dil, CUDNN_CROSS_CORRELATION, ct));
+    DNN_SETUP(cudnnSetConvolutionGroupCount(cdesc, (int)g->G));
+    DNN_SETUP(cudnnSetConvolutionMathType(cdesc, math));
     int od[5];
     if (cudnnGetConvolutionNdForwardOutputDim(cdesc, xdesc, wdesc, nd, od) != CUDNN_STATUS_SUCCESS)
         goto done;
@@ -183,9 +179,14 @@ static kiln_status conv_cudnn(const kiln_kernel_args *a, const kcu_conv *g, bool
     double ad = 1.0, bd = 0.0;
     const void *alpha = dt == CUDNN_DATA_DOUBLE ? (const void *)&ad : (const void *)&af;
     const void *beta = dt == CUDNN_DATA_DOUBLE ? (const void *)&bd : (const void *)&bf;
-    DNN_TRY(cudnnConvolutionForward(st->dnn, alpha, xdesc, X->data, wdesc, W->data, cdesc,
-                                    perf[pick].algo, ws, perf[pick].memory, beta, ydesc, Y->data),
-            "ConvolutionForward");
+    cudnnStatus_t fs = cudnnConvolutionForward(st->dnn, alpha, xdesc, X->data, wdesc, W->data,
+                                               cdesc, perf[pick].algo, ws, perf[pick].memory, beta,
+                                               ydesc, Y->data);
+    if (fs == CUDNN_STATUS_NOT_SUPPORTED) goto done;
+    if (fs != CUDNN_STATUS_SUCCESS) {
+        s = dnn_fail(node, "ConvolutionForward", fs);
+        goto done;
+    }
     *handled = true;
 done:
     if (cdesc) cudnnDestroyConvolutionDescriptor(cdesc);

@@ -1,0 +1,66 @@
+"""The CUDA path: device='cuda' goes to kiln's builder; CUDA engines run on CUDA tensors
+on torch's current stream. Until kiln has a CUDA backend, building fails with kiln's
+own message and the engine tests skip; once it has one, they run on a GPU machine."""
+
+import pytest
+import torch
+
+import kiln
+from conftest import assert_close
+from models import MLP
+
+NO_CUDA_BACKEND = "device 'cuda' is not available: this kiln was built without it"
+needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+@pytest.fixture(scope="module")
+def mlp():
+    return MLP().eval()
+
+
+def _cuda_engine(mlp, **opts):
+    spec = kiln.Input(min_shape=(1, 16), opt_shape=(4, 16), max_shape=(8, 16))
+    try:
+        return kiln.convert_method_to_engine(mlp, inputs=[spec], device="cuda", **opts)
+    except kiln.KilnError as e:
+        assert e.status == kiln.Status.UNSUPPORTED
+        assert str(e) == NO_CUDA_BACKEND
+        pytest.skip("this kiln has no CUDA backend")
+
+
+@needs_gpu
+def test_cpu_engine_rejects_cuda_tensors(mlp):
+    em = kiln.compile(mlp, [torch.randn(2, 16)])
+    with pytest.raises(ValueError) as e:
+        em(torch.randn(2, 16, device="cuda"))
+    assert str(e.value) == ("input 'x' is on cuda:0, but the engine runs on cpu; move it with "
+                            ".to('cpu')")
+
+
+def test_cuda_build_goes_to_kiln(mlp):
+    """Builds for CUDA where kiln can; else kiln's error, unchanged."""
+    data = _cuda_engine(mlp)
+    em = kiln.EngineModule(data)
+    assert em.device.type == "cuda"
+
+
+@needs_gpu
+def test_cuda_engine_runs_on_current_stream(mlp):
+    data = _cuda_engine(mlp)
+    em = kiln.EngineModule(data)
+    model = MLP().eval().cuda()
+    x = torch.randn(5, 16, device="cuda")
+    with torch.no_grad():
+        want = model(x)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        got = em(x)
+    side.synchronize()
+    assert got.device.type == "cuda"
+    assert_close(got, want)
+    assert em.run_stats["outputs_copied"] == 0
+    with pytest.raises(ValueError) as e:
+        em(x.cpu())
+    assert str(e.value) == ("input 'x' is on cpu, but the engine runs on cuda:0; move it with "
+                            ".to('cuda:0')")
