@@ -86,7 +86,7 @@ if(KILN_CUDA_ENABLED AND NOT KILN_CUDNN STREQUAL "OFF")
             HINTS ${_kiln_cudnn_hints} ${CUDAToolkit_INCLUDE_DIRS}
             PATH_SUFFIXES include include/x86_64-linux-gnu)
   # pip's nvidia-cudnn ships lib/libcudnn.so.9 without the unversioned link
-  find_library(KILN_CUDNN_LIBRARY NAMES cudnn libcudnn.so.9
+  find_library(KILN_CUDNN_LIBRARY NAMES cudnn libcudnn.so.9 NAMES_PER_DIR
                HINTS ${_kiln_cudnn_hints} ${CUDAToolkit_LIBRARY_DIR}
                PATH_SUFFIXES lib lib64 lib/x86_64-linux-gnu)
   if(KILN_CUDNN_INCLUDE_DIR AND KILN_CUDNN_LIBRARY)
@@ -159,7 +159,8 @@ function(_kiln_cuda_attach deferred)
   endif()
   target_compile_definitions(kiln_objs PRIVATE ${_defs})
   target_include_directories(kiln_objs PRIVATE ${_incs})
-  set_target_properties(kiln kiln_static PROPERTIES LINKER_LANGUAGE C)
+  # They compile no CUDA themselves (and may predate CMAKE_CUDA_ARCHITECTURES).
+  set_target_properties(kiln kiln_static PROPERTIES LINKER_LANGUAGE C CUDA_ARCHITECTURES OFF)
   foreach(t kiln kiln_static)
     target_sources(${t} PRIVATE $<TARGET_OBJECTS:kiln_cuda_objs>)
     target_link_libraries(${t} PUBLIC ${_libs})

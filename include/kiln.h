@@ -111,6 +111,9 @@ KILN_API const char *kiln_status_name(kiln_status s); /* "KILN_ERR_MODEL" */
 KILN_API const char *kiln_last_error(void);
 KILN_API const char *kiln_dtype_name(kiln_dtype t);   /* "float32"; "?" if unknown */
 KILN_API size_t kiln_dtype_size(kiln_dtype t);        /* bytes per element; 0 if none */
+/* Whether this kiln has a backend for `dev` and, for GPUs, at least one
+ * device is present (1) or not (0). */
+KILN_API int kiln_device_available(kiln_device dev);
 /* Releases memory that kiln returned to the caller (kiln_engine_serialize). */
 KILN_API void kiln_free(void *p);
 
@@ -182,6 +185,8 @@ KILN_API kiln_status kiln_engine_output_info(const kiln_engine *e, int index, ki
 KILN_API kiln_status kiln_engine_input_profile(const kiln_engine *e, int index, int64_t *min,
                                                int64_t *opt, int64_t *max);
 KILN_API kiln_device kiln_engine_device(const kiln_engine *e);
+/* Index of the device (GPU) the engine runs on; 0 for CPU engines. */
+KILN_API int kiln_engine_device_index(const kiln_engine *e);
 /* Number of layers (nodes) in the engine's optimized plan. */
 KILN_API int kiln_engine_num_layers(const kiln_engine *e);
 KILN_API kiln_precision kiln_engine_precision(const kiln_engine *e);

@@ -66,7 +66,7 @@ def _free_all(handle, contexts):
 class Engine:
     """One kiln_engine. Construct with Engine.from_bytes / Engine.from_file."""
 
-    def __init__(self, handle, threads=None, header=b""):
+    def __init__(self, handle, threads=None):
         self._h = ctypes.c_void_p(handle)
         self._all_contexts = []  # every context created (freed with the engine)
         self._free_contexts = []  # contexts not in use
@@ -91,10 +91,7 @@ class Engine:
         self.device_type = L.kiln_engine_device(self._h)
         self.precision = PRECISIONS.get(L.kiln_engine_precision(self._h), "?")
         self.num_layers = L.kiln_engine_num_layers(self._h)
-        # kiln.h has no getter for the device index: read it from the engine file's
-        # header (docs/engine-format.md: i32 little-endian at offset 84).
-        self.device_index = (int.from_bytes(header[84:88], "little", signed=True)
-                             if len(header) >= 88 else 0)
+        self.device_index = L.kiln_engine_device_index(self._h)
 
     # ---- construction --------------------------------------------------------------
     @classmethod
@@ -103,15 +100,13 @@ class Engine:
         out = ctypes.c_void_p()
         buf = ctypes.c_char_p(data)
         check(lib().kiln_engine_load_memory(buf, len(data), ctypes.byref(out)))
-        return cls(out.value, threads, header=data[:88])
+        return cls(out.value, threads)
 
     @classmethod
     def from_file(cls, path, threads=None):
         out = ctypes.c_void_p()
         check(lib().kiln_engine_load(os.fsencode(Path(path)), ctypes.byref(out)))
-        with open(path, "rb") as f:
-            header = f.read(88)
-        return cls(out.value, threads, header=header)
+        return cls(out.value, threads)
 
     # ---- engine-level --------------------------------------------------------------
     @property

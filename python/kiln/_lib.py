@@ -114,6 +114,8 @@ _PROTOTYPES = {
     "kiln_engine_output_info": (_st, [_p, ctypes.c_int, ctypes.POINTER(IoInfo)]),
     "kiln_engine_input_profile": (_st, [_p, ctypes.c_int, _i64p, _i64p, _i64p]),
     "kiln_engine_device": (ctypes.c_int, [_p]),
+    "kiln_engine_device_index": (ctypes.c_int, [_p]),
+    "kiln_device_available": (ctypes.c_int, [ctypes.c_int]),
     "kiln_engine_num_layers": (ctypes.c_int, [_p]),
     "kiln_engine_precision": (ctypes.c_int, [_p]),
     "kiln_engine_describe": (ctypes.c_char_p, [_p, ctypes.c_int]),

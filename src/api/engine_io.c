@@ -264,3 +264,5 @@ kiln_device kiln_engine_device(const kiln_engine *e) {
 kiln_precision kiln_engine_precision(const kiln_engine *e) {
     return e ? (kiln_precision)e->opts.precision : KILN_PRECISION_FP32;
 }
+
+int kiln_engine_device_index(const kiln_engine *e) { return e ? e->opts.device_index : 0; }
