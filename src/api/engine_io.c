@@ -15,7 +15,7 @@
 
 /* Takes ownership of blob (kind 1 or 2) and parses it into a new engine. */
 static kiln_status engine_from_blob(void *blob, size_t size, int kind, kiln_engine **out) {
-    kiln_engine *e = kiln__calloc(1, sizeof *e);
+    kiln_engine *e = kiln__engine_alloc();
     if (!e) {
         if (kind == 1) munmap(blob, size);
         else kiln__aligned_free(blob);
@@ -25,7 +25,6 @@ static kiln_status engine_from_blob(void *blob, size_t size, int kind, kiln_engi
     e->blob_size = size;
     e->blob_kind = kind;
     kiln_status st = kiln__format_read(blob, size, e);
-    if (st == KILN_OK) st = kiln__engine_prepare(e);
     if (st != KILN_OK) {
         kiln_engine_free(e);
         return st;
@@ -188,6 +187,7 @@ void kiln_engine_free(kiln_engine *e) {
     kiln__free(e->profiles);
     kiln__free(e->describe_text);
     kiln__free(e->describe_json);
+    pthread_mutex_destroy(&e->dev_lock);
     if (e->blob_kind == 1 && e->blob)
         munmap(e->blob, e->blob_size);
     else if (e->blob_kind == 2)

@@ -246,7 +246,7 @@ kiln_status kiln_build(const kiln_builder *b, const kiln_model *m, kiln_engine *
         return KILN_FAIL(KILN_ERR_UNSUPPORTED,
                          "precision %s is not supported by the CPU backend (use fp32)",
                          b->opts.precision == KILN_PRECISION_FP16 ? "fp16" : "bf16");
-    kiln_engine *e = kiln__calloc(1, sizeof *e);
+    kiln_engine *e = kiln__engine_alloc();
     kiln_status s;
     if (!e) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory creating an engine");
     if ((s = kiln__graph_clone(m->graph, &e->graph)) != KILN_OK) goto fail;
@@ -264,7 +264,6 @@ kiln_status kiln_build(const kiln_builder *b, const kiln_model *m, kiln_engine *
     if ((s = place_nodes(b, be, g)) != KILN_OK) goto fail;
     e->opts = b->opts;
     kiln__cpu_target(e->target, sizeof e->target);
-    if ((s = kiln__engine_prepare(e)) != KILN_OK) goto fail;
     snprintf(e->builder_version, sizeof e->builder_version, "%s", kiln_version_string());
     *out = e;
     return KILN_OK;

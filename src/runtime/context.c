@@ -84,6 +84,8 @@ kiln_status kiln_context_create(const kiln_engine *e, kiln_context **out) {
             return KILN_FAIL(KILN_ERR_UNSUPPORTED,
                              "the engine was built for device %d, which this kiln was built without",
                              e->opts.device);
+        /* weights go to the device once per engine, with its first context */
+        KILN_TRY(kiln__engine_prepare((kiln_engine *)e));
     }
     kiln_context *c = kiln__calloc(1, sizeof *c);
     if (!c) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory creating a context");
@@ -570,8 +572,28 @@ kiln_status kiln_context_get_output_device(kiln_context *c, const char *name, co
 
 /* ---- engine-level device state ---------------------------------------- */
 
+kiln_engine *kiln__engine_alloc(void) {
+    kiln_engine *e = kiln__calloc(1, sizeof *e);
+    if (e) pthread_mutex_init(&e->dev_lock, NULL);
+    return e;
+}
+
+static kiln_status engine_upload(kiln_engine *e);
+
 kiln_status kiln__engine_prepare(kiln_engine *e) {
-    if (e->opts.device == KILN_DEVICE_CPU || e->dev_const) return KILN_OK;
+    if (e->opts.device == KILN_DEVICE_CPU) return KILN_OK;
+    pthread_mutex_lock(&e->dev_lock);
+    kiln_status s = KILN_OK;
+    if (!e->dev_ready) {
+        s = engine_upload(e);
+        if (s == KILN_OK) e->dev_ready = true;
+        else kiln__engine_release(e);
+    }
+    pthread_mutex_unlock(&e->dev_lock);
+    return s;
+}
+
+static kiln_status engine_upload(kiln_engine *e) {
     const kiln_backend_i *dev = kiln__backend_for(e->opts.device);
     if (!dev)
         return KILN_FAIL(KILN_ERR_UNSUPPORTED,

@@ -5,6 +5,8 @@
 
 #include "ir/ir.h"
 
+#include <pthread.h>
+
 struct kiln_model {
     kiln_graph *graph;     /* as imported, shapes inferred */
     char *producer;        /* producer_name + version, for inspect */
@@ -49,10 +51,13 @@ struct kiln_engine {
     size_t blob_size;
     int blob_kind;               /* 0 none, 1 mmap, 2 aligned_alloc */
     /* Device engines: constants read by device nodes, uploaded once at
-     * build/load time and shared by all contexts (dev_const[value] or NULL),
-     * and the backend state that owns them. */
+     * when the first context is created and shared by all contexts
+     * (dev_const[value] or NULL), and the backend state that owns them.
+     * dev_lock guards the upload; the engine is otherwise immutable. */
     void **dev_const;
     void *dev_state;
+    bool dev_ready;
+    pthread_mutex_t dev_lock;
     /* Cached descriptions (kiln_engine_describe). */
     char *describe_text;
     char *describe_json;
@@ -64,8 +69,10 @@ KILN_PRIVATE kiln_status kiln__format_write(const kiln_engine *e, void **data, s
  * into e->graph, e->profiles, e->opts, e->target. Validates everything. */
 KILN_PRIVATE kiln_status kiln__format_read(const void *data, size_t size, kiln_engine *e);
 
-/* Device engines: uploads the constants device nodes read (no-op for CPU
- * engines). Called after build and after load. */
+/* Allocates an engine with its lock initialized (free: kiln_engine_free). */
+KILN_PRIVATE kiln_engine *kiln__engine_alloc(void);
+/* Device engines: uploads the constants device nodes read, once (no-op for
+ * CPU engines). Thread-safe; called by kiln_context_create. */
 KILN_PRIVATE kiln_status kiln__engine_prepare(kiln_engine *e);
 /* Frees what kiln__engine_prepare made. */
 KILN_PRIVATE void kiln__engine_release(kiln_engine *e);
