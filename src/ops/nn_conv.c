@@ -14,6 +14,7 @@
  * Other dtypes and the integer variants use a direct loop accumulating in
  * double (exact for 8-bit products), with zero points and requantization for
  * ConvInteger and QLinearConv. */
+#include "ops/nn_attrs.h"
 #include "ops/gemm.h"
 #include "ops/op.h"
 
@@ -22,23 +23,10 @@
 #include <stdio.h>
 
 #define NODE(a) ((a)->node_name ? (a)->node_name : "?")
-#define MAX_SP (KILN_MAX_RANK - 2)
 
-enum { PAD_NOTSET = 0, PAD_SAME_UPPER = 1, PAD_SAME_LOWER = 2, PAD_VALID = 3 };
 
 /* Serialized verbatim into engines: keep POD and fixed-size. Counts of 0
  * mean "attribute absent" (defaults apply). */
-typedef struct kiln_conv_attrs {
-    int32_t auto_pad; /* PAD_* */
-    int32_t group;
-    int32_t n_kernel, n_pads, n_strides, n_dilations, n_out_pad, n_out_shape;
-    int64_t kernel[MAX_SP];
-    int64_t pads[2 * MAX_SP];
-    int64_t strides[MAX_SP];
-    int64_t dilations[MAX_SP];
-    int64_t output_padding[MAX_SP];
-    int64_t output_shape[KILN_MAX_RANK];
-} kiln_conv_attrs;
 
 /* ---- import --------------------------------------------------------------- */
 
@@ -69,11 +57,11 @@ static kiln_status conv_import(kiln_import_ctx *ic, void *attrs) {
     if (group < 1 || group > INT32_MAX)
         return KILN_IMPORT_FAIL(ic, "attribute 'group' must be >= 1, got %lld", (long long)group);
     at->group = (int32_t)group;
-    KILN_TRY(read_ints(ic, "kernel_shape", at->kernel, MAX_SP, &at->n_kernel));
-    KILN_TRY(read_ints(ic, "pads", at->pads, 2 * MAX_SP, &at->n_pads));
-    KILN_TRY(read_ints(ic, "strides", at->strides, MAX_SP, &at->n_strides));
-    KILN_TRY(read_ints(ic, "dilations", at->dilations, MAX_SP, &at->n_dilations));
-    KILN_TRY(read_ints(ic, "output_padding", at->output_padding, MAX_SP, &at->n_out_pad));
+    KILN_TRY(read_ints(ic, "kernel_shape", at->kernel, KILN_NN_MAX_SP, &at->n_kernel));
+    KILN_TRY(read_ints(ic, "pads", at->pads, 2 * KILN_NN_MAX_SP, &at->n_pads));
+    KILN_TRY(read_ints(ic, "strides", at->strides, KILN_NN_MAX_SP, &at->n_strides));
+    KILN_TRY(read_ints(ic, "dilations", at->dilations, KILN_NN_MAX_SP, &at->n_dilations));
+    KILN_TRY(read_ints(ic, "output_padding", at->output_padding, KILN_NN_MAX_SP, &at->n_out_pad));
     KILN_TRY(read_ints(ic, "output_shape", at->output_shape, KILN_MAX_RANK, &at->n_out_shape));
     for (int i = 0; i < at->n_strides; i++)
         if (at->strides[i] < 1) return KILN_IMPORT_FAIL(ic, "strides must be >= 1");
@@ -90,7 +78,7 @@ typedef struct conv_geom {
     int ns;                  /* spatial rank */
     int64_t N, C, M, G;      /* batch, input channels, output channels, groups */
     int64_t Cg, Mg;          /* per group */
-    int64_t in[MAX_SP], out[MAX_SP], k[MAX_SP], s[MAX_SP], d[MAX_SP], pb[MAX_SP], pe[MAX_SP];
+    int64_t in[KILN_NN_MAX_SP], out[KILN_NN_MAX_SP], k[KILN_NN_MAX_SP], s[KILN_NN_MAX_SP], d[KILN_NN_MAX_SP], pb[KILN_NN_MAX_SP], pe[KILN_NN_MAX_SP];
     int64_t in_sz, out_sz, k_sz; /* products (-1 if unknown) */
 } conv_geom;
 
@@ -379,7 +367,7 @@ static void im2col_rows(void *vctx, int64_t r0, int64_t r1) {
     int ns = g->ns;
     for (int64_t r = r0; r < r1; r++) {
         int64_t ch = r / g->k_sz, kp = r % g->k_sz;
-        int64_t kidx[MAX_SP], base[MAX_SP], o[MAX_SP];
+        int64_t kidx[KILN_NN_MAX_SP], base[KILN_NN_MAX_SP], o[KILN_NN_MAX_SP];
         for (int i = ns - 1; i >= 0; i--) {
             kidx[i] = kp % g->k[i];
             kp /= g->k[i];
@@ -619,13 +607,13 @@ static void conv_direct(const kiln_kernel_args *a, const conv_geom *g, const kil
             int64_t gi = m / g->Mg;
             double wz = q_at(q.wz, m);
             double bias = B ? kiln__load_f64(B->dtype, B->data, m) : 0.0;
-            int64_t o[MAX_SP] = {0};
+            int64_t o[KILN_NN_MAX_SP] = {0};
             for (int64_t p = 0; p < g->out_sz; p++) {
                 double acc = 0.0;
                 for (int64_t c = 0; c < g->Cg; c++) {
                     int64_t xoff = (n * g->C + gi * g->Cg + c) * g->in_sz;
                     int64_t woff = (m * g->Cg + c) * g->k_sz;
-                    int64_t kx[MAX_SP] = {0};
+                    int64_t kx[KILN_NN_MAX_SP] = {0};
                     for (int64_t kp = 0; kp < g->k_sz; kp++) {
                         int64_t idx = 0;
                         bool ok = true;
@@ -842,7 +830,7 @@ static void col2im(const conv_geom *g, const float *col, float *y) {
     int ns = g->ns;
     for (int64_t r = 0; r < g->Mg * g->k_sz; r++) {
         int64_t m = r / g->k_sz, kp = r % g->k_sz;
-        int64_t base[MAX_SP], p[MAX_SP];
+        int64_t base[KILN_NN_MAX_SP], p[KILN_NN_MAX_SP];
         for (int i = ns - 1; i >= 0; i--) {
             base[i] = (kp % g->k[i]) * g->d[i] - g->pb[i];
             kp /= g->k[i];
@@ -910,12 +898,12 @@ static kiln_status convt_direct(const char *node, const conv_geom *g, const kiln
     for (int64_t n = 0; n < g->N; n++)
         for (int64_t c = 0; c < g->C; c++) {
             int64_t gi = c / g->Cg;
-            int64_t p[MAX_SP] = {0};
+            int64_t p[KILN_NN_MAX_SP] = {0};
             for (int64_t q = 0; q < g->in_sz; q++) {
                 double xv = kiln__load_f64(t, X->data, (n * g->C + c) * g->in_sz + q);
                 for (int64_t mm = 0; mm < g->Mg; mm++) {
                     int64_t m = gi * g->Mg + mm;
-                    int64_t kx[MAX_SP] = {0};
+                    int64_t kx[KILN_NN_MAX_SP] = {0};
                     for (int64_t kp = 0; kp < g->k_sz; kp++) {
                         int64_t idx = 0;
                         bool ok = true;

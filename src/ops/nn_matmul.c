@@ -5,6 +5,7 @@
  * folded into M; otherwise one GEMM per batch entry, batches spread over the
  * pool when each is small. Other dtypes use a plain loop accumulating in
  * double (floating types) or 64-bit integers (wrapping, like C unsigned). */
+#include "ops/nn_attrs.h"
 #include "ops/gemm.h"
 #include "ops/op.h"
 
@@ -240,10 +241,6 @@ const kiln_op_def kiln_op_MatMul = {
 
 /* ---- Gemm --------------------------------------------------------------- */
 
-typedef struct kiln_gemm_attrs {
-    float alpha, beta;
-    int32_t trans_a, trans_b;
-} kiln_gemm_attrs;
 
 static kiln_status gemm_import(kiln_import_ctx *ic, void *attrs) {
     kiln_gemm_attrs *at = attrs;

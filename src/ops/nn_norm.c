@@ -7,6 +7,7 @@
  * subtracts the row maximum before exponentiating. float32 softmax rows use
  * a vectorizable exp (Cody-Waite reduction + degree-7 polynomial, < 2 ulp
  * on the range softmax needs); other dtypes go through double. */
+#include "ops/nn_attrs.h"
 #include "ops/op.h"
 
 #include <float.h>
@@ -68,10 +69,6 @@ static double sumsq_dev_f32(const float *x, int64_t n, float m) {
 
 /* ---- BatchNormalization ----------------------------------------------------- */
 
-typedef struct kiln_bn_attrs {
-    float epsilon;
-    int32_t spatial; /* opset <= 8: 0 means per-element parameters */
-} kiln_bn_attrs;
 
 static kiln_status bn_import(kiln_import_ctx *ic, void *attrs) {
     kiln_bn_attrs *at = attrs;
@@ -205,9 +202,6 @@ const kiln_op_def kiln_op_BatchNormalization = {
 
 /* ---- InstanceNormalization --------------------------------------------------- */
 
-typedef struct kiln_eps_attrs {
-    float epsilon;
-} kiln_eps_attrs;
 
 static kiln_status in_import(kiln_import_ctx *ic, void *attrs) {
     ((kiln_eps_attrs *)attrs)->epsilon = kiln_attr_float(ic, "epsilon", 1e-5f);
@@ -293,11 +287,6 @@ const kiln_op_def kiln_op_InstanceNormalization = {
 
 /* ---- LayerNormalization ------------------------------------------------------ */
 
-typedef struct kiln_ln_attrs {
-    int32_t axis;
-    float epsilon;
-    int32_t stash_type;
-} kiln_ln_attrs;
 
 static kiln_status ln_import(kiln_import_ctx *ic, void *attrs) {
     kiln_ln_attrs *at = attrs;
@@ -605,12 +594,7 @@ const kiln_op_def kiln_op_MeanVarianceNormalization = {
 
 /* ---- Softmax, LogSoftmax, Hardmax ---------------------------------------- */
 
-enum { SM_SOFTMAX = 0, SM_LOGSOFTMAX = 1, SM_HARDMAX = 2 };
 
-typedef struct kiln_softmax_attrs {
-    int32_t axis;
-    int32_t coerce_2d; /* opset < 13: flatten to [prod(dims[:axis]), prod(dims[axis:])] */
-} kiln_softmax_attrs;
 
 static kiln_status sm_import(kiln_import_ctx *ic, void *attrs) {
     kiln_softmax_attrs *at = attrs;

@@ -9,6 +9,7 @@
  * Output size (NOTSET): floor or ceil((in + pads - dilated_kernel) / stride) + 1;
  * with ceil_mode the last window must start inside the input or its leading
  * padding (PyTorch's rule). SAME_*: ceil(in / stride). VALID: no padding. */
+#include "ops/nn_attrs.h"
 #include "ops/op.h"
 
 #include <float.h>
@@ -16,25 +17,8 @@
 #include <stdio.h>
 
 #define NODE(a) ((a)->node_name ? (a)->node_name : "?")
-#define MAX_SP (KILN_MAX_RANK - 2)
 
-enum { PAD_NOTSET = 0, PAD_SAME_UPPER = 1, PAD_SAME_LOWER = 2, PAD_VALID = 3 };
-enum { POOL_MAX = 0, POOL_AVG = 1, POOL_LP = 2 };
 
-/* Serialized verbatim into engines: keep POD and fixed-size. */
-typedef struct kiln_pool_attrs {
-    int32_t auto_pad;
-    int32_t ceil_mode;
-    int32_t count_include_pad;
-    int32_t storage_order;
-    int32_t n_kernel, n_pads, n_strides, n_dilations;
-    float p; /* LpPool / GlobalLpPool */
-    int32_t reserved;
-    int64_t kernel[MAX_SP];
-    int64_t pads[2 * MAX_SP];
-    int64_t strides[MAX_SP];
-    int64_t dilations[MAX_SP];
-} kiln_pool_attrs;
 
 /* ---- import --------------------------------------------------------------- */
 
@@ -66,10 +50,10 @@ static kiln_status pool_import(kiln_import_ctx *ic, void *attrs) {
     at->count_include_pad = kiln_attr_int(ic, "count_include_pad", 0) != 0;
     at->storage_order = kiln_attr_int(ic, "storage_order", 0) != 0;
     at->p = read_p(ic);
-    KILN_TRY(read_ints(ic, "kernel_shape", at->kernel, MAX_SP, &at->n_kernel));
-    KILN_TRY(read_ints(ic, "pads", at->pads, 2 * MAX_SP, &at->n_pads));
-    KILN_TRY(read_ints(ic, "strides", at->strides, MAX_SP, &at->n_strides));
-    KILN_TRY(read_ints(ic, "dilations", at->dilations, MAX_SP, &at->n_dilations));
+    KILN_TRY(read_ints(ic, "kernel_shape", at->kernel, KILN_NN_MAX_SP, &at->n_kernel));
+    KILN_TRY(read_ints(ic, "pads", at->pads, 2 * KILN_NN_MAX_SP, &at->n_pads));
+    KILN_TRY(read_ints(ic, "strides", at->strides, KILN_NN_MAX_SP, &at->n_strides));
+    KILN_TRY(read_ints(ic, "dilations", at->dilations, KILN_NN_MAX_SP, &at->n_dilations));
     if (at->n_kernel == 0) return KILN_IMPORT_FAIL(ic, "attribute 'kernel_shape' is required");
     for (int i = 0; i < at->n_kernel; i++)
         if (at->kernel[i] < 1) return KILN_IMPORT_FAIL(ic, "kernel_shape values must be >= 1");
@@ -93,7 +77,7 @@ static kiln_status global_import(kiln_import_ctx *ic, void *attrs) {
 typedef struct pool_geom {
     int ns;
     int64_t N, C;
-    int64_t in[MAX_SP], out[MAX_SP], k[MAX_SP], s[MAX_SP], d[MAX_SP], pb[MAX_SP], pe[MAX_SP];
+    int64_t in[KILN_NN_MAX_SP], out[KILN_NN_MAX_SP], k[KILN_NN_MAX_SP], s[KILN_NN_MAX_SP], d[KILN_NN_MAX_SP], pb[KILN_NN_MAX_SP], pe[KILN_NN_MAX_SP];
     int64_t in_sz, out_sz;
 } pool_geom;
 
@@ -205,7 +189,7 @@ typedef struct pool_ctx {
     const kiln_tensor *X;
     kiln_tensor *Y;
     int64_t *ind; /* MaxPool indices or NULL */
-    int64_t cm_stride[MAX_SP]; /* column-major spatial strides (storage_order 1) */
+    int64_t cm_stride[KILN_NN_MAX_SP]; /* column-major spatial strides (storage_order 1) */
 } pool_ctx;
 
 /* float32, 1-D/2-D windows. */
@@ -281,9 +265,9 @@ static void pool_plane_generic(const pool_ctx *c, int64_t pl) {
     const pool_geom *g = c->g;
     int ns = g->ns;
     kiln_dtype t = c->X->dtype;
-    int64_t o[MAX_SP] = {0};
+    int64_t o[KILN_NN_MAX_SP] = {0};
     for (int64_t p = 0; p < g->out_sz; p++) {
-        int64_t kx[MAX_SP] = {0};
+        int64_t kx[KILN_NN_MAX_SP] = {0};
         double best = -INFINITY, acc = 0.0;
         int64_t bi = -1, n_valid = 0, n_pad = 0;
         int64_t kn = 1;
@@ -493,9 +477,9 @@ const kiln_op_def kiln_op_GlobalLpPool = {
 
 static kiln_status unpool_import(kiln_import_ctx *ic, void *attrs) {
     kiln_pool_attrs *at = attrs;
-    KILN_TRY(read_ints(ic, "kernel_shape", at->kernel, MAX_SP, &at->n_kernel));
-    KILN_TRY(read_ints(ic, "pads", at->pads, 2 * MAX_SP, &at->n_pads));
-    KILN_TRY(read_ints(ic, "strides", at->strides, MAX_SP, &at->n_strides));
+    KILN_TRY(read_ints(ic, "kernel_shape", at->kernel, KILN_NN_MAX_SP, &at->n_kernel));
+    KILN_TRY(read_ints(ic, "pads", at->pads, 2 * KILN_NN_MAX_SP, &at->n_pads));
+    KILN_TRY(read_ints(ic, "strides", at->strides, KILN_NN_MAX_SP, &at->n_strides));
     if (at->n_kernel == 0) return KILN_IMPORT_FAIL(ic, "attribute 'kernel_shape' is required");
     for (int i = 0; i < at->n_strides; i++)
         if (at->strides[i] < 1) return KILN_IMPORT_FAIL(ic, "strides must be >= 1");

@@ -17,6 +17,7 @@
  * Everything else (other dtypes, several reduced groups) goes through a
  * generic walk over the input that scatters into one accumulator per output
  * element (double for floating types, 64-bit integer for integer types). */
+#include "ops/reduce_attrs.h"
 #include "ops/op.h"
 
 #include <float.h>
@@ -36,11 +37,6 @@ enum red_kind {
     RK_SUMSQUARE,
 };
 
-/* Serialized verbatim into engines: keep POD and fixed-size. */
-typedef struct kiln_reduce_attrs {
-    int32_t keepdims;             /* default 1 */
-    int32_t noop_with_empty_axes; /* default 0 */
-} kiln_reduce_attrs;
 
 /* ---- import ------------------------------------------------------------ */
 

@@ -426,6 +426,14 @@ TEST(test_api) {
     CHECK(cudaStreamDestroy(s) == cudaSuccess);
     be->free(st, d);
     be->free(st, NULL);
+    /* engine-level memory: no state, synchronous copies */
+    void *w = be->alloc(NULL, sizeof h);
+    CHECK(w != NULL);
+    memset(back, 0, sizeof back);
+    CHECK_OK(be->to_device(NULL, w, h, sizeof h));
+    CHECK_OK(be->to_host(NULL, back, w, sizeof back));
+    CHECK(memcmp(h, back, sizeof h) == 0);
+    be->free(NULL, w);
     /* an op with no CUDA kernel: a clean KILN_ERR_UNSUPPORTED */
     const kiln_op_def *op = kiln__op_by_id(KILN_OP_Hardmax);
     CHECK(op != NULL && kiln__cuda_kernel_for(KILN_OP_Hardmax) == NULL);

@@ -3,6 +3,7 @@
  * and op->infer / op->cpu called directly on hand-built tensors, compared
  * with reference loops written here (double accumulation). Every output
  * buffer is followed by a canary that must survive the kernel. */
+#include "ops/nn_attrs.h"
 #include <math.h>
 #include <stdlib.h>
 
@@ -12,19 +13,18 @@
 
 /* Attribute structs: these mirror the private structs of src/ops/nn_*.c
  * (engine-file POD). Keep them in sync. */
-#define MAX_SP (KILN_MAX_RANK - 2)
 typedef struct {
     int32_t auto_pad, group;
     int32_t n_kernel, n_pads, n_strides, n_dilations, n_out_pad, n_out_shape;
-    int64_t kernel[MAX_SP], pads[2 * MAX_SP], strides[MAX_SP], dilations[MAX_SP];
-    int64_t output_padding[MAX_SP], output_shape[KILN_MAX_RANK];
+    int64_t kernel[KILN_NN_MAX_SP], pads[2 * KILN_NN_MAX_SP], strides[KILN_NN_MAX_SP], dilations[KILN_NN_MAX_SP];
+    int64_t output_padding[KILN_NN_MAX_SP], output_shape[KILN_MAX_RANK];
 } conv_attrs;
 typedef struct {
     int32_t auto_pad, ceil_mode, count_include_pad, storage_order;
     int32_t n_kernel, n_pads, n_strides, n_dilations;
     float p;
     int32_t reserved;
-    int64_t kernel[MAX_SP], pads[2 * MAX_SP], strides[MAX_SP], dilations[MAX_SP];
+    int64_t kernel[KILN_NN_MAX_SP], pads[2 * KILN_NN_MAX_SP], strides[KILN_NN_MAX_SP], dilations[KILN_NN_MAX_SP];
 } pool_attrs;
 typedef struct {
     float alpha, beta;
@@ -46,7 +46,6 @@ typedef struct {
     char equation[256];
 } einsum_attrs;
 
-enum { PAD_NOTSET = 0, PAD_SAME_UPPER = 1, PAD_SAME_LOWER = 2, PAD_VALID = 3 };
 
 #define CANARY 64
 #define CANARY_BYTE 0xA5
@@ -284,7 +283,7 @@ static void naive_conv(int ns, int64_t N, int64_t C, int64_t M, int64_t G, const
     for (int64_t n = 0; n < N; n++)
         for (int64_t m = 0; m < M; m++)
             for (int64_t p = 0; p < out_sz; p++) {
-                int64_t o[MAX_SP], r = p;
+                int64_t o[KILN_NN_MAX_SP], r = p;
                 for (int i = ns - 1; i >= 0; i--) {
                     o[i] = r % out[i];
                     r /= out[i];
@@ -293,7 +292,7 @@ static void naive_conv(int ns, int64_t N, int64_t C, int64_t M, int64_t G, const
                 int64_t g = m / Mg;
                 for (int64_t c = 0; c < Cg; c++)
                     for (int64_t kp = 0; kp < k_sz; kp++) {
-                        int64_t kx[MAX_SP], q = kp, idx = 0;
+                        int64_t kx[KILN_NN_MAX_SP], q = kp, idx = 0;
                         bool ok = true;
                         for (int i = ns - 1; i >= 0; i--) {
                             kx[i] = q % k[i];
@@ -471,7 +470,7 @@ static void naive_convt(int ns, int64_t N, int64_t C, int64_t M, int64_t G, cons
     for (int64_t n = 0; n < N; n++)
         for (int64_t c = 0; c < C; c++)
             for (int64_t p = 0; p < in_sz; p++) {
-                int64_t ip[MAX_SP], r = p;
+                int64_t ip[KILN_NN_MAX_SP], r = p;
                 for (int i = ns - 1; i >= 0; i--) {
                     ip[i] = r % in[i];
                     r /= in[i];
@@ -479,7 +478,7 @@ static void naive_convt(int ns, int64_t N, int64_t C, int64_t M, int64_t G, cons
                 int64_t g = c / Cg;
                 for (int64_t mm = 0; mm < Mg; mm++)
                     for (int64_t kp = 0; kp < k_sz; kp++) {
-                        int64_t kx[MAX_SP], q = kp, idx = 0;
+                        int64_t kx[KILN_NN_MAX_SP], q = kp, idx = 0;
                         bool ok = true;
                         for (int i = ns - 1; i >= 0; i--) {
                             kx[i] = q % k[i];

@@ -1,9 +1,7 @@
 /* cpu_backend.c -- the CPU backend: kernels are each op's `cpu` function. */
 #include "backends/backend.h"
 
-#ifdef KILN_HAVE_CUDA
-KILN_PRIVATE const kiln_backend_i *kiln__cuda_backend(void); /* src/backends/cuda/ */
-#endif
+#include "backends/cuda/cuda_backend.h"
 
 static bool cpu_supports(const kiln_graph *g, const kiln_node *n) {
     (void)g;
@@ -68,7 +66,7 @@ static const kiln_backend_i kiln_backend_cpu = {
 
 const kiln_backend_i *kiln__backend_for(int device) {
     if (device == KILN_DEVICE_CPU) return &kiln_backend_cpu;
-#ifdef KILN_HAVE_CUDA
+#if KILN_HAVE_CUDA
     if (device == KILN_DEVICE_CUDA) return kiln__cuda_backend();
 #endif
     return NULL;

@@ -161,6 +161,8 @@ void kiln__cuda_state_info(const void *state, int *device, int *sm_count, int *c
 
 /* ---- memory -------------------------------------------------------------------------- */
 
+/* state NULL: on the current device (device 0 unless the process chose
+ * another), for memory shared by contexts (engine weights). */
 static void *cuda_alloc(void *state, size_t bytes) {
     kiln_cuda_state *st = state;
     if (st && cudaSetDevice(st->device) != cudaSuccess) {
@@ -190,10 +192,15 @@ static void cuda_free(void *state, void *p) {
     (void)cudaGetLastError();
 }
 
+/* With a NULL state (engine-level uploads, no context yet) copies are
+ * synchronous, on the current device (see alloc). */
 static kiln_status cuda_copy(kiln_cuda_state *st, void *dst, const void *src, size_t n, bool wait,
                              const char *what) {
-    if (!st) return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "%s: no CUDA state", what);
     if (!n) return KILN_OK;
+    if (!st) {
+        KILN_CUDA_TRY(cudaMemcpy(dst, src, n, cudaMemcpyDefault), what);
+        return KILN_OK;
+    }
     KILN_CUDA_TRY(cudaSetDevice(st->device), what);
     KILN_CUDA_TRY(cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, st->stream), what);
     if (wait) KILN_CUDA_TRY(cudaStreamSynchronize(st->stream), what);

@@ -1,0 +1,71 @@
+/* nn_attrs.h -- attribute structs of the nn op family (src/ops/nn_*.c),
+ * shared with device backends that run these ops. POD, written verbatim
+ * into engine files: never change a layout, only append new structs. */
+#ifndef KILN_NN_ATTRS_H
+#define KILN_NN_ATTRS_H
+
+#include "ops/op.h"
+
+#define KILN_NN_MAX_SP (KILN_MAX_RANK - 2) /* spatial dims of Conv/Pool */
+
+enum { PAD_NOTSET = 0, PAD_SAME_UPPER = 1, PAD_SAME_LOWER = 2, PAD_VALID = 3 };
+enum { POOL_MAX = 0, POOL_AVG = 1, POOL_LP = 2 };
+enum { SM_SOFTMAX = 0, SM_LOGSOFTMAX = 1, SM_HARDMAX = 2 };
+
+/* nn_conv.c: Conv, ConvTranspose, ConvInteger, QLinearConv. Counts of 0
+ * mean "attribute absent" (defaults apply). */
+typedef struct kiln_conv_attrs {
+    int32_t auto_pad; /* PAD_* */
+    int32_t group;
+    int32_t n_kernel, n_pads, n_strides, n_dilations, n_out_pad, n_out_shape;
+    int64_t kernel[KILN_NN_MAX_SP];
+    int64_t pads[2 * KILN_NN_MAX_SP];
+    int64_t strides[KILN_NN_MAX_SP];
+    int64_t dilations[KILN_NN_MAX_SP];
+    int64_t output_padding[KILN_NN_MAX_SP];
+    int64_t output_shape[KILN_MAX_RANK];
+} kiln_conv_attrs;
+
+/* nn_pool.c: MaxPool, AveragePool, LpPool and the global pools */
+typedef struct kiln_pool_attrs {
+    int32_t auto_pad;
+    int32_t ceil_mode;
+    int32_t count_include_pad;
+    int32_t storage_order;
+    int32_t n_kernel, n_pads, n_strides, n_dilations;
+    float p; /* LpPool / GlobalLpPool */
+    int32_t reserved;
+    int64_t kernel[KILN_NN_MAX_SP];
+    int64_t pads[2 * KILN_NN_MAX_SP];
+    int64_t strides[KILN_NN_MAX_SP];
+    int64_t dilations[KILN_NN_MAX_SP];
+} kiln_pool_attrs;
+
+/* nn_matmul.c: Gemm */
+typedef struct kiln_gemm_attrs {
+    float alpha, beta;
+    int32_t trans_a, trans_b;
+} kiln_gemm_attrs;
+
+/* nn_norm.c */
+typedef struct kiln_bn_attrs {
+    float epsilon;
+    int32_t spatial; /* opset <= 8: 0 means per-element parameters */
+} kiln_bn_attrs;
+
+typedef struct kiln_eps_attrs { /* InstanceNormalization */
+    float epsilon;
+} kiln_eps_attrs;
+
+typedef struct kiln_ln_attrs {
+    int32_t axis;
+    float epsilon;
+    int32_t stash_type;
+} kiln_ln_attrs;
+
+typedef struct kiln_softmax_attrs { /* Softmax, LogSoftmax, Hardmax */
+    int32_t axis;
+    int32_t coerce_2d; /* opset < 13: flatten to [prod(dims[:axis]), prod(dims[axis:])] */
+} kiln_softmax_attrs;
+
+#endif

@@ -1,0 +1,445 @@
+/* cuda_emu.c -- a host emulation of the CUDA runtime calls, cuBLASLt and
+ * kiln's kcu_* launchers (src/backends/cuda/cuda_kernels.h), so that
+ * tests/cuda/test_cuda_ops.c can run on a machine without a GPU (run.sh).
+ *
+ * What it checks: the backend's host code (planners, kernel table, attribute
+ * handling, the cuBLASLt column-major mapping, the conv fallback) and the
+ * test program itself. What it does not: the CUDA kernels (their index math
+ * is transcribed here, their arithmetic is done in double). cuDNN is not
+ * emulated (build with KILN_HAVE_CUDNN=0). Not part of libkiln. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "backends/cuda/cuda_internal.h"
+
+/* ---- runtime ---- */
+#define NREG 100000
+static void *reg_p[NREG]; static size_t reg_n[NREG]; static int nreg;
+static int find_reg(const void *p) {
+    for (int i = 0; i < nreg; i++)
+        if (reg_p[i] && (const char *)p >= (char *)reg_p[i] && (const char *)p < (char *)reg_p[i] + reg_n[i]) return i;
+    return -1;
+}
+cudaError_t cudaGetDeviceCount(int *c) { *c = 1; return cudaSuccess; }
+cudaError_t cudaSetDevice(int d) { (void)d; return cudaSuccess; }
+cudaError_t cudaGetDeviceProperties_v2(struct cudaDeviceProp *p, int d) {
+    (void)d; memset(p, 0, sizeof *p); strcpy(p->name, "emu"); p->major = 9; p->minor = 0; p->multiProcessorCount = 132; return cudaSuccess; }
+cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int d) { return cudaGetDeviceProperties_v2(p, d); }
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned f) { (void)f; *s = (cudaStream_t)malloc(8); return cudaSuccess; }
+cudaError_t cudaStreamCreate(cudaStream_t *s) { *s = (cudaStream_t)malloc(8); return cudaSuccess; }
+cudaError_t cudaStreamDestroy(cudaStream_t s) { free(s); return cudaSuccess; }
+cudaError_t cudaStreamSynchronize(cudaStream_t s) { (void)s; return cudaSuccess; }
+cudaError_t cudaMalloc(void **p, size_t n) {
+    *p = malloc(n + 64);
+    /* poison */
+    memset(*p, 0xCD, n);
+    int slot = -1;
+    for (int i = 0; i < nreg; i++) if (!reg_p[i]) { slot = i; break; }
+    if (slot < 0) slot = nreg++;
+    reg_p[slot] = *p; reg_n[slot] = n;
+    return cudaSuccess;
+}
+cudaError_t cudaFree(void *p) { if (!p) return cudaSuccess; int i = find_reg(p); if (i >= 0) reg_p[i] = NULL; free(p); return cudaSuccess; }
+cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, enum cudaMemcpyKind k, cudaStream_t st) { (void)k; (void)st; memmove(d, s, n); return cudaSuccess; }
+cudaError_t cudaMemcpy(void *d, const void *s, size_t n, enum cudaMemcpyKind k) { (void)k; memmove(d, s, n); return cudaSuccess; }
+cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a, const void *p) {
+    memset(a, 0, sizeof *a); a->type = find_reg(p) >= 0 ? cudaMemoryTypeDevice : cudaMemoryTypeUnregistered; return cudaSuccess; }
+cudaError_t cudaGetLastError(void) { return cudaSuccess; }
+const char *cudaGetErrorString(cudaError_t e) { (void)e; return "emu error"; }
+const char *cudaGetErrorName(cudaError_t e) { (void)e; return "cudaErrorEmu"; }
+
+/* ---- cuBLASLt ---- */
+typedef struct { int ct; cublasOperation_t ta, tb; } emu_desc;
+typedef struct { cudaDataType_t t; uint64_t rows, cols; int64_t ld; int32_t batch; int64_t stride; } emu_layout;
+cublasStatus_t cublasLtCreate(cublasLtHandle_t *h) { *h = (cublasLtHandle_t)malloc(8); return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasLtDestroy(cublasLtHandle_t h) { free(h); return CUBLAS_STATUS_SUCCESS; }
+const char *cublasLtGetStatusString(cublasStatus_t s) { (void)s; return "emu"; }
+cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *d, cublasComputeType_t c, cudaDataType_t s) {
+    (void)s; emu_desc *e = calloc(1, sizeof *e); e->ct = c; *d = (cublasLtMatmulDesc_t)e; return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d) { free(d); return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t a, const void *v, size_t n) {
+    (void)n; emu_desc *e = (emu_desc *)d;
+    if (a == CUBLASLT_MATMUL_DESC_TRANSA) memcpy(&e->ta, v, sizeof e->ta);
+    if (a == CUBLASLT_MATMUL_DESC_TRANSB) memcpy(&e->tb, v, sizeof e->tb);
+    return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *l, cudaDataType t, uint64_t r, uint64_t c, int64_t ld) {
+    emu_layout *e = calloc(1, sizeof *e); e->t = t; e->rows = r; e->cols = c; e->ld = ld; e->batch = 1;
+    if (ld < (int64_t)r) { fprintf(stderr, "EMU: ld %lld < rows %llu\n", (long long)ld, (unsigned long long)r); return CUBLAS_STATUS_INVALID_VALUE; }
+    *l = (cublasLtMatrixLayout_t)e; return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l) { free(l); return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayout_t l, cublasLtMatrixLayoutAttribute_t a, const void *v, size_t n) {
+    (void)n; emu_layout *e = (emu_layout *)l;
+    if (a == CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT) memcpy(&e->batch, v, 4);
+    if (a == CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET) memcpy(&e->stride, v, 8);
+    return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *p) { *p = (cublasLtMatmulPreference_t)malloc(8); return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p) { free(p); return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p, cublasLtMatmulPreferenceAttributes_t a, const void *v, size_t n) {
+    (void)p; (void)a; (void)v; (void)n; return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t A, cublasLtMatrixLayout_t B,
+    cublasLtMatrixLayout_t C, cublasLtMatrixLayout_t D, cublasLtMatmulPreference_t p, int req, cublasLtMatmulHeuristicResult_t r[], int *ret) {
+    (void)h; (void)d; (void)A; (void)B; (void)C; (void)D; (void)p; (void)req; memset(r, 0, sizeof r[0]); *ret = 1; return CUBLAS_STATUS_SUCCESS; }
+static kiln_dtype kt(cudaDataType_t t) { return t == CUDA_R_16F ? KILN_DTYPE_FLOAT16 : t == CUDA_R_16BF ? KILN_DTYPE_BFLOAT16 : t == CUDA_R_64F ? KILN_DTYPE_FLOAT64 : KILN_DTYPE_FLOAT32; }
+/* column-major element (i, j) of a stored matrix */
+static double cm(const emu_layout *l, const void *p, int64_t b, uint64_t i, uint64_t j) {
+    if (i >= l->rows || j >= l->cols) { fprintf(stderr, "EMU: index out of layout\n"); exit(3); }
+    return kiln__load_f64(kt(l->t), p, b * l->stride + (int64_t)j * l->ld + (int64_t)i); }
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, const void *alpha, const void *A, cublasLtMatrixLayout_t Al,
+    const void *B, cublasLtMatrixLayout_t Bl, const void *beta, const void *C, cublasLtMatrixLayout_t Cl, void *D, cublasLtMatrixLayout_t Dl,
+    const cublasLtMatmulAlgo_t *algo, void *ws, size_t wss, cudaStream_t st) {
+    (void)h; (void)algo; (void)ws; (void)wss; (void)st; (void)C;
+    emu_desc *d = (emu_desc *)desc; emu_layout *a = (emu_layout *)Al, *b = (emu_layout *)Bl, *c = (emu_layout *)Cl, *dl = (emu_layout *)Dl;
+    double al, be_;
+    if (d->ct == CUBLAS_COMPUTE_64F) { al = *(const double *)alpha; be_ = *(const double *)beta; }
+    else { al = *(const float *)alpha; be_ = *(const float *)beta; }
+    uint64_t m = d->ta == CUBLAS_OP_N ? a->rows : a->cols, k = d->ta == CUBLAS_OP_N ? a->cols : a->rows;
+    uint64_t kb = d->tb == CUBLAS_OP_N ? b->rows : b->cols, n = d->tb == CUBLAS_OP_N ? b->cols : b->rows;
+    if (k != kb || c->rows != m || c->cols != n) { fprintf(stderr, "EMU: shape mismatch m%llu k%llu kb%llu n%llu c %llux%llu\n",
+        (unsigned long long)m, (unsigned long long)k, (unsigned long long)kb, (unsigned long long)n, (unsigned long long)c->rows, (unsigned long long)c->cols); exit(3); }
+    int32_t batch = c->batch;
+    for (int32_t bb = 0; bb < batch; bb++)
+        for (uint64_t i = 0; i < m; i++) for (uint64_t j = 0; j < n; j++) {
+            double acc = 0;
+            for (uint64_t q = 0; q < k; q++) {
+                double x = d->ta == CUBLAS_OP_N ? cm(a, A, a->batch > 1 ? bb : 0, i, q) : cm(a, A, a->batch > 1 ? bb : 0, q, i);
+                double y = d->tb == CUBLAS_OP_N ? cm(b, B, b->batch > 1 ? bb : 0, q, j) : cm(b, B, b->batch > 1 ? bb : 0, j, q);
+                acc += x * y;
+            }
+            int64_t off = bb * dl->stride + (int64_t)j * dl->ld + (int64_t)i;
+            double v = al * acc + (be_ != 0 ? be_ * kiln__load_f64(kt(dl->t), D, off) : 0.0);
+            kiln__store_f64(kt(dl->t), D, off, v);
+        }
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+/* ---- launchers ---- */
+static bool isf(kiln_dtype t) { return kiln__dtype_is_float(t); }
+static double ld(kiln_dtype t, const void *p, int64_t i) { return kiln__load_f64(t, p, i); }
+static void st_(kiln_dtype t, void *p, int64_t i, double v) { kiln__store_f64(t, p, i, v); }
+static double clamp01(double v) { v = v > 1 ? 1 : v; return v < 0 ? 0 : v; }
+
+int kcu_unary_has(int op, kiln_dtype t) {
+    if (op < 0 || op >= KCU_U_COUNT) return 0;
+    if (isf(t)) return 1;
+    if (t == KILN_DTYPE_INT32 || t == KILN_DTYPE_INT64) return op == KCU_U_ABS || op == KCU_U_NEG || op == KCU_U_SIGN || op == KCU_U_RELU;
+    return 0;
+}
+cudaError_t kcu_unary(int op, kiln_dtype t, const void *x, void *y, int64_t n, float alpha, float beta, float gamma, cudaStream_t s) {
+    (void)s;
+    if (!kcu_unary_has(op, t)) return cudaErrorInvalidValue;
+    for (int64_t i = 0; i < n; i++) {
+        if (!isf(t)) {
+            int64_t v = kiln__load_i64(t, x, i), r = v;
+            if (op == KCU_U_ABS) r = v < 0 ? (int64_t)(0 - (uint64_t)v) : v;
+            if (op == KCU_U_NEG) r = (int64_t)(0 - (uint64_t)v);
+            if (op == KCU_U_SIGN) r = (v > 0) - (v < 0);
+            if (op == KCU_U_RELU) r = v < 0 ? 0 : v;
+            kiln__store_i64(t, y, i, r);
+            continue;
+        }
+        double v = ld(t, x, i), r = v, a = alpha, b = beta, g = gamma;
+        switch (op) {
+        case KCU_U_ABS: r = fabs(v); break; case KCU_U_NEG: r = -v; break; case KCU_U_SQRT: r = sqrt(v); break;
+        case KCU_U_EXP: r = exp(v); break; case KCU_U_LOG: r = log(v); break; case KCU_U_RECIPROCAL: r = 1 / v; break;
+        case KCU_U_FLOOR: r = floor(v); break; case KCU_U_CEIL: r = ceil(v); break; case KCU_U_ROUND: r = rint(v); break;
+        case KCU_U_SIGN: r = v > 0 ? 1 : (v < 0 ? -1 : v); break;
+        case KCU_U_SIN: r = sin(v); break; case KCU_U_COS: r = cos(v); break; case KCU_U_TAN: r = tan(v); break;
+        case KCU_U_ASIN: r = asin(v); break; case KCU_U_ACOS: r = acos(v); break; case KCU_U_ATAN: r = atan(v); break;
+        case KCU_U_SINH: r = sinh(v); break; case KCU_U_COSH: r = cosh(v); break; case KCU_U_ASINH: r = asinh(v); break;
+        case KCU_U_ACOSH: r = acosh(v); break; case KCU_U_ATANH: r = atanh(v); break; case KCU_U_ERF: r = erf(v); break;
+        case KCU_U_RELU: r = v < 0 ? 0 : v; break; case KCU_U_LEAKYRELU: r = v < 0 ? v * a : v; break;
+        case KCU_U_ELU: r = v < 0 ? a * expm1(v) : v; break;
+        case KCU_U_SELU: r = v > 0 ? g * v : g * a * expm1(v); break;
+        case KCU_U_CELU: r = (v > 0 ? v : 0) + (v < 0 ? a * expm1(v / a) : 0); break;
+        case KCU_U_SIGMOID: r = 1 / (1 + exp(-v)); break; case KCU_U_HARDSIGMOID: r = clamp01(a * v + b); break;
+        case KCU_U_HARDSWISH: r = v * clamp01(v / 6 + 0.5); break; case KCU_U_TANH: r = tanh(v); break;
+        case KCU_U_SOFTPLUS: r = (v > 0 ? v : 0) + log1p(exp(-fabs(v))); break; case KCU_U_SOFTSIGN: r = v / (1 + fabs(v)); break;
+        case KCU_U_MISH: r = v * tanh((v > 0 ? v : 0) + log1p(exp(-fabs(v)))); break;
+        case KCU_U_THRESHOLDEDRELU: r = v > a ? v : 0; break;
+        case KCU_U_SHRINK: r = v < -a ? v + b : (v > a ? v - b : 0); break;
+        }
+        if (t == KILN_DTYPE_FLOAT32 || kiln_dtype_size(t) == 2) r = (float)r;
+        st_(t, y, i, r);
+    }
+    return cudaSuccess;
+}
+cudaError_t kcu_predicate(int op, kiln_dtype t, const void *x, uint8_t *y, int64_t n, int pos, int neg, cudaStream_t s) {
+    (void)s;
+    for (int64_t i = 0; i < n; i++) {
+        if (op == KCU_P_NOT) { y[i] = !((const uint8_t *)x)[i]; continue; }
+        double v = ld(t, x, i);
+        y[i] = op == KCU_P_ISNAN ? isnan(v) : ((pos && v == INFINITY) || (neg && v == -INFINITY));
+    }
+    return cudaSuccess;
+}
+#define KB(t) (1u << (unsigned)(t))
+static unsigned FLO = KB(KILN_DTYPE_FLOAT32) | KB(KILN_DTYPE_FLOAT16) | KB(KILN_DTYPE_BFLOAT16) | KB(KILN_DTYPE_FLOAT64);
+static unsigned bin_mask(int op) {
+    unsigned ar = FLO | KB(KILN_DTYPE_INT32) | KB(KILN_DTYPE_INT64);
+    switch (op) {
+    case KCU_B_ADD: case KCU_B_SUB: case KCU_B_MUL: case KCU_B_DIV: case KCU_B_FMOD: case KCU_B_PYMOD: case KCU_B_MAX: case KCU_B_MIN: case KCU_B_PRELU: return ar;
+    case KCU_B_POW: return FLO;
+    case KCU_B_EQ: case KCU_B_LT: case KCU_B_LE: case KCU_B_GT: case KCU_B_GE: return ar | KB(KILN_DTYPE_BOOL) | KB(KILN_DTYPE_INT8) | KB(KILN_DTYPE_UINT8);
+    case KCU_B_AND: case KCU_B_OR: case KCU_B_XOR: return KB(KILN_DTYPE_BOOL);
+    case KCU_B_SHL: case KCU_B_SHR: return KB(KILN_DTYPE_UINT8) | KB(KILN_DTYPE_UINT16) | KB(KILN_DTYPE_UINT32) | KB(KILN_DTYPE_UINT64);
+    default: return 0;
+    }
+}
+int kcu_binary_has(int op, kiln_dtype t) { return (unsigned)t < 32 && (bin_mask(op) & KB(t)) != 0; }
+static void bc_off(const kcu_bcast *g, int nin, int64_t i, int64_t *off) {
+    if (g->all_flat) { for (int k = 0; k < nin; k++) off[k] = g->flat[k] == KCU_FLAT_SAME ? i : 0; return; }
+    for (int k = 0; k < nin; k++) off[k] = 0;
+    int64_t rem = i;
+    for (int d = g->rank - 1; d > 0; d--) { int64_t c = rem % g->dims[d]; rem /= g->dims[d]; for (int k = 0; k < nin; k++) off[k] += c * g->st[k][d]; }
+    if (g->rank > 0) for (int k = 0; k < nin; k++) off[k] += rem * g->st[k][0];
+}
+static int64_t pymod(int64_t a, int64_t b) { if (b == 0 || b == -1) return 0; int64_t r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
+cudaError_t kcu_binary(int op, kiln_dtype t, const kcu_bcast *g, void *y, const void *A, const void *B, cudaStream_t s) {
+    (void)s;
+    if (!kcu_binary_has(op, t)) return cudaErrorInvalidValue;
+    bool cmp = op >= KCU_B_EQ && op <= KCU_B_XOR;
+    for (int64_t i = 0; i < g->n; i++) {
+        int64_t off[2]; bc_off(g, 2, i, off);
+        if (cmp) {
+            double a = ld(t, A, off[0]), b = ld(t, B, off[1]); int r = 0;
+            switch (op) { case KCU_B_EQ: r = a == b; break; case KCU_B_LT: r = a < b; break; case KCU_B_LE: r = a <= b; break;
+            case KCU_B_GT: r = a > b; break; case KCU_B_GE: r = a >= b; break; case KCU_B_AND: r = (a != 0) & (b != 0); break;
+            case KCU_B_OR: r = (a != 0) | (b != 0); break; default: r = (a != 0) ^ (b != 0); }
+            ((uint8_t *)y)[i] = (uint8_t)r; continue;
+        }
+        if (isf(t)) {
+            double a = ld(t, A, off[0]), b = ld(t, B, off[1]), r = 0;
+            bool f32 = t != KILN_DTYPE_FLOAT64;
+            if (f32) { a = (float)a; b = (float)b; }
+            switch (op) {
+            case KCU_B_ADD: r = f32 ? (double)((float)a + (float)b) : a + b; break;
+            case KCU_B_SUB: r = f32 ? (double)((float)a - (float)b) : a - b; break;
+            case KCU_B_MUL: r = f32 ? (double)((float)a * (float)b) : a * b; break;
+            case KCU_B_DIV: r = f32 ? (double)((float)a / (float)b) : a / b; break;
+            case KCU_B_FMOD: r = fmod(a, b); break;
+            case KCU_B_PYMOD: { double m = fmod(a, b); r = (m != 0 && ((m < 0) != (b < 0))) ? m + b : m; break; }
+            case KCU_B_MAX: r = (a != a || a > b) ? a : b; break; case KCU_B_MIN: r = (a != a || a < b) ? a : b; break;
+            case KCU_B_PRELU: r = a < 0 ? (f32 ? (double)((float)a * (float)b) : a * b) : a; break;
+            case KCU_B_POW: r = f32 ? (double)powf((float)a, (float)b) : pow(a, b); break;
+            }
+            st_(t, y, i, r); continue;
+        }
+        if (t == KILN_DTYPE_UINT64 || t == KILN_DTYPE_UINT32 || t == KILN_DTYPE_UINT16 || t == KILN_DTYPE_UINT8) {
+            uint64_t a = (uint64_t)kiln__load_i64(t, A, off[0]), b = (uint64_t)kiln__load_i64(t, B, off[1]), r = 0;
+            unsigned bits = 8 * (unsigned)kiln_dtype_size(t);
+            if (op == KCU_B_SHL) r = b >= bits ? 0 : a << b; else r = b >= bits ? 0 : a >> b;
+            kiln__store_i64(t, y, i, (int64_t)r); continue;
+        }
+        int64_t a = kiln__load_i64(t, A, off[0]), b = kiln__load_i64(t, B, off[1]), r = 0;
+        switch (op) {
+        case KCU_B_ADD: r = (int64_t)((uint64_t)a + (uint64_t)b); break; case KCU_B_SUB: r = (int64_t)((uint64_t)a - (uint64_t)b); break;
+        case KCU_B_MUL: r = (int64_t)((uint64_t)a * (uint64_t)b); break;
+        case KCU_B_DIV: r = b == 0 ? 0 : b == -1 ? (int64_t)(0 - (uint64_t)a) : a / b; break;
+        case KCU_B_FMOD: r = (b == 0 || b == -1) ? 0 : a % b; break;
+        case KCU_B_PYMOD: r = pymod(a, b); break;
+        case KCU_B_MAX: r = a > b ? a : b; break; case KCU_B_MIN: r = a < b ? a : b; break;
+        case KCU_B_PRELU: r = a < 0 ? (int64_t)((uint64_t)a * (uint64_t)b) : a; break;
+        }
+        kiln__store_i64(t, y, i, r);
+    }
+    return cudaSuccess;
+}
+cudaError_t kcu_div_scalar(kiln_dtype t, void *y, int64_t n, float d, cudaStream_t s) {
+    (void)s; for (int64_t i = 0; i < n; i++) st_(t, y, i, t == KILN_DTYPE_FLOAT64 ? ld(t, y, i) / d : (float)ld(t, y, i) / d); return cudaSuccess; }
+cudaError_t kcu_where(size_t es, const kcu_bcast *g, void *out, const uint8_t *c, const void *x, const void *y, cudaStream_t s) {
+    (void)s;
+    for (int64_t i = 0; i < g->n; i++) { int64_t off[3]; bc_off(g, 3, i, off);
+        memcpy((char *)out + i * es, c[off[0]] ? (const char *)x + off[1] * es : (const char *)y + off[2] * es, es); }
+    return cudaSuccess;
+}
+int kcu_clip_has(kiln_dtype t) { return isf(t) || t == KILN_DTYPE_INT8 || t == KILN_DTYPE_UINT8 || t == KILN_DTYPE_INT32 || t == KILN_DTYPE_INT64; }
+cudaError_t kcu_clip(kiln_dtype t, const void *x, void *y, int64_t n, const kcu_clip_bounds *b, cudaStream_t s) {
+    (void)s;
+    if (isf(t)) {
+        double lo = b->has_lo ? (b->lo_dev ? ld(t, b->lo_dev, 0) : b->lo_f) : -INFINITY;
+        double hi = b->has_hi ? (b->hi_dev ? ld(t, b->hi_dev, 0) : b->hi_f) : INFINITY;
+        if (t != KILN_DTYPE_FLOAT64) { lo = (float)lo; hi = (float)hi; }
+        for (int64_t i = 0; i < n; i++) { double v = ld(t, x, i); v = v < lo ? lo : v; st_(t, y, i, v > hi ? hi : v); }
+    } else {
+        int64_t lo = b->lo_dev ? kiln__load_i64(t, b->lo_dev, 0) : b->lo_i, hi = b->hi_dev ? kiln__load_i64(t, b->hi_dev, 0) : b->hi_i;
+        for (int64_t i = 0; i < n; i++) { int64_t v = kiln__load_i64(t, x, i); if (b->has_lo && v < lo) v = lo; if (b->has_hi && v > hi) v = hi; kiln__store_i64(t, y, i, v); }
+    }
+    return cudaSuccess;
+}
+int kcu_cast_has(kiln_dtype t) { return t != KILN_DTYPE_STRING && t != KILN_DTYPE_UNDEFINED && kiln__dtype_valid(t); }
+static int64_t f2i64(double v) { return (v >= -9223372036854775808.0 && v < 9223372036854775808.0) ? (int64_t)v : INT64_MIN; }
+static uint64_t f2u64(double v) { if (v >= 0.0 && v < 18446744073709551616.0) return (uint64_t)v; return (uint64_t)f2i64(v); }
+static float odd(double d) {
+    float f = (float)d;
+    if (isnan(d) || isinf(d) || (double)f == d) return f;
+    if (isinf(f) || fabs((double)f) > fabs(d)) f = nextafterf(f, 0.0f);
+    uint32_t u; memcpy(&u, &f, 4); u |= 1u; memcpy(&f, &u, 4); return f;
+}
+cudaError_t kcu_cast(kiln_dtype from, kiln_dtype to, const void *x, void *y, int64_t n, cudaStream_t s) {
+    (void)s;
+    bool half_to = to == KILN_DTYPE_FLOAT16 || to == KILN_DTYPE_BFLOAT16;
+    for (int64_t i = 0; i < n; i++) {
+        if (to == KILN_DTYPE_BOOL) { ((uint8_t *)y)[i] = from == KILN_DTYPE_BOOL ? ((const uint8_t *)x)[i] != 0 : (isf(from) ? ld(from, x, i) != 0 : kiln__load_i64(from, x, i) != 0); continue; }
+        if (isf(from)) {
+            double v = ld(from, x, i);
+            if (half_to) st_(to, y, i, from == KILN_DTYPE_FLOAT64 ? odd(v) : (float)v);
+            else if (isf(to)) st_(to, y, i, v);
+            else if (kiln__dtype_is_signed(to)) kiln__store_i64(to, y, i, f2i64(v));
+            else kiln__store_i64(to, y, i, (int64_t)f2u64(v));
+            continue;
+        }
+        if (from == KILN_DTYPE_BOOL) { int b = ((const uint8_t *)x)[i] != 0; if (isf(to)) st_(to, y, i, b); else kiln__store_i64(to, y, i, b); continue; }
+        if (from == KILN_DTYPE_UINT64) {
+            uint64_t u = ((const uint64_t *)x)[i];
+            if (half_to || to == KILN_DTYPE_FLOAT32) st_(to, y, i, (float)u); else if (isf(to)) st_(to, y, i, (double)u); else kiln__store_i64(to, y, i, (int64_t)u);
+            continue;
+        }
+        int64_t v = kiln__load_i64(from, x, i);
+        if (half_to || to == KILN_DTYPE_FLOAT32) st_(to, y, i, (float)v); else if (isf(to)) st_(to, y, i, (double)v); else kiln__store_i64(to, y, i, v);
+    }
+    return cudaSuccess;
+}
+cudaError_t kcu_strided_copy(size_t es, const kcu_copy *c, void *dst, const void *src, cudaStream_t s) {
+    (void)s;
+    for (int64_t i = 0; i < c->n; i++) {
+        int64_t rem = i, so = 0, dof = 0;
+        for (int d = c->rank - 1; d > 0; d--) { int64_t q = rem % c->dims[d]; rem /= c->dims[d]; so += q * c->src_st[d]; dof += q * c->dst_st[d]; }
+        if (c->rank > 0) { so += rem * c->src_st[0]; dof += rem * c->dst_st[0]; }
+        memcpy((char *)dst + (c->dst_dense ? i : dof) * (int64_t)es, (const char *)src + so * (int64_t)es, es);
+    }
+    return cudaSuccess;
+}
+cudaError_t kcu_transpose2d(size_t es, const kcu_copy *bc, int64_t P, int64_t Q, int64_t sq, void *dst, const void *src, cudaStream_t s) {
+    (void)s;
+    int64_t nb = 1; for (int d = 0; d < bc->rank; d++) nb *= bc->dims[d];
+    for (int64_t b = 0; b < nb; b++) {
+        int64_t boff = 0, rem = b;
+        for (int d = bc->rank - 1; d >= 0; d--) { int64_t q = rem % bc->dims[d]; rem /= bc->dims[d]; boff += q * bc->src_st[d]; }
+        for (int64_t p = 0; p < P; p++) for (int64_t q = 0; q < Q; q++)
+            memcpy((char *)dst + (b * P * Q + p * Q + q) * (int64_t)es, (const char *)src + (boff + q * sq + p) * (int64_t)es, es);
+    }
+    return cudaSuccess;
+}
+cudaError_t kcu_gather(size_t es, kiln_dtype it, const void *x, const void *ind, void *y, int64_t outer, int64_t A, int64_t ni, int64_t inner, cudaStream_t s) {
+    (void)s;
+    int64_t total = outer * ni * inner;
+    for (int64_t i = 0; i < total; i++) {
+        int64_t k = i % inner, t = i / inner, j = t % ni, o = t / ni;
+        int64_t v = kiln__load_i64(it, ind, j); if (v < 0) v += A;
+        if (v < 0 || v >= A) memset((char *)y + i * (int64_t)es, 0, es);
+        else memcpy((char *)y + i * (int64_t)es, (const char *)x + ((o * A + v) * inner + k) * (int64_t)es, es);
+    }
+    return cudaSuccess;
+}
+cudaError_t kcu_fill(size_t es, void *dst, int64_t n, const void *val, cudaStream_t s) { (void)s; for (int64_t i = 0; i < n; i++) memcpy((char *)dst + i * (int64_t)es, val, es); return cudaSuccess; }
+cudaError_t kcu_probe(void) { return cudaSuccess; }
+cudaError_t kcu_softmax(int kind, kiln_dtype t, const void *x, void *y, int64_t outer, int64_t n, int64_t inner, cudaStream_t s) {
+    (void)s;
+    for (int64_t r = 0; r < outer * inner; r++) {
+        int64_t o = r / inner, j = r % inner, base = o * n * inner + j;
+        double m = -INFINITY; for (int64_t k = 0; k < n; k++) { double v = ld(t, x, base + k * inner); m = (v > m || v != v) ? v : m; }
+        double sm = 0; for (int64_t k = 0; k < n; k++) sm += exp(ld(t, x, base + k * inner) - m);
+        for (int64_t k = 0; k < n; k++) { double v = ld(t, x, base + k * inner) - m; st_(t, y, base + k * inner, kind == 0 ? exp(v) / sm : v - log(sm)); }
+    }
+    return cudaSuccess;
+}
+cudaError_t kcu_layernorm(kiln_dtype t, const void *x, const void *sc, int ss, const void *b, int bs, void *y, kiln_dtype stt, void *mean, void *inv, int64_t rows, int64_t D, float eps, cudaStream_t s) {
+    (void)s;
+    for (int64_t r = 0; r < rows; r++) {
+        double sm = 0; for (int64_t j = 0; j < D; j++) sm += ld(t, x, r * D + j);
+        double mu = D ? sm / D : 0, q = 0; for (int64_t j = 0; j < D; j++) { double d = ld(t, x, r * D + j) - mu; q += d * d; }
+        double iv = 1 / sqrt((D ? q / D : 0) + eps);
+        for (int64_t j = 0; j < D; j++) { double v = (ld(t, x, r * D + j) - mu) * iv * ld(t, sc, ss ? 0 : j); if (b) v += ld(t, b, bs ? 0 : j); st_(t, y, r * D + j, v); }
+        if (mean) st_(stt, mean, r, mu);
+        if (inv) st_(stt, inv, r, iv);
+    }
+    return cudaSuccess;
+}
+cudaError_t kcu_batchnorm(kiln_dtype t, const void *x, void *y, kiln_dtype pt, const void *sc, const void *bi, const void *mn, const void *var, float *coef, int64_t N, int64_t C, int64_t plane, int pe, float eps, cudaStream_t s) {
+    (void)s; (void)coef;
+    for (int64_t i = 0; i < N * C * plane; i++) {
+        int64_t p = i / plane, ch = p % C, k = pe ? ch * plane + (i % plane) : ch;
+        double mul = ld(pt, sc, k) / sqrt(ld(pt, var, k) + eps), add = ld(pt, bi, k) - ld(pt, mn, k) * mul;
+        st_(t, y, i, ld(t, x, i) * mul + add);
+    }
+    return cudaSuccess;
+}
+cudaError_t kcu_reduce_run(int kind, kiln_dtype t, const kcu_reduce *g, const void *x, void *y, cudaStream_t s) {
+    (void)s;
+    for (int64_t o = 0; o < g->out_n; o++) {
+        int64_t ko = 0, rem = o;
+        for (int d = g->krank - 1; d >= 0; d--) { ko += (rem % g->kdims[d]) * g->kst[d]; rem /= g->kdims[d]; }
+        double a = kind == KCU_R_PROD ? 1 : (kind == KCU_R_MAX || kind == KCU_R_LOGSUMEXP) ? -INFINITY : kind == KCU_R_MIN ? INFINITY : 0;
+        for (int pass = 0; pass < (kind == KCU_R_LOGSUMEXP ? 2 : 1); pass++) {
+            double shift = isfinite(a) ? a : 0, sm = 0;
+            for (int64_t r = 0; r < g->R; r++) {
+                int64_t ro = 0, rr = r;
+                for (int d = g->rrank - 1; d >= 0; d--) { ro += (rr % g->rdims[d]) * g->rst[d]; rr /= g->rdims[d]; }
+                double v = ld(t, x, ko + ro);
+                if (pass == 1) { sm += exp(v - shift); continue; }
+                switch (kind) { case KCU_R_L1: a += fabs(v); break; case KCU_R_L2: case KCU_R_SUMSQUARE: a += v * v; break;
+                case KCU_R_PROD: a *= v; break; case KCU_R_MAX: case KCU_R_LOGSUMEXP: a = (v > a || v != v) ? v : a; break;
+                case KCU_R_MIN: a = (v < a || v != v) ? v : a; break; default: a += v; }
+            }
+            if (pass == 1) a = log(sm) + shift;
+        }
+        if (kind == KCU_R_MEAN) a = g->R > 0 ? a / g->R : NAN;
+        if (kind == KCU_R_L2) a = sqrt(a);
+        if (kind == KCU_R_LOGSUM) a = log(a);
+        st_(t, y, o, a);
+    }
+    return cudaSuccess;
+}
+static void unravel(int ns, const int64_t *dims, int64_t p, int64_t *c) { for (int i = ns - 1; i >= 0; i--) { c[i] = p % dims[i]; p /= dims[i]; } }
+cudaError_t kcu_pool_run(kiln_dtype t, const kcu_pool *g, const void *x, void *y, int64_t *ind, cudaStream_t s) {
+    (void)s;
+    for (int64_t i = 0; i < g->out_n; i++) {
+        int64_t pl = i / g->out_sz, p = i % g->out_sz, o[3] = {0, 0, 0}; unravel(g->ns, g->out, p, o);
+        int64_t kn = 1; for (int d = 0; d < g->ns; d++) kn *= g->k[d];
+        double best = -INFINITY, acc = 0; int64_t bi = -1, nv = 0, np = 0;
+        for (int64_t kp = 0; kp < kn; kp++) {
+            int64_t kx[3] = {0, 0, 0}, idx = 0; unravel(g->ns, g->k, kp, kx); bool in = true, pd = true;
+            for (int d = 0; d < g->ns; d++) { int64_t q = o[d] * g->s[d] - g->pb[d] + kx[d] * g->d[d]; if (q < 0 || q >= g->in[d]) in = false; if (q < -g->pb[d] || q >= g->in[d] + g->pe[d]) pd = false; idx = idx * g->in[d] + q; }
+            if (in) { double v = ld(t, x, pl * g->in_sz + idx); if (g->kind == 0) { if (v > best || bi < 0) { best = v; bi = idx; } } else acc += v; nv++; } else if (pd) np++;
+        }
+        st_(t, y, i, g->kind == 0 ? best : acc / (double)(g->count_include_pad ? nv + np : nv));
+        if (ind) ind[i] = pl * g->in_sz + bi;
+    }
+    return cudaSuccess;
+}
+cudaError_t kcu_im2col(kiln_dtype t, const kcu_conv *g, const void *x, int64_t n, int64_t grp, void *col, cudaStream_t s) {
+    (void)s;
+    for (int64_t i = 0; i < g->Cg * g->k_sz * g->out_sz; i++) {
+        int64_t p = i % g->out_sz, row = i / g->out_sz, kk = row % g->k_sz, c = row / g->k_sz, o[3] = {0, 0, 0}, kx[3] = {0, 0, 0}, idx = 0; bool in = true;
+        unravel(g->ns, g->out, p, o); unravel(g->ns, g->k, kk, kx);
+        for (int d = 0; d < g->ns; d++) { int64_t q = o[d] * g->s[d] - g->pb[d] + kx[d] * g->d[d]; if (q < 0 || q >= g->in[d]) in = false; idx = idx * g->in[d] + q; }
+        st_(t, col, i, in ? ld(t, x, (n * g->C + grp * g->Cg + c) * g->in_sz + idx) : 0);
+    }
+    return cudaSuccess;
+}
+cudaError_t kcu_conv_direct(kiln_dtype t, const kcu_conv *g, const void *x, const void *w, const void *b, void *y, cudaStream_t s) {
+    (void)s;
+    for (int64_t i = 0; i < g->N * g->M * g->out_sz; i++) {
+        int64_t p = i % g->out_sz, tt = i / g->out_sz, m = tt % g->M, n = tt / g->M, grp = m / g->Mg, o[3] = {0, 0, 0}; unravel(g->ns, g->out, p, o);
+        double acc = b ? ld(t, b, m) : 0;
+        for (int64_t kk = 0; kk < g->k_sz; kk++) { int64_t kx[3] = {0, 0, 0}, idx = 0; bool in = true; unravel(g->ns, g->k, kk, kx);
+            for (int d = 0; d < g->ns; d++) { int64_t q = o[d] * g->s[d] - g->pb[d] + kx[d] * g->d[d]; if (q < 0 || q >= g->in[d]) in = false; idx = idx * g->in[d] + q; }
+            if (!in) continue;
+            for (int64_t c = 0; c < g->Cg; c++) acc += ld(t, x, (n * g->C + grp * g->Cg + c) * g->in_sz + idx) * ld(t, w, (m * g->Cg + c) * g->k_sz + kk); }
+        st_(t, y, i, acc);
+    }
+    return cudaSuccess;
+}
+cudaError_t kcu_add_channel_bias(kiln_dtype t, void *y, const void *b, int64_t N, int64_t M, int64_t plane, cudaStream_t s) {
+    (void)s; for (int64_t i = 0; i < N * M * plane; i++) st_(t, y, i, ld(t, y, i) + ld(t, b, (i / plane) % M)); return cudaSuccess; }
+cudaError_t kcu_gemm_simple(kiln_dtype t, int ta, int tb, int64_t M, int64_t N, int64_t K, int64_t batch, double alpha, const void *A, int64_t lda, int64_t sa,
+                            const void *B, int64_t ldb, int64_t sb, double beta, void *C, int64_t ldc, int64_t sc, cudaStream_t s) {
+    (void)s;
+    for (int64_t b = 0; b < batch; b++) for (int64_t i = 0; i < M; i++) for (int64_t j = 0; j < N; j++) {
+        double acc = 0;
+        for (int64_t k = 0; k < K; k++) acc += ld(t, A, b * sa + (ta ? k * lda + i : i * lda + k)) * ld(t, B, b * sb + (tb ? j * ldb + k : k * ldb + j));
+        int64_t o = b * sc + i * ldc + j; double v = alpha * acc; if (beta != 0) v += beta * ld(t, C, o); st_(t, C, o, v);
+    }
+    return cudaSuccess;
+}

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Runs tests/cuda/test_cuda_ops.c on the CPU against cuda_emu.c, a host
+# emulation of the CUDA runtime, cuBLASLt and kiln's kernel launchers: checks
+# the CUDA backend's host code and the test program without a GPU (not the
+# kernels themselves). Needs the CUDA headers (CUDA_INC, default
+# /usr/local/cuda/include); builds a CPU-only libkiln.a in BUILD_DIR.
+#   tests/cuda/emu/run.sh            (ops whose attribute headers exist)
+#   KILN_EMU_INCLUDE=<dir> tests/cuda/emu/run.sh   (extra include folder first,
+#                                    e.g. with ops/nn_attrs.h, ops/reduce_attrs.h)
+set -euo pipefail
+cd "$(dirname "$0")/../../.."
+B=${BUILD_DIR:-build-cuda-emu}
+CUDA_INC=${CUDA_INC:-/usr/local/cuda/include}
+cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA=OFF -DKILN_BUILD_TESTS=OFF >/dev/null
+cmake --build "$B" -j2 --target kiln_static >/dev/null
+PB=$(sed -n 's/^PROTOBUF_C_LIB:FILEPATH=//p' "$B/CMakeCache.txt")
+INC=()
+if [ -n "${KILN_EMU_INCLUDE:-}" ]; then INC+=(-I"$KILN_EMU_INCLUDE"); fi
+gcc -std=c11 -D_GNU_SOURCE -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer \
+    -Wall -Wextra -Iinclude -Isrc -Itests "${INC[@]}" -I"$CUDA_INC" \
+    -DKILN_HAVE_CUDA=1 -DKILN_HAVE_CUDNN=0 -o "$B/test_cuda_emu" \
+    tests/cuda/emu/cuda_emu.c src/backends/cuda/*.c tests/cuda/test_cuda_ops.c \
+    "$B/libkiln.a" "$PB" -lpthread -lm
+"$B/test_cuda_emu"
