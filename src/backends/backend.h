@@ -43,6 +43,13 @@ typedef struct kiln_backend_i {
     /* Whether p points into this backend's memory (so a caller's buffer can
      * be used without a copy). May be NULL: never. */
     bool (*owns_pointer)(void *state, const void *p);
+    /* What engines built with this state are built for, e.g. "cpu x86_64
+     * avx2 fma" or "cuda sm_90"; an engine whose target differs from the
+     * device's is refused when a context is created. */
+    void (*describe_target)(void *state, char *buf, size_t n);
+    /* Applies the engine's precision (kiln_precision) to the state, e.g.
+     * TF32 tensor cores for KILN_PRECISION_TF32. May be NULL. */
+    kiln_status (*set_precision)(void *state, int precision);
 
     /* Runs node a->op with a->in/out pointing into this backend's memory.
      * a->stream and a->device_state are set from `state`. */

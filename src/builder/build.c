@@ -200,6 +200,18 @@ static kiln_status resolve_profiles(const kiln_builder *b, kiln_graph *g, kiln_p
     return KILN_OK;
 }
 
+/* The target an engine for `be` is built for: asks a state of the device
+ * (for a GPU this needs the GPU: its architecture goes into the engine). */
+static kiln_status build_target(const kiln_backend_i *be, int index, char *buf, size_t n) {
+    void *state = NULL;
+    kiln_status s = be->state_create(index, &state);
+    if (s != KILN_OK)
+        return kiln__fail_prefix(s, "building a %s engine needs the device it will run on", be->name);
+    be->describe_target(state, buf, n);
+    be->state_free(state);
+    return KILN_OK;
+}
+
 /* Places every node: on the builder's device where that backend has a
  * kernel, else on the CPU (or, with strict_device, fails naming them). */
 static kiln_status place_nodes(const kiln_builder *b, const kiln_backend_i *be, kiln_graph *g) {
@@ -263,7 +275,7 @@ kiln_status kiln_build(const kiln_builder *b, const kiln_model *m, kiln_engine *
     if ((s = kiln__pass_infer(g)) != KILN_OK) goto fail;
     if ((s = place_nodes(b, be, g)) != KILN_OK) goto fail;
     e->opts = b->opts;
-    kiln__cpu_target(e->target, sizeof e->target);
+    if ((s = build_target(be, b->opts.device_index, e->target, sizeof e->target)) != KILN_OK) goto fail;
     snprintf(e->builder_version, sizeof e->builder_version, "%s", kiln_version_string());
     *out = e;
     return KILN_OK;

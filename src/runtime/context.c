@@ -111,6 +111,8 @@ kiln_status kiln_context_create(const kiln_engine *e, kiln_context **out) {
     for (int m = 0; m < 2; m++) {
         if (!c->be[m]) continue;
         kiln_status s = c->be[m]->state_create(e->opts.device_index, &c->state[m]);
+        if (s == KILN_OK && m == MEM_DEV && c->be[m]->set_precision)
+            s = c->be[m]->set_precision(c->state[m], e->opts.precision);
         if (s != KILN_OK) {
             kiln_context_free(c);
             return s;
@@ -601,6 +603,12 @@ static kiln_status engine_upload(kiln_engine *e) {
                          e->opts.device);
     const kiln_graph *g = e->graph;
     KILN_TRY(dev->state_create(e->opts.device_index, &e->dev_state));
+    char here[128];
+    dev->describe_target(e->dev_state, here, sizeof here);
+    if (strcmp(here, e->target) != 0)
+        return KILN_FAIL(KILN_ERR_UNSUPPORTED,
+                         "engine was built for '%s', but device %d is '%s'; rebuild the engine on "
+                         "this device", e->target, e->opts.device_index, here);
     e->dev_const = kiln__calloc((size_t)g->n_values + 1, sizeof *e->dev_const);
     if (!e->dev_const) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory");
     for (int ni = 0; ni < g->n_nodes; ni++) {

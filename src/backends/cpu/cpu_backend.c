@@ -1,5 +1,6 @@
 /* cpu_backend.c -- the CPU backend: kernels are each op's `cpu` function. */
 #include "backends/backend.h"
+#include "runtime/engine.h"
 
 #include "backends/cuda/cuda_backend.h"
 
@@ -43,6 +44,10 @@ static kiln_status cpu_copy(void *state, void *dst, const void *src, size_t n) {
     if (n) memmove(dst, src, n);
     return KILN_OK;
 }
+static void cpu_describe_target(void *state, char *buf, size_t n) {
+    (void)state;
+    kiln__cpu_target(buf, n);
+}
 static kiln_status cpu_sync(void *state) {
     (void)state;
     return KILN_OK;
@@ -61,6 +66,7 @@ static const kiln_backend_i kiln_backend_cpu = {
     .to_device = cpu_copy,
     .to_host = cpu_copy,
     .sync = cpu_sync,
+    .describe_target = cpu_describe_target,
     .run = cpu_run,
 };
 

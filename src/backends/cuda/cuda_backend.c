@@ -247,6 +247,26 @@ static kiln_status cuda_run(void *state, const kiln_kernel_args *a) {
     return KILN_OK;
 }
 
+static bool cuda_owns_pointer(void *state, const void *p) {
+    (void)state;
+    struct cudaPointerAttributes attr;
+    if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return false;
+    }
+    return attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged;
+}
+
+static void cuda_describe_target(void *state, char *buf, size_t n) {
+    const kiln_cuda_state *st = state;
+    if (st) snprintf(buf, n, "cuda sm_%d%d", st->cc_major, st->cc_minor);
+    else snprintf(buf, n, "cuda");
+}
+
+static kiln_status cuda_set_precision(void *state, int precision) {
+    return kiln__cuda_set_tf32(state, precision == KILN_PRECISION_TF32);
+}
+
 static const kiln_backend_i kiln_backend_cuda = {
     .name = "cuda",
     .device = KILN_DEVICE_CUDA,
@@ -260,6 +280,9 @@ static const kiln_backend_i kiln_backend_cuda = {
     .to_device = cuda_to_device,
     .to_host = cuda_to_host,
     .sync = cuda_sync,
+    .owns_pointer = cuda_owns_pointer,
+    .describe_target = cuda_describe_target,
+    .set_precision = cuda_set_precision,
     .run = cuda_run,
 };
 
