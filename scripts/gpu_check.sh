@@ -42,6 +42,37 @@ a, b = np.load(f"{d}/cpu/y.npy"), np.load(f"{d}/cuda/y.npy")
 print("max abs diff cuda vs cpu:", float(np.abs(a - b).max()))
 print(subprocess.run(["build-gpu/kiln", "inspect", f"{d}/cuda.kiln"], capture_output=True, text=True).stdout[-1500:])
 PY
+echo "== Real models on CUDA vs PyTorch (fp32; torchvision ResNet-18, MobileNetV2)"
+python3 - <<'PY' 2>&1 | tee "$OUT/models_cuda.log"
+import subprocess, tempfile, numpy as np, torch, torchvision
+d = tempfile.mkdtemp()
+torch.manual_seed(0)
+for name, ctor in (("resnet18", torchvision.models.resnet18), ("mobilenet_v2", torchvision.models.mobilenet_v2)):
+    m = ctor().eval()
+    x = torch.randn(2, 3, 224, 224)
+    with torch.no_grad():
+        ref = m(x).numpy()
+    torch.onnx.export(m, (x,), f"{d}/{name}.onnx", opset_version=17, dynamo=False,
+                      input_names=["x"], output_names=["y"])
+    np.save(f"{d}/x.npy", x.numpy())
+    for dev in ("cuda", "cpu"):
+        b = subprocess.run(["build-gpu/kiln", "build", f"{d}/{name}.onnx", "--device", dev, "-o", f"{d}/{name}_{dev}.kiln"],
+                           capture_output=True, text=True)
+        if b.returncode:
+            print(name, dev, "BUILD FAILED", b.stderr[-400:]); continue
+        r = subprocess.run(["build-gpu/kiln", "run", f"{d}/{name}_{dev}.kiln", "--input", f"x={d}/x.npy",
+                            "--output-dir", f"{d}/{name}_{dev}"], capture_output=True, text=True)
+        if r.returncode:
+            print(name, dev, "RUN FAILED", r.stderr[-600:]); continue
+        y = np.load(f"{d}/{name}_{dev}/y.npy")
+        err = float(np.abs(y - ref).max()) / float(np.abs(ref).max())
+        bench = subprocess.run(["build-gpu/kiln", "bench", f"{d}/{name}_{dev}.kiln", "--warmup", "3", "--iterations", "20"],
+                               capture_output=True, text=True).stdout
+        lat = [l for l in bench.splitlines() if l.startswith("latency")]
+        print(f"{name:13s} {dev:4s} max_abs_err/max|ref| = {err:.2e} {'PASS' if err <= 1e-3 else 'FAIL'}  {lat[0] if lat else ''}")
+    ins = subprocess.run(["build-gpu/kiln", "inspect", f"{d}/{name}_cuda.kiln"], capture_output=True, text=True).stdout
+    print("\n".join(l for l in ins.splitlines() if l.startswith("cpu fallback")))
+PY
 echo "== compute-sanitizer memcheck (CUDA op tests)"
 timeout 240 compute-sanitizer --tool memcheck --print-limit 20 build-gpu/test_cuda_ops > "$OUT/memcheck.log" 2>&1; echo "rc=$?"
 grep -E "ERROR SUMMARY|passed" "$OUT/memcheck.log" | tail -3

@@ -582,7 +582,7 @@ static kiln_status read_values(const reader *r, kiln_graph *g) {
     return KILN_OK;
 }
 
-static kiln_status read_nodes(const reader *r, const kiln_engine *e, kiln_graph *g) {
+static kiln_status read_nodes(const reader *r, int engine_device, kiln_graph *g) {
     const section *ns = &r->sec[SEC_NODS];
     uint64_t pos = ns->offset, end = ns->offset + ns->size;
     int *io = NULL;
@@ -615,7 +615,7 @@ static kiln_status read_nodes(const reader *r, const kiln_engine *e, kiln_graph 
                            op_id, i, name);
             break;
         }
-        if (device != KILN_DEVICE_CPU && device != (uint32_t)e->opts.device) {
+        if (device != KILN_DEVICE_CPU && device != (uint32_t)engine_device) {
             st = bad("node %d '%s' (%s): device %u is neither the CPU nor the engine's device", i,
                      name, op->name, device);
             break;
@@ -777,7 +777,7 @@ kiln_status kiln__format_read(const void *data, size_t size, kiln_engine *e) {
             st = bad("symbol %d '%s' is defined twice", i, name);
     }
     if (st == KILN_OK) st = read_values(&r, g);
-    if (st == KILN_OK) st = read_nodes(&r, e, g);
+    if (st == KILN_OK) st = read_nodes(&r, opts.device, g);
     if (st == KILN_OK) st = read_io(&r, g, &profiles);
     if (st == KILN_OK) {
         st = kiln__format_check_graph(g, profiles);
