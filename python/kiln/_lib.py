@@ -130,6 +130,7 @@ _PROTOTYPES = {
         _st,
         [_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_int), _i64p, _pp],
     ),
+    "kiln_context_get_output_device": (_st, [_p, ctypes.c_char_p, _pp]),
 }
 
 _lock = threading.Lock()

@@ -240,8 +240,15 @@ class _Runtime:
             dims = (ctypes.c_int64 * KILN_MAX_RANK)()
             ptr = ctypes.c_void_p()
             for k, name in enumerate(self.out_names):
-                check(L.kiln_context_get_output(ctx, name, ctypes.byref(dtype), ctypes.byref(rank),
-                                                dims, ctypes.byref(ptr)))
+                if self.device.type == "cuda":
+                    # shape from get_output, device address from get_output_device
+                    # (get_output's data would be a host copy)
+                    check(L.kiln_context_get_output(ctx, name, ctypes.byref(dtype),
+                                                    ctypes.byref(rank), dims, None))
+                    check(L.kiln_context_get_output_device(ctx, name, ctypes.byref(ptr)))
+                else:
+                    check(L.kiln_context_get_output(ctx, name, ctypes.byref(dtype),
+                                                    ctypes.byref(rank), dims, ctypes.byref(ptr)))
                 shape = tuple(dims[: rank.value])
                 tdtype = KILN_TO_TORCH[dtype.value]
                 buf = bufs[k]

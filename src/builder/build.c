@@ -374,10 +374,10 @@ static void fallback_summary(const kiln_engine *e, kiln_sbuf *sb, bool json) {
         const kiln_node *n = &g->nodes[i];
         for (int k = 0; k < n->n_in; k++) {
             int v = n->in[k];
-            if (v < 0 || (g->values[v].flags & KILN_VALUE_CONST)) continue;
+            /* constants are uploaded once; graph inputs come from the caller */
+            if (v < 0 || (g->values[v].flags & (KILN_VALUE_CONST | KILN_VALUE_INPUT))) continue;
             int p = g->values[v].producer;
-            int from = p >= 0 ? g->nodes[p].device : KILN_DEVICE_CPU;
-            if (from != n->device) n_cross++;
+            if (p >= 0 && g->nodes[p].device != n->device) n_cross++;
         }
     }
     if (json) {
