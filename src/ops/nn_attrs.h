@@ -68,4 +68,12 @@ typedef struct kiln_softmax_attrs { /* Softmax, LogSoftmax, Hardmax */
     int32_t coerce_2d; /* opset < 13: flatten to [prod(dims[:axis]), prod(dims[axis:])] */
 } kiln_softmax_attrs;
 
+/* Import helpers shared by the nn family (src/ops/nn_attrs.c). */
+/* Reads an int-list attribute into dst (at most cap values; more is an
+ * error naming the attribute); *count = 0 when absent. */
+KILN_PRIVATE kiln_status kiln__nn_read_ints(kiln_import_ctx *ic, const char *name, int64_t *dst,
+                                            int cap, int32_t *count);
+/* Parses `auto_pad` into PAD_*. */
+KILN_PRIVATE kiln_status kiln__nn_parse_auto_pad(kiln_import_ctx *ic, int32_t *out);
+
 #endif

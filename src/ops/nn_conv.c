@@ -30,39 +30,19 @@
 
 /* ---- import --------------------------------------------------------------- */
 
-static kiln_status read_ints(kiln_import_ctx *ic, const char *name, int64_t *dst, int cap,
-                             int32_t *count) {
-    int n = kiln_attr_ints(ic, name, dst, cap);
-    if (n > cap)
-        return KILN_IMPORT_FAIL(ic, "attribute '%s' has %d values; at most %d are supported", name,
-                                n, cap);
-    *count = n < 0 ? 0 : n;
-    return KILN_OK;
-}
-
-static kiln_status parse_auto_pad(kiln_import_ctx *ic, int32_t *out) {
-    const char *s = kiln_attr_string(ic, "auto_pad", "NOTSET");
-    if (!strcmp(s, "NOTSET") || !s[0]) *out = PAD_NOTSET;
-    else if (!strcmp(s, "SAME_UPPER")) *out = PAD_SAME_UPPER;
-    else if (!strcmp(s, "SAME_LOWER")) *out = PAD_SAME_LOWER;
-    else if (!strcmp(s, "VALID")) *out = PAD_VALID;
-    else return KILN_IMPORT_FAIL(ic, "unknown auto_pad value '%s'", s);
-    return KILN_OK;
-}
-
 static kiln_status conv_import(kiln_import_ctx *ic, void *attrs) {
     kiln_conv_attrs *at = attrs;
-    KILN_TRY(parse_auto_pad(ic, &at->auto_pad));
+    KILN_TRY(kiln__nn_parse_auto_pad(ic, &at->auto_pad));
     int64_t group = kiln_attr_int(ic, "group", 1);
     if (group < 1 || group > INT32_MAX)
         return KILN_IMPORT_FAIL(ic, "attribute 'group' must be >= 1, got %lld", (long long)group);
     at->group = (int32_t)group;
-    KILN_TRY(read_ints(ic, "kernel_shape", at->kernel, KILN_NN_MAX_SP, &at->n_kernel));
-    KILN_TRY(read_ints(ic, "pads", at->pads, 2 * KILN_NN_MAX_SP, &at->n_pads));
-    KILN_TRY(read_ints(ic, "strides", at->strides, KILN_NN_MAX_SP, &at->n_strides));
-    KILN_TRY(read_ints(ic, "dilations", at->dilations, KILN_NN_MAX_SP, &at->n_dilations));
-    KILN_TRY(read_ints(ic, "output_padding", at->output_padding, KILN_NN_MAX_SP, &at->n_out_pad));
-    KILN_TRY(read_ints(ic, "output_shape", at->output_shape, KILN_MAX_RANK, &at->n_out_shape));
+    KILN_TRY(kiln__nn_read_ints(ic, "kernel_shape", at->kernel, KILN_NN_MAX_SP, &at->n_kernel));
+    KILN_TRY(kiln__nn_read_ints(ic, "pads", at->pads, 2 * KILN_NN_MAX_SP, &at->n_pads));
+    KILN_TRY(kiln__nn_read_ints(ic, "strides", at->strides, KILN_NN_MAX_SP, &at->n_strides));
+    KILN_TRY(kiln__nn_read_ints(ic, "dilations", at->dilations, KILN_NN_MAX_SP, &at->n_dilations));
+    KILN_TRY(kiln__nn_read_ints(ic, "output_padding", at->output_padding, KILN_NN_MAX_SP, &at->n_out_pad));
+    KILN_TRY(kiln__nn_read_ints(ic, "output_shape", at->output_shape, KILN_MAX_RANK, &at->n_out_shape));
     for (int i = 0; i < at->n_strides; i++)
         if (at->strides[i] < 1) return KILN_IMPORT_FAIL(ic, "strides must be >= 1");
     for (int i = 0; i < at->n_dilations; i++)

@@ -22,16 +22,6 @@
 
 /* ---- import --------------------------------------------------------------- */
 
-static kiln_status read_ints(kiln_import_ctx *ic, const char *name, int64_t *dst, int cap,
-                             int32_t *count) {
-    int n = kiln_attr_ints(ic, name, dst, cap);
-    if (n > cap)
-        return KILN_IMPORT_FAIL(ic, "attribute '%s' has %d values; at most %d are supported", name,
-                                n, cap);
-    *count = n < 0 ? 0 : n;
-    return KILN_OK;
-}
-
 static float read_p(kiln_import_ctx *ic) {
     /* LpPool-1 / GlobalLpPool-1 have a float `p`; later versions an int. */
     if (kiln_import_opset(ic) < 2) return kiln_attr_float(ic, "p", 2.0f);
@@ -40,20 +30,15 @@ static float read_p(kiln_import_ctx *ic) {
 
 static kiln_status pool_import(kiln_import_ctx *ic, void *attrs) {
     kiln_pool_attrs *at = attrs;
-    const char *s = kiln_attr_string(ic, "auto_pad", "NOTSET");
-    if (!strcmp(s, "NOTSET") || !s[0]) at->auto_pad = PAD_NOTSET;
-    else if (!strcmp(s, "SAME_UPPER")) at->auto_pad = PAD_SAME_UPPER;
-    else if (!strcmp(s, "SAME_LOWER")) at->auto_pad = PAD_SAME_LOWER;
-    else if (!strcmp(s, "VALID")) at->auto_pad = PAD_VALID;
-    else return KILN_IMPORT_FAIL(ic, "unknown auto_pad value '%s'", s);
+    KILN_TRY(kiln__nn_parse_auto_pad(ic, &at->auto_pad));
     at->ceil_mode = kiln_attr_int(ic, "ceil_mode", 0) != 0;
     at->count_include_pad = kiln_attr_int(ic, "count_include_pad", 0) != 0;
     at->storage_order = kiln_attr_int(ic, "storage_order", 0) != 0;
     at->p = read_p(ic);
-    KILN_TRY(read_ints(ic, "kernel_shape", at->kernel, KILN_NN_MAX_SP, &at->n_kernel));
-    KILN_TRY(read_ints(ic, "pads", at->pads, 2 * KILN_NN_MAX_SP, &at->n_pads));
-    KILN_TRY(read_ints(ic, "strides", at->strides, KILN_NN_MAX_SP, &at->n_strides));
-    KILN_TRY(read_ints(ic, "dilations", at->dilations, KILN_NN_MAX_SP, &at->n_dilations));
+    KILN_TRY(kiln__nn_read_ints(ic, "kernel_shape", at->kernel, KILN_NN_MAX_SP, &at->n_kernel));
+    KILN_TRY(kiln__nn_read_ints(ic, "pads", at->pads, 2 * KILN_NN_MAX_SP, &at->n_pads));
+    KILN_TRY(kiln__nn_read_ints(ic, "strides", at->strides, KILN_NN_MAX_SP, &at->n_strides));
+    KILN_TRY(kiln__nn_read_ints(ic, "dilations", at->dilations, KILN_NN_MAX_SP, &at->n_dilations));
     if (at->n_kernel == 0) return KILN_IMPORT_FAIL(ic, "attribute 'kernel_shape' is required");
     for (int i = 0; i < at->n_kernel; i++)
         if (at->kernel[i] < 1) return KILN_IMPORT_FAIL(ic, "kernel_shape values must be >= 1");
@@ -477,9 +462,9 @@ const kiln_op_def kiln_op_GlobalLpPool = {
 
 static kiln_status unpool_import(kiln_import_ctx *ic, void *attrs) {
     kiln_pool_attrs *at = attrs;
-    KILN_TRY(read_ints(ic, "kernel_shape", at->kernel, KILN_NN_MAX_SP, &at->n_kernel));
-    KILN_TRY(read_ints(ic, "pads", at->pads, 2 * KILN_NN_MAX_SP, &at->n_pads));
-    KILN_TRY(read_ints(ic, "strides", at->strides, KILN_NN_MAX_SP, &at->n_strides));
+    KILN_TRY(kiln__nn_read_ints(ic, "kernel_shape", at->kernel, KILN_NN_MAX_SP, &at->n_kernel));
+    KILN_TRY(kiln__nn_read_ints(ic, "pads", at->pads, 2 * KILN_NN_MAX_SP, &at->n_pads));
+    KILN_TRY(kiln__nn_read_ints(ic, "strides", at->strides, KILN_NN_MAX_SP, &at->n_strides));
     if (at->n_kernel == 0) return KILN_IMPORT_FAIL(ic, "attribute 'kernel_shape' is required");
     for (int i = 0; i < at->n_strides; i++)
         if (at->strides[i] < 1) return KILN_IMPORT_FAIL(ic, "strides must be >= 1");
