@@ -68,6 +68,29 @@ def lstm(path, activations):
     onnx.save(m, path)
 
 
+def opset18_forms(path):
+    # Forms that changed in opset 18: Reduce* take `axes` as an input, Split
+    # takes `num_outputs`, Pad takes an `axes` input. x[2,6] -> outputs:
+    #   m = ReduceMean(x, axes=[1], keepdims=1)      [2,1]
+    #   a, b = Split(x, axis=1, num_outputs=2)       [2,3] each
+    #   p = Pad(x, pads=[1,2] on axes=[1], constant 0)  [2,9]
+    axes = numpy_helper.from_array(np.array([1], dtype=np.int64), "axes")
+    pads = numpy_helper.from_array(np.array([1, 2], dtype=np.int64), "pads")
+    nodes = [
+        helper.make_node("ReduceMean", ["x", "axes"], ["m"], name="mean", keepdims=1),
+        helper.make_node("Split", ["x"], ["a", "b"], name="split", axis=1, num_outputs=2),
+        helper.make_node("Pad", ["x", "pads", "", "axes"], ["p"], name="pad"),
+    ]
+    g = helper.make_graph(nodes, "opset18",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 6])],
+                          [helper.make_tensor_value_info(n, TensorProto.FLOAT, None)
+                           for n in ("m", "a", "b", "p")],
+                          initializer=[axes, pads])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+    m.ir_version = 8
+    onnx.save(m, path)
+
+
 if __name__ == "__main__":
     out = sys.argv[1] if len(sys.argv) > 1 else "."
     mlp(f"{out}/tiny_mlp.onnx")
@@ -76,3 +99,4 @@ if __name__ == "__main__":
     lstm(f"{out}/lstm_explicit.onnx", ["Sigmoid", "Tanh", "Tanh"])
     lstm(f"{out}/lstm_relu.onnx", ["Sigmoid", "Relu", "Tanh"])
     lstm(f"{out}/lstm_bad_act.onnx", ["HardSigmoid", "Tanh", "Tanh"])
+    opset18_forms(f"{out}/opset18_forms.onnx")

@@ -242,6 +242,40 @@ TEST(test_lstm_activations) {
     CHECK(m == NULL);
 }
 
+/* Opset-18 forms: Reduce* axes as an input, Split num_outputs, Pad axes. */
+TEST(test_opset18_forms) {
+    kiln_model *m = NULL;
+    kiln_builder *b = NULL;
+    kiln_engine *e = NULL;
+    kiln_context *c = NULL;
+    CHECK_OK(kiln_model_load_onnx("tests/data/opset18_forms.onnx", &m));
+    CHECK_OK(kiln_builder_create(&b));
+    if (m && b) CHECK_OK(kiln_build(b, m, &e));
+    if (e) CHECK_OK(kiln_context_create(e, &c));
+    if (!c) goto done;
+    float x[12];
+    for (int i = 0; i < 12; i++) x[i] = (float)i;
+    int64_t dims[2] = {2, 6};
+    CHECK_OK(kiln_context_set_input(c, "x", KILN_DTYPE_FLOAT32, 2, dims, x));
+    CHECK_OK(kiln_context_run(c));
+    const float *o;
+    int rank;
+    int64_t od[KILN_MAX_RANK];
+    CHECK_OK(kiln_context_get_output(c, "m", NULL, &rank, od, (const void **)&o));
+    CHECK(rank == 2 && od[0] == 2 && od[1] == 1 && o[0] == 2.5f && o[1] == 8.5f);
+    CHECK_OK(kiln_context_get_output(c, "b", NULL, &rank, od, (const void **)&o));
+    CHECK(rank == 2 && od[0] == 2 && od[1] == 3 && o[0] == 3.0f && o[3] == 9.0f);
+    CHECK_OK(kiln_context_get_output(c, "p", NULL, &rank, od, (const void **)&o));
+    CHECK(rank == 2 && od[0] == 2 && od[1] == 9);
+    CHECK(o[0] == 0.0f && o[1] == 0.0f && o[6] == 5.0f && o[7] == 0.0f && o[8] == 0.0f &&
+          o[10] == 6.0f);
+done:
+    kiln_context_free(c);
+    kiln_engine_free(e);
+    kiln_builder_free(b);
+    kiln_model_free(m);
+}
+
 /* ---- many contexts of one engine on many threads ------------------------ */
 
 typedef struct worker {
@@ -296,6 +330,7 @@ int main(void) {
     RUN(test_bad_inputs);
     RUN(test_bad_models);
     RUN(test_lstm_activations);
+    RUN(test_opset18_forms);
     RUN(test_threads_share_engine);
     return test_summary();
 }
