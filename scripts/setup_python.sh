@@ -25,6 +25,9 @@ PINS=(
   pytest==8.3.4 pluggy==1.5.0 iniconfig==2.0.0 packaging==24.2
   pytorch-lightning==2.0.9.post0 torchmetrics==1.4.3 lightning-utilities==0.11.9
   tqdm==4.67.1 fsspec==2024.12.0
+  # the CPU peer for bench/cpu_vs_ort.py; --no-deps keeps Debian's protobuf, which onnx
+  # 1.12 needs (ORT runs with it, though its metadata asks for a newer one)
+  onnxruntime==1.32.0 flatbuffers==25.12.19
 )
 STAMP="$VENV/.kiln-python-setup"
 WANT="v1 ${PINS[*]}"
@@ -57,7 +60,7 @@ fi
 import sys
 sys.path.insert(0, "python")
 import kiln.lightning  # first: it makes Lightning importable on Debian's torch
-import torch, pytest, pytorch_lightning, torchmetrics
+import torch, pytest, pytorch_lightning, torchmetrics, onnxruntime
 if not torch.__file__.startswith("/usr/lib/python3/dist-packages/"):
     sys.exit(f"setup_python: torch comes from {torch.__file__}, not Debian's python3-torch")
 if kiln.lightning.pl is None:

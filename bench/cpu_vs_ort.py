@@ -1,0 +1,448 @@
+#!/usr/bin/env python3
+"""kiln (CPU) against ONNX Runtime (CPU execution provider), in one process.
+
+Usage (with the project venv, which has numpy and onnxruntime):
+    .venv/bin/python bench/cpu_vs_ort.py [--models mobilenetv2,resnet50,bert,resnet50_b8]
+        [--threads 1,2] [--repeats 20] [--warmup 3] [--quick] [--write BENCHMARKS.md]
+        [--models-dir DIR] [--lib PATH/libkiln.so]
+
+Both runtimes run the same ONNX files, made by scripts/gen_models.py (seeded weights):
+    mobilenetv2   mobilenetv2_op17_fixed, batch 1
+    resnet50      resnet50_op17_fixed, batch 1
+    bert          bert_op13_fixed (BERT-base encoder, seq 128), batch 1
+    resnet50_b8   resnet50_op17_dyn at batch 8 (kiln profile min=opt=max batch 8)
+The variants missing from --models-dir are generated there first (with Debian's
+/usr/bin/python3, as gen_models.py asks).
+
+For each row (model x thread count):
+  - the kiln engine is built once (C API through ctypes: kiln/_lib.py's bindings, loaded
+    without the kiln package so that torch is not imported), threads = T;
+  - one ORT session: intra_op_num_threads = T, inter_op_num_threads = 1, sequential
+    execution, graph optimizations ORT_ENABLE_ALL;
+  - both are warmed up, then run alternately (kiln, ORT, kiln, ORT, ...) --repeats times
+    each; only the run call is timed (inputs are bound / fed beforehand);
+  - the medians are reported with their ratio kiln/ORT (< 1: kiln is faster);
+  - peak RSS of each runtime is measured in its own child process (one per runtime per
+    row) that loads only that runtime, builds/creates it, and runs it a few times:
+    resource.getrusage(RUSAGE_SELF).ru_maxrss, so the figure includes the Python
+    interpreter, numpy and the inputs (the "baseline" child, which loads only those, is
+    printed for reference);
+  - agreement: max |kiln - ort| / max |ort| over all outputs.
+"""
+
+import argparse
+import ctypes
+import datetime
+import importlib.util
+import json
+import os
+import platform
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# row name -> (gen_models variant, batch the row runs at, label)
+MODELS = {
+    "mobilenetv2": ("mobilenetv2_op17_fixed", 1, "MobileNetV2"),
+    "resnet50": ("resnet50_op17_fixed", 1, "ResNet-50"),
+    "bert": ("bert_op13_fixed", 1, "BERT-base seq 128"),
+    "resnet50_b8": ("resnet50_op17_dyn", 8, "ResNet-50"),
+}
+DEFAULT_MODELS = ["resnet50", "mobilenetv2", "bert", "resnet50_b8"]
+
+KILN_DTYPES = {np.dtype(np.float32): 1, np.dtype(np.int32): 6, np.dtype(np.int64): 7}
+NP_OF_KILN = {1: np.float32, 6: np.int32, 7: np.int64, 11: np.float64, 9: np.bool_}
+
+
+# --------------------------------------------------------------------------- inputs
+
+def load_manifest(models_dir):
+    with open(os.path.join(models_dir, "manifest.json")) as f:
+        return {m["name"]: m for m in json.load(f)["models"]}
+
+
+def ensure_models(models_dir, variants):
+    have = {}
+    if os.path.exists(os.path.join(models_dir, "manifest.json")):
+        have = load_manifest(models_dir)
+    missing = [v for v in variants
+               if v not in have or not os.path.isfile(os.path.join(models_dir, have[v]["onnx"]))]
+    if missing:
+        print("generating %s in %s (scripts/gen_models.py)" % (",".join(missing), models_dir),
+              file=sys.stderr, flush=True)
+        subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "scripts", "gen_models.py"),
+                        models_dir, "--only", ",".join(missing)], check=True)
+    return load_manifest(models_dir)
+
+
+def make_inputs(models_dir, entry, batch):
+    """{name: array} at `batch`: the reference inputs when the batch matches, else
+    seeded random data of the right kind (the reference sample repeated for int inputs)."""
+    out = {}
+    rng = np.random.default_rng(1234)
+    for spec in entry["inputs"]:
+        a = np.load(os.path.join(models_dir, spec["file"]))
+        if a.shape[0] != batch:
+            if a.dtype == np.float32:
+                a = rng.standard_normal((batch,) + a.shape[1:], dtype=np.float32)
+            else:
+                a = np.concatenate([a[:1]] * batch, axis=0)
+        out[spec["name"]] = np.ascontiguousarray(a)
+    return out
+
+
+# --------------------------------------------------------------------------- kiln
+
+def load_kiln_lib(lib_path):
+    """kiln/_lib.py (the package's ctypes bindings) loaded on its own: `import kiln` would
+    import torch, which would distort the RSS figures and the load time."""
+    os.environ["KILN_LIBRARY"] = lib_path
+    spec = importlib.util.spec_from_file_location(
+        "kiln_lib_standalone", os.path.join(ROOT, "python", "kiln", "_lib.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+class KilnRunner:
+    def __init__(self, K, onnx_path, inputs, threads):
+        self.K, L = K, K.lib()
+        self.L = L
+        self.inputs = inputs
+        m, b, e, c = (ctypes.c_void_p() for _ in range(4))
+        K.check(L.kiln_model_load_onnx(os.fsencode(onnx_path), ctypes.byref(m)))
+        try:
+            K.check(L.kiln_builder_create(ctypes.byref(b)))
+            K.check(L.kiln_builder_set_threads(b, threads))
+            for name, a in inputs.items():
+                dims = (ctypes.c_int64 * a.ndim)(*a.shape)
+                K.check(L.kiln_builder_set_profile(b, name.encode(), a.ndim, dims, dims, dims))
+            t0 = time.perf_counter()
+            K.check(L.kiln_build(b, m, ctypes.byref(e)))
+            self.build_s = time.perf_counter() - t0
+        finally:
+            if b:
+                L.kiln_builder_free(b)
+            L.kiln_model_free(m)
+        self.e = e
+        K.check(L.kiln_context_create(e, ctypes.byref(c)))
+        self.c = c
+        K.check(L.kiln_context_set_threads(c, threads))
+        for name, a in inputs.items():
+            dims = (ctypes.c_int64 * a.ndim)(*a.shape)
+            K.check(L.kiln_context_set_input(c, name.encode(), KILN_DTYPES[a.dtype], a.ndim, dims,
+                                             a.ctypes.data_as(ctypes.c_void_p)))
+        info = K.IoInfo()
+        self.output_names = []
+        for i in range(L.kiln_engine_num_outputs(e)):
+            K.check(L.kiln_engine_output_info(e, i, ctypes.byref(info)))
+            self.output_names.append(info.name.decode())
+
+    def run(self):
+        self.K.check(self.L.kiln_context_run(self.c))
+
+    def outputs(self):
+        res = {}
+        dt, rank = ctypes.c_int(), ctypes.c_int()
+        dims = (ctypes.c_int64 * self.K.KILN_MAX_RANK)()
+        ptr = ctypes.c_void_p()
+        for name in self.output_names:
+            self.K.check(self.L.kiln_context_get_output(self.c, name.encode(), ctypes.byref(dt),
+                                                        ctypes.byref(rank), dims, ctypes.byref(ptr)))
+            shape = tuple(dims[:rank.value])
+            npdt = np.dtype(NP_OF_KILN[dt.value])
+            n = int(np.prod(shape)) if shape else 1
+            buf = ctypes.string_at(ptr.value, n * npdt.itemsize)
+            res[name] = np.frombuffer(buf, dtype=npdt).reshape(shape).copy()
+        return res
+
+    def close(self):
+        self.L.kiln_context_free(self.c)
+        self.L.kiln_engine_free(self.e)
+
+
+# --------------------------------------------------------------------------- ORT
+
+class OrtRunner:
+    def __init__(self, onnx_path, inputs, threads):
+        import onnxruntime as ort
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = threads
+        so.inter_op_num_threads = 1
+        so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        t0 = time.perf_counter()
+        self.sess = ort.InferenceSession(onnx_path, sess_options=so,
+                                         providers=["CPUExecutionProvider"])
+        self.build_s = time.perf_counter() - t0
+        self.feed = dict(inputs)
+        self.output_names = [o.name for o in self.sess.get_outputs()]
+        self.last = None
+
+    def run(self):
+        self.last = self.sess.run(self.output_names, self.feed)
+
+    def outputs(self):
+        return dict(zip(self.output_names, self.last))
+
+    def close(self):
+        self.sess = None
+
+
+# --------------------------------------------------------------------------- child (RSS)
+
+def child_main(args):
+    """Loads only one runtime, builds it, runs it a few times, prints peak RSS (KiB)."""
+    import resource
+    manifest = load_manifest(args.models_dir)
+    variant, batch, _ = MODELS[args.child_model]
+    entry = manifest[variant]
+    inputs = make_inputs(args.models_dir, entry, batch)
+    onnx_path = os.path.join(args.models_dir, entry["onnx"])
+    if args.child == "kiln":
+        r = KilnRunner(load_kiln_lib(args.lib), onnx_path, inputs, args.child_threads)
+    elif args.child == "ort":
+        r = OrtRunner(onnx_path, inputs, args.child_threads)
+    else:
+        r = None  # baseline: interpreter + numpy + inputs
+    if r is not None:
+        for _ in range(3):
+            r.run()
+    hwm = None
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                hwm = int(line.split()[1])
+    print(json.dumps({"maxrss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+                      "vmhwm_kib": hwm}))
+    return 0
+
+
+def child_rss(args, runtime, model, threads):
+    cmd = [sys.executable, os.path.abspath(__file__), "--models-dir", args.models_dir,
+           "--lib", args.lib, "--_child", runtime, "--_child-model", model,
+           "--_child-threads", str(threads)]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        print(p.stderr, file=sys.stderr)
+        return None
+    r = json.loads(p.stdout.strip().splitlines()[-1])
+    # On Linux a child's ru_maxrss starts from its parent's peak (the parent's high-water
+    # mark is carried over by fork and exec), so these children are started while this
+    # process is still small (before either runtime is loaded here); VmHWM, the new
+    # address space's own peak, is the cross-check.
+    if r["vmhwm_kib"] is not None and abs(r["maxrss_kib"] - r["vmhwm_kib"]) > 8192:
+        print("warning: %s %s t%d: ru_maxrss %d KiB but VmHWM %d KiB" % (
+            runtime, model, threads, r["maxrss_kib"], r["vmhwm_kib"]), file=sys.stderr)
+    return r["maxrss_kib"] / 1024.0
+
+
+# --------------------------------------------------------------------------- main
+
+def agreement(ko, oo):
+    worst, scale = 0.0, 0.0
+    for name, ref in oo.items():
+        ref = np.asarray(ref, dtype=np.float64)
+        got = np.asarray(ko[name], dtype=np.float64)
+        if got.shape != ref.shape:
+            return float("inf")
+        worst = max(worst, float(np.max(np.abs(got - ref))) if ref.size else 0.0)
+        scale = max(scale, float(np.max(np.abs(ref))) if ref.size else 0.0)
+    return worst / scale if scale > 0 else worst
+
+
+def bench_row(args, K, manifest, model, threads, rss):
+    variant, batch, label = MODELS[model]
+    entry = manifest[variant]
+    inputs = make_inputs(args.models_dir, entry, batch)
+    onnx_path = os.path.join(args.models_dir, entry["onnx"])
+    kr = KilnRunner(K, onnx_path, inputs, threads)
+    orr = OrtRunner(onnx_path, inputs, threads)
+    for _ in range(args.warmup):
+        kr.run()
+        orr.run()
+    tk, to = [], []
+    for _ in range(args.repeats):
+        t0 = time.perf_counter()
+        kr.run()
+        t1 = time.perf_counter()
+        orr.run()
+        t2 = time.perf_counter()
+        tk.append((t1 - t0) * 1e3)
+        to.append((t2 - t1) * 1e3)
+    agree = agreement(kr.outputs(), orr.outputs())
+    row = {"model": model, "label": label, "variant": variant, "batch": batch,
+           "threads": threads, "kiln_ms": statistics.median(tk),
+           "ort_ms": statistics.median(to), "kiln_build_s": kr.build_s,
+           "ort_session_s": orr.build_s, "agreement": agree,
+           "kiln_all_ms": tk, "ort_all_ms": to}
+    row["ratio"] = row["kiln_ms"] / row["ort_ms"]
+    kr.close()
+    orr.close()
+    del kr, orr
+    row["kiln_rss_mb"], row["ort_rss_mb"] = rss[(model, threads)]
+    return row
+
+
+def fmt_mb(v):
+    return "?" if v is None else "%.0f" % v
+
+
+def table(rows):
+    lines = ["| model | batch | threads | kiln median (ms) | ORT median (ms) | kiln/ORT |"
+             " kiln peak RSS (MB) | ORT peak RSS (MB) | max abs diff / max\\|ort\\| |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append("| %s | %d | %d | %.1f | %.1f | %.2f | %s | %s | %.1e |" % (
+            r["label"], r["batch"], r["threads"], r["kiln_ms"], r["ort_ms"], r["ratio"],
+            fmt_mb(r["kiln_rss_mb"]), fmt_mb(r["ort_rss_mb"]), r["agreement"]))
+    return "\n".join(lines)
+
+
+def cpu_model():
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+        for line in out.splitlines():
+            if line.startswith("Model name:"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def write_md(path, args, rows, baseline_mb, ort_version, kiln_version, command, started):
+    lines = [
+        "# kiln vs ONNX Runtime on CPU",
+        "",
+        "Written by `bench/cpu_vs_ort.py` from one real run (nothing edited by hand).",
+        "",
+        "- Date: %s (UTC)" % started,
+        "- Machine: %s, %d cores visible to the process (`os.cpu_count()`)" % (cpu_model(),
+                                                                              os.cpu_count()),
+        "- kiln %s (libkiln: `%s`), ONNX Runtime %s (CPUExecutionProvider), numpy %s, Python %s"
+        % (kiln_version, os.path.relpath(args.lib, ROOT), ort_version, np.__version__,
+           platform.python_version()),
+        "- Command: `%s`" % command,
+        "",
+        "**The machines are shared with other jobs and their speed drifts during a run, so the "
+        "absolute times are only indicative; what matters is the ratio kiln/ORT, measured in "
+        "the same process with the two runtimes alternating (kiln, ORT, kiln, ORT, ...).** "
+        "A ratio below 1 means kiln is faster.",
+        "",
+        table(rows),
+        "",
+        "Method: for each row, one kiln engine (built from the ONNX file with the row's thread "
+        "count; models with a dynamic batch get the profile min = opt = max = the row's batch) "
+        "and one ORT session (intra_op_num_threads = the same thread count, inter_op_num_threads "
+        "= 1, sequential execution, ORT_ENABLE_ALL) are created; each is warmed up %d times, then "
+        "they run alternately %d times each, and the medians of the run calls are reported. "
+        "Inputs are the reference inputs written by `scripts/gen_models.py` (seeded random "
+        "data for batch 8). Peak RSS is `ru_maxrss` of a child process that loads only that "
+        "runtime, builds the engine / creates the session from the ONNX file and runs it 3 "
+        "times; it includes the Python interpreter, numpy and the inputs (a child that loads "
+        "only those peaks at %s MB). Agreement is max |kiln - ORT| / max |ORT| over all outputs."
+        % (args.warmup, args.repeats, fmt_mb(baseline_mb)),
+        "",
+        "Models (`scripts/gen_models.py`, seeded weights): ResNet-50 = resnet50_op17_fixed "
+        "(batch 1) and resnet50_op17_dyn (batch 8), MobileNetV2 = mobilenetv2_op17_fixed, "
+        "BERT-base seq 128 = bert_op13_fixed.",
+        "",
+    ]
+    with open(path + ".tmp", "w") as f:
+        f.write("\n".join(lines))
+    os.replace(path + ".tmp", path)
+
+
+def default_lib():
+    for d in ("build-bench", "build"):
+        p = os.path.join(ROOT, d, "libkiln.so")
+        if os.path.isfile(p):
+            return p
+    return os.path.join(ROOT, "build", "libkiln.so")
+
+
+def main():
+    ap = argparse.ArgumentParser(description="Benchmark kiln against ONNX Runtime on CPU.")
+    ap.add_argument("--models", default=",".join(DEFAULT_MODELS),
+                    help="comma-separated rows: %s (default: all)" % ",".join(MODELS))
+    ap.add_argument("--threads", default="1,2", help="comma-separated thread counts (default 1,2)")
+    ap.add_argument("--repeats", type=int, default=None, help="timed runs of each runtime (default 20)")
+    ap.add_argument("--warmup", type=int, default=None, help="untimed runs of each first (default 3)")
+    ap.add_argument("--quick", action="store_true",
+                    help="test the script: MobileNetV2 only, 5 repeats, 1 warm-up")
+    ap.add_argument("--write", metavar="FILE", help="also write the results as markdown (BENCHMARKS.md)")
+    ap.add_argument("--json", metavar="FILE", help="also write the raw results as JSON")
+    ap.add_argument("--models-dir", default=os.path.join(ROOT, "build-bench", "models"),
+                    help="gen_models.py output folder (missing variants are generated)")
+    ap.add_argument("--lib", default=None, help="libkiln.so (default: build-bench/ or build/)")
+    ap.add_argument("--_child", dest="child", choices=["kiln", "ort", "base"], help=argparse.SUPPRESS)
+    ap.add_argument("--_child-model", dest="child_model", help=argparse.SUPPRESS)
+    ap.add_argument("--_child-threads", dest="child_threads", type=int, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    args.lib = os.path.abspath(args.lib or default_lib())
+    args.models_dir = os.path.abspath(args.models_dir)
+    if args.child:
+        return child_main(args)
+
+    if args.quick:
+        args.models = "mobilenetv2"
+    args.repeats = args.repeats or (5 if args.quick else 20)
+    args.warmup = args.warmup if args.warmup is not None else (1 if args.quick else 3)
+    models = [m.strip() for m in args.models.split(",") if m.strip()]
+    for m in models:
+        if m not in MODELS:
+            ap.error("unknown model '%s' (known: %s)" % (m, ", ".join(MODELS)))
+    threads = [int(t) for t in args.threads.split(",") if t.strip()]
+    if not threads or min(threads) < 1:
+        ap.error("--threads: positive integers, comma-separated")
+
+    manifest = ensure_models(args.models_dir, sorted({MODELS[m][0] for m in models}))
+    # Peak RSS first, while this process has loaded neither runtime (see child_rss).
+    print("peak RSS (child processes) ...", flush=True)
+    rss = {(m, t): (child_rss(args, "kiln", m, t), child_rss(args, "ort", m, t))
+           for m in models for t in threads}
+    baseline = child_rss(args, "base", models[0], 1)
+    import onnxruntime as ort
+    K = load_kiln_lib(args.lib)
+    kiln_version = K.lib().kiln_version_string().decode()
+    started = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M")
+    command = " ".join(shlex.quote(a) for a in [os.path.relpath(sys.executable, ROOT)
+                                                 if sys.executable.startswith(ROOT) else sys.executable,
+                                                 os.path.relpath(os.path.abspath(__file__), ROOT)]
+                       + sys.argv[1:])
+    print("kiln %s (%s), onnxruntime %s, %s, %d cpus; %d warm-up + %d alternating runs each"
+          % (kiln_version, args.lib, ort.__version__, cpu_model(), os.cpu_count(), args.warmup,
+             args.repeats), flush=True)
+    rows = []
+    for m in models:
+        for t in threads:
+            t0 = time.time()
+            r = bench_row(args, K, manifest, m, t, rss)
+            rows.append(r)
+            print("  %-12s batch %d threads %d: kiln %.1f ms, ORT %.1f ms, ratio %.2f, "
+                  "RSS %s / %s MB, diff %.1e  (%.0fs)" % (
+                      m, r["batch"], t, r["kiln_ms"], r["ort_ms"], r["ratio"],
+                      fmt_mb(r["kiln_rss_mb"]), fmt_mb(r["ort_rss_mb"]), r["agreement"],
+                      time.time() - t0), flush=True)
+    print()
+    print(table(rows))
+    print()
+    print("peak RSS includes Python + numpy + inputs (baseline child: %s MB)" % fmt_mb(baseline))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"date": started, "command": command, "rows": rows,
+                       "baseline_rss_mb": baseline}, f, indent=1)
+    if args.write:
+        write_md(args.write, args, rows, baseline, ort.__version__, kiln_version, command, started)
+        print("wrote %s" % args.write)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
