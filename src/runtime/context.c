@@ -134,11 +134,9 @@ void kiln_context_free(kiln_context *c) {
     if (!c) return;
     for (int m = 0; m < 2; m++) {
         if (!c->be[m]) continue;
-        if (c->state[m] || m == MEM_HOST) {
-            if (m == MEM_DEV && c->state[m]) c->be[m]->sync(c->state[m]);
-            mempool_free(c, m);
-            c->be[m]->state_free(c->state[m]);
-        }
+        if (m == MEM_DEV && c->state[m]) c->be[m]->sync(c->state[m]);
+        mempool_free(c, m);
+        if (c->state[m]) c->be[m]->state_free(c->state[m]);
     }
     kiln__pool_free(c->threads_pool);
     kiln__free(c->slots);
