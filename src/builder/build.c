@@ -339,6 +339,16 @@ static size_t activation_bytes_at_opt(const kiln_engine *e) {
     kiln_context *c = NULL;
     size_t bytes = 0;
     void **bufs = kiln__calloc((size_t)g->n_inputs + 1, sizeof *bufs);
+    /* Only for plausible sizes: a description must not allocate gigabytes. */
+    uint64_t in_bytes = 0;
+    for (int k = 0; k < g->n_inputs; k++) {
+        kiln_tinfo t = {.dtype = g->values[g->inputs[k]].info.dtype, .rank = e->profiles[k].rank};
+        memcpy(t.dims, e->profiles[k].opt, sizeof t.dims);
+        size_t nb = kiln__value_nbytes(&t);
+        if (!nb && kiln__numel(t.rank, t.dims) != 0) goto done; /* overflow */
+        in_bytes += nb;
+    }
+    if (in_bytes > ((uint64_t)1 << 30)) goto done;
     if (!bufs || kiln_context_create(e, &c) != KILN_OK) goto done;
     kiln_context_set_threads(c, 1);
     for (int k = 0; k < g->n_inputs; k++) {

@@ -5,6 +5,10 @@
  * known to be inside the weights section. */
 #include "format/format.h"
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
 #include "backends/backend.h"
 
 #include <limits.h>
@@ -51,7 +55,10 @@ bool kiln__cpu_has_feature(const char *name, bool *known) {
     if (!strcmp(name, "avx")) return __builtin_cpu_supports("avx");
     if (!strcmp(name, "avx2")) return __builtin_cpu_supports("avx2");
     if (!strcmp(name, "fma")) return __builtin_cpu_supports("fma");
-    if (!strcmp(name, "f16c")) return __builtin_cpu_supports("f16c");
+    if (!strcmp(name, "f16c")) { /* clang 14 has no "f16c" for __builtin_cpu_supports */
+        unsigned a, b, c, d;
+        return __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29)) != 0;
+    }
     if (!strcmp(name, "avx512f")) return __builtin_cpu_supports("avx512f");
     if (!strcmp(name, "avx512bw")) return __builtin_cpu_supports("avx512bw");
     if (!strcmp(name, "avx512vl")) return __builtin_cpu_supports("avx512vl");

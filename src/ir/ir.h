@@ -73,6 +73,10 @@ KILN_PRIVATE void kiln__graph_link(kiln_graph *g);
 KILN_PRIVATE kiln_status kiln__graph_clone(const kiln_graph *g, kiln_graph **out);
 KILN_PRIVATE size_t kiln__value_nbytes(const kiln_tinfo *t); /* 0 if unknown */
 
+/* Fails (KILN_ERR_MODEL, naming the node) if a required input of n (index
+ * below op->min_inputs) is absent. Ops' infer functions rely on it. */
+KILN_PRIVATE kiln_status kiln__node_check_inputs(const kiln_node *n);
+
 /* Passes (src/passes/) */
 /* Shape and type inference over the whole graph (build time). */
 KILN_PRIVATE kiln_status kiln__pass_infer(kiln_graph *g);

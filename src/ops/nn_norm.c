@@ -628,7 +628,8 @@ NN_VEC_MATH static inline float nn_expf(float x) {
     float n = t - 12582912.0f;
     int32_t ti;
     memcpy(&ti, &t, sizeof ti);
-    int32_t e = (ti - 0x4B400000 + 127) * (1 << 23);
+    /* unsigned: NaN input must not make this signed arithmetic overflow */
+    uint32_t e = ((uint32_t)ti - 0x4B400000u + 127u) << 23;
     float scale;
     memcpy(&scale, &e, sizeof scale);
     float r = xc - n * 0.693359375f;

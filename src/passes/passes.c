@@ -23,6 +23,17 @@ static void merge_info(kiln_tinfo *dst, const kiln_tinfo *inferred) {
     }
 }
 
+kiln_status kiln__node_check_inputs(const kiln_node *n) {
+    if (n->n_in < n->op->min_inputs)
+        return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (%s) has %d inputs; at least %d are required",
+                         n->name, n->op->name, n->n_in, n->op->min_inputs);
+    for (int i = 0; i < n->op->min_inputs; i++)
+        if (n->in[i] < 0)
+            return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (%s): required input %d is missing", n->name,
+                             n->op->name, i);
+    return KILN_OK;
+}
+
 /* Runs op->infer for node `ni` over the graph's value infos. */
 static kiln_status infer_node(kiln_graph *g, int ni, bool runtime, kiln_tinfo *outs) {
     kiln_node *n = &g->nodes[ni];
@@ -31,6 +42,7 @@ static kiln_status infer_node(kiln_graph *g, int ni, bool runtime, kiln_tinfo *o
     if (n->n_in > 64 || n->n_out > 64)
         return KILN_FAIL(KILN_ERR_UNSUPPORTED, "node '%s' (%s): more than 64 inputs or outputs",
                          n->name, n->op->name);
+    KILN_TRY(kiln__node_check_inputs(n));
     for (int i = 0; i < n->n_in; i++) in_ptrs[i] = n->in[i] >= 0 ? &g->values[n->in[i]].info : NULL;
     for (int i = 0; i < n->n_out; i++) {
         memset(&outs[i], 0, sizeof outs[i]);

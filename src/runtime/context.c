@@ -352,6 +352,7 @@ static kiln_status run_node(kiln_context *c, const kiln_node *n) {
     int tmp_bufs[64], n_tmp = 0;
     if (n->n_in > 64 || n->n_out > 64)
         return KILN_FAIL(KILN_ERR_UNSUPPORTED, "node '%s': too many inputs/outputs", n->name);
+    KILN_TRY(kiln__node_check_inputs(n));
     for (int i = 0; i < n->n_in; i++) {
         in_ip[i] = NULL;
         in_tp[i] = NULL;
