@@ -672,6 +672,10 @@ static void p_huge_op(unsigned char *f, size_t s, const kiln_engine *e) {
     (void)s, (void)e;
     kiln__put_le32(node_record(f, 0), 0xffffffffu);
 }
+static void p_node_device(unsigned char *f, size_t s, const kiln_engine *e) {
+    (void)s, (void)e;
+    kiln__put_le32(node_record(f, 0) + 20, 7); /* a CPU engine's node claims device 7 */
+}
 static void p_node_input(unsigned char *f, size_t s, const kiln_engine *e) {
     (void)s, (void)e;
     kiln__put_le32(node_record(f, 0) + KILN_FMT_NODE_HEADER, 99);
@@ -848,6 +852,8 @@ TEST(test_patched_files) {
         snprintf(msg, sizeof msg, "operator id %d (node 1 'n1')", unknown_op_id());
         expect_patch("unknown op", p_unknown_op, KILN_ERR_FORMAT, msg);
         expect_patch("huge op id", p_huge_op, KILN_ERR_FORMAT, "operator id 4294967295 (node 0 'n0')");
+        expect_patch("node device", p_node_device, KILN_ERR_FORMAT,
+                     "device 7 is neither the CPU nor the engine's device");
         expect_patch("node input index", p_node_input, KILN_ERR_FORMAT,
                      "node 0 'n0' (");
         expect_patch("node input index", p_node_input, KILN_ERR_FORMAT,
