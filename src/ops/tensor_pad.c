@@ -83,7 +83,10 @@ static kiln_status pad_infer(const kiln_infer_args *a) {
             y->dims[k] = (pb[k] == 0 && pe[k] == 0) ? d : KILN_DIM_UNKNOWN;
             continue;
         }
-        y->dims[k] = d + pb[k] + pe[k];
+        if (__builtin_add_overflow(d, pb[k], &y->dims[k]) ||
+            __builtin_add_overflow(y->dims[k], pe[k], &y->dims[k]))
+            return KILN_TX_FAIL(KILN_ERR_MODEL, a, "pads %lld,%lld on axis %d overflow",
+                                (long long)pb[k], (long long)pe[k], k);
         if (y->dims[k] < 0)
             return KILN_TX_FAIL(KILN_ERR_MODEL, a, "pads %lld,%lld make axis %d of size %lld negative",
                                 (long long)pb[k], (long long)pe[k], k, (long long)d);

@@ -135,6 +135,11 @@ static kiln_status fold_node(kiln_graph *g, int ni) {
             goto done;
         }
         size_t nb = kiln__value_nbytes(&outs[i]);
+        if (!nb && kiln__numel(outs[i].rank, outs[i].dims) > 0) {
+            s = KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "node '%s' (%s): output %d is too large to fold",
+                          n->name, n->op->name, i);
+            goto done;
+        }
         out_t[i].data = kiln__aligned_alloc(nb);
         if (!out_t[i].data) {
             s = KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory folding node '%s'", n->name);

@@ -390,6 +390,13 @@ static kiln_status run_node(kiln_context *c, const kiln_node *n) {
         out_t[i].rank = outs[i].rank;
         memcpy(out_t[i].dims, outs[i].dims, sizeof out_t[i].dims);
         size_t nb = kiln__value_nbytes(&outs[i]);
+        if (!nb && kiln__numel(outs[i].rank, outs[i].dims) > 0) {
+            char sh[160];
+            st = KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "node '%s' (%s): output %d of shape %s is too large",
+                           n->name, n->op->name, i,
+                           kiln__shape_str(outs[i].rank, outs[i].dims, sh, sizeof sh));
+            goto done;
+        }
         out_tp[i] = &out_t[i];
         if (v < 0) { /* an output nobody reads: memory held until the kernel ran */
             int b;
