@@ -20,3 +20,18 @@ kiln_status kiln__nn_parse_auto_pad(kiln_import_ctx *ic, int32_t *out) {
     else return KILN_IMPORT_FAIL(ic, "unknown auto_pad value '%s'", s);
     return KILN_OK;
 }
+
+int64_t kiln__nn_same_pads(int auto_pad, int64_t in, int64_t k, int64_t s, int64_t d, int64_t *pb,
+                           int64_t *pe) {
+    int64_t out = (in + s - 1) / s;
+    int64_t total = (out - 1) * s + (k - 1) * d + 1 - in;
+    if (total < 0) total = 0;
+    if (auto_pad == PAD_SAME_UPPER) {
+        *pb = total / 2;
+        *pe = total - *pb;
+    } else {
+        *pe = total / 2;
+        *pb = total - *pe;
+    }
+    return out;
+}

@@ -73,6 +73,10 @@ typedef struct kiln_softmax_attrs { /* Softmax, LogSoftmax, Hardmax */
  * error naming the attribute); *count = 0 when absent. */
 KILN_PRIVATE kiln_status kiln__nn_read_ints(kiln_import_ctx *ic, const char *name, int64_t *dst,
                                             int cap, int32_t *count);
+/* SAME_UPPER/SAME_LOWER padding of one spatial dim (input in >= 0, kernel k,
+ * stride s, dilation d): sets the begin/end pads and returns the output size. */
+KILN_PRIVATE int64_t kiln__nn_same_pads(int auto_pad, int64_t in, int64_t k, int64_t s, int64_t d,
+                                        int64_t *pb, int64_t *pe);
 /* Parses `auto_pad` into PAD_*. */
 KILN_PRIVATE kiln_status kiln__nn_parse_auto_pad(kiln_import_ctx *ic, int32_t *out);
 

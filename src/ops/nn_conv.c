@@ -82,17 +82,7 @@ static kiln_status conv_dim(const char *node, const char *op, int auto_pad, int6
         return KILN_OK;
     }
     if (auto_pad == PAD_SAME_UPPER || auto_pad == PAD_SAME_LOWER) {
-        int64_t o = (in + s - 1) / s;
-        int64_t total = (o - 1) * s + dk - in;
-        if (total < 0) total = 0;
-        if (auto_pad == PAD_SAME_UPPER) {
-            *pb = total / 2;
-            *pe = total - *pb;
-        } else {
-            *pe = total / 2;
-            *pb = total - *pe;
-        }
-        *out = o;
+        *out = kiln__nn_same_pads(auto_pad, in, k, s, d, pb, pe);
         return KILN_OK;
     }
     int64_t span = in + *pb + *pe - dk;

@@ -95,16 +95,7 @@ static kiln_status pool_geom_make(const char *node, const char *op, const kiln_p
         if (in < 0) {
             out = KILN_DIM_UNKNOWN;
         } else if (at->auto_pad == PAD_SAME_UPPER || at->auto_pad == PAD_SAME_LOWER) {
-            out = (in + s - 1) / s;
-            int64_t total = (out - 1) * s + dk - in;
-            if (total < 0) total = 0;
-            if (at->auto_pad == PAD_SAME_UPPER) {
-                pb = total / 2;
-                pe = total - pb;
-            } else {
-                pe = total / 2;
-                pb = total - pe;
-            }
+            out = kiln__nn_same_pads(at->auto_pad, in, k, s, d, &pb, &pe);
         } else {
             int64_t span = in + pb + pe - dk;
             if (span < 0)
