@@ -154,6 +154,14 @@ KILN_API kiln_status kiln_builder_set_threads(kiln_builder *b, int threads);
 KILN_API kiln_status kiln_builder_set_workspace(kiln_builder *b, size_t bytes);
 /* File that keeps kernel timings between builds (read if present, written after). */
 KILN_API kiln_status kiln_builder_set_timing_cache(kiln_builder *b, const char *path);
+/* Graph optimization level: 0 = none (the plan runs the model's nodes as
+ * they are, after constant folding), 1 = all fusions and layout choices
+ * (default). */
+KILN_API kiln_status kiln_builder_set_optimization(kiln_builder *b, int level);
+/* Kernel tuning: when non-zero (default), layers that several kernels can
+ * run are timed on the target and the fastest is kept; 0 takes each layer's
+ * default kernel without timing. */
+KILN_API kiln_status kiln_builder_set_tuning(kiln_builder *b, int on);
 /* Shape profile of one input: every dimension that is dynamic in the model
  * gets a range. min <= opt <= max elementwise; rank must match the model.
  * Inputs with dynamic dimensions and no profile get min=opt=max=1 for them. */

@@ -54,6 +54,15 @@ typedef struct kiln_backend_i {
     /* Runs node a->op with a->in/out pointing into this backend's memory.
      * a->stream and a->device_state are set from `state`. */
     kiln_status (*run)(void *state, const kiln_kernel_args *a);
+
+    /* Tactics (optional; for nodes whose op has KILN_OP_FLAG_TACTICS). The
+     * ids of the kernels that can run the node with inputs shaped as in `a`
+     * (exact shapes) on this device; returns their count (at most cap). The
+     * builder times each (setting the attrs' kiln_tactic.id and calling
+     * `run`) and keeps the fastest. NULL: only tactic 0. */
+    int (*tactics)(void *state, const kiln_infer_args *a, int32_t *ids, int cap);
+    /* Short name of tactic `id` of node n, for inspect (static string). */
+    const char *(*tactic_name)(const kiln_node *n, int32_t id);
 } kiln_backend_i;
 
 KILN_PRIVATE const kiln_backend_i *kiln__backend_for(int device); /* NULL if not built in */

@@ -10,6 +10,8 @@ kiln_status kiln_builder_create(kiln_builder **out) {
     if (!*out) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory creating a builder");
     (*out)->opts.device = KILN_DEVICE_CPU;
     (*out)->opts.precision = KILN_PRECISION_FP32;
+    (*out)->optimization = 1;
+    (*out)->tuning = true;
     return KILN_OK;
 }
 
@@ -62,6 +64,20 @@ kiln_status kiln_builder_set_timing_cache(kiln_builder *b, const char *path) {
     if (path && !p) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory");
     kiln__free(b->timing_cache);
     b->timing_cache = p;
+    return KILN_OK;
+}
+
+kiln_status kiln_builder_set_optimization(kiln_builder *b, int level) {
+    CHECK_BUILDER(b, "kiln_builder_set_optimization");
+    if (level < 0 || level > 1)
+        return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "optimization level must be 0 or 1, got %d", level);
+    b->optimization = level;
+    return KILN_OK;
+}
+
+kiln_status kiln_builder_set_tuning(kiln_builder *b, int on) {
+    CHECK_BUILDER(b, "kiln_builder_set_tuning");
+    b->tuning = on != 0;
     return KILN_OK;
 }
 
@@ -273,9 +289,13 @@ kiln_status kiln_build(const kiln_builder *b, const kiln_model *m, kiln_engine *
     if ((s = kiln__pass_fold_constants(g)) != KILN_OK) goto fail;
     if ((s = kiln__pass_dce(g)) != KILN_OK) goto fail;
     if ((s = kiln__pass_infer(g)) != KILN_OK) goto fail;
+    kiln_optimize_opts oo = {.device = b->opts.device, .precision = b->opts.precision,
+                             .disable = b->optimization == 0};
+    if ((s = kiln__pass_optimize(g, &oo)) != KILN_OK) goto fail;
     if ((s = place_nodes(b, be, g)) != KILN_OK) goto fail;
     e->opts = b->opts;
     if ((s = build_target(be, b->opts.device_index, e->target, sizeof e->target)) != KILN_OK) goto fail;
+    if ((s = kiln__builder_tune(b, e)) != KILN_OK) goto fail;
     snprintf(e->builder_version, sizeof e->builder_version, "%s", kiln_version_string());
     *out = e;
     return KILN_OK;

@@ -84,6 +84,16 @@ KILN_PRIVATE kiln_status kiln__pass_infer(kiln_graph *g);
 KILN_PRIVATE kiln_status kiln__pass_fold_constants(kiln_graph *g);
 /* Removes nodes whose outputs nobody uses, and unused constants. */
 KILN_PRIVATE kiln_status kiln__pass_dce(kiln_graph *g);
+/* The graph optimizer (src/passes/optimize.c): fusions and layout choices
+ * for the given target device. A fusion is applied only where the device's
+ * backend supports the fused layer. Keeps the graph's inputs, outputs and
+ * their names; a fused node's name lists the nodes it came from. */
+typedef struct kiln_optimize_opts {
+    int device;            /* kiln_device the plan is for */
+    int precision;         /* kiln_precision */
+    bool disable;          /* run no optimization (for debugging and tests) */
+} kiln_optimize_opts;
+KILN_PRIVATE kiln_status kiln__pass_optimize(kiln_graph *g, const kiln_optimize_opts *o);
 /* Compacts the graph: drops dead nodes and unreferenced values. */
 KILN_PRIVATE kiln_status kiln__graph_compact(kiln_graph *g);
 

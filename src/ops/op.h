@@ -127,7 +127,19 @@ enum {
     KILN_OP_FLAG_NO_FOLD = 1u << 1,   /* never constant-fold (random ops) */
     KILN_OP_FLAG_SHAPE_ONLY = 1u << 2,/* reads only input shapes, not data (Shape, Size):
                                          folded whenever the input shape is fully known */
+    KILN_OP_FLAG_TACTICS = 1u << 3,   /* attrs begin with a kiln_tactic (see below) */
 };
+
+/* Tactics. A layer that several kernels can run (own SIMD kernels, a
+ * library, different blockings) carries the choice in its attributes: the
+ * op's attrs struct begins with a kiln_tactic, which the builder fills after
+ * timing the candidates on the target (src/builder/tune.c), and which the
+ * kernel reads at run time. id 0 is always valid: the kernel's own default
+ * choice. Being part of the attrs, the choice is saved in the engine. */
+typedef struct kiln_tactic {
+    int32_t id;    /* which kernel (meaning is the op's / backend's) */
+    float us;      /* its measured time in microseconds at build (0: not timed) */
+} kiln_tactic;
 
 struct kiln_op_def {
     const char *name;     /* ONNX op type, e.g. "Conv" */
@@ -144,6 +156,12 @@ struct kiln_op_def {
     kiln_status (*infer)(const kiln_infer_args *a);
     size_t (*workspace)(const kiln_infer_args *a);                      /* may be NULL */
     kiln_status (*cpu)(const kiln_kernel_args *a);
+    /* Optional, for KILN_OP_FLAG_TACTICS ops: the CPU tactic ids that can
+     * run this layer (shapes as given, on this machine); returns the count
+     * (at most cap). NULL: only tactic 0. */
+    int (*cpu_tactics)(const kiln_infer_args *a, int32_t *ids, int cap);
+    /* Short name of a CPU tactic, for inspect (static string). */
+    const char *(*cpu_tactic_name)(int32_t id);
 };
 
 /* Registry (generated from ops.def). Ids are stable: they are written into
@@ -154,7 +172,7 @@ enum kiln_op_id {
 #include "ops/ops.def"
 #undef KILN_OP
 };
-#define KILN_OP_ID_LIMIT 1024
+#define KILN_OP_ID_LIMIT 2048
 
 KILN_PRIVATE const kiln_op_def *kiln__op_by_id(int id);
 /* Finds the op for (domain, type). Returns its id or 0. */

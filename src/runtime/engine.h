@@ -36,6 +36,8 @@ struct kiln_builder {
     kiln_build_options opts;
     char *timing_cache;
     bool strict_device;
+    int optimization;      /* 0 none, 1 all (default) */
+    bool tuning;           /* time tactics (default true) */
     kiln_profile_req *profiles;
     int n_profiles, cap_profiles;
 };
@@ -78,6 +80,10 @@ KILN_PRIVATE kiln_status kiln__engine_prepare(kiln_engine *e);
 KILN_PRIVATE void kiln__engine_release(kiln_engine *e);
 
 /* Bytes of activation buffers and scratch a context holds after its runs. */
+/* Times the tactics of every layer that has several (src/builder/tune.c),
+ * writing each choice into the node's kiln_tactic; reads and updates the
+ * builder's timing cache file. With tuning off, leaves every tactic 0. */
+KILN_PRIVATE kiln_status kiln__builder_tune(const kiln_builder *b, kiln_engine *e);
 KILN_PRIVATE size_t kiln__context_memory(const kiln_context *c);
 
 /* Target description of this machine (CPU features). */

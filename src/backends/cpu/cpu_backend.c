@@ -20,6 +20,20 @@ static kiln_status cpu_run(void *state, const kiln_kernel_args *a) {
     return a->op->cpu(a);
 }
 
+static int cpu_tactics(void *state, const kiln_infer_args *a, int32_t *ids, int cap) {
+    (void)state;
+    if (!(a->op->flags & KILN_OP_FLAG_TACTICS) || !a->op->cpu_tactics) {
+        if (cap > 0) ids[0] = 0;
+        return cap > 0;
+    }
+    return a->op->cpu_tactics(a, ids, cap);
+}
+
+static const char *cpu_tactic_name(const kiln_node *n, int32_t id) {
+    if (n->op && n->op->cpu_tactic_name) return n->op->cpu_tactic_name(id);
+    return id == 0 ? "default" : "?";
+}
+
 static kiln_status cpu_state_create(int index, void **state) {
     (void)index;
     *state = NULL;
@@ -68,6 +82,8 @@ static const kiln_backend_i kiln_backend_cpu = {
     .sync = cpu_sync,
     .describe_target = cpu_describe_target,
     .run = cpu_run,
+    .tactics = cpu_tactics,
+    .tactic_name = cpu_tactic_name,
 };
 
 const kiln_backend_i *kiln__backend_for(int device) {

@@ -1,0 +1,8 @@
+/* fuse_transformer.c -- transformer rewrites of the graph optimizer (to be written). */
+#include "passes/pattern.h"
+
+kiln_status kiln__opt_transformer(kiln_graph *g, const kiln_optimize_opts *o) {
+    (void)g;
+    (void)o;
+    return KILN_OK;
+}

@@ -1,0 +1,41 @@
+/* pattern.h -- helpers for the graph optimizer's rewrites (src/passes/).
+ *
+ * A rewrite finds a pattern of live nodes, replaces the pattern's last node
+ * in place by the fused layer (so topological order holds: every input of
+ * the pattern is produced before its last node) and marks the other nodes
+ * dead. kiln__graph_link() recomputes producers and use counts afterwards;
+ * DCE and compaction drop what became unused. */
+#ifndef KILN_PATTERN_H
+#define KILN_PATTERN_H
+
+#include "ir/ir.h"
+
+/* The live node producing value v if its op is `op_id` (0: any op), else -1. */
+KILN_PRIVATE int kiln__pat_producer(const kiln_graph *g, int v, int op_id);
+/* Whether value v has exactly one reader and is not a graph output (so the
+ * node producing it can be folded into that reader). */
+KILN_PRIVATE bool kiln__pat_sole_use(const kiln_graph *g, int v);
+/* The only live node reading value v, or -1 (none, several, or a graph output). */
+KILN_PRIVATE int kiln__pat_sole_consumer(const kiln_graph *g, int v);
+/* Float32 data of constant value v (NULL if v is not a float32 constant);
+ * *numel gets its element count when non-NULL. */
+KILN_PRIVATE const float *kiln__pat_const_f32(const kiln_graph *g, int v, int64_t *numel);
+/* Whether v is a constant with every element equal to x (any float dtype or int). */
+KILN_PRIVATE bool kiln__pat_const_is(const kiln_graph *g, int v, double x);
+/* Replaces node ni in place by a node of op `op_id` with the given inputs,
+ * outputs and attrs (op->attr_size bytes, copied), named after the nodes it
+ * came from: "a+b+c" from names[0..n_names) (the node keeps its device). */
+KILN_PRIVATE kiln_status kiln__pat_replace(kiln_graph *g, int ni, int op_id, int n_in, const int *in,
+                                           int n_out, const int *out, const void *attrs,
+                                           const char *const *names, int n_names);
+/* Adds a new constant value (data copied) named after `base` and returns its index. */
+KILN_PRIVATE kiln_status kiln__pat_add_const(kiln_graph *g, const char *base, kiln_dtype dtype,
+                                             int rank, const int64_t *dims, const void *data,
+                                             int *out);
+
+/* Rewrite families, in the order optimize.c runs them. Each returns KILN_OK
+ * having changed the graph or not; they keep g linked (kiln__graph_link). */
+KILN_PRIVATE kiln_status kiln__opt_conv(kiln_graph *g, const kiln_optimize_opts *o);        /* fuse_conv.c */
+KILN_PRIVATE kiln_status kiln__opt_transformer(kiln_graph *g, const kiln_optimize_opts *o); /* fuse_transformer.c */
+
+#endif
