@@ -3,7 +3,7 @@
 set -euo pipefail
 PKGS=(build-essential cmake pkg-config libprotobuf-c-dev protobuf-c-compiler libonnx-dev
       libonnx-testdata python3-torch python3-torchvision python3-onnx python3-numpy
-      python3-venv)
+      python3-venv libdnnl-dev)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -64,6 +64,15 @@ typedef struct kiln_infer_args {
     bool runtime;                  /* all dims known and all input data present */
 } kiln_infer_args;
 
+/* What a kernel keeps between runs of one context (prepacked weights,
+ * library primitives, chosen algorithms): one per (context, node), empty
+ * at first; a kernel that fills `p` sets `free`, which the context calls
+ * when it is freed. */
+typedef struct kiln_node_state {
+    void *p;
+    void (*free)(void *p);
+} kiln_node_state;
+
 typedef struct kiln_kernel_args {
     const kiln_op_def *op;
     const void *attrs;
@@ -76,6 +85,9 @@ typedef struct kiln_kernel_args {
     kiln_pool *pool;               /* may be NULL: run serially */
     void *stream;                  /* device backends: cudaStream_t (as void*) to launch on */
     void *device_state;            /* device backends: the backend's per-context state */
+    kiln_node_state *node_state;   /* this node's state in this context; may be NULL
+                                      (constant folding, build-time timing): then
+                                      nothing can be kept */
 } kiln_kernel_args;
 
 /* ---- import: the ONNX node being imported, as an op's import sees it ---- */

@@ -66,6 +66,7 @@ struct kiln_context {
     int *out_slot;         /* per value: graph output index or -1 */
     kiln_binding *in;      /* per graph input */
     kiln_out_binding *out; /* per graph output */
+    kiln_node_state *node_state; /* per node */
     bool ran;
 };
 
@@ -99,7 +100,8 @@ kiln_status kiln_context_create(const kiln_engine *e, kiln_context **out) {
     c->out_slot = kiln__malloc(nv * sizeof *c->out_slot);
     c->in = kiln__calloc((size_t)g->n_inputs + 1, sizeof *c->in);
     c->out = kiln__calloc((size_t)g->n_outputs + 1, sizeof *c->out);
-    if (!c->slots || !c->out_slot || !c->in || !c->out) {
+    c->node_state = kiln__calloc((size_t)g->n_nodes + 1, sizeof *c->node_state);
+    if (!c->slots || !c->out_slot || !c->in || !c->out || !c->node_state) {
         kiln_context_free(c);
         return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory creating a context");
     }
@@ -132,6 +134,11 @@ static void mempool_free(kiln_context *c, int m) {
 
 void kiln_context_free(kiln_context *c) {
     if (!c) return;
+    if (c->be[MEM_DEV] && c->state[MEM_DEV]) c->be[MEM_DEV]->sync(c->state[MEM_DEV]);
+    if (c->node_state)
+        for (int i = 0; i < c->e->graph->n_nodes; i++)
+            if (c->node_state[i].p && c->node_state[i].free) c->node_state[i].free(c->node_state[i].p);
+    kiln__free(c->node_state);
     for (int m = 0; m < 2; m++) {
         if (!c->be[m]) continue;
         if (m == MEM_DEV && c->state[m]) c->be[m]->sync(c->state[m]);
@@ -340,7 +347,8 @@ static kiln_status workspace(kiln_context *c, int m, size_t ws, const char *node
 
 /* ---- running ------------------------------------------------------------ */
 
-static kiln_status run_node(kiln_context *c, const kiln_node *n) {
+static kiln_status run_node(kiln_context *c, int ni) {
+    const kiln_node *n = &c->e->graph->nodes[ni];
     const kiln_graph *g = c->e->graph;
     int m = node_mem(c, n);
     kiln_tinfo in_info[64], outs[64];
@@ -432,7 +440,8 @@ static kiln_status run_node(kiln_context *c, const kiln_node *n) {
                            .n_out = n->n_out, .in = in_tp, .out = out_tp, .workspace = ws,
                            .workspace_size = ws_size,
                            .pool = m == MEM_HOST ? c->threads_pool : NULL,
-                           .stream = NULL, .device_state = m == MEM_DEV ? c->state[m] : NULL};
+                           .stream = NULL, .device_state = m == MEM_DEV ? c->state[m] : NULL,
+                           .node_state = &c->node_state[ni]};
     st = c->be[m]->run(c->state[m], &ka);
 done:
     for (int j = 0; j < n_tmp; j++) c->pool[m].bufs[tmp_bufs[j]].in_use = false;
@@ -503,7 +512,7 @@ kiln_status kiln_context_run(kiln_context *c) {
     kiln_status st = KILN_OK;
     for (int ni = 0; ni < g->n_nodes; ni++) {
         const kiln_node *n = &g->nodes[ni];
-        if ((st = run_node(c, n)) != KILN_OK) {
+        if ((st = run_node(c, ni)) != KILN_OK) {
             if (!strstr(kiln_last_error(), n->name))
                 st = kiln__fail_prefix(st, "running node '%s' (%s)", n->name, n->op->name);
             return st;
