@@ -237,6 +237,27 @@ KILN_API kiln_status kiln_context_get_output(kiln_context *c, const char *name, 
 KILN_API kiln_status kiln_context_get_output_device(kiln_context *c, const char *name,
                                                     const void **data);
 
+/* Limits the activation memory (intermediate tensors and kernel scratch,
+ * host and device together; not the weights) this context may hold, in
+ * bytes; 0 (the default) means no limit. A run whose memory plan needs
+ * more fails with KILN_ERR_OUT_OF_MEMORY and a message giving the need and
+ * the limit, before anything is allocated; so does a run whose
+ * data-dependent tensors would take it past the limit. */
+KILN_API kiln_status kiln_context_set_memory_limit(kiln_context *c, size_t bytes);
+
+/* fp16/bf16 device engines: keeps layer `layer` (an ONNX node name; a
+ * fused layer containing it counts) in float32, with casts around it.
+ * Only KILN_PRECISION_FP32 is accepted. A name that matches no layer makes
+ * kiln_build fail. */
+KILN_API kiln_status kiln_builder_set_layer_precision(kiln_builder *b, const char *layer,
+                                                     kiln_precision p);
+
+/* CUDA engines: whether the context captures its launch sequence into a
+ * CUDA Graph and replays it (on by default; see docs/cuda.md for when a
+ * context can use one). The environment variable KILN_CUDA_GRAPHS=0 turns
+ * it off for new contexts. No-op for CPU engines. */
+KILN_API kiln_status kiln_context_set_cuda_graphs(kiln_context *c, int on);
+
 #ifdef __cplusplus
 }
 #endif

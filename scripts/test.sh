@@ -2,7 +2,9 @@
 # Runs every test of kiln on a fresh Debian 12 machine: set-up, a release
 # build with all ctest suites (unit, conformance against the ONNX backend node
 # tests, CLI, real models vs PyTorch), then an AddressSanitizer +
-# UndefinedBehaviorSanitizer build running the unit, CLI and conformance suites.
+# UndefinedBehaviorSanitizer build running the unit, CLI, stress and conformance
+# suites, a ThreadSanitizer build (clang) running the threaded tests, and the
+# libFuzzer targets for 60 s each (clang, ASan + UBSan) after their regressions.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -23,4 +25,18 @@ echo "== ASan + UBSan build"
 BUILD_DIR=build-asan bash scripts/build.sh -DKILN_SANITIZE=ON -DKILN_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 (cd build-asan && ctest --output-on-failure -j"$JOBS" -E '^models$')
+
+echo "== ThreadSanitizer build (clang): unit tests (thread pool, threads sharing an engine), stress test, conformance"
+# -Werror stays with the gcc builds above: clang warns about other things.
+CC=clang-14 BUILD_DIR=build-tsan bash scripts/build.sh -DKILN_TSAN=ON -DKILN_CUDA=OFF \
+  -DKILN_WERROR=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo
+# ignore_noninstrumented_modules: oneDNN's OpenMP threads (libgomp, not built
+# with TSan) synchronize in ways TSan cannot see; kiln's own code is checked.
+(cd build-tsan && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:ignore_noninstrumented_modules=1 \
+  ctest --output-on-failure -j"$JOBS" -L '^(unit|threads|conformance)$')
+
+echo "== fuzzing (libFuzzer, ASan + UBSan): regressions, then 60 s per target"
+# A fixed seed keeps CI's runs repeatable; KILN_FUZZ_SEED=0 picks a random one.
+CC=clang-14 KILN_FUZZ_BUILD="$PWD/build-fuzz" KILN_FUZZ_SEED="${KILN_FUZZ_SEED:-1}" \
+  bash tests/fuzz/build_and_run.sh 60
 echo "all test suites passed"

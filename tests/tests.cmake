@@ -13,10 +13,13 @@ if(EXISTS ${CMAKE_SOURCE_DIR}/tests/more_tests.cmake)
   include(${CMAKE_SOURCE_DIR}/tests/more_tests.cmake)
 endif()
 # The installed library is linked into a plain program: not meaningful for a
-# sanitizer build, whose library needs the sanitizer runtime first.
-if(NOT KILN_SANITIZE)
+# sanitizer build (ASan or TSan), whose library needs the sanitizer runtime first.
+if(NOT KILN_SANITIZE AND NOT KILN_TSAN)
   add_test(NAME install COMMAND bash ${CMAKE_SOURCE_DIR}/tests/install/test_install.sh ${CMAKE_BINARY_DIR} ${CMAKE_SOURCE_DIR})
   set_tests_properties(install PROPERTIES LABELS unit)
 endif()
 include(${CMAKE_SOURCE_DIR}/tests/cli.cmake)
 include(${CMAKE_SOURCE_DIR}/tests/cuda/tests.cmake)
+include(${CMAKE_SOURCE_DIR}/tests/stress/stress.cmake)
+include(${CMAKE_SOURCE_DIR}/tests/data/engines/engines.cmake)
+include(${CMAKE_SOURCE_DIR}/tests/fuzz/fuzz.cmake)

@@ -631,12 +631,45 @@ static const char build_help[] =
     "                           max, else min; min and max default to opt. Inputs with dynamic\n"
     "                           dims and no shapes get 1 for those dims.)\n"
     "  --fp32 | --tf32 | --fp16 | --bf16   precision (default fp32)\n"
+    "  --layer-precision LIST   fp16/bf16 engines: layers kept in fp32, as\n"
+    "                           name:fp32[,name2:fp32...] (ONNX node names; the last ':'\n"
+    "                           separates the precision)\n"
     "  --device DEV             cpu (default), cuda or cuda:N\n"
     "  --threads N              threads for contexts of the engine (0 = one per core; default 0)\n"
     "  --workspace MIB          largest scratch memory a layer may use, in MiB (0 = no limit)\n"
     "  --timing-cache FILE      kernel timing cache (read if present, written after)\n"
     "  -q, --quiet              print nothing on success\n"
     "  -h, --help               show this help\n";
+
+/* --layer-precision name:fp32[,name2:fp32...]; false (message printed) on error */
+static bool set_layer_precisions(kiln_builder *b, const char *list) {
+    const char *p = list;
+    while (*p) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        char item[1024];
+        if (len == 0 || len >= sizeof item) {
+            usage_error("build", "--layer-precision: bad item in '%s'", list);
+            return false;
+        }
+        memcpy(item, p, len);
+        item[len] = 0;
+        char *colon = strrchr(item, ':');
+        if (!colon || colon == item || strcmp(colon + 1, "fp32") != 0) {
+            usage_error("build", "--layer-precision: expected name:fp32, got '%s'", item);
+            return false;
+        }
+        *colon = 0;
+        kiln_status st = kiln_builder_set_layer_precision(b, item, KILN_PRECISION_FP32);
+        if (st != KILN_OK) {
+            fail_kiln(st, "--layer-precision");
+            return false;
+        }
+        p += len;
+        if (*p == ',') p++;
+    }
+    return true;
+}
 
 typedef struct prof_entry {
     const char *name;
@@ -652,11 +685,12 @@ static int cmd_build(int argc, char **argv) {
         {"--tf32", NULL, false},   {"--fp16", NULL, false},      {"--bf16", NULL, false},
         {"--device", NULL, true},  {"--threads", NULL, true},    {"--workspace", NULL, true},
         {"--timing-cache", NULL, true}, {"--help", "-h", false}, {"--quiet", "-q", false},
+        {"--layer-precision", NULL, true},
     };
     enum { O_OUT, O_SHAPES, O_MIN, O_OPT, O_MAX, O_FP32, O_TF32, O_FP16, O_BF16, O_DEVICE, O_THREADS,
-           O_WORKSPACE, O_TCACHE, O_HELP, O_QUIET };
+           O_WORKSPACE, O_TCACHE, O_HELP, O_QUIET, O_LAYER_PREC };
     argscan s = {argc, argv, 0, "build", false};
-    const char *model_path = NULL, *out_path = NULL, *tcache = NULL, *val;
+    const char *model_path = NULL, *out_path = NULL, *tcache = NULL, *layer_prec = NULL, *val;
     shape_list sl[4] = {{0}}; /* shapes, min, opt, max */
     int precision = -1, device = KILN_DEVICE_CPU;
     int64_t device_index = 0, threads = -1, workspace = -1;
@@ -711,6 +745,7 @@ static int cmd_build(int argc, char **argv) {
             break;
         case O_TCACHE: tcache = val; break;
         case O_QUIET: quiet = true; break;
+        case O_LAYER_PREC: layer_prec = val; break;
         default: goto done;
         }
     }
@@ -820,6 +855,7 @@ static int cmd_build(int argc, char **argv) {
         fail_kiln(st, "--timing-cache");
         goto done;
     }
+    if (layer_prec && !set_layer_precisions(b, layer_prec)) goto done;
     for (int k = 0; k < n_in; k++) {
         prof_entry *p = &pe[k];
         kiln_io_info info;
@@ -922,7 +958,15 @@ static const char run_help[] =
     "                           A-Z a-z 0-9 . _ - in names become '_'; DIR is created)\n"
     "  --seed S                 seed of the random inputs (default 0)\n"
     "  --threads N              threads (0 = one per core; default: the engine's setting)\n"
+    "  --memory-limit MIB       fail (before allocating) if the run needs more than MIB MiB\n"
+    "                           of activation memory: intermediate tensors and scratch,\n"
+    "                           not weights (may be fractional; 0 = no limit, the default)\n"
     "  --print                  print every output value\n"
+    "  --compare MODEL.onnx     also build MODEL as an fp32 CPU engine (at the bound input\n"
+    "                           shapes), run it on the same inputs and print, per output, the\n"
+    "                           max abs error, max abs error / max|ref| and the max relative\n"
+    "                           error (over elements with |ref| >= 1e-3 max|ref|) of ENGINE\n"
+    "                           against it (e.g. for an fp16/bf16 CUDA engine)\n"
     "  -q, --quiet              print only errors\n"
     "  -h, --help               show this help\n";
 
@@ -990,18 +1034,130 @@ static void print_output(const char *name, kiln_dtype dt, int rank, const int64_
     printf("\n");
 }
 
+/* kiln run --compare: the fp32 CPU plan of `model_path` on the inputs bound
+ * in bufs, against the outputs of context c. */
+static int run_compare(const char *model_path, const kiln_engine *e, kiln_context *c,
+                       const bound_input *bufs, int n_in) {
+    kiln_model *m = NULL;
+    kiln_builder *b = NULL;
+    kiln_engine *ref = NULL;
+    kiln_context *rc = NULL;
+    int ret = EXIT_FAIL;
+    kiln_status st = kiln_model_load_onnx(model_path, &m);
+    if (st != KILN_OK) {
+        fail_load(st, "model", model_path);
+        goto done;
+    }
+    if ((st = kiln_builder_create(&b)) != KILN_OK) {
+        fail_kiln(st, "--compare: cannot create a builder");
+        goto done;
+    }
+    for (int k = 0; k < n_in; k++) {
+        const bound_input *bi = &bufs[k];
+        if ((st = kiln_builder_set_profile(b, bi->info.name, bi->rank, bi->dims, bi->dims, bi->dims)) !=
+            KILN_OK) {
+            fail_kiln(st, "--compare: input '%s'", bi->info.name);
+            goto done;
+        }
+    }
+    if ((st = kiln_build(b, m, &ref)) != KILN_OK) {
+        fail_kiln(st, "--compare: building the fp32 CPU reference of '%s'", model_path);
+        goto done;
+    }
+    if ((st = kiln_context_create(ref, &rc)) != KILN_OK) {
+        fail_kiln(st, "--compare: cannot create a context");
+        goto done;
+    }
+    for (int k = 0; k < n_in; k++) {
+        const bound_input *bi = &bufs[k];
+        if ((st = kiln_context_set_input(rc, bi->info.name, bi->dtype, bi->rank, bi->dims,
+                                         bi->data)) != KILN_OK) {
+            fail_kiln(st, "--compare: input '%s' of the reference", bi->info.name);
+            goto done;
+        }
+    }
+    if ((st = kiln_context_run(rc)) != KILN_OK) {
+        fail_kiln(st, "--compare: the reference run failed");
+        goto done;
+    }
+    printf("compare against the fp32 CPU plan of %s:\n", model_path);
+    int n_out = kiln_engine_num_outputs(e);
+    for (int k = 0; k < n_out; k++) {
+        kiln_io_info info;
+        kiln_dtype dt, rdt;
+        int rank, rrank;
+        int64_t dims[KILN_MAX_RANK], rdims[KILN_MAX_RANK];
+        const void *data, *rdata;
+        if ((st = kiln_engine_output_info(e, k, &info)) != KILN_OK ||
+            (st = kiln_context_get_output(c, info.name, &dt, &rank, dims, &data)) != KILN_OK) {
+            fail_kiln(st, "--compare: output %d", k);
+            goto done;
+        }
+        if ((st = kiln_context_get_output(rc, info.name, &rdt, &rrank, rdims, &rdata)) != KILN_OK) {
+            fail_kiln(st, "--compare: output '%s' of the reference", info.name);
+            goto done;
+        }
+        int64_t n = 1;
+        bool same = rank == rrank;
+        for (int i = 0; i < rank && same; i++) {
+            same = dims[i] == rdims[i];
+            n *= dims[i];
+        }
+        if (!same) {
+            fail("--compare: output '%s' has another shape in the reference", info.name);
+            goto done;
+        }
+        if (!dtype_is_float(dt) || !dtype_is_float(rdt)) {
+            int64_t diff = 0;
+            for (int64_t i = 0; i < n; i++) diff += load_f64(dt, data, i) != load_f64(rdt, rdata, i);
+            printf("  %s: %lld of %lld elements differ\n", info.name, (long long)diff, (long long)n);
+            continue;
+        }
+        double max_ref = 0, max_abs = 0, max_rel = 0;
+        int64_t nonfinite = 0;
+        for (int64_t i = 0; i < n; i++) {
+            double r = fabs(load_f64(rdt, rdata, i));
+            if (isfinite(r) && r > max_ref) max_ref = r;
+        }
+        for (int64_t i = 0; i < n; i++) {
+            double a = load_f64(dt, data, i), r = load_f64(rdt, rdata, i);
+            if (!isfinite(a) || !isfinite(r)) {
+                nonfinite += (isfinite(a) != isfinite(r)) || (isnan(a) != isnan(r)) || (a != r && !isnan(a));
+                continue;
+            }
+            double d = fabs(a - r);
+            if (d > max_abs) max_abs = d;
+            if (fabs(r) >= 1e-3 * max_ref && fabs(r) > 0 && d / fabs(r) > max_rel) max_rel = d / fabs(r);
+        }
+        printf("  %s: max abs err %.3g, max abs err / max|ref| %.3g, max rel err %.3g", info.name,
+               max_abs, max_ref > 0 ? max_abs / max_ref : max_abs, max_rel);
+        if (nonfinite) printf(", %lld non-finite mismatches", (long long)nonfinite);
+        printf("\n");
+    }
+    ret = EXIT_OK;
+done:
+    kiln_context_free(rc);
+    kiln_engine_free(ref);
+    kiln_builder_free(b);
+    kiln_model_free(m);
+    return ret;
+}
+
 static int cmd_run(int argc, char **argv) {
     static const optdef defs[] = {
         {"--input", "-i", true}, {"--output-dir", NULL, true}, {"--shapes", NULL, true},
         {"--seed", NULL, true},  {"--threads", NULL, true},    {"--print", NULL, false},
-        {"--help", "-h", false}, {"--quiet", "-q", false},
+        {"--help", "-h", false}, {"--quiet", "-q", false},  {"--memory-limit", NULL, true},
+        {"--compare", NULL, true},
     };
-    enum { O_INPUT, O_OUTDIR, O_SHAPES, O_SEED, O_THREADS, O_PRINT, O_HELP, O_QUIET };
+    enum { O_INPUT, O_OUTDIR, O_SHAPES, O_SEED, O_THREADS, O_PRINT, O_HELP, O_QUIET, O_MEMLIMIT,
+           O_COMPARE };
     argscan s = {argc, argv, 0, "run", false};
-    const char *engine_path = NULL, *outdir = NULL, *val;
+    const char *engine_path = NULL, *outdir = NULL, *compare = NULL, *val;
     input_files files = {0};
     shape_list shapes = {0};
     int64_t seed = 0, threads = -1;
+    double mem_limit = 0;
     bool print_all = false, quiet = false;
     int rc = EXIT_USAGE, id;
     kiln_engine *e = NULL;
@@ -1034,8 +1190,15 @@ static int cmd_run(int argc, char **argv) {
         case O_SHAPES: if (!shapes_parse("run", "--shapes", val, &shapes)) goto done; break;
         case O_SEED: if (!opt_int("run", "--seed", val, 0, INT64_MAX, &seed)) goto done; break;
         case O_THREADS: if (!opt_int("run", "--threads", val, 0, 4096, &threads)) goto done; break;
+        case O_MEMLIMIT:
+            if (!parse_double(val, 0, (double)(SIZE_MAX >> 21), &mem_limit)) {
+                usage_error("run", "--memory-limit: expected a number of MiB >= 0, got '%s'", val);
+                goto done;
+            }
+            break;
         case O_PRINT: print_all = true; break;
         case O_QUIET: quiet = true; break;
+        case O_COMPARE: compare = val; break;
         default: goto done;
         }
     }
@@ -1057,6 +1220,12 @@ static int cmd_run(int argc, char **argv) {
     }
     if (threads >= 0 && (st = kiln_context_set_threads(c, (int)threads)) != KILN_OK) {
         fail_kiln(st, "--threads");
+        goto done;
+    }
+    size_t limit_bytes = (size_t)(mem_limit * 1048576.0);
+    if (mem_limit > 0 && !limit_bytes) limit_bytes = 1; /* a limit, however small */
+    if (limit_bytes && (st = kiln_context_set_memory_limit(c, limit_bytes)) != KILN_OK) {
+        fail_kiln(st, "--memory-limit");
         goto done;
     }
     n_in = kiln_engine_num_inputs(e);
@@ -1138,6 +1307,7 @@ static int cmd_run(int argc, char **argv) {
     free(used);
     if (orc != EXIT_OK) goto done;
     if (!quiet) printf("time: load %.3f s, run %.3f ms\n", t_load, t_run * 1e3);
+    if (compare && run_compare(compare, e, c, bufs, n_in) != EXIT_OK) goto done;
     rc = EXIT_OK;
 done:
     kiln_context_free(c);

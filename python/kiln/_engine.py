@@ -72,6 +72,7 @@ class Engine:
         self._free_contexts = []  # contexts not in use
         self._lock = threading.Lock()
         self._threads = threads
+        self._memory_limit = 0  # bytes of activation memory per context; 0 = none
         self._finalizer = weakref.finalize(self, _free_all, handle, self._all_contexts)
         L = lib()
         info = _lib.IoInfo()
@@ -146,15 +147,31 @@ class Engine:
         L = lib()
         out = ctypes.c_void_p()
         check(L.kiln_context_create(self.handle, ctypes.byref(out)))
+        st = 0
         if self._threads is not None:
             st = L.kiln_context_set_threads(out, int(self._threads))
-            if st != 0:
-                msg = _lib.last_error()
-                L.kiln_context_free(out)
-                raise KilnError(st, msg)
+        if st == 0 and self._memory_limit:
+            st = L.kiln_context_set_memory_limit(out, self._memory_limit)
+        if st != 0:
+            msg = _lib.last_error()
+            L.kiln_context_free(out)
+            raise KilnError(st, msg)
         with self._lock:
             self._all_contexts.append(out.value)
         return out.value
+
+    def set_memory_limit(self, nbytes):
+        """Limits the activation memory (intermediate tensors and scratch, not weights) of
+        each context of this engine to `nbytes` bytes; 0 or None removes the limit. A run
+        that would need more raises KilnError (Status.OUT_OF_MEMORY) before allocating."""
+        n = int(nbytes or 0)
+        if n < 0:
+            raise ValueError(f"memory limit must be >= 0 bytes, got {n}")
+        L = lib()
+        with self._lock:
+            self._memory_limit = n
+            for ctx in self._all_contexts:
+                check(L.kiln_context_set_memory_limit(ctx, n))
 
     def release_context(self, ctx):
         with self._lock:

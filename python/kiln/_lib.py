@@ -122,6 +122,7 @@ _PROTOTYPES = {
     "kiln_context_create": (_st, [_p, _pp]),
     "kiln_context_free": (None, [_p]),
     "kiln_context_set_threads": (_st, [_p, ctypes.c_int]),
+    "kiln_context_set_memory_limit": (_st, [_p, ctypes.c_size_t]),
     "kiln_context_set_input": (_st, [_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_int, _i64p, _p]),
     "kiln_context_set_output": (_st, [_p, ctypes.c_char_p, _p, ctypes.c_size_t]),
     "kiln_context_set_stream": (_st, [_p, _p]),

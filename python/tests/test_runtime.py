@@ -196,3 +196,22 @@ def test_build_options_reach_the_builder(mlp, tmp_path):
 def test_tf32_precision_is_kept(mlp):
     em = kiln.compile(mlp, [torch.randn(2, 16)], precision="tf32")
     assert em.precision == "tf32"
+
+
+def test_memory_limit_refuses_then_allows(mlp, mlp_engine):
+    """Engine.set_memory_limit (kiln_context_set_memory_limit) on every context."""
+    em = kiln.EngineModule(mlp_engine)
+    x = torch.randn(8, 16)
+    with torch.no_grad():
+        want = mlp(x)
+    em.engine.set_memory_limit(64)  # below any plan: refused before allocating
+    with pytest.raises(kiln.KilnError) as err:
+        em(x)
+    assert err.value.status == kiln.Status.OUT_OF_MEMORY
+    assert "memory limit of 64 bytes" in str(err.value)
+    em.engine.set_memory_limit(None)  # no limit: the same context now runs
+    assert_close(em(x), want)
+    em.engine.set_memory_limit(64 << 20)  # a limit that fits
+    assert_close(em(x), want)
+    with pytest.raises(ValueError):
+        em.engine.set_memory_limit(-1)

@@ -63,6 +63,20 @@ typedef struct kiln_backend_i {
     int (*tactics)(void *state, const kiln_infer_args *a, int32_t *ids, int cap);
     /* Short name of tactic `id` of node n, for inspect (static string). */
     const char *(*tactic_name)(const kiln_node *n, int32_t id);
+
+    /* Graph capture (optional, all four or none; CUDA Graphs). Between
+     * capture_begin and capture_end the work `run` queues on the state's
+     * stream is recorded, not executed. capture_end stops recording and
+     * returns an executable graph in *graph, or NULL (with KILN_OK) when the
+     * capture was invalidated (a kernel synchronized, allocated...), after
+     * which nothing recorded has run. graph_launch queues a graph on the
+     * state's stream; *launched = false (KILN_OK) when the graph refers to
+     * state memory that has since moved (then it must be dropped and the
+     * work run again). graph_free releases one. */
+    kiln_status (*capture_begin)(void *state);
+    kiln_status (*capture_end)(void *state, void **graph);
+    kiln_status (*graph_launch)(void *state, void *graph, bool *launched);
+    void (*graph_free)(void *state, void *graph);
 } kiln_backend_i;
 
 KILN_PRIVATE const kiln_backend_i *kiln__backend_for(int device); /* NULL if not built in */

@@ -1,5 +1,6 @@
 /* build.c -- the builder: configuration, and model -> engine. */
 #include "backends/backend.h"
+#include "ops/fused_conv.h" /* kiln__cpu_has_bf16 */
 #include "runtime/engine.h"
 
 #include <stdio.h>
@@ -19,6 +20,8 @@ void kiln_builder_free(kiln_builder *b) {
     if (!b) return;
     for (int i = 0; i < b->n_profiles; i++) kiln__free(b->profiles[i].name);
     kiln__free(b->profiles);
+    for (int i = 0; i < b->n_fp32_layers; i++) kiln__free(b->fp32_layers[i]);
+    kiln__free(b->fp32_layers);
     kiln__free(b->timing_cache);
     kiln__free(b);
 }
@@ -41,6 +44,24 @@ kiln_status kiln_builder_set_precision(kiln_builder *b, kiln_precision p) {
     if (p < KILN_PRECISION_FP32 || p > KILN_PRECISION_BF16)
         return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "unknown precision %d", (int)p);
     b->opts.precision = p;
+    return KILN_OK;
+}
+
+kiln_status kiln_builder_set_layer_precision(kiln_builder *b, const char *layer, kiln_precision p) {
+    CHECK_BUILDER(b, "kiln_builder_set_layer_precision");
+    if (!layer || !*layer)
+        return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "kiln_builder_set_layer_precision: no layer name");
+    if (p != KILN_PRECISION_FP32)
+        return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT,
+                         "layer '%s': only fp32 can be set per layer (got precision %d)", layer,
+                         (int)p);
+    for (int i = 0; i < b->n_fp32_layers; i++)
+        if (!strcmp(b->fp32_layers[i], layer)) return KILN_OK;
+    KILN_TRY(kiln__grow((void **)&b->fp32_layers, &b->cap_fp32_layers, b->n_fp32_layers + 1,
+                        sizeof *b->fp32_layers));
+    char *c = kiln__strdup(layer);
+    if (!c) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    b->fp32_layers[b->n_fp32_layers++] = c;
     return KILN_OK;
 }
 
@@ -269,11 +290,19 @@ kiln_status kiln_build(const kiln_builder *b, const kiln_model *m, kiln_engine *
         return KILN_FAIL(KILN_ERR_UNSUPPORTED,
                          "device '%s' is not available: this kiln was built without it",
                          b->opts.device == KILN_DEVICE_CUDA ? "cuda" : "?");
-    if (b->opts.device == KILN_DEVICE_CPU &&
-        (b->opts.precision == KILN_PRECISION_FP16 || b->opts.precision == KILN_PRECISION_BF16))
+    if (b->opts.device == KILN_DEVICE_CPU && b->opts.precision == KILN_PRECISION_FP16)
         return KILN_FAIL(KILN_ERR_UNSUPPORTED,
-                         "precision %s is not supported by the CPU backend (use fp32)",
-                         b->opts.precision == KILN_PRECISION_FP16 ? "fp16" : "bf16");
+                         "precision fp16 is not supported by the CPU backend (use fp32)");
+    if (b->opts.device == KILN_DEVICE_CPU && b->opts.precision == KILN_PRECISION_BF16) {
+        if (!kiln__cpu_has_bf16())
+            return KILN_FAIL(KILN_ERR_UNSUPPORTED,
+                             "precision bf16 on the CPU needs a processor with AVX512-BF16 "
+                             "(avx512_bf16), which this machine lacks (use fp32)");
+        if (!KILN_HAVE_DNNL)
+            return KILN_FAIL(KILN_ERR_UNSUPPORTED,
+                             "precision bf16 on the CPU needs oneDNN, and this kiln was built "
+                             "without it (KILN_DNNL=OFF or libdnnl not found; use fp32)");
+    }
     kiln_engine *e = kiln__engine_alloc();
     kiln_status s;
     if (!e) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory creating an engine");
@@ -290,12 +319,15 @@ kiln_status kiln_build(const kiln_builder *b, const kiln_model *m, kiln_engine *
     if ((s = kiln__pass_dce(g)) != KILN_OK) goto fail;
     if ((s = kiln__pass_infer(g)) != KILN_OK) goto fail;
     kiln_optimize_opts oo = {.device = b->opts.device, .precision = b->opts.precision,
-                             .disable = b->optimization == 0};
+                             .disable = b->optimization == 0,
+                             .fp32_layers = (const char *const *)b->fp32_layers,
+                             .n_fp32_layers = b->n_fp32_layers};
     if ((s = kiln__pass_optimize(g, &oo)) != KILN_OK) goto fail;
     if ((s = place_nodes(b, be, g)) != KILN_OK) goto fail;
     e->opts = b->opts;
     if ((s = build_target(be, b->opts.device_index, e->target, sizeof e->target)) != KILN_OK) goto fail;
     if ((s = kiln__builder_tune(b, e)) != KILN_OK) goto fail;
+    if ((s = kiln__check_workspace_limit(e)) != KILN_OK) goto fail;
     snprintf(e->builder_version, sizeof e->builder_version, "%s", kiln_version_string());
     *out = e;
     return KILN_OK;
@@ -352,46 +384,27 @@ static const char *precision_name(int p) {
     }
 }
 
-/* Measures the activation memory of one run at the profiles' opt shapes
- * (zero-filled inputs). Returns 0 if the run fails. */
-static size_t activation_bytes_at_opt(const kiln_engine *e) {
-    const kiln_graph *g = e->graph;
-    kiln_context *c = NULL;
-    size_t bytes = 0;
-    void **bufs = kiln__calloc((size_t)g->n_inputs + 1, sizeof *bufs);
-    /* Only for plausible sizes: a description must not allocate gigabytes. */
-    uint64_t in_bytes = 0;
-    for (int k = 0; k < g->n_inputs; k++) {
-        kiln_tinfo t = {.dtype = g->values[g->inputs[k]].info.dtype, .rank = e->profiles[k].rank};
-        memcpy(t.dims, e->profiles[k].opt, sizeof t.dims);
-        size_t nb = kiln__value_nbytes(&t);
-        if (!nb && kiln__numel(t.rank, t.dims) != 0) goto done; /* overflow */
-        in_bytes += nb;
-    }
-    if (in_bytes > ((uint64_t)1 << 30)) goto done;
-    if (!bufs || kiln_context_create(e, &c) != KILN_OK) goto done;
-    kiln_context_set_threads(c, 1);
-    for (int k = 0; k < g->n_inputs; k++) {
-        const kiln_value *v = &g->values[g->inputs[k]];
-        kiln_tinfo t = {.dtype = v->info.dtype, .rank = e->profiles[k].rank};
-        memcpy(t.dims, e->profiles[k].opt, sizeof t.dims);
-        bufs[k] = kiln__calloc(1, kiln__value_nbytes(&t) + 1);
-        if (!bufs[k] || kiln_context_set_input(c, v->name, t.dtype, t.rank, t.dims, bufs[k]) != KILN_OK)
-            goto done;
-    }
-    if (kiln_context_run(c) == KILN_OK) bytes = kiln__context_memory(c);
-done:
-    kiln_context_free(c);
-    if (bufs)
-        for (int k = 0; k < g->n_inputs; k++) kiln__free(bufs[k]);
-    kiln__free(bufs);
-    kiln__clear_error();
-    return bytes;
-}
-
 static const char *node_kernel(const kiln_graph *g, const kiln_node *n) {
     const kiln_backend_i *nb = kiln__backend_for(n->device);
     return nb ? nb->kernel_name(g, n) : "?";
+}
+
+/* The tactic of a layer that has several (name, and its time measured at
+ * build when it was timed). */
+static void node_tactic(const kiln_node *n, kiln_sbuf *sb, bool json) {
+    if (!(n->op->flags & KILN_OP_FLAG_TACTICS) || !n->attrs) return;
+    const kiln_tactic *t = n->attrs;
+    const kiln_backend_i *nb = kiln__backend_for(n->device);
+    const char *name = nb && nb->tactic_name ? nb->tactic_name(n, t->id) : "?";
+    if (json) {
+        kiln__sbuf_printf(sb, ", \"tactic\": {\"id\": %d, \"name\": ", (int)t->id);
+        json_str(sb, name);
+        kiln__sbuf_printf(sb, ", \"us\": %.1f}", (double)t->us);
+    } else if (t->us > 0) {
+        kiln__sbuf_printf(sb, "  tactic %s %.1f us", name, (double)t->us);
+    } else {
+        kiln__sbuf_printf(sb, "  tactic %s (not timed)", name);
+    }
 }
 
 /* Device engines: nodes that run on the CPU, and the host<->device copies
@@ -435,9 +448,41 @@ static void fallback_summary(const kiln_engine *e, kiln_sbuf *sb, bool json) {
     }
 }
 
+/* Activation memory at the opt shapes, from the memory planner: the arena
+ * (host and device for device engines) and the lower bound of its blocks. */
+static void memory_summary(const kiln_engine *e, const kiln_mem_plan *p, kiln_sbuf *sb, bool json) {
+    if (!p) return;
+    size_t arena = p->arena[0] + p->arena[1], lower = p->lower[0] + p->lower[1];
+    bool dev = e->opts.device != KILN_DEVICE_CPU;
+    if (json) {
+        kiln__sbuf_printf(sb,
+                          ", \"activation_bytes_at_opt\": %zu, \"activation_arena_bytes\": %zu, "
+                          "\"activation_lower_bound_bytes\": %zu, \"activation_dynamic_values\": %d",
+                          arena, arena, lower, p->n_dynamic);
+        if (dev)
+            kiln__sbuf_printf(sb,
+                              ", \"activation_arena_host_bytes\": %zu, \"activation_arena_device_bytes\": "
+                              "%zu, \"activation_lower_bound_host_bytes\": %zu, "
+                              "\"activation_lower_bound_device_bytes\": %zu",
+                              p->arena[0], p->arena[1], p->lower[0], p->lower[1]);
+        return;
+    }
+    kiln__sbuf_printf(sb, "  activations + scratch at opt shapes: %zu bytes in one arena (lower bound "
+                          "%zu bytes; planned by liveness)\n",
+                      arena, lower);
+    if (dev)
+        kiln__sbuf_printf(sb, "    host arena %zu bytes (lower bound %zu), device arena %zu bytes "
+                              "(lower bound %zu)\n",
+                          p->arena[0], p->lower[0], p->arena[1], p->lower[1]);
+    if (p->n_dynamic)
+        kiln__sbuf_printf(sb, "    plus %d tensor(s) whose size depends on data, sized during the run\n",
+                          p->n_dynamic);
+}
+
 static void describe(const kiln_engine *e, kiln_sbuf *sb, bool json) {
     const kiln_graph *g = e->graph;
-    size_t act = activation_bytes_at_opt(e);
+    kiln_mem_plan *plan = NULL; /* activation memory at the opt shapes (src/runtime/plan.c) */
+    if (kiln__plan_at_profile(e, 1, &plan) != KILN_OK) kiln__clear_error();
     size_t weights = 0;
     int n_const = 0;
     for (int i = 0; i < g->n_values; i++)
@@ -502,14 +547,17 @@ static void describe(const kiln_engine *e, kiln_sbuf *sb, bool json) {
                 dims_str(g, &g->values[n->out[k]].info, sb, true);
                 kiln__sbuf_printf(sb, "}");
             }
-            kiln__sbuf_printf(sb, "]}");
+            kiln__sbuf_printf(sb, "]");
+            node_tactic(n, sb, true);
+            kiln__sbuf_printf(sb, "}");
         }
-        kiln__sbuf_printf(sb,
-                          "\n  ],\n  \"memory\": {\"weights_bytes\": %zu, \"constants\": %d, "
-                          "\"activation_bytes_at_opt\": %zu}",
-                          weights, n_const, act);
+        kiln__sbuf_printf(sb, "\n  ],\n  \"memory\": {\"weights_bytes\": %zu, \"constants\": %d",
+                          weights, n_const);
+        memory_summary(e, plan, sb, true);
+        kiln__sbuf_printf(sb, "}");
         if (e->opts.device != KILN_DEVICE_CPU) fallback_summary(e, sb, true);
         kiln__sbuf_printf(sb, "\n}\n");
+        kiln__plan_free(plan);
         return;
     }
     kiln__sbuf_printf(sb, "kiln engine (built by kiln %s)\n", e->builder_version);
@@ -547,12 +595,12 @@ static void describe(const kiln_engine *e, kiln_sbuf *sb, bool json) {
             kiln__sbuf_printf(sb, " ");
             dims_str(g, &g->values[n->out[k]].info, sb, false);
         }
+        node_tactic(n, sb, false);
         kiln__sbuf_printf(sb, "\n");
     }
     kiln__sbuf_printf(sb, "memory:\n  weights: %zu bytes in %d constants\n", weights, n_const);
-    if (act)
-        kiln__sbuf_printf(sb, "  activations + scratch at opt shapes: %zu bytes (measured by one run)\n",
-                          act);
+    memory_summary(e, plan, sb, false);
+    kiln__plan_free(plan);
     if (e->opts.device != KILN_DEVICE_CPU) fallback_summary(e, sb, false);
 }
 

@@ -1,9 +1,505 @@
-/* tune.c -- tactic selection at build time (to be written). */
+/* tune.c -- tactic selection at build time.
+ *
+ * For every node whose op has tactics (KILN_OP_FLAG_TACTICS), the node's
+ * backend lists the kernels that can run it at the profiles' opt shapes;
+ * each is run a few times on inputs of those shapes (constants real, the
+ * rest random) through the backend's own alloc/copy/run/sync, and the one
+ * with the lowest median time is written into the node's kiln_tactic.
+ *
+ * Timing cache: a text file (the builder's timing_cache path)
+ *
+ *     kiln-timing-cache 1
+ *     <key> <tactic id> <microseconds>
+ *
+ * keyed by the target, the thread count, the op, its attributes (without
+ * the tactic, in hex) and the input dtypes and shapes. It is read before
+ * timing (a known key is not timed again, nor is a layer identical to one
+ * timed before in the same build) and rewritten after, through a
+ * temporary file and a rename. */
 #include "backends/backend.h"
+#include "ops/fused_conv.h"
 #include "runtime/engine.h"
 
-kiln_status kiln__builder_tune(const kiln_builder *b, kiln_engine *e) {
-    (void)b;
-    (void)e;
+#include <errno.h>
+#include <stdlib.h>
+#include <stdio.h>
+#include <time.h>
+#include <unistd.h>
+
+#define TUNE_MAX_TACTICS 16
+#define TUNE_REPS 5
+
+typedef struct cache_ent {
+    char *key;
+    int32_t id;
+    float us;
+} cache_ent;
+
+typedef struct tcache {
+    cache_ent *e;
+    int n, cap;
+    bool dirty;
+} tcache;
+
+static void cache_free(tcache *c) {
+    for (int i = 0; i < c->n; i++) kiln__free(c->e[i].key);
+    kiln__free(c->e);
+}
+
+static cache_ent *cache_find(tcache *c, const char *key) {
+    for (int i = 0; i < c->n; i++)
+        if (!strcmp(c->e[i].key, key)) return &c->e[i];
+    return NULL;
+}
+
+static kiln_status cache_put(tcache *c, const char *key, int32_t id, float us) {
+    cache_ent *e = cache_find(c, key);
+    if (!e) {
+        KILN_TRY(kiln__grow((void **)&c->e, &c->cap, c->n + 1, sizeof *c->e));
+        char *k = kiln__strdup(key);
+        if (!k) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory (timing cache)");
+        e = &c->e[c->n++];
+        memset(e, 0, sizeof *e);
+        e->key = k;
+    }
+    e->id = id;
+    e->us = us;
+    c->dirty = true;
     return KILN_OK;
+}
+
+/* Reads the cache file; a missing file is an empty cache, a malformed one
+ * an error naming the file and line. */
+static kiln_status cache_read(tcache *c, const char *path) {
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        if (errno == ENOENT) return KILN_OK;
+        return KILN_FAIL(KILN_ERR_IO, "cannot read timing cache '%s': %s", path, strerror(errno));
+    }
+    char line[8192];
+    int ln = 0;
+    kiln_status st = KILN_OK;
+    while (st == KILN_OK && fgets(line, sizeof line, f)) {
+        ln++;
+        size_t len = strlen(line);
+        if (len && line[len - 1] == '\n') line[--len] = 0;
+        if (ln == 1) {
+            if (strcmp(line, "kiln-timing-cache 1"))
+                st = KILN_FAIL(KILN_ERR_IO, "timing cache '%s' is not a kiln timing cache (version 1)",
+                               path);
+            continue;
+        }
+        if (!len) continue;
+        char key[8192];
+        int id;
+        float us;
+        if (sscanf(line, "%8191s %d %f", key, &id, &us) != 3) {
+            st = KILN_FAIL(KILN_ERR_IO, "timing cache '%s', line %d is malformed", path, ln);
+            break;
+        }
+        st = cache_put(c, key, id, us);
+    }
+    fclose(f);
+    c->dirty = false;
+    return st;
+}
+
+static kiln_status cache_write(const tcache *c, const char *path) {
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    FILE *f = fopen(tmp, "w");
+    if (!f) return KILN_FAIL(KILN_ERR_IO, "cannot write timing cache '%s': %s", tmp, strerror(errno));
+    fprintf(f, "kiln-timing-cache 1\n");
+    for (int i = 0; i < c->n; i++) fprintf(f, "%s %d %.3f\n", c->e[i].key, (int)c->e[i].id, c->e[i].us);
+    bool bad = ferror(f) != 0;
+    if (fclose(f) != 0 || bad) {
+        remove(tmp);
+        return KILN_FAIL(KILN_ERR_IO, "cannot write timing cache '%s'", tmp);
+    }
+    if (rename(tmp, path) != 0) {
+        int err = errno;
+        remove(tmp);
+        return KILN_FAIL(KILN_ERR_IO, "cannot rename timing cache to '%s': %s", path, strerror(err));
+    }
+    return KILN_OK;
+}
+
+/* The cache key: no spaces (the file format splits on them). */
+static void make_key(const kiln_engine *e, const kiln_node *n, const kiln_tinfo *const *in,
+                     kiln_sbuf *sb) {
+    for (const char *p = e->target; *p; p++) kiln__sbuf_printf(sb, "%c", *p == ' ' ? '_' : *p);
+    kiln__sbuf_printf(sb, "|t%d|%s.%s|", (int)e->opts.threads, n->op->domain, n->op->name);
+    const unsigned char *a = n->attrs;
+    for (size_t i = sizeof(kiln_tactic); i < n->op->attr_size; i++) kiln__sbuf_printf(sb, "%02x", a[i]);
+    for (int i = 0; i < n->n_in; i++) {
+        if (!in[i]) {
+            kiln__sbuf_printf(sb, "|-");
+            continue;
+        }
+        kiln__sbuf_printf(sb, "|%s%s", kiln_dtype_name(in[i]->dtype), in[i]->data ? "c" : "");
+        for (int d = 0; d < in[i]->rank; d++) kiln__sbuf_printf(sb, "%s%lld", d ? "x" : ":", (long long)in[i]->dims[d]);
+    }
+}
+
+/* ---- shapes at the opt profile --------------------------------------------- */
+
+/* Infers every value's shape with the graph inputs at their opt shapes
+ * (build-time inference: values of non-constants unknown). Values whose
+ * shape cannot be inferred get rank -1. */
+static kiln_status opt_shapes(const kiln_engine *e, kiln_tinfo *vi) {
+    const kiln_graph *g = e->graph;
+    for (int i = 0; i < g->n_values; i++) {
+        const kiln_value *v = &g->values[i];
+        vi[i] = v->info;
+        if (v->flags & KILN_VALUE_CONST) vi[i].data = v->data;
+        else if (!(v->flags & KILN_VALUE_INPUT)) vi[i].rank = -1;
+    }
+    for (int k = 0; k < g->n_inputs; k++) {
+        kiln_tinfo *t = &vi[g->inputs[k]];
+        t->rank = e->profiles[k].rank;
+        memcpy(t->dims, e->profiles[k].opt, sizeof t->dims);
+        t->data = NULL;
+    }
+    for (int ni = 0; ni < g->n_nodes; ni++) {
+        const kiln_node *n = &g->nodes[ni];
+        if (n->dead) continue;
+        const kiln_tinfo *ip[64] = {0};
+        kiln_tinfo outs[16];
+        kiln_tinfo *op[16];
+        if (n->n_in > 64 || n->n_out > 16) continue;
+        bool known = true;
+        for (int i = 0; i < n->n_in; i++) {
+            ip[i] = n->in[i] >= 0 ? &vi[n->in[i]] : NULL;
+            if (ip[i] && ip[i]->rank < 0) known = false;
+        }
+        for (int i = 0; i < n->n_out; i++) {
+            memset(&outs[i], 0, sizeof outs[i]);
+            outs[i].rank = -1;
+            op[i] = &outs[i];
+        }
+        kiln_infer_args ia = {.op = n->op, .attrs = n->attrs, .node_name = n->name, .n_in = n->n_in,
+                              .n_out = n->n_out, .in = ip, .out = op, .runtime = false};
+        if (!known || n->op->infer(&ia) != KILN_OK) {
+            kiln__clear_error();
+            for (int i = 0; i < n->n_out; i++) outs[i].rank = -1;
+        }
+        for (int i = 0; i < n->n_out; i++) {
+            int v = n->out[i];
+            if (v < 0) continue;
+            outs[i].data = NULL;
+            if (outs[i].rank >= 0 && kiln__numel(outs[i].rank, outs[i].dims) < 0) outs[i].rank = -1;
+            vi[v] = outs[i];
+        }
+    }
+    return KILN_OK;
+}
+
+/* ---- timing one node --------------------------------------------------------- */
+
+static double now_us(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+typedef struct tune_bufs {
+    void *in[64], *out[16], *host_tmp;
+    kiln_tensor tin[64], tout[16];
+    const kiln_tensor *pin[64];
+    kiln_tensor *pout[16];
+} tune_bufs;
+
+static void bufs_free(const kiln_backend_i *be, void *state, const kiln_node *n, tune_bufs *tb,
+                      const kiln_tinfo *const *in) {
+    for (int i = 0; i < n->n_in; i++)
+        if (tb->in[i] && !(in[i] && in[i]->data && be->device == KILN_DEVICE_CPU)) be->free(state, tb->in[i]);
+    for (int i = 0; i < n->n_out; i++)
+        if (tb->out[i]) be->free(state, tb->out[i]);
+}
+
+/* Allocates the node's inputs (constants copied, others random in [-1, 1))
+ * and outputs in the backend's memory. */
+static kiln_status bufs_make(const kiln_backend_i *be, void *state, const kiln_node *n,
+                             const kiln_tinfo *const *in, const kiln_tinfo *out, tune_bufs *tb) {
+    uint64_t rng = 0x9e3779b97f4a7c15ull ^ (uint64_t)n->n_in;
+    for (int i = 0; i < n->n_in; i++) {
+        if (!in[i]) continue;
+        size_t nb = kiln__value_nbytes(in[i]);
+        kiln_tensor *t = &tb->tin[i];
+        t->dtype = in[i]->dtype;
+        t->rank = in[i]->rank;
+        memcpy(t->dims, in[i]->dims, sizeof t->dims);
+        tb->pin[i] = t;
+        if (in[i]->data && be->device == KILN_DEVICE_CPU) {
+            t->data = (void *)in[i]->data;
+            tb->in[i] = t->data;
+            continue;
+        }
+        tb->in[i] = be->alloc(state, nb ? nb : 1);
+        unsigned char *h = kiln__aligned_alloc(nb ? nb : 1);
+        if (!tb->in[i] || !h) {
+            kiln__aligned_free(h);
+            return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory timing node '%s'", n->name);
+        }
+        if (in[i]->data) {
+            memcpy(h, in[i]->data, nb);
+        } else if (in[i]->dtype == KILN_DTYPE_FLOAT32) {
+            float *f = (float *)h;
+            for (size_t k = 0; k < nb / sizeof(float); k++) {
+                rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+                f[k] = (float)((double)(rng >> 11) / 4503599627370496.0 - 1.0);
+            }
+        } else {
+            memset(h, 0, nb);
+        }
+        kiln_status st = be->to_device(state, tb->in[i], h, nb);
+        kiln__aligned_free(h);
+        KILN_TRY(st);
+        t->data = tb->in[i];
+    }
+    for (int i = 0; i < n->n_out; i++) {
+        size_t nb = kiln__value_nbytes(&out[i]);
+        kiln_tensor *t = &tb->tout[i];
+        t->dtype = out[i].dtype;
+        t->rank = out[i].rank;
+        memcpy(t->dims, out[i].dims, sizeof t->dims);
+        tb->out[i] = be->alloc(state, nb ? nb : 1);
+        if (!tb->out[i]) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory timing node '%s'", n->name);
+        t->data = tb->out[i];
+        tb->pout[i] = t;
+    }
+    return KILN_OK;
+}
+
+/* Median time of tactic `id` of node n in microseconds; < 0 when it fails
+ * to run (it is then not a candidate). */
+static double time_tactic(const kiln_backend_i *be, void *state, kiln_pool *pool, const kiln_node *n,
+                          const kiln_tinfo *const *in, int32_t id, tune_bufs *tb, int reps,
+                          double best_us) {
+    unsigned char attrs[4096];
+    if (n->op->attr_size > sizeof attrs) return -1;
+    memcpy(attrs, n->attrs, n->op->attr_size);
+    ((kiln_tactic *)(void *)attrs)->id = id;
+    ((kiln_tactic *)(void *)attrs)->us = 0;
+    kiln_tinfo outs[16];
+    kiln_tinfo *op[16];
+    for (int i = 0; i < n->n_out; i++) {
+        memset(&outs[i], 0, sizeof outs[i]);
+        op[i] = &outs[i];
+    }
+    kiln_infer_args ia = {.op = n->op, .attrs = attrs, .node_name = n->name, .n_in = n->n_in,
+                          .n_out = n->n_out, .in = in, .out = op, .runtime = false};
+    size_t ws = n->op->workspace && be->device == KILN_DEVICE_CPU ? n->op->workspace(&ia) : 0;
+    void *wsp = ws ? kiln__aligned_alloc(ws) : NULL;
+    if (ws && !wsp) return -1;
+    kiln_node_state ns = {0};
+    kiln_kernel_args ka = {.op = n->op, .attrs = attrs, .node_name = n->name, .n_in = n->n_in,
+                           .n_out = n->n_out, .in = tb->pin, .out = tb->pout, .workspace = wsp,
+                           .workspace_size = ws, .pool = be->device == KILN_DEVICE_CPU ? pool : NULL,
+                           .device_state = be->device == KILN_DEVICE_CPU ? NULL : state,
+                           .node_state = &ns};
+    double t[TUNE_REPS];
+    double r = -1;
+    /* the first run sets up (prepacking, library primitives): not timed */
+    if (be->run(state, &ka) != KILN_OK || be->sync(state) != KILN_OK) goto done;
+    if (reps == 0) {
+        r = 0;
+        goto done;
+    }
+    for (int k = 0; k < TUNE_REPS; k++) {
+        double t0 = now_us();
+        if (be->run(state, &ka) != KILN_OK || be->sync(state) != KILN_OK) goto done;
+        t[k] = now_us() - t0;
+        if (k == 0 && best_us > 0 && t[0] > 4.0 * best_us + 1000.0) { /* loses by far: enough */
+            r = t[0];
+            goto done;
+        }
+        if (k == 1 && t[0] + t[1] > 200000.0) { /* slow layer: three runs are enough */
+            double t2 = now_us();
+            if (be->run(state, &ka) != KILN_OK || be->sync(state) != KILN_OK) goto done;
+            t[2] = now_us() - t2;
+            qsort(t, 3, sizeof *t, cmp_double);
+            r = t[1];
+            goto done;
+        }
+    }
+    qsort(t, TUNE_REPS, sizeof *t, cmp_double);
+    r = t[TUNE_REPS / 2];
+done:
+    kiln__clear_error();
+    if (ns.p && ns.free) ns.free(ns.p);
+    kiln__aligned_free(wsp);
+    return r;
+}
+
+/* The inputs and outputs of tactic node n at the opt shapes; false when
+ * n has no tactics or a shape is unknown. */
+static bool node_shapes(const kiln_graph *g, const kiln_node *n, kiln_tinfo *vi,
+                        const kiln_tinfo **in, kiln_tinfo *outs) {
+    (void)g;
+    if (n->dead || !(n->op->flags & KILN_OP_FLAG_TACTICS) || n->n_in > 64 || n->n_out > 16)
+        return false;
+    for (int i = 0; i < n->n_in; i++) {
+        in[i] = n->in[i] >= 0 ? &vi[n->in[i]] : NULL;
+        if (in[i] && (in[i]->rank < 0 || kiln__numel(in[i]->rank, in[i]->dims) < 0)) return false;
+    }
+    for (int i = 0; i < n->n_out; i++) {
+        int v = n->out[i];
+        outs[i] = v >= 0 ? vi[v] : (kiln_tinfo){.rank = -1};
+        if (outs[i].rank < 0) return false;
+    }
+    return true;
+}
+
+/* NHWC tensors between oneDNN layers (fused_conv.h). Each layer that gets
+ * one is timed again: one that fails, or that oneDNN runs much slower that
+ * way (a reference kernel), is vetoed and the choice made again. */
+static kiln_status choose_layouts(kiln_engine *e, kiln_tinfo *vi, void *cpu_state, kiln_pool *pool) {
+    kiln_graph *g = e->graph;
+    const kiln_backend_i *be = kiln__backend_for(KILN_DEVICE_CPU);
+    bool *veto = kiln__calloc((size_t)g->n_nodes + 1, sizeof *veto);
+    int *checked = kiln__calloc((size_t)g->n_nodes + 1, sizeof *checked);
+    if (!veto || !checked) {
+        kiln__free(veto);
+        kiln__free(checked);
+        return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory (layouts)");
+    }
+    kiln_status st = KILN_OK;
+    bool bad = true;
+    for (int round = 0; round < 16 && bad; round++) {
+        bad = false;
+        if (kiln__fc_choose_layouts(g, veto) == 0) break;
+        for (int ni = 0; ni < g->n_nodes && st == KILN_OK; ni++) {
+            kiln_node *n = &g->nodes[ni];
+            const kiln_tinfo *in[64] = {0};
+            kiln_tinfo outs[16];
+            int lay = n->op_id == KILN_OP_FusedConv ? ((kiln_fused_conv_attrs *)n->attrs)->layout : 0;
+            if (!lay || checked[ni] == lay + 1 || !node_shapes(g, n, vi, in, outs)) continue;
+            checked[ni] = lay + 1; /* this layout of this layer was timed */
+            tune_bufs tb;
+            memset(&tb, 0, sizeof tb);
+            st = bufs_make(be, cpu_state, n, in, outs, &tb);
+            const kiln_tactic *tac = n->attrs;
+            double us = st == KILN_OK ? time_tactic(be, cpu_state, pool, n, in, tac->id, &tb, TUNE_REPS, 0) : 0;
+            if (st == KILN_OK && (us < 0 || (tac->us > 0 && us > 2.0 * tac->us + 100.0))) {
+                veto[ni] = true;
+                bad = true;
+            }
+            bufs_free(be, cpu_state, n, &tb, in);
+        }
+    }
+    if (bad || st != KILN_OK) /* give up on NHWC: NCHW is always right */
+        for (int ni = 0; ni < g->n_nodes; ni++)
+            if (g->nodes[ni].op_id == KILN_OP_FusedConv) ((kiln_fused_conv_attrs *)g->nodes[ni].attrs)->layout = 0;
+    kiln__free(veto);
+    kiln__free(checked);
+    return st;
+}
+
+static bool has_tactics(const kiln_graph *g) {
+    for (int i = 0; i < g->n_nodes; i++)
+        if (!g->nodes[i].dead && (g->nodes[i].op->flags & KILN_OP_FLAG_TACTICS)) return true;
+    return false;
+}
+
+kiln_status kiln__builder_tune(const kiln_builder *b, kiln_engine *e) {
+    kiln_graph *g = e->graph;
+    if (!b->tuning || !has_tactics(g)) return KILN_OK;
+    kiln_tinfo *vi = kiln__calloc((size_t)g->n_values + 1, sizeof *vi);
+    if (!vi) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory (tuning)");
+    tcache cache = {0};
+    kiln_pool *pool = NULL;
+    void *states[2] = {NULL, NULL}; /* a backend's state may be NULL (CPU): made[] says */
+    bool made[2] = {false, false};
+    kiln_sbuf key = {0};
+    kiln_status st = KILN_OK;
+    int n_timed = 0, n_cached = 0, n_layers = 0;
+    double t_start = now_us();
+    if (b->timing_cache && (st = cache_read(&cache, b->timing_cache)) != KILN_OK) goto out;
+    if ((st = opt_shapes(e, vi)) != KILN_OK) goto out;
+    for (int ni = 0; ni < g->n_nodes; ni++) {
+        kiln_node *n = &g->nodes[ni];
+        const kiln_tinfo *in[64] = {0};
+        kiln_tinfo outs[16];
+        if (!node_shapes(g, n, vi, in, outs)) continue; /* unknown at opt: tactic 0 */
+        const kiln_backend_i *be = kiln__backend_for(n->device);
+        if (!be) continue;
+        int si = n->device == KILN_DEVICE_CPU ? 0 : 1;
+        if (!made[si]) {
+            if ((st = be->state_create(e->opts.device_index, &states[si])) != KILN_OK) goto out;
+            made[si] = true;
+        }
+        if (si == 0 && !pool && (st = kiln__pool_create(e->opts.threads, &pool)) != KILN_OK) goto out;
+        kiln_tinfo *op_[16];
+        for (int i = 0; i < n->n_out; i++) op_[i] = &outs[i];
+        kiln_infer_args ia = {.op = n->op, .attrs = n->attrs, .node_name = n->name, .n_in = n->n_in,
+                              .n_out = n->n_out, .in = in, .out = op_, .runtime = false};
+        int32_t ids[TUNE_MAX_TACTICS];
+        int n_ids = be->tactics ? be->tactics(states[si], &ia, ids, TUNE_MAX_TACTICS) : 0;
+        kiln_tactic *tac = n->attrs;
+        n_layers++;
+        if (n_ids <= 1) {
+            tac->id = n_ids == 1 ? ids[0] : 0;
+            continue;
+        }
+        key.len = 0;
+        if (key.data) key.data[0] = 0;
+        make_key(e, n, in, &key);
+        if (key.oom) {
+            st = KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory (tuning)");
+            goto out;
+        }
+        cache_ent *ce = cache_find(&cache, key.data);
+        if (ce) {
+            for (int k = 0; k < n_ids; k++)
+                if (ids[k] == ce->id) {
+                    tac->id = ce->id;
+                    tac->us = ce->us;
+                    n_cached++;
+                    goto next;
+                }
+        }
+        {
+            tune_bufs tb;
+            memset(&tb, 0, sizeof tb);
+            st = bufs_make(be, states[si], n, in, outs, &tb);
+            int32_t best = 0;
+            double best_us = -1;
+            for (int k = 0; st == KILN_OK && k < n_ids; k++) {
+                double us = time_tactic(be, states[si], pool, n, in, ids[k], &tb, TUNE_REPS, best_us);
+                if (us >= 0 && (best_us < 0 || us < best_us)) {
+                    best_us = us;
+                    best = ids[k];
+                }
+            }
+            bufs_free(be, states[si], n, &tb, in);
+            if (st != KILN_OK) goto out;
+            tac->id = best_us >= 0 ? best : 0;
+            tac->us = best_us >= 0 ? (float)best_us : 0.0f;
+            n_timed++;
+            if ((st = cache_put(&cache, key.data, tac->id, tac->us)) != KILN_OK) goto out;
+            if (now_us() - t_start > 2e6 && n_timed % 10 == 0)
+                fprintf(stderr, "kiln: tuning: %d layers timed, %d from the cache (%.1f s)\n", n_timed,
+                        n_cached, (now_us() - t_start) / 1e6);
+        }
+    next:;
+    }
+    if (made[0] && (st = choose_layouts(e, vi, states[0], pool)) != KILN_OK) goto out;
+    if (b->timing_cache && cache.dirty) st = cache_write(&cache, b->timing_cache);
+    if (now_us() - t_start > 2e6)
+        fprintf(stderr, "kiln: tuning done: %d layers with tactics, %d timed, %d from the cache (%.1f s)\n",
+                n_layers, n_timed, n_cached, (now_us() - t_start) / 1e6);
+out:
+    if (made[0]) kiln__backend_for(KILN_DEVICE_CPU)->state_free(states[0]);
+    if (made[1]) kiln__backend_for(e->opts.device)->state_free(states[1]);
+    kiln__pool_free(pool);
+    kiln__sbuf_free(&key);
+    cache_free(&cache);
+    kiln__free(vi);
+    return st;
 }

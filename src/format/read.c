@@ -10,10 +10,12 @@
 #endif
 
 #include "backends/backend.h"
+#include "ops/fused_conv.h" /* kiln__cpu_has_bf16 */
 
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #if defined(__aarch64__) && defined(__linux__)
 #include <sys/auxv.h>
@@ -41,14 +43,33 @@
 static const char *const kiln_cpu_features[] = {
 #if defined(__x86_64__) || defined(__i386__)
     "sse4.2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512vnni",
+    "avx512_bf16",
 #elif defined(__aarch64__)
     "asimd", "fp16", "dotprod", "sve",
 #endif
     NULL,
 };
 
+/* KILN_HIDE_CPU_FEATURES (names separated by spaces or commas): kiln acts as
+ * if this CPU lacked them when it checks an engine's required features and
+ * writes a target string, so that what another machine would say can be
+ * tried here (tests, and users checking an engine before shipping it). */
+static bool cpu_feature_hidden(const char *name) {
+    const char *h = getenv("KILN_HIDE_CPU_FEATURES");
+    size_t n = strlen(name);
+    while (h && *h) {
+        h += strspn(h, " ,");
+        size_t len = strcspn(h, " ,");
+        if (len == n && !memcmp(h, name, n)) return true;
+        h += len;
+    }
+    return false;
+}
+
 bool kiln__cpu_has_feature(const char *name, bool *known) {
     *known = true;
+    for (int i = 0; kiln_cpu_features[i]; i++)
+        if (!strcmp(kiln_cpu_features[i], name) && cpu_feature_hidden(name)) return false;
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_cpu_init();
     if (!strcmp(name, "sse4.2")) return __builtin_cpu_supports("sse4.2");
@@ -63,6 +84,7 @@ bool kiln__cpu_has_feature(const char *name, bool *known) {
     if (!strcmp(name, "avx512bw")) return __builtin_cpu_supports("avx512bw");
     if (!strcmp(name, "avx512vl")) return __builtin_cpu_supports("avx512vl");
     if (!strcmp(name, "avx512vnni")) return __builtin_cpu_supports("avx512vnni");
+    if (!strcmp(name, "avx512_bf16")) return kiln__cpu_has_bf16(); /* ops/fused_conv.h */
 #elif defined(__aarch64__) && defined(__linux__)
     unsigned long hw = getauxval(AT_HWCAP);
     if (!strcmp(name, "asimd")) return (hw & (1ul << 1)) != 0;    /* HWCAP_ASIMD */
@@ -308,6 +330,25 @@ done:
 
 /* ---- reader ------------------------------------------------------------ */
 
+/* Says which kiln wrote the file (header writer_version), for messages about
+ * parts of the file this kiln does not know: "written by kiln 0.3.0, newer
+ * than this kiln (0.1.0): upgrade kiln or rebuild the engine with this one". */
+static const char *writer_note(const unsigned char *p, char *buf, size_t n) {
+    uint32_t w = kiln__le32(p + KILN_FMT_OFF_WRITER_VERSION);
+    const char *here = kiln_version_string();
+    if (w > (uint32_t)KILN_VERSION_NUMBER)
+        snprintf(buf, n,
+                 "the file was written by kiln %u.%u.%u, newer than this kiln (%s): upgrade kiln "
+                 "or rebuild the engine with this one",
+                 w / 10000, w / 100 % 100, w % 100, here);
+    else
+        snprintf(buf, n,
+                 "the file was written by kiln %u.%u.%u, which is not newer than this kiln (%s): "
+                 "the file is damaged or was not written by kiln; rebuild the engine",
+                 w / 10000, w / 100 % 100, w % 100, here);
+    return buf;
+}
+
 enum { SEC_STRS, SEC_SYMS, SEC_VALS, SEC_NODS, SEC_GRPH, SEC_PROF, SEC_WGTS, SEC_COUNT };
 static const char kiln_sec_ids[SEC_COUNT][5] = {"STRS", "SYMS", "VALS", "NODS",
                                                 "GRPH", "PROF", "WGTS"};
@@ -486,8 +527,8 @@ static kiln_status read_sections(reader *r) {
             if (flags & KILN_FMT_SECTION_REQUIRED)
                 return KILN_FAIL(KILN_ERR_FORMAT,
                                  "engine file needs section '%s', which this kiln does not know; "
-                                 "upgrade kiln or rebuild the engine",
-                                 id);
+                                 "%s",
+                                 id, writer_note(p, (char[256]){0}, 256));
             continue; /* optional extension: skip */
         }
         if (r->sec[k].present) return bad("section '%s' appears twice", id);
@@ -618,8 +659,8 @@ static kiln_status read_nodes(const reader *r, int engine_device, kiln_graph *g)
         if (!op) {
             st = KILN_FAIL(KILN_ERR_FORMAT,
                            "engine file uses operator id %u (node %d '%s'), which this kiln does "
-                           "not know; rebuild the engine with this kiln or upgrade kiln",
-                           op_id, i, name);
+                           "not know; %s",
+                           op_id, i, name, writer_note(r->p, (char[256]){0}, 256));
             break;
         }
         if (device != KILN_DEVICE_CPU && device != (uint32_t)engine_device) {

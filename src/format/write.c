@@ -230,7 +230,9 @@ kiln_status kiln__format_write(const kiln_engine *e, void **data, size_t *size) 
     kiln__put_le32(buf + KILN_FMT_OFF_THREADS, (uint32_t)e->opts.threads);
     kiln__put_le64(buf + KILN_FMT_OFF_WORKSPACE, e->opts.workspace);
     put_str(buf + KILN_FMT_OFF_TARGET, e->target, KILN_FMT_TARGET_LEN);
-    /* required: no kernel needs a CPU feature yet, so the list stays empty. */
+    /* required: CPU features the kernels need (bf16 convolutions: avx512_bf16). */
+    if (e->opts.device == KILN_DEVICE_CPU && e->opts.precision == KILN_PRECISION_BF16)
+        put_str(buf + KILN_FMT_OFF_REQUIRED, "avx512_bf16", KILN_FMT_REQUIRED_LEN);
 
     /* Section table. */
     for (int s = 0; s < SEC_COUNT; s++) {

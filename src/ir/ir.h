@@ -92,6 +92,9 @@ typedef struct kiln_optimize_opts {
     int device;            /* kiln_device the plan is for */
     int precision;         /* kiln_precision */
     bool disable;          /* run no optimization (for debugging and tests) */
+    /* fp16/bf16 device plans: layers kept in float32 (src/passes/precision.h) */
+    const char *const *fp32_layers;
+    int n_fp32_layers;
 } kiln_optimize_opts;
 KILN_PRIVATE kiln_status kiln__pass_optimize(kiln_graph *g, const kiln_optimize_opts *o);
 /* Compacts the graph: drops dead nodes and unreferenced values. */

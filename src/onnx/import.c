@@ -13,8 +13,17 @@
  *      kiln_import_ctx functions defined here;
  *   5. value_info and graph outputs give declared dtypes/shapes.
  * Shapes of node outputs are inferred later (kiln__pass_infer).
+ *
+ * Subgraphs (GRAPH attributes of If, Loop and Scan) are imported the same
+ * way into graphs of their own. Every value a subgraph reads from an
+ * enclosing graph (its free names, also those of subgraphs nested in it)
+ * becomes a trailing input of that subgraph and an explicit input of its
+ * node, so the node depends on it like on any other input (the sort in
+ * step 3 counts it). Each subgraph is then serialized into a uint8 constant
+ * input of its node (see src/ops/misc_control.h).
  */
 #include "onnx/onnx_internal.h"
+#include "ops/misc_control.h"
 
 #include <inttypes.h>
 #include <stdarg.h>
@@ -95,15 +104,50 @@ static kiln_status strmap_put(strmap *m, const char *key, int val) {
 
 enum { DEF_GRAPH = -1 }; /* defined by a graph input or initializer (>= 0: node index) */
 
+enum { MAX_SUBGRAPH_DEPTH = 32 }; /* subgraphs nested deeper are refused */
+
+/* A list of distinct names (borrowed), in the order first added. */
+typedef struct namelist {
+    const char **v;
+    int n, cap;
+    strmap seen;
+} namelist;
+
+static void names_free(namelist *l) {
+    kiln__free(l->v);
+    strmap_free(&l->seen);
+    memset(l, 0, sizeof *l);
+}
+
+static kiln_status names_add(namelist *l, const char *s) {
+    int d;
+    if (strmap_get(&l->seen, s, &d)) return KILN_OK;
+    KILN_TRY(kiln__grow((void **)&l->v, &l->cap, l->n + 1, sizeof *l->v));
+    KILN_TRY(strmap_put(&l->seen, s, l->n));
+    l->v[l->n++] = s;
+    return KILN_OK;
+}
+
 typedef struct importer {
     kiln_graph *g;
     const Onnx__ModelProto *model;
     const Onnx__GraphProto *gp;
     const char *base_dir;
+    int depth;        /* 0: the main graph; k: a subgraph nested k deep */
     strmap defs;  /* value name -> DEF_GRAPH or index of the defining node */
     strmap inits; /* initializer names */
     int *order;   /* nodes in topological order */
+    namelist *free_of; /* per node: free names of its subgraphs (extra dependencies) */
 } importer;
+
+static void importer_free(importer *im) {
+    strmap_free(&im->defs);
+    strmap_free(&im->inits);
+    kiln__free(im->order);
+    if (im->free_of)
+        for (size_t i = 0; i < im->gp->n_node; i++) names_free(&im->free_of[i]);
+    kiln__free(im->free_of);
+}
 
 static bool domain_is_onnx(const char *d) { return !d || !*d || !strcmp(d, "ai.onnx"); }
 
@@ -193,7 +237,7 @@ static kiln_status parse_type(importer *im, const Onnx__TypeProto *tp, const cha
             info->dims[i] = KILN_DIM_UNKNOWN;
         }
     }
-    return KILN_OK;
+    return kiln__onnx_check_size(what, info->dtype, info->rank, info->dims, NULL);
 }
 
 static kiln_status push_int(int **arr, int *n, int *cap, int v) {
@@ -260,7 +304,7 @@ static kiln_status import_inputs(importer *im) {
         char what[300];
         snprintf(what, sizeof what, "graph input '%s'", name);
         kiln_tinfo info;
-        KILN_TRY(parse_type(im, vi->type, what, true, &info));
+        KILN_TRY(parse_type(im, vi->type, what, im->depth == 0, &info));
         int v;
         KILN_TRY(kiln__graph_add_value(g, name, &v));
         g->values[v].info = info;
@@ -279,6 +323,71 @@ static void definer_str(const importer *im, int def, char *buf, size_t n) {
         node_label(im->gp->node[def], def, lab, sizeof lab);
         snprintf(buf, n, "node '%s' (index %d)", lab, def);
     }
+}
+
+/* ---- free names of subgraphs ------------------------------------------------- */
+
+static bool is_graph_attr(const Onnx__AttributeProto *a);
+
+static kiln_status graph_free_names(const Onnx__GraphProto *gp, int depth, namelist *out);
+
+/* Free names of the subgraphs in node np's attributes. */
+static kiln_status node_free_names(const Onnx__NodeProto *np, int depth, namelist *out) {
+    for (size_t k = 0; k < np->n_attribute; k++) {
+        const Onnx__AttributeProto *a = np->attribute[k];
+        if (a->n_graphs)
+            return KILN_FAIL(KILN_ERR_UNSUPPORTED,
+                             "node '%s' (%s): attribute '%s' is a list of graphs, which kiln does "
+                             "not support",
+                             str_or_empty(np->name), str_or_empty(np->op_type),
+                             str_or_empty(a->name));
+        if (!is_graph_attr(a)) continue;
+        namelist sub = {0};
+        kiln_status s = graph_free_names(a->g, depth + 1, &sub);
+        for (int i = 0; i < sub.n && s == KILN_OK; i++) s = names_add(out, sub.v[i]);
+        names_free(&sub);
+        KILN_TRY(s);
+    }
+    return KILN_OK;
+}
+
+/* Names graph gp reads (in its nodes and, recursively, their subgraphs)
+ * that it does not define, in first-use order. */
+static kiln_status graph_free_names(const Onnx__GraphProto *gp, int depth, namelist *out) {
+    if (depth > MAX_SUBGRAPH_DEPTH)
+        return KILN_FAIL(KILN_ERR_UNSUPPORTED, "subgraphs are nested more than %d deep",
+                         MAX_SUBGRAPH_DEPTH);
+    strmap defined = {0};
+    kiln_status s = strmap_reserve(&defined, gp->n_input + gp->n_initializer + gp->n_node * 2);
+    for (size_t i = 0; i < gp->n_input && s == KILN_OK; i++)
+        if (gp->input[i]->name && *gp->input[i]->name)
+            s = strmap_put(&defined, gp->input[i]->name, 0);
+    for (size_t i = 0; i < gp->n_initializer && s == KILN_OK; i++)
+        if (gp->initializer[i]->name && *gp->initializer[i]->name)
+            s = strmap_put(&defined, gp->initializer[i]->name, 0);
+    for (size_t i = 0; i < gp->n_node && s == KILN_OK; i++)
+        for (size_t j = 0; j < gp->node[i]->n_output && s == KILN_OK; j++)
+            if (gp->node[i]->output[j] && *gp->node[i]->output[j])
+                s = strmap_put(&defined, gp->node[i]->output[j], 0);
+    int d;
+    for (size_t i = 0; i < gp->n_node && s == KILN_OK; i++) {
+        const Onnx__NodeProto *np = gp->node[i];
+        for (size_t j = 0; j < np->n_input && s == KILN_OK; j++) {
+            const char *name = str_or_empty(np->input[j]);
+            if (*name && !strmap_get(&defined, name, &d)) s = names_add(out, name);
+        }
+        namelist sub = {0};
+        if (s == KILN_OK) s = node_free_names(np, depth, &sub);
+        for (int k = 0; k < sub.n && s == KILN_OK; k++)
+            if (!strmap_get(&defined, sub.v[k], &d)) s = names_add(out, sub.v[k]);
+        names_free(&sub);
+    }
+    for (size_t i = 0; i < gp->n_output && s == KILN_OK; i++) { /* outputs passed through */
+        const char *name = str_or_empty(gp->output[i]->name);
+        if (*name && !strmap_get(&defined, name, &d)) s = names_add(out, name);
+    }
+    strmap_free(&defined);
+    return s;
 }
 
 static kiln_status index_definitions(importer *im) {
@@ -314,10 +423,14 @@ static kiln_status sort_nodes(importer *im) {
     int n = (int)gp->n_node;
     kiln_status s = KILN_OK;
     im->order = kiln__calloc((size_t)n + 1, sizeof *im->order);
+    im->free_of = kiln__calloc((size_t)n + 1, sizeof *im->free_of);
+    for (int i = 0; i < n && im->free_of && s == KILN_OK; i++)
+        s = node_free_names(gp->node[i], im->depth, &im->free_of[i]);
+    if (s != KILN_OK) return s;
     unsigned char *state = kiln__calloc((size_t)n + 1, 1); /* 0 new, 1 on stack, 2 done */
     int *stack = kiln__calloc((size_t)n + 1, sizeof *stack);
     size_t *pos = kiln__calloc((size_t)n + 1, sizeof *pos);
-    if (!im->order || !state || !stack || !pos) {
+    if (!im->order || !im->free_of || !state || !stack || !pos) {
         s = KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory (sorting nodes)");
         goto done;
     }
@@ -331,17 +444,27 @@ static kiln_status sort_nodes(importer *im) {
         while (sp > 0) {
             int cur = stack[sp - 1];
             const Onnx__NodeProto *np = gp->node[cur];
-            if (pos[cur] < np->n_input) {
-                const char *name = str_or_empty(np->input[pos[cur]++]);
+            const namelist *extra = &im->free_of[cur];
+            if (pos[cur] < np->n_input + (size_t)extra->n) {
+                size_t p = pos[cur]++;
+                bool direct = p < np->n_input;
+                const char *name = direct ? str_or_empty(np->input[p]) : extra->v[p - np->n_input];
                 if (!*name) continue;
                 int def;
                 if (!strmap_get(&im->defs, name, &def)) {
                     char lab[200];
                     node_label(np, cur, lab, sizeof lab);
-                    s = KILN_FAIL(KILN_ERR_MODEL,
-                                  "node '%s' (%s, index %d): input %zu '%s' is not defined by any "
-                                  "node, graph input or initializer",
-                                  lab, str_or_empty(np->op_type), cur, pos[cur] - 1, name);
+                    if (direct)
+                        s = KILN_FAIL(KILN_ERR_MODEL,
+                                      "node '%s' (%s, index %d): input %zu '%s' is not defined by "
+                                      "any node, graph input or initializer%s",
+                                      lab, str_or_empty(np->op_type), cur, p, name,
+                                      im->depth ? " of the subgraph or an enclosing graph" : "");
+                    else
+                        s = KILN_FAIL(KILN_ERR_MODEL,
+                                      "node '%s' (%s, index %d): its subgraph reads '%s', which is "
+                                      "defined neither in it nor in an enclosing graph",
+                                      lab, str_or_empty(np->op_type), cur, name);
                     goto done;
                 }
                 if (def == DEF_GRAPH || state[def] == 2) continue;
@@ -452,6 +575,10 @@ static int attr_type(const Onnx__AttributeProto *a) {
     if (a->n_ints) return ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS;
     if (a->n_strings) return ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRINGS;
     return ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__UNDEFINED;
+}
+
+static bool is_graph_attr(const Onnx__AttributeProto *a) {
+    return a->g && attr_type(a) == ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPH;
 }
 
 bool kiln_attr_has(const kiln_import_ctx *ic, const char *name) {
@@ -671,6 +798,130 @@ static kiln_status check_counts(const kiln_import_ctx *ic, const kiln_op_def *op
     return KILN_OK;
 }
 
+/* ---- subgraphs ------------------------------------------------------------------ */
+
+static kiln_status import_graph(importer *im, const namelist *free_names);
+
+/* The graph attributes of the ops that have subgraphs, in the order their
+ * subgraphs become the node's first inputs. */
+static int subgraph_attrs(const char *domain, const char *op_type, const char **names) {
+    if (*domain) return 0;
+    if (!strcmp(op_type, "If")) {
+        names[0] = "then_branch";
+        names[1] = "else_branch";
+        return 2;
+    }
+    if (!strcmp(op_type, "Loop") || !strcmp(op_type, "Scan")) {
+        names[0] = "body";
+        return 1;
+    }
+    return 0;
+}
+
+/* Imports subgraph gp of the node in ic; its inputs are its own, then the
+ * values named in free_names (from enclosing graphs). */
+static kiln_status import_subgraph(const kiln_import_ctx *ic, const char *attr,
+                                   const Onnx__GraphProto *gp, const namelist *free_names,
+                                   kiln_graph **out) {
+    importer sub;
+    memset(&sub, 0, sizeof sub);
+    sub.model = ic->im->model;
+    sub.gp = gp;
+    sub.base_dir = ic->im->base_dir;
+    sub.depth = ic->im->depth + 1;
+    kiln_status s = sub.depth > MAX_SUBGRAPH_DEPTH
+                        ? KILN_FAIL(KILN_ERR_UNSUPPORTED, "subgraphs are nested more than %d deep",
+                                    MAX_SUBGRAPH_DEPTH)
+                        : import_graph(&sub, free_names);
+    importer_free(&sub);
+    if (s != KILN_OK) {
+        kiln__graph_free(sub.g);
+        return kiln__fail_prefix(s, "node '%s' (%s), subgraph '%s'", ic->name, ic->op_type, attr);
+    }
+    *out = sub.g;
+    return KILN_OK;
+}
+
+/* For a node with subgraphs: imports each, stores it in a uint8 constant,
+ * and makes the node's inputs [subgraphs..., its own inputs..., outer
+ * values its subgraphs read...]. */
+static kiln_status attach_subgraphs(kiln_import_ctx *ic, int index) {
+    const Onnx__NodeProto *np = ic->np;
+    const char *names[2];
+    const char *domain = domain_is_onnx(np->domain) ? "" : np->domain;
+    int n_graphs = subgraph_attrs(domain, ic->op_type, names);
+    for (size_t k = 0; k < np->n_attribute; k++) {
+        const Onnx__AttributeProto *a = np->attribute[k];
+        if (!is_graph_attr(a)) continue;
+        bool known = false;
+        for (int i = 0; i < n_graphs; i++) known |= a->name && !strcmp(a->name, names[i]);
+        if (!known)
+            return KILN_FAIL(KILN_ERR_UNSUPPORTED,
+                             "node '%s' (%s): attribute '%s' is a graph; kiln supports subgraphs "
+                             "only in If, Loop and Scan",
+                             ic->name, ic->op_type, str_or_empty(a->name));
+    }
+    if (!n_graphs) return KILN_OK;
+    kiln_graph *g = ic->im->g;
+    const namelist *fv = &ic->im->free_of[index];
+    int n_in = n_graphs + ic->n_in + fv->n;
+    int *in = kiln__calloc((size_t)n_in + 1, sizeof *in);
+    if (!in) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    kiln_status s = KILN_OK;
+    for (int i = 0; i < n_graphs && s == KILN_OK; i++) {
+        const Onnx__AttributeProto *a = find_attr(ic, names[i]);
+        if (!a || !is_graph_attr(a)) {
+            s = KILN_FAIL(KILN_ERR_MODEL, "node '%s' (%s): graph attribute '%s' is missing",
+                          ic->name, ic->op_type, names[i]);
+            break;
+        }
+        kiln_graph *sg = NULL;
+        void *blob = NULL;
+        size_t size = 0;
+        s = import_subgraph(ic, names[i], a->g, fv, &sg);
+        if (s == KILN_OK) s = kiln__subgraph_pack(sg, &blob, &size);
+        kiln__graph_free(sg);
+        if (s == KILN_OK && size > (size_t)INT64_MAX)
+            s = KILN_FAIL(KILN_ERR_UNSUPPORTED, "node '%s': subgraph too large", ic->name);
+        char cname[300];
+        snprintf(cname, sizeof cname, "%s:%s", ic->name, names[i]);
+        int v, d;
+        if (s == KILN_OK) {
+            bool taken =
+                kiln__graph_find_value(g, cname) >= 0 || strmap_get(&ic->im->defs, cname, &d);
+            s = kiln__graph_add_value(g, taken ? NULL : cname, &v);
+        }
+        if (s == KILN_OK) {
+            int64_t dims[1] = {(int64_t)size};
+            s = kiln__value_set_const(&g->values[v], KILN_DTYPE_UINT8, 1, dims, blob);
+            g->values[v].flags |= KILN_VALUE_CONST;
+            in[i] = v;
+        }
+        kiln__aligned_free(blob);
+    }
+    for (int i = 0; i < ic->n_in; i++) in[n_graphs + i] = ic->in[i];
+    for (int i = 0; i < fv->n && s == KILN_OK; i++) {
+        int v = kiln__graph_find_value(g, fv->v[i]);
+        if (v < 0)
+            s = KILN_FAIL(KILN_ERR_INTERNAL, "node '%s': outer value '%s' not found", ic->name,
+                          fv->v[i]);
+        in[n_graphs + ic->n_in + i] = v;
+    }
+    if (s != KILN_OK) {
+        kiln__free(in);
+        return s;
+    }
+    kiln__free(ic->in);
+    ic->in = in;
+    ic->n_in = ic->cap_in = n_in;
+    /* the cached infos no longer match the inputs */
+    for (int i = 0; i < ic->cap_infos; i++) kiln__free(ic->infos[i]);
+    kiln__free(ic->infos);
+    ic->infos = NULL;
+    ic->cap_infos = 0;
+    return KILN_OK;
+}
+
 static kiln_status import_node(importer *im, int index) {
     const Onnx__NodeProto *np = im->gp->node[index];
     kiln_graph *g = im->g;
@@ -754,6 +1005,7 @@ static kiln_status import_node(importer *im, int index) {
         }
     }
     if (op->import && (s = op->import(&ic, attrs)) != KILN_OK) goto done;
+    if ((s = attach_subgraphs(&ic, index)) != KILN_OK) goto done;
     if ((s = check_counts(&ic, op, index)) != KILN_OK) goto done;
     s = kiln__graph_add_node(g, op_id, label, ic.n_in, ic.in, n_out, outs, attrs, NULL);
 done:
@@ -814,21 +1066,28 @@ static kiln_status import_outputs(importer *im) {
 
 /* ---- entry point ------------------------------------------------------------- */
 
-static kiln_status import_model(importer *im) {
-    const Onnx__ModelProto *m = im->model;
-    if (!m->graph) return KILN_FAIL(KILN_ERR_MODEL, "not a valid ONNX model: it has no graph");
-    im->gp = m->graph;
+/* Imports im->gp into a new im->g. free_names (subgraphs only) are values
+ * of enclosing graphs it reads: they become its last inputs. */
+static kiln_status import_graph(importer *im, const namelist *free_names) {
     KILN_TRY(kiln__graph_create(&im->g));
     int64_t opset = 0;
     if (find_opset(im, "", &opset)) im->g->opset = opset;
-    for (size_t i = 0; i < m->n_opset_import; i++) {
-        const Onnx__OperatorSetIdProto *o = m->opset_import[i];
-        if (o->has_version && o->version < 1)
-            return KILN_FAIL(KILN_ERR_MODEL, "opset_import of domain '%s' has version %" PRId64,
-                             str_or_empty(o->domain), o->version);
-    }
     KILN_TRY(import_initializers(im));
     KILN_TRY(import_inputs(im));
+    for (int i = 0; free_names && i < free_names->n; i++) {
+        const char *name = free_names->v[i];
+        int d, v;
+        if (strmap_get(&im->defs, name, &d))
+            return KILN_FAIL(KILN_ERR_MODEL,
+                             "value '%s' is defined in the subgraph and also read from an "
+                             "enclosing graph by another subgraph of the node",
+                             name);
+        KILN_TRY(strmap_put(&im->defs, name, DEF_GRAPH));
+        KILN_TRY(kiln__graph_add_value(im->g, name, &v));
+        im->g->values[v].info.rank = -1;
+        im->g->values[v].flags |= KILN_VALUE_INPUT;
+        KILN_TRY(push_int(&im->g->inputs, &im->g->n_inputs, &im->g->cap_inputs, v));
+    }
     KILN_TRY(index_definitions(im));
     KILN_TRY(sort_nodes(im));
     for (size_t k = 0; k < im->gp->n_node; k++)
@@ -836,6 +1095,19 @@ static kiln_status import_model(importer *im) {
     KILN_TRY(import_outputs(im));
     kiln__graph_link(im->g);
     return KILN_OK;
+}
+
+static kiln_status import_model(importer *im) {
+    const Onnx__ModelProto *m = im->model;
+    if (!m->graph) return KILN_FAIL(KILN_ERR_MODEL, "not a valid ONNX model: it has no graph");
+    im->gp = m->graph;
+    for (size_t i = 0; i < m->n_opset_import; i++) {
+        const Onnx__OperatorSetIdProto *o = m->opset_import[i];
+        if (o->has_version && o->version < 1)
+            return KILN_FAIL(KILN_ERR_MODEL, "opset_import of domain '%s' has version %" PRId64,
+                             str_or_empty(o->domain), o->version);
+    }
+    return import_graph(im, NULL);
 }
 
 static char *make_producer(const Onnx__ModelProto *m) {
@@ -872,9 +1144,7 @@ kiln_status kiln__onnx_import(const void *data, size_t size, const char *base_di
     char *prod = NULL;
     if (s == KILN_OK && producer && !(prod = make_producer(m)))
         s = KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory");
-    strmap_free(&im.defs);
-    strmap_free(&im.inits);
-    kiln__free(im.order);
+    importer_free(&im);
     onnx__model_proto__free_unpacked(m, &alloc);
     if (s != KILN_OK) {
         kiln__graph_free(im.g);

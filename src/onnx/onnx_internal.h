@@ -23,6 +23,13 @@ KILN_PRIVATE kiln_status kiln__onnx_tensor_decode(const Onnx__TensorProto *t, co
                                                   const char *base_dir, kiln_tinfo *info,
                                                   void **owned);
 
+/* Refuses (KILN_ERR_MODEL, naming `what`, the shape and the bytes) a tensor
+ * whose byte size overflows or exceeds 2^48 bytes (256 TiB): declared shapes
+ * of graph values and initializers, before anything is allocated. Dims < 0
+ * (unknown or symbolic) are not counted. *nbytes (may be NULL): the size. */
+KILN_PRIVATE kiln_status kiln__onnx_check_size(const char *what, kiln_dtype dt, int rank,
+                                               const int64_t *dims, int64_t *nbytes);
+
 /* Maps an ONNX TensorProto.DataType to a kiln dtype. Returns KILN_OK, or
  * KILN_ERR_UNSUPPORTED (STRING, complex, float8, unknown values) /
  * KILN_ERR_MODEL (UNDEFINED) with a message naming `what`. */

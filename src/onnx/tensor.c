@@ -173,6 +173,38 @@ done:
     return s;
 }
 
+/* ---- size limits ---------------------------------------------------------- */
+
+/* The largest tensor a model may declare or hold: 2^48 bytes (256 TiB), far
+ * beyond any machine's memory, and far enough from int64 overflow that later
+ * size arithmetic stays safe. Checked before anything is allocated. */
+#define KILN_ONNX_MAX_TENSOR_BYTES (INT64_C(1) << 48)
+
+kiln_status kiln__onnx_check_size(const char *what, kiln_dtype dt, int rank, const int64_t *dims,
+                                  int64_t *nbytes) {
+    int64_t numel = 1, bytes;
+    bool overflow = false;
+    for (int i = 0; i < rank; i++) /* unknown and symbolic dims (< 0) are not counted */
+        if (dims[i] >= 0 && !kiln__mul_ok(numel, dims[i], &numel)) overflow = true;
+    int64_t esize = (int64_t)kiln_dtype_size(dt);
+    if (esize < 1) esize = 1; /* dtype not declared: count elements */
+    char shape[160];
+    if (overflow || !kiln__mul_ok(numel, esize, &bytes))
+        return KILN_FAIL(KILN_ERR_MODEL,
+                         "%s: shape %s (%s) has a byte size that overflows 64 bits; refused "
+                         "before allocating",
+                         what, kiln__shape_str(rank, dims, shape, sizeof shape),
+                         kiln_dtype_name(dt));
+    if (bytes > KILN_ONNX_MAX_TENSOR_BYTES)
+        return KILN_FAIL(KILN_ERR_MODEL,
+                         "%s: shape %s (%s) would need %" PRId64 " bytes (%.3g TiB), more than "
+                         "the 256 TiB kiln accepts for one tensor; refused before allocating",
+                         what, kiln__shape_str(rank, dims, shape, sizeof shape),
+                         kiln_dtype_name(dt), bytes, (double)bytes / (double)(INT64_C(1) << 40));
+    if (nbytes) *nbytes = bytes;
+    return KILN_OK;
+}
+
 /* ---- decoding -------------------------------------------------------------- */
 
 static kiln_status count_mismatch(const char *what, const char *field, int64_t have, int64_t want,
@@ -198,20 +230,16 @@ kiln_status kiln__onnx_tensor_decode(const Onnx__TensorProto *t, const char *wha
                          t->n_dims, KILN_MAX_RANK);
     info->dtype = dt;
     info->rank = (int)t->n_dims;
-    int64_t numel = 1;
     for (size_t i = 0; i < t->n_dims; i++) {
         if (t->dims[i] < 0)
             return KILN_FAIL(KILN_ERR_MODEL, "%s: dimension %zu is negative (%" PRId64 ")", what, i,
                              t->dims[i]);
         info->dims[i] = t->dims[i];
-        if (!kiln__mul_ok(numel, t->dims[i], &numel))
-            return KILN_FAIL(KILN_ERR_MODEL, "%s: element count overflows", what);
     }
-    int64_t esize = (int64_t)kiln_dtype_size(dt), nbytes;
-    /* Keep byte sizes far from overflow in later arithmetic. */
-    if (!kiln__mul_ok(numel, esize, &nbytes) || nbytes > (INT64_C(1) << 48))
-        return KILN_FAIL(KILN_ERR_MODEL, "%s: absurd size (%" PRId64 " elements of %s)", what,
-                         numel, kiln_dtype_name(dt));
+    int64_t nbytes;
+    KILN_TRY(kiln__onnx_check_size(what, dt, info->rank, info->dims, &nbytes));
+    int64_t numel = 1;
+    for (int i = 0; i < info->rank; i++) numel *= info->dims[i]; /* no overflow: checked above */
 
     if (t->has_data_location && t->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL) {
         KILN_TRY(read_external(t, what, base_dir, nbytes, owned));
@@ -226,38 +254,35 @@ kiln_status kiln__onnx_tensor_decode(const Onnx__TensorProto *t, const char *wha
         }
         info->data = t->raw_data.data;
     } else {
-        /* typed fields */
+        /* typed fields: the count is checked before the buffer is allocated,
+         * so that a huge shape with a few values costs nothing */
+        const char *field = "int32_data"; /* int32 and narrower, bool, float16, bfloat16 */
+        size_t have = t->n_int32_data;
+        switch (dt) {
+        case KILN_DTYPE_FLOAT32: field = "float_data", have = t->n_float_data; break;
+        case KILN_DTYPE_FLOAT64: field = "double_data", have = t->n_double_data; break;
+        case KILN_DTYPE_INT64: field = "int64_data", have = t->n_int64_data; break;
+        case KILN_DTYPE_UINT64:
+        case KILN_DTYPE_UINT32: field = "uint64_data", have = t->n_uint64_data; break;
+        default: break;
+        }
+        if ((int64_t)have != numel) return count_mismatch(what, field, (int64_t)have, numel, info);
         void *buf = kiln__malloc((size_t)nbytes);
-        if (!buf) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "%s: out of memory", what);
-        kiln_status s = KILN_OK;
+        if (!buf)
+            return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "%s: out of memory (%" PRId64 " bytes)", what,
+                             nbytes);
         switch (dt) {
         case KILN_DTYPE_FLOAT32:
-            if ((int64_t)t->n_float_data != numel) {
-                s = count_mismatch(what, "float_data", (int64_t)t->n_float_data, numel, info);
-                break;
-            }
             if (numel) memcpy(buf, t->float_data, (size_t)nbytes);
             break;
         case KILN_DTYPE_FLOAT64:
-            if ((int64_t)t->n_double_data != numel) {
-                s = count_mismatch(what, "double_data", (int64_t)t->n_double_data, numel, info);
-                break;
-            }
             if (numel) memcpy(buf, t->double_data, (size_t)nbytes);
             break;
         case KILN_DTYPE_INT64:
-            if ((int64_t)t->n_int64_data != numel) {
-                s = count_mismatch(what, "int64_data", (int64_t)t->n_int64_data, numel, info);
-                break;
-            }
             if (numel) memcpy(buf, t->int64_data, (size_t)nbytes);
             break;
         case KILN_DTYPE_UINT64:
         case KILN_DTYPE_UINT32:
-            if ((int64_t)t->n_uint64_data != numel) {
-                s = count_mismatch(what, "uint64_data", (int64_t)t->n_uint64_data, numel, info);
-                break;
-            }
             if (dt == KILN_DTYPE_UINT64) {
                 if (numel) memcpy(buf, t->uint64_data, (size_t)nbytes);
             } else {
@@ -265,11 +290,7 @@ kiln_status kiln__onnx_tensor_decode(const Onnx__TensorProto *t, const char *wha
                     ((uint32_t *)buf)[i] = (uint32_t)t->uint64_data[i];
             }
             break;
-        default: /* int32 and narrower, bool, float16, bfloat16: int32_data */
-            if ((int64_t)t->n_int32_data != numel) {
-                s = count_mismatch(what, "int32_data", (int64_t)t->n_int32_data, numel, info);
-                break;
-            }
+        default:
             for (int64_t i = 0; i < numel; i++) {
                 int32_t v = t->int32_data[i];
                 switch (dt) {
@@ -285,10 +306,6 @@ kiln_status kiln__onnx_tensor_decode(const Onnx__TensorProto *t, const char *wha
                 }
             }
             break;
-        }
-        if (s != KILN_OK) {
-            kiln__free(buf);
-            return s;
         }
         *owned = buf;
         info->data = buf;

@@ -14,6 +14,7 @@
  * Other dtypes and the integer variants use a direct loop accumulating in
  * double (exact for 8-bit products), with zero points and requantization for
  * ConvInteger and QLinearConv. */
+#include "ops/fused_conv.h"
 #include "ops/nn_attrs.h"
 #include "ops/gemm.h"
 #include "ops/op.h"
@@ -54,13 +55,7 @@ static kiln_status conv_import(kiln_import_ctx *ic, void *attrs) {
 
 /* ---- geometry ------------------------------------------------------------- */
 
-typedef struct conv_geom {
-    int ns;                  /* spatial rank */
-    int64_t N, C, M, G;      /* batch, input channels, output channels, groups */
-    int64_t Cg, Mg;          /* per group */
-    int64_t in[KILN_NN_MAX_SP], out[KILN_NN_MAX_SP], k[KILN_NN_MAX_SP], s[KILN_NN_MAX_SP], d[KILN_NN_MAX_SP], pb[KILN_NN_MAX_SP], pe[KILN_NN_MAX_SP];
-    int64_t in_sz, out_sz, k_sz; /* products (-1 if unknown) */
-} conv_geom;
+typedef kiln_conv_geom conv_geom; /* fused_conv.h */
 
 static int64_t prod(int n, const int64_t *v) {
     int64_t p = 1;
@@ -75,7 +70,7 @@ static int64_t prod(int n, const int64_t *v) {
  * the shared rule). in < 0: unknown. */
 static kiln_status conv_dim(const char *node, const char *op, int auto_pad, int64_t in, int64_t k,
                             int64_t s, int64_t d, int64_t *pb, int64_t *pe, int64_t *out) {
-    int64_t dk = (k - 1) * d + 1;
+    int64_t dk = (k - 1) * d + 1; /* k, d <= 2^31-1: checked by conv_geom_make */
     if (auto_pad == PAD_VALID) *pb = *pe = 0;
     if (in < 0) {
         *out = KILN_DIM_UNKNOWN;
@@ -107,6 +102,24 @@ static kiln_status conv_geom_make(const char *node, const char *op, const kiln_c
         return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (%s): weight rank %d differs from input rank %d",
                          node, op, wr, xr);
     g->ns = xr - 2;
+    /* Attributes come verbatim from engine files too: check what the
+     * importer checked, with bounds that keep the size arithmetic in range. */
+    if (at->group < 1)
+        return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (%s): group must be >= 1, got %d", node, op,
+                         (int)at->group);
+    for (int i = 0; i < KILN_NN_MAX_SP; i++)
+        if ((i < at->n_strides && (at->strides[i] < 1 || at->strides[i] > INT32_MAX)) ||
+            (i < at->n_dilations && (at->dilations[i] < 1 || at->dilations[i] > INT32_MAX)) ||
+            (i < at->n_pads && (at->pads[i] < 0 || at->pads[i] > INT32_MAX)) ||
+            (i + KILN_NN_MAX_SP < at->n_pads &&
+             (at->pads[i + KILN_NN_MAX_SP] < 0 || at->pads[i + KILN_NN_MAX_SP] > INT32_MAX)))
+            return KILN_FAIL(KILN_ERR_MODEL,
+                             "node '%s' (%s): strides and dilations must be in 1..2^31-1 and pads "
+                             "in 0..2^31-1",
+                             node, op);
+    if (at->n_out_shape && (at->n_out_shape < g->ns || at->n_out_shape > KILN_MAX_RANK))
+        return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (%s): output_shape has %d dims for %d spatial dims",
+                         node, op, at->n_out_shape, g->ns);
     g->G = at->group;
     g->N = xd[0];
     g->C = xd[1];
@@ -150,6 +163,9 @@ static kiln_status conv_geom_make(const char *node, const char *op, const kiln_c
     for (int i = 0; i < g->ns; i++) {
         g->in[i] = xd[2 + i];
         g->k[i] = wd[2 + i];
+        if (g->k[i] > INT32_MAX)
+            return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (%s): kernel dim %d is %lld (over 2^31-1)",
+                             node, op, i, (long long)g->k[i]);
         if (at->n_kernel && g->k[i] >= 0 && at->kernel[i] != g->k[i])
             return KILN_FAIL(KILN_ERR_MODEL,
                              "node '%s' (%s): kernel_shape[%d] = %lld but the weight has %lld", node,
@@ -930,3 +946,13 @@ const kiln_op_def kiln_op_ConvTranspose = {
     .attr_size = sizeof(kiln_conv_attrs),
     .import = conv_import, .infer = convt_infer, .workspace = convt_workspace, .cpu = convt_cpu,
 };
+
+/* ---- shared with kiln.FusedConv (fused_conv.h) ------------------------------ */
+
+kiln_status kiln__conv_geom(const char *node, const char *op, const kiln_conv_attrs *at, int xr,
+                            const int64_t *xd, int wr, const int64_t *wd, kiln_conv_geom *g) {
+    return conv_geom_make(node, op, at, xr, xd, wr, wd, false, g);
+}
+kiln_status kiln__conv_infer(const kiln_infer_args *a) { return conv_infer(a); }
+size_t kiln__conv_workspace(const kiln_infer_args *a) { return conv_workspace(a); }
+kiln_status kiln__conv_cpu(const kiln_kernel_args *a) { return conv_cpu(a); }

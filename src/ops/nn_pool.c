@@ -90,6 +90,14 @@ static kiln_status pool_geom_make(const char *node, const char *op, const kiln_p
         int64_t s = at->n_strides ? at->strides[i] : 1;
         int64_t d = at->n_dilations ? at->dilations[i] : 1;
         int64_t pb = at->n_pads ? at->pads[i] : 0, pe = at->n_pads ? at->pads[g->ns + i] : 0;
+        /* attributes come verbatim from engine files too: bounds that keep
+         * the arithmetic below in range */
+        if (k < 1 || k > INT32_MAX || s < 1 || s > INT32_MAX || d < 1 || d > INT32_MAX || pb < 0 ||
+            pb > INT32_MAX || pe < 0 || pe > INT32_MAX)
+            return KILN_FAIL(KILN_ERR_MODEL,
+                             "node '%s' (%s): kernel_shape, strides and dilations must be in "
+                             "1..2^31-1 and pads in 0..2^31-1 (spatial dim %d)",
+                             node, op, i);
         int64_t dk = (k - 1) * d + 1, out;
         if (at->auto_pad == PAD_VALID) pb = pe = 0;
         if (in < 0) {
@@ -168,6 +176,70 @@ typedef struct pool_ctx {
     int64_t cm_stride[KILN_NN_MAX_SP]; /* column-major spatial strides (storage_order 1) */
 } pool_ctx;
 
+/* Max of one output position over its in-bounds taps, taps in row-major
+ * order, the first one taken as the start (NaN-compatible with the
+ * general loop below). */
+static float max_at(const float *x, int64_t H, int64_t W, int64_t hs, int64_t ws, int64_t kh,
+                    int64_t kw, int64_t dh, int64_t dw) {
+    float best = -INFINITY;
+    bool any = false;
+    for (int64_t i = 0; i < kh; i++) {
+        int64_t ih = hs + i * dh;
+        if (ih < 0 || ih >= H) continue;
+        for (int64_t j = 0; j < kw; j++) {
+            int64_t iw = ws + j * dw;
+            if (iw < 0 || iw >= W) continue;
+            float v = x[ih * W + iw];
+            if (v > best || !any) best = v;
+            any = true;
+        }
+    }
+    return best;
+}
+
+/* float32 MaxPool without indices, one output row at a time: the columns
+ * whose window lies inside the row are done tap by tap over the whole
+ * range (vectorizable); the few edge columns one by one. */
+static void max_plane_rows(const pool_ctx *c, int64_t pl, int64_t H, int64_t W, int64_t OH,
+                           int64_t OW, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t dh,
+                           int64_t dw, int64_t pt, int64_t pl_) {
+    const pool_geom *g = c->g;
+    const float *x = (const float *)c->X->data + pl * g->in_sz;
+    float *y = (float *)c->Y->data + pl * g->out_sz;
+    /* interior columns: 0 <= ow*sw - pl_ and ow*sw - pl_ + (kw-1)*dw < W */
+    int64_t lo = (pl_ + sw - 1) / sw, hi = W - 1 - (kw - 1) * dw + pl_;
+    hi = hi >= 0 ? hi / sw + 1 : 0;
+    if (hi > OW) hi = OW;
+    if (lo > hi) lo = hi;
+    for (int64_t oh = 0; oh < OH; oh++) {
+        int64_t hs = oh * sh - pt;
+        float *restrict yr = y + oh * OW;
+        for (int64_t ow = 0; ow < lo; ow++) yr[ow] = max_at(x, H, W, hs, ow * sw - pl_, kh, kw, dh, dw);
+        for (int64_t ow = hi; ow < OW; ow++) yr[ow] = max_at(x, H, W, hs, ow * sw - pl_, kh, kw, dh, dw);
+        bool first = true;
+        for (int64_t i = 0; i < kh && lo < hi; i++) {
+            int64_t ih = hs + i * dh;
+            if (ih < 0 || ih >= H) continue;
+            for (int64_t j = 0; j < kw; j++) {
+                const float *restrict xs = x + ih * W + j * dw - pl_;
+                if (first) {
+                    for (int64_t ow = lo; ow < hi; ow++) yr[ow] = xs[ow * sw];
+                    first = false;
+                } else if (sw == 1) {
+                    for (int64_t ow = lo; ow < hi; ow++) yr[ow] = xs[ow] > yr[ow] ? xs[ow] : yr[ow];
+                } else {
+                    for (int64_t ow = lo; ow < hi; ow++) {
+                        float v = xs[ow * sw];
+                        yr[ow] = v > yr[ow] ? v : yr[ow];
+                    }
+                }
+            }
+        }
+        if (first)
+            for (int64_t ow = lo; ow < hi; ow++) yr[ow] = -INFINITY; /* no row in bounds */
+    }
+}
+
 /* float32, 1-D/2-D windows. */
 static void pool_plane_f32_2d(const pool_ctx *c, int64_t pl) {
     const pool_geom *g = c->g;
@@ -179,6 +251,10 @@ static void pool_plane_f32_2d(const pool_ctx *c, int64_t pl) {
     int64_t dh = two ? g->d[0] : 1, dw = g->d[two ? 1 : 0];
     int64_t pt = two ? g->pb[0] : 0, pl_ = g->pb[two ? 1 : 0];
     int64_t pbh = two ? g->pe[0] : 0, pbw = g->pe[two ? 1 : 0];
+    if (c->kind == POOL_MAX && !c->ind) {
+        max_plane_rows(c, pl, H, W, OH, OW, kh, kw, sh, sw, dh, dw, pt, pl_);
+        return;
+    }
     const float *x = (const float *)c->X->data + pl * g->in_sz;
     float *y = (float *)c->Y->data + pl * g->out_sz;
     int64_t *ind = c->ind ? c->ind + pl * g->out_sz : NULL;

@@ -50,6 +50,7 @@ typedef struct kiln_tensor {
 } kiln_tensor;
 
 typedef struct kiln_op_def kiln_op_def;
+typedef struct kiln_node_state kiln_node_state;
 
 typedef struct kiln_infer_args {
     const kiln_op_def *op;
@@ -62,16 +63,20 @@ typedef struct kiln_infer_args {
                                       NonMaxSuppression) are sized at run time by scanning
                                       the inputs here. */
     bool runtime;                  /* all dims known and all input data present */
+    kiln_node_state *node_state;   /* at run time: the node's state in this context (as in
+                                      kiln_kernel_args; ops whose output shapes need the
+                                      whole computation, e.g. Loop, compute there and keep
+                                      the results for the kernel); else NULL */
 } kiln_infer_args;
 
 /* What a kernel keeps between runs of one context (prepacked weights,
  * library primitives, chosen algorithms): one per (context, node), empty
  * at first; a kernel that fills `p` sets `free`, which the context calls
  * when it is freed. */
-typedef struct kiln_node_state {
+struct kiln_node_state {
     void *p;
     void (*free)(void *p);
-} kiln_node_state;
+};
 
 typedef struct kiln_kernel_args {
     const kiln_op_def *op;

@@ -1,8 +1,331 @@
-/* fuse_conv.c -- conv rewrites of the graph optimizer (to be written). */
+/* fuse_conv.c -- convolution rewrites of the graph optimizer.
+ *
+ * 1. BatchNormalization (inference form, per channel) reading only a Conv
+ *    with constant float32 weights is folded into the Conv:
+ *        s = scale / sqrt(var + eps);  W'[m] = W[m] * s[m];
+ *        B'[m] = (B[m] - mean[m]) * s[m] + bias[m]
+ * 2. Every float32 Conv becomes a kiln.FusedConv (which has tactics), taking
+ *    along what follows it:
+ *        Conv -> Add(other, same shape)           residual
+ *             -> Relu | Clip(const min/max) | LeakyRelu | Sigmoid | HardSwish
+ *             |  Sigmoid + Mul(x, sigmoid(x))     (SiLU)
+ *    Each step needs the intermediate value to be read by the next node only
+ *    (SiLU: by the Sigmoid and the Mul only) and not be a graph output.
+ * A rewrite is made only where the device's backend supports the new node.
+ * The fused node replaces the pattern's last node and is named "a+b+c"
+ * after the nodes it came from. */
+#include "backends/backend.h"
+#include "ops/elementwise_impl.h"
+#include "ops/fused_conv.h"
 #include "passes/pattern.h"
 
-kiln_status kiln__opt_conv(kiln_graph *g, const kiln_optimize_opts *o) {
-    (void)g;
-    (void)o;
+#include <math.h>
+
+/* Whether backend `be` supports a node of op `op_id` with these inputs and
+ * attrs, asked with a temporary node (the graph is not changed). */
+static bool backend_supports(const kiln_backend_i *be, const kiln_graph *g, const kiln_node *like,
+                             int op_id, int n_in, int *in, int *out, void *attrs) {
+    if (!be) return false;
+    kiln_node t = *like;
+    t.op_id = op_id;
+    t.op = kiln__op_by_id(op_id);
+    t.n_in = n_in;
+    t.in = in;
+    t.n_out = 1;
+    t.out = out;
+    t.attrs = attrs;
+    return t.op && be->supports(g, &t);
+}
+
+static bool is_const_f32(const kiln_graph *g, int v, int64_t n) {
+    int64_t k = -1;
+    return v >= 0 && kiln__pat_const_f32(g, v, &k) && (n < 0 || k == n);
+}
+
+/* ---- BatchNormalization folding ------------------------------------------- */
+
+static kiln_status fold_bn(kiln_graph *g, const kiln_backend_i *be, int bi) {
+    kiln_node *bn = &g->nodes[bi];
+    const kiln_bn_attrs *ba = bn->attrs;
+    if (bn->n_out != 1 || bn->n_in != 5 || !ba || ba->spatial == 0) return KILN_OK;
+    int x = bn->in[0];
+    int ci = kiln__pat_producer(g, x, KILN_OP_Conv);
+    if (ci < 0 || !kiln__pat_sole_use(g, x)) return KILN_OK;
+    kiln_node *cv = &g->nodes[ci];
+    int w = cv->in[1], b = cv->n_in > 2 ? cv->in[2] : -1;
+    const kiln_tinfo *wi = &g->values[w].info;
+    if (!is_const_f32(g, w, -1) || wi->rank < 3 || wi->dims[0] <= 0) return KILN_OK;
+    int64_t M = wi->dims[0];
+    if (b >= 0 && !is_const_f32(g, b, M)) return KILN_OK;
+    for (int k = 1; k < 5; k++)
+        if (!is_const_f32(g, bn->in[k], M)) return KILN_OK;
+    if (!backend_supports(be, g, cv, KILN_OP_Conv, cv->n_in, cv->in, cv->out, cv->attrs))
+        return KILN_OK;
+    const float *W = g->values[w].data, *B0 = b >= 0 ? g->values[b].data : NULL;
+    const float *sc = g->values[bn->in[1]].data, *bb = g->values[bn->in[2]].data;
+    const float *mean = g->values[bn->in[3]].data, *var = g->values[bn->in[4]].data;
+    int64_t per = kiln__numel(wi->rank, wi->dims) / M;
+    float *nw = kiln__aligned_alloc((size_t)(M * per) * sizeof(float));
+    float *nb = kiln__aligned_alloc((size_t)M * sizeof(float));
+    kiln_status st = KILN_OK;
+    if (!nw || !nb) {
+        st = KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "optimizer: out of memory folding '%s'", bn->name);
+        goto done;
+    }
+    for (int64_t m = 0; m < M; m++) {
+        float s = (float)((double)sc[m] / sqrt((double)var[m] + (double)ba->epsilon));
+        for (int64_t i = 0; i < per; i++) nw[m * per + i] = W[m * per + i] * s;
+        nb[m] = ((B0 ? B0[m] : 0.0f) - mean[m]) * s + bb[m];
+    }
+    int in[3] = {cv->in[0], -1, -1}, out[1] = {bn->out[0]};
+    if ((st = kiln__pat_add_const(g, g->values[w].name, KILN_DTYPE_FLOAT32, wi->rank, wi->dims, nw,
+                                  &in[1])) != KILN_OK)
+        goto done;
+    int64_t bd[1] = {M};
+    if ((st = kiln__pat_add_const(g, g->values[w].name, KILN_DTYPE_FLOAT32, 1, bd, nb, &in[2])) !=
+        KILN_OK)
+        goto done;
+    /* pointers may have moved: values grew */
+    cv = &g->nodes[ci];
+    bn = &g->nodes[bi];
+    kiln_conv_attrs ca = *(const kiln_conv_attrs *)cv->attrs;
+    const char *names[2] = {cv->name, bn->name};
+    st = kiln__pat_replace(g, bi, KILN_OP_Conv, 3, in, 1, out, &ca, names, 2);
+    if (st != KILN_OK) goto done;
+    g->nodes[ci].dead = true;
+    kiln__graph_link(g);
+done:
+    kiln__aligned_free(nw);
+    kiln__aligned_free(nb);
+    return st;
+}
+
+/* ---- Conv (+ residual) (+ activation) -> FusedConv ------------------------- */
+
+static bool same_shape(const kiln_tinfo *a, const kiln_tinfo *b) {
+    if (a->rank < 0 || a->rank != b->rank || a->dtype != b->dtype) return false;
+    for (int i = 0; i < a->rank; i++)
+        if (a->dims[i] != b->dims[i] || a->dims[i] == KILN_DIM_UNKNOWN) return false;
+    return true;
+}
+
+/* Live nodes reading v (up to cap), count returned. */
+static int consumers(const kiln_graph *g, int v, int *out, int cap) {
+    int n = 0;
+    for (int ni = 0; ni < g->n_nodes; ni++) {
+        const kiln_node *nd = &g->nodes[ni];
+        if (nd->dead) continue;
+        for (int i = 0; i < nd->n_in; i++)
+            if (nd->in[i] == v) {
+                if (n < cap) out[n] = ni;
+                n++;
+                break;
+            }
+    }
+    return n;
+}
+
+static bool is_graph_output(const kiln_graph *g, int v) {
+    for (int i = 0; i < g->n_outputs; i++)
+        if (g->outputs[i] == v) return true;
+    return false;
+}
+
+/* Scalar float constant of input i of node n, or `dflt` when absent. */
+static bool scalar_input(const kiln_graph *g, const kiln_node *n, int i, float dflt, float *out) {
+    if (i >= n->n_in || n->in[i] < 0) {
+        *out = dflt;
+        return true;
+    }
+    int64_t k = 0;
+    const float *p = kiln__pat_const_f32(g, n->in[i], &k);
+    if (!p || k != 1) return false;
+    *out = p[0];
+    return true;
+}
+
+/* Tries to take an activation reading value `cur`; sets *last to the node
+ * that ends it (and *mid to a middle node for SiLU). */
+static bool match_act(const kiln_graph *g, int cur, kiln_fused_conv_attrs *fa, int *last, int *mid) {
+    int cs[3];
+    int nc = consumers(g, cur, cs, 3);
+    if (is_graph_output(g, cur)) return false;
+    *mid = -1;
+    if (nc == 2) { /* SiLU: Sigmoid(cur) and Mul(cur, sigmoid) */
+        for (int k = 0; k < 2; k++) {
+            const kiln_node *s = &g->nodes[cs[k]], *m = &g->nodes[cs[1 - k]];
+            if (s->op_id != KILN_OP_Sigmoid || m->op_id != KILN_OP_Mul || m->n_in != 2) continue;
+            int so = s->out[0];
+            if (!kiln__pat_sole_use(g, so) || g->values[cur].n_uses != 2) continue;
+            bool ok = (m->in[0] == cur && m->in[1] == so) || (m->in[1] == cur && m->in[0] == so);
+            const kiln_ew_bin_attrs *ma = m->attrs;
+            if (!ok || (ma && ma->legacy_bcast != EW_LEGACY_NONE)) continue;
+            if (!same_shape(&g->values[m->out[0]].info, &g->values[cur].info)) continue;
+            fa->act = KILN_FC_ACT_SILU;
+            *mid = cs[k];
+            *last = cs[1 - k];
+            return true;
+        }
+        return false;
+    }
+    if (nc != 1 || !kiln__pat_sole_use(g, cur)) return false;
+    const kiln_node *n = &g->nodes[cs[0]];
+    if (n->n_out != 1) return false;
+    switch (n->op_id) {
+    case KILN_OP_Relu: fa->act = KILN_FC_ACT_RELU; break;
+    case KILN_OP_Sigmoid: fa->act = KILN_FC_ACT_SIGMOID; break;
+    case KILN_OP_HardSwish: fa->act = KILN_FC_ACT_HARD_SWISH; break;
+    case KILN_OP_LeakyRelu:
+        fa->act = KILN_FC_ACT_LEAKY_RELU;
+        fa->alpha = ((const kiln_ew_act_attrs *)n->attrs)->alpha;
+        break;
+    case KILN_OP_Clip:
+        if (!scalar_input(g, n, 1, -INFINITY, &fa->alpha) ||
+            !scalar_input(g, n, 2, INFINITY, &fa->beta) || isnan(fa->alpha) || isnan(fa->beta))
+            return false;
+        fa->act = KILN_FC_ACT_CLIP;
+        break;
+    default: return false;
+    }
+    *last = cs[0];
+    return true;
+}
+
+static kiln_status fuse_conv(kiln_graph *g, const kiln_optimize_opts *o, const kiln_backend_i *be,
+                             int ci) {
+    const kiln_node *cv = &g->nodes[ci];
+    int y = cv->out[0];
+    if (cv->n_out != 1 || y < 0) return KILN_OK;
+    const kiln_tinfo *xi = &g->values[cv->in[0]].info, *yi = &g->values[y].info;
+    if (xi->dtype != KILN_DTYPE_FLOAT32 || xi->rank < 3 || yi->rank != xi->rank) return KILN_OK;
+    kiln_fused_conv_attrs fa;
+    memset(&fa, 0, sizeof fa);
+    fa.conv = *(const kiln_conv_attrs *)cv->attrs;
+    fa.precision = o->precision == KILN_PRECISION_BF16 ? KILN_PRECISION_BF16 : KILN_PRECISION_FP32;
+    int nodes[4] = {ci, -1, -1, -1}, n_nodes = 1;
+    int in[4] = {cv->in[0], cv->in[1], cv->n_in > 2 ? cv->in[2] : -1, -1};
+    int cur = y;
+    /* residual */
+    int ai = kiln__pat_sole_consumer(g, cur);
+    if (ai >= 0 && g->nodes[ai].op_id == KILN_OP_Add && g->nodes[ai].n_in == 2) {
+        const kiln_node *an = &g->nodes[ai];
+        const kiln_ew_bin_attrs *aa = an->attrs;
+        int other = an->in[0] == cur ? an->in[1] : an->in[0];
+        if (other != cur && (!aa || aa->legacy_bcast == EW_LEGACY_NONE) &&
+            same_shape(&g->values[other].info, yi) &&
+            same_shape(&g->values[an->out[0]].info, yi)) {
+            in[3] = other;
+            fa.has_residual = 1;
+            nodes[n_nodes++] = ai;
+            cur = an->out[0];
+        }
+    }
+    int last = -1, mid = -1;
+    if (match_act(g, cur, &fa, &last, &mid)) {
+        if (mid >= 0) nodes[n_nodes++] = mid;
+        nodes[n_nodes++] = last;
+        cur = g->nodes[last].out[0];
+    }
+    int n_in = fa.has_residual ? 4 : 3;
+    int out[1] = {cur};
+    int lastn = nodes[n_nodes - 1];
+    if (!backend_supports(be, g, &g->nodes[lastn], KILN_OP_FusedConv, n_in, in, out, &fa))
+        return KILN_OK; /* the device has no fused kernel: the nodes stay as they are */
+    const char *names[4];
+    for (int i = 0; i < n_nodes; i++) names[i] = g->nodes[nodes[i]].name;
+    KILN_TRY(kiln__pat_replace(g, lastn, KILN_OP_FusedConv, n_in, in, 1, out, &fa, names, n_nodes));
+    for (int i = 0; i < n_nodes - 1; i++) g->nodes[nodes[i]].dead = true;
+    kiln__graph_link(g);
     return KILN_OK;
+}
+
+kiln_status kiln__opt_conv(kiln_graph *g, const kiln_optimize_opts *o) {
+    const kiln_backend_i *be = kiln__backend_for(o->device);
+    if (!be) return KILN_OK;
+    kiln__graph_link(g);
+    for (int ni = 0; ni < g->n_nodes; ni++) {
+        if (g->nodes[ni].dead || g->nodes[ni].op_id != KILN_OP_BatchNormalization) continue;
+        KILN_TRY(fold_bn(g, be, ni));
+    }
+    int n = g->n_nodes;
+    for (int ni = 0; ni < n; ni++) {
+        if (g->nodes[ni].dead || g->nodes[ni].op_id != KILN_OP_Conv) continue;
+        KILN_TRY(fuse_conv(g, o, be, ni));
+    }
+    return KILN_OK;
+}
+
+/* ---- NHWC between oneDNN layers -------------------------------------- */
+
+static bool layout_node_ok(const kiln_graph *g, int ni, const bool *veto) {
+    const kiln_node *n = &g->nodes[ni];
+    if (n->dead || n->op_id != KILN_OP_FusedConv || n->device != KILN_DEVICE_CPU) return false;
+    if (veto && veto[ni]) return false;
+    const kiln_fused_conv_attrs *fa = n->attrs;
+    if (fa->tactic.id != KILN_FC_TACTIC_DNNL_PLAIN && fa->tactic.id != KILN_FC_TACTIC_DNNL_BLOCKED)
+        return false;
+    return g->values[n->in[0]].info.rank == 4;
+}
+
+int kiln__fc_choose_layouts(kiln_graph *g, const bool *veto) {
+    if (!kiln__have_dnnl()) return 0;
+    kiln__graph_link(g);
+    unsigned char *blk = kiln__calloc((size_t)g->n_values + 1, sizeof *blk); /* 1 NHWC, 2 NHWC bf16 */
+    if (!blk) return 0; /* no memory: everything stays NCHW, which is always right */
+    /* candidates: produced and only read (as X or residual) by such layers */
+    for (int ni = 0; ni < g->n_nodes; ni++) {
+        if (!layout_node_ok(g, ni, veto)) continue;
+        int v = g->nodes[ni].out[0];
+        const kiln_tinfo *t = &g->values[v].info;
+        if (v < 0 || is_graph_output(g, v) || g->values[v].n_uses < 1 || t->rank != 4) continue;
+        blk[v] = true;
+    }
+    for (int ni = 0; ni < g->n_nodes; ni++) {
+        const kiln_node *n = &g->nodes[ni];
+        if (n->dead) continue;
+        bool ok = layout_node_ok(g, ni, veto);
+        for (int i = 0; i < n->n_in; i++)
+            if (n->in[i] >= 0 && blk[n->in[i]] && (!ok || (i != 0 && i != 3))) blk[n->in[i]] = false;
+    }
+    /* a residual has the layout of its layer's output */
+    for (bool changed = true; changed;) {
+        changed = false;
+        for (int ni = 0; ni < g->n_nodes; ni++) {
+            const kiln_node *n = &g->nodes[ni];
+            if (n->dead || n->op_id != KILN_OP_FusedConv || n->n_in < 4 || n->in[3] < 0) continue;
+            int r = n->in[3], y = n->out[0];
+            if (blk[r] != blk[y]) {
+                blk[r] = blk[y] = 0;
+                changed = true;
+            }
+        }
+    }
+    /* between bf16 layers only, an NHWC tensor holds bf16 (blk 2) */
+    for (int ni = 0; ni < g->n_nodes; ni++) {
+        const kiln_node *n = &g->nodes[ni];
+        int v = n->out[0];
+        if (n->dead || n->op_id != KILN_OP_FusedConv || v < 0 || !blk[v]) continue;
+        bool bf16 = ((const kiln_fused_conv_attrs *)n->attrs)->precision == KILN_PRECISION_BF16;
+        for (int ci = 0; bf16 && ci < g->n_nodes; ci++) {
+            const kiln_node *c = &g->nodes[ci];
+            if (c->dead) continue;
+            for (int i = 0; i < c->n_in; i++)
+                if (c->in[i] == v &&
+                    ((const kiln_fused_conv_attrs *)c->attrs)->precision != KILN_PRECISION_BF16)
+                    bf16 = false;
+        }
+        if (bf16) blk[v] = 2;
+    }
+    int count = 0;
+    for (int ni = 0; ni < g->n_nodes; ni++) {
+        kiln_node *n = &g->nodes[ni];
+        if (n->dead || n->op_id != KILN_OP_FusedConv) continue;
+        kiln_fused_conv_attrs *fa = n->attrs;
+        int x = blk[n->in[0]], y = blk[n->out[0]];
+        fa->layout = (x ? KILN_FC_LAYOUT_X_NHWC : 0) | (y ? KILN_FC_LAYOUT_Y_NHWC : 0) |
+                     (x == 2 ? KILN_FC_LAYOUT_X_BF16 : 0) | (y == 2 ? KILN_FC_LAYOUT_Y_BF16 : 0);
+        count += y != 0;
+    }
+    kiln__free(blk);
+    return count;
 }

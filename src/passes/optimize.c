@@ -1,6 +1,7 @@
 /* optimize.c -- the graph optimizer: runs the rewrite families over a
  * shape-inferred, constant-folded graph, then re-infers and cleans up. */
 #include "passes/pattern.h"
+#include "passes/precision.h"
 
 #include <stdio.h>
 
@@ -112,10 +113,16 @@ kiln_status kiln__pat_add_const(kiln_graph *g, const char *base, kiln_dtype dtyp
 }
 
 kiln_status kiln__pass_optimize(kiln_graph *g, const kiln_optimize_opts *o) {
-    if (o->disable) return KILN_OK;
+    /* fp16/bf16 device plans are converted even without optimizations (precision.c) */
+    bool reduced = o->device != KILN_DEVICE_CPU &&
+                   (o->precision == KILN_PRECISION_FP16 || o->precision == KILN_PRECISION_BF16);
+    if (o->disable && !reduced) return KILN_OK;
+    bool first = reduced && kiln__precision_first(o);
     kiln__graph_link(g);
-    KILN_TRY(kiln__opt_conv(g, o));
-    KILN_TRY(kiln__opt_transformer(g, o));
+    if (first) KILN_TRY(kiln__pass_precision(g, o));
+    if (!o->disable) KILN_TRY(kiln__opt_conv(g, o));
+    if (!o->disable) KILN_TRY(kiln__opt_transformer(g, o));
+    if (reduced && !first) KILN_TRY(kiln__pass_precision(g, o));
     kiln__graph_link(g);
     KILN_TRY(kiln__pass_dce(g));
     return kiln__pass_infer(g);

@@ -8,16 +8,25 @@
  *      host for inputs whose values shape inference reads (op->host_inputs);
  *   2. infers the exact output shapes from the actual inputs (so any shape
  *      inside the profile works, and data-dependent shapes too);
- *   3. takes output buffers from the pool of that memory, runs the kernel;
- *   4. returns to the pools every buffer whose last reader has run.
- * Buffers stay with the context between runs, so repeated runs at the same
- * shapes allocate nothing. */
+ *   3. places the outputs (and the node's workspace) where the memory plan
+ *      says, in the arena of that memory, and runs the kernel.
+ * The memory plan (src/runtime/plan.c) is made once per input shape
+ * signature, before the first node runs, and kept (the last
+ * KILN_PLAN_CACHE signatures); the arenas grow only when a plan needs more,
+ * so repeated runs at the same shapes plan nothing, allocate nothing and see
+ * the same addresses. A memory limit (kiln_context_set_memory_limit) is
+ * checked against the plan before anything is allocated. Values the plan
+ * cannot size (data-dependent shapes), or that turn out larger than
+ * planned, take buffers from a per-memory overflow pool instead, reused
+ * after their last reader. */
 #include "backends/backend.h"
 #include "runtime/engine.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 
-enum { MEM_HOST = 0, MEM_DEV = 1 };
+enum { MEM_HOST = KILN_MEM_HOST, MEM_DEV = KILN_MEM_DEV };
+#define KILN_PLAN_CACHE 4
 
 typedef struct kiln_buf {
     void *data;
@@ -25,10 +34,11 @@ typedef struct kiln_buf {
     bool in_use;
 } kiln_buf;
 
+/* Overflow buffers of one memory: for what the plan does not cover. */
 typedef struct kiln_mempool {
     kiln_buf *bufs;
     int n, cap;
-    void *ws;     /* scratch shared by all nodes */
+    void *ws;     /* scratch shared by nodes whose workspace is not planned */
     size_t ws_cap;
 } kiln_mempool;
 
@@ -60,6 +70,14 @@ struct kiln_context {
     const kiln_backend_i *be[2];   /* host (CPU) backend; the engine's device backend or NULL */
     void *state[2];
     kiln_mempool pool[2];
+    kiln_mem_plan *plans[KILN_PLAN_CACHE]; /* most recently used first */
+    const kiln_mem_plan *plan;             /* of the current (or last) run */
+    kiln_plan_input *sig;                  /* per graph input: this run's signature */
+    void *arena[2];
+    size_t arena_cap[2];
+    size_t mem_limit;                      /* 0: none */
+    bool no_plan;                          /* tests: every buffer from the overflow pools */
+    kiln_context_counters counters;
     kiln_pool *threads_pool;
     int threads;
     kiln_slot *slots;      /* per value (+1 spare for unread outputs) */
@@ -68,11 +86,20 @@ struct kiln_context {
     kiln_out_binding *out; /* per graph output */
     kiln_node_state *node_state; /* per node */
     bool ran;
+    /* CUDA Graphs (see "graph capture" below) */
+    void *stream;          /* as given to kiln_context_set_stream */
+    int graph_mode;        /* 0: not decided (KILN_CUDA_GRAPHS), 1: on, -1: off */
+    int graph_static;      /* 0: not checked, 1: the plan can be captured, -1: it cannot */
+    void *graph;           /* the captured launch sequence, or NULL */
+    uintptr_t *gkey;       /* 4 keys of graph_klen words: this run, last run, graph, refused */
+    int graph_klen;
+    bool graph_refused;    /* a capture at the refused key failed */
+    uint64_t graph_overflow; /* overflow counter when the capture began */
+    bool graph_run;        /* this run may replay or capture (its key is in gkey) */
+    kiln_slot *graph_out;  /* per graph output: its slot right after the captured run */
 };
 
-static int node_mem(const kiln_context *c, const kiln_node *n) {
-    return (c->be[MEM_DEV] && n->device != KILN_DEVICE_CPU) ? MEM_DEV : MEM_HOST;
-}
+static int node_mem(const kiln_context *c, const kiln_node *n) { return kiln__node_mem(c->e, n); }
 
 kiln_status kiln_context_create(const kiln_engine *e, kiln_context **out) {
     if (!out) return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "kiln_context_create: out is NULL");
@@ -101,7 +128,8 @@ kiln_status kiln_context_create(const kiln_engine *e, kiln_context **out) {
     c->in = kiln__calloc((size_t)g->n_inputs + 1, sizeof *c->in);
     c->out = kiln__calloc((size_t)g->n_outputs + 1, sizeof *c->out);
     c->node_state = kiln__calloc((size_t)g->n_nodes + 1, sizeof *c->node_state);
-    if (!c->slots || !c->out_slot || !c->in || !c->out || !c->node_state) {
+    c->sig = kiln__calloc((size_t)g->n_inputs + 1, sizeof *c->sig);
+    if (!c->slots || !c->out_slot || !c->in || !c->out || !c->node_state || !c->sig) {
         kiln_context_free(c);
         return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory creating a context");
     }
@@ -130,6 +158,9 @@ static void mempool_free(kiln_context *c, int m) {
     if (p->ws) c->be[m]->free(c->state[m], p->ws);
     kiln__free(p->bufs);
     memset(p, 0, sizeof *p);
+    if (c->arena[m]) c->be[m]->free(c->state[m], c->arena[m]);
+    c->arena[m] = NULL;
+    c->arena_cap[m] = 0;
 }
 
 void kiln_context_free(kiln_context *c) {
@@ -139,6 +170,9 @@ void kiln_context_free(kiln_context *c) {
         for (int i = 0; i < c->e->graph->n_nodes; i++)
             if (c->node_state[i].p && c->node_state[i].free) c->node_state[i].free(c->node_state[i].p);
     kiln__free(c->node_state);
+    if (c->graph) c->be[MEM_DEV]->graph_free(c->state[MEM_DEV], c->graph);
+    kiln__free(c->gkey);
+    kiln__free(c->graph_out);
     for (int m = 0; m < 2; m++) {
         if (!c->be[m]) continue;
         if (m == MEM_DEV && c->state[m]) c->be[m]->sync(c->state[m]);
@@ -146,6 +180,8 @@ void kiln_context_free(kiln_context *c) {
         if (c->state[m]) c->be[m]->state_free(c->state[m]);
     }
     kiln__pool_free(c->threads_pool);
+    for (int i = 0; i < KILN_PLAN_CACHE; i++) kiln__plan_free(c->plans[i]);
+    kiln__free(c->sig);
     kiln__free(c->slots);
     kiln__free(c->out_slot);
     kiln__free(c->in);
@@ -171,7 +207,9 @@ kiln_status kiln_context_set_stream(kiln_context *c, void *stream) {
         if (stream) return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "a stream was given for a CPU engine");
         return KILN_OK;
     }
-    return c->be[MEM_DEV]->set_stream(c->state[MEM_DEV], stream);
+    KILN_TRY(c->be[MEM_DEV]->set_stream(c->state[MEM_DEV], stream));
+    c->stream = stream;
+    return KILN_OK;
 }
 
 static int find_io(const kiln_graph *g, const int *list, int n, const char *name) {
@@ -259,17 +297,64 @@ kiln_status kiln_context_set_output(kiln_context *c, const char *name, void *dat
     return KILN_OK;
 }
 
-/* ---- buffer pools ------------------------------------------------------- */
+/* ---- memory: plans, arenas, overflow buffers ---------------------------- */
 
-/* Takes a free buffer of at least `size` bytes from pool m; returns its
- * index in *idx. Best fit; otherwise the largest free one is regrown, or a
- * new one is made. */
+#define ARENA_SLACK 64 /* past an arena's last block, for kernels' vector tails */
+
+static const char *mem_name(int m) { return m == MEM_DEV ? "device" : "host"; }
+static double mib(size_t b) { return (double)b / (1024.0 * 1024.0); }
+
+/* Frees the overflow buffers no value is using (under a memory limit,
+ * before allocating more). */
+static void pools_trim(kiln_context *c) {
+    for (int m = 0; m < 2; m++) {
+        if (!c->be[m]) continue;
+        kiln_mempool *p = &c->pool[m];
+        for (int i = 0; i < p->n; i++) {
+            kiln_buf *b = &p->bufs[i];
+            if (b->in_use || !b->data) continue;
+            c->be[m]->free(c->state[m], b->data);
+            b->data = NULL;
+            b->cap = 0;
+        }
+        if (p->ws) c->be[m]->free(c->state[m], p->ws);
+        p->ws = NULL;
+        p->ws_cap = 0;
+    }
+}
+
+/* Every allocation of activation memory: counted, and refused before it
+ * is made when it would take the context past its memory limit. */
+static kiln_status ctx_alloc(kiln_context *c, int m, size_t bytes, const char *what, void **out) {
+    *out = NULL;
+    if (c->mem_limit && kiln__context_memory(c) + bytes > c->mem_limit) {
+        pools_trim(c);
+        size_t held = kiln__context_memory(c);
+        if (held + bytes > c->mem_limit)
+            return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY,
+                             "'%s' needs %zu more bytes of %s memory, but the context holds %zu "
+                             "bytes and its memory limit is %zu bytes (%.1f MiB)",
+                             what, bytes, mem_name(m), held, c->mem_limit, mib(c->mem_limit));
+    }
+    void *p = c->be[m]->alloc(c->state[m], bytes);
+    if (!p)
+        return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of %s memory: %zu bytes for '%s'", mem_name(m),
+                         bytes, what);
+    c->counters.allocs++;
+    *out = p;
+    return KILN_OK;
+}
+
+/* Takes a free overflow buffer of at least `size` bytes from pool m;
+ * returns its index in *idx. Best fit; otherwise the largest free one is
+ * regrown, or a new one is made. */
 static kiln_status take_buf(kiln_context *c, int m, size_t size, const char *what, int *idx) {
     kiln_mempool *p = &c->pool[m];
     int best = -1;
+    c->counters.overflow++;
     for (int i = 0; i < p->n; i++) {
         kiln_buf *b = &p->bufs[i];
-        if (b->in_use || b->cap < size) continue;
+        if (b->in_use || !b->data || b->cap < size) continue;
         if (best < 0 || b->cap < p->bufs[best].cap) best = i;
     }
     if (best < 0) {
@@ -280,19 +365,114 @@ static kiln_status take_buf(kiln_context *c, int m, size_t size, const char *wha
             best = p->n++;
             p->bufs[best].data = NULL;
             p->bufs[best].cap = 0;
+            p->bufs[best].in_use = false;
         }
         kiln_buf *b = &p->bufs[best];
         if (b->data) c->be[m]->free(c->state[m], b->data);
+        b->data = NULL;
         b->cap = 0;
-        b->data = c->be[m]->alloc(c->state[m], size + 64);
-        if (!b->data)
-            return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of %s memory: %zu bytes for %s",
-                             m == MEM_DEV ? "device" : "host", size, what);
+        b->in_use = true; /* kept by a trim inside ctx_alloc */
+        kiln_status s = ctx_alloc(c, m, size + 64, what, &b->data);
+        b->in_use = false;
+        if (s != KILN_OK) return s;
         b->cap = size + 64;
     }
     p->bufs[best].in_use = true;
     *idx = best;
     return KILN_OK;
+}
+
+static bool sig_equal(const kiln_plan_input *a, const kiln_plan_input *b, int n) {
+    for (int k = 0; k < n; k++) {
+        if (a[k].mem != b[k].mem || a[k].rank != b[k].rank) return false;
+        for (int d = 0; d < a[k].rank; d++)
+            if (a[k].dims[d] != b[k].dims[d]) return false;
+    }
+    return true;
+}
+
+/* Finds the plan for the bound inputs' shapes, or makes it. */
+static kiln_status select_plan(kiln_context *c) {
+    const kiln_graph *g = c->e->graph;
+    for (int k = 0; k < g->n_inputs; k++) {
+        memset(&c->sig[k], 0, sizeof c->sig[k]);
+        c->sig[k].mem = c->in[k].mem;
+        c->sig[k].rank = c->in[k].rank;
+        memcpy(c->sig[k].dims, c->in[k].dims, (size_t)c->in[k].rank * sizeof c->sig[k].dims[0]);
+    }
+    for (int i = 0; i < KILN_PLAN_CACHE && c->plans[i]; i++) {
+        if (!sig_equal(c->plans[i]->sig, c->sig, g->n_inputs)) continue;
+        kiln_mem_plan *hit = c->plans[i];
+        memmove(c->plans + 1, c->plans, (size_t)i * sizeof *c->plans);
+        c->plans[0] = hit;
+        c->plan = hit;
+        return KILN_OK;
+    }
+    kiln_mem_plan *p;
+    KILN_TRY(kiln__plan_build(c->e, c->sig, &p));
+    c->counters.plans++;
+    kiln__plan_free(c->plans[KILN_PLAN_CACHE - 1]);
+    memmove(c->plans + 1, c->plans, (KILN_PLAN_CACHE - 1) * sizeof *c->plans);
+    c->plans[0] = p;
+    c->plan = p;
+    return KILN_OK;
+}
+
+/* Makes the arenas large enough for the current plan, after checking the
+ * memory limit against what the plan needs. */
+static kiln_status arena_reserve(kiln_context *c) {
+    const kiln_mem_plan *p = c->plan;
+    size_t need[2], total = 0;
+    for (int m = 0; m < 2; m++) {
+        need[m] = p->n_blocks[m] ? p->arena[m] + ARENA_SLACK : 0;
+        total += need[m];
+    }
+    if (c->mem_limit && total > c->mem_limit) {
+        const kiln_graph *g = c->e->graph;
+        char shapes[512], sh[160];
+        size_t len = 0;
+        shapes[0] = 0;
+        for (int k = 0; k < g->n_inputs && len + 1 < sizeof shapes; k++)
+            len += (size_t)snprintf(shapes + len, sizeof shapes - len, "%s%s:%s", k ? ", " : "",
+                                    g->values[g->inputs[k]].name,
+                                    kiln__shape_str(c->sig[k].rank, c->sig[k].dims, sh, sizeof sh));
+        char split[96] = "";
+        if (c->be[MEM_DEV])
+            snprintf(split, sizeof split, " (host %zu + device %zu)", need[MEM_HOST], need[MEM_DEV]);
+        return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY,
+                         "the run needs %zu bytes (%.1f MiB) of activation memory%s at input shapes "
+                         "%s, above the context's memory limit of %zu bytes (%.1f MiB); nothing was "
+                         "allocated",
+                         total, mib(total), split, shapes, c->mem_limit, mib(c->mem_limit));
+    }
+    for (int m = 0; m < 2; m++) {
+        bool shrink = c->mem_limit && kiln__context_memory(c) > c->mem_limit && c->arena_cap[m] > need[m];
+        if (c->arena_cap[m] >= need[m] && !shrink) continue;
+        if (c->arena[m]) c->be[m]->free(c->state[m], c->arena[m]);
+        c->arena[m] = NULL;
+        c->arena_cap[m] = 0;
+        if (!need[m]) continue;
+        KILN_TRY(ctx_alloc(c, m, need[m], "activation arena", &c->arena[m]));
+        c->arena_cap[m] = need[m];
+    }
+    return KILN_OK;
+}
+
+/* Where the plan puts value v in memory m, if it fits there; else NULL. */
+static void *planned_value(const kiln_context *c, int v, int m, size_t nb) {
+    const kiln_mem_plan *p = c->plan;
+    if (!p || !c->arena[m] || p->off[m][v] < 0 || nb > p->nbytes[v]) return NULL;
+    return (char *)c->arena[m] + p->off[m][v];
+}
+
+/* The same for node ni's aux entry k (an output nobody reads, or k ==
+ * n_out: its workspace). */
+static void *planned_aux(const kiln_context *c, int ni, int k, int m, size_t nb) {
+    const kiln_mem_plan *p = c->plan;
+    if (!p || !c->arena[m]) return NULL;
+    int a = p->aux_first[ni] + k;
+    if (p->aux_off[a] < 0 || nb > p->aux_bytes[a]) return NULL;
+    return (char *)c->arena[m] + p->aux_off[a];
 }
 
 static void slot_release(kiln_context *c, kiln_slot *s) {
@@ -318,10 +498,12 @@ static kiln_status slot_make_available(kiln_context *c, int v, int m) {
     const char *name = c->e->graph->values[v].name;
     if (!s->ptr[from] && nb)
         return KILN_FAIL(KILN_ERR_INTERNAL, "tensor '%s' has no data", name);
-    int b;
-    KILN_TRY(take_buf(c, m, nb, name, &b));
-    s->buf[m] = b;
-    s->ptr[m] = c->pool[m].bufs[b].data;
+    if ((s->ptr[m] = planned_value(c, v, m, nb)) == NULL) {
+        int b;
+        KILN_TRY(take_buf(c, m, nb, name, &b));
+        s->buf[m] = b;
+        s->ptr[m] = c->pool[m].bufs[b].data;
+    }
     if (!nb) return KILN_OK;
     const kiln_backend_i *dev = c->be[MEM_DEV];
     if (m == MEM_DEV) return dev->to_device(c->state[MEM_DEV], s->ptr[m], s->ptr[from], nb);
@@ -334,11 +516,9 @@ static kiln_status workspace(kiln_context *c, int m, size_t ws, const char *node
     if (!ws) return KILN_OK;
     if (ws > p->ws_cap) {
         if (p->ws) c->be[m]->free(c->state[m], p->ws);
+        p->ws = NULL;
         p->ws_cap = 0;
-        p->ws = c->be[m]->alloc(c->state[m], ws);
-        if (!p->ws)
-            return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory: %zu bytes of workspace for node '%s'",
-                             ws, node);
+        KILN_TRY(ctx_alloc(c, m, ws, node, &p->ws));
         p->ws_cap = ws;
     }
     *out = p->ws;
@@ -383,7 +563,8 @@ static kiln_status run_node(kiln_context *c, int ni) {
         out_ip[i] = &outs[i];
     }
     kiln_infer_args ia = {.op = n->op, .attrs = n->attrs, .node_name = n->name, .n_in = n->n_in,
-                          .n_out = n->n_out, .in = in_ip, .out = out_ip, .runtime = true};
+                          .n_out = n->n_out, .in = in_ip, .out = out_ip, .runtime = true,
+                          .node_state = &c->node_state[ni]};
     KILN_TRY(n->op->infer(&ia));
     kiln_status st = KILN_OK;
     for (int i = 0; i < n->n_out; i++) {
@@ -407,6 +588,7 @@ static kiln_status run_node(kiln_context *c, int ni) {
         }
         out_tp[i] = &out_t[i];
         if (v < 0) { /* an output nobody reads: memory held until the kernel ran */
+            if ((out_t[i].data = planned_aux(c, ni, i, m, nb)) != NULL) continue;
             int b;
             if ((st = take_buf(c, m, nb, n->name, &b)) != KILN_OK) goto done;
             tmp_bufs[n_tmp++] = b;
@@ -426,16 +608,18 @@ static kiln_status run_node(kiln_context *c, int ni) {
                                g->values[v].name, nb, c->out[ok].cap);
                 goto done;
             }
-            int b;
-            if ((st = take_buf(c, m, nb, g->values[v].name, &b)) != KILN_OK) goto done;
-            s->buf[m] = b;
-            s->ptr[m] = c->pool[m].bufs[b].data;
+            if ((s->ptr[m] = planned_value(c, v, m, nb)) == NULL) {
+                int b;
+                if ((st = take_buf(c, m, nb, g->values[v].name, &b)) != KILN_OK) goto done;
+                s->buf[m] = b;
+                s->ptr[m] = c->pool[m].bufs[b].data;
+            }
         }
         out_t[i].data = s->ptr[m];
     }
-    void *ws;
     size_t ws_size = n->op->workspace && m == MEM_HOST ? n->op->workspace(&ia) : 0;
-    if ((st = workspace(c, m, ws_size, n->name, &ws)) != KILN_OK) goto done;
+    void *ws = ws_size ? planned_aux(c, ni, n->n_out, m, ws_size) : NULL;
+    if (!ws && (st = workspace(c, m, ws_size, n->name, &ws)) != KILN_OK) goto done;
     kiln_kernel_args ka = {.op = n->op, .attrs = n->attrs, .node_name = n->name, .n_in = n->n_in,
                            .n_out = n->n_out, .in = in_tp, .out = out_tp, .workspace = ws,
                            .workspace_size = ws_size,
@@ -474,6 +658,160 @@ static kiln_status deliver_output(kiln_context *c, int k) {
     return KILN_OK;
 }
 
+/* ---- graph capture (CUDA Graphs) ----------------------------------------
+ * A device context whose whole plan runs on the device, with device inputs
+ * and a memory plan that places every value, records its launch sequence
+ * on the second run with the same key (plan, arenas, stream, input pointers
+ * and shapes, output bindings) and replays it from then on: a replay skips
+ * the node loop and restores the outputs' slots as the captured run left
+ * them. A capture the backend invalidates (a kernel synchronized or had to
+ * allocate) is dropped, the run is done node by node, and that key is not
+ * captured again. kiln_context_set_cuda_graphs / KILN_CUDA_GRAPHS=0 turn it
+ * off. */
+
+static void slots_reset(kiln_context *c);
+static kiln_status run_nodes(kiln_context *c);
+
+static void graph_drop(kiln_context *c) {
+    if (c->graph) c->be[MEM_DEV]->graph_free(c->state[MEM_DEV], c->graph);
+    c->graph = NULL;
+}
+
+bool kiln__context_graph_active(const kiln_context *c) { return c && c->graph; }
+
+kiln_status kiln_context_set_cuda_graphs(kiln_context *c, int on) {
+    if (!c) return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "kiln_context_set_cuda_graphs: context is NULL");
+    c->graph_mode = on ? 1 : -1;
+    if (!on && c->be[MEM_DEV]) graph_drop(c);
+    return KILN_OK;
+}
+
+/* Whether this run may replay or capture a graph; fills the run's key. */
+static bool graph_usable(kiln_context *c) {
+    const kiln_backend_i *dev = c->be[MEM_DEV];
+    const kiln_graph *g = c->e->graph;
+    if (!dev || !dev->capture_begin || !dev->capture_end || !dev->graph_launch || !dev->graph_free)
+        return false;
+    if (c->graph_mode == 0) {
+        const char *env = getenv("KILN_CUDA_GRAPHS");
+        c->graph_mode = env && !strcmp(env, "0") ? -1 : 1;
+    }
+    if (c->graph_mode < 0) return false;
+    if (c->graph_static == 0) {
+        c->graph_static = 1;
+        for (int ni = 0; ni < g->n_nodes && c->graph_static > 0; ni++) {
+            const kiln_node *n = &g->nodes[ni];
+            if (node_mem(c, n) != MEM_DEV) c->graph_static = -1;
+            for (int i = 0; i < n->n_in; i++)
+                if ((n->op->host_inputs & (1u << i)) && n->in[i] >= 0 &&
+                    !(g->values[n->in[i]].flags & KILN_VALUE_CONST))
+                    c->graph_static = -1;
+        }
+        c->graph_klen = 4 + g->n_inputs * (3 + KILN_MAX_RANK) + 3 * g->n_outputs;
+        c->gkey = kiln__calloc(4 * (size_t)c->graph_klen, sizeof *c->gkey);
+        c->graph_out = kiln__calloc((size_t)g->n_outputs + 1, sizeof *c->graph_out);
+        if (!c->gkey || !c->graph_out) c->graph_static = -1;
+    }
+    if (c->graph_static < 0 || !c->plan || c->plan->n_dynamic) return false;
+    uintptr_t *k = c->gkey; /* this run's key */
+    int j = 0;
+    k[j++] = (uintptr_t)c->plan;
+    k[j++] = (uintptr_t)c->arena[0];
+    k[j++] = (uintptr_t)c->arena[1];
+    k[j++] = (uintptr_t)c->stream;
+    for (int i = 0; i < g->n_inputs; i++) {
+        if (c->in[i].mem != MEM_DEV) return false;
+        k[j++] = (uintptr_t)c->in[i].data;
+        k[j++] = (uintptr_t)c->in[i].rank;
+        k[j++] = (uintptr_t)c->in[i].dtype;
+        for (int d = 0; d < KILN_MAX_RANK; d++)
+            k[j++] = d < c->in[i].rank ? (uintptr_t)c->in[i].dims[d] : 0;
+    }
+    for (int i = 0; i < g->n_outputs; i++) {
+        k[j++] = (uintptr_t)c->out[i].data;
+        k[j++] = (uintptr_t)c->out[i].cap;
+        k[j++] = (uintptr_t)c->out[i].mem;
+    }
+    return true;
+}
+
+static bool gkey_eq(const kiln_context *c, int a, int b) {
+    size_t n = (size_t)c->graph_klen;
+    return !memcmp(c->gkey + (size_t)a * n, c->gkey + (size_t)b * n, n * sizeof *c->gkey);
+}
+
+static void gkey_copy(kiln_context *c, int to, int from) {
+    size_t n = (size_t)c->graph_klen;
+    memcpy(c->gkey + (size_t)to * n, c->gkey + (size_t)from * n, n * sizeof *c->gkey);
+}
+
+enum { GK_RUN = 0, GK_LAST = 1, GK_GRAPH = 2, GK_REFUSED = 3 };
+
+/* Replays the captured graph when this run's key is its key. */
+static kiln_status graph_replay(kiln_context *c, bool *replayed) {
+    *replayed = false;
+    c->graph_run = graph_usable(c);
+    if (!c->graph_run) {
+        if (c->be[MEM_DEV]) graph_drop(c);
+        return KILN_OK;
+    }
+    if (!c->graph) return KILN_OK;
+    if (!gkey_eq(c, GK_RUN, GK_GRAPH)) { /* one graph, for the key of the runs that made it */
+        graph_drop(c);
+        return KILN_OK;
+    }
+    bool launched = false;
+    KILN_TRY(c->be[MEM_DEV]->graph_launch(c->state[MEM_DEV], c->graph, &launched));
+    if (!launched) { /* it refers to memory that has moved: capture again */
+        graph_drop(c);
+        return KILN_OK;
+    }
+    const kiln_graph *g = c->e->graph;
+    for (int k = 0; k < g->n_outputs; k++) c->slots[g->outputs[k]] = c->graph_out[k];
+    *replayed = true;
+    return KILN_OK;
+}
+
+/* Starts a capture on the second run in a row with the same key. */
+static bool graph_capture_begin(kiln_context *c) {
+    if (!c->graph_run) return false;
+    bool again = gkey_eq(c, GK_RUN, GK_LAST);
+    gkey_copy(c, GK_LAST, GK_RUN);
+    if (!again || (c->graph_refused && gkey_eq(c, GK_RUN, GK_REFUSED))) return false;
+    graph_drop(c);
+    if (c->be[MEM_DEV]->capture_begin(c->state[MEM_DEV]) != KILN_OK) {
+        kiln__clear_error();
+        return false;
+    }
+    c->graph_overflow = c->counters.overflow;
+    return true;
+}
+
+/* Ends the capture begun for this run: on success keeps the graph and
+ * launches it (nothing ran yet); otherwise runs the nodes one by one. */
+static kiln_status graph_capture_end(kiln_context *c, kiln_status loop) {
+    void *gr = NULL;
+    kiln_status s = c->be[MEM_DEV]->capture_end(c->state[MEM_DEV], &gr);
+    bool launched = false;
+    if (loop == KILN_OK && s == KILN_OK && gr && c->counters.overflow == c->graph_overflow) {
+        c->graph = gr;
+        gkey_copy(c, GK_GRAPH, GK_RUN);
+        const kiln_graph *g = c->e->graph;
+        for (int k = 0; k < g->n_outputs; k++) c->graph_out[k] = c->slots[g->outputs[k]];
+        s = c->be[MEM_DEV]->graph_launch(c->state[MEM_DEV], c->graph, &launched);
+        if (s != KILN_OK) return s;
+    } else if (gr) {
+        c->be[MEM_DEV]->graph_free(c->state[MEM_DEV], gr);
+    }
+    if (launched) return KILN_OK;
+    graph_drop(c);
+    kiln__clear_error();
+    gkey_copy(c, GK_REFUSED, GK_RUN);
+    c->graph_refused = true;
+    slots_reset(c);
+    return run_nodes(c);
+}
+
 kiln_status kiln_context_run(kiln_context *c) {
     if (!c) return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "kiln_context_run: context is NULL");
     const kiln_engine *e = c->e;
@@ -485,6 +823,31 @@ kiln_status kiln_context_run(kiln_context *c) {
     if (!c->threads_pool && (c->threads == 0 || c->threads > 1))
         KILN_TRY(kiln__pool_create(c->threads, &c->threads_pool));
     c->ran = false;
+    c->plan = NULL;
+    if (!c->no_plan) {
+        KILN_TRY(select_plan(c));
+        KILN_TRY(arena_reserve(c));
+    }
+    slots_reset(c);
+    kiln_status st = KILN_OK;
+    bool replayed = false;
+    KILN_TRY(graph_replay(c, &replayed));
+    if (!replayed) {
+        bool capturing = graph_capture_begin(c);
+        st = run_nodes(c);
+        if (capturing) st = graph_capture_end(c, st);
+        if (st != KILN_OK) return st;
+    }
+    for (int k = 0; k < g->n_outputs; k++) KILN_TRY(deliver_output(c, k));
+    if (c->be[MEM_DEV]) KILN_TRY(c->be[MEM_DEV]->sync(c->state[MEM_DEV]));
+    c->ran = true;
+    return KILN_OK;
+}
+
+/* Sets every slot to the start of a run: constants and bound inputs. */
+static void slots_reset(kiln_context *c) {
+    const kiln_engine *e = c->e;
+    const kiln_graph *g = e->graph;
     for (int m = 0; m < 2; m++)
         for (int i = 0; i < c->pool[m].n; i++) c->pool[m].bufs[i].in_use = false;
     for (int i = 0; i <= g->n_values; i++) {
@@ -509,6 +872,11 @@ kiln_status kiln_context_run(kiln_context *c) {
         memcpy(s->t.dims, c->in[k].dims, sizeof s->t.dims);
         s->ptr[c->in[k].mem] = (void *)c->in[k].data; /* read-only: kernels never write inputs */
     }
+}
+
+/* Runs every node in order, releasing values after their last reader. */
+static kiln_status run_nodes(kiln_context *c) {
+    const kiln_graph *g = c->e->graph;
     kiln_status st = KILN_OK;
     for (int ni = 0; ni < g->n_nodes; ni++) {
         const kiln_node *n = &g->nodes[ni];
@@ -529,19 +897,28 @@ kiln_status kiln_context_run(kiln_context *c) {
                 slot_release(c, &c->slots[v]);
         }
     }
-    for (int k = 0; k < g->n_outputs; k++) KILN_TRY(deliver_output(c, k));
-    if (c->be[MEM_DEV]) KILN_TRY(c->be[MEM_DEV]->sync(c->state[MEM_DEV]));
-    c->ran = true;
     return KILN_OK;
 }
 
 size_t kiln__context_memory(const kiln_context *c) {
     size_t total = 0;
     for (int m = 0; m < 2; m++) {
-        total += c->pool[m].ws_cap;
+        total += c->pool[m].ws_cap + c->arena_cap[m];
         for (int i = 0; i < c->pool[m].n; i++) total += c->pool[m].bufs[i].cap;
     }
     return total;
+}
+
+void kiln__context_counters(const kiln_context *c, kiln_context_counters *out) { *out = c->counters; }
+
+const kiln_mem_plan *kiln__context_plan(const kiln_context *c) { return c->plan; }
+
+void kiln__context_set_planning(kiln_context *c, bool on) { c->no_plan = !on; }
+
+kiln_status kiln_context_set_memory_limit(kiln_context *c, size_t bytes) {
+    if (!c) return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "kiln_context_set_memory_limit: context is NULL");
+    c->mem_limit = bytes;
+    return KILN_OK;
 }
 
 kiln_status kiln_context_get_output(kiln_context *c, const char *name, kiln_dtype *dtype, int *rank,

@@ -40,6 +40,8 @@ struct kiln_builder {
     bool tuning;           /* time tactics (default true) */
     kiln_profile_req *profiles;
     int n_profiles, cap_profiles;
+    char **fp32_layers;    /* kiln_builder_set_layer_precision: layers kept in float32 */
+    int n_fp32_layers, cap_fp32_layers;
 };
 
 struct kiln_engine {
@@ -79,12 +81,87 @@ KILN_PRIVATE kiln_status kiln__engine_prepare(kiln_engine *e);
 /* Frees what kiln__engine_prepare made. */
 KILN_PRIVATE void kiln__engine_release(kiln_engine *e);
 
-/* Bytes of activation buffers and scratch a context holds after its runs. */
 /* Times the tactics of every layer that has several (src/builder/tune.c),
  * writing each choice into the node's kiln_tactic; reads and updates the
  * builder's timing cache file. With tuning off, leaves every tactic 0. */
 KILN_PRIVATE kiln_status kiln__builder_tune(const kiln_builder *b, kiln_engine *e);
+/* Bytes of activation buffers and scratch a context holds after its runs
+ * (its arenas plus any overflow buffers). */
 KILN_PRIVATE size_t kiln__context_memory(const kiln_context *c);
+
+/* ---- activation memory plans (src/runtime/plan.c) ----------------------
+ * A plan gives every value whose size the input shapes determine an offset
+ * in one arena per memory (host / device), by liveness; see plan.c. A
+ * context keeps the plans of the last few input shape signatures and one
+ * arena per memory that grows only when a plan needs more. */
+enum { KILN_MEM_HOST = 0, KILN_MEM_DEV = 1 };
+#define KILN_ARENA_ALIGN_HOST 64
+#define KILN_ARENA_ALIGN_DEV 256
+
+/* What a plan is made for: the shape of a bound graph input and the memory
+ * its bytes are in. */
+typedef struct kiln_plan_input {
+    int mem;
+    int rank;
+    int64_t dims[KILN_MAX_RANK];
+} kiln_plan_input;
+
+typedef struct kiln_mem_plan {
+    kiln_plan_input *sig;   /* per graph input */
+    int n_sig;
+    int64_t *off[2];        /* per value: offset in the arena of memory m, or -1 (not planned) */
+    size_t *nbytes;         /* per value: planned bytes (exact size, before alignment) */
+    /* Per node, aux_first[node] indexes n_out entries (outputs nobody
+     * reads; off -1 for read ones) and then the node's workspace. */
+    int *aux_first;
+    int64_t *aux_off;       /* offset in the node's memory (the host for workspaces), or -1 */
+    size_t *aux_bytes;
+    size_t arena[2];        /* arena bytes per memory */
+    size_t lower[2];        /* lower bound: most aligned bytes live at one time */
+    int n_blocks[2];
+    int n_dynamic;          /* values sized only during the run (data-dependent shapes) */
+    size_t max_workspace;   /* largest host workspace of one node, and that node (or -1) */
+    int max_workspace_node;
+} kiln_mem_plan;
+
+/* The memory node n runs in (KILN_MEM_DEV for device nodes of device engines). */
+KILN_PRIVATE int kiln__node_mem(const kiln_engine *e, const kiln_node *n);
+/* Plans the activation memory of engine e for inputs `in` (one per graph
+ * input). Deterministic. Free with kiln__plan_free. */
+KILN_PRIVATE kiln_status kiln__plan_build(const kiln_engine *e, const kiln_plan_input *in,
+                                          kiln_mem_plan **out);
+/* The plan at the profiles' min (which = 0), opt (1) or max (2) shapes, inputs on the host. */
+KILN_PRIVATE kiln_status kiln__plan_at_profile(const kiln_engine *e, int which, kiln_mem_plan **out);
+KILN_PRIVATE void kiln__plan_free(kiln_mem_plan *p);
+/* The layout step alone (exposed for tests): n blocks of size[i] bytes
+ * (aligned), live from step start[i] to end[i] (inclusive, <= n_steps),
+ * get offsets in offs[] within *arena bytes; *lower is the most bytes
+ * live at one step. */
+KILN_PRIVATE kiln_status kiln__plan_layout(int n, const size_t *size, const int *start, const int *end,
+                                           int n_steps, int64_t *offs, size_t *arena, size_t *lower);
+
+/* Workspace limit of the builder (kiln_builder_set_workspace): whether a
+ * layer may use `bytes` of scratch. For tactic selection: a tactic whose
+ * workspace does not fit must not be chosen. */
+KILN_PRIVATE bool kiln__workspace_fits(const kiln_build_options *o, size_t bytes);
+/* Fails (KILN_ERR_OUT_OF_MEMORY, naming the layer) when a layer of e needs
+ * more host workspace at the profiles' max shapes than e->opts.workspace. */
+KILN_PRIVATE kiln_status kiln__check_workspace_limit(const kiln_engine *e);
+
+/* Counters of a context, for tests: backend allocations it made, plans it
+ * built, and buffers its runs took outside the plan (overflow). */
+typedef struct kiln_context_counters {
+    uint64_t allocs, plans, overflow;
+} kiln_context_counters;
+KILN_PRIVATE void kiln__context_counters(const kiln_context *c, kiln_context_counters *out);
+/* Whether the context holds a captured CUDA Graph that its next run at
+ * the same key replays (context.c, "graph capture"). */
+KILN_PRIVATE bool kiln__context_graph_active(const kiln_context *c);
+/* The plan of the context's last run, or NULL. */
+KILN_PRIVATE const kiln_mem_plan *kiln__context_plan(const kiln_context *c);
+/* Tests: with planning off, runs take every buffer from the overflow pools
+ * (the runtime's behaviour before memory planning), to compare outputs. */
+KILN_PRIVATE void kiln__context_set_planning(kiln_context *c, bool on);
 
 /* Target description of this machine (CPU features). */
 KILN_PRIVATE void kiln__cpu_target(char *buf, size_t n);

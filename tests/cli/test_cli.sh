@@ -136,6 +136,10 @@ expect "run random inputs" 0 "output 'y'" "$KILN" run tiny.kiln
 grep -q "\[2x3\]" out && ok || bad "random run did not use the opt shape 2x4"
 expect "run with --shapes" 0 "[5x3]" "$KILN" run tiny.kiln --shapes x:5x4
 expect "run --shapes outside profile" nz "'x'" "$KILN" run tiny.kiln --shapes x:9x4
+expect "run --memory-limit too small" nz "memory limit of 104 bytes" "$KILN" run tiny.kiln --memory-limit 0.0001
+expect "run --memory-limit enough" 0 "output 'y'" "$KILN" run tiny.kiln --memory-limit 1
+expect "run bad --memory-limit" 2 "--memory-limit" "$KILN" run tiny.kiln --memory-limit lots
+expect "inspect: activation arena and lower bound" 0 "lower bound" "$KILN" inspect tiny.kiln
 expect "run with input and output dir" 0 "min" "$KILN" run tiny.kiln --input x=x.npy --output-dir outs/nested
 [ -f outs/nested/y.npy ] && ok || bad "y.npy not written"
 [ -f outs/nested/sub_out_0.npy ] && ok || bad "sanitized sub_out_0.npy not written"

@@ -36,6 +36,8 @@ static const kiln_backend_i *be;
 static void *st;
 static bool covered[KILN_OP_ID_LIMIT];
 static int n_cases;
+/* node state the GPU runs of the cases use (NULL: none, the kernels keep nothing) */
+static kiln_node_state *case_ns;
 
 /* ---- host tensors (an arena freed after each test) ------------------------------ */
 
@@ -343,7 +345,8 @@ static void run_case(const char *what, int op_id, const void *attrs, int n_in,
         }
         if (ok) {
             kiln_kernel_args kg = {.op = op, .attrs = attrs, .node_name = node, .n_in = n_in,
-                                   .n_out = n_out, .in = dinp, .out = goutp};
+                                   .n_out = n_out, .in = dinp, .out = goutp,
+                                   .node_state = case_ns};
             s = be->run(st, &kg);
             if (s == KILN_OK) s = be->sync(st);
             if (s != KILN_OK) {
@@ -912,6 +915,110 @@ TEST(test_reduce) {
 }
 #endif
 
+/* Kernels that keep state between runs (cuBLASLt plans, cuDNN plans):
+ * the same node state across runs at the same and at other shapes. */
+TEST(test_node_state) {
+    kiln_node_state ns;
+    memset(&ns, 0, sizeof ns);
+    case_ns = &ns;
+    for (int rep = 0; rep < 2; rep++) {
+        CASE("state_a", MatMul, NULL, 1, 0, 1e-10, trand(F32, -1, 1, S(5, 7)), trand(F32, -1, 1, S(7, 3)));
+        CASE("state_b", MatMul, NULL, 1, 0, 1e-10, trand(F32, -1, 1, S(2, 9, 7)), trand(F32, -1, 1, S(7, 4)));
+        CASE("state_f16", MatMul, NULL, 1, 0, 1e-5, trand(F16, -1, 1, S(64, 32)), trand(F16, -1, 1, S(32, 48)));
+    }
+    CHECK(ns.p != NULL && ns.free != NULL);
+    if (ns.free) ns.free(ns.p);
+#if KILN_CUDA_NN_ATTRS
+    memset(&ns, 0, sizeof ns);
+    kiln_conv_attrs a3 = conv_at(PAD_NOTSET, 1, 2, 3, 1, 1, 1, 1);
+    for (int rep = 0; rep < 2; rep++) {
+        CASE("state_3x3", Conv, &a3, 1, 0, 1e-9, trand(F32, -1, 1, S(2, 3, 9, 11)),
+             trand(F32, -1, 1, S(8, 3, 3, 3)), trand(F32, -1, 1, S(8)));
+        CASE("state_3x3_n1", Conv, &a3, 1, 0, 1e-9, trand(F32, -1, 1, S(1, 3, 12, 10)),
+             trand(F32, -1, 1, S(8, 3, 3, 3)), trand(F32, -1, 1, S(8)));
+        CASE("state_f16", Conv, &a3, 1, 0, 1e-5, trand(F16, -1, 1, S(1, 8, 12, 12)),
+             trand(F16, -1, 1, S(16, 8, 3, 3)), trand(F16, -1, 1, S(16)));
+    }
+    CHECK(ns.p != NULL && ns.free != NULL);
+    if (ns.free) ns.free(ns.p);
+#endif
+    case_ns = NULL;
+}
+
+#if KILN_CUDA_FUSED_CONV
+static kiln_fused_conv_attrs fc_at(kiln_conv_attrs conv, int act, float alpha, float beta, int res) {
+    kiln_fused_conv_attrs at;
+    memset(&at, 0, sizeof at);
+    at.conv = conv;
+    at.act = act;
+    at.alpha = alpha;
+    at.beta = beta;
+    at.has_residual = res;
+    return at;
+}
+
+TEST(test_fused_conv) {
+    kiln_conv_attrs a3 = conv_at(PAD_NOTSET, 1, 2, 3, 1, 1, 1, 1);
+    kiln_conv_attrs s2 = conv_at(PAD_NOTSET, 1, 2, 3, 2, 1, 1, 0); /* asymmetric: im2col path */
+    kiln_conv_attrs dw = conv_at(PAD_NOTSET, 6, 2, 3, 1, 1, 1, 1);
+    kiln_fused_conv_attrs relu = fc_at(a3, KILN_FC_ACT_RELU, 0, 0, 0);
+    CASE("relu", FusedConv, &relu, 1, 0, 1e-9, trand(F32, -1, 1, S(2, 3, 9, 11)),
+         trand(F32, -1, 1, S(8, 3, 3, 3)), trand(F32, -1, 1, S(8)));
+    kiln_fused_conv_attrs res = fc_at(a3, KILN_FC_ACT_RELU, 0, 0, 1);
+    CASE("residual_relu", FusedConv, &res, 1, 0, 1e-9, trand(F32, -1, 1, S(2, 4, 7, 7)),
+         trand(F32, -1, 1, S(4, 4, 3, 3)), trand(F32, -1, 1, S(4)), trand(F32, -1, 1, S(2, 4, 7, 7)));
+    kiln_fused_conv_attrs clip = fc_at(s2, KILN_FC_ACT_CLIP, 0.0f, 0.5f, 0);
+    CASE("clip_im2col", FusedConv, &clip, 1, 0, 1e-9, trand(F32, -1, 1, S(1, 4, 10, 9)),
+         trand(F32, -1, 1, S(6, 4, 3, 3)), trand(F32, -1, 1, S(6)));
+    kiln_fused_conv_attrs hs = fc_at(dw, KILN_FC_ACT_HARD_SWISH, 0, 0, 0);
+    CASE("depthwise_hswish", FusedConv, &hs, 1, 0, 1e-9, trand(F32, -1, 1, S(2, 6, 9, 9)),
+         trand(F32, -1, 1, S(12, 1, 3, 3)), trand(F32, -1, 1, S(12)));
+    kiln_fused_conv_attrs silu = fc_at(a3, KILN_FC_ACT_SILU, 0, 0, 1);
+    CASE("silu_nobias_res", FusedConv, &silu, 1, 0, 1e-9, trand(F32, -1, 1, S(1, 3, 6, 6)),
+         trand(F32, -1, 1, S(5, 3, 3, 3)), NULL, trand(F32, -1, 1, S(1, 5, 6, 6)));
+    kiln_fused_conv_attrs lr = fc_at(a3, KILN_FC_ACT_LEAKY_RELU, 0.1f, 0, 0), sg = fc_at(a3, KILN_FC_ACT_SIGMOID, 0, 0, 0);
+    CASE("leaky", FusedConv, &lr, 1, 0, 1e-9, trand(F32, -1, 1, S(1, 3, 5, 5)),
+         trand(F32, -1, 1, S(4, 3, 3, 3)), trand(F32, -1, 1, S(4)));
+    CASE("sigmoid", FusedConv, &sg, 1, 0, 1e-9, trand(F32, -1, 1, S(1, 3, 5, 5)),
+         trand(F32, -1, 1, S(4, 3, 3, 3)), trand(F32, -1, 1, S(4)));
+}
+#endif
+
+#if KILN_CUDA_FUSED_TRANSFORMER
+TEST(test_fused_transformer) {
+    for (int act = KILN_FACT_NONE; act <= KILN_FACT_GELU_TANH; act++) {
+        kiln_fused_matmul_attrs at = {.act = act}, tb = {.act = act, .trans_b = 1};
+        char name[32];
+        snprintf(name, sizeof name, "act%d_bias", act);
+        /* GELU(tanh) inside cuBLASLt may differ from the CPU's by a little more */
+        double tol = act == KILN_FACT_GELU_TANH ? 1e-8 : 1e-10;
+        CASE(name, FusedMatMul, &at, 1, 0, tol, trand(F32, -1, 1, S(2, 9, 32)),
+             trand(F32, -1, 1, S(32, 24)), trand(F32, -1, 1, S(24)));
+        snprintf(name, sizeof name, "act%d_tb_nobias", act);
+        CASE(name, FusedMatMul, &tb, 1, 0, tol, trand(F32, -1, 1, S(7, 16)), trand(F32, -1, 1, S(8, 16)));
+    }
+    kiln_gelu_attrs erf = {0}, tanh_ = {1};
+    CASE("erf", Gelu, &erf, 1, 0, 1e-10, trand(F32, -4, 4, S(3, 1000)));
+    CASE("tanh", Gelu, &tanh_, 1, 0, 1e-10, trand(F32, -4, 4, S(5, 77)));
+    kiln_attention_attrs bshd = {.num_heads = 4, .q_layout = KILN_ATTN_BSHD, .k_layout = KILN_ATTN_BSHD,
+                                 .v_layout = KILN_ATTN_BSHD, .out_layout = KILN_ATTN_BSHD,
+                                 .scale = 0.25f};
+    CASE("bshd_mask", Attention, &bshd, 1, 0, 1e-9, trand(F32, -1, 1, S(2, 70, 64)),
+         trand(F32, -1, 1, S(2, 70, 64)), trand(F32, -1, 1, S(2, 70, 64)), trand(F32, -2, 0, S(2, 1, 1, 70)));
+    kiln_attention_attrs mixed = {.num_heads = 2, .q_layout = KILN_ATTN_BHSD, .k_layout = KILN_ATTN_BHDS,
+                                  .v_layout = KILN_ATTN_BHSD, .out_layout = KILN_ATTN_BHSD,
+                                  .scale = 0.125f};
+    CASE("bhds_nomask", Attention, &mixed, 1, 0, 1e-9, trand(F32, -1, 1, S(1, 2, 33, 64)),
+         trand(F32, -1, 1, S(1, 2, 64, 40)), trand(F32, -1, 1, S(1, 2, 40, 64)));
+    kiln_attention_attrs d128 = {.num_heads = 1, .q_layout = KILN_ATTN_BHSD, .k_layout = KILN_ATTN_BHSD,
+                                 .v_layout = KILN_ATTN_BHSD, .out_layout = KILN_ATTN_BSHD,
+                                 .scale = 0.1f};
+    CASE("d100_full_mask", Attention, &d128, 1, 0, 1e-9, trand(F32, -1, 1, S(2, 1, 5, 100)),
+         trand(F32, -1, 1, S(2, 1, 9, 100)), trand(F32, -1, 1, S(2, 1, 9, 100)),
+         trand(F32, -1, 1, S(2, 1, 5, 9)));
+}
+#endif
+
 /* every op of the table has at least one case */
 TEST(test_coverage) {
     for (int id = 1; id < KILN_OP_ID_LIMIT; id++)
@@ -936,7 +1043,18 @@ TEST(test_coverage) {
 #else
 #define TESTS_REDUCE(X)
 #endif
-#define ALL_TESTS(X) TESTS_BASE(X) TESTS_NN(X) TESTS_REDUCE(X) X(test_coverage)
+#if KILN_CUDA_FUSED_CONV
+#define TESTS_FC(X) X(test_fused_conv)
+#else
+#define TESTS_FC(X)
+#endif
+#if KILN_CUDA_FUSED_TRANSFORMER
+#define TESTS_FT(X) X(test_fused_transformer)
+#else
+#define TESTS_FT(X)
+#endif
+#define ALL_TESTS(X) \
+    TESTS_BASE(X) TESTS_NN(X) TESTS_REDUCE(X) TESTS_FC(X) TESTS_FT(X) X(test_node_state) X(test_coverage)
 
 #define COUNT_ONE(t) +1
 #define RUN_ONE(t)      \

@@ -14,3 +14,19 @@ target_link_libraries(test_cuda_ops PRIVATE kiln_static)
 target_include_directories(test_cuda_ops PRIVATE ${CMAKE_SOURCE_DIR}/src ${CMAKE_SOURCE_DIR}/tests)
 add_test(NAME cuda_ops COMMAND test_cuda_ops WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
 set_tests_properties(cuda_ops PROPERTIES LABELS "cuda;unit")
+# The fp16/bf16 pass of the optimizer for CUDA plans (no GPU needed).
+add_executable(test_cuda_precision ${CMAKE_SOURCE_DIR}/tests/cuda/test_precision.c)
+target_link_libraries(test_cuda_precision PRIVATE kiln_static)
+target_include_directories(test_cuda_precision PRIVATE ${CMAKE_SOURCE_DIR}/src ${CMAKE_SOURCE_DIR}/tests)
+add_test(NAME cuda_precision COMMAND test_cuda_precision WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+set_tests_properties(cuda_precision PROPERTIES LABELS "cuda;unit")
+# CUDA engines end to end: graphs, fp16/bf16 (skips without a GPU).
+add_executable(test_cuda_engine ${CMAKE_SOURCE_DIR}/tests/cuda/test_cuda_engine.c)
+target_link_libraries(test_cuda_engine PRIVATE kiln_static)
+target_include_directories(test_cuda_engine PRIVATE ${CMAKE_SOURCE_DIR}/src ${CMAKE_SOURCE_DIR}/tests)
+add_test(NAME cuda_engine COMMAND test_cuda_engine WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+set_tests_properties(cuda_engine PROPERTIES LABELS "cuda;unit")
+# kiln run --compare, kiln build --layer-precision (no GPU needed).
+add_test(NAME cuda_cli_precision COMMAND bash ${CMAKE_SOURCE_DIR}/tests/cuda/test_cli_precision.sh
+         $<TARGET_FILE:kiln_cli> WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+set_tests_properties(cuda_cli_precision PROPERTIES LABELS "cuda;cli")

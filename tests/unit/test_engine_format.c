@@ -12,6 +12,7 @@
  * that must never crash (run it under -DKILN_SANITIZE=ON). */
 #include <dirent.h>
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -931,6 +932,230 @@ TEST(test_patched_files) {
     }
 }
 
+/* An engine whose writer is a newer kiln, with a part this kiln does not
+ * know (a required section, an operator id): the message names both kilns. */
+static void p_newer_writer_section(unsigned char *f, size_t s, const kiln_engine *e) {
+    p_unknown_required(f, s, e);
+    kiln__put_le32(f + KILN_FMT_OFF_WRITER_VERSION, KILN_VERSION_NUMBER + 200);
+}
+static void p_newer_writer_op(unsigned char *f, size_t s, const kiln_engine *e) {
+    p_unknown_op(f, s, e);
+    kiln__put_le32(f + KILN_FMT_OFF_WRITER_VERSION, KILN_VERSION_NUMBER + 200);
+}
+
+TEST(test_compat_messages) {
+    char newer[32], msg[400];
+    snprintf(newer, sizeof newer, "%d.%d.%d", KILN_VERSION_MAJOR, KILN_VERSION_MINOR + 2,
+             KILN_VERSION_PATCH);
+    /* (c) a newer kiln's engine with a required section unknown here */
+    snprintf(msg, sizeof msg,
+             "engine file needs section 'ZZZZ', which this kiln does not know; the file was "
+             "written by kiln %s, newer than this kiln (%s): upgrade kiln or rebuild the engine "
+             "with this one",
+             newer, kiln_version_string());
+    expect_patch("newer writer, unknown section", p_newer_writer_section, KILN_ERR_FORMAT, msg);
+    /* the same from a writer that is not newer: damage, not age */
+    expect_patch("same writer, unknown section", p_unknown_required, KILN_ERR_FORMAT,
+                 "which is not newer than this kiln");
+    if (test_has_nodes) {
+        snprintf(msg, sizeof msg,
+                 "which this kiln does not know; the file was written by kiln %s, newer than "
+                 "this kiln",
+                 newer);
+        expect_patch("newer writer, unknown op", p_newer_writer_op, KILN_ERR_FORMAT, msg);
+    }
+    /* (b) a newer format version: test_versions. (d) a CUDA engine on a kiln
+     * without CUDA: test_patched_files ("cuda"). */
+
+    /* (a) a required CPU feature this machine lacks, on any machine:
+     * KILN_HIDE_CPU_FEATURES makes kiln act as if the CPU lacked it. */
+    static const char *const cands[] = {"avx2", "avx", "sse4.2", "asimd"};
+    const char *have = NULL;
+    for (size_t i = 0; i < sizeof cands / sizeof cands[0] && !have; i++) {
+        bool known;
+        if (kiln__cpu_has_feature(cands[i], &known) && known) have = cands[i];
+    }
+    if (!have) {
+        printf("  (no feature to hide on this CPU: 'lacks' case skipped)\n");
+        return;
+    }
+    setenv("KILN_HIDE_CPU_FEATURES", have, 1);
+    bool known = false;
+    CHECK(!kiln__cpu_has_feature(have, &known) && known);
+    char here[128];
+    kiln__cpu_target(here, sizeof here);
+    char needle[40];
+    snprintf(needle, sizeof needle, " %s ", have);
+    size_t hl = strlen(here);
+    if (hl + 1 < sizeof here) here[hl] = ' ', here[hl + 1] = 0; /* so the last name matches too */
+    CHECK(!strstr(here, needle)); /* not in the target string either */
+    missing_feature = have;
+    snprintf(msg, sizeof msg, "requires CPU feature '%s', which this machine ('cpu ", have);
+    expect_patch("required hidden", p_required_missing, KILN_ERR_UNSUPPORTED, msg);
+    expect_patch("required hidden", p_required_missing, KILN_ERR_UNSUPPORTED,
+                 "lacks; rebuild the engine on this machine");
+    /* a list with other names around it */
+    snprintf(needle, sizeof needle, "foo,%s bar", have);
+    setenv("KILN_HIDE_CPU_FEATURES", needle, 1);
+    CHECK(!kiln__cpu_has_feature(have, &known) && known);
+    unsetenv("KILN_HIDE_CPU_FEATURES");
+    CHECK(kiln__cpu_has_feature(have, &known) && known);
+}
+
+/* ---- engine files written by earlier kilns (tests/data/engines) ---------- */
+
+#define FIXTURES "tests/data/engines"
+
+/* Deterministic input values in [-1, 1). */
+static void fill_input(float *x, size_t n, unsigned seed) {
+    uint32_t st = 2463534242u + seed;
+    for (size_t i = 0; i < n; i++) {
+        st ^= st << 13, st ^= st >> 17, st ^= st << 5;
+        x[i] = (float)(st % 2000) / 1000.0f - 1.0f;
+    }
+}
+
+/* Runs `e` on float inputs at each input's opt shape (seeded values); the
+ * outputs are copied to out[k] (malloc'ed, n_out[k] floats). Returns 1 if
+ * the run and every output are fine. */
+static int run_at_opt(kiln_engine *e, float **out, size_t *n_out, int max_out) {
+    int ok = 0, n_in = kiln_engine_num_inputs(e), n_o = kiln_engine_num_outputs(e);
+    kiln_context *c = NULL;
+    float *xs[8] = {0};
+    if (n_in > 8 || n_o > max_out || kiln_context_create(e, &c) != KILN_OK) goto done;
+    for (int i = 0; i < n_in; i++) {
+        kiln_io_info info;
+        int64_t mn[KILN_MAX_RANK], op[KILN_MAX_RANK], mx[KILN_MAX_RANK];
+        if (kiln_engine_input_info(e, i, &info) != KILN_OK || info.dtype != KILN_DTYPE_FLOAT32 ||
+            kiln_engine_input_profile(e, i, mn, op, mx) != KILN_OK)
+            goto done;
+        size_t n = 1;
+        for (int d = 0; d < info.rank; d++) n *= (size_t)op[d];
+        xs[i] = malloc((n ? n : 1) * sizeof(float));
+        if (!xs[i]) goto done;
+        fill_input(xs[i], n, (unsigned)i);
+        if (kiln_context_set_input(c, info.name, KILN_DTYPE_FLOAT32, info.rank, op, xs[i]) != KILN_OK)
+            goto done;
+    }
+    if (kiln_context_run(c) != KILN_OK) goto done;
+    for (int k = 0; k < n_o; k++) {
+        kiln_io_info info;
+        kiln_dtype dt;
+        int rank;
+        int64_t dims[KILN_MAX_RANK];
+        const void *data;
+        if (kiln_engine_output_info(e, k, &info) != KILN_OK ||
+            kiln_context_get_output(c, info.name, &dt, &rank, dims, &data) != KILN_OK ||
+            dt != KILN_DTYPE_FLOAT32)
+            goto done;
+        size_t n = 1;
+        for (int d = 0; d < rank; d++) n *= (size_t)dims[d];
+        out[k] = malloc((n ? n : 1) * sizeof(float));
+        if (!out[k]) goto done;
+        memcpy(out[k], data, n * sizeof(float));
+        n_out[k] = n;
+        for (size_t j = 0; j < n; j++)
+            if (!isfinite(out[k][j])) goto done;
+    }
+    ok = 1;
+done:
+    if (!ok) fprintf(stderr, "  run at opt shapes failed: %s\n", kiln_last_error());
+    for (int i = 0; i < 8; i++) free(xs[i]);
+    kiln_context_free(c);
+    return ok;
+}
+
+/* The model a fixture was built from (see make_fixtures.sh), or NULL. */
+static const char *fixture_model(const char *name) {
+    if (!strcmp(name, "tiny_mlp_v1.kiln")) return "tests/data/tiny_mlp.onnx";
+    if (!strcmp(name, "stress_cnn_v1.kiln")) return "tests/stress/stress_cnn.onnx";
+    return NULL;
+}
+
+/* Builds `model` today with the fixture's profiles. */
+static kiln_engine *rebuild_like(const kiln_engine *fx, const char *model) {
+    kiln_model *m = NULL;
+    kiln_builder *b = NULL;
+    kiln_engine *e = NULL;
+    CHECK_OK(kiln_model_load_onnx(model, &m));
+    CHECK_OK(kiln_builder_create(&b));
+    if (b) CHECK_OK(kiln_builder_set_tuning(b, 0)); /* quick: default tactics */
+    for (int i = 0; m && b && i < kiln_engine_num_inputs(fx); i++) {
+        kiln_io_info info;
+        int64_t mn[KILN_MAX_RANK], op[KILN_MAX_RANK], mx[KILN_MAX_RANK];
+        CHECK_OK(kiln_engine_input_info(fx, i, &info));
+        CHECK_OK(kiln_engine_input_profile(fx, i, mn, op, mx));
+        CHECK_OK(kiln_builder_set_profile(b, info.name, info.rank, mn, op, mx));
+    }
+    if (m && b) CHECK_OK(kiln_build(b, m, &e));
+    kiln_builder_free(b);
+    kiln_model_free(m);
+    return e;
+}
+
+/* Every engine fixture (written by an earlier kiln with format version 1)
+ * loads, is described, runs, and matches the same model built today. */
+TEST(test_fixtures) {
+    DIR *d = opendir(FIXTURES);
+    CHECK(d != NULL);
+    if (!d) return;
+    int n_fixtures = 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        size_t len = strlen(de->d_name);
+        if (len < 6 || strcmp(de->d_name + len - 5, ".kiln")) continue;
+        char path[600];
+        snprintf(path, sizeof path, "%s/%s", FIXTURES, de->d_name);
+        n_fixtures++;
+        FILE *f = fopen(path, "rb");
+        unsigned char head[16] = {0};
+        CHECK(f && fread(head, 1, sizeof head, f) == sizeof head);
+        if (f) fclose(f);
+        uint32_t version = kiln__le32(head + KILN_FMT_OFF_VERSION);
+        if (version < KILN_FORMAT_MIN_VERSION) { /* an old format, dropped: a clear refusal */
+            kiln_engine *e = NULL;
+            CHECK_ERR(kiln_engine_load(path, &e), KILN_ERR_FORMAT, "is older than this kiln");
+            continue;
+        }
+        kiln_engine *e = NULL;
+        CHECK_OK(kiln_engine_load(path, &e));
+        if (!e) {
+            fprintf(stderr, "  fixture %s does not load\n", path);
+            continue;
+        }
+        const char *text = kiln_engine_describe(e, 0), *json = kiln_engine_describe(e, 1);
+        CHECK(text && strstr(text, "kiln engine (built by kiln ") && strstr(text, "layers ("));
+        CHECK(json && json[0] == '{');
+        float *out[4] = {0}, *ref[4] = {0};
+        size_t n_out[4] = {0}, n_ref[4] = {0};
+        CHECK(run_at_opt(e, out, n_out, 4));
+        const char *model = fixture_model(de->d_name);
+        kiln_engine *today = model ? rebuild_like(e, model) : NULL;
+        if (today) {
+            CHECK(run_at_opt(today, ref, n_ref, 4));
+            for (int k = 0; k < kiln_engine_num_outputs(e) && k < 4; k++) {
+                CHECK(out[k] && ref[k] && n_out[k] == n_ref[k]);
+                float err = 0;
+                for (size_t j = 0; out[k] && ref[k] && j < n_out[k] && j < n_ref[k]; j++) {
+                    float dlt = fabsf(out[k][j] - ref[k][j]);
+                    if (!(dlt <= err)) err = dlt;
+                }
+                if (!(err <= 1e-4f))
+                    fprintf(stderr, "  fixture %s output %d differs from today's build by %g\n",
+                            path, k, (double)err);
+                CHECK(err <= 1e-4f);
+            }
+        }
+        printf("  fixture %s: loaded, described, ran%s\n", de->d_name,
+               today ? ", matches today's build" : "");
+        for (int k = 0; k < 4; k++) free(out[k]), free(ref[k]);
+        kiln_engine_free(today);
+        kiln_engine_free(e);
+    }
+    closedir(d);
+    CHECK(n_fixtures >= 2);
+}
+
 TEST(test_writer_refuses_invalid) {
     kiln_engine *e = make_engine();
     if (!e) return;
@@ -1110,6 +1335,8 @@ int main(void) {
     RUN(test_mutations);
     RUN(test_checksum_spec);
     RUN(test_cpu_target);
+    RUN(test_compat_messages);
+    RUN(test_fixtures);
     rmdir(tmpdir);
     return test_summary();
 }

@@ -114,6 +114,8 @@ static kiln_status cuda_state_create(int index, void **out) {
 #endif
     const char *sync = getenv("KILN_CUDA_SYNC");
     st->sync_each = sync && sync[0] && strcmp(sync, "0") != 0;
+    const char *find = getenv("KILN_CUDNN_FIND");
+    st->conv_find = !(find && !strcmp(find, "0"));
     *out = st;
     return KILN_OK;
 cuda_fail:
@@ -267,6 +269,120 @@ static kiln_status cuda_set_precision(void *state, int precision) {
     return kiln__cuda_set_tf32(state, precision == KILN_PRECISION_TF32);
 }
 
+/* ---- tactics ---------------------------------------------------------------------------- */
+
+/* FusedMatMul: index into cuBLASLt's heuristic list for the layer's shapes
+ * (timed by the builder). FusedConv: 0 = cuDNN's candidates timed on the
+ * context's first run (cudnnFind), k > 0 = the heuristic's k-th choice.
+ * Other layers: their one kernel. */
+static int cuda_tactics(void *state, const kiln_infer_args *a, int32_t *ids, int cap) {
+    if (!state || !a->op || cap < 1) return 0;
+#if KILN_CUDA_FUSED_TRANSFORMER
+    if (kiln__op_id_of(a->op) == KILN_OP_FusedMatMul)
+        return kiln__cu_fused_matmul_tactics(state, a, ids, cap);
+#endif
+    ids[0] = 0;
+    return 1;
+}
+
+static const char *cuda_tactic_name(const kiln_node *n, int32_t id) {
+    static const char *const lt[8] = {"cublasLt#0", "cublasLt#1", "cublasLt#2", "cublasLt#3",
+                                      "cublasLt#4", "cublasLt#5", "cublasLt#6", "cublasLt#7"};
+    static const char *const dnn[8] = {"cudnn-find", "cudnn#1", "cudnn#2", "cudnn#3",
+                                       "cudnn#4",    "cudnn#5", "cudnn#6", "cudnn#7"};
+    int op = n && n->op ? kiln__op_id_of(n->op) : 0;
+    bool in = id >= 0 && id < 8;
+#if KILN_CUDA_FUSED_TRANSFORMER
+    if (op == KILN_OP_FusedMatMul) return in ? lt[id] : "cublasLt#?";
+#endif
+#if KILN_CUDA_FUSED_CONV
+    if (op == KILN_OP_FusedConv) return in ? dnn[id] : "cudnn#?";
+#endif
+    (void)lt;
+    (void)dnn;
+    (void)in;
+    const kiln_cuda_kernel *k = op ? kiln__cuda_kernel_for(op) : NULL;
+    return k ? k->name : "?";
+}
+
+/* ---- CUDA Graphs ----------------------------------------------------------------------- */
+
+typedef struct kiln_cuda_graph {
+    cudaGraphExec_t exec;
+    uint64_t scratch_gen;     /* the scratch buffer the recorded kernels use */
+} kiln_cuda_graph;
+
+static kiln_status cuda_capture_begin(void *state) {
+    kiln_cuda_state *st = state;
+    if (!st) return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "capture: no CUDA state");
+    if (st->sync_each)
+        return KILN_FAIL(KILN_ERR_UNSUPPORTED, "no CUDA Graph capture with KILN_CUDA_SYNC=1");
+    if (st->capturing) return KILN_FAIL(KILN_ERR_INTERNAL, "CUDA Graph capture already started");
+    KILN_CUDA_TRY(cudaSetDevice(st->device), "starting a CUDA Graph capture");
+    /* thread-local: other threads' contexts may allocate meanwhile */
+    KILN_CUDA_TRY(cudaStreamBeginCapture(st->stream, cudaStreamCaptureModeThreadLocal),
+                  "starting a CUDA Graph capture");
+    st->capturing = true;
+    return KILN_OK;
+}
+
+static kiln_status cuda_capture_end(void *state, void **out) {
+    kiln_cuda_state *st = state;
+    *out = NULL;
+    if (!st || !st->capturing) return KILN_FAIL(KILN_ERR_INTERNAL, "no CUDA Graph capture to end");
+    st->capturing = false;
+    cudaGraph_t graph = NULL;
+    cudaError_t e = cudaStreamEndCapture(st->stream, &graph);
+    if (e != cudaSuccess || !graph) {
+        /* invalidated (a synchronizing call during the capture): nothing recorded ran */
+        (void)cudaGetLastError();
+        if (graph) (void)cudaGraphDestroy(graph);
+        return KILN_OK;
+    }
+    cudaGraphExec_t exec = NULL;
+    e = cudaGraphInstantiate(&exec, graph, 0);
+    (void)cudaGraphDestroy(graph);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return KILN_OK;
+    }
+    kiln_cuda_graph *cg = kiln__calloc(1, sizeof *cg);
+    if (!cg) {
+        (void)cudaGraphExecDestroy(exec);
+        return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory keeping a CUDA Graph");
+    }
+    cg->exec = exec;
+    cg->scratch_gen = st->scratch_gen;
+    *out = cg;
+    return KILN_OK;
+}
+
+static kiln_status cuda_graph_launch(void *state, void *graph, bool *launched) {
+    kiln_cuda_state *st = state;
+    kiln_cuda_graph *cg = graph;
+    *launched = false;
+    if (!st || !cg) return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "graph launch: no state or graph");
+    if (cg->scratch_gen != st->scratch_gen) return KILN_OK; /* scratch moved: stale */
+    KILN_CUDA_TRY(cudaSetDevice(st->device), "launching a CUDA Graph");
+    KILN_CUDA_TRY(cudaGraphLaunch(cg->exec, st->stream), "launching a CUDA Graph");
+    if (st->sync_each) KILN_CUDA_TRY(cudaStreamSynchronize(st->stream), "launching a CUDA Graph");
+    *launched = true;
+    return KILN_OK;
+}
+
+static void cuda_graph_free(void *state, void *graph) {
+    kiln_cuda_state *st = state;
+    kiln_cuda_graph *cg = graph;
+    if (!cg) return;
+    if (st) {
+        (void)cudaSetDevice(st->device);
+        (void)cudaStreamSynchronize(st->stream);
+    }
+    (void)cudaGraphExecDestroy(cg->exec);
+    (void)cudaGetLastError();
+    kiln__free(cg);
+}
+
 static const kiln_backend_i kiln_backend_cuda = {
     .name = "cuda",
     .device = KILN_DEVICE_CUDA,
@@ -284,6 +400,12 @@ static const kiln_backend_i kiln_backend_cuda = {
     .describe_target = cuda_describe_target,
     .set_precision = cuda_set_precision,
     .run = cuda_run,
+    .tactics = cuda_tactics,
+    .tactic_name = cuda_tactic_name,
+    .capture_begin = cuda_capture_begin,
+    .capture_end = cuda_capture_end,
+    .graph_launch = cuda_graph_launch,
+    .graph_free = cuda_graph_free,
 };
 
 const kiln_backend_i *kiln__cuda_backend(void) { return &kiln_backend_cuda; }

@@ -43,20 +43,53 @@ static kiln_status gemm_simple(const kiln_kernel_args *a, const kiln_cuda_gemm *
     return KILN_OK;
 }
 
-kiln_status kiln__cuda_gemm(const kiln_kernel_args *a, const kiln_cuda_gemm *p) {
-    kiln_cuda_state *st = KCU_STATE(a);
-    const char *node = KCU_NODE(a);
-    if (p->M <= 0 || p->N <= 0 || p->batch <= 0) return KILN_OK;
-    if (!kiln__cu_is_float(p->t))
-        return KILN_FAIL(KILN_ERR_UNSUPPORTED, "node '%s': GEMM of dtype %s has no CUDA kernel",
-                         node, kiln_dtype_name(p->t));
-    if (p->K <= 0 || p->batch > INT32_MAX) return gemm_simple(a, p);
+void kiln__cuda_gemm_plan_release(kiln_cuda_gemm_plan *pl) {
+    for (int i = 0; i < 3; i++)
+        if (pl->l[i]) cublasLtMatrixLayoutDestroy(pl->l[i]);
+    if (pl->op) cublasLtMatmulDescDestroy(pl->op);
+    memset(pl, 0, sizeof *pl);
+}
+
+static void gemm_key(const kiln_cuda_state *st, const kiln_cuda_gemm *p, bool assume_aligned,
+                     kiln_cuda_gemm_key *k) {
+    memset(k, 0, sizeof *k); /* compared with memcmp: padding too */
+    const int64_t es = (int64_t)kiln_dtype_size(p->t);
+    k->t = p->t;
+    k->ta = p->ta;
+    k->tb = p->tb;
+    k->tf32 = p->t == KILN_DTYPE_FLOAT32 && st->allow_tf32;
+    k->epi = p->epi;
+    k->tactic = p->tactic;
+    if (assume_aligned) {
+        k->al[0] = k->al[1] = k->al[2] = k->al[3] = 256;
+    } else {
+        k->al[0] = align_of(p->B, p->sb * es, p->batch);
+        k->al[1] = align_of(p->A, p->sa * es, p->batch);
+        k->al[2] = align_of(p->C, p->sc * es, p->batch);
+        k->al[3] = p->bias ? align_of(p->bias, 0, 1) : 0;
+    }
+    k->M = p->M;
+    k->N = p->N;
+    k->K = p->K;
+    k->batch = p->batch;
+    k->lda = p->lda;
+    k->ldb = p->ldb;
+    k->ldc = p->ldc;
+    k->sa = p->sa;
+    k->sb = p->sb;
+    k->sc = p->sc;
+}
+
+/* Descriptors and heuristic candidates for key k: fills pl (op, layouts)
+ * and up to cap results. *nres = 0: cuBLASLt has no algorithm. */
+static kiln_status gemm_describe(kiln_cuda_state *st, const char *node, const kiln_cuda_gemm_key *k,
+                                 kiln_cuda_gemm_plan *pl, cublasLtMatmulHeuristicResult_t *res,
+                                 int cap, int *nres) {
+    *nres = 0;
     cublasComputeType_t ct = CUBLAS_COMPUTE_32F;
     cudaDataType_t dt = CUDA_R_32F, scale_t = CUDA_R_32F;
-    switch (p->t) {
-    case KILN_DTYPE_FLOAT32:
-        ct = st->allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-        break;
+    switch ((kiln_dtype)k->t) {
+    case KILN_DTYPE_FLOAT32: ct = k->tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F; break;
     case KILN_DTYPE_FLOAT16: dt = CUDA_R_16F; break;
     case KILN_DTYPE_BFLOAT16: dt = CUDA_R_16BF; break;
     default: /* FLOAT64 */
@@ -65,40 +98,53 @@ kiln_status kiln__cuda_gemm(const kiln_kernel_args *a, const kiln_cuda_gemm *p) 
         scale_t = CUDA_R_64F;
         break;
     }
-    const int64_t es = (int64_t)kiln_dtype_size(p->t);
     kiln_status s = KILN_OK;
-    cublasLtMatmulDesc_t op = NULL;
-    cublasLtMatrixLayout_t lfirst = NULL, lsecond = NULL, lc = NULL;
     cublasLtMatmulPreference_t pref = NULL;
-    LT_TRY(cublasLtMatmulDescCreate(&op, ct, scale_t), "MatmulDescCreate");
+    LT_TRY(cublasLtMatmulDescCreate(&pl->op, ct, scale_t), "MatmulDescCreate");
     /* first operand: B (column-major view: rows = row-major cols) */
-    cublasOperation_t opf = p->tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-    cublasOperation_t ops = p->ta ? CUBLAS_OP_T : CUBLAS_OP_N;
-    LT_TRY(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &opf, sizeof opf),
+    cublasOperation_t opf = k->tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasOperation_t ops = k->ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+    LT_TRY(cublasLtMatmulDescSetAttribute(pl->op, CUBLASLT_MATMUL_DESC_TRANSA, &opf, sizeof opf),
            "set TRANSA");
-    LT_TRY(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &ops, sizeof ops),
+    LT_TRY(cublasLtMatmulDescSetAttribute(pl->op, CUBLASLT_MATMUL_DESC_TRANSB, &ops, sizeof ops),
            "set TRANSB");
-    LT_TRY(cublasLtMatrixLayoutCreate(&lfirst, dt, (uint64_t)(p->tb ? p->K : p->N),
-                                      (uint64_t)(p->tb ? p->N : p->K), p->ldb),
+    if (k->epi) {
+        cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_DEFAULT;
+        switch (k->epi) {
+        case KCU_EPI_RELU: ep = CUBLASLT_EPILOGUE_RELU; break;
+        case KCU_EPI_GELU: ep = CUBLASLT_EPILOGUE_GELU; break;
+        case KCU_EPI_BIAS: ep = CUBLASLT_EPILOGUE_BIAS; break;
+        case KCU_EPI_BIAS | KCU_EPI_RELU: ep = CUBLASLT_EPILOGUE_RELU_BIAS; break;
+        case KCU_EPI_BIAS | KCU_EPI_GELU: ep = CUBLASLT_EPILOGUE_GELU_BIAS; break;
+        default: return KILN_FAIL(KILN_ERR_INTERNAL, "node '%s': GEMM epilogue %d", node, k->epi);
+        }
+        LT_TRY(cublasLtMatmulDescSetAttribute(pl->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep),
+               "set EPILOGUE");
+        if (k->epi & KCU_EPI_BIAS) {
+            cudaDataType_t bt = dt;
+            LT_TRY(cublasLtMatmulDescSetAttribute(pl->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt,
+                                                  sizeof bt),
+                   "set BIAS_DATA_TYPE");
+        }
+    }
+    LT_TRY(cublasLtMatrixLayoutCreate(&pl->l[0], dt, (uint64_t)(k->tb ? k->K : k->N),
+                                      (uint64_t)(k->tb ? k->N : k->K), k->ldb),
            "layout of B");
-    LT_TRY(cublasLtMatrixLayoutCreate(&lsecond, dt, (uint64_t)(p->ta ? p->M : p->K),
-                                      (uint64_t)(p->ta ? p->K : p->M), p->lda),
+    LT_TRY(cublasLtMatrixLayoutCreate(&pl->l[1], dt, (uint64_t)(k->ta ? k->M : k->K),
+                                      (uint64_t)(k->ta ? k->K : k->M), k->lda),
            "layout of A");
-    LT_TRY(cublasLtMatrixLayoutCreate(&lc, dt, (uint64_t)p->N, (uint64_t)p->M, p->ldc),
+    LT_TRY(cublasLtMatrixLayoutCreate(&pl->l[2], dt, (uint64_t)k->N, (uint64_t)k->M, k->ldc),
            "layout of C");
-    if (p->batch > 1) {
-        int32_t bc = (int32_t)p->batch;
-        const struct {
-            cublasLtMatrixLayout_t l;
-            int64_t stride;
-        } ls[3] = {{lfirst, p->sb}, {lsecond, p->sa}, {lc, p->sc}};
+    if (k->batch > 1) {
+        int32_t bc = (int32_t)k->batch;
+        const int64_t strides[3] = {k->sb, k->sa, k->sc};
         for (int i = 0; i < 3; i++) {
-            LT_TRY(cublasLtMatrixLayoutSetAttribute(ls[i].l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &bc,
-                                                    sizeof bc),
+            LT_TRY(cublasLtMatrixLayoutSetAttribute(pl->l[i], CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
+                                                    &bc, sizeof bc),
                    "set batch count");
-            int64_t so = ls[i].stride;
+            int64_t so = strides[i];
             LT_TRY(cublasLtMatrixLayoutSetAttribute(
-                       ls[i].l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &so, sizeof so),
+                       pl->l[i], CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &so, sizeof so),
                    "set batch stride");
         }
     }
@@ -107,44 +153,127 @@ kiln_status kiln__cuda_gemm(const kiln_kernel_args *a, const kiln_cuda_gemm *p) 
     LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
                                                 sizeof ws),
            "set workspace");
-    uint32_t al_a = align_of(p->B, p->sb * es, p->batch), al_b = align_of(p->A, p->sa * es, p->batch);
-    uint32_t al_c = align_of(p->C, p->sc * es, p->batch);
-    LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
-                                                &al_a, sizeof al_a),
-           "set alignment");
-    LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                                                &al_b, sizeof al_b),
-           "set alignment");
-    LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
-                                                &al_c, sizeof al_c),
-           "set alignment");
-    LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
-                                                &al_c, sizeof al_c),
-           "set alignment");
-    cublasLtMatmulHeuristicResult_t res;
-    int nres = 0;
-    cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(st->lt, op, lfirst, lsecond, lc, lc, pref, 1,
-                                                       &res, &nres);
-    if (hs != CUBLAS_STATUS_SUCCESS || nres < 1) {
-        s = gemm_simple(a, p);
-        goto done;
+    static const cublasLtMatmulPreferenceAttributes_t al_attr[4] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    for (int i = 0; i < 4; i++) {
+        uint32_t al = k->al[i < 3 ? i : 2];
+        LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, al_attr[i], &al, sizeof al),
+               "set alignment");
     }
-    float af = (float)p->alpha, bf = (float)p->beta;
-    const void *alpha = scale_t == CUDA_R_64F ? (const void *)&p->alpha : (const void *)&af;
-    const void *beta = scale_t == CUDA_R_64F ? (const void *)&p->beta : (const void *)&bf;
-    cublasStatus_t ms = cublasLtMatmul(st->lt, op, alpha, p->B, lfirst, p->A, lsecond, beta, p->C,
-                                       lc, p->C, lc, &res.algo, st->lt_ws, st->lt_ws_size,
-                                       KCU_STREAM(a));
-    if (ms == CUBLAS_STATUS_NOT_SUPPORTED) /* e.g. a layout the heuristic let through */
-        s = gemm_simple(a, p);
-    else if (ms != CUBLAS_STATUS_SUCCESS)
-        s = lt_fail(node, "Matmul", ms);
+    int n = 0;
+    cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(st->lt, pl->op, pl->l[0], pl->l[1], pl->l[2],
+                                                       pl->l[2], pref, cap, res, &n);
+    if (hs == CUBLAS_STATUS_SUCCESS) *nres = n;
 done:
     if (pref) cublasLtMatmulPreferenceDestroy(pref);
-    if (lc) cublasLtMatrixLayoutDestroy(lc);
-    if (lsecond) cublasLtMatrixLayoutDestroy(lsecond);
-    if (lfirst) cublasLtMatrixLayoutDestroy(lfirst);
-    if (op) cublasLtMatmulDescDestroy(op);
+    return s;
+}
+
+#define KCU_GEMM_MAX_CANDIDATES 8
+
+/* Builds plan pl for key k (the tactic picks among the heuristic's results). */
+static kiln_status gemm_plan_build(kiln_cuda_state *st, const char *node,
+                                   const kiln_cuda_gemm_key *k, kiln_cuda_gemm_plan *pl) {
+    memset(pl, 0, sizeof *pl);
+    pl->key = *k;
+    cublasLtMatmulHeuristicResult_t res[KCU_GEMM_MAX_CANDIDATES];
+    int n = 0;
+    kiln_status s = gemm_describe(st, node, k, pl, res, KCU_GEMM_MAX_CANDIDATES, &n);
+    if (s != KILN_OK) {
+        kiln__cuda_gemm_plan_release(pl);
+        return s;
+    }
+    pl->used = true;
+    if (n < 1) {
+        pl->simple = true;
+        return KILN_OK;
+    }
+    int pick = k->tactic >= 0 && k->tactic < n ? k->tactic : 0;
+    pl->algo = res[pick].algo;
+    return KILN_OK;
+}
+
+int kiln__cuda_gemm_candidates(kiln_cuda_state *st, const kiln_cuda_gemm *p, int cap) {
+    if (p->M <= 0 || p->N <= 0 || p->K <= 0 || p->batch <= 0 || !kiln__cu_is_float(p->t)) return 0;
+    kiln_cuda_gemm_key k;
+    gemm_key(st, p, true, &k);
+    kiln_cuda_gemm_plan pl;
+    memset(&pl, 0, sizeof pl);
+    cublasLtMatmulHeuristicResult_t res[KCU_GEMM_MAX_CANDIDATES];
+    int n = 0;
+    if (cap > KCU_GEMM_MAX_CANDIDATES) cap = KCU_GEMM_MAX_CANDIDATES;
+    if (gemm_describe(st, "tactics", &k, &pl, res, cap, &n) != KILN_OK) {
+        kiln__clear_error();
+        n = 0;
+    }
+    kiln__cuda_gemm_plan_release(&pl);
+    return n;
+}
+
+kiln_status kiln__cuda_gemm(const kiln_kernel_args *a, const kiln_cuda_gemm *p) {
+    kiln_cuda_state *st = KCU_STATE(a);
+    const char *node = KCU_NODE(a);
+    if (p->M <= 0 || p->N <= 0 || p->batch <= 0) return KILN_OK;
+    if (!kiln__cu_is_float(p->t))
+        return KILN_FAIL(KILN_ERR_UNSUPPORTED, "node '%s': GEMM of dtype %s has no CUDA kernel",
+                         node, kiln_dtype_name(p->t));
+    if (p->epi && (p->batch != 1 || ((p->epi & KCU_EPI_BIAS) && !p->bias)))
+        return KILN_FAIL(KILN_ERR_INTERNAL, "node '%s': GEMM epilogue needs batch 1 and a bias",
+                         node);
+    if (!p->epi && (p->K <= 0 || p->batch > INT32_MAX)) return gemm_simple(a, p);
+    kiln_cuda_gemm_key k;
+    gemm_key(st, p, false, &k);
+    kiln_cuda_node *ns = kiln__cuda_node(a);
+    kiln_cuda_gemm_plan tmp, *pl = NULL;
+    if (ns) {
+        for (int i = 0; i < KCU_GEMM_PLANS && !pl; i++)
+            if (ns->gemm[i].used && !memcmp(&ns->gemm[i].key, &k, sizeof k)) pl = &ns->gemm[i];
+        if (!pl) {
+            pl = &ns->gemm[ns->gemm_next];
+            ns->gemm_next = (ns->gemm_next + 1) % KCU_GEMM_PLANS;
+            kiln__cuda_gemm_plan_release(pl);
+            KILN_TRY(gemm_plan_build(st, node, &k, pl));
+        }
+    } else {
+        KILN_TRY(gemm_plan_build(st, node, &k, &tmp));
+        pl = &tmp;
+    }
+    kiln_status s = KILN_OK;
+    if (pl->simple) {
+        s = p->epi ? KILN_FAIL(KILN_ERR_UNSUPPORTED,
+                               "node '%s': cuBLASLt has no algorithm for this GEMM with its "
+                               "epilogue", node)
+                   : gemm_simple(a, p);
+        goto out;
+    }
+    if (p->epi & KCU_EPI_BIAS) {
+        const void *bias = p->bias;
+        cublasStatus_t bs = cublasLtMatmulDescSetAttribute(
+            pl->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
+        if (bs != CUBLAS_STATUS_SUCCESS) {
+            s = lt_fail(node, "set BIAS_POINTER", bs);
+            goto out;
+        }
+    }
+    float af = (float)p->alpha, bf = (float)p->beta;
+    bool f64 = p->t == KILN_DTYPE_FLOAT64;
+    const void *alpha = f64 ? (const void *)&p->alpha : (const void *)&af;
+    const void *beta = f64 ? (const void *)&p->beta : (const void *)&bf;
+    cublasStatus_t ms = cublasLtMatmul(st->lt, pl->op, alpha, p->B, pl->l[0], p->A, pl->l[1], beta,
+                                       p->C, pl->l[2], p->C, pl->l[2], &pl->algo, st->lt_ws,
+                                       st->lt_ws_size, KCU_STREAM(a));
+    if (ms == CUBLAS_STATUS_NOT_SUPPORTED && !p->epi) { /* e.g. a layout the heuristic let through */
+        pl->simple = true;
+        s = gemm_simple(a, p);
+    } else if (ms == CUBLAS_STATUS_NOT_SUPPORTED) {
+        pl->simple = true; /* the caller does without the epilogue */
+        s = KILN_FAIL(KILN_ERR_UNSUPPORTED, "node '%s': cuBLASLt cannot run this GEMM epilogue", node);
+    } else if (ms != CUBLAS_STATUS_SUCCESS) {
+        s = lt_fail(node, "Matmul", ms);
+    }
+out:
+    if (pl == &tmp) kiln__cuda_gemm_plan_release(&tmp);
     return s;
 }
 

@@ -14,6 +14,7 @@
 #if KILN_CUDA_NN_ATTRS
 
 #include <limits.h>
+#include <stddef.h>
 
 bool kiln__cu_conv_supports(const kiln_graph *g, const kiln_node *n) {
     kiln_dtype t = kiln__cu_in_dtype(g, n, 0);
@@ -26,8 +27,8 @@ bool kiln__cu_conv_supports(const kiln_graph *g, const kiln_node *n) {
 }
 
 /* geometry from X, W, Y and the attributes; pe: end pads */
-static kiln_status conv_geom(const kiln_kernel_args *a, kcu_conv *g, int64_t *pe) {
-    const kiln_conv_attrs *at = a->attrs;
+static kiln_status conv_geom(const kiln_kernel_args *a, const kiln_conv_attrs *at, kcu_conv *g,
+                             int64_t *pe) {
     const kiln_tensor *X = a->in[0], *W = a->in[1];
     const kiln_tensor *Y = a->out[0];
     const char *node = KCU_NODE(a);
@@ -94,30 +95,49 @@ static kiln_status dnn_fail(const char *node, const char *what, cudnnStatus_t s)
         if ((call) != CUDNN_STATUS_SUCCESS) goto done; \
     } while (0)
 
-/* Runs the convolution through cuDNN. *handled = false: cuDNN declined
- * (no algorithm, unexpected output shape); the caller falls back. */
-static kiln_status conv_cudnn(const kiln_kernel_args *a, const kcu_conv *g, bool *handled) {
+
+/* The cuDNN side of one node, kept in its kiln_cuda_node (conv): the
+ * descriptors and the algorithm for one geometry, dtype and math mode.
+ * declined: cuDNN cannot run this geometry (the im2col path runs, without
+ * asking cuDNN again). */
+typedef struct conv_plan {
+    kcu_conv g;
+    int64_t pe[KCU_MAX_SP];
+    int32_t dt, math, tactic;
+    bool declined;
+    cudnnTensorDescriptor_t x, y;
+    cudnnFilterDescriptor_t w;
+    cudnnConvolutionDescriptor_t c;
+    cudnnConvolutionFwdAlgo_t algo;
+    size_t ws;
+} conv_plan;
+
+static void conv_plan_clear(conv_plan *p) {
+    if (p->c) cudnnDestroyConvolutionDescriptor(p->c);
+    if (p->w) cudnnDestroyFilterDescriptor(p->w);
+    if (p->y) cudnnDestroyTensorDescriptor(p->y);
+    if (p->x) cudnnDestroyTensorDescriptor(p->x);
+    memset(p, 0, sizeof *p);
+}
+
+static void conv_plan_free(void *p) {
+    if (!p) return;
+    conv_plan_clear(p);
+    kiln__free(p);
+}
+
+/* Largest workspace an algorithm may use. */
+#define KCU_CONV_WS_LIMIT ((size_t)256 << 20)
+
+/* Sets up plan p for geometry g (descriptors, algorithm). Leaves
+ * p->declined set when cuDNN cannot run it. */
+static kiln_status conv_plan_build(const kiln_kernel_args *a, const kcu_conv *g, conv_plan *p) {
     kiln_cuda_state *st = KCU_STATE(a);
-    const char *node = KCU_NODE(a);
     const kiln_tensor *X = a->in[0], *W = a->in[1];
     kiln_tensor *Y = a->out[0];
-    *handled = false;
-    kiln_status s = KILN_OK;
-    cudnnDataType_t dt, ct = CUDNN_DATA_FLOAT;
-    cudnnMathType_t math = CUDNN_TENSOR_OP_MATH;
-    switch (X->dtype) {
-    case KILN_DTYPE_FLOAT32:
-        dt = CUDNN_DATA_FLOAT;
-        math = st->allow_tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
-        break;
-    case KILN_DTYPE_FLOAT16: dt = CUDNN_DATA_HALF; break;
-    case KILN_DTYPE_BFLOAT16: dt = CUDNN_DATA_BFLOAT16; break;
-    default:
-        dt = CUDNN_DATA_DOUBLE;
-        ct = CUDNN_DATA_DOUBLE;
-        math = CUDNN_DEFAULT_MATH;
-        break;
-    }
+    cudnnDataType_t dt = (cudnnDataType_t)p->dt, ct = CUDNN_DATA_FLOAT;
+    if (dt == CUDNN_DATA_DOUBLE) ct = CUDNN_DATA_DOUBLE;
+    p->declined = true;
     /* 1-D runs as 2-D with a height of 1 */
     const int nsp = g->ns < 2 ? 2 : g->ns, nd = nsp + 2, off = nsp - g->ns;
     int xd[5], yd[5], wd[5], xs[5], ys[5], pad[3], str[3], dil[3];
@@ -141,58 +161,135 @@ static kiln_status conv_cudnn(const kiln_kernel_args *a, const kcu_conv *g, bool
         xs[i] = xs[i + 1] * xd[i + 1];
         ys[i] = ys[i + 1] * yd[i + 1];
     }
-    cudnnTensorDescriptor_t xdesc = NULL, ydesc = NULL;
-    cudnnFilterDescriptor_t wdesc = NULL;
-    cudnnConvolutionDescriptor_t cdesc = NULL;
-    DNN_SETUP(cudnnCreateTensorDescriptor(&xdesc));
-    DNN_SETUP(cudnnCreateTensorDescriptor(&ydesc));
-    DNN_SETUP(cudnnCreateFilterDescriptor(&wdesc));
-    DNN_SETUP(cudnnCreateConvolutionDescriptor(&cdesc));
-    DNN_SETUP(cudnnSetTensorNdDescriptor(xdesc, dt, nd, xd, xs));
-    DNN_SETUP(cudnnSetTensorNdDescriptor(ydesc, dt, nd, yd, ys));
-    DNN_SETUP(cudnnSetFilterNdDescriptor(wdesc, dt, CUDNN_TENSOR_NCHW, nd, wd));
-    DNN_SETUP(cudnnSetConvolutionNdDescriptor(cdesc, nsp, pad, str, dil, CUDNN_CROSS_CORRELATION, ct));
-    DNN_SETUP(cudnnSetConvolutionGroupCount(cdesc, (int)g->G));
-    DNN_SETUP(cudnnSetConvolutionMathType(cdesc, math));
+    DNN_SETUP(cudnnCreateTensorDescriptor(&p->x));
+    DNN_SETUP(cudnnCreateTensorDescriptor(&p->y));
+    DNN_SETUP(cudnnCreateFilterDescriptor(&p->w));
+    DNN_SETUP(cudnnCreateConvolutionDescriptor(&p->c));
+    DNN_SETUP(cudnnSetTensorNdDescriptor(p->x, dt, nd, xd, xs));
+    DNN_SETUP(cudnnSetTensorNdDescriptor(p->y, dt, nd, yd, ys));
+    DNN_SETUP(cudnnSetFilterNdDescriptor(p->w, dt, CUDNN_TENSOR_NCHW, nd, wd));
+    DNN_SETUP(cudnnSetConvolutionNdDescriptor(p->c, nsp, pad, str, dil, CUDNN_CROSS_CORRELATION, ct));
+    DNN_SETUP(cudnnSetConvolutionGroupCount(p->c, (int)g->G));
+    DNN_SETUP(cudnnSetConvolutionMathType(p->c, (cudnnMathType_t)p->math));
     int od[5];
-    if (cudnnGetConvolutionNdForwardOutputDim(cdesc, xdesc, wdesc, nd, od) != CUDNN_STATUS_SUCCESS)
-        goto done;
+    DNN_SETUP(cudnnGetConvolutionNdForwardOutputDim(p->c, p->x, p->w, nd, od));
     for (int i = 0; i < nd; i++)
         if (od[i] != yd[i]) goto done; /* asymmetric padding or ceil: not expressible */
     cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
     int np = 0;
-    if (cudnnGetConvolutionForwardAlgorithm_v7(st->dnn, xdesc, wdesc, cdesc, ydesc,
-                                               CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &np,
-                                               perf) != CUDNN_STATUS_SUCCESS)
-        goto done;
-    int pick = -1;
+    DNN_SETUP(cudnnGetConvolutionForwardAlgorithm_v7(st->dnn, p->x, p->w, p->c, p->y,
+                                                     CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &np, perf));
+    /* usable candidates in heuristic order; the tactic picks one (0: the first) */
+    int cand[CUDNN_CONVOLUTION_FWD_ALGO_COUNT], nc = 0;
+    size_t ws_max = 0;
     for (int i = 0; i < np; i++)
-        if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= ((size_t)4 << 30)) {
-            pick = i;
-            break;
+        if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= KCU_CONV_WS_LIMIT) {
+            cand[nc++] = i;
+            if (perf[i].memory > ws_max) ws_max = perf[i].memory;
         }
-    if (pick < 0) goto done;
+    if (nc == 0) goto done;
+    int pick = cand[p->tactic > 0 && p->tactic < nc ? p->tactic : 0];
+    p->algo = perf[pick].algo;
+    p->ws = perf[pick].memory;
+    if (p->tactic == 0 && st->conv_find && nc > 1) {
+        /* time the candidates once, on this node's own buffers (first run only) */
+        void *ws = NULL;
+        KILN_TRY(kiln__cuda_scratch(st, ws_max, &ws, KCU_NODE(a)));
+        cudnnConvolutionFwdAlgoPerf_t found[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+        int nf = 0;
+        cudnnStatus_t fs = cudnnFindConvolutionForwardAlgorithmEx(
+            st->dnn, p->x, X->data, p->w, W->data, p->c, p->y, Y->data,
+            CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &nf, found, ws, ws_max);
+        if (fs == CUDNN_STATUS_SUCCESS) {
+            for (int i = 0; i < nf; i++)
+                if (found[i].status == CUDNN_STATUS_SUCCESS && found[i].memory <= ws_max) {
+                    p->algo = found[i].algo;
+                    p->ws = found[i].memory;
+                    break;
+                }
+        } else if (fs != CUDNN_STATUS_NOT_SUPPORTED) {
+            return dnn_fail(KCU_NODE(a), "FindConvolutionForwardAlgorithmEx", fs);
+        }
+    }
+    p->declined = false;
+done:
+    return KILN_OK;
+}
+
+/* Runs the convolution through cuDNN. *handled = false: cuDNN declined
+ * (no algorithm, unexpected output shape); the caller falls back. */
+static kiln_status conv_cudnn(const kiln_kernel_args *a, const kcu_conv *g, const int64_t *pe,
+                              bool *handled) {
+    kiln_cuda_state *st = KCU_STATE(a);
+    const char *node = KCU_NODE(a);
+    const kiln_tensor *X = a->in[0], *W = a->in[1];
+    kiln_tensor *Y = a->out[0];
+    *handled = false;
+    conv_plan key;
+    memset(&key, 0, sizeof key);
+    key.g = *g;
+    memcpy(key.pe, pe, sizeof key.pe);
+    key.math = CUDNN_TENSOR_OP_MATH;
+    key.tactic = kiln__cuda_tactic(a);
+    switch (X->dtype) {
+    case KILN_DTYPE_FLOAT32:
+        key.dt = CUDNN_DATA_FLOAT;
+        key.math = st->allow_tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
+        break;
+    case KILN_DTYPE_FLOAT16: key.dt = CUDNN_DATA_HALF; break;
+    case KILN_DTYPE_BFLOAT16: key.dt = CUDNN_DATA_BFLOAT16; break;
+    default:
+        key.dt = CUDNN_DATA_DOUBLE;
+        key.math = CUDNN_DEFAULT_MATH;
+        break;
+    }
+    /* the key is everything before `declined` */
+    const size_t key_size = offsetof(conv_plan, declined);
+    kiln_cuda_node *ns = kiln__cuda_node(a);
+    conv_plan *p = ns && ns->conv_free == conv_plan_free ? ns->conv : NULL;
+    conv_plan tmp;
+    if (ns && !ns->conv) {
+        p = kiln__calloc(1, sizeof *p);
+        if (p) {
+            ns->conv = p;
+            ns->conv_free = conv_plan_free;
+        }
+    }
+    if (!p) {
+        memset(&tmp, 0, sizeof tmp);
+        p = &tmp;
+    }
+    kiln_status s = KILN_OK;
+    if (p == &tmp || !(p->x || p->declined) || memcmp(p, &key, key_size)) {
+        conv_plan_clear(p);
+        memcpy(p, &key, key_size);
+        s = conv_plan_build(a, g, p);
+        if (s != KILN_OK) {
+            conv_plan_clear(p);
+            goto out;
+        }
+    }
+    if (p->declined) goto out;
     void *ws = NULL;
-    if (perf[pick].memory && (s = kiln__cuda_scratch(st, perf[pick].memory, &ws, node)) != KILN_OK)
-        goto done;
+    if (p->ws && (s = kiln__cuda_scratch(st, p->ws, &ws, node)) != KILN_OK) goto out;
     float af = 1.0f, bf = 0.0f;
     double ad = 1.0, bd = 0.0;
-    const void *alpha = dt == CUDNN_DATA_DOUBLE ? (const void *)&ad : (const void *)&af;
-    const void *beta = dt == CUDNN_DATA_DOUBLE ? (const void *)&bd : (const void *)&bf;
-    cudnnStatus_t fs = cudnnConvolutionForward(st->dnn, alpha, xdesc, X->data, wdesc, W->data,
-                                               cdesc, perf[pick].algo, ws, perf[pick].memory, beta,
-                                               ydesc, Y->data);
-    if (fs == CUDNN_STATUS_NOT_SUPPORTED) goto done;
+    bool f64 = p->dt == CUDNN_DATA_DOUBLE;
+    const void *alpha = f64 ? (const void *)&ad : (const void *)&af;
+    const void *beta = f64 ? (const void *)&bd : (const void *)&bf;
+    cudnnStatus_t fs = cudnnConvolutionForward(st->dnn, alpha, p->x, X->data, p->w, W->data, p->c,
+                                               p->algo, ws, p->ws, beta, p->y, Y->data);
+    if (fs == CUDNN_STATUS_NOT_SUPPORTED) {
+        p->declined = true;
+        goto out;
+    }
     if (fs != CUDNN_STATUS_SUCCESS) {
         s = dnn_fail(node, "ConvolutionForward", fs);
-        goto done;
+        goto out;
     }
     *handled = true;
-done:
-    if (cdesc) cudnnDestroyConvolutionDescriptor(cdesc);
-    if (wdesc) cudnnDestroyFilterDescriptor(wdesc);
-    if (ydesc) cudnnDestroyTensorDescriptor(ydesc);
-    if (xdesc) cudnnDestroyTensorDescriptor(xdesc);
+out:
+    if (p == &tmp) conv_plan_clear(&tmp);
     return s;
 }
 
@@ -237,41 +334,88 @@ static kiln_status conv_gemm(const kiln_kernel_args *a, const kcu_conv *g) {
     return KILN_OK;
 }
 
-kiln_status kiln__cu_conv_run(const kiln_kernel_args *a) {
+/* Y = act(conv(X, W) + B + R): Conv (act NONE, R NULL) and FusedConv. */
+static kiln_status conv_exec(const kiln_kernel_args *a, const kiln_conv_attrs *at, int act,
+                             float alpha, float beta, const kiln_tensor *R) {
     const kiln_tensor *X = a->in[0], *W = a->in[1];
     const kiln_tensor *B = a->n_in > 2 ? a->in[2] : NULL;
     kiln_tensor *Y = a->out[0];
     const char *node = KCU_NODE(a);
-    if (!kiln__cu_is_float(X->dtype) || W->dtype != X->dtype || (B && B->dtype != X->dtype))
-        return KILN_FAIL(KILN_ERR_UNSUPPORTED, "node '%s' (Conv): dtype %s has no CUDA kernel",
-                         node, kiln_dtype_name(X->dtype));
+    if (!kiln__cu_is_float(X->dtype) || W->dtype != X->dtype || (B && B->dtype != X->dtype) ||
+        (R && R->dtype != X->dtype))
+        return KILN_FAIL(KILN_ERR_UNSUPPORTED, "node '%s' (%s): dtype %s has no CUDA kernel", node,
+                         a->op->name, kiln_dtype_name(X->dtype));
     kcu_conv g;
     int64_t pe[KCU_MAX_SP] = {0, 0, 0};
-    KILN_TRY(conv_geom(a, &g, pe));
+    KILN_TRY(conv_geom(a, at, &g, pe));
     if (B && kiln__tensor_numel(B) != g.M)
-        return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (Conv): bias has %lld elements, expected %lld",
-                         node, (long long)kiln__tensor_numel(B), (long long)g.M);
+        return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (%s): bias has %lld elements, expected %lld",
+                         node, a->op->name, (long long)kiln__tensor_numel(B), (long long)g.M);
+    if (R && kiln__tensor_numel(R) != kiln__tensor_numel(Y))
+        return KILN_FAIL(KILN_ERR_MODEL,
+                         "node '%s' (%s): residual has %lld elements, the output %lld", node,
+                         a->op->name, (long long)kiln__tensor_numel(R),
+                         (long long)kiln__tensor_numel(Y));
     if (kiln__tensor_numel(Y) == 0) return KILN_OK;
     if (g.Cg == 1 && g.G > 1) { /* depthwise: direct, bias included */
         KILN_CUDA_TRY(kcu_conv_direct(X->dtype, &g, X->data, W->data, B ? B->data : NULL, Y->data,
                                       KCU_STREAM(a)),
                       node);
-        return KILN_OK;
-    }
-    bool done = false;
+        B = NULL;
+    } else {
+        bool done = false;
 #if KILN_HAVE_CUDNN
-    bool sym = true, fits = g.N * g.C * g.in_sz < INT_MAX && g.N * g.M * g.out_sz < INT_MAX;
-    for (int i = 0; i < g.ns; i++)
-        if (g.pb[i] != pe[i]) sym = false;
-    if (KCU_STATE(a)->dnn && sym && fits) KILN_TRY(conv_cudnn(a, &g, &done));
+        bool sym = true, fits = g.N * g.C * g.in_sz < INT_MAX && g.N * g.M * g.out_sz < INT_MAX;
+        for (int i = 0; i < g.ns; i++)
+            if (g.pb[i] != pe[i]) sym = false;
+        if (KCU_STATE(a)->dnn && sym && fits) KILN_TRY(conv_cudnn(a, &g, pe, &done));
 #endif
-    if (!done) KILN_TRY(conv_gemm(a, &g));
-    if (B)
-        KILN_CUDA_TRY(kcu_add_channel_bias(X->dtype, Y->data, B->data, g.N, g.M, g.out_sz,
-                                           KCU_STREAM(a)),
-                      node);
+        if (!done) KILN_TRY(conv_gemm(a, &g));
+    }
+    /* bias, residual and activation in one pass */
+    KILN_CUDA_TRY(kcu_bias_act(X->dtype, Y->data, Y->data, B ? B->data : NULL, R ? R->data : NULL,
+                               g.N, g.M, g.out_sz, act, alpha, beta, KCU_STREAM(a)),
+                  node);
     return KILN_OK;
 }
+
+kiln_status kiln__cu_conv_run(const kiln_kernel_args *a) {
+    return conv_exec(a, a->attrs, KCU_ACT_NONE, 0.0f, 0.0f, NULL);
+}
+
+#if KILN_CUDA_FUSED_CONV
+
+_Static_assert((int)KCU_ACT_RELU == (int)KILN_FC_ACT_RELU &&
+                   (int)KCU_ACT_CLIP == (int)KILN_FC_ACT_CLIP &&
+                   (int)KCU_ACT_LEAKY_RELU == (int)KILN_FC_ACT_LEAKY_RELU &&
+                   (int)KCU_ACT_SIGMOID == (int)KILN_FC_ACT_SIGMOID &&
+                   (int)KCU_ACT_SILU == (int)KILN_FC_ACT_SILU &&
+                   (int)KCU_ACT_HARD_SWISH == (int)KILN_FC_ACT_HARD_SWISH &&
+                   (int)KCU_ACT_COUNT == (int)KILN_FC_ACT_COUNT,
+               "kcu activations must match kiln.FusedConv's");
+
+bool kiln__cu_fused_conv_supports(const kiln_graph *g, const kiln_node *n) {
+    const kiln_fused_conv_attrs *at = n->attrs;
+    if (!at || at->act < 0 || at->act >= KILN_FC_ACT_COUNT) return false;
+    if (at->has_residual != (n->n_in > 3)) return false;
+    if (!kiln__cu_conv_supports(g, n)) return false;
+    kiln_dtype t = kiln__cu_in_dtype(g, n, 0);
+    if (t != KILN_DTYPE_FLOAT32 && !kiln__cu_infer_keeps_dtype(g, n)) return false;
+    return !at->has_residual || kiln__cu_in_dtype(g, n, 3) == t;
+}
+
+kiln_status kiln__cu_fused_conv_run(const kiln_kernel_args *a) {
+    const kiln_fused_conv_attrs *at = a->attrs;
+    if (at->act < 0 || at->act >= KILN_FC_ACT_COUNT || at->has_residual != (a->n_in > 3))
+        return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (FusedConv): bad attributes (act %d, residual %d)",
+                         KCU_NODE(a), (int)at->act, (int)at->has_residual);
+    kiln_kernel_args c = *a;
+    c.n_in = a->n_in > 3 ? 3 : a->n_in;
+    return conv_exec(&c, &at->conv, at->act, at->alpha, at->beta,
+                     at->has_residual ? a->in[3] : NULL);
+}
+
+#endif /* KILN_CUDA_FUSED_CONV */
 
 #endif /* KILN_CUDA_NN_ATTRS */
 

@@ -35,6 +35,14 @@
 #include "ops/nn_attrs.h"
 #define KILN_CUDA_NN_ATTRS 1
 #endif
+#if __has_include("ops/fused_conv.h")
+#include "ops/fused_conv.h"
+#define KILN_CUDA_FUSED_CONV 1
+#endif
+#if __has_include("ops/fused_transformer.h")
+#include "ops/fused_transformer.h"
+#define KILN_CUDA_FUSED_TRANSFORMER 1
+#endif
 #if __has_include("ops/reduce_attrs.h")
 #include "ops/reduce_attrs.h"
 #define KILN_CUDA_REDUCE_ATTRS 1
@@ -45,6 +53,12 @@
 #endif
 #ifndef KILN_CUDA_REDUCE_ATTRS
 #define KILN_CUDA_REDUCE_ATTRS 0
+#endif
+#ifndef KILN_CUDA_FUSED_CONV
+#define KILN_CUDA_FUSED_CONV 0
+#endif
+#ifndef KILN_CUDA_FUSED_TRANSFORMER
+#define KILN_CUDA_FUSED_TRANSFORMER 0
 #endif
 
 /* cuBLASLt workspace per context (NVIDIA recommends 32 MiB on Hopper). */
@@ -65,6 +79,10 @@ typedef struct kiln_cuda_state {
     int sm_count, cc_major, cc_minor;
     bool allow_tf32;          /* fp32 GEMM/conv may use TF32 tensor cores */
     bool sync_each;           /* KILN_CUDA_SYNC=1: synchronize after every node (debugging) */
+    bool conv_find;           /* time cuDNN's candidate algorithms on a node's first run
+                                 (KILN_CUDNN_FIND=0: take the heuristic's first choice) */
+    bool capturing;           /* a CUDA Graph capture is in progress on `stream` */
+    uint64_t scratch_gen;     /* bumped whenever `scratch` is reallocated (graphs refer to it) */
 } kiln_cuda_state;
 
 /* ---- errors ----------------------------------------------------------------
@@ -132,6 +150,14 @@ KCU_DECLARE(reduce)
 KCU_DECLARE(matmul)
 KCU_DECLARE(gemm)
 KCU_DECLARE(conv)
+KCU_DECLARE(fused_conv)
+/* cuda_fused.c */
+KCU_DECLARE(fused_matmul)
+/* FusedMatMul's tactics: cuBLASLt's heuristic candidates for its shapes */
+KILN_PRIVATE int kiln__cu_fused_matmul_tactics(kiln_cuda_state *st, const kiln_infer_args *a,
+                                               int32_t *ids, int cap);
+KCU_DECLARE(gelu)
+KCU_DECLARE(attention)
 
 /* ---- helpers for supports() ---------------------------------------------------- */
 
@@ -142,6 +168,10 @@ KILN_PRIVATE const kiln_tinfo *kiln__cu_out(const kiln_graph *g, const kiln_node
 KILN_PRIVATE kiln_dtype kiln__cu_in_dtype(const kiln_graph *g, const kiln_node *n, int i);
 KILN_PRIVATE kiln_dtype kiln__cu_out_dtype(const kiln_graph *g, const kiln_node *n, int i);
 KILN_PRIVATE bool kiln__cu_is_float(kiln_dtype t); /* f32 f16 bf16 f64 */
+/* Whether the op's own inference accepts n's inputs as typed in g and gives
+ * output 0 the dtype of input 0 (kiln's fused layers: float32 only until
+ * their inference takes fp16/bf16). */
+KILN_PRIVATE bool kiln__cu_infer_keeps_dtype(const kiln_graph *g, const kiln_node *n);
 
 /* ---- helpers for run() ------------------------------------------------------------ */
 
@@ -194,7 +224,56 @@ typedef struct kiln_cuda_gemm {
     void *C;
     int64_t lda, ldb, ldc;
     int64_t sa, sb, sc;
+    /* Epilogue (cuBLASLt), applied to alpha*AB + beta*C: KCU_EPI_* ; bias
+     * (epi with BIAS) is a vector of N elements of dtype t added to every
+     * row. batch must be 1 when epi != 0. */
+    int epi;
+    const void *bias;
+    int32_t tactic;  /* index into cuBLASLt's heuristic list (0: its first choice) */
 } kiln_cuda_gemm;
+enum {
+    KCU_EPI_NONE = 0,
+    KCU_EPI_RELU = 1,
+    KCU_EPI_GELU = 2,      /* tanh approximation (cuBLASLt's GELU) */
+    KCU_EPI_BIAS = 4,      /* combined with the above: BIAS, RELU_BIAS, GELU_BIAS */
+};
 KILN_PRIVATE kiln_status kiln__cuda_gemm(const kiln_kernel_args *a, const kiln_cuda_gemm *p);
+/* Number of cuBLASLt heuristic candidates for p (shapes and dtypes only;
+ * pointers are taken as 256-byte aligned), at most cap; 0 if none. */
+KILN_PRIVATE int kiln__cuda_gemm_candidates(kiln_cuda_state *st, const kiln_cuda_gemm *p, int cap);
+
+/* ---- per-(context, node) state ------------------------------------------------------
+ * What a node's kernel keeps between runs in a->node_state->p: cuBLASLt
+ * descriptors + chosen algorithm per GEMM shape, and the convolution plan
+ * (cuDNN descriptors + algorithm). Created on first use; freed by the
+ * context. Everything is keyed by shapes, so a shape change rebuilds it. */
+#define KCU_GEMM_PLANS 4
+typedef struct kiln_cuda_gemm_key {
+    int32_t t, ta, tb, tf32, epi, tactic;
+    uint32_t al[4];
+    int64_t M, N, K, batch, lda, ldb, ldc, sa, sb, sc;
+} kiln_cuda_gemm_key;
+typedef struct kiln_cuda_gemm_plan {
+    kiln_cuda_gemm_key key;
+    bool used;
+    bool simple;                 /* cuBLASLt has no algorithm: the fallback kernel */
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t l[3]; /* first operand (B), second (A), C/D */
+    cublasLtMatmulAlgo_t algo;
+} kiln_cuda_gemm_plan;
+typedef struct kiln_cuda_node {
+    kiln_cuda_gemm_plan gemm[KCU_GEMM_PLANS];
+    int gemm_next;
+    void *conv;                  /* cuda_conv.c's plan */
+    void (*conv_free)(void *);
+} kiln_cuda_node;
+/* The node's CUDA state, created on first use; NULL when the args carry no
+ * node state (constant folding, build-time timing) or memory is short:
+ * then nothing is kept and the kernel sets itself up every call. */
+KILN_PRIVATE kiln_cuda_node *kiln__cuda_node(const kiln_kernel_args *a);
+/* Destroys a GEMM plan's descriptors (cuda_blas.c) and clears it. */
+KILN_PRIVATE void kiln__cuda_gemm_plan_release(kiln_cuda_gemm_plan *pl);
+/* The tactic id of a node whose op has KILN_OP_FLAG_TACTICS (0 otherwise). */
+KILN_PRIVATE int32_t kiln__cuda_tactic(const kiln_kernel_args *a);
 
 #endif

@@ -212,9 +212,40 @@ cudaError_t kcu_im2col(kiln_dtype t, const kcu_conv *g, const void *x, int64_t n
  * (+ bias[m] when bias != NULL). Floating dtypes, fp32 accumulation. */
 cudaError_t kcu_conv_direct(kiln_dtype t, const kcu_conv *g, const void *x, const void *w,
                             const void *bias, void *y, cudaStream_t stream);
-/* y[n, m, :] += bias[m] over [N, M, plane]. */
-cudaError_t kcu_add_channel_bias(kiln_dtype t, void *y, const void *bias, int64_t N, int64_t M,
-                                 int64_t plane, cudaStream_t stream);
+
+/* Activations of fused layers (same numbers as KILN_FC_ACT_* in
+ * src/ops/fused_conv.h; cuda_conv.c checks that they agree). */
+enum {
+    KCU_ACT_NONE = 0,
+    KCU_ACT_RELU = 1,
+    KCU_ACT_CLIP = 2,       /* min(max(x, alpha), beta) */
+    KCU_ACT_LEAKY_RELU = 3, /* x >= 0 ? x : alpha x */
+    KCU_ACT_SIGMOID = 4,
+    KCU_ACT_SILU = 5,
+    KCU_ACT_HARD_SWISH = 6,
+    KCU_ACT_COUNT = 7,
+    KCU_ACT_GELU_ERF = 100,  /* x/2 (1 + erf(x / sqrt 2)) */
+    KCU_ACT_GELU_TANH = 101  /* x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
+};
+/* y[n, m, :] = act(x[n, m, :] + bias[m] + residual[n, m, :]) over [N, M,
+ * plane]; bias and residual may be NULL; x may be y (k_fused.cu). A row
+ * bias of a [rows, cols] matrix: N = rows, M = cols, plane = 1. */
+cudaError_t kcu_bias_act(kiln_dtype t, const void *x, void *y, const void *bias,
+                         const void *residual, int64_t N, int64_t M, int64_t plane, int act,
+                         float alpha, float beta, cudaStream_t stream);
+
+/* Attention O = softmax(scale Q K^T + mask) V per (batch, head), online
+ * softmax in fp32 (k_fused.cu). Element strides per logical dim (b, h, s,
+ * d) of each operand; mask strides (b, h, query, key), 0 where broadcast. */
+#define KCU_ATTN_MAX_D 128
+typedef struct kcu_attn {
+    int64_t B, H, Sq, Sk, D, Dv;
+    int64_t qs[4], ks[4], vs[4], os[4], ms[4];
+    float scale;
+    int has_mask;
+} kcu_attn;
+cudaError_t kcu_attention(kiln_dtype t, const kcu_attn *g, const void *q, const void *k,
+                          const void *v, const void *mask, void *o, cudaStream_t stream);
 
 /* Simple tiled GEMM (fallback when cuBLASLt has no algorithm, and K == 0):
  * row-major, batched like kiln__cuda_gemm (cuda_internal.h): C_b = alpha *

@@ -104,6 +104,16 @@ static const kiln_cuda_kernel kiln_cuda_kernels[KILN_OP_ID_LIMIT] = {
     [KILN_OP_Softmax] = KCU_ENTRY("cuda.softmax", softmax),
     [KILN_OP_LogSoftmax] = KCU_ENTRY("cuda.softmax", softmax),
 #endif
+#if KILN_CUDA_FUSED_CONV
+    /* fused layers (cuda_conv.c, k_fused.cu) */
+    [KILN_OP_FusedConv] = KCU_ENTRY("cuda.conv+epilogue", fused_conv),
+#endif
+#if KILN_CUDA_FUSED_TRANSFORMER
+    /* transformer layers (cuda_fused.c, k_fused.cu) */
+    [KILN_OP_FusedMatMul] = KCU_ENTRY("cublasLt+epilogue", fused_matmul),
+    [KILN_OP_Gelu] = KCU_ENTRY("cuda.gelu", gelu),
+    [KILN_OP_Attention] = KCU_ENTRY("cuda.attention", attention),
+#endif
 #if KILN_CUDA_REDUCE_ATTRS
     /* reductions (cuda_ops_nn.c, k_reduce.cu) */
     [KILN_OP_ReduceSum] = KCU_ENTRY("cuda.reduce", reduce),

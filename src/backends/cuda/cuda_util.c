@@ -34,6 +34,23 @@ bool kiln__cu_is_float(kiln_dtype t) {
            t == KILN_DTYPE_FLOAT64;
 }
 
+bool kiln__cu_infer_keeps_dtype(const kiln_graph *g, const kiln_node *n) {
+    const kiln_tinfo *ins[16];
+    kiln_tinfo outs[16], *outp[16];
+    if (n->n_in > 16 || n->n_out > 16 || n->n_in < 1 || !n->op || !n->op->infer) return false;
+    for (int i = 0; i < n->n_in; i++) ins[i] = kiln__cu_in(g, n, i);
+    if (!ins[0]) return false;
+    for (int k = 0; k < n->n_out; k++) {
+        memset(&outs[k], 0, sizeof outs[k]);
+        outp[k] = &outs[k];
+    }
+    kiln_infer_args ia = {.op = n->op, .attrs = n->attrs, .node_name = n->name, .n_in = n->n_in,
+                          .n_out = n->n_out, .in = ins, .out = outp};
+    bool ok = n->op->infer(&ia) == KILN_OK && outs[0].dtype == ins[0]->dtype;
+    kiln__clear_error();
+    return ok;
+}
+
 void kiln__cuda_strides(int rank, const int64_t *dims, int64_t *st) {
     int64_t s = 1;
     for (int d = rank - 1; d >= 0; d--) {
@@ -246,6 +263,34 @@ kiln_status kiln__cuda_read_scalar(const kiln_kernel_args *a, const kiln_tensor 
     return KILN_OK;
 }
 
+/* ---- node state ------------------------------------------------------------------------ */
+
+static void cuda_node_free(void *p) {
+    kiln_cuda_node *ns = p;
+    if (!ns) return;
+    for (int i = 0; i < KCU_GEMM_PLANS; i++) kiln__cuda_gemm_plan_release(&ns->gemm[i]);
+    if (ns->conv && ns->conv_free) ns->conv_free(ns->conv);
+    kiln__free(ns);
+}
+
+kiln_cuda_node *kiln__cuda_node(const kiln_kernel_args *a) {
+    kiln_node_state *s = a->node_state;
+    if (!s) return NULL;
+    if (s->p) return s->free == cuda_node_free ? s->p : NULL;
+    kiln_cuda_node *ns = kiln__calloc(1, sizeof *ns);
+    if (!ns) return NULL;
+    s->p = ns;
+    s->free = cuda_node_free;
+    return ns;
+}
+
+int32_t kiln__cuda_tactic(const kiln_kernel_args *a) {
+    if (!a->op || !(a->op->flags & KILN_OP_FLAG_TACTICS) || !a->attrs) return 0;
+    kiln_tactic t;
+    memcpy(&t, a->attrs, sizeof t);
+    return t.id;
+}
+
 /* ---- scratch --------------------------------------------------------------------------- */
 
 kiln_status kiln__cuda_scratch(kiln_cuda_state *st, size_t n, void **out, const char *node) {
@@ -255,6 +300,10 @@ kiln_status kiln__cuda_scratch(kiln_cuda_state *st, size_t n, void **out, const 
     }
     size_t cap = st->scratch_cap * 2 > n ? st->scratch_cap * 2 : n;
     cap = (cap + 255) & ~(size_t)255;
+    if (st->capturing)
+        return KILN_FAIL(KILN_ERR_UNSUPPORTED,
+                         "node '%s': scratch must grow (%zu bytes) during a CUDA Graph capture", node,
+                         n);
     if (st->scratch) {
         /* the stream may still use the old buffer */
         KILN_CUDA_TRY(cudaStreamSynchronize(st->stream), node);
@@ -271,6 +320,7 @@ kiln_status kiln__cuda_scratch(kiln_cuda_state *st, size_t n, void **out, const 
                          cudaGetErrorString(e));
     }
     st->scratch_cap = cap;
+    st->scratch_gen++;
     *out = st->scratch;
     return KILN_OK;
 }

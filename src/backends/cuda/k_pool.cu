@@ -122,16 +122,6 @@ __global__ void __launch_bounds__(KCU_THREADS)
     }
 }
 
-template <typename T>
-__global__ void __launch_bounds__(KCU_THREADS)
-    k_channel_bias(T *__restrict__ y, const T *__restrict__ bias, int64_t total, int64_t M,
-                   int64_t plane) {
-    KCU_GRID_STRIDE(i, total) {
-        int64_t m = (i / plane) % M;
-        y[i] = Num<T>::store(Num<T>::load(y[i]) + Num<T>::load(bias[m]));
-    }
-}
-
 } /* namespace kcu */
 
 using namespace kcu;
@@ -167,18 +157,6 @@ cudaError_t kcu_conv_direct(kiln_dtype t, const kcu_conv *g, const void *x, cons
     KCU_SWITCH_FLOAT(t, {
         k_conv_direct<T_><<<grid_for(total), KCU_THREADS, 0, stream>>>(
             (const T_ *)x, (const T_ *)w, (const T_ *)bias, (T_ *)y, *g);
-        return cudaGetLastError();
-    })
-    return cudaErrorInvalidValue;
-}
-
-cudaError_t kcu_add_channel_bias(kiln_dtype t, void *y, const void *bias, int64_t N, int64_t M,
-                                 int64_t plane, cudaStream_t stream) {
-    int64_t total = N * M * plane;
-    if (total <= 0) return cudaSuccess;
-    KCU_SWITCH_FLOAT(t, {
-        k_channel_bias<T_><<<grid_for(total), KCU_THREADS, 0, stream>>>((T_ *)y, (const T_ *)bias,
-                                                                        total, M, plane);
         return cudaGetLastError();
     })
     return cudaErrorInvalidValue;

@@ -46,11 +46,18 @@ cudaError_t cudaMemcpy(void *d, const void *s, size_t n, enum cudaMemcpyKind k) 
 cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a, const void *p) {
     memset(a, 0, sizeof *a); a->type = find_reg(p) >= 0 ? cudaMemoryTypeDevice : cudaMemoryTypeUnregistered; return cudaSuccess; }
 cudaError_t cudaGetLastError(void) { return cudaSuccess; }
+/* graphs: a capture is accepted and then reported invalidated (nothing recorded) */
+cudaError_t cudaStreamBeginCapture(cudaStream_t s, enum cudaStreamCaptureMode m) { (void)s; (void)m; return cudaSuccess; }
+cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *g) { (void)s; *g = NULL; return cudaErrorStreamCaptureInvalidated; }
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t *e, cudaGraph_t g, unsigned long long f) { (void)g; (void)f; *e = NULL; return cudaErrorNotSupported; }
+cudaError_t cudaGraphDestroy(cudaGraph_t g) { (void)g; return cudaSuccess; }
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t e) { (void)e; return cudaSuccess; }
+cudaError_t cudaGraphLaunch(cudaGraphExec_t e, cudaStream_t s) { (void)e; (void)s; return cudaErrorNotSupported; }
 const char *cudaGetErrorString(cudaError_t e) { (void)e; return "emu error"; }
 const char *cudaGetErrorName(cudaError_t e) { (void)e; return "cudaErrorEmu"; }
 
 /* ---- cuBLASLt ---- */
-typedef struct { int ct; cublasOperation_t ta, tb; } emu_desc;
+typedef struct { int ct; cublasOperation_t ta, tb; cublasLtEpilogue_t epi; const void *bias; } emu_desc;
 typedef struct { cudaDataType_t t; uint64_t rows, cols; int64_t ld; int32_t batch; int64_t stride; } emu_layout;
 cublasStatus_t cublasLtCreate(cublasLtHandle_t *h) { *h = (cublasLtHandle_t)malloc(8); return CUBLAS_STATUS_SUCCESS; }
 cublasStatus_t cublasLtDestroy(cublasLtHandle_t h) { free(h); return CUBLAS_STATUS_SUCCESS; }
@@ -62,6 +69,8 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMa
     (void)n; emu_desc *e = (emu_desc *)d;
     if (a == CUBLASLT_MATMUL_DESC_TRANSA) memcpy(&e->ta, v, sizeof e->ta);
     if (a == CUBLASLT_MATMUL_DESC_TRANSB) memcpy(&e->tb, v, sizeof e->tb);
+    if (a == CUBLASLT_MATMUL_DESC_EPILOGUE) memcpy(&e->epi, v, sizeof e->epi);
+    if (a == CUBLASLT_MATMUL_DESC_BIAS_POINTER) memcpy(&e->bias, v, sizeof e->bias);
     return CUBLAS_STATUS_SUCCESS; }
 cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *l, cudaDataType t, uint64_t r, uint64_t c, int64_t ld) {
     emu_layout *e = calloc(1, sizeof *e); e->t = t; e->rows = r; e->cols = c; e->ld = ld; e->batch = 1;
@@ -108,6 +117,14 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, con
             }
             int64_t off = bb * dl->stride + (int64_t)j * dl->ld + (int64_t)i;
             double v = al * acc + (be_ != 0 ? be_ * kiln__load_f64(kt(dl->t), D, off) : 0.0);
+            cublasLtEpilogue_t ep = d->epi;
+            if (ep == CUBLASLT_EPILOGUE_BIAS || ep == CUBLASLT_EPILOGUE_RELU_BIAS || ep == CUBLASLT_EPILOGUE_GELU_BIAS) {
+                if (!d->bias) { fprintf(stderr, "EMU: bias epilogue without a bias pointer\n"); exit(3); }
+                v += kiln__load_f64(kt(dl->t), d->bias, (int64_t)i); /* one bias per row of D */
+            }
+            if (ep == CUBLASLT_EPILOGUE_RELU || ep == CUBLASLT_EPILOGUE_RELU_BIAS) v = v > 0 ? v : 0;
+            if (ep == CUBLASLT_EPILOGUE_GELU || ep == CUBLASLT_EPILOGUE_GELU_BIAS)
+                v = 0.5 * v * (1 + tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
             kiln__store_f64(kt(dl->t), D, off, v);
         }
     return CUBLAS_STATUS_SUCCESS;
@@ -431,8 +448,6 @@ cudaError_t kcu_conv_direct(kiln_dtype t, const kcu_conv *g, const void *x, cons
     }
     return cudaSuccess;
 }
-cudaError_t kcu_add_channel_bias(kiln_dtype t, void *y, const void *b, int64_t N, int64_t M, int64_t plane, cudaStream_t s) {
-    (void)s; for (int64_t i = 0; i < N * M * plane; i++) st_(t, y, i, ld(t, y, i) + ld(t, b, (i / plane) % M)); return cudaSuccess; }
 cudaError_t kcu_gemm_simple(kiln_dtype t, int ta, int tb, int64_t M, int64_t N, int64_t K, int64_t batch, double alpha, const void *A, int64_t lda, int64_t sa,
                             const void *B, int64_t ldb, int64_t sb, double beta, void *C, int64_t ldc, int64_t sc, cudaStream_t s) {
     (void)s;
@@ -441,5 +456,62 @@ cudaError_t kcu_gemm_simple(kiln_dtype t, int ta, int tb, int64_t M, int64_t N, 
         for (int64_t k = 0; k < K; k++) acc += ld(t, A, b * sa + (ta ? k * lda + i : i * lda + k)) * ld(t, B, b * sb + (tb ? j * ldb + k : k * ldb + j));
         int64_t o = b * sc + i * ldc + j; double v = alpha * acc; if (beta != 0) v += beta * ld(t, C, o); st_(t, C, o, v);
     }
+    return cudaSuccess;
+}
+
+/* ---- fused layers (k_fused.cu) ---- */
+static double emu_act(int act, double a, double b, double x) {
+    switch (act) {
+    case KCU_ACT_RELU: return x > 0 ? x : 0;
+    case KCU_ACT_CLIP: return x < a ? a : (x > b ? b : x);
+    case KCU_ACT_LEAKY_RELU: return x >= 0 ? x : a * x;
+    case KCU_ACT_SIGMOID: return 1 / (1 + exp(-x));
+    case KCU_ACT_SILU: return x / (1 + exp(-x));
+    case KCU_ACT_HARD_SWISH: { double t = x / 6 + 0.5; t = t < 0 ? 0 : t > 1 ? 1 : t; return x * t; }
+    case KCU_ACT_GELU_ERF: return x * 0.5 * (1 + erf(x / sqrt(2.0)));
+    case KCU_ACT_GELU_TANH: return 0.5 * x * (1 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+    default: return x;
+    }
+}
+cudaError_t kcu_bias_act(kiln_dtype t, const void *x, void *y, const void *bias, const void *r, int64_t N, int64_t M,
+                         int64_t plane, int act, float alpha, float beta, cudaStream_t s) {
+    (void)s;
+    if (!isf(t)) return cudaErrorInvalidValue;
+    for (int64_t i = 0; i < N * M * plane; i++) {
+        double v = ld(t, x, i);
+        if (bias) v += ld(t, bias, (i / plane) % M);
+        if (r) v += ld(t, r, i);
+        st_(t, y, i, emu_act(act, alpha, beta, v));
+    }
+    return cudaSuccess;
+}
+cudaError_t kcu_attention(kiln_dtype t, const kcu_attn *g, const void *q, const void *k, const void *v,
+                          const void *mask, void *o, cudaStream_t s) {
+    (void)s;
+    if (g->D > KCU_ATTN_MAX_D || g->Dv > KCU_ATTN_MAX_D) return cudaErrorInvalidValue;
+    double *sc = malloc(sizeof(double) * (size_t)(g->Sk + 1));
+    for (int64_t b = 0; b < g->B; b++)
+        for (int64_t h = 0; h < g->H; h++)
+            for (int64_t i = 0; i < g->Sq; i++) {
+                double mx = -INFINITY, sum = 0;
+                for (int64_t j = 0; j < g->Sk; j++) {
+                    double d = 0;
+                    for (int64_t c = 0; c < g->D; c++)
+                        d += ld(t, q, b * g->qs[0] + h * g->qs[1] + i * g->qs[2] + c * g->qs[3]) *
+                             ld(t, k, b * g->ks[0] + h * g->ks[1] + j * g->ks[2] + c * g->ks[3]);
+                    d *= g->scale;
+                    if (g->has_mask) d += ld(t, mask, b * g->ms[0] + h * g->ms[1] + i * g->ms[2] + j * g->ms[3]);
+                    sc[j] = d;
+                    if (d > mx) mx = d;
+                }
+                for (int64_t j = 0; j < g->Sk; j++) sum += (sc[j] = exp(sc[j] - mx));
+                for (int64_t c = 0; c < g->Dv; c++) {
+                    double acc = 0;
+                    for (int64_t j = 0; j < g->Sk; j++)
+                        acc += sc[j] * ld(t, v, b * g->vs[0] + h * g->vs[1] + j * g->vs[2] + c * g->vs[3]);
+                    st_(t, o, b * g->os[0] + h * g->os[1] + i * g->os[2] + c * g->os[3], acc / sum);
+                }
+            }
+    free(sc);
     return cudaSuccess;
 }

@@ -14,11 +14,17 @@ CUDA_INC=${CUDA_INC:-/usr/local/cuda/include}
 cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA=OFF -DKILN_BUILD_TESTS=OFF >/dev/null
 cmake --build "$B" -j2 --target kiln_static >/dev/null
 PB=$(sed -n 's/^PROTOBUF_C_LIB:FILEPATH=//p' "$B/CMakeCache.txt")
+LIBS=("$PB")
+# libkiln.a uses oneDNN when CMake found it
+if grep -q '^KILN_DNNL:STRING=\(AUTO\|ON\)' "$B/CMakeCache.txt"; then
+  DL=$(sed -n 's/^DNNL_LIB:FILEPATH=//p' "$B/CMakeCache.txt")
+  [ -n "$DL" ] && [ -e "$DL" ] && LIBS+=("$DL")
+fi
 INC=()
 if [ -n "${KILN_EMU_INCLUDE:-}" ]; then INC+=(-I"$KILN_EMU_INCLUDE"); fi
 gcc -std=c11 -D_GNU_SOURCE -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer \
     -Wall -Wextra -Iinclude -Isrc -Itests "${INC[@]}" -I"$CUDA_INC" \
     -DKILN_HAVE_CUDA=1 -DKILN_HAVE_CUDNN=0 -o "$B/test_cuda_emu" \
     tests/cuda/emu/cuda_emu.c src/backends/cuda/*.c tests/cuda/test_cuda_ops.c \
-    "$B/libkiln.a" "$PB" -lpthread -lm
+    "$B/libkiln.a" "${LIBS[@]}" -lpthread -lm
 "$B/test_cuda_emu"

@@ -1,0 +1,310 @@
+#!/usr/bin/env python3
+"""kiln vs PyTorch on one NVIDIA GPU, fp16, in one process.
+
+For ResNet-50 (torchvision, random weights) and BERT-base (transformers
+BertModel from its default config, random weights, sequence 128), at each
+batch size: exports the fp32 model to ONNX with the torch at hand
+(dynamo=False), builds a kiln fp16 CUDA engine for that fixed shape (C API
+through ctypes), and measures in the same process
+
+  * PyTorch eager, fp16 (model.half())
+  * torch.compile(mode="reduce-overhead"), fp16
+  * kiln, running on torch CUDA tensors (device pointers, torch's current
+    stream; no copies)
+
+with CUDA events: `--repeats` rounds, the methods alternating inside each
+round, each round timing `--iters` back-to-back calls; the median round is
+reported. kiln's outputs are checked against PyTorch's fp32 outputs (max abs
+error / max |ref|, next to the same number for PyTorch's own fp16 eager).
+Writes a markdown table (with the command that made it) to --write, and a
+per-kernel profile of each kiln case (torch.profiler) to --profile-dir.
+
+Usage (GPU machine; libkiln.so built with CUDA):
+  python3 bench/gpu_vs_torch.py --lib build-gpu/libkiln.so --write BENCH.md
+"""
+import argparse
+import copy
+import ctypes
+import os
+import shlex
+import statistics
+import sys
+import tempfile
+import time
+
+import numpy as np
+import torch
+
+F32, I64, F16 = 1, 7, 10
+CUDA = 1
+FP16 = 2
+
+
+class Kiln:
+    def __init__(self, path):
+        self.lib = ctypes.CDLL(path)
+        L = self.lib
+        p, c_int, c_sz = ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t
+        i64p = ctypes.POINTER(ctypes.c_int64)
+        sigs = {
+            "kiln_last_error": ([], ctypes.c_char_p),
+            "kiln_model_load_onnx": ([ctypes.c_char_p, ctypes.POINTER(p)], c_int),
+            "kiln_model_free": ([p], None),
+            "kiln_builder_create": ([ctypes.POINTER(p)], c_int),
+            "kiln_builder_free": ([p], None),
+            "kiln_builder_set_device": ([p, c_int, c_int], c_int),
+            "kiln_builder_set_precision": ([p, c_int], c_int),
+            "kiln_builder_set_profile": ([p, ctypes.c_char_p, c_int, i64p, i64p, i64p], c_int),
+            "kiln_build": ([p, p, ctypes.POINTER(p)], c_int),
+            "kiln_engine_free": ([p], None),
+            "kiln_engine_describe": ([p, c_int], ctypes.c_char_p),
+            "kiln_context_create": ([p, ctypes.POINTER(p)], c_int),
+            "kiln_context_free": ([p], None),
+            "kiln_context_set_stream": ([p, p], c_int),
+            "kiln_context_set_input": ([p, ctypes.c_char_p, c_int, c_int, i64p, p], c_int),
+            "kiln_context_set_output": ([p, ctypes.c_char_p, p, c_sz], c_int),
+            "kiln_context_run": ([p], c_int),
+        }
+        for name, (args, res) in sigs.items():
+            f = getattr(L, name)
+            f.argtypes, f.restype = args, res
+
+    def check(self, status, what):
+        if status != 0:
+            raise RuntimeError(f"{what}: {self.lib.kiln_last_error().decode()}")
+
+    def build(self, onnx_path, shapes, precision):
+        L, p = self.lib, ctypes.c_void_p
+        m, b, e = p(), p(), p()
+        self.check(L.kiln_model_load_onnx(onnx_path.encode(), ctypes.byref(m)), "load")
+        try:
+            self.check(L.kiln_builder_create(ctypes.byref(b)), "builder")
+            self.check(L.kiln_builder_set_device(b, CUDA, 0), "device")
+            self.check(L.kiln_builder_set_precision(b, precision), "precision")
+            for name, shape in shapes.items():
+                arr = (ctypes.c_int64 * len(shape))(*shape)
+                self.check(L.kiln_builder_set_profile(b, name.encode(), len(shape), arr, arr, arr), "profile")
+            self.check(L.kiln_build(b, m, ctypes.byref(e)), "build")
+        finally:
+            L.kiln_builder_free(b)
+            L.kiln_model_free(m)
+        return e
+
+
+class KilnRunner:
+    """A context bound to torch CUDA tensors (inputs and outputs), on torch's stream."""
+
+    def __init__(self, k, engine, inputs, outputs):
+        self.k, self.e = k, engine
+        L = k.lib
+        self.c = ctypes.c_void_p()
+        k.check(L.kiln_context_create(engine, ctypes.byref(self.c)), "context")
+        k.check(L.kiln_context_set_stream(self.c, ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)),
+                "stream")
+        self.keep = []
+        for name, t in inputs.items():
+            dt = {torch.float32: F32, torch.int64: I64, torch.float16: F16}[t.dtype]
+            dims = (ctypes.c_int64 * t.dim())(*t.shape)
+            self.keep.append(dims)
+            k.check(L.kiln_context_set_input(self.c, name.encode(), dt, t.dim(), dims,
+                                             ctypes.c_void_p(t.data_ptr())), f"input {name}")
+        for name, t in outputs.items():
+            k.check(L.kiln_context_set_output(self.c, name.encode(), ctypes.c_void_p(t.data_ptr()),
+                                              t.numel() * t.element_size()), f"output {name}")
+        self.outputs = outputs
+
+    def __call__(self):
+        self.k.check(self.k.lib.kiln_context_run(self.c), "run")
+        return self.outputs
+
+    def close(self):
+        self.k.lib.kiln_context_free(self.c)
+
+
+def rel_err(a, ref):
+    a, ref = a.float(), ref.float()
+    m = ref.abs().max().item()
+    return (a - ref).abs().max().item() / (m if m > 0 else 1.0)
+
+
+def time_methods(methods, iters, repeats):
+    """median ms per call of each method; the methods alternate inside each round"""
+    times = {name: [] for name in methods}
+    for _ in range(repeats):
+        for name, fn in methods.items():
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(iters):
+                fn()
+            end.record()
+            end.synchronize()
+            times[name].append(start.elapsed_time(end) / iters)
+    return {name: statistics.median(v) for name, v in times.items()}
+
+
+def make_resnet50():
+    import torchvision
+    torch.manual_seed(0)
+    m = torchvision.models.resnet50().eval()
+
+    def inputs(batch, dev="cpu"):
+        g = torch.Generator().manual_seed(1)
+        return {"x": torch.randn(batch, 3, 224, 224, generator=g).to(dev)}
+
+    return m, inputs, ["y"], {"x": {0: "batch"}}, {"y": {0: "batch"}}
+
+
+def make_bert():
+    from transformers import BertConfig, BertModel
+    torch.manual_seed(0)
+    cfg = BertConfig()  # bert-base: 12 layers, hidden 768, 12 heads
+    m = BertModel(cfg, add_pooling_layer=False).eval()
+
+    class Wrap(torch.nn.Module):
+        def __init__(self, bert):
+            super().__init__()
+            self.bert = bert
+
+        def forward(self, input_ids, attention_mask):
+            return self.bert(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+
+    def inputs(batch, dev="cpu"):
+        g = torch.Generator().manual_seed(1)
+        ids = torch.randint(0, cfg.vocab_size, (batch, 128), generator=g)
+        mask = torch.ones(batch, 128, dtype=torch.int64)
+        mask[batch // 2:, 96:] = 0  # padding in half the batch
+        return {"input_ids": ids.to(dev), "attention_mask": mask.to(dev)}
+
+    axes = {"input_ids": {0: "batch"}, "attention_mask": {0: "batch"}}
+    return Wrap(m).eval(), inputs, ["y"], axes, {"y": {0: "batch"}}
+
+
+MODELS = {"resnet50": make_resnet50, "bert": make_bert}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--lib", default="build-gpu/libkiln.so", help="libkiln.so built with CUDA")
+    ap.add_argument("--write", required=True, help="markdown file to write the table to")
+    ap.add_argument("--models", default="resnet50,bert")
+    ap.add_argument("--batches", default="1,64")
+    ap.add_argument("--iters", type=int, default=20, help="calls per timed round")
+    ap.add_argument("--repeats", type=int, default=5, help="timed rounds (median)")
+    ap.add_argument("--no-compile", action="store_true", help="skip torch.compile")
+    ap.add_argument("--budget", type=float, default=420.0,
+                    help="seconds; cases not started by then are skipped")
+    ap.add_argument("--profile-dir", default=None, help="write kiln's per-kernel profiles here")
+    args = ap.parse_args()
+    t_start = time.time()
+    cmd = "python3 " + " ".join(shlex.quote(a) for a in sys.argv)
+    k = Kiln(args.lib)
+    dev = torch.device("cuda")
+    # one non-default stream for everything: torch's work and kiln's (kiln_context_set_stream)
+    torch.cuda.set_stream(torch.cuda.Stream())
+    gpu = torch.cuda.get_device_name(0)
+    tmp = tempfile.mkdtemp(prefix="kiln_bench_")
+    rows, notes = [], []
+    for model_name in args.models.split(","):
+        if time.time() - t_start > args.budget:
+            notes.append(f"{model_name}: skipped (time budget)")
+            continue
+        try:
+            model, make_inputs, out_names, in_axes, out_axes = MODELS[model_name]()
+        except Exception as ex:  # e.g. transformers missing
+            notes.append(f"{model_name}: skipped ({type(ex).__name__}: {ex})")
+            print(notes[-1], flush=True)
+            continue
+        onnx_path = os.path.join(tmp, model_name + ".onnx")
+        ex_in = make_inputs(2)
+        t0 = time.time()
+        torch.onnx.export(model, tuple(ex_in.values()), onnx_path, opset_version=17, dynamo=False,
+                          input_names=list(ex_in), output_names=out_names,
+                          dynamic_axes={**in_axes, **out_axes})
+        print(f"{model_name}: exported in {time.time() - t0:.1f} s", flush=True)
+        m32 = model.to(dev)
+        m16 = copy.deepcopy(m32).half().eval()
+        compiled = None
+        for batch in [int(b) for b in args.batches.split(",")]:
+            if time.time() - t_start > args.budget:
+                notes.append(f"{model_name} b{batch}: skipped (time budget)")
+                continue
+            ins = make_inputs(batch, dev)
+            ins16 = {n: (t.half() if t.is_floating_point() else t) for n, t in ins.items()}
+            with torch.inference_mode():
+                ref = m32(**ins).float()
+                eager16 = lambda: m16(**ins16)
+                out16 = eager16()
+            t0 = time.time()
+            e = k.build(onnx_path, {n: list(t.shape) for n, t in ins.items()}, FP16)
+            t_build = time.time() - t0
+            desc = k.lib.kiln_engine_describe(e, 0).decode()
+            fallback = [l for l in desc.splitlines() if l.startswith("cpu fallback")]
+            y = torch.empty(ref.shape, dtype=torch.float32, device=dev)
+            runner = KilnRunner(k, e, ins, {out_names[0]: y})
+            runner()
+            torch.cuda.synchronize()
+            err_kiln, err_t16 = rel_err(y, ref), rel_err(out16, ref)
+            methods = {"eager": lambda: eager16(), "kiln": runner}
+            comp_note = ""
+            if not args.no_compile and time.time() - t_start < args.budget:
+                try:
+                    t0 = time.time()
+                    torch._dynamo.reset()  # a static graph for this batch size
+                    compiled = torch.compile(m16, mode="reduce-overhead")
+                    with torch.inference_mode():
+                        for _ in range(3):
+                            compiled(**ins16)
+                    torch.cuda.synchronize()
+                    comp_note = f"compile+warmup {time.time() - t0:.0f} s"
+
+                    def run_compiled():
+                        with torch.inference_mode():
+                            return compiled(**ins16)
+                    methods["compile"] = run_compiled
+                except Exception as ex:
+                    notes.append(f"{model_name} b{batch}: torch.compile failed: {type(ex).__name__}: {ex}")
+            with torch.inference_mode():
+                t = time_methods(methods, args.iters, args.repeats)
+            if args.profile_dir:
+                os.makedirs(args.profile_dir, exist_ok=True)
+                from torch.profiler import ProfilerActivity, profile
+                with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                    for _ in range(5):
+                        runner()
+                    torch.cuda.synchronize()
+                with open(os.path.join(args.profile_dir, f"kiln_{model_name}_b{batch}.txt"), "w") as f:
+                    f.write(f"kiln {model_name} batch {batch}, 5 runs, by CUDA kernel\n")
+                    f.write(prof.key_averages().table(sort_by="cuda_time_total", row_limit=25))
+                    f.write("\n" + desc)
+            tc = t.get("compile")
+            row = (model_name, batch, t["eager"], tc, t["kiln"], err_kiln, err_t16, t_build)
+            rows.append(row)
+            print(f"{model_name} b{batch}: eager {t['eager']:.3f} ms, compile "
+                  f"{'%.3f' % tc if tc else '-'} ms, kiln {t['kiln']:.3f} ms"
+                  f"{' (%.2fx compile)' % (t['kiln'] / tc) if tc else ''}; err kiln {err_kiln:.1e} "
+                  f"torch-fp16 {err_t16:.1e}; kiln build {t_build:.1f} s; {comp_note}; "
+                  f"{fallback[0] if fallback else ''}", flush=True)
+            runner.close()
+            k.lib.kiln_engine_free(e)
+        del m32, m16, compiled
+        torch.cuda.empty_cache()
+    with open(args.write, "w") as f:
+        f.write(f"## kiln vs PyTorch, fp16, {gpu}\n\n")
+        f.write(f"torch {torch.__version__}; CUDA events, median of {args.repeats} rounds of "
+                f"{args.iters} calls; random weights; error = max abs error / max |fp32 PyTorch output|.\n\n")
+        f.write("| model | batch | eager fp16 (ms) | torch.compile reduce-overhead (ms) | kiln fp16 (ms) "
+                "| kiln / compile | kiln error | torch fp16 error | kiln build (s) |\n")
+        f.write("|---|---|---|---|---|---|---|---|---|\n")
+        for (mn, b, te, tc, tk, ek, et, tb) in rows:
+            ratio = f"{tk / tc:.2f}" if tc else "-"
+            f.write(f"| {mn} | {b} | {te:.3f} | {'%.3f' % tc if tc else '-'} | {tk:.3f} | {ratio} "
+                    f"| {ek:.1e} | {et:.1e} | {tb:.1f} |\n")
+        for n in notes:
+            f.write(f"\n{n}\n")
+        f.write(f"\nMade by: `{cmd}`\n")
+    print(f"wrote {args.write} ({time.time() - t_start:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

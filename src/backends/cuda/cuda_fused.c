@@ -1,0 +1,259 @@
+/* cuda_fused.c -- kiln's transformer layers on the GPU (see
+ * src/ops/fused_transformer.h for their contracts):
+ *   kiln.FusedMatMul  cuBLASLt with the bias / ReLU / GELU(tanh) epilogue;
+ *                     GELU(erf) as a second pass (cuBLASLt's GELU is the
+ *                     tanh form); without an epilogue algorithm: GEMM +
+ *                     one bias/activation pass.
+ *   kiln.Gelu         one elementwise pass (k_fused.cu).
+ *   kiln.Attention    one kernel: online softmax, fp32 statistics
+ *                     (k_fused.cu), head size up to KCU_ATTN_MAX_D.
+ * FusedConv lives with Conv in cuda_conv.c. */
+#if KILN_HAVE_CUDA
+
+#include "backends/cuda/cuda_internal.h"
+
+#if KILN_CUDA_FUSED_TRANSFORMER
+
+static bool half_or_float(kiln_dtype t) {
+    return t == KILN_DTYPE_FLOAT32 || t == KILN_DTYPE_FLOAT16 || t == KILN_DTYPE_BFLOAT16;
+}
+
+/* f32, or f16/bf16 where the layer's inference takes them */
+static bool layer_dtype_ok(const kiln_graph *g, const kiln_node *n, kiln_dtype t) {
+    return t == KILN_DTYPE_FLOAT32 || (half_or_float(t) && kiln__cu_infer_keeps_dtype(g, n));
+}
+
+/* ---- FusedMatMul -------------------------------------------------------------------------- */
+
+bool kiln__cu_fused_matmul_supports(const kiln_graph *g, const kiln_node *n) {
+    const kiln_fused_matmul_attrs *at = n->attrs;
+    kiln_dtype t = kiln__cu_in_dtype(g, n, 0), bt = kiln__cu_in_dtype(g, n, 2);
+    if (!at || at->act < KILN_FACT_NONE || at->act > KILN_FACT_GELU_TANH) return false;
+    return layer_dtype_ok(g, n, t) && kiln__cu_in_dtype(g, n, 1) == t &&
+           (bt == KILN_DTYPE_UNDEFINED || bt == t) && kiln__cu_out_dtype(g, n, 0) == t;
+}
+
+kiln_status kiln__cu_fused_matmul_run(const kiln_kernel_args *a) {
+    const kiln_fused_matmul_attrs *at = a->attrs;
+    const kiln_tensor *A = a->in[0], *B = a->in[1];
+    const kiln_tensor *bias = a->n_in > 2 ? a->in[2] : NULL;
+    kiln_tensor *Y = a->out[0];
+    const char *node = KCU_NODE(a);
+    kiln_dtype t = A->dtype;
+    if (!half_or_float(t) || B->dtype != t || (bias && bias->dtype != t) || Y->dtype != t)
+        return KILN_FAIL(KILN_ERR_UNSUPPORTED, "node '%s' (FusedMatMul): dtype %s has no CUDA kernel",
+                         node, kiln_dtype_name(t));
+    if (A->rank < 2 || B->rank != 2)
+        return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (FusedMatMul): A rank %d, B rank %d", node,
+                         A->rank, B->rank);
+    kiln_cuda_gemm p;
+    memset(&p, 0, sizeof p);
+    p.t = t;
+    p.K = A->dims[A->rank - 1];
+    p.N = B->dims[at->trans_b ? 0 : 1];
+    if (B->dims[at->trans_b ? 1 : 0] != p.K)
+        return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (FusedMatMul): inner dimensions differ", node);
+    if (bias && kiln__tensor_numel(bias) != p.N)
+        return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (FusedMatMul): bias has %lld elements, expected %lld",
+                         node, (long long)kiln__tensor_numel(bias), (long long)p.N);
+    int64_t numel = kiln__tensor_numel(A);
+    p.M = p.K > 0 ? numel / p.K : kiln__numel(A->rank - 1, A->dims);
+    if (p.M == 0 || p.N == 0) return KILN_OK;
+    p.tb = at->trans_b != 0;
+    p.batch = 1;
+    p.A = A->data;
+    p.B = B->data;
+    p.C = Y->data;
+    p.lda = p.K;
+    p.ldb = p.tb ? p.K : p.N;
+    p.ldc = p.N;
+    p.alpha = 1.0;
+    p.tactic = kiln__cuda_tactic(a);
+    /* epilogue: bias and ReLU / GELU(tanh) inside cuBLASLt */
+    int post = KCU_ACT_NONE;
+    p.epi = bias ? KCU_EPI_BIAS : KCU_EPI_NONE;
+    p.bias = bias ? bias->data : NULL;
+    if (at->act == KILN_FACT_RELU) p.epi |= KCU_EPI_RELU;
+    else if (at->act == KILN_FACT_GELU_TANH) p.epi |= KCU_EPI_GELU;
+    else if (at->act == KILN_FACT_GELU_ERF) post = KCU_ACT_GELU_ERF;
+    if (p.K > 0 && p.epi != KCU_EPI_NONE) {
+        kiln_status s = kiln__cuda_gemm(a, &p);
+        if (s != KILN_ERR_UNSUPPORTED) {
+            if (s != KILN_OK || post == KCU_ACT_NONE) return s;
+            KILN_CUDA_TRY(kcu_bias_act(t, Y->data, Y->data, NULL, NULL, p.M, p.N, 1, post, 0, 0,
+                                       KCU_STREAM(a)),
+                          node);
+            return KILN_OK;
+        }
+        kiln__clear_error(); /* no algorithm with this epilogue: GEMM, then one pass */
+    }
+    if (at->act == KILN_FACT_RELU) post = KCU_ACT_RELU;
+    else if (at->act == KILN_FACT_GELU_TANH) post = KCU_ACT_GELU_TANH;
+    p.epi = KCU_EPI_NONE;
+    p.bias = NULL;
+    KILN_TRY(kiln__cuda_gemm(a, &p));
+    KILN_CUDA_TRY(kcu_bias_act(t, Y->data, Y->data, bias ? bias->data : NULL, NULL, p.M, p.N, 1,
+                               post, 0, 0, KCU_STREAM(a)),
+                  node);
+    return KILN_OK;
+}
+
+int kiln__cu_fused_matmul_tactics(kiln_cuda_state *st, const kiln_infer_args *a, int32_t *ids,
+                                  int cap) {
+    const kiln_fused_matmul_attrs *at = a->attrs;
+    const kiln_tinfo *A = a->in[0], *B = a->in[1];
+    const kiln_tinfo *bias = a->n_in > 2 ? a->in[2] : NULL;
+    if (!A || !B || A->rank < 2 || B->rank != 2 || !half_or_float(A->dtype)) return 0;
+    kiln_cuda_gemm p;
+    memset(&p, 0, sizeof p);
+    p.t = A->dtype;
+    p.K = A->dims[A->rank - 1];
+    p.N = B->dims[at->trans_b ? 0 : 1];
+    p.M = kiln__numel(A->rank - 1, A->dims);
+    if (p.M <= 0 || p.N <= 0 || p.K <= 0) return 0;
+    p.tb = at->trans_b != 0;
+    p.batch = 1;
+    p.lda = p.K;
+    p.ldb = p.tb ? p.K : p.N;
+    p.ldc = p.N;
+    p.epi = bias ? KCU_EPI_BIAS : KCU_EPI_NONE;
+    if (at->act == KILN_FACT_RELU) p.epi |= KCU_EPI_RELU;
+    else if (at->act == KILN_FACT_GELU_TANH) p.epi |= KCU_EPI_GELU;
+    int n = kiln__cuda_gemm_candidates(st, &p, cap);
+    for (int i = 0; i < n; i++) ids[i] = i;
+    return n;
+}
+
+/* ---- Gelu ------------------------------------------------------------------------------------ */
+
+bool kiln__cu_gelu_supports(const kiln_graph *g, const kiln_node *n) {
+    const kiln_gelu_attrs *at = n->attrs;
+    kiln_dtype t = kiln__cu_in_dtype(g, n, 0);
+    return at && (at->approx == 0 || at->approx == 1) && layer_dtype_ok(g, n, t) &&
+           kiln__cu_out_dtype(g, n, 0) == t;
+}
+
+kiln_status kiln__cu_gelu_run(const kiln_kernel_args *a) {
+    const kiln_gelu_attrs *at = a->attrs;
+    const kiln_tensor *x = a->in[0];
+    if (!half_or_float(x->dtype) || a->out[0]->dtype != x->dtype || (at->approx != 0 && at->approx != 1))
+        return KILN_FAIL(KILN_ERR_UNSUPPORTED, "node '%s' (Gelu): dtype %s / form %d has no CUDA kernel",
+                         KCU_NODE(a), kiln_dtype_name(x->dtype), (int)at->approx);
+    KILN_CUDA_TRY(kcu_bias_act(x->dtype, x->data, a->out[0]->data, NULL, NULL, 1, 1,
+                               kiln__tensor_numel(x),
+                               at->approx ? KCU_ACT_GELU_TANH : KCU_ACT_GELU_ERF, 0, 0,
+                               KCU_STREAM(a)),
+                  KCU_NODE(a));
+    return KILN_OK;
+}
+
+/* ---- Attention --------------------------------------------------------------------------------- */
+
+/* Strides (b, h, s, d) and sizes of an operand of rank/dims in `layout`. */
+static bool attn_strides(int layout, int rank, const int64_t *dims, int64_t H, int64_t *st,
+                         int64_t *S, int64_t *D) {
+    switch (layout) {
+    case KILN_ATTN_BSHD:
+        if (rank != 3 || H <= 0 || dims[2] < 0 || dims[2] % H) return false;
+        *S = dims[1];
+        *D = dims[2] / H;
+        st[0] = dims[1] * dims[2];
+        st[1] = *D;
+        st[2] = dims[2];
+        st[3] = 1;
+        return true;
+    case KILN_ATTN_BHSD:
+    case KILN_ATTN_BHDS: {
+        if (rank != 4) return false;
+        bool ds = layout == KILN_ATTN_BHDS; /* [B, H, D, S] */
+        *S = dims[ds ? 3 : 2];
+        *D = dims[ds ? 2 : 3];
+        st[0] = dims[1] * dims[2] * dims[3];
+        st[1] = dims[2] * dims[3];
+        st[ds ? 3 : 2] = dims[3];
+        st[ds ? 2 : 3] = 1;
+        return true;
+    }
+    default: return false;
+    }
+}
+
+bool kiln__cu_attention_supports(const kiln_graph *g, const kiln_node *n) {
+    const kiln_attention_attrs *at = n->attrs;
+    kiln_dtype t = kiln__cu_in_dtype(g, n, 0), mt = kiln__cu_in_dtype(g, n, 3);
+    if (!at || at->num_heads <= 0 || !layer_dtype_ok(g, n, t)) return false;
+    if (kiln__cu_in_dtype(g, n, 1) != t || kiln__cu_in_dtype(g, n, 2) != t ||
+        (mt != KILN_DTYPE_UNDEFINED && mt != t) || kiln__cu_out_dtype(g, n, 0) != t)
+        return false;
+    if (at->q_layout == KILN_ATTN_BHDS || at->v_layout == KILN_ATTN_BHDS ||
+        (at->out_layout != KILN_ATTN_BSHD && at->out_layout != KILN_ATTN_BHSD))
+        return false;
+    /* head sizes must be known and small enough for the kernel */
+    const int lay[3] = {at->q_layout, at->k_layout, at->v_layout};
+    for (int i = 0; i < 3; i++) {
+        const kiln_tinfo *x = kiln__cu_in(g, n, i);
+        int64_t st[4], S, D;
+        if (!x || !attn_strides(lay[i], x->rank, x->dims, at->num_heads, st, &S, &D) || D < 0 ||
+            D > KCU_ATTN_MAX_D)
+            return false;
+    }
+    const kiln_tinfo *m = kiln__cu_in(g, n, 3);
+    return !m || (m->rank >= 0 && m->rank <= 4);
+}
+
+kiln_status kiln__cu_attention_run(const kiln_kernel_args *a) {
+    const kiln_attention_attrs *at = a->attrs;
+    const kiln_tensor *Q = a->in[0], *K = a->in[1], *V = a->in[2];
+    const kiln_tensor *M = a->n_in > 3 ? a->in[3] : NULL;
+    kiln_tensor *O = a->out[0];
+    const char *node = KCU_NODE(a);
+    kiln_dtype t = Q->dtype;
+    if (!half_or_float(t) || K->dtype != t || V->dtype != t || (M && M->dtype != t) || O->dtype != t)
+        return KILN_FAIL(KILN_ERR_UNSUPPORTED, "node '%s' (Attention): dtype %s has no CUDA kernel",
+                         node, kiln_dtype_name(t));
+    kcu_attn g;
+    memset(&g, 0, sizeof g);
+    int64_t H = at->num_heads, Sk2, Dk, Dq;
+    if (!attn_strides(at->q_layout, Q->rank, Q->dims, H, g.qs, &g.Sq, &Dq) ||
+        !attn_strides(at->k_layout, K->rank, K->dims, H, g.ks, &g.Sk, &Dk) ||
+        !attn_strides(at->v_layout, V->rank, V->dims, H, g.vs, &Sk2, &g.Dv) || Dq != Dk ||
+        Sk2 != g.Sk || at->q_layout == KILN_ATTN_BHDS || at->v_layout == KILN_ATTN_BHDS)
+        return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (Attention): operands do not fit their layouts",
+                         node);
+    g.B = Q->dims[0];
+    g.H = H;
+    g.D = Dq;
+    if (g.D > KCU_ATTN_MAX_D || g.Dv > KCU_ATTN_MAX_D)
+        return KILN_FAIL(KILN_ERR_UNSUPPORTED,
+                         "node '%s' (Attention): head size %lld (the CUDA kernel takes up to %d)", node,
+                         (long long)(g.D > g.Dv ? g.D : g.Dv), KCU_ATTN_MAX_D);
+    int64_t s2, d2;
+    if (!attn_strides(at->out_layout, O->rank, O->dims, H, g.os, &s2, &d2) || s2 != g.Sq ||
+        d2 != g.Dv || O->dims[0] != g.B)
+        return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (Attention): output shape does not fit", node);
+    g.scale = at->scale;
+    if (M) {
+        if (M->rank > 4)
+            return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (Attention): mask rank %d", node, M->rank);
+        int64_t full[4] = {g.B, H, g.Sq, g.Sk};
+        for (int i = 0; i < M->rank; i++) {
+            int64_t md = M->dims[i], fd = full[4 - M->rank + i];
+            if (md != 1 && md != fd)
+                return KILN_FAIL(KILN_ERR_MODEL,
+                                 "node '%s' (Attention): the mask does not broadcast to the scores",
+                                 node);
+        }
+        kiln__bcast_strides(M->rank, M->dims, 4, full, g.ms);
+        g.has_mask = 1;
+    }
+    KILN_CUDA_TRY(kcu_attention(t, &g, Q->data, K->data, V->data, M ? M->data : NULL, O->data,
+                                KCU_STREAM(a)),
+                  node);
+    return KILN_OK;
+}
+
+#endif /* KILN_CUDA_FUSED_TRANSFORMER */
+
+#else
+typedef int kiln_cuda_fused_disabled;
+#endif

@@ -1,0 +1,168 @@
+/* k_fused.cu -- epilogues of fused layers: per-channel bias, residual
+ * addition and activation applied in one pass over a convolution's output
+ * (kiln.FusedConv). fp32 arithmetic for fp16/bf16, one rounding. */
+#include "k_common.cuh"
+
+using namespace kcu;
+
+namespace {
+
+template <typename C> __device__ __forceinline__ C act_apply(int act, C a, C b, C x) {
+    switch (act) {
+    case KCU_ACT_RELU: return x > C(0) ? x : C(0);
+    case KCU_ACT_CLIP: return x < a ? a : (x > b ? b : x);
+    case KCU_ACT_LEAKY_RELU: return x >= C(0) ? x : a * x;
+    case KCU_ACT_SIGMOID: return C(1) / (C(1) + m_exp(-x));
+    case KCU_ACT_SILU: return x * (C(1) / (C(1) + m_exp(-x)));
+    case KCU_ACT_HARD_SWISH: {
+        C t = x * (C(1) / C(6)) + C(0.5);
+        t = t < C(0) ? C(0) : (t > C(1) ? C(1) : t);
+        return x * t;
+    }
+    default: return x;
+    }
+}
+
+template <typename C> __device__ __forceinline__ C gelu_apply(int act, C x) {
+    if (act == KCU_ACT_GELU_ERF) return x * C(0.5) * (C(1) + m_erf(x * C(0.70710678118654752440)));
+    C u = C(0.79788456080286535588) * (x + C(0.044715) * x * x * x);
+    return C(0.5) * x * (C(1) + m_tanh(u));
+}
+
+/* y[p, i] = act(x[p, i] + bias[p % M] + r[p, i]) over planes p of `plane` elements */
+template <typename T, typename I>
+__global__ void k_bias_act(const T *x, T *y, const T *__restrict__ bias, const T *__restrict__ r,
+                           I total, I M, I plane, int act, float alpha, float beta) {
+    typedef typename Num<T>::C C;
+    for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (I)blockDim.x * gridDim.x) {
+        C v = Num<T>::load(x[i]);
+        if (bias) v += Num<T>::load(bias[(i / plane) % M]);
+        if (r) v += Num<T>::load(r[i]);
+        if (act >= KCU_ACT_GELU_ERF) v = gelu_apply<C>(act, v);
+        else v = act_apply<C>(act, (C)alpha, (C)beta, v);
+        y[i] = Num<T>::store(v);
+    }
+}
+
+#define ATT_TILE 32 /* keys per shared-memory tile */
+#define ATT_ROWS 64 /* query rows (threads) per block */
+
+/* One thread per query row: scores against a tile of keys in shared
+ * memory, online softmax (running max and sum), fp32 accumulation. */
+template <typename T, int DM>
+__global__ void __launch_bounds__(ATT_ROWS)
+    k_attention(const __grid_constant__ kcu_attn g, const T *__restrict__ q,
+                const T *__restrict__ k, const T *__restrict__ v, const T *__restrict__ mask,
+                T *__restrict__ o) {
+    __shared__ float ksh[ATT_TILE][DM];
+    __shared__ float vsh[ATT_TILE][DM];
+    const int64_t b = blockIdx.x / g.H, h = blockIdx.x % g.H;
+    const int64_t i = (int64_t)blockIdx.y * ATT_ROWS + threadIdx.x;
+    const bool row = i < g.Sq;
+    float qr[DM], acc[DM];
+    const T *qp = q + b * g.qs[0] + h * g.qs[1] + (row ? i : 0) * g.qs[2];
+#pragma unroll
+    for (int d = 0; d < DM; d++) {
+        qr[d] = (row && d < g.D) ? Num<T>::load(qp[d * g.qs[3]]) * g.scale : 0.0f;
+        acc[d] = 0.0f;
+    }
+    const T *kb = k + b * g.ks[0] + h * g.ks[1];
+    const T *vb = v + b * g.vs[0] + h * g.vs[1];
+    const T *mrow = g.has_mask ? mask + b * g.ms[0] + h * g.ms[1] + (row ? i : 0) * g.ms[2] : NULL;
+    float m = -INFINITY, l = 0.0f;
+    for (int64_t j0 = 0; j0 < g.Sk; j0 += ATT_TILE) {
+        const int nt = g.Sk - j0 < ATT_TILE ? (int)(g.Sk - j0) : ATT_TILE;
+        for (int e = threadIdx.x; e < ATT_TILE * DM; e += ATT_ROWS) {
+            const int jj = e / DM, d = e % DM;
+            float kv = 0.0f, vv = 0.0f;
+            if (jj < nt) {
+                const int64_t j = j0 + jj;
+                if (d < g.D) kv = Num<T>::load(kb[j * g.ks[2] + d * g.ks[3]]);
+                if (d < g.Dv) vv = Num<T>::load(vb[j * g.vs[2] + d * g.vs[3]]);
+            }
+            ksh[jj][d] = kv;
+            vsh[jj][d] = vv;
+        }
+        __syncthreads();
+        if (row) {
+            for (int jj = 0; jj < nt; jj++) {
+                float s = 0.0f;
+#pragma unroll
+                for (int d = 0; d < DM; d++) s += qr[d] * ksh[jj][d];
+                if (mrow) s += Num<T>::load(mrow[(j0 + jj) * g.ms[3]]);
+                if (s == -INFINITY) continue; /* weight 0 */
+                if (s > m) {
+                    const float c = expf(m - s);
+                    l *= c;
+#pragma unroll
+                    for (int d = 0; d < DM; d++) acc[d] *= c;
+                    m = s;
+                }
+                const float p = expf(s - m); /* NaN scores propagate */
+                l += p;
+#pragma unroll
+                for (int d = 0; d < DM; d++) acc[d] += p * vsh[jj][d];
+            }
+        }
+        __syncthreads();
+    }
+    if (!row) return;
+    T *op = o + b * g.os[0] + h * g.os[1] + i * g.os[2];
+    const float inv = 1.0f / l; /* every key masked out: 0/0 = NaN, as softmax of all -inf */
+#pragma unroll
+    for (int d = 0; d < DM; d++)
+        if (d < g.Dv) op[d * g.os[3]] = Num<T>::store(acc[d] * inv);
+}
+
+template <typename T>
+static cudaError_t attention_launch(const kcu_attn *g, const void *q, const void *k, const void *v,
+                                    const void *mask, void *o, cudaStream_t stream) {
+    const int64_t dmax = g->D > g->Dv ? g->D : g->Dv;
+    const int64_t chunks = (g->Sq + ATT_ROWS - 1) / ATT_ROWS;
+    if (g->B * g->H > INT32_MAX || chunks > 65535) return cudaErrorInvalidConfiguration;
+    dim3 grid((unsigned)(g->B * g->H), (unsigned)chunks);
+    const T *qt = (const T *)q, *kt = (const T *)k, *vt = (const T *)v, *mt = (const T *)mask;
+    if (dmax <= 32) k_attention<T, 32><<<grid, ATT_ROWS, 0, stream>>>(*g, qt, kt, vt, mt, (T *)o);
+    else if (dmax <= 64) k_attention<T, 64><<<grid, ATT_ROWS, 0, stream>>>(*g, qt, kt, vt, mt, (T *)o);
+    else if (dmax <= KCU_ATTN_MAX_D)
+        k_attention<T, KCU_ATTN_MAX_D><<<grid, ATT_ROWS, 0, stream>>>(*g, qt, kt, vt, mt, (T *)o);
+    else return cudaErrorInvalidValue;
+    return cudaGetLastError();
+}
+
+} // namespace
+
+extern "C" {
+
+cudaError_t kcu_bias_act(kiln_dtype t, const void *x, void *y, const void *bias,
+                         const void *residual, int64_t N, int64_t M, int64_t plane, int act,
+                         float alpha, float beta, cudaStream_t stream) {
+    int64_t total = N * M * plane;
+    if (total <= 0) return cudaSuccess;
+    if (x == y && !bias && !residual && act == KCU_ACT_NONE) return cudaSuccess;
+    KCU_SWITCH_FLOAT(t, {
+        if (total < INT32_MAX)
+            k_bias_act<T_, int32_t><<<grid_for(total), KCU_THREADS, 0, stream>>>(
+                (const T_ *)x, (T_ *)y, (const T_ *)bias, (const T_ *)residual, (int32_t)total,
+                (int32_t)M, (int32_t)plane, act, alpha, beta);
+        else
+            k_bias_act<T_, int64_t><<<grid_for(total), KCU_THREADS, 0, stream>>>(
+                (const T_ *)x, (T_ *)y, (const T_ *)bias, (const T_ *)residual, total, M, plane, act,
+                alpha, beta);
+        return cudaGetLastError();
+    })
+    return cudaErrorInvalidValue;
+}
+
+cudaError_t kcu_attention(kiln_dtype t, const kcu_attn *g, const void *q, const void *k,
+                          const void *v, const void *mask, void *o, cudaStream_t stream) {
+    if (g->B * g->H * g->Sq <= 0 || g->Dv <= 0) return cudaSuccess;
+    switch (t) {
+    case KILN_DTYPE_FLOAT32: return attention_launch<float>(g, q, k, v, mask, o, stream);
+    case KILN_DTYPE_FLOAT16: return attention_launch<__half>(g, q, k, v, mask, o, stream);
+    case KILN_DTYPE_BFLOAT16: return attention_launch<__nv_bfloat16>(g, q, k, v, mask, o, stream);
+    default: return cudaErrorInvalidValue;
+    }
+}
+
+} /* extern "C" */

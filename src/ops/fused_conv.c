@@ -1,0 +1,254 @@
+/* fused_conv.c -- kiln.FusedConv: Conv + bias + residual Add + activation
+ * in one layer (see fused_conv.h for the contract).
+ *
+ * CPU tactics:
+ *   0 own       kiln's Conv kernels (pointwise GEMM, depthwise direct,
+ *               im2col + sgemm) followed by one pass adding the residual
+ *               and applying the activation while the output is in cache
+ *               per plane;
+ *   1 dnnl      oneDNN convolution on NCHW tensors, residual and activation
+ *               as post-ops, weights reordered once per context;
+ *   2 dnnl-blk  oneDNN in its blocked layout, input/output reordered.
+ * The oneDNN tactics exist when kiln is built with it (KILN_HAVE_DNNL); an
+ * engine whose tactic is not available where it runs (built elsewhere, or
+ * oneDNN refuses the shapes) falls back to tactic 0. */
+#include "ops/fused_conv.h"
+
+#include <math.h>
+
+#define NODE(a) ((a)->node_name ? (a)->node_name : "?")
+
+bool kiln__cpu_has_bf16(void) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    /* CPUID leaf 7 subleaf 1, EAX bit 5: AVX512_BF16. */
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(1));
+    __builtin_cpu_init();
+    return (a & (1u << 5)) != 0 && __builtin_cpu_supports("avx512f");
+#else
+    return false;
+#endif
+}
+
+bool kiln__have_dnnl(void) { return KILN_HAVE_DNNL != 0; }
+
+const char *kiln__fc_act_name(int act) {
+    switch (act) {
+    case KILN_FC_ACT_NONE: return "none";
+    case KILN_FC_ACT_RELU: return "relu";
+    case KILN_FC_ACT_CLIP: return "clip";
+    case KILN_FC_ACT_LEAKY_RELU: return "leaky_relu";
+    case KILN_FC_ACT_SIGMOID: return "sigmoid";
+    case KILN_FC_ACT_SILU: return "silu";
+    case KILN_FC_ACT_HARD_SWISH: return "hard_swish";
+    default: return "?";
+    }
+}
+
+float kiln__fc_act(int act, float alpha, float beta, float x) {
+    switch (act) {
+    case KILN_FC_ACT_RELU: return x > 0.0f ? x : 0.0f;
+    case KILN_FC_ACT_CLIP: return x < alpha ? alpha : x > beta ? beta : x;
+    case KILN_FC_ACT_LEAKY_RELU: return x >= 0.0f ? x : alpha * x;
+    case KILN_FC_ACT_SIGMOID: return 1.0f / (1.0f + expf(-x));
+    case KILN_FC_ACT_SILU: return x * (1.0f / (1.0f + expf(-x)));
+    case KILN_FC_ACT_HARD_SWISH: {
+        float t = x * (1.0f / 6.0f) + 0.5f;
+        t = t < 0.0f ? 0.0f : t > 1.0f ? 1.0f : t;
+        return x * t;
+    }
+    default: return x;
+    }
+}
+
+/* ---- infer ------------------------------------------------------------------ */
+
+static kiln_status fc_check_attrs(const char *node, const kiln_fused_conv_attrs *at, int n_in) {
+    if (at->act < 0 || at->act >= KILN_FC_ACT_COUNT)
+        return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (FusedConv): unknown activation %d", node,
+                         (int)at->act);
+    if (at->has_residual != (n_in > 3))
+        return KILN_FAIL(KILN_ERR_MODEL,
+                         "node '%s' (FusedConv): has_residual is %d but there are %d inputs", node,
+                         (int)at->has_residual, n_in);
+    if (at->precision != KILN_PRECISION_FP32 && at->precision != KILN_PRECISION_BF16)
+        return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (FusedConv): unsupported precision %d", node,
+                         (int)at->precision);
+    return KILN_OK;
+}
+
+/* The Conv view of a FusedConv: attrs -> the conv attrs, inputs X, W[, B]. */
+static kiln_infer_args conv_view_infer(const kiln_infer_args *a) {
+    const kiln_fused_conv_attrs *at = a->attrs;
+    kiln_infer_args c = *a;
+    c.attrs = &at->conv;
+    c.n_in = a->n_in > 3 ? 3 : a->n_in;
+    return c;
+}
+
+static kiln_status fc_infer(const kiln_infer_args *a) {
+    const kiln_fused_conv_attrs *at = a->attrs;
+    KILN_TRY(fc_check_attrs(NODE(a), at, a->n_in));
+    if (a->in[0]->dtype != KILN_DTYPE_FLOAT32)
+        return KILN_FAIL(KILN_ERR_UNSUPPORTED, "node '%s' (FusedConv): input dtype %s (float32 only)",
+                         NODE(a), kiln_dtype_name(a->in[0]->dtype));
+    kiln_infer_args c = conv_view_infer(a);
+    KILN_TRY(kiln__conv_infer(&c));
+    if (!at->has_residual) return KILN_OK;
+    const kiln_tinfo *R = a->in[3], *Y = a->out[0];
+    if (!R)
+        return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (FusedConv): the residual input is absent",
+                         NODE(a));
+    bool ok = R->dtype == KILN_DTYPE_FLOAT32 && (R->rank < 0 || Y->rank < 0 || R->rank == Y->rank);
+    for (int i = 0; ok && R->rank >= 0 && i < R->rank && i < Y->rank; i++)
+        if (R->dims[i] >= 0 && Y->dims[i] >= 0 && R->dims[i] != Y->dims[i]) ok = false;
+    if (!ok) {
+        char s1[96], s2[96];
+        return KILN_FAIL(KILN_ERR_MODEL,
+                         "node '%s' (FusedConv): residual %s %s does not match the output %s",
+                         NODE(a), kiln_dtype_name(R->dtype), kiln__shape_str(R->rank, R->dims, s1, sizeof s1),
+                         kiln__shape_str(Y->rank, Y->dims, s2, sizeof s2));
+    }
+    return KILN_OK;
+}
+
+/* ---- tactics ------------------------------------------------------------------ */
+
+static bool wants_dnnl(const kiln_fused_conv_attrs *at) {
+    return at->tactic.id == KILN_FC_TACTIC_DNNL_PLAIN ||
+           at->tactic.id == KILN_FC_TACTIC_DNNL_BLOCKED;
+}
+
+static size_t fc_workspace(const kiln_infer_args *a) {
+    const kiln_fused_conv_attrs *at = a->attrs;
+#if KILN_HAVE_DNNL
+    if (wants_dnnl(at) || at->precision == KILN_PRECISION_BF16) {
+        size_t own = 0;
+        if (at->precision == KILN_PRECISION_BF16 && !wants_dnnl(at)) {
+            kiln_infer_args c = conv_view_infer(a);
+            own = kiln__conv_workspace(&c); /* in case oneDNN refuses the layer */
+        }
+        size_t d = kiln__dnnl_conv_workspace(a, wants_dnnl(at) ? at->tactic.id : KILN_FC_TACTIC_DNNL_BLOCKED);
+        return d > own ? d : own;
+    }
+#else
+    (void)wants_dnnl;
+#endif
+    kiln_infer_args c = conv_view_infer(a);
+    return kiln__conv_workspace(&c);
+}
+
+static int fc_cpu_tactics(const kiln_infer_args *a, int32_t *ids, int cap) {
+    int n = 0;
+    const kiln_fused_conv_attrs *at = a->attrs;
+#if KILN_HAVE_DNNL
+    /* bf16: the blocked tactic only (oneDNN's AMX/bf16 kernels want their own
+     * layout; with NCHW it falls back to slow gemm-based code) */
+    int first = at->precision == KILN_PRECISION_BF16 ? KILN_FC_TACTIC_DNNL_BLOCKED : KILN_FC_TACTIC_DNNL_PLAIN;
+    for (int t = first; t <= KILN_FC_TACTIC_DNNL_BLOCKED && n < cap; t++)
+        if (a->in[0]->rank >= 0 && kiln__dnnl_conv_usable(at, a->in[0]->rank, t)) ids[n++] = t;
+#endif
+    /* bf16 layers are oneDNN's; kiln's own kernel (fp32) is the fallback only. */
+    if ((at->precision != KILN_PRECISION_BF16 || n == 0) && n < cap) ids[n++] = KILN_FC_TACTIC_OWN;
+    return n;
+}
+
+static const char *fc_cpu_tactic_name(int32_t id) {
+    switch (id) {
+    case KILN_FC_TACTIC_OWN: return "own";
+    case KILN_FC_TACTIC_DNNL_PLAIN: return "dnnl";
+    case KILN_FC_TACTIC_DNNL_BLOCKED: return "dnnl-blocked";
+    default: return "?";
+    }
+}
+
+/* ---- kernel ------------------------------------------------------------------- */
+
+typedef struct epi_ctx {
+    float *y;
+    const float *r; /* NULL: no residual */
+    int64_t plane;
+    int act;
+    float alpha, beta;
+} epi_ctx;
+
+static void epi_planes(void *vctx, int64_t p0, int64_t p1) {
+    const epi_ctx *c = vctx;
+    for (int64_t p = p0; p < p1; p++) {
+        float *restrict y = c->y + p * c->plane;
+        if (c->r) {
+            const float *restrict r = c->r + p * c->plane;
+            for (int64_t i = 0; i < c->plane; i++) y[i] += r[i];
+        }
+        switch (c->act) {
+        case KILN_FC_ACT_NONE: break;
+        case KILN_FC_ACT_RELU:
+            for (int64_t i = 0; i < c->plane; i++) y[i] = y[i] > 0.0f ? y[i] : 0.0f;
+            break;
+        case KILN_FC_ACT_CLIP: {
+            float lo = c->alpha, hi = c->beta;
+            for (int64_t i = 0; i < c->plane; i++) {
+                float v = y[i] < lo ? lo : y[i];
+                y[i] = v > hi ? hi : v;
+            }
+            break;
+        }
+        default:
+            for (int64_t i = 0; i < c->plane; i++)
+                y[i] = kiln__fc_act(c->act, c->alpha, c->beta, y[i]);
+            break;
+        }
+    }
+}
+
+static kiln_status fc_own(const kiln_kernel_args *a) {
+    const kiln_fused_conv_attrs *at = a->attrs;
+    kiln_kernel_args c = *a;
+    c.attrs = &at->conv;
+    c.n_in = a->n_in > 3 ? 3 : a->n_in;
+    KILN_TRY(kiln__conv_cpu(&c));
+    const kiln_tensor *Y = a->out[0];
+    if (at->act == KILN_FC_ACT_NONE && !at->has_residual) return KILN_OK;
+    int64_t n = kiln__tensor_numel(Y);
+    if (n <= 0) return KILN_OK;
+    int64_t planes = Y->dims[0] * Y->dims[1];
+    epi_ctx e = {.y = Y->data, .r = at->has_residual ? a->in[3]->data : NULL,
+                 .plane = planes > 0 ? n / planes : 0, .act = at->act, .alpha = at->alpha,
+                 .beta = at->beta};
+    int64_t grain = e.plane > 0 ? (16384 + e.plane - 1) / e.plane : planes;
+    kiln__parallel_for(a->pool, planes, grain, epi_planes, &e);
+    return KILN_OK;
+}
+
+static kiln_status fc_cpu(const kiln_kernel_args *a) {
+    const kiln_fused_conv_attrs *at = a->attrs;
+    KILN_TRY(fc_check_attrs(NODE(a), at, a->n_in));
+    if (kiln__tensor_numel(a->out[0]) == 0) return KILN_OK;
+#if KILN_HAVE_DNNL
+    if (wants_dnnl(at) || at->precision == KILN_PRECISION_BF16) {
+        int t = wants_dnnl(at) ? at->tactic.id : KILN_FC_TACTIC_DNNL_BLOCKED;
+        if (kiln__dnnl_conv_usable(at, a->in[0]->rank, t)) {
+            kiln_status st = kiln__dnnl_conv_run(a, t);
+            if (st != KILN_ERR_UNSUPPORTED || at->layout) return st;
+            kiln__clear_error(); /* oneDNN has no kernel for this layer: kiln's own */
+        }
+    }
+#endif
+    if (at->layout) /* NHWC tensors: only oneDNN reads and writes them */
+        return KILN_FAIL(KILN_ERR_UNSUPPORTED,
+                         "node '%s' (FusedConv): the engine passes this layer's tensors in "
+                         "NHWC for oneDNN, and oneDNN cannot run it here (kiln built "
+                         "without oneDNN, or this CPU lacks what the build machine had); "
+                         "rebuild the engine on this machine",
+                         NODE(a));
+    return fc_own(a);
+}
+
+const kiln_op_def kiln_op_FusedConv = {
+    .name = "FusedConv", .domain = "kiln", .since = 1,
+    .min_inputs = 2, .max_inputs = 4, .min_outputs = 1, .max_outputs = 1,
+    .flags = KILN_OP_FLAG_TACTICS,
+    .attr_size = sizeof(kiln_fused_conv_attrs),
+    .infer = fc_infer, .workspace = fc_workspace, .cpu = fc_cpu,
+    .cpu_tactics = fc_cpu_tactics, .cpu_tactic_name = fc_cpu_tactic_name,
+};

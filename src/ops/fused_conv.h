@@ -1,0 +1,114 @@
+/* fused_conv.h -- kiln.FusedConv: a convolution with its bias, an optional
+ * residual addition and an optional activation in one layer, made by the
+ * graph optimizer (src/passes/fuse_conv.c) from
+ *
+ *     Conv [-> BatchNormalization] [-> Add(residual)] [-> activation]
+ *
+ * (BatchNormalization is folded into W and B first). Computes, elementwise
+ * over the Conv output:
+ *
+ *     Y = act(conv(X, W) + B[m] + R)
+ *
+ * Inputs:  0 X  [N, C, spatial...] float32
+ *          1 W  [M, C/group, k...] float32 (a constant after optimization)
+ *          2 B  [M] float32, optional (absent: 0)
+ *          3 R  residual, same shape as Y, optional (has_residual == 1)
+ * Output:  0 Y  [N, M, out spatial...] float32
+ *
+ * The attrs struct is POD and written verbatim into engines: never change
+ * its layout; device backends (CUDA) read it as documented here. */
+#ifndef KILN_FUSED_CONV_H
+#define KILN_FUSED_CONV_H
+
+#include "ir/ir.h"
+#include "ops/nn_attrs.h"
+
+/* Activation applied last (after bias and residual). */
+enum {
+    KILN_FC_ACT_NONE = 0,
+    KILN_FC_ACT_RELU = 1,       /* max(x, 0) */
+    KILN_FC_ACT_CLIP = 2,       /* min(max(x, alpha), beta) (Relu6: 0, 6) */
+    KILN_FC_ACT_LEAKY_RELU = 3, /* x >= 0 ? x : alpha * x */
+    KILN_FC_ACT_SIGMOID = 4,    /* 1 / (1 + exp(-x)) */
+    KILN_FC_ACT_SILU = 5,       /* x * sigmoid(x) (Sigmoid + Mul) */
+    KILN_FC_ACT_HARD_SWISH = 6, /* x * max(0, min(1, x / 6 + 0.5)) */
+    KILN_FC_ACT_COUNT
+};
+
+/* CPU tactics (kiln_tactic.id) of kiln.FusedConv. */
+enum {
+    KILN_FC_TACTIC_OWN = 0,          /* kiln's kernels (im2col/pointwise + sgemm, depthwise) */
+    KILN_FC_TACTIC_DNNL_PLAIN = 1,   /* oneDNN, NCHW in and out */
+    KILN_FC_TACTIC_DNNL_BLOCKED = 2, /* oneDNN in its blocked layout, reordered in and out */
+    KILN_FC_TACTIC_COUNT
+};
+
+typedef struct kiln_fused_conv_attrs {
+    kiln_tactic tactic;      /* first, as for every KILN_OP_FLAG_TACTICS op */
+    kiln_conv_attrs conv;    /* the Conv's attributes (see nn_attrs.h) */
+    int32_t act;             /* KILN_FC_ACT_* */
+    float alpha, beta;       /* activation parameters (see above) */
+    int32_t has_residual;    /* 1: input 3 is added before the activation */
+    int32_t precision;       /* kiln_precision of the arithmetic: FP32, or BF16 (inputs and
+                                weights rounded to bf16, fp32 accumulation and output) */
+    int32_t layout;          /* KILN_FC_LAYOUT_* bits (oneDNN tactics only; 0: NCHW) */
+    int32_t reserved[2];     /* 0 */
+} kiln_fused_conv_attrs;
+
+/* Channels-last layout (NHWC, rank 4: the same bytes as NCHW in another
+ * order) of tensors passed between layers that run oneDNN, whose fastest
+ * kernels here use it; set by kiln__fc_choose_layouts after tuning. */
+enum {
+    KILN_FC_LAYOUT_X_NHWC = 1, /* input 0 arrives NHWC */
+    KILN_FC_LAYOUT_Y_NHWC = 2, /* output (and the residual, input 3) NHWC */
+    KILN_FC_LAYOUT_X_BF16 = 4, /* the NHWC input holds bf16 values (bf16 layers) */
+    KILN_FC_LAYOUT_Y_BF16 = 8, /* the NHWC output and residual hold bf16 values */
+};
+
+/* Resolved geometry of a convolution (shared by Conv and FusedConv kernels). */
+typedef struct kiln_conv_geom {
+    int ns;                  /* spatial rank */
+    int64_t N, C, M, G;      /* batch, input channels, output channels, groups */
+    int64_t Cg, Mg;          /* per group */
+    int64_t in[KILN_NN_MAX_SP], out[KILN_NN_MAX_SP], k[KILN_NN_MAX_SP], s[KILN_NN_MAX_SP],
+        d[KILN_NN_MAX_SP], pb[KILN_NN_MAX_SP], pe[KILN_NN_MAX_SP];
+    int64_t in_sz, out_sz, k_sz; /* products (-1 if unknown) */
+} kiln_conv_geom;
+
+/* nn_conv.c: the Conv geometry of X/W shapes (dims may be unknown at build time). */
+KILN_PRIVATE kiln_status kiln__conv_geom(const char *node, const char *op,
+                                         const kiln_conv_attrs *at, int xr, const int64_t *xd,
+                                         int wr, const int64_t *wd, kiln_conv_geom *g);
+/* nn_conv.c: Conv's infer / workspace / float kernel for args whose attrs
+ * point at a kiln_conv_attrs and whose inputs are X, W[, B]. */
+KILN_PRIVATE kiln_status kiln__conv_infer(const kiln_infer_args *a);
+KILN_PRIVATE size_t kiln__conv_workspace(const kiln_infer_args *a);
+KILN_PRIVATE kiln_status kiln__conv_cpu(const kiln_kernel_args *a);
+
+/* The activation of a FusedConv on one float (reference semantics). */
+KILN_PRIVATE float kiln__fc_act(int act, float alpha, float beta, float x);
+KILN_PRIVATE const char *kiln__fc_act_name(int act);
+
+#if KILN_HAVE_DNNL
+/* dnnl_conv.c: whether oneDNN may run a layer with these attrs and input
+ * rank with `tactic` on this CPU (cheap checks; bf16 needs avx512_bf16). */
+KILN_PRIVATE bool kiln__dnnl_conv_usable(const kiln_fused_conv_attrs *at, int rank, int tactic);
+/* Runs the layer, keeping the primitive and the reordered weights in
+ * a->node_state when there is one. KILN_ERR_UNSUPPORTED: oneDNN has no
+ * kernel for it (the caller falls back to kiln's own). */
+KILN_PRIVATE kiln_status kiln__dnnl_conv_run(const kiln_kernel_args *a, int tactic);
+/* Scratch bytes the tactic needs for reordered tensors (0: none). */
+KILN_PRIVATE size_t kiln__dnnl_conv_workspace(const kiln_infer_args *a, int tactic);
+#endif
+
+/* fuse_conv.c: marks the values passed between FusedConv layers that run
+ * oneDNN tactics (on the CPU) as NHWC, so no reorder runs between them;
+ * veto[node] (may be NULL) excludes nodes (their tensors stay NCHW). Returns the
+ * number of NHWC values. */
+KILN_PRIVATE int kiln__fc_choose_layouts(kiln_graph *g, const bool *veto);
+/* Whether kiln was built with oneDNN (its tactics exist). */
+KILN_PRIVATE bool kiln__have_dnnl(void);
+/* Whether this CPU does bf16 arithmetic (avx512_bf16). */
+KILN_PRIVATE bool kiln__cpu_has_bf16(void);
+
+#endif

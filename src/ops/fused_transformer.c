@@ -1,0 +1,556 @@
+/* fused_transformer.c -- CPU kernels of kiln's transformer layers:
+ * kiln.FusedMatMul, kiln.Gelu, kiln.Attention (see fused_transformer.h for
+ * their inputs, attributes and semantics). */
+#include "ops/fused_transformer.h"
+
+#include "ops/fused_transformer_dnnl.h"
+#include "ops/gemm.h"
+
+#include <math.h>
+#include <stdatomic.h>
+#include <stdio.h>
+
+#define NODE(a) ((a)->node_name ? (a)->node_name : "?")
+
+static kiln_status need_f32(const char *node, const char *op, const char *what, const kiln_tinfo *t) {
+    if (t && t->dtype != KILN_DTYPE_FLOAT32)
+        return KILN_FAIL(KILN_ERR_UNSUPPORTED, "node '%s' (%s): %s must be float32, got %s", node, op,
+                         what, kiln_dtype_name(t->dtype));
+    return KILN_OK;
+}
+
+static const float *fmm_bias(const kiln_kernel_args *a) {
+    return a->n_in > 2 && a->in[2] ? a->in[2]->data : NULL;
+}
+
+static const float *fmm_residual(const kiln_kernel_args *a) {
+    return a->n_in > 3 && a->in[3] ? a->in[3]->data : NULL;
+}
+
+/* ======================================================================= */
+/* kiln.FusedMatMul                                                         */
+/* ======================================================================= */
+
+static kiln_status fmm_infer(const kiln_infer_args *a) {
+    const kiln_fused_matmul_attrs *at = a->attrs;
+    const kiln_tinfo *A = a->in[0], *B = a->in[1], *bias = a->n_in > 2 ? a->in[2] : NULL;
+    const kiln_tinfo *res = a->n_in > 3 ? a->in[3] : NULL;
+    const char *op = "kiln.FusedMatMul";
+    KILN_TRY(need_f32(NODE(a), op, "A", A));
+    KILN_TRY(need_f32(NODE(a), op, "B", B));
+    KILN_TRY(need_f32(NODE(a), op, "bias", bias));
+    KILN_TRY(need_f32(NODE(a), op, "residual", res));
+    if (at->act < KILN_FACT_NONE || at->act > KILN_FACT_GELU_TANH)
+        return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (%s): unknown activation %d", NODE(a), op, at->act);
+    kiln_tinfo *y = a->out[0];
+    y->dtype = KILN_DTYPE_FLOAT32;
+    if (B->rank != 2)
+        return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (%s): B must be 2-D, got rank %d", NODE(a), op, B->rank);
+    int64_t K = B->dims[at->trans_b ? 1 : 0], N = B->dims[at->trans_b ? 0 : 1];
+    if (A->rank < 0) {
+        y->rank = -1;
+        return KILN_OK;
+    }
+    if (A->rank < 2)
+        return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (%s): A must have rank >= 2, got %d", NODE(a), op, A->rank);
+    int64_t Ka = A->dims[A->rank - 1];
+    if (Ka >= 0 && K >= 0 && Ka != K) {
+        char s1[128], s2[128];
+        return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (%s): inner dimensions differ: A %s, B %s%s", NODE(a), op,
+                         kiln__shape_str(A->rank, A->dims, s1, sizeof s1),
+                         kiln__shape_str(B->rank, B->dims, s2, sizeof s2), at->trans_b ? " (transposed)" : "");
+    }
+    if (bias && bias->rank >= 0) {
+        int64_t n = kiln__numel(bias->rank, bias->dims);
+        if (n >= 0 && N >= 0 && (n != N || (bias->rank > 0 && bias->dims[bias->rank - 1] != N)))
+            return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (%s): bias must have %lld elements along the last axis",
+                             NODE(a), op, (long long)N);
+    }
+    kiln__tinfo_copy_shape(y, A);
+    y->dtype = KILN_DTYPE_FLOAT32;
+    y->dims[y->rank - 1] = N;
+    if (res && res->rank >= 0) {
+        bool same = res->rank == y->rank;
+        for (int i = 0; same && i < y->rank; i++)
+            if (res->dims[i] != y->dims[i] && res->dims[i] >= 0 && y->dims[i] >= 0) same = false;
+        if (!same) {
+            char s1[128], s2[128];
+            return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (%s): residual %s does not have the output's shape %s",
+                             NODE(a), op, kiln__shape_str(res->rank, res->dims, s1, sizeof s1),
+                             kiln__shape_str(y->rank, y->dims, s2, sizeof s2));
+        }
+    }
+    return KILN_OK;
+}
+
+static size_t fmm_workspace(const kiln_infer_args *a) {
+    const kiln_fused_matmul_attrs *at = a->attrs;
+    if (at->precision != KILN_PRECISION_BF16 || a->in[0]->rank < 0) return 0;
+    int64_t n = kiln__numel(a->in[0]->rank, a->in[0]->dims);
+    return n > 0 ? (size_t)n * sizeof(uint16_t) : 0;
+}
+
+static int fmm_tactics(const kiln_infer_args *a, int32_t *ids, int cap) {
+    const kiln_fused_matmul_attrs *at = a->attrs;
+    int n = 0;
+    /* bf16 layers: only the kernels that compute in bf16 (the others would
+     * silently give fp32 results at fp32 speed) */
+    bool bf16 = at->precision == KILN_PRECISION_BF16 && kiln__tf_dnnl_available();
+    if (n < cap && !bf16) ids[n++] = KILN_FMM_TACTIC_SGEMM;
+    if (n < cap && kiln__tf_dnnl_available()) ids[n++] = KILN_FMM_TACTIC_DNNL;
+    if (n < cap && !bf16 && kiln__sgemm512_available()) ids[n++] = KILN_FMM_TACTIC_AVX512;
+    return n;
+}
+
+static const char *fmm_tactic_name(int32_t id) {
+    switch (id) {
+    case KILN_FMM_TACTIC_AUTO: return "auto";
+    case KILN_FMM_TACTIC_SGEMM: return "sgemm";
+    case KILN_FMM_TACTIC_DNNL: return "onednn";
+    case KILN_FMM_TACTIC_AVX512: return "avx512";
+    default: return "?";
+    }
+}
+
+typedef struct epi_ctx {
+    float *Y;
+    int64_t N;
+    const float *bias, *res;
+    int act;
+} epi_ctx;
+
+static void epi_fn(void *vc, int64_t r0, int64_t r1) {
+    const epi_ctx *c = vc;
+    kiln__fmm_epilogue(c->Y + r0 * c->N, c->N, r1 - r0, c->N, c->bias, c->res ? c->res + r0 * c->N : NULL, c->N,
+                       c->act);
+}
+
+static kiln_status fmm_run_sgemm(const kiln_kernel_args *a, int64_t M, int64_t K, int64_t N) {
+    const kiln_fused_matmul_attrs *at = a->attrs;
+    float *Y = a->out[0]->data;
+    KILN_TRY(kiln__sgemm(false, at->trans_b != 0, M, N, K, 1.0f, a->in[0]->data, K, a->in[1]->data,
+                         at->trans_b ? K : N, 0.0f, Y, N, a->pool));
+    epi_ctx c = {.Y = Y, .N = N, .bias = fmm_bias(a), .res = fmm_residual(a), .act = at->act};
+    if (!c.bias && !c.res && at->act == KILN_FACT_NONE) return KILN_OK;
+    kiln__parallel_for(a->pool, M, N > 0 ? (8192 + N - 1) / N : M, epi_fn, &c);
+    return KILN_OK;
+}
+
+/* Weights packed for the AVX-512 kernel (node state of that tactic). */
+static void fmm512_free(void *p) { kiln__aligned_free(p); }
+
+static kiln_status fmm_run_avx512(const kiln_kernel_args *a, int64_t M, int64_t K, int64_t N) {
+    const kiln_fused_matmul_attrs *at = a->attrs;
+    float *Bp = a->node_state && a->node_state->free == fmm512_free ? a->node_state->p : NULL;
+    bool own = false;
+    if (!Bp) {
+        Bp = kiln__aligned_alloc(sizeof(float) * kiln__sgemm512_packed_floats(K, N));
+        if (!Bp) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "node '%s' (kiln.FusedMatMul): out of memory packing weights", NODE(a));
+        kiln__sgemm512_pack(a->in[1]->data, at->trans_b != 0, K, N, Bp);
+        if (a->node_state && !a->node_state->p) {
+            a->node_state->p = Bp;
+            a->node_state->free = fmm512_free;
+        } else {
+            own = true;
+        }
+    }
+    kiln__sgemm512_run(a->in[0]->data, M, K, N, Bp, fmm_bias(a), fmm_residual(a), at->act, a->out[0]->data, a->pool);
+    if (own) kiln__aligned_free(Bp);
+    return KILN_OK;
+}
+
+static kiln_status fmm_cpu(const kiln_kernel_args *a) {
+    const kiln_fused_matmul_attrs *at = a->attrs;
+    const kiln_tensor *A = a->in[0], *B = a->in[1];
+    const float *bias = fmm_bias(a), *res = fmm_residual(a);
+    int64_t K = B->dims[at->trans_b ? 1 : 0], N = B->dims[at->trans_b ? 0 : 1];
+    int64_t M = K > 0 ? kiln__tensor_numel(A) / K : kiln__numel(A->rank - 1, A->dims);
+    if (M == 0 || N == 0) return KILN_OK;
+    if (K == 0) {
+        float *Y = a->out[0]->data;
+        memset(Y, 0, sizeof *Y * (size_t)(M * N));
+        kiln__fmm_epilogue(Y, N, M, N, bias, res, N, at->act);
+        return KILN_OK;
+    }
+    int32_t t = at->tactic.id;
+    if (t == KILN_FMM_TACTIC_AUTO)
+        t = kiln__tf_dnnl_available()      ? KILN_FMM_TACTIC_DNNL
+            : kiln__sgemm512_available() ? KILN_FMM_TACTIC_AVX512
+                                         : KILN_FMM_TACTIC_SGEMM;
+    if (t == KILN_FMM_TACTIC_AVX512 && !kiln__sgemm512_available()) t = KILN_FMM_TACTIC_SGEMM; /* tuned elsewhere */
+    if (t == KILN_FMM_TACTIC_AVX512) return fmm_run_avx512(a, M, K, N);
+    if (t == KILN_FMM_TACTIC_DNNL && kiln__tf_dnnl_available()) {
+        bool bf16 = at->precision == KILN_PRECISION_BF16;
+        if (bf16 && (!a->workspace || a->workspace_size < (size_t)(M * K) * sizeof(uint16_t)))
+            bf16 = false; /* no scratch for the rounded A (build-time timing): run in fp32 */
+        kiln_tf_dnnl_mm *m = a->node_state && a->node_state->free == kiln__tf_dnnl_mm_free ? a->node_state->p : NULL;
+        bool own = false;
+        if (!m) {
+            kiln_status st = kiln__tf_dnnl_mm_create(K, N, B->data, at->trans_b != 0, bias != NULL, res != NULL,
+                                                     at->act, bf16, &m);
+            if (st != KILN_OK) {
+                if (at->tactic.id != KILN_FMM_TACTIC_AUTO) return kiln__fail_prefix(st, "node '%s'", NODE(a));
+                kiln__clear_error();
+                return fmm_run_sgemm(a, M, K, N);
+            }
+            if (a->node_state && !a->node_state->p) {
+                a->node_state->p = m;
+                a->node_state->free = kiln__tf_dnnl_mm_free;
+            } else {
+                own = true;
+            }
+        }
+        kiln_status st = kiln__tf_dnnl_mm_run(m, M, A->data, bias, res, a->out[0]->data, a->workspace, a->pool,
+                                              NODE(a));
+        if (own) kiln__tf_dnnl_mm_free(m);
+        if (st == KILN_ERR_UNSUPPORTED && at->tactic.id == KILN_FMM_TACTIC_AUTO) {
+            kiln__clear_error(); /* oneDNN has no kernel for this shape here: own kernel */
+            return fmm_run_sgemm(a, M, K, N);
+        }
+        return st;
+    }
+    return fmm_run_sgemm(a, M, K, N);
+}
+
+const kiln_op_def kiln_op_FusedMatMul = {
+    .name = "FusedMatMul", .domain = "kiln", .since = 1,
+    .min_inputs = 2, .max_inputs = 4, .min_outputs = 1, .max_outputs = 1,
+    .flags = KILN_OP_FLAG_TACTICS,
+    .attr_size = sizeof(kiln_fused_matmul_attrs),
+    .infer = fmm_infer, .workspace = fmm_workspace, .cpu = fmm_cpu,
+    .cpu_tactics = fmm_tactics, .cpu_tactic_name = fmm_tactic_name,
+};
+
+/* ======================================================================= */
+/* kiln.Gelu                                                                */
+/* ======================================================================= */
+
+static kiln_status gelu_infer(const kiln_infer_args *a) {
+    const kiln_gelu_attrs *at = a->attrs;
+    KILN_TRY(need_f32(NODE(a), "kiln.Gelu", "input", a->in[0]));
+    if (at->approx != 0 && at->approx != 1)
+        return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (kiln.Gelu): unknown form %d", NODE(a), at->approx);
+    kiln__tinfo_copy_shape(a->out[0], a->in[0]);
+    return KILN_OK;
+}
+
+typedef struct gelu_ctx {
+    const float *x;
+    float *y;
+    int approx;
+} gelu_ctx;
+
+static void gelu_fn(void *vc, int64_t i0, int64_t i1) {
+    const gelu_ctx *c = vc;
+    if (c->y != c->x) memcpy(c->y + i0, c->x + i0, sizeof(float) * (size_t)(i1 - i0));
+    kiln__gelu_f32(c->y + i0, i1 - i0, c->approx);
+}
+
+static kiln_status gelu_cpu(const kiln_kernel_args *a) {
+    const kiln_gelu_attrs *at = a->attrs;
+    gelu_ctx c = {.x = a->in[0]->data, .y = a->out[0]->data, .approx = at->approx};
+    kiln__parallel_for(a->pool, kiln__tensor_numel(a->in[0]), 16384, gelu_fn, &c);
+    return KILN_OK;
+}
+
+const kiln_op_def kiln_op_Gelu = {
+    .name = "Gelu", .domain = "kiln", .since = 1,
+    .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
+    .flags = KILN_OP_FLAG_INPLACE,
+    .attr_size = sizeof(kiln_gelu_attrs),
+    .infer = gelu_infer, .cpu = gelu_cpu,
+};
+
+/* ======================================================================= */
+/* kiln.Attention                                                           */
+/* ======================================================================= */
+
+/* Logical [B, H, S, D] view of an operand in a layout. */
+typedef struct attn_view {
+    int64_t B, H, S, D;
+} attn_view;
+
+static kiln_status attn_view_of(const char *node, const char *what, const kiln_tinfo *t, int layout, int64_t H,
+                                attn_view *v) {
+    const char *op = "kiln.Attention";
+    if (t->rank < 0) {
+        v->B = v->H = v->S = v->D = KILN_DIM_UNKNOWN;
+        return KILN_OK;
+    }
+    switch (layout) {
+    case KILN_ATTN_BSHD:
+        if (t->rank != 3) break;
+        v->B = t->dims[0];
+        v->S = t->dims[1];
+        v->H = H;
+        v->D = t->dims[2] >= 0 ? t->dims[2] / H : KILN_DIM_UNKNOWN;
+        if (t->dims[2] >= 0 && t->dims[2] % H)
+            return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (%s): %s has %lld columns, not a multiple of %lld heads",
+                             node, op, what, (long long)t->dims[2], (long long)H);
+        return KILN_OK;
+    case KILN_ATTN_QKV:
+        if (t->rank != 3) break;
+        v->B = t->dims[0];
+        v->S = t->dims[1];
+        v->H = H;
+        v->D = t->dims[2] >= 0 ? t->dims[2] / (3 * H) : KILN_DIM_UNKNOWN;
+        if (t->dims[2] >= 0 && t->dims[2] % (3 * H))
+            return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (%s): %s has %lld columns, not 3 x %lld heads", node, op,
+                             what, (long long)t->dims[2], (long long)H);
+        return KILN_OK;
+    case KILN_ATTN_BHSD:
+    case KILN_ATTN_BHDS:
+        if (t->rank != 4) break;
+        v->B = t->dims[0];
+        v->H = t->dims[1];
+        v->S = t->dims[layout == KILN_ATTN_BHSD ? 2 : 3];
+        v->D = t->dims[layout == KILN_ATTN_BHSD ? 3 : 2];
+        return KILN_OK;
+    default:
+        return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (%s): unknown layout %d of %s", node, op, layout, what);
+    }
+    return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (%s): %s has rank %d, which layout %d does not allow", node, op,
+                     what, t->rank, layout);
+}
+
+static kiln_status dim_eq(const char *node, const char *what, int64_t x, int64_t y) {
+    if (x >= 0 && y >= 0 && x != y)
+        return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (kiln.Attention): %s differ (%lld and %lld)", node, what,
+                         (long long)x, (long long)y);
+    return KILN_OK;
+}
+
+static kiln_status attn_infer(const kiln_infer_args *a) {
+    const kiln_attention_attrs *at = a->attrs;
+    const char *node = NODE(a), *op = "kiln.Attention";
+    const kiln_tinfo *mask = a->n_in > 3 ? a->in[3] : NULL;
+    KILN_TRY(need_f32(node, op, "Q", a->in[0]));
+    KILN_TRY(need_f32(node, op, "K", a->in[1]));
+    KILN_TRY(need_f32(node, op, "V", a->in[2]));
+    KILN_TRY(need_f32(node, op, "mask", mask));
+    if (at->num_heads <= 0)
+        return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (%s): num_heads must be positive, got %d", node, op,
+                         at->num_heads);
+    if (at->q_layout == KILN_ATTN_BHDS || at->v_layout == KILN_ATTN_BHDS ||
+        (at->out_layout != KILN_ATTN_BSHD && at->out_layout != KILN_ATTN_BHSD))
+        return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (%s): unsupported layouts (Q %d, V %d, output %d)", node, op,
+                         at->q_layout, at->v_layout, at->out_layout);
+    attn_view q = {0}, k = {0}, v = {0};
+    KILN_TRY(attn_view_of(node, "Q", a->in[0], at->q_layout, at->num_heads, &q));
+    KILN_TRY(attn_view_of(node, "K", a->in[1], at->k_layout, at->num_heads, &k));
+    KILN_TRY(attn_view_of(node, "V", a->in[2], at->v_layout, at->num_heads, &v));
+    KILN_TRY(dim_eq(node, "batch sizes of Q and K", q.B, k.B));
+    KILN_TRY(dim_eq(node, "batch sizes of Q and V", q.B, v.B));
+    KILN_TRY(dim_eq(node, "head counts of Q and K", q.H, k.H));
+    KILN_TRY(dim_eq(node, "head counts of Q and V", q.H, v.H));
+    KILN_TRY(dim_eq(node, "head counts of Q and the attribute", q.H, at->num_heads));
+    KILN_TRY(dim_eq(node, "head sizes of Q and K", q.D, k.D));
+    KILN_TRY(dim_eq(node, "sequence lengths of K and V", k.S, v.S));
+    kiln_tinfo *y = a->out[0];
+    y->dtype = KILN_DTYPE_FLOAT32;
+    if (a->in[0]->rank < 0 || a->in[2]->rank < 0) {
+        y->rank = -1;
+        return KILN_OK;
+    }
+    if (mask && mask->rank >= 0) {
+        if (mask->rank > 4)
+            return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (%s): mask has rank %d (at most 4)", node, op, mask->rank);
+        int64_t full[4] = {q.B, q.H, q.S, k.S};
+        for (int i = 0; i < mask->rank; i++) {
+            int64_t md = mask->dims[i], fd = full[4 - mask->rank + i];
+            if (md >= 0 && fd >= 0 && md != 1 && md != fd)
+                return KILN_FAIL(KILN_ERR_MODEL,
+                                 "node '%s' (%s): mask of shape %s does not broadcast to the scores [%lld,%lld,%lld,%lld]",
+                                 node, op, kiln__shape_str(mask->rank, mask->dims, (char[64]){0}, 64),
+                                 (long long)q.B, (long long)q.H, (long long)q.S, (long long)k.S);
+        }
+    }
+    if (at->out_layout == KILN_ATTN_BSHD) {
+        y->rank = 3;
+        y->dims[0] = q.B;
+        y->dims[1] = q.S;
+        y->dims[2] = v.D >= 0 ? v.D * at->num_heads : KILN_DIM_UNKNOWN;
+    } else {
+        y->rank = 4;
+        y->dims[0] = q.B;
+        y->dims[1] = q.H;
+        y->dims[2] = q.S;
+        y->dims[3] = v.D;
+    }
+    return KILN_OK;
+}
+
+#define ATTN_QBLOCK 32
+
+static int64_t attn_nqb(int64_t Sq) { return (Sq + ATTN_QBLOCK - 1) / ATTN_QBLOCK; }
+
+/* scratch floats of one (batch, head, row block) item: the score block (sgemm
+ * tactic) or the packed K^T panel and score block (AVX-512 tactic) */
+static size_t attn_item_floats(int64_t Sq, int64_t Sk, int64_t D, int64_t Dv) {
+    size_t a = (size_t)ATTN_QBLOCK * (size_t)Sk, b = kiln__attn_avx512_ws_floats(Sq, Sk, D);
+    size_t c = kiln__attn_bf16_ws_floats(Sq, Sk, D, Dv);
+    return a > b ? (a > c ? a : c) : (b > c ? b : c);
+}
+
+static size_t attn_workspace(const kiln_infer_args *a) {
+    const kiln_attention_attrs *at = a->attrs;
+    attn_view q = {0}, k = {0}, v = {0};
+    if (attn_view_of(NODE(a), "Q", a->in[0], at->q_layout, at->num_heads, &q) != KILN_OK ||
+        attn_view_of(NODE(a), "K", a->in[1], at->k_layout, at->num_heads, &k) != KILN_OK ||
+        attn_view_of(NODE(a), "V", a->in[2], at->v_layout, at->num_heads, &v) != KILN_OK) {
+        kiln__clear_error();
+        return 0;
+    }
+    if (q.B < 0 || q.H < 0 || q.S < 0 || k.S < 0 || q.D < 0 || v.D < 0) return 0;
+    return (size_t)(q.B * q.H * attn_nqb(q.S)) * attn_item_floats(q.S, k.S, q.D, v.D) * sizeof(float);
+}
+
+/* Offset of (b, h) and row stride of an operand in `layout` (role: 0 Q,
+ * 1 K, 2 V, for the QKV layout). */
+static void attn_addr(int layout, int role, const attn_view *v, int64_t b, int64_t h, int64_t *off, int64_t *ld) {
+    switch (layout) {
+    case KILN_ATTN_QKV:
+        *off = b * v->S * 3 * v->H * v->D + role * v->H * v->D + h * v->D;
+        *ld = 3 * v->H * v->D;
+        break;
+    case KILN_ATTN_BSHD:
+        *off = b * v->S * v->H * v->D + h * v->D;
+        *ld = v->H * v->D;
+        break;
+    case KILN_ATTN_BHSD:
+        *off = (b * v->H + h) * v->S * v->D;
+        *ld = v->D;
+        break;
+    default: /* BHDS: rows are the D dims, S columns */
+        *off = (b * v->H + h) * v->D * v->S;
+        *ld = v->S;
+        break;
+    }
+}
+
+typedef struct attn_ctx {
+    const kiln_attention_attrs *at;
+    attn_view q, k, v, o;
+    const float *Q, *K, *V, *mask;
+    int64_t mstr[4];
+    float *O, *ws;
+    int64_t nqb;
+    size_t item_floats;
+    bool avx512, bf16;
+    atomic_int failed;
+} attn_ctx;
+
+static void attn_items(void *vc, int64_t i0, int64_t i1) {
+    attn_ctx *c = vc;
+    const kiln_attention_attrs *at = c->at;
+    int64_t Sq = c->q.S, Sk = c->k.S, D = c->q.D, Dv = c->v.D;
+    for (int64_t it = i0; it < i1; it++) {
+        int64_t bh = it / c->nqb, qb = it % c->nqb, b = bh / c->q.H, h = bh % c->q.H;
+        int64_t r0 = c->avx512 ? 0 : qb * ATTN_QBLOCK;
+        int64_t rows = c->avx512 ? Sq : Sq - r0 < ATTN_QBLOCK ? Sq - r0 : ATTN_QBLOCK;
+        int64_t qo, qld, ko, kld, vo, vld, oo, old;
+        attn_addr(at->q_layout, 0, &c->q, b, h, &qo, &qld);
+        attn_addr(at->k_layout, 1, &c->k, b, h, &ko, &kld);
+        attn_addr(at->v_layout, 2, &c->v, b, h, &vo, &vld);
+        attn_addr(at->out_layout, 0, &c->o, b, h, &oo, &old);
+        float *s = c->ws + (size_t)it * c->item_floats;
+        const float *mrow0 = c->mask ? c->mask + b * c->mstr[0] + h * c->mstr[1] + r0 * c->mstr[2] : NULL;
+        if (c->bf16) {
+            kiln__attn_bf16_block(c->Q + qo + r0 * qld, qld, c->K + ko, kld, at->k_layout == KILN_ATTN_BHDS,
+                                  c->V + vo, vld, c->O + oo + r0 * old, old, rows, Sk, D, Dv, at->scale, mrow0,
+                                  c->mstr[2], c->mstr[3], s);
+            continue;
+        }
+        if (c->avx512) {
+            kiln__attn_avx512_block(c->Q + qo + r0 * qld, qld, c->K + ko, kld, at->k_layout == KILN_ATTN_BHDS,
+                                    c->V + vo, vld, c->O + oo + r0 * old, old, rows, Sk, D, Dv, at->scale, mrow0,
+                                    c->mstr[2], c->mstr[3], s);
+            continue;
+        }
+        /* s = scale * Q K^T: K is [Sk, D] rows (transposed operand) or [D, Sk] (BHDS) */
+        if (kiln__sgemm(false, at->k_layout != KILN_ATTN_BHDS, rows, Sk, D, at->scale, c->Q + qo + r0 * qld, qld,
+                        c->K + ko, kld, 0.0f, s, Sk, NULL) != KILN_OK) {
+            atomic_store(&c->failed, 1);
+            return;
+        }
+        if (c->mask)
+            for (int64_t r = 0; r < rows; r++) {
+                const float *mrow = mrow0 + r * c->mstr[2];
+                float *srow = s + r * Sk;
+                if (c->mstr[3] == 1)
+                    for (int64_t j = 0; j < Sk; j++) srow[j] += mrow[j];
+                else
+                    for (int64_t j = 0; j < Sk; j++) srow[j] += mrow[j * c->mstr[3]];
+            }
+        kiln__softmax_rows_f32(s, rows, Sk);
+        if (kiln__sgemm(false, false, rows, Dv, Sk, 1.0f, s, Sk, c->V + vo, vld, 0.0f, c->O + oo + r0 * old, old,
+                        NULL) != KILN_OK) {
+            atomic_store(&c->failed, 1);
+            return;
+        }
+    }
+}
+
+static kiln_status attn_cpu(const kiln_kernel_args *a) {
+    const kiln_attention_attrs *at = a->attrs;
+    const kiln_tensor *mask = a->n_in > 3 ? a->in[3] : NULL;
+    attn_ctx c = {.at = at, .Q = a->in[0]->data, .K = a->in[1]->data, .V = a->in[2]->data, .O = a->out[0]->data,
+                  .ws = a->workspace};
+    kiln_tinfo ti[3];
+    for (int i = 0; i < 3; i++) {
+        ti[i].dtype = a->in[i]->dtype;
+        ti[i].rank = a->in[i]->rank;
+        memcpy(ti[i].dims, a->in[i]->dims, sizeof ti[i].dims);
+    }
+    KILN_TRY(attn_view_of(NODE(a), "Q", &ti[0], at->q_layout, at->num_heads, &c.q));
+    KILN_TRY(attn_view_of(NODE(a), "K", &ti[1], at->k_layout, at->num_heads, &c.k));
+    KILN_TRY(attn_view_of(NODE(a), "V", &ti[2], at->v_layout, at->num_heads, &c.v));
+    c.o = (attn_view){.B = c.q.B, .H = c.q.H, .S = c.q.S, .D = c.v.D};
+    if (kiln__tensor_numel(a->out[0]) == 0) return KILN_OK;
+    c.nqb = attn_nqb(c.q.S);
+    c.item_floats = attn_item_floats(c.q.S, c.k.S, c.q.D, c.v.D);
+    if (!c.ws || a->workspace_size < (size_t)(c.q.B * c.q.H * c.nqb) * c.item_floats * sizeof(float))
+        return KILN_FAIL(KILN_ERR_INTERNAL, "node '%s' (kiln.Attention): workspace too small", NODE(a));
+    int32_t t = at->tactic.id;
+    c.avx512 = (t == KILN_ATTN_TACTIC_AUTO || t == KILN_ATTN_TACTIC_AVX512) && kiln__attn_avx512_available();
+    if (c.avx512) c.nqb = 1; /* one item per (batch, head): K^T is packed once */
+    c.bf16 = c.avx512 && at->precision == KILN_PRECISION_BF16 && kiln__attn_bf16_available();
+    if (mask && kiln__tensor_numel(mask) > 0) {
+        int64_t full[4] = {c.q.B, c.q.H, c.q.S, c.k.S};
+        kiln__bcast_strides(mask->rank, mask->dims, 4, full, c.mstr);
+        c.mask = mask->data;
+    }
+    atomic_init(&c.failed, 0);
+    kiln__parallel_for(a->pool, c.q.B * c.q.H * c.nqb, 1, attn_items, &c);
+    if (atomic_load(&c.failed))
+        return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "node '%s' (kiln.Attention): out of memory", NODE(a));
+    return KILN_OK;
+}
+
+static int attn_tactics(const kiln_infer_args *a, int32_t *ids, int cap) {
+    const kiln_attention_attrs *at = a->attrs;
+    int n = 0;
+    /* bf16 layers: only the kernel that computes in bf16 where the CPU has it */
+    bool bf16 = at->precision == KILN_PRECISION_BF16 && kiln__attn_bf16_available();
+    if (n < cap && !bf16) ids[n++] = KILN_ATTN_TACTIC_SGEMM;
+    if (n < cap && kiln__attn_avx512_available()) ids[n++] = KILN_ATTN_TACTIC_AVX512;
+    return n;
+}
+
+static const char *attn_tactic_name(int32_t id) {
+    switch (id) {
+    case KILN_ATTN_TACTIC_AUTO: return "auto";
+    case KILN_ATTN_TACTIC_SGEMM: return "sgemm";
+    case KILN_ATTN_TACTIC_AVX512: return "avx512";
+    default: return "?";
+    }
+}
+
+const kiln_op_def kiln_op_Attention = {
+    .name = "Attention", .domain = "kiln", .since = 1,
+    .min_inputs = 3, .max_inputs = 4, .min_outputs = 1, .max_outputs = 1,
+    .flags = KILN_OP_FLAG_TACTICS,
+    .attr_size = sizeof(kiln_attention_attrs),
+    .infer = attn_infer, .workspace = attn_workspace, .cpu = attn_cpu,
+    .cpu_tactics = attn_tactics, .cpu_tactic_name = attn_tactic_name,
+};

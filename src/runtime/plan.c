@@ -1,0 +1,674 @@
+/* plan.c -- activation memory planning.
+ *
+ * For one set of input shapes (and the memory each input is bound in), the
+ * planner walks the plan's nodes in order as a run would, without running
+ * the heavy ones:
+ *   1. sizes: each node's output shapes are inferred from its inputs'
+ *      exact shapes. Small values computed from constants and input shapes
+ *      only (Shape -> Gather -> Concat chains feeding a Reshape) are
+ *      evaluated with the CPU kernels, so the shapes that depend on them are
+ *      known too. A value whose size depends on the data of an input or of
+ *      an activation (NonZero...) stays unplanned: the run sizes it (the
+ *      context's overflow buffers).
+ *   2. live ranges, per memory (host / device): from the node that produces
+ *      the value there (or the first node that needs a copy there) to the
+ *      last node that reads it there (or that copies it to the other
+ *      memory); graph outputs live to the end of the run. Outputs nobody
+ *      reads and per-node workspaces live for their node only. A node whose
+ *      op may write out[0] over in[0] (KILN_OP_FLAG_INPLACE) reuses in[0]'s
+ *      block when this node is its last reader (host memory only).
+ *   3. offsets: each block goes at the lowest aligned offset of its memory's
+ *      arena that does not overlap a block live at the same time. Blocks are
+ *      placed in a few orders (by size, by start, by duration); the smallest
+ *      arena wins. If it is above the lower bound, a bounded search for a
+ *      layout within the bound follows (place_within). The result depends on
+ *      the engine and the shapes only, so replays of a run see the same
+ *      addresses.
+ * The lower bound reported with a plan is the largest sum of the (aligned)
+ * sizes of blocks live at one time: no placement of these blocks fits in
+ * less. */
+#include "runtime/engine.h"
+
+#include <stdio.h>
+
+#define EVAL_MAX_BYTES 4096             /* largest value evaluated while planning */
+#define EVAL_MAX_WORKSPACE (1u << 20)   /* and the most scratch it may take */
+
+typedef struct plan_blk {
+    size_t size;      /* aligned */
+    int start, end;   /* node indices, inclusive; end == n_nodes: the end of the run */
+    int mem;
+    int64_t off;
+} plan_blk;
+
+typedef struct planner {
+    const kiln_engine *e;
+    const kiln_graph *g;
+    kiln_mem_plan *p;
+    kiln_tinfo *info;     /* per value: shape at these inputs; data if known */
+    bool *exact;          /* per value: shape exactly known */
+    void **eval;          /* per value: bytes evaluated while planning (owned) */
+    int *first[2], *last[2]; /* per value and memory: first/last node needing it there, or -1 */
+    int *origin;          /* per value: bit m set when the value is born in memory m */
+    int *blk[2];          /* per value and memory: block index or -1 */
+    plan_blk *blocks;
+    int n_blocks, cap_blocks;
+    int *aux_blk;         /* per aux entry: block index or -1 */
+} planner;
+
+int kiln__node_mem(const kiln_engine *e, const kiln_node *n) {
+    return (e->opts.device != KILN_DEVICE_CPU && n->device != KILN_DEVICE_CPU) ? KILN_MEM_DEV
+                                                                                : KILN_MEM_HOST;
+}
+
+static size_t mem_align(int m) { return m == KILN_MEM_DEV ? KILN_ARENA_ALIGN_DEV : KILN_ARENA_ALIGN_HOST; }
+
+static size_t align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
+
+void kiln__plan_free(kiln_mem_plan *p) {
+    if (!p) return;
+    kiln__free(p->sig);
+    kiln__free(p->off[0]);
+    kiln__free(p->off[1]);
+    kiln__free(p->nbytes);
+    kiln__free(p->aux_first);
+    kiln__free(p->aux_off);
+    kiln__free(p->aux_bytes);
+    kiln__free(p);
+}
+
+static bool dims_exact(const kiln_tinfo *t) {
+    if (t->rank < 0 || t->rank > KILN_MAX_RANK) return false;
+    for (int i = 0; i < t->rank; i++)
+        if (t->dims[i] < 0) return false;
+    return true;
+}
+
+/* Bytes of an exactly known shape; false if unknown or too large. */
+static bool exact_bytes(const kiln_tinfo *t, size_t *nb) {
+    *nb = 0;
+    if (!dims_exact(t)) return false;
+    *nb = kiln__value_nbytes(t);
+    return *nb > 0 || kiln__numel(t->rank, t->dims) == 0;
+}
+
+/* Runs node n's CPU kernel on inputs whose data is known, keeping its
+ * (small) outputs as known data. Failure only means "not known". */
+static void eval_node(planner *P, const kiln_node *n, const kiln_infer_args *ia, bool shape_only) {
+    kiln_tensor in_t[64], out_t[64];
+    const kiln_tensor *in_tp[64];
+    kiln_tensor *out_tp[64];
+    for (int i = 0; i < n->n_in; i++) {
+        in_tp[i] = NULL;
+        if (n->in[i] < 0) continue;
+        const kiln_tinfo *t = &P->info[n->in[i]];
+        in_t[i].dtype = t->dtype;
+        in_t[i].rank = t->rank;
+        memcpy(in_t[i].dims, t->dims, sizeof in_t[i].dims);
+        in_t[i].data = shape_only ? NULL : (void *)t->data;
+        in_tp[i] = &in_t[i];
+    }
+    bool ok = true;
+    for (int i = 0; i < n->n_out; i++) {
+        const kiln_tinfo *t = ia->out[i];
+        out_t[i].dtype = t->dtype;
+        out_t[i].rank = t->rank;
+        memcpy(out_t[i].dims, t->dims, sizeof out_t[i].dims);
+        out_t[i].data = ok ? kiln__aligned_alloc(kiln__value_nbytes(t)) : NULL;
+        ok = ok && out_t[i].data;
+        out_tp[i] = &out_t[i];
+    }
+    size_t ws_size = n->op->workspace ? n->op->workspace(ia) : 0;
+    ok = ok && ws_size <= EVAL_MAX_WORKSPACE;
+    void *ws = ok && ws_size ? kiln__aligned_alloc(ws_size) : NULL;
+    if (ok && (!ws_size || ws)) {
+        kiln_kernel_args ka = {.op = n->op, .attrs = n->attrs, .node_name = n->name,
+                               .n_in = n->n_in, .n_out = n->n_out, .in = in_tp, .out = out_tp,
+                               .workspace = ws, .workspace_size = ws_size};
+        ok = n->op->cpu(&ka) == KILN_OK;
+    } else {
+        ok = false;
+    }
+    kiln__aligned_free(ws);
+    for (int i = 0; i < n->n_out; i++) {
+        int v = n->out[i];
+        if (ok && v >= 0 && !P->eval[v]) {
+            P->eval[v] = out_t[i].data;
+            P->info[v].data = out_t[i].data;
+        } else {
+            kiln__aligned_free(out_t[i].data);
+        }
+    }
+    kiln__clear_error();
+}
+
+/* Step 1: the shape (and bytes) of every value, node by node. */
+static void plan_sizes(planner *P) {
+    const kiln_graph *g = P->g;
+    kiln_mem_plan *p = P->p;
+    for (int ni = 0; ni < g->n_nodes; ni++) {
+        const kiln_node *n = &g->nodes[ni];
+        int aux = p->aux_first[ni];
+        bool fits = n->n_in <= 64 && n->n_out <= 64;
+        if (!fits || kiln__node_check_inputs(n) != KILN_OK) {
+            kiln__clear_error();
+            for (int i = 0; i < n->n_out; i++)
+                if (n->out[i] >= 0) P->exact[n->out[i]] = false;
+            continue;
+        }
+        const kiln_tinfo *in_ip[64];
+        kiln_tinfo outs[64], *out_ip[64];
+        bool all_exact = true, all_data = true;
+        for (int i = 0; i < n->n_in; i++) {
+            in_ip[i] = NULL;
+            int v = n->in[i];
+            if (v < 0) continue;
+            in_ip[i] = &P->info[v];
+            all_exact = all_exact && P->exact[v];
+            all_data = all_data && P->info[v].data;
+        }
+        for (int i = 0; i < n->n_out; i++) {
+            memset(&outs[i], 0, sizeof outs[i]);
+            outs[i].rank = -1;
+            out_ip[i] = &outs[i];
+        }
+        kiln_infer_args ia = {.op = n->op, .attrs = n->attrs, .node_name = n->name, .n_in = n->n_in,
+                              .n_out = n->n_out, .in = in_ip, .out = out_ip,
+                              .runtime = all_exact && all_data};
+        bool inferred = n->op->infer(&ia) == KILN_OK;
+        kiln__clear_error();
+        bool outs_exact = inferred;
+        size_t out_bytes = 0;
+        for (int i = 0; i < n->n_out; i++) {
+            int v = n->out[i];
+            size_t nb = 0;
+            bool ex = inferred && exact_bytes(&outs[i], &nb);
+            outs[i].data = NULL;
+            outs_exact = outs_exact && ex;
+            out_bytes += nb;
+            if (v < 0) {
+                p->aux_bytes[aux + i] = ex ? nb : 0;
+                p->aux_off[aux + i] = ex ? 0 : -1; /* -1: the run sizes it */
+                continue;
+            }
+            if (inferred && outs[i].rank >= 0) P->info[v] = outs[i];
+            P->exact[v] = ex;
+            p->nbytes[v] = ex ? nb : 0;
+        }
+        /* workspace: host nodes only (device backends keep their own) */
+        int wsi = aux + n->n_out;
+        p->aux_off[wsi] = -1;
+        if (kiln__node_mem(P->e, n) == KILN_MEM_HOST && n->op->workspace && all_exact) {
+            p->aux_bytes[wsi] = n->op->workspace(&ia);
+            p->aux_off[wsi] = p->aux_bytes[wsi] ? 0 : -1;
+            if (p->aux_bytes[wsi] > p->max_workspace) {
+                p->max_workspace = p->aux_bytes[wsi];
+                p->max_workspace_node = ni;
+            }
+        }
+        bool shape_only = (n->op->flags & KILN_OP_FLAG_SHAPE_ONLY) != 0;
+        if (outs_exact && out_bytes <= EVAL_MAX_BYTES && n->op->cpu &&
+            !(n->op->flags & KILN_OP_FLAG_NO_FOLD) && all_exact && (all_data || shape_only))
+            eval_node(P, n, &ia, shape_only && !all_data);
+    }
+}
+
+static void need(planner *P, int v, int m, int t) {
+    if (P->first[m][v] < 0) P->first[m][v] = t;
+    P->last[m][v] = t;
+}
+
+static kiln_status add_block(planner *P, int m, size_t bytes, int start, int end, int *out) {
+    /* (sizes come from engine files too: keep align_up and the layout's sums
+     * far from overflow) */
+    if (bytes > ((size_t)1 << 48))
+        return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY,
+                         "a tensor or workspace of %zu bytes is more than kiln plans (256 TiB)",
+                         bytes);
+    KILN_TRY(kiln__grow((void **)&P->blocks, &P->cap_blocks, P->n_blocks + 1, sizeof *P->blocks));
+    plan_blk *b = &P->blocks[P->n_blocks];
+    b->size = align_up(bytes, mem_align(m));
+    b->start = start;
+    b->end = end;
+    b->mem = m;
+    b->off = 0;
+    *out = P->n_blocks++;
+    return KILN_OK;
+}
+
+/* Step 2: live ranges and blocks. */
+static kiln_status plan_blocks(planner *P) {
+    const kiln_graph *g = P->g;
+    kiln_mem_plan *p = P->p;
+    int end_of_run = g->n_nodes;
+    for (int v = 0; v < g->n_values; v++) {
+        P->origin[v] = 0;
+        if (g->values[v].flags & KILN_VALUE_CONST) P->origin[v] = 3;
+        if (g->values[v].producer >= 0 && g->values[v].producer < g->n_nodes)
+            P->origin[v] = 1 << kiln__node_mem(P->e, &g->nodes[g->values[v].producer]);
+    }
+    for (int k = 0; k < g->n_inputs; k++) P->origin[g->inputs[k]] = 1 << p->sig[k].mem;
+    for (int ni = 0; ni < g->n_nodes; ni++) {
+        const kiln_node *n = &g->nodes[ni];
+        int m = kiln__node_mem(P->e, n);
+        for (int i = 0; i < n->n_in; i++) {
+            int v = n->in[i];
+            if (v < 0) continue;
+            need(P, v, m, ni);
+            if (m == KILN_MEM_DEV && (n->op->host_inputs & (1u << i))) need(P, v, KILN_MEM_HOST, ni);
+        }
+    }
+    for (int v = 0; v < g->n_values; v++) {
+        const kiln_value *val = &g->values[v];
+        if (val->flags & KILN_VALUE_CONST) continue;
+        bool out = (val->flags & KILN_VALUE_OUTPUT) != 0;
+        for (int m = 0; m < 2; m++) {
+            bool born = (P->origin[v] >> m) & 1;
+            int start;
+            if (born && val->producer >= 0) start = val->producer;
+            else if (!born && P->first[m][v] >= 0) start = P->first[m][v];
+            else continue; /* an input bound here, or never needed here */
+            if (!P->exact[v]) {
+                p->n_dynamic += born;
+                continue;
+            }
+            int end = start > P->last[m][v] ? start : P->last[m][v];
+            /* the copy to the other memory is made from this one */
+            int other = 1 - m;
+            if (!((P->origin[v] >> other) & 1) && P->first[other][v] > end) end = P->first[other][v];
+            if (out) end = end_of_run;
+            KILN_TRY(add_block(P, m, p->nbytes[v], start, end, &P->blk[m][v]));
+        }
+    }
+    /* in place: out[0] takes in[0]'s block when this node reads in[0] last */
+    for (int ni = 0; ni < g->n_nodes; ni++) {
+        const kiln_node *n = &g->nodes[ni];
+        if (!(n->op->flags & KILN_OP_FLAG_INPLACE) || n->n_in < 1 || n->n_out < 1) continue;
+        if (kiln__node_mem(P->e, n) != KILN_MEM_HOST) continue;
+        int v = n->in[0], w = n->out[0];
+        if (v < 0 || w < 0 || v == w) continue;
+        int bv = P->blk[KILN_MEM_HOST][v], bw = P->blk[KILN_MEM_HOST][w];
+        if (bv < 0 || bw < 0 || P->blocks[bv].end != ni || P->blocks[bw].start != ni) continue;
+        if (g->values[v].flags & (KILN_VALUE_OUTPUT | KILN_VALUE_INPUT)) continue;
+        if (p->nbytes[v] != p->nbytes[w]) continue;
+        bool twice = false;
+        for (int i = 1; i < n->n_in; i++) twice = twice || n->in[i] == v;
+        if (twice) continue;
+        if (P->blocks[bw].end > P->blocks[bv].end) P->blocks[bv].end = P->blocks[bw].end;
+        P->blocks[bw].size = 0; /* unused: w lives in v's block */
+        P->blocks[bw].start = -1;
+        P->blk[KILN_MEM_HOST][w] = bv;
+    }
+    for (int ni = 0; ni < g->n_nodes; ni++) {
+        const kiln_node *n = &g->nodes[ni];
+        int m = kiln__node_mem(P->e, n);
+        int aux = p->aux_first[ni];
+        for (int i = 0; i <= n->n_out; i++) {
+            P->aux_blk[aux + i] = -1;
+            if (p->aux_off[aux + i] < 0) continue;
+            if (i < n->n_out && n->out[i] >= 0) continue;
+            KILN_TRY(add_block(P, i == n->n_out ? KILN_MEM_HOST : m, p->aux_bytes[aux + i], ni, ni,
+                               &P->aux_blk[aux + i]));
+        }
+    }
+    return KILN_OK;
+}
+
+/* Step 3: offsets. */
+static int by_key(const plan_blk *a, const plan_blk *b, int mode, int ia, int ib) {
+    long long ka[2], kb[2];
+    long long da = a->end - a->start, db = b->end - b->start;
+    switch (mode) {
+    case 0: ka[0] = -(long long)a->size, kb[0] = -(long long)b->size;
+            ka[1] = a->start, kb[1] = b->start; break;
+    case 1: ka[0] = a->start, kb[0] = b->start;
+            ka[1] = -(long long)a->size, kb[1] = -(long long)b->size; break;
+    default: ka[0] = -da, kb[0] = -db;
+             ka[1] = -(long long)a->size, kb[1] = -(long long)b->size; break;
+    }
+    for (int k = 0; k < 2; k++)
+        if (ka[k] != kb[k]) return ka[k] < kb[k] ? -1 : 1;
+    return ia < ib ? -1 : ia > ib;
+}
+
+/* A stable merge sort of block indices by the key of `mode`. */
+static void sort_idx(const plan_blk *blocks, int *idx, int *tmp, int n, int mode) {
+    for (int w = 1; w < n; w *= 2)
+        for (int lo = 0; lo < n; lo += 2 * w) {
+            int mid = lo + w < n ? lo + w : n, hi = lo + 2 * w < n ? lo + 2 * w : n;
+            int i = lo, j = mid, k = lo;
+            while (i < mid && j < hi)
+                tmp[k++] = by_key(&blocks[idx[j]], &blocks[idx[i]], mode, idx[j], idx[i]) < 0 ? idx[j++]
+                                                                                           : idx[i++];
+            while (i < mid) tmp[k++] = idx[i++];
+            while (j < hi) tmp[k++] = idx[j++];
+            memcpy(idx + lo, tmp + lo, (size_t)(hi - lo) * sizeof *idx);
+        }
+}
+
+/* Places the blocks of memory m in order `idx`; returns the arena size.
+ * `placed` (by offset) and `offs` are scratch of n entries. */
+static size_t place(plan_blk *blocks, const int *idx, int n, int *placed, int64_t *offs) {
+    int n_placed = 0;
+    size_t arena = 0;
+    for (int q = 0; q < n; q++) {
+        plan_blk *b = &blocks[idx[q]];
+        size_t at = 0;
+        int pos = 0; /* insertion point in `placed` */
+        for (int r = 0; r < n_placed; r++) {
+            const plan_blk *o = &blocks[placed[r]];
+            if (o->size == 0 || o->end < b->start || o->start > b->end) continue;
+            size_t oo = (size_t)offs[placed[r]];
+            if (at + b->size <= oo) break;
+            if (oo + o->size > at) at = oo + o->size;
+        }
+        offs[idx[q]] = (int64_t)at;
+        while (pos < n_placed && (size_t)offs[placed[pos]] <= at) pos++;
+        memmove(placed + pos + 1, placed + pos, (size_t)(n_placed - pos) * sizeof *placed);
+        placed[pos] = idx[q];
+        n_placed++;
+        if (at + b->size > arena) arena = at + b->size;
+    }
+    return arena;
+}
+
+/* Removes block `b` from `placed` (n entries). */
+static void unplace(int *placed, int n, int b) {
+    for (int r = 0; r < n; r++)
+        if (placed[r] == b) {
+            memmove(placed + r, placed + r + 1, (size_t)(n - r - 1) * sizeof *placed);
+            return;
+        }
+}
+
+/* Candidate c of block b: the low or high end of the c/2-th gap, below
+ * `target`, left by the placed blocks live with it; -1 if none. */
+static int64_t candidate(const plan_blk *blocks, const plan_blk *b, const int *placed, int n_placed,
+                         const int64_t *offs, size_t target, int c) {
+    size_t g0 = 0;
+    int seen = 0;
+    for (int r = 0; r <= n_placed; r++) {
+        size_t g1 = target, o_end = 0;
+        if (r < n_placed) {
+            const plan_blk *o = &blocks[placed[r]];
+            if (o->size == 0 || o->end < b->start || o->start > b->end) continue;
+            g1 = (size_t)offs[placed[r]];
+            o_end = g1 + o->size;
+            if (g1 > target) g1 = target;
+        }
+        if (g1 >= g0 && g1 - g0 >= b->size) {
+            if (seen++ == c) return (int64_t)g0;
+            if (g1 - b->size != g0 && seen++ == c) return (int64_t)(g1 - b->size);
+        }
+        if (o_end > g0) g0 = o_end;
+    }
+    return -1;
+}
+
+/* Places the blocks in order `idx` (by start) all below `target`: each at an
+ * end of a gap left by the blocks live with it, backtracking when one fits
+ * nowhere, for at most `budget` steps. Blocks live at the same time are
+ * neighbours in this order, so a layout the greedy orders miss (a large
+ * scratch block that must sit high so that the next ones fit) is usually
+ * found without much backtracking. True when offs[] holds such a layout. */
+static bool place_within(const plan_blk *blocks, const int *idx, int n, size_t target, long budget,
+                         int *placed, int64_t *offs, int *next) {
+    int n_placed = 0, k = 0;
+    if (n) next[0] = 0;
+    while (k < n) {
+        if (budget-- <= 0) return false;
+        const plan_blk *b = &blocks[idx[k]];
+        int64_t at = candidate(blocks, b, placed, n_placed, offs, target, next[k]);
+        if (at < 0) {
+            if (k == 0) return false;
+            k--; /* back: the previous block tries its next candidate */
+            unplace(placed, n_placed--, idx[k]);
+            continue;
+        }
+        next[k]++;
+        offs[idx[k]] = at;
+        int pos = 0;
+        while (pos < n_placed && offs[placed[pos]] <= at) pos++;
+        memmove(placed + pos + 1, placed + pos, (size_t)(n_placed - pos) * sizeof *placed);
+        placed[pos] = idx[k];
+        n_placed++;
+        if (++k < n) next[k] = 0;
+    }
+    return true;
+}
+
+/* Lays out blocks[0..n) (one memory; live within steps 0..n_steps):
+ * offsets into blocks[].off, the arena size and the lower bound. */
+static kiln_status layout(plan_blk *blocks, int n, int n_steps, size_t *arena, size_t *lower) {
+    size_t cnt = (size_t)n + 1;
+    int *idx = kiln__malloc(cnt * sizeof *idx), *tmp = kiln__malloc(cnt * sizeof *tmp);
+    int *placed = kiln__malloc(cnt * sizeof *placed), *next = kiln__malloc(cnt * sizeof *next);
+    int64_t *offs = kiln__malloc(cnt * sizeof *offs), *best = kiln__malloc(cnt * sizeof *best);
+    int64_t *live = kiln__calloc((size_t)n_steps + 2, sizeof *live);
+    kiln_status s = KILN_OK;
+    *arena = *lower = 0;
+    if (!idx || !tmp || !placed || !next || !offs || !best || !live) {
+        s = KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory planning activation memory");
+        goto done;
+    }
+    /* lower bound: the most bytes live at one time (the total bounds every
+     * sum below) */
+    uint64_t total = 0;
+    for (int q = 0; q < n; q++)
+        if ((total += blocks[q].size) > ((uint64_t)1 << 62)) {
+            s = KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "activation memory of over 2^62 bytes");
+            goto done;
+        }
+    for (int q = 0; q < n; q++) {
+        idx[q] = q;
+        live[blocks[q].start] += (int64_t)blocks[q].size;
+        live[blocks[q].end + 1] -= (int64_t)blocks[q].size;
+    }
+    int64_t run = 0, peak = 0;
+    for (int t = 0; t <= n_steps; t++) {
+        run += live[t];
+        if (run > peak) peak = run;
+    }
+    *lower = (size_t)peak;
+    if (!n) goto done;
+    size_t best_arena = SIZE_MAX;
+    for (int mode = 0; mode < 3; mode++) {
+        sort_idx(blocks, idx, tmp, n, mode);
+        size_t a = place(blocks, idx, n, placed, offs);
+        if (a < best_arena) {
+            best_arena = a;
+            memcpy(best, offs, (size_t)n * sizeof *best);
+        }
+    }
+    /* not at the bound: search for a layout within it, else halfway to the
+     * greedy result, in bounded work (steps x blocks) */
+    long budget = 4L * n + 10000;
+    if (budget > 100000000L / n) budget = 100000000L / n;
+    size_t targets[2] = {*lower, *lower + (best_arena - *lower) / 2};
+    for (int t = 0; t < 2 && best_arena > *lower && budget >= n; t++) {
+        sort_idx(blocks, idx, tmp, n, 1);
+        if (!place_within(blocks, idx, n, targets[t], budget, placed, offs, next)) continue;
+        best_arena = 0;
+        for (int q = 0; q < n; q++)
+            if ((size_t)offs[q] + blocks[q].size > best_arena) best_arena = (size_t)offs[q] + blocks[q].size;
+        memcpy(best, offs, (size_t)n * sizeof *best);
+        break;
+    }
+    *arena = best_arena;
+    for (int q = 0; q < n; q++) blocks[q].off = best[q];
+done:
+    kiln__free(idx);
+    kiln__free(tmp);
+    kiln__free(placed);
+    kiln__free(next);
+    kiln__free(offs);
+    kiln__free(best);
+    kiln__free(live);
+    return s;
+}
+
+kiln_status kiln__plan_layout(int n, const size_t *size, const int *start, const int *end, int n_steps,
+                              int64_t *offs, size_t *arena, size_t *lower) {
+    plan_blk *b = kiln__calloc((size_t)n + 1, sizeof *b);
+    if (!b) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory planning activation memory");
+    for (int q = 0; q < n; q++) {
+        if (start[q] < 0 || end[q] < start[q] || end[q] > n_steps) {
+            kiln__free(b);
+            return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "block %d: live range %d..%d outside 0..%d", q,
+                             start[q], end[q], n_steps);
+        }
+        b[q] = (plan_blk){.size = size[q], .start = start[q], .end = end[q]};
+    }
+    kiln_status s = layout(b, n, n_steps, arena, lower);
+    for (int q = 0; q < n && s == KILN_OK; q++) offs[q] = b[q].off;
+    kiln__free(b);
+    return s;
+}
+
+/* Step 3: offsets, one memory at a time. */
+static kiln_status plan_offsets(planner *P) {
+    kiln_mem_plan *p = P->p;
+    plan_blk *mb = kiln__malloc(((size_t)P->n_blocks + 1) * sizeof *mb);
+    int *from = kiln__malloc(((size_t)P->n_blocks + 1) * sizeof *from);
+    kiln_status s = KILN_OK;
+    if (!mb || !from) s = KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory planning activation memory");
+    for (int m = 0; m < 2 && s == KILN_OK; m++) {
+        int n = 0;
+        for (int b = 0; b < P->n_blocks; b++)
+            if (P->blocks[b].mem == m && P->blocks[b].start >= 0) {
+                from[n] = b;
+                mb[n++] = P->blocks[b];
+            }
+        p->n_blocks[m] = n;
+        s = layout(mb, n, P->g->n_nodes, &p->arena[m], &p->lower[m]);
+        for (int q = 0; q < n && s == KILN_OK; q++) P->blocks[from[q]].off = mb[q].off;
+    }
+    kiln__free(mb);
+    kiln__free(from);
+    return s;
+}
+
+kiln_status kiln__plan_build(const kiln_engine *e, const kiln_plan_input *in, kiln_mem_plan **out) {
+    *out = NULL;
+    const kiln_graph *g = e->graph;
+    size_t nv = (size_t)g->n_values + 1, nn = (size_t)g->n_nodes + 1;
+    kiln_mem_plan *p = kiln__calloc(1, sizeof *p);
+    planner P = {.e = e, .g = g, .p = p};
+    kiln_status s = KILN_OK;
+    if (!p) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory planning activation memory");
+    p->max_workspace_node = -1;
+    size_t n_aux = 0;
+    for (int ni = 0; ni < g->n_nodes; ni++) n_aux += (size_t)g->nodes[ni].n_out + 1;
+    p->n_sig = g->n_inputs;
+    p->sig = kiln__calloc((size_t)g->n_inputs + 1, sizeof *p->sig);
+    p->off[0] = kiln__malloc(nv * sizeof *p->off[0]);
+    p->off[1] = kiln__malloc(nv * sizeof *p->off[1]);
+    p->nbytes = kiln__calloc(nv, sizeof *p->nbytes);
+    p->aux_first = kiln__calloc(nn, sizeof *p->aux_first);
+    p->aux_off = kiln__calloc(n_aux + 1, sizeof *p->aux_off);
+    p->aux_bytes = kiln__calloc(n_aux + 1, sizeof *p->aux_bytes);
+    P.info = kiln__calloc(nv, sizeof *P.info);
+    P.exact = kiln__calloc(nv, sizeof *P.exact);
+    P.eval = kiln__calloc(nv, sizeof *P.eval);
+    P.origin = kiln__calloc(nv, sizeof *P.origin);
+    P.aux_blk = kiln__calloc(n_aux + 1, sizeof *P.aux_blk);
+    for (int m = 0; m < 2; m++) {
+        P.first[m] = kiln__malloc(nv * sizeof *P.first[m]);
+        P.last[m] = kiln__malloc(nv * sizeof *P.last[m]);
+        P.blk[m] = kiln__malloc(nv * sizeof *P.blk[m]);
+    }
+    if (!p->sig || !p->off[0] || !p->off[1] || !p->nbytes || !p->aux_first || !p->aux_off ||
+        !p->aux_bytes || !P.info || !P.exact || !P.eval || !P.origin || !P.aux_blk || !P.first[0] ||
+        !P.first[1] || !P.last[0] || !P.last[1] || !P.blk[0] || !P.blk[1]) {
+        s = KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory planning activation memory");
+        goto done;
+    }
+    memcpy(p->sig, in, (size_t)g->n_inputs * sizeof *p->sig);
+    for (int ni = 0, a = 0; ni < g->n_nodes; ni++) {
+        p->aux_first[ni] = a;
+        a += g->nodes[ni].n_out + 1;
+    }
+    for (int v = 0; v < g->n_values; v++) {
+        const kiln_value *val = &g->values[v];
+        p->off[0][v] = p->off[1][v] = -1;
+        for (int m = 0; m < 2; m++) P.first[m][v] = P.last[m][v] = P.blk[m][v] = -1;
+        P.info[v] = val->info;
+        P.info[v].data = NULL;
+        if (val->flags & KILN_VALUE_CONST) {
+            P.info[v].data = val->data;
+            P.exact[v] = dims_exact(&val->info);
+            p->nbytes[v] = val->nbytes;
+        }
+    }
+    for (int k = 0; k < g->n_inputs; k++) {
+        kiln_tinfo *t = &P.info[g->inputs[k]];
+        t->rank = in[k].rank;
+        memcpy(t->dims, in[k].dims, sizeof t->dims);
+        P.exact[g->inputs[k]] = exact_bytes(t, &p->nbytes[g->inputs[k]]);
+    }
+    plan_sizes(&P);
+    if ((s = plan_blocks(&P)) != KILN_OK) goto done;
+    if ((s = plan_offsets(&P)) != KILN_OK) goto done;
+    for (int m = 0; m < 2; m++)
+        for (int v = 0; v < g->n_values; v++)
+            if (P.blk[m][v] >= 0) p->off[m][v] = P.blocks[P.blk[m][v]].off;
+    for (size_t a = 0; a < n_aux; a++)
+        p->aux_off[a] = P.aux_blk[a] >= 0 ? P.blocks[P.aux_blk[a]].off : -1;
+done:
+    if (P.eval)
+        for (int v = 0; v < g->n_values; v++) kiln__aligned_free(P.eval[v]);
+    kiln__free(P.eval);
+    kiln__free(P.info);
+    kiln__free(P.exact);
+    kiln__free(P.origin);
+    kiln__free(P.aux_blk);
+    for (int m = 0; m < 2; m++) {
+        kiln__free(P.first[m]);
+        kiln__free(P.last[m]);
+        kiln__free(P.blk[m]);
+    }
+    kiln__free(P.blocks);
+    if (s != KILN_OK) {
+        kiln__plan_free(p);
+        return s;
+    }
+    *out = p;
+    return KILN_OK;
+}
+
+kiln_status kiln__plan_at_profile(const kiln_engine *e, int which, kiln_mem_plan **out) {
+    *out = NULL;
+    const kiln_graph *g = e->graph;
+    kiln_plan_input *in = kiln__calloc((size_t)g->n_inputs + 1, sizeof *in);
+    if (!in) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory planning activation memory");
+    for (int k = 0; k < g->n_inputs; k++) {
+        const kiln_profile *pr = &e->profiles[k];
+        in[k].mem = KILN_MEM_HOST;
+        in[k].rank = pr->rank;
+        memcpy(in[k].dims, which == 0 ? pr->min : which == 1 ? pr->opt : pr->max, sizeof in[k].dims);
+    }
+    kiln_status s = kiln__plan_build(e, in, out);
+    kiln__free(in);
+    return s;
+}
+
+bool kiln__workspace_fits(const kiln_build_options *o, size_t bytes) {
+    return o->workspace == 0 || bytes <= o->workspace;
+}
+
+kiln_status kiln__check_workspace_limit(const kiln_engine *e) {
+    if (e->opts.workspace == 0) return KILN_OK;
+    kiln_mem_plan *p;
+    KILN_TRY(kiln__plan_at_profile(e, 2, &p));
+    kiln_status s = KILN_OK;
+    if (!kiln__workspace_fits(&e->opts, p->max_workspace) && p->max_workspace_node >= 0) {
+        const kiln_node *n = &e->graph->nodes[p->max_workspace_node];
+        s = KILN_FAIL(KILN_ERR_OUT_OF_MEMORY,
+                      "layer '%s' (%s) needs %zu bytes of workspace at the profile's max shapes, "
+                      "above the builder's workspace limit of %llu bytes "
+                      "(kiln_builder_set_workspace / --workspace)",
+                      n->name, n->op->name, p->max_workspace, (unsigned long long)e->opts.workspace);
+    }
+    kiln__plan_free(p);
+    return s;
+}

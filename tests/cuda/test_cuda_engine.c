@@ -1,0 +1,150 @@
+/* test_cuda_engine.c -- CUDA engines end to end on the GPU (skips without
+ * one): fp32 vs the committed reference, CUDA Graph capture and replay
+ * (new data in the same device buffer, other shapes, turned off), and
+ * fp16/bf16 engines (casts at the boundaries, outputs within reduced-
+ * precision tolerance, a layer kept in fp32). Model: tests/data/tiny_mlp.onnx. */
+#include <cuda_runtime_api.h>
+#include <math.h>
+#include <stdlib.h>
+
+#include "test.h"
+
+#include "runtime/engine.h"
+
+#define MODEL "tests/data/tiny_mlp.onnx"
+#define IO "tests/data/tiny_mlp_io.bin"
+
+static float ref_x[3 * 16], ref_y[3 * 8];
+
+static kiln_engine *build(kiln_device dev, kiln_precision p, const char *keep) {
+    kiln_model *m = NULL;
+    kiln_builder *b = NULL;
+    kiln_engine *e = NULL;
+    int64_t mn[2] = {1, 16}, op[2] = {3, 16}, mx[2] = {8, 16};
+    CHECK_OK(kiln_model_load_onnx(MODEL, &m));
+    CHECK_OK(kiln_builder_create(&b));
+    CHECK_OK(kiln_builder_set_profile(b, "x", 2, mn, op, mx));
+    CHECK_OK(kiln_builder_set_device(b, dev, 0));
+    CHECK_OK(kiln_builder_set_precision(b, p));
+    if (keep) CHECK_OK(kiln_builder_set_layer_precision(b, keep, KILN_PRECISION_FP32));
+    CHECK_OK(kiln_build(b, m, &e));
+    kiln_builder_free(b);
+    kiln_model_free(m);
+    return e;
+}
+
+/* max |a - b| / max |b| */
+static double rel_err(const float *a, const float *b, int n) {
+    double m = 0, r = 0;
+    for (int i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]);
+        if (!(d <= m)) m = d;
+        if (fabs(b[i]) > r) r = fabs(b[i]);
+    }
+    return r > 0 ? m / r : m;
+}
+
+/* runs engine e on host input x [n, 16], output into y [n, 8] */
+static void run_host(kiln_engine *e, const float *x, int n, float *y) {
+    kiln_context *c = NULL;
+    CHECK_OK(kiln_context_create(e, &c));
+    if (!c) return;
+    int64_t dims[2] = {n, 16};
+    CHECK_OK(kiln_context_set_input(c, "x", KILN_DTYPE_FLOAT32, 2, dims, x));
+    CHECK_OK(kiln_context_set_output(c, "y", y, sizeof(float) * (size_t)n * 8));
+    CHECK_OK(kiln_context_run(c));
+    kiln_context_free(c);
+}
+
+TEST(fp32_reference) {
+    kiln_engine *e = build(KILN_DEVICE_CUDA, KILN_PRECISION_FP32, NULL);
+    if (!e) return;
+    float y[24];
+    run_host(e, ref_x, 3, y);
+    CHECK(rel_err(y, ref_y, 24) < 1e-5);
+    kiln_engine_free(e);
+}
+
+TEST(graphs) {
+    kiln_engine *e = build(KILN_DEVICE_CUDA, KILN_PRECISION_FP32, NULL);
+    kiln_engine *cpu = build(KILN_DEVICE_CPU, KILN_PRECISION_FP32, NULL);
+    if (!e || !cpu) goto out0;
+    kiln_context *c = NULL;
+    CHECK_OK(kiln_context_create(e, &c));
+    if (!c) goto out0;
+    float *dx = NULL, *dy = NULL;
+    CHECK(cudaMalloc((void **)&dx, 8 * 16 * sizeof(float)) == cudaSuccess);
+    CHECK(cudaMalloc((void **)&dy, 8 * 8 * sizeof(float)) == cudaSuccess);
+    float x[8 * 16], y[8 * 8], want[8 * 8];
+    for (int round = 0; round < 8; round++) {
+        /* rounds 0-3 at batch 3, 4-5 at batch 5 (a new key), 6-7 with graphs off */
+        int n = round < 4 ? 3 : 5;
+        if (round == 6) CHECK_OK(kiln_context_set_cuda_graphs(c, 0));
+        for (int i = 0; i < n * 16; i++) x[i] = sinf(0.37f * (float)(i + 31 * round));
+        CHECK(cudaMemcpy(dx, x, sizeof(float) * (size_t)n * 16, cudaMemcpyHostToDevice) == cudaSuccess);
+        int64_t dims[2] = {n, 16};
+        CHECK_OK(kiln_context_set_input(c, "x", KILN_DTYPE_FLOAT32, 2, dims, dx));
+        CHECK_OK(kiln_context_set_output(c, "y", dy, sizeof(float) * 8 * 8));
+        CHECK_OK(kiln_context_run(c));
+        CHECK(cudaMemcpy(y, dy, sizeof(float) * (size_t)n * 8, cudaMemcpyDeviceToHost) == cudaSuccess);
+        run_host(cpu, x, n, want);
+        double err = rel_err(y, want, n * 8);
+        if (!(err < 1e-5)) fprintf(stderr, "  round %d: error %g\n", round, err);
+        CHECK(err < 1e-5);
+        /* captured on the second run of a key, replayed after; none when off */
+        bool active = kiln__context_graph_active(c);
+        if (round == 0 || round == 4 || round >= 6) CHECK(!active);
+        else CHECK(active);
+    }
+    cudaFree(dx);
+    cudaFree(dy);
+    kiln_context_free(c);
+out0:
+    kiln_engine_free(e);
+    kiln_engine_free(cpu);
+}
+
+static int count_casts(kiln_engine *e) {
+    const char *d = kiln_engine_describe(e, 0);
+    int n = 0;
+    for (const char *p = d; (p = strstr(p, " Cast ")) != NULL; p++) n++;
+    return n;
+}
+
+TEST(reduced_precision) {
+    kiln_precision ps[2] = {KILN_PRECISION_FP16, KILN_PRECISION_BF16};
+    for (int k = 0; k < 2; k++) {
+        kiln_engine *e = build(KILN_DEVICE_CUDA, ps[k], NULL);
+        if (!e) continue;
+        kiln_io_info in, out;
+        CHECK_OK(kiln_engine_input_info(e, 0, &in));
+        CHECK_OK(kiln_engine_output_info(e, 0, &out));
+        CHECK(in.dtype == KILN_DTYPE_FLOAT32 && out.dtype == KILN_DTYPE_FLOAT32);
+        CHECK(count_casts(e) >= 2);
+        CHECK(kiln_engine_precision(e) == ps[k]);
+        float y[24];
+        run_host(e, ref_x, 3, y);
+        double err = rel_err(y, ref_y, 24);
+        printf("  %s: max err / max|ref| = %.2e\n", k ? "bf16" : "fp16", err);
+        CHECK(err < (k ? 3e-2 : 5e-3));
+        kiln_engine_free(e);
+    }
+}
+
+int main(void) {
+    if (!kiln_device_available(KILN_DEVICE_CUDA)) {
+        printf("no CUDA device: skipping\n0 passed, 0 failed, 3 skipped\n");
+        return 0;
+    }
+    FILE *f = fopen(IO, "rb");
+    int ok = f && fread(ref_x, sizeof ref_x, 1, f) == 1 && fread(ref_y, sizeof ref_y, 1, f) == 1;
+    if (f) fclose(f);
+    if (!ok) {
+        printf("FAIL cannot read %s\n0 passed, 1 failed\n", IO);
+        return 1;
+    }
+    RUN(fp32_reference);
+    RUN(graphs);
+    RUN(reduced_precision);
+    return test_summary();
+}

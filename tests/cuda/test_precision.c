@@ -1,0 +1,272 @@
+/* test_precision.c -- the fp16/bf16 pass of the graph optimizer
+ * (src/passes/precision.c) on small graphs built in memory, for the CUDA
+ * backend. Needs no GPU: the pass asks only the backend's supports().
+ * Checks: graph inputs and outputs stay float32 with their names; converted
+ * nodes read and write the reduced type; constants are converted (fp16
+ * clamped to its range); nodes kept in fp32 (an op left out, a layer named
+ * in fp32_layers) get casts around them; the graph stays topologically
+ * ordered and consistent after re-inference; unknown layer names fail;
+ * fp32 and CPU plans are left alone. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "test.h"
+
+#include "backends/backend.h"
+#include "ops/reduce_attrs.h"
+#include "passes/precision.h"
+#include "runtime/engine.h"
+
+static int add_val(kiln_graph *g, const char *name) {
+    int v = -1;
+    if (kiln__graph_add_value(g, name, &v) != KILN_OK) abort();
+    return v;
+}
+
+static int add_const(kiln_graph *g, const char *name, kiln_dtype t, int rank, const int64_t *dims,
+                     const void *data) {
+    int v = add_val(g, name);
+    if (kiln__value_set_const(&g->values[v], t, rank, dims, data) != KILN_OK) abort();
+    return v;
+}
+
+static int add_node(kiln_graph *g, int op, const char *name, int n_in, const int *in,
+                    const void *attrs) {
+    char oname[64];
+    snprintf(oname, sizeof oname, "%s_out", name);
+    int out = add_val(g, oname);
+    if (kiln__graph_add_node(g, op, name, n_in, in, 1, &out, attrs, NULL) != KILN_OK) abort();
+    return out;
+}
+
+static void mark_output(kiln_graph *g, int v) {
+    g->values[v].flags |= KILN_VALUE_OUTPUT;
+    if (kiln__grow((void **)&g->outputs, &g->cap_outputs, g->n_outputs + 1, sizeof(int)) != KILN_OK)
+        abort();
+    g->outputs[g->n_outputs++] = v;
+}
+
+/* x[2,8] -> MatMul W -> Add b ("add1") -> Relu -> Mul 1e6 -> Sigmoid (output y1)
+ *        -> ReduceSum(axes 1) (output y2) */
+static kiln_graph *make_graph(void) {
+    kiln_graph *g = NULL;
+    if (kiln__graph_create(&g) != KILN_OK) abort();
+    int x = add_val(g, "x");
+    g->values[x].info.dtype = KILN_DTYPE_FLOAT32;
+    g->values[x].info.rank = 2;
+    g->values[x].info.dims[0] = 2;
+    g->values[x].info.dims[1] = 8;
+    g->values[x].flags |= KILN_VALUE_INPUT;
+    if (kiln__grow((void **)&g->inputs, &g->cap_inputs, 1, sizeof(int)) != KILN_OK) abort();
+    g->inputs[g->n_inputs++] = x;
+    float w[32], b[4];
+    for (int i = 0; i < 32; i++) w[i] = (float)((i * 7) % 11 - 5) * 0.1f;
+    for (int i = 0; i < 4; i++) b[i] = 0.25f * (float)i;
+    int64_t wd[2] = {8, 4}, bd[1] = {4}, ad[1] = {1};
+    int W = add_const(g, "W", KILN_DTYPE_FLOAT32, 2, wd, w);
+    int B = add_const(g, "b", KILN_DTYPE_FLOAT32, 1, bd, b);
+    float big = 1e6f;
+    int C = add_const(g, "big", KILN_DTYPE_FLOAT32, 0, NULL, &big);
+    int64_t axis = 1;
+    int A = add_const(g, "axes", KILN_DTYPE_INT64, 1, ad, &axis);
+    int mm = add_node(g, KILN_OP_MatMul, "mm", 2, (int[]){x, W}, NULL);
+    int add = add_node(g, KILN_OP_Add, "add1", 2, (int[]){mm, B}, NULL);
+    int relu = add_node(g, KILN_OP_Relu, "relu", 1, &add, NULL);
+    int mul = add_node(g, KILN_OP_Mul, "scale", 2, (int[]){relu, C}, NULL);
+    int sig = add_node(g, KILN_OP_Sigmoid, "sig", 1, &mul, NULL);
+    kiln_reduce_attrs ra = {.keepdims = 1};
+    int rs = add_node(g, KILN_OP_ReduceSum, "rsum", 2, (int[]){sig, A}, &ra);
+    mark_output(g, sig);
+    mark_output(g, rs);
+    kiln__graph_link(g);
+    if (kiln__pass_infer(g) != KILN_OK) {
+        fprintf(stderr, "infer: %s\n", kiln_last_error());
+        abort();
+    }
+    return g;
+}
+
+static const kiln_node *find_node(const kiln_graph *g, const char *name) {
+    for (int i = 0; i < g->n_nodes; i++)
+        if (!g->nodes[i].dead && !strcmp(g->nodes[i].name, name)) return &g->nodes[i];
+    return NULL;
+}
+
+static kiln_dtype in_dtype(const kiln_graph *g, const kiln_node *n, int i) {
+    return g->values[n->in[i]].info.dtype;
+}
+
+static int count_op(const kiln_graph *g, int op) {
+    int k = 0;
+    for (int i = 0; i < g->n_nodes; i++) k += !g->nodes[i].dead && g->nodes[i].op_id == op;
+    return k;
+}
+
+/* every input of every node is a graph input, a constant or made earlier */
+static bool topo_ok(const kiln_graph *g) {
+    bool *made = calloc((size_t)g->n_values + 1, 1);
+    for (int k = 0; k < g->n_inputs; k++) made[g->inputs[k]] = true;
+    for (int v = 0; v < g->n_values; v++)
+        if (g->values[v].flags & KILN_VALUE_CONST) made[v] = true;
+    bool ok = true;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const kiln_node *n = &g->nodes[i];
+        if (n->dead) continue;
+        for (int k = 0; k < n->n_in; k++)
+            if (n->in[k] >= 0 && !made[n->in[k]]) ok = false;
+        for (int k = 0; k < n->n_out; k++)
+            if (n->out[k] >= 0) made[n->out[k]] = true;
+    }
+    free(made);
+    return ok;
+}
+
+static kiln_status optimize(kiln_graph *g, int device, int precision, const char *const *keep,
+                            int n_keep, bool disable) {
+    kiln_optimize_opts o = {.device = device, .precision = precision, .disable = disable,
+                            .fp32_layers = keep, .n_fp32_layers = n_keep};
+    return kiln__pass_optimize(g, &o);
+}
+
+static bool have_cuda(void) {
+    if (kiln__backend_for(KILN_DEVICE_CUDA)) return true;
+    printf("CUDA backend not built: skipping\n");
+    return false;
+}
+
+TEST(fp16_plan) {
+    if (!have_cuda()) return;
+    kiln_graph *g = make_graph();
+    const char *keep[] = {"add1"};
+    CHECK_OK(optimize(g, KILN_DEVICE_CUDA, KILN_PRECISION_FP16, keep, 1, true));
+    CHECK(topo_ok(g));
+    /* inputs and outputs: float32, same names */
+    CHECK(g->values[g->inputs[0]].info.dtype == KILN_DTYPE_FLOAT32);
+    CHECK(!strcmp(g->values[g->inputs[0]].name, "x"));
+    CHECK(g->n_outputs == 2);
+    CHECK(!strcmp(g->values[g->outputs[0]].name, "sig_out"));
+    CHECK(!strcmp(g->values[g->outputs[1]].name, "rsum_out"));
+    CHECK(g->values[g->outputs[0]].info.dtype == KILN_DTYPE_FLOAT32);
+    CHECK(g->values[g->outputs[1]].info.dtype == KILN_DTYPE_FLOAT32);
+    const kiln_node *mm = find_node(g, "mm"), *add = find_node(g, "add1"),
+                    *relu = find_node(g, "relu"), *mul = find_node(g, "scale"),
+                    *sig = find_node(g, "sig"), *rs = find_node(g, "rsum");
+    CHECK(mm && add && relu && mul && sig && rs);
+    if (!(mm && add && relu && mul && sig && rs)) goto done;
+    /* converted */
+    CHECK(in_dtype(g, mm, 0) == KILN_DTYPE_FLOAT16 && in_dtype(g, mm, 1) == KILN_DTYPE_FLOAT16);
+    CHECK(g->values[mm->out[0]].info.dtype == KILN_DTYPE_FLOAT16);
+    CHECK(g->values[mm->in[1]].flags & KILN_VALUE_CONST); /* W converted, not cast at run time */
+    CHECK(in_dtype(g, relu, 0) == KILN_DTYPE_FLOAT16);
+    CHECK(in_dtype(g, mul, 0) == KILN_DTYPE_FLOAT16 && in_dtype(g, mul, 1) == KILN_DTYPE_FLOAT16);
+    CHECK(in_dtype(g, sig, 0) == KILN_DTYPE_FLOAT16);
+    CHECK(g->values[sig->out[0]].info.dtype == KILN_DTYPE_FLOAT16);
+    /* 1e6 does not fit fp16: clamped to the largest finite value */
+    const kiln_value *c = &g->values[mul->in[1]];
+    CHECK((c->flags & KILN_VALUE_CONST) && kiln__f16_to_f32(((const uint16_t *)c->data)[0]) == 65504.0f);
+    /* kept in fp32: the named layer and the sum-like reduction */
+    CHECK(in_dtype(g, add, 0) == KILN_DTYPE_FLOAT32 && in_dtype(g, add, 1) == KILN_DTYPE_FLOAT32);
+    CHECK(g->values[add->out[0]].info.dtype == KILN_DTYPE_FLOAT32);
+    CHECK(in_dtype(g, rs, 0) == KILN_DTYPE_FLOAT32);
+    /* casts: x -> fp16, mm -> fp32 (for add1), add1 -> fp16 (for relu), sig -> fp32 (output) */
+    CHECK(count_op(g, KILN_OP_Cast) == 4);
+    /* every Cast converts between float32 and float16 and matches its values */
+    for (int i = 0; i < g->n_nodes; i++) {
+        const kiln_node *n = &g->nodes[i];
+        if (n->dead || n->op_id != KILN_OP_Cast) continue;
+        kiln_dtype a = in_dtype(g, n, 0), b = g->values[n->out[0]].info.dtype;
+        CHECK((a == KILN_DTYPE_FLOAT32 && b == KILN_DTYPE_FLOAT16) ||
+              (a == KILN_DTYPE_FLOAT16 && b == KILN_DTYPE_FLOAT32));
+    }
+    /* the CUDA backend runs every node of the plan */
+    const kiln_backend_i *be = kiln__backend_for(KILN_DEVICE_CUDA);
+    for (int i = 0; i < g->n_nodes; i++)
+        if (!g->nodes[i].dead) CHECK(be->supports(g, &g->nodes[i]));
+done:
+    kiln__graph_free(g);
+}
+
+TEST(bf16_plan) {
+    if (!have_cuda()) return;
+    kiln_graph *g = make_graph();
+    CHECK_OK(optimize(g, KILN_DEVICE_CUDA, KILN_PRECISION_BF16, NULL, 0, false));
+    CHECK(topo_ok(g));
+    const kiln_node *mul = find_node(g, "scale");
+    CHECK(mul != NULL);
+    if (mul) {
+        CHECK(in_dtype(g, mul, 0) == KILN_DTYPE_BFLOAT16);
+        const kiln_value *c = &g->values[mul->in[1]];
+        /* bf16 has fp32's range: rounded, not clamped */
+        CHECK(c->info.dtype == KILN_DTYPE_BFLOAT16 &&
+              ((const uint16_t *)c->data)[0] == kiln__f32_to_bf16(1e6f));
+    }
+    CHECK(g->values[g->outputs[0]].info.dtype == KILN_DTYPE_FLOAT32);
+    CHECK(g->values[g->outputs[1]].info.dtype == KILN_DTYPE_FLOAT32);
+    /* with the optimizer on, the matrix product runs in bf16 (fused or not), never fp32 */
+    int n_mm = 0;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const kiln_node *n = &g->nodes[i];
+        if (n->dead || (strcmp(n->op->name, "MatMul") && strcmp(n->op->name, "FusedMatMul"))) continue;
+        n_mm++;
+        CHECK(in_dtype(g, n, 0) == KILN_DTYPE_BFLOAT16);
+    }
+    CHECK(n_mm == 1);
+    kiln__graph_free(g);
+}
+
+TEST(left_alone) {
+    if (!have_cuda()) return;
+    /* fp32 CUDA plans and CPU plans get no casts */
+    int precs[2] = {KILN_PRECISION_FP32, KILN_PRECISION_FP16};
+    int devs[2] = {KILN_DEVICE_CUDA, KILN_DEVICE_CPU};
+    for (int k = 0; k < 2; k++) {
+        kiln_graph *g = make_graph();
+        CHECK_OK(optimize(g, devs[k], precs[k], NULL, 0, true));
+        CHECK(count_op(g, KILN_OP_Cast) == 0);
+        for (int v = 0; v < g->n_values; v++)
+            CHECK(g->values[v].info.dtype != KILN_DTYPE_FLOAT16);
+        kiln__graph_free(g);
+    }
+}
+
+TEST(unknown_layer) {
+    if (!have_cuda()) return;
+    kiln_graph *g = make_graph();
+    const char *keep[] = {"relu", "no_such_layer"};
+    CHECK_ERR(optimize(g, KILN_DEVICE_CUDA, KILN_PRECISION_FP16, keep, 2, true),
+              KILN_ERR_INVALID_ARGUMENT, "no_such_layer");
+    kiln__graph_free(g);
+}
+
+TEST(fused_names) {
+    CHECK(kiln__layer_name_matches("conv1+bn1+relu1", "bn1"));
+    CHECK(kiln__layer_name_matches("conv1", "conv1"));
+    CHECK(!kiln__layer_name_matches("conv1+bn1", "bn"));
+    CHECK(!kiln__layer_name_matches("conv10", "conv1"));
+}
+
+TEST(builder_api) {
+    kiln_builder *b = NULL;
+    CHECK_OK(kiln_builder_create(&b));
+    CHECK_OK(kiln_builder_set_layer_precision(b, "relu", KILN_PRECISION_FP32));
+    CHECK_OK(kiln_builder_set_layer_precision(b, "relu", KILN_PRECISION_FP32)); /* once */
+    CHECK(b->n_fp32_layers == 1);
+    CHECK_ERR(kiln_builder_set_layer_precision(b, "relu", KILN_PRECISION_FP16),
+              KILN_ERR_INVALID_ARGUMENT, "only fp32");
+    CHECK_ERR(kiln_builder_set_layer_precision(b, "", KILN_PRECISION_FP32),
+              KILN_ERR_INVALID_ARGUMENT, "no layer name");
+    CHECK_ERR(kiln_builder_set_layer_precision(NULL, "x", KILN_PRECISION_FP32),
+              KILN_ERR_INVALID_ARGUMENT, "builder is NULL");
+    kiln_builder_free(b);
+}
+
+int main(void) {
+    RUN(fp16_plan);
+    RUN(bf16_plan);
+    RUN(left_alone);
+    RUN(unknown_layer);
+    RUN(fused_names);
+    RUN(builder_api);
+    return test_summary();
+}

@@ -1,0 +1,98 @@
+/* graph_build.h -- helpers for unit tests that build kiln graphs in memory
+ * (values, constants, nodes, inputs/outputs) and wrap them as models,
+ * without going through ONNX. Header-only (static functions): include it in
+ * one test program. Failures of the graph API abort (a test bug). */
+#ifndef KILN_TEST_GRAPH_BUILD_H
+#define KILN_TEST_GRAPH_BUILD_H
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ir/ir.h"
+#include "runtime/engine.h"
+
+static int add_val(kiln_graph *g, const char *name) {
+    int v = -1;
+    if (kiln__graph_add_value(g, name, &v) != KILN_OK) abort();
+    return v;
+}
+
+/* A float32 graph input. */
+static int add_input(kiln_graph *g, const char *name, int rank, const int64_t *dims) {
+    int v = add_val(g, name);
+    g->values[v].info.dtype = KILN_DTYPE_FLOAT32;
+    g->values[v].info.rank = rank;
+    memcpy(g->values[v].info.dims, dims, sizeof(int64_t) * (size_t)rank);
+    g->values[v].flags |= KILN_VALUE_INPUT;
+    if (kiln__grow((void **)&g->inputs, &g->cap_inputs, g->n_inputs + 1, sizeof(int)) != KILN_OK) abort();
+    g->inputs[g->n_inputs++] = v;
+    return v;
+}
+
+static void mark_output(kiln_graph *g, int v) {
+    g->values[v].flags |= KILN_VALUE_OUTPUT;
+    if (kiln__grow((void **)&g->outputs, &g->cap_outputs, g->n_outputs + 1, sizeof(int)) != KILN_OK) abort();
+    g->outputs[g->n_outputs++] = v;
+}
+
+static uint64_t gb_rng_state = 12345;
+/* Deterministic uniform float in [-1, 1). */
+static float frand(void) {
+    gb_rng_state = gb_rng_state * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((double)(gb_rng_state >> 40) / 16777216.0 * 2.0 - 1.0);
+}
+
+/* A float32 constant with random values in [lo, hi). */
+static int add_const(kiln_graph *g, const char *name, int rank, const int64_t *dims, float lo, float hi) {
+    int64_t n = kiln__numel(rank, dims);
+    float *d = malloc(sizeof(float) * (size_t)(n ? n : 1));
+    if (!d) abort();
+    for (int64_t i = 0; i < n; i++) d[i] = lo + (hi - lo) * (frand() * 0.5f + 0.5f);
+    int v = add_val(g, name);
+    if (kiln__value_set_const(&g->values[v], KILN_DTYPE_FLOAT32, rank, dims, d) != KILN_OK) abort();
+    free(d);
+    return v;
+}
+
+static int add_scalar(kiln_graph *g, const char *name, float x) {
+    int v = add_val(g, name);
+    if (kiln__value_set_const(&g->values[v], KILN_DTYPE_FLOAT32, 0, NULL, &x) != KILN_OK) abort();
+    return v;
+}
+
+/* A one-output node; its output is named "<name>_out". */
+static int add_node(kiln_graph *g, int op, const char *name, int n_in, const int *in,
+                    const void *attrs) {
+    char oname[160];
+    snprintf(oname, sizeof oname, "%s_out", name);
+    int out = add_val(g, oname);
+    if (kiln__graph_add_node(g, op, name, n_in, in, 1, &out, attrs, NULL) != KILN_OK) abort();
+    return out;
+}
+
+/* Wraps g (shapes inferred) as a model that owns it. */
+static kiln_model *model_of(kiln_graph *g) {
+    kiln_model *m = kiln__calloc(1, sizeof *m);
+    if (!m) abort();
+    m->graph = g;
+    if (kiln__pass_infer(g) != KILN_OK) {
+        fprintf(stderr, "infer: %s\n", kiln_last_error());
+        abort();
+    }
+    return m;
+}
+
+/* max |a - b| / max(1, max |b|); infinite when NaNs differ. */
+static double rel_err(const float *a, const float *b, int64_t n) {
+    double m = 1.0, d = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        if (fabs(b[i]) > m) m = fabs(b[i]);
+        if (fabs((double)a[i] - b[i]) > d) d = fabs((double)a[i] - b[i]);
+        if (isnan(a[i]) != isnan(b[i])) d = INFINITY;
+    }
+    return d / m;
+}
+
+#endif

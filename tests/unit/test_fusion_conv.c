@@ -1,0 +1,454 @@
+/* test_fusion_conv.c -- the convolution rewrites (src/passes/fuse_conv.c),
+ * kiln.FusedConv's tactics (src/ops/fused_conv.c, dnnl_conv.c) and tactic
+ * tuning with its timing cache (src/builder/tune.c), on small graphs built
+ * in memory: optimized vs unoptimized builds give the same outputs, the
+ * fused layers appear in the description, every tactic computes the same
+ * result, and a timing cache is written and read back. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "test.h"
+
+#include "graph_build.h"
+#include "ops/elementwise_impl.h"
+#include "ops/fused_conv.h"
+#include "runtime/engine.h"
+
+/* Conv with a random k x k weight and bias: C -> M channels. */
+static int conv(kiln_graph *g, const char *name, int x, int64_t C, int64_t M, int k, int stride,
+                int pad, int group, int dil) {
+    kiln_conv_attrs ca;
+    memset(&ca, 0, sizeof ca);
+    ca.group = group;
+    ca.n_strides = ca.n_pads = ca.n_dilations = 0;
+    ca.n_strides = 2;
+    ca.strides[0] = ca.strides[1] = stride;
+    ca.n_pads = 4;
+    for (int i = 0; i < 4; i++) ca.pads[i] = pad;
+    ca.n_dilations = 2;
+    ca.dilations[0] = ca.dilations[1] = dil;
+    char wn[64], bn[64];
+    snprintf(wn, sizeof wn, "%s_W", name);
+    snprintf(bn, sizeof bn, "%s_B", name);
+    int64_t wd[4] = {M, C / group, k, k}, bd[1] = {M};
+    float s = 1.0f / sqrtf((float)(C / group * k * k));
+    int in[3] = {x, add_const(g, wn, 4, wd, -s, s), add_const(g, bn, 1, bd, -0.1f, 0.1f)};
+    return add_node(g, KILN_OP_Conv, name, 3, in, &ca);
+}
+
+static int bnorm(kiln_graph *g, const char *name, int x, int64_t C) {
+    kiln_bn_attrs ba = {.epsilon = 1e-5f, .spatial = 1};
+    int64_t d[1] = {C};
+    char n[5][64];
+    const char *sfx[4] = {"scale", "bias", "mean", "var"};
+    for (int i = 0; i < 4; i++) snprintf(n[i], sizeof n[i], "%s_%s", name, sfx[i]);
+    int in[5] = {x, add_const(g, n[0], 1, d, 0.5f, 1.5f), add_const(g, n[1], 1, d, -0.2f, 0.2f),
+                 add_const(g, n[2], 1, d, -0.2f, 0.2f), add_const(g, n[3], 1, d, 0.5f, 2.0f)};
+    return add_node(g, KILN_OP_BatchNormalization, name, 5, in, &ba);
+}
+
+static int unary(kiln_graph *g, int op, const char *name, int x, const void *attrs) {
+    int in[1] = {x};
+    return add_node(g, op, name, 1, in, attrs);
+}
+
+static int binary(kiln_graph *g, int op, const char *name, int a, int b) {
+    kiln_ew_bin_attrs ba;
+    memset(&ba, 0, sizeof ba);
+    int in[2] = {a, b};
+    return add_node(g, op, name, 2, in, &ba);
+}
+
+/* ---- building and running engines --------------------------------------- */
+
+typedef struct bopts {
+    int opt, tuning, threads;
+    kiln_precision prec;
+    const char *cache;
+} bopts;
+
+static kiln_engine *build(const kiln_model *m, bopts o) {
+    kiln_builder *b = NULL;
+    kiln_engine *e = NULL;
+    CHECK_OK(kiln_builder_create(&b));
+    CHECK_OK(kiln_builder_set_optimization(b, o.opt));
+    CHECK_OK(kiln_builder_set_tuning(b, o.tuning));
+    CHECK_OK(kiln_builder_set_threads(b, o.threads ? o.threads : 1));
+    if (o.prec) CHECK_OK(kiln_builder_set_precision(b, o.prec));
+    if (o.cache) CHECK_OK(kiln_builder_set_timing_cache(b, o.cache));
+    CHECK_OK(kiln_build(b, m, &e));
+    kiln_builder_free(b);
+    return e;
+}
+
+/* Runs e on x (input 0, shape xd) and copies output k into y (cap floats);
+ * returns the element count. */
+static int64_t run(kiln_engine *e, const float *x, const int64_t *xd, int k, float *y, int64_t cap) {
+    kiln_context *c = NULL;
+    int64_t n = -1;
+    if (!e) return -1;
+    CHECK_OK(kiln_context_create(e, &c));
+    if (!c) return -1;
+    const kiln_graph *g = e->graph;
+    CHECK_OK(kiln_context_set_input(c, g->values[g->inputs[0]].name, KILN_DTYPE_FLOAT32, 4, xd, x));
+    CHECK_OK(kiln_context_run(c));
+    const void *data = NULL;
+    int rank = 0;
+    int64_t dims[8];
+    CHECK_OK(kiln_context_get_output(c, g->values[g->outputs[k]].name, NULL, &rank, dims, &data));
+    if (data) {
+        n = kiln__numel(rank, dims);
+        if (n > cap) n = cap;
+        memcpy(y, data, sizeof(float) * (size_t)n);
+    }
+    kiln_context_free(c);
+    return n;
+}
+
+static int count_op(const kiln_engine *e, int op) {
+    int n = 0;
+    for (int i = 0; i < e->graph->n_nodes; i++) n += e->graph->nodes[i].op_id == op;
+    return n;
+}
+
+static const kiln_node *find_layer(const kiln_engine *e, const char *name) {
+    for (int i = 0; i < e->graph->n_nodes; i++)
+        if (!strcmp(e->graph->nodes[i].name, name)) return &e->graph->nodes[i];
+    return NULL;
+}
+
+#define BIG 65536
+static float x_in[BIG], y_ref[BIG], y_opt[BIG];
+
+static void fill_x(int64_t n) {
+    for (int64_t i = 0; i < n; i++) x_in[i] = frand();
+}
+
+/* Builds m optimized and not, compares every output (tolerance tol). */
+static void compare_opt(const kiln_model *m, const int64_t *xd, double tol) {
+    kiln_engine *e0 = build(m, (bopts){.opt = 0, .tuning = 0});
+    kiln_engine *e1 = build(m, (bopts){.opt = 1, .tuning = 1});
+    fill_x(kiln__numel(4, xd));
+    for (int k = 0; e0 && e1 && k < m->graph->n_outputs; k++) {
+        int64_t n0 = run(e0, x_in, xd, k, y_ref, BIG), n1 = run(e1, x_in, xd, k, y_opt, BIG);
+        CHECK(n0 > 0 && n0 == n1);
+        double err = rel_err(y_opt, y_ref, n0);
+        if (!(err <= tol)) fprintf(stderr, "  output %d: relative error %g > %g\n", k, err, tol);
+        CHECK(err <= tol);
+    }
+    kiln_engine_free(e0);
+    kiln_engine_free(e1);
+}
+
+/* ---- tests ------------------------------------------------------------------ */
+
+/* Conv -> BN -> Add(x) -> Relu: one FusedConv named after all four. */
+TEST(conv_bn_add_relu) {
+    kiln_graph *g = NULL;
+    CHECK_OK(kiln__graph_create(&g));
+    int64_t xd[4] = {2, 8, 10, 10};
+    int x = add_input(g, "x", 4, xd);
+    int c = conv(g, "conv1", x, 8, 8, 3, 1, 1, 1, 1);
+    int b = bnorm(g, "bn1", c, 8);
+    int a = binary(g, KILN_OP_Add, "add1", x, b);
+    mark_output(g, unary(g, KILN_OP_Relu, "relu1", a, NULL));
+    kiln_model *m = model_of(g);
+    compare_opt(m, xd, 1e-5);
+    kiln_engine *e = build(m, (bopts){.opt = 1, .tuning = 0});
+    CHECK(e && e->graph->n_nodes == 1);
+    CHECK(e && count_op(e, KILN_OP_FusedConv) == 1);
+    const kiln_node *n = e ? find_layer(e, "conv1+bn1+add1+relu1") : NULL;
+    CHECK(n != NULL);
+    if (n) {
+        const kiln_fused_conv_attrs *fa = n->attrs;
+        CHECK(fa->act == KILN_FC_ACT_RELU && fa->has_residual == 1 && n->n_in == 4);
+    }
+    const char *d = e ? kiln_engine_describe(e, 0) : "";
+    CHECK(strstr(d, "FusedConv") && strstr(d, "conv1+bn1+add1+relu1") && strstr(d, "tactic"));
+    const char *j = e ? kiln_engine_describe(e, 1) : "";
+    CHECK(strstr(j, "\"tactic\": {\"id\": 0, \"name\": \"own\""));
+    kiln_engine_free(e);
+    /* unoptimized: the four nodes stay */
+    e = build(m, (bopts){.opt = 0, .tuning = 0});
+    CHECK(e && e->graph->n_nodes == 4 && count_op(e, KILN_OP_FusedConv) == 0);
+    kiln_engine_free(e);
+    kiln_model_free(m);
+}
+
+/* Every activation the rewrite knows, each on its own branch. */
+TEST(activations) {
+    kiln_graph *g = NULL;
+    CHECK_OK(kiln__graph_create(&g));
+    int64_t xd[4] = {1, 6, 9, 9};
+    int x = add_input(g, "x", 4, xd);
+    /* Relu6 as Clip(0, 6) */
+    int c = conv(g, "c_clip", x, 6, 8, 3, 1, 1, 1, 1);
+    int in3[3] = {c, add_scalar(g, "lo", 0.0f), add_scalar(g, "hi", 0.3f)};
+    mark_output(g, add_node(g, KILN_OP_Clip, "clip", 3, in3, NULL));
+    /* Clip with a min only */
+    c = conv(g, "c_clipmin", x, 6, 8, 3, 1, 1, 1, 1);
+    int in2[2] = {c, add_scalar(g, "lo2", -0.1f)};
+    mark_output(g, add_node(g, KILN_OP_Clip, "clipmin", 2, in2, NULL));
+    kiln_ew_act_attrs la = {.alpha = 0.1f};
+    mark_output(g, unary(g, KILN_OP_LeakyRelu, "leaky", conv(g, "c_leaky", x, 6, 8, 3, 2, 1, 1, 1), &la));
+    mark_output(g, unary(g, KILN_OP_Sigmoid, "sig", conv(g, "c_sig", x, 6, 8, 1, 1, 0, 1, 1), NULL));
+    mark_output(g, unary(g, KILN_OP_HardSwish, "hsw", conv(g, "c_hsw", x, 6, 6, 3, 1, 1, 6, 1), NULL));
+    c = conv(g, "c_silu", x, 6, 8, 3, 1, 2, 2, 2);
+    int s = unary(g, KILN_OP_Sigmoid, "silu_sig", c, NULL);
+    mark_output(g, binary(g, KILN_OP_Mul, "silu_mul", c, s));
+    kiln_model *m = model_of(g);
+    compare_opt(m, xd, 1e-5);
+    kiln_engine *e = build(m, (bopts){.opt = 1, .tuning = 0});
+    CHECK(e && e->graph->n_nodes == 6 && count_op(e, KILN_OP_FusedConv) == 6);
+    const char *names[6] = {"c_clip+clip", "c_clipmin+clipmin", "c_leaky+leaky", "c_sig+sig",
+                            "c_hsw+hsw", "c_silu+silu_sig+silu_mul"};
+    int acts[6] = {KILN_FC_ACT_CLIP, KILN_FC_ACT_CLIP, KILN_FC_ACT_LEAKY_RELU, KILN_FC_ACT_SIGMOID,
+                   KILN_FC_ACT_HARD_SWISH, KILN_FC_ACT_SILU};
+    for (int i = 0; e && i < 6; i++) {
+        const kiln_node *n = find_layer(e, names[i]);
+        CHECK(n != NULL);
+        if (!n) {
+            fprintf(stderr, "  missing layer %s\n", names[i]);
+            continue;
+        }
+        CHECK(((const kiln_fused_conv_attrs *)n->attrs)->act == acts[i]);
+    }
+    kiln_engine_free(e);
+    kiln_model_free(m);
+}
+
+/* Values that others read are not fused away: a Conv output that is also a
+ * graph output keeps its Relu separate, and a BN whose input has two
+ * readers stays. */
+TEST(no_fusion_when_shared) {
+    kiln_graph *g = NULL;
+    CHECK_OK(kiln__graph_create(&g));
+    int64_t xd[4] = {1, 4, 7, 7};
+    int x = add_input(g, "x", 4, xd);
+    int c = conv(g, "c1", x, 4, 4, 3, 1, 1, 1, 1);
+    mark_output(g, c);
+    mark_output(g, unary(g, KILN_OP_Relu, "r1", c, NULL));
+    int c2 = conv(g, "c2", x, 4, 4, 1, 1, 0, 1, 1);
+    mark_output(g, bnorm(g, "bn2", c2, 4));
+    mark_output(g, unary(g, KILN_OP_Tanh, "t2", c2, NULL));
+    kiln_model *m = model_of(g);
+    compare_opt(m, xd, 1e-5);
+    kiln_engine *e = build(m, (bopts){.opt = 1, .tuning = 0});
+    CHECK(e && find_layer(e, "r1") && find_layer(e, "bn2") && find_layer(e, "c1") &&
+          count_op(e, KILN_OP_FusedConv) == 2);
+    kiln_engine_free(e);
+    kiln_model_free(m);
+}
+
+/* A ResNet-like chain (stride, 1x1, residual, depthwise) for the tactic tests. */
+static kiln_model *chain_model(int64_t *xd) {
+    kiln_graph *g = NULL;
+    if (kiln__graph_create(&g) != KILN_OK) abort();
+    xd[0] = 2, xd[1] = 16, xd[2] = 14, xd[3] = 14;
+    int x = add_input(g, "x", 4, xd);
+    int a = unary(g, KILN_OP_Relu, "ra", bnorm(g, "bna", conv(g, "ca", x, 16, 32, 3, 2, 1, 1, 1), 32), NULL);
+    int b = bnorm(g, "bnb", conv(g, "cb", a, 32, 32, 1, 1, 0, 1, 1), 32);
+    int d = bnorm(g, "bnd", conv(g, "cd", x, 16, 32, 1, 2, 0, 1, 1), 32);
+    int r = unary(g, KILN_OP_Relu, "rr", binary(g, KILN_OP_Add, "add", b, d), NULL);
+    int w = conv(g, "cw", r, 32, 32, 3, 1, 1, 32, 1);
+    int in3[3] = {w, add_scalar(g, "z", 0.0f), add_scalar(g, "six", 6.0f)};
+    mark_output(g, add_node(g, KILN_OP_Clip, "r6", 3, in3, NULL));
+    return model_of(g);
+}
+
+/* Every tactic the CPU lists for every layer gives the same outputs as the
+ * own kernels (tactic 0). */
+TEST(every_tactic_agrees) {
+    int64_t xd[4];
+    kiln_model *m = chain_model(xd);
+    compare_opt(m, xd, 1e-5);
+    int64_t nx = kiln__numel(4, xd);
+    fill_x(nx);
+    kiln_engine *e = build(m, (bopts){.opt = 1, .tuning = 0, .threads = 2});
+    int64_t n0 = run(e, x_in, xd, 0, y_ref, BIG);
+    CHECK(n0 > 0);
+    int n_multi = 0;
+    for (int t = 1; e && t < KILN_FC_TACTIC_COUNT; t++) {
+        int set = 0;
+        for (int i = 0; i < e->graph->n_nodes; i++) {
+            kiln_node *n = &e->graph->nodes[i];
+            if (n->op_id != KILN_OP_FusedConv) continue;
+            kiln_fused_conv_attrs *fa = n->attrs;
+            kiln_tinfo ti[4];
+            const kiln_tinfo *tp[4] = {0};
+            for (int k = 0; k < n->n_in; k++) {
+                if (n->in[k] < 0) continue;
+                ti[k] = e->graph->values[n->in[k]].info;
+                tp[k] = &ti[k];
+            }
+            kiln_tinfo to;
+            kiln_tinfo *top[1] = {&to};
+            kiln_infer_args ia = {.op = n->op, .attrs = n->attrs, .node_name = n->name,
+                                  .n_in = n->n_in, .n_out = 1, .in = tp, .out = top};
+            int32_t ids[8];
+            int k = n->op->cpu_tactics(&ia, ids, 8);
+            bool listed = false;
+            for (int q = 0; q < k; q++) listed |= ids[q] == t;
+            fa->tactic.id = listed ? t : 0;
+            set += listed;
+        }
+        if (!set) continue;
+        n_multi++;
+        int64_t n1 = run(e, x_in, xd, 0, y_opt, BIG);
+        CHECK(n1 == n0);
+        double err = rel_err(y_opt, y_ref, n0);
+        if (!(err <= 1e-5)) fprintf(stderr, "  tactic %d: relative error %g\n", t, err);
+        CHECK(err <= 1e-5);
+    }
+    /* built with oneDNN: both of its tactics were listed and run */
+    CHECK(n_multi == (kiln__have_dnnl() ? 2 : 0));
+    /* oneDNN everywhere, tensors between its layers passed NHWC */
+    if (e && kiln__have_dnnl()) {
+        for (int i = 0; i < e->graph->n_nodes; i++)
+            if (e->graph->nodes[i].op_id == KILN_OP_FusedConv)
+                ((kiln_fused_conv_attrs *)e->graph->nodes[i].attrs)->tactic.id = KILN_FC_TACTIC_DNNL_BLOCKED;
+        int nb = kiln__fc_choose_layouts(e->graph, NULL);
+        CHECK(nb == 3); /* ca -> cb, cb/cd -> residual add, add -> depthwise */
+        int64_t n1 = run(e, x_in, xd, 0, y_opt, BIG);
+        CHECK(n1 == n0 && rel_err(y_opt, y_ref, n0) <= 1e-5);
+    }
+    kiln_engine_free(e);
+    kiln_model_free(m);
+}
+
+static char *read_file(const char *path) {
+    FILE *f = fopen(path, "r");
+    if (!f) return NULL;
+    char *buf = calloc(1, 1 << 20);
+    size_t n = fread(buf, 1, (1 << 20) - 1, f);
+    buf[n] = 0;
+    fclose(f);
+    return buf;
+}
+
+/* Tuning on and off give the same outputs; the timing cache is written,
+ * and read back by the next build (whose choices it then dictates). */
+TEST(tuning_and_timing_cache) {
+    int64_t xd[4];
+    kiln_model *m = chain_model(xd);
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/kiln_test_tc_%ld.txt", (long)getpid());
+    remove(path);
+    kiln_engine *e1 = build(m, (bopts){.opt = 1, .tuning = 1, .cache = path});
+    kiln_engine *e0 = build(m, (bopts){.opt = 1, .tuning = 0});
+    int64_t nx = kiln__numel(4, xd);
+    fill_x(nx);
+    int64_t n0 = run(e0, x_in, xd, 0, y_ref, BIG), n1 = run(e1, x_in, xd, 0, y_opt, BIG);
+    CHECK(n0 > 0 && n0 == n1 && rel_err(y_opt, y_ref, n0) <= 1e-5);
+    char *txt = read_file(path);
+    CHECK(txt && !strncmp(txt, "kiln-timing-cache 1\n", 20));
+    int lines = 0;
+    for (const char *p = txt ? txt : ""; *p; p++) lines += *p == '\n';
+    int n_multi = 0; /* layers with several tactics: the ones timed */
+    for (int i = 0; e1 && i < e1->graph->n_nodes; i++) {
+        const kiln_fused_conv_attrs *fa = e1->graph->nodes[i].attrs;
+        if (e1->graph->nodes[i].op_id == KILN_OP_FusedConv && fa->tactic.us > 0) n_multi++;
+    }
+    CHECK(lines >= 1 && lines - 1 <= n_multi);
+    /* A second build reads the cache: same choices. */
+    kiln_engine *e2 = build(m, (bopts){.opt = 1, .tuning = 1, .cache = path});
+    for (int i = 0; e1 && e2 && i < e1->graph->n_nodes; i++) {
+        const kiln_tactic *t1 = e1->graph->nodes[i].attrs, *t2 = e2->graph->nodes[i].attrs;
+        if (e1->graph->nodes[i].op_id != KILN_OP_FusedConv) continue;
+        CHECK(t1->id == t2->id);
+        CHECK(fabsf(t1->us - t2->us) <= 0.001f + 1e-6f * t1->us);
+    }
+    kiln_engine_free(e2);
+    /* Rewrite the cache: every entry says tactic 0 took 7 us. The next build
+     * must take that from the file instead of timing. */
+    if (txt && lines > 1) {
+        FILE *f = fopen(path, "w");
+        char *save = NULL;
+        for (char *l = strtok_r(txt, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
+            if (!strncmp(l, "kiln-timing-cache", 17)) {
+                fprintf(f, "%s\n", l);
+                continue;
+            }
+            char *sp = strchr(l, ' ');
+            if (sp) *sp = 0;
+            fprintf(f, "%s 0 7.000\n", l);
+        }
+        fclose(f);
+        e2 = build(m, (bopts){.opt = 1, .tuning = 1, .cache = path});
+        int n7 = 0;
+        for (int i = 0; e2 && i < e2->graph->n_nodes; i++) {
+            const kiln_tactic *t = e2->graph->nodes[i].attrs;
+            if (e2->graph->nodes[i].op_id != KILN_OP_FusedConv || t->us == 0) continue;
+            CHECK(t->id == 0 && t->us == 7.0f);
+            n7++;
+        }
+        CHECK(n7 == n_multi);
+        kiln_engine_free(e2);
+    }
+    /* A file that is not a cache is refused with its name. */
+    FILE *f = fopen(path, "w");
+    fprintf(f, "something else\n");
+    fclose(f);
+    kiln_builder *b = NULL;
+    kiln_engine *e3 = NULL;
+    CHECK_OK(kiln_builder_create(&b));
+    CHECK_OK(kiln_builder_set_timing_cache(b, path));
+    CHECK_ERR(kiln_build(b, m, &e3), KILN_ERR_IO, "not a kiln timing cache");
+    kiln_builder_free(b);
+    remove(path);
+    free(txt);
+    kiln_engine_free(e0);
+    kiln_engine_free(e1);
+    kiln_model_free(m);
+}
+
+/* bf16 engines on a CPU with avx512_bf16: close to fp32, and the engine
+ * records the CPU feature; elsewhere the build is refused. */
+TEST(bf16_cpu) {
+    int64_t xd[4];
+    kiln_model *m = chain_model(xd);
+    kiln_builder *b = NULL;
+    kiln_engine *e = NULL;
+    CHECK_OK(kiln_builder_create(&b));
+    CHECK_OK(kiln_builder_set_precision(b, KILN_PRECISION_BF16));
+    kiln_status s = kiln_build(b, m, &e);
+    if (!kiln__cpu_has_bf16()) {
+        CHECK(s == KILN_ERR_UNSUPPORTED && strstr(kiln_last_error(), "avx512_bf16"));
+    } else {
+        CHECK_OK(s);
+        kiln_engine *ef = build(m, (bopts){.opt = 1, .tuning = 0});
+        fill_x(kiln__numel(4, xd));
+        int64_t n0 = run(ef, x_in, xd, 0, y_ref, BIG), n1 = run(e, x_in, xd, 0, y_opt, BIG);
+        CHECK(n0 > 0 && n0 == n1);
+        double err = rel_err(y_opt, y_ref, n0);
+        CHECK(err <= 2e-2 && err > 0);
+        /* tensors between the bf16 layers are passed NHWC in bf16 */
+        int n_bf16 = 0;
+        for (int i = 0; e && i < e->graph->n_nodes; i++)
+            if (e->graph->nodes[i].op_id == KILN_OP_FusedConv)
+                n_bf16 += (((const kiln_fused_conv_attrs *)e->graph->nodes[i].attrs)->layout &
+                           KILN_FC_LAYOUT_Y_BF16) != 0;
+        CHECK(n_bf16 == 3);
+        void *data = NULL;
+        size_t size = 0;
+        CHECK_OK(kiln_engine_serialize(e, &data, &size));
+        CHECK(data && size > 512 && memmem(data, 512, "avx512_bf16", 11) != NULL);
+        kiln_free(data);
+        kiln_engine_free(ef);
+    }
+    kiln_engine_free(e);
+    kiln_builder_free(b);
+    kiln_model_free(m);
+}
+
+int main(void) {
+    RUN(conv_bn_add_relu);
+    RUN(activations);
+    RUN(no_fusion_when_shared);
+    RUN(every_tactic_agrees);
+    RUN(tuning_and_timing_cache);
+    RUN(bf16_cpu);
+    return test_summary();
+}

@@ -1,0 +1,634 @@
+/* test_fusion_transformer.c -- the transformer rewrites
+ * (src/passes/fuse_transformer.c) and the kernels of kiln.FusedMatMul,
+ * kiln.Gelu and kiln.Attention (src/ops/fused_transformer*.c), on small
+ * graphs built in memory the way PyTorch exports them: optimized and
+ * unoptimized builds agree, the fused layers (named after the nodes they
+ * came from) replace the patterns, every FusedMatMul tactic computes the same
+ * result, and bf16 engines stay within 2e-2 of fp32. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "test.h"
+
+#include "graph_build.h"
+
+#include "ops/fused_transformer.h"
+#include "ops/nn_attrs.h"
+#include "ops/reduce_attrs.h"
+#include "ops/tensor_internal.h"
+#include "runtime/engine.h"
+
+/* ---- graphs (helpers of graph_build.h, plus the patterns as exported) ---- */
+
+static int weights(kiln_graph *g, const char *name, int rank, const int64_t *dims, float scale) {
+    return add_const(g, name, rank, dims, -scale, scale);
+}
+
+static int ints(kiln_graph *g, const char *name, int n, const int64_t *x) {
+    int v = add_val(g, name);
+    int64_t d[1] = {n};
+    if (kiln__value_set_const(&g->values[v], KILN_DTYPE_INT64, 1, d, x) != KILN_OK) abort();
+    return v;
+}
+
+static int op1(kiln_graph *g, int op, const char *name, int a, const void *attrs) {
+    return add_node(g, op, name, 1, (int[]){a}, attrs);
+}
+
+static int op2(kiln_graph *g, int op, const char *name, int a, int b) {
+    unsigned char zero[64] = {0}; /* binary ops: default attrs */
+    return add_node(g, op, name, 2, (int[]){a, b}, zero);
+}
+
+static int transpose(kiln_graph *g, const char *name, int x, int a, int b, int c, int d) {
+    kiln_transpose_attrs t = {.n_perm = 4, .perm = {a, b, c, d}};
+    return op1(g, KILN_OP_Transpose, name, x, &t);
+}
+
+static int reshape(kiln_graph *g, const char *name, int x, int n, const int64_t *shape) {
+    char sn[96];
+    snprintf(sn, sizeof sn, "%s_shape", name);
+    kiln_reshape_attrs ra = {0};
+    return add_node(g, KILN_OP_Reshape, name, 2, (int[]){x, ints(g, sn, n, shape)}, &ra);
+}
+
+/* PyTorch's decomposed LayerNorm over the last axis of x (D wide). */
+static int layernorm(kiln_graph *g, const char *p, int x, int64_t D) {
+    char n[12][64];
+    for (int i = 0; i < 12; i++) snprintf(n[i], sizeof n[i], "%s_%d", p, i);
+    kiln_reduce_attrs ra = {.keepdims = 1};
+    int64_t ax[1] = {-1}, dd[1] = {D};
+    int mean = add_node(g, KILN_OP_ReduceMean, n[0], 2, (int[]){x, ints(g, n[1], 1, ax)}, &ra);
+    int d = op2(g, KILN_OP_Sub, n[2], x, mean);
+    int sq = op2(g, KILN_OP_Pow, n[3], d, add_scalar(g, n[4], 2.0f));
+    int var = add_node(g, KILN_OP_ReduceMean, n[5], 2, (int[]){sq, ints(g, n[6], 1, ax)}, &ra);
+    int s = op1(g, KILN_OP_Sqrt, n[8], op2(g, KILN_OP_Add, n[7], var, add_scalar(g, n[9], 1e-12f)), NULL);
+    int y = op2(g, KILN_OP_Div, n[10], d, s);
+    y = op2(g, KILN_OP_Mul, n[11], y, weights(g, "gamma", 1, dd, 1.0f));
+    char an[64];
+    snprintf(an, sizeof an, "%s_add", p);
+    return op2(g, KILN_OP_Add, an, y, weights(g, "beta", 1, dd, 0.5f));
+}
+
+/* GELU, erf form, in export order `form` (0: (x*(1+erf))*0.5, 1: x*((1+erf)*0.5),
+ * 2: (x*0.5)*(1+erf)). */
+static int gelu_erf(kiln_graph *g, const char *p, int x, int form) {
+    char n[8][64];
+    for (int i = 0; i < 8; i++) snprintf(n[i], sizeof n[i], "%s_%d", p, i);
+    int e = op1(g, KILN_OP_Erf, n[1], op2(g, KILN_OP_Div, n[0], x, add_scalar(g, n[5], 1.4142135f)), NULL);
+    int a = op2(g, KILN_OP_Add, n[2], e, add_scalar(g, n[6], 1.0f));
+    if (form == 0) return op2(g, KILN_OP_Mul, n[4], op2(g, KILN_OP_Mul, n[3], x, a), add_scalar(g, n[7], 0.5f));
+    if (form == 1) return op2(g, KILN_OP_Mul, n[4], x, op2(g, KILN_OP_Mul, n[3], a, add_scalar(g, n[7], 0.5f)));
+    return op2(g, KILN_OP_Mul, n[4], op2(g, KILN_OP_Mul, n[3], x, add_scalar(g, n[7], 0.5f)), a);
+}
+
+/* GELU, tanh form; cube as Pow(x, 3) or x*x*x. */
+static int gelu_tanh(kiln_graph *g, const char *p, int x, bool pow3) {
+    char n[14][64];
+    for (int i = 0; i < 14; i++) snprintf(n[i], sizeof n[i], "%s_%d", p, i);
+    int cube = pow3 ? op2(g, KILN_OP_Pow, n[0], x, add_scalar(g, n[1], 3.0f))
+                    : op2(g, KILN_OP_Mul, n[0], op2(g, KILN_OP_Mul, n[1], x, x), x);
+    int c = op2(g, KILN_OP_Mul, n[2], add_scalar(g, n[3], 0.044715f), cube);
+    int in = op2(g, KILN_OP_Add, n[4], x, c);
+    int t = op1(g, KILN_OP_Tanh, n[6], op2(g, KILN_OP_Mul, n[5], in, add_scalar(g, n[7], 0.7978845608f)), NULL);
+    int a = op2(g, KILN_OP_Add, n[8], t, add_scalar(g, n[9], 1.0f));
+    return op2(g, KILN_OP_Mul, n[11], op2(g, KILN_OP_Mul, n[10], x, add_scalar(g, n[12], 0.5f)), a);
+}
+
+/* x [.., K] @ W [K, N] + b (bias first, as PyTorch exports it) */
+static int linear(kiln_graph *g, const char *p, int x, int64_t K, int64_t N) {
+    char wn[64], bn[64], mn[64], an[64];
+    snprintf(wn, sizeof wn, "%s.weight", p);
+    snprintf(bn, sizeof bn, "%s.bias", p);
+    snprintf(mn, sizeof mn, "%s/MatMul", p);
+    snprintf(an, sizeof an, "%s/Add", p);
+    int64_t wd[2] = {K, N}, bd[1] = {N};
+    int mm = op2(g, KILN_OP_MatMul, mn, x, weights(g, wn, 2, wd, 1.0f / sqrtf((float)K)));
+    return op2(g, KILN_OP_Add, an, weights(g, bn, 1, bd, 0.1f), mm);
+}
+
+/* ---- engines -------------------------------------------------------------- */
+
+static kiln_engine *build(const kiln_model *m, int opt, kiln_precision prec, int threads) {
+    kiln_builder *b = NULL;
+    kiln_engine *e = NULL;
+    CHECK_OK(kiln_builder_create(&b));
+    CHECK_OK(kiln_builder_set_optimization(b, opt));
+    CHECK_OK(kiln_builder_set_threads(b, threads));
+    if (prec) CHECK_OK(kiln_builder_set_precision(b, prec));
+    CHECK_OK(kiln_build(b, m, &e));
+    kiln_builder_free(b);
+    return e;
+}
+
+#define BIG (1 << 16)
+static float xs[3][BIG], yref[BIG], yopt[BIG];
+
+/* Runs e with its inputs from xs[i] (shapes from the graph) and copies output k. */
+static int64_t run(const kiln_engine *e, int k, float *y) {
+    kiln_context *c = NULL;
+    int64_t n = -1;
+    if (!e) return -1;
+    CHECK_OK(kiln_context_create(e, &c));
+    if (!c) return -1;
+    const kiln_graph *g = e->graph;
+    for (int i = 0; i < g->n_inputs && i < 3; i++) {
+        const kiln_value *v = &g->values[g->inputs[i]];
+        CHECK_OK(kiln_context_set_input(c, v->name, KILN_DTYPE_FLOAT32, v->info.rank, v->info.dims, xs[i]));
+    }
+    CHECK_OK(kiln_context_run(c));
+    const void *data = NULL;
+    int rank = 0;
+    int64_t dims[8];
+    CHECK_OK(kiln_context_get_output(c, g->values[g->outputs[k]].name, NULL, &rank, dims, &data));
+    if (data) {
+        n = kiln__numel(rank, dims);
+        if (n > BIG) n = BIG;
+        memcpy(y, data, sizeof(float) * (size_t)n);
+    }
+    kiln_context_free(c);
+    return n;
+}
+
+static void fill_inputs(void) {
+    for (int j = 0; j < 3; j++)
+        for (int i = 0; i < BIG; i++) xs[j][i] = 2.0f * frand();
+}
+
+/* Optimized (with `threads`) vs unoptimized engines agree on every output. */
+static void compare(const kiln_model *m, double tol, int threads) {
+    kiln_engine *e0 = build(m, 0, KILN_PRECISION_FP32, 1), *e1 = build(m, 1, KILN_PRECISION_FP32, threads);
+    fill_inputs();
+    for (int k = 0; e0 && e1 && k < m->graph->n_outputs; k++) {
+        int64_t n0 = run(e0, k, yref), n1 = run(e1, k, yopt);
+        CHECK(n0 > 0 && n0 == n1);
+        double err = rel_err(yopt, yref, n0);
+        if (!(err <= tol)) fprintf(stderr, "  output %d: relative error %g > %g\n", k, err, tol);
+        CHECK(err <= tol);
+    }
+    kiln_engine_free(e0);
+    kiln_engine_free(e1);
+}
+
+static int count_op(const kiln_engine *e, int op) {
+    int n = 0;
+    for (int i = 0; e && i < e->graph->n_nodes; i++) n += e->graph->nodes[i].op_id == op;
+    return n;
+}
+
+static const kiln_node *layer(const kiln_engine *e, const char *name) {
+    for (int i = 0; e && i < e->graph->n_nodes; i++)
+        if (!strcmp(e->graph->nodes[i].name, name)) return &e->graph->nodes[i];
+    fprintf(stderr, "  no layer named %s\n", name);
+    return NULL;
+}
+
+/* ---- tests ------------------------------------------------------------------ */
+
+TEST(layernorm_fused) {
+    kiln_graph *g = NULL;
+    CHECK_OK(kiln__graph_create(&g));
+    int64_t xd[3] = {2, 5, 48};
+    int x = add_input(g, "x", 3, xd);
+    mark_output(g, layernorm(g, "ln", x, 48));
+    kiln_model *m = model_of(g);
+    compare(m, 1e-5, 1);
+    compare(m, 1e-5, 2);
+    kiln_engine *e = build(m, 1, 0, 1);
+    CHECK(e && e->graph->n_nodes == 1 && count_op(e, KILN_OP_LayerNormalization) == 1);
+    const kiln_node *n = layer(e, "ln_0+ln_2+ln_3+ln_5+ln_7+ln_8+ln_10+ln_11+ln_add");
+    CHECK(n && n->n_in == 3 && fabsf(((const kiln_ln_attrs *)n->attrs)->epsilon - 1e-12f) < 1e-18f);
+    const char *d = e ? kiln_engine_describe(e, 0) : "";
+    CHECK(strstr(d, "LayerNormalization") && strstr(d, "ln_0+ln_2"));
+    kiln_engine_free(e);
+    kiln_model_free(m);
+}
+
+TEST(gelu_forms) {
+    kiln_graph *g = NULL;
+    CHECK_OK(kiln__graph_create(&g));
+    int64_t xd[2] = {7, 33};
+    int x = add_input(g, "x", 2, xd);
+    for (int f = 0; f < 3; f++) {
+        char p[16];
+        snprintf(p, sizeof p, "erf%d", f);
+        mark_output(g, gelu_erf(g, p, x, f));
+    }
+    mark_output(g, gelu_tanh(g, "tanhp", x, true));
+    mark_output(g, gelu_tanh(g, "tanhm", x, false));
+    kiln_model *m = model_of(g);
+    compare(m, 2e-6, 1);
+    kiln_engine *e = build(m, 1, 0, 1);
+    CHECK(e && e->graph->n_nodes == 5 && count_op(e, KILN_OP_Gelu) == 5);
+    const kiln_node *n = layer(e, "erf0_0+erf0_1+erf0_2+erf0_3+erf0_4");
+    CHECK(n && ((const kiln_gelu_attrs *)n->attrs)->approx == 0);
+    CHECK(layer(e, "erf1_0+erf1_1+erf1_2+erf1_3+erf1_4") && layer(e, "erf2_0+erf2_1+erf2_2+erf2_3+erf2_4"));
+    n = layer(e, "tanhp_0+tanhp_2+tanhp_4+tanhp_5+tanhp_6+tanhp_8+tanhp_10+tanhp_11");
+    CHECK(n && ((const kiln_gelu_attrs *)n->attrs)->approx == 1);
+    CHECK(layer(e, "tanhm_1+tanhm_0+tanhm_2+tanhm_4+tanhm_5+tanhm_6+tanhm_8+tanhm_10+tanhm_11"));
+    kiln_engine_free(e);
+    /* wrong constants: not a GELU */
+    CHECK_OK(kiln__graph_create(&g));
+    x = add_input(g, "x", 2, xd);
+    int a = op2(g, KILN_OP_Add, "a", op1(g, KILN_OP_Erf, "e", op2(g, KILN_OP_Div, "d", x, add_scalar(g, "c", 1.5f)), NULL),
+                add_scalar(g, "one", 1.0f));
+    mark_output(g, op2(g, KILN_OP_Mul, "m2", op2(g, KILN_OP_Mul, "m1", x, a), add_scalar(g, "h", 0.5f)));
+    kiln_model *m2 = model_of(g);
+    e = build(m2, 1, 0, 1);
+    CHECK(e && count_op(e, KILN_OP_Gelu) == 0 && e->graph->n_nodes == 5);
+    kiln_engine_free(e);
+    kiln_model_free(m2);
+    kiln_model_free(m);
+}
+
+/* Every layer of op `op` in e gives the same output under tactics 1..last
+ * (ids the CPU cannot run fall back to one it can). */
+static void every_tactic_of(const kiln_model *m, int threads, int op, int last) {
+    kiln_engine *e = build(m, 1, 0, threads);
+    if (!e) return;
+    fill_inputs();
+    int64_t n0 = run(e, 0, yref);
+    CHECK(n0 > 0);
+    for (int t = 1; t <= last; t++) {
+        for (int i = 0; i < e->graph->n_nodes; i++)
+            if (e->graph->nodes[i].op_id == op) ((kiln_tactic *)e->graph->nodes[i].attrs)->id = t;
+        int64_t n1 = run(e, 0, yopt);
+        double err = rel_err(yopt, yref, n0);
+        if (!(err <= 1e-5)) fprintf(stderr, "  tactic %d: relative error %g\n", t, err);
+        CHECK(n1 == n0 && err <= 1e-5);
+    }
+    kiln_engine_free(e);
+}
+
+static void every_tactic(const kiln_model *m, int threads) {
+    every_tactic_of(m, threads, KILN_OP_FusedMatMul, KILN_FMM_TACTIC_AVX512);
+}
+
+TEST(matmul_bias_act) {
+    kiln_graph *g = NULL;
+    CHECK_OK(kiln__graph_create(&g));
+    int64_t xd[3] = {2, 9, 40};
+    int x = add_input(g, "x", 3, xd);
+    /* linear + GELU (erf), then linear + Relu, then a bare MatMul */
+    int h = gelu_erf(g, "act", linear(g, "fc1", x, 40, 72), 0);
+    int r = op1(g, KILN_OP_Relu, "relu", linear(g, "fc2", h, 72, 24), NULL);
+    int64_t wd[2] = {24, 17};
+    mark_output(g, op2(g, KILN_OP_MatMul, "fc3", r, weights(g, "w3", 2, wd, 0.3f)));
+    kiln_model *m = model_of(g);
+    compare(m, 1e-5, 1);
+    compare(m, 1e-5, 2);
+    kiln_engine *e = build(m, 1, 0, 1);
+    CHECK(e && e->graph->n_nodes == 3 && count_op(e, KILN_OP_FusedMatMul) == 3);
+    const kiln_node *n = layer(e, "fc1/MatMul+fc1/Add+act_0+act_1+act_2+act_3+act_4");
+    CHECK(n && n->n_in == 3 && ((const kiln_fused_matmul_attrs *)n->attrs)->act == KILN_FACT_GELU_ERF);
+    n = layer(e, "fc2/MatMul+fc2/Add+relu");
+    CHECK(n && ((const kiln_fused_matmul_attrs *)n->attrs)->act == KILN_FACT_RELU);
+    n = layer(e, "fc3");
+    CHECK(n && n->n_in == 2 && ((const kiln_fused_matmul_attrs *)n->attrs)->act == KILN_FACT_NONE);
+    const char *d = e ? kiln_engine_describe(e, 0) : "";
+    CHECK(strstr(d, "FusedMatMul") && strstr(d, "fc2/MatMul+fc2/Add+relu") && strstr(d, "tactic"));
+    kiln_engine_free(e);
+    every_tactic(m, 1);
+    every_tactic(m, 2);
+    kiln_model_free(m);
+}
+
+/* Residual Adds join the product: linear + residual (BERT), bare MatMul +
+ * residual + Relu, with 1 and 2 threads and every tactic. */
+TEST(matmul_residual) {
+    kiln_graph *g = NULL;
+    CHECK_OK(kiln__graph_create(&g));
+    int64_t xd[3] = {2, 7, 48}, wd[2] = {48, 48};
+    int x = add_input(g, "x", 3, xd), r = add_input(g, "r", 3, xd);
+    int h = op2(g, KILN_OP_Add, "res1", r, linear(g, "fc1", x, 48, 48));
+    int m2 = op2(g, KILN_OP_MatMul, "mm2", h, weights(g, "w2", 2, wd, 0.2f));
+    mark_output(g, op1(g, KILN_OP_Relu, "relu2", op2(g, KILN_OP_Add, "res2", m2, x), NULL));
+    kiln_model *m = model_of(g);
+    compare(m, 1e-5, 1);
+    compare(m, 1e-5, 2);
+    kiln_engine *e = build(m, 1, 0, 1);
+    CHECK(e && e->graph->n_nodes == 2 && count_op(e, KILN_OP_FusedMatMul) == 2);
+    const kiln_node *n = layer(e, "fc1/MatMul+fc1/Add+res1");
+    CHECK(n && n->n_in == 4 && n->in[3] == e->graph->inputs[1] && n->in[2] >= 0);
+    n = layer(e, "mm2+res2+relu2");
+    CHECK(n && n->n_in == 4 && n->in[2] < 0 && n->in[3] == e->graph->inputs[0] &&
+          ((const kiln_fused_matmul_attrs *)n->attrs)->act == KILN_FACT_RELU);
+    kiln_engine_free(e);
+    every_tactic(m, 1);
+    every_tactic(m, 2);
+    kiln_model_free(m);
+}
+
+TEST(gemm_and_tanh_gelu) {
+    kiln_graph *g = NULL;
+    CHECK_OK(kiln__graph_create(&g));
+    int64_t xd[2] = {5, 31}, wd[2] = {20, 31}, bd[2] = {1, 20};
+    int x = add_input(g, "x", 2, xd);
+    kiln_gemm_attrs ga = {.alpha = 1.0f, .beta = 1.0f, .trans_b = 1};
+    int y = add_node(g, KILN_OP_Gemm, "gemm", 3, (int[]){x, weights(g, "W", 2, wd, 0.2f), weights(g, "B", 2, bd, 0.2f)},
+                 &ga);
+    mark_output(g, gelu_tanh(g, "gt", y, true));
+    /* alpha != 1: stays a Gemm */
+    kiln_gemm_attrs g2 = {.alpha = 0.5f, .beta = 1.0f, .trans_b = 1};
+    mark_output(g, add_node(g, KILN_OP_Gemm, "gemm2", 2, (int[]){x, weights(g, "W2", 2, wd, 0.2f)}, &g2));
+    kiln_model *m = model_of(g);
+    compare(m, 1e-5, 1);
+    kiln_engine *e = build(m, 1, 0, 1);
+    CHECK(e && count_op(e, KILN_OP_FusedMatMul) == 1 && count_op(e, KILN_OP_Gemm) == 1);
+    const kiln_node *n = layer(e, "gemm+gt_0+gt_2+gt_4+gt_5+gt_6+gt_8+gt_10+gt_11");
+    CHECK(n && ((const kiln_fused_matmul_attrs *)n->attrs)->act == KILN_FACT_GELU_TANH &&
+          ((const kiln_fused_matmul_attrs *)n->attrs)->trans_b == 1);
+    kiln_engine_free(e);
+    every_tactic(m, 2);
+    kiln_model_free(m);
+}
+
+/* A value that something else reads is not fused away. */
+TEST(no_fusion_when_shared) {
+    kiln_graph *g = NULL;
+    CHECK_OK(kiln__graph_create(&g));
+    int64_t xd[2] = {4, 8}, wd[2] = {8, 8};
+    int x = add_input(g, "x", 2, xd);
+    int mm = op2(g, KILN_OP_MatMul, "mm", x, weights(g, "w", 2, wd, 0.5f));
+    mark_output(g, mm);
+    mark_output(g, op1(g, KILN_OP_Relu, "relu", mm, NULL));
+    kiln_model *m = model_of(g);
+    compare(m, 1e-6, 1);
+    kiln_engine *e = build(m, 1, 0, 1);
+    CHECK(e && layer(e, "mm") && layer(e, "relu") && count_op(e, KILN_OP_FusedMatMul) == 1);
+    kiln_engine_free(e);
+    kiln_model_free(m);
+}
+
+/* BERT's self-attention as exported: projections, head split, scores,
+ * scale, mask, softmax, context, merge. */
+TEST(attention_bert_form) {
+    const int64_t B = 2, S = 12, H = 3, D = 8, E = H * D;
+    kiln_graph *g = NULL;
+    CHECK_OK(kiln__graph_create(&g));
+    int64_t xd[3] = {B, S, E}, md[4] = {B, 1, 1, S};
+    int x = add_input(g, "x", 3, xd);
+    int mask = add_input(g, "mask", 4, md);
+    int64_t split[4] = {B, S, H, D}, merge[3] = {B, S, E};
+    int q = transpose(g, "tq", reshape(g, "rq", linear(g, "q", x, E, E), 4, split), 0, 2, 1, 3);
+    int k = transpose(g, "tk", reshape(g, "rk", linear(g, "k", x, E, E), 4, split), 0, 2, 3, 1);
+    int v = transpose(g, "tv", reshape(g, "rv", linear(g, "v", x, E, E), 4, split), 0, 2, 1, 3);
+    int s = op2(g, KILN_OP_Div, "div", op2(g, KILN_OP_MatMul, "qk", q, k), add_scalar(g, "sqrt_d", sqrtf((float)D)));
+    kiln_softmax_attrs sa = {.axis = -1};
+    int p = op1(g, KILN_OP_Softmax, "softmax", op2(g, KILN_OP_Add, "addmask", s, mask), &sa);
+    int o = op2(g, KILN_OP_MatMul, "pv", p, v);
+    mark_output(g, linear(g, "out", reshape(g, "rm", transpose(g, "tm", o, 0, 2, 1, 3), 3, merge), E, E));
+    kiln_model *m = model_of(g);
+    compare(m, 1e-5, 1);
+    compare(m, 1e-5, 2);
+    every_tactic_of(m, 2, KILN_OP_Attention, KILN_ATTN_TACTIC_AVX512);
+    kiln_engine *e = build(m, 1, 0, 1);
+    /* Q, K, V projections in one FusedMatMul; attention; output projection */
+    CHECK(e && count_op(e, KILN_OP_Attention) == 1 && count_op(e, KILN_OP_FusedMatMul) == 2 &&
+          count_op(e, KILN_OP_Transpose) == 0 && count_op(e, KILN_OP_Reshape) == 0 && e->graph->n_nodes == 3);
+    const kiln_node *qkv = layer(e, "q/MatMul+q/Add+k/MatMul+k/Add+v/MatMul+v/Add");
+    CHECK(qkv && qkv->n_in == 3 && e->graph->values[qkv->in[1]].info.dims[1] == 3 * E);
+    const kiln_node *n = layer(e, "tq+rq+tk+rk+tv+rv+qk+div+addmask+softmax+pv+tm+rm");
+    if (n && qkv) {
+        const kiln_attention_attrs *aa = n->attrs;
+        CHECK(aa->num_heads == H && aa->q_layout == KILN_ATTN_QKV && aa->k_layout == KILN_ATTN_QKV &&
+              aa->v_layout == KILN_ATTN_QKV && aa->out_layout == KILN_ATTN_BSHD && n->n_in == 4);
+        CHECK(n->in[0] == qkv->out[0] && n->in[1] == qkv->out[0] && n->in[2] == qkv->out[0]);
+        CHECK(fabsf(aa->scale - 1.0f / sqrtf((float)D)) < 1e-7f);
+    } else {
+        CHECK(n != NULL);
+    }
+    kiln_engine_free(e);
+    kiln_model_free(m);
+}
+
+/* Cross-attention (K, V from another input, another length): no shared
+ * projection, each operand read in its [B, S, H*D] form. */
+TEST(attention_cross) {
+    const int64_t B = 2, S = 9, S2 = 21, H = 4, D = 6, E = H * D;
+    kiln_graph *g = NULL;
+    CHECK_OK(kiln__graph_create(&g));
+    int64_t xd[3] = {B, S, E}, yd[3] = {B, S2, E};
+    int x = add_input(g, "x", 3, xd), y = add_input(g, "y", 3, yd);
+    int64_t sq[4] = {B, S, H, D}, sk[4] = {B, S2, H, D}, merge[3] = {B, S, E};
+    int q = transpose(g, "tq", reshape(g, "rq", linear(g, "q", x, E, E), 4, sq), 0, 2, 1, 3);
+    int k = transpose(g, "tk", reshape(g, "rk", linear(g, "k", y, E, E), 4, sk), 0, 2, 3, 1);
+    int v = transpose(g, "tv", reshape(g, "rv", linear(g, "v", y, E, E), 4, sk), 0, 2, 1, 3);
+    kiln_softmax_attrs sa = {.axis = -1};
+    int p = op1(g, KILN_OP_Softmax, "softmax", op2(g, KILN_OP_MatMul, "qk", q, k), &sa);
+    mark_output(g, reshape(g, "rm", transpose(g, "tm", op2(g, KILN_OP_MatMul, "pv", p, v), 0, 2, 1, 3), 3, merge));
+    kiln_model *m = model_of(g);
+    compare(m, 1e-5, 2);
+    every_tactic_of(m, 1, KILN_OP_Attention, KILN_ATTN_TACTIC_AVX512);
+    kiln_engine *e = build(m, 1, 0, 1);
+    const kiln_node *n = layer(e, "tq+rq+tk+rk+tv+rv+qk+softmax+pv+tm+rm");
+    CHECK(e && count_op(e, KILN_OP_FusedMatMul) == 3 && n && n->n_in == 3);
+    if (n) {
+        const kiln_attention_attrs *aa = n->attrs;
+        CHECK(aa->q_layout == KILN_ATTN_BSHD && aa->k_layout == KILN_ATTN_BSHD && aa->v_layout == KILN_ATTN_BSHD);
+    }
+    kiln_engine_free(e);
+    kiln_model_free(m);
+}
+
+/* Attention on [B,H,S,D] tensors given directly: K^T by Transpose(0,1,3,2),
+ * Mul scale, no mask; and a pre-transposed K with no scale. */
+TEST(attention_4d_forms) {
+    kiln_graph *g = NULL;
+    CHECK_OK(kiln__graph_create(&g));
+    int64_t qd[4] = {1, 2, 37, 16};
+    int q = add_input(g, "q", 4, qd);
+    int kv = add_input(g, "kv", 4, qd);
+    kiln_softmax_attrs sa = {.axis = 3};
+    int s = op2(g, KILN_OP_Mul, "scale", add_scalar(g, "c", 0.25f), op2(g, KILN_OP_MatMul, "qk", q, transpose(g, "kt", kv, 0, 1, 3, 2)));
+    mark_output(g, op2(g, KILN_OP_MatMul, "pv", op1(g, KILN_OP_Softmax, "sm", s, &sa), kv));
+    /* K^T given as an input ([B,H,D,S]) */
+    int64_t ktd[4] = {1, 2, 16, 37};
+    int kt = add_input(g, "kt_in", 4, ktd);
+    mark_output(g, op2(g, KILN_OP_MatMul, "pv2", op1(g, KILN_OP_Softmax, "sm2", op2(g, KILN_OP_MatMul, "qk2", kv, kt), &sa),
+                  q));
+    /* a K^T Transpose that is also an output: read through, kept */
+    int qt = transpose(g, "qt", q, 0, 1, 3, 2);
+    mark_output(g, qt);
+    mark_output(g, op2(g, KILN_OP_MatMul, "pv3", op1(g, KILN_OP_Softmax, "sm3", op2(g, KILN_OP_MatMul, "qk3", kv, qt), &sa),
+                  kv));
+    kiln_model *m = model_of(g);
+    compare(m, 1e-5, 2);
+    every_tactic_of(m, 1, KILN_OP_Attention, KILN_ATTN_TACTIC_AVX512);
+    kiln_engine *e = build(m, 1, 0, 1);
+    CHECK(e && count_op(e, KILN_OP_Attention) == 3 && count_op(e, KILN_OP_Transpose) == 1);
+    const kiln_node *n = layer(e, "kt+qk+scale+sm+pv");
+    CHECK(n && ((const kiln_attention_attrs *)n->attrs)->k_layout == KILN_ATTN_BHSD &&
+          ((const kiln_attention_attrs *)n->attrs)->out_layout == KILN_ATTN_BHSD &&
+          ((const kiln_attention_attrs *)n->attrs)->scale == 0.25f);
+    n = layer(e, "qk2+sm2+pv2");
+    CHECK(n && ((const kiln_attention_attrs *)n->attrs)->k_layout == KILN_ATTN_BHDS &&
+          ((const kiln_attention_attrs *)n->attrs)->scale == 1.0f);
+    n = layer(e, "qk3+sm3+pv3");
+    CHECK(n && ((const kiln_attention_attrs *)n->attrs)->k_layout == KILN_ATTN_BHSD && n->in[1] == e->graph->inputs[0]);
+    kiln_engine_free(e);
+    kiln_model_free(m);
+}
+
+/* A "mask" that broadcasts the scores up to a bigger batch is not an
+ * attention mask: left alone. */
+TEST(attention_mask_widening_not_fused) {
+    kiln_graph *g = NULL;
+    CHECK_OK(kiln__graph_create(&g));
+    int64_t qd[4] = {1, 2, 5, 4}, md[4] = {3, 2, 5, 5};
+    int q = add_input(g, "q", 4, qd), kv = add_input(g, "kv", 4, qd), mask = add_input(g, "mask", 4, md);
+    kiln_softmax_attrs sa = {.axis = -1};
+    int s = op2(g, KILN_OP_Add, "add", op2(g, KILN_OP_MatMul, "qk", q, transpose(g, "kt", kv, 0, 1, 3, 2)), mask);
+    mark_output(g, op2(g, KILN_OP_MatMul, "pv", op1(g, KILN_OP_Softmax, "sm", s, &sa), kv));
+    kiln_model *m = model_of(g);
+    compare(m, 1e-6, 1);
+    kiln_engine *e = build(m, 1, 0, 1);
+    CHECK(e && count_op(e, KILN_OP_Attention) == 0 && count_op(e, KILN_OP_Softmax) == 1);
+    kiln_engine_free(e);
+    kiln_model_free(m);
+}
+
+TEST(transpose_reshape_cleanup) {
+    kiln_graph *g = NULL;
+    CHECK_OK(kiln__graph_create(&g));
+    int64_t xd[4] = {2, 3, 4, 5};
+    int x = add_input(g, "x", 4, xd);
+    /* transpose of transpose = identity: both disappear */
+    mark_output(g, op1(g, KILN_OP_Relu, "r1", transpose(g, "t2", transpose(g, "t1", x, 0, 2, 3, 1), 0, 3, 1, 2), NULL));
+    /* composed into one */
+    mark_output(g, transpose(g, "t4", transpose(g, "t3", x, 1, 0, 2, 3), 0, 1, 3, 2));
+    /* reshape of reshape: one */
+    int64_t s1[2] = {6, 20}, s2[3] = {3, 8, 5};
+    mark_output(g, reshape(g, "rs2", reshape(g, "rs1", x, 2, s1), 3, s2));
+    kiln_model *m = model_of(g);
+    compare(m, 0.0, 1);
+    kiln_engine *e = build(m, 1, 0, 1);
+    CHECK(e && count_op(e, KILN_OP_Transpose) == 1 && count_op(e, KILN_OP_Reshape) == 1 && e->graph->n_nodes == 3);
+    const kiln_node *n = layer(e, "t3+t4");
+    const kiln_transpose_attrs *ta = n ? n->attrs : NULL;
+    CHECK(ta && ta->n_perm == 4 && ta->perm[0] == 1 && ta->perm[1] == 0 && ta->perm[2] == 3 && ta->perm[3] == 2);
+    CHECK(layer(e, "rs1+rs2") != NULL);
+    kiln_engine_free(e);
+    kiln_model_free(m);
+}
+
+/* bf16 engines: FusedMatMul and Attention in bf16, within 2e-2 of fp32. */
+TEST(bf16_close_to_fp32) {
+    const int64_t B = 1, S = 16, H = 2, D = 16, E = H * D;
+    kiln_graph *g = NULL;
+    CHECK_OK(kiln__graph_create(&g));
+    int64_t xd[3] = {B, S, E};
+    int x = add_input(g, "x", 3, xd);
+    int64_t split[4] = {B, S, H, D}, merge[3] = {B, S, E};
+    int q = transpose(g, "tq", reshape(g, "rq", linear(g, "q", x, E, E), 4, split), 0, 2, 1, 3);
+    int k = transpose(g, "tk", reshape(g, "rk", linear(g, "k", x, E, E), 4, split), 0, 2, 3, 1);
+    int v = transpose(g, "tv", reshape(g, "rv", linear(g, "v", x, E, E), 4, split), 0, 2, 1, 3);
+    kiln_softmax_attrs sa = {.axis = -1};
+    int p = op1(g, KILN_OP_Softmax, "softmax", op2(g, KILN_OP_MatMul, "qk", q, k), &sa);
+    int o = reshape(g, "rm", transpose(g, "tm", op2(g, KILN_OP_MatMul, "pv", p, v), 0, 2, 1, 3), 3, merge);
+    mark_output(g, linear(g, "ffn", gelu_erf(g, "act", linear(g, "out", o, E, 4 * E), 0), 4 * E, E));
+    kiln_model *m = model_of(g);
+    kiln_builder *b = NULL;
+    kiln_engine *e = NULL;
+    CHECK_OK(kiln_builder_create(&b));
+    CHECK_OK(kiln_builder_set_precision(b, KILN_PRECISION_BF16));
+    kiln_status s = kiln_build(b, m, &e);
+    kiln_builder_free(b);
+    if (s == KILN_ERR_UNSUPPORTED) { /* a CPU without bf16 (or a kiln that refuses it) */
+        printf("  (bf16 engines refused here: %s)\n", kiln_last_error());
+    } else {
+        CHECK_OK(s);
+        const kiln_node *n = layer(e, "out/MatMul+out/Add+act_0+act_1+act_2+act_3+act_4");
+        CHECK(n && ((const kiln_fused_matmul_attrs *)n->attrs)->precision == KILN_PRECISION_BF16);
+        kiln_engine *ef = build(m, 1, 0, 1);
+        fill_inputs();
+        int64_t n0 = run(ef, 0, yref), n1 = run(e, 0, yopt);
+        double err = rel_err(yopt, yref, n0);
+        printf("  bf16 vs fp32: relative error %.3g\n", err);
+        CHECK(n0 > 0 && n0 == n1 && err <= 2e-2 && err > 0);
+        kiln_engine_free(ef);
+    }
+    kiln_engine_free(e);
+    kiln_model_free(m);
+}
+
+/* The vectorized helpers (AVX-512 here when the CPU has it) against libm. */
+TEST(math_helpers) {
+    enum { N = 1000 };
+    static float x[N], y[N], z[N];
+    for (int i = 0; i < N; i++) x[i] = -12.0f + 24.0f * (float)i / N;
+    for (int approx = 0; approx < 2; approx++) {
+        memcpy(y, x, sizeof x);
+        kiln__gelu_f32(y, N - 3, approx); /* odd length: the masked tail */
+        double worst = 0;
+        for (int i = 0; i < N - 3; i++) {
+            double v = x[i], ref = approx ? 0.5 * v * (1 + tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)))
+                                          : 0.5 * v * (1 + erf(v / sqrt(2.0)));
+            double e = fabs(y[i] - ref) / (1.0 + fabs(ref));
+            if (e > worst) worst = e;
+        }
+        CHECK(worst < 1e-6 && y[N - 1] == x[N - 1]);
+    }
+    /* softmax: large magnitudes, a -inf entry, a fully masked row */
+    for (int i = 0; i < 37; i++) z[i] = (float)(i * 7 % 37) * 3.0f - 50.0f;
+    z[5] = -INFINITY;
+    for (int i = 37; i < 74; i++) z[i] = -INFINITY;
+    kiln__softmax_rows_f32(z, 2, 37);
+    double m = -1e30, sum = 0, worst = 0;
+    for (int i = 0; i < 37; i++) {
+        double v = (double)(i * 7 % 37) * 3.0 - 50.0;
+        if (i != 5 && v > m) m = v;
+    }
+    for (int i = 0; i < 37; i++) sum += i == 5 ? 0 : exp((double)(i * 7 % 37) * 3.0 - 50.0 - m);
+    for (int i = 0; i < 37; i++) {
+        double ref = i == 5 ? 0 : exp((double)(i * 7 % 37) * 3.0 - 50.0 - m) / sum;
+        if (fabs(z[i] - ref) > worst) worst = fabs(z[i] - ref);
+    }
+    CHECK(worst < 1e-6 && z[5] == 0.0f);
+    CHECK(isnan(z[40])); /* as exp(-inf - -inf) gives in the reference */
+}
+
+/* bf16 attention alone (vdpbf16ps kernel): close to fp32, and not fp32. */
+TEST(bf16_attention) {
+    if (!kiln__attn_bf16_available()) {
+        printf("  (no AVX512-BF16 here)\n");
+        return;
+    }
+    kiln_graph *g = NULL;
+    CHECK_OK(kiln__graph_create(&g));
+    int64_t qd[4] = {2, 3, 45, 20}, md[4] = {2, 1, 1, 45};
+    int q = add_input(g, "q", 4, qd), kv = add_input(g, "kv", 4, qd), mask = add_input(g, "mask", 4, md);
+    kiln_softmax_attrs sa = {.axis = -1};
+    int s = op2(g, KILN_OP_Add, "add", op2(g, KILN_OP_MatMul, "qk", q, transpose(g, "kt", kv, 0, 1, 3, 2)), mask);
+    mark_output(g, op2(g, KILN_OP_MatMul, "pv", op1(g, KILN_OP_Softmax, "sm", s, &sa), kv));
+    kiln_model *m = model_of(g);
+    kiln_engine *ef = build(m, 1, 0, 2), *eb = build(m, 1, KILN_PRECISION_BF16, 2);
+    CHECK(count_op(eb, KILN_OP_Attention) == 1);
+    fill_inputs();
+    int64_t n0 = run(ef, 0, yref), n1 = run(eb, 0, yopt);
+    double err = rel_err(yopt, yref, n0);
+    printf("  bf16 attention vs fp32: relative error %.3g\n", err);
+    CHECK(n0 > 0 && n1 == n0 && err > 0 && err <= 2e-2);
+    kiln_engine_free(ef);
+    kiln_engine_free(eb);
+    kiln_model_free(m);
+}
+
+int main(void) {
+    RUN(math_helpers);
+    RUN(layernorm_fused);
+    RUN(gelu_forms);
+    RUN(matmul_bias_act);
+    RUN(matmul_residual);
+    RUN(gemm_and_tanh_gelu);
+    RUN(no_fusion_when_shared);
+    RUN(attention_bert_form);
+    RUN(attention_cross);
+    RUN(attention_4d_forms);
+    RUN(attention_mask_widening_not_fused);
+    RUN(transpose_reshape_cleanup);
+    RUN(bf16_close_to_fp32);
+    RUN(bf16_attention);
+    return test_summary();
+}
