@@ -93,6 +93,23 @@ class Frobnicate(nn.Module):
         return _Frobnicate.apply(x)
 
 
+class _Wibble(torch.autograd.Function):
+    """Another custom operator: exported as kiln_test::Wibble."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x + 1
+
+    @staticmethod
+    def symbolic(g, x):
+        return g.op("kiln_test::Wibble", x)
+
+
+class Wibble(nn.Module):
+    def forward(self, x):
+        return _Wibble.apply(x)
+
+
 @torch.jit.script
 def _gate(x: torch.Tensor) -> torch.Tensor:
     if bool(x.sum() > 0):
@@ -114,13 +131,26 @@ class Unsupported(nn.Module):
         super().__init__()
         torch.manual_seed(4)
         self.fc = nn.Linear(4, 4)
-        self.blocks = nn.Sequential(Frobnicate(), nn.ReLU(), Gate(), Frobnicate())
+        self.blocks = nn.Sequential(Frobnicate(), nn.ReLU(), Wibble(), Frobnicate())
 
     def forward(self, x):
         return self.blocks(self.fc(x))
 
 
-class UnsupportedDynamo(nn.Module):
+class Gated(nn.Module):
+    """Data-dependent control flow in a scripted function (TorchScript exporter: ONNX If)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(4)
+        self.fc = nn.Linear(4, 4)
+        self.gate = Gate()
+
+    def forward(self, x):
+        return self.gate(self.fc(x))
+
+
+class GatedDynamo(nn.Module):
     """Data-dependent control flow written with torch.cond: exported (dynamo) as If."""
 
     def __init__(self):

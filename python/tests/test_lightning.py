@@ -206,5 +206,5 @@ def test_failed_export_restores_mode_and_writes_nothing(tmp_path):
 
 def test_unsupported_precision_through_lightning(trained):
     with pytest.raises(kiln.KilnError) as e:
-        trained.to_engine(precision="bf16")
-    assert str(e.value) == "precision bf16 is not supported by the CPU backend (use fp32)"
+        trained.to_engine(precision="fp16")
+    assert str(e.value) == "precision fp16 is not supported by the CPU backend (use fp32)"
