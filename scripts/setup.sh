@@ -4,7 +4,7 @@ set -euo pipefail
 PKGS=(build-essential cmake pkg-config libprotobuf-c-dev protobuf-c-compiler libonnx-dev
       libonnx-testdata python3-torch python3-torchvision python3-onnx python3-numpy
       python3-venv libdnnl-dev
-      clang-14 libclang-rt-14-dev)  # ThreadSanitizer build and libFuzzer targets (issue 6)
+      clang clang-14 libclang-rt-14-dev)  # ThreadSanitizer build and libFuzzer targets (issue 6)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

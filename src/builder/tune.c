@@ -356,6 +356,21 @@ static bool node_shapes(const kiln_graph *g, const kiln_node *n, kiln_tinfo *vi,
     return true;
 }
 
+/* Whether oneDNN runs FusedConv n (tactic and layouts as in its attrs)
+ * with a real kernel (a reference one would take seconds to time). */
+static bool probe_fused_conv(const kiln_node *n, tune_bufs *tb, kiln_pool *pool) {
+#if KILN_HAVE_DNNL
+    kiln_kernel_args ka = {.op = n->op, .attrs = n->attrs, .node_name = n->name, .n_in = n->n_in,
+                           .n_out = n->n_out, .in = tb->pin, .out = tb->pout, .pool = pool};
+    bool ok = kiln__dnnl_conv_probe(&ka, ((const kiln_tactic *)n->attrs)->id) == KILN_OK;
+    kiln__clear_error();
+    return ok;
+#else
+    (void)n, (void)tb, (void)pool;
+    return false;
+#endif
+}
+
 /* NHWC tensors between oneDNN layers (fused_conv.h). Each layer that gets
  * one is timed again: one that fails, or that oneDNN runs much slower that
  * way (a reference kernel), is vetoed and the choice made again. */
@@ -385,7 +400,7 @@ static kiln_status choose_layouts(kiln_engine *e, kiln_tinfo *vi, void *cpu_stat
             memset(&tb, 0, sizeof tb);
             st = bufs_make(be, cpu_state, n, in, outs, &tb);
             const kiln_tactic *tac = n->attrs;
-            double us = st == KILN_OK ? time_tactic(be, cpu_state, pool, n, in, tac->id, &tb, TUNE_REPS, 0) : 0;
+            double us = st == KILN_OK && probe_fused_conv(n, &tb, pool) ? time_tactic(be, cpu_state, pool, n, in, tac->id, &tb, TUNE_REPS, 0) : -1;
             if (st == KILN_OK && (us < 0 || (tac->us > 0 && us > 2.0 * tac->us + 100.0))) {
                 veto[ni] = true;
                 bad = true;

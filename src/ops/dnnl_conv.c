@@ -134,7 +134,8 @@ static dnnl_alg_kind_t act_alg(int act, float *alpha) {
 }
 
 /* Creates the primitive for the shapes in `a`. */
-static kiln_status dconv_create(const kiln_kernel_args *a, int tactic, int nthreads, dconv *s) {
+static kiln_status dconv_create(const kiln_kernel_args *a, int tactic, int nthreads, dconv *s,
+                                bool probe) {
     const kiln_fused_conv_attrs *at = a->attrs;
     const kiln_tensor *X = a->in[0], *W = a->in[1];
     const kiln_tensor *B = a->n_in > 2 ? a->in[2] : NULL;
@@ -216,11 +217,12 @@ static kiln_status dconv_create(const kiln_kernel_args *a, int tactic, int nthre
     snprintf(s->impl, sizeof s->impl, "%s", impl ? impl : "?");
     /* NHWC in or out (at->layout): the layer must run, slow or not (the
      * builder checked it is not slow at the opt shapes) */
-    if (!strncmp(s->impl, "ref", 3) && !at->layout) {
+    if (!strncmp(s->impl, "ref", 3) && (!at->layout || probe)) {
         st = KILN_FAIL(KILN_ERR_UNSUPPORTED, "node '%s' (FusedConv): oneDNN has only its reference "
                                              "implementation for this layer", NODE(a));
         goto fail;
     }
+    if (probe) goto fail; /* st == KILN_OK: a real kernel takes it */
     s->src_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0);
     s->dst_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0);
     s->w_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
@@ -343,7 +345,7 @@ kiln_status kiln__dnnl_conv_run(const kiln_kernel_args *a, int tactic) {
     if (!s) {
         s = kiln__calloc(1, sizeof *s);
         if (!s) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "node '%s' (FusedConv): out of memory", NODE(a));
-        kiln_status st = dconv_create(a, tactic, nthreads, s);
+        kiln_status st = dconv_create(a, tactic, nthreads, s, false);
         if (st != KILN_OK) {
             dconv_free(s);
             return st;
@@ -356,6 +358,14 @@ kiln_status kiln__dnnl_conv_run(const kiln_kernel_args *a, int tactic) {
     if (s->set_threads) s->set_threads(nthreads);
     kiln_status st = dconv_exec(a, s);
     if (!keep) dconv_free(s);
+    return st;
+}
+
+kiln_status kiln__dnnl_conv_probe(const kiln_kernel_args *a, int tactic) {
+    dconv *s = kiln__calloc(1, sizeof *s);
+    if (!s) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "node '%s' (FusedConv): out of memory", NODE(a));
+    kiln_status st = dconv_create(a, tactic, kiln__pool_threads(a->pool), s, true);
+    dconv_free(s);
     return st;
 }
 

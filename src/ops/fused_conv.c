@@ -89,9 +89,12 @@ static kiln_infer_args conv_view_infer(const kiln_infer_args *a) {
 static kiln_status fc_infer(const kiln_infer_args *a) {
     const kiln_fused_conv_attrs *at = a->attrs;
     KILN_TRY(fc_check_attrs(NODE(a), at, a->n_in));
-    if (a->in[0]->dtype != KILN_DTYPE_FLOAT32)
-        return KILN_FAIL(KILN_ERR_UNSUPPORTED, "node '%s' (FusedConv): input dtype %s (float32 only)",
-                         NODE(a), kiln_dtype_name(a->in[0]->dtype));
+    /* float16/bfloat16 layers are for device backends (fc_cpu refuses them) */
+    kiln_dtype xt = a->in[0]->dtype;
+    if (xt != KILN_DTYPE_FLOAT32 && xt != KILN_DTYPE_FLOAT16 && xt != KILN_DTYPE_BFLOAT16)
+        return KILN_FAIL(KILN_ERR_UNSUPPORTED,
+                         "node '%s' (FusedConv): input dtype %s (float32, float16 or bfloat16 only)",
+                         NODE(a), kiln_dtype_name(xt));
     kiln_infer_args c = conv_view_infer(a);
     KILN_TRY(kiln__conv_infer(&c));
     if (!at->has_residual) return KILN_OK;
@@ -99,7 +102,7 @@ static kiln_status fc_infer(const kiln_infer_args *a) {
     if (!R)
         return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (FusedConv): the residual input is absent",
                          NODE(a));
-    bool ok = R->dtype == KILN_DTYPE_FLOAT32 && (R->rank < 0 || Y->rank < 0 || R->rank == Y->rank);
+    bool ok = R->dtype == xt && (R->rank < 0 || Y->rank < 0 || R->rank == Y->rank);
     for (int i = 0; ok && R->rank >= 0 && i < R->rank && i < Y->rank; i++)
         if (R->dims[i] >= 0 && Y->dims[i] >= 0 && R->dims[i] != Y->dims[i]) ok = false;
     if (!ok) {
@@ -223,6 +226,12 @@ static kiln_status fc_own(const kiln_kernel_args *a) {
 static kiln_status fc_cpu(const kiln_kernel_args *a) {
     const kiln_fused_conv_attrs *at = a->attrs;
     KILN_TRY(fc_check_attrs(NODE(a), at, a->n_in));
+    for (int i = 0; i < a->n_in; i++)
+        if (a->in[i] && a->in[i]->dtype != KILN_DTYPE_FLOAT32)
+            return KILN_FAIL(KILN_ERR_UNSUPPORTED,
+                             "node '%s' (FusedConv): the CPU kernel takes float32 tensors, input %d is %s "
+                             "(run this layer on a device backend or in float32)",
+                             NODE(a), i, kiln_dtype_name(a->in[i]->dtype));
     if (kiln__tensor_numel(a->out[0]) == 0) return KILN_OK;
 #if KILN_HAVE_DNNL
     if (wants_dnnl(at) || at->precision == KILN_PRECISION_BF16) {

@@ -97,6 +97,10 @@ KILN_PRIVATE bool kiln__dnnl_conv_usable(const kiln_fused_conv_attrs *at, int ra
  * a->node_state when there is one. KILN_ERR_UNSUPPORTED: oneDNN has no
  * kernel for it (the caller falls back to kiln's own). */
 KILN_PRIVATE kiln_status kiln__dnnl_conv_run(const kiln_kernel_args *a, int tactic);
+/* Whether oneDNN has a real (not reference) kernel for the layer as its
+ * attrs (tactic, layout) say: KILN_OK, or KILN_ERR_UNSUPPORTED. Creates
+ * nothing that stays. */
+KILN_PRIVATE kiln_status kiln__dnnl_conv_probe(const kiln_kernel_args *a, int tactic);
 /* Scratch bytes the tactic needs for reordered tensors (0: none). */
 KILN_PRIVATE size_t kiln__dnnl_conv_workspace(const kiln_infer_args *a, int tactic);
 #endif

@@ -46,17 +46,23 @@ static AVX512 INLINE void qk_tile(int NR, const float *Q, int64_t ldq, const flo
     }
 }
 
+/* Masks of the four column vectors of a 64-column tile with `left` columns
+ * left, and zeroed accumulators for NR rows. */
+static AVX512 INLINE void pv_begin(int NR, int64_t left, __mmask16 m[4], __m512 acc[4][4]) {
+    for (int v = 0; v < 4; v++) {
+        int64_t l = left - 16 * v;
+        m[v] = l >= 16 ? (__mmask16)0xffff : l > 0 ? (__mmask16)((1u << l) - 1u) : 0;
+    }
+    for (int r = 0; r < NR; r++)
+        for (int v = 0; v < 4; v++) acc[r][v] = _mm512_setzero_ps();
+}
+
 /* O[r][c..c+64) for NR rows (columns beyond Dv masked off) */
 static AVX512 INLINE void pv_tile(int NR, const float *P, int64_t skp, const float *V, int64_t ldv, int64_t Sk,
                                   float *O, int64_t ldo, int64_t c, int64_t Dv) {
     __mmask16 m[4];
-    for (int v = 0; v < 4; v++) {
-        int64_t left = Dv - c - 16 * v;
-        m[v] = left >= 16 ? (__mmask16)0xffff : left > 0 ? (__mmask16)((1u << left) - 1u) : 0;
-    }
     __m512 acc[4][4];
-    for (int r = 0; r < NR; r++)
-        for (int v = 0; v < 4; v++) acc[r][v] = _mm512_setzero_ps();
+    pv_begin(NR, Dv - c, m, acc);
     for (int64_t j = 0; j < Sk; j++) {
         const float *vr = V + j * ldv + c;
         __m512 b0 = _mm512_maskz_loadu_ps(m[0], vr), b1 = _mm512_maskz_loadu_ps(m[1], vr + 16);
@@ -101,6 +107,20 @@ static AVX512 void pv_rows(int nr, const float *P, int64_t skp, const float *V, 
     }
 }
 
+/* Adds the mask row mr (NULL: none; columns mcol apart) to the scores s and
+ * takes their softmax, in float32. */
+static AVX512 void mask_softmax(float *s, const float *mr, int64_t mcol, int64_t Sk) {
+    if (mr && mcol == 1) {
+        int64_t j = 0;
+        for (; j + 16 <= Sk; j += 16)
+            _mm512_storeu_ps(s + j, _mm512_add_ps(_mm512_loadu_ps(s + j), _mm512_loadu_ps(mr + j)));
+        for (; j < Sk; j++) s[j] += mr[j];
+    } else if (mr) {
+        for (int64_t j = 0; j < Sk; j++) s[j] += mr[j * mcol];
+    }
+    kiln__softmax_rows_f32(s, 1, Sk);
+}
+
 AVX512 void kiln__attn_avx512_block(const float *Q, int64_t ldq, const float *K, int64_t ldk, bool k_dxs,
                                     const float *V, int64_t ldv, float *O, int64_t ldo, int64_t rows, int64_t Sk,
                                     int64_t D, int64_t Dv, float scale, const float *mask, int64_t mrow,
@@ -125,21 +145,8 @@ AVX512 void kiln__attn_avx512_block(const float *Q, int64_t ldq, const float *K,
         for (int64_t r = 0; r < nq; r += 8)
             qk_rows(nq - r < 8 ? (int)(nq - r) : 8, Qb + r * ldq, ldq, KT, skp, D, scale, S + r * skp);
         /* 3. mask and softmax */
-        for (int64_t r = 0; r < nq; r++) {
-            float *s = S + r * skp;
-            if (mask) {
-                const float *mr = mask + (q0 + r) * mrow;
-                if (mcol == 1) {
-                    int64_t j = 0;
-                    for (; j + 16 <= Sk; j += 16)
-                        _mm512_storeu_ps(s + j, _mm512_add_ps(_mm512_loadu_ps(s + j), _mm512_loadu_ps(mr + j)));
-                    for (; j < Sk; j++) s[j] += mr[j];
-                } else {
-                    for (int64_t j = 0; j < Sk; j++) s[j] += mr[j * mcol];
-                }
-            }
-            kiln__softmax_rows_f32(s, 1, Sk);
-        }
+        for (int64_t r = 0; r < nq; r++)
+            mask_softmax(S + r * skp, mask ? mask + (q0 + r) * mrow : NULL, mcol, Sk);
         /* 4. context */
         for (int64_t r = 0; r < nq; r += 4)
             pv_rows(nq - r < 4 ? (int)(nq - r) : 4, S + r * skp, skp, V, ldv, Sk, O + (q0 + r) * ldo, ldo, Dv);
@@ -196,13 +203,8 @@ static AVX512BF16 INLINE void qk_tile_bf16(int NR, const uint16_t *Q2, int64_t d
 static AVX512BF16 INLINE void pv_tile_bf16(int NR, const uint16_t *P2, int64_t skp, const uint16_t *V2, int64_t dvp,
                                            int64_t sk2, float *O, int64_t ldo, int64_t c, int64_t Dv) {
     __mmask16 m[4];
-    for (int v = 0; v < 4; v++) {
-        int64_t left = Dv - c - 16 * v;
-        m[v] = left >= 16 ? (__mmask16)0xffff : left > 0 ? (__mmask16)((1u << left) - 1u) : 0;
-    }
     __m512 acc[4][4];
-    for (int r = 0; r < NR; r++)
-        for (int v = 0; v < 4; v++) acc[r][v] = _mm512_setzero_ps();
+    pv_begin(NR, Dv - c, m, acc);
     for (int64_t j = 0; j < sk2; j += 2) {
         const uint16_t *vr = V2 + (j / 2) * dvp * 2 + c * 2;
         __m512bh b0 = (__m512bh)_mm512_loadu_si512(vr), b1 = (__m512bh)_mm512_loadu_si512(vr + 32);
@@ -288,13 +290,8 @@ AVX512BF16 void kiln__attn_bf16_block(const float *Q, int64_t ldq, const float *
         for (int64_t r = 0; r < nq; r += 8)
             qk_rows_bf16(nq - r < 8 ? (int)(nq - r) : 8, Q2 + r * dp2, dp2, KT2, skp, scale, S + r * skp);
         for (int64_t r = 0; r < nq; r++) {
-            float *s = S + r * skp;
-            if (mask) {
-                const float *mr = mask + (q0 + r) * mrow;
-                for (int64_t j = 0; j < Sk; j++) s[j] += mr[j * mcol];
-            }
-            kiln__softmax_rows_f32(s, 1, Sk);
-            kiln__f32_to_bf16_row(s, P2 + r * skp, Sk);
+            mask_softmax(S + r * skp, mask ? mask + (q0 + r) * mrow : NULL, mcol, Sk);
+            kiln__f32_to_bf16_row(S + r * skp, P2 + r * skp, Sk);
             if (sk2 > Sk) P2[r * skp + Sk] = 0;
         }
         for (int64_t r = 0; r < nq; r += 4)

@@ -10,8 +10,8 @@
  *   3. GELU, erf form x * 0.5 * (1 + erf(x / sqrt 2)) (three orders of the
  *      multiplications) and tanh form 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715
  *      x^3))), into kiln.Gelu;
- *   4. MatMul (constant 2-D B) or Gemm (transA 0, alpha = beta = 1, constant
- *      B), + Add of a constant bias along the last axis, + Add of a residual
+ *   4. MatMul (constant 2-D B) or Gemm (transA 0, constant B; alpha and beta
+ *      folded into scaled copies of B and C), + Add of a constant bias along the last axis, + Add of a residual
  *      tensor of the output's shape, + Relu or kiln.Gelu, into
  *      kiln.FusedMatMul;
  *   5. attention: MatMul(Q, K^T) -> Div or Mul by a constant -> Add mask ->
@@ -399,6 +399,24 @@ static bool is_bias(const kiln_graph *g, int v, int64_t N, int out_rank) {
     return t->rank >= 1 && t->rank <= out_rank && t->dims[t->rank - 1] == N;
 }
 
+/* A new float32 constant holding s times constant v. */
+static kiln_status scaled_copy(kiln_graph *g, int v, float s, int *out) {
+    int64_t n;
+    const float *x = kiln__pat_const_f32(g, v, &n);
+    float *y = kiln__malloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
+    if (!x || !y) {
+        kiln__free(y);
+        return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory (optimizer)");
+    }
+    for (int64_t i = 0; i < n; i++) y[i] = s * x[i];
+    kiln_tinfo t = *info(g, v);
+    char base[200];
+    snprintf(base, sizeof base, "%s", g->values[v].name ? g->values[v].name : "scaled");
+    kiln_status st = kiln__pat_add_const(g, base, KILN_DTYPE_FLOAT32, t.rank, t.dims, y, out);
+    kiln__free(y);
+    return st;
+}
+
 static kiln_status match_matmul(kiln_graph *g, const kiln_optimize_opts *o, int mm) {
     const kiln_node *n = &g->nodes[mm];
     int A = n->in[0], B = n->in[1], bias = -1;
@@ -407,14 +425,14 @@ static kiln_status match_matmul(kiln_graph *g, const kiln_optimize_opts *o, int 
                                                                                    : KILN_PRECISION_FP32};
     const kiln_tinfo *ai = info(g, A), *bi = info(g, B);
     if (!is_f32(g, A) || !kiln__pat_const_f32(g, B, NULL) || bi->rank != 2 || ai->rank < 2) return KILN_OK;
+    float alpha = 1.0f, beta = 1.0f; /* Gemm's scales, folded into copies of B and C */
     if (n->op_id == KILN_OP_Gemm) {
         const kiln_gemm_attrs *ga = n->attrs;
-        if (ga->trans_a || ga->alpha != 1.0f || ai->rank != 2) return KILN_OK;
+        if (ga->trans_a || ai->rank != 2 || !isfinite(ga->alpha) || !isfinite(ga->beta)) return KILN_OK;
         fa.trans_b = ga->trans_b != 0;
-        if (n->n_in > 2 && n->in[2] >= 0) {
-            if (ga->beta != 1.0f) return KILN_OK;
-            bias = n->in[2];
-        }
+        alpha = ga->alpha;
+        beta = ga->beta;
+        if (n->n_in > 2 && n->in[2] >= 0 && beta != 0.0f) bias = n->in[2];
     }
     int64_t N = bi->dims[fa.trans_b ? 0 : 1];
     int out_rank = info(g, n->out[0])->rank;
@@ -458,6 +476,8 @@ static kiln_status match_matmul(kiln_graph *g, const kiln_optimize_opts *o, int 
         pat_add(&p, act);
         y = g->nodes[act].out[0];
     }
+    if (alpha != 1.0f) KILN_TRY(scaled_copy(g, B, alpha, &B));
+    if (bias >= 0 && beta != 1.0f) KILN_TRY(scaled_copy(g, bias, beta, &bias));
     int in[4] = {A, B, bias, res};
     int n_in = res >= 0 ? 4 : bias >= 0 ? 3 : 2;
     if (!backend_supports(g, o, KILN_OP_FusedMatMul, n_in, in, 1, &y, &fa)) return KILN_OK;

@@ -174,9 +174,24 @@ done:
 }
 
 kiln_status kiln__pass_fold_constants(kiln_graph *g) {
+    kiln_tinfo outs[64];
     for (int ni = 0; ni < g->n_nodes; ni++) {
         kiln_node *n = &g->nodes[ni];
-        if (n->dead || !n->op->cpu || (n->op->flags & KILN_OP_FLAG_NO_FOLD)) continue;
+        if (n->dead) continue;
+        /* Infer the node again: inputs folded above may now be constants
+         * (a Reshape's shape made of Shape/Gather/Concat), which gives this
+         * node's outputs dims that the first inference left unknown (as
+         * broadcasting 1 against an unknown dim does), so that Shape nodes
+         * further on fold too. */
+        if (infer_node(g, ni, false, outs) == KILN_OK) {
+            for (int k = 0; k < n->n_out; k++) {
+                if (n->out[k] < 0 || (g->values[n->out[k]].flags & KILN_VALUE_CONST)) continue;
+                merge_info(&g->values[n->out[k]].info, &outs[k]);
+            }
+        } else {
+            kiln__clear_error(); /* the inference pass after folding reports it */
+        }
+        if (!n->op->cpu || (n->op->flags & KILN_OP_FLAG_NO_FOLD)) continue;
         bool shape_only = (n->op->flags & KILN_OP_FLAG_SHAPE_ONLY) != 0;
         bool ok = true;
         for (int i = 0; i < n->n_in && ok; i++) {

@@ -216,24 +216,22 @@ static bool is_graph_output(const kiln_graph *g, int v) {
     return false;
 }
 
-/* Puts every new node right after the node it follows (in creation order). */
-static kiln_status reorder(prec_ctx *c) {
-    kiln_graph *g = c->g;
-    int total = g->n_nodes, extra = total - c->n_nodes0;
+kiln_status kiln__nodes_place_after(kiln_graph *g, int n_nodes0, const int *after) {
+    int total = g->n_nodes, extra = total - n_nodes0;
     if (!extra) return KILN_OK;
     kiln_node *nn = kiln__malloc(sizeof *nn * (size_t)(g->cap_nodes > total ? g->cap_nodes : total));
     if (!nn) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory (precision pass)");
     int k = 0;
     for (int j = 0; j < extra; j++)
-        if (c->after[j] < 0) nn[k++] = g->nodes[c->n_nodes0 + j];
-    for (int i = 0; i < c->n_nodes0; i++) {
+        if (after[j] < 0) nn[k++] = g->nodes[n_nodes0 + j];
+    for (int i = 0; i < n_nodes0; i++) {
         nn[k++] = g->nodes[i];
         for (int j = 0; j < extra; j++)
-            if (c->after[j] == i) nn[k++] = g->nodes[c->n_nodes0 + j];
+            if (after[j] == i) nn[k++] = g->nodes[n_nodes0 + j];
     }
     if (k != total) {
         kiln__free(nn);
-        return KILN_FAIL(KILN_ERR_INTERNAL, "precision pass: reordering lost nodes (%d of %d)", k,
+        return KILN_FAIL(KILN_ERR_INTERNAL, "graph pass: reordering lost nodes (%d of %d)", k,
                          total);
     }
     kiln__free(g->nodes);
@@ -378,7 +376,7 @@ kiln_status kiln__pass_precision(kiln_graph *g, const kiln_optimize_opts *o) {
             goto done;
         }
     if ((s = rewrite(&c, reduce)) != KILN_OK) goto done;
-    s = reorder(&c);
+    s = kiln__nodes_place_after(g, c.n_nodes0, c.after);
 done:
     kiln__free(reduce);
     kiln__free(used);

@@ -120,6 +120,7 @@ typedef struct kiln_mem_plan {
     size_t lower[2];        /* lower bound: most aligned bytes live at one time */
     int n_blocks[2];
     int n_dynamic;          /* values sized only during the run (data-dependent shapes) */
+    int n_views;            /* values sharing their input's block (Reshape... no copy) */
     size_t max_workspace;   /* largest host workspace of one node, and that node (or -1) */
     int max_workspace_node;
 } kiln_mem_plan;

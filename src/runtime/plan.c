@@ -213,6 +213,12 @@ static void plan_sizes(planner *P) {
     }
 }
 
+/* Ops whose output is their first input's bytes under another shape. */
+static bool is_view_op(int op_id) {
+    return op_id == KILN_OP_Reshape || op_id == KILN_OP_Flatten || op_id == KILN_OP_Squeeze ||
+           op_id == KILN_OP_Unsqueeze || op_id == KILN_OP_Identity;
+}
+
 static void need(planner *P, int v, int m, int t) {
     if (P->first[m][v] < 0) P->first[m][v] = t;
     P->last[m][v] = t;
@@ -279,6 +285,28 @@ static kiln_status plan_blocks(planner *P) {
             if (out) end = end_of_run;
             KILN_TRY(add_block(P, m, p->nbytes[v], start, end, &P->blk[m][v]));
         }
+    }
+    /* views: out[0] of a Reshape/Flatten/Squeeze/Unsqueeze/Identity is in[0]'s
+     * bytes, so it takes in[0]'s block (extended to out[0]'s last use) in
+     * either memory, and the kernel's copy becomes a no-op (both the CPU and
+     * the CUDA kernels skip a copy onto itself). No node writes into a
+     * block but its producer, so readers of in[0] after this node still
+     * see the same bytes; the in-place merge below sees the extended end. */
+    for (int ni = 0; ni < g->n_nodes; ni++) {
+        const kiln_node *n = &g->nodes[ni];
+        if (!is_view_op(n->op_id) || n->n_in < 1 || n->n_out < 1) continue;
+        int m = kiln__node_mem(P->e, n);
+        int v = n->in[0], w = n->out[0];
+        if (v < 0 || w < 0 || v == w) continue;
+        int bv = P->blk[m][v], bw = P->blk[m][w];
+        if (bv < 0 || bw < 0 || bv == bw || P->blocks[bw].start != ni) continue;
+        if ((g->values[v].flags | g->values[w].flags) & (KILN_VALUE_OUTPUT | KILN_VALUE_INPUT)) continue;
+        if (p->nbytes[v] != p->nbytes[w]) continue;
+        if (P->blocks[bw].end > P->blocks[bv].end) P->blocks[bv].end = P->blocks[bw].end;
+        P->blocks[bw].size = 0; /* unused: w lives in v's block */
+        P->blocks[bw].start = -1;
+        P->blk[m][w] = bv;
+        p->n_views++;
     }
     /* in place: out[0] takes in[0]'s block when this node reads in[0] last */
     for (int ni = 0; ni < g->n_nodes; ni++) {

@@ -14,6 +14,7 @@
 #include "test.h"
 
 #include "backends/backend.h"
+#include "ops/nn_attrs.h"
 #include "ops/reduce_attrs.h"
 #include "passes/precision.h"
 #include "runtime/engine.h"
@@ -215,6 +216,85 @@ TEST(bf16_plan) {
     kiln__graph_free(g);
 }
 
+/* With the optimizer on, fp16 plans keep kiln's fused layers: the precision
+ * pass runs after fusion (their inference takes float16), so Conv + Relu is
+ * one FusedConv and MatMul + Add + Relu one FusedMatMul, both in fp16. */
+TEST(fused_fp16) {
+    if (!have_cuda()) return;
+    kiln_optimize_opts o = {.device = KILN_DEVICE_CUDA, .precision = KILN_PRECISION_FP16};
+    CHECK(!kiln__precision_first(&o));
+    kiln_graph *g = make_graph();
+    CHECK_OK(optimize(g, KILN_DEVICE_CUDA, KILN_PRECISION_FP16, NULL, 0, false));
+    CHECK(topo_ok(g));
+    CHECK(count_op(g, KILN_OP_MatMul) == 0 && count_op(g, KILN_OP_Add) == 0);
+    CHECK(count_op(g, KILN_OP_FusedMatMul) == 1);
+    for (int i = 0; i < g->n_nodes; i++) {
+        const kiln_node *n = &g->nodes[i];
+        if (n->dead || n->op_id != KILN_OP_FusedMatMul) continue;
+        CHECK(in_dtype(g, n, 0) == KILN_DTYPE_FLOAT16 && in_dtype(g, n, 1) == KILN_DTYPE_FLOAT16);
+        CHECK(g->values[n->out[0]].info.dtype == KILN_DTYPE_FLOAT16);
+    }
+    kiln__graph_free(g);
+    /* x[1,2,5,5] -> Conv(W[3,2,3,3], B) -> Relu (output) */
+    g = NULL;
+    if (kiln__graph_create(&g) != KILN_OK) abort();
+    int x = add_val(g, "x");
+    g->values[x].info.dtype = KILN_DTYPE_FLOAT32;
+    g->values[x].info.rank = 4;
+    int64_t xd[4] = {1, 2, 5, 5}, wd[4] = {3, 2, 3, 3}, bd[1] = {3};
+    memcpy(g->values[x].info.dims, xd, sizeof xd);
+    g->values[x].flags |= KILN_VALUE_INPUT;
+    if (kiln__grow((void **)&g->inputs, &g->cap_inputs, 1, sizeof(int)) != KILN_OK) abort();
+    g->inputs[g->n_inputs++] = x;
+    float w[54], b[3] = {0.5f, -0.5f, 0.f};
+    for (int i = 0; i < 54; i++) w[i] = (float)(i % 5 - 2) * 0.1f;
+    int W = add_const(g, "W", KILN_DTYPE_FLOAT32, 4, wd, w);
+    int B = add_const(g, "B", KILN_DTYPE_FLOAT32, 1, bd, b);
+    kiln_conv_attrs ca;
+    memset(&ca, 0, sizeof ca);
+    ca.group = 1;
+    int cv = add_node(g, KILN_OP_Conv, "conv", 3, (int[]){x, W, B}, &ca);
+    int r = add_node(g, KILN_OP_Relu, "relu", 1, &cv, NULL);
+    mark_output(g, r);
+    kiln__graph_link(g);
+    CHECK_OK(kiln__pass_infer(g));
+    CHECK_OK(optimize(g, KILN_DEVICE_CUDA, KILN_PRECISION_FP16, NULL, 0, false));
+    CHECK(topo_ok(g));
+    CHECK(count_op(g, KILN_OP_Conv) == 0 && count_op(g, KILN_OP_Relu) == 0);
+    CHECK(count_op(g, KILN_OP_FusedConv) == 1);
+    for (int i = 0; i < g->n_nodes; i++) {
+        const kiln_node *n = &g->nodes[i];
+        if (n->dead || n->op_id != KILN_OP_FusedConv) continue;
+        CHECK(in_dtype(g, n, 0) == KILN_DTYPE_FLOAT16 && in_dtype(g, n, 1) == KILN_DTYPE_FLOAT16);
+        CHECK(g->values[n->out[0]].info.dtype == KILN_DTYPE_FLOAT16);
+    }
+    CHECK(g->values[g->outputs[0]].info.dtype == KILN_DTYPE_FLOAT32);
+    kiln__graph_free(g);
+}
+
+/* The CPU kernels of the fused layers refuse float16 tensors with a message. */
+TEST(fused_cpu_refuses_fp16) {
+    uint16_t buf[64] = {0};
+    kiln_tensor t2 = {.dtype = KILN_DTYPE_FLOAT16, .rank = 2, .dims = {2, 2}, .data = buf};
+    kiln_tensor t4 = {.dtype = KILN_DTYPE_FLOAT16, .rank = 4, .dims = {1, 1, 2, 2}, .data = buf};
+    kiln_tensor o2 = t2, o4 = t4;
+    const kiln_tensor *in2[3] = {&t2, &t2, &t2}, *in4[2] = {&t4, &t4};
+    kiln_tensor *out2[1] = {&o2}, *out4[1] = {&o4};
+    unsigned char attrs[4096] = {0};
+    static const char *const names[] = {"FusedMatMul", "Gelu", "Attention", "FusedConv"};
+    for (int k = 0; k < 4; k++) {
+        int id = kiln__op_find("kiln", names[k]);
+        const kiln_op_def *op = id ? kiln__op_by_id(id) : NULL;
+        CHECK(op != NULL && op->cpu != NULL && op->attr_size <= sizeof attrs);
+        if (!op || !op->cpu || op->attr_size > sizeof attrs) continue;
+        bool conv = k == 3;
+        int n_in = k == 1 ? 1 : conv ? 2 : k == 2 ? 3 : 2;
+        kiln_kernel_args a = {.op = op, .attrs = attrs, .node_name = names[k], .n_in = n_in,
+                              .n_out = 1, .in = conv ? in4 : in2, .out = conv ? out4 : out2};
+        CHECK_ERR(op->cpu(&a), KILN_ERR_UNSUPPORTED, "float32");
+    }
+}
+
 TEST(left_alone) {
     if (!have_cuda()) return;
     /* fp32 CUDA plans and CPU plans get no casts */
@@ -264,6 +344,8 @@ TEST(builder_api) {
 int main(void) {
     RUN(fp16_plan);
     RUN(bf16_plan);
+    RUN(fused_fp16);
+    RUN(fused_cpu_refuses_fp16);
     RUN(left_alone);
     RUN(unknown_layer);
     RUN(fused_names);

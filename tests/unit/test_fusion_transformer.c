@@ -108,6 +108,25 @@ static int linear(kiln_graph *g, const char *p, int x, int64_t K, int64_t N) {
     return op2(g, KILN_OP_Add, an, weights(g, bn, 1, bd, 0.1f), mm);
 }
 
+/* BERT-style attention as PyTorch exports it: projections of x (Q) and y (K,
+ * V) into H heads of D, head split, scores (scaled by 1/sqrt(D) when
+ * `scaled`, + mask when >= 0), softmax, context, merge back to [B, S, H*D].
+ * Node names: q/k/v (linear), rq/tq, rk/tk, rv/tv, qk, div, addmask, softmax,
+ * pv, tm, rm. */
+static int attention(kiln_graph *g, int x, int y, int64_t B, int64_t S, int64_t S2, int64_t H, int64_t D,
+                     int mask, bool scaled) {
+    int64_t E = H * D, sq[4] = {B, S, H, D}, sk[4] = {B, S2, H, D}, merge[3] = {B, S, E};
+    int q = transpose(g, "tq", reshape(g, "rq", linear(g, "q", x, E, E), 4, sq), 0, 2, 1, 3);
+    int k = transpose(g, "tk", reshape(g, "rk", linear(g, "k", y, E, E), 4, sk), 0, 2, 3, 1);
+    int v = transpose(g, "tv", reshape(g, "rv", linear(g, "v", y, E, E), 4, sk), 0, 2, 1, 3);
+    int s = op2(g, KILN_OP_MatMul, "qk", q, k);
+    if (scaled) s = op2(g, KILN_OP_Div, "div", s, add_scalar(g, "sqrt_d", sqrtf((float)D)));
+    if (mask >= 0) s = op2(g, KILN_OP_Add, "addmask", s, mask);
+    kiln_softmax_attrs sa = {.axis = -1};
+    int o = op2(g, KILN_OP_MatMul, "pv", op1(g, KILN_OP_Softmax, "softmax", s, &sa), v);
+    return reshape(g, "rm", transpose(g, "tm", o, 0, 2, 1, 3), 3, merge);
+}
+
 /* ---- engines -------------------------------------------------------------- */
 
 static kiln_engine *build(const kiln_model *m, int opt, kiln_precision prec, int threads) {
@@ -329,13 +348,21 @@ TEST(gemm_and_tanh_gelu) {
     int y = add_node(g, KILN_OP_Gemm, "gemm", 3, (int[]){x, weights(g, "W", 2, wd, 0.2f), weights(g, "B", 2, bd, 0.2f)},
                  &ga);
     mark_output(g, gelu_tanh(g, "gt", y, true));
-    /* alpha != 1: stays a Gemm */
+    /* alpha and beta folded into copies of B and C; beta 0 drops C */
     kiln_gemm_attrs g2 = {.alpha = 0.5f, .beta = 1.0f, .trans_b = 1};
     mark_output(g, add_node(g, KILN_OP_Gemm, "gemm2", 2, (int[]){x, weights(g, "W2", 2, wd, 0.2f)}, &g2));
+    kiln_gemm_attrs g3 = {.alpha = 2.0f, .beta = -0.5f, .trans_b = 1};
+    int64_t cd[1] = {20};
+    mark_output(g, add_node(g, KILN_OP_Gemm, "gemm3", 3,
+                            (int[]){x, weights(g, "W3", 2, wd, 0.2f), weights(g, "C3", 1, cd, 1.0f)}, &g3));
+    kiln_gemm_attrs g4 = {.alpha = 1.0f, .beta = 0.0f, .trans_b = 1};
+    mark_output(g, add_node(g, KILN_OP_Gemm, "gemm4", 3,
+                            (int[]){x, weights(g, "W4", 2, wd, 0.2f), weights(g, "C4", 1, cd, 1.0f)}, &g4));
     kiln_model *m = model_of(g);
     compare(m, 1e-5, 1);
     kiln_engine *e = build(m, 1, 0, 1);
-    CHECK(e && count_op(e, KILN_OP_FusedMatMul) == 1 && count_op(e, KILN_OP_Gemm) == 1);
+    CHECK(e && count_op(e, KILN_OP_FusedMatMul) == 4 && count_op(e, KILN_OP_Gemm) == 0);
+    CHECK(layer(e, "gemm3") && layer(e, "gemm3")->n_in == 3 && layer(e, "gemm4") && layer(e, "gemm4")->n_in == 2);
     const kiln_node *n = layer(e, "gemm+gt_0+gt_2+gt_4+gt_5+gt_6+gt_8+gt_10+gt_11");
     CHECK(n && ((const kiln_fused_matmul_attrs *)n->attrs)->act == KILN_FACT_GELU_TANH &&
           ((const kiln_fused_matmul_attrs *)n->attrs)->trans_b == 1);
@@ -370,15 +397,7 @@ TEST(attention_bert_form) {
     int64_t xd[3] = {B, S, E}, md[4] = {B, 1, 1, S};
     int x = add_input(g, "x", 3, xd);
     int mask = add_input(g, "mask", 4, md);
-    int64_t split[4] = {B, S, H, D}, merge[3] = {B, S, E};
-    int q = transpose(g, "tq", reshape(g, "rq", linear(g, "q", x, E, E), 4, split), 0, 2, 1, 3);
-    int k = transpose(g, "tk", reshape(g, "rk", linear(g, "k", x, E, E), 4, split), 0, 2, 3, 1);
-    int v = transpose(g, "tv", reshape(g, "rv", linear(g, "v", x, E, E), 4, split), 0, 2, 1, 3);
-    int s = op2(g, KILN_OP_Div, "div", op2(g, KILN_OP_MatMul, "qk", q, k), add_scalar(g, "sqrt_d", sqrtf((float)D)));
-    kiln_softmax_attrs sa = {.axis = -1};
-    int p = op1(g, KILN_OP_Softmax, "softmax", op2(g, KILN_OP_Add, "addmask", s, mask), &sa);
-    int o = op2(g, KILN_OP_MatMul, "pv", p, v);
-    mark_output(g, linear(g, "out", reshape(g, "rm", transpose(g, "tm", o, 0, 2, 1, 3), 3, merge), E, E));
+    mark_output(g, linear(g, "out", attention(g, x, x, B, S, S, H, D, mask, true), E, E));
     kiln_model *m = model_of(g);
     compare(m, 1e-5, 1);
     compare(m, 1e-5, 2);
@@ -411,13 +430,7 @@ TEST(attention_cross) {
     CHECK_OK(kiln__graph_create(&g));
     int64_t xd[3] = {B, S, E}, yd[3] = {B, S2, E};
     int x = add_input(g, "x", 3, xd), y = add_input(g, "y", 3, yd);
-    int64_t sq[4] = {B, S, H, D}, sk[4] = {B, S2, H, D}, merge[3] = {B, S, E};
-    int q = transpose(g, "tq", reshape(g, "rq", linear(g, "q", x, E, E), 4, sq), 0, 2, 1, 3);
-    int k = transpose(g, "tk", reshape(g, "rk", linear(g, "k", y, E, E), 4, sk), 0, 2, 3, 1);
-    int v = transpose(g, "tv", reshape(g, "rv", linear(g, "v", y, E, E), 4, sk), 0, 2, 1, 3);
-    kiln_softmax_attrs sa = {.axis = -1};
-    int p = op1(g, KILN_OP_Softmax, "softmax", op2(g, KILN_OP_MatMul, "qk", q, k), &sa);
-    mark_output(g, reshape(g, "rm", transpose(g, "tm", op2(g, KILN_OP_MatMul, "pv", p, v), 0, 2, 1, 3), 3, merge));
+    mark_output(g, attention(g, x, y, B, S, S2, H, D, -1, false));
     kiln_model *m = model_of(g);
     compare(m, 1e-5, 2);
     every_tactic_of(m, 1, KILN_OP_Attention, KILN_ATTN_TACTIC_AVX512);
@@ -520,13 +533,7 @@ TEST(bf16_close_to_fp32) {
     CHECK_OK(kiln__graph_create(&g));
     int64_t xd[3] = {B, S, E};
     int x = add_input(g, "x", 3, xd);
-    int64_t split[4] = {B, S, H, D}, merge[3] = {B, S, E};
-    int q = transpose(g, "tq", reshape(g, "rq", linear(g, "q", x, E, E), 4, split), 0, 2, 1, 3);
-    int k = transpose(g, "tk", reshape(g, "rk", linear(g, "k", x, E, E), 4, split), 0, 2, 3, 1);
-    int v = transpose(g, "tv", reshape(g, "rv", linear(g, "v", x, E, E), 4, split), 0, 2, 1, 3);
-    kiln_softmax_attrs sa = {.axis = -1};
-    int p = op1(g, KILN_OP_Softmax, "softmax", op2(g, KILN_OP_MatMul, "qk", q, k), &sa);
-    int o = reshape(g, "rm", transpose(g, "tm", op2(g, KILN_OP_MatMul, "pv", p, v), 0, 2, 1, 3), 3, merge);
+    int o = attention(g, x, x, B, S, S, H, D, -1, false);
     mark_output(g, linear(g, "ffn", gelu_erf(g, "act", linear(g, "out", o, E, 4 * E), 0), 4 * E, E));
     kiln_model *m = model_of(g);
     kiln_builder *b = NULL;
@@ -600,7 +607,8 @@ TEST(bf16_attention) {
     int64_t qd[4] = {2, 3, 45, 20}, md[4] = {2, 1, 1, 45};
     int q = add_input(g, "q", 4, qd), kv = add_input(g, "kv", 4, qd), mask = add_input(g, "mask", 4, md);
     kiln_softmax_attrs sa = {.axis = -1};
-    int s = op2(g, KILN_OP_Add, "add", op2(g, KILN_OP_MatMul, "qk", q, transpose(g, "kt", kv, 0, 1, 3, 2)), mask);
+    int qk = op2(g, KILN_OP_MatMul, "qk", q, transpose(g, "kt", kv, 0, 1, 3, 2));
+    int s = op2(g, KILN_OP_Add, "add", op2(g, KILN_OP_Mul, "scale", qk, add_scalar(g, "c", 0.2236068f)), mask);
     mark_output(g, op2(g, KILN_OP_MatMul, "pv", op1(g, KILN_OP_Softmax, "sm", s, &sa), kv));
     kiln_model *m = model_of(g);
     kiln_engine *ef = build(m, 1, 0, 2), *eb = build(m, 1, KILN_PRECISION_BF16, 2);

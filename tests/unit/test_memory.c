@@ -261,6 +261,26 @@ static kiln_engine *make_shape_chain(void) {
     return gb_build(&b, 0);
 }
 
+/* Views: x[b,4,8] -> a = Relu(x) -> f = Reshape(a, [-1,32]) -> MatMul -> m;
+ * r = Identity(Reshape(a, [-1,32])) read after m: s = Add(m, r) -> Relu. The
+ * Reshapes and the Identity share a's block (no copy), and a's block lives
+ * until its views' last reader. */
+static kiln_engine *make_views(void) {
+    gb b;
+    gb_init(&b);
+    if (!b.g) return NULL;
+    int x = gb_input(&b, "x", 3, (int64_t[]){4, 8});
+    int flat = gb_i64(&b, "flat", 2, (int64_t[]){-1, 32});
+    int a = gb_node(&b, KILN_OP_Relu, "a", x);
+    int f = gb_node(&b, KILN_OP_Reshape, "f", a, flat);
+    int m = matmul(&b, "m", f, 32, 32);
+    int r0 = gb_node(&b, KILN_OP_Reshape, "r0", a, flat);
+    int r = gb_node(&b, KILN_OP_Identity, "r", r0);
+    int s = gb_node(&b, KILN_OP_Add, "s", m, r);
+    gb_output(&b, gb_node(&b, KILN_OP_Relu, "out", s));
+    return gb_build(&b, 0);
+}
+
 /* NonZero: an output whose shape depends on the input's values. */
 static kiln_engine *make_nonzero(void) {
     gb b;
@@ -616,6 +636,30 @@ TEST(test_inplace) {
     kiln_engine_free(e);
 }
 
+TEST(test_views_share_blocks) {
+    kiln_engine *e = make_views();
+    if (!e) return;
+    kiln_context *c, *ref;
+    contexts(e, &c, &ref);
+    const kiln_graph *g = e->graph;
+    int a = kiln__graph_find_value(g, "a"), f = kiln__graph_find_value(g, "f");
+    int r0 = kiln__graph_find_value(g, "r0"), r = kiln__graph_find_value(g, "r");
+    int m = kiln__graph_find_value(g, "m");
+    CHECK(a >= 0 && f >= 0 && r0 >= 0 && r >= 0 && m >= 0);
+    for (int64_t batch = 1; c && ref && batch <= 8 && a >= 0 && f >= 0 && r0 >= 0 && r >= 0 && m >= 0;
+         batch += 3) {
+        const kiln_mem_plan *p = run_both(e, c, ref, batch);
+        CHECK(p && p->n_views == 3);
+        if (!p) continue;
+        const int64_t *off = p->off[KILN_MEM_HOST];
+        CHECK(off[a] >= 0 && off[f] == off[a] && off[r0] == off[a] && off[r] == off[a]);
+        /* m is written while a is still to be read (through r): not in a's block */
+        CHECK(off[m] >= 0 && (off[m] >= off[a] + (int64_t)p->nbytes[a] ||
+                              off[m] + (int64_t)p->nbytes[m] <= off[a]));
+    }
+    release(e, c, ref);
+}
+
 TEST(test_shapes_evaluated_while_planning) {
     kiln_engine *e = make_shape_chain();
     if (!e) return;
@@ -823,6 +867,7 @@ int main(void) {
     RUN(test_shapes_evaluated_while_planning);
     RUN(test_data_dependent_overflow);
     RUN(test_conv_workspace_planned);
+    RUN(test_views_share_blocks);
     RUN(test_memory_limit);
     RUN(test_memory_limit_overflow);
     RUN(test_workspace_limit);

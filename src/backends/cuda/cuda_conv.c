@@ -104,15 +104,19 @@ typedef struct conv_plan {
     kcu_conv g;
     int64_t pe[KCU_MAX_SP];
     int32_t dt, math, tactic;
+    int32_t nhwc;           /* 1: X, Y (and R) hold NHWC bytes (kiln.FusedConv layout) */
+    const void *w_src;      /* NHWC: the weights w_nhwc was made from */
     bool declined;
     cudnnTensorDescriptor_t x, y;
     cudnnFilterDescriptor_t w;
     cudnnConvolutionDescriptor_t c;
     cudnnConvolutionFwdAlgo_t algo;
     size_t ws;
+    void *w_nhwc;           /* NHWC: the weights as [M, kh, kw, C] (device, owned) */
 } conv_plan;
 
 static void conv_plan_clear(conv_plan *p) {
+    if (p->w_nhwc) cudaFree(p->w_nhwc);
     if (p->c) cudnnDestroyConvolutionDescriptor(p->c);
     if (p->w) cudnnDestroyFilterDescriptor(p->w);
     if (p->y) cudnnDestroyTensorDescriptor(p->y);
@@ -161,13 +165,34 @@ static kiln_status conv_plan_build(const kiln_kernel_args *a, const kcu_conv *g,
         xs[i] = xs[i + 1] * xd[i + 1];
         ys[i] = ys[i + 1] * yd[i + 1];
     }
+    const void *wdata = W->data;
+    if (p->nhwc) {
+        /* channels last: C innermost, then W, H, N (the descriptors keep NCHW dim order) */
+        if (nd != 4) goto done;
+        xs[1] = ys[1] = 1;
+        xs[3] = xd[1];
+        ys[3] = yd[1];
+        xs[2] = xs[3] * xd[3];
+        ys[2] = ys[3] * yd[3];
+        xs[0] = xs[2] * xd[2];
+        ys[0] = ys[2] * yd[2];
+        /* the weights, [M, C, kh, kw], once as [M, kh, kw, C] */
+        size_t es = kiln_dtype_size(X->dtype);
+        int64_t dims[4] = {g->M, wd[2], wd[3], g->Cg};
+        int64_t sst[4] = {g->Cg * wd[2] * wd[3], wd[3], 1, (int64_t)wd[2] * wd[3]};
+        KILN_CUDA_TRY(cudaMalloc(&p->w_nhwc, (size_t)(dims[0] * dims[1] * dims[2] * dims[3]) * es),
+                      KCU_NODE(a));
+        KILN_TRY(kiln__cuda_copy(a, es, 4, dims, p->w_nhwc, NULL, W->data, sst));
+        wdata = p->w_nhwc;
+    }
     DNN_SETUP(cudnnCreateTensorDescriptor(&p->x));
     DNN_SETUP(cudnnCreateTensorDescriptor(&p->y));
     DNN_SETUP(cudnnCreateFilterDescriptor(&p->w));
     DNN_SETUP(cudnnCreateConvolutionDescriptor(&p->c));
     DNN_SETUP(cudnnSetTensorNdDescriptor(p->x, dt, nd, xd, xs));
     DNN_SETUP(cudnnSetTensorNdDescriptor(p->y, dt, nd, yd, ys));
-    DNN_SETUP(cudnnSetFilterNdDescriptor(p->w, dt, CUDNN_TENSOR_NCHW, nd, wd));
+    DNN_SETUP(cudnnSetFilterNdDescriptor(p->w, dt, p->nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW,
+                                         nd, wd));
     DNN_SETUP(cudnnSetConvolutionNdDescriptor(p->c, nsp, pad, str, dil, CUDNN_CROSS_CORRELATION, ct));
     DNN_SETUP(cudnnSetConvolutionGroupCount(p->c, (int)g->G));
     DNN_SETUP(cudnnSetConvolutionMathType(p->c, (cudnnMathType_t)p->math));
@@ -198,7 +223,7 @@ static kiln_status conv_plan_build(const kiln_kernel_args *a, const kcu_conv *g,
         cudnnConvolutionFwdAlgoPerf_t found[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
         int nf = 0;
         cudnnStatus_t fs = cudnnFindConvolutionForwardAlgorithmEx(
-            st->dnn, p->x, X->data, p->w, W->data, p->c, p->y, Y->data,
+            st->dnn, p->x, X->data, p->w, wdata, p->c, p->y, Y->data,
             CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &nf, found, ws, ws_max);
         if (fs == CUDNN_STATUS_SUCCESS) {
             for (int i = 0; i < nf; i++)
@@ -219,7 +244,7 @@ done:
 /* Runs the convolution through cuDNN. *handled = false: cuDNN declined
  * (no algorithm, unexpected output shape); the caller falls back. */
 static kiln_status conv_cudnn(const kiln_kernel_args *a, const kcu_conv *g, const int64_t *pe,
-                              bool *handled) {
+                              bool nhwc, bool *handled) {
     kiln_cuda_state *st = KCU_STATE(a);
     const char *node = KCU_NODE(a);
     const kiln_tensor *X = a->in[0], *W = a->in[1];
@@ -231,6 +256,8 @@ static kiln_status conv_cudnn(const kiln_kernel_args *a, const kcu_conv *g, cons
     memcpy(key.pe, pe, sizeof key.pe);
     key.math = CUDNN_TENSOR_OP_MATH;
     key.tactic = kiln__cuda_tactic(a);
+    key.nhwc = nhwc;
+    key.w_src = nhwc ? W->data : NULL;
     switch (X->dtype) {
     case KILN_DTYPE_FLOAT32:
         key.dt = CUDNN_DATA_FLOAT;
@@ -277,7 +304,8 @@ static kiln_status conv_cudnn(const kiln_kernel_args *a, const kcu_conv *g, cons
     bool f64 = p->dt == CUDNN_DATA_DOUBLE;
     const void *alpha = f64 ? (const void *)&ad : (const void *)&af;
     const void *beta = f64 ? (const void *)&bd : (const void *)&bf;
-    cudnnStatus_t fs = cudnnConvolutionForward(st->dnn, alpha, p->x, X->data, p->w, W->data, p->c,
+    cudnnStatus_t fs = cudnnConvolutionForward(st->dnn, alpha, p->x, X->data, p->w,
+                                               p->w_nhwc ? p->w_nhwc : W->data, p->c,
                                                p->algo, ws, p->ws, beta, p->y, Y->data);
     if (fs == CUDNN_STATUS_NOT_SUPPORTED) {
         p->declined = true;
@@ -336,7 +364,7 @@ static kiln_status conv_gemm(const kiln_kernel_args *a, const kcu_conv *g) {
 
 /* Y = act(conv(X, W) + B + R): Conv (act NONE, R NULL) and FusedConv. */
 static kiln_status conv_exec(const kiln_kernel_args *a, const kiln_conv_attrs *at, int act,
-                             float alpha, float beta, const kiln_tensor *R) {
+                             float alpha, float beta, const kiln_tensor *R, bool nhwc) {
     const kiln_tensor *X = a->in[0], *W = a->in[1];
     const kiln_tensor *B = a->n_in > 2 ? a->in[2] : NULL;
     kiln_tensor *Y = a->out[0];
@@ -357,6 +385,10 @@ static kiln_status conv_exec(const kiln_kernel_args *a, const kiln_conv_attrs *a
                          a->op->name, (long long)kiln__tensor_numel(R),
                          (long long)kiln__tensor_numel(Y));
     if (kiln__tensor_numel(Y) == 0) return KILN_OK;
+    if (nhwc && (g.ns != 2 || g.G != 1))
+        return KILN_FAIL(KILN_ERR_UNSUPPORTED,
+                         "node '%s' (%s): NHWC layout needs a 2-D convolution of one group", node,
+                         a->op->name);
     if (g.Cg == 1 && g.G > 1) { /* depthwise: direct, bias included */
         KILN_CUDA_TRY(kcu_conv_direct(X->dtype, &g, X->data, W->data, B ? B->data : NULL, Y->data,
                                       KCU_STREAM(a)),
@@ -368,19 +400,26 @@ static kiln_status conv_exec(const kiln_kernel_args *a, const kiln_conv_attrs *a
         bool sym = true, fits = g.N * g.C * g.in_sz < INT_MAX && g.N * g.M * g.out_sz < INT_MAX;
         for (int i = 0; i < g.ns; i++)
             if (g.pb[i] != pe[i]) sym = false;
-        if (KCU_STATE(a)->dnn && sym && fits) KILN_TRY(conv_cudnn(a, &g, pe, &done));
+        if (KCU_STATE(a)->dnn && sym && fits) KILN_TRY(conv_cudnn(a, &g, pe, nhwc, &done));
 #endif
+        if (!done && nhwc)
+            return KILN_FAIL(KILN_ERR_UNSUPPORTED,
+                             "node '%s' (%s): cuDNN has no NHWC kernel for this layer (%s; build "
+                             "with KILN_CUDA_NHWC=0 to keep it NCHW)",
+                             node, a->op->name, kiln_dtype_name(X->dtype));
         if (!done) KILN_TRY(conv_gemm(a, &g));
     }
     /* bias, residual and activation in one pass */
+    /* NHWC: the channel is the innermost dim (rows of M) */
     KILN_CUDA_TRY(kcu_bias_act(X->dtype, Y->data, Y->data, B ? B->data : NULL, R ? R->data : NULL,
-                               g.N, g.M, g.out_sz, act, alpha, beta, KCU_STREAM(a)),
+                               nhwc ? g.N * g.out_sz : g.N, g.M, nhwc ? 1 : g.out_sz, act, alpha,
+                               beta, KCU_STREAM(a)),
                   node);
     return KILN_OK;
 }
 
 kiln_status kiln__cu_conv_run(const kiln_kernel_args *a) {
-    return conv_exec(a, a->attrs, KCU_ACT_NONE, 0.0f, 0.0f, NULL);
+    return conv_exec(a, a->attrs, KCU_ACT_NONE, 0.0f, 0.0f, NULL, false);
 }
 
 #if KILN_CUDA_FUSED_CONV
@@ -411,8 +450,13 @@ kiln_status kiln__cu_fused_conv_run(const kiln_kernel_args *a) {
                          KCU_NODE(a), (int)at->act, (int)at->has_residual);
     kiln_kernel_args c = *a;
     c.n_in = a->n_in > 3 ? 3 : a->n_in;
+    const int32_t both = KILN_FC_LAYOUT_X_NHWC | KILN_FC_LAYOUT_Y_NHWC;
+    if (at->layout != 0 && at->layout != both)
+        return KILN_FAIL(KILN_ERR_UNSUPPORTED,
+                         "node '%s' (FusedConv): layout %d (the CUDA kernels read NCHW, or NHWC "
+                         "for input and output together)", KCU_NODE(a), (int)at->layout);
     return conv_exec(&c, &at->conv, at->act, at->alpha, at->beta,
-                     at->has_residual ? a->in[3] : NULL);
+                     at->has_residual ? a->in[3] : NULL, at->layout == both);
 }
 
 #endif /* KILN_CUDA_FUSED_CONV */

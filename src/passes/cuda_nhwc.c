@@ -1,0 +1,222 @@
+/* cuda_nhwc.c -- channels-last convolution chains on CUDA (see cuda_nhwc.h).
+ *
+ * cuDNN's tensor-core convolutions for fp16/bf16 read and write NHWC; given
+ * NCHW tensors it transposes them around every layer (nchwToNhwc /
+ * nhwcToNchw kernels) or picks slower non-tensor-core algorithms. Here the
+ * eligible kiln.FusedConv layers get KILN_FC_LAYOUT_X_NHWC | _Y_NHWC, so
+ * that the tensors passed between them (block inputs, residuals) stay NHWC
+ * and only the ends of a chain convert:
+ *
+ *   NCHW v -> Transpose(0,2,3,1) [N,H,W,C] -> Reshape [N,C,H,W] (NHWC bytes)
+ *   NHWC v -> Reshape [N,H,W,C] -> Transpose(0,3,1,2) [N,C,H,W] (NCHW)
+ *
+ * (the Reshapes are views: no copy). Every value keeps its NCHW shape; a
+ * value's bytes are NHWC exactly when an NHWC layer produced it. */
+#include "passes/cuda_nhwc.h"
+
+#include "passes/pattern.h"
+#include "passes/precision.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#if defined(__has_include)
+#if __has_include("ops/fused_conv.h") && __has_include("ops/tensor_internal.h")
+#include "ops/fused_conv.h"
+#include "ops/tensor_internal.h"
+#define NHWC_HAVE_OPS 1
+#endif
+#endif
+
+#if KILN_HAVE_CUDA && KILN_HAVE_CUDNN && NHWC_HAVE_OPS
+
+static bool static_4d(const kiln_tinfo *t) {
+    if (t->rank != 4) return false;
+    for (int i = 0; i < 4; i++)
+        if (t->dims[i] <= 0) return false;
+    return true;
+}
+
+/* A FusedConv on the GPU that cuDNN runs channels-last without conversions. */
+static bool eligible(const kiln_graph *g, const kiln_node *n) {
+    if (n->dead || n->op_id != KILN_OP_FusedConv || n->device != KILN_DEVICE_CUDA || n->n_out < 1)
+        return false;
+    const kiln_fused_conv_attrs *fa = n->attrs;
+    const kiln_conv_attrs *ca = &fa->conv;
+    if (fa->layout || (ca->group != 0 && ca->group != 1)) return false;
+    if (n->in[0] < 0 || n->in[1] < 0 || n->out[0] < 0) return false;
+    const kiln_tinfo *x = &g->values[n->in[0]].info, *w = &g->values[n->in[1]].info;
+    const kiln_tinfo *y = &g->values[n->out[0]].info;
+    if (x->dtype != KILN_DTYPE_FLOAT16 && x->dtype != KILN_DTYPE_BFLOAT16) return false;
+    if (!static_4d(x) || !static_4d(w) || !static_4d(y)) return false;
+    if (x->dims[1] % 8 || y->dims[1] % 8) return false;
+    if (ca->auto_pad != PAD_NOTSET && ca->auto_pad != PAD_VALID) return false;
+    if (ca->auto_pad == PAD_NOTSET && ca->n_pads)
+        for (int i = 0; i < 2; i++)
+            if (ca->pads[i] != ca->pads[2 + i]) return false; /* asymmetric: not cuDNN */
+    if (fa->has_residual && (n->n_in < 4 || n->in[3] < 0)) return false;
+    return true;
+}
+
+typedef struct nhwc_ctx {
+    kiln_graph *g;
+    int n_nodes0, n_values0;
+    int *after;     /* per new node: the node it follows */
+    int cap_after;
+} nhwc_ctx;
+
+static kiln_status new_value(nhwc_ctx *c, int like, const char *tag, const int64_t *dims, int *out) {
+    char name[512];
+    for (int k = 0;; k++) {
+        snprintf(name, sizeof name, "%s/kiln_%s%d", c->g->values[like].name, tag, k);
+        if (kiln__graph_find_value(c->g, name) < 0) break;
+    }
+    KILN_TRY(kiln__graph_add_value(c->g, name, out));
+    kiln_value *v = &c->g->values[*out];
+    v->info.dtype = c->g->values[like].info.dtype;
+    v->info.rank = 4;
+    memcpy(v->info.dims, dims ? dims : c->g->values[like].info.dims, 4 * sizeof(int64_t));
+    v->producer = -1;
+    return KILN_OK;
+}
+
+static kiln_status add_node(nhwc_ctx *c, int op, const char *name, int n_in, const int *in, int out,
+                            const void *attrs, int after) {
+    KILN_TRY(kiln__grow((void **)&c->after, &c->cap_after, c->g->n_nodes - c->n_nodes0 + 1,
+                        sizeof *c->after));
+    int ni;
+    KILN_TRY(kiln__graph_add_node(c->g, op, name, n_in, in, 1, &out, attrs, &ni));
+    c->g->nodes[ni].device = KILN_DEVICE_CUDA;
+    c->g->values[out].producer = ni;
+    c->after[ni - c->n_nodes0] = after;
+    return KILN_OK;
+}
+
+/* Converts v (4-D, bytes NCHW if to_nhwc else NHWC) into the other layout:
+ * writes `dst` (a new value when dst < 0), placed after node `after`. */
+static kiln_status convert(nhwc_ctx *c, int v, bool to_nhwc, int dst, int after, int *out) {
+    kiln_graph *g = c->g;
+    int64_t nchw[4], nhwc[4];
+    memcpy(nchw, g->values[v].info.dims, sizeof nchw);
+    nhwc[0] = nchw[0], nhwc[1] = nchw[2], nhwc[2] = nchw[3], nhwc[3] = nchw[1];
+    int mid, shape, in[2];
+    KILN_TRY(new_value(c, v, to_nhwc ? "nhwc_t" : "nhwc_r", nhwc, &mid));
+    if (dst < 0) KILN_TRY(new_value(c, v, to_nhwc ? "nhwc" : "nchw", NULL, &dst));
+    char base[512];
+    snprintf(base, sizeof base, "%s/kiln_%s_shape", g->values[v].name, to_nhwc ? "nhwc" : "nchw");
+    int64_t four = 4;
+    KILN_TRY(kiln__pat_add_const(g, base, KILN_DTYPE_INT64, 1, &four, to_nhwc ? nchw : nhwc, &shape));
+    kiln_transpose_attrs ta;
+    memset(&ta, 0, sizeof ta);
+    ta.n_perm = 4;
+    static const int32_t p_in[4] = {0, 2, 3, 1}, p_out[4] = {0, 3, 1, 2};
+    memcpy(ta.perm, to_nhwc ? p_in : p_out, sizeof p_in);
+    kiln_reshape_attrs ra = {0};
+    char name[600];
+    if (to_nhwc) {
+        snprintf(name, sizeof name, "%s/kiln_to_nhwc", g->values[v].name);
+        KILN_TRY(add_node(c, KILN_OP_Transpose, name, 1, &v, mid, &ta, after));
+        in[0] = mid, in[1] = shape;
+        snprintf(name, sizeof name, "%s/kiln_to_nhwc_view", g->values[v].name);
+        KILN_TRY(add_node(c, KILN_OP_Reshape, name, 2, in, dst, &ra, after));
+    } else {
+        in[0] = v, in[1] = shape;
+        snprintf(name, sizeof name, "%s/kiln_to_nchw_view", g->values[v].name);
+        KILN_TRY(add_node(c, KILN_OP_Reshape, name, 2, in, mid, &ra, after));
+        snprintf(name, sizeof name, "%s/kiln_to_nchw", g->values[v].name);
+        KILN_TRY(add_node(c, KILN_OP_Transpose, name, 1, &mid, dst, &ta, after));
+    }
+    *out = dst;
+    return KILN_OK;
+}
+
+static bool is_graph_output(const kiln_graph *g, int v) {
+    for (int i = 0; i < g->n_outputs; i++)
+        if (g->outputs[i] == v) return true;
+    return false;
+}
+
+static kiln_status rewrite(nhwc_ctx *c, const bool *el, bool *is_nhwc, int *nhwc_of, int *nchw_of) {
+    kiln_graph *g = c->g;
+    /* outputs of NHWC layers hold NHWC bytes; a graph output gets a copy back */
+    for (int ni = 0; ni < c->n_nodes0; ni++) {
+        if (!el[ni]) continue;
+        ((kiln_fused_conv_attrs *)g->nodes[ni].attrs)->layout =
+            KILN_FC_LAYOUT_X_NHWC | KILN_FC_LAYOUT_Y_NHWC;
+        int y = g->nodes[ni].out[0];
+        if (!is_graph_output(g, y)) {
+            is_nhwc[y] = true;
+            nhwc_of[y] = y;
+            continue;
+        }
+        int y2, dummy;
+        KILN_TRY(new_value(c, y, "nhwc", NULL, &y2));
+        g->nodes[ni].out[0] = y2;
+        g->values[y2].producer = ni;
+        nhwc_of[y] = y2;
+        KILN_TRY(convert(c, y2, false, y, ni, &dummy));
+    }
+    for (int ni = 0; ni < c->n_nodes0; ni++) {
+        if (g->nodes[ni].dead) continue;
+        for (int i = 0; i < g->nodes[ni].n_in; i++) {
+            int v = g->nodes[ni].in[i];
+            if (v < 0 || v >= c->n_values0) continue;
+            bool want = el[ni] && (i == 0 || i == 3);
+            int nv = v;
+            if (want && nhwc_of[v] < 0)
+                KILN_TRY(convert(c, v, true, -1, g->values[v].producer, &nhwc_of[v]));
+            if (want) nv = nhwc_of[v];
+            if (!want && is_nhwc[v] && nchw_of[v] < 0)
+                KILN_TRY(convert(c, v, false, -1, g->values[v].producer, &nchw_of[v]));
+            if (!want && is_nhwc[v]) nv = nchw_of[v];
+            g->nodes[ni].in[i] = nv; /* g->nodes may have moved: index again */
+        }
+    }
+    return KILN_OK;
+}
+
+kiln_status kiln__pass_cuda_nhwc(kiln_graph *g, int *n_layers) {
+    if (n_layers) *n_layers = 0;
+    const char *env = getenv("KILN_CUDA_NHWC");
+    if (env && !strcmp(env, "0")) return KILN_OK;
+    kiln__graph_link(g);
+    nhwc_ctx c = {.g = g, .n_nodes0 = g->n_nodes, .n_values0 = g->n_values};
+    bool *el = kiln__calloc((size_t)g->n_nodes + 1, sizeof *el);
+    bool *is_nhwc = kiln__calloc((size_t)g->n_values + 1, sizeof *is_nhwc);
+    int *nhwc_of = kiln__malloc(((size_t)g->n_values + 1) * sizeof *nhwc_of);
+    int *nchw_of = kiln__malloc(((size_t)g->n_values + 1) * sizeof *nchw_of);
+    kiln_status s = KILN_OK;
+    if (!el || !is_nhwc || !nhwc_of || !nchw_of) {
+        s = KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory (NHWC pass)");
+        goto done;
+    }
+    int count = 0;
+    for (int ni = 0; ni < g->n_nodes; ni++) {
+        el[ni] = eligible(g, &g->nodes[ni]);
+        if (el[ni]) count++;
+    }
+    for (int v = 0; v < g->n_values; v++) nhwc_of[v] = nchw_of[v] = -1;
+    if (!count) goto done;
+    if ((s = rewrite(&c, el, is_nhwc, nhwc_of, nchw_of)) != KILN_OK) goto done;
+    if ((s = kiln__nodes_place_after(g, c.n_nodes0, c.after)) != KILN_OK) goto done;
+    kiln__graph_link(g);
+    s = kiln__pass_infer(g);
+    if (s == KILN_OK && n_layers) *n_layers = count;
+done:
+    kiln__free(el);
+    kiln__free(is_nhwc);
+    kiln__free(nhwc_of);
+    kiln__free(nchw_of);
+    kiln__free(c.after);
+    return s;
+}
+
+#else
+
+kiln_status kiln__pass_cuda_nhwc(kiln_graph *g, int *n_layers) {
+    (void)g;
+    if (n_layers) *n_layers = 0;
+    return KILN_OK;
+}
+
+#endif
