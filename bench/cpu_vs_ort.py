@@ -110,26 +110,43 @@ def load_kiln_lib(lib_path):
     return mod
 
 
+PRECISIONS = {"fp32": 0, "bf16": 3}
+
+
+def kiln_build_engine(K, onnx_path, inputs, threads, precision, engine_path):
+    """Builds an engine from the ONNX file and saves it; returns the build time (s)."""
+    L = K.lib()
+    m, b, e = (ctypes.c_void_p() for _ in range(3))
+    K.check(L.kiln_model_load_onnx(os.fsencode(onnx_path), ctypes.byref(m)))
+    try:
+        K.check(L.kiln_builder_create(ctypes.byref(b)))
+        K.check(L.kiln_builder_set_threads(b, threads))
+        K.check(L.kiln_builder_set_precision(b, PRECISIONS[precision]))
+        for name, a in inputs.items():
+            dims = (ctypes.c_int64 * a.ndim)(*a.shape)
+            K.check(L.kiln_builder_set_profile(b, name.encode(), a.ndim, dims, dims, dims))
+        t0 = time.perf_counter()
+        K.check(L.kiln_build(b, m, ctypes.byref(e)))
+        build_s = time.perf_counter() - t0
+        K.check(L.kiln_engine_save(e, os.fsencode(engine_path)))
+    finally:
+        if e:
+            L.kiln_engine_free(e)
+        if b:
+            L.kiln_builder_free(b)
+        L.kiln_model_free(m)
+    return build_s
+
+
 class KilnRunner:
-    def __init__(self, K, onnx_path, inputs, threads):
+    """Runs a prebuilt engine file (mapped by kiln_engine_load), as a deployment would."""
+
+    def __init__(self, K, engine_path, inputs, threads):
         self.K, L = K, K.lib()
         self.L = L
         self.inputs = inputs
-        m, b, e, c = (ctypes.c_void_p() for _ in range(4))
-        K.check(L.kiln_model_load_onnx(os.fsencode(onnx_path), ctypes.byref(m)))
-        try:
-            K.check(L.kiln_builder_create(ctypes.byref(b)))
-            K.check(L.kiln_builder_set_threads(b, threads))
-            for name, a in inputs.items():
-                dims = (ctypes.c_int64 * a.ndim)(*a.shape)
-                K.check(L.kiln_builder_set_profile(b, name.encode(), a.ndim, dims, dims, dims))
-            t0 = time.perf_counter()
-            K.check(L.kiln_build(b, m, ctypes.byref(e)))
-            self.build_s = time.perf_counter() - t0
-        finally:
-            if b:
-                L.kiln_builder_free(b)
-            L.kiln_model_free(m)
+        e, c = ctypes.c_void_p(), ctypes.c_void_p()
+        K.check(L.kiln_engine_load(os.fsencode(engine_path), ctypes.byref(e)))
         self.e = e
         K.check(L.kiln_context_create(e, ctypes.byref(c)))
         self.c = c
@@ -205,8 +222,13 @@ def child_main(args):
     entry = manifest[variant]
     inputs = make_inputs(args.models_dir, entry, batch)
     onnx_path = os.path.join(args.models_dir, entry["onnx"])
-    if args.child == "kiln":
-        r = KilnRunner(load_kiln_lib(args.lib), onnx_path, inputs, args.child_threads)
+    if args.child == "kiln-build":
+        K = load_kiln_lib(args.lib)
+        build_s = kiln_build_engine(K, onnx_path, inputs, args.child_threads, args.child_precision,
+                                    args.child_engine)
+        r = None
+    elif args.child == "kiln":
+        r = KilnRunner(load_kiln_lib(args.lib), args.child_engine, inputs, args.child_threads)
     elif args.child == "ort":
         r = OrtRunner(onnx_path, inputs, args.child_threads)
     else:
@@ -220,14 +242,20 @@ def child_main(args):
             if line.startswith("VmHWM:"):
                 hwm = int(line.split()[1])
     print(json.dumps({"maxrss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
-                      "vmhwm_kib": hwm}))
+                      "vmhwm_kib": hwm,
+                      "build_s": build_s if args.child == "kiln-build" else None}))
     return 0
 
 
-def child_rss(args, runtime, model, threads):
+def engine_file(args, model, threads, precision):
+    return os.path.join(args.engine_dir, "%s_t%d_%s.kiln" % (model, threads, precision))
+
+
+def child_rss(args, runtime, model, threads, precision="fp32", want=None):
     cmd = [sys.executable, os.path.abspath(__file__), "--models-dir", args.models_dir,
            "--lib", args.lib, "--_child", runtime, "--_child-model", model,
-           "--_child-threads", str(threads)]
+           "--_child-threads", str(threads), "--_child-precision", precision,
+           "--_child-engine", engine_file(args, model, threads, precision)]
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
         print(p.stderr, file=sys.stderr)
@@ -240,6 +268,10 @@ def child_rss(args, runtime, model, threads):
     if r["vmhwm_kib"] is not None and abs(r["maxrss_kib"] - r["vmhwm_kib"]) > 8192:
         print("warning: %s %s t%d: ru_maxrss %d KiB but VmHWM %d KiB" % (
             runtime, model, threads, r["maxrss_kib"], r["vmhwm_kib"]), file=sys.stderr)
+    if want == "*":
+        return r
+    if want:
+        return r[want]
     return r["maxrss_kib"] / 1024.0
 
 
@@ -257,12 +289,12 @@ def agreement(ko, oo):
     return worst / scale if scale > 0 else worst
 
 
-def bench_row(args, K, manifest, model, threads, rss):
+def bench_row(args, K, manifest, model, threads, precision, rss, builds):
     variant, batch, label = MODELS[model]
     entry = manifest[variant]
     inputs = make_inputs(args.models_dir, entry, batch)
     onnx_path = os.path.join(args.models_dir, entry["onnx"])
-    kr = KilnRunner(K, onnx_path, inputs, threads)
+    kr = KilnRunner(K, engine_file(args, model, threads, precision), inputs, threads)
     orr = OrtRunner(onnx_path, inputs, threads)
     for _ in range(args.warmup):
         kr.run()
@@ -278,15 +310,16 @@ def bench_row(args, K, manifest, model, threads, rss):
         to.append((t2 - t1) * 1e3)
     agree = agreement(kr.outputs(), orr.outputs())
     row = {"model": model, "label": label, "variant": variant, "batch": batch,
-           "threads": threads, "kiln_ms": statistics.median(tk),
-           "ort_ms": statistics.median(to), "kiln_build_s": kr.build_s,
+           "threads": threads, "precision": precision, "kiln_ms": statistics.median(tk),
+           "ort_ms": statistics.median(to), "kiln_build_s": builds[(model, threads, precision)][0],
+           "kiln_build_rss_mb": builds[(model, threads, precision)][1],
            "ort_session_s": orr.build_s, "agreement": agree,
            "kiln_all_ms": tk, "ort_all_ms": to}
     row["ratio"] = row["kiln_ms"] / row["ort_ms"]
     kr.close()
     orr.close()
     del kr, orr
-    row["kiln_rss_mb"], row["ort_rss_mb"] = rss[(model, threads)]
+    row["kiln_rss_mb"], row["ort_rss_mb"] = rss[(model, threads, precision)]
     return row
 
 
@@ -295,13 +328,15 @@ def fmt_mb(v):
 
 
 def table(rows):
-    lines = ["| model | batch | threads | kiln median (ms) | ORT median (ms) | kiln/ORT |"
-             " kiln peak RSS (MB) | ORT peak RSS (MB) | max abs diff / max\\|ort\\| |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| model | batch | threads | kiln precision | kiln median (ms) | ORT fp32 median (ms) |"
+             " kiln/ORT | kiln peak RSS (MB) | ORT peak RSS (MB) | max abs diff / max\\|ort\\| |"
+             " kiln build (s) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append("| %s | %d | %d | %.1f | %.1f | %.2f | %s | %s | %.1e |" % (
-            r["label"], r["batch"], r["threads"], r["kiln_ms"], r["ort_ms"], r["ratio"],
-            fmt_mb(r["kiln_rss_mb"]), fmt_mb(r["ort_rss_mb"]), r["agreement"]))
+        lines.append("| %s | %d | %d | %s | %.1f | %.1f | %.2f | %s | %s | %.1e | %.1f |" % (
+            r["label"], r["batch"], r["threads"], r["precision"], r["kiln_ms"], r["ort_ms"],
+            r["ratio"], fmt_mb(r["kiln_rss_mb"]), fmt_mb(r["ort_rss_mb"]), r["agreement"],
+            r["kiln_build_s"]))
     return "\n".join(lines)
 
 
@@ -337,16 +372,21 @@ def write_md(path, args, rows, baseline_mb, ort_version, kiln_version, command, 
         "",
         table(rows),
         "",
-        "Method: for each row, one kiln engine (built from the ONNX file with the row's thread "
-        "count; models with a dynamic batch get the profile min = opt = max = the row's batch) "
-        "and one ORT session (intra_op_num_threads = the same thread count, inter_op_num_threads "
+        "Method: for each row, one kiln engine is built from the ONNX file (with the row's "
+        "thread count and precision; models with a dynamic batch get the profile min = opt = "
+        "max = the row's batch; tuning on) in a separate process and saved, as kiln is meant "
+        "to be used (build ahead of time, deploy the engine file); the benchmark loads that "
+        "file. One ORT session (intra_op_num_threads = the same thread count, inter_op_num_threads "
         "= 1, sequential execution, ORT_ENABLE_ALL) are created; each is warmed up %d times, then "
         "they run alternately %d times each, and the medians of the run calls are reported. "
         "Inputs are the reference inputs written by `scripts/gen_models.py` (seeded random "
         "data for batch 8). Peak RSS is `ru_maxrss` of a child process that loads only that "
-        "runtime, builds the engine / creates the session from the ONNX file and runs it 3 "
-        "times; it includes the Python interpreter, numpy and the inputs (a child that loads "
-        "only those peaks at %s MB). Agreement is max |kiln - ORT| / max |ORT| over all outputs."
+        "runtime, loads the engine file (kiln) / creates the session from the ONNX file (ORT) "
+        "and runs it 3 times; it includes the Python interpreter, numpy and the inputs (a "
+        "child that loads only those peaks at %s MB). The kiln build's own time is in the last "
+        "column; its peak RSS is in the JSON output. bf16 rows compare a kiln bf16 engine with "
+        "ORT in fp32 (ORT has no bf16 CPU path). Agreement is max |kiln - ORT| / max |ORT| over "
+        "all outputs."
         % (args.warmup, args.repeats, fmt_mb(baseline_mb)),
         "",
         "Models (`scripts/gen_models.py`, seeded weights): ResNet-50 = resnet50_op17_fixed "
@@ -372,6 +412,9 @@ def main():
     ap.add_argument("--models", default=",".join(DEFAULT_MODELS),
                     help="comma-separated rows: %s (default: all)" % ",".join(MODELS))
     ap.add_argument("--threads", default="1,2", help="comma-separated thread counts (default 1,2)")
+    ap.add_argument("--precisions", default="fp32",
+                    help="comma-separated kiln engine precisions: fp32, bf16 (default fp32); "
+                         "ORT always runs fp32")
     ap.add_argument("--repeats", type=int, default=None, help="timed runs of each runtime (default 20)")
     ap.add_argument("--warmup", type=int, default=None, help="untimed runs of each first (default 3)")
     ap.add_argument("--quick", action="store_true",
@@ -381,7 +424,10 @@ def main():
     ap.add_argument("--models-dir", default=os.path.join(ROOT, "build-bench", "models"),
                     help="gen_models.py output folder (missing variants are generated)")
     ap.add_argument("--lib", default=None, help="libkiln.so (default: build-bench/ or build/)")
-    ap.add_argument("--_child", dest="child", choices=["kiln", "ort", "base"], help=argparse.SUPPRESS)
+    ap.add_argument("--_child", dest="child", choices=["kiln-build", "kiln", "ort", "base"],
+                    help=argparse.SUPPRESS)
+    ap.add_argument("--_child-precision", dest="child_precision", help=argparse.SUPPRESS)
+    ap.add_argument("--_child-engine", dest="child_engine", help=argparse.SUPPRESS)
     ap.add_argument("--_child-model", dest="child_model", help=argparse.SUPPRESS)
     ap.add_argument("--_child-threads", dest="child_threads", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -402,11 +448,31 @@ def main():
     if not threads or min(threads) < 1:
         ap.error("--threads: positive integers, comma-separated")
 
+    precisions = [p.strip() for p in args.precisions.split(",") if p.strip()]
+    for p in precisions:
+        if p not in PRECISIONS:
+            ap.error("--precisions: unknown precision '%s' (known: fp32, bf16)" % p)
+
     manifest = ensure_models(args.models_dir, sorted({MODELS[m][0] for m in models}))
-    # Peak RSS first, while this process has loaded neither runtime (see child_rss).
+    import tempfile
+    with tempfile.TemporaryDirectory(prefix="kiln-bench-") as engine_dir:
+        args.engine_dir = engine_dir
+        return bench_all(args, models, threads, precisions, manifest)
+
+
+def bench_all(args, models, threads, precisions, manifest):
+    cases = [(m, t, p) for m in models for t in threads for p in precisions]
+    # Engines first, each built in its own process and saved (kiln's deployment model).
+    builds = {}
+    for m, t, p in cases:
+        print("building %s threads %d %s ..." % (m, t, p), end=" ", flush=True)
+        r = child_rss(args, "kiln-build", m, t, p, want="*")
+        builds[(m, t, p)] = (r["build_s"], r["maxrss_kib"] / 1024.0)
+        print("%.1f s, peak RSS %.0f MB" % builds[(m, t, p)], flush=True)
+    # Peak RSS next, while this process has loaded neither runtime (see child_rss).
     print("peak RSS (child processes) ...", flush=True)
-    rss = {(m, t): (child_rss(args, "kiln", m, t), child_rss(args, "ort", m, t))
-           for m in models for t in threads}
+    ort_rss = {(m, t): child_rss(args, "ort", m, t) for m in models for t in threads}
+    rss = {(m, t, p): (child_rss(args, "kiln", m, t, p), ort_rss[(m, t)]) for m, t, p in cases}
     baseline = child_rss(args, "base", models[0], 1)
     import onnxruntime as ort
     K = load_kiln_lib(args.lib)
@@ -420,16 +486,15 @@ def main():
           % (kiln_version, args.lib, ort.__version__, cpu_model(), os.cpu_count(), args.warmup,
              args.repeats), flush=True)
     rows = []
-    for m in models:
-        for t in threads:
-            t0 = time.time()
-            r = bench_row(args, K, manifest, m, t, rss)
-            rows.append(r)
-            print("  %-12s batch %d threads %d: kiln %.1f ms, ORT %.1f ms, ratio %.2f, "
-                  "RSS %s / %s MB, diff %.1e  (%.0fs)" % (
-                      m, r["batch"], t, r["kiln_ms"], r["ort_ms"], r["ratio"],
-                      fmt_mb(r["kiln_rss_mb"]), fmt_mb(r["ort_rss_mb"]), r["agreement"],
-                      time.time() - t0), flush=True)
+    for m, t, p in cases:
+        t0 = time.time()
+        r = bench_row(args, K, manifest, m, t, p, rss, builds)
+        rows.append(r)
+        print("  %-12s batch %d threads %d %s: kiln %.1f ms, ORT %.1f ms, ratio %.2f, "
+              "RSS %s / %s MB, diff %.1e  (%.0fs)" % (
+                  m, r["batch"], t, p, r["kiln_ms"], r["ort_ms"], r["ratio"],
+                  fmt_mb(r["kiln_rss_mb"]), fmt_mb(r["ort_rss_mb"]), r["agreement"],
+                  time.time() - t0), flush=True)
     print()
     print(table(rows))
     print()
