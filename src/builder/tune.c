@@ -371,6 +371,26 @@ static bool probe_fused_conv(const kiln_node *n, tune_bufs *tb, kiln_pool *pool)
 #endif
 }
 
+/* A oneDNN tactic of a FusedConv is timed as it runs inside a chain of
+ * oneDNN layers, NHWC in and out (no reorders), when oneDNN has a real
+ * kernel for that: sets the node's layout for the timing and returns true
+ * (the caller resets it), else leaves it NCHW. */
+static bool chain_layout(kiln_node *n, const kiln_tinfo *const *in, int32_t id, tune_bufs *tb,
+                         kiln_pool *pool) {
+    if (n->op_id != KILN_OP_FusedConv || n->device != KILN_DEVICE_CPU || id == KILN_FC_TACTIC_OWN ||
+        !in[0] || in[0]->rank != 4)
+        return false;
+    kiln_fused_conv_attrs *fa = n->attrs;
+    int32_t saved = fa->tactic.id;
+    fa->tactic.id = id;
+    fa->layout = KILN_FC_LAYOUT_X_NHWC | KILN_FC_LAYOUT_Y_NHWC;
+    if (fa->precision == KILN_PRECISION_BF16) fa->layout |= KILN_FC_LAYOUT_X_BF16 | KILN_FC_LAYOUT_Y_BF16;
+    bool ok = probe_fused_conv(n, tb, pool);
+    fa->tactic.id = saved;
+    if (!ok) fa->layout = 0;
+    return ok;
+}
+
 /* NHWC tensors between oneDNN layers (fused_conv.h). Each layer that gets
  * one is timed again: one that fails, or that oneDNN runs much slower that
  * way (a reference kernel), is vetoed and the choice made again. */
@@ -486,7 +506,9 @@ kiln_status kiln__builder_tune(const kiln_builder *b, kiln_engine *e) {
             int32_t best = 0;
             double best_us = -1;
             for (int k = 0; st == KILN_OK && k < n_ids; k++) {
+                bool nhwc = chain_layout(n, in, ids[k], &tb, pool);
                 double us = time_tactic(be, states[si], pool, n, in, ids[k], &tb, TUNE_REPS, best_us);
+                if (nhwc) ((kiln_fused_conv_attrs *)n->attrs)->layout = 0;
                 if (us >= 0 && (best_us < 0 || us < best_us)) {
                     best_us = us;
                     best = ids[k];

@@ -175,6 +175,48 @@ static kiln_status rewrite(nhwc_ctx *c, const bool *el, bool *is_nhwc, int *nhwc
     return KILN_OK;
 }
 
+static int root(int *parent, int i) {
+    while (parent[i] != i) i = parent[i] = parent[parent[i]];
+    return i;
+}
+
+/* Keeps el[] only for chains worth converting: eligible layers connected
+ * through the values they pass (as input or residual) form a chain, and a
+ * chain stays NHWC when it has at least two layers per conversion it needs
+ * (a value coming in from an NCHW producer, counted per reader, or going
+ * out to an NCHW reader or a graph output); a lone 1x1 convolution between
+ * depthwise ones (MobileNet) would only add transposes. sc: scratch of
+ * 3 * g->n_nodes ints. */
+static void keep_long_chains(const kiln_graph *g, bool *el, int *sc) {
+    int nn = g->n_nodes, *parent = sc, *layers = sc + nn, *convs = sc + 2 * nn;
+    for (int i = 0; i < nn; i++) parent[i] = i, layers[i] = convs[i] = 0;
+    for (int ni = 0; ni < nn; ni++) {
+        const kiln_node *n = &g->nodes[ni];
+        for (int i = 0; el[ni] && i < n->n_in; i++) {
+            int v = n->in[i], pr = v >= 0 ? g->values[v].producer : -1;
+            if ((i == 0 || i == 3) && pr >= 0 && el[pr]) parent[root(parent, ni)] = root(parent, pr);
+        }
+    }
+    for (int ni = 0; ni < nn; ni++) {
+        const kiln_node *n = &g->nodes[ni];
+        if (n->dead) continue;
+        if (el[ni]) {
+            layers[root(parent, ni)]++;
+            if (is_graph_output(g, n->out[0])) convs[root(parent, ni)]++;
+        }
+        for (int i = 0; i < n->n_in; i++) {
+            int v = n->in[i], pr = v >= 0 ? g->values[v].producer : -1;
+            bool want = el[ni] && (i == 0 || i == 3), have = pr >= 0 && el[pr];
+            if (want && !have) convs[root(parent, ni)]++;
+            if (!want && have) convs[root(parent, pr)]++;
+        }
+    }
+    for (int ni = 0; ni < nn; ni++) {
+        int r = root(parent, ni);
+        if (el[ni]) el[ni] = 2 * convs[r] <= layers[r];
+    }
+}
+
 kiln_status kiln__pass_cuda_nhwc(kiln_graph *g, int *n_layers) {
     if (n_layers) *n_layers = 0;
     const char *env = getenv("KILN_CUDA_NHWC");
@@ -185,16 +227,16 @@ kiln_status kiln__pass_cuda_nhwc(kiln_graph *g, int *n_layers) {
     bool *is_nhwc = kiln__calloc((size_t)g->n_values + 1, sizeof *is_nhwc);
     int *nhwc_of = kiln__malloc(((size_t)g->n_values + 1) * sizeof *nhwc_of);
     int *nchw_of = kiln__malloc(((size_t)g->n_values + 1) * sizeof *nchw_of);
+    int *sc = kiln__malloc((3 * (size_t)g->n_nodes + 1) * sizeof *sc);
     kiln_status s = KILN_OK;
-    if (!el || !is_nhwc || !nhwc_of || !nchw_of) {
+    if (!el || !is_nhwc || !nhwc_of || !nchw_of || !sc) {
         s = KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory (NHWC pass)");
         goto done;
     }
     int count = 0;
-    for (int ni = 0; ni < g->n_nodes; ni++) {
-        el[ni] = eligible(g, &g->nodes[ni]);
-        if (el[ni]) count++;
-    }
+    for (int ni = 0; ni < g->n_nodes; ni++) el[ni] = eligible(g, &g->nodes[ni]);
+    keep_long_chains(g, el, sc);
+    for (int ni = 0; ni < g->n_nodes; ni++) count += el[ni] ? 1 : 0;
     for (int v = 0; v < g->n_values; v++) nhwc_of[v] = nchw_of[v] = -1;
     if (!count) goto done;
     if ((s = rewrite(&c, el, is_nhwc, nhwc_of, nchw_of)) != KILN_OK) goto done;
@@ -207,6 +249,7 @@ done:
     kiln__free(is_nhwc);
     kiln__free(nhwc_of);
     kiln__free(nchw_of);
+    kiln__free(sc);
     kiln__free(c.after);
     return s;
 }

@@ -262,6 +262,63 @@ static bool infer_case(const char *node, const kiln_op_def *op, const void *attr
     return true;
 }
 
+/* Runs op's CPU kernel (with its workspace) on in -> out; ti/to: their infos. */
+static kiln_status cpu_kernel_run(const kiln_op_def *op, const void *attrs, const char *node, int n_in,
+                                  const kiln_tensor *const *in, const kiln_tinfo *const *tip, int n_out,
+                                  kiln_tensor *const *out, kiln_tinfo *const *top) {
+    kiln_infer_args ia = {.op = op, .attrs = attrs, .node_name = node, .n_in = n_in,
+                          .n_out = n_out, .in = (const kiln_tinfo **)tip, .out = (kiln_tinfo **)top,
+                          .runtime = true};
+    size_t wsz = op->workspace ? op->workspace(&ia) : 0;
+    void *ws = wsz ? aligned_alloc(64, (wsz + 63) & ~(size_t)63) : NULL;
+    kiln_kernel_args ka = {.op = op, .attrs = attrs, .node_name = node, .n_in = n_in,
+                           .n_out = n_out, .in = in, .out = out, .workspace = ws, .workspace_size = wsz};
+    kiln_status s = op->cpu(&ka);
+    free(ws);
+    return s;
+}
+
+/* The CPU reference of a layer whose CPU kernel takes float32 only (kiln's
+ * fused layers) given float16/bfloat16 tensors: computed on float32 copies
+ * of the inputs, the outputs rounded to their type. */
+static kiln_status cpu_ref_in_f32(const kiln_op_def *op, const void *attrs, const char *node, int n_in,
+                                  kiln_tensor *const *in, int n_out, kiln_tensor *const *out) {
+    kiln__clear_error();
+    kiln_tensor *fin[MAXIO], *fout[MAXIO];
+    kiln_tinfo ti[MAXIO], to[MAXIO];
+    const kiln_tinfo *tip[MAXIO];
+    kiln_tinfo *top[MAXIO];
+    for (int i = 0; i < n_in; i++) {
+        fin[i] = NULL;
+        tip[i] = NULL;
+        if (!in[i]) continue;
+        bool red = in[i]->dtype == F16 || in[i]->dtype == BF16;
+        fin[i] = red ? tnew(F32, in[i]->rank, in[i]->dims) : in[i];
+        int64_t n = kiln__tensor_numel(in[i]);
+        for (int64_t k = 0; red && k < n; k++)
+            kiln__store_f64(F32, fin[i]->data, k, kiln__load_f64(in[i]->dtype, in[i]->data, k));
+        memset(&ti[i], 0, sizeof ti[i]);
+        ti[i].dtype = fin[i]->dtype;
+        ti[i].rank = fin[i]->rank;
+        memcpy(ti[i].dims, fin[i]->dims, sizeof ti[i].dims);
+        tip[i] = &ti[i];
+    }
+    for (int j = 0; j < n_out; j++) {
+        fout[j] = tnew(out[j]->dtype == F16 || out[j]->dtype == BF16 ? F32 : out[j]->dtype, out[j]->rank,
+                       out[j]->dims);
+        memset(&to[j], 0, sizeof to[j]);
+        top[j] = &to[j];
+    }
+    kiln_status s = cpu_kernel_run(op, attrs, node, n_in, (const kiln_tensor *const *)fin, tip, n_out,
+                                   fout, top);
+    for (int j = 0; s == KILN_OK && j < n_out; j++) {
+        int64_t n = kiln__tensor_numel(out[j]);
+        for (int64_t k = 0; k < n; k++)
+            kiln__store_f64(out[j]->dtype, out[j]->data, k, kiln__load_f64(fout[j]->dtype, fout[j]->data, k));
+    }
+    return s;
+}
+
 static void run_case(const char *what, int op_id, const void *attrs, int n_in,
                      kiln_tensor *const *in, int n_out, uint32_t host_in, double tol) {
     const kiln_op_def *op = kiln__op_by_id(op_id);
@@ -294,15 +351,9 @@ static void run_case(const char *what, int op_id, const void *attrs, int n_in,
     kiln_tinfo *top[MAXIO];
     for (int i = 0; i < n_in; i++) tip[i] = in[i] ? &ti[i] : NULL;
     for (int j = 0; j < n_out; j++) top[j] = &to[j];
-    kiln_infer_args ia = {.op = op, .attrs = attrs, .node_name = node, .n_in = n_in,
-                          .n_out = n_out, .in = tip, .out = top, .runtime = true};
-    size_t wsz = op->workspace ? op->workspace(&ia) : 0;
-    void *ws = wsz ? aligned_alloc(64, (wsz + 63) & ~(size_t)63) : NULL;
-    kiln_kernel_args ka = {.op = op, .attrs = attrs, .node_name = node, .n_in = n_in,
-                           .n_out = n_out, .in = (const kiln_tensor *const *)in, .out = coutp,
-                           .workspace = ws, .workspace_size = wsz};
-    kiln_status s = op->cpu(&ka);
-    free(ws);
+    kiln_status s = cpu_kernel_run(op, attrs, node, n_in, (const kiln_tensor *const *)in, tip, n_out,
+                                   coutp, top);
+    if (s == KILN_ERR_UNSUPPORTED) s = cpu_ref_in_f32(op, attrs, node, n_in, in, n_out, coutp);
     if (s != KILN_OK) {
         FAILF("%s: CPU kernel failed (test bug?): %s", node, kiln_last_error());
         goto out;
@@ -981,6 +1032,87 @@ TEST(test_fused_conv) {
          trand(F32, -1, 1, S(4, 3, 3, 3)), trand(F32, -1, 1, S(4)));
     CASE("sigmoid", FusedConv, &sg, 1, 0, 1e-9, trand(F32, -1, 1, S(1, 3, 5, 5)),
          trand(F32, -1, 1, S(4, 3, 3, 3)), trand(F32, -1, 1, S(4)));
+    /* fp16/bf16 layers (the precision pass converts fused layers): reference in fp32 */
+    CASE("residual_relu_f16", FusedConv, &res, 1, 0, 1e-5, trand(F16, -1, 1, S(2, 8, 7, 7)),
+         trand(F16, -1, 1, S(8, 8, 3, 3)), trand(F16, -1, 1, S(8)), trand(F16, -1, 1, S(2, 8, 7, 7)));
+    CASE("relu_bf16", FusedConv, &relu, 1, 0, 1e-4, trand(BF16, -1, 1, S(1, 8, 9, 9)),
+         trand(BF16, -1, 1, S(16, 8, 3, 3)), trand(BF16, -1, 1, S(16)));
+}
+#endif
+
+#if KILN_CUDA_FUSED_CONV && KILN_HAVE_CUDNN
+/* A 4-D tensor's bytes NCHW <-> NHWC (a new tensor from the test arena). */
+static kiln_tensor *relayout(const kiln_tensor *t, bool to_nhwc) {
+    kiln_tensor *o = tnew(t->dtype, t->rank, t->dims);
+    size_t es = kiln_dtype_size(t->dtype);
+    int64_t N = t->dims[0], C = t->dims[1], H = t->dims[2], W = t->dims[3];
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t c = 0; c < C; c++)
+            for (int64_t h = 0; h < H; h++)
+                for (int64_t w = 0; w < W; w++) {
+                    int64_t nchw = ((n * C + c) * H + h) * W + w, nhwc = ((n * H + h) * W + w) * C + c;
+                    memcpy((char *)o->data + (size_t)(to_nhwc ? nhwc : nchw) * es,
+                           (const char *)t->data + (size_t)(to_nhwc ? nchw : nhwc) * es, es);
+                }
+    return o;
+}
+
+/* Runs one FusedConv on the GPU (own node state) into y (host). */
+static bool gpu_fused_conv(const char *node, const kiln_fused_conv_attrs *at, int n_in,
+                           kiln_tensor *const *in, kiln_tensor *y) {
+    kiln_tensor din[4];
+    const kiln_tensor *dinp[4] = {0};
+    kiln_tensor dy = *y, *dyp = &dy;
+    void *mem[5] = {0};
+    bool ok = true;
+    for (int i = 0; i < n_in && ok; i++) {
+        if (!in[i]) continue;
+        din[i] = *in[i];
+        size_t b = tbytes(in[i]);
+        mem[i] = be->alloc(st, b);
+        ok = mem[i] && be->to_device(st, mem[i], in[i]->data, b) == KILN_OK;
+        din[i].data = mem[i];
+        dinp[i] = &din[i];
+    }
+    mem[4] = ok ? be->alloc(st, tbytes(y)) : NULL;
+    dy.data = mem[4];
+    kiln_node_state ns = {0};
+    kiln_kernel_args kg = {.op = kiln__op_by_id(KILN_OP_FusedConv), .attrs = at, .node_name = node,
+                           .n_in = n_in, .n_out = 1, .in = dinp, .out = &dyp, .node_state = &ns};
+    kiln_status s = mem[4] ? be->run(st, &kg) : KILN_ERR_OUT_OF_MEMORY;
+    if (s == KILN_OK) s = be->sync(st);
+    if (s == KILN_OK) s = be->to_host(st, y->data, mem[4], tbytes(y));
+    if (s != KILN_OK) FAILF("%s: CUDA run failed: %s", node, kiln_last_error());
+    if (ns.free) ns.free(ns.p);
+    for (int i = 0; i < 5; i++) be->free(st, mem[i]);
+    return ok && s == KILN_OK;
+}
+
+/* NHWC layers (layout X|Y, cuda_nhwc.c): the same numbers as the NCHW layer,
+ * with the input, residual and output transposed. */
+TEST(test_fused_conv_nhwc) {
+    for (int k = 0; k < 3; k++) {
+        kiln_dtype t = k == 2 ? BF16 : F16;
+        int64_t C = k == 1 ? 16 : 8, M = k == 1 ? 8 : 16, ks = k == 1 ? 1 : 3;
+        kiln_conv_attrs ca = conv_at(PAD_NOTSET, 1, 2, ks, k == 1 ? 2 : 1, 1, ks / 2, ks / 2);
+        int64_t H = 9, W = 7, Ho = k == 1 ? 5 : 9, Wo = k == 1 ? 4 : 7;
+        kiln_fused_conv_attrs nchw = fc_at(ca, KILN_FC_ACT_RELU, 0, 0, k != 1);
+        kiln_fused_conv_attrs nhwc = nchw;
+        nhwc.layout = KILN_FC_LAYOUT_X_NHWC | KILN_FC_LAYOUT_Y_NHWC;
+        kiln_tensor *x = trand(t, -1, 1, S(2, C, H, W)), *w = trand(t, -1, 1, S(M, C, ks, ks));
+        kiln_tensor *b = trand(t, -1, 1, S(M)), *r = trand(t, -1, 1, S(2, M, Ho, Wo));
+        kiln_tensor *y1 = tnew(t, 4, (int64_t[]){2, M, Ho, Wo}), *y2 = tnew(t, 4, y1->dims);
+        int n_in = k != 1 ? 4 : 3;
+        char node[64];
+        snprintf(node, sizeof node, "FusedConv/nhwc_%d", k);
+        bool ok = gpu_fused_conv(node, &nchw, n_in, (kiln_tensor *[]){x, w, b, r}, y1) &&
+                  gpu_fused_conv(node, &nhwc, n_in,
+                                 (kiln_tensor *[]){relayout(x, true), w, b, relayout(r, true)}, y2);
+        CHECK(ok);
+        if (ok && !compare(node, 0, t, y1->data, relayout(y2, false)->data, kiln__tensor_numel(y1),
+                           t == BF16 ? 1e-4 : 1e-5))
+            test_failed_checks++;
+    }
 }
 #endif
 
@@ -1016,6 +1148,26 @@ TEST(test_fused_transformer) {
     CASE("d100_full_mask", Attention, &d128, 1, 0, 1e-9, trand(F32, -1, 1, S(2, 1, 5, 100)),
          trand(F32, -1, 1, S(2, 1, 9, 100)), trand(F32, -1, 1, S(2, 1, 9, 100)),
          trand(F32, -1, 1, S(2, 1, 5, 9)));
+    /* Y = act(A B + bias + residual): the residual before the activation */
+    for (int act = KILN_FACT_NONE; act <= KILN_FACT_GELU_TANH; act++) {
+        kiln_fused_matmul_attrs ra = {.act = act};
+        char name[32];
+        snprintf(name, sizeof name, "act%d_bias_residual", act);
+        CASE(name, FusedMatMul, &ra, 1, 0, act == KILN_FACT_GELU_TANH ? 1e-8 : 1e-10,
+             trand(F32, -1, 1, S(3, 5, 32)), trand(F32, -1, 1, S(32, 24)), trand(F32, -1, 1, S(24)),
+             trand(F32, -1, 1, S(3, 5, 24)));
+    }
+    /* fp16/bf16 layers (the precision pass converts fused layers): reference in fp32 */
+    kiln_fused_matmul_attrs gl = {.act = KILN_FACT_GELU_ERF};
+    CASE("gelu_bias_res_f16", FusedMatMul, &gl, 1, 0, 1e-5, trand(F16, -1, 1, S(2, 9, 64)),
+         trand(F16, -1, 1, S(64, 48)), trand(F16, -1, 1, S(48)), trand(F16, -1, 1, S(2, 9, 48)));
+    CASE("bias_bf16", FusedMatMul, &gl, 1, 0, 1e-4, trand(BF16, -1, 1, S(17, 32)),
+         trand(BF16, -1, 1, S(32, 16)), trand(BF16, -1, 1, S(16)));
+    CASE("erf_f16", Gelu, &erf, 1, 0, 1e-5, trand(F16, -4, 4, S(3, 1000)));
+    CASE("bshd_mask_f16", Attention, &bshd, 1, 0, 1e-5, trand(F16, -1, 1, S(2, 70, 64)),
+         trand(F16, -1, 1, S(2, 70, 64)), trand(F16, -1, 1, S(2, 70, 64)), trand(F16, -2, 0, S(2, 1, 1, 70)));
+    CASE("bhds_nomask_bf16", Attention, &mixed, 1, 0, 1e-4, trand(BF16, -1, 1, S(1, 2, 33, 64)),
+         trand(BF16, -1, 1, S(1, 2, 64, 40)), trand(BF16, -1, 1, S(1, 2, 40, 64)));
 }
 #endif
 
@@ -1043,7 +1195,9 @@ TEST(test_coverage) {
 #else
 #define TESTS_REDUCE(X)
 #endif
-#if KILN_CUDA_FUSED_CONV
+#if KILN_CUDA_FUSED_CONV && KILN_HAVE_CUDNN
+#define TESTS_FC(X) X(test_fused_conv) X(test_fused_conv_nhwc)
+#elif KILN_CUDA_FUSED_CONV
 #define TESTS_FC(X) X(test_fused_conv)
 #else
 #define TESTS_FC(X)

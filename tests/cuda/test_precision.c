@@ -16,6 +16,8 @@
 #include "backends/backend.h"
 #include "ops/nn_attrs.h"
 #include "ops/reduce_attrs.h"
+#include "ops/fused_conv.h"
+#include "passes/cuda_nhwc.h"
 #include "passes/precision.h"
 #include "runtime/engine.h"
 
@@ -295,6 +297,110 @@ TEST(fused_cpu_refuses_fp16) {
     }
 }
 
+static int live_nodes_of(const kiln_graph *g, int op, int *first) {
+    int k = 0;
+    for (int i = 0; i < g->n_nodes; i++)
+        if (!g->nodes[i].dead && g->nodes[i].op_id == op) {
+            if (k++ == 0 && first) *first = i;
+        }
+    return k;
+}
+
+/* x[1,8,6,6] -> nb blocks of [Conv 3x3 -> Relu -> c1; Conv 3x3 (c1) -> Add c1 ->
+ * Relu] (8->16 channels first, then 16->16) -> GlobalAveragePool (output),
+ * optimized for fp16 on CUDA (2 * nb FusedConv layers) and placed there. */
+static kiln_graph *conv_chain(int nb) {
+    kiln_graph *g = NULL;
+    if (kiln__graph_create(&g) != KILN_OK) abort();
+    int x = add_val(g, "x");
+    g->values[x].info.dtype = KILN_DTYPE_FLOAT32;
+    g->values[x].info.rank = 4;
+    int64_t xd[4] = {1, 8, 6, 6}, w1d[4] = {16, 8, 3, 3}, w2d[4] = {16, 16, 3, 3}, bd[1] = {16};
+    memcpy(g->values[x].info.dims, xd, sizeof xd);
+    g->values[x].flags |= KILN_VALUE_INPUT;
+    if (kiln__grow((void **)&g->inputs, &g->cap_inputs, 1, sizeof(int)) != KILN_OK) abort();
+    g->inputs[g->n_inputs++] = x;
+    static float w1[16 * 8 * 9], w2[16 * 16 * 9], b[16];
+    for (int i = 0; i < 16 * 16 * 9; i++) {
+        if (i < 16 * 8 * 9) w1[i] = (float)(i % 7 - 3) * 0.05f;
+        w2[i] = (float)(i % 5 - 2) * 0.05f;
+    }
+    int W1 = add_const(g, "W1", KILN_DTYPE_FLOAT32, 4, w1d, w1);
+    int W2 = add_const(g, "W2", KILN_DTYPE_FLOAT32, 4, w2d, w2);
+    int B = add_const(g, "B", KILN_DTYPE_FLOAT32, 1, bd, b);
+    kiln_conv_attrs ca;
+    memset(&ca, 0, sizeof ca);
+    ca.group = 1;
+    ca.n_pads = 4;
+    for (int i = 0; i < 4; i++) ca.pads[i] = 1;
+    int h = x;
+    for (int k = 0; k < nb; k++) {
+        char nm[6][32];
+        static const char *const base[6] = {"conv_a", "relu_a", "conv_b", "add_b", "relu_b", ""};
+        for (int q = 0; q < 5; q++) snprintf(nm[q], sizeof nm[q], "%s%d", base[q], k);
+        int c1 = add_node(g, KILN_OP_Conv, nm[0], 3, (int[]){h, k ? W2 : W1, B}, &ca);
+        int r1 = add_node(g, KILN_OP_Relu, nm[1], 1, &c1, NULL);
+        int c2 = add_node(g, KILN_OP_Conv, nm[2], 3, (int[]){r1, W2, B}, &ca);
+        int a2 = add_node(g, KILN_OP_Add, nm[3], 2, (int[]){c2, r1}, NULL);
+        h = add_node(g, KILN_OP_Relu, nm[4], 1, &a2, NULL);
+    }
+    int gp = add_node(g, KILN_OP_GlobalAveragePool, "gap", 1, &h, NULL);
+    mark_output(g, gp);
+    kiln__graph_link(g);
+    CHECK_OK(kiln__pass_infer(g));
+    CHECK_OK(optimize(g, KILN_DEVICE_CUDA, KILN_PRECISION_FP16, NULL, 0, false));
+    CHECK(live_nodes_of(g, KILN_OP_FusedConv, NULL) == 2 * nb);
+    for (int i = 0; i < g->n_nodes; i++) g->nodes[i].device = KILN_DEVICE_CUDA; /* as placed */
+    return g;
+}
+
+/* With two blocks (4 layers, 2 conversions) the chain goes NHWC: values
+ * between the layers (inputs and residuals) unconverted, one conversion in
+ * (after the Cast of x), one out (before the pool). One block (2 layers for
+ * 2 conversions) is not worth it and stays NCHW. */
+TEST(cuda_nhwc_chain) {
+    if (!have_cuda()) return;
+#if !KILN_HAVE_CUDNN
+    printf("built without cuDNN: skipping\n");
+    return;
+#else
+    kiln_graph *g = conv_chain(1);
+    int n = -1;
+    CHECK_OK(kiln__pass_cuda_nhwc(g, &n));
+    CHECK(n == 0 && live_nodes_of(g, KILN_OP_Transpose, NULL) == 0);
+    kiln__graph_free(g);
+    g = conv_chain(2);
+    CHECK_OK(kiln__pass_cuda_nhwc(g, &n));
+    CHECK(n == 4);
+    CHECK(topo_ok(g));
+    CHECK(live_nodes_of(g, KILN_OP_Transpose, NULL) == 2 && live_nodes_of(g, KILN_OP_Reshape, NULL) == 2);
+    int first = -1;
+    CHECK(live_nodes_of(g, KILN_OP_FusedConv, &first) == 4);
+    for (int i = 0; i < g->n_nodes; i++) {
+        const kiln_node *nd = &g->nodes[i];
+        if (nd->dead) continue;
+        if (nd->op_id == KILN_OP_FusedConv) {
+            const kiln_fused_conv_attrs *fa = nd->attrs;
+            CHECK(fa->layout == (KILN_FC_LAYOUT_X_NHWC | KILN_FC_LAYOUT_Y_NHWC));
+            CHECK(strstr(kiln__backend_for(KILN_DEVICE_CUDA)->kernel_name(g, nd), "nhwc") != NULL);
+            /* shapes stay NCHW */
+            CHECK(g->values[nd->in[0]].info.dims[1] == (i == first ? 8 : 16));
+            /* past the first, every layer reads a layer's output directly */
+            int pr = g->values[nd->in[0]].producer;
+            if (i != first) CHECK(g->nodes[pr].op_id == KILN_OP_FusedConv);
+            if (nd->n_in > 3) CHECK(nd->in[3] == nd->in[0]);
+        }
+        if (nd->op_id == KILN_OP_GlobalAveragePool) {
+            /* reads the NCHW conversion of the last layer's output */
+            const kiln_node *t = &g->nodes[g->values[nd->in[0]].producer];
+            CHECK(t->op_id == KILN_OP_Transpose);
+            CHECK(g->values[nd->in[0]].info.dims[1] == 16 && g->values[nd->in[0]].info.dims[2] == 6);
+        }
+    }
+    kiln__graph_free(g);
+#endif
+}
+
 TEST(left_alone) {
     if (!have_cuda()) return;
     /* fp32 CUDA plans and CPU plans get no casts */
@@ -346,6 +452,7 @@ int main(void) {
     RUN(bf16_plan);
     RUN(fused_fp16);
     RUN(fused_cpu_refuses_fp16);
+    RUN(cuda_nhwc_chain);
     RUN(left_alone);
     RUN(unknown_layer);
     RUN(fused_names);

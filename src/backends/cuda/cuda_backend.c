@@ -25,6 +25,13 @@ static bool cuda_supports(const kiln_graph *g, const kiln_node *n) {
 
 static const char *cuda_kernel_name(const kiln_graph *g, const kiln_node *n) {
     (void)g;
+#if KILN_CUDA_FUSED_CONV
+    /* channels-last layers (passes/cuda_nhwc.c) */
+    if (n->op_id == KILN_OP_FusedConv && n->attrs &&
+        ((const kiln_fused_conv_attrs *)n->attrs)->layout ==
+            (KILN_FC_LAYOUT_X_NHWC | KILN_FC_LAYOUT_Y_NHWC))
+        return "cuda.conv+epilogue.nhwc";
+#endif
     const kiln_cuda_kernel *k = n->op ? kiln__cuda_kernel_for(kiln__op_id_of(n->op)) : NULL;
     return k ? k->name : "none";
 }

@@ -167,15 +167,8 @@ static kiln_status conv_plan_build(const kiln_kernel_args *a, const kcu_conv *g,
     }
     const void *wdata = W->data;
     if (p->nhwc) {
-        /* channels last: C innermost, then W, H, N (the descriptors keep NCHW dim order) */
-        if (nd != 4) goto done;
-        xs[1] = ys[1] = 1;
-        xs[3] = xd[1];
-        ys[3] = yd[1];
-        xs[2] = xs[3] * xd[3];
-        ys[2] = ys[3] * yd[3];
-        xs[0] = xs[2] * xd[2];
-        ys[0] = ys[2] * yd[2];
+        /* channels last (2-D only): C innermost, then W, H, N */
+        if (nd != 4 || g->ns != 2) goto done;
         /* the weights, [M, C, kh, kw], once as [M, kh, kw, C] */
         size_t es = kiln_dtype_size(X->dtype);
         int64_t dims[4] = {g->M, wd[2], wd[3], g->Cg};
@@ -189,8 +182,13 @@ static kiln_status conv_plan_build(const kiln_kernel_args *a, const kcu_conv *g,
     DNN_SETUP(cudnnCreateTensorDescriptor(&p->y));
     DNN_SETUP(cudnnCreateFilterDescriptor(&p->w));
     DNN_SETUP(cudnnCreateConvolutionDescriptor(&p->c));
-    DNN_SETUP(cudnnSetTensorNdDescriptor(p->x, dt, nd, xd, xs));
-    DNN_SETUP(cudnnSetTensorNdDescriptor(p->y, dt, nd, yd, ys));
+    if (p->nhwc) {
+        DNN_SETUP(cudnnSetTensor4dDescriptor(p->x, CUDNN_TENSOR_NHWC, dt, xd[0], xd[1], xd[2], xd[3]));
+        DNN_SETUP(cudnnSetTensor4dDescriptor(p->y, CUDNN_TENSOR_NHWC, dt, yd[0], yd[1], yd[2], yd[3]));
+    } else {
+        DNN_SETUP(cudnnSetTensorNdDescriptor(p->x, dt, nd, xd, xs));
+        DNN_SETUP(cudnnSetTensorNdDescriptor(p->y, dt, nd, yd, ys));
+    }
     DNN_SETUP(cudnnSetFilterNdDescriptor(p->w, dt, p->nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW,
                                          nd, wd));
     DNN_SETUP(cudnnSetConvolutionNdDescriptor(p->c, nsp, pad, str, dil, CUDNN_CROSS_CORRELATION, ct));

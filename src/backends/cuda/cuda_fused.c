@@ -28,21 +28,28 @@ static bool layer_dtype_ok(const kiln_graph *g, const kiln_node *n, kiln_dtype t
 bool kiln__cu_fused_matmul_supports(const kiln_graph *g, const kiln_node *n) {
     const kiln_fused_matmul_attrs *at = n->attrs;
     kiln_dtype t = kiln__cu_in_dtype(g, n, 0), bt = kiln__cu_in_dtype(g, n, 2);
+    kiln_dtype rt = kiln__cu_in_dtype(g, n, 3);
     if (!at || at->act < KILN_FACT_NONE || at->act > KILN_FACT_GELU_TANH) return false;
     return layer_dtype_ok(g, n, t) && kiln__cu_in_dtype(g, n, 1) == t &&
-           (bt == KILN_DTYPE_UNDEFINED || bt == t) && kiln__cu_out_dtype(g, n, 0) == t;
+           (bt == KILN_DTYPE_UNDEFINED || bt == t) && (rt == KILN_DTYPE_UNDEFINED || rt == t) &&
+           kiln__cu_out_dtype(g, n, 0) == t;
 }
 
 kiln_status kiln__cu_fused_matmul_run(const kiln_kernel_args *a) {
     const kiln_fused_matmul_attrs *at = a->attrs;
     const kiln_tensor *A = a->in[0], *B = a->in[1];
     const kiln_tensor *bias = a->n_in > 2 ? a->in[2] : NULL;
+    const kiln_tensor *res = a->n_in > 3 ? a->in[3] : NULL;
     kiln_tensor *Y = a->out[0];
     const char *node = KCU_NODE(a);
     kiln_dtype t = A->dtype;
-    if (!half_or_float(t) || B->dtype != t || (bias && bias->dtype != t) || Y->dtype != t)
+    if (!half_or_float(t) || B->dtype != t || (bias && bias->dtype != t) || (res && res->dtype != t) ||
+        Y->dtype != t)
         return KILN_FAIL(KILN_ERR_UNSUPPORTED, "node '%s' (FusedMatMul): dtype %s has no CUDA kernel",
                          node, kiln_dtype_name(t));
+    if (res && kiln__tensor_numel(res) != kiln__tensor_numel(Y))
+        return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (FusedMatMul): residual has %lld elements, the output %lld",
+                         node, (long long)kiln__tensor_numel(res), (long long)kiln__tensor_numel(Y));
     if (A->rank < 2 || B->rank != 2)
         return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (FusedMatMul): A rank %d, B rank %d", node,
                          A->rank, B->rank);
@@ -76,7 +83,8 @@ kiln_status kiln__cu_fused_matmul_run(const kiln_kernel_args *a) {
     if (at->act == KILN_FACT_RELU) p.epi |= KCU_EPI_RELU;
     else if (at->act == KILN_FACT_GELU_TANH) p.epi |= KCU_EPI_GELU;
     else if (at->act == KILN_FACT_GELU_ERF) post = KCU_ACT_GELU_ERF;
-    if (p.K > 0 && p.epi != KCU_EPI_NONE) {
+    /* a residual is added before the activation: GEMM, then one pass for the rest */
+    if (p.K > 0 && p.epi != KCU_EPI_NONE && !res) {
         kiln_status s = kiln__cuda_gemm(a, &p);
         if (s != KILN_ERR_UNSUPPORTED) {
             if (s != KILN_OK || post == KCU_ACT_NONE) return s;
@@ -92,8 +100,8 @@ kiln_status kiln__cu_fused_matmul_run(const kiln_kernel_args *a) {
     p.epi = KCU_EPI_NONE;
     p.bias = NULL;
     KILN_TRY(kiln__cuda_gemm(a, &p));
-    KILN_CUDA_TRY(kcu_bias_act(t, Y->data, Y->data, bias ? bias->data : NULL, NULL, p.M, p.N, 1,
-                               post, 0, 0, KCU_STREAM(a)),
+    KILN_CUDA_TRY(kcu_bias_act(t, Y->data, Y->data, bias ? bias->data : NULL, res ? res->data : NULL,
+                               p.M, p.N, 1, post, 0, 0, KCU_STREAM(a)),
                   node);
     return KILN_OK;
 }
