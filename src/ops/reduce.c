@@ -637,6 +637,7 @@ static kiln_status reduce_cpu(const kiln_kernel_args *a) {
         .max_outputs = 1,                                                              \
         .code = KIND,                                                                  \
         .attr_size = sizeof(kiln_reduce_attrs),                                        \
+        .host_inputs = 1u << 1, /* axes: read by infer */                              \
         .import = reduce_import,                                                       \
         .infer = reduce_infer,                                                         \
         .cpu = reduce_cpu,                                                             \
