@@ -353,7 +353,7 @@ def cpu_model():
 
 def write_md(path, args, rows, baseline_mb, ort_version, kiln_version, command, started):
     lines = [
-        "# kiln vs ONNX Runtime on CPU",
+        "## kiln vs ONNX Runtime on CPU",
         "",
         "Written by `bench/cpu_vs_ort.py` from one real run (nothing edited by hand).",
         "",
@@ -394,9 +394,9 @@ def write_md(path, args, rows, baseline_mb, ort_version, kiln_version, command, 
         "BERT-base seq 128 = bert_op13_fixed.",
         "",
     ]
-    with open(path + ".tmp", "w") as f:
-        f.write("\n".join(lines))
-    os.replace(path + ".tmp", path)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from mdsection import write_section
+    write_section(path, "cpu_vs_ort", "\n".join(lines))
 
 
 def default_lib():

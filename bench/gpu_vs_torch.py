@@ -288,20 +288,24 @@ def main():
             k.lib.kiln_engine_free(e)
         del m32, m16, compiled
         torch.cuda.empty_cache()
-    with open(args.write, "w") as f:
-        f.write(f"## kiln vs PyTorch, fp16, {gpu}\n\n")
-        f.write(f"torch {torch.__version__}; CUDA events, median of {args.repeats} rounds of "
-                f"{args.iters} calls; random weights; error = max abs error / max |fp32 PyTorch output|.\n\n")
-        f.write("| model | batch | eager fp16 (ms) | torch.compile reduce-overhead (ms) | kiln fp16 (ms) "
-                "| kiln / compile | kiln error | torch fp16 error | kiln build (s) |\n")
-        f.write("|---|---|---|---|---|---|---|---|---|\n")
-        for (mn, b, te, tc, tk, ek, et, tb) in rows:
-            ratio = f"{tk / tc:.2f}" if tc else "-"
-            f.write(f"| {mn} | {b} | {te:.3f} | {'%.3f' % tc if tc else '-'} | {tk:.3f} | {ratio} "
-                    f"| {ek:.1e} | {et:.1e} | {tb:.1f} |\n")
-        for n in notes:
-            f.write(f"\n{n}\n")
-        f.write(f"\nMade by: `{cmd}`\n")
+    import io
+    f = io.StringIO()
+    f.write(f"## kiln vs PyTorch, fp16, {gpu}\n\n")
+    f.write(f"torch {torch.__version__}; CUDA events, median of {args.repeats} rounds of "
+            f"{args.iters} calls; random weights; error = max abs error / max |fp32 PyTorch output|.\n\n")
+    f.write("| model | batch | eager fp16 (ms) | torch.compile reduce-overhead (ms) | kiln fp16 (ms) "
+            "| kiln / compile | kiln error | torch fp16 error | kiln build (s) |\n")
+    f.write("|---|---|---|---|---|---|---|---|---|\n")
+    for (mn, b, te, tc, tk, ek, et, tb) in rows:
+        ratio = f"{tk / tc:.2f}" if tc else "-"
+        f.write(f"| {mn} | {b} | {te:.3f} | {'%.3f' % tc if tc else '-'} | {tk:.3f} | {ratio} "
+                f"| {ek:.1e} | {et:.1e} | {tb:.1f} |\n")
+    for n in notes:
+        f.write(f"\n{n}\n")
+    f.write(f"\nMade by: `{cmd}`\n")
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from mdsection import write_section
+    write_section(args.write, "gpu_vs_torch", f.getvalue())
     print(f"wrote {args.write} ({time.time() - t_start:.0f} s)")
     return 0
 

@@ -3,7 +3,7 @@
 # the CUDA op tests (plain and under compute-sanitizer memcheck), the C unit
 # tests, the Python suite (torch there), and a CUDA-vs-CPU engine comparison.
 # Results go to $OUT (or out/gpu). Usage: bash scripts/gpu_check.sh
-# Sections: ops unit engine models bench memcheck pytest (the build always
+# Sections: ops unit engine models bench memcheck pytest conformance (the build always
 # runs). ONLY="unit bench" runs just those, SKIP="memcheck pytest" all but
 # those. BENCH_BUDGET (seconds, default 200) bounds the PyTorch comparison.
 # Needs: protobuf-c for the build; on a machine without protoc-c, a folder
@@ -130,4 +130,24 @@ if part pytest; then
 echo "== Python suite (torch $(python3 -c 'import torch; print(torch.__version__)'))"
 KILN_LIBRARY=$PWD/build-gpu/libkiln.so KILN_CLI=$PWD/build-gpu/kiln timeout 200 python3 -m pytest -q -rs -p no:cacheprovider python/tests > "$OUT/pytest.log" 2>&1; echo "rc=$?"
 tail -25 "$OUT/pytest.log"
+fi
+if part conformance; then
+# The ONNX node tests with CUDA engines (kiln_conformance --device cuda), in 8
+# parallel shards (each test forks and initializes CUDA, which is slow alone).
+NODE=${KILN_NODE_TESTS:-/usr/share/libonnx-testdata/data/node}
+[ -d "$NODE" ] || NODE=.deps/testdata/node
+echo "== conformance --device cuda ($NODE)"
+if [ -d "$NODE" ]; then
+  mkdir -p "$OUT/conf"
+  ls -d "$NODE"/test_* | split -n r/8 - "$OUT/conf/shard_"
+  ls "$OUT"/conf/shard_* | xargs -P 8 -I{} sh -c \
+    'xargs build-gpu/kiln_conformance --device cuda --timeout 120 < {} > {}.log 2>&1'
+  cat "$OUT"/conf/shard_*.log > "$OUT/cuda_node.log"
+  awk '/^conformance: /{p+=$2; f+=$4; u+=$6; t+=substr($8,2)} END {printf "conformance --device cuda: %d passed, %d failed, %d unsupported (%d total)\n", p, f, u, t}' \
+    "$OUT"/conf/shard_*.log
+  grep -E "^FAIL" "$OUT/cuda_node.log" | cut -c1-160
+  rm -rf "$OUT/conf"
+else
+  echo "no ONNX node tests found (set KILN_NODE_TESTS)"
+fi
 fi

@@ -325,13 +325,14 @@ kiln_status kiln_build(const kiln_builder *b, const kiln_model *m, kiln_engine *
                              .n_fp32_layers = b->n_fp32_layers};
     if ((s = kiln__pass_optimize(g, &oo)) != KILN_OK) goto fail;
     if ((s = place_nodes(b, be, g)) != KILN_OK) goto fail;
-    /* channels-last convolution chains on the GPU (passes/cuda_nhwc.c) */
-    if (b->opts.device == KILN_DEVICE_CUDA && b->optimization != 0 &&
-        (s = kiln__pass_cuda_nhwc(g, NULL)) != KILN_OK)
-        goto fail;
     e->opts = b->opts;
     if ((s = build_target(be, b->opts.device_index, e->target, sizeof e->target)) != KILN_OK) goto fail;
     if ((s = kiln__builder_tune(b, e)) != KILN_OK) goto fail;
+    /* channels-last convolution chains on the GPU (passes/cuda_nhwc.c), after tuning:
+     * the CPU layout choice there rewrites every FusedConv's layout */
+    if (b->opts.device == KILN_DEVICE_CUDA && b->optimization != 0 &&
+        (s = kiln__pass_cuda_nhwc(e->graph, NULL)) != KILN_OK)
+        goto fail;
     if ((s = kiln__check_workspace_limit(e)) != KILN_OK) goto fail;
     snprintf(e->builder_version, sizeof e->builder_version, "%s", kiln_version_string());
     *out = e;

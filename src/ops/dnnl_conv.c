@@ -19,9 +19,16 @@
  *                             converted per run), fp32 accumulation, bias
  *                             and output.
  *
- * Threads: oneDNN uses its own OpenMP threads; the count is set to the
- * context's thread count before each primitive is created and run (the
- * kiln pool's workers sleep meanwhile), so there is no oversubscription.
+ * Threads: every oneDNN call runs on the kiln pool thread that makes it
+ * alone (OpenMP's per-thread count set to 1 there: no OpenMP team exists,
+ * so none spins between layers). The layer is split across the pool
+ * instead: with several images each thread runs its share of the batch,
+ * with one image each thread runs a band of output rows (first spatial
+ * dimension; its input rows and top/bottom padding computed from it). Each
+ * part has its own primitive (created for one thread), stream and
+ * scratchpad; parts laid out alike share the reordered weights. A part's
+ * tensors are dense sub-tensors, except bands of NCHW tensors (strided
+ * views, reordered through scratch).
  * Implementations oneDNN marks as reference code ("ref:") are refused:
  * kiln's own kernels are faster than those. */
 #include "ops/fused_conv.h"
@@ -30,7 +37,10 @@
 
 #include <dlfcn.h>
 #include <dnnl.h>
+#include <stdatomic.h>
 #include <stdio.h>
+
+#define MAX_PARTS 64 /* pool threads used by one layer */
 
 #define NODE(a) ((a)->node_name ? (a)->node_name : "?")
 
@@ -38,8 +48,12 @@
  * looked up in the process (oneDNN's OpenMP runtime is loaded with it);
  * NULL when oneDNN uses another threading runtime. */
 typedef void (*omp_set_fn)(int);
+typedef int (*omp_get_fn)(void);
 static omp_set_fn omp_setter(void) {
     return (omp_set_fn)(uintptr_t)dlsym(RTLD_DEFAULT, "omp_set_num_threads");
+}
+static omp_get_fn omp_getter(void) {
+    return (omp_get_fn)(uintptr_t)dlsym(RTLD_DEFAULT, "omp_get_max_threads");
 }
 
 bool kiln__dnnl_conv_usable(const kiln_fused_conv_attrs *at, int rank, int tactic) {
@@ -49,21 +63,33 @@ bool kiln__dnnl_conv_usable(const kiln_fused_conv_attrs *at, int rank, int tacti
     return true;
 }
 
-typedef struct dconv {
-    int tactic, nthreads;
-    omp_set_fn set_threads;
-    int rank;
-    int64_t xdims[KILN_MAX_RANK];
-    const void *w_from;          /* the weights reordered into w_buf */
-    dnnl_engine_t eng;
+/* One piece of a layer's work, run by one kiln pool thread: a sub-batch
+ * (batch > 1) or a band of output rows (first spatial dimension, batch 1). */
+typedef struct dpart {
+    size_t x_off, y_off;         /* bytes into X and into Y / the residual */
+    size_t y_bytes;              /* this part's output when it is dense */
     dnnl_stream_t strm;
     dnnl_primitive_t conv;
     dnnl_primitive_t r_src, r_dst, r_res; /* NULL: no reorder needed */
-    dnnl_memory_desc_t usrc_md, udst_md, src_md, dst_md, w_md, b_md;
-    dnnl_memory_t m_usrc, m_udst, m_src, m_w, m_b, m_dst, m_res;
-    void *w_buf;
-    void *own_src, *own_dst;     /* scratch when the workspace is too small */
-    size_t src_bytes, dst_bytes;
+    dnnl_memory_desc_t usrc_md, udst_md, src_md, dst_md, w_md;
+    dnnl_memory_t m_usrc, m_udst, m_src, m_w, m_b, m_dst, m_res, m_scr;
+    void *w_buf;                 /* owned when w_own, else part 0's */
+    bool w_own;
+    void *scr;                   /* oneDNN's scratchpad for this part */
+    void *own_src, *own_dst;     /* reorder scratch when the workspace is too small */
+    size_t src_bytes, dst_bytes, ws_off;
+} dpart;
+
+typedef struct dconv {
+    int tactic, nthreads;
+    omp_set_fn set_threads;
+    omp_get_fn get_threads;
+    int rank, n_parts;
+    int64_t xdims[KILN_MAX_RANK];
+    const void *w_from;          /* the weights reordered into the parts' w_buf */
+    dnnl_engine_t eng;
+    dpart *parts;
+    size_t ws_need;              /* the parts' reorder scratch laid end to end */
     size_t y_elem;               /* bytes per output element as passed (2: bf16) */
     char impl[64];
 } dconv;
@@ -71,17 +97,22 @@ typedef struct dconv {
 static void dconv_free(void *p) {
     dconv *s = p;
     if (!s) return;
-    dnnl_primitive_t prims[] = {s->conv, s->r_src, s->r_dst, s->r_res};
-    for (size_t i = 0; i < sizeof prims / sizeof *prims; i++)
-        if (prims[i]) dnnl_primitive_destroy(prims[i]);
-    dnnl_memory_t mems[] = {s->m_usrc, s->m_udst, s->m_src, s->m_w, s->m_b, s->m_dst, s->m_res};
-    for (size_t i = 0; i < sizeof mems / sizeof *mems; i++)
-        if (mems[i]) dnnl_memory_destroy(mems[i]);
-    if (s->strm) dnnl_stream_destroy(s->strm);
+    for (int k = 0; s->parts && k < s->n_parts; k++) {
+        dpart *q = &s->parts[k];
+        dnnl_primitive_t prims[] = {q->conv, q->r_src, q->r_dst, q->r_res};
+        for (size_t i = 0; i < sizeof prims / sizeof *prims; i++)
+            if (prims[i]) dnnl_primitive_destroy(prims[i]);
+        dnnl_memory_t mems[] = {q->m_usrc, q->m_udst, q->m_src, q->m_w, q->m_b, q->m_dst, q->m_res, q->m_scr};
+        for (size_t i = 0; i < sizeof mems / sizeof *mems; i++)
+            if (mems[i]) dnnl_memory_destroy(mems[i]);
+        if (q->strm) dnnl_stream_destroy(q->strm);
+        if (q->w_own) kiln__aligned_free(q->w_buf);
+        kiln__aligned_free(q->scr);
+        kiln__aligned_free(q->own_src);
+        kiln__aligned_free(q->own_dst);
+    }
+    kiln__free(s->parts);
     if (s->eng) dnnl_engine_destroy(s->eng);
-    kiln__aligned_free(s->w_buf);
-    kiln__aligned_free(s->own_src);
-    kiln__aligned_free(s->own_dst);
     kiln__free(s);
 }
 
@@ -112,13 +143,9 @@ fail:
     return st;
 }
 
-static kiln_status run_reorder(const kiln_kernel_args *a, dconv *s, dnnl_primitive_t r,
-                               dnnl_memory_t from, dnnl_memory_t to) {
-    kiln_status st = KILN_OK;
+static dnnl_status_t reorder(dnnl_stream_t strm, dnnl_primitive_t r, dnnl_memory_t from, dnnl_memory_t to) {
     dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}};
-    DN(dnnl_primitive_execute(r, s->strm, 2, args), "reorder");
-fail:
-    return st;
+    return dnnl_primitive_execute(r, strm, 2, args);
 }
 
 static dnnl_alg_kind_t act_alg(int act, float *alpha) {
@@ -133,140 +160,257 @@ static dnnl_alg_kind_t act_alg(int act, float *alpha) {
     }
 }
 
-/* Creates the primitive for the shapes in `a`. */
+/* Dense strides of `d` (rank r) in NCHW order or, nhwc, channels last; given
+ * in oneDNN's logical (n, c, spatial...) order. */
+static void dense_strides(int r, const dnnl_dims_t d, bool nhwc, dnnl_dims_t out) {
+    int64_t acc = 1;
+    if (nhwc) {
+        out[1] = 1;
+        acc = d[1];
+        for (int i = r - 1; i >= 2; i--) out[i] = acc, acc *= d[i];
+        out[0] = acc;
+    } else {
+        for (int i = r - 1; i >= 0; i--) out[i] = acc, acc *= d[i];
+    }
+}
+
+/* Common geometry of a layer, then each part's. */
+typedef struct cgeom {
+    int r, ns;
+    dnnl_dims_t xd, yd, wd, bd, strides, dil, pl, pr;
+    int wr;
+    bool xb, yb;
+    dnnl_data_type_t cdt, xdt, ydt;
+    dnnl_format_tag_t act_tag;
+} cgeom;
+
+/* Creates part `k` of `parts` (rows: split the first spatial dimension of
+ * the output, else the batch). */
+static kiln_status part_create(const kiln_kernel_args *a, dconv *s, const cgeom *c, dnnl_primitive_attr_t pattr,
+                               int k, int parts, bool rows, bool probe) {
+    const kiln_fused_conv_attrs *at = a->attrs;
+    const kiln_tensor *W = a->in[1];
+    const kiln_tensor *B = a->n_in > 2 ? a->in[2] : NULL;
+    dpart *q = &s->parts[k];
+    kiln_status st = KILN_OK;
+    dnnl_primitive_desc_t pd = NULL;
+    int r = c->r;
+    dnnl_dims_t xd, yd, pl, pr, xs, ys;
+    memcpy(xd, c->xd, sizeof xd);
+    memcpy(yd, c->yd, sizeof yd);
+    memcpy(pl, c->pl, sizeof pl);
+    memcpy(pr, c->pr, sizeof pr);
+    dense_strides(r, c->xd, c->xb, xs);
+    dense_strides(r, c->yd, c->yb, ys);
+    size_t xe = c->xdt == dnnl_bf16 ? 2 : 4, ye = c->ydt == dnnl_bf16 ? 2 : 4;
+    bool view = false; /* the user's part is strided, not dense */
+    if (rows) {
+        int64_t H = c->xd[2], O = c->yd[2];
+        int64_t o0 = O * k / parts, o1 = O * (k + 1) / parts;
+        int64_t ext = (c->wd[c->wr - c->ns] - 1) * (c->dil[0] + 1) + 1;
+        int64_t i0 = o0 * c->strides[0] - c->pl[0], i1 = (o1 - 1) * c->strides[0] - c->pl[0] + ext;
+        pl[0] = i0 < 0 ? -i0 : 0;
+        pr[0] = i1 > H ? i1 - H : 0;
+        if (i0 < 0) i0 = 0;
+        if (i1 > H) i1 = H;
+        xd[2] = i1 - i0;
+        yd[2] = o1 - o0;
+        q->x_off = (size_t)(i0 * xs[2]) * xe;
+        q->y_off = (size_t)(o0 * ys[2]) * ye;
+        view = !c->xb || !c->yb;
+    } else {
+        int64_t n0 = c->xd[0] * k / parts, n1 = c->xd[0] * (k + 1) / parts;
+        xd[0] = yd[0] = n1 - n0;
+        q->x_off = (size_t)(n0 * xs[0]) * xe;
+        q->y_off = (size_t)(n0 * ys[0]) * ye;
+    }
+    int64_t ny = 1;
+    for (int i = 0; i < r; i++) ny *= yd[i];
+    q->y_bytes = (size_t)ny * ye;
+    dnnl_format_tag_t xtag = c->xb ? dnnl_nhwc : plain_tag[r], ytag = c->yb ? dnnl_nhwc : plain_tag[r];
+    if (view) {
+        DN(dnnl_memory_desc_init_by_strides(&q->usrc_md, r, xd, c->xdt, xs), "src desc");
+        DN(dnnl_memory_desc_init_by_strides(&q->udst_md, r, yd, c->ydt, ys), "dst desc");
+    } else {
+        DN(dnnl_memory_desc_init_by_tag(&q->usrc_md, r, xd, c->xdt, xtag), "src desc");
+        DN(dnnl_memory_desc_init_by_tag(&q->udst_md, r, yd, c->ydt, ytag), "dst desc");
+    }
+    dnnl_memory_desc_t csrc, cw, cdst, uw, bmd;
+    DN(dnnl_memory_desc_init_by_tag(&csrc, r, xd, c->cdt, c->xb ? xtag : c->act_tag), "src desc");
+    DN(dnnl_memory_desc_init_by_tag(&cdst, r, yd, c->ydt, c->yb ? ytag : c->act_tag), "dst desc");
+    DN(dnnl_memory_desc_init_by_tag(&cw, c->wr, c->wd, c->cdt, dnnl_format_tag_any), "weights desc");
+    DN(dnnl_memory_desc_init_by_tag(&uw, c->wr, c->wd, dnnl_f32, c->wr > r ? gw_tag[r] : w_tag[r]),
+       "weights desc");
+    DN(dnnl_memory_desc_init_by_tag(&bmd, 1, c->bd, dnnl_f32, dnnl_x), "bias desc");
+    dnnl_convolution_desc_t cd;
+    dnnl_dims_t strides, dil;
+    memcpy(strides, c->strides, sizeof strides);
+    memcpy(dil, c->dil, sizeof dil);
+    DN(dnnl_dilated_convolution_forward_desc_init(&cd, dnnl_forward_inference, dnnl_convolution_direct,
+                                                  &csrc, &cw, B ? &bmd : NULL, &cdst, strides, dil, pl, pr),
+       "convolution desc");
+    DN(dnnl_primitive_desc_create(&pd, &cd, pattr, s->eng, NULL), "convolution setup");
+    const char *impl = NULL;
+    DN(dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl), "query");
+    if (k == 0) snprintf(s->impl, sizeof s->impl, "%s", impl ? impl : "?");
+    /* NHWC in or out (at->layout): the layer must run, slow or not (the
+     * builder checked it is not slow at the opt shapes) */
+    if (impl && !strncmp(impl, "ref", 3) && (!at->layout || probe)) {
+        st = KILN_FAIL(KILN_ERR_UNSUPPORTED, "node '%s' (FusedConv): oneDNN has only its reference "
+                                             "implementation for this layer", NODE(a));
+        goto fail;
+    }
+    if (probe) goto fail; /* st == KILN_OK: a real kernel takes it */
+    q->src_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0);
+    q->dst_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0);
+    q->w_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+    const dnnl_memory_desc_t *smd = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+    size_t sb = smd ? dnnl_memory_desc_get_size(smd) : 0;
+    DN(dnnl_primitive_create(&q->conv, pd), "convolution creation");
+    DN(dnnl_stream_create(&q->strm, s->eng, dnnl_stream_default_flags), "stream creation");
+    q->scr = kiln__aligned_alloc(sb ? sb : 1);
+    if (!q->scr) {
+        st = KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "node '%s' (FusedConv): out of memory for scratchpad", NODE(a));
+        goto fail;
+    }
+    if (sb) DN(dnnl_memory_create(&q->m_scr, smd, s->eng, q->scr), "scratchpad memory");
+
+    /* weights, reordered once (shared with part 0 when laid out alike) */
+    if (k > 0 && dnnl_memory_desc_equal(&q->w_md, &s->parts[0].w_md)) {
+        q->w_buf = s->parts[0].w_buf;
+    } else {
+        size_t wb = dnnl_memory_desc_get_size(&q->w_md);
+        q->w_buf = kiln__aligned_alloc(wb ? wb : 1);
+        q->w_own = q->w_buf != NULL;
+        if (!q->w_buf) {
+            st = KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "node '%s' (FusedConv): out of memory for weights", NODE(a));
+            goto fail;
+        }
+        dnnl_memory_t uwm = NULL, wm = NULL;
+        dnnl_primitive_t wr_ = NULL;
+        DN(dnnl_memory_create(&uwm, &uw, s->eng, W->data), "weights memory");
+        if (dnnl_memory_create(&wm, &q->w_md, s->eng, q->w_buf) != dnnl_success) wm = NULL;
+        st = wm ? make_reorder(a, s->eng, &uw, &q->w_md, &wr_)
+                : KILN_FAIL(KILN_ERR_INTERNAL, "node '%s' (FusedConv): oneDNN weights memory failed", NODE(a));
+        dnnl_status_t ds = st == KILN_OK ? reorder(q->strm, wr_, uwm, wm) : dnnl_success;
+        if (ds == dnnl_success && st == KILN_OK) ds = dnnl_stream_wait(q->strm);
+        if (wr_) dnnl_primitive_destroy(wr_);
+        if (wm) dnnl_memory_destroy(wm);
+        dnnl_memory_destroy(uwm);
+        if (st != KILN_OK) goto fail;
+        DN(ds, "weights reorder");
+    }
+    DN(dnnl_memory_create(&q->m_w, &q->w_md, s->eng, q->w_buf), "weights memory");
+    DN(dnnl_memory_create(&q->m_b, &bmd, s->eng, DNNL_MEMORY_NONE), "bias memory");
+    DN(dnnl_memory_create(&q->m_usrc, &q->usrc_md, s->eng, DNNL_MEMORY_NONE), "src memory");
+    DN(dnnl_memory_create(&q->m_udst, &q->udst_md, s->eng, DNNL_MEMORY_NONE), "dst memory");
+    DN(dnnl_memory_create(&q->m_src, &q->src_md, s->eng, DNNL_MEMORY_NONE), "src memory");
+    DN(dnnl_memory_create(&q->m_dst, &q->dst_md, s->eng, DNNL_MEMORY_NONE), "dst memory");
+    if (!dnnl_memory_desc_equal(&q->src_md, &q->usrc_md)) {
+        q->src_bytes = dnnl_memory_desc_get_size(&q->src_md);
+        if ((st = make_reorder(a, s->eng, &q->usrc_md, &q->src_md, &q->r_src)) != KILN_OK) goto fail;
+    }
+    if (!dnnl_memory_desc_equal(&q->dst_md, &q->udst_md)) {
+        q->dst_bytes = dnnl_memory_desc_get_size(&q->dst_md);
+        if ((st = make_reorder(a, s->eng, &q->dst_md, &q->udst_md, &q->r_dst)) != KILN_OK) goto fail;
+        if (at->has_residual) {
+            if ((st = make_reorder(a, s->eng, &q->udst_md, &q->dst_md, &q->r_res)) != KILN_OK) goto fail;
+            DN(dnnl_memory_create(&q->m_res, &q->udst_md, s->eng, DNNL_MEMORY_NONE), "residual memory");
+        }
+    }
+    q->ws_off = s->ws_need;
+    s->ws_need += ((q->src_bytes + 63) & ~(size_t)63) + ((q->dst_bytes + 63) & ~(size_t)63);
+fail:
+    if (pd) dnnl_primitive_desc_destroy(pd);
+    return st;
+}
+
+/* Creates the primitives for the shapes in `a`: one per part, `nthreads`
+ * parts at most (1 when probing). */
 static kiln_status dconv_create(const kiln_kernel_args *a, int tactic, int nthreads, dconv *s,
                                 bool probe) {
     const kiln_fused_conv_attrs *at = a->attrs;
     const kiln_tensor *X = a->in[0], *W = a->in[1];
-    const kiln_tensor *B = a->n_in > 2 ? a->in[2] : NULL;
     kiln_status st = KILN_OK;
-    dnnl_primitive_desc_t pd = NULL;
     dnnl_primitive_attr_t pattr = NULL;
     dnnl_post_ops_t ops = NULL;
     kiln_conv_geom g;
     KILN_TRY(kiln__conv_geom(NODE(a), "FusedConv", &at->conv, X->rank, X->dims, W->rank, W->dims, &g));
-    int r = X->rank;
+    cgeom c;
+    memset(&c, 0, sizeof c);
+    int r = c.r = X->rank;
+    c.ns = g.ns;
     s->tactic = tactic;
     s->nthreads = nthreads;
     s->rank = r;
     memcpy(s->xdims, X->dims, sizeof s->xdims);
     DN(dnnl_engine_create(&s->eng, dnnl_cpu, 0), "engine creation");
-    DN(dnnl_stream_create(&s->strm, s->eng, dnnl_stream_default_flags), "stream creation");
 
     bool bf16 = at->precision == KILN_PRECISION_BF16;
-    dnnl_data_type_t cdt = bf16 ? dnnl_bf16 : dnnl_f32;
-    dnnl_dims_t xd, yd, wd, bd, strides, dil, pl, pr;
-    for (int i = 0; i < r; i++) xd[i] = X->dims[i];
-    yd[0] = g.N;
-    yd[1] = g.M;
+    c.cdt = bf16 ? dnnl_bf16 : dnnl_f32;
+    for (int i = 0; i < r; i++) c.xd[i] = X->dims[i];
+    c.yd[0] = g.N;
+    c.yd[1] = g.M;
     for (int i = 0; i < g.ns; i++) {
-        yd[2 + i] = g.out[i];
-        strides[i] = g.s[i];
-        dil[i] = g.d[i] - 1;
-        pl[i] = g.pb[i];
-        pr[i] = g.pe[i];
+        c.yd[2 + i] = g.out[i];
+        c.strides[i] = g.s[i];
+        c.dil[i] = g.d[i] - 1;
+        c.pl[i] = g.pb[i];
+        c.pr[i] = g.pe[i];
     }
-    int wr = r;
+    c.wr = r;
     if (g.G > 1) {
-        wd[0] = g.G;
-        wd[1] = g.Mg;
-        wd[2] = g.Cg;
-        for (int i = 0; i < g.ns; i++) wd[3 + i] = g.k[i];
-        wr = r + 1;
+        c.wd[0] = g.G;
+        c.wd[1] = g.Mg;
+        c.wd[2] = g.Cg;
+        for (int i = 0; i < g.ns; i++) c.wd[3 + i] = g.k[i];
+        c.wr = r + 1;
     } else {
-        wd[0] = g.M;
-        wd[1] = g.Cg;
-        for (int i = 0; i < g.ns; i++) wd[2 + i] = g.k[i];
+        c.wd[0] = g.M;
+        c.wd[1] = g.Cg;
+        for (int i = 0; i < g.ns; i++) c.wd[2 + i] = g.k[i];
     }
-    bd[0] = g.M;
-    dnnl_format_tag_t any = dnnl_format_tag_any;
-    dnnl_format_tag_t act_tag = tactic == KILN_FC_TACTIC_DNNL_PLAIN ? plain_tag[r] : any;
-    /* tensors passed NHWC between oneDNN layers (fused_conv.h) */
-    bool xb = (at->layout & KILN_FC_LAYOUT_X_NHWC) && r == 4;
-    bool yb = (at->layout & KILN_FC_LAYOUT_Y_NHWC) && r == 4;
-    dnnl_format_tag_t xtag = xb ? dnnl_nhwc : plain_tag[r], ytag = yb ? dnnl_nhwc : plain_tag[r];
-    dnnl_memory_desc_t csrc, cw, cdst, uw;
-    /* bf16 between bf16 layers (NHWC tensors only) */
-    dnnl_data_type_t xdt = xb && (at->layout & KILN_FC_LAYOUT_X_BF16) ? dnnl_bf16 : dnnl_f32;
-    dnnl_data_type_t ydt = yb && (at->layout & KILN_FC_LAYOUT_Y_BF16) ? dnnl_bf16 : dnnl_f32;
-    s->y_elem = ydt == dnnl_bf16 ? 2 : 4;
-    DN(dnnl_memory_desc_init_by_tag(&s->usrc_md, r, xd, xdt, xtag), "src desc");
-    DN(dnnl_memory_desc_init_by_tag(&s->udst_md, r, yd, ydt, ytag), "dst desc");
-    DN(dnnl_memory_desc_init_by_tag(&csrc, r, xd, cdt, xb ? xtag : act_tag), "src desc");
-    DN(dnnl_memory_desc_init_by_tag(&cdst, r, yd, ydt, yb ? ytag : act_tag), "dst desc");
-    DN(dnnl_memory_desc_init_by_tag(&cw, wr, wd, cdt, any), "weights desc");
-    DN(dnnl_memory_desc_init_by_tag(&uw, wr, wd, dnnl_f32, g.G > 1 ? gw_tag[r] : w_tag[r]), "weights desc");
-    DN(dnnl_memory_desc_init_by_tag(&s->b_md, 1, bd, dnnl_f32, dnnl_x), "bias desc");
-    dnnl_convolution_desc_t cd;
-    DN(dnnl_dilated_convolution_forward_desc_init(&cd, dnnl_forward_inference, dnnl_convolution_direct,
-                                                  &csrc, &cw, B ? &s->b_md : NULL, &cdst, strides,
-                                                  dil, pl, pr),
-       "convolution desc");
+    c.bd[0] = g.M;
+    c.act_tag = tactic == KILN_FC_TACTIC_DNNL_PLAIN ? plain_tag[r] : dnnl_format_tag_any;
+    /* tensors passed NHWC between oneDNN layers (fused_conv.h); bf16
+     * between bf16 layers (NHWC tensors only) */
+    c.xb = (at->layout & KILN_FC_LAYOUT_X_NHWC) && r == 4;
+    c.yb = (at->layout & KILN_FC_LAYOUT_Y_NHWC) && r == 4;
+    c.xdt = c.xb && (at->layout & KILN_FC_LAYOUT_X_BF16) ? dnnl_bf16 : dnnl_f32;
+    c.ydt = c.yb && (at->layout & KILN_FC_LAYOUT_Y_BF16) ? dnnl_bf16 : dnnl_f32;
+    s->y_elem = c.ydt == dnnl_bf16 ? 2 : 4;
     DN(dnnl_primitive_attr_create(&pattr), "attr");
+    DN(dnnl_primitive_attr_set_scratchpad_mode(pattr, dnnl_scratchpad_mode_user), "scratchpad mode");
     DN(dnnl_post_ops_create(&ops), "post-ops");
     if (at->has_residual) DN(dnnl_post_ops_append_sum(ops, 1.0f), "sum post-op");
     float alpha = at->alpha, beta = at->beta;
     dnnl_alg_kind_t alg = act_alg(at->act, &alpha);
     if (alg != dnnl_alg_kind_undef) DN(dnnl_post_ops_append_eltwise(ops, 1.0f, alg, alpha, beta), "eltwise post-op");
     DN(dnnl_primitive_attr_set_post_ops(pattr, ops), "post-ops");
-    s->set_threads = omp_setter();
-    if (s->set_threads) s->set_threads(nthreads);
-    DN(dnnl_primitive_desc_create(&pd, &cd, pattr, s->eng, NULL), "convolution setup");
-    const char *impl = NULL;
-    DN(dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl), "query");
-    snprintf(s->impl, sizeof s->impl, "%s", impl ? impl : "?");
-    /* NHWC in or out (at->layout): the layer must run, slow or not (the
-     * builder checked it is not slow at the opt shapes) */
-    if (!strncmp(s->impl, "ref", 3) && (!at->layout || probe)) {
-        st = KILN_FAIL(KILN_ERR_UNSUPPORTED, "node '%s' (FusedConv): oneDNN has only its reference "
-                                             "implementation for this layer", NODE(a));
-        goto fail;
-    }
-    if (probe) goto fail; /* st == KILN_OK: a real kernel takes it */
-    s->src_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0);
-    s->dst_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0);
-    s->w_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
-    DN(dnnl_primitive_create(&s->conv, pd), "convolution creation");
 
-    /* weights, reordered once */
-    size_t wb = dnnl_memory_desc_get_size(&s->w_md);
-    s->w_buf = kiln__aligned_alloc(wb ? wb : 1);
-    if (!s->w_buf) {
-        st = KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "node '%s' (FusedConv): out of memory for weights", NODE(a));
-        goto fail;
-    }
-    DN(dnnl_memory_create(&s->m_w, &s->w_md, s->eng, s->w_buf), "weights memory");
-    {
-        dnnl_memory_t uwm = NULL;
-        dnnl_primitive_t wr_ = NULL;
-        DN(dnnl_memory_create(&uwm, &uw, s->eng, W->data), "weights memory");
-        st = make_reorder(a, s->eng, &uw, &s->w_md, &wr_);
-        if (st == KILN_OK) st = run_reorder(a, s, wr_, uwm, s->m_w);
-        if (wr_) dnnl_primitive_destroy(wr_);
-        dnnl_memory_destroy(uwm);
-        if (st != KILN_OK) goto fail;
-        DN(dnnl_stream_wait(s->strm), "weights reorder");
-    }
-    s->w_from = W->data;
-    DN(dnnl_memory_create(&s->m_b, &s->b_md, s->eng, DNNL_MEMORY_NONE), "bias memory");
-    DN(dnnl_memory_create(&s->m_usrc, &s->usrc_md, s->eng, DNNL_MEMORY_NONE), "src memory");
-    DN(dnnl_memory_create(&s->m_udst, &s->udst_md, s->eng, DNNL_MEMORY_NONE), "dst memory");
-    DN(dnnl_memory_create(&s->m_src, &s->src_md, s->eng, DNNL_MEMORY_NONE), "src memory");
-    DN(dnnl_memory_create(&s->m_dst, &s->dst_md, s->eng, DNNL_MEMORY_NONE), "dst memory");
-    if (!dnnl_memory_desc_equal(&s->src_md, &s->usrc_md)) {
-        s->src_bytes = dnnl_memory_desc_get_size(&s->src_md);
-        if ((st = make_reorder(a, s->eng, &s->usrc_md, &s->src_md, &s->r_src)) != KILN_OK) goto fail;
-    }
-    if (!dnnl_memory_desc_equal(&s->dst_md, &s->udst_md)) {
-        s->dst_bytes = dnnl_memory_desc_get_size(&s->dst_md);
-        if ((st = make_reorder(a, s->eng, &s->dst_md, &s->udst_md, &s->r_dst)) != KILN_OK) goto fail;
-        if (at->has_residual) {
-            if ((st = make_reorder(a, s->eng, &s->udst_md, &s->dst_md, &s->r_res)) != KILN_OK) goto fail;
-            DN(dnnl_memory_create(&s->m_res, &s->udst_md, s->eng, DNNL_MEMORY_NONE), "residual memory");
+    /* the split: the batch when there are several images, else bands of
+     * output rows (each at least one row, none entirely in the padding) */
+    int parts = probe ? 1 : nthreads;
+    if (parts > MAX_PARTS) parts = MAX_PARTS;
+    bool rows = g.N == 1 && g.ns >= 1;
+    int64_t span = rows ? g.out[0] : g.N;
+    if (parts > span) parts = span > 0 ? (int)span : 1;
+    if (parts == 1) rows = false;
+    if (rows && parts > 1) {
+        int64_t ext = (g.k[0] - 1) * g.d[0] + 1;
+        for (int k = 0; k < parts; k++) {
+            int64_t o0 = span * k / parts, o1 = span * (k + 1) / parts;
+            if ((o1 - 1) * g.s[0] - g.pb[0] + ext <= 0 || o0 * g.s[0] - g.pb[0] >= X->dims[2]) parts = 1;
         }
     }
+    s->parts = kiln__calloc((size_t)parts, sizeof *s->parts);
+    if (!s->parts) {
+        st = KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "node '%s' (FusedConv): out of memory", NODE(a));
+        goto fail;
+    }
+    s->n_parts = parts;
+    for (int k = 0; k < parts && st == KILN_OK; k++) st = part_create(a, s, &c, pattr, k, parts, rows, probe);
 fail:
-    if (pd) dnnl_primitive_desc_destroy(pd);
     if (pattr) dnnl_primitive_attr_destroy(pattr);
     if (ops) dnnl_post_ops_destroy(ops);
     return st;
@@ -281,56 +425,93 @@ static bool dconv_matches(const dconv *s, const kiln_kernel_args *a, int tactic,
     return true;
 }
 
-/* Scratch for the reordered src/dst: the kernel's workspace when it is
- * large enough, else buffers owned by the state. */
+/* Scratch for each part's reordered src/dst: the kernel's workspace when it
+ * is large enough, else buffers owned by the part. */
 static kiln_status scratch(const kiln_kernel_args *a, dconv *s, void **src, void **dst) {
-    size_t sa = (s->src_bytes + 63) & ~(size_t)63, da = (s->dst_bytes + 63) & ~(size_t)63;
-    if (a->workspace && a->workspace_size >= sa + da) {
-        *src = a->workspace;
-        *dst = (char *)a->workspace + sa;
-        return KILN_OK;
+    bool ws = a->workspace && a->workspace_size >= s->ws_need;
+    for (int k = 0; k < s->n_parts; k++) {
+        dpart *q = &s->parts[k];
+        size_t sa = (q->src_bytes + 63) & ~(size_t)63;
+        if (ws) {
+            src[k] = (char *)a->workspace + q->ws_off;
+            dst[k] = (char *)a->workspace + q->ws_off + sa;
+            continue;
+        }
+        if (q->src_bytes && !q->own_src) q->own_src = kiln__aligned_alloc(q->src_bytes);
+        if (q->dst_bytes && !q->own_dst) q->own_dst = kiln__aligned_alloc(q->dst_bytes);
+        if ((q->src_bytes && !q->own_src) || (q->dst_bytes && !q->own_dst))
+            return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "node '%s' (FusedConv): out of memory for scratch",
+                             NODE(a));
+        src[k] = q->own_src;
+        dst[k] = q->own_dst;
     }
-    if (s->src_bytes && !s->own_src) s->own_src = kiln__aligned_alloc(s->src_bytes);
-    if (s->dst_bytes && !s->own_dst) s->own_dst = kiln__aligned_alloc(s->dst_bytes);
-    if ((s->src_bytes && !s->own_src) || (s->dst_bytes && !s->own_dst))
-        return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "node '%s' (FusedConv): out of memory for scratch",
-                         NODE(a));
-    *src = s->own_src;
-    *dst = s->own_dst;
     return KILN_OK;
 }
 
-static kiln_status dconv_exec(const kiln_kernel_args *a, dconv *s) {
-    const kiln_fused_conv_attrs *at = a->attrs;
-    const kiln_tensor *X = a->in[0], *Y = a->out[0];
+typedef struct exec_ctx {
+    const kiln_kernel_args *a;
+    dconv *s;
+    void *sbuf[MAX_PARTS], *dbuf[MAX_PARTS];
+    atomic_int failed; /* the first failing oneDNN status, 0: none */
+} exec_ctx;
+
+static dnnl_status_t part_exec(exec_ctx *c, int k) {
+    const kiln_kernel_args *a = c->a;
+    const dpart *q = &c->s->parts[k];
+    char *x = (char *)a->in[0]->data + q->x_off, *y = (char *)a->out[0]->data + q->y_off;
     const kiln_tensor *B = a->n_in > 2 ? a->in[2] : NULL;
-    const kiln_tensor *R = at->has_residual ? a->in[3] : NULL;
-    kiln_status st = KILN_OK;
-    void *sbuf = NULL, *dbuf = NULL;
-    KILN_TRY(scratch(a, s, &sbuf, &dbuf));
-    DN(dnnl_memory_set_data_handle(s->m_usrc, X->data), "src handle");
-    DN(dnnl_memory_set_data_handle(s->m_udst, Y->data), "dst handle");
-    DN(dnnl_memory_set_data_handle(s->m_src, s->r_src ? sbuf : X->data), "src handle");
-    DN(dnnl_memory_set_data_handle(s->m_dst, s->r_dst ? dbuf : Y->data), "dst handle");
-    if (B) DN(dnnl_memory_set_data_handle(s->m_b, B->data), "bias handle");
-    if (s->r_src) KILN_TRY(run_reorder(a, s, s->r_src, s->m_usrc, s->m_src));
+    const kiln_tensor *R = ((const kiln_fused_conv_attrs *)a->attrs)->has_residual ? a->in[3] : NULL;
+    dnnl_status_t ds;
+#define DS(call)                                  \
+    do {                                          \
+        if ((ds = (call)) != dnnl_success) return ds; \
+    } while (0)
+    DS(dnnl_memory_set_data_handle(q->m_usrc, x));
+    DS(dnnl_memory_set_data_handle(q->m_udst, y));
+    DS(dnnl_memory_set_data_handle(q->m_src, q->r_src ? c->sbuf[k] : x));
+    DS(dnnl_memory_set_data_handle(q->m_dst, q->r_dst ? c->dbuf[k] : y));
+    if (B) DS(dnnl_memory_set_data_handle(q->m_b, B->data));
+    if (q->r_src) DS(reorder(q->strm, q->r_src, q->m_usrc, q->m_src));
     if (R) {
-        if (s->r_res) {
-            DN(dnnl_memory_set_data_handle(s->m_res, R->data), "residual handle");
-            KILN_TRY(run_reorder(a, s, s->r_res, s->m_res, s->m_dst));
+        if (q->r_res) {
+            DS(dnnl_memory_set_data_handle(q->m_res, (char *)R->data + q->y_off));
+            DS(reorder(q->strm, q->r_res, q->m_res, q->m_dst));
         } else {
-            memcpy(Y->data, R->data, (size_t)kiln__tensor_numel(Y) * s->y_elem);
+            memcpy(y, (const char *)R->data + q->y_off, q->y_bytes);
         }
     }
-    dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, s->m_src},
-                               {DNNL_ARG_WEIGHTS, s->m_w},
-                               {DNNL_ARG_DST, s->m_dst},
-                               {DNNL_ARG_BIAS, s->m_b}};
-    DN(dnnl_primitive_execute(s->conv, s->strm, B ? 4 : 3, args), "convolution");
-    if (s->r_dst) KILN_TRY(run_reorder(a, s, s->r_dst, s->m_dst, s->m_udst));
-    DN(dnnl_stream_wait(s->strm), "convolution");
-fail:
-    return st;
+    dnnl_exec_arg_t args[5] = {{DNNL_ARG_SRC, q->m_src},
+                               {DNNL_ARG_WEIGHTS, q->m_w},
+                               {DNNL_ARG_DST, q->m_dst},
+                               {DNNL_ARG_SCRATCHPAD, q->m_scr},
+                               {DNNL_ARG_BIAS, q->m_b}};
+    int n = q->m_scr ? 4 : 3;
+    if (B) {
+        if (!q->m_scr) args[3] = args[4];
+        n++;
+    }
+    DS(dnnl_primitive_execute(q->conv, q->strm, n, args));
+    if (q->r_dst) DS(reorder(q->strm, q->r_dst, q->m_dst, q->m_udst));
+    DS(dnnl_stream_wait(q->strm));
+#undef DS
+    return dnnl_success;
+}
+
+/* Runs on a kiln pool thread: its oneDNN calls run on it alone (an OpenMP
+ * team would keep spinning on the other cores after the layer). */
+static void run_parts(void *vc, int64_t p0, int64_t p1) {
+    exec_ctx *c = vc;
+    dconv *s = c->s;
+    int prev = s->get_threads ? s->get_threads() : 1;
+    if (s->set_threads && prev != 1) s->set_threads(1);
+    for (int64_t k = p0; k < p1; k++) {
+        dnnl_status_t ds = part_exec(c, (int)k);
+        if (ds != dnnl_success) {
+            int zero = 0;
+            atomic_compare_exchange_strong(&c->failed, &zero, (int)ds);
+        }
+    }
+    if (s->set_threads && prev != 1) s->set_threads(prev);
 }
 
 kiln_status kiln__dnnl_conv_run(const kiln_kernel_args *a, int tactic) {
@@ -345,18 +526,34 @@ kiln_status kiln__dnnl_conv_run(const kiln_kernel_args *a, int tactic) {
     if (!s) {
         s = kiln__calloc(1, sizeof *s);
         if (!s) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "node '%s' (FusedConv): out of memory", NODE(a));
+        s->set_threads = omp_setter();
+        s->get_threads = omp_getter();
+        /* created for one thread: oneDNN sizes its kernels by the calling
+         * thread's OpenMP thread count */
+        int prev = s->get_threads ? s->get_threads() : 1;
+        if (s->set_threads && prev != 1) s->set_threads(1);
         kiln_status st = dconv_create(a, tactic, nthreads, s, false);
+        if (s->set_threads && prev != 1) s->set_threads(prev);
         if (st != KILN_OK) {
             dconv_free(s);
             return st;
         }
+        s->w_from = a->in[1]->data;
         if (keep) {
             a->node_state->p = s;
             a->node_state->free = dconv_free;
         }
     }
-    if (s->set_threads) s->set_threads(nthreads);
-    kiln_status st = dconv_exec(a, s);
+    exec_ctx c = {.a = a, .s = s};
+    atomic_init(&c.failed, 0);
+    kiln_status st = scratch(a, s, c.sbuf, c.dbuf);
+    if (st == KILN_OK) {
+        kiln__parallel_for(a->pool, s->n_parts, 1, run_parts, &c);
+        int ds = atomic_load(&c.failed);
+        if (ds)
+            st = KILN_FAIL(KILN_ERR_INTERNAL, "node '%s' (FusedConv): oneDNN convolution failed (status %d)",
+                           NODE(a), ds);
+    }
     if (!keep) dconv_free(s);
     return st;
 }
@@ -364,7 +561,12 @@ kiln_status kiln__dnnl_conv_run(const kiln_kernel_args *a, int tactic) {
 kiln_status kiln__dnnl_conv_probe(const kiln_kernel_args *a, int tactic) {
     dconv *s = kiln__calloc(1, sizeof *s);
     if (!s) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "node '%s' (FusedConv): out of memory", NODE(a));
+    s->set_threads = omp_setter();
+    s->get_threads = omp_getter();
+    int prev = s->get_threads ? s->get_threads() : 1;
+    if (s->set_threads && prev != 1) s->set_threads(1);
     kiln_status st = dconv_create(a, tactic, kiln__pool_threads(a->pool), s, true);
+    if (s->set_threads && prev != 1) s->set_threads(prev);
     dconv_free(s);
     return st;
 }

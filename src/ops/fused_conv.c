@@ -135,7 +135,7 @@ static size_t fc_workspace(const kiln_infer_args *a) {
         return d > own ? d : own;
     }
 #else
-    (void)wants_dnnl;
+    (void)wants_dnnl, (void)at;
 #endif
     kiln_infer_args c = conv_view_infer(a);
     return kiln__conv_workspace(&c);

@@ -141,8 +141,11 @@ static kiln_status rewrite(nhwc_ctx *c, const bool *el, bool *is_nhwc, int *nhwc
     /* outputs of NHWC layers hold NHWC bytes; a graph output gets a copy back */
     for (int ni = 0; ni < c->n_nodes0; ni++) {
         if (!el[ni]) continue;
-        ((kiln_fused_conv_attrs *)g->nodes[ni].attrs)->layout =
-            KILN_FC_LAYOUT_X_NHWC | KILN_FC_LAYOUT_Y_NHWC;
+        kiln_fused_conv_attrs *fa = g->nodes[ni].attrs;
+        fa->layout = KILN_FC_LAYOUT_X_NHWC | KILN_FC_LAYOUT_Y_NHWC;
+        /* a tactic timed NCHW means nothing NHWC: cuDNN's candidates are timed at the first run */
+        fa->tactic.id = 0;
+        fa->tactic.us = 0;
         int y = g->nodes[ni].out[0];
         if (!is_graph_output(g, y)) {
             is_nhwc[y] = true;

@@ -5,7 +5,9 @@
 
 #include "ir/ir.h"
 
-/* Runs after node placement on a CUDA engine's graph: every kiln.FusedConv
+/* Runs after node placement and tuning on a CUDA engine's graph (tactics of
+ * the layers it converts are reset to 0: cuDNN's candidates are then timed
+ * on the first run): every kiln.FusedConv
  * placed on the GPU that cuDNN runs best channels-last (2-D, fp16/bf16,
  * group 1, channel counts multiples of 8, symmetric padding, static shapes)
  * gets layout KILN_FC_LAYOUT_X_NHWC | KILN_FC_LAYOUT_Y_NHWC: its input,

@@ -723,6 +723,16 @@ TEST(test_copies) {
     CASE("empty", Identity, NULL, 1, 0, 0, trand(F32, -3, 3, S(7, 0)));
     CASE("mask", Dropout, &dr, 2, 0, 0, trand(F32, -3, 3, S(5, 6)));
     CASE("mask_like", Dropout, &drl, 2, 0, 0, trand(F16, -3, 3, S(5, 6)));
+    /* Shape and Size read dims only (the kernel writes them; nothing is copied) */
+    kiln_shape_attrs all = {0}, mid = {.start = 1, .end = -1, .has_end = 1}, neg = {.start = -2},
+                     none = {.start = 3, .end = 1, .has_end = 1};
+    CASE("all", Shape, &all, 1, 0, 0, trand(F16, -1, 1, S(2, 3, 4, 5)));
+    CASE("mid", Shape, &mid, 1, 0, 0, trand(F32, -1, 1, S(2, 3, 4, 5)));
+    CASE("neg_start", Shape, &neg, 1, 0, 0, trand(I64, -1, 1, S(6, 1, 7)));
+    CASE("scalar", Shape, &all, 1, 0, 0, trand(F32, -1, 1, 0, NULL));
+    CASE("empty_range", Shape, &none, 1, 0, 0, trand(F32, -1, 1, S(2, 3, 4)));
+    CASE("4d", Size, NULL, 1, 0, 0, trand(BF16, -1, 1, S(2, 3, 4, 5)));
+    CASE("empty", Size, NULL, 1, 0, 0, trand(F32, -1, 1, S(3, 0)));
 }
 
 TEST(test_transpose) {

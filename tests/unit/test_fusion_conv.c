@@ -243,10 +243,10 @@ TEST(no_fusion_when_shared) {
 }
 
 /* A ResNet-like chain (stride, 1x1, residual, depthwise) for the tactic tests. */
-static kiln_model *chain_model(int64_t *xd) {
+static kiln_model *chain_model_n(int64_t *xd, int64_t batch) {
     kiln_graph *g = NULL;
     if (kiln__graph_create(&g) != KILN_OK) abort();
-    xd[0] = 2, xd[1] = 16, xd[2] = 14, xd[3] = 14;
+    xd[0] = batch, xd[1] = 16, xd[2] = 14, xd[3] = 14;
     int x = add_input(g, "x", 4, xd);
     int a = unary(g, KILN_OP_Relu, "ra", bnorm(g, "bna", conv(g, "ca", x, 16, 32, 3, 2, 1, 1, 1), 32), NULL);
     int b = bnorm(g, "bnb", conv(g, "cb", a, 32, 32, 1, 1, 0, 1, 1), 32);
@@ -258,15 +258,19 @@ static kiln_model *chain_model(int64_t *xd) {
     return model_of(g);
 }
 
+static kiln_model *chain_model(int64_t *xd) { return chain_model_n(xd, 2); }
+
 /* Every tactic the CPU lists for every layer gives the same outputs as the
- * own kernels (tactic 0). */
-TEST(every_tactic_agrees) {
+ * own kernels (tactic 0), with `batch` images on `threads` threads (oneDNN
+ * splits the batch, or with one image the output rows, across the pool). */
+static void tactics_agree(int64_t batch, int threads) {
     int64_t xd[4];
-    kiln_model *m = chain_model(xd);
+    kiln_model *m = chain_model_n(xd, batch);
+    fprintf(stderr, "  batch %lld, %d threads\n", (long long)batch, threads);
     compare_opt(m, xd, 1e-5);
     int64_t nx = kiln__numel(4, xd);
     fill_x(nx);
-    kiln_engine *e = build(m, (bopts){.opt = 1, .tuning = 0, .threads = 2});
+    kiln_engine *e = build(m, (bopts){.opt = 1, .tuning = 0, .threads = threads});
     int64_t n0 = run(e, x_in, xd, 0, y_ref, BIG);
     CHECK(n0 > 0);
     int n_multi = 0;
@@ -316,6 +320,30 @@ TEST(every_tactic_agrees) {
     }
     kiln_engine_free(e);
     kiln_model_free(m);
+}
+
+/* Threads of this process (Linux), -1 where unknown. */
+static int count_threads(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return -1;
+    char line[256];
+    int n = -1;
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, "Threads:", 8)) n = atoi(line + 8);
+    fclose(f);
+    return n;
+}
+
+TEST(every_tactic_agrees) {
+    int before = count_threads();
+    tactics_agree(2, 2); /* batch split */
+    tactics_agree(3, 2); /* uneven batch split */
+    tactics_agree(1, 3); /* bands of rows: 7 output rows in 2 + 2 + 3 */
+    tactics_agree(1, 1);
+    /* oneDNN ran on kiln's pool threads alone: no OpenMP team was started
+     * (its threads would stay, spinning after each layer) */
+    int after = count_threads();
+    if (before > 0 && after > 0) CHECK(after == before);
 }
 
 static char *read_file(const char *path) {

@@ -139,6 +139,8 @@ KCU_DECLARE(slice)
 KCU_DECLARE(expand)
 KCU_DECLARE(tile)
 KCU_DECLARE(gather)
+KCU_DECLARE(shape)
+KCU_DECLARE(size)
 /* cuda_ops_nn.c */
 KCU_DECLARE(global_pool)
 KCU_DECLARE(softmax)

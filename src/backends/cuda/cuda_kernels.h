@@ -258,6 +258,12 @@ cudaError_t kcu_gemm_simple(kiln_dtype t, int ta, int tb, int64_t M, int64_t N, 
 
 /* ---- misc ------------------------------------------------------------------------ */
 
+/* Writes n (<= KILN_MAX_RANK) int64 values passed by value (Shape, Size:
+ * nothing read from host memory, so graph capture keeps them). */
+typedef struct kcu_i64s {
+    int64_t v[KILN_MAX_RANK];
+} kcu_i64s;
+cudaError_t kcu_write_i64(int64_t *dst, int n, const kcu_i64s *vals, cudaStream_t stream);
 /* Fills n elements of size es at dst with the element at host address val. */
 cudaError_t kcu_fill(size_t es, void *dst, int64_t n, const void *val, cudaStream_t stream);
 /* Checks that the kernels of this build can run on the current device:

@@ -41,6 +41,48 @@ kiln_status kiln__cu_copy_run(const kiln_kernel_args *a) {
     return kiln__cuda_memcpy(a, y->data, x->data, (size_t)n * es);
 }
 
+/* ---- Shape, Size (read the input's dims only: written by a kernel, nothing copied) ------- */
+
+bool kiln__cu_shape_supports(const kiln_graph *g, const kiln_node *n) {
+    return kiln__cu_out_dtype(g, n, 0) == KILN_DTYPE_INT64;
+}
+
+static kiln_status write_ints(const kiln_kernel_args *a, int n, const kcu_i64s *v) {
+    kiln_tensor *y = a->out[0];
+    if (y->dtype != KILN_DTYPE_INT64 || kiln__tensor_numel(y) != n)
+        return KILN_FAIL(KILN_ERR_INTERNAL, "node '%s' (%s): output is %s with %lld elements, expected %d",
+                         KCU_NODE(a), a->op->name, kiln_dtype_name(y->dtype),
+                         (long long)kiln__tensor_numel(y), n);
+    KILN_CUDA_TRY(kcu_write_i64(y->data, n, v, KCU_STREAM(a)), KCU_NODE(a));
+    return KILN_OK;
+}
+
+kiln_status kiln__cu_shape_run(const kiln_kernel_args *a) {
+    const kiln_shape_attrs *at = a->attrs;
+    int r = a->in[0]->rank;
+    /* ONNX start/end: negative counts from the end, both clamped to [0, rank] */
+    int64_t b = at ? at->start : 0, e = at && at->has_end ? at->end : r;
+    if (b < 0) b += r;
+    if (e < 0) e += r;
+    b = b < 0 ? 0 : b > r ? r : b;
+    e = e < b ? b : e > r ? r : e;
+    kcu_i64s v;
+    memset(&v, 0, sizeof v);
+    for (int64_t k = b; k < e; k++) v.v[k - b] = a->in[0]->dims[k];
+    return write_ints(a, (int)(e - b), &v);
+}
+
+bool kiln__cu_size_supports(const kiln_graph *g, const kiln_node *n) {
+    return kiln__cu_out_dtype(g, n, 0) == KILN_DTYPE_INT64;
+}
+
+kiln_status kiln__cu_size_run(const kiln_kernel_args *a) {
+    kcu_i64s v;
+    memset(&v, 0, sizeof v);
+    v.v[0] = kiln__tensor_numel(a->in[0]);
+    return write_ints(a, 1, &v);
+}
+
 /* ---- Dropout (inference: a copy, and a mask of ones) ------------------------------------ */
 
 bool kiln__cu_dropout_supports(const kiln_graph *g, const kiln_node *n) {

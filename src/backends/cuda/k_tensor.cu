@@ -122,6 +122,10 @@ template <typename E> __global__ void __launch_bounds__(KCU_THREADS) k_fill(E *d
     KCU_GRID_STRIDE(i, n) dst[i] = v;
 }
 
+__global__ void k_write_i64(int64_t *dst, int n, const __grid_constant__ kcu_i64s v) {
+    if ((int)threadIdx.x < n) dst[threadIdx.x] = v.v[threadIdx.x];
+}
+
 template <typename E>
 static cudaError_t fill_launch(void *dst, int64_t n, const void *val, cudaStream_t st) {
     E v;
@@ -194,6 +198,13 @@ cudaError_t kcu_fill(size_t es, void *dst, int64_t n, const void *val, cudaStrea
     case 8: return fill_launch<uint64_t>(dst, n, val, stream);
     default: return cudaErrorInvalidValue;
     }
+}
+
+cudaError_t kcu_write_i64(int64_t *dst, int n, const kcu_i64s *vals, cudaStream_t stream) {
+    if (n <= 0) return cudaSuccess;
+    if (n > KILN_MAX_RANK) return cudaErrorInvalidValue;
+    k_write_i64<<<1, 32, 0, stream>>>(dst, n, *vals);
+    return cudaGetLastError();
 }
 
 cudaError_t kcu_probe(void) {

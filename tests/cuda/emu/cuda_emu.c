@@ -349,6 +349,7 @@ cudaError_t kcu_gather(size_t es, kiln_dtype it, const void *x, const void *ind,
     }
     return cudaSuccess;
 }
+cudaError_t kcu_write_i64(int64_t *dst, int n, const kcu_i64s *vals, cudaStream_t s) { (void)s; if (n < 0 || n > KILN_MAX_RANK) return cudaErrorInvalidValue; for (int i = 0; i < n; i++) dst[i] = vals->v[i]; return cudaSuccess; }
 cudaError_t kcu_fill(size_t es, void *dst, int64_t n, const void *val, cudaStream_t s) { (void)s; for (int64_t i = 0; i < n; i++) memcpy((char *)dst + i * (int64_t)es, val, es); return cudaSuccess; }
 cudaError_t kcu_probe(void) { return cudaSuccess; }
 cudaError_t kcu_softmax(int kind, kiln_dtype t, const void *x, void *y, int64_t outer, int64_t n, int64_t inner, cudaStream_t s) {
