@@ -300,14 +300,20 @@ def bench_row(args, K, manifest, model, threads, precision, rss, builds):
         kr.run()
         orr.run()
     tk, to = [], []
+    gap = args.gap_ms / 1e3
     for _ in range(args.repeats):
+        # a pause before each timed call, so that the other runtime's idle threads (ORT's
+        # spin for a while after each run, by default) are not running during it
+        time.sleep(gap)
         t0 = time.perf_counter()
         kr.run()
         t1 = time.perf_counter()
-        orr.run()
+        time.sleep(gap)
         t2 = time.perf_counter()
+        orr.run()
+        t3 = time.perf_counter()
         tk.append((t1 - t0) * 1e3)
-        to.append((t2 - t1) * 1e3)
+        to.append((t3 - t2) * 1e3)
     agree = agreement(kr.outputs(), orr.outputs())
     row = {"model": model, "label": label, "variant": variant, "batch": batch,
            "threads": threads, "precision": precision, "kiln_ms": statistics.median(tk),
@@ -378,7 +384,9 @@ def write_md(path, args, rows, baseline_mb, ort_version, kiln_version, command, 
         "to be used (build ahead of time, deploy the engine file); the benchmark loads that "
         "file. One ORT session (intra_op_num_threads = the same thread count, inter_op_num_threads "
         "= 1, sequential execution, ORT_ENABLE_ALL) are created; each is warmed up %d times, then "
-        "they run alternately %d times each, and the medians of the run calls are reported. "
+        "they run alternately %d times each (with a %g ms pause before each timed call, so that "
+        "the other runtime's idle threads -- ORT's spin for a while after each run by default "
+        "-- are not running during it), and the medians of the run calls are reported. "
         "Inputs are the reference inputs written by `scripts/gen_models.py` (seeded random "
         "data for batch 8). Peak RSS is `ru_maxrss` of a child process that loads only that "
         "runtime, loads the engine file (kiln) / creates the session from the ONNX file (ORT) "
@@ -387,7 +395,7 @@ def write_md(path, args, rows, baseline_mb, ort_version, kiln_version, command, 
         "column; its peak RSS is in the JSON output. bf16 rows compare a kiln bf16 engine with "
         "ORT in fp32 (ORT has no bf16 CPU path). Agreement is max |kiln - ORT| / max |ORT| over "
         "all outputs."
-        % (args.warmup, args.repeats, fmt_mb(baseline_mb)),
+        % (args.warmup, args.repeats, args.gap_ms, fmt_mb(baseline_mb)),
         "",
         "Models (`scripts/gen_models.py`, seeded weights): ResNet-50 = resnet50_op17_fixed "
         "(batch 1) and resnet50_op17_dyn (batch 8), MobileNetV2 = mobilenetv2_op17_fixed, "
@@ -417,6 +425,9 @@ def main():
                          "ORT always runs fp32")
     ap.add_argument("--repeats", type=int, default=None, help="timed runs of each runtime (default 20)")
     ap.add_argument("--warmup", type=int, default=None, help="untimed runs of each first (default 3)")
+    ap.add_argument("--gap-ms", type=float, default=20.0,
+                    help="pause before each timed call, in ms (default 20): lets the other "
+                         "runtime's spinning threads go idle")
     ap.add_argument("--quick", action="store_true",
                     help="test the script: MobileNetV2 only, 5 repeats, 1 warm-up")
     ap.add_argument("--write", metavar="FILE", help="also write the results as markdown (BENCHMARKS.md)")

@@ -356,6 +356,12 @@ static bool node_shapes(const kiln_graph *g, const kiln_node *n, kiln_tinfo *vi,
     return true;
 }
 
+static bool lists(const int32_t *ids, int n, int32_t id) {
+    for (int i = 0; i < n; i++)
+        if (ids[i] == id) return true;
+    return false;
+}
+
 /* Whether oneDNN runs FusedConv n (tactic and layouts as in its attrs)
  * with a real kernel (a reference one would take seconds to time). */
 static bool probe_fused_conv(const kiln_node *n, tune_bufs *tb, kiln_pool *pool) {
@@ -507,6 +513,13 @@ kiln_status kiln__builder_tune(const kiln_builder *b, kiln_engine *e) {
             double best_us = -1;
             for (int k = 0; st == KILN_OK && k < n_ids; k++) {
                 bool nhwc = chain_layout(n, in, ids[k], &tb, pool);
+                if (nhwc && ids[k] == KILN_FC_TACTIC_DNNL_PLAIN && lists(ids, n_ids, KILN_FC_TACTIC_DNNL_BLOCKED)) {
+                    /* NHWC in and out, oneDNN's plain and blocked tactics
+                     * are one kernel; blocked is the one that also runs
+                     * well where a neighbour stays NCHW */
+                    ((kiln_fused_conv_attrs *)n->attrs)->layout = 0;
+                    continue;
+                }
                 double us = time_tactic(be, states[si], pool, n, in, ids[k], &tb, TUNE_REPS, best_us);
                 if (nhwc) ((kiln_fused_conv_attrs *)n->attrs)->layout = 0;
                 if (us >= 0 && (best_us < 0 || us < best_us)) {

@@ -41,6 +41,9 @@
 #include <stdio.h>
 
 #define MAX_PARTS 64 /* pool threads used by one layer */
+/* Least work per part (see dconv_create): on the 2-core test machine waking
+ * a pool thread costs ~40-50 us, about this many multiply-adds. */
+#define PART_COST 12e6
 
 #define NODE(a) ((a)->node_name ? (a)->node_name : "?")
 
@@ -392,6 +395,11 @@ static kiln_status dconv_create(const kiln_kernel_args *a, int tactic, int nthre
      * output rows (each at least one row, none entirely in the padding) */
     int parts = probe ? 1 : nthreads;
     if (parts > MAX_PARTS) parts = MAX_PARTS;
+    /* a small layer runs on one thread: waking another costs more than it
+     * saves (cost: multiply-adds plus 16 per element read or written) */
+    double cost = (double)g.N * (double)g.M * (double)g.out_sz * (double)g.Cg * (double)g.k_sz +
+                  16.0 * (double)g.N * ((double)g.C * (double)g.in_sz + (double)g.M * (double)g.out_sz);
+    if (parts > 1 && cost / PART_COST < parts) parts = cost >= 2 * PART_COST ? (int)(cost / PART_COST) : 1;
     bool rows = g.N == 1 && g.ns >= 1;
     int64_t span = rows ? g.out[0] : g.N;
     if (parts > span) parts = span > 0 ? (int)span : 1;

@@ -18,6 +18,7 @@
 #include "ops/elementwise_impl.h"
 #include "ops/fused_conv.h"
 #include "passes/pattern.h"
+#include "passes/precision.h"
 
 #include <math.h>
 
@@ -202,6 +203,8 @@ static kiln_status fuse_conv(kiln_graph *g, const kiln_optimize_opts *o, const k
     memset(&fa, 0, sizeof fa);
     fa.conv = *(const kiln_conv_attrs *)cv->attrs;
     fa.precision = o->precision == KILN_PRECISION_BF16 ? KILN_PRECISION_BF16 : KILN_PRECISION_FP32;
+    for (int i = 0; i < o->n_fp32_layers; i++) /* --layer-precision NAME:fp32 */
+        if (kiln__layer_name_matches(cv->name, o->fp32_layers[i])) fa.precision = KILN_PRECISION_FP32;
     int nodes[4] = {ci, -1, -1, -1}, n_nodes = 1;
     int in[4] = {cv->in[0], cv->in[1], cv->n_in > 2 ? cv->in[2] : -1, -1};
     int cur = y;
