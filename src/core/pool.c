@@ -3,7 +3,15 @@
  * kiln__parallel_for splits [0, n) into chunks; the calling thread and the
  * pool's workers take chunks from a shared atomic counter until none are
  * left, then the caller waits for the workers to finish. One job runs at a
- * time per pool (a pool belongs to one context, which runs on one thread). */
+ * time per pool (a pool belongs to one context, which runs on one thread).
+ *
+ * Waking a sleeping thread costs tens of microseconds, as much as a small
+ * layer's whole work, and inference calls kiln__parallel_for back to back.
+ * So an idle worker first spins for a bounded time (about 100 us) watching
+ * for the next job before it sleeps on the condition variable, and the
+ * caller likewise spins briefly for the workers to finish. A job is
+ * published through the atomic `generation` (release) after its fields are
+ * written; `active` counts the workers still inside it. */
 #include "core/core.h"
 
 #include <pthread.h>
@@ -15,9 +23,10 @@ struct kiln_pool {
     pthread_t *threads;
     pthread_mutex_t mu;
     pthread_cond_t cv_work, cv_done;
-    uint64_t generation; /* bumps for every job */
-    int active;          /* workers still inside the current job */
-    bool stop;
+    atomic_uint_fast64_t generation; /* bumps for every job */
+    atomic_int active;               /* workers still inside the current job */
+    atomic_bool stop;
+    int sleepers;                    /* workers waiting on cv_work (under mu) */
     /* current job */
     kiln_range_fn fn;
     void *ctx;
@@ -39,20 +48,44 @@ static void pool_work(kiln_pool *p) {
     }
 }
 
+enum { SPIN_ITERS = 2000 }; /* ~100 us of pause instructions */
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+/* Waits until the pool's generation differs from `seen` (or stop); returns it. */
+static uint64_t wait_job(kiln_pool *p, uint64_t seen) {
+    for (int i = 0; i < SPIN_ITERS; i++) {
+        uint64_t g = atomic_load_explicit(&p->generation, memory_order_acquire);
+        if (g != seen || atomic_load_explicit(&p->stop, memory_order_relaxed)) return g;
+        cpu_relax();
+    }
+    pthread_mutex_lock(&p->mu);
+    p->sleepers++;
+    while (!atomic_load(&p->stop) && atomic_load(&p->generation) == seen)
+        pthread_cond_wait(&p->cv_work, &p->mu);
+    p->sleepers--;
+    pthread_mutex_unlock(&p->mu);
+    return atomic_load_explicit(&p->generation, memory_order_acquire);
+}
+
 static void *pool_main(void *arg) {
     kiln_pool *p = arg;
     uint64_t seen = 0;
-    pthread_mutex_lock(&p->mu);
     for (;;) {
-        while (!p->stop && p->generation == seen) pthread_cond_wait(&p->cv_work, &p->mu);
-        if (p->stop) break;
-        seen = p->generation;
-        pthread_mutex_unlock(&p->mu);
+        seen = wait_job(p, seen);
+        if (atomic_load(&p->stop)) break;
         pool_work(p);
-        pthread_mutex_lock(&p->mu);
-        if (--p->active == 0) pthread_cond_signal(&p->cv_done);
+        if (atomic_fetch_sub_explicit(&p->active, 1, memory_order_acq_rel) == 1) {
+            /* the caller may be asleep waiting for the last worker */
+            pthread_mutex_lock(&p->mu);
+            pthread_cond_signal(&p->cv_done);
+            pthread_mutex_unlock(&p->mu);
+        }
     }
-    pthread_mutex_unlock(&p->mu);
     return NULL;
 }
 
@@ -86,7 +119,7 @@ kiln_status kiln__pool_create(int threads, kiln_pool **out) {
 void kiln__pool_free(kiln_pool *p) {
     if (!p) return;
     pthread_mutex_lock(&p->mu);
-    p->stop = true;
+    atomic_store(&p->stop, true);
     pthread_cond_broadcast(&p->cv_work);
     pthread_mutex_unlock(&p->mu);
     for (int i = 0; i < p->n_workers; i++) pthread_join(p->threads[i], NULL);
@@ -116,18 +149,25 @@ void kiln__parallel_for(kiln_pool *p, int64_t n, int64_t grain, kiln_range_fn fn
         fn(ctx, 0, n);
         return;
     }
-    pthread_mutex_lock(&p->mu);
+    /* Every worker has left the previous job (the caller waited for that),
+     * so the job fields can be written before the new generation publishes them. */
     p->fn = fn;
     p->ctx = ctx;
     p->n = n;
     p->chunk = chunk;
-    atomic_store(&p->next, 0);
-    p->active = p->n_workers;
-    p->generation++;
-    pthread_cond_broadcast(&p->cv_work);
+    atomic_store_explicit(&p->next, 0, memory_order_relaxed);
+    atomic_store_explicit(&p->active, p->n_workers, memory_order_relaxed);
+    atomic_fetch_add_explicit(&p->generation, 1, memory_order_release);
+    pthread_mutex_lock(&p->mu);
+    if (p->sleepers > 0) pthread_cond_broadcast(&p->cv_work);
     pthread_mutex_unlock(&p->mu);
     pool_work(p);
+    for (int i = 0; i < SPIN_ITERS; i++) {
+        if (atomic_load_explicit(&p->active, memory_order_acquire) == 0) return;
+        cpu_relax();
+    }
     pthread_mutex_lock(&p->mu);
-    while (p->active > 0) pthread_cond_wait(&p->cv_done, &p->mu);
+    while (atomic_load_explicit(&p->active, memory_order_acquire) > 0)
+        pthread_cond_wait(&p->cv_done, &p->mu);
     pthread_mutex_unlock(&p->mu);
 }
