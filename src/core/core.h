@@ -102,6 +102,9 @@ typedef void (*kiln_range_fn)(void *ctx, int64_t begin, int64_t end);
 KILN_PRIVATE kiln_status kiln__pool_create(int threads, kiln_pool **out);
 KILN_PRIVATE void kiln__pool_free(kiln_pool *p);
 KILN_PRIVATE int kiln__pool_threads(const kiln_pool *p); /* 1 for NULL */
+/* While held (a context is running a plan), idle workers spin waiting for
+ * the next job instead of sleeping. NULL: nothing. */
+KILN_PRIVATE void kiln__pool_hold(kiln_pool *p, bool on);
 KILN_PRIVATE void kiln__parallel_for(kiln_pool *p, int64_t n, int64_t grain, kiln_range_fn fn,
                                      void *ctx);
 KILN_PRIVATE int kiln__cpu_count(void);

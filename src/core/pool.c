@@ -9,13 +9,22 @@
  * layer's whole work, and inference calls kiln__parallel_for back to back.
  * So an idle worker first spins for a bounded time (about 100 us) watching
  * for the next job before it sleeps on the condition variable, and the
- * caller likewise spins briefly for the workers to finish. A job is
+ * caller likewise spins briefly for the workers to finish. While a context
+ * runs a plan it holds the pool (kiln__pool_hold): idle workers then keep
+ * spinning between layers instead of sleeping, as ONNX Runtime's do; a
+ * sleeping virtual CPU can take far longer to wake than a layer takes. A job is
  * published through the atomic `generation` (release) after its fields are
- * written; `active` counts the workers still inside it. */
+ * written. A worker takes part in a job only if it joins it before the
+ * caller has taken the last chunk: `state` holds the job's generation (high
+ * 32 bits), a CLOSED bit and the count of joined workers still inside it.
+ * The caller closes the job when its own share is done and waits only for
+ * the workers that joined, so a worker whose CPU is slow to be scheduled
+ * (a descheduled virtual CPU) never holds a layer up. */
 #include "core/core.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <sched.h>
 #include <unistd.h>
 
 struct kiln_pool {
@@ -24,8 +33,9 @@ struct kiln_pool {
     pthread_mutex_t mu;
     pthread_cond_t cv_work, cv_done;
     atomic_uint_fast64_t generation; /* bumps for every job */
-    atomic_int active;               /* workers still inside the current job */
+    atomic_uint_fast64_t state;      /* job generation << 32 | CLOSED | joined workers inside */
     atomic_bool stop;
+    atomic_bool hold;                /* a run is in progress: idle workers keep spinning */
     int sleepers;                    /* workers waiting on cv_work (under mu) */
     /* current job */
     kiln_range_fn fn;
@@ -49,6 +59,19 @@ static void pool_work(kiln_pool *p) {
 }
 
 enum { SPIN_ITERS = 2000 }; /* ~100 us of pause instructions */
+#define JOB_CLOSED ((uint64_t)1 << 31)
+#define JOB_COUNT ((uint64_t)JOB_CLOSED - 1)
+
+/* Joins job `gen` unless it is closed (or already replaced); true if joined. */
+static bool job_join(kiln_pool *p, uint64_t gen) {
+    uint64_t s = atomic_load_explicit(&p->state, memory_order_acquire);
+    for (;;) {
+        if ((s >> 32) != (gen & 0xffffffffu) || (s & JOB_CLOSED)) return false;
+        if (atomic_compare_exchange_weak_explicit(&p->state, &s, s + 1, memory_order_acq_rel,
+                                                  memory_order_acquire))
+            return true;
+    }
+}
 
 static inline void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -56,20 +79,38 @@ static inline void cpu_relax(void) {
 #endif
 }
 
-/* Waits until the pool's generation differs from `seen` (or stop); returns it. */
+/* Waits until the pool's generation differs from `seen` (or stop); returns
+ * it. Spins first: SPIN_ITERS pauses, or as long as the pool is held. */
 static uint64_t wait_job(kiln_pool *p, uint64_t seen) {
-    for (int i = 0; i < SPIN_ITERS; i++) {
+    for (;;) {
+        for (int i = 0;; i < SPIN_ITERS ? i++ : 0) {
+            uint64_t g = atomic_load_explicit(&p->generation, memory_order_acquire);
+            if (g != seen || atomic_load_explicit(&p->stop, memory_order_relaxed)) return g;
+            if (i >= SPIN_ITERS && !atomic_load_explicit(&p->hold, memory_order_relaxed)) break;
+            cpu_relax();
+            /* a spinning worker that shares a CPU with the caller must not
+             * take its time: give way now and then */
+            if ((i & 63) == 63 || i >= SPIN_ITERS) sched_yield();
+        }
+        pthread_mutex_lock(&p->mu);
+        p->sleepers++;
+        while (!atomic_load(&p->stop) && atomic_load(&p->generation) == seen && !atomic_load(&p->hold))
+            pthread_cond_wait(&p->cv_work, &p->mu);
+        p->sleepers--;
+        pthread_mutex_unlock(&p->mu);
         uint64_t g = atomic_load_explicit(&p->generation, memory_order_acquire);
-        if (g != seen || atomic_load_explicit(&p->stop, memory_order_relaxed)) return g;
-        cpu_relax();
+        if (g != seen || atomic_load(&p->stop)) return g;
+        /* woken because the pool is held: spin again */
     }
+}
+
+void kiln__pool_hold(kiln_pool *p, bool on) {
+    if (!p) return;
+    atomic_store(&p->hold, on);
+    if (!on) return;
     pthread_mutex_lock(&p->mu);
-    p->sleepers++;
-    while (!atomic_load(&p->stop) && atomic_load(&p->generation) == seen)
-        pthread_cond_wait(&p->cv_work, &p->mu);
-    p->sleepers--;
+    if (p->sleepers > 0) pthread_cond_broadcast(&p->cv_work);
     pthread_mutex_unlock(&p->mu);
-    return atomic_load_explicit(&p->generation, memory_order_acquire);
 }
 
 static void *pool_main(void *arg) {
@@ -78,8 +119,10 @@ static void *pool_main(void *arg) {
     for (;;) {
         seen = wait_job(p, seen);
         if (atomic_load(&p->stop)) break;
+        if (!job_join(p, seen)) continue; /* the caller already finished it */
         pool_work(p);
-        if (atomic_fetch_sub_explicit(&p->active, 1, memory_order_acq_rel) == 1) {
+        uint64_t prev = atomic_fetch_sub_explicit(&p->state, 1, memory_order_acq_rel);
+        if ((prev & JOB_CLOSED) && (prev & JOB_COUNT) == 1) {
             /* the caller may be asleep waiting for the last worker */
             pthread_mutex_lock(&p->mu);
             pthread_cond_signal(&p->cv_done);
@@ -156,18 +199,22 @@ void kiln__parallel_for(kiln_pool *p, int64_t n, int64_t grain, kiln_range_fn fn
     p->n = n;
     p->chunk = chunk;
     atomic_store_explicit(&p->next, 0, memory_order_relaxed);
-    atomic_store_explicit(&p->active, p->n_workers, memory_order_relaxed);
-    atomic_fetch_add_explicit(&p->generation, 1, memory_order_release);
+    uint64_t gen = atomic_load_explicit(&p->generation, memory_order_relaxed) + 1;
+    atomic_store_explicit(&p->state, (gen & 0xffffffffu) << 32, memory_order_relaxed);
+    atomic_store_explicit(&p->generation, gen, memory_order_release);
     pthread_mutex_lock(&p->mu);
     if (p->sleepers > 0) pthread_cond_broadcast(&p->cv_work);
     pthread_mutex_unlock(&p->mu);
     pool_work(p);
+    /* every chunk is taken: close the job to late workers, wait for the joined */
+    uint64_t s = atomic_fetch_or_explicit(&p->state, JOB_CLOSED, memory_order_acq_rel);
+    if ((s & JOB_COUNT) == 0) return;
     for (int i = 0; i < SPIN_ITERS; i++) {
-        if (atomic_load_explicit(&p->active, memory_order_acquire) == 0) return;
+        if ((atomic_load_explicit(&p->state, memory_order_acquire) & JOB_COUNT) == 0) return;
         cpu_relax();
     }
     pthread_mutex_lock(&p->mu);
-    while (atomic_load_explicit(&p->active, memory_order_acquire) > 0)
+    while (atomic_load_explicit(&p->state, memory_order_acquire) & JOB_COUNT)
         pthread_cond_wait(&p->cv_done, &p->mu);
     pthread_mutex_unlock(&p->mu);
 }

@@ -834,7 +834,9 @@ kiln_status kiln_context_run(kiln_context *c) {
     KILN_TRY(graph_replay(c, &replayed));
     if (!replayed) {
         bool capturing = graph_capture_begin(c);
+        kiln__pool_hold(c->threads_pool, true);
         st = run_nodes(c);
+        kiln__pool_hold(c->threads_pool, false);
         if (capturing) st = graph_capture_end(c, st);
         if (st != KILN_OK) return st;
     }
