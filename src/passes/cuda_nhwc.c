@@ -130,12 +130,6 @@ static kiln_status convert(nhwc_ctx *c, int v, bool to_nhwc, int dst, int after,
     return KILN_OK;
 }
 
-static bool is_graph_output(const kiln_graph *g, int v) {
-    for (int i = 0; i < g->n_outputs; i++)
-        if (g->outputs[i] == v) return true;
-    return false;
-}
-
 static kiln_status rewrite(nhwc_ctx *c, const bool *el, bool *is_nhwc, int *nhwc_of, int *nchw_of) {
     kiln_graph *g = c->g;
     /* outputs of NHWC layers hold NHWC bytes; a graph output gets a copy back */
@@ -147,7 +141,7 @@ static kiln_status rewrite(nhwc_ctx *c, const bool *el, bool *is_nhwc, int *nhwc
         fa->tactic.id = 0;
         fa->tactic.us = 0;
         int y = g->nodes[ni].out[0];
-        if (!is_graph_output(g, y)) {
+        if (!kiln__pat_is_output(g, y)) {
             is_nhwc[y] = true;
             nhwc_of[y] = y;
             continue;
@@ -205,7 +199,7 @@ static void keep_long_chains(const kiln_graph *g, bool *el, int *sc) {
         if (n->dead) continue;
         if (el[ni]) {
             layers[root(parent, ni)]++;
-            if (is_graph_output(g, n->out[0])) convs[root(parent, ni)]++;
+            if (kiln__pat_is_output(g, n->out[0])) convs[root(parent, ni)]++;
         }
         for (int i = 0; i < n->n_in; i++) {
             int v = n->in[i], pr = v >= 0 ? g->values[v].producer : -1;

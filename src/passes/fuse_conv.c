@@ -22,22 +22,6 @@
 
 #include <math.h>
 
-/* Whether backend `be` supports a node of op `op_id` with these inputs and
- * attrs, asked with a temporary node (the graph is not changed). */
-static bool backend_supports(const kiln_backend_i *be, const kiln_graph *g, const kiln_node *like,
-                             int op_id, int n_in, int *in, int *out, void *attrs) {
-    if (!be) return false;
-    kiln_node t = *like;
-    t.op_id = op_id;
-    t.op = kiln__op_by_id(op_id);
-    t.n_in = n_in;
-    t.in = in;
-    t.n_out = 1;
-    t.out = out;
-    t.attrs = attrs;
-    return t.op && be->supports(g, &t);
-}
-
 static bool is_const_f32(const kiln_graph *g, int v, int64_t n) {
     int64_t k = -1;
     return v >= 0 && kiln__pat_const_f32(g, v, &k) && (n < 0 || k == n);
@@ -45,7 +29,7 @@ static bool is_const_f32(const kiln_graph *g, int v, int64_t n) {
 
 /* ---- BatchNormalization folding ------------------------------------------- */
 
-static kiln_status fold_bn(kiln_graph *g, const kiln_backend_i *be, int bi) {
+static kiln_status fold_bn(kiln_graph *g, int device, int bi) {
     kiln_node *bn = &g->nodes[bi];
     const kiln_bn_attrs *ba = bn->attrs;
     if (bn->n_out != 1 || bn->n_in != 5 || !ba || ba->spatial == 0) return KILN_OK;
@@ -60,7 +44,7 @@ static kiln_status fold_bn(kiln_graph *g, const kiln_backend_i *be, int bi) {
     if (b >= 0 && !is_const_f32(g, b, M)) return KILN_OK;
     for (int k = 1; k < 5; k++)
         if (!is_const_f32(g, bn->in[k], M)) return KILN_OK;
-    if (!backend_supports(be, g, cv, KILN_OP_Conv, cv->n_in, cv->in, cv->out, cv->attrs))
+    if (!kiln__pat_supports(g, device, KILN_OP_Conv, cv->n_in, cv->in, 1, cv->out, cv->attrs))
         return KILN_OK;
     const float *W = g->values[w].data, *B0 = b >= 0 ? g->values[b].data : NULL;
     const float *sc = g->values[bn->in[1]].data, *bb = g->values[bn->in[2]].data;
@@ -126,12 +110,6 @@ static int consumers(const kiln_graph *g, int v, int *out, int cap) {
     return n;
 }
 
-static bool is_graph_output(const kiln_graph *g, int v) {
-    for (int i = 0; i < g->n_outputs; i++)
-        if (g->outputs[i] == v) return true;
-    return false;
-}
-
 /* Scalar float constant of input i of node n, or `dflt` when absent. */
 static bool scalar_input(const kiln_graph *g, const kiln_node *n, int i, float dflt, float *out) {
     if (i >= n->n_in || n->in[i] < 0) {
@@ -150,7 +128,7 @@ static bool scalar_input(const kiln_graph *g, const kiln_node *n, int i, float d
 static bool match_act(const kiln_graph *g, int cur, kiln_fused_conv_attrs *fa, int *last, int *mid) {
     int cs[3];
     int nc = consumers(g, cur, cs, 3);
-    if (is_graph_output(g, cur)) return false;
+    if (kiln__pat_is_output(g, cur)) return false;
     *mid = -1;
     if (nc == 2) { /* SiLU: Sigmoid(cur) and Mul(cur, sigmoid) */
         for (int k = 0; k < 2; k++) {
@@ -192,8 +170,7 @@ static bool match_act(const kiln_graph *g, int cur, kiln_fused_conv_attrs *fa, i
     return true;
 }
 
-static kiln_status fuse_conv(kiln_graph *g, const kiln_optimize_opts *o, const kiln_backend_i *be,
-                             int ci) {
+static kiln_status fuse_conv(kiln_graph *g, const kiln_optimize_opts *o, int ci) {
     const kiln_node *cv = &g->nodes[ci];
     int y = cv->out[0];
     if (cv->n_out != 1 || y < 0) return KILN_OK;
@@ -232,7 +209,7 @@ static kiln_status fuse_conv(kiln_graph *g, const kiln_optimize_opts *o, const k
     int n_in = fa.has_residual ? 4 : 3;
     int out[1] = {cur};
     int lastn = nodes[n_nodes - 1];
-    if (!backend_supports(be, g, &g->nodes[lastn], KILN_OP_FusedConv, n_in, in, out, &fa))
+    if (!kiln__pat_supports(g, o->device, KILN_OP_FusedConv, n_in, in, 1, out, &fa))
         return KILN_OK; /* the device has no fused kernel: the nodes stay as they are */
     const char *names[4];
     for (int i = 0; i < n_nodes; i++) names[i] = g->nodes[nodes[i]].name;
@@ -243,17 +220,16 @@ static kiln_status fuse_conv(kiln_graph *g, const kiln_optimize_opts *o, const k
 }
 
 kiln_status kiln__opt_conv(kiln_graph *g, const kiln_optimize_opts *o) {
-    const kiln_backend_i *be = kiln__backend_for(o->device);
-    if (!be) return KILN_OK;
+    if (!kiln__backend_for(o->device)) return KILN_OK;
     kiln__graph_link(g);
     for (int ni = 0; ni < g->n_nodes; ni++) {
         if (g->nodes[ni].dead || g->nodes[ni].op_id != KILN_OP_BatchNormalization) continue;
-        KILN_TRY(fold_bn(g, be, ni));
+        KILN_TRY(fold_bn(g, o->device, ni));
     }
     int n = g->n_nodes;
     for (int ni = 0; ni < n; ni++) {
         if (g->nodes[ni].dead || g->nodes[ni].op_id != KILN_OP_Conv) continue;
-        KILN_TRY(fuse_conv(g, o, be, ni));
+        KILN_TRY(fuse_conv(g, o, ni));
     }
     return KILN_OK;
 }
@@ -280,7 +256,7 @@ int kiln__fc_choose_layouts(kiln_graph *g, const bool *veto) {
         if (!layout_node_ok(g, ni, veto)) continue;
         int v = g->nodes[ni].out[0];
         const kiln_tinfo *t = &g->values[v].info;
-        if (v < 0 || is_graph_output(g, v) || g->values[v].n_uses < 1 || t->rank != 4) continue;
+        if (v < 0 || kiln__pat_is_output(g, v) || g->values[v].n_uses < 1 || t->rank != 4) continue;
         blk[v] = true;
     }
     for (int ni = 0; ni < g->n_nodes; ni++) {

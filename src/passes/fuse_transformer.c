@@ -94,16 +94,6 @@ static int other_input(const kiln_graph *g, int ni, int v) {
 
 static bool is_f32(const kiln_graph *g, int v) { return info(g, v)->dtype == KILN_DTYPE_FLOAT32; }
 
-static bool backend_supports(const kiln_graph *g, const kiln_optimize_opts *o, int op_id, int n_in,
-                             const int *in, int n_out, const int *out, const void *attrs) {
-    const kiln_backend_i *be = kiln__backend_for(o->device);
-    const kiln_op_def *op = kiln__op_by_id(op_id);
-    if (!be || !op) return false;
-    kiln_node tmp = {.op_id = op_id, .op = op, .name = NULL, .n_in = n_in, .n_out = n_out,
-                     .in = (int *)in, .out = (int *)out, .attrs = (void *)attrs, .device = o->device};
-    return be->supports(g, &tmp);
-}
-
 /* Replaces the pattern's last node by the fused node and marks the others
  * dead; names joined from every node of the pattern. */
 static kiln_status pat_commit(kiln_graph *g, const pat *p, int op_id, int n_in, const int *in, int out,
@@ -132,12 +122,6 @@ static void redirect_uses(kiln_graph *g, int from, int to) {
     }
 }
 
-static bool is_graph_output(const kiln_graph *g, int v) {
-    for (int i = 0; i < g->n_outputs; i++)
-        if (g->outputs[i] == v) return true;
-    return false;
-}
-
 /* ======================================================================= */
 /* 1. Transpose / Reshape clean-up                                          */
 /* ======================================================================= */
@@ -162,7 +146,7 @@ static kiln_status opt_layout(kiln_graph *g, const kiln_optimize_opts *o) {
                 if (c.perm[i] != i) ident = false;
             }
             int x = g->nodes[p].in[0], y = n->out[0];
-            if (ident && !is_graph_output(g, y)) {
+            if (ident && !kiln__pat_is_output(g, y)) {
                 redirect_uses(g, y, x);
                 g->nodes[p].dead = true;
                 n->dead = true;
@@ -170,7 +154,7 @@ static kiln_status opt_layout(kiln_graph *g, const kiln_optimize_opts *o) {
                 continue;
             }
             if (ident) continue;
-            if (!backend_supports(g, o, KILN_OP_Transpose, 1, &x, 1, &y, &c)) continue;
+            if (!kiln__pat_supports(g, o->device, KILN_OP_Transpose, 1, &x, 1, &y, &c)) continue;
             pat pt = {.n = 0};
             pat_add(&pt, p);
             pat_add(&pt, ni);
@@ -191,7 +175,7 @@ static kiln_status opt_layout(kiln_graph *g, const kiln_optimize_opts *o) {
             n = &g->nodes[ni];
             int in[2] = {g->nodes[p].in[0], shape};
             kiln_reshape_attrs ra = {0};
-            if (!backend_supports(g, o, KILN_OP_Reshape, 2, in, 1, n->out, &ra)) continue;
+            if (!kiln__pat_supports(g, o->device, KILN_OP_Reshape, 2, in, 1, n->out, &ra)) continue;
             pat pt = {.n = 0};
             pat_add(&pt, p);
             pat_add(&pt, ni);
@@ -232,7 +216,7 @@ static kiln_status match_layernorm(kiln_graph *g, const kiln_optimize_opts *o, i
     int d = dn->in[0], sq = dn->in[1];
     int sub = kiln__pat_producer(g, d, KILN_OP_Sub);
     int sqrt_n = sole_producer(g, sq, KILN_OP_Sqrt);
-    if (sub < 0 || sqrt_n < 0 || g->values[d].n_uses != 2 || is_graph_output(g, d)) return KILN_OK;
+    if (sub < 0 || sqrt_n < 0 || g->values[d].n_uses != 2 || kiln__pat_is_output(g, d)) return KILN_OK;
     int x = g->nodes[sub].in[0];
     if (!is_f32(g, x)) return KILN_OK;
     int mean_r = sole_producer(g, g->nodes[sub].in[1], KILN_OP_ReduceMean);
@@ -278,7 +262,7 @@ static kiln_status match_layernorm(kiln_graph *g, const kiln_optimize_opts *o, i
     kiln_ln_attrs la = {.axis = rank - k1, .epsilon = (float)eps, .stash_type = 1};
     int in[3] = {x, gamma, beta};
     int n_in = beta >= 0 ? 3 : 2;
-    if (!backend_supports(g, o, KILN_OP_LayerNormalization, n_in, in, 1, &out, &la)) return KILN_OK;
+    if (!kiln__pat_supports(g, o->device, KILN_OP_LayerNormalization, n_in, in, 1, &out, &la)) return KILN_OK;
     pat p = {.n = 0};
     int order[] = {mean_r, sub, pow_n, var_r, add_eps, sqrt_n, div, mul, add_b};
     for (int i = 0; i < 9; i++)
@@ -341,7 +325,7 @@ static kiln_status match_gelu_erf(kiln_graph *g, const kiln_optimize_opts *o, in
     int y = match_gelu_tail(g, g->nodes[erf].out[0], x, &p);
     if (y < 0) return KILN_OK;
     kiln_gelu_attrs ga = {.approx = 0};
-    if (!backend_supports(g, o, KILN_OP_Gelu, 1, &x, 1, &y, &ga)) return KILN_OK;
+    if (!kiln__pat_supports(g, o->device, KILN_OP_Gelu, 1, &x, 1, &y, &ga)) return KILN_OK;
     return pat_commit(g, &p, KILN_OP_Gelu, 1, &x, y, &ga);
 }
 
@@ -381,7 +365,7 @@ static kiln_status match_gelu_tanh(kiln_graph *g, const kiln_optimize_opts *o, i
         int y = match_gelu_tail(g, g->nodes[th].out[0], x, &p);
         if (y < 0) return KILN_OK;
         kiln_gelu_attrs ga = {.approx = 1};
-        if (!backend_supports(g, o, KILN_OP_Gelu, 1, &x, 1, &y, &ga)) return KILN_OK;
+        if (!kiln__pat_supports(g, o->device, KILN_OP_Gelu, 1, &x, 1, &y, &ga)) return KILN_OK;
         return pat_commit(g, &p, KILN_OP_Gelu, 1, &x, y, &ga);
     }
     return KILN_OK;
@@ -480,7 +464,7 @@ static kiln_status match_matmul(kiln_graph *g, const kiln_optimize_opts *o, int 
     if (bias >= 0 && beta != 1.0f) KILN_TRY(scaled_copy(g, bias, beta, &bias));
     int in[4] = {A, B, bias, res};
     int n_in = res >= 0 ? 4 : bias >= 0 ? 3 : 2;
-    if (!backend_supports(g, o, KILN_OP_FusedMatMul, n_in, in, 1, &y, &fa)) return KILN_OK;
+    if (!kiln__pat_supports(g, o->device, KILN_OP_FusedMatMul, n_in, in, 1, &y, &fa)) return KILN_OK;
     return pat_commit(g, &p, KILN_OP_FusedMatMul, n_in, in, y, &fa);
 }
 
@@ -627,7 +611,7 @@ static kiln_status match_attention(kiln_graph *g, const kiln_optimize_opts *o, i
     }
     int in[4] = {q, k, v, mask};
     int n_in = mask >= 0 ? 4 : 3;
-    if (!backend_supports(g, o, KILN_OP_Attention, n_in, in, 1, &y, &aa)) return KILN_OK;
+    if (!kiln__pat_supports(g, o->device, KILN_OP_Attention, n_in, in, 1, &y, &aa)) return KILN_OK;
     return pat_commit(g, &p, KILN_OP_Attention, n_in, in, y, &aa);
 }
 
@@ -695,8 +679,8 @@ static kiln_status match_qkv(kiln_graph *g, const kiln_optimize_opts *o, int an)
     int n_in = has_bias ? 3 : 2;
     aa.q_layout = aa.k_layout = aa.v_layout = KILN_ATTN_QKV;
     int ain[4] = {y, y, y, g->nodes[an].n_in > 3 ? g->nodes[an].in[3] : -1};
-    if (!backend_supports(g, o, KILN_OP_FusedMatMul, n_in, in, 1, &y, &nf) ||
-        !backend_supports(g, o, KILN_OP_Attention, g->nodes[an].n_in, ain, 1, g->nodes[an].out, &aa))
+    if (!kiln__pat_supports(g, o->device, KILN_OP_FusedMatMul, n_in, in, 1, &y, &nf) ||
+        !kiln__pat_supports(g, o->device, KILN_OP_Attention, g->nodes[an].n_in, ain, 1, g->nodes[an].out, &aa))
         return KILN_OK; /* the new constants are dropped by DCE */
     /* the first projection (in graph order) becomes the fused one: A is made before it */
     int first = mm[0] < mm[1] ? (mm[0] < mm[2] ? mm[0] : mm[2]) : (mm[1] < mm[2] ? mm[1] : mm[2]);

@@ -1,6 +1,8 @@
 /* optimize.c -- the graph optimizer: runs the rewrite families over a
  * shape-inferred, constant-folded graph, then re-infers and cleans up. */
 #include "passes/pattern.h"
+
+#include "backends/backend.h"
 #include "passes/precision.h"
 
 #include <stdio.h>
@@ -13,14 +15,24 @@ int kiln__pat_producer(const kiln_graph *g, int v, int op_id) {
     return p;
 }
 
-static bool is_graph_output(const kiln_graph *g, int v) {
+bool kiln__pat_is_output(const kiln_graph *g, int v) {
     for (int i = 0; i < g->n_outputs; i++)
         if (g->outputs[i] == v) return true;
     return false;
 }
 
+bool kiln__pat_supports(const kiln_graph *g, int device, int op_id, int n_in, const int *in, int n_out,
+                        const int *out, const void *attrs) {
+    const kiln_backend_i *be = kiln__backend_for(device);
+    const kiln_op_def *op = kiln__op_by_id(op_id);
+    if (!be || !op) return false;
+    kiln_node t = {.op_id = op_id, .op = op, .name = NULL, .n_in = n_in, .n_out = n_out,
+                   .in = (int *)in, .out = (int *)out, .attrs = (void *)attrs, .device = device};
+    return be->supports(g, &t);
+}
+
 bool kiln__pat_sole_use(const kiln_graph *g, int v) {
-    return v >= 0 && g->values[v].n_uses == 1 && !is_graph_output(g, v);
+    return v >= 0 && g->values[v].n_uses == 1 && !kiln__pat_is_output(g, v);
 }
 
 int kiln__pat_sole_consumer(const kiln_graph *g, int v) {

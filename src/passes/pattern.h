@@ -15,6 +15,13 @@ KILN_PRIVATE int kiln__pat_producer(const kiln_graph *g, int v, int op_id);
 /* Whether value v has exactly one reader and is not a graph output (so the
  * node producing it can be folded into that reader). */
 KILN_PRIVATE bool kiln__pat_sole_use(const kiln_graph *g, int v);
+/* Whether value v is one of the graph's outputs. */
+KILN_PRIVATE bool kiln__pat_is_output(const kiln_graph *g, int v);
+/* Whether the backend of `device` has a kernel for a node of op `op_id` with
+ * these inputs, outputs and attrs (asked with a temporary node; g is not
+ * changed). */
+KILN_PRIVATE bool kiln__pat_supports(const kiln_graph *g, int device, int op_id, int n_in,
+                                     const int *in, int n_out, const int *out, const void *attrs);
 /* The only live node reading value v, or -1 (none, several, or a graph output). */
 KILN_PRIVATE int kiln__pat_sole_consumer(const kiln_graph *g, int v);
 /* Float32 data of constant value v (NULL if v is not a float32 constant);

@@ -14,6 +14,7 @@
  *    Each version is made once per value.
  * 3. Reorder: every new Cast right after the node producing its input. */
 #include "passes/precision.h"
+#include "passes/pattern.h"
 
 #include "backends/backend.h"
 #include "ops/elementwise_impl.h"
@@ -210,12 +211,6 @@ static kiln_status f_version(prec_ctx *c, int v, int *out) {
     return KILN_OK;
 }
 
-static bool is_graph_output(const kiln_graph *g, int v) {
-    for (int i = 0; i < g->n_outputs; i++)
-        if (g->outputs[i] == v) return true;
-    return false;
-}
-
 kiln_status kiln__nodes_place_after(kiln_graph *g, int n_nodes0, const int *after) {
     int total = g->n_nodes, extra = total - n_nodes0;
     if (!extra) return KILN_OK;
@@ -249,7 +244,7 @@ static kiln_status rewrite(prec_ctx *c, const bool *reduce) {
         for (int k = 0; k < g->nodes[ni].n_out; k++) {
             int v = g->nodes[ni].out[k];
             if (v < 0 || !c->f32[v]) continue;
-            if (is_graph_output(g, v)) {
+            if (kiln__pat_is_output(g, v)) {
                 /* the node writes a new t value; a Cast back writes the output */
                 int nv;
                 KILN_TRY(new_value(c, v, c->t, c->suffix, &nv));

@@ -72,6 +72,16 @@ static int add_node(kiln_graph *g, int op, const char *name, int n_in, const int
     return out;
 }
 
+static int add_unary(kiln_graph *g, int op, const char *name, int x, const void *attrs) {
+    return add_node(g, op, name, 1, (int[]){x}, attrs);
+}
+
+/* A two-input node with zeroed (default) attributes. */
+static int add_binary(kiln_graph *g, int op, const char *name, int a, int b) {
+    unsigned char zero[64] = {0}; /* more than any binary op's attrs */
+    return add_node(g, op, name, 2, (int[]){a, b}, zero);
+}
+
 /* Wraps g (shapes inferred) as a model that owns it. */
 static kiln_model *model_of(kiln_graph *g) {
     kiln_model *m = kiln__calloc(1, sizeof *m);
@@ -82,6 +92,21 @@ static kiln_model *model_of(kiln_graph *g) {
         abort();
     }
     return m;
+}
+
+/* Layers of the engine's plan with op id `op` (0 for a NULL engine). */
+static int count_op(const kiln_engine *e, int op) {
+    int n = 0;
+    for (int i = 0; e && i < e->graph->n_nodes; i++) n += e->graph->nodes[i].op_id == op;
+    return n;
+}
+
+/* The plan's layer named `name`, or NULL (with a note on stderr). */
+static const kiln_node *find_layer(const kiln_engine *e, const char *name) {
+    for (int i = 0; e && i < e->graph->n_nodes; i++)
+        if (!strcmp(e->graph->nodes[i].name, name)) return &e->graph->nodes[i];
+    fprintf(stderr, "  no layer named %s\n", name);
+    return NULL;
 }
 
 /* max |a - b| / max(1, max |b|); infinite when NaNs differ. */

@@ -49,17 +49,6 @@ static int bnorm(kiln_graph *g, const char *name, int x, int64_t C) {
     return add_node(g, KILN_OP_BatchNormalization, name, 5, in, &ba);
 }
 
-static int unary(kiln_graph *g, int op, const char *name, int x, const void *attrs) {
-    int in[1] = {x};
-    return add_node(g, op, name, 1, in, attrs);
-}
-
-static int binary(kiln_graph *g, int op, const char *name, int a, int b) {
-    kiln_ew_bin_attrs ba;
-    memset(&ba, 0, sizeof ba);
-    int in[2] = {a, b};
-    return add_node(g, op, name, 2, in, &ba);
-}
 
 /* ---- building and running engines --------------------------------------- */
 
@@ -107,18 +96,6 @@ static int64_t run(kiln_engine *e, const float *x, const int64_t *xd, int k, flo
     return n;
 }
 
-static int count_op(const kiln_engine *e, int op) {
-    int n = 0;
-    for (int i = 0; i < e->graph->n_nodes; i++) n += e->graph->nodes[i].op_id == op;
-    return n;
-}
-
-static const kiln_node *find_layer(const kiln_engine *e, const char *name) {
-    for (int i = 0; i < e->graph->n_nodes; i++)
-        if (!strcmp(e->graph->nodes[i].name, name)) return &e->graph->nodes[i];
-    return NULL;
-}
-
 #define BIG (1 << 20)
 static float x_in[BIG], y_ref[BIG], y_opt[BIG];
 
@@ -152,8 +129,8 @@ TEST(conv_bn_add_relu) {
     int x = add_input(g, "x", 4, xd);
     int c = conv(g, "conv1", x, 8, 8, 3, 1, 1, 1, 1);
     int b = bnorm(g, "bn1", c, 8);
-    int a = binary(g, KILN_OP_Add, "add1", x, b);
-    mark_output(g, unary(g, KILN_OP_Relu, "relu1", a, NULL));
+    int a = add_binary(g, KILN_OP_Add, "add1", x, b);
+    mark_output(g, add_unary(g, KILN_OP_Relu, "relu1", a, NULL));
     kiln_model *m = model_of(g);
     compare_opt(m, xd, 1e-5);
     kiln_engine *e = build(m, (bopts){.opt = 1, .tuning = 0});
@@ -192,12 +169,12 @@ TEST(activations) {
     int in2[2] = {c, add_scalar(g, "lo2", -0.1f)};
     mark_output(g, add_node(g, KILN_OP_Clip, "clipmin", 2, in2, NULL));
     kiln_ew_act_attrs la = {.alpha = 0.1f};
-    mark_output(g, unary(g, KILN_OP_LeakyRelu, "leaky", conv(g, "c_leaky", x, 6, 8, 3, 2, 1, 1, 1), &la));
-    mark_output(g, unary(g, KILN_OP_Sigmoid, "sig", conv(g, "c_sig", x, 6, 8, 1, 1, 0, 1, 1), NULL));
-    mark_output(g, unary(g, KILN_OP_HardSwish, "hsw", conv(g, "c_hsw", x, 6, 6, 3, 1, 1, 6, 1), NULL));
+    mark_output(g, add_unary(g, KILN_OP_LeakyRelu, "leaky", conv(g, "c_leaky", x, 6, 8, 3, 2, 1, 1, 1), &la));
+    mark_output(g, add_unary(g, KILN_OP_Sigmoid, "sig", conv(g, "c_sig", x, 6, 8, 1, 1, 0, 1, 1), NULL));
+    mark_output(g, add_unary(g, KILN_OP_HardSwish, "hsw", conv(g, "c_hsw", x, 6, 6, 3, 1, 1, 6, 1), NULL));
     c = conv(g, "c_silu", x, 6, 8, 3, 1, 2, 2, 2);
-    int s = unary(g, KILN_OP_Sigmoid, "silu_sig", c, NULL);
-    mark_output(g, binary(g, KILN_OP_Mul, "silu_mul", c, s));
+    int s = add_unary(g, KILN_OP_Sigmoid, "silu_sig", c, NULL);
+    mark_output(g, add_binary(g, KILN_OP_Mul, "silu_mul", c, s));
     kiln_model *m = model_of(g);
     compare_opt(m, xd, 1e-5);
     kiln_engine *e = build(m, (bopts){.opt = 1, .tuning = 0});
@@ -229,10 +206,10 @@ TEST(no_fusion_when_shared) {
     int x = add_input(g, "x", 4, xd);
     int c = conv(g, "c1", x, 4, 4, 3, 1, 1, 1, 1);
     mark_output(g, c);
-    mark_output(g, unary(g, KILN_OP_Relu, "r1", c, NULL));
+    mark_output(g, add_unary(g, KILN_OP_Relu, "r1", c, NULL));
     int c2 = conv(g, "c2", x, 4, 4, 1, 1, 0, 1, 1);
     mark_output(g, bnorm(g, "bn2", c2, 4));
-    mark_output(g, unary(g, KILN_OP_Tanh, "t2", c2, NULL));
+    mark_output(g, add_unary(g, KILN_OP_Tanh, "t2", c2, NULL));
     kiln_model *m = model_of(g);
     compare_opt(m, xd, 1e-5);
     kiln_engine *e = build(m, (bopts){.opt = 1, .tuning = 0});
@@ -252,10 +229,10 @@ static kiln_model *chain_model_n(int64_t *xd, int64_t batch, bool big) {
     int kb = big ? 3 : 1;
     xd[0] = batch, xd[1] = c, xd[2] = xd[3] = big ? 56 : 14;
     int x = add_input(g, "x", 4, xd);
-    int a = unary(g, KILN_OP_Relu, "ra", bnorm(g, "bna", conv(g, "ca", x, c, m, 3, 2, 1, 1, 1), m), NULL);
+    int a = add_unary(g, KILN_OP_Relu, "ra", bnorm(g, "bna", conv(g, "ca", x, c, m, 3, 2, 1, 1, 1), m), NULL);
     int b = bnorm(g, "bnb", conv(g, "cb", a, m, m, kb, 1, kb / 2, 1, 1), m);
     int d = bnorm(g, "bnd", conv(g, "cd", x, c, m, 1, 2, 0, 1, 1), m);
-    int r = unary(g, KILN_OP_Relu, "rr", binary(g, KILN_OP_Add, "add", b, d), NULL);
+    int r = add_unary(g, KILN_OP_Relu, "rr", add_binary(g, KILN_OP_Add, "add", b, d), NULL);
     int w = conv(g, "cw", r, m, m, 3, 1, 1, (int)m, 1);
     int in3[3] = {w, add_scalar(g, "z", 0.0f), add_scalar(g, "six", 6.0f)};
     mark_output(g, add_node(g, KILN_OP_Clip, "r6", 3, in3, NULL));

@@ -32,18 +32,10 @@ static int ints(kiln_graph *g, const char *name, int n, const int64_t *x) {
     return v;
 }
 
-static int op1(kiln_graph *g, int op, const char *name, int a, const void *attrs) {
-    return add_node(g, op, name, 1, (int[]){a}, attrs);
-}
-
-static int op2(kiln_graph *g, int op, const char *name, int a, int b) {
-    unsigned char zero[64] = {0}; /* binary ops: default attrs */
-    return add_node(g, op, name, 2, (int[]){a, b}, zero);
-}
 
 static int transpose(kiln_graph *g, const char *name, int x, int a, int b, int c, int d) {
     kiln_transpose_attrs t = {.n_perm = 4, .perm = {a, b, c, d}};
-    return op1(g, KILN_OP_Transpose, name, x, &t);
+    return add_unary(g, KILN_OP_Transpose, name, x, &t);
 }
 
 static int reshape(kiln_graph *g, const char *name, int x, int n, const int64_t *shape) {
@@ -60,15 +52,15 @@ static int layernorm(kiln_graph *g, const char *p, int x, int64_t D) {
     kiln_reduce_attrs ra = {.keepdims = 1};
     int64_t ax[1] = {-1}, dd[1] = {D};
     int mean = add_node(g, KILN_OP_ReduceMean, n[0], 2, (int[]){x, ints(g, n[1], 1, ax)}, &ra);
-    int d = op2(g, KILN_OP_Sub, n[2], x, mean);
-    int sq = op2(g, KILN_OP_Pow, n[3], d, add_scalar(g, n[4], 2.0f));
+    int d = add_binary(g, KILN_OP_Sub, n[2], x, mean);
+    int sq = add_binary(g, KILN_OP_Pow, n[3], d, add_scalar(g, n[4], 2.0f));
     int var = add_node(g, KILN_OP_ReduceMean, n[5], 2, (int[]){sq, ints(g, n[6], 1, ax)}, &ra);
-    int s = op1(g, KILN_OP_Sqrt, n[8], op2(g, KILN_OP_Add, n[7], var, add_scalar(g, n[9], 1e-12f)), NULL);
-    int y = op2(g, KILN_OP_Div, n[10], d, s);
-    y = op2(g, KILN_OP_Mul, n[11], y, weights(g, "gamma", 1, dd, 1.0f));
+    int s = add_unary(g, KILN_OP_Sqrt, n[8], add_binary(g, KILN_OP_Add, n[7], var, add_scalar(g, n[9], 1e-12f)), NULL);
+    int y = add_binary(g, KILN_OP_Div, n[10], d, s);
+    y = add_binary(g, KILN_OP_Mul, n[11], y, weights(g, "gamma", 1, dd, 1.0f));
     char an[64];
     snprintf(an, sizeof an, "%s_add", p);
-    return op2(g, KILN_OP_Add, an, y, weights(g, "beta", 1, dd, 0.5f));
+    return add_binary(g, KILN_OP_Add, an, y, weights(g, "beta", 1, dd, 0.5f));
 }
 
 /* GELU, erf form, in export order `form` (0: (x*(1+erf))*0.5, 1: x*((1+erf)*0.5),
@@ -76,24 +68,24 @@ static int layernorm(kiln_graph *g, const char *p, int x, int64_t D) {
 static int gelu_erf(kiln_graph *g, const char *p, int x, int form) {
     char n[8][64];
     for (int i = 0; i < 8; i++) snprintf(n[i], sizeof n[i], "%s_%d", p, i);
-    int e = op1(g, KILN_OP_Erf, n[1], op2(g, KILN_OP_Div, n[0], x, add_scalar(g, n[5], 1.4142135f)), NULL);
-    int a = op2(g, KILN_OP_Add, n[2], e, add_scalar(g, n[6], 1.0f));
-    if (form == 0) return op2(g, KILN_OP_Mul, n[4], op2(g, KILN_OP_Mul, n[3], x, a), add_scalar(g, n[7], 0.5f));
-    if (form == 1) return op2(g, KILN_OP_Mul, n[4], x, op2(g, KILN_OP_Mul, n[3], a, add_scalar(g, n[7], 0.5f)));
-    return op2(g, KILN_OP_Mul, n[4], op2(g, KILN_OP_Mul, n[3], x, add_scalar(g, n[7], 0.5f)), a);
+    int e = add_unary(g, KILN_OP_Erf, n[1], add_binary(g, KILN_OP_Div, n[0], x, add_scalar(g, n[5], 1.4142135f)), NULL);
+    int a = add_binary(g, KILN_OP_Add, n[2], e, add_scalar(g, n[6], 1.0f));
+    if (form == 0) return add_binary(g, KILN_OP_Mul, n[4], add_binary(g, KILN_OP_Mul, n[3], x, a), add_scalar(g, n[7], 0.5f));
+    if (form == 1) return add_binary(g, KILN_OP_Mul, n[4], x, add_binary(g, KILN_OP_Mul, n[3], a, add_scalar(g, n[7], 0.5f)));
+    return add_binary(g, KILN_OP_Mul, n[4], add_binary(g, KILN_OP_Mul, n[3], x, add_scalar(g, n[7], 0.5f)), a);
 }
 
 /* GELU, tanh form; cube as Pow(x, 3) or x*x*x. */
 static int gelu_tanh(kiln_graph *g, const char *p, int x, bool pow3) {
     char n[14][64];
     for (int i = 0; i < 14; i++) snprintf(n[i], sizeof n[i], "%s_%d", p, i);
-    int cube = pow3 ? op2(g, KILN_OP_Pow, n[0], x, add_scalar(g, n[1], 3.0f))
-                    : op2(g, KILN_OP_Mul, n[0], op2(g, KILN_OP_Mul, n[1], x, x), x);
-    int c = op2(g, KILN_OP_Mul, n[2], add_scalar(g, n[3], 0.044715f), cube);
-    int in = op2(g, KILN_OP_Add, n[4], x, c);
-    int t = op1(g, KILN_OP_Tanh, n[6], op2(g, KILN_OP_Mul, n[5], in, add_scalar(g, n[7], 0.7978845608f)), NULL);
-    int a = op2(g, KILN_OP_Add, n[8], t, add_scalar(g, n[9], 1.0f));
-    return op2(g, KILN_OP_Mul, n[11], op2(g, KILN_OP_Mul, n[10], x, add_scalar(g, n[12], 0.5f)), a);
+    int cube = pow3 ? add_binary(g, KILN_OP_Pow, n[0], x, add_scalar(g, n[1], 3.0f))
+                    : add_binary(g, KILN_OP_Mul, n[0], add_binary(g, KILN_OP_Mul, n[1], x, x), x);
+    int c = add_binary(g, KILN_OP_Mul, n[2], add_scalar(g, n[3], 0.044715f), cube);
+    int in = add_binary(g, KILN_OP_Add, n[4], x, c);
+    int t = add_unary(g, KILN_OP_Tanh, n[6], add_binary(g, KILN_OP_Mul, n[5], in, add_scalar(g, n[7], 0.7978845608f)), NULL);
+    int a = add_binary(g, KILN_OP_Add, n[8], t, add_scalar(g, n[9], 1.0f));
+    return add_binary(g, KILN_OP_Mul, n[11], add_binary(g, KILN_OP_Mul, n[10], x, add_scalar(g, n[12], 0.5f)), a);
 }
 
 /* x [.., K] @ W [K, N] + b (bias first, as PyTorch exports it) */
@@ -104,8 +96,8 @@ static int linear(kiln_graph *g, const char *p, int x, int64_t K, int64_t N) {
     snprintf(mn, sizeof mn, "%s/MatMul", p);
     snprintf(an, sizeof an, "%s/Add", p);
     int64_t wd[2] = {K, N}, bd[1] = {N};
-    int mm = op2(g, KILN_OP_MatMul, mn, x, weights(g, wn, 2, wd, 1.0f / sqrtf((float)K)));
-    return op2(g, KILN_OP_Add, an, weights(g, bn, 1, bd, 0.1f), mm);
+    int mm = add_binary(g, KILN_OP_MatMul, mn, x, weights(g, wn, 2, wd, 1.0f / sqrtf((float)K)));
+    return add_binary(g, KILN_OP_Add, an, weights(g, bn, 1, bd, 0.1f), mm);
 }
 
 /* BERT-style attention as PyTorch exports it: projections of x (Q) and y (K,
@@ -119,11 +111,11 @@ static int attention(kiln_graph *g, int x, int y, int64_t B, int64_t S, int64_t 
     int q = transpose(g, "tq", reshape(g, "rq", linear(g, "q", x, E, E), 4, sq), 0, 2, 1, 3);
     int k = transpose(g, "tk", reshape(g, "rk", linear(g, "k", y, E, E), 4, sk), 0, 2, 3, 1);
     int v = transpose(g, "tv", reshape(g, "rv", linear(g, "v", y, E, E), 4, sk), 0, 2, 1, 3);
-    int s = op2(g, KILN_OP_MatMul, "qk", q, k);
-    if (scaled) s = op2(g, KILN_OP_Div, "div", s, add_scalar(g, "sqrt_d", sqrtf((float)D)));
-    if (mask >= 0) s = op2(g, KILN_OP_Add, "addmask", s, mask);
+    int s = add_binary(g, KILN_OP_MatMul, "qk", q, k);
+    if (scaled) s = add_binary(g, KILN_OP_Div, "div", s, add_scalar(g, "sqrt_d", sqrtf((float)D)));
+    if (mask >= 0) s = add_binary(g, KILN_OP_Add, "addmask", s, mask);
     kiln_softmax_attrs sa = {.axis = -1};
-    int o = op2(g, KILN_OP_MatMul, "pv", op1(g, KILN_OP_Softmax, "softmax", s, &sa), v);
+    int o = add_binary(g, KILN_OP_MatMul, "pv", add_unary(g, KILN_OP_Softmax, "softmax", s, &sa), v);
     return reshape(g, "rm", transpose(g, "tm", o, 0, 2, 1, 3), 3, merge);
 }
 
@@ -190,19 +182,6 @@ static void compare(const kiln_model *m, double tol, int threads) {
     kiln_engine_free(e1);
 }
 
-static int count_op(const kiln_engine *e, int op) {
-    int n = 0;
-    for (int i = 0; e && i < e->graph->n_nodes; i++) n += e->graph->nodes[i].op_id == op;
-    return n;
-}
-
-static const kiln_node *layer(const kiln_engine *e, const char *name) {
-    for (int i = 0; e && i < e->graph->n_nodes; i++)
-        if (!strcmp(e->graph->nodes[i].name, name)) return &e->graph->nodes[i];
-    fprintf(stderr, "  no layer named %s\n", name);
-    return NULL;
-}
-
 /* ---- tests ------------------------------------------------------------------ */
 
 TEST(layernorm_fused) {
@@ -216,7 +195,7 @@ TEST(layernorm_fused) {
     compare(m, 1e-5, 2);
     kiln_engine *e = build(m, 1, 0, 1);
     CHECK(e && e->graph->n_nodes == 1 && count_op(e, KILN_OP_LayerNormalization) == 1);
-    const kiln_node *n = layer(e, "ln_0+ln_2+ln_3+ln_5+ln_7+ln_8+ln_10+ln_11+ln_add");
+    const kiln_node *n = find_layer(e, "ln_0+ln_2+ln_3+ln_5+ln_7+ln_8+ln_10+ln_11+ln_add");
     CHECK(n && n->n_in == 3 && fabsf(((const kiln_ln_attrs *)n->attrs)->epsilon - 1e-12f) < 1e-18f);
     const char *d = e ? kiln_engine_describe(e, 0) : "";
     CHECK(strstr(d, "LayerNormalization") && strstr(d, "ln_0+ln_2"));
@@ -240,19 +219,19 @@ TEST(gelu_forms) {
     compare(m, 2e-6, 1);
     kiln_engine *e = build(m, 1, 0, 1);
     CHECK(e && e->graph->n_nodes == 5 && count_op(e, KILN_OP_Gelu) == 5);
-    const kiln_node *n = layer(e, "erf0_0+erf0_1+erf0_2+erf0_3+erf0_4");
+    const kiln_node *n = find_layer(e, "erf0_0+erf0_1+erf0_2+erf0_3+erf0_4");
     CHECK(n && ((const kiln_gelu_attrs *)n->attrs)->approx == 0);
-    CHECK(layer(e, "erf1_0+erf1_1+erf1_2+erf1_3+erf1_4") && layer(e, "erf2_0+erf2_1+erf2_2+erf2_3+erf2_4"));
-    n = layer(e, "tanhp_0+tanhp_2+tanhp_4+tanhp_5+tanhp_6+tanhp_8+tanhp_10+tanhp_11");
+    CHECK(find_layer(e, "erf1_0+erf1_1+erf1_2+erf1_3+erf1_4") && find_layer(e, "erf2_0+erf2_1+erf2_2+erf2_3+erf2_4"));
+    n = find_layer(e, "tanhp_0+tanhp_2+tanhp_4+tanhp_5+tanhp_6+tanhp_8+tanhp_10+tanhp_11");
     CHECK(n && ((const kiln_gelu_attrs *)n->attrs)->approx == 1);
-    CHECK(layer(e, "tanhm_1+tanhm_0+tanhm_2+tanhm_4+tanhm_5+tanhm_6+tanhm_8+tanhm_10+tanhm_11"));
+    CHECK(find_layer(e, "tanhm_1+tanhm_0+tanhm_2+tanhm_4+tanhm_5+tanhm_6+tanhm_8+tanhm_10+tanhm_11"));
     kiln_engine_free(e);
     /* wrong constants: not a GELU */
     CHECK_OK(kiln__graph_create(&g));
     x = add_input(g, "x", 2, xd);
-    int a = op2(g, KILN_OP_Add, "a", op1(g, KILN_OP_Erf, "e", op2(g, KILN_OP_Div, "d", x, add_scalar(g, "c", 1.5f)), NULL),
+    int a = add_binary(g, KILN_OP_Add, "a", add_unary(g, KILN_OP_Erf, "e", add_binary(g, KILN_OP_Div, "d", x, add_scalar(g, "c", 1.5f)), NULL),
                 add_scalar(g, "one", 1.0f));
-    mark_output(g, op2(g, KILN_OP_Mul, "m2", op2(g, KILN_OP_Mul, "m1", x, a), add_scalar(g, "h", 0.5f)));
+    mark_output(g, add_binary(g, KILN_OP_Mul, "m2", add_binary(g, KILN_OP_Mul, "m1", x, a), add_scalar(g, "h", 0.5f)));
     kiln_model *m2 = model_of(g);
     e = build(m2, 1, 0, 1);
     CHECK(e && count_op(e, KILN_OP_Gelu) == 0 && e->graph->n_nodes == 5);
@@ -291,19 +270,19 @@ TEST(matmul_bias_act) {
     int x = add_input(g, "x", 3, xd);
     /* linear + GELU (erf), then linear + Relu, then a bare MatMul */
     int h = gelu_erf(g, "act", linear(g, "fc1", x, 40, 72), 0);
-    int r = op1(g, KILN_OP_Relu, "relu", linear(g, "fc2", h, 72, 24), NULL);
+    int r = add_unary(g, KILN_OP_Relu, "relu", linear(g, "fc2", h, 72, 24), NULL);
     int64_t wd[2] = {24, 17};
-    mark_output(g, op2(g, KILN_OP_MatMul, "fc3", r, weights(g, "w3", 2, wd, 0.3f)));
+    mark_output(g, add_binary(g, KILN_OP_MatMul, "fc3", r, weights(g, "w3", 2, wd, 0.3f)));
     kiln_model *m = model_of(g);
     compare(m, 1e-5, 1);
     compare(m, 1e-5, 2);
     kiln_engine *e = build(m, 1, 0, 1);
     CHECK(e && e->graph->n_nodes == 3 && count_op(e, KILN_OP_FusedMatMul) == 3);
-    const kiln_node *n = layer(e, "fc1/MatMul+fc1/Add+act_0+act_1+act_2+act_3+act_4");
+    const kiln_node *n = find_layer(e, "fc1/MatMul+fc1/Add+act_0+act_1+act_2+act_3+act_4");
     CHECK(n && n->n_in == 3 && ((const kiln_fused_matmul_attrs *)n->attrs)->act == KILN_FACT_GELU_ERF);
-    n = layer(e, "fc2/MatMul+fc2/Add+relu");
+    n = find_layer(e, "fc2/MatMul+fc2/Add+relu");
     CHECK(n && ((const kiln_fused_matmul_attrs *)n->attrs)->act == KILN_FACT_RELU);
-    n = layer(e, "fc3");
+    n = find_layer(e, "fc3");
     CHECK(n && n->n_in == 2 && ((const kiln_fused_matmul_attrs *)n->attrs)->act == KILN_FACT_NONE);
     const char *d = e ? kiln_engine_describe(e, 0) : "";
     CHECK(strstr(d, "FusedMatMul") && strstr(d, "fc2/MatMul+fc2/Add+relu") && strstr(d, "tactic"));
@@ -320,17 +299,17 @@ TEST(matmul_residual) {
     CHECK_OK(kiln__graph_create(&g));
     int64_t xd[3] = {2, 7, 48}, wd[2] = {48, 48};
     int x = add_input(g, "x", 3, xd), r = add_input(g, "r", 3, xd);
-    int h = op2(g, KILN_OP_Add, "res1", r, linear(g, "fc1", x, 48, 48));
-    int m2 = op2(g, KILN_OP_MatMul, "mm2", h, weights(g, "w2", 2, wd, 0.2f));
-    mark_output(g, op1(g, KILN_OP_Relu, "relu2", op2(g, KILN_OP_Add, "res2", m2, x), NULL));
+    int h = add_binary(g, KILN_OP_Add, "res1", r, linear(g, "fc1", x, 48, 48));
+    int m2 = add_binary(g, KILN_OP_MatMul, "mm2", h, weights(g, "w2", 2, wd, 0.2f));
+    mark_output(g, add_unary(g, KILN_OP_Relu, "relu2", add_binary(g, KILN_OP_Add, "res2", m2, x), NULL));
     kiln_model *m = model_of(g);
     compare(m, 1e-5, 1);
     compare(m, 1e-5, 2);
     kiln_engine *e = build(m, 1, 0, 1);
     CHECK(e && e->graph->n_nodes == 2 && count_op(e, KILN_OP_FusedMatMul) == 2);
-    const kiln_node *n = layer(e, "fc1/MatMul+fc1/Add+res1");
+    const kiln_node *n = find_layer(e, "fc1/MatMul+fc1/Add+res1");
     CHECK(n && n->n_in == 4 && n->in[3] == e->graph->inputs[1] && n->in[2] >= 0);
-    n = layer(e, "mm2+res2+relu2");
+    n = find_layer(e, "mm2+res2+relu2");
     CHECK(n && n->n_in == 4 && n->in[2] < 0 && n->in[3] == e->graph->inputs[0] &&
           ((const kiln_fused_matmul_attrs *)n->attrs)->act == KILN_FACT_RELU);
     kiln_engine_free(e);
@@ -362,8 +341,8 @@ TEST(gemm_and_tanh_gelu) {
     compare(m, 1e-5, 1);
     kiln_engine *e = build(m, 1, 0, 1);
     CHECK(e && count_op(e, KILN_OP_FusedMatMul) == 4 && count_op(e, KILN_OP_Gemm) == 0);
-    CHECK(layer(e, "gemm3") && layer(e, "gemm3")->n_in == 3 && layer(e, "gemm4") && layer(e, "gemm4")->n_in == 2);
-    const kiln_node *n = layer(e, "gemm+gt_0+gt_2+gt_4+gt_5+gt_6+gt_8+gt_10+gt_11");
+    CHECK(find_layer(e, "gemm3") && find_layer(e, "gemm3")->n_in == 3 && find_layer(e, "gemm4") && find_layer(e, "gemm4")->n_in == 2);
+    const kiln_node *n = find_layer(e, "gemm+gt_0+gt_2+gt_4+gt_5+gt_6+gt_8+gt_10+gt_11");
     CHECK(n && ((const kiln_fused_matmul_attrs *)n->attrs)->act == KILN_FACT_GELU_TANH &&
           ((const kiln_fused_matmul_attrs *)n->attrs)->trans_b == 1);
     kiln_engine_free(e);
@@ -377,13 +356,13 @@ TEST(no_fusion_when_shared) {
     CHECK_OK(kiln__graph_create(&g));
     int64_t xd[2] = {4, 8}, wd[2] = {8, 8};
     int x = add_input(g, "x", 2, xd);
-    int mm = op2(g, KILN_OP_MatMul, "mm", x, weights(g, "w", 2, wd, 0.5f));
+    int mm = add_binary(g, KILN_OP_MatMul, "mm", x, weights(g, "w", 2, wd, 0.5f));
     mark_output(g, mm);
-    mark_output(g, op1(g, KILN_OP_Relu, "relu", mm, NULL));
+    mark_output(g, add_unary(g, KILN_OP_Relu, "relu", mm, NULL));
     kiln_model *m = model_of(g);
     compare(m, 1e-6, 1);
     kiln_engine *e = build(m, 1, 0, 1);
-    CHECK(e && layer(e, "mm") && layer(e, "relu") && count_op(e, KILN_OP_FusedMatMul) == 1);
+    CHECK(e && find_layer(e, "mm") && find_layer(e, "relu") && count_op(e, KILN_OP_FusedMatMul) == 1);
     kiln_engine_free(e);
     kiln_model_free(m);
 }
@@ -406,9 +385,9 @@ TEST(attention_bert_form) {
     /* Q, K, V projections in one FusedMatMul; attention; output projection */
     CHECK(e && count_op(e, KILN_OP_Attention) == 1 && count_op(e, KILN_OP_FusedMatMul) == 2 &&
           count_op(e, KILN_OP_Transpose) == 0 && count_op(e, KILN_OP_Reshape) == 0 && e->graph->n_nodes == 3);
-    const kiln_node *qkv = layer(e, "q/MatMul+q/Add+k/MatMul+k/Add+v/MatMul+v/Add");
+    const kiln_node *qkv = find_layer(e, "q/MatMul+q/Add+k/MatMul+k/Add+v/MatMul+v/Add");
     CHECK(qkv && qkv->n_in == 3 && e->graph->values[qkv->in[1]].info.dims[1] == 3 * E);
-    const kiln_node *n = layer(e, "tq+rq+tk+rk+tv+rv+qk+div+addmask+softmax+pv+tm+rm");
+    const kiln_node *n = find_layer(e, "tq+rq+tk+rk+tv+rv+qk+div+addmask+softmax+pv+tm+rm");
     if (n && qkv) {
         const kiln_attention_attrs *aa = n->attrs;
         CHECK(aa->num_heads == H && aa->q_layout == KILN_ATTN_QKV && aa->k_layout == KILN_ATTN_QKV &&
@@ -435,7 +414,7 @@ TEST(attention_cross) {
     compare(m, 1e-5, 2);
     every_tactic_of(m, 1, KILN_OP_Attention, KILN_ATTN_TACTIC_AVX512);
     kiln_engine *e = build(m, 1, 0, 1);
-    const kiln_node *n = layer(e, "tq+rq+tk+rk+tv+rv+qk+softmax+pv+tm+rm");
+    const kiln_node *n = find_layer(e, "tq+rq+tk+rk+tv+rv+qk+softmax+pv+tm+rm");
     CHECK(e && count_op(e, KILN_OP_FusedMatMul) == 3 && n && n->n_in == 3);
     if (n) {
         const kiln_attention_attrs *aa = n->attrs;
@@ -454,31 +433,31 @@ TEST(attention_4d_forms) {
     int q = add_input(g, "q", 4, qd);
     int kv = add_input(g, "kv", 4, qd);
     kiln_softmax_attrs sa = {.axis = 3};
-    int s = op2(g, KILN_OP_Mul, "scale", add_scalar(g, "c", 0.25f), op2(g, KILN_OP_MatMul, "qk", q, transpose(g, "kt", kv, 0, 1, 3, 2)));
-    mark_output(g, op2(g, KILN_OP_MatMul, "pv", op1(g, KILN_OP_Softmax, "sm", s, &sa), kv));
+    int s = add_binary(g, KILN_OP_Mul, "scale", add_scalar(g, "c", 0.25f), add_binary(g, KILN_OP_MatMul, "qk", q, transpose(g, "kt", kv, 0, 1, 3, 2)));
+    mark_output(g, add_binary(g, KILN_OP_MatMul, "pv", add_unary(g, KILN_OP_Softmax, "sm", s, &sa), kv));
     /* K^T given as an input ([B,H,D,S]) */
     int64_t ktd[4] = {1, 2, 16, 37};
     int kt = add_input(g, "kt_in", 4, ktd);
-    mark_output(g, op2(g, KILN_OP_MatMul, "pv2", op1(g, KILN_OP_Softmax, "sm2", op2(g, KILN_OP_MatMul, "qk2", kv, kt), &sa),
+    mark_output(g, add_binary(g, KILN_OP_MatMul, "pv2", add_unary(g, KILN_OP_Softmax, "sm2", add_binary(g, KILN_OP_MatMul, "qk2", kv, kt), &sa),
                   q));
     /* a K^T Transpose that is also an output: read through, kept */
     int qt = transpose(g, "qt", q, 0, 1, 3, 2);
     mark_output(g, qt);
-    mark_output(g, op2(g, KILN_OP_MatMul, "pv3", op1(g, KILN_OP_Softmax, "sm3", op2(g, KILN_OP_MatMul, "qk3", kv, qt), &sa),
+    mark_output(g, add_binary(g, KILN_OP_MatMul, "pv3", add_unary(g, KILN_OP_Softmax, "sm3", add_binary(g, KILN_OP_MatMul, "qk3", kv, qt), &sa),
                   kv));
     kiln_model *m = model_of(g);
     compare(m, 1e-5, 2);
     every_tactic_of(m, 1, KILN_OP_Attention, KILN_ATTN_TACTIC_AVX512);
     kiln_engine *e = build(m, 1, 0, 1);
     CHECK(e && count_op(e, KILN_OP_Attention) == 3 && count_op(e, KILN_OP_Transpose) == 1);
-    const kiln_node *n = layer(e, "kt+qk+scale+sm+pv");
+    const kiln_node *n = find_layer(e, "kt+qk+scale+sm+pv");
     CHECK(n && ((const kiln_attention_attrs *)n->attrs)->k_layout == KILN_ATTN_BHSD &&
           ((const kiln_attention_attrs *)n->attrs)->out_layout == KILN_ATTN_BHSD &&
           ((const kiln_attention_attrs *)n->attrs)->scale == 0.25f);
-    n = layer(e, "qk2+sm2+pv2");
+    n = find_layer(e, "qk2+sm2+pv2");
     CHECK(n && ((const kiln_attention_attrs *)n->attrs)->k_layout == KILN_ATTN_BHDS &&
           ((const kiln_attention_attrs *)n->attrs)->scale == 1.0f);
-    n = layer(e, "qk3+sm3+pv3");
+    n = find_layer(e, "qk3+sm3+pv3");
     CHECK(n && ((const kiln_attention_attrs *)n->attrs)->k_layout == KILN_ATTN_BHSD && n->in[1] == e->graph->inputs[0]);
     kiln_engine_free(e);
     kiln_model_free(m);
@@ -492,8 +471,8 @@ TEST(attention_mask_widening_not_fused) {
     int64_t qd[4] = {1, 2, 5, 4}, md[4] = {3, 2, 5, 5};
     int q = add_input(g, "q", 4, qd), kv = add_input(g, "kv", 4, qd), mask = add_input(g, "mask", 4, md);
     kiln_softmax_attrs sa = {.axis = -1};
-    int s = op2(g, KILN_OP_Add, "add", op2(g, KILN_OP_MatMul, "qk", q, transpose(g, "kt", kv, 0, 1, 3, 2)), mask);
-    mark_output(g, op2(g, KILN_OP_MatMul, "pv", op1(g, KILN_OP_Softmax, "sm", s, &sa), kv));
+    int s = add_binary(g, KILN_OP_Add, "add", add_binary(g, KILN_OP_MatMul, "qk", q, transpose(g, "kt", kv, 0, 1, 3, 2)), mask);
+    mark_output(g, add_binary(g, KILN_OP_MatMul, "pv", add_unary(g, KILN_OP_Softmax, "sm", s, &sa), kv));
     kiln_model *m = model_of(g);
     compare(m, 1e-6, 1);
     kiln_engine *e = build(m, 1, 0, 1);
@@ -508,7 +487,7 @@ TEST(transpose_reshape_cleanup) {
     int64_t xd[4] = {2, 3, 4, 5};
     int x = add_input(g, "x", 4, xd);
     /* transpose of transpose = identity: both disappear */
-    mark_output(g, op1(g, KILN_OP_Relu, "r1", transpose(g, "t2", transpose(g, "t1", x, 0, 2, 3, 1), 0, 3, 1, 2), NULL));
+    mark_output(g, add_unary(g, KILN_OP_Relu, "r1", transpose(g, "t2", transpose(g, "t1", x, 0, 2, 3, 1), 0, 3, 1, 2), NULL));
     /* composed into one */
     mark_output(g, transpose(g, "t4", transpose(g, "t3", x, 1, 0, 2, 3), 0, 1, 3, 2));
     /* reshape of reshape: one */
@@ -518,10 +497,10 @@ TEST(transpose_reshape_cleanup) {
     compare(m, 0.0, 1);
     kiln_engine *e = build(m, 1, 0, 1);
     CHECK(e && count_op(e, KILN_OP_Transpose) == 1 && count_op(e, KILN_OP_Reshape) == 1 && e->graph->n_nodes == 3);
-    const kiln_node *n = layer(e, "t3+t4");
+    const kiln_node *n = find_layer(e, "t3+t4");
     const kiln_transpose_attrs *ta = n ? n->attrs : NULL;
     CHECK(ta && ta->n_perm == 4 && ta->perm[0] == 1 && ta->perm[1] == 0 && ta->perm[2] == 3 && ta->perm[3] == 2);
-    CHECK(layer(e, "rs1+rs2") != NULL);
+    CHECK(find_layer(e, "rs1+rs2") != NULL);
     kiln_engine_free(e);
     kiln_model_free(m);
 }
@@ -546,7 +525,7 @@ TEST(bf16_close_to_fp32) {
         printf("  (bf16 engines refused here: %s)\n", kiln_last_error());
     } else {
         CHECK_OK(s);
-        const kiln_node *n = layer(e, "out/MatMul+out/Add+act_0+act_1+act_2+act_3+act_4");
+        const kiln_node *n = find_layer(e, "out/MatMul+out/Add+act_0+act_1+act_2+act_3+act_4");
         CHECK(n && ((const kiln_fused_matmul_attrs *)n->attrs)->precision == KILN_PRECISION_BF16);
         kiln_engine *ef = build(m, 1, 0, 1);
         fill_inputs();
@@ -607,9 +586,9 @@ TEST(bf16_attention) {
     int64_t qd[4] = {2, 3, 45, 20}, md[4] = {2, 1, 1, 45};
     int q = add_input(g, "q", 4, qd), kv = add_input(g, "kv", 4, qd), mask = add_input(g, "mask", 4, md);
     kiln_softmax_attrs sa = {.axis = -1};
-    int qk = op2(g, KILN_OP_MatMul, "qk", q, transpose(g, "kt", kv, 0, 1, 3, 2));
-    int s = op2(g, KILN_OP_Add, "add", op2(g, KILN_OP_Mul, "scale", qk, add_scalar(g, "c", 0.2236068f)), mask);
-    mark_output(g, op2(g, KILN_OP_MatMul, "pv", op1(g, KILN_OP_Softmax, "sm", s, &sa), kv));
+    int qk = add_binary(g, KILN_OP_MatMul, "qk", q, transpose(g, "kt", kv, 0, 1, 3, 2));
+    int s = add_binary(g, KILN_OP_Add, "add", add_binary(g, KILN_OP_Mul, "scale", qk, add_scalar(g, "c", 0.2236068f)), mask);
+    mark_output(g, add_binary(g, KILN_OP_MatMul, "pv", add_unary(g, KILN_OP_Softmax, "sm", s, &sa), kv));
     kiln_model *m = model_of(g);
     kiln_builder *probe = NULL;
     kiln_engine *eb = NULL;
