@@ -133,6 +133,24 @@ static kiln_engine *build(const kiln_model *m, int opt, kiln_precision prec, int
     return e;
 }
 
+/* A bf16 engine of m, or NULL (with a note) where this kiln or CPU refuses
+ * bf16 CPU engines (no oneDNN, no AVX512-BF16). */
+static kiln_engine *build_bf16_or_skip(const kiln_model *m, int threads) {
+    kiln_builder *b = NULL;
+    kiln_engine *e = NULL;
+    CHECK_OK(kiln_builder_create(&b));
+    CHECK_OK(kiln_builder_set_threads(b, threads));
+    CHECK_OK(kiln_builder_set_precision(b, KILN_PRECISION_BF16));
+    kiln_status s = kiln_build(b, m, &e);
+    kiln_builder_free(b);
+    if (s == KILN_ERR_UNSUPPORTED) {
+        printf("  (bf16 engines refused here: %s)\n", kiln_last_error());
+        return NULL;
+    }
+    CHECK_OK(s);
+    return e;
+}
+
 #define BIG (1 << 16)
 static float xs[3][BIG], yref[BIG], yopt[BIG];
 
@@ -515,16 +533,8 @@ TEST(bf16_close_to_fp32) {
     int o = attention(g, x, x, B, S, S, H, D, -1, false);
     mark_output(g, linear(g, "ffn", gelu_erf(g, "act", linear(g, "out", o, E, 4 * E), 0), 4 * E, E));
     kiln_model *m = model_of(g);
-    kiln_builder *b = NULL;
-    kiln_engine *e = NULL;
-    CHECK_OK(kiln_builder_create(&b));
-    CHECK_OK(kiln_builder_set_precision(b, KILN_PRECISION_BF16));
-    kiln_status s = kiln_build(b, m, &e);
-    kiln_builder_free(b);
-    if (s == KILN_ERR_UNSUPPORTED) { /* a CPU without bf16 (or a kiln that refuses it) */
-        printf("  (bf16 engines refused here: %s)\n", kiln_last_error());
-    } else {
-        CHECK_OK(s);
+    kiln_engine *e = build_bf16_or_skip(m, 0);
+    if (e) {
         const kiln_node *n = find_layer(e, "out/MatMul+out/Add+act_0+act_1+act_2+act_3+act_4");
         CHECK(n && ((const kiln_fused_matmul_attrs *)n->attrs)->precision == KILN_PRECISION_BF16);
         kiln_engine *ef = build(m, 1, 0, 1);
@@ -590,21 +600,12 @@ TEST(bf16_attention) {
     int s = add_binary(g, KILN_OP_Add, "add", add_binary(g, KILN_OP_Mul, "scale", qk, add_scalar(g, "c", 0.2236068f)), mask);
     mark_output(g, add_binary(g, KILN_OP_MatMul, "pv", add_unary(g, KILN_OP_Softmax, "sm", s, &sa), kv));
     kiln_model *m = model_of(g);
-    kiln_builder *probe = NULL;
-    kiln_engine *eb = NULL;
-    CHECK_OK(kiln_builder_create(&probe));
-    CHECK_OK(kiln_builder_set_precision(probe, KILN_PRECISION_BF16));
-    kiln_status st = kiln_build(probe, m, &eb);
-    kiln_builder_free(probe);
-    if (st == KILN_ERR_UNSUPPORTED) { /* e.g. a kiln built without oneDNN refuses CPU bf16 */
-        printf("  (bf16 engines refused here: %s)\n", kiln_last_error());
+    kiln_engine *eb = build_bf16_or_skip(m, 2);
+    if (!eb) {
         kiln_model_free(m);
         return;
     }
-    CHECK_OK(st);
-    kiln_engine_free(eb);
     kiln_engine *ef = build(m, 1, 0, 2);
-    eb = build(m, 1, KILN_PRECISION_BF16, 2);
     CHECK(count_op(eb, KILN_OP_Attention) == 1);
     fill_inputs();
     int64_t n0 = run(ef, 0, yref), n1 = run(eb, 0, yopt);
