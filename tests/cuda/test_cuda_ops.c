@@ -1182,6 +1182,11 @@ TEST(test_fused_transformer) {
 #endif
 
 /* every op of the table has at least one case */
+#include "cuda/cases_index.inc"
+#include "cuda/cases_spatial.inc"
+#include "cuda/cases_seq.inc"
+#include "cuda/cases_misc.inc"
+
 TEST(test_coverage) {
     for (int id = 1; id < KILN_OP_ID_LIMIT; id++)
         if (kiln__cuda_kernel_for(id) && !covered[id]) {
@@ -1218,7 +1223,8 @@ TEST(test_coverage) {
 #define TESTS_FT(X)
 #endif
 #define ALL_TESTS(X) \
-    TESTS_BASE(X) TESTS_NN(X) TESTS_REDUCE(X) TESTS_FC(X) TESTS_FT(X) X(test_node_state) X(test_coverage)
+    TESTS_BASE(X) TESTS_NN(X) TESTS_REDUCE(X) TESTS_FC(X) TESTS_FT(X) TESTS_INDEX(X) \
+    TESTS_SPATIAL(X) TESTS_SEQ(X) TESTS_MISC(X) X(test_node_state) X(test_coverage)
 
 #define COUNT_ONE(t) +1
 #define RUN_ONE(t)      \

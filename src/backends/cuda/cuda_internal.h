@@ -161,6 +161,12 @@ KILN_PRIVATE int kiln__cu_fused_matmul_tactics(kiln_cuda_state *st, const kiln_i
 KCU_DECLARE(gelu)
 KCU_DECLARE(attention)
 
+/* families with their own headers */
+#include "backends/cuda/cuda_index.h"
+#include "backends/cuda/cuda_spatial.h"
+#include "backends/cuda/cuda_seq.h"
+#include "backends/cuda/cuda_misc.h"
+
 /* ---- helpers for supports() ---------------------------------------------------- */
 
 /* Info of input/output i of n as inferred in g; NULL when absent. */
