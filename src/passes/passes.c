@@ -86,8 +86,16 @@ static bool all_dims_known(const kiln_tinfo *t) {
     return true;
 }
 
+/* Folded outputs become constants stored in the engine file. A node whose
+ * outputs together would take more than this (an Expand or ConstantOfShape
+ * to a large tensor, a layer applied to large constants) is left in the
+ * plan and computed at run time, as ONNX Runtime and TensorRT leave
+ * large constant subgraphs: the engine stays small, and building does not
+ * spend the time and memory of running a big layer on the host. */
+#define KILN_FOLD_MAX_BYTES ((size_t)64 << 20)
+
 /* Evaluates node `ni` on its (constant) inputs and turns its outputs into
- * constants. */
+ * constants; leaves it alone when its outputs are too large (above). */
 static kiln_status fold_node(kiln_graph *g, int ni) {
     kiln_node *n = &g->nodes[ni];
     bool shape_only = (n->op->flags & KILN_OP_FLAG_SHAPE_ONLY) != 0;
@@ -128,6 +136,7 @@ static kiln_status fold_node(kiln_graph *g, int ni) {
         out_t[i].data = NULL;
         out_tp[i] = &out_t[i];
     }
+    size_t total = 0;
     for (int i = 0; i < n->n_out; i++) {
         if (outs[i].rank < 0 || outs[i].rank > KILN_MAX_RANK || !all_dims_known(&outs[i])) {
             s = KILN_FAIL(KILN_ERR_INTERNAL, "node '%s' (%s): output %d shape unknown at fold time",
@@ -135,11 +144,13 @@ static kiln_status fold_node(kiln_graph *g, int ni) {
             goto done;
         }
         size_t nb = kiln__value_nbytes(&outs[i]);
-        if (!nb && kiln__numel(outs[i].rank, outs[i].dims) > 0) {
-            s = KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "node '%s' (%s): output %d is too large to fold",
-                          n->name, n->op->name, i);
-            goto done;
-        }
+        /* nb == 0 with elements: the byte size overflows; too large as well */
+        if ((!nb && kiln__numel(outs[i].rank, outs[i].dims) > 0) || nb > KILN_FOLD_MAX_BYTES ||
+            (total += nb) > KILN_FOLD_MAX_BYTES)
+            goto done; /* not folded: runs in the plan */
+    }
+    for (int i = 0; i < n->n_out; i++) {
+        size_t nb = kiln__value_nbytes(&outs[i]);
         out_t[i].data = kiln__aligned_alloc(nb);
         if (!out_t[i].data) {
             s = KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory folding node '%s'", n->name);

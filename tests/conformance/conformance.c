@@ -48,6 +48,9 @@ typedef struct result {
     int kind;
     int crashed; /* signal or timeout */
     char reason[REASON_MAX];
+    /* --device other than cpu: op types of the layers the build left on the
+     * CPU, space-separated, each once ("" when every layer runs on the device) */
+    char cpu_ops[256];
 } result;
 
 typedef struct options {
@@ -425,6 +428,41 @@ static const char *engine_output_for(const kiln_engine *e, const tensor *t, int 
     return NULL;
 }
 
+/* Appends `word` to the space-separated list `list` (capacity n) unless it
+ * is there already. */
+static void add_word(char *list, size_t n, const char *word, size_t wlen) {
+    for (const char *p = list; *p;) {
+        const char *end = strchr(p, ' ');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (len == wlen && !strncmp(p, word, wlen)) return;
+        p += len + (end != NULL);
+    }
+    size_t have = strlen(list);
+    if (have + wlen + 2 > n) return;
+    if (have) list[have++] = ' ';
+    memcpy(list + have, word, wlen);
+    list[have + wlen] = 0;
+}
+
+/* Records in r->cpu_ops the op types of e's layers that run on the CPU
+ * (kernel "cpu:..." in the JSON description) in an engine for a device. */
+static void note_cpu_layers(kiln_engine *e, result *r) {
+    const char *json = kiln_engine_describe(e, 1);
+    const char *p = json ? strstr(json, "\"layers\"") : NULL;
+    while (p && (p = strstr(p, "{\"name\"")) != NULL) {
+        const char *op = strstr(p, "\"op\": \"");
+        const char *kernel = strstr(p, "\"kernel\": \"");
+        const char *next = strstr(p + 1, "{\"name\"");
+        if (!op || !kernel || (next && kernel > next)) break;
+        op += 7;
+        const char *op_end = strchr(op, '"');
+        if (!op_end) break;
+        if (!strncmp(kernel + 11, "cpu:", 4))
+            add_word(r->cpu_ops, sizeof r->cpu_ops, op, (size_t)(op_end - op));
+        p = op_end;
+    }
+}
+
 static void run_test(const char *dir, const options *o, result *r) {
     memset(r, 0, sizeof *r);
     kiln_model *m = NULL;
@@ -523,6 +561,7 @@ static void run_test(const char *dir, const options *o, result *r) {
         kiln_reason(r, s == KILN_ERR_UNSUPPORTED ? R_UNSUPPORTED : R_FAIL, "build", s);
         goto done;
     }
+    if (o->device != KILN_DEVICE_CPU) note_cpu_layers(e, r);
     if ((s = kiln_context_create(e, &c)) != KILN_OK) {
         kiln_reason(r, R_FAIL, "context", s);
         goto done;
@@ -780,6 +819,44 @@ static int device_available(kiln_device dev, int use_fork) {
     return WIFEXITED(st) && WEXITSTATUS(st) == 0;
 }
 
+/* --device cuda: how many passing tests ran wholly on the device, and which
+ * op types were left on the CPU in the others (with the number of tests). */
+static void report_cpu_layers(const test_list *l) {
+    char ops[64][48];
+    int counts[64], n_ops = 0, on_device = 0, passed = 0;
+    for (size_t i = 0; i < l->n; i++) {
+        const result *r = &l->v[i].r;
+        if (r->kind != R_PASS) continue;
+        passed++;
+        if (!r->cpu_ops[0]) {
+            on_device++;
+            continue;
+        }
+        for (const char *p = r->cpu_ops; *p;) {
+            const char *end = strchr(p, ' ');
+            size_t len = end ? (size_t)(end - p) : strlen(p);
+            if (len >= sizeof ops[0]) len = sizeof ops[0] - 1;
+            int k = 0;
+            while (k < n_ops && (strlen(ops[k]) != len || strncmp(ops[k], p, len))) k++;
+            if (k == n_ops && n_ops < 64) {
+                memcpy(ops[k], p, len);
+                ops[k][len] = 0;
+                counts[k] = 0;
+                n_ops++;
+            }
+            if (k < n_ops) counts[k]++;
+            p += len + (end != NULL);
+        }
+    }
+    printf("device: %d of %d passing tests ran every layer on the device; %d had layers on the CPU\n",
+           on_device, passed, passed - on_device);
+    if (n_ops) {
+        printf("device: op types left on the CPU (tests):");
+        for (int k = 0; k < n_ops; k++) printf(" %s (%d)", ops[k], counts[k]);
+        printf("\n");
+    }
+}
+
 static void usage(void) {
     fprintf(stderr,
             "usage: kiln_conformance [--expect FILE] [--write-passing FILE] [--verbose]\n"
@@ -891,6 +968,7 @@ int main(int argc, char **argv) {
     }
     if (o.write_passing && !write_passing(o.write_passing, &tests) && !rc) rc = 2;
 
+    if (o.device != KILN_DEVICE_CPU) report_cpu_layers(&tests);
     printf("conformance: %d passed, %d failed, %d unsupported (%zu total)\n", passed, failed,
            unsupported, tests.n);
     printf("%d passed, %d failed, %d skipped\n", passed, failed, unsupported);

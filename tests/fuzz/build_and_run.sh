@@ -13,7 +13,11 @@
 # <repo>/build-fuzz), KILN_FUZZ_JOBS (parallel compiles, default 2),
 # KILN_FUZZ_TARGETS (default "onnx engine npy"), KILN_FUZZ_SEED (libFuzzer
 # -seed; default 0 = a random seed, printed in the log; CI passes a fixed one
-# so that its runs are repeatable).
+# so that its runs are repeatable), KILN_FUZZ_RUNS (with a fixed seed: stop
+# each target after this many executions, or after SECONDS, whichever comes
+# first; default: per target, about what 60 s give on a 2-core CI machine, so
+# that the same inputs are tried wherever the machine is fast enough; 0 = no
+# count, SECONDS only).
 set -u
 SECONDS_PER_TARGET=${1:-60}
 case $SECONDS_PER_TARGET in '' | *[!0-9]*) echo "usage: $0 [SECONDS]" >&2; exit 2 ;; esac
@@ -86,7 +90,14 @@ for t in $TARGETS; do
     cp "$HERE/corpus/$t"/* "$work"/ 2> /dev/null
     log=$BUILD/run/$t.log
     # shellcheck disable=SC2086
-    "$bin" $opts -seed="${KILN_FUZZ_SEED:-0}" -max_total_time="$SECONDS_PER_TARGET" \
+    runs=${KILN_FUZZ_RUNS:-}
+    if [ -z "$runs" ]; then
+        case $t in onnx) runs=200000 ;; engine) runs=600000 ;; npy) runs=25000000 ;; *) runs=0 ;; esac
+    fi
+    [ "${KILN_FUZZ_SEED:-0}" = 0 ] && runs=0 # a random seed: time-bounded only
+    runs_opt=""
+    [ "$runs" -gt 0 ] && runs_opt="-runs=$runs"
+    "$bin" $opts -seed="${KILN_FUZZ_SEED:-0}" -max_total_time="$SECONDS_PER_TARGET" $runs_opt \
         -print_final_stats=1 "$work" > "$log" 2>&1
     rc=$?
     execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)

@@ -13,14 +13,14 @@
 #include "ir/ir.h"
 #include "runtime/engine.h"
 
-static int add_val(kiln_graph *g, const char *name) {
+static inline int add_val(kiln_graph *g, const char *name) {
     int v = -1;
     if (kiln__graph_add_value(g, name, &v) != KILN_OK) abort();
     return v;
 }
 
 /* A float32 graph input. */
-static int add_input(kiln_graph *g, const char *name, int rank, const int64_t *dims) {
+static inline int add_input(kiln_graph *g, const char *name, int rank, const int64_t *dims) {
     int v = add_val(g, name);
     g->values[v].info.dtype = KILN_DTYPE_FLOAT32;
     g->values[v].info.rank = rank;
@@ -31,7 +31,7 @@ static int add_input(kiln_graph *g, const char *name, int rank, const int64_t *d
     return v;
 }
 
-static void mark_output(kiln_graph *g, int v) {
+static inline void mark_output(kiln_graph *g, int v) {
     g->values[v].flags |= KILN_VALUE_OUTPUT;
     if (kiln__grow((void **)&g->outputs, &g->cap_outputs, g->n_outputs + 1, sizeof(int)) != KILN_OK) abort();
     g->outputs[g->n_outputs++] = v;
@@ -39,13 +39,13 @@ static void mark_output(kiln_graph *g, int v) {
 
 static uint64_t gb_rng_state = 12345;
 /* Deterministic uniform float in [-1, 1). */
-static float frand(void) {
+static inline float frand(void) {
     gb_rng_state = gb_rng_state * 6364136223846793005ull + 1442695040888963407ull;
     return (float)((double)(gb_rng_state >> 40) / 16777216.0 * 2.0 - 1.0);
 }
 
 /* A float32 constant with random values in [lo, hi). */
-static int add_const(kiln_graph *g, const char *name, int rank, const int64_t *dims, float lo, float hi) {
+static inline int add_const(kiln_graph *g, const char *name, int rank, const int64_t *dims, float lo, float hi) {
     int64_t n = kiln__numel(rank, dims);
     float *d = malloc(sizeof(float) * (size_t)(n ? n : 1));
     if (!d) abort();
@@ -56,14 +56,14 @@ static int add_const(kiln_graph *g, const char *name, int rank, const int64_t *d
     return v;
 }
 
-static int add_scalar(kiln_graph *g, const char *name, float x) {
+static inline int add_scalar(kiln_graph *g, const char *name, float x) {
     int v = add_val(g, name);
     if (kiln__value_set_const(&g->values[v], KILN_DTYPE_FLOAT32, 0, NULL, &x) != KILN_OK) abort();
     return v;
 }
 
 /* A one-output node; its output is named "<name>_out". */
-static int add_node(kiln_graph *g, int op, const char *name, int n_in, const int *in,
+static inline int add_node(kiln_graph *g, int op, const char *name, int n_in, const int *in,
                     const void *attrs) {
     char oname[160];
     snprintf(oname, sizeof oname, "%s_out", name);
@@ -72,18 +72,18 @@ static int add_node(kiln_graph *g, int op, const char *name, int n_in, const int
     return out;
 }
 
-static int add_unary(kiln_graph *g, int op, const char *name, int x, const void *attrs) {
+static inline int add_unary(kiln_graph *g, int op, const char *name, int x, const void *attrs) {
     return add_node(g, op, name, 1, (int[]){x}, attrs);
 }
 
 /* A two-input node with zeroed (default) attributes. */
-static int add_binary(kiln_graph *g, int op, const char *name, int a, int b) {
+static inline int add_binary(kiln_graph *g, int op, const char *name, int a, int b) {
     unsigned char zero[64] = {0}; /* more than any binary op's attrs */
     return add_node(g, op, name, 2, (int[]){a, b}, zero);
 }
 
 /* Wraps g (shapes inferred) as a model that owns it. */
-static kiln_model *model_of(kiln_graph *g) {
+static inline kiln_model *model_of(kiln_graph *g) {
     kiln_model *m = kiln__calloc(1, sizeof *m);
     if (!m) abort();
     m->graph = g;
@@ -95,14 +95,14 @@ static kiln_model *model_of(kiln_graph *g) {
 }
 
 /* Layers of the engine's plan with op id `op` (0 for a NULL engine). */
-static int count_op(const kiln_engine *e, int op) {
+static inline int count_op(const kiln_engine *e, int op) {
     int n = 0;
     for (int i = 0; e && i < e->graph->n_nodes; i++) n += e->graph->nodes[i].op_id == op;
     return n;
 }
 
 /* The plan's layer named `name`, or NULL (with a note on stderr). */
-static const kiln_node *find_layer(const kiln_engine *e, const char *name) {
+static inline const kiln_node *find_layer(const kiln_engine *e, const char *name) {
     for (int i = 0; e && i < e->graph->n_nodes; i++)
         if (!strcmp(e->graph->nodes[i].name, name)) return &e->graph->nodes[i];
     fprintf(stderr, "  no layer named %s\n", name);
@@ -110,7 +110,7 @@ static const kiln_node *find_layer(const kiln_engine *e, const char *name) {
 }
 
 /* max |a - b| / max(1, max |b|); infinite when NaNs differ. */
-static double rel_err(const float *a, const float *b, int64_t n) {
+static inline double rel_err(const float *a, const float *b, int64_t n) {
     double m = 1.0, d = 0.0;
     for (int64_t i = 0; i < n; i++) {
         if (fabs(b[i]) > m) m = fabs(b[i]);

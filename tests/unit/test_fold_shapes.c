@@ -6,25 +6,15 @@
  * to run (on a GPU engine it would run on the CPU). */
 #include "test.h"
 
+#include "graph_build.h"
 #include "ir/ir.h"
 #include "ops/tensor_internal.h"
 #include "runtime/engine.h"
 
 #include <stdlib.h>
 
-static int val(kiln_graph *g, const char *name) {
-    int v = -1;
-    if (kiln__graph_add_value(g, name, &v) != KILN_OK) abort();
-    return v;
-}
-
-static int node(kiln_graph *g, int op, const char *name, int n_in, const int *in, const void *at) {
-    char oname[64];
-    snprintf(oname, sizeof oname, "%s_out", name);
-    int out = val(g, oname);
-    if (kiln__graph_add_node(g, op, name, n_in, in, 1, &out, at, NULL) != KILN_OK) abort();
-    return out;
-}
+#define val add_val
+#define node add_node
 
 static int count_live(const kiln_graph *g, int op) {
     int k = 0;
@@ -69,7 +59,62 @@ TEST(shape_of_reshape_folds) {
     kiln__graph_free(g);
 }
 
+/* y = Expand(2.5, shape) + x. With shape [17,1024,1024] the Expand's output
+ * (68 MiB) is over the folding limit: the Expand stays in the plan, the
+ * engine stays small, and the run still computes it. With shape [4,4] it
+ * folds into a constant. */
+static void expand_case(const int64_t *shape, bool big) {
+    kiln_graph *g = NULL;
+    CHECK_OK(kiln__graph_create(&g));
+    if (!g) return;
+    int x = add_input(g, "x", 1, (int64_t[]){1});
+    int c = add_scalar(g, "c", 2.5f);
+    int sh = add_val(g, "shape");
+    CHECK_OK(kiln__value_set_const(&g->values[sh], KILN_DTYPE_INT64, 1, (int64_t[]){3}, shape));
+    int e = add_node(g, KILN_OP_Expand, "expand", 2, (int[]){c, sh}, NULL);
+    int y = add_binary(g, KILN_OP_Add, "add", e, x);
+    mark_output(g, y);
+    kiln__graph_link(g);
+    kiln_model *m = model_of(g);
+    kiln_builder *b = NULL;
+    kiln_engine *en = NULL;
+    CHECK_OK(kiln_builder_create(&b));
+    CHECK_OK(kiln_builder_set_threads(b, 1));
+    CHECK_OK(kiln_build(b, m, &en));
+    if (en) {
+        CHECK(count_op(en, KILN_OP_Expand) == (big ? 1 : 0));
+        void *bytes = NULL;
+        size_t size = 0;
+        CHECK_OK(kiln_engine_serialize(en, &bytes, &size));
+        CHECK(size < (big ? (size_t)1 << 20 : (size_t)1 << 16));
+        kiln_free(bytes);
+        kiln_context *ctx = NULL;
+        CHECK_OK(kiln_context_create(en, &ctx));
+        float xv = 0.25f;
+        CHECK_OK(kiln_context_set_input(ctx, "x", KILN_DTYPE_FLOAT32, 1, (int64_t[]){1}, &xv));
+        CHECK_OK(kiln_context_run(ctx));
+        const void *out = NULL;
+        int rank = 0;
+        int64_t dims[8];
+        CHECK_OK(kiln_context_get_output(ctx, "add_out", NULL, &rank, dims, &out));
+        int64_t n = kiln__numel(3, shape);
+        CHECK(rank == 3 && dims[0] == shape[0] && dims[1] == shape[1] && dims[2] == shape[2]);
+        const float *o = out;
+        if (o) CHECK(o[0] == 2.75f && o[n / 2] == 2.75f && o[n - 1] == 2.75f);
+        kiln_context_free(ctx);
+        kiln_engine_free(en);
+    }
+    kiln_builder_free(b);
+    kiln_model_free(m);
+}
+
+TEST(large_constants_not_folded) {
+    expand_case((int64_t[]){17, 1024, 1024}, true);
+    expand_case((int64_t[]){4, 2, 2}, false);
+}
+
 int main(void) {
     RUN(shape_of_reshape_folds);
+    RUN(large_constants_not_folded);
     return test_summary();
 }
