@@ -166,6 +166,10 @@
 
 /* Checksum of a whole file (header bytes 32..39 taken as zero). */
 KILN_PRIVATE uint64_t kiln__format_checksum(const void *data, size_t size);
+/* The same; when `mapped`, data is a read-only file mapping whose pages are
+ * handed back to the kernel as the checksum passes them (so that checking a
+ * large engine does not make all of it resident at once). */
+KILN_PRIVATE uint64_t kiln__format_checksum_ex(const void *data, size_t size, bool mapped);
 
 /* Semantic checks of a plan, shared by the writer (which refuses to write an
  * engine it could not read back) and the reader (after rebuilding the

@@ -391,7 +391,7 @@ static kiln_status header_str(const reader *r, size_t off, size_t len, const cha
     return KILN_OK;
 }
 
-static kiln_status check_signature(const unsigned char *p, size_t size) {
+static kiln_status check_signature(const unsigned char *p, size_t size, bool mapped) {
     if (size == 0) return KILN_FAIL(KILN_ERR_FORMAT, "engine file is empty (0 bytes)");
     size_t n = size < KILN_FORMAT_MAGIC_SIZE ? size : KILN_FORMAT_MAGIC_SIZE;
     size_t k = n < 4 ? n : 4;
@@ -434,7 +434,7 @@ static kiln_status check_signature(const unsigned char *p, size_t size) {
         return KILN_FAIL(KILN_ERR_FORMAT,
                          "engine file is truncated: %zu bytes, shorter than its %d-byte header",
                          size, KILN_FORMAT_HEADER_SIZE);
-    if (kiln__le64(p + KILN_FMT_OFF_CHECKSUM) != kiln__format_checksum(p, size))
+    if (kiln__le64(p + KILN_FMT_OFF_CHECKSUM) != kiln__format_checksum_ex(p, size, mapped))
         return KILN_FAIL(KILN_ERR_FORMAT, "engine file is corrupted (checksum mismatch)");
     if (header_size < KILN_FORMAT_HEADER_SIZE || header_size % 8 || header_size > size)
         return bad("header size %u (must be >= %d, a multiple of 8, inside the file)", header_size,
@@ -775,7 +775,7 @@ kiln_status kiln__format_read(const void *data, size_t size, kiln_engine *e) {
     memset(&r, 0, sizeof r);
     r.p = data;
     r.size = size;
-    KILN_TRY(check_signature(r.p, size));
+    KILN_TRY(check_signature(r.p, size, e->blob_kind == 1 && data == e->blob));
 
     /* Header fields. */
     kiln_build_options opts;

@@ -4,6 +4,7 @@
  * weight offsets), then fills one zeroed buffer, so every padding byte is
  * zero and the same engine always gives the same bytes. */
 #include "format/format.h"
+#include "runtime/engine.h"
 
 #include <stdio.h>
 
@@ -19,6 +20,14 @@ static void checksum_block(uint64_t h[4], const unsigned char *b) {
 }
 
 uint64_t kiln__format_checksum(const void *data, size_t size) {
+    return kiln__format_checksum_ex(data, size, false);
+}
+
+/* Pages handed back every this many bytes of a mapped file (a multiple of
+ * the 32-byte block and of any page size). */
+#define KILN_FMT_RELEASE_CHUNK ((size_t)16 << 20)
+
+uint64_t kiln__format_checksum_ex(const void *data, size_t size, bool mapped) {
     const unsigned char *p = data;
     uint64_t h[4];
     for (int i = 0; i < 4; i++) h[i] = KILN_FNV_SEED + (uint64_t)i;
@@ -32,7 +41,15 @@ uint64_t kiln__format_checksum(const void *data, size_t size) {
         checksum_block(h, head + 32);
         pos = 64;
     }
-    for (; size - pos >= 32; pos += 32) checksum_block(h, p + pos);
+    size_t released = 0;
+    for (; size - pos >= 32; pos += 32) {
+        checksum_block(h, p + pos);
+        if (mapped && pos + 32 - released >= KILN_FMT_RELEASE_CHUNK) {
+            kiln__mapping_release(data, size, p + released, pos + 32 - released);
+            released = pos + 32;
+        }
+    }
+    if (mapped && released < size) kiln__mapping_release(data, size, p + released, size - released);
     if (pos < size) {
         unsigned char tail[64] = {0};
         memcpy(tail, p + pos, size - pos);

@@ -527,6 +527,22 @@ static kiln_status workspace(kiln_context *c, int m, size_t ws, const char *node
 
 /* ---- running ------------------------------------------------------------ */
 
+
+/* A CPU kernel that has just created its node state (prepacked weights, a
+ * library primitive with reordered weights) no longer reads its constant
+ * inputs at run time: their pages in the engine's file mapping are handed
+ * back, so that the weights are not resident twice (mapped and packed). If
+ * anything reads them again (another context, a repack) they come back from
+ * the page cache. */
+static void release_packed_constants(kiln_context *c, const kiln_node *n) {
+    const kiln_graph *g = c->e->graph;
+    for (int i = 0; i < n->n_in; i++) {
+        if (n->in[i] < 0) continue;
+        const kiln_value *v = &g->values[n->in[i]];
+        if ((v->flags & KILN_VALUE_CONST) && v->data) kiln__engine_release_pages(c->e, v->data, v->nbytes);
+    }
+}
+
 static kiln_status run_node(kiln_context *c, int ni) {
     const kiln_node *n = &c->e->graph->nodes[ni];
     const kiln_graph *g = c->e->graph;
@@ -626,7 +642,10 @@ static kiln_status run_node(kiln_context *c, int ni) {
                            .pool = m == MEM_HOST ? c->threads_pool : NULL,
                            .stream = NULL, .device_state = m == MEM_DEV ? c->state[m] : NULL,
                            .node_state = &c->node_state[ni]};
+    bool had_state = c->node_state[ni].p != NULL;
     st = c->be[m]->run(c->state[m], &ka);
+    if (st == KILN_OK && m == MEM_HOST && !had_state && c->node_state[ni].p)
+        release_packed_constants(c, n);
 done:
     for (int j = 0; j < n_tmp; j++) c->pool[m].bufs[tmp_bufs[j]].in_use = false;
     return st;
