@@ -197,6 +197,16 @@ KILN_API kiln_device kiln_engine_device(const kiln_engine *e);
 KILN_API int kiln_engine_device_index(const kiln_engine *e);
 /* Number of layers (nodes) in the engine's optimized plan. */
 KILN_API int kiln_engine_num_layers(const kiln_engine *e);
+/* One layer of the plan (strings owned by the engine). */
+typedef struct kiln_layer_info {
+    const char *name;    /* the layer's name (fused layers: "conv1+bn1+relu") */
+    const char *op;      /* op type, e.g. "Conv", "FusedConv" */
+    const char *kernel;  /* kernel that runs it, e.g. "cpu:FusedConv", "cuda.binary" */
+    const char *tactic;  /* chosen tactic's name, or "" for layers without tactics */
+    float tactic_us;     /* the tactic's time measured at build (0: not timed) */
+    kiln_device device;  /* where it runs (a CUDA engine's CPU layers: KILN_DEVICE_CPU) */
+} kiln_layer_info;
+KILN_API kiln_status kiln_engine_layer_info(const kiln_engine *e, int layer, kiln_layer_info *out);
 KILN_API kiln_precision kiln_engine_precision(const kiln_engine *e);
 /* A human-readable (or JSON, when json != 0) description of the engine:
  * inputs, outputs, profiles, layers and their kernels, memory. The string is
@@ -251,6 +261,17 @@ KILN_API kiln_status kiln_context_set_memory_limit(kiln_context *c, size_t bytes
  * kiln_build fail. */
 KILN_API kiln_status kiln_builder_set_layer_precision(kiln_builder *b, const char *layer,
                                                      kiln_precision p);
+
+/* Per-layer profiling, in the manner of trtexec --dumpProfile. While on,
+ * every run times each layer (wall clock; a GPU layer's time ends when the
+ * stream has finished it, so a profiled run is slower, and CUDA Graphs are
+ * not used) and adds it to that layer's total. Turning it on (again) clears
+ * the totals; off frees them. */
+KILN_API kiln_status kiln_context_set_profiling(kiln_context *c, int on);
+/* Total microseconds of layer `layer` (as kiln_engine_layer_info numbers
+ * them) over the profiled runs, and the number of those runs. */
+KILN_API kiln_status kiln_context_layer_time(const kiln_context *c, int layer, double *total_us,
+                                             int64_t *runs);
 
 /* CUDA engines: whether the context captures its launch sequence into a
  * CUDA Graph and replays it (on by default; see docs/cuda.md for when a

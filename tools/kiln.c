@@ -1380,7 +1380,81 @@ static const char bench_help[] =
     "  --seed S             seed of the random inputs (default 0)\n"
     "  --threads N          threads (0 = one per core; default: the engine's setting)\n"
     "  --json               print the results as JSON only\n"
+    "  --profile            after the timed runs, run as many again with per-layer timing\n"
+    "                       and print each layer's mean time, its share of the total,\n"
+    "                       op, kernel and tactic, slowest first (GPU layers are timed\n"
+    "                       to the end of their work, without CUDA Graphs)\n"
     "  -h, --help           show this help\n";
+
+static void json_string(const char *s) {
+    putchar('"');
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\') printf("\\%c", ch);
+        else if (ch < 0x20) printf("\\u%04x", ch);
+        else putchar(ch);
+    }
+    putchar('"');
+}
+
+typedef struct layer_row {
+    int layer;
+    double us; /* mean per run */
+} layer_row;
+
+static int cmp_layer_row(const void *a, const void *b) {
+    double x = ((const layer_row *)a)->us, y = ((const layer_row *)b)->us;
+    return x > y ? -1 : x < y;
+}
+
+/* kiln bench --profile: `runs` profiled runs, then the per-layer table. */
+static int bench_profile(kiln_engine *e, kiln_context *c, int64_t runs, bool json) {
+    kiln_status st = kiln_context_set_profiling(c, 1);
+    if (st != KILN_OK) return fail_kiln(st, "--profile");
+    for (int64_t i = 0; i < runs; i++)
+        if ((st = kiln_context_run(c)) != KILN_OK) return fail_kiln(st, "profiled run %" PRId64 " failed", i);
+    int n = kiln_engine_num_layers(e);
+    layer_row *rows = calloc((size_t)(n > 0 ? n : 1), sizeof *rows);
+    if (!rows) return fail("out of memory");
+    double total = 0;
+    for (int i = 0; i < n; i++) {
+        double us = 0;
+        int64_t k = 0;
+        kiln_context_layer_time(c, i, &us, &k);
+        rows[i].layer = i;
+        rows[i].us = k > 0 ? us / (double)k : 0;
+        total += rows[i].us;
+    }
+    qsort(rows, (size_t)n, sizeof *rows, cmp_layer_row);
+    if (json) printf("  \"profile\": {\"runs\": %" PRId64 ", \"total_us\": %.3f, \"layers\": [\n", runs, total);
+    else printf("per-layer profile (%" PRId64 " profiled runs; mean per run; sum %.3f ms):\n"
+                "  %10s %6s %6s  %-18s %-16s %-16s %s\n", runs, total / 1e3, "us", "%", "cum%", "op",
+                "kernel", "tactic", "layer");
+    double cum = 0;
+    for (int i = 0; i < n; i++) {
+        kiln_layer_info li;
+        if (kiln_engine_layer_info(e, rows[i].layer, &li) != KILN_OK) continue;
+        double pct = total > 0 ? 100.0 * rows[i].us / total : 0;
+        cum += pct;
+        if (json) {
+            printf("    {\"layer\": %d, \"name\": ", rows[i].layer);
+            json_string(li.name);
+            printf(", \"op\": ");
+            json_string(li.op);
+            printf(", \"kernel\": ");
+            json_string(li.kernel);
+            printf(", \"tactic\": ");
+            json_string(li.tactic);
+            printf(", \"mean_us\": %.3f, \"percent\": %.2f}%s\n", rows[i].us, pct, i + 1 < n ? "," : "");
+        } else {
+            printf("  %10.1f %6.2f %6.2f  %-18s %-16s %-16s %s\n", rows[i].us, pct, cum, li.op, li.kernel,
+                   li.tactic[0] ? li.tactic : "-", li.name);
+        }
+    }
+    if (json) printf("  ]},\n");
+    free(rows);
+    return EXIT_OK;
+}
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -1395,29 +1469,20 @@ static double percentile(const double *v, int64_t n, double q) {
     return v[r - 1];
 }
 
-static void json_string(const char *s) {
-    putchar('"');
-    for (; *s; s++) {
-        unsigned char ch = (unsigned char)*s;
-        if (ch == '"' || ch == '\\') printf("\\%c", ch);
-        else if (ch < 0x20) printf("\\u%04x", ch);
-        else putchar(ch);
-    }
-    putchar('"');
-}
 
 static int cmd_bench(int argc, char **argv) {
     static const optdef defs[] = {
         {"--warmup", NULL, true}, {"--iterations", NULL, true}, {"--duration", NULL, true},
         {"--shapes", NULL, true}, {"--threads", NULL, true},    {"--json", NULL, false},
         {"--help", "-h", false},  {"--input", "-i", true},      {"--seed", NULL, true},
+        {"--profile", NULL, false},
     };
-    enum { O_WARMUP, O_ITERS, O_DURATION, O_SHAPES, O_THREADS, O_JSON, O_HELP, O_INPUT, O_SEED };
+    enum { O_WARMUP, O_ITERS, O_DURATION, O_SHAPES, O_THREADS, O_JSON, O_HELP, O_INPUT, O_SEED, O_PROFILE };
     argscan s = {argc, argv, 0, "bench", false};
     const char *path = NULL, *val;
     int64_t warmup = 3, iters = 10, threads = -1, seed = 0;
     double duration = 0;
-    bool json = false;
+    bool json = false, profile = false;
     shape_list shapes = {0};
     input_files files = {0};
     int rc = EXIT_USAGE, id, n_in = 0;
@@ -1449,6 +1514,7 @@ static int cmd_bench(int argc, char **argv) {
         case O_THREADS: if (!opt_int("bench", "--threads", val, 0, 4096, &threads)) goto done; break;
         case O_SEED: if (!opt_int("bench", "--seed", val, 0, INT64_MAX, &seed)) goto done; break;
         case O_JSON: json = true; break;
+        case O_PROFILE: profile = true; break;
         case O_INPUT:
             if (!input_files_add(&files, val)) {
                 rc = fail("out of memory");
@@ -1531,6 +1597,7 @@ static int cmd_bench(int argc, char **argv) {
         }
         printf("],\n  \"warmup\": %" PRId64 ",\n  \"iterations\": %" PRId64 ",\n  \"total_s\": %.6f,\n", warmup,
                n, total);
+        if (profile && bench_profile(e, c, n, true) != EXIT_OK) goto done;
         printf("  \"latency_ms\": {\"min\": %.6f, \"mean\": %.6f, \"p50\": %.6f, \"p90\": %.6f, \"p99\": %.6f, "
                "\"max\": %.6f},\n", lat[0], mean, p50, p90, p99, lat[n - 1]);
         printf("  \"throughput_per_s\": %.3f\n}\n", tput);
@@ -1540,6 +1607,7 @@ static int cmd_bench(int argc, char **argv) {
         printf("latency (ms): min %.3f  mean %.3f  p50 %.3f  p90 %.3f  p99 %.3f  max %.3f\n", lat[0], mean, p50,
                p90, p99, lat[n - 1]);
         printf("throughput: %.2f inferences/s\n", tput);
+        if (profile && bench_profile(e, c, n, false) != EXIT_OK) goto done;
     }
     rc = EXIT_OK;
 done:

@@ -413,6 +413,28 @@ static void node_tactic(const kiln_node *n, kiln_sbuf *sb, bool json) {
     }
 }
 
+kiln_status kiln_engine_layer_info(const kiln_engine *e, int layer, kiln_layer_info *out) {
+    if (!e || !out) return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "kiln_engine_layer_info: NULL argument");
+    memset(out, 0, sizeof *out);
+    const kiln_graph *g = e->graph;
+    if (layer < 0 || layer >= g->n_nodes)
+        return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "kiln_engine_layer_info: layer %d of %d", layer,
+                         g->n_nodes);
+    const kiln_node *n = &g->nodes[layer];
+    out->name = n->name;
+    out->op = n->op->name;
+    out->kernel = node_kernel(g, n);
+    out->tactic = "";
+    out->device = n->device;
+    if ((n->op->flags & KILN_OP_FLAG_TACTICS) && n->attrs) {
+        const kiln_tactic *t = n->attrs;
+        const kiln_backend_i *nb = kiln__backend_for(n->device);
+        out->tactic = nb && nb->tactic_name ? nb->tactic_name(n, t->id) : "?";
+        out->tactic_us = t->us;
+    }
+    return KILN_OK;
+}
+
 /* Device engines: nodes that run on the CPU, and the host<->device copies
  * (tensors crossing between the two sides) they cost. */
 static void fallback_summary(const kiln_engine *e, kiln_sbuf *sb, bool json) {

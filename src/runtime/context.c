@@ -24,6 +24,8 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <time.h>
 
 enum { MEM_HOST = KILN_MEM_HOST, MEM_DEV = KILN_MEM_DEV };
 #define KILN_PLAN_CACHE 4
@@ -97,6 +99,9 @@ struct kiln_context {
     uint64_t graph_overflow; /* overflow counter when the capture began */
     bool graph_run;        /* this run may replay or capture (its key is in gkey) */
     kiln_slot *graph_out;  /* per graph output: its slot right after the captured run */
+    /* per-layer profile (kiln_context_set_profiling): per node, total time and runs */
+    double *prof_us;
+    int64_t *prof_runs;
 };
 
 static int node_mem(const kiln_context *c, const kiln_node *n) { return kiln__node_mem(c->e, n); }
@@ -170,6 +175,8 @@ void kiln_context_free(kiln_context *c) {
         for (int i = 0; i < c->e->graph->n_nodes; i++)
             if (c->node_state[i].p && c->node_state[i].free) c->node_state[i].free(c->node_state[i].p);
     kiln__free(c->node_state);
+    kiln__free(c->prof_us);
+    kiln__free(c->prof_runs);
     if (c->graph) c->be[MEM_DEV]->graph_free(c->state[MEM_DEV], c->graph);
     kiln__free(c->gkey);
     kiln__free(c->graph_out);
@@ -715,7 +722,7 @@ static bool graph_usable(kiln_context *c) {
         const char *env = getenv("KILN_CUDA_GRAPHS");
         c->graph_mode = env && !strcmp(env, "0") ? -1 : 1;
     }
-    if (c->graph_mode < 0) return false;
+    if (c->graph_mode < 0 || c->prof_us) return false; /* profiling times layers one by one */
     if (c->graph_static == 0) {
         c->graph_static = 1;
         for (int ni = 0; ni < g->n_nodes && c->graph_static > 0; ni++) {
@@ -895,13 +902,68 @@ static void slots_reset(kiln_context *c) {
     }
 }
 
+static double mono_us(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;
+}
+
+/* run_node, timed into the profile: a device layer's time ends when the
+ * stream has finished it. */
+static kiln_status run_node_profiled(kiln_context *c, int ni) {
+    double t0 = mono_us();
+    kiln_status st = run_node(c, ni);
+    if (st == KILN_OK && node_mem(c, &c->e->graph->nodes[ni]) == MEM_DEV)
+        st = c->be[MEM_DEV]->sync(c->state[MEM_DEV]);
+    c->prof_us[ni] += mono_us() - t0;
+    c->prof_runs[ni]++;
+    return st;
+}
+
+kiln_status kiln_context_set_profiling(kiln_context *c, int on) {
+    if (!c) return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "kiln_context_set_profiling: context is NULL");
+    kiln__free(c->prof_us);
+    kiln__free(c->prof_runs);
+    c->prof_us = NULL;
+    c->prof_runs = NULL;
+    if (!on) return KILN_OK;
+    size_t n = (size_t)c->e->graph->n_nodes + 1;
+    c->prof_us = kiln__calloc(n, sizeof *c->prof_us);
+    c->prof_runs = kiln__calloc(n, sizeof *c->prof_runs);
+    if (!c->prof_us || !c->prof_runs) {
+        kiln__free(c->prof_us);
+        kiln__free(c->prof_runs);
+        c->prof_us = NULL;
+        c->prof_runs = NULL;
+        return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory (layer profile)");
+    }
+    if (c->be[MEM_DEV]) graph_drop(c);
+    return KILN_OK;
+}
+
+kiln_status kiln_context_layer_time(const kiln_context *c, int layer, double *total_us,
+                                    int64_t *runs) {
+    if (total_us) *total_us = 0;
+    if (runs) *runs = 0;
+    if (!c) return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "kiln_context_layer_time: context is NULL");
+    if (!c->prof_us)
+        return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT,
+                         "kiln_context_layer_time: profiling is off (kiln_context_set_profiling)");
+    if (layer < 0 || layer >= c->e->graph->n_nodes)
+        return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "kiln_context_layer_time: layer %d of %d", layer,
+                         c->e->graph->n_nodes);
+    if (total_us) *total_us = c->prof_us[layer];
+    if (runs) *runs = c->prof_runs[layer];
+    return KILN_OK;
+}
+
 /* Runs every node in order, releasing values after their last reader. */
 static kiln_status run_nodes(kiln_context *c) {
     const kiln_graph *g = c->e->graph;
     kiln_status st = KILN_OK;
     for (int ni = 0; ni < g->n_nodes; ni++) {
         const kiln_node *n = &g->nodes[ni];
-        if ((st = run_node(c, ni)) != KILN_OK) {
+        if ((st = c->prof_us ? run_node_profiled(c, ni) : run_node(c, ni)) != KILN_OK) {
             if (!strstr(kiln_last_error(), n->name))
                 st = kiln__fail_prefix(st, "running node '%s' (%s)", n->name, n->op->name);
             return st;

@@ -199,6 +199,18 @@ d = json.load(open('bench.json'))
 sys.exit(0 if all(k in d['latency_ms'] for k in ('min', 'mean', 'p50', 'p90', 'p99', 'max')) and d['iterations'] == 3 else 1)" &&
     ok || bad "bench --json: $(head -c 300 bench.json)"
 expect "bench bad engine" nz "not a kiln engine" "$KILN" bench random.kiln
+# --profile: one row per layer, shares summing to 100
+expect "bench --profile" 0 "per-layer profile" "$KILN" bench tiny.kiln --iterations 3 --profile
+layers=$("$KILN" inspect tiny.kiln --json | $PY -c "import json,sys; print(len(json.load(sys.stdin)['layers']))")
+rows=$(awk '/per-layer profile/{p=1; getline; next} p && NF' out | wc -l)
+[ "$rows" = "$layers" ] && ok || bad "bench --profile: $rows rows for $layers layers"
+"$KILN" bench tiny.kiln --iterations 3 --profile --json >bench.json 2>&1 && $PY -c "
+import json, sys
+d = json.load(open('bench.json'))
+p = d['profile']
+ok = p['runs'] == 3 and len(p['layers']) > 0 and abs(sum(l['percent'] for l in p['layers']) - 100) < 0.5
+ok = ok and all(l['mean_us'] >= 0 and l['name'] and l['op'] for l in p['layers'])
+sys.exit(0 if ok else 1)" && ok || bad "bench --profile --json: $(head -c 400 bench.json)"
 
 echo "$PASS passed, $FAIL failed"
 [ $FAIL -eq 0 ]

@@ -319,6 +319,45 @@ TEST(test_threads_share_engine) {
     kiln_engine_free(e);
 }
 
+/* Per-layer profiling: every layer timed once per run, totals cleared when
+ * turned on again, refused when off; kiln_engine_layer_info in range. */
+TEST(test_layer_profile) {
+    kiln_engine *e = build_tiny(1, 3, 8);
+    if (!e) return;
+    kiln_context *c = NULL;
+    CHECK_OK(kiln_context_create(e, &c));
+    int n = kiln_engine_num_layers(e);
+    CHECK(n > 0);
+    double us = -1;
+    int64_t runs = -1;
+    CHECK(kiln_context_layer_time(c, 0, &us, &runs) == KILN_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(kiln_last_error(), "profiling is off") != NULL);
+    CHECK_OK(kiln_context_set_profiling(c, 1));
+    float y[3 * 8];
+    for (int k = 0; k < 3; k++) CHECK(run_batch(c, ref_x, 3, y));
+    CHECK(max_err(y, ref_y, 3 * 8) < 1e-5f); /* profiled runs compute the same */
+    double sum = 0;
+    for (int i = 0; i < n; i++) {
+        CHECK_OK(kiln_context_layer_time(c, i, &us, &runs));
+        CHECK(runs == 3 && us >= 0);
+        sum += us;
+        kiln_layer_info li;
+        CHECK_OK(kiln_engine_layer_info(e, i, &li));
+        CHECK(li.name && li.name[0] && li.op && li.kernel && li.tactic && li.device == KILN_DEVICE_CPU);
+    }
+    CHECK(sum > 0);
+    CHECK(kiln_context_layer_time(c, n, &us, &runs) == KILN_ERR_INVALID_ARGUMENT);
+    kiln_layer_info li;
+    CHECK(kiln_engine_layer_info(e, -1, &li) == KILN_ERR_INVALID_ARGUMENT);
+    CHECK_OK(kiln_context_set_profiling(c, 1)); /* on again: cleared */
+    CHECK_OK(kiln_context_layer_time(c, 0, &us, &runs));
+    CHECK(runs == 0 && us == 0);
+    CHECK_OK(kiln_context_set_profiling(c, 0));
+    CHECK(kiln_context_layer_time(c, 0, &us, &runs) == KILN_ERR_INVALID_ARGUMENT);
+    kiln_context_free(c);
+    kiln_engine_free(e);
+}
+
 int main(void) {
     if (!load_ref()) {
         fprintf(stderr, "cannot read %s (run from the repository root)\n", IO);
@@ -332,5 +371,6 @@ int main(void) {
     RUN(test_lstm_activations);
     RUN(test_opset18_forms);
     RUN(test_threads_share_engine);
+    RUN(test_layer_profile);
     return test_summary();
 }
