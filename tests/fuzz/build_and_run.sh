@@ -92,7 +92,7 @@ for t in $TARGETS; do
     # shellcheck disable=SC2086
     runs=${KILN_FUZZ_RUNS:-}
     if [ -z "$runs" ]; then
-        case $t in onnx) runs=200000 ;; engine) runs=600000 ;; npy) runs=25000000 ;; *) runs=0 ;; esac
+        case $t in onnx) runs=200000 ;; engine) runs=250000 ;; npy) runs=25000000 ;; *) runs=0 ;; esac
     fi
     [ "${KILN_FUZZ_SEED:-0}" = 0 ] && runs=0 # a random seed: time-bounded only
     runs_opt=""
