@@ -5,6 +5,10 @@
  * folding, memory planning and serialization. Everything is freed, so leaks
  * show up under LeakSanitizer. See tests/fuzz/README.md.
  *
+ * An engine that builds is then run once on zero inputs (fuzz_run.h: one
+ * thread, 16 MiB activation limit), so the kernels see what a fuzzed model
+ * gives them.
+ *
  * The builder runs with tactic timing off and one thread. Timing runs every
  * candidate kernel of a layer several times at the declared shapes, and a
  * 200-byte model can declare a convolution with an 85 MB output: legitimate
@@ -14,6 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "fuzz_run.h"
 #include "kiln.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -25,7 +30,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         kiln_engine *e = NULL;
         kiln_builder_set_tuning(b, 0);
         kiln_builder_set_threads(b, 1);
-        if (kiln_build(b, m, &e) == KILN_OK) kiln_engine_free(e);
+        if (kiln_build(b, m, &e) == KILN_OK) {
+            fuzz_run_once(e);
+            kiln_engine_free(e);
+        }
         kiln_builder_free(b);
     }
     kiln_model_free(m);
