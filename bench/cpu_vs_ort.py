@@ -20,7 +20,10 @@ For each row (model x thread count):
   - one ORT session: intra_op_num_threads = T, inter_op_num_threads = 1, sequential
     execution, graph optimizations ORT_ENABLE_ALL;
   - both are warmed up, then run alternately (kiln, ORT, kiln, ORT, ...) --repeats times
-    each; only the run call is timed (inputs are bound / fed beforehand);
+    each; only the run call is timed (inputs are bound / fed beforehand); before each timed
+    call the script pauses, by default twice the longest time either runtime keeps a CPU
+    busy after a run (ORT's workers spin ~20 ms by default; measured per row) plus 10 ms,
+    so that no thread of the other runtime competes with the timed call;
   - the medians are reported with their ratio kiln/ORT (< 1: kiln is faster);
   - peak RSS of each runtime is measured in its own child process (one per runtime per
     row) that loads only that runtime, builds/creates it, and runs it a few times:
@@ -289,6 +292,18 @@ def agreement(ko, oo):
     return worst / scale if scale > 0 else worst
 
 
+def after_run_cpu_ms(run, window_s=0.2):
+    """Process CPU time (ms) spent during a window_s pause right after one run():
+    the other threads the runtime keeps busy once the call has returned."""
+    import resource
+    time.sleep(window_s)  # the other runtime's threads from earlier calls go idle first
+    run()
+    r0 = resource.getrusage(resource.RUSAGE_SELF)
+    time.sleep(window_s)
+    r1 = resource.getrusage(resource.RUSAGE_SELF)
+    return (r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime) * 1e3
+
+
 def bench_row(args, K, manifest, model, threads, precision, rss, builds):
     variant, batch, label = MODELS[model]
     entry = manifest[variant]
@@ -299,8 +314,17 @@ def bench_row(args, K, manifest, model, threads, precision, rss, builds):
     for _ in range(args.warmup):
         kr.run()
         orr.run()
+    # How long each runtime keeps a CPU busy after a run (idle threads spinning): the
+    # process's CPU time during a pause that follows one run of it alone.
+    spin = {"kiln": after_run_cpu_ms(kr.run), "ort": after_run_cpu_ms(orr.run)}
+    if args.gap_ms is None:
+        # the pause must outlast the other runtime's spinning, with a margin (spinning
+        # threads that share the CPUs with a run spin for longer in wall time)
+        gap_ms = max(20.0, 2.0 * max(spin.values()) + 10.0)
+    else:
+        gap_ms = args.gap_ms
     tk, to = [], []
-    gap = args.gap_ms / 1e3
+    gap = gap_ms / 1e3
     for _ in range(args.repeats):
         # a pause before each timed call, so that the other runtime's idle threads (ORT's
         # spin for a while after each run, by default) are not running during it
@@ -320,7 +344,8 @@ def bench_row(args, K, manifest, model, threads, precision, rss, builds):
            "ort_ms": statistics.median(to), "kiln_build_s": builds[(model, threads, precision)][0],
            "kiln_build_rss_mb": builds[(model, threads, precision)][1],
            "ort_session_s": orr.build_s, "agreement": agree,
-           "kiln_all_ms": tk, "ort_all_ms": to}
+           "kiln_all_ms": tk, "ort_all_ms": to, "gap_ms": gap_ms,
+           "kiln_spin_ms": spin["kiln"], "ort_spin_ms": spin["ort"]}
     row["ratio"] = row["kiln_ms"] / row["ort_ms"]
     kr.close()
     orr.close()
@@ -336,13 +361,13 @@ def fmt_mb(v):
 def table(rows):
     lines = ["| model | batch | threads | kiln precision | kiln median (ms) | ORT fp32 median (ms) |"
              " kiln/ORT | kiln peak RSS (MB) | ORT peak RSS (MB) | max abs diff / max\\|ort\\| |"
-             " kiln build (s) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             " kiln build (s) | spin after a run, kiln / ORT (ms CPU) | pause (ms) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append("| %s | %d | %d | %s | %.1f | %.1f | %.2f | %s | %s | %.1e | %.1f |" % (
+        lines.append("| %s | %d | %d | %s | %.1f | %.1f | %.2f | %s | %s | %.1e | %.1f | %.1f / %.1f | %.0f |" % (
             r["label"], r["batch"], r["threads"], r["precision"], r["kiln_ms"], r["ort_ms"],
             r["ratio"], fmt_mb(r["kiln_rss_mb"]), fmt_mb(r["ort_rss_mb"]), r["agreement"],
-            r["kiln_build_s"]))
+            r["kiln_build_s"], r["kiln_spin_ms"], r["ort_spin_ms"], r["gap_ms"]))
     return "\n".join(lines)
 
 
@@ -384,9 +409,11 @@ def write_md(path, args, rows, baseline_mb, ort_version, kiln_version, command, 
         "to be used (build ahead of time, deploy the engine file); the benchmark loads that "
         "file. One ORT session (intra_op_num_threads = the same thread count, inter_op_num_threads "
         "= 1, sequential execution, ORT_ENABLE_ALL) are created; each is warmed up %d times, then "
-        "they run alternately %d times each (with a %g ms pause before each timed call, so that "
-        "the other runtime's idle threads -- ORT's spin for a while after each run by default "
-        "-- are not running during it), and the medians of the run calls are reported. "
+        "they run alternately %d times each, with a pause before each timed call so that the "
+        "other runtime's idle threads are not running during it: ORT's worker threads spin after "
+        "each run by default, and the \"spin after a run\" column gives the process CPU time each "
+        "runtime spent in a 200 ms pause right after one of its runs (measured per row, before "
+        "timing); the pause is %s. The medians of the run calls are reported. "
         "Inputs are the reference inputs written by `scripts/gen_models.py` (seeded random "
         "data for batch 8). Peak RSS is `ru_maxrss` of a child process that loads only that "
         "runtime, loads the engine file (kiln) / creates the session from the ONNX file (ORT) "
@@ -395,7 +422,10 @@ def write_md(path, args, rows, baseline_mb, ort_version, kiln_version, command, 
         "column; its peak RSS is in the JSON output. bf16 rows compare a kiln bf16 engine with "
         "ORT in fp32 (ORT has no bf16 CPU path). Agreement is max |kiln - ORT| / max |ORT| over "
         "all outputs."
-        % (args.warmup, args.repeats, args.gap_ms, fmt_mb(baseline_mb)),
+        % (args.warmup, args.repeats,
+           "%g ms (--gap-ms)" % args.gap_ms if args.gap_ms is not None else
+           "twice the larger of the two plus 10 ms, at least 20 ms (column \"pause\")",
+           fmt_mb(baseline_mb)),
         "",
         "Models (`scripts/gen_models.py`, seeded weights): ResNet-50 = resnet50_op17_fixed "
         "(batch 1) and resnet50_op17_dyn (batch 8), MobileNetV2 = mobilenetv2_op17_fixed, "
@@ -425,9 +455,11 @@ def main():
                          "ORT always runs fp32")
     ap.add_argument("--repeats", type=int, default=None, help="timed runs of each runtime (default 20)")
     ap.add_argument("--warmup", type=int, default=None, help="untimed runs of each first (default 3)")
-    ap.add_argument("--gap-ms", type=float, default=20.0,
-                    help="pause before each timed call, in ms (default 20): lets the other "
-                         "runtime's spinning threads go idle")
+    ap.add_argument("--gap-ms", type=float, default=None,
+                    help="pause before each timed call, in ms; default: per row, twice the "
+                         "longest CPU time either runtime spends spinning after a run "
+                         "(measured first) plus 10 ms, at least 20, so that the other "
+                         "runtime's spinning threads are idle during a timed call")
     ap.add_argument("--quick", action="store_true",
                     help="test the script: MobileNetV2 only, 5 repeats, 1 warm-up")
     ap.add_argument("--write", metavar="FILE", help="also write the results as markdown (BENCHMARKS.md)")
@@ -502,10 +534,10 @@ def bench_all(args, models, threads, precisions, manifest):
         r = bench_row(args, K, manifest, m, t, p, rss, builds)
         rows.append(r)
         print("  %-12s batch %d threads %d %s: kiln %.1f ms, ORT %.1f ms, ratio %.2f, "
-              "RSS %s / %s MB, diff %.1e  (%.0fs)" % (
+              "RSS %s / %s MB, diff %.1e, spin %.1f / %.1f ms, pause %.0f ms  (%.0fs)" % (
                   m, r["batch"], t, p, r["kiln_ms"], r["ort_ms"], r["ratio"],
                   fmt_mb(r["kiln_rss_mb"]), fmt_mb(r["ort_rss_mb"]), r["agreement"],
-                  time.time() - t0), flush=True)
+                  r["kiln_spin_ms"], r["ort_spin_ms"], r["gap_ms"], time.time() - t0), flush=True)
     print()
     print(table(rows))
     print()
