@@ -3,7 +3,8 @@
 # build with all ctest suites (unit, conformance against the ONNX backend node
 # tests, CLI, real models vs PyTorch), then an AddressSanitizer +
 # UndefinedBehaviorSanitizer build running the unit, CLI, stress and conformance
-# suites, a ThreadSanitizer build (clang) running the threaded tests, and the
+# suites, the CUDA backend's host code against an emulated CUDA runtime, a
+# ThreadSanitizer build (clang) running the threaded tests, and the
 # libFuzzer targets for 60 s each (clang, ASan + UBSan) after their regressions.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,6 +26,16 @@ echo "== ASan + UBSan build"
 BUILD_DIR=build-asan bash scripts/build.sh -DKILN_SANITIZE=ON -DKILN_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 (cd build-asan && ctest --output-on-failure -j"$JOBS" -E '^models$')
+
+echo "== CUDA backend host code and GPU op tests against a CPU emulation of the CUDA runtime"
+# tests/cuda/emu: the backend's host side (planners, kernel table, attributes,
+# cuBLASLt mapping) and test_cuda_ops itself, with every kernel family in the
+# table (the launchers are emulated on the host; the kernels run only on a GPU).
+if [ -f /usr/local/cuda/include/cuda_runtime_api.h ] || [ -n "${CUDA_INC:-}" ]; then
+  BUILD_DIR=build-cuda-emu bash tests/cuda/emu/run.sh 2>&1 | tail -3
+else
+  echo "skipped: no CUDA headers (/usr/local/cuda/include)"
+fi
 
 echo "== ThreadSanitizer build (clang): unit tests (thread pool, threads sharing an engine), stress test, conformance"
 # -Werror stays with the gcc builds above: clang warns about other things.

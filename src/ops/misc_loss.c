@@ -7,17 +7,10 @@
  * (the count of non-ignored elements without `weight`).
  * SoftmaxCrossEntropyLoss applies log_softmax over axis 1 first and can
  * return it as output 1 (log_prob). Arithmetic in double. */
+#include "ops/misc_attrs.h" /* kiln_loss_attrs, loss_red */
 #include "ops/op.h"
 
 #include <math.h>
-
-enum loss_red { LOSS_NONE = 0, LOSS_SUM = 1, LOSS_MEAN = 2 };
-
-typedef struct kiln_loss_attrs {
-    int32_t reduction;    /* loss_red, default mean */
-    int32_t has_ignore;
-    int64_t ignore_index;
-} kiln_loss_attrs;
 
 static kiln_status loss_import(kiln_import_ctx *ic, void *attrs) {
     kiln_loss_attrs *at = attrs;

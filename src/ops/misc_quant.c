@@ -6,6 +6,7 @@
  * point are either per tensor (scalar or 1 element) or per axis (1-D of the
  * size of dimension `axis`, opset 13+). Rounding is half to even. */
 #include "ops/op.h"
+#include "ops/seq_attrs.h"
 
 #include <math.h>
 
@@ -36,10 +37,6 @@ static inline void q_store(kiln_dtype t, void *p, int64_t i, int32_t v) {
 }
 
 /* ---- QuantizeLinear / DequantizeLinear ------------------------------- */
-
-typedef struct kiln_qdq_attrs {
-    int32_t axis; /* default 1 */
-} kiln_qdq_attrs;
 
 static kiln_status qdq_import(kiln_import_ctx *ic, void *attrs) {
     kiln_qdq_attrs *at = attrs;

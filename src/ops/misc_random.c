@@ -5,21 +5,11 @@
  * attribute the values are the same on every run (but not numpy's values);
  * without one each run draws a fresh seed from the clock. These ops are
  * never constant-folded (KILN_OP_FLAG_NO_FOLD). */
+#include "ops/misc_attrs.h" /* kiln_random_attrs, RND_* */
 #include "ops/op.h"
 
 #include <math.h>
 #include <time.h>
-
-typedef struct kiln_random_attrs {
-    int32_t dtype;   /* output dtype; 0: the input's (Like/Bernoulli) */
-    int32_t has_seed;
-    float seed;
-    float a, b;      /* normal: mean, scale; uniform: low, high */
-    int32_t rank;    /* RandomNormal/RandomUniform: `shape` */
-    int64_t shape[KILN_MAX_RANK];
-} kiln_random_attrs;
-
-enum { RND_NORMAL = 0, RND_UNIFORM = 1, RND_NORMAL_LIKE = 2, RND_UNIFORM_LIKE = 3, RND_BERNOULLI = 4 };
 
 typedef struct rng {
     uint64_t s[4];

@@ -16,25 +16,12 @@
  * Tanh, Tanh), or Sigmoid/Tanh/Relu chosen per gate by `activations`. */
 #include "ops/gemm.h"
 #include "ops/op.h"
+#include "ops/seq_attrs.h"
 
 #include <math.h>
 
-enum rnn_kind { RNN_SIMPLE = 0, RNN_GRU = 1, RNN_LSTM = 2 };
-enum rnn_dir { DIR_FORWARD = 0, DIR_REVERSE = 1, DIR_BIDI = 2 };
-enum rnn_act { ACT_SIGMOID = 0, ACT_TANH, ACT_RELU };
 
-typedef struct kiln_rnn_attrs {
-    int32_t hidden_size;         /* 0: taken from R */
-    int32_t direction;           /* rnn_dir */
-    int32_t layout;              /* 0 or 1 */
-    int32_t linear_before_reset; /* GRU */
-    int32_t input_forget;        /* LSTM */
-    int32_t has_clip;
-    float clip;
-    int32_t act[6];              /* per direction: f, g, h (rnn_act) */
-} kiln_rnn_attrs;
-
-static int rnn_gates(int kind) { return kind == RNN_LSTM ? 4 : kind == RNN_GRU ? 3 : 1; }
+static int rnn_gates(int kind) { return kind == KILN_RNN_LSTM ? 4 : kind == KILN_RNN_GRU ? 3 : 1; }
 
 static kiln_status rnn_import(kiln_import_ctx *ic, void *attrs, int kind) {
     kiln_rnn_attrs *at = attrs;
@@ -43,16 +30,16 @@ static kiln_status rnn_import(kiln_import_ctx *ic, void *attrs, int kind) {
         return KILN_IMPORT_FAIL(ic, "attribute 'hidden_size' = %lld is invalid", (long long)hs);
     at->hidden_size = (int32_t)hs;
     const char *dir = kiln_attr_string(ic, "direction", "forward");
-    if (!strcmp(dir, "forward")) at->direction = DIR_FORWARD;
-    else if (!strcmp(dir, "reverse")) at->direction = DIR_REVERSE;
-    else if (!strcmp(dir, "bidirectional")) at->direction = DIR_BIDI;
+    if (!strcmp(dir, "forward")) at->direction = KILN_RNN_FORWARD;
+    else if (!strcmp(dir, "reverse")) at->direction = KILN_RNN_REVERSE;
+    else if (!strcmp(dir, "bidirectional")) at->direction = KILN_RNN_BIDI;
     else return KILN_IMPORT_FAIL(ic, "attribute 'direction' = '%s' is not supported", dir);
     int64_t layout = kiln_attr_int(ic, "layout", 0);
     if (layout != 0 && layout != 1)
         return KILN_IMPORT_FAIL(ic, "attribute 'layout' must be 0 or 1, got %lld", (long long)layout);
     at->layout = (int32_t)layout;
-    at->linear_before_reset = kind == RNN_GRU && kiln_attr_int(ic, "linear_before_reset", 0) != 0;
-    at->input_forget = kind == RNN_LSTM && kiln_attr_int(ic, "input_forget", 0) != 0;
+    at->linear_before_reset = kind == KILN_RNN_GRU && kiln_attr_int(ic, "linear_before_reset", 0) != 0;
+    at->input_forget = kind == KILN_RNN_LSTM && kiln_attr_int(ic, "input_forget", 0) != 0;
     if (kiln_attr_has(ic, "clip")) {
         float c = kiln_attr_float(ic, "clip", 0.f);
         if (!(c > 0.f)) return KILN_IMPORT_FAIL(ic, "attribute 'clip' must be positive");
@@ -65,17 +52,17 @@ static kiln_status rnn_import(kiln_import_ctx *ic, void *attrs, int kind) {
                          "supported (only Sigmoid, Tanh and Relu activations are)",
                          kiln_import_node_name(ic));
     for (int d = 0; d < 2; d++) {
-        if (kind == RNN_SIMPLE) {
-            at->act[d * 3 + 0] = ACT_TANH;
+        if (kind == KILN_RNN_SIMPLE) {
+            at->act[d * 3 + 0] = KILN_RNN_ACT_TANH;
         } else {
-            at->act[d * 3 + 0] = ACT_SIGMOID;
-            at->act[d * 3 + 1] = ACT_TANH;
-            at->act[d * 3 + 2] = ACT_TANH;
+            at->act[d * 3 + 0] = KILN_RNN_ACT_SIGMOID;
+            at->act[d * 3 + 1] = KILN_RNN_ACT_TANH;
+            at->act[d * 3 + 2] = KILN_RNN_ACT_TANH;
         }
     }
     const char *acts[6];
-    int per_dir = kind == RNN_LSTM ? 3 : kind == RNN_GRU ? 2 : 1;
-    int n_dir = at->direction == DIR_BIDI ? 2 : 1;
+    int per_dir = kind == KILN_RNN_LSTM ? 3 : kind == KILN_RNN_GRU ? 2 : 1;
+    int n_dir = at->direction == KILN_RNN_BIDI ? 2 : 1;
     int n_act = kiln_attr_strings(ic, "activations", acts, 6);
     if (n_act >= 0) {
         if (n_act != per_dir * n_dir)
@@ -83,9 +70,9 @@ static kiln_status rnn_import(kiln_import_ctx *ic, void *attrs, int kind) {
                                     per_dir * n_dir);
         for (int i = 0; i < n_act; i++) {
             int a;
-            if (!strcmp(acts[i], "Sigmoid")) a = ACT_SIGMOID;
-            else if (!strcmp(acts[i], "Tanh")) a = ACT_TANH;
-            else if (!strcmp(acts[i], "Relu")) a = ACT_RELU;
+            if (!strcmp(acts[i], "Sigmoid")) a = KILN_RNN_ACT_SIGMOID;
+            else if (!strcmp(acts[i], "Tanh")) a = KILN_RNN_ACT_TANH;
+            else if (!strcmp(acts[i], "Relu")) a = KILN_RNN_ACT_RELU;
             else
                 return KILN_FAIL(KILN_ERR_UNSUPPORTED,
                                  "node '%s': activation '%s' is not supported (Sigmoid, Tanh and "
@@ -97,13 +84,13 @@ static kiln_status rnn_import(kiln_import_ctx *ic, void *attrs, int kind) {
 }
 
 static kiln_status rnn_import_simple(kiln_import_ctx *ic, void *attrs) {
-    return rnn_import(ic, attrs, RNN_SIMPLE);
+    return rnn_import(ic, attrs, KILN_RNN_SIMPLE);
 }
 static kiln_status rnn_import_gru(kiln_import_ctx *ic, void *attrs) {
-    return rnn_import(ic, attrs, RNN_GRU);
+    return rnn_import(ic, attrs, KILN_RNN_GRU);
 }
 static kiln_status rnn_import_lstm(kiln_import_ctx *ic, void *attrs) {
-    return rnn_import(ic, attrs, RNN_LSTM);
+    return rnn_import(ic, attrs, KILN_RNN_LSTM);
 }
 
 /* ---- shapes ------------------------------------------------------------ */
@@ -119,7 +106,7 @@ static kiln_status rnn_check(const char *nm, const char *opname, const kiln_rnn_
                              int n_in, const kiln_tinfo *const *in, rnn_dims *d) {
     const kiln_tinfo *X = in[0], *W = in[1], *R = in[2];
     d->G = rnn_gates(kind);
-    d->D = at->direction == DIR_BIDI ? 2 : 1;
+    d->D = at->direction == KILN_RNN_BIDI ? 2 : 1;
     for (int i = 0; i < n_in; i++) {
         if (!in[i] || i == 4) continue;
         if (in[i]->dtype != KILN_DTYPE_FLOAT32)
@@ -165,7 +152,7 @@ static kiln_status rnn_check(const char *nm, const char *opname, const kiln_rnn_
     for (int i = 5; i <= 6 && i < n_in; i++) {
         const kiln_tinfo *h = in[i];
         if (!h || h->rank < 0) continue;
-        if (i == 6 && kind != RNN_LSTM) continue;
+        if (i == 6 && kind != KILN_RNN_LSTM) continue;
         int64_t e0 = at->layout ? d->B : d->D, e1 = at->layout ? d->D : d->B;
         if (h->rank != 3 || dim_bad(h->dims[0], e0) || dim_bad(h->dims[1], e1) ||
             dim_bad(h->dims[2], d->H))
@@ -173,7 +160,7 @@ static kiln_status rnn_check(const char *nm, const char *opname, const kiln_rnn_
                              opname, i == 5 ? "initial_h" : "initial_c", (long long)e0,
                              (long long)e1, (long long)d->H);
     }
-    if (kind == RNN_LSTM && n_in > 7 && in[7] && in[7]->rank >= 0 &&
+    if (kind == KILN_RNN_LSTM && n_in > 7 && in[7] && in[7]->rank >= 0 &&
         (in[7]->rank != 2 || dim_bad(in[7]->dims[0], d->D) ||
          dim_bad(in[7]->dims[1], d->H >= 0 ? 3 * d->H : -1)))
         return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (%s): P must be [%lld, %lld]", nm, opname,
@@ -218,9 +205,9 @@ static kiln_status rnn_infer(const kiln_infer_args *a) {
 
 static inline float act_apply(int act, float v) {
     switch (act) {
-    case ACT_SIGMOID: return 1.f / (1.f + expf(-v));
-    case ACT_TANH: return tanhf(v);
-    case ACT_RELU: return v > 0.f ? v : 0.f;
+    case KILN_RNN_ACT_SIGMOID: return 1.f / (1.f + expf(-v));
+    case KILN_RNN_ACT_TANH: return tanhf(v);
+    case KILN_RNN_ACT_RELU: return v > 0.f ? v : 0.f;
     default: return v;
     }
 }
@@ -257,11 +244,11 @@ static kiln_status rnn_cpu(const kiln_kernel_args *a) {
     const float *Bias = n_in > 3 && a->in[3] ? a->in[3]->data : NULL;
     const kiln_tensor *sl = n_in > 4 ? a->in[4] : NULL;
     const float *h0 = n_in > 5 && a->in[5] ? a->in[5]->data : NULL;
-    const float *c0 = kind == RNN_LSTM && n_in > 6 && a->in[6] ? a->in[6]->data : NULL;
-    const float *P = kind == RNN_LSTM && n_in > 7 && a->in[7] ? a->in[7]->data : NULL;
+    const float *c0 = kind == KILN_RNN_LSTM && n_in > 6 && a->in[6] ? a->in[6]->data : NULL;
+    const float *P = kind == KILN_RNN_LSTM && n_in > 7 && a->in[7] ? a->in[7]->data : NULL;
     float *Y = a->n_out > 0 && a->out[0] ? a->out[0]->data : NULL;
     float *Yh = a->n_out > 1 && a->out[1] ? a->out[1]->data : NULL;
-    float *Yc = kind == RNN_LSTM && a->n_out > 2 && a->out[2] ? a->out[2]->data : NULL;
+    float *Yc = kind == KILN_RNN_LSTM && a->n_out > 2 && a->out[2] ? a->out[2]->data : NULL;
     const bool lbr = at->linear_before_reset != 0;
 
     int64_t *lens = kiln__malloc((size_t)(Bt > 0 ? Bt : 1) * sizeof(int64_t));
@@ -288,7 +275,7 @@ static kiln_status rnn_cpu(const kiln_kernel_args *a) {
     kiln_status st = KILN_OK;
 
     for (int64_t dir = 0; dir < D && st == KILN_OK; dir++) {
-        bool reverse = at->direction == DIR_REVERSE || dir == 1;
+        bool reverse = at->direction == KILN_RNN_REVERSE || dir == 1;
         const float *Wd = W + dir * GH * I, *Rd = R + dir * GH * H;
         const float *Wb = Bias ? Bias + dir * 2 * GH : NULL;
         const float *Rb = Bias ? Wb + GH : NULL;
@@ -301,7 +288,7 @@ static kiln_status rnn_cpu(const kiln_kernel_args *a) {
             for (int64_t r = 0; r < S * Bt; r++) {
                 float *row = XW + r * GH;
                 for (int64_t j = 0; j < GH; j++) {
-                    bool inner_rb = kind == RNN_GRU && lbr && j >= 2 * H;
+                    bool inner_rb = kind == KILN_RNN_GRU && lbr && j >= 2 * H;
                     row[j] += Wb[j] + (inner_rb ? 0.f : Rb[j]);
                 }
             }
@@ -316,10 +303,10 @@ static kiln_status rnn_cpu(const kiln_kernel_args *a) {
         }
         for (int64_t s = 0; s < S; s++) {
             /* HR = H * R^T (GRU without linear_before_reset: z and r only) */
-            int64_t nrec = kind == RNN_GRU && !lbr ? 2 * H : GH;
+            int64_t nrec = kind == KILN_RNN_GRU && !lbr ? 2 * H : GH;
             st = kiln__sgemm(false, true, Bt, nrec, H, 1.f, Hs, H, Rd, H, 0.f, HR, GH, a->pool);
             if (st != KILN_OK) break;
-            if (kind == RNN_GRU && !lbr) {
+            if (kind == KILN_RNN_GRU && !lbr) {
                 /* r = f(xw_r + hr_r); then HR_h = (r (.) H) * Rh^T */
                 for (int64_t b = 0; b < Bt; b++) {
                     int64_t t = reverse ? lens[b] - 1 - s : s;
@@ -344,10 +331,10 @@ static kiln_status rnn_cpu(const kiln_kernel_args *a) {
                 const float *hr = HR + b * GH;
                 float *h = Hs + b * H, *c = Cs + b * H;
                 switch (kind) {
-                case RNN_SIMPLE:
+                case KILN_RNN_SIMPLE:
                     for (int64_t j = 0; j < H; j++) h[j] = act_apply(act[0], clipf(at, xw[j] + hr[j]));
                     break;
-                case RNN_GRU:
+                case KILN_RNN_GRU:
                     for (int64_t j = 0; j < H; j++) {
                         float z = act_apply(act[0], clipf(at, xw[j] + hr[j]));
                         float hh;
@@ -361,7 +348,7 @@ static kiln_status rnn_cpu(const kiln_kernel_args *a) {
                         h[j] = (1.f - z) * hh + z * h[j];
                     }
                     break;
-                case RNN_LSTM:
+                case KILN_RNN_LSTM:
                     for (int64_t j = 0; j < H; j++) {
                         float cp = c[j];
                         float gi = xw[j] + hr[j] + (Pd ? Pd[j] * cp : 0.f);
@@ -405,20 +392,20 @@ static kiln_status rnn_cpu(const kiln_kernel_args *a) {
 const kiln_op_def kiln_op_RNN = {
     .name = "RNN", .domain = "", .since = 1,
     .min_inputs = 3, .max_inputs = 6, .min_outputs = 0, .max_outputs = 2,
-    .code = RNN_SIMPLE, .attr_size = sizeof(kiln_rnn_attrs),
+    .code = KILN_RNN_SIMPLE, .attr_size = sizeof(kiln_rnn_attrs),
     .import = rnn_import_simple, .infer = rnn_infer, .cpu = rnn_cpu,
 };
 
 const kiln_op_def kiln_op_GRU = {
     .name = "GRU", .domain = "", .since = 1,
     .min_inputs = 3, .max_inputs = 6, .min_outputs = 0, .max_outputs = 2,
-    .code = RNN_GRU, .attr_size = sizeof(kiln_rnn_attrs),
+    .code = KILN_RNN_GRU, .attr_size = sizeof(kiln_rnn_attrs),
     .import = rnn_import_gru, .infer = rnn_infer, .cpu = rnn_cpu,
 };
 
 const kiln_op_def kiln_op_LSTM = {
     .name = "LSTM", .domain = "", .since = 1,
     .min_inputs = 3, .max_inputs = 8, .min_outputs = 0, .max_outputs = 3,
-    .code = RNN_LSTM, .attr_size = sizeof(kiln_rnn_attrs),
+    .code = KILN_RNN_LSTM, .attr_size = sizeof(kiln_rnn_attrs),
     .import = rnn_import_lstm, .infer = rnn_infer, .cpu = rnn_cpu,
 };

@@ -3,6 +3,8 @@
  * (computed in double for float64, float for float32 through double
  * loads/stores of the generic helpers where needed). */
 #include "ops/op.h"
+#include "ops/spatial_attrs.h"
+#include "ops/spatial_sample.h"
 
 #include <math.h>
 
@@ -11,14 +13,8 @@
  * Y [N, C, Ho, Wo]. Modes bilinear, nearest, bicubic (A = -0.75); padding
  * zeros, border, reflection; align_corners. */
 
-enum { GS_BILINEAR = 0, GS_NEAREST = 1, GS_BICUBIC = 2 };
-enum { GS_ZEROS = 0, GS_BORDER = 1, GS_REFLECTION = 2 };
-
-typedef struct kiln_gridsample_attrs {
-    int32_t mode;
-    int32_t padding_mode;
-    int32_t align_corners;
-} kiln_gridsample_attrs;
+/* kiln_gridsample_attrs: ops/spatial_attrs.h; GS_* and the sampling
+ * arithmetic: ops/spatial_sample.h */
 
 static kiln_status gs_import(kiln_import_ctx *ic, void *attrs) {
     kiln_gridsample_attrs *at = attrs;
@@ -65,57 +61,6 @@ static kiln_status gs_infer(const kiln_infer_args *a) {
     return KILN_OK;
 }
 
-static double gs_unnormalize(double c, int64_t size, bool align) {
-    return align ? (c + 1.0) / 2.0 * (double)(size - 1) : ((c + 1.0) * (double)size - 1.0) / 2.0;
-}
-
-static double gs_clip(double c, int64_t size) {
-    return fmin((double)(size - 1), fmax(c, 0.0));
-}
-
-static double gs_reflect(double c, double twice_low, double twice_high) {
-    if (twice_low == twice_high) return 0.0;
-    double mn = twice_low / 2.0, span = (twice_high - twice_low) / 2.0;
-    c = fabs(c - mn);
-    double extra = fmod(c, span);
-    double flips = floor(c / span);
-    return fmod(flips, 2.0) == 0.0 ? extra + mn : span - extra + mn;
-}
-
-static double gs_pad(double c, int64_t size, int pad, bool align) {
-    if (pad == GS_BORDER) return gs_clip(c, size);
-    if (pad == GS_REFLECTION) {
-        c = align ? gs_reflect(c, 0.0, 2.0 * (double)(size - 1))
-                  : gs_reflect(c, -1.0, 2.0 * (double)size - 1.0);
-        return gs_clip(c, size);
-    }
-    return c;
-}
-
-/* A pixel coordinate as an index; out-of-range (and NaN) give -1, which
- * reads as padding. */
-static int64_t gs_idx(double v) {
-    if (!(v >= -1.0 && v < 4611686018427387904.0)) return -1;
-    return (int64_t)v;
-}
-
-static double gs_at(const kiln_tensor *x, int64_t base, int64_t H, int64_t W, int64_t iy,
-                    int64_t ix) {
-    if (iy < 0 || iy >= H || ix < 0 || ix >= W) return 0.0;
-    int64_t e = base + iy * W + ix;
-    return x->dtype == KILN_DTYPE_FLOAT32 ? ((const float *)x->data)[e]
-                                          : ((const double *)x->data)[e];
-}
-
-static void gs_cubic_coeffs(double t, double *w) {
-    const double A = -0.75;
-    double x1 = t + 1.0, x2 = t, x3 = 1.0 - t, x4 = 2.0 - t;
-    w[0] = ((A * x1 - 5.0 * A) * x1 + 8.0 * A) * x1 - 4.0 * A;
-    w[1] = ((A + 2.0) * x2 - (A + 3.0)) * x2 * x2 + 1.0;
-    w[2] = ((A + 2.0) * x3 - (A + 3.0)) * x3 * x3 + 1.0;
-    w[3] = ((A * x4 - 5.0 * A) * x4 + 8.0 * A) * x4 - 4.0 * A;
-}
-
 static kiln_status gs_cpu(const kiln_kernel_args *a) {
     const kiln_gridsample_attrs *at = a->attrs;
     const kiln_tensor *x = a->in[0], *g = a->in[1];
@@ -132,38 +77,8 @@ static kiln_status gs_cpu(const kiln_kernel_args *a) {
                 double gy = kiln__load_f64(g->dtype, g->data, ge + 1);
                 double fx = gs_unnormalize(gx, W, align), fy = gs_unnormalize(gy, H, align);
                 for (int64_t c = 0; c < C; c++) {
-                    int64_t base = (n * C + c) * H * W;
-                    double v = 0.0;
-                    if (at->mode == GS_BICUBIC) {
-                        double x0 = floor(fx), y0 = floor(fy);
-                        double wx[4], wy[4];
-                        gs_cubic_coeffs(fx - x0, wx);
-                        gs_cubic_coeffs(fy - y0, wy);
-                        for (int i = 0; i < 4; i++) {
-                            double row = 0.0;
-                            for (int j = 0; j < 4; j++) {
-                                double px = gs_pad(x0 - 1 + j, W, pad, align);
-                                double py = gs_pad(y0 - 1 + i, H, pad, align);
-                                row += wx[j] * gs_at(x, base, H, W, gs_idx(py), gs_idx(px));
-                            }
-                            v += wy[i] * row;
-                        }
-                    } else {
-                        double ix = gs_pad(fx, W, pad, align), iy = gs_pad(fy, H, pad, align);
-                        if (at->mode == GS_NEAREST) {
-                            v = gs_at(x, base, H, W, gs_idx(nearbyint(iy)), gs_idx(nearbyint(ix)));
-                        } else {
-                            double x0 = floor(ix), y0 = floor(iy);
-                            double tx = ix - x0, ty = iy - y0;
-                            int64_t X0 = gs_idx(x0), Y0 = gs_idx(y0);
-                            if (X0 < 0 && x0 != -1.0) X0 = -2; /* both taps outside */
-                            if (Y0 < 0 && y0 != -1.0) Y0 = -2;
-                            v = (1 - tx) * (1 - ty) * gs_at(x, base, H, W, Y0, X0) +
-                                tx * (1 - ty) * gs_at(x, base, H, W, Y0, X0 + 1) +
-                                (1 - tx) * ty * gs_at(x, base, H, W, Y0 + 1, X0) +
-                                tx * ty * gs_at(x, base, H, W, Y0 + 1, X0 + 1);
-                        }
-                    }
+                    double v = gs_sample(x->data, x->dtype == KILN_DTYPE_FLOAT64,
+                                         (n * C + c) * H * W, H, W, fx, fy, at->mode, pad, align);
                     kiln__store_f64(y->dtype, y->data, ((n * C + c) * Ho + oh) * Wo + ow, v);
                 }
             }
@@ -183,14 +98,7 @@ const kiln_op_def kiln_op_GridSample = {
  * of) sampling_ratio^2 bilinear samples (adaptive when 0). Mode max follows
  * ONNX Runtime: the max over samples of the largest weighted corner. */
 
-typedef struct kiln_roialign_attrs {
-    int32_t half_pixel;   /* coordinate_transformation_mode: 1 half_pixel, 0 output_half_pixel */
-    int32_t max_mode;
-    int64_t out_h, out_w;
-    int64_t sampling_ratio;
-    float spatial_scale;
-    int32_t pad_;
-} kiln_roialign_attrs;
+/* kiln_roialign_attrs: ops/spatial_attrs.h */
 
 static kiln_status roi_import(kiln_import_ctx *ic, void *attrs) {
     kiln_roialign_attrs *at = attrs;
@@ -243,11 +151,6 @@ static kiln_status roi_infer(const kiln_infer_args *a) {
     return KILN_OK;
 }
 
-typedef struct roi_pc {
-    int64_t p[4];
-    double w[4];
-} roi_pc;
-
 static kiln_status roi_cpu(const kiln_kernel_args *a) {
     const kiln_roialign_attrs *at = a->attrs;
     const char *nm = a->node_name ? a->node_name : "?";
@@ -265,75 +168,17 @@ static kiln_status roi_cpu(const kiln_kernel_args *a) {
             return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT,
                              "node '%s' (RoiAlign): batch index %lld of roi %lld is not in [0, %lld)",
                              nm, (long long)b, (long long)r, (long long)N);
-        double off = at->half_pixel ? 0.5 : 0.0, sc = at->spatial_scale;
-        double x1 = kiln__load_f64(rois->dtype, rois->data, r * 4 + 0) * sc - off;
-        double y1 = kiln__load_f64(rois->dtype, rois->data, r * 4 + 1) * sc - off;
-        double x2 = kiln__load_f64(rois->dtype, rois->data, r * 4 + 2) * sc - off;
-        double y2 = kiln__load_f64(rois->dtype, rois->data, r * 4 + 3) * sc - off;
-        double rw = x2 - x1, rh = y2 - y1;
-        if (!at->half_pixel) {
-            rw = fmax(rw, 1.0);
-            rh = fmax(rh, 1.0);
-        }
-        double bh = rh / (double)PH, bw = rw / (double)PW;
-        /* adaptive sampling: ceil(size / bins), bounded so that absurd (or NaN)
-         * rois cannot make the loops explode */
-        double ah = ceil(rh / (double)PH), aw = ceil(rw / (double)PW);
-        int64_t gh = at->sampling_ratio > 0 ? at->sampling_ratio
-                                            : (ah >= 0 ? (int64_t)fmin(ah, 65536.0) : 0);
-        int64_t gw = at->sampling_ratio > 0 ? at->sampling_ratio
-                                            : (aw >= 0 ? (int64_t)fmin(aw, 65536.0) : 0);
-        double count = (double)(gh * gw > 1 ? gh * gw : 1);
+        roi_box bx = roi_box_make(kiln__load_f64(rois->dtype, rois->data, r * 4 + 0),
+                                  kiln__load_f64(rois->dtype, rois->data, r * 4 + 1),
+                                  kiln__load_f64(rois->dtype, rois->data, r * 4 + 2),
+                                  kiln__load_f64(rois->dtype, rois->data, r * 4 + 3),
+                                  at->spatial_scale, at->half_pixel, PH, PW, at->sampling_ratio);
         for (int64_t ph = 0; ph < PH; ph++)
             for (int64_t pw = 0; pw < PW; pw++)
                 for (int64_t c = 0; c < C; c++) {
                     int64_t base = (b * C + c) * H * W;
-                    double acc = 0.0;
-                    bool have = false;
-                    for (int64_t iy = 0; iy < gh; iy++) {
-                        double yy = y1 + (double)ph * bh + ((double)iy + 0.5) * bh / (double)gh;
-                        for (int64_t ix = 0; ix < gw; ix++) {
-                            double xx = x1 + (double)pw * bw + ((double)ix + 0.5) * bw / (double)gw;
-                            roi_pc pc = {{0, 0, 0, 0}, {0, 0, 0, 0}};
-                            if (yy >= -1.0 && yy <= (double)H && xx >= -1.0 && xx <= (double)W) {
-                                double sy = yy <= 0 ? 0 : yy, sx = xx <= 0 ? 0 : xx;
-                                int64_t yl = (int64_t)sy, xl = (int64_t)sx, yh, xh;
-                                if (yl >= H - 1) {
-                                    yh = yl = H - 1;
-                                    sy = (double)yl;
-                                } else {
-                                    yh = yl + 1;
-                                }
-                                if (xl >= W - 1) {
-                                    xh = xl = W - 1;
-                                    sx = (double)xl;
-                                } else {
-                                    xh = xl + 1;
-                                }
-                                double ly = sy - (double)yl, lx = sx - (double)xl;
-                                double hy = 1.0 - ly, hx = 1.0 - lx;
-                                pc.p[0] = yl * W + xl;
-                                pc.p[1] = yl * W + xh;
-                                pc.p[2] = yh * W + xl;
-                                pc.p[3] = yh * W + xh;
-                                pc.w[0] = hy * hx;
-                                pc.w[1] = hy * lx;
-                                pc.w[2] = ly * hx;
-                                pc.w[3] = ly * lx;
-                            }
-                            double v[4];
-                            for (int q = 0; q < 4; q++)
-                                v[q] = pc.w[q] * kiln__load_f64(x->dtype, x->data, base + pc.p[q]);
-                            if (!at->max_mode) {
-                                acc += v[0] + v[1] + v[2] + v[3];
-                            } else {
-                                double m = fmax(fmax(fmax(v[0], v[1]), v[2]), v[3]);
-                                acc = have ? fmax(acc, m) : m;
-                                have = true;
-                            }
-                        }
-                    }
-                    if (!at->max_mode) acc /= count;
+                    double acc = roi_bin(x->data, x->dtype == KILN_DTYPE_FLOAT64, base, H, W, &bx,
+                                         ph, pw, at->max_mode);
                     kiln__store_f64(y->dtype, y->data, ((r * C + c) * PH + ph) * PW + pw, acc);
                 }
     }

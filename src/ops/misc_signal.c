@@ -5,6 +5,7 @@
  * imaginary); real input may have a trailing dimension of 1. Transforms are
  * computed in double: radix-2 FFT when the length is a power of two, a
  * direct O(n^2) sum with a twiddle table otherwise. */
+#include "ops/misc_attrs.h" /* window, DFT, STFT and mel attribute structs */
 #include "ops/op.h"
 
 #include <math.h>
@@ -16,13 +17,6 @@ static bool scalar_int_info(const kiln_tinfo *t) {
 }
 
 /* ---- windows --------------------------------------------------------------- */
-
-typedef struct kiln_window_attrs {
-    int32_t output_datatype; /* default float32 */
-    int32_t periodic;        /* default 1 */
-} kiln_window_attrs;
-
-enum { WIN_BLACKMAN = 0, WIN_HAMMING = 1, WIN_HANN = 2 };
 
 static kiln_status window_import(kiln_import_ctx *ic, void *attrs) {
     kiln_window_attrs *at = attrs;
@@ -82,6 +76,7 @@ static kiln_status window_cpu(const kiln_kernel_args *a) {
         .name = NAME, .domain = "", .since = 17,                                              \
         .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,                \
         .code = CODE, .attr_size = sizeof(kiln_window_attrs),                                  \
+        .host_inputs = 1u << 0, /* size: read by infer */                                     \
         .import = window_import, .infer = window_infer, .cpu = window_cpu,                    \
     }
 
@@ -173,12 +168,6 @@ static void dft_run(dft_plan *p, double *out, int64_t n_out) {
 }
 
 /* ---- DFT --------------------------------------------------------------------- */
-
-typedef struct kiln_dft_attrs {
-    int32_t axis;     /* default 1 */
-    int32_t inverse;
-    int32_t onesided;
-} kiln_dft_attrs;
 
 static kiln_status dft_import(kiln_import_ctx *ic, void *attrs) {
     kiln_dft_attrs *at = attrs;
@@ -296,16 +285,13 @@ const kiln_op_def kiln_op_DFT = {
     .name = "DFT", .domain = "", .since = 17,
     .min_inputs = 1, .max_inputs = 2, .min_outputs = 1, .max_outputs = 1,
     .attr_size = sizeof(kiln_dft_attrs),
+    .host_inputs = 1u << 1, /* dft_length: read by infer */
     .import = dft_import, .infer = dft_infer, .cpu = dft_cpu,
 };
 
 /* ---- STFT -------------------------------------------------------------------
  * signal [batch, length, 1 or 2], frame_step (scalar), window [frame_length]
  * (optional), frame_length (scalar, optional) -> [batch, frames, bins, 2]. */
-
-typedef struct kiln_stft_attrs {
-    int32_t onesided; /* default 1 */
-} kiln_stft_attrs;
 
 static kiln_status stft_import(kiln_import_ctx *ic, void *attrs) {
     kiln_stft_attrs *at = attrs;
@@ -421,6 +407,7 @@ const kiln_op_def kiln_op_STFT = {
     .name = "STFT", .domain = "", .since = 17,
     .min_inputs = 2, .max_inputs = 4, .min_outputs = 1, .max_outputs = 1,
     .attr_size = sizeof(kiln_stft_attrs),
+    .host_inputs = (1u << 1) | (1u << 3), /* frame_step, frame_length: read by infer */
     .import = stft_import, .infer = stft_infer, .cpu = stft_cpu,
 };
 
@@ -430,10 +417,6 @@ const kiln_op_def kiln_op_STFT = {
  * (mel(upper) - mel(lower)) / (num_mel_bins + 2) and mapped to spectrogram
  * bins with floor((dft_length + 1) * f / sample_rate), as in ONNX's
  * reference. */
-
-typedef struct kiln_mel_attrs {
-    int32_t output_datatype;
-} kiln_mel_attrs;
 
 static kiln_status mel_import(kiln_import_ctx *ic, void *attrs) {
     kiln_mel_attrs *at = attrs;
@@ -516,5 +499,7 @@ const kiln_op_def kiln_op_MelWeightMatrix = {
     .name = "MelWeightMatrix", .domain = "", .since = 17,
     .min_inputs = 5, .max_inputs = 5, .min_outputs = 1, .max_outputs = 1,
     .attr_size = sizeof(kiln_mel_attrs),
+    .host_inputs = 0x1fu, /* num_mel_bins, dft_length: read by infer; the other scalars are
+                             kept on the host too, so the CUDA kernel reads them without a sync */
     .import = mel_import, .infer = mel_infer, .cpu = mel_cpu,
 };

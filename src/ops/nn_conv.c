@@ -18,6 +18,7 @@
 #include "ops/nn_attrs.h"
 #include "ops/gemm.h"
 #include "ops/op.h"
+#include "ops/spatial_attrs.h"
 
 #include <math.h>
 #include <stdatomic.h>
@@ -956,3 +957,8 @@ kiln_status kiln__conv_geom(const char *node, const char *op, const kiln_conv_at
 kiln_status kiln__conv_infer(const kiln_infer_args *a) { return conv_infer(a); }
 size_t kiln__conv_workspace(const kiln_infer_args *a) { return conv_workspace(a); }
 kiln_status kiln__conv_cpu(const kiln_kernel_args *a) { return conv_cpu(a); }
+/* ConvTranspose's geometry (spatial_attrs.h): for the CUDA backend */
+kiln_status kiln__convt_geom(const char *node, const kiln_conv_attrs *at, int xr, const int64_t *xd,
+                             int wr, const int64_t *wd, kiln_conv_geom *g) {
+    return conv_geom_make(node, "ConvTranspose", at, xr, xd, wr, wd, true, g);
+}

@@ -8,23 +8,21 @@
  * a generic loop: for every output element, sum over the labels that are not
  * in the output of the product of the operands' elements. Output elements
  * are spread over the pool. Accumulation is in double for floating types and
- * in 64-bit integers for integer types.
+ * in 64-bit integers for integer types. The loop structure
+ * (kiln__einsum_loops, ops/seq_attrs.h) is shared with the CUDA kernel.
  *
  * Implicit output (no "->"): ellipsis dimensions first, then the letters
  * that appear exactly once, in alphabetical (ASCII) order. */
 #include "ops/op.h"
+#include "ops/seq_attrs.h"
 
 #include <stdio.h>
 
 #define NODE(a) ((a)->node_name ? (a)->node_name : "?")
-#define ES_MAX_EQ 256
+#define ES_MAX_EQ KILN_ES_MAX_EQ
 #define ES_LETTERS 52
-#define ES_MAX_LABELS (ES_LETTERS + KILN_MAX_RANK)
-#define ES_MAX_OPS 16
-
-typedef struct kiln_einsum_attrs {
-    char equation[ES_MAX_EQ]; /* spaces removed, NUL-terminated */
-} kiln_einsum_attrs;
+#define ES_MAX_LABELS KILN_ES_MAX_LABELS
+#define ES_MAX_OPS KILN_ES_MAX_OPS
 
 static kiln_status es_import(kiln_import_ctx *ic, void *attrs) {
     kiln_einsum_attrs *at = attrs;
@@ -230,31 +228,71 @@ static kiln_status es_infer(const kiln_infer_args *a) {
     return KILN_OK;
 }
 
+kiln_status kiln__einsum_loops(const char *node, const char *eq, int n_ops, const int *ranks,
+                               const int64_t *const *dims, kiln_einsum_loops *l) {
+    es_plan *pl = kiln__calloc(1, sizeof *pl);
+    if (!pl) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "node '%s' (Einsum): out of memory", node);
+    kiln_status st = es_plan_make(node, eq, n_ops, ranks, dims, pl);
+    if (st != KILN_OK) {
+        kiln__free(pl);
+        return st;
+    }
+    memset(l, 0, sizeof *l);
+    l->n_ops = n_ops;
+    /* element stride of each operand per label */
+    int64_t(*lstr)[ES_MAX_LABELS] = kiln__calloc(ES_MAX_OPS, sizeof *lstr);
+    if (!lstr) {
+        kiln__free(pl);
+        return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "node '%s' (Einsum): out of memory", node);
+    }
+    for (int i = 0; i < n_ops; i++) {
+        int64_t s = 1;
+        for (int d = ranks[i] - 1; d >= 0; d--) {
+            int lb = pl->lab[i][d];
+            if (!(dims[i][d] == 1 && pl->size[lb] != 1)) lstr[i][lb] += s;
+            s *= dims[i][d];
+        }
+    }
+    bool in_out[ES_MAX_LABELS] = {false};
+    l->n_out = pl->n_out;
+    for (int k = 0; k < pl->n_out; k++) {
+        int lb = pl->out[k];
+        in_out[lb] = true;
+        l->out_size[k] = pl->size[lb];
+        for (int i = 0; i < n_ops; i++) l->out_str[i][k] = lstr[i][lb];
+    }
+    for (int lb = 0; lb < ES_MAX_LABELS; lb++) {
+        if (!pl->used[lb] || in_out[lb]) continue;
+        l->sum_size[l->n_sum] = pl->size[lb];
+        for (int i = 0; i < n_ops; i++) l->sum_str[i][l->n_sum] = lstr[i][lb];
+        l->n_sum++;
+    }
+    kiln__free(lstr);
+    kiln__free(pl);
+    return KILN_OK;
+}
+
 typedef struct es_ctx {
-    const es_plan *pl;
+    const kiln_einsum_loops *l;
     const kiln_kernel_args *a;
-    int n_sum;
-    int sum_lab[ES_MAX_LABELS];
-    int64_t ostr[ES_MAX_OPS][ES_MAX_LABELS]; /* stride of each operand per label */
     int64_t n_sum_total;
 } es_ctx;
 
 static void es_range(void *vctx, int64_t o0, int64_t o1) {
     const es_ctx *c = vctx;
-    const es_plan *pl = c->pl;
+    const kiln_einsum_loops *l = c->l;
     const kiln_kernel_args *a = c->a;
     kiln_dtype t = a->out[0]->dtype;
     bool fl = kiln__dtype_is_float(t);
-    int nops = pl->n_ops;
+    int nops = l->n_ops;
     for (int64_t o = o0; o < o1; o++) {
         /* base offsets from the output index */
         int64_t base[ES_MAX_OPS] = {0};
         int64_t rem = o;
-        for (int k = pl->n_out - 1; k >= 0; k--) {
-            int l = pl->out[k];
-            int64_t idx = rem % pl->size[l];
-            rem /= pl->size[l];
-            for (int i = 0; i < nops; i++) base[i] += idx * c->ostr[i][l];
+        for (int k = l->n_out - 1; k >= 0; k--) {
+            int64_t idx = rem % l->out_size[k];
+            rem /= l->out_size[k];
+            for (int i = 0; i < nops; i++) base[i] += idx * l->out_str[i][k];
         }
         double facc = 0.0;
         uint64_t iacc = 0;
@@ -271,11 +309,10 @@ static void es_range(void *vctx, int64_t o0, int64_t o1) {
                 for (int i = 0; i < nops; i++) p *= (uint64_t)kiln__load_i64(t, a->in[i]->data, off[i]);
                 iacc += p;
             }
-            for (int k = c->n_sum - 1; k >= 0; k--) {
-                int l = c->sum_lab[k];
-                for (int i = 0; i < nops; i++) off[i] += c->ostr[i][l];
-                if (++sidx[k] < pl->size[l]) break;
-                for (int i = 0; i < nops; i++) off[i] -= c->ostr[i][l] * pl->size[l];
+            for (int k = l->n_sum - 1; k >= 0; k--) {
+                for (int i = 0; i < nops; i++) off[i] += l->sum_str[i][k];
+                if (++sidx[k] < l->sum_size[k]) break;
+                for (int i = 0; i < nops; i++) off[i] -= l->sum_str[i][k] * l->sum_size[k];
                 sidx[k] = 0;
             }
         }
@@ -288,45 +325,25 @@ static kiln_status es_cpu(const kiln_kernel_args *a) {
     const kiln_einsum_attrs *at = a->attrs;
     int ranks[ES_MAX_OPS];
     const int64_t *dims[ES_MAX_OPS];
+    if (a->n_in > ES_MAX_OPS)
+        return KILN_FAIL(KILN_ERR_UNSUPPORTED, "node '%s' (Einsum): more than %d operands", NODE(a), ES_MAX_OPS);
     for (int i = 0; i < a->n_in; i++) {
         ranks[i] = a->in[i]->rank;
         dims[i] = a->in[i]->dims;
     }
-    es_ctx *c = kiln__calloc(1, sizeof *c);
-    es_plan *pl = kiln__calloc(1, sizeof *pl);
-    if (!c || !pl) {
-        kiln__free(c);
-        kiln__free(pl);
-        return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "node '%s' (Einsum): out of memory", NODE(a));
-    }
-    kiln_status st = es_plan_make(NODE(a), at->equation, a->n_in, ranks, dims, pl);
+    kiln_einsum_loops *l = kiln__calloc(1, sizeof *l);
+    if (!l) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "node '%s' (Einsum): out of memory", NODE(a));
+    kiln_status st = kiln__einsum_loops(NODE(a), at->equation, a->n_in, ranks, dims, l);
     if (st != KILN_OK) goto done;
-    c->pl = pl;
-    c->a = a;
-    bool in_out[ES_MAX_LABELS] = {false};
-    for (int k = 0; k < pl->n_out; k++) in_out[pl->out[k]] = true;
-    c->n_sum_total = 1;
-    for (int l = 0; l < ES_MAX_LABELS; l++)
-        if (pl->used[l] && !in_out[l]) {
-            c->sum_lab[c->n_sum++] = l;
-            c->n_sum_total *= pl->size[l];
-        }
-    for (int i = 0; i < a->n_in; i++) {
-        int64_t s = 1;
-        for (int d = ranks[i] - 1; d >= 0; d--) {
-            int l = pl->lab[i][d];
-            if (!(dims[i][d] == 1 && pl->size[l] != 1)) c->ostr[i][l] += s;
-            s *= dims[i][d];
-        }
-    }
+    es_ctx c = {.l = l, .a = a, .n_sum_total = 1};
+    for (int k = 0; k < l->n_sum; k++) c.n_sum_total *= l->sum_size[k];
     int64_t n_out = kiln__tensor_numel(a->out[0]);
     if (n_out > 0) {
-        int64_t per = c->n_sum_total * a->n_in;
-        kiln__parallel_for(a->pool, n_out, per > 0 ? (16384 + per - 1) / per : n_out, es_range, c);
+        int64_t per = c.n_sum_total * a->n_in;
+        kiln__parallel_for(a->pool, n_out, per > 0 ? (16384 + per - 1) / per : n_out, es_range, &c);
     }
 done:
-    kiln__free(c);
-    kiln__free(pl);
+    kiln__free(l);
     return st;
 }
 

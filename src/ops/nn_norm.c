@@ -8,6 +8,7 @@
  * a vectorizable exp (Cody-Waite reduction + degree-7 polynomial, < 2 ulp
  * on the range softmax needs); other dtypes go through double. */
 #include "ops/nn_attrs.h"
+#include "ops/spatial_attrs.h"
 #include "ops/op.h"
 
 #include <float.h>
@@ -447,10 +448,7 @@ const kiln_op_def kiln_op_LayerNormalization = {
 
 /* ---- LRN ------------------------------------------------------------------- */
 
-typedef struct kiln_lrn_attrs {
-    float alpha, beta, bias;
-    int32_t size;
-} kiln_lrn_attrs;
+/* kiln_lrn_attrs: ops/spatial_attrs.h */
 
 static kiln_status lrn_import(kiln_import_ctx *ic, void *attrs) {
     kiln_lrn_attrs *at = attrs;
@@ -503,11 +501,7 @@ const kiln_op_def kiln_op_LRN = {
 
 /* ---- MeanVarianceNormalization -------------------------------------------- */
 
-typedef struct kiln_mvn_attrs {
-    int32_t n_axes;
-    int32_t reserved;
-    int64_t axes[KILN_MAX_RANK];
-} kiln_mvn_attrs;
+/* kiln_mvn_attrs: ops/spatial_attrs.h */
 
 static kiln_status mvn_import(kiln_import_ctx *ic, void *attrs) {
     kiln_mvn_attrs *at = attrs;

@@ -10,6 +10,7 @@
  * with ceil_mode the last window must start inside the input or its leading
  * padding (PyTorch's rule). SAME_*: ceil(in / stride). VALID: no padding. */
 #include "ops/nn_attrs.h"
+#include "ops/spatial_attrs.h"
 #include "ops/op.h"
 
 #include <float.h>
@@ -59,12 +60,7 @@ static kiln_status global_import(kiln_import_ctx *ic, void *attrs) {
 
 /* ---- geometry ------------------------------------------------------------- */
 
-typedef struct pool_geom {
-    int ns;
-    int64_t N, C;
-    int64_t in[KILN_NN_MAX_SP], out[KILN_NN_MAX_SP], k[KILN_NN_MAX_SP], s[KILN_NN_MAX_SP], d[KILN_NN_MAX_SP], pb[KILN_NN_MAX_SP], pe[KILN_NN_MAX_SP];
-    int64_t in_sz, out_sz;
-} pool_geom;
+typedef kiln_pool_geom pool_geom; /* ops/spatial_attrs.h */
 
 static kiln_status pool_geom_make(const char *node, const char *op, const kiln_pool_attrs *at,
                                   int rank, const int64_t *dims, pool_geom *g) {
@@ -632,10 +628,7 @@ const kiln_op_def kiln_op_MaxUnpool = {
  * Caffe's ROI pooling: ROI corners rounded after scaling, bins of
  * floor/ceil bounds, empty bins give 0. */
 
-typedef struct kiln_maxroipool_attrs {
-    int32_t pooled_h, pooled_w;
-    float spatial_scale;
-} kiln_maxroipool_attrs;
+/* kiln_maxroipool_attrs: ops/spatial_attrs.h */
 
 static kiln_status maxroipool_import(kiln_import_ctx *ic, void *attrs) {
     kiln_maxroipool_attrs *at = attrs;
@@ -714,3 +707,9 @@ const kiln_op_def kiln_op_MaxRoiPool = {
     .attr_size = sizeof(kiln_maxroipool_attrs),
     .import = maxroipool_import, .infer = maxroipool_infer, .cpu = maxroipool_cpu,
 };
+
+/* The pooling geometry (spatial_attrs.h): for the CUDA backend */
+kiln_status kiln__pool_geom(const char *node, const char *op, const kiln_pool_attrs *at, int rank,
+                            const int64_t *dims, kiln_pool_geom *g) {
+    return pool_geom_make(node, op, at, rank, dims, g);
+}

@@ -4,6 +4,7 @@
  * `k` attribute is turned into that input at import. Ties are broken the ONNX
  * way: among equal values the lower index comes first. Output is always
  * sorted (sorted=0 leaves the order unspecified, so sorted order is valid). */
+#include "ops/index_attrs.h"
 #include "ops/op.h"
 
 #include <math.h>
@@ -11,11 +12,7 @@
 
 /* ---- ArgMax / ArgMin --------------------------------------------------- */
 
-typedef struct kiln_argreduce_attrs {
-    int32_t axis;              /* default 0 */
-    int32_t keepdims;          /* default 1 */
-    int32_t select_last_index; /* default 0 */
-} kiln_argreduce_attrs;
+/* kiln_argreduce_attrs: ops/index_attrs.h */
 
 static kiln_status arg_import(kiln_import_ctx *ic, void *attrs) {
     kiln_argreduce_attrs *at = attrs;
@@ -168,11 +165,7 @@ const kiln_op_def kiln_op_ArgMin = {
 
 /* ---- TopK -------------------------------------------------------------- */
 
-typedef struct kiln_topk_attrs {
-    int32_t axis;    /* default -1 */
-    int32_t largest; /* default 1 */
-    int32_t sorted;  /* default 1 */
-} kiln_topk_attrs;
+/* kiln_topk_attrs: ops/index_attrs.h */
 
 static kiln_status topk_import(kiln_import_ctx *ic, void *attrs) {
     kiln_topk_attrs *at = attrs;

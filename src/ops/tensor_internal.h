@@ -96,23 +96,9 @@ enum { RED_NONE = 0, RED_ADD = 1, RED_MUL = 2, RED_MAX = 3, RED_MIN = 4 };
 
 enum { PAD_CONSTANT = 0, PAD_REFLECT = 1, PAD_EDGE = 2, PAD_WRAP = 3 };
 
-enum { RS_NEAREST = 0, RS_LINEAR = 1, RS_CUBIC = 2 };
-enum {
-    RS_HALF_PIXEL = 0,
-    RS_ASYMMETRIC = 1,
-    RS_PYTORCH_HALF_PIXEL = 2,
-    RS_TF_HALF_PIXEL_FOR_NN = 3,
-    RS_ALIGN_CORNERS = 4,
-    RS_TF_CROP_AND_RESIZE = 5,
-    RS_HALF_PIXEL_SYMMETRIC = 6,
-};
-enum {
-    RS_ROUND_PREFER_FLOOR = 0,
-    RS_ROUND_PREFER_CEIL = 1,
-    RS_FLOOR = 2,
-    RS_CEIL = 3,
-    RS_SIMPLE = 4, /* opset < 11: floor when upsampling, ceil when downsampling */
-};
+/* RS_* (Resize modes, coordinate transformations, nearest modes): in
+ * ops/spatial_sample.h, with the Resize arithmetic the CUDA kernels share */
+#include "ops/spatial_sample.h"
 
 /* tensor_gen.c */
 typedef struct kiln_cos_attrs {

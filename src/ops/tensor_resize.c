@@ -203,84 +203,28 @@ typedef struct rs_axis {
     uint8_t *outside;/* [out] extrapolate (tf_crop_and_resize) */
 } rs_axis;
 
-static double rs_cubic_w(double r, double A, int t) {
-    switch (t) {
-    case 0: return ((A * (r + 1) - 5 * A) * (r + 1) + 8 * A) * (r + 1) - 4 * A;
-    case 1: return ((A + 2) * r - (A + 3)) * r * r + 1;
-    case 2: return ((A + 2) * (1 - r) - (A + 3)) * (1 - r) * (1 - r) + 1;
-    default: return ((A * (2 - r) - 5 * A) * (2 - r) + 8 * A) * (2 - r) - 4 * A;
-    }
-}
-
-static int64_t rs_clamp(int64_t i, int64_t n) { return i < 0 ? 0 : (i >= n ? n - 1 : i); }
-
 /* Fills the table of one axis. Returns false if the axis is the identity. */
 static bool rs_axis_table(const kiln_resize_attrs *at, int64_t in, int64_t out, double scale,
                           double len, double roi0, double roi1, rs_axis *ax) {
     int T = at->mode == RS_NEAREST ? 1 : (at->mode == RS_LINEAR ? 2 : 4);
     ax->T = T;
-    /* The formulas use the resized length `len` = in*scale (not rounded),
-     * as the ONNX reference does; it equals `out` when sizes were given. */
+    rs_axis_param p = {.mode = at->mode, .ctm = at->ctm, .nearest_mode = at->nearest_mode,
+                       .exclude_outside = at->exclude_outside, .cubic_a = at->cubic_coeff_a,
+                       .in = in, .out = out, .scale = scale, .len = len, .roi0 = roi0, .roi1 = roi1};
     bool identity = in == out;
     for (int64_t o = 0; o < out; o++) {
-        double x;
-        ax->outside[o] = 0;
-        switch (at->ctm) {
-        case RS_ASYMMETRIC: x = o / scale; break;
-        case RS_PYTORCH_HALF_PIXEL: x = len > 1 ? (o + 0.5) / scale - 0.5 : 0.0; break;
-        case RS_TF_HALF_PIXEL_FOR_NN: x = (o + 0.5) / scale; break;
-        case RS_ALIGN_CORNERS: x = len == 1 ? 0.0 : (double)o * (double)(in - 1) / (len - 1); break;
-        case RS_TF_CROP_AND_RESIZE:
-            x = len > 1 ? roi0 * (in - 1) + (double)o * (roi1 - roi0) * (in - 1) / (len - 1)
-                        : 0.5 * (roi0 + roi1) * (in - 1);
-            if (x < 0 || x > (double)(in - 1)) ax->outside[o] = 1;
-            break;
-        case RS_HALF_PIXEL_SYMMETRIC: {
-            double adj = (double)out / (scale * (double)in);
-            double c = (double)in / 2.0 * (1.0 - adj);
-            x = c + ((o + 0.5) / scale - 0.5);
-            break;
-        }
-        default: x = (o + 0.5) / scale - 0.5; break;
-        }
         int64_t *ix = ax->idx + o * T;
         double *w = ax->w + o * T;
-        double fl = floor(x);
-        int64_t i0 = (int64_t)fl;
-        double r = x - fl;
+        int outside = 0;
+        rs_taps(&p, o, ix, w, &outside);
+        ax->outside[o] = (uint8_t)outside;
         if (at->mode == RS_NEAREST) {
-            int64_t n = i0;
-            if (r != 0.0) {
-                switch (at->nearest_mode) {
-                case RS_ROUND_PREFER_CEIL: n = r < 0.5 ? i0 : i0 + 1; break;
-                case RS_FLOOR: n = i0; break;
-                case RS_CEIL: n = i0 + 1; break;
-                case RS_SIMPLE: n = scale < 1.0 ? i0 + 1 : i0; break;
-                default: n = r <= 0.5 ? i0 : i0 + 1; break;
-                }
-            }
-            ix[0] = rs_clamp(n, in);
-            w[0] = 1.0;
-            if (ix[0] != o || ax->outside[o]) identity = false;
+            if (ix[0] != o || outside) identity = false;
         } else if (at->mode == RS_LINEAR) {
-            ix[0] = rs_clamp(i0, in);
-            ix[1] = rs_clamp(i0 + 1, in);
-            w[0] = 1.0 - r;
-            w[1] = r;
-            if (ax->outside[o] || !((ix[0] == o && w[1] == 0.0) || (ix[1] == o && w[0] == 0.0)))
+            if (outside || !((ix[0] == o && w[1] == 0.0) || (ix[1] == o && w[0] == 0.0)))
                 identity = false;
         } else {
-            double sum = 0;
-            bool ok = !ax->outside[o];
-            for (int t = 0; t < 4; t++) {
-                int64_t s = i0 - 1 + t;
-                w[t] = rs_cubic_w(r, at->cubic_coeff_a, t);
-                if (at->exclude_outside && (s < 0 || s >= in)) w[t] = 0;
-                sum += w[t];
-                ix[t] = rs_clamp(s, in);
-            }
-            if (at->exclude_outside && sum != 0)
-                for (int t = 0; t < 4; t++) w[t] /= sum;
+            bool ok = !outside;
             for (int t = 0; t < 4; t++)
                 if (w[t] != 0.0 && (ix[t] != o || w[t] != 1.0)) ok = false;
             if (!ok) identity = false;

@@ -142,29 +142,11 @@ static kiln_status conv_plan_build(const kiln_kernel_args *a, const kcu_conv *g,
     cudnnDataType_t dt = (cudnnDataType_t)p->dt, ct = CUDNN_DATA_FLOAT;
     if (dt == CUDNN_DATA_DOUBLE) ct = CUDNN_DATA_DOUBLE;
     p->declined = true;
-    /* 1-D runs as 2-D with a height of 1 */
-    const int nsp = g->ns < 2 ? 2 : g->ns, nd = nsp + 2, off = nsp - g->ns;
-    int xd[5], yd[5], wd[5], xs[5], ys[5], pad[3], str[3], dil[3];
-    xd[0] = (int)g->N;
-    xd[1] = (int)g->C;
-    yd[0] = (int)g->N;
-    yd[1] = (int)g->M;
-    wd[0] = (int)g->M;
-    wd[1] = (int)g->Cg;
-    for (int i = 0; i < nsp; i++) {
-        int k = i - off; /* spatial index in g, < 0: the added unit dim */
-        xd[2 + i] = k < 0 ? 1 : (int)g->in[k];
-        yd[2 + i] = k < 0 ? 1 : (int)g->out[k];
-        wd[2 + i] = k < 0 ? 1 : (int)g->k[k];
-        pad[i] = k < 0 ? 0 : (int)g->pb[k];
-        str[i] = k < 0 ? 1 : (int)g->s[k];
-        dil[i] = k < 0 ? 1 : (int)g->d[k];
-    }
-    xs[nd - 1] = ys[nd - 1] = 1;
-    for (int i = nd - 2; i >= 0; i--) {
-        xs[i] = xs[i + 1] * xd[i + 1];
-        ys[i] = ys[i + 1] * yd[i + 1];
-    }
+    kcu_conv_nd v; /* the geometry as cuDNN's int arrays (cuda_spatial.h) */
+    kiln__cuda_conv_nd(g, false, &v);
+    const int nsp = v.nsp, nd = v.nd;
+    const int *xd = v.xd, *yd = v.yd, *wd = v.wd, *xs = v.xs, *ys = v.ys, *pad = v.pad,
+              *str = v.str, *dil = v.dil;
     const void *wdata = W->data;
     if (p->nhwc) {
         /* channels last (2-D only): C innermost, then W, H, N */

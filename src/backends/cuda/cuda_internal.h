@@ -176,12 +176,17 @@ KILN_PRIVATE const kiln_tinfo *kiln__cu_out(const kiln_graph *g, const kiln_node
 KILN_PRIVATE kiln_dtype kiln__cu_in_dtype(const kiln_graph *g, const kiln_node *n, int i);
 KILN_PRIVATE kiln_dtype kiln__cu_out_dtype(const kiln_graph *g, const kiln_node *n, int i);
 KILN_PRIVATE bool kiln__cu_is_float(kiln_dtype t); /* f32 f16 bf16 f64 */
+/* input 0 is floating and output 0 has its dtype */
+KILN_PRIVATE bool kiln__cu_float_in_out(const kiln_graph *g, const kiln_node *n);
 /* Whether the op's own inference accepts n's inputs as typed in g and gives
  * output 0 the dtype of input 0 (kiln's fused layers: float32 only until
  * their inference takes fp16/bf16). */
 KILN_PRIVATE bool kiln__cu_infer_keeps_dtype(const kiln_graph *g, const kiln_node *n);
 
 /* ---- helpers for run() ------------------------------------------------------------ */
+
+/* KILN_ERR_UNSUPPORTED: "node 'x' (Op): dtype T has no CUDA kernel" */
+KILN_PRIVATE kiln_status kiln__cu_dtype_fail(const kiln_kernel_args *a, kiln_dtype t);
 
 /* Broadcast geometry of `nin` inputs (ranks <= out rank, numpy aligned)
  * onto the dense output shape. */

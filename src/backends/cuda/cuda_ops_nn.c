@@ -56,25 +56,10 @@ bool kiln__cu_softmax_supports(const kiln_graph *g, const kiln_node *n) {
 }
 
 kiln_status kiln__cu_softmax_run(const kiln_kernel_args *a) {
-    const kiln_softmax_attrs *at = a->attrs;
     const kiln_tensor *x = a->in[0];
     if (!kiln__cu_is_float(x->dtype)) return dtype_fail(a, x->dtype);
     int64_t outer, n, inner;
-    if (x->rank == 0) {
-        outer = n = inner = 1;
-    } else if (at->coerce_2d) {
-        int axis = at->axis;
-        if (axis != x->rank) KILN_TRY(kiln__norm_axis(KCU_NODE(a), at->axis, x->rank, &axis));
-        outer = kiln__numel(axis, x->dims);
-        n = kiln__numel(x->rank - axis, x->dims + axis);
-        inner = 1;
-    } else {
-        int axis = 0;
-        KILN_TRY(kiln__norm_axis(KCU_NODE(a), at->axis, x->rank, &axis));
-        outer = kiln__numel(axis, x->dims);
-        n = x->dims[axis];
-        inner = kiln__numel(x->rank - axis - 1, x->dims + axis + 1);
-    }
+    KILN_TRY(kiln__cu_softmax_rows(a, &outer, &n, &inner));
     int kind = kiln__op_id_of(a->op) == KILN_OP_LogSoftmax ? 1 : 0;
     KILN_CUDA_TRY(kcu_softmax(kind, x->dtype, x->data, a->out[0]->data, outer, n, inner,
                               KCU_STREAM(a)),

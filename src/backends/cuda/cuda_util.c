@@ -34,6 +34,16 @@ bool kiln__cu_is_float(kiln_dtype t) {
            t == KILN_DTYPE_FLOAT64;
 }
 
+bool kiln__cu_float_in_out(const kiln_graph *g, const kiln_node *n) {
+    kiln_dtype t = kiln__cu_in_dtype(g, n, 0);
+    return kiln__cu_is_float(t) && kiln__cu_out_dtype(g, n, 0) == t;
+}
+
+kiln_status kiln__cu_dtype_fail(const kiln_kernel_args *a, kiln_dtype t) {
+    return KILN_FAIL(KILN_ERR_UNSUPPORTED, "node '%s' (%s): dtype %s has no CUDA kernel",
+                     KCU_NODE(a), a->op->name, kiln_dtype_name(t));
+}
+
 bool kiln__cu_infer_keeps_dtype(const kiln_graph *g, const kiln_node *n) {
     const kiln_tinfo *ins[16];
     kiln_tinfo outs[16], *outp[16];

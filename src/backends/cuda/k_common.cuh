@@ -162,4 +162,16 @@ struct OpMul {
 
 } /* namespace kcu */
 
+/* KCU_SWITCH_ES(es, body): body with E_ bound to the unsigned storage type of
+ * es bytes (1, 2, 4, 8); other sizes return cudaErrorInvalidValue. For
+ * kernels that only move elements. */
+#define KCU_SWITCH_ES(es, ...)                                  \
+    switch (es) {                                               \
+    case 1: { typedef uint8_t E_; __VA_ARGS__; } break;         \
+    case 2: { typedef uint16_t E_; __VA_ARGS__; } break;        \
+    case 4: { typedef uint32_t E_; __VA_ARGS__; } break;        \
+    case 8: { typedef uint64_t E_; __VA_ARGS__; } break;        \
+    default: return cudaErrorInvalidValue;                      \
+    }
+
 #endif

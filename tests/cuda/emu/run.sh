@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs tests/cuda/test_cuda_ops.c on the CPU against cuda_emu.c, a host
+# Runs tests/cuda/test_cuda_ops.c on the CPU against cuda_emu.c (and the
+# families' emu_*.c files next to it), a host
 # emulation of the CUDA runtime, cuBLASLt and kiln's kernel launchers: checks
 # the CUDA backend's host code and the test program without a GPU (not the
 # kernels themselves). Needs the CUDA headers (CUDA_INC, default
@@ -24,7 +25,7 @@ INC=()
 if [ -n "${KILN_EMU_INCLUDE:-}" ]; then INC+=(-I"$KILN_EMU_INCLUDE"); fi
 gcc -std=c11 -D_GNU_SOURCE -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer \
     -Wall -Wextra -Iinclude -Isrc -Itests "${INC[@]}" -I"$CUDA_INC" \
-    -DKILN_HAVE_CUDA=1 -DKILN_HAVE_CUDNN=0 -o "$B/test_cuda_emu" \
-    tests/cuda/emu/cuda_emu.c src/backends/cuda/*.c tests/cuda/test_cuda_ops.c \
+    -DKILN_HAVE_CUDA=1 -DKILN_HAVE_CUDNN=0 -DKILN_CUDA_UNVERIFIED_OPS=1 -o "$B/test_cuda_emu" \
+    tests/cuda/emu/*.c src/backends/cuda/*.c tests/cuda/test_cuda_ops.c \
     "$B/libkiln.a" "${LIBS[@]}" -lpthread -lm
 "$B/test_cuda_emu"
