@@ -19,6 +19,10 @@ For each row (model x thread count):
     without the kiln package so that torch is not imported), threads = T;
   - one ORT session: intra_op_num_threads = T, inter_op_num_threads = 1, sequential
     execution, graph optimizations ORT_ENABLE_ALL;
+  - each runtime runs in its own child process (a timing server the script drives over a
+    pipe), so that one's threads and their placement cannot affect the other's; a row takes
+    --rounds fresh pairs of such processes (default 3), sharing the repeats, since where the
+    OS first puts a process's threads tends to stick for its life;
   - both are warmed up, then run alternately (kiln, ORT, kiln, ORT, ...) --repeats times
     each; only the run call is timed (inputs are bound / fed beforehand); before each timed
     call the script pauses, by default twice the longest time either runtime keeps a CPU
@@ -44,6 +48,7 @@ import shlex
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -236,6 +241,8 @@ def child_main(args):
         r = OrtRunner(onnx_path, inputs, args.child_threads)
     else:
         r = None  # baseline: interpreter + numpy + inputs
+    if args.serve:
+        return serve(r)
     if r is not None:
         for _ in range(3):
             r.run()
@@ -248,6 +255,70 @@ def child_main(args):
                       "vmhwm_kib": hwm,
                       "build_s": build_s if args.child == "kiln-build" else None}))
     return 0
+
+
+def serve(r):
+    """Timing server (one per runtime, its own process): reads commands on stdin and
+    answers one line each on stdout: "run" -> milliseconds of one run call; "spin" -> CPU
+    ms this process spends in a pause right after one run (its spinning threads); "out
+    PATH" -> the last outputs saved to PATH (.npz), "ok"; "quit"."""
+    for line in sys.stdin:
+        cmd = line.split()
+        if not cmd or cmd[0] == "quit":
+            break
+        if cmd[0] == "run":
+            t0 = time.perf_counter()
+            r.run()
+            reply = "%.6f" % ((time.perf_counter() - t0) * 1e3)
+        elif cmd[0] == "spin":
+            reply = "%.3f" % after_run_cpu_ms(r.run)
+        elif cmd[0] == "out":
+            np.savez(cmd[1], **r.outputs())
+            reply = "ok"
+        else:
+            reply = "error: unknown command %r" % cmd[0]
+        sys.stdout.write(reply + "\n")
+        sys.stdout.flush()
+    if hasattr(r, "close"):
+        r.close()
+    return 0
+
+
+class Server:
+    """The parent's handle on a timing server child (see serve())."""
+
+    def __init__(self, args, runtime, model, threads, precision):
+        cmd = [sys.executable, os.path.abspath(__file__), "--models-dir", args.models_dir,
+               "--lib", args.lib, "--_child", runtime, "--_child-model", model,
+               "--_child-threads", str(threads), "--_child-precision", precision,
+               "--_child-engine", engine_file(args, model, threads, precision), "--_serve"]
+        self.p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                  bufsize=1)
+
+    def ask(self, line):
+        self.p.stdin.write(line + "\n")
+        self.p.stdin.flush()
+        reply = self.p.stdout.readline().strip()
+        if not reply or reply.startswith("error"):
+            raise RuntimeError("timing server: %r -> %r" % (line, reply))
+        return reply
+
+    def run(self):
+        return float(self.ask("run"))
+
+    def outputs(self, tmpdir, name):
+        path = os.path.join(tmpdir, name + ".npz")
+        self.ask("out " + path)
+        with np.load(path) as z:
+            return {k: z[k] for k in z.files}
+
+    def close(self):
+        try:
+            self.p.stdin.write("quit\n")
+            self.p.stdin.flush()
+        except OSError:
+            pass
+        self.p.wait(timeout=60)
 
 
 def engine_file(args, model, threads, precision):
@@ -306,50 +377,53 @@ def after_run_cpu_ms(run, window_s=0.2):
 
 def bench_row(args, K, manifest, model, threads, precision, rss, builds):
     variant, batch, label = MODELS[model]
-    entry = manifest[variant]
-    inputs = make_inputs(args.models_dir, entry, batch)
-    onnx_path = os.path.join(args.models_dir, entry["onnx"])
-    kr = KilnRunner(K, engine_file(args, model, threads, precision), inputs, threads)
-    orr = OrtRunner(onnx_path, inputs, threads)
-    for _ in range(args.warmup):
-        kr.run()
-        orr.run()
-    # How long each runtime keeps a CPU busy after a run (idle threads spinning): the
-    # process's CPU time during a pause that follows one run of it alone.
-    spin = {"kiln": after_run_cpu_ms(kr.run), "ort": after_run_cpu_ms(orr.run)}
-    if args.gap_ms is None:
-        # the pause must outlast the other runtime's spinning, with a margin (spinning
-        # threads that share the CPUs with a run spin for longer in wall time)
-        gap_ms = max(20.0, 2.0 * max(spin.values()) + 10.0)
-    else:
-        gap_ms = args.gap_ms
-    tk, to = [], []
-    gap = gap_ms / 1e3
-    for _ in range(args.repeats):
-        # a pause before each timed call, so that the other runtime's idle threads (ORT's
-        # spin for a while after each run, by default) are not running during it
-        time.sleep(gap)
-        t0 = time.perf_counter()
-        kr.run()
-        t1 = time.perf_counter()
-        time.sleep(gap)
-        t2 = time.perf_counter()
-        orr.run()
-        t3 = time.perf_counter()
-        tk.append((t1 - t0) * 1e3)
-        to.append((t3 - t2) * 1e3)
-    agree = agreement(kr.outputs(), orr.outputs())
+    tk, to, spins = [], [], []
+    # Rounds: each with a fresh pair of processes, because where the OS first places a
+    # runtime's threads tends to stick for the life of the process (ORT at 2 threads after
+    # pauses: 3.9 or 9-10 ms, process by process); the repeats are shared among rounds.
+    rounds = max(1, min(args.rounds, args.repeats))
+    for rnd in range(rounds):
+        # each runtime in its own process (a timing server), so that neither's threads or
+        # thread placement can affect the other's beyond sharing the CPUs
+        kr = Server(args, "kiln", model, threads, precision)
+        orr = Server(args, "ort", model, threads, precision)
+        for _ in range(args.warmup):
+            kr.run()
+            orr.run()
+        # How long each runtime keeps a CPU busy after a run (idle threads spinning): its
+        # process's CPU time during a pause that follows one of its runs.
+        spin = {"kiln": float(kr.ask("spin")), "ort": float(orr.ask("spin"))}
+        spins.append(spin)
+        if args.gap_ms is None:
+            # the pause must outlast the other runtime's spinning, with a margin (spinning
+            # threads that share the CPUs with a run spin for longer in wall time)
+            gap_ms = max(20.0, 2.0 * max(spin.values()) + 10.0)
+        else:
+            gap_ms = args.gap_ms
+        gap = gap_ms / 1e3
+        n = args.repeats * (rnd + 1) // rounds - args.repeats * rnd // rounds
+        for _ in range(n):
+            # a pause before each timed call, so that the other runtime's idle threads (ORT's
+            # spin for a while after each run, by default) are not running during it
+            time.sleep(gap)
+            tk.append(kr.run())
+            time.sleep(gap)
+            to.append(orr.run())
+        if rnd == 0:
+            tmp = tempfile.mkdtemp(prefix="kiln_bench_out_")
+            agree = agreement(kr.outputs(tmp, "kiln"), orr.outputs(tmp, "ort"))
+        kr.close()
+        orr.close()
+    spin = {k: statistics.median(sp[k] for sp in spins) for k in ("kiln", "ort")}
     row = {"model": model, "label": label, "variant": variant, "batch": batch,
            "threads": threads, "precision": precision, "kiln_ms": statistics.median(tk),
            "ort_ms": statistics.median(to), "kiln_build_s": builds[(model, threads, precision)][0],
            "kiln_build_rss_mb": builds[(model, threads, precision)][1],
-           "ort_session_s": orr.build_s, "agreement": agree,
+           "agreement": agree,
            "kiln_all_ms": tk, "ort_all_ms": to, "gap_ms": gap_ms,
            "kiln_spin_ms": spin["kiln"], "ort_spin_ms": spin["ort"]}
     row["ratio"] = row["kiln_ms"] / row["ort_ms"]
-    kr.close()
-    orr.close()
-    del kr, orr
+    row["rounds"] = rounds
     row["kiln_rss_mb"], row["ort_rss_mb"] = rss[(model, threads, precision)]
     return row
 
@@ -408,7 +482,11 @@ def write_md(path, args, rows, baseline_mb, ort_version, kiln_version, command, 
         "max = the row's batch; tuning on) in a separate process and saved, as kiln is meant "
         "to be used (build ahead of time, deploy the engine file); the benchmark loads that "
         "file. One ORT session (intra_op_num_threads = the same thread count, inter_op_num_threads "
-        "= 1, sequential execution, ORT_ENABLE_ALL) are created; each is warmed up %d times, then "
+        "= 1, sequential execution, ORT_ENABLE_ALL) is created. Each runtime runs in its own "
+        "process, driven over a pipe by the script, so that the threads of one (and where they "
+        "are placed) cannot affect the other beyond sharing the CPUs, and each row is timed in "
+        "%d rounds of fresh processes that share the repeats (where the OS first puts a "
+        "process's threads tends to stick for the process's life); each is warmed up %d times, then "
         "they run alternately %d times each, with a pause before each timed call so that the "
         "other runtime's idle threads are not running during it: ORT's worker threads spin after "
         "each run by default, and the \"spin after a run\" column gives the process CPU time each "
@@ -422,7 +500,7 @@ def write_md(path, args, rows, baseline_mb, ort_version, kiln_version, command, 
         "column; its peak RSS is in the JSON output. bf16 rows compare a kiln bf16 engine with "
         "ORT in fp32 (ORT has no bf16 CPU path). Agreement is max |kiln - ORT| / max |ORT| over "
         "all outputs."
-        % (args.warmup, args.repeats,
+        % (args.rounds, args.warmup, args.repeats,
            "%g ms (--gap-ms)" % args.gap_ms if args.gap_ms is not None else
            "twice the larger of the two plus 10 ms, at least 20 ms (column \"pause\")",
            fmt_mb(baseline_mb)),
@@ -455,6 +533,8 @@ def main():
                          "ORT always runs fp32")
     ap.add_argument("--repeats", type=int, default=None, help="timed runs of each runtime (default 20)")
     ap.add_argument("--warmup", type=int, default=None, help="untimed runs of each first (default 3)")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="fresh pairs of runtime processes per row, sharing the repeats (default 3)")
     ap.add_argument("--gap-ms", type=float, default=None,
                     help="pause before each timed call, in ms; default: per row, twice the "
                          "longest CPU time either runtime spends spinning after a run "
@@ -473,6 +553,7 @@ def main():
     ap.add_argument("--_child-engine", dest="child_engine", help=argparse.SUPPRESS)
     ap.add_argument("--_child-model", dest="child_model", help=argparse.SUPPRESS)
     ap.add_argument("--_child-threads", dest="child_threads", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--_serve", dest="serve", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     args.lib = os.path.abspath(args.lib or default_lib())
     args.models_dir = os.path.abspath(args.models_dir)
