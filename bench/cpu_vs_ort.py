@@ -375,7 +375,7 @@ def after_run_cpu_ms(run, window_s=0.2):
     return (r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime) * 1e3
 
 
-def bench_row(args, K, manifest, model, threads, precision, rss, builds):
+def bench_row(args, model, threads, precision, rss, builds):
     variant, batch, label = MODELS[model]
     tk, to, spins = [], [], []
     # Rounds: each with a fresh pair of processes, because where the OS first places a
@@ -612,7 +612,7 @@ def bench_all(args, models, threads, precisions, manifest):
     rows = []
     for m, t, p in cases:
         t0 = time.time()
-        r = bench_row(args, K, manifest, m, t, p, rss, builds)
+        r = bench_row(args, m, t, p, rss, builds)
         rows.append(r)
         print("  %-12s batch %d threads %d %s: kiln %.1f ms, ORT %.1f ms, ratio %.2f, "
               "RSS %s / %s MB, diff %.1e, spin %.1f / %.1f ms, pause %.0f ms  (%.0fs)" % (

@@ -395,13 +395,19 @@ static const char *node_kernel(const kiln_graph *g, const kiln_node *n) {
     return nb ? nb->kernel_name(g, n) : "?";
 }
 
+/* Name of the tactic chosen for a layer that has several; NULL otherwise. */
+static const char *node_tactic_name(const kiln_node *n) {
+    if (!(n->op->flags & KILN_OP_FLAG_TACTICS) || !n->attrs) return NULL;
+    const kiln_backend_i *nb = kiln__backend_for(n->device);
+    return nb && nb->tactic_name ? nb->tactic_name(n, ((const kiln_tactic *)n->attrs)->id) : "?";
+}
+
 /* The tactic of a layer that has several (name, and its time measured at
  * build when it was timed). */
 static void node_tactic(const kiln_node *n, kiln_sbuf *sb, bool json) {
-    if (!(n->op->flags & KILN_OP_FLAG_TACTICS) || !n->attrs) return;
+    const char *name = node_tactic_name(n);
+    if (!name) return;
     const kiln_tactic *t = n->attrs;
-    const kiln_backend_i *nb = kiln__backend_for(n->device);
-    const char *name = nb && nb->tactic_name ? nb->tactic_name(n, t->id) : "?";
     if (json) {
         kiln__sbuf_printf(sb, ", \"tactic\": {\"id\": %d, \"name\": ", (int)t->id);
         json_str(sb, name);
@@ -424,14 +430,10 @@ kiln_status kiln_engine_layer_info(const kiln_engine *e, int layer, kiln_layer_i
     out->name = n->name;
     out->op = n->op->name;
     out->kernel = node_kernel(g, n);
-    out->tactic = "";
     out->device = n->device;
-    if ((n->op->flags & KILN_OP_FLAG_TACTICS) && n->attrs) {
-        const kiln_tactic *t = n->attrs;
-        const kiln_backend_i *nb = kiln__backend_for(n->device);
-        out->tactic = nb && nb->tactic_name ? nb->tactic_name(n, t->id) : "?";
-        out->tactic_us = t->us;
-    }
+    out->tactic = node_tactic_name(n);
+    if (out->tactic) out->tactic_us = ((const kiln_tactic *)n->attrs)->us;
+    else out->tactic = "";
     return KILN_OK;
 }
 

@@ -23,7 +23,6 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <stdio.h>
-#include <time.h>
 #include <unistd.h>
 
 #define TUNE_MAX_TACTICS 16
@@ -196,12 +195,6 @@ static kiln_status opt_shapes(const kiln_engine *e, kiln_tinfo *vi) {
 
 /* ---- timing one node --------------------------------------------------------- */
 
-static double now_us(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
-}
-
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
@@ -312,17 +305,17 @@ static double time_tactic(const kiln_backend_i *be, void *state, kiln_pool *pool
         goto done;
     }
     for (int k = 0; k < TUNE_REPS; k++) {
-        double t0 = now_us();
+        double t0 = kiln__now_us();
         if (be->run(state, &ka) != KILN_OK || be->sync(state) != KILN_OK) goto done;
-        t[k] = now_us() - t0;
+        t[k] = kiln__now_us() - t0;
         if (k == 0 && best_us > 0 && t[0] > 4.0 * best_us + 1000.0) { /* loses by far: enough */
             r = t[0];
             goto done;
         }
         if (k == 1 && t[0] + t[1] > 200000.0) { /* slow layer: three runs are enough */
-            double t2 = now_us();
+            double t2 = kiln__now_us();
             if (be->run(state, &ka) != KILN_OK || be->sync(state) != KILN_OK) goto done;
-            t[2] = now_us() - t2;
+            t[2] = kiln__now_us() - t2;
             qsort(t, 3, sizeof *t, cmp_double);
             r = t[1];
             goto done;
@@ -460,7 +453,7 @@ kiln_status kiln__builder_tune(const kiln_builder *b, kiln_engine *e) {
     kiln_sbuf key = {0};
     kiln_status st = KILN_OK;
     int n_timed = 0, n_cached = 0, n_layers = 0;
-    double t_start = now_us();
+    double t_start = kiln__now_us();
     if (b->timing_cache && (st = cache_read(&cache, b->timing_cache)) != KILN_OK) goto out;
     if ((st = opt_shapes(e, vi)) != KILN_OK) goto out;
     for (int ni = 0; ni < g->n_nodes; ni++) {
@@ -533,17 +526,17 @@ kiln_status kiln__builder_tune(const kiln_builder *b, kiln_engine *e) {
             tac->us = best_us >= 0 ? (float)best_us : 0.0f;
             n_timed++;
             if ((st = cache_put(&cache, key.data, tac->id, tac->us)) != KILN_OK) goto out;
-            if (now_us() - t_start > 2e6 && n_timed % 10 == 0)
+            if (kiln__now_us() - t_start > 2e6 && n_timed % 10 == 0)
                 fprintf(stderr, "kiln: tuning: %d layers timed, %d from the cache (%.1f s)\n", n_timed,
-                        n_cached, (now_us() - t_start) / 1e6);
+                        n_cached, (kiln__now_us() - t_start) / 1e6);
         }
     next:;
     }
     if (made[0] && (st = choose_layouts(e, vi, states[0], pool)) != KILN_OK) goto out;
     if (b->timing_cache && cache.dirty) st = cache_write(&cache, b->timing_cache);
-    if (now_us() - t_start > 2e6)
+    if (kiln__now_us() - t_start > 2e6)
         fprintf(stderr, "kiln: tuning done: %d layers with tactics, %d timed, %d from the cache (%.1f s)\n",
-                n_layers, n_timed, n_cached, (now_us() - t_start) / 1e6);
+                n_layers, n_timed, n_cached, (kiln__now_us() - t_start) / 1e6);
 out:
     if (made[0]) kiln__backend_for(KILN_DEVICE_CPU)->state_free(states[0]);
     if (made[1]) kiln__backend_for(e->opts.device)->state_free(states[1]);

@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 /* ---- status ------------------------------------------------------------ */
 
@@ -349,4 +350,10 @@ uint64_t kiln__fnv1a(const void *data, size_t n, uint64_t seed) {
         h *= 0x100000001b3ull;
     }
     return h;
+}
+
+double kiln__now_us(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
 }

@@ -108,6 +108,8 @@ KILN_PRIVATE void kiln__pool_hold(kiln_pool *p, bool on);
 KILN_PRIVATE void kiln__parallel_for(kiln_pool *p, int64_t n, int64_t grain, kiln_range_fn fn,
                                      void *ctx);
 KILN_PRIVATE int kiln__cpu_count(void);
+/* CLOCK_MONOTONIC in microseconds (timing: tactics, layer profiles). */
+KILN_PRIVATE double kiln__now_us(void);
 /* Tests: the CPU worker w is pinned to (-1: not pinned; see pool.c). */
 KILN_PRIVATE int kiln__pool_worker_cpu(const kiln_pool *p, int w);
 

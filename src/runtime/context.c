@@ -25,7 +25,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 enum { MEM_HOST = KILN_MEM_HOST, MEM_DEV = KILN_MEM_DEV };
 #define KILN_PLAN_CACHE 4
@@ -902,20 +901,14 @@ static void slots_reset(kiln_context *c) {
     }
 }
 
-static double mono_us(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;
-}
-
 /* run_node, timed into the profile: a device layer's time ends when the
  * stream has finished it. */
 static kiln_status run_node_profiled(kiln_context *c, int ni) {
-    double t0 = mono_us();
+    double t0 = kiln__now_us();
     kiln_status st = run_node(c, ni);
     if (st == KILN_OK && node_mem(c, &c->e->graph->nodes[ni]) == MEM_DEV)
         st = c->be[MEM_DEV]->sync(c->state[MEM_DEV]);
-    c->prof_us[ni] += mono_us() - t0;
+    c->prof_us[ni] += kiln__now_us() - t0;
     c->prof_runs[ni]++;
     return st;
 }

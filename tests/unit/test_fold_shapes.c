@@ -13,9 +13,6 @@
 
 #include <stdlib.h>
 
-#define val add_val
-#define node add_node
-
 static int count_live(const kiln_graph *g, int op) {
     int k = 0;
     for (int i = 0; i < g->n_nodes; i++) k += !g->nodes[i].dead && g->nodes[i].op_id == op;
@@ -26,7 +23,7 @@ TEST(shape_of_reshape_folds) {
     kiln_graph *g = NULL;
     CHECK_OK(kiln__graph_create(&g));
     if (!g) return;
-    int x = val(g, "x");
+    int x = add_val(g, "x");
     g->values[x].info.dtype = KILN_DTYPE_FLOAT32;
     g->values[x].info.rank = 2;
     g->values[x].info.dims[0] = 1;
@@ -36,10 +33,10 @@ TEST(shape_of_reshape_folds) {
     g->inputs[g->n_inputs++] = x;
     kiln_shape_attrs sa = {.start = 0, .end = 0, .has_end = 0};
     kiln_reshape_attrs ra = {.allowzero = 0};
-    int s = node(g, KILN_OP_Shape, "shape_x", 1, &x, &sa);
-    int r = node(g, KILN_OP_Reshape, "reshape_r", 2, (int[]){x, s}, &ra);
-    int t = node(g, KILN_OP_Shape, "shape_r", 1, &r, &sa);
-    int y = node(g, KILN_OP_Reshape, "reshape_y", 2, (int[]){r, t}, &ra);
+    int s = add_node(g, KILN_OP_Shape, "shape_x", 1, &x, &sa);
+    int r = add_node(g, KILN_OP_Reshape, "reshape_r", 2, (int[]){x, s}, &ra);
+    int t = add_node(g, KILN_OP_Shape, "shape_r", 1, &r, &sa);
+    int y = add_node(g, KILN_OP_Reshape, "reshape_y", 2, (int[]){r, t}, &ra);
     g->values[y].flags |= KILN_VALUE_OUTPUT;
     if (kiln__grow((void **)&g->outputs, &g->cap_outputs, 1, sizeof(int)) != KILN_OK) abort();
     g->outputs[g->n_outputs++] = y;
