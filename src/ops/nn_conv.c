@@ -517,10 +517,17 @@ static bool is_pointwise(const conv_geom *g) {
     return true;
 }
 
-static size_t conv_f32_workspace_floats(const conv_geom *g) {
+/* Bytes of the im2col buffer; SIZE_MAX when the product overflows (shapes
+ * from engine files are not trusted: the planner and the allocator then
+ * refuse it with a message). */
+static size_t conv_f32_workspace_bytes(const conv_geom *g) {
     if (is_pointwise(g)) return 0;
     if (g->Cg == 1 && g->ns <= 2) return 0;
-    return (size_t)(g->Cg * g->k_sz * g->out_sz);
+    int64_t n;
+    if (!kiln__mul_ok(g->Cg, g->k_sz, &n) || !kiln__mul_ok(n, g->out_sz, &n) ||
+        !kiln__mul_ok(n, (int64_t)sizeof(float), &n) || n < 0 || (uint64_t)n > SIZE_MAX)
+        return SIZE_MAX;
+    return (size_t)n;
 }
 
 static kiln_status conv_f32(const kiln_kernel_args *a, const conv_geom *g, const float *x,
@@ -536,7 +543,7 @@ static kiln_status conv_f32(const kiln_kernel_args *a, const conv_geom *g, const
     bool pw = is_pointwise(g);
     float *col = NULL, *owned = NULL;
     if (!pw) {
-        size_t need = conv_f32_workspace_floats(g) * sizeof(float);
+        size_t need = conv_f32_workspace_bytes(g);
         if (a->workspace && a->workspace_size >= need) {
             col = a->workspace;
         } else {
@@ -660,7 +667,7 @@ static size_t conv_workspace(const kiln_infer_args *a) {
         KILN_OK)
         return 0;
     if (g.in_sz < 0 || g.out_sz < 0 || g.k_sz < 0 || g.Cg < 0) return 0;
-    return conv_f32_workspace_floats(&g) * sizeof(float);
+    return conv_f32_workspace_bytes(&g);
 }
 
 static kiln_status conv_cpu(const kiln_kernel_args *a) {
