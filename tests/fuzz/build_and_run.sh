@@ -16,7 +16,7 @@
 # so that its runs are repeatable), KILN_FUZZ_RUNS (with a fixed seed: stop
 # each target after this many executions, or after SECONDS, whichever comes
 # first; default: per target, about what 60 s give on a 2-core CI machine, so
-# that the same inputs are tried wherever the machine is fast enough; 0 = no
+# that the amount of fuzzing does not depend on the machine's speed; 0 = no
 # count, SECONDS only).
 set -u
 SECONDS_PER_TARGET=${1:-60}
