@@ -29,12 +29,6 @@ set_property(CACHE KILN_CUDA PROPERTY STRINGS AUTO ON OFF)
 set(KILN_CUDNN AUTO CACHE STRING "Use cuDNN for convolutions: AUTO, ON or OFF")
 set_property(CACHE KILN_CUDNN PROPERTY STRINGS AUTO ON OFF)
 set(KILN_CUDNN_ROOT "" CACHE PATH "Extra prefix with include/cudnn.h and lib/libcudnn.so*")
-# GPU kernels written and compiled but not yet run on a GPU (the index,
-# spatial, seq and misc families: docs/cuda.md). They are always compiled;
-# only with this option do they enter the kernel table (and their cases the
-# GPU op tests). Turn it on where a GPU can run tests/cuda/test_cuda_ops and
-# the conformance suite with --device cuda.
-option(KILN_CUDA_UNVERIFIED_OPS "Put the GPU kernels not yet verified on a GPU into the CUDA kernel table" OFF)
 
 set(KILN_CUDA_ENABLED FALSE)
 set(KILN_CUDNN_ENABLED FALSE)
@@ -154,11 +148,6 @@ function(_kiln_cuda_attach deferred)
   target_link_libraries(kiln_cuda_objs PRIVATE CUDA::cudart)
 
   set(_defs KILN_HAVE_CUDA=1)
-  if(KILN_CUDA_UNVERIFIED_OPS)
-    list(APPEND _defs KILN_CUDA_UNVERIFIED_OPS=1)
-  else()
-    list(APPEND _defs KILN_CUDA_UNVERIFIED_OPS=0)
-  endif()
   set(_incs ${CUDAToolkit_INCLUDE_DIRS})
   set(_libs CUDA::cudart CUDA::cublasLt)
   if(KILN_CUDNN_ENABLED)

@@ -365,5 +365,6 @@ const kiln_op_def kiln_op_TopK = {
     .name = "TopK", .domain = "", .since = 1,
     .min_inputs = 1, .max_inputs = 2, .min_outputs = 1, .max_outputs = 2,
     .attr_size = sizeof(kiln_topk_attrs),
+    .host_inputs = 1u << 1, /* K: read by infer */
     .import = topk_import, .infer = topk_infer, .cpu = topk_cpu,
 };

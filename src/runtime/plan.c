@@ -498,7 +498,7 @@ static kiln_status layout(plan_blk *blocks, int n, int n_steps, size_t *arena, s
         if (run > peak) peak = run;
     }
     *lower = (size_t)peak;
-    if (!n) goto done;
+    if (n <= 0) goto done;
     size_t best_arena = SIZE_MAX;
     for (int mode = 0; mode < 3; mode++) {
         sort_idx(blocks, idx, tmp, n, mode);

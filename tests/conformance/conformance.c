@@ -832,6 +832,7 @@ static void report_cpu_layers(const test_list *l) {
             on_device++;
             continue;
         }
+        printf("device: %s ran %s on the CPU\n", l->v[i].name, r->cpu_ops);
         for (const char *p = r->cpu_ops; *p;) {
             const char *end = strchr(p, ' ');
             size_t len = end ? (size_t)(end - p) : strlen(p);

@@ -129,15 +129,11 @@ static const kiln_cuda_kernel kiln_cuda_kernels[KILN_OP_ID_LIMIT] = {
     [KILN_OP_ReduceLogSumExp] = KCU_ENTRY("cuda.reduce", reduce),
     [KILN_OP_ReduceSumSquare] = KCU_ENTRY("cuda.reduce", reduce),
 #endif
-    /* families with their own files (cuda_table_<family>.inc), compiled
-     * everywhere but in the table only with -DKILN_CUDA_UNVERIFIED_OPS=ON
-     * until they have run on a GPU (docs/cuda.md) */
-#if KILN_CUDA_UNVERIFIED_OPS
+    /* families with their own files (cuda_table_<family>.inc) */
 #include "backends/cuda/cuda_table_index.inc"
 #include "backends/cuda/cuda_table_spatial.inc"
 #include "backends/cuda/cuda_table_seq.inc"
 #include "backends/cuda/cuda_table_misc.inc"
-#endif
 };
 
 const kiln_cuda_kernel *kiln__cuda_kernel_for(int op_id) {

@@ -289,17 +289,21 @@ static cudaError_t bin_launch(const kcu_bcast *g, void *y, const void *a, const 
 #define KB(t) (1u << (unsigned)(t))
 static const unsigned KCU_FLOATS = KB(KILN_DTYPE_FLOAT32) | KB(KILN_DTYPE_FLOAT16) |
                                    KB(KILN_DTYPE_BFLOAT16) | KB(KILN_DTYPE_FLOAT64);
-static const unsigned KCU_ARITH = KCU_FLOATS | KB(KILN_DTYPE_INT32) | KB(KILN_DTYPE_INT64);
-static const unsigned KCU_CMP = KCU_ARITH | KB(KILN_DTYPE_BOOL) | KB(KILN_DTYPE_INT8) |
-                                KB(KILN_DTYPE_UINT8);
 static const unsigned KCU_UINTS = KB(KILN_DTYPE_UINT8) | KB(KILN_DTYPE_UINT16) |
                                   KB(KILN_DTYPE_UINT32) | KB(KILN_DTYPE_UINT64);
+static const unsigned KCU_SINTS = KB(KILN_DTYPE_INT8) | KB(KILN_DTYPE_INT16) |
+                                  KB(KILN_DTYPE_INT32) | KB(KILN_DTYPE_INT64);
+/* every integer type, with the CPU's semantics (wrapping, x / 0 = x % 0 = 0) */
+static const unsigned KCU_ARITH = KCU_FLOATS | KCU_SINTS | KCU_UINTS;
+static const unsigned KCU_PRELU = KCU_FLOATS | KCU_SINTS;
+static const unsigned KCU_CMP = KCU_ARITH | KB(KILN_DTYPE_BOOL);
 
 static unsigned bin_mask(int op) {
     switch (op) {
     case KCU_B_ADD: case KCU_B_SUB: case KCU_B_MUL: case KCU_B_DIV: case KCU_B_FMOD:
-    case KCU_B_PYMOD: case KCU_B_MAX: case KCU_B_MIN: case KCU_B_PRELU:
+    case KCU_B_PYMOD: case KCU_B_MAX: case KCU_B_MIN:
         return KCU_ARITH;
+    case KCU_B_PRELU: return KCU_PRELU;
     case KCU_B_POW: return KCU_FLOATS;
     case KCU_B_EQ: case KCU_B_LT: case KCU_B_LE: case KCU_B_GT: case KCU_B_GE: return KCU_CMP;
     case KCU_B_AND: case KCU_B_OR: case KCU_B_XOR: return KB(KILN_DTYPE_BOOL);
@@ -319,6 +323,7 @@ static cudaError_t bin_dispatch(kiln_dtype t, const kcu_bcast *g, void *y, const
     constexpr bool shift = OP == KCU_B_SHL || OP == KCU_B_SHR;
     constexpr bool floats = arith || cmp || OP == KCU_B_POW;
     constexpr bool ints = arith || cmp;
+    constexpr bool uints = (ints && OP != KCU_B_PRELU) || shift;
     switch (t) {
     case KILN_DTYPE_FLOAT32: if constexpr (floats) return bin_launch<OP, float>(g, y, a, b, st); break;
     case KILN_DTYPE_FLOAT16: if constexpr (floats) return bin_launch<OP, __half>(g, y, a, b, st); break;
@@ -326,14 +331,13 @@ static cudaError_t bin_dispatch(kiln_dtype t, const kcu_bcast *g, void *y, const
     case KILN_DTYPE_FLOAT64: if constexpr (floats) return bin_launch<OP, double>(g, y, a, b, st); break;
     case KILN_DTYPE_INT32: if constexpr (ints) return bin_launch<OP, int32_t>(g, y, a, b, st); break;
     case KILN_DTYPE_INT64: if constexpr (ints) return bin_launch<OP, int64_t>(g, y, a, b, st); break;
-    case KILN_DTYPE_INT8: if constexpr (cmp) return bin_launch<OP, int8_t>(g, y, a, b, st); break;
-    case KILN_DTYPE_UINT8:
-        if constexpr (cmp || shift) return bin_launch<OP, uint8_t>(g, y, a, b, st);
-        break;
+    case KILN_DTYPE_INT8: if constexpr (ints) return bin_launch<OP, int8_t>(g, y, a, b, st); break;
+    case KILN_DTYPE_INT16: if constexpr (ints) return bin_launch<OP, int16_t>(g, y, a, b, st); break;
+    case KILN_DTYPE_UINT8: if constexpr (uints) return bin_launch<OP, uint8_t>(g, y, a, b, st); break;
     case KILN_DTYPE_BOOL: if constexpr (cmp || logic) return bin_launch<OP, uint8_t>(g, y, a, b, st); break;
-    case KILN_DTYPE_UINT16: if constexpr (shift) return bin_launch<OP, uint16_t>(g, y, a, b, st); break;
-    case KILN_DTYPE_UINT32: if constexpr (shift) return bin_launch<OP, uint32_t>(g, y, a, b, st); break;
-    case KILN_DTYPE_UINT64: if constexpr (shift) return bin_launch<OP, uint64_t>(g, y, a, b, st); break;
+    case KILN_DTYPE_UINT16: if constexpr (uints) return bin_launch<OP, uint16_t>(g, y, a, b, st); break;
+    case KILN_DTYPE_UINT32: if constexpr (uints) return bin_launch<OP, uint32_t>(g, y, a, b, st); break;
+    case KILN_DTYPE_UINT64: if constexpr (uints) return bin_launch<OP, uint64_t>(g, y, a, b, st); break;
     default: break;
     }
     return cudaErrorInvalidValue;

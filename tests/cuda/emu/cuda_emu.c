@@ -193,13 +193,16 @@ cudaError_t kcu_predicate(int op, kiln_dtype t, const void *x, uint8_t *y, int64
 #define KB(t) (1u << (unsigned)(t))
 static unsigned FLO = KB(KILN_DTYPE_FLOAT32) | KB(KILN_DTYPE_FLOAT16) | KB(KILN_DTYPE_BFLOAT16) | KB(KILN_DTYPE_FLOAT64);
 static unsigned bin_mask(int op) {
-    unsigned ar = FLO | KB(KILN_DTYPE_INT32) | KB(KILN_DTYPE_INT64);
+    unsigned ui = KB(KILN_DTYPE_UINT8) | KB(KILN_DTYPE_UINT16) | KB(KILN_DTYPE_UINT32) | KB(KILN_DTYPE_UINT64);
+    unsigned si = KB(KILN_DTYPE_INT8) | KB(KILN_DTYPE_INT16) | KB(KILN_DTYPE_INT32) | KB(KILN_DTYPE_INT64);
+    unsigned ar = FLO | si | ui;
     switch (op) {
-    case KCU_B_ADD: case KCU_B_SUB: case KCU_B_MUL: case KCU_B_DIV: case KCU_B_FMOD: case KCU_B_PYMOD: case KCU_B_MAX: case KCU_B_MIN: case KCU_B_PRELU: return ar;
+    case KCU_B_ADD: case KCU_B_SUB: case KCU_B_MUL: case KCU_B_DIV: case KCU_B_FMOD: case KCU_B_PYMOD: case KCU_B_MAX: case KCU_B_MIN: return ar;
+    case KCU_B_PRELU: return FLO | si;
     case KCU_B_POW: return FLO;
-    case KCU_B_EQ: case KCU_B_LT: case KCU_B_LE: case KCU_B_GT: case KCU_B_GE: return ar | KB(KILN_DTYPE_BOOL) | KB(KILN_DTYPE_INT8) | KB(KILN_DTYPE_UINT8);
+    case KCU_B_EQ: case KCU_B_LT: case KCU_B_LE: case KCU_B_GT: case KCU_B_GE: return ar | KB(KILN_DTYPE_BOOL);
     case KCU_B_AND: case KCU_B_OR: case KCU_B_XOR: return KB(KILN_DTYPE_BOOL);
-    case KCU_B_SHL: case KCU_B_SHR: return KB(KILN_DTYPE_UINT8) | KB(KILN_DTYPE_UINT16) | KB(KILN_DTYPE_UINT32) | KB(KILN_DTYPE_UINT64);
+    case KCU_B_SHL: case KCU_B_SHR: return ui;
     default: return 0;
     }
 }
@@ -245,7 +248,15 @@ cudaError_t kcu_binary(int op, kiln_dtype t, const kcu_bcast *g, void *y, const 
         if (t == KILN_DTYPE_UINT64 || t == KILN_DTYPE_UINT32 || t == KILN_DTYPE_UINT16 || t == KILN_DTYPE_UINT8) {
             uint64_t a = (uint64_t)kiln__load_i64(t, A, off[0]), b = (uint64_t)kiln__load_i64(t, B, off[1]), r = 0;
             unsigned bits = 8 * (unsigned)kiln_dtype_size(t);
-            if (op == KCU_B_SHL) r = b >= bits ? 0 : a << b; else r = b >= bits ? 0 : a >> b;
+            switch (op) {
+            case KCU_B_SHL: r = b >= bits ? 0 : a << b; break;
+            case KCU_B_SHR: r = b >= bits ? 0 : a >> b; break;
+            case KCU_B_ADD: r = a + b; break; case KCU_B_SUB: r = a - b; break; case KCU_B_MUL: r = a * b; break;
+            case KCU_B_DIV: r = b == 0 ? 0 : a / b; break;
+            case KCU_B_FMOD: case KCU_B_PYMOD: r = b == 0 ? 0 : a % b; break;
+            case KCU_B_MAX: r = a > b ? a : b; break; case KCU_B_MIN: r = a < b ? a : b; break;
+            default: r = a; break;
+            }
             kiln__store_i64(t, y, i, (int64_t)r); continue;
         }
         int64_t a = kiln__load_i64(t, A, off[0]), b = kiln__load_i64(t, B, off[1]), r = 0;

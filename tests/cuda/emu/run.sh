@@ -25,7 +25,7 @@ INC=()
 if [ -n "${KILN_EMU_INCLUDE:-}" ]; then INC+=(-I"$KILN_EMU_INCLUDE"); fi
 gcc -std=c11 -D_GNU_SOURCE -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer \
     -Wall -Wextra -Iinclude -Isrc -Itests "${INC[@]}" -I"$CUDA_INC" \
-    -DKILN_HAVE_CUDA=1 -DKILN_HAVE_CUDNN=0 -DKILN_CUDA_UNVERIFIED_OPS=1 -o "$B/test_cuda_emu" \
+    -DKILN_HAVE_CUDA=1 -DKILN_HAVE_CUDNN=0 -o "$B/test_cuda_emu" \
     tests/cuda/emu/*.c src/backends/cuda/*.c tests/cuda/test_cuda_ops.c \
     "$B/libkiln.a" "${LIBS[@]}" -lpthread -lm
 "$B/test_cuda_emu"
