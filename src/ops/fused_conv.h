@@ -40,6 +40,7 @@ enum {
     KILN_FC_TACTIC_OWN = 0,          /* kiln's kernels (im2col/pointwise + sgemm, depthwise) */
     KILN_FC_TACTIC_DNNL_PLAIN = 1,   /* oneDNN, NCHW in and out */
     KILN_FC_TACTIC_DNNL_BLOCKED = 2, /* oneDNN in its blocked layout, reordered in and out */
+    KILN_FC_TACTIC_WINO = 3,         /* kiln's Winograd F(4x4, 3x3) (conv_wino.h): 3x3, stride 1 */
     KILN_FC_TACTIC_COUNT
 };
 
@@ -51,13 +52,14 @@ typedef struct kiln_fused_conv_attrs {
     int32_t has_residual;    /* 1: input 3 is added before the activation */
     int32_t precision;       /* kiln_precision of the arithmetic: FP32, or BF16 (inputs and
                                 weights rounded to bf16, fp32 accumulation and output) */
-    int32_t layout;          /* KILN_FC_LAYOUT_* bits (oneDNN tactics only; 0: NCHW) */
+    int32_t layout;          /* KILN_FC_LAYOUT_* bits (oneDNN and Winograd tactics; 0: NCHW) */
     int32_t reserved[2];     /* 0 */
 } kiln_fused_conv_attrs;
 
 /* Channels-last layout (NHWC, rank 4: the same bytes as NCHW in another
- * order) of tensors passed between layers that run oneDNN, whose fastest
- * kernels here use it; set by kiln__fc_choose_layouts after tuning. */
+ * order) of tensors passed between layers that run oneDNN or kiln's
+ * Winograd kernel, whose fastest kernels here use it; set by
+ * kiln__fc_choose_layouts after tuning. */
 enum {
     KILN_FC_LAYOUT_X_NHWC = 1, /* input 0 arrives NHWC */
     KILN_FC_LAYOUT_Y_NHWC = 2, /* output (and the residual, input 3) NHWC */
@@ -105,8 +107,13 @@ KILN_PRIVATE kiln_status kiln__dnnl_conv_probe(const kiln_kernel_args *a, int ta
 KILN_PRIVATE size_t kiln__dnnl_conv_workspace(const kiln_infer_args *a, int tactic);
 #endif
 
+/* Whether the Winograd tactic can run a layer of these attrs and shapes
+ * (fp32, 2-D 3x3, stride 1, dilation 1, one group, pads 0..2; dims known). */
+KILN_PRIVATE bool kiln__fc_wino_fits(const kiln_fused_conv_attrs *at, int xr, const int64_t *xd,
+                                     int wr, const int64_t *wd);
+
 /* fuse_conv.c: marks the values passed between FusedConv layers that run
- * oneDNN tactics (on the CPU) as NHWC, so no reorder runs between them;
+ * oneDNN or Winograd tactics (on the CPU) as NHWC, so no reorder runs between them;
  * veto[node] (may be NULL) excludes nodes (their tensors stay NCHW). Returns the
  * number of NHWC values. */
 KILN_PRIVATE int kiln__fc_choose_layouts(kiln_graph *g, const bool *veto);

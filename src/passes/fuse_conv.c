@@ -241,9 +241,11 @@ static bool layout_node_ok(const kiln_graph *g, int ni, const bool *veto) {
     if (n->dead || n->op_id != KILN_OP_FusedConv || n->device != KILN_DEVICE_CPU) return false;
     if (veto && veto[ni]) return false;
     const kiln_fused_conv_attrs *fa = n->attrs;
+    const kiln_tinfo *x = &g->values[n->in[0]].info, *w = &g->values[n->in[1]].info;
+    if (fa->tactic.id == KILN_FC_TACTIC_WINO) return kiln__fc_wino_fits(fa, x->rank, x->dims, w->rank, w->dims);
     if (fa->tactic.id != KILN_FC_TACTIC_DNNL_PLAIN && fa->tactic.id != KILN_FC_TACTIC_DNNL_BLOCKED)
         return false;
-    return g->values[n->in[0]].info.rank == 4;
+    return x->rank == 4;
 }
 
 int kiln__fc_choose_layouts(kiln_graph *g, const bool *veto) {

@@ -13,6 +13,7 @@
 
 #include "graph_build.h"
 #include "ops/elementwise_impl.h"
+#include "ops/conv_wino.h"
 #include "ops/fused_conv.h"
 #include "runtime/engine.h"
 
@@ -219,6 +220,17 @@ TEST(no_fusion_when_shared) {
     kiln_model_free(m);
 }
 
+/* Sets the Winograd tactic on every FusedConv layer it can run. */
+static void kiln_layer_set_tactic_where_fits(kiln_engine *e) {
+    for (int i = 0; i < e->graph->n_nodes; i++) {
+        kiln_node *n = &e->graph->nodes[i];
+        if (n->op_id != KILN_OP_FusedConv) continue;
+        const kiln_tinfo *x = &e->graph->values[n->in[0]].info, *w = &e->graph->values[n->in[1]].info;
+        kiln_fused_conv_attrs *fa = n->attrs;
+        if (kiln__fc_wino_fits(fa, x->rank, x->dims, w->rank, w->dims)) fa->tactic.id = KILN_FC_TACTIC_WINO;
+    }
+}
+
 /* A ResNet-like chain (stride, 1x1, residual, depthwise) for the tactic tests. */
 /* big: 64 -> 128 channels on 56 x 56 and a 3x3 cb, layers large enough for
  * oneDNN to split them across threads (dnnl_conv.c's PART_COST). */
@@ -287,8 +299,9 @@ static void tactics_agree(int64_t batch, int threads, bool big) {
         if (!(err <= 1e-5)) fprintf(stderr, "  tactic %d: relative error %g\n", t, err);
         CHECK(err <= 1e-5);
     }
-    /* built with oneDNN: both of its tactics were listed and run */
-    CHECK(n_multi == (kiln__have_dnnl() ? 2 : 0));
+    /* built with oneDNN: both of its tactics were listed and run; with
+     * AVX-512F, Winograd for the 3x3 stride-1 layer of the big chain */
+    CHECK(n_multi == (kiln__have_dnnl() ? 2 : 0) + (big && kiln__wino_fast_available() ? 1 : 0));
     /* oneDNN everywhere, tensors between its layers passed NHWC */
     if (e && kiln__have_dnnl()) {
         for (int i = 0; i < e->graph->n_nodes; i++)
@@ -298,6 +311,24 @@ static void tactics_agree(int64_t batch, int threads, bool big) {
         CHECK(nb == 3); /* ca -> cb, cb/cd -> residual add, add -> depthwise */
         int64_t n1 = run(e, x_in, xd, 0, y_opt, BIG);
         CHECK(n1 == n0 && rel_err(y_opt, y_ref, n0) <= 1e-5);
+        /* the same chain with the Winograd kernel in it, NHWC on both sides */
+        if (big && kiln__wino_fast_available()) {
+            kiln_layer_set_tactic_where_fits(e);
+            for (int i = 0; i < e->graph->n_nodes; i++)
+                if (e->graph->nodes[i].op_id == KILN_OP_FusedConv)
+                    ((kiln_fused_conv_attrs *)e->graph->nodes[i].attrs)->layout = 0;
+            CHECK(kiln__fc_choose_layouts(e->graph, NULL) == 3);
+            const kiln_node *cb = NULL; /* the layer made from conv cb (named cb+bnb+...) */
+            for (int i = 0; i < e->graph->n_nodes; i++)
+                if (e->graph->nodes[i].name && !strncmp(e->graph->nodes[i].name, "cb+", 3)) cb = &e->graph->nodes[i];
+            CHECK(cb && ((const kiln_fused_conv_attrs *)cb->attrs)->tactic.id == KILN_FC_TACTIC_WINO &&
+                  ((const kiln_fused_conv_attrs *)cb->attrs)->layout ==
+                      (KILN_FC_LAYOUT_X_NHWC | KILN_FC_LAYOUT_Y_NHWC));
+            n1 = run(e, x_in, xd, 0, y_opt, BIG);
+            double err = rel_err(y_opt, y_ref, n0);
+            if (!(err <= 1e-5)) fprintf(stderr, "  oneDNN + Winograd NHWC chain: relative error %g\n", err);
+            CHECK(n1 == n0 && err <= 1e-5);
+        }
     }
     kiln_engine_free(e);
     kiln_model_free(m);

@@ -1,0 +1,187 @@
+/* test_conv_wino.c -- the Winograd F(4x4, 3x3) convolution (src/ops/conv_wino.c)
+ * against a direct convolution with double accumulation: odd sizes and
+ * channel counts, pads, NCHW and NHWC, bias, residual, activations, the
+ * AVX-512F and the generic path, no pool and pools of 2 and 3 threads
+ * (which must give bitwise the same result as no pool). */
+#include <math.h>
+#include <stdlib.h>
+
+#include "test.h"
+
+#include "ops/conv_wino.h"
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static float frand(float lo, float hi) {
+    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+    return lo + (hi - lo) * (float)((rng >> 40) & 0xffffff) / 16777216.0f;
+}
+
+typedef struct wcase {
+    int64_t N, H, W, C, M;
+    int pt, pl, pb, pr;
+} wcase;
+
+/* Index of logical (n, c, h, w) in NCHW or NHWC. */
+static int64_t at(int nhwc, int64_t C, int64_t H, int64_t W, int64_t n, int64_t c, int64_t h, int64_t w) {
+    return nhwc ? ((n * H + h) * W + w) * C + c : ((n * C + c) * H + h) * W + w;
+}
+
+static void reference(const wcase *k, const float *x, int x_nhwc, const float *Wt, const float *bias,
+                      const float *r, int y_nhwc, int act, float alpha, float beta, float *y) {
+    int64_t Ho = k->H + k->pt + k->pb - 2, Wo = k->W + k->pl + k->pr - 2;
+    for (int64_t n = 0; n < k->N; n++)
+        for (int64_t m = 0; m < k->M; m++)
+            for (int64_t oy = 0; oy < Ho; oy++)
+                for (int64_t ox = 0; ox < Wo; ox++) {
+                    double s = bias ? bias[m] : 0.0;
+                    for (int64_t c = 0; c < k->C; c++)
+                        for (int i = 0; i < 3; i++)
+                            for (int j = 0; j < 3; j++) {
+                                int64_t iy = oy + i - k->pt, ix = ox + j - k->pl;
+                                if (iy < 0 || iy >= k->H || ix < 0 || ix >= k->W) continue;
+                                s += (double)Wt[((m * k->C + c) * 3 + i) * 3 + j] *
+                                     x[at(x_nhwc, k->C, k->H, k->W, n, c, iy, ix)];
+                            }
+                    int64_t o = at(y_nhwc, k->M, Ho, Wo, n, m, oy, ox);
+                    if (r) s += r[o];
+                    y[o] = kiln__fc_act(act, alpha, beta, (float)s);
+                }
+}
+
+/* Runs one case with every pool and path; returns the worst error / scale. */
+static double run_case(const wcase *k, int variant, kiln_pool **pools, int npools) {
+    int64_t Ho = k->H + k->pt + k->pb - 2, Wo = k->W + k->pl + k->pr - 2;
+    int64_t xn = k->N * k->C * k->H * k->W, yn = k->N * k->M * Ho * Wo, wn = k->M * k->C * 9;
+    int x_nhwc = variant & 1, y_nhwc = (variant >> 1) & 1, has_r = (variant >> 2) & 1;
+    int has_b = ((variant >> 3) & 1) == 0;
+    static const int acts[4] = {KILN_FC_ACT_NONE, KILN_FC_ACT_RELU, KILN_FC_ACT_CLIP, KILN_FC_ACT_SIGMOID};
+    int act = acts[(variant >> 4) & 3];
+    float alpha = -0.3f, beta = 0.4f;
+    float *x = malloc(sizeof(float) * (size_t)xn), *Wt = malloc(sizeof(float) * (size_t)wn);
+    float *b = malloc(sizeof(float) * (size_t)k->M), *r = malloc(sizeof(float) * (size_t)yn);
+    float *ref = malloc(sizeof(float) * (size_t)yn), *y = malloc(sizeof(float) * (size_t)yn);
+    float *y0 = malloc(sizeof(float) * (size_t)yn);
+    float *u = malloc(sizeof(float) * kiln__wino_packed_floats(k->C, k->M));
+    float ws_scale = 1.0f / sqrtf((float)(9 * k->C));
+    for (int64_t i = 0; i < xn; i++) x[i] = frand(-1.0f, 1.0f);
+    for (int64_t i = 0; i < wn; i++) Wt[i] = frand(-ws_scale, ws_scale) * 1.7f;
+    for (int64_t i = 0; i < k->M; i++) b[i] = frand(-0.5f, 0.5f);
+    for (int64_t i = 0; i < yn; i++) r[i] = frand(-1.0f, 1.0f);
+    reference(k, x, x_nhwc, Wt, has_b ? b : NULL, has_r ? r : NULL, y_nhwc, act, alpha, beta, ref);
+    kiln__wino_pack(Wt, k->C, k->M, u);
+    double maxref = 0.0;
+    for (int64_t i = 0; i < yn; i++) maxref = fmax(maxref, fabs(ref[i]));
+    double worst = 0.0;
+    for (int gen = 0; gen < 2; gen++) {
+        if (!gen && !kiln__wino_fast_available()) continue;
+        for (int pi = 0; pi < npools; pi++) {
+            int threads = kiln__pool_threads(pools[pi]);
+            /* one case sized for fewer threads than the pool has */
+            if (variant % 7 == 3 && threads > 1) threads = 1;
+            size_t wsb = kiln__wino_workspace(k->N, k->H, k->W, k->C, k->M, k->pt, k->pl, k->pb, k->pr, threads);
+            void *ws = malloc(wsb);
+            for (int64_t i = 0; i < yn; i++) y[i] = NAN;
+            kiln_wino_args a = {.x = x, .u = u, .bias = has_b ? b : NULL, .r = has_r ? r : NULL, .y = y,
+                                .N = k->N, .H = k->H, .W = k->W, .C = k->C, .M = k->M,
+                                .pt = k->pt, .pl = k->pl, .pb = k->pb, .pr = k->pr,
+                                .x_nhwc = x_nhwc, .y_nhwc = y_nhwc, .act = act, .alpha = alpha, .beta = beta,
+                                .ws = ws, .ws_bytes = wsb, .pool = pools[pi], .force_generic = gen};
+            kiln__wino_run(&a);
+            free(ws);
+            double err = 0.0;
+            for (int64_t i = 0; i < yn; i++) {
+                double e = fabs((double)y[i] - ref[i]);
+                if (!(e <= err)) err = isnan(e) ? INFINITY : e;
+            }
+            err /= 1.0 + maxref;
+            if (err > worst) worst = err;
+            if (!(err <= 5e-5)) {
+                fprintf(stderr,
+                        "  N%lld H%lld W%lld C%lld M%lld pads %d,%d,%d,%d variant %d %s threads %d: err %g\n",
+                        (long long)k->N, (long long)k->H, (long long)k->W, (long long)k->C, (long long)k->M,
+                        k->pt, k->pl, k->pb, k->pr, variant, gen ? "generic" : "avx512",
+                        kiln__pool_threads(pools[pi]), err);
+                CHECK(err <= 5e-5);
+            }
+            /* every pool gives the same bits as no pool on the same path */
+            if (pi == 0)
+                memcpy(y0, y, sizeof(float) * (size_t)yn);
+            else
+                CHECK(memcmp(y0, y, sizeof(float) * (size_t)yn) == 0);
+        }
+    }
+    free(x), free(Wt), free(b), free(r), free(ref), free(y), free(y0), free(u);
+    return worst;
+}
+
+static kiln_pool *g_pools[3];
+
+TEST(wino_small_shapes) {
+    static const wcase cases[] = {
+        {1, 1, 1, 1, 1, 1, 1, 1, 1},   {1, 2, 5, 3, 2, 1, 1, 1, 1},   {2, 7, 7, 17, 33, 1, 1, 1, 1},
+        {1, 13, 9, 33, 17, 1, 1, 1, 1}, {2, 13, 9, 3, 1, 0, 0, 0, 0},  {1, 7, 7, 16, 16, 2, 1, 0, 2},
+        {2, 8, 8, 32, 48, 1, 1, 1, 1},  {1, 5, 11, 1, 3, 2, 2, 2, 2},  {1, 3, 3, 20, 40, 0, 0, 0, 0},
+        {2, 9, 13, 48, 32, 2, 1, 0, 2}, {1, 16, 16, 64, 64, 1, 1, 1, 1}, {1, 1, 4, 5, 7, 2, 0, 1, 2},
+    };
+    double worst = 0.0;
+    int n = (int)(sizeof cases / sizeof cases[0]);
+    for (int i = 0; i < n; i++)
+        for (int v = 0; v < 4; v++) {
+            /* layouts vary fastest; residual, bias and activation by case */
+            int variant = v | (((i + v) & 1) << 2) | (((i / 2 + v) & 1) << 3) | (((i + v) & 3) << 4);
+            double e = run_case(&cases[i], variant, g_pools, 3);
+            if (e > worst) worst = e;
+        }
+    printf("  worst error / (1 + max|ref|): %.3g\n", worst);
+}
+
+/* Several blocks of tiles (threads take whole blocks) and batch tiles. */
+TEST(wino_blocks) {
+    static const wcase cases[] = {
+        {3, 28, 28, 64, 64, 1, 1, 1, 1},
+        {2, 30, 26, 17, 80, 1, 1, 1, 1},
+    };
+    double worst = 0.0;
+    for (int i = 0; i < 2; i++) {
+        double e = run_case(&cases[i], 3 | (i << 2) | (1 << 4), g_pools, 3);
+        if (e > worst) worst = e;
+        e = run_case(&cases[i], 0 | (2 << 4), g_pools, 2);
+        if (e > worst) worst = e;
+    }
+    printf("  worst error / (1 + max|ref|): %.3g\n", worst);
+}
+
+/* A wrong kernel fails: a perturbed weight gives a large error. */
+TEST(wino_detects_errors) {
+    wcase k = {1, 6, 6, 4, 4, 1, 1, 1, 1};
+    int64_t n = 4 * 4 * 9;
+    float Wt[144], u[36 * 16 * 16], x[144], y[144], ref[144];
+    for (int64_t i = 0; i < n; i++) Wt[i] = frand(-0.5f, 0.5f);
+    for (int64_t i = 0; i < 144; i++) x[i] = frand(-1.0f, 1.0f);
+    CHECK(kiln__wino_packed_floats(4, 4) == sizeof u / sizeof u[0]);
+    kiln__wino_pack(Wt, 4, 4, u);
+    u[5 * 16 * 16 + 2 * 16 + 1] += 0.01f;
+    size_t wsb = kiln__wino_workspace(1, 6, 6, 4, 4, 1, 1, 1, 1, 1);
+    void *ws = malloc(wsb);
+    kiln_wino_args a = {.x = x, .u = u, .y = y, .N = 1, .H = 6, .W = 6, .C = 4, .M = 4,
+                        .pt = 1, .pl = 1, .pb = 1, .pr = 1, .ws = ws, .ws_bytes = wsb};
+    kiln__wino_run(&a);
+    reference(&k, x, 0, Wt, NULL, NULL, 0, KILN_FC_ACT_NONE, 0, 0, ref);
+    double err = 0.0;
+    for (int i = 0; i < 144; i++) err = fmax(err, fabs((double)y[i] - ref[i]));
+    CHECK(err > 1e-3);
+    free(ws);
+}
+
+int main(void) {
+    g_pools[0] = NULL;
+    CHECK_OK(kiln__pool_create(2, &g_pools[1]));
+    CHECK_OK(kiln__pool_create(3, &g_pools[2]));
+    printf("  avx512f path: %s\n", kiln__wino_fast_available() ? "yes" : "no (generic only)");
+    RUN(wino_small_shapes);
+    RUN(wino_blocks);
+    RUN(wino_detects_errors);
+    kiln__pool_free(g_pools[1]);
+    kiln__pool_free(g_pools[2]);
+    return test_summary();
+}
