@@ -1375,6 +1375,10 @@ static const char bench_help[] =
     "  --warmup N           untimed runs first (default 3)\n"
     "  --iterations N       at least N timed runs (default 10)\n"
     "  --duration S         run for at least S seconds (default 0)\n"
+    "  --idle-ms MS         sleep MS milliseconds before each timed (and profiled) run,\n"
+    "                       as a server between requests does: caches, the thread pool\n"
+    "                       and the CPUs go cold (default 0: back to back; throughput\n"
+    "                       then counts run time only)\n"
     "  --shapes SPECS       shapes of the inputs (default: the profile's opt shapes)\n"
     "  -i, --input NAME=FILE.npy  use an input from a file instead of random data\n"
     "  --seed S             seed of the random inputs (default 0)\n"
@@ -1408,11 +1412,20 @@ static int cmp_layer_row(const void *a, const void *b) {
 }
 
 /* kiln bench --profile: `runs` profiled runs, then the per-layer table. */
-static int bench_profile(kiln_engine *e, kiln_context *c, int64_t runs, bool json) {
+static void idle_ms(double ms) {
+    if (ms <= 0) return;
+    struct timespec ts = {(time_t)(ms / 1e3), (long)(fmod(ms, 1e3) * 1e6)};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+static int bench_profile(kiln_engine *e, kiln_context *c, int64_t runs, double idle, bool json) {
     kiln_status st = kiln_context_set_profiling(c, 1);
     if (st != KILN_OK) return fail_kiln(st, "--profile");
-    for (int64_t i = 0; i < runs; i++)
+    for (int64_t i = 0; i < runs; i++) {
+        idle_ms(idle);
         if ((st = kiln_context_run(c)) != KILN_OK) return fail_kiln(st, "profiled run %" PRId64 " failed", i);
+    }
     int n = kiln_engine_num_layers(e);
     layer_row *rows = calloc((size_t)(n > 0 ? n : 1), sizeof *rows);
     if (!rows) return fail("out of memory");
@@ -1475,13 +1488,14 @@ static int cmd_bench(int argc, char **argv) {
         {"--warmup", NULL, true}, {"--iterations", NULL, true}, {"--duration", NULL, true},
         {"--shapes", NULL, true}, {"--threads", NULL, true},    {"--json", NULL, false},
         {"--help", "-h", false},  {"--input", "-i", true},      {"--seed", NULL, true},
-        {"--profile", NULL, false},
+        {"--profile", NULL, false}, {"--idle-ms", NULL, true},
     };
-    enum { O_WARMUP, O_ITERS, O_DURATION, O_SHAPES, O_THREADS, O_JSON, O_HELP, O_INPUT, O_SEED, O_PROFILE };
+    enum { O_WARMUP, O_ITERS, O_DURATION, O_SHAPES, O_THREADS, O_JSON, O_HELP, O_INPUT, O_SEED, O_PROFILE,
+           O_IDLE };
     argscan s = {argc, argv, 0, "bench", false};
     const char *path = NULL, *val;
     int64_t warmup = 3, iters = 10, threads = -1, seed = 0;
-    double duration = 0;
+    double duration = 0, idle = 0;
     bool json = false, profile = false;
     shape_list shapes = {0};
     input_files files = {0};
@@ -1515,6 +1529,12 @@ static int cmd_bench(int argc, char **argv) {
         case O_SEED: if (!opt_int("bench", "--seed", val, 0, INT64_MAX, &seed)) goto done; break;
         case O_JSON: json = true; break;
         case O_PROFILE: profile = true; break;
+        case O_IDLE:
+            if (!parse_double(val, 0, 1e5, &idle)) {
+                usage_error("bench", "--idle-ms: expected milliseconds in [0, 1e5], got '%s'", val);
+                goto done;
+            }
+            break;
         case O_INPUT:
             if (!input_files_add(&files, val)) {
                 rc = fail("out of memory");
@@ -1571,6 +1591,7 @@ static int cmd_bench(int argc, char **argv) {
             lat = nl;
             cap = ncap;
         }
+        idle_ms(idle);
         double a = now_s();
         if ((st = kiln_context_run(c)) != KILN_OK) {
             fail_kiln(st, "run failed (iteration %" PRId64 ")", n);
@@ -1582,6 +1603,7 @@ static int cmd_bench(int argc, char **argv) {
     double total = t_end - start, sum = 0;
     for (int64_t i = 0; i < n; i++) sum += lat[i];
     qsort(lat, (size_t)n, sizeof *lat, cmp_double);
+    if (idle > 0) total = sum / 1e3; /* run time only */
     double mean = sum / (double)n, p50 = percentile(lat, n, 50), p90 = percentile(lat, n, 90),
            p99 = percentile(lat, n, 99), tput = total > 0 ? (double)n / total : 0;
     if (json) {
@@ -1597,7 +1619,7 @@ static int cmd_bench(int argc, char **argv) {
         }
         printf("],\n  \"warmup\": %" PRId64 ",\n  \"iterations\": %" PRId64 ",\n  \"total_s\": %.6f,\n", warmup,
                n, total);
-        if (profile && bench_profile(e, c, n, true) != EXIT_OK) goto done;
+        if (profile && bench_profile(e, c, n, idle, true) != EXIT_OK) goto done;
         printf("  \"latency_ms\": {\"min\": %.6f, \"mean\": %.6f, \"p50\": %.6f, \"p90\": %.6f, \"p99\": %.6f, "
                "\"max\": %.6f},\n", lat[0], mean, p50, p90, p99, lat[n - 1]);
         printf("  \"throughput_per_s\": %.3f\n}\n", tput);
@@ -1607,7 +1629,7 @@ static int cmd_bench(int argc, char **argv) {
         printf("latency (ms): min %.3f  mean %.3f  p50 %.3f  p90 %.3f  p99 %.3f  max %.3f\n", lat[0], mean, p50,
                p90, p99, lat[n - 1]);
         printf("throughput: %.2f inferences/s\n", tput);
-        if (profile && bench_profile(e, c, n, false) != EXIT_OK) goto done;
+        if (profile && bench_profile(e, c, n, idle, false) != EXIT_OK) goto done;
     }
     rc = EXIT_OK;
 done:

@@ -199,6 +199,11 @@ d = json.load(open('bench.json'))
 sys.exit(0 if all(k in d['latency_ms'] for k in ('min', 'mean', 'p50', 'p90', 'p99', 'max')) and d['iterations'] == 3 else 1)" &&
     ok || bad "bench --json: $(head -c 300 bench.json)"
 expect "bench bad engine" nz "not a kiln engine" "$KILN" bench random.kiln
+# --idle-ms: a pause before each timed run (5 runs x 40 ms: at least 0.2 s of wall time)
+t0=$(date +%s%N)
+expect "bench --idle-ms" 0 "p50" "$KILN" bench tiny.kiln --warmup 0 --iterations 5 --idle-ms 40
+[ $(( ($(date +%s%N) - t0) / 1000000 )) -ge 200 ] && ok || bad "bench --idle-ms 40 did not pause"
+expect "bench --idle-ms bad" nz "--idle-ms" "$KILN" bench tiny.kiln --idle-ms -1
 # --profile: one row per layer, shares summing to 100
 expect "bench --profile" 0 "per-layer profile" "$KILN" bench tiny.kiln --iterations 3 --profile
 layers=$("$KILN" inspect tiny.kiln --json | $PY -c "import json,sys; print(len(json.load(sys.stdin)['layers']))")
