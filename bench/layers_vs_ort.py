@@ -70,6 +70,7 @@ def main():
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--inputs-dir", default=None, help="folder of <input>.npy (default: random)")
     ap.add_argument("--top", type=int, default=15)
+    ap.add_argument("--unmatched", action="store_true", help="list the layers and nodes that were not matched")
     args = ap.parse_args()
     inputs = {}
     if args.inputs_dir:
@@ -104,6 +105,13 @@ def main():
     print("\nmatched layers: kiln %.2f ms, ORT %.2f ms; kiln unmatched %.2f ms, ORT unmatched %.2f ms" % (
         matched_k / 1e3, matched_o / 1e3, sum(r[0] for r in rows if r[1] is None) / 1e3,
         sum(v[0] for k, v in nodes.items() if k not in seen) / 1e3))
+    if args.unmatched:
+        print("\nkiln layers without an ORT node of the same output (us):")
+        for r in sorted((r for r in rows if r[1] is None), key=lambda r: -r[0]):
+            print("  %8.0f  %-12s %s" % (r[0], r[2], r[3][:90]))
+        print("ORT nodes without a kiln layer of the same output (us):")
+        for k, v in sorted(((k, v) for k, v in nodes.items() if k not in seen), key=lambda kv: -kv[1][0]):
+            print("  %8.0f  %-12s %s" % (v[0], v[1], k[:90]))
     print("\nlayers where kiln loses most (us: kiln, ORT, kiln-ORT):")
     for r in sorted((r for r in rows if r[1] is not None), key=lambda r: r[1] - r[0])[: args.top]:
         print("  %8.0f %8.0f %+8.0f  %-12s %s" % (r[0], r[1], r[0] - r[1], r[2], r[3][:90]))

@@ -486,7 +486,7 @@ static dnnl_status_t part_exec(exec_ctx *c, int k) {
         if (q->r_res) {
             DS(dnnl_memory_set_data_handle(q->m_res, (char *)R->data + q->y_off));
             DS(reorder(q->strm, q->r_res, q->m_res, q->m_dst));
-        } else {
+        } else if ((const char *)R->data + q->y_off != y) { /* else in place (fc_inplace_input) */
             memcpy(y, (const char *)R->data + q->y_off, q->y_bytes);
         }
     }

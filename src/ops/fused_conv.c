@@ -269,21 +269,48 @@ static void epi_planes(void *vctx, int64_t p0, int64_t p1) {
 
 static kiln_status fc_own(const kiln_kernel_args *a) {
     const kiln_fused_conv_attrs *at = a->attrs;
+    const kiln_tensor *Y = a->out[0];
+    int64_t n = kiln__tensor_numel(Y);
+    /* the plan put the output over the residual (fc_inplace_input) for a
+     * tactic that could not run here: keep the residual aside first */
+    const float *r = at->has_residual ? a->in[3]->data : NULL;
+    float *saved = NULL;
+    if (r && r == (const float *)Y->data && n > 0) {
+        saved = kiln__aligned_alloc((size_t)n * sizeof(float));
+        if (!saved)
+            return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "node '%s' (FusedConv): out of memory for the residual",
+                             NODE(a));
+        memcpy(saved, r, (size_t)n * sizeof(float));
+        r = saved;
+    }
     kiln_kernel_args c = *a;
     c.attrs = &at->conv;
     c.n_in = a->n_in > 3 ? 3 : a->n_in;
-    KILN_TRY(kiln__conv_cpu(&c));
-    const kiln_tensor *Y = a->out[0];
-    if (at->act == KILN_FC_ACT_NONE && !at->has_residual) return KILN_OK;
-    int64_t n = kiln__tensor_numel(Y);
-    if (n <= 0) return KILN_OK;
-    int64_t planes = Y->dims[0] * Y->dims[1];
-    epi_ctx e = {.y = Y->data, .r = at->has_residual ? a->in[3]->data : NULL,
-                 .plane = planes > 0 ? n / planes : 0, .act = at->act, .alpha = at->alpha,
-                 .beta = at->beta};
-    int64_t grain = e.plane > 0 ? (16384 + e.plane - 1) / e.plane : planes;
-    kiln__parallel_for(a->pool, planes, grain, epi_planes, &e);
-    return KILN_OK;
+    kiln_status st = kiln__conv_cpu(&c);
+    if (st == KILN_OK && (at->act != KILN_FC_ACT_NONE || at->has_residual) && n > 0) {
+        int64_t planes = Y->dims[0] * Y->dims[1];
+        epi_ctx e = {.y = Y->data, .r = r, .plane = planes > 0 ? n / planes : 0, .act = at->act,
+                     .alpha = at->alpha, .beta = at->beta};
+        int64_t grain = e.plane > 0 ? (16384 + e.plane - 1) / e.plane : planes;
+        kiln__parallel_for(a->pool, planes, grain, epi_planes, &e);
+    }
+    kiln__aligned_free(saved);
+    return st;
+}
+
+/* The output may overwrite the residual (the plan puts both in one block
+ * when this layer reads the residual last): oneDNN's sum post-op then finds
+ * it in place (no copy into the output first), and the Winograd kernel
+ * reads each residual element before writing that output element. */
+static int fc_inplace_input(const void *attrs) {
+    const kiln_fused_conv_attrs *at = attrs;
+    if (!at->has_residual) return -1;
+    switch (at->tactic.id) {
+    case KILN_FC_TACTIC_DNNL_PLAIN:
+    case KILN_FC_TACTIC_DNNL_BLOCKED:
+    case KILN_FC_TACTIC_WINO: return 3;
+    default: return -1;
+    }
 }
 
 /* Transformed weights of the Winograd tactic (node state). */
@@ -371,4 +398,5 @@ const kiln_op_def kiln_op_FusedConv = {
     .attr_size = sizeof(kiln_fused_conv_attrs),
     .infer = fc_infer, .workspace = fc_workspace, .cpu = fc_cpu,
     .cpu_tactics = fc_cpu_tactics, .cpu_tactic_name = fc_cpu_tactic_name,
+    .cpu_inplace_input = fc_inplace_input,
 };

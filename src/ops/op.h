@@ -179,6 +179,10 @@ struct kiln_op_def {
     int (*cpu_tactics)(const kiln_infer_args *a, int32_t *ids, int cap);
     /* Short name of a CPU tactic, for inspect (static string). */
     const char *(*cpu_tactic_name)(int32_t id);
+    /* Optional: the input (other than in[0], see KILN_OP_FLAG_INPLACE) whose
+     * bytes the CPU kernel, with these attrs, may overwrite with out[0]
+     * (same size) when the layer reads it last; -1: none. */
+    int (*cpu_inplace_input)(const void *attrs);
 };
 
 /* Registry (generated from ops.def). Ids are stable: they are written into

@@ -308,19 +308,25 @@ static kiln_status plan_blocks(planner *P) {
         P->blk[m][w] = bv;
         p->n_views++;
     }
-    /* in place: out[0] takes in[0]'s block when this node reads in[0] last */
+    /* in place: out[0] takes in[k]'s block when this node reads in[k] last
+     * (k = 0 for KILN_OP_FLAG_INPLACE ops, else the op's cpu_inplace_input,
+     * e.g. a FusedConv's residual) */
     for (int ni = 0; ni < g->n_nodes; ni++) {
         const kiln_node *n = &g->nodes[ni];
-        if (!(n->op->flags & KILN_OP_FLAG_INPLACE) || n->n_in < 1 || n->n_out < 1) continue;
+        int k = (n->op->flags & KILN_OP_FLAG_INPLACE) ? 0
+                : n->op->cpu_inplace_input              ? n->op->cpu_inplace_input(n->attrs)
+                                                        : -1;
+        if (k < 0 || k >= n->n_in || n->n_out < 1) continue;
         if (kiln__node_mem(P->e, n) != KILN_MEM_HOST) continue;
-        int v = n->in[0], w = n->out[0];
+        if (k > 0 && n->device != KILN_DEVICE_CPU) continue; /* cpu_inplace_input: CPU kernels */
+        int v = n->in[k], w = n->out[0];
         if (v < 0 || w < 0 || v == w) continue;
         int bv = P->blk[KILN_MEM_HOST][v], bw = P->blk[KILN_MEM_HOST][w];
         if (bv < 0 || bw < 0 || P->blocks[bv].end != ni || P->blocks[bw].start != ni) continue;
         if (g->values[v].flags & (KILN_VALUE_OUTPUT | KILN_VALUE_INPUT)) continue;
         if (p->nbytes[v] != p->nbytes[w]) continue;
         bool twice = false;
-        for (int i = 1; i < n->n_in; i++) twice = twice || n->in[i] == v;
+        for (int i = 0; i < n->n_in; i++) twice = twice || (i != k && n->in[i] == v);
         if (twice) continue;
         if (P->blocks[bw].end > P->blocks[bv].end) P->blocks[bv].end = P->blocks[bw].end;
         P->blocks[bw].size = 0; /* unused: w lives in v's block */

@@ -299,6 +299,21 @@ static void tactics_agree(int64_t batch, int threads, bool big) {
         if (!(err <= 1e-5)) fprintf(stderr, "  tactic %d: relative error %g\n", t, err);
         CHECK(err <= 1e-5);
     }
+    /* a tactic that cannot run the layer here (Winograd on 1x1 and strided
+     * layers): kiln's own kernels run it, also where the plan put the output
+     * over the residual for the Winograd kernel (fc_inplace_input) */
+    if (e) {
+        for (int i = 0; i < e->graph->n_nodes; i++)
+            if (e->graph->nodes[i].op_id == KILN_OP_FusedConv) {
+                kiln_fused_conv_attrs *fa = e->graph->nodes[i].attrs;
+                fa->tactic.id = KILN_FC_TACTIC_WINO;
+                fa->layout = 0;
+            }
+        int64_t n1 = run(e, x_in, xd, 0, y_opt, BIG);
+        double err = rel_err(y_opt, y_ref, n0);
+        if (!(err <= 1e-5)) fprintf(stderr, "  Winograd set everywhere: relative error %g\n", err);
+        CHECK(n1 == n0 && err <= 1e-5);
+    }
     /* built with oneDNN: both of its tactics were listed and run; with
      * AVX-512F, Winograd for the 3x3 stride-1 layer of the big chain */
     CHECK(n_multi == (kiln__have_dnnl() ? 2 : 0) + (big && kiln__wino_fast_available() ? 1 : 0));
