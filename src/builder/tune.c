@@ -432,8 +432,7 @@ static kiln_status choose_layouts(kiln_engine *e, kiln_tinfo *vi, void *cpu_stat
         }
     }
     if (bad || st != KILN_OK) /* give up on NHWC: NCHW is always right */
-        for (int ni = 0; ni < g->n_nodes; ni++)
-            if (g->nodes[ni].op_id == KILN_OP_FusedConv) ((kiln_fused_conv_attrs *)g->nodes[ni].attrs)->layout = 0;
+        kiln__fc_clear_layouts(g);
     kiln__free(veto);
     kiln__free(checked);
     return st;

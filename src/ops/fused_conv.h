@@ -117,6 +117,8 @@ KILN_PRIVATE bool kiln__fc_wino_fits(const kiln_fused_conv_attrs *at, int xr, co
  * veto[node] (may be NULL) excludes nodes (their tensors stay NCHW). Returns the
  * number of NHWC values. */
 KILN_PRIVATE int kiln__fc_choose_layouts(kiln_graph *g, const bool *veto);
+/* fuse_conv.c: every layer back to NCHW (FusedConv and MaxPool layouts 0). */
+KILN_PRIVATE void kiln__fc_clear_layouts(kiln_graph *g);
 /* Whether kiln was built with oneDNN (its tactics exist). */
 KILN_PRIVATE bool kiln__have_dnnl(void);
 /* Whether this CPU does bf16 arithmetic (avx512_bf16). */

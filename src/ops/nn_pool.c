@@ -374,10 +374,66 @@ static void pool_planes(void *vctx, int64_t p0, int64_t p1) {
     }
 }
 
+/* float32 2-D MaxPool on NHWC tensors (KILN_POOL_LAYOUT_NHWC): each output
+ * position is the max over its window's in-bounds pixels of whole channel
+ * vectors (contiguous; vectorized over channels). Work: output rows of all
+ * images. */
+typedef struct nhwc_ctx {
+    const pool_geom *g;
+    const float *x;
+    float *y;
+} nhwc_ctx;
+
+static void max_nhwc_rows(void *vctx, int64_t r0, int64_t r1) {
+    const nhwc_ctx *c = vctx;
+    const pool_geom *g = c->g;
+    int64_t C = g->C, H = g->in[0], W = g->in[1], OH = g->out[0], OW = g->out[1];
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t n = r / OH, oh = r % OH;
+        const float *xn = c->x + n * H * W * C;
+        float *restrict yr = c->y + r * OW * C;
+        int64_t hs = oh * g->s[0] - g->pb[0];
+        for (int64_t ow = 0; ow < OW; ow++) {
+            float *restrict yp = yr + ow * C;
+            int64_t ws = ow * g->s[1] - g->pb[1];
+            bool first = true;
+            for (int64_t i = 0; i < g->k[0]; i++) {
+                int64_t ih = hs + i * g->d[0];
+                if (ih < 0 || ih >= H) continue;
+                for (int64_t j = 0; j < g->k[1]; j++) {
+                    int64_t iw = ws + j * g->d[1];
+                    if (iw < 0 || iw >= W) continue;
+                    const float *restrict xp = xn + (ih * W + iw) * C;
+                    if (first) {
+                        memcpy(yp, xp, sizeof(float) * (size_t)C);
+                        first = false;
+                    } else {
+                        for (int64_t ch = 0; ch < C; ch++) yp[ch] = xp[ch] > yp[ch] ? xp[ch] : yp[ch];
+                    }
+                }
+            }
+            if (first)
+                for (int64_t ch = 0; ch < C; ch++) yp[ch] = -INFINITY; /* window wholly in the padding */
+        }
+    }
+}
+
 static kiln_status pool_cpu(const kiln_kernel_args *a) {
     const kiln_pool_attrs *at = a->attrs;
     pool_geom g;
     KILN_TRY(pool_geom_make(NODE(a), a->op->name, at, a->in[0]->rank, a->in[0]->dims, &g));
+    if (at->layout) {
+        if (at->layout != KILN_POOL_LAYOUT_NHWC || a->op->code != POOL_MAX || g.ns != 2 ||
+            a->in[0]->dtype != KILN_DTYPE_FLOAT32 || (a->n_out > 1 && a->out[1]))
+            return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (%s): layout %d is only for a 2-D float32 MaxPool "
+                             "without indices", NODE(a), a->op->name, (int)at->layout);
+        int64_t rows = g.N * g.out[0];
+        if (rows == 0 || g.out_sz == 0 || g.C == 0) return KILN_OK;
+        nhwc_ctx c = {.g = &g, .x = a->in[0]->data, .y = a->out[0]->data};
+        int64_t per = g.out[1] * g.C * g.k[0] * g.k[1];
+        kiln__parallel_for(a->pool, rows, per > 0 ? (32768 + per - 1) / per : rows, max_nhwc_rows, &c);
+        return KILN_OK;
+    }
     if (!pool_dtype_ok(a->in[0]->dtype, a->op->code))
         return KILN_FAIL(KILN_ERR_UNSUPPORTED, "node '%s' (%s): dtype %s is not supported", NODE(a),
                          a->op->name, kiln_dtype_name(a->in[0]->dtype));

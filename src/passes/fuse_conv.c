@@ -236,16 +236,36 @@ kiln_status kiln__opt_conv(kiln_graph *g, const kiln_optimize_opts *o) {
 
 /* ---- NHWC between oneDNN layers -------------------------------------- */
 
+/* A float32 2-D MaxPool without indices on the CPU: kiln's kernel reads and
+ * writes NHWC too (KILN_POOL_LAYOUT_NHWC), so a stem conv -> MaxPool ->
+ * conv chain needs no reorder. */
+static bool layout_pool_ok(const kiln_graph *g, const kiln_node *n) {
+    if (n->op_id != KILN_OP_MaxPool || n->n_in < 1 || n->in[0] < 0) return false;
+    if (n->n_out > 1 && n->out[1] >= 0) return false;
+    const kiln_tinfo *x = &g->values[n->in[0]].info;
+    return x->rank == 4 && x->dtype == KILN_DTYPE_FLOAT32;
+}
+
 static bool layout_node_ok(const kiln_graph *g, int ni, const bool *veto) {
     const kiln_node *n = &g->nodes[ni];
-    if (n->dead || n->op_id != KILN_OP_FusedConv || n->device != KILN_DEVICE_CPU) return false;
+    if (n->dead || n->device != KILN_DEVICE_CPU) return false;
     if (veto && veto[ni]) return false;
+    if (n->op_id == KILN_OP_MaxPool) return layout_pool_ok(g, n);
+    if (n->op_id != KILN_OP_FusedConv) return false;
     const kiln_fused_conv_attrs *fa = n->attrs;
     const kiln_tinfo *x = &g->values[n->in[0]].info, *w = &g->values[n->in[1]].info;
     if (fa->tactic.id == KILN_FC_TACTIC_WINO) return kiln__fc_wino_fits(fa, x->rank, x->dims, w->rank, w->dims);
     if (fa->tactic.id != KILN_FC_TACTIC_DNNL_PLAIN && fa->tactic.id != KILN_FC_TACTIC_DNNL_BLOCKED)
         return false;
     return x->rank == 4;
+}
+
+void kiln__fc_clear_layouts(kiln_graph *g) {
+    for (int ni = 0; ni < g->n_nodes; ni++) {
+        kiln_node *n = &g->nodes[ni];
+        if (n->op_id == KILN_OP_FusedConv) ((kiln_fused_conv_attrs *)n->attrs)->layout = 0;
+        if (n->op_id == KILN_OP_MaxPool) ((kiln_pool_attrs *)n->attrs)->layout = 0;
+    }
 }
 
 int kiln__fc_choose_layouts(kiln_graph *g, const bool *veto) {
@@ -268,13 +288,18 @@ int kiln__fc_choose_layouts(kiln_graph *g, const bool *veto) {
         for (int i = 0; i < n->n_in; i++)
             if (n->in[i] >= 0 && blk[n->in[i]] && (!ok || (i != 0 && i != 3))) blk[n->in[i]] = false;
     }
-    /* a residual has the layout of its layer's output */
+    /* a residual has the layout of its layer's output, and a MaxPool reads
+     * and writes one layout */
     for (bool changed = true; changed;) {
         changed = false;
         for (int ni = 0; ni < g->n_nodes; ni++) {
             const kiln_node *n = &g->nodes[ni];
-            if (n->dead || n->op_id != KILN_OP_FusedConv || n->n_in < 4 || n->in[3] < 0) continue;
-            int r = n->in[3], y = n->out[0];
+            int r;
+            if (n->dead) continue;
+            if (n->op_id == KILN_OP_FusedConv && n->n_in >= 4 && n->in[3] >= 0) r = n->in[3];
+            else if (n->op_id == KILN_OP_MaxPool && n->in[0] >= 0) r = n->in[0];
+            else continue;
+            int y = n->out[0];
             if (blk[r] != blk[y]) {
                 blk[r] = blk[y] = 0;
                 changed = true;
@@ -291,8 +316,8 @@ int kiln__fc_choose_layouts(kiln_graph *g, const bool *veto) {
             const kiln_node *c = &g->nodes[ci];
             if (c->dead) continue;
             for (int i = 0; i < c->n_in; i++)
-                if (c->in[i] == v &&
-                    ((const kiln_fused_conv_attrs *)c->attrs)->precision != KILN_PRECISION_BF16)
+                if (c->in[i] == v && (c->op_id != KILN_OP_FusedConv ||
+                                      ((const kiln_fused_conv_attrs *)c->attrs)->precision != KILN_PRECISION_BF16))
                     bf16 = false;
         }
         if (bf16) blk[v] = 2;
@@ -300,6 +325,11 @@ int kiln__fc_choose_layouts(kiln_graph *g, const bool *veto) {
     int count = 0;
     for (int ni = 0; ni < g->n_nodes; ni++) {
         kiln_node *n = &g->nodes[ni];
+        if (!n->dead && n->op_id == KILN_OP_MaxPool && layout_pool_ok(g, n)) {
+            int y = blk[n->out[0]];
+            ((kiln_pool_attrs *)n->attrs)->layout = y ? KILN_POOL_LAYOUT_NHWC : 0;
+            count += y != 0;
+        }
         if (n->dead || n->op_id != KILN_OP_FusedConv) continue;
         kiln_fused_conv_attrs *fa = n->attrs;
         int x = blk[n->in[0]], y = blk[n->out[0]];

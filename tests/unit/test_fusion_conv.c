@@ -349,6 +349,54 @@ static void tactics_agree(int64_t batch, int threads, bool big) {
     kiln_model_free(m);
 }
 
+/* conv -> Relu -> MaxPool (3x3, stride 2, pad 1; odd sizes, so windows hang
+ * over the edges) -> conv, as ResNet's stem: with the convolutions run by
+ * oneDNN the MaxPool joins the NHWC chain (kiln's NHWC kernel), and the
+ * result is the NCHW one. */
+TEST(maxpool_in_nhwc_chain) {
+    if (!kiln__have_dnnl()) {
+        printf("  built without oneDNN: skipped\n");
+        return;
+    }
+    kiln_graph *g = NULL;
+    CHECK_OK(kiln__graph_create(&g));
+    int64_t xd[4] = {2, 3, 29, 27};
+    int x = add_input(g, "x", 4, xd);
+    int a = add_unary(g, KILN_OP_Relu, "ra", conv(g, "ca", x, 3, 32, 3, 2, 1, 1, 1), NULL);
+    kiln_pool_attrs pa;
+    memset(&pa, 0, sizeof pa);
+    pa.n_kernel = pa.n_strides = 2;
+    pa.kernel[0] = pa.kernel[1] = 3;
+    pa.strides[0] = pa.strides[1] = 2;
+    pa.n_pads = 4;
+    for (int i = 0; i < 4; i++) pa.pads[i] = 1;
+    int p = add_node(g, KILN_OP_MaxPool, "mp", 1, (int[]){a}, &pa);
+    mark_output(g, conv(g, "cb", p, 32, 48, 1, 1, 0, 1, 1));
+    kiln_model *m = model_of(g);
+    compare_opt(m, xd, 1e-5);
+    fill_x(kiln__numel(4, xd));
+    kiln_engine *e = build(m, (bopts){.opt = 1, .tuning = 0, .threads = 2});
+    int64_t n0 = run(e, x_in, xd, 0, y_ref, BIG);
+    CHECK(n0 > 0);
+    for (int i = 0; e && i < e->graph->n_nodes; i++)
+        if (e->graph->nodes[i].op_id == KILN_OP_FusedConv)
+            ((kiln_fused_conv_attrs *)e->graph->nodes[i].attrs)->tactic.id = KILN_FC_TACTIC_DNNL_BLOCKED;
+    if (e) {
+        CHECK(kiln__fc_choose_layouts(e->graph, NULL) == 2); /* ca -> mp -> cb */
+        const kiln_node *mp = find_layer(e, "mp");
+        CHECK(mp && ((const kiln_pool_attrs *)mp->attrs)->layout == KILN_POOL_LAYOUT_NHWC);
+        int64_t n1 = run(e, x_in, xd, 0, y_opt, BIG);
+        double err = rel_err(y_opt, y_ref, n0);
+        if (!(err <= 1e-5)) fprintf(stderr, "  NHWC chain with MaxPool: relative error %g\n", err);
+        CHECK(n1 == n0 && err <= 1e-5);
+        /* back to NCHW everywhere */
+        kiln__fc_clear_layouts(e->graph);
+        CHECK(((const kiln_pool_attrs *)mp->attrs)->layout == 0);
+    }
+    kiln_engine_free(e);
+    kiln_model_free(m);
+}
+
 /* Threads of this process (Linux), -1 where unknown. */
 static int count_threads(void) {
     FILE *f = fopen("/proc/self/status", "r");
@@ -543,6 +591,7 @@ int main(void) {
     RUN(activations);
     RUN(no_fusion_when_shared);
     RUN(every_tactic_agrees);
+    RUN(maxpool_in_nhwc_chain);
     RUN(tuning_and_timing_cache);
     RUN(bf16_cpu);
     return test_summary();
