@@ -419,6 +419,26 @@ static void node_tactic(const kiln_node *n, kiln_sbuf *sb, bool json) {
     }
 }
 
+/* Tensors a CPU layer reads and writes in NHWC (layers of an NHWC chain,
+ * fused_conv.h): "x" the input, "y" the output; bf16 where they hold bf16. */
+static void node_layout(const kiln_node *n, kiln_sbuf *sb, bool json) {
+    if (n->device != KILN_DEVICE_CPU || !n->attrs) return;
+    const char *x = NULL, *y = NULL;
+    if (n->op_id == KILN_OP_FusedConv) {
+        int l = ((const kiln_fused_conv_attrs *)n->attrs)->layout;
+        if (!l) return;
+        x = (l & KILN_FC_LAYOUT_X_NHWC) ? ((l & KILN_FC_LAYOUT_X_BF16) ? "nhwc-bf16" : "nhwc") : "nchw";
+        y = (l & KILN_FC_LAYOUT_Y_NHWC) ? ((l & KILN_FC_LAYOUT_Y_BF16) ? "nhwc-bf16" : "nhwc") : "nchw";
+    } else if (n->op_id == KILN_OP_MaxPool) {
+        if (((const kiln_pool_attrs *)n->attrs)->layout != KILN_POOL_LAYOUT_NHWC) return;
+        x = y = "nhwc";
+    } else {
+        return;
+    }
+    if (json) kiln__sbuf_printf(sb, ", \"layout\": {\"x\": \"%s\", \"y\": \"%s\"}", x, y);
+    else kiln__sbuf_printf(sb, "  layout %s->%s", x, y);
+}
+
 kiln_status kiln_engine_layer_info(const kiln_engine *e, int layer, kiln_layer_info *out) {
     if (!e || !out) return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "kiln_engine_layer_info: NULL argument");
     memset(out, 0, sizeof *out);
@@ -579,6 +599,7 @@ static void describe(const kiln_engine *e, kiln_sbuf *sb, bool json) {
             }
             kiln__sbuf_printf(sb, "]");
             node_tactic(n, sb, true);
+            node_layout(n, sb, true);
             kiln__sbuf_printf(sb, "}");
         }
         kiln__sbuf_printf(sb, "\n  ],\n  \"memory\": {\"weights_bytes\": %zu, \"constants\": %d",
@@ -626,6 +647,7 @@ static void describe(const kiln_engine *e, kiln_sbuf *sb, bool json) {
             dims_str(g, &g->values[n->out[k]].info, sb, false);
         }
         node_tactic(n, sb, false);
+        node_layout(n, sb, false);
         kiln__sbuf_printf(sb, "\n");
     }
     kiln__sbuf_printf(sb, "memory:\n  weights: %zu bytes in %d constants\n", weights, n_const);

@@ -385,6 +385,11 @@ TEST(maxpool_in_nhwc_chain) {
         CHECK(kiln__fc_choose_layouts(e->graph, NULL) == 2); /* ca -> mp -> cb */
         const kiln_node *mp = find_layer(e, "mp");
         CHECK(mp && ((const kiln_pool_attrs *)mp->attrs)->layout == KILN_POOL_LAYOUT_NHWC);
+        /* kiln inspect shows the layouts */
+        const char *d = kiln_engine_describe(e, 0);
+        CHECK(d && strstr(d, "layout nchw->nhwc") && strstr(d, "layout nhwc->nhwc") && strstr(d, "layout nhwc->nchw"));
+        d = kiln_engine_describe(e, 1);
+        CHECK(d && strstr(d, "\"layout\": {\"x\": \"nhwc\", \"y\": \"nhwc\"}"));
         int64_t n1 = run(e, x_in, xd, 0, y_opt, BIG);
         double err = rel_err(y_opt, y_ref, n0);
         if (!(err <= 1e-5)) fprintf(stderr, "  NHWC chain with MaxPool: relative error %g\n", err);
