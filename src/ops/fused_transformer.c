@@ -485,7 +485,9 @@ static void attn_items(void *vc, int64_t i0, int64_t i1) {
         attn_addr(at->k_layout, 1, &c->k, b, h, &ko, &kld);
         attn_addr(at->v_layout, 2, &c->v, b, h, &vo, &vld);
         attn_addr(at->out_layout, 0, &c->o, b, h, &oo, &old);
-        float *s = c->ws + (size_t)it * c->item_floats;
+        /* the items of one range run one after another on one thread: they
+         * share the range's first scratch block, which stays in cache */
+        float *s = c->ws + (size_t)i0 * c->item_floats;
         const float *mrow0 = c->mask ? c->mask + b * c->mstr[0] + h * c->mstr[1] + r0 * c->mstr[2] : NULL;
         if (c->bf16) {
             kiln__attn_bf16_block(c->Q + qo + r0 * qld, qld, c->K + ko, kld, at->k_layout == KILN_ATTN_BHDS,

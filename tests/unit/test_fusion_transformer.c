@@ -481,6 +481,30 @@ TEST(attention_4d_forms) {
     kiln_model_free(m);
 }
 
+/* Attention with ragged shapes for the AVX-512 kernel's tails: Sq 37, Sk 70
+ * (not a multiple of 16), D 20 (a partial 16-dim block), Dv 40 > D (V read
+ * in place), and a full [1, 1, Sq, Sk] mask (a row per query). */
+TEST(attention_ragged_shapes) {
+    kiln_graph *g = NULL;
+    CHECK_OK(kiln__graph_create(&g));
+    int64_t qd[4] = {1, 2, 37, 20}, kd[4] = {1, 2, 70, 20}, vd[4] = {1, 2, 70, 40}, md[4] = {1, 1, 37, 70};
+    int q = add_input(g, "q", 4, qd), v = add_input(g, "v", 4, vd), mask = add_input(g, "mask", 4, md);
+    int k = weights(g, "k", 4, kd, 1.0f); /* a constant: the inputs are three at most */
+    kiln_softmax_attrs sa = {.axis = -1};
+    int s = add_binary(g, KILN_OP_MatMul, "qk", q, transpose(g, "kt", k, 0, 1, 3, 2));
+    s = add_binary(g, KILN_OP_Mul, "scale", s, add_scalar(g, "c", 0.3f));
+    s = add_binary(g, KILN_OP_Add, "addmask", s, mask);
+    mark_output(g, add_binary(g, KILN_OP_MatMul, "pv", add_unary(g, KILN_OP_Softmax, "sm", s, &sa), v));
+    kiln_model *m = model_of(g);
+    compare(m, 1e-5, 1);
+    compare(m, 1e-5, 2);
+    every_tactic_of(m, 1, KILN_OP_Attention, KILN_ATTN_TACTIC_AVX512);
+    kiln_engine *e = build(m, 1, 0, 1);
+    CHECK(e && count_op(e, KILN_OP_Attention) == 1);
+    kiln_engine_free(e);
+    kiln_model_free(m);
+}
+
 /* A "mask" that broadcasts the scores up to a bigger batch is not an
  * attention mask: left alone. */
 TEST(attention_mask_widening_not_fused) {
@@ -628,6 +652,7 @@ int main(void) {
     RUN(attention_bert_form);
     RUN(attention_cross);
     RUN(attention_4d_forms);
+    RUN(attention_ragged_shapes);
     RUN(attention_mask_widening_not_fused);
     RUN(transpose_reshape_cleanup);
     RUN(bf16_close_to_fp32);
