@@ -12,6 +12,8 @@
 #if defined(__x86_64__) && defined(__GNUC__)
 #define KILN_TF_X86 1
 #include <immintrin.h>
+
+#include "ops/simd_exp.h"
 #else
 #define KILN_TF_X86 0
 #endif
@@ -62,17 +64,7 @@ static AVX512 inline __m512 exp512(__m512 x) {
     __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.33654f), _CMP_GE_OQ);
     x = _mm512_max_ps(x, _mm512_set1_ps(-87.33654f));
     x = _mm512_min_ps(x, _mm512_set1_ps(88.37626f));
-    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.4426950408889634f)),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187e-06f), r);
-    __m512 p = _mm512_set1_ps(1.0f / 720.0f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    __m512 n, p = kiln__exp512_poly(x, &n);
     /* 2^n, split in two factors so that n = 128 (x near 88.7) does not overflow the exponent */
     __m512i ni = _mm512_cvtps_epi32(n);
     __m512i h = _mm512_srai_epi32(ni, 1);
