@@ -1,6 +1,6 @@
 # Engine fixtures written by earlier kilns (tests/data/engines/*.kiln, made by
 # make_fixtures.sh), included from tests/tests.cmake: `kiln inspect` (text and
-# JSON) and `kiln run` must work on every one while the format version is 1.
+# JSON) and `kiln run` must work on every one (each format version kiln reads).
 # tests/unit/test_engine_format.c (test_fixtures) also checks their outputs.
 file(GLOB KILN_ENGINE_FIXTURES CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/data/engines/*.kiln)
 foreach(fx ${KILN_ENGINE_FIXTURES})
