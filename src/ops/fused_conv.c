@@ -150,6 +150,13 @@ bool kiln__fc_wino_fits(const kiln_fused_conv_attrs *at, int xr, const int64_t *
         if (g.k[i] != 3 || g.s[i] != 1 || g.d[i] != 1 || g.in[i] < 1 || g.out[i] < 1 ||
             g.pb[i] < 0 || g.pb[i] > 2 || g.pe[i] < 0 || g.pe[i] > 2)
             return false;
+    /* the kernel's sizes (int64 products of dims and channels padded to 16)
+     * stay far from overflow; larger layers (only in damaged or absurd
+     * engines: the planner refuses such tensors) are left to kiln's own */
+    double cp = (double)g.C + 16, mp = (double)g.M + 16, lim = 0x1p50;
+    if ((double)g.N * (double)g.in[0] * (double)g.in[1] * cp > lim ||
+        (double)g.N * (double)g.out[0] * (double)g.out[1] * mp > lim || 36.0 * cp * mp > lim)
+        return false;
     return true;
 }
 

@@ -155,6 +155,28 @@ TEST(wino_blocks) {
 }
 
 /* A wrong kernel fails: a perturbed weight gives a large error. */
+/* kiln__fc_wino_fits: the geometry the tactic takes, and no layer whose
+ * sizes could overflow the kernel's arithmetic (damaged engine files). */
+TEST(wino_fits) {
+    kiln_fused_conv_attrs at;
+    memset(&at, 0, sizeof at);
+    at.conv.group = 1;
+    at.conv.n_pads = 4;
+    for (int i = 0; i < 4; i++) at.conv.pads[i] = 1;
+    int64_t x[4] = {1, 64, 56, 56}, w[4] = {64, 64, 3, 3};
+    CHECK(kiln__fc_wino_fits(&at, 4, x, 4, w));
+    int64_t huge[4] = {1, 64, (int64_t)1 << 40, (int64_t)1 << 20};
+    CHECK(!kiln__fc_wino_fits(&at, 4, huge, 4, w));
+    int64_t w1[4] = {64, 64, 1, 1};
+    CHECK(!kiln__fc_wino_fits(&at, 4, x, 4, w1)); /* 1x1 */
+    at.conv.n_strides = 2;
+    at.conv.strides[0] = at.conv.strides[1] = 2;
+    CHECK(!kiln__fc_wino_fits(&at, 4, x, 4, w)); /* stride 2 */
+    at.conv.strides[0] = at.conv.strides[1] = 1;
+    at.precision = KILN_PRECISION_BF16;
+    CHECK(!kiln__fc_wino_fits(&at, 4, x, 4, w)); /* fp32 only */
+}
+
 TEST(wino_detects_errors) {
     wcase k = {1, 6, 6, 4, 4, 1, 1, 1, 1};
     int64_t n = 4 * 4 * 9;
@@ -184,6 +206,7 @@ int main(void) {
     RUN(wino_small_shapes);
     RUN(wino_blocks);
     RUN(wino_detects_errors);
+    RUN(wino_fits);
     kiln__pool_free(g_pools[1]);
     kiln__pool_free(g_pools[2]);
     return test_summary();
