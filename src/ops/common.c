@@ -153,3 +153,14 @@ void kiln__bcast_strides(int r, const int64_t *dims, int R, const int64_t *odims
         s *= dims[k];
     }
 }
+
+void *kiln__node_state_get(const kiln_kernel_args *a, void (*free_fn)(void *)) {
+    return a->node_state && a->node_state->free == free_fn ? a->node_state->p : NULL;
+}
+
+bool kiln__node_state_keep(const kiln_kernel_args *a, void *p, void (*free_fn)(void *)) {
+    if (!a->node_state || a->node_state->p) return false;
+    a->node_state->p = p;
+    a->node_state->free = free_fn;
+    return true;
+}

@@ -127,24 +127,26 @@ static bool wants_dnnl(const kiln_fused_conv_attrs *at) {
            at->tactic.id == KILN_FC_TACTIC_DNNL_BLOCKED;
 }
 
-/* Threads the Winograd workspace is sized for: this machine's CPUs, at
- * most 16 (the kernel uses no more threads than its workspace has room for). */
 /* Transformed weight bytes per image up to which Winograd is a candidate. */
 #define WINO_WEIGHT_BYTES_PER_IMAGE (3.0 * 1024 * 1024)
 
+/* Threads the Winograd workspace is sized for: this machine's CPUs, at
+ * most 16 (the kernel uses no more threads than its workspace has room for). */
 static int wino_ws_threads(void) {
     int n = kiln__cpu_count();
     return n < 1 ? 1 : n > 16 ? 16 : n;
 }
 
-bool kiln__fc_wino_fits(const kiln_fused_conv_attrs *at, int xr, const int64_t *xd, int wr,
-                        const int64_t *wd) {
+/* The Winograd geometry of a layer: true (and *g filled) when the tactic
+ * can run it (see kiln__fc_wino_fits). */
+static bool wino_geom(const kiln_fused_conv_attrs *at, int xr, const int64_t *xd, int wr,
+                      const int64_t *wd, kiln_conv_geom *gp) {
     if (at->precision != KILN_PRECISION_FP32 || xr != 4 || wr != 4) return false;
-    kiln_conv_geom g;
-    if (kiln__conv_geom("?", "FusedConv", &at->conv, xr, xd, wr, wd, &g) != KILN_OK) {
+    if (kiln__conv_geom("?", "FusedConv", &at->conv, xr, xd, wr, wd, gp) != KILN_OK) {
         kiln__clear_error();
         return false;
     }
+    const kiln_conv_geom g = *gp;
     if (g.ns != 2 || g.G != 1 || g.N < 1 || g.C < 1 || g.M < 1) return false;
     for (int i = 0; i < 2; i++)
         if (g.k[i] != 3 || g.s[i] != 1 || g.d[i] != 1 || g.in[i] < 1 || g.out[i] < 1 ||
@@ -160,23 +162,26 @@ bool kiln__fc_wino_fits(const kiln_fused_conv_attrs *at, int xr, const int64_t *
     return true;
 }
 
-static size_t wino_workspace(const kiln_tinfo *X, const kiln_tinfo *W, const kiln_fused_conv_attrs *at) {
+bool kiln__fc_wino_fits(const kiln_fused_conv_attrs *at, int xr, const int64_t *xd, int wr,
+                        const int64_t *wd) {
     kiln_conv_geom g;
-    if (kiln__conv_geom("?", "FusedConv", &at->conv, X->rank, X->dims, W->rank, W->dims, &g) != KILN_OK) {
-        kiln__clear_error();
-        return 0;
-    }
-    return kiln__wino_workspace(g.N, g.in[0], g.in[1], g.C, g.M, (int)g.pb[0], (int)g.pb[1],
-                                (int)g.pe[0], (int)g.pe[1], wino_ws_threads());
+    return wino_geom(at, xr, xd, wr, wd, &g);
+}
+
+/* Winograd scratch bytes of geometry g for `threads` threads. */
+static size_t wino_workspace(const kiln_conv_geom *g, int threads) {
+    return kiln__wino_workspace(g->N, g->in[0], g->in[1], g->C, g->M, (int)g->pb[0], (int)g->pb[1],
+                                (int)g->pe[0], (int)g->pe[1], threads);
 }
 
 static size_t fc_workspace(const kiln_infer_args *a) {
     const kiln_fused_conv_attrs *at = a->attrs;
+    kiln_conv_geom wg;
     if (at->tactic.id == KILN_FC_TACTIC_WINO &&
-        kiln__fc_wino_fits(at, a->in[0]->rank, a->in[0]->dims, a->in[1]->rank, a->in[1]->dims)) {
+        wino_geom(at, a->in[0]->rank, a->in[0]->dims, a->in[1]->rank, a->in[1]->dims, &wg)) {
         /* kiln's own kernels run the layer if the engine is used with
          * other shapes: room for either */
-        size_t w = wino_workspace(a->in[0], a->in[1], at);
+        size_t w = wino_workspace(&wg, wino_ws_threads());
         kiln_infer_args c = conv_view_infer(a);
         size_t own = kiln__conv_workspace(&c);
         return w > own ? w : own;
@@ -323,35 +328,29 @@ static int fc_inplace_input(const void *attrs) {
 /* Transformed weights of the Winograd tactic (node state). */
 static void wino_free(void *p) { kiln__aligned_free(p); }
 
-static kiln_status fc_wino(const kiln_kernel_args *a) {
+/* g: the layer's geometry, from wino_geom. */
+static kiln_status fc_wino(const kiln_kernel_args *a, const kiln_conv_geom *gp) {
     const kiln_fused_conv_attrs *at = a->attrs;
-    const kiln_tensor *X = a->in[0], *W = a->in[1];
-    kiln_conv_geom g;
-    KILN_TRY(kiln__conv_geom(NODE(a), "FusedConv", &at->conv, X->rank, X->dims, W->rank, W->dims, &g));
+    const kiln_conv_geom g = *gp;
     int pt = (int)g.pb[0], pl = (int)g.pb[1], pb = (int)g.pe[0], pr = (int)g.pe[1];
     /* the kernel takes as many threads as the workspace has room for */
-    size_t need = kiln__wino_workspace(g.N, g.in[0], g.in[1], g.C, g.M, pt, pl, pb, pr, 1);
+    size_t need = wino_workspace(&g, 1);
     if (need > a->workspace_size)
         return KILN_FAIL(KILN_ERR_INTERNAL,
                          "node '%s' (FusedConv): Winograd needs %zu bytes of workspace, the plan gave %zu",
                          NODE(a), need, a->workspace_size);
-    float *U = a->node_state && a->node_state->free == wino_free ? a->node_state->p : NULL;
+    float *U = kiln__node_state_get(a, wino_free);
     bool own = false;
     if (!U) {
         U = kiln__aligned_alloc(sizeof(float) * kiln__wino_packed_floats(g.C, g.M));
         if (!U)
             return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "node '%s' (FusedConv): out of memory transforming weights",
                              NODE(a));
-        kiln__wino_pack(W->data, g.C, g.M, U);
-        if (a->node_state && !a->node_state->p) {
-            a->node_state->p = U;
-            a->node_state->free = wino_free;
-        } else {
-            own = true;
-        }
+        kiln__wino_pack(a->in[1]->data, g.C, g.M, U);
+        own = !kiln__node_state_keep(a, U, wino_free);
     }
     kiln_wino_args w = {
-        .x = X->data, .u = U, .bias = a->n_in > 2 && a->in[2] ? a->in[2]->data : NULL,
+        .x = a->in[0]->data, .u = U, .bias = a->n_in > 2 && a->in[2] ? a->in[2]->data : NULL,
         .r = at->has_residual ? a->in[3]->data : NULL, .y = a->out[0]->data,
         .N = g.N, .H = g.in[0], .W = g.in[1], .C = g.C, .M = g.M,
         .pt = pt, .pl = pl, .pb = pb, .pr = pr,
@@ -375,9 +374,10 @@ static kiln_status fc_cpu(const kiln_kernel_args *a) {
                              NODE(a), i, kiln_dtype_name(a->in[i]->dtype));
     if (kiln__tensor_numel(a->out[0]) == 0) return KILN_OK;
     const kiln_tensor *X = a->in[0], *W = a->in[1];
+    kiln_conv_geom wg;
     if (at->tactic.id == KILN_FC_TACTIC_WINO && !(at->layout & (KILN_FC_LAYOUT_X_BF16 | KILN_FC_LAYOUT_Y_BF16)) &&
-        kiln__fc_wino_fits(at, X->rank, X->dims, W->rank, W->dims))
-        return fc_wino(a);
+        wino_geom(at, X->rank, X->dims, W->rank, W->dims, &wg))
+        return fc_wino(a, &wg);
 #if KILN_HAVE_DNNL
     if (wants_dnnl(at) || at->precision == KILN_PRECISION_BF16) {
         int t = wants_dnnl(at) ? at->tactic.id : KILN_FC_TACTIC_DNNL_BLOCKED;

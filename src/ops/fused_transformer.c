@@ -171,18 +171,13 @@ static void fmm512_free(void *p) { kiln__aligned_free(p); }
 
 static kiln_status fmm_run_avx512(const kiln_kernel_args *a, int64_t M, int64_t K, int64_t N) {
     const kiln_fused_matmul_attrs *at = a->attrs;
-    float *Bp = a->node_state && a->node_state->free == fmm512_free ? a->node_state->p : NULL;
+    float *Bp = kiln__node_state_get(a, fmm512_free);
     bool own = false;
     if (!Bp) {
         Bp = kiln__aligned_alloc(sizeof(float) * kiln__sgemm512_packed_floats(K, N));
         if (!Bp) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "node '%s' (kiln.FusedMatMul): out of memory packing weights", NODE(a));
         kiln__sgemm512_pack(a->in[1]->data, at->trans_b != 0, K, N, Bp);
-        if (a->node_state && !a->node_state->p) {
-            a->node_state->p = Bp;
-            a->node_state->free = fmm512_free;
-        } else {
-            own = true;
-        }
+        own = !kiln__node_state_keep(a, Bp, fmm512_free);
     }
     kiln__sgemm512_run(a->in[0]->data, M, K, N, Bp, fmm_bias(a), fmm_residual(a), at->act, a->out[0]->data, a->pool);
     if (own) kiln__aligned_free(Bp);
@@ -214,7 +209,7 @@ static kiln_status fmm_cpu(const kiln_kernel_args *a) {
         bool bf16 = at->precision == KILN_PRECISION_BF16;
         if (bf16 && (!a->workspace || a->workspace_size < (size_t)(M * K) * sizeof(uint16_t)))
             bf16 = false; /* no scratch for the rounded A (build-time timing): run in fp32 */
-        kiln_tf_dnnl_mm *m = a->node_state && a->node_state->free == kiln__tf_dnnl_mm_free ? a->node_state->p : NULL;
+        kiln_tf_dnnl_mm *m = kiln__node_state_get(a, kiln__tf_dnnl_mm_free);
         bool own = false;
         if (!m) {
             kiln_status st = kiln__tf_dnnl_mm_create(K, N, B->data, at->trans_b != 0, bias != NULL, res != NULL,
@@ -224,12 +219,7 @@ static kiln_status fmm_cpu(const kiln_kernel_args *a) {
                 kiln__clear_error();
                 return fmm_run_sgemm(a, M, K, N);
             }
-            if (a->node_state && !a->node_state->p) {
-                a->node_state->p = m;
-                a->node_state->free = kiln__tf_dnnl_mm_free;
-            } else {
-                own = true;
-            }
+            own = !kiln__node_state_keep(a, m, kiln__tf_dnnl_mm_free);
         }
         kiln_status st = kiln__tf_dnnl_mm_run(m, M, A->data, bias, res, a->out[0]->data, a->workspace, a->pool,
                                               NODE(a));

@@ -220,5 +220,12 @@ KILN_PRIVATE void kiln__bcast_strides(int r, const int64_t *dims, int R, const i
                                       int64_t *strides);
 /* Shape mismatch message helper: "[1x3x224x224]" into buf. */
 KILN_PRIVATE const char *kiln__shape_str(int rank, const int64_t *dims, char *buf, size_t n);
+/* Kept kernel state (prepacked weights, primitives): the node's state if the
+ * kernel that frees with free_fn made it, else NULL. */
+KILN_PRIVATE void *kiln__node_state_get(const kiln_kernel_args *a, void (*free_fn)(void *));
+/* Keeps p (freed with free_fn) as the node's state when the node has an
+ * empty one: true. false (constant folding, build-time timing, or a state
+ * already taken): the caller still owns p and frees it after the run. */
+KILN_PRIVATE bool kiln__node_state_keep(const kiln_kernel_args *a, void *p, void (*free_fn)(void *));
 
 #endif
