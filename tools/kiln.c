@@ -1411,7 +1411,7 @@ static int cmp_layer_row(const void *a, const void *b) {
     return x > y ? -1 : x < y;
 }
 
-/* kiln bench --profile: `runs` profiled runs, then the per-layer table. */
+/* kiln bench --idle-ms: sleeps ms milliseconds (nothing for 0). */
 static void idle_ms(double ms) {
     if (ms <= 0) return;
     struct timespec ts = {(time_t)(ms / 1e3), (long)(fmod(ms, 1e3) * 1e6)};
@@ -1419,6 +1419,7 @@ static void idle_ms(double ms) {
     }
 }
 
+/* kiln bench --profile: `runs` profiled runs (each after `idle` ms), then the per-layer table. */
 static int bench_profile(kiln_engine *e, kiln_context *c, int64_t runs, double idle, bool json) {
     kiln_status st = kiln_context_set_profiling(c, 1);
     if (st != KILN_OK) return fail_kiln(st, "--profile");
