@@ -581,6 +581,14 @@ kiln_status kiln__dnnl_conv_probe(const kiln_kernel_args *a, int tactic) {
     return st;
 }
 
+/* Bytes of an N x C x sz float tensor with C padded to 16; false on overflow. */
+static bool blocked_bytes(int64_t n, int64_t c, int64_t sz, int64_t *out) {
+    int64_t v;
+    if (c > INT64_MAX - 15) return false;
+    return kiln__mul_ok(n, (c + 15) / 16 * 16, &v) && kiln__mul_ok(v, sz, &v) &&
+           kiln__mul_ok(v, (int64_t)sizeof(float), out);
+}
+
 size_t kiln__dnnl_conv_workspace(const kiln_infer_args *a, int tactic) {
     const kiln_fused_conv_attrs *at = a->attrs;
     const kiln_tinfo *X = a->in[0], *W = a->in[1];
@@ -592,12 +600,14 @@ size_t kiln__dnnl_conv_workspace(const kiln_infer_args *a, int tactic) {
         return 0;
     }
     if (g.N < 0 || g.C < 0 || g.M < 0 || g.in_sz < 0 || g.out_sz < 0) return 0;
-    /* Bounds of the blocked layouts: channels padded to 16. */
-    size_t src = (size_t)(g.N * ((g.C + 15) / 16 * 16) * g.in_sz) * sizeof(float);
-    size_t dst = tactic == KILN_FC_TACTIC_DNNL_BLOCKED
-                     ? (size_t)(g.N * ((g.M + 15) / 16 * 16) * g.out_sz) * sizeof(float)
-                     : 0;
-    return ((src + 63) & ~(size_t)63) + ((dst + 63) & ~(size_t)63);
+    /* Bounds of the blocked layouts: channels padded to 16. SIZE_MAX when
+     * the sizes overflow (shapes from engine files are not trusted: the
+     * planner then refuses the workspace with a message). */
+    int64_t src, dst = 0;
+    if (!blocked_bytes(g.N, g.C, g.in_sz, &src)) return SIZE_MAX;
+    if (tactic == KILN_FC_TACTIC_DNNL_BLOCKED && !blocked_bytes(g.N, g.M, g.out_sz, &dst)) return SIZE_MAX;
+    if ((uint64_t)src > SIZE_MAX / 4 || (uint64_t)dst > SIZE_MAX / 4) return SIZE_MAX;
+    return (((size_t)src + 63) & ~(size_t)63) + (((size_t)dst + 63) & ~(size_t)63);
 }
 
 #else
