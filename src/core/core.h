@@ -51,6 +51,13 @@ static inline bool kiln__mul_ok(int64_t a, int64_t b, int64_t *out) {
     return !__builtin_mul_overflow(a, b, out);
 }
 
+/* a * b, or SIZE_MAX when it overflows (sizes from untrusted shapes; the
+ * planner and the allocator refuse SIZE_MAX with a message). */
+static inline size_t kiln__size_mul(size_t a, size_t b) {
+    size_t r;
+    return __builtin_mul_overflow(a, b, &r) ? SIZE_MAX : r;
+}
+
 /* dtype facts */
 KILN_PRIVATE bool kiln__dtype_valid(int t);        /* a kiln_dtype kiln knows */
 KILN_PRIVATE bool kiln__dtype_is_float(kiln_dtype t); /* f16, bf16, f32, f64 */

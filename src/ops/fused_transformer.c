@@ -424,7 +424,8 @@ static size_t attn_workspace(const kiln_infer_args *a) {
         return 0;
     }
     if (q.B < 0 || q.H < 0 || q.S < 0 || k.S < 0 || q.D < 0 || v.D < 0) return 0;
-    return (size_t)(q.B * q.H * attn_nqb(q.S)) * attn_item_floats(q.S, k.S, q.D, v.D) * sizeof(float);
+    size_t items = kiln__size_mul(kiln__size_mul((size_t)q.B, (size_t)q.H), (size_t)attn_nqb(q.S));
+    return kiln__size_mul(kiln__size_mul(items, attn_item_floats(q.S, k.S, q.D, v.D)), sizeof(float));
 }
 
 /* Offset of (b, h) and row stride of an operand in `layout` (role: 0 Q,

@@ -795,7 +795,8 @@ static size_t convt_workspace(const kiln_infer_args *a) {
                        &g) != KILN_OK)
         return 0;
     if (g.in_sz < 0 || g.k_sz < 0 || g.Mg < 0) return 0;
-    return (size_t)(g.Mg * g.k_sz * g.in_sz) * sizeof(float);
+    return kiln__size_mul(kiln__size_mul(kiln__size_mul((size_t)g.Mg, (size_t)g.k_sz), (size_t)g.in_sz),
+                          sizeof(float));
 }
 
 /* y (Mg x out_sz) += col2im(col (Mg*k_sz x in_sz)). */
