@@ -382,12 +382,77 @@ typedef struct nhwc_ctx {
     const pool_geom *g;
     const float *x;
     float *y;
+    bool avx512; /* the CPU has AVX-512F: max_px_avx512 for windows of up to MAX_WIN_PX pixels */
 } nhwc_ctx;
+
+#define MAX_WIN_PX 64
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define HAVE_MAX_PX_AVX512 1
+/* One output pixel: the max over the np > 0 input pixels px[] of C
+ * channels each, kept in registers (64 channels at a time, then 16 with a
+ * mask for the tail). _mm512_max_ps(x, m) is x > m ? x : m, as the plain
+ * loop's compare. */
+__attribute__((target("avx512f"))) static void max_px_avx512(float *y, const float *const *px, int np,
+                                                            int64_t C) {
+    int64_t ch = 0;
+    for (; ch + 64 <= C; ch += 64) {
+        const float *p = px[0] + ch;
+        __m512 m0 = _mm512_loadu_ps(p), m1 = _mm512_loadu_ps(p + 16), m2 = _mm512_loadu_ps(p + 32),
+               m3 = _mm512_loadu_ps(p + 48);
+        for (int k = 1; k < np; k++) {
+            p = px[k] + ch;
+            m0 = _mm512_max_ps(_mm512_loadu_ps(p), m0);
+            m1 = _mm512_max_ps(_mm512_loadu_ps(p + 16), m1);
+            m2 = _mm512_max_ps(_mm512_loadu_ps(p + 32), m2);
+            m3 = _mm512_max_ps(_mm512_loadu_ps(p + 48), m3);
+        }
+        _mm512_storeu_ps(y + ch, m0);
+        _mm512_storeu_ps(y + ch + 16, m1);
+        _mm512_storeu_ps(y + ch + 32, m2);
+        _mm512_storeu_ps(y + ch + 48, m3);
+    }
+    for (; ch < C; ch += 16) {
+        __mmask16 mk = C - ch >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (C - ch)) - 1u);
+        __m512 m = _mm512_maskz_loadu_ps(mk, px[0] + ch);
+        for (int k = 1; k < np; k++) m = _mm512_max_ps(_mm512_maskz_loadu_ps(mk, px[k] + ch), m);
+        _mm512_mask_storeu_ps(y + ch, mk, m);
+    }
+}
+#endif
 
 static void max_nhwc_rows(void *vctx, int64_t r0, int64_t r1) {
     const nhwc_ctx *c = vctx;
     const pool_geom *g = c->g;
     int64_t C = g->C, H = g->in[0], W = g->in[1], OH = g->out[0], OW = g->out[1];
+#ifdef HAVE_MAX_PX_AVX512
+    if (c->avx512 && g->k[0] * g->k[1] <= MAX_WIN_PX) {
+        for (int64_t r = r0; r < r1; r++) {
+            int64_t n = r / OH, oh = r % OH;
+            const float *xn = c->x + n * H * W * C;
+            float *yr = c->y + r * OW * C;
+            int64_t hs = oh * g->s[0] - g->pb[0];
+            for (int64_t ow = 0; ow < OW; ow++) {
+                const float *px[MAX_WIN_PX];
+                int np = 0;
+                int64_t ws = ow * g->s[1] - g->pb[1];
+                for (int64_t i = 0; i < g->k[0]; i++) {
+                    int64_t ih = hs + i * g->d[0];
+                    if (ih < 0 || ih >= H) continue;
+                    for (int64_t j = 0; j < g->k[1]; j++) {
+                        int64_t iw = ws + j * g->d[1];
+                        if (iw >= 0 && iw < W) px[np++] = xn + (ih * W + iw) * C;
+                    }
+                }
+                if (np) max_px_avx512(yr + ow * C, px, np, C);
+                else
+                    for (int64_t ch = 0; ch < C; ch++) yr[ow * C + ch] = -INFINITY; /* all padding */
+            }
+        }
+        return;
+    }
+#endif
     for (int64_t r = r0; r < r1; r++) {
         int64_t n = r / OH, oh = r % OH;
         const float *xn = c->x + n * H * W * C;
@@ -430,6 +495,9 @@ static kiln_status pool_cpu(const kiln_kernel_args *a) {
         int64_t rows = g.N * g.out[0];
         if (rows == 0 || g.out_sz == 0 || g.C == 0) return KILN_OK;
         nhwc_ctx c = {.g = &g, .x = a->in[0]->data, .y = a->out[0]->data};
+#ifdef HAVE_MAX_PX_AVX512
+        c.avx512 = __builtin_cpu_supports("avx512f");
+#endif
         int64_t per = g.out[1] * g.C * g.k[0] * g.k[1];
         kiln__parallel_for(a->pool, rows, per > 0 ? (32768 + per - 1) / per : rows, max_nhwc_rows, &c);
         return KILN_OK;
