@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Per-layer time of a kiln engine next to ONNX Runtime's per-node time on
-the same model, same thread count (the profile behind a row of
-bench/cpu_vs_ort.py).
+the same model, same thread count and, for inputs not given as files, the
+engine's opt shapes (the profile behind a row of bench/cpu_vs_ort.py).
 
 kiln: `kiln bench ENGINE --profile --json` (mean per run over the profiled
 runs). ORT: SessionOptions.enable_profiling, mean of the "_kernel_time"
@@ -25,7 +25,7 @@ import numpy as np
 import onnxruntime as ort
 
 
-def ort_profile(model, threads, runs, inputs):
+def ort_profile(model, threads, runs, inputs, shapes):
     so = ort.SessionOptions()
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
@@ -38,7 +38,8 @@ def ort_profile(model, threads, runs, inputs):
         if i.name in inputs:
             feeds[i.name] = inputs[i.name]
             continue
-        shape = [d if isinstance(d, int) else 1 for d in i.shape]
+        # the engine's opt shape (a dynamic model: the engine's batch), else 1 for dynamic dims
+        shape = shapes.get(i.name) or [d if isinstance(d, int) else 1 for d in i.shape]
         feeds[i.name] = np.ones(shape, np.int64) if "int" in i.type else \
             np.random.default_rng(0).standard_normal(shape).astype(np.float32)
     lat = []
@@ -82,7 +83,8 @@ def main():
                                    check=True, capture_output=True, text=True).stdout)
     ki = json.loads(subprocess.run([args.kiln, "inspect", args.engine, "--json"], check=True,
                                    capture_output=True, text=True).stdout)
-    ort_ms, nodes = ort_profile(args.model, args.threads, args.runs, inputs)
+    ort_ms, nodes = ort_profile(args.model, args.threads, args.runs, inputs,
+                                {i["name"]: i["opt"] for i in ki["inputs"]})
     out_of = {i: l["outputs"][0]["name"] if l["outputs"] else "" for i, l in enumerate(ki["layers"])}
     print("kiln: median %.2f ms, layers sum %.2f ms; ORT: median %.2f ms, nodes sum %.2f ms (%d threads)" % (
         kb["latency_ms"]["p50"], kb["profile"]["total_us"] / 1e3, ort_ms,
