@@ -283,6 +283,7 @@ typedef struct gemm_prob {
     float *C;
     int64_t ldc;
     gemm_ukernel_fn ukr;
+    bool gemv512; /* M == 1 products with AVX-512F kernels (gemv_row) */
 } gemm_prob;
 
 static inline float gemm_a(const gemm_prob *p, int64_t i, int64_t k) {
@@ -452,11 +453,78 @@ typedef struct gemv_ctx {
     const gemm_prob *p;
 } gemv_ctx;
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define HAVE_GEMV512 1
+#define AVX512 __attribute__((target("avx512f")))
+
+/* Lanes of the 16-float block at `left` floats from the end. */
+static AVX512 inline __mmask16 tail_mask(int64_t left) {
+    return left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1u);
+}
+
+/* M == 1, B given as N rows of K (tb), A contiguous: c[j] = alpha * dot(A,
+ * B row j) (+ beta c[j]) with four 16-float FMA chains per row. The classic
+ * network head (1 x 1280 or 2048 times 1000 rows) streams its weights
+ * once; the baseline build's 4-wide loop could not keep up with memory when
+ * they come from DRAM (MobileNetV2's head: 0.44 ms cold, 0.2 ms warm). */
+static AVX512 void gemv_row_tb512(const gemm_prob *p, int64_t j0, int64_t j1) {
+    const float *a = p->A;
+    const int64_t K = p->K;
+    for (int64_t j = j0; j < j1; j++) {
+        const float *b = p->B + j * p->ldb;
+        __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+        int64_t k = 0;
+        for (; k + 64 <= K; k += 64) {
+            s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + k), _mm512_loadu_ps(b + k), s0);
+            s1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + k + 16), _mm512_loadu_ps(b + k + 16), s1);
+            s2 = _mm512_fmadd_ps(_mm512_loadu_ps(a + k + 32), _mm512_loadu_ps(b + k + 32), s2);
+            s3 = _mm512_fmadd_ps(_mm512_loadu_ps(a + k + 48), _mm512_loadu_ps(b + k + 48), s3);
+        }
+        for (; k < K; k += 16) {
+            __mmask16 m = tail_mask(K - k);
+            s0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + k), _mm512_maskz_loadu_ps(m, b + k), s0);
+        }
+        float v = p->alpha * _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3)));
+        p->C[j] = p->beta == 0.0f ? v : v + p->beta * p->C[j];
+    }
+}
+
+/* M == 1, B given as K rows of N: c[j0:j1] = beta c + sum_k alpha A(0,k)
+ * B[k, j0:j1], 64 outputs at a time kept in registers over all of K. */
+static AVX512 void gemv_row_nb512(const gemm_prob *p, int64_t j0, int64_t j1) {
+    const int64_t sa = p->ta ? p->lda : 1;
+    for (int64_t jb = j0; jb < j1; jb += 64) {
+        int64_t left = j1 - jb;
+        __mmask16 m[4];
+        __m512 acc[4];
+        for (int q = 0; q < 4; q++) {
+            m[q] = left > 16 * q ? tail_mask(left - 16 * q) : 0;
+            acc[q] = p->beta == 0.0f ? _mm512_setzero_ps()
+                                     : _mm512_mul_ps(_mm512_set1_ps(p->beta), _mm512_maskz_loadu_ps(m[q], p->C + jb + 16 * q));
+        }
+        for (int64_t k = 0; k < p->K; k++) {
+            const __m512 s = _mm512_set1_ps(p->alpha * p->A[k * sa]);
+            const float *b = p->B + k * p->ldb + jb;
+            for (int q = 0; q < 4; q++) acc[q] = _mm512_fmadd_ps(s, _mm512_maskz_loadu_ps(m[q], b + 16 * q), acc[q]);
+        }
+        for (int q = 0; q < 4; q++) _mm512_mask_storeu_ps(p->C + jb + 16 * q, m[q], acc[q]);
+    }
+}
+#endif
+
 /* M == 1: c[j] for j in [j0, j1). */
 static void gemv_row(void *vctx, int64_t j0, int64_t j1) {
     const gemm_prob *p = ((const gemv_ctx *)vctx)->p;
     float *c = p->C;
     const int64_t sa = p->ta ? p->lda : 1; /* stride of A(0, k) */
+#ifdef HAVE_GEMV512
+    if (p->gemv512 && (!p->tb || sa == 1)) {
+        if (p->tb) gemv_row_tb512(p, j0, j1);
+        else gemv_row_nb512(p, j0, j1);
+        return;
+    }
+#endif
     if (p->tb) {
         /* c[j] = dot(A row, B row j) */
         for (int64_t j = j0; j < j1; j++) {
@@ -570,6 +638,9 @@ kiln_status kiln__sgemm(bool transA, bool transB, int64_t M, int64_t N, int64_t 
     }
     int nt = kiln__pool_threads(pool);
     if (M == 1 || N == 1) {
+#ifdef HAVE_GEMV512
+        p.gemv512 = M == 1 && __builtin_cpu_supports("avx512f");
+#endif
         gemv_ctx g = {&p};
         int64_t n = M == 1 ? N : M;
         int64_t grain = GEMV_GRAIN;

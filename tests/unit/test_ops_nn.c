@@ -242,6 +242,7 @@ TEST(sgemm_vs_naive) {
     static const int64_t sizes[][3] = {
         {1, 1, 1},   {7, 13, 5},  {65, 33, 129}, {17, 19, 23}, {1, 50, 300},
         {50, 1, 300}, {6, 16, 256}, {13, 40, 600}, {150, 70, 40}, {3, 5, 0},
+        {1, 1000, 1280}, {1, 77, 130}, /* a network head; tails of 16 and 64 */
     };
     static const float ab[][2] = {{1.0f, 0.0f}, {0.5f, 1.0f}, {-1.5f, 0.25f}};
     kiln_pool *pool = NULL;
