@@ -1379,6 +1379,10 @@ static const char bench_help[] =
     "                       as a server between requests does: caches, the thread pool\n"
     "                       and the CPUs go cold (default 0: back to back; throughput\n"
     "                       then counts run time only)\n"
+    "  --flush-mb N         before each timed (and profiled) run, after --idle-ms, write\n"
+    "                       N MiB of other memory, as other work on a server between\n"
+    "                       requests does: the engine's weights and activations then\n"
+    "                       come from memory, not the caches (default 0)\n"
     "  --shapes SPECS       shapes of the inputs (default: the profile's opt shapes)\n"
     "  -i, --input NAME=FILE.npy  use an input from a file instead of random data\n"
     "  --seed S             seed of the random inputs (default 0)\n"
@@ -1411,20 +1415,32 @@ static int cmp_layer_row(const void *a, const void *b) {
     return x > y ? -1 : x < y;
 }
 
-/* kiln bench --idle-ms: sleeps ms milliseconds (nothing for 0). */
-static void idle_ms(double ms) {
-    if (ms <= 0) return;
-    struct timespec ts = {(time_t)(ms / 1e3), (long)(fmod(ms, 1e3) * 1e6)};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+/* What kiln bench does before each timed run: --idle-ms, --flush-mb. */
+typedef struct between_runs {
+    double idle_ms;
+    size_t flush_bytes;
+    unsigned char *flush; /* flush_bytes, owned */
+    unsigned char fill;
+} between_runs;
+
+/* Sleeps idle_ms milliseconds (nothing for 0), then writes the flush buffer
+ * (a new value each time, so that every line is written). */
+static void before_run(between_runs *b) {
+    if (b->idle_ms > 0) {
+        double ms = b->idle_ms;
+        struct timespec ts = {(time_t)(ms / 1e3), (long)(fmod(ms, 1e3) * 1e6)};
+        while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+        }
     }
+    if (b->flush) memset(b->flush, ++b->fill, b->flush_bytes);
 }
 
-/* kiln bench --profile: `runs` profiled runs (each after `idle` ms), then the per-layer table. */
-static int bench_profile(kiln_engine *e, kiln_context *c, int64_t runs, double idle, bool json) {
+/* kiln bench --profile: `runs` profiled runs (each after before_run), then the per-layer table. */
+static int bench_profile(kiln_engine *e, kiln_context *c, int64_t runs, between_runs *br, bool json) {
     kiln_status st = kiln_context_set_profiling(c, 1);
     if (st != KILN_OK) return fail_kiln(st, "--profile");
     for (int64_t i = 0; i < runs; i++) {
-        idle_ms(idle);
+        before_run(br);
         if ((st = kiln_context_run(c)) != KILN_OK) return fail_kiln(st, "profiled run %" PRId64 " failed", i);
     }
     int n = kiln_engine_num_layers(e);
@@ -1489,14 +1505,15 @@ static int cmd_bench(int argc, char **argv) {
         {"--warmup", NULL, true}, {"--iterations", NULL, true}, {"--duration", NULL, true},
         {"--shapes", NULL, true}, {"--threads", NULL, true},    {"--json", NULL, false},
         {"--help", "-h", false},  {"--input", "-i", true},      {"--seed", NULL, true},
-        {"--profile", NULL, false}, {"--idle-ms", NULL, true},
+        {"--profile", NULL, false}, {"--idle-ms", NULL, true},     {"--flush-mb", NULL, true},
     };
     enum { O_WARMUP, O_ITERS, O_DURATION, O_SHAPES, O_THREADS, O_JSON, O_HELP, O_INPUT, O_SEED, O_PROFILE,
-           O_IDLE };
+           O_IDLE, O_FLUSH };
     argscan s = {argc, argv, 0, "bench", false};
     const char *path = NULL, *val;
-    int64_t warmup = 3, iters = 10, threads = -1, seed = 0;
+    int64_t warmup = 3, iters = 10, threads = -1, seed = 0, flush_mb = 0;
     double duration = 0, idle = 0;
+    between_runs br = {0};
     bool json = false, profile = false;
     shape_list shapes = {0};
     input_files files = {0};
@@ -1536,6 +1553,7 @@ static int cmd_bench(int argc, char **argv) {
                 goto done;
             }
             break;
+        case O_FLUSH: if (!opt_int("bench", "--flush-mb", val, 0, 65536, &flush_mb)) goto done; break;
         case O_INPUT:
             if (!input_files_add(&files, val)) {
                 rc = fail("out of memory");
@@ -1570,6 +1588,12 @@ static int cmd_bench(int argc, char **argv) {
         goto done;
     }
     if (bind_inputs(e, c, &files, &shapes, (uint64_t)seed, bufs, json) != EXIT_OK) goto done;
+    br.idle_ms = idle;
+    br.flush_bytes = (size_t)flush_mb << 20;
+    if (br.flush_bytes && !(br.flush = malloc(br.flush_bytes))) {
+        fail("--flush-mb: out of memory for %" PRId64 " MiB", flush_mb);
+        goto done;
+    }
     double t0 = now_s();
     for (int64_t i = 0; i < warmup; i++)
         if ((st = kiln_context_run(c)) != KILN_OK) {
@@ -1592,7 +1616,7 @@ static int cmd_bench(int argc, char **argv) {
             lat = nl;
             cap = ncap;
         }
-        idle_ms(idle);
+        before_run(&br);
         double a = now_s();
         if ((st = kiln_context_run(c)) != KILN_OK) {
             fail_kiln(st, "run failed (iteration %" PRId64 ")", n);
@@ -1604,7 +1628,7 @@ static int cmd_bench(int argc, char **argv) {
     double total = t_end - start, sum = 0;
     for (int64_t i = 0; i < n; i++) sum += lat[i];
     qsort(lat, (size_t)n, sizeof *lat, cmp_double);
-    if (idle > 0) total = sum / 1e3; /* run time only */
+    if (idle > 0 || br.flush) total = sum / 1e3; /* run time only */
     double mean = sum / (double)n, p50 = percentile(lat, n, 50), p90 = percentile(lat, n, 90),
            p99 = percentile(lat, n, 99), tput = total > 0 ? (double)n / total : 0;
     if (json) {
@@ -1620,7 +1644,7 @@ static int cmd_bench(int argc, char **argv) {
         }
         printf("],\n  \"warmup\": %" PRId64 ",\n  \"iterations\": %" PRId64 ",\n  \"total_s\": %.6f,\n", warmup,
                n, total);
-        if (profile && bench_profile(e, c, n, idle, true) != EXIT_OK) goto done;
+        if (profile && bench_profile(e, c, n, &br, true) != EXIT_OK) goto done;
         printf("  \"latency_ms\": {\"min\": %.6f, \"mean\": %.6f, \"p50\": %.6f, \"p90\": %.6f, \"p99\": %.6f, "
                "\"max\": %.6f},\n", lat[0], mean, p50, p90, p99, lat[n - 1]);
         printf("  \"throughput_per_s\": %.3f\n}\n", tput);
@@ -1630,10 +1654,11 @@ static int cmd_bench(int argc, char **argv) {
         printf("latency (ms): min %.3f  mean %.3f  p50 %.3f  p90 %.3f  p99 %.3f  max %.3f\n", lat[0], mean, p50,
                p90, p99, lat[n - 1]);
         printf("throughput: %.2f inferences/s\n", tput);
-        if (profile && bench_profile(e, c, n, idle, false) != EXIT_OK) goto done;
+        if (profile && bench_profile(e, c, n, &br, false) != EXIT_OK) goto done;
     }
     rc = EXIT_OK;
 done:
+    free(br.flush);
     free(lat);
     kiln_context_free(c);
     free_inputs(bufs, n_in);

@@ -204,6 +204,14 @@ t0=$(date +%s%N)
 expect "bench --idle-ms" 0 "p50" "$KILN" bench tiny.kiln --warmup 0 --iterations 5 --idle-ms 40
 [ $(( ($(date +%s%N) - t0) / 1000000 )) -ge 200 ] && ok || bad "bench --idle-ms 40 did not pause"
 expect "bench --idle-ms bad" nz "--idle-ms" "$KILN" bench tiny.kiln --idle-ms -1
+# --flush-mb: 64 MiB written before each timed run (the process's peak RSS shows it)
+$PY -c "
+import resource, subprocess, sys
+subprocess.run([sys.argv[1], 'bench', 'tiny.kiln', '--warmup', '0', '--iterations', '2', '--flush-mb', '64'],
+               check=True, capture_output=True)
+sys.exit(0 if resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss >= 64 * 1024 else 1)" "$KILN" &&
+    ok || bad "bench --flush-mb 64 did not write 64 MiB"
+expect "bench --flush-mb bad" nz "--flush-mb" "$KILN" bench tiny.kiln --flush-mb -1
 # --profile: one row per layer, shares summing to 100
 expect "bench --profile" 0 "per-layer profile" "$KILN" bench tiny.kiln --iterations 3 --profile
 layers=$("$KILN" inspect tiny.kiln --json | $PY -c "import json,sys; print(len(json.load(sys.stdin)['layers']))")
