@@ -446,8 +446,13 @@ static float dot_f32(const float *x, int64_t sx, const float *y, int64_t n) {
     return s;
 }
 
-/* Matrix-vector products are split over outputs in chunks of this size. */
+/* Matrix-vector products are split over outputs in chunks of this size,
+ * over several threads when they read at least GEMV_MIN_SPLIT elements of
+ * the matrix (memory-bound: two cores stream a network head's 8 MB of
+ * weights about twice as fast as one; below this a thread's wake-up costs
+ * more than it saves). */
 #define GEMV_GRAIN 64
+#define GEMV_MIN_SPLIT (1 << 17)
 
 typedef struct gemv_ctx {
     const gemm_prob *p;
@@ -644,7 +649,7 @@ kiln_status kiln__sgemm(bool transA, bool transB, int64_t M, int64_t N, int64_t 
         gemv_ctx g = {&p};
         int64_t n = M == 1 ? N : M;
         int64_t grain = GEMV_GRAIN;
-        if (nt > 1 && work < (double)GEMM_MIN_FLOPS_PER_TASK) grain = n;
+        if (nt > 1 && work < (double)GEMV_MIN_SPLIT) grain = n;
         kiln__parallel_for(nt > 1 ? pool : NULL, n, grain, M == 1 ? gemv_row : gemv_col, &g);
         return KILN_OK;
     }
