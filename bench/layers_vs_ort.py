@@ -25,7 +25,7 @@ import numpy as np
 import onnxruntime as ort
 
 
-def ort_profile(model, threads, runs, inputs, shapes):
+def ort_profile(model, threads, runs, inputs, shapes, idle_ms=0.0, flush_mb=0):
     so = ort.SessionOptions()
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
@@ -43,7 +43,12 @@ def ort_profile(model, threads, runs, inputs, shapes):
         feeds[i.name] = np.ones(shape, np.int64) if "int" in i.type else \
             np.random.default_rng(0).standard_normal(shape).astype(np.float32)
     lat = []
-    for _ in range(runs):
+    flush = np.zeros(flush_mb << 20, np.uint8) if flush_mb else None
+    for r in range(runs):
+        if idle_ms:
+            time.sleep(idle_ms / 1e3)
+        if flush is not None:
+            flush.fill(r & 0xFF)
         t0 = time.perf_counter()
         s.run(None, feeds)
         lat.append(time.perf_counter() - t0)
@@ -72,6 +77,11 @@ def main():
     ap.add_argument("--inputs-dir", default=None, help="folder of <input>.npy (default: random)")
     ap.add_argument("--top", type=int, default=15)
     ap.add_argument("--unmatched", action="store_true", help="list the layers and nodes that were not matched")
+    ap.add_argument("--idle-ms", type=float, default=0.0,
+                    help="pause before each run, both runtimes (kiln bench --idle-ms)")
+    ap.add_argument("--flush-mb", type=int, default=0,
+                    help="MiB of other memory written before each run, both runtimes (kiln bench --flush-mb): "
+                         "the profile with cold caches")
     args = ap.parse_args()
     inputs = {}
     if args.inputs_dir:
@@ -79,12 +89,13 @@ def main():
             if f.endswith(".npy"):
                 inputs[f[:-4]] = np.load(os.path.join(args.inputs_dir, f))
     kb = json.loads(subprocess.run([args.kiln, "bench", args.engine, "--threads", str(args.threads),
-                                    "--iterations", str(args.runs), "--profile", "--json"],
+                                    "--iterations", str(args.runs), "--profile", "--json",
+                                    "--idle-ms", str(args.idle_ms), "--flush-mb", str(args.flush_mb)],
                                    check=True, capture_output=True, text=True).stdout)
     ki = json.loads(subprocess.run([args.kiln, "inspect", args.engine, "--json"], check=True,
                                    capture_output=True, text=True).stdout)
     ort_ms, nodes = ort_profile(args.model, args.threads, args.runs, inputs,
-                                {i["name"]: i["opt"] for i in ki["inputs"]})
+                                {i["name"]: i["opt"] for i in ki["inputs"]}, args.idle_ms, args.flush_mb)
     out_of = {i: l["outputs"][0]["name"] if l["outputs"] else "" for i, l in enumerate(ki["layers"])}
     print("kiln: median %.2f ms, layers sum %.2f ms; ORT: median %.2f ms, nodes sum %.2f ms (%d threads)" % (
         kb["latency_ms"]["p50"], kb["profile"]["total_us"] / 1e3, ort_ms,
