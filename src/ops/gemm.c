@@ -490,7 +490,8 @@ static AVX512 void gemv_row_tb512(const gemm_prob *p, int64_t j0, int64_t j1) {
             __mmask16 m = tail_mask(K - k);
             s0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + k), _mm512_maskz_loadu_ps(m, b + k), s0);
         }
-        float v = p->alpha * _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3)));
+        __m512 s = _mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3));
+        float v = p->alpha * _mm512_reduce_add_ps(s);
         p->C[j] = p->beta == 0.0f ? v : v + p->beta * p->C[j];
     }
 }
@@ -505,13 +506,15 @@ static AVX512 void gemv_row_nb512(const gemm_prob *p, int64_t j0, int64_t j1) {
         __m512 acc[4];
         for (int q = 0; q < 4; q++) {
             m[q] = left > 16 * q ? tail_mask(left - 16 * q) : 0;
-            acc[q] = p->beta == 0.0f ? _mm512_setzero_ps()
-                                     : _mm512_mul_ps(_mm512_set1_ps(p->beta), _mm512_maskz_loadu_ps(m[q], p->C + jb + 16 * q));
+            acc[q] = _mm512_setzero_ps();
+            if (p->beta != 0.0f) /* else C is not read (it may hold anything) */
+                acc[q] = _mm512_mul_ps(_mm512_set1_ps(p->beta), _mm512_maskz_loadu_ps(m[q], p->C + jb + 16 * q));
         }
         for (int64_t k = 0; k < p->K; k++) {
             const __m512 s = _mm512_set1_ps(p->alpha * p->A[k * sa]);
             const float *b = p->B + k * p->ldb + jb;
-            for (int q = 0; q < 4; q++) acc[q] = _mm512_fmadd_ps(s, _mm512_maskz_loadu_ps(m[q], b + 16 * q), acc[q]);
+            for (int q = 0; q < 4; q++)
+                acc[q] = _mm512_fmadd_ps(s, _mm512_maskz_loadu_ps(m[q], b + 16 * q), acc[q]);
         }
         for (int q = 0; q < 4; q++) _mm512_mask_storeu_ps(p->C + jb + 16 * q, m[q], acc[q]);
     }
