@@ -420,23 +420,28 @@ static void node_tactic(const kiln_node *n, kiln_sbuf *sb, bool json) {
 }
 
 /* Tensors a CPU layer reads and writes in NHWC (layers of an NHWC chain,
- * fused_conv.h): "x" the input, "y" the output; bf16 where they hold bf16. */
+ * fused_conv.h): "x" the input, "y" the output; bf16 where they hold bf16;
+ * "residual" where an NHWC residual goes into an NCHW output. */
 static void node_layout(const kiln_node *n, kiln_sbuf *sb, bool json) {
     if (n->device != KILN_DEVICE_CPU || !n->attrs) return;
     const char *x = NULL, *y = NULL;
+    bool r_nhwc = false; /* the residual NHWC, the output NCHW */
     if (n->op_id == KILN_OP_FusedConv) {
         int l = ((const kiln_fused_conv_attrs *)n->attrs)->layout;
         if (!l) return;
         x = (l & KILN_FC_LAYOUT_X_NHWC) ? ((l & KILN_FC_LAYOUT_X_BF16) ? "nhwc-bf16" : "nhwc") : "nchw";
         y = (l & KILN_FC_LAYOUT_Y_NHWC) ? ((l & KILN_FC_LAYOUT_Y_BF16) ? "nhwc-bf16" : "nhwc") : "nchw";
+        r_nhwc = (l & KILN_FC_LAYOUT_R_NHWC) != 0;
     } else if (n->op_id == KILN_OP_MaxPool) {
         if (((const kiln_pool_attrs *)n->attrs)->layout != KILN_POOL_LAYOUT_NHWC) return;
         x = y = "nhwc";
     } else {
         return;
     }
-    if (json) kiln__sbuf_printf(sb, ", \"layout\": {\"x\": \"%s\", \"y\": \"%s\"}", x, y);
-    else kiln__sbuf_printf(sb, "  layout %s->%s", x, y);
+    if (json)
+        kiln__sbuf_printf(sb, ", \"layout\": {\"x\": \"%s\", \"y\": \"%s\"%s}", x, y,
+                          r_nhwc ? ", \"residual\": \"nhwc\"" : "");
+    else kiln__sbuf_printf(sb, "  layout %s->%s%s", x, y, r_nhwc ? " (residual nhwc)" : "");
 }
 
 kiln_status kiln_engine_layer_info(const kiln_engine *e, int layer, kiln_layer_info *out) {

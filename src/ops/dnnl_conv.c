@@ -71,7 +71,8 @@ bool kiln__dnnl_conv_usable(const kiln_fused_conv_attrs *at, int rank, int tacti
 /* One piece of a layer's work, run by one kiln pool thread: a sub-batch
  * (batch > 1) or a band of output rows (first spatial dimension, batch 1). */
 typedef struct dpart {
-    size_t x_off, y_off;         /* bytes into X and into Y / the residual */
+    size_t x_off, y_off;         /* bytes into X and into Y */
+    size_t r_off;                /* bytes into the residual (y_off unless its layout differs) */
     size_t y_bytes;              /* this part's output when it is dense */
     dnnl_stream_t strm;
     dnnl_primitive_t conv;
@@ -185,6 +186,7 @@ typedef struct cgeom {
     dnnl_dims_t xd, yd, wd, bd, strides, dil, pl, pr;
     int wr;
     bool xb, yb;
+    bool rb; /* the residual is NHWC float32 while Y is NCHW (KILN_FC_LAYOUT_R_NHWC) */
     dnnl_data_type_t cdt, xdt, ydt;
     dnnl_format_tag_t act_tag;
 } cgeom;
@@ -200,13 +202,14 @@ static kiln_status part_create(const kiln_kernel_args *a, dconv *s, const cgeom 
     kiln_status st = KILN_OK;
     dnnl_primitive_desc_t pd = NULL;
     int r = c->r;
-    dnnl_dims_t xd, yd, pl, pr, xs, ys;
+    dnnl_dims_t xd, yd, pl, pr, xs, ys, rs;
     memcpy(xd, c->xd, sizeof xd);
     memcpy(yd, c->yd, sizeof yd);
     memcpy(pl, c->pl, sizeof pl);
     memcpy(pr, c->pr, sizeof pr);
     dense_strides(r, c->xd, c->xb, xs);
     dense_strides(r, c->yd, c->yb, ys);
+    dense_strides(r, c->yd, c->rb, rs);
     size_t xe = c->xdt == dnnl_bf16 ? 2 : 4, ye = c->ydt == dnnl_bf16 ? 2 : 4;
     bool view = false; /* the user's part is strided, not dense */
     if (rows) {
@@ -222,12 +225,14 @@ static kiln_status part_create(const kiln_kernel_args *a, dconv *s, const cgeom 
         yd[2] = o1 - o0;
         q->x_off = (size_t)(i0 * xs[2]) * xe;
         q->y_off = (size_t)(o0 * ys[2]) * ye;
+        q->r_off = c->rb ? (size_t)(o0 * rs[2]) * sizeof(float) : q->y_off;
         view = !c->xb || !c->yb;
     } else {
         int64_t n0 = c->xd[0] * k / parts, n1 = c->xd[0] * (k + 1) / parts;
         xd[0] = yd[0] = n1 - n0;
         q->x_off = (size_t)(n0 * xs[0]) * xe;
         q->y_off = (size_t)(n0 * ys[0]) * ye;
+        q->r_off = c->rb ? (size_t)(n0 * rs[0]) * sizeof(float) : q->y_off;
     }
     int64_t ny = 1;
     for (int i = 0; i < r; i++) ny *= yd[i];
@@ -318,10 +323,16 @@ static kiln_status part_create(const kiln_kernel_args *a, dconv *s, const cgeom 
     if (!dnnl_memory_desc_equal(&q->dst_md, &q->udst_md)) {
         q->dst_bytes = dnnl_memory_desc_get_size(&q->dst_md);
         if ((st = make_reorder(a, s->eng, &q->dst_md, &q->udst_md, &q->r_dst)) != KILN_OK) goto fail;
-        if (at->has_residual) {
+        if (at->has_residual && !c->rb) {
             if ((st = make_reorder(a, s->eng, &q->udst_md, &q->dst_md, &q->r_res)) != KILN_OK) goto fail;
             DN(dnnl_memory_create(&q->m_res, &q->udst_md, s->eng, DNNL_MEMORY_NONE), "residual memory");
         }
+    }
+    if (at->has_residual && c->rb) { /* the NHWC residual, reordered into the sum's dst */
+        dnnl_memory_desc_t res_md;
+        DN(dnnl_memory_desc_init_by_strides(&res_md, r, yd, dnnl_f32, rs), "residual desc");
+        if ((st = make_reorder(a, s->eng, &res_md, &q->dst_md, &q->r_res)) != KILN_OK) goto fail;
+        DN(dnnl_memory_create(&q->m_res, &res_md, s->eng, DNNL_MEMORY_NONE), "residual memory");
     }
     q->ws_off = s->ws_need;
     s->ws_need += ((q->src_bytes + 63) & ~(size_t)63) + ((q->dst_bytes + 63) & ~(size_t)63);
@@ -381,6 +392,7 @@ static kiln_status dconv_create(const kiln_kernel_args *a, int tactic, int nthre
      * between bf16 layers (NHWC tensors only) */
     c.xb = (at->layout & KILN_FC_LAYOUT_X_NHWC) && r == 4;
     c.yb = (at->layout & KILN_FC_LAYOUT_Y_NHWC) && r == 4;
+    c.rb = (at->layout & KILN_FC_LAYOUT_R_NHWC) && at->has_residual && !c.yb && r == 4;
     c.xdt = c.xb && (at->layout & KILN_FC_LAYOUT_X_BF16) ? dnnl_bf16 : dnnl_f32;
     c.ydt = c.yb && (at->layout & KILN_FC_LAYOUT_Y_BF16) ? dnnl_bf16 : dnnl_f32;
     s->y_elem = c.ydt == dnnl_bf16 ? 2 : 4;
@@ -484,10 +496,10 @@ static dnnl_status_t part_exec(exec_ctx *c, int k) {
     if (q->r_src) DS(reorder(q->strm, q->r_src, q->m_usrc, q->m_src));
     if (R) {
         if (q->r_res) {
-            DS(dnnl_memory_set_data_handle(q->m_res, (char *)R->data + q->y_off));
+            DS(dnnl_memory_set_data_handle(q->m_res, (char *)R->data + q->r_off));
             DS(reorder(q->strm, q->r_res, q->m_res, q->m_dst));
-        } else if ((const char *)R->data + q->y_off != y) { /* else in place (fc_inplace_input) */
-            memcpy(y, (const char *)R->data + q->y_off, q->y_bytes);
+        } else if ((const char *)R->data + q->r_off != y) { /* else in place (fc_inplace_input) */
+            memcpy(y, (const char *)R->data + q->r_off, q->y_bytes);
         }
     }
     dnnl_exec_arg_t args[5] = {{DNNL_ARG_SRC, q->m_src},

@@ -79,6 +79,14 @@ static kiln_status fc_check_attrs(const char *node, const kiln_fused_conv_attrs 
     if (at->precision != KILN_PRECISION_FP32 && at->precision != KILN_PRECISION_BF16)
         return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (FusedConv): unsupported precision %d", node,
                          (int)at->precision);
+    if (at->layout & ~KILN_FC_LAYOUT_ALL)
+        return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (FusedConv): unknown layout bits 0x%x", node,
+                         (unsigned)at->layout);
+    if ((at->layout & KILN_FC_LAYOUT_R_NHWC) &&
+        (!at->has_residual || (at->layout & (KILN_FC_LAYOUT_Y_NHWC | KILN_FC_LAYOUT_Y_BF16))))
+        return KILN_FAIL(KILN_ERR_MODEL,
+                         "node '%s' (FusedConv): an NHWC residual needs a residual input and an NCHW "
+                         "output (layout 0x%x)", node, (unsigned)at->layout);
     return KILN_OK;
 }
 
@@ -316,7 +324,8 @@ static kiln_status fc_own(const kiln_kernel_args *a) {
  * reads each residual element before writing that output element. */
 static int fc_inplace_input(const void *attrs) {
     const kiln_fused_conv_attrs *at = attrs;
-    if (!at->has_residual) return -1;
+    /* in place only where the residual has the output's layout */
+    if (!at->has_residual || (at->layout & KILN_FC_LAYOUT_R_NHWC)) return -1;
     switch (at->tactic.id) {
     case KILN_FC_TACTIC_DNNL_PLAIN:
     case KILN_FC_TACTIC_DNNL_BLOCKED:
@@ -375,7 +384,8 @@ static kiln_status fc_cpu(const kiln_kernel_args *a) {
     if (kiln__tensor_numel(a->out[0]) == 0) return KILN_OK;
     const kiln_tensor *X = a->in[0], *W = a->in[1];
     kiln_conv_geom wg;
-    if (at->tactic.id == KILN_FC_TACTIC_WINO && !(at->layout & (KILN_FC_LAYOUT_X_BF16 | KILN_FC_LAYOUT_Y_BF16)) &&
+    if (at->tactic.id == KILN_FC_TACTIC_WINO &&
+        !(at->layout & (KILN_FC_LAYOUT_X_BF16 | KILN_FC_LAYOUT_Y_BF16 | KILN_FC_LAYOUT_R_NHWC)) &&
         wino_geom(at, X->rank, X->dims, W->rank, W->dims, &wg))
         return fc_wino(a, &wg);
 #if KILN_HAVE_DNNL

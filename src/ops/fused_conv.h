@@ -65,6 +65,11 @@ enum {
     KILN_FC_LAYOUT_Y_NHWC = 2, /* output (and the residual, input 3) NHWC */
     KILN_FC_LAYOUT_X_BF16 = 4, /* the NHWC input holds bf16 values (bf16 layers) */
     KILN_FC_LAYOUT_Y_BF16 = 8, /* the NHWC output and residual hold bf16 values */
+    /* the residual arrives NHWC (float32) while the output leaves NCHW: the
+     * last residual layer before a reader outside the chain (ResNet's last
+     * block before GlobalAveragePool); oneDNN tactics only, engine format 3 */
+    KILN_FC_LAYOUT_R_NHWC = 16,
+    KILN_FC_LAYOUT_ALL = 31,
 };
 
 /* Resolved geometry of a convolution (shared by Conv and FusedConv kernels). */

@@ -260,6 +260,13 @@ static bool layout_node_ok(const kiln_graph *g, int ni, const bool *veto) {
     return x->rank == 4;
 }
 
+/* A FusedConv run by oneDNN (the tactics that read an NHWC residual into an
+ * NCHW output). */
+static bool layout_node_dnnl(const kiln_node *n) {
+    int t = ((const kiln_fused_conv_attrs *)n->attrs)->tactic.id;
+    return t == KILN_FC_TACTIC_DNNL_PLAIN || t == KILN_FC_TACTIC_DNNL_BLOCKED;
+}
+
 void kiln__fc_clear_layouts(kiln_graph *g) {
     for (int ni = 0; ni < g->n_nodes; ni++) {
         kiln_node *n = &g->nodes[ni];
@@ -288,8 +295,11 @@ int kiln__fc_choose_layouts(kiln_graph *g, const bool *veto) {
         for (int i = 0; i < n->n_in; i++)
             if (n->in[i] >= 0 && blk[n->in[i]] && (!ok || (i != 0 && i != 3))) blk[n->in[i]] = false;
     }
-    /* a residual has the layout of its layer's output, and a MaxPool reads
-     * and writes one layout */
+    /* a residual has the layout of its layer's output, except that a
+     * oneDNN layer whose output leaves the chain (NCHW) may read an NHWC
+     * residual (KILN_FC_LAYOUT_R_NHWC: else the NCHW reader at the end of
+     * ResNet's last stage would make every block of the stage NCHW); a
+     * MaxPool reads and writes one layout */
     for (bool changed = true; changed;) {
         changed = false;
         for (int ni = 0; ni < g->n_nodes; ni++) {
@@ -300,10 +310,10 @@ int kiln__fc_choose_layouts(kiln_graph *g, const bool *veto) {
             else if (n->op_id == KILN_OP_MaxPool && n->in[0] >= 0) r = n->in[0];
             else continue;
             int y = n->out[0];
-            if (blk[r] != blk[y]) {
-                blk[r] = blk[y] = 0;
-                changed = true;
-            }
+            if (blk[r] == blk[y]) continue;
+            if (n->op_id == KILN_OP_FusedConv && blk[r] == 1 && blk[y] == 0 && layout_node_dnnl(n)) continue;
+            blk[r] = blk[y] = 0;
+            changed = true;
         }
     }
     /* between bf16 layers only, an NHWC tensor holds bf16 (blk 2) */
@@ -317,7 +327,8 @@ int kiln__fc_choose_layouts(kiln_graph *g, const bool *veto) {
             if (c->dead) continue;
             for (int i = 0; i < c->n_in; i++)
                 if (c->in[i] == v && (c->op_id != KILN_OP_FusedConv ||
-                                      ((const kiln_fused_conv_attrs *)c->attrs)->precision != KILN_PRECISION_BF16))
+                                      ((const kiln_fused_conv_attrs *)c->attrs)->precision != KILN_PRECISION_BF16 ||
+                                      (i == 3 && !blk[c->out[0]]))) /* an NHWC residual stays float32 */
                     bf16 = false;
         }
         if (bf16) blk[v] = 2;
@@ -333,8 +344,10 @@ int kiln__fc_choose_layouts(kiln_graph *g, const bool *veto) {
         if (n->dead || n->op_id != KILN_OP_FusedConv) continue;
         kiln_fused_conv_attrs *fa = n->attrs;
         int x = blk[n->in[0]], y = blk[n->out[0]];
+        bool rn = n->n_in >= 4 && n->in[3] >= 0 && blk[n->in[3]] == 1 && !y;
         fa->layout = (x ? KILN_FC_LAYOUT_X_NHWC : 0) | (y ? KILN_FC_LAYOUT_Y_NHWC : 0) |
-                     (x == 2 ? KILN_FC_LAYOUT_X_BF16 : 0) | (y == 2 ? KILN_FC_LAYOUT_Y_BF16 : 0);
+                     (x == 2 ? KILN_FC_LAYOUT_X_BF16 : 0) | (y == 2 ? KILN_FC_LAYOUT_Y_BF16 : 0) |
+                     (rn ? KILN_FC_LAYOUT_R_NHWC : 0);
         count += y != 0;
     }
     kiln__free(blk);

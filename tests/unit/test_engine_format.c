@@ -1093,7 +1093,7 @@ static kiln_engine *rebuild_like(const kiln_engine *fx, const char *model) {
     return e;
 }
 
-/* Every engine fixture (written by an earlier kiln, format version 1 or 2)
+/* Every engine fixture (written by an earlier kiln, format version 1, 2 or 3)
  * loads, is described, runs, and matches the same model built today. */
 TEST(test_fixtures) {
     DIR *d = opendir(FIXTURES);

@@ -349,6 +349,61 @@ static void tactics_agree(int64_t batch, int threads, bool big) {
     kiln_model_free(m);
 }
 
+/* conv a -> conv b + residual a -> GlobalAveragePool, as the last block of
+ * ResNet: with oneDNN running both convolutions, a stays NHWC (read by b as
+ * input and residual) while b's output leaves the chain NCHW for the pool,
+ * so b reads an NHWC residual into an NCHW output (KILN_FC_LAYOUT_R_NHWC),
+ * never in place; the results are the NCHW ones with the batch split, with
+ * bands of rows and on one thread. Before this, the pool's NCHW made a
+ * NCHW too. */
+static void residual_nhwc_case(int64_t batch, int threads) {
+    kiln_graph *g = NULL;
+    CHECK_OK(kiln__graph_create(&g));
+    int64_t xd[4] = {batch, 16, 28, 28};
+    int x = add_input(g, "x", 4, xd);
+    int a = add_unary(g, KILN_OP_Relu, "ra", conv(g, "ca", x, 16, 32, 3, 1, 1, 1, 1), NULL);
+    int b = conv(g, "cb", a, 32, 32, 3, 1, 1, 1, 1);
+    int r = add_unary(g, KILN_OP_Relu, "rr", add_binary(g, KILN_OP_Add, "add", b, a), NULL);
+    mark_output(g, add_node(g, KILN_OP_GlobalAveragePool, "gap", 1, (int[]){r}, NULL));
+    kiln_model *m = model_of(g);
+    fill_x(kiln__numel(4, xd));
+    kiln_engine *e = build(m, (bopts){.opt = 1, .tuning = 0, .threads = threads});
+    int64_t n0 = run(e, x_in, xd, 0, y_ref, BIG);
+    CHECK(n0 == batch * 32);
+    for (int i = 0; e && i < e->graph->n_nodes; i++)
+        if (e->graph->nodes[i].op_id == KILN_OP_FusedConv)
+            ((kiln_fused_conv_attrs *)e->graph->nodes[i].attrs)->tactic.id = KILN_FC_TACTIC_DNNL_BLOCKED;
+    if (e) {
+        CHECK(kiln__fc_choose_layouts(e->graph, NULL) == 1); /* ca's output */
+        const kiln_node *ca = find_layer(e, "ca+ra"), *cb = find_layer(e, "cb+add+rr");
+        CHECK(ca && ((const kiln_fused_conv_attrs *)ca->attrs)->layout == KILN_FC_LAYOUT_Y_NHWC);
+        CHECK(cb && ((const kiln_fused_conv_attrs *)cb->attrs)->layout ==
+                        (KILN_FC_LAYOUT_X_NHWC | KILN_FC_LAYOUT_R_NHWC));
+        const char *d = kiln_engine_describe(e, 0);
+        CHECK(d && strstr(d, "layout nhwc->nchw (residual nhwc)"));
+        d = kiln_engine_describe(e, 1);
+        CHECK(d && strstr(d, "\"layout\": {\"x\": \"nhwc\", \"y\": \"nchw\", \"residual\": \"nhwc\"}"));
+        int64_t n1 = run(e, x_in, xd, 0, y_opt, BIG);
+        double err = rel_err(y_opt, y_ref, n0);
+        if (!(err <= 1e-5))
+            fprintf(stderr, "  NHWC residual, batch %lld, %d threads: relative error %g\n", (long long)batch,
+                    threads, err);
+        CHECK(n1 == n0 && err <= 1e-5);
+    }
+    kiln_engine_free(e);
+    kiln_model_free(m);
+}
+
+TEST(residual_nhwc_output_nchw) {
+    if (!kiln__have_dnnl()) {
+        printf("  built without oneDNN: skipped\n");
+        return;
+    }
+    residual_nhwc_case(1, 1);
+    residual_nhwc_case(1, 3); /* bands of rows */
+    residual_nhwc_case(3, 2); /* the batch split, 1 + 2 images */
+}
+
 /* conv -> Relu -> MaxPool (3x3, stride 2, pad 1; odd sizes, so windows hang
  * over the edges) -> conv, as ResNet's stem: with the convolutions run by
  * oneDNN the MaxPool joins the NHWC chain (kiln's NHWC kernel), and the
@@ -597,6 +652,7 @@ int main(void) {
     RUN(no_fusion_when_shared);
     RUN(every_tactic_agrees);
     RUN(maxpool_in_nhwc_chain);
+    RUN(residual_nhwc_output_nchw);
     RUN(tuning_and_timing_cache);
     RUN(bf16_cpu);
     return test_summary();
