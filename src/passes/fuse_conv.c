@@ -327,11 +327,23 @@ int kiln__fc_choose_layouts(kiln_graph *g, const bool *veto) {
             if (c->dead) continue;
             for (int i = 0; i < c->n_in; i++)
                 if (c->in[i] == v && (c->op_id != KILN_OP_FusedConv ||
-                                      ((const kiln_fused_conv_attrs *)c->attrs)->precision != KILN_PRECISION_BF16 ||
-                                      (i == 3 && !blk[c->out[0]]))) /* an NHWC residual stays float32 */
+                                      ((const kiln_fused_conv_attrs *)c->attrs)->precision != KILN_PRECISION_BF16))
                     bf16 = false;
         }
         if (bf16) blk[v] = 2;
+    }
+    /* a residual holds what its layer's NHWC output holds (Y_BF16 covers
+     * both), and an NHWC residual into an NCHW output holds float32: where
+     * they differ, float32 NHWC (which any layer of the chain reads) */
+    for (bool changed = true; changed;) {
+        changed = false;
+        for (int ni = 0; ni < g->n_nodes; ni++) {
+            const kiln_node *n = &g->nodes[ni];
+            if (n->dead || n->op_id != KILN_OP_FusedConv || n->n_in < 4 || n->in[3] < 0) continue;
+            int r = n->in[3], y = n->out[0];
+            if (blk[r] == 2 && blk[y] != 2) blk[r] = 1, changed = true;
+            if (blk[y] == 2 && blk[r] != 2) blk[y] = 1, changed = true;
+        }
     }
     int count = 0;
     for (int ni = 0; ni < g->n_nodes; ni++) {

@@ -394,6 +394,54 @@ static void residual_nhwc_case(int64_t batch, int threads) {
     kiln_model_free(m);
 }
 
+/* bf16 layers: x -> ca -> a -> cm -> m; cb(m) + a -> r; cc(r) + r -> o ->
+ * GlobalAveragePool. m (read only by bf16 layers) is passed in bf16; a
+ * residual holds what its layer's output holds, and the NHWC residual r
+ * into cc's NCHW output is float32, so a and r are float32 NHWC. Compared
+ * with the fp32 engine (bf16 rounding: within 5e-2). */
+static void residual_nhwc_bf16_case(void) {
+    kiln_graph *g = NULL;
+    CHECK_OK(kiln__graph_create(&g));
+    int64_t xd[4] = {1, 16, 28, 28};
+    int x = add_input(g, "x", 4, xd);
+    int a = add_unary(g, KILN_OP_Relu, "ra", conv(g, "ca", x, 16, 32, 3, 1, 1, 1, 1), NULL);
+    int mm = add_unary(g, KILN_OP_Relu, "rm", conv(g, "cm", a, 32, 32, 3, 1, 1, 1, 1), NULL);
+    int r = add_unary(g, KILN_OP_Relu, "rr", add_binary(g, KILN_OP_Add, "add", conv(g, "cb", mm, 32, 32, 3, 1, 1, 1, 1), a),
+                      NULL);
+    int o = add_unary(g, KILN_OP_Relu, "ro", add_binary(g, KILN_OP_Add, "add2", conv(g, "cc", r, 32, 32, 3, 1, 1, 1, 1), r),
+                      NULL);
+    mark_output(g, add_node(g, KILN_OP_GlobalAveragePool, "gap", 1, (int[]){o}, NULL));
+    kiln_model *m = model_of(g);
+    fill_x(kiln__numel(4, xd));
+    kiln_engine *e32 = build(m, (bopts){.opt = 1, .tuning = 0, .threads = 2});
+    kiln_engine *e = build(m, (bopts){.opt = 1, .tuning = 0, .threads = 2, .prec = KILN_PRECISION_BF16});
+    int64_t n0 = run(e32, x_in, xd, 0, y_ref, BIG);
+    CHECK(n0 == 32);
+    for (int i = 0; e && i < e->graph->n_nodes; i++)
+        if (e->graph->nodes[i].op_id == KILN_OP_FusedConv)
+            ((kiln_fused_conv_attrs *)e->graph->nodes[i].attrs)->tactic.id = KILN_FC_TACTIC_DNNL_BLOCKED;
+    if (e) {
+        CHECK(kiln__fc_choose_layouts(e->graph, NULL) == 3); /* a, m, r */
+        const char *names[4] = {"ca+ra", "cm+rm", "cb+add+rr", "cc+add2+ro"};
+        const int want[4] = {KILN_FC_LAYOUT_Y_NHWC, KILN_FC_LAYOUT_X_NHWC | KILN_FC_LAYOUT_Y_NHWC | KILN_FC_LAYOUT_Y_BF16,
+                             KILN_FC_LAYOUT_X_NHWC | KILN_FC_LAYOUT_X_BF16 | KILN_FC_LAYOUT_Y_NHWC,
+                             KILN_FC_LAYOUT_X_NHWC | KILN_FC_LAYOUT_R_NHWC};
+        for (int i = 0; i < 4; i++) {
+            const kiln_node *n = find_layer(e, names[i]);
+            int got = n ? ((const kiln_fused_conv_attrs *)n->attrs)->layout : -1;
+            if (got != want[i]) fprintf(stderr, "  %s: layout %d, want %d\n", names[i], got, want[i]);
+            CHECK(got == want[i]);
+        }
+        int64_t n1 = run(e, x_in, xd, 0, y_opt, BIG);
+        double err = rel_err(y_opt, y_ref, n0);
+        if (!(err <= 5e-2)) fprintf(stderr, "  bf16 chain with an NHWC residual: error %g against fp32\n", err);
+        CHECK(n1 == n0 && err <= 5e-2);
+    }
+    kiln_engine_free(e);
+    kiln_engine_free(e32);
+    kiln_model_free(m);
+}
+
 TEST(residual_nhwc_output_nchw) {
     if (!kiln__have_dnnl()) {
         printf("  built without oneDNN: skipped\n");
@@ -402,6 +450,8 @@ TEST(residual_nhwc_output_nchw) {
     residual_nhwc_case(1, 1);
     residual_nhwc_case(1, 3); /* bands of rows */
     residual_nhwc_case(3, 2); /* the batch split, 1 + 2 images */
+    if (kiln__cpu_has_bf16()) residual_nhwc_bf16_case();
+    else printf("  no AVX-512 BF16 on this CPU: the bf16 case skipped\n");
 }
 
 /* conv -> Relu -> MaxPool (3x3, stride 2, pad 1; odd sizes, so windows hang
