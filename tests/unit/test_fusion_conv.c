@@ -389,6 +389,24 @@ static void residual_nhwc_case(int64_t batch, int threads) {
             fprintf(stderr, "  NHWC residual, batch %lld, %d threads: relative error %g\n", (long long)batch,
                     threads, err);
         CHECK(n1 == n0 && err <= 1e-5);
+        /* layout bits a kiln does not know, or an NHWC residual with an NHWC
+         * output, are refused with a message (a damaged or foreign engine) */
+        if (batch == 1 && threads == 1 && cb) {
+            kiln_fused_conv_attrs *fa = cb->attrs;
+            const int bad[2] = {fa->layout | 64, fa->layout | KILN_FC_LAYOUT_Y_NHWC};
+            const char *msg[2] = {"unknown layout bits", "NHWC residual"};
+            int keep = fa->layout;
+            for (int k = 0; k < 2; k++) {
+                fa->layout = bad[k];
+                kiln_context *c = NULL;
+                CHECK_OK(kiln_context_create(e, &c));
+                CHECK_OK(kiln_context_set_input(c, "x", KILN_DTYPE_FLOAT32, 4, xd, x_in));
+                kiln_status st = c ? kiln_context_run(c) : KILN_ERR_INTERNAL;
+                CHECK(st == KILN_ERR_MODEL && strstr(kiln_last_error(), msg[k]));
+                kiln_context_free(c);
+            }
+            fa->layout = keep;
+        }
     }
     kiln_engine_free(e);
     kiln_model_free(m);
