@@ -19,6 +19,7 @@
 #include <immintrin.h>
 
 #include "ops/simd_exp.h"
+#include "ops/simd_mask.h"
 #include <math.h>
 
 #define AVX512 __attribute__((target("avx512f")))
@@ -117,8 +118,7 @@ static AVX512 INLINE void qk_tile(int NR, const float *Q, int64_t ldq, const flo
     }
     __m512 vs = _mm512_set1_ps(scale);
     for (int v = 0; v < QK_NV; v++) {
-        int64_t l = Sk - j - 16 * v;
-        __mmask16 m = l >= 16 ? (__mmask16)0xffff : l > 0 ? (__mmask16)((1u << l) - 1u) : 0;
+        __mmask16 m = kiln__mask16(Sk - j - 16 * v);
         for (int r = 0; r < NR; r++) {
             float *sp = S + r * skp + j + 16 * v;
             if (mr)
@@ -132,10 +132,7 @@ static AVX512 INLINE void qk_tile(int NR, const float *Q, int64_t ldq, const flo
 /* Masks of the four column vectors of a 64-column tile with `left` columns
  * left, and zeroed accumulators for NR rows. */
 static AVX512 INLINE void pv_begin(int NR, int64_t left, __mmask16 m[4], __m512 acc[][4]) {
-    for (int v = 0; v < 4; v++) {
-        int64_t l = left - 16 * v;
-        m[v] = l >= 16 ? (__mmask16)0xffff : l > 0 ? (__mmask16)((1u << l) - 1u) : 0;
-    }
+    for (int v = 0; v < 4; v++) m[v] = kiln__mask16(left - 16 * v);
     for (int r = 0; r < NR; r++)
         for (int v = 0; v < 4; v++) acc[r][v] = _mm512_setzero_ps();
 }
@@ -284,8 +281,7 @@ AVX512 void kiln__attn_avx512_block(const float *Q, int64_t ldq, const float *K,
     if (k_dxs) {
         for (int64_t d = 0; d < D; d++) {
             for (int64_t j = 0; j < skp; j += 16) {
-                int64_t l = Sk - j;
-                __mmask16 m = l >= 16 ? (__mmask16)0xffff : l > 0 ? (__mmask16)((1u << l) - 1u) : 0;
+                __mmask16 m = kiln__mask16(Sk - j);
                 _mm512_storeu_ps(KT + ((j / 16) * D + d) * 16, _mm512_maskz_loadu_ps(m, K + d * ldk + j));
             }
         }

@@ -459,14 +459,9 @@ typedef struct gemv_ctx {
 } gemv_ctx;
 
 #if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
+#include "ops/simd_mask.h"
 #define HAVE_GEMV512 1
 #define AVX512 __attribute__((target("avx512f")))
-
-/* Lanes of the 16-float block at `left` floats from the end. */
-static AVX512 inline __mmask16 tail_mask(int64_t left) {
-    return left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1u);
-}
 
 /* M == 1, B given as N rows of K (tb), A contiguous: c[j] = alpha * dot(A,
  * B row j) (+ beta c[j]) with four 16-float FMA chains per row. The classic
@@ -487,7 +482,7 @@ static AVX512 void gemv_row_tb512(const gemm_prob *p, int64_t j0, int64_t j1) {
             s3 = _mm512_fmadd_ps(_mm512_loadu_ps(a + k + 48), _mm512_loadu_ps(b + k + 48), s3);
         }
         for (; k < K; k += 16) {
-            __mmask16 m = tail_mask(K - k);
+            __mmask16 m = kiln__mask16(K - k);
             s0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + k), _mm512_maskz_loadu_ps(m, b + k), s0);
         }
         __m512 s = _mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3));
@@ -505,7 +500,7 @@ static AVX512 void gemv_row_nb512(const gemm_prob *p, int64_t j0, int64_t j1) {
         __mmask16 m[4];
         __m512 acc[4];
         for (int q = 0; q < 4; q++) {
-            m[q] = left > 16 * q ? tail_mask(left - 16 * q) : 0;
+            m[q] = kiln__mask16(left - 16 * q);
             acc[q] = _mm512_setzero_ps();
             if (p->beta != 0.0f) /* else C is not read (it may hold anything) */
                 acc[q] = _mm512_mul_ps(_mm512_set1_ps(p->beta), _mm512_maskz_loadu_ps(m[q], p->C + jb + 16 * q));

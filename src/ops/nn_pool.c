@@ -388,7 +388,7 @@ typedef struct nhwc_ctx {
 #define MAX_WIN_PX 64
 
 #if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
+#include "ops/simd_mask.h"
 #define HAVE_MAX_PX_AVX512 1
 /* One output pixel: the max over the np > 0 input pixels px[] of C
  * channels each, kept in registers (64 channels at a time, then 16 with a
@@ -414,7 +414,7 @@ __attribute__((target("avx512f"))) static void max_px_avx512(float *y, const flo
         _mm512_storeu_ps(y + ch + 48, m3);
     }
     for (; ch < C; ch += 16) {
-        __mmask16 mk = C - ch >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (C - ch)) - 1u);
+        __mmask16 mk = kiln__mask16(C - ch);
         __m512 m = _mm512_maskz_loadu_ps(mk, px[0] + ch);
         for (int k = 1; k < np; k++) m = _mm512_max_ps(_mm512_maskz_loadu_ps(mk, px[k] + ch), m);
         _mm512_mask_storeu_ps(y + ch, mk, m);
