@@ -323,14 +323,13 @@ static kiln_status part_create(const kiln_kernel_args *a, dconv *s, const cgeom 
     if (!dnnl_memory_desc_equal(&q->dst_md, &q->udst_md)) {
         q->dst_bytes = dnnl_memory_desc_get_size(&q->dst_md);
         if ((st = make_reorder(a, s->eng, &q->dst_md, &q->udst_md, &q->r_dst)) != KILN_OK) goto fail;
-        if (at->has_residual && !c->rb) {
-            if ((st = make_reorder(a, s->eng, &q->udst_md, &q->dst_md, &q->r_res)) != KILN_OK) goto fail;
-            DN(dnnl_memory_create(&q->m_res, &q->udst_md, s->eng, DNNL_MEMORY_NONE), "residual memory");
-        }
     }
-    if (at->has_residual && c->rb) { /* the NHWC residual, reordered into the sum's dst */
-        dnnl_memory_desc_t res_md;
-        DN(dnnl_memory_desc_init_by_strides(&res_md, r, yd, dnnl_f32, rs), "residual desc");
+    /* the residual, reordered into the sum's dst where it is laid out
+     * otherwise: as the output when that goes through scratch, or NHWC
+     * (float32) into an NCHW output */
+    if (at->has_residual && (q->r_dst || c->rb)) {
+        dnnl_memory_desc_t res_md = q->udst_md;
+        if (c->rb) DN(dnnl_memory_desc_init_by_strides(&res_md, r, yd, dnnl_f32, rs), "residual desc");
         if ((st = make_reorder(a, s->eng, &res_md, &q->dst_md, &q->r_res)) != KILN_OK) goto fail;
         DN(dnnl_memory_create(&q->m_res, &res_md, s->eng, DNNL_MEMORY_NONE), "residual memory");
     }

@@ -246,6 +246,13 @@ static bool layout_pool_ok(const kiln_graph *g, const kiln_node *n) {
     return x->rank == 4 && x->dtype == KILN_DTYPE_FLOAT32;
 }
 
+/* A FusedConv run by oneDNN (its tactics join NHWC chains and may read an
+ * NHWC residual into an NCHW output). */
+static bool layout_node_dnnl(const kiln_node *n) {
+    int t = ((const kiln_fused_conv_attrs *)n->attrs)->tactic.id;
+    return t == KILN_FC_TACTIC_DNNL_PLAIN || t == KILN_FC_TACTIC_DNNL_BLOCKED;
+}
+
 static bool layout_node_ok(const kiln_graph *g, int ni, const bool *veto) {
     const kiln_node *n = &g->nodes[ni];
     if (n->dead || n->device != KILN_DEVICE_CPU) return false;
@@ -255,16 +262,7 @@ static bool layout_node_ok(const kiln_graph *g, int ni, const bool *veto) {
     const kiln_fused_conv_attrs *fa = n->attrs;
     const kiln_tinfo *x = &g->values[n->in[0]].info, *w = &g->values[n->in[1]].info;
     if (fa->tactic.id == KILN_FC_TACTIC_WINO) return kiln__fc_wino_fits(fa, x->rank, x->dims, w->rank, w->dims);
-    if (fa->tactic.id != KILN_FC_TACTIC_DNNL_PLAIN && fa->tactic.id != KILN_FC_TACTIC_DNNL_BLOCKED)
-        return false;
-    return x->rank == 4;
-}
-
-/* A FusedConv run by oneDNN (the tactics that read an NHWC residual into an
- * NCHW output). */
-static bool layout_node_dnnl(const kiln_node *n) {
-    int t = ((const kiln_fused_conv_attrs *)n->attrs)->tactic.id;
-    return t == KILN_FC_TACTIC_DNNL_PLAIN || t == KILN_FC_TACTIC_DNNL_BLOCKED;
+    return layout_node_dnnl(n) && x->rank == 4;
 }
 
 void kiln__fc_clear_layouts(kiln_graph *g) {
