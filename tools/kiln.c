@@ -1512,8 +1512,8 @@ static int cmd_bench(int argc, char **argv) {
     argscan s = {argc, argv, 0, "bench", false};
     const char *path = NULL, *val;
     int64_t warmup = 3, iters = 10, threads = -1, seed = 0, flush_mb = 0;
-    double duration = 0, idle = 0;
-    between_runs br = {0};
+    double duration = 0;
+    between_runs br = {0}; /* --idle-ms, --flush-mb */
     bool json = false, profile = false;
     shape_list shapes = {0};
     input_files files = {0};
@@ -1548,7 +1548,7 @@ static int cmd_bench(int argc, char **argv) {
         case O_JSON: json = true; break;
         case O_PROFILE: profile = true; break;
         case O_IDLE:
-            if (!parse_double(val, 0, 1e5, &idle)) {
+            if (!parse_double(val, 0, 1e5, &br.idle_ms)) {
                 usage_error("bench", "--idle-ms: expected milliseconds in [0, 1e5], got '%s'", val);
                 goto done;
             }
@@ -1588,7 +1588,6 @@ static int cmd_bench(int argc, char **argv) {
         goto done;
     }
     if (bind_inputs(e, c, &files, &shapes, (uint64_t)seed, bufs, json) != EXIT_OK) goto done;
-    br.idle_ms = idle;
     br.flush_bytes = (size_t)flush_mb << 20;
     if (br.flush_bytes && !(br.flush = malloc(br.flush_bytes))) {
         fail("--flush-mb: out of memory for %" PRId64 " MiB", flush_mb);
@@ -1628,7 +1627,7 @@ static int cmd_bench(int argc, char **argv) {
     double total = t_end - start, sum = 0;
     for (int64_t i = 0; i < n; i++) sum += lat[i];
     qsort(lat, (size_t)n, sizeof *lat, cmp_double);
-    if (idle > 0 || br.flush) total = sum / 1e3; /* run time only */
+    if (br.idle_ms > 0 || br.flush) total = sum / 1e3; /* run time only */
     double mean = sum / (double)n, p50 = percentile(lat, n, 50), p90 = percentile(lat, n, 90),
            p99 = percentile(lat, n, 99), tput = total > 0 ? (double)n / total : 0;
     if (json) {

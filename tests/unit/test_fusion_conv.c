@@ -231,6 +231,13 @@ static void kiln_layer_set_tactic_where_fits(kiln_engine *e) {
     }
 }
 
+/* Every FusedConv layer of e to `tactic`. */
+static void set_fc_tactic(kiln_engine *e, int tactic) {
+    for (int i = 0; i < e->graph->n_nodes; i++)
+        if (e->graph->nodes[i].op_id == KILN_OP_FusedConv)
+            ((kiln_fused_conv_attrs *)e->graph->nodes[i].attrs)->tactic.id = tactic;
+}
+
 /* A ResNet-like chain (stride, 1x1, residual, depthwise) for the tactic tests. */
 /* big: 64 -> 128 channels on 56 x 56 and a 3x3 cb, layers large enough for
  * oneDNN to split them across threads (dnnl_conv.c's PART_COST). */
@@ -319,9 +326,7 @@ static void tactics_agree(int64_t batch, int threads, bool big) {
     CHECK(n_multi == (kiln__have_dnnl() ? 2 : 0) + (big && kiln__wino_fast_available() ? 1 : 0));
     /* oneDNN everywhere, tensors between its layers passed NHWC */
     if (e && kiln__have_dnnl()) {
-        for (int i = 0; i < e->graph->n_nodes; i++)
-            if (e->graph->nodes[i].op_id == KILN_OP_FusedConv)
-                ((kiln_fused_conv_attrs *)e->graph->nodes[i].attrs)->tactic.id = KILN_FC_TACTIC_DNNL_BLOCKED;
+        set_fc_tactic(e, KILN_FC_TACTIC_DNNL_BLOCKED);
         int nb = kiln__fc_choose_layouts(e->graph, NULL);
         CHECK(nb == 3); /* ca -> cb, cb/cd -> residual add, add -> depthwise */
         int64_t n1 = run(e, x_in, xd, 0, y_opt, BIG);
@@ -329,9 +334,7 @@ static void tactics_agree(int64_t batch, int threads, bool big) {
         /* the same chain with the Winograd kernel in it, NHWC on both sides */
         if (big && kiln__wino_fast_available()) {
             kiln_layer_set_tactic_where_fits(e);
-            for (int i = 0; i < e->graph->n_nodes; i++)
-                if (e->graph->nodes[i].op_id == KILN_OP_FusedConv)
-                    ((kiln_fused_conv_attrs *)e->graph->nodes[i].attrs)->layout = 0;
+            kiln__fc_clear_layouts(e->graph);
             CHECK(kiln__fc_choose_layouts(e->graph, NULL) == 3);
             const kiln_node *cb = NULL; /* the layer made from conv cb (named cb+bnb+...) */
             for (int i = 0; i < e->graph->n_nodes; i++)
@@ -370,9 +373,7 @@ static void residual_nhwc_case(int64_t batch, int threads) {
     kiln_engine *e = build(m, (bopts){.opt = 1, .tuning = 0, .threads = threads});
     int64_t n0 = run(e, x_in, xd, 0, y_ref, BIG);
     CHECK(n0 == batch * 32);
-    for (int i = 0; e && i < e->graph->n_nodes; i++)
-        if (e->graph->nodes[i].op_id == KILN_OP_FusedConv)
-            ((kiln_fused_conv_attrs *)e->graph->nodes[i].attrs)->tactic.id = KILN_FC_TACTIC_DNNL_BLOCKED;
+    if (e) set_fc_tactic(e, KILN_FC_TACTIC_DNNL_BLOCKED);
     if (e) {
         CHECK(kiln__fc_choose_layouts(e->graph, NULL) == 1); /* ca's output */
         const kiln_node *ca = find_layer(e, "ca+ra"), *cb = find_layer(e, "cb+add+rr");
@@ -435,9 +436,7 @@ static void residual_nhwc_bf16_case(void) {
     kiln_engine *e = build(m, (bopts){.opt = 1, .tuning = 0, .threads = 2, .prec = KILN_PRECISION_BF16});
     int64_t n0 = run(e32, x_in, xd, 0, y_ref, BIG);
     CHECK(n0 == 32);
-    for (int i = 0; e && i < e->graph->n_nodes; i++)
-        if (e->graph->nodes[i].op_id == KILN_OP_FusedConv)
-            ((kiln_fused_conv_attrs *)e->graph->nodes[i].attrs)->tactic.id = KILN_FC_TACTIC_DNNL_BLOCKED;
+    if (e) set_fc_tactic(e, KILN_FC_TACTIC_DNNL_BLOCKED);
     if (e) {
         CHECK(kiln__fc_choose_layouts(e->graph, NULL) == 3); /* a, m, r */
         const char *names[4] = {"ca+ra", "cm+rm", "cb+add+rr", "cc+add2+ro"};
@@ -501,9 +500,7 @@ TEST(maxpool_in_nhwc_chain) {
     kiln_engine *e = build(m, (bopts){.opt = 1, .tuning = 0, .threads = 2});
     int64_t n0 = run(e, x_in, xd, 0, y_ref, BIG);
     CHECK(n0 > 0);
-    for (int i = 0; e && i < e->graph->n_nodes; i++)
-        if (e->graph->nodes[i].op_id == KILN_OP_FusedConv)
-            ((kiln_fused_conv_attrs *)e->graph->nodes[i].attrs)->tactic.id = KILN_FC_TACTIC_DNNL_BLOCKED;
+    if (e) set_fc_tactic(e, KILN_FC_TACTIC_DNNL_BLOCKED);
     if (e) {
         CHECK(kiln__fc_choose_layouts(e->graph, NULL) == 2); /* ca -> mp -> cb */
         const kiln_node *mp = find_layer(e, "mp");
