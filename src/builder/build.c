@@ -432,6 +432,11 @@ static void node_layout(const kiln_node *n, kiln_sbuf *sb, bool json) {
         x = (l & KILN_FC_LAYOUT_X_NHWC) ? ((l & KILN_FC_LAYOUT_X_BF16) ? "nhwc-bf16" : "nhwc") : "nchw";
         y = (l & KILN_FC_LAYOUT_Y_NHWC) ? ((l & KILN_FC_LAYOUT_Y_BF16) ? "nhwc-bf16" : "nhwc") : "nchw";
         r_nhwc = (l & KILN_FC_LAYOUT_R_NHWC) != 0;
+    } else if (n->op_id == KILN_OP_PwDwConv) {
+        int l = ((const kiln_pwdw_attrs *)n->attrs)->layout;
+        if (!l) return;
+        x = (l & KILN_FC_LAYOUT_X_NHWC) ? "nhwc" : "nchw";
+        y = (l & KILN_FC_LAYOUT_Y_NHWC) ? "nhwc" : "nchw";
     } else if (n->op_id == KILN_OP_MaxPool) {
         if (((const kiln_pool_attrs *)n->attrs)->layout != KILN_POOL_LAYOUT_NHWC) return;
         x = y = "nhwc";

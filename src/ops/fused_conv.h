@@ -72,6 +72,45 @@ enum {
     KILN_FC_LAYOUT_ALL = 31,
 };
 
+/* kiln.PwDwConv (src/ops/fused_pwdw.c, kernel conv_pwdw.c): a pointwise
+ * 1x1 FusedConv (stride 1, no pads, one group) whose output only a
+ * depthwise 3x3 FusedConv reads, and optionally the 1x1 FusedConv that
+ * alone reads the depthwise output (with its residual), in one layer that
+ * never stores the tensors between them (MobileNet's inverted-residual
+ * block: expand, depthwise, project):
+ *
+ *     T = act1(conv1x1(X, W1) + B1)
+ *     D = act2(dwconv3x3(T, W2, stride, pads) + B2)
+ *     Y = D, or with the project convolution: act3(conv1x1(D, W3) + B3 + R)
+ *
+ * Inputs:  0 X  [N, C, H, W] float32
+ *          1 W1 [E, C, 1, 1] float32
+ *          2 B1 [E] float32, optional (absent: 0)
+ *          3 W2 [E, 1, 3, 3] float32
+ *          4 B2 [E] float32, optional (absent: 0)
+ *          5 W3 [M, E, 1, 1] float32 (has_project)
+ *          6 B3 [M] float32, optional (absent: 0)
+ *          7 R  residual, the shape of Y (has_residual; needs has_project)
+ * Output:  0 Y  [N, E or M, Ho, Wo], Ho = (H + pads[0] + pads[2] - 3) / stride + 1,
+ *               Wo = (W + pads[1] + pads[3] - 3) / stride + 1
+ * Made by the graph optimizer (fuse_conv.c) for float32 CPU layers only.
+ * POD, written verbatim into engines. */
+typedef struct kiln_pwdw_attrs {
+    int32_t act1;            /* KILN_FC_ACT_* of the first pointwise convolution */
+    float alpha1, beta1;
+    int32_t act2;            /* KILN_FC_ACT_* of the depthwise convolution */
+    float alpha2, beta2;
+    int32_t act3;            /* KILN_FC_ACT_* of the project convolution (after the residual) */
+    float alpha3, beta3;
+    int32_t stride;          /* depthwise stride, 1 or 2 (both dimensions) */
+    int32_t pads[4];         /* depthwise pads top, left, bottom, right: 0 or 1 */
+    int32_t has_project;     /* 1: inputs 5 and 6, Y has M channels */
+    int32_t has_residual;    /* 1: input 7 is added before act3 */
+    int32_t layout;          /* KILN_FC_LAYOUT_X_NHWC | KILN_FC_LAYOUT_Y_NHWC (0: NCHW; the
+                                residual has Y's layout) */
+    int32_t reserved[2];     /* 0 */
+} kiln_pwdw_attrs;
+
 /* Resolved geometry of a convolution (shared by Conv and FusedConv kernels). */
 typedef struct kiln_conv_geom {
     int ns;                  /* spatial rank */

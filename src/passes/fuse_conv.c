@@ -15,6 +15,7 @@
  * The fused node replaces the pattern's last node and is named "a+b+c"
  * after the nodes it came from. */
 #include "backends/backend.h"
+#include "ops/conv_pwdw.h"
 #include "ops/elementwise_impl.h"
 #include "ops/fused_conv.h"
 #include "passes/pattern.h"
@@ -219,6 +220,123 @@ static kiln_status fuse_conv(kiln_graph *g, const kiln_optimize_opts *o, int ci)
     return KILN_OK;
 }
 
+/* ---- 1x1 FusedConv -> depthwise 3x3 FusedConv -> PwDwConv ------------------ */
+
+/* The tensor between the two, per image, from which the fused layer pays
+ * on the CPU: below it the tensor stays in the caches anyway and oneDNN's
+ * kernels for the two layers apart are as fast (MobileNetV2, see
+ * docs/cpu-conv.md). */
+#define PWDW_MIN_BYTES (512.0 * 1024.0)
+
+/* The resolved geometry of FusedConv n (false: unknown or not 2-D). */
+static bool fc_geom(const kiln_graph *g, const kiln_node *n, kiln_conv_geom *cg) {
+    const kiln_fused_conv_attrs *fa = n->attrs;
+    const kiln_tinfo *x = &g->values[n->in[0]].info, *w = &g->values[n->in[1]].info;
+    if (x->rank != 4 || w->rank != 4 || x->dtype != KILN_DTYPE_FLOAT32) return false;
+    if (kiln__conv_geom(n->name, "FusedConv", &fa->conv, x->rank, x->dims, w->rank, w->dims, cg) !=
+        KILN_OK) {
+        kiln__clear_error();
+        return false;
+    }
+    return cg->ns == 2;
+}
+
+/* A float32 FusedConv whose weights (and bias) are constants. */
+static bool const_fc(const kiln_graph *g, const kiln_node *n) {
+    if (n->dead || n->op_id != KILN_OP_FusedConv || n->n_out != 1 || n->n_in < 2) return false;
+    const kiln_fused_conv_attrs *fa = n->attrs;
+    if (fa->precision != KILN_PRECISION_FP32) return false;
+    if (!is_const_f32(g, n->in[1], -1)) return false;
+    return n->n_in < 3 || n->in[2] < 0 || is_const_f32(g, n->in[2], -1);
+}
+
+/* Without residual, too. */
+static bool plain_fc(const kiln_graph *g, const kiln_node *n) {
+    return const_fc(g, n) && !((const kiln_fused_conv_attrs *)n->attrs)->has_residual;
+}
+
+/* A 1x1 convolution: stride 1, no pads, one group, dims known (but the batch). */
+static bool pointwise(const kiln_conv_geom *cg) {
+    if (cg->G != 1 || cg->C < 1 || cg->M < 1 || cg->in[0] < 1 || cg->in[1] < 1) return false;
+    for (int i = 0; i < 2; i++)
+        if (cg->k[i] != 1 || cg->s[i] != 1 || cg->d[i] != 1 || cg->pb[i] || cg->pe[i]) return false;
+    return true;
+}
+
+static kiln_status fuse_pwdw(kiln_graph *g, const kiln_optimize_opts *o, int di) {
+    const kiln_node *dw = &g->nodes[di];
+    kiln_conv_geom dg, pg;
+    if (!plain_fc(g, dw) || !fc_geom(g, dw, &dg)) return KILN_OK;
+    int t = dw->in[0];
+    int pi = kiln__pat_producer(g, t, KILN_OP_FusedConv);
+    if (pi < 0 || !kiln__pat_sole_use(g, t)) return KILN_OK;
+    const kiln_node *pw = &g->nodes[pi];
+    if (!plain_fc(g, pw) || !fc_geom(g, pw, &pg) || !pointwise(&pg)) return KILN_OK;
+    /* the depthwise layer: 3x3 over the pointwise output, stride 1 or 2 */
+    if (dg.G != pg.M || dg.C != pg.M || dg.M != pg.M || dg.s[0] != dg.s[1] || dg.s[0] < 1 || dg.s[0] > 2)
+        return KILN_OK;
+    for (int i = 0; i < 2; i++)
+        if (dg.k[i] != 3 || dg.d[i] != 1 || dg.pb[i] < 0 || dg.pb[i] > 1 || dg.pe[i] < 0 || dg.pe[i] > 1 ||
+            dg.out[i] < 1)
+            return KILN_OK;
+    double bytes = 4.0 * (double)pg.M * (double)pg.in[0] * (double)pg.in[1];
+    if (bytes < PWDW_MIN_BYTES || !kiln__pwdw_fast_available()) return KILN_OK;
+    const kiln_fused_conv_attrs *pa = pw->attrs, *da = dw->attrs;
+    kiln_pwdw_attrs at;
+    memset(&at, 0, sizeof at);
+    at.act1 = pa->act;
+    at.alpha1 = pa->alpha;
+    at.beta1 = pa->beta;
+    at.act2 = da->act;
+    at.alpha2 = da->alpha;
+    at.beta2 = da->beta;
+    at.stride = (int32_t)dg.s[0];
+    at.pads[0] = (int32_t)dg.pb[0];
+    at.pads[1] = (int32_t)dg.pb[1];
+    at.pads[2] = (int32_t)dg.pe[0];
+    at.pads[3] = (int32_t)dg.pe[1];
+    int in[5] = {pw->in[0], pw->in[1], pw->n_in > 2 ? pw->in[2] : -1, dw->in[1],
+                 dw->n_in > 2 ? dw->in[2] : -1};
+    int out[1] = {dw->out[0]};
+    if (!kiln__pat_supports(g, o->device, KILN_OP_PwDwConv, 5, in, 1, out, &at)) return KILN_OK;
+    const char *names[2] = {pw->name, dw->name};
+    KILN_TRY(kiln__pat_replace(g, di, KILN_OP_PwDwConv, 5, in, 1, out, &at, names, 2));
+    g->nodes[pi].dead = true;
+    kiln__graph_link(g);
+    return KILN_OK;
+}
+
+/* PwDwConv -> 1x1 FusedConv (the project convolution, with its residual
+ * and activation) into one PwDwConv. */
+static kiln_status fuse_pwdw_project(kiln_graph *g, const kiln_optimize_opts *o, int qi) {
+    const kiln_node *q = &g->nodes[qi];
+    kiln_conv_geom qg;
+    if (!const_fc(g, q) || !fc_geom(g, q, &qg) || !pointwise(&qg)) return KILN_OK;
+    int d = q->in[0];
+    int pi = kiln__pat_producer(g, d, KILN_OP_PwDwConv);
+    if (pi < 0 || !kiln__pat_sole_use(g, d)) return KILN_OK;
+    const kiln_node *p = &g->nodes[pi];
+    const kiln_pwdw_attrs *pa = p->attrs;
+    if (pa->has_project || p->n_in != 5) return KILN_OK;
+    const kiln_fused_conv_attrs *qa = q->attrs;
+    kiln_pwdw_attrs at = *pa;
+    at.has_project = 1;
+    at.has_residual = qa->has_residual ? 1 : 0;
+    at.act3 = qa->act;
+    at.alpha3 = qa->alpha;
+    at.beta3 = qa->beta;
+    int in[8] = {p->in[0], p->in[1], p->in[2], p->in[3], p->in[4], q->in[1], q->n_in > 2 ? q->in[2] : -1,
+                 qa->has_residual ? q->in[3] : -1};
+    int n_in = at.has_residual ? 8 : 7;
+    int out[1] = {q->out[0]};
+    if (!kiln__pat_supports(g, o->device, KILN_OP_PwDwConv, n_in, in, 1, out, &at)) return KILN_OK;
+    const char *names[2] = {p->name, q->name};
+    KILN_TRY(kiln__pat_replace(g, qi, KILN_OP_PwDwConv, n_in, in, 1, out, &at, names, 2));
+    g->nodes[pi].dead = true;
+    kiln__graph_link(g);
+    return KILN_OK;
+}
+
 kiln_status kiln__opt_conv(kiln_graph *g, const kiln_optimize_opts *o) {
     if (!kiln__backend_for(o->device)) return KILN_OK;
     kiln__graph_link(g);
@@ -230,6 +348,10 @@ kiln_status kiln__opt_conv(kiln_graph *g, const kiln_optimize_opts *o) {
     for (int ni = 0; ni < n; ni++) {
         if (g->nodes[ni].dead || g->nodes[ni].op_id != KILN_OP_Conv) continue;
         KILN_TRY(fuse_conv(g, o, ni));
+    }
+    if (o->device == KILN_DEVICE_CPU) {
+        for (int ni = 0; ni < g->n_nodes; ni++) KILN_TRY(fuse_pwdw(g, o, ni));
+        for (int ni = 0; ni < g->n_nodes; ni++) KILN_TRY(fuse_pwdw_project(g, o, ni));
     }
     return KILN_OK;
 }
@@ -258,6 +380,7 @@ static bool layout_node_ok(const kiln_graph *g, int ni, const bool *veto) {
     if (n->dead || n->device != KILN_DEVICE_CPU) return false;
     if (veto && veto[ni]) return false;
     if (n->op_id == KILN_OP_MaxPool) return layout_pool_ok(g, n);
+    if (n->op_id == KILN_OP_PwDwConv) return true; /* kiln's kernel: either layout */
     if (n->op_id != KILN_OP_FusedConv) return false;
     const kiln_fused_conv_attrs *fa = n->attrs;
     const kiln_tinfo *x = &g->values[n->in[0]].info, *w = &g->values[n->in[1]].info;
@@ -270,6 +393,7 @@ void kiln__fc_clear_layouts(kiln_graph *g) {
         kiln_node *n = &g->nodes[ni];
         if (n->op_id == KILN_OP_FusedConv) ((kiln_fused_conv_attrs *)n->attrs)->layout = 0;
         if (n->op_id == KILN_OP_MaxPool) ((kiln_pool_attrs *)n->attrs)->layout = 0;
+        if (n->op_id == KILN_OP_PwDwConv) ((kiln_pwdw_attrs *)n->attrs)->layout = 0;
     }
 }
 
@@ -290,8 +414,10 @@ int kiln__fc_choose_layouts(kiln_graph *g, const bool *veto) {
         const kiln_node *n = &g->nodes[ni];
         if (n->dead) continue;
         bool ok = layout_node_ok(g, ni, veto);
+        /* NHWC inputs: X and the residual */
+        int res = n->op_id == KILN_OP_FusedConv ? 3 : n->op_id == KILN_OP_PwDwConv ? 7 : 0;
         for (int i = 0; i < n->n_in; i++)
-            if (n->in[i] >= 0 && blk[n->in[i]] && (!ok || (i != 0 && i != 3))) blk[n->in[i]] = false;
+            if (n->in[i] >= 0 && blk[n->in[i]] && (!ok || (i != 0 && i != res))) blk[n->in[i]] = false;
     }
     /* a residual has the layout of its layer's output, except that a
      * oneDNN layer whose output leaves the chain (NCHW) may read an NHWC
@@ -305,6 +431,7 @@ int kiln__fc_choose_layouts(kiln_graph *g, const bool *veto) {
             int r;
             if (n->dead) continue;
             if (n->op_id == KILN_OP_FusedConv && n->n_in >= 4 && n->in[3] >= 0) r = n->in[3];
+            else if (n->op_id == KILN_OP_PwDwConv && n->n_in >= 8 && n->in[7] >= 0) r = n->in[7];
             else if (n->op_id == KILN_OP_MaxPool && n->in[0] >= 0) r = n->in[0];
             else continue;
             int y = n->out[0];
@@ -349,6 +476,12 @@ int kiln__fc_choose_layouts(kiln_graph *g, const bool *veto) {
         if (!n->dead && n->op_id == KILN_OP_MaxPool && layout_pool_ok(g, n)) {
             int y = blk[n->out[0]];
             ((kiln_pool_attrs *)n->attrs)->layout = y ? KILN_POOL_LAYOUT_NHWC : 0;
+            count += y != 0;
+        }
+        if (!n->dead && n->op_id == KILN_OP_PwDwConv) {
+            int x = blk[n->in[0]], y = blk[n->out[0]];
+            ((kiln_pwdw_attrs *)n->attrs)->layout =
+                (x ? KILN_FC_LAYOUT_X_NHWC : 0) | (y ? KILN_FC_LAYOUT_Y_NHWC : 0);
             count += y != 0;
         }
         if (n->dead || n->op_id != KILN_OP_FusedConv) continue;

@@ -13,6 +13,7 @@
 
 #include "graph_build.h"
 #include "ops/elementwise_impl.h"
+#include "ops/conv_pwdw.h"
 #include "ops/conv_wino.h"
 #include "ops/fused_conv.h"
 #include "runtime/engine.h"
@@ -217,6 +218,84 @@ TEST(no_fusion_when_shared) {
     CHECK(e && find_layer(e, "r1") && find_layer(e, "bn2") && find_layer(e, "c1") &&
           count_op(e, KILN_OP_FusedConv) == 2);
     kiln_engine_free(e);
+    kiln_model_free(m);
+}
+
+/* Conv -> BN -> Clip(0, 6), MobileNetV2's conv unit. */
+static int conv_bn_relu6(kiln_graph *g, const char *name, int x, int64_t C, int64_t M, int k,
+                         int stride, int group) {
+    char bn[64], cl[64], lo[64], hi[64];
+    snprintf(bn, sizeof bn, "%s_bn", name);
+    snprintf(cl, sizeof cl, "%s_relu6", name);
+    snprintf(lo, sizeof lo, "%s_lo", name);
+    snprintf(hi, sizeof hi, "%s_hi", name);
+    int b = bnorm(g, bn, conv(g, name, x, C, M, k, stride, k / 2, group, 1), M);
+    int in3[3] = {b, add_scalar(g, lo, 0.0f), add_scalar(g, hi, 6.0f)};
+    return add_node(g, KILN_OP_Clip, cl, 3, in3, NULL);
+}
+
+/* MobileNetV2's inverted-residual blocks: expand 1x1, depthwise 3x3 and
+ * project 1x1 (+ residual) become one PwDwConv where the expanded tensor is
+ * large (and AVX-512F is there to run it fast), and give the same outputs;
+ * a block whose depthwise output is also read elsewhere fuses only its
+ * first two convolutions, and one whose expanded tensor is small stays as
+ * three FusedConvs. */
+TEST(inverted_residual_block) {
+    kiln_graph *g = NULL;
+    CHECK_OK(kiln__graph_create(&g));
+    int64_t xd[4] = {2, 16, 48, 48};
+    int x = add_input(g, "x", 4, xd);
+    /* block 1: 16 -> 64 -> 16, stride 1, residual (expanded: 64 x 48 x 48 floats = 576 KiB) */
+    int e1 = conv_bn_relu6(g, "b1_expand", x, 16, 64, 1, 1, 1);
+    int d1 = conv_bn_relu6(g, "b1_dw", e1, 64, 64, 3, 1, 64);
+    int p1 = bnorm(g, "b1_project_bn", conv(g, "b1_project", d1, 64, 16, 1, 1, 0, 1, 1), 16);
+    int y1 = add_binary(g, KILN_OP_Add, "b1_add", x, p1);
+    /* block 2: 16 -> 96 -> 24, stride 2; its depthwise output is also a graph output */
+    int e2 = conv_bn_relu6(g, "b2_expand", y1, 16, 96, 1, 1, 1);
+    int d2 = conv_bn_relu6(g, "b2_dw", e2, 96, 96, 3, 2, 96);
+    mark_output(g, d2);
+    int p2 = bnorm(g, "b2_project_bn", conv(g, "b2_project", d2, 96, 24, 1, 1, 0, 1, 1), 24);
+    /* block 3: small (24 x 6 x 24 x 24 floats = 324 KiB): not fused */
+    int e3 = conv_bn_relu6(g, "b3_expand", p2, 24, 144, 1, 1, 1);
+    int d3 = conv_bn_relu6(g, "b3_dw", e3, 144, 144, 3, 2, 144);
+    mark_output(g, bnorm(g, "b3_project_bn", conv(g, "b3_project", d3, 144, 32, 1, 1, 0, 1, 1), 32));
+    kiln_model *m = model_of(g);
+    compare_opt(m, xd, 1e-5);
+    for (int threads = 1; threads <= 3; threads += 2) {
+        kiln_engine *e = build(m, (bopts){.opt = 1, .tuning = 1, .threads = threads});
+        bool fast = kiln__pwdw_fast_available();
+        CHECK(e && count_op(e, KILN_OP_PwDwConv) == (fast ? 2 : 0));
+        const kiln_node *n1 = e ? find_layer(e, "b1_expand+b1_expand_bn+b1_expand_relu6+b1_dw+b1_dw_bn+"
+                                              "b1_dw_relu6+b1_project+b1_project_bn+b1_add")
+                                : NULL;
+        const kiln_node *n2 = e ? find_layer(e, "b2_expand+b2_expand_bn+b2_expand_relu6+b2_dw+b2_dw_bn+b2_dw_relu6") : NULL;
+        CHECK(!fast || (n1 && n2));
+        if (n1 && n2) {
+            const kiln_pwdw_attrs *a1 = n1->attrs, *a2 = n2->attrs;
+            CHECK(a1->has_project == 1 && a1->has_residual == 1 && n1->n_in == 8 && a1->stride == 1);
+            CHECK(a1->act1 == KILN_FC_ACT_CLIP && a1->act2 == KILN_FC_ACT_CLIP && a1->act3 == KILN_FC_ACT_NONE);
+            CHECK(a2->has_project == 0 && a2->stride == 2 && a2->pads[0] == 1 && a2->pads[3] == 1);
+            /* block 1's output goes to block 2 in NHWC where oneDNN is there
+             * to read it; the graph output stays NCHW */
+            CHECK(!(a2->layout & KILN_FC_LAYOUT_Y_NHWC));
+            CHECK((a1->layout & KILN_FC_LAYOUT_Y_NHWC) == (a2->layout & KILN_FC_LAYOUT_X_NHWC));
+            const char *d = kiln_engine_describe(e, 0);
+            CHECK(strstr(d, "PwDwConv") != NULL);
+        }
+        CHECK(e && find_layer(e, "b3_expand+b3_expand_bn+b3_expand_relu6") != NULL);
+        /* the same outputs as the unoptimized engine, at this thread count */
+        kiln_engine *e0 = build(m, (bopts){.opt = 0, .tuning = 0});
+        fill_x(kiln__numel(4, xd));
+        for (int k = 0; e && e0 && k < 2; k++) {
+            int64_t n0 = run(e0, x_in, xd, k, y_ref, BIG), n1c = run(e, x_in, xd, k, y_opt, BIG);
+            CHECK(n0 > 0 && n0 == n1c);
+            double err = rel_err(y_opt, y_ref, n0);
+            if (!(err <= 1e-5)) fprintf(stderr, "  threads %d output %d: relative error %g\n", threads, k, err);
+            CHECK(err <= 1e-5);
+        }
+        kiln_engine_free(e0);
+        kiln_engine_free(e);
+    }
     kiln_model_free(m);
 }
 
@@ -715,6 +794,7 @@ int main(void) {
     RUN(conv_bn_add_relu);
     RUN(activations);
     RUN(no_fusion_when_shared);
+    RUN(inverted_residual_block);
     RUN(every_tactic_agrees);
     RUN(maxpool_in_nhwc_chain);
     RUN(residual_nhwc_output_nchw);

@@ -1,0 +1,180 @@
+/* fused_pwdw.c -- kiln.PwDwConv: a 1x1 convolution, the depthwise 3x3
+ * convolution that reads it and optionally the 1x1 convolution (with a
+ * residual) that reads that, in one layer (contract: kiln_pwdw_attrs in
+ * fused_conv.h; kernel: conv_pwdw.c). */
+#include "ops/conv_pwdw.h"
+#include "ops/fused_conv.h"
+
+#define NODE(a) ((a)->node_name ? (a)->node_name : "?")
+
+static bool act_ok(int act) { return act >= 0 && act < KILN_FC_ACT_COUNT; }
+
+/* Inputs a layer with these attrs has. */
+static int want_inputs(const kiln_pwdw_attrs *at) {
+    return at->has_residual ? 8 : at->has_project ? 7 : 5;
+}
+
+static kiln_status check_attrs(const char *node, const kiln_pwdw_attrs *at, int n_in) {
+    if (!act_ok(at->act1) || !act_ok(at->act2) || !act_ok(at->act3))
+        return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (PwDwConv): unknown activation %d/%d/%d", node,
+                         (int)at->act1, (int)at->act2, (int)at->act3);
+    if (at->stride != 1 && at->stride != 2)
+        return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (PwDwConv): stride %d (1 or 2 only)", node,
+                         (int)at->stride);
+    for (int i = 0; i < 4; i++)
+        if (at->pads[i] != 0 && at->pads[i] != 1)
+            return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (PwDwConv): pad %d is %d (0 or 1 only)", node,
+                             i, (int)at->pads[i]);
+    if ((at->has_project != 0 && at->has_project != 1) || (at->has_residual != 0 && at->has_residual != 1) ||
+        (at->has_residual && !at->has_project))
+        return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (PwDwConv): has_project %d, has_residual %d", node,
+                         (int)at->has_project, (int)at->has_residual);
+    if (n_in > want_inputs(at) || n_in < want_inputs(at) - 1 ||
+        (at->has_residual && n_in != want_inputs(at)))
+        return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (PwDwConv): %d inputs, but its attributes want %d",
+                         node, n_in, want_inputs(at));
+    if (at->layout & ~(KILN_FC_LAYOUT_X_NHWC | KILN_FC_LAYOUT_Y_NHWC))
+        return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (PwDwConv): unknown layout bits 0x%x", node,
+                         (unsigned)at->layout);
+    return KILN_OK;
+}
+
+/* Whether tensor t is float32 of rank r and dims d (-1 in d or t: any). */
+static bool shape_is(const kiln_tinfo *t, int r, const int64_t *d) {
+    if (!t || t->rank != r || t->dtype != KILN_DTYPE_FLOAT32) return false;
+    for (int i = 0; i < r; i++)
+        if (d[i] >= 0 && t->dims[i] >= 0 && t->dims[i] != d[i]) return false;
+    return true;
+}
+
+static int64_t out_dim(int64_t n, int pa, int pb, int s) {
+    return n >= 0 ? kiln__pwdw_out(n, pa, pb, s) : KILN_DIM_UNKNOWN;
+}
+
+static const kiln_tinfo *in_or_null(const kiln_infer_args *a, int i) {
+    return i < a->n_in ? a->in[i] : NULL;
+}
+
+static kiln_status pwdw_infer(const kiln_infer_args *a) {
+    const kiln_pwdw_attrs *at = a->attrs;
+    KILN_TRY(check_attrs(NODE(a), at, a->n_in));
+    const kiln_tinfo *X = a->in[0], *W1 = a->in[1], *W2 = a->in[3], *W3 = in_or_null(a, 5);
+    if (!X || X->rank != 4 || X->dtype != KILN_DTYPE_FLOAT32)
+        return KILN_FAIL(KILN_ERR_UNSUPPORTED, "node '%s' (PwDwConv): the input must be float32 of rank 4",
+                         NODE(a));
+    if (!W1 || !W2 || W1->rank != 4 || W1->dims[0] < 1 || (at->has_project && (!W3 || W3->rank != 4 || W3->dims[0] < 1)))
+        return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (PwDwConv): weights missing or of unknown size",
+                         NODE(a));
+    int64_t E = W1->dims[0], C = X->dims[1], M = at->has_project ? W3->dims[0] : 0;
+    int64_t w1[4] = {E, C, 1, 1}, w2[4] = {E, 1, 3, 3}, w3[4] = {M, E, 1, 1}, be[1] = {E}, bm[1] = {M};
+    bool ok = shape_is(W1, 4, w1) && shape_is(W2, 4, w2) && (!at->has_project || shape_is(W3, 4, w3));
+    if (ok && in_or_null(a, 2) && !shape_is(a->in[2], 1, be)) ok = false;
+    if (ok && in_or_null(a, 4) && !shape_is(a->in[4], 1, be)) ok = false;
+    if (ok && in_or_null(a, 6) && !shape_is(a->in[6], 1, bm)) ok = false;
+    if (!ok) {
+        char s1[96], s2[96];
+        return KILN_FAIL(KILN_ERR_MODEL,
+                         "node '%s' (PwDwConv): weights %s and %s do not fit an input of %lld channels "
+                         "(want [E, C, 1, 1], [E, 1, 3, 3], [M, E, 1, 1] and biases [E] / [M], float32)",
+                         NODE(a), kiln__shape_str(W1->rank, W1->dims, s1, sizeof s1),
+                         kiln__shape_str(W2->rank, W2->dims, s2, sizeof s2), (long long)C);
+    }
+    int64_t Ho = out_dim(X->dims[2], at->pads[0], at->pads[2], at->stride);
+    int64_t Wo = out_dim(X->dims[3], at->pads[1], at->pads[3], at->stride);
+    if ((X->dims[2] >= 0 && Ho < 1) || (X->dims[3] >= 0 && Wo < 1))
+        return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (PwDwConv): input %lldx%lld is smaller than the 3x3 kernel",
+                         NODE(a), (long long)X->dims[2], (long long)X->dims[3]);
+    kiln_tinfo *Y = a->out[0];
+    Y->dtype = KILN_DTYPE_FLOAT32;
+    Y->rank = 4;
+    Y->dims[0] = X->dims[0];
+    Y->dims[1] = at->has_project ? M : E;
+    Y->dims[2] = Ho;
+    Y->dims[3] = Wo;
+    if (at->has_residual) {
+        const kiln_tinfo *R = a->in[7];
+        if (!R || !shape_is(R, 4, Y->dims)) {
+            char s1[96], s2[96];
+            return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (PwDwConv): residual %s does not match the output %s",
+                             NODE(a), R ? kiln__shape_str(R->rank, R->dims, s1, sizeof s1) : "(absent)",
+                             kiln__shape_str(4, Y->dims, s2, sizeof s2));
+        }
+    }
+    return KILN_OK;
+}
+
+/* Threads the workspace is sized for (the kernel uses no more than it has room for). */
+static int ws_threads(void) {
+    int n = kiln__cpu_count();
+    return n < 1 ? 1 : n > 16 ? 16 : n;
+}
+
+static int64_t project_m(const kiln_pwdw_attrs *at, int n_in, const int64_t *w3dims) {
+    return at->has_project && n_in > 5 ? w3dims[0] : 0;
+}
+
+static size_t pwdw_workspace(const kiln_infer_args *a) {
+    const kiln_pwdw_attrs *at = a->attrs;
+    const kiln_tinfo *X = a->in[0], *W1 = a->in[1];
+    if (X->rank != 4 || X->dims[3] < 1 || W1->rank < 1 || W1->dims[0] < 1) return 0;
+    int64_t M = at->has_project && a->n_in > 5 && a->in[5] ? project_m(at, a->n_in, a->in[5]->dims) : 0;
+    return kiln__pwdw_workspace(X->dims[3], W1->dims[0], M, at->stride, at->pads[1], at->pads[3],
+                                ws_threads());
+}
+
+static void packed_free(void *p) { kiln__aligned_free(p); }
+
+static const float *data_or_null(const kiln_kernel_args *a, int i) {
+    return i < a->n_in && a->in[i] ? a->in[i]->data : NULL;
+}
+
+static kiln_status pwdw_cpu(const kiln_kernel_args *a) {
+    const kiln_pwdw_attrs *at = a->attrs;
+    KILN_TRY(check_attrs(NODE(a), at, a->n_in));
+    for (int i = 0; i < a->n_in; i++)
+        if (a->in[i] && a->in[i]->dtype != KILN_DTYPE_FLOAT32)
+            return KILN_FAIL(KILN_ERR_UNSUPPORTED, "node '%s' (PwDwConv): input %d is %s, not float32",
+                             NODE(a), i, kiln_dtype_name(a->in[i]->dtype));
+    const kiln_tensor *X = a->in[0];
+    kiln_tensor *Y = a->out[0];
+    if (kiln__tensor_numel(Y) == 0) return KILN_OK;
+    int64_t N = X->dims[0], C = X->dims[1], H = X->dims[2], W = X->dims[3], E = a->in[1]->dims[0];
+    int64_t M = at->has_project ? a->in[5]->dims[0] : 0;
+    size_t need = kiln__pwdw_workspace(W, E, M, at->stride, at->pads[1], at->pads[3], 1);
+    if (need > a->workspace_size)
+        return KILN_FAIL(KILN_ERR_INTERNAL,
+                         "node '%s' (PwDwConv): needs %zu bytes of workspace, the plan gave %zu",
+                         NODE(a), need, a->workspace_size);
+    float *packed = kiln__node_state_get(a, packed_free);
+    bool own = false;
+    if (!packed) {
+        int64_t nf = kiln__pwdw_packed_floats(C, E, M);
+        packed = kiln__aligned_alloc(sizeof(float) * (size_t)nf);
+        if (!packed)
+            return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "node '%s' (PwDwConv): out of memory packing weights",
+                             NODE(a));
+        kiln__pwdw_pack(a->in[1]->data, data_or_null(a, 2), a->in[3]->data, data_or_null(a, 4),
+                        M ? a->in[5]->data : NULL, data_or_null(a, 6), C, E, M, packed);
+        own = !kiln__node_state_keep(a, packed, packed_free);
+    }
+    kiln_pwdw_args p = {
+        .x = X->data, .packed = packed, .r = at->has_residual ? a->in[7]->data : NULL, .y = Y->data,
+        .N = N, .H = H, .W = W, .C = C, .E = E, .M = M,
+        .stride = at->stride, .pt = at->pads[0], .pl = at->pads[1], .pb = at->pads[2], .pr = at->pads[3],
+        .x_nhwc = (at->layout & KILN_FC_LAYOUT_X_NHWC) != 0,
+        .y_nhwc = (at->layout & KILN_FC_LAYOUT_Y_NHWC) != 0,
+        .act1 = at->act1, .alpha1 = at->alpha1, .beta1 = at->beta1,
+        .act2 = at->act2, .alpha2 = at->alpha2, .beta2 = at->beta2,
+        .act3 = at->act3, .alpha3 = at->alpha3, .beta3 = at->beta3,
+        .ws = a->workspace, .ws_bytes = a->workspace_size, .pool = a->pool};
+    kiln__pwdw_run(&p);
+    if (own) kiln__aligned_free(packed);
+    return KILN_OK;
+}
+
+const kiln_op_def kiln_op_PwDwConv = {
+    .name = "PwDwConv", .domain = "kiln", .since = 1,
+    .min_inputs = 4, .max_inputs = 8, .min_outputs = 1, .max_outputs = 1,
+    .attr_size = sizeof(kiln_pwdw_attrs),
+    .infer = pwdw_infer, .workspace = pwdw_workspace, .cpu = pwdw_cpu,
+};
