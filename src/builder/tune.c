@@ -423,7 +423,11 @@ static kiln_status choose_layouts(kiln_engine *e, kiln_tinfo *vi, void *cpu_stat
             memset(&tb, 0, sizeof tb);
             st = bufs_make(be, cpu_state, n, in, outs, &tb);
             const kiln_tactic *tac = n->attrs;
-            double us = st == KILN_OK && probe_fused_conv(n, &tb, pool) ? time_tactic(be, cpu_state, pool, n, in, tac->id, &tb, TUNE_REPS, 0) : -1;
+            /* oneDNN's tactics: only where it has a real kernel for the layouts */
+            bool dnnl = tac->id == KILN_FC_TACTIC_DNNL_PLAIN || tac->id == KILN_FC_TACTIC_DNNL_BLOCKED;
+            double us = st == KILN_OK && (!dnnl || probe_fused_conv(n, &tb, pool))
+                            ? time_tactic(be, cpu_state, pool, n, in, tac->id, &tb, TUNE_REPS, 0)
+                            : -1;
             if (st == KILN_OK && (us < 0 || (tac->us > 0 && us > 2.0 * tac->us + 100.0))) {
                 veto[ni] = true;
                 bad = true;
