@@ -328,6 +328,15 @@ static AVX512 void dw_row_512(const pwdw_plan *P, const float *const rows[3], fl
                 *v = kiln__fc_act(a->act2, a->alpha2, a->beta2, *v);
             }
 }
+
+/* copy_row for NHWC X: 16-channel pieces of each pixel into the planes. */
+static AVX512 void copy_row_nhwc_512(const float *xr, int64_t W, int64_t C, int64_t rs, float *dst) {
+    for (int64_t c0 = 0; c0 < C; c0 += EB) {
+        __mmask16 mk = kiln__mask16(C - c0);
+        float *d = dst + (c0 / EB) * rs + EB;
+        for (int64_t x = 0; x < W; x++) _mm512_store_ps(d + x * EB, _mm512_maskz_loadu_ps(mk, xr + x * C + c0));
+    }
+}
 #else
 #define HAVE_X86 0
 bool kiln__pwdw_fast_available(void) { return false; }
@@ -335,7 +344,37 @@ bool kiln__pwdw_fast_available(void) { return false; }
 
 /* ---- driver ------------------------------------------------------------------- */
 
+/* Row iy of image n of X itself into a ring row (no_expand). */
+static void copy_row(const pwdw_plan *P, int64_t n, int64_t iy, float *dst) {
+    const kiln_pwdw_args *a = P->a;
+    int64_t C = a->C, W = a->W, H = a->H, rs = P->g.rs;
+    if (a->x_nhwc) {
+        const float *xr = a->x + (n * H + iy) * W * C;
+#if HAVE_X86
+        if (P->fast) {
+            copy_row_nhwc_512(xr, W, C, rs, dst);
+            return;
+        }
+#endif
+        for (int64_t x = 0; x < W; x++)
+            for (int64_t c0 = 0; c0 < C; c0 += EB) {
+                int64_t k = C - c0 < EB ? C - c0 : EB;
+                memcpy(dst + (c0 / EB) * rs + (x + 1) * EB, xr + x * C + c0, sizeof(float) * (size_t)k);
+            }
+        return;
+    }
+    for (int64_t c = 0; c < C; c++) {
+        const float *xr = a->x + ((n * C + c) * H + iy) * W;
+        float *d = dst + (c / EB) * rs + EB + c % EB;
+        for (int64_t x = 0; x < W; x++) d[x * EB] = xr[x];
+    }
+}
+
 static void pw_row(const pwdw_plan *P, int64_t n, int64_t iy, float *dst) {
+    if (P->a->no_expand) {
+        copy_row(P, n, iy, dst);
+        return;
+    }
 #if HAVE_X86
     if (P->fast) {
         pw_row_512(P, n, iy, dst);
@@ -479,7 +518,7 @@ void kiln__pwdw_run(const kiln_pwdw_args *a) {
     P.fast = !a->force_generic && kiln__pwdw_fast_available();
     int64_t Ep = P.g.Ep;
     P.W1 = a->packed;
-    P.B1 = P.W1 + a->C * Ep;
+    P.B1 = P.W1 + (a->no_expand ? 0 : a->C) * Ep;
     P.W2 = P.B1 + Ep;
     P.B2 = P.W2 + 9 * Ep;
     P.W3 = P.B2 + Ep;
@@ -489,7 +528,7 @@ void kiln__pwdw_run(const kiln_pwdw_args *a) {
     int64_t room = (int64_t)(avail / (size_t)P.g.task);
     KILN_ASSERT(room >= 1);
     double out_px = (double)a->N * (double)Ho * (double)P.g.Wo;
-    double cost = (double)a->N * (double)a->H * (double)a->W * (double)a->C * (double)a->E +
+    double cost = (double)a->N * (double)a->H * (double)a->W * (double)(a->no_expand ? 1 : a->C) * (double)a->E +
                   out_px * (double)a->E * (9.0 + (double)a->M) +
                   16.0 * ((double)a->N * (double)a->H * (double)a->W * (double)a->C +
                           out_px * (double)(a->M > 0 ? 2 * a->M : a->E));

@@ -5,7 +5,7 @@
  * blocks: expand 1x1 + activation, depthwise 3x3 + activation, project 1x1
  * + residual):
  *
- *     T = act1(conv1x1(X, W1) + B1)                  [N, E, H, W]   (never stored whole)
+ *     T = act1(conv1x1(X, W1) + B1) or X (no_expand) [N, E, H, W]   (never stored whole)
  *     D = act2(dwconv3x3(T, W2, stride, pads) + B2)  [N, E, Ho, Wo] (Y without W3)
  *     Y = act3(conv1x1(D, W3) + B3 + R)              [N, M, Ho, Wo] (with W3)
  *
@@ -25,6 +25,7 @@ typedef struct kiln_pwdw_args {
     float *y;            /* output [N, M or E, Ho, Wo] logical; NHWC if y_nhwc else NCHW */
     int64_t N, H, W, C, E;
     int64_t M;           /* channels of the project convolution; 0: none (Y = D) */
+    int no_expand;       /* 1: T = X (E = C; W1, B1 and act1 unused) */
     int stride;          /* depthwise stride, 1 or 2 (both dimensions) */
     int pt, pl, pb, pr;  /* depthwise pads top, left, bottom, right (0 or 1) */
     int x_nhwc, y_nhwc;

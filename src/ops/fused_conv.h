@@ -79,12 +79,13 @@ enum {
  * never stores the tensors between them (MobileNet's inverted-residual
  * block: expand, depthwise, project):
  *
- *     T = act1(conv1x1(X, W1) + B1)
+ *     T = act1(conv1x1(X, W1) + B1), or X itself (no_expand: MobileNetV2's first
+ *         block, a depthwise and a project convolution)
  *     D = act2(dwconv3x3(T, W2, stride, pads) + B2)
  *     Y = D, or with the project convolution: act3(conv1x1(D, W3) + B3 + R)
  *
  * Inputs:  0 X  [N, C, H, W] float32
- *          1 W1 [E, C, 1, 1] float32
+ *          1 W1 [E, C, 1, 1] float32 (absent with no_expand)
  *          2 B1 [E] float32, optional (absent: 0)
  *          3 W2 [E, 1, 3, 3] float32
  *          4 B2 [E] float32, optional (absent: 0)
@@ -108,7 +109,9 @@ typedef struct kiln_pwdw_attrs {
     int32_t has_residual;    /* 1: input 7 is added before act3 */
     int32_t layout;          /* KILN_FC_LAYOUT_X_NHWC | KILN_FC_LAYOUT_Y_NHWC (0: NCHW; the
                                 residual has Y's layout) */
-    int32_t reserved[2];     /* 0 */
+    int32_t no_expand;       /* 1: no first pointwise convolution, T = X (inputs 1 and 2
+                                absent, act1 none, E = C; needs has_project) */
+    int32_t reserved;        /* 0 */
 } kiln_pwdw_attrs;
 
 /* Resolved geometry of a convolution (shared by Conv and FusedConv kernels). */

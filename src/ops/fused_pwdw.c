@@ -26,9 +26,10 @@ static kiln_status check_attrs(const char *node, const kiln_pwdw_attrs *at, int 
             return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (PwDwConv): pad %d is %d (0 or 1 only)", node,
                              i, (int)at->pads[i]);
     if ((at->has_project != 0 && at->has_project != 1) || (at->has_residual != 0 && at->has_residual != 1) ||
-        (at->has_residual && !at->has_project))
-        return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (PwDwConv): has_project %d, has_residual %d", node,
-                         (int)at->has_project, (int)at->has_residual);
+        (at->no_expand != 0 && at->no_expand != 1) || (at->has_residual && !at->has_project) ||
+        (at->no_expand && !at->has_project))
+        return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (PwDwConv): has_project %d, has_residual %d, no_expand %d",
+                         node, (int)at->has_project, (int)at->has_residual, (int)at->no_expand);
     if (n_in > want_inputs(at) || n_in < want_inputs(at) - 1 ||
         (at->has_residual && n_in != want_inputs(at)))
         return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (PwDwConv): %d inputs, but its attributes want %d",
@@ -62,12 +63,16 @@ static kiln_status pwdw_infer(const kiln_infer_args *a) {
     if (!X || X->rank != 4 || X->dtype != KILN_DTYPE_FLOAT32)
         return KILN_FAIL(KILN_ERR_UNSUPPORTED, "node '%s' (PwDwConv): the input must be float32 of rank 4",
                          NODE(a));
-    if (!W1 || !W2 || W1->rank != 4 || W1->dims[0] < 1 || (at->has_project && (!W3 || W3->rank != 4 || W3->dims[0] < 1)))
+    if (at->no_expand ? (W1 || a->in[2]) : (!W1 || W1->rank != 4 || W1->dims[0] < 1))
+        return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (PwDwConv): the first pointwise weights are %s",
+                         NODE(a), at->no_expand ? "present but no_expand is set" : "missing or of unknown size");
+    if (!W2 || W2->rank != 4 || W2->dims[0] < 1 || (at->has_project && (!W3 || W3->rank != 4 || W3->dims[0] < 1)))
         return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (PwDwConv): weights missing or of unknown size",
                          NODE(a));
-    int64_t E = W1->dims[0], C = X->dims[1], M = at->has_project ? W3->dims[0] : 0;
+    int64_t E = W2->dims[0], C = X->dims[1], M = at->has_project ? W3->dims[0] : 0;
     int64_t w1[4] = {E, C, 1, 1}, w2[4] = {E, 1, 3, 3}, w3[4] = {M, E, 1, 1}, be[1] = {E}, bm[1] = {M};
-    bool ok = shape_is(W1, 4, w1) && shape_is(W2, 4, w2) && (!at->has_project || shape_is(W3, 4, w3));
+    bool ok = (at->no_expand ? (C < 0 || C == E) : shape_is(W1, 4, w1)) && shape_is(W2, 4, w2) &&
+              (!at->has_project || shape_is(W3, 4, w3));
     if (ok && in_or_null(a, 2) && !shape_is(a->in[2], 1, be)) ok = false;
     if (ok && in_or_null(a, 4) && !shape_is(a->in[4], 1, be)) ok = false;
     if (ok && in_or_null(a, 6) && !shape_is(a->in[6], 1, bm)) ok = false;
@@ -76,7 +81,7 @@ static kiln_status pwdw_infer(const kiln_infer_args *a) {
         return KILN_FAIL(KILN_ERR_MODEL,
                          "node '%s' (PwDwConv): weights %s and %s do not fit an input of %lld channels "
                          "(want [E, C, 1, 1], [E, 1, 3, 3], [M, E, 1, 1] and biases [E] / [M], float32)",
-                         NODE(a), kiln__shape_str(W1->rank, W1->dims, s1, sizeof s1),
+                         NODE(a), W1 ? kiln__shape_str(W1->rank, W1->dims, s1, sizeof s1) : "(none)",
                          kiln__shape_str(W2->rank, W2->dims, s2, sizeof s2), (long long)C);
     }
     int64_t Ho = out_dim(X->dims[2], at->pads[0], at->pads[2], at->stride);
@@ -115,10 +120,10 @@ static int64_t project_m(const kiln_pwdw_attrs *at, int n_in, const int64_t *w3d
 
 static size_t pwdw_workspace(const kiln_infer_args *a) {
     const kiln_pwdw_attrs *at = a->attrs;
-    const kiln_tinfo *X = a->in[0], *W1 = a->in[1];
-    if (X->rank != 4 || X->dims[3] < 1 || W1->rank < 1 || W1->dims[0] < 1) return 0;
+    const kiln_tinfo *X = a->in[0], *W2 = a->in[3];
+    if (X->rank != 4 || X->dims[3] < 1 || !W2 || W2->rank < 1 || W2->dims[0] < 1) return 0;
     int64_t M = at->has_project && a->n_in > 5 && a->in[5] ? project_m(at, a->n_in, a->in[5]->dims) : 0;
-    return kiln__pwdw_workspace(X->dims[3], W1->dims[0], M, at->stride, at->pads[1], at->pads[3],
+    return kiln__pwdw_workspace(X->dims[3], W2->dims[0], M, at->stride, at->pads[1], at->pads[3],
                                 ws_threads());
 }
 
@@ -138,7 +143,7 @@ static kiln_status pwdw_cpu(const kiln_kernel_args *a) {
     const kiln_tensor *X = a->in[0];
     kiln_tensor *Y = a->out[0];
     if (kiln__tensor_numel(Y) == 0) return KILN_OK;
-    int64_t N = X->dims[0], C = X->dims[1], H = X->dims[2], W = X->dims[3], E = a->in[1]->dims[0];
+    int64_t N = X->dims[0], C = X->dims[1], H = X->dims[2], W = X->dims[3], E = a->in[3]->dims[0];
     int64_t M = at->has_project ? a->in[5]->dims[0] : 0;
     size_t need = kiln__pwdw_workspace(W, E, M, at->stride, at->pads[1], at->pads[3], 1);
     if (need > a->workspace_size)
@@ -148,18 +153,19 @@ static kiln_status pwdw_cpu(const kiln_kernel_args *a) {
     float *packed = kiln__node_state_get(a, packed_free);
     bool own = false;
     if (!packed) {
-        int64_t nf = kiln__pwdw_packed_floats(C, E, M);
+        int64_t Cw = at->no_expand ? 0 : C; /* no first pointwise weights */
+        int64_t nf = kiln__pwdw_packed_floats(Cw, E, M);
         packed = kiln__aligned_alloc(sizeof(float) * (size_t)nf);
         if (!packed)
             return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "node '%s' (PwDwConv): out of memory packing weights",
                              NODE(a));
-        kiln__pwdw_pack(a->in[1]->data, data_or_null(a, 2), a->in[3]->data, data_or_null(a, 4),
-                        M ? a->in[5]->data : NULL, data_or_null(a, 6), C, E, M, packed);
+        kiln__pwdw_pack(at->no_expand ? NULL : a->in[1]->data, data_or_null(a, 2), a->in[3]->data,
+                        data_or_null(a, 4), M ? a->in[5]->data : NULL, data_or_null(a, 6), Cw, E, M, packed);
         own = !kiln__node_state_keep(a, packed, packed_free);
     }
     kiln_pwdw_args p = {
         .x = X->data, .packed = packed, .r = at->has_residual ? a->in[7]->data : NULL, .y = Y->data,
-        .N = N, .H = H, .W = W, .C = C, .E = E, .M = M,
+        .N = N, .H = H, .W = W, .C = C, .E = E, .M = M, .no_expand = at->no_expand,
         .stride = at->stride, .pt = at->pads[0], .pl = at->pads[1], .pb = at->pads[2], .pr = at->pads[3],
         .x_nhwc = (at->layout & KILN_FC_LAYOUT_X_NHWC) != 0,
         .y_nhwc = (at->layout & KILN_FC_LAYOUT_Y_NHWC) != 0,
@@ -174,7 +180,7 @@ static kiln_status pwdw_cpu(const kiln_kernel_args *a) {
 
 const kiln_op_def kiln_op_PwDwConv = {
     .name = "PwDwConv", .domain = "kiln", .since = 1,
-    .min_inputs = 4, .max_inputs = 8, .min_outputs = 1, .max_outputs = 1,
+    .min_inputs = 1, .max_inputs = 8, .min_outputs = 1, .max_outputs = 1, /* infer checks which */
     .attr_size = sizeof(kiln_pwdw_attrs),
     .infer = pwdw_infer, .workspace = pwdw_workspace, .cpu = pwdw_cpu,
 };

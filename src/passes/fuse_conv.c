@@ -263,38 +263,92 @@ static bool pointwise(const kiln_conv_geom *cg) {
     return true;
 }
 
+/* A depthwise 3x3 convolution the row kernel takes: stride 1 or 2, pads 0 or 1,
+ * channels and spatial dims known. */
+static bool depthwise3(const kiln_conv_geom *dg) {
+    if (dg->C < 1 || dg->G != dg->C || dg->M != dg->C || dg->s[0] != dg->s[1] || dg->s[0] < 1 || dg->s[0] > 2 ||
+        dg->in[0] < 1 || dg->in[1] < 1)
+        return false;
+    for (int i = 0; i < 2; i++)
+        if (dg->k[i] != 3 || dg->d[i] != 1 || dg->pb[i] < 0 || dg->pb[i] > 1 || dg->pe[i] < 0 || dg->pe[i] > 1 ||
+            dg->out[i] < 1)
+            return false;
+    return true;
+}
+
+/* The depthwise half of PwDwConv's attrs from FusedConv dw (geometry dg). */
+static void dw_attrs(const kiln_node *dw, const kiln_conv_geom *dg, kiln_pwdw_attrs *at) {
+    const kiln_fused_conv_attrs *da = dw->attrs;
+    at->act2 = da->act;
+    at->alpha2 = da->alpha;
+    at->beta2 = da->beta;
+    at->stride = (int32_t)dg->s[0];
+    at->pads[0] = (int32_t)dg->pb[0];
+    at->pads[1] = (int32_t)dg->pb[1];
+    at->pads[2] = (int32_t)dg->pe[0];
+    at->pads[3] = (int32_t)dg->pe[1];
+}
+
+/* The project half (FusedConv q: its activation and residual). */
+static void project_attrs(const kiln_node *q, kiln_pwdw_attrs *at) {
+    const kiln_fused_conv_attrs *qa = q->attrs;
+    at->has_project = 1;
+    at->has_residual = qa->has_residual ? 1 : 0;
+    at->act3 = qa->act;
+    at->alpha3 = qa->alpha;
+    at->beta3 = qa->beta;
+}
+
+/* A depthwise FusedConv without a 1x1 layer before it whose output only a
+ * 1x1 FusedConv reads (MobileNetV2's first block): one PwDwConv without the
+ * first pointwise convolution, where the depthwise output is large. */
+static kiln_status fuse_dwpw(kiln_graph *g, const kiln_optimize_opts *o, int di, const kiln_conv_geom *dg) {
+    const kiln_node *dw = &g->nodes[di];
+    int d = dw->out[0];
+    int qi = kiln__pat_sole_consumer(g, d);
+    if (qi < 0 || !kiln__pat_sole_use(g, d)) return KILN_OK;
+    const kiln_node *q = &g->nodes[qi];
+    kiln_conv_geom qg;
+    if (!const_fc(g, q) || q->in[0] != d || !fc_geom(g, q, &qg) || !pointwise(&qg)) return KILN_OK;
+    double bytes = 4.0 * (double)dg->C * (double)dg->out[0] * (double)dg->out[1];
+    if (bytes < PWDW_MIN_BYTES || !kiln__pwdw_fast_available()) return KILN_OK;
+    kiln_pwdw_attrs at;
+    memset(&at, 0, sizeof at);
+    at.no_expand = 1;
+    dw_attrs(dw, dg, &at);
+    project_attrs(q, &at);
+    int in[8] = {dw->in[0], -1, -1, dw->in[1], dw->n_in > 2 ? dw->in[2] : -1, q->in[1],
+                 q->n_in > 2 ? q->in[2] : -1, at.has_residual ? q->in[3] : -1};
+    int n_in = at.has_residual ? 8 : 7;
+    int out[1] = {q->out[0]};
+    if (!kiln__pat_supports(g, o->device, KILN_OP_PwDwConv, n_in, in, 1, out, &at)) return KILN_OK;
+    const char *names[2] = {dw->name, q->name};
+    KILN_TRY(kiln__pat_replace(g, qi, KILN_OP_PwDwConv, n_in, in, 1, out, &at, names, 2));
+    g->nodes[di].dead = true;
+    kiln__graph_link(g);
+    return KILN_OK;
+}
+
 static kiln_status fuse_pwdw(kiln_graph *g, const kiln_optimize_opts *o, int di) {
     const kiln_node *dw = &g->nodes[di];
     kiln_conv_geom dg, pg;
-    if (!plain_fc(g, dw) || !fc_geom(g, dw, &dg)) return KILN_OK;
+    if (!plain_fc(g, dw) || !fc_geom(g, dw, &dg) || !depthwise3(&dg)) return KILN_OK;
     int t = dw->in[0];
     int pi = kiln__pat_producer(g, t, KILN_OP_FusedConv);
-    if (pi < 0 || !kiln__pat_sole_use(g, t)) return KILN_OK;
-    const kiln_node *pw = &g->nodes[pi];
-    if (!plain_fc(g, pw) || !fc_geom(g, pw, &pg) || !pointwise(&pg)) return KILN_OK;
-    /* the depthwise layer: 3x3 over the pointwise output, stride 1 or 2 */
-    if (dg.G != pg.M || dg.C != pg.M || dg.M != pg.M || dg.s[0] != dg.s[1] || dg.s[0] < 1 || dg.s[0] > 2)
-        return KILN_OK;
-    for (int i = 0; i < 2; i++)
-        if (dg.k[i] != 3 || dg.d[i] != 1 || dg.pb[i] < 0 || dg.pb[i] > 1 || dg.pe[i] < 0 || dg.pe[i] > 1 ||
-            dg.out[i] < 1)
-            return KILN_OK;
+    const kiln_node *pw = pi >= 0 ? &g->nodes[pi] : NULL;
+    /* the depthwise layer over the output of a 1x1 layer read by it alone */
+    if (!pw || !kiln__pat_sole_use(g, t) || !plain_fc(g, pw) || !fc_geom(g, pw, &pg) || !pointwise(&pg) ||
+        dg.C != pg.M)
+        return fuse_dwpw(g, o, di, &dg);
     double bytes = 4.0 * (double)pg.M * (double)pg.in[0] * (double)pg.in[1];
     if (bytes < PWDW_MIN_BYTES || !kiln__pwdw_fast_available()) return KILN_OK;
-    const kiln_fused_conv_attrs *pa = pw->attrs, *da = dw->attrs;
+    const kiln_fused_conv_attrs *pa = pw->attrs;
     kiln_pwdw_attrs at;
     memset(&at, 0, sizeof at);
     at.act1 = pa->act;
     at.alpha1 = pa->alpha;
     at.beta1 = pa->beta;
-    at.act2 = da->act;
-    at.alpha2 = da->alpha;
-    at.beta2 = da->beta;
-    at.stride = (int32_t)dg.s[0];
-    at.pads[0] = (int32_t)dg.pb[0];
-    at.pads[1] = (int32_t)dg.pb[1];
-    at.pads[2] = (int32_t)dg.pe[0];
-    at.pads[3] = (int32_t)dg.pe[1];
+    dw_attrs(dw, &dg, &at);
     int in[5] = {pw->in[0], pw->in[1], pw->n_in > 2 ? pw->in[2] : -1, dw->in[1],
                  dw->n_in > 2 ? dw->in[2] : -1};
     int out[1] = {dw->out[0]};
@@ -320,11 +374,7 @@ static kiln_status fuse_pwdw_project(kiln_graph *g, const kiln_optimize_opts *o,
     if (pa->has_project || p->n_in != 5) return KILN_OK;
     const kiln_fused_conv_attrs *qa = q->attrs;
     kiln_pwdw_attrs at = *pa;
-    at.has_project = 1;
-    at.has_residual = qa->has_residual ? 1 : 0;
-    at.act3 = qa->act;
-    at.alpha3 = qa->alpha;
-    at.beta3 = qa->beta;
+    project_attrs(q, &at);
     int in[8] = {p->in[0], p->in[1], p->in[2], p->in[3], p->in[4], q->in[1], q->n_in > 2 ? q->in[2] : -1,
                  qa->has_residual ? q->in[3] : -1};
     int n_in = at.has_residual ? 8 : 7;

@@ -1,6 +1,7 @@
 /* test_conv_pwdw.c -- the row-by-row 1x1 + depthwise 3x3 [+ 1x1 + residual]
  * kernel (src/ops/conv_pwdw.c) against the three convolutions computed
  * apart with double accumulation: strides 1 and 2, every pad pattern,
+ * with and without the first pointwise convolution,
  * channel counts that are and are not multiples of 16, NCHW and NHWC in
  * and out, biases present or absent, the activations with a vector form
  * and one without, batches, the AVX-512F and the generic path, no pool and
@@ -22,6 +23,7 @@ static float frand(float lo, float hi) {
 typedef struct pcase {
     int64_t N, H, W, C, E, M; /* M = 0: no project convolution */
     int stride, pt, pl, pb, pr;
+    int no_expand;            /* T = X (E = C) */
 } pcase;
 
 static int64_t at(int nhwc, int64_t C, int64_t H, int64_t W, int64_t n, int64_t c, int64_t h, int64_t w) {
@@ -44,6 +46,10 @@ static void reference(const pcase *k, const pdata *d, int x_nhwc, int y_nhwc, fl
         for (int64_t e = 0; e < E; e++)
             for (int64_t y = 0; y < H; y++)
                 for (int64_t x = 0; x < W; x++) {
+                    if (k->no_expand) {
+                        t[((n * E + e) * H + y) * W + x] = d->x[at(x_nhwc, k->C, H, W, n, e, y, x)];
+                        continue;
+                    }
                     double s = d->b1 ? d->b1[e] : 0.0;
                     for (int64_t c = 0; c < k->C; c++)
                         s += (double)d->w1[e * k->C + c] * d->x[at(x_nhwc, k->C, H, W, n, c, y, x)];
@@ -118,8 +124,10 @@ static double run_case(const pcase *k, int variant, kiln_pool **pools, int npool
     float *ref = malloc(sizeof(float) * (size_t)yn), *y = malloc(sizeof(float) * (size_t)yn);
     float *y0 = malloc(sizeof(float) * (size_t)yn);
     reference(k, &d, x_nhwc, y_nhwc, ref);
-    float *packed = malloc(sizeof(float) * (size_t)kiln__pwdw_packed_floats(k->C, k->E, k->M));
-    kiln__pwdw_pack(d.w1, d.b1, d.w2, d.b2, k->M ? d.w3 : NULL, d.b3, k->C, k->E, k->M, packed);
+    int64_t Cw = k->no_expand ? 0 : k->C;
+    float *packed = malloc(sizeof(float) * (size_t)kiln__pwdw_packed_floats(Cw, k->E, k->M));
+    kiln__pwdw_pack(k->no_expand ? NULL : d.w1, k->no_expand ? NULL : d.b1, d.w2, d.b2, k->M ? d.w3 : NULL,
+                    d.b3, Cw, k->E, k->M, packed);
     double maxref = 0.0, worst = 0.0;
     for (int64_t i = 0; i < yn; i++) maxref = fmax(maxref, fabs(ref[i]));
     for (int gen = 0; gen < 2; gen++) {
@@ -131,7 +139,8 @@ static double run_case(const pcase *k, int variant, kiln_pool **pools, int npool
             void *ws = malloc(wsb);
             for (int64_t i = 0; i < yn; i++) y[i] = NAN;
             kiln_pwdw_args a = {.x = d.x, .packed = packed, .r = d.r, .y = y, .N = k->N, .H = k->H,
-                                .W = k->W, .C = k->C, .E = k->E, .M = k->M, .stride = k->stride,
+                                .W = k->W, .C = k->C, .E = k->E, .M = k->M, .no_expand = k->no_expand,
+                                .stride = k->stride,
                                 .pt = k->pt, .pl = k->pl, .pb = k->pb, .pr = k->pr,
                                 .x_nhwc = x_nhwc, .y_nhwc = y_nhwc,
                                 .act1 = d.acts[0], .alpha1 = d.alpha[0], .beta1 = d.beta[0],
@@ -171,14 +180,17 @@ static kiln_pool *g_pools[3];
 
 TEST(pwdw_shapes) {
     static const pcase cases[] = {
-        {1, 1, 1, 1, 1, 0, 1, 1, 1, 1, 1},      {1, 5, 7, 3, 16, 0, 1, 1, 1, 1, 1},
-        {2, 9, 8, 5, 20, 7, 2, 1, 1, 1, 1},     {1, 12, 11, 16, 96, 24, 2, 0, 1, 1, 0},
-        {1, 10, 10, 8, 33, 17, 1, 0, 0, 0, 0},  {2, 7, 13, 24, 144, 24, 1, 1, 1, 1, 1},
-        {1, 14, 14, 32, 192, 64, 2, 1, 0, 0, 1}, {3, 6, 5, 4, 64, 80, 1, 1, 0, 1, 0},
-        {1, 3, 3, 2, 48, 16, 2, 1, 1, 1, 1},    {1, 16, 9, 7, 65, 0, 2, 1, 1, 1, 1},
+        {1, 1, 1, 1, 1, 0, 1, 1, 1, 1, 1, 0},      {1, 5, 7, 3, 16, 0, 1, 1, 1, 1, 1, 0},
+        {2, 9, 8, 5, 20, 7, 2, 1, 1, 1, 1, 0},     {1, 12, 11, 16, 96, 24, 2, 0, 1, 1, 0, 0},
+        {1, 10, 10, 8, 33, 17, 1, 0, 0, 0, 0, 0},  {2, 7, 13, 24, 144, 24, 1, 1, 1, 1, 1, 0},
+        {1, 14, 14, 32, 192, 64, 2, 1, 0, 0, 1, 0}, {3, 6, 5, 4, 64, 80, 1, 1, 0, 1, 0, 0},
+        {1, 3, 3, 2, 48, 16, 2, 1, 1, 1, 1, 0},    {1, 16, 9, 7, 65, 0, 2, 1, 1, 1, 1, 0},
         /* large enough to be split over threads (bands of rows, images) */
-        {2, 24, 20, 32, 96, 32, 1, 1, 1, 1, 1}, {1, 40, 30, 16, 96, 24, 2, 1, 1, 1, 1},
-        {2, 30, 30, 32, 128, 0, 1, 1, 1, 1, 1},
+        {2, 24, 20, 32, 96, 32, 1, 1, 1, 1, 1, 0}, {1, 40, 30, 16, 96, 24, 2, 1, 1, 1, 1, 0},
+        {2, 30, 30, 32, 128, 0, 1, 1, 1, 1, 1, 0},
+        /* no first pointwise convolution (E = C): depthwise + project */
+        {1, 9, 11, 16, 16, 8, 1, 1, 1, 1, 1, 1}, {2, 12, 10, 20, 20, 33, 2, 1, 1, 1, 1, 1},
+        {1, 40, 36, 32, 32, 16, 1, 1, 1, 1, 1, 1}, {1, 7, 7, 5, 5, 16, 2, 0, 1, 0, 1, 1},
     };
     double worst = 0.0;
     int n = (int)(sizeof cases / sizeof cases[0]);
@@ -194,7 +206,7 @@ TEST(pwdw_shapes) {
 
 /* A wrong kernel fails: a perturbed packed weight gives a large error. */
 TEST(pwdw_detects_errors) {
-    pcase k = {1, 6, 6, 4, 16, 8, 1, 1, 1, 1, 1};
+    pcase k = {1, 6, 6, 4, 16, 8, 1, 1, 1, 1, 1, 0};
     pdata d;
     memset(&d, 0, sizeof d);
     float x[144], w1[64], w2[144], w3[128], ref[288], y[288];

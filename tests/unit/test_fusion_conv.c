@@ -237,14 +237,19 @@ static int conv_bn_relu6(kiln_graph *g, const char *name, int x, int64_t C, int6
 /* MobileNetV2's inverted-residual blocks: expand 1x1, depthwise 3x3 and
  * project 1x1 (+ residual) become one PwDwConv where the expanded tensor is
  * large (and AVX-512F is there to run it fast), and give the same outputs;
+ * a first block without the expand convolution becomes one too;
  * a block whose depthwise output is also read elsewhere fuses only its
  * first two convolutions, and one whose expanded tensor is small stays as
  * three FusedConvs. */
 TEST(inverted_residual_block) {
     kiln_graph *g = NULL;
     CHECK_OK(kiln__graph_create(&g));
-    int64_t xd[4] = {2, 16, 48, 48};
-    int x = add_input(g, "x", 4, xd);
+    int64_t xd[4] = {2, 64, 48, 48};
+    int x0 = add_input(g, "x", 4, xd);
+    /* block 0: depthwise 3x3 + project 64 -> 16, no expand (depthwise output:
+     * 64 x 48 x 48 floats = 576 KiB) */
+    int d0 = conv_bn_relu6(g, "b0_dw", x0, 64, 64, 3, 1, 64);
+    int x = bnorm(g, "b0_project_bn", conv(g, "b0_project", d0, 64, 16, 1, 1, 0, 1, 1), 16);
     /* block 1: 16 -> 64 -> 16, stride 1, residual (expanded: 64 x 48 x 48 floats = 576 KiB) */
     int e1 = conv_bn_relu6(g, "b1_expand", x, 16, 64, 1, 1, 1);
     int d1 = conv_bn_relu6(g, "b1_dw", e1, 64, 64, 3, 1, 64);
@@ -264,7 +269,14 @@ TEST(inverted_residual_block) {
     for (int threads = 1; threads <= 3; threads += 2) {
         kiln_engine *e = build(m, (bopts){.opt = 1, .tuning = 1, .threads = threads});
         bool fast = kiln__pwdw_fast_available();
-        CHECK(e && count_op(e, KILN_OP_PwDwConv) == (fast ? 2 : 0));
+        CHECK(e && count_op(e, KILN_OP_PwDwConv) == (fast ? 3 : 0));
+        const kiln_node *n0 = e ? find_layer(e, "b0_dw+b0_dw_bn+b0_dw_relu6+b0_project+b0_project_bn") : NULL;
+        CHECK(!fast || n0);
+        if (n0) {
+            const kiln_pwdw_attrs *a0 = n0->attrs;
+            CHECK(a0->no_expand == 1 && a0->has_project == 1 && a0->has_residual == 0 && n0->n_in == 7 &&
+                  n0->in[1] < 0 && n0->in[2] < 0);
+        }
         const kiln_node *n1 = e ? find_layer(e, "b1_expand+b1_expand_bn+b1_expand_relu6+b1_dw+b1_dw_bn+"
                                               "b1_dw_relu6+b1_project+b1_project_bn+b1_add")
                                 : NULL;
@@ -275,10 +287,12 @@ TEST(inverted_residual_block) {
             CHECK(a1->has_project == 1 && a1->has_residual == 1 && n1->n_in == 8 && a1->stride == 1);
             CHECK(a1->act1 == KILN_FC_ACT_CLIP && a1->act2 == KILN_FC_ACT_CLIP && a1->act3 == KILN_FC_ACT_NONE);
             CHECK(a2->has_project == 0 && a2->stride == 2 && a2->pads[0] == 1 && a2->pads[3] == 1);
-            /* block 1's output goes to block 2 in NHWC where oneDNN is there
-             * to read it; the graph output stays NCHW */
+            /* blocks 0 -> 1 -> 2 pass NHWC (kiln's kernel reads and writes
+             * either); the graph output stays NCHW */
+            const kiln_pwdw_attrs *a0 = n0 ? n0->attrs : NULL;
             CHECK(!(a2->layout & KILN_FC_LAYOUT_Y_NHWC));
-            CHECK((a1->layout & KILN_FC_LAYOUT_Y_NHWC) == (a2->layout & KILN_FC_LAYOUT_X_NHWC));
+            CHECK((a1->layout & KILN_FC_LAYOUT_Y_NHWC) && (a2->layout & KILN_FC_LAYOUT_X_NHWC));
+            CHECK(a0 && (a0->layout & KILN_FC_LAYOUT_Y_NHWC) && (a1->layout & KILN_FC_LAYOUT_X_NHWC));
             const char *d = kiln_engine_describe(e, 0);
             CHECK(strstr(d, "PwDwConv") != NULL);
         }
