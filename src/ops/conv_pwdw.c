@@ -64,6 +64,8 @@ typedef struct pwdw_geom {
 
 static bool geom_of(int64_t W, int64_t E, int64_t M, int stride, int pl, int pr, int64_t Ho,
                     pwdw_geom *g) {
+    /* what kiln.PwDwConv allows (a damaged engine may say otherwise) */
+    if (stride < 1 || stride > 2 || pl < 0 || pl > 1 || pr < 0 || pr > 1) return false;
     g->Ho = Ho;
     g->Wo = kiln__pwdw_out(W, pl, pr, stride);
     /* far from overflow; larger layers are refused by the caller's checks */
