@@ -118,14 +118,11 @@ static int64_t project_m(const kiln_pwdw_attrs *at, int n_in, const int64_t *w3d
     return at->has_project && n_in > 5 ? w3dims[0] : 0;
 }
 
+/* (asked only after pwdw_infer accepted the layer) */
 static size_t pwdw_workspace(const kiln_infer_args *a) {
     const kiln_pwdw_attrs *at = a->attrs;
-    /* (asked also of layers whose attributes infer refuses: damaged engines) */
-    if (a->n_in < 4 || !a->in[0] || !a->in[3] || (at->stride != 1 && at->stride != 2)) return 0;
-    for (int i = 0; i < 4; i++)
-        if (at->pads[i] != 0 && at->pads[i] != 1) return 0;
     const kiln_tinfo *X = a->in[0], *W2 = a->in[3];
-    if (X->rank != 4 || X->dims[3] < 1 || W2->rank < 1 || W2->dims[0] < 1) return 0;
+    if (X->dims[3] < 1 || W2->dims[0] < 1) return 0;
     int64_t M = at->has_project && a->n_in > 5 && a->in[5] ? project_m(at, a->n_in, a->in[5]->dims) : 0;
     return kiln__pwdw_workspace(X->dims[3], W2->dims[0], M, at->stride, at->pads[1], at->pads[3],
                                 ws_threads());

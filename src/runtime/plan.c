@@ -195,10 +195,13 @@ static void plan_sizes(planner *P) {
             P->exact[v] = ex;
             p->nbytes[v] = ex ? nb : 0;
         }
-        /* workspace: host nodes only (device backends keep their own) */
+        /* workspace: host nodes only (device backends keep their own), and
+         * only of a node whose infer accepted it: an op's workspace() may
+         * assume the attributes and shapes infer checks (a damaged engine's
+         * zero stride would divide by zero there); such a node fails at run */
         int wsi = aux + n->n_out;
         p->aux_off[wsi] = -1;
-        if (kiln__node_mem(P->e, n) == KILN_MEM_HOST && n->op->workspace && all_exact) {
+        if (kiln__node_mem(P->e, n) == KILN_MEM_HOST && n->op->workspace && all_exact && inferred) {
             p->aux_bytes[wsi] = n->op->workspace(&ia);
             p->aux_off[wsi] = p->aux_bytes[wsi] ? 0 : -1;
             if (p->aux_bytes[wsi] > p->max_workspace) {
