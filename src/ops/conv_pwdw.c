@@ -506,11 +506,6 @@ static void run_tasks(void *ctx, int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; t++) run_task(ctx, (int)t);
 }
 
-/* A task per thread only where the layer is large enough: waking a pool
- * thread costs tens of microseconds (cost: multiply-adds, plus 16 per
- * element read or written, as for the oneDNN layers). */
-#define TASK_COST 1e6
-
 void kiln__pwdw_run(const kiln_pwdw_args *a) {
     pwdw_plan P;
     memset(&P, 0, sizeof P);
@@ -537,8 +532,7 @@ void kiln__pwdw_run(const kiln_pwdw_args *a) {
     int64_t tasks = kiln__pool_threads(a->pool);
     if (tasks > room) tasks = room;
     if (tasks > a->N * Ho) tasks = a->N * Ho;
-    if (tasks > 1 && cost < 2 * TASK_COST) tasks = 1;
-    if (tasks > 1 && cost / TASK_COST < (double)tasks) tasks = (int64_t)(cost / TASK_COST);
+    if (tasks > kiln__parts_for_cost(cost)) tasks = kiln__parts_for_cost(cost); /* small layers: fewer */
     P.tasks = (int)(tasks < 1 ? 1 : tasks);
     if (P.tasks == 1) run_task(&P, 0);
     else kiln__parallel_for(a->pool, P.tasks, 1, run_tasks, &P);

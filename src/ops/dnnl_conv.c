@@ -41,11 +41,6 @@
 #include <stdio.h>
 
 #define MAX_PARTS 64 /* pool threads used by one layer */
-/* Least work per part (see dconv_create). Pool workers spin briefly between
- * jobs (src/core/pool.c), so handing a part to one costs a few microseconds,
- * about this many multiply-adds; measured on the 2-core test machine,
- * MobileNetV2 at 2 threads: 4.9 ms with 12e6, 3.3 ms with 3e6, 2.9 ms with 1e6. */
-#define PART_COST 1e6
 
 #define NODE(a) ((a)->node_name ? (a)->node_name : "?")
 
@@ -412,7 +407,7 @@ static kiln_status dconv_create(const kiln_kernel_args *a, int tactic, int nthre
      * saves (cost: multiply-adds plus 16 per element read or written) */
     double cost = (double)g.N * (double)g.M * (double)g.out_sz * (double)g.Cg * (double)g.k_sz +
                   16.0 * (double)g.N * ((double)g.C * (double)g.in_sz + (double)g.M * (double)g.out_sz);
-    if (parts > 1 && cost / PART_COST < parts) parts = cost >= 2 * PART_COST ? (int)(cost / PART_COST) : 1;
+    if (parts > kiln__parts_for_cost(cost)) parts = kiln__parts_for_cost(cost);
     bool rows = g.N == 1 && g.ns >= 1;
     int64_t span = rows ? g.out[0] : g.N;
     if (parts > span) parts = span > 0 ? (int)span : 1;
