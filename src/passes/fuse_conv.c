@@ -289,14 +289,33 @@ static void dw_attrs(const kiln_node *dw, const kiln_conv_geom *dg, kiln_pwdw_at
     at->pads[3] = (int32_t)dg->pe[1];
 }
 
-/* The project half (FusedConv q: its activation and residual). */
-static void project_attrs(const kiln_node *q, kiln_pwdw_attrs *at) {
+/* The project half (FusedConv q: its activation and residual): attrs and
+ * inputs 5..7; returns the input count. */
+static int project_attrs(const kiln_node *q, kiln_pwdw_attrs *at, int in[8]) {
     const kiln_fused_conv_attrs *qa = q->attrs;
     at->has_project = 1;
     at->has_residual = qa->has_residual ? 1 : 0;
     at->act3 = qa->act;
     at->alpha3 = qa->alpha;
     at->beta3 = qa->beta;
+    in[5] = q->in[1];
+    in[6] = q->n_in > 2 ? q->in[2] : -1;
+    in[7] = at->has_residual ? q->in[3] : -1;
+    return at->has_residual ? 8 : 7;
+}
+
+/* Node `keep` becomes a PwDwConv (its output stays), named after nodes
+ * `first` and `keep`; `first` dies. Nothing changes where the backend
+ * has no kernel for it. */
+static kiln_status make_pwdw(kiln_graph *g, const kiln_optimize_opts *o, int first, int keep,
+                             const kiln_pwdw_attrs *at, const int *in, int n_in) {
+    int out[1] = {g->nodes[keep].out[0]};
+    if (!kiln__pat_supports(g, o->device, KILN_OP_PwDwConv, n_in, in, 1, out, at)) return KILN_OK;
+    const char *names[2] = {g->nodes[first].name, g->nodes[keep].name};
+    KILN_TRY(kiln__pat_replace(g, keep, KILN_OP_PwDwConv, n_in, in, 1, out, at, names, 2));
+    g->nodes[first].dead = true;
+    kiln__graph_link(g);
+    return KILN_OK;
 }
 
 /* A depthwise FusedConv without a 1x1 layer before it whose output only a
@@ -316,17 +335,9 @@ static kiln_status fuse_dwpw(kiln_graph *g, const kiln_optimize_opts *o, int di,
     memset(&at, 0, sizeof at);
     at.no_expand = 1;
     dw_attrs(dw, dg, &at);
-    project_attrs(q, &at);
-    int in[8] = {dw->in[0], -1, -1, dw->in[1], dw->n_in > 2 ? dw->in[2] : -1, q->in[1],
-                 q->n_in > 2 ? q->in[2] : -1, at.has_residual ? q->in[3] : -1};
-    int n_in = at.has_residual ? 8 : 7;
-    int out[1] = {q->out[0]};
-    if (!kiln__pat_supports(g, o->device, KILN_OP_PwDwConv, n_in, in, 1, out, &at)) return KILN_OK;
-    const char *names[2] = {dw->name, q->name};
-    KILN_TRY(kiln__pat_replace(g, qi, KILN_OP_PwDwConv, n_in, in, 1, out, &at, names, 2));
-    g->nodes[di].dead = true;
-    kiln__graph_link(g);
-    return KILN_OK;
+    int in[8] = {dw->in[0], -1, -1, dw->in[1], dw->n_in > 2 ? dw->in[2] : -1};
+    int n_in = project_attrs(q, &at, in);
+    return make_pwdw(g, o, di, qi, &at, in, n_in);
 }
 
 static kiln_status fuse_pwdw(kiln_graph *g, const kiln_optimize_opts *o, int di) {
@@ -351,13 +362,7 @@ static kiln_status fuse_pwdw(kiln_graph *g, const kiln_optimize_opts *o, int di)
     dw_attrs(dw, &dg, &at);
     int in[5] = {pw->in[0], pw->in[1], pw->n_in > 2 ? pw->in[2] : -1, dw->in[1],
                  dw->n_in > 2 ? dw->in[2] : -1};
-    int out[1] = {dw->out[0]};
-    if (!kiln__pat_supports(g, o->device, KILN_OP_PwDwConv, 5, in, 1, out, &at)) return KILN_OK;
-    const char *names[2] = {pw->name, dw->name};
-    KILN_TRY(kiln__pat_replace(g, di, KILN_OP_PwDwConv, 5, in, 1, out, &at, names, 2));
-    g->nodes[pi].dead = true;
-    kiln__graph_link(g);
-    return KILN_OK;
+    return make_pwdw(g, o, pi, di, &at, in, 5);
 }
 
 /* PwDwConv -> 1x1 FusedConv (the project convolution, with its residual
@@ -372,19 +377,10 @@ static kiln_status fuse_pwdw_project(kiln_graph *g, const kiln_optimize_opts *o,
     const kiln_node *p = &g->nodes[pi];
     const kiln_pwdw_attrs *pa = p->attrs;
     if (pa->has_project || p->n_in != 5) return KILN_OK;
-    const kiln_fused_conv_attrs *qa = q->attrs;
     kiln_pwdw_attrs at = *pa;
-    project_attrs(q, &at);
-    int in[8] = {p->in[0], p->in[1], p->in[2], p->in[3], p->in[4], q->in[1], q->n_in > 2 ? q->in[2] : -1,
-                 qa->has_residual ? q->in[3] : -1};
-    int n_in = at.has_residual ? 8 : 7;
-    int out[1] = {q->out[0]};
-    if (!kiln__pat_supports(g, o->device, KILN_OP_PwDwConv, n_in, in, 1, out, &at)) return KILN_OK;
-    const char *names[2] = {p->name, q->name};
-    KILN_TRY(kiln__pat_replace(g, qi, KILN_OP_PwDwConv, n_in, in, 1, out, &at, names, 2));
-    g->nodes[pi].dead = true;
-    kiln__graph_link(g);
-    return KILN_OK;
+    int in[8] = {p->in[0], p->in[1], p->in[2], p->in[3], p->in[4]};
+    int n_in = project_attrs(q, &at, in);
+    return make_pwdw(g, o, pi, qi, &at, in, n_in);
 }
 
 kiln_status kiln__opt_conv(kiln_graph *g, const kiln_optimize_opts *o) {
