@@ -10,6 +10,7 @@
 #include <stdlib.h>
 
 #include "test.h"
+#include "kernel_check.h"
 
 #include "ops/conv_pwdw.h"
 #include "ops/fused_conv.h"
@@ -149,12 +150,7 @@ static double run_case(const pcase *k, int variant, kiln_pool **pools, int npool
                                 .ws = ws, .ws_bytes = wsb, .pool = pools[pi], .force_generic = gen};
             kiln__pwdw_run(&a);
             free(ws);
-            double err = 0.0;
-            for (int64_t i = 0; i < yn; i++) {
-                double e = fabs((double)y[i] - ref[i]);
-                if (!(e <= err)) err = isnan(e) ? INFINITY : e;
-            }
-            err /= 1.0 + maxref;
+            double err = kc_error(y, ref, yn, maxref);
             if (err > worst) worst = err;
             if (!(err <= 2e-5)) {
                 fprintf(stderr,
@@ -165,10 +161,7 @@ static double run_case(const pcase *k, int variant, kiln_pool **pools, int npool
                         gen ? "generic" : "avx512", kiln__pool_threads(pools[pi]), err);
                 CHECK(err <= 2e-5);
             }
-            if (pi == 0)
-                memcpy(y0, y, sizeof(float) * (size_t)yn);
-            else
-                CHECK(memcmp(y0, y, sizeof(float) * (size_t)yn) == 0);
+            kc_same_bits(pi, y0, y, yn);
         }
     }
     free(d.x), free(d.w1), free(d.b1), free(d.w2), free(d.b2), free(d.w3), free(d.b3), free(rr);

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include "test.h"
+#include "kernel_check.h"
 
 #include "ops/conv_wino.h"
 
@@ -91,12 +92,7 @@ static double run_case(const wcase *k, int variant, kiln_pool **pools, int npool
                                 .ws = ws, .ws_bytes = wsb, .pool = pools[pi], .force_generic = gen};
             kiln__wino_run(&a);
             free(ws);
-            double err = 0.0;
-            for (int64_t i = 0; i < yn; i++) {
-                double e = fabs((double)y[i] - ref[i]);
-                if (!(e <= err)) err = isnan(e) ? INFINITY : e;
-            }
-            err /= 1.0 + maxref;
+            double err = kc_error(y, ref, yn, maxref);
             if (err > worst) worst = err;
             if (!(err <= 5e-5)) {
                 fprintf(stderr,
@@ -106,11 +102,7 @@ static double run_case(const wcase *k, int variant, kiln_pool **pools, int npool
                         kiln__pool_threads(pools[pi]), err);
                 CHECK(err <= 5e-5);
             }
-            /* every pool gives the same bits as no pool on the same path */
-            if (pi == 0)
-                memcpy(y0, y, sizeof(float) * (size_t)yn);
-            else
-                CHECK(memcmp(y0, y, sizeof(float) * (size_t)yn) == 0);
+            kc_same_bits(pi, y0, y, yn);
         }
     }
     free(x), free(Wt), free(b), free(r), free(ref), free(y), free(y0), free(u);

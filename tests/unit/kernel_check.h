@@ -1,0 +1,30 @@
+/* kernel_check.h -- checks shared by the kernel tests that run one
+ * computation on several paths and pools against a double-precision
+ * reference (test_conv_wino.c, test_conv_pwdw.c). Include after test.h. */
+#ifndef KILN_TEST_KERNEL_CHECK_H
+#define KILN_TEST_KERNEL_CHECK_H
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+/* max |y - ref| / (1 + maxref); a NaN in y counts as an infinite error. */
+static inline double kc_error(const float *y, const float *ref, int64_t n, double maxref) {
+    double err = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        double e = fabs((double)y[i] - ref[i]);
+        if (!(e <= err)) err = isnan(e) ? INFINITY : e;
+    }
+    return err / (1.0 + maxref);
+}
+
+/* Every pool gives the same bits as no pool on the same path: pool 0's
+ * output is kept in y0, the others are compared with it. */
+static inline void kc_same_bits(int pool_index, float *y0, const float *y, int64_t n) {
+    if (pool_index == 0)
+        memcpy(y0, y, sizeof(float) * (size_t)n);
+    else
+        CHECK(memcmp(y0, y, sizeof(float) * (size_t)n) == 0);
+}
+
+#endif
