@@ -47,7 +47,8 @@ static inline int64_t kiln__pwdw_out(int64_t n, int pa, int pb, int stride) {
 }
 /* Floats of the packed weights: W1 as [C][Ep], B1 [Ep], W2 as [9][Ep], B2
  * [Ep], then (M > 0) W3 as [E][Mp], B3 [Mp], with Ep and Mp = E and M
- * rounded up to 16 (zero padded). */
+ * rounded up to 16 (zero padded). Without the first pointwise convolution
+ * (no_expand) C is 0 here and in kiln__pwdw_pack (W1 empty, B1 zeros). */
 KILN_PRIVATE int64_t kiln__pwdw_packed_floats(int64_t C, int64_t E, int64_t M);
 /* w1 [E, C], b1 [E] or NULL, w2 [E, 9], b2 [E] or NULL, w3 [M, E] (or
  * NULL with M = 0), b3 [M] or NULL -> out. */

@@ -114,16 +114,12 @@ static int ws_threads(void) {
     return n < 1 ? 1 : n > 16 ? 16 : n;
 }
 
-static int64_t project_m(const kiln_pwdw_attrs *at, int n_in, const int64_t *w3dims) {
-    return at->has_project && n_in > 5 ? w3dims[0] : 0;
-}
-
 /* (asked only after pwdw_infer accepted the layer) */
 static size_t pwdw_workspace(const kiln_infer_args *a) {
     const kiln_pwdw_attrs *at = a->attrs;
     const kiln_tinfo *X = a->in[0], *W2 = a->in[3];
     if (X->dims[3] < 1 || W2->dims[0] < 1) return 0;
-    int64_t M = at->has_project && a->n_in > 5 && a->in[5] ? project_m(at, a->n_in, a->in[5]->dims) : 0;
+    int64_t M = at->has_project ? a->in[5]->dims[0] : 0;
     return kiln__pwdw_workspace(X->dims[3], W2->dims[0], M, at->stride, at->pads[1], at->pads[3],
                                 ws_threads());
 }
