@@ -223,6 +223,59 @@ TEST(pwdw_detects_errors) {
     free(ws);
 }
 
+/* Attributes and shapes a damaged engine may give the layer: refused by
+ * infer with a message naming what is wrong. */
+TEST(pwdw_bad_layers) {
+    const kiln_op_def *op = kiln__op_by_id(KILN_OP_PwDwConv);
+    CHECK(op && op->infer);
+    if (!op) return;
+    kiln_tinfo X = {.dtype = KILN_DTYPE_FLOAT32, .rank = 4, .dims = {1, 8, 10, 10}};
+    kiln_tinfo W1 = {.dtype = KILN_DTYPE_FLOAT32, .rank = 4, .dims = {32, 8, 1, 1}};
+    kiln_tinfo W2 = {.dtype = KILN_DTYPE_FLOAT32, .rank = 4, .dims = {32, 1, 3, 3}};
+    kiln_tinfo W3 = {.dtype = KILN_DTYPE_FLOAT32, .rank = 4, .dims = {8, 32, 1, 1}};
+    kiln_tinfo W2bad = {.dtype = KILN_DTYPE_FLOAT32, .rank = 4, .dims = {32, 1, 5, 5}};
+    kiln_tinfo R = {.dtype = KILN_DTYPE_FLOAT32, .rank = 4, .dims = {1, 8, 9, 9}}, Y;
+    kiln_tinfo *outs[1] = {&Y};
+    const kiln_tinfo *in[8] = {&X, &W1, NULL, &W2, NULL};
+    kiln_pwdw_attrs at;
+    memset(&at, 0, sizeof at);
+    at.stride = 1;
+    for (int i = 0; i < 4; i++) at.pads[i] = 1;
+    kiln_infer_args a = {.op = op, .attrs = &at, .node_name = "blk", .n_in = 5, .n_out = 1, .in = in, .out = outs};
+    CHECK_OK(op->infer(&a));
+    CHECK(Y.rank == 4 && Y.dims[1] == 32 && Y.dims[2] == 10 && Y.dims[3] == 10);
+    at.stride = 0;
+    CHECK_ERR(op->infer(&a), KILN_ERR_MODEL, "node 'blk' (PwDwConv): stride 0 (1 or 2 only)");
+    at.stride = 2;
+    at.pads[2] = 2;
+    CHECK_ERR(op->infer(&a), KILN_ERR_MODEL, "pad 2 is 2 (0 or 1 only)");
+    at.pads[2] = 1;
+    at.act2 = 99;
+    CHECK_ERR(op->infer(&a), KILN_ERR_MODEL, "unknown activation");
+    at.act2 = 0;
+    at.has_residual = 1; /* without the project convolution */
+    CHECK_ERR(op->infer(&a), KILN_ERR_MODEL, "has_project 0, has_residual 1");
+    at.has_residual = 0;
+    at.layout = 64;
+    CHECK_ERR(op->infer(&a), KILN_ERR_MODEL, "unknown layout bits 0x40");
+    at.layout = 0;
+    in[3] = &W2bad;
+    CHECK_ERR(op->infer(&a), KILN_ERR_MODEL, "do not fit an input of 8 channels");
+    in[3] = &W2;
+    /* the project convolution and its residual, which must match the output */
+    at.has_project = at.has_residual = 1;
+    CHECK_ERR(op->infer(&a), KILN_ERR_MODEL, "5 inputs, but its attributes want 8");
+    in[5] = &W3;
+    in[7] = &R;
+    a.n_in = 8;
+    CHECK_ERR(op->infer(&a), KILN_ERR_MODEL, "residual [1x8x9x9] does not match the output [1x8x5x5]");
+    R.dims[2] = R.dims[3] = 5;
+    CHECK_OK(op->infer(&a));
+    /* no_expand with the first weights still there */
+    at.no_expand = 1;
+    CHECK_ERR(op->infer(&a), KILN_ERR_MODEL, "present but no_expand is set");
+}
+
 int main(void) {
     g_pools[0] = NULL;
     CHECK_OK(kiln__pool_create(2, &g_pools[1]));
@@ -230,6 +283,7 @@ int main(void) {
     printf("  avx512f path: %s\n", kiln__pwdw_fast_available() ? "yes" : "no (generic only)");
     RUN(pwdw_shapes);
     RUN(pwdw_detects_errors);
+    RUN(pwdw_bad_layers);
     kiln__pool_free(g_pools[1]);
     kiln__pool_free(g_pools[2]);
     return test_summary();
