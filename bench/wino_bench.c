@@ -1,4 +1,4 @@
-/* wino_bench.c -- kiln's Winograd F(4x4, 3x3) convolution (src/ops/conv_wino.c)
+/* wino_bench.c -- kiln's Winograd F(4x4, 3x3) or F(2x2, 3x3) convolution (src/ops/conv_wino.c)
  * against oneDNN's direct convolution on ResNet-50's 3x3 stride-1 layers at
  * batch 1: NHWC in and out, pads 1, bias, ReLU, no residual. Prints the
  * median of 30 timed runs (after warm-up) in ms and the direct-equivalent
@@ -12,7 +12,8 @@
  *
  * (Add -DKILN_WINO_BLOCK_FLOATS=... to try other tile block sizes.) An
  * optional second argument "nodnnl" skips oneDNN; a third (0..3) times only
- * that layer and then runs it 1000 times more (for perf record). */
+ * that layer and then runs it 1000 times more (for perf record), -1 all; a
+ * fourth is the output tile (4, the default, or 2). */
 #include <dnnl.h>
 #include <math.h>
 #include <stdio.h>
@@ -122,13 +123,15 @@ int main(int argc, char **argv) {
     int threads = argc > 1 ? atoi(argv[1]) : 1;
     int use_dnnl = !(argc > 2 && !strcmp(argv[2], "nodnnl"));
     int only = argc > 3 ? atoi(argv[3]) : -1; /* one layer (0..3), run 1000 times: for perf */
+    int tile = argc > 4 && atoi(argv[4]) == 2 ? 2 : 4;
     kiln_pool *pool = NULL;
     if (threads > 1) {
         if (kiln__pool_create(threads, &pool) != KILN_OK) return 1;
         kiln__pool_hold(pool, true);
     }
     static const int64_t shapes[4][2] = {{56, 64}, {28, 128}, {14, 256}, {7, 512}};
-    printf("threads %d, avx512f %s\n", threads, kiln__wino_fast_available() ? "yes" : "no");
+    printf("threads %d, avx512f %s, F(%dx%d, 3x3)\n", threads, kiln__wino_fast_available() ? "yes" : "no", tile,
+           tile);
     /* kiln's layers first, then (the pool freed: its spinning workers
      * would take CPU time from OpenMP's) oneDNN's on the same data */
     double tw[4] = {0};
@@ -138,16 +141,17 @@ int main(int argc, char **argv) {
         int64_t HW = shapes[s][0], C = shapes[s][1], M = C;
         float *x = malloc(sizeof(float) * (size_t)(HW * HW * C)), *w = malloc(sizeof(float) * (size_t)(M * C * 9));
         float *b = malloc(sizeof(float) * (size_t)M), *y = malloc(sizeof(float) * (size_t)(HW * HW * M));
-        float *u = malloc(sizeof(float) * kiln__wino_packed_floats(C, M));
+        /* 64-byte aligned, as kiln allocates them (unaligned rows split every load) */
+        float *u = aligned_alloc(64, (sizeof(float) * kiln__wino_packed_floats(C, M, tile) + 63) / 64 * 64);
         for (int64_t i = 0; i < HW * HW * C; i++) x[i] = (float)rand() / (float)RAND_MAX - 0.5f;
         for (int64_t i = 0; i < M; i++) b[i] = 0.01f * (float)(i % 7);
         srand(2);
         for (int64_t i = 0; i < M * C * 9; i++) w[i] = ((float)rand() / (float)RAND_MAX - 0.5f) * 0.1f;
-        kiln__wino_pack(w, C, M, u);
-        size_t wsb = kiln__wino_workspace(1, HW, HW, C, M, 1, 1, 1, 1, threads);
+        kiln__wino_pack(w, C, M, tile, u);
+        size_t wsb = kiln__wino_workspace(1, HW, HW, C, M, 1, 1, 1, 1, tile, threads);
         void *ws = malloc(wsb);
         memset(ws, 0, wsb);
-        kiln_wino_args a = {.x = x, .u = u, .bias = b, .y = y, .N = 1, .H = HW, .W = HW, .C = C, .M = M,
+        kiln_wino_args a = {.x = x, .u = u, .tile = tile, .bias = b, .y = y, .N = 1, .H = HW, .W = HW, .C = C, .M = M,
                             .pt = 1, .pl = 1, .pb = 1, .pr = 1, .x_nhwc = 1, .y_nhwc = 1,
                             .act = KILN_FC_ACT_RELU, .ws = ws, .ws_bytes = wsb, .pool = pool};
         double t[RUNS];

@@ -380,7 +380,7 @@ static bool chain_layout(kiln_node *n, const kiln_tinfo *const *in, int32_t id, 
         !in[0] || in[0]->rank != 4)
         return false;
     kiln_fused_conv_attrs *fa = n->attrs;
-    if (id == KILN_FC_TACTIC_WINO) { /* kiln's kernel: every layer it takes, either layout */
+    if (kiln__fc_wino_tile(id)) { /* kiln's kernel: every layer it takes, either layout */
         fa->layout = KILN_FC_LAYOUT_X_NHWC | KILN_FC_LAYOUT_Y_NHWC;
         return true;
     }

@@ -1,13 +1,14 @@
-/* conv_wino.h -- fp32 Winograd F(4x4, 3x3) convolution on the CPU (a
- * tactic of kiln.FusedConv): 2-D, 3x3 kernel, stride 1, dilation 1, one
- * group, pads 0..2 on each side, any N, H, W, C, M >= 1. Computes
+/* conv_wino.h -- fp32 Winograd F(4x4, 3x3) and F(2x2, 3x3) convolution on
+ * the CPU (tactics of kiln.FusedConv): 2-D, 3x3 kernel, stride 1, dilation
+ * 1, one group, pads 0..2 on each side, any N, H, W, C, M >= 1. Computes
  *
  *     y = act(conv(x, W) + bias[m] + r)
  *
- * with the standard transforms of Lavin & Gray (interpolation points
- * 0, +-1, +-2, inf): per 4x4 output tile, V = B^T d B (6x6 input tile d),
- * 36 matrix products M[p] = V[p] U[p] over the channels (U = G g G^T, the
- * packed weights), then y = A^T M A. An AVX-512F path is used when the CPU
+ * with the standard transforms of Lavin & Gray: per m x m output tile
+ * (`tile` m = 4: points 0, +-1, +-2, inf; m = 2: points 0, +-1, inf),
+ * V = B^T d B (a x a input tile d, a = m + 2), a*a matrix products
+ * M[p] = V[p] U[p] over the channels (U = G g G^T, the packed weights),
+ * then y = A^T M A. An AVX-512F path is used when the CPU
  * has it; the generic path is plain C and gives the same results up to
  * rounding. All scratch comes from the caller's workspace. */
 #ifndef KILN_CONV_WINO_H
@@ -16,18 +17,20 @@
 #include "core/core.h"
 #include "ops/fused_conv.h"
 
+/* `tile` below is the output tile m: 4 or 2. */
 /* Packed, transformed weights: U = G g G^T for each (m, c). */
-KILN_PRIVATE size_t kiln__wino_packed_floats(int64_t C, int64_t M);
+KILN_PRIVATE size_t kiln__wino_packed_floats(int64_t C, int64_t M, int tile);
 /* W: [M][C][3][3] (ONNX layout) -> U (kiln__wino_packed_floats floats). */
-KILN_PRIVATE void kiln__wino_pack(const float *W, int64_t C, int64_t M, float *U);
+KILN_PRIVATE void kiln__wino_pack(const float *W, int64_t C, int64_t M, int tile, float *U);
 /* Scratch bytes for one run (all threads together), given the pool's
  * thread count (more threads than this are not used). */
 KILN_PRIVATE size_t kiln__wino_workspace(int64_t N, int64_t H, int64_t W, int64_t C, int64_t M,
-                                         int pt, int pl, int pb, int pr, int threads);
+                                         int pt, int pl, int pb, int pr, int tile, int threads);
 
 typedef struct kiln_wino_args {
     const float *x;      /* input: NHWC if x_nhwc else NCHW, [N, C, H, W] logical */
-    const float *u;      /* packed weights from kiln__wino_pack */
+    const float *u;      /* packed weights from kiln__wino_pack with the same tile */
+    int tile;            /* output tile m: 4 or 2 */
     const float *bias;   /* [M] or NULL */
     const float *r;      /* residual, same layout and shape as y, or NULL */
     float *y;            /* output [N, M, Ho, Wo] logical; NHWC if y_nhwc else NCHW */

@@ -11,7 +11,11 @@
  *   2 dnnl-blk  oneDNN in its blocked layout, input/output reordered;
  *   3 wino      kiln's Winograd F(4x4, 3x3) (conv_wino.c) for 3x3 stride-1
  *               layers, NCHW or NHWC in and out, weights transformed once
- *               per context.
+ *               per context;
+ *   4 wino2     the same with F(2x2, 3x3), for layers whose F(4x4)
+ *               weights are too large to stream.
+ * (A version-3 kiln reads tactic 4 as unknown: NCHW layers run tactic 0,
+ * NHWC ones are refused with a message, never run wrong.)
  * The oneDNN tactics exist when kiln is built with it (KILN_HAVE_DNNL); an
  * engine whose tactic is not available where it runs (built elsewhere, or
  * oneDNN refuses the shapes) falls back to tactic 0. */
@@ -135,8 +139,12 @@ static bool wants_dnnl(const kiln_fused_conv_attrs *at) {
            at->tactic.id == KILN_FC_TACTIC_DNNL_BLOCKED;
 }
 
-/* Transformed weight bytes per image up to which Winograd is a candidate. */
+/* Transformed weight bytes per image up to which Winograd F(4x4) is a
+ * candidate, and F(2x2) (where F(4x4) is not). */
 #define WINO_WEIGHT_BYTES_PER_IMAGE (3.0 * 1024 * 1024)
+#ifndef KILN_WINO2_BYTES_PER_IMAGE
+#define KILN_WINO2_BYTES_PER_IMAGE (6.0 * 1024 * 1024)
+#endif
 
 /* Threads the Winograd workspace is sized for: this machine's CPUs, at
  * most 16 (the kernel uses no more threads than its workspace has room for). */
@@ -176,20 +184,20 @@ bool kiln__fc_wino_fits(const kiln_fused_conv_attrs *at, int xr, const int64_t *
     return wino_geom(at, xr, xd, wr, wd, &g);
 }
 
-/* Winograd scratch bytes of geometry g for `threads` threads. */
-static size_t wino_workspace(const kiln_conv_geom *g, int threads) {
+/* Winograd scratch bytes of geometry g, output tile `tile`, for `threads` threads. */
+static size_t wino_workspace(const kiln_conv_geom *g, int tile, int threads) {
     return kiln__wino_workspace(g->N, g->in[0], g->in[1], g->C, g->M, (int)g->pb[0], (int)g->pb[1],
-                                (int)g->pe[0], (int)g->pe[1], threads);
+                                (int)g->pe[0], (int)g->pe[1], tile, threads);
 }
 
 static size_t fc_workspace(const kiln_infer_args *a) {
     const kiln_fused_conv_attrs *at = a->attrs;
     kiln_conv_geom wg;
-    if (at->tactic.id == KILN_FC_TACTIC_WINO &&
-        wino_geom(at, a->in[0]->rank, a->in[0]->dims, a->in[1]->rank, a->in[1]->dims, &wg)) {
+    int tile = kiln__fc_wino_tile(at->tactic.id);
+    if (tile && wino_geom(at, a->in[0]->rank, a->in[0]->dims, a->in[1]->rank, a->in[1]->dims, &wg)) {
         /* kiln's own kernels run the layer if the engine is used with
          * other shapes: room for either */
-        size_t w = wino_workspace(&wg, wino_ws_threads());
+        size_t w = wino_workspace(&wg, tile, wino_ws_threads());
         kiln_infer_args c = conv_view_infer(a);
         size_t own = kiln__conv_workspace(&c);
         return w > own ? w : own;
@@ -229,12 +237,18 @@ static int fc_cpu_tactics(const kiln_infer_args *a, int32_t *ids, int cap) {
      * share them: in a network each layer's weights come from memory, not
      * from the caches the build's timing leaves them in (ResNet-50's 14x14,
      * 256-channel layers: 0.6 ms timed alone, 1.26 ms inside the network
-     * at batch 1, against oneDNN's 1.15) */
+     * at batch 1, against oneDNN's 1.15); where they are too large, F(2x2)
+     * with its 16/9 of the weights */
     if (n < cap && kiln__wino_fast_available() &&
-        kiln__fc_wino_fits(at, a->in[0]->rank, a->in[0]->dims, a->in[1]->rank, a->in[1]->dims) &&
-        (double)kiln__wino_packed_floats(a->in[0]->dims[1], a->in[1]->dims[0]) * sizeof(float) <=
-            WINO_WEIGHT_BYTES_PER_IMAGE * (double)a->in[0]->dims[0])
-        ids[n++] = KILN_FC_TACTIC_WINO;
+        kiln__fc_wino_fits(at, a->in[0]->rank, a->in[0]->dims, a->in[1]->rank, a->in[1]->dims)) {
+        double images = (double)a->in[0]->dims[0], C = (double)a->in[0]->dims[1], M = (double)a->in[1]->dims[0];
+        if ((double)kiln__wino_packed_floats((int64_t)C, (int64_t)M, 4) * sizeof(float) <=
+            WINO_WEIGHT_BYTES_PER_IMAGE * images)
+            ids[n++] = KILN_FC_TACTIC_WINO;
+        else if ((double)kiln__wino_packed_floats((int64_t)C, (int64_t)M, 2) * sizeof(float) <=
+                 KILN_WINO2_BYTES_PER_IMAGE * images)
+            ids[n++] = KILN_FC_TACTIC_WINO2;
+    }
     return n;
 }
 
@@ -244,6 +258,7 @@ static const char *fc_cpu_tactic_name(int32_t id) {
     case KILN_FC_TACTIC_DNNL_PLAIN: return "dnnl";
     case KILN_FC_TACTIC_DNNL_BLOCKED: return "dnnl-blocked";
     case KILN_FC_TACTIC_WINO: return "wino";
+    case KILN_FC_TACTIC_WINO2: return "wino2";
     default: return "?";
     }
 }
@@ -329,7 +344,8 @@ static int fc_inplace_input(const void *attrs) {
     switch (at->tactic.id) {
     case KILN_FC_TACTIC_DNNL_PLAIN:
     case KILN_FC_TACTIC_DNNL_BLOCKED:
-    case KILN_FC_TACTIC_WINO: return 3;
+    case KILN_FC_TACTIC_WINO:
+    case KILN_FC_TACTIC_WINO2: return 3;
     default: return -1;
     }
 }
@@ -337,13 +353,13 @@ static int fc_inplace_input(const void *attrs) {
 /* Transformed weights of the Winograd tactic (node state). */
 static void wino_free(void *p) { kiln__aligned_free(p); }
 
-/* g: the layer's geometry, from wino_geom. */
-static kiln_status fc_wino(const kiln_kernel_args *a, const kiln_conv_geom *gp) {
+/* g: the layer's geometry, from wino_geom; tile: 4 or 2. */
+static kiln_status fc_wino(const kiln_kernel_args *a, const kiln_conv_geom *gp, int tile) {
     const kiln_fused_conv_attrs *at = a->attrs;
     const kiln_conv_geom g = *gp;
     int pt = (int)g.pb[0], pl = (int)g.pb[1], pb = (int)g.pe[0], pr = (int)g.pe[1];
     /* the kernel takes as many threads as the workspace has room for */
-    size_t need = wino_workspace(&g, 1);
+    size_t need = wino_workspace(&g, tile, 1);
     if (need > a->workspace_size)
         return KILN_FAIL(KILN_ERR_INTERNAL,
                          "node '%s' (FusedConv): Winograd needs %zu bytes of workspace, the plan gave %zu",
@@ -351,15 +367,15 @@ static kiln_status fc_wino(const kiln_kernel_args *a, const kiln_conv_geom *gp) 
     float *U = kiln__node_state_get(a, wino_free);
     bool own = false;
     if (!U) {
-        U = kiln__aligned_alloc(sizeof(float) * kiln__wino_packed_floats(g.C, g.M));
+        U = kiln__aligned_alloc(sizeof(float) * kiln__wino_packed_floats(g.C, g.M, tile));
         if (!U)
             return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "node '%s' (FusedConv): out of memory transforming weights",
                              NODE(a));
-        kiln__wino_pack(a->in[1]->data, g.C, g.M, U);
+        kiln__wino_pack(a->in[1]->data, g.C, g.M, tile, U);
         own = !kiln__node_state_keep(a, U, wino_free);
     }
     kiln_wino_args w = {
-        .x = a->in[0]->data, .u = U, .bias = a->n_in > 2 && a->in[2] ? a->in[2]->data : NULL,
+        .x = a->in[0]->data, .u = U, .tile = tile, .bias = a->n_in > 2 && a->in[2] ? a->in[2]->data : NULL,
         .r = at->has_residual ? a->in[3]->data : NULL, .y = a->out[0]->data,
         .N = g.N, .H = g.in[0], .W = g.in[1], .C = g.C, .M = g.M,
         .pt = pt, .pl = pl, .pb = pb, .pr = pr,
@@ -384,10 +400,10 @@ static kiln_status fc_cpu(const kiln_kernel_args *a) {
     if (kiln__tensor_numel(a->out[0]) == 0) return KILN_OK;
     const kiln_tensor *X = a->in[0], *W = a->in[1];
     kiln_conv_geom wg;
-    if (at->tactic.id == KILN_FC_TACTIC_WINO &&
-        !(at->layout & (KILN_FC_LAYOUT_X_BF16 | KILN_FC_LAYOUT_Y_BF16 | KILN_FC_LAYOUT_R_NHWC)) &&
+    int tile = kiln__fc_wino_tile(at->tactic.id);
+    if (tile && !(at->layout & (KILN_FC_LAYOUT_X_BF16 | KILN_FC_LAYOUT_Y_BF16 | KILN_FC_LAYOUT_R_NHWC)) &&
         wino_geom(at, X->rank, X->dims, W->rank, W->dims, &wg))
-        return fc_wino(a, &wg);
+        return fc_wino(a, &wg, tile);
 #if KILN_HAVE_DNNL
     if (wants_dnnl(at) || at->precision == KILN_PRECISION_BF16) {
         int t = wants_dnnl(at) ? at->tactic.id : KILN_FC_TACTIC_DNNL_BLOCKED;
@@ -404,7 +420,7 @@ static kiln_status fc_cpu(const kiln_kernel_args *a) {
                          "NHWC for %s, which cannot run it here (kiln built "
                          "without oneDNN, this CPU lacks what the build machine had, or the "
                          "shapes differ from the build's); rebuild the engine on this machine",
-                         NODE(a), at->tactic.id == KILN_FC_TACTIC_WINO ? "the Winograd kernel" : "oneDNN");
+                         NODE(a), tile ? "the Winograd kernel" : "oneDNN");
     return fc_own(a);
 }
 

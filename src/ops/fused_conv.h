@@ -41,8 +41,15 @@ enum {
     KILN_FC_TACTIC_DNNL_PLAIN = 1,   /* oneDNN, NCHW in and out */
     KILN_FC_TACTIC_DNNL_BLOCKED = 2, /* oneDNN in its blocked layout, reordered in and out */
     KILN_FC_TACTIC_WINO = 3,         /* kiln's Winograd F(4x4, 3x3) (conv_wino.h): 3x3, stride 1 */
+    KILN_FC_TACTIC_WINO2 = 4,        /* kiln's Winograd F(2x2, 3x3): the same layers, 16/9 of the
+                                      * weights transformed instead of 4x */
     KILN_FC_TACTIC_COUNT
 };
+
+/* The Winograd output tile of tactic `id`: 4 (wino), 2 (wino2), else 0. */
+static inline int kiln__fc_wino_tile(int32_t id) {
+    return id == KILN_FC_TACTIC_WINO ? 4 : id == KILN_FC_TACTIC_WINO2 ? 2 : 0;
+}
 
 typedef struct kiln_fused_conv_attrs {
     kiln_tactic tactic;      /* first, as for every KILN_OP_FLAG_TACTICS op */

@@ -1,5 +1,5 @@
-/* test_conv_wino.c -- the Winograd F(4x4, 3x3) convolution (src/ops/conv_wino.c)
- * against a direct convolution with double accumulation: odd sizes and
+/* test_conv_wino.c -- the Winograd F(4x4, 3x3) and F(2x2, 3x3) convolutions
+ * (src/ops/conv_wino.c) against a direct convolution with double accumulation: odd sizes and
  * channel counts, pads, NCHW and NHWC, bias, residual, activations, the
  * AVX-512F and the generic path, no pool and pools of 2 and 3 threads
  * (which must give bitwise the same result as no pool). */
@@ -49,8 +49,9 @@ static void reference(const wcase *k, const float *x, int x_nhwc, const float *W
                 }
 }
 
-/* Runs one case with every pool and path; returns the worst error / scale. */
-static double run_case(const wcase *k, int variant, kiln_pool **pools, int npools) {
+/* Runs one case with output tile `tile` (4 or 2), every pool and path;
+ * returns the worst error / scale. */
+static double run_case(const wcase *k, int tile, int variant, kiln_pool **pools, int npools) {
     int64_t Ho = k->H + k->pt + k->pb - 2, Wo = k->W + k->pl + k->pr - 2;
     int64_t xn = k->N * k->C * k->H * k->W, yn = k->N * k->M * Ho * Wo, wn = k->M * k->C * 9;
     int x_nhwc = variant & 1, y_nhwc = (variant >> 1) & 1, has_r = (variant >> 2) & 1;
@@ -62,14 +63,14 @@ static double run_case(const wcase *k, int variant, kiln_pool **pools, int npool
     float *b = malloc(sizeof(float) * (size_t)k->M), *r = malloc(sizeof(float) * (size_t)yn);
     float *ref = malloc(sizeof(float) * (size_t)yn), *y = malloc(sizeof(float) * (size_t)yn);
     float *y0 = malloc(sizeof(float) * (size_t)yn);
-    float *u = malloc(sizeof(float) * kiln__wino_packed_floats(k->C, k->M));
+    float *u = malloc(sizeof(float) * kiln__wino_packed_floats(k->C, k->M, tile));
     float ws_scale = 1.0f / sqrtf((float)(9 * k->C));
     for (int64_t i = 0; i < xn; i++) x[i] = frand(-1.0f, 1.0f);
     for (int64_t i = 0; i < wn; i++) Wt[i] = frand(-ws_scale, ws_scale) * 1.7f;
     for (int64_t i = 0; i < k->M; i++) b[i] = frand(-0.5f, 0.5f);
     for (int64_t i = 0; i < yn; i++) r[i] = frand(-1.0f, 1.0f);
     reference(k, x, x_nhwc, Wt, has_b ? b : NULL, has_r ? r : NULL, y_nhwc, act, alpha, beta, ref);
-    kiln__wino_pack(Wt, k->C, k->M, u);
+    kiln__wino_pack(Wt, k->C, k->M, tile, u);
     double maxref = 0.0;
     for (int64_t i = 0; i < yn; i++) maxref = fmax(maxref, fabs(ref[i]));
     double worst = 0.0;
@@ -79,13 +80,14 @@ static double run_case(const wcase *k, int variant, kiln_pool **pools, int npool
             int threads = kiln__pool_threads(pools[pi]);
             /* one case sized for fewer threads than the pool has */
             if (variant % 7 == 3 && threads > 1) threads = 1;
-            size_t wsb = kiln__wino_workspace(k->N, k->H, k->W, k->C, k->M, k->pt, k->pl, k->pb, k->pr, threads);
+            size_t wsb =
+                kiln__wino_workspace(k->N, k->H, k->W, k->C, k->M, k->pt, k->pl, k->pb, k->pr, tile, threads);
             void *ws = malloc(wsb);
             /* some cases write the output over the residual (as the plan
              * arranges when the layer reads the residual last) */
             bool alias = has_r && (variant + pi) % 2 == 1;
             for (int64_t i = 0; i < yn; i++) y[i] = alias ? r[i] : NAN;
-            kiln_wino_args a = {.x = x, .u = u, .bias = has_b ? b : NULL, .r = has_r ? (alias ? y : r) : NULL, .y = y,
+            kiln_wino_args a = {.x = x, .u = u, .tile = tile, .bias = has_b ? b : NULL, .r = has_r ? (alias ? y : r) : NULL, .y = y,
                                 .N = k->N, .H = k->H, .W = k->W, .C = k->C, .M = k->M,
                                 .pt = k->pt, .pl = k->pl, .pb = k->pb, .pr = k->pr,
                                 .x_nhwc = x_nhwc, .y_nhwc = y_nhwc, .act = act, .alpha = alpha, .beta = beta,
@@ -96,9 +98,10 @@ static double run_case(const wcase *k, int variant, kiln_pool **pools, int npool
             if (err > worst) worst = err;
             if (!(err <= 5e-5)) {
                 fprintf(stderr,
-                        "  N%lld H%lld W%lld C%lld M%lld pads %d,%d,%d,%d variant %d %s threads %d: err %g\n",
-                        (long long)k->N, (long long)k->H, (long long)k->W, (long long)k->C, (long long)k->M,
-                        k->pt, k->pl, k->pb, k->pr, variant, gen ? "generic" : "avx512",
+                        "  F(%dx%d) N%lld H%lld W%lld C%lld M%lld pads %d,%d,%d,%d variant %d %s threads %d: "
+                        "err %g\n",
+                        tile, tile, (long long)k->N, (long long)k->H, (long long)k->W, (long long)k->C,
+                        (long long)k->M, k->pt, k->pl, k->pb, k->pr, variant, gen ? "generic" : "avx512",
                         kiln__pool_threads(pools[pi]), err);
                 CHECK(err <= 5e-5);
             }
@@ -120,29 +123,33 @@ TEST(wino_small_shapes) {
     };
     double worst = 0.0;
     int n = (int)(sizeof cases / sizeof cases[0]);
-    for (int i = 0; i < n; i++)
-        for (int v = 0; v < 4; v++) {
-            /* layouts vary fastest; residual, bias and activation by case */
-            int variant = v | (((i + v) & 1) << 2) | (((i / 2 + v) & 1) << 3) | (((i + v) & 3) << 4);
-            double e = run_case(&cases[i], variant, g_pools, 3);
-            if (e > worst) worst = e;
-        }
+    for (int tile = 4; tile >= 2; tile -= 2)
+        for (int i = 0; i < n; i++)
+            for (int v = 0; v < 4; v++) {
+                /* layouts vary fastest; residual, bias and activation by case */
+                int variant = v | (((i + v + tile) & 1) << 2) | (((i / 2 + v) & 1) << 3) | (((i + v) & 3) << 4);
+                double e = run_case(&cases[i], tile, variant, g_pools, 3);
+                if (e > worst) worst = e;
+            }
     printf("  worst error / (1 + max|ref|): %.3g\n", worst);
 }
 
-/* Several blocks of tiles (threads take whole blocks) and batch tiles. */
+/* Several blocks of tiles (threads take whole blocks), batch tiles, and
+ * weights too large for whole thread ranges (each block's steps split). */
 TEST(wino_blocks) {
     static const wcase cases[] = {
         {3, 28, 28, 64, 64, 1, 1, 1, 1},
         {2, 30, 26, 17, 80, 1, 1, 1, 1},
+        {1, 14, 14, 160, 192, 1, 1, 1, 1},
     };
     double worst = 0.0;
-    for (int i = 0; i < 2; i++) {
-        double e = run_case(&cases[i], 3 | (i << 2) | (1 << 4), g_pools, 3);
-        if (e > worst) worst = e;
-        e = run_case(&cases[i], 0 | (2 << 4), g_pools, 2);
-        if (e > worst) worst = e;
-    }
+    for (int tile = 4; tile >= 2; tile -= 2)
+        for (int i = 0; i < 3; i++) {
+            double e = run_case(&cases[i], tile, 3 | (i << 2) | (1 << 4), g_pools, 3);
+            if (e > worst) worst = e;
+            e = run_case(&cases[i], tile, 0 | (2 << 4), g_pools, 2);
+            if (e > worst) worst = e;
+        }
     printf("  worst error / (1 + max|ref|): %.3g\n", worst);
 }
 
@@ -175,19 +182,25 @@ TEST(wino_detects_errors) {
     float Wt[144], u[36 * 16 * 16], x[144], y[144], ref[144];
     for (int64_t i = 0; i < n; i++) Wt[i] = frand(-0.5f, 0.5f);
     for (int64_t i = 0; i < 144; i++) x[i] = frand(-1.0f, 1.0f);
-    CHECK(kiln__wino_packed_floats(4, 4) == sizeof u / sizeof u[0]);
-    kiln__wino_pack(Wt, 4, 4, u);
-    u[5 * 16 * 16 + 2 * 16 + 1] += 0.01f;
-    size_t wsb = kiln__wino_workspace(1, 6, 6, 4, 4, 1, 1, 1, 1, 1);
-    void *ws = malloc(wsb);
-    kiln_wino_args a = {.x = x, .u = u, .y = y, .N = 1, .H = 6, .W = 6, .C = 4, .M = 4,
-                        .pt = 1, .pl = 1, .pb = 1, .pr = 1, .ws = ws, .ws_bytes = wsb};
-    kiln__wino_run(&a);
     reference(&k, x, 0, Wt, NULL, NULL, 0, KILN_FC_ACT_NONE, 0, 0, ref);
-    double err = 0.0;
-    for (int i = 0; i < 144; i++) err = fmax(err, fabs((double)y[i] - ref[i]));
-    CHECK(err > 1e-3);
-    free(ws);
+    CHECK(kiln__wino_packed_floats(4, 4, 4) == sizeof u / sizeof u[0]);
+    CHECK(kiln__wino_packed_floats(4, 4, 2) == 16 * 16 * 16);
+    for (int tile = 4; tile >= 2; tile -= 2) {
+        kiln__wino_pack(Wt, 4, 4, tile, u);
+        double err = 0.0;
+        for (int broken = 0; broken < 2; broken++) {
+            if (broken) u[5 * 16 * 16 + 2 * 16 + 1] += 0.01f;
+            size_t wsb = kiln__wino_workspace(1, 6, 6, 4, 4, 1, 1, 1, 1, tile, 1);
+            void *ws = malloc(wsb);
+            kiln_wino_args a = {.x = x, .u = u, .tile = tile, .y = y, .N = 1, .H = 6, .W = 6, .C = 4, .M = 4,
+                                .pt = 1, .pl = 1, .pb = 1, .pr = 1, .ws = ws, .ws_bytes = wsb};
+            kiln__wino_run(&a);
+            free(ws);
+            err = 0.0;
+            for (int i = 0; i < 144; i++) err = fmax(err, fabs((double)y[i] - ref[i]));
+            CHECK(broken ? err > 1e-3 : err < 1e-5); /* intact: right; perturbed: wrong */
+        }
+    }
 }
 
 int main(void) {

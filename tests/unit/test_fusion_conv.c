@@ -315,14 +315,14 @@ TEST(inverted_residual_block) {
     kiln_model_free(m);
 }
 
-/* Sets the Winograd tactic on every FusedConv layer it can run. */
-static void kiln_layer_set_tactic_where_fits(kiln_engine *e) {
+/* Sets Winograd tactic `tactic` (F(4x4) or F(2x2)) on every FusedConv layer it can run. */
+static void set_wino_where_fits(kiln_engine *e, int tactic) {
     for (int i = 0; i < e->graph->n_nodes; i++) {
         kiln_node *n = &e->graph->nodes[i];
         if (n->op_id != KILN_OP_FusedConv) continue;
         const kiln_tinfo *x = &e->graph->values[n->in[0]].info, *w = &e->graph->values[n->in[1]].info;
         kiln_fused_conv_attrs *fa = n->attrs;
-        if (kiln__fc_wino_fits(fa, x->rank, x->dims, w->rank, w->dims)) fa->tactic.id = KILN_FC_TACTIC_WINO;
+        if (kiln__fc_wino_fits(fa, x->rank, x->dims, w->rank, w->dims)) fa->tactic.id = tactic;
     }
 }
 
@@ -403,17 +403,19 @@ static void tactics_agree(int64_t batch, int threads, bool big) {
     }
     /* a tactic that cannot run the layer here (Winograd on 1x1 and strided
      * layers): kiln's own kernels run it, also where the plan put the output
-     * over the residual for the Winograd kernel (fc_inplace_input) */
-    if (e) {
+     * over the residual for the Winograd kernel (fc_inplace_input); F(2x2)
+     * (listed only where F(4x4)'s weights are too large, not in this chain)
+     * runs the layers F(4x4) takes with the same results */
+    for (int tactic = KILN_FC_TACTIC_WINO; e && tactic <= KILN_FC_TACTIC_WINO2; tactic++) {
         for (int i = 0; i < e->graph->n_nodes; i++)
             if (e->graph->nodes[i].op_id == KILN_OP_FusedConv) {
                 kiln_fused_conv_attrs *fa = e->graph->nodes[i].attrs;
-                fa->tactic.id = KILN_FC_TACTIC_WINO;
+                fa->tactic.id = tactic;
                 fa->layout = 0;
             }
         int64_t n1 = run(e, x_in, xd, 0, y_opt, BIG);
         double err = rel_err(y_opt, y_ref, n0);
-        if (!(err <= 1e-5)) fprintf(stderr, "  Winograd set everywhere: relative error %g\n", err);
+        if (!(err <= 1e-5)) fprintf(stderr, "  Winograd (tactic %d) set everywhere: relative error %g\n", tactic, err);
         CHECK(n1 == n0 && err <= 1e-5);
     }
     /* built with oneDNN: both of its tactics were listed and run; with
@@ -427,19 +429,22 @@ static void tactics_agree(int64_t batch, int threads, bool big) {
         int64_t n1 = run(e, x_in, xd, 0, y_opt, BIG);
         CHECK(n1 == n0 && rel_err(y_opt, y_ref, n0) <= 1e-5);
         /* the same chain with the Winograd kernel in it, NHWC on both sides */
-        if (big && kiln__wino_fast_available()) {
-            kiln_layer_set_tactic_where_fits(e);
+        for (int tactic = KILN_FC_TACTIC_WINO; big && kiln__wino_fast_available() && tactic <= KILN_FC_TACTIC_WINO2;
+             tactic++) {
+            set_fc_tactic(e, KILN_FC_TACTIC_DNNL_BLOCKED);
+            set_wino_where_fits(e, tactic);
             kiln__fc_clear_layouts(e->graph);
             CHECK(kiln__fc_choose_layouts(e->graph, NULL) == 3);
             const kiln_node *cb = NULL; /* the layer made from conv cb (named cb+bnb+...) */
             for (int i = 0; i < e->graph->n_nodes; i++)
                 if (e->graph->nodes[i].name && !strncmp(e->graph->nodes[i].name, "cb+", 3)) cb = &e->graph->nodes[i];
-            CHECK(cb && ((const kiln_fused_conv_attrs *)cb->attrs)->tactic.id == KILN_FC_TACTIC_WINO &&
+            CHECK(cb && ((const kiln_fused_conv_attrs *)cb->attrs)->tactic.id == tactic &&
                   ((const kiln_fused_conv_attrs *)cb->attrs)->layout ==
                       (KILN_FC_LAYOUT_X_NHWC | KILN_FC_LAYOUT_Y_NHWC));
             n1 = run(e, x_in, xd, 0, y_opt, BIG);
             double err = rel_err(y_opt, y_ref, n0);
-            if (!(err <= 1e-5)) fprintf(stderr, "  oneDNN + Winograd NHWC chain: relative error %g\n", err);
+            if (!(err <= 1e-5))
+                fprintf(stderr, "  oneDNN + Winograd (tactic %d) NHWC chain: relative error %g\n", tactic, err);
             CHECK(n1 == n0 && err <= 1e-5);
         }
     }
@@ -649,6 +654,45 @@ TEST(every_tactic_agrees) {
     if (before > 0 && after > 0) CHECK(after == before);
 }
 
+/* The tactics listed for a 3x3 layer of C = M channels on HW x HW images
+ * (batch n) contain `id`. */
+static bool wino_listed(int64_t n, int64_t HW, int64_t C, int32_t id) {
+    kiln_fused_conv_attrs at;
+    memset(&at, 0, sizeof at);
+    at.conv.group = 1;
+    at.conv.n_pads = 4;
+    for (int i = 0; i < 4; i++) at.conv.pads[i] = 1;
+    kiln_tinfo x = {.dtype = KILN_DTYPE_FLOAT32, .rank = 4, .dims = {n, C, HW, HW}};
+    kiln_tinfo w = {.dtype = KILN_DTYPE_FLOAT32, .rank = 4, .dims = {C, C, 3, 3}};
+    kiln_tinfo y;
+    const kiln_tinfo *in[2] = {&x, &w};
+    kiln_tinfo *out[1] = {&y};
+    const kiln_op_def *op = kiln__op_by_id(KILN_OP_FusedConv);
+    kiln_infer_args ia = {.op = op, .attrs = &at, .node_name = "c", .n_in = 2, .n_out = 1, .in = in, .out = out};
+    int32_t ids[8];
+    int k = op->cpu_tactics(&ia, ids, 8);
+    for (int q = 0; q < k; q++)
+        if (ids[q] == id) return true;
+    return false;
+}
+
+/* Which Winograd the tuner is offered: F(4x4) while its transformed weights
+ * (36 / 9 of the layer's) are at most 3 MiB per image, else F(2x2) (16 / 9)
+ * up to 6 MiB per image (ResNet-50's 14x14 layers at batch 1), else
+ * neither (its 7x7 x 512 layers at batch 1: 16.8 MB). */
+TEST(winograd_offered_by_weight_size) {
+    if (!kiln__wino_fast_available()) {
+        printf("  no AVX-512F: Winograd is not offered\n");
+        CHECK(!wino_listed(1, 28, 128, KILN_FC_TACTIC_WINO) && !wino_listed(1, 14, 256, KILN_FC_TACTIC_WINO2));
+        return;
+    }
+    CHECK(wino_listed(1, 28, 128, KILN_FC_TACTIC_WINO) && !wino_listed(1, 28, 128, KILN_FC_TACTIC_WINO2));
+    CHECK(!wino_listed(1, 14, 256, KILN_FC_TACTIC_WINO) && wino_listed(1, 14, 256, KILN_FC_TACTIC_WINO2));
+    CHECK(wino_listed(4, 14, 256, KILN_FC_TACTIC_WINO) && !wino_listed(4, 14, 256, KILN_FC_TACTIC_WINO2));
+    CHECK(!wino_listed(1, 7, 512, KILN_FC_TACTIC_WINO) && !wino_listed(1, 7, 512, KILN_FC_TACTIC_WINO2));
+    CHECK(!wino_listed(8, 7, 512, KILN_FC_TACTIC_WINO) && wino_listed(8, 7, 512, KILN_FC_TACTIC_WINO2));
+}
+
 static char *read_file(const char *path) {
     FILE *f = fopen(path, "r");
     if (!f) return NULL;
@@ -812,6 +856,7 @@ int main(void) {
     RUN(no_fusion_when_shared);
     RUN(inverted_residual_block);
     RUN(every_tactic_agrees);
+    RUN(winograd_offered_by_weight_size);
     RUN(maxpool_in_nhwc_chain);
     RUN(residual_nhwc_output_nchw);
     RUN(tuning_and_timing_cache);
