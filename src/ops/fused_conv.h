@@ -173,6 +173,11 @@ KILN_PRIVATE bool kiln__fc_wino_fits(const kiln_fused_conv_attrs *at, int xr, co
 KILN_PRIVATE int kiln__fc_choose_layouts(kiln_graph *g, const bool *veto);
 /* fuse_conv.c: every layer back to NCHW (FusedConv and MaxPool layouts 0). */
 KILN_PRIVATE void kiln__fc_clear_layouts(kiln_graph *g);
+/* How the oneDNN layer whose state is in ns (kept by a run of a oneDNN
+ * tactic) was split over threads: KILN_DNNL_SPLIT_*, with the number of
+ * parts; -1 when ns holds none or kiln has no oneDNN. For tests. */
+enum { KILN_DNNL_SPLIT_BATCH = 0, KILN_DNNL_SPLIT_ROWS = 1, KILN_DNNL_SPLIT_CHANS = 2 };
+KILN_PRIVATE int kiln__dnnl_conv_split(const kiln_node_state *ns, int *parts);
 /* Whether kiln was built with oneDNN (its tactics exist). */
 KILN_PRIVATE bool kiln__have_dnnl(void);
 /* Whether this CPU does bf16 arithmetic (avx512_bf16). */

@@ -693,6 +693,116 @@ TEST(winograd_offered_by_weight_size) {
     CHECK(!wino_listed(8, 7, 512, KILN_FC_TACTIC_WINO) && wino_listed(8, 7, 512, KILN_FC_TACTIC_WINO2));
 }
 
+/* One NHWC float32 FusedConv run by oneDNN (tactic dnnl-blocked) at batch 1
+ * on `pool`, with its state kept in *ns: C -> M channels, k x k kernel,
+ * stride st, pads k / 2, bias and residual optional (alias: the residual
+ * is the output buffer itself, as the plan arranges in place). y gets the
+ * output (NHWC). */
+typedef struct split_case {
+    int64_t C, M, H, k, st;
+    bool bias, residual, alias;
+} split_case;
+
+static void run_dnnl_layer(const split_case *sc, const float *x, const float *w, const float *b, const float *r,
+                           float *y, kiln_pool *pool, kiln_node_state *ns) {
+    const kiln_op_def *op = kiln__op_by_id(KILN_OP_FusedConv);
+    kiln_fused_conv_attrs at;
+    memset(&at, 0, sizeof at);
+    at.tactic.id = KILN_FC_TACTIC_DNNL_BLOCKED;
+    at.conv.group = 1;
+    at.conv.n_pads = 4;
+    for (int i = 0; i < 4; i++) at.conv.pads[i] = sc->k / 2;
+    at.conv.n_strides = 2;
+    at.conv.strides[0] = at.conv.strides[1] = sc->st;
+    at.act = KILN_FC_ACT_RELU;
+    at.has_residual = sc->residual;
+    at.layout = KILN_FC_LAYOUT_X_NHWC | KILN_FC_LAYOUT_Y_NHWC;
+    int64_t Ho = (sc->H + 2 * (sc->k / 2) - sc->k) / sc->st + 1;
+    kiln_tensor X = {KILN_DTYPE_FLOAT32, 4, {1, sc->C, sc->H, sc->H}, (void *)x};
+    kiln_tensor W = {KILN_DTYPE_FLOAT32, 4, {sc->M, sc->C, sc->k, sc->k}, (void *)w};
+    kiln_tensor B = {KILN_DTYPE_FLOAT32, 1, {sc->M}, (void *)b};
+    kiln_tensor Y = {KILN_DTYPE_FLOAT32, 4, {1, sc->M, Ho, Ho}, y};
+    kiln_tensor R = {KILN_DTYPE_FLOAT32, 4, {1, sc->M, Ho, Ho}, sc->alias ? y : (void *)r};
+    if (sc->alias) memcpy(y, r, sizeof(float) * (size_t)(sc->M * Ho * Ho));
+    const kiln_tensor *in[4] = {&X, &W, sc->bias ? &B : NULL, sc->residual ? &R : NULL};
+    kiln_tensor *out[1] = {&Y};
+    kiln_tinfo ti[4], to;
+    const kiln_tinfo *tip[4] = {0};
+    for (int i = 0; i < 4; i++)
+        if (in[i]) {
+            ti[i] = (kiln_tinfo){.dtype = in[i]->dtype, .rank = in[i]->rank};
+            memcpy(ti[i].dims, in[i]->dims, sizeof ti[i].dims);
+            tip[i] = &ti[i];
+        }
+    kiln_tinfo *top[1] = {&to};
+    int n_in = sc->residual ? 4 : 3;
+    kiln_infer_args ia = {.op = op, .attrs = &at, .node_name = "c", .n_in = n_in, .n_out = 1, .in = tip, .out = top};
+    size_t ws = op->workspace(&ia);
+    void *wsm = ws ? kiln__aligned_alloc(ws) : NULL;
+    kiln_kernel_args ka = {.op = op, .attrs = &at, .node_name = "c", .n_in = n_in, .n_out = 1, .in = in, .out = out,
+                           .workspace = wsm, .workspace_size = ws, .pool = pool, .node_state = ns};
+    CHECK_OK(op->cpu(&ka));
+    kiln__aligned_free(wsm);
+}
+
+/* Batch-1 oneDNN layers whose weights outweigh their activations run as
+ * shares of the output channels (each thread streams its share of the
+ * weights): the same results as one thread, for uneven shares of 16-channel
+ * blocks, with and without bias, with a residual apart or in place, a
+ * strided layer; layers with larger activations still split rows. */
+TEST(dnnl_channel_split) {
+    if (!kiln__have_dnnl()) {
+        printf("  kiln built without oneDNN: nothing to split\n");
+        return;
+    }
+    static const split_case cases[] = {
+        {64, 256, 7, 3, 1, true, true, false},   /* layer4's 3x3: 16 blocks, 3 parts 5 + 5 + 6 */
+        {512, 208, 7, 1, 1, false, true, true},  /* 13 blocks: 6 + 7, 4 + 4 + 5; residual in place */
+        {128, 128, 14, 3, 2, true, false, false}, /* stride 2, 14 -> 7 */
+        {32, 64, 28, 3, 1, true, true, false},   /* activations outweigh the weights: rows */
+    };
+    kiln_pool *pools[2] = {NULL, NULL};
+    CHECK_OK(kiln__pool_create(2, &pools[0]));
+    CHECK_OK(kiln__pool_create(3, &pools[1]));
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const split_case *sc = &cases[ci];
+        int64_t Ho = (sc->H + 2 * (sc->k / 2) - sc->k) / sc->st + 1;
+        int64_t nx = sc->C * sc->H * sc->H, nw = sc->M * sc->C * sc->k * sc->k, ny = sc->M * Ho * Ho;
+        float *x = malloc(sizeof(float) * (size_t)nx), *w = malloc(sizeof(float) * (size_t)nw);
+        float *b = malloc(sizeof(float) * (size_t)sc->M), *r = malloc(sizeof(float) * (size_t)ny);
+        float *ref = malloc(sizeof(float) * (size_t)ny), *y = malloc(sizeof(float) * (size_t)ny);
+        for (int64_t i = 0; i < nx; i++) x[i] = frand();
+        for (int64_t i = 0; i < nw; i++) w[i] = frand() * 0.1f;
+        for (int64_t i = 0; i < sc->M; i++) b[i] = frand();
+        for (int64_t i = 0; i < ny; i++) r[i] = frand();
+        kiln_node_state ns0 = {0};
+        run_dnnl_layer(sc, x, w, b, r, ref, NULL, &ns0); /* one thread: one part */
+        CHECK(kiln__dnnl_conv_split(&ns0, NULL) == KILN_DNNL_SPLIT_BATCH);
+        if (ns0.p) ns0.free(ns0.p);
+        bool chans = ci < 3;
+        for (int pi = 0; pi < 2; pi++) {
+            kiln_node_state ns = {0};
+            for (int rep = 0; rep < 2; rep++) { /* the kept state runs again */
+                for (int64_t i = 0; i < ny; i++) y[i] = NAN;
+                run_dnnl_layer(sc, x, w, b, r, y, pools[pi], &ns);
+                double err = rel_err(y, ref, ny);
+                if (!(err <= 1e-5))
+                    fprintf(stderr, "  case %zu, %d threads: relative error %g\n", ci, pi + 2, err);
+                CHECK(err <= 1e-5);
+            }
+            int parts = 0;
+            int split = kiln__dnnl_conv_split(&ns, &parts);
+            if (split != (chans ? KILN_DNNL_SPLIT_CHANS : KILN_DNNL_SPLIT_ROWS) || parts != pi + 2)
+                fprintf(stderr, "  case %zu, %d threads: split %d in %d parts\n", ci, pi + 2, split, parts);
+            CHECK(split == (chans ? KILN_DNNL_SPLIT_CHANS : KILN_DNNL_SPLIT_ROWS) && parts == pi + 2);
+            if (ns.p) ns.free(ns.p);
+        }
+        free(x), free(w), free(b), free(r), free(ref), free(y);
+    }
+    kiln__pool_free(pools[0]);
+    kiln__pool_free(pools[1]);
+}
+
 static char *read_file(const char *path) {
     FILE *f = fopen(path, "r");
     if (!f) return NULL;
@@ -857,6 +967,7 @@ int main(void) {
     RUN(inverted_residual_block);
     RUN(every_tactic_agrees);
     RUN(winograd_offered_by_weight_size);
+    RUN(dnnl_channel_split);
     RUN(maxpool_in_nhwc_chain);
     RUN(residual_nhwc_output_nchw);
     RUN(tuning_and_timing_cache);
