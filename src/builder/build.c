@@ -440,6 +440,10 @@ static void node_layout(const kiln_node *n, kiln_sbuf *sb, bool json) {
     } else if (n->op_id == KILN_OP_MaxPool) {
         if (((const kiln_pool_attrs *)n->attrs)->layout != KILN_POOL_LAYOUT_NHWC) return;
         x = y = "nhwc";
+    } else if (n->op_id == KILN_OP_GlobalAveragePool && n->attrs) {
+        if (((const kiln_pool_attrs *)n->attrs)->layout != KILN_POOL_LAYOUT_NHWC) return;
+        x = "nhwc";
+        y = "nchw"; /* [N, C, 1, 1]: the same bytes either way */
     } else {
         return;
     }

@@ -137,8 +137,14 @@
  * Version 3: the same layout again; FusedConv's layout may carry
  * KILN_FC_LAYOUT_R_NHWC (an NHWC residual with an NCHW output), which a
  * version-2 kiln would read as an NCHW residual. Version 1 and 2 files mean
- * the same to this kiln. */
-#define KILN_FORMAT_VERSION 3          /* written by this kiln */
+ * the same to this kiln.
+ * Version 4: the same layout; GlobalAveragePool has attributes (a
+ * kiln_pool_attrs, whose `layout` marks an NHWC input at the end of an NHWC
+ * chain) where version 3 had none, and FusedConv may carry tactic 4
+ * (Winograd F(2x2), NHWC like tactic 3). A version-3 kiln refuses the
+ * attribute size; version 1..3 files (GlobalAveragePool without
+ * attributes: NCHW) mean the same to this kiln. */
+#define KILN_FORMAT_VERSION 4          /* written by this kiln */
 #define KILN_FORMAT_MIN_VERSION 1      /* oldest this kiln reads */
 #define KILN_FORMAT_MAGIC "KILN\x89\r\n\x1a\n\0\0\0"
 #define KILN_FORMAT_MAGIC_SIZE 12

@@ -361,6 +361,7 @@ typedef struct section {
 typedef struct reader {
     const unsigned char *p;
     size_t size;
+    uint32_t version; /* the file's format version */
     section sec[SEC_COUNT];
 } reader;
 
@@ -668,7 +669,10 @@ static kiln_status read_nodes(const reader *r, int engine_device, kiln_graph *g)
                      name, op->name, device);
             break;
         }
-        if (attr_size != op->attr_size) {
+        /* GlobalAveragePool had no attributes before version 4 (they are
+         * zero: an NCHW input) */
+        bool grew = r->version < 4 && attr_size == 0 && op_id == (uint32_t)KILN_OP_GlobalAveragePool;
+        if (attr_size != op->attr_size && !grew) {
             st = bad("node %d '%s' (%s): attributes are %u bytes, this kiln's %s has %zu", i, name,
                      op->name, attr_size, op->name, op->attr_size);
             break;
@@ -776,6 +780,7 @@ kiln_status kiln__format_read(const void *data, size_t size, kiln_engine *e) {
     r.p = data;
     r.size = size;
     KILN_TRY(check_signature(r.p, size, e->blob_kind == 1 && data == e->blob));
+    r.version = kiln__le32(r.p + KILN_FMT_OFF_VERSION); /* checked by check_signature */
 
     /* Header fields. */
     kiln_build_options opts;

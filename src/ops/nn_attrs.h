@@ -28,7 +28,7 @@ typedef struct kiln_conv_attrs {
 
 /* CPU MaxPool layouts (kiln_pool_attrs.layout), set by kiln__fc_choose_layouts
  * for a float32 2-D MaxPool between layers that pass NHWC tensors. */
-enum { KILN_POOL_LAYOUT_NHWC = 1 /* X and Y NHWC (rank 4) */ };
+enum { KILN_POOL_LAYOUT_NHWC = 1 /* MaxPool: X and Y NHWC (rank 4); GlobalAveragePool: X NHWC */ };
 
 /* nn_pool.c: MaxPool, AveragePool, LpPool and the global pools */
 typedef struct kiln_pool_attrs {
@@ -38,7 +38,8 @@ typedef struct kiln_pool_attrs {
     int32_t storage_order;
     int32_t n_kernel, n_pads, n_strides, n_dilations;
     float p; /* LpPool / GlobalLpPool */
-    int32_t layout; /* KILN_POOL_LAYOUT_* (CPU MaxPool inside an NHWC chain; else 0) */
+    int32_t layout; /* KILN_POOL_LAYOUT_* (CPU MaxPool inside an NHWC chain, CPU
+                     * GlobalAveragePool reading one; else 0) */
     int64_t kernel[KILN_NN_MAX_SP];
     int64_t pads[2 * KILN_NN_MAX_SP];
     int64_t strides[KILN_NN_MAX_SP];

@@ -610,9 +610,47 @@ static void global_planes(void *vctx, int64_t p0, int64_t p1) {
     }
 }
 
+/* GlobalAveragePool of an NHWC float32 tensor (KILN_POOL_LAYOUT_NHWC: the
+ * last layer of an NHWC chain feeds it, ResNet's last block): items are
+ * (image, block of 64 channels), each summing its pixels' channel vectors. */
+typedef struct gap_nhwc_ctx {
+    const float *x;
+    float *y;
+    int64_t C, px, cblocks;
+} gap_nhwc_ctx;
+
+#define GAP_CB 64
+static void gap_nhwc_items(void *vctx, int64_t i0, int64_t i1) {
+    const gap_nhwc_ctx *c = vctx;
+    for (int64_t it = i0; it < i1; it++) {
+        int64_t n = it / c->cblocks, c0 = it % c->cblocks * GAP_CB;
+        int64_t nc = c->C - c0 < GAP_CB ? c->C - c0 : GAP_CB;
+        float acc[GAP_CB] = {0};
+        const float *x = c->x + n * c->px * c->C + c0;
+        for (int64_t p = 0; p < c->px; p++, x += c->C)
+            for (int64_t k = 0; k < nc; k++) acc[k] += x[k];
+        float *y = c->y + n * c->C + c0;
+        for (int64_t k = 0; k < nc; k++) y[k] = (float)((double)acc[k] / (double)c->px);
+    }
+}
+
 static kiln_status global_cpu(const kiln_kernel_args *a) {
     const kiln_pool_attrs *at = a->attrs;
     const kiln_tensor *X = a->in[0];
+    if (at && at->layout) {
+        if (at->layout != KILN_POOL_LAYOUT_NHWC || a->op->code != POOL_AVG || X->rank != 4 ||
+            X->dtype != KILN_DTYPE_FLOAT32)
+            return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (%s): layout %d is only for a 4-D float32 "
+                             "GlobalAveragePool", NODE(a), a->op->name, (int)at->layout);
+        gap_nhwc_ctx g = {.x = X->data, .y = a->out[0]->data, .C = X->dims[1], .px = X->dims[2] * X->dims[3]};
+        g.cblocks = (g.C + GAP_CB - 1) / GAP_CB;
+        int64_t items = X->dims[0] * g.cblocks;
+        if (items == 0 || g.px == 0) return KILN_OK;
+        /* about 32K elements per piece of work */
+        int64_t per = GAP_CB * g.px;
+        kiln__parallel_for(a->pool, items, per > 0 ? (32768 + per - 1) / per : items, gap_nhwc_items, &g);
+        return KILN_OK;
+    }
     global_ctx c = {.X = X, .Y = a->out[0], .kind = a->op->code, .p = at ? at->p : 2.0f};
     c.plane = 1;
     for (int i = 2; i < X->rank; i++) c.plane *= X->dims[i];
@@ -623,10 +661,12 @@ static kiln_status global_cpu(const kiln_kernel_args *a) {
     return KILN_OK;
 }
 
+/* attrs: only `layout` is used (set by kiln__fc_choose_layouts; engine
+ * format 4; zero from ONNX) */
 const kiln_op_def kiln_op_GlobalAveragePool = {
     .name = "GlobalAveragePool", .domain = "", .since = 1,
     .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
-    .code = POOL_AVG, .infer = global_infer, .cpu = global_cpu,
+    .code = POOL_AVG, .attr_size = sizeof(kiln_pool_attrs), .infer = global_infer, .cpu = global_cpu,
 };
 
 const kiln_op_def kiln_op_GlobalMaxPool = {

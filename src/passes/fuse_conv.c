@@ -414,6 +414,18 @@ static bool layout_pool_ok(const kiln_graph *g, const kiln_node *n) {
     return x->rank == 4 && x->dtype == KILN_DTYPE_FLOAT32;
 }
 
+/* A float32 4-D GlobalAveragePool on the CPU: reads an NHWC tensor
+ * (kiln's kernel; its [N, C, 1, 1] output is the same in either layout), so
+ * the last layer of ResNet's last stage need not turn its output NCHW. It
+ * ends a chain: its output is never passed NHWC. */
+static bool layout_sink_ok(const kiln_graph *g, int ni, const bool *veto) {
+    const kiln_node *n = &g->nodes[ni];
+    if (n->dead || n->device != KILN_DEVICE_CPU || (veto && veto[ni])) return false;
+    if (n->op_id != KILN_OP_GlobalAveragePool || n->n_in < 1 || n->in[0] < 0 || !n->attrs) return false;
+    const kiln_tinfo *x = &g->values[n->in[0]].info;
+    return x->rank == 4 && x->dtype == KILN_DTYPE_FLOAT32;
+}
+
 /* A FusedConv run by oneDNN (its tactics join NHWC chains and may read an
  * NHWC residual into an NCHW output). */
 static bool layout_node_dnnl(const kiln_node *n) {
@@ -438,7 +450,8 @@ void kiln__fc_clear_layouts(kiln_graph *g) {
     for (int ni = 0; ni < g->n_nodes; ni++) {
         kiln_node *n = &g->nodes[ni];
         if (n->op_id == KILN_OP_FusedConv) ((kiln_fused_conv_attrs *)n->attrs)->layout = 0;
-        if (n->op_id == KILN_OP_MaxPool) ((kiln_pool_attrs *)n->attrs)->layout = 0;
+        if (n->op_id == KILN_OP_MaxPool || (n->op_id == KILN_OP_GlobalAveragePool && n->attrs))
+            ((kiln_pool_attrs *)n->attrs)->layout = 0;
         if (n->op_id == KILN_OP_PwDwConv) ((kiln_pwdw_attrs *)n->attrs)->layout = 0;
     }
 }
@@ -459,7 +472,7 @@ int kiln__fc_choose_layouts(kiln_graph *g, const bool *veto) {
     for (int ni = 0; ni < g->n_nodes; ni++) {
         const kiln_node *n = &g->nodes[ni];
         if (n->dead) continue;
-        bool ok = layout_node_ok(g, ni, veto);
+        bool ok = layout_node_ok(g, ni, veto) || layout_sink_ok(g, ni, veto);
         /* NHWC inputs: X and the residual */
         int res = n->op_id == KILN_OP_FusedConv ? 3 : n->op_id == KILN_OP_PwDwConv ? 7 : 0;
         for (int i = 0; i < n->n_in; i++)
@@ -523,6 +536,13 @@ int kiln__fc_choose_layouts(kiln_graph *g, const bool *veto) {
             int y = blk[n->out[0]];
             ((kiln_pool_attrs *)n->attrs)->layout = y ? KILN_POOL_LAYOUT_NHWC : 0;
             count += y != 0;
+        }
+        if (!n->dead && n->op_id == KILN_OP_GlobalAveragePool && layout_sink_ok(g, ni, veto)) {
+            /* float32 NHWC only: a tensor a GlobalAveragePool reads is never
+             * bf16 (the bf16 pass above wants bf16 FusedConv readers alone) */
+            int x = blk[n->in[0]];
+            ((kiln_pool_attrs *)n->attrs)->layout = x == 1 ? KILN_POOL_LAYOUT_NHWC : 0;
+            count += x == 1;
         }
         if (!n->dead && n->op_id == KILN_OP_PwDwConv) {
             int x = blk[n->in[0]], y = blk[n->out[0]];

@@ -1093,7 +1093,27 @@ static kiln_engine *rebuild_like(const kiln_engine *fx, const char *model) {
     return e;
 }
 
-/* Every engine fixture (written by an earlier kiln, format version 1, 2 or 3)
+/* GlobalAveragePool had no attributes before format version 4: a version-3
+ * file with one loads (an NCHW pool), while the same bytes marked version 4
+ * are refused by their attribute size, named. */
+TEST(test_gap_attrs_by_version) {
+    FILE *f = fopen(FIXTURES "/stress_cnn_v3.kiln", "rb");
+    CHECK(f != NULL);
+    if (!f) return;
+    unsigned char *buf = kiln__aligned_alloc(1 << 16);
+    size_t size = buf ? fread(buf, 1, 1 << 16, f) : 0;
+    fclose(f);
+    CHECK(size > KILN_FORMAT_HEADER_SIZE && kiln__le32(buf + KILN_FMT_OFF_VERSION) == 3);
+    if (size > KILN_FORMAT_HEADER_SIZE) {
+        CHECK_OK(read_only(buf, size));
+        kiln__put_le32(buf + KILN_FMT_OFF_VERSION, 4);
+        reseal(buf, size);
+        CHECK_ERR(read_only(buf, size), KILN_ERR_FORMAT, "(GlobalAveragePool): attributes are 0 bytes");
+    }
+    kiln__aligned_free(buf);
+}
+
+/* Every engine fixture (written by an earlier kiln, format version 1 to 4)
  * loads, is described, runs, and matches the same model built today. */
 TEST(test_fixtures) {
     DIR *d = opendir(FIXTURES);
@@ -1337,6 +1357,7 @@ int main(void) {
     RUN(test_cpu_target);
     RUN(test_compat_messages);
     RUN(test_fixtures);
+    RUN(test_gap_attrs_by_version);
     rmdir(tmpdir);
     return test_summary();
 }

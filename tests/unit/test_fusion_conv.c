@@ -452,25 +452,36 @@ static void tactics_agree(int64_t batch, int threads, bool big) {
     kiln_model_free(m);
 }
 
-/* conv a -> conv b + residual a -> GlobalAveragePool, as the last block of
- * ResNet: with oneDNN running both convolutions, a stays NHWC (read by b as
- * input and residual) while b's output leaves the chain NCHW for the pool,
- * so b reads an NHWC residual into an NCHW output (KILN_FC_LAYOUT_R_NHWC),
- * never in place; the results are the NCHW ones with the batch split, with
- * bands of rows and on one thread. Before this, the pool's NCHW made a
- * NCHW too. */
-static void residual_nhwc_case(int64_t batch, int threads) {
+/* conv a -> conv b + residual a -> GlobalMaxPool, as the last block of
+ * ResNet with an NCHW reader at the end: with oneDNN running both
+ * convolutions, a stays NHWC (read by b as input and residual) while b's
+ * output leaves the chain NCHW for the pool, so b reads an NHWC residual
+ * into an NCHW output (KILN_FC_LAYOUT_R_NHWC), never in place; the results
+ * are the NCHW ones with the batch split, with bands of rows and on one
+ * thread. Before this, the pool's NCHW made a NCHW too. (ResNet's own
+ * GlobalAveragePool reads NHWC: gap_reads_nhwc below.) */
+/* x [batch, 16, hw, hw] -> conv ca (ch channels) + Relu -> a; conv cb(a) + a
+ * + Relu -> r -> global pool `pool_op` named `pool` (the model's output):
+ * the model in *mp, the engine (built on `threads`), the input in x_in. */
+static kiln_engine *last_block(int64_t *xd, int64_t batch, int64_t hw, int64_t ch, int threads, int pool_op,
+                               const char *pool, kiln_model **mp) {
     kiln_graph *g = NULL;
     CHECK_OK(kiln__graph_create(&g));
-    int64_t xd[4] = {batch, 16, 28, 28};
+    xd[0] = batch, xd[1] = 16, xd[2] = xd[3] = hw;
     int x = add_input(g, "x", 4, xd);
-    int a = add_unary(g, KILN_OP_Relu, "ra", conv(g, "ca", x, 16, 32, 3, 1, 1, 1, 1), NULL);
-    int b = conv(g, "cb", a, 32, 32, 3, 1, 1, 1, 1);
+    int a = add_unary(g, KILN_OP_Relu, "ra", conv(g, "ca", x, 16, ch, 3, 1, 1, 1, 1), NULL);
+    int b = conv(g, "cb", a, ch, ch, 3, 1, 1, 1, 1);
     int r = add_unary(g, KILN_OP_Relu, "rr", add_binary(g, KILN_OP_Add, "add", b, a), NULL);
-    mark_output(g, add_node(g, KILN_OP_GlobalAveragePool, "gap", 1, (int[]){r}, NULL));
-    kiln_model *m = model_of(g);
+    mark_output(g, add_node(g, pool_op, pool, 1, (int[]){r}, NULL));
+    *mp = model_of(g);
     fill_x(kiln__numel(4, xd));
-    kiln_engine *e = build(m, (bopts){.opt = 1, .tuning = 0, .threads = threads});
+    return build(*mp, (bopts){.opt = 1, .tuning = 0, .threads = threads});
+}
+
+static void residual_nhwc_case(int64_t batch, int threads) {
+    int64_t xd[4];
+    kiln_model *m = NULL;
+    kiln_engine *e = last_block(xd, batch, 28, 32, threads, KILN_OP_GlobalMaxPool, "gmp", &m);
     int64_t n0 = run(e, x_in, xd, 0, y_ref, BIG);
     CHECK(n0 == batch * 32);
     if (e) set_fc_tactic(e, KILN_FC_TACTIC_DNNL_BLOCKED);
@@ -529,7 +540,7 @@ static void residual_nhwc_bf16_case(void) {
                       NULL);
     int o = add_unary(g, KILN_OP_Relu, "ro", add_binary(g, KILN_OP_Add, "add2", conv(g, "cc", r, 32, 32, 3, 1, 1, 1, 1), r),
                       NULL);
-    mark_output(g, add_node(g, KILN_OP_GlobalAveragePool, "gap", 1, (int[]){o}, NULL));
+    mark_output(g, add_node(g, KILN_OP_GlobalMaxPool, "gmp", 1, (int[]){o}, NULL));
     kiln_model *m = model_of(g);
     fill_x(kiln__numel(4, xd));
     kiln_engine *e32 = build(m, (bopts){.opt = 1, .tuning = 0, .threads = 2});
@@ -557,6 +568,73 @@ static void residual_nhwc_bf16_case(void) {
     kiln_engine_free(e);
     kiln_engine_free(e32);
     kiln_model_free(m);
+}
+
+/* conv a -> conv b + residual a -> GlobalAveragePool (ResNet's end): the
+ * pool reads b's output NHWC (kiln's kernel), so b writes NHWC with its
+ * residual in place, no reorder to NCHW; the same results at 1 and 3
+ * threads and batch 1 and 3, also after a save and load (engine format 4
+ * keeps the pool's layout); a damaged layout is refused with a message. */
+static void gap_nhwc_case(int64_t batch, int threads) {
+    int64_t xd[4];
+    kiln_model *m = NULL;
+    kiln_engine *e = last_block(xd, batch, 14, 80, threads, KILN_OP_GlobalAveragePool, "gap", &m);
+    int64_t n0 = run(e, x_in, xd, 0, y_ref, BIG);
+    CHECK(n0 == batch * 80);
+    if (e) {
+        set_fc_tactic(e, KILN_FC_TACTIC_DNNL_BLOCKED);
+        CHECK(kiln__fc_choose_layouts(e->graph, NULL) == 3); /* ca's and cb's outputs, the pool's input */
+        const kiln_node *cb = find_layer(e, "cb+add+rr"), *gap = find_layer(e, "gap");
+        CHECK(cb && ((const kiln_fused_conv_attrs *)cb->attrs)->layout ==
+                        (KILN_FC_LAYOUT_X_NHWC | KILN_FC_LAYOUT_Y_NHWC));
+        CHECK(gap && gap->attrs && ((const kiln_pool_attrs *)gap->attrs)->layout == KILN_POOL_LAYOUT_NHWC);
+        const char *d = kiln_engine_describe(e, 1);
+        CHECK(d && strstr(d, "\"layout\": {\"x\": \"nhwc\", \"y\": \"nchw\"}") &&
+              !strstr(d, "\"residual\": \"nhwc\""));
+        int64_t n1 = run(e, x_in, xd, 0, y_opt, BIG);
+        double err = rel_err(y_opt, y_ref, n0);
+        if (!(err <= 1e-5))
+            fprintf(stderr, "  NHWC GlobalAveragePool, batch %lld, %d threads: relative error %g\n",
+                    (long long)batch, threads, err);
+        CHECK(n1 == n0 && err <= 1e-5);
+        /* saved and loaded: the pool's layout travels in the file */
+        void *blob = NULL;
+        size_t size = 0;
+        kiln_engine *e2 = NULL;
+        CHECK_OK(kiln_engine_serialize(e, &blob, &size));
+        if (blob) CHECK_OK(kiln_engine_load_memory(blob, size, &e2));
+        const kiln_node *gap2 = e2 ? find_layer(e2, "gap") : NULL;
+        CHECK(gap2 && gap2->attrs && ((const kiln_pool_attrs *)gap2->attrs)->layout == KILN_POOL_LAYOUT_NHWC);
+        int64_t n2 = run(e2, x_in, xd, 0, y_opt, BIG);
+        CHECK(n2 == n0 && rel_err(y_opt, y_ref, n0) <= 1e-5);
+        kiln_engine_free(e2);
+        kiln_free(blob);
+        /* a layout value kiln does not know: refused, named */
+        if (batch == 1 && threads == 1 && gap) {
+            kiln_pool_attrs *pa = gap->attrs;
+            pa->layout = 2;
+            kiln_context *c = NULL;
+            CHECK_OK(kiln_context_create(e, &c));
+            CHECK_OK(kiln_context_set_input(c, "x", KILN_DTYPE_FLOAT32, 4, xd, x_in));
+            kiln_status st = c ? kiln_context_run(c) : KILN_ERR_INTERNAL;
+            CHECK(st == KILN_ERR_MODEL && strstr(kiln_last_error(), "GlobalAveragePool") &&
+                  strstr(kiln_last_error(), "layout 2"));
+            kiln_context_free(c);
+            pa->layout = KILN_POOL_LAYOUT_NHWC;
+        }
+    }
+    kiln_engine_free(e);
+    kiln_model_free(m);
+}
+
+TEST(gap_reads_nhwc) {
+    if (!kiln__have_dnnl()) {
+        printf("  built without oneDNN: skipped\n");
+        return;
+    }
+    gap_nhwc_case(1, 1);
+    gap_nhwc_case(1, 3);
+    gap_nhwc_case(3, 2);
 }
 
 TEST(residual_nhwc_output_nchw) {
@@ -970,6 +1048,7 @@ int main(void) {
     RUN(dnnl_channel_split);
     RUN(maxpool_in_nhwc_chain);
     RUN(residual_nhwc_output_nchw);
+    RUN(gap_reads_nhwc);
     RUN(tuning_and_timing_cache);
     RUN(bf16_cpu);
     return test_summary();

@@ -20,13 +20,21 @@ static bool float_in_out(const kiln_graph *g, const kiln_node *n) {
 
 /* ---- GlobalAveragePool, GlobalMaxPool: a reduction over each plane ------------------------ */
 
+/* An NHWC GlobalAveragePool (KILN_POOL_LAYOUT_NHWC) is a CPU layer only. */
+static bool global_pool_nhwc(const void *attrs, const kiln_op_def *op) {
+    return attrs && kiln__op_id_of(op) == KILN_OP_GlobalAveragePool && ((const kiln_pool_attrs *)attrs)->layout;
+}
+
 bool kiln__cu_global_pool_supports(const kiln_graph *g, const kiln_node *n) {
-    return float_in_out(g, n);
+    return float_in_out(g, n) && !global_pool_nhwc(n->attrs, n->op);
 }
 
 kiln_status kiln__cu_global_pool_run(const kiln_kernel_args *a) {
     const kiln_tensor *x = a->in[0];
     if (!kiln__cu_is_float(x->dtype)) return dtype_fail(a, x->dtype);
+    if (global_pool_nhwc(a->attrs, a->op))
+        return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (%s): an NHWC layout (%d) is for the CPU kernel only",
+                         KCU_NODE(a), a->op->name, (int)((const kiln_pool_attrs *)a->attrs)->layout);
     if (x->rank < 2)
         return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (%s): input must have rank >= 2, got %d",
                          KCU_NODE(a), a->op->name, x->rank);
