@@ -625,12 +625,12 @@ static void gap_nhwc_items(void *vctx, int64_t i0, int64_t i1) {
     for (int64_t it = i0; it < i1; it++) {
         int64_t n = it / c->cblocks, c0 = it % c->cblocks * GAP_CB;
         int64_t nc = c->C - c0 < GAP_CB ? c->C - c0 : GAP_CB;
-        float acc[GAP_CB] = {0};
+        double acc[GAP_CB] = {0}; /* double: as exact as the NCHW path on large images */
         const float *x = c->x + n * c->px * c->C + c0;
         for (int64_t p = 0; p < c->px; p++, x += c->C)
             for (int64_t k = 0; k < nc; k++) acc[k] += x[k];
         float *y = c->y + n * c->C + c0;
-        for (int64_t k = 0; k < nc; k++) y[k] = (float)((double)acc[k] / (double)c->px);
+        for (int64_t k = 0; k < nc; k++) y[k] = (float)(acc[k] / (double)c->px);
     }
 }
 
