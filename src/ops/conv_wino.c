@@ -350,6 +350,21 @@ static AVX512 INLINE void at4_512(const __m512 m[6], __m512 o[4]) {
     o[1] = _mm512_sub_ps(_mm512_sub_ps(m[1], m[2]), m[3]);
 }
 
+/* B^T d and A^T m of tile size a = A (6 or 4). */
+static AVX512 INLINE void bt_512(const int A, const __m512 d[6], __m512 r[6]) {
+    if (A == 6)
+        bt6_512(d, r);
+    else
+        bt4_512(d, r);
+}
+
+static AVX512 INLINE void at_512(const int A, const __m512 m[6], __m512 o[4]) {
+    if (A == 6)
+        at6_512(m, o);
+    else
+        at4_512(m, o);
+}
+
 /* Input transform of one tile, a = A (6 or 4, a constant where inlined). */
 static AVX512 INLINE void in_tile_512a(const wino_plan *P, int64_t tg, float *V, const int A) {
     const kiln_wino_args *a = P->a;
@@ -376,18 +391,12 @@ static AVX512 INLINE void in_tile_512a(const wino_plan *P, int64_t tg, float *V,
                     d[i] = ok[i][j] ? _mm512_loadu_ps(img + ((iy0 + i) * a->W + ix0 + j) * Cp + cg)
                                     : _mm512_setzero_ps();
             }
-            if (A == 6)
-                bt6_512(d, r);
-            else
-                bt4_512(d, r);
+            bt_512(A, d, r);
             for (int i = 0; i < A; i++) t[i][j] = r[i];
         }
         for (int i = 0; i < A; i++) {
             __m512 r[6];
-            if (A == 6)
-                bt6_512(t[i], r);
-            else
-                bt4_512(t[i], r);
+            bt_512(A, t[i], r);
             for (int j = 0; j < A; j++) _mm512_storeu_ps(V + (i * A + j) * vps + cg, r[j]);
         }
     }
@@ -475,10 +484,7 @@ static AVX512 INLINE void out_tile_512a(const wino_plan *P, int64_t tg, const fl
         for (int j = 0; j < A; j++) {
             __m512 m[6], o[4];
             for (int i = 0; i < A; i++) m[i] = _mm512_loadu_ps(Mb + (i * A + j) * mps + mg);
-            if (A == 6)
-                at6_512(m, o);
-            else
-                at4_512(m, o);
+            at_512(A, m, o);
             for (int i = 0; i < m_; i++) t[i][j] = o[i];
         }
         int64_t nb = a->M - mg; /* >= 1: Mp - M < 16 */
@@ -486,10 +492,7 @@ static AVX512 INLINE void out_tile_512a(const wino_plan *P, int64_t tg, const fl
         __m512 bias = a->bias ? _mm512_maskz_loadu_ps(bmk, a->bias + mg) : zero;
         for (int i = 0; i < ni; i++) {
             __m512 o[4];
-            if (A == 6)
-                at6_512(t[i], o);
-            else
-                at4_512(t[i], o);
+            at_512(A, t[i], o);
             int64_t pix = (n * Ho + oy + i) * Wo + ox;
             for (int j = 0; j < nj; j++) {
                 __m512 v = _mm512_add_ps(o[j], bias);
