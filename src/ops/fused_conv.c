@@ -241,12 +241,11 @@ static int fc_cpu_tactics(const kiln_infer_args *a, int32_t *ids, int cap) {
      * with its 16/9 of the weights */
     if (n < cap && kiln__wino_fast_available() &&
         kiln__fc_wino_fits(at, a->in[0]->rank, a->in[0]->dims, a->in[1]->rank, a->in[1]->dims)) {
-        double images = (double)a->in[0]->dims[0], C = (double)a->in[0]->dims[1], M = (double)a->in[1]->dims[0];
-        if ((double)kiln__wino_packed_floats((int64_t)C, (int64_t)M, 4) * sizeof(float) <=
-            WINO_WEIGHT_BYTES_PER_IMAGE * images)
+        int64_t C = a->in[0]->dims[1], M = a->in[1]->dims[0];
+        double images = (double)a->in[0]->dims[0];
+        if ((double)kiln__wino_packed_floats(C, M, 4) * sizeof(float) <= WINO_WEIGHT_BYTES_PER_IMAGE * images)
             ids[n++] = KILN_FC_TACTIC_WINO;
-        else if ((double)kiln__wino_packed_floats((int64_t)C, (int64_t)M, 2) * sizeof(float) <=
-                 KILN_WINO2_BYTES_PER_IMAGE * images)
+        else if ((double)kiln__wino_packed_floats(C, M, 2) * sizeof(float) <= KILN_WINO2_BYTES_PER_IMAGE * images)
             ids[n++] = KILN_FC_TACTIC_WINO2;
     }
     return n;

@@ -646,9 +646,9 @@ static kiln_status global_cpu(const kiln_kernel_args *a) {
         g.cblocks = (g.C + GAP_CB - 1) / GAP_CB;
         int64_t items = X->dims[0] * g.cblocks;
         if (items == 0 || g.px == 0) return KILN_OK;
-        /* about 32K elements per piece of work */
+        /* about 32K elements per piece of work (px >= 1 here) */
         int64_t per = GAP_CB * g.px;
-        kiln__parallel_for(a->pool, items, per > 0 ? (32768 + per - 1) / per : items, gap_nhwc_items, &g);
+        kiln__parallel_for(a->pool, items, (32768 + per - 1) / per, gap_nhwc_items, &g);
         return KILN_OK;
     }
     global_ctx c = {.X = X, .Y = a->out[0], .kind = a->op->code, .p = at ? at->p : 2.0f};

@@ -414,13 +414,19 @@ static bool layout_pool_ok(const kiln_graph *g, const kiln_node *n) {
     return x->rank == 4 && x->dtype == KILN_DTYPE_FLOAT32;
 }
 
+/* A live CPU node the layout choice may change (not vetoed). */
+static bool layout_cpu_node(const kiln_graph *g, int ni, const bool *veto) {
+    const kiln_node *n = &g->nodes[ni];
+    return !n->dead && n->device == KILN_DEVICE_CPU && !(veto && veto[ni]);
+}
+
 /* A float32 4-D GlobalAveragePool on the CPU: reads an NHWC tensor
  * (kiln's kernel; its [N, C, 1, 1] output is the same in either layout), so
  * the last layer of ResNet's last stage need not turn its output NCHW. It
  * ends a chain: its output is never passed NHWC. */
 static bool layout_sink_ok(const kiln_graph *g, int ni, const bool *veto) {
     const kiln_node *n = &g->nodes[ni];
-    if (n->dead || n->device != KILN_DEVICE_CPU || (veto && veto[ni])) return false;
+    if (!layout_cpu_node(g, ni, veto)) return false;
     if (n->op_id != KILN_OP_GlobalAveragePool || n->n_in < 1 || n->in[0] < 0 || !n->attrs) return false;
     const kiln_tinfo *x = &g->values[n->in[0]].info;
     return x->rank == 4 && x->dtype == KILN_DTYPE_FLOAT32;
@@ -435,8 +441,7 @@ static bool layout_node_dnnl(const kiln_node *n) {
 
 static bool layout_node_ok(const kiln_graph *g, int ni, const bool *veto) {
     const kiln_node *n = &g->nodes[ni];
-    if (n->dead || n->device != KILN_DEVICE_CPU) return false;
-    if (veto && veto[ni]) return false;
+    if (!layout_cpu_node(g, ni, veto)) return false;
     if (n->op_id == KILN_OP_MaxPool) return layout_pool_ok(g, n);
     if (n->op_id == KILN_OP_PwDwConv) return true; /* kiln's kernel: either layout */
     if (n->op_id != KILN_OP_FusedConv) return false;
