@@ -164,3 +164,18 @@ bool kiln__node_state_keep(const kiln_kernel_args *a, void *p, void (*free_fn)(v
     a->node_state->free = free_fn;
     return true;
 }
+
+/* The free function of kiln__node_packed's buffers (and the tag that tells
+ * them from other node state). */
+static void packed_free(void *p) { kiln__aligned_free(p); }
+
+float *kiln__node_packed(const kiln_kernel_args *a, size_t nf, bool *fresh, bool *own) {
+    float *p = kiln__node_state_get(a, packed_free);
+    *fresh = *own = false;
+    if (p) return p;
+    p = kiln__aligned_alloc(sizeof(float) * nf);
+    if (!p) return NULL;
+    *fresh = true;
+    *own = !kiln__node_state_keep(a, p, packed_free);
+    return p;
+}

@@ -349,9 +349,6 @@ static int fc_inplace_input(const void *attrs) {
     }
 }
 
-/* Transformed weights of the Winograd tactic (node state). */
-static void wino_free(void *p) { kiln__aligned_free(p); }
-
 /* g: the layer's geometry, from wino_geom; tile: 4 or 2. */
 static kiln_status fc_wino(const kiln_kernel_args *a, const kiln_conv_geom *gp, int tile) {
     const kiln_fused_conv_attrs *at = a->attrs;
@@ -363,16 +360,13 @@ static kiln_status fc_wino(const kiln_kernel_args *a, const kiln_conv_geom *gp, 
         return KILN_FAIL(KILN_ERR_INTERNAL,
                          "node '%s' (FusedConv): Winograd needs %zu bytes of workspace, the plan gave %zu",
                          NODE(a), need, a->workspace_size);
-    float *U = kiln__node_state_get(a, wino_free);
-    bool own = false;
-    if (!U) {
-        U = kiln__aligned_alloc(sizeof(float) * kiln__wino_packed_floats(g.C, g.M, tile));
-        if (!U)
-            return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "node '%s' (FusedConv): out of memory transforming weights",
-                             NODE(a));
-        kiln__wino_pack(a->in[1]->data, g.C, g.M, tile, U);
-        own = !kiln__node_state_keep(a, U, wino_free);
-    }
+    /* the transformed weights, kept in the node's state */
+    bool fresh, own;
+    float *U = kiln__node_packed(a, kiln__wino_packed_floats(g.C, g.M, tile), &fresh, &own);
+    if (!U)
+        return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "node '%s' (FusedConv): out of memory transforming weights",
+                         NODE(a));
+    if (fresh) kiln__wino_pack(a->in[1]->data, g.C, g.M, tile, U);
     kiln_wino_args w = {
         .x = a->in[0]->data, .u = U, .tile = tile, .bias = a->n_in > 2 && a->in[2] ? a->in[2]->data : NULL,
         .r = at->has_residual ? a->in[3]->data : NULL, .y = a->out[0]->data,

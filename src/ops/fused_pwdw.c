@@ -124,8 +124,6 @@ static size_t pwdw_workspace(const kiln_infer_args *a) {
                                 ws_threads());
 }
 
-static void packed_free(void *p) { kiln__aligned_free(p); }
-
 static const float *data_or_null(const kiln_kernel_args *a, int i) {
     return i < a->n_in && a->in[i] ? a->in[i]->data : NULL;
 }
@@ -147,19 +145,14 @@ static kiln_status pwdw_cpu(const kiln_kernel_args *a) {
         return KILN_FAIL(KILN_ERR_INTERNAL,
                          "node '%s' (PwDwConv): needs %zu bytes of workspace, the plan gave %zu",
                          NODE(a), need, a->workspace_size);
-    float *packed = kiln__node_state_get(a, packed_free);
-    bool own = false;
-    if (!packed) {
-        int64_t Cw = at->no_expand ? 0 : C; /* no first pointwise weights */
-        int64_t nf = kiln__pwdw_packed_floats(Cw, E, M);
-        packed = kiln__aligned_alloc(sizeof(float) * (size_t)nf);
-        if (!packed)
-            return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "node '%s' (PwDwConv): out of memory packing weights",
-                             NODE(a));
+    int64_t Cw = at->no_expand ? 0 : C; /* no first pointwise weights */
+    bool fresh, own;
+    float *packed = kiln__node_packed(a, (size_t)kiln__pwdw_packed_floats(Cw, E, M), &fresh, &own);
+    if (!packed)
+        return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "node '%s' (PwDwConv): out of memory packing weights", NODE(a));
+    if (fresh)
         kiln__pwdw_pack(at->no_expand ? NULL : a->in[1]->data, data_or_null(a, 2), a->in[3]->data,
                         data_or_null(a, 4), M ? a->in[5]->data : NULL, data_or_null(a, 6), Cw, E, M, packed);
-        own = !kiln__node_state_keep(a, packed, packed_free);
-    }
     kiln_pwdw_args p = {
         .x = X->data, .packed = packed, .r = at->has_residual ? a->in[7]->data : NULL, .y = Y->data,
         .N = N, .H = H, .W = W, .C = C, .E = E, .M = M, .no_expand = at->no_expand,

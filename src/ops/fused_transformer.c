@@ -166,19 +166,13 @@ static kiln_status fmm_run_sgemm(const kiln_kernel_args *a, int64_t M, int64_t K
     return KILN_OK;
 }
 
-/* Weights packed for the AVX-512 kernel (node state of that tactic). */
-static void fmm512_free(void *p) { kiln__aligned_free(p); }
-
 static kiln_status fmm_run_avx512(const kiln_kernel_args *a, int64_t M, int64_t K, int64_t N) {
     const kiln_fused_matmul_attrs *at = a->attrs;
-    float *Bp = kiln__node_state_get(a, fmm512_free);
-    bool own = false;
-    if (!Bp) {
-        Bp = kiln__aligned_alloc(sizeof(float) * kiln__sgemm512_packed_floats(K, N));
-        if (!Bp) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "node '%s' (kiln.FusedMatMul): out of memory packing weights", NODE(a));
-        kiln__sgemm512_pack(a->in[1]->data, at->trans_b != 0, K, N, Bp);
-        own = !kiln__node_state_keep(a, Bp, fmm512_free);
-    }
+    /* weights packed for the AVX-512 kernel, kept in the node's state */
+    bool fresh, own;
+    float *Bp = kiln__node_packed(a, kiln__sgemm512_packed_floats(K, N), &fresh, &own);
+    if (!Bp) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "node '%s' (kiln.FusedMatMul): out of memory packing weights", NODE(a));
+    if (fresh) kiln__sgemm512_pack(a->in[1]->data, at->trans_b != 0, K, N, Bp);
     kiln__sgemm512_run(a->in[0]->data, M, K, N, Bp, fmm_bias(a), fmm_residual(a), at->act, a->out[0]->data, a->pool);
     if (own) kiln__aligned_free(Bp);
     return KILN_OK;

@@ -227,5 +227,11 @@ KILN_PRIVATE void *kiln__node_state_get(const kiln_kernel_args *a, void (*free_f
  * empty one: true. false (constant folding, build-time timing, or a state
  * already taken): the caller still owns p and frees it after the run. */
 KILN_PRIVATE bool kiln__node_state_keep(const kiln_kernel_args *a, void *p, void (*free_fn)(void *));
+/* Weights packed once per context (nf floats, 64-byte aligned): the ones
+ * this node kept (*fresh false), else a new buffer the caller must fill
+ * now (*fresh true), kept as the node's state where it can be, else the
+ * caller's to free with kiln__aligned_free after the run (*own true).
+ * NULL: out of memory (no error set: the caller names what it packs). */
+KILN_PRIVATE float *kiln__node_packed(const kiln_kernel_args *a, size_t nf, bool *fresh, bool *own);
 
 #endif
