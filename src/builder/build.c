@@ -419,8 +419,9 @@ static void node_tactic(const kiln_node *n, kiln_sbuf *sb, bool json) {
     }
 }
 
-/* Tensors a CPU layer reads and writes in NHWC (layers of an NHWC chain,
- * fused_conv.h): "x" the input, "y" the output; bf16 where they hold bf16;
+/* Tensors a CPU layer reads and writes in NHWC or nChw16c (layers of an
+ * NHWC or blocked chain, fused_conv.h): "x" the input, "y" the output;
+ * bf16 where they hold bf16;
  * "residual" where an NHWC residual goes into an NCHW output. */
 static void node_layout(const kiln_node *n, kiln_sbuf *sb, bool json) {
     if (n->device != KILN_DEVICE_CPU || !n->attrs) return;
@@ -429,8 +430,12 @@ static void node_layout(const kiln_node *n, kiln_sbuf *sb, bool json) {
     if (n->op_id == KILN_OP_FusedConv) {
         int l = ((const kiln_fused_conv_attrs *)n->attrs)->layout;
         if (!l) return;
-        x = (l & KILN_FC_LAYOUT_X_NHWC) ? ((l & KILN_FC_LAYOUT_X_BF16) ? "nhwc-bf16" : "nhwc") : "nchw";
-        y = (l & KILN_FC_LAYOUT_Y_NHWC) ? ((l & KILN_FC_LAYOUT_Y_BF16) ? "nhwc-bf16" : "nhwc") : "nchw";
+        x = (l & KILN_FC_LAYOUT_X_NHWC)  ? ((l & KILN_FC_LAYOUT_X_BF16) ? "nhwc-bf16" : "nhwc")
+            : (l & KILN_FC_LAYOUT_X_C16) ? "nchw16c"
+                                         : "nchw";
+        y = (l & KILN_FC_LAYOUT_Y_NHWC)  ? ((l & KILN_FC_LAYOUT_Y_BF16) ? "nhwc-bf16" : "nhwc")
+            : (l & KILN_FC_LAYOUT_Y_C16) ? "nchw16c"
+                                         : "nchw";
         r_nhwc = (l & KILN_FC_LAYOUT_R_NHWC) != 0;
     } else if (n->op_id == KILN_OP_PwDwConv) {
         int l = ((const kiln_pwdw_attrs *)n->attrs)->layout;
@@ -438,11 +443,13 @@ static void node_layout(const kiln_node *n, kiln_sbuf *sb, bool json) {
         x = (l & KILN_FC_LAYOUT_X_NHWC) ? "nhwc" : "nchw";
         y = (l & KILN_FC_LAYOUT_Y_NHWC) ? "nhwc" : "nchw";
     } else if (n->op_id == KILN_OP_MaxPool) {
-        if (((const kiln_pool_attrs *)n->attrs)->layout != KILN_POOL_LAYOUT_NHWC) return;
-        x = y = "nhwc";
+        int l = ((const kiln_pool_attrs *)n->attrs)->layout;
+        if (l != KILN_POOL_LAYOUT_NHWC && l != KILN_POOL_LAYOUT_C16) return;
+        x = y = l == KILN_POOL_LAYOUT_C16 ? "nchw16c" : "nhwc";
     } else if (n->op_id == KILN_OP_GlobalAveragePool && n->attrs) {
-        if (((const kiln_pool_attrs *)n->attrs)->layout != KILN_POOL_LAYOUT_NHWC) return;
-        x = "nhwc";
+        int l = ((const kiln_pool_attrs *)n->attrs)->layout;
+        if (l != KILN_POOL_LAYOUT_NHWC && l != KILN_POOL_LAYOUT_C16) return;
+        x = l == KILN_POOL_LAYOUT_C16 ? "nchw16c" : "nhwc";
         y = "nchw"; /* [N, C, 1, 1]: the same bytes either way */
     } else {
         return;

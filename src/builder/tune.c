@@ -394,12 +394,118 @@ static bool chain_layout(kiln_node *n, const kiln_tinfo *const *in, int32_t id, 
     return ok;
 }
 
+/* Times FusedConv layer ni with the layout in its attrs at the opt shapes:
+ * *us the median (-1: it fails, or oneDNN has only a reference kernel for
+ * it), left as it was when a shape is unknown. */
+static kiln_status time_layout(const kiln_graph *g, kiln_tinfo *vi, void *cpu_state, kiln_pool *pool, int ni,
+                               double *us) {
+    const kiln_backend_i *be = kiln__backend_for(KILN_DEVICE_CPU);
+    const kiln_node *n = &g->nodes[ni];
+    const kiln_tinfo *in[64] = {0};
+    kiln_tinfo outs[16];
+    if (!node_shapes(g, n, vi, in, outs)) return KILN_OK;
+    tune_bufs tb;
+    memset(&tb, 0, sizeof tb);
+    kiln_status st = bufs_make(be, cpu_state, n, in, outs, &tb);
+    const kiln_tactic *tac = n->attrs;
+    /* oneDNN's tactics: only where it has a real kernel for the layouts */
+    bool dnnl = tac->id == KILN_FC_TACTIC_DNNL_PLAIN || tac->id == KILN_FC_TACTIC_DNNL_BLOCKED;
+    *us = st == KILN_OK && (!dnnl || probe_fused_conv(n, &tb, pool))
+              ? time_tactic(be, cpu_state, pool, n, in, tac->id, &tb, TUNE_REPS, 0)
+              : -1;
+    bufs_free(be, cpu_state, n, &tb, in);
+    return st;
+}
+
+/* The whole engine run at the opt shapes (zero inputs) with the layouts of
+ * variant 0 (NHWC) and 1 (nChw16c), alternately: the medians after a
+ * warm-up run each. Blocked tensors pay off where they stream from memory
+ * and cost where a batch-1 layer must split its channels over the threads,
+ * which timing layers one by one, warm, does not show. Leaves the faster
+ * variant's layouts (NHWC when a run fails). */
+#define C16_MARGIN 0.98
+static kiln_status network_c16(kiln_engine *e, const bool *veto) {
+    kiln_graph *g = e->graph;
+    int32_t *lay = kiln__calloc(2 * (size_t)g->n_nodes + 1, sizeof *lay);
+    void **bufs = kiln__calloc((size_t)g->n_inputs + 1, sizeof *bufs);
+    kiln_context *c[2] = {NULL, NULL};
+    if (!lay || !bufs) {
+        kiln__free(lay);
+        kiln__free(bufs);
+        return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory (layouts)");
+    }
+    for (int v = 1; v >= 0; v--) { /* the nChw16c layouts are in place now */
+        if (v == 0) kiln__fc_choose_layouts(g, veto, false);
+        for (int ni = 0; ni < g->n_nodes; ni++) {
+            int32_t *l = kiln__layout_attr(&g->nodes[ni]);
+            lay[(size_t)v * g->n_nodes + ni] = l ? *l : 0;
+        }
+    }
+    double t[2][9];
+    int runs = 0, want = 3;
+    bool ok = true;
+    for (int k = 0; k < g->n_inputs && ok; k++) {
+        const kiln_profile *p = &e->profiles[k];
+        int64_t n = kiln__numel(p->rank, p->opt);
+        size_t es = kiln_dtype_size(g->values[g->inputs[k]].info.dtype);
+        bufs[k] = n >= 0 && es ? kiln__calloc((size_t)n + 1, es) : NULL;
+        ok = bufs[k] != NULL;
+    }
+    /* round -1: each context's first run (plans, primitives, packed weights) */
+    for (int r = -1; ok && r < want; r++) {
+        for (int v = 0; v < 2 && ok; v++) {
+            for (int ni = 0; ni < g->n_nodes; ni++) {
+                int32_t *l = kiln__layout_attr(&g->nodes[ni]);
+                if (l) *l = lay[(size_t)v * g->n_nodes + ni];
+            }
+            if (!c[v]) {
+                ok = kiln_context_create(e, &c[v]) == KILN_OK;
+                for (int k = 0; ok && k < g->n_inputs; k++) {
+                    const kiln_profile *p = &e->profiles[k];
+                    ok = kiln_context_set_input(c[v], g->values[g->inputs[k]].name,
+                                                g->values[g->inputs[k]].info.dtype, p->rank, p->opt,
+                                                bufs[k]) == KILN_OK;
+                }
+            }
+            double t0 = kiln__now_us();
+            ok = ok && kiln_context_run(c[v]) == KILN_OK;
+            if (r >= 0) t[v][r] = kiln__now_us() - t0;
+            /* short runs: more of them (up to 9, about a second in all) */
+            if (r == -1 && v == 1 && ok) {
+                double us = kiln__now_us() - t0;
+                want = us > 0 ? (int)(1e6 / (2 * us)) : 9;
+                want = want < 3 ? 3 : want > 9 ? 9 : want;
+            }
+        }
+        if (r >= 0) runs = r + 1;
+    }
+    kiln__clear_error(); /* a failed run: NHWC */
+    double med[2] = {0, 0};
+    for (int v = 0; v < 2 && ok && runs > 0; v++) {
+        qsort(t[v], (size_t)runs, sizeof t[v][0], cmp_double);
+        med[v] = t[v][runs / 2];
+    }
+    /* by 2% at least: the two can tie within the noise of a few runs, and
+     * where they tie NHWC keeps the batch-1 row split */
+    int keep = ok && runs > 0 && med[1] < C16_MARGIN * med[0] ? 1 : 0;
+    for (int ni = 0; ni < g->n_nodes; ni++) {
+        int32_t *l = kiln__layout_attr(&g->nodes[ni]);
+        if (l) *l = lay[(size_t)keep * g->n_nodes + ni];
+    }
+    for (int v = 0; v < 2; v++) kiln_context_free(c[v]);
+    for (int k = 0; k < g->n_inputs; k++) kiln__free(bufs[k]);
+    kiln__free(bufs);
+    kiln__free(lay);
+    return KILN_OK;
+}
+
 /* NHWC tensors between oneDNN layers (fused_conv.h). Each layer that gets
  * one is timed again: one that fails, or that oneDNN runs much slower that
- * way (a reference kernel), is vetoed and the choice made again. */
+ * way (a reference kernel), is vetoed and the choice made again. Then the
+ * float32 ones in nChw16c instead, kept when the engine runs faster so
+ * (network_c16). */
 static kiln_status choose_layouts(kiln_engine *e, kiln_tinfo *vi, void *cpu_state, kiln_pool *pool) {
     kiln_graph *g = e->graph;
-    const kiln_backend_i *be = kiln__backend_for(KILN_DEVICE_CPU);
     bool *veto = kiln__calloc((size_t)g->n_nodes + 1, sizeof *veto);
     int *checked = kiln__calloc((size_t)g->n_nodes + 1, sizeof *checked);
     if (!veto || !checked) {
@@ -411,32 +517,26 @@ static kiln_status choose_layouts(kiln_engine *e, kiln_tinfo *vi, void *cpu_stat
     bool bad = true;
     for (int round = 0; round < 16 && bad; round++) {
         bad = false;
-        if (kiln__fc_choose_layouts(g, veto) == 0) break;
+        if (kiln__fc_choose_layouts(g, veto, false) == 0) break;
         for (int ni = 0; ni < g->n_nodes && st == KILN_OK; ni++) {
-            kiln_node *n = &g->nodes[ni];
-            const kiln_tinfo *in[64] = {0};
-            kiln_tinfo outs[16];
-            int lay = n->op_id == KILN_OP_FusedConv ? ((kiln_fused_conv_attrs *)n->attrs)->layout : 0;
-            if (!lay || checked[ni] == lay + 1 || !node_shapes(g, n, vi, in, outs)) continue;
+            int lay = g->nodes[ni].op_id == KILN_OP_FusedConv ? ((kiln_fused_conv_attrs *)g->nodes[ni].attrs)->layout : 0;
+            if (!lay || checked[ni] == lay + 1) continue;
+            double us = -2;
+            st = time_layout(g, vi, cpu_state, pool, ni, &us);
+            if (us == -2) continue; /* shapes unknown at opt */
             checked[ni] = lay + 1; /* this layout of this layer was timed */
-            tune_bufs tb;
-            memset(&tb, 0, sizeof tb);
-            st = bufs_make(be, cpu_state, n, in, outs, &tb);
-            const kiln_tactic *tac = n->attrs;
-            /* oneDNN's tactics: only where it has a real kernel for the layouts */
-            bool dnnl = tac->id == KILN_FC_TACTIC_DNNL_PLAIN || tac->id == KILN_FC_TACTIC_DNNL_BLOCKED;
-            double us = st == KILN_OK && (!dnnl || probe_fused_conv(n, &tb, pool))
-                            ? time_tactic(be, cpu_state, pool, n, in, tac->id, &tb, TUNE_REPS, 0)
-                            : -1;
+            const kiln_tactic *tac = g->nodes[ni].attrs;
             if (st == KILN_OK && (us < 0 || (tac->us > 0 && us > 2.0 * tac->us + 100.0))) {
                 veto[ni] = true;
                 bad = true;
             }
-            bufs_free(be, cpu_state, n, &tb, in);
         }
     }
-    if (bad || st != KILN_OK) /* give up on NHWC: NCHW is always right */
+    if (bad || st != KILN_OK) { /* give up on NHWC: NCHW is always right */
         kiln__fc_clear_layouts(g);
+    } else if (kiln__fc_choose_layouts(g, veto, true) > 0 && kiln__fc_c16_values(g) > 0) {
+        st = network_c16(e, veto);
+    }
     kiln__free(veto);
     kiln__free(checked);
     return st;

@@ -143,8 +143,14 @@
  * chain) where version 3 had none, and FusedConv may carry tactic 4
  * (Winograd F(2x2), NHWC like tactic 3). A version-3 kiln refuses the
  * attribute size; version 1..3 files (GlobalAveragePool without
- * attributes: NCHW) mean the same to this kiln. */
-#define KILN_FORMAT_VERSION 4          /* written by this kiln */
+ * attributes: NCHW) mean the same to this kiln.
+ * Version 5: the same layout; tensors between CPU layers may be blocked
+ * nChw16c: FusedConv layout bits KILN_FC_LAYOUT_X_C16 (32) / Y_C16 (64),
+ * MaxPool and GlobalAveragePool layout KILN_POOL_LAYOUT_C16 (2). A
+ * version-4 kiln refuses the file by version (its layers would refuse
+ * those values too, at run time); version 1..4 files mean the same to this
+ * kiln. */
+#define KILN_FORMAT_VERSION 5          /* written by this kiln */
 #define KILN_FORMAT_MIN_VERSION 1      /* oldest this kiln reads */
 #define KILN_FORMAT_MAGIC "KILN\x89\r\n\x1a\n\0\0\0"
 #define KILN_FORMAT_MAGIC_SIZE 12

@@ -159,8 +159,10 @@ void kiln__wino_pack(const float *W, int64_t C, int64_t M, int tile, float *U) {
 typedef struct wino_plan {
     const kiln_wino_args *a;
     wino_geom g;
-    const float *xs; /* NHWC input with Cp channels per pixel */
+    const float *xs; /* NHWC input with Cp channels per pixel, or nChw16c */
+    int64_t xps, xgs; /* xs: floats from one pixel to the next, from one group of 16 channels to the next */
     float *yt;       /* NHWC output with Mp channels (NCHW y), else NULL */
+    int64_t yps, ygs; /* the same for y (yt when it is used) */
     float *slots;
     int nslots;
     bool fast;
@@ -231,7 +233,7 @@ static void in_tile_gen(const wino_plan *P, int64_t tg, float *V) {
             for (int i = 0; i < A; i++) {
                 int64_t iy = iy0 + i;
                 if (iy >= 0 && iy < a->H && ix >= 0 && ix < a->W)
-                    memcpy(d[i], img + (iy * a->W + ix) * Cp + cg, sizeof d[i]);
+                    memcpy(d[i], img + (iy * a->W + ix) * P->xps + cg / CB * P->xgs, sizeof d[i]);
                 else
                     memset(d[i], 0, sizeof d[i]);
             }
@@ -266,14 +268,15 @@ static void gemm_gen(int R, int w, const float *A, int64_t lda, const float *B, 
  * already; residual and activation here (NHWC y) or later (NCHW y). */
 static void store_px_gen(const wino_plan *P, int64_t n, int64_t y, int64_t x, int64_t m0, const float *v) {
     const kiln_wino_args *a = P->a;
-    int64_t pix = (n * P->g.Ho + y) * P->g.Wo + x;
+    int64_t HWo = P->g.Ho * P->g.Wo, off = (y * P->g.Wo + x) * P->yps + m0 / CB * P->ygs;
     if (P->yt) {
-        memcpy(P->yt + pix * P->g.Mp + m0, v, sizeof(float) * CB);
+        memcpy(P->yt + n * HWo * P->g.Mp + off, v, sizeof(float) * CB);
         return;
     }
     int64_t nm = a->M - m0 < CB ? a->M - m0 : CB;
-    float *dst = a->y + pix * a->M + m0;
-    const float *res = a->r ? a->r + pix * a->M + m0 : NULL;
+    off += n * HWo * a->M;
+    float *dst = a->y + off;
+    const float *res = a->r ? a->r + off : NULL;
     for (int64_t l = 0; l < nm; l++) {
         float s = v[l];
         if (res) s += res[l];
@@ -378,17 +381,18 @@ static AVX512 INLINE void in_tile_512a(const wino_plan *P, int64_t tg, float *V,
             ok[i][j] = iy0 + i >= 0 && iy0 + i < a->H && ix0 + j >= 0 && ix0 + j < a->W;
             inside = inside && ok[i][j];
         }
-    const float *base = inside ? img + (iy0 * a->W + ix0) * Cp : img;
-    int64_t rs = a->W * Cp;
+    int64_t ps = P->xps, gs = P->xgs, rs = a->W * ps;
+    const float *base = inside ? img + (iy0 * a->W + ix0) * ps : img;
     for (int64_t cg = 0; cg < Cp; cg += CB) {
         __m512 t[6][6];
+        int64_t go = cg / CB * gs;
         for (int j = 0; j < A; j++) {
             __m512 d[6], r[6];
             if (inside) {
-                for (int i = 0; i < A; i++) d[i] = _mm512_loadu_ps(base + i * rs + j * Cp + cg);
+                for (int i = 0; i < A; i++) d[i] = _mm512_loadu_ps(base + i * rs + j * ps + go);
             } else {
                 for (int i = 0; i < A; i++)
-                    d[i] = ok[i][j] ? _mm512_loadu_ps(img + ((iy0 + i) * a->W + ix0 + j) * Cp + cg)
+                    d[i] = ok[i][j] ? _mm512_loadu_ps(img + ((iy0 + i) * a->W + ix0 + j) * ps + go)
                                     : _mm512_setzero_ps();
             }
             bt_512(A, d, r);
@@ -472,9 +476,9 @@ static AVX512 INLINE void out_tile_512a(const wino_plan *P, int64_t tg, const fl
     tile_pos(P, tg, &n, &oy, &ox);
     int ni = Ho - oy < m_ ? (int)(Ho - oy) : m_, nj = Wo - ox < m_ ? (int)(Wo - ox) : m_;
     bool direct = P->yt == NULL;
-    float *dst = direct ? a->y : P->yt;
-    int64_t ldp = direct ? a->M : Mp; /* floats per pixel */
-    const float *res = direct ? a->r : NULL;
+    int64_t ps = P->yps, gs = P->ygs, img = n * Ho * Wo * (direct ? a->M : Mp);
+    float *dst = (direct ? a->y : P->yt) + img;
+    const float *res = direct && a->r ? a->r + img : NULL;
     int act = direct ? a->act : KILN_FC_ACT_NONE;
     __m512 lo = _mm512_set1_ps(a->alpha), hi = _mm512_set1_ps(a->beta), zero = _mm512_setzero_ps();
     for (int64_t mg = 0; mg < Mp; mg += CB) {
@@ -493,11 +497,11 @@ static AVX512 INLINE void out_tile_512a(const wino_plan *P, int64_t tg, const fl
         for (int i = 0; i < ni; i++) {
             __m512 o[4];
             at_512(A, t[i], o);
-            int64_t pix = (n * Ho + oy + i) * Wo + ox;
+            int64_t pix = (oy + i) * Wo + ox, go = mg / CB * gs;
             for (int j = 0; j < nj; j++) {
                 __m512 v = _mm512_add_ps(o[j], bias);
-                float *d = dst + (pix + j) * ldp + mg;
-                if (res) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mk, res + (pix + j) * ldp + mg));
+                float *d = dst + (pix + j) * ps + go;
+                if (res) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mk, res + (pix + j) * ps + go));
                 if (act == KILN_FC_ACT_NONE) {
                 } else if (act == KILN_FC_ACT_RELU) {
                     v = _mm512_max_ps(v, zero);
@@ -690,13 +694,21 @@ void kiln__wino_run(const kiln_wino_args *a) {
 
     float *xs = ws, *yt = ws + P.g.xs_floats;
     P.slots = yt + P.g.yt_floats;
-    if (a->x_nhwc && a->C % CB == 0) {
+    /* nChw16c (x_nhwc / y_nhwc 2): the caller checked C and M are multiples of 16 */
+    KILN_ASSERT((a->x_nhwc != KILN_WINO_C16 || a->C % CB == 0) && (a->y_nhwc != KILN_WINO_C16 || a->M % CB == 0));
+    P.xps = P.g.Cp, P.xgs = CB;
+    if (a->x_nhwc == KILN_WINO_C16) {
+        P.xs = a->x;
+        P.xps = CB, P.xgs = a->H * a->W * CB;
+    } else if (a->x_nhwc && a->C % CB == 0) {
         P.xs = a->x;
     } else {
         P.xs = xs;
         kiln__parallel_for(a->pool, a->N * a->H, 4, repack_x, &P);
     }
     P.yt = a->y_nhwc ? NULL : yt;
+    P.yps = a->y_nhwc ? a->M : P.g.Mp, P.ygs = CB;
+    if (a->y_nhwc == KILN_WINO_C16) P.yps = CB, P.ygs = P.g.Ho * P.g.Wo * CB;
 
     /* Whole thread ranges while the weights fit L2 and each thread gets a
      * register block of tiles; else each block's steps split over threads. */

@@ -36,7 +36,8 @@ typedef struct kiln_wino_args {
     float *y;            /* output [N, M, Ho, Wo] logical; NHWC if y_nhwc else NCHW */
     int64_t N, H, W, C, M;
     int pt, pl, pb, pr;  /* pads top, left, bottom, right (0..2) */
-    int x_nhwc, y_nhwc;  /* layouts (the residual has y's layout) */
+    int x_nhwc, y_nhwc;  /* layouts: 0 NCHW, 1 NHWC, KILN_WINO_C16 nChw16c (C, resp. M, a
+                            multiple of 16); the residual has y's layout */
     int act;             /* KILN_FC_ACT_*, applied after bias + residual */
     float alpha, beta;   /* activation parameters */
     void *ws;            /* scratch of kiln__wino_workspace bytes */
@@ -44,6 +45,8 @@ typedef struct kiln_wino_args {
     kiln_pool *pool;     /* may be NULL (one thread) */
     int force_generic;   /* tests: 1 runs the plain C path even with AVX-512F */
 } kiln_wino_args;
+
+enum { KILN_WINO_C16 = 2 };
 
 /* Ho = H + pt + pb - 2, Wo = W + pl + pr - 2 (both must be >= 1). */
 KILN_PRIVATE void kiln__wino_run(const kiln_wino_args *a);

@@ -83,6 +83,8 @@ typedef struct dpart {
     size_t x_off, y_off;         /* bytes into X and into Y */
     int64_t m0, mn;              /* channel split: output channels [m0, m0 + mn) (mn 0: other splits) */
     int64_t pixels;              /* channel split: output pixels */
+    bool chan_copy;              /* channel split of NHWC tensors: the part's channels go
+                                    through a dense scratch (nChw16c: they are dense) */
     size_t r_off;                /* bytes into the residual (y_off unless its layout differs) */
     size_t y_bytes;              /* this part's output when it is dense */
     dnnl_stream_t strm;
@@ -197,7 +199,8 @@ typedef struct cgeom {
     int r, ns;
     dnnl_dims_t xd, yd, wd, bd, strides, dil, pl, pr;
     int wr;
-    bool xb, yb;
+    bool xb, yb; /* NHWC */
+    bool xc, yc; /* nChw16c (KILN_FC_LAYOUT_X_C16 / Y_C16) */
     bool rb; /* the residual is NHWC float32 while Y is NCHW (KILN_FC_LAYOUT_R_NHWC) */
     dnnl_data_type_t cdt, xdt, ydt;
     dnnl_format_tag_t act_tag;
@@ -244,7 +247,11 @@ static kiln_status part_create(const kiln_kernel_args *a, dconv *s, const cgeom 
         yd[1] = wd[0] = bd[0] = q->mn;
         wsrc += q->m0 * c->wd[1] * c->wd[2] * c->wd[3];
         q->x_off = q->y_off = q->r_off = 0;
-        q->dst_bytes = (size_t)(q->mn * q->pixels) * sizeof(float); /* the dense scratch */
+        q->chan_copy = !c->yc;
+        if (c->yc) /* nChw16c, one image: blocks [m0 / 16, (m0 + mn) / 16) are one dense run */
+            q->y_off = q->r_off = (size_t)(q->m0 * q->pixels) * sizeof(float);
+        else
+            q->dst_bytes = (size_t)(q->mn * q->pixels) * sizeof(float); /* the dense scratch */
     } else if (split == SPLIT_ROWS) {
         int64_t H = c->xd[2], O = c->yd[2];
         int64_t o0 = O * k / parts, o1 = O * (k + 1) / parts;
@@ -270,7 +277,8 @@ static kiln_status part_create(const kiln_kernel_args *a, dconv *s, const cgeom 
     int64_t ny = 1;
     for (int i = 0; i < r; i++) ny *= yd[i];
     q->y_bytes = (size_t)ny * ye;
-    dnnl_format_tag_t xtag = c->xb ? dnnl_nhwc : plain_tag[r], ytag = c->yb ? dnnl_nhwc : plain_tag[r];
+    dnnl_format_tag_t xtag = c->xb ? dnnl_nhwc : c->xc ? dnnl_nChw16c : plain_tag[r],
+                      ytag = c->yb ? dnnl_nhwc : c->yc ? dnnl_nChw16c : plain_tag[r];
     if (view) {
         DN(dnnl_memory_desc_init_by_strides(&q->usrc_md, r, xd, c->xdt, xs), "src desc");
         DN(dnnl_memory_desc_init_by_strides(&q->udst_md, r, yd, c->ydt, ys), "dst desc");
@@ -279,8 +287,8 @@ static kiln_status part_create(const kiln_kernel_args *a, dconv *s, const cgeom 
         DN(dnnl_memory_desc_init_by_tag(&q->udst_md, r, yd, c->ydt, ytag), "dst desc");
     }
     dnnl_memory_desc_t csrc, cw, cdst, uw, bmd;
-    DN(dnnl_memory_desc_init_by_tag(&csrc, r, xd, c->cdt, c->xb ? xtag : c->act_tag), "src desc");
-    DN(dnnl_memory_desc_init_by_tag(&cdst, r, yd, c->ydt, c->yb ? ytag : c->act_tag), "dst desc");
+    DN(dnnl_memory_desc_init_by_tag(&csrc, r, xd, c->cdt, c->xb || c->xc ? xtag : c->act_tag), "src desc");
+    DN(dnnl_memory_desc_init_by_tag(&cdst, r, yd, c->ydt, c->yb || c->yc ? ytag : c->act_tag), "dst desc");
     DN(dnnl_memory_desc_init_by_tag(&cw, c->wr, wd, c->cdt, dnnl_format_tag_any), "weights desc");
     DN(dnnl_memory_desc_init_by_tag(&uw, c->wr, wd, dnnl_f32, c->wr > r ? gw_tag[r] : w_tag[r]),
        "weights desc");
@@ -430,6 +438,9 @@ static kiln_status dconv_create(const kiln_kernel_args *a, int tactic, int nthre
     c.xb = (at->layout & KILN_FC_LAYOUT_X_NHWC) && r == 4;
     c.yb = (at->layout & KILN_FC_LAYOUT_Y_NHWC) && r == 4;
     c.rb = (at->layout & KILN_FC_LAYOUT_R_NHWC) && at->has_residual && !c.yb && r == 4;
+    /* nChw16c in or out: float32, channels multiples of 16 (fc_cpu checked) */
+    c.xc = (at->layout & KILN_FC_LAYOUT_X_C16) && r == 4;
+    c.yc = (at->layout & KILN_FC_LAYOUT_Y_C16) && r == 4;
     c.xdt = c.xb && (at->layout & KILN_FC_LAYOUT_X_BF16) ? dnnl_bf16 : dnnl_f32;
     c.ydt = c.yb && (at->layout & KILN_FC_LAYOUT_Y_BF16) ? dnnl_bf16 : dnnl_f32;
     s->y_elem = c.ydt == dnnl_bf16 ? 2 : 4;
@@ -460,6 +471,13 @@ static kiln_status dconv_create(const kiln_kernel_args *a, int tactic, int nthre
            abytes = 4.0 * ((double)g.C * (double)g.in_sz + (double)g.M * (double)g.out_sz);
     bool chans = rows && parts > 1 && r == 4 && g.G == 1 && c.xb && c.yb && !c.rb && c.xdt == dnnl_f32 &&
                  c.ydt == dnnl_f32 && !bf16 && g.M % 16 == 0 && g.M / 16 >= parts && wbytes >= CHANS_RATIO * abytes;
+    /* nChw16c: a band of rows is not dense (oneDNN would take its
+     * reference kernel), a share of whole channel blocks is */
+    if (rows && (c.xc || c.yc)) {
+        chans = parts > 1 && c.xc && c.yc && g.G == 1 && g.M / 16 >= 2;
+        if (chans && parts > g.M / 16) parts = (int)(g.M / 16);
+        if (!chans) parts = 1;
+    }
     int64_t span = rows ? g.out[0] : g.N;
     if (!chans && parts > span) parts = span > 0 ? (int)span : 1;
     if (parts == 1) rows = chans = false;
@@ -539,7 +557,7 @@ static dnnl_status_t part_exec(exec_ctx *c, int k) {
     DS(dnnl_memory_set_data_handle(q->m_usrc, x));
     DS(dnnl_memory_set_data_handle(q->m_udst, y));
     DS(dnnl_memory_set_data_handle(q->m_src, q->r_src ? c->sbuf[k] : x));
-    DS(dnnl_memory_set_data_handle(q->m_dst, q->r_dst || q->mn ? c->dbuf[k] : y));
+    DS(dnnl_memory_set_data_handle(q->m_dst, q->r_dst || q->chan_copy ? c->dbuf[k] : y));
     if (B) DS(dnnl_memory_set_data_handle(q->m_b, (float *)B->data + q->m0));
     if (q->r_src) DS(reorder(q->strm, q->r_src, q->m_usrc, q->m_src));
     /* channel split: this part's channels of every pixel (NHWC, M per
@@ -547,10 +565,10 @@ static dnnl_status_t part_exec(exec_ctx *c, int k) {
      * post-op adds what dst holds), also when it is the output itself */
     int64_t M = a->out[0]->rank == 4 ? a->out[0]->dims[1] : 0;
     size_t cb = (size_t)q->mn * sizeof(float);
-    if (q->mn && R)
+    if (q->chan_copy && R)
         for (int64_t p = 0; p < q->pixels; p++)
             memcpy((char *)c->dbuf[k] + (size_t)p * cb, (const float *)R->data + p * M + q->m0, cb);
-    if (R && !q->mn) {
+    if (R && !q->chan_copy) {
         if (q->r_res) {
             DS(dnnl_memory_set_data_handle(q->m_res, (char *)R->data + q->r_off));
             DS(reorder(q->strm, q->r_res, q->m_res, q->m_dst));
@@ -571,7 +589,7 @@ static dnnl_status_t part_exec(exec_ctx *c, int k) {
     DS(dnnl_primitive_execute(q->conv, q->strm, n, args));
     if (q->r_dst) DS(reorder(q->strm, q->r_dst, q->m_dst, q->m_udst));
     DS(dnnl_stream_wait(q->strm));
-    for (int64_t p = 0; q->mn && p < q->pixels; p++)
+    for (int64_t p = 0; q->chan_copy && p < q->pixels; p++)
         memcpy((float *)y + p * M + q->m0, (const char *)c->dbuf[k] + (size_t)p * cb, cb);
 #undef DS
     return dnnl_success;

@@ -91,6 +91,29 @@ static kiln_status fc_check_attrs(const char *node, const kiln_fused_conv_attrs 
         return KILN_FAIL(KILN_ERR_MODEL,
                          "node '%s' (FusedConv): an NHWC residual needs a residual input and an NCHW "
                          "output (layout 0x%x)", node, (unsigned)at->layout);
+    if (((at->layout & KILN_FC_LAYOUT_X_C16) && (at->layout & (KILN_FC_LAYOUT_X_NHWC | KILN_FC_LAYOUT_X_BF16))) ||
+        ((at->layout & KILN_FC_LAYOUT_Y_C16) &&
+         (at->layout & (KILN_FC_LAYOUT_Y_NHWC | KILN_FC_LAYOUT_Y_BF16 | KILN_FC_LAYOUT_R_NHWC))) ||
+        ((at->layout & (KILN_FC_LAYOUT_X_C16 | KILN_FC_LAYOUT_Y_C16)) && at->precision != KILN_PRECISION_FP32))
+        return KILN_FAIL(KILN_ERR_MODEL,
+                         "node '%s' (FusedConv): layout 0x%x mixes the blocked nChw16c layout with NHWC or "
+                         "bf16 for one tensor, or a bf16 layer", node, (unsigned)at->layout);
+    return KILN_OK;
+}
+
+kiln_status kiln__fc_c16_check(const char *node, const kiln_fused_conv_attrs *at, kiln_dtype xt, int xr,
+                               int wr, const int64_t *wd) {
+    if (!(at->layout & (KILN_FC_LAYOUT_X_C16 | KILN_FC_LAYOUT_Y_C16))) return KILN_OK;
+    bool ok = xr == 4 && wr == 4 && at->conv.group == 1 && xt == KILN_DTYPE_FLOAT32;
+    if (ok && (at->layout & KILN_FC_LAYOUT_X_C16)) ok = wd[1] >= 0 && wd[1] % 16 == 0;
+    if (ok && (at->layout & KILN_FC_LAYOUT_Y_C16)) ok = wd[0] >= 0 && wd[0] % 16 == 0;
+    if (!ok) {
+        char s1[96];
+        return KILN_FAIL(KILN_ERR_MODEL,
+                         "node '%s' (FusedConv): the blocked nChw16c layout (0x%x) needs a float32 2-D "
+                         "convolution of one group whose channels are multiples of 16 (weights %s)",
+                         node, (unsigned)at->layout, kiln__shape_str(wr, wd, s1, sizeof s1));
+    }
     return KILN_OK;
 }
 
@@ -114,6 +137,7 @@ static kiln_status fc_infer(const kiln_infer_args *a) {
                          NODE(a), kiln_dtype_name(xt));
     kiln_infer_args c = conv_view_infer(a);
     KILN_TRY(kiln__conv_infer(&c));
+    KILN_TRY(kiln__fc_c16_check(NODE(a), at, a->in[0]->dtype, a->in[0]->rank, a->in[1]->rank, a->in[1]->dims));
     if (!at->has_residual) return KILN_OK;
     const kiln_tinfo *R = a->in[3], *Y = a->out[0];
     if (!R)
@@ -372,8 +396,8 @@ static kiln_status fc_wino(const kiln_kernel_args *a, const kiln_conv_geom *gp, 
         .r = at->has_residual ? a->in[3]->data : NULL, .y = a->out[0]->data,
         .N = g.N, .H = g.in[0], .W = g.in[1], .C = g.C, .M = g.M,
         .pt = pt, .pl = pl, .pb = pb, .pr = pr,
-        .x_nhwc = (at->layout & KILN_FC_LAYOUT_X_NHWC) != 0,
-        .y_nhwc = (at->layout & KILN_FC_LAYOUT_Y_NHWC) != 0,
+        .x_nhwc = (at->layout & KILN_FC_LAYOUT_X_C16) ? KILN_WINO_C16 : (at->layout & KILN_FC_LAYOUT_X_NHWC) != 0,
+        .y_nhwc = (at->layout & KILN_FC_LAYOUT_Y_C16) ? KILN_WINO_C16 : (at->layout & KILN_FC_LAYOUT_Y_NHWC) != 0,
         .act = at->act, .alpha = at->alpha, .beta = at->beta,
         .ws = a->workspace, .ws_bytes = a->workspace_size, .pool = a->pool};
     kiln__wino_run(&w);
@@ -390,8 +414,9 @@ static kiln_status fc_cpu(const kiln_kernel_args *a) {
                              "node '%s' (FusedConv): the CPU kernel takes float32 tensors, input %d is %s "
                              "(run this layer on a device backend or in float32)",
                              NODE(a), i, kiln_dtype_name(a->in[i]->dtype));
-    if (kiln__tensor_numel(a->out[0]) == 0) return KILN_OK;
     const kiln_tensor *X = a->in[0], *W = a->in[1];
+    KILN_TRY(kiln__fc_c16_check(NODE(a), at, X->dtype, X->rank, W->rank, W->dims));
+    if (kiln__tensor_numel(a->out[0]) == 0) return KILN_OK;
     kiln_conv_geom wg;
     int tile = kiln__fc_wino_tile(at->tactic.id);
     if (tile && !(at->layout & (KILN_FC_LAYOUT_X_BF16 | KILN_FC_LAYOUT_Y_BF16 | KILN_FC_LAYOUT_R_NHWC)) &&
@@ -407,10 +432,10 @@ static kiln_status fc_cpu(const kiln_kernel_args *a) {
         }
     }
 #endif
-    if (at->layout) /* NHWC tensors: only oneDNN and the Winograd kernel read and write them */
+    if (at->layout) /* NHWC / nChw16c tensors: only oneDNN and the Winograd kernel read and write them */
         return KILN_FAIL(KILN_ERR_UNSUPPORTED,
                          "node '%s' (FusedConv): the engine passes this layer's tensors in "
-                         "NHWC for %s, which cannot run it here (kiln built "
+                         "NHWC or nChw16c for %s, which cannot run it here (kiln built "
                          "without oneDNN, this CPU lacks what the build machine had, or the "
                          "shapes differ from the build's); rebuild the engine on this machine",
                          NODE(a), tile ? "the Winograd kernel" : "oneDNN");

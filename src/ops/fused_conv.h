@@ -76,7 +76,13 @@ enum {
      * last residual layer before a reader outside the chain (ResNet's last
      * block before GlobalAveragePool); oneDNN tactics only, engine format 3 */
     KILN_FC_LAYOUT_R_NHWC = 16,
-    KILN_FC_LAYOUT_ALL = 31,
+    /* channel-blocked nChw16c ([N][C/16][H][W][16], float32, C % 16 == 0):
+     * oneDNN's jit 1x1 kernels run faster on it than on NHWC where the
+     * tensors stream from memory (ResNet-50 at batch 8); the builder times
+     * both and keeps the faster (kiln__fc_choose_layouts's `c16`) */
+    KILN_FC_LAYOUT_X_C16 = 32, /* input 0 arrives nChw16c */
+    KILN_FC_LAYOUT_Y_C16 = 64, /* output (and the residual) nChw16c */
+    KILN_FC_LAYOUT_ALL = 127,
 };
 
 /* kiln.PwDwConv (src/ops/fused_pwdw.c, kernel conv_pwdw.c): a pointwise
@@ -166,11 +172,25 @@ KILN_PRIVATE size_t kiln__dnnl_conv_workspace(const kiln_infer_args *a, int tact
 KILN_PRIVATE bool kiln__fc_wino_fits(const kiln_fused_conv_attrs *at, int xr, const int64_t *xd,
                                      int wr, const int64_t *wd);
 
+/* The blocked layout bits of `at` fit a layer with input of dtype xt and
+ * rank xr and weights of rank wr, dims wd (float32, 2-D, one group,
+ * channels multiples of 16); else an error. */
+KILN_PRIVATE kiln_status kiln__fc_c16_check(const char *node, const kiln_fused_conv_attrs *at, kiln_dtype xt,
+                                            int xr, int wr, const int64_t *wd);
+
 /* fuse_conv.c: marks the values passed between FusedConv layers that run
  * oneDNN or Winograd tactics (on the CPU) as NHWC, so no reorder runs between them;
- * veto[node] (may be NULL) excludes nodes (their tensors stay NCHW). Returns the
- * number of NHWC values. */
-KILN_PRIVATE int kiln__fc_choose_layouts(kiln_graph *g, const bool *veto);
+ * veto[node] (may be NULL) excludes nodes (their tensors stay NCHW). With
+ * c16, the float32 ones become nChw16c instead where every one of them can
+ * (channels multiples of 16, no reader or writer without that layout);
+ * else they stay NHWC. Returns the number of NHWC or nChw16c values. */
+KILN_PRIVATE int kiln__fc_choose_layouts(kiln_graph *g, const bool *veto, bool c16);
+/* The number of nChw16c values the last kiln__fc_choose_layouts left
+ * (0: none, the graph is NHWC where it is not NCHW). */
+KILN_PRIVATE int kiln__fc_c16_values(const kiln_graph *g);
+/* fuse_conv.c: the layout field of a node's attrs (FusedConv, PwDwConv,
+ * MaxPool, GlobalAveragePool), else NULL. */
+KILN_PRIVATE int32_t *kiln__layout_attr(kiln_node *n);
 /* fuse_conv.c: every layer back to NCHW (FusedConv and MaxPool layouts 0). */
 KILN_PRIVATE void kiln__fc_clear_layouts(kiln_graph *g);
 /* How the oneDNN layer whose state is in ns (kept by a run of a oneDNN

@@ -28,7 +28,10 @@ typedef struct kiln_conv_attrs {
 
 /* CPU MaxPool layouts (kiln_pool_attrs.layout), set by kiln__fc_choose_layouts
  * for a float32 2-D MaxPool between layers that pass NHWC tensors. */
-enum { KILN_POOL_LAYOUT_NHWC = 1 /* MaxPool: X and Y NHWC (rank 4); GlobalAveragePool: X NHWC */ };
+enum {
+    KILN_POOL_LAYOUT_NHWC = 1, /* MaxPool: X and Y NHWC (rank 4); GlobalAveragePool: X NHWC */
+    KILN_POOL_LAYOUT_C16 = 2,  /* the same, nChw16c (C % 16 == 0) */
+};
 
 /* nn_pool.c: MaxPool, AveragePool, LpPool and the global pools */
 typedef struct kiln_pool_attrs {

@@ -387,6 +387,23 @@ typedef struct nhwc_ctx {
 
 #define MAX_WIN_PX 64
 
+/* The in-bounds input pixels (h * W + w) of output column ow's window,
+ * whose first row is hs (may be negative); at most MAX_WIN_PX (the caller
+ * checked the window's size). Returns their count. */
+static int window_px(const pool_geom *g, int64_t hs, int64_t ow, int64_t *pix) {
+    int64_t H = g->in[0], W = g->in[1], ws = ow * g->s[1] - g->pb[1];
+    int np = 0;
+    for (int64_t i = 0; i < g->k[0]; i++) {
+        int64_t ih = hs + i * g->d[0];
+        if (ih < 0 || ih >= H) continue;
+        for (int64_t j = 0; j < g->k[1]; j++) {
+            int64_t iw = ws + j * g->d[1];
+            if (iw >= 0 && iw < W) pix[np++] = ih * W + iw;
+        }
+    }
+    return np;
+}
+
 #if defined(__x86_64__) && defined(__GNUC__)
 #include "ops/simd_mask.h"
 #define HAVE_MAX_PX_AVX512 1
@@ -420,6 +437,15 @@ __attribute__((target("avx512f"))) static void max_px_avx512(float *y, const flo
         _mm512_mask_storeu_ps(y + ch, mk, m);
     }
 }
+
+/* One output pixel's 16 channels of an nChw16c block: the max over the
+ * np input pixels at x + off[k] (np 0: all padding, -inf). */
+__attribute__((target("avx512f"))) static void max16_avx512(float *y, const float *x, const int64_t *off,
+                                                           int np) {
+    __m512 m = np ? _mm512_loadu_ps(x + off[0]) : _mm512_set1_ps(-INFINITY);
+    for (int k = 1; k < np; k++) m = _mm512_max_ps(_mm512_loadu_ps(x + off[k]), m);
+    _mm512_storeu_ps(y, m);
+}
 #endif
 
 static void max_nhwc_rows(void *vctx, int64_t r0, int64_t r1) {
@@ -435,16 +461,9 @@ static void max_nhwc_rows(void *vctx, int64_t r0, int64_t r1) {
             int64_t hs = oh * g->s[0] - g->pb[0];
             for (int64_t ow = 0; ow < OW; ow++) {
                 const float *px[MAX_WIN_PX];
-                int np = 0;
-                int64_t ws = ow * g->s[1] - g->pb[1];
-                for (int64_t i = 0; i < g->k[0]; i++) {
-                    int64_t ih = hs + i * g->d[0];
-                    if (ih < 0 || ih >= H) continue;
-                    for (int64_t j = 0; j < g->k[1]; j++) {
-                        int64_t iw = ws + j * g->d[1];
-                        if (iw >= 0 && iw < W) px[np++] = xn + (ih * W + iw) * C;
-                    }
-                }
+                int64_t pix[MAX_WIN_PX];
+                int np = window_px(g, hs, ow, pix);
+                for (int k = 0; k < np; k++) px[k] = xn + pix[k] * C;
                 if (np) max_px_avx512(yr + ow * C, px, np, C);
                 else
                     for (int64_t ch = 0; ch < C; ch++) yr[ow * C + ch] = -INFINITY; /* all padding */
@@ -483,23 +502,66 @@ static void max_nhwc_rows(void *vctx, int64_t r0, int64_t r1) {
     }
 }
 
+/* The same on nChw16c tensors (KILN_POOL_LAYOUT_C16): per output pixel the
+ * window's offsets are found once, then each block of 16 channels takes
+ * its max (one vector; all blocks of a pixel in turn, which reads the
+ * input as it streams from memory better than block by block). Work:
+ * output rows of all images. */
+static void max_c16_rows(void *vctx, int64_t r0, int64_t r1) {
+    const nhwc_ctx *c = vctx;
+    const pool_geom *g = c->g;
+    int64_t G = g->C / 16, H = g->in[0], W = g->in[1], OH = g->out[0], OW = g->out[1];
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t n = r / OH, oh = r % OH;
+        int64_t hs = oh * g->s[0] - g->pb[0];
+        for (int64_t ow = 0; ow < OW; ow++) {
+            int64_t off[MAX_WIN_PX];
+            int np = window_px(g, hs, ow, off);
+            for (int k = 0; k < np; k++) off[k] *= 16;
+            for (int64_t gi = 0; gi < G; gi++) {
+                const float *xb = c->x + (n * G + gi) * H * W * 16;
+                float *yp = c->y + ((n * G + gi) * OH + oh) * OW * 16 + ow * 16;
+#ifdef HAVE_MAX_PX_AVX512
+                if (c->avx512) {
+                    max16_avx512(yp, xb, off, np);
+                    continue;
+                }
+#endif
+                for (int l = 0; l < 16; l++) {
+                    float m = np ? xb[off[0] + l] : -INFINITY; /* no pixel: all padding */
+                    for (int k = 1; k < np; k++) m = xb[off[k] + l] > m ? xb[off[k] + l] : m;
+                    yp[l] = m;
+                }
+            }
+        }
+    }
+}
+
 static kiln_status pool_cpu(const kiln_kernel_args *a) {
     const kiln_pool_attrs *at = a->attrs;
     pool_geom g;
     KILN_TRY(pool_geom_make(NODE(a), a->op->name, at, a->in[0]->rank, a->in[0]->dims, &g));
     if (at->layout) {
-        if (at->layout != KILN_POOL_LAYOUT_NHWC || a->op->code != POOL_MAX || g.ns != 2 ||
-            a->in[0]->dtype != KILN_DTYPE_FLOAT32 || (a->n_out > 1 && a->out[1]))
+        if ((at->layout != KILN_POOL_LAYOUT_NHWC && at->layout != KILN_POOL_LAYOUT_C16) ||
+            a->op->code != POOL_MAX || g.ns != 2 || a->in[0]->dtype != KILN_DTYPE_FLOAT32 ||
+            (a->n_out > 1 && a->out[1]) || (at->layout == KILN_POOL_LAYOUT_C16 && g.C % 16))
             return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (%s): layout %d is only for a 2-D float32 MaxPool "
-                             "without indices", NODE(a), a->op->name, (int)at->layout);
+                             "without indices (nChw16c: channels a multiple of 16)", NODE(a), a->op->name,
+                             (int)at->layout);
         int64_t rows = g.N * g.out[0];
         if (rows == 0 || g.out_sz == 0 || g.C == 0) return KILN_OK;
         nhwc_ctx c = {.g = &g, .x = a->in[0]->data, .y = a->out[0]->data};
 #ifdef HAVE_MAX_PX_AVX512
         c.avx512 = __builtin_cpu_supports("avx512f");
 #endif
+        bool c16 = at->layout == KILN_POOL_LAYOUT_C16;
+        if (c16 && g.k[0] * g.k[1] > MAX_WIN_PX) { /* large windows: NHWC images of 16 channels */
+            g.N *= g.C / 16, g.C = 16, rows = g.N * g.out[0];
+            c16 = false;
+        }
         int64_t per = g.out[1] * g.C * g.k[0] * g.k[1];
-        kiln__parallel_for(a->pool, rows, per > 0 ? (32768 + per - 1) / per : rows, max_nhwc_rows, &c);
+        kiln__parallel_for(a->pool, rows, per > 0 ? (32768 + per - 1) / per : rows,
+                           c16 ? max_c16_rows : max_nhwc_rows, &c);
         return KILN_OK;
     }
     if (!pool_dtype_ok(a->in[0]->dtype, a->op->code))
@@ -638,13 +700,19 @@ static kiln_status global_cpu(const kiln_kernel_args *a) {
     const kiln_pool_attrs *at = a->attrs;
     const kiln_tensor *X = a->in[0];
     if (at && at->layout) {
-        if (at->layout != KILN_POOL_LAYOUT_NHWC || a->op->code != POOL_AVG || X->rank != 4 ||
-            X->dtype != KILN_DTYPE_FLOAT32)
+        if ((at->layout != KILN_POOL_LAYOUT_NHWC && at->layout != KILN_POOL_LAYOUT_C16) ||
+            a->op->code != POOL_AVG || X->rank != 4 || X->dtype != KILN_DTYPE_FLOAT32 ||
+            (at->layout == KILN_POOL_LAYOUT_C16 && X->dims[1] % 16))
             return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (%s): layout %d is only for a 4-D float32 "
-                             "GlobalAveragePool", NODE(a), a->op->name, (int)at->layout);
+                             "GlobalAveragePool (nChw16c: channels a multiple of 16)", NODE(a), a->op->name,
+                             (int)at->layout);
         gap_nhwc_ctx g = {.x = X->data, .y = a->out[0]->data, .C = X->dims[1], .px = X->dims[2] * X->dims[3]};
+        int64_t images = X->dims[0];
+        /* nChw16c: NHWC images of 16 channels, C / 16 of them per image,
+         * whose averages land as [N][C] */
+        if (at->layout == KILN_POOL_LAYOUT_C16) images *= g.C / 16, g.C = 16;
         g.cblocks = (g.C + GAP_CB - 1) / GAP_CB;
-        int64_t items = X->dims[0] * g.cblocks;
+        int64_t items = images * g.cblocks;
         if (items == 0 || g.px == 0) return KILN_OK;
         /* about 32K elements per piece of work (px >= 1 here) */
         int64_t per = GAP_CB * g.px;

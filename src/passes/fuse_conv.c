@@ -451,20 +451,70 @@ static bool layout_node_ok(const kiln_graph *g, int ni, const bool *veto) {
     return layout_node_dnnl(n) && x->rank == 4;
 }
 
+int32_t *kiln__layout_attr(kiln_node *n) {
+    if (!n->attrs) return NULL;
+    if (n->op_id == KILN_OP_FusedConv) return &((kiln_fused_conv_attrs *)n->attrs)->layout;
+    if (n->op_id == KILN_OP_MaxPool || n->op_id == KILN_OP_GlobalAveragePool)
+        return &((kiln_pool_attrs *)n->attrs)->layout;
+    if (n->op_id == KILN_OP_PwDwConv) return &((kiln_pwdw_attrs *)n->attrs)->layout;
+    return NULL;
+}
+
 void kiln__fc_clear_layouts(kiln_graph *g) {
     for (int ni = 0; ni < g->n_nodes; ni++) {
-        kiln_node *n = &g->nodes[ni];
-        if (n->op_id == KILN_OP_FusedConv) ((kiln_fused_conv_attrs *)n->attrs)->layout = 0;
-        if (n->op_id == KILN_OP_MaxPool || (n->op_id == KILN_OP_GlobalAveragePool && n->attrs))
-            ((kiln_pool_attrs *)n->attrs)->layout = 0;
-        if (n->op_id == KILN_OP_PwDwConv) ((kiln_pwdw_attrs *)n->attrs)->layout = 0;
+        int32_t *l = kiln__layout_attr(&g->nodes[ni]);
+        if (l) *l = 0;
     }
 }
 
-int kiln__fc_choose_layouts(kiln_graph *g, const bool *veto) {
+/* Whether every float32 NHWC value (blk 1) may be nChw16c instead: 4-D
+ * with channels a multiple of 16, and every node that reads or writes one
+ * has an nChw16c kernel (oneDNN or Winograd FusedConv of one group with
+ * channels multiples of 16, MaxPool, GlobalAveragePool; not PwDwConv, nor
+ * an NHWC residual into an NCHW output). */
+static bool c16_all(const kiln_graph *g, const unsigned char *blk) {
+    for (int v = 0; v < g->n_values; v++) {
+        const kiln_tinfo *t = &g->values[v].info;
+        if (blk[v] == 1 && (t->rank != 4 || t->dtype != KILN_DTYPE_FLOAT32 || t->dims[1] < 0 || t->dims[1] % 16))
+            return false;
+    }
+    for (int ni = 0; ni < g->n_nodes; ni++) {
+        const kiln_node *n = &g->nodes[ni];
+        if (n->dead) continue;
+        bool touches = n->out[0] >= 0 && blk[n->out[0]] == 1;
+        for (int i = 0; i < n->n_in; i++) touches = touches || (n->in[i] >= 0 && blk[n->in[i]] == 1);
+        if (!touches) continue;
+        if (n->op_id == KILN_OP_MaxPool || n->op_id == KILN_OP_GlobalAveragePool) continue;
+        if (n->op_id != KILN_OP_FusedConv) return false;
+        const kiln_fused_conv_attrs *fa = n->attrs;
+        const kiln_tinfo *x = &g->values[n->in[0]].info, *w = &g->values[n->in[1]].info;
+        if (fa->precision != KILN_PRECISION_FP32 || fa->conv.group != 1 || w->rank != 4) return false;
+        if (n->n_in >= 4 && n->in[3] >= 0 && blk[n->in[3]] != blk[n->out[0]]) return false; /* R_NHWC */
+        kiln_fused_conv_attrs probe = *fa;
+        probe.layout = (blk[n->in[0]] ? KILN_FC_LAYOUT_X_C16 : 0) | (blk[n->out[0]] ? KILN_FC_LAYOUT_Y_C16 : 0);
+        if (kiln__fc_c16_check(n->name, &probe, x->dtype, x->rank, w->rank, w->dims) != KILN_OK) {
+            kiln__clear_error();
+            return false;
+        }
+    }
+    return true;
+}
+
+int kiln__fc_c16_values(const kiln_graph *g) {
+    int count = 0;
+    for (int ni = 0; ni < g->n_nodes; ni++) {
+        const kiln_node *n = &g->nodes[ni];
+        if (!n->dead && n->op_id == KILN_OP_FusedConv &&
+            (((const kiln_fused_conv_attrs *)n->attrs)->layout & KILN_FC_LAYOUT_Y_C16))
+            count++;
+    }
+    return count;
+}
+
+int kiln__fc_choose_layouts(kiln_graph *g, const bool *veto, bool c16) {
     if (!kiln__have_dnnl()) return 0;
     kiln__graph_link(g);
-    unsigned char *blk = kiln__calloc((size_t)g->n_values + 1, sizeof *blk); /* 1 NHWC, 2 NHWC bf16 */
+    unsigned char *blk = kiln__calloc((size_t)g->n_values + 1, sizeof *blk); /* 1 NHWC, 2 NHWC bf16, 3 nChw16c */
     if (!blk) return 0; /* no memory: everything stays NCHW, which is always right */
     /* candidates: produced and only read (as X or residual) by such layers */
     for (int ni = 0; ni < g->n_nodes; ni++) {
@@ -534,20 +584,24 @@ int kiln__fc_choose_layouts(kiln_graph *g, const bool *veto) {
             if (blk[y] == 2 && blk[r] != 2) blk[y] = 1, changed = true;
         }
     }
+    /* c16: the float32 NHWC values become nChw16c (blk 3), all or none */
+    if (c16 && c16_all(g, blk))
+        for (int v = 0; v < g->n_values; v++)
+            if (blk[v] == 1) blk[v] = 3;
     int count = 0;
     for (int ni = 0; ni < g->n_nodes; ni++) {
         kiln_node *n = &g->nodes[ni];
         if (!n->dead && n->op_id == KILN_OP_MaxPool && layout_pool_ok(g, n)) {
             int y = blk[n->out[0]];
-            ((kiln_pool_attrs *)n->attrs)->layout = y ? KILN_POOL_LAYOUT_NHWC : 0;
+            ((kiln_pool_attrs *)n->attrs)->layout = y == 3 ? KILN_POOL_LAYOUT_C16 : y ? KILN_POOL_LAYOUT_NHWC : 0;
             count += y != 0;
         }
         if (!n->dead && n->op_id == KILN_OP_GlobalAveragePool && layout_sink_ok(g, ni, veto)) {
             /* float32 NHWC only: a tensor a GlobalAveragePool reads is never
              * bf16 (the bf16 pass above wants bf16 FusedConv readers alone) */
             int x = blk[n->in[0]];
-            ((kiln_pool_attrs *)n->attrs)->layout = x == 1 ? KILN_POOL_LAYOUT_NHWC : 0;
-            count += x == 1;
+            ((kiln_pool_attrs *)n->attrs)->layout = x == 3 ? KILN_POOL_LAYOUT_C16 : x == 1 ? KILN_POOL_LAYOUT_NHWC : 0;
+            count += x == 1 || x == 3;
         }
         if (!n->dead && n->op_id == KILN_OP_PwDwConv) {
             int x = blk[n->in[0]], y = blk[n->out[0]];
@@ -559,8 +613,9 @@ int kiln__fc_choose_layouts(kiln_graph *g, const bool *veto) {
         kiln_fused_conv_attrs *fa = n->attrs;
         int x = blk[n->in[0]], y = blk[n->out[0]];
         bool rn = n->n_in >= 4 && n->in[3] >= 0 && blk[n->in[3]] == 1 && !y;
-        fa->layout = (x ? KILN_FC_LAYOUT_X_NHWC : 0) | (y ? KILN_FC_LAYOUT_Y_NHWC : 0) |
+        fa->layout = (x == 1 || x == 2 ? KILN_FC_LAYOUT_X_NHWC : 0) | (y == 1 || y == 2 ? KILN_FC_LAYOUT_Y_NHWC : 0) |
                      (x == 2 ? KILN_FC_LAYOUT_X_BF16 : 0) | (y == 2 ? KILN_FC_LAYOUT_Y_BF16 : 0) |
+                     (x == 3 ? KILN_FC_LAYOUT_X_C16 : 0) | (y == 3 ? KILN_FC_LAYOUT_Y_C16 : 0) |
                      (rn ? KILN_FC_LAYOUT_R_NHWC : 0);
         count += y != 0;
     }

@@ -22,8 +22,9 @@ typedef struct wcase {
     int pt, pl, pb, pr;
 } wcase;
 
-/* Index of logical (n, c, h, w) in NCHW or NHWC. */
+/* Index of logical (n, c, h, w) in NCHW, NHWC (1) or nChw16c (KILN_WINO_C16). */
 static int64_t at(int nhwc, int64_t C, int64_t H, int64_t W, int64_t n, int64_t c, int64_t h, int64_t w) {
+    if (nhwc == KILN_WINO_C16) return (((n * (C / 16) + c / 16) * H + h) * W + w) * 16 + c % 16;
     return nhwc ? ((n * H + h) * W + w) * C + c : ((n * C + c) * H + h) * W + w;
 }
 
@@ -55,6 +56,8 @@ static double run_case(const wcase *k, int tile, int variant, kiln_pool **pools,
     int64_t Ho = k->H + k->pt + k->pb - 2, Wo = k->W + k->pl + k->pr - 2;
     int64_t xn = k->N * k->C * k->H * k->W, yn = k->N * k->M * Ho * Wo, wn = k->M * k->C * 9;
     int x_nhwc = variant & 1, y_nhwc = (variant >> 1) & 1, has_r = (variant >> 2) & 1;
+    if (variant & 64) x_nhwc = KILN_WINO_C16; /* bits 6, 7: nChw16c in, out */
+    if (variant & 128) y_nhwc = KILN_WINO_C16;
     int has_b = ((variant >> 3) & 1) == 0;
     static const int acts[4] = {KILN_FC_ACT_NONE, KILN_FC_ACT_RELU, KILN_FC_ACT_CLIP, KILN_FC_ACT_SIGMOID};
     int act = acts[(variant >> 4) & 3];
@@ -153,6 +156,28 @@ TEST(wino_blocks) {
     printf("  worst error / (1 + max|ref|): %.3g\n", worst);
 }
 
+/* nChw16c input and/or output (channels multiples of 16) with each other
+ * layout, residual in the output's layout, small and blocked shapes. */
+TEST(wino_c16) {
+    static const wcase cases[] = {
+        {1, 7, 7, 16, 16, 2, 1, 0, 2}, {2, 8, 8, 32, 48, 1, 1, 1, 1}, {2, 9, 13, 48, 32, 2, 1, 0, 2},
+        {3, 28, 28, 64, 64, 1, 1, 1, 1}, {1, 14, 14, 160, 192, 1, 1, 1, 1},
+    };
+    double worst = 0.0;
+    int n = (int)(sizeof cases / sizeof cases[0]);
+    for (int tile = 4; tile >= 2; tile -= 2)
+        for (int i = 0; i < n; i++)
+            for (int v = 0; v < 3; v++) {
+                /* x c16 + y NCHW / NHWC, then y c16 + x NCHW / NHWC / c16 */
+                static const int lay[5] = {64, 64 | 2, 128, 128 | 1, 128 | 64};
+                int l = lay[(i + v + tile) % 5];
+                int variant = l | (((i + v) & 1) << 2) | (((i / 2 + v) & 1) << 3) | (((i + v) & 3) << 4);
+                double e = run_case(&cases[i], tile, variant, g_pools, i < 3 ? 3 : 2);
+                if (e > worst) worst = e;
+            }
+    printf("  worst error / (1 + max|ref|): %.3g\n", worst);
+}
+
 /* A wrong kernel fails: a perturbed weight gives a large error. */
 /* kiln__fc_wino_fits: the geometry the tactic takes, and no layer whose
  * sizes could overflow the kernel's arithmetic (damaged engine files). */
@@ -210,6 +235,7 @@ int main(void) {
     printf("  avx512f path: %s\n", kiln__wino_fast_available() ? "yes" : "no (generic only)");
     RUN(wino_small_shapes);
     RUN(wino_blocks);
+    RUN(wino_c16);
     RUN(wino_detects_errors);
     RUN(wino_fits);
     kiln__pool_free(g_pools[1]);

@@ -1113,7 +1113,7 @@ TEST(test_gap_attrs_by_version) {
     kiln__aligned_free(buf);
 }
 
-/* Every engine fixture (written by an earlier kiln, format version 1 to 4)
+/* Every engine fixture (written by an earlier kiln, format version 1 to 5)
  * loads, is described, runs, and matches the same model built today. */
 TEST(test_fixtures) {
     DIR *d = opendir(FIXTURES);

@@ -101,6 +101,32 @@ static int64_t run(kiln_engine *e, const float *x, const int64_t *xd, int k, flo
 #define BIG (1 << 20)
 static float x_in[BIG], y_ref[BIG], y_opt[BIG];
 
+/* Runs e (input "x" of shape xd, x_in) in a new context: true when the run
+ * fails with KILN_ERR_MODEL and a message holding m1 and (if not NULL) m2;
+ * with m1 NULL, true when it succeeds. */
+static bool run_refused(kiln_engine *e, const int64_t *xd, const char *m1, const char *m2) {
+    kiln_context *c = NULL;
+    CHECK_OK(kiln_context_create(e, &c));
+    CHECK_OK(kiln_context_set_input(c, "x", KILN_DTYPE_FLOAT32, 4, xd, x_in));
+    kiln_status st = c ? kiln_context_run(c) : KILN_ERR_INTERNAL;
+    bool ok = m1 ? st == KILN_ERR_MODEL && strstr(kiln_last_error(), m1) && (!m2 || strstr(kiln_last_error(), m2))
+                 : st == KILN_OK;
+    if (!ok) fprintf(stderr, "  run: status %d, %s\n", (int)st, st ? kiln_last_error() : "ok");
+    kiln_context_free(c);
+    return ok;
+}
+
+/* e serialized and loaded back (NULL, with a failed check, if that fails). */
+static kiln_engine *reload(const kiln_engine *e) {
+    void *blob = NULL;
+    size_t size = 0;
+    kiln_engine *e2 = NULL;
+    CHECK_OK(kiln_engine_serialize(e, &blob, &size));
+    if (blob) CHECK_OK(kiln_engine_load_memory(blob, size, &e2));
+    kiln_free(blob);
+    return e2;
+}
+
 static void fill_x(int64_t n) {
     for (int64_t i = 0; i < n; i++) x_in[i] = frand();
 }
@@ -424,7 +450,7 @@ static void tactics_agree(int64_t batch, int threads, bool big) {
     /* oneDNN everywhere, tensors between its layers passed NHWC */
     if (e && kiln__have_dnnl()) {
         set_fc_tactic(e, KILN_FC_TACTIC_DNNL_BLOCKED);
-        int nb = kiln__fc_choose_layouts(e->graph, NULL);
+        int nb = kiln__fc_choose_layouts(e->graph, NULL, false);
         CHECK(nb == 3); /* ca -> cb, cb/cd -> residual add, add -> depthwise */
         int64_t n1 = run(e, x_in, xd, 0, y_opt, BIG);
         CHECK(n1 == n0 && rel_err(y_opt, y_ref, n0) <= 1e-5);
@@ -434,7 +460,7 @@ static void tactics_agree(int64_t batch, int threads, bool big) {
             set_fc_tactic(e, KILN_FC_TACTIC_DNNL_BLOCKED);
             set_wino_where_fits(e, tactic);
             kiln__fc_clear_layouts(e->graph);
-            CHECK(kiln__fc_choose_layouts(e->graph, NULL) == 3);
+            CHECK(kiln__fc_choose_layouts(e->graph, NULL, false) == 3);
             const kiln_node *cb = NULL; /* the layer made from conv cb (named cb+bnb+...) */
             for (int i = 0; i < e->graph->n_nodes; i++)
                 if (e->graph->nodes[i].name && !strncmp(e->graph->nodes[i].name, "cb+", 3)) cb = &e->graph->nodes[i];
@@ -486,7 +512,7 @@ static void residual_nhwc_case(int64_t batch, int threads) {
     CHECK(n0 == batch * 32);
     if (e) set_fc_tactic(e, KILN_FC_TACTIC_DNNL_BLOCKED);
     if (e) {
-        CHECK(kiln__fc_choose_layouts(e->graph, NULL) == 1); /* ca's output */
+        CHECK(kiln__fc_choose_layouts(e->graph, NULL, false) == 1); /* ca's output */
         const kiln_node *ca = find_layer(e, "ca+ra"), *cb = find_layer(e, "cb+add+rr");
         CHECK(ca && ((const kiln_fused_conv_attrs *)ca->attrs)->layout == KILN_FC_LAYOUT_Y_NHWC);
         CHECK(cb && ((const kiln_fused_conv_attrs *)cb->attrs)->layout ==
@@ -505,17 +531,12 @@ static void residual_nhwc_case(int64_t batch, int threads) {
          * output, are refused with a message (a damaged or foreign engine) */
         if (batch == 1 && threads == 1 && cb) {
             kiln_fused_conv_attrs *fa = cb->attrs;
-            const int bad[2] = {fa->layout | 64, fa->layout | KILN_FC_LAYOUT_Y_NHWC};
+            const int bad[2] = {fa->layout | 128, fa->layout | KILN_FC_LAYOUT_Y_NHWC};
             const char *msg[2] = {"unknown layout bits", "NHWC residual"};
             int keep = fa->layout;
             for (int k = 0; k < 2; k++) {
                 fa->layout = bad[k];
-                kiln_context *c = NULL;
-                CHECK_OK(kiln_context_create(e, &c));
-                CHECK_OK(kiln_context_set_input(c, "x", KILN_DTYPE_FLOAT32, 4, xd, x_in));
-                kiln_status st = c ? kiln_context_run(c) : KILN_ERR_INTERNAL;
-                CHECK(st == KILN_ERR_MODEL && strstr(kiln_last_error(), msg[k]));
-                kiln_context_free(c);
+                CHECK(run_refused(e, xd, msg[k], NULL));
             }
             fa->layout = keep;
         }
@@ -549,7 +570,7 @@ static void residual_nhwc_bf16_case(void) {
     CHECK(n0 == 32);
     if (e) set_fc_tactic(e, KILN_FC_TACTIC_DNNL_BLOCKED);
     if (e) {
-        CHECK(kiln__fc_choose_layouts(e->graph, NULL) == 3); /* a, m, r */
+        CHECK(kiln__fc_choose_layouts(e->graph, NULL, false) == 3); /* a, m, r */
         const char *names[4] = {"ca+ra", "cm+rm", "cb+add+rr", "cc+add2+ro"};
         const int want[4] = {KILN_FC_LAYOUT_Y_NHWC, KILN_FC_LAYOUT_X_NHWC | KILN_FC_LAYOUT_Y_NHWC | KILN_FC_LAYOUT_Y_BF16,
                              KILN_FC_LAYOUT_X_NHWC | KILN_FC_LAYOUT_X_BF16 | KILN_FC_LAYOUT_Y_NHWC,
@@ -583,7 +604,7 @@ static void gap_nhwc_case(int64_t batch, int threads) {
     CHECK(n0 == batch * 80);
     if (e) {
         set_fc_tactic(e, KILN_FC_TACTIC_DNNL_BLOCKED);
-        CHECK(kiln__fc_choose_layouts(e->graph, NULL) == 3); /* ca's and cb's outputs, the pool's input */
+        CHECK(kiln__fc_choose_layouts(e->graph, NULL, false) == 3); /* ca's and cb's outputs, the pool's input */
         const kiln_node *cb = find_layer(e, "cb+add+rr"), *gap = find_layer(e, "gap");
         CHECK(cb && ((const kiln_fused_conv_attrs *)cb->attrs)->layout ==
                         (KILN_FC_LAYOUT_X_NHWC | KILN_FC_LAYOUT_Y_NHWC));
@@ -598,28 +619,17 @@ static void gap_nhwc_case(int64_t batch, int threads) {
                     (long long)batch, threads, err);
         CHECK(n1 == n0 && err <= 1e-5);
         /* saved and loaded: the pool's layout travels in the file */
-        void *blob = NULL;
-        size_t size = 0;
-        kiln_engine *e2 = NULL;
-        CHECK_OK(kiln_engine_serialize(e, &blob, &size));
-        if (blob) CHECK_OK(kiln_engine_load_memory(blob, size, &e2));
+        kiln_engine *e2 = reload(e);
         const kiln_node *gap2 = e2 ? find_layer(e2, "gap") : NULL;
         CHECK(gap2 && gap2->attrs && ((const kiln_pool_attrs *)gap2->attrs)->layout == KILN_POOL_LAYOUT_NHWC);
         int64_t n2 = run(e2, x_in, xd, 0, y_opt, BIG);
         CHECK(n2 == n0 && rel_err(y_opt, y_ref, n0) <= 1e-5);
         kiln_engine_free(e2);
-        kiln_free(blob);
         /* a layout value kiln does not know: refused, named */
         if (batch == 1 && threads == 1 && gap) {
             kiln_pool_attrs *pa = gap->attrs;
-            pa->layout = 2;
-            kiln_context *c = NULL;
-            CHECK_OK(kiln_context_create(e, &c));
-            CHECK_OK(kiln_context_set_input(c, "x", KILN_DTYPE_FLOAT32, 4, xd, x_in));
-            kiln_status st = c ? kiln_context_run(c) : KILN_ERR_INTERNAL;
-            CHECK(st == KILN_ERR_MODEL && strstr(kiln_last_error(), "GlobalAveragePool") &&
-                  strstr(kiln_last_error(), "layout 2"));
-            kiln_context_free(c);
+            pa->layout = 3;
+            CHECK(run_refused(e, xd, "GlobalAveragePool", "layout 3"));
             pa->layout = KILN_POOL_LAYOUT_NHWC;
         }
     }
@@ -649,6 +659,20 @@ TEST(residual_nhwc_output_nchw) {
     else printf("  no AVX-512 BF16 on this CPU: the bf16 case skipped\n");
 }
 
+/* ResNet's stem, small: conv `cn` (3 -> 32 channels, 3x3, stride 2, pad 1)
+ * -> Relu `rn` -> MaxPool "mp" (3x3, stride 2, pad 1); returns its output. */
+static int stem_pool(kiln_graph *g, int x, const char *cn, const char *rn) {
+    int a = add_unary(g, KILN_OP_Relu, rn, conv(g, cn, x, 3, 32, 3, 2, 1, 1, 1), NULL);
+    kiln_pool_attrs pa;
+    memset(&pa, 0, sizeof pa);
+    pa.n_kernel = pa.n_strides = 2;
+    pa.kernel[0] = pa.kernel[1] = 3;
+    pa.strides[0] = pa.strides[1] = 2;
+    pa.n_pads = 4;
+    for (int i = 0; i < 4; i++) pa.pads[i] = 1;
+    return add_node(g, KILN_OP_MaxPool, "mp", 1, (int[]){a}, &pa);
+}
+
 /* conv -> Relu -> MaxPool (3x3, stride 2, pad 1; odd sizes, so windows hang
  * over the edges) -> conv, as ResNet's stem: with the convolutions run by
  * oneDNN the MaxPool joins the NHWC chain (kiln's NHWC kernel), and the
@@ -662,15 +686,7 @@ TEST(maxpool_in_nhwc_chain) {
     CHECK_OK(kiln__graph_create(&g));
     int64_t xd[4] = {2, 3, 29, 27};
     int x = add_input(g, "x", 4, xd);
-    int a = add_unary(g, KILN_OP_Relu, "ra", conv(g, "ca", x, 3, 32, 3, 2, 1, 1, 1), NULL);
-    kiln_pool_attrs pa;
-    memset(&pa, 0, sizeof pa);
-    pa.n_kernel = pa.n_strides = 2;
-    pa.kernel[0] = pa.kernel[1] = 3;
-    pa.strides[0] = pa.strides[1] = 2;
-    pa.n_pads = 4;
-    for (int i = 0; i < 4; i++) pa.pads[i] = 1;
-    int p = add_node(g, KILN_OP_MaxPool, "mp", 1, (int[]){a}, &pa);
+    int p = stem_pool(g, x, "ca", "ra");
     mark_output(g, conv(g, "cb", p, 32, 48, 1, 1, 0, 1, 1));
     kiln_model *m = model_of(g);
     compare_opt(m, xd, 1e-5);
@@ -680,7 +696,7 @@ TEST(maxpool_in_nhwc_chain) {
     CHECK(n0 > 0);
     if (e) set_fc_tactic(e, KILN_FC_TACTIC_DNNL_BLOCKED);
     if (e) {
-        CHECK(kiln__fc_choose_layouts(e->graph, NULL) == 2); /* ca -> mp -> cb */
+        CHECK(kiln__fc_choose_layouts(e->graph, NULL, false) == 2); /* ca -> mp -> cb */
         const kiln_node *mp = find_layer(e, "mp");
         CHECK(mp && ((const kiln_pool_attrs *)mp->attrs)->layout == KILN_POOL_LAYOUT_NHWC);
         /* kiln inspect shows the layouts */
@@ -698,6 +714,136 @@ TEST(maxpool_in_nhwc_chain) {
     }
     kiln_engine_free(e);
     kiln_model_free(m);
+}
+
+/* A small ResNet: stem conv (3 -> 32, stride 2) + Relu -> MaxPool -> block
+ * (1x1 32 -> 16, 3x3 16 -> 16, 1x1 16 -> 64 + downsample 1x1 32 -> 64) ->
+ * block (1x1 64 -> 16, 3x3 stride s2 16 -> 16 (with a strided 1x1
+ * downsample when s2 is 2), 1x1 16 -> 64 + residual) -> GlobalAveragePool.
+ * mid: the 3x3 layers' channels (16, or 24: no nChw16c). */
+static kiln_model *small_resnet(int64_t *xd, int64_t batch, int64_t mid, int s2) {
+    kiln_graph *g = NULL;
+    if (kiln__graph_create(&g) != KILN_OK) abort();
+    xd[0] = batch, xd[1] = 3, xd[2] = 30, xd[3] = 26;
+    int x = add_input(g, "x", 4, xd);
+    int p = stem_pool(g, x, "stem", "rs");
+    int b1 = add_unary(g, KILN_OP_Relu, "r11", conv(g, "c11", p, 32, mid, 1, 1, 0, 1, 1), NULL);
+    int b2 = add_unary(g, KILN_OP_Relu, "r12", conv(g, "c12", b1, mid, mid, 3, 1, 1, 1, 1), NULL);
+    int d = conv(g, "ds1", p, 32, 64, 1, 1, 0, 1, 1);
+    int o1 = add_unary(g, KILN_OP_Relu, "r13", add_binary(g, KILN_OP_Add, "add1", conv(g, "c13", b2, mid, 64, 1, 1, 0, 1, 1), d), NULL);
+    int e1 = add_unary(g, KILN_OP_Relu, "r21", conv(g, "c21", o1, 64, mid, 1, 1, 0, 1, 1), NULL);
+    int e2 = add_unary(g, KILN_OP_Relu, "r22", conv(g, "c22", e1, mid, mid, 3, s2, 1, 1, 1), NULL);
+    int res = s2 == 1 ? o1 : conv(g, "ds2", o1, 64, 64, 1, s2, 0, 1, 1);
+    int o2 = add_unary(g, KILN_OP_Relu, "r23", add_binary(g, KILN_OP_Add, "add2", conv(g, "c23", e2, mid, 64, 1, 1, 0, 1, 1), res), NULL);
+    mark_output(g, add_node(g, KILN_OP_GlobalAveragePool, "gap", 1, (int[]){o2}, NULL));
+    return model_of(g);
+}
+
+/* The small ResNet with its tensors in nChw16c (oneDNN and Winograd
+ * layers, MaxPool, GlobalAveragePool) gives the NCHW engine's outputs:
+ * batch 1 (channel split over the threads) and 3, 1 to 3 threads, saved
+ * and loaded; layouts a layer cannot take are refused with a message. */
+static void c16_case(int64_t batch, int threads, int s2, bool wino) {
+    int64_t xd[4];
+    kiln_model *m = small_resnet(xd, batch, 16, s2);
+    fill_x(kiln__numel(4, xd));
+    kiln_engine *e = build(m, (bopts){.opt = 1, .tuning = 0, .threads = threads});
+    int64_t n0 = run(e, x_in, xd, 0, y_ref, BIG);
+    CHECK(n0 == batch * 64);
+    if (e) {
+        set_fc_tactic(e, KILN_FC_TACTIC_DNNL_BLOCKED);
+        if (wino) set_wino_where_fits(e, KILN_FC_TACTIC_WINO2);
+        int nv = kiln__fc_choose_layouts(e->graph, NULL, true);
+        CHECK(nv >= 10 && kiln__fc_c16_values(e->graph) >= 8);
+        const kiln_node *stem = find_layer(e, "stem+rs"), *mp = find_layer(e, "mp"), *gap = find_layer(e, "gap");
+        const kiln_node *c13 = find_layer(e, "ds1+add1+r13");
+        CHECK(stem && ((const kiln_fused_conv_attrs *)stem->attrs)->layout == KILN_FC_LAYOUT_Y_C16);
+        CHECK(c13 && ((const kiln_fused_conv_attrs *)c13->attrs)->layout == (KILN_FC_LAYOUT_X_C16 | KILN_FC_LAYOUT_Y_C16));
+        CHECK(mp && ((const kiln_pool_attrs *)mp->attrs)->layout == KILN_POOL_LAYOUT_C16);
+        CHECK(gap && gap->attrs && ((const kiln_pool_attrs *)gap->attrs)->layout == KILN_POOL_LAYOUT_C16);
+        const char *d = kiln_engine_describe(e, 0);
+        CHECK(d && strstr(d, "layout nchw->nchw16c") && strstr(d, "layout nchw16c->nchw16c"));
+        int64_t n1 = run(e, x_in, xd, 0, y_opt, BIG);
+        double err = rel_err(y_opt, y_ref, n0);
+        if (!(err <= 1e-5))
+            fprintf(stderr, "  nChw16c, batch %lld, %d threads, stride %d, %s: relative error %g\n",
+                    (long long)batch, threads, s2, wino ? "winograd" : "onednn", err);
+        CHECK(n1 == n0 && err <= 1e-5);
+        /* saved and loaded */
+        kiln_engine *e2 = reload(e);
+        const kiln_node *c13b = e2 ? find_layer(e2, "ds1+add1+r13") : NULL;
+        CHECK(c13b && ((const kiln_fused_conv_attrs *)c13b->attrs)->layout ==
+                          (KILN_FC_LAYOUT_X_C16 | KILN_FC_LAYOUT_Y_C16));
+        CHECK(run(e2, x_in, xd, 0, y_opt, BIG) == n0 && rel_err(y_opt, y_ref, n0) <= 1e-5);
+        kiln_engine_free(e2);
+        /* damaged layouts: refused, named */
+        if (batch == 1 && threads == 1 && c13 && mp) {
+            kiln_fused_conv_attrs *fa = c13->attrs;
+            kiln_pool_attrs *pa = mp->attrs;
+            const int keep = fa->layout;
+            struct { int fc, pool; const char *msg; } bad[3] = {
+                {keep | KILN_FC_LAYOUT_Y_NHWC, KILN_POOL_LAYOUT_C16, "mixes the blocked"},
+                {keep, 5, "layout 5"},
+                {keep, KILN_POOL_LAYOUT_C16, NULL},
+            };
+            for (int k = 0; k < 3; k++) {
+                fa->layout = bad[k].fc;
+                pa->layout = bad[k].pool;
+                CHECK(run_refused(e, xd, bad[k].msg, NULL));
+            }
+        }
+        /* back to NHWC: the same values, no nChw16c */
+        CHECK(kiln__fc_choose_layouts(e->graph, NULL, false) == nv && kiln__fc_c16_values(e->graph) == 0);
+    }
+    kiln_engine_free(e);
+    kiln_model_free(m);
+}
+
+TEST(blocked_c16_chain) {
+    if (!kiln__have_dnnl()) {
+        printf("  built without oneDNN: skipped\n");
+        return;
+    }
+    c16_case(1, 1, 1, true);
+    c16_case(1, 2, 2, false); /* channel split of whole 16-channel blocks */
+    c16_case(1, 3, 1, false); /* 3 threads, 64 channels: 4 blocks as 1 + 1 + 2 */
+    c16_case(3, 2, 2, true);  /* the batch split, 1 + 2 images */
+    /* channels that are not multiples of 16 somewhere: every tensor stays NHWC */
+    int64_t xd[4];
+    kiln_model *m = small_resnet(xd, 1, 24, 1);
+    kiln_engine *e = build(m, (bopts){.opt = 1, .tuning = 0, .threads = 1});
+    if (e) {
+        set_fc_tactic(e, KILN_FC_TACTIC_DNNL_BLOCKED);
+        CHECK(kiln__fc_choose_layouts(e->graph, NULL, true) >= 10);
+        CHECK(kiln__fc_c16_values(e->graph) == 0);
+        const kiln_node *mp = find_layer(e, "mp");
+        CHECK(mp && ((const kiln_pool_attrs *)mp->attrs)->layout == KILN_POOL_LAYOUT_NHWC);
+        /* a layer whose channels do not fit the blocked layout: refused */
+        const kiln_node *c12 = find_layer(e, "c12+r12");
+        if (c12) {
+            kiln_fused_conv_attrs *fa = c12->attrs;
+            int keep = fa->layout;
+            fa->layout = KILN_FC_LAYOUT_X_C16 | KILN_FC_LAYOUT_Y_C16;
+            fill_x(kiln__numel(4, xd));
+            CHECK(run_refused(e, xd, "multiples of 16", "c12"));
+            fa->layout = keep;
+        }
+    }
+    kiln_engine_free(e);
+    kiln_model_free(m);
+    /* tuned: the builder runs the engine both ways and keeps the faster;
+     * either way the outputs are the NCHW ones */
+    for (int b = 1; b <= 3; b += 2) {
+        m = small_resnet(xd, b, 16, 2);
+        fill_x(kiln__numel(4, xd));
+        kiln_engine *e0 = build(m, (bopts){.opt = 0, .tuning = 0, .threads = 2});
+        e = build(m, (bopts){.opt = 1, .tuning = 1, .threads = 2});
+        int64_t n0 = run(e0, x_in, xd, 0, y_ref, BIG), n1 = run(e, x_in, xd, 0, y_opt, BIG);
+        CHECK(n0 == b * 64 && n1 == n0 && rel_err(y_opt, y_ref, n0) <= 1e-5);
+        kiln_engine_free(e0);
+        kiln_engine_free(e);
+        kiln_model_free(m);
+    }
 }
 
 /* Threads of this process (Linux), -1 where unknown. */
@@ -779,6 +925,7 @@ TEST(winograd_offered_by_weight_size) {
 typedef struct split_case {
     int64_t C, M, H, k, st;
     bool bias, residual, alias;
+    bool c16; /* nChw16c in and out instead of NHWC */
 } split_case;
 
 static void run_dnnl_layer(const split_case *sc, const float *x, const float *w, const float *b, const float *r,
@@ -794,7 +941,7 @@ static void run_dnnl_layer(const split_case *sc, const float *x, const float *w,
     at.conv.strides[0] = at.conv.strides[1] = sc->st;
     at.act = KILN_FC_ACT_RELU;
     at.has_residual = sc->residual;
-    at.layout = KILN_FC_LAYOUT_X_NHWC | KILN_FC_LAYOUT_Y_NHWC;
+    at.layout = sc->c16 ? KILN_FC_LAYOUT_X_C16 | KILN_FC_LAYOUT_Y_C16 : KILN_FC_LAYOUT_X_NHWC | KILN_FC_LAYOUT_Y_NHWC;
     int64_t Ho = (sc->H + 2 * (sc->k / 2) - sc->k) / sc->st + 1;
     kiln_tensor X = {KILN_DTYPE_FLOAT32, 4, {1, sc->C, sc->H, sc->H}, (void *)x};
     kiln_tensor W = {KILN_DTYPE_FLOAT32, 4, {sc->M, sc->C, sc->k, sc->k}, (void *)w};
@@ -827,23 +974,28 @@ static void run_dnnl_layer(const split_case *sc, const float *x, const float *w,
  * shares of the output channels (each thread streams its share of the
  * weights): the same results as one thread, for uneven shares of 16-channel
  * blocks, with and without bias, with a residual apart or in place, a
- * strided layer; layers with larger activations still split rows. */
+ * strided layer; layers with larger activations still split rows. In
+ * nChw16c every batch-1 layer splits its channel blocks (a band of rows is
+ * not dense there), each part writing its own run of the output. */
 TEST(dnnl_channel_split) {
     if (!kiln__have_dnnl()) {
         printf("  kiln built without oneDNN: nothing to split\n");
         return;
     }
     static const split_case cases[] = {
-        {64, 256, 7, 3, 1, true, true, false},   /* layer4's 3x3: 16 blocks, 3 parts 5 + 5 + 6 */
-        {512, 208, 7, 1, 1, false, true, true},  /* 13 blocks: 6 + 7, 4 + 4 + 5; residual in place */
-        {128, 128, 14, 3, 2, true, false, false}, /* stride 2, 14 -> 7 */
-        {32, 64, 28, 3, 1, true, true, false},   /* activations outweigh the weights: rows */
+        {64, 256, 7, 3, 1, true, true, false, false},   /* layer4's 3x3: 16 blocks, 3 parts 5 + 5 + 6 */
+        {512, 208, 7, 1, 1, false, true, true, false},  /* 13 blocks: 6 + 7, 4 + 4 + 5; residual in place */
+        {128, 128, 14, 3, 2, true, false, false, false}, /* stride 2, 14 -> 7 */
+        {32, 64, 28, 3, 1, true, true, false, false},   /* activations outweigh the weights: rows */
     };
     kiln_pool *pools[2] = {NULL, NULL};
     CHECK_OK(kiln__pool_create(2, &pools[0]));
     CHECK_OK(kiln__pool_create(3, &pools[1]));
-    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
-        const split_case *sc = &cases[ci];
+    for (size_t cj = 0; cj < 2 * sizeof cases / sizeof cases[0]; cj++) {
+        size_t ci = cj / 2;
+        split_case scv = cases[ci];
+        scv.c16 = cj % 2;
+        const split_case *sc = &scv;
         int64_t Ho = (sc->H + 2 * (sc->k / 2) - sc->k) / sc->st + 1;
         int64_t nx = sc->C * sc->H * sc->H, nw = sc->M * sc->C * sc->k * sc->k, ny = sc->M * Ho * Ho;
         float *x = malloc(sizeof(float) * (size_t)nx), *w = malloc(sizeof(float) * (size_t)nw);
@@ -857,7 +1009,7 @@ TEST(dnnl_channel_split) {
         run_dnnl_layer(sc, x, w, b, r, ref, NULL, &ns0); /* one thread: one part */
         CHECK(kiln__dnnl_conv_split(&ns0, NULL) == KILN_DNNL_SPLIT_BATCH);
         if (ns0.p) ns0.free(ns0.p);
-        bool chans = ci < 3;
+        bool chans = ci < 3 || sc->c16;
         for (int pi = 0; pi < 2; pi++) {
             kiln_node_state ns = {0};
             for (int rep = 0; rep < 2; rep++) { /* the kept state runs again */
@@ -865,13 +1017,15 @@ TEST(dnnl_channel_split) {
                 run_dnnl_layer(sc, x, w, b, r, y, pools[pi], &ns);
                 double err = rel_err(y, ref, ny);
                 if (!(err <= 1e-5))
-                    fprintf(stderr, "  case %zu, %d threads: relative error %g\n", ci, pi + 2, err);
+                    fprintf(stderr, "  case %zu%s, %d threads: relative error %g\n", ci, sc->c16 ? " (c16)" : "",
+                            pi + 2, err);
                 CHECK(err <= 1e-5);
             }
             int parts = 0;
             int split = kiln__dnnl_conv_split(&ns, &parts);
             if (split != (chans ? KILN_DNNL_SPLIT_CHANS : KILN_DNNL_SPLIT_ROWS) || parts != pi + 2)
-                fprintf(stderr, "  case %zu, %d threads: split %d in %d parts\n", ci, pi + 2, split, parts);
+                fprintf(stderr, "  case %zu%s, %d threads: split %d in %d parts\n", ci, sc->c16 ? " (c16)" : "",
+                        pi + 2, split, parts);
             CHECK(split == (chans ? KILN_DNNL_SPLIT_CHANS : KILN_DNNL_SPLIT_ROWS) && parts == pi + 2);
             if (ns.p) ns.free(ns.p);
         }
@@ -1049,6 +1203,7 @@ int main(void) {
     RUN(maxpool_in_nhwc_chain);
     RUN(residual_nhwc_output_nchw);
     RUN(gap_reads_nhwc);
+    RUN(blocked_c16_chain);
     RUN(tuning_and_timing_cache);
     RUN(bf16_cpu);
     return test_summary();
