@@ -13,7 +13,9 @@
  * (Add -DKILN_WINO_BLOCK_FLOATS=... to try other tile block sizes.) An
  * optional second argument "nodnnl" skips oneDNN; a third (0..3) times only
  * that layer and then runs it 1000 times more (for perf record), -1 all; a
- * fourth is the output tile (4, the default, or 2). */
+ * fourth is the output tile (4, the default, or 2); a fifth the layout of
+ * input and output (1 NHWC, the default, or 2 nChw16c: kiln only, its
+ * output is then not compared with oneDNN's). */
 #include <dnnl.h>
 #include <math.h>
 #include <stdio.h>
@@ -124,6 +126,7 @@ int main(int argc, char **argv) {
     int use_dnnl = !(argc > 2 && !strcmp(argv[2], "nodnnl"));
     int only = argc > 3 ? atoi(argv[3]) : -1; /* one layer (0..3), run 1000 times: for perf */
     int tile = argc > 4 && atoi(argv[4]) == 2 ? 2 : 4;
+    int layout = argc > 5 && atoi(argv[5]) == 2 ? KILN_WINO_C16 : 1; /* input and output */
     kiln_pool *pool = NULL;
     if (threads > 1) {
         if (kiln__pool_create(threads, &pool) != KILN_OK) return 1;
@@ -152,7 +155,7 @@ int main(int argc, char **argv) {
         void *ws = malloc(wsb);
         memset(ws, 0, wsb);
         kiln_wino_args a = {.x = x, .u = u, .tile = tile, .bias = b, .y = y, .N = 1, .H = HW, .W = HW, .C = C, .M = M,
-                            .pt = 1, .pl = 1, .pb = 1, .pr = 1, .x_nhwc = 1, .y_nhwc = 1,
+                            .pt = 1, .pl = 1, .pb = 1, .pr = 1, .x_nhwc = layout, .y_nhwc = layout,
                             .act = KILN_FC_ACT_RELU, .ws = ws, .ws_bytes = wsb, .pool = pool};
         double t[RUNS];
         for (int i = 0; i < 5; i++) kiln__wino_run(&a);
@@ -176,7 +179,7 @@ int main(int argc, char **argv) {
         double flops = 2.0 * (double)(HW * HW * C * M * 9);
         char name[32];
         snprintf(name, sizeof name, "%lldx%lld C=M=%lld", (long long)HW, (long long)HW, (long long)C);
-        if (use_dnnl) {
+        if (use_dnnl && layout == 1) {
             float diff;
             const char *impl = "?";
             double td = dnnl_time(HW, C, M, xs[s], bs[s], ys[s], &diff, &impl);
