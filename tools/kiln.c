@@ -1325,6 +1325,12 @@ static const char inspect_help[] =
     "\n"
     "Describes an engine: inputs, outputs, profiles, layers and kernels, memory.\n"
     "\n"
+    "Each layer line gives its index, op, name (the ONNX nodes it came from,\n"
+    "joined by '+'), kernel, output shape at the opt shapes, and where they\n"
+    "apply the tactic the build chose with its time (\"tactic wino 1772.0 us\") and\n"
+    "the layouts of its input and output on the CPU (\"layout nchw->nchw16c\":\n"
+    "nchw, nhwc, nhwc-bf16 or the blocked nchw16c).\n"
+    "\n"
     "Options:\n"
     "  --json       print JSON\n"
     "  -h, --help   show this help\n";
