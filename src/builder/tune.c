@@ -417,13 +417,14 @@ static kiln_status time_layout(const kiln_graph *g, kiln_tinfo *vi, void *cpu_st
     return st;
 }
 
+#define C16_MARGIN 0.98 /* nChw16c kept when its run takes at most this share of NHWC's */
+
 /* The whole engine run at the opt shapes (zero inputs) with the layouts of
  * variant 0 (NHWC) and 1 (nChw16c), alternately: the medians after a
  * warm-up run each. Blocked tensors pay off where they stream from memory
  * and cost where a batch-1 layer must split its channels over the threads,
  * which timing layers one by one, warm, does not show. Leaves the faster
  * variant's layouts (NHWC when a run fails). */
-#define C16_MARGIN 0.98
 static kiln_status network_c16(kiln_engine *e, const bool *veto) {
     kiln_graph *g = e->graph;
     int32_t *lay = kiln__calloc(2 * (size_t)g->n_nodes + 1, sizeof *lay);
@@ -534,7 +535,10 @@ static kiln_status choose_layouts(kiln_engine *e, kiln_tinfo *vi, void *cpu_stat
     }
     if (bad || st != KILN_OK) { /* give up on NHWC: NCHW is always right */
         kiln__fc_clear_layouts(g);
-    } else if (kiln__fc_choose_layouts(g, veto, true) > 0 && kiln__fc_c16_values(g) > 0) {
+    } else if (e->opts.device == KILN_DEVICE_CPU && kiln__fc_choose_layouts(g, veto, true) > 0 &&
+               kiln__fc_c16_values(g) > 0) {
+        /* (a device engine's CPU layers keep NHWC: running that engine
+         * here would prepare its device weights before the build is done) */
         st = network_c16(e, veto);
     }
     kiln__free(veto);
