@@ -659,7 +659,8 @@ TEST(pools_vs_naive) {
  * past the AVX-512 kernel's 16- and 64-channel blocks, windows over the
  * edges, dilation, a window wholly in the padding (-inf), one thread and
  * two, and a 9x9 window (more pixels than the AVX-512 path gathers: the
- * plain loop runs it). */
+ * plain loop runs it). Where the channels are multiples of 16, the same on
+ * nChw16c data (KILN_POOL_LAYOUT_C16); elsewhere that layout is refused. */
 TEST(maxpool_nhwc_vs_naive) {
     typedef struct {
         int64_t C, H, W, k[2], s[2], d[2], pads[4];
@@ -673,15 +674,19 @@ TEST(maxpool_nhwc_vs_naive) {
         {131, 8, 9, {3, 3}, {2, 2}, {1, 1}, {1, 1, 1, 1}},
         {20, 1, 1, {2, 2}, {1, 1}, {2, 2}, {1, 1, 1, 1}}, /* the window sees only padding */
         {70, 12, 12, {9, 9}, {1, 1}, {1, 1}, {4, 4, 4, 4}},
+        {32, 12, 12, {9, 9}, {1, 1}, {1, 1}, {4, 4, 4, 4}},
+        {32, 1, 1, {2, 2}, {1, 1}, {2, 2}, {1, 1, 1, 1}},
     };
     kiln_pool *tp = NULL;
     CHECK_OK(kiln__pool_create(2, &tp));
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++)
-        for (int threads = 1; threads <= 2; threads++) {
+        for (int tl = 0; tl < 4; tl++) {
+            int threads = 1 + tl % 2;
+            bool c16 = tl >= 2;
             const pc *c = &cases[ci];
             pool_attrs at;
             memset(&at, 0, sizeof at);
-            at.layout = KILN_POOL_LAYOUT_NHWC;
+            at.layout = c16 ? KILN_POOL_LAYOUT_C16 : KILN_POOL_LAYOUT_NHWC;
             at.n_kernel = at.n_strides = at.n_dilations = 2;
             at.n_pads = 4;
             int64_t out[2], in[2] = {c->H, c->W}, N = 2;
@@ -695,13 +700,24 @@ TEST(maxpool_nhwc_vs_naive) {
             int64_t xd[4] = {N, c->C, c->H, c->W}, planes = N * c->C, hw = c->H * c->W;
             int64_t ohw = out[0] * out[1], yn = planes * ohw;
             float *X = rand_buf(planes * hw), *Xp = malloc(sizeof(float) * (size_t)(planes * hw));
+            /* index of (n, ch, pixel i of hw) in X's layout */
+#define POOL_AT(n, ch, i, hw) \
+    (c16 ? (((n) * (c->C / 16) + (ch) / 16) * (hw) + (i)) * 16 + (ch) % 16 : ((n) * (hw) + (i)) * c->C + (ch))
             for (int64_t n = 0; n < N; n++) /* Xp: X's planes (NCHW), the reference's input */
                 for (int64_t ch = 0; ch < c->C; ch++)
-                    for (int64_t i = 0; i < hw; i++) Xp[(n * c->C + ch) * hw + i] = X[(n * hw + i) * c->C + ch];
+                    for (int64_t i = 0; i < hw; i++) Xp[(n * c->C + ch) * hw + i] = X[POOL_AT(n, ch, i, hw)];
             kiln_tensor tx = tensor(KILN_DTYPE_FLOAT32, 4, xd, X);
             const kiln_tensor *inp[1] = {&tx};
             run_result r;
-            CHECK_OK(run_op(KILN_OP_MaxPool, &at, 1, inp, 1, threads == 2 ? tp : NULL, &r));
+            kiln_status rs = run_op(KILN_OP_MaxPool, &at, 1, inp, 1, threads == 2 ? tp : NULL, &r);
+            if (c16 && c->C % 16) { /* refused, named */
+                CHECK(rs == KILN_ERR_MODEL && strstr(kiln_last_error(), "multiple of 16"));
+                result_free(&r);
+                free(X);
+                free(Xp);
+                continue;
+            }
+            CHECK_OK(rs);
             if (r.st == KILN_OK) {
                 bool shape_ok = r.out[0].dims[1] == c->C && r.out[0].dims[2] == out[0] && r.out[0].dims[3] == out[1];
                 CHECK(shape_ok);
@@ -712,8 +728,10 @@ TEST(maxpool_nhwc_vs_naive) {
                     for (int64_t n = 0; n < N; n++)
                         for (int64_t ch = 0; ch < c->C; ch++)
                             for (int64_t i = 0; i < ohw; i++)
-                                ref_nhwc[(n * ohw + i) * c->C + ch] = ref[(n * c->C + ch) * ohw + i];
-                    compare_f32("maxpool nhwc", (const float *)r.out[0].data, ref_nhwc, yn, 0.0, 0.0);
+                                ref_nhwc[POOL_AT(n, ch, i, ohw)] = ref[(n * c->C + ch) * ohw + i];
+#undef POOL_AT
+                    compare_f32(c16 ? "maxpool nchw16c" : "maxpool nhwc", (const float *)r.out[0].data, ref_nhwc,
+                                yn, 0.0, 0.0);
                     free(ref);
                     free(ref_nhwc);
                 }
