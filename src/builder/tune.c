@@ -471,11 +471,13 @@ static kiln_status network_c16(kiln_engine *e, const bool *veto) {
             double t0 = kiln__now_us();
             ok = ok && kiln_context_run(c[v]) == KILN_OK;
             if (r >= 0) t[v][r] = kiln__now_us() - t0;
-            /* short runs: more of them (up to 9, about a second in all) */
+            /* short runs: more of them (up to 9, about a second in all);
+             * runs over half a second (large batches): one timed run each,
+             * so the trial adds at most four runs to the build */
             if (r == -1 && v == 1 && ok) {
                 double us = kiln__now_us() - t0;
                 want = us > 0 ? (int)(1e6 / (2 * us)) : 9;
-                want = want < 3 ? 3 : want > 9 ? 9 : want;
+                want = us > 5e5 ? 1 : want < 3 ? 3 : want > 9 ? 9 : want;
             }
         }
         if (r >= 0) runs = r + 1;
