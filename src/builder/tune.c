@@ -419,6 +419,16 @@ static kiln_status time_layout(const kiln_graph *g, kiln_tinfo *vi, void *cpu_st
 
 #define C16_MARGIN 0.98 /* nChw16c kept when its run takes at most this share of NHWC's */
 
+/* Every node's layout field (kiln__layout_attr; 0 for nodes without one)
+ * into lay[n_nodes], or (set) back from it. */
+static void layouts_io(kiln_graph *g, int32_t *lay, bool set) {
+    for (int ni = 0; ni < g->n_nodes; ni++) {
+        int32_t *l = kiln__layout_attr(&g->nodes[ni]);
+        if (set && l) *l = lay[ni];
+        else if (!set) lay[ni] = l ? *l : 0;
+    }
+}
+
 /* The whole engine run at the opt shapes (zero inputs) with the layouts of
  * variant 0 (NHWC) and 1 (nChw16c), alternately: the medians after a
  * warm-up run each. Blocked tensors pay off where they stream from memory
@@ -435,13 +445,9 @@ static kiln_status network_c16(kiln_engine *e, const bool *veto) {
         kiln__free(bufs);
         return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory (layouts)");
     }
-    for (int v = 1; v >= 0; v--) { /* the nChw16c layouts are in place now */
-        if (v == 0) kiln__fc_choose_layouts(g, veto, false);
-        for (int ni = 0; ni < g->n_nodes; ni++) {
-            int32_t *l = kiln__layout_attr(&g->nodes[ni]);
-            lay[(size_t)v * g->n_nodes + ni] = l ? *l : 0;
-        }
-    }
+    layouts_io(g, lay + g->n_nodes, false); /* the nChw16c layouts are in place now */
+    kiln__fc_choose_layouts(g, veto, false);
+    layouts_io(g, lay, false);
     double t[2][9];
     int runs = 0, want = 3;
     bool ok = true;
@@ -455,10 +461,7 @@ static kiln_status network_c16(kiln_engine *e, const bool *veto) {
     /* round -1: each context's first run (plans, primitives, packed weights) */
     for (int r = -1; ok && r < want; r++) {
         for (int v = 0; v < 2 && ok; v++) {
-            for (int ni = 0; ni < g->n_nodes; ni++) {
-                int32_t *l = kiln__layout_attr(&g->nodes[ni]);
-                if (l) *l = lay[(size_t)v * g->n_nodes + ni];
-            }
+            layouts_io(g, lay + (size_t)v * g->n_nodes, true);
             if (!c[v]) {
                 ok = kiln_context_create(e, &c[v]) == KILN_OK;
                 for (int k = 0; ok && k < g->n_inputs; k++) {
@@ -491,10 +494,7 @@ static kiln_status network_c16(kiln_engine *e, const bool *veto) {
     /* by 2% at least: the two can tie within the noise of a few runs, and
      * where they tie NHWC keeps the batch-1 row split */
     int keep = ok && runs > 0 && med[1] < C16_MARGIN * med[0] ? 1 : 0;
-    for (int ni = 0; ni < g->n_nodes; ni++) {
-        int32_t *l = kiln__layout_attr(&g->nodes[ni]);
-        if (l) *l = lay[(size_t)keep * g->n_nodes + ni];
-    }
+    layouts_io(g, lay + (size_t)keep * g->n_nodes, true);
     for (int v = 0; v < 2; v++) kiln_context_free(c[v]);
     for (int k = 0; k < g->n_inputs; k++) kiln__free(bufs[k]);
     kiln__free(bufs);

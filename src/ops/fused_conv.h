@@ -185,13 +185,13 @@ KILN_PRIVATE kiln_status kiln__fc_c16_check(const char *node, const kiln_fused_c
  * (channels multiples of 16, no reader or writer without that layout);
  * else they stay NHWC. Returns the number of NHWC or nChw16c values. */
 KILN_PRIVATE int kiln__fc_choose_layouts(kiln_graph *g, const bool *veto, bool c16);
-/* The number of nChw16c values the last kiln__fc_choose_layouts left
- * (0: none, the graph is NHWC where it is not NCHW). */
+/* The number of live FusedConv layers whose output is nChw16c (0: the
+ * last kiln__fc_choose_layouts left no nChw16c value). */
 KILN_PRIVATE int kiln__fc_c16_values(const kiln_graph *g);
 /* fuse_conv.c: the layout field of a node's attrs (FusedConv, PwDwConv,
  * MaxPool, GlobalAveragePool), else NULL. */
 KILN_PRIVATE int32_t *kiln__layout_attr(kiln_node *n);
-/* fuse_conv.c: every layer back to NCHW (FusedConv and MaxPool layouts 0). */
+/* fuse_conv.c: every layer back to NCHW (each kiln__layout_attr field 0). */
 KILN_PRIVATE void kiln__fc_clear_layouts(kiln_graph *g);
 /* How the oneDNN layer whose state is in ns (kept by a run of a oneDNN
  * tactic) was split over threads: KILN_DNNL_SPLIT_*, with the number of
