@@ -17,6 +17,7 @@
  * timed before in the same build) and rewritten after, through a
  * temporary file and a rename. */
 #include "backends/backend.h"
+#include "ops/conv_direct.h"
 #include "ops/fused_conv.h"
 #include "runtime/engine.h"
 
@@ -380,7 +381,7 @@ static bool chain_layout(kiln_node *n, const kiln_tinfo *const *in, int32_t id, 
         !in[0] || in[0]->rank != 4)
         return false;
     kiln_fused_conv_attrs *fa = n->attrs;
-    if (kiln__fc_wino_tile(id)) { /* kiln's kernel: every layer it takes, either layout */
+    if (kiln__fc_wino_tile(id) || id == KILN_FC_TACTIC_DIRECT) { /* kiln's kernels: every layer they take, any layout */
         fa->layout = KILN_FC_LAYOUT_X_NHWC | KILN_FC_LAYOUT_Y_NHWC;
         return true;
     }
@@ -429,27 +430,28 @@ static void layouts_io(kiln_graph *g, int32_t *lay, bool set) {
     }
 }
 
-/* The whole engine run at the opt shapes (zero inputs) with the layouts of
- * variant 0 (NHWC) and 1 (nChw16c), alternately: the medians after a
- * warm-up run each. Blocked tensors pay off where they stream from memory
- * and cost where a batch-1 layer must split its channels over the threads,
- * which timing layers one by one, warm, does not show. Leaves the faster
- * variant's layouts (NHWC when a run fails). */
-static kiln_status network_c16(kiln_engine *e, const bool *veto) {
+#define TRIAL_MAX_RUNS 9
+
+/* Node attrs of trial variant v (0 or 1) into the graph. */
+typedef void (*variant_fn)(kiln_graph *g, int v, void *arg);
+
+/* The whole engine run at the opt shapes (zero inputs) in two variants of
+ * its nodes' attrs (set(g, v, arg) before every run: a context reads them
+ * as it runs, and keeps the state each variant's kernels made), alternately:
+ * a warm-up run each, then up to TRIAL_MAX_RUNS timed runs each, about a
+ * second in all; one each where a run takes over a quarter of a second
+ * (large batches), so a trial adds four runs to the build. t[v][r]: run
+ * r's microseconds; layer_us (when not NULL; TRIAL_MAX_RUNS x 2 x n_nodes)
+ * each layer's too, from the context's profile. *runs: the timed runs
+ * (0: a run failed). */
+static kiln_status alternate_runs(kiln_engine *e, variant_fn set, void *arg, double t[2][TRIAL_MAX_RUNS],
+                                  double *layer_us, int *runs) {
     kiln_graph *g = e->graph;
-    int32_t *lay = kiln__calloc(2 * (size_t)g->n_nodes + 1, sizeof *lay);
     void **bufs = kiln__calloc((size_t)g->n_inputs + 1, sizeof *bufs);
     kiln_context *c[2] = {NULL, NULL};
-    if (!lay || !bufs) {
-        kiln__free(lay);
-        kiln__free(bufs);
-        return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory (layouts)");
-    }
-    layouts_io(g, lay + g->n_nodes, false); /* the nChw16c layouts are in place now */
-    kiln__fc_choose_layouts(g, veto, false);
-    layouts_io(g, lay, false);
-    double t[2][9];
-    int runs = 0, want = 3;
+    *runs = 0;
+    if (!bufs) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory (engine trial)");
+    int want = 3;
     bool ok = true;
     for (int k = 0; k < g->n_inputs && ok; k++) {
         const kiln_profile *p = &e->profiles[k];
@@ -461,7 +463,7 @@ static kiln_status network_c16(kiln_engine *e, const bool *veto) {
     /* round -1: each context's first run (plans, primitives, packed weights) */
     for (int r = -1; ok && r < want; r++) {
         for (int v = 0; v < 2 && ok; v++) {
-            layouts_io(g, lay + (size_t)v * g->n_nodes, true);
+            set(g, v, arg);
             if (!c[v]) {
                 ok = kiln_context_create(e, &c[v]) == KILN_OK;
                 for (int k = 0; ok && k < g->n_inputs; k++) {
@@ -471,35 +473,188 @@ static kiln_status network_c16(kiln_engine *e, const bool *veto) {
                                                 bufs[k]) == KILN_OK;
                 }
             }
+            if (ok && layer_us) ok = kiln_context_set_profiling(c[v], r >= 0) == KILN_OK; /* clears the totals */
             double t0 = kiln__now_us();
             ok = ok && kiln_context_run(c[v]) == KILN_OK;
             if (r >= 0) t[v][r] = kiln__now_us() - t0;
-            /* short runs: more of them (up to 9, about a second in all);
-             * runs over half a second (large batches): one timed run each,
-             * so the trial adds at most four runs to the build */
-            if (r == -1 && v == 1 && ok) {
-                double us = kiln__now_us() - t0;
-                want = us > 0 ? (int)(1e6 / (2 * us)) : 9;
-                want = us > 5e5 ? 1 : want < 3 ? 3 : want > 9 ? 9 : want;
+            for (int ni = 0; ok && r >= 0 && layer_us && ni < g->n_nodes; ni++) {
+                double us = 0;
+                int64_t nr = 0;
+                ok = kiln_context_layer_time(c[v], ni, &us, &nr) == KILN_OK;
+                layer_us[((size_t)r * 2 + (size_t)v) * (size_t)g->n_nodes + (size_t)ni] = nr > 0 ? us / (double)nr : 0;
+            }
+            if (r == 0 && v == 1 && ok) { /* from the first timed runs (the warm-up ones set up too) */
+                double us = (t[0][0] + t[1][0]) / 2;
+                want = us > 0 ? (int)(1e6 / (2 * us)) : TRIAL_MAX_RUNS;
+                want = us > 2.5e5 ? 1 : want < 3 ? 3 : want > TRIAL_MAX_RUNS ? TRIAL_MAX_RUNS : want;
             }
         }
-        if (r >= 0) runs = r + 1;
+        if (r >= 0 && ok) *runs = r + 1;
     }
-    kiln__clear_error(); /* a failed run: NHWC */
-    double med[2] = {0, 0};
-    for (int v = 0; v < 2 && ok && runs > 0; v++) {
-        qsort(t[v], (size_t)runs, sizeof t[v][0], cmp_double);
-        med[v] = t[v][runs / 2];
-    }
-    /* by 2% at least: the two can tie within the noise of a few runs, and
-     * where they tie NHWC keeps the batch-1 row split */
-    int keep = ok && runs > 0 && med[1] < C16_MARGIN * med[0] ? 1 : 0;
-    layouts_io(g, lay + (size_t)keep * g->n_nodes, true);
+    if (!ok) *runs = 0;
+    kiln__clear_error(); /* a failed run: the caller keeps variant 0 */
     for (int v = 0; v < 2; v++) kiln_context_free(c[v]);
     for (int k = 0; k < g->n_inputs; k++) kiln__free(bufs[k]);
     kiln__free(bufs);
-    kiln__free(lay);
     return KILN_OK;
+}
+
+/* Median of n doubles spaced `stride` apart (n <= TRIAL_MAX_RUNS). */
+static double median_of(const double *x, int n, size_t stride) {
+    double v[TRIAL_MAX_RUNS];
+    for (int i = 0; i < n; i++) v[i] = x[(size_t)i * stride];
+    qsort(v, (size_t)n, sizeof v[0], cmp_double);
+    return v[n / 2];
+}
+
+typedef struct lay_variants {
+    int32_t *lay; /* 2 x n_nodes layout fields */
+} lay_variants;
+
+static void set_layouts(kiln_graph *g, int v, void *arg) {
+    layouts_io(g, ((lay_variants *)arg)->lay + (size_t)v * g->n_nodes, true);
+}
+
+/* The engine with the layouts of variant 0 (NHWC) and 1 (nChw16c)
+ * (alternate_runs). Blocked tensors pay off where they stream from memory
+ * and cost where a batch-1 layer must split its channels over the threads,
+ * which timing layers one by one, warm, does not show. Leaves the faster
+ * variant's layouts (NHWC when a run fails). */
+static kiln_status network_c16(kiln_engine *e, const bool *veto) {
+    kiln_graph *g = e->graph;
+    lay_variants lv = {kiln__calloc(2 * (size_t)g->n_nodes + 1, sizeof *lv.lay)};
+    if (!lv.lay) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory (layouts)");
+    layouts_io(g, lv.lay + g->n_nodes, false); /* the nChw16c layouts are in place now */
+    kiln__fc_choose_layouts(g, veto, false);
+    layouts_io(g, lv.lay, false);
+    double t[2][TRIAL_MAX_RUNS];
+    int runs = 0;
+    kiln_status st = alternate_runs(e, set_layouts, &lv, t, NULL, &runs);
+    /* by 2% at least: the two can tie within the noise of a few runs, and
+     * where they tie NHWC keeps the batch-1 row split */
+    int keep = st == KILN_OK && runs > 0 && median_of(t[1], runs, 1) < C16_MARGIN * median_of(t[0], runs, 1) ? 1 : 0;
+    layouts_io(g, lv.lay + (size_t)keep * g->n_nodes, true);
+    kiln__free(lv.lay);
+    return st;
+}
+
+#define DIRECT_MARGIN 0.97 /* a layer takes the direct kernel where it runs in this share of the time */
+
+typedef struct tac_variants {
+    int32_t *id; /* 2 x n_nodes tactic ids (-1: no tactic) */
+} tac_variants;
+
+static void set_tactics(kiln_graph *g, int v, void *arg) {
+    const int32_t *id = ((tac_variants *)arg)->id + (size_t)v * g->n_nodes;
+    for (int ni = 0; ni < g->n_nodes; ni++)
+        if (id[ni] >= 0) ((kiln_tactic *)g->nodes[ni].attrs)->id = id[ni];
+}
+
+/* The timing-cache key of node n's in-network choice (network_direct). */
+static bool net_key(const kiln_engine *e, const kiln_node *n, const kiln_tinfo *vi, kiln_sbuf *key) {
+    const kiln_tinfo *in[64] = {0};
+    if (n->n_in > 64) return false;
+    for (int i = 0; i < n->n_in; i++) in[i] = n->in[i] >= 0 ? &vi[n->in[i]] : NULL;
+    key->len = 0;
+    if (key->data) key->data[0] = 0;
+    make_key(e, n, in, key);
+    kiln__sbuf_printf(key, "|in-network");
+    return !key->oom;
+}
+
+/* kiln's direct kernel (KILN_FC_TACTIC_DIRECT) against each layer's tuned
+ * tactic, inside the network. Timed alone, warm, oneDNN's kernels win most
+ * layers; in the network, where the weights come from memory and the input
+ * from the other core's cache, the direct kernel wins the weight-heavy ones
+ * (ResNet-50's last stage at batch 1, 2 threads: 1x1 layers 410-500 us
+ * against 510-610). So variant 1 runs it in every layer it fits (except
+ * Winograd ones: 2.25 to 4 times fewer multiplications), variant 0 in
+ * none; each layer takes it where its median time is under DIRECT_MARGIN
+ * of the tuned tactic's; then that mix runs against variant 0 and is kept
+ * only where the whole engine runs faster. Only layers whose opt shapes
+ * are known (vi) take part. The choices go into the timing cache (`cache`,
+ * key + "|in-network": tactic DIRECT, or another id for the tuned one); a
+ * build that finds every candidate there takes them without a trial. */
+static kiln_status network_direct(kiln_engine *e, const kiln_tinfo *vi, tcache *cache) {
+    kiln_graph *g = e->graph;
+    size_t nn = (size_t)g->n_nodes;
+    tac_variants tv = {kiln__malloc(2 * nn * sizeof *tv.id + 1)};
+    double *lus = kiln__calloc((size_t)TRIAL_MAX_RUNS * 2 * nn + 1, sizeof *lus);
+    kiln_sbuf key = {0};
+    if (!tv.id || !lus) {
+        kiln__free(tv.id);
+        kiln__free(lus);
+        return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory (direct-kernel trial)");
+    }
+    int cand = 0, cached = 0;
+    for (size_t ni = 0; ni < nn; ni++) {
+        kiln_node *n = &g->nodes[ni];
+        tv.id[ni] = tv.id[nn + ni] = -1;
+        if (n->dead || n->op_id != KILN_OP_FusedConv || n->device != KILN_DEVICE_CPU || n->n_in < 2 ||
+            n->in[0] < 0 || n->in[1] < 0)
+            continue;
+        const kiln_fused_conv_attrs *fa = n->attrs;
+        const kiln_tinfo *x = &vi[n->in[0]], *w = &vi[n->in[1]];
+        if ((fa->layout & (KILN_FC_LAYOUT_X_BF16 | KILN_FC_LAYOUT_Y_BF16)) || fa->tactic.id == KILN_FC_TACTIC_DIRECT ||
+            kiln__fc_wino_tile(fa->tactic.id) || x->rank < 0 || w->rank < 0 ||
+            !kiln__fc_direct_fits(fa, x->rank, x->dims, w->rank, w->dims))
+            continue;
+        tv.id[ni] = fa->tactic.id;
+        tv.id[nn + ni] = KILN_FC_TACTIC_DIRECT;
+        cand++;
+        if (cache && net_key(e, n, vi, &key)) {
+            const cache_ent *ce = cache_find(cache, key.data);
+            if (ce) {
+                cached++;
+                lus[ni] = ce->us;
+                if (ce->id != KILN_FC_TACTIC_DIRECT) tv.id[nn + ni] = tv.id[ni];
+            }
+        }
+    }
+    kiln_status st = KILN_OK;
+    int keep = 0;
+    if (cand > 0 && cached == cand) {
+        keep = 1; /* the cache's choices */
+    } else if (cand > 0) {
+        for (size_t ni = 0; ni < nn; ni++)
+            if (tv.id[ni] >= 0) tv.id[nn + ni] = KILN_FC_TACTIC_DIRECT;
+        double t[2][TRIAL_MAX_RUNS];
+        int runs = 0, chosen = 0;
+        st = alternate_runs(e, set_tactics, &tv, t, lus, &runs);
+        /* variant 1 becomes the mix of each layer's faster kernel; the
+         * direct kernel's median goes into lus[ni] (its time for inspect) */
+        for (size_t ni = 0; ni < nn; ni++) {
+            if (tv.id[ni] < 0) continue;
+            bool take = false;
+            if (st == KILN_OK && runs > 0) {
+                double m0 = median_of(lus + ni, runs, 2 * nn), m1 = median_of(lus + nn + ni, runs, 2 * nn);
+                take = m1 < DIRECT_MARGIN * m0;
+                lus[ni] = m1;
+            }
+            if (take) chosen++;
+            else tv.id[nn + ni] = tv.id[ni];
+        }
+        /* the mix against the tuned tactics, whole runs: each layer was
+         * timed among neighbours that had all changed too, and a layer's
+         * time depends on where its neighbours left its tensors */
+        if (st == KILN_OK && chosen > 0) {
+            st = alternate_runs(e, set_tactics, &tv, t, NULL, &runs);
+            keep = st == KILN_OK && runs > 0 && median_of(t[1], runs, 1) < median_of(t[0], runs, 1) ? 1 : 0;
+        }
+        for (size_t ni = 0; st == KILN_OK && cache && ni < nn; ni++)
+            if (tv.id[ni] >= 0 && net_key(e, &g->nodes[ni], vi, &key))
+                st = cache_put(cache, key.data, tv.id[(size_t)keep * nn + ni], (float)lus[ni]);
+    }
+    if (cand > 0) {
+        set_tactics(g, keep, &tv);
+        for (size_t ni = 0; ni < nn; ni++)
+            if (tv.id[ni] >= 0 && ((kiln_tactic *)g->nodes[ni].attrs)->id == KILN_FC_TACTIC_DIRECT)
+                ((kiln_tactic *)g->nodes[ni].attrs)->us = (float)lus[ni];
+    }
+    kiln__sbuf_free(&key);
+    kiln__free(tv.id);
+    kiln__free(lus);
+    return st;
 }
 
 /* NHWC tensors between oneDNN layers (fused_conv.h). Each layer that gets
@@ -618,6 +773,8 @@ kiln_status kiln__builder_tune(const kiln_builder *b, kiln_engine *e) {
             int32_t best = 0;
             double best_us = -1;
             for (int k = 0; st == KILN_OK && k < n_ids; k++) {
+                /* the direct kernel is judged inside the network (network_direct) */
+                if (n->op_id == KILN_OP_FusedConv && ids[k] == KILN_FC_TACTIC_DIRECT) continue;
                 bool nhwc = chain_layout(n, in, ids[k], &tb, pool);
                 if (nhwc && ids[k] == KILN_FC_TACTIC_DNNL_PLAIN && lists(ids, n_ids, KILN_FC_TACTIC_DNNL_BLOCKED)) {
                     /* NHWC in and out, oneDNN's plain and blocked tactics
@@ -646,6 +803,10 @@ kiln_status kiln__builder_tune(const kiln_builder *b, kiln_engine *e) {
     next:;
     }
     if (made[0] && (st = choose_layouts(e, vi, states[0], pool)) != KILN_OK) goto out;
+    /* (CPU engines only, as network_c16) */
+    if (made[0] && e->opts.device == KILN_DEVICE_CPU && kiln__direct_fast_available() &&
+        (st = network_direct(e, vi, b->timing_cache ? &cache : NULL)) != KILN_OK)
+        goto out;
     if (b->timing_cache && cache.dirty) st = cache_write(&cache, b->timing_cache);
     if (kiln__now_us() - t_start > 2e6)
         fprintf(stderr, "kiln: tuning done: %d layers with tactics, %d timed, %d from the cache (%.1f s)\n",

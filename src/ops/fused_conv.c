@@ -13,7 +13,10 @@
  *               layers, NCHW or NHWC in and out, weights transformed once
  *               per context;
  *   4 wino2     the same with F(2x2, 3x3), for layers whose F(4x4)
- *               weights are too large to stream.
+ *               weights are too large to stream;
+ *   5 direct    kiln's direct convolution (conv_direct.c): dilation 1,
+ *               any kernel size, stride and pads, NCHW, NHWC or nChw16c
+ *               in and out, weights packed once per context.
  * (A version-3 kiln reads tactic 4 as unknown: NCHW layers run tactic 0,
  * NHWC ones are refused with a message, never run wrong.)
  * The oneDNN tactics exist when kiln is built with it (KILN_HAVE_DNNL); an
@@ -23,6 +26,7 @@
 
 #include <math.h>
 
+#include "ops/conv_direct.h"
 #include "ops/conv_wino.h"
 
 #define NODE(a) ((a)->node_name ? (a)->node_name : "?")
@@ -208,6 +212,41 @@ bool kiln__fc_wino_fits(const kiln_fused_conv_attrs *at, int xr, const int64_t *
     return wino_geom(at, xr, xd, wr, wd, &g);
 }
 
+/* The direct geometry of a layer: true (and *g filled) when the tactic
+ * can run it (see kiln__fc_direct_fits). */
+static bool direct_geom(const kiln_fused_conv_attrs *at, int xr, const int64_t *xd, int wr, const int64_t *wd,
+                        kiln_conv_geom *gp) {
+    kiln_conv_geom g;
+    if (at->precision != KILN_PRECISION_FP32 || xr != 4 || wr != 4) return false;
+    if (kiln__conv_geom("?", "FusedConv", &at->conv, xr, xd, wr, wd, &g) != KILN_OK) {
+        kiln__clear_error();
+        return false;
+    }
+    if (g.ns != 2 || g.G != 1 || g.N < 1 || g.C < 1 || g.M < 1) return false;
+    for (int i = 0; i < 2; i++)
+        if (g.k[i] < 1 || g.k[i] > KILN_DIRECT_MAX_K || g.s[i] < 1 || g.d[i] != 1 || g.pb[i] < 0 || g.pe[i] < 0 ||
+            g.in[i] < 1 || g.out[i] < 1 || g.out[i] != (g.in[i] + g.pb[i] + g.pe[i] - g.k[i]) / g.s[i] + 1)
+            return false;
+    /* sizes far from overflow (larger layers only in damaged or absurd
+     * engines: the planner refuses such tensors) */
+    double lim = 0x1p50, pad = (double)(g.in[0] + g.pb[0] + g.pe[0]) * (double)(g.in[1] + g.pb[1] + g.pe[1]);
+    if ((double)g.N * pad * (double)g.C > lim || (double)g.M * (double)g.C * (double)g.k_sz + 64.0 * g.k_sz * g.C > lim ||
+        (double)g.N * (double)g.M * (double)g.out[0] * (double)g.out[1] > lim)
+        return false;
+    *gp = g;
+    return true;
+}
+
+bool kiln__fc_direct_fits(const kiln_fused_conv_attrs *at, int xr, const int64_t *xd, int wr, const int64_t *wd) {
+    kiln_conv_geom g;
+    return direct_geom(at, xr, xd, wr, wd, &g);
+}
+
+static size_t direct_workspace(const kiln_conv_geom *g) {
+    return kiln__direct_workspace(g->N, g->C, g->in[0], g->in[1], g->k[0], g->k[1], g->pb[0], g->pb[1], g->pe[0],
+                                  g->pe[1]);
+}
+
 /* Winograd scratch bytes of geometry g, output tile `tile`, for `threads` threads. */
 static size_t wino_workspace(const kiln_conv_geom *g, int tile, int threads) {
     return kiln__wino_workspace(g->N, g->in[0], g->in[1], g->C, g->M, (int)g->pb[0], (int)g->pb[1],
@@ -225,6 +264,13 @@ static size_t fc_workspace(const kiln_infer_args *a) {
         kiln_infer_args c = conv_view_infer(a);
         size_t own = kiln__conv_workspace(&c);
         return w > own ? w : own;
+    }
+    if (at->tactic.id == KILN_FC_TACTIC_DIRECT &&
+        direct_geom(at, a->in[0]->rank, a->in[0]->dims, a->in[1]->rank, a->in[1]->dims, &wg)) {
+        size_t d = direct_workspace(&wg);
+        kiln_infer_args c = conv_view_infer(a);
+        size_t own = kiln__conv_workspace(&c); /* other shapes: kiln's own kernels */
+        return d > own ? d : own;
     }
 #if KILN_HAVE_DNNL
     if (wants_dnnl(at) || at->precision == KILN_PRECISION_BF16) {
@@ -272,6 +318,10 @@ static int fc_cpu_tactics(const kiln_infer_args *a, int32_t *ids, int cap) {
         else if ((double)kiln__wino_packed_floats(C, M, 2) * sizeof(float) <= KILN_WINO2_BYTES_PER_IMAGE * images)
             ids[n++] = KILN_FC_TACTIC_WINO2;
     }
+    /* the direct kernel where its AVX-512 path runs (as Winograd's) */
+    if (n < cap && kiln__direct_fast_available() &&
+        kiln__fc_direct_fits(at, a->in[0]->rank, a->in[0]->dims, a->in[1]->rank, a->in[1]->dims))
+        ids[n++] = KILN_FC_TACTIC_DIRECT;
     return n;
 }
 
@@ -282,6 +332,7 @@ static const char *fc_cpu_tactic_name(int32_t id) {
     case KILN_FC_TACTIC_DNNL_BLOCKED: return "dnnl-blocked";
     case KILN_FC_TACTIC_WINO: return "wino";
     case KILN_FC_TACTIC_WINO2: return "wino2";
+    case KILN_FC_TACTIC_DIRECT: return "direct";
     default: return "?";
     }
 }
@@ -368,7 +419,8 @@ static int fc_inplace_input(const void *attrs) {
     case KILN_FC_TACTIC_DNNL_PLAIN:
     case KILN_FC_TACTIC_DNNL_BLOCKED:
     case KILN_FC_TACTIC_WINO:
-    case KILN_FC_TACTIC_WINO2: return 3;
+    case KILN_FC_TACTIC_WINO2:
+    case KILN_FC_TACTIC_DIRECT: return 3;
     default: return -1;
     }
 }
@@ -405,6 +457,39 @@ static kiln_status fc_wino(const kiln_kernel_args *a, const kiln_conv_geom *gp, 
     return KILN_OK;
 }
 
+/* The layout of a tensor for the direct kernel: nChw16c, NHWC or NCHW. */
+static int direct_layout(int32_t layout, int32_t c16_bit, int32_t nhwc_bit) {
+    return (layout & c16_bit) ? KILN_DIRECT_C16 : (layout & nhwc_bit) ? KILN_DIRECT_NHWC : KILN_DIRECT_NCHW;
+}
+
+static kiln_status fc_direct(const kiln_kernel_args *a, const kiln_conv_geom *g) {
+    const kiln_fused_conv_attrs *at = a->attrs;
+    size_t need = direct_workspace(g);
+    if (need > a->workspace_size)
+        return KILN_FAIL(KILN_ERR_INTERNAL,
+                         "node '%s' (FusedConv): the direct kernel needs %zu bytes of workspace, the plan gave %zu",
+                         NODE(a), need, a->workspace_size);
+    bool fresh, own;
+    float *Wp = kiln__node_packed(a, kiln__direct_packed_floats(g->C, g->M, g->k[0], g->k[1]), &fresh, &own);
+    if (!Wp)
+        return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "node '%s' (FusedConv): out of memory packing weights", NODE(a));
+    if (fresh) kiln__direct_pack(a->in[1]->data, g->C, g->M, g->k[0], g->k[1], Wp);
+    int y_layout = direct_layout(at->layout, KILN_FC_LAYOUT_Y_C16, KILN_FC_LAYOUT_Y_NHWC);
+    kiln_direct_args d = {
+        .x = a->in[0]->data, .w = Wp, .bias = a->n_in > 2 && a->in[2] ? a->in[2]->data : NULL,
+        .r = at->has_residual ? a->in[3]->data : NULL, .y = a->out[0]->data,
+        .N = g->N, .C = g->C, .H = g->in[0], .W = g->in[1], .M = g->M, .kh = g->k[0], .kw = g->k[1],
+        .sh = g->s[0], .sw = g->s[1], .pt = g->pb[0], .pl = g->pb[1], .pb = g->pe[0], .pr = g->pe[1],
+        .x_layout = direct_layout(at->layout, KILN_FC_LAYOUT_X_C16, KILN_FC_LAYOUT_X_NHWC),
+        .y_layout = y_layout,
+        .r_layout = (at->layout & KILN_FC_LAYOUT_R_NHWC) ? KILN_DIRECT_NHWC : y_layout,
+        .act = at->act, .alpha = at->alpha, .beta = at->beta,
+        .ws = a->workspace, .ws_bytes = a->workspace_size, .pool = a->pool};
+    kiln__direct_run(&d);
+    if (own) kiln__aligned_free(Wp);
+    return KILN_OK;
+}
+
 static kiln_status fc_cpu(const kiln_kernel_args *a) {
     const kiln_fused_conv_attrs *at = a->attrs;
     KILN_TRY(fc_check_attrs(NODE(a), at, a->n_in));
@@ -422,6 +507,9 @@ static kiln_status fc_cpu(const kiln_kernel_args *a) {
     if (tile && !(at->layout & (KILN_FC_LAYOUT_X_BF16 | KILN_FC_LAYOUT_Y_BF16 | KILN_FC_LAYOUT_R_NHWC)) &&
         wino_geom(at, X->rank, X->dims, W->rank, W->dims, &wg))
         return fc_wino(a, &wg, tile);
+    if (at->tactic.id == KILN_FC_TACTIC_DIRECT && !(at->layout & (KILN_FC_LAYOUT_X_BF16 | KILN_FC_LAYOUT_Y_BF16)) &&
+        direct_geom(at, X->rank, X->dims, W->rank, W->dims, &wg))
+        return fc_direct(a, &wg);
 #if KILN_HAVE_DNNL
     if (wants_dnnl(at) || at->precision == KILN_PRECISION_BF16) {
         int t = wants_dnnl(at) ? at->tactic.id : KILN_FC_TACTIC_DNNL_BLOCKED;
@@ -432,13 +520,13 @@ static kiln_status fc_cpu(const kiln_kernel_args *a) {
         }
     }
 #endif
-    if (at->layout) /* NHWC / nChw16c tensors: only oneDNN and the Winograd kernel read and write them */
+    if (at->layout) /* NHWC / nChw16c tensors: only oneDNN and kiln's Winograd and direct kernels read and write them */
         return KILN_FAIL(KILN_ERR_UNSUPPORTED,
                          "node '%s' (FusedConv): the engine passes this layer's tensors in "
                          "NHWC or nChw16c for %s, which cannot run it here (kiln built "
                          "without oneDNN, this CPU lacks what the build machine had, or the "
                          "shapes differ from the build's); rebuild the engine on this machine",
-                         NODE(a), tile ? "the Winograd kernel" : "oneDNN");
+                         NODE(a), tile ? "the Winograd kernel" : at->tactic.id == KILN_FC_TACTIC_DIRECT ? "the direct kernel" : "oneDNN");
     return fc_own(a);
 }
 

@@ -43,6 +43,8 @@ enum {
     KILN_FC_TACTIC_WINO = 3,         /* kiln's Winograd F(4x4, 3x3) (conv_wino.h): 3x3, stride 1 */
     KILN_FC_TACTIC_WINO2 = 4,        /* kiln's Winograd F(2x2, 3x3): the same layers, 16/9 of the
                                       * weights transformed instead of 4x */
+    KILN_FC_TACTIC_DIRECT = 5,       /* kiln's direct convolution (conv_direct.h): any kernel size,
+                                      * stride and pads, dilation 1 */
     KILN_FC_TACTIC_COUNT
 };
 
@@ -171,6 +173,11 @@ KILN_PRIVATE size_t kiln__dnnl_conv_workspace(const kiln_infer_args *a, int tact
  * (fp32, 2-D 3x3, stride 1, dilation 1, one group, pads 0..2; dims known). */
 KILN_PRIVATE bool kiln__fc_wino_fits(const kiln_fused_conv_attrs *at, int xr, const int64_t *xd,
                                      int wr, const int64_t *wd);
+/* Whether the direct tactic (conv_direct.h) can run a layer of these
+ * attrs and shapes (fp32, 2-D, one group, dilation 1, kernel at most
+ * KILN_DIRECT_MAX_K square; dims known). */
+KILN_PRIVATE bool kiln__fc_direct_fits(const kiln_fused_conv_attrs *at, int xr, const int64_t *xd, int wr,
+                                       const int64_t *wd);
 
 /* The blocked layout bits of `at` fit a layer with input of dtype xt and
  * rank xr and weights of rank wr, dims wd (float32, 2-D, one group,

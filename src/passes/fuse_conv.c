@@ -448,6 +448,7 @@ static bool layout_node_ok(const kiln_graph *g, int ni, const bool *veto) {
     const kiln_fused_conv_attrs *fa = n->attrs;
     const kiln_tinfo *x = &g->values[n->in[0]].info, *w = &g->values[n->in[1]].info;
     if (kiln__fc_wino_tile(fa->tactic.id)) return kiln__fc_wino_fits(fa, x->rank, x->dims, w->rank, w->dims);
+    if (fa->tactic.id == KILN_FC_TACTIC_DIRECT) return kiln__fc_direct_fits(fa, x->rank, x->dims, w->rank, w->dims);
     return layout_node_dnnl(n) && x->rank == 4;
 }
 

@@ -1,12 +1,33 @@
 /* kernel_check.h -- checks shared by the kernel tests that run one
  * computation on several paths and pools against a double-precision
- * reference (test_conv_wino.c, test_conv_pwdw.c). Include after test.h. */
+ * reference (test_conv_wino.c, test_conv_pwdw.c, test_conv_direct.c). Include after test.h. */
 #ifndef KILN_TEST_KERNEL_CHECK_H
 #define KILN_TEST_KERNEL_CHECK_H
 
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+
+#include "core/core.h"
+
+/* A float in [lo, hi) from the generator state *rng (a 64-bit LCG: each
+ * test draws the same numbers on every run). */
+static inline float kc_frand(uint64_t *rng, float lo, float hi) {
+    *rng = *rng * 6364136223846793005ull + 1442695040888963407ull;
+    return lo + (hi - lo) * (float)((*rng >> 40) & 0xffffff) / 16777216.0f;
+}
+
+/* The pools a kernel test runs every case on: none, 2 and 3 threads. */
+static inline void kc_pools_create(kiln_pool *pools[3]) {
+    pools[0] = NULL;
+    CHECK_OK(kiln__pool_create(2, &pools[1]));
+    CHECK_OK(kiln__pool_create(3, &pools[2]));
+}
+
+static inline void kc_pools_free(kiln_pool *pools[3]) {
+    kiln__pool_free(pools[1]);
+    kiln__pool_free(pools[2]);
+}
 
 /* max |y - ref| / (1 + maxref); a NaN in y counts as an infinite error. */
 static inline double kc_error(const float *y, const float *ref, int64_t n, double maxref) {

@@ -16,10 +16,7 @@
 #include "ops/fused_conv.h"
 
 static uint64_t rng = 0x2545f4914f6cdd1dull;
-static float frand(float lo, float hi) {
-    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-    return lo + (hi - lo) * (float)((rng >> 40) & 0xffffff) / 16777216.0f;
-}
+static float frand(float lo, float hi) { return kc_frand(&rng, lo, hi); }
 
 typedef struct pcase {
     int64_t N, H, W, C, E, M; /* M = 0: no project convolution */
@@ -277,14 +274,11 @@ TEST(pwdw_bad_layers) {
 }
 
 int main(void) {
-    g_pools[0] = NULL;
-    CHECK_OK(kiln__pool_create(2, &g_pools[1]));
-    CHECK_OK(kiln__pool_create(3, &g_pools[2]));
+    kc_pools_create(g_pools);
     printf("  avx512f path: %s\n", kiln__pwdw_fast_available() ? "yes" : "no (generic only)");
     RUN(pwdw_shapes);
     RUN(pwdw_detects_errors);
     RUN(pwdw_bad_layers);
-    kiln__pool_free(g_pools[1]);
-    kiln__pool_free(g_pools[2]);
+    kc_pools_free(g_pools);
     return test_summary();
 }

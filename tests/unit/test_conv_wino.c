@@ -12,10 +12,7 @@
 #include "ops/conv_wino.h"
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
-static float frand(float lo, float hi) {
-    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-    return lo + (hi - lo) * (float)((rng >> 40) & 0xffffff) / 16777216.0f;
-}
+static float frand(float lo, float hi) { return kc_frand(&rng, lo, hi); }
 
 typedef struct wcase {
     int64_t N, H, W, C, M;
@@ -229,16 +226,13 @@ TEST(wino_detects_errors) {
 }
 
 int main(void) {
-    g_pools[0] = NULL;
-    CHECK_OK(kiln__pool_create(2, &g_pools[1]));
-    CHECK_OK(kiln__pool_create(3, &g_pools[2]));
+    kc_pools_create(g_pools);
     printf("  avx512f path: %s\n", kiln__wino_fast_available() ? "yes" : "no (generic only)");
     RUN(wino_small_shapes);
     RUN(wino_blocks);
     RUN(wino_c16);
     RUN(wino_detects_errors);
     RUN(wino_fits);
-    kiln__pool_free(g_pools[1]);
-    kiln__pool_free(g_pools[2]);
+    kc_pools_free(g_pools);
     return test_summary();
 }

@@ -14,6 +14,7 @@
 #include "graph_build.h"
 #include "ops/elementwise_impl.h"
 #include "ops/conv_pwdw.h"
+#include "ops/conv_direct.h"
 #include "ops/conv_wino.h"
 #include "ops/fused_conv.h"
 #include "runtime/engine.h"
@@ -445,8 +446,10 @@ static void tactics_agree(int64_t batch, int threads, bool big) {
         CHECK(n1 == n0 && err <= 1e-5);
     }
     /* built with oneDNN: both of its tactics were listed and run; with
-     * AVX-512F, Winograd for the 3x3 stride-1 layer of the big chain */
-    CHECK(n_multi == (kiln__have_dnnl() ? 2 : 0) + (big && kiln__wino_fast_available() ? 1 : 0));
+     * AVX-512F, Winograd for the 3x3 stride-1 layer of the big chain, and
+     * the direct kernel for every layer but the depthwise one */
+    CHECK(n_multi == (kiln__have_dnnl() ? 2 : 0) + (big && kiln__wino_fast_available() ? 1 : 0) +
+                         (kiln__direct_fast_available() ? 1 : 0));
     /* oneDNN everywhere, tensors between its layers passed NHWC */
     if (e && kiln__have_dnnl()) {
         set_fc_tactic(e, KILN_FC_TACTIC_DNNL_BLOCKED);
@@ -739,17 +742,26 @@ static kiln_model *small_resnet(int64_t *xd, int64_t batch, int64_t mid, int s2)
     return model_of(g);
 }
 
+/* The small ResNet (mid 16) and its untuned engine, run once on x_in
+ * into y_ref (*n0 outputs). */
+static kiln_engine *small_resnet_ref(int64_t batch, int threads, int s2, int64_t *xd, kiln_model **m,
+                                     int64_t *n0) {
+    *m = small_resnet(xd, batch, 16, s2);
+    fill_x(kiln__numel(4, xd));
+    kiln_engine *e = build(*m, (bopts){.opt = 1, .tuning = 0, .threads = threads});
+    *n0 = run(e, x_in, xd, 0, y_ref, BIG);
+    CHECK(*n0 == batch * 64);
+    return e;
+}
+
 /* The small ResNet with its tensors in nChw16c (oneDNN and Winograd
  * layers, MaxPool, GlobalAveragePool) gives the NCHW engine's outputs:
  * batch 1 (channel split over the threads) and 3, 1 to 3 threads, saved
  * and loaded; layouts a layer cannot take are refused with a message. */
 static void c16_case(int64_t batch, int threads, int s2, bool wino) {
-    int64_t xd[4];
-    kiln_model *m = small_resnet(xd, batch, 16, s2);
-    fill_x(kiln__numel(4, xd));
-    kiln_engine *e = build(m, (bopts){.opt = 1, .tuning = 0, .threads = threads});
-    int64_t n0 = run(e, x_in, xd, 0, y_ref, BIG);
-    CHECK(n0 == batch * 64);
+    int64_t xd[4], n0 = 0;
+    kiln_model *m = NULL;
+    kiln_engine *e = small_resnet_ref(batch, threads, s2, xd, &m, &n0);
     if (e) {
         set_fc_tactic(e, KILN_FC_TACTIC_DNNL_BLOCKED);
         if (wino) set_wino_where_fits(e, KILN_FC_TACTIC_WINO2);
@@ -844,6 +856,76 @@ TEST(blocked_c16_chain) {
         kiln_engine_free(e);
         kiln_model_free(m);
     }
+}
+
+/* The direct tactic on every FusedConv layer it can run (only the 1x1
+ * ones: `pointwise`). */
+static void set_direct_where_fits(kiln_engine *e, bool pointwise) {
+    for (int i = 0; i < e->graph->n_nodes; i++) {
+        kiln_node *n = &e->graph->nodes[i];
+        if (n->op_id != KILN_OP_FusedConv) continue;
+        const kiln_tinfo *x = &e->graph->values[n->in[0]].info, *w = &e->graph->values[n->in[1]].info;
+        kiln_fused_conv_attrs *fa = n->attrs;
+        if (kiln__fc_direct_fits(fa, x->rank, x->dims, w->rank, w->dims) && (!pointwise || w->dims[2] == 1))
+            fa->tactic.id = KILN_FC_TACTIC_DIRECT;
+    }
+}
+
+/* kiln's direct kernel in the small ResNet (stem 3 -> 32 through the
+ * padded copy, 1x1 layers in place, strided 3x3 and 1x1): alone on NCHW
+ * tensors, and its 1x1 layers among oneDNN and Winograd ones with NHWC and
+ * nChw16c tensors between them; batch 1 (panels split over the threads)
+ * and 3, 1 to 3 threads, saved and loaded: the NCHW engine's outputs. */
+static void direct_case(int64_t batch, int threads, int s2) {
+    int64_t xd[4], n0 = 0;
+    kiln_model *m = NULL;
+    kiln_engine *e = small_resnet_ref(batch, threads, s2, xd, &m, &n0);
+    if (e) {
+        set_direct_where_fits(e, false);
+        const kiln_node *stem = find_layer(e, "stem+rs"), *c12 = find_layer(e, "c12+r12");
+        CHECK(stem && ((const kiln_tactic *)stem->attrs)->id == KILN_FC_TACTIC_DIRECT);
+        CHECK(c12 && ((const kiln_tactic *)c12->attrs)->id == KILN_FC_TACTIC_DIRECT);
+        const char *d = kiln_engine_describe(e, 0);
+        CHECK(d && strstr(d, "tactic direct"));
+        int64_t n1 = run(e, x_in, xd, 0, y_opt, BIG);
+        double err = rel_err(y_opt, y_ref, n0);
+        if (!(err <= 1e-5))
+            fprintf(stderr, "  direct, NCHW, batch %lld, %d threads: relative error %g\n", (long long)batch, threads, err);
+        CHECK(n1 == n0 && err <= 1e-5);
+    }
+    for (int c16 = 0; e && kiln__have_dnnl() && c16 < 2; c16++) {
+        set_fc_tactic(e, KILN_FC_TACTIC_DNNL_BLOCKED);
+        set_wino_where_fits(e, KILN_FC_TACTIC_WINO2);
+        set_direct_where_fits(e, true);
+        kiln__fc_clear_layouts(e->graph);
+        CHECK(kiln__fc_choose_layouts(e->graph, NULL, c16) >= 10);
+        const kiln_node *c13 = find_layer(e, "ds1+add1+r13");
+        int32_t both = c16 ? KILN_FC_LAYOUT_X_C16 | KILN_FC_LAYOUT_Y_C16 : KILN_FC_LAYOUT_X_NHWC | KILN_FC_LAYOUT_Y_NHWC;
+        CHECK(c13 && ((const kiln_fused_conv_attrs *)c13->attrs)->tactic.id == KILN_FC_TACTIC_DIRECT &&
+              ((const kiln_fused_conv_attrs *)c13->attrs)->layout == both);
+        int64_t n1 = run(e, x_in, xd, 0, y_opt, BIG);
+        double err = rel_err(y_opt, y_ref, n0);
+        if (!(err <= 1e-5))
+            fprintf(stderr, "  direct among oneDNN, %s, batch %lld, %d threads: relative error %g\n",
+                    c16 ? "nChw16c" : "NHWC", (long long)batch, threads, err);
+        CHECK(n1 == n0 && err <= 1e-5);
+        kiln_engine *e2 = reload(e);
+        CHECK(run(e2, x_in, xd, 0, y_opt, BIG) == n0 && rel_err(y_opt, y_ref, n0) <= 1e-5);
+        kiln_engine_free(e2);
+    }
+    kiln_engine_free(e);
+    kiln_model_free(m);
+}
+
+TEST(direct_in_chains) {
+    if (!kiln__direct_fast_available()) {
+        printf("  no AVX-512F: the direct tactic is not offered; skipped\n");
+        return;
+    }
+    direct_case(1, 1, 1);
+    direct_case(1, 2, 2);
+    direct_case(1, 3, 1);
+    direct_case(3, 2, 2);
 }
 
 /* Threads of this process (Linux), -1 where unknown. */
@@ -1067,15 +1149,19 @@ TEST(tuning_and_timing_cache) {
     }
     char *txt = read_file(path);
     CHECK(txt && !strncmp(txt, "kiln-timing-cache 1\n", 20));
-    int lines = 0;
+    int lines = 0, net_lines = 0;
     for (const char *p = txt ? txt : ""; *p; p++) lines += *p == '\n';
+    for (const char *p = txt ? txt : ""; (p = strstr(p, "|in-network ")); p++) net_lines++;
     int n_multi = 0; /* layers with several tactics: the ones timed */
     for (int i = 0; e1 && i < e1->graph->n_nodes; i++) {
         const kiln_fused_conv_attrs *fa = e1->graph->nodes[i].attrs;
         if (e1->graph->nodes[i].op_id == KILN_OP_FusedConv && fa->tactic.us > 0) n_multi++;
     }
-    CHECK(lines >= 1 && lines - 1 <= n_multi);
-    /* A second build reads the cache: same choices. */
+    /* a line per layer timed; with the direct kernel, one per layer of
+     * its in-network trial too */
+    CHECK(lines >= 1 && lines - 1 - net_lines <= n_multi && net_lines <= n_multi);
+    CHECK(kiln__direct_fast_available() ? net_lines > 0 : net_lines == 0);
+    /* A second build reads the cache: same choices (the in-network ones too). */
     kiln_engine *e2 = build(m, (bopts){.opt = 1, .tuning = 1, .cache = path});
     for (int i = 0; e1 && e2 && i < e1->graph->n_nodes; i++) {
         const kiln_tactic *t1 = e1->graph->nodes[i].attrs, *t2 = e2->graph->nodes[i].attrs;
@@ -1104,7 +1190,10 @@ TEST(tuning_and_timing_cache) {
         for (int i = 0; e2 && i < e2->graph->n_nodes; i++) {
             const kiln_tactic *t = e2->graph->nodes[i].attrs;
             if (e2->graph->nodes[i].op_id != KILN_OP_FusedConv || t->us == 0) continue;
-            CHECK(t->id == 0 && t->us == 7.0f);
+            /* kiln's own kernels in every layer change the layouts, so the
+             * in-network choices of the first build do not apply: the
+             * direct kernel may take a layer again (network_direct) */
+            CHECK((t->id == 0 && t->us == 7.0f) || t->id == KILN_FC_TACTIC_DIRECT);
             n7++;
         }
         CHECK(n7 == n_multi);
@@ -1204,6 +1293,7 @@ int main(void) {
     RUN(residual_nhwc_output_nchw);
     RUN(gap_reads_nhwc);
     RUN(blocked_c16_chain);
+    RUN(direct_in_chains);
     RUN(tuning_and_timing_cache);
     RUN(bf16_cpu);
     return test_summary();
