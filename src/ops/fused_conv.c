@@ -230,7 +230,8 @@ static bool direct_geom(const kiln_fused_conv_attrs *at, int xr, const int64_t *
     /* sizes far from overflow (larger layers only in damaged or absurd
      * engines: the planner refuses such tensors) */
     double lim = 0x1p50, pad = (double)(g.in[0] + g.pb[0] + g.pe[0]) * (double)(g.in[1] + g.pb[1] + g.pe[1]);
-    if ((double)g.N * pad * (double)g.C > lim || (double)g.M * (double)g.C * (double)g.k_sz + 64.0 * g.k_sz * g.C > lim ||
+    if ((double)g.N * pad * (double)g.C > lim ||
+        (double)g.M * (double)g.C * (double)g.k_sz + 64.0 * (double)g.k_sz * (double)g.C > lim ||
         (double)g.N * (double)g.M * (double)g.out[0] * (double)g.out[1] > lim)
         return false;
     *gp = g;
@@ -526,7 +527,10 @@ static kiln_status fc_cpu(const kiln_kernel_args *a) {
                          "NHWC or nChw16c for %s, which cannot run it here (kiln built "
                          "without oneDNN, this CPU lacks what the build machine had, or the "
                          "shapes differ from the build's); rebuild the engine on this machine",
-                         NODE(a), tile ? "the Winograd kernel" : at->tactic.id == KILN_FC_TACTIC_DIRECT ? "the direct kernel" : "oneDNN");
+                         NODE(a),
+                         tile                                     ? "the Winograd kernel"
+                         : at->tactic.id == KILN_FC_TACTIC_DIRECT ? "the direct kernel"
+                                                                  : "oneDNN");
     return fc_own(a);
 }
 

@@ -64,7 +64,8 @@ static double run_case(const dcase *k, int xl, int yl, int rl, int variant, kiln
     float *b = malloc(sizeof(float) * (size_t)k->M), *r = malloc(sizeof(float) * (size_t)yn);
     float *ref = malloc(sizeof(float) * (size_t)yn), *y = malloc(sizeof(float) * (size_t)yn);
     float *y0 = malloc(sizeof(float) * (size_t)yn);
-    float *wp = kiln__aligned_alloc(sizeof(float) * kiln__direct_packed_floats(k->C, k->M, k->k, k->k)); /* 64-byte aligned, as kernels get them */
+    /* 64-byte aligned, as kernels get them */
+    float *wp = kiln__aligned_alloc(sizeof(float) * kiln__direct_packed_floats(k->C, k->M, k->k, k->k));
     float ws_scale = 1.0f / sqrtf((float)(k->k * k->k * k->C));
     for (int64_t i = 0; i < xn; i++) x[i] = frand(-1.0f, 1.0f);
     for (int64_t i = 0; i < wn; i++) Wt[i] = frand(-ws_scale, ws_scale) * 1.7f;
