@@ -124,9 +124,12 @@ static kiln_status cache_write(const tcache *c, const char *path) {
     return KILN_OK;
 }
 
-/* The cache key: no spaces (the file format splits on them). */
+/* The cache key, written over what sb held: no spaces (the file format
+ * splits on them). */
 static void make_key(const kiln_engine *e, const kiln_node *n, const kiln_tinfo *const *in,
                      kiln_sbuf *sb) {
+    sb->len = 0;
+    if (sb->data) sb->data[0] = 0;
     for (const char *p = e->target; *p; p++) kiln__sbuf_printf(sb, "%c", *p == ' ' ? '_' : *p);
     kiln__sbuf_printf(sb, "|t%d|%s.%s|", (int)e->opts.threads, n->op->domain, n->op->name);
     const unsigned char *a = n->attrs;
@@ -333,7 +336,7 @@ done:
 
 /* The inputs and outputs of tactic node n at the opt shapes; false when
  * n has no tactics or a shape is unknown. */
-static bool node_shapes(const kiln_graph *g, const kiln_node *n, kiln_tinfo *vi,
+static bool node_shapes(const kiln_graph *g, const kiln_node *n, const kiln_tinfo *vi,
                         const kiln_tinfo **in, kiln_tinfo *outs) {
     (void)g;
     if (n->dead || !(n->op->flags & KILN_OP_FLAG_TACTICS) || n->n_in > 64 || n->n_out > 16)
@@ -550,13 +553,12 @@ static void set_tactics(kiln_graph *g, int v, void *arg) {
         if (id[ni] >= 0) ((kiln_tactic *)g->nodes[ni].attrs)->id = id[ni];
 }
 
-/* The timing-cache key of node n's in-network choice (network_direct). */
+/* The timing-cache key of node n's in-network choice (network_direct):
+ * its tuning key (the same shapes) + "|in-network". */
 static bool net_key(const kiln_engine *e, const kiln_node *n, const kiln_tinfo *vi, kiln_sbuf *key) {
     const kiln_tinfo *in[64] = {0};
-    if (n->n_in > 64) return false;
-    for (int i = 0; i < n->n_in; i++) in[i] = n->in[i] >= 0 ? &vi[n->in[i]] : NULL;
-    key->len = 0;
-    if (key->data) key->data[0] = 0;
+    kiln_tinfo outs[16];
+    if (!node_shapes(e->graph, n, vi, in, outs)) return false;
     make_key(e, n, in, key);
     kiln__sbuf_printf(key, "|in-network");
     return !key->oom;
@@ -749,8 +751,6 @@ kiln_status kiln__builder_tune(const kiln_builder *b, kiln_engine *e) {
             tac->id = n_ids == 1 ? ids[0] : 0;
             continue;
         }
-        key.len = 0;
-        if (key.data) key.data[0] = 0;
         make_key(e, n, in, &key);
         if (key.oom) {
             st = KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory (tuning)");

@@ -183,15 +183,23 @@ static int wino_ws_threads(void) {
 
 /* The Winograd geometry of a layer: true (and *g filled) when the tactic
  * can run it (see kiln__fc_wino_fits). */
-static bool wino_geom(const kiln_fused_conv_attrs *at, int xr, const int64_t *xd, int wr,
-                      const int64_t *wd, kiln_conv_geom *gp) {
+/* The geometry of a float32 2-D layer of one group with known, non-empty
+ * dims (what kiln's Winograd and direct kernels take): true and *g filled,
+ * else false (no error set). */
+static bool fp32_2d_geom(const kiln_fused_conv_attrs *at, int xr, const int64_t *xd, int wr, const int64_t *wd,
+                         kiln_conv_geom *g) {
     if (at->precision != KILN_PRECISION_FP32 || xr != 4 || wr != 4) return false;
-    if (kiln__conv_geom("?", "FusedConv", &at->conv, xr, xd, wr, wd, gp) != KILN_OK) {
+    if (kiln__conv_geom("?", "FusedConv", &at->conv, xr, xd, wr, wd, g) != KILN_OK) {
         kiln__clear_error();
         return false;
     }
+    return g->ns == 2 && g->G == 1 && g->N >= 1 && g->C >= 1 && g->M >= 1;
+}
+
+static bool wino_geom(const kiln_fused_conv_attrs *at, int xr, const int64_t *xd, int wr,
+                      const int64_t *wd, kiln_conv_geom *gp) {
+    if (!fp32_2d_geom(at, xr, xd, wr, wd, gp)) return false;
     const kiln_conv_geom g = *gp;
-    if (g.ns != 2 || g.G != 1 || g.N < 1 || g.C < 1 || g.M < 1) return false;
     for (int i = 0; i < 2; i++)
         if (g.k[i] != 3 || g.s[i] != 1 || g.d[i] != 1 || g.in[i] < 1 || g.out[i] < 1 ||
             g.pb[i] < 0 || g.pb[i] > 2 || g.pe[i] < 0 || g.pe[i] > 2)
@@ -217,12 +225,7 @@ bool kiln__fc_wino_fits(const kiln_fused_conv_attrs *at, int xr, const int64_t *
 static bool direct_geom(const kiln_fused_conv_attrs *at, int xr, const int64_t *xd, int wr, const int64_t *wd,
                         kiln_conv_geom *gp) {
     kiln_conv_geom g;
-    if (at->precision != KILN_PRECISION_FP32 || xr != 4 || wr != 4) return false;
-    if (kiln__conv_geom("?", "FusedConv", &at->conv, xr, xd, wr, wd, &g) != KILN_OK) {
-        kiln__clear_error();
-        return false;
-    }
-    if (g.ns != 2 || g.G != 1 || g.N < 1 || g.C < 1 || g.M < 1) return false;
+    if (!fp32_2d_geom(at, xr, xd, wr, wd, &g)) return false;
     for (int i = 0; i < 2; i++)
         if (g.k[i] < 1 || g.k[i] > KILN_DIRECT_MAX_K || g.s[i] < 1 || g.d[i] != 1 || g.pb[i] < 0 || g.pe[i] < 0 ||
             g.in[i] < 1 || g.out[i] < 1 || g.out[i] != (g.in[i] + g.pb[i] + g.pe[i] - g.k[i]) / g.s[i] + 1)
@@ -258,20 +261,17 @@ static size_t fc_workspace(const kiln_infer_args *a) {
     const kiln_fused_conv_attrs *at = a->attrs;
     kiln_conv_geom wg;
     int tile = kiln__fc_wino_tile(at->tactic.id);
-    if (tile && wino_geom(at, a->in[0]->rank, a->in[0]->dims, a->in[1]->rank, a->in[1]->dims, &wg)) {
+    const kiln_tinfo *X = a->in[0], *W = a->in[1];
+    bool wino = tile && wino_geom(at, X->rank, X->dims, W->rank, W->dims, &wg);
+    bool direct = !wino && at->tactic.id == KILN_FC_TACTIC_DIRECT &&
+                  direct_geom(at, X->rank, X->dims, W->rank, W->dims, &wg);
+    if (wino || direct) {
         /* kiln's own kernels run the layer if the engine is used with
          * other shapes: room for either */
-        size_t w = wino_workspace(&wg, tile, wino_ws_threads());
+        size_t k = wino ? wino_workspace(&wg, tile, wino_ws_threads()) : direct_workspace(&wg);
         kiln_infer_args c = conv_view_infer(a);
         size_t own = kiln__conv_workspace(&c);
-        return w > own ? w : own;
-    }
-    if (at->tactic.id == KILN_FC_TACTIC_DIRECT &&
-        direct_geom(at, a->in[0]->rank, a->in[0]->dims, a->in[1]->rank, a->in[1]->dims, &wg)) {
-        size_t d = direct_workspace(&wg);
-        kiln_infer_args c = conv_view_infer(a);
-        size_t own = kiln__conv_workspace(&c); /* other shapes: kiln's own kernels */
-        return d > own ? d : own;
+        return k > own ? k : own;
     }
 #if KILN_HAVE_DNNL
     if (wants_dnnl(at) || at->precision == KILN_PRECISION_BF16) {
