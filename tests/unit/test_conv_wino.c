@@ -175,7 +175,6 @@ TEST(wino_c16) {
     printf("  worst error / (1 + max|ref|): %.3g\n", worst);
 }
 
-/* A wrong kernel fails: a perturbed weight gives a large error. */
 /* kiln__fc_wino_fits: the geometry the tactic takes, and no layer whose
  * sizes could overflow the kernel's arithmetic (damaged engine files). */
 TEST(wino_fits) {
@@ -198,6 +197,7 @@ TEST(wino_fits) {
     CHECK(!kiln__fc_wino_fits(&at, 4, x, 4, w)); /* fp32 only */
 }
 
+/* A wrong kernel fails: a perturbed weight gives a large error. */
 TEST(wino_detects_errors) {
     wcase k = {1, 6, 6, 4, 4, 1, 1, 1, 1};
     int64_t n = 4 * 4 * 9;

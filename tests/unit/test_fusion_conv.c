@@ -342,16 +342,22 @@ TEST(inverted_residual_block) {
     kiln_model_free(m);
 }
 
-/* Sets Winograd tactic `tactic` (F(4x4) or F(2x2)) on every FusedConv layer it can run. */
-static void set_wino_where_fits(kiln_engine *e, int tactic) {
+/* Sets kiln's tactic `tactic` (Winograd F(4x4) or F(2x2), or the direct
+ * kernel) on every FusedConv layer it can run (only the 1x1 ones:
+ * `pointwise`). */
+static void set_where_fits(kiln_engine *e, int tactic, bool pointwise) {
     for (int i = 0; i < e->graph->n_nodes; i++) {
         kiln_node *n = &e->graph->nodes[i];
         if (n->op_id != KILN_OP_FusedConv) continue;
         const kiln_tinfo *x = &e->graph->values[n->in[0]].info, *w = &e->graph->values[n->in[1]].info;
         kiln_fused_conv_attrs *fa = n->attrs;
-        if (kiln__fc_wino_fits(fa, x->rank, x->dims, w->rank, w->dims)) fa->tactic.id = tactic;
+        bool fits = tactic == KILN_FC_TACTIC_DIRECT ? kiln__fc_direct_fits(fa, x->rank, x->dims, w->rank, w->dims)
+                                                   : kiln__fc_wino_fits(fa, x->rank, x->dims, w->rank, w->dims);
+        if (fits && (!pointwise || w->dims[2] == 1)) fa->tactic.id = tactic;
     }
 }
+
+static void set_wino_where_fits(kiln_engine *e, int tactic) { set_where_fits(e, tactic, false); }
 
 /* Every FusedConv layer of e to `tactic`. */
 static void set_fc_tactic(kiln_engine *e, int tactic) {
@@ -858,19 +864,6 @@ TEST(blocked_c16_chain) {
     }
 }
 
-/* The direct tactic on every FusedConv layer it can run (only the 1x1
- * ones: `pointwise`). */
-static void set_direct_where_fits(kiln_engine *e, bool pointwise) {
-    for (int i = 0; i < e->graph->n_nodes; i++) {
-        kiln_node *n = &e->graph->nodes[i];
-        if (n->op_id != KILN_OP_FusedConv) continue;
-        const kiln_tinfo *x = &e->graph->values[n->in[0]].info, *w = &e->graph->values[n->in[1]].info;
-        kiln_fused_conv_attrs *fa = n->attrs;
-        if (kiln__fc_direct_fits(fa, x->rank, x->dims, w->rank, w->dims) && (!pointwise || w->dims[2] == 1))
-            fa->tactic.id = KILN_FC_TACTIC_DIRECT;
-    }
-}
-
 /* kiln's direct kernel in the small ResNet (stem 3 -> 32 through the
  * padded copy, 1x1 layers in place, strided 3x3 and 1x1): alone on NCHW
  * tensors, and its 1x1 layers among oneDNN and Winograd ones with NHWC and
@@ -881,7 +874,7 @@ static void direct_case(int64_t batch, int threads, int s2) {
     kiln_model *m = NULL;
     kiln_engine *e = small_resnet_ref(batch, threads, s2, xd, &m, &n0);
     if (e) {
-        set_direct_where_fits(e, false);
+        set_where_fits(e, KILN_FC_TACTIC_DIRECT, false);
         const kiln_node *stem = find_layer(e, "stem+rs"), *c12 = find_layer(e, "c12+r12");
         CHECK(stem && ((const kiln_tactic *)stem->attrs)->id == KILN_FC_TACTIC_DIRECT);
         CHECK(c12 && ((const kiln_tactic *)c12->attrs)->id == KILN_FC_TACTIC_DIRECT);
@@ -896,7 +889,7 @@ static void direct_case(int64_t batch, int threads, int s2) {
     for (int c16 = 0; e && kiln__have_dnnl() && c16 < 2; c16++) {
         set_fc_tactic(e, KILN_FC_TACTIC_DNNL_BLOCKED);
         set_wino_where_fits(e, KILN_FC_TACTIC_WINO2);
-        set_direct_where_fits(e, true);
+        set_where_fits(e, KILN_FC_TACTIC_DIRECT, true);
         kiln__fc_clear_layouts(e->graph);
         CHECK(kiln__fc_choose_layouts(e->graph, NULL, c16) >= 10);
         const kiln_node *c13 = find_layer(e, "ds1+add1+r13");
@@ -1127,6 +1120,23 @@ static char *read_file(const char *path) {
     return buf;
 }
 
+/* Writes timing cache `txt` to path with every entry (only the in-network
+ * ones: `net_only`) saying tactic `id` took `us` microseconds; the header
+ * and the other entries as they are. */
+static void rewrite_cache(const char *path, const char *txt, bool net_only, int id, const char *us) {
+    FILE *f = fopen(path, "w");
+    for (const char *l = txt; f && *l;) {
+        const char *nl = strchr(l, '\n');
+        int len = nl ? (int)(nl - l) : (int)strlen(l);
+        const char *sp = memchr(l, ' ', (size_t)len), *net = strstr(l, "|in-network ");
+        bool entry = strncmp(l, "kiln-timing-cache", 17) && sp && (!net_only || (net && net < l + len));
+        if (entry) fprintf(f, "%.*s %d %s\n", (int)(sp - l), l, id, us);
+        else fprintf(f, "%.*s\n", len, l);
+        l += len + (nl ? 1 : 0);
+    }
+    if (f) fclose(f);
+}
+
 /* Tuning on and off give the same outputs; the timing cache is written,
  * and read back by the next build (whose choices it then dictates). */
 TEST(tuning_and_timing_cache) {
@@ -1173,18 +1183,7 @@ TEST(tuning_and_timing_cache) {
     /* The in-network entries all saying "direct, 3 us": the next build takes
      * the direct kernel in exactly those layers, without a trial. */
     if (txt && net_lines > 0) {
-        FILE *f = fopen(path, "w");
-        for (const char *l = txt; *l;) {
-            const char *nl = strchr(l, '\n');
-            int len = nl ? (int)(nl - l) : (int)strlen(l);
-            const char *net = strstr(l, "|in-network ");
-            if (net && net < l + len)
-                fprintf(f, "%.*s %d 3.000\n", (int)(net + 11 - l), l, KILN_FC_TACTIC_DIRECT);
-            else
-                fprintf(f, "%.*s\n", len, l);
-            l += len + (nl ? 1 : 0);
-        }
-        fclose(f);
+        rewrite_cache(path, txt, true, KILN_FC_TACTIC_DIRECT, "3.000");
         e2 = build(m, (bopts){.opt = 1, .tuning = 1, .cache = path});
         int n3 = 0;
         for (int i = 0; e2 && i < e2->graph->n_nodes; i++) {
@@ -1202,18 +1201,7 @@ TEST(tuning_and_timing_cache) {
     /* Rewrite the cache: every entry says tactic 0 took 7 us. The next build
      * must take that from the file instead of timing. */
     if (txt && lines > 1) {
-        FILE *f = fopen(path, "w");
-        char *save = NULL;
-        for (char *l = strtok_r(txt, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
-            if (!strncmp(l, "kiln-timing-cache", 17)) {
-                fprintf(f, "%s\n", l);
-                continue;
-            }
-            char *sp = strchr(l, ' ');
-            if (sp) *sp = 0;
-            fprintf(f, "%s 0 7.000\n", l);
-        }
-        fclose(f);
+        rewrite_cache(path, txt, false, 0, "7.000");
         e2 = build(m, (bopts){.opt = 1, .tuning = 1, .cache = path});
         int n7 = 0;
         for (int i = 0; e2 && i < e2->graph->n_nodes; i++) {
