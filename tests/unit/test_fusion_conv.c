@@ -905,6 +905,23 @@ static void direct_case(int64_t batch, int threads, int s2) {
         kiln_engine *e2 = reload(e);
         CHECK(run(e2, x_in, xd, 0, y_opt, BIG) == n0 && rel_err(y_opt, y_ref, n0) <= 1e-5);
         kiln_engine_free(e2);
+        /* a direct layer with blocked or NHWC tensors that the kernel
+         * cannot run (a damaged engine: dilation 2 on the 1x1 layer, the
+         * same output shape): refused with a message naming the layer */
+        if (c13 && batch == 1 && threads == 1) {
+            kiln_fused_conv_attrs *fa = c13->attrs;
+            kiln_conv_attrs keep = fa->conv;
+            fa->conv.n_dilations = 2;
+            fa->conv.dilations[0] = fa->conv.dilations[1] = 2;
+            kiln_context *c = NULL;
+            CHECK_OK(kiln_context_create(e, &c));
+            CHECK_OK(kiln_context_set_input(c, "x", KILN_DTYPE_FLOAT32, 4, xd, x_in));
+            kiln_status st = c ? kiln_context_run(c) : KILN_ERR_INTERNAL;
+            CHECK(st == KILN_ERR_UNSUPPORTED && strstr(kiln_last_error(), "for the direct kernel") &&
+                  strstr(kiln_last_error(), "ds1"));
+            kiln_context_free(c);
+            fa->conv = keep;
+        }
     }
     kiln_engine_free(e);
     kiln_model_free(m);
