@@ -1387,10 +1387,10 @@ static const char bench_help[] =
     "                       as a server between requests does: caches, the thread pool\n"
     "                       and the CPUs go cold (default 0: back to back; throughput\n"
     "                       then counts run time only)\n"
-    "  --flush-mb N         before each timed (and profiled) run, after --idle-ms, write\n"
-    "                       N MiB of other memory, as other work on a server between\n"
-    "                       requests does: the engine's weights and activations then\n"
-    "                       come from memory, not the caches (default 0)\n"
+    "  --flush-mb N         before each timed (and profiled) run, after --idle-ms, read\n"
+    "                       and write N MiB of other memory, as other work on a server\n"
+    "                       between requests does: the engine's weights and activations\n"
+    "                       then come from memory, not the caches (default 0)\n"
     "  --shapes SPECS       shapes of the inputs (default: the profile's opt shapes)\n"
     "  -i, --input NAME=FILE.npy  use an input from a file instead of random data\n"
     "  --seed S             seed of the random inputs (default 0)\n"
@@ -1431,8 +1431,9 @@ typedef struct between_runs {
     unsigned char fill;
 } between_runs;
 
-/* Sleeps idle_ms milliseconds (nothing for 0), then writes the flush buffer
- * (a new value each time, so that every line is written). */
+/* Sleeps idle_ms milliseconds (nothing for 0), then reads and writes every
+ * cache line of the flush buffer. Not memset: for large sizes it may store
+ * around the caches (non-temporal stores), which leaves them as they were. */
 static void before_run(between_runs *b) {
     if (b->idle_ms > 0) {
         double ms = b->idle_ms;
@@ -1440,7 +1441,10 @@ static void before_run(between_runs *b) {
         while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
         }
     }
-    if (b->flush) memset(b->flush, ++b->fill, b->flush_bytes);
+    if (b->flush) {
+        b->fill++;
+        for (size_t i = 0; i < b->flush_bytes; i += 64) b->flush[i] = (unsigned char)(b->flush[i] + b->fill);
+    }
 }
 
 /* kiln bench --profile: `runs` profiled runs (each after before_run), then the per-layer table. */
@@ -1597,7 +1601,7 @@ static int cmd_bench(int argc, char **argv) {
     }
     if (bind_inputs(e, c, &files, &shapes, (uint64_t)seed, bufs, json) != EXIT_OK) goto done;
     br.flush_bytes = (size_t)flush_mb << 20;
-    if (br.flush_bytes && !(br.flush = malloc(br.flush_bytes))) {
+    if (br.flush_bytes && !(br.flush = calloc(br.flush_bytes, 1))) {
         fail("--flush-mb: out of memory for %" PRId64 " MiB", flush_mb);
         goto done;
     }
