@@ -10,31 +10,22 @@
 #define PF_K 8 /* weight rows fetched ahead into L1 */
 #endif
 
-size_t kiln__direct_packed_floats(int64_t C, int64_t M, int64_t kh, int64_t kw, int64_t C2) {
-    return (size_t)((M + NR - 1) / NR * NR * (C * kh * kw + C2));
+size_t kiln__direct_packed_floats(int64_t C, int64_t M, int64_t kh, int64_t kw) {
+    return (size_t)((M + NR - 1) / NR * NR * C * kh * kw);
 }
 
-void kiln__direct_pack(const float *W, int64_t C, int64_t M, int64_t kh, int64_t kw, const float *W2, int64_t C2,
-                       float *Wp) {
-    int64_t np = (M + NR - 1) / NR, K = kh * kw * C, ks = kh * kw, Kp = K + (W2 ? C2 : 0);
-    for (int64_t p = 0; p < np; p++) {
+void kiln__direct_pack(const float *W, int64_t C, int64_t M, int64_t kh, int64_t kw, float *Wp) {
+    int64_t np = (M + NR - 1) / NR, K = kh * kw * C, ks = kh * kw;
+    for (int64_t p = 0; p < np; p++)
         for (int64_t i = 0; i < kh; i++)
             for (int64_t j = 0; j < kw; j++)
                 for (int64_t c = 0; c < C; c++) {
-                    float *d = Wp + (p * Kp + (i * kw + j) * C + c) * NR;
+                    float *d = Wp + (p * K + (i * kw + j) * C + c) * NR;
                     for (int64_t l = 0; l < NR; l++) {
                         int64_t m = p * NR + l;
                         d[l] = m < M ? W[(m * C + c) * ks + i * kw + j] : 0.0f;
                     }
                 }
-        for (int64_t c = 0; W2 && c < C2; c++) { /* the second source's rows follow */
-            float *d = Wp + (p * Kp + K + c) * NR;
-            for (int64_t l = 0; l < NR; l++) {
-                int64_t m = p * NR + l;
-                d[l] = m < M ? W2[m * C2 + c] : 0.0f;
-            }
-        }
-    }
 }
 
 /* Where element (n, c, pixel p) of a tensor of a layout lies:
@@ -64,31 +55,12 @@ size_t kiln__direct_workspace(int64_t N, int64_t C, int64_t H, int64_t W, int64_
     return (size_t)(N * (H + pt + pb) * (W + pl + pr) * C) * sizeof(float) + 64;
 }
 
-/* The second source is gathered into the workspace (its pixels at the
- * output's, NHWC) where the first is read in place at stride 1 but the
- * second's stride would otherwise cut the tiles at every output row, and
- * the rows are shorter than a tile (ResNet-50's 7x7 stage). */
-static bool x2_gathered(const kiln_direct_args *a, int64_t Ho, int64_t Wo) {
-    return a->x2 && in_place(a->kh, a->kw, a->pt, a->pl, a->pb, a->pr) && a->sh == 1 && a->sw == 1 && Wo < MR &&
-           !(a->s2h == 1 && a->s2w == 1 && a->H2 == Ho && a->W2 == Wo);
-}
-
-size_t kiln__direct_pair_workspace(const kiln_direct_args *a) {
-    int64_t Ho = (a->H + a->pt + a->pb - a->kh) / a->sh + 1, Wo = (a->W + a->pl + a->pr - a->kw) / a->sw + 1;
-    size_t n = kiln__direct_workspace(a->N, a->C, a->H, a->W, a->kh, a->kw, a->pt, a->pl, a->pb, a->pr);
-    if (x2_gathered(a, Ho, Wo)) n += (size_t)(a->N * Ho * Wo * a->C2) * sizeof(float) + 64;
-    return n;
-}
-
 typedef struct plan {
     const kiln_direct_args *a;
     const float *xb;             /* what the tiles read: x, or its padded NHWC copy */
-    lay x, y, r, x2;             /* layouts of xb, y, r, x2b */
-    const float *x2b;            /* what the tiles read of the second source: x2, or its gathered copy */
-    int64_t H2, W2, s2h, s2w;    /* x2b's image and strides */
+    lay x, y, r;                 /* layouts of xb, y, r */
     int64_t Hp, Wp, Ho, Wo;      /* xb's image (padded) and the output's */
     int64_t T, Kt, K;            /* kernel rows (taps), floats per tap, K = T * Kt */
-    int64_t Kp;                  /* rows of a panel: K, + C2 with a second source */
     int64_t toff[KILN_DIRECT_MAX_K]; /* xb elements from a pixel to each tap's run */
     int64_t seg_len, tps, tiles; /* output pixels per run, tiles per run, tiles per image */
     int64_t np, units;           /* panels; (image, tile, panel) units */
@@ -103,8 +75,6 @@ typedef struct plan {
 typedef struct tile_at {
     const float *x;
     int64_t xps;
-    const float *x2; /* the second source's first pixel (NULL: none), pixels x2ps apart */
-    int64_t x2ps;
     int64_t n, q0, p;
     int R;
     /* weight rows [pf0, pf1) of the thread's next panel, fetched into L2
@@ -132,13 +102,11 @@ static inline void put(const plan *P, const tile_at *t, int i, int64_t m, float 
 static void tile_generic(const plan *P, const tile_at *t) {
     const kiln_direct_args *a = P->a;
     int64_t m0 = t->p * NR, nn = a->M - m0 < NR ? a->M - m0 : NR;
-    const float *wp = a->w + t->p * P->Kp * NR;
+    const float *wp = a->w + t->p * P->K * NR;
     for (int i = 0; i < t->R; i++)
         for (int64_t j = 0; j < nn; j++) {
             float s = 0.0f;
             for (int64_t kk = 0; kk < P->K; kk++) s += t->x[i * t->xps + k_off(P, kk)] * wp[kk * NR + j];
-            for (int64_t c = 0; t->x2 && c < a->C2; c++)
-                s += t->x2[i * t->x2ps + chan_off(&P->x2, c)] * wp[(P->K + c) * NR + j];
             put(P, t, i, m0 + j, s);
         }
 }
@@ -165,55 +133,13 @@ static AVX512 INLINE __m512 act512(const kiln_direct_args *a, __m512 v) {
     }
 }
 
-/* Rows [g, g + 16) of the panel's Kp are this tile's cue to fetch its
- * share of the next panel's rows into L2, spread evenly over the tile. */
-static AVX512 INLINE void prefetch_next(const plan *P, const tile_at *t, int64_t g) {
-    if (!t->pf) return;
-    int64_t span = t->pf1 - t->pf0;
-    for (int64_t j = t->pf0 + span * g / P->Kp, j1 = t->pf0 + span * (g + 16) / P->Kp; j < j1; j++) {
-        _mm_prefetch((const char *)(t->pf + j * NR), _MM_HINT_T1);
-        _mm_prefetch((const char *)(t->pf + j * NR + 16), _MM_HINT_T1);
-    }
-}
-
-/* Rows [g0, g0 + n) of the tile's panel (weights wt) times one run of n
- * input floats per pixel (x, pixels xps apart, layout l) into acc. */
-static AVX512 INLINE void rows512(const int R, const int64_t xcs, const plan *P, const tile_at *t, const float *x,
-                                  const int64_t xps, const lay *l, const float *wt, const int64_t n, const int64_t g0,
-                                  __m512 acc[MR][2]) {
-    int64_t kb = 0;
-    for (; kb + 16 <= n; kb += 16) {
-        const float *xk = x + (kb / 16) * l->bs, *wk = wt + kb * NR;
-        prefetch_next(P, t, g0 + kb);
-        for (int k = 0; k < 16; k++) {
-            /* the weights stream from L2 (or memory) once per tile: ahead */
-            _mm_prefetch((const char *)(wk + (k + PF_K) * NR), _MM_HINT_T0);
-            _mm_prefetch((const char *)(wk + (k + PF_K) * NR + 16), _MM_HINT_T0);
-            __m512 b0 = _mm512_load_ps(wk + k * NR), b1 = _mm512_load_ps(wk + k * NR + 16);
-            for (int i = 0; i < R; i++) {
-                __m512 v = _mm512_set1_ps(xk[i * xps + k * xcs]);
-                acc[i][0] = _mm512_fmadd_ps(v, b0, acc[i][0]);
-                acc[i][1] = _mm512_fmadd_ps(v, b1, acc[i][1]);
-            }
-        }
-    }
-    for (; kb < n; kb++) { /* past the last whole block of 16 */
-        const float *xk = x + chan_off(l, kb), *wk = wt + kb * NR;
-        __m512 b0 = _mm512_load_ps(wk), b1 = _mm512_load_ps(wk + 16);
-        for (int i = 0; i < R; i++) {
-            __m512 v = _mm512_set1_ps(xk[i * xps]);
-            acc[i][0] = _mm512_fmadd_ps(v, b0, acc[i][0]);
-            acc[i][1] = _mm512_fmadd_ps(v, b1, acc[i][1]);
-        }
-    }
-}
-
 /* R pixels x 32 channels; xcs: the input's channel stride inside a block
  * (1 for NHWC and nChw16c, a constant here, so the loop below is the fast
  * one; H*W for NCHW). */
 static AVX512 INLINE void tile512(const int R, const int64_t xcs, const plan *P, const tile_at *t) {
     const kiln_direct_args *a = P->a;
-    const float *wp = a->w + t->p * P->Kp * NR;
+    const int64_t Kt = P->Kt, xps = t->xps, xbs = P->x.bs;
+    const float *wp = a->w + t->p * P->K * NR;
     int64_t m0 = t->p * NR, nn = a->M - m0 < NR ? a->M - m0 : NR;
     const bool vec = P->y.cs == 1 && (!a->r || P->r.cs == 1);
     float *y0 = NULL, *y1 = NULL;
@@ -242,10 +168,40 @@ static AVX512 INLINE void tile512(const int R, const int64_t xcs, const plan *P,
     }
     __m512 acc[MR][2];
     for (int i = 0; i < R; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
-    for (int64_t tap = 0; tap < P->T; tap++)
-        rows512(R, xcs, P, t, t->x + P->toff[tap], t->xps, &P->x, wp + tap * P->Kt * NR, P->Kt, tap * P->Kt, acc);
-    /* the second source (1x1, read in place; its channel stride is xcs, as x's) */
-    if (t->x2) rows512(R, xcs, P, t, t->x2, t->x2ps, &P->x2, wp + P->K * NR, a->C2, P->K, acc);
+    for (int64_t tap = 0; tap < P->T; tap++) {
+        const float *x = t->x + P->toff[tap], *wt = wp + tap * Kt * NR;
+        int64_t kb = 0;
+        for (; kb + 16 <= Kt; kb += 16) {
+            const float *xk = x + (kb / 16) * xbs, *wk = wt + kb * NR;
+            if (t->pf) { /* this block's share of the next panel's rows */
+                int64_t g = tap * Kt + kb, span = t->pf1 - t->pf0;
+                for (int64_t j = t->pf0 + span * g / P->K, j1 = t->pf0 + span * (g + 16) / P->K; j < j1; j++) {
+                    _mm_prefetch((const char *)(t->pf + j * NR), _MM_HINT_T1);
+                    _mm_prefetch((const char *)(t->pf + j * NR + 16), _MM_HINT_T1);
+                }
+            }
+            for (int k = 0; k < 16; k++) {
+                /* the weights stream from L2 (or memory) once per tile: ahead */
+                _mm_prefetch((const char *)(wk + (k + PF_K) * NR), _MM_HINT_T0);
+                _mm_prefetch((const char *)(wk + (k + PF_K) * NR + 16), _MM_HINT_T0);
+                __m512 b0 = _mm512_load_ps(wk + k * NR), b1 = _mm512_load_ps(wk + k * NR + 16);
+                for (int i = 0; i < R; i++) {
+                    __m512 v = _mm512_set1_ps(xk[i * xps + k * xcs]);
+                    acc[i][0] = _mm512_fmadd_ps(v, b0, acc[i][0]);
+                    acc[i][1] = _mm512_fmadd_ps(v, b1, acc[i][1]);
+                }
+            }
+        }
+        for (; kb < Kt; kb++) { /* past the last whole block of 16 */
+            const float *xk = x + (xcs == 1 ? kb : chan_off(&P->x, kb)), *wk = wt + kb * NR;
+            __m512 b0 = _mm512_load_ps(wk), b1 = _mm512_load_ps(wk + 16);
+            for (int i = 0; i < R; i++) {
+                __m512 v = _mm512_set1_ps(xk[i * xps]);
+                acc[i][0] = _mm512_fmadd_ps(v, b0, acc[i][0]);
+                acc[i][1] = _mm512_fmadd_ps(v, b1, acc[i][1]);
+            }
+        }
+    }
     if (!vec) { /* NCHW output or residual: element by element */
         float buf[MR][NR];
         for (int i = 0; i < R; i++) {
@@ -277,10 +233,6 @@ static AVX512 INLINE void tile512(const int R, const int64_t xcs, const plan *P,
 #define DIRECT_CASES(X) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13) X(14)
 
 static AVX512 void tile_fast(const plan *P, const tile_at *t) {
-    if (t->x2 && P->x2.cs != P->x.cs) {
-        tile_generic(P, t);
-        return;
-    }
     if (P->x.cs == 1) {
         switch (t->R) {
 #define CASE1(r) \
@@ -328,12 +280,6 @@ static void unit_tile(const plan *P, int64_t u, tile_at *t) {
     int64_t p0 = P->linear ? t->q0 : seg * a->sh * P->Wp + o0 * a->sw;
     t->x = P->xb + t->n * P->x.img + p0 * P->x.ps;
     t->xps = (P->linear ? 1 : a->sw) * P->x.ps;
-    t->x2 = NULL;
-    if (a->x2) {
-        int64_t q2 = P->linear ? t->q0 : seg * P->s2h * P->W2 + o0 * P->s2w;
-        t->x2 = P->x2b + t->n * P->x2.img + q2 * P->x2.ps;
-        t->x2ps = (P->linear ? 1 : P->s2w) * P->x2.ps;
-    }
 }
 
 static void run_parts(void *vp, int64_t k0, int64_t k1) {
@@ -350,9 +296,9 @@ static void run_parts(void *vp, int64_t k0, int64_t k1) {
             int64_t per = a->N * P->tiles, in = u % per;
             t.pf = NULL;
             if (P->chans && (t.p + 1) * per < u1) {
-                t.pf = a->w + (t.p + 1) * P->Kp * NR;
-                t.pf0 = P->Kp * in / per;
-                t.pf1 = P->Kp * (in + 1) / per;
+                t.pf = a->w + (t.p + 1) * P->K * NR;
+                t.pf0 = P->K * in / per;
+                t.pf1 = P->K * (in + 1) / per;
             }
             if (P->fast) tile_fast(P, &t);
             else tile_generic(P, &t);
@@ -391,26 +337,6 @@ static void pad_rows(void *vp, int64_t r0, int64_t r1) {
     }
 }
 
-/* The gathered NHWC copy of x2: output rows [r0, r1) of all images. */
-static void gather_rows(void *vp, int64_t r0, int64_t r1) {
-    const plan *P = vp;
-    const kiln_direct_args *a = P->a;
-    const int64_t C2 = a->C2;
-    const lay src = layout_of(a->x2_layout, C2, a->H2 * a->W2);
-    for (int64_t r = r0; r < r1; r++) {
-        int64_t n = r / P->Ho, oh = r % P->Ho;
-        float *d = (float *)P->x2b + r * P->Wo * C2;
-        const float *s = a->x2 + n * src.img;
-        for (int64_t ow = 0; ow < P->Wo; ow++) {
-            int64_t q = oh * a->s2h * a->W2 + ow * a->s2w;
-            if (a->x2_layout == KILN_DIRECT_NHWC)
-                memcpy(d + ow * C2, s + q * C2, sizeof(float) * (size_t)C2);
-            else
-                for (int64_t c = 0; c < C2; c++) d[ow * C2 + c] = s[q * src.ps + chan_off(&src, c)];
-        }
-    }
-}
-
 void kiln__direct_run(const kiln_direct_args *a) {
     int64_t Ho = (a->H + a->pt + a->pb - a->kh) / a->sh + 1, Wo = (a->W + a->pl + a->pr - a->kw) / a->sw + 1;
     if (a->N < 1 || a->C < 1 || a->M < 1 || Ho < 1 || Wo < 1) return;
@@ -439,27 +365,8 @@ void kiln__direct_run(const kiln_direct_args *a) {
         kiln__parallel_for(a->pool, rows, grain, pad_rows, &P);
     }
     P.K = P.T * P.Kt;
-    P.Kp = P.K + (a->x2 ? a->C2 : 0);
-    if (x2_gathered(a, Ho, Wo)) {
-        size_t off = kiln__direct_workspace(a->N, a->C, a->H, a->W, a->kh, a->kw, a->pt, a->pl, a->pb, a->pr);
-        P.x2b = (const float *)(((uintptr_t)a->ws + off + 63) & ~(uintptr_t)63);
-        P.H2 = Ho;
-        P.W2 = Wo;
-        P.s2h = P.s2w = 1;
-        P.x2 = layout_of(KILN_DIRECT_NHWC, a->C2, Ho * Wo);
-        kiln__parallel_for(a->pool, a->N * Ho, 1, gather_rows, &P);
-    } else if (a->x2) {
-        P.x2b = a->x2;
-        P.H2 = a->H2;
-        P.W2 = a->W2;
-        P.s2h = a->s2h;
-        P.s2w = a->s2w;
-        P.x2 = layout_of(a->x2_layout, a->C2, a->H2 * a->W2);
-    }
-    /* one run per image where output pixels are input pixels in order (in
-     * both sources) */
-    P.linear = inplace && a->sh == 1 && a->sw == 1 &&
-               (!a->x2 || (P.s2h == 1 && P.s2w == 1 && P.H2 == Ho && P.W2 == Wo));
+    /* one run per image where output pixels are input pixels in order */
+    P.linear = inplace && a->sh == 1 && a->sw == 1;
     P.seg_len = P.linear ? Ho * Wo : Wo;
     P.tps = (P.seg_len + MR - 1) / MR;
     P.tiles = Ho * Wo / P.seg_len * P.tps;
@@ -468,7 +375,7 @@ void kiln__direct_run(const kiln_direct_args *a) {
     /* threads: as many as the work pays for (cost: multiply-adds plus 16
      * per element read or written), at most one per unit */
     double px = (double)a->N * (double)Ho * (double)Wo;
-    double cost = px * (double)a->M * (double)P.Kp + 16.0 * px * (double)(P.Kp + a->M);
+    double cost = px * (double)a->M * (double)P.K + 16.0 * px * (double)(P.K + a->M);
     int parts = kiln__pool_threads(a->pool), most = kiln__parts_for_cost(cost);
     if (parts > most) parts = most;
     if (parts > P.units) parts = (int)P.units;
@@ -476,7 +383,7 @@ void kiln__direct_run(const kiln_direct_args *a) {
     P.parts = parts;
     /* the panels split where each thread would otherwise read more weights
      * than input (and there are panels enough for every thread) */
-    double wbytes = (double)P.Kp * (double)a->M, xbytes = px * (double)P.Kp;
+    double wbytes = (double)P.K * (double)a->M, xbytes = px * (double)P.K;
     P.chans = a->split ? a->split == 2 : wbytes > xbytes && P.np >= parts;
     kiln__parallel_for(parts > 1 ? a->pool : NULL, parts, 1, run_parts, &P);
 }

@@ -40,13 +40,9 @@ enum { KILN_DIRECT_NCHW = 0, KILN_DIRECT_NHWC = 1, KILN_DIRECT_C16 = 2 /* channe
 #define KILN_DIRECT_PANEL 32   /* output channels per packed panel */
 #define KILN_DIRECT_MAX_K 16   /* kernel rows at most */
 
-/* Floats of the packed weights; C2: channels of the second source (0: none). */
-KILN_PRIVATE size_t kiln__direct_packed_floats(int64_t C, int64_t M, int64_t kh, int64_t kw, int64_t C2);
-/* W: [M][C][kh][kw] (ONNX layout), and W2: [M][C2] (the second source's 1x1
- * weights, or NULL) -> packed panels (kiln__direct_packed_floats floats):
- * each panel's K = kh * kw * C rows of W, then C2 rows of W2. */
-KILN_PRIVATE void kiln__direct_pack(const float *W, int64_t C, int64_t M, int64_t kh, int64_t kw, const float *W2,
-                                    int64_t C2, float *Wp);
+KILN_PRIVATE size_t kiln__direct_packed_floats(int64_t C, int64_t M, int64_t kh, int64_t kw);
+/* W: [M][C][kh][kw] (ONNX layout) -> packed panels (kiln__direct_packed_floats floats). */
+KILN_PRIVATE void kiln__direct_pack(const float *W, int64_t C, int64_t M, int64_t kh, int64_t kw, float *Wp);
 
 typedef struct kiln_direct_args {
     const float *x;     /* [N, C, H, W] logical, layout x_layout */
@@ -59,16 +55,6 @@ typedef struct kiln_direct_args {
     int64_t kh, kw;     /* 1..KILN_DIRECT_MAX_K */
     int64_t sh, sw;     /* strides >= 1 */
     int64_t pt, pl, pb, pr; /* pads >= 0: Ho = (H + pt + pb - kh) / sh + 1 >= 1, Wo likewise */
-    /* an optional second source, a 1x1 convolution without pads whose
-     * product is added to the first's (ResNet's downsample convolution
-     * summed into the block's last one): x2 [N, C2, H2, W2] logical, layout
-     * x2_layout, strides s2h, s2w, with (Ho - 1) * s2h < H2 and
-     * (Wo - 1) * s2w < W2; its weights packed after W's (kiln__direct_pack).
-     * x2 NULL: none. The fast path needs x2's layout to be NCHW exactly
-     * where x's is (the plain C path runs otherwise). */
-    const float *x2;
-    int64_t C2, H2, W2, s2h, s2w;
-    int x2_layout;
     int x_layout, y_layout, r_layout; /* KILN_DIRECT_* */
     int act;            /* KILN_FC_ACT_*, after bias and residual */
     float alpha, beta;
@@ -82,8 +68,6 @@ typedef struct kiln_direct_args {
 /* Scratch bytes (the padded input; 0 for a 1x1 layer without padding). */
 KILN_PRIVATE size_t kiln__direct_workspace(int64_t N, int64_t C, int64_t H, int64_t W, int64_t kh, int64_t kw,
                                            int64_t pt, int64_t pl, int64_t pb, int64_t pr);
-/* Scratch bytes of a run with a second source (all of a but ws filled). */
-KILN_PRIVATE size_t kiln__direct_pair_workspace(const kiln_direct_args *a);
 KILN_PRIVATE void kiln__direct_run(const kiln_direct_args *a);
 /* AVX-512F present (the fast path is used). */
 KILN_PRIVATE bool kiln__direct_fast_available(void);

@@ -471,10 +471,10 @@ static kiln_status fc_direct(const kiln_kernel_args *a, const kiln_conv_geom *g)
                          "node '%s' (FusedConv): the direct kernel needs %zu bytes of workspace, the plan gave %zu",
                          NODE(a), need, a->workspace_size);
     bool fresh, own;
-    float *Wp = kiln__node_packed(a, kiln__direct_packed_floats(g->C, g->M, g->k[0], g->k[1], 0), &fresh, &own);
+    float *Wp = kiln__node_packed(a, kiln__direct_packed_floats(g->C, g->M, g->k[0], g->k[1]), &fresh, &own);
     if (!Wp)
         return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "node '%s' (FusedConv): out of memory packing weights", NODE(a));
-    if (fresh) kiln__direct_pack(a->in[1]->data, g->C, g->M, g->k[0], g->k[1], NULL, 0, Wp);
+    if (fresh) kiln__direct_pack(a->in[1]->data, g->C, g->M, g->k[0], g->k[1], Wp);
     int y_layout = direct_layout(at->layout, KILN_FC_LAYOUT_Y_C16, KILN_FC_LAYOUT_Y_NHWC);
     kiln_direct_args d = {
         .x = a->in[0]->data, .w = Wp, .bias = a->n_in > 2 && a->in[2] ? a->in[2]->data : NULL,

@@ -5,8 +5,7 @@
  * not multiples of 16 or 32, bias, residual (also written over), every
  * activation path, the AVX-512F and the generic path, both thread splits,
  * no pool and pools of 2 and 3 threads (which must give bitwise the same
- * result as no pool); and the optional second source, a strided 1x1
- * convolution summed into the first (read in place or gathered). */
+ * result as no pool). */
 #include <math.h>
 #include <stdlib.h>
 
@@ -23,12 +22,6 @@ typedef struct dcase {
     int64_t N, H, W, C, M, k, s, pt, pl, pb, pr;
 } dcase;
 
-/* The second source: C2 channels of [N, C2, H2, W2] read at stride s2, layout l2. */
-typedef struct src2 {
-    int64_t C2, H2, W2, s2;
-    int l2;
-} src2;
-
 static int64_t out_h(const dcase *k) { return (k->H + k->pt + k->pb - k->k) / k->s + 1; }
 static int64_t out_w(const dcase *k) { return (k->W + k->pl + k->pr - k->k) / k->s + 1; }
 
@@ -38,9 +31,8 @@ static int64_t at(int l, int64_t C, int64_t H, int64_t W, int64_t n, int64_t c, 
     return l == KILN_DIRECT_NHWC ? ((n * H + h) * W + w) * C + c : ((n * C + c) * H + h) * W + w;
 }
 
-static void reference(const dcase *k, const float *x, int xl, const float *Wt, const src2 *t, const float *x2,
-                      const float *W2, const float *bias, const float *r, int rl, int yl, int act, float alpha,
-                      float beta, float *y) {
+static void reference(const dcase *k, const float *x, int xl, const float *Wt, const float *bias, const float *r,
+                      int rl, int yl, int act, float alpha, float beta, float *y) {
     int64_t Ho = out_h(k), Wo = out_w(k);
     for (int64_t n = 0; n < k->N; n++)
         for (int64_t m = 0; m < k->M; m++)
@@ -55,20 +47,15 @@ static void reference(const dcase *k, const float *x, int xl, const float *Wt, c
                                 s += (double)Wt[((m * k->C + c) * k->k + i) * k->k + j] *
                                      x[at(xl, k->C, k->H, k->W, n, c, iy, ix)];
                             }
-                    for (int64_t c = 0; t && c < t->C2; c++)
-                        s += (double)W2[m * t->C2 + c] * x2[at(t->l2, t->C2, t->H2, t->W2, n, c, oy * t->s2, ox * t->s2)];
                     if (r) s += r[at(rl, k->M, Ho, Wo, n, m, oy, ox)];
                     y[at(yl, k->M, Ho, Wo, n, m, oy, ox)] = kiln__fc_act(act, alpha, beta, (float)s);
                 }
 }
 
 /* Runs one case on every path, pool and split; returns the worst error / scale. */
-static double run_case(const dcase *k, const src2 *t, int xl, int yl, int rl, int variant, kiln_pool **pools,
-                       int npools) {
+static double run_case(const dcase *k, int xl, int yl, int rl, int variant, kiln_pool **pools, int npools) {
     int64_t Ho = out_h(k), Wo = out_w(k);
     int64_t xn = k->N * k->C * k->H * k->W, yn = k->N * k->M * Ho * Wo, wn = k->M * k->C * k->k * k->k;
-    int64_t x2n = t ? k->N * t->C2 * t->H2 * t->W2 : 0, w2n = t ? k->M * t->C2 : 0;
-    float *x2 = t ? malloc(sizeof(float) * (size_t)x2n) : NULL, *W2 = t ? malloc(sizeof(float) * (size_t)w2n) : NULL;
     int has_r = variant & 1, has_b = ((variant >> 1) & 1) == 0;
     static const int acts[4] = {KILN_FC_ACT_NONE, KILN_FC_ACT_RELU, KILN_FC_ACT_CLIP, KILN_FC_ACT_SILU};
     int act = acts[(variant >> 2) & 3];
@@ -78,29 +65,19 @@ static double run_case(const dcase *k, const src2 *t, int xl, int yl, int rl, in
     float *ref = malloc(sizeof(float) * (size_t)yn), *y = malloc(sizeof(float) * (size_t)yn);
     float *y0 = malloc(sizeof(float) * (size_t)yn);
     /* 64-byte aligned, as kernels get them */
-    float *wp = kiln__aligned_alloc(sizeof(float) * kiln__direct_packed_floats(k->C, k->M, k->k, k->k, t ? t->C2 : 0));
+    float *wp = kiln__aligned_alloc(sizeof(float) * kiln__direct_packed_floats(k->C, k->M, k->k, k->k));
     float ws_scale = 1.0f / sqrtf((float)(k->k * k->k * k->C));
     for (int64_t i = 0; i < xn; i++) x[i] = frand(-1.0f, 1.0f);
     for (int64_t i = 0; i < wn; i++) Wt[i] = frand(-ws_scale, ws_scale) * 1.7f;
     for (int64_t i = 0; i < k->M; i++) b[i] = frand(-0.5f, 0.5f);
     for (int64_t i = 0; i < yn; i++) r[i] = frand(-1.0f, 1.0f);
-    for (int64_t i = 0; i < x2n; i++) x2[i] = frand(-1.0f, 1.0f);
-    for (int64_t i = 0; i < w2n; i++) W2[i] = frand(-ws_scale, ws_scale);
     /* the residual of an output written over it has the output's layout */
-    reference(k, x, xl, Wt, t, x2, W2, has_b ? b : NULL, has_r ? r : NULL, rl, yl, act, alpha, beta, ref);
-    kiln__direct_pack(Wt, k->C, k->M, k->k, k->k, W2, t ? t->C2 : 0, wp);
+    reference(k, x, xl, Wt, has_b ? b : NULL, has_r ? r : NULL, rl, yl, act, alpha, beta, ref);
+    kiln__direct_pack(Wt, k->C, k->M, k->k, k->k, wp);
     double maxref = 0.0;
     for (int64_t i = 0; i < yn; i++) maxref = fmax(maxref, fabs(ref[i]));
     double worst = 0.0;
-    kiln_direct_args shape = {.N = k->N, .C = k->C, .H = k->H, .W = k->W, .M = k->M, .kh = k->k, .kw = k->k,
-                              .sh = k->s, .sw = k->s, .pt = k->pt, .pl = k->pl, .pb = k->pb, .pr = k->pr};
-    if (t) {
-        shape.x2 = x2;
-        shape.C2 = t->C2, shape.H2 = t->H2, shape.W2 = t->W2, shape.s2h = shape.s2w = t->s2;
-        shape.x2_layout = t->l2;
-    }
-    size_t wsb = t ? kiln__direct_pair_workspace(&shape)
-                   : kiln__direct_workspace(k->N, k->C, k->H, k->W, k->k, k->k, k->pt, k->pl, k->pb, k->pr);
+    size_t wsb = kiln__direct_workspace(k->N, k->C, k->H, k->W, k->k, k->k, k->pt, k->pl, k->pb, k->pr);
     void *ws = wsb ? malloc(wsb) : NULL;
     for (int gen = 0; gen < 2; gen++) {
         if (!gen && !kiln__direct_fast_available()) continue;
@@ -110,29 +87,30 @@ static double run_case(const dcase *k, const src2 *t, int xl, int yl, int rl, in
                  * arranges when the layer reads the residual last) */
                 bool alias = has_r && rl == yl && (variant + pi + split) % 2 == 1;
                 for (int64_t i = 0; i < yn; i++) y[i] = alias ? r[i] : NAN;
-                kiln_direct_args a = shape;
-                a.x = x, a.w = wp, a.bias = has_b ? b : NULL, a.r = has_r ? (alias ? y : r) : NULL, a.y = y;
-                a.x_layout = xl, a.y_layout = yl, a.r_layout = rl, a.act = act, a.alpha = alpha, a.beta = beta;
-                a.ws = ws, a.ws_bytes = wsb, a.pool = pools[pi], a.force_generic = gen, a.split = split;
+                kiln_direct_args a = {
+                    .x = x, .w = wp, .bias = has_b ? b : NULL, .r = has_r ? (alias ? y : r) : NULL, .y = y,
+                    .N = k->N, .C = k->C, .H = k->H, .W = k->W, .M = k->M, .kh = k->k, .kw = k->k,
+                    .sh = k->s, .sw = k->s, .pt = k->pt, .pl = k->pl, .pb = k->pb, .pr = k->pr,
+                    .x_layout = xl, .y_layout = yl, .r_layout = rl, .act = act, .alpha = alpha, .beta = beta,
+                    .ws = ws, .ws_bytes = wsb, .pool = pools[pi], .force_generic = gen, .split = split};
                 kiln__direct_run(&a);
                 double err = kc_error(y, ref, yn, maxref);
                 if (err > worst) worst = err;
                 if (!(err <= 5e-5)) {
                     fprintf(stderr,
                             "  N%lld H%lld W%lld C%lld M%lld k%lld s%lld pads %lld,%lld,%lld,%lld layouts %d->%d "
-                            "(r %d) variant %d %s split %d threads %d, second source C2 %lld s2 %lld layout %d: err %g\n",
+                            "(r %d) variant %d %s split %d threads %d: err %g\n",
                             (long long)k->N, (long long)k->H, (long long)k->W, (long long)k->C, (long long)k->M,
                             (long long)k->k, (long long)k->s, (long long)k->pt, (long long)k->pl,
                             (long long)k->pb, (long long)k->pr, xl, yl, rl, variant, gen ? "generic" : "avx512",
-                            split, kiln__pool_threads(pools[pi]), t ? (long long)t->C2 : 0LL,
-                            t ? (long long)t->s2 : 0LL, t ? t->l2 : -1, err);
+                            split, kiln__pool_threads(pools[pi]), err);
                     CHECK(err <= 5e-5);
                 }
                 kc_same_bits(pi, y0, y, yn);
             }
     }
     free(ws);
-    free(x), free(Wt), free(b), free(r), free(ref), free(y), free(y0), free(x2), free(W2);
+    free(x), free(Wt), free(b), free(r), free(ref), free(y), free(y0);
     kiln__aligned_free(wp);
     return worst;
 }
@@ -158,7 +136,7 @@ TEST(direct_pointwise) {
                 int variant = (i + xl + yl) & 15;
                 /* an NCHW output with an NHWC residual (the R_NHWC layer) */
                 int rl = yl == KILN_DIRECT_NCHW && (i + xl) % 3 == 0 ? KILN_DIRECT_NHWC : yl;
-                double e = run_case(&cases[i], NULL, xl, yl, rl, variant | 1 * (rl != yl), g_pools, 3);
+                double e = run_case(&cases[i], xl, yl, rl, variant | 1 * (rl != yl), g_pools, 3);
                 if (e > worst) worst = e;
             }
     printf("  worst error / (1 + max|ref|): %.3g\n", worst);
@@ -180,7 +158,7 @@ TEST(direct_padded) {
             int xl = (i + v) % 3, yl = (i + 2 * v) % 3;
             if (xl == KILN_DIRECT_C16 && cases[i].C % 16) xl = KILN_DIRECT_NCHW;
             if (yl == KILN_DIRECT_C16 && cases[i].M % 16) yl = KILN_DIRECT_NHWC;
-            double e = run_case(&cases[i], NULL, xl, yl, yl, (i * 3 + v) & 15, g_pools, 3);
+            double e = run_case(&cases[i], xl, yl, yl, (i * 3 + v) & 15, g_pools, 3);
             if (e > worst) worst = e;
         }
     printf("  worst error / (1 + max|ref|): %.3g\n", worst);
@@ -196,51 +174,12 @@ TEST(direct_large) {
     };
     double worst = 0.0;
     for (int i = 0; i < 3; i++) {
-        double e = run_case(&cases[i], NULL, KILN_DIRECT_NHWC, KILN_DIRECT_NHWC, KILN_DIRECT_NHWC, 1 | 4, g_pools, 3);
+        double e = run_case(&cases[i], KILN_DIRECT_NHWC, KILN_DIRECT_NHWC, KILN_DIRECT_NHWC, 1 | 4, g_pools, 3);
         if (e > worst) worst = e;
-        e = run_case(&cases[i], NULL, KILN_DIRECT_C16, KILN_DIRECT_C16, KILN_DIRECT_C16, 8, g_pools, 2);
+        e = run_case(&cases[i], KILN_DIRECT_C16, KILN_DIRECT_C16, KILN_DIRECT_C16, 8, g_pools, 2);
         if (e > worst) worst = e;
     }
     printf("  worst error / (1 + max|ref|): %.3g\n", worst);
-}
-
-/* A second source summed in (ResNet's downsample convolution in the
- * block's last one): stride 1 (one run per image), stride 2 read in place
- * (row tiles) or gathered (rows shorter than a tile), larger inputs than
- * the stride needs, every layout pairing (mixed ones run the plain C
- * path), residual and activations, both splits and pools. */
-TEST(direct_second_source) {
-    static const struct {
-        dcase k;
-        src2 t;
-    } cases[] = {
-        {{1, 8, 8, 16, 64, 1, 1, 0, 0, 0, 0}, {16, 8, 8, 1, 0}},   /* layer1: stride 1 */
-        {{1, 14, 14, 32, 64, 1, 1, 0, 0, 0, 0}, {48, 28, 28, 2, 0}}, /* 14-wide rows, in place */
-        {{1, 3, 20, 16, 32, 1, 1, 0, 0, 0, 0}, {32, 6, 40, 2, 0}},   /* two tiles per row, in place */
-        {{2, 7, 7, 32, 96, 1, 1, 0, 0, 0, 0}, {64, 14, 14, 2, 0}},  /* 7-wide rows: gathered */
-        {{1, 5, 6, 17, 40, 1, 1, 0, 0, 0, 0}, {21, 11, 13, 2, 0}},  /* odd sizes, inputs larger than needed */
-        {{1, 4, 4, 16, 32, 1, 1, 0, 0, 0, 0}, {16, 12, 12, 3, 0}},
-        {{1, 9, 9, 8, 16, 3, 1, 1, 1, 1, 1}, {16, 9, 9, 1, 0}},     /* a padded 3x3 first source */
-    };
-    double worst = 0.0;
-    int n = (int)(sizeof cases / sizeof cases[0]);
-    for (int i = 0; i < n; i++)
-        for (int v = 0; v < 4; v++) {
-            src2 t = cases[i].t;
-            int xl = v < 2 ? KILN_DIRECT_NHWC : v == 2 ? KILN_DIRECT_C16 : KILN_DIRECT_NCHW;
-            t.l2 = v == 1 ? KILN_DIRECT_NCHW : xl; /* v 1: mixed layouts */
-            if ((xl == KILN_DIRECT_C16 && cases[i].k.C % 16) || (t.l2 == KILN_DIRECT_C16 && t.C2 % 16)) continue;
-            int yl = v == 2 && cases[i].k.M % 16 == 0 ? KILN_DIRECT_C16 : v == 3 ? KILN_DIRECT_NCHW : KILN_DIRECT_NHWC;
-            double e = run_case(&cases[i].k, &t, xl, yl, yl, (i + v * 5) & 15, g_pools, 3);
-            if (e > worst) worst = e;
-        }
-    printf("  worst error / (1 + max|ref|): %.3g\n", worst);
-    /* the gathered copy needs room (and only where the rows are short) */
-    kiln_direct_args a = {.N = 1, .C = 32, .H = 7, .W = 7, .M = 64, .kh = 1, .kw = 1, .sh = 1, .sw = 1,
-                          .x2 = (const float *)&a, .C2 = 64, .H2 = 14, .W2 = 14, .s2h = 2, .s2w = 2};
-    CHECK(kiln__direct_pair_workspace(&a) >= 7 * 7 * 64 * sizeof(float));
-    a.H = a.W = 28, a.H2 = a.W2 = 56;
-    CHECK(kiln__direct_pair_workspace(&a) == 0);
 }
 
 /* kiln__fc_direct_fits: the geometry the tactic takes, and no layer whose
@@ -276,14 +215,14 @@ TEST(direct_detects_errors) {
     dcase k = {1, 6, 6, 4, 40, 3, 1, 1, 1, 1, 1};
     float Wt[40 * 4 * 9], x[4 * 36], y[40 * 36], ref[40 * 36];
     _Alignas(64) float wp[64 * 4 * 9];
-    CHECK(kiln__direct_packed_floats(4, 40, 3, 3, 0) == sizeof wp / sizeof wp[0]);
+    CHECK(kiln__direct_packed_floats(4, 40, 3, 3) == sizeof wp / sizeof wp[0]);
     for (int i = 0; i < 40 * 4 * 9; i++) Wt[i] = frand(-0.5f, 0.5f);
     for (int i = 0; i < 4 * 36; i++) x[i] = frand(-1.0f, 1.0f);
-    reference(&k, x, 0, Wt, NULL, NULL, NULL, NULL, NULL, 0, 0, KILN_FC_ACT_NONE, 0, 0, ref);
+    reference(&k, x, 0, Wt, NULL, NULL, 0, 0, KILN_FC_ACT_NONE, 0, 0, ref);
     size_t wsb = kiln__direct_workspace(1, 4, 6, 6, 3, 3, 1, 1, 1, 1);
     CHECK(wsb >= 8 * 8 * 4 * sizeof(float));
     void *ws = malloc(wsb);
-    kiln__direct_pack(Wt, 4, 40, 3, 3, NULL, 0, wp);
+    kiln__direct_pack(Wt, 4, 40, 3, 3, wp);
     for (int broken = 0; broken < 2; broken++) {
         if (broken) wp[(1 * 36 + 5) * 32 + 7] += 0.01f; /* panel 1, k row 5, channel 39 */
         for (int gen = 0; gen < 2; gen++) {
@@ -305,7 +244,6 @@ int main(void) {
     RUN(direct_pointwise);
     RUN(direct_padded);
     RUN(direct_large);
-    RUN(direct_second_source);
     RUN(direct_fits);
     RUN(direct_detects_errors);
     kc_pools_free(g_pools);
