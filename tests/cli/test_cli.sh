@@ -204,7 +204,7 @@ t0=$(date +%s%N)
 expect "bench --idle-ms" 0 "p50" "$KILN" bench tiny.kiln --warmup 0 --iterations 5 --idle-ms 40
 [ $(( ($(date +%s%N) - t0) / 1000000 )) -ge 200 ] && ok || bad "bench --idle-ms 40 did not pause"
 expect "bench --idle-ms bad" nz "--idle-ms" "$KILN" bench tiny.kiln --idle-ms -1
-# --flush-mb: 64 MiB written before each timed run (the process's peak RSS shows it)
+# --flush-mb: 64 MiB read and written before each timed run (the process's peak RSS shows it)
 $PY -c "
 import resource, subprocess, sys
 subprocess.run([sys.argv[1], 'bench', 'tiny.kiln', '--warmup', '0', '--iterations', '2', '--flush-mb', '64'],
