@@ -40,8 +40,11 @@ KILN_PRIVATE void *kiln__realloc(void *p, size_t n);
 KILN_PRIVATE void kiln__free(void *p);
 KILN_PRIVATE char *kiln__strdup(const char *s);
 /* 256-byte aligned (engine weights and loaded engines rely on it); free with
- * kiln__aligned_free. */
+ * kiln__aligned_free. From 2 MiB on: 2 MiB aligned and marked for
+ * transparent huge pages (Linux), unless KILN_HUGE_PAGES=0. */
 KILN_PRIVATE void *kiln__aligned_alloc(size_t n);
+/* Whether large blocks are marked for huge pages (KILN_HUGE_PAGES is not "0"). */
+KILN_PRIVATE bool kiln__huge_pages_wanted(void);
 KILN_PRIVATE void kiln__aligned_free(void *p);
 /* Grows *p (elements of `size`) so that it holds at least `need` elements. */
 KILN_PRIVATE kiln_status kiln__grow(void **p, int *cap, int need, size_t size);

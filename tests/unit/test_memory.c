@@ -16,8 +16,13 @@
  *     data-dependent outputs sized at run time;
  *   - the context memory limit (refused before allocating, with the need
  *     and the limit in the message) and the builder's workspace limit;
- *   - inspect's memory lines. */
+ *   - inspect's memory lines;
+ *   - large blocks (weights, arenas) 2 MiB aligned and marked for
+ *     transparent huge pages, unless KILN_HUGE_PAGES=0. */
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "ops/nn_attrs.h"
 #include "runtime/engine.h"
@@ -853,6 +858,56 @@ TEST(test_cuda_arenas) {
     test_device = KILN_DEVICE_CPU;
 }
 
+/* The VmFlags of the mapping holding p (/proc/self/smaps) into flags;
+ * false where there is none (not Linux). */
+static bool vm_flags_of(const void *p, char *flags, size_t cap) {
+    FILE *f = fopen("/proc/self/smaps", "r");
+    if (!f) return false;
+    char line[512];
+    bool in = false, found = false;
+    while (fgets(line, sizeof line, f)) {
+        unsigned long long a, b;
+        if (sscanf(line, "%llx-%llx ", &a, &b) == 2 && strchr(line, '-') < strchr(line, ' ')) {
+            in = (uintptr_t)p >= a && (uintptr_t)p < b;
+        } else if (in && !strncmp(line, "VmFlags:", 8)) {
+            size_t n = strlen(line + 8) < cap - 1 ? strlen(line + 8) : cap - 1;
+            memcpy(flags, line + 8, n);
+            flags[n] = 0;
+            found = true;
+            break;
+        }
+    }
+    fclose(f);
+    return found;
+}
+
+TEST(test_huge_pages) {
+    const size_t big = (size_t)8 << 20;
+    FILE *thp = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+    bool linux_thp = thp != NULL;
+    if (thp) fclose(thp);
+    for (int off = 0; off < 2; off++) {
+        if (off) setenv("KILN_HUGE_PAGES", "0", 1);
+        else unsetenv("KILN_HUGE_PAGES");
+        CHECK(kiln__huge_pages_wanted() == !off);
+        unsigned char *p = kiln__aligned_alloc(big), *q = kiln__aligned_alloc(1000);
+        CHECK(p && q && (uintptr_t)q % 256 == 0 && (uintptr_t)p % 256 == 0);
+        if (!off) CHECK((uintptr_t)p % ((size_t)2 << 20) == 0);
+        if (p) memset(p, 1, big);
+        char flags[512] = "";
+        if (linux_thp && p) {
+            CHECK(vm_flags_of(p, flags, sizeof flags));
+            bool hg = strstr(flags, " hg") != NULL;
+            if (hg == (bool)off) fprintf(stderr, "  KILN_HUGE_PAGES %s: VmFlags%s", off ? "0" : "unset", flags);
+            CHECK(hg == !off); /* marked for huge pages, or not with KILN_HUGE_PAGES=0 */
+        }
+        kiln__aligned_free(p);
+        kiln__aligned_free(q);
+    }
+    unsetenv("KILN_HUGE_PAGES");
+    if (!linux_thp) printf("  no transparent huge pages here: alignment checked only\n");
+}
+
 int main(void) {
     RUN(test_chain_exact);
     RUN(test_chain_lower_bound_value);
@@ -873,5 +928,6 @@ int main(void) {
     RUN(test_workspace_limit);
     RUN(test_describe);
     RUN(test_cuda_arenas);
+    RUN(test_huge_pages);
     return test_summary();
 }
