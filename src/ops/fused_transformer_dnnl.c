@@ -23,7 +23,7 @@ typedef struct dnnl_prim {
 typedef struct dnnl_part {
     int64_t n0, n1;
     dnnl_memory_desc_t wmd;  /* packed weights layout */
-    dnnl_memory_t w;         /* packed weights (owned by oneDNN memory) */
+    dnnl_memory_t w;         /* packed weights, in the layer's w_all */
     dnnl_prim prims[MAX_PRIMS];
     int n_prims;
     dnnl_stream_t stream;
@@ -34,6 +34,7 @@ typedef struct dnnl_part {
 } dnnl_part;
 
 struct kiln_tf_dnnl_mm {
+    void *w_all;                /* every part's packed weights (kiln__aligned_alloc) */
     int64_t K, N;
     bool has_bias, bf16, trans_b;
     int act;                 /* fused into oneDNN (KILN_FACT_NONE when there is a residual) */
@@ -104,21 +105,29 @@ void kiln__tf_dnnl_mm_free(void *vp) {
     kiln_tf_dnnl_mm *m = vp;
     if (!m) return;
     for (int i = 0; i < m->n_parts; i++) part_free(&m->parts[i]);
+    kiln__aligned_free(m->w_all);
     if (m->eng) dnnl_engine_destroy(m->eng);
     kiln__free(m);
 }
 
-/* Packs columns [n0, n1) of the row-major weights into the layout oneDNN
- * prefers for a typical row count (M rows). */
-static kiln_status part_pack(kiln_tf_dnnl_mm *m, dnnl_part *p, int64_t M) {
-    int64_t n = p->n1 - p->n0;
-    dnnl_memory_desc_t wany, src;
-    dnnl_dims_t dw = {m->K, n};
+/* The layout oneDNN prefers for columns [n0, n1) of the weights at a
+ * typical row count (M rows): p->wmd. */
+static kiln_status part_layout(kiln_tf_dnnl_mm *m, dnnl_part *p, int64_t M) {
+    dnnl_memory_desc_t wany;
+    dnnl_dims_t dw = {m->K, p->n1 - p->n0};
     DN(dnnl_memory_desc_init_by_tag(&wany, 2, dw, m->bf16 ? dnnl_bf16 : dnnl_f32, dnnl_format_tag_any));
     dnnl_primitive_desc_t pd;
     KILN_TRY(make_desc(m, M, p->n0, p->n1, &wany, &pd));
     p->wmd = *dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
     dnnl_primitive_desc_destroy(pd);
+    return KILN_OK;
+}
+
+/* Packs columns [n0, n1) of the row-major weights into buf, in p->wmd. */
+static kiln_status part_pack(kiln_tf_dnnl_mm *m, dnnl_part *p, void *buf) {
+    int64_t n = p->n1 - p->n0;
+    dnnl_memory_desc_t src;
+    dnnl_dims_t dw = {m->K, n};
     dnnl_dims_t ss = {m->trans_b ? 1 : m->N, m->trans_b ? m->K : 1};
     DN(dnnl_memory_desc_init_by_strides(&src, 2, dw, dnnl_f32, ss));
     const float *b0 = m->B + (m->trans_b ? p->n0 * m->K : p->n0);
@@ -126,7 +135,7 @@ static kiln_status part_pack(kiln_tf_dnnl_mm *m, dnnl_part *p, int64_t M) {
     DN(dnnl_memory_create(&ms, &src, m->eng, (void *)b0));
     dnnl_primitive_desc_t rpd = NULL;
     dnnl_primitive_t rp = NULL;
-    dnnl_status_t s = dnnl_memory_create(&p->w, &p->wmd, m->eng, DNNL_MEMORY_ALLOCATE);
+    dnnl_status_t s = dnnl_memory_create(&p->w, &p->wmd, m->eng, buf);
     if (s == dnnl_success) s = dnnl_stream_create(&p->stream, m->eng, dnnl_stream_default_flags);
     if (s == dnnl_success) s = dnnl_reorder_primitive_desc_create(&rpd, &src, m->eng, &p->wmd, m->eng, NULL);
     if (s == dnnl_success) s = dnnl_primitive_create(&rp, rpd);
@@ -168,20 +177,31 @@ kiln_status kiln__tf_dnnl_mm_create(int64_t K, int64_t N, const float *B, bool t
 }
 
 /* Splits the N columns into `parts` parts (multiples of 16 columns) and packs
- * each: done on the first run and again when the thread count changes. */
+ * each: done on the first run and again when the thread count changes. The
+ * parts' packed weights share one block (w_all, page-aligned offsets), so
+ * that a layer's weights are one allocation large enough for huge pages
+ * (kiln__aligned_alloc) even where each part's are not. */
 static kiln_status split_columns(kiln_tf_dnnl_mm *m, int parts, int64_t M) {
     for (int i = 0; i < m->n_parts; i++) part_free(&m->parts[i]);
+    kiln__aligned_free(m->w_all);
+    m->w_all = NULL;
     m->n_parts = 0;
     int64_t blocks = (m->N + 15) / 16;
     if (parts > blocks) parts = (int)blocks;
     if (parts < 1) parts = 1;
+    size_t off[MAX_PARTS + 1] = {0};
     for (int i = 0; i < parts; i++) {
         dnnl_part *p = &m->parts[i];
         p->n0 = blocks * i / parts * 16;
         p->n1 = i == parts - 1 ? m->N : blocks * (i + 1) / parts * 16;
         m->n_parts = i + 1;
-        KILN_TRY(part_pack(m, p, M));
+        KILN_TRY(part_layout(m, p, M));
+        off[i + 1] = off[i] + (dnnl_memory_desc_get_size(&p->wmd) + 4095) / 4096 * 4096;
     }
+    m->w_all = kiln__aligned_alloc(off[parts] ? off[parts] : 1);
+    if (!m->w_all) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory packing %lldx%lld weights (oneDNN matmul)",
+                                    (long long)m->K, (long long)m->N);
+    for (int i = 0; i < parts; i++) KILN_TRY(part_pack(m, &m->parts[i], (char *)m->w_all + off[i]));
     return KILN_OK;
 }
 
