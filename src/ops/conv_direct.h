@@ -12,9 +12,11 @@
  * zmm registers over all of K, then adds bias and residual, applies the
  * activation and stores.
  *
- * Input: a 1x1 layer without padding reads x where it is, in its layout
- * (16 channels at a time: one block of nChw16c, 16 consecutive floats of
- * NHWC), its pixels one run per image at stride 1. Any other layer first
+ * Input: a 1x1 layer with stride 1 and without padding reads x where it
+ * is, in its layout (16 channels at a time: one block of nChw16c, 16
+ * consecutive floats of NHWC), its pixels one run per image. Any other 1x1
+ * layer first gathers the pixels it samples into a dense NHWC image in the
+ * workspace (then read the same way). Any other layer first
  * copies x into a zero-padded NHWC image in the workspace, where the kw
  * taps of a kernel row and the channels are one contiguous run of kw * C
  * floats (the stem of ResNet, 7x7 over 3 channels: 7 runs of 21); tiles
@@ -65,9 +67,10 @@ typedef struct kiln_direct_args {
     int split;          /* tests: 0 chosen by size, 1 pixel tiles, 2 panels */
 } kiln_direct_args;
 
-/* Scratch bytes (the padded input; 0 for a 1x1 layer without padding). */
+/* Scratch bytes (the padded or gathered input; 0 for a 1x1 layer with
+ * stride 1 and no padding). */
 KILN_PRIVATE size_t kiln__direct_workspace(int64_t N, int64_t C, int64_t H, int64_t W, int64_t kh, int64_t kw,
-                                           int64_t pt, int64_t pl, int64_t pb, int64_t pr);
+                                           int64_t sh, int64_t sw, int64_t pt, int64_t pl, int64_t pb, int64_t pr);
 KILN_PRIVATE void kiln__direct_run(const kiln_direct_args *a);
 /* AVX-512F present (the fast path is used). */
 KILN_PRIVATE bool kiln__direct_fast_available(void);

@@ -247,8 +247,8 @@ bool kiln__fc_direct_fits(const kiln_fused_conv_attrs *at, int xr, const int64_t
 }
 
 static size_t direct_workspace(const kiln_conv_geom *g) {
-    return kiln__direct_workspace(g->N, g->C, g->in[0], g->in[1], g->k[0], g->k[1], g->pb[0], g->pb[1], g->pe[0],
-                                  g->pe[1]);
+    return kiln__direct_workspace(g->N, g->C, g->in[0], g->in[1], g->k[0], g->k[1], g->s[0], g->s[1], g->pb[0],
+                                  g->pb[1], g->pe[0], g->pe[1]);
 }
 
 /* Winograd scratch bytes of geometry g, output tile `tile`, for `threads` threads. */

@@ -77,7 +77,7 @@ static double run_case(const dcase *k, int xl, int yl, int rl, int variant, kiln
     double maxref = 0.0;
     for (int64_t i = 0; i < yn; i++) maxref = fmax(maxref, fabs(ref[i]));
     double worst = 0.0;
-    size_t wsb = kiln__direct_workspace(k->N, k->C, k->H, k->W, k->k, k->k, k->pt, k->pl, k->pb, k->pr);
+    size_t wsb = kiln__direct_workspace(k->N, k->C, k->H, k->W, k->k, k->k, k->s, k->s, k->pt, k->pl, k->pb, k->pr);
     void *ws = wsb ? malloc(wsb) : NULL;
     for (int gen = 0; gen < 2; gen++) {
         if (!gen && !kiln__direct_fast_available()) continue;
@@ -117,14 +117,18 @@ static double run_case(const dcase *k, int xl, int yl, int rl, int variant, kiln
 
 static kiln_pool *g_pools[3];
 
-/* 1x1 layers read in place: every input and output layout (nChw16c where
- * the channels allow), strides, odd channel counts, several images. */
+/* 1x1 layers, read in place or gathered: every input and output layout
+ * (nChw16c where the channels allow), strides, odd channel counts, several
+ * images. */
 TEST(direct_pointwise) {
     static const dcase cases[] = {
         {1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0},    {1, 7, 7, 64, 32, 1, 1, 0, 0, 0, 0},
         {2, 5, 9, 17, 40, 1, 1, 0, 0, 0, 0},  {1, 14, 14, 32, 64, 1, 2, 0, 0, 0, 0},
         {3, 6, 5, 48, 16, 1, 1, 0, 0, 0, 0},  {1, 9, 11, 33, 70, 1, 2, 0, 0, 0, 0},
         {2, 4, 4, 160, 96, 1, 1, 0, 0, 0, 0}, {1, 15, 3, 5, 7, 1, 3, 0, 0, 0, 0},
+        /* NHWC pixels that would crowd the L1 cache: gathered (the first
+         * into an image of padded pixel stride) */
+        {1, 4, 4, 1024, 16, 1, 1, 0, 0, 0, 0}, {2, 2, 28, 512, 32, 1, 2, 0, 0, 0, 0},
     };
     double worst = 0.0;
     int n = (int)(sizeof cases / sizeof cases[0]);
@@ -142,14 +146,15 @@ TEST(direct_pointwise) {
     printf("  worst error / (1 + max|ref|): %.3g\n", worst);
 }
 
-/* Kernels above 1x1 or padding: the padded NHWC copy, from each layout. */
+/* Kernels above 1x1 or padding: the padded NHWC copy (a padded 1x1: the
+ * gathered one), from each layout. */
 TEST(direct_padded) {
     static const dcase cases[] = {
         {1, 23, 23, 3, 64, 7, 2, 3, 3, 3, 3}, /* ResNet's stem, smaller */
         {2, 9, 9, 16, 32, 3, 1, 1, 1, 1, 1},  {1, 14, 14, 32, 48, 3, 2, 1, 1, 1, 1},
         {1, 7, 7, 64, 64, 3, 1, 1, 1, 1, 1},  {2, 8, 6, 5, 9, 3, 1, 0, 2, 1, 0},
         {1, 6, 6, 16, 16, 1, 1, 1, 1, 1, 1},  {1, 10, 12, 20, 33, 5, 2, 2, 1, 2, 0},
-        {1, 3, 3, 7, 5, 3, 1, 0, 0, 0, 0},
+        {1, 3, 3, 7, 5, 3, 1, 0, 0, 0, 0},    {2, 9, 7, 20, 24, 1, 2, 1, 0, 0, 1}, /* 1x1, strided, padded */
     };
     double worst = 0.0;
     int n = (int)(sizeof cases / sizeof cases[0]);
@@ -219,7 +224,7 @@ TEST(direct_detects_errors) {
     for (int i = 0; i < 40 * 4 * 9; i++) Wt[i] = frand(-0.5f, 0.5f);
     for (int i = 0; i < 4 * 36; i++) x[i] = frand(-1.0f, 1.0f);
     reference(&k, x, 0, Wt, NULL, NULL, 0, 0, KILN_FC_ACT_NONE, 0, 0, ref);
-    size_t wsb = kiln__direct_workspace(1, 4, 6, 6, 3, 3, 1, 1, 1, 1);
+    size_t wsb = kiln__direct_workspace(1, 4, 6, 6, 3, 3, 1, 1, 1, 1, 1, 1);
     CHECK(wsb >= 8 * 8 * 4 * sizeof(float));
     void *ws = malloc(wsb);
     kiln__direct_pack(Wt, 4, 40, 3, 3, wp);
