@@ -12,11 +12,14 @@
  * zmm registers over all of K, then adds bias and residual, applies the
  * activation and stores.
  *
- * Input: a 1x1 layer with stride 1 and without padding reads x where it
- * is, in its layout (16 channels at a time: one block of nChw16c, 16
- * consecutive floats of NHWC), its pixels one run per image. Any other 1x1
- * layer first gathers the pixels it samples into a dense NHWC image in the
- * workspace (then read the same way). Any other layer first
+ * Input: a 1x1 layer without padding reads x where it is, in its layout
+ * (16 channels at a time: one block of nChw16c, 16 consecutive floats of
+ * NHWC), its pixels one run per image at stride 1, else one output row
+ * segment at a time; except where a tile's NHWC pixels would crowd one set
+ * of the L1 cache (C = 1024, or 512 at stride 2). Such a layer, and a
+ * padded 1x1 one, first gathers the pixels it samples into a dense NHWC
+ * image in the workspace (its pixel stride padded where C alone would
+ * crowd), read as one run per image. Any other layer first
  * copies x into a zero-padded NHWC image in the workspace, where the kw
  * taps of a kernel row and the channels are one contiguous run of kw * C
  * floats (the stem of ResNet, 7x7 over 3 channels: 7 runs of 21); tiles
@@ -67,8 +70,8 @@ typedef struct kiln_direct_args {
     int split;          /* tests: 0 chosen by size, 1 pixel tiles, 2 panels */
 } kiln_direct_args;
 
-/* Scratch bytes (the padded or gathered input; 0 for a 1x1 layer with
- * stride 1 and no padding). */
+/* Scratch bytes (the padded or gathered input; 0 for a 1x1 layer that
+ * reads its input in place whatever its layout). */
 KILN_PRIVATE size_t kiln__direct_workspace(int64_t N, int64_t C, int64_t H, int64_t W, int64_t kh, int64_t kw,
                                            int64_t sh, int64_t sw, int64_t pt, int64_t pl, int64_t pb, int64_t pr);
 KILN_PRIVATE void kiln__direct_run(const kiln_direct_args *a);
