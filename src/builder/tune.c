@@ -281,7 +281,7 @@ typedef struct tac_run {
     kiln_node_state ns;
     kiln_kernel_args ka;
     bool ok;                /* set up, and every run so far succeeded */
-    int n, cap;             /* timed runs, and how many it gets */
+    int n;                  /* timed runs */
     double t[TUNE_REPS];
 } tac_run;
 
@@ -319,49 +319,77 @@ static void tac_setup(const kiln_backend_i *be, void *state, kiln_pool *pool, co
                                .device_state = be->device == KILN_DEVICE_CPU ? NULL : state,
                                .node_state = &r->ns};
     r->ok = be->run(state, &r->ka) == KILN_OK && be->sync(state) == KILN_OK;
-    r->cap = TUNE_REPS;
     kiln__clear_error();
 }
 
 /* One timed run of a set-up tactic (r->ok false when it fails). */
 static void tac_time(const kiln_backend_i *be, void *state, tac_run *r) {
-    if (!r->ok || r->n >= r->cap) return;
+    if (!r->ok || r->n >= TUNE_REPS) return;
     double t0 = kiln__now_us();
     r->ok = be->run(state, &r->ka) == KILN_OK && be->sync(state) == KILN_OK;
     kiln__clear_error();
     if (r->ok) r->t[r->n++] = kiln__now_us() - t0;
 }
 
-/* Median of a tactic's timed runs in microseconds; < 0 when it failed. */
-static double tac_median(tac_run *r) {
-    if (!r->ok || r->n == 0) return -1;
-    qsort(r->t, (size_t)r->n, sizeof *r->t, cmp_double);
-    return r->t[r->n / 2];
-}
-
-/* Times tactics ids[0..n) of node n (the layouts their setups found) and
- * leaves each one's median in us[] (< 0: it fails, not a candidate).
- * The tactics take turns, one run each per round, so that a burst of load
- * on a shared machine (another tenant's work, a descheduled virtual CPU)
- * slows every candidate of the round alike instead of all the runs of one
- * (ResNet-50's 3x3 128-channel layer at 2 threads, timed one tactic after
- * the other: Winograd 481+ us against 246 in another build, and oneDNN
- * chosen). A tactic whose first run takes over 4x the best first run (+1
- * ms) stops there; where a round takes over 100 ms, three rounds are all. */
-static void time_turns(const kiln_backend_i *be, void *state, tac_run *runs, int n, double *us) {
+/* (runtime/engine.h) Timed one tactic after the other, a burst of load
+ * fell on one candidate's runs alone: a 2-thread ResNet-50 build took
+ * oneDNN (481 us) over Winograd for its 3x3 128-channel layers, which other
+ * builds timed at 175-246 us. */
+void kiln__tune_turns(int n, kiln_turn_fn run, void *ctx, double *us) {
+    double t[TUNE_MAX_TACTICS][TUNE_REPS];
+    int got[TUNE_MAX_TACTICS] = {0}, cap[TUNE_MAX_TACTICS];
+    bool ok[TUNE_MAX_TACTICS];
+    if (n > TUNE_MAX_TACTICS) n = TUNE_MAX_TACTICS;
+    for (int k = 0; k < n; k++) ok[k] = true, cap[k] = TUNE_REPS;
     int rounds = TUNE_REPS;
     for (int round = 0; round < rounds; round++) {
         double t0 = kiln__now_us(), best = -1;
-        for (int k = 0; k < n; k++) tac_time(be, state, &runs[k]);
-        if (round == 0) {
+        for (int k = 0; k < n; k++) {
+            if (!ok[k] || got[k] >= cap[k]) continue;
+            double v = run(ctx, k);
+            if (v < 0) ok[k] = false;
+            else t[k][got[k]++] = v;
+        }
+        if (round == 1) { /* loses by far on both first runs (one could fall in a burst): enough */
             for (int k = 0; k < n; k++)
-                if (runs[k].ok && (best < 0 || runs[k].t[0] < best)) best = runs[k].t[0];
+                if (ok[k] && got[k] == 2) {
+                    double m = t[k][0] < t[k][1] ? t[k][0] : t[k][1];
+                    if (best < 0 || m < best) best = m;
+                }
             for (int k = 0; k < n; k++)
-                if (runs[k].ok && runs[k].t[0] > 4.0 * best + 1000.0) runs[k].cap = 1; /* loses by far */
+                if (ok[k] && got[k] == 2 && (t[k][0] < t[k][1] ? t[k][0] : t[k][1]) > 4.0 * best + 1000.0)
+                    cap[k] = 2;
         }
         if (round == 1 && kiln__now_us() - t0 > 100000.0) rounds = 3;
     }
-    for (int k = 0; k < n; k++) us[k] = tac_median(&runs[k]);
+    for (int k = 0; k < n; k++) {
+        us[k] = -1;
+        if (!ok[k] || got[k] == 0) continue;
+        qsort(t[k], (size_t)got[k], sizeof t[k][0], cmp_double);
+        us[k] = t[k][got[k] / 2];
+    }
+}
+
+typedef struct turn_ctx {
+    const kiln_backend_i *be;
+    void *state;
+    tac_run *runs;
+} turn_ctx;
+
+/* One timed run of set-up tactic k (kiln_turn_fn): microseconds, < 0 when it fails. */
+static double turn_run(void *vp, int k) {
+    turn_ctx *c = vp;
+    tac_run *r = &c->runs[k];
+    int before = r->n;
+    tac_time(c->be, c->state, r);
+    return r->ok && r->n > before ? r->t[r->n - 1] : -1;
+}
+
+/* Times set-up tactics runs[0..n) by turns (kiln__tune_turns) and leaves
+ * each one's median in us[] (< 0: it fails, not a candidate). */
+static void time_turns(const kiln_backend_i *be, void *state, tac_run *runs, int n, double *us) {
+    turn_ctx c = {be, state, runs};
+    kiln__tune_turns(n, turn_run, &c, us);
 }
 
 /* Median time of tactic `id` of node n in microseconds; < 0 when it fails

@@ -95,6 +95,16 @@ KILN_PRIVATE void kiln__engine_release(kiln_engine *e);
  * writing each choice into the node's kiln_tactic; reads and updates the
  * builder's timing cache file. With tuning off, leaves every tactic 0. */
 KILN_PRIVATE kiln_status kiln__builder_tune(const kiln_builder *b, kiln_engine *e);
+/* One timed run of candidate k of a layer: microseconds, < 0 when it fails. */
+typedef double (*kiln_turn_fn)(void *ctx, int k);
+/* The tuner's timing of a layer's n candidates (at most 16): they take
+ * turns, one run each per round, 5 rounds (3 where the second round takes
+ * over 100 ms), so that a burst of load on a shared machine slows every
+ * candidate of a round alike instead of all the runs of one; a candidate
+ * whose first two runs both take over 4x the best (the fastest of each
+ * candidate's first two) + 1 ms runs no more.
+ * us[k]: candidate k's median, < 0 if one of its runs failed. */
+KILN_PRIVATE void kiln__tune_turns(int n, kiln_turn_fn run, void *ctx, double *us);
 /* Bytes of activation buffers and scratch a context holds after its runs
  * (its arenas plus any overflow buffers). */
 KILN_PRIVATE size_t kiln__context_memory(const kiln_context *c);

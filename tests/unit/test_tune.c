@@ -1,0 +1,133 @@
+/* test_tune.c -- how the tuner times a layer's candidate tactics
+ * (kiln__tune_turns, src/builder/tune.c), with a fake run whose times the
+ * test sets: the candidates take turns, one run each per round; a burst of
+ * slow runs (load on a shared machine) that covers fewer than half of any
+ * candidate's runs does not move its median, so the faster candidate still
+ * wins wherever the burst falls; a candidate that fails is dropped and not
+ * run again; one that loses by far on its first two runs runs no more. */
+#include "test.h"
+
+#include "runtime/engine.h"
+
+#include <string.h>
+
+#define MAX_CALLS 64
+
+typedef struct fake {
+    double base[4];      /* each candidate's time when nothing else runs */
+    int calls;           /* runs so far, all candidates */
+    int order[MAX_CALLS]; /* which candidate each run was */
+    int burst_from, burst_len; /* runs [from, from + len) take `factor` times as long */
+    double factor;
+    int fail_k, fail_at; /* candidate fail_k fails on its fail_at-th run (0: never) */
+    int runs[4];         /* runs of each candidate */
+} fake;
+
+static double fake_run(void *ctx, int k) {
+    fake *f = ctx;
+    int i = f->calls++;
+    if (i < MAX_CALLS) f->order[i] = k;
+    f->runs[k]++;
+    if (k == f->fail_k && f->runs[k] == f->fail_at) return -1;
+    double v = f->base[k];
+    if (i >= f->burst_from && i < f->burst_from + f->burst_len) v *= f->factor;
+    return v;
+}
+
+static fake make(int n, const double *base) {
+    fake f;
+    memset(&f, 0, sizeof f);
+    for (int k = 0; k < n; k++) f.base[k] = base[k];
+    f.fail_k = -1;
+    f.burst_from = -1;
+    f.factor = 1.0;
+    return f;
+}
+
+/* One run each per round, in candidate order, 5 rounds. */
+TEST(candidates_take_turns) {
+    static const double base[3] = {100, 130, 160};
+    fake f = make(3, base);
+    double us[3];
+    kiln__tune_turns(3, fake_run, &f, us);
+    CHECK(f.calls == 15);
+    for (int i = 0; i < 15 && i < f.calls; i++) CHECK(f.order[i] == i % 3);
+    for (int k = 0; k < 3; k++) CHECK(us[k] == base[k]);
+}
+
+/* A burst covering fewer than half of each candidate's runs (3 runs in a
+ * row for two candidates, 5 for three) leaves every median as it was,
+ * wherever it starts. Timed one candidate after the other, such a burst
+ * would cover 3 of the first candidate's 5 runs and make it look 5x slower. */
+TEST(a_burst_does_not_pick_the_slower) {
+    static const double base[3] = {100, 130, 160};
+    for (int n = 2; n <= 3; n++) {
+        int len = n == 2 ? 3 : 5;
+        for (int from = 0; from + len <= 5 * n; from++) {
+            fake f = make(n, base);
+            f.burst_from = from;
+            f.burst_len = len;
+            f.factor = 5.0;
+            double us[3] = {-1, -1, -1};
+            kiln__tune_turns(n, fake_run, &f, us);
+            for (int k = 0; k < n; k++) {
+                if (us[k] != base[k]) printf("  n %d burst at %d len %d: candidate %d %g\n", n, from, len, k, us[k]);
+                CHECK(us[k] == base[k]);
+            }
+        }
+    }
+}
+
+/* A burst on one of a candidate's first two runs, however slow, does not
+ * stop it as a far loser: the other run decides. */
+TEST(a_burst_on_one_first_run_does_not_stop_it) {
+    static const double base[2] = {100, 300};
+    for (int at = 1; at <= 3; at += 2) { /* the second candidate's first run, then its second */
+        fake f = make(2, base);
+        f.burst_from = at;
+        f.burst_len = 1;
+        f.factor = 10.0; /* 3000 us */
+        double us[2];
+        kiln__tune_turns(2, fake_run, &f, us);
+        CHECK(f.runs[1] == 5);
+        CHECK(us[0] == 100 && us[1] == 300);
+    }
+}
+
+/* A failed run drops the candidate (us < 0) and it is not run again; the
+ * others keep their turns. */
+TEST(a_failing_candidate_is_dropped) {
+    static const double base[2] = {100, 130};
+    fake f = make(2, base);
+    f.fail_k = 0;
+    f.fail_at = 2;
+    double us[2];
+    kiln__tune_turns(2, fake_run, &f, us);
+    CHECK(us[0] < 0);
+    CHECK(us[1] == 130);
+    CHECK(f.runs[0] == 2);
+    CHECK(f.runs[1] == 5);
+}
+
+/* A candidate whose first two runs both take over 4x the best + 1 ms
+ * runs no more (median of the two); one within that keeps all 5. */
+TEST(a_far_loser_stops_after_two_runs) {
+    static const double base[3] = {100, 1500, 1300};
+    fake f = make(3, base);
+    double us[3];
+    kiln__tune_turns(3, fake_run, &f, us);
+    CHECK(f.runs[0] == 5);
+    CHECK(f.runs[1] == 2); /* 1500 > 4 * 100 + 1000 */
+    CHECK(f.runs[2] == 5); /* 1300 is not */
+    CHECK(us[1] == 1500);
+    CHECK(us[0] == 100 && us[2] == 1300);
+}
+
+int main(void) {
+    RUN(candidates_take_turns);
+    RUN(a_burst_does_not_pick_the_slower);
+    RUN(a_burst_on_one_first_run_does_not_stop_it);
+    RUN(a_failing_candidate_is_dropped);
+    RUN(a_far_loser_stops_after_two_runs);
+    return test_summary();
+}
