@@ -505,7 +505,7 @@ static void layouts_io(kiln_graph *g, int32_t *lay, bool set) {
     }
 }
 
-#define TRIAL_MAX_RUNS 9
+#define TRIAL_MAX_RUNS 15
 
 /* Node attrs of trial variant v (0 or 1) into the graph. */
 typedef void (*variant_fn)(kiln_graph *g, int v, void *arg);
