@@ -281,8 +281,6 @@ typedef struct tac_run {
     kiln_node_state ns;
     kiln_kernel_args ka;
     bool ok;                /* set up, and every run so far succeeded */
-    int n;                  /* timed runs */
-    double t[TUNE_REPS];
 } tac_run;
 
 static void tac_free(tac_run *r) {
@@ -322,14 +320,6 @@ static void tac_setup(const kiln_backend_i *be, void *state, kiln_pool *pool, co
     kiln__clear_error();
 }
 
-/* One timed run of a set-up tactic (r->ok false when it fails). */
-static void tac_time(const kiln_backend_i *be, void *state, tac_run *r) {
-    if (!r->ok || r->n >= TUNE_REPS) return;
-    double t0 = kiln__now_us();
-    r->ok = be->run(state, &r->ka) == KILN_OK && be->sync(state) == KILN_OK;
-    kiln__clear_error();
-    if (r->ok) r->t[r->n++] = kiln__now_us() - t0;
-}
 
 /* (runtime/engine.h) Timed one tactic after the other, a burst of load
  * fell on one candidate's runs alone: a 2-thread ResNet-50 build took
@@ -376,13 +366,16 @@ typedef struct turn_ctx {
     tac_run *runs;
 } turn_ctx;
 
-/* One timed run of set-up tactic k (kiln_turn_fn): microseconds, < 0 when it fails. */
+/* One timed run of set-up tactic k (kiln_turn_fn): microseconds, < 0 when
+ * it fails (then r->ok turns false). */
 static double turn_run(void *vp, int k) {
     turn_ctx *c = vp;
     tac_run *r = &c->runs[k];
-    int before = r->n;
-    tac_time(c->be, c->state, r);
-    return r->ok && r->n > before ? r->t[r->n - 1] : -1;
+    if (!r->ok) return -1;
+    double t0 = kiln__now_us();
+    r->ok = c->be->run(c->state, &r->ka) == KILN_OK && c->be->sync(c->state) == KILN_OK;
+    kiln__clear_error();
+    return r->ok ? kiln__now_us() - t0 : -1;
 }
 
 /* Times set-up tactics runs[0..n) by turns (kiln__tune_turns) and leaves

@@ -335,6 +335,13 @@ static void run_parts(void *vp, int64_t k0, int64_t k1) {
     }
 }
 
+/* Rows per chunk of a copy of `rows` rows of `row_floats` floats each:
+ * about 64 KiB, at least one row. */
+static int64_t copy_grain(int64_t rows, int64_t row_floats) {
+    double bytes = (double)rows * (double)row_floats * 4.0;
+    return bytes > 0 ? (int64_t)(65536.0 * (double)rows / bytes) + 1 : rows;
+}
+
 /* The padded NHWC copy of x: rows [r0, r1) of all images' padded rows. */
 static void pad_rows(void *vp, int64_t r0, int64_t r1) {
     const plan *P = vp;
@@ -417,10 +424,7 @@ void kiln__direct_run(const kiln_direct_args *a) {
         P.x = (lay){.img = Ho * Wo * ps, .ps = ps, .bs = 16, .cs = 1};
         P.T = 1;
         P.Kt = a->C;
-        int64_t rows = a->N * Ho;
-        double bytes = (double)rows * (double)Wo * (double)a->C * 4.0;
-        int64_t grain = bytes > 0 ? (int64_t)(65536.0 * (double)rows / bytes) + 1 : rows;
-        kiln__parallel_for(a->pool, rows, grain, gather_rows, &P);
+        kiln__parallel_for(a->pool, a->N * Ho, copy_grain(a->N * Ho, Wo * a->C), gather_rows, &P);
     } else {
         /* padded NHWC: kernel row i's taps and channels are kw * C floats in a row */
         P.xb = (const float *)(((uintptr_t)a->ws + 63) & ~(uintptr_t)63);
@@ -428,10 +432,7 @@ void kiln__direct_run(const kiln_direct_args *a) {
         P.T = a->kh;
         P.Kt = a->kw * a->C;
         for (int64_t i = 0; i < a->kh; i++) P.toff[i] = i * P.Wp * a->C;
-        int64_t rows = a->N * P.Hp;
-        double bytes = (double)rows * (double)P.Wp * (double)a->C * 4.0;
-        int64_t grain = bytes > 0 ? (int64_t)(65536.0 * (double)rows / bytes) + 1 : rows;
-        kiln__parallel_for(a->pool, rows, grain, pad_rows, &P);
+        kiln__parallel_for(a->pool, a->N * P.Hp, copy_grain(a->N * P.Hp, P.Wp * a->C), pad_rows, &P);
     }
     P.K = P.T * P.Kt;
     /* one run per image where output pixels are input pixels in order */
