@@ -10,7 +10,8 @@ small --size and --steps only checks that the script works.
   python3 scripts/train_resnet50.py --out DIR [--steps 2000] [--batch 256]
 
 Writes DIR/resnet50_trained_<k>.npz (convolution and FC weights as float16, every
-other tensor as float32, split so that no file passes 15 MB) and DIR/train.json
+other tensor, and any weight float16 cannot hold, as float32, split so that no
+file passes 15 MB; a diverged run, with a weight not finite, writes nothing) and DIR/train.json
 (the settings, the time taken and the held-out accuracy). load_weights() reads
 them back into a torchvision ResNet-50 (torch 1.13 or later).
 """
@@ -32,21 +33,25 @@ CHUNK_BYTES = 15_000_000
 
 
 def save_weights(model, out):
-    os.makedirs(out, exist_ok=True)
-    for old in glob.glob(os.path.join(out, "resnet50_trained_*.npz")):
-        os.unlink(old)
     chunks, cur, size = [], {}, 0
     for name, t in model.state_dict().items():
         a = t.detach().cpu().numpy()
         if name.endswith("num_batches_tracked"):
             continue
-        a = a.astype(np.float16) if a.ndim >= 2 else a.astype(np.float32)
+        a = a.astype(np.float32)
+        if not np.isfinite(a).all():
+            raise ValueError("tensor %s is not finite: the training diverged, nothing written" % name)
+        if a.ndim >= 2 and np.abs(a).max() <= np.finfo(np.float16).max:
+            a = a.astype(np.float16)  # else kept float32: it would overflow float16
         if cur and size + a.nbytes > CHUNK_BYTES:
             chunks.append(cur)
             cur, size = {}, 0
         cur[name] = a
         size += a.nbytes
     chunks.append(cur)
+    os.makedirs(out, exist_ok=True)
+    for old in glob.glob(os.path.join(out, "resnet50_trained_*.npz")):
+        os.unlink(old)
     for k, c in enumerate(chunks):
         path = os.path.join(out, "resnet50_trained_%d.npz" % k)
         with open(path + ".tmp", "wb") as f:
@@ -140,7 +145,10 @@ def main():
             correct += int((model(x).argmax(1).cpu() == y).sum())
             total += y.numel()
     model = model.float().to(memory_format=torch.contiguous_format)
-    n = save_weights(model, args.out)
+    try:
+        n = save_weights(model, args.out)
+    except ValueError as e:
+        sys.exit("train_resnet50.py: error: %s" % e)
     info = {"steps_planned": args.steps, "steps_done": done, "batch": args.batch, "size": args.size,
             "lr": args.lr, "seed": args.seed, "seconds": round(seconds, 1),
             "heldout_top1": correct / total, "files": n, "torch": torch.__version__}
