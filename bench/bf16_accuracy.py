@@ -23,8 +23,10 @@ import glob
 import importlib.util
 import json
 import os
+import shlex
 import shutil
 import subprocess
+import sys
 import tempfile
 
 import numpy as np
@@ -54,7 +56,6 @@ def run_kiln(kiln, engine, feeds, outdir):
 
 def trained_resnet50(args, here, tmp, emit):
     """Rows for the trained ResNet-50 of scripts/train_resnet50.py."""
-    import sys
     import torchvision
     sys.path.insert(0, os.path.join(here, "..", "scripts"))
     import synthetic_images
@@ -126,7 +127,6 @@ def write_section(args, here, lines):
     """Puts the table, with how it was made, in section bf16_accuracy of args.write."""
     import datetime
     import platform
-    import sys
     sys.path.insert(0, here)
     import mdsection
     cpu = platform.processor() or "unknown CPU"
@@ -140,7 +140,7 @@ def write_section(args, here, lines):
             "- Date: %s (UTC)" % datetime.datetime.utcnow().strftime("%Y-%m-%d %H:%M"),
             "- Machine: %s, %d cores visible" % (cpu, os.cpu_count() or 0),
             "- kiln: `%s`; PyTorch %s" % (args.kiln, torch.__version__),
-            "- Command: `%s`" % " ".join(["/usr/bin/python3", "bench/bf16_accuracy.py"] + sys.argv[1:]), ""]
+            "- Command: `%s`" % shlex.join(["/usr/bin/python3", "bench/bf16_accuracy.py"] + sys.argv[1:]), ""]
     text += lines
     text += ["",
              "Each row: a kiln engine built with `kiln build --bf16` and PyTorch's "
@@ -160,11 +160,7 @@ def write_section(args, here, lines):
                            info["seconds"], info["heldout_top1"], info["torch"]))
         except (OSError, ValueError, KeyError):
             pass
-    with open(args.write + ".section", "w") as f:
-        f.write("\n".join(text) + "\n")
-    with open(args.write + ".section") as f:
-        mdsection.write_section(args.write, "bf16_accuracy", f.read())
-    os.unlink(args.write + ".section")
+    mdsection.write_section(args.write, "bf16_accuracy", "\n".join(text) + "\n")
 
 
 def check_all(args, here, gm, tmp):
