@@ -41,17 +41,14 @@ def errors(y, ref):
     return np.abs(y - ref).max() / np.abs(ref).max(), np.linalg.norm(y - ref) / np.linalg.norm(ref)
 
 
-def run_kiln(kiln, engine, feeds, outdir):
-    """Runs a kiln engine on {name: array}; returns {output name: array}."""
-    os.makedirs(outdir, exist_ok=True)
+def run_kiln(kiln, engine, inputs, outdir):
+    """Runs a kiln engine on {input name: .npy path}; returns {output name: array}
+    (the CLI writes one .npy per output into outdir, a folder of its own)."""
     cmd = [kiln, "run", engine, "-q", "--output-dir", outdir]
-    for name, a in feeds.items():
-        path = os.path.join(outdir, "in_%s.npy" % name)
-        np.save(path, a)
+    for name, path in inputs.items():
         cmd += ["-i", "%s=%s" % (name, path)]
     subprocess.run(cmd, check=True)
-    return {f[:-4]: np.load(os.path.join(outdir, f)) for f in os.listdir(outdir)
-            if f.endswith(".npy") and not f.startswith("in_")}
+    return {f[:-4]: np.load(os.path.join(outdir, f)) for f in os.listdir(outdir) if f.endswith(".npy")}
 
 
 def trained_resnet50(args, here, tmp, emit):
@@ -84,7 +81,9 @@ def trained_resnet50(args, here, tmp, emit):
             ref = model(x).numpy()
             with torch.autocast("cpu", dtype=torch.bfloat16):
                 yt = model(x).float().numpy()
-        k = run_kiln(args.kiln, engine, {"input": x.numpy()}, os.path.join(tmp, "trained_%d" % i))["output"]
+        path = os.path.join(tmp, "trained_input_%d.npy" % i)
+        np.save(path, x.numpy())
+        k = run_kiln(args.kiln, engine, {"input": path}, os.path.join(tmp, "trained_%d" % i))["output"]
         km, kl = errors(k, ref)
         tm, tl = errors(yt, ref)
         same = "yes" if int(k.argmax()) == int(ref.argmax()) else "NO"
@@ -126,19 +125,13 @@ def main():
 def write_section(args, here, lines):
     """Puts the table, with how it was made, in section bf16_accuracy of args.write."""
     import datetime
-    import platform
     sys.path.insert(0, here)
     import mdsection
-    cpu = platform.processor() or "unknown CPU"
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(x.split(":", 1)[1].strip() for x in f if x.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
+    from cpu_vs_ort import cpu_model
     text = ["## bf16 accuracy of kiln's CPU engines", "",
             "Written by `bench/bf16_accuracy.py` from one real run (nothing edited by hand).", "",
             "- Date: %s (UTC)" % datetime.datetime.utcnow().strftime("%Y-%m-%d %H:%M"),
-            "- Machine: %s, %d cores visible" % (cpu, os.cpu_count() or 0),
+            "- Machine: %s, %d cores visible" % (cpu_model(), os.cpu_count() or 0),
             "- kiln: `%s`; PyTorch %s" % (args.kiln, torch.__version__),
             "- Command: `%s`" % shlex.join(["/usr/bin/python3", "bench/bf16_accuracy.py"] + sys.argv[1:]), ""]
     text += lines
@@ -177,11 +170,8 @@ def check_all(args, here, gm, tmp):
         engine = os.path.join(tmp, family + ".kiln")
         subprocess.run([args.kiln, "build", os.path.join(d, "model.onnx"), "--bf16", "-o", engine],
                        check=True, stdout=subprocess.DEVNULL)
-        ins = sorted(glob.glob(os.path.join(d, "inputs", "*.npy")))
-        cmd = [args.kiln, "run", engine, "-q", "--output-dir", os.path.join(tmp, family)]
-        for f in ins:
-            cmd += ["-i", "%s=%s" % (os.path.basename(f)[:-4], f)]
-        subprocess.run(cmd, check=True)
+        ins = {os.path.basename(f)[:-4]: f for f in sorted(glob.glob(os.path.join(d, "inputs", "*.npy")))}
+        outs = run_kiln(args.kiln, engine, ins, os.path.join(tmp, family))
         model, specs, out_names = gm.make_family(family)
         model.eval()
         feeds = [torch.from_numpy(np.load(os.path.join(d, "inputs", n + ".npy"))) for n, _, _ in specs]
@@ -190,7 +180,7 @@ def check_all(args, here, gm, tmp):
         ys = ys if isinstance(ys, (tuple, list)) else [ys]
         for name, yt in zip(out_names, ys):
             ref = np.load(os.path.join(d, "outputs", name + ".npy"))
-            k = np.load(os.path.join(tmp, family, name + ".npy"))
+            k = outs[name]
             km, kl = errors(k, ref)
             tm, tl = errors(yt.float().numpy(), ref)
             emit("| %s | %s | %.4f | %.4f | %.4f | %.4f |" % (family, name, km, kl, tm, tl))
