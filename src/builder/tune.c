@@ -320,7 +320,6 @@ static void tac_setup(const kiln_backend_i *be, void *state, kiln_pool *pool, co
     kiln__clear_error();
 }
 
-
 /* (runtime/engine.h) Timed one tactic after the other, a burst of load
  * fell on one candidate's runs alone: a 2-thread ResNet-50 build took
  * oneDNN (481 us) over Winograd for its 3x3 128-channel layers, which other
