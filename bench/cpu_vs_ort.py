@@ -472,7 +472,8 @@ def write_md(path, args, rows, baseline_mb, ort_version, kiln_version, command, 
         "",
         "**The machines are shared with other jobs and their speed drifts during a run, so the "
         "absolute times are only indicative; what matters is the ratio kiln/ORT, measured in "
-        "the same process with the two runtimes alternating (kiln, ORT, kiln, ORT, ...).** "
+        "the same run with the two runtimes alternating (kiln, ORT, kiln, ORT, ...), each in "
+        "its own timing process.** "
         "A ratio below 1 means kiln is faster.",
         "",
         table(rows),
