@@ -537,15 +537,25 @@ static int check_input_files(const kiln_model *m, input_files *files, shape_list
         npy_array arr;
         char err[1024];
         if (npy_read(f->path, &arr, err, sizeof err)) return fail("input '%s': %s", info.name, err);
+        /* the model's fixed dims and dtype, before a build that may take long */
+        char a[DIMS_CAP], b[DIMS_CAP];
+        const char *why = arr.dtype != info.dtype ? "dtype" : arr.rank != info.rank ? "rank" : NULL;
+        for (int i = 0; !why && i < info.rank; i++)
+            if (info.dims[i] >= 0 && arr.dims[i] != info.dims[i]) why = "shape";
+        if (why) {
+            int r = fail("input '%s': %s has %s %s, the model's input is %s %s (a wrong %s)", info.name, f->path,
+                         kiln_dtype_name(arr.dtype), fmt_dims(a, sizeof a, arr.rank, arr.dims, NULL),
+                         kiln_dtype_name(info.dtype), fmt_dims(b, sizeof b, info.rank, info.dims, info.dim_names),
+                         why);
+            npy_free(&arr);
+            return r;
+        }
         bool dynamic = false, named = false;
         for (int i = 0; i < info.rank; i++) dynamic = dynamic || info.dims[i] < 0;
         for (int q = 0; q < 4; q++) named = named || shapes_find(&sl[q], info.name);
-        if (dynamic && !named && arr.rank == info.rank) {
-            /* fixed dims stay the model's: a wrong one is reported when the file is bound */
+        if (dynamic && !named) {
             shape_spec sp = {.name = strdup(info.name), .rank = arr.rank};
             memcpy(sp.dims, arr.dims, sizeof sp.dims);
-            for (int i = 0; i < arr.rank; i++)
-                if (info.dims[i] >= 0) sp.dims[i] = info.dims[i];
             shape_spec *nv = sp.name ? realloc(sl[0].v, (size_t)(sl[0].n + 1) * sizeof *nv) : NULL;
             if (!nv) {
                 free(sp.name);
