@@ -1,5 +1,6 @@
 # CLI and real-model tests (included from tests/tests.cmake).
 #   cli          tests/cli/test_cli.sh: behaviour of the `kiln` tool (needs /usr/bin/python3 + onnx)
+#   cli_debug    tests/cli/test_debug.sh: kiln debug compare on planted bugs, --disable-pass (~3 s)
 #   models_mlp   the MLP variants of the real-model suite (needs torch; a few seconds)
 #   models       the whole suite: ResNet-50, MobileNetV2, BERT-base, MLP (~1.4 GB of models in
 #                BUILD/models, generated on first use; long). Only with -DKILN_MODEL_TESTS=ON.
@@ -14,6 +15,8 @@ option(KILN_MODEL_TESTS "Register the full real-model test suite (slow, ~1.4 GB)
 if(EXISTS /usr/bin/python3)
   add_test(NAME cli COMMAND ${CMAKE_SOURCE_DIR}/tests/cli/test_cli.sh $<TARGET_FILE:kiln_cli>)
   set_tests_properties(cli PROPERTIES LABELS "cli" TIMEOUT 600)
+  add_test(NAME cli_debug COMMAND ${CMAKE_SOURCE_DIR}/tests/cli/test_debug.sh $<TARGET_FILE:kiln_cli>)
+  set_tests_properties(cli_debug PROPERTIES LABELS "cli" TIMEOUT 300)
   add_test(NAME models_mlp
            COMMAND ${CMAKE_SOURCE_DIR}/tests/models/run_model_tests.sh ${CMAKE_BINARY_DIR}/models
                    $<TARGET_FILE_DIR:kiln_cli> --only mlp)
