@@ -402,9 +402,13 @@ static void print_first(const session *s) {
             printf("    worst element %" PRId64 ": engine %.6g, reference %.6g\n", en->diff.at, en->a_val,
                    en->r_val);
     }
+    int unchecked[16], n_unchecked = 0; /* layers that wrote inputs without a reference */
     for (int i = 0; i < kiln_engine_layer_num_inputs(e, l); i++) {
         const char *name = kiln_engine_layer_input(e, l, i);
-        if (!name) continue;
+        bool again = false;
+        for (int j = 0; j < i && name && !again; j++) again = kiln_engine_layer_input(e, l, j) &&
+                                                            !strcmp(kiln_engine_layer_input(e, l, j), name);
+        if (!name || again) continue;
         const entry *en = table_find(&s->t, name);
         printf("  input %d '%s': ", i, name);
         if (!en) {
@@ -414,21 +418,35 @@ static void print_first(const session *s) {
                 input = input || (kiln_engine_input_info(e, k, &info) == KILN_OK && !strcmp(info.name, name));
             }
             printf("%s\n", input ? "an input of the engine" : "a constant");
+        } else if (en->clobbered_by_reader == l) {
+            printf("CHANGED after layer %d wrote it, before this layer read it\n", en->producer);
+        } else if (en->status == ROW_OK) {
+            printf("matches the reference (written by layer %d)\n", en->producer);
+        } else if (en->status == ROW_NOREF) {
+            printf("no reference (written by layer %d)\n", en->producer);
+            if (n_unchecked < 16) unchecked[n_unchecked++] = en->producer;
+        } else {
+            printf("%s (written by layer %d)\n", status_word(en->status), en->producer);
         }
-        else if (en->clobbered_by_reader == l) printf("CHANGED after layer %d wrote it, before this layer read it\n",
-                                                      en->producer);
-        else if (en->status == ROW_OK) printf("matches the reference (written by layer %d)\n", en->producer);
-        else if (en->status == ROW_NOREF) printf("no reference (written by layer %d)\n", en->producer);
-        else printf("%s (written by layer %d)\n", status_word(en->status), en->producer);
+    }
+    for (int i = 0; i < n_unchecked; i++) {
+        bool again = false;
+        for (int j = 0; j < i; j++) again = again || unchecked[j] == unchecked[i];
+        if (again) continue;
+        printf("  The fault may also be in layer %d, ", unchecked[i]);
+        print_layer(e, unchecked[i]);
+        printf(",\n  made from ");
+        print_sources(e, unchecked[i]);
+        printf(":\n  the tensor it wrote has no counterpart in the model, so it was not compared.\n");
     }
     if (s->recheck_bad == 0)
         printf("  Run again with memory reuse off, this layer's output matches the reference: its memory\n"
                "  overlaps a tensor it reads or another layer writes into it (a fault of the memory plan;\n"
                "  --no-memory-reuse runs the whole engine so).\n");
     else if (s->recheck_bad > 0)
-        printf("  Run again with memory reuse off, it still differs (max abs error / max|ref| %.3g): the\n"
-               "  layer computes it wrong (its kernel, or the rewrite that made it; try --disable-pass).\n",
-               s->recheck_norm);
+        printf("  Run again with memory reuse off, it still differs (max abs error / max|ref| %.3g):\n"
+               "  %s computes it wrong: a kernel, or the rewrite that made it (try --disable-pass).\n",
+               s->recheck_norm, n_unchecked ? "this layer, or one above whose output was not compared," : "the layer");
 }
 
 static void print_row(const session *s, const entry *en) {
