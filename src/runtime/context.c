@@ -1005,7 +1005,9 @@ static kiln_status layer_event(kiln_context *c, int ni, kiln_layer_event ev) {
     c->cb_layer = ni;
     c->cb_event = ev;
     c->used_view = 0;
+    kiln__pool_hold(c->threads_pool, false); /* idle workers sleep while the callback works */
     int stop = c->layer_cb(c, ni, ev, c->layer_user);
+    kiln__pool_hold(c->threads_pool, true);
     c->cb_layer = -1;
     c->used_view = 0;
     if (!stop) return KILN_OK;
