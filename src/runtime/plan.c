@@ -217,10 +217,19 @@ static void plan_sizes(planner *P) {
     }
 }
 
-/* Ops whose output is their first input's bytes under another shape. */
-static bool is_view_op(int op_id) {
+bool kiln__is_view_op(int op_id) {
     return op_id == KILN_OP_Reshape || op_id == KILN_OP_Flatten || op_id == KILN_OP_Squeeze ||
            op_id == KILN_OP_Unsqueeze || op_id == KILN_OP_Identity;
+}
+
+int kiln__node_inplace_input(const kiln_engine *e, const kiln_node *n) {
+    int k = (n->op->flags & KILN_OP_FLAG_INPLACE) ? 0
+            : n->op->cpu_inplace_input              ? n->op->cpu_inplace_input(n->attrs)
+                                                    : -1;
+    if (k < 0 || k >= n->n_in || n->n_out < 1) return -1;
+    if (kiln__node_mem(e, n) != KILN_MEM_HOST) return -1;
+    if (k > 0 && n->device != KILN_DEVICE_CPU) return -1; /* cpu_inplace_input: CPU kernels */
+    return k;
 }
 
 static void need(planner *P, int v, int m, int t) {
@@ -322,7 +331,7 @@ static kiln_status plan_blocks(planner *P) {
      * the same bytes; the in-place merge below sees the extended end. */
     for (int ni = 0; ni < g->n_nodes; ni++) {
         const kiln_node *n = &g->nodes[ni];
-        if (!is_view_op(n->op_id) || n->n_in < 1 || n->n_out < 1) continue;
+        if (!kiln__is_view_op(n->op_id) || n->n_in < 1 || n->n_out < 1) continue;
         int m = kiln__node_mem(P->e, n);
         int v = n->in[0], w = n->out[0];
         if (v < 0 || w < 0 || v == w) continue;
@@ -338,20 +347,19 @@ static kiln_status plan_blocks(planner *P) {
      * e.g. a FusedConv's residual) */
     for (int ni = 0; ni < g->n_nodes; ni++) {
         const kiln_node *n = &g->nodes[ni];
-        int k = (n->op->flags & KILN_OP_FLAG_INPLACE) ? 0
-                : n->op->cpu_inplace_input              ? n->op->cpu_inplace_input(n->attrs)
-                                                        : -1;
-        if (k < 0 || k >= n->n_in || n->n_out < 1) continue;
-        if (kiln__node_mem(P->e, n) != KILN_MEM_HOST) continue;
-        if (k > 0 && n->device != KILN_DEVICE_CPU) continue; /* cpu_inplace_input: CPU kernels */
+        int k = kiln__node_inplace_input(P->e, n);
+        if (k < 0) continue;
         int v = n->in[k], w = n->out[0];
         if (v < 0 || w < 0 || v == w) continue;
         int bv = block_of(P, KILN_MEM_HOST, v), bw = block_of(P, KILN_MEM_HOST, w);
         if (bv < 0 || bw < 0 || P->blocks[bv].end != ni || P->blocks[bw].start != ni) continue;
         if (g->values[v].flags & (KILN_VALUE_OUTPUT | KILN_VALUE_INPUT)) continue;
         if (p->nbytes[v] != p->nbytes[w]) continue;
+        /* another input in the same block (v itself, or a view of it or of
+         * what v views) is read while out[0] is written: not in place */
         bool twice = false;
-        for (int i = 0; i < n->n_in; i++) twice = twice || (i != k && n->in[i] == v);
+        for (int i = 0; i < n->n_in; i++)
+            twice = twice || (i != k && n->in[i] >= 0 && block_of(P, KILN_MEM_HOST, n->in[i]) == bv);
         if (twice) continue;
         /* w's block may hold views of w already (the loop above): they
          * move with it (before this was a merge of blocks, they were left

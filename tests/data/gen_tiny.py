@@ -97,13 +97,14 @@ def window_reverse(path):
     # activation arena) and a Reshape to 6-D whose shape is computed from
     # the tensor's own Shape (Shape/Gather/Unsqueeze/Concat, as exported by
     # torch), then Transpose perm=[0,1,3,2,4,5] and a Reshape back:
-    #   x[4,8,8,16] (4 windows of 8x8, 16 channels)
-    #   p = x @ w + b; d = Dropout(p)
+    #   x[4,8,8,16] (4 windows of 8x8, 16 channels); s = Sigmoid(x)
+    #   p = s @ w + b; d = Dropout(p)
     #   r = Reshape(d, [1, 2, 2, 8, 8, C]) with C = Shape(d)[3]
-    #   y = Reshape(Transpose(r, [0,1,3,2,4,5]), [1, 16, 16, 16])
+    #   y = Reshape(Transpose(r, [0,1,3,2,4,5]), [1, 16, 16, 16]) + Reshape(s, same)
     # The memory planner used to leave r (a view of d, which is in place
-    # over p) at an offset no block reserved, where the Transpose then wrote
-    # its output over the input it was reading.
+    # over p) at offset 0, which no block reserved for it: s's bytes (the
+    # first block, live to the end as the residual) or, where s is elsewhere,
+    # the Transpose's own output.
     rng = np.random.default_rng(20)
     w = rng.standard_normal((16, 16)).astype(np.float32)
     b = rng.standard_normal((16,)).astype(np.float32)
@@ -113,7 +114,8 @@ def window_reverse(path):
              numpy_helper.from_array(np.array([1, 2, 2, 8, 8], dtype=np.int64), "head"),
              numpy_helper.from_array(np.array([1, 16, 16, 16], dtype=np.int64), "back")]
     nodes = [
-        helper.make_node("MatMul", ["x", "w"], ["p0"], name="proj"),
+        helper.make_node("Sigmoid", ["x"], ["s"], name="sigmoid"),
+        helper.make_node("MatMul", ["s", "w"], ["p0"], name="proj"),
         helper.make_node("Add", ["p0", "b"], ["p"], name="proj_bias"),
         helper.make_node("Dropout", ["p"], ["d"], name="dropout"),
         helper.make_node("Shape", ["d"], ["d_shape"], name="shape"),
@@ -122,7 +124,9 @@ def window_reverse(path):
         helper.make_node("Concat", ["head", "c1"], ["shape6"], name="concat_shape", axis=0),
         helper.make_node("Reshape", ["d", "shape6"], ["r"], name="reshape6"),
         helper.make_node("Transpose", ["r"], ["t"], name="window_reverse", perm=[0, 1, 3, 2, 4, 5]),
-        helper.make_node("Reshape", ["t", "back"], ["y"], name="reshape_back"),
+        helper.make_node("Reshape", ["t", "back"], ["yt"], name="reshape_back"),
+        helper.make_node("Reshape", ["s", "back"], ["sb"], name="shortcut"),
+        helper.make_node("Add", ["yt", "sb"], ["y"], name="residual"),
     ]
     g = helper.make_graph(nodes, "window_reverse",
                           [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8, 8, 16])],
@@ -134,7 +138,9 @@ def window_reverse(path):
     onnx.save(m, path)
     # Reference for one input, with numpy: raw float32 x then y.
     x = rng.standard_normal((4, 8, 8, 16)).astype(np.float32)
-    y = (x @ w + b).reshape(1, 2, 2, 8, 8, 16).transpose(0, 1, 3, 2, 4, 5).reshape(1, 16, 16, 16)
+    s = 1 / (1 + np.exp(-x.astype(np.float64)))
+    y = (s @ w + b).reshape(1, 2, 2, 8, 8, 16).transpose(0, 1, 3, 2, 4, 5).reshape(1, 16, 16, 16)
+    y = y + s.reshape(1, 16, 16, 16)
     with open(path.replace(".onnx", "_io.bin"), "wb") as f:
         f.write(x.tobytes())
         f.write(y.astype(np.float32).tobytes())
