@@ -304,6 +304,23 @@ KILN_API kiln_status kiln_context_set_profiling(kiln_context *c, int on);
 KILN_API kiln_status kiln_context_layer_time(const kiln_context *c, int layer, double *total_us,
                                              int64_t *runs);
 
+/* Debug mode for the memory plan (off by default; the environment variable
+ * KILN_DEBUG_ARENA=1 turns it on for new contexts, so that `kiln run` and
+ * any program can use it unchanged). While on, every run checks that no
+ * layer reads bytes of the activation arenas that it did not get from the
+ * live producer of that input: the runtime records, per arena region, which
+ * value owns it and which layer wrote it; before each layer runs it checks
+ * that each input's region is still owned by that input and that no output
+ * or workspace overlaps an input (except a view of it, or an output the
+ * plan puts in place of it). Host regions are poisoned (a NaN pattern for
+ * float types, 0xAB bytes otherwise) before a layer is handed them, and a
+ * float output that still holds the pattern after its layer ran is an
+ * error too. A failure is KILN_ERR_INTERNAL, naming the layer, the value
+ * and the layer that overwrote it. Runs are slower (every output is written
+ * twice and scanned once) and CUDA Graphs are not used; outputs of runs
+ * that pass are the same as without it. See docs/memory.md. */
+KILN_API kiln_status kiln_context_set_debug_arena(kiln_context *c, int on);
+
 /* ---- debugging: the intermediate tensors of a run ----------------------
  * A layer callback sees every layer of a run as it happens, and may read
  * the tensors the layer reads (before it runs) and writes (after it ran),
