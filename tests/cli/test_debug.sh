@@ -143,5 +143,10 @@ if grep -q "FusedConv" "$T/out"; then bad "build --disable-pass fuse_conv still 
 expect "build" 0 "" "$KILN" build cnn.onnx -o on.kiln -q
 expect "inspect --json: sources" 0 '"sources": ["conv1", "bn1", "relu1"]' "$KILN" inspect on.kiln --json
 
+# ---- kiln run --compare shares the reference builder -------------------------------------
+expect "build b2" 0 "" "$KILN" build cnn.onnx -o b2.kiln -q --shapes x:2x3x16x16
+expect "run --compare" 0 "compare against the fp32 CPU plan of cnn.onnx" "$KILN" run b2.kiln -i x.npy --compare cnn.onnx -q
+expect "run --compare: y" 0 "  y: max abs err " "$KILN" run b2.kiln -i x.npy --compare cnn.onnx -q
+
 echo "$PASS passed, $FAIL failed"
 [ "$FAIL" -eq 0 ]
