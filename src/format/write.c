@@ -181,9 +181,10 @@ kiln_status kiln__format_write(const kiln_engine *e, void **data, size_t *size) 
         src_first[i] = (uint32_t)n_src_names;
         if ((st = kiln__grow((void **)&src_name, &cap_src_names, n_src_names + k + 1, sizeof *src_name)) != KILN_OK)
             goto done;
-        for (int j = 0; j < k; j++) {
-            if (!n->n_src) src_name[n_src_names] = node_name[i];
-            else if ((st = strtab_add(&t, kiln__node_source(n, j), &src_name[n_src_names])) != KILN_OK) goto done;
+        for (int j = 0; j < k; j++) { /* a source named as its node shares the name's string */
+            const char *src = kiln__node_source(n, j);
+            if (!strcmp(src, n->name)) src_name[n_src_names] = node_name[i];
+            else if ((st = strtab_add(&t, src, &src_name[n_src_names])) != KILN_OK) goto done;
             n_src_names++;
         }
     }
