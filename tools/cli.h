@@ -57,6 +57,8 @@ bool parse_device(const char *cmd, const char *val, int *device, int64_t *index)
 bool parse_pass(const char *cmd, const char *name, uint32_t *mask);
 /* kiln_builder_disable_pass for every pass in mask; EXIT_OK or EXIT_FAIL (printed). */
 int disable_passes(kiln_builder *b, uint32_t mask);
+/* --layer-precision name:fp32[,name2:fp32...] on b; false (message printed) on error. */
+bool set_layer_precisions(const char *cmd, kiln_builder *b, const char *list);
 /* One of --fp32/--tf32/--fp16/--bf16 (p); a usage error (false) for a second, other one. */
 bool set_precision_flag(const char *cmd, int *precision, int p);
 

@@ -53,6 +53,8 @@ static const char debug_help[] =
     "                           gets the file's shape)\n"
     "  --fp32 | --tf32 | --fp16 | --bf16   the engine's precision (default fp32)\n"
     "  --device DEV             the engine's device: cpu (default), cuda or cuda:N\n"
+    "  --layer-precision LIST   fp16/bf16 engines: layers kept in fp32 (name:fp32[,...])\n"
+    "  --workspace MIB          largest scratch memory a layer may use (0 = no limit)\n"
     "  --disable-pass NAME      build the engine with pass NAME off (repeatable)\n"
     "  --threads N              threads of both runs (0 = one per core; default 0)\n"
     "  --no-tuning              take each layer's default kernel instead of timing them\n"
@@ -594,7 +596,8 @@ typedef struct compare_opts {
     input_files files;
     shape_list sl[4];
     int precision, device;
-    int64_t device_index, threads, seed;
+    int64_t device_index, threads, seed, workspace;
+    const char *layer_prec;
     uint32_t disabled;
     bool no_tuning, no_reuse, verbose, atol_set, rtol_set;
     const char *tcache;
@@ -635,6 +638,11 @@ static int build_engine(const compare_opts *o, const kiln_model *m, kiln_engine 
         fail_kiln(st, "--timing-cache");
         goto done;
     }
+    if (o->workspace >= 0 && (st = kiln_builder_set_workspace(b, (size_t)o->workspace << 20)) != KILN_OK) {
+        fail_kiln(st, "--workspace");
+        goto done;
+    }
+    if (o->layer_prec && !set_layer_precisions("debug", b, o->layer_prec)) goto done;
     if ((rc = set_profiles("debug", m, b, o->sl, false)) != EXIT_OK) goto done;
     if ((rc = disable_passes(b, o->disabled)) != EXIT_OK) goto done;
     rc = EXIT_FAIL;
@@ -789,15 +797,18 @@ static int cmd_compare(int argc, char **argv) {
         {"--bf16", NULL, false},       {"--device", NULL, true},      {"--disable-pass", NULL, true},
         {"--threads", NULL, true},     {"--no-tuning", NULL, false},  {"--timing-cache", NULL, true},
         {"--no-memory-reuse", NULL, false}, {"--atol", NULL, true},   {"--rtol", NULL, true},
-        {"--verbose", "-v", false},    {"--help", "-h", false},
+        {"--verbose", "-v", false},    {"--help", "-h", false},       {"--layer-precision", NULL, true},
+        {"--workspace", NULL, true},
     };
     enum { O_INPUT, O_SEED, O_SHAPES, O_MIN, O_OPT, O_MAX, O_FP32, O_TF32, O_FP16, O_BF16, O_DEVICE,
-           O_DISABLE, O_THREADS, O_NO_TUNING, O_TCACHE, O_NO_REUSE, O_ATOL, O_RTOL, O_VERBOSE, O_HELP };
+           O_DISABLE, O_THREADS, O_NO_TUNING, O_TCACHE, O_NO_REUSE, O_ATOL, O_RTOL, O_VERBOSE, O_HELP,
+           O_LAYER_PREC, O_WORKSPACE };
     compare_opts o;
     memset(&o, 0, sizeof o);
     o.precision = -1;
     o.device = KILN_DEVICE_CPU;
     o.threads = -1;
+    o.workspace = -1;
     argscan s = {argc, argv, 0, "debug", false};
     const char *val;
     int rc = EXIT_USAGE, id;
@@ -840,6 +851,10 @@ static int cmd_compare(int argc, char **argv) {
             break;
         }
         case O_VERBOSE: o.verbose = true; break;
+        case O_LAYER_PREC: o.layer_prec = val; break;
+        case O_WORKSPACE:
+            if (!opt_int("debug", "--workspace", val, 0, (int64_t)(SIZE_MAX >> 21), &o.workspace)) goto done;
+            break;
         default: goto done;
         }
     }

@@ -621,21 +621,21 @@ static const char build_help[] =
     "  -h, --help               show this help\n";
 
 /* --layer-precision name:fp32[,name2:fp32...]; false (message printed) on error */
-static bool set_layer_precisions(kiln_builder *b, const char *list) {
+bool set_layer_precisions(const char *cmd, kiln_builder *b, const char *list) {
     const char *p = list;
     while (*p) {
         const char *end = strchr(p, ',');
         size_t len = end ? (size_t)(end - p) : strlen(p);
         char item[1024];
         if (len == 0 || len >= sizeof item) {
-            usage_error("build", "--layer-precision: bad item in '%s'", list);
+            usage_error(cmd, "--layer-precision: bad item in '%s'", list);
             return false;
         }
         memcpy(item, p, len);
         item[len] = 0;
         char *colon = strrchr(item, ':');
         if (!colon || colon == item || strcmp(colon + 1, "fp32") != 0) {
-            usage_error("build", "--layer-precision: expected name:fp32, got '%s'", item);
+            usage_error(cmd, "--layer-precision: expected name:fp32, got '%s'", item);
             return false;
         }
         *colon = 0;
@@ -883,7 +883,7 @@ static int cmd_build(int argc, char **argv) {
         fail_kiln(st, "--timing-cache");
         goto done;
     }
-    if (layer_prec && !set_layer_precisions(b, layer_prec)) goto done;
+    if (layer_prec && !set_layer_precisions("build", b, layer_prec)) goto done;
     if ((rc = set_profiles("build", m, b, sl, quiet)) != EXIT_OK) goto done;
     rc = EXIT_FAIL;
     if (disable_passes(b, disabled) != EXIT_OK) goto done;
