@@ -94,7 +94,7 @@ expect "compare bad --atol" 2 "--atol: expected a number" "$KILN" debug compare 
 expect "compare two precisions" 2 "only one of" "$KILN" debug compare cnn.onnx --fp32 --fp16
 expect "compare unknown pass" 2 "unknown pass 'fuse_all' (passes: fold_bn, fuse_conv," \
     "$KILN" debug compare cnn.onnx --disable-pass fuse_all
-expect "compare bad --layer-precision" 2 "expected name:fp32, got 'conv1'" "$KILN" debug compare cnn.onnx --layer-precision conv1
+expect "compare bad --layer-precision" 1 "expected name:fp32, got 'conv1'" "$KILN" debug compare cnn.onnx --layer-precision conv1
 expect "build unknown pass" 2 "unknown pass 'nope'" "$KILN" build cnn.onnx -o e.kiln --disable-pass nope
 
 # ---- input errors (before the build) --------------------------------------------------
