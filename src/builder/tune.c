@@ -28,6 +28,7 @@
 
 #define TUNE_MAX_TACTICS 16
 #define TUNE_REPS 5
+#define DEVICE_REPS 10 /* runs per timing of a device tactic (turn_run) */
 
 typedef struct cache_ent {
     char *key;
@@ -245,11 +246,13 @@ static kiln_status bufs_make(const kiln_backend_i *be, void *state, const kiln_n
         }
         if (in[i]->data) {
             memcpy(h, in[i]->data, nb);
-        } else if (in[i]->dtype == KILN_DTYPE_FLOAT32) {
-            float *f = (float *)h;
-            for (size_t k = 0; k < nb / sizeof(float); k++) {
+        } else if (in[i]->dtype == KILN_DTYPE_FLOAT32 || in[i]->dtype == KILN_DTYPE_FLOAT16 ||
+                   in[i]->dtype == KILN_DTYPE_BFLOAT16) {
+            /* random, not zeros: kernels can run faster on zeros than on real data */
+            int64_t ne = (int64_t)(nb / kiln_dtype_size(in[i]->dtype));
+            for (int64_t k = 0; k < ne; k++) {
                 rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-                f[k] = (float)((double)(rng >> 11) / 4503599627370496.0 - 1.0);
+                kiln__store_f64(in[i]->dtype, h, k, (double)(rng >> 11) / 4503599627370496.0 - 1.0);
             }
         } else {
             memset(h, 0, nb);
@@ -371,10 +374,16 @@ static double turn_run(void *vp, int k) {
     turn_ctx *c = vp;
     tac_run *r = &c->runs[k];
     if (!r->ok) return -1;
+    /* a device queues its runs: DEVICE_REPS back to back, then one wait,
+     * so that the launch and the synchronization do not hide a kernel of
+     * a few microseconds */
+    int reps = c->be->device == KILN_DEVICE_CPU ? 1 : DEVICE_REPS;
     double t0 = kiln__now_us();
-    r->ok = c->be->run(c->state, &r->ka) == KILN_OK && c->be->sync(c->state) == KILN_OK;
+    bool ok = true;
+    for (int i = 0; i < reps && ok; i++) ok = c->be->run(c->state, &r->ka) == KILN_OK;
+    r->ok = ok && c->be->sync(c->state) == KILN_OK;
     kiln__clear_error();
-    return r->ok ? kiln__now_us() - t0 : -1;
+    return r->ok ? (kiln__now_us() - t0) / reps : -1;
 }
 
 /* Times set-up tactics runs[0..n) by turns (kiln__tune_turns) and leaves
@@ -811,7 +820,9 @@ kiln_status kiln__builder_tune(const kiln_builder *b, kiln_engine *e) {
         int n_ids = be->tactics ? be->tactics(states[si], &ia, ids, TUNE_MAX_TACTICS) : 0;
         kiln_tactic *tac = n->attrs;
         n_layers++;
-        if (n_ids <= 1) {
+        /* one tactic: nothing to choose (a device layer's is still timed, for
+         * inspect and the timing cache) */
+        if (n_ids == 0 || (n_ids == 1 && be->device == KILN_DEVICE_CPU)) {
             tac->id = n_ids == 1 ? ids[0] : 0;
             continue;
         }
