@@ -26,7 +26,7 @@
 #include <stdio.h>
 #include <unistd.h>
 
-#define TUNE_MAX_TACTICS 16
+#define TUNE_MAX_TACTICS 32
 #define TUNE_REPS 5
 #define DEVICE_REPS 10 /* runs per timing of a device tactic (turn_run) */
 
@@ -796,6 +796,8 @@ kiln_status kiln__builder_tune(const kiln_builder *b, kiln_engine *e) {
     kiln_sbuf key = {0};
     kiln_status st = KILN_OK;
     int n_timed = 0, n_cached = 0, n_layers = 0;
+    const char *venv = getenv("KILN_TUNE_VERBOSE");
+    bool verbose = venv && *venv && strcmp(venv, "0") != 0;
     double t_start = kiln__now_us();
     if (b->timing_cache && (st = cache_read(&cache, b->timing_cache)) != KILN_OK) goto out;
     if ((st = opt_shapes(e, vi)) != KILN_OK) goto out;
@@ -846,7 +848,7 @@ kiln_status kiln__builder_tune(const kiln_builder *b, kiln_engine *e) {
             memset(&tb, 0, sizeof tb);
             st = bufs_make(be, states[si], n, in, outs, &tb);
             int32_t best = 0, cand[TUNE_MAX_TACTICS];
-            double best_us = -1, us[TUNE_MAX_TACTICS];
+            double best_us = -1, us[TUNE_MAX_TACTICS], setup_us[TUNE_MAX_TACTICS];
             int nc = 0;
             tac_run *runs = st == KILN_OK ? kiln__calloc((size_t)n_ids, sizeof *runs) : NULL;
             if (st == KILN_OK && !runs) st = KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory (tuning)");
@@ -862,11 +864,24 @@ kiln_status kiln__builder_tune(const kiln_builder *b, kiln_engine *e) {
                     continue;
                 }
                 /* set up with the layout it runs in (its attrs are copied) */
+                double t_setup = kiln__now_us();
                 tac_setup(be, states[si], pool, n, in, ids[k], &tb, &runs[nc]);
+                setup_us[nc] = kiln__now_us() - t_setup;
                 if (nhwc) ((kiln_fused_conv_attrs *)n->attrs)->layout = 0;
                 cand[nc++] = ids[k];
             }
             if (st == KILN_OK) time_turns(be, states[si], runs, nc, us);
+            if (st == KILN_OK && verbose) {
+                /* KILN_TUNE_VERBOSE=1: every candidate's set-up and median time */
+                fprintf(stderr, "kiln: tune %s:", n->name);
+                for (int k = 0; k < nc; k++) {
+                    char nm[96];
+                    if (be->tactic_describe) be->tactic_describe(n, cand[k], nm, sizeof nm);
+                    else snprintf(nm, sizeof nm, "%s", be->tactic_name ? be->tactic_name(n, cand[k]) : "?");
+                    fprintf(stderr, " %s=%.1fus(setup %.0fms)", nm, us[k], setup_us[k] / 1000.0);
+                }
+                fprintf(stderr, "\n");
+            }
             for (int k = 0; k < nc; k++) {
                 if (st == KILN_OK && us[k] >= 0 && (best_us < 0 || us[k] < best_us)) {
                     best_us = us[k];

@@ -159,6 +159,7 @@ typedef struct conv_state {
     void *w_nhwc;           /* NHWC layers: the weights as [M, kh, kw, C] (device, owned) */
     const void *w_src;      /* ... made from these */
     size_t w_bytes;
+    int w_variant;          /* ... for this input variant (XV_*) */
     void *xbuf;             /* layout Y_NHWC alone: the input converted to NHWC (device, owned) */
     size_t xbuf_bytes;
     bool warned;            /* the stored tactic was missing once (warned) */
@@ -197,39 +198,103 @@ static conv_state *conv_state_of(const kiln_kernel_args *a, conv_state *tmp) {
     return tmp;
 }
 
-/* NHWC layers: the weights [M, C, kh, kw], once as [M, kh, kw, Cg] (Cg =
- * g->Cg >= C: the channels past C zero, for an input padded to Cg). */
-static kiln_status nhwc_weights(const kiln_kernel_args *a, const kcu_conv *g, conv_state *cs,
+/* How an NCHW input reaches cuDNN in a layer with layout Y_NHWC alone (the
+ * layer converts it: ResNet's 3-channel stem): the user bits of its tactic
+ * (kcu_dg_is_id), timed against each other by the builder.
+ *   XV_C8   NHWC, channels padded to a multiple of 8
+ *   XV_C4   NHWC, channels padded to a multiple of 4
+ *   XV_S2D  space-to-depth: a stride-2 convolution with kernel K on C
+ *           channels is a stride-1 convolution with kernel ceil(K/2) on 4C
+ *           channels (padded to 8) of the 2x2 blocks of the padded input:
+ *           y[o] = sum_k w[k] x[2o - p + k] = sum_{j,r} w[2j + r] s[o + j][r]
+ *           with s[l][r] = x[2l + r - p] (0 outside x). */
+enum { XV_C8 = 0, XV_C4 = 1, XV_S2D = 2 };
+
+static int tactic_xv(int32_t t) {
+    return kcu_dg_is_id(t) ? (int)((t & KCU_DG_ID_USER) >> KCU_DG_ID_USER_SHIFT) : XV_C8;
+}
+
+static bool xv_ok(const kcu_conv *g, int v) {
+    if (v == XV_C8 || v == XV_C4) return true;
+    return v == XV_S2D && g->ns == 2 && g->G == 1 && g->s[0] == 2 && g->s[1] == 2 && g->d[0] == 1 && g->d[1] == 1;
+}
+
+/* The geometry cuDNN runs for variant v of the NCHW-input layer g. */
+static void xv_geom(const kcu_conv *g, const int64_t *pe, int v, kcu_conv *o, int64_t *ope) {
+    *o = *g;
+    memcpy(ope, pe, KCU_MAX_SP * sizeof *ope);
+    if (v != XV_S2D) {
+        int64_t m = v == XV_C4 ? 4 : 8;
+        o->C = o->Cg = (g->C + m - 1) / m * m;
+        return;
+    }
+    o->C = o->Cg = (4 * g->C + 7) / 8 * 8;
+    o->in_sz = o->k_sz = 1;
+    for (int i = 0; i < 2; i++) {
+        int64_t J = (g->k[i] + 1) / 2;
+        o->in[i] = g->out[i] + J - 1;
+        o->k[i] = J;
+        o->s[i] = o->d[i] = 1;
+        o->pb[i] = ope[i] = 0;
+        o->in_sz *= o->in[i];
+        o->k_sz *= J;
+    }
+}
+
+/* NHWC layers: the weights [M, C, kh, kw], once as the NHWC filter cuDNN
+ * reads for geometry g (cuda_conv's variant v): [M, kh, kw, Cg] with the
+ * channels past C zero (XV_C8/XV_C4; Cg = C for NHWC inputs), or the
+ * space-to-depth filter [M, J, J, Cg], channel c * 4 + rh * 2 + rw at (jh,
+ * jw) holding w[c, 2 jh + rh, 2 jw + rw] (0 past the kernel). */
+static kiln_status nhwc_weights(const kiln_kernel_args *a, const kcu_conv *g, int v, conv_state *cs,
                                 const void **out) {
     const kiln_tensor *W = a->in[1];
     size_t es = kiln_dtype_size(W->dtype);
-    if (g->ns != 2 || W->rank != 4 || W->dims[1] > g->Cg)
+    if (g->ns != 2 || W->rank != 4 || W->dims[1] * (v == XV_S2D ? 4 : 1) > g->Cg)
         return KILN_FAIL(KILN_ERR_UNSUPPORTED, "node '%s': NHWC weights need a 2-D convolution", KCU_NODE(a));
-    int64_t kh = W->dims[2], kw = W->dims[3], C = W->dims[1];
-    size_t bytes = (size_t)(g->M * kh * kw * g->Cg) * es;
-    if (!cs->w_nhwc || cs->w_src != W->data || cs->w_bytes != bytes) {
-        if (cs->w_nhwc) cudaFree(cs->w_nhwc);
-        cs->w_nhwc = NULL;
-        KILN_CUDA_TRY(cudaMalloc(&cs->w_nhwc, bytes ? bytes : 1), KCU_NODE(a));
-        cs->w_src = W->data;
-        cs->w_bytes = bytes;
-        if (C < g->Cg) KILN_CUDA_TRY(cudaMemsetAsync(cs->w_nhwc, 0, bytes, KCU_STREAM(a)), KCU_NODE(a));
-        int64_t dims[4] = {g->M, kh, kw, C};
-        int64_t sst[4] = {C * kh * kw, kw, 1, kh * kw};
-        int64_t dst[4] = {kh * kw * g->Cg, kw * g->Cg, g->Cg, 1};
-        KILN_TRY(kiln__cuda_copy(a, es, 4, dims, cs->w_nhwc, dst, W->data, sst));
+    int64_t K0 = W->dims[2], K1 = W->dims[3], C = W->dims[1], J0 = g->k[0], J1 = g->k[1], Cp = g->Cg;
+    size_t bytes = (size_t)(g->M * J0 * J1 * Cp) * es;
+    if (cs->w_nhwc && cs->w_src == W->data && cs->w_bytes == bytes && cs->w_variant == v) {
+        *out = cs->w_nhwc;
+        return KILN_OK;
+    }
+    if (cs->w_nhwc) cudaFree(cs->w_nhwc);
+    cs->w_nhwc = NULL;
+    KILN_CUDA_TRY(cudaMalloc(&cs->w_nhwc, bytes ? bytes : 1), KCU_NODE(a));
+    cs->w_src = W->data;
+    cs->w_bytes = bytes;
+    cs->w_variant = v;
+    char *dst = cs->w_nhwc;
+    const char *src = W->data;
+    if (v != XV_S2D && C == Cp) {
+        int64_t dims[4] = {g->M, K0, K1, C};
+        int64_t sst[4] = {C * K0 * K1, K1, 1, K0 * K1};
+        KILN_TRY(kiln__cuda_copy(a, es, 4, dims, dst, NULL, src, sst));
+    } else {
+        KILN_CUDA_TRY(cudaMemsetAsync(dst, 0, bytes, KCU_STREAM(a)), KCU_NODE(a));
+        int rs = v == XV_S2D ? 2 : 1; /* 2x2 blocks: one copy per (rh, rw) */
+        for (int rh = 0; rh < rs; rh++)
+            for (int rw = 0; rw < rs; rw++) {
+                int64_t n0 = (K0 - rh + rs - 1) / rs, n1 = (K1 - rw + rs - 1) / rs; /* taps of this phase */
+                int64_t dims[4] = {g->M, n0, n1, C};
+                int64_t sst[4] = {C * K0 * K1, rs * K1, rs, K0 * K1};
+                int64_t dstst[4] = {J0 * J1 * Cp, J1 * Cp, Cp, rs * rs};
+                KILN_TRY(kiln__cuda_copy(a, es, 4, dims, dst + (size_t)(rh * rs + rw) * es, dstst,
+                                         src + (size_t)(rh * K1 + rw) * es, sst));
+            }
     }
     *out = cs->w_nhwc;
     return KILN_OK;
 }
 
-/* Layout Y_NHWC alone: X [N, C, H, W] NCHW into the node's buffer as NHWC
- * with Cp >= C channels (zeros past C), described by *xc. */
-static kiln_status nhwc_input(const kiln_kernel_args *a, int64_t Cp, conv_state *cs, kiln_tensor *xc) {
+/* Layout Y_NHWC alone: X [N, C, H, W] NCHW into the node's buffer as the
+ * NHWC input of geometry gx (variant v of the layer's geometry g),
+ * described by *xc. */
+static kiln_status nhwc_input(const kiln_kernel_args *a, int v, const kcu_conv *g, const kcu_conv *gx,
+                              conv_state *cs, kiln_tensor *xc) {
     const kiln_tensor *X = a->in[0];
     size_t es = kiln_dtype_size(X->dtype);
-    int64_t HW = X->dims[2] * X->dims[3];
-    size_t bytes = (size_t)(X->dims[0] * Cp * HW) * es;
+    size_t bytes = (size_t)(gx->N * gx->C * gx->in_sz) * es;
     if (!cs->xbuf || cs->xbuf_bytes < bytes) {
         if (cs->xbuf) cudaFree(cs->xbuf);
         cs->xbuf = NULL;
@@ -237,10 +302,17 @@ static kiln_status nhwc_input(const kiln_kernel_args *a, int64_t Cp, conv_state 
         KILN_CUDA_TRY(cudaMalloc(&cs->xbuf, bytes ? bytes : 1), KCU_NODE(a));
         cs->xbuf_bytes = bytes;
     }
-    KILN_CUDA_TRY(kcu_nchw_to_nhwc(X->dtype, X->dims[0], X->dims[1], HW, Cp, X->data, cs->xbuf, KCU_STREAM(a)),
-                  KCU_NODE(a));
+    if (v == XV_S2D)
+        KILN_CUDA_TRY(kcu_s2d_nhwc(X->dtype, g->N, g->C, g->in[0], g->in[1], g->pb[0], g->pb[1], gx->in[0],
+                                   gx->in[1], gx->C, X->data, cs->xbuf, KCU_STREAM(a)),
+                      KCU_NODE(a));
+    else
+        KILN_CUDA_TRY(kcu_nchw_to_nhwc(X->dtype, g->N, g->C, g->in_sz, gx->C, X->data, cs->xbuf, KCU_STREAM(a)),
+                      KCU_NODE(a));
     *xc = *X;
-    xc->dims[1] = Cp;
+    xc->dims[1] = gx->C;
+    xc->dims[2] = gx->in[0];
+    xc->dims[3] = gx->in[1];
     xc->data = cs->xbuf;
     return KILN_OK;
 }
@@ -329,14 +401,14 @@ done:
  * the caller's). *handled = false: cuDNN declined (no algorithm,
  * unexpected output shape); the caller falls back. */
 static kiln_status conv_cudnn(const kiln_kernel_args *a, const kcu_conv *g, const int64_t *pe,
-                              bool nhwc, conv_state *cs, bool *handled) {
+                              bool nhwc, int xv, conv_state *cs, bool *handled) {
     kiln_cuda_state *st = KCU_STATE(a);
     const char *node = KCU_NODE(a);
     const kiln_tensor *X = a->in[0];
     kiln_tensor *Y = a->out[0];
     *handled = false;
     const void *wdata = a->in[1]->data;
-    if (nhwc) KILN_TRY(nhwc_weights(a, g, cs, &wdata));
+    if (nhwc) KILN_TRY(nhwc_weights(a, g, xv, cs, &wdata));
     conv_plan key;
     memset(&key, 0, sizeof key);
     key.g = *g;
@@ -440,7 +512,7 @@ static cudnnStatus_t gconv_graph(cudnnHandle_t h, const gconv_key *k, kcu_dg *dg
         yd[i] = v.yd[i];
         wd[i] = v.wd[i];
         bd[i] = i == 1 ? k->g.M : 1;
-        bs[i] = i == 1 ? 1 : k->g.M;
+        bs[i] = i == 0 ? k->g.M : i == 1 || !k->nhwc ? 1 : k->g.M; /* [M,1,M,M] NHWC, [M,1,1,1] NCHW */
     }
     for (int i = 0; i < v.nsp; i++) {
         pre[i] = v.pad[i];
@@ -556,8 +628,8 @@ static kiln_status gconv_plan_for(const kiln_kernel_args *a, conv_state *cs, con
         goto done;
     if (kcu_dg_is_id(k->tactic)) {
         int f = 0;
-        while (f < cfgs.n && cfgs.id[f] != k->tactic) f++;
-        if (f < cfgs.n && kcu_dg_plan_make(st->dnn, cfgs.cfg[f], k->tactic, &p->plan) == CUDNN_STATUS_SUCCESS) {
+        while (f < cfgs.n && cfgs.id[f] != (k->tactic & ~KCU_DG_ID_USER)) f++;
+        if (f < cfgs.n && kcu_dg_plan_make(st->dnn, &cfgs.cfg[f], k->tactic, &p->plan) == CUDNN_STATUS_SUCCESS) {
             p->declined = false;
             goto done;
         }
@@ -576,7 +648,7 @@ static kiln_status gconv_plan_for(const kiln_kernel_args *a, conv_state *cs, con
         cs->warned = true;
     }
     for (int i = 0; i < cfgs.n; i++)
-        if (kcu_dg_plan_make(st->dnn, cfgs.cfg[i], cfgs.id[i], &p->plan) == CUDNN_STATUS_SUCCESS) {
+        if (kcu_dg_plan_make(st->dnn, &cfgs.cfg[i], cfgs.id[i], &p->plan) == CUDNN_STATUS_SUCCESS) {
             p->declined = false;
             break;
         }
@@ -589,8 +661,8 @@ done:
  * false: not a graph layer (dtype, activation, tactic LEGACY) or no engine
  * config runs it: the caller takes the legacy path. */
 static kiln_status conv_graph_run(const kiln_kernel_args *a, const kcu_conv *g, const int64_t *pe, bool nhwc,
-                                  int act, float alpha, float beta, const kiln_tensor *B, const kiln_tensor *R,
-                                  conv_state *cs, bool *handled) {
+                                  int xv, int act, float alpha, float beta, const kiln_tensor *B,
+                                  const kiln_tensor *R, conv_state *cs, bool *handled) {
     kiln_cuda_state *st = KCU_STATE(a);
     const kiln_tensor *X = a->in[0];
     kiln_tensor *Y = a->out[0];
@@ -598,7 +670,7 @@ static kiln_status conv_graph_run(const kiln_kernel_args *a, const kcu_conv *g, 
     *handled = false;
     if (tactic == KCU_CONV_TACTIC_LEGACY || !gconv_eligible(X->dtype, act, alpha, beta)) return KILN_OK;
     const void *wdata = a->in[1]->data;
-    if (nhwc) KILN_TRY(nhwc_weights(a, g, cs, &wdata));
+    if (nhwc) KILN_TRY(nhwc_weights(a, g, xv, cs, &wdata));
     const void *ptrs[5] = {X->data, wdata, B ? B->data : NULL, R ? R->data : NULL, Y->data};
     gconv_key k;
     gconv_key_make(&k, g, pe, X->dtype, nhwc, tactic, act, alpha, beta, B != NULL, R != NULL, ptrs);
@@ -668,6 +740,7 @@ static kiln_status conv_gemm(const kiln_kernel_args *a, const kcu_conv *g) {
  * converts X itself, padding its channels to a multiple of 8). */
 static kiln_status conv_exec(const kiln_kernel_args *a, const kiln_conv_attrs *at, int act,
                              float alpha, float beta, const kiln_tensor *R, bool nhwc, bool x_nchw) {
+    (void)x_nchw; /* (cuDNN builds only) */
     const kiln_tensor *X = a->in[0], *W = a->in[1];
     const kiln_tensor *B = a->n_in > 2 ? a->in[2] : NULL;
     kiln_tensor *Y = a->out[0];
@@ -706,14 +779,21 @@ static kiln_status conv_exec(const kiln_kernel_args *a, const kiln_conv_attrs *a
             kiln_tensor xc;
             const kiln_tensor *ins[3] = {NULL, W, B};
             kiln_status s = KILN_OK;
-            if (nhwc && x_nchw) { /* convert X once, channels padded for cuDNN */
-                g.C = g.Cg = (g.C + 7) / 8 * 8;
-                s = nhwc_input(a, g.C, cs, &xc);
+            int xv = XV_C8;
+            if (nhwc && x_nchw) { /* convert X, as the tactic says (channels padded for cuDNN) */
+                xv = tactic_xv(kiln__cuda_tactic(a));
+                if (!xv_ok(&g, xv)) xv = XV_C8;
+                kcu_conv gx;
+                int64_t pex[KCU_MAX_SP];
+                xv_geom(&g, pe, xv, &gx, pex);
+                s = nhwc_input(a, xv, &g, &gx, cs, &xc);
+                g = gx;
+                memcpy(pe, pex, sizeof pex);
                 ins[0] = &xc;
                 ac.in = ins;
             }
             /* one fused graph (fp16/bf16), else the legacy API + the epilogue pass */
-            if (s == KILN_OK) s = conv_graph_run(&ac, &g, pe, nhwc, act, alpha, beta, B, R, cs, &done);
+            if (s == KILN_OK) s = conv_graph_run(&ac, &g, pe, nhwc, xv, act, alpha, beta, B, R, cs, &done);
             if (s == KILN_OK && done) {
                 if (cs == &tmp) conv_state_clear(&tmp);
                 return KILN_OK;
@@ -721,7 +801,7 @@ static kiln_status conv_exec(const kiln_kernel_args *a, const kiln_conv_attrs *a
             bool sym = true, fits = g.N * g.C * g.in_sz < INT_MAX && g.N * g.M * g.out_sz < INT_MAX;
             for (int i = 0; i < g.ns; i++)
                 if (g.pb[i] != pe[i]) sym = false;
-            if (s == KILN_OK && sym && fits) s = conv_cudnn(&ac, &g, pe, nhwc, cs, &done);
+            if (s == KILN_OK && sym && fits) s = conv_cudnn(&ac, &g, pe, nhwc, xv, cs, &done);
             if (cs == &tmp) conv_state_clear(&tmp);
             KILN_TRY(s);
         }
@@ -784,10 +864,15 @@ kiln_status kiln__cu_fused_conv_run(const kiln_kernel_args *a) {
                      at->has_residual ? a->in[3] : NULL, at->layout != 0, at->layout == KILN_FC_LAYOUT_Y_NHWC);
 }
 
+/* Runtime-compiled engine configs (NVRTC, ~0.5 s to make a plan) timed per
+ * graph at most: the heuristics' first ones. */
+#define KCU_CONV_MAX_RTC 3
+
 /* FusedConv's tactics on CUDA: the engine configs of cuDNN's heuristics
- * for the layer's fused graph (fp16/bf16), in their order, then the legacy
- * path (KCU_CONV_TACTIC_LEGACY: the convolution alone, cuDNN's timed
- * algorithm, then kiln's epilogue kernel). Every one is timed by the
+ * for the layer's fused graph (fp16/bf16), in their order (for a layer
+ * that converts its NCHW input: those of each input variant XV_*), then
+ * the legacy path (KCU_CONV_TACTIC_LEGACY: the convolution alone, cuDNN's
+ * timed algorithm, then kiln's epilogue kernel). Every one is timed by the
  * builder. A state whose tactics were listed is a tuning state: a tactic
  * that cannot be made there fails instead of falling back. */
 int kiln__cu_fused_conv_tactics(kiln_cuda_state *st, const kiln_infer_args *a, int32_t *ids, int cap) {
@@ -805,23 +890,35 @@ int kiln__cu_fused_conv_tactics(kiln_cuda_state *st, const kiln_infer_args *a, i
         kiln__clear_error();
         return 1;
     }
-    bool nhwc = at->layout != 0;
+    bool nhwc = at->layout != 0, x_nchw = at->layout == KILN_FC_LAYOUT_Y_NHWC;
     if (g.Cg == 1 && g.G > 1 && !nhwc) return 1; /* depthwise: kiln's direct kernel */
-    if (at->layout == KILN_FC_LAYOUT_Y_NHWC) g.C = g.Cg = (g.C + 7) / 8 * 8; /* converted, padded */
     st->strict_tactics = true;
-    int n = 0, max = cap - 1;
-    const char *env = getenv("KILN_CUDNN_CANDIDATES"); /* at most this many configs (experiments) */
-    if (env && atoi(env) >= 0 && atoi(env) < max) max = atoi(env);
-    if (gconv_eligible(x->dtype, at->act, at->alpha, at->beta)) {
+    int n = 0;
+    const char *env = getenv("KILN_CUDNN_CANDIDATES"); /* at most this many configs per graph (experiments) */
+    int per = env && atoi(env) > 0 ? atoi(env) : cap;
+    for (int v = XV_C8; v <= XV_S2D && gconv_eligible(x->dtype, at->act, at->alpha, at->beta); v++) {
+        if (v != XV_C8 && (!x_nchw || !xv_ok(&g, v))) continue;
+        kcu_conv gx = g;
+        int64_t pex[KCU_MAX_SP];
+        memcpy(pex, pe, sizeof pex);
+        if (x_nchw) xv_geom(&g, pe, v, &gx, pex);
         gconv_key k;
         kcu_dg dg;
         kcu_dg_cfgs cfgs;
         kcu_dg_init(&dg);
         memset(&cfgs, 0, sizeof cfgs);
-        gconv_key_make(&k, &g, pe, x->dtype, nhwc, 0, at->act, at->alpha, at->beta,
+        gconv_key_make(&k, &gx, pex, x->dtype, nhwc, 0, at->act, at->alpha, at->beta,
                        a->n_in > 2 && a->in[2] != NULL, at->has_residual != 0, NULL);
+        /* the input variants share the list: the plain one gets most of it */
+        int room = cap - 1 - n, want = x_nchw && v == XV_C8 ? room / 2 : room;
+        if (want > per) want = per;
+        int rtc = 0, got = 0;
         if (gconv_graph(st->dnn, &k, &dg) == CUDNN_STATUS_SUCCESS && kcu_dg_configs(&dg, &cfgs) == CUDNN_STATUS_SUCCESS)
-            for (int i = 0; i < cfgs.n && n < max; i++) ids[n++] = cfgs.id[i];
+            for (int i = 0; i < cfgs.n && got < want; i++) {
+                if ((cfgs.flags[i] & KCU_DG_CFG_RUNTIME_COMPILED) && rtc++ >= KCU_CONV_MAX_RTC) continue;
+                ids[n++] = cfgs.id[i] | (int32_t)v << KCU_DG_ID_USER_SHIFT;
+                got++;
+            }
         kcu_dg_cfgs_free(&cfgs);
         kcu_dg_free(&dg);
     }
@@ -836,7 +933,10 @@ int kiln__cu_fused_conv_tactics(kiln_cuda_state *st, const kiln_infer_args *a, i
 void kiln__cu_fused_conv_tactic_name(int32_t id, char *buf, size_t n) {
 #if KILN_HAVE_CUDNN
     if (kcu_dg_is_id(id)) {
-        kcu_dg_id_name(id, buf, n);
+        char base[48];
+        int v = tactic_xv(id);
+        kcu_dg_id_name(id, base, sizeof base);
+        snprintf(buf, n, "%s%s", base, v == XV_C4 ? "/c4" : v == XV_S2D ? "/s2d" : "");
         return;
     }
 #endif

@@ -202,7 +202,7 @@ static bool cfg_identity(cudnnBackendDescriptor_t c, int32_t *id, uint32_t *flag
     }
     uint64_t h = fnv(0xcbf29ce484222325ull, gi);
     for (int i = 0; i < n; i++) h = fnv(fnv(h, kv[i][0]), kv[i][1]);
-    *id = (int32_t)(KCU_DG_ID_BIT | ((uint32_t)(gi & 0x3ff) << 20) | (uint32_t)((h ^ (h >> 20) ^ (h >> 40)) & 0xfffff));
+    *id = (int32_t)(KCU_DG_ID_BIT | ((uint32_t)(gi & 0xff) << 20) | (uint32_t)((h ^ (h >> 20) ^ (h >> 40)) & 0xfffff));
     ok = true;
 done:
     for (int i = 0; i < nk_made; i++) cudnnBackendDestroyDescriptor(knobs[i]);
@@ -279,10 +279,11 @@ void kcu_dg_cfgs_free(kcu_dg_cfgs *cfgs) {
 void kcu_dg_plan_free(kcu_dg_plan *p) {
     if (p->vp) cudnnBackendDestroyDescriptor(p->vp);
     if (p->plan) cudnnBackendDestroyDescriptor(p->plan);
+    if (p->cfg) cudnnBackendDestroyDescriptor(p->cfg);
     memset(p, 0, sizeof *p);
 }
 
-cudnnStatus_t kcu_dg_plan_make(cudnnHandle_t h, cudnnBackendDescriptor_t cfg, int32_t id, kcu_dg_plan *p) {
+cudnnStatus_t kcu_dg_plan_make(cudnnHandle_t h, cudnnBackendDescriptor_t *cfg, int32_t id, kcu_dg_plan *p) {
     memset(p, 0, sizeof *p);
     cudnnStatus_t s = cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &p->plan);
     if (s != CUDNN_STATUS_SUCCESS) {
@@ -291,7 +292,7 @@ cudnnStatus_t kcu_dg_plan_make(cudnnHandle_t h, cudnnBackendDescriptor_t cfg, in
     }
     int64_t cnt = 0;
     if ((s = set_attr(p->plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &h)) ||
-        (s = set_attr(p->plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cfg)) ||
+        (s = set_attr(p->plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, cfg)) ||
         (s = cudnnBackendFinalize(p->plan)) ||
         (s = cudnnBackendGetAttribute(p->plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &cnt,
                                       &p->ws))) {
@@ -300,6 +301,8 @@ cudnnStatus_t kcu_dg_plan_make(cudnnHandle_t h, cudnnBackendDescriptor_t cfg, in
     }
     if (p->ws < 0) p->ws = 0;
     p->id = id;
+    p->cfg = *cfg;
+    *cfg = NULL;
     return CUDNN_STATUS_SUCCESS;
 }
 

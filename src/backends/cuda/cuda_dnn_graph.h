@@ -19,8 +19,9 @@
  * failure means "cuDNN cannot run this, take another path" (setup, no
  * config) or an error (execution).
  *
- * Tactic ids: a config's id is KCU_DG_ID_BIT | (engine global index & 0x3ff)
- * << 20 | a 20-bit hash of its knob choices. The same cuDNN, device and
+ * Tactic ids: a config's id is KCU_DG_ID_BIT | (engine global index & 0xff)
+ * << 20 | a 20-bit hash of its knob choices; bits 28-29 (KCU_DG_ID_USER)
+ * are left to the caller (cuda_conv.c: how the input is laid out). The same cuDNN, device and
  * graph give the same configs, so an engine file that stores the id
  * re-creates the same execution plan at load without timing anything; with
  * another cuDNN the id may be missing, and the caller falls back to the
@@ -39,7 +40,10 @@
 /* Whether tactic id `id` names a graph engine config. */
 static inline bool kcu_dg_is_id(int32_t id) { return id > 0 && (id & KCU_DG_ID_BIT); }
 /* The engine global index of a config id (its low 10 bits). */
-static inline int kcu_dg_id_engine(int32_t id) { return (id >> 20) & 0x3ff; }
+static inline int kcu_dg_id_engine(int32_t id) { return (id >> 20) & 0xff; }
+/* The caller's two bits of an id (0 in the configs listed). */
+#define KCU_DG_ID_USER_SHIFT 28
+#define KCU_DG_ID_USER ((int32_t)3 << KCU_DG_ID_USER_SHIFT)
 
 #define KCU_DG_MAX_DESC 24
 #define KCU_DG_MAX_OPS 8
@@ -111,6 +115,7 @@ KILN_PRIVATE void kcu_dg_cfgs_free(kcu_dg_cfgs *cfgs);
 #define KCU_DG_MAX_UIDS 8
 typedef struct kcu_dg_plan {
     cudnnBackendDescriptor_t plan;
+    cudnnBackendDescriptor_t cfg; /* its engine config (owned: kept alive with the plan) */
     int64_t ws;              /* workspace bytes */
     int32_t id;              /* tactic id of its config */
     cudnnBackendDescriptor_t vp;
@@ -119,9 +124,10 @@ typedef struct kcu_dg_plan {
     void *vp_ptrs[KCU_DG_MAX_UIDS];
     void *vp_ws;
 } kcu_dg_plan;
-/* Makes the plan of config `cfg` whose id is `id` (NOT_SUPPORTED & co: this
- * config cannot run the graph here). */
-KILN_PRIVATE cudnnStatus_t kcu_dg_plan_make(cudnnHandle_t h, cudnnBackendDescriptor_t cfg,
+/* Makes the plan of config `*cfg` whose id is `id` (NOT_SUPPORTED & co:
+ * this config cannot run the graph here). On success the plan owns the
+ * config: *cfg becomes NULL. */
+KILN_PRIVATE cudnnStatus_t kcu_dg_plan_make(cudnnHandle_t h, cudnnBackendDescriptor_t *cfg,
                                             int32_t id, kcu_dg_plan *p);
 /* Runs the plan with pointers ptrs[i] for uids[i] (n <= KCU_DG_MAX_UIDS)
  * and workspace ws (p->ws bytes); the variant pack is kept while the

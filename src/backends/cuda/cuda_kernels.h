@@ -213,6 +213,11 @@ cudaError_t kcu_pool_nhwc_run(kiln_dtype t, const kcu_pool_nhwc *g, const void *
 /* GlobalAveragePool of an NHWC x [N, HW, C] into y [N, C] (fp32 sums). */
 cudaError_t kcu_gap_nhwc(kiln_dtype t, int64_t N, int64_t HW, int64_t C, const void *x, void *y,
                          cudaStream_t stream);
+/* Space-to-depth of a stride-2 convolution's input (cuda_conv.c, XV_S2D):
+ * x [N, C, H, W] (NCHW) -> y [N, Lh, Lw, Cp] (NHWC), y[n, l, m, c*4 + rh*2 + rw]
+ * = x[n, c, 2l + rh - ph, 2m + rw - pw] (0 outside x), channels 4C..Cp-1 zero. */
+cudaError_t kcu_s2d_nhwc(kiln_dtype t, int64_t N, int64_t C, int64_t H, int64_t W, int64_t ph, int64_t pw,
+                         int64_t Lh, int64_t Lw, int64_t Cp, const void *x, void *y, cudaStream_t stream);
 /* x [N, C, HW] (NCHW) -> y [N, HW, Cp] (NHWC), channels C..Cp-1 zero (Cp >= C). */
 cudaError_t kcu_nchw_to_nhwc(kiln_dtype t, int64_t N, int64_t C, int64_t HW, int64_t Cp, const void *x,
                              void *y, cudaStream_t stream);

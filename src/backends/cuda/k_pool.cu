@@ -130,27 +130,28 @@ template <typename T, int V> struct alignas(sizeof(T) * V) Vec {
 };
 
 /* thread per (n, ho, wo, group of V channels) */
-template <typename T, int V>
+/* I: the index type (32 bits where every offset fits: cheaper division) */
+template <typename T, int V, typename I>
 __global__ void __launch_bounds__(KCU_THREADS)
     k_pool_nhwc(const T *__restrict__ x, T *__restrict__ y, const __grid_constant__ kcu_pool_nhwc g) {
     typedef Vec<T, V> VT;
-    const int64_t cv = g.C / V, total = g.N * g.Ho * g.Wo * cv;
-    KCU_GRID_STRIDE(i, total) {
-        int64_t c = i % cv, p = i / cv;
-        const int64_t wo = p % g.Wo;
-        p /= g.Wo;
-        const int64_t ho = p % g.Ho, n = p / g.Ho;
+    const I cv = (I)(g.C / V), total = (I)(g.N * g.Ho * g.Wo) * cv, Wo = (I)g.Wo, Ho = (I)g.Ho;
+    for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (I)blockDim.x * gridDim.x) {
+        I c = i % cv, p = i / cv;
+        const I wo = p % Wo;
+        p /= Wo;
+        const I ho = p % Ho, n = p / Ho;
         float best[V], acc[V];
 #pragma unroll
         for (int j = 0; j < V; j++) best[j] = -INFINITY, acc[j] = 0.0f;
-        int64_t n_valid = 0, n_pad = 0;
-        for (int64_t ki = 0; ki < g.kh; ki++) {
-            const int64_t h = ho * g.sh - g.ph + ki * g.dh;
-            const bool in_h = h >= 0 && h < g.H, pad_h = h >= -g.ph && h < g.H + g.peh;
-            for (int64_t kj = 0; kj < g.kw; kj++) {
-                const int64_t w = wo * g.sw - g.pw + kj * g.dw;
-                if (in_h && w >= 0 && w < g.W) {
-                    const VT v = *(const VT *)(x + ((n * g.H + h) * g.W + w) * g.C + c * V);
+        int n_valid = 0, n_pad = 0;
+        for (I ki = 0; ki < (I)g.kh; ki++) {
+            const I h = ho * (I)g.sh - (I)g.ph + ki * (I)g.dh;
+            const bool in_h = h >= 0 && h < (I)g.H, pad_h = h >= -(I)g.ph && h < (I)(g.H + g.peh);
+            for (I kj = 0; kj < (I)g.kw; kj++) {
+                const I w = wo * (I)g.sw - (I)g.pw + kj * (I)g.dw;
+                if (in_h && w >= 0 && w < (I)g.W) {
+                    const VT v = *(const VT *)(x + ((n * (I)g.H + h) * (I)g.W + w) * (I)g.C + c * V);
 #pragma unroll
                     for (int j = 0; j < V; j++) {
                         const float f = Num<T>::load(v.v[j]);
@@ -161,7 +162,7 @@ __global__ void __launch_bounds__(KCU_THREADS)
                         }
                     }
                     n_valid++;
-                } else if (pad_h && w >= -g.pw && w < g.W + g.pew) {
+                } else if (pad_h && w >= -(I)g.pw && w < (I)(g.W + g.pew)) {
                     n_pad++;
                 }
             }
@@ -170,7 +171,7 @@ __global__ void __launch_bounds__(KCU_THREADS)
         const float div = (float)(g.count_include_pad ? n_valid + n_pad : n_valid);
 #pragma unroll
         for (int j = 0; j < V; j++) r.v[j] = Num<T>::store(g.kind == 0 ? best[j] : acc[j] / div);
-        *(VT *)(y + ((n * g.Ho + ho) * g.Wo + wo) * g.C + c * V) = r;
+        *(VT *)(y + ((n * Ho + ho) * Wo + wo) * (I)g.C + c * V) = r;
     }
 }
 
@@ -225,6 +226,39 @@ __global__ void __launch_bounds__(KCU_THREADS)
     }
 }
 
+/* thread per (n, l, m, group of 8 output channels) */
+template <typename T>
+__global__ void __launch_bounds__(KCU_THREADS)
+    k_s2d_nhwc8(const T *__restrict__ x, T *__restrict__ y, int64_t N, int64_t C, int64_t H, int64_t W, int64_t ph,
+                int64_t pw, int64_t Lh, int64_t Lw, int64_t Cp) {
+    typedef Vec<T, 8> VT;
+    const int64_t cg = Cp / 8, total = N * Lh * Lw * cg;
+    KCU_GRID_STRIDE(i, total) {
+        const int64_t k = i % cg, t = i / cg, m = t % Lw, t2 = t / Lw, l = t2 % Lh, n = t2 / Lh;
+        VT r;
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const int64_t cc = k * 8 + j, c = cc >> 2, h = 2 * l + ((cc >> 1) & 1) - ph, w = 2 * m + (cc & 1) - pw;
+            r.v[j] = c < C && h >= 0 && h < H && w >= 0 && w < W ? x[((n * C + c) * H + h) * W + w]
+                                                               : Num<T>::store((typename Num<T>::C)0);
+        }
+        *(VT *)(y + i * 8) = r;
+    }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(KCU_THREADS)
+    k_s2d_nhwc1(const T *__restrict__ x, T *__restrict__ y, int64_t N, int64_t C, int64_t H, int64_t W, int64_t ph,
+                int64_t pw, int64_t Lh, int64_t Lw, int64_t Cp) {
+    const int64_t total = N * Lh * Lw * Cp;
+    KCU_GRID_STRIDE(i, total) {
+        const int64_t cc = i % Cp, t = i / Cp, m = t % Lw, t2 = t / Lw, l = t2 % Lh, n = t2 / Lh;
+        const int64_t c = cc >> 2, h = 2 * l + ((cc >> 1) & 1) - ph, w = 2 * m + (cc & 1) - pw;
+        y[i] = c < C && h >= 0 && h < H && w >= 0 && w < W ? x[((n * C + c) * H + h) * W + w]
+                                                           : Num<T>::store((typename Num<T>::C)0);
+    }
+}
+
 template <typename T>
 __global__ void __launch_bounds__(KCU_THREADS)
     k_nchw_to_nhwc1(const T *__restrict__ x, T *__restrict__ y, int64_t N, int64_t C, int64_t HW, int64_t Cp) {
@@ -233,6 +267,14 @@ __global__ void __launch_bounds__(KCU_THREADS)
         const int64_t c = i % Cp, t = i / Cp, p = t % HW, n = t / HW;
         y[i] = c < C ? x[(n * C + c) * HW + p] : Num<T>::store((typename Num<T>::C)0);
     }
+}
+
+/* 32-bit indices where every element offset fits */
+template <typename T, int V>
+static void pool_nhwc_launch(const kcu_pool_nhwc *g, const void *x, void *y, int64_t total, cudaStream_t stream) {
+    const bool i32 = g->N * g->H * g->W * g->C < INT32_MAX && g->N * g->Ho * g->Wo * g->C < INT32_MAX;
+    if (i32) k_pool_nhwc<T, V, int32_t><<<grid_for(total), KCU_THREADS, 0, stream>>>((const T *)x, (T *)y, *g);
+    else k_pool_nhwc<T, V, int64_t><<<grid_for(total), KCU_THREADS, 0, stream>>>((const T *)x, (T *)y, *g);
 }
 
 /* elements per 16 bytes of T where C and the pointers allow, else 1 */
@@ -263,10 +305,10 @@ cudaError_t kcu_pool_nhwc_run(kiln_dtype t, const kcu_pool_nhwc *g, const void *
     KCU_SWITCH_FLOAT(t, {
         const int v = vec_width<T_>(g->C, x, y);
         const int64_t total = g->N * g->Ho * g->Wo * (g->C / v);
-        if (v == 8) k_pool_nhwc<T_, 8><<<grid_for(total), KCU_THREADS, 0, stream>>>((const T_ *)x, (T_ *)y, *g);
-        else if (v == 4) k_pool_nhwc<T_, 4><<<grid_for(total), KCU_THREADS, 0, stream>>>((const T_ *)x, (T_ *)y, *g);
-        else if (v == 2) k_pool_nhwc<T_, 2><<<grid_for(total), KCU_THREADS, 0, stream>>>((const T_ *)x, (T_ *)y, *g);
-        else k_pool_nhwc<T_, 1><<<grid_for(total), KCU_THREADS, 0, stream>>>((const T_ *)x, (T_ *)y, *g);
+        if (v == 8) pool_nhwc_launch<T_, 8>(g, x, y, total, stream);
+        else if (v == 4) pool_nhwc_launch<T_, 4>(g, x, y, total, stream);
+        else if (v == 2) pool_nhwc_launch<T_, 2>(g, x, y, total, stream);
+        else pool_nhwc_launch<T_, 1>(g, x, y, total, stream);
         return cudaGetLastError();
     })
     return cudaErrorInvalidValue;
@@ -283,6 +325,22 @@ cudaError_t kcu_gap_nhwc(kiln_dtype t, int64_t N, int64_t HW, int64_t C, const v
         else if (v == 4) k_gap_nhwc<T_, 4><<<grid, block, 0, stream>>>((const T_ *)x, (T_ *)y, HW, C);
         else if (v == 2) k_gap_nhwc<T_, 2><<<grid, block, 0, stream>>>((const T_ *)x, (T_ *)y, HW, C);
         else k_gap_nhwc<T_, 1><<<grid, block, 0, stream>>>((const T_ *)x, (T_ *)y, HW, C);
+        return cudaGetLastError();
+    })
+    return cudaErrorInvalidValue;
+}
+
+cudaError_t kcu_s2d_nhwc(kiln_dtype t, int64_t N, int64_t C, int64_t H, int64_t W, int64_t ph, int64_t pw,
+                         int64_t Lh, int64_t Lw, int64_t Cp, const void *x, void *y, cudaStream_t stream) {
+    if (N * Lh * Lw * Cp <= 0) return cudaSuccess;
+    if (Cp < 4 * C) return cudaErrorInvalidValue;
+    KCU_SWITCH_FLOAT(t, {
+        if (sizeof(T_) == 2 && Cp % 8 == 0 && (uintptr_t)y % 16 == 0)
+            k_s2d_nhwc8<T_><<<grid_for(N * Lh * Lw * (Cp / 8)), KCU_THREADS, 0, stream>>>(
+                (const T_ *)x, (T_ *)y, N, C, H, W, ph, pw, Lh, Lw, Cp);
+        else
+            k_s2d_nhwc1<T_><<<grid_for(N * Lh * Lw * Cp), KCU_THREADS, 0, stream>>>((const T_ *)x, (T_ *)y, N, C, H,
+                                                                                W, ph, pw, Lh, Lw, Cp);
         return cudaGetLastError();
     })
     return cudaErrorInvalidValue;

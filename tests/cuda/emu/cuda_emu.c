@@ -458,6 +458,15 @@ cudaError_t kcu_gap_nhwc(kiln_dtype t, int64_t N, int64_t HW, int64_t C, const v
     }
     return cudaSuccess;
 }
+cudaError_t kcu_s2d_nhwc(kiln_dtype t, int64_t N, int64_t C, int64_t H, int64_t W, int64_t ph, int64_t pw, int64_t Lh, int64_t Lw, int64_t Cp, const void *x, void *y, cudaStream_t s) {
+    (void)s;
+    if (Cp < 4 * C) return cudaErrorInvalidValue;
+    for (int64_t n = 0; n < N; n++) for (int64_t l = 0; l < Lh; l++) for (int64_t m = 0; m < Lw; m++) for (int64_t cc = 0; cc < Cp; cc++) {
+        int64_t c = cc / 4, h = 2 * l + (cc / 2) % 2 - ph, w = 2 * m + cc % 2 - pw;
+        st_(t, y, ((n * Lh + l) * Lw + m) * Cp + cc, c < C && h >= 0 && h < H && w >= 0 && w < W ? ld(t, x, ((n * C + c) * H + h) * W + w) : 0);
+    }
+    return cudaSuccess;
+}
 cudaError_t kcu_nchw_to_nhwc(kiln_dtype t, int64_t N, int64_t C, int64_t HW, int64_t Cp, const void *x, void *y, cudaStream_t s) {
     (void)s;
     if (Cp < C) return cudaErrorInvalidValue;
