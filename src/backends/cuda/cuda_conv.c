@@ -909,8 +909,10 @@ int kiln__cu_fused_conv_tactics(kiln_cuda_state *st, const kiln_infer_args *a, i
         memset(&cfgs, 0, sizeof cfgs);
         gconv_key_make(&k, &gx, pex, x->dtype, nhwc, 0, at->act, at->alpha, at->beta,
                        a->n_in > 2 && a->in[2] != NULL, at->has_residual != 0, NULL);
-        /* the input variants share the list: the plain one gets most of it */
-        int room = cap - 1 - n, want = x_nchw && v == XV_C8 ? room / 2 : room;
+        /* the input variants share the list */
+        int n_var = 1;
+        for (int u = v + 1; x_nchw && u <= XV_S2D; u++) n_var += xv_ok(&g, u);
+        int want = (cap - 1 - n) / n_var;
         if (want > per) want = per;
         int rtc = 0, got = 0;
         if (gconv_graph(st->dnn, &k, &dg) == CUDNN_STATUS_SUCCESS && kcu_dg_configs(&dg, &cfgs) == CUDNN_STATUS_SUCCESS)

@@ -207,22 +207,22 @@ __global__ void __launch_bounds__(256)
     }
 }
 
-/* thread per (n, group of 8 output channels, position): reads along the
- * positions (coalesced), writes 8 channels at once */
-template <typename T>
+/* thread per (n, group of V output channels, position): reads along the
+ * positions (coalesced), writes V channels at once */
+template <typename T, int V>
 __global__ void __launch_bounds__(KCU_THREADS)
-    k_nchw_to_nhwc8(const T *__restrict__ x, T *__restrict__ y, int64_t N, int64_t C, int64_t HW, int64_t Cp) {
-    typedef Vec<T, 8> VT;
-    const int64_t cg = Cp / 8, total = N * cg * HW;
+    k_nchw_to_nhwc_v(const T *__restrict__ x, T *__restrict__ y, int64_t N, int64_t C, int64_t HW, int64_t Cp) {
+    typedef Vec<T, V> VT;
+    const int64_t cg = Cp / V, total = N * cg * HW;
     KCU_GRID_STRIDE(i, total) {
         const int64_t p = i % HW, t = i / HW, k = t % cg, n = t / cg;
         VT r;
 #pragma unroll
-        for (int j = 0; j < 8; j++) {
-            const int64_t c = k * 8 + j;
+        for (int j = 0; j < V; j++) {
+            const int64_t c = k * V + j;
             r.v[j] = c < C ? x[(n * C + c) * HW + p] : Num<T>::store(0.0f);
         }
-        *(VT *)(y + (n * HW + p) * Cp + k * 8) = r;
+        *(VT *)(y + (n * HW + p) * Cp + k * V) = r;
     }
 }
 
@@ -352,8 +352,11 @@ cudaError_t kcu_nchw_to_nhwc(kiln_dtype t, int64_t N, int64_t C, int64_t HW, int
     if (Cp < C) return cudaErrorInvalidValue;
     KCU_SWITCH_FLOAT(t, {
         if (sizeof(T_) == 2 && Cp % 8 == 0 && (uintptr_t)y % 16 == 0)
-            k_nchw_to_nhwc8<T_><<<grid_for(N * (Cp / 8) * HW), KCU_THREADS, 0, stream>>>((const T_ *)x, (T_ *)y, N,
-                                                                                     C, HW, Cp);
+            k_nchw_to_nhwc_v<T_, 8><<<grid_for(N * (Cp / 8) * HW), KCU_THREADS, 0, stream>>>((const T_ *)x, (T_ *)y,
+                                                                                         N, C, HW, Cp);
+        else if (sizeof(T_) == 2 && Cp % 4 == 0 && (uintptr_t)y % 8 == 0)
+            k_nchw_to_nhwc_v<T_, 4><<<grid_for(N * (Cp / 4) * HW), KCU_THREADS, 0, stream>>>((const T_ *)x, (T_ *)y,
+                                                                                         N, C, HW, Cp);
         else
             k_nchw_to_nhwc1<T_><<<grid_for(N * Cp * HW), KCU_THREADS, 0, stream>>>((const T_ *)x, (T_ *)y, N, C,
                                                                                HW, Cp);
