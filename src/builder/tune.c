@@ -3,8 +3,12 @@
  * For every node whose op has tactics (KILN_OP_FLAG_TACTICS), the node's
  * backend lists the kernels that can run it at the profiles' opt shapes;
  * each is run a few times on inputs of those shapes (constants real, the
- * rest random) through the backend's own alloc/copy/run/sync, and the one
- * with the lowest median time is written into the node's kiln_tactic.
+ * rest random, fp16/bf16 too) through the backend's own alloc/copy/run/sync,
+ * and the one with the lowest median time is written into the node's
+ * kiln_tactic. A device backend's candidates are timed as replays of a
+ * CUDA Graph of 10 runs each where the backend can capture (else as 10
+ * queued runs), and a device layer with a single tactic is timed too (its
+ * time is what inspect and the timing cache show).
  *
  * Timing cache: a text file (the builder's timing_cache path)
  *
