@@ -342,12 +342,13 @@ kiln_status kiln_build(const kiln_builder *b, const kiln_model *m, kiln_engine *
     if ((s = place_nodes(b, be, g)) != KILN_OK) goto fail;
     e->opts = b->opts;
     if ((s = build_target(be, b->opts.device_index, e->target, sizeof e->target)) != KILN_OK) goto fail;
-    if ((s = kiln__builder_tune(b, e)) != KILN_OK) goto fail;
-    /* channels-last convolution chains on the GPU (passes/cuda_nhwc.c), after tuning:
-     * the CPU layout choice there rewrites every FusedConv's layout */
+    /* channels-last chains on the GPU (passes/cuda_nhwc.c), before tuning: the
+     * builder times each layer's tactics in the layout it will run in (the
+     * CPU layout choice of the tuner leaves device layers alone) */
     if (b->opts.device == KILN_DEVICE_CUDA && b->optimization != 0 &&
         !(b->disabled_passes & (1u << KILN_PASS_CUDA_NHWC)) && (s = kiln__pass_cuda_nhwc(e->graph, NULL)) != KILN_OK)
         goto fail;
+    if ((s = kiln__builder_tune(b, e)) != KILN_OK) goto fail;
     if ((s = kiln__check_workspace_limit(e)) != KILN_OK) goto fail;
     snprintf(e->builder_version, sizeof e->builder_version, "%s", kiln_version_string());
     *out = e;
@@ -411,16 +412,23 @@ static const char *node_kernel(const kiln_graph *g, const kiln_node *n) {
 }
 
 /* Name of the tactic chosen for a layer that has several; NULL otherwise. */
-static const char *node_tactic_name(const kiln_node *n) {
+/* buf NULL: the short (static) name */
+static const char *node_tactic_name(const kiln_node *n, char *buf, size_t cap) {
     if (!(n->op->flags & KILN_OP_FLAG_TACTICS) || !n->attrs) return NULL;
     const kiln_backend_i *nb = kiln__backend_for(n->device);
-    return nb && nb->tactic_name ? nb->tactic_name(n, ((const kiln_tactic *)n->attrs)->id) : "?";
+    int32_t id = ((const kiln_tactic *)n->attrs)->id;
+    if (buf && nb && nb->tactic_describe) {
+        nb->tactic_describe(n, id, buf, cap);
+        return buf;
+    }
+    return nb && nb->tactic_name ? nb->tactic_name(n, id) : "?";
 }
 
 /* The tactic of a layer that has several (name, and its time measured at
  * build when it was timed). */
 static void node_tactic(const kiln_node *n, kiln_sbuf *sb, bool json) {
-    const char *name = node_tactic_name(n);
+    char buf[96];
+    const char *name = node_tactic_name(n, buf, sizeof buf);
     if (!name) return;
     const kiln_tactic *t = n->attrs;
     if (json) {
@@ -487,7 +495,7 @@ kiln_status kiln_engine_layer_info(const kiln_engine *e, int layer, kiln_layer_i
     out->op = n->op->name;
     out->kernel = node_kernel(g, n);
     out->device = n->device;
-    out->tactic = node_tactic_name(n);
+    out->tactic = node_tactic_name(n, NULL, 0);
     if (out->tactic) out->tactic_us = ((const kiln_tactic *)n->attrs)->us;
     else out->tactic = "";
     return KILN_OK;
