@@ -8,7 +8,7 @@
  * Its bytes are in that row-major order except where the layer producing
  * it was told to leave them otherwise (its attrs' layout, set by the
  * builder for chains of convolution layers): NHWC (CPU oneDNN / Winograd
- * chains, CUDA cuDNN chains), NHWC holding bf16 under a float32 type (CPU
+ * chains; CUDA cuDNN chains, their pools included), NHWC holding bf16 under a float32 type (CPU
  * bf16 chains) or channel-blocked nChw16c (CPU). The readers of such a
  * value know its layout; a debugger must be told. */
 #include "runtime/debug.h"
@@ -34,7 +34,7 @@ int kiln__value_layout(const kiln_graph *g, int v) {
     if (n->op_id == KILN_OP_PwDwConv)
         return (((const kiln_pwdw_attrs *)n->attrs)->layout & KILN_FC_LAYOUT_Y_NHWC) ? KILN_VLAYOUT_NHWC
                                                                                      : KILN_VLAYOUT_PLAIN;
-    if (n->op_id == KILN_OP_MaxPool) {
+    if (n->op_id == KILN_OP_MaxPool || n->op_id == KILN_OP_AveragePool) { /* CPU MaxPool; CUDA both */
         int32_t l = ((const kiln_pool_attrs *)n->attrs)->layout;
         return l == KILN_POOL_LAYOUT_C16 ? KILN_VLAYOUT_C16 : l == KILN_POOL_LAYOUT_NHWC ? KILN_VLAYOUT_NHWC
                                                                                         : KILN_VLAYOUT_PLAIN;

@@ -248,6 +248,33 @@ TEST(logical_layouts) {
     kiln_model_free(m);
 }
 
+/* Which layers leave their output in another layout (CUDA's NHWC chains
+ * set the pools' layout too): read from the producer's attributes. */
+TEST(value_layouts) {
+    kiln_graph *g = NULL;
+    CHECK_OK(kiln__graph_create(&g));
+    int x = add_input(g, "x", 4, xd);
+    kiln_pool_attrs pa;
+    memset(&pa, 0, sizeof pa);
+    pa.n_kernel = 2;
+    pa.kernel[0] = pa.kernel[1] = 2;
+    pa.layout = KILN_POOL_LAYOUT_NHWC;
+    int ap = add_node(g, KILN_OP_AveragePool, "ap", 1, (int[]){x}, &pa);
+    int mp = add_node(g, KILN_OP_MaxPool, "mp", 1, (int[]){x}, &pa);
+    pa.layout = KILN_POOL_LAYOUT_C16;
+    int mc = add_node(g, KILN_OP_MaxPool, "mc", 1, (int[]){x}, &pa);
+    pa.layout = KILN_POOL_LAYOUT_NHWC;
+    int gp = add_node(g, KILN_OP_GlobalAveragePool, "gp", 1, (int[]){x}, &pa);
+    kiln__graph_link(g);
+    for (int v = 0; v < g->n_values; v++) g->values[v].info.rank = 4; /* (layouts are of 4-D tensors) */
+    CHECK(kiln__value_layout(g, x) == KILN_VLAYOUT_PLAIN);
+    CHECK(kiln__value_layout(g, ap) == KILN_VLAYOUT_NHWC && kiln__value_layout(g, mp) == KILN_VLAYOUT_NHWC);
+    CHECK(kiln__value_layout(g, mc) == KILN_VLAYOUT_C16);
+    CHECK(kiln__value_layout(g, gp) == KILN_VLAYOUT_PLAIN); /* [N, C, 1, 1]: the same bytes either way */
+    CHECK(kiln__value_layout(g, -1) == KILN_VLAYOUT_PLAIN && kiln__value_layout(g, 1000) == KILN_VLAYOUT_PLAIN);
+    kiln__graph_free(g);
+}
+
 /* With reuse off every tensor stays to the end of the run; with reuse on,
  * one nothing reads any more is not held. */
 TEST(memory_reuse) {
@@ -339,6 +366,7 @@ int main(void) {
     RUN(disable_pass);
     RUN(sources_and_tensor_names);
     RUN(logical_layouts);
+    RUN(value_layouts);
     RUN(memory_reuse);
     RUN(misuse);
     RUN(planted_bug);
