@@ -222,8 +222,8 @@ typedef struct kiln_layer_info {
 KILN_API kiln_status kiln_engine_layer_info(const kiln_engine *e, int layer, kiln_layer_info *out);
 /* The tensors layer `layer` reads and writes: how many (-1 for a NULL
  * engine or a layer out of range), and the name of each (borrowed from the
- * engine; NULL for an absent optional input, an output nothing reads that
- * the layer does not write, or an index out of range). Tensors keep the
+ * engine; NULL for an absent optional input or output, or an index out of
+ * range). Tensors keep the
  * model's names; those kiln made (a fused layer's constants, the fp16 copy
  * of a graph output, layout conversions) have "/kiln_" in their names. */
 KILN_API int kiln_engine_layer_num_inputs(const kiln_engine *e, int layer);
