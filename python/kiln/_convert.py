@@ -1,6 +1,7 @@
 """kiln.convert_method_to_engine: a method of a torch.nn.Module -> ONNX -> kiln engine."""
 
 import ast
+import contextlib
 import ctypes
 import difflib
 import inspect
@@ -335,8 +336,6 @@ def _locate_ops(module, run, ops):
     except Exception:  # noqa: BLE001
         pass
     try:
-        import contextlib
-
         with contextlib.ExitStack() as ctx:
             for m in modes:
                 ctx.enter_context(m)
@@ -468,10 +467,10 @@ def _restore_training(flags):
 def _build_with_fallback(path, bound, device, precisions, opts, module, label, metadata):
     """_build at precisions[0]; where the device cannot build that precision
     (KILN_ERR_UNSUPPORTED naming it) and enabled_precisions allowed others, at the next
-    one, with a warning. Returns (bytes, precision built)."""
+    one, with a warning."""
     for i, precision in enumerate(precisions):
         try:
-            return _build(path, bound, device, precision, opts, module, label, metadata), precision
+            return _build(path, bound, device, precision, opts, module, label, metadata)
         except UnsupportedOperatorError:
             raise
         except KilnError as e:
@@ -583,7 +582,7 @@ def convert_method_to_engine(module, method_name="forward", inputs=None, arg_inp
                     if data_file.exists():
                         shutil.copyfile(data_file, str(onnx_path) + ".data")
                 metadata = {SPEC_KEY: spec_json(spec)}
-                data, _ = _build_with_fallback(path, bound, device, precisions,
+                data = _build_with_fallback(path, bound, device, precisions,
                                                    build_options, module, label, metadata)
     finally:
         _restore_training(flags)

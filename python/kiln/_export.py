@@ -412,13 +412,6 @@ def unflatten_outputs(tree, leaves):
     raise ValueError(f"bad output structure {tree!r}")
 
 
-def tree_is_plain(tree, n):
-    """True when the default (one output: the tensor; several: a tuple) rebuilds tree."""
-    if n == 1:
-        return tree == {"t": 0}
-    return tree == {"tuple": [{"t": i} for i in range(n)]}
-
-
 def tree_num_leaves(tree):
     if "t" in tree:
         return 1

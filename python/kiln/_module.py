@@ -310,8 +310,10 @@ class EngineModule(torch.nn.Module):
     EngineModule(engine) with engine = bytes (e.g. from kiln.convert_method_to_engine),
     a path to a .kiln file (mapped, not copied), or a binary file object. forward(*args,
     **kwargs) takes tensors by position (in input_names order) or by input name and
-    returns tensors shaped like the converted method's outputs. threads= sets the CPU
-    threads of its contexts (default: the engine's setting).
+    returns tensors shaped like the converted method's outputs (from the spec inside the
+    engine; spec= overrides it and is kept in the engine from then on). threads= sets
+    the CPU threads of its contexts (default: the engine's setting). It cannot be
+    traced or scripted (see the module docstring).
 
     The engine's bytes are the module's extra state, so state_dict()/load_state_dict(),
     torch.save/torch.load of a model containing it, and copy.deepcopy all work. An
