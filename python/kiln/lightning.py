@@ -198,12 +198,12 @@ class EngineExportCallback(_Base):
     ``self.engine`` (None before fit ends)."""
 
     def __init__(self, file_path, input_sample=None, method_name="forward", **build_options):
-        super().__init__()
         # wrong arguments fail here, not after training (the folder may be made at fit end)
         check_options(build_options, "kiln.lightning.EngineExportCallback",
                       to_engine_options())
         if not isinstance(file_path, (str, os.PathLike)) or Path(file_path).is_dir():
             _files.check_output_path(file_path, "file_path")
+        super().__init__()
         self.file_path = file_path
         self.input_sample = input_sample
         self.method_name = method_name
