@@ -1341,6 +1341,8 @@ static const char inspect_help[] =
     "nchw, nhwc, nhwc-bf16 or the blocked nchw16c). CPU convolution tactics: own,\n"
     "dnnl, dnnl-blocked (oneDNN), wino, wino2 (Winograd), direct (kiln's direct\n"
     "convolution; its time is the layer's median inside the engine at build).\n"
+    "An engine with user metadata (kiln_engine_metadata) lists it last: each key\n"
+    "with its value (the first 160 bytes; all of it with --json).\n"
     "\n"
     "Options:\n"
     "  --json       print JSON\n"

@@ -3,6 +3,7 @@
 #ifndef KILN_ENGINE_H
 #define KILN_ENGINE_H
 
+#include "format/meta.h"
 #include "ir/ir.h"
 
 #include <pthread.h>
@@ -42,6 +43,7 @@ struct kiln_builder {
     int n_profiles, cap_profiles;
     char **fp32_layers;    /* kiln_builder_set_layer_precision: layers kept in float32 */
     int n_fp32_layers, cap_fp32_layers;
+    kiln_meta meta;        /* kiln_builder_set_metadata: copied into the engine */
 };
 
 struct kiln_engine {
@@ -65,6 +67,8 @@ struct kiln_engine {
     /* Cached descriptions (kiln_engine_describe). */
     char *describe_text;
     char *describe_json;
+    /* User metadata (kiln_engine_metadata; the optional META section). */
+    kiln_meta meta;
 };
 
 /* Engine (de)serialization: src/format/. */
