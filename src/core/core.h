@@ -49,6 +49,27 @@ KILN_PRIVATE void kiln__aligned_free(void *p);
 /* Grows *p (elements of `size`) so that it holds at least `need` elements. */
 KILN_PRIVATE kiln_status kiln__grow(void **p, int *cap, int need, size_t size);
 
+/* ---- files (src/core/file.c) ---------------------------------------------
+ * "a FIFO (named pipe)", "a directory", ... for a st_mode. */
+KILN_PRIVATE const char *kiln__file_type_name(unsigned mode);
+/* Opens `path` for reading when it is a regular file (symbolic links
+ * followed): a FIFO, device, socket or folder is refused without a
+ * blocking open. *fd_out is the caller's to close; *size_out (may be NULL)
+ * its size. Messages: "<path>: cannot open <what>: <reason>", "<path>: the
+ * <what> is a FIFO (named pipe), not a regular file". */
+KILN_PRIVATE kiln_status kiln__open_regular(const char *path, const char *what, int *fd_out,
+                                            int64_t *size_out);
+/* Fails (KILN_ERR_IO, naming the path and its kind) when `path` exists and
+ * is not a regular file: kiln never replaces a device, FIFO, socket or
+ * folder with a file it writes. */
+KILN_PRIVATE kiln_status kiln__check_write_target(const char *path, const char *what);
+/* Writes `size` bytes to `path` atomically: a short temporary name in the
+ * same folder (".kiln-<16 hex>.tmp", so that names near the file system's
+ * length limit work), fsync, rename, fsync of the folder. The new file's
+ * mode follows the umask. Refuses targets that are not regular files. */
+KILN_PRIVATE kiln_status kiln__write_file_atomic(const char *path, const void *data, size_t size,
+                                                 const char *what);
+
 /* Multiplication with overflow check: returns false on overflow. */
 static inline bool kiln__mul_ok(int64_t a, int64_t b, int64_t *out) {
     return !__builtin_mul_overflow(a, b, out);

@@ -4,6 +4,7 @@
  * truncation, unknown ops, undefined or duplicate values, bad tensors). */
 #include <math.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "test.h"
@@ -489,7 +490,35 @@ TEST(test_external_data) {
         {"w.bin", "16", "16", KILN_ERR_MODEL, "do not fit"},
         {"w.bin", "8", "12", KILN_ERR_MODEL, "length 12"},
         {"w.bin", "x8", "16", KILN_ERR_MODEL, "offset 'x8'"},
+        /* a symbolic link that stays inside the folder is followed */
+        {"inside.bin", "8", "16", KILN_OK, ""},
+        /* one that leaves it is refused, naming both paths (issue 20 4.1) */
+        {"passwd.bin", NULL, NULL, KILN_ERR_MODEL, "resolves to '/etc/passwd', which is outside"},
+        {"passwd.bin", NULL, NULL, KILN_ERR_MODEL, "passwd.bin"},
+        {"up/w.bin", "8", "16", KILN_ERR_MODEL, "outside the model's folder"},
+        /* only regular files, without a blocking open (4.2: a FIFO hung) */
+        {"fifo.bin", NULL, NULL, KILN_ERR_IO, "is a FIFO (named pipe), not a regular file"},
+        {"sub", NULL, NULL, KILN_ERR_IO, "is a directory"},
     };
+    char lpath[300];
+    snprintf(lpath, sizeof lpath, "%s/passwd.bin", dir);
+    CHECK(symlink("/etc/passwd", lpath) == 0);
+    snprintf(lpath, sizeof lpath, "%s/inside.bin", dir);
+    CHECK(symlink("w.bin", lpath) == 0);
+    snprintf(lpath, sizeof lpath, "%s/up", dir);
+    CHECK(symlink("/tmp", lpath) == 0);
+    snprintf(lpath, sizeof lpath, "%s/fifo.bin", dir);
+    CHECK(mkfifo(lpath, 0600) == 0);
+    snprintf(lpath, sizeof lpath, "%s/sub", dir);
+    CHECK(mkdir(lpath, 0700) == 0);
+    snprintf(lpath, sizeof lpath, "/tmp/w.bin");
+    bool tmp_wbin = access(lpath, F_OK) != 0 && (f = fopen(lpath, "wb")) != NULL;
+    if (tmp_wbin) { /* so that "up/w.bin" exists, outside */
+        fwrite("PADDING!", 1, 8, f);
+        fwrite(vals, sizeof vals, 1, f);
+        fclose(f);
+    }
+    alarm(30); /* a blocking open of the FIFO would hang: fail instead */
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         model_parts mp;
         memset(&mp, 0, sizeof mp);
@@ -517,11 +546,20 @@ TEST(test_external_data) {
             CHECK(v >= 0 && g->values[v].data && !memcmp(g->values[v].data, vals, sizeof vals));
             kiln__graph_free(g);
             /* without a base folder, external data is refused */
-            CHECK_ERR(import_parts(&mp, NULL, &g), KILN_ERR_INVALID_ARGUMENT, "w.bin");
+            CHECK_ERR(import_parts(&mp, NULL, &g), KILN_ERR_INVALID_ARGUMENT, cases[c].loc);
         } else {
             CHECK_ERR(import_parts(&mp, dir, &g), cases[c].want, cases[c].msg);
         }
     }
+    alarm(0);
+    if (tmp_wbin) remove("/tmp/w.bin");
+    const char *made[] = {"passwd.bin", "inside.bin", "up", "fifo.bin"};
+    for (int k = 0; k < 4; k++) {
+        snprintf(lpath, sizeof lpath, "%s/%s", dir, made[k]);
+        remove(lpath);
+    }
+    snprintf(lpath, sizeof lpath, "%s/sub", dir);
+    rmdir(lpath);
 
     /* via the public file API: base_dir is the model's folder */
     {
