@@ -118,7 +118,9 @@ KILN_API int kiln_device_available(kiln_device dev);
 KILN_API void kiln_free(void *p);
 
 /* Description of one model or engine input/output. dims[i] < 0 marks a
- * dynamic dimension; `dim_names[i]` is its symbolic name (or NULL). */
+ * dynamic dimension; `dim_names[i]` is its symbolic name (or NULL). rank -1:
+ * the rank itself is known only when the engine runs (an output of an If
+ * whose branches give different ranks); dims are then unused. */
 typedef struct kiln_io_info {
     const char *name;
     kiln_dtype dtype;

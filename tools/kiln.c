@@ -75,10 +75,14 @@ static double now_s(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* "[1x3x224x224]" ("[]" for a scalar); dynamic dims (< 0) print their name or "?"
- * and then " x " separates the dims ("[batch x 784]"). */
+/* "[1x3x224x224]" ("[]" for a scalar, "[unknown rank]" for rank -1); dynamic dims
+ * (< 0) print their name or "?" and then " x " separates the dims ("[batch x 784]"). */
 static const char *fmt_dims(char *buf, size_t cap, int rank, const int64_t *dims,
                             const char *const *names) {
+    if (rank < 0) { /* not known before a run (an If whose branches differ in rank) */
+        snprintf(buf, cap, "[unknown rank]");
+        return buf;
+    }
     bool symbolic = false;
     for (int i = 0; i < rank; i++) symbolic = symbolic || dims[i] < 0;
     size_t n = (size_t)snprintf(buf, cap, "[");

@@ -94,6 +94,17 @@ g = helper.make_graph([helper.make_node("Add", ["a", "b"], ["s"])], "sym",
 onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), d + "/sym.onnx")
 np.save(d + "/a2.npy", np.ones((2, 4), np.float32))
 np.save(d + "/b3.npy", np.ones((3, 4), np.float32))
+# an If whose branches give outputs of rank 2 and rank 1
+def const_graph(name, arr):
+    return helper.make_graph([helper.make_node("Constant", [], [name], value=numpy_helper.from_array(arr))], name, [],
+                             [helper.make_tensor_value_info(name, TensorProto.FLOAT, None)])
+g = helper.make_graph([helper.make_node("If", ["c"], ["r"], then_branch=const_graph("t", np.ones((2, 3), np.float32)),
+                                        else_branch=const_graph("e", np.ones((2,), np.float32)))], "ifrank",
+                      [helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
+                      [helper.make_tensor_value_info("r", TensorProto.FLOAT, None)])
+onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), d + "/ifrank.onnx")
+np.save(d + "/c1.npy", np.array(True))
+np.save(d + "/c0.npy", np.array(False))
 open(d + "/random.kiln", "wb").write(np.random.default_rng(1).integers(0, 256, 4096, dtype=np.uint8).tobytes())
 EOF
 
@@ -236,6 +247,15 @@ expect "build -o of 245 characters" 0 "layers" "$KILN" build tiny.onnx -o "$long
 "$KILN" build long.onnx -o long.kiln -q
 expect "run output name of 240 characters" 0 "" "$KILN" run long.kiln --input x=x2.npy --output-dir longout
 [ "$(ls longout | wc -l)" = 1 ] && [ "$(ls longout)" = "$(printf 'L%.0s' $(seq 240)).npy" ] && ok || bad "long output name: $(ls longout)"
+# an If whose branches differ in rank: the output's rank is unknown, not a scalar's (4.12)
+expect "build If of two ranks" 0 "output r: float32 [unknown rank]" "$KILN" build ifrank.onnx -o ifrank.kiln
+expect "inspect If of two ranks" 0 "r: float32 [unknown rank]" "$KILN" inspect ifrank.kiln
+"$KILN" inspect ifrank.kiln --json | $PY -c "
+import json, sys
+d = json.load(sys.stdin)
+sys.exit(0 if d['outputs'][0]['shape'] is None else 1)" && ok || bad "inspect --json: If output shape is not null"
+expect "run If then-branch" 0 "output 'r': float32 [2x3]" "$KILN" run ifrank.kiln --input c=c1.npy
+expect "run If else-branch" 0 "output 'r': float32 [2]" "$KILN" run ifrank.kiln --input c=c0.npy
 [ -z "$(ls -A . | grep -F .tmp)" ] && ok || bad "temporary files left: $(ls -A | grep -F .tmp)"
 
 # ---- damaged engines ------------------------------------------------------------------
