@@ -143,6 +143,14 @@ KILN_API int kiln_model_num_inputs(const kiln_model *m);
 KILN_API int kiln_model_num_outputs(const kiln_model *m);
 KILN_API kiln_status kiln_model_input_info(const kiln_model *m, int index, kiln_io_info *out);
 KILN_API kiln_status kiln_model_output_info(const kiln_model *m, int index, kiln_io_info *out);
+/* Warnings loading found: a graph output whose declared dtype or shape
+ * contradicts what the graph computes (the engine gives what the graph
+ * computes), an ai.onnx opset newer than the ones kiln supports (1 to 18).
+ * The model loads all the same; the CLI prints them on `kiln build`.
+ * kiln_model_warning returns warning `index` (owned by the model) or NULL
+ * past the last. */
+KILN_API int kiln_model_num_warnings(const kiln_model *m);
+KILN_API const char *kiln_model_warning(const kiln_model *m, int index);
 
 /* ---- builder ---------------------------------------------------------- */
 

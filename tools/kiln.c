@@ -797,6 +797,9 @@ static int cmd_build(int argc, char **argv) {
         goto done;
     }
     double t_load = now_s() - t0;
+    if (!quiet)
+        for (int i = 0; i < kiln_model_num_warnings(m); i++)
+            fprintf(stderr, "kiln: warning: %s\n", kiln_model_warning(m, i));
     int n_in = kiln_model_num_inputs(m), n_out = kiln_model_num_outputs(m);
 
     /* Profiles: every named input must exist, ranks must match. */

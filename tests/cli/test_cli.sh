@@ -105,6 +105,13 @@ g = helper.make_graph([helper.make_node("If", ["c"], ["r"], then_branch=const_gr
 onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), d + "/ifrank.onnx")
 np.save(d + "/c1.npy", np.array(True))
 np.save(d + "/c0.npy", np.array(False))
+# an output declared int64 [3] that the graph computes as float32 [2x4]; opset 19
+g = helper.make_graph([helper.make_node("Relu", ["x"], ["r"])], "decl",
+                      [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+                      [helper.make_tensor_value_info("r", TensorProto.INT64, [3])])
+onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), d + "/decl.onnx")
+g.output[0].CopyFrom(helper.make_tensor_value_info("r", TensorProto.FLOAT, [2, 4]))
+onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)]), d + "/opset19.onnx")
 open(d + "/random.kiln", "wb").write(np.random.default_rng(1).integers(0, 256, 4096, dtype=np.uint8).tobytes())
 EOF
 
@@ -256,6 +263,12 @@ d = json.load(sys.stdin)
 sys.exit(0 if d['outputs'][0]['shape'] is None else 1)" && ok || bad "inspect --json: If output shape is not null"
 expect "run If then-branch" 0 "output 'r': float32 [2x3]" "$KILN" run ifrank.kiln --input c=c1.npy
 expect "run If else-branch" 0 "output 'r': float32 [2]" "$KILN" run ifrank.kiln --input c=c0.npy
+# declarations that contradict the graph, opsets past the supported range: warnings (4.10)
+expect "build declared type contradicts" 0 "kiln: warning: graph output 'r' is declared int64 [3], but the graph computes float32 [2x4]" "$KILN" build decl.onnx -o decl.kiln
+grep -qF "kiln: warning:" err && ok || bad "the warning is not on stderr"
+expect "build opset 19" 0 "kiln: warning: the model uses ai.onnx opset 19; kiln supports opsets 1 to 18" "$KILN" build opset19.onnx -o opset19.kiln
+expect "build a consistent model: no warning" 0 "" "$KILN" build tiny.onnx -o tiny2.kiln
+grep -qF "warning" err && bad "warning for a consistent model: $(cat err)" || ok
 [ -z "$(ls -A . | grep -F .tmp)" ] && ok || bad "temporary files left: $(ls -A | grep -F .tmp)"
 
 # ---- damaged engines ------------------------------------------------------------------

@@ -791,6 +791,68 @@ TEST(test_constant_nodes) {
     ar_free(&a);
 }
 
+/* Loads the parts as a public kiln_model; returns its warnings joined by '|'
+ * into buf (NULL if it does not load). */
+static const char *model_warnings(const model_parts *mp, char *buf, size_t cap) {
+    arena a = {0};
+    size_t n;
+    uint8_t *bytes = pack_model(&a, mp, &n);
+    kiln_model *m = NULL;
+    kiln_status s = kiln_model_load_onnx_memory(bytes, n, NULL, &m);
+    free(bytes);
+    ar_free(&a);
+    if (s != KILN_OK) return NULL;
+    size_t k = 0;
+    buf[0] = 0;
+    for (int i = 0; i < kiln_model_num_warnings(m) && k < cap; i++)
+        k += (size_t)snprintf(buf + k, cap - k, "%s%s", i ? "|" : "", kiln_model_warning(m, i));
+    CHECK(kiln_model_warning(m, kiln_model_num_warnings(m)) == NULL);
+    kiln_model_free(m);
+    return buf;
+}
+
+/* A declared output type or shape that contradicts inference, and an opset
+ * past the supported range, are warnings (issue 20 4.10: both were taken
+ * silently); agreeing, symbolic and missing declarations are not. */
+TEST(test_warnings) {
+    arena a = {0};
+    model_parts mp;
+    char buf[2048];
+    const char *w;
+    relu_add_parts(&a, &mp); /* declares z float32 [N x 3], as inferred */
+    CHECK((w = model_warnings(&mp, buf, sizeof buf)) && !*w);
+    int64_t d3[1] = {3}, d23[2] = {2, 3}, dn3[2] = {-1, 3};
+    mp.outputs[0] = vinfo(&a, "z", 7, 1, d3, NULL); /* int64 [3] */
+    w = model_warnings(&mp, buf, sizeof buf);
+    CHECK(w && strstr(w, "graph output 'z' is declared int64 [3], but the graph computes float32"));
+    CHECK(w && strstr(w, "the engine's output is float32") && !strchr(w, '|'));
+    mp.outputs[0] = vinfo(&a, "z", 1, 2, dn3, NULL); /* float32 [? x 3]: agrees */
+    CHECK((w = model_warnings(&mp, buf, sizeof buf)) && !*w);
+    mp.outputs[0] = vinfo(&a, "z", 1, -1, NULL, NULL); /* no shape: agrees */
+    CHECK((w = model_warnings(&mp, buf, sizeof buf)) && !*w);
+    /* a passed-through input declared with another dtype */
+    mp.outputs[0] = vinfo(&a, "x", 10, 2, dn3, P_N);
+    w = model_warnings(&mp, buf, sizeof buf);
+    CHECK(w && strstr(w, "graph output 'x' is declared float16"));
+    /* fixed shapes that differ in a dim */
+    memset(&mp, 0, sizeof mp);
+    mp.inputs[mp.n_inputs++] = vinfo(&a, "x", 1, 2, d23, NULL);
+    mp.nodes[mp.n_nodes++] = node(&a, "relu0", "Relu", 1, S_X, 1, S_R);
+    int64_t d24[2] = {2, 4};
+    mp.outputs[mp.n_outputs++] = vinfo(&a, "r", 1, 2, d24, NULL);
+    w = model_warnings(&mp, buf, sizeof buf);
+    CHECK(w && strstr(w, "graph output 'r' is declared float32 [2x4], but the graph computes "
+                         "float32 [2x3]"));
+    /* opsets */
+    mp.outputs[0] = vinfo(&a, "r", 1, 2, d23, NULL);
+    mp.opset = 18;
+    CHECK((w = model_warnings(&mp, buf, sizeof buf)) && !*w);
+    mp.opset = 19;
+    w = model_warnings(&mp, buf, sizeof buf);
+    CHECK(w && strstr(w, "the model uses ai.onnx opset 19; kiln supports opsets 1 to 18"));
+    ar_free(&a);
+}
+
 int main(void) {
     RUN(test_relu_add_shapes);
     RUN(test_unsorted_nodes_are_sorted);
@@ -803,5 +865,6 @@ int main(void) {
     RUN(test_unknown_op);
     RUN(test_undefined_and_duplicates);
     RUN(test_constant_nodes);
+    RUN(test_warnings);
     return test_summary();
 }
