@@ -178,7 +178,7 @@ static kiln_status opt_shapes(const kiln_engine *e, kiln_tinfo *vi) {
         }
         kiln_infer_args ia = {.op = n->op, .attrs = n->attrs, .node_name = n->name, .n_in = n->n_in,
                               .n_out = n->n_out, .in = ip, .out = op, .runtime = false};
-        if (!known || n->op->infer(&ia) != KILN_OK) {
+        if (!known || kiln__infer(&ia) != KILN_OK) {
             kiln__clear_error();
             for (int i = 0; i < n->n_out; i++) outs[i].rank = -1;
         }

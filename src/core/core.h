@@ -74,6 +74,15 @@ KILN_PRIVATE kiln_status kiln__write_file_atomic(const char *path, const void *d
 static inline bool kiln__mul_ok(int64_t a, int64_t b, int64_t *out) {
     return !__builtin_mul_overflow(a, b, out);
 }
+/* Addition with overflow check: returns false on overflow. */
+static inline bool kiln__add_ok(int64_t a, int64_t b, int64_t *out) {
+    return !__builtin_add_overflow(a, b, out);
+}
+
+/* The largest tensor kiln accepts, declared, stored or inferred: 2^48
+ * bytes (256 TiB), far beyond any machine's memory, and far enough from
+ * int64 overflow that size arithmetic on accepted tensors stays safe. */
+#define KILN_MAX_TENSOR_BYTES (INT64_C(1) << 48)
 
 /* a * b, or SIZE_MAX when it overflows (sizes from untrusted shapes; the
  * planner and the allocator refuse SIZE_MAX with a message). */

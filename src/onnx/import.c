@@ -599,6 +599,15 @@ int64_t kiln_attr_int(const kiln_import_ctx *ic, const char *name, int64_t dflt)
     }
 }
 
+kiln_status kiln_attr_int32(const kiln_import_ctx *ic, const char *name, int64_t dflt,
+                            int32_t *out) {
+    int64_t v = kiln_attr_int(ic, name, dflt);
+    if (v < INT32_MIN || v > INT32_MAX)
+        return KILN_IMPORT_FAIL(ic, "attribute '%s' = %" PRId64 " is out of range", name, v);
+    *out = (int32_t)v;
+    return KILN_OK;
+}
+
 float kiln_attr_float(const kiln_import_ctx *ic, const char *name, float dflt) {
     const Onnx__AttributeProto *a = find_attr(ic, name);
     if (!a) return dflt;
@@ -1007,6 +1016,7 @@ static kiln_status import_node(importer *im, int index) {
         }
     }
     if (op->import && (s = op->import(&ic, attrs)) != KILN_OK) goto done;
+    if (op->validate && (s = op->validate(op, attrs, label)) != KILN_OK) goto done;
     if ((s = attach_subgraphs(&ic, index)) != KILN_OK) goto done;
     if ((s = check_counts(&ic, op, index)) != KILN_OK) goto done;
     s = kiln__graph_add_node(g, op_id, label, ic.n_in, ic.in, n_out, outs, attrs, NULL);

@@ -209,10 +209,8 @@ done:
 
 /* ---- size limits ---------------------------------------------------------- */
 
-/* The largest tensor a model may declare or hold: 2^48 bytes (256 TiB), far
- * beyond any machine's memory, and far enough from int64 overflow that later
- * size arithmetic stays safe. Checked before anything is allocated. */
-#define KILN_ONNX_MAX_TENSOR_BYTES (INT64_C(1) << 48)
+/* A model may declare or hold tensors up to KILN_MAX_TENSOR_BYTES (core.h);
+ * checked before anything is allocated. */
 
 kiln_status kiln__onnx_check_size(const char *what, kiln_dtype dt, int rank, const int64_t *dims,
                                   int64_t *nbytes) {
@@ -229,7 +227,7 @@ kiln_status kiln__onnx_check_size(const char *what, kiln_dtype dt, int rank, con
                          "before allocating",
                          what, kiln__shape_str(rank, dims, shape, sizeof shape),
                          kiln_dtype_name(dt));
-    if (bytes > KILN_ONNX_MAX_TENSOR_BYTES)
+    if (bytes > KILN_MAX_TENSOR_BYTES)
         return KILN_FAIL(KILN_ERR_MODEL,
                          "%s: shape %s (%s) would need %" PRId64 " bytes (%.3g TiB), more than "
                          "the 256 TiB kiln accepts for one tensor; refused before allocating",

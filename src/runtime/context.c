@@ -591,7 +591,7 @@ static kiln_status run_node(kiln_context *c, int ni) {
     kiln_infer_args ia = {.op = n->op, .attrs = n->attrs, .node_name = n->name, .n_in = n->n_in,
                           .n_out = n->n_out, .in = in_ip, .out = out_ip, .runtime = true,
                           .node_state = &c->node_state[ni]};
-    KILN_TRY(n->op->infer(&ia));
+    KILN_TRY(kiln__infer(&ia));
     kiln_status st = KILN_OK;
     for (int i = 0; i < n->n_out; i++) {
         if (outs[i].rank < 0 || outs[i].rank > KILN_MAX_RANK ||

@@ -95,8 +95,11 @@ static kiln_engine *make_engine(void) {
     int op_a = find_op(2, KILN_OP_ReduceSum), op_b = find_op(1, KILN_OP_ReduceMax);
     test_has_nodes = op_a && op_b;
     if (test_has_nodes) {
+        /* ReduceSum's attrs, valid (engines are validated when written
+         * and loaded): keepdims 1 (y is [batch, 1]), noop_with_empty_axes 0 */
         unsigned char attrs[4096];
-        for (size_t i = 0; i < sizeof attrs; i++) attrs[i] = (unsigned char)(0x5a + i);
+        memset(attrs, 0, sizeof attrs);
+        attrs[0] = 1;
         CHECK(kiln__op_by_id(op_a)->attr_size <= sizeof attrs);
         CHECK_OK(kiln__graph_add_node(g, op_a, "n0", 2, (int[]){x, ax}, 1, (int[]){y}, attrs, NULL));
         memset(attrs, 0, sizeof attrs);
@@ -1358,6 +1361,122 @@ TEST(test_cpu_target) {
     CHECK(strlen(small) < sizeof small);
 }
 
+/* ---- attribute values in engine files (issue 20 4.3) ----------------------- */
+
+/* A one-layer CPU engine: op(inputs...) -> y, attributes `attrs`, every
+ * input a graph input of the given float32 / int64 shapes (n_const of the
+ * last ones int64 constants holding `cdata`). */
+static kiln_engine *one_layer(int op_id, const void *attrs, int n_in, const int64_t (*dims)[4],
+                              const int *ranks, int n_const, const int64_t *cdata,
+                              const int64_t *ydims, int yrank) {
+    kiln_engine *e = kiln__calloc(1, sizeof *e);
+    kiln_graph *g = NULL;
+    CHECK_OK(kiln__graph_create(&g));
+    if (!e || !g) {
+        kiln__free(e);
+        kiln__graph_free(g);
+        return NULL;
+    }
+    e->graph = g;
+    g->opset = 17;
+    int in[4], n_graph_in = n_in - n_const;
+    g->inputs = kiln__calloc(4, sizeof(int));
+    g->outputs = kiln__calloc(1, sizeof(int));
+    e->profiles = kiln__calloc(4, sizeof *e->profiles);
+    for (int i = 0; i < n_in; i++) {
+        char name[8];
+        snprintf(name, sizeof name, "in%d", i);
+        if (i < n_graph_in) {
+            in[i] = add_value(g, name, KILN_DTYPE_FLOAT32, ranks[i], dims[i]);
+            g->values[in[i]].flags |= KILN_VALUE_INPUT;
+            g->inputs[g->n_inputs++] = in[i];
+            kiln_profile *p = &e->profiles[i];
+            p->rank = ranks[i];
+            for (int d = 0; d < ranks[i]; d++) p->min[d] = p->opt[d] = p->max[d] = dims[i][d];
+        } else {
+            in[i] = add_const(g, name, KILN_DTYPE_INT64, ranks[i], dims[i], cdata);
+        }
+    }
+    g->cap_inputs = 4;
+    int y = add_value(g, "y", KILN_DTYPE_FLOAT32, yrank, ydims);
+    g->values[y].flags |= KILN_VALUE_OUTPUT;
+    g->outputs[g->n_outputs++] = y;
+    g->cap_outputs = 1;
+    CHECK_OK(kiln__graph_add_node(g, op_id, "layer", n_in, in, 1, &y, attrs, NULL));
+    kiln__graph_link(g);
+    e->opts.device = KILN_DEVICE_CPU;
+    kiln__cpu_target(e->target, sizeof e->target);
+    snprintf(e->builder_version, sizeof e->builder_version, "%s", kiln_version_string());
+    return e;
+}
+
+/* The engine's bytes with the first int32 of its (only) node's attributes
+ * set to v, resealed; NULL on failure. */
+static unsigned char *with_attr_word(const kiln_engine *e, int32_t v, size_t *size) {
+    void *data = serialize(e, size);
+    unsigned char *f = data ? copy_bytes(data, *size) : NULL;
+    kiln_free(data);
+    if (!f) return NULL;
+    unsigned char *n = node_record(f, 0);
+    kiln__put_le32(n + KILN_FMT_NODE_HEADER + 4 * (kiln__le32(n + 8) + kiln__le32(n + 12)), (uint32_t)v);
+    reseal(f, *size);
+    return f;
+}
+
+/* Writes the damaged engine to $KILN_WRITE_REPROS/<name> when that is set
+ * (how tests/fuzz/regressions/engine/ got them). */
+static void maybe_write_repro(const char *name, const void *f, size_t size) {
+    const char *dir = getenv("KILN_WRITE_REPROS");
+    if (!dir || !*dir) return;
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    CHECK(write_file(path, f, size));
+}
+
+/* The engine loader checks attribute values as the importer does: a
+ * DepthToSpace of blocksize 0 (SIGFPE in inspect and run before) and a
+ * GatherND of batch_dims -1 (a read before its dims) are refused when the
+ * file loads, naming the node and the attribute, not run. */
+TEST(test_attr_values_checked_on_load) {
+    /* DepthToSpace [1, 4, 2, 2] -> [1, 1, 4, 4], blocksize 2 */
+    int32_t d2s[2] = {2, 0};
+    const int64_t xd[1][4] = {{1, 4, 2, 2}};
+    kiln_engine *e = one_layer(KILN_OP_DepthToSpace, d2s, 1, xd, (int[]){4}, 0, NULL,
+                               (int64_t[]){1, 1, 4, 4}, 4);
+    size_t size = 0;
+    unsigned char *f = e ? with_attr_word(e, 2, &size) : NULL;
+    CHECK(f && read_only(f, size) == KILN_OK); /* the valid engine loads */
+    kiln__aligned_free(f);
+    f = e ? with_attr_word(e, 0, &size) : NULL;
+    if (f) {
+        maybe_write_repro("depthtospace_blocksize0.kiln", f, size);
+        CHECK_ERR(read_only(f, size), KILN_ERR_FORMAT,
+                  "engine file is malformed: node 0: node 'layer' (DepthToSpace): attribute "
+                  "'blocksize' = 0 is out of range [1, 1048576]");
+        kiln_engine *l = (kiln_engine *)1;
+        CHECK(kiln_engine_load_memory(f, size, &l) == KILN_ERR_FORMAT && l == NULL);
+    }
+    kiln__aligned_free(f);
+    kiln_engine_free(e);
+
+    /* GatherND data [2, 3], indices [2, 1] (int64 constant) -> [2, 3] */
+    int32_t gnd[2] = {0, 0};
+    const int64_t gd[2][4] = {{2, 3}, {2, 1}};
+    const int64_t idx[2] = {1, 0};
+    e = one_layer(KILN_OP_GatherND, gnd, 2, gd, (int[]){2, 2}, 1, idx, (int64_t[]){2, 3}, 2);
+    f = e ? with_attr_word(e, 0, &size) : NULL;
+    CHECK(f && read_only(f, size) == KILN_OK);
+    kiln__aligned_free(f);
+    f = e ? with_attr_word(e, -1, &size) : NULL;
+    if (f) {
+        maybe_write_repro("gathernd_batch_dims_neg.kiln", f, size);
+        CHECK_ERR(read_only(f, size), KILN_ERR_FORMAT,
+                  "node 'layer' (GatherND): attribute 'batch_dims' = -1 is out of range [0, 7]");
+    }
+    kiln__aligned_free(f);
+    kiln_engine_free(e);
+}
+
 /* docs/engine-format.md gives the format version this kiln writes and the
  * range it reads, in its title, its header table and its compatibility
  * rules: the same numbers as format.h (issue 20 4.13: the page said 3 and
@@ -1411,6 +1530,7 @@ int main(void) {
     RUN(test_fixtures);
     RUN(test_gap_attrs_by_version);
     RUN(test_doc_version);
+    RUN(test_attr_values_checked_on_load);
     rmdir(tmpdir);
     return test_summary();
 }
