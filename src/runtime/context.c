@@ -841,9 +841,10 @@ static kiln_status graph_capture_end(kiln_context *c, kiln_status loop) {
     return run_nodes(c);
 }
 
-/* Inputs that share a symbolic dim (ONNX dim_param) must agree on it: a
- * mismatch is named here, with both inputs, rather than deep inside the
- * first layer that combines them. */
+/* Inputs that share a symbolic dim (ONNX dim_param) must agree on it, and
+ * an input whose dims share one (a square [n, n]) with itself: a mismatch
+ * is named here, with both inputs, rather than deep inside the first layer
+ * that combines them. */
 static kiln_status check_shared_dims(const kiln_context *c) {
     const kiln_graph *g = c->e->graph;
     for (int k = 0; k < g->n_inputs; k++) {
@@ -851,22 +852,30 @@ static kiln_status check_shared_dims(const kiln_context *c) {
         for (int d = 0; d < c->in[k].rank && d < v->info.rank; d++) {
             int64_t sym = v->info.dims[d];
             if (!KILN_DIM_IS_SYM(sym)) continue;
-            for (int j = 0; j < k; j++) { /* the first earlier input with the symbol */
+            /* the symbol's first place: input j, dim e (before (k, d)) */
+            int j = 0, e = 0;
+            bool found = false;
+            for (j = 0; j <= k && !found; j++) {
                 const kiln_value *w = &g->values[g->inputs[j]];
-                int e = 0;
-                while (e < c->in[j].rank && e < w->info.rank && w->info.dims[e] != sym) e++;
-                if (e == c->in[j].rank || e == w->info.rank) continue;
-                if (c->in[j].dims[e] != c->in[k].dims[d]) {
-                    int id = KILN_DIM_SYM_ID(sym);
-                    return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT,
-                                     "inputs '%s' and '%s' share the dimension '%s' but disagree: "
-                                     "'%s' has %lld in dim %d, '%s' has %lld in dim %d",
-                                     w->name, v->name, id < g->n_symbols ? g->symbols[id] : "?",
-                                     w->name, (long long)c->in[j].dims[e], e, v->name,
-                                     (long long)c->in[k].dims[d], d);
-                }
-                break;
+                int end = j == k ? d : (c->in[j].rank < w->info.rank ? c->in[j].rank : w->info.rank);
+                for (e = 0; e < end && !found; e++) found = w->info.dims[e] == sym;
             }
+            if (!found) continue;
+            j--, e--; /* the loops stepped past the match */
+            if (c->in[j].dims[e] == c->in[k].dims[d]) continue;
+            const kiln_value *w = &g->values[g->inputs[j]];
+            int id = KILN_DIM_SYM_ID(sym);
+            if (j == k)
+                return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT,
+                                 "input '%s' has the dimension '%s' twice but its dims %d and %d "
+                                 "are %lld and %lld",
+                                 v->name, id < g->n_symbols ? g->symbols[id] : "?", e, d,
+                                 (long long)c->in[k].dims[e], (long long)c->in[k].dims[d]);
+            return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT,
+                             "inputs '%s' and '%s' share the dimension '%s' but disagree: '%s' has "
+                             "%lld in dim %d, '%s' has %lld in dim %d",
+                             w->name, v->name, id < g->n_symbols ? g->symbols[id] : "?", w->name,
+                             (long long)c->in[j].dims[e], e, v->name, (long long)c->in[k].dims[d], d);
         }
     }
     return KILN_OK;

@@ -853,6 +853,66 @@ TEST(test_warnings) {
     ar_free(&a);
 }
 
+/* Builds the parts with dynamic dims N in 1..4 (every input of rank 2) and
+ * runs them on x of dims xd and y of dims yd; returns the run's status. */
+static kiln_status run_parts(const model_parts *mp, const int64_t *xd, const int64_t *yd) {
+    arena a = {0};
+    size_t n;
+    uint8_t *bytes = pack_model(&a, mp, &n);
+    kiln_model *m = NULL;
+    kiln_builder *b = NULL;
+    kiln_engine *e = NULL;
+    kiln_context *c = NULL;
+    float data[16] = {0};
+    int64_t mn[2] = {1, 1}, mx[2] = {4, 4};
+    kiln_status s = kiln_model_load_onnx_memory(bytes, n, NULL, &m);
+    if (s == KILN_OK) s = kiln_builder_create(&b);
+    for (int i = 0; s == KILN_OK && i < mp->n_inputs; i++)
+        s = kiln_builder_set_profile(b, mp->inputs[i]->name, 2, mn, mn, mx);
+    if (s == KILN_OK) s = kiln_build(b, m, &e);
+    if (s == KILN_OK) s = kiln_context_create(e, &c);
+    if (s == KILN_OK) s = kiln_context_set_input(c, "x", KILN_DTYPE_FLOAT32, 2, xd, data);
+    if (s == KILN_OK && yd) s = kiln_context_set_input(c, "y", KILN_DTYPE_FLOAT32, 2, yd, data);
+    if (s == KILN_OK) s = kiln_context_run(c);
+    kiln_context_free(c);
+    kiln_engine_free(e);
+    kiln_builder_free(b);
+    kiln_model_free(m);
+    free(bytes);
+    ar_free(&a);
+    return s;
+}
+
+/* Inputs sharing a symbolic dim that disagree are named, with the dim,
+ * before any layer runs (issue 20 4.8: the first layer combining them
+ * failed, naming neither). */
+TEST(test_shared_dims_checked) {
+    arena a = {0};
+    model_parts mp;
+    int64_t d[2] = {-1, -1};
+    static const char *const P_NM[] = {"N", "M"}, *const P_NN[] = {"N", "N"};
+    memset(&mp, 0, sizeof mp);
+    mp.inputs[mp.n_inputs++] = vinfo(&a, "x", 1, 2, d, P_NM);
+    mp.inputs[mp.n_inputs++] = vinfo(&a, "y", 1, 2, d, P_NM);
+    mp.nodes[mp.n_nodes++] = node(&a, "add0", "Add", 2, (const char *const[]){"x", "y"}, 1, S_Z);
+    mp.outputs[mp.n_outputs++] = vinfo(&a, "z", 1, 2, d, P_NM);
+    CHECK_OK(run_parts(&mp, (int64_t[]){2, 3}, (int64_t[]){2, 3}));
+    CHECK_ERR(run_parts(&mp, (int64_t[]){2, 3}, (int64_t[]){3, 3}), KILN_ERR_INVALID_ARGUMENT,
+              "inputs 'x' and 'y' share the dimension 'N' but disagree: 'x' has 2 in dim 0, 'y' "
+              "has 3 in dim 0");
+    CHECK_ERR(run_parts(&mp, (int64_t[]){2, 3}, (int64_t[]){2, 4}), KILN_ERR_INVALID_ARGUMENT,
+              "share the dimension 'M'");
+    /* one input, square [N, N] */
+    memset(&mp, 0, sizeof mp);
+    mp.inputs[mp.n_inputs++] = vinfo(&a, "x", 1, 2, d, P_NN);
+    mp.nodes[mp.n_nodes++] = node(&a, "relu0", "Relu", 1, S_X, 1, S_Z);
+    mp.outputs[mp.n_outputs++] = vinfo(&a, "z", 1, 2, d, P_NN);
+    CHECK_OK(run_parts(&mp, (int64_t[]){3, 3}, NULL));
+    CHECK_ERR(run_parts(&mp, (int64_t[]){2, 3}, NULL), KILN_ERR_INVALID_ARGUMENT,
+              "input 'x' has the dimension 'N' twice but its dims 0 and 1 are 2 and 3");
+    ar_free(&a);
+}
+
 int main(void) {
     RUN(test_relu_add_shapes);
     RUN(test_unsorted_nodes_are_sorted);
@@ -866,5 +926,6 @@ int main(void) {
     RUN(test_undefined_and_duplicates);
     RUN(test_constant_nodes);
     RUN(test_warnings);
+    RUN(test_shared_dims_checked);
     return test_summary();
 }
