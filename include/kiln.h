@@ -119,7 +119,9 @@ KILN_API int kiln_device_available(kiln_device dev);
 KILN_API void kiln_free(void *p);
 
 /* Description of one model or engine input/output. dims[i] < 0 marks a
- * dynamic dimension; `dim_names[i]` is its symbolic name (or NULL). */
+ * dynamic dimension; `dim_names[i]` is its symbolic name (or NULL). rank -1:
+ * the rank itself is known only when the engine runs (an output of an If
+ * whose branches give different ranks); dims are then unused. */
 typedef struct kiln_io_info {
     const char *name;
     kiln_dtype dtype;
@@ -142,6 +144,14 @@ KILN_API int kiln_model_num_inputs(const kiln_model *m);
 KILN_API int kiln_model_num_outputs(const kiln_model *m);
 KILN_API kiln_status kiln_model_input_info(const kiln_model *m, int index, kiln_io_info *out);
 KILN_API kiln_status kiln_model_output_info(const kiln_model *m, int index, kiln_io_info *out);
+/* Warnings loading found: a graph output whose declared dtype or shape
+ * contradicts what the graph computes (the engine gives what the graph
+ * computes), an ai.onnx opset newer than the ones kiln supports (1 to 18).
+ * The model loads all the same; the CLI prints them on `kiln build`.
+ * kiln_model_warning returns warning `index` (owned by the model) or NULL
+ * past the last. */
+KILN_API int kiln_model_num_warnings(const kiln_model *m);
+KILN_API const char *kiln_model_warning(const kiln_model *m, int index);
 
 /* ---- builder ---------------------------------------------------------- */
 

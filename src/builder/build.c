@@ -349,7 +349,14 @@ int kiln_engine_num_layers(const kiln_engine *e) { return e ? e->graph->n_nodes 
 
 /* ---- describe (inspect) ------------------------------------------------- */
 
+/* A shape: "[1x3xNx?]" (JSON: [1, 3, "N", "?"]); a rank not known before a
+ * run (an If whose branches differ in rank) is "[unknown rank]" (JSON:
+ * null), not the "[]" of a scalar. */
 static void dims_str(const kiln_graph *g, const kiln_tinfo *t, kiln_sbuf *sb, bool json) {
+    if (t->rank < 0) {
+        kiln__sbuf_printf(sb, json ? "null" : "[unknown rank]");
+        return;
+    }
     kiln__sbuf_printf(sb, "[");
     for (int i = 0; i < t->rank; i++) {
         int64_t d = t->dims[i];

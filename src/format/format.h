@@ -1,4 +1,4 @@
-/* format.h -- the kiln engine file format (version 3; versions 1 and 2 are read too).
+/* format.h -- the kiln engine file format (version 5; versions 1 to 4 are read too).
  *
  * An engine file is the optimized plan of one model plus its weights, laid
  * out so that it can be mapped read-only and used in place: every constant
@@ -23,10 +23,10 @@
  *                  catches 7-bit channels, CR LF catches CRLF->LF
  *                  conversion, 0x1A stops DOS `type`, the lone LF catches
  *                  LF->CRLF conversion, the NUL catches C-string copies)
- *      12  u32     format_version (3). Bytes 0..15 keep this meaning in
+ *      12  u32     format_version (5). Bytes 0..15 keep this meaning in
  *                  every version, so any kiln can tell "too new" apart from
  *                  "corrupt".
- *      16  u32     header_size (>= 512, multiple of 8; 512 in versions 1 to 3)
+ *      16  u32     header_size (>= 512, multiple of 8; 512 in versions 1 to 5)
  *      20  u32     section_count
  *      24  u64     file_size: the exact size of the file
  *      32  u64     checksum (see below) of the whole file, computed with
@@ -59,7 +59,7 @@
  *      16  u64     size in bytes
  *      24  u64     count: number of records (meaning per section)
  *
- * Sections of versions 1 to 3 (all required, each exactly once)
+ * Sections of versions 1 to 5 (all required, each exactly once)
  * ---------------------
  *   "STRS"  string table. count = size. Strings are referenced by their
  *           u32 byte offset in the table and must be NUL-terminated inside

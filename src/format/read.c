@@ -270,6 +270,12 @@ kiln_status kiln__format_check_graph(const kiln_graph *g, const kiln_profile *pr
             st = KILN_FAIL(KILN_ERR_FORMAT, "node %d '%s' (%s): no attributes", i, name, op->name);
             goto done;
         }
+        /* the values the op's infer and kernels rely on, checked as the
+         * importer checks them (a checksum is no signature) */
+        if (op->validate && n->attrs && (st = op->validate(op, n->attrs, name)) != KILN_OK) {
+            st = kiln__fail_prefix(KILN_ERR_FORMAT, "node %d", i);
+            goto done;
+        }
         for (int k = 0; k < n->n_in; k++) {
             int x = n->in[k];
             if (x == -1 && k >= op->min_inputs) continue;

@@ -51,6 +51,22 @@ static const float *fmm_residual(const kiln_kernel_args *a) {
 /* kiln.FusedMatMul                                                         */
 /* ======================================================================= */
 
+/* A layer's arithmetic precision: fp32 or bf16. */
+static kiln_status fp32_or_bf16(const kiln_op_def *op, const char *node, int32_t p) {
+    if (p != KILN_PRECISION_FP32 && p != KILN_PRECISION_BF16)
+        return KILN_VALIDATE_FAIL(op, node, "unsupported precision %d", (int)p);
+    return KILN_OK;
+}
+
+/* act a KILN_FACT_*; trans_b 0 or 1; precision fp32 or bf16 */
+static kiln_status fmm_validate(const kiln_op_def *op, const void *attrs, const char *node) {
+    const kiln_fused_matmul_attrs *at = attrs;
+    if (at->act < KILN_FACT_NONE || at->act > KILN_FACT_GELU_TANH)
+        return KILN_VALIDATE_FAIL(op, node, "unknown activation %d", (int)at->act);
+    KILN_TRY(kiln__check_attr(op, node, "trans_b", at->trans_b, 0, 1));
+    return fp32_or_bf16(op, node, at->precision);
+}
+
 static kiln_status fmm_infer(const kiln_infer_args *a) {
     const kiln_fused_matmul_attrs *at = a->attrs;
     const kiln_tinfo *A = a->in[0], *B = a->in[1], *bias = a->n_in > 2 ? a->in[2] : NULL;
@@ -60,8 +76,6 @@ static kiln_status fmm_infer(const kiln_infer_args *a) {
     KILN_TRY(need_float(NODE(a), op, "B", B, A));
     KILN_TRY(need_float(NODE(a), op, "bias", bias, A));
     KILN_TRY(need_float(NODE(a), op, "residual", res, A));
-    if (at->act < KILN_FACT_NONE || at->act > KILN_FACT_GELU_TANH)
-        return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (%s): unknown activation %d", NODE(a), op, at->act);
     kiln_tinfo *y = a->out[0];
     y->dtype = A->dtype;
     if (B->rank != 2)
@@ -232,7 +246,7 @@ const kiln_op_def kiln_op_FusedMatMul = {
     .min_inputs = 2, .max_inputs = 4, .min_outputs = 1, .max_outputs = 1,
     .flags = KILN_OP_FLAG_TACTICS,
     .attr_size = sizeof(kiln_fused_matmul_attrs),
-    .infer = fmm_infer, .workspace = fmm_workspace, .cpu = fmm_cpu,
+    .validate = fmm_validate, .infer = fmm_infer, .workspace = fmm_workspace, .cpu = fmm_cpu,
     .cpu_tactics = fmm_tactics, .cpu_tactic_name = fmm_tactic_name,
 };
 
@@ -240,11 +254,12 @@ const kiln_op_def kiln_op_FusedMatMul = {
 /* kiln.Gelu                                                                */
 /* ======================================================================= */
 
+static kiln_status gelu_validate(const kiln_op_def *op, const void *attrs, const char *node) {
+    return kiln__check_attr(op, node, "approx", ((const kiln_gelu_attrs *)attrs)->approx, 0, 1);
+}
+
 static kiln_status gelu_infer(const kiln_infer_args *a) {
-    const kiln_gelu_attrs *at = a->attrs;
     KILN_TRY(need_float(NODE(a), "kiln.Gelu", "input", a->in[0], a->in[0]));
-    if (at->approx != 0 && at->approx != 1)
-        return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (kiln.Gelu): unknown form %d", NODE(a), at->approx);
     kiln__tinfo_copy_shape(a->out[0], a->in[0]);
     return KILN_OK;
 }
@@ -274,7 +289,7 @@ const kiln_op_def kiln_op_Gelu = {
     .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
     .flags = KILN_OP_FLAG_INPLACE,
     .attr_size = sizeof(kiln_gelu_attrs),
-    .infer = gelu_infer, .cpu = gelu_cpu,
+    .validate = gelu_validate, .infer = gelu_infer, .cpu = gelu_cpu,
 };
 
 /* ======================================================================= */
@@ -336,6 +351,24 @@ static kiln_status dim_eq(const char *node, const char *what, int64_t x, int64_t
     return KILN_OK;
 }
 
+/* num_heads positive; layouts its kernels read (Q and V not BHDS, the
+ * output BSHD or BHSD); precision fp32 or bf16; scale any float */
+static kiln_status attn_validate(const kiln_op_def *op, const void *attrs, const char *node) {
+    const kiln_attention_attrs *at = attrs;
+    if (at->num_heads <= 0)
+        return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (%s): num_heads must be positive, got %d", node,
+                         op->name, at->num_heads);
+    const int32_t lay[4] = {at->q_layout, at->k_layout, at->v_layout, at->out_layout};
+    bool ok = true;
+    for (int i = 0; i < 4; i++) ok = ok && lay[i] >= KILN_ATTN_BSHD && lay[i] <= KILN_ATTN_QKV;
+    if (!ok || at->q_layout == KILN_ATTN_BHDS || at->v_layout == KILN_ATTN_BHDS ||
+        (at->out_layout != KILN_ATTN_BSHD && at->out_layout != KILN_ATTN_BHSD))
+        return KILN_FAIL(KILN_ERR_MODEL,
+                         "node '%s' (%s): unsupported layouts (Q %d, K %d, V %d, output %d)", node,
+                         op->name, at->q_layout, at->k_layout, at->v_layout, at->out_layout);
+    return fp32_or_bf16(op, node, at->precision);
+}
+
 static kiln_status attn_infer(const kiln_infer_args *a) {
     const kiln_attention_attrs *at = a->attrs;
     const char *node = NODE(a), *op = "kiln.Attention";
@@ -344,13 +377,6 @@ static kiln_status attn_infer(const kiln_infer_args *a) {
     KILN_TRY(need_float(node, op, "K", a->in[1], a->in[0]));
     KILN_TRY(need_float(node, op, "V", a->in[2], a->in[0]));
     KILN_TRY(need_float(node, op, "mask", mask, a->in[0]));
-    if (at->num_heads <= 0)
-        return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (%s): num_heads must be positive, got %d", node, op,
-                         at->num_heads);
-    if (at->q_layout == KILN_ATTN_BHDS || at->v_layout == KILN_ATTN_BHDS ||
-        (at->out_layout != KILN_ATTN_BSHD && at->out_layout != KILN_ATTN_BHSD))
-        return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (%s): unsupported layouts (Q %d, V %d, output %d)", node, op,
-                         at->q_layout, at->v_layout, at->out_layout);
     attn_view q = {0}, k = {0}, v = {0};
     KILN_TRY(attn_view_of(node, "Q", a->in[0], at->q_layout, at->num_heads, &q));
     KILN_TRY(attn_view_of(node, "K", a->in[1], at->k_layout, at->num_heads, &k));
@@ -385,7 +411,8 @@ static kiln_status attn_infer(const kiln_infer_args *a) {
         y->rank = 3;
         y->dims[0] = q.B;
         y->dims[1] = q.S;
-        y->dims[2] = v.D >= 0 ? v.D * at->num_heads : KILN_DIM_UNKNOWN;
+        y->dims[2] = KILN_DIM_UNKNOWN;
+        if (v.D >= 0) KILN_TRY(kiln__dim_mul(node, v.D, at->num_heads, &y->dims[2]));
     } else {
         y->rank = 4;
         y->dims[0] = q.B;
@@ -571,6 +598,6 @@ const kiln_op_def kiln_op_Attention = {
     .min_inputs = 3, .max_inputs = 4, .min_outputs = 1, .max_outputs = 1,
     .flags = KILN_OP_FLAG_TACTICS,
     .attr_size = sizeof(kiln_attention_attrs),
-    .infer = attn_infer, .workspace = attn_workspace, .cpu = attn_cpu,
+    .validate = attn_validate, .infer = attn_infer, .workspace = attn_workspace, .cpu = attn_cpu,
     .cpu_tactics = attn_tactics, .cpu_tactic_name = attn_tactic_name,
 };

@@ -11,6 +11,8 @@
 struct kiln_model {
     kiln_graph *graph;     /* as imported, shapes inferred */
     char *producer;        /* producer_name + version, for inspect */
+    char **warnings;       /* kiln_model_warning: what loading found suspect */
+    int n_warnings, cap_warnings;
 };
 
 /* Shape range of one graph input. For inputs without dynamic dims
