@@ -243,6 +243,10 @@ typedef struct kiln_cuda_gemm {
     int epi;
     const void *bias;
     int32_t tactic;  /* index into cuBLASLt's heuristic list (0: its first choice) */
+    /* Optional: the C read by beta * C when it is not the output (cuBLASLt's
+     * separate C and D, same layout): C_b = alpha op(A_b) op(B_b) + beta Cin_b,
+     * e.g. a residual with beta = 1. Needs cuBLASLt (no fallback kernel). */
+    const void *Cin;
 } kiln_cuda_gemm;
 enum {
     KCU_EPI_NONE = 0,

@@ -53,7 +53,7 @@ template <typename T, int DM>
 __global__ void __launch_bounds__(ATT_ROWS)
     k_attention(const __grid_constant__ kcu_attn g, const T *__restrict__ q,
                 const T *__restrict__ k, const T *__restrict__ v, const T *__restrict__ mask,
-                T *__restrict__ o) {
+                const uint8_t *__restrict__ cond, const T *__restrict__ bias, T *__restrict__ o) {
     __shared__ float ksh[ATT_TILE][DM];
     __shared__ float vsh[ATT_TILE][DM];
     const int64_t b = blockIdx.x / g.H, h = blockIdx.x % g.H;
@@ -69,6 +69,8 @@ __global__ void __launch_bounds__(ATT_ROWS)
     const T *kb = k + b * g.ks[0] + h * g.ks[1];
     const T *vb = v + b * g.vs[0] + h * g.vs[1];
     const T *mrow = g.has_mask ? mask + b * g.ms[0] + h * g.ms[1] + (row ? i : 0) * g.ms[2] : NULL;
+    const uint8_t *crow = g.has_cond ? cond + b * g.cs[0] + h * g.cs[1] + (row ? i : 0) * g.cs[2] : NULL;
+    const T *brow = g.has_bias ? bias + b * g.bs[0] + h * g.bs[1] + (row ? i : 0) * g.bs[2] : NULL;
     float m = -INFINITY, l = 0.0f;
     for (int64_t j0 = 0; j0 < g.Sk; j0 += ATT_TILE) {
         const int nt = g.Sk - j0 < ATT_TILE ? (int)(g.Sk - j0) : ATT_TILE;
@@ -89,7 +91,10 @@ __global__ void __launch_bounds__(ATT_ROWS)
                 float s = 0.0f;
 #pragma unroll
                 for (int d = 0; d < DM; d++) s += qr[d] * ksh[jj][d];
+                if (crow && (crow[(j0 + jj) * g.cs[3]] != 0) == (g.cond_fill_if != 0))
+                    s = g.cond_mode == 1 ? g.fill : s + g.fill;
                 if (mrow) s += Num<T>::load(mrow[(j0 + jj) * g.ms[3]]);
+                if (brow) s += Num<T>::load(brow[(j0 + jj) * g.bs[3]]);
                 if (s == -INFINITY) continue; /* weight 0 */
                 if (s > m) {
                     const float c = expf(m - s);
@@ -109,23 +114,29 @@ __global__ void __launch_bounds__(ATT_ROWS)
     if (!row) return;
     T *op = o + b * g.os[0] + h * g.os[1] + i * g.os[2];
     const float inv = 1.0f / l; /* every key masked out: 0/0 = NaN, as softmax of all -inf */
+    const bool zero = g.nan_to_zero && !(l > 0.0f); /* NaN or 0: every probability is NaN */
 #pragma unroll
     for (int d = 0; d < DM; d++)
-        if (d < g.Dv) op[d * g.os[3]] = Num<T>::store(acc[d] * inv);
+        if (d < g.Dv) op[d * g.os[3]] = Num<T>::store(zero ? 0.0f : acc[d] * inv);
 }
 
 template <typename T>
 static cudaError_t attention_launch(const kcu_attn *g, const void *q, const void *k, const void *v,
-                                    const void *mask, void *o, cudaStream_t stream) {
+                                    const void *mask, const uint8_t *cond, const void *bias, void *o,
+                                    cudaStream_t stream) {
     const int64_t dmax = g->D > g->Dv ? g->D : g->Dv;
     const int64_t chunks = (g->Sq + ATT_ROWS - 1) / ATT_ROWS;
     if (g->B * g->H > INT32_MAX || chunks > 65535) return cudaErrorInvalidConfiguration;
     dim3 grid((unsigned)(g->B * g->H), (unsigned)chunks);
     const T *qt = (const T *)q, *kt = (const T *)k, *vt = (const T *)v, *mt = (const T *)mask;
-    if (dmax <= 32) k_attention<T, 32><<<grid, ATT_ROWS, 0, stream>>>(*g, qt, kt, vt, mt, (T *)o);
-    else if (dmax <= 64) k_attention<T, 64><<<grid, ATT_ROWS, 0, stream>>>(*g, qt, kt, vt, mt, (T *)o);
+    const T *bt = (const T *)bias;
+    if (dmax <= 32)
+        k_attention<T, 32><<<grid, ATT_ROWS, 0, stream>>>(*g, qt, kt, vt, mt, cond, bt, (T *)o);
+    else if (dmax <= 64)
+        k_attention<T, 64><<<grid, ATT_ROWS, 0, stream>>>(*g, qt, kt, vt, mt, cond, bt, (T *)o);
     else if (dmax <= KCU_ATTN_MAX_D)
-        k_attention<T, KCU_ATTN_MAX_D><<<grid, ATT_ROWS, 0, stream>>>(*g, qt, kt, vt, mt, (T *)o);
+        k_attention<T, KCU_ATTN_MAX_D><<<grid, ATT_ROWS, 0, stream>>>(*g, qt, kt, vt, mt, cond, bt,
+                                                                     (T *)o);
     else return cudaErrorInvalidValue;
     return cudaGetLastError();
 }
@@ -155,12 +166,16 @@ cudaError_t kcu_bias_act(kiln_dtype t, const void *x, void *y, const void *bias,
 }
 
 cudaError_t kcu_attention(kiln_dtype t, const kcu_attn *g, const void *q, const void *k,
-                          const void *v, const void *mask, void *o, cudaStream_t stream) {
+                          const void *v, const void *mask, const uint8_t *cond, const void *bias,
+                          void *o, cudaStream_t stream) {
     if (g->B * g->H * g->Sq <= 0 || g->Dv <= 0) return cudaSuccess;
     switch (t) {
-    case KILN_DTYPE_FLOAT32: return attention_launch<float>(g, q, k, v, mask, o, stream);
-    case KILN_DTYPE_FLOAT16: return attention_launch<__half>(g, q, k, v, mask, o, stream);
-    case KILN_DTYPE_BFLOAT16: return attention_launch<__nv_bfloat16>(g, q, k, v, mask, o, stream);
+    case KILN_DTYPE_FLOAT32:
+        return attention_launch<float>(g, q, k, v, mask, cond, bias, o, stream);
+    case KILN_DTYPE_FLOAT16:
+        return attention_launch<__half>(g, q, k, v, mask, cond, bias, o, stream);
+    case KILN_DTYPE_BFLOAT16:
+        return attention_launch<__nv_bfloat16>(g, q, k, v, mask, cond, bias, o, stream);
     default: return cudaErrorInvalidValue;
     }
 }
