@@ -142,6 +142,23 @@ def time_methods(methods, iters, repeats):
     return {name: statistics.median(v) for name, v in times.items()}
 
 
+def kernels_per_call(fn, runs=3):
+    """GPU kernels one call of fn launches (torch.profiler: CUDA kernel records over
+    `runs` calls, memcpy/memset left out; kernels inside CUDA Graph replays count)."""
+    from torch.profiler import ProfilerActivity, profile
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(runs):
+            fn()
+        torch.cuda.synchronize()
+    n = 0
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA and not e.name.startswith(("Memcpy", "Memset")):
+            n += 1
+    return n / runs
+
+
 def make_resnet50():
     import torchvision
     torch.manual_seed(0)
@@ -265,6 +282,8 @@ def main():
                     notes.append(f"{model_name} b{batch}: torch.compile failed: {type(ex).__name__}: {ex}")
             with torch.inference_mode():
                 t = time_methods(methods, args.iters, args.repeats)
+                nk_kiln = kernels_per_call(runner)
+                nk_comp = kernels_per_call(methods["compile"]) if "compile" in methods else None
             if args.profile_dir:
                 os.makedirs(args.profile_dir, exist_ok=True)
                 from torch.profiler import ProfilerActivity, profile
@@ -277,12 +296,13 @@ def main():
                     f.write(prof.key_averages().table(sort_by="cuda_time_total", row_limit=25))
                     f.write("\n" + desc)
             tc = t.get("compile")
-            row = (model_name, batch, t["eager"], tc, t["kiln"], err_kiln, err_t16, t_build)
+            row = (model_name, batch, t["eager"], tc, t["kiln"], err_kiln, err_t16, t_build, nk_kiln, nk_comp)
             rows.append(row)
             print(f"{model_name} b{batch}: eager {t['eager']:.3f} ms, compile "
                   f"{'%.3f' % tc if tc else '-'} ms, kiln {t['kiln']:.3f} ms"
                   f"{' (%.2fx compile)' % (t['kiln'] / tc) if tc else ''}; err kiln {err_kiln:.1e} "
-                  f"torch-fp16 {err_t16:.1e}; kiln build {t_build:.1f} s; {comp_note}; "
+                  f"torch-fp16 {err_t16:.1e}; kiln build {t_build:.1f} s; kernels/call kiln {nk_kiln:.0f}"
+                  f"{' compile %.0f' % nk_comp if nk_comp is not None else ''}; {comp_note}; "
                   f"{fallback[0] if fallback else ''}", flush=True)
             runner.close()
             k.lib.kiln_engine_free(e)
@@ -294,12 +314,13 @@ def main():
     f.write(f"torch {torch.__version__}; CUDA events, median of {args.repeats} rounds of "
             f"{args.iters} calls; random weights; error = max abs error / max |fp32 PyTorch output|.\n\n")
     f.write("| model | batch | eager fp16 (ms) | torch.compile reduce-overhead (ms) | kiln fp16 (ms) "
-            "| kiln / compile | kiln error | torch fp16 error | kiln build (s) |\n")
-    f.write("|---|---|---|---|---|---|---|---|---|\n")
-    for (mn, b, te, tc, tk, ek, et, tb) in rows:
+            "| kiln / compile | kiln error | torch fp16 error | kiln build (s) | kernels/inference kiln "
+            "| kernels/inference compile |\n")
+    f.write("|---|---|---|---|---|---|---|---|---|---|---|\n")
+    for (mn, b, te, tc, tk, ek, et, tb, nk, nc) in rows:
         ratio = f"{tk / tc:.2f}" if tc else "-"
         f.write(f"| {mn} | {b} | {te:.3f} | {'%.3f' % tc if tc else '-'} | {tk:.3f} | {ratio} "
-                f"| {ek:.1e} | {et:.1e} | {tb:.1f} |\n")
+                f"| {ek:.1e} | {et:.1e} | {tb:.1f} | {nk:.0f} | {'%.0f' % nc if nc is not None else '-'} |\n")
     for n in notes:
         f.write(f"\n{n}\n")
     f.write(f"\nMade by: `{cmd}`\n")

@@ -956,6 +956,14 @@ TEST(test_norm) {
          trand(F32, 0.5, 2, S(4, 5)));
     CASE("ln_f16", LayerNormalization, &ln, 1, 0, 0, trand(F16, -3, 3, S(6, 64)),
          trand(F16, 0.5, 2, S(64)), trand(F16, -1, 1, S(64)));
+    /* the fp16/bf16 warp-per-row kernel (values in registers): BERT's width, a
+     * partial last vector per lane, the widest, the statistics outputs, no bias */
+    CASE("ln_bert_f16", LayerNormalization, &ln, 1, 0, 0, trand(F16, -3, 3, S(3, 43, 768)),
+         trand(F16, 0.5, 2, S(768)), trand(F16, -1, 1, S(768)));
+    CASE("ln_264_bf16_stats", LayerNormalization, &ln, 3, 0, 0, trand(BF16, -3, 3, S(9, 264)),
+         trand(BF16, 0.5, 2, S(264)), trand(BF16, -1, 1, S(264)));
+    CASE("ln_1600_f16_nobias", LayerNormalization, &ln, 1, 0, 0, trand(F16, -3, 3, S(5, 1600)),
+         trand(F16, 0.5, 2, S(1600)));
 }
 
 TEST(test_softmax) {

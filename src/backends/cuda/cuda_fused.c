@@ -1,12 +1,16 @@
 /* cuda_fused.c -- kiln's transformer layers on the GPU (see
  * src/ops/fused_transformer.h for their contracts):
- *   kiln.FusedMatMul  cuBLASLt with the bias / ReLU / GELU(tanh) epilogue;
- *                     GELU(erf) as a second pass (cuBLASLt's GELU is the
- *                     tanh form); without an epilogue algorithm: GEMM +
- *                     one bias/activation pass.
+ *   kiln.FusedMatMul  cuBLASLt with the bias / ReLU / GELU epilogue and a
+ *                     residual through C (beta = 1); cuBLASLt's GELU is the
+ *                     tanh form: fp16/bf16 layers take it for the erf form
+ *                     too (KILN_CUDA_EXACT_GELU=1: a second erf pass, as
+ *                     fp32 layers do); without an epilogue algorithm: GEMM +
+ *                     one bias/residual/activation pass.
  *   kiln.Gelu         one elementwise pass (k_fused.cu).
- *   kiln.Attention    one kernel: online softmax, fp32 statistics
- *                     (k_fused.cu), head size up to KCU_ATTN_MAX_D.
+ *   kiln.Attention    one kernel: tensor cores for fp16/bf16 (k_attn.cu),
+ *                     else a thread per query row (k_fused.cu); online
+ *                     softmax, fp32 statistics, head size up to
+ *                     KCU_ATTN_MAX_D.
  * FusedConv lives with Conv in cuda_conv.c. */
 #if KILN_HAVE_CUDA
 
@@ -82,6 +86,8 @@ kiln_status kiln__cu_fused_matmul_run(const kiln_kernel_args *a) {
     p.bias = bias ? bias->data : NULL;
     if (at->act == KILN_FACT_RELU) p.epi |= KCU_EPI_RELU;
     else if (at->act == KILN_FACT_GELU_TANH) p.epi |= KCU_EPI_GELU;
+    else if (at->act == KILN_FACT_GELU_ERF && t != KILN_DTYPE_FLOAT32 && !KCU_STATE(a)->exact_gelu)
+        p.epi |= KCU_EPI_GELU; /* fp16/bf16: the tanh form, within 4.7e-4 of erf (docs/cuda.md) */
     else if (at->act == KILN_FACT_GELU_ERF) post = KCU_ACT_GELU_ERF;
     /* the residual through cuBLASLt's C (beta = 1, C apart from D): the epilogue's
      * bias and activation apply to A B + residual, as the layer's semantics want */
@@ -133,7 +139,9 @@ int kiln__cu_fused_matmul_tactics(kiln_cuda_state *st, const kiln_infer_args *a,
     p.ldc = p.N;
     p.epi = bias ? KCU_EPI_BIAS : KCU_EPI_NONE;
     if (at->act == KILN_FACT_RELU) p.epi |= KCU_EPI_RELU;
-    else if (at->act == KILN_FACT_GELU_TANH) p.epi |= KCU_EPI_GELU;
+    else if (at->act == KILN_FACT_GELU_TANH || (at->act == KILN_FACT_GELU_ERF && p.t != KILN_DTYPE_FLOAT32 &&
+                                                !st->exact_gelu))
+        p.epi |= KCU_EPI_GELU;
     int n = kiln__cuda_gemm_candidates(st, &p, cap);
     for (int i = 0; i < n; i++) ids[i] = i;
     return n;
