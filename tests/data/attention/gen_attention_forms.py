@@ -2,12 +2,15 @@
 """Exports small transformer blocks in every attention form the PyTorch
 exporters emit, for the pattern-matcher tests (tests/unit/test_attention_forms.c).
 
-Run it with each torch: Debian's torch 1.13 here (TorchScript exporter only),
-torch 2.x on the GPU machine (TorchScript and dynamo exporters, plus the
-Hugging Face models when `transformers` is importable):
+Run it with each torch: Debian's torch 1.13 (TorchScript exporter only) and a
+torch 2.x (TorchScript and dynamo exporters, plus the Hugging Face models when
+`transformers` is importable). The committed files came from Debian's
+/usr/bin/python3 (torch 1.13) and from a venv with torch 2.11.0, transformers
+5.17.0, onnxscript 0.7.2 and onnx 1.23.1 from PyPI (the versions of the GPU
+machine; exporting needs no GPU):
 
     /usr/bin/python3 tests/data/attention/gen_attention_forms.py tests/data/attention
-    python3 tests/data/attention/gen_attention_forms.py OUTDIR     # torch 2.x
+    VENV/bin/python tests/data/attention/gen_attention_forms.py tests/data/attention
 
 Files are named t<major><minor>_<exporter>_<form>.onnx (exporter: ts =
 TorchScript, dy = dynamo). Each run appends one line per file to
