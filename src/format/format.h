@@ -162,8 +162,13 @@
  * MaxPool and GlobalAveragePool layout KILN_POOL_LAYOUT_C16 (2). A
  * version-4 kiln refuses the file by version (its layers would refuse
  * those values too, at run time); version 1..4 files mean the same to this
- * kiln. */
-#define KILN_FORMAT_VERSION 5          /* written by this kiln */
+ * kiln.
+ * Version 6: the same layout; kiln.Attention's attributes grew from 36 to 52
+ * bytes (cond_mode, cond_fill_if, fill, nan_to_zero) and the layer may have
+ * up to 6 inputs (cond, bias). A version-5 kiln refuses the attribute size;
+ * version 1..5 files (36-byte attributes) are read with the new fields 0,
+ * which is what those layers computed. */
+#define KILN_FORMAT_VERSION 6          /* written by this kiln */
 #define KILN_FORMAT_MIN_VERSION 1      /* oldest this kiln reads */
 #define KILN_FORMAT_MAGIC "KILN\x89\r\n\x1a\n\0\0\0"
 #define KILN_FORMAT_MAGIC_SIZE 12

@@ -11,6 +11,7 @@
 
 #include "backends/backend.h"
 #include "ops/fused_conv.h" /* kiln__cpu_has_bf16 */
+#include "ops/fused_transformer.h" /* kiln.Attention attributes of format 5 */
 
 #include <limits.h>
 #include <stdarg.h>
@@ -684,6 +685,15 @@ static kiln_status read_nodes(const reader *r, int engine_device, kiln_graph *g)
         /* GlobalAveragePool had no attributes before version 4 (they are
          * zero: an NCHW input) */
         bool grew = r->version < 4 && attr_size == 0 && op_id == (uint32_t)KILN_OP_GlobalAveragePool;
+        /* kiln.Attention's attributes grew in version 6: the new fields are 0 */
+        bool attn_grew = r->version < 6 && op_id == (uint32_t)KILN_OP_Attention &&
+                         attr_size == KILN_ATTN_ATTRS_V5_SIZE;
+        kiln_attention_attrs attn_attrs;
+        if (attn_grew) {
+            memset(&attn_attrs, 0, sizeof attn_attrs);
+            memcpy(&attn_attrs, q + KILN_FMT_NODE_HEADER + 4 * ((uint64_t)n_in + n_out), attr_size);
+            grew = true;
+        }
         if (attr_size != op->attr_size && !grew) {
             st = bad("node %d '%s' (%s): attributes are %u bytes, this kiln's %s has %zu", i, name,
                      op->name, attr_size, op->name, op->attr_size);
@@ -712,7 +722,7 @@ static kiln_status read_nodes(const reader *r, int engine_device, kiln_graph *g)
         }
         int node_idx;
         st = kiln__graph_add_node(g, (int)op_id, name, (int)n_in, io, (int)n_out, io + n_in,
-                                  attr_size ? x : NULL, &node_idx);
+                                  attn_grew ? (const void *)&attn_attrs : attr_size ? x : NULL, &node_idx);
         if (st != KILN_OK) {
             st = kiln__fail_prefix(KILN_ERR_FORMAT, "engine file is malformed: node %d '%s'", i, name);
             break;
