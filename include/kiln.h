@@ -23,8 +23,9 @@
  *   - Constructors take `T **out` last. On success the caller owns *out and
  *     releases it with the matching kiln_T_free(); on failure *out is NULL.
  *   - Every kiln_*_free() accepts NULL.
- *   - An engine is immutable and may be used from any number of threads. A
- *     context is used by one thread at a time; its engine must outlive it.
+ *   - An engine is immutable (but for its user metadata:
+ *     kiln_engine_set_metadata) and may be used from any number of threads.
+ *     A context is used by one thread at a time; its engine must outlive it.
  *   - Pointers returned by getters are borrowed from the object that returned
  *     them and are valid while it lives (and, for outputs, until the next run).
  */
@@ -118,7 +119,9 @@ KILN_API int kiln_device_available(kiln_device dev);
 KILN_API void kiln_free(void *p);
 
 /* Description of one model or engine input/output. dims[i] < 0 marks a
- * dynamic dimension; `dim_names[i]` is its symbolic name (or NULL). */
+ * dynamic dimension; `dim_names[i]` is its symbolic name (or NULL). rank -1:
+ * the rank itself is known only when the engine runs (an output of an If
+ * whose branches give different ranks); dims are then unused. */
 typedef struct kiln_io_info {
     const char *name;
     kiln_dtype dtype;
@@ -141,6 +144,14 @@ KILN_API int kiln_model_num_inputs(const kiln_model *m);
 KILN_API int kiln_model_num_outputs(const kiln_model *m);
 KILN_API kiln_status kiln_model_input_info(const kiln_model *m, int index, kiln_io_info *out);
 KILN_API kiln_status kiln_model_output_info(const kiln_model *m, int index, kiln_io_info *out);
+/* Warnings loading found: a graph output whose declared dtype or shape
+ * contradicts what the graph computes (the engine gives what the graph
+ * computes), an ai.onnx opset newer than the ones kiln supports (1 to 18).
+ * The model loads all the same; the CLI prints them on `kiln build`.
+ * kiln_model_warning returns warning `index` (owned by the model) or NULL
+ * past the last. */
+KILN_API int kiln_model_num_warnings(const kiln_model *m);
+KILN_API const char *kiln_model_warning(const kiln_model *m, int index);
 
 /* ---- builder ---------------------------------------------------------- */
 
@@ -184,6 +195,13 @@ KILN_API kiln_status kiln_builder_disable_pass(kiln_builder *b, const char *name
 /* Device engines: when non-zero, a node without a kernel on the device makes
  * the build fail (with the list of such nodes) instead of running on the CPU. */
 KILN_API kiln_status kiln_builder_set_strict_device(kiln_builder *b, int strict);
+/* User metadata: a key/value string the built engine carries in its file
+ * (see kiln_engine_metadata). `value` NULL removes the key. Keys are 1..255
+ * bytes of printable ASCII without spaces ('!'..'~'); values are UTF-8
+ * without NUL, at most 16 MiB; at most 1024 keys. kiln never interprets
+ * them (front ends keep what they know about the model there; kiln's Python
+ * package uses keys starting with "python."). Both strings are copied. */
+KILN_API kiln_status kiln_builder_set_metadata(kiln_builder *b, const char *key, const char *value);
 /* Builds an engine for `m` (which is not modified and may be freed after). */
 KILN_API kiln_status kiln_build(const kiln_builder *b, const kiln_model *m, kiln_engine **out);
 
@@ -243,6 +261,27 @@ KILN_API kiln_precision kiln_engine_precision(const kiln_engine *e);
  * inputs, outputs, profiles, layers and their kernels, memory. The string is
  * owned by the engine. */
 KILN_API const char *kiln_engine_describe(kiln_engine *e, int json);
+
+/* User metadata (set with kiln_builder_set_metadata before the build or
+ * kiln_engine_set_metadata after it). It is saved in the engine file (the
+ * optional META section, docs/engine-format.md) and comes back when the file
+ * is loaded, from a path or from memory; `kiln inspect` lists it.
+ * kiln_engine_metadata returns the value of `key`, or NULL when the engine
+ * has none. Entries are numbered 0..kiln_engine_num_metadata(e)-1 in key
+ * order (bytewise); kiln_engine_metadata_at gives entry `index` (either
+ * out-pointer may be NULL). Strings are borrowed from the engine: valid until
+ * the key is set again or the engine is freed. */
+KILN_API const char *kiln_engine_metadata(const kiln_engine *e, const char *key);
+KILN_API int kiln_engine_num_metadata(const kiln_engine *e);
+KILN_API kiln_status kiln_engine_metadata_at(const kiln_engine *e, int index, const char **key,
+                                             const char **value);
+/* Sets (or, with value NULL, removes) a metadata entry of an engine, with the
+ * rules of kiln_builder_set_metadata; kiln_engine_serialize and
+ * kiln_engine_save then write it. This is the one change an engine allows:
+ * do not call it while another thread reads this engine's metadata or
+ * description (strings kiln_engine_describe returned are freed by it).
+ * Contexts and runs are not affected. */
+KILN_API kiln_status kiln_engine_set_metadata(kiln_engine *e, const char *key, const char *value);
 
 /* ---- context ---------------------------------------------------------- */
 

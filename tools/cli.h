@@ -22,7 +22,7 @@ int fail_kiln(kiln_status s, const char *fmt, ...) __attribute__((format(printf,
 /* A failed load of `path` ("model", "engine"). */
 int fail_load(kiln_status s, const char *what, const char *path);
 double now_s(void);
-/* "[1x3x224x224]"; dynamic dims (< 0) as their name or "?". */
+/* "[1x3x224x224]"; dynamic dims (< 0) as their name or "?"; "[unknown rank]" for rank -1. */
 const char *fmt_dims(char *buf, size_t cap, int rank, const int64_t *dims, const char *const *names);
 #define DIMS_CAP (KILN_MAX_RANK * 48 + 8)
 
@@ -112,10 +112,11 @@ typedef struct bound_input {
     const char *source; /* file path, or NULL when random */
 } bound_input;
 
-/* Prepares and binds every input of e to c: from the files, else random with
- * the `shapes` shape or the profile's opt shape. bufs: one per input. */
+/* Prepares and binds every input of e to c: from the files, else (when
+ * random_ok; otherwise an error naming the input) random with the `shapes`
+ * shape or the profile's opt shape. bufs: one per input. */
 int bind_inputs(kiln_engine *e, kiln_context *c, const input_files *files, const shape_list *shapes,
-                uint64_t seed, bound_input *bufs, bool quiet);
+                uint64_t seed, bool random_ok, bound_input *bufs, bool quiet);
 void free_inputs(bound_input *bufs, int n);
 
 /* ---- the reference: the fp32 CPU plan of a model ---- */

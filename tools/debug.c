@@ -695,7 +695,7 @@ static int compare(compare_opts *o) {
     }
     static const shape_list no_shapes = {0}; /* random inputs: the profile's opt shapes */
     printf("model:     %s\n", o->model_path);
-    if (bind_inputs(e, c, &o->files, &no_shapes, (uint64_t)o->seed, bufs, false) != EXIT_OK) goto done;
+    if (bind_inputs(e, c, &o->files, &no_shapes, (uint64_t)o->seed, true, bufs, false) != EXIT_OK) goto done;
     if (reference_engine(m, o->model_path, bufs, n_in, false, "reference", &ref, &rc) != EXIT_OK) goto done;
     if ((st = kiln_context_set_memory_reuse(rc, 0)) != KILN_OK ||
         (o->threads >= 0 && (st = kiln_context_set_threads(rc, (int)o->threads)) != KILN_OK)) {

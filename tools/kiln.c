@@ -70,9 +70,13 @@ double now_s(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* "[1x3x224x224]" ("[]" for a scalar); dynamic dims (< 0) print their name or "?"
- * and then " x " separates the dims ("[batch x 784]"). */
+/* "[1x3x224x224]" ("[]" for a scalar, "[unknown rank]" for rank -1); dynamic dims
+ * (< 0) print their name or "?" and then " x " separates the dims ("[batch x 784]"). */
 const char *fmt_dims(char *buf, size_t cap, int rank, const int64_t *dims, const char *const *names) {
+    if (rank < 0) { /* not known before a run (an If whose branches differ in rank) */
+        snprintf(buf, cap, "[unknown rank]");
+        return buf;
+    }
     bool symbolic = false;
     for (int i = 0; i < rank; i++) symbolic = symbolic || dims[i] < 0;
     size_t n = (size_t)snprintf(buf, cap, "[");
@@ -484,10 +488,12 @@ static bool check_shape(const kiln_engine *e, int k, const kiln_io_info *info, i
     return true;
 }
 
-/* Prepares and binds every engine input: from --input files, else random with
- * the --shapes shape or the profile's opt shape. bufs has one slot per input. */
+/* Prepares and binds every engine input: from --input files, else (when
+ * `random_ok`) random with the --shapes shape or the profile's opt shape; an
+ * input left out without `random_ok` is an error naming it. bufs has one
+ * slot per input. */
 int bind_inputs(kiln_engine *e, kiln_context *c, const input_files *files, const shape_list *shapes,
-                uint64_t seed, bound_input *bufs, bool quiet) {
+                uint64_t seed, bool random_ok, bound_input *bufs, bool quiet) {
     int n_in = kiln_engine_num_inputs(e);
     char names[2048], a[DIMS_CAP];
     /* Every --input and --shapes name must be an engine input. */
@@ -516,6 +522,23 @@ int bind_inputs(kiln_engine *e, kiln_context *c, const input_files *files, const
             list_names(e, true, names, sizeof names);
             return fail("--shapes: the engine has no input named '%s' (inputs: %s)", shapes->v[j].name, names);
         }
+    if (!random_ok) { /* every input from a file: name the ones left out */
+        size_t n = 0;
+        int missing = 0;
+        names[0] = '\0';
+        for (int k = 0; k < n_in; k++) {
+            kiln_io_info info;
+            if (kiln_engine_input_info(e, k, &info) != KILN_OK) continue;
+            bool given = false;
+            for (int j = 0; j < files->n; j++)
+                given = given || strcmp(files->v[j].name, info.name) == 0;
+            if (given || n >= sizeof names) continue;
+            n += (size_t)snprintf(names + n, sizeof names - n, "%s'%s'", missing++ ? ", " : "", info.name);
+        }
+        if (missing)
+            return fail("input%s %s not given: pass --input NAME=FILE.npy for %s, or --random-inputs to run "
+                        "on random data", missing > 1 ? "s" : "", names, missing > 1 ? "each" : "it");
+    }
     for (int k = 0; k < n_in; k++) {
         bound_input *b = &bufs[k];
         kiln_status st = kiln_engine_input_info(e, k, &b->info);
@@ -856,6 +879,9 @@ static int cmd_build(int argc, char **argv) {
         goto done;
     }
     double t_load = now_s() - t0;
+    if (!quiet)
+        for (int i = 0; i < kiln_model_num_warnings(m); i++)
+            fprintf(stderr, "kiln: warning: %s\n", kiln_model_warning(m, i));
     int n_in = kiln_model_num_inputs(m), n_out = kiln_model_num_outputs(m);
 
     st = kiln_builder_create(&b);
@@ -949,12 +975,16 @@ static const char run_help[] =
     "\n"
     "Options:\n"
     "  -i, --input NAME=FILE.npy  an input from a .npy file (repeatable; FILE.npy alone if the\n"
-    "                           engine has one input). Inputs not given get random data:\n"
-    "                           floats uniform in [-1, 1), integers in [0, 10), random bools.\n"
+    "                           engine has one input). Every input must be given, unless\n"
+    "                           --random-inputs is.\n"
+    "  --random-inputs          inputs not given by --input get random data: floats uniform\n"
+    "                           in [-1, 1), integers in [0, 10), random bools\n"
     "  --shapes SPECS           shapes of the random inputs (name:1x3x224x224[,...]);\n"
     "                           default: the profile's opt shape\n"
     "  --output-dir DIR         write each output as DIR/<name>.npy (characters other than\n"
-    "                           A-Z a-z 0-9 . _ - in names become '_'; DIR is created)\n"
+    "                           A-Z a-z 0-9 . _ - in names become '_', names that would\n"
+    "                           collide get '_<index>'; DIR is created; existing files\n"
+    "                           that are not regular files are never replaced)\n"
     "  --seed S                 seed of the random inputs (default 0)\n"
     "  --threads N              threads (0 = one per core; default: the engine's setting)\n"
     "  --memory-limit MIB       fail (before allocating) if the run needs more than MIB MiB\n"
@@ -978,25 +1008,44 @@ static const char run_help[] =
     "                           float output unwritten (kiln_context_set_debug_arena;\n"
     "                           docs/memory.md)\n";
 
+/* Creates folder `path` and its parents. false with errno set (ENOTDIR when
+ * something other than a folder is in the way). */
 static bool make_dirs(const char *path) {
+    if (!*path) {
+        errno = ENOENT;
+        return false;
+    }
     char *p = strdup(path);
     if (!p) return false;
     for (char *q = p + 1; *q; q++) {
         if (*q != '/') continue;
         *q = '\0';
         if (mkdir(p, 0777) != 0 && errno != EEXIST) {
+            int err = errno;
             free(p);
+            errno = err;
             return false;
         }
         *q = '/';
     }
     bool ok = mkdir(p, 0777) == 0 || errno == EEXIST;
+    int err = errno;
     free(p);
     struct stat sb;
-    return ok && stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+    if (!ok) {
+        errno = err;
+        return false;
+    }
+    if (stat(path, &sb) != 0) return false;
+    if (!S_ISDIR(sb.st_mode)) {
+        errno = ENOTDIR;
+        return false;
+    }
+    return true;
 }
 
-/* Output file name: unsafe characters become '_'; never empty, never hidden. */
+/* Output file name: unsafe characters become '_'; never empty, never hidden;
+ * at most cap - 1 bytes. */
 static void sanitize(const char *name, char *out, size_t cap) {
     size_t n = 0;
     if (name[0] == '.' || name[0] == '\0') out[n++] = '_';
@@ -1005,6 +1054,56 @@ static void sanitize(const char *name, char *out, size_t cap) {
         out[n++] = (isalnum(ch) || ch == '.' || ch == '_' || ch == '-') ? (char)ch : '_';
     }
     out[n] = '\0';
+}
+
+/* Longest output file name before ".npy": within the 255-byte limit of a name. */
+#define OUT_NAME_MAX 250
+
+static bool name_in(char *const *names, int n, const char *name) {
+    for (int i = 0; i < n; i++)
+        if (names[i] && strcmp(names[i], name) == 0) return true;
+    return false;
+}
+
+/* --output-dir file names (without ".npy") of the engine's n_out outputs
+ * (malloc'ed, NULL on out of memory): sanitized, and unique against every
+ * other output's. The first output whose name sanitizes to a given name
+ * keeps it; a later one gets "_<index>" (then "_<index>_<n>") added, chosen
+ * so that it is no other output's name either. */
+static char **output_file_names(const kiln_engine *e, int n_out) {
+    char **base = calloc((size_t)n_out + 1, sizeof *base), **fin = calloc((size_t)n_out + 1, sizeof *fin);
+    bool ok = base && fin;
+    for (int k = 0; k < n_out && ok; k++) {
+        kiln_io_info info;
+        char buf[OUT_NAME_MAX + 1];
+        sanitize(kiln_engine_output_info(e, k, &info) == KILN_OK ? info.name : "", buf, sizeof buf);
+        ok = (base[k] = strdup(buf)) != NULL;
+    }
+    for (int k = 0; k < n_out && ok; k++) {
+        if (!name_in(base, k, base[k])) { /* the first with this name */
+            ok = (fin[k] = strdup(base[k])) != NULL;
+            continue;
+        }
+        char cand[OUT_NAME_MAX + 64];
+        for (int m = 0;; m++) {
+            char suffix[48];
+            if (m) snprintf(suffix, sizeof suffix, "_%d_%d", k, m);
+            else snprintf(suffix, sizeof suffix, "_%d", k);
+            int keep = (int)strlen(base[k]);
+            if (keep + strlen(suffix) > OUT_NAME_MAX) keep = OUT_NAME_MAX - (int)strlen(suffix);
+            snprintf(cand, sizeof cand, "%.*s%s", keep, base[k], suffix);
+            if (!name_in(base, n_out, cand) && !name_in(fin, k, cand)) break;
+        }
+        ok = (fin[k] = strdup(cand)) != NULL;
+    }
+    for (int k = 0; k < n_out && base; k++) free(base[k]);
+    free(base);
+    if (!ok && fin) {
+        for (int k = 0; k < n_out; k++) free(fin[k]);
+        free(fin);
+        fin = NULL;
+    }
+    return fin;
 }
 
 static void print_output(const char *name, kiln_dtype dt, int rank, const int64_t *dims, const void *data,
@@ -1190,21 +1289,22 @@ static int cmd_run(int argc, char **argv) {
         {"--input", "-i", true}, {"--output-dir", NULL, true}, {"--shapes", NULL, true},
         {"--seed", NULL, true},  {"--threads", NULL, true},    {"--print", NULL, false},
         {"--help", "-h", false}, {"--quiet", "-q", false},  {"--memory-limit", NULL, true},
-        {"--compare", NULL, true},
+        {"--compare", NULL, true}, {"--random-inputs", NULL, false},
     };
     enum { O_INPUT, O_OUTDIR, O_SHAPES, O_SEED, O_THREADS, O_PRINT, O_HELP, O_QUIET, O_MEMLIMIT,
-           O_COMPARE };
+           O_COMPARE, O_RANDOM };
     argscan s = {argc, argv, 0, "run", false};
     const char *engine_path = NULL, *outdir = NULL, *compare = NULL, *val;
     input_files files = {0};
     shape_list shapes = {0};
     int64_t seed = 0, threads = -1;
     double mem_limit = 0;
-    bool print_all = false, quiet = false;
+    bool print_all = false, quiet = false, random_inputs = false;
     int rc = EXIT_USAGE, id;
     kiln_engine *e = NULL;
     kiln_context *c = NULL;
     bound_input *bufs = NULL;
+    char **fnames = NULL;
     int n_in = 0;
 
     while ((id = scan_next(&s, defs, (int)(sizeof defs / sizeof defs[0]), &val)) != SCAN_END) {
@@ -1222,7 +1322,13 @@ static int cmd_run(int argc, char **argv) {
             if ((rc = input_arg("run", val, &files)) != EXIT_OK) goto done;
             rc = EXIT_USAGE;
             break;
-        case O_OUTDIR: outdir = val; break;
+        case O_OUTDIR:
+            if (!*val) {
+                usage_error("run", "--output-dir: empty folder name");
+                goto done;
+            }
+            outdir = val;
+            break;
         case O_SHAPES: if (!shapes_parse("run", "--shapes", val, &shapes)) goto done; break;
         case O_SEED: if (!opt_int("run", "--seed", val, 0, INT64_MAX, &seed)) goto done; break;
         case O_THREADS: if (!opt_int("run", "--threads", val, 0, 4096, &threads)) goto done; break;
@@ -1235,6 +1341,7 @@ static int cmd_run(int argc, char **argv) {
         case O_PRINT: print_all = true; break;
         case O_QUIET: quiet = true; break;
         case O_COMPARE: compare = val; break;
+        case O_RANDOM: random_inputs = true; break;
         default: goto done;
         }
     }
@@ -1270,7 +1377,7 @@ static int cmd_run(int argc, char **argv) {
         fail("out of memory");
         goto done;
     }
-    if (bind_inputs(e, c, &files, &shapes, (uint64_t)seed, bufs, quiet) != EXIT_OK) goto done;
+    if (bind_inputs(e, c, &files, &shapes, (uint64_t)seed, random_inputs, bufs, quiet) != EXIT_OK) goto done;
     t0 = now_s();
     st = kiln_context_run(c);
     double t_run = now_s() - t0;
@@ -1279,12 +1386,11 @@ static int cmd_run(int argc, char **argv) {
         goto done;
     }
     if (outdir && !make_dirs(outdir)) {
-        fail("--output-dir: cannot create '%s': %s", outdir, strerror(errno));
+        fail("--output-dir: cannot create folder '%s': %s", outdir, strerror(errno));
         goto done;
     }
     int n_out = kiln_engine_num_outputs(e);
-    char **used = calloc((size_t)(n_out > 0 ? n_out : 1), sizeof *used);
-    if (!used) {
+    if (outdir && !(fnames = output_file_names(e, n_out))) {
         fail("out of memory");
         goto done;
     }
@@ -1302,14 +1408,7 @@ static int cmd_run(int argc, char **argv) {
         }
         if (!quiet) print_output(info.name, dt, rank, dims, data, print_all);
         if (!outdir) continue;
-        char fname[512];
-        sanitize(info.name, fname, sizeof fname - 16);
-        for (int j = 0; j < k; j++) /* two names that sanitize alike: add the index */
-            if (used[j] && strcmp(used[j], fname) == 0) {
-                snprintf(fname + strlen(fname), 16, "_%d", k);
-                break;
-            }
-        used[k] = strdup(fname);
+        const char *fname = fnames[k];
         size_t plen = strlen(outdir) + strlen(fname) + 8;
         char *path = malloc(plen);
         if (!path) {
@@ -1339,13 +1438,14 @@ static int cmd_run(int argc, char **argv) {
         else if (!quiet) printf("  -> %s\n", path);
         free(path);
     }
-    for (int k = 0; k < n_out; k++) free(used[k]);
-    free(used);
     if (orc != EXIT_OK) goto done;
     if (!quiet) printf("time: load %.3f s, run %.3f ms\n", t_load, t_run * 1e3);
     if (compare && run_compare(compare, e, c, bufs, n_in) != EXIT_OK) goto done;
     rc = EXIT_OK;
 done:
+    if (fnames)
+        for (int k = 0; k < kiln_engine_num_outputs(e); k++) free(fnames[k]);
+    free(fnames);
     kiln_context_free(c);
     free_inputs(bufs, n_in);
     kiln_engine_free(e);
@@ -1371,6 +1471,8 @@ static const char inspect_help[] =
     "A layer whose name does not list the ONNX nodes it came from says so\n"
     "(\"sources 'a', 'b'\", or \"(added by kiln)\" for a Cast or layout conversion\n"
     "kiln made); --json gives every layer's \"sources\".\n"
+    "An engine with user metadata (kiln_engine_metadata) lists it last: each key\n"
+    "with its value (the first 160 bytes; all of it with --json).\n"
     "\n"
     "Options:\n"
     "  --json       print JSON\n"
@@ -1638,7 +1740,7 @@ static int cmd_bench(int argc, char **argv) {
         fail("out of memory");
         goto done;
     }
-    if (bind_inputs(e, c, &files, &shapes, (uint64_t)seed, bufs, json) != EXIT_OK) goto done;
+    if (bind_inputs(e, c, &files, &shapes, (uint64_t)seed, true, bufs, json) != EXIT_OK) goto done;
     br.flush_bytes = (size_t)flush_mb << 20;
     if (br.flush_bytes && !(br.flush = calloc(br.flush_bytes, 1))) {
         fail("--flush-mb: out of memory for %" PRId64 " MiB", flush_mb);

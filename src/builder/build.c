@@ -24,6 +24,7 @@ void kiln_builder_free(kiln_builder *b) {
     for (int i = 0; i < b->n_fp32_layers; i++) kiln__free(b->fp32_layers[i]);
     kiln__free(b->fp32_layers);
     kiln__free(b->timing_cache);
+    kiln__meta_clear(&b->meta);
     kiln__free(b);
 }
 
@@ -350,6 +351,7 @@ kiln_status kiln_build(const kiln_builder *b, const kiln_model *m, kiln_engine *
         goto fail;
     if ((s = kiln__builder_tune(b, e)) != KILN_OK) goto fail;
     if ((s = kiln__check_workspace_limit(e)) != KILN_OK) goto fail;
+    if ((s = kiln__meta_copy(&e->meta, &b->meta)) != KILN_OK) goto fail;
     snprintf(e->builder_version, sizeof e->builder_version, "%s", kiln_version_string());
     *out = e;
     return KILN_OK;
@@ -362,7 +364,14 @@ int kiln_engine_num_layers(const kiln_engine *e) { return e ? e->graph->n_nodes 
 
 /* ---- describe (inspect) ------------------------------------------------- */
 
+/* A shape: "[1x3xNx?]" (JSON: [1, 3, "N", "?"]); a rank not known before a
+ * run (an If whose branches differ in rank) is "[unknown rank]" (JSON:
+ * null), not the "[]" of a scalar. */
 static void dims_str(const kiln_graph *g, const kiln_tinfo *t, kiln_sbuf *sb, bool json) {
+    if (t->rank < 0) {
+        kiln__sbuf_printf(sb, json ? "null" : "[unknown rank]");
+        return;
+    }
     kiln__sbuf_printf(sb, "[");
     for (int i = 0; i < t->rank; i++) {
         int64_t d = t->dims[i];
@@ -608,6 +617,42 @@ static void fallback_summary(const kiln_engine *e, kiln_sbuf *sb, bool json) {
     }
 }
 
+/* User metadata (kiln_engine_metadata), when there is any: every value in
+ * full in JSON; in text the first 160 bytes of each, control characters
+ * escaped. */
+#define KILN_DESCRIBE_META_TEXT 160
+static void metadata_summary(const kiln_meta *m, kiln_sbuf *sb, bool json) {
+    if (!m->n) return;
+    if (json) {
+        kiln__sbuf_printf(sb, ",\n  \"metadata\": {");
+        for (int i = 0; i < m->n; i++) {
+            kiln__sbuf_printf(sb, "%s\n    ", i ? "," : "");
+            json_str(sb, m->items[i].key);
+            kiln__sbuf_printf(sb, ": ");
+            json_str(sb, m->items[i].value);
+        }
+        kiln__sbuf_printf(sb, "\n  }");
+        return;
+    }
+    kiln__sbuf_printf(sb, "metadata (%d):\n", m->n);
+    for (int i = 0; i < m->n; i++) {
+        const kiln_meta_entry *x = &m->items[i];
+        size_t n = x->value_len;
+        if (n > KILN_DESCRIBE_META_TEXT) { /* cut before a UTF-8 continuation byte */
+            n = KILN_DESCRIBE_META_TEXT;
+            while (n > 0 && ((unsigned char)x->value[n] & 0xc0) == 0x80) n--;
+        }
+        kiln__sbuf_printf(sb, "  %s: ", x->key);
+        for (size_t k = 0; k < n; k++) {
+            unsigned char c = (unsigned char)x->value[k];
+            if (c < 0x20 || c == 0x7f) kiln__sbuf_printf(sb, "\\x%02x", c);
+            else kiln__sbuf_printf(sb, "%c", c);
+        }
+        if (n < x->value_len) kiln__sbuf_printf(sb, " ... (%zu bytes)", x->value_len);
+        kiln__sbuf_printf(sb, "\n");
+    }
+}
+
 /* Activation memory at the opt shapes, from the memory planner: the arena
  * (host and device for device engines) and the lower bound of its blocks. */
 static void memory_summary(const kiln_engine *e, const kiln_mem_plan *p, kiln_sbuf *sb, bool json) {
@@ -718,6 +763,7 @@ static void describe(const kiln_engine *e, kiln_sbuf *sb, bool json) {
         memory_summary(e, plan, sb, true);
         kiln__sbuf_printf(sb, "}");
         if (e->opts.device != KILN_DEVICE_CPU) fallback_summary(e, sb, true);
+        metadata_summary(&e->meta, sb, true);
         kiln__sbuf_printf(sb, "\n}\n");
         kiln__plan_free(plan);
         return;
@@ -766,6 +812,7 @@ static void describe(const kiln_engine *e, kiln_sbuf *sb, bool json) {
     memory_summary(e, plan, sb, false);
     kiln__plan_free(plan);
     if (e->opts.device != KILN_DEVICE_CPU) fallback_summary(e, sb, false);
+    metadata_summary(&e->meta, sb, false);
 }
 
 const char *kiln_engine_describe(kiln_engine *e, int json) {

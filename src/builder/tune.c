@@ -28,6 +28,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <stdio.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define TUNE_MAX_TACTICS 32
@@ -76,9 +77,13 @@ static kiln_status cache_put(tcache *c, const char *key, int32_t id, float us) {
 /* Reads the cache file; a missing file is an empty cache, a malformed one
  * an error naming the file and line. */
 static kiln_status cache_read(tcache *c, const char *path) {
-    FILE *f = fopen(path, "r");
+    struct stat sb;
+    if (stat(path, &sb) != 0 && errno == ENOENT) return KILN_OK;
+    int fd;
+    KILN_TRY(kiln__open_regular(path, "timing cache", &fd, NULL));
+    FILE *f = fdopen(fd, "r");
     if (!f) {
-        if (errno == ENOENT) return KILN_OK;
+        close(fd);
         return KILN_FAIL(KILN_ERR_IO, "cannot read timing cache '%s': %s", path, strerror(errno));
     }
     char line[8192];
@@ -110,23 +115,14 @@ static kiln_status cache_read(tcache *c, const char *path) {
 }
 
 static kiln_status cache_write(const tcache *c, const char *path) {
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    FILE *f = fopen(tmp, "w");
-    if (!f) return KILN_FAIL(KILN_ERR_IO, "cannot write timing cache '%s': %s", tmp, strerror(errno));
-    fprintf(f, "kiln-timing-cache 1\n");
-    for (int i = 0; i < c->n; i++) fprintf(f, "%s %d %.3f\n", c->e[i].key, (int)c->e[i].id, c->e[i].us);
-    bool bad = ferror(f) != 0;
-    if (fclose(f) != 0 || bad) {
-        remove(tmp);
-        return KILN_FAIL(KILN_ERR_IO, "cannot write timing cache '%s'", tmp);
-    }
-    if (rename(tmp, path) != 0) {
-        int err = errno;
-        remove(tmp);
-        return KILN_FAIL(KILN_ERR_IO, "cannot rename timing cache to '%s': %s", path, strerror(err));
-    }
-    return KILN_OK;
+    kiln_sbuf sb = {0};
+    kiln__sbuf_printf(&sb, "kiln-timing-cache 1\n");
+    for (int i = 0; i < c->n; i++)
+        kiln__sbuf_printf(&sb, "%s %d %.3f\n", c->e[i].key, (int)c->e[i].id, c->e[i].us);
+    kiln_status st = sb.oom ? KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory (timing cache)")
+                            : kiln__write_file_atomic(path, sb.data, sb.len, "timing cache");
+    kiln__sbuf_free(&sb);
+    return st;
 }
 
 /* The cache key, written over what sb held: no spaces (the file format
@@ -187,7 +183,7 @@ static kiln_status opt_shapes(const kiln_engine *e, kiln_tinfo *vi) {
         }
         kiln_infer_args ia = {.op = n->op, .attrs = n->attrs, .node_name = n->name, .n_in = n->n_in,
                               .n_out = n->n_out, .in = ip, .out = op, .runtime = false};
-        if (!known || n->op->infer(&ia) != KILN_OK) {
+        if (!known || kiln__infer(&ia) != KILN_OK) {
             kiln__clear_error();
             for (int i = 0; i < n->n_out; i++) outs[i].rank = -1;
         }

@@ -11,6 +11,7 @@
 
 #include "backends/backend.h"
 #include "ops/fused_conv.h" /* kiln__cpu_has_bf16 */
+#include "ops/fused_transformer.h" /* kiln.Attention attributes of format 5 */
 
 #include <limits.h>
 #include <stdarg.h>
@@ -270,6 +271,12 @@ kiln_status kiln__format_check_graph(const kiln_graph *g, const kiln_profile *pr
             st = KILN_FAIL(KILN_ERR_FORMAT, "node %d '%s' (%s): no attributes", i, name, op->name);
             goto done;
         }
+        /* the values the op's infer and kernels rely on, checked as the
+         * importer checks them (a checksum is no signature) */
+        if (op->validate && n->attrs && (st = op->validate(op, n->attrs, name)) != KILN_OK) {
+            st = kiln__fail_prefix(KILN_ERR_FORMAT, "node %d", i);
+            goto done;
+        }
         for (int k = 0; k < n->n_in; k++) {
             int x = n->in[k];
             if (x == -1 && k >= op->min_inputs) continue;
@@ -365,6 +372,7 @@ typedef struct reader {
     size_t size;
     uint32_t version; /* the file's format version */
     section sec[SEC_COUNT];
+    section meta;     /* optional user metadata (meta.c) */
 } reader;
 
 /* The string at offset `off` of the string table, or an error. */
@@ -526,6 +534,11 @@ static kiln_status read_sections(reader *r) {
         int k = -1;
         for (int j = 0; j < SEC_COUNT; j++)
             if (!memcmp(s, kiln_sec_ids[j], 4)) k = j;
+        if (k < 0 && !memcmp(s, KILN_FMT_META_ID, 4)) {
+            if (r->meta.present) return bad("section '%s' appears twice", id);
+            r->meta = (section){off, size, count, true};
+            continue;
+        }
         if (k < 0) {
             if (flags & KILN_FMT_SECTION_REQUIRED)
                 return KILN_FAIL(KILN_ERR_FORMAT,
@@ -674,6 +687,15 @@ static kiln_status read_nodes(const reader *r, int engine_device, kiln_graph *g)
         /* GlobalAveragePool had no attributes before version 4 (they are
          * zero: an NCHW input) */
         bool grew = r->version < 4 && attr_size == 0 && op_id == (uint32_t)KILN_OP_GlobalAveragePool;
+        /* kiln.Attention's attributes grew in version 6: the new fields are 0 */
+        bool attn_grew = r->version < 6 && op_id == (uint32_t)KILN_OP_Attention &&
+                         attr_size == KILN_ATTN_ATTRS_V5_SIZE;
+        kiln_attention_attrs attn_attrs;
+        if (attn_grew) {
+            memset(&attn_attrs, 0, sizeof attn_attrs);
+            memcpy(&attn_attrs, q + KILN_FMT_NODE_HEADER + 4 * ((uint64_t)n_in + n_out), attr_size);
+            grew = true;
+        }
         if (attr_size != op->attr_size && !grew) {
             st = bad("node %d '%s' (%s): attributes are %u bytes, this kiln's %s has %zu", i, name,
                      op->name, attr_size, op->name, op->attr_size);
@@ -702,7 +724,7 @@ static kiln_status read_nodes(const reader *r, int engine_device, kiln_graph *g)
         }
         int node_idx;
         st = kiln__graph_add_node(g, (int)op_id, name, (int)n_in, io, (int)n_out, io + n_in,
-                                  attr_size ? x : NULL, &node_idx);
+                                  attn_grew ? (const void *)&attn_attrs : attr_size ? x : NULL, &node_idx);
         if (st != KILN_OK) {
             st = kiln__fail_prefix(KILN_ERR_FORMAT, "engine file is malformed: node %d '%s'", i, name);
             break;
@@ -896,6 +918,10 @@ kiln_status kiln__format_read(const void *data, size_t size, kiln_engine *e) {
     if (st == KILN_OK) {
         st = kiln__format_check_graph(g, profiles);
         if (st != KILN_OK) st = kiln__fail_prefix(KILN_ERR_FORMAT, "engine file is malformed");
+    }
+    if (st == KILN_OK && r.meta.present) {
+        st = kiln__meta_read(r.p + r.meta.offset, r.meta.size, r.meta.count, &e->meta);
+        if (st == KILN_ERR_FORMAT) st = kiln__fail_prefix(st, "engine file is malformed");
     }
     if (st != KILN_OK) {
         kiln__graph_free(g);

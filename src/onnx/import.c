@@ -138,12 +138,14 @@ typedef struct importer {
     strmap inits; /* initializer names */
     int *order;   /* nodes in topological order */
     namelist *free_of; /* per node: free names of its subgraphs (extra dependencies) */
+    kiln_tinfo *declared; /* main graph: per graph output, the type the model declares */
 } importer;
 
 static void importer_free(importer *im) {
     strmap_free(&im->defs);
     strmap_free(&im->inits);
     kiln__free(im->order);
+    kiln__free(im->declared);
     if (im->free_of)
         for (size_t i = 0; i < im->gp->n_node; i++) names_free(&im->free_of[i]);
     kiln__free(im->free_of);
@@ -597,6 +599,15 @@ int64_t kiln_attr_int(const kiln_import_ctx *ic, const char *name, int64_t dflt)
     }
 }
 
+kiln_status kiln_attr_int32(const kiln_import_ctx *ic, const char *name, int64_t dflt,
+                            int32_t *out) {
+    int64_t v = kiln_attr_int(ic, name, dflt);
+    if (v < INT32_MIN || v > INT32_MAX)
+        return KILN_IMPORT_FAIL(ic, "attribute '%s' = %" PRId64 " is out of range", name, v);
+    *out = (int32_t)v;
+    return KILN_OK;
+}
+
 float kiln_attr_float(const kiln_import_ctx *ic, const char *name, float dflt) {
     const Onnx__AttributeProto *a = find_attr(ic, name);
     if (!a) return dflt;
@@ -1005,6 +1016,7 @@ static kiln_status import_node(importer *im, int index) {
         }
     }
     if (op->import && (s = op->import(&ic, attrs)) != KILN_OK) goto done;
+    if (op->validate && (s = op->validate(op, attrs, label)) != KILN_OK) goto done;
     if ((s = attach_subgraphs(&ic, index)) != KILN_OK) goto done;
     if ((s = check_counts(&ic, op, index)) != KILN_OK) goto done;
     s = kiln__graph_add_node(g, op_id, label, ic.n_in, ic.in, n_out, outs, attrs, NULL);
@@ -1017,9 +1029,10 @@ done:
 
 /* ---- step 5: declared types, outputs --------------------------------------- */
 
-/* Applies a declared type to a node output whose type is still unknown. */
+/* Applies a declared type to a node output whose type is still unknown;
+ * *declared_out (may be NULL): the declared type. */
 static kiln_status apply_declared(importer *im, const Onnx__ValueInfoProto *vi, const char *kind,
-                                  int *value_out) {
+                                  int *value_out, kiln_tinfo *declared_out) {
     kiln_graph *g = im->g;
     const char *name = str_or_empty(vi->name);
     char what[300];
@@ -1029,6 +1042,7 @@ static kiln_status apply_declared(importer *im, const Onnx__ValueInfoProto *vi, 
     if (v < 0) return KILN_OK;
     kiln_tinfo info;
     KILN_TRY(parse_type(im, vi->type, what, false, &info));
+    if (declared_out) *declared_out = info;
     kiln_value *val = &g->values[v];
     if (val->flags & (KILN_VALUE_CONST | KILN_VALUE_INPUT)) return KILN_OK;
     if (val->info.dtype == KILN_DTYPE_UNDEFINED) val->info.dtype = info.dtype;
@@ -1043,8 +1057,11 @@ static kiln_status import_outputs(importer *im) {
     const Onnx__GraphProto *gp = im->gp;
     kiln_graph *g = im->g;
     for (size_t i = 0; i < gp->n_value_info; i++)
-        KILN_TRY(apply_declared(im, gp->value_info[i], "value", NULL));
+        KILN_TRY(apply_declared(im, gp->value_info[i], "value", NULL, NULL));
     if (gp->n_output == 0) return KILN_FAIL(KILN_ERR_MODEL, "the graph has no outputs");
+    if (im->depth == 0 &&
+        !(im->declared = kiln__calloc(gp->n_output, sizeof *im->declared)))
+        return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory");
     for (size_t i = 0; i < gp->n_output; i++) {
         const char *name = str_or_empty(gp->output[i]->name);
         if (!*name) return KILN_FAIL(KILN_ERR_MODEL, "graph output %zu has no name", i);
@@ -1052,7 +1069,8 @@ static kiln_status import_outputs(importer *im) {
             if (!strcmp(str_or_empty(gp->output[j]->name), name))
                 return KILN_FAIL(KILN_ERR_MODEL, "graph output '%s' is listed twice", name);
         int v;
-        KILN_TRY(apply_declared(im, gp->output[i], "graph output", &v));
+        KILN_TRY(apply_declared(im, gp->output[i], "graph output", &v,
+                                im->declared ? &im->declared[i] : NULL));
         if (v < 0)
             return KILN_FAIL(KILN_ERR_MODEL,
                              "graph output '%s' is not produced by any node, graph input or "
@@ -1124,10 +1142,10 @@ static char *make_producer(const Onnx__ModelProto *m) {
 }
 
 kiln_status kiln__onnx_import(const void *data, size_t size, const char *base_dir, kiln_graph **out,
-                              char **producer) {
+                              kiln_onnx_extras *extras) {
     if (!out) return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "kiln__onnx_import: out is NULL");
     *out = NULL;
-    if (producer) *producer = NULL;
+    if (extras) memset(extras, 0, sizeof *extras);
     if (!data && size) return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "model bytes are NULL");
     if (size == 0) return KILN_FAIL(KILN_ERR_MODEL, "not a valid ONNX model: it is empty");
 
@@ -1142,8 +1160,13 @@ kiln_status kiln__onnx_import(const void *data, size_t size, const char *base_di
     im.base_dir = base_dir;
     kiln_status s = import_model(&im);
     char *prod = NULL;
-    if (s == KILN_OK && producer && !(prod = make_producer(m)))
+    if (s == KILN_OK && extras && !(prod = make_producer(m)))
         s = KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    if (s == KILN_OK && extras) {
+        extras->producer = prod;
+        extras->declared = im.declared; /* taken over */
+        im.declared = NULL;
+    }
     importer_free(&im);
     onnx__model_proto__free_unpacked(m, &alloc);
     if (s != KILN_OK) {
@@ -1151,6 +1174,5 @@ kiln_status kiln__onnx_import(const void *data, size_t size, const char *base_di
         return s;
     }
     *out = im.g;
-    if (producer) *producer = prod;
     return KILN_OK;
 }

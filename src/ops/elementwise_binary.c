@@ -498,11 +498,7 @@ static kiln_status ew_prelu_import(kiln_import_ctx *ic, void *attrs) {
 
 static kiln_status ew_mod_import(kiln_import_ctx *ic, void *attrs) {
     kiln_ew_bin_attrs *at = attrs;
-    int64_t f = kiln_attr_int(ic, "fmod", 0);
-    if (f != 0 && f != 1) return KILN_IMPORT_FAIL(ic, "attribute fmod must be 0 or 1, not %lld",
-                                                  (long long)f);
-    at->fmod = (int32_t)f;
-    return KILN_OK;
+    return kiln_attr_int32(ic, "fmod", 0, &at->fmod);
 }
 
 static kiln_status ew_bitshift_import(kiln_import_ctx *ic, void *attrs) {
@@ -515,14 +511,27 @@ static kiln_status ew_bitshift_import(kiln_import_ctx *ic, void *attrs) {
     return KILN_OK;
 }
 
+/* legacy_bcast an EW_LEGACY_* with its axis in [-8, 7]; fmod (Mod) and
+ * shift_right (BitShift) 0 or 1 */
+static kiln_status ew_binary_validate(const kiln_op_def *op, const void *attrs, const char *node) {
+    const kiln_ew_bin_attrs *at = attrs;
+    KILN_TRY(kiln__check_attr(op, node, "broadcast (opset < 7)", at->legacy_bcast, EW_LEGACY_NONE,
+                              EW_LEGACY_PRELU));
+    KILN_TRY(kiln__check_attr(op, node, "axis (opset < 7)", at->legacy_axis, -KILN_MAX_RANK,
+                              KILN_MAX_RANK - 1));
+    KILN_TRY(kiln__check_attr(op, node, "fmod", at->fmod, 0, 1));
+    return kiln__check_attr(op, node, "direction", at->shift_right, 0, 1);
+}
+
 /* ---- descriptors -------------------------------------------------------------------- */
 
 #define EW_BIN_DEF(SYM, NAME, SINCE, CODE, IMPORT)                                          \
     const kiln_op_def kiln_op_##SYM = {                                                     \
         .name = NAME, .domain = "", .since = SINCE, .min_inputs = 2, .max_inputs = 2,       \
         .min_outputs = 1, .max_outputs = 1, .code = CODE, .flags = 0,                       \
-        .attr_size = sizeof(kiln_ew_bin_attrs), .import = IMPORT, .infer = ew_binary_infer, \
-        .workspace = NULL, .cpu = ew_binary_cpu};
+        .attr_size = sizeof(kiln_ew_bin_attrs), .import = IMPORT,                           \
+        .validate = ew_binary_validate, .infer = ew_binary_infer, .workspace = NULL,        \
+        .cpu = ew_binary_cpu};
 
 EW_BIN_DEF(Add, "Add", 1, EW_B_ADD, ew_binary_import)
 EW_BIN_DEF(Sub, "Sub", 1, EW_B_SUB, ew_binary_import)

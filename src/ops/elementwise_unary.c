@@ -374,10 +374,7 @@ static kiln_status ew_import_alpha1(kiln_import_ctx *ic, void *attrs) {
     return ew_import_alpha(ic, attrs, 1.0f);
 }
 static kiln_status ew_import_celu(kiln_import_ctx *ic, void *attrs) {
-    KILN_TRY(ew_import_alpha(ic, attrs, 1.0f));
-    if (((kiln_ew_act_attrs *)attrs)->alpha == 0.0f)
-        return KILN_IMPORT_FAIL(ic, "attribute alpha must not be 0");
-    return KILN_OK;
+    return ew_import_alpha(ic, attrs, 1.0f);
 }
 static kiln_status ew_import_selu(kiln_import_ctx *ic, void *attrs) {
     kiln_ew_act_attrs *at = attrs;
@@ -404,19 +401,32 @@ static kiln_status ew_import_isinf(kiln_import_ctx *ic, void *attrs) {
     return KILN_OK;
 }
 
+/* Activation parameters are any floats, except Celu's alpha, which divides. */
+static kiln_status ew_act_validate(const kiln_op_def *op, const void *attrs, const char *node) {
+    if (op->code == EW_U_CELU && ((const kiln_ew_act_attrs *)attrs)->alpha == 0.0f)
+        return KILN_VALIDATE_FAIL(op, node, "attribute alpha must not be 0");
+    return KILN_OK;
+}
+
+static kiln_status ew_isinf_validate(const kiln_op_def *op, const void *attrs, const char *node) {
+    const kiln_ew_isinf_attrs *at = attrs;
+    KILN_TRY(kiln__check_attr(op, node, "detect_positive", at->detect_positive, 0, 1));
+    return kiln__check_attr(op, node, "detect_negative", at->detect_negative, 0, 1);
+}
+
 /* ---- descriptors ------------------------------------------------------------------- */
 
-#define EW_UNARY_DEF(SYM, NAME, SINCE, CODE, FLAGS, ASIZE, IMPORT, CPU)                    \
+#define EW_UNARY_DEF(SYM, NAME, SINCE, CODE, FLAGS, ASIZE, IMPORT, VALIDATE, CPU)          \
     const kiln_op_def kiln_op_##SYM = {                                                    \
         .name = NAME, .domain = "", .since = SINCE, .min_inputs = 1, .max_inputs = 1,      \
         .min_outputs = 1, .max_outputs = 1, .code = CODE, .flags = FLAGS,                  \
-        .attr_size = ASIZE, .import = IMPORT, .infer = ew_unary_infer, .workspace = NULL,  \
-        .cpu = CPU};
+        .attr_size = ASIZE, .import = IMPORT, .validate = VALIDATE, .infer = ew_unary_infer, \
+        .workspace = NULL, .cpu = CPU};
 #define EW_SIMPLE(SYM, NAME, SINCE, CODE) \
-    EW_UNARY_DEF(SYM, NAME, SINCE, CODE, KILN_OP_FLAG_INPLACE, 0, NULL, ew_unary_cpu)
+    EW_UNARY_DEF(SYM, NAME, SINCE, CODE, KILN_OP_FLAG_INPLACE, 0, NULL, NULL, ew_unary_cpu)
 #define EW_ACT(SYM, NAME, SINCE, CODE, IMPORT)                                   \
     EW_UNARY_DEF(SYM, NAME, SINCE, CODE, KILN_OP_FLAG_INPLACE, sizeof(kiln_ew_act_attrs), \
-                 IMPORT, ew_unary_cpu)
+                 IMPORT, ew_act_validate, ew_unary_cpu)
 
 EW_SIMPLE(Abs, "Abs", 1, EW_U_ABS)
 EW_SIMPLE(Neg, "Neg", 1, EW_U_NEG)
@@ -454,10 +464,10 @@ EW_ACT(Celu, "Celu", 12, EW_U_CELU, ew_import_celu)
 EW_ACT(HardSigmoid, "HardSigmoid", 1, EW_U_HARDSIGMOID, ew_import_hardsigmoid)
 EW_ACT(ThresholdedRelu, "ThresholdedRelu", 10, EW_U_THRESHOLDEDRELU, ew_import_alpha1)
 EW_ACT(Shrink, "Shrink", 9, EW_U_SHRINK, ew_import_shrink)
-EW_UNARY_DEF(IsNaN, "IsNaN", 9, EW_U_ISNAN, 0, 0, NULL, ew_pred_cpu)
+EW_UNARY_DEF(IsNaN, "IsNaN", 9, EW_U_ISNAN, 0, 0, NULL, NULL, ew_pred_cpu)
 EW_UNARY_DEF(IsInf, "IsInf", 10, EW_U_ISINF, 0, sizeof(kiln_ew_isinf_attrs), ew_import_isinf,
-             ew_pred_cpu)
-EW_UNARY_DEF(Not, "Not", 1, EW_U_NOT, KILN_OP_FLAG_INPLACE, 0, NULL, ew_pred_cpu)
+             ew_isinf_validate, ew_pred_cpu)
+EW_UNARY_DEF(Not, "Not", 1, EW_U_NOT, KILN_OP_FLAG_INPLACE, 0, NULL, NULL, ew_pred_cpu)
 
 /* ---- Clip ---------------------------------------------------------------------------
  * Clip-6 `min`/`max` attributes become inputs 1 and 2 at import. */

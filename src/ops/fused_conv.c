@@ -76,14 +76,15 @@ float kiln__fc_act(int act, float alpha, float beta, float x) {
 
 /* ---- infer ------------------------------------------------------------------ */
 
-static kiln_status fc_check_attrs(const char *node, const kiln_fused_conv_attrs *at, int n_in) {
+/* The embedded Conv attributes as Conv's; an activation, precision (fp32
+ * or bf16) and layout bits kiln knows, in combinations its kernels take. */
+static kiln_status fc_validate(const kiln_op_def *op, const void *attrs, const char *node) {
+    const kiln_fused_conv_attrs *at = attrs;
+    KILN_TRY(kiln__conv_validate_attrs(op, &at->conv, node));
     if (at->act < 0 || at->act >= KILN_FC_ACT_COUNT)
         return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (FusedConv): unknown activation %d", node,
                          (int)at->act);
-    if (at->has_residual != (n_in > 3))
-        return KILN_FAIL(KILN_ERR_MODEL,
-                         "node '%s' (FusedConv): has_residual is %d but there are %d inputs", node,
-                         (int)at->has_residual, n_in);
+    KILN_TRY(kiln__check_attr(op, node, "has_residual", at->has_residual, 0, 1));
     if (at->precision != KILN_PRECISION_FP32 && at->precision != KILN_PRECISION_BF16)
         return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (FusedConv): unsupported precision %d", node,
                          (int)at->precision);
@@ -130,9 +131,18 @@ static kiln_infer_args conv_view_infer(const kiln_infer_args *a) {
     return c;
 }
 
+/* has_residual agrees with the node's inputs */
+static kiln_status fc_check_inputs(const char *node, const kiln_fused_conv_attrs *at, int n_in) {
+    if (at->has_residual != (n_in > 3))
+        return KILN_FAIL(KILN_ERR_MODEL,
+                         "node '%s' (FusedConv): has_residual is %d but there are %d inputs", node,
+                         (int)at->has_residual, n_in);
+    return KILN_OK;
+}
+
 static kiln_status fc_infer(const kiln_infer_args *a) {
     const kiln_fused_conv_attrs *at = a->attrs;
-    KILN_TRY(fc_check_attrs(NODE(a), at, a->n_in));
+    KILN_TRY(fc_check_inputs(NODE(a), at, a->n_in));
     /* float16/bfloat16 layers are for device backends (fc_cpu refuses them) */
     kiln_dtype xt = a->in[0]->dtype;
     if (xt != KILN_DTYPE_FLOAT32 && xt != KILN_DTYPE_FLOAT16 && xt != KILN_DTYPE_BFLOAT16)
@@ -493,7 +503,7 @@ static kiln_status fc_direct(const kiln_kernel_args *a, const kiln_conv_geom *g)
 
 static kiln_status fc_cpu(const kiln_kernel_args *a) {
     const kiln_fused_conv_attrs *at = a->attrs;
-    KILN_TRY(fc_check_attrs(NODE(a), at, a->n_in));
+    KILN_TRY(fc_check_inputs(NODE(a), at, a->n_in));
     for (int i = 0; i < a->n_in; i++)
         if (a->in[i] && a->in[i]->dtype != KILN_DTYPE_FLOAT32)
             return KILN_FAIL(KILN_ERR_UNSUPPORTED,
@@ -539,7 +549,7 @@ const kiln_op_def kiln_op_FusedConv = {
     .min_inputs = 2, .max_inputs = 4, .min_outputs = 1, .max_outputs = 1,
     .flags = KILN_OP_FLAG_TACTICS,
     .attr_size = sizeof(kiln_fused_conv_attrs),
-    .infer = fc_infer, .workspace = fc_workspace, .cpu = fc_cpu,
+    .validate = fc_validate, .infer = fc_infer, .workspace = fc_workspace, .cpu = fc_cpu,
     .cpu_tactics = fc_cpu_tactics, .cpu_tactic_name = fc_cpu_tactic_name,
     .cpu_inplace_input = fc_inplace_input,
 };

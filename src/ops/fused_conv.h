@@ -139,6 +139,10 @@ typedef struct kiln_conv_geom {
     int64_t in_sz, out_sz, k_sz; /* products (-1 if unknown) */
 } kiln_conv_geom;
 
+/* nn_conv.c: validate of the Conv family's attributes (op names the node's op in
+ * messages). */
+KILN_PRIVATE kiln_status kiln__conv_validate_attrs(const kiln_op_def *op, const kiln_conv_attrs *at,
+                                                   const char *node);
 /* nn_conv.c: the Conv geometry of X/W shapes (dims may be unknown at build time). */
 KILN_PRIVATE kiln_status kiln__conv_geom(const char *node, const char *op,
                                          const kiln_conv_attrs *at, int xr, const int64_t *xd,

@@ -14,7 +14,11 @@ static int want_inputs(const kiln_pwdw_attrs *at) {
     return at->has_residual ? 8 : at->has_project ? 7 : 5;
 }
 
-static kiln_status check_attrs(const char *node, const kiln_pwdw_attrs *at, int n_in) {
+/* Activations, stride (1 or 2), pads (0 or 1), the flags and the layout
+ * bits its kernel takes. */
+static kiln_status pwdw_validate(const kiln_op_def *op, const void *attrs, const char *node) {
+    const kiln_pwdw_attrs *at = attrs;
+    (void)op;
     if (!act_ok(at->act1) || !act_ok(at->act2) || !act_ok(at->act3))
         return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (PwDwConv): unknown activation %d/%d/%d", node,
                          (int)at->act1, (int)at->act2, (int)at->act3);
@@ -30,13 +34,18 @@ static kiln_status check_attrs(const char *node, const kiln_pwdw_attrs *at, int 
         (at->no_expand && !at->has_project))
         return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (PwDwConv): has_project %d, has_residual %d, no_expand %d",
                          node, (int)at->has_project, (int)at->has_residual, (int)at->no_expand);
+    if (at->layout & ~(KILN_FC_LAYOUT_X_NHWC | KILN_FC_LAYOUT_Y_NHWC))
+        return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (PwDwConv): unknown layout bits 0x%x", node,
+                         (unsigned)at->layout);
+    return KILN_OK;
+}
+
+/* The node's inputs agree with the (validated) attributes. */
+static kiln_status check_inputs(const char *node, const kiln_pwdw_attrs *at, int n_in) {
     if (n_in > want_inputs(at) || n_in < want_inputs(at) - 1 ||
         (at->has_residual && n_in != want_inputs(at)))
         return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (PwDwConv): %d inputs, but its attributes want %d",
                          node, n_in, want_inputs(at));
-    if (at->layout & ~(KILN_FC_LAYOUT_X_NHWC | KILN_FC_LAYOUT_Y_NHWC))
-        return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (PwDwConv): unknown layout bits 0x%x", node,
-                         (unsigned)at->layout);
     return KILN_OK;
 }
 
@@ -58,7 +67,7 @@ static const kiln_tinfo *in_or_null(const kiln_infer_args *a, int i) {
 
 static kiln_status pwdw_infer(const kiln_infer_args *a) {
     const kiln_pwdw_attrs *at = a->attrs;
-    KILN_TRY(check_attrs(NODE(a), at, a->n_in));
+    KILN_TRY(check_inputs(NODE(a), at, a->n_in));
     const kiln_tinfo *X = a->in[0], *W1 = a->in[1], *W2 = a->in[3], *W3 = in_or_null(a, 5);
     if (!X || X->rank != 4 || X->dtype != KILN_DTYPE_FLOAT32)
         return KILN_FAIL(KILN_ERR_UNSUPPORTED, "node '%s' (PwDwConv): the input must be float32 of rank 4",
@@ -130,7 +139,7 @@ static const float *data_or_null(const kiln_kernel_args *a, int i) {
 
 static kiln_status pwdw_cpu(const kiln_kernel_args *a) {
     const kiln_pwdw_attrs *at = a->attrs;
-    KILN_TRY(check_attrs(NODE(a), at, a->n_in));
+    KILN_TRY(check_inputs(NODE(a), at, a->n_in));
     for (int i = 0; i < a->n_in; i++)
         if (a->in[i] && a->in[i]->dtype != KILN_DTYPE_FLOAT32)
             return KILN_FAIL(KILN_ERR_UNSUPPORTED, "node '%s' (PwDwConv): input %d is %s, not float32",
@@ -172,5 +181,5 @@ const kiln_op_def kiln_op_PwDwConv = {
     .name = "PwDwConv", .domain = "kiln", .since = 1,
     .min_inputs = 1, .max_inputs = 8, .min_outputs = 1, .max_outputs = 1, /* infer checks which */
     .attr_size = sizeof(kiln_pwdw_attrs),
-    .infer = pwdw_infer, .workspace = pwdw_workspace, .cpu = pwdw_cpu,
+    .validate = pwdw_validate, .infer = pwdw_infer, .workspace = pwdw_workspace, .cpu = pwdw_cpu,
 };

@@ -8,6 +8,7 @@
 
 #include <math.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 
 #define NODE(a) ((a)->node_name ? (a)->node_name : "?")
@@ -28,10 +29,11 @@ static kiln_status need_float(const char *node, const char *op, const char *what
 }
 
 /* The CPU kernels compute in float32 only (bf16 CPU layers keep float32
- * tensors and set the precision attribute). */
+ * tensors and set the precision attribute); bool inputs (Attention's cond)
+ * are not float tensors. */
 static kiln_status cpu_f32_only(const kiln_kernel_args *a, const char *op) {
     for (int i = 0; i < a->n_in; i++)
-        if (a->in[i] && a->in[i]->dtype != KILN_DTYPE_FLOAT32)
+        if (a->in[i] && a->in[i]->dtype != KILN_DTYPE_FLOAT32 && a->in[i]->dtype != KILN_DTYPE_BOOL)
             return KILN_FAIL(KILN_ERR_UNSUPPORTED,
                              "node '%s' (%s): the CPU kernel takes float32 tensors, input %d is %s "
                              "(run this layer on a device backend or in float32)",
@@ -51,6 +53,22 @@ static const float *fmm_residual(const kiln_kernel_args *a) {
 /* kiln.FusedMatMul                                                         */
 /* ======================================================================= */
 
+/* A layer's arithmetic precision: fp32 or bf16. */
+static kiln_status fp32_or_bf16(const kiln_op_def *op, const char *node, int32_t p) {
+    if (p != KILN_PRECISION_FP32 && p != KILN_PRECISION_BF16)
+        return KILN_VALIDATE_FAIL(op, node, "unsupported precision %d", (int)p);
+    return KILN_OK;
+}
+
+/* act a KILN_FACT_*; trans_b 0 or 1; precision fp32 or bf16 */
+static kiln_status fmm_validate(const kiln_op_def *op, const void *attrs, const char *node) {
+    const kiln_fused_matmul_attrs *at = attrs;
+    if (at->act < KILN_FACT_NONE || at->act > KILN_FACT_GELU_TANH)
+        return KILN_VALIDATE_FAIL(op, node, "unknown activation %d", (int)at->act);
+    KILN_TRY(kiln__check_attr(op, node, "trans_b", at->trans_b, 0, 1));
+    return fp32_or_bf16(op, node, at->precision);
+}
+
 static kiln_status fmm_infer(const kiln_infer_args *a) {
     const kiln_fused_matmul_attrs *at = a->attrs;
     const kiln_tinfo *A = a->in[0], *B = a->in[1], *bias = a->n_in > 2 ? a->in[2] : NULL;
@@ -60,8 +78,6 @@ static kiln_status fmm_infer(const kiln_infer_args *a) {
     KILN_TRY(need_float(NODE(a), op, "B", B, A));
     KILN_TRY(need_float(NODE(a), op, "bias", bias, A));
     KILN_TRY(need_float(NODE(a), op, "residual", res, A));
-    if (at->act < KILN_FACT_NONE || at->act > KILN_FACT_GELU_TANH)
-        return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (%s): unknown activation %d", NODE(a), op, at->act);
     kiln_tinfo *y = a->out[0];
     y->dtype = A->dtype;
     if (B->rank != 2)
@@ -232,7 +248,7 @@ const kiln_op_def kiln_op_FusedMatMul = {
     .min_inputs = 2, .max_inputs = 4, .min_outputs = 1, .max_outputs = 1,
     .flags = KILN_OP_FLAG_TACTICS,
     .attr_size = sizeof(kiln_fused_matmul_attrs),
-    .infer = fmm_infer, .workspace = fmm_workspace, .cpu = fmm_cpu,
+    .validate = fmm_validate, .infer = fmm_infer, .workspace = fmm_workspace, .cpu = fmm_cpu,
     .cpu_tactics = fmm_tactics, .cpu_tactic_name = fmm_tactic_name,
 };
 
@@ -240,11 +256,12 @@ const kiln_op_def kiln_op_FusedMatMul = {
 /* kiln.Gelu                                                                */
 /* ======================================================================= */
 
+static kiln_status gelu_validate(const kiln_op_def *op, const void *attrs, const char *node) {
+    return kiln__check_attr(op, node, "approx", ((const kiln_gelu_attrs *)attrs)->approx, 0, 1);
+}
+
 static kiln_status gelu_infer(const kiln_infer_args *a) {
-    const kiln_gelu_attrs *at = a->attrs;
     KILN_TRY(need_float(NODE(a), "kiln.Gelu", "input", a->in[0], a->in[0]));
-    if (at->approx != 0 && at->approx != 1)
-        return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (kiln.Gelu): unknown form %d", NODE(a), at->approx);
     kiln__tinfo_copy_shape(a->out[0], a->in[0]);
     return KILN_OK;
 }
@@ -274,7 +291,27 @@ const kiln_op_def kiln_op_Gelu = {
     .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
     .flags = KILN_OP_FLAG_INPLACE,
     .attr_size = sizeof(kiln_gelu_attrs),
-    .infer = gelu_infer, .cpu = gelu_cpu,
+    .validate = gelu_validate, .infer = gelu_infer, .cpu = gelu_cpu,
+};
+
+/* ONNX Gelu (opset 20; the dynamo exporter writes it): kiln.Gelu's
+ * attributes, inference and kernels; approximate "none" or "tanh". The graph
+ * optimizer turns these nodes into kiln.Gelu. */
+static kiln_status gelu_onnx_import(kiln_import_ctx *ic, void *attrs) {
+    kiln_gelu_attrs *at = attrs;
+    const char *ap = kiln_attr_string(ic, "approximate", "none");
+    if (!strcmp(ap, "none")) at->approx = 0;
+    else if (!strcmp(ap, "tanh")) at->approx = 1;
+    else return KILN_IMPORT_FAIL(ic, "approximate must be \"none\" or \"tanh\", got \"%s\"", ap);
+    return KILN_OK;
+}
+
+const kiln_op_def kiln_op_GeluOnnx = {
+    .name = "Gelu", .domain = "", .since = 20,
+    .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
+    .flags = KILN_OP_FLAG_INPLACE,
+    .attr_size = sizeof(kiln_gelu_attrs),
+    .import = gelu_onnx_import, .validate = gelu_validate, .infer = gelu_infer, .cpu = gelu_cpu,
 };
 
 /* ======================================================================= */
@@ -336,21 +373,44 @@ static kiln_status dim_eq(const char *node, const char *what, int64_t x, int64_t
     return KILN_OK;
 }
 
+/* num_heads positive; layouts its kernels read (Q and V not BHDS, the
+ * output BSHD or BHSD); precision fp32 or bf16; scale any float */
+static kiln_status attn_validate(const kiln_op_def *op, const void *attrs, const char *node) {
+    const kiln_attention_attrs *at = attrs;
+    if (at->num_heads <= 0)
+        return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (%s): num_heads must be positive, got %d", node,
+                         op->name, at->num_heads);
+    const int32_t lay[4] = {at->q_layout, at->k_layout, at->v_layout, at->out_layout};
+    bool ok = true;
+    for (int i = 0; i < 4; i++) ok = ok && lay[i] >= KILN_ATTN_BSHD && lay[i] <= KILN_ATTN_QKV;
+    if (!ok || at->q_layout == KILN_ATTN_BHDS || at->v_layout == KILN_ATTN_BHDS ||
+        (at->out_layout != KILN_ATTN_BSHD && at->out_layout != KILN_ATTN_BHSD))
+        return KILN_FAIL(KILN_ERR_MODEL,
+                         "node '%s' (%s): unsupported layouts (Q %d, K %d, V %d, output %d)", node,
+                         op->name, at->q_layout, at->k_layout, at->v_layout, at->out_layout);
+    if (at->cond_mode < KILN_ATTN_COND_NONE || at->cond_mode > KILN_ATTN_COND_ADD ||
+        (at->cond_fill_if != 0 && at->cond_fill_if != 1) || (at->nan_to_zero != 0 && at->nan_to_zero != 1))
+        return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (%s): cond_mode %d, cond_fill_if %d, nan_to_zero %d out of range",
+                         node, op->name, at->cond_mode, at->cond_fill_if, at->nan_to_zero);
+    return fp32_or_bf16(op, node, at->precision);
+}
+
 static kiln_status attn_infer(const kiln_infer_args *a) {
     const kiln_attention_attrs *at = a->attrs;
     const char *node = NODE(a), *op = "kiln.Attention";
     const kiln_tinfo *mask = a->n_in > 3 ? a->in[3] : NULL;
+    const kiln_tinfo *cond = a->n_in > 4 ? a->in[4] : NULL, *bias = a->n_in > 5 ? a->in[5] : NULL;
     KILN_TRY(need_float(node, op, "Q", a->in[0], a->in[0]));
     KILN_TRY(need_float(node, op, "K", a->in[1], a->in[0]));
     KILN_TRY(need_float(node, op, "V", a->in[2], a->in[0]));
     KILN_TRY(need_float(node, op, "mask", mask, a->in[0]));
-    if (at->num_heads <= 0)
-        return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (%s): num_heads must be positive, got %d", node, op,
-                         at->num_heads);
-    if (at->q_layout == KILN_ATTN_BHDS || at->v_layout == KILN_ATTN_BHDS ||
-        (at->out_layout != KILN_ATTN_BSHD && at->out_layout != KILN_ATTN_BHSD))
-        return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (%s): unsupported layouts (Q %d, V %d, output %d)", node, op,
-                         at->q_layout, at->v_layout, at->out_layout);
+    KILN_TRY(need_float(node, op, "bias", bias, a->in[0]));
+    if (cond && cond->dtype != KILN_DTYPE_BOOL)
+        return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (%s): cond must be bool, got %s", node, op,
+                         kiln_dtype_name(cond->dtype));
+    if ((cond != NULL) != (at->cond_mode != KILN_ATTN_COND_NONE))
+        return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (%s): cond_mode %d and a cond input %s do not agree",
+                         node, op, at->cond_mode, cond ? "given" : "absent");
     attn_view q = {0}, k = {0}, v = {0};
     KILN_TRY(attn_view_of(node, "Q", a->in[0], at->q_layout, at->num_heads, &q));
     KILN_TRY(attn_view_of(node, "K", a->in[1], at->k_layout, at->num_heads, &k));
@@ -368,16 +428,21 @@ static kiln_status attn_infer(const kiln_infer_args *a) {
         y->rank = -1;
         return KILN_OK;
     }
-    if (mask && mask->rank >= 0) {
-        if (mask->rank > 4)
-            return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (%s): mask has rank %d (at most 4)", node, op, mask->rank);
+    const kiln_tinfo *masks[3] = {mask, cond, bias};
+    static const char *const mask_names[3] = {"mask", "cond", "bias"};
+    for (int m = 0; m < 3; m++) {
+        const kiln_tinfo *mi = masks[m];
+        if (!mi || mi->rank < 0) continue;
+        if (mi->rank > 4)
+            return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (%s): %s has rank %d (at most 4)", node, op, mask_names[m],
+                             mi->rank);
         int64_t full[4] = {q.B, q.H, q.S, k.S};
-        for (int i = 0; i < mask->rank; i++) {
-            int64_t md = mask->dims[i], fd = full[4 - mask->rank + i];
+        for (int i = 0; i < mi->rank; i++) {
+            int64_t md = mi->dims[i], fd = full[4 - mi->rank + i];
             if (md >= 0 && fd >= 0 && md != 1 && md != fd)
                 return KILN_FAIL(KILN_ERR_MODEL,
-                                 "node '%s' (%s): mask of shape %s does not broadcast to the scores [%lld,%lld,%lld,%lld]",
-                                 node, op, kiln__shape_str(mask->rank, mask->dims, (char[64]){0}, 64),
+                                 "node '%s' (%s): %s of shape %s does not broadcast to the scores [%lld,%lld,%lld,%lld]",
+                                 node, op, mask_names[m], kiln__shape_str(mi->rank, mi->dims, (char[64]){0}, 64),
                                  (long long)q.B, (long long)q.H, (long long)q.S, (long long)k.S);
         }
     }
@@ -385,7 +450,8 @@ static kiln_status attn_infer(const kiln_infer_args *a) {
         y->rank = 3;
         y->dims[0] = q.B;
         y->dims[1] = q.S;
-        y->dims[2] = v.D >= 0 ? v.D * at->num_heads : KILN_DIM_UNKNOWN;
+        y->dims[2] = KILN_DIM_UNKNOWN;
+        if (v.D >= 0) KILN_TRY(kiln__dim_mul(node, v.D, at->num_heads, &y->dims[2]));
     } else {
         y->rank = 4;
         y->dims[0] = q.B;
@@ -448,8 +514,10 @@ static void attn_addr(int layout, int role, const attn_view *v, int64_t b, int64
 typedef struct attn_ctx {
     const kiln_attention_attrs *at;
     attn_view q, k, v, o;
-    const float *Q, *K, *V, *mask;
-    int64_t mstr[4];
+    const float *Q, *K, *V, *mask, *bias;
+    const bool *cond;
+    int64_t mstr[4], cstr[4], bstr[4];
+    bool extras; /* cond, bias or nan_to_zero: only the sgemm path applies them */
     float *O, *ws;
     int64_t nqb;
     size_t item_floats;
@@ -492,6 +560,16 @@ static void attn_items(void *vc, int64_t i0, int64_t i1) {
             atomic_store(&c->failed, 1);
             return;
         }
+        if (c->cond) {
+            const bool *c0 = c->cond + b * c->cstr[0] + h * c->cstr[1] + r0 * c->cstr[2];
+            bool fill_if = at->cond_fill_if != 0, sel = at->cond_mode == KILN_ATTN_COND_SELECT;
+            for (int64_t r = 0; r < rows; r++) {
+                const bool *crow = c0 + r * c->cstr[2];
+                float *srow = s + r * Sk;
+                for (int64_t j = 0; j < Sk; j++)
+                    if (crow[j * c->cstr[3]] == fill_if) srow[j] = sel ? at->fill : srow[j] + at->fill;
+            }
+        }
         if (c->mask)
             for (int64_t r = 0; r < rows; r++) {
                 const float *mrow = mrow0 + r * c->mstr[2];
@@ -501,7 +579,18 @@ static void attn_items(void *vc, int64_t i0, int64_t i1) {
                 else
                     for (int64_t j = 0; j < Sk; j++) srow[j] += mrow[j * c->mstr[3]];
             }
+        if (c->bias) {
+            const float *b0 = c->bias + b * c->bstr[0] + h * c->bstr[1] + r0 * c->bstr[2];
+            for (int64_t r = 0; r < rows; r++) {
+                const float *brow = b0 + r * c->bstr[2];
+                float *srow = s + r * Sk;
+                for (int64_t j = 0; j < Sk; j++) srow[j] += brow[j * c->bstr[3]];
+            }
+        }
         kiln__softmax_rows_f32(s, rows, Sk);
+        if (at->nan_to_zero)
+            for (int64_t e = 0; e < rows * Sk; e++)
+                if (isnan(s[e])) s[e] = 0.0f;
         if (kiln__sgemm(false, false, rows, Dv, Sk, 1.0f, s, Sk, c->V + vo, vld, 0.0f, c->O + oo + r0 * old, old,
                         NULL) != KILN_OK) {
             atomic_store(&c->failed, 1);
@@ -532,11 +621,24 @@ static kiln_status attn_cpu(const kiln_kernel_args *a) {
     if (!c.ws || a->workspace_size < (size_t)(c.q.B * c.q.H * c.nqb) * c.item_floats * sizeof(float))
         return KILN_FAIL(KILN_ERR_INTERNAL, "node '%s' (kiln.Attention): workspace too small", NODE(a));
     int32_t t = at->tactic.id;
-    c.avx512 = (t == KILN_ATTN_TACTIC_AUTO || t == KILN_ATTN_TACTIC_AVX512) && kiln__attn_avx512_available();
+    const kiln_tensor *cond = a->n_in > 4 ? a->in[4] : NULL, *bias = a->n_in > 5 ? a->in[5] : NULL;
+    int64_t full[4] = {c.q.B, c.q.H, c.q.S, c.k.S};
+    if (cond && kiln__tensor_numel(cond) > 0) {
+        if (cond->dtype != KILN_DTYPE_BOOL)
+            return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (kiln.Attention): cond must be bool", NODE(a));
+        kiln__bcast_strides(cond->rank, cond->dims, 4, full, c.cstr);
+        c.cond = cond->data;
+    }
+    if (bias && kiln__tensor_numel(bias) > 0) {
+        kiln__bcast_strides(bias->rank, bias->dims, 4, full, c.bstr);
+        c.bias = bias->data;
+    }
+    c.extras = c.cond || c.bias || at->nan_to_zero;
+    c.avx512 = (t == KILN_ATTN_TACTIC_AUTO || t == KILN_ATTN_TACTIC_AVX512) && kiln__attn_avx512_available() &&
+               !c.extras;
     if (c.avx512) c.nqb = 1; /* one item per (batch, head): K^T is packed once */
     c.bf16 = c.avx512 && at->precision == KILN_PRECISION_BF16 && kiln__attn_bf16_available();
     if (mask && kiln__tensor_numel(mask) > 0) {
-        int64_t full[4] = {c.q.B, c.q.H, c.q.S, c.k.S};
         kiln__bcast_strides(mask->rank, mask->dims, 4, full, c.mstr);
         c.mask = mask->data;
     }
@@ -552,8 +654,10 @@ static int attn_tactics(const kiln_infer_args *a, int32_t *ids, int cap) {
     int n = 0;
     /* bf16 layers: only the kernel that computes in bf16 where the CPU has it */
     bool bf16 = at->precision == KILN_PRECISION_BF16 && kiln__attn_bf16_available();
-    if (n < cap && !bf16) ids[n++] = KILN_ATTN_TACTIC_SGEMM;
-    if (n < cap && kiln__attn_avx512_available()) ids[n++] = KILN_ATTN_TACTIC_AVX512;
+    /* a cond, a second mask or the NaN rule: only the sgemm path applies them */
+    bool extras = (a->n_in > 4 && a->in[4]) || (a->n_in > 5 && a->in[5]) || at->nan_to_zero;
+    if (n < cap && (!bf16 || extras)) ids[n++] = KILN_ATTN_TACTIC_SGEMM;
+    if (n < cap && kiln__attn_avx512_available() && !extras) ids[n++] = KILN_ATTN_TACTIC_AVX512;
     return n;
 }
 
@@ -566,11 +670,14 @@ static const char *attn_tactic_name(int32_t id) {
     }
 }
 
+_Static_assert(offsetof(kiln_attention_attrs, cond_mode) == KILN_ATTN_ATTRS_V5_SIZE,
+               "kiln_attention_attrs: the fields of format 5 keep their place");
+
 const kiln_op_def kiln_op_Attention = {
     .name = "Attention", .domain = "kiln", .since = 1,
-    .min_inputs = 3, .max_inputs = 4, .min_outputs = 1, .max_outputs = 1,
+    .min_inputs = 3, .max_inputs = 6, .min_outputs = 1, .max_outputs = 1,
     .flags = KILN_OP_FLAG_TACTICS,
     .attr_size = sizeof(kiln_attention_attrs),
-    .infer = attn_infer, .workspace = attn_workspace, .cpu = attn_cpu,
+    .validate = attn_validate, .infer = attn_infer, .workspace = attn_workspace, .cpu = attn_cpu,
     .cpu_tactics = attn_tactics, .cpu_tactic_name = attn_tactic_name,
 };

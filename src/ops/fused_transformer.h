@@ -25,7 +25,12 @@
  *     one float32 input, same-shape output. Made from the PyTorch-export
  *     forms when they cannot join a matrix product.
  *
- * kiln.Attention     O = softmax(scale * Q K^T + mask) V, per batch and head
+ * kiln.Attention     O = softmax(scores) V, per batch and head, where
+ *                      scores = scale * Q K^T
+ *                      scores = cond rule (input 4, when cond_mode != NONE)
+ *                      scores = scores + mask (input 3) + bias (input 5)
+ *                    and, with nan_to_zero, probabilities that are NaN become 0
+ *                    (so a row whose keys are all masked out gives zeros)
  *     inputs   Q, K, V float32, each in the layout its attr says:
  *                    KILN_ATTN_BSHD: [B, S, H*D]  (heads packed in the last dim,
  *                                    as before PyTorch's head-splitting
@@ -37,6 +42,12 @@
  *                                    projections; Q, K, V are then one tensor)
  *              mask  optional float32, added to the [B, H, Sq, Sk] scores,
  *                    broadcast numpy-style (e.g. [B, 1, 1, Sk])
+ *              cond  optional bool (rank <= 4, broadcast like the mask): where
+ *                    cond == cond_fill_if, KILN_ATTN_COND_SELECT sets the score
+ *                    to `fill` and KILN_ATTN_COND_ADD adds `fill` to it (the
+ *                    exporters' Where(cond, s, fill) / Where(cond, 0, fill) + Add)
+ *              bias  optional, a second additive mask like `mask` (e.g. a
+ *                    position bias [1, H, Sq, Sk] beside a padding mask)
  *     output   O     [B, Sq, H*D] (out_layout BSHD) or [B, H, Sq, D] (BHSD)
  *     Softmax statistics are float32 at every precision.
  *
@@ -92,13 +103,27 @@ enum {
     KILN_ATTN_TACTIC_AVX512 = 2, /* per (batch, head, row block): AVX-512 register tiles */
 };
 
+/* How Attention's cond input acts on the scores (permanent). */
+enum {
+    KILN_ATTN_COND_NONE = 0,
+    KILN_ATTN_COND_SELECT = 1, /* score = fill where cond == cond_fill_if */
+    KILN_ATTN_COND_ADD = 2,    /* score += fill where cond == cond_fill_if */
+};
+
 typedef struct kiln_attention_attrs {
     kiln_tactic tactic;  /* must stay first */
     int32_t num_heads;   /* H (needed for the BSHD layouts) */
     int32_t q_layout, k_layout, v_layout, out_layout; /* KILN_ATTN_* */
     float scale;         /* multiplies Q K^T before the mask is added */
     int32_t precision;   /* kiln_precision */
+    /* Since engine format 6; engines of older formats read these as 0 (their
+     * size was KILN_ATTN_ATTRS_V5_SIZE). */
+    int32_t cond_mode;   /* KILN_ATTN_COND_*: how input 4 acts */
+    int32_t cond_fill_if;/* 0 or 1: the cond value where `fill` applies */
+    float fill;          /* the score (SELECT) or the addend (ADD) there; may be -inf */
+    int32_t nan_to_zero; /* 1: NaN probabilities become 0 (IsNaN + Where after Softmax) */
 } kiln_attention_attrs;
+#define KILN_ATTN_ATTRS_V5_SIZE 36 /* bytes up to and including `precision` */
 
 /* Vectorized float32 helpers shared by the transformer kernels
  * (src/ops/fused_transformer_math.c; AVX-512 when the CPU has it). */

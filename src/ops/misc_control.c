@@ -71,6 +71,7 @@ kiln_status kiln__subgraph_unpack(const void *data, size_t size, const char *wha
         return kiln__fail_prefix(KILN_ERR_MODEL, "%s is not a valid subgraph", what);
     }
     kiln__free(e.profiles);
+    kiln__meta_clear(&e.meta); /* a subgraph's metadata (kiln writes none) is not used */
     if (e.opts.device != KILN_DEVICE_CPU) {
         kiln__graph_free(e.graph);
         kiln__aligned_free(b);
@@ -237,7 +238,7 @@ static kiln_status plan_node(cf_plan *p, int ni, cf_val *vals, kiln_pool *pool) 
                           .out = out_ip,
                           .runtime = true,
                           .node_state = &p->ns[ni]};
-    KILN_TRY(n->op->infer(&ia));
+    KILN_TRY(kiln__infer(&ia));
     cf_val res[64];
     memset(res, 0, sizeof res);
     kiln_status s = KILN_OK;
@@ -612,16 +613,45 @@ static void widen(kiln_tinfo *a, const kiln_tinfo *b) {
  * subgraph and the ONNX inputs). */
 static int cf_free_start(const cf_attrs *at) { return 1 + at->n_onnx_in; }
 
-/* Attributes read from an engine file are checked before use. */
+/* The attributes (cf_validate checked their values) against the node: its
+ * ONNX inputs after its subgraphs, at most 64 inputs and outputs. */
 static kiln_status cf_check(const cf_attrs *at, const char *node, int n_in, int n_graphs,
                             int n_out) {
-    bool ok = at->n_onnx_in >= 0 && at->n_onnx_in <= n_in - n_graphs && at->n_scan_in >= 0 &&
-              at->n_scan_in <= CF_MAX_SCAN && at->n_scan_in <= at->n_onnx_in &&
-              (at->batched == 0 || at->batched == 1);
-    const int32_t counts[4] = {at->n_in_axes, at->n_in_dirs, at->n_out_axes, at->n_out_dirs};
-    for (int i = 0; i < 4; i++) ok = ok && counts[i] >= 0 && counts[i] <= CF_MAX_SCAN;
-    ok = ok && n_out >= 0 && n_out <= 64 && n_in <= 64;
+    bool ok = at->n_onnx_in <= n_in - n_graphs && n_out >= 0 && n_out <= 64 && n_in <= 64;
     if (!ok) return KILN_FAIL(KILN_ERR_MODEL, "node '%s': invalid control-flow attributes", node);
+    return KILN_OK;
+}
+
+/* n_onnx_in >= 0; num_scan_inputs in 0..32 (Scan: at least 1) and at most
+ * the ONNX inputs; batched (Scan-8) 0 or 1; the scan axes and directions
+ * lists within their arrays, axes in [-9, 8], directions 0 or 1. */
+static kiln_status cf_validate(const kiln_op_def *op, const void *attrs, const char *node) {
+    const cf_attrs *at = attrs;
+    bool scan = !strcmp(op->name, "Scan");
+    KILN_TRY(kiln__check_attr(op, node, "ONNX inputs", at->n_onnx_in, 0, 64));
+    KILN_TRY(kiln__check_attr(op, node, "num_scan_inputs", at->n_scan_in, scan ? 1 : 0,
+                              scan ? (at->n_onnx_in < CF_MAX_SCAN ? at->n_onnx_in : CF_MAX_SCAN) : 0));
+    KILN_TRY(kiln__check_attr(op, node, "batched (Scan-8)", at->batched, 0, scan ? 1 : 0));
+    const struct {
+        const char *name;
+        int32_t n;
+        const int32_t *v;
+        int32_t lo, hi;
+    } lists[4] = {
+        {"scan_input_axes", at->n_in_axes, at->in_axes, -KILN_MAX_RANK - 1, KILN_MAX_RANK},
+        {"scan_input_directions", at->n_in_dirs, at->in_dirs, 0, 1},
+        {"scan_output_axes", at->n_out_axes, at->out_axes, -KILN_MAX_RANK - 1, KILN_MAX_RANK},
+        {"scan_output_directions", at->n_out_dirs, at->out_dirs, 0, 1},
+    };
+    for (int l = 0; l < 4; l++) {
+        KILN_TRY(kiln__check_attr(op, node, lists[l].name, lists[l].n, 0, scan ? CF_MAX_SCAN : 0));
+        if (l < 2 && lists[l].n && lists[l].n != at->n_scan_in) /* one per scan input */
+            return KILN_VALIDATE_FAIL(op, node, "attribute '%s' has %d entries for %d scan inputs",
+                                      lists[l].name, (int)lists[l].n, (int)at->n_scan_in);
+        for (int i = 0; i < lists[l].n; i++)
+            KILN_TRY(kiln__check_attr(op, node, lists[l].name, lists[l].v[i], lists[l].lo,
+                                      lists[l].hi));
+    }
     return KILN_OK;
 }
 
@@ -699,7 +729,7 @@ static kiln_status if_cpu(const kiln_kernel_args *a) { return cf_kernel(a, if_ex
 const kiln_op_def kiln_op_If = {
     .name = "If", .domain = "", .since = 1, .min_inputs = 3, .max_inputs = -1, .min_outputs = 1,
     .max_outputs = -1, .flags = KILN_OP_FLAG_NO_FOLD, .attr_size = sizeof(cf_attrs),
-    .host_inputs = ~0u, .import = if_import, .infer = if_infer, .cpu = if_cpu,
+    .host_inputs = ~0u, .import = if_import, .validate = cf_validate, .infer = if_infer, .cpu = if_cpu,
 };
 /* clang-format on */
 
@@ -949,7 +979,7 @@ static kiln_status loop_cpu(const kiln_kernel_args *a) { return cf_kernel(a, loo
 const kiln_op_def kiln_op_Loop = {
     .name = "Loop", .domain = "", .since = 1, .min_inputs = 1, .max_inputs = -1, .min_outputs = 1,
     .max_outputs = -1, .flags = KILN_OP_FLAG_NO_FOLD, .attr_size = sizeof(cf_attrs),
-    .host_inputs = ~0u, .import = loop_import, .infer = loop_infer, .cpu = loop_cpu,
+    .host_inputs = ~0u, .import = loop_import, .validate = cf_validate, .infer = loop_infer, .cpu = loop_cpu,
 };
 /* clang-format on */
 
@@ -965,12 +995,8 @@ static kiln_status read_list(kiln_import_ctx *ic, const char *name, int32_t *dst
     }
     if (n != expect)
         return KILN_IMPORT_FAIL(ic, "attribute '%s' has %d entries; expected %d", name, n, expect);
-    for (int i = 0; i < n; i++) {
-        if (buf[i] < -KILN_MAX_RANK - 1 || buf[i] > KILN_MAX_RANK)
-            return KILN_IMPORT_FAIL(ic, "attribute '%s' has an invalid entry %lld", name,
-                                    (long long)buf[i]);
-        dst[i] = (int32_t)buf[i];
-    }
+    for (int i = 0; i < n; i++) /* out of int32: refused by cf_validate */
+        dst[i] = buf[i] < INT32_MIN || buf[i] > INT32_MAX ? INT32_MIN : (int32_t)buf[i];
     *count = n;
     return KILN_OK;
 }
@@ -998,13 +1024,6 @@ static kiln_status scan_import(kiln_import_ctx *ic, void *attrs) {
             read_list(ic, "scan_output_directions", at->out_dirs, &at->n_out_dirs, n_scan_out));
         KILN_TRY(read_list(ic, "scan_output_axes", at->out_axes, &at->n_out_axes, n_scan_out));
     }
-    for (int i = 0; i < at->n_in_dirs; i++)
-        if (at->in_dirs[i] != 0 && at->in_dirs[i] != 1)
-            return KILN_IMPORT_FAIL(ic, "scan directions must be 0 or 1, got %d", at->in_dirs[i]);
-    for (int i = 0; i < at->n_out_dirs; i++)
-        if (at->out_dirs[i] != 0 && at->out_dirs[i] != 1)
-            return KILN_IMPORT_FAIL(ic, "scan output directions must be 0 or 1, got %d",
-                                    at->out_dirs[i]);
     return KILN_OK;
 }
 
@@ -1315,6 +1334,6 @@ static kiln_status scan_cpu(const kiln_kernel_args *a) { return cf_kernel(a, sca
 const kiln_op_def kiln_op_Scan = {
     .name = "Scan", .domain = "", .since = 8, .min_inputs = 1, .max_inputs = -1, .min_outputs = 1,
     .max_outputs = -1, .flags = KILN_OP_FLAG_NO_FOLD, .attr_size = sizeof(cf_attrs),
-    .host_inputs = ~0u, .import = scan_import, .infer = scan_infer, .cpu = scan_cpu,
+    .host_inputs = ~0u, .import = scan_import, .validate = cf_validate, .infer = scan_infer, .cpu = scan_cpu,
 };
 /* clang-format on */

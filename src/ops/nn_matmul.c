@@ -253,6 +253,13 @@ static kiln_status gemm_import(kiln_import_ctx *ic, void *attrs) {
     return KILN_OK;
 }
 
+/* transA and transB 0 or 1; alpha and beta any floats */
+static kiln_status gemm_validate(const kiln_op_def *op, const void *attrs, const char *node) {
+    const kiln_gemm_attrs *at = attrs;
+    KILN_TRY(kiln__check_attr(op, node, "transA", at->trans_a, 0, 1));
+    return kiln__check_attr(op, node, "transB", at->trans_b, 0, 1);
+}
+
 static kiln_status gemm_infer(const kiln_infer_args *a) {
     const kiln_gemm_attrs *at = a->attrs;
     const kiln_tinfo *A = a->in[0], *B = a->in[1];
@@ -361,7 +368,7 @@ const kiln_op_def kiln_op_Gemm = {
     .name = "Gemm", .domain = "", .since = 1,
     .min_inputs = 2, .max_inputs = 3, .min_outputs = 1, .max_outputs = 1,
     .attr_size = sizeof(kiln_gemm_attrs),
-    .import = gemm_import, .infer = gemm_infer, .cpu = gemm_cpu,
+    .import = gemm_import, .validate = gemm_validate, .infer = gemm_infer, .cpu = gemm_cpu,
 };
 
 /* ---- MatMulInteger / QLinearMatMul -------------------------------------- */

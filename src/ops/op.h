@@ -110,6 +110,11 @@ KILN_PRIVATE const kiln_tinfo *kiln_import_input_info(const kiln_import_ctx *ic,
 KILN_PRIVATE bool kiln_attr_has(const kiln_import_ctx *ic, const char *name);
 KILN_PRIVATE int64_t kiln_attr_int(const kiln_import_ctx *ic, const char *name, int64_t dflt);
 KILN_PRIVATE float kiln_attr_float(const kiln_import_ctx *ic, const char *name, float dflt);
+/* An int attribute (default dflt) stored in an int32 field: values that do
+ * not fit are KILN_ERR_MODEL naming the attribute. What the value means is
+ * the op's validate's to check. */
+KILN_PRIVATE kiln_status kiln_attr_int32(const kiln_import_ctx *ic, const char *name, int64_t dflt,
+                                         int32_t *out);
 /* Copies up to `cap` values; returns the attribute's count (-1 if absent).
  * A count > cap is an error the caller reports; buf may be NULL with cap 0
  * to ask for the count only. */
@@ -170,6 +175,17 @@ struct kiln_op_def {
     uint32_t host_inputs; /* bit i: infer reads the *values* of input i (Reshape's shape,
                              Slice's starts...), so it must be on the host at run time */
     kiln_status (*import)(kiln_import_ctx *ic, void *attrs);            /* may be NULL */
+    /* Checks the attribute struct: every value the op's infer and kernels
+     * rely on (enum values, positive sizes, counts within their arrays,
+     * axes within KILN_MAX_RANK...). Called on the attributes import made
+     * (right after `import`) and on every node of an engine file when it
+     * is written and when it is loaded, so that a damaged or hostile engine
+     * is refused with the message the importer would give. Checks that
+     * need shapes stay in `infer`, which sees the shapes. Required for
+     * every op with attr_size > 0 (a unit test checks the registry). Fails
+     * with KILN_ERR_MODEL, "node '<node>' (<Op>): ..."
+     * (KILN_VALIDATE_FAIL). */
+    kiln_status (*validate)(const kiln_op_def *op, const void *attrs, const char *node);
     kiln_status (*infer)(const kiln_infer_args *a);
     size_t (*workspace)(const kiln_infer_args *a);                      /* may be NULL */
     kiln_status (*cpu)(const kiln_kernel_args *a);
@@ -201,6 +217,25 @@ KILN_PRIVATE int kiln__op_find(const char *domain, const char *type);
 KILN_PRIVATE int kiln__op_id_of(const kiln_op_def *op);
 
 /* ---- helpers for infer and kernels (src/ops/common.c) ------------------ */
+
+/* Message helper for validate functions: KILN_ERR_MODEL, "node 'n' (Op): ...". */
+#define KILN_VALIDATE_FAIL(op, node, ...) kiln__validate_fail((op), (node), __VA_ARGS__)
+KILN_PRIVATE kiln_status kiln__validate_fail(const kiln_op_def *op, const char *node,
+                                             const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Validate helper: attribute `what` (its ONNX name) = v must lie in [lo, hi]
+ * ("attribute 'axis' = 9 is out of range [-8, 7]"). */
+KILN_PRIVATE kiln_status kiln__check_attr(const kiln_op_def *op, const char *node, const char *what,
+                                          int64_t v, int64_t lo, int64_t hi);
+/* Runs a->op->infer and checks what it gave: ranks within -1..KILN_MAX_RANK
+ * and no output whose known dims make more than KILN_MAX_TENSOR_BYTES (or
+ * overflow 64 bits). Every caller of an op's infer goes through it. */
+KILN_PRIVATE kiln_status kiln__infer(const kiln_infer_args *a);
+/* Checked shape arithmetic for infer functions (known, non-negative
+ * dims): *out = x * y or x + y, or KILN_ERR_MODEL naming the node when the
+ * result overflows 64 bits. */
+KILN_PRIVATE kiln_status kiln__dim_mul(const char *node, int64_t x, int64_t y, int64_t *out);
+KILN_PRIVATE kiln_status kiln__dim_add(const char *node, int64_t x, int64_t y, int64_t *out);
 
 KILN_PRIVATE int64_t kiln__numel(int rank, const int64_t *dims); /* -1 if any dim unknown */
 KILN_PRIVATE int64_t kiln__tensor_numel(const kiln_tensor *t);

@@ -59,6 +59,13 @@ static kiln_status reduce_import(kiln_import_ctx *ic, void *attrs) {
     return KILN_OK;
 }
 
+/* keepdims and noop_with_empty_axes 0 or 1 */
+static kiln_status reduce_validate(const kiln_op_def *op, const void *attrs, const char *node) {
+    const kiln_reduce_attrs *at = attrs;
+    KILN_TRY(kiln__check_attr(op, node, "keepdims", at->keepdims, 0, 1));
+    return kiln__check_attr(op, node, "noop_with_empty_axes", at->noop_with_empty_axes, 0, 1);
+}
+
 /* ---- axes -------------------------------------------------------------- */
 
 /* Reads `n` axes (any integer dtype) into mask[rank]. Fails on out-of-range
@@ -639,6 +646,7 @@ static kiln_status reduce_cpu(const kiln_kernel_args *a) {
         .attr_size = sizeof(kiln_reduce_attrs),                                        \
         .host_inputs = 1u << 1, /* axes: read by infer */                              \
         .import = reduce_import,                                                       \
+        .validate = reduce_validate,                                                   \
         .infer = reduce_infer,                                                         \
         .cpu = reduce_cpu,                                                             \
     }

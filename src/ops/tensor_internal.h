@@ -62,10 +62,10 @@ static inline void kiln__tx_outer_inner(int rank, const int64_t *dims, int axis,
     *inner = n;
 }
 
-/* Import helper: int attribute `name` (default dflt) that must lie in
- * [lo, hi], stored as int32. */
-KILN_PRIVATE kiln_status kiln__tx_import_axis(kiln_import_ctx *ic, const char *name, int64_t dflt,
-                                              int64_t lo, int64_t hi, int32_t *out);
+/* Validate helper: an attribute struct that is one axis in [-KILN_MAX_RANK,
+ * KILN_MAX_RANK - 1] (kiln_axis_attrs). */
+KILN_PRIVATE kiln_status kiln__tx_validate_axis(const kiln_op_def *op, const void *attrs,
+                                                const char *node);
 
 /* Import helper: attribute `attr` (ints) becomes input `input` as an int64
  * 1-D constant. Returns KILN_OK without change if the attribute is absent. */

@@ -51,13 +51,18 @@ static kiln_status infer_node(kiln_graph *g, int ni, bool runtime, kiln_tinfo *o
     }
     kiln_infer_args a = {.op = n->op, .attrs = n->attrs, .node_name = n->name, .n_in = n->n_in,
                          .n_out = n->n_out, .in = in_ptrs, .out = out_ptrs, .runtime = runtime};
-    kiln_status s = n->op->infer(&a);
+    kiln_status s = kiln__infer(&a);
     if (s != KILN_OK) return s;
     for (int i = 0; i < n->n_out; i++) {
-        if (outs[i].rank > KILN_MAX_RANK)
-            return KILN_FAIL(KILN_ERR_INTERNAL, "node '%s' (%s): inferred rank %d", n->name,
-                             n->op->name, outs[i].rank);
         outs[i].data = NULL;
+        /* a dim below -1 names a symbol of the graph; anything else is the
+         * trace of shape arithmetic gone wrong */
+        for (int d = 0; d < outs[i].rank; d++)
+            if (KILN_DIM_IS_SYM(outs[i].dims[d]) &&
+                KILN_DIM_SYM_ID(outs[i].dims[d]) >= g->n_symbols)
+                return KILN_FAIL(KILN_ERR_INTERNAL,
+                                 "node '%s' (%s): output %d, dim %d has the invalid value %lld",
+                                 n->name, n->op->name, i, d, (long long)outs[i].dims[d]);
     }
     return KILN_OK;
 }
@@ -125,7 +130,7 @@ static kiln_status fold_node(kiln_graph *g, int ni) {
     }
     kiln_infer_args ia = {.op = n->op, .attrs = n->attrs, .node_name = n->name, .n_in = n->n_in,
                           .n_out = n->n_out, .in = in_ptrs, .out = out_ptrs, .runtime = true};
-    KILN_TRY(n->op->infer(&ia));
+    KILN_TRY(kiln__infer(&ia));
     void *ws = NULL;
     size_t ws_size = n->op->workspace ? n->op->workspace(&ia) : 0;
     kiln_status s = KILN_OK;

@@ -92,7 +92,7 @@ static bool infer_agrees(const kiln_graph *g, const kiln_node *n, kiln_dtype t) 
     }
     kiln_infer_args ia = {.op = n->op, .attrs = n->attrs, .node_name = n->name, .n_in = n->n_in,
                           .n_out = n->n_out, .in = ins, .out = outp};
-    if (n->op->infer(&ia) != KILN_OK) {
+    if (kiln__infer(&ia) != KILN_OK) {
         kiln__clear_error(); /* e.g. a layer whose inference wants float32 */
         return false;
     }
@@ -306,7 +306,7 @@ static bool probe_takes(const char *name, int n_in, const int64_t (*dims)[4], co
         memset(&out, 0, sizeof out);
         kiln_infer_args ia = {.op = op, .attrs = attrs, .node_name = "precision-probe", .n_in = n_in,
                               .n_out = 1, .in = ip, .out = &op_};
-        ok[k] = op->infer(&ia) == KILN_OK && out.dtype == ts[k];
+        ok[k] = kiln__infer(&ia) == KILN_OK && out.dtype == ts[k];
         kiln__clear_error();
     }
     return ok[1] || !ok[0];

@@ -292,9 +292,13 @@ kiln_status kiln_context_set_input(kiln_context *c, const char *name, kiln_dtype
     if (dtype != v->info.dtype)
         return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "input '%s': expected dtype %s, got %s", name,
                          kiln_dtype_name(v->info.dtype), kiln_dtype_name(dtype));
-    if (rank != p->rank || (rank > 0 && !dims))
+    if (rank != p->rank)
         return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "input '%s': expected rank %d %s, got rank %d",
                          name, p->rank, kiln__shape_str(v->info.rank, v->info.dims, a, sizeof a),
+                         rank);
+    if (rank > 0 && !dims)
+        return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT,
+                         "input '%s': dims is NULL; a rank-%d input needs its %d dims", name, rank,
                          rank);
     for (int d = 0; d < rank; d++) {
         if (dims[d] < p->min[d] || dims[d] > p->max[d]) {
@@ -648,7 +652,7 @@ static kiln_status run_node(kiln_context *c, int ni) {
     kiln_infer_args ia = {.op = n->op, .attrs = n->attrs, .node_name = n->name, .n_in = n->n_in,
                           .n_out = n->n_out, .in = in_ip, .out = out_ip, .runtime = true,
                           .node_state = &c->node_state[ni]};
-    KILN_TRY(n->op->infer(&ia));
+    KILN_TRY(kiln__infer(&ia));
     kiln_status st = KILN_OK;
     for (int i = 0; i < n->n_out; i++) {
         if (outs[i].rank < 0 || outs[i].rank > KILN_MAX_RANK ||
@@ -903,6 +907,46 @@ static kiln_status graph_capture_end(kiln_context *c, kiln_status loop) {
     return run_nodes(c);
 }
 
+/* Inputs that share a symbolic dim (ONNX dim_param) must agree on it, and
+ * an input whose dims share one (a square [n, n]) with itself: a mismatch
+ * is named here, with both inputs, rather than deep inside the first layer
+ * that combines them. */
+static kiln_status check_shared_dims(const kiln_context *c) {
+    const kiln_graph *g = c->e->graph;
+    for (int k = 0; k < g->n_inputs; k++) {
+        const kiln_value *v = &g->values[g->inputs[k]];
+        for (int d = 0; d < c->in[k].rank && d < v->info.rank; d++) {
+            int64_t sym = v->info.dims[d];
+            if (!KILN_DIM_IS_SYM(sym)) continue;
+            /* the symbol's first place: input j, dim e (before (k, d)) */
+            int j = 0, e = 0;
+            bool found = false;
+            for (j = 0; j <= k && !found; j++) {
+                const kiln_value *w = &g->values[g->inputs[j]];
+                int end = j == k ? d : (c->in[j].rank < w->info.rank ? c->in[j].rank : w->info.rank);
+                for (e = 0; e < end && !found; e++) found = w->info.dims[e] == sym;
+            }
+            if (!found) continue;
+            j--, e--; /* the loops stepped past the match */
+            if (c->in[j].dims[e] == c->in[k].dims[d]) continue;
+            const kiln_value *w = &g->values[g->inputs[j]];
+            int id = KILN_DIM_SYM_ID(sym);
+            if (j == k)
+                return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT,
+                                 "input '%s' has the dimension '%s' twice but its dims %d and %d "
+                                 "are %lld and %lld",
+                                 v->name, id < g->n_symbols ? g->symbols[id] : "?", e, d,
+                                 (long long)c->in[k].dims[e], (long long)c->in[k].dims[d]);
+            return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT,
+                             "inputs '%s' and '%s' share the dimension '%s' but disagree: '%s' has "
+                             "%lld in dim %d, '%s' has %lld in dim %d",
+                             w->name, v->name, id < g->n_symbols ? g->symbols[id] : "?", w->name,
+                             (long long)c->in[j].dims[e], e, v->name, (long long)c->in[k].dims[d], d);
+        }
+    }
+    return KILN_OK;
+}
+
 kiln_status kiln_context_run(kiln_context *c) {
     if (!c) return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "kiln_context_run: context is NULL");
     const kiln_engine *e = c->e;
@@ -911,6 +955,7 @@ kiln_status kiln_context_run(kiln_context *c) {
         if (!c->in[k].bound)
             return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "input '%s' is not set",
                              g->values[g->inputs[k]].name);
+    KILN_TRY(check_shared_dims(c));
     if (!c->threads_pool && (c->threads == 0 || c->threads > 1))
         KILN_TRY(kiln__pool_create(c->threads, &c->threads_pool));
     c->ran = false;

@@ -3,6 +3,7 @@
 #ifndef KILN_ENGINE_H
 #define KILN_ENGINE_H
 
+#include "format/meta.h"
 #include "ir/ir.h"
 
 #include <pthread.h>
@@ -10,6 +11,8 @@
 struct kiln_model {
     kiln_graph *graph;     /* as imported, shapes inferred */
     char *producer;        /* producer_name + version, for inspect */
+    char **warnings;       /* kiln_model_warning: what loading found suspect */
+    int n_warnings, cap_warnings;
 };
 
 /* Shape range of one graph input. For inputs without dynamic dims
@@ -43,6 +46,7 @@ struct kiln_builder {
     int n_profiles, cap_profiles;
     char **fp32_layers;    /* kiln_builder_set_layer_precision: layers kept in float32 */
     int n_fp32_layers, cap_fp32_layers;
+    kiln_meta meta;        /* kiln_builder_set_metadata: copied into the engine */
 };
 
 struct kiln_engine {
@@ -67,6 +71,8 @@ struct kiln_engine {
     /* Cached descriptions (kiln_engine_describe). */
     char *describe_text;
     char *describe_json;
+    /* User metadata (kiln_engine_metadata; the optional META section). */
+    kiln_meta meta;
 };
 
 /* Engine (de)serialization: src/format/. */

@@ -176,7 +176,7 @@ static void plan_sizes(planner *P) {
         kiln_infer_args ia = {.op = n->op, .attrs = n->attrs, .node_name = n->name, .n_in = n->n_in,
                               .n_out = n->n_out, .in = in_ip, .out = out_ip,
                               .runtime = all_exact && all_data};
-        bool inferred = n->op->infer(&ia) == KILN_OK;
+        bool inferred = kiln__infer(&ia) == KILN_OK;
         kiln__clear_error();
         bool outs_exact = inferred;
         size_t out_bytes = 0;
@@ -240,7 +240,7 @@ static void need(planner *P, int v, int m, int t) {
 static kiln_status add_block(planner *P, int m, size_t bytes, int start, int end, int *out) {
     /* (sizes come from engine files too: keep align_up and the layout's sums
      * far from overflow) */
-    if (bytes > ((size_t)1 << 48))
+    if (bytes > (size_t)KILN_MAX_TENSOR_BYTES)
         return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY,
                          "a tensor or workspace of %zu bytes is more than kiln plans (256 TiB)",
                          bytes);

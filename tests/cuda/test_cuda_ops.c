@@ -1075,6 +1075,14 @@ TEST(test_norm) {
          trand(F32, 0.5, 2, S(4, 5)));
     CASE("ln_f16", LayerNormalization, &ln, 1, 0, 0, trand(F16, -3, 3, S(6, 64)),
          trand(F16, 0.5, 2, S(64)), trand(F16, -1, 1, S(64)));
+    /* the fp16/bf16 warp-per-row kernel (values in registers): BERT's width, a
+     * partial last vector per lane, the widest, the statistics outputs, no bias */
+    CASE("ln_bert_f16", LayerNormalization, &ln, 1, 0, 0, trand(F16, -3, 3, S(3, 43, 768)),
+         trand(F16, 0.5, 2, S(768)), trand(F16, -1, 1, S(768)));
+    CASE("ln_264_bf16_stats", LayerNormalization, &ln, 3, 0, 0, trand(BF16, -3, 3, S(9, 264)),
+         trand(BF16, 0.5, 2, S(264)), trand(BF16, -1, 1, S(264)));
+    CASE("ln_1600_f16_nobias", LayerNormalization, &ln, 1, 0, 0, trand(F16, -3, 3, S(5, 1600)),
+         trand(F16, 0.5, 2, S(1600)));
 }
 
 TEST(test_softmax) {
@@ -1398,6 +1406,55 @@ TEST(test_fused_transformer) {
          trand(F16, -1, 1, S(2, 70, 64)), trand(F16, -1, 1, S(2, 70, 64)), trand(F16, -2, 0, S(2, 1, 1, 70)));
     CASE("bhds_nomask_bf16", Attention, &mixed, 1, 0, 1e-4, trand(BF16, -1, 1, S(1, 2, 33, 64)),
          trand(BF16, -1, 1, S(1, 2, 64, 40)), trand(BF16, -1, 1, S(1, 2, 40, 64)));
+    CASE("gelu_onnx_tanh_f16", GeluOnnx, &tanh_, 1, 0, 1e-5, trand(F16, -4, 4, S(7, 33)));
+    CASE("gelu_onnx_erf", GeluOnnx, &erf, 1, 0, 1e-10, trand(F32, -4, 4, S(2, 50)));
+
+    /* the exporters' forms (src/passes/fuse_transformer.c): a bool cond (SDPA's
+     * Where(mask, 0, -inf) + Add, masked_fill's select), a second additive mask,
+     * IsNaN + Where after the softmax; the QKV layout of one fused projection */
+    kiln_attention_attrs qkv = {.num_heads = 3, .q_layout = KILN_ATTN_QKV, .k_layout = KILN_ATTN_QKV,
+                                .v_layout = KILN_ATTN_QKV, .out_layout = KILN_ATTN_BSHD, .scale = 0.125f,
+                                .cond_mode = KILN_ATTN_COND_ADD, .cond_fill_if = 0, .fill = -INFINITY,
+                                .nan_to_zero = 1};
+    for (int k = 0; k < 2; k++) {
+        kiln_dtype t = k ? BF16 : F16;
+        kiln_tensor *x = trand(t, -1, 1, S(2, 77, 3 * 3 * 64)), *c = trand(BOOL, 0, 1, S(2, 1, 1, 77));
+        for (int j = 0; j < 77; j++) ((uint8_t *)c->data)[77 + j] = 0; /* batch 1: every key masked out */
+        CASE(k ? "qkv_cond_nan_bf16" : "qkv_cond_nan_f16", Attention, &qkv, 1, 0, k ? 1e-4 : 1e-5, x, x, x,
+             NULL, c);
+    }
+    kiln_attention_attrs nonan = qkv;
+    nonan.nan_to_zero = 0;
+    {
+        kiln_tensor *x = trand(F16, -1, 1, S(1, 19, 3 * 3 * 32)), *c = tnew(BOOL, 4, (int64_t[]){1, 1, 1, 19});
+        CASE("qkv_all_masked_nan_f16", Attention, &nonan, 1, 0, 1e-5, x, x, x, NULL, c);
+    }
+    /* select with a huge fill (every key of some rows masked: uniform weights),
+     * a padding mask and a position bias, cross attention over 2+ key tiles */
+    kiln_attention_attrs sel = {.num_heads = 2, .q_layout = KILN_ATTN_BHSD, .k_layout = KILN_ATTN_BHSD,
+                                .v_layout = KILN_ATTN_BHSD, .out_layout = KILN_ATTN_BHSD, .scale = 0.3f,
+                                .cond_mode = KILN_ATTN_COND_SELECT, .cond_fill_if = 1, .fill = -3.4e38f};
+    for (int k = 0; k < 3; k++) {
+        kiln_dtype t = k == 0 ? F32 : k == 1 ? F16 : BF16;
+        kiln_tensor *c = trand(BOOL, 0, 1, S(45, 150));
+        for (int j = 0; j < 150; j++) ((uint8_t *)c->data)[3 * 150 + j] = 1; /* row 3: every key filled */
+        CASE(k == 0 ? "select_bias_f32" : k == 1 ? "select_bias_f16" : "select_bias_bf16", Attention, &sel, 1, 0,
+             k == 0 ? 1e-9 : k == 1 ? 1e-5 : 1e-4, trand(t, -1, 1, S(2, 2, 45, 32)), trand(t, -1, 1, S(2, 2, 150, 32)),
+             trand(t, -1, 1, S(2, 2, 150, 48)), trand(t, -2, 0, S(2, 1, 1, 150)), c, trand(t, -1, 1, S(1, 2, 45, 150)));
+    }
+    /* head sizes the tensor-core kernel pads (80, 128), one it loads element by
+     * element (20: rows not whole 16-byte chunks), K given transposed */
+    kiln_attention_attrs big = {.num_heads = 2, .q_layout = KILN_ATTN_BSHD, .k_layout = KILN_ATTN_BSHD,
+                                .v_layout = KILN_ATTN_BSHD, .out_layout = KILN_ATTN_BSHD, .scale = 0.1f};
+    CASE("d128_f16", Attention, &big, 1, 0, 1e-5, trand(F16, -1, 1, S(3, 200, 256)),
+         trand(F16, -1, 1, S(3, 130, 256)), trand(F16, -1, 1, S(3, 130, 256)));
+    CASE("d80_bf16", Attention, &big, 1, 0, 1e-4, trand(BF16, -1, 1, S(2, 65, 160)),
+         trand(BF16, -1, 1, S(2, 64, 160)), trand(BF16, -1, 1, S(2, 64, 160)), trand(BF16, -3, 0, S(2, 1, 65, 64)));
+    CASE("d20_f16", Attention, &big, 1, 0, 1e-5, trand(F16, -1, 1, S(2, 9, 40)),
+         trand(F16, -1, 1, S(2, 70, 40)), trand(F16, -1, 1, S(2, 70, 40)));
+    CASE("bhds_d64_f16", Attention, &mixed, 1, 0, 1e-5, trand(F16, -1, 1, S(2, 2, 128, 64)),
+         trand(F16, -1, 1, S(2, 2, 64, 128)), trand(F16, -1, 1, S(2, 2, 128, 64)), NULL, NULL,
+         trand(F16, -1, 1, S(2, 1, 128, 128)));
 }
 #endif
 

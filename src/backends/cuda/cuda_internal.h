@@ -82,6 +82,8 @@ typedef struct kiln_cuda_state {
     int sm_count, cc_major, cc_minor;
     bool allow_tf32;          /* fp32 GEMM/conv may use TF32 tensor cores */
     bool sync_each;           /* KILN_CUDA_SYNC=1: synchronize after every node (debugging) */
+    bool exact_gelu;          /* KILN_CUDA_EXACT_GELU=1: fp16/bf16 FusedMatMul keeps the erf GELU
+                                 as a second pass instead of cuBLASLt's tanh-form epilogue */
     bool conv_find;           /* time cuDNN's candidate algorithms on a node's first run
                                  (KILN_CUDNN_FIND=0: take the heuristic's first choice) */
     bool capturing;           /* a CUDA Graph capture is in progress on `stream` */
@@ -256,6 +258,10 @@ typedef struct kiln_cuda_gemm {
     int epi;
     const void *bias;
     int32_t tactic;  /* index into cuBLASLt's heuristic list (0: its first choice) */
+    /* Optional: the C read by beta * C when it is not the output (cuBLASLt's
+     * separate C and D, same layout): C_b = alpha op(A_b) op(B_b) + beta Cin_b,
+     * e.g. a residual with beta = 1. Needs cuBLASLt (no fallback kernel). */
+    const void *Cin;
 } kiln_cuda_gemm;
 enum {
     KCU_EPI_NONE = 0,

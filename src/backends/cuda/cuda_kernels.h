@@ -259,18 +259,29 @@ cudaError_t kcu_bias_act(kiln_dtype t, const void *x, void *y, const void *bias,
                          const void *residual, int64_t N, int64_t M, int64_t plane, int act,
                          float alpha, float beta, cudaStream_t stream);
 
-/* Attention O = softmax(scale Q K^T + mask) V per (batch, head), online
- * softmax in fp32 (k_fused.cu). Element strides per logical dim (b, h, s,
- * d) of each operand; mask strides (b, h, query, key), 0 where broadcast. */
+/* Attention O = softmax(s) V per (batch, head) with s = scale Q K^T, then
+ * the cond rule (cond == cond_fill_if: s = fill (mode 1) or s += fill (mode
+ * 2)), then + mask + bias; nan_to_zero: NaN probabilities count as 0 (a row
+ * whose every probability is NaN gives zeros). Online softmax in fp32.
+ * Element strides per logical dim (b, h, s, d) of each operand; strides of
+ * mask, cond (bytes) and bias per (b, h, query, key), 0 where broadcast.
+ * fp16/bf16 with d-contiguous Q, V and O: a tensor-core kernel (k_attn.cu);
+ * otherwise a thread per query row (k_fused.cu). */
 #define KCU_ATTN_MAX_D 128
 typedef struct kcu_attn {
     int64_t B, H, Sq, Sk, D, Dv;
-    int64_t qs[4], ks[4], vs[4], os[4], ms[4];
-    float scale;
-    int has_mask;
+    int64_t qs[4], ks[4], vs[4], os[4], ms[4], cs[4], bs[4];
+    float scale, fill;
+    int has_mask, has_cond, has_bias, cond_mode, cond_fill_if, nan_to_zero;
 } kcu_attn;
 cudaError_t kcu_attention(kiln_dtype t, const kcu_attn *g, const void *q, const void *k,
-                          const void *v, const void *mask, void *o, cudaStream_t stream);
+                          const void *v, const void *mask, const uint8_t *cond, const void *bias,
+                          void *o, cudaStream_t stream);
+/* The tensor-core kernel (k_attn.cu): cudaErrorNotSupported when it cannot
+ * take g (dtype, head size, strides), so the caller runs the other one. */
+cudaError_t kcu_attention_mma(kiln_dtype t, const kcu_attn *g, const void *q, const void *k,
+                              const void *v, const void *mask, const uint8_t *cond,
+                              const void *bias, void *o, int sm_count, cudaStream_t stream);
 
 /* Simple tiled GEMM (fallback when cuBLASLt has no algorithm, and K == 0):
  * row-major, batched like kiln__cuda_gemm (cuda_internal.h): C_b = alpha *

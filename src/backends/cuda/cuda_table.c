@@ -114,6 +114,7 @@ static const kiln_cuda_kernel kiln_cuda_kernels[KILN_OP_ID_LIMIT] = {
     /* transformer layers (cuda_fused.c, k_fused.cu) */
     [KILN_OP_FusedMatMul] = KCU_ENTRY("cublasLt+epilogue", fused_matmul),
     [KILN_OP_Gelu] = KCU_ENTRY("cuda.gelu", gelu),
+    [KILN_OP_GeluOnnx] = KCU_ENTRY("cuda.gelu", gelu),
     [KILN_OP_Attention] = KCU_ENTRY("cuda.attention", attention),
 #endif
 #if KILN_CUDA_REDUCE_ATTRS

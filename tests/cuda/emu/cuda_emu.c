@@ -97,7 +97,7 @@ static double cm(const emu_layout *l, const void *p, int64_t b, uint64_t i, uint
 cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, const void *alpha, const void *A, cublasLtMatrixLayout_t Al,
     const void *B, cublasLtMatrixLayout_t Bl, const void *beta, const void *C, cublasLtMatrixLayout_t Cl, void *D, cublasLtMatrixLayout_t Dl,
     const cublasLtMatmulAlgo_t *algo, void *ws, size_t wss, cudaStream_t st) {
-    (void)h; (void)algo; (void)ws; (void)wss; (void)st; (void)C;
+    (void)h; (void)algo; (void)ws; (void)wss; (void)st;
     emu_desc *d = (emu_desc *)desc; emu_layout *a = (emu_layout *)Al, *b = (emu_layout *)Bl, *c = (emu_layout *)Cl, *dl = (emu_layout *)Dl;
     double al, be_;
     if (d->ct == CUBLAS_COMPUTE_64F) { al = *(const double *)alpha; be_ = *(const double *)beta; }
@@ -116,7 +116,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, con
                 acc += x * y;
             }
             int64_t off = bb * dl->stride + (int64_t)j * dl->ld + (int64_t)i;
-            double v = al * acc + (be_ != 0 ? be_ * kiln__load_f64(kt(dl->t), D, off) : 0.0);
+            /* C and D share the layout; C may be apart from D (a residual) */
+            double v = al * acc + (be_ != 0 ? be_ * kiln__load_f64(kt(dl->t), C, off) : 0.0);
             cublasLtEpilogue_t ep = d->epi;
             if (ep == CUBLASLT_EPILOGUE_BIAS || ep == CUBLASLT_EPILOGUE_RELU_BIAS || ep == CUBLASLT_EPILOGUE_GELU_BIAS) {
                 if (!d->bias) { fprintf(stderr, "EMU: bias epilogue without a bias pointer\n"); exit(3); }
@@ -535,7 +536,7 @@ cudaError_t kcu_bias_act(kiln_dtype t, const void *x, void *y, const void *bias,
     return cudaSuccess;
 }
 cudaError_t kcu_attention(kiln_dtype t, const kcu_attn *g, const void *q, const void *k, const void *v,
-                          const void *mask, void *o, cudaStream_t s) {
+                          const void *mask, const uint8_t *cond, const void *bias, void *o, cudaStream_t s) {
     (void)s;
     if (g->D > KCU_ATTN_MAX_D || g->Dv > KCU_ATTN_MAX_D) return cudaErrorInvalidValue;
     double *sc = malloc(sizeof(double) * (size_t)(g->Sk + 1));
@@ -549,18 +550,31 @@ cudaError_t kcu_attention(kiln_dtype t, const kcu_attn *g, const void *q, const 
                         d += ld(t, q, b * g->qs[0] + h * g->qs[1] + i * g->qs[2] + c * g->qs[3]) *
                              ld(t, k, b * g->ks[0] + h * g->ks[1] + j * g->ks[2] + c * g->ks[3]);
                     d *= g->scale;
+                    if (g->has_cond &&
+                        (cond[b * g->cs[0] + h * g->cs[1] + i * g->cs[2] + j * g->cs[3]] != 0) == (g->cond_fill_if != 0))
+                        d = g->cond_mode == 1 ? g->fill : d + g->fill;
                     if (g->has_mask) d += ld(t, mask, b * g->ms[0] + h * g->ms[1] + i * g->ms[2] + j * g->ms[3]);
+                    if (g->has_bias) d += ld(t, bias, b * g->bs[0] + h * g->bs[1] + i * g->bs[2] + j * g->bs[3]);
                     sc[j] = d;
                     if (d > mx) mx = d;
                 }
+                if (mx == -INFINITY) mx = 0; /* every key masked: exp gives 0, 0/0 below */
                 for (int64_t j = 0; j < g->Sk; j++) sum += (sc[j] = exp(sc[j] - mx));
+                bool zero = g->nan_to_zero && !(sum > 0);
                 for (int64_t c = 0; c < g->Dv; c++) {
                     double acc = 0;
                     for (int64_t j = 0; j < g->Sk; j++)
                         acc += sc[j] * ld(t, v, b * g->vs[0] + h * g->vs[1] + j * g->vs[2] + c * g->vs[3]);
-                    st_(t, o, b * g->os[0] + h * g->os[1] + i * g->os[2] + c * g->os[3], acc / sum);
+                    st_(t, o, b * g->os[0] + h * g->os[1] + i * g->os[2] + c * g->os[3], zero ? 0.0 : acc / sum);
                 }
             }
     free(sc);
     return cudaSuccess;
+}
+cudaError_t kcu_attention_mma(kiln_dtype t, const kcu_attn *g, const void *q, const void *k, const void *v,
+                              const void *mask, const uint8_t *cond, const void *bias, void *o, int sm_count,
+                              cudaStream_t s) {
+    (void)sm_count;
+    if (t != KILN_DTYPE_FLOAT16 && t != KILN_DTYPE_BFLOAT16) return cudaErrorNotSupported;
+    return kcu_attention(t, g, q, k, v, mask, cond, bias, o, s);
 }
