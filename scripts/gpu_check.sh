@@ -3,7 +3,7 @@
 # the CUDA op tests (plain and under compute-sanitizer memcheck), the C unit
 # tests, the Python suite (torch there), and a CUDA-vs-CPU engine comparison.
 # Results go to $OUT (or out/gpu). Usage: bash scripts/gpu_check.sh
-# Sections: ops unit engine models bench memcheck pytest conformance (the build always
+# Sections: ops unit engine debug models bench memcheck pytest conformance (the build always
 # runs). ONLY="unit bench" runs just those, SKIP="memcheck pytest" all but
 # those. BENCH_BUDGET (seconds, default 200) bounds the PyTorch comparison.
 # Needs: protobuf-c for the build; on a machine without protoc-c, a folder
@@ -57,6 +57,23 @@ a, b = np.load(f"{d}/cpu/y.npy"), np.load(f"{d}/cuda/y.npy")
 print("max abs diff cuda vs cpu:", float(np.abs(a - b).max()))
 print(subprocess.run(["build-gpu/kiln", "inspect", f"{d}/cuda.kiln"], capture_output=True, text=True).stdout[-1500:])
 PY
+fi
+if part debug; then
+echo "== kiln debug compare on CUDA (docs/debugging.md; the stress CNN: Conv+Relu, Conv+Add, MaxPool, Gemm, LayerNorm)"
+dm=tests/stress/stress_cnn.onnx
+dbg() { # dbg WANT_RC LABEL ARGS...: runs kiln debug compare, checks its exit status
+  local want=$1 label=$2; shift 2
+  build-gpu/kiln debug compare "$dm" --device cuda --shapes x:2x3x32x32 "$@" > "$OUT/debug_$label.log" 2>&1
+  local rc=$?
+  echo "debug $label: rc=$rc (want $want) $([ $rc -eq "$want" ] && echo PASS || echo FAIL)"
+  grep -E "^first layer|made from|^summary|^result" "$OUT/debug_$label.log" | cut -c1-300
+}
+dbg 0 fp32
+dbg 0 fp32_no_reuse --no-memory-reuse
+KILN_TEST_PLANT_BUG=FusedConv dbg 1 planted_fusedconv
+KILN_TEST_PLANT_BUG=FusedConv dbg 0 planted_fuse_conv_off --disable-pass fuse_conv
+dbg 0 fp16 --fp16
+dbg 0 fp16_no_nhwc --fp16 --disable-pass cuda_nhwc
 fi
 if part models; then
 echo "== Real models on CUDA vs PyTorch (fp32; torchvision ResNet-18, MobileNetV2)"

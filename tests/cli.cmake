@@ -1,5 +1,6 @@
 # CLI and real-model tests (included from tests/tests.cmake).
 #   cli          tests/cli/test_cli.sh: behaviour of the `kiln` tool (needs /usr/bin/python3 + onnx)
+#   cli_debug    tests/cli/test_debug.sh: kiln debug compare on planted bugs, --disable-pass (~3 s)
 #   models_mlp   the MLP variants of the real-model suite (needs torch; a few seconds)
 #   models_mlp_debug_arena  the same with KILN_DEBUG_ARENA=1 (the runs check the memory plan)
 #   models_swin_t  torchvision's swin_t (op17, fixed and dynamic batch) under KILN_DEBUG_ARENA=1
@@ -17,6 +18,8 @@ option(KILN_MODEL_TESTS "Register the full real-model test suite (slow, ~1.4 GB)
 if(EXISTS /usr/bin/python3)
   add_test(NAME cli COMMAND ${CMAKE_SOURCE_DIR}/tests/cli/test_cli.sh $<TARGET_FILE:kiln_cli>)
   set_tests_properties(cli PROPERTIES LABELS "cli" TIMEOUT 600)
+  add_test(NAME cli_debug COMMAND ${CMAKE_SOURCE_DIR}/tests/cli/test_debug.sh $<TARGET_FILE:kiln_cli>)
+  set_tests_properties(cli_debug PROPERTIES LABELS "cli" TIMEOUT 300)
   add_test(NAME models_mlp
            COMMAND ${CMAKE_SOURCE_DIR}/tests/models/run_model_tests.sh ${CMAKE_BINARY_DIR}/models
                    $<TARGET_FILE_DIR:kiln_cli> --only mlp)

@@ -104,6 +104,21 @@ kiln_status kiln_builder_set_tuning(kiln_builder *b, int on) {
     return KILN_OK;
 }
 
+kiln_status kiln_builder_disable_pass(kiln_builder *b, const char *name) {
+    CHECK_BUILDER(b, "kiln_builder_disable_pass");
+    int id = kiln__pass_find(name);
+    if (id < 0) {
+        kiln_sbuf names = {0};
+        for (int i = 0; i < kiln_pass_count(); i++) kiln__sbuf_printf(&names, "%s%s", i ? ", " : "", kiln_pass_name(i));
+        kiln_status s = KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "unknown pass '%s' (passes: %s)", name ? name : "(null)",
+                                  names.data ? names.data : "?");
+        kiln__sbuf_free(&names);
+        return s;
+    }
+    b->disabled_passes |= 1u << id;
+    return KILN_OK;
+}
+
 kiln_status kiln_builder_set_strict_device(kiln_builder *b, int strict) {
     CHECK_BUILDER(b, "kiln_builder_set_strict_device");
     b->strict_device = strict != 0;
@@ -321,7 +336,7 @@ kiln_status kiln_build(const kiln_builder *b, const kiln_model *m, kiln_engine *
     if ((s = kiln__pass_dce(g)) != KILN_OK) goto fail;
     if ((s = kiln__pass_infer(g)) != KILN_OK) goto fail;
     kiln_optimize_opts oo = {.device = b->opts.device, .precision = b->opts.precision,
-                             .disable = b->optimization == 0,
+                             .disable = b->optimization == 0, .disabled = b->disabled_passes,
                              .fp32_layers = (const char *const *)b->fp32_layers,
                              .n_fp32_layers = b->n_fp32_layers};
     if ((s = kiln__pass_optimize(g, &oo)) != KILN_OK) goto fail;
@@ -332,7 +347,7 @@ kiln_status kiln_build(const kiln_builder *b, const kiln_model *m, kiln_engine *
      * builder times each layer's tactics in the layout it will run in (the
      * CPU layout choice of the tuner leaves device layers alone) */
     if (b->opts.device == KILN_DEVICE_CUDA && b->optimization != 0 &&
-        (s = kiln__pass_cuda_nhwc(e->graph, NULL)) != KILN_OK)
+        !(b->disabled_passes & (1u << KILN_PASS_CUDA_NHWC)) && (s = kiln__pass_cuda_nhwc(e->graph, NULL)) != KILN_OK)
         goto fail;
     if ((s = kiln__builder_tune(b, e)) != KILN_OK) goto fail;
     if ((s = kiln__check_workspace_limit(e)) != KILN_OK) goto fail;
@@ -493,6 +508,72 @@ kiln_status kiln_engine_layer_info(const kiln_engine *e, int layer, kiln_layer_i
     if (out->tactic) out->tactic_us = ((const kiln_tactic *)n->attrs)->us;
     else out->tactic = "";
     return KILN_OK;
+}
+
+static const kiln_node *layer_node(const kiln_engine *e, int layer) {
+    return e && layer >= 0 && layer < e->graph->n_nodes ? &e->graph->nodes[layer] : NULL;
+}
+
+int kiln_engine_layer_num_inputs(const kiln_engine *e, int layer) {
+    const kiln_node *n = layer_node(e, layer);
+    return n ? n->n_in : -1;
+}
+
+int kiln_engine_layer_num_outputs(const kiln_engine *e, int layer) {
+    const kiln_node *n = layer_node(e, layer);
+    return n ? n->n_out : -1;
+}
+
+static const char *layer_tensor(const kiln_engine *e, int layer, bool output, int index) {
+    const kiln_node *n = layer_node(e, layer);
+    if (!n || index < 0 || index >= (output ? n->n_out : n->n_in)) return NULL;
+    int v = output ? n->out[index] : n->in[index];
+    return v >= 0 ? e->graph->values[v].name : NULL;
+}
+
+const char *kiln_engine_layer_input(const kiln_engine *e, int layer, int index) {
+    return layer_tensor(e, layer, false, index);
+}
+
+const char *kiln_engine_layer_output(const kiln_engine *e, int layer, int index) {
+    return layer_tensor(e, layer, true, index);
+}
+
+int kiln_engine_layer_num_sources(const kiln_engine *e, int layer) {
+    const kiln_node *n = layer_node(e, layer);
+    return n ? kiln__node_num_sources(n) : -1;
+}
+
+const char *kiln_engine_layer_source(const kiln_engine *e, int layer, int index) {
+    const kiln_node *n = layer_node(e, layer);
+    return n ? kiln__node_source(n, index) : NULL;
+}
+
+/* The ONNX nodes a layer came from, where its name does not say it
+ * already: text "  (added by kiln)" or "  sources a, b"; JSON always. */
+static void node_sources(const kiln_node *n, kiln_sbuf *sb, bool json) {
+    int k = kiln__node_num_sources(n);
+    if (json) {
+        kiln__sbuf_printf(sb, ", \"sources\": [");
+        for (int i = 0; i < k; i++) {
+            kiln__sbuf_printf(sb, "%s", i ? ", " : "");
+            json_str(sb, kiln__node_source(n, i));
+        }
+        kiln__sbuf_printf(sb, "]");
+        return;
+    }
+    if (!k) {
+        kiln__sbuf_printf(sb, "  (added by kiln)");
+        return;
+    }
+    /* the name is the sources joined by '+' unless a name holds a '+' */
+    kiln_sbuf joined = {0};
+    for (int i = 0; i < k; i++) kiln__sbuf_printf(&joined, "%s%s", i ? "+" : "", kiln__node_source(n, i));
+    if (joined.data && strcmp(joined.data, n->name)) {
+        kiln__sbuf_printf(sb, "  sources");
+        for (int i = 0; i < k; i++) kiln__sbuf_printf(sb, "%s'%s'", i ? ", " : " ", kiln__node_source(n, i));
+    }
+    kiln__sbuf_free(&joined);
 }
 
 /* Device engines: nodes that run on the CPU, and the host<->device copies
@@ -672,6 +753,7 @@ static void describe(const kiln_engine *e, kiln_sbuf *sb, bool json) {
                 kiln__sbuf_printf(sb, "}");
             }
             kiln__sbuf_printf(sb, "]");
+            node_sources(n, sb, true);
             node_tactic(n, sb, true);
             node_layout(n, sb, true);
             kiln__sbuf_printf(sb, "}");
@@ -723,6 +805,7 @@ static void describe(const kiln_engine *e, kiln_sbuf *sb, bool json) {
         }
         node_tactic(n, sb, false);
         node_layout(n, sb, false);
+        node_sources(n, sb, false);
         kiln__sbuf_printf(sb, "\n");
     }
     kiln__sbuf_printf(sb, "memory:\n  weights: %zu bytes in %d constants\n", weights, n_const);

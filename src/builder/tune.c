@@ -949,7 +949,9 @@ kiln_status kiln__builder_tune(const kiln_builder *b, kiln_engine *e) {
         }
     next:;
     }
-    if (made[0] && (st = choose_layouts(e, vi, states[0], pool)) != KILN_OK) goto out;
+    if (made[0] && !(b->disabled_passes & (1u << KILN_PASS_CPU_LAYOUT)) &&
+        (st = choose_layouts(e, vi, states[0], pool)) != KILN_OK)
+        goto out;
     /* (CPU engines only, as network_c16) */
     if (made[0] && e->opts.device == KILN_DEVICE_CPU && kiln__direct_fast_available() &&
         (st = network_direct(e, vi, b->timing_cache ? &cache : NULL)) != KILN_OK)

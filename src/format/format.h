@@ -104,6 +104,11 @@
  *              8  i64[8]  min     (entries past rank are 0)
  *             72  i64[8]  opt
  *            136  i64[8]  max
+ *   "SRCS"  (optional: section flag 0, written by kilns since sources were
+ *           recorded; older readers skip it) source nodes: count = number
+ *           of nodes; per node in NODS order: u32 n, then n u32 string
+ *           offsets naming the ONNX nodes it was made from (n = 0: a node
+ *           kiln added). Files without it: each node's name split at '+'.
  *   "WGTS"  weights. count = number of constants. Starts on a 256-byte
  *           boundary; each constant's bytes start on a 256-byte boundary
  *           (little-endian element encoding), zero padding in between.

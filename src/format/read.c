@@ -356,9 +356,11 @@ static const char *writer_note(const unsigned char *p, char *buf, size_t n) {
     return buf;
 }
 
-enum { SEC_STRS, SEC_SYMS, SEC_VALS, SEC_NODS, SEC_GRPH, SEC_PROF, SEC_WGTS, SEC_COUNT };
+enum { SEC_STRS, SEC_SYMS, SEC_VALS, SEC_NODS, SEC_GRPH, SEC_PROF, SEC_SRCS, SEC_WGTS, SEC_COUNT };
 static const char kiln_sec_ids[SEC_COUNT][5] = {"STRS", "SYMS", "VALS", "NODS",
-                                                "GRPH", "PROF", "WGTS"};
+                                                "GRPH", "PROF", "SRCS", "WGTS"};
+/* Sections a file may lack (written by kilns from a later version on). */
+static const bool kiln_sec_optional[SEC_COUNT] = {[SEC_SRCS] = true};
 
 typedef struct section {
     uint64_t offset, size, count;
@@ -549,7 +551,7 @@ static kiln_status read_sections(reader *r) {
         r->sec[k] = (section){off, size, count, true};
     }
     for (int j = 0; j < SEC_COUNT; j++)
-        if (!r->sec[j].present) return bad("section '%s' is missing", kiln_sec_ids[j]);
+        if (!r->sec[j].present && !kiln_sec_optional[j]) return bad("section '%s' is missing", kiln_sec_ids[j]);
 
     const section *sec = r->sec;
     if (sec[SEC_STRS].size == 0 || sec[SEC_STRS].count != sec[SEC_STRS].size ||
@@ -737,6 +739,64 @@ out:
     return st;
 }
 
+/* SRCS: the source nodes of every node (or, for files without the
+ * section, each name split at '+', which is how fused layers are named). */
+static kiln_status read_sources(const reader *r, kiln_graph *g) {
+    const section *ss = &r->sec[SEC_SRCS];
+    kiln_sbuf sb = {0};
+    kiln_status st = KILN_OK;
+    if (!ss->present) {
+        for (int i = 0; i < g->n_nodes && st == KILN_OK; i++) {
+            kiln_node *n = &g->nodes[i];
+            if (!strchr(n->name, '+')) continue;
+            sb.len = 0;
+            int count = 0;
+            for (const char *p = n->name; p; count++) {
+                const char *e = strchr(p, '+');
+                int len = e ? (int)(e - p) : (int)strlen(p);
+                kiln__sbuf_printf(&sb, "%.*s%c", len, p, 0);
+                p = e ? e + 1 : NULL;
+            }
+            st = sb.oom ? KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory loading an engine")
+                        : kiln__node_set_sources(n, sb.data, sb.len, count);
+        }
+        kiln__sbuf_free(&sb);
+        return st;
+    }
+    if (ss->count != (uint64_t)g->n_nodes) return bad("source section: %llu records for %d nodes",
+                                                     (unsigned long long)ss->count, g->n_nodes);
+    uint64_t pos = 0;
+    for (int i = 0; i < g->n_nodes && st == KILN_OK; i++) {
+        kiln_node *n = &g->nodes[i];
+        if (ss->size - pos < 4) {
+            st = bad("source section: node %d '%s' runs past its end", i, n->name);
+            break;
+        }
+        uint32_t count = kiln__le32(r->p + ss->offset + pos);
+        pos += 4;
+        if (count > (ss->size - pos) / 4) {
+            st = bad("source section: node %d '%s' has %u sources, past its end", i, n->name, count);
+            break;
+        }
+        sb.len = 0;
+        for (uint32_t k = 0; k < count && st == KILN_OK; k++, pos += 4) {
+            const char *name = "";
+            st = get_str(r, kiln__le32(r->p + ss->offset + pos), "source of node", i, &name);
+            kiln__sbuf_printf(&sb, "%s%c", name, 0);
+        }
+        if (st != KILN_OK) break;
+        if (sb.oom) st = KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory loading an engine");
+        /* an unfused node's only source is its name: nothing to keep */
+        else if (count == 1 && !strcmp(sb.data, n->name)) st = KILN_OK;
+        else st = kiln__node_set_sources(n, sb.data, sb.len, (int)count);
+        n->added = count == 0;
+    }
+    if (st == KILN_OK && pos != ss->size)
+        st = bad("source section has %llu bytes after the last node", (unsigned long long)(ss->size - pos));
+    kiln__sbuf_free(&sb);
+    return st;
+}
+
 static kiln_status append_ints(int **arr, int *n, int *cap, const unsigned char *src, uint32_t count,
                                int n_values, const char *what) {
     void *a = *arr;
@@ -853,6 +913,7 @@ kiln_status kiln__format_read(const void *data, size_t size, kiln_engine *e) {
     }
     if (st == KILN_OK) st = read_values(&r, g);
     if (st == KILN_OK) st = read_nodes(&r, opts.device, g);
+    if (st == KILN_OK) st = read_sources(&r, g);
     if (st == KILN_OK) st = read_io(&r, g, &profiles);
     if (st == KILN_OK) {
         st = kiln__format_check_graph(g, profiles);

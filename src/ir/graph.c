@@ -15,6 +15,7 @@ static void value_clear(kiln_value *v) {
 }
 
 static void node_clear(kiln_node *n) {
+    kiln__free(n->src);
     kiln__free(n->name);
     kiln__free(n->in);
     kiln__free(n->out);
@@ -194,6 +195,54 @@ void kiln__graph_link(kiln_graph *g) {
     }
 }
 
+/* ---- sources: the ONNX nodes a node came from ----------------------------- */
+
+int kiln__node_num_sources(const kiln_node *n) { return n->added ? 0 : n->n_src ? n->n_src : 1; }
+
+const char *kiln__node_source(const kiln_node *n, int k) {
+    if (k < 0 || k >= kiln__node_num_sources(n)) return NULL;
+    if (!n->n_src) return n->name;
+    const char *p = n->src;
+    for (int i = 0; i < k; i++) p += strlen(p) + 1;
+    return p;
+}
+
+kiln_status kiln__node_set_sources(kiln_node *n, const char *packed, size_t bytes, int count) {
+    char *copy = NULL;
+    if (count > 0) {
+        if (!(copy = kiln__malloc(bytes))) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory (node sources)");
+        memcpy(copy, packed, bytes);
+    }
+    kiln__free(n->src);
+    n->src = copy;
+    n->n_src = count > 0 ? count : 0;
+    return KILN_OK;
+}
+
+kiln_status kiln__node_merge_sources(kiln_graph *g, int ni, const int *from, int n_from) {
+    kiln_sbuf sb = {0};
+    int count = 0;
+    for (int i = 0; i < n_from; i++) {
+        const kiln_node *f = &g->nodes[from[i]];
+        for (int k = 0; k < kiln__node_num_sources(f); k++) {
+            const char *name = kiln__node_source(f, k);
+            bool seen = false;
+            for (size_t off = 0; off < sb.len && !seen; off += strlen(sb.data + off) + 1)
+                seen = !strcmp(sb.data + off, name);
+            if (seen) continue;
+            kiln__sbuf_printf(&sb, "%s", name);
+            kiln__sbuf_printf(&sb, "%c", 0);
+            count++;
+        }
+    }
+    kiln_status s = KILN_OK;
+    if (sb.oom) s = KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory (node sources)");
+    else s = kiln__node_set_sources(&g->nodes[ni], sb.data, sb.len, count);
+    if (s == KILN_OK) g->nodes[ni].added = count == 0; /* made only of kiln's own nodes */
+    kiln__sbuf_free(&sb);
+    return s;
+}
+
 static kiln_status int_list_push(int **p, int *n, int *cap, int v) {
     KILN_TRY(kiln__grow((void **)p, cap, *n + 1, sizeof(int)));
     (*p)[(*n)++] = v;
@@ -233,6 +282,12 @@ kiln_status kiln__graph_clone(const kiln_graph *g, kiln_graph **out) {
                                       n->attrs, &k)) != KILN_OK)
             goto fail;
         c->nodes[k].device = n->device;
+        c->nodes[k].added = n->added;
+        if (n->n_src) {
+            const char *last = kiln__node_source(n, n->n_src - 1);
+            size_t bytes = (size_t)(last - n->src) + strlen(last) + 1;
+            if ((s = kiln__node_set_sources(&c->nodes[k], n->src, bytes, n->n_src)) != KILN_OK) goto fail;
+        }
     }
     for (int i = 0; i < g->n_inputs; i++)
         if ((s = int_list_push(&c->inputs, &c->n_inputs, &c->cap_inputs, g->inputs[i])) != KILN_OK)

@@ -34,6 +34,13 @@ typedef struct kiln_node {
     void *attrs;           /* op->attr_size bytes, owned */
     int device;            /* kiln_device the node runs on (set by the builder) */
     bool dead;             /* removed by a pass; skipped everywhere */
+    /* The ONNX nodes this node came from (kiln__node_source). n_src == 0:
+     * the node itself (its name), unless `added`; a fused layer lists
+     * every node it replaced, as n_src NUL-terminated names one after
+     * another in src (owned). */
+    char *src;
+    int n_src;
+    bool added;            /* made by kiln (a Cast, a layout conversion): no ONNX source */
 } kiln_node;
 
 typedef struct kiln_graph {
@@ -73,6 +80,17 @@ KILN_PRIVATE void kiln__graph_link(kiln_graph *g);
 KILN_PRIVATE kiln_status kiln__graph_clone(const kiln_graph *g, kiln_graph **out);
 KILN_PRIVATE size_t kiln__value_nbytes(const kiln_tinfo *t); /* 0 if unknown */
 
+/* Source k (0 <= k < kiln__node_num_sources(n)) of node n: the name of an
+ * ONNX node it came from. */
+KILN_PRIVATE int kiln__node_num_sources(const kiln_node *n);
+KILN_PRIVATE const char *kiln__node_source(const kiln_node *n, int k);
+/* Sets n's sources to the sources of nodes from[0..n_from) of g (in that
+ * order, each name once); n may be one of them. */
+KILN_PRIVATE kiln_status kiln__node_merge_sources(kiln_graph *g, int n, const int *from, int n_from);
+/* Sets n's sources to `count` names packed in `packed` (`bytes` bytes, each
+ * NUL-terminated: copied). */
+KILN_PRIVATE kiln_status kiln__node_set_sources(kiln_node *n, const char *packed, size_t bytes, int count);
+
 /* Fails (KILN_ERR_MODEL, naming the node) if a required input of n (index
  * below op->min_inputs) is absent. Ops' infer functions rely on it. */
 KILN_PRIVATE kiln_status kiln__node_check_inputs(const kiln_node *n);
@@ -88,15 +106,40 @@ KILN_PRIVATE kiln_status kiln__pass_dce(kiln_graph *g);
  * for the given target device. A fusion is applied only where the device's
  * backend supports the fused layer. Keeps the graph's inputs, outputs and
  * their names; a fused node's name lists the nodes it came from. */
+/* Optimizer passes that can be switched off one by one (bits of
+ * kiln_optimize_opts.disabled; kiln_builder_disable_pass names them as
+ * kiln_pass_name does, in this order: the order they run in). */
+enum {
+    KILN_PASS_FOLD_BN,                /* fuse_conv.c */
+    KILN_PASS_FUSE_CONV,
+    KILN_PASS_FUSE_PWDW,
+    KILN_PASS_MERGE_TRANSPOSE_RESHAPE, /* fuse_transformer.c */
+    KILN_PASS_FUSE_LAYERNORM,
+    KILN_PASS_FUSE_GELU,
+    KILN_PASS_FUSE_ATTENTION,
+    KILN_PASS_FUSE_MATMUL,
+    KILN_PASS_FUSE_QKV,
+    KILN_PASS_CPU_LAYOUT,             /* builder/tune.c (kiln__fc_choose_layouts) */
+    KILN_PASS_CUDA_NHWC,              /* cuda_nhwc.c */
+    KILN_PASS_COUNT
+};
+
 typedef struct kiln_optimize_opts {
     int device;            /* kiln_device the plan is for */
     int precision;         /* kiln_precision */
     bool disable;          /* run no optimization (for debugging and tests) */
+    uint32_t disabled;     /* bit KILN_PASS_x set: pass x does not run */
     /* fp16/bf16 device plans: layers kept in float32 (src/passes/precision.h) */
     const char *const *fp32_layers;
     int n_fp32_layers;
 } kiln_optimize_opts;
 KILN_PRIVATE kiln_status kiln__pass_optimize(kiln_graph *g, const kiln_optimize_opts *o);
+/* The KILN_PASS_* id of the pass called `name` (kiln_pass_name), or -1. */
+KILN_PRIVATE int kiln__pass_find(const char *name);
+/* Whether pass `pass` (KILN_PASS_*) runs under o. */
+static inline bool kiln__pass_on(const kiln_optimize_opts *o, int pass) {
+    return !o->disable && !(o->disabled & (1u << pass));
+}
 /* Compacts the graph: drops dead nodes and unreferenced values. */
 KILN_PRIVATE kiln_status kiln__graph_compact(kiln_graph *g);
 

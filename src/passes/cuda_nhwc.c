@@ -117,6 +117,7 @@ static kiln_status add_node(nhwc_ctx *c, int op, const char *name, int n_in, con
     int ni;
     KILN_TRY(kiln__graph_add_node(c->g, op, name, n_in, in, 1, &out, attrs, &ni));
     c->g->nodes[ni].device = KILN_DEVICE_CUDA;
+    c->g->nodes[ni].added = true; /* a layout conversion: no ONNX node behind it */
     c->g->values[out].producer = ni;
     c->after[ni - c->n_nodes0] = after;
     return KILN_OK;

@@ -75,8 +75,8 @@ static kiln_status fold_bn(kiln_graph *g, int device, int bi) {
     cv = &g->nodes[ci];
     bn = &g->nodes[bi];
     kiln_conv_attrs ca = *(const kiln_conv_attrs *)cv->attrs;
-    const char *names[2] = {cv->name, bn->name};
-    st = kiln__pat_replace(g, bi, KILN_OP_Conv, 3, in, 1, out, &ca, names, 2);
+    int from[2] = {ci, bi};
+    st = kiln__pat_replace(g, bi, KILN_OP_Conv, 3, in, 1, out, &ca, from, 2);
     if (st != KILN_OK) goto done;
     g->nodes[ci].dead = true;
     kiln__graph_link(g);
@@ -212,9 +212,7 @@ static kiln_status fuse_conv(kiln_graph *g, const kiln_optimize_opts *o, int ci)
     int lastn = nodes[n_nodes - 1];
     if (!kiln__pat_supports(g, o->device, KILN_OP_FusedConv, n_in, in, 1, out, &fa))
         return KILN_OK; /* the device has no fused kernel: the nodes stay as they are */
-    const char *names[4];
-    for (int i = 0; i < n_nodes; i++) names[i] = g->nodes[nodes[i]].name;
-    KILN_TRY(kiln__pat_replace(g, lastn, KILN_OP_FusedConv, n_in, in, 1, out, &fa, names, n_nodes));
+    KILN_TRY(kiln__pat_replace(g, lastn, KILN_OP_FusedConv, n_in, in, 1, out, &fa, nodes, n_nodes));
     for (int i = 0; i < n_nodes - 1; i++) g->nodes[nodes[i]].dead = true;
     kiln__graph_link(g);
     return KILN_OK;
@@ -311,8 +309,8 @@ static kiln_status make_pwdw(kiln_graph *g, const kiln_optimize_opts *o, int fir
                              const kiln_pwdw_attrs *at, const int *in, int n_in) {
     int out[1] = {g->nodes[keep].out[0]};
     if (!kiln__pat_supports(g, o->device, KILN_OP_PwDwConv, n_in, in, 1, out, at)) return KILN_OK;
-    const char *names[2] = {g->nodes[first].name, g->nodes[keep].name};
-    KILN_TRY(kiln__pat_replace(g, keep, KILN_OP_PwDwConv, n_in, in, 1, out, at, names, 2));
+    int from[2] = {first, keep};
+    KILN_TRY(kiln__pat_replace(g, keep, KILN_OP_PwDwConv, n_in, in, 1, out, at, from, 2));
     g->nodes[first].dead = true;
     kiln__graph_link(g);
     return KILN_OK;
@@ -386,16 +384,16 @@ static kiln_status fuse_pwdw_project(kiln_graph *g, const kiln_optimize_opts *o,
 kiln_status kiln__opt_conv(kiln_graph *g, const kiln_optimize_opts *o) {
     if (!kiln__backend_for(o->device)) return KILN_OK;
     kiln__graph_link(g);
-    for (int ni = 0; ni < g->n_nodes; ni++) {
+    for (int ni = 0; kiln__pass_on(o, KILN_PASS_FOLD_BN) && ni < g->n_nodes; ni++) {
         if (g->nodes[ni].dead || g->nodes[ni].op_id != KILN_OP_BatchNormalization) continue;
         KILN_TRY(fold_bn(g, o->device, ni));
     }
     int n = g->n_nodes;
-    for (int ni = 0; ni < n; ni++) {
+    for (int ni = 0; kiln__pass_on(o, KILN_PASS_FUSE_CONV) && ni < n; ni++) {
         if (g->nodes[ni].dead || g->nodes[ni].op_id != KILN_OP_Conv) continue;
         KILN_TRY(fuse_conv(g, o, ni));
     }
-    if (o->device == KILN_DEVICE_CPU) {
+    if (o->device == KILN_DEVICE_CPU && kiln__pass_on(o, KILN_PASS_FUSE_PWDW)) {
         for (int ni = 0; ni < g->n_nodes; ni++) KILN_TRY(fuse_pwdw(g, o, ni));
         for (int ni = 0; ni < g->n_nodes; ni++) KILN_TRY(fuse_pwdw_project(g, o, ni));
     }

@@ -102,15 +102,11 @@ static bool is_f32(const kiln_graph *g, int v) { return info(g, v)->dtype == KIL
  * dead; names joined from every node of the pattern. */
 static kiln_status pat_commit(kiln_graph *g, const pat *p, int op_id, int n_in, const int *in, int out,
                               const void *attrs) {
-    const char *names[MAX_PAT];
     if (p->overflow) return KILN_OK; /* too many nodes to fold: left as they are */
     int last = p->nodes[0];
-    for (int i = 0; i < p->n; i++) {
-        names[i] = g->nodes[p->nodes[i]].name ? g->nodes[p->nodes[i]].name : "?";
+    for (int i = 0; i < p->n; i++)
         if (p->nodes[i] > last) last = p->nodes[i];
-    }
-    /* names point into nodes that stay allocated until replace copies them */
-    KILN_TRY(kiln__pat_replace(g, last, op_id, n_in, in, 1, &out, attrs, names, p->n));
+    KILN_TRY(kiln__pat_replace(g, last, op_id, n_in, in, 1, &out, attrs, p->nodes, p->n));
     for (int i = 0; i < p->n; i++)
         if (p->nodes[i] != last) g->nodes[p->nodes[i]].dead = true;
     kiln__graph_link(g);
@@ -932,8 +928,7 @@ static kiln_status match_qkv(kiln_graph *g, const kiln_optimize_opts *o, int an)
         return KILN_OK; /* the new constants are dropped by DCE */
     /* the first projection (in graph order) becomes the fused one: A is made before it */
     int first = mm[0] < mm[1] ? (mm[0] < mm[2] ? mm[0] : mm[2]) : (mm[1] < mm[2] ? mm[1] : mm[2]);
-    const char *names[3] = {g->nodes[mm[0]].name, g->nodes[mm[1]].name, g->nodes[mm[2]].name};
-    KILN_TRY(kiln__pat_replace(g, first, KILN_OP_FusedMatMul, n_in, in, 1, &y, &nf, names, 3));
+    KILN_TRY(kiln__pat_replace(g, first, KILN_OP_FusedMatMul, n_in, in, 1, &y, &nf, mm, 3));
     for (int i = 0; i < 3; i++)
         if (mm[i] != first) g->nodes[mm[i]].dead = true;
     kiln_node *a = &g->nodes[an];
@@ -947,8 +942,8 @@ static kiln_status match_qkv(kiln_graph *g, const kiln_optimize_opts *o, int an)
 
 kiln_status kiln__opt_transformer(kiln_graph *g, const kiln_optimize_opts *o) {
     kiln__graph_link(g);
-    /* ONNX Gelu (opset 20) is kiln.Gelu with the same attributes */
-    for (int ni = 0; ni < g->n_nodes; ni++) {
+    /* ONNX Gelu (opset 20) is kiln.Gelu with the same attributes (part of fuse_gelu) */
+    for (int ni = 0; kiln__pass_on(o, KILN_PASS_FUSE_GELU) && ni < g->n_nodes; ni++) {
         kiln_node *n = &g->nodes[ni];
         if (n->dead || n->op_id != KILN_OP_GeluOnnx) continue;
         int x = n->in[0], y = n->out[0];
@@ -956,20 +951,20 @@ kiln_status kiln__opt_transformer(kiln_graph *g, const kiln_optimize_opts *o) {
         n->op_id = KILN_OP_Gelu;
         n->op = kiln__op_by_id(KILN_OP_Gelu);
     }
-    KILN_TRY(opt_layout(g, o));
-    for (int ni = 0; ni < g->n_nodes; ni++)
+    if (kiln__pass_on(o, KILN_PASS_MERGE_TRANSPOSE_RESHAPE)) KILN_TRY(opt_layout(g, o));
+    for (int ni = 0; kiln__pass_on(o, KILN_PASS_FUSE_LAYERNORM) && ni < g->n_nodes; ni++)
         if (!g->nodes[ni].dead && g->nodes[ni].op_id == KILN_OP_Div) KILN_TRY(match_layernorm(g, o, ni));
-    for (int ni = 0; ni < g->n_nodes; ni++) {
+    for (int ni = 0; kiln__pass_on(o, KILN_PASS_FUSE_GELU) && ni < g->n_nodes; ni++) {
         if (g->nodes[ni].dead) continue;
         if (g->nodes[ni].op_id == KILN_OP_Erf) KILN_TRY(match_gelu_erf(g, o, ni));
         else if (g->nodes[ni].op_id == KILN_OP_Tanh) KILN_TRY(match_gelu_tanh(g, o, ni));
     }
-    for (int ni = 0; ni < g->n_nodes; ni++)
+    for (int ni = 0; kiln__pass_on(o, KILN_PASS_FUSE_ATTENTION) && ni < g->n_nodes; ni++)
         if (!g->nodes[ni].dead && g->nodes[ni].op_id == KILN_OP_Softmax) KILN_TRY(match_attention(g, o, ni));
-    for (int ni = 0; ni < g->n_nodes; ni++)
+    for (int ni = 0; kiln__pass_on(o, KILN_PASS_FUSE_MATMUL) && ni < g->n_nodes; ni++)
         if (!g->nodes[ni].dead && (g->nodes[ni].op_id == KILN_OP_MatMul || g->nodes[ni].op_id == KILN_OP_Gemm))
             KILN_TRY(match_matmul(g, o, ni));
-    for (int ni = 0; ni < g->n_nodes; ni++)
+    for (int ni = 0; kiln__pass_on(o, KILN_PASS_FUSE_QKV) && ni < g->n_nodes; ni++)
         if (!g->nodes[ni].dead && g->nodes[ni].op_id == KILN_OP_Attention) KILN_TRY(match_qkv(g, o, ni));
     return KILN_OK;
 }

@@ -76,21 +76,28 @@ bool kiln__pat_const_is(const kiln_graph *g, int v, double x) {
 }
 
 kiln_status kiln__pat_replace(kiln_graph *g, int ni, int op_id, int n_in, const int *in, int n_out,
-                              const int *out, const void *attrs, const char *const *names,
-                              int n_names) {
+                              const int *out, const void *attrs, const int *from, int n_from) {
     const kiln_op_def *op = kiln__op_by_id(op_id);
     if (!op) return KILN_FAIL(KILN_ERR_INTERNAL, "optimizer: unknown op id %d", op_id);
     kiln_sbuf nm = {0};
-    for (int i = 0; i < n_names; i++) kiln__sbuf_printf(&nm, "%s%s", i ? "+" : "", names[i]);
+    for (int i = 0; i < n_from; i++) {
+        const char *name = g->nodes[from[i]].name;
+        kiln__sbuf_printf(&nm, "%s%s", i ? "+" : "", name ? name : "?");
+    }
     int *nin = kiln__calloc((size_t)n_in + 1, sizeof *nin);
     int *nout = kiln__calloc((size_t)n_out + 1, sizeof *nout);
     void *na = op->attr_size ? kiln__calloc(1, op->attr_size) : NULL;
-    if (!nm.data || !nin || !nout || (op->attr_size && !na)) {
+    kiln_status s = KILN_OK;
+    if (!nm.data || !nin || !nout || (op->attr_size && !na))
+        s = KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory (optimizer)");
+    /* the ONNX nodes behind every node of the pattern (before n's name changes) */
+    if (s == KILN_OK) s = kiln__node_merge_sources(g, ni, from, n_from);
+    if (s != KILN_OK) {
         kiln__sbuf_free(&nm);
         kiln__free(nin);
         kiln__free(nout);
         kiln__free(na);
-        return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory (optimizer)");
+        return s;
     }
     if (n_in) memcpy(nin, in, sizeof *nin * (size_t)n_in);
     if (n_out) memcpy(nout, out, sizeof *nout * (size_t)n_out);
@@ -122,6 +129,48 @@ kiln_status kiln__pat_add_const(kiln_graph *g, const char *base, kiln_dtype dtyp
     }
     KILN_TRY(kiln__graph_add_value(g, name, out));
     return kiln__value_set_const(&g->values[*out], dtype, rank, dims, data);
+}
+
+/* ---- the passes that can be switched off (kiln_builder_disable_pass) ------ */
+
+static const struct {
+    const char *name, *what;
+} pass_table[KILN_PASS_COUNT] = {
+    [KILN_PASS_FOLD_BN] = {"fold_bn", "BatchNormalization after a Conv folded into its weights and bias"},
+    [KILN_PASS_FUSE_CONV] = {"fuse_conv",
+                             "Conv + residual Add + activation into one kiln.FusedConv layer"},
+    [KILN_PASS_FUSE_PWDW] = {"fuse_pwdw", "CPU: 1x1 + depthwise 3x3 (+ 1x1 project) FusedConv layers into "
+                                          "one kiln.PwDwConv (MobileNet blocks)"},
+    [KILN_PASS_MERGE_TRANSPOSE_RESHAPE] = {"merge_transpose_reshape",
+                                           "Transpose of Transpose composed (or removed), Reshape of "
+                                           "Reshape made one Reshape"},
+    [KILN_PASS_FUSE_LAYERNORM] = {"fuse_layernorm", "decomposed LayerNorm (ReduceMean ... Div, Mul, Add) "
+                                                    "into LayerNormalization"},
+    [KILN_PASS_FUSE_GELU] = {"fuse_gelu", "GELU (erf or tanh form) into kiln.Gelu"},
+    [KILN_PASS_FUSE_ATTENTION] = {"fuse_attention", "MatMul, scale, mask, Softmax, MatMul (and the head "
+                                                    "split and merge around them) into kiln.Attention"},
+    [KILN_PASS_FUSE_MATMUL] = {"fuse_matmul",
+                               "MatMul/Gemm + bias + residual + Relu/Gelu into kiln.FusedMatMul"},
+    [KILN_PASS_FUSE_QKV] = {"fuse_qkv", "an Attention's Q, K and V projections into one FusedMatMul"},
+    [KILN_PASS_CPU_LAYOUT] = {"cpu_layout", "CPU: NHWC or blocked nChw16c tensors between convolution "
+                                            "layers (chosen by timing at build)"},
+    [KILN_PASS_CUDA_NHWC] = {"cuda_nhwc", "CUDA: NHWC tensors between fp16/bf16 cuDNN convolution layers"},
+};
+
+int kiln_pass_count(void) { return KILN_PASS_COUNT; }
+
+const char *kiln_pass_name(int index) {
+    return index >= 0 && index < KILN_PASS_COUNT ? pass_table[index].name : NULL;
+}
+
+const char *kiln_pass_description(int index) {
+    return index >= 0 && index < KILN_PASS_COUNT ? pass_table[index].what : NULL;
+}
+
+int kiln__pass_find(const char *name) {
+    for (int i = 0; name && i < KILN_PASS_COUNT; i++)
+        if (!strcmp(pass_table[i].name, name)) return i;
+    return -1;
 }
 
 kiln_status kiln__pass_optimize(kiln_graph *g, const kiln_optimize_opts *o) {

@@ -30,11 +30,13 @@ KILN_PRIVATE const float *kiln__pat_const_f32(const kiln_graph *g, int v, int64_
 /* Whether v is a constant with every element equal to x (any float dtype or int). */
 KILN_PRIVATE bool kiln__pat_const_is(const kiln_graph *g, int v, double x);
 /* Replaces node ni in place by a node of op `op_id` with the given inputs,
- * outputs and attrs (op->attr_size bytes, copied), named after the nodes it
- * came from: "a+b+c" from names[0..n_names) (the node keeps its device). */
+ * outputs and attrs (op->attr_size bytes, copied), made from the nodes
+ * from[0..n_from) (ni among them): named "a+b+c" after them, with their
+ * ONNX source nodes as its sources (kiln__node_source). The node keeps its
+ * device. */
 KILN_PRIVATE kiln_status kiln__pat_replace(kiln_graph *g, int ni, int op_id, int n_in, const int *in,
                                            int n_out, const int *out, const void *attrs,
-                                           const char *const *names, int n_names);
+                                           const int *from, int n_from);
 /* Adds a new constant value (data copied) named after `base` and returns its index. */
 KILN_PRIVATE kiln_status kiln__pat_add_const(kiln_graph *g, const char *base, kiln_dtype dtype,
                                              int rank, const int64_t *dims, const void *data,

@@ -155,6 +155,7 @@ static kiln_status add_cast(prec_ctx *c, int in, int out, kiln_dtype to, int aft
     snprintf(name, sizeof name, "%s/kiln_cast_%s", c->g->values[out].name, kiln_dtype_name(to));
     int ni;
     KILN_TRY(kiln__graph_add_node(c->g, KILN_OP_Cast, name, 1, &in, 1, &out, &at, &ni));
+    c->g->nodes[ni].added = true; /* no ONNX node behind it */
     c->g->nodes[ni].device = c->g->nodes[after >= 0 ? after : ni].device;
     c->after[ni - c->n_nodes0] = after;
     return KILN_OK;

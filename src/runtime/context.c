@@ -22,6 +22,7 @@
  * KILN_DEBUG_ARENA=1; src/runtime/debug_arena.c) every run also checks, layer
  * by layer, that no layer reads bytes another one has overwritten. */
 #include "backends/backend.h"
+#include "runtime/debug.h"
 #include "runtime/engine.h"
 
 #include <stdio.h>
@@ -61,6 +62,11 @@ typedef struct kiln_binding {
     int rank;
     int64_t dims[KILN_MAX_RANK];
 } kiln_binding;
+
+typedef struct kiln_view_buf {
+    void *p;
+    size_t cap;
+} kiln_view_buf;
 
 typedef struct kiln_out_binding {
     void *data;            /* caller memory for an output, or NULL */
@@ -103,6 +109,15 @@ struct kiln_context {
     /* per-layer profile (kiln_context_set_profiling): per node, total time and runs */
     double *prof_us;
     int64_t *prof_runs;
+    /* debugging ("layer callback" below; docs/debugging.md) */
+    kiln_layer_callback layer_cb;
+    void *layer_user;
+    int cb_layer;          /* the layer whose event is being reported, or -1 */
+    kiln_layer_event cb_event;
+    kiln_view_buf *view;   /* host copies handed out as views: used_view of them in this event */
+    int n_view, cap_view, used_view;
+    bool no_reuse;         /* kiln_context_set_memory_reuse(c, 0) */
+    int plant_layer;       /* KILN_TEST_PLANT_BUG: the layer made wrong, or -1 */
     kiln_arena_check *acheck; /* the debug arena check, or NULL (off) */
 };
 
@@ -144,6 +159,12 @@ kiln_status kiln_context_create(const kiln_engine *e, kiln_context **out) {
         c->slots[i].buf[0] = c->slots[i].buf[1] = -1;
         c->out_slot[i] = -1;
     }
+    c->cb_layer = -1;
+    kiln_engine *me = (kiln_engine *)e; /* the note is made once per engine (dev_lock) */
+    pthread_mutex_lock(&me->dev_lock);
+    c->plant_layer = kiln__plant_bug_layer(g, !me->plant_noted);
+    if (c->plant_layer >= 0) me->plant_noted = true;
+    pthread_mutex_unlock(&me->dev_lock);
     for (int k = 0; k < g->n_outputs; k++) c->out_slot[g->outputs[k]] = k;
     const char *dbg = getenv("KILN_DEBUG_ARENA");
     if (dbg && *dbg && strcmp(dbg, "0") != 0) {
@@ -187,6 +208,8 @@ void kiln_context_free(kiln_context *c) {
     kiln__free(c->node_state);
     kiln__free(c->prof_us);
     kiln__free(c->prof_runs);
+    for (int i = 0; i < c->n_view; i++) kiln__free(c->view[i].p);
+    kiln__free(c->view);
     kiln__acheck_free(c->acheck);
     if (c->graph) c->be[MEM_DEV]->graph_free(c->state[MEM_DEV], c->graph);
     kiln__free(c->gkey);
@@ -566,6 +589,31 @@ static void release_packed_constants(kiln_context *c, const kiln_node *n) {
     }
 }
 
+/* KILN_TEST_PLANT_BUG (tests of kiln debug only): makes output 0 of layer
+ * ni wrong, as a buggy kernel would. */
+static kiln_status plant_bug(kiln_context *c, int ni) {
+    const kiln_graph *g = c->e->graph;
+    int v = g->nodes[ni].out[0], m = node_mem(c, &g->nodes[ni]);
+    kiln_slot *s = &c->slots[v];
+    int layout = kiln__value_layout(g, v);
+    size_t nb = kiln__vlayout_stored_bytes(layout, &s->t);
+    if (m == MEM_HOST || !nb) {
+        if (s->ptr[MEM_HOST]) kiln__plant_bug_apply(layout, &s->t, s->ptr[MEM_HOST]);
+        return KILN_OK;
+    }
+    void *h = kiln__malloc(nb);
+    if (!h) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory (KILN_TEST_PLANT_BUG)");
+    const kiln_backend_i *dev = c->be[MEM_DEV];
+    kiln_status st = dev->to_host(c->state[MEM_DEV], h, s->ptr[MEM_DEV], nb);
+    if (st == KILN_OK) {
+        kiln__plant_bug_apply(layout, &s->t, h);
+        st = dev->to_device(c->state[MEM_DEV], s->ptr[MEM_DEV], h, nb);
+    }
+    if (st == KILN_OK) st = dev->sync(c->state[MEM_DEV]);
+    kiln__free(h);
+    return st;
+}
+
 static kiln_status run_node(kiln_context *c, int ni) {
     const kiln_node *n = &c->e->graph->nodes[ni];
     const kiln_graph *g = c->e->graph;
@@ -671,6 +719,7 @@ static kiln_status run_node(kiln_context *c, int ni) {
     if (st == KILN_OK && c->acheck) st = kiln__acheck_after(c->acheck, ni, m, &ka);
     if (st == KILN_OK && m == MEM_HOST && !had_state && c->node_state[ni].p)
         release_packed_constants(c, n);
+    if (st == KILN_OK && ni == c->plant_layer) st = plant_bug(c, ni);
 done:
     for (int j = 0; j < n_tmp; j++) c->pool[m].bufs[tmp_bufs[j]].in_use = false;
     return st;
@@ -740,8 +789,9 @@ static bool graph_usable(kiln_context *c) {
         const char *env = getenv("KILN_CUDA_GRAPHS");
         c->graph_mode = env && !strcmp(env, "0") ? -1 : 1;
     }
-    /* profiling times layers one by one; the debug arena check checks them */
-    if (c->graph_mode < 0 || c->prof_us || c->acheck) return false;
+    /* profiling times layers one by one; the debug arena check checks them; a layer callback
+     * and a planted bug see each layer */
+    if (c->graph_mode < 0 || c->prof_us || c->acheck || c->layer_cb || c->plant_layer >= 0) return false;
     if (c->graph_static == 0) {
         c->graph_static = 1;
         for (int ni = 0; ni < g->n_nodes && c->graph_static > 0; ni++) {
@@ -910,7 +960,7 @@ kiln_status kiln_context_run(kiln_context *c) {
         KILN_TRY(kiln__pool_create(c->threads, &c->threads_pool));
     c->ran = false;
     c->plan = NULL;
-    if (!c->no_plan) {
+    if (!c->no_plan && !c->no_reuse) {
         KILN_TRY(select_plan(c));
         KILN_TRY(arena_reserve(c));
     }
@@ -1017,17 +1067,37 @@ kiln_status kiln_context_layer_time(const kiln_context *c, int layer, double *to
     return KILN_OK;
 }
 
-/* Runs every node in order, releasing values after their last reader. */
+/* Reports one event of layer ni to the layer callback. */
+static kiln_status layer_event(kiln_context *c, int ni, kiln_layer_event ev) {
+    c->cb_layer = ni;
+    c->cb_event = ev;
+    c->used_view = 0;
+    kiln__pool_hold(c->threads_pool, false); /* idle workers sleep while the callback works */
+    int stop = c->layer_cb(c, ni, ev, c->layer_user);
+    kiln__pool_hold(c->threads_pool, true);
+    c->cb_layer = -1;
+    c->used_view = 0;
+    if (!stop) return KILN_OK;
+    const kiln_node *n = &c->e->graph->nodes[ni];
+    return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "the layer callback stopped the run %s layer %d '%s' (%s)",
+                     ev == KILN_LAYER_BEFORE ? "before" : "after", ni, n->name, n->op->name);
+}
+
+/* Runs every node in order, releasing values after their last reader
+ * (except with memory reuse off). */
 static kiln_status run_nodes(kiln_context *c) {
     const kiln_graph *g = c->e->graph;
     kiln_status st = KILN_OK;
     for (int ni = 0; ni < g->n_nodes; ni++) {
         const kiln_node *n = &g->nodes[ni];
+        if (c->layer_cb && (st = layer_event(c, ni, KILN_LAYER_BEFORE)) != KILN_OK) return st;
         if ((st = c->prof_us ? run_node_profiled(c, ni) : run_node(c, ni)) != KILN_OK) {
             if (!strstr(kiln_last_error(), n->name))
                 st = kiln__fail_prefix(st, "running node '%s' (%s)", n->name, n->op->name);
             return st;
         }
+        if (c->layer_cb && (st = layer_event(c, ni, KILN_LAYER_AFTER)) != KILN_OK) return st;
+        if (c->no_reuse) continue; /* every value keeps its buffer to the end of the run */
         for (int k = 0; k < n->n_in; k++) {
             int v = n->in[k];
             /* a node may read the same value twice: each read counts */
@@ -1040,6 +1110,85 @@ static kiln_status run_nodes(kiln_context *c) {
                 slot_release(c, &c->slots[v]);
         }
     }
+    return KILN_OK;
+}
+
+/* ---- debugging: layer callback, views, memory reuse ---------------------- */
+
+kiln_status kiln_context_set_layer_callback(kiln_context *c, kiln_layer_callback cb, void *user) {
+    if (!c) return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "kiln_context_set_layer_callback: context is NULL");
+    c->layer_cb = cb;
+    c->layer_user = cb ? user : NULL;
+    if (cb && c->be[MEM_DEV]) graph_drop(c);
+    return KILN_OK;
+}
+
+kiln_status kiln_context_set_memory_reuse(kiln_context *c, int on) {
+    if (!c) return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "kiln_context_set_memory_reuse: context is NULL");
+    c->no_reuse = !on;
+    if (!on && c->be[MEM_DEV]) graph_drop(c);
+    return KILN_OK;
+}
+
+/* A host buffer of at least `bytes` for a view of the current event (kept
+ * by the context, reused by later events). */
+static kiln_status view_buffer(kiln_context *c, size_t bytes, void **out) {
+    if (c->used_view == c->n_view) {
+        KILN_TRY(kiln__grow((void **)&c->view, &c->cap_view, c->n_view + 1, sizeof *c->view));
+        c->view[c->n_view].p = NULL;
+        c->view[c->n_view].cap = 0;
+        c->n_view++;
+    }
+    kiln_view_buf *vb = &c->view[c->used_view];
+    if (vb->cap < bytes) {
+        void *p = kiln__malloc(bytes);
+        if (!p) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory: %zu bytes for a tensor view", bytes);
+        kiln__free(vb->p);
+        vb->p = p;
+        vb->cap = bytes;
+    }
+    c->used_view++;
+    *out = vb->p;
+    return KILN_OK;
+}
+
+kiln_status kiln_context_tensor(kiln_context *c, const char *name, kiln_tensor_view *out) {
+    if (!c || !name || !out) return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "kiln_context_tensor: NULL argument");
+    memset(out, 0, sizeof *out);
+    if (c->cb_layer < 0)
+        return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT,
+                         "kiln_context_tensor('%s'): may only be called from a layer callback", name);
+    const kiln_graph *g = c->e->graph;
+    int v = kiln__graph_find_value(g, name);
+    if (v < 0) return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "kiln_context_tensor: the engine has no tensor '%s'", name);
+    const kiln_slot *s = &c->slots[v];
+    kiln_tensor t = s->t;
+    int layout = kiln__value_layout(g, v);
+    size_t stored = kiln__vlayout_stored_bytes(layout, &t);
+    const void *raw = s->ptr[MEM_HOST];
+    if (!raw && !s->ptr[MEM_DEV])
+        return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT,
+                         "kiln_context_tensor: tensor '%s' is not held %s layer %d '%s' (not made yet, or "
+                         "no layer reads it any more)",
+                         name, c->cb_event == KILN_LAYER_BEFORE ? "before" : "after", c->cb_layer,
+                         g->nodes[c->cb_layer].name);
+    if (!raw && stored) {
+        void *h;
+        KILN_TRY(view_buffer(c, stored, &h));
+        KILN_TRY(c->be[MEM_DEV]->to_host(c->state[MEM_DEV], h, s->ptr[MEM_DEV], stored));
+        raw = h;
+    }
+    if (layout != KILN_VLAYOUT_PLAIN && stored) {
+        void *d;
+        KILN_TRY(view_buffer(c, slot_bytes(s), &d));
+        KILN_TRY(kiln__vlayout_to_logical(layout, &t, raw, d));
+        raw = d;
+    }
+    out->name = g->values[v].name;
+    out->dtype = t.dtype;
+    out->rank = t.rank;
+    memcpy(out->dims, t.dims, sizeof out->dims);
+    out->data = stored ? raw : NULL;
     return KILN_OK;
 }
 

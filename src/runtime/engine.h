@@ -41,6 +41,7 @@ struct kiln_builder {
     bool strict_device;
     int optimization;      /* 0 none, 1 all (default) */
     bool tuning;           /* time tactics (default true) */
+    uint32_t disabled_passes; /* bit KILN_PASS_x: pass x switched off (kiln_builder_disable_pass) */
     kiln_profile_req *profiles;
     int n_profiles, cap_profiles;
     char **fp32_layers;    /* kiln_builder_set_layer_precision: layers kept in float32 */
@@ -66,6 +67,7 @@ struct kiln_engine {
     void *dev_state;
     bool dev_ready;
     pthread_mutex_t dev_lock;
+    bool plant_noted;            /* KILN_TEST_PLANT_BUG was reported for it (under dev_lock) */
     /* Cached descriptions (kiln_engine_describe). */
     char *describe_text;
     char *describe_json;

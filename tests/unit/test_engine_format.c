@@ -1128,6 +1128,98 @@ TEST(test_gap_attrs_by_version) {
 
 /* Every engine fixture (written by an earlier kiln, format version 1 to 6)
  * loads, is described, runs, and matches the same model built today. */
+/* ---- SRCS: the ONNX nodes each layer came from ----------------------------- */
+
+static const char two_sources[] = "conv1\0bn+1\0"; /* a name may hold a '+' */
+
+/* The test engine with sources: n0 made from two nodes, n1 added by kiln. */
+static unsigned char *patchable_sources(size_t *size, kiln_engine **e_out) {
+    kiln_engine *e = make_engine();
+    if (!e) return NULL;
+    *e_out = e;
+    if (!test_has_nodes) return NULL;
+    CHECK_OK(kiln__node_set_sources(&e->graph->nodes[0], two_sources, sizeof two_sources - 1, 2));
+    e->graph->nodes[1].added = true;
+    void *data = serialize(e, size);
+    unsigned char *buf = data ? copy_bytes(data, *size) : NULL;
+    kiln_free(data);
+    return buf;
+}
+
+static void p_srcs_count(unsigned char *f, size_t s, const kiln_engine *e) {
+    (void)s, (void)e;
+    kiln__put_le32(f + section_of(f, "SRCS", NULL), 1000000);
+}
+static void p_srcs_string(unsigned char *f, size_t s, const kiln_engine *e) {
+    (void)s, (void)e;
+    kiln__put_le32(f + section_of(f, "SRCS", NULL) + 4, 0x7fffffff);
+}
+static void p_srcs_records(unsigned char *f, size_t s, const kiln_engine *e) {
+    (void)s, (void)e;
+    kiln__put_le64(section_entry(f, "SRCS") + 24, 5);
+}
+static void p_srcs_trailing(unsigned char *f, size_t s, const kiln_engine *e) {
+    (void)s, (void)e;
+    unsigned char *sec = section_entry(f, "SRCS");
+    kiln__put_le64(sec + 16, kiln__le64(sec + 16) + 4); /* into the gap before WGTS */
+}
+
+TEST(test_sources) {
+    kiln_engine *e = NULL, *l = NULL;
+    size_t size = 0;
+    unsigned char *buf = patchable_sources(&size, &e);
+    if (!buf) { /* no registered ops: nothing to attach sources to */
+        kiln_engine_free(e);
+        return;
+    }
+    /* they survive the file, and the section is optional (flag 0) */
+    CHECK((kiln__le32(section_entry(buf, "SRCS") + 4) & KILN_FMT_SECTION_REQUIRED) == 0);
+    CHECK_OK(kiln_engine_load_memory(buf, size, &l));
+    if (l) {
+        CHECK(kiln_engine_layer_num_sources(l, 0) == 2);
+        CHECK(!strcmp(kiln_engine_layer_source(l, 0, 0), "conv1"));
+        CHECK(!strcmp(kiln_engine_layer_source(l, 0, 1), "bn+1"));
+        CHECK(kiln_engine_layer_source(l, 0, 2) == NULL);
+        CHECK(kiln_engine_layer_num_sources(l, 1) == 0);
+        CHECK(kiln_engine_layer_num_sources(l, 2) == -1 && kiln_engine_layer_num_sources(NULL, 0) == -1);
+        const char *json = kiln_engine_describe(l, 1), *text = kiln_engine_describe(l, 0);
+        CHECK(strstr(json, "\"sources\": [\"conv1\", \"bn+1\"]") && strstr(json, "\"sources\": []"));
+        CHECK(strstr(text, "sources 'conv1', 'bn+1'") && strstr(text, "(added by kiln)"));
+        kiln_engine_free(l);
+        l = NULL;
+    }
+    /* a kiln that does not know SRCS skips it: here, an engine without it
+     * gives each layer's name split at '+' */
+    memcpy(section_entry(buf, "SRCS"), "ZZZ1", 4);
+    reseal(buf, size);
+    CHECK_OK(kiln_engine_load_memory(buf, size, &l));
+    if (l) {
+        CHECK(kiln_engine_layer_num_sources(l, 0) == 1 && !strcmp(kiln_engine_layer_source(l, 0, 0), "n0"));
+        CHECK(kiln_engine_layer_num_sources(l, 1) == 1);
+        kiln_engine_free(l);
+    }
+    kiln__aligned_free(buf);
+    kiln_engine_free(e);
+    /* a damaged section is refused */
+    static const struct {
+        patch_fn patch;
+        const char *msg;
+    } bad[] = {{p_srcs_count, "source section: node 0 'n0' has 1000000 sources"},
+               {p_srcs_string, "outside the string table"},
+               {p_srcs_records, "source section: 5 records for 2 nodes"},
+               {p_srcs_trailing, "source section has 4 bytes after the last node"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        buf = patchable_sources(&size, &e);
+        if (buf) {
+            bad[i].patch(buf, size, e);
+            reseal(buf, size);
+            CHECK_ERR(read_only(buf, size), KILN_ERR_FORMAT, bad[i].msg);
+        }
+        kiln__aligned_free(buf);
+        kiln_engine_free(e);
+    }
+}
+
 TEST(test_fixtures) {
     DIR *d = opendir(FIXTURES);
     CHECK(d != NULL);
@@ -1529,6 +1621,7 @@ int main(void) {
     RUN(test_cpu_target);
     RUN(test_compat_messages);
     RUN(test_fixtures);
+    RUN(test_sources);
     RUN(test_gap_attrs_by_version);
     RUN(test_doc_version);
     RUN(test_attr_values_checked_on_load);

@@ -112,12 +112,12 @@ TEST(test_builder_roundtrip) {
         CHECK(d3 && n3 == n1 && !memcmp(d1, d3, n1));
         kiln_free(d3);
     }
-    /* The layout: 8 sections, META last, optional (flags 0), after the weights. */
+    /* The layout: 9 sections (SRCS among them), META last, optional (flags 0), after the weights. */
     if (d1) {
-        CHECK(kiln__le32(d1 + KILN_FMT_OFF_SECTION_COUNT) == 8);
+        CHECK(kiln__le32(d1 + KILN_FMT_OFF_SECTION_COUNT) == 9);
         unsigned char *s = section_entry(d1, n1, "META");
         unsigned char *w = section_entry(d1, n1, "WGTS");
-        CHECK(s && s == d1 + KILN_FORMAT_HEADER_SIZE + 7 * KILN_FORMAT_SECTION_ENTRY);
+        CHECK(s && s == d1 + KILN_FORMAT_HEADER_SIZE + 8 * KILN_FORMAT_SECTION_ENTRY);
         if (s && w) {
             CHECK(kiln__le32(s + 4) == 0);
             CHECK(kiln__le64(s + 24) == 3);
@@ -133,8 +133,9 @@ TEST(test_builder_roundtrip) {
 }
 
 TEST(test_no_metadata_unchanged) {
-    /* Without metadata the file has the seven sections of before: an older
-     * kiln reads it exactly as it did. */
+    /* Without metadata the file has the sections of before (the seven
+     * required ones and the optional SRCS): an older kiln reads it exactly
+     * as it did. */
     kiln_engine *e = build(NULL, 0);
     if (!e) return;
     CHECK(kiln_engine_num_metadata(e) == 0);
@@ -142,7 +143,7 @@ TEST(test_no_metadata_unchanged) {
     size_t n = 0;
     unsigned char *d = serialize(e, &n);
     if (d) {
-        CHECK(kiln__le32(d + KILN_FMT_OFF_SECTION_COUNT) == 7);
+        CHECK(kiln__le32(d + KILN_FMT_OFF_SECTION_COUNT) == 8);
         CHECK(section_entry(d, n, "META") == NULL);
     }
     CHECK(strstr(kiln_engine_describe(e, 0), "metadata") == NULL);
@@ -229,7 +230,7 @@ TEST(test_engine_set) {
         kiln_engine *plain = build(NULL, 0);
         unsigned char *d0 = plain ? serialize(plain, &n0) : NULL;
         unsigned char *d2 = serialize(e2, &n2);
-        CHECK(d2 && kiln__le32(d2 + KILN_FMT_OFF_SECTION_COUNT) == 7);
+        CHECK(d2 && kiln__le32(d2 + KILN_FMT_OFF_SECTION_COUNT) == 8);
         CHECK(d0 && d2 && n0 == n2 && !memcmp(d0, d2, n0));
         kiln_free(d0);
         kiln_free(d2);
