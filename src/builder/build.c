@@ -274,14 +274,14 @@ static kiln_status place_nodes(const kiln_builder *b, const kiln_backend_i *be, 
     int n_missing = 0;
     for (int i = 0; i < g->n_nodes; i++) {
         kiln_node *n = &g->nodes[i];
-        if (be->supports(g, n)) {
+        if (kiln__backend_supports(be, g, n)) {
             n->device = be->device;
             continue;
         }
         if (be->device == KILN_DEVICE_CPU)
             return KILN_FAIL(KILN_ERR_UNSUPPORTED, "node '%s' (%s) has no CPU kernel", n->name,
                              n->op->name);
-        if (!cpu->supports(g, n))
+        if (!kiln__backend_supports(cpu, g, n))
             return KILN_FAIL(KILN_ERR_UNSUPPORTED, "node '%s' (%s) has no %s or CPU kernel", n->name,
                              n->op->name, be->name);
         n->device = KILN_DEVICE_CPU;
@@ -417,7 +417,8 @@ static const char *precision_name(int p) {
 
 static const char *node_kernel(const kiln_graph *g, const kiln_node *n) {
     const kiln_backend_i *nb = kiln__backend_for(n->device);
-    return nb ? nb->kernel_name(g, n) : "?";
+    (void)g;
+    return nb ? kiln__backend_kernel_name(nb, n) : "?";
 }
 
 /* Name of the tactic chosen for a layer that has several; NULL otherwise. */
@@ -426,11 +427,12 @@ static const char *node_tactic_name(const kiln_node *n, char *buf, size_t cap) {
     if (!(n->op->flags & KILN_OP_FLAG_TACTICS) || !n->attrs) return NULL;
     const kiln_backend_i *nb = kiln__backend_for(n->device);
     int32_t id = ((const kiln_tactic *)n->attrs)->id;
-    if (buf && nb && nb->tactic_describe) {
-        nb->tactic_describe(n, id, buf, cap);
+    if (!nb) return "?";
+    if (buf) {
+        kiln__backend_tactic_describe(nb, n, id, buf, cap);
         return buf;
     }
-    return nb && nb->tactic_name ? nb->tactic_name(n, id) : "?";
+    return kiln__backend_tactic_name(nb, n, id);
 }
 
 /* The tactic of a layer that has several (name, and its time measured at

@@ -320,10 +320,10 @@ static void tac_setup(const kiln_backend_i *be, void *state, kiln_pool *pool, co
     }
     kiln_infer_args ia = {.op = n->op, .attrs = r->attrs, .node_name = n->name, .n_in = n->n_in,
                           .n_out = n->n_out, .in = in, .out = op, .runtime = false};
-    size_t ws = n->op->workspace && be->device == KILN_DEVICE_CPU ? n->op->workspace(&ia) : 0;
+    size_t ws = be->device == KILN_DEVICE_CPU ? kiln__kernel_workspace(kiln__backend_kernel(be, n), &ia) : 0;
     r->ws = ws ? kiln__aligned_alloc(ws) : NULL;
     if (ws && !r->ws) return;
-    r->ka = (kiln_kernel_args){.op = n->op, .attrs = r->attrs, .node_name = n->name, .n_in = n->n_in,
+    r->ka = (kiln_kernel_args){.op = n->op, .op_id = n->op_id, .attrs = r->attrs, .node_name = n->name, .n_in = n->n_in,
                                .n_out = n->n_out, .in = tb->pin, .out = tb->pout, .workspace = r->ws,
                                .workspace_size = ws, .pool = be->device == KILN_DEVICE_CPU ? pool : NULL,
                                .device_state = be->device == KILN_DEVICE_CPU ? NULL : state,
@@ -866,7 +866,7 @@ kiln_status kiln__builder_tune(const kiln_builder *b, kiln_engine *e) {
         kiln_infer_args ia = {.op = n->op, .attrs = n->attrs, .node_name = n->name, .n_in = n->n_in,
                               .n_out = n->n_out, .in = in, .out = op_, .runtime = false};
         int32_t ids[TUNE_MAX_TACTICS];
-        int n_ids = be->tactics ? be->tactics(states[si], &ia, ids, TUNE_MAX_TACTICS) : 0;
+        int n_ids = kiln__backend_tactics(be, states[si], &ia, ids, TUNE_MAX_TACTICS);
         kiln_tactic *tac = n->attrs;
         n_layers++;
         /* one tactic: nothing to choose (a device layer's is still timed, for
@@ -923,8 +923,7 @@ kiln_status kiln__builder_tune(const kiln_builder *b, kiln_engine *e) {
                 fprintf(stderr, "kiln: tune %s:", n->name);
                 for (int k = 0; k < nc; k++) {
                     char nm[96];
-                    if (be->tactic_describe) be->tactic_describe(n, cand[k], nm, sizeof nm);
-                    else snprintf(nm, sizeof nm, "%s", be->tactic_name ? be->tactic_name(n, cand[k]) : "?");
+                    kiln__backend_tactic_describe(be, n, cand[k], nm, sizeof nm);
                     fprintf(stderr, " %s=%.1fus(setup %.0fms)", nm, us[k], setup_us[k] / 1000.0);
                 }
                 fprintf(stderr, "\n");

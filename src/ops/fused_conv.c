@@ -23,6 +23,7 @@
  * engine whose tactic is not available where it runs (built elsewhere, or
  * oneDNN refuses the shapes) falls back to tactic 0. */
 #include "ops/fused_conv.h"
+#include "backends/cpu/cpu_kernels.h"
 
 #include <math.h>
 
@@ -300,7 +301,8 @@ static size_t fc_workspace(const kiln_infer_args *a) {
     return kiln__conv_workspace(&c);
 }
 
-static int fc_cpu_tactics(const kiln_infer_args *a, int32_t *ids, int cap) {
+int kiln__cpu_fc_tactics(void *state, const kiln_infer_args *a, int32_t *ids, int cap) {
+    (void)state;
     int n = 0;
     const kiln_fused_conv_attrs *at = a->attrs;
 #if KILN_HAVE_DNNL
@@ -336,7 +338,7 @@ static int fc_cpu_tactics(const kiln_infer_args *a, int32_t *ids, int cap) {
     return n;
 }
 
-static const char *fc_cpu_tactic_name(int32_t id) {
+const char *kiln__cpu_fc_tactic_name(int32_t id) {
     switch (id) {
     case KILN_FC_TACTIC_OWN: return "own";
     case KILN_FC_TACTIC_DNNL_PLAIN: return "dnnl";
@@ -422,7 +424,7 @@ static kiln_status fc_own(const kiln_kernel_args *a) {
  * when this layer reads the residual last): oneDNN's sum post-op then finds
  * it in place (no copy into the output first), and the Winograd kernel
  * reads each residual element before writing that output element. */
-static int fc_inplace_input(const void *attrs) {
+int kiln__cpu_fc_inplace_input(const void *attrs) {
     const kiln_fused_conv_attrs *at = attrs;
     /* in place only where the residual has the output's layout */
     if (!at->has_residual || (at->layout & KILN_FC_LAYOUT_R_NHWC)) return -1;
@@ -550,6 +552,4 @@ const kiln_op_def kiln_op_FusedConv = {
     .flags = KILN_OP_FLAG_TACTICS,
     .attr_size = sizeof(kiln_fused_conv_attrs),
     .validate = fc_validate, .infer = fc_infer, .workspace = fc_workspace, .cpu = fc_cpu,
-    .cpu_tactics = fc_cpu_tactics, .cpu_tactic_name = fc_cpu_tactic_name,
-    .cpu_inplace_input = fc_inplace_input,
 };

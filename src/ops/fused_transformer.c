@@ -2,6 +2,7 @@
  * kiln.FusedMatMul, kiln.Gelu, kiln.Attention (see fused_transformer.h for
  * their inputs, attributes and semantics). */
 #include "ops/fused_transformer.h"
+#include "backends/cpu/cpu_kernels.h"
 
 #include "ops/fused_transformer_dnnl.h"
 #include "ops/gemm.h"
@@ -126,7 +127,8 @@ static size_t fmm_workspace(const kiln_infer_args *a) {
     return n > 0 ? (size_t)n * sizeof(uint16_t) : 0;
 }
 
-static int fmm_tactics(const kiln_infer_args *a, int32_t *ids, int cap) {
+int kiln__cpu_fmm_tactics(void *state, const kiln_infer_args *a, int32_t *ids, int cap) {
+    (void)state;
     const kiln_fused_matmul_attrs *at = a->attrs;
     int n = 0;
     /* bf16 layers: only the kernels that compute in bf16 (the others would
@@ -148,7 +150,7 @@ static int fmm_tactics(const kiln_infer_args *a, int32_t *ids, int cap) {
     return n;
 }
 
-static const char *fmm_tactic_name(int32_t id) {
+const char *kiln__cpu_fmm_tactic_name(int32_t id) {
     switch (id) {
     case KILN_FMM_TACTIC_AUTO: return "auto";
     case KILN_FMM_TACTIC_SGEMM: return "sgemm";
@@ -249,7 +251,6 @@ const kiln_op_def kiln_op_FusedMatMul = {
     .flags = KILN_OP_FLAG_TACTICS,
     .attr_size = sizeof(kiln_fused_matmul_attrs),
     .validate = fmm_validate, .infer = fmm_infer, .workspace = fmm_workspace, .cpu = fmm_cpu,
-    .cpu_tactics = fmm_tactics, .cpu_tactic_name = fmm_tactic_name,
 };
 
 /* ======================================================================= */
@@ -649,7 +650,8 @@ static kiln_status attn_cpu(const kiln_kernel_args *a) {
     return KILN_OK;
 }
 
-static int attn_tactics(const kiln_infer_args *a, int32_t *ids, int cap) {
+int kiln__cpu_attn_tactics(void *state, const kiln_infer_args *a, int32_t *ids, int cap) {
+    (void)state;
     const kiln_attention_attrs *at = a->attrs;
     int n = 0;
     /* bf16 layers: only the kernel that computes in bf16 where the CPU has it */
@@ -661,7 +663,7 @@ static int attn_tactics(const kiln_infer_args *a, int32_t *ids, int cap) {
     return n;
 }
 
-static const char *attn_tactic_name(int32_t id) {
+const char *kiln__cpu_attn_tactic_name(int32_t id) {
     switch (id) {
     case KILN_ATTN_TACTIC_AUTO: return "auto";
     case KILN_ATTN_TACTIC_SGEMM: return "sgemm";
@@ -679,5 +681,4 @@ const kiln_op_def kiln_op_Attention = {
     .flags = KILN_OP_FLAG_TACTICS,
     .attr_size = sizeof(kiln_attention_attrs),
     .validate = attn_validate, .infer = attn_infer, .workspace = attn_workspace, .cpu = attn_cpu,
-    .cpu_tactics = attn_tactics, .cpu_tactic_name = attn_tactic_name,
 };

@@ -14,7 +14,12 @@
  *              (dims may be symbolic/unknown, data only known for constants)
  *              and at run time (all dims known, all input data present).
  *   workspace  optional: scratch bytes the kernel needs for given shapes.
- *   cpu        the CPU kernel. Tensors are dense, row-major.
+ *   cpu        the reference kernel, on the host: dense row-major tensors.
+ *              It folds constants at build time, runs control-flow
+ *              subgraphs, and is the CPU backend's kernel for the op unless
+ *              the backend's table (src/backends/cpu/cpu_table.c) names a
+ *              tuned one. Other backends have their own tables
+ *              (src/backends/kernel.h).
  *
  * Adding an operator: see docs/adding-an-op.md.
  */
@@ -80,6 +85,7 @@ struct kiln_node_state {
 
 typedef struct kiln_kernel_args {
     const kiln_op_def *op;
+    int op_id;                     /* op's id (0: not given; a backend then looks it up) */
     const void *attrs;
     const char *node_name;
     int n_in, n_out;
@@ -155,9 +161,10 @@ enum {
 /* Tactics. A layer that several kernels can run (own SIMD kernels, a
  * library, different blockings) carries the choice in its attributes: the
  * op's attrs struct begins with a kiln_tactic, which the builder fills after
- * timing the candidates on the target (src/builder/tune.c), and which the
- * kernel reads at run time. id 0 is always valid: the kernel's own default
- * choice. Being part of the attrs, the choice is saved in the engine. */
+ * timing the candidates a backend's kernel lists (src/backends/kernel.h,
+ * src/builder/tune.c), and which that kernel reads at run time. id 0 is
+ * always valid: the kernel's own default choice. Being part of the attrs,
+ * the choice is saved in the engine. */
 typedef struct kiln_tactic {
     int32_t id;    /* which kernel (meaning is the op's / backend's) */
     float us;      /* its measured time in microseconds at build (0: not timed) */
@@ -189,16 +196,6 @@ struct kiln_op_def {
     kiln_status (*infer)(const kiln_infer_args *a);
     size_t (*workspace)(const kiln_infer_args *a);                      /* may be NULL */
     kiln_status (*cpu)(const kiln_kernel_args *a);
-    /* Optional, for KILN_OP_FLAG_TACTICS ops: the CPU tactic ids that can
-     * run this layer (shapes as given, on this machine); returns the count
-     * (at most cap). NULL: only tactic 0. */
-    int (*cpu_tactics)(const kiln_infer_args *a, int32_t *ids, int cap);
-    /* Short name of a CPU tactic, for inspect (static string). */
-    const char *(*cpu_tactic_name)(int32_t id);
-    /* Optional: the input (other than in[0], see KILN_OP_FLAG_INPLACE) whose
-     * bytes the CPU kernel, with these attrs, may overwrite with out[0]
-     * (same size) when the layer reads it last; -1: none. */
-    int (*cpu_inplace_input)(const void *attrs);
 };
 
 /* Registry (generated from ops.def). Ids are stable: they are written into

@@ -28,7 +28,7 @@ bool kiln__pat_supports(const kiln_graph *g, int device, int op_id, int n_in, co
     if (!be || !op) return false;
     kiln_node t = {.op_id = op_id, .op = op, .name = NULL, .n_in = n_in, .n_out = n_out,
                    .in = (int *)in, .out = (int *)out, .attrs = (void *)attrs, .device = device};
-    return be->supports(g, &t);
+    return kiln__backend_supports(be, g, &t);
 }
 
 bool kiln__pat_sole_use(const kiln_graph *g, int v) {

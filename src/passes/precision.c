@@ -115,7 +115,7 @@ static bool supported_in(const kiln_backend_i *be, kiln_graph *g, const kiln_nod
             vals[nv++] = v;
         }
     }
-    bool ok = nv > 0 && nv < 128 && be->supports(g, n) && infer_agrees(g, n, t);
+    bool ok = nv > 0 && nv < 128 && kiln__backend_supports(be, g, n) && infer_agrees(g, n, t);
     for (int i = 0; i < nv; i++) g->values[vals[i]].info.dtype = KILN_DTYPE_FLOAT32;
     return ok;
 }

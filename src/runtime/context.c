@@ -704,11 +704,11 @@ static kiln_status run_node(kiln_context *c, int ni) {
         }
         out_t[i].data = s->ptr[m];
     }
-    size_t ws_size = n->op->workspace && m == MEM_HOST ? n->op->workspace(&ia) : 0;
+    size_t ws_size = m == MEM_HOST ? kiln__kernel_workspace(kiln__backend_kernel(c->be[m], n), &ia) : 0;
     void *ws = ws_size ? planned_aux(c, ni, n->n_out, m, ws_size) : NULL;
     if (!ws && (st = workspace(c, m, ws_size, n->name, &ws)) != KILN_OK) goto done;
-    kiln_kernel_args ka = {.op = n->op, .attrs = n->attrs, .node_name = n->name, .n_in = n->n_in,
-                           .n_out = n->n_out, .in = in_tp, .out = out_tp, .workspace = ws,
+    kiln_kernel_args ka = {.op = n->op, .op_id = n->op_id, .attrs = n->attrs, .node_name = n->name,
+                           .n_in = n->n_in, .n_out = n->n_out, .in = in_tp, .out = out_tp, .workspace = ws,
                            .workspace_size = ws_size,
                            .pool = m == MEM_HOST ? c->threads_pool : NULL,
                            .stream = NULL, .device_state = m == MEM_DEV ? c->state[m] : NULL,

@@ -159,8 +159,8 @@ KILN_PRIVATE int kiln__node_mem(const kiln_engine *e, const kiln_node *n);
  * Squeeze, Unsqueeze, Identity): the plan gives it in[0]'s block (a view). */
 KILN_PRIVATE bool kiln__is_view_op(int op_id);
 /* The input of node n whose block the plan may give n's out[0] when n reads
- * it last (in place: 0 for KILN_OP_FLAG_INPLACE ops, an op's
- * cpu_inplace_input on the CPU; host memory only), or -1. */
+ * it last (in place: 0 for KILN_OP_FLAG_INPLACE ops, else what the node's
+ * kernel says, kiln_kernel.inplace_input; host memory only), or -1. */
 KILN_PRIVATE int kiln__node_inplace_input(const kiln_engine *e, const kiln_node *n);
 /* Plans the activation memory of engine e for inputs `in` (one per graph
  * input). Deterministic. Free with kiln__plan_free. */

@@ -27,6 +27,7 @@
  * The lower bound reported with a plan is the largest sum of the (aligned)
  * sizes of blocks live at one time: no placement of these blocks fits in
  * less. */
+#include "backends/backend.h"
 #include "runtime/engine.h"
 
 #include <stdio.h>
@@ -202,8 +203,8 @@ static void plan_sizes(planner *P) {
          * zero stride would divide by zero there); such a node fails at run */
         int wsi = aux + n->n_out;
         p->aux_off[wsi] = -1;
-        if (kiln__node_mem(P->e, n) == KILN_MEM_HOST && n->op->workspace && all_exact && inferred) {
-            p->aux_bytes[wsi] = n->op->workspace(&ia);
+        if (kiln__node_mem(P->e, n) == KILN_MEM_HOST && all_exact && inferred) {
+            p->aux_bytes[wsi] = kiln__kernel_workspace(kiln__backend_kernel(kiln__backend_for(n->device), n), &ia);
             p->aux_off[wsi] = p->aux_bytes[wsi] ? 0 : -1;
             if (p->aux_bytes[wsi] > p->max_workspace) {
                 p->max_workspace = p->aux_bytes[wsi];
@@ -223,12 +224,11 @@ bool kiln__is_view_op(int op_id) {
 }
 
 int kiln__node_inplace_input(const kiln_engine *e, const kiln_node *n) {
+    /* another input: as the node's kernel says (host memory only) */
     int k = (n->op->flags & KILN_OP_FLAG_INPLACE) ? 0
-            : n->op->cpu_inplace_input              ? n->op->cpu_inplace_input(n->attrs)
-                                                    : -1;
+                                                   : kiln__backend_inplace_input(kiln__backend_for(n->device), n);
     if (k < 0 || k >= n->n_in || n->n_out < 1) return -1;
     if (kiln__node_mem(e, n) != KILN_MEM_HOST) return -1;
-    if (k > 0 && n->device != KILN_DEVICE_CPU) return -1; /* cpu_inplace_input: CPU kernels */
     return k;
 }
 
@@ -343,7 +343,7 @@ static kiln_status plan_blocks(planner *P) {
         p->n_views++;
     }
     /* in place: out[0] takes in[k]'s block when this node reads in[k] last
-     * (k = 0 for KILN_OP_FLAG_INPLACE ops, else the op's cpu_inplace_input,
+     * (k = 0 for KILN_OP_FLAG_INPLACE ops, else the kernel's inplace_input,
      * e.g. a FusedConv's residual) */
     for (int ni = 0; ni < g->n_nodes; ni++) {
         const kiln_node *n = &g->nodes[ni];

@@ -258,7 +258,7 @@ static bool infer_case(const char *node, const kiln_op_def *op, const void *attr
     g.n_values = nv;
     g.nodes = &nd;
     g.n_nodes = 1;
-    *supported = be->supports(&g, &nd);
+    *supported = kiln__backend_supports(be, &g, &nd);
     return true;
 }
 
@@ -1321,13 +1321,13 @@ TEST(test_fused_conv_tactics) {
         kiln_infer_args ia = {.op = kiln__op_by_id(KILN_OP_FusedConv), .attrs = &nh,
                               .node_name = "FusedConv/tactics", .n_in = n_in, .n_out = 1, .in = tip, .out = top};
         int32_t ids[32];
-        int n = be->tactics(st, &ia, ids, 32);
+        int n = kiln__backend_tactics(be, st, &ia, ids, 32);
         CHECK(n >= 2 && ids[n - 1] == KCU_CONV_TACTIC_LEGACY);
         int s2d = 0;
         printf("  %s: %d tactics:", stem ? "stem" : "3x3", n);
         for (int k = 0; k < n; k++) {
             char nm[64];
-            kiln__cu_fused_conv_tactic_name(ids[k], nm, sizeof nm);
+            kiln__cu_fused_conv_tactic_describe(ids[k], nm, sizeof nm);
             printf(" %s", nm);
             s2d += strstr(nm, "/s2d") != NULL;
             kiln_fused_conv_attrs t = nh;

@@ -185,7 +185,7 @@ TEST(fp16_plan) {
     /* the CUDA backend runs every node of the plan */
     const kiln_backend_i *be = kiln__backend_for(KILN_DEVICE_CUDA);
     for (int i = 0; i < g->n_nodes; i++)
-        if (!g->nodes[i].dead) CHECK(be->supports(g, &g->nodes[i]));
+        if (!g->nodes[i].dead) CHECK(kiln__backend_supports(be, g, &g->nodes[i]));
 done:
     kiln__graph_free(g);
 }
@@ -381,8 +381,8 @@ static kiln_graph *nhwc_chain(int nb, int cin, bool pool, bool gap, int *n) {
             const kiln_fused_conv_attrs *fa = nd->attrs;
             /* the first converts its NCHW input itself (channels padded); the rest read NHWC */
             CHECK(fa->layout == (i == first ? KILN_FC_LAYOUT_Y_NHWC : KILN_FC_LAYOUT_X_NHWC | KILN_FC_LAYOUT_Y_NHWC));
-            CHECK(strstr(cu->kernel_name(g, nd), "nhwc") != NULL);
-            CHECK(cu->supports(g, nd));
+            CHECK(strstr(kiln__backend_kernel_name(cu, nd), "nhwc") != NULL);
+            CHECK(kiln__backend_supports(cu, g, nd));
             /* shapes stay NCHW */
             CHECK(g->values[nd->in[0]].info.dims[1] == (i == first ? cin : 16));
             int pr = g->values[nd->in[0]].producer;
@@ -391,8 +391,8 @@ static kiln_graph *nhwc_chain(int nb, int cin, bool pool, bool gap, int *n) {
         }
         if (nd->op_id == KILN_OP_MaxPool || nd->op_id == KILN_OP_GlobalAveragePool) {
             CHECK(pool_layout(nd) == KILN_POOL_LAYOUT_NHWC);
-            CHECK(strstr(cu->kernel_name(g, nd), "nhwc") != NULL);
-            CHECK(cu->supports(g, nd));
+            CHECK(strstr(kiln__backend_kernel_name(cu, nd), "nhwc") != NULL);
+            CHECK(kiln__backend_supports(cu, g, nd));
             /* reads a layer's NHWC output directly */
             CHECK(g->nodes[g->values[nd->in[0]].producer].op_id != KILN_OP_Reshape);
         }

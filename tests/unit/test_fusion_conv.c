@@ -12,6 +12,7 @@
 #include "test.h"
 
 #include "graph_build.h"
+#include "backends/cpu/cpu_kernels.h"
 #include "ops/elementwise_impl.h"
 #include "ops/conv_pwdw.h"
 #include "ops/conv_direct.h"
@@ -403,7 +404,7 @@ static void tactics_agree(int64_t batch, int threads, bool big) {
             kiln_infer_args ia = {.op = n->op, .attrs = n->attrs, .node_name = n->name,
                                   .n_in = n->n_in, .n_out = 1, .in = tp, .out = top};
             int32_t ids[8];
-            int k = n->op->cpu_tactics(&ia, ids, 8);
+            int k = kiln__cpu_kernel_for(KILN_OP_FusedConv)->tactics(NULL, &ia, ids, 8);
             bool listed = false;
             for (int q = 0; q < k; q++) listed |= ids[q] == t;
             fa->tactic.id = listed ? t : 0;
@@ -964,7 +965,7 @@ static bool wino_listed(int64_t n, int64_t HW, int64_t C, int32_t id) {
     const kiln_op_def *op = kiln__op_by_id(KILN_OP_FusedConv);
     kiln_infer_args ia = {.op = op, .attrs = &at, .node_name = "c", .n_in = 2, .n_out = 1, .in = in, .out = out};
     int32_t ids[8];
-    int k = op->cpu_tactics(&ia, ids, 8);
+    int k = kiln__cpu_kernel_for(KILN_OP_FusedConv)->tactics(NULL, &ia, ids, 8);
     for (int q = 0; q < k; q++)
         if (ids[q] == id) return true;
     return false;

@@ -108,16 +108,13 @@ KILN_PRIVATE kiln_status kiln__cuda_fail(cudaError_t e, const char *node, const 
 
 /* ---- the kernel table --------------------------------------------------------- */
 
-typedef struct kiln_cuda_kernel {
-    const char *name; /* for inspect, e.g. "cuda.binary" */
-    /* dtypes (and shapes/attributes, as far as known at build time) of node n in g */
-    bool (*supports)(const kiln_graph *g, const kiln_node *n);
-    /* a->stream, a->device_state set; tensors in device memory (see docs/cuda.md) */
-    kiln_status (*run)(const kiln_kernel_args *a);
-} kiln_cuda_kernel;
+/* Rows are kiln_kernel (backends/kernel.h): `supports` checks the dtypes
+ * (and shapes/attributes, as far as known at build time) of node n in g;
+ * `run` gets a->stream and a->device_state set and tensors in device memory
+ * (see docs/cuda.md); tactics are the state's (kiln_cuda_state). */
 
 /* The entry of op `op_id`, or NULL when the op has no CUDA kernel. */
-KILN_PRIVATE const kiln_cuda_kernel *kiln__cuda_kernel_for(int op_id);
+KILN_PRIVATE const kiln_kernel *kiln__cuda_kernel_for(int op_id);
 /* Number of ops in the table (for tests and docs). */
 KILN_PRIVATE int kiln__cuda_kernel_count(void);
 
@@ -126,7 +123,7 @@ KILN_PRIVATE int kiln__cuda_kernel_count(void);
 #define KCU_DECLARE(fn)                                                              \
     KILN_PRIVATE bool kiln__cu_##fn##_supports(const kiln_graph *g, const kiln_node *n); \
     KILN_PRIVATE kiln_status kiln__cu_##fn##_run(const kiln_kernel_args *a);
-#define KCU_ENTRY(name, fn) {name, kiln__cu_##fn##_supports, kiln__cu_##fn##_run}
+#define KCU_ENTRY(nm, fn) {.name = nm, .supports = kiln__cu_##fn##_supports, .run = kiln__cu_##fn##_run}
 
 /* cuda_ops_ew.c */
 KCU_DECLARE(unary)
@@ -150,6 +147,9 @@ KCU_DECLARE(shape)
 KCU_DECLARE(size)
 /* cuda_ops_nn.c */
 KCU_DECLARE(global_pool)
+/* kernel names of the channels-last pools (kiln_kernel.name_of) */
+KILN_PRIVATE const char *kiln__cu_pool_name(const kiln_node *n);
+KILN_PRIVATE const char *kiln__cu_global_pool_name(const kiln_node *n);
 KCU_DECLARE(softmax)
 KCU_DECLARE(layernorm)
 KCU_DECLARE(batchnorm)
@@ -165,14 +165,18 @@ KCU_DECLARE(fused_conv)
  * API's timed algorithm + kiln's epilogue kernel; kcu_dg_is_id(id) = one
  * engine config of the fused graph (cuda_dnn_graph.h). */
 #define KCU_CONV_TACTIC_LEGACY 1
-KILN_PRIVATE int kiln__cu_fused_conv_tactics(kiln_cuda_state *st, const kiln_infer_args *a,
-                                             int32_t *ids, int cap);
-KILN_PRIVATE void kiln__cu_fused_conv_tactic_name(int32_t id, char *buf, size_t n);
+KILN_PRIVATE int kiln__cu_fused_conv_tactics(void *state, const kiln_infer_args *a, int32_t *ids,
+                                             int cap);
+KILN_PRIVATE const char *kiln__cu_fused_conv_tactic_name(int32_t id);
+KILN_PRIVATE void kiln__cu_fused_conv_tactic_describe(int32_t id, char *buf, size_t n);
+/* "cuda.conv.nhwc" / "cuda.conv.nchw-in.nhwc" for channels-last layers */
+KILN_PRIVATE const char *kiln__cu_fused_conv_name(const kiln_node *n);
 /* cuda_fused.c */
 KCU_DECLARE(fused_matmul)
 /* FusedMatMul's tactics: cuBLASLt's heuristic candidates for its shapes */
-KILN_PRIVATE int kiln__cu_fused_matmul_tactics(kiln_cuda_state *st, const kiln_infer_args *a,
-                                               int32_t *ids, int cap);
+KILN_PRIVATE int kiln__cu_fused_matmul_tactics(void *state, const kiln_infer_args *a, int32_t *ids,
+                                               int cap);
+KILN_PRIVATE const char *kiln__cu_fused_matmul_tactic_name(int32_t id); /* "cublasLt#<id>" */
 KCU_DECLARE(gelu)
 KCU_DECLARE(attention)
 

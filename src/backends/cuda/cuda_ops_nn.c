@@ -34,6 +34,10 @@ bool kiln__cu_global_pool_supports(const kiln_graph *g, const kiln_node *n) {
     return float_in_out(g, n) && lay == 0;
 }
 
+const char *kiln__cu_global_pool_name(const kiln_node *n) {
+    return global_pool_layout(n->attrs, n->op) == KILN_POOL_LAYOUT_NHWC ? "cuda.global_pool.nhwc" : NULL;
+}
+
 kiln_status kiln__cu_global_pool_run(const kiln_kernel_args *a) {
     const kiln_tensor *x = a->in[0];
     if (!kiln__cu_is_float(x->dtype)) return dtype_fail(a, x->dtype);
@@ -210,6 +214,11 @@ bool kiln__cu_pool_supports(const kiln_graph *g, const kiln_node *n) {
         return at->n_kernel == 2 && !kiln__cu_out(g, n, 1) && x && x->rank == 4;
     }
     return at->layout == 0;
+}
+
+const char *kiln__cu_pool_name(const kiln_node *n) {
+    const kiln_pool_attrs *at = n->attrs;
+    return at && at->layout == KILN_POOL_LAYOUT_NHWC ? "cuda.pool.nhwc" : NULL;
 }
 
 kiln_status kiln__cu_pool_run(const kiln_kernel_args *a) {

@@ -4,13 +4,15 @@
  *     [KILN_OP_<Op>] = KCU_ENTRY("<name for inspect>", <fn>),
  *
  * where kiln__cu_<fn>_supports / kiln__cu_<fn>_run are declared with
- * KCU_DECLARE(<fn>) in cuda_internal.h. An op not listed here runs on the
+ * KCU_DECLARE(<fn>) in cuda_internal.h. Rows are kiln_kernel
+ * (backends/kernel.h): a kernel with tactics, or a name that depends on
+ * the layout, fills those fields too. An op not listed here runs on the
  * CPU. Adding a GPU kernel: see docs/cuda.md. */
 #if KILN_HAVE_CUDA
 
 #include "backends/cuda/cuda_internal.h"
 
-static const kiln_cuda_kernel kiln_cuda_kernels[KILN_OP_ID_LIMIT] = {
+static const kiln_kernel kiln_cuda_kernels[KILN_OP_ID_LIMIT] = {
     /* elementwise: unary math and activations (cuda_ops_ew.c, k_elementwise.cu) */
     [KILN_OP_Abs] = KCU_ENTRY("cuda.unary", unary),
     [KILN_OP_Neg] = KCU_ENTRY("cuda.unary", unary),
@@ -93,14 +95,17 @@ static const kiln_cuda_kernel kiln_cuda_kernels[KILN_OP_ID_LIMIT] = {
     [KILN_OP_Tile] = KCU_ENTRY("cuda.tile", tile),
     [KILN_OP_Gather] = KCU_ENTRY("cuda.gather", gather),
     /* nn (cuda_ops_nn.c, cuda_blas.c, cuda_conv.c) */
-    [KILN_OP_GlobalAveragePool] = KCU_ENTRY("cuda.reduce", global_pool),
+    [KILN_OP_GlobalAveragePool] = {.name = "cuda.reduce", .supports = kiln__cu_global_pool_supports,
+                                   .run = kiln__cu_global_pool_run, .name_of = kiln__cu_global_pool_name},
     [KILN_OP_GlobalMaxPool] = KCU_ENTRY("cuda.reduce", global_pool),
     [KILN_OP_MatMul] = KCU_ENTRY("cublasLt", matmul),
 #if KILN_CUDA_NN_ATTRS
     [KILN_OP_Gemm] = KCU_ENTRY("cublasLt", gemm),
     [KILN_OP_Conv] = KCU_ENTRY("cuda.conv", conv),
-    [KILN_OP_MaxPool] = KCU_ENTRY("cuda.pool", pool),
-    [KILN_OP_AveragePool] = KCU_ENTRY("cuda.pool", pool),
+    [KILN_OP_MaxPool] = {.name = "cuda.pool", .supports = kiln__cu_pool_supports,
+                         .run = kiln__cu_pool_run, .name_of = kiln__cu_pool_name},
+    [KILN_OP_AveragePool] = {.name = "cuda.pool", .supports = kiln__cu_pool_supports,
+                             .run = kiln__cu_pool_run, .name_of = kiln__cu_pool_name},
     [KILN_OP_BatchNormalization] = KCU_ENTRY("cuda.batchnorm", batchnorm),
     [KILN_OP_LayerNormalization] = KCU_ENTRY("cuda.layernorm", layernorm),
     [KILN_OP_Softmax] = KCU_ENTRY("cuda.softmax", softmax),
@@ -108,11 +113,17 @@ static const kiln_cuda_kernel kiln_cuda_kernels[KILN_OP_ID_LIMIT] = {
 #endif
 #if KILN_CUDA_FUSED_CONV
     /* fused layers (cuda_conv.c, k_fused.cu) */
-    [KILN_OP_FusedConv] = KCU_ENTRY("cuda.conv+epilogue", fused_conv),
+    [KILN_OP_FusedConv] = {.name = "cuda.conv+epilogue", .supports = kiln__cu_fused_conv_supports,
+                           .run = kiln__cu_fused_conv_run, .name_of = kiln__cu_fused_conv_name,
+                           .tactics = kiln__cu_fused_conv_tactics,
+                           .tactic_name = kiln__cu_fused_conv_tactic_name,
+                           .tactic_describe = kiln__cu_fused_conv_tactic_describe},
 #endif
 #if KILN_CUDA_FUSED_TRANSFORMER
     /* transformer layers (cuda_fused.c, k_fused.cu) */
-    [KILN_OP_FusedMatMul] = KCU_ENTRY("cublasLt+epilogue", fused_matmul),
+    [KILN_OP_FusedMatMul] = {.name = "cublasLt+epilogue", .supports = kiln__cu_fused_matmul_supports,
+                             .run = kiln__cu_fused_matmul_run, .tactics = kiln__cu_fused_matmul_tactics,
+                             .tactic_name = kiln__cu_fused_matmul_tactic_name},
     [KILN_OP_Gelu] = KCU_ENTRY("cuda.gelu", gelu),
     [KILN_OP_GeluOnnx] = KCU_ENTRY("cuda.gelu", gelu),
     [KILN_OP_Attention] = KCU_ENTRY("cuda.attention", attention),
@@ -137,9 +148,9 @@ static const kiln_cuda_kernel kiln_cuda_kernels[KILN_OP_ID_LIMIT] = {
 #include "backends/cuda/cuda_table_misc.inc"
 };
 
-const kiln_cuda_kernel *kiln__cuda_kernel_for(int op_id) {
+const kiln_kernel *kiln__cuda_kernel_for(int op_id) {
     if (op_id <= 0 || op_id >= KILN_OP_ID_LIMIT) return NULL;
-    const kiln_cuda_kernel *k = &kiln_cuda_kernels[op_id];
+    const kiln_kernel *k = &kiln_cuda_kernels[op_id];
     return k->run ? k : NULL;
 }
 

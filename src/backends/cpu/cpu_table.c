@@ -1,0 +1,31 @@
+/* cpu_table.c -- THE CPU kernel table: one row per op whose CPU kernel is
+ * more than its reference kernel (tactics, an in-place input, a kernel of
+ * its own), indexed by op id (src/ops/ops.def):
+ *
+ *     [KILN_OP_<Op>] = {.name = "cpu", .run = ..., .tactics = ..., ...},
+ *
+ * (kernel.h says what each field means). Every other op with a reference
+ * kernel (op->cpu) runs that, under the name "cpu". */
+#include "backends/cpu/cpu_kernels.h"
+
+static kiln_status cpu_ref_run(const kiln_kernel_args *a) { return a->op->cpu(a); }
+
+/* An op's reference kernel as the CPU backend runs it. */
+static const kiln_kernel cpu_ref = {.name = "cpu", .run = cpu_ref_run};
+
+static const kiln_kernel cpu_kernels[KILN_OP_ID_LIMIT] = {
+    [KILN_OP_FusedConv] = {.name = "cpu", .run = cpu_ref_run, .tactics = kiln__cpu_fc_tactics,
+                           .tactic_name = kiln__cpu_fc_tactic_name,
+                           .inplace_input = kiln__cpu_fc_inplace_input},
+    [KILN_OP_FusedMatMul] = {.name = "cpu", .run = cpu_ref_run, .tactics = kiln__cpu_fmm_tactics,
+                             .tactic_name = kiln__cpu_fmm_tactic_name},
+    [KILN_OP_Attention] = {.name = "cpu", .run = cpu_ref_run, .tactics = kiln__cpu_attn_tactics,
+                           .tactic_name = kiln__cpu_attn_tactic_name},
+};
+
+const kiln_kernel *kiln__cpu_kernel_for(int op_id) {
+    if (op_id <= 0 || op_id >= KILN_OP_ID_LIMIT) return NULL;
+    if (cpu_kernels[op_id].run) return &cpu_kernels[op_id];
+    const kiln_op_def *op = kiln__op_by_id(op_id);
+    return op && op->cpu ? &cpu_ref : NULL;
+}
