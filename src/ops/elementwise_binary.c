@@ -14,15 +14,6 @@
 
 EW_VECTORIZE_FLOAT_SELECTS
 
-enum {
-    EW_B_ADD, EW_B_SUB, EW_B_MUL, EW_B_DIV, EW_B_MOD, EW_B_PYMOD, EW_B_MAX, EW_B_MIN,
-    EW_B_EQ, EW_B_LT, EW_B_LE, EW_B_GT, EW_B_GE, EW_B_AND, EW_B_OR, EW_B_XOR,
-    EW_B_SHL, EW_B_SHR, EW_B_PRELU, EW_B_POW,
-    EW_B_COUNT,
-    /* op codes that are not row kinds */
-    EW_B_SUM = 100, EW_B_MEAN, EW_B_WHERE
-};
-
 /* ---- scalar helpers ------------------------------------------------------- */
 
 static inline float ew_pymod_f32(float a, float b) {
@@ -402,8 +393,7 @@ static kiln_status ew_binary_cpu(const kiln_kernel_args *a) {
     KILN_TRY(kiln__ew_legacy_shape(a->node_name, at, A->rank, &B.rank, B.dims));
     int kind = a->op->code;
     if (kind == EW_B_POW) return ew_pow_cpu(a, A, &B);
-    if (kind == EW_B_MOD && at && !at->fmod) kind = EW_B_PYMOD;
-    if (kind == EW_B_SHL && at && at->shift_right) kind = EW_B_SHR;
+    if (at) kind = kiln__ew_binary_kind(kind, at->fmod, at->shift_right);
     return ew_apply(a, kind, A, &B, a->out[0]);
 }
 
@@ -432,7 +422,7 @@ static void ew_mean_chunk(void *vctx, int64_t b, int64_t e) {
 static kiln_status ew_variadic_cpu(const kiln_kernel_args *a) {
     kiln_tensor *out = a->out[0];
     const int code = a->op->code;
-    const int kind = code == EW_B_MAX ? EW_B_MAX : code == EW_B_MIN ? EW_B_MIN : EW_B_ADD;
+    const int kind = kiln__ew_variadic_kind(code);
     if (!ew_dtype_in(out->dtype, ew_bin_mask(code))) return kiln__ew_kernel_dtype_fail(a, out->dtype);
     if (a->n_in == 1) {
         size_t nb = (size_t)kiln__tensor_numel(out) * kiln_dtype_size(out->dtype);

@@ -5,6 +5,7 @@
 #ifndef KILN_ELEMENTWISE_IMPL_H
 #define KILN_ELEMENTWISE_IMPL_H
 
+#include "ops/elementwise_codes.h"
 #include "ops/op.h"
 
 /* Floating-point compares and arithmetic under `?:` only vectorize when the

@@ -12,19 +12,6 @@
 
 EW_VECTORIZE_FLOAT_SELECTS
 
-
-enum {
-    EW_U_ABS = 1, EW_U_NEG, EW_U_SQRT, EW_U_EXP, EW_U_LOG, EW_U_RECIPROCAL, EW_U_FLOOR,
-    EW_U_CEIL, EW_U_ROUND, EW_U_SIGN, EW_U_SIN, EW_U_COS, EW_U_TAN, EW_U_ASIN, EW_U_ACOS,
-    EW_U_ATAN, EW_U_SINH, EW_U_COSH, EW_U_ASINH, EW_U_ACOSH, EW_U_ATANH, EW_U_ERF,
-    EW_U_RELU, EW_U_LEAKYRELU, EW_U_ELU, EW_U_SELU, EW_U_CELU, EW_U_SIGMOID, EW_U_HARDSIGMOID,
-    EW_U_HARDSWISH, EW_U_TANH, EW_U_SOFTPLUS, EW_U_SOFTSIGN, EW_U_MISH, EW_U_THRESHOLDEDRELU,
-    EW_U_SHRINK,
-    /* bool-output or special */
-    EW_U_ISNAN, EW_U_ISINF, EW_U_NOT,
-    EW_U_COUNT
-};
-
 /* input dtypes each op accepts */
 static uint32_t ew_unary_mask(int code) {
     switch (code) {
