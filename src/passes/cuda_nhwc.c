@@ -24,15 +24,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#if defined(__has_include)
-#if __has_include("ops/fused_conv.h") && __has_include("ops/tensor_internal.h")
 #include "ops/fused_conv.h"
 #include "ops/tensor_internal.h"
-#define NHWC_HAVE_OPS 1
-#endif
-#endif
 
-#if KILN_HAVE_CUDA && KILN_HAVE_CUDNN && NHWC_HAVE_OPS
+#if KILN_HAVE_CUDA && KILN_HAVE_CUDNN
 
 static bool static_4d(const kiln_tinfo *t) {
     if (t->rank != 4) return false;

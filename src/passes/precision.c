@@ -18,16 +18,10 @@
 
 #include "backends/backend.h"
 #include "ops/elementwise_impl.h"
+#include "ops/fused_conv.h"
 
 #include <math.h>
 #include <stdio.h>
-
-#if defined(__has_include)
-#if __has_include("ops/fused_conv.h")
-#include "ops/fused_conv.h"
-#define PREC_HAVE_FUSED_CONV 1
-#endif
-#endif
 
 /* Ops whose float tensors all share one type constraint and whose kernels
  * keep fp32 arithmetic inside. Sum-like reductions (ReduceSum, ReduceL2...)
@@ -320,14 +314,12 @@ bool kiln__precision_first(const kiln_optimize_opts *o) {
     static const int64_t mm[2][4] = {{2, 4}, {4, 3}}, x1[1][4] = {{4}};
     static const int r2[2] = {2, 2}, r1[1] = {1};
     bool takes = probe_takes("FusedMatMul", 2, mm, r2, NULL, t) && probe_takes("Gelu", 1, x1, r1, NULL, t);
-#if PREC_HAVE_FUSED_CONV
     static const int64_t cv[2][4] = {{1, 2, 5, 5}, {3, 2, 3, 3}};
     static const int r4[2] = {4, 4};
     kiln_fused_conv_attrs fa;
     memset(&fa, 0, sizeof fa);
     fa.conv.group = 1;
     takes = takes && probe_takes("FusedConv", 2, cv, r4, &fa, t);
-#endif
     return !takes;
 }
 

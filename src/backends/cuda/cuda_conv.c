@@ -10,13 +10,11 @@
  *     then one epilogue pass act(y + bias + residual);
  *   depthwise (one input channel per group, NCHW): a direct kernel;
  *   without cuDNN: im2col into scratch + cuBLASLt GEMM per (image, group);
- *     a 1x1 stride-1 unpadded convolution reads the input directly.
- * Needs kiln_conv_attrs (KILN_CUDA_NN_ATTRS). */
+ *     a 1x1 stride-1 unpadded convolution reads the input directly. */
 #if KILN_HAVE_CUDA
 
 #include "backends/cuda/cuda_internal.h"
 
-#if KILN_CUDA_NN_ATTRS
 
 #include <limits.h>
 #include <stddef.h>
@@ -826,7 +824,6 @@ kiln_status kiln__cu_conv_run(const kiln_kernel_args *a) {
     return conv_exec(a, a->attrs, KCU_ACT_NONE, 0.0f, 0.0f, NULL, false, false);
 }
 
-#if KILN_CUDA_FUSED_CONV
 
 _Static_assert((int)KCU_ACT_RELU == (int)KILN_FC_ACT_RELU &&
                    (int)KCU_ACT_CLIP == (int)KILN_FC_ACT_CLIP &&
@@ -958,9 +955,7 @@ void kiln__cu_fused_conv_tactic_describe(int32_t id, char *buf, size_t n) {
     snprintf(buf, n, "%s", id == KCU_CONV_TACTIC_LEGACY ? "cudnn-legacy+epilogue" : id == 0 ? "cudnn-heuristic" : "cudnn-?");
 }
 
-#endif /* KILN_CUDA_FUSED_CONV */
 
-#endif /* KILN_CUDA_NN_ATTRS */
 
 #else
 typedef int kiln_cuda_conv_disabled;

@@ -16,7 +16,6 @@
 
 #include "backends/cuda/cuda_internal.h"
 
-#if KILN_CUDA_FUSED_TRANSFORMER
 
 static bool half_or_float(kiln_dtype t) {
     return t == KILN_DTYPE_FLOAT32 || t == KILN_DTYPE_FLOAT16 || t == KILN_DTYPE_BFLOAT16;
@@ -333,7 +332,6 @@ kiln_status kiln__cu_attention_run(const kiln_kernel_args *a) {
     return KILN_OK;
 }
 
-#endif /* KILN_CUDA_FUSED_TRANSFORMER */
 
 #else
 typedef int kiln_cuda_fused_disabled;

@@ -30,39 +30,11 @@
 #endif
 #include "backends/cuda/cuda_dnn_graph.h"
 
-/* Attribute structs of the nn and reduce families, once they live in
- * headers (see docs/cuda.md, "Ops waiting for attribute headers"). Until
- * then the ops that need them stay out of the kernel table. */
-#if defined(__has_include)
-#if __has_include("ops/nn_attrs.h")
-#include "ops/nn_attrs.h"
-#define KILN_CUDA_NN_ATTRS 1
-#endif
-#if __has_include("ops/fused_conv.h")
+/* the attribute structs the kernels read */
 #include "ops/fused_conv.h"
-#define KILN_CUDA_FUSED_CONV 1
-#endif
-#if __has_include("ops/fused_transformer.h")
 #include "ops/fused_transformer.h"
-#define KILN_CUDA_FUSED_TRANSFORMER 1
-#endif
-#if __has_include("ops/reduce_attrs.h")
+#include "ops/nn_attrs.h"
 #include "ops/reduce_attrs.h"
-#define KILN_CUDA_REDUCE_ATTRS 1
-#endif
-#endif
-#ifndef KILN_CUDA_NN_ATTRS
-#define KILN_CUDA_NN_ATTRS 0
-#endif
-#ifndef KILN_CUDA_REDUCE_ATTRS
-#define KILN_CUDA_REDUCE_ATTRS 0
-#endif
-#ifndef KILN_CUDA_FUSED_CONV
-#define KILN_CUDA_FUSED_CONV 0
-#endif
-#ifndef KILN_CUDA_FUSED_TRANSFORMER
-#define KILN_CUDA_FUSED_TRANSFORMER 0
-#endif
 
 /* cuBLASLt workspace per context (NVIDIA recommends 32 MiB on Hopper). */
 #define KILN_CUDA_LT_WORKSPACE ((size_t)32 << 20)

@@ -1,8 +1,7 @@
 /* cuda_ops_nn.c -- normalization, softmax, pooling and reductions on the
- * GPU: GlobalAveragePool/GlobalMaxPool; and, once their attribute structs
- * are in headers (KILN_CUDA_NN_ATTRS / KILN_CUDA_REDUCE_ATTRS, see
- * cuda_internal.h), Softmax/LogSoftmax, LayerNormalization,
- * BatchNormalization, MaxPool/AveragePool and the Reduce* family.
+ * GPU: GlobalAveragePool/GlobalMaxPool, Softmax/LogSoftmax,
+ * LayerNormalization, BatchNormalization, MaxPool/AveragePool and the
+ * Reduce* family.
  * Kernels: k_norm.cu, k_pool.cu, k_reduce.cu. */
 #if KILN_HAVE_CUDA
 
@@ -71,7 +70,6 @@ kiln_status kiln__cu_global_pool_run(const kiln_kernel_args *a) {
     return KILN_OK;
 }
 
-#if KILN_CUDA_NN_ATTRS
 
 /* ---- Softmax, LogSoftmax ---------------------------------------------------------------------- */
 
@@ -294,9 +292,7 @@ kiln_status kiln__cu_pool_run(const kiln_kernel_args *a) {
     return KILN_OK;
 }
 
-#endif /* KILN_CUDA_NN_ATTRS */
 
-#if KILN_CUDA_REDUCE_ATTRS
 
 /* ---- Reduce* ------------------------------------------------------------------------------------------ */
 
@@ -378,7 +374,6 @@ kiln_status kiln__cu_reduce_run(const kiln_kernel_args *a) {
     return KILN_OK;
 }
 
-#endif /* KILN_CUDA_REDUCE_ATTRS */
 
 #else
 typedef int kiln_cuda_ops_nn_disabled;

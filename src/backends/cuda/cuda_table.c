@@ -99,7 +99,6 @@ static const kiln_kernel kiln_cuda_kernels[KILN_OP_ID_LIMIT] = {
                                    .run = kiln__cu_global_pool_run, .name_of = kiln__cu_global_pool_name},
     [KILN_OP_GlobalMaxPool] = KCU_ENTRY("cuda.reduce", global_pool),
     [KILN_OP_MatMul] = KCU_ENTRY("cublasLt", matmul),
-#if KILN_CUDA_NN_ATTRS
     [KILN_OP_Gemm] = KCU_ENTRY("cublasLt", gemm),
     [KILN_OP_Conv] = KCU_ENTRY("cuda.conv", conv),
     [KILN_OP_MaxPool] = {.name = "cuda.pool", .supports = kiln__cu_pool_supports,
@@ -110,16 +109,12 @@ static const kiln_kernel kiln_cuda_kernels[KILN_OP_ID_LIMIT] = {
     [KILN_OP_LayerNormalization] = KCU_ENTRY("cuda.layernorm", layernorm),
     [KILN_OP_Softmax] = KCU_ENTRY("cuda.softmax", softmax),
     [KILN_OP_LogSoftmax] = KCU_ENTRY("cuda.softmax", softmax),
-#endif
-#if KILN_CUDA_FUSED_CONV
     /* fused layers (cuda_conv.c, k_fused.cu) */
     [KILN_OP_FusedConv] = {.name = "cuda.conv+epilogue", .supports = kiln__cu_fused_conv_supports,
                            .run = kiln__cu_fused_conv_run, .name_of = kiln__cu_fused_conv_name,
                            .tactics = kiln__cu_fused_conv_tactics,
                            .tactic_name = kiln__cu_fused_conv_tactic_name,
                            .tactic_describe = kiln__cu_fused_conv_tactic_describe},
-#endif
-#if KILN_CUDA_FUSED_TRANSFORMER
     /* transformer layers (cuda_fused.c, k_fused.cu) */
     [KILN_OP_FusedMatMul] = {.name = "cublasLt+epilogue", .supports = kiln__cu_fused_matmul_supports,
                              .run = kiln__cu_fused_matmul_run, .tactics = kiln__cu_fused_matmul_tactics,
@@ -127,8 +122,6 @@ static const kiln_kernel kiln_cuda_kernels[KILN_OP_ID_LIMIT] = {
     [KILN_OP_Gelu] = KCU_ENTRY("cuda.gelu", gelu),
     [KILN_OP_GeluOnnx] = KCU_ENTRY("cuda.gelu", gelu),
     [KILN_OP_Attention] = KCU_ENTRY("cuda.attention", attention),
-#endif
-#if KILN_CUDA_REDUCE_ATTRS
     /* reductions (cuda_ops_nn.c, k_reduce.cu) */
     [KILN_OP_ReduceSum] = KCU_ENTRY("cuda.reduce", reduce),
     [KILN_OP_ReduceMean] = KCU_ENTRY("cuda.reduce", reduce),
@@ -140,7 +133,6 @@ static const kiln_kernel kiln_cuda_kernels[KILN_OP_ID_LIMIT] = {
     [KILN_OP_ReduceLogSum] = KCU_ENTRY("cuda.reduce", reduce),
     [KILN_OP_ReduceLogSumExp] = KCU_ENTRY("cuda.reduce", reduce),
     [KILN_OP_ReduceSumSquare] = KCU_ENTRY("cuda.reduce", reduce),
-#endif
     /* families with their own files (cuda_table_<family>.inc) */
 #include "backends/cuda/cuda_table_index.inc"
 #include "backends/cuda/cuda_table_spatial.inc"
