@@ -21,7 +21,7 @@
  * timed before in the same build) and rewritten after, through a
  * temporary file and a rename. */
 #include "backends/backend.h"
-#include "ops/conv_direct.h"
+#include "backends/cpu/kernels/conv_direct.h"
 #include "ops/fused_conv.h"
 #include "runtime/engine.h"
 

@@ -27,8 +27,8 @@
 
 #include <math.h>
 
-#include "ops/conv_direct.h"
-#include "ops/conv_wino.h"
+#include "backends/cpu/kernels/conv_direct.h"
+#include "backends/cpu/kernels/conv_wino.h"
 
 #define NODE(a) ((a)->node_name ? (a)->node_name : "?")
 

@@ -2,7 +2,7 @@
  * convolution that reads it and optionally the 1x1 convolution (with a
  * residual) that reads that, in one layer (contract: kiln_pwdw_attrs in
  * fused_conv.h; kernel: conv_pwdw.c). */
-#include "ops/conv_pwdw.h"
+#include "backends/cpu/kernels/conv_pwdw.h"
 #include "ops/fused_conv.h"
 
 #define NODE(a) ((a)->node_name ? (a)->node_name : "?")

@@ -4,8 +4,8 @@
 #include "ops/fused_transformer.h"
 #include "backends/cpu/cpu_kernels.h"
 
-#include "ops/fused_transformer_dnnl.h"
-#include "ops/gemm.h"
+#include "backends/cpu/kernels/fused_transformer_dnnl.h"
+#include "backends/cpu/kernels/gemm.h"
 
 #include <math.h>
 #include <stdatomic.h>

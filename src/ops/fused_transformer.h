@@ -126,7 +126,7 @@ typedef struct kiln_attention_attrs {
 #define KILN_ATTN_ATTRS_V5_SIZE 36 /* bytes up to and including `precision` */
 
 /* Vectorized float32 helpers shared by the transformer kernels
- * (src/ops/fused_transformer_math.c; AVX-512 when the CPU has it). */
+ * (src/backends/cpu/kernels/fused_transformer_math.c; AVX-512 when the CPU has it). */
 KILN_PRIVATE void kiln__gelu_f32(float *x, int64_t n, int approx); /* in place */
 KILN_PRIVATE void kiln__relu_f32(float *x, int64_t n);
 /* FusedMatMul's epilogue on `rows` rows of n values (row stride ldy): adds

@@ -16,7 +16,7 @@
  * ConvInteger and QLinearConv. */
 #include "ops/fused_conv.h"
 #include "ops/nn_attrs.h"
-#include "ops/gemm.h"
+#include "backends/cpu/kernels/gemm.h"
 #include "ops/op.h"
 #include "ops/spatial_attrs.h"
 

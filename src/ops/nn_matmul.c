@@ -1,12 +1,12 @@
 /* nn_matmul.c -- matrix products: MatMul, Gemm, MatMulInteger, QLinearMatMul.
  *
- * float32 goes through kiln__sgemm (src/ops/gemm.c). MatMul with a 2-D
+ * float32 goes through kiln__sgemm (src/backends/cpu/kernels/gemm.c). MatMul with a 2-D
  * right operand and a contiguous left one is a single GEMM with the batch
  * folded into M; otherwise one GEMM per batch entry, batches spread over the
  * pool when each is small. Other dtypes use a plain loop accumulating in
  * double (floating types) or 64-bit integers (wrapping, like C unsigned). */
 #include "ops/nn_attrs.h"
-#include "ops/gemm.h"
+#include "backends/cpu/kernels/gemm.h"
 #include "ops/op.h"
 
 #include <math.h>

@@ -439,7 +439,7 @@ static int window_px(const pool_geom *g, int64_t hs, int64_t ow, int64_t *pix) {
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
-#include "ops/simd_mask.h"
+#include "backends/cpu/kernels/simd_mask.h"
 #define HAVE_MAX_PX_AVX512 1
 /* One output pixel: the max over the np > 0 input pixels px[] of C
  * channels each, kept in registers (64 channels at a time, then 16 with a

@@ -15,7 +15,7 @@
  * The fused node replaces the pattern's last node and is named "a+b+c"
  * after the nodes it came from. */
 #include "backends/backend.h"
-#include "ops/conv_pwdw.h"
+#include "backends/cpu/kernels/conv_pwdw.h"
 #include "ops/elementwise_impl.h"
 #include "ops/fused_conv.h"
 #include "passes/pattern.h"

@@ -14,9 +14,9 @@
 #include "graph_build.h"
 #include "backends/cpu/cpu_kernels.h"
 #include "ops/elementwise_impl.h"
-#include "ops/conv_pwdw.h"
-#include "ops/conv_direct.h"
-#include "ops/conv_wino.h"
+#include "backends/cpu/kernels/conv_pwdw.h"
+#include "backends/cpu/kernels/conv_direct.h"
+#include "backends/cpu/kernels/conv_wino.h"
 #include "ops/fused_conv.h"
 #include "runtime/engine.h"
 

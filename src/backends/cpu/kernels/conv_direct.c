@@ -1,6 +1,6 @@
 /* conv_direct.c -- fp32 direct convolution, the "direct" tactic of
  * kiln.FusedConv (see conv_direct.h for the contract and the method). */
-#include "ops/conv_direct.h"
+#include "backends/cpu/kernels/conv_direct.h"
 
 #include "ops/fused_conv.h"
 

@@ -18,8 +18,8 @@
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 
-#include "ops/simd_exp.h"
-#include "ops/simd_mask.h"
+#include "backends/cpu/kernels/simd_exp.h"
+#include "backends/cpu/kernels/simd_mask.h"
 #include <math.h>
 
 #define AVX512 __attribute__((target("avx512f")))

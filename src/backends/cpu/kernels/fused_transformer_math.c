@@ -13,7 +13,7 @@
 #define KILN_TF_X86 1
 #include <immintrin.h>
 
-#include "ops/simd_exp.h"
+#include "backends/cpu/kernels/simd_exp.h"
 #else
 #define KILN_TF_X86 0
 #endif

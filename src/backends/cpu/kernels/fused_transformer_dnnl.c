@@ -1,6 +1,6 @@
 /* fused_transformer_dnnl.c -- oneDNN matmul for kiln.FusedMatMul (see
  * fused_transformer_dnnl.h). */
-#include "ops/fused_transformer_dnnl.h"
+#include "backends/cpu/kernels/fused_transformer_dnnl.h"
 
 #include "ops/fused_transformer.h"
 
