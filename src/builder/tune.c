@@ -22,7 +22,7 @@
  * temporary file and a rename. */
 #include "backends/backend.h"
 #include "backends/cpu/kernels/conv_direct.h"
-#include "ops/fused_conv.h"
+#include "backends/cpu/kernels/fused_conv_cpu.h"
 #include "runtime/engine.h"
 
 #include <errno.h>

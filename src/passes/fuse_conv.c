@@ -17,7 +17,7 @@
 #include "backends/backend.h"
 #include "backends/cpu/kernels/conv_pwdw.h"
 #include "ops/elementwise_impl.h"
-#include "ops/fused_conv.h"
+#include "backends/cpu/kernels/fused_conv_cpu.h"
 #include "passes/pattern.h"
 #include "passes/precision.h"
 

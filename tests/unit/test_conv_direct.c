@@ -13,7 +13,7 @@
 #include "kernel_check.h"
 
 #include "backends/cpu/kernels/conv_direct.h"
-#include "ops/fused_conv.h"
+#include "backends/cpu/kernels/fused_conv_cpu.h"
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 static float frand(float lo, float hi) { return kc_frand(&rng, lo, hi); }

@@ -12,12 +12,13 @@
 #include "test.h"
 
 #include "graph_build.h"
+#include "backends/backend.h"
 #include "backends/cpu/cpu_kernels.h"
 #include "ops/elementwise_impl.h"
 #include "backends/cpu/kernels/conv_pwdw.h"
 #include "backends/cpu/kernels/conv_direct.h"
 #include "backends/cpu/kernels/conv_wino.h"
-#include "ops/fused_conv.h"
+#include "backends/cpu/kernels/fused_conv_cpu.h"
 #include "runtime/engine.h"
 
 /* ---- building and running engines --------------------------------------- */
@@ -1033,11 +1034,12 @@ static void run_dnnl_layer(const split_case *sc, const float *x, const float *w,
     kiln_tinfo *top[1] = {&to};
     int n_in = sc->residual ? 4 : 3;
     kiln_infer_args ia = {.op = op, .attrs = &at, .node_name = "c", .n_in = n_in, .n_out = 1, .in = tip, .out = top};
-    size_t ws = op->workspace(&ia);
+    const kiln_kernel *k = kiln__cpu_kernel_for(KILN_OP_FusedConv); /* the CPU backend's, with its tactics */
+    size_t ws = kiln__kernel_workspace(k, &ia);
     void *wsm = ws ? kiln__aligned_alloc(ws) : NULL;
     kiln_kernel_args ka = {.op = op, .attrs = &at, .node_name = "c", .n_in = n_in, .n_out = 1, .in = in, .out = out,
                            .workspace = wsm, .workspace_size = ws, .pool = pool, .node_state = ns};
-    CHECK_OK(op->cpu(&ka));
+    CHECK_OK(k->run(&ka));
     kiln__aligned_free(wsm);
 }
 

@@ -7,6 +7,8 @@
  * (kernel.h says what each field means). Every other op with a reference
  * kernel (op->cpu) runs that, under the name "cpu". */
 #include "backends/cpu/cpu_kernels.h"
+#include "backends/cpu/kernels/fused_conv_cpu.h"
+#include "backends/cpu/kernels/fused_transformer_cpu.h"
 
 static kiln_status cpu_ref_run(const kiln_kernel_args *a) { return a->op->cpu(a); }
 
@@ -14,12 +16,16 @@ static kiln_status cpu_ref_run(const kiln_kernel_args *a) { return a->op->cpu(a)
 static const kiln_kernel cpu_ref = {.name = "cpu", .run = cpu_ref_run};
 
 static const kiln_kernel cpu_kernels[KILN_OP_ID_LIMIT] = {
-    [KILN_OP_FusedConv] = {.name = "cpu", .run = cpu_ref_run, .tactics = kiln__cpu_fc_tactics,
+    [KILN_OP_FusedConv] = {.name = "cpu", .run = kiln__cpu_fc_run, .workspace = kiln__cpu_fc_workspace,
+                           .tactics = kiln__cpu_fc_tactics,
                            .tactic_name = kiln__cpu_fc_tactic_name,
                            .inplace_input = kiln__cpu_fc_inplace_input},
-    [KILN_OP_FusedMatMul] = {.name = "cpu", .run = cpu_ref_run, .tactics = kiln__cpu_fmm_tactics,
+    [KILN_OP_PwDwConv] = {.name = "cpu", .run = kiln__cpu_pwdw_run, .workspace = kiln__cpu_pwdw_workspace},
+    [KILN_OP_FusedMatMul] = {.name = "cpu", .run = kiln__cpu_fmm_run, .workspace = kiln__cpu_fmm_workspace,
+                             .tactics = kiln__cpu_fmm_tactics,
                              .tactic_name = kiln__cpu_fmm_tactic_name},
-    [KILN_OP_Attention] = {.name = "cpu", .run = cpu_ref_run, .tactics = kiln__cpu_attn_tactics,
+    [KILN_OP_Attention] = {.name = "cpu", .run = kiln__cpu_attn_run, .workspace = kiln__cpu_attn_workspace,
+                           .tactics = kiln__cpu_attn_tactics,
                            .tactic_name = kiln__cpu_attn_tactic_name},
 };
 

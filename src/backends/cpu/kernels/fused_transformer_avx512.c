@@ -13,7 +13,7 @@
  *   4. O = (P V) / sum with a 6-row x 64-column register tile (24 zmm).
  * Query rows go 32 at a time (the score block stays in L1/L2).
  * Only compiled for x86-64; the caller checks kiln__attn_avx512_available(). */
-#include "ops/fused_transformer.h"
+#include "backends/cpu/kernels/fused_transformer_cpu.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>

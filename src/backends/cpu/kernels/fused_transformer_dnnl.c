@@ -2,7 +2,7 @@
  * fused_transformer_dnnl.h). */
 #include "backends/cpu/kernels/fused_transformer_dnnl.h"
 
-#include "ops/fused_transformer.h"
+#include "backends/cpu/kernels/fused_transformer_cpu.h"
 
 #if KILN_HAVE_DNNL
 #include <dlfcn.h>
