@@ -1,6 +1,7 @@
 /* build.c -- the builder: configuration, and model -> engine. */
 #include "backends/backend.h"
-#include "ops/fused_conv.h" /* kiln__cpu_has_bf16 */
+#include "backends/cpu/cpu_features.h"
+#include "ops/fused_conv.h" /* node_layout (inspect) */
 #include "passes/cuda_nhwc.h"
 #include "runtime/engine.h"
 

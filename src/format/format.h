@@ -226,11 +226,6 @@ KILN_PRIVATE uint64_t kiln__format_checksum_ex(const void *data, size_t size, bo
 KILN_PRIVATE kiln_status kiln__format_check_graph(const kiln_graph *g,
                                                   const kiln_profile *profiles);
 
-/* Whether the running CPU has feature `name` (as in the target / required
- * strings, e.g. "avx2"). *known is set false for names this kiln does not
- * know. */
-KILN_PRIVATE bool kiln__cpu_has_feature(const char *name, bool *known);
-
 /* Little-endian field access (the format's byte order, on any host). */
 static inline uint32_t kiln__le32(const unsigned char *p) {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;

@@ -5,109 +5,14 @@
  * known to be inside the weights section. */
 #include "format/format.h"
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <cpuid.h>
-#endif
-
 #include "backends/backend.h"
-#include "ops/fused_conv.h" /* kiln__cpu_has_bf16 */
+#include "backends/cpu/cpu_features.h"
 #include "ops/fused_transformer.h" /* kiln.Attention attributes of format 5 */
 
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
-
-#if defined(__aarch64__) && defined(__linux__)
-#include <sys/auxv.h>
-#endif
-
-/* ---- this machine ------------------------------------------------------ */
-
-#if defined(__x86_64__)
-#define KILN_CPU_ARCH "x86_64"
-#elif defined(__i386__)
-#define KILN_CPU_ARCH "x86"
-#elif defined(__aarch64__)
-#define KILN_CPU_ARCH "aarch64"
-#elif defined(__arm__)
-#define KILN_CPU_ARCH "arm"
-#elif defined(__riscv) && __riscv_xlen == 64
-#define KILN_CPU_ARCH "riscv64"
-#elif defined(__powerpc64__)
-#define KILN_CPU_ARCH "ppc64"
-#else
-#define KILN_CPU_ARCH "unknown"
-#endif
-
-/* Feature names kiln knows, per architecture (as written in target strings). */
-static const char *const kiln_cpu_features[] = {
-#if defined(__x86_64__) || defined(__i386__)
-    "sse4.2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512vnni",
-    "avx512_bf16",
-#elif defined(__aarch64__)
-    "asimd", "fp16", "dotprod", "sve",
-#endif
-    NULL,
-};
-
-/* KILN_HIDE_CPU_FEATURES (names separated by spaces or commas): kiln acts as
- * if this CPU lacked them when it checks an engine's required features and
- * writes a target string, so that what another machine would say can be
- * tried here (tests, and users checking an engine before shipping it). */
-static bool cpu_feature_hidden(const char *name) {
-    const char *h = getenv("KILN_HIDE_CPU_FEATURES");
-    size_t n = strlen(name);
-    while (h && *h) {
-        h += strspn(h, " ,");
-        size_t len = strcspn(h, " ,");
-        if (len == n && !memcmp(h, name, n)) return true;
-        h += len;
-    }
-    return false;
-}
-
-bool kiln__cpu_has_feature(const char *name, bool *known) {
-    *known = true;
-    for (int i = 0; kiln_cpu_features[i]; i++)
-        if (!strcmp(kiln_cpu_features[i], name) && cpu_feature_hidden(name)) return false;
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_cpu_init();
-    if (!strcmp(name, "sse4.2")) return __builtin_cpu_supports("sse4.2");
-    if (!strcmp(name, "avx")) return __builtin_cpu_supports("avx");
-    if (!strcmp(name, "avx2")) return __builtin_cpu_supports("avx2");
-    if (!strcmp(name, "fma")) return __builtin_cpu_supports("fma");
-    if (!strcmp(name, "f16c")) { /* clang 14 has no "f16c" for __builtin_cpu_supports */
-        unsigned a, b, c, d;
-        return __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29)) != 0;
-    }
-    if (!strcmp(name, "avx512f")) return __builtin_cpu_supports("avx512f");
-    if (!strcmp(name, "avx512bw")) return __builtin_cpu_supports("avx512bw");
-    if (!strcmp(name, "avx512vl")) return __builtin_cpu_supports("avx512vl");
-    if (!strcmp(name, "avx512vnni")) return __builtin_cpu_supports("avx512vnni");
-    if (!strcmp(name, "avx512_bf16")) return kiln__cpu_has_bf16(); /* ops/fused_conv.h */
-#elif defined(__aarch64__) && defined(__linux__)
-    unsigned long hw = getauxval(AT_HWCAP);
-    if (!strcmp(name, "asimd")) return (hw & (1ul << 1)) != 0;    /* HWCAP_ASIMD */
-    if (!strcmp(name, "fp16")) return (hw & (1ul << 10)) != 0;    /* HWCAP_ASIMDHP */
-    if (!strcmp(name, "dotprod")) return (hw & (1ul << 20)) != 0; /* HWCAP_ASIMDDP */
-    if (!strcmp(name, "sve")) return (hw & (1ul << 22)) != 0;     /* HWCAP_SVE */
-#endif
-    *known = false;
-    return false;
-}
-
-void kiln__cpu_target(char *buf, size_t n) {
-    if (!buf || n == 0) return;
-    size_t len = (size_t)snprintf(buf, n, "cpu %s", KILN_CPU_ARCH);
-    for (int i = 0; kiln_cpu_features[i] && len < n; i++) {
-        bool known;
-        if (!kiln__cpu_has_feature(kiln_cpu_features[i], &known)) continue;
-        size_t add = strlen(kiln_cpu_features[i]) + 1;
-        if (len + add >= n) break; /* never cut a name in half */
-        len += (size_t)snprintf(buf + len, n - len, " %s", kiln_cpu_features[i]);
-    }
-}
 
 /* ---- errors ------------------------------------------------------------ */
 
@@ -481,7 +386,8 @@ static kiln_status check_target(const kiln_engine *e, const char *required) {
     /* Required features are named per architecture: compare that first. */
     const char *arch = t + kind_len + (t[kind_len] == ' ');
     size_t arch_len = strcspn(arch, " ");
-    if (arch_len != strlen(KILN_CPU_ARCH) || memcmp(arch, KILN_CPU_ARCH, arch_len) != 0)
+    const char *here_arch = kiln__cpu_arch();
+    if (arch_len != strlen(here_arch) || memcmp(arch, here_arch, arch_len) != 0)
         return KILN_FAIL(KILN_ERR_UNSUPPORTED,
                          "engine was built for '%s' and requires '%s', but this machine is '%s'; "
                          "rebuild the engine on this machine",

@@ -10,20 +10,6 @@
 
 #define NODE(a) ((a)->node_name ? (a)->node_name : "?")
 
-bool kiln__cpu_has_bf16(void) {
-#if defined(__x86_64__) && defined(__GNUC__)
-    /* CPUID leaf 7 subleaf 1, EAX bit 5: AVX512_BF16. */
-    unsigned a = 0, b = 0, c = 0, d = 0;
-    __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(1));
-    __builtin_cpu_init();
-    return (a & (1u << 5)) != 0 && __builtin_cpu_supports("avx512f");
-#else
-    return false;
-#endif
-}
-
-bool kiln__have_dnnl(void) { return KILN_HAVE_DNNL != 0; }
-
 const char *kiln__fc_act_name(int act) {
     switch (act) {
     case KILN_FC_ACT_NONE: return "none";

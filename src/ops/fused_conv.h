@@ -171,9 +171,5 @@ KILN_PRIVATE int kiln__fc_c16_values(const kiln_graph *g);
 KILN_PRIVATE int32_t *kiln__layout_attr(kiln_node *n);
 /* fuse_conv.c: every layer back to NCHW (each kiln__layout_attr field 0). */
 KILN_PRIVATE void kiln__fc_clear_layouts(kiln_graph *g);
-/* Whether kiln was built with oneDNN (its tactics exist). */
-KILN_PRIVATE bool kiln__have_dnnl(void);
-/* Whether this CPU does bf16 arithmetic (avx512_bf16). */
-KILN_PRIVATE bool kiln__cpu_has_bf16(void);
 
 #endif

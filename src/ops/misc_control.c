@@ -14,6 +14,7 @@
  * exact shapes inferred from its actual inputs; its intermediate tensors are
  * freed after their last reader. */
 #include "ops/misc_control.h"
+#include "backends/cpu/cpu_features.h"
 
 #include "format/format.h"
 

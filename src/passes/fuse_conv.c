@@ -15,6 +15,7 @@
  * The fused node replaces the pattern's last node and is named "a+b+c"
  * after the nodes it came from. */
 #include "backends/backend.h"
+#include "backends/cpu/cpu_features.h"
 #include "backends/cpu/kernels/conv_pwdw.h"
 #include "ops/elementwise_impl.h"
 #include "backends/cpu/kernels/fused_conv_cpu.h"

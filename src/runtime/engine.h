@@ -237,7 +237,4 @@ KILN_PRIVATE size_t kiln__acheck_unwritten(const void *p, size_t nb, kiln_dtype 
 /* Bytes of a tensor's shape and dtype (0 if unknown or too large). */
 KILN_PRIVATE size_t kiln__tensor_nbytes(const kiln_tensor *t);
 
-/* Target description of this machine (CPU features). */
-KILN_PRIVATE void kiln__cpu_target(char *buf, size_t n);
-
 #endif

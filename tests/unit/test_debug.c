@@ -10,6 +10,7 @@
 #include <stdlib.h>
 
 #include "test.h"
+#include "backends/cpu/cpu_features.h"
 
 #include "graph_build.h"
 #include "backends/cpu/kernels/fused_conv_cpu.h"

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "test.h"
+#include "backends/cpu/cpu_features.h"
 
 #include "graph_build.h"
 #include "backends/backend.h"

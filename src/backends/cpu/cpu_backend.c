@@ -2,9 +2,8 @@
  * the CPU table (cpu_table.c: a tuned kernel, else the op's reference). */
 #include "backends/backend.h"
 #include "backends/cpu/cpu_kernels.h"
-#include "runtime/engine.h"
-
-#include "backends/cuda/cuda_backend.h"
+#include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/cpu_features.h"
 
 static kiln_status cpu_run(void *state, const kiln_kernel_args *a) {
     (void)state;
@@ -64,23 +63,4 @@ static const kiln_backend_i kiln_backend_cpu = {
     .run = cpu_run,
 };
 
-const kiln_backend_i *kiln__backend_for(int device) {
-    if (device == KILN_DEVICE_CPU) return &kiln_backend_cpu;
-#if KILN_HAVE_CUDA
-    if (device == KILN_DEVICE_CUDA) return kiln__cuda_backend();
-#endif
-    return NULL;
-}
-
-int kiln_device_available(kiln_device dev) {
-    const kiln_backend_i *be = kiln__backend_for(dev);
-    if (!be) return 0;
-    if (dev == KILN_DEVICE_CPU) return 1;
-    void *state = NULL;
-    if (be->state_create(0, &state) != KILN_OK) {
-        kiln__clear_error();
-        return 0;
-    }
-    be->state_free(state);
-    return 1;
-}
+const kiln_backend_i *kiln__cpu_backend(void) { return &kiln_backend_cpu; }

@@ -38,6 +38,7 @@
  * Implementations oneDNN marks as reference code ("ref:") are refused:
  * kiln's own kernels are faster than those. */
 #include "backends/cpu/kernels/fused_conv_cpu.h"
+#include "backends/cpu/cpu_features.h"
 
 #if KILN_HAVE_DNNL
 
