@@ -69,7 +69,11 @@ typedef struct kiln_backend_i {
     void (*graph_free)(void *state, void *graph);
 } kiln_backend_i;
 
+/* The backends (backends/registry.c). */
 KILN_PRIVATE const kiln_backend_i *kiln__backend_for(int device); /* NULL if not built in */
+/* "cpu", "cuda"...: the name of a device kiln knows (built in or not); NULL
+ * for an unknown one. */
+KILN_PRIVATE const char *kiln__device_name(int device);
 
 /* ---- what a backend says about one node, from its kernel (kernel.c) ---- */
 

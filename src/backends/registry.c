@@ -1,13 +1,35 @@
-/* registry.c -- the backends built into this kiln, by device. */
+/* registry.c -- the backends this kiln knows, by device: one line each.
+ * A backend is a folder under src/backends/ whose vtable (backend.h) a
+ * getter returns; its getter is NULL where this kiln was built without it
+ * (the device is then known by name, and refused as not built in). */
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cuda/cuda_backend.h"
 
-const kiln_backend_i *kiln__backend_for(int device) {
-    if (device == KILN_DEVICE_CPU) return kiln__cpu_backend();
-#if KILN_HAVE_CUDA
-    if (device == KILN_DEVICE_CUDA) return kiln__cuda_backend();
-#endif
+typedef struct backend_entry {
+    int device;       /* kiln_device */
+    const char *name; /* as in target strings, messages and inspect */
+    const kiln_backend_i *(*get)(void);
+} backend_entry;
+
+static const backend_entry kiln_backends[] = {
+    {KILN_DEVICE_CPU, "cpu", kiln__cpu_backend},
+    {KILN_DEVICE_CUDA, "cuda", KILN_CUDA_BACKEND_GET},
+};
+
+static const backend_entry *entry_of(int device) {
+    for (size_t i = 0; i < sizeof kiln_backends / sizeof kiln_backends[0]; i++)
+        if (kiln_backends[i].device == device) return &kiln_backends[i];
     return NULL;
+}
+
+const kiln_backend_i *kiln__backend_for(int device) {
+    const backend_entry *b = entry_of(device);
+    return b && b->get ? b->get() : NULL;
+}
+
+const char *kiln__device_name(int device) {
+    const backend_entry *b = entry_of(device);
+    return b ? b->name : NULL;
 }
 
 int kiln_device_available(kiln_device dev) {

@@ -34,8 +34,7 @@ void kiln_builder_free(kiln_builder *b) {
 
 kiln_status kiln_builder_set_device(kiln_builder *b, kiln_device dev, int index) {
     CHECK_BUILDER(b, "kiln_builder_set_device");
-    if (dev != KILN_DEVICE_CPU && dev != KILN_DEVICE_CUDA)
-        return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "unknown device %d", (int)dev);
+    if (!kiln__device_name(dev)) return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "unknown device %d", (int)dev);
     if (index < 0) return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "device index %d < 0", index);
     b->opts.device = dev;
     b->opts.device_index = index;
@@ -307,7 +306,7 @@ kiln_status kiln_build(const kiln_builder *b, const kiln_model *m, kiln_engine *
     if (!be)
         return KILN_FAIL(KILN_ERR_UNSUPPORTED,
                          "device '%s' is not available: this kiln was built without it",
-                         b->opts.device == KILN_DEVICE_CUDA ? "cuda" : "?");
+                         kiln__device_name(b->opts.device) ? kiln__device_name(b->opts.device) : "?");
     if (b->opts.device == KILN_DEVICE_CPU && b->opts.precision == KILN_PRECISION_FP16)
         return KILN_FAIL(KILN_ERR_UNSUPPORTED,
                          "precision fp16 is not supported by the CPU backend (use fp32)");
@@ -406,7 +405,7 @@ static void profile_str(const kiln_profile *p, const int64_t *d, kiln_sbuf *sb, 
     kiln__sbuf_printf(sb, "]");
 }
 
-static const char *device_name(int d) { return d == KILN_DEVICE_CUDA ? "cuda" : "cpu"; }
+static const char *device_name(int d) { return kiln__device_name(d) ? kiln__device_name(d) : "?"; }
 static const char *precision_name(int p) {
     switch (p) {
     case KILN_PRECISION_TF32: return "tf32";
@@ -611,7 +610,7 @@ static void fallback_summary(const kiln_engine *e, kiln_sbuf *sb, bool json) {
     }
     kiln__sbuf_printf(sb, "cpu fallback: %d node(s) without a %s kernel run on the CPU, costing %d "
                           "host<->device copies per run%s\n",
-                      n_cpu, e->opts.device == KILN_DEVICE_CUDA ? "cuda" : "device", n_cross,
+                      n_cpu, device_name(e->opts.device), n_cross,
                       n_cpu ? ":" : "");
     for (int i = 0; i < g->n_nodes; i++) {
         const kiln_node *n = &g->nodes[i];

@@ -362,22 +362,16 @@ static kiln_status check_signature(const unsigned char *p, size_t size, bool map
 static kiln_status check_target(const kiln_engine *e, const char *required) {
     const char *t = e->target;
     size_t kind_len = strcspn(t, " ");
-    bool kind_cpu = kind_len == 3 && !memcmp(t, "cpu", 3);
-    bool kind_cuda = kind_len == 4 && !memcmp(t, "cuda", 4);
-    if (e->opts.device == KILN_DEVICE_CPU) {
-        if (kind_len && !kind_cpu)
-            return bad("device is cpu but the target is '%s'", t);
-    } else if (e->opts.device == KILN_DEVICE_CUDA) {
-        if (kind_len && !kind_cuda)
-            return bad("device is cuda but the target is '%s'", t);
-        if (!kiln__backend_for(KILN_DEVICE_CUDA))
-            return KILN_FAIL(KILN_ERR_UNSUPPORTED,
-                             "engine was built for '%s' (a CUDA GPU), but this kiln was built "
-                             "without CUDA support; rebuild the engine for the CPU",
-                             t);
-    } else {
-        return bad("unknown device %d", (int)e->opts.device);
-    }
+    const char *dev = kiln__device_name(e->opts.device);
+    if (!dev) return bad("unknown device %d", (int)e->opts.device);
+    /* the target names the device: "cpu x86_64 avx2...", "cuda sm_90" */
+    if (kind_len && (kind_len != strlen(dev) || memcmp(t, dev, kind_len) != 0))
+        return bad("device is %s but the target is '%s'", dev, t);
+    if (!kiln__backend_for(e->opts.device))
+        return KILN_FAIL(KILN_ERR_UNSUPPORTED,
+                         "engine was built for '%s' (device %s), but this kiln was built without "
+                         "the %s backend; rebuild the engine for the CPU",
+                         t, dev, dev);
     if (!*required) return KILN_OK;
     if (e->opts.device != KILN_DEVICE_CPU) return KILN_OK; /* device features: the backend's job */
 
