@@ -331,10 +331,10 @@ kiln_status kiln_build(const kiln_builder *b, const kiln_model *m, kiln_engine *
         goto fail;
     }
     if ((s = resolve_profiles(b, g, e->profiles)) != KILN_OK) goto fail;
-    if ((s = kiln__pass_infer(g)) != KILN_OK) goto fail;
+    if ((s = kiln__graph_infer(g)) != KILN_OK) goto fail;
     if ((s = kiln__pass_fold_constants(g)) != KILN_OK) goto fail;
     if ((s = kiln__pass_dce(g)) != KILN_OK) goto fail;
-    if ((s = kiln__pass_infer(g)) != KILN_OK) goto fail;
+    if ((s = kiln__graph_infer(g)) != KILN_OK) goto fail;
     kiln_optimize_opts oo = {.device = b->opts.device, .precision = b->opts.precision,
                              .disable = b->optimization == 0, .disabled = b->disabled_passes,
                              .fp32_layers = (const char *const *)b->fp32_layers,

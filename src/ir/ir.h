@@ -95,9 +95,29 @@ KILN_PRIVATE kiln_status kiln__node_set_sources(kiln_node *n, const char *packed
  * below op->min_inputs) is absent. Ops' infer functions rely on it. */
 KILN_PRIVATE kiln_status kiln__node_check_inputs(const kiln_node *n);
 
-/* Passes (src/passes/) */
+/* Whether value v is one of the graph's outputs. */
+KILN_PRIVATE bool kiln__graph_is_output(const kiln_graph *g, int v);
+/* Adds a new constant value (data copied) named after `base` and returns its index. */
+KILN_PRIVATE kiln_status kiln__graph_add_const(kiln_graph *g, const char *base, kiln_dtype dtype,
+                                               int rank, const int64_t *dims, const void *data,
+                                               int *out);
+/* Moves the nodes added to g after its first n_nodes0 ones so that each
+ * follows node after[j - n_nodes0] (-1: before every node), in creation
+ * order, then re-links g. Used by the rewrites that insert conversions. */
+KILN_PRIVATE kiln_status kiln__nodes_place_after(kiln_graph *g, int n_nodes0, const int *after);
+
+/* Inference (src/ir/infer.c) */
 /* Shape and type inference over the whole graph (build time). */
-KILN_PRIVATE kiln_status kiln__pass_infer(kiln_graph *g);
+KILN_PRIVATE kiln_status kiln__graph_infer(kiln_graph *g);
+/* op->infer (kiln__infer) of node ni over the graph's value infos into
+ * outs[0..n_out) (data left NULL). */
+KILN_PRIVATE kiln_status kiln__graph_infer_node(kiln_graph *g, int ni, bool runtime, kiln_tinfo *outs);
+/* Merges an inferred shape with what the model declared: known inferred
+ * dims win; where inference knows nothing, a declared dim (known or
+ * symbolic) is kept. */
+KILN_PRIVATE void kiln__tinfo_merge(kiln_tinfo *dst, const kiln_tinfo *inferred);
+
+/* Passes (src/passes/) */
 /* Evaluates nodes whose inputs are all constant (with the CPU kernels). */
 KILN_PRIVATE kiln_status kiln__pass_fold_constants(kiln_graph *g);
 /* Removes nodes whose outputs nobody uses, and unused constants. */

@@ -12,7 +12,7 @@
  *      its attributes are converted by the op's `import` through the
  *      kiln_import_ctx functions defined here;
  *   5. value_info and graph outputs give declared dtypes/shapes.
- * Shapes of node outputs are inferred later (kiln__pass_infer).
+ * Shapes of node outputs are inferred later (kiln__graph_infer).
  *
  * Subgraphs (GRAPH attributes of If, Loop and Scan) are imported the same
  * way into graphs of their own. Every value a subgraph reads from an

@@ -576,7 +576,7 @@ static kiln_status infer_subgraph(const char *node, const char *what, const kiln
         if ((v->flags & (KILN_VALUE_CONST | KILN_VALUE_INPUT | KILN_VALUE_OUTPUT))) continue;
         v->info.rank = -1;
     }
-    if ((s = kiln__pass_infer(g)) != KILN_OK) {
+    if ((s = kiln__graph_infer(g)) != KILN_OK) {
         s = kiln__fail_prefix(s, "%s", desc);
         goto done;
     }

@@ -111,7 +111,7 @@ KILN_PRIVATE int kiln_import_num_outputs(const kiln_import_ctx *ic);
 KILN_PRIVATE bool kiln_import_has_input(const kiln_import_ctx *ic, int i); /* present, non-empty name */
 /* Known info of input i (dtype/shape, data if constant) or NULL. At import
  * time only graph inputs and constants are known; intermediate values have
- * no shape yet (kiln__pass_infer runs after import). */
+ * no shape yet (kiln__graph_infer runs after import). */
 KILN_PRIVATE const kiln_tinfo *kiln_import_input_info(const kiln_import_ctx *ic, int i);
 KILN_PRIVATE bool kiln_attr_has(const kiln_import_ctx *ic, const char *name);
 KILN_PRIVATE int64_t kiln_attr_int(const kiln_import_ctx *ic, const char *name, int64_t dflt);

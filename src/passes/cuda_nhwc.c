@@ -131,7 +131,7 @@ static kiln_status convert(nhwc_ctx *c, int v, bool to_nhwc, int dst, int after,
     char base[512];
     snprintf(base, sizeof base, "%s/kiln_%s_shape", g->values[v].name, to_nhwc ? "nhwc" : "nchw");
     int64_t four = 4;
-    KILN_TRY(kiln__pat_add_const(g, base, KILN_DTYPE_INT64, 1, &four, to_nhwc ? nchw : nhwc, &shape));
+    KILN_TRY(kiln__graph_add_const(g, base, KILN_DTYPE_INT64, 1, &four, to_nhwc ? nchw : nhwc, &shape));
     kiln_transpose_attrs ta;
     memset(&ta, 0, sizeof ta);
     ta.n_perm = 4;
@@ -188,7 +188,7 @@ static kiln_status rewrite(nhwc_ctx *c, const int *kind, bool *is_nhwc, int *nhw
     for (int ni = 0; ni < c->n_nodes0; ni++) {
         if (!makes_nhwc(kind[ni])) continue;
         int y = g->nodes[ni].out[0];
-        if (!kiln__pat_is_output(g, y)) {
+        if (!kiln__graph_is_output(g, y)) {
             is_nhwc[y] = true;
             nhwc_of[y] = y;
             continue;
@@ -247,7 +247,7 @@ static void keep_long_chains(const kiln_graph *g, int *kind, int *sc) {
         if (n->dead) continue;
         if (kind[ni]) {
             layers[root(parent, ni)]++;
-            if (makes_nhwc(kind[ni]) && kiln__pat_is_output(g, n->out[0])) convs[root(parent, ni)]++;
+            if (makes_nhwc(kind[ni]) && kiln__graph_is_output(g, n->out[0])) convs[root(parent, ni)]++;
         }
         for (int i = 0; i < n->n_in; i++) {
             int v = n->in[i], pr = v >= 0 ? g->values[v].producer : -1;
@@ -288,7 +288,7 @@ kiln_status kiln__pass_cuda_nhwc(kiln_graph *g, int *n_layers) {
     if ((s = rewrite(&c, kind, is_nhwc, nhwc_of, nchw_of)) != KILN_OK) goto done;
     if ((s = kiln__nodes_place_after(g, c.n_nodes0, c.after)) != KILN_OK) goto done;
     kiln__graph_link(g);
-    s = kiln__pass_infer(g);
+    s = kiln__graph_infer(g);
     if (s == KILN_OK && n_layers) *n_layers = count;
 done:
     kiln__free(kind);

@@ -65,11 +65,11 @@ static kiln_status fold_bn(kiln_graph *g, int device, int bi) {
         nb[m] = ((B0 ? B0[m] : 0.0f) - mean[m]) * s + bb[m];
     }
     int in[3] = {cv->in[0], -1, -1}, out[1] = {bn->out[0]};
-    if ((st = kiln__pat_add_const(g, g->values[w].name, KILN_DTYPE_FLOAT32, wi->rank, wi->dims, nw,
+    if ((st = kiln__graph_add_const(g, g->values[w].name, KILN_DTYPE_FLOAT32, wi->rank, wi->dims, nw,
                                   &in[1])) != KILN_OK)
         goto done;
     int64_t bd[1] = {M};
-    if ((st = kiln__pat_add_const(g, g->values[w].name, KILN_DTYPE_FLOAT32, 1, bd, nb, &in[2])) !=
+    if ((st = kiln__graph_add_const(g, g->values[w].name, KILN_DTYPE_FLOAT32, 1, bd, nb, &in[2])) !=
         KILN_OK)
         goto done;
     /* pointers may have moved: values grew */
@@ -130,7 +130,7 @@ static bool scalar_input(const kiln_graph *g, const kiln_node *n, int i, float d
 static bool match_act(const kiln_graph *g, int cur, kiln_fused_conv_attrs *fa, int *last, int *mid) {
     int cs[3];
     int nc = consumers(g, cur, cs, 3);
-    if (kiln__pat_is_output(g, cur)) return false;
+    if (kiln__graph_is_output(g, cur)) return false;
     *mid = -1;
     if (nc == 2) { /* SiLU: Sigmoid(cur) and Mul(cur, sigmoid) */
         for (int k = 0; k < 2; k++) {
@@ -522,7 +522,7 @@ int kiln__fc_choose_layouts(kiln_graph *g, const bool *veto, bool c16) {
         if (!layout_node_ok(g, ni, veto)) continue;
         int v = g->nodes[ni].out[0];
         const kiln_tinfo *t = &g->values[v].info;
-        if (v < 0 || kiln__pat_is_output(g, v) || g->values[v].n_uses < 1 || t->rank != 4) continue;
+        if (v < 0 || kiln__graph_is_output(g, v) || g->values[v].n_uses < 1 || t->rank != 4) continue;
         blk[v] = true;
     }
     for (int ni = 0; ni < g->n_nodes; ni++) {

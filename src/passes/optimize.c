@@ -15,12 +15,6 @@ int kiln__pat_producer(const kiln_graph *g, int v, int op_id) {
     return p;
 }
 
-bool kiln__pat_is_output(const kiln_graph *g, int v) {
-    for (int i = 0; i < g->n_outputs; i++)
-        if (g->outputs[i] == v) return true;
-    return false;
-}
-
 bool kiln__pat_supports(const kiln_graph *g, int device, int op_id, int n_in, const int *in, int n_out,
                         const int *out, const void *attrs) {
     const kiln_backend_i *be = kiln__backend_for(device);
@@ -32,7 +26,7 @@ bool kiln__pat_supports(const kiln_graph *g, int device, int op_id, int n_in, co
 }
 
 bool kiln__pat_sole_use(const kiln_graph *g, int v) {
-    return v >= 0 && g->values[v].n_uses == 1 && !kiln__pat_is_output(g, v);
+    return v >= 0 && g->values[v].n_uses == 1 && !kiln__graph_is_output(g, v);
 }
 
 int kiln__pat_sole_consumer(const kiln_graph *g, int v) {
@@ -120,17 +114,6 @@ kiln_status kiln__pat_replace(kiln_graph *g, int ni, int op_id, int n_in, const 
     return KILN_OK;
 }
 
-kiln_status kiln__pat_add_const(kiln_graph *g, const char *base, kiln_dtype dtype, int rank,
-                                const int64_t *dims, const void *data, int *out) {
-    char name[256];
-    for (int k = 0;; k++) {
-        snprintf(name, sizeof name, "%s/kiln_%d", base, k);
-        if (kiln__graph_find_value(g, name) < 0) break;
-    }
-    KILN_TRY(kiln__graph_add_value(g, name, out));
-    return kiln__value_set_const(&g->values[*out], dtype, rank, dims, data);
-}
-
 /* ---- the passes that can be switched off (kiln_builder_disable_pass) ------ */
 
 static const struct {
@@ -186,5 +169,5 @@ kiln_status kiln__pass_optimize(kiln_graph *g, const kiln_optimize_opts *o) {
     if (reduced && !first) KILN_TRY(kiln__pass_precision(g, o));
     kiln__graph_link(g);
     KILN_TRY(kiln__pass_dce(g));
-    return kiln__pass_infer(g);
+    return kiln__graph_infer(g);
 }

@@ -206,31 +206,6 @@ static kiln_status f_version(prec_ctx *c, int v, int *out) {
     return KILN_OK;
 }
 
-kiln_status kiln__nodes_place_after(kiln_graph *g, int n_nodes0, const int *after) {
-    int total = g->n_nodes, extra = total - n_nodes0;
-    if (!extra) return KILN_OK;
-    kiln_node *nn = kiln__malloc(sizeof *nn * (size_t)(g->cap_nodes > total ? g->cap_nodes : total));
-    if (!nn) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory (precision pass)");
-    int k = 0;
-    for (int j = 0; j < extra; j++)
-        if (after[j] < 0) nn[k++] = g->nodes[n_nodes0 + j];
-    for (int i = 0; i < n_nodes0; i++) {
-        nn[k++] = g->nodes[i];
-        for (int j = 0; j < extra; j++)
-            if (after[j] == i) nn[k++] = g->nodes[n_nodes0 + j];
-    }
-    if (k != total) {
-        kiln__free(nn);
-        return KILN_FAIL(KILN_ERR_INTERNAL, "graph pass: reordering lost nodes (%d of %d)", k,
-                         total);
-    }
-    kiln__free(g->nodes);
-    g->nodes = nn;
-    if (g->cap_nodes < total) g->cap_nodes = total;
-    kiln__graph_link(g);
-    return KILN_OK;
-}
-
 static kiln_status rewrite(prec_ctx *c, const bool *reduce) {
     kiln_graph *g = c->g;
     /* outputs of converted nodes */
@@ -239,7 +214,7 @@ static kiln_status rewrite(prec_ctx *c, const bool *reduce) {
         for (int k = 0; k < g->nodes[ni].n_out; k++) {
             int v = g->nodes[ni].out[k];
             if (v < 0 || !c->f32[v]) continue;
-            if (kiln__pat_is_output(g, v)) {
+            if (kiln__graph_is_output(g, v)) {
                 /* the node writes a new t value; a Cast back writes the output */
                 int nv;
                 KILN_TRY(new_value(c, v, c->t, c->suffix, &nv));

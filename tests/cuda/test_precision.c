@@ -83,7 +83,7 @@ static kiln_graph *make_graph(void) {
     mark_output(g, sig);
     mark_output(g, rs);
     kiln__graph_link(g);
-    if (kiln__pass_infer(g) != KILN_OK) {
+    if (kiln__graph_infer(g) != KILN_OK) {
         fprintf(stderr, "infer: %s\n", kiln_last_error());
         abort();
     }
@@ -259,7 +259,7 @@ TEST(fused_fp16) {
     int r = add_node(g, KILN_OP_Relu, "relu", 1, &cv, NULL);
     mark_output(g, r);
     kiln__graph_link(g);
-    CHECK_OK(kiln__pass_infer(g));
+    CHECK_OK(kiln__graph_infer(g));
     CHECK_OK(optimize(g, KILN_DEVICE_CUDA, KILN_PRECISION_FP16, NULL, 0, false));
     CHECK(topo_ok(g));
     CHECK(count_op(g, KILN_OP_Conv) == 0 && count_op(g, KILN_OP_Relu) == 0);
@@ -354,7 +354,7 @@ static kiln_graph *conv_chain(int nb, int cin, bool pool, bool gap) {
     if (gap) h = add_node(g, KILN_OP_GlobalAveragePool, "gap", 1, &h, NULL);
     mark_output(g, h);
     kiln__graph_link(g);
-    CHECK_OK(kiln__pass_infer(g));
+    CHECK_OK(kiln__graph_infer(g));
     CHECK_OK(optimize(g, KILN_DEVICE_CUDA, KILN_PRECISION_FP16, NULL, 0, false));
     CHECK(live_nodes_of(g, KILN_OP_FusedConv, NULL) == 2 * nb);
     for (int i = 0; i < g->n_nodes; i++) g->nodes[i].device = KILN_DEVICE_CUDA; /* as placed */
