@@ -21,6 +21,7 @@
  * timed before in the same build) and rewritten after, through a
  * temporary file and a rename. */
 #include "backends/backend.h"
+#include "backends/cpu/cpu_layout.h"
 #include "backends/cpu/kernels/conv_direct.h"
 #include "backends/cpu/kernels/fused_conv_cpu.h"
 #include "runtime/engine.h"

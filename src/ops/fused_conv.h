@@ -156,20 +156,4 @@ KILN_PRIVATE kiln_status kiln__fc_check_run(const kiln_kernel_args *a);
 KILN_PRIVATE kiln_status kiln__fc_c16_check(const char *node, const kiln_fused_conv_attrs *at, kiln_dtype xt,
                                             int xr, int wr, const int64_t *wd);
 
-/* fuse_conv.c: marks the values passed between FusedConv layers that run
- * oneDNN or Winograd tactics (on the CPU) as NHWC, so no reorder runs between them;
- * veto[node] (may be NULL) excludes nodes (their tensors stay NCHW). With
- * c16, the float32 ones become nChw16c instead where every one of them can
- * (channels multiples of 16, no reader or writer without that layout);
- * else they stay NHWC. Returns the number of NHWC or nChw16c values. */
-KILN_PRIVATE int kiln__fc_choose_layouts(kiln_graph *g, const bool *veto, bool c16);
-/* The number of live FusedConv layers whose output is nChw16c (0: the
- * last kiln__fc_choose_layouts left no nChw16c value). */
-KILN_PRIVATE int kiln__fc_c16_values(const kiln_graph *g);
-/* fuse_conv.c: the layout field of a node's attrs (FusedConv, PwDwConv,
- * MaxPool, GlobalAveragePool), else NULL. */
-KILN_PRIVATE int32_t *kiln__layout_attr(kiln_node *n);
-/* fuse_conv.c: every layer back to NCHW (each kiln__layout_attr field 0). */
-KILN_PRIVATE void kiln__fc_clear_layouts(kiln_graph *g);
-
 #endif

@@ -11,6 +11,7 @@
 
 #include "test.h"
 #include "backends/cpu/cpu_features.h"
+#include "backends/cpu/cpu_layout.h"
 
 #include "graph_build.h"
 #include "backends/cpu/kernels/fused_conv_cpu.h"
