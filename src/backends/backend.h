@@ -17,6 +17,52 @@
 
 #include "backends/kernel.h"
 
+/* ---- what the builder leaves to a backend (builder/tune.c) -------------- */
+
+#define KILN_TRIAL_MAX_RUNS 15 /* timed runs per variant of a whole-engine trial */
+/* Sets the attrs of variant v (0 or 1) of a whole-engine trial. */
+typedef void (*kiln_variant_fn)(kiln_graph *g, int v, void *arg);
+
+/* A layout choice, as the builder hands it to a backend's `layouts` hook
+ * (once per build): the graph with its nodes placed, and the builder's
+ * timing services. */
+typedef struct kiln_layout_ctx kiln_layout_ctx;
+struct kiln_layout_ctx {
+    kiln_graph *g;
+    int device;        /* the engine's device (kiln_device) */
+    bool optimize;     /* the builder optimizes (kiln_builder_set_optimization) */
+    uint32_t disabled; /* bits of the passes switched off (KILN_PASS_*, ir.h) */
+    /* Times every layer's tactics in the layouts its attrs hold at that
+     * point and keeps the fastest (the hook calls it before or after its
+     * choice; a second call does nothing). */
+    kiln_status (*tune)(kiln_layout_ctx *c);
+    /* After tune: every value's info at the profiles' opt shapes (rank -1:
+     * unknown), and whether a CPU layer was timed. */
+    const kiln_tinfo *vi;
+    bool cpu_tuned;
+    /* Median microseconds of CPU node ni run alone with its attrs as they
+     * are, at the opt shapes, into *us: -2 when a shape is unknown, -1 when
+     * it fails or `accept` (may be NULL), asked with the node's buffers,
+     * says no. */
+    kiln_status (*time_node)(kiln_layout_ctx *c, int ni, bool (*accept)(const kiln_kernel_args *a),
+                             double *us);
+    /* The whole engine run at the opt shapes in two variants of its nodes'
+     * attrs (set(g, v, arg) before every run), alternately: a warm-up run
+     * each, then up to KILN_TRIAL_MAX_RUNS timed runs each, about a second
+     * in all. t[v][r]: run r's microseconds; layer_us (when not NULL;
+     * KILN_TRIAL_MAX_RUNS x 2 x n_nodes) each layer's too. *runs: the timed
+     * runs (0: a run failed). */
+    kiln_status (*trial)(kiln_layout_ctx *c, kiln_variant_fn set, void *arg,
+                         double t[2][KILN_TRIAL_MAX_RUNS], double *layer_us, int *runs);
+    /* The timing cache's entry for node n (its tuning key at the opt shapes
+     * + suffix): true and *id, *us when found. put stores one. Without a
+     * timing cache nothing is found and put does nothing. */
+    bool (*cache_get)(kiln_layout_ctx *c, const kiln_node *n, const char *suffix, int32_t *id, float *us);
+    kiln_status (*cache_put)(kiln_layout_ctx *c, const kiln_node *n, const char *suffix, int32_t id,
+                             float us);
+    void *priv; /* the builder's */
+};
+
 typedef struct kiln_backend_i {
     const char *name;      /* "cpu", "cuda" */
     int device;            /* kiln_device */
@@ -53,6 +99,14 @@ typedef struct kiln_backend_i {
      * through its kernel (a->op_id's, or a->op's when op_id is 0).
      * a->stream and a->device_state are set from `state`. */
     kiln_status (*run)(void *state, const kiln_kernel_args *a);
+
+    /* Layouts (optional): chooses the memory layouts of the layers placed on
+     * this backend (channels-last chains...), writing them into their attrs
+     * (and conversions into the graph), and calls c->tune before or after
+     * that, as its choice needs. The builder calls it once per build: the
+     * engine's device backend's, then the CPU's (for a device engine's CPU
+     * layers too). NULL: nothing to choose. */
+    kiln_status (*layouts)(kiln_layout_ctx *c);
 
     /* Graph capture (optional, all four or none; CUDA Graphs). Between
      * capture_begin and capture_end the work `run` queues on the state's

@@ -49,6 +49,13 @@ typedef struct kiln_kernel {
     /* Name of the kernel for node n where it depends on the attributes
      * (e.g. a channels-last variant). NULL: `name`. */
     const char *(*name_of)(const kiln_node *n);
+    /* Tuning (optional): before tactic `id` of node n is timed, sets in n's
+     * attrs how it would run inside the engine (e.g. the layout of a chain
+     * it joins); `a` holds the node's timing buffers (for a probe), `ids`
+     * the tactics listed. Returns 1 when it changed the attrs (the builder
+     * restores them after the set-up), 0 when not, -1 when `id` is not to
+     * be timed alone (the builder restores the attrs and skips it). */
+    int (*tune_prepare)(kiln_node *n, int32_t id, const int32_t *ids, int n_ids, const kiln_kernel_args *a);
 } kiln_kernel;
 
 #endif

@@ -2,7 +2,6 @@
 #include "backends/backend.h"
 #include "backends/cpu/cpu_features.h"
 #include "ops/fused_conv.h" /* node_layout (inspect) */
-#include "passes/cuda_nhwc.h"
 #include "runtime/engine.h"
 
 #include <stdio.h>
@@ -343,12 +342,7 @@ kiln_status kiln_build(const kiln_builder *b, const kiln_model *m, kiln_engine *
     if ((s = place_nodes(b, be, g)) != KILN_OK) goto fail;
     e->opts = b->opts;
     if ((s = build_target(be, b->opts.device_index, e->target, sizeof e->target)) != KILN_OK) goto fail;
-    /* channels-last chains on the GPU (passes/cuda_nhwc.c), before tuning: the
-     * builder times each layer's tactics in the layout it will run in (the
-     * CPU layout choice of the tuner leaves device layers alone) */
-    if (b->opts.device == KILN_DEVICE_CUDA && b->optimization != 0 &&
-        !(b->disabled_passes & (1u << KILN_PASS_CUDA_NHWC)) && (s = kiln__pass_cuda_nhwc(e->graph, NULL)) != KILN_OK)
-        goto fail;
+    /* tactics, and the layouts the backends choose (their layouts hooks) */
     if ((s = kiln__builder_tune(b, e)) != KILN_OK) goto fail;
     if ((s = kiln__check_workspace_limit(e)) != KILN_OK) goto fail;
     if ((s = kiln__meta_copy(&e->meta, &b->meta)) != KILN_OK) goto fail;

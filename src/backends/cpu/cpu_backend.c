@@ -4,6 +4,7 @@
 #include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/cpu_features.h"
+#include "backends/cpu/cpu_layout.h"
 
 static kiln_status cpu_run(void *state, const kiln_kernel_args *a) {
     (void)state;
@@ -61,6 +62,7 @@ static const kiln_backend_i kiln_backend_cpu = {
     .sync = cpu_sync,
     .describe_target = cpu_describe_target,
     .run = cpu_run,
+    .layouts = kiln__cpu_layouts,
 };
 
 const kiln_backend_i *kiln__cpu_backend(void) { return &kiln_backend_cpu; }

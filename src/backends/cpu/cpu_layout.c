@@ -1,7 +1,13 @@
-/* cpu_layout.c -- the CPU backend's layout choice (cpu_layout.h). */
+/* cpu_layout.c -- the CPU backend's layout choice (cpu_layout.h): which
+ * values pass NHWC or nChw16c between CPU layers, and its hook for the
+ * builder (kiln__cpu_layouts), which also judges the direct kernel inside
+ * the network. */
+#include <stdlib.h>
+
 #include "backends/cpu/cpu_layout.h"
 
 #include "backends/cpu/cpu_features.h"
+#include "backends/cpu/kernels/conv_direct.h"
 #include "backends/cpu/kernels/fused_conv_cpu.h"
 
 /* ---- NHWC between oneDNN layers -------------------------------------- */
@@ -226,4 +232,236 @@ int kiln__fc_choose_layouts(kiln_graph *g, const bool *veto, bool c16) {
     }
     kiln__free(blk);
     return count;
+}
+
+/* ---- the choice, after tuning (kiln_backend_i.layouts) --------------------------- */
+
+/* Times FusedConv layer ni with the layout in its attrs at the opt shapes:
+ * *us the median (-1: it fails, or oneDNN has only a reference kernel for
+ * it), left as it was (-2) when a shape is unknown. */
+static kiln_status time_layout(kiln_layout_ctx *c, int ni, double *us) {
+    const kiln_tactic *tac = c->g->nodes[ni].attrs;
+    /* oneDNN's tactics: only where it has a real kernel for the layouts */
+    bool dnnl = tac->id == KILN_FC_TACTIC_DNNL_PLAIN || tac->id == KILN_FC_TACTIC_DNNL_BLOCKED;
+    return c->time_node(c, ni, dnnl ? kiln__cpu_fc_dnnl_real : NULL, us);
+}
+
+/* Every node's layout field (kiln__layout_attr; 0 for nodes without one)
+ * into lay[n_nodes], or (set) back from it. */
+static void layouts_io(kiln_graph *g, int32_t *lay, bool set) {
+    for (int ni = 0; ni < g->n_nodes; ni++) {
+        int32_t *l = kiln__layout_attr(&g->nodes[ni]);
+        if (set && l) *l = lay[ni];
+        else if (!set) lay[ni] = l ? *l : 0;
+    }
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Median of n doubles spaced `stride` apart (n <= KILN_TRIAL_MAX_RUNS). */
+static double median_of(const double *x, int n, size_t stride) {
+    double v[KILN_TRIAL_MAX_RUNS];
+    for (int i = 0; i < n; i++) v[i] = x[(size_t)i * stride];
+    qsort(v, (size_t)n, sizeof v[0], cmp_double);
+    return v[n / 2];
+}
+
+#define C16_MARGIN 0.98 /* nChw16c kept when its run takes at most this share of NHWC's */
+
+typedef struct lay_variants {
+    int32_t *lay; /* 2 x n_nodes layout fields */
+} lay_variants;
+
+static void set_layouts(kiln_graph *g, int v, void *arg) {
+    layouts_io(g, ((lay_variants *)arg)->lay + (size_t)v * g->n_nodes, true);
+}
+
+/* The engine with the layouts of variant 0 (NHWC) and 1 (nChw16c)
+ * (kiln_layout_ctx.trial). Blocked tensors pay off where they stream from memory
+ * and cost where a batch-1 layer must split its channels over the threads,
+ * which timing layers one by one, warm, does not show. Leaves the faster
+ * variant's layouts (NHWC when a run fails). */
+static kiln_status network_c16(kiln_layout_ctx *c, const bool *veto) {
+    kiln_graph *g = c->g;
+    lay_variants lv = {kiln__calloc(2 * (size_t)g->n_nodes + 1, sizeof *lv.lay)};
+    if (!lv.lay) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory (layouts)");
+    layouts_io(g, lv.lay + g->n_nodes, false); /* the nChw16c layouts are in place now */
+    kiln__fc_choose_layouts(g, veto, false);
+    layouts_io(g, lv.lay, false);
+    double t[2][KILN_TRIAL_MAX_RUNS];
+    int runs = 0;
+    kiln_status st = c->trial(c, set_layouts, &lv, t, NULL, &runs);
+    /* by 2% at least: the two can tie within the noise of a few runs, and
+     * where they tie NHWC keeps the batch-1 row split */
+    int keep = st == KILN_OK && runs > 0 && median_of(t[1], runs, 1) < C16_MARGIN * median_of(t[0], runs, 1) ? 1 : 0;
+    layouts_io(g, lv.lay + (size_t)keep * g->n_nodes, true);
+    kiln__free(lv.lay);
+    return st;
+}
+
+#define DIRECT_MARGIN 0.97 /* a layer takes the direct kernel where it runs in this share of the time */
+
+typedef struct tac_variants {
+    int32_t *id; /* 2 x n_nodes tactic ids (-1: no tactic) */
+} tac_variants;
+
+static void set_tactics(kiln_graph *g, int v, void *arg) {
+    const int32_t *id = ((tac_variants *)arg)->id + (size_t)v * g->n_nodes;
+    for (int ni = 0; ni < g->n_nodes; ni++)
+        if (id[ni] >= 0) ((kiln_tactic *)g->nodes[ni].attrs)->id = id[ni];
+}
+
+/* kiln's direct kernel (KILN_FC_TACTIC_DIRECT) against each layer's tuned
+ * tactic, inside the network. Timed alone, warm, oneDNN's kernels win most
+ * layers; in the network, where the weights come from memory and the input
+ * from the other core's cache, the direct kernel wins the weight-heavy ones
+ * (ResNet-50's last stage at batch 1, 2 threads: 1x1 layers 410-500 us
+ * against 510-610). So variant 1 runs it in every layer it fits (except
+ * Winograd ones: 2.25 to 4 times fewer multiplications), variant 0 in
+ * none; each layer takes it where its median time is under DIRECT_MARGIN
+ * of the tuned tactic's; then that mix runs against variant 0 and is kept
+ * only where the whole engine runs faster. Only layers whose opt shapes
+ * are known (vi) take part. The choices go into the timing cache (the
+ * layer's key + NET_KEY: tactic DIRECT, or another id for the tuned one); a
+ * build that finds every candidate there takes them without a trial. */
+#define NET_KEY "|in-network"
+static kiln_status network_direct(kiln_layout_ctx *c) {
+    kiln_graph *g = c->g;
+    const kiln_tinfo *vi = c->vi;
+    size_t nn = (size_t)g->n_nodes;
+    tac_variants tv = {kiln__malloc(2 * nn * sizeof *tv.id + 1)};
+    double *lus = kiln__calloc((size_t)KILN_TRIAL_MAX_RUNS * 2 * nn + 1, sizeof *lus);
+    if (!tv.id || !lus) {
+        kiln__free(tv.id);
+        kiln__free(lus);
+        return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory (direct-kernel trial)");
+    }
+    int cand = 0, cached = 0;
+    for (size_t ni = 0; ni < nn; ni++) {
+        kiln_node *n = &g->nodes[ni];
+        tv.id[ni] = tv.id[nn + ni] = -1;
+        if (n->dead || n->op_id != KILN_OP_FusedConv || n->device != KILN_DEVICE_CPU || n->n_in < 2 ||
+            n->in[0] < 0 || n->in[1] < 0)
+            continue;
+        const kiln_fused_conv_attrs *fa = n->attrs;
+        const kiln_tinfo *x = &vi[n->in[0]], *w = &vi[n->in[1]];
+        if ((fa->layout & (KILN_FC_LAYOUT_X_BF16 | KILN_FC_LAYOUT_Y_BF16)) || fa->tactic.id == KILN_FC_TACTIC_DIRECT ||
+            kiln__fc_wino_tile(fa->tactic.id) || x->rank < 0 || w->rank < 0 ||
+            !kiln__fc_direct_fits(fa, x->rank, x->dims, w->rank, w->dims))
+            continue;
+        tv.id[ni] = fa->tactic.id;
+        tv.id[nn + ni] = KILN_FC_TACTIC_DIRECT;
+        cand++;
+        int32_t cid;
+        float cus;
+        if (c->cache_get(c, n, NET_KEY, &cid, &cus)) {
+            cached++;
+            lus[ni] = cus;
+            if (cid != KILN_FC_TACTIC_DIRECT) tv.id[nn + ni] = tv.id[ni];
+        }
+    }
+    kiln_status st = KILN_OK;
+    int keep = 0;
+    if (cand > 0 && cached == cand) {
+        keep = 1; /* the cache's choices */
+    } else if (cand > 0) {
+        for (size_t ni = 0; ni < nn; ni++)
+            if (tv.id[ni] >= 0) tv.id[nn + ni] = KILN_FC_TACTIC_DIRECT;
+        double t[2][KILN_TRIAL_MAX_RUNS];
+        int runs = 0, chosen = 0;
+        st = c->trial(c, set_tactics, &tv, t, lus, &runs);
+        /* variant 1 becomes the mix of each layer's faster kernel; the
+         * direct kernel's median goes into lus[ni] (its time for inspect) */
+        for (size_t ni = 0; ni < nn; ni++) {
+            if (tv.id[ni] < 0) continue;
+            bool take = false;
+            if (st == KILN_OK && runs > 0) {
+                double m0 = median_of(lus + ni, runs, 2 * nn), m1 = median_of(lus + nn + ni, runs, 2 * nn);
+                take = m1 < DIRECT_MARGIN * m0;
+                lus[ni] = m1;
+            }
+            if (take) chosen++;
+            else tv.id[nn + ni] = tv.id[ni];
+        }
+        /* the mix against the tuned tactics, whole runs: each layer was
+         * timed among neighbours that had all changed too, and a layer's
+         * time depends on where its neighbours left its tensors */
+        if (st == KILN_OK && chosen > 0) {
+            st = c->trial(c, set_tactics, &tv, t, NULL, &runs);
+            keep = st == KILN_OK && runs > 0 && median_of(t[1], runs, 1) < median_of(t[0], runs, 1) ? 1 : 0;
+        }
+        for (size_t ni = 0; st == KILN_OK && ni < nn; ni++)
+            if (tv.id[ni] >= 0) st = c->cache_put(c, &g->nodes[ni], NET_KEY, tv.id[(size_t)keep * nn + ni], (float)lus[ni]);
+    }
+    if (cand > 0) {
+        set_tactics(g, keep, &tv);
+        for (size_t ni = 0; ni < nn; ni++)
+            if (tv.id[ni] >= 0 && ((kiln_tactic *)g->nodes[ni].attrs)->id == KILN_FC_TACTIC_DIRECT)
+                ((kiln_tactic *)g->nodes[ni].attrs)->us = (float)lus[ni];
+    }
+    kiln__free(tv.id);
+    kiln__free(lus);
+    return st;
+}
+
+/* NHWC tensors between oneDNN layers (above). Each layer that gets
+ * one is timed again: one that fails, or that oneDNN runs much slower that
+ * way (a reference kernel), is vetoed and the choice made again. Then the
+ * float32 ones in nChw16c instead, kept when the engine runs faster so
+ * (network_c16). */
+static kiln_status choose_layouts(kiln_layout_ctx *c) {
+    kiln_graph *g = c->g;
+    bool *veto = kiln__calloc((size_t)g->n_nodes + 1, sizeof *veto);
+    int *checked = kiln__calloc((size_t)g->n_nodes + 1, sizeof *checked);
+    if (!veto || !checked) {
+        kiln__free(veto);
+        kiln__free(checked);
+        return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory (layouts)");
+    }
+    kiln_status st = KILN_OK;
+    bool bad = true;
+    for (int round = 0; round < 16 && bad; round++) {
+        bad = false;
+        if (kiln__fc_choose_layouts(g, veto, false) == 0) break;
+        for (int ni = 0; ni < g->n_nodes && st == KILN_OK; ni++) {
+            int lay = g->nodes[ni].op_id == KILN_OP_FusedConv ? ((kiln_fused_conv_attrs *)g->nodes[ni].attrs)->layout : 0;
+            if (!lay || checked[ni] == lay + 1) continue;
+            double us = -2;
+            st = time_layout(c, ni, &us);
+            if (us == -2) continue; /* shapes unknown at opt */
+            checked[ni] = lay + 1; /* this layout of this layer was timed */
+            const kiln_tactic *tac = g->nodes[ni].attrs;
+            if (st == KILN_OK && (us < 0 || (tac->us > 0 && us > 2.0 * tac->us + 100.0))) {
+                veto[ni] = true;
+                bad = true;
+            }
+        }
+    }
+    if (bad || st != KILN_OK) { /* give up on NHWC: NCHW is always right */
+        kiln__fc_clear_layouts(g);
+    } else if (c->device == KILN_DEVICE_CPU && kiln__fc_choose_layouts(g, veto, true) > 0 &&
+               kiln__fc_c16_values(g) > 0) {
+        /* (a device engine's CPU layers keep NHWC: running that engine
+         * here would prepare its device weights before the build is done) */
+        st = network_c16(c, veto);
+    }
+    kiln__free(veto);
+    kiln__free(checked);
+    return st;
+}
+
+/* The CPU backend's layout hook: every layer's tactic first (layouts are
+ * chosen for the kernels that run), then the NHWC / nChw16c chains
+ * (unless the cpu_layout pass is off), then, for CPU engines, the direct
+ * kernel against the tuned tactics inside the network. */
+kiln_status kiln__cpu_layouts(kiln_layout_ctx *c) {
+    KILN_TRY(c->tune(c));
+    if (!c->cpu_tuned) return KILN_OK;
+    if (!(c->disabled & (1u << KILN_PASS_CPU_LAYOUT))) KILN_TRY(choose_layouts(c));
+    /* (CPU engines only, as network_c16) */
+    if (c->device == KILN_DEVICE_CPU && kiln__direct_fast_available()) KILN_TRY(network_direct(c));
+    return KILN_OK;
 }

@@ -5,7 +5,7 @@
 #ifndef KILN_CPU_LAYOUT_H
 #define KILN_CPU_LAYOUT_H
 
-#include "ir/ir.h"
+#include "backends/backend.h"
 
 /* Marks the values passed between FusedConv layers that run
  * oneDNN or Winograd tactics (on the CPU) as NHWC, so no reorder runs between them;
@@ -22,5 +22,10 @@ KILN_PRIVATE int kiln__fc_c16_values(const kiln_graph *g);
 KILN_PRIVATE int32_t *kiln__layout_attr(kiln_node *n);
 /* Every layer back to NCHW (each kiln__layout_attr field 0). */
 KILN_PRIVATE void kiln__fc_clear_layouts(kiln_graph *g);
+/* The CPU backend's layouts hook (kiln_backend_i.layouts): tunes, then
+ * chooses the chains (timing the layers that join one, vetoing those
+ * oneDNN runs badly that way) and, for CPU engines, where kiln's direct
+ * kernel runs faster inside the network than the tuned tactic. */
+KILN_PRIVATE kiln_status kiln__cpu_layouts(kiln_layout_ctx *c);
 
 #endif

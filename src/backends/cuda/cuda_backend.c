@@ -5,6 +5,7 @@
 #if KILN_HAVE_CUDA
 
 #include "backends/cuda/cuda_internal.h"
+#include "passes/cuda_nhwc.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -258,6 +259,15 @@ static kiln_status cuda_set_precision(void *state, int precision) {
     return kiln__cuda_set_tf32(state, precision == KILN_PRECISION_TF32);
 }
 
+/* ---- layouts ----------------------------------------------------------------------------- */
+
+/* Channels-last chains (cuda_nhwc), then the tuning: the builder times
+ * each layer's tactics in the layout it will run in. */
+static kiln_status cuda_layouts(kiln_layout_ctx *c) {
+    if (c->optimize && !(c->disabled & (1u << KILN_PASS_CUDA_NHWC))) KILN_TRY(kiln__pass_cuda_nhwc(c->g, NULL));
+    return c->tune(c);
+}
+
 /* ---- CUDA Graphs ----------------------------------------------------------------------- */
 
 typedef struct kiln_cuda_graph {
@@ -352,6 +362,7 @@ static const kiln_backend_i kiln_backend_cuda = {
     .describe_target = cuda_describe_target,
     .set_precision = cuda_set_precision,
     .run = cuda_run,
+    .layouts = cuda_layouts,
     .capture_begin = cuda_capture_begin,
     .capture_end = cuda_capture_end,
     .graph_launch = cuda_graph_launch,

@@ -323,3 +323,51 @@ kiln_status kiln__cpu_fc_run(const kiln_kernel_args *a) {
     return a->op->cpu(a); /* the reference: kiln's Conv kernel and an epilogue pass */
 }
 
+
+/* ---- tuning ---------------------------------------------------------------------- */
+
+bool kiln__cpu_fc_dnnl_real(const kiln_kernel_args *a) {
+#if KILN_HAVE_DNNL
+    bool ok = kiln__dnnl_conv_probe(a, ((const kiln_tactic *)a->attrs)->id) == KILN_OK;
+    kiln__clear_error();
+    return ok;
+#else
+    (void)a;
+    return false;
+#endif
+}
+
+static bool lists(const int32_t *ids, int n, int32_t id) {
+    for (int i = 0; i < n; i++)
+        if (ids[i] == id) return true;
+    return false;
+}
+
+/* A tactic that joins NHWC chains is timed as it runs inside one, NHWC in
+ * and out (no reorders): kiln's Winograd kernel always, oneDNN's where it
+ * has a real kernel for that (a reference one would take seconds to time).
+ * The direct kernel is judged inside the network (cpu_layout.c). With NHWC
+ * in and out, oneDNN's plain and blocked tactics are one kernel: blocked is
+ * the one that also runs well where a neighbour stays NCHW. */
+int kiln__cpu_fc_tune_prepare(kiln_node *n, int32_t id, const int32_t *ids, int n_ids, const kiln_kernel_args *a) {
+    if (id == KILN_FC_TACTIC_DIRECT) return -1;
+    if (id == KILN_FC_TACTIC_OWN || a->n_in < 1 || !a->in[0] || a->in[0]->rank != 4) return 0;
+    kiln_fused_conv_attrs *fa = n->attrs;
+    if (kiln__fc_wino_tile(id)) { /* kiln's kernel: every layer it takes, any layout */
+        fa->layout = KILN_FC_LAYOUT_X_NHWC | KILN_FC_LAYOUT_Y_NHWC;
+        return 1;
+    }
+    int32_t saved = fa->tactic.id;
+    fa->tactic.id = id;
+    fa->layout = KILN_FC_LAYOUT_X_NHWC | KILN_FC_LAYOUT_Y_NHWC;
+    if (fa->precision == KILN_PRECISION_BF16) fa->layout |= KILN_FC_LAYOUT_X_BF16 | KILN_FC_LAYOUT_Y_BF16;
+    kiln_kernel_args p = *a;
+    p.attrs = fa;
+    bool ok = kiln__cpu_fc_dnnl_real(&p);
+    fa->tactic.id = saved;
+    if (!ok) {
+        fa->layout = 0;
+        return 0;
+    }
+    return id == KILN_FC_TACTIC_DNNL_PLAIN && lists(ids, n_ids, KILN_FC_TACTIC_DNNL_BLOCKED) ? -1 : 1;
+}

@@ -65,6 +65,12 @@ KILN_PRIVATE size_t kiln__cpu_fc_workspace(const kiln_infer_args *a);
 KILN_PRIVATE int kiln__cpu_fc_tactics(void *state, const kiln_infer_args *a, int32_t *ids, int cap);
 KILN_PRIVATE const char *kiln__cpu_fc_tactic_name(int32_t id);
 KILN_PRIVATE int kiln__cpu_fc_inplace_input(const void *attrs);
+/* Tuning (kiln_kernel.tune_prepare): the layout a tactic runs in inside a chain. */
+KILN_PRIVATE int kiln__cpu_fc_tune_prepare(kiln_node *n, int32_t id, const int32_t *ids, int n_ids,
+                                           const kiln_kernel_args *a);
+/* Whether oneDNN runs the layer of `a` (tactic and layouts as in a->attrs)
+ * with a real kernel, not a reference one (false without oneDNN). */
+KILN_PRIVATE bool kiln__cpu_fc_dnnl_real(const kiln_kernel_args *a);
 /* kiln.PwDwConv's row (fused_pwdw_cpu.c): the op has no reference kernel. */
 KILN_PRIVATE kiln_status kiln__cpu_pwdw_run(const kiln_kernel_args *a);
 KILN_PRIVATE size_t kiln__cpu_pwdw_workspace(const kiln_infer_args *a);
