@@ -1003,7 +1003,7 @@ static void nhwc_case(const char *what, int op_id, const void *ref_at, const voi
 }
 
 /* NHWC MaxPool / AveragePool / GlobalAveragePool (KILN_POOL_LAYOUT_NHWC,
- * passes/cuda_nhwc.c) against the CPU's NCHW pooling: 16-byte vectors
+ * backends/cuda/cuda_layout.c) against the CPU's NCHW pooling: 16-byte vectors
  * (channels multiples of 8), and the scalar path (odd channels). */
 TEST(test_pool_nhwc) {
     static const struct { int op; int k, s, pb, pe, cip; int64_t C; kiln_dtype t; const char *name; } cs[] = {
@@ -1186,7 +1186,7 @@ TEST(test_fused_conv) {
 }
 
 #if KILN_HAVE_CUDNN
-/* NHWC layers (layout X|Y, cuda_nhwc.c): the same numbers as the NCHW layer,
+/* NHWC layers (layout X|Y, cuda_layout.c): the same numbers as the NCHW layer,
  * with the input, residual and output transposed. */
 TEST(test_fused_conv_nhwc) {
     for (int k = 0; k < 3; k++) {

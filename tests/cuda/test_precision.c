@@ -17,7 +17,7 @@
 #include "ops/nn_attrs.h"
 #include "ops/reduce_attrs.h"
 #include "ops/fused_conv.h"
-#include "passes/cuda_nhwc.h"
+#include "backends/cuda/cuda_layout.h"
 #include "passes/precision.h"
 #include "runtime/engine.h"
 

@@ -201,7 +201,7 @@ int kiln__fc_choose_layouts(kiln_graph *g, const bool *veto, bool c16) {
     int count = 0;
     for (int ni = 0; ni < g->n_nodes; ni++) {
         kiln_node *n = &g->nodes[ni];
-        if (n->device != KILN_DEVICE_CPU) continue; /* (cuda_nhwc.c sets the GPU layers' layouts) */
+        if (n->device != KILN_DEVICE_CPU) continue; /* (cuda_layout.c sets the GPU layers' layouts) */
         if (!n->dead && n->op_id == KILN_OP_MaxPool && layout_pool_ok(g, n)) {
             int y = blk[n->out[0]];
             ((kiln_pool_attrs *)n->attrs)->layout = y == 3 ? KILN_POOL_LAYOUT_C16 : y ? KILN_POOL_LAYOUT_NHWC : 0;

@@ -5,7 +5,7 @@
 #if KILN_HAVE_CUDA
 
 #include "backends/cuda/cuda_internal.h"
-#include "passes/cuda_nhwc.h"
+#include "backends/cuda/cuda_layout.h"
 
 #include <stdio.h>
 #include <stdlib.h>

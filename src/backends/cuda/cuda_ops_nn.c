@@ -25,7 +25,7 @@ static int global_pool_layout(const void *attrs, const kiln_op_def *op) {
     return attrs && kiln__op_id_of(op) == KILN_OP_GlobalAveragePool ? ((const kiln_pool_attrs *)attrs)->layout : 0;
 }
 
-/* NHWC (passes/cuda_nhwc.c): a 4-D input; nChw16c is the CPU's only */
+/* NHWC (backends/cuda/cuda_layout.c): a 4-D input; nChw16c is the CPU's only */
 bool kiln__cu_global_pool_supports(const kiln_graph *g, const kiln_node *n) {
     int lay = global_pool_layout(n->attrs, n->op);
     const kiln_tinfo *x = kiln__cu_in(g, n, 0);
@@ -201,7 +201,7 @@ kiln_status kiln__cu_batchnorm_run(const kiln_kernel_args *a) {
 
 /* ---- MaxPool, AveragePool -------------------------------------------------------------------------- */
 
-/* NHWC (passes/cuda_nhwc.c): 2-D, without MaxPool's indices */
+/* NHWC (backends/cuda/cuda_layout.c): 2-D, without MaxPool's indices */
 bool kiln__cu_pool_supports(const kiln_graph *g, const kiln_node *n) {
     const kiln_pool_attrs *at = n->attrs;
     if (!float_in_out(g, n) || at->n_kernel < 1 || at->n_kernel > KCU_MAX_SP) return false;

@@ -1,4 +1,4 @@
-/* cuda_nhwc.c -- channels-last chains on CUDA (see cuda_nhwc.h).
+/* cuda_layout.c -- channels-last chains on CUDA (see cuda_layout.h).
  *
  * cuDNN's tensor-core convolutions for fp16/bf16 read and write NHWC; given
  * NCHW tensors they transpose them around every layer or pick slower
@@ -16,10 +16,8 @@
  * (the Reshapes are views: no copy). Every value keeps its NCHW shape; a
  * value's bytes are NHWC exactly when an NHWC FusedConv or pool produced it.
  * GlobalAveragePool reads NHWC and writes [N, C, 1, 1], which is both. */
-#include "passes/cuda_nhwc.h"
+#include "backends/cuda/cuda_layout.h"
 
-#include "passes/pattern.h"
-#include "passes/precision.h"
 
 #include <stdio.h>
 #include <stdlib.h>
