@@ -165,32 +165,28 @@ static kiln_status opt_shapes(const kiln_engine *e, kiln_tinfo *vi) {
     for (int ni = 0; ni < g->n_nodes; ni++) {
         const kiln_node *n = &g->nodes[ni];
         if (n->dead) continue;
-        const kiln_tinfo *ip[64] = {0};
-        kiln_tinfo outs[16];
-        kiln_tinfo *op[16];
-        if (n->n_in > 64 || n->n_out > 16) continue;
+        kiln_call c;
+        if (kiln__call_begin(&c, n) != KILN_OK) {
+            kiln__clear_error();
+            continue;
+        }
         bool known = true;
         for (int i = 0; i < n->n_in; i++) {
-            ip[i] = n->in[i] >= 0 ? &vi[n->in[i]] : NULL;
-            if (ip[i] && ip[i]->rank < 0) known = false;
+            if (n->in[i] < 0) continue;
+            kiln__call_input(&c, i, &vi[n->in[i]], NULL);
+            if (vi[n->in[i]].rank < 0) known = false;
         }
-        for (int i = 0; i < n->n_out; i++) {
-            memset(&outs[i], 0, sizeof outs[i]);
-            outs[i].rank = -1;
-            op[i] = &outs[i];
-        }
-        kiln_infer_args ia = {.op = n->op, .attrs = n->attrs, .node_name = n->name, .n_in = n->n_in,
-                              .n_out = n->n_out, .in = ip, .out = op, .runtime = false};
-        if (!known || kiln__infer(&ia) != KILN_OK) {
+        if (!known || kiln__call_infer(&c, false, NULL, false) != KILN_OK) {
             kiln__clear_error();
-            for (int i = 0; i < n->n_out; i++) outs[i].rank = -1;
+            for (int i = 0; i < n->n_out; i++) c.out[i].rank = -1;
         }
         for (int i = 0; i < n->n_out; i++) {
             int v = n->out[i];
             if (v < 0) continue;
-            outs[i].data = NULL;
-            if (outs[i].rank >= 0 && kiln__numel(outs[i].rank, outs[i].dims) < 0) outs[i].rank = -1;
-            vi[v] = outs[i];
+            kiln_tinfo *o = &c.out[i];
+            o->data = NULL;
+            if (o->rank >= 0 && kiln__numel(o->rank, o->dims) < 0) o->rank = -1;
+            vi[v] = *o;
         }
     }
     return KILN_OK;
@@ -310,22 +306,22 @@ static void tac_setup(const kiln_backend_i *be, void *state, kiln_pool *pool, co
     memcpy(r->attrs, n->attrs, n->op->attr_size);
     ((kiln_tactic *)(void *)r->attrs)->id = id;
     ((kiln_tactic *)(void *)r->attrs)->us = 0;
-    kiln_tinfo outs[16];
-    kiln_tinfo *op[16];
-    for (int i = 0; i < n->n_out; i++) {
-        memset(&outs[i], 0, sizeof outs[i]);
-        op[i] = &outs[i];
+    kiln_call c;
+    if (kiln__call_begin(&c, n) != KILN_OK) {
+        kiln__clear_error();
+        return;
     }
-    kiln_infer_args ia = {.op = n->op, .attrs = r->attrs, .node_name = n->name, .n_in = n->n_in,
-                          .n_out = n->n_out, .in = in, .out = op, .runtime = false};
-    size_t ws = be->device == KILN_DEVICE_CPU ? kiln__kernel_workspace(kiln__backend_kernel(be, n), &ia) : 0;
+    for (int i = 0; i < n->n_in; i++)
+        if (in[i]) kiln__call_input(&c, i, in[i], tb->pin[i] ? tb->pin[i]->data : NULL);
+    c.ia.attrs = c.ka.attrs = r->attrs;
+    size_t ws = be->device == KILN_DEVICE_CPU ? kiln__kernel_workspace(kiln__backend_kernel(be, n), &c.ia) : 0;
     r->ws = ws ? kiln__aligned_alloc(ws) : NULL;
     if (ws && !r->ws) return;
-    r->ka = (kiln_kernel_args){.op = n->op, .op_id = n->op_id, .attrs = r->attrs, .node_name = n->name, .n_in = n->n_in,
-                               .n_out = n->n_out, .in = tb->pin, .out = tb->pout, .workspace = r->ws,
-                               .workspace_size = ws, .pool = be->device == KILN_DEVICE_CPU ? pool : NULL,
-                               .device_state = be->device == KILN_DEVICE_CPU ? NULL : state,
-                               .node_state = &r->ns};
+    kiln__call_args(&c, r->ws, ws, be->device == KILN_DEVICE_CPU ? pool : NULL, &r->ns);
+    r->ka = c.ka;
+    r->ka.in = tb->pin; /* the node's timing buffers, which outlive this call */
+    r->ka.out = tb->pout;
+    r->ka.device_state = be->device == KILN_DEVICE_CPU ? NULL : state;
     r->ok = be->run(state, &r->ka) == KILN_OK && be->sync(state) == KILN_OK;
     r->be = be;
     r->state = state;

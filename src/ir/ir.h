@@ -106,6 +106,45 @@ KILN_PRIVATE kiln_status kiln__graph_add_const(kiln_graph *g, const char *base, 
  * order, then re-links g. Used by the rewrites that insert conversions. */
 KILN_PRIVATE kiln_status kiln__nodes_place_after(kiln_graph *g, int n_nodes0, const int *after);
 
+/* ---- calling one node (src/ir/call.c) -----------------------------------
+ * The glue between a node and its op's infer and kernel, shared by every
+ * caller: the runtime (context.c), the memory planner (plan.c), constant
+ * folding (passes.c), control flow (misc_control.c) and the tuner:
+ *
+ *     kiln_call c;
+ *     KILN_TRY(kiln__call_begin(&c, n));
+ *     kiln__call_input(&c, i, &info, data);   for each present input i
+ *     KILN_TRY(kiln__call_infer(&c, runtime, node_state, exact));
+ *     c.out[i]: output infos; set c.out_t[i].data (shapes filled)
+ *     kiln__call_args(&c, ws, ws_size, pool, node_state);
+ *     then c.ka to a kernel (op->cpu, a backend's run), c.ia to workspace() */
+#define KILN_CALL_MAX 64 /* inputs or outputs of one node */
+typedef struct kiln_call {
+    const kiln_node *n;
+    kiln_tinfo in_info[KILN_CALL_MAX], out[KILN_CALL_MAX];
+    kiln_tensor in_t[KILN_CALL_MAX], out_t[KILN_CALL_MAX];
+    const kiln_tinfo *in_ip[KILN_CALL_MAX];
+    kiln_tinfo *out_ip[KILN_CALL_MAX];
+    const kiln_tensor *in_tp[KILN_CALL_MAX];
+    kiln_tensor *out_tp[KILN_CALL_MAX];
+    kiln_infer_args ia;
+    kiln_kernel_args ka;
+} kiln_call;
+/* Starts a call of n: every input absent until kiln__call_input. Fails for
+ * a node with more than KILN_CALL_MAX inputs or outputs. */
+KILN_PRIVATE kiln_status kiln__call_begin(kiln_call *c, const kiln_node *n);
+/* Input i: what infer sees (dtype, shape, data when known on the host) and
+ * the bytes the kernel reads (data: in the kernel's memory; may be NULL
+ * when no kernel runs or it reads shapes only). */
+KILN_PRIVATE void kiln__call_input(kiln_call *c, int i, const kiln_tinfo *info, void *data);
+/* Checks the required inputs and runs the op's infer (kiln__infer) into
+ * c->out (rank -1 before, or 0 with exact); copies the shapes into c->out_t
+ * (data NULL). exact: every output must have an exact shape (a kernel is
+ * to run). */
+KILN_PRIVATE kiln_status kiln__call_infer(kiln_call *c, bool runtime, kiln_node_state *ns, bool exact);
+/* The rest of the kernel args (c->ka). */
+KILN_PRIVATE void kiln__call_args(kiln_call *c, void *ws, size_t ws_size, kiln_pool *pool, kiln_node_state *ns);
+
 /* Inference (src/ir/infer.c) */
 /* Shape and type inference over the whole graph (build time). */
 KILN_PRIVATE kiln_status kiln__graph_infer(kiln_graph *g);

@@ -203,76 +203,35 @@ static kiln_status plan_load(cf_plan *p, const char *node, const char *what, con
 /* Runs node ni of the plan on vals (outputs become owned values). */
 static kiln_status plan_node(cf_plan *p, int ni, cf_val *vals, kiln_pool *pool) {
     const kiln_node *n = &p->g->nodes[ni];
-    kiln_tinfo in_info[64], outs[64];
-    const kiln_tinfo *in_ip[64];
-    kiln_tinfo *out_ip[64];
-    const kiln_tensor *in_tp[64];
-    kiln_tensor *out_tp[64];
-    if (n->n_in > 64 || n->n_out > 64)
-        return KILN_FAIL(KILN_ERR_UNSUPPORTED, "node '%s': more than 64 inputs or outputs",
-                         n->name);
-    KILN_TRY(kiln__node_check_inputs(n));
+    kiln_call c;
+    KILN_TRY(kiln__call_begin(&c, n));
     for (int i = 0; i < n->n_in; i++) {
-        in_ip[i] = NULL;
-        in_tp[i] = NULL;
         if (n->in[i] < 0) continue;
         const cf_val *v = &vals[n->in[i]];
         if (!v->set)
             return KILN_FAIL(KILN_ERR_INTERNAL, "node '%s': input %d has no value", n->name, i);
-        in_info[i].dtype = v->t.dtype;
-        in_info[i].rank = v->t.rank;
-        memcpy(in_info[i].dims, v->t.dims, sizeof in_info[i].dims);
-        in_info[i].data = v->t.data;
-        in_ip[i] = &in_info[i];
-        in_tp[i] = &v->t;
+        kiln_tinfo info = {.dtype = v->t.dtype, .rank = v->t.rank, .data = v->t.data};
+        memcpy(info.dims, v->t.dims, sizeof info.dims);
+        kiln__call_input(&c, i, &info, v->t.data);
     }
-    for (int i = 0; i < n->n_out; i++) {
-        memset(&outs[i], 0, sizeof outs[i]);
-        out_ip[i] = &outs[i];
-    }
-    kiln_infer_args ia = {.op = n->op,
-                          .attrs = n->attrs,
-                          .node_name = n->name,
-                          .n_in = n->n_in,
-                          .n_out = n->n_out,
-                          .in = in_ip,
-                          .out = out_ip,
-                          .runtime = true,
-                          .node_state = &p->ns[ni]};
-    KILN_TRY(kiln__infer(&ia));
-    cf_val res[64];
+    KILN_TRY(kiln__call_infer(&c, true, &p->ns[ni], true));
+    cf_val res[KILN_CALL_MAX];
     memset(res, 0, sizeof res);
     kiln_status s = KILN_OK;
     void *ws = NULL;
     for (int i = 0; i < n->n_out; i++) {
-        if (outs[i].rank < 0 || outs[i].rank > KILN_MAX_RANK ||
-            kiln__numel(outs[i].rank, outs[i].dims) < 0) {
-            s = KILN_FAIL(KILN_ERR_INTERNAL, "node '%s' (%s): output %d has no exact shape",
-                          n->name, n->op->name, i);
-            goto done;
-        }
-        if ((s = val_alloc(&res[i], outs[i].dtype, outs[i].rank, outs[i].dims, n->name)) != KILN_OK)
-            goto done;
-        out_tp[i] = &res[i].t;
+        const kiln_tinfo *t = &c.out[i];
+        if ((s = val_alloc(&res[i], t->dtype, t->rank, t->dims, n->name)) != KILN_OK) goto done;
+        c.out_tp[i] = &res[i].t;
     }
-    size_t ws_size = n->op->workspace ? n->op->workspace(&ia) : 0;
+    size_t ws_size = n->op->workspace ? n->op->workspace(&c.ia) : 0;
     if (ws_size && !(ws = kiln__aligned_alloc(ws_size))) {
         s = KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "node '%s': out of memory (%zu bytes of workspace)",
                       n->name, ws_size);
         goto done;
     }
-    kiln_kernel_args ka = {.op = n->op,
-                           .attrs = n->attrs,
-                           .node_name = n->name,
-                           .n_in = n->n_in,
-                           .n_out = n->n_out,
-                           .in = in_tp,
-                           .out = out_tp,
-                           .workspace = ws,
-                           .workspace_size = ws_size,
-                           .pool = pool,
-                           .node_state = &p->ns[ni]};
-    if ((s = n->op->cpu(&ka)) != KILN_OK) goto done;
+    kiln__call_args(&c, ws, ws_size, pool, &p->ns[ni]);
+    if ((s = n->op->cpu(&c.ka)) != KILN_OK) goto done;
     for (int i = 0; i < n->n_out; i++) {
         if (n->out[i] < 0) continue;
         val_drop(&vals[n->out[i]]);

@@ -24,50 +24,22 @@ static bool all_dims_known(const kiln_tinfo *t) {
 static kiln_status fold_node(kiln_graph *g, int ni) {
     kiln_node *n = &g->nodes[ni];
     bool shape_only = (n->op->flags & KILN_OP_FLAG_SHAPE_ONLY) != 0;
-    kiln_tinfo in_info[64], outs[64];
-    const kiln_tinfo *in_ptrs[64];
-    kiln_tinfo *out_ptrs[64];
-    kiln_tensor in_t[64], out_t[64];
-    const kiln_tensor *in_tp[64];
-    kiln_tensor *out_tp[64];
-    if (n->n_in > 64 || n->n_out > 64) return KILN_OK;
+    kiln_call c;
+    if (n->n_in > KILN_CALL_MAX || n->n_out > KILN_CALL_MAX) return KILN_OK;
+    KILN_TRY(kiln__call_begin(&c, n));
     for (int i = 0; i < n->n_in; i++) {
-        in_ptrs[i] = NULL;
-        in_tp[i] = NULL;
         if (n->in[i] < 0) continue;
         kiln_value *v = &g->values[n->in[i]];
-        in_info[i] = v->info;
-        in_ptrs[i] = &in_info[i];
-        in_t[i].dtype = v->info.dtype;
-        in_t[i].rank = v->info.rank;
-        memcpy(in_t[i].dims, v->info.dims, sizeof in_t[i].dims);
-        in_t[i].data = shape_only ? NULL : v->data;
-        in_tp[i] = &in_t[i];
+        kiln__call_input(&c, i, &v->info, shape_only ? NULL : v->data);
     }
-    for (int i = 0; i < n->n_out; i++) {
-        memset(&outs[i], 0, sizeof outs[i]);
-        out_ptrs[i] = &outs[i];
-    }
-    kiln_infer_args ia = {.op = n->op, .attrs = n->attrs, .node_name = n->name, .n_in = n->n_in,
-                          .n_out = n->n_out, .in = in_ptrs, .out = out_ptrs, .runtime = true};
-    KILN_TRY(kiln__infer(&ia));
+    KILN_TRY(kiln__call_infer(&c, true, NULL, true));
+    const kiln_tinfo *outs = c.out;
+    kiln_tensor *out_t = c.out_t;
     void *ws = NULL;
-    size_t ws_size = n->op->workspace ? n->op->workspace(&ia) : 0;
+    size_t ws_size = n->op->workspace ? n->op->workspace(&c.ia) : 0;
     kiln_status s = KILN_OK;
-    for (int i = 0; i < n->n_out; i++) {
-        out_t[i].dtype = outs[i].dtype;
-        out_t[i].rank = outs[i].rank;
-        memcpy(out_t[i].dims, outs[i].dims, sizeof out_t[i].dims);
-        out_t[i].data = NULL;
-        out_tp[i] = &out_t[i];
-    }
     size_t total = 0;
     for (int i = 0; i < n->n_out; i++) {
-        if (outs[i].rank < 0 || outs[i].rank > KILN_MAX_RANK || !all_dims_known(&outs[i])) {
-            s = KILN_FAIL(KILN_ERR_INTERNAL, "node '%s' (%s): output %d shape unknown at fold time",
-                          n->name, n->op->name, i);
-            goto done;
-        }
         size_t nb = kiln__value_nbytes(&outs[i]);
         /* nb == 0 with elements: the byte size overflows; too large as well */
         if ((!nb && kiln__numel(outs[i].rank, outs[i].dims) > 0) || nb > KILN_FOLD_MAX_BYTES ||
@@ -86,10 +58,8 @@ static kiln_status fold_node(kiln_graph *g, int ni) {
         s = KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory folding node '%s'", n->name);
         goto done;
     }
-    kiln_kernel_args ka = {.op = n->op, .attrs = n->attrs, .node_name = n->name, .n_in = n->n_in,
-                           .n_out = n->n_out, .in = in_tp, .out = out_tp, .workspace = ws,
-                           .workspace_size = ws_size, .pool = NULL};
-    if ((s = n->op->cpu(&ka)) != KILN_OK) goto done;
+    kiln__call_args(&c, ws, ws_size, NULL, NULL);
+    if ((s = n->op->cpu(&c.ka)) != KILN_OK) goto done;
     for (int i = 0; i < n->n_out; i++) {
         if (n->out[i] < 0) continue;
         kiln_value *v = &g->values[n->out[i]];
