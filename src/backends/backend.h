@@ -66,6 +66,11 @@ struct kiln_layout_ctx {
 typedef struct kiln_backend_i {
     const char *name;      /* "cpu", "cuda" */
     int device;            /* kiln_device */
+    /* fp16/bf16 engines carry fp16/bf16 tensors between this backend's
+     * layers (the precision pass converts the graph, passes/precision.c);
+     * false: a reduced precision is the kernels' own business (the CPU's
+     * bf16 layers keep float32 tensors). */
+    bool reduced_tensors;
     /* The kernel of op `op_id` (kernel.h), or NULL when the backend has none. */
     const kiln_kernel *(*kernel_for)(int op_id);
 

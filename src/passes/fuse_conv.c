@@ -15,7 +15,6 @@
  * The fused node replaces the pattern's last node and is named "a+b+c"
  * after the nodes it came from. */
 #include "backends/backend.h"
-#include "backends/cpu/kernels/conv_pwdw.h"
 #include "ops/elementwise_impl.h"
 #include "ops/fused_conv.h"
 #include "passes/pattern.h"
@@ -328,7 +327,7 @@ static kiln_status fuse_dwpw(kiln_graph *g, const kiln_optimize_opts *o, int di,
     kiln_conv_geom qg;
     if (!const_fc(g, q) || q->in[0] != d || !fc_geom(g, q, &qg) || !pointwise(&qg)) return KILN_OK;
     double bytes = 4.0 * (double)dg->C * (double)dg->out[0] * (double)dg->out[1];
-    if (bytes < PWDW_MIN_BYTES || !kiln__pwdw_fast_available()) return KILN_OK;
+    if (bytes < PWDW_MIN_BYTES) return KILN_OK;
     kiln_pwdw_attrs at;
     memset(&at, 0, sizeof at);
     at.no_expand = 1;
@@ -350,7 +349,7 @@ static kiln_status fuse_pwdw(kiln_graph *g, const kiln_optimize_opts *o, int di)
         dg.C != pg.M)
         return fuse_dwpw(g, o, di, &dg);
     double bytes = 4.0 * (double)pg.M * (double)pg.in[0] * (double)pg.in[1];
-    if (bytes < PWDW_MIN_BYTES || !kiln__pwdw_fast_available()) return KILN_OK;
+    if (bytes < PWDW_MIN_BYTES) return KILN_OK;
     const kiln_fused_conv_attrs *pa = pw->attrs;
     kiln_pwdw_attrs at;
     memset(&at, 0, sizeof at);
@@ -393,7 +392,8 @@ kiln_status kiln__opt_conv(kiln_graph *g, const kiln_optimize_opts *o) {
         if (g->nodes[ni].dead || g->nodes[ni].op_id != KILN_OP_Conv) continue;
         KILN_TRY(fuse_conv(g, o, ni));
     }
-    if (o->device == KILN_DEVICE_CPU && kiln__pass_on(o, KILN_PASS_FUSE_PWDW)) {
+    /* (only where the backend has a PwDwConv kernel: kiln__pat_supports) */
+    if (kiln__pass_on(o, KILN_PASS_FUSE_PWDW)) {
         for (int ni = 0; ni < g->n_nodes; ni++) KILN_TRY(fuse_pwdw(g, o, ni));
         for (int ni = 0; ni < g->n_nodes; ni++) KILN_TRY(fuse_pwdw_project(g, o, ni));
     }

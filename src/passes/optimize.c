@@ -51,7 +51,8 @@ int kiln__pass_find(const char *name) {
 
 kiln_status kiln__pass_optimize(kiln_graph *g, const kiln_optimize_opts *o) {
     /* fp16/bf16 device plans are converted even without optimizations (precision.c) */
-    bool reduced = o->device != KILN_DEVICE_CPU &&
+    const kiln_backend_i *be = kiln__backend_for(o->device);
+    bool reduced = be && be->reduced_tensors &&
                    (o->precision == KILN_PRECISION_FP16 || o->precision == KILN_PRECISION_BF16);
     if (o->disable && !reduced) return KILN_OK;
     bool first = reduced && kiln__precision_first(o);

@@ -282,7 +282,8 @@ static bool probe_takes(const char *name, int n_in, const int64_t (*dims)[4], co
 }
 
 bool kiln__precision_first(const kiln_optimize_opts *o) {
-    if (o->device == KILN_DEVICE_CPU ||
+    const kiln_backend_i *be = kiln__backend_for(o->device);
+    if (!be || !be->reduced_tensors ||
         (o->precision != KILN_PRECISION_FP16 && o->precision != KILN_PRECISION_BF16))
         return false;
     kiln_dtype t = o->precision == KILN_PRECISION_FP16 ? KILN_DTYPE_FLOAT16 : KILN_DTYPE_BFLOAT16;
@@ -301,7 +302,7 @@ bool kiln__precision_first(const kiln_optimize_opts *o) {
 kiln_status kiln__pass_precision(kiln_graph *g, const kiln_optimize_opts *o) {
     if (o->precision != KILN_PRECISION_FP16 && o->precision != KILN_PRECISION_BF16) return KILN_OK;
     const kiln_backend_i *be = kiln__backend_for(o->device);
-    if (o->device == KILN_DEVICE_CPU || !be) return KILN_OK;
+    if (!be || !be->reduced_tensors) return KILN_OK;
     kiln__graph_link(g);
     prec_ctx c = {.g = g, .t = o->precision == KILN_PRECISION_FP16 ? KILN_DTYPE_FLOAT16
                                                                      : KILN_DTYPE_BFLOAT16,

@@ -349,6 +349,7 @@ static void cuda_graph_free(void *state, void *graph) {
 static const kiln_backend_i kiln_backend_cuda = {
     .name = "cuda",
     .device = KILN_DEVICE_CUDA,
+    .reduced_tensors = true,
     .kernel_for = kiln__cuda_kernel_for,
     .state_create = cuda_state_create,
     .state_free = cuda_state_free,

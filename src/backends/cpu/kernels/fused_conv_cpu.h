@@ -72,6 +72,7 @@ KILN_PRIVATE int kiln__cpu_fc_tune_prepare(kiln_node *n, int32_t id, const int32
  * with a real kernel, not a reference one (false without oneDNN). */
 KILN_PRIVATE bool kiln__cpu_fc_dnnl_real(const kiln_kernel_args *a);
 /* kiln.PwDwConv's row (fused_pwdw_cpu.c): the op has no reference kernel. */
+KILN_PRIVATE bool kiln__cpu_pwdw_supports(const kiln_graph *g, const kiln_node *n);
 KILN_PRIVATE kiln_status kiln__cpu_pwdw_run(const kiln_kernel_args *a);
 KILN_PRIVATE size_t kiln__cpu_pwdw_workspace(const kiln_infer_args *a);
 

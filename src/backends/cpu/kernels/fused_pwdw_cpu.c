@@ -26,6 +26,13 @@ static const float *data_or_null(const kiln_kernel_args *a, int i) {
     return i < a->n_in && a->in[i] ? a->in[i]->data : NULL;
 }
 
+/* PwDwConv pays off with the AVX-512 kernel only: without it the graph
+ * optimizer keeps the FusedConv layers. */
+bool kiln__cpu_pwdw_supports(const kiln_graph *g, const kiln_node *n) {
+    (void)g, (void)n;
+    return kiln__pwdw_fast_available();
+}
+
 kiln_status kiln__cpu_pwdw_run(const kiln_kernel_args *a) {
     const kiln_pwdw_attrs *at = a->attrs;
     KILN_TRY(kiln__pwdw_check_inputs(NODE(a), at, a->n_in));
