@@ -1,7 +1,6 @@
 /* build.c -- the builder: configuration, and model -> engine. */
 #include "backends/backend.h"
 #include "backends/cpu/cpu_features.h"
-#include "ops/fused_conv.h" /* node_layout (inspect) */
 #include "runtime/engine.h"
 
 #include <stdio.h>
@@ -448,44 +447,24 @@ static void node_tactic(const kiln_node *n, kiln_sbuf *sb, bool json) {
 }
 
 /* Tensors a CPU layer reads and writes in NHWC or nChw16c (layers of an
- * NHWC or blocked chain, fused_conv.h): "x" the input, "y" the output;
- * bf16 where they hold bf16;
- * "residual" where an NHWC residual goes into an NCHW output. */
+ * NHWC or blocked chain, kiln_op_def.layout_io): "x" the input, "y" the
+ * output; bf16 where they hold bf16; "residual" where an NHWC residual goes
+ * into an NCHW output. */
+static const char *layout_word(int l) {
+    return l == KILN_VLAYOUT_NHWC_BF16 ? "nhwc-bf16" : l == KILN_VLAYOUT_NHWC ? "nhwc" : l == KILN_VLAYOUT_C16 ? "nchw16c" : "nchw";
+}
+
 static void node_layout(const kiln_node *n, kiln_sbuf *sb, bool json) {
-    if (n->device != KILN_DEVICE_CPU || !n->attrs) return;
-    const char *x = NULL, *y = NULL;
-    bool r_nhwc = false; /* the residual NHWC, the output NCHW */
-    if (n->op_id == KILN_OP_FusedConv) {
-        int l = ((const kiln_fused_conv_attrs *)n->attrs)->layout;
-        if (!l) return;
-        x = (l & KILN_FC_LAYOUT_X_NHWC)  ? ((l & KILN_FC_LAYOUT_X_BF16) ? "nhwc-bf16" : "nhwc")
-            : (l & KILN_FC_LAYOUT_X_C16) ? "nchw16c"
-                                         : "nchw";
-        y = (l & KILN_FC_LAYOUT_Y_NHWC)  ? ((l & KILN_FC_LAYOUT_Y_BF16) ? "nhwc-bf16" : "nhwc")
-            : (l & KILN_FC_LAYOUT_Y_C16) ? "nchw16c"
-                                         : "nchw";
-        r_nhwc = (l & KILN_FC_LAYOUT_R_NHWC) != 0;
-    } else if (n->op_id == KILN_OP_PwDwConv) {
-        int l = ((const kiln_pwdw_attrs *)n->attrs)->layout;
-        if (!l) return;
-        x = (l & KILN_FC_LAYOUT_X_NHWC) ? "nhwc" : "nchw";
-        y = (l & KILN_FC_LAYOUT_Y_NHWC) ? "nhwc" : "nchw";
-    } else if (n->op_id == KILN_OP_MaxPool) {
-        int l = ((const kiln_pool_attrs *)n->attrs)->layout;
-        if (l != KILN_POOL_LAYOUT_NHWC && l != KILN_POOL_LAYOUT_C16) return;
-        x = y = l == KILN_POOL_LAYOUT_C16 ? "nchw16c" : "nhwc";
-    } else if (n->op_id == KILN_OP_GlobalAveragePool && n->attrs) {
-        int l = ((const kiln_pool_attrs *)n->attrs)->layout;
-        if (l != KILN_POOL_LAYOUT_NHWC && l != KILN_POOL_LAYOUT_C16) return;
-        x = l == KILN_POOL_LAYOUT_C16 ? "nchw16c" : "nhwc";
-        y = "nchw"; /* [N, C, 1, 1]: the same bytes either way */
-    } else {
-        return;
-    }
+    if (n->device != KILN_DEVICE_CPU || !n->attrs || !n->op->layout_io) return;
+    int32_t l = *n->op->layout_field(n->attrs);
+    if (!l) return;
+    kiln_io_layout io;
+    n->op->layout_io(l, &io);
+    const char *x = layout_word(io.x), *y = layout_word(io.y);
     if (json)
         kiln__sbuf_printf(sb, ", \"layout\": {\"x\": \"%s\", \"y\": \"%s\"%s}", x, y,
-                          r_nhwc ? ", \"residual\": \"nhwc\"" : "");
-    else kiln__sbuf_printf(sb, "  layout %s->%s%s", x, y, r_nhwc ? " (residual nhwc)" : "");
+                          io.r_nhwc ? ", \"residual\": \"nhwc\"" : "");
+    else kiln__sbuf_printf(sb, "  layout %s->%s%s", x, y, io.r_nhwc ? " (residual nhwc)" : "");
 }
 
 kiln_status kiln_engine_layer_info(const kiln_engine *e, int layer, kiln_layer_info *out) {

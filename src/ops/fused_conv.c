@@ -236,10 +236,24 @@ static size_t fc_workspace(const kiln_infer_args *a) {
     return kiln__conv_workspace(&c);
 }
 
+static int32_t *fc_layout_field(void *attrs) { return &((kiln_fused_conv_attrs *)attrs)->layout; }
+
+static int fc_side(int32_t l, int32_t c16, int32_t nhwc, int32_t bf16) {
+    return (l & c16) ? KILN_VLAYOUT_C16 : (l & nhwc) ? ((l & bf16) ? KILN_VLAYOUT_NHWC_BF16 : KILN_VLAYOUT_NHWC)
+                                                     : KILN_VLAYOUT_PLAIN;
+}
+
+static void fc_layout_io(int32_t l, kiln_io_layout *io) {
+    io->x = fc_side(l, KILN_FC_LAYOUT_X_C16, KILN_FC_LAYOUT_X_NHWC, KILN_FC_LAYOUT_X_BF16);
+    io->y = fc_side(l, KILN_FC_LAYOUT_Y_C16, KILN_FC_LAYOUT_Y_NHWC, KILN_FC_LAYOUT_Y_BF16);
+    io->r_nhwc = (l & KILN_FC_LAYOUT_R_NHWC) != 0;
+}
+
 const kiln_op_def kiln_op_FusedConv = {
     .name = "FusedConv", .domain = "kiln", .since = 1,
     .min_inputs = 2, .max_inputs = 4, .min_outputs = 1, .max_outputs = 1,
     .flags = KILN_OP_FLAG_TACTICS,
     .attr_size = sizeof(kiln_fused_conv_attrs),
     .validate = fc_validate, .infer = fc_infer, .workspace = fc_workspace, .cpu = fc_ref,
+    .layout_field = fc_layout_field, .layout_io = fc_layout_io,
 };

@@ -118,9 +118,18 @@ static kiln_status pwdw_infer(const kiln_infer_args *a) {
     return KILN_OK;
 }
 
+static int32_t *pwdw_layout_field(void *attrs) { return &((kiln_pwdw_attrs *)attrs)->layout; }
+
+static void pwdw_layout_io(int32_t l, kiln_io_layout *io) {
+    io->x = (l & KILN_FC_LAYOUT_X_NHWC) ? KILN_VLAYOUT_NHWC : KILN_VLAYOUT_PLAIN;
+    io->y = (l & KILN_FC_LAYOUT_Y_NHWC) ? KILN_VLAYOUT_NHWC : KILN_VLAYOUT_PLAIN;
+    io->r_nhwc = false;
+}
+
 const kiln_op_def kiln_op_PwDwConv = {
     .name = "PwDwConv", .domain = "kiln", .since = 1,
     .min_inputs = 1, .max_inputs = 8, .min_outputs = 1, .max_outputs = 1, /* infer checks which */
     .attr_size = sizeof(kiln_pwdw_attrs),
     .validate = pwdw_validate, .infer = pwdw_infer,
+    .layout_field = pwdw_layout_field, .layout_io = pwdw_layout_io,
 };

@@ -54,6 +54,21 @@ typedef struct kiln_tensor {
     void *data;
 } kiln_tensor;
 
+/* How the bytes of a value are laid out, as the layer producing it writes
+ * them (its shape is always the model's: [N, C, H, W] for the 4-D ones). */
+enum {
+    KILN_VLAYOUT_PLAIN = 0,     /* dense row-major in the order of the shape */
+    KILN_VLAYOUT_NHWC = 1,      /* [N][H][W][C] */
+    KILN_VLAYOUT_NHWC_BF16 = 2, /* [N][H][W][C], bf16 elements under a float32 type */
+    KILN_VLAYOUT_C16 = 3,       /* nChw16c: [N][C/16][H][W][16] */
+};
+/* The layouts a layer reads input 0 in (x) and writes output 0 in (y);
+ * r_nhwc: its residual arrives NHWC while its output is plain. */
+typedef struct kiln_io_layout {
+    int x, y;
+    bool r_nhwc;
+} kiln_io_layout;
+
 typedef struct kiln_op_def kiln_op_def;
 typedef struct kiln_node_state kiln_node_state;
 
@@ -156,6 +171,10 @@ enum {
     KILN_OP_FLAG_SHAPE_ONLY = 1u << 2,/* reads only input shapes, not data (Shape, Size):
                                          folded whenever the input shape is fully known */
     KILN_OP_FLAG_TACTICS = 1u << 3,   /* attrs begin with a kiln_tactic (see below) */
+    KILN_OP_FLAG_VIEW = 1u << 4,      /* out[0] holds in[0]'s bytes unchanged under another
+                                         shape (Reshape, Flatten...): the memory planner lets
+                                         them share one block, and kernels copy only when the
+                                         two differ */
 };
 
 /* Tactics. A layer that several kernels can run (own SIMD kernels, a
@@ -196,6 +215,13 @@ struct kiln_op_def {
     kiln_status (*infer)(const kiln_infer_args *a);
     size_t (*workspace)(const kiln_infer_args *a);                      /* may be NULL */
     kiln_status (*cpu)(const kiln_kernel_args *a);
+    /* Optional, for ops whose attrs say how their tensors are stored
+     * (channels-last or blocked layers, set by a backend's layout choice:
+     * src/backends/cpu/cpu_layout.c, src/backends/cuda/cuda_layout.c): the
+     * int32 layout field of the attrs, and what a value of it means for
+     * input 0, output 0 and the residual. NULL: always plain. */
+    int32_t *(*layout_field)(void *attrs);
+    void (*layout_io)(int32_t layout, kiln_io_layout *io);
 };
 
 /* Registry (generated from ops.def). Ids are stable: they are written into

@@ -155,9 +155,6 @@ typedef struct kiln_mem_plan {
 
 /* The memory node n runs in (KILN_MEM_DEV for device nodes of device engines). */
 KILN_PRIVATE int kiln__node_mem(const kiln_engine *e, const kiln_node *n);
-/* Ops whose out[0] is in[0]'s bytes under another shape (Reshape, Flatten,
- * Squeeze, Unsqueeze, Identity): the plan gives it in[0]'s block (a view). */
-KILN_PRIVATE bool kiln__is_view_op(int op_id);
 /* The input of node n whose block the plan may give n's out[0] when n reads
  * it last (in place: 0 for KILN_OP_FLAG_INPLACE ops, else what the node's
  * kernel says, kiln_kernel.inplace_input; host memory only), or -1. */

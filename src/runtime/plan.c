@@ -194,11 +194,6 @@ static void plan_sizes(planner *P) {
     }
 }
 
-bool kiln__is_view_op(int op_id) {
-    return op_id == KILN_OP_Reshape || op_id == KILN_OP_Flatten || op_id == KILN_OP_Squeeze ||
-           op_id == KILN_OP_Unsqueeze || op_id == KILN_OP_Identity;
-}
-
 int kiln__node_inplace_input(const kiln_engine *e, const kiln_node *n) {
     /* another input: as the node's kernel says (host memory only) */
     int k = (n->op->flags & KILN_OP_FLAG_INPLACE) ? 0
@@ -307,7 +302,7 @@ static kiln_status plan_blocks(planner *P) {
      * the same bytes; the in-place merge below sees the extended end. */
     for (int ni = 0; ni < g->n_nodes; ni++) {
         const kiln_node *n = &g->nodes[ni];
-        if (!kiln__is_view_op(n->op_id) || n->n_in < 1 || n->n_out < 1) continue;
+        if (!(n->op->flags & KILN_OP_FLAG_VIEW) || n->n_in < 1 || n->n_out < 1) continue;
         int m = kiln__node_mem(P->e, n);
         int v = n->in[0], w = n->out[0];
         if (v < 0 || w < 0 || v == w) continue;

@@ -61,12 +61,7 @@ static bool layout_node_ok(const kiln_graph *g, int ni, const bool *veto) {
 }
 
 int32_t *kiln__layout_attr(kiln_node *n) {
-    if (!n->attrs) return NULL;
-    if (n->op_id == KILN_OP_FusedConv) return &((kiln_fused_conv_attrs *)n->attrs)->layout;
-    if (n->op_id == KILN_OP_MaxPool || n->op_id == KILN_OP_GlobalAveragePool)
-        return &((kiln_pool_attrs *)n->attrs)->layout;
-    if (n->op_id == KILN_OP_PwDwConv) return &((kiln_pwdw_attrs *)n->attrs)->layout;
-    return NULL;
+    return n->attrs && n->op->layout_field ? n->op->layout_field(n->attrs) : NULL;
 }
 
 void kiln__fc_clear_layouts(kiln_graph *g) {

@@ -17,8 +17,8 @@ KILN_PRIVATE int kiln__fc_choose_layouts(kiln_graph *g, const bool *veto, bool c
 /* The number of live FusedConv layers whose output is nChw16c (0: the
  * last kiln__fc_choose_layouts left no nChw16c value). */
 KILN_PRIVATE int kiln__fc_c16_values(const kiln_graph *g);
-/* The layout field of a node's attrs (FusedConv, PwDwConv,
- * MaxPool, GlobalAveragePool), else NULL. */
+/* The layout field of a node's attrs (its op's layout_field: FusedConv,
+ * PwDwConv, the pools), else NULL. */
 KILN_PRIVATE int32_t *kiln__layout_attr(kiln_node *n);
 /* Every layer back to NCHW (each kiln__layout_attr field 0). */
 KILN_PRIVATE void kiln__fc_clear_layouts(kiln_graph *g);
