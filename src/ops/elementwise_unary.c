@@ -410,9 +410,9 @@ static kiln_status ew_isinf_validate(const kiln_op_def *op, const void *attrs, c
         .attr_size = ASIZE, .import = IMPORT, .validate = VALIDATE, .infer = ew_unary_infer, \
         .workspace = NULL, .cpu = CPU};
 #define EW_SIMPLE(SYM, NAME, SINCE, CODE) \
-    EW_UNARY_DEF(SYM, NAME, SINCE, CODE, KILN_OP_FLAG_INPLACE, 0, NULL, NULL, ew_unary_cpu)
+    EW_UNARY_DEF(SYM, NAME, SINCE, CODE, KILN_OP_FLAG_INPLACE | KILN_OP_FLAG_REDUCIBLE, 0, NULL, NULL, ew_unary_cpu)
 #define EW_ACT(SYM, NAME, SINCE, CODE, IMPORT)                                   \
-    EW_UNARY_DEF(SYM, NAME, SINCE, CODE, KILN_OP_FLAG_INPLACE, sizeof(kiln_ew_act_attrs), \
+    EW_UNARY_DEF(SYM, NAME, SINCE, CODE, KILN_OP_FLAG_INPLACE | KILN_OP_FLAG_REDUCIBLE, sizeof(kiln_ew_act_attrs), \
                  IMPORT, ew_act_validate, ew_unary_cpu)
 
 EW_SIMPLE(Abs, "Abs", 1, EW_U_ABS)
@@ -451,8 +451,8 @@ EW_ACT(Celu, "Celu", 12, EW_U_CELU, ew_import_celu)
 EW_ACT(HardSigmoid, "HardSigmoid", 1, EW_U_HARDSIGMOID, ew_import_hardsigmoid)
 EW_ACT(ThresholdedRelu, "ThresholdedRelu", 10, EW_U_THRESHOLDEDRELU, ew_import_alpha1)
 EW_ACT(Shrink, "Shrink", 9, EW_U_SHRINK, ew_import_shrink)
-EW_UNARY_DEF(IsNaN, "IsNaN", 9, EW_U_ISNAN, 0, 0, NULL, NULL, ew_pred_cpu)
-EW_UNARY_DEF(IsInf, "IsInf", 10, EW_U_ISINF, 0, sizeof(kiln_ew_isinf_attrs), ew_import_isinf,
+EW_UNARY_DEF(IsNaN, "IsNaN", 9, EW_U_ISNAN, KILN_OP_FLAG_REDUCIBLE, 0, NULL, NULL, ew_pred_cpu)
+EW_UNARY_DEF(IsInf, "IsInf", 10, EW_U_ISINF, KILN_OP_FLAG_REDUCIBLE, sizeof(kiln_ew_isinf_attrs), ew_import_isinf,
              ew_isinf_validate, ew_pred_cpu)
 EW_UNARY_DEF(Not, "Not", 1, EW_U_NOT, KILN_OP_FLAG_INPLACE, 0, NULL, NULL, ew_pred_cpu)
 
@@ -581,6 +581,6 @@ static kiln_status ew_clip_cpu(const kiln_kernel_args *a) {
 
 const kiln_op_def kiln_op_Clip = {
     .name = "Clip", .domain = "", .since = 1, .min_inputs = 1, .max_inputs = 3,
-    .min_outputs = 1, .max_outputs = 1, .code = 0, .flags = KILN_OP_FLAG_INPLACE,
+    .min_outputs = 1, .max_outputs = 1, .code = 0, .flags = KILN_OP_FLAG_INPLACE | KILN_OP_FLAG_REDUCIBLE,
     .attr_size = 0, .import = ew_clip_import, .infer = ew_clip_infer, .workspace = NULL,
     .cpu = ew_clip_cpu};

@@ -252,7 +252,7 @@ static void fc_layout_io(int32_t l, kiln_io_layout *io) {
 const kiln_op_def kiln_op_FusedConv = {
     .name = "FusedConv", .domain = "kiln", .since = 1,
     .min_inputs = 2, .max_inputs = 4, .min_outputs = 1, .max_outputs = 1,
-    .flags = KILN_OP_FLAG_TACTICS,
+    .flags = KILN_OP_FLAG_TACTICS | KILN_OP_FLAG_REDUCIBLE,
     .attr_size = sizeof(kiln_fused_conv_attrs),
     .validate = fc_validate, .infer = fc_infer, .workspace = fc_workspace, .cpu = fc_ref,
     .layout_field = fc_layout_field, .layout_io = fc_layout_io,

@@ -173,7 +173,7 @@ static kiln_status fmm_ref(const kiln_kernel_args *a) {
 const kiln_op_def kiln_op_FusedMatMul = {
     .name = "FusedMatMul", .domain = "kiln", .since = 1,
     .min_inputs = 2, .max_inputs = 4, .min_outputs = 1, .max_outputs = 1,
-    .flags = KILN_OP_FLAG_TACTICS,
+    .flags = KILN_OP_FLAG_TACTICS | KILN_OP_FLAG_REDUCIBLE,
     .attr_size = sizeof(kiln_fused_matmul_attrs),
     .validate = fmm_validate, .infer = fmm_infer, .cpu = fmm_ref,
 };
@@ -215,7 +215,7 @@ static kiln_status gelu_cpu(const kiln_kernel_args *a) {
 const kiln_op_def kiln_op_Gelu = {
     .name = "Gelu", .domain = "kiln", .since = 1,
     .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
-    .flags = KILN_OP_FLAG_INPLACE,
+    .flags = KILN_OP_FLAG_INPLACE | KILN_OP_FLAG_REDUCIBLE,
     .attr_size = sizeof(kiln_gelu_attrs),
     .validate = gelu_validate, .infer = gelu_infer, .cpu = gelu_cpu,
 };
@@ -235,7 +235,7 @@ static kiln_status gelu_onnx_import(kiln_import_ctx *ic, void *attrs) {
 const kiln_op_def kiln_op_GeluOnnx = {
     .name = "Gelu", .domain = "", .since = 20,
     .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
-    .flags = KILN_OP_FLAG_INPLACE,
+    .flags = KILN_OP_FLAG_INPLACE | KILN_OP_FLAG_REDUCIBLE,
     .attr_size = sizeof(kiln_gelu_attrs),
     .import = gelu_onnx_import, .validate = gelu_validate, .infer = gelu_infer, .cpu = gelu_cpu,
 };
@@ -577,7 +577,7 @@ _Static_assert(offsetof(kiln_attention_attrs, cond_mode) == KILN_ATTN_ATTRS_V5_S
 const kiln_op_def kiln_op_Attention = {
     .name = "Attention", .domain = "kiln", .since = 1,
     .min_inputs = 3, .max_inputs = 6, .min_outputs = 1, .max_outputs = 1,
-    .flags = KILN_OP_FLAG_TACTICS,
+    .flags = KILN_OP_FLAG_TACTICS | KILN_OP_FLAG_REDUCIBLE,
     .attr_size = sizeof(kiln_attention_attrs),
     .validate = attn_validate, .infer = attn_infer, .workspace = attn_workspace, .cpu = attn_ref,
 };

@@ -234,6 +234,7 @@ static kiln_status matmul_cpu(const kiln_kernel_args *a) {
 }
 
 const kiln_op_def kiln_op_MatMul = {
+    .flags = KILN_OP_FLAG_REDUCIBLE,
     .name = "MatMul", .domain = "", .since = 1,
     .min_inputs = 2, .max_inputs = 2, .min_outputs = 1, .max_outputs = 1,
     .infer = matmul_infer, .cpu = matmul_cpu,
@@ -365,6 +366,7 @@ static kiln_status gemm_cpu(const kiln_kernel_args *a) {
 }
 
 const kiln_op_def kiln_op_Gemm = {
+    .flags = KILN_OP_FLAG_REDUCIBLE,
     .name = "Gemm", .domain = "", .since = 1,
     .min_inputs = 2, .max_inputs = 3, .min_outputs = 1, .max_outputs = 1,
     .attr_size = sizeof(kiln_gemm_attrs),

@@ -632,6 +632,7 @@ static void pool_layout_io(int32_t l, kiln_io_layout *io) {
 }
 
 const kiln_op_def kiln_op_MaxPool = {
+    .flags = KILN_OP_FLAG_REDUCIBLE,
     .name = "MaxPool", .domain = "", .since = 1,
     .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 2,
     .code = POOL_MAX, .attr_size = sizeof(kiln_pool_attrs),
@@ -640,6 +641,7 @@ const kiln_op_def kiln_op_MaxPool = {
 };
 
 const kiln_op_def kiln_op_AveragePool = {
+    .flags = KILN_OP_FLAG_REDUCIBLE,
     .name = "AveragePool", .domain = "", .since = 1,
     .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
     .code = POOL_AVG, .attr_size = sizeof(kiln_pool_attrs),
@@ -788,6 +790,7 @@ static void global_layout_io(int32_t l, kiln_io_layout *io) {
 }
 
 const kiln_op_def kiln_op_GlobalAveragePool = {
+    .flags = KILN_OP_FLAG_REDUCIBLE,
     .name = "GlobalAveragePool", .domain = "", .since = 1,
     .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
     .code = POOL_AVG, .attr_size = sizeof(kiln_pool_attrs), .validate = global_validate,
@@ -796,6 +799,7 @@ const kiln_op_def kiln_op_GlobalAveragePool = {
 };
 
 const kiln_op_def kiln_op_GlobalMaxPool = {
+    .flags = KILN_OP_FLAG_REDUCIBLE,
     .name = "GlobalMaxPool", .domain = "", .since = 1,
     .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
     .code = POOL_MAX, .infer = global_infer, .cpu = global_cpu,

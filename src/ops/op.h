@@ -175,6 +175,14 @@ enum {
                                          shape (Reshape, Flatten...): the memory planner lets
                                          them share one block, and kernels copy only when the
                                          two differ */
+    KILN_OP_FLAG_REDUCIBLE = 1u << 5, /* fp16/bf16-eligible: its float tensors share one type
+                                         and its kernels compute in fp32 inside, so the
+                                         precision pass (passes/precision.c) may convert it
+                                         (sum-like reductions are not: their results leave
+                                         the fp16 range easily) */
+    KILN_OP_FLAG_REDUCIBLE_OUT0 = 1u << 6, /* ...only while its outputs after the first are
+                                              absent (LayerNormalization's Mean and InvStdDev
+                                              are float32 by definition) */
 };
 
 /* Tactics. A layer that several kernels can run (own SIMD kernels, a
@@ -233,6 +241,15 @@ enum kiln_op_id {
 #undef KILN_OP
 };
 #define KILN_OP_ID_LIMIT 2048
+/* The number of operators in ops.def. Each backend's kernel table asserts
+ * it (src/backends/cpu/cpu_table.c, src/backends/cuda/cuda_table.c), so
+ * that adding an op means deciding whether each backend runs it. */
+enum {
+    KILN_OP_COUNT = 0
+#define KILN_OP(id, sym) +1
+#include "ops/ops.def"
+#undef KILN_OP
+};
 
 KILN_PRIVATE const kiln_op_def *kiln__op_by_id(int id);
 /* Finds the op for (domain, type). Returns its id or 0. */
