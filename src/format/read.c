@@ -7,7 +7,6 @@
 
 #include "backends/backend.h"
 #include "backends/cpu/cpu_features.h"
-#include "ops/fused_transformer.h" /* kiln.Attention attributes of format 5 */
 
 #include <limits.h>
 #include <stdarg.h>
@@ -551,6 +550,7 @@ static kiln_status read_nodes(const reader *r, int engine_device, kiln_graph *g)
     uint64_t pos = ns->offset, end = ns->offset + ns->size;
     int *io = NULL;
     int io_cap = 0;
+    void *grown_attrs = NULL;
     kiln_status st = KILN_OK;
     for (int i = 0; i < (int)ns->count; i++) {
         if (end - pos < KILN_FMT_NODE_HEADER) {
@@ -584,17 +584,16 @@ static kiln_status read_nodes(const reader *r, int engine_device, kiln_graph *g)
                      name, op->name, device);
             break;
         }
-        /* GlobalAveragePool had no attributes before version 4 (they are
-         * zero: an NCHW input) */
-        bool grew = r->version < 4 && attr_size == 0 && op_id == (uint32_t)KILN_OP_GlobalAveragePool;
-        /* kiln.Attention's attributes grew in version 6: the new fields are 0 */
-        bool attn_grew = r->version < 6 && op_id == (uint32_t)KILN_OP_Attention &&
-                         attr_size == KILN_ATTN_ATTRS_V5_SIZE;
-        kiln_attention_attrs attn_attrs;
-        if (attn_grew) {
-            memset(&attn_attrs, 0, sizeof attn_attrs);
-            memcpy(&attn_attrs, q + KILN_FMT_NODE_HEADER + 4 * ((uint64_t)n_in + n_out), attr_size);
-            grew = true;
+        /* attributes an older format wrote shorter (kiln_op_def.attr_grew_in):
+         * the fields added since are 0 */
+        bool grew = op->attr_grew_in && r->version < (uint32_t)op->attr_grew_in &&
+                    attr_size == op->attr_size_before && attr_size < op->attr_size;
+        if (grew && attr_size) {
+            if (!(grown_attrs = kiln__calloc(1, op->attr_size))) {
+                st = KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory reading node %d '%s'", i, name);
+                break;
+            }
+            memcpy(grown_attrs, q + KILN_FMT_NODE_HEADER + 4 * ((uint64_t)n_in + n_out), attr_size);
         }
         if (attr_size != op->attr_size && !grew) {
             st = bad("node %d '%s' (%s): attributes are %u bytes, this kiln's %s has %zu", i, name,
@@ -624,7 +623,9 @@ static kiln_status read_nodes(const reader *r, int engine_device, kiln_graph *g)
         }
         int node_idx;
         st = kiln__graph_add_node(g, (int)op_id, name, (int)n_in, io, (int)n_out, io + n_in,
-                                  attn_grew ? (const void *)&attn_attrs : attr_size ? x : NULL, &node_idx);
+                                  grew ? grown_attrs : attr_size ? x : NULL, &node_idx);
+        kiln__free(grown_attrs);
+        grown_attrs = NULL;
         if (st != KILN_OK) {
             st = kiln__fail_prefix(KILN_ERR_FORMAT, "engine file is malformed: node %d '%s'", i, name);
             break;
@@ -636,6 +637,7 @@ static kiln_status read_nodes(const reader *r, int engine_device, kiln_graph *g)
                                               (unsigned long long)(end - pos));
 out:
     kiln__free(io);
+    kiln__free(grown_attrs);
     return st;
 }
 

@@ -579,5 +579,6 @@ const kiln_op_def kiln_op_Attention = {
     .min_inputs = 3, .max_inputs = 6, .min_outputs = 1, .max_outputs = 1,
     .flags = KILN_OP_FLAG_TACTICS | KILN_OP_FLAG_REDUCIBLE,
     .attr_size = sizeof(kiln_attention_attrs),
+    .attr_grew_in = 6, .attr_size_before = KILN_ATTN_ATTRS_V5_SIZE, /* cond_mode and after: 0 */
     .validate = attn_validate, .infer = attn_infer, .workspace = attn_workspace, .cpu = attn_ref,
 };

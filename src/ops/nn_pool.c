@@ -794,6 +794,7 @@ const kiln_op_def kiln_op_GlobalAveragePool = {
     .name = "GlobalAveragePool", .domain = "", .since = 1,
     .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
     .code = POOL_AVG, .attr_size = sizeof(kiln_pool_attrs), .validate = global_validate,
+    .attr_grew_in = 4, .attr_size_before = 0, /* no attributes before format 4: an NCHW input */
     .infer = global_infer, .cpu = global_cpu,
     .layout_field = pool_layout_field, .layout_io = global_layout_io,
 };

@@ -206,6 +206,11 @@ struct kiln_op_def {
     int code;             /* free for the op family's shared code (e.g. which binary op) */
     uint32_t flags;
     size_t attr_size;     /* bytes of the POD attribute struct (0: none) */
+    /* The attrs grew in engine format version attr_grew_in (0: never):
+     * engines of older formats wrote the first attr_size_before bytes, and
+     * the fields after them read as 0. */
+    int attr_grew_in;
+    size_t attr_size_before;
     uint32_t host_inputs; /* bit i: infer reads the *values* of input i (Reshape's shape,
                              Slice's starts...), so it must be on the host at run time */
     kiln_status (*import)(kiln_import_ctx *ic, void *attrs);            /* may be NULL */
