@@ -47,6 +47,11 @@ typedef struct kiln_fused_conv_attrs {
                                 tactics, CUDA's channels-last layers; 0: NCHW) */
     int32_t reserved[2];     /* 0 */
 } kiln_fused_conv_attrs;
+KILN_ATTRS_SIZE(kiln_fused_conv_attrs, 424); KILN_ATTRS_AT(kiln_fused_conv_attrs, tactic, 0);
+KILN_ATTRS_AT(kiln_fused_conv_attrs, conv, 8); KILN_ATTRS_AT(kiln_fused_conv_attrs, act, 392);
+KILN_ATTRS_AT(kiln_fused_conv_attrs, alpha, 396); KILN_ATTRS_AT(kiln_fused_conv_attrs, beta, 400);
+KILN_ATTRS_AT(kiln_fused_conv_attrs, has_residual, 404); KILN_ATTRS_AT(kiln_fused_conv_attrs, precision, 408);
+KILN_ATTRS_AT(kiln_fused_conv_attrs, layout, 412); KILN_ATTRS_AT(kiln_fused_conv_attrs, reserved, 416);
 
 /* Channels-last layout (NHWC, rank 4: the same bytes as NCHW in another
  * order) of tensors passed between layers that run oneDNN or kiln's
@@ -111,6 +116,15 @@ typedef struct kiln_pwdw_attrs {
                                 absent, act1 none, E = C; needs has_project) */
     int32_t reserved;        /* 0 */
 } kiln_pwdw_attrs;
+KILN_ATTRS_SIZE(kiln_pwdw_attrs, 76); KILN_ATTRS_AT(kiln_pwdw_attrs, act1, 0);
+KILN_ATTRS_AT(kiln_pwdw_attrs, alpha1, 4); KILN_ATTRS_AT(kiln_pwdw_attrs, beta1, 8);
+KILN_ATTRS_AT(kiln_pwdw_attrs, act2, 12); KILN_ATTRS_AT(kiln_pwdw_attrs, alpha2, 16);
+KILN_ATTRS_AT(kiln_pwdw_attrs, beta2, 20); KILN_ATTRS_AT(kiln_pwdw_attrs, act3, 24);
+KILN_ATTRS_AT(kiln_pwdw_attrs, alpha3, 28); KILN_ATTRS_AT(kiln_pwdw_attrs, beta3, 32);
+KILN_ATTRS_AT(kiln_pwdw_attrs, stride, 36); KILN_ATTRS_AT(kiln_pwdw_attrs, pads, 40);
+KILN_ATTRS_AT(kiln_pwdw_attrs, has_project, 56); KILN_ATTRS_AT(kiln_pwdw_attrs, has_residual, 60);
+KILN_ATTRS_AT(kiln_pwdw_attrs, layout, 64); KILN_ATTRS_AT(kiln_pwdw_attrs, no_expand, 68);
+KILN_ATTRS_AT(kiln_pwdw_attrs, reserved, 72);
 
 /* Output size of PwDwConv's depthwise convolution along a dimension of n. */
 static inline int64_t kiln__pwdw_out(int64_t n, int pa, int pb, int stride) {

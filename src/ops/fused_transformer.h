@@ -71,10 +71,14 @@ typedef struct kiln_fused_matmul_attrs {
     int32_t trans_b;     /* B is [N, K] */
     int32_t precision;   /* kiln_precision: KILN_PRECISION_FP32 or KILN_PRECISION_BF16 */
 } kiln_fused_matmul_attrs;
+KILN_ATTRS_SIZE(kiln_fused_matmul_attrs, 20); KILN_ATTRS_AT(kiln_fused_matmul_attrs, tactic, 0);
+KILN_ATTRS_AT(kiln_fused_matmul_attrs, act, 8); KILN_ATTRS_AT(kiln_fused_matmul_attrs, trans_b, 12);
+KILN_ATTRS_AT(kiln_fused_matmul_attrs, precision, 16);
 
 typedef struct kiln_gelu_attrs {
     int32_t approx;      /* 0: erf form, 1: tanh form */
 } kiln_gelu_attrs;
+KILN_ATTRS_SIZE(kiln_gelu_attrs, 4); KILN_ATTRS_AT(kiln_gelu_attrs, approx, 0);
 
 /* Layouts of Attention's operands (permanent). */
 enum {
@@ -106,6 +110,13 @@ typedef struct kiln_attention_attrs {
     float fill;          /* the score (SELECT) or the addend (ADD) there; may be -inf */
     int32_t nan_to_zero; /* 1: NaN probabilities become 0 (IsNaN + Where after Softmax) */
 } kiln_attention_attrs;
+KILN_ATTRS_SIZE(kiln_attention_attrs, 52); KILN_ATTRS_AT(kiln_attention_attrs, tactic, 0);
+KILN_ATTRS_AT(kiln_attention_attrs, num_heads, 8); KILN_ATTRS_AT(kiln_attention_attrs, q_layout, 12);
+KILN_ATTRS_AT(kiln_attention_attrs, k_layout, 16); KILN_ATTRS_AT(kiln_attention_attrs, v_layout, 20);
+KILN_ATTRS_AT(kiln_attention_attrs, out_layout, 24); KILN_ATTRS_AT(kiln_attention_attrs, scale, 28);
+KILN_ATTRS_AT(kiln_attention_attrs, precision, 32); KILN_ATTRS_AT(kiln_attention_attrs, cond_mode, 36);
+KILN_ATTRS_AT(kiln_attention_attrs, cond_fill_if, 40); KILN_ATTRS_AT(kiln_attention_attrs, fill, 44);
+KILN_ATTRS_AT(kiln_attention_attrs, nan_to_zero, 48);
 #define KILN_ATTN_ATTRS_V5_SIZE 36 /* bytes up to and including `precision` */
 
 /* ---- what the CPU backend's tuned kernels share with the reference ones -- */

@@ -31,6 +31,12 @@ typedef struct cf_attrs {
     int32_t in_axes[CF_MAX_SCAN], in_dirs[CF_MAX_SCAN];
     int32_t out_axes[CF_MAX_SCAN], out_dirs[CF_MAX_SCAN];
 } cf_attrs;
+KILN_ATTRS_SIZE(cf_attrs, 540); KILN_ATTRS_AT(cf_attrs, n_onnx_in, 0); KILN_ATTRS_AT(cf_attrs, n_scan_in, 4);
+KILN_ATTRS_AT(cf_attrs, batched, 8); KILN_ATTRS_AT(cf_attrs, n_in_axes, 12);
+KILN_ATTRS_AT(cf_attrs, n_in_dirs, 16); KILN_ATTRS_AT(cf_attrs, n_out_axes, 20);
+KILN_ATTRS_AT(cf_attrs, n_out_dirs, 24); KILN_ATTRS_AT(cf_attrs, in_axes, 28);
+KILN_ATTRS_AT(cf_attrs, in_dirs, 156); KILN_ATTRS_AT(cf_attrs, out_axes, 284);
+KILN_ATTRS_AT(cf_attrs, out_dirs, 412);
 
 /* ---- packing ------------------------------------------------------------- */
 

@@ -28,6 +28,17 @@
 
 #include "core/core.h"
 
+#include <stddef.h>
+
+/* Attribute structs are written into engines verbatim: each one's size and
+ * the offset of each of its fields are asserted right after its definition
+ * (scripts/attrs_layout.py prints the lines), so that a change that would
+ * misread the engines already written fails to compile. New fields go at
+ * the end (kiln_op_def.attr_grew_in says from which format). */
+#define KILN_ATTRS_SIZE(T, n) _Static_assert(sizeof(T) == (n), #T " is stored in engines: its size is fixed")
+#define KILN_ATTRS_AT(T, f, off) \
+    _Static_assert(offsetof(T, f) == (off), #T "." #f " is stored in engines: its offset is fixed")
+
 /* ---- dimensions ---------------------------------------------------------
  * A dim >= 0 is known. A dim < 0 is dynamic: KILN_DIM_UNKNOWN (-1) is an
  * anonymous unknown; KILN_DIM_SYM(k) (<= -2) is the named symbol k of the
@@ -196,6 +207,7 @@ typedef struct kiln_tactic {
     int32_t id;    /* which kernel (meaning is the op's / backend's) */
     float us;      /* its measured time in microseconds at build (0: not timed) */
 } kiln_tactic;
+KILN_ATTRS_SIZE(kiln_tactic, 8); KILN_ATTRS_AT(kiln_tactic, id, 0); KILN_ATTRS_AT(kiln_tactic, us, 4);
 
 struct kiln_op_def {
     const char *name;     /* ONNX op type, e.g. "Conv" */
