@@ -127,8 +127,31 @@ typedef struct kiln_kernel_args {
                                       nothing can be kept */
 } kiln_kernel_args;
 
-/* ---- import: the ONNX node being imported, as an op's import sees it ---- */
+/* ---- import: the ONNX node being imported, as an op's import sees it ----
+ * The functions below (src/ops/import_ctx.c) call through the importer's
+ * kiln_import_i, which every import context holds as its first member, so
+ * that ops depend on no importer (src/onnx/import.c fills it). */
 typedef struct kiln_import_ctx kiln_import_ctx;
+typedef struct kiln_import_i {
+    int64_t (*opset)(const kiln_import_ctx *ic);
+    const char *(*node_name)(const kiln_import_ctx *ic);
+    const char *(*op_type)(const kiln_import_ctx *ic);
+    int (*num_inputs)(const kiln_import_ctx *ic);
+    int (*num_outputs)(const kiln_import_ctx *ic);
+    bool (*has_input)(const kiln_import_ctx *ic, int i);
+    const kiln_tinfo *(*input_info)(const kiln_import_ctx *ic, int i);
+    bool (*attr_has)(const kiln_import_ctx *ic, const char *name);
+    int64_t (*attr_int)(const kiln_import_ctx *ic, const char *name, int64_t dflt);
+    kiln_status (*attr_int32)(const kiln_import_ctx *ic, const char *name, int64_t dflt, int32_t *out);
+    float (*attr_float)(const kiln_import_ctx *ic, const char *name, float dflt);
+    int (*attr_ints)(const kiln_import_ctx *ic, const char *name, int64_t *buf, int cap);
+    int (*attr_floats)(const kiln_import_ctx *ic, const char *name, float *buf, int cap);
+    int (*attr_strings)(const kiln_import_ctx *ic, const char *name, const char **buf, int cap);
+    const char *(*attr_string)(const kiln_import_ctx *ic, const char *name, const char *dflt);
+    kiln_status (*attr_tensor)(const kiln_import_ctx *ic, const char *name, kiln_tinfo *info);
+    kiln_status (*set_const_input)(kiln_import_ctx *ic, int i, kiln_dtype dtype, int rank, const int64_t *dims,
+                                   const void *data);
+} kiln_import_i;
 
 KILN_PRIVATE int64_t kiln_import_opset(const kiln_import_ctx *ic); /* of the node's domain */
 KILN_PRIVATE const char *kiln_import_node_name(const kiln_import_ctx *ic);

@@ -573,6 +573,15 @@ static kiln_status workspace(kiln_context *c, int m, size_t ws, const char *node
 
 /* ---- running ------------------------------------------------------------ */
 
+/* Engines loaded from a file map it read-only (blob_kind 1). Pages of such a
+ * mapping that nothing needs to keep resident can be handed back to the
+ * kernel: they are read again from the file (page cache) if touched later,
+ * so this never changes a value, only what counts as resident memory.
+ * Releases the whole pages inside [p, p + n) when they lie in e's mapping;
+ * does nothing otherwise (engines built in memory or loaded from memory). */
+static void engine_release_pages(const kiln_engine *e, const void *p, size_t n) {
+    if (e && e->blob_kind == 1) kiln__mapping_release(e->blob, e->blob_size, p, n);
+}
 
 /* A CPU kernel that has just created its node state (prepacked weights, a
  * library primitive with reordered weights) no longer reads its constant
@@ -585,7 +594,7 @@ static void release_packed_constants(kiln_context *c, const kiln_node *n) {
     for (int i = 0; i < n->n_in; i++) {
         if (n->in[i] < 0) continue;
         const kiln_value *v = &g->values[n->in[i]];
-        if ((v->flags & KILN_VALUE_CONST) && v->data) kiln__engine_release_pages(c->e, v->data, v->nbytes);
+        if ((v->flags & KILN_VALUE_CONST) && v->data) engine_release_pages(c->e, v->data, v->nbytes);
     }
 }
 

@@ -81,15 +81,6 @@ KILN_PRIVATE kiln_status kiln__format_write(const kiln_engine *e, void **data, s
  * into e->graph, e->profiles, e->opts, e->target. Validates everything. */
 KILN_PRIVATE kiln_status kiln__format_read(const void *data, size_t size, kiln_engine *e);
 
-/* Engines loaded from a file map it read-only (blob_kind 1). Pages of such a
- * mapping that nothing needs to keep resident can be handed back to the
- * kernel: they are read again from the file (page cache) if touched later,
- * so this never changes a value, only what counts as resident memory.
- * Releases the whole pages inside [p, p + n) when they lie in e's mapping;
- * does nothing otherwise (engines built in memory or loaded from memory). */
-KILN_PRIVATE void kiln__engine_release_pages(const kiln_engine *e, const void *p, size_t n);
-/* The same for a file mapping given directly (checksum pass at load). */
-KILN_PRIVATE void kiln__mapping_release(const void *map, size_t map_size, const void *p, size_t n);
 
 /* Allocates an engine with its lock initialized (free: kiln_engine_free). */
 KILN_PRIVATE kiln_engine *kiln__engine_alloc(void);
