@@ -68,6 +68,21 @@ for dev in ("cpu", "cuda"):
 a, b = np.load(f"{d}/cpu/y.npy"), np.load(f"{d}/cuda/y.npy")
 print("max abs diff cuda vs cpu:", float(np.abs(a - b).max()))
 print(subprocess.run(["build-gpu/kiln", "inspect", f"{d}/cuda.kiln"], capture_output=True, text=True).stdout[-1500:])
+# --strict-device: a NonZero (no GPU kernel: its output size depends on the data) between GPU layers
+import onnx
+from onnx import helper, TensorProto as TP
+g = helper.make_graph([helper.make_node("Relu", ["x"], ["r"], name="relu"),
+                       helper.make_node("NonZero", ["r"], ["y"], name="nz")], "g",
+                      [helper.make_tensor_value_info("x", TP.FLOAT, [4, 4])],
+                      [helper.make_tensor_value_info("y", TP.INT64, None)])
+onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), f"{d}/nz.onnx")
+loose = subprocess.run(["build-gpu/kiln", "build", f"{d}/nz.onnx", "--device", "cuda", "-o", f"{d}/nz.kiln", "-q"],
+                       capture_output=True, text=True)
+strict = subprocess.run(["build-gpu/kiln", "build", f"{d}/nz.onnx", "--device", "cuda", "--strict-device",
+                         "-o", f"{d}/nz_strict.kiln"], capture_output=True, text=True)
+ok = loose.returncode == 0 and strict.returncode != 0 and "nz" in strict.stderr \
+    and not os.path.exists(f"{d}/nz_strict.kiln")
+print("strict-device:", "PASS" if ok else "FAIL", strict.stderr.strip()[-300:])
 PY
 fi
 if part debug; then
