@@ -12,6 +12,11 @@ import time
 import numpy as np
 import pytest
 
+# Ray's single-machine mode (as on macOS): the node's address is 127.0.0.1, so that all of
+# Ray's own traffic (GCS, raylet, object manager) stays on loopback. Read when ray is
+# first imported.
+os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+
 pytest.importorskip("ray.serve", reason="the serving extra (ray[serve]) is not installed")
 pytest.importorskip("aiohttp", reason="the serving extra (aiohttp) is not installed")
 
@@ -124,7 +129,9 @@ def test_replica_killed_mid_load(app, runner, capsys):
                    timeout=300, on_progress=on_progress)
     with capsys.disabled():
         print("\n" + res.summary("Ray Serve, a replica killed after 500 answers"))
-        print([f for f in res.failures if f[1] != 500], killed)
+        other = [f for f in res.failures if f[1] != 500]
+        if other:
+            print("failures other than 500:", other[:5])
     assert killed, "the replica was not killed"
     assert res.wrong == 0
     assert res.answered == 2000, res.failures[:5]  # nothing lost (no connection errors)
