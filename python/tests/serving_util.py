@@ -183,6 +183,15 @@ class LoadResult:
         self.failures = []  # (index, status or exception text, body)
         self.latencies = []
         self.wall = 0.0
+        self.batches = []  # (requests, rows) of the engine run behind each answer
+
+    def batch_summary(self):
+        if not self.batches:
+            return "no X-Kiln-Batch headers"
+        req = [b[0] for b in self.batches]
+        rows = [b[1] for b in self.batches]
+        return (f"runs behind the answers: up to {max(req)} requests / {max(rows)} rows, "
+                f"mean {np.mean(req):.1f} requests")
 
     @property
     def answered(self):
@@ -255,6 +264,10 @@ def run_load(url, requests, concurrency=32, timeout=300, on_progress=None, extra
                         if matches(got, want):
                             res.ok += 1
                             res.latencies.append(dt)
+                            b = dict(kv.strip().split("=") for kv in
+                                     r.headers.get("X-Kiln-Batch", "").split(",") if "=" in kv)
+                            if b:
+                                res.batches.append((int(b["requests"]), int(b["rows"])))
                         else:
                             res.wrong += 1
                             res.failures.append((i, "wrong", data[:300]))

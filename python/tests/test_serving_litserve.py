@@ -165,10 +165,16 @@ def test_load_2000_requests_concurrency_32(server, runner, capsys):
         bad.append((case[1], case[2], lambda st, body, w=case[3]: st == w))
     res = run_load(server + "/predict", reqs, concurrency=32, timeout=300, extra=bad)
     with capsys.disabled():
-        print("\n" + res.summary("LitServe, 2 workers, max batch 8, 2000 requests at concurrency 32"))
+        print("\n" + res.summary("LitServe, 2 workers, max batch 8, 2000 requests at concurrency 32")
+              + "\n  " + res.batch_summary())
     assert res.ok == 2000, res.failures[:5]
     assert res.wrong == 0 and not res.statuses and not res.failures
     assert not res.extra_bad, res.extra_bad[:3]
+    # LitServe's batching put several requests in one engine run, never over the
+    # profile's 8 rows (requests of 1-3 rows: at most 8 requests)
+    assert len(res.batches) == 2000
+    assert max(b[0] for b in res.batches) > 1, res.batch_summary()
+    assert max(b[1] for b in res.batches) <= 8 and max(b[0] for b in res.batches) <= 8
 
 
 @pytest.mark.parametrize("how", ["SIGTERM to the server", "SIGINT to its process group"])

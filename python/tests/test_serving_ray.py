@@ -106,9 +106,11 @@ def test_load_2000_requests_2_replicas(app, runner, capsys):
                    timeout=300)
     with capsys.disabled():
         print("\n" + res.summary("Ray Serve, 2 replicas, max batch 8, 2000 requests at "
-                                 "concurrency 32"))
+                                 "concurrency 32") + "\n  " + res.batch_summary())
     assert res.ok == 2000, res.failures[:5]
     assert res.wrong == 0 and not res.failures
+    assert len(res.batches) == 2000 and max(b[0] for b in res.batches) > 1
+    assert max(b[1] for b in res.batches) <= 8
 
 
 def test_replica_killed_mid_load(app, runner, capsys):

@@ -340,6 +340,18 @@ def decode_response(body, content_type):
 
 # ---- running -------------------------------------------------------------------------
 
+class Outputs(dict):
+    """{output name: ndarray} of one request, plus the engine run that computed them:
+    batch_requests (requests in it) and batch_rows (rows in it). The servers send them
+    as the header X-Kiln-Batch: requests=N, rows=R."""
+
+    batch_requests = 1
+    batch_rows = 0
+
+    def header(self):
+        return f"requests={self.batch_requests}, rows={self.batch_rows}"
+
+
 def _copy_out(ptr, shape, dtype):
     arr = np.empty(shape, dtype=dtype)
     if arr.nbytes:
@@ -368,7 +380,8 @@ class Runner:
         self.engine.close()
 
     def run(self, feeds):
-        """{input name: ndarray} (validated) -> {output name: ndarray} (fresh copies)."""
+        """{input name: ndarray} (validated) -> Outputs {output name: ndarray} (fresh
+        copies)."""
         L = lib()
         ctx = self._ctx
         for (name, code), arr in zip(self._in, feeds.values()):
@@ -376,7 +389,8 @@ class Runner:
             check(L.kiln_context_set_input(ctx, name, code, arr.ndim, dims,
                                            arr.ctypes.data or None))
         check(L.kiln_context_run(ctx))
-        out = {}
+        out = Outputs()
+        out.batch_rows = self.spec.rows(feeds)
         rank, ptr = ctypes.c_int(), ctypes.c_void_p()
         for name, o in zip(self._out, self.spec.outputs):
             check(L.kiln_context_get_output(ctx, name.encode(), None, ctypes.byref(rank),
@@ -385,7 +399,7 @@ class Runner:
         return out
 
     def run_batch(self, requests):
-        """A list of validated feeds -> a list of outputs, one per request, in order.
+        """A list of validated feeds -> a list of Outputs, one per request, in order.
         Batchable engines: requests whose non-batch dimensions agree are concatenated
         along dimension 0 in chunks of at most the profile's max rows."""
         if not self.spec.batchable or len(requests) == 1:
@@ -407,7 +421,8 @@ class Runner:
                         f"{_shape_text(arr.shape)}: its dimension 0 is not the batch")
             start = 0
             for k, r in zip(chunk, rows):
-                results[k] = {n: a[start:start + r] for n, a in outs.items()}
+                res = results[k] = Outputs((n, a[start:start + r]) for n, a in outs.items())
+                res.batch_requests, res.batch_rows = len(chunk), total
                 start += r
         return results
 

@@ -50,6 +50,10 @@ def _error(status, message):
     return JSONResponse({"error": message}, status_code=status)
 
 
+def _batch_header(outputs):
+    return {"X-Kiln-Batch": outputs.header()} if hasattr(outputs, "header") else {}
+
+
 class KilnSpec(LitSpec):
     """The HTTP surface of a kiln engine under LitServe: POST /predict and GET /metadata,
     with decoding, validation and the body-size limit in the API server process."""
@@ -130,7 +134,7 @@ class KilnSpec(LitSpec):
             data, media = await asyncio.to_thread(encode, response, fmt, accept)
         else:
             data, media = encode(response, fmt, accept)
-        return Response(content=data, media_type=media)
+        return Response(content=data, media_type=media, headers=_batch_header(response))
 
     @staticmethod
     def _failure(response):

@@ -128,7 +128,8 @@ class KilnServer(_EngineHolder):
         except asyncio.TimeoutError:
             return _error(504, f"no answer within {self.request_timeout_s:g} s")
         data, media = encode(outputs, fmt, request.headers.get("accept", ""))
-        return Response(content=data, media_type=media)
+        return Response(content=data, media_type=media,
+                        headers={"X-Kiln-Batch": outputs.header()})
 
     @serve.batch(max_batch_size=8, batch_wait_timeout_s=0.005)
     async def _batched(self, requests):
