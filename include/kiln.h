@@ -23,8 +23,9 @@
  *   - Constructors take `T **out` last. On success the caller owns *out and
  *     releases it with the matching kiln_T_free(); on failure *out is NULL.
  *   - Every kiln_*_free() accepts NULL.
- *   - An engine is immutable and may be used from any number of threads. A
- *     context is used by one thread at a time; its engine must outlive it.
+ *   - An engine is immutable (but for its user metadata:
+ *     kiln_engine_set_metadata) and may be used from any number of threads.
+ *     A context is used by one thread at a time; its engine must outlive it.
  *   - Pointers returned by getters are borrowed from the object that returned
  *     them and are valid while it lives (and, for outputs, until the next run).
  */
@@ -171,6 +172,13 @@ KILN_API kiln_status kiln_builder_set_profile(kiln_builder *b, const char *input
 /* Device engines: when non-zero, a node without a kernel on the device makes
  * the build fail (with the list of such nodes) instead of running on the CPU. */
 KILN_API kiln_status kiln_builder_set_strict_device(kiln_builder *b, int strict);
+/* User metadata: a key/value string the built engine carries in its file
+ * (see kiln_engine_metadata). `value` NULL removes the key. Keys are 1..255
+ * bytes of printable ASCII without spaces ('!'..'~'); values are UTF-8
+ * without NUL, at most 16 MiB; at most 1024 keys. kiln never interprets
+ * them (front ends keep what they know about the model there; kiln's Python
+ * package uses keys starting with "python."). Both strings are copied. */
+KILN_API kiln_status kiln_builder_set_metadata(kiln_builder *b, const char *key, const char *value);
 /* Builds an engine for `m` (which is not modified and may be freed after). */
 KILN_API kiln_status kiln_build(const kiln_builder *b, const kiln_model *m, kiln_engine **out);
 
@@ -212,6 +220,27 @@ KILN_API kiln_precision kiln_engine_precision(const kiln_engine *e);
  * inputs, outputs, profiles, layers and their kernels, memory. The string is
  * owned by the engine. */
 KILN_API const char *kiln_engine_describe(kiln_engine *e, int json);
+
+/* User metadata (set with kiln_builder_set_metadata before the build or
+ * kiln_engine_set_metadata after it). It is saved in the engine file (the
+ * optional META section, docs/engine-format.md) and comes back when the file
+ * is loaded, from a path or from memory; `kiln inspect` lists it.
+ * kiln_engine_metadata returns the value of `key`, or NULL when the engine
+ * has none. Entries are numbered 0..kiln_engine_num_metadata(e)-1 in key
+ * order (bytewise); kiln_engine_metadata_at gives entry `index` (either
+ * out-pointer may be NULL). Strings are borrowed from the engine: valid until
+ * the key is set again or the engine is freed. */
+KILN_API const char *kiln_engine_metadata(const kiln_engine *e, const char *key);
+KILN_API int kiln_engine_num_metadata(const kiln_engine *e);
+KILN_API kiln_status kiln_engine_metadata_at(const kiln_engine *e, int index, const char **key,
+                                             const char **value);
+/* Sets (or, with value NULL, removes) a metadata entry of an engine, with the
+ * rules of kiln_builder_set_metadata; kiln_engine_serialize and
+ * kiln_engine_save then write it. This is the one change an engine allows:
+ * do not call it while another thread reads this engine's metadata or
+ * description (strings kiln_engine_describe returned are freed by it).
+ * Contexts and runs are not affected. */
+KILN_API kiln_status kiln_engine_set_metadata(kiln_engine *e, const char *key, const char *value);
 
 /* ---- context ---------------------------------------------------------- */
 
@@ -272,6 +301,23 @@ KILN_API kiln_status kiln_context_set_profiling(kiln_context *c, int on);
  * them) over the profiled runs, and the number of those runs. */
 KILN_API kiln_status kiln_context_layer_time(const kiln_context *c, int layer, double *total_us,
                                              int64_t *runs);
+
+/* Debug mode for the memory plan (off by default; the environment variable
+ * KILN_DEBUG_ARENA=1 turns it on for new contexts, so that `kiln run` and
+ * any program can use it unchanged). While on, every run checks that no
+ * layer reads bytes of the activation arenas that it did not get from the
+ * live producer of that input: the runtime records, per arena region, which
+ * value owns it and which layer wrote it; before each layer runs it checks
+ * that each input's region is still owned by that input and that no output
+ * or workspace overlaps an input (except a view of it, or an output the
+ * plan puts in place of it). Host regions are poisoned (a NaN pattern for
+ * float types, 0xAB bytes otherwise) before a layer is handed them, and a
+ * float output that still holds the pattern after its layer ran is an
+ * error too. A failure is KILN_ERR_INTERNAL, naming the layer, the value
+ * and the layer that overwrote it. Runs are slower (every output is written
+ * twice and scanned once) and CUDA Graphs are not used; outputs of runs
+ * that pass are the same as without it. See docs/memory.md. */
+KILN_API kiln_status kiln_context_set_debug_arena(kiln_context *c, int on);
 
 /* CUDA engines: whether the context captures its launch sequence into a
  * CUDA Graph and replays it (on by default; see docs/cuda.md for when a

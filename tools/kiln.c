@@ -968,7 +968,16 @@ static const char run_help[] =
     "                           error (over elements with |ref| >= 1e-3 max|ref|) of ENGINE\n"
     "                           against it (e.g. for an fp16/bf16 CUDA engine)\n"
     "  -q, --quiet              print only errors\n"
-    "  -h, --help               show this help\n";
+    "  -h, --help               show this help\n"
+    "\n"
+    "Environment:\n"
+    "  KILN_DEBUG_ARENA=1       check the memory plan while running (slower): poison every\n"
+    "                           activation region before a layer is handed it, and fail\n"
+    "                           (exit 1) naming the layer, the tensor and the layer that\n"
+    "                           overwrote it if a layer reads bytes that are no longer its\n"
+    "                           input's, writes over an input it reads, or leaves part of a\n"
+    "                           float output unwritten (kiln_context_set_debug_arena;\n"
+    "                           docs/memory.md)\n";
 
 static bool make_dirs(const char *path) {
     char *p = strdup(path);
@@ -1332,6 +1341,8 @@ static const char inspect_help[] =
     "nchw, nhwc, nhwc-bf16 or the blocked nchw16c). CPU convolution tactics: own,\n"
     "dnnl, dnnl-blocked (oneDNN), wino, wino2 (Winograd), direct (kiln's direct\n"
     "convolution; its time is the layer's median inside the engine at build).\n"
+    "An engine with user metadata (kiln_engine_metadata) lists it last: each key\n"
+    "with its value (the first 160 bytes; all of it with --json).\n"
     "\n"
     "Options:\n"
     "  --json       print JSON\n"

@@ -202,6 +202,7 @@ void kiln_engine_free(kiln_engine *e) {
     kiln__free(e->profiles);
     kiln__free(e->describe_text);
     kiln__free(e->describe_json);
+    kiln__meta_clear(&e->meta);
     pthread_mutex_destroy(&e->dev_lock);
     if (e->blob_kind == 1 && e->blob)
         munmap(e->blob, e->blob_size);

@@ -63,6 +63,10 @@ typedef struct kiln_backend_i {
     int (*tactics)(void *state, const kiln_infer_args *a, int32_t *ids, int cap);
     /* Short name of tactic `id` of node n, for inspect (static string). */
     const char *(*tactic_name)(const kiln_node *n, int32_t id);
+    /* Optional: the full name of tactic `id` of n into buf (ids that encode
+     * a library's configuration, e.g. a cuDNN engine and its knobs). NULL:
+     * tactic_name says it all. */
+    void (*tactic_describe)(const kiln_node *n, int32_t id, char *buf, size_t cap);
 
     /* Graph capture (optional, all four or none; CUDA Graphs). Between
      * capture_begin and capture_end the work `run` queues on the state's

@@ -24,6 +24,7 @@ void kiln_builder_free(kiln_builder *b) {
     for (int i = 0; i < b->n_fp32_layers; i++) kiln__free(b->fp32_layers[i]);
     kiln__free(b->fp32_layers);
     kiln__free(b->timing_cache);
+    kiln__meta_clear(&b->meta);
     kiln__free(b);
 }
 
@@ -327,13 +328,15 @@ kiln_status kiln_build(const kiln_builder *b, const kiln_model *m, kiln_engine *
     if ((s = place_nodes(b, be, g)) != KILN_OK) goto fail;
     e->opts = b->opts;
     if ((s = build_target(be, b->opts.device_index, e->target, sizeof e->target)) != KILN_OK) goto fail;
-    if ((s = kiln__builder_tune(b, e)) != KILN_OK) goto fail;
-    /* channels-last convolution chains on the GPU (passes/cuda_nhwc.c), after tuning:
-     * the CPU layout choice there rewrites every FusedConv's layout */
+    /* channels-last chains on the GPU (passes/cuda_nhwc.c), before tuning: the
+     * builder times each layer's tactics in the layout it will run in (the
+     * CPU layout choice of the tuner leaves device layers alone) */
     if (b->opts.device == KILN_DEVICE_CUDA && b->optimization != 0 &&
         (s = kiln__pass_cuda_nhwc(e->graph, NULL)) != KILN_OK)
         goto fail;
+    if ((s = kiln__builder_tune(b, e)) != KILN_OK) goto fail;
     if ((s = kiln__check_workspace_limit(e)) != KILN_OK) goto fail;
+    if ((s = kiln__meta_copy(&e->meta, &b->meta)) != KILN_OK) goto fail;
     snprintf(e->builder_version, sizeof e->builder_version, "%s", kiln_version_string());
     *out = e;
     return KILN_OK;
@@ -396,16 +399,23 @@ static const char *node_kernel(const kiln_graph *g, const kiln_node *n) {
 }
 
 /* Name of the tactic chosen for a layer that has several; NULL otherwise. */
-static const char *node_tactic_name(const kiln_node *n) {
+/* buf NULL: the short (static) name */
+static const char *node_tactic_name(const kiln_node *n, char *buf, size_t cap) {
     if (!(n->op->flags & KILN_OP_FLAG_TACTICS) || !n->attrs) return NULL;
     const kiln_backend_i *nb = kiln__backend_for(n->device);
-    return nb && nb->tactic_name ? nb->tactic_name(n, ((const kiln_tactic *)n->attrs)->id) : "?";
+    int32_t id = ((const kiln_tactic *)n->attrs)->id;
+    if (buf && nb && nb->tactic_describe) {
+        nb->tactic_describe(n, id, buf, cap);
+        return buf;
+    }
+    return nb && nb->tactic_name ? nb->tactic_name(n, id) : "?";
 }
 
 /* The tactic of a layer that has several (name, and its time measured at
  * build when it was timed). */
 static void node_tactic(const kiln_node *n, kiln_sbuf *sb, bool json) {
-    const char *name = node_tactic_name(n);
+    char buf[96];
+    const char *name = node_tactic_name(n, buf, sizeof buf);
     if (!name) return;
     const kiln_tactic *t = n->attrs;
     if (json) {
@@ -472,7 +482,7 @@ kiln_status kiln_engine_layer_info(const kiln_engine *e, int layer, kiln_layer_i
     out->op = n->op->name;
     out->kernel = node_kernel(g, n);
     out->device = n->device;
-    out->tactic = node_tactic_name(n);
+    out->tactic = node_tactic_name(n, NULL, 0);
     if (out->tactic) out->tactic_us = ((const kiln_tactic *)n->attrs)->us;
     else out->tactic = "";
     return KILN_OK;
@@ -516,6 +526,42 @@ static void fallback_summary(const kiln_engine *e, kiln_sbuf *sb, bool json) {
         const kiln_node *n = &g->nodes[i];
         if (n->device == KILN_DEVICE_CPU)
             kiln__sbuf_printf(sb, "  %s (%s)\n", n->name, n->op->name);
+    }
+}
+
+/* User metadata (kiln_engine_metadata), when there is any: every value in
+ * full in JSON; in text the first 160 bytes of each, control characters
+ * escaped. */
+#define KILN_DESCRIBE_META_TEXT 160
+static void metadata_summary(const kiln_meta *m, kiln_sbuf *sb, bool json) {
+    if (!m->n) return;
+    if (json) {
+        kiln__sbuf_printf(sb, ",\n  \"metadata\": {");
+        for (int i = 0; i < m->n; i++) {
+            kiln__sbuf_printf(sb, "%s\n    ", i ? "," : "");
+            json_str(sb, m->items[i].key);
+            kiln__sbuf_printf(sb, ": ");
+            json_str(sb, m->items[i].value);
+        }
+        kiln__sbuf_printf(sb, "\n  }");
+        return;
+    }
+    kiln__sbuf_printf(sb, "metadata (%d):\n", m->n);
+    for (int i = 0; i < m->n; i++) {
+        const kiln_meta_entry *x = &m->items[i];
+        size_t n = x->value_len;
+        if (n > KILN_DESCRIBE_META_TEXT) { /* cut before a UTF-8 continuation byte */
+            n = KILN_DESCRIBE_META_TEXT;
+            while (n > 0 && ((unsigned char)x->value[n] & 0xc0) == 0x80) n--;
+        }
+        kiln__sbuf_printf(sb, "  %s: ", x->key);
+        for (size_t k = 0; k < n; k++) {
+            unsigned char c = (unsigned char)x->value[k];
+            if (c < 0x20 || c == 0x7f) kiln__sbuf_printf(sb, "\\x%02x", c);
+            else kiln__sbuf_printf(sb, "%c", c);
+        }
+        if (n < x->value_len) kiln__sbuf_printf(sb, " ... (%zu bytes)", x->value_len);
+        kiln__sbuf_printf(sb, "\n");
     }
 }
 
@@ -628,6 +674,7 @@ static void describe(const kiln_engine *e, kiln_sbuf *sb, bool json) {
         memory_summary(e, plan, sb, true);
         kiln__sbuf_printf(sb, "}");
         if (e->opts.device != KILN_DEVICE_CPU) fallback_summary(e, sb, true);
+        metadata_summary(&e->meta, sb, true);
         kiln__sbuf_printf(sb, "\n}\n");
         kiln__plan_free(plan);
         return;
@@ -675,6 +722,7 @@ static void describe(const kiln_engine *e, kiln_sbuf *sb, bool json) {
     memory_summary(e, plan, sb, false);
     kiln__plan_free(plan);
     if (e->opts.device != KILN_DEVICE_CPU) fallback_summary(e, sb, false);
+    metadata_summary(&e->meta, sb, false);
 }
 
 const char *kiln_engine_describe(kiln_engine *e, int json) {

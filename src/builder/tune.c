@@ -3,8 +3,12 @@
  * For every node whose op has tactics (KILN_OP_FLAG_TACTICS), the node's
  * backend lists the kernels that can run it at the profiles' opt shapes;
  * each is run a few times on inputs of those shapes (constants real, the
- * rest random) through the backend's own alloc/copy/run/sync, and the one
- * with the lowest median time is written into the node's kiln_tactic.
+ * rest random, fp16/bf16 too) through the backend's own alloc/copy/run/sync,
+ * and the one with the lowest median time is written into the node's
+ * kiln_tactic. A device backend's candidates are timed as replays of a
+ * CUDA Graph of 10 runs each where the backend can capture (else as 10
+ * queued runs), and a device layer with a single tactic is timed too (its
+ * time is what inspect and the timing cache show).
  *
  * Timing cache: a text file (the builder's timing_cache path)
  *
@@ -26,8 +30,9 @@
 #include <stdio.h>
 #include <unistd.h>
 
-#define TUNE_MAX_TACTICS 16
+#define TUNE_MAX_TACTICS 32
 #define TUNE_REPS 5
+#define DEVICE_REPS 10 /* runs per timing of a device tactic (turn_run) */
 
 typedef struct cache_ent {
     char *key;
@@ -245,11 +250,13 @@ static kiln_status bufs_make(const kiln_backend_i *be, void *state, const kiln_n
         }
         if (in[i]->data) {
             memcpy(h, in[i]->data, nb);
-        } else if (in[i]->dtype == KILN_DTYPE_FLOAT32) {
-            float *f = (float *)h;
-            for (size_t k = 0; k < nb / sizeof(float); k++) {
+        } else if (in[i]->dtype == KILN_DTYPE_FLOAT32 || in[i]->dtype == KILN_DTYPE_FLOAT16 ||
+                   in[i]->dtype == KILN_DTYPE_BFLOAT16) {
+            /* random, not zeros: kernels can run faster on zeros than on real data */
+            int64_t ne = (int64_t)(nb / kiln_dtype_size(in[i]->dtype));
+            for (int64_t k = 0; k < ne; k++) {
                 rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-                f[k] = (float)((double)(rng >> 11) / 4503599627370496.0 - 1.0);
+                kiln__store_f64(in[i]->dtype, h, k, (double)(rng >> 11) / 4503599627370496.0 - 1.0);
             }
         } else {
             memset(h, 0, nb);
@@ -281,9 +288,18 @@ typedef struct tac_run {
     kiln_node_state ns;
     kiln_kernel_args ka;
     bool ok;                /* set up, and every run so far succeeded */
+    /* device backends with graph capture: DEVICE_REPS runs recorded once and
+     * replayed for each timing (made at the first timed turn, after every
+     * tactic's set-up has grown the scratch memory it needs) */
+    const kiln_backend_i *be;
+    void *state;
+    void *graph;
+    bool no_graph;          /* capture failed: timed by plain runs */
 } tac_run;
 
 static void tac_free(tac_run *r) {
+    if (r->graph) r->be->graph_free(r->state, r->graph);
+    r->graph = NULL;
     if (r->ns.p && r->ns.free) r->ns.free(r->ns.p);
     r->ns.p = NULL;
     kiln__aligned_free(r->ws);
@@ -317,7 +333,32 @@ static void tac_setup(const kiln_backend_i *be, void *state, kiln_pool *pool, co
                                .device_state = be->device == KILN_DEVICE_CPU ? NULL : state,
                                .node_state = &r->ns};
     r->ok = be->run(state, &r->ka) == KILN_OK && be->sync(state) == KILN_OK;
+    r->be = be;
+    r->state = state;
+    r->no_graph = be->device == KILN_DEVICE_CPU || !be->capture_begin;
     kiln__clear_error();
+}
+
+/* Records DEVICE_REPS runs of set-up tactic r into r->graph (r->no_graph
+ * when the backend cannot: then it is timed by plain runs). */
+static void tac_capture(tac_run *r) {
+    if (r->graph || r->no_graph) return;
+    r->no_graph = true;
+    if (r->be->capture_begin(r->state) != KILN_OK) {
+        kiln__clear_error();
+        return;
+    }
+    bool ok = true;
+    for (int i = 0; i < DEVICE_REPS && ok; i++) ok = r->be->run(r->state, &r->ka) == KILN_OK;
+    void *g = NULL;
+    if (r->be->capture_end(r->state, &g) != KILN_OK) g = NULL;
+    kiln__clear_error();
+    if (ok && g) {
+        r->graph = g;
+        r->no_graph = false;
+    } else if (g) {
+        r->be->graph_free(r->state, g);
+    }
 }
 
 /* (runtime/engine.h) Timed one tactic after the other, a burst of load
@@ -371,10 +412,29 @@ static double turn_run(void *vp, int k) {
     turn_ctx *c = vp;
     tac_run *r = &c->runs[k];
     if (!r->ok) return -1;
+    /* a device queues its runs: DEVICE_REPS back to back, then one wait,
+     * so that the launch and the synchronization do not hide a kernel of
+     * a few microseconds */
+    int reps = c->be->device == KILN_DEVICE_CPU ? 1 : DEVICE_REPS;
+    /* a device replays them as a graph where it can: the library's host
+     * work per call (which graphs skip at run time too) stays out of the
+     * comparison, so a layer of a few microseconds is judged by the GPU */
+    if (reps > 1) tac_capture(r);
     double t0 = kiln__now_us();
-    r->ok = c->be->run(c->state, &r->ka) == KILN_OK && c->be->sync(c->state) == KILN_OK;
+    bool ok = true, launched = false;
+    if (r->graph) {
+        ok = c->be->graph_launch(c->state, r->graph, &launched) == KILN_OK;
+        if (ok && !launched) { /* it refers to memory that moved: plain runs from now on */
+            c->be->graph_free(c->state, r->graph);
+            r->graph = NULL;
+            t0 = kiln__now_us();
+        }
+    }
+    if (!launched)
+        for (int i = 0; i < reps && ok; i++) ok = c->be->run(c->state, &r->ka) == KILN_OK;
+    r->ok = ok && c->be->sync(c->state) == KILN_OK;
     kiln__clear_error();
-    return r->ok ? kiln__now_us() - t0 : -1;
+    return r->ok ? (kiln__now_us() - t0) / reps : -1;
 }
 
 /* Times set-up tactics runs[0..n) by turns (kiln__tune_turns) and leaves
@@ -787,6 +847,8 @@ kiln_status kiln__builder_tune(const kiln_builder *b, kiln_engine *e) {
     kiln_sbuf key = {0};
     kiln_status st = KILN_OK;
     int n_timed = 0, n_cached = 0, n_layers = 0;
+    const char *venv = getenv("KILN_TUNE_VERBOSE");
+    bool verbose = venv && *venv && strcmp(venv, "0") != 0;
     double t_start = kiln__now_us();
     if (b->timing_cache && (st = cache_read(&cache, b->timing_cache)) != KILN_OK) goto out;
     if ((st = opt_shapes(e, vi)) != KILN_OK) goto out;
@@ -811,7 +873,9 @@ kiln_status kiln__builder_tune(const kiln_builder *b, kiln_engine *e) {
         int n_ids = be->tactics ? be->tactics(states[si], &ia, ids, TUNE_MAX_TACTICS) : 0;
         kiln_tactic *tac = n->attrs;
         n_layers++;
-        if (n_ids <= 1) {
+        /* one tactic: nothing to choose (a device layer's is still timed, for
+         * inspect and the timing cache) */
+        if (n_ids == 0 || (n_ids == 1 && be->device == KILN_DEVICE_CPU)) {
             tac->id = n_ids == 1 ? ids[0] : 0;
             continue;
         }
@@ -835,7 +899,7 @@ kiln_status kiln__builder_tune(const kiln_builder *b, kiln_engine *e) {
             memset(&tb, 0, sizeof tb);
             st = bufs_make(be, states[si], n, in, outs, &tb);
             int32_t best = 0, cand[TUNE_MAX_TACTICS];
-            double best_us = -1, us[TUNE_MAX_TACTICS];
+            double best_us = -1, us[TUNE_MAX_TACTICS], setup_us[TUNE_MAX_TACTICS];
             int nc = 0;
             tac_run *runs = st == KILN_OK ? kiln__calloc((size_t)n_ids, sizeof *runs) : NULL;
             if (st == KILN_OK && !runs) st = KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory (tuning)");
@@ -851,11 +915,24 @@ kiln_status kiln__builder_tune(const kiln_builder *b, kiln_engine *e) {
                     continue;
                 }
                 /* set up with the layout it runs in (its attrs are copied) */
+                double t_setup = kiln__now_us();
                 tac_setup(be, states[si], pool, n, in, ids[k], &tb, &runs[nc]);
+                setup_us[nc] = kiln__now_us() - t_setup;
                 if (nhwc) ((kiln_fused_conv_attrs *)n->attrs)->layout = 0;
                 cand[nc++] = ids[k];
             }
             if (st == KILN_OK) time_turns(be, states[si], runs, nc, us);
+            if (st == KILN_OK && verbose) {
+                /* KILN_TUNE_VERBOSE=1: every candidate's set-up and median time */
+                fprintf(stderr, "kiln: tune %s:", n->name);
+                for (int k = 0; k < nc; k++) {
+                    char nm[96];
+                    if (be->tactic_describe) be->tactic_describe(n, cand[k], nm, sizeof nm);
+                    else snprintf(nm, sizeof nm, "%s", be->tactic_name ? be->tactic_name(n, cand[k]) : "?");
+                    fprintf(stderr, " %s=%.1fus(setup %.0fms)", nm, us[k], setup_us[k] / 1000.0);
+                }
+                fprintf(stderr, "\n");
+            }
             for (int k = 0; k < nc; k++) {
                 if (st == KILN_OK && us[k] >= 0 && (best_us < 0 || us[k] < best_us)) {
                     best_us = us[k];

@@ -108,6 +108,19 @@
  *           boundary; each constant's bytes start on a 256-byte boundary
  *           (little-endian element encoding), zero padding in between.
  *
+ * Optional sections (flags 0: a reader that does not know one skips it)
+ * ---------------------
+ *   "META"  user metadata (kiln_engine_metadata; src/format/meta.c), at most
+ *           once, written only when the engine has some, after WGTS.
+ *           count records (<= 1024), each:
+ *              0  u32     key_size (1..255)
+ *              4  u32     value_size (0..16 MiB)
+ *              8  u8[key_size]   key: printable ASCII without space
+ *                 u8[value_size] value: UTF-8 without NUL
+ *                 zero padding to a multiple of 8 bytes
+ *           Keys strictly ascending (bytewise); the records fill the
+ *           section exactly.
+ *
  * Checksum
  * --------
  * kiln__format_checksum: the file is read as 32-byte blocks (the last one

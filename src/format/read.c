@@ -363,6 +363,7 @@ typedef struct reader {
     size_t size;
     uint32_t version; /* the file's format version */
     section sec[SEC_COUNT];
+    section meta;     /* optional user metadata (meta.c) */
 } reader;
 
 /* The string at offset `off` of the string table, or an error. */
@@ -524,6 +525,11 @@ static kiln_status read_sections(reader *r) {
         int k = -1;
         for (int j = 0; j < SEC_COUNT; j++)
             if (!memcmp(s, kiln_sec_ids[j], 4)) k = j;
+        if (k < 0 && !memcmp(s, KILN_FMT_META_ID, 4)) {
+            if (r->meta.present) return bad("section '%s' appears twice", id);
+            r->meta = (section){off, size, count, true};
+            continue;
+        }
         if (k < 0) {
             if (flags & KILN_FMT_SECTION_REQUIRED)
                 return KILN_FAIL(KILN_ERR_FORMAT,
@@ -835,6 +841,10 @@ kiln_status kiln__format_read(const void *data, size_t size, kiln_engine *e) {
     if (st == KILN_OK) {
         st = kiln__format_check_graph(g, profiles);
         if (st != KILN_OK) st = kiln__fail_prefix(KILN_ERR_FORMAT, "engine file is malformed");
+    }
+    if (st == KILN_OK && r.meta.present) {
+        st = kiln__meta_read(r.p + r.meta.offset, r.meta.size, r.meta.count, &e->meta);
+        if (st == KILN_ERR_FORMAT) st = kiln__fail_prefix(st, "engine file is malformed");
     }
     if (st != KILN_OK) {
         kiln__graph_free(g);

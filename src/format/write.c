@@ -171,11 +171,14 @@ kiln_status kiln__format_write(const kiln_engine *e, void **data, size_t *size) 
         if ((st = strtab_add(&t, g->nodes[i].name, &node_name[i])) != KILN_OK) goto done;
     }
 
-    /* Layout. */
-    section sec[SEC_COUNT];
+    /* Layout. User metadata, when there is any, goes last, in an optional
+     * section (meta.c). */
+    section sec[SEC_COUNT], meta = {0};
     memset(sec, 0, sizeof sec);
-    uint64_t pos = KILN_FORMAT_HEADER_SIZE + (uint64_t)SEC_COUNT * KILN_FORMAT_SECTION_ENTRY;
-    bool ok = true;
+    bool ok = kiln__meta_size(&e->meta, &meta.size);
+    meta.count = (uint64_t)e->meta.n;
+    int n_sec = SEC_COUNT + (meta.count > 0);
+    uint64_t pos = KILN_FORMAT_HEADER_SIZE + (uint64_t)n_sec * KILN_FORMAT_SECTION_ENTRY;
     sec[SEC_STRS].size = sec[SEC_STRS].count = t.len;
     sec[SEC_SYMS].size = 4 * (uint64_t)g->n_symbols;
     sec[SEC_SYMS].count = (uint64_t)g->n_symbols;
@@ -209,6 +212,11 @@ kiln_status kiln__format_write(const kiln_engine *e, void **data, size_t *size) 
         sec[SEC_WGTS].count++;
     }
     sec[SEC_WGTS].size = pos - sec[SEC_WGTS].offset;
+    if (meta.count) {
+        ok = ok && align_ok(&pos, 8);
+        meta.offset = pos;
+        ok = ok && add_ok(&pos, meta.size);
+    }
     if (!ok || pos > (uint64_t)SIZE_MAX) {
         kiln__free(const_off);
         st = KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "engine is too large to serialize");
@@ -229,7 +237,7 @@ kiln_status kiln__format_write(const kiln_engine *e, void **data, size_t *size) 
     memcpy(buf, KILN_FORMAT_MAGIC, KILN_FORMAT_MAGIC_SIZE);
     kiln__put_le32(buf + KILN_FMT_OFF_VERSION, KILN_FORMAT_VERSION);
     kiln__put_le32(buf + KILN_FMT_OFF_HEADER_SIZE, KILN_FORMAT_HEADER_SIZE);
-    kiln__put_le32(buf + KILN_FMT_OFF_SECTION_COUNT, SEC_COUNT);
+    kiln__put_le32(buf + KILN_FMT_OFF_SECTION_COUNT, (uint32_t)n_sec);
     kiln__put_le64(buf + KILN_FMT_OFF_FILE_SIZE, (uint64_t)total);
     kiln__put_le32(buf + KILN_FMT_OFF_WRITER_VERSION, KILN_VERSION_NUMBER);
     {
@@ -259,6 +267,14 @@ kiln_status kiln__format_write(const kiln_engine *e, void **data, size_t *size) 
         kiln__put_le64(p + 8, sec[s].offset);
         kiln__put_le64(p + 16, sec[s].size);
         kiln__put_le64(p + 24, sec[s].count);
+    }
+    if (meta.count) {
+        unsigned char *p = buf + KILN_FORMAT_HEADER_SIZE + (size_t)SEC_COUNT * KILN_FORMAT_SECTION_ENTRY;
+        memcpy(p, KILN_FMT_META_ID, 4); /* flags 0: optional, older readers skip it */
+        kiln__put_le64(p + 8, meta.offset);
+        kiln__put_le64(p + 16, meta.size);
+        kiln__put_le64(p + 24, meta.count);
+        kiln__meta_write(&e->meta, buf + meta.offset);
     }
 
     /* STRS */

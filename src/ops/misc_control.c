@@ -71,6 +71,7 @@ kiln_status kiln__subgraph_unpack(const void *data, size_t size, const char *wha
         return kiln__fail_prefix(KILN_ERR_MODEL, "%s is not a valid subgraph", what);
     }
     kiln__free(e.profiles);
+    kiln__meta_clear(&e.meta); /* a subgraph's metadata (kiln writes none) is not used */
     if (e.opts.device != KILN_DEVICE_CPU) {
         kiln__graph_free(e.graph);
         kiln__aligned_free(b);

@@ -463,6 +463,7 @@ int32_t *kiln__layout_attr(kiln_node *n) {
 
 void kiln__fc_clear_layouts(kiln_graph *g) {
     for (int ni = 0; ni < g->n_nodes; ni++) {
+        if (g->nodes[ni].device != KILN_DEVICE_CPU) continue; /* device layouts are the device pass's */
         int32_t *l = kiln__layout_attr(&g->nodes[ni]);
         if (l) *l = 0;
     }
@@ -592,6 +593,7 @@ int kiln__fc_choose_layouts(kiln_graph *g, const bool *veto, bool c16) {
     int count = 0;
     for (int ni = 0; ni < g->n_nodes; ni++) {
         kiln_node *n = &g->nodes[ni];
+        if (n->device != KILN_DEVICE_CPU) continue; /* (cuda_nhwc.c sets the GPU layers' layouts) */
         if (!n->dead && n->op_id == KILN_OP_MaxPool && layout_pool_ok(g, n)) {
             int y = blk[n->out[0]];
             ((kiln_pool_attrs *)n->attrs)->layout = y == 3 ? KILN_POOL_LAYOUT_C16 : y ? KILN_POOL_LAYOUT_NHWC : 0;

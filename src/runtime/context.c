@@ -18,7 +18,9 @@
  * checked against the plan before anything is allocated. Values the plan
  * cannot size (data-dependent shapes), or that turn out larger than
  * planned, take buffers from a per-memory overflow pool instead, reused
- * after their last reader. */
+ * after their last reader. In the debug arena mode (kiln_context_set_debug_arena,
+ * KILN_DEBUG_ARENA=1; src/runtime/debug_arena.c) every run also checks, layer
+ * by layer, that no layer reads bytes another one has overwritten. */
 #include "backends/backend.h"
 #include "runtime/engine.h"
 
@@ -101,6 +103,7 @@ struct kiln_context {
     /* per-layer profile (kiln_context_set_profiling): per node, total time and runs */
     double *prof_us;
     int64_t *prof_runs;
+    kiln_arena_check *acheck; /* the debug arena check, or NULL (off) */
 };
 
 static int node_mem(const kiln_context *c, const kiln_node *n) { return kiln__node_mem(c->e, n); }
@@ -142,6 +145,14 @@ kiln_status kiln_context_create(const kiln_engine *e, kiln_context **out) {
         c->out_slot[i] = -1;
     }
     for (int k = 0; k < g->n_outputs; k++) c->out_slot[g->outputs[k]] = k;
+    const char *dbg = getenv("KILN_DEBUG_ARENA");
+    if (dbg && *dbg && strcmp(dbg, "0") != 0) {
+        kiln_status s = kiln__acheck_create(e, &c->acheck);
+        if (s != KILN_OK) {
+            kiln_context_free(c);
+            return s;
+        }
+    }
     for (int m = 0; m < 2; m++) {
         if (!c->be[m]) continue;
         kiln_status s = c->be[m]->state_create(e->opts.device_index, &c->state[m]);
@@ -176,6 +187,7 @@ void kiln_context_free(kiln_context *c) {
     kiln__free(c->node_state);
     kiln__free(c->prof_us);
     kiln__free(c->prof_runs);
+    kiln__acheck_free(c->acheck);
     if (c->graph) c->be[MEM_DEV]->graph_free(c->state[MEM_DEV], c->graph);
     kiln__free(c->gkey);
     kiln__free(c->graph_out);
@@ -489,14 +501,11 @@ static void slot_release(kiln_context *c, kiln_slot *s) {
     }
 }
 
-static size_t slot_bytes(const kiln_slot *s) {
-    kiln_tinfo t = {.dtype = s->t.dtype, .rank = s->t.rank};
-    memcpy(t.dims, s->t.dims, sizeof t.dims);
-    return kiln__value_nbytes(&t);
-}
+static size_t slot_bytes(const kiln_slot *s) { return kiln__tensor_nbytes(&s->t); }
 
-/* Makes value v's bytes available in memory m (copying if needed). */
-static kiln_status slot_make_available(kiln_context *c, int v, int m) {
+/* Makes value v's bytes available in memory m (copying if needed) for node
+ * ni (-1: the caller, after the run). */
+static kiln_status slot_make_available(kiln_context *c, int v, int m, int ni) {
     kiln_slot *s = &c->slots[v];
     if (s->ptr[m]) return KILN_OK;
     int from = 1 - m;
@@ -511,6 +520,10 @@ static kiln_status slot_make_available(kiln_context *c, int v, int m) {
         s->ptr[m] = c->pool[m].bufs[b].data;
     }
     if (!nb) return KILN_OK;
+    if (c->acheck) {
+        KILN_TRY(kiln__acheck_read(c->acheck, ni, v, from, s->ptr[from], nb));
+        kiln__acheck_copied(c->acheck, ni, v, m, s->ptr[m], nb);
+    }
     const kiln_backend_i *dev = c->be[MEM_DEV];
     if (m == MEM_DEV) return dev->to_device(c->state[MEM_DEV], s->ptr[m], s->ptr[from], nb);
     return dev->to_host(c->state[MEM_DEV], s->ptr[m], s->ptr[from], nb);
@@ -568,9 +581,9 @@ static kiln_status run_node(kiln_context *c, int ni) {
         in_tp[i] = NULL;
         if (n->in[i] < 0) continue;
         kiln_slot *s = &c->slots[n->in[i]];
-        KILN_TRY(slot_make_available(c, n->in[i], m));
+        KILN_TRY(slot_make_available(c, n->in[i], m, ni));
         bool need_host = m == MEM_HOST || (n->op->host_inputs & (1u << i));
-        if (need_host && m == MEM_DEV) KILN_TRY(slot_make_available(c, n->in[i], MEM_HOST));
+        if (need_host && m == MEM_DEV) KILN_TRY(slot_make_available(c, n->in[i], MEM_HOST, ni));
         in_info[i].dtype = s->t.dtype;
         in_info[i].rank = s->t.rank;
         memcpy(in_info[i].dims, s->t.dims, sizeof s->t.dims);
@@ -649,7 +662,9 @@ static kiln_status run_node(kiln_context *c, int ni) {
                            .stream = NULL, .device_state = m == MEM_DEV ? c->state[m] : NULL,
                            .node_state = &c->node_state[ni]};
     bool had_state = c->node_state[ni].p != NULL;
+    if (c->acheck && (st = kiln__acheck_before(c->acheck, ni, m, &ka)) != KILN_OK) goto done;
     st = c->be[m]->run(c->state[m], &ka);
+    if (st == KILN_OK && c->acheck) st = kiln__acheck_after(c->acheck, ni, m, &ka);
     if (st == KILN_OK && m == MEM_HOST && !had_state && c->node_state[ni].p)
         release_packed_constants(c, n);
 done:
@@ -721,7 +736,8 @@ static bool graph_usable(kiln_context *c) {
         const char *env = getenv("KILN_CUDA_GRAPHS");
         c->graph_mode = env && !strcmp(env, "0") ? -1 : 1;
     }
-    if (c->graph_mode < 0 || c->prof_us) return false; /* profiling times layers one by one */
+    /* profiling times layers one by one; the debug arena check checks them */
+    if (c->graph_mode < 0 || c->prof_us || c->acheck) return false;
     if (c->graph_static == 0) {
         c->graph_static = 1;
         for (int ni = 0; ni < g->n_nodes && c->graph_static > 0; ni++) {
@@ -854,6 +870,7 @@ kiln_status kiln_context_run(kiln_context *c) {
         KILN_TRY(arena_reserve(c));
     }
     slots_reset(c);
+    if (c->acheck) KILN_TRY(kiln__acheck_begin(c->acheck, c->arena, c->arena_cap));
     kiln_status st = KILN_OK;
     bool replayed = false;
     KILN_TRY(graph_replay(c, &replayed));
@@ -864,6 +881,11 @@ kiln_status kiln_context_run(kiln_context *c) {
         kiln__pool_hold(c->threads_pool, false);
         if (capturing) st = graph_capture_end(c, st);
         if (st != KILN_OK) return st;
+    }
+    for (int k = 0; c->acheck && k < g->n_outputs; k++) {
+        const kiln_slot *s = &c->slots[g->outputs[k]];
+        for (int m = 0; m < 2; m++)
+            KILN_TRY(kiln__acheck_read(c->acheck, -1, g->outputs[k], m, s->ptr[m], slot_bytes(s)));
     }
     for (int k = 0; k < g->n_outputs; k++) KILN_TRY(deliver_output(c, k));
     if (c->be[MEM_DEV]) KILN_TRY(c->be[MEM_DEV]->sync(c->state[MEM_DEV]));
@@ -991,6 +1013,28 @@ const kiln_mem_plan *kiln__context_plan(const kiln_context *c) { return c->plan;
 
 void kiln__context_set_planning(kiln_context *c, bool on) { c->no_plan = !on; }
 
+kiln_status kiln__context_plan_force(kiln_context *c, int m, int v, int64_t off) {
+    kiln_mem_plan *p = c->plans[0];
+    if (!p || c->plan != p || v < 0 || v >= c->e->graph->n_values || p->off[m][v] < 0 || off < 0 ||
+        (size_t)off + p->nbytes[v] > p->arena[m])
+        return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "kiln__context_plan_force: no such planned value");
+    p->off[m][v] = off;
+    return KILN_OK;
+}
+
+kiln_status kiln_context_set_debug_arena(kiln_context *c, int on) {
+    if (!c) return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "kiln_context_set_debug_arena: context is NULL");
+    if (!on) {
+        kiln__acheck_free(c->acheck);
+        c->acheck = NULL;
+        return KILN_OK;
+    }
+    if (c->acheck) return KILN_OK;
+    KILN_TRY(kiln__acheck_create(c->e, &c->acheck));
+    if (c->be[MEM_DEV]) graph_drop(c);
+    return KILN_OK;
+}
+
 kiln_status kiln_context_set_memory_limit(kiln_context *c, size_t bytes) {
     if (!c) return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "kiln_context_set_memory_limit: context is NULL");
     c->mem_limit = bytes;
@@ -1011,7 +1055,7 @@ kiln_status kiln_context_get_output(kiln_context *c, const char *name, kiln_dtyp
     kiln_slot *s = &c->slots[v];
     if (data) {
         /* host bytes; a device output is copied to the host once */
-        KILN_TRY(slot_make_available(c, v, MEM_HOST));
+        KILN_TRY(slot_make_available(c, v, MEM_HOST, -1));
         *data = s->ptr[MEM_HOST];
     }
     if (dtype) *dtype = s->t.dtype;
@@ -1034,7 +1078,7 @@ kiln_status kiln_context_get_output_device(kiln_context *c, const char *name, co
         return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT,
                          "output '%s' is not available: the context has not run successfully", name);
     int v = g->outputs[k];
-    KILN_TRY(slot_make_available(c, v, MEM_DEV));
+    KILN_TRY(slot_make_available(c, v, MEM_DEV, -1));
     KILN_TRY(c->be[MEM_DEV]->sync(c->state[MEM_DEV]));
     *data = c->slots[v].ptr[MEM_DEV];
     return KILN_OK;

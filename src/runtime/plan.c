@@ -39,6 +39,7 @@ typedef struct plan_blk {
     int start, end;   /* node indices, inclusive; end == n_nodes: the end of the run */
     int mem;
     int64_t off;
+    int into;         /* -1, or the block this one was merged into (see merge_block) */
 } plan_blk;
 
 typedef struct planner {
@@ -50,7 +51,7 @@ typedef struct planner {
     void **eval;          /* per value: bytes evaluated while planning (owned) */
     int *first[2], *last[2]; /* per value and memory: first/last node needing it there, or -1 */
     int *origin;          /* per value: bit m set when the value is born in memory m */
-    int *blk[2];          /* per value and memory: block index or -1 */
+    int *blk[2];          /* per value and memory: block index or -1; read through block_of */
     plan_blk *blocks;
     int n_blocks, cap_blocks;
     int *aux_blk;         /* per aux entry: block index or -1 */
@@ -216,10 +217,19 @@ static void plan_sizes(planner *P) {
     }
 }
 
-/* Ops whose output is their first input's bytes under another shape. */
-static bool is_view_op(int op_id) {
+bool kiln__is_view_op(int op_id) {
     return op_id == KILN_OP_Reshape || op_id == KILN_OP_Flatten || op_id == KILN_OP_Squeeze ||
            op_id == KILN_OP_Unsqueeze || op_id == KILN_OP_Identity;
+}
+
+int kiln__node_inplace_input(const kiln_engine *e, const kiln_node *n) {
+    int k = (n->op->flags & KILN_OP_FLAG_INPLACE) ? 0
+            : n->op->cpu_inplace_input              ? n->op->cpu_inplace_input(n->attrs)
+                                                    : -1;
+    if (k < 0 || k >= n->n_in || n->n_out < 1) return -1;
+    if (kiln__node_mem(e, n) != KILN_MEM_HOST) return -1;
+    if (k > 0 && n->device != KILN_DEVICE_CPU) return -1; /* cpu_inplace_input: CPU kernels */
+    return k;
 }
 
 static void need(planner *P, int v, int m, int t) {
@@ -241,8 +251,31 @@ static kiln_status add_block(planner *P, int m, size_t bytes, int start, int end
     b->end = end;
     b->mem = m;
     b->off = 0;
+    b->into = -1;
     *out = P->n_blocks++;
     return KILN_OK;
+}
+
+/* The block value v lives in, in memory m, or -1. Several values share a
+ * block once views and in-place nodes are merged (merge_block), and a block
+ * may be merged again after values were pointed at it, so P->blk holds a
+ * block that may since have been merged: follow `into` to the block that
+ * is still laid out (and shorten the path for the next lookup). */
+static int block_of(planner *P, int m, int v) {
+    int b = P->blk[m][v];
+    while (b >= 0 && P->blocks[b].into >= 0) b = P->blocks[b].into;
+    P->blk[m][v] = b;
+    return b;
+}
+
+/* Merges block `from` into block `to` (which lives at least as long): every
+ * value of `from` (not only the one being merged: a view of it, say, merged
+ * earlier) now lives in `to`, whose live range grows to cover them. */
+static void merge_block(planner *P, int from, int to) {
+    if (P->blocks[from].end > P->blocks[to].end) P->blocks[to].end = P->blocks[from].end;
+    P->blocks[from].size = 0; /* unused: its values live in `to` */
+    P->blocks[from].start = -1;
+    P->blocks[from].into = to;
 }
 
 /* Step 2: live ranges and blocks. */
@@ -293,22 +326,20 @@ static kiln_status plan_blocks(planner *P) {
      * bytes, so it takes in[0]'s block (extended to out[0]'s last use) in
      * either memory, and the kernel's copy becomes a no-op (both the CPU and
      * the CUDA kernels skip a copy onto itself). No node writes into a
-     * block but its producer, so readers of in[0] after this node still
-     * see the same bytes; the in-place merge below sees the extended end. */
+     * block but its producer and an in-place node that reads the block's
+     * values last (below), so readers of in[0] after this node still see
+     * the same bytes; the in-place merge below sees the extended end. */
     for (int ni = 0; ni < g->n_nodes; ni++) {
         const kiln_node *n = &g->nodes[ni];
-        if (!is_view_op(n->op_id) || n->n_in < 1 || n->n_out < 1) continue;
+        if (!kiln__is_view_op(n->op_id) || n->n_in < 1 || n->n_out < 1) continue;
         int m = kiln__node_mem(P->e, n);
         int v = n->in[0], w = n->out[0];
         if (v < 0 || w < 0 || v == w) continue;
-        int bv = P->blk[m][v], bw = P->blk[m][w];
+        int bv = block_of(P, m, v), bw = block_of(P, m, w);
         if (bv < 0 || bw < 0 || bv == bw || P->blocks[bw].start != ni) continue;
         if ((g->values[v].flags | g->values[w].flags) & (KILN_VALUE_OUTPUT | KILN_VALUE_INPUT)) continue;
         if (p->nbytes[v] != p->nbytes[w]) continue;
-        if (P->blocks[bw].end > P->blocks[bv].end) P->blocks[bv].end = P->blocks[bw].end;
-        P->blocks[bw].size = 0; /* unused: w lives in v's block */
-        P->blocks[bw].start = -1;
-        P->blk[m][w] = bv;
+        merge_block(P, bw, bv);
         p->n_views++;
     }
     /* in place: out[0] takes in[k]'s block when this node reads in[k] last
@@ -316,25 +347,24 @@ static kiln_status plan_blocks(planner *P) {
      * e.g. a FusedConv's residual) */
     for (int ni = 0; ni < g->n_nodes; ni++) {
         const kiln_node *n = &g->nodes[ni];
-        int k = (n->op->flags & KILN_OP_FLAG_INPLACE) ? 0
-                : n->op->cpu_inplace_input              ? n->op->cpu_inplace_input(n->attrs)
-                                                        : -1;
-        if (k < 0 || k >= n->n_in || n->n_out < 1) continue;
-        if (kiln__node_mem(P->e, n) != KILN_MEM_HOST) continue;
-        if (k > 0 && n->device != KILN_DEVICE_CPU) continue; /* cpu_inplace_input: CPU kernels */
+        int k = kiln__node_inplace_input(P->e, n);
+        if (k < 0) continue;
         int v = n->in[k], w = n->out[0];
         if (v < 0 || w < 0 || v == w) continue;
-        int bv = P->blk[KILN_MEM_HOST][v], bw = P->blk[KILN_MEM_HOST][w];
+        int bv = block_of(P, KILN_MEM_HOST, v), bw = block_of(P, KILN_MEM_HOST, w);
         if (bv < 0 || bw < 0 || P->blocks[bv].end != ni || P->blocks[bw].start != ni) continue;
         if (g->values[v].flags & (KILN_VALUE_OUTPUT | KILN_VALUE_INPUT)) continue;
         if (p->nbytes[v] != p->nbytes[w]) continue;
+        /* another input in the same block (v itself, or a view of it or of
+         * what v views) is read while out[0] is written: not in place */
         bool twice = false;
-        for (int i = 0; i < n->n_in; i++) twice = twice || (i != k && n->in[i] == v);
+        for (int i = 0; i < n->n_in; i++)
+            twice = twice || (i != k && n->in[i] >= 0 && block_of(P, KILN_MEM_HOST, n->in[i]) == bv);
         if (twice) continue;
-        if (P->blocks[bw].end > P->blocks[bv].end) P->blocks[bv].end = P->blocks[bw].end;
-        P->blocks[bw].size = 0; /* unused: w lives in v's block */
-        P->blocks[bw].start = -1;
-        P->blk[KILN_MEM_HOST][w] = bv;
+        /* w's block may hold views of w already (the loop above): they
+         * move with it (before this was a merge of blocks, they were left
+         * in w's emptied block, at an offset no block reserved) */
+        merge_block(P, bw, bv);
     }
     for (int ni = 0; ni < g->n_nodes; ni++) {
         const kiln_node *n = &g->nodes[ni];
@@ -646,9 +676,9 @@ kiln_status kiln__plan_build(const kiln_engine *e, const kiln_plan_input *in, ki
     plan_sizes(&P);
     if ((s = plan_blocks(&P)) != KILN_OK) goto done;
     if ((s = plan_offsets(&P)) != KILN_OK) goto done;
-    for (int m = 0; m < 2; m++)
+    for (int m = 0, b; m < 2; m++)
         for (int v = 0; v < g->n_values; v++)
-            if (P.blk[m][v] >= 0) p->off[m][v] = P.blocks[P.blk[m][v]].off;
+            if ((b = block_of(&P, m, v)) >= 0) p->off[m][v] = P.blocks[b].off;
     for (size_t a = 0; a < n_aux; a++)
         p->aux_off[a] = P.aux_blk[a] >= 0 ? P.blocks[P.aux_blk[a]].off : -1;
 done:

@@ -514,7 +514,7 @@ def build_from_onnx(onnx_path, out_path, *, device="cpu", max_batch=8, precision
         bound.append(types.SimpleNamespace(name=name, spec=spec))
     opts = {} if threads is None else {"threads": int(threads)}
     data = _build(onnx_path, bound, device, parse_precision(precision), opts, None,
-                  Path(onnx_path).name)
+                  Path(onnx_path).name, {})
     tmp = Path(out_path).with_suffix(".kiln.tmp")
     tmp.write_bytes(data)
     os.replace(tmp, out_path)

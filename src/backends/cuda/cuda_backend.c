@@ -27,10 +27,16 @@ static const char *cuda_kernel_name(const kiln_graph *g, const kiln_node *n) {
     (void)g;
 #if KILN_CUDA_FUSED_CONV
     /* channels-last layers (passes/cuda_nhwc.c) */
-    if (n->op_id == KILN_OP_FusedConv && n->attrs &&
-        ((const kiln_fused_conv_attrs *)n->attrs)->layout ==
-            (KILN_FC_LAYOUT_X_NHWC | KILN_FC_LAYOUT_Y_NHWC))
-        return "cuda.conv+epilogue.nhwc";
+    if (n->op_id == KILN_OP_FusedConv && n->attrs) {
+        int32_t lay = ((const kiln_fused_conv_attrs *)n->attrs)->layout;
+        if (lay == (KILN_FC_LAYOUT_X_NHWC | KILN_FC_LAYOUT_Y_NHWC)) return "cuda.conv.nhwc";
+        if (lay == KILN_FC_LAYOUT_Y_NHWC) return "cuda.conv.nchw-in.nhwc";
+    }
+#endif
+#if KILN_CUDA_NN_ATTRS
+    if ((n->op_id == KILN_OP_MaxPool || n->op_id == KILN_OP_AveragePool || n->op_id == KILN_OP_GlobalAveragePool) &&
+        n->attrs && ((const kiln_pool_attrs *)n->attrs)->layout == KILN_POOL_LAYOUT_NHWC)
+        return n->op_id == KILN_OP_GlobalAveragePool ? "cuda.global_pool.nhwc" : "cuda.pool.nhwc";
 #endif
     const kiln_cuda_kernel *k = n->op ? kiln__cuda_kernel_for(kiln__op_id_of(n->op)) : NULL;
     return k ? k->name : "none";
@@ -279,14 +285,16 @@ static kiln_status cuda_set_precision(void *state, int precision) {
 /* ---- tactics ---------------------------------------------------------------------------- */
 
 /* FusedMatMul: index into cuBLASLt's heuristic list for the layer's shapes
- * (timed by the builder). FusedConv: 0 = cuDNN's candidates timed on the
- * context's first run (cudnnFind), k > 0 = the heuristic's k-th choice.
- * Other layers: their one kernel. */
+ * (timed by the builder). FusedConv: cuDNN's engine configs for its fused
+ * graph and the legacy path (cuda_conv.c). Other layers: their one kernel. */
 static int cuda_tactics(void *state, const kiln_infer_args *a, int32_t *ids, int cap) {
     if (!state || !a->op || cap < 1) return 0;
 #if KILN_CUDA_FUSED_TRANSFORMER
     if (kiln__op_id_of(a->op) == KILN_OP_FusedMatMul)
         return kiln__cu_fused_matmul_tactics(state, a, ids, cap);
+#endif
+#if KILN_CUDA_FUSED_CONV
+    if (kiln__op_id_of(a->op) == KILN_OP_FusedConv) return kiln__cu_fused_conv_tactics(state, a, ids, cap);
 #endif
     ids[0] = 0;
     return 1;
@@ -295,21 +303,33 @@ static int cuda_tactics(void *state, const kiln_infer_args *a, int32_t *ids, int
 static const char *cuda_tactic_name(const kiln_node *n, int32_t id) {
     static const char *const lt[8] = {"cublasLt#0", "cublasLt#1", "cublasLt#2", "cublasLt#3",
                                       "cublasLt#4", "cublasLt#5", "cublasLt#6", "cublasLt#7"};
-    static const char *const dnn[8] = {"cudnn-find", "cudnn#1", "cudnn#2", "cudnn#3",
-                                       "cudnn#4",    "cudnn#5", "cudnn#6", "cudnn#7"};
     int op = n && n->op ? kiln__op_id_of(n->op) : 0;
     bool in = id >= 0 && id < 8;
 #if KILN_CUDA_FUSED_TRANSFORMER
     if (op == KILN_OP_FusedMatMul) return in ? lt[id] : "cublasLt#?";
 #endif
 #if KILN_CUDA_FUSED_CONV
-    if (op == KILN_OP_FusedConv) return in ? dnn[id] : "cudnn#?";
+    if (op == KILN_OP_FusedConv)
+        return id == 0 ? "cudnn-heuristic" : id == KCU_CONV_TACTIC_LEGACY ? "cudnn-legacy+epilogue" : "cudnn-graph";
 #endif
     (void)lt;
-    (void)dnn;
     (void)in;
     const kiln_cuda_kernel *k = op ? kiln__cuda_kernel_for(op) : NULL;
     return k ? k->name : "?";
+}
+
+/* The full name of a tactic (inspect): FusedConv's engine configs by
+ * engine and knob hash. */
+static void cuda_tactic_describe(const kiln_node *n, int32_t id, char *buf, size_t cap) {
+    int op = n && n->op ? kiln__op_id_of(n->op) : 0;
+#if KILN_CUDA_FUSED_CONV
+    if (op == KILN_OP_FusedConv) {
+        kiln__cu_fused_conv_tactic_name(id, buf, cap);
+        return;
+    }
+#endif
+    (void)op;
+    snprintf(buf, cap, "%s", cuda_tactic_name(n, id));
 }
 
 /* ---- CUDA Graphs ----------------------------------------------------------------------- */
@@ -409,6 +429,7 @@ static const kiln_backend_i kiln_backend_cuda = {
     .run = cuda_run,
     .tactics = cuda_tactics,
     .tactic_name = cuda_tactic_name,
+    .tactic_describe = cuda_tactic_describe,
     .capture_begin = cuda_capture_begin,
     .capture_end = cuda_capture_end,
     .graph_launch = cuda_graph_launch,

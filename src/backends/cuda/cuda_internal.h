@@ -10,7 +10,9 @@
  *   cuda_ops_*.c     per op family: `supports` (dtype checks on the graph)
  *                    and `run` (attributes -> launcher arguments).
  *   cuda_blas.c      GEMM through cuBLASLt (MatMul, Gemm, Conv fallback).
- *   cuda_conv.c      Conv through cuDNN, or im2col + GEMM / direct kernel.
+ *   cuda_conv.c      Conv/FusedConv: one fused cuDNN graph (fp16/bf16), cuDNN's
+ *                    legacy API, or im2col + GEMM / direct kernel.
+ *   cuda_dnn_graph.c cuDNN's graph (backend) API from C.
  *   k_*.cu           the CUDA kernels and their launchers (cuda_kernels.h).
  *
  * Everything here is compiled only when KILN_HAVE_CUDA is set (cmake/cuda.cmake). */
@@ -26,6 +28,7 @@
 #if KILN_HAVE_CUDNN
 #include <cudnn.h>
 #endif
+#include "backends/cuda/cuda_dnn_graph.h"
 
 /* Attribute structs of the nn and reduce families, once they live in
  * headers (see docs/cuda.md, "Ops waiting for attribute headers"). Until
@@ -82,6 +85,8 @@ typedef struct kiln_cuda_state {
     bool conv_find;           /* time cuDNN's candidate algorithms on a node's first run
                                  (KILN_CUDNN_FIND=0: take the heuristic's first choice) */
     bool capturing;           /* a CUDA Graph capture is in progress on `stream` */
+    bool strict_tactics;      /* a builder's tuning state (its tactics were listed): a
+                                 tactic that cannot be made fails instead of falling back */
     uint64_t scratch_gen;     /* bumped whenever `scratch` is reallocated (graphs refer to it) */
 } kiln_cuda_state;
 
@@ -153,6 +158,14 @@ KCU_DECLARE(matmul)
 KCU_DECLARE(gemm)
 KCU_DECLARE(conv)
 KCU_DECLARE(fused_conv)
+/* FusedConv's tactics: 0 = cuDNN's heuristics' first engine config for the
+ * fused graph (else the legacy path); KCU_CONV_TACTIC_LEGACY = the legacy
+ * API's timed algorithm + kiln's epilogue kernel; kcu_dg_is_id(id) = one
+ * engine config of the fused graph (cuda_dnn_graph.h). */
+#define KCU_CONV_TACTIC_LEGACY 1
+KILN_PRIVATE int kiln__cu_fused_conv_tactics(kiln_cuda_state *st, const kiln_infer_args *a,
+                                             int32_t *ids, int cap);
+KILN_PRIVATE void kiln__cu_fused_conv_tactic_name(int32_t id, char *buf, size_t n);
 /* cuda_fused.c */
 KCU_DECLARE(fused_matmul)
 /* FusedMatMul's tactics: cuBLASLt's heuristic candidates for its shapes */

@@ -197,6 +197,31 @@ typedef struct kcu_pool {
 cudaError_t kcu_pool_run(kiln_dtype t, const kcu_pool *g, const void *x, void *y, int64_t *ind,
                          cudaStream_t stream);
 
+/* Channels-last (NHWC) 2-D pooling: x [N, H, W, C] -> y [N, Ho, Wo, C];
+ * kind 0 max, 1 average (the same rules as kcu_pool: a window's first
+ * valid value starts the max, NaN never replaces it; an average divides by
+ * the valid taps, or with count_include_pad by the taps inside the padded
+ * input). 16-byte loads where C and the pointers allow. */
+typedef struct kcu_pool_nhwc {
+    int kind, count_include_pad;
+    int64_t N, C, H, W, Ho, Wo;
+    int64_t kh, kw, sh, sw, dh, dw;
+    int64_t ph, pw, peh, pew;  /* begin and end pads */
+} kcu_pool_nhwc;
+cudaError_t kcu_pool_nhwc_run(kiln_dtype t, const kcu_pool_nhwc *g, const void *x, void *y,
+                              cudaStream_t stream);
+/* GlobalAveragePool of an NHWC x [N, HW, C] into y [N, C] (fp32 sums). */
+cudaError_t kcu_gap_nhwc(kiln_dtype t, int64_t N, int64_t HW, int64_t C, const void *x, void *y,
+                         cudaStream_t stream);
+/* Space-to-depth of a stride-2 convolution's input (cuda_conv.c, XV_S2D):
+ * x [N, C, H, W] (NCHW) -> y [N, Lh, Lw, Cp] (NHWC), y[n, l, m, c*4 + rh*2 + rw]
+ * = x[n, c, 2l + rh - ph, 2m + rw - pw] (0 outside x), channels 4C..Cp-1 zero. */
+cudaError_t kcu_s2d_nhwc(kiln_dtype t, int64_t N, int64_t C, int64_t H, int64_t W, int64_t ph, int64_t pw,
+                         int64_t Lh, int64_t Lw, int64_t Cp, const void *x, void *y, cudaStream_t stream);
+/* x [N, C, HW] (NCHW) -> y [N, HW, Cp] (NHWC), channels C..Cp-1 zero (Cp >= C). */
+cudaError_t kcu_nchw_to_nhwc(kiln_dtype t, int64_t N, int64_t C, int64_t HW, int64_t Cp, const void *x,
+                             void *y, cudaStream_t stream);
+
 /* Convolution geometry (NC + up to 3 spatial dims), group G. */
 typedef struct kcu_conv {
     int ns, pad_;

@@ -437,6 +437,43 @@ cudaError_t kcu_pool_run(kiln_dtype t, const kcu_pool *g, const void *x, void *y
     }
     return cudaSuccess;
 }
+cudaError_t kcu_pool_nhwc_run(kiln_dtype t, const kcu_pool_nhwc *g, const void *x, void *y, cudaStream_t s) {
+    (void)s;
+    for (int64_t n = 0; n < g->N; n++) for (int64_t ho = 0; ho < g->Ho; ho++) for (int64_t wo = 0; wo < g->Wo; wo++) for (int64_t c = 0; c < g->C; c++) {
+        double best = -INFINITY, acc = 0; int64_t nv = 0, np = 0;
+        for (int64_t i = 0; i < g->kh; i++) for (int64_t j = 0; j < g->kw; j++) {
+            int64_t h = ho * g->sh - g->ph + i * g->dh, w = wo * g->sw - g->pw + j * g->dw;
+            if (h >= 0 && h < g->H && w >= 0 && w < g->W) { double v = ld(t, x, ((n * g->H + h) * g->W + w) * g->C + c); if (g->kind == 0) { if (nv == 0 || v > best) best = v; } else acc += v; nv++; }
+            else if (h >= -g->ph && h < g->H + g->peh && w >= -g->pw && w < g->W + g->pew) np++;
+        }
+        st_(t, y, ((n * g->Ho + ho) * g->Wo + wo) * g->C + c, g->kind == 0 ? best : acc / (double)(g->count_include_pad ? nv + np : nv));
+    }
+    return cudaSuccess;
+}
+cudaError_t kcu_gap_nhwc(kiln_dtype t, int64_t N, int64_t HW, int64_t C, const void *x, void *y, cudaStream_t s) {
+    (void)s;
+    for (int64_t n = 0; n < N; n++) for (int64_t c = 0; c < C; c++) {
+        double acc = 0; for (int64_t p = 0; p < HW; p++) acc += ld(t, x, (n * HW + p) * C + c);
+        st_(t, y, n * C + c, acc / (double)HW);
+    }
+    return cudaSuccess;
+}
+cudaError_t kcu_s2d_nhwc(kiln_dtype t, int64_t N, int64_t C, int64_t H, int64_t W, int64_t ph, int64_t pw, int64_t Lh, int64_t Lw, int64_t Cp, const void *x, void *y, cudaStream_t s) {
+    (void)s;
+    if (Cp < 4 * C) return cudaErrorInvalidValue;
+    for (int64_t n = 0; n < N; n++) for (int64_t l = 0; l < Lh; l++) for (int64_t m = 0; m < Lw; m++) for (int64_t cc = 0; cc < Cp; cc++) {
+        int64_t c = cc / 4, h = 2 * l + (cc / 2) % 2 - ph, w = 2 * m + cc % 2 - pw;
+        st_(t, y, ((n * Lh + l) * Lw + m) * Cp + cc, c < C && h >= 0 && h < H && w >= 0 && w < W ? ld(t, x, ((n * C + c) * H + h) * W + w) : 0);
+    }
+    return cudaSuccess;
+}
+cudaError_t kcu_nchw_to_nhwc(kiln_dtype t, int64_t N, int64_t C, int64_t HW, int64_t Cp, const void *x, void *y, cudaStream_t s) {
+    (void)s;
+    if (Cp < C) return cudaErrorInvalidValue;
+    for (int64_t n = 0; n < N; n++) for (int64_t p = 0; p < HW; p++) for (int64_t c = 0; c < Cp; c++)
+        st_(t, y, (n * HW + p) * Cp + c, c < C ? ld(t, x, (n * C + c) * HW + p) : 0);
+    return cudaSuccess;
+}
 cudaError_t kcu_im2col(kiln_dtype t, const kcu_conv *g, const void *x, int64_t n, int64_t grp, void *col, cudaStream_t s) {
     (void)s;
     for (int64_t i = 0; i < g->Cg * g->k_sz * g->out_sz; i++) {
