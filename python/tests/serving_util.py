@@ -5,6 +5,7 @@ import asyncio
 import io
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -102,32 +103,43 @@ def wait_healthy(url, proc=None, timeout=120):
     raise TimeoutError(f"{url} not healthy after {timeout} s")
 
 
-def start_litserve(model, port, *args, new_session=False, log=None):
+def start_litserve(model, port, *args, log=None):
     """`python -m kiln.serving MODEL --host 127.0.0.1 --port PORT ARGS` (what `kiln serve`
     runs), waited for until /health answers 200."""
     cmd = [sys.executable, "-m", "kiln.serving", str(model), "--host", HOST, "--port", str(port),
            "--log-level", "warning", *args]
+    # its own process group, so that whatever it leaves behind can be killed with it
     proc = subprocess.Popen(cmd, env=serving_env(), stdout=log or subprocess.DEVNULL,
                             stderr=subprocess.STDOUT if log else subprocess.DEVNULL,
-                            start_new_session=new_session)
+                            start_new_session=True)
     try:
         wait_healthy(f"http://{HOST}:{port}", proc)
     except BaseException:
-        proc.kill()
-        proc.wait(10)
+        kill_group(proc)
         raise
     return proc
 
 
+def kill_group(proc):
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait(10)
+
+
 def stop(proc, timeout=60):
+    """SIGTERM (the server drains and stops), then its whole process group is killed in
+    case anything was left; -> the server's exit code."""
     if proc.poll() is None:
         proc.terminate()
         try:
             proc.wait(timeout)
         except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
-    return proc.returncode
+            pass
+    rc = proc.returncode
+    kill_group(proc)
+    return rc
 
 
 # ---- requests and their expected answers ---------------------------------------------

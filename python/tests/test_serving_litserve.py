@@ -19,8 +19,9 @@ pytest.importorskip("litserve", reason="the serving extra (litserve) is not inst
 pytest.importorskip("aiohttp", reason="the serving extra (aiohttp) is not installed")
 
 from kiln.serving.core import EngineSpec, RequestError, decode_response, prepare_engine  # noqa: E402
-from serving_util import (HOST, engine, free_port, http, make_requests, matches,  # noqa: E402,F401
-                          npy_bytes, run_load, runner, serving_env, start_litserve, stop)
+from serving_util import (HOST, engine, free_port, http, kill_group, make_requests,  # noqa: E402,F401
+                          matches, npy_bytes, run_load, runner, serving_env, start_litserve,
+                          stop)
 
 MAX_BODY_MB = 0.05  # 52 KB: a 3-row JSON request is ~1 KB
 
@@ -183,8 +184,7 @@ def test_graceful_shutdown(engine, runner, how):
     server then stops by itself with exit code 0. A long batch window (1.5 s, batches of
     up to 8) keeps three requests in flight when the signal comes."""
     port = free_port()
-    proc = start_litserve(engine, port, "--max-batch", "8", "--timeout-ms", "1500",
-                          new_session=True)
+    proc = start_litserve(engine, port, "--max-batch", "8", "--timeout-ms", "1500")
     url = f"http://{HOST}:{port}"
     try:
         xs = [np.full((1, 16), k, np.float32) for k in range(3)]
@@ -212,11 +212,72 @@ def test_graceful_shutdown(engine, runner, how):
             assert matches(json_outputs(body), runner.run({"x": xs[k]}))
         assert proc.wait(60) == 0
     finally:
+        kill_group(proc)  # the server and anything it left behind
+
+
+def _spawned_children(pid):
+    """PIDs of the processes `pid` spawned with multiprocessing's spawn (LitServe's
+    inference workers), from /proc."""
+    out = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
         try:
-            os.killpg(proc.pid, signal.SIGKILL)  # the server and anything it left behind
-        except ProcessLookupError:
-            pass
-        proc.wait(10)
+            with open(f"/proc/{d}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{d}/cmdline", "rb") as f:
+                cmd = f.read()
+        except OSError:
+            continue
+        if ppid == pid and b"spawn_main" in cmd:
+            out.append(int(d))
+    return out
+
+
+def test_worker_killed(engine, runner):
+    """An inference worker killed (SIGKILL) while it holds requests: they get a 500,
+    none is answered wrong, LitServe starts another worker, and the server answers
+    correctly again."""
+    port = free_port()
+    proc = start_litserve(engine, port, "--workers", "2", "--max-batch", "8",
+                          "--timeout-ms", "1500")
+    url = f"http://{HOST}:{port}"
+    try:
+        workers = _spawned_children(proc.pid)
+        assert len(workers) == 2, workers
+        xs = [np.full((1, 16), k, np.float32) for k in range(6)]
+        results = [None] * len(xs)
+
+        def send(k):
+            results[k] = post(url, jbody(xs[k].tolist()))
+
+        threads = [threading.Thread(target=send, args=(k,)) for k in range(len(xs))]
+        for t in threads:
+            t.start()
+        time.sleep(0.5)  # in the workers' batch windows
+        os.kill(workers[0], signal.SIGKILL)
+        for t in threads:
+            t.join(60)
+        statuses = [r[0] for r in results]
+        assert set(statuses) <= {200, 500}, statuses
+        for k, (st, _, body) in enumerate(results):
+            if st == 200:
+                assert matches(json_outputs(body), runner.run({"x": xs[k]}))
+            else:
+                assert b"died" in body
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            alive = _spawned_children(proc.pid)
+            if len(alive) == 2 and workers[0] not in alive:
+                break
+            time.sleep(0.5)
+        assert len(alive) == 2 and workers[0] not in alive, alive
+        time.sleep(3)  # the new worker loads the engine
+        for k in range(8):
+            st, _, body = post(url, jbody(xs[k % 6].tolist()))
+            assert st == 200 and matches(json_outputs(body), runner.run({"x": xs[k % 6]}))
+    finally:
+        kill_group(proc)
 
 
 def test_validation_of_shared_dimensions(tmp_path):

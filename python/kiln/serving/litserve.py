@@ -50,6 +50,21 @@ def _error(status, message):
     return JSONResponse({"error": message}, status_code=status)
 
 
+def _alive(pid):
+    """Whether process `pid` runs (a zombie, dead but not yet reaped, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except OSError:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            pass
+        return not os.path.isdir("/proc/self")  # no /proc entry on Linux: gone
+
+
 def _batch_header(outputs):
     return {"X-Kiln-Batch": outputs.header()} if hasattr(outputs, "header") else {}
 
@@ -67,11 +82,15 @@ class KilnSpec(LitSpec):
         # draining; the number of /predict requests in flight
         self.draining = mp.Event()
         self.inflight = mp.Value("i", 0)
+        # pid of each inference worker (by LitServe worker id), written by the worker:
+        # LitServe's own check for requests held by a dead worker looks at the main
+        # process's response buffer, which is empty when the API servers are processes
+        self.worker_pids = None
         self.add_endpoint(api_path, self.predict_endpoint, ["POST"])
         self.add_endpoint("/metadata", self.metadata_endpoint, ["GET"])
 
     def __getstate__(self):
-        # the inference workers (spawned) get the spec too; they need none of this
+        # the inference workers (spawned) get the spec too; they need only worker_pids
         state = super().__getstate__()
         state["draining"] = state["inflight"] = None
         return state
@@ -123,9 +142,11 @@ class KilnSpec(LitSpec):
             return _error(e.status, e.message)
         uid = uuid.uuid4().hex
         event = asyncio.Event()
-        self.response_buffer[uid] = ResponseBufferItem(event=event)
+        item = self.response_buffer[uid] = ResponseBufferItem(event=event)
         self.request_queue.put((self.response_queue_id, uid, time.monotonic(), feeds))
-        await event.wait()
+        if not await self._wait(item):
+            self.response_buffer.pop(uid, None)
+            return _error(500, "the worker running this request died (it is being restarted)")
         response, status = self.response_buffer.pop(uid).response
         if status == LitAPIStatus.ERROR:
             return self._failure(response)
@@ -135,6 +156,23 @@ class KilnSpec(LitSpec):
         else:
             data, media = encode(response, fmt, accept)
         return Response(content=data, media_type=media, headers=_batch_header(response))
+
+    async def _wait(self, item):
+        """Waits for the answer; False when the worker that took the request (LitServe
+        tells which, restart_workers=True) has died."""
+        pid = None
+        while True:
+            try:
+                await asyncio.wait_for(item.event.wait(), 0.25)
+                return True
+            except asyncio.TimeoutError:
+                pass
+            if self.worker_pids is None or item.worker_id is None:
+                continue
+            if pid is None:
+                pid = self.worker_pids[item.worker_id]
+            if pid and not _alive(pid):
+                return False
 
     @staticmethod
     def _failure(response):
@@ -189,6 +227,10 @@ class KilnLitAPI(ls.LitAPI):
         # flight; the main process drains and then stops them
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         self.runner = Runner(self.engine_path, threads=self.threads)
+        pids = self._spec.worker_pids
+        wid = os.environ.get("LITSERVE_WORKER_ID")
+        if pids is not None and wid is not None and int(wid) < len(pids):
+            pids[int(wid)] = os.getpid()
 
     def predict(self, x):
         if self.max_batch_size > 1:
@@ -214,6 +256,8 @@ def make_server(engine_path, *, workers=1, max_batch=None, timeout_ms=5.0, threa
     api = (api_cls or KilnLitAPI)(engine_path, max_batch=max_batch, timeout_ms=timeout_ms,
                                   threads=threads, max_body_bytes=max_body_bytes,
                                   **(api_kwargs or {}))
+    # spawn context: the workers are spawned (a fork-context array crashes them)
+    api.spec.worker_pids = mp.get_context("spawn").Array("i", workers, lock=False)
     server = ls.LitServer(api, accelerator="cpu", workers_per_device=workers,
                           restart_workers=restart_workers,
                           model_metadata=api.engine_spec.metadata(), **server_kwargs)
@@ -224,24 +268,37 @@ def make_server(engine_path, *, workers=1, max_batch=None, timeout_ms=5.0, threa
 def serve_forever(server, *, host="127.0.0.1", port=8000, drain_timeout=30.0,
                   log_level="info", **run_kwargs):
     """server.run(...) with graceful shutdown: on SIGTERM or SIGINT new requests get 503,
-    requests in flight finish (up to drain_timeout seconds), then the server stops.
-    Returns when it has stopped."""
+    requests in flight finish (up to drain_timeout seconds), then the server stops; a
+    second signal stops it without waiting. A signal while the workers are still
+    starting stops them at once. Returns when the server has stopped."""
     spec = server.kiln_api.spec
-    stopping = threading.Event()
+    draining = threading.Event()
+    serving = threading.Event()  # the workers are ready: LitServer.run is past start-up
+    verify = server.verify_worker_status
+
+    def verify_then_mark():
+        verify()
+        serving.set()
+
+    server.verify_worker_status = verify_then_mark
+
+    def stop_now():
+        if server._shutdown_event is not None:
+            server._shutdown_event.set()
 
     def drain_then_stop():
         deadline = time.monotonic() + drain_timeout
         while spec.inflight.value > 0 and time.monotonic() < deadline:
             time.sleep(0.02)
-        while server._shutdown_event is None and time.monotonic() < deadline:
-            time.sleep(0.02)
-        if server._shutdown_event is not None:
-            server._shutdown_event.set()
+        stop_now()
 
     def on_signal(signum, frame):
-        if stopping.is_set():
+        if not serving.is_set():
+            raise KeyboardInterrupt  # LitServe's start-up cannot be told to stop
+        if draining.is_set():
+            stop_now()
             return
-        stopping.set()
+        draining.set()
         spec.draining.set()
         threading.Thread(target=drain_then_stop, name="kiln-drain", daemon=True).start()
 
@@ -249,6 +306,24 @@ def serve_forever(server, *, host="127.0.0.1", port=8000, drain_timeout=30.0,
     try:
         server.run(host=host, port=port, log_level=log_level, generate_client_file=False,
                    **run_kwargs)
+    except KeyboardInterrupt:
+        if serving.is_set():
+            raise
+        _stop_startup(server)
     finally:
         for s, h in old.items():
             signal.signal(s, h)
+
+
+def _stop_startup(server):
+    """Stops what LitServer.run had started when it was interrupted during start-up."""
+    for p in getattr(server, "inference_workers", None) or []:
+        p.terminate()
+    for p in getattr(server, "inference_workers", None) or []:
+        p.join(5)
+        if p.is_alive():
+            p.kill()
+            p.join(5)
+    manager = getattr(server.transport_config, "manager", None)
+    if manager is not None:
+        manager.shutdown()
