@@ -187,8 +187,9 @@ class FirstOutput(torch.nn.Module):
         super().__init__()
         self.model, self.names = model, names
 
-    def forward(self, *args):
-        return self.model(**dict(zip(self.names, args))).last_hidden_state
+    def forward(self, *args, **kwargs):
+        kwargs.update(zip(self.names, args))
+        return self.model(**kwargs).last_hidden_state
 
 
 def make_text(kind):

@@ -1,6 +1,9 @@
 # CLI and real-model tests (included from tests/tests.cmake).
 #   cli          tests/cli/test_cli.sh: behaviour of the `kiln` tool (needs /usr/bin/python3 + onnx)
 #   cli_debug    tests/cli/test_debug.sh: kiln debug compare on planted bugs, --disable-pass (~3 s)
+#   cli_docs     tests/cli/test_cli_docs.sh: docs/cli.md has every option of the help texts, the
+#                README's C quick start (compiled from README.md as written) runs, the docs'
+#                links and anchors resolve (~2 s)
 #   models_mlp   the MLP variants of the real-model suite (needs torch; a few seconds)
 #   models_mlp_debug_arena  the same with KILN_DEBUG_ARENA=1 (the runs check the memory plan)
 #   models_swin_t  torchvision's swin_t (op17, fixed and dynamic batch) under KILN_DEBUG_ARENA=1
@@ -20,6 +23,17 @@ if(EXISTS /usr/bin/python3)
   set_tests_properties(cli PROPERTIES LABELS "cli" TIMEOUT 600)
   add_test(NAME cli_debug COMMAND ${CMAKE_SOURCE_DIR}/tests/cli/test_debug.sh $<TARGET_FILE:kiln_cli>)
   set_tests_properties(cli_debug PROPERTIES LABELS "cli" TIMEOUT 300)
+  add_custom_command(OUTPUT ${CMAKE_BINARY_DIR}/readme_quickstart.c
+                     COMMAND ${CMAKE_COMMAND} -DIN=${CMAKE_SOURCE_DIR}/README.md
+                             -DOUT=${CMAKE_BINARY_DIR}/readme_quickstart.c
+                             -P ${CMAKE_SOURCE_DIR}/tests/cli/extract_c_block.cmake
+                     DEPENDS ${CMAKE_SOURCE_DIR}/README.md ${CMAKE_SOURCE_DIR}/tests/cli/extract_c_block.cmake
+                     COMMENT "The README's C quick start")
+  add_executable(readme_quickstart ${CMAKE_BINARY_DIR}/readme_quickstart.c)
+  target_link_libraries(readme_quickstart PRIVATE kiln)
+  add_test(NAME cli_docs COMMAND ${CMAKE_SOURCE_DIR}/tests/cli/test_cli_docs.sh $<TARGET_FILE:kiln_cli>
+                                 $<TARGET_FILE:readme_quickstart>)
+  set_tests_properties(cli_docs PROPERTIES LABELS "cli" TIMEOUT 300)
   add_test(NAME models_mlp
            COMMAND ${CMAKE_SOURCE_DIR}/tests/models/run_model_tests.sh ${CMAKE_BINARY_DIR}/models
                    $<TARGET_FILE_DIR:kiln_cli> --only mlp)

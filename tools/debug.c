@@ -62,7 +62,7 @@ static const char debug_help[] =
     "  --no-memory-reuse        run the engine with memory reuse off too (a difference that\n"
     "                           goes away then comes from the memory plan)\n"
     "  --atol A, --rtol R       a tensor differs when max|engine - ref| > A + R * max|ref|\n"
-    "                           (defaults: fp32 1e-5 and 1e-4, tf32 and fp16 1e-3 and 1e-2,\n"
+    "                           (defaults: fp32 1e-5 and 1e-3, tf32 and fp16 1e-3 and 1e-2,\n"
     "                           bf16 1e-2 and 5e-2); integer and bool tensors must be equal\n"
     "  -v, --verbose            list every compared tensor, not only those that differ\n"
     "  -h, --help               show this help\n"
@@ -605,7 +605,7 @@ typedef struct compare_opts {
 } compare_opts;
 
 static void default_tolerance(compare_opts *o) {
-    double atol = 1e-5, rtol = 1e-4;
+    double atol = 1e-5, rtol = 1e-3; /* summation order alone moves deep layers ~1e-4 of max|ref| */
     if (o->precision == KILN_PRECISION_TF32 || o->precision == KILN_PRECISION_FP16) atol = 1e-3, rtol = 1e-2;
     if (o->precision == KILN_PRECISION_BF16) atol = 1e-2, rtol = 5e-2;
     if (!o->atol_set) o->atol = atol;

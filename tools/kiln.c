@@ -634,6 +634,8 @@ static const char build_help[] =
     "                           name:fp32[,name2:fp32...] (ONNX node names; the last ':'\n"
     "                           separates the precision)\n"
     "  --device DEV             cpu (default), cuda or cuda:N\n"
+    "  --strict-device          refuse to build when a layer has no kernel on DEV and would run\n"
+    "                           on the CPU between device layers (the error names the layers)\n"
     "  --threads N              threads for contexts of the engine (0 = one per core; default 0)\n"
     "  --workspace MIB          largest scratch memory a layer may use, in MiB (0 = no limit)\n"
     "  --timing-cache FILE      kernel timing cache (read if present, written after)\n"
@@ -807,16 +809,16 @@ static int cmd_build(int argc, char **argv) {
         {"--tf32", NULL, false},   {"--fp16", NULL, false},      {"--bf16", NULL, false},
         {"--device", NULL, true},  {"--threads", NULL, true},    {"--workspace", NULL, true},
         {"--timing-cache", NULL, true}, {"--help", "-h", false}, {"--quiet", "-q", false},
-        {"--layer-precision", NULL, true}, {"--disable-pass", NULL, true},
+        {"--layer-precision", NULL, true}, {"--disable-pass", NULL, true}, {"--strict-device", NULL, false},
     };
     enum { O_OUT, O_SHAPES, O_MIN, O_OPT, O_MAX, O_FP32, O_TF32, O_FP16, O_BF16, O_DEVICE, O_THREADS,
-           O_WORKSPACE, O_TCACHE, O_HELP, O_QUIET, O_LAYER_PREC, O_DISABLE_PASS };
+           O_WORKSPACE, O_TCACHE, O_HELP, O_QUIET, O_LAYER_PREC, O_DISABLE_PASS, O_STRICT };
     argscan s = {argc, argv, 0, "build", false};
     const char *model_path = NULL, *out_path = NULL, *tcache = NULL, *layer_prec = NULL, *val;
     shape_list sl[4] = {{0}}; /* shapes, min, opt, max */
     int precision = -1, device = KILN_DEVICE_CPU;
     int64_t device_index = 0, threads = -1, workspace = -1;
-    bool quiet = false;
+    bool quiet = false, strict = false;
     int rc = EXIT_USAGE, id;
     char *default_out = NULL;
     kiln_model *m = NULL;
@@ -851,6 +853,7 @@ static int cmd_build(int argc, char **argv) {
         case O_QUIET: quiet = true; break;
         case O_LAYER_PREC: layer_prec = val; break;
         case O_DISABLE_PASS: if (!parse_pass("build", val, &disabled)) goto done; break;
+        case O_STRICT: strict = true; break;
         default: goto done;
         }
     }
@@ -895,6 +898,10 @@ static int cmd_build(int argc, char **argv) {
     }
     if (precision >= 0 && (st = kiln_builder_set_precision(b, (kiln_precision)precision)) != KILN_OK) {
         fail_kiln(st, "precision");
+        goto done;
+    }
+    if (strict && (st = kiln_builder_set_strict_device(b, 1)) != KILN_OK) {
+        fail_kiln(st, "--strict-device");
         goto done;
     }
     if (threads >= 0 && (st = kiln_builder_set_threads(b, (int)threads)) != KILN_OK) {
@@ -1415,7 +1422,8 @@ static int cmd_run(int argc, char **argv) {
             orc = fail("out of memory");
             break;
         }
-        snprintf(path, plen, "%s/%s.npy", outdir, fname);
+        size_t dlen = strlen(outdir);
+        snprintf(path, plen, "%s%s%s.npy", outdir, dlen && outdir[dlen - 1] == '/' ? "" : "/", fname);
         char err[1024];
         int wrc;
         if (dt == KILN_DTYPE_BFLOAT16) { /* .npy has no bfloat16: widen to float32 */

@@ -1,7 +1,7 @@
 """Exporting one method of a torch.nn.Module to ONNX: input specs (kiln.Input), binding
 them to the method's parameters, flattening nested outputs, and the two exporters.
 
-Output flattening order (documented in README "Python"): depth first, left to right;
+Output flattening order (documented in python/README.md): depth first, left to right;
 tuples and lists in index order, dicts in their iteration (insertion) order. Tensors
 become engine outputs output0, output1, ... in that order; None leaves are kept in the
 structure (EngineModule returns None there) but are not engine outputs. Named tuples
