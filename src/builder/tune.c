@@ -166,7 +166,7 @@ static kiln_status opt_shapes(const kiln_engine *e, kiln_tinfo *vi) {
         const kiln_node *n = &g->nodes[ni];
         if (n->dead) continue;
         kiln_call c;
-        if (kiln__call_begin(&c, n) != KILN_OK) {
+        if (kiln__call_begin(&c, g, n) != KILN_OK) {
             kiln__clear_error();
             continue;
         }
@@ -307,7 +307,8 @@ static void tac_setup(const kiln_backend_i *be, void *state, kiln_pool *pool, co
     ((kiln_tactic *)(void *)r->attrs)->id = id;
     ((kiln_tactic *)(void *)r->attrs)->us = 0;
     kiln_call c;
-    if (kiln__call_begin(&c, n) != KILN_OK) {
+    static const kiln_graph no_subgraphs; /* (a layer with tactics is no control flow) */
+    if (kiln__call_begin(&c, &no_subgraphs, n) != KILN_OK) {
         kiln__clear_error();
         return;
     }

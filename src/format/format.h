@@ -244,4 +244,17 @@ static inline void kiln__put_le64(unsigned char *p, uint64_t v) {
     kiln__put_le32(p + 4, (uint32_t)(v >> 32));
 }
 
+/* ---- subgraphs of control-flow nodes (subgraph.c) ---- */
+/* Serializes subgraph g into a new buffer (*data, freed with
+ * kiln__aligned_free) of *size bytes. */
+KILN_PRIVATE kiln_status kiln__subgraph_pack(const kiln_graph *g, void **data, size_t *size);
+
+/* Deserializes a subgraph packed by kiln__subgraph_pack. *graph's constants
+ * borrow from *blob (a 64-byte aligned copy of data, freed with
+ * kiln__aligned_free after the graph). `what` names it in messages. */
+KILN_PRIVATE kiln_status kiln__subgraph_unpack(const void *data, size_t size, const char *what,
+                                               kiln_graph **graph, void **blob);
+/* The loader control-flow ops get (kiln_graph.sub): unpack and free. */
+KILN_PRIVATE extern const kiln_subgraph_io kiln__subgraph_io;
+
 #endif

@@ -799,6 +799,7 @@ kiln_status kiln__format_read(const void *data, size_t size, kiln_engine *e) {
     kiln_graph *g = NULL;
     kiln_profile *profiles = NULL;
     kiln_status st = kiln__graph_create(&g);
+    if (st == KILN_OK) g->sub = &kiln__subgraph_io;
     if (st != KILN_OK) return st;
     /* Symbols. */
     const section *ss = &r.sec[SEC_SYMS];

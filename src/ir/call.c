@@ -2,7 +2,7 @@
  * and kernel (see kiln_call in ir.h). */
 #include "ir/ir.h"
 
-kiln_status kiln__call_begin(kiln_call *c, const kiln_node *n) {
+kiln_status kiln__call_begin(kiln_call *c, const kiln_graph *g, const kiln_node *n) {
     c->n = n;
     if (n->n_in > KILN_CALL_MAX || n->n_out > KILN_CALL_MAX)
         return KILN_FAIL(KILN_ERR_UNSUPPORTED, "node '%s' (%s): more than %d inputs or outputs", n->name,
@@ -19,9 +19,10 @@ kiln_status kiln__call_begin(kiln_call *c, const kiln_node *n) {
         c->out_tp[i] = &c->out_t[i];
     }
     c->ia = (kiln_infer_args){.op = n->op, .attrs = n->attrs, .node_name = n->name, .n_in = n->n_in,
-                              .n_out = n->n_out, .in = c->in_ip, .out = c->out_ip};
+                              .n_out = n->n_out, .in = c->in_ip, .out = c->out_ip, .sub = g->sub};
     c->ka = (kiln_kernel_args){.op = n->op, .op_id = n->op_id, .attrs = n->attrs, .node_name = n->name,
-                               .n_in = n->n_in, .n_out = n->n_out, .in = c->in_tp, .out = c->out_tp};
+                               .n_in = n->n_in, .n_out = n->n_out, .in = c->in_tp, .out = c->out_tp,
+                               .sub = g->sub};
     return KILN_OK;
 }
 

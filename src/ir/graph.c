@@ -93,14 +93,6 @@ kiln_status kiln__graph_add_value(kiln_graph *g, const char *name, int *out) {
     return KILN_OK;
 }
 
-size_t kiln__value_nbytes(const kiln_tinfo *t) {
-    int64_t n = kiln__numel(t->rank, t->dims);
-    size_t es = kiln_dtype_size(t->dtype);
-    int64_t b;
-    if (n < 0 || !es || !kiln__mul_ok(n, (int64_t)es, &b)) return 0;
-    return (size_t)b;
-}
-
 kiln_status kiln__value_set_const(kiln_value *v, kiln_dtype dtype, int rank, const int64_t *dims,
                                   const void *data) {
     if (rank < 0 || rank > KILN_MAX_RANK)
@@ -255,6 +247,7 @@ kiln_status kiln__graph_clone(const kiln_graph *g, kiln_graph **out) {
     *out = NULL;
     if ((s = kiln__graph_create(&c)) != KILN_OK) return s;
     c->opset = g->opset;
+    c->sub = g->sub;
     for (int i = 0; i < g->n_symbols; i++) {
         int k;
         if ((s = kiln__graph_add_symbol(c, g->symbols[i], &k)) != KILN_OK) goto fail;

@@ -44,7 +44,8 @@ kiln_status kiln__graph_infer_node(kiln_graph *g, int ni, bool runtime, kiln_tin
         out_ptrs[i] = &outs[i];
     }
     kiln_infer_args a = {.op = n->op, .attrs = n->attrs, .node_name = n->name, .n_in = n->n_in,
-                         .n_out = n->n_out, .in = in_ptrs, .out = out_ptrs, .runtime = runtime};
+                         .n_out = n->n_out, .in = in_ptrs, .out = out_ptrs, .runtime = runtime,
+                         .sub = g->sub};
     kiln_status s = kiln__infer(&a);
     if (s != KILN_OK) return s;
     for (int i = 0; i < n->n_out; i++) {

@@ -55,6 +55,8 @@ typedef struct kiln_graph {
     char **symbols;        /* names of symbolic dims; KILN_DIM_SYM(k) -> symbols[k] */
     int n_symbols, cap_symbols;
     int64_t opset;         /* ai.onnx opset of the source model */
+    const kiln_subgraph_io *sub; /* how its control-flow nodes load their subgraphs (op.h;
+                                    set by the importer and the engine loader) */
     /* name -> value index hash table */
     int *hash;
     int hash_cap;
@@ -78,7 +80,6 @@ KILN_PRIVATE kiln_status kiln__graph_add_symbol(kiln_graph *g, const char *name,
 KILN_PRIVATE void kiln__graph_link(kiln_graph *g);
 /* Deep copy. */
 KILN_PRIVATE kiln_status kiln__graph_clone(const kiln_graph *g, kiln_graph **out);
-KILN_PRIVATE size_t kiln__value_nbytes(const kiln_tinfo *t); /* 0 if unknown */
 
 /* Source k (0 <= k < kiln__node_num_sources(n)) of node n: the name of an
  * ONNX node it came from. */
@@ -112,7 +113,7 @@ KILN_PRIVATE kiln_status kiln__nodes_place_after(kiln_graph *g, int n_nodes0, co
  * folding (passes.c), control flow (misc_control.c) and the tuner:
  *
  *     kiln_call c;
- *     KILN_TRY(kiln__call_begin(&c, n));
+ *     KILN_TRY(kiln__call_begin(&c, g, n));
  *     kiln__call_input(&c, i, &info, data);   for each present input i
  *     KILN_TRY(kiln__call_infer(&c, runtime, node_state, exact));
  *     c.out[i]: output infos; set c.out_t[i].data (shapes filled)
@@ -130,9 +131,10 @@ typedef struct kiln_call {
     kiln_infer_args ia;
     kiln_kernel_args ka;
 } kiln_call;
-/* Starts a call of n: every input absent until kiln__call_input. Fails for
- * a node with more than KILN_CALL_MAX inputs or outputs. */
-KILN_PRIVATE kiln_status kiln__call_begin(kiln_call *c, const kiln_node *n);
+/* Starts a call of node n of graph g (its subgraph loader goes to the
+ * args): every input absent until kiln__call_input. Fails for a node with
+ * more than KILN_CALL_MAX inputs or outputs. */
+KILN_PRIVATE kiln_status kiln__call_begin(kiln_call *c, const kiln_graph *g, const kiln_node *n);
 /* Input i: what infer sees (dtype, shape, data when known on the host) and
  * the bytes the kernel reads (data: in the kernel's memory; may be NULL
  * when no kernel runs or it reads shapes only). */

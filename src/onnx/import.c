@@ -23,7 +23,7 @@
  * input of its node (see src/ops/misc_control.h).
  */
 #include "onnx/onnx_internal.h"
-#include "ops/misc_control.h"
+#include "format/format.h"
 
 #include <inttypes.h>
 #include <stdarg.h>
@@ -1104,6 +1104,7 @@ static kiln_status import_outputs(importer *im) {
  * of enclosing graphs it reads: they become its last inputs. */
 static kiln_status import_graph(importer *im, const namelist *free_names) {
     KILN_TRY(kiln__graph_create(&im->g));
+    im->g->sub = &kiln__subgraph_io;
     int64_t opset = 0;
     if (find_opset(im, "", &opset)) im->g->opset = opset;
     KILN_TRY(import_initializers(im));

@@ -68,6 +68,14 @@ kiln_status kiln__dim_add(const char *node, int64_t x, int64_t y, int64_t *out) 
 
 /* ---- shapes ------------------------------------------------------------ */
 
+size_t kiln__value_nbytes(const kiln_tinfo *t) {
+    int64_t n = kiln__numel(t->rank, t->dims);
+    size_t es = kiln_dtype_size(t->dtype);
+    int64_t b;
+    if (n < 0 || !es || !kiln__mul_ok(n, (int64_t)es, &b)) return 0;
+    return (size_t)b;
+}
+
 int64_t kiln__numel(int rank, const int64_t *dims) {
     if (rank < 0) return -1;
     int64_t n = 1;

@@ -82,6 +82,21 @@ typedef struct kiln_io_layout {
 
 typedef struct kiln_op_def kiln_op_def;
 typedef struct kiln_node_state kiln_node_state;
+typedef struct kiln_graph kiln_graph;
+
+/* What the control-flow ops (If, Loop, Scan: src/ops/misc_control.c) need
+ * from the layers above ops to load their subgraphs, handed to their infer
+ * and kernels by whoever calls them (kiln_infer_args.sub,
+ * kiln_kernel_args.sub: the sub of the graph the node is in, set by the
+ * engine format's loader and the importer to kiln__subgraph_io,
+ * src/format/subgraph.c). NULL: such a node can be neither inferred nor run. */
+typedef struct kiln_subgraph_io {
+    /* Loads a subgraph packed into `size` bytes at data: *graph borrows its
+     * constants from *blob (free the graph with `free`, then
+     * kiln__aligned_free(*blob)); `what` names it in messages. */
+    kiln_status (*unpack)(const void *data, size_t size, const char *what, kiln_graph **graph, void **blob);
+    void (*free)(kiln_graph *graph);
+} kiln_subgraph_io;
 
 typedef struct kiln_infer_args {
     const kiln_op_def *op;
@@ -98,6 +113,7 @@ typedef struct kiln_infer_args {
                                       kiln_kernel_args; ops whose output shapes need the
                                       whole computation, e.g. Loop, compute there and keep
                                       the results for the kernel); else NULL */
+    const kiln_subgraph_io *sub;   /* control flow: how to load subgraphs (may be NULL) */
 } kiln_infer_args;
 
 /* What a kernel keeps between runs of one context (prepacked weights,
@@ -125,6 +141,7 @@ typedef struct kiln_kernel_args {
     kiln_node_state *node_state;   /* this node's state in this context; may be NULL
                                       (constant folding, build-time timing): then
                                       nothing can be kept */
+    const kiln_subgraph_io *sub;   /* control flow: how to load subgraphs (may be NULL) */
 } kiln_kernel_args;
 
 /* ---- import: the ONNX node being imported, as an op's import sees it ----
@@ -318,6 +335,7 @@ KILN_PRIVATE kiln_status kiln__dim_mul(const char *node, int64_t x, int64_t y, i
 KILN_PRIVATE kiln_status kiln__dim_add(const char *node, int64_t x, int64_t y, int64_t *out);
 
 KILN_PRIVATE int64_t kiln__numel(int rank, const int64_t *dims); /* -1 if any dim unknown */
+KILN_PRIVATE size_t kiln__value_nbytes(const kiln_tinfo *t); /* bytes; 0 if unknown or too large */
 KILN_PRIVATE int64_t kiln__tensor_numel(const kiln_tensor *t);
 /* Normalizes a possibly negative axis into [0, rank); fails with a message. */
 KILN_PRIVATE kiln_status kiln__norm_axis(const char *node, int64_t axis, int rank, int *out);

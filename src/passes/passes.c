@@ -26,7 +26,7 @@ static kiln_status fold_node(kiln_graph *g, int ni) {
     bool shape_only = (n->op->flags & KILN_OP_FLAG_SHAPE_ONLY) != 0;
     kiln_call c;
     if (n->n_in > KILN_CALL_MAX || n->n_out > KILN_CALL_MAX) return KILN_OK;
-    KILN_TRY(kiln__call_begin(&c, n));
+    KILN_TRY(kiln__call_begin(&c, g, n));
     for (int i = 0; i < n->n_in; i++) {
         if (n->in[i] < 0) continue;
         kiln_value *v = &g->values[n->in[i]];

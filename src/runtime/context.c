@@ -629,7 +629,7 @@ static kiln_status run_node(kiln_context *c, int ni) {
     int m = node_mem(c, n);
     kiln_call callv, *call = &callv;
     int tmp_bufs[KILN_CALL_MAX], n_tmp = 0;
-    KILN_TRY(kiln__call_begin(call, n));
+    KILN_TRY(kiln__call_begin(call, g, n));
     kiln_tensor *out_t = call->out_t;
     for (int i = 0; i < n->n_in; i++) {
         if (n->in[i] < 0) continue;

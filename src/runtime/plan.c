@@ -138,7 +138,7 @@ static void plan_sizes(planner *P) {
         int aux = p->aux_first[ni];
         kiln_call c;
         bool fits = n->n_in <= KILN_CALL_MAX && n->n_out <= KILN_CALL_MAX;
-        if (!fits || kiln__node_check_inputs(n) != KILN_OK || kiln__call_begin(&c, n) != KILN_OK) {
+        if (!fits || kiln__node_check_inputs(n) != KILN_OK || kiln__call_begin(&c, g, n) != KILN_OK) {
             kiln__clear_error();
             for (int i = 0; i < n->n_out; i++)
                 if (n->out[i] >= 0) P->exact[n->out[i]] = false;
