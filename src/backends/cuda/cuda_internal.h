@@ -91,47 +91,16 @@ KILN_PRIVATE const kiln_kernel *kiln__cuda_kernel_for(int op_id);
 KILN_PRIVATE int kiln__cuda_kernel_count(void);
 
 /* Declares the supports/run pair of a kernel family member: KCU_DECLARE(binary)
- * declares kiln__cu_binary_supports and kiln__cu_binary_run. */
+ * declares kiln__cu_binary_supports and kiln__cu_binary_run (in cuda_table.c,
+ * beside the rows; families with their own header declare theirs there). */
 #define KCU_DECLARE(fn)                                                              \
     KILN_PRIVATE bool kiln__cu_##fn##_supports(const kiln_graph *g, const kiln_node *n); \
     KILN_PRIVATE kiln_status kiln__cu_##fn##_run(const kiln_kernel_args *a);
 #define KCU_ENTRY(nm, fn) {.name = nm, .supports = kiln__cu_##fn##_supports, .run = kiln__cu_##fn##_run}
 
-/* cuda_ops_ew.c */
-KCU_DECLARE(unary)
-KCU_DECLARE(predicate)
-KCU_DECLARE(binary)
-KCU_DECLARE(variadic)
-KCU_DECLARE(where)
-KCU_DECLARE(clip)
-KCU_DECLARE(cast)
-/* cuda_ops_tensor.c */
-KCU_DECLARE(copy)
-KCU_DECLARE(dropout)
-KCU_DECLARE(transpose)
-KCU_DECLARE(concat)
-KCU_DECLARE(split)
-KCU_DECLARE(slice)
-KCU_DECLARE(expand)
-KCU_DECLARE(tile)
-KCU_DECLARE(gather)
-KCU_DECLARE(shape)
-KCU_DECLARE(size)
-/* cuda_ops_nn.c */
-KCU_DECLARE(global_pool)
 /* kernel names of the channels-last pools (kiln_kernel.name_of) */
 KILN_PRIVATE const char *kiln__cu_pool_name(const kiln_node *n);
 KILN_PRIVATE const char *kiln__cu_global_pool_name(const kiln_node *n);
-KCU_DECLARE(softmax)
-KCU_DECLARE(layernorm)
-KCU_DECLARE(batchnorm)
-KCU_DECLARE(pool)
-KCU_DECLARE(reduce)
-/* cuda_blas.c, cuda_conv.c */
-KCU_DECLARE(matmul)
-KCU_DECLARE(gemm)
-KCU_DECLARE(conv)
-KCU_DECLARE(fused_conv)
 /* FusedConv's tactics: 0 = cuDNN's heuristics' first engine config for the
  * fused graph (else the legacy path); KCU_CONV_TACTIC_LEGACY = the legacy
  * API's timed algorithm + kiln's epilogue kernel; kcu_dg_is_id(id) = one
@@ -143,14 +112,10 @@ KILN_PRIVATE const char *kiln__cu_fused_conv_tactic_name(int32_t id);
 KILN_PRIVATE void kiln__cu_fused_conv_tactic_describe(int32_t id, char *buf, size_t n);
 /* "cuda.conv.nhwc" / "cuda.conv.nchw-in.nhwc" for channels-last layers */
 KILN_PRIVATE const char *kiln__cu_fused_conv_name(const kiln_node *n);
-/* cuda_fused.c */
-KCU_DECLARE(fused_matmul)
 /* FusedMatMul's tactics: cuBLASLt's heuristic candidates for its shapes */
 KILN_PRIVATE int kiln__cu_fused_matmul_tactics(void *state, const kiln_infer_args *a, int32_t *ids,
                                                int cap);
 KILN_PRIVATE const char *kiln__cu_fused_matmul_tactic_name(int32_t id); /* "cublasLt#<id>" */
-KCU_DECLARE(gelu)
-KCU_DECLARE(attention)
 
 /* families with their own headers */
 #include "backends/cuda/cuda_index.h"

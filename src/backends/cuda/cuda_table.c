@@ -12,6 +12,40 @@
 
 #include "backends/cuda/cuda_internal.h"
 
+/* the kernels of the rows below (families with their own headers,
+ * cuda_table_<family>.inc, declare theirs there) */
+KCU_DECLARE(unary)
+KCU_DECLARE(predicate)
+KCU_DECLARE(binary)
+KCU_DECLARE(variadic)
+KCU_DECLARE(where)
+KCU_DECLARE(clip)
+KCU_DECLARE(cast)
+KCU_DECLARE(copy)
+KCU_DECLARE(dropout)
+KCU_DECLARE(transpose)
+KCU_DECLARE(concat)
+KCU_DECLARE(split)
+KCU_DECLARE(slice)
+KCU_DECLARE(expand)
+KCU_DECLARE(tile)
+KCU_DECLARE(gather)
+KCU_DECLARE(shape)
+KCU_DECLARE(size)
+KCU_DECLARE(global_pool)
+KCU_DECLARE(softmax)
+KCU_DECLARE(layernorm)
+KCU_DECLARE(batchnorm)
+KCU_DECLARE(pool)
+KCU_DECLARE(reduce)
+KCU_DECLARE(matmul)
+KCU_DECLARE(gemm)
+KCU_DECLARE(conv)
+KCU_DECLARE(fused_conv)
+KCU_DECLARE(fused_matmul)
+KCU_DECLARE(gelu)
+KCU_DECLARE(attention)
+
 /* Adding or removing an op: give it a row below if the GPU runs it (else it
  * runs on the CPU), then update the count. */
 _Static_assert(KILN_OP_COUNT == 169, "the op registry changed: see this table, then update the count");
