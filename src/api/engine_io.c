@@ -13,21 +13,6 @@
 
 /* ---- load ------------------------------------------------------------- */
 
-void kiln__mapping_release(const void *map, size_t map_size, const void *p, size_t n) {
-    long pg = sysconf(_SC_PAGESIZE);
-    if (!map || pg <= 0 || !p || !n) return;
-    uintptr_t lo = (uintptr_t)map, hi = lo + map_size, a = (uintptr_t)p, b = a + n;
-    if (a < lo || b > hi || b < a) return;
-    uintptr_t mask = (uintptr_t)pg - 1;
-    a = (a + mask) & ~mask; /* whole pages only: neighbours may still be in use */
-    b &= ~mask;
-    if (b > a) (void)madvise((void *)a, b - a, MADV_DONTNEED);
-}
-
-void kiln__engine_release_pages(const kiln_engine *e, const void *p, size_t n) {
-    if (e && e->blob_kind == 1) kiln__mapping_release(e->blob, e->blob_size, p, n);
-}
-
 /* Takes ownership of blob (kind 1 or 2) and parses it into a new engine. */
 static kiln_status engine_from_blob(void *blob, size_t size, int kind, kiln_engine **out) {
     kiln_engine *e = kiln__engine_alloc();

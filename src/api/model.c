@@ -137,7 +137,7 @@ static kiln_status model_from_memory(const void *data, size_t size, const char *
     kiln_onnx_extras ex; /* filled on success, zeroed otherwise */
     kiln_status s = kiln__onnx_import(data, size, base_dir, &m->graph, &ex);
     m->producer = ex.producer;
-    if (s == KILN_OK) s = kiln__pass_infer(m->graph);
+    if (s == KILN_OK) s = kiln__graph_infer(m->graph);
     if (s == KILN_OK) s = model_warnings(m, ex.declared);
     kiln__free(ex.declared);
     if (s != KILN_OK) {

@@ -1,7 +1,6 @@
 /* build.c -- the builder: configuration, and model -> engine. */
 #include "backends/backend.h"
-#include "ops/fused_conv.h" /* kiln__cpu_has_bf16 */
-#include "passes/cuda_nhwc.h"
+#include "backends/cpu/cpu_features.h"
 #include "runtime/engine.h"
 
 #include <stdio.h>
@@ -33,8 +32,7 @@ void kiln_builder_free(kiln_builder *b) {
 
 kiln_status kiln_builder_set_device(kiln_builder *b, kiln_device dev, int index) {
     CHECK_BUILDER(b, "kiln_builder_set_device");
-    if (dev != KILN_DEVICE_CPU && dev != KILN_DEVICE_CUDA)
-        return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "unknown device %d", (int)dev);
+    if (!kiln__device_name(dev)) return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "unknown device %d", (int)dev);
     if (index < 0) return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "device index %d < 0", index);
     b->opts.device = dev;
     b->opts.device_index = index;
@@ -274,14 +272,14 @@ static kiln_status place_nodes(const kiln_builder *b, const kiln_backend_i *be, 
     int n_missing = 0;
     for (int i = 0; i < g->n_nodes; i++) {
         kiln_node *n = &g->nodes[i];
-        if (be->supports(g, n)) {
+        if (kiln__backend_supports(be, g, n)) {
             n->device = be->device;
             continue;
         }
         if (be->device == KILN_DEVICE_CPU)
             return KILN_FAIL(KILN_ERR_UNSUPPORTED, "node '%s' (%s) has no CPU kernel", n->name,
                              n->op->name);
-        if (!cpu->supports(g, n))
+        if (!kiln__backend_supports(cpu, g, n))
             return KILN_FAIL(KILN_ERR_UNSUPPORTED, "node '%s' (%s) has no %s or CPU kernel", n->name,
                              n->op->name, be->name);
         n->device = KILN_DEVICE_CPU;
@@ -306,7 +304,7 @@ kiln_status kiln_build(const kiln_builder *b, const kiln_model *m, kiln_engine *
     if (!be)
         return KILN_FAIL(KILN_ERR_UNSUPPORTED,
                          "device '%s' is not available: this kiln was built without it",
-                         b->opts.device == KILN_DEVICE_CUDA ? "cuda" : "?");
+                         kiln__device_name(b->opts.device) ? kiln__device_name(b->opts.device) : "?");
     if (b->opts.device == KILN_DEVICE_CPU && b->opts.precision == KILN_PRECISION_FP16)
         return KILN_FAIL(KILN_ERR_UNSUPPORTED,
                          "precision fp16 is not supported by the CPU backend (use fp32)");
@@ -331,10 +329,10 @@ kiln_status kiln_build(const kiln_builder *b, const kiln_model *m, kiln_engine *
         goto fail;
     }
     if ((s = resolve_profiles(b, g, e->profiles)) != KILN_OK) goto fail;
-    if ((s = kiln__pass_infer(g)) != KILN_OK) goto fail;
+    if ((s = kiln__graph_infer(g)) != KILN_OK) goto fail;
     if ((s = kiln__pass_fold_constants(g)) != KILN_OK) goto fail;
     if ((s = kiln__pass_dce(g)) != KILN_OK) goto fail;
-    if ((s = kiln__pass_infer(g)) != KILN_OK) goto fail;
+    if ((s = kiln__graph_infer(g)) != KILN_OK) goto fail;
     kiln_optimize_opts oo = {.device = b->opts.device, .precision = b->opts.precision,
                              .disable = b->optimization == 0, .disabled = b->disabled_passes,
                              .fp32_layers = (const char *const *)b->fp32_layers,
@@ -343,12 +341,7 @@ kiln_status kiln_build(const kiln_builder *b, const kiln_model *m, kiln_engine *
     if ((s = place_nodes(b, be, g)) != KILN_OK) goto fail;
     e->opts = b->opts;
     if ((s = build_target(be, b->opts.device_index, e->target, sizeof e->target)) != KILN_OK) goto fail;
-    /* channels-last chains on the GPU (passes/cuda_nhwc.c), before tuning: the
-     * builder times each layer's tactics in the layout it will run in (the
-     * CPU layout choice of the tuner leaves device layers alone) */
-    if (b->opts.device == KILN_DEVICE_CUDA && b->optimization != 0 &&
-        !(b->disabled_passes & (1u << KILN_PASS_CUDA_NHWC)) && (s = kiln__pass_cuda_nhwc(e->graph, NULL)) != KILN_OK)
-        goto fail;
+    /* tactics, and the layouts the backends choose (their layouts hooks) */
     if ((s = kiln__builder_tune(b, e)) != KILN_OK) goto fail;
     if ((s = kiln__check_workspace_limit(e)) != KILN_OK) goto fail;
     if ((s = kiln__meta_copy(&e->meta, &b->meta)) != KILN_OK) goto fail;
@@ -405,7 +398,7 @@ static void profile_str(const kiln_profile *p, const int64_t *d, kiln_sbuf *sb, 
     kiln__sbuf_printf(sb, "]");
 }
 
-static const char *device_name(int d) { return d == KILN_DEVICE_CUDA ? "cuda" : "cpu"; }
+static const char *device_name(int d) { return kiln__device_name(d) ? kiln__device_name(d) : "?"; }
 static const char *precision_name(int p) {
     switch (p) {
     case KILN_PRECISION_TF32: return "tf32";
@@ -417,7 +410,8 @@ static const char *precision_name(int p) {
 
 static const char *node_kernel(const kiln_graph *g, const kiln_node *n) {
     const kiln_backend_i *nb = kiln__backend_for(n->device);
-    return nb ? nb->kernel_name(g, n) : "?";
+    (void)g;
+    return nb ? kiln__backend_kernel_name(nb, n) : "?";
 }
 
 /* Name of the tactic chosen for a layer that has several; NULL otherwise. */
@@ -426,11 +420,12 @@ static const char *node_tactic_name(const kiln_node *n, char *buf, size_t cap) {
     if (!(n->op->flags & KILN_OP_FLAG_TACTICS) || !n->attrs) return NULL;
     const kiln_backend_i *nb = kiln__backend_for(n->device);
     int32_t id = ((const kiln_tactic *)n->attrs)->id;
-    if (buf && nb && nb->tactic_describe) {
-        nb->tactic_describe(n, id, buf, cap);
+    if (!nb) return "?";
+    if (buf) {
+        kiln__backend_tactic_describe(nb, n, id, buf, cap);
         return buf;
     }
-    return nb && nb->tactic_name ? nb->tactic_name(n, id) : "?";
+    return kiln__backend_tactic_name(nb, n, id);
 }
 
 /* The tactic of a layer that has several (name, and its time measured at
@@ -452,44 +447,24 @@ static void node_tactic(const kiln_node *n, kiln_sbuf *sb, bool json) {
 }
 
 /* Tensors a CPU layer reads and writes in NHWC or nChw16c (layers of an
- * NHWC or blocked chain, fused_conv.h): "x" the input, "y" the output;
- * bf16 where they hold bf16;
- * "residual" where an NHWC residual goes into an NCHW output. */
+ * NHWC or blocked chain, kiln_op_def.layout_io): "x" the input, "y" the
+ * output; bf16 where they hold bf16; "residual" where an NHWC residual goes
+ * into an NCHW output. */
+static const char *layout_word(int l) {
+    return l == KILN_VLAYOUT_NHWC_BF16 ? "nhwc-bf16" : l == KILN_VLAYOUT_NHWC ? "nhwc" : l == KILN_VLAYOUT_C16 ? "nchw16c" : "nchw";
+}
+
 static void node_layout(const kiln_node *n, kiln_sbuf *sb, bool json) {
-    if (n->device != KILN_DEVICE_CPU || !n->attrs) return;
-    const char *x = NULL, *y = NULL;
-    bool r_nhwc = false; /* the residual NHWC, the output NCHW */
-    if (n->op_id == KILN_OP_FusedConv) {
-        int l = ((const kiln_fused_conv_attrs *)n->attrs)->layout;
-        if (!l) return;
-        x = (l & KILN_FC_LAYOUT_X_NHWC)  ? ((l & KILN_FC_LAYOUT_X_BF16) ? "nhwc-bf16" : "nhwc")
-            : (l & KILN_FC_LAYOUT_X_C16) ? "nchw16c"
-                                         : "nchw";
-        y = (l & KILN_FC_LAYOUT_Y_NHWC)  ? ((l & KILN_FC_LAYOUT_Y_BF16) ? "nhwc-bf16" : "nhwc")
-            : (l & KILN_FC_LAYOUT_Y_C16) ? "nchw16c"
-                                         : "nchw";
-        r_nhwc = (l & KILN_FC_LAYOUT_R_NHWC) != 0;
-    } else if (n->op_id == KILN_OP_PwDwConv) {
-        int l = ((const kiln_pwdw_attrs *)n->attrs)->layout;
-        if (!l) return;
-        x = (l & KILN_FC_LAYOUT_X_NHWC) ? "nhwc" : "nchw";
-        y = (l & KILN_FC_LAYOUT_Y_NHWC) ? "nhwc" : "nchw";
-    } else if (n->op_id == KILN_OP_MaxPool) {
-        int l = ((const kiln_pool_attrs *)n->attrs)->layout;
-        if (l != KILN_POOL_LAYOUT_NHWC && l != KILN_POOL_LAYOUT_C16) return;
-        x = y = l == KILN_POOL_LAYOUT_C16 ? "nchw16c" : "nhwc";
-    } else if (n->op_id == KILN_OP_GlobalAveragePool && n->attrs) {
-        int l = ((const kiln_pool_attrs *)n->attrs)->layout;
-        if (l != KILN_POOL_LAYOUT_NHWC && l != KILN_POOL_LAYOUT_C16) return;
-        x = l == KILN_POOL_LAYOUT_C16 ? "nchw16c" : "nhwc";
-        y = "nchw"; /* [N, C, 1, 1]: the same bytes either way */
-    } else {
-        return;
-    }
+    if (n->device != KILN_DEVICE_CPU || !n->attrs || !n->op->layout_io) return;
+    int32_t l = *n->op->layout_field(n->attrs);
+    if (!l) return;
+    kiln_io_layout io;
+    n->op->layout_io(l, &io);
+    const char *x = layout_word(io.x), *y = layout_word(io.y);
     if (json)
         kiln__sbuf_printf(sb, ", \"layout\": {\"x\": \"%s\", \"y\": \"%s\"%s}", x, y,
-                          r_nhwc ? ", \"residual\": \"nhwc\"" : "");
-    else kiln__sbuf_printf(sb, "  layout %s->%s%s", x, y, r_nhwc ? " (residual nhwc)" : "");
+                          io.r_nhwc ? ", \"residual\": \"nhwc\"" : "");
+    else kiln__sbuf_printf(sb, "  layout %s->%s%s", x, y, io.r_nhwc ? " (residual nhwc)" : "");
 }
 
 kiln_status kiln_engine_layer_info(const kiln_engine *e, int layer, kiln_layer_info *out) {
@@ -608,7 +583,7 @@ static void fallback_summary(const kiln_engine *e, kiln_sbuf *sb, bool json) {
     }
     kiln__sbuf_printf(sb, "cpu fallback: %d node(s) without a %s kernel run on the CPU, costing %d "
                           "host<->device copies per run%s\n",
-                      n_cpu, e->opts.device == KILN_DEVICE_CUDA ? "cuda" : "device", n_cross,
+                      n_cpu, device_name(e->opts.device), n_cross,
                       n_cpu ? ":" : "");
     for (int i = 0; i < g->n_nodes; i++) {
         const kiln_node *n = &g->nodes[i];

@@ -164,4 +164,10 @@ KILN_PRIVATE double kiln__now_us(void);
 /* Tests: the CPU worker w is pinned to (-1: not pinned; see pool.c). */
 KILN_PRIVATE int kiln__pool_worker_cpu(const kiln_pool *p, int w);
 
+/* Hands the whole pages inside [p, p + n) of a read-only file mapping
+ * [map, map + map_size) back to the kernel (madvise DONTNEED): they are
+ * read again from the file if touched later, so no value changes, only
+ * what counts as resident memory. Does nothing outside the mapping. */
+KILN_PRIVATE void kiln__mapping_release(const void *map, size_t map_size, const void *p, size_t n);
+
 #endif

@@ -8,6 +8,7 @@
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -144,4 +145,15 @@ kiln_status kiln__write_file_atomic(const char *path, const void *data, size_t s
     kiln__free(tmp);
     sync_parent(path);
     return KILN_OK;
+}
+
+void kiln__mapping_release(const void *map, size_t map_size, const void *p, size_t n) {
+    long pg = sysconf(_SC_PAGESIZE);
+    if (!map || pg <= 0 || !p || !n) return;
+    uintptr_t lo = (uintptr_t)map, hi = lo + map_size, a = (uintptr_t)p, b = a + n;
+    if (a < lo || b > hi || b < a) return;
+    uintptr_t mask = (uintptr_t)pg - 1;
+    a = (a + mask) & ~mask; /* whole pages only: neighbours may still be in use */
+    b &= ~mask;
+    if (b > a) (void)madvise((void *)a, b - a, MADV_DONTNEED);
 }

@@ -226,11 +226,6 @@ KILN_PRIVATE uint64_t kiln__format_checksum_ex(const void *data, size_t size, bo
 KILN_PRIVATE kiln_status kiln__format_check_graph(const kiln_graph *g,
                                                   const kiln_profile *profiles);
 
-/* Whether the running CPU has feature `name` (as in the target / required
- * strings, e.g. "avx2"). *known is set false for names this kiln does not
- * know. */
-KILN_PRIVATE bool kiln__cpu_has_feature(const char *name, bool *known);
-
 /* Little-endian field access (the format's byte order, on any host). */
 static inline uint32_t kiln__le32(const unsigned char *p) {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
@@ -248,5 +243,18 @@ static inline void kiln__put_le64(unsigned char *p, uint64_t v) {
     kiln__put_le32(p, (uint32_t)v);
     kiln__put_le32(p + 4, (uint32_t)(v >> 32));
 }
+
+/* ---- subgraphs of control-flow nodes (subgraph.c) ---- */
+/* Serializes subgraph g into a new buffer (*data, freed with
+ * kiln__aligned_free) of *size bytes. */
+KILN_PRIVATE kiln_status kiln__subgraph_pack(const kiln_graph *g, void **data, size_t *size);
+
+/* Deserializes a subgraph packed by kiln__subgraph_pack. *graph's constants
+ * borrow from *blob (a 64-byte aligned copy of data, freed with
+ * kiln__aligned_free after the graph). `what` names it in messages. */
+KILN_PRIVATE kiln_status kiln__subgraph_unpack(const void *data, size_t size, const char *what,
+                                               kiln_graph **graph, void **blob);
+/* The loader control-flow ops get (kiln_graph.sub): unpack and free. */
+KILN_PRIVATE extern const kiln_subgraph_io kiln__subgraph_io;
 
 #endif

@@ -5,109 +5,13 @@
  * known to be inside the weights section. */
 #include "format/format.h"
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <cpuid.h>
-#endif
-
 #include "backends/backend.h"
-#include "ops/fused_conv.h" /* kiln__cpu_has_bf16 */
-#include "ops/fused_transformer.h" /* kiln.Attention attributes of format 5 */
+#include "backends/cpu/cpu_features.h"
 
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
-
-#if defined(__aarch64__) && defined(__linux__)
-#include <sys/auxv.h>
-#endif
-
-/* ---- this machine ------------------------------------------------------ */
-
-#if defined(__x86_64__)
-#define KILN_CPU_ARCH "x86_64"
-#elif defined(__i386__)
-#define KILN_CPU_ARCH "x86"
-#elif defined(__aarch64__)
-#define KILN_CPU_ARCH "aarch64"
-#elif defined(__arm__)
-#define KILN_CPU_ARCH "arm"
-#elif defined(__riscv) && __riscv_xlen == 64
-#define KILN_CPU_ARCH "riscv64"
-#elif defined(__powerpc64__)
-#define KILN_CPU_ARCH "ppc64"
-#else
-#define KILN_CPU_ARCH "unknown"
-#endif
-
-/* Feature names kiln knows, per architecture (as written in target strings). */
-static const char *const kiln_cpu_features[] = {
-#if defined(__x86_64__) || defined(__i386__)
-    "sse4.2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512vnni",
-    "avx512_bf16",
-#elif defined(__aarch64__)
-    "asimd", "fp16", "dotprod", "sve",
-#endif
-    NULL,
-};
-
-/* KILN_HIDE_CPU_FEATURES (names separated by spaces or commas): kiln acts as
- * if this CPU lacked them when it checks an engine's required features and
- * writes a target string, so that what another machine would say can be
- * tried here (tests, and users checking an engine before shipping it). */
-static bool cpu_feature_hidden(const char *name) {
-    const char *h = getenv("KILN_HIDE_CPU_FEATURES");
-    size_t n = strlen(name);
-    while (h && *h) {
-        h += strspn(h, " ,");
-        size_t len = strcspn(h, " ,");
-        if (len == n && !memcmp(h, name, n)) return true;
-        h += len;
-    }
-    return false;
-}
-
-bool kiln__cpu_has_feature(const char *name, bool *known) {
-    *known = true;
-    for (int i = 0; kiln_cpu_features[i]; i++)
-        if (!strcmp(kiln_cpu_features[i], name) && cpu_feature_hidden(name)) return false;
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_cpu_init();
-    if (!strcmp(name, "sse4.2")) return __builtin_cpu_supports("sse4.2");
-    if (!strcmp(name, "avx")) return __builtin_cpu_supports("avx");
-    if (!strcmp(name, "avx2")) return __builtin_cpu_supports("avx2");
-    if (!strcmp(name, "fma")) return __builtin_cpu_supports("fma");
-    if (!strcmp(name, "f16c")) { /* clang 14 has no "f16c" for __builtin_cpu_supports */
-        unsigned a, b, c, d;
-        return __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29)) != 0;
-    }
-    if (!strcmp(name, "avx512f")) return __builtin_cpu_supports("avx512f");
-    if (!strcmp(name, "avx512bw")) return __builtin_cpu_supports("avx512bw");
-    if (!strcmp(name, "avx512vl")) return __builtin_cpu_supports("avx512vl");
-    if (!strcmp(name, "avx512vnni")) return __builtin_cpu_supports("avx512vnni");
-    if (!strcmp(name, "avx512_bf16")) return kiln__cpu_has_bf16(); /* ops/fused_conv.h */
-#elif defined(__aarch64__) && defined(__linux__)
-    unsigned long hw = getauxval(AT_HWCAP);
-    if (!strcmp(name, "asimd")) return (hw & (1ul << 1)) != 0;    /* HWCAP_ASIMD */
-    if (!strcmp(name, "fp16")) return (hw & (1ul << 10)) != 0;    /* HWCAP_ASIMDHP */
-    if (!strcmp(name, "dotprod")) return (hw & (1ul << 20)) != 0; /* HWCAP_ASIMDDP */
-    if (!strcmp(name, "sve")) return (hw & (1ul << 22)) != 0;     /* HWCAP_SVE */
-#endif
-    *known = false;
-    return false;
-}
-
-void kiln__cpu_target(char *buf, size_t n) {
-    if (!buf || n == 0) return;
-    size_t len = (size_t)snprintf(buf, n, "cpu %s", KILN_CPU_ARCH);
-    for (int i = 0; kiln_cpu_features[i] && len < n; i++) {
-        bool known;
-        if (!kiln__cpu_has_feature(kiln_cpu_features[i], &known)) continue;
-        size_t add = strlen(kiln_cpu_features[i]) + 1;
-        if (len + add >= n) break; /* never cut a name in half */
-        len += (size_t)snprintf(buf + len, n - len, " %s", kiln_cpu_features[i]);
-    }
-}
 
 /* ---- errors ------------------------------------------------------------ */
 
@@ -457,22 +361,16 @@ static kiln_status check_signature(const unsigned char *p, size_t size, bool map
 static kiln_status check_target(const kiln_engine *e, const char *required) {
     const char *t = e->target;
     size_t kind_len = strcspn(t, " ");
-    bool kind_cpu = kind_len == 3 && !memcmp(t, "cpu", 3);
-    bool kind_cuda = kind_len == 4 && !memcmp(t, "cuda", 4);
-    if (e->opts.device == KILN_DEVICE_CPU) {
-        if (kind_len && !kind_cpu)
-            return bad("device is cpu but the target is '%s'", t);
-    } else if (e->opts.device == KILN_DEVICE_CUDA) {
-        if (kind_len && !kind_cuda)
-            return bad("device is cuda but the target is '%s'", t);
-        if (!kiln__backend_for(KILN_DEVICE_CUDA))
-            return KILN_FAIL(KILN_ERR_UNSUPPORTED,
-                             "engine was built for '%s' (a CUDA GPU), but this kiln was built "
-                             "without CUDA support; rebuild the engine for the CPU",
-                             t);
-    } else {
-        return bad("unknown device %d", (int)e->opts.device);
-    }
+    const char *dev = kiln__device_name(e->opts.device);
+    if (!dev) return bad("unknown device %d", (int)e->opts.device);
+    /* the target names the device: "cpu x86_64 avx2...", "cuda sm_90" */
+    if (kind_len && (kind_len != strlen(dev) || memcmp(t, dev, kind_len) != 0))
+        return bad("device is %s but the target is '%s'", dev, t);
+    if (!kiln__backend_for(e->opts.device))
+        return KILN_FAIL(KILN_ERR_UNSUPPORTED,
+                         "engine was built for '%s' (device %s), but this kiln was built without "
+                         "the %s backend; rebuild the engine for the CPU",
+                         t, dev, dev);
     if (!*required) return KILN_OK;
     if (e->opts.device != KILN_DEVICE_CPU) return KILN_OK; /* device features: the backend's job */
 
@@ -481,7 +379,8 @@ static kiln_status check_target(const kiln_engine *e, const char *required) {
     /* Required features are named per architecture: compare that first. */
     const char *arch = t + kind_len + (t[kind_len] == ' ');
     size_t arch_len = strcspn(arch, " ");
-    if (arch_len != strlen(KILN_CPU_ARCH) || memcmp(arch, KILN_CPU_ARCH, arch_len) != 0)
+    const char *here_arch = kiln__cpu_arch();
+    if (arch_len != strlen(here_arch) || memcmp(arch, here_arch, arch_len) != 0)
         return KILN_FAIL(KILN_ERR_UNSUPPORTED,
                          "engine was built for '%s' and requires '%s', but this machine is '%s'; "
                          "rebuild the engine on this machine",
@@ -651,6 +550,7 @@ static kiln_status read_nodes(const reader *r, int engine_device, kiln_graph *g)
     uint64_t pos = ns->offset, end = ns->offset + ns->size;
     int *io = NULL;
     int io_cap = 0;
+    void *grown_attrs = NULL;
     kiln_status st = KILN_OK;
     for (int i = 0; i < (int)ns->count; i++) {
         if (end - pos < KILN_FMT_NODE_HEADER) {
@@ -684,17 +584,16 @@ static kiln_status read_nodes(const reader *r, int engine_device, kiln_graph *g)
                      name, op->name, device);
             break;
         }
-        /* GlobalAveragePool had no attributes before version 4 (they are
-         * zero: an NCHW input) */
-        bool grew = r->version < 4 && attr_size == 0 && op_id == (uint32_t)KILN_OP_GlobalAveragePool;
-        /* kiln.Attention's attributes grew in version 6: the new fields are 0 */
-        bool attn_grew = r->version < 6 && op_id == (uint32_t)KILN_OP_Attention &&
-                         attr_size == KILN_ATTN_ATTRS_V5_SIZE;
-        kiln_attention_attrs attn_attrs;
-        if (attn_grew) {
-            memset(&attn_attrs, 0, sizeof attn_attrs);
-            memcpy(&attn_attrs, q + KILN_FMT_NODE_HEADER + 4 * ((uint64_t)n_in + n_out), attr_size);
-            grew = true;
+        /* attributes an older format wrote shorter (kiln_op_def.attr_grew_in):
+         * the fields added since are 0 */
+        bool grew = op->attr_grew_in && r->version < (uint32_t)op->attr_grew_in &&
+                    attr_size == op->attr_size_before && attr_size < op->attr_size;
+        if (grew && attr_size) {
+            if (!(grown_attrs = kiln__calloc(1, op->attr_size))) {
+                st = KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory reading node %d '%s'", i, name);
+                break;
+            }
+            memcpy(grown_attrs, q + KILN_FMT_NODE_HEADER + 4 * ((uint64_t)n_in + n_out), attr_size);
         }
         if (attr_size != op->attr_size && !grew) {
             st = bad("node %d '%s' (%s): attributes are %u bytes, this kiln's %s has %zu", i, name,
@@ -724,7 +623,9 @@ static kiln_status read_nodes(const reader *r, int engine_device, kiln_graph *g)
         }
         int node_idx;
         st = kiln__graph_add_node(g, (int)op_id, name, (int)n_in, io, (int)n_out, io + n_in,
-                                  attn_grew ? (const void *)&attn_attrs : attr_size ? x : NULL, &node_idx);
+                                  grew ? grown_attrs : attr_size ? x : NULL, &node_idx);
+        kiln__free(grown_attrs);
+        grown_attrs = NULL;
         if (st != KILN_OK) {
             st = kiln__fail_prefix(KILN_ERR_FORMAT, "engine file is malformed: node %d '%s'", i, name);
             break;
@@ -736,6 +637,7 @@ static kiln_status read_nodes(const reader *r, int engine_device, kiln_graph *g)
                                               (unsigned long long)(end - pos));
 out:
     kiln__free(io);
+    kiln__free(grown_attrs);
     return st;
 }
 
@@ -897,6 +799,7 @@ kiln_status kiln__format_read(const void *data, size_t size, kiln_engine *e) {
     kiln_graph *g = NULL;
     kiln_profile *profiles = NULL;
     kiln_status st = kiln__graph_create(&g);
+    if (st == KILN_OK) g->sub = &kiln__subgraph_io;
     if (st != KILN_OK) return st;
     /* Symbols. */
     const section *ss = &r.sec[SEC_SYMS];

@@ -93,14 +93,6 @@ kiln_status kiln__graph_add_value(kiln_graph *g, const char *name, int *out) {
     return KILN_OK;
 }
 
-size_t kiln__value_nbytes(const kiln_tinfo *t) {
-    int64_t n = kiln__numel(t->rank, t->dims);
-    size_t es = kiln_dtype_size(t->dtype);
-    int64_t b;
-    if (n < 0 || !es || !kiln__mul_ok(n, (int64_t)es, &b)) return 0;
-    return (size_t)b;
-}
-
 kiln_status kiln__value_set_const(kiln_value *v, kiln_dtype dtype, int rank, const int64_t *dims,
                                   const void *data) {
     if (rank < 0 || rank > KILN_MAX_RANK)
@@ -255,6 +247,7 @@ kiln_status kiln__graph_clone(const kiln_graph *g, kiln_graph **out) {
     *out = NULL;
     if ((s = kiln__graph_create(&c)) != KILN_OK) return s;
     c->opset = g->opset;
+    c->sub = g->sub;
     for (int i = 0; i < g->n_symbols; i++) {
         int k;
         if ((s = kiln__graph_add_symbol(c, g->symbols[i], &k)) != KILN_OK) goto fail;
@@ -342,4 +335,46 @@ kiln_status kiln__graph_compact(kiln_graph *g) {
     kiln_status s = hash_rebuild(g, g->hash_cap ? g->hash_cap : 64);
     kiln__graph_link(g);
     return s;
+}
+
+bool kiln__graph_is_output(const kiln_graph *g, int v) {
+    for (int i = 0; i < g->n_outputs; i++)
+        if (g->outputs[i] == v) return true;
+    return false;
+}
+
+kiln_status kiln__graph_add_const(kiln_graph *g, const char *base, kiln_dtype dtype, int rank,
+                                  const int64_t *dims, const void *data, int *out) {
+    char name[256];
+    for (int k = 0;; k++) {
+        snprintf(name, sizeof name, "%s/kiln_%d", base, k);
+        if (kiln__graph_find_value(g, name) < 0) break;
+    }
+    KILN_TRY(kiln__graph_add_value(g, name, out));
+    return kiln__value_set_const(&g->values[*out], dtype, rank, dims, data);
+}
+
+kiln_status kiln__nodes_place_after(kiln_graph *g, int n_nodes0, const int *after) {
+    int total = g->n_nodes, extra = total - n_nodes0;
+    if (!extra) return KILN_OK;
+    kiln_node *nn = kiln__malloc(sizeof *nn * (size_t)(g->cap_nodes > total ? g->cap_nodes : total));
+    if (!nn) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory (reordering nodes)");
+    int k = 0;
+    for (int j = 0; j < extra; j++)
+        if (after[j] < 0) nn[k++] = g->nodes[n_nodes0 + j];
+    for (int i = 0; i < n_nodes0; i++) {
+        nn[k++] = g->nodes[i];
+        for (int j = 0; j < extra; j++)
+            if (after[j] == i) nn[k++] = g->nodes[n_nodes0 + j];
+    }
+    if (k != total) {
+        kiln__free(nn);
+        return KILN_FAIL(KILN_ERR_INTERNAL, "graph pass: reordering lost nodes (%d of %d)", k,
+                         total);
+    }
+    kiln__free(g->nodes);
+    g->nodes = nn;
+    if (g->cap_nodes < total) g->cap_nodes = total;
+    kiln__graph_link(g);
+    return KILN_OK;
 }

@@ -28,7 +28,7 @@ typedef struct kiln_onnx_extras {
  * `base_dir` (NULL: external data is refused). On success *out is a graph
  * the caller frees with kiln__graph_free (nodes topologically sorted, value
  * infos from the model's inputs/outputs/value_info; shapes of other values
- * are left for kiln__pass_infer), and *extras (when not NULL) is filled.
+ * are left for kiln__graph_infer), and *extras (when not NULL) is filled.
  * Failures: KILN_ERR_MODEL for malformed models, KILN_ERR_UNSUPPORTED for
  * valid models using something kiln lacks (operator, dtype, opset, sparse
  * or non-tensor values), KILN_ERR_IO for unreadable external data. */

@@ -1,46 +1,9 @@
-/* common.c -- shape helpers shared by operator infer functions and kernels,
- * and the operator registry built from ops.def. */
+/* common.c -- shape helpers shared by operator infer functions and kernels
+ * (the registry is registry.c). */
 #include "ops/op.h"
 
 #include <stdarg.h>
 #include <stdio.h>
-
-/* ---- registry ---------------------------------------------------------- */
-
-#define KILN_OP(id, sym) extern const kiln_op_def kiln_op_##sym;
-#include "ops/ops.def"
-#undef KILN_OP
-
-static const kiln_op_def *const kiln_op_table[KILN_OP_ID_LIMIT] = {
-#define KILN_OP(id, sym) [id] = &kiln_op_##sym,
-#include "ops/ops.def"
-#undef KILN_OP
-};
-
-const kiln_op_def *kiln__op_by_id(int id) {
-    if (id <= 0 || id >= KILN_OP_ID_LIMIT) return NULL;
-    return kiln_op_table[id];
-}
-
-static bool domain_eq(const char *a, const char *b) {
-    if (!a || !strcmp(a, "ai.onnx")) a = "";
-    if (!b || !strcmp(b, "ai.onnx")) b = "";
-    return !strcmp(a, b);
-}
-
-int kiln__op_find(const char *domain, const char *type) {
-    for (int i = 1; i < KILN_OP_ID_LIMIT; i++) {
-        const kiln_op_def *d = kiln_op_table[i];
-        if (d && !strcmp(d->name, type) && domain_eq(d->domain, domain)) return i;
-    }
-    return 0;
-}
-
-int kiln__op_id_of(const kiln_op_def *op) {
-    for (int i = 1; i < KILN_OP_ID_LIMIT; i++)
-        if (kiln_op_table[i] == op) return i;
-    return 0;
-}
 
 /* ---- validation and checked shape arithmetic ------------------------------ */
 
@@ -104,6 +67,14 @@ kiln_status kiln__dim_add(const char *node, int64_t x, int64_t y, int64_t *out) 
 }
 
 /* ---- shapes ------------------------------------------------------------ */
+
+size_t kiln__value_nbytes(const kiln_tinfo *t) {
+    int64_t n = kiln__numel(t->rank, t->dims);
+    size_t es = kiln_dtype_size(t->dtype);
+    int64_t b;
+    if (n < 0 || !es || !kiln__mul_ok(n, (int64_t)es, &b)) return 0;
+    return (size_t)b;
+}
 
 int64_t kiln__numel(int rank, const int64_t *dims) {
     if (rank < 0) return -1;

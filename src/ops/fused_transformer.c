@@ -1,10 +1,12 @@
-/* fused_transformer.c -- CPU kernels of kiln's transformer layers:
- * kiln.FusedMatMul, kiln.Gelu, kiln.Attention (see fused_transformer.h for
- * their inputs, attributes and semantics). */
+/* fused_transformer.c -- kiln's transformer layers: kiln.FusedMatMul,
+ * kiln.Gelu, kiln.Attention (see fused_transformer.h for their inputs,
+ * attributes and semantics): validation, inference and the reference
+ * kernels (kiln__sgemm and the float32 helpers). The CPU backend's tuned
+ * kernels (oneDNN, AVX-512) are src/backends/cpu/kernels/fused_transformer_cpu.c. */
 #include "ops/fused_transformer.h"
 
-#include "ops/fused_transformer_dnnl.h"
-#include "ops/gemm.h"
+#include "backends/cpu/kernels/fused_transformer_math.h"
+#include "backends/cpu/kernels/gemm.h"
 
 #include <math.h>
 #include <stdatomic.h>
@@ -119,45 +121,6 @@ static kiln_status fmm_infer(const kiln_infer_args *a) {
     return KILN_OK;
 }
 
-static size_t fmm_workspace(const kiln_infer_args *a) {
-    const kiln_fused_matmul_attrs *at = a->attrs;
-    if (at->precision != KILN_PRECISION_BF16 || a->in[0]->rank < 0) return 0;
-    int64_t n = kiln__numel(a->in[0]->rank, a->in[0]->dims);
-    return n > 0 ? (size_t)n * sizeof(uint16_t) : 0;
-}
-
-static int fmm_tactics(const kiln_infer_args *a, int32_t *ids, int cap) {
-    const kiln_fused_matmul_attrs *at = a->attrs;
-    int n = 0;
-    /* bf16 layers: only the kernels that compute in bf16 (the others would
-     * silently give fp32 results at fp32 speed) */
-    bool bf16 = at->precision == KILN_PRECISION_BF16 && kiln__tf_dnnl_available();
-    if (n < cap && !bf16) ids[n++] = KILN_FMM_TACTIC_SGEMM;
-    if (n < cap && kiln__tf_dnnl_available()) ids[n++] = KILN_FMM_TACTIC_DNNL;
-    /* The own AVX-512 kernel measured ~13% slower than oneDNN's on BERT's
-     * layers: with oneDNN present it is a candidate for small products only
-     * (where call overheads dominate), so that timing noise on a busy
-     * machine cannot pick it for a big layer. */
-    const kiln_tinfo *A = a->in[0], *B = a->in[1];
-    double macs = A->rank >= 0 && B->rank == 2 ? (double)kiln__numel(A->rank, A->dims) *
-                                                     (double)B->dims[at->trans_b ? 0 : 1]
-                                               : -1.0;
-    bool small = macs >= 0 && macs < (double)(1 << 24);
-    if (n < cap && !bf16 && kiln__sgemm512_available() && (small || !kiln__tf_dnnl_available()))
-        ids[n++] = KILN_FMM_TACTIC_AVX512;
-    return n;
-}
-
-static const char *fmm_tactic_name(int32_t id) {
-    switch (id) {
-    case KILN_FMM_TACTIC_AUTO: return "auto";
-    case KILN_FMM_TACTIC_SGEMM: return "sgemm";
-    case KILN_FMM_TACTIC_DNNL: return "onednn";
-    case KILN_FMM_TACTIC_AVX512: return "avx512";
-    default: return "?";
-    }
-}
-
 typedef struct epi_ctx {
     float *Y;
     int64_t N;
@@ -182,63 +145,27 @@ static kiln_status fmm_run_sgemm(const kiln_kernel_args *a, int64_t M, int64_t K
     return KILN_OK;
 }
 
-static kiln_status fmm_run_avx512(const kiln_kernel_args *a, int64_t M, int64_t K, int64_t N) {
-    const kiln_fused_matmul_attrs *at = a->attrs;
-    /* weights packed for the AVX-512 kernel, kept in the node's state */
-    bool fresh, own;
-    float *Bp = kiln__node_packed(a, kiln__sgemm512_packed_floats(K, N), &fresh, &own);
-    if (!Bp) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "node '%s' (kiln.FusedMatMul): out of memory packing weights", NODE(a));
-    if (fresh) kiln__sgemm512_pack(a->in[1]->data, at->trans_b != 0, K, N, Bp);
-    kiln__sgemm512_run(a->in[0]->data, M, K, N, Bp, fmm_bias(a), fmm_residual(a), at->act, a->out[0]->data, a->pool);
-    if (own) kiln__aligned_free(Bp);
-    return KILN_OK;
-}
-
-static kiln_status fmm_cpu(const kiln_kernel_args *a) {
+kiln_status kiln__fmm_dims(const kiln_kernel_args *a, int64_t *M, int64_t *K, int64_t *N) {
     KILN_TRY(cpu_f32_only(a, "kiln.FusedMatMul"));
     const kiln_fused_matmul_attrs *at = a->attrs;
     const kiln_tensor *A = a->in[0], *B = a->in[1];
-    const float *bias = fmm_bias(a), *res = fmm_residual(a);
-    int64_t K = B->dims[at->trans_b ? 1 : 0], N = B->dims[at->trans_b ? 0 : 1];
-    int64_t M = K > 0 ? kiln__tensor_numel(A) / K : kiln__numel(A->rank - 1, A->dims);
+    *K = B->dims[at->trans_b ? 1 : 0];
+    *N = B->dims[at->trans_b ? 0 : 1];
+    *M = *K > 0 ? kiln__tensor_numel(A) / *K : kiln__numel(A->rank - 1, A->dims);
+    return KILN_OK;
+}
+
+/* The reference kernel: kiln__sgemm, then the epilogue pass. */
+static kiln_status fmm_ref(const kiln_kernel_args *a) {
+    int64_t M, K, N;
+    KILN_TRY(kiln__fmm_dims(a, &M, &K, &N));
     if (M == 0 || N == 0) return KILN_OK;
     if (K == 0) {
+        const kiln_fused_matmul_attrs *at = a->attrs;
         float *Y = a->out[0]->data;
         memset(Y, 0, sizeof *Y * (size_t)(M * N));
-        kiln__fmm_epilogue(Y, N, M, N, bias, res, N, at->act);
+        kiln__fmm_epilogue(Y, N, M, N, fmm_bias(a), fmm_residual(a), N, at->act);
         return KILN_OK;
-    }
-    int32_t t = at->tactic.id;
-    if (t == KILN_FMM_TACTIC_AUTO)
-        t = kiln__tf_dnnl_available()      ? KILN_FMM_TACTIC_DNNL
-            : kiln__sgemm512_available() ? KILN_FMM_TACTIC_AVX512
-                                         : KILN_FMM_TACTIC_SGEMM;
-    if (t == KILN_FMM_TACTIC_AVX512 && !kiln__sgemm512_available()) t = KILN_FMM_TACTIC_SGEMM; /* tuned elsewhere */
-    if (t == KILN_FMM_TACTIC_AVX512) return fmm_run_avx512(a, M, K, N);
-    if (t == KILN_FMM_TACTIC_DNNL && kiln__tf_dnnl_available()) {
-        bool bf16 = at->precision == KILN_PRECISION_BF16;
-        if (bf16 && (!a->workspace || a->workspace_size < (size_t)(M * K) * sizeof(uint16_t)))
-            bf16 = false; /* no scratch for the rounded A (build-time timing): run in fp32 */
-        kiln_tf_dnnl_mm *m = kiln__node_state_get(a, kiln__tf_dnnl_mm_free);
-        bool own = false;
-        if (!m) {
-            kiln_status st = kiln__tf_dnnl_mm_create(K, N, B->data, at->trans_b != 0, bias != NULL, res != NULL,
-                                                     at->act, bf16, &m);
-            if (st != KILN_OK) {
-                if (at->tactic.id != KILN_FMM_TACTIC_AUTO) return kiln__fail_prefix(st, "node '%s'", NODE(a));
-                kiln__clear_error();
-                return fmm_run_sgemm(a, M, K, N);
-            }
-            own = !kiln__node_state_keep(a, m, kiln__tf_dnnl_mm_free);
-        }
-        kiln_status st = kiln__tf_dnnl_mm_run(m, M, A->data, bias, res, a->out[0]->data, a->workspace, a->pool,
-                                              NODE(a));
-        if (own) kiln__tf_dnnl_mm_free(m);
-        if (st == KILN_ERR_UNSUPPORTED && at->tactic.id == KILN_FMM_TACTIC_AUTO) {
-            kiln__clear_error(); /* oneDNN has no kernel for this shape here: own kernel */
-            return fmm_run_sgemm(a, M, K, N);
-        }
-        return st;
     }
     return fmm_run_sgemm(a, M, K, N);
 }
@@ -246,10 +173,9 @@ static kiln_status fmm_cpu(const kiln_kernel_args *a) {
 const kiln_op_def kiln_op_FusedMatMul = {
     .name = "FusedMatMul", .domain = "kiln", .since = 1,
     .min_inputs = 2, .max_inputs = 4, .min_outputs = 1, .max_outputs = 1,
-    .flags = KILN_OP_FLAG_TACTICS,
+    .flags = KILN_OP_FLAG_TACTICS | KILN_OP_FLAG_REDUCIBLE,
     .attr_size = sizeof(kiln_fused_matmul_attrs),
-    .validate = fmm_validate, .infer = fmm_infer, .workspace = fmm_workspace, .cpu = fmm_cpu,
-    .cpu_tactics = fmm_tactics, .cpu_tactic_name = fmm_tactic_name,
+    .validate = fmm_validate, .infer = fmm_infer, .cpu = fmm_ref,
 };
 
 /* ======================================================================= */
@@ -289,7 +215,7 @@ static kiln_status gelu_cpu(const kiln_kernel_args *a) {
 const kiln_op_def kiln_op_Gelu = {
     .name = "Gelu", .domain = "kiln", .since = 1,
     .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
-    .flags = KILN_OP_FLAG_INPLACE,
+    .flags = KILN_OP_FLAG_INPLACE | KILN_OP_FLAG_REDUCIBLE,
     .attr_size = sizeof(kiln_gelu_attrs),
     .validate = gelu_validate, .infer = gelu_infer, .cpu = gelu_cpu,
 };
@@ -309,7 +235,7 @@ static kiln_status gelu_onnx_import(kiln_import_ctx *ic, void *attrs) {
 const kiln_op_def kiln_op_GeluOnnx = {
     .name = "Gelu", .domain = "", .since = 20,
     .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
-    .flags = KILN_OP_FLAG_INPLACE,
+    .flags = KILN_OP_FLAG_INPLACE | KILN_OP_FLAG_REDUCIBLE,
     .attr_size = sizeof(kiln_gelu_attrs),
     .import = gelu_onnx_import, .validate = gelu_validate, .infer = gelu_infer, .cpu = gelu_cpu,
 };
@@ -466,15 +392,15 @@ static kiln_status attn_infer(const kiln_infer_args *a) {
 
 static int64_t attn_nqb(int64_t Sq) { return (Sq + ATTN_QBLOCK - 1) / ATTN_QBLOCK; }
 
-/* scratch floats of one (batch, head, row block) item: the score block (sgemm
- * tactic) or the packed K^T panel and score block (AVX-512 tactic) */
-static size_t attn_item_floats(int64_t Sq, int64_t Sk, int64_t D, int64_t Dv) {
-    size_t a = (size_t)ATTN_QBLOCK * (size_t)Sk, b = kiln__attn_avx512_ws_floats(Sq, Sk, D);
-    size_t c = kiln__attn_bf16_ws_floats(Sq, Sk, D, Dv);
-    return a > b ? (a > c ? a : c) : (b > c ? b : c);
+/* scratch floats of one (batch, head, row block) item: the score block of
+ * the reference path, or what a faster block kernel needs (fast_floats,
+ * may be NULL) */
+static size_t attn_item_floats(int64_t Sq, int64_t Sk, int64_t D, int64_t Dv, kiln_attn_ws_fn fast_floats) {
+    size_t a = (size_t)ATTN_QBLOCK * (size_t)Sk, b = fast_floats ? fast_floats(Sq, Sk, D, Dv) : 0;
+    return a > b ? a : b;
 }
 
-static size_t attn_workspace(const kiln_infer_args *a) {
+size_t kiln__attn_workspace(const kiln_infer_args *a, kiln_attn_ws_fn fast_floats) {
     const kiln_attention_attrs *at = a->attrs;
     attn_view q = {0}, k = {0}, v = {0};
     if (attn_view_of(NODE(a), "Q", a->in[0], at->q_layout, at->num_heads, &q) != KILN_OK ||
@@ -485,8 +411,10 @@ static size_t attn_workspace(const kiln_infer_args *a) {
     }
     if (q.B < 0 || q.H < 0 || q.S < 0 || k.S < 0 || q.D < 0 || v.D < 0) return 0;
     size_t items = kiln__size_mul(kiln__size_mul((size_t)q.B, (size_t)q.H), (size_t)attn_nqb(q.S));
-    return kiln__size_mul(kiln__size_mul(items, attn_item_floats(q.S, k.S, q.D, v.D)), sizeof(float));
+    return kiln__size_mul(kiln__size_mul(items, attn_item_floats(q.S, k.S, q.D, v.D, fast_floats)), sizeof(float));
 }
+
+static size_t attn_workspace(const kiln_infer_args *a) { return kiln__attn_workspace(a, NULL); }
 
 /* Offset of (b, h) and row stride of an operand in `layout` (role: 0 Q,
  * 1 K, 2 V, for the QKV layout). */
@@ -521,7 +449,7 @@ typedef struct attn_ctx {
     float *O, *ws;
     int64_t nqb;
     size_t item_floats;
-    bool avx512, bf16;
+    const kiln_attn_fast *fast; /* NULL: the reference path */
     atomic_int failed;
 } attn_ctx;
 
@@ -531,8 +459,8 @@ static void attn_items(void *vc, int64_t i0, int64_t i1) {
     int64_t Sq = c->q.S, Sk = c->k.S, D = c->q.D, Dv = c->v.D;
     for (int64_t it = i0; it < i1; it++) {
         int64_t bh = it / c->nqb, qb = it % c->nqb, b = bh / c->q.H, h = bh % c->q.H;
-        int64_t r0 = c->avx512 ? 0 : qb * ATTN_QBLOCK;
-        int64_t rows = c->avx512 ? Sq : Sq - r0 < ATTN_QBLOCK ? Sq - r0 : ATTN_QBLOCK;
+        int64_t r0 = c->fast ? 0 : qb * ATTN_QBLOCK;
+        int64_t rows = c->fast ? Sq : Sq - r0 < ATTN_QBLOCK ? Sq - r0 : ATTN_QBLOCK;
         int64_t qo, qld, ko, kld, vo, vld, oo, old;
         attn_addr(at->q_layout, 0, &c->q, b, h, &qo, &qld);
         attn_addr(at->k_layout, 1, &c->k, b, h, &ko, &kld);
@@ -542,16 +470,10 @@ static void attn_items(void *vc, int64_t i0, int64_t i1) {
          * share the range's first scratch block, which stays in cache */
         float *s = c->ws + (size_t)i0 * c->item_floats;
         const float *mrow0 = c->mask ? c->mask + b * c->mstr[0] + h * c->mstr[1] + r0 * c->mstr[2] : NULL;
-        if (c->bf16) {
-            kiln__attn_bf16_block(c->Q + qo + r0 * qld, qld, c->K + ko, kld, at->k_layout == KILN_ATTN_BHDS,
-                                  c->V + vo, vld, c->O + oo + r0 * old, old, rows, Sk, D, Dv, at->scale, mrow0,
-                                  c->mstr[2], c->mstr[3], s);
-            continue;
-        }
-        if (c->avx512) {
-            kiln__attn_avx512_block(c->Q + qo + r0 * qld, qld, c->K + ko, kld, at->k_layout == KILN_ATTN_BHDS,
-                                    c->V + vo, vld, c->O + oo + r0 * old, old, rows, Sk, D, Dv, at->scale, mrow0,
-                                    c->mstr[2], c->mstr[3], s);
+        if (c->fast) {
+            c->fast->block(c->Q + qo + r0 * qld, qld, c->K + ko, kld, at->k_layout == KILN_ATTN_BHDS, c->V + vo,
+                           vld, c->O + oo + r0 * old, old, rows, Sk, D, Dv, at->scale, mrow0, c->mstr[2],
+                           c->mstr[3], s);
             continue;
         }
         /* s = scale * Q K^T: K is [Sk, D] rows (transposed operand) or [D, Sk] (BHDS) */
@@ -599,7 +521,7 @@ static void attn_items(void *vc, int64_t i0, int64_t i1) {
     }
 }
 
-static kiln_status attn_cpu(const kiln_kernel_args *a) {
+kiln_status kiln__attn_run(const kiln_kernel_args *a, const kiln_attn_fast *fast) {
     KILN_TRY(cpu_f32_only(a, "kiln.Attention"));
     const kiln_attention_attrs *at = a->attrs;
     const kiln_tensor *mask = a->n_in > 3 ? a->in[3] : NULL;
@@ -617,10 +539,6 @@ static kiln_status attn_cpu(const kiln_kernel_args *a) {
     c.o = (attn_view){.B = c.q.B, .H = c.q.H, .S = c.q.S, .D = c.v.D};
     if (kiln__tensor_numel(a->out[0]) == 0) return KILN_OK;
     c.nqb = attn_nqb(c.q.S);
-    c.item_floats = attn_item_floats(c.q.S, c.k.S, c.q.D, c.v.D);
-    if (!c.ws || a->workspace_size < (size_t)(c.q.B * c.q.H * c.nqb) * c.item_floats * sizeof(float))
-        return KILN_FAIL(KILN_ERR_INTERNAL, "node '%s' (kiln.Attention): workspace too small", NODE(a));
-    int32_t t = at->tactic.id;
     const kiln_tensor *cond = a->n_in > 4 ? a->in[4] : NULL, *bias = a->n_in > 5 ? a->in[5] : NULL;
     int64_t full[4] = {c.q.B, c.q.H, c.q.S, c.k.S};
     if (cond && kiln__tensor_numel(cond) > 0) {
@@ -634,10 +552,11 @@ static kiln_status attn_cpu(const kiln_kernel_args *a) {
         c.bias = bias->data;
     }
     c.extras = c.cond || c.bias || at->nan_to_zero;
-    c.avx512 = (t == KILN_ATTN_TACTIC_AUTO || t == KILN_ATTN_TACTIC_AVX512) && kiln__attn_avx512_available() &&
-               !c.extras;
-    if (c.avx512) c.nqb = 1; /* one item per (batch, head): K^T is packed once */
-    c.bf16 = c.avx512 && at->precision == KILN_PRECISION_BF16 && kiln__attn_bf16_available();
+    c.fast = c.extras ? NULL : fast; /* only the reference path applies the extras */
+    c.item_floats = attn_item_floats(c.q.S, c.k.S, c.q.D, c.v.D, c.fast ? c.fast->ws_floats : NULL);
+    if (!c.ws || a->workspace_size < (size_t)(c.q.B * c.q.H * c.nqb) * c.item_floats * sizeof(float))
+        return KILN_FAIL(KILN_ERR_INTERNAL, "node '%s' (kiln.Attention): workspace too small", NODE(a));
+    if (c.fast) c.nqb = 1; /* one item per (batch, head): K^T is packed once */
     if (mask && kiln__tensor_numel(mask) > 0) {
         kiln__bcast_strides(mask->rank, mask->dims, 4, full, c.mstr);
         c.mask = mask->data;
@@ -649,26 +568,8 @@ static kiln_status attn_cpu(const kiln_kernel_args *a) {
     return KILN_OK;
 }
 
-static int attn_tactics(const kiln_infer_args *a, int32_t *ids, int cap) {
-    const kiln_attention_attrs *at = a->attrs;
-    int n = 0;
-    /* bf16 layers: only the kernel that computes in bf16 where the CPU has it */
-    bool bf16 = at->precision == KILN_PRECISION_BF16 && kiln__attn_bf16_available();
-    /* a cond, a second mask or the NaN rule: only the sgemm path applies them */
-    bool extras = (a->n_in > 4 && a->in[4]) || (a->n_in > 5 && a->in[5]) || at->nan_to_zero;
-    if (n < cap && (!bf16 || extras)) ids[n++] = KILN_ATTN_TACTIC_SGEMM;
-    if (n < cap && kiln__attn_avx512_available() && !extras) ids[n++] = KILN_ATTN_TACTIC_AVX512;
-    return n;
-}
-
-static const char *attn_tactic_name(int32_t id) {
-    switch (id) {
-    case KILN_ATTN_TACTIC_AUTO: return "auto";
-    case KILN_ATTN_TACTIC_SGEMM: return "sgemm";
-    case KILN_ATTN_TACTIC_AVX512: return "avx512";
-    default: return "?";
-    }
-}
+/* The reference kernel. */
+static kiln_status attn_ref(const kiln_kernel_args *a) { return kiln__attn_run(a, NULL); }
 
 _Static_assert(offsetof(kiln_attention_attrs, cond_mode) == KILN_ATTN_ATTRS_V5_SIZE,
                "kiln_attention_attrs: the fields of format 5 keep their place");
@@ -676,8 +577,8 @@ _Static_assert(offsetof(kiln_attention_attrs, cond_mode) == KILN_ATTN_ATTRS_V5_S
 const kiln_op_def kiln_op_Attention = {
     .name = "Attention", .domain = "kiln", .since = 1,
     .min_inputs = 3, .max_inputs = 6, .min_outputs = 1, .max_outputs = 1,
-    .flags = KILN_OP_FLAG_TACTICS,
+    .flags = KILN_OP_FLAG_TACTICS | KILN_OP_FLAG_REDUCIBLE,
     .attr_size = sizeof(kiln_attention_attrs),
-    .validate = attn_validate, .infer = attn_infer, .workspace = attn_workspace, .cpu = attn_cpu,
-    .cpu_tactics = attn_tactics, .cpu_tactic_name = attn_tactic_name,
+    .attr_grew_in = 6, .attr_size_before = KILN_ATTN_ATTRS_V5_SIZE, /* cond_mode and after: 0 */
+    .validate = attn_validate, .infer = attn_infer, .workspace = attn_workspace, .cpu = attn_ref,
 };

@@ -65,26 +65,20 @@ enum {
     KILN_FACT_GELU_TANH = 3,
 };
 
-/* CPU tactics of FusedMatMul (permanent). 0 picks the best available at run
- * time (oneDNN when built with it, else the AVX-512 kernel on CPUs that have
- * AVX-512F, else kiln__sgemm). */
-enum {
-    KILN_FMM_TACTIC_AUTO = 0,
-    KILN_FMM_TACTIC_SGEMM = 1,  /* kiln__sgemm (AVX2/generic) + epilogue pass */
-    KILN_FMM_TACTIC_DNNL = 2,   /* oneDNN matmul with fused bias/activation */
-    KILN_FMM_TACTIC_AVX512 = 3, /* own AVX-512 kernel, prepacked weights, fused epilogue */
-};
-
 typedef struct kiln_fused_matmul_attrs {
     kiln_tactic tactic;  /* must stay first (KILN_OP_FLAG_TACTICS) */
     int32_t act;         /* KILN_FACT_* */
     int32_t trans_b;     /* B is [N, K] */
     int32_t precision;   /* kiln_precision: KILN_PRECISION_FP32 or KILN_PRECISION_BF16 */
 } kiln_fused_matmul_attrs;
+KILN_ATTRS_SIZE(kiln_fused_matmul_attrs, 20); KILN_ATTRS_AT(kiln_fused_matmul_attrs, tactic, 0);
+KILN_ATTRS_AT(kiln_fused_matmul_attrs, act, 8); KILN_ATTRS_AT(kiln_fused_matmul_attrs, trans_b, 12);
+KILN_ATTRS_AT(kiln_fused_matmul_attrs, precision, 16);
 
 typedef struct kiln_gelu_attrs {
     int32_t approx;      /* 0: erf form, 1: tanh form */
 } kiln_gelu_attrs;
+KILN_ATTRS_SIZE(kiln_gelu_attrs, 4); KILN_ATTRS_AT(kiln_gelu_attrs, approx, 0);
 
 /* Layouts of Attention's operands (permanent). */
 enum {
@@ -94,13 +88,6 @@ enum {
     KILN_ATTN_QKV = 3,  /* [B, S, 3*H*D]: Q, K and V side by side (columns [0, HD),
                            [HD, 2HD), [2HD, 3HD)), as one fused projection makes them;
                            all three inputs are then the same tensor */
-};
-
-/* CPU tactics of Attention (permanent). */
-enum {
-    KILN_ATTN_TACTIC_AUTO = 0,
-    KILN_ATTN_TACTIC_SGEMM = 1, /* per (batch, head, row block): kiln__sgemm, softmax, kiln__sgemm */
-    KILN_ATTN_TACTIC_AVX512 = 2, /* per (batch, head, row block): AVX-512 register tiles */
 };
 
 /* How Attention's cond input acts on the scores (permanent). */
@@ -123,54 +110,36 @@ typedef struct kiln_attention_attrs {
     float fill;          /* the score (SELECT) or the addend (ADD) there; may be -inf */
     int32_t nan_to_zero; /* 1: NaN probabilities become 0 (IsNaN + Where after Softmax) */
 } kiln_attention_attrs;
+KILN_ATTRS_SIZE(kiln_attention_attrs, 52); KILN_ATTRS_AT(kiln_attention_attrs, tactic, 0);
+KILN_ATTRS_AT(kiln_attention_attrs, num_heads, 8); KILN_ATTRS_AT(kiln_attention_attrs, q_layout, 12);
+KILN_ATTRS_AT(kiln_attention_attrs, k_layout, 16); KILN_ATTRS_AT(kiln_attention_attrs, v_layout, 20);
+KILN_ATTRS_AT(kiln_attention_attrs, out_layout, 24); KILN_ATTRS_AT(kiln_attention_attrs, scale, 28);
+KILN_ATTRS_AT(kiln_attention_attrs, precision, 32); KILN_ATTRS_AT(kiln_attention_attrs, cond_mode, 36);
+KILN_ATTRS_AT(kiln_attention_attrs, cond_fill_if, 40); KILN_ATTRS_AT(kiln_attention_attrs, fill, 44);
+KILN_ATTRS_AT(kiln_attention_attrs, nan_to_zero, 48);
 #define KILN_ATTN_ATTRS_V5_SIZE 36 /* bytes up to and including `precision` */
 
-/* Vectorized float32 helpers shared by the transformer kernels
- * (src/ops/fused_transformer_math.c; AVX-512 when the CPU has it). */
-KILN_PRIVATE void kiln__gelu_f32(float *x, int64_t n, int approx); /* in place */
-KILN_PRIVATE void kiln__relu_f32(float *x, int64_t n);
-/* FusedMatMul's epilogue on `rows` rows of n values (row stride ldy): adds
- * bias (may be NULL) and residual rows (stride ldr; may be NULL), then the
- * activation. */
-KILN_PRIVATE void kiln__fmm_epilogue(float *Y, int64_t ldy, int64_t rows, int64_t n, const float *bias,
-                                     const float *res, int64_t ldr, int act);
-/* Rounds n floats to bfloat16 (nearest even). */
-KILN_PRIVATE void kiln__f32_to_bf16_row(const float *x, uint16_t *y, int64_t n);
-/* y[i] = exp(x[i] - m) for i < n; returns their sum. */
-KILN_PRIVATE float kiln__exp_shift_sum_f32(const float *x, float *y, int64_t n, float m);
-KILN_PRIVATE float kiln__max_f32(const float *x, int64_t n);
-/* Softmax of each of `rows` rows of n floats in place. */
-KILN_PRIVATE void kiln__softmax_rows_f32(float *x, int64_t rows, int64_t n);
+/* ---- what the CPU backend's tuned kernels share with the reference ones -- */
 
-/* Own AVX-512 matrix product (gemm_avx512.c): B packed once into 32-column
- * panels (kiln__sgemm512_packed_floats floats, 64-byte aligned), then
- * C[M, N] = act(A[M, K] B + bias + res) with A, C and res (may be NULL)
- * dense row-major. */
-KILN_PRIVATE bool kiln__sgemm512_available(void);
-KILN_PRIVATE size_t kiln__sgemm512_packed_floats(int64_t K, int64_t N);
-KILN_PRIVATE void kiln__sgemm512_pack(const float *B, bool trans_b, int64_t K, int64_t N, float *Bp);
-KILN_PRIVATE void kiln__sgemm512_run(const float *A, int64_t M, int64_t K, int64_t N, const float *Bp,
-                                     const float *bias, const float *res, int act, float *C, kiln_pool *pool);
+/* FusedMatMul on the host: M, K, N of the layer (after checking that its
+ * tensors are float32). */
+KILN_PRIVATE kiln_status kiln__fmm_dims(const kiln_kernel_args *a, int64_t *M, int64_t *K, int64_t *N);
 
-/* AVX-512 attention block (fused_transformer_avx512.c): `rows` query rows of
- * one (batch, head). Q rows at stride ldq; K as [Sk, D] rows at stride ldk,
- * or as [D, Sk] rows (k_dxs); V [Sk, Dv] rows at stride ldv; O rows at
- * stride ldo. mask: NULL or the first row's mask, rows mrow apart, columns
- * mcol apart. ws: kiln__attn_avx512_ws_floats(rows, Sk, D) floats. */
-KILN_PRIVATE bool kiln__attn_avx512_available(void);
-/* The same block with bf16 products (vdpbf16ps) and float32 accumulation and
- * softmax, for bf16 engines on CPUs with AVX512-BF16; ws:
- * kiln__attn_bf16_ws_floats(rows, Sk, D, Dv) floats. */
-KILN_PRIVATE bool kiln__attn_bf16_available(void);
-KILN_PRIVATE size_t kiln__attn_bf16_ws_floats(int64_t rows, int64_t Sk, int64_t D, int64_t Dv);
-KILN_PRIVATE void kiln__attn_bf16_block(const float *Q, int64_t ldq, const float *K, int64_t ldk, bool k_dxs,
-                                        const float *V, int64_t ldv, float *O, int64_t ldo, int64_t rows,
-                                        int64_t Sk, int64_t D, int64_t Dv, float scale, const float *mask,
-                                        int64_t mrow, int64_t mcol, float *ws);
-KILN_PRIVATE size_t kiln__attn_avx512_ws_floats(int64_t rows, int64_t Sk, int64_t D);
-KILN_PRIVATE void kiln__attn_avx512_block(const float *Q, int64_t ldq, const float *K, int64_t ldk, bool k_dxs,
-                                          const float *V, int64_t ldv, float *O, int64_t ldo, int64_t rows,
-                                          int64_t Sk, int64_t D, int64_t Dv, float scale, const float *mask,
-                                          int64_t mrow, int64_t mcol, float *ws);
+/* A faster block kernel for Attention (the CPU backend's AVX-512 ones): all
+ * query rows of one (batch, head) at once, with ws_floats(Sq, Sk, D, Dv)
+ * floats of scratch. Applies the mask, not the cond, bias or nan_to_zero
+ * (layers with those take the reference path). */
+typedef size_t (*kiln_attn_ws_fn)(int64_t Sq, int64_t Sk, int64_t D, int64_t Dv);
+typedef struct kiln_attn_fast {
+    kiln_attn_ws_fn ws_floats;
+    void (*block)(const float *Q, int64_t ldq, const float *K, int64_t ldk, bool k_dxs, const float *V,
+                  int64_t ldv, float *O, int64_t ldo, int64_t rows, int64_t Sk, int64_t D, int64_t Dv,
+                  float scale, const float *mask, int64_t mrow, int64_t mcol, float *ws);
+} kiln_attn_fast;
+/* Runs an Attention layer: the reference path (fast NULL) or `fast`. */
+KILN_PRIVATE kiln_status kiln__attn_run(const kiln_kernel_args *a, const kiln_attn_fast *fast);
+/* Workspace bytes of kiln__attn_run for the reference path and, when
+ * fast_floats is given, for a fast kernel with that scratch too. */
+KILN_PRIVATE size_t kiln__attn_workspace(const kiln_infer_args *a, kiln_attn_ws_fn fast_floats);
 
 #endif

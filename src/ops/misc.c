@@ -100,6 +100,7 @@ const kiln_op_def kiln_op_Det = {
 typedef struct kiln_nms_attrs {
     int32_t center_point_box;
 } kiln_nms_attrs;
+KILN_ATTRS_SIZE(kiln_nms_attrs, 4); KILN_ATTRS_AT(kiln_nms_attrs, center_point_box, 0);
 
 static kiln_status nms_import(kiln_import_ctx *ic, void *attrs) {
     kiln_nms_attrs *at = attrs;

@@ -14,7 +14,7 @@
  *
  * Activations: the defaults (RNN Tanh; GRU Sigmoid, Tanh; LSTM Sigmoid,
  * Tanh, Tanh), or Sigmoid/Tanh/Relu chosen per gate by `activations`. */
-#include "ops/gemm.h"
+#include "backends/cpu/kernels/gemm.h"
 #include "ops/op.h"
 #include "ops/seq_attrs.h"
 

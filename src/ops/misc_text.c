@@ -24,6 +24,9 @@ typedef struct kiln_tfidf_attrs {
     int32_t max_skip;
     int64_t out_size;
 } kiln_tfidf_attrs;
+KILN_ATTRS_SIZE(kiln_tfidf_attrs, 24); KILN_ATTRS_AT(kiln_tfidf_attrs, mode, 0);
+KILN_ATTRS_AT(kiln_tfidf_attrs, min_gram, 4); KILN_ATTRS_AT(kiln_tfidf_attrs, max_gram, 8);
+KILN_ATTRS_AT(kiln_tfidf_attrs, max_skip, 12); KILN_ATTRS_AT(kiln_tfidf_attrs, out_size, 16);
 
 static kiln_status tfidf_import(kiln_import_ctx *ic, void *attrs) {
     kiln_tfidf_attrs *at = attrs;

@@ -16,7 +16,7 @@
  * ConvInteger and QLinearConv. */
 #include "ops/fused_conv.h"
 #include "ops/nn_attrs.h"
-#include "ops/gemm.h"
+#include "backends/cpu/kernels/gemm.h"
 #include "ops/op.h"
 #include "ops/spatial_attrs.h"
 
@@ -705,6 +705,7 @@ static kiln_status conv_cpu(const kiln_kernel_args *a) {
 }
 
 const kiln_op_def kiln_op_Conv = {
+    .flags = KILN_OP_FLAG_REDUCIBLE,
     .name = "Conv", .domain = "", .since = 1,
     .min_inputs = 2, .max_inputs = 3, .min_outputs = 1, .max_outputs = 1,
     .attr_size = sizeof(kiln_conv_attrs),

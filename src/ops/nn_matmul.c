@@ -1,12 +1,12 @@
 /* nn_matmul.c -- matrix products: MatMul, Gemm, MatMulInteger, QLinearMatMul.
  *
- * float32 goes through kiln__sgemm (src/ops/gemm.c). MatMul with a 2-D
+ * float32 goes through kiln__sgemm (src/backends/cpu/kernels/gemm.c). MatMul with a 2-D
  * right operand and a contiguous left one is a single GEMM with the batch
  * folded into M; otherwise one GEMM per batch entry, batches spread over the
  * pool when each is small. Other dtypes use a plain loop accumulating in
  * double (floating types) or 64-bit integers (wrapping, like C unsigned). */
 #include "ops/nn_attrs.h"
-#include "ops/gemm.h"
+#include "backends/cpu/kernels/gemm.h"
 #include "ops/op.h"
 
 #include <math.h>
@@ -234,6 +234,7 @@ static kiln_status matmul_cpu(const kiln_kernel_args *a) {
 }
 
 const kiln_op_def kiln_op_MatMul = {
+    .flags = KILN_OP_FLAG_REDUCIBLE,
     .name = "MatMul", .domain = "", .since = 1,
     .min_inputs = 2, .max_inputs = 2, .min_outputs = 1, .max_outputs = 1,
     .infer = matmul_infer, .cpu = matmul_cpu,
@@ -365,6 +366,7 @@ static kiln_status gemm_cpu(const kiln_kernel_args *a) {
 }
 
 const kiln_op_def kiln_op_Gemm = {
+    .flags = KILN_OP_FLAG_REDUCIBLE,
     .name = "Gemm", .domain = "", .since = 1,
     .min_inputs = 2, .max_inputs = 3, .min_outputs = 1, .max_outputs = 1,
     .attr_size = sizeof(kiln_gemm_attrs),

@@ -200,6 +200,7 @@ static kiln_status bn_cpu(const kiln_kernel_args *a) {
 }
 
 const kiln_op_def kiln_op_BatchNormalization = {
+    .flags = KILN_OP_FLAG_REDUCIBLE,
     .name = "BatchNormalization", .domain = "", .since = 1,
     .min_inputs = 5, .max_inputs = 5, .min_outputs = 1, .max_outputs = 5,
     .attr_size = sizeof(kiln_bn_attrs),
@@ -454,6 +455,7 @@ static kiln_status ln_cpu(const kiln_kernel_args *a) {
 }
 
 const kiln_op_def kiln_op_LayerNormalization = {
+    .flags = KILN_OP_FLAG_REDUCIBLE | KILN_OP_FLAG_REDUCIBLE_OUT0,
     .name = "LayerNormalization", .domain = "", .since = 1,
     .min_inputs = 2, .max_inputs = 3, .min_outputs = 1, .max_outputs = 3,
     .attr_size = sizeof(kiln_ln_attrs),
@@ -766,6 +768,7 @@ static kiln_status sm_cpu(const kiln_kernel_args *a) {
 }
 
 const kiln_op_def kiln_op_Softmax = {
+    .flags = KILN_OP_FLAG_REDUCIBLE,
     .name = "Softmax", .domain = "", .since = 1,
     .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
     .code = SM_SOFTMAX, .attr_size = sizeof(kiln_softmax_attrs),
@@ -773,6 +776,7 @@ const kiln_op_def kiln_op_Softmax = {
 };
 
 const kiln_op_def kiln_op_LogSoftmax = {
+    .flags = KILN_OP_FLAG_REDUCIBLE,
     .name = "LogSoftmax", .domain = "", .since = 1,
     .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
     .code = SM_LOGSOFTMAX, .attr_size = sizeof(kiln_softmax_attrs),

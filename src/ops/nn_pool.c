@@ -439,7 +439,7 @@ static int window_px(const pool_geom *g, int64_t hs, int64_t ow, int64_t *pix) {
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
-#include "ops/simd_mask.h"
+#include "backends/cpu/kernels/simd_mask.h"
 #define HAVE_MAX_PX_AVX512 1
 /* One output pixel: the max over the np > 0 input pixels px[] of C
  * channels each, kept in registers (64 channels at a time, then 16 with a
@@ -618,18 +618,35 @@ static kiln_status pool_cpu(const kiln_kernel_args *a) {
     return KILN_OK;
 }
 
+/* MaxPool, AveragePool (and GlobalAveragePool's input): KILN_POOL_LAYOUT_* */
+static int32_t *pool_layout_field(void *attrs) { return &((kiln_pool_attrs *)attrs)->layout; }
+
+static int pool_side(int32_t l) {
+    return l == KILN_POOL_LAYOUT_C16 ? KILN_VLAYOUT_C16 : l == KILN_POOL_LAYOUT_NHWC ? KILN_VLAYOUT_NHWC
+                                                                                    : KILN_VLAYOUT_PLAIN;
+}
+
+static void pool_layout_io(int32_t l, kiln_io_layout *io) {
+    io->x = io->y = pool_side(l);
+    io->r_nhwc = false;
+}
+
 const kiln_op_def kiln_op_MaxPool = {
+    .flags = KILN_OP_FLAG_REDUCIBLE,
     .name = "MaxPool", .domain = "", .since = 1,
     .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 2,
     .code = POOL_MAX, .attr_size = sizeof(kiln_pool_attrs),
     .import = pool_import, .validate = pool_validate, .infer = pool_infer, .cpu = pool_cpu,
+    .layout_field = pool_layout_field, .layout_io = pool_layout_io,
 };
 
 const kiln_op_def kiln_op_AveragePool = {
+    .flags = KILN_OP_FLAG_REDUCIBLE,
     .name = "AveragePool", .domain = "", .since = 1,
     .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
     .code = POOL_AVG, .attr_size = sizeof(kiln_pool_attrs),
     .import = pool_import, .validate = pool_validate, .infer = pool_infer, .cpu = pool_cpu,
+    .layout_field = pool_layout_field, .layout_io = pool_layout_io,
 };
 
 const kiln_op_def kiln_op_LpPool = {
@@ -765,14 +782,25 @@ static kiln_status global_cpu(const kiln_kernel_args *a) {
 
 /* attrs: only `layout` is used (set by kiln__fc_choose_layouts; engine
  * format 4; zero from ONNX) */
+/* its [N, C, 1, 1] output is the same bytes in any layout */
+static void global_layout_io(int32_t l, kiln_io_layout *io) {
+    io->x = pool_side(l);
+    io->y = KILN_VLAYOUT_PLAIN;
+    io->r_nhwc = false;
+}
+
 const kiln_op_def kiln_op_GlobalAveragePool = {
+    .flags = KILN_OP_FLAG_REDUCIBLE,
     .name = "GlobalAveragePool", .domain = "", .since = 1,
     .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
     .code = POOL_AVG, .attr_size = sizeof(kiln_pool_attrs), .validate = global_validate,
+    .attr_grew_in = 4, .attr_size_before = 0, /* no attributes before format 4: an NCHW input */
     .infer = global_infer, .cpu = global_cpu,
+    .layout_field = pool_layout_field, .layout_io = global_layout_io,
 };
 
 const kiln_op_def kiln_op_GlobalMaxPool = {
+    .flags = KILN_OP_FLAG_REDUCIBLE,
     .name = "GlobalMaxPool", .domain = "", .since = 1,
     .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
     .code = POOL_MAX, .infer = global_infer, .cpu = global_cpu,

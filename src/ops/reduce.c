@@ -633,9 +633,12 @@ static kiln_status reduce_cpu(const kiln_kernel_args *a) {
 
 /* ---- descriptors ------------------------------------------------------- */
 
-#define REDUCE_OP(SYM, NAME, KIND)                                                     \
+/* FLAGS: KILN_OP_FLAG_REDUCIBLE for Mean, Max, Min (the sum-like ones leave the
+ * fp16 range easily) */
+#define REDUCE_OP(SYM, NAME, KIND, FLAGS)                                              \
     const kiln_op_def kiln_op_##SYM = {                                                \
         .name = NAME,                                                                  \
+        .flags = FLAGS,                                                                \
         .domain = "",                                                                  \
         .since = 1,                                                                    \
         .min_inputs = 1,                                                               \
@@ -651,13 +654,13 @@ static kiln_status reduce_cpu(const kiln_kernel_args *a) {
         .cpu = reduce_cpu,                                                             \
     }
 
-REDUCE_OP(ReduceSum, "ReduceSum", RK_SUM);
-REDUCE_OP(ReduceMean, "ReduceMean", RK_MEAN);
-REDUCE_OP(ReduceMax, "ReduceMax", RK_MAX);
-REDUCE_OP(ReduceMin, "ReduceMin", RK_MIN);
-REDUCE_OP(ReduceProd, "ReduceProd", RK_PROD);
-REDUCE_OP(ReduceL1, "ReduceL1", RK_L1);
-REDUCE_OP(ReduceL2, "ReduceL2", RK_L2);
-REDUCE_OP(ReduceLogSum, "ReduceLogSum", RK_LOGSUM);
-REDUCE_OP(ReduceLogSumExp, "ReduceLogSumExp", RK_LOGSUMEXP);
-REDUCE_OP(ReduceSumSquare, "ReduceSumSquare", RK_SUMSQUARE);
+REDUCE_OP(ReduceSum, "ReduceSum", RK_SUM, 0);
+REDUCE_OP(ReduceMean, "ReduceMean", RK_MEAN, KILN_OP_FLAG_REDUCIBLE);
+REDUCE_OP(ReduceMax, "ReduceMax", RK_MAX, KILN_OP_FLAG_REDUCIBLE);
+REDUCE_OP(ReduceMin, "ReduceMin", RK_MIN, KILN_OP_FLAG_REDUCIBLE);
+REDUCE_OP(ReduceProd, "ReduceProd", RK_PROD, 0);
+REDUCE_OP(ReduceL1, "ReduceL1", RK_L1, 0);
+REDUCE_OP(ReduceL2, "ReduceL2", RK_L2, 0);
+REDUCE_OP(ReduceLogSum, "ReduceLogSum", RK_LOGSUM, 0);
+REDUCE_OP(ReduceLogSumExp, "ReduceLogSumExp", RK_LOGSUMEXP, 0);
+REDUCE_OP(ReduceSumSquare, "ReduceSumSquare", RK_SUMSQUARE, 0);

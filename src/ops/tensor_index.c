@@ -100,6 +100,7 @@ static kiln_status gather_cpu(const kiln_kernel_args *a) {
 }
 
 const kiln_op_def kiln_op_Gather = {
+    .flags = KILN_OP_FLAG_REDUCIBLE,
     .name = "Gather", .domain = "", .since = 1,
     .min_inputs = 2, .max_inputs = 2, .min_outputs = 1, .max_outputs = 1,
     .attr_size = sizeof(kiln_axis_attrs),

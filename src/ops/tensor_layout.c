@@ -131,6 +131,7 @@ static kiln_status transpose_cpu(const kiln_kernel_args *a) {
 }
 
 const kiln_op_def kiln_op_Transpose = {
+    .flags = KILN_OP_FLAG_REDUCIBLE,
     .name = "Transpose", .domain = "", .since = 1,
     .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
     .attr_size = sizeof(kiln_transpose_attrs),
@@ -338,6 +339,7 @@ static kiln_status concat_cpu(const kiln_kernel_args *a) {
 }
 
 const kiln_op_def kiln_op_Concat = {
+    .flags = KILN_OP_FLAG_REDUCIBLE,
     .name = "Concat", .domain = "", .since = 1,
     .min_inputs = 1, .max_inputs = -1, .min_outputs = 1, .max_outputs = 1,
     .attr_size = sizeof(kiln_axis_attrs),
@@ -449,6 +451,7 @@ static kiln_status split_cpu(const kiln_kernel_args *a) {
 }
 
 const kiln_op_def kiln_op_Split = {
+    .flags = KILN_OP_FLAG_REDUCIBLE,
     .name = "Split", .domain = "", .since = 1,
     .min_inputs = 1, .max_inputs = 2, .min_outputs = 1, .max_outputs = -1,
     .attr_size = sizeof(kiln_split_attrs),
@@ -595,6 +598,7 @@ static kiln_status slice_cpu(const kiln_kernel_args *a) {
 }
 
 const kiln_op_def kiln_op_Slice = {
+    .flags = KILN_OP_FLAG_REDUCIBLE,
     .name = "Slice", .domain = "", .since = 1,
     .min_inputs = 1, .max_inputs = 5, .min_outputs = 1, .max_outputs = 1,
     .host_inputs = (1u << 1) | (1u << 2) | (1u << 3) | (1u << 4),
@@ -662,6 +666,7 @@ static kiln_status expand_cpu(const kiln_kernel_args *a) {
 }
 
 const kiln_op_def kiln_op_Expand = {
+    .flags = KILN_OP_FLAG_REDUCIBLE,
     .name = "Expand", .domain = "", .since = 8,
     .min_inputs = 2, .max_inputs = 2, .min_outputs = 1, .max_outputs = 1,
     .host_inputs = 1u << 1,
@@ -725,6 +730,7 @@ static kiln_status tile_cpu(const kiln_kernel_args *a) {
 }
 
 const kiln_op_def kiln_op_Tile = {
+    .flags = KILN_OP_FLAG_REDUCIBLE,
     .name = "Tile", .domain = "", .since = 1,
     .min_inputs = 2, .max_inputs = 2, .min_outputs = 1, .max_outputs = 1,
     .host_inputs = 1u << 1,

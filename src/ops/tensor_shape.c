@@ -166,7 +166,7 @@ static kiln_status reshape_infer(const kiln_infer_args *a) {
 const kiln_op_def kiln_op_Reshape = {
     .name = "Reshape", .domain = "", .since = 1,
     .min_inputs = 1, .max_inputs = 2, .min_outputs = 1, .max_outputs = 1,
-    .flags = KILN_OP_FLAG_INPLACE,
+    .flags = KILN_OP_FLAG_INPLACE | KILN_OP_FLAG_VIEW | KILN_OP_FLAG_REDUCIBLE,
     .attr_size = sizeof(kiln_reshape_attrs),
     .host_inputs = 1u << 1,
     .import = reshape_import, .validate = reshape_validate, .infer = reshape_infer, .cpu = tx_copy_through,
@@ -207,7 +207,7 @@ static kiln_status flatten_infer(const kiln_infer_args *a) {
 const kiln_op_def kiln_op_Flatten = {
     .name = "Flatten", .domain = "", .since = 1,
     .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
-    .flags = KILN_OP_FLAG_INPLACE,
+    .flags = KILN_OP_FLAG_INPLACE | KILN_OP_FLAG_VIEW | KILN_OP_FLAG_REDUCIBLE,
     .attr_size = sizeof(kiln_flatten_attrs),
     .import = flatten_import, .validate = flatten_validate, .infer = flatten_infer, .cpu = tx_copy_through,
 };
@@ -288,7 +288,7 @@ static kiln_status squeeze_infer(const kiln_infer_args *a) {
 const kiln_op_def kiln_op_Squeeze = {
     .name = "Squeeze", .domain = "", .since = 1,
     .min_inputs = 1, .max_inputs = 2, .min_outputs = 1, .max_outputs = 1,
-    .flags = KILN_OP_FLAG_INPLACE,
+    .flags = KILN_OP_FLAG_INPLACE | KILN_OP_FLAG_VIEW | KILN_OP_FLAG_REDUCIBLE,
     .host_inputs = 1u << 1,
     .import = squeeze_import, .infer = squeeze_infer, .cpu = tx_copy_through,
 };
@@ -333,7 +333,7 @@ static kiln_status unsqueeze_infer(const kiln_infer_args *a) {
 const kiln_op_def kiln_op_Unsqueeze = {
     .name = "Unsqueeze", .domain = "", .since = 1,
     .min_inputs = 1, .max_inputs = 2, .min_outputs = 1, .max_outputs = 1,
-    .flags = KILN_OP_FLAG_INPLACE,
+    .flags = KILN_OP_FLAG_INPLACE | KILN_OP_FLAG_VIEW | KILN_OP_FLAG_REDUCIBLE,
     .host_inputs = 1u << 1,
     .import = unsqueeze_import, .infer = unsqueeze_infer, .cpu = tx_copy_through,
 };
@@ -348,7 +348,7 @@ static kiln_status identity_infer(const kiln_infer_args *a) {
 const kiln_op_def kiln_op_Identity = {
     .name = "Identity", .domain = "", .since = 1,
     .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
-    .flags = KILN_OP_FLAG_INPLACE,
+    .flags = KILN_OP_FLAG_INPLACE | KILN_OP_FLAG_VIEW | KILN_OP_FLAG_REDUCIBLE,
     .infer = identity_infer, .cpu = tx_copy_through,
 };
 

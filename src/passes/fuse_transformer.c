@@ -190,7 +190,7 @@ static kiln_status opt_layout(kiln_graph *g, const kiln_optimize_opts *o) {
                 if (c.perm[i] != i) ident = false;
             }
             int x = g->nodes[p].in[0], y = n->out[0];
-            if (ident && !kiln__pat_is_output(g, y)) {
+            if (ident && !kiln__graph_is_output(g, y)) {
                 redirect_uses(g, y, x);
                 g->nodes[p].dead = true;
                 n->dead = true;
@@ -215,7 +215,7 @@ static kiln_status opt_layout(kiln_graph *g, const kiln_optimize_opts *o) {
             int64_t sd[1] = {yi.rank};
             char base[200];
             snprintf(base, sizeof base, "%s", g->values[y].name ? g->values[y].name : "reshape");
-            KILN_TRY(kiln__pat_add_const(g, base, KILN_DTYPE_INT64, 1, sd, yi.dims, &shape));
+            KILN_TRY(kiln__graph_add_const(g, base, KILN_DTYPE_INT64, 1, sd, yi.dims, &shape));
             n = &g->nodes[ni];
             int in[2] = {g->nodes[p].in[0], shape};
             kiln_reshape_attrs ra = {0};
@@ -260,7 +260,7 @@ static kiln_status match_layernorm(kiln_graph *g, const kiln_optimize_opts *o, i
     int d = dn->in[0], sq = dn->in[1];
     int sub = kiln__pat_producer(g, d, KILN_OP_Sub);
     int sqrt_n = sole_producer(g, sq, KILN_OP_Sqrt);
-    if (sub < 0 || sqrt_n < 0 || g->values[d].n_uses != 2 || kiln__pat_is_output(g, d)) return KILN_OK;
+    if (sub < 0 || sqrt_n < 0 || g->values[d].n_uses != 2 || kiln__graph_is_output(g, d)) return KILN_OK;
     int x = g->nodes[sub].in[0];
     if (!is_f32(g, x)) return KILN_OK;
     int mean_r = sole_producer(g, g->nodes[sub].in[1], KILN_OP_ReduceMean);
@@ -440,7 +440,7 @@ static kiln_status scaled_copy(kiln_graph *g, int v, float s, int *out) {
     kiln_tinfo t = *info(g, v);
     char base[200];
     snprintf(base, sizeof base, "%s", g->values[v].name ? g->values[v].name : "scaled");
-    kiln_status st = kiln__pat_add_const(g, base, KILN_DTYPE_FLOAT32, t.rank, t.dims, y, out);
+    kiln_status st = kiln__graph_add_const(g, base, KILN_DTYPE_FLOAT32, t.rank, t.dims, y, out);
     kiln__free(y);
     return st;
 }
@@ -760,7 +760,7 @@ static int skip_identity_cast(const kiln_graph *g, int y, pat *p) {
 static int match_probs(const kiln_graph *g, int y, int *nan_zero, pat *p) {
     *nan_zero = 0;
     y = skip_identity_cast(g, y, p);
-    if (!kiln__pat_is_output(g, y) && g->values[y].n_uses == 2) {
+    if (!kiln__graph_is_output(g, y) && g->values[y].n_uses == 2) {
         int isn = -1, wh = -1;
         for (int ni = 0; ni < g->n_nodes; ni++) {
             const kiln_node *n = &g->nodes[ni];
@@ -902,8 +902,8 @@ static kiln_status match_qkv(kiln_graph *g, const kiln_optimize_opts *o, int an)
     snprintf(base, sizeof base, "%s", g->nodes[mm[0]].name ? g->nodes[mm[0]].name : "qkv");
     int wv, bv = -1, y;
     int64_t wd[2] = {K, 3 * N}, bd[1] = {3 * N};
-    kiln_status st = kiln__pat_add_const(g, base, KILN_DTYPE_FLOAT32, 2, wd, w, &wv);
-    if (st == KILN_OK && has_bias) st = kiln__pat_add_const(g, base, KILN_DTYPE_FLOAT32, 1, bd, bias, &bv);
+    kiln_status st = kiln__graph_add_const(g, base, KILN_DTYPE_FLOAT32, 2, wd, w, &wv);
+    if (st == KILN_OK && has_bias) st = kiln__graph_add_const(g, base, KILN_DTYPE_FLOAT32, 1, bd, bias, &bv);
     kiln__free(w);
     kiln__free(bias);
     KILN_TRY(st);

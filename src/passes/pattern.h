@@ -15,8 +15,6 @@ KILN_PRIVATE int kiln__pat_producer(const kiln_graph *g, int v, int op_id);
 /* Whether value v has exactly one reader and is not a graph output (so the
  * node producing it can be folded into that reader). */
 KILN_PRIVATE bool kiln__pat_sole_use(const kiln_graph *g, int v);
-/* Whether value v is one of the graph's outputs. */
-KILN_PRIVATE bool kiln__pat_is_output(const kiln_graph *g, int v);
 /* Whether the backend of `device` has a kernel for a node of op `op_id` with
  * these inputs, outputs and attrs (asked with a temporary node; g is not
  * changed). */
@@ -37,10 +35,6 @@ KILN_PRIVATE bool kiln__pat_const_is(const kiln_graph *g, int v, double x);
 KILN_PRIVATE kiln_status kiln__pat_replace(kiln_graph *g, int ni, int op_id, int n_in, const int *in,
                                            int n_out, const int *out, const void *attrs,
                                            const int *from, int n_from);
-/* Adds a new constant value (data copied) named after `base` and returns its index. */
-KILN_PRIVATE kiln_status kiln__pat_add_const(kiln_graph *g, const char *base, kiln_dtype dtype,
-                                             int rank, const int64_t *dims, const void *data,
-                                             int *out);
 
 /* Rewrite families, in the order optimize.c runs them. Each returns KILN_OK
  * having changed the graph or not; they keep g linked (kiln__graph_link). */

@@ -573,6 +573,15 @@ static kiln_status workspace(kiln_context *c, int m, size_t ws, const char *node
 
 /* ---- running ------------------------------------------------------------ */
 
+/* Engines loaded from a file map it read-only (blob_kind 1). Pages of such a
+ * mapping that nothing needs to keep resident can be handed back to the
+ * kernel: they are read again from the file (page cache) if touched later,
+ * so this never changes a value, only what counts as resident memory.
+ * Releases the whole pages inside [p, p + n) when they lie in e's mapping;
+ * does nothing otherwise (engines built in memory or loaded from memory). */
+static void engine_release_pages(const kiln_engine *e, const void *p, size_t n) {
+    if (e && e->blob_kind == 1) kiln__mapping_release(e->blob, e->blob_size, p, n);
+}
 
 /* A CPU kernel that has just created its node state (prepacked weights, a
  * library primitive with reordered weights) no longer reads its constant
@@ -585,7 +594,7 @@ static void release_packed_constants(kiln_context *c, const kiln_node *n) {
     for (int i = 0; i < n->n_in; i++) {
         if (n->in[i] < 0) continue;
         const kiln_value *v = &g->values[n->in[i]];
-        if ((v->flags & KILN_VALUE_CONST) && v->data) kiln__engine_release_pages(c->e, v->data, v->nbytes);
+        if ((v->flags & KILN_VALUE_CONST) && v->data) engine_release_pages(c->e, v->data, v->nbytes);
     }
 }
 
@@ -618,53 +627,25 @@ static kiln_status run_node(kiln_context *c, int ni) {
     const kiln_node *n = &c->e->graph->nodes[ni];
     const kiln_graph *g = c->e->graph;
     int m = node_mem(c, n);
-    kiln_tinfo in_info[64], outs[64];
-    const kiln_tinfo *in_ip[64];
-    kiln_tinfo *out_ip[64];
-    kiln_tensor in_t[64], out_t[64];
-    const kiln_tensor *in_tp[64];
-    kiln_tensor *out_tp[64];
-    int tmp_bufs[64], n_tmp = 0;
-    if (n->n_in > 64 || n->n_out > 64)
-        return KILN_FAIL(KILN_ERR_UNSUPPORTED, "node '%s': too many inputs/outputs", n->name);
-    KILN_TRY(kiln__node_check_inputs(n));
+    kiln_call callv, *call = &callv;
+    int tmp_bufs[KILN_CALL_MAX], n_tmp = 0;
+    KILN_TRY(kiln__call_begin(call, g, n));
+    kiln_tensor *out_t = call->out_t;
     for (int i = 0; i < n->n_in; i++) {
-        in_ip[i] = NULL;
-        in_tp[i] = NULL;
         if (n->in[i] < 0) continue;
         kiln_slot *s = &c->slots[n->in[i]];
         KILN_TRY(slot_make_available(c, n->in[i], m, ni));
         bool need_host = m == MEM_HOST || (n->op->host_inputs & (1u << i));
         if (need_host && m == MEM_DEV) KILN_TRY(slot_make_available(c, n->in[i], MEM_HOST, ni));
-        in_info[i].dtype = s->t.dtype;
-        in_info[i].rank = s->t.rank;
-        memcpy(in_info[i].dims, s->t.dims, sizeof s->t.dims);
-        in_info[i].data = need_host ? s->ptr[MEM_HOST] : NULL;
-        in_ip[i] = &in_info[i];
-        in_t[i] = s->t;
-        in_t[i].data = s->ptr[m];
-        in_tp[i] = &in_t[i];
+        kiln_tinfo info = {.dtype = s->t.dtype, .rank = s->t.rank, .data = need_host ? s->ptr[MEM_HOST] : NULL};
+        memcpy(info.dims, s->t.dims, sizeof info.dims);
+        kiln__call_input(call, i, &info, s->ptr[m]);
     }
-    for (int i = 0; i < n->n_out; i++) {
-        memset(&outs[i], 0, sizeof outs[i]);
-        out_ip[i] = &outs[i];
-    }
-    kiln_infer_args ia = {.op = n->op, .attrs = n->attrs, .node_name = n->name, .n_in = n->n_in,
-                          .n_out = n->n_out, .in = in_ip, .out = out_ip, .runtime = true,
-                          .node_state = &c->node_state[ni]};
-    KILN_TRY(kiln__infer(&ia));
+    KILN_TRY(kiln__call_infer(call, true, &c->node_state[ni], true));
+    const kiln_tinfo *outs = call->out;
     kiln_status st = KILN_OK;
     for (int i = 0; i < n->n_out; i++) {
-        if (outs[i].rank < 0 || outs[i].rank > KILN_MAX_RANK ||
-            kiln__numel(outs[i].rank, outs[i].dims) < 0) {
-            st = KILN_FAIL(KILN_ERR_INTERNAL, "node '%s' (%s): output %d has no exact shape at run time",
-                           n->name, n->op->name, i);
-            goto done;
-        }
         int v = n->out[i];
-        out_t[i].dtype = outs[i].dtype;
-        out_t[i].rank = outs[i].rank;
-        memcpy(out_t[i].dims, outs[i].dims, sizeof out_t[i].dims);
         size_t nb = kiln__value_nbytes(&outs[i]);
         if (!nb && kiln__numel(outs[i].rank, outs[i].dims) > 0) {
             char sh[160];
@@ -673,7 +654,6 @@ static kiln_status run_node(kiln_context *c, int ni) {
                            kiln__shape_str(outs[i].rank, outs[i].dims, sh, sizeof sh));
             goto done;
         }
-        out_tp[i] = &out_t[i];
         if (v < 0) { /* an output nobody reads: memory held until the kernel ran */
             if ((out_t[i].data = planned_aux(c, ni, i, m, nb)) != NULL) continue;
             int b;
@@ -704,15 +684,12 @@ static kiln_status run_node(kiln_context *c, int ni) {
         }
         out_t[i].data = s->ptr[m];
     }
-    size_t ws_size = n->op->workspace && m == MEM_HOST ? n->op->workspace(&ia) : 0;
+    size_t ws_size = m == MEM_HOST ? kiln__kernel_workspace(kiln__backend_kernel(c->be[m], n), &call->ia) : 0;
     void *ws = ws_size ? planned_aux(c, ni, n->n_out, m, ws_size) : NULL;
     if (!ws && (st = workspace(c, m, ws_size, n->name, &ws)) != KILN_OK) goto done;
-    kiln_kernel_args ka = {.op = n->op, .attrs = n->attrs, .node_name = n->name, .n_in = n->n_in,
-                           .n_out = n->n_out, .in = in_tp, .out = out_tp, .workspace = ws,
-                           .workspace_size = ws_size,
-                           .pool = m == MEM_HOST ? c->threads_pool : NULL,
-                           .stream = NULL, .device_state = m == MEM_DEV ? c->state[m] : NULL,
-                           .node_state = &c->node_state[ni]};
+    kiln__call_args(call, ws, ws_size, m == MEM_HOST ? c->threads_pool : NULL, &c->node_state[ni]);
+    kiln_kernel_args ka = call->ka;
+    ka.device_state = m == MEM_DEV ? c->state[m] : NULL;
     bool had_state = c->node_state[ni].p != NULL;
     if (c->acheck && (st = kiln__acheck_before(c->acheck, ni, m, &ka)) != KILN_OK) goto done;
     st = c->be[m]->run(c->state[m], &ka);

@@ -13,9 +13,6 @@
  * value know its layout; a debugger must be told. */
 #include "runtime/debug.h"
 
-#include "ops/fused_conv.h"
-#include "ops/nn_attrs.h"
-
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -24,23 +21,10 @@ int kiln__value_layout(const kiln_graph *g, int v) {
     int p = g->values[v].producer;
     if (p < 0 || p >= g->n_nodes || g->values[v].info.rank != 4) return KILN_VLAYOUT_PLAIN;
     const kiln_node *n = &g->nodes[p];
-    if (!n->attrs || n->n_out < 1 || n->out[0] != v) return KILN_VLAYOUT_PLAIN;
-    if (n->op_id == KILN_OP_FusedConv) {
-        int32_t l = ((const kiln_fused_conv_attrs *)n->attrs)->layout;
-        if (l & KILN_FC_LAYOUT_Y_C16) return KILN_VLAYOUT_C16;
-        if (l & KILN_FC_LAYOUT_Y_NHWC) return (l & KILN_FC_LAYOUT_Y_BF16) ? KILN_VLAYOUT_NHWC_BF16 : KILN_VLAYOUT_NHWC;
-        return KILN_VLAYOUT_PLAIN;
-    }
-    if (n->op_id == KILN_OP_PwDwConv)
-        return (((const kiln_pwdw_attrs *)n->attrs)->layout & KILN_FC_LAYOUT_Y_NHWC) ? KILN_VLAYOUT_NHWC
-                                                                                     : KILN_VLAYOUT_PLAIN;
-    if (n->op_id == KILN_OP_MaxPool || n->op_id == KILN_OP_AveragePool) { /* CPU MaxPool; CUDA both */
-        int32_t l = ((const kiln_pool_attrs *)n->attrs)->layout;
-        return l == KILN_POOL_LAYOUT_C16 ? KILN_VLAYOUT_C16 : l == KILN_POOL_LAYOUT_NHWC ? KILN_VLAYOUT_NHWC
-                                                                                        : KILN_VLAYOUT_PLAIN;
-    }
-    /* GlobalAveragePool reads NHWC, but its [N, C, 1, 1] output is the same in any layout */
-    return KILN_VLAYOUT_PLAIN;
+    if (!n->attrs || n->n_out < 1 || n->out[0] != v || !n->op->layout_io) return KILN_VLAYOUT_PLAIN;
+    kiln_io_layout io;
+    n->op->layout_io(*n->op->layout_field(n->attrs), &io);
+    return io.y;
 }
 
 const char *kiln__vlayout_name(int layout) {

@@ -5,16 +5,8 @@
 
 #include "ir/ir.h"
 
-/* How the bytes of a value are laid out, as the layer producing it writes
- * them (its shape is always the model's: [N, C, H, W] for the 4-D ones). */
-enum {
-    KILN_VLAYOUT_PLAIN = 0,     /* dense row-major in the order of the shape */
-    KILN_VLAYOUT_NHWC = 1,      /* [N][H][W][C] */
-    KILN_VLAYOUT_NHWC_BF16 = 2, /* [N][H][W][C], bf16 elements under a float32 type */
-    KILN_VLAYOUT_C16 = 3,       /* nChw16c: [N][C/16][H][W][16] */
-};
-
-/* The layout of value v of plan g (KILN_VLAYOUT_*). */
+/* The layout of value v of plan g (KILN_VLAYOUT_*, ops/op.h), as the layer
+ * producing it writes it (kiln_op_def.layout_io). */
 KILN_PRIVATE int kiln__value_layout(const kiln_graph *g, int v);
 KILN_PRIVATE const char *kiln__vlayout_name(int layout);
 /* Bytes a value of shape and dtype t takes in `layout`. */

@@ -225,7 +225,7 @@ size_t kiln__acheck_unwritten(const void *p, size_t nb, kiln_dtype t, size_t *fi
  * out[0] of a view on in[0], out[0] on the input it replaces in place. */
 static bool alias_allowed(const kiln_arena_check *a, const kiln_node *n, int i, int k) {
     if (i != 0) return false;
-    if (k == 0 && kiln__is_view_op(n->op_id)) return true;
+    if (k == 0 && (n->op->flags & KILN_OP_FLAG_VIEW)) return true;
     return k == kiln__node_inplace_input(a->e, n);
 }
 
@@ -285,7 +285,7 @@ kiln_status kiln__acheck_before(kiln_arena_check *a, int ni, int m, const kiln_k
         int v = n->out[i], k;
         void *p = ka->out[i]->data;
         size_t nb = kiln__tensor_nbytes(ka->out[i]);
-        if (v >= 0 && aliases_input(a, n, ka, i, &k) && kiln__is_view_op(n->op_id)) {
+        if (v >= 0 && aliases_input(a, n, ka, i, &k) && (n->op->flags & KILN_OP_FLAG_VIEW)) {
             a->src[m][v] = n->in[k] >= 0 ? a->src[m][n->in[k]] : -1; /* a view: its input's bytes */
             continue;
         }

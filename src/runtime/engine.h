@@ -81,15 +81,6 @@ KILN_PRIVATE kiln_status kiln__format_write(const kiln_engine *e, void **data, s
  * into e->graph, e->profiles, e->opts, e->target. Validates everything. */
 KILN_PRIVATE kiln_status kiln__format_read(const void *data, size_t size, kiln_engine *e);
 
-/* Engines loaded from a file map it read-only (blob_kind 1). Pages of such a
- * mapping that nothing needs to keep resident can be handed back to the
- * kernel: they are read again from the file (page cache) if touched later,
- * so this never changes a value, only what counts as resident memory.
- * Releases the whole pages inside [p, p + n) when they lie in e's mapping;
- * does nothing otherwise (engines built in memory or loaded from memory). */
-KILN_PRIVATE void kiln__engine_release_pages(const kiln_engine *e, const void *p, size_t n);
-/* The same for a file mapping given directly (checksum pass at load). */
-KILN_PRIVATE void kiln__mapping_release(const void *map, size_t map_size, const void *p, size_t n);
 
 /* Allocates an engine with its lock initialized (free: kiln_engine_free). */
 KILN_PRIVATE kiln_engine *kiln__engine_alloc(void);
@@ -155,12 +146,9 @@ typedef struct kiln_mem_plan {
 
 /* The memory node n runs in (KILN_MEM_DEV for device nodes of device engines). */
 KILN_PRIVATE int kiln__node_mem(const kiln_engine *e, const kiln_node *n);
-/* Ops whose out[0] is in[0]'s bytes under another shape (Reshape, Flatten,
- * Squeeze, Unsqueeze, Identity): the plan gives it in[0]'s block (a view). */
-KILN_PRIVATE bool kiln__is_view_op(int op_id);
 /* The input of node n whose block the plan may give n's out[0] when n reads
- * it last (in place: 0 for KILN_OP_FLAG_INPLACE ops, an op's
- * cpu_inplace_input on the CPU; host memory only), or -1. */
+ * it last (in place: 0 for KILN_OP_FLAG_INPLACE ops, else what the node's
+ * kernel says, kiln_kernel.inplace_input; host memory only), or -1. */
 KILN_PRIVATE int kiln__node_inplace_input(const kiln_engine *e, const kiln_node *n);
 /* Plans the activation memory of engine e for inputs `in` (one per graph
  * input). Deterministic. Free with kiln__plan_free. */
@@ -236,8 +224,5 @@ KILN_PRIVATE void kiln__acheck_poison(void *p, size_t nb, kiln_dtype t);
 KILN_PRIVATE size_t kiln__acheck_unwritten(const void *p, size_t nb, kiln_dtype t, size_t *first);
 /* Bytes of a tensor's shape and dtype (0 if unknown or too large). */
 KILN_PRIVATE size_t kiln__tensor_nbytes(const kiln_tensor *t);
-
-/* Target description of this machine (CPU features). */
-KILN_PRIVATE void kiln__cpu_target(char *buf, size_t n);
 
 #endif

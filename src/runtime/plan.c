@@ -27,6 +27,7 @@
  * The lower bound reported with a plan is the largest sum of the (aligned)
  * sizes of blocks live at one time: no placement of these blocks fits in
  * less. */
+#include "backends/backend.h"
 #include "runtime/engine.h"
 
 #include <stdio.h>
@@ -93,40 +94,25 @@ static bool exact_bytes(const kiln_tinfo *t, size_t *nb) {
     return *nb > 0 || kiln__numel(t->rank, t->dims) == 0;
 }
 
-/* Runs node n's CPU kernel on inputs whose data is known, keeping its
- * (small) outputs as known data. Failure only means "not known". */
-static void eval_node(planner *P, const kiln_node *n, const kiln_infer_args *ia, bool shape_only) {
-    kiln_tensor in_t[64], out_t[64];
-    const kiln_tensor *in_tp[64];
-    kiln_tensor *out_tp[64];
-    for (int i = 0; i < n->n_in; i++) {
-        in_tp[i] = NULL;
-        if (n->in[i] < 0) continue;
-        const kiln_tinfo *t = &P->info[n->in[i]];
-        in_t[i].dtype = t->dtype;
-        in_t[i].rank = t->rank;
-        memcpy(in_t[i].dims, t->dims, sizeof in_t[i].dims);
-        in_t[i].data = shape_only ? NULL : (void *)t->data;
-        in_tp[i] = &in_t[i];
-    }
+/* Runs node n's reference kernel on inputs whose data is known (c: its
+ * call, inferred), keeping its (small) outputs as known data. Failure only
+ * means "not known". */
+static void eval_node(planner *P, const kiln_node *n, kiln_call *c, bool shape_only) {
+    kiln_tensor *out_t = c->out_t;
+    if (shape_only)
+        for (int i = 0; i < n->n_in; i++)
+            if (n->in[i] >= 0) c->in_t[i].data = NULL;
     bool ok = true;
     for (int i = 0; i < n->n_out; i++) {
-        const kiln_tinfo *t = ia->out[i];
-        out_t[i].dtype = t->dtype;
-        out_t[i].rank = t->rank;
-        memcpy(out_t[i].dims, t->dims, sizeof out_t[i].dims);
-        out_t[i].data = ok ? kiln__aligned_alloc(kiln__value_nbytes(t)) : NULL;
+        out_t[i].data = ok ? kiln__aligned_alloc(kiln__value_nbytes(&c->out[i])) : NULL;
         ok = ok && out_t[i].data;
-        out_tp[i] = &out_t[i];
     }
-    size_t ws_size = n->op->workspace ? n->op->workspace(ia) : 0;
+    size_t ws_size = n->op->workspace ? n->op->workspace(&c->ia) : 0;
     ok = ok && ws_size <= EVAL_MAX_WORKSPACE;
     void *ws = ok && ws_size ? kiln__aligned_alloc(ws_size) : NULL;
     if (ok && (!ws_size || ws)) {
-        kiln_kernel_args ka = {.op = n->op, .attrs = n->attrs, .node_name = n->name,
-                               .n_in = n->n_in, .n_out = n->n_out, .in = in_tp, .out = out_tp,
-                               .workspace = ws, .workspace_size = ws_size};
-        ok = n->op->cpu(&ka) == KILN_OK;
+        kiln__call_args(c, ws, ws_size, NULL, NULL);
+        ok = n->op->cpu(&c->ka) == KILN_OK;
     } else {
         ok = false;
     }
@@ -150,34 +136,25 @@ static void plan_sizes(planner *P) {
     for (int ni = 0; ni < g->n_nodes; ni++) {
         const kiln_node *n = &g->nodes[ni];
         int aux = p->aux_first[ni];
-        bool fits = n->n_in <= 64 && n->n_out <= 64;
-        if (!fits || kiln__node_check_inputs(n) != KILN_OK) {
+        kiln_call c;
+        bool fits = n->n_in <= KILN_CALL_MAX && n->n_out <= KILN_CALL_MAX;
+        if (!fits || kiln__node_check_inputs(n) != KILN_OK || kiln__call_begin(&c, g, n) != KILN_OK) {
             kiln__clear_error();
             for (int i = 0; i < n->n_out; i++)
                 if (n->out[i] >= 0) P->exact[n->out[i]] = false;
             continue;
         }
-        const kiln_tinfo *in_ip[64];
-        kiln_tinfo outs[64], *out_ip[64];
         bool all_exact = true, all_data = true;
         for (int i = 0; i < n->n_in; i++) {
-            in_ip[i] = NULL;
             int v = n->in[i];
             if (v < 0) continue;
-            in_ip[i] = &P->info[v];
+            kiln__call_input(&c, i, &P->info[v], (void *)P->info[v].data);
             all_exact = all_exact && P->exact[v];
             all_data = all_data && P->info[v].data;
         }
-        for (int i = 0; i < n->n_out; i++) {
-            memset(&outs[i], 0, sizeof outs[i]);
-            outs[i].rank = -1;
-            out_ip[i] = &outs[i];
-        }
-        kiln_infer_args ia = {.op = n->op, .attrs = n->attrs, .node_name = n->name, .n_in = n->n_in,
-                              .n_out = n->n_out, .in = in_ip, .out = out_ip,
-                              .runtime = all_exact && all_data};
-        bool inferred = kiln__infer(&ia) == KILN_OK;
+        bool inferred = kiln__call_infer(&c, all_exact && all_data, NULL, false) == KILN_OK;
         kiln__clear_error();
+        kiln_tinfo *outs = c.out;
         bool outs_exact = inferred;
         size_t out_bytes = 0;
         for (int i = 0; i < n->n_out; i++) {
@@ -202,8 +179,8 @@ static void plan_sizes(planner *P) {
          * zero stride would divide by zero there); such a node fails at run */
         int wsi = aux + n->n_out;
         p->aux_off[wsi] = -1;
-        if (kiln__node_mem(P->e, n) == KILN_MEM_HOST && n->op->workspace && all_exact && inferred) {
-            p->aux_bytes[wsi] = n->op->workspace(&ia);
+        if (kiln__node_mem(P->e, n) == KILN_MEM_HOST && all_exact && inferred) {
+            p->aux_bytes[wsi] = kiln__kernel_workspace(kiln__backend_kernel(kiln__backend_for(n->device), n), &c.ia);
             p->aux_off[wsi] = p->aux_bytes[wsi] ? 0 : -1;
             if (p->aux_bytes[wsi] > p->max_workspace) {
                 p->max_workspace = p->aux_bytes[wsi];
@@ -213,22 +190,16 @@ static void plan_sizes(planner *P) {
         bool shape_only = (n->op->flags & KILN_OP_FLAG_SHAPE_ONLY) != 0;
         if (outs_exact && out_bytes <= EVAL_MAX_BYTES && n->op->cpu &&
             !(n->op->flags & KILN_OP_FLAG_NO_FOLD) && all_exact && (all_data || shape_only))
-            eval_node(P, n, &ia, shape_only && !all_data);
+            eval_node(P, n, &c, shape_only && !all_data);
     }
 }
 
-bool kiln__is_view_op(int op_id) {
-    return op_id == KILN_OP_Reshape || op_id == KILN_OP_Flatten || op_id == KILN_OP_Squeeze ||
-           op_id == KILN_OP_Unsqueeze || op_id == KILN_OP_Identity;
-}
-
 int kiln__node_inplace_input(const kiln_engine *e, const kiln_node *n) {
+    /* another input: as the node's kernel says (host memory only) */
     int k = (n->op->flags & KILN_OP_FLAG_INPLACE) ? 0
-            : n->op->cpu_inplace_input              ? n->op->cpu_inplace_input(n->attrs)
-                                                    : -1;
+                                                   : kiln__backend_inplace_input(kiln__backend_for(n->device), n);
     if (k < 0 || k >= n->n_in || n->n_out < 1) return -1;
     if (kiln__node_mem(e, n) != KILN_MEM_HOST) return -1;
-    if (k > 0 && n->device != KILN_DEVICE_CPU) return -1; /* cpu_inplace_input: CPU kernels */
     return k;
 }
 
@@ -331,7 +302,7 @@ static kiln_status plan_blocks(planner *P) {
      * the same bytes; the in-place merge below sees the extended end. */
     for (int ni = 0; ni < g->n_nodes; ni++) {
         const kiln_node *n = &g->nodes[ni];
-        if (!kiln__is_view_op(n->op_id) || n->n_in < 1 || n->n_out < 1) continue;
+        if (!(n->op->flags & KILN_OP_FLAG_VIEW) || n->n_in < 1 || n->n_out < 1) continue;
         int m = kiln__node_mem(P->e, n);
         int v = n->in[0], w = n->out[0];
         if (v < 0 || w < 0 || v == w) continue;
@@ -343,7 +314,7 @@ static kiln_status plan_blocks(planner *P) {
         p->n_views++;
     }
     /* in place: out[0] takes in[k]'s block when this node reads in[k] last
-     * (k = 0 for KILN_OP_FLAG_INPLACE ops, else the op's cpu_inplace_input,
+     * (k = 0 for KILN_OP_FLAG_INPLACE ops, else the kernel's inplace_input,
      * e.g. a FusedConv's residual) */
     for (int ni = 0; ni < g->n_nodes; ni++) {
         const kiln_node *n = &g->nodes[ni];

@@ -258,7 +258,7 @@ static bool infer_case(const char *node, const kiln_op_def *op, const void *attr
     g.n_values = nv;
     g.nodes = &nd;
     g.n_nodes = 1;
-    *supported = be->supports(&g, &nd);
+    *supported = kiln__backend_supports(be, &g, &nd);
     return true;
 }
 
@@ -834,9 +834,8 @@ TEST(test_matmul) {
     CASE("odd_f16", MatMul, NULL, 1, 0, 1e-5, trand(F16, -1, 1, S(7, 13)), trand(F16, -1, 1, S(13, 5)));
 }
 
-/* ---- ops whose attribute structs live in headers once the lead moves them ---------------- */
+/* ---- nn, reduce and fused layers ----------------------------------------------------------- */
 
-#if KILN_CUDA_NN_ATTRS
 TEST(test_gemm) {
     kiln_gemm_attrs plain = {1.0f, 1.0f, 0, 0}, tt = {0.5f, 2.0f, 1, 1}, ta = {1.0f, 0.0f, 1, 0};
     CASE("plain", Gemm, &plain, 1, 0, 1e-10, trand(F32, -1, 1, S(5, 7)), trand(F32, -1, 1, S(7, 3)));
@@ -1004,7 +1003,7 @@ static void nhwc_case(const char *what, int op_id, const void *ref_at, const voi
 }
 
 /* NHWC MaxPool / AveragePool / GlobalAveragePool (KILN_POOL_LAYOUT_NHWC,
- * passes/cuda_nhwc.c) against the CPU's NCHW pooling: 16-byte vectors
+ * backends/cuda/cuda_layout.c) against the CPU's NCHW pooling: 16-byte vectors
  * (channels multiples of 8), and the scalar path (odd channels). */
 TEST(test_pool_nhwc) {
     static const struct { int op; int k, s, pb, pe, cip; int64_t C; kiln_dtype t; const char *name; } cs[] = {
@@ -1095,9 +1094,7 @@ TEST(test_softmax) {
     CASE("log", LogSoftmax, &last, 1, 0, 1e-10, trand(F32, -5, 5, S(6, 30)));
     CASE("log_strided", LogSoftmax, &ax1, 1, 0, 1e-10, trand(F32, -5, 5, S(2, 9, 3)));
 }
-#endif
 
-#if KILN_CUDA_REDUCE_ATTRS
 TEST(test_reduce) {
     kiln_reduce_attrs keep = {1, 0}, drop = {0, 0}, noop = {1, 1};
     CASE("mean_last", ReduceMean, &keep, 1, 0x2, 0, trand(F32, -3, 3, S(8, 768)), tvals(I64, V(-1)));
@@ -1117,7 +1114,6 @@ TEST(test_reduce) {
     CASE("mean_block", ReduceMean, &keep, 1, 0x2, 0, trand(F32, -3, 3, S(2, 10000)), tvals(I64, V(1)));
     CASE("f64", ReduceSum, &keep, 1, 0x2, 0, trand(F64, -3, 3, S(3, 100)), tvals(I64, V(1)));
 }
-#endif
 
 /* Kernels that keep state between runs (cuBLASLt plans, cuDNN plans):
  * the same node state across runs at the same and at other shapes. */
@@ -1132,7 +1128,6 @@ TEST(test_node_state) {
     }
     CHECK(ns.p != NULL && ns.free != NULL);
     if (ns.free) ns.free(ns.p);
-#if KILN_CUDA_NN_ATTRS
     memset(&ns, 0, sizeof ns);
     kiln_conv_attrs a3 = conv_at(PAD_NOTSET, 1, 2, 3, 1, 1, 1, 1);
     for (int rep = 0; rep < 2; rep++) {
@@ -1145,11 +1140,9 @@ TEST(test_node_state) {
     }
     CHECK(ns.p != NULL && ns.free != NULL);
     if (ns.free) ns.free(ns.p);
-#endif
     case_ns = NULL;
 }
 
-#if KILN_CUDA_FUSED_CONV
 static kiln_fused_conv_attrs fc_at(kiln_conv_attrs conv, int act, float alpha, float beta, int res) {
     kiln_fused_conv_attrs at;
     memset(&at, 0, sizeof at);
@@ -1191,10 +1184,9 @@ TEST(test_fused_conv) {
     CASE("relu_bf16", FusedConv, &relu, 1, 0, 1e-4, trand(BF16, -1, 1, S(1, 8, 9, 9)),
          trand(BF16, -1, 1, S(16, 8, 3, 3)), trand(BF16, -1, 1, S(16)));
 }
-#endif
 
-#if KILN_CUDA_FUSED_CONV && KILN_HAVE_CUDNN
-/* NHWC layers (layout X|Y, cuda_nhwc.c): the same numbers as the NCHW layer,
+#if KILN_HAVE_CUDNN
+/* NHWC layers (layout X|Y, cuda_layout.c): the same numbers as the NCHW layer,
  * with the input, residual and output transposed. */
 TEST(test_fused_conv_nhwc) {
     for (int k = 0; k < 3; k++) {
@@ -1321,13 +1313,13 @@ TEST(test_fused_conv_tactics) {
         kiln_infer_args ia = {.op = kiln__op_by_id(KILN_OP_FusedConv), .attrs = &nh,
                               .node_name = "FusedConv/tactics", .n_in = n_in, .n_out = 1, .in = tip, .out = top};
         int32_t ids[32];
-        int n = be->tactics(st, &ia, ids, 32);
+        int n = kiln__backend_tactics(be, st, &ia, ids, 32);
         CHECK(n >= 2 && ids[n - 1] == KCU_CONV_TACTIC_LEGACY);
         int s2d = 0;
         printf("  %s: %d tactics:", stem ? "stem" : "3x3", n);
         for (int k = 0; k < n; k++) {
             char nm[64];
-            kiln__cu_fused_conv_tactic_name(ids[k], nm, sizeof nm);
+            kiln__cu_fused_conv_tactic_describe(ids[k], nm, sizeof nm);
             printf(" %s", nm);
             s2d += strstr(nm, "/s2d") != NULL;
             kiln_fused_conv_attrs t = nh;
@@ -1354,7 +1346,6 @@ TEST(test_fused_conv_tactics) {
 }
 #endif
 
-#if KILN_CUDA_FUSED_TRANSFORMER
 TEST(test_fused_transformer) {
     for (int act = KILN_FACT_NONE; act <= KILN_FACT_GELU_TANH; act++) {
         kiln_fused_matmul_attrs at = {.act = act}, tb = {.act = act, .trans_b = 1};
@@ -1456,7 +1447,6 @@ TEST(test_fused_transformer) {
          trand(F16, -1, 1, S(2, 2, 64, 128)), trand(F16, -1, 1, S(2, 2, 128, 64)), NULL, NULL,
          trand(F16, -1, 1, S(2, 1, 128, 128)));
 }
-#endif
 
 /* every op of the table has at least one case */
 #include "cuda/cases_index.inc"
@@ -1477,28 +1467,14 @@ TEST(test_coverage) {
     X(test_api) X(test_unary) X(test_predicates) X(test_clip) X(test_binary) X(test_variadic) \
     X(test_where) X(test_cast) X(test_copies) X(test_transpose) X(test_concat_split)          \
     X(test_slice) X(test_expand_tile) X(test_gather) X(test_global_pool) X(test_matmul)
-#if KILN_CUDA_NN_ATTRS
 #define TESTS_NN(X) X(test_gemm) X(test_conv) X(test_pool) X(test_pool_nhwc) X(test_norm) X(test_softmax)
-#else
-#define TESTS_NN(X)
-#endif
-#if KILN_CUDA_REDUCE_ATTRS
 #define TESTS_REDUCE(X) X(test_reduce)
-#else
-#define TESTS_REDUCE(X)
-#endif
-#if KILN_CUDA_FUSED_CONV && KILN_HAVE_CUDNN
+#if KILN_HAVE_CUDNN
 #define TESTS_FC(X) X(test_fused_conv) X(test_fused_conv_nhwc) X(test_fused_conv_graph) X(test_fused_conv_tactics)
-#elif KILN_CUDA_FUSED_CONV
+#else
 #define TESTS_FC(X) X(test_fused_conv)
-#else
-#define TESTS_FC(X)
 #endif
-#if KILN_CUDA_FUSED_TRANSFORMER
 #define TESTS_FT(X) X(test_fused_transformer)
-#else
-#define TESTS_FT(X)
-#endif
 #define ALL_TESTS(X) \
     TESTS_BASE(X) TESTS_NN(X) TESTS_REDUCE(X) TESTS_FC(X) TESTS_FT(X) TESTS_INDEX(X) \
     TESTS_SPATIAL(X) TESTS_SEQ(X) TESTS_MISC(X) X(test_node_state) X(test_coverage)

@@ -17,7 +17,7 @@
 #include "ops/nn_attrs.h"
 #include "ops/reduce_attrs.h"
 #include "ops/fused_conv.h"
-#include "passes/cuda_nhwc.h"
+#include "backends/cuda/cuda_layout.h"
 #include "passes/precision.h"
 #include "runtime/engine.h"
 
@@ -83,7 +83,7 @@ static kiln_graph *make_graph(void) {
     mark_output(g, sig);
     mark_output(g, rs);
     kiln__graph_link(g);
-    if (kiln__pass_infer(g) != KILN_OK) {
+    if (kiln__graph_infer(g) != KILN_OK) {
         fprintf(stderr, "infer: %s\n", kiln_last_error());
         abort();
     }
@@ -185,7 +185,7 @@ TEST(fp16_plan) {
     /* the CUDA backend runs every node of the plan */
     const kiln_backend_i *be = kiln__backend_for(KILN_DEVICE_CUDA);
     for (int i = 0; i < g->n_nodes; i++)
-        if (!g->nodes[i].dead) CHECK(be->supports(g, &g->nodes[i]));
+        if (!g->nodes[i].dead) CHECK(kiln__backend_supports(be, g, &g->nodes[i]));
 done:
     kiln__graph_free(g);
 }
@@ -259,7 +259,7 @@ TEST(fused_fp16) {
     int r = add_node(g, KILN_OP_Relu, "relu", 1, &cv, NULL);
     mark_output(g, r);
     kiln__graph_link(g);
-    CHECK_OK(kiln__pass_infer(g));
+    CHECK_OK(kiln__graph_infer(g));
     CHECK_OK(optimize(g, KILN_DEVICE_CUDA, KILN_PRECISION_FP16, NULL, 0, false));
     CHECK(topo_ok(g));
     CHECK(count_op(g, KILN_OP_Conv) == 0 && count_op(g, KILN_OP_Relu) == 0);
@@ -354,7 +354,7 @@ static kiln_graph *conv_chain(int nb, int cin, bool pool, bool gap) {
     if (gap) h = add_node(g, KILN_OP_GlobalAveragePool, "gap", 1, &h, NULL);
     mark_output(g, h);
     kiln__graph_link(g);
-    CHECK_OK(kiln__pass_infer(g));
+    CHECK_OK(kiln__graph_infer(g));
     CHECK_OK(optimize(g, KILN_DEVICE_CUDA, KILN_PRECISION_FP16, NULL, 0, false));
     CHECK(live_nodes_of(g, KILN_OP_FusedConv, NULL) == 2 * nb);
     for (int i = 0; i < g->n_nodes; i++) g->nodes[i].device = KILN_DEVICE_CUDA; /* as placed */
@@ -381,8 +381,8 @@ static kiln_graph *nhwc_chain(int nb, int cin, bool pool, bool gap, int *n) {
             const kiln_fused_conv_attrs *fa = nd->attrs;
             /* the first converts its NCHW input itself (channels padded); the rest read NHWC */
             CHECK(fa->layout == (i == first ? KILN_FC_LAYOUT_Y_NHWC : KILN_FC_LAYOUT_X_NHWC | KILN_FC_LAYOUT_Y_NHWC));
-            CHECK(strstr(cu->kernel_name(g, nd), "nhwc") != NULL);
-            CHECK(cu->supports(g, nd));
+            CHECK(strstr(kiln__backend_kernel_name(cu, nd), "nhwc") != NULL);
+            CHECK(kiln__backend_supports(cu, g, nd));
             /* shapes stay NCHW */
             CHECK(g->values[nd->in[0]].info.dims[1] == (i == first ? cin : 16));
             int pr = g->values[nd->in[0]].producer;
@@ -391,8 +391,8 @@ static kiln_graph *nhwc_chain(int nb, int cin, bool pool, bool gap, int *n) {
         }
         if (nd->op_id == KILN_OP_MaxPool || nd->op_id == KILN_OP_GlobalAveragePool) {
             CHECK(pool_layout(nd) == KILN_POOL_LAYOUT_NHWC);
-            CHECK(strstr(cu->kernel_name(g, nd), "nhwc") != NULL);
-            CHECK(cu->supports(g, nd));
+            CHECK(strstr(kiln__backend_kernel_name(cu, nd), "nhwc") != NULL);
+            CHECK(kiln__backend_supports(cu, g, nd));
             /* reads a layer's NHWC output directly */
             CHECK(g->nodes[g->values[nd->in[0]].producer].op_id != KILN_OP_Reshape);
         }

@@ -122,7 +122,7 @@ static inline kiln_model *model_of(kiln_graph *g) {
     kiln_model *m = kiln__calloc(1, sizeof *m);
     if (!m) abort();
     m->graph = g;
-    if (kiln__pass_infer(g) != KILN_OK) {
+    if (kiln__graph_infer(g) != KILN_OK) {
         fprintf(stderr, "infer: %s\n", kiln_last_error());
         abort();
     }

@@ -187,8 +187,8 @@ static int cuda_plan_count(const kiln_model *m, const inputs *in, int op) {
     }
     kiln_optimize_opts oo = {.device = KILN_DEVICE_CUDA, .precision = KILN_PRECISION_FP16};
     int count = -3;
-    if (kiln__pass_infer(g) == KILN_OK && kiln__pass_fold_constants(g) == KILN_OK && kiln__pass_dce(g) == KILN_OK &&
-        kiln__pass_infer(g) == KILN_OK && kiln__pass_optimize(g, &oo) == KILN_OK) {
+    if (kiln__graph_infer(g) == KILN_OK && kiln__pass_fold_constants(g) == KILN_OK && kiln__pass_dce(g) == KILN_OK &&
+        kiln__graph_infer(g) == KILN_OK && kiln__pass_optimize(g, &oo) == KILN_OK) {
         count = 0;
         for (int i = 0; i < g->n_nodes; i++) count += !g->nodes[i].dead && g->nodes[i].op_id == op;
     } else {

@@ -1,5 +1,5 @@
 /* test_conv_pwdw.c -- the row-by-row 1x1 + depthwise 3x3 [+ 1x1 + residual]
- * kernel (src/ops/conv_pwdw.c) against the three convolutions computed
+ * kernel (src/backends/cpu/kernels/conv_pwdw.c) against the three convolutions computed
  * apart with double accumulation: strides 1 and 2, every pad pattern,
  * with and without the first pointwise convolution,
  * channel counts that are and are not multiples of 16, NCHW and NHWC in
@@ -12,7 +12,7 @@
 #include "test.h"
 #include "kernel_check.h"
 
-#include "ops/conv_pwdw.h"
+#include "backends/cpu/kernels/conv_pwdw.h"
 #include "ops/fused_conv.h"
 
 static uint64_t rng = 0x2545f4914f6cdd1dull;

@@ -10,9 +10,11 @@
 #include <stdlib.h>
 
 #include "test.h"
+#include "backends/cpu/cpu_features.h"
+#include "backends/cpu/cpu_layout.h"
 
 #include "graph_build.h"
-#include "ops/fused_conv.h"
+#include "backends/cpu/kernels/fused_conv_cpu.h"
 #include "runtime/debug.h"
 
 /* x [2,16,12,12] -> conv1 -> bn1 -> relu1 -> conv2 -> add2(+relu1) -> relu2 -> conv3 -> y */

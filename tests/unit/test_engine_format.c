@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "backends/backend.h"
+#include "backends/cpu/cpu_features.h"
 #include "format/format.h"
 #include "test.h"
 

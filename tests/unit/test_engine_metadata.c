@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "format/format.h"
-#include "ops/misc_control.h"
+#include "format/format.h"
 #include "test.h"
 
 #define MODEL "tests/data/tiny_mlp.onnx"

@@ -10,13 +10,17 @@
 #include <unistd.h>
 
 #include "test.h"
+#include "backends/cpu/cpu_features.h"
+#include "backends/cpu/cpu_layout.h"
 
 #include "graph_build.h"
+#include "backends/backend.h"
+#include "backends/cpu/cpu_kernels.h"
 #include "ops/elementwise_impl.h"
-#include "ops/conv_pwdw.h"
-#include "ops/conv_direct.h"
-#include "ops/conv_wino.h"
-#include "ops/fused_conv.h"
+#include "backends/cpu/kernels/conv_pwdw.h"
+#include "backends/cpu/kernels/conv_direct.h"
+#include "backends/cpu/kernels/conv_wino.h"
+#include "backends/cpu/kernels/fused_conv_cpu.h"
 #include "runtime/engine.h"
 
 /* ---- building and running engines --------------------------------------- */
@@ -403,7 +407,7 @@ static void tactics_agree(int64_t batch, int threads, bool big) {
             kiln_infer_args ia = {.op = n->op, .attrs = n->attrs, .node_name = n->name,
                                   .n_in = n->n_in, .n_out = 1, .in = tp, .out = top};
             int32_t ids[8];
-            int k = n->op->cpu_tactics(&ia, ids, 8);
+            int k = kiln__cpu_kernel_for(KILN_OP_FusedConv)->tactics(NULL, &ia, ids, 8);
             bool listed = false;
             for (int q = 0; q < k; q++) listed |= ids[q] == t;
             fa->tactic.id = listed ? t : 0;
@@ -964,7 +968,7 @@ static bool wino_listed(int64_t n, int64_t HW, int64_t C, int32_t id) {
     const kiln_op_def *op = kiln__op_by_id(KILN_OP_FusedConv);
     kiln_infer_args ia = {.op = op, .attrs = &at, .node_name = "c", .n_in = 2, .n_out = 1, .in = in, .out = out};
     int32_t ids[8];
-    int k = op->cpu_tactics(&ia, ids, 8);
+    int k = kiln__cpu_kernel_for(KILN_OP_FusedConv)->tactics(NULL, &ia, ids, 8);
     for (int q = 0; q < k; q++)
         if (ids[q] == id) return true;
     return false;
@@ -1032,11 +1036,12 @@ static void run_dnnl_layer(const split_case *sc, const float *x, const float *w,
     kiln_tinfo *top[1] = {&to};
     int n_in = sc->residual ? 4 : 3;
     kiln_infer_args ia = {.op = op, .attrs = &at, .node_name = "c", .n_in = n_in, .n_out = 1, .in = tip, .out = top};
-    size_t ws = op->workspace(&ia);
+    const kiln_kernel *k = kiln__cpu_kernel_for(KILN_OP_FusedConv); /* the CPU backend's, with its tactics */
+    size_t ws = kiln__kernel_workspace(k, &ia);
     void *wsm = ws ? kiln__aligned_alloc(ws) : NULL;
     kiln_kernel_args ka = {.op = op, .attrs = &at, .node_name = "c", .n_in = n_in, .n_out = 1, .in = in, .out = out,
                            .workspace = wsm, .workspace_size = ws, .pool = pool, .node_state = ns};
-    CHECK_OK(op->cpu(&ka));
+    CHECK_OK(k->run(&ka));
     kiln__aligned_free(wsm);
 }
 

@@ -407,7 +407,6 @@ kiln_status kiln__cu_matmul_run(const kiln_kernel_args *a) {
 
 /* ---- Gemm ------------------------------------------------------------------------------------- */
 
-#if KILN_CUDA_NN_ATTRS
 
 bool kiln__cu_gemm_supports(const kiln_graph *g, const kiln_node *n) {
     kiln_dtype t = kiln__cu_in_dtype(g, n, 0);
@@ -457,7 +456,6 @@ kiln_status kiln__cu_gemm_run(const kiln_kernel_args *a) {
     return kiln__cuda_gemm(a, &p);
 }
 
-#endif /* KILN_CUDA_NN_ATTRS */
 
 #else
 typedef int kiln_cuda_blas_disabled;

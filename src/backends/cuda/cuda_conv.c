@@ -10,13 +10,11 @@
  *     then one epilogue pass act(y + bias + residual);
  *   depthwise (one input channel per group, NCHW): a direct kernel;
  *   without cuDNN: im2col into scratch + cuBLASLt GEMM per (image, group);
- *     a 1x1 stride-1 unpadded convolution reads the input directly.
- * Needs kiln_conv_attrs (KILN_CUDA_NN_ATTRS). */
+ *     a 1x1 stride-1 unpadded convolution reads the input directly. */
 #if KILN_HAVE_CUDA
 
 #include "backends/cuda/cuda_internal.h"
 
-#if KILN_CUDA_NN_ATTRS
 
 #include <limits.h>
 #include <stddef.h>
@@ -826,7 +824,6 @@ kiln_status kiln__cu_conv_run(const kiln_kernel_args *a) {
     return conv_exec(a, a->attrs, KCU_ACT_NONE, 0.0f, 0.0f, NULL, false, false);
 }
 
-#if KILN_CUDA_FUSED_CONV
 
 _Static_assert((int)KCU_ACT_RELU == (int)KILN_FC_ACT_RELU &&
                    (int)KCU_ACT_CLIP == (int)KILN_FC_ACT_CLIP &&
@@ -875,8 +872,9 @@ kiln_status kiln__cu_fused_conv_run(const kiln_kernel_args *a) {
  * timed algorithm, then kiln's epilogue kernel). Every one is timed by the
  * builder. A state whose tactics were listed is a tuning state: a tactic
  * that cannot be made there fails instead of falling back. */
-int kiln__cu_fused_conv_tactics(kiln_cuda_state *st, const kiln_infer_args *a, int32_t *ids, int cap) {
-    if (cap < 1) return 0;
+int kiln__cu_fused_conv_tactics(void *state, const kiln_infer_args *a, int32_t *ids, int cap) {
+    kiln_cuda_state *st = state;
+    if (!st || cap < 1) return 0;
     ids[0] = 0;
 #if KILN_HAVE_CUDNN
     const kiln_fused_conv_attrs *at = a->attrs;
@@ -932,7 +930,19 @@ int kiln__cu_fused_conv_tactics(kiln_cuda_state *st, const kiln_infer_args *a, i
 #endif
 }
 
-void kiln__cu_fused_conv_tactic_name(int32_t id, char *buf, size_t n) {
+const char *kiln__cu_fused_conv_tactic_name(int32_t id) {
+    return id == 0 ? "cudnn-heuristic" : id == KCU_CONV_TACTIC_LEGACY ? "cudnn-legacy+epilogue" : "cudnn-graph";
+}
+
+const char *kiln__cu_fused_conv_name(const kiln_node *n) {
+    if (!n->attrs) return NULL;
+    int32_t lay = ((const kiln_fused_conv_attrs *)n->attrs)->layout;
+    if (lay == (KILN_FC_LAYOUT_X_NHWC | KILN_FC_LAYOUT_Y_NHWC)) return "cuda.conv.nhwc";
+    if (lay == KILN_FC_LAYOUT_Y_NHWC) return "cuda.conv.nchw-in.nhwc";
+    return NULL;
+}
+
+void kiln__cu_fused_conv_tactic_describe(int32_t id, char *buf, size_t n) {
 #if KILN_HAVE_CUDNN
     if (kcu_dg_is_id(id)) {
         char base[48];
@@ -945,9 +955,7 @@ void kiln__cu_fused_conv_tactic_name(int32_t id, char *buf, size_t n) {
     snprintf(buf, n, "%s", id == KCU_CONV_TACTIC_LEGACY ? "cudnn-legacy+epilogue" : id == 0 ? "cudnn-heuristic" : "cudnn-?");
 }
 
-#endif /* KILN_CUDA_FUSED_CONV */
 
-#endif /* KILN_CUDA_NN_ATTRS */
 
 #else
 typedef int kiln_cuda_conv_disabled;

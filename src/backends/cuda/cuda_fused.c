@@ -16,7 +16,6 @@
 
 #include "backends/cuda/cuda_internal.h"
 
-#if KILN_CUDA_FUSED_TRANSFORMER
 
 static bool half_or_float(kiln_dtype t) {
     return t == KILN_DTYPE_FLOAT32 || t == KILN_DTYPE_FLOAT16 || t == KILN_DTYPE_BFLOAT16;
@@ -119,9 +118,10 @@ kiln_status kiln__cu_fused_matmul_run(const kiln_kernel_args *a) {
     return KILN_OK;
 }
 
-int kiln__cu_fused_matmul_tactics(kiln_cuda_state *st, const kiln_infer_args *a, int32_t *ids,
-                                  int cap) {
+int kiln__cu_fused_matmul_tactics(void *state, const kiln_infer_args *a, int32_t *ids, int cap) {
+    kiln_cuda_state *st = state;
     const kiln_fused_matmul_attrs *at = a->attrs;
+    if (!st || cap < 1) return 0;
     const kiln_tinfo *A = a->in[0], *B = a->in[1];
     const kiln_tinfo *bias = a->n_in > 2 ? a->in[2] : NULL;
     if (!A || !B || A->rank < 2 || B->rank != 2 || !half_or_float(A->dtype)) return 0;
@@ -145,6 +145,12 @@ int kiln__cu_fused_matmul_tactics(kiln_cuda_state *st, const kiln_infer_args *a,
     int n = kiln__cuda_gemm_candidates(st, &p, cap);
     for (int i = 0; i < n; i++) ids[i] = i;
     return n;
+}
+
+const char *kiln__cu_fused_matmul_tactic_name(int32_t id) {
+    static const char *const lt[8] = {"cublasLt#0", "cublasLt#1", "cublasLt#2", "cublasLt#3",
+                                      "cublasLt#4", "cublasLt#5", "cublasLt#6", "cublasLt#7"};
+    return id >= 0 && id < 8 ? lt[id] : "cublasLt#?";
 }
 
 /* ---- Gelu ------------------------------------------------------------------------------------ */
@@ -326,7 +332,6 @@ kiln_status kiln__cu_attention_run(const kiln_kernel_args *a) {
     return KILN_OK;
 }
 
-#endif /* KILN_CUDA_FUSED_TRANSFORMER */
 
 #else
 typedef int kiln_cuda_fused_disabled;

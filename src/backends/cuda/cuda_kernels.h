@@ -1,8 +1,9 @@
 /* cuda_kernels.h -- the launchers of kiln's CUDA kernels (src/backends/cuda/k_*.cu).
  *
  * This header is the only thing the C side (cuda_*.c) and the CUDA side
- * (k_*.cu, compiled by nvcc) share. It uses plain C types and the public
- * kiln.h enums only, so that no internal kiln header has to be valid C++.
+ * (k_*.cu, compiled by nvcc) share. It uses plain C types, the public
+ * kiln.h enums and the elementwise op codes (ops/elementwise_codes.h, plain
+ * C too), so that no other internal kiln header has to be valid C++.
  * Every launcher enqueues work on `stream` and returns cudaGetLastError()
  * of the launch (cudaSuccess when there was nothing to do); the C side turns
  * a failure into KILN_ERR_DEVICE naming the node. Launchers never
@@ -19,6 +20,7 @@
 #include <cuda_runtime_api.h>
 
 #include "kiln.h"
+#include "ops/elementwise_codes.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -47,16 +49,8 @@ typedef struct kcu_bcast {
     int64_t st[KCU_EW_MAX_IN][KILN_MAX_RANK];
 } kcu_bcast;
 
-/* Unary ops (float compute: f32, f16, bf16 in float; f64 in double). */
-enum {
-    KCU_U_ABS = 0, KCU_U_NEG, KCU_U_SQRT, KCU_U_EXP, KCU_U_LOG, KCU_U_RECIPROCAL, KCU_U_FLOOR,
-    KCU_U_CEIL, KCU_U_ROUND, KCU_U_SIGN, KCU_U_SIN, KCU_U_COS, KCU_U_TAN, KCU_U_ASIN,
-    KCU_U_ACOS, KCU_U_ATAN, KCU_U_SINH, KCU_U_COSH, KCU_U_ASINH, KCU_U_ACOSH, KCU_U_ATANH,
-    KCU_U_ERF, KCU_U_RELU, KCU_U_LEAKYRELU, KCU_U_ELU, KCU_U_SELU, KCU_U_CELU, KCU_U_SIGMOID,
-    KCU_U_HARDSIGMOID, KCU_U_HARDSWISH, KCU_U_TANH, KCU_U_SOFTPLUS, KCU_U_SOFTSIGN, KCU_U_MISH,
-    KCU_U_THRESHOLDEDRELU, KCU_U_SHRINK,
-    KCU_U_COUNT
-};
+/* Unary ops (float compute: f32, f16, bf16 in float; f64 in double): `op` is the
+ * op's code, EW_U_ABS .. EW_U_SHRINK (ops/elementwise_codes.h). */
 /* y[i] = op(x[i]), n elements, same dtype. Floating dtypes: every op;
  * int32/int64: ABS, NEG, SIGN, RELU only. */
 cudaError_t kcu_unary(int op, kiln_dtype t, const void *x, void *y, int64_t n, float alpha,
@@ -64,19 +58,13 @@ cudaError_t kcu_unary(int op, kiln_dtype t, const void *x, void *y, int64_t n, f
 /* Whether kcu_unary has a kernel for (op, dtype). */
 int kcu_unary_has(int op, kiln_dtype t);
 
-/* IsNaN / IsInf / Not: bool (uint8) output. */
-enum { KCU_P_ISNAN = 0, KCU_P_ISINF = 1, KCU_P_NOT = 2 };
+/* IsNaN / IsInf / Not (op: EW_U_ISNAN, EW_U_ISINF, EW_U_NOT): bool (uint8) output. */
 cudaError_t kcu_predicate(int op, kiln_dtype t, const void *x, uint8_t *y, int64_t n,
                           int detect_pos, int detect_neg, cudaStream_t stream);
 
-/* Binary ops with broadcasting. Inputs share dtype `t`; comparisons and
- * logic write bool (uint8), the rest write `t`. */
-enum {
-    KCU_B_ADD = 0, KCU_B_SUB, KCU_B_MUL, KCU_B_DIV, KCU_B_FMOD, KCU_B_PYMOD, KCU_B_MAX,
-    KCU_B_MIN, KCU_B_PRELU, KCU_B_POW, KCU_B_EQ, KCU_B_LT, KCU_B_LE, KCU_B_GT, KCU_B_GE,
-    KCU_B_AND, KCU_B_OR, KCU_B_XOR, KCU_B_SHL, KCU_B_SHR,
-    KCU_B_COUNT
-};
+/* Binary ops with broadcasting: `op` is a row kind EW_B_ADD .. EW_B_POW
+ * (ops/elementwise_codes.h, kiln__ew_binary_kind). Inputs share dtype `t`;
+ * comparisons and logic write bool (uint8), the rest write `t`. */
 cudaError_t kcu_binary(int op, kiln_dtype t, const kcu_bcast *g, void *y, const void *a,
                        const void *b, cudaStream_t stream);
 int kcu_binary_has(int op, kiln_dtype t);

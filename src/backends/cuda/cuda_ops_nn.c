@@ -1,8 +1,7 @@
 /* cuda_ops_nn.c -- normalization, softmax, pooling and reductions on the
- * GPU: GlobalAveragePool/GlobalMaxPool; and, once their attribute structs
- * are in headers (KILN_CUDA_NN_ATTRS / KILN_CUDA_REDUCE_ATTRS, see
- * cuda_internal.h), Softmax/LogSoftmax, LayerNormalization,
- * BatchNormalization, MaxPool/AveragePool and the Reduce* family.
+ * GPU: GlobalAveragePool/GlobalMaxPool, Softmax/LogSoftmax,
+ * LayerNormalization, BatchNormalization, MaxPool/AveragePool and the
+ * Reduce* family.
  * Kernels: k_norm.cu, k_pool.cu, k_reduce.cu. */
 #if KILN_HAVE_CUDA
 
@@ -26,12 +25,16 @@ static int global_pool_layout(const void *attrs, const kiln_op_def *op) {
     return attrs && kiln__op_id_of(op) == KILN_OP_GlobalAveragePool ? ((const kiln_pool_attrs *)attrs)->layout : 0;
 }
 
-/* NHWC (passes/cuda_nhwc.c): a 4-D input; nChw16c is the CPU's only */
+/* NHWC (backends/cuda/cuda_layout.c): a 4-D input; nChw16c is the CPU's only */
 bool kiln__cu_global_pool_supports(const kiln_graph *g, const kiln_node *n) {
     int lay = global_pool_layout(n->attrs, n->op);
     const kiln_tinfo *x = kiln__cu_in(g, n, 0);
     if (lay == KILN_POOL_LAYOUT_NHWC) return float_in_out(g, n) && x && x->rank == 4;
     return float_in_out(g, n) && lay == 0;
+}
+
+const char *kiln__cu_global_pool_name(const kiln_node *n) {
+    return global_pool_layout(n->attrs, n->op) == KILN_POOL_LAYOUT_NHWC ? "cuda.global_pool.nhwc" : NULL;
 }
 
 kiln_status kiln__cu_global_pool_run(const kiln_kernel_args *a) {
@@ -67,7 +70,6 @@ kiln_status kiln__cu_global_pool_run(const kiln_kernel_args *a) {
     return KILN_OK;
 }
 
-#if KILN_CUDA_NN_ATTRS
 
 /* ---- Softmax, LogSoftmax ---------------------------------------------------------------------- */
 
@@ -199,7 +201,7 @@ kiln_status kiln__cu_batchnorm_run(const kiln_kernel_args *a) {
 
 /* ---- MaxPool, AveragePool -------------------------------------------------------------------------- */
 
-/* NHWC (passes/cuda_nhwc.c): 2-D, without MaxPool's indices */
+/* NHWC (backends/cuda/cuda_layout.c): 2-D, without MaxPool's indices */
 bool kiln__cu_pool_supports(const kiln_graph *g, const kiln_node *n) {
     const kiln_pool_attrs *at = n->attrs;
     if (!float_in_out(g, n) || at->n_kernel < 1 || at->n_kernel > KCU_MAX_SP) return false;
@@ -210,6 +212,11 @@ bool kiln__cu_pool_supports(const kiln_graph *g, const kiln_node *n) {
         return at->n_kernel == 2 && !kiln__cu_out(g, n, 1) && x && x->rank == 4;
     }
     return at->layout == 0;
+}
+
+const char *kiln__cu_pool_name(const kiln_node *n) {
+    const kiln_pool_attrs *at = n->attrs;
+    return at && at->layout == KILN_POOL_LAYOUT_NHWC ? "cuda.pool.nhwc" : NULL;
 }
 
 kiln_status kiln__cu_pool_run(const kiln_kernel_args *a) {
@@ -285,9 +292,7 @@ kiln_status kiln__cu_pool_run(const kiln_kernel_args *a) {
     return KILN_OK;
 }
 
-#endif /* KILN_CUDA_NN_ATTRS */
 
-#if KILN_CUDA_REDUCE_ATTRS
 
 /* ---- Reduce* ------------------------------------------------------------------------------------------ */
 
@@ -369,7 +374,6 @@ kiln_status kiln__cu_reduce_run(const kiln_kernel_args *a) {
     return KILN_OK;
 }
 
-#endif /* KILN_CUDA_REDUCE_ATTRS */
 
 #else
 typedef int kiln_cuda_ops_nn_disabled;

@@ -138,9 +138,9 @@ static void st_(kiln_dtype t, void *p, int64_t i, double v) { kiln__store_f64(t,
 static double clamp01(double v) { v = v > 1 ? 1 : v; return v < 0 ? 0 : v; }
 
 int kcu_unary_has(int op, kiln_dtype t) {
-    if (op < 0 || op >= KCU_U_COUNT) return 0;
+    if (op < EW_U_ABS || op > EW_U_SHRINK) return 0;
     if (isf(t)) return 1;
-    if (t == KILN_DTYPE_INT32 || t == KILN_DTYPE_INT64) return op == KCU_U_ABS || op == KCU_U_NEG || op == KCU_U_SIGN || op == KCU_U_RELU;
+    if (t == KILN_DTYPE_INT32 || t == KILN_DTYPE_INT64) return op == EW_U_ABS || op == EW_U_NEG || op == EW_U_SIGN || op == EW_U_RELU;
     return 0;
 }
 cudaError_t kcu_unary(int op, kiln_dtype t, const void *x, void *y, int64_t n, float alpha, float beta, float gamma, cudaStream_t s) {
@@ -149,33 +149,33 @@ cudaError_t kcu_unary(int op, kiln_dtype t, const void *x, void *y, int64_t n, f
     for (int64_t i = 0; i < n; i++) {
         if (!isf(t)) {
             int64_t v = kiln__load_i64(t, x, i), r = v;
-            if (op == KCU_U_ABS) r = v < 0 ? (int64_t)(0 - (uint64_t)v) : v;
-            if (op == KCU_U_NEG) r = (int64_t)(0 - (uint64_t)v);
-            if (op == KCU_U_SIGN) r = (v > 0) - (v < 0);
-            if (op == KCU_U_RELU) r = v < 0 ? 0 : v;
+            if (op == EW_U_ABS) r = v < 0 ? (int64_t)(0 - (uint64_t)v) : v;
+            if (op == EW_U_NEG) r = (int64_t)(0 - (uint64_t)v);
+            if (op == EW_U_SIGN) r = (v > 0) - (v < 0);
+            if (op == EW_U_RELU) r = v < 0 ? 0 : v;
             kiln__store_i64(t, y, i, r);
             continue;
         }
         double v = ld(t, x, i), r = v, a = alpha, b = beta, g = gamma;
         switch (op) {
-        case KCU_U_ABS: r = fabs(v); break; case KCU_U_NEG: r = -v; break; case KCU_U_SQRT: r = sqrt(v); break;
-        case KCU_U_EXP: r = exp(v); break; case KCU_U_LOG: r = log(v); break; case KCU_U_RECIPROCAL: r = 1 / v; break;
-        case KCU_U_FLOOR: r = floor(v); break; case KCU_U_CEIL: r = ceil(v); break; case KCU_U_ROUND: r = rint(v); break;
-        case KCU_U_SIGN: r = v > 0 ? 1 : (v < 0 ? -1 : v); break;
-        case KCU_U_SIN: r = sin(v); break; case KCU_U_COS: r = cos(v); break; case KCU_U_TAN: r = tan(v); break;
-        case KCU_U_ASIN: r = asin(v); break; case KCU_U_ACOS: r = acos(v); break; case KCU_U_ATAN: r = atan(v); break;
-        case KCU_U_SINH: r = sinh(v); break; case KCU_U_COSH: r = cosh(v); break; case KCU_U_ASINH: r = asinh(v); break;
-        case KCU_U_ACOSH: r = acosh(v); break; case KCU_U_ATANH: r = atanh(v); break; case KCU_U_ERF: r = erf(v); break;
-        case KCU_U_RELU: r = v < 0 ? 0 : v; break; case KCU_U_LEAKYRELU: r = v < 0 ? v * a : v; break;
-        case KCU_U_ELU: r = v < 0 ? a * expm1(v) : v; break;
-        case KCU_U_SELU: r = v > 0 ? g * v : g * a * expm1(v); break;
-        case KCU_U_CELU: r = (v > 0 ? v : 0) + (v < 0 ? a * expm1(v / a) : 0); break;
-        case KCU_U_SIGMOID: r = 1 / (1 + exp(-v)); break; case KCU_U_HARDSIGMOID: r = clamp01(a * v + b); break;
-        case KCU_U_HARDSWISH: r = v * clamp01(v / 6 + 0.5); break; case KCU_U_TANH: r = tanh(v); break;
-        case KCU_U_SOFTPLUS: r = (v > 0 ? v : 0) + log1p(exp(-fabs(v))); break; case KCU_U_SOFTSIGN: r = v / (1 + fabs(v)); break;
-        case KCU_U_MISH: r = v * tanh((v > 0 ? v : 0) + log1p(exp(-fabs(v)))); break;
-        case KCU_U_THRESHOLDEDRELU: r = v > a ? v : 0; break;
-        case KCU_U_SHRINK: r = v < -a ? v + b : (v > a ? v - b : 0); break;
+        case EW_U_ABS: r = fabs(v); break; case EW_U_NEG: r = -v; break; case EW_U_SQRT: r = sqrt(v); break;
+        case EW_U_EXP: r = exp(v); break; case EW_U_LOG: r = log(v); break; case EW_U_RECIPROCAL: r = 1 / v; break;
+        case EW_U_FLOOR: r = floor(v); break; case EW_U_CEIL: r = ceil(v); break; case EW_U_ROUND: r = rint(v); break;
+        case EW_U_SIGN: r = v > 0 ? 1 : (v < 0 ? -1 : v); break;
+        case EW_U_SIN: r = sin(v); break; case EW_U_COS: r = cos(v); break; case EW_U_TAN: r = tan(v); break;
+        case EW_U_ASIN: r = asin(v); break; case EW_U_ACOS: r = acos(v); break; case EW_U_ATAN: r = atan(v); break;
+        case EW_U_SINH: r = sinh(v); break; case EW_U_COSH: r = cosh(v); break; case EW_U_ASINH: r = asinh(v); break;
+        case EW_U_ACOSH: r = acosh(v); break; case EW_U_ATANH: r = atanh(v); break; case EW_U_ERF: r = erf(v); break;
+        case EW_U_RELU: r = v < 0 ? 0 : v; break; case EW_U_LEAKYRELU: r = v < 0 ? v * a : v; break;
+        case EW_U_ELU: r = v < 0 ? a * expm1(v) : v; break;
+        case EW_U_SELU: r = v > 0 ? g * v : g * a * expm1(v); break;
+        case EW_U_CELU: r = (v > 0 ? v : 0) + (v < 0 ? a * expm1(v / a) : 0); break;
+        case EW_U_SIGMOID: r = 1 / (1 + exp(-v)); break; case EW_U_HARDSIGMOID: r = clamp01(a * v + b); break;
+        case EW_U_HARDSWISH: r = v * clamp01(v / 6 + 0.5); break; case EW_U_TANH: r = tanh(v); break;
+        case EW_U_SOFTPLUS: r = (v > 0 ? v : 0) + log1p(exp(-fabs(v))); break; case EW_U_SOFTSIGN: r = v / (1 + fabs(v)); break;
+        case EW_U_MISH: r = v * tanh((v > 0 ? v : 0) + log1p(exp(-fabs(v)))); break;
+        case EW_U_THRESHOLDEDRELU: r = v > a ? v : 0; break;
+        case EW_U_SHRINK: r = v < -a ? v + b : (v > a ? v - b : 0); break;
         }
         if (t == KILN_DTYPE_FLOAT32 || kiln_dtype_size(t) == 2) r = (float)r;
         st_(t, y, i, r);
@@ -185,9 +185,9 @@ cudaError_t kcu_unary(int op, kiln_dtype t, const void *x, void *y, int64_t n, f
 cudaError_t kcu_predicate(int op, kiln_dtype t, const void *x, uint8_t *y, int64_t n, int pos, int neg, cudaStream_t s) {
     (void)s;
     for (int64_t i = 0; i < n; i++) {
-        if (op == KCU_P_NOT) { y[i] = !((const uint8_t *)x)[i]; continue; }
+        if (op == EW_U_NOT) { y[i] = !((const uint8_t *)x)[i]; continue; }
         double v = ld(t, x, i);
-        y[i] = op == KCU_P_ISNAN ? isnan(v) : ((pos && v == INFINITY) || (neg && v == -INFINITY));
+        y[i] = op == EW_U_ISNAN ? isnan(v) : ((pos && v == INFINITY) || (neg && v == -INFINITY));
     }
     return cudaSuccess;
 }
@@ -198,12 +198,12 @@ static unsigned bin_mask(int op) {
     unsigned si = KB(KILN_DTYPE_INT8) | KB(KILN_DTYPE_INT16) | KB(KILN_DTYPE_INT32) | KB(KILN_DTYPE_INT64);
     unsigned ar = FLO | si | ui;
     switch (op) {
-    case KCU_B_ADD: case KCU_B_SUB: case KCU_B_MUL: case KCU_B_DIV: case KCU_B_FMOD: case KCU_B_PYMOD: case KCU_B_MAX: case KCU_B_MIN: return ar;
-    case KCU_B_PRELU: return FLO | si;
-    case KCU_B_POW: return FLO;
-    case KCU_B_EQ: case KCU_B_LT: case KCU_B_LE: case KCU_B_GT: case KCU_B_GE: return ar | KB(KILN_DTYPE_BOOL);
-    case KCU_B_AND: case KCU_B_OR: case KCU_B_XOR: return KB(KILN_DTYPE_BOOL);
-    case KCU_B_SHL: case KCU_B_SHR: return ui;
+    case EW_B_ADD: case EW_B_SUB: case EW_B_MUL: case EW_B_DIV: case EW_B_MOD: case EW_B_PYMOD: case EW_B_MAX: case EW_B_MIN: return ar;
+    case EW_B_PRELU: return FLO | si;
+    case EW_B_POW: return FLO;
+    case EW_B_EQ: case EW_B_LT: case EW_B_LE: case EW_B_GT: case EW_B_GE: return ar | KB(KILN_DTYPE_BOOL);
+    case EW_B_AND: case EW_B_OR: case EW_B_XOR: return KB(KILN_DTYPE_BOOL);
+    case EW_B_SHL: case EW_B_SHR: return ui;
     default: return 0;
     }
 }
@@ -219,14 +219,14 @@ static int64_t pymod(int64_t a, int64_t b) { if (b == 0 || b == -1) return 0; in
 cudaError_t kcu_binary(int op, kiln_dtype t, const kcu_bcast *g, void *y, const void *A, const void *B, cudaStream_t s) {
     (void)s;
     if (!kcu_binary_has(op, t)) return cudaErrorInvalidValue;
-    bool cmp = op >= KCU_B_EQ && op <= KCU_B_XOR;
+    bool cmp = op >= EW_B_EQ && op <= EW_B_XOR;
     for (int64_t i = 0; i < g->n; i++) {
         int64_t off[2]; bc_off(g, 2, i, off);
         if (cmp) {
             double a = ld(t, A, off[0]), b = ld(t, B, off[1]); int r = 0;
-            switch (op) { case KCU_B_EQ: r = a == b; break; case KCU_B_LT: r = a < b; break; case KCU_B_LE: r = a <= b; break;
-            case KCU_B_GT: r = a > b; break; case KCU_B_GE: r = a >= b; break; case KCU_B_AND: r = (a != 0) & (b != 0); break;
-            case KCU_B_OR: r = (a != 0) | (b != 0); break; default: r = (a != 0) ^ (b != 0); }
+            switch (op) { case EW_B_EQ: r = a == b; break; case EW_B_LT: r = a < b; break; case EW_B_LE: r = a <= b; break;
+            case EW_B_GT: r = a > b; break; case EW_B_GE: r = a >= b; break; case EW_B_AND: r = (a != 0) & (b != 0); break;
+            case EW_B_OR: r = (a != 0) | (b != 0); break; default: r = (a != 0) ^ (b != 0); }
             ((uint8_t *)y)[i] = (uint8_t)r; continue;
         }
         if (isf(t)) {
@@ -234,15 +234,15 @@ cudaError_t kcu_binary(int op, kiln_dtype t, const kcu_bcast *g, void *y, const 
             bool f32 = t != KILN_DTYPE_FLOAT64;
             if (f32) { a = (float)a; b = (float)b; }
             switch (op) {
-            case KCU_B_ADD: r = f32 ? (double)((float)a + (float)b) : a + b; break;
-            case KCU_B_SUB: r = f32 ? (double)((float)a - (float)b) : a - b; break;
-            case KCU_B_MUL: r = f32 ? (double)((float)a * (float)b) : a * b; break;
-            case KCU_B_DIV: r = f32 ? (double)((float)a / (float)b) : a / b; break;
-            case KCU_B_FMOD: r = fmod(a, b); break;
-            case KCU_B_PYMOD: { double m = fmod(a, b); r = (m != 0 && ((m < 0) != (b < 0))) ? m + b : m; break; }
-            case KCU_B_MAX: r = (a != a || a > b) ? a : b; break; case KCU_B_MIN: r = (a != a || a < b) ? a : b; break;
-            case KCU_B_PRELU: r = a < 0 ? (f32 ? (double)((float)a * (float)b) : a * b) : a; break;
-            case KCU_B_POW: r = f32 ? (double)powf((float)a, (float)b) : pow(a, b); break;
+            case EW_B_ADD: r = f32 ? (double)((float)a + (float)b) : a + b; break;
+            case EW_B_SUB: r = f32 ? (double)((float)a - (float)b) : a - b; break;
+            case EW_B_MUL: r = f32 ? (double)((float)a * (float)b) : a * b; break;
+            case EW_B_DIV: r = f32 ? (double)((float)a / (float)b) : a / b; break;
+            case EW_B_MOD: r = fmod(a, b); break;
+            case EW_B_PYMOD: { double m = fmod(a, b); r = (m != 0 && ((m < 0) != (b < 0))) ? m + b : m; break; }
+            case EW_B_MAX: r = (a != a || a > b) ? a : b; break; case EW_B_MIN: r = (a != a || a < b) ? a : b; break;
+            case EW_B_PRELU: r = a < 0 ? (f32 ? (double)((float)a * (float)b) : a * b) : a; break;
+            case EW_B_POW: r = f32 ? (double)powf((float)a, (float)b) : pow(a, b); break;
             }
             st_(t, y, i, r); continue;
         }
@@ -250,25 +250,25 @@ cudaError_t kcu_binary(int op, kiln_dtype t, const kcu_bcast *g, void *y, const 
             uint64_t a = (uint64_t)kiln__load_i64(t, A, off[0]), b = (uint64_t)kiln__load_i64(t, B, off[1]), r = 0;
             unsigned bits = 8 * (unsigned)kiln_dtype_size(t);
             switch (op) {
-            case KCU_B_SHL: r = b >= bits ? 0 : a << b; break;
-            case KCU_B_SHR: r = b >= bits ? 0 : a >> b; break;
-            case KCU_B_ADD: r = a + b; break; case KCU_B_SUB: r = a - b; break; case KCU_B_MUL: r = a * b; break;
-            case KCU_B_DIV: r = b == 0 ? 0 : a / b; break;
-            case KCU_B_FMOD: case KCU_B_PYMOD: r = b == 0 ? 0 : a % b; break;
-            case KCU_B_MAX: r = a > b ? a : b; break; case KCU_B_MIN: r = a < b ? a : b; break;
+            case EW_B_SHL: r = b >= bits ? 0 : a << b; break;
+            case EW_B_SHR: r = b >= bits ? 0 : a >> b; break;
+            case EW_B_ADD: r = a + b; break; case EW_B_SUB: r = a - b; break; case EW_B_MUL: r = a * b; break;
+            case EW_B_DIV: r = b == 0 ? 0 : a / b; break;
+            case EW_B_MOD: case EW_B_PYMOD: r = b == 0 ? 0 : a % b; break;
+            case EW_B_MAX: r = a > b ? a : b; break; case EW_B_MIN: r = a < b ? a : b; break;
             default: r = a; break;
             }
             kiln__store_i64(t, y, i, (int64_t)r); continue;
         }
         int64_t a = kiln__load_i64(t, A, off[0]), b = kiln__load_i64(t, B, off[1]), r = 0;
         switch (op) {
-        case KCU_B_ADD: r = (int64_t)((uint64_t)a + (uint64_t)b); break; case KCU_B_SUB: r = (int64_t)((uint64_t)a - (uint64_t)b); break;
-        case KCU_B_MUL: r = (int64_t)((uint64_t)a * (uint64_t)b); break;
-        case KCU_B_DIV: r = b == 0 ? 0 : b == -1 ? (int64_t)(0 - (uint64_t)a) : a / b; break;
-        case KCU_B_FMOD: r = (b == 0 || b == -1) ? 0 : a % b; break;
-        case KCU_B_PYMOD: r = pymod(a, b); break;
-        case KCU_B_MAX: r = a > b ? a : b; break; case KCU_B_MIN: r = a < b ? a : b; break;
-        case KCU_B_PRELU: r = a < 0 ? (int64_t)((uint64_t)a * (uint64_t)b) : a; break;
+        case EW_B_ADD: r = (int64_t)((uint64_t)a + (uint64_t)b); break; case EW_B_SUB: r = (int64_t)((uint64_t)a - (uint64_t)b); break;
+        case EW_B_MUL: r = (int64_t)((uint64_t)a * (uint64_t)b); break;
+        case EW_B_DIV: r = b == 0 ? 0 : b == -1 ? (int64_t)(0 - (uint64_t)a) : a / b; break;
+        case EW_B_MOD: r = (b == 0 || b == -1) ? 0 : a % b; break;
+        case EW_B_PYMOD: r = pymod(a, b); break;
+        case EW_B_MAX: r = a > b ? a : b; break; case EW_B_MIN: r = a < b ? a : b; break;
+        case EW_B_PRELU: r = a < 0 ? (int64_t)((uint64_t)a * (uint64_t)b) : a; break;
         }
         kiln__store_i64(t, y, i, r);
     }

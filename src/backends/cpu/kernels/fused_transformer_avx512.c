@@ -13,13 +13,13 @@
  *   4. O = (P V) / sum with a 6-row x 64-column register tile (24 zmm).
  * Query rows go 32 at a time (the score block stays in L1/L2).
  * Only compiled for x86-64; the caller checks kiln__attn_avx512_available(). */
-#include "ops/fused_transformer.h"
+#include "backends/cpu/kernels/fused_transformer_cpu.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 
-#include "ops/simd_exp.h"
-#include "ops/simd_mask.h"
+#include "backends/cpu/kernels/simd_exp.h"
+#include "backends/cpu/kernels/simd_mask.h"
 #include <math.h>
 
 #define AVX512 __attribute__((target("avx512f")))

@@ -27,7 +27,7 @@
  * runs the serial algorithm above with its own packing buffers. M == 1 and
  * N == 1 (matrix-vector) go to dedicated loops; tiny problems to a plain
  * triple loop. */
-#include "ops/gemm.h"
+#include "backends/cpu/kernels/gemm.h"
 
 #define GEMM_MR 6
 #define GEMM_NR 16
@@ -459,7 +459,7 @@ typedef struct gemv_ctx {
 } gemv_ctx;
 
 #if defined(__x86_64__) && defined(__GNUC__)
-#include "ops/simd_mask.h"
+#include "backends/cpu/kernels/simd_mask.h"
 #define HAVE_GEMV512 1
 #define AVX512 __attribute__((target("avx512f")))
 

@@ -16,7 +16,7 @@
 #ifndef KILN_CONV_PWDW_H
 #define KILN_CONV_PWDW_H
 
-#include "ops/op.h"
+#include "ops/fused_conv.h" /* kiln__pwdw_out */
 
 typedef struct kiln_pwdw_args {
     const float *x;      /* input [N, C, H, W] logical; NHWC if x_nhwc else NCHW */
@@ -41,10 +41,6 @@ typedef struct kiln_pwdw_args {
     int force_generic;   /* tests: 1 runs the plain C path even with AVX-512F */
 } kiln_pwdw_args;
 
-/* Output size of the depthwise convolution along a dimension of n. */
-static inline int64_t kiln__pwdw_out(int64_t n, int pa, int pb, int stride) {
-    return (n + pa + pb - 3) / stride + 1;
-}
 /* Floats of the packed weights: W1 as [C][Ep], B1 [Ep], W2 as [9][Ep], B2
  * [Ep], then (M > 0) W3 as [E][Mp], B3 [Mp], with Ep and Mp = E and M
  * rounded up to 16 (zero padded). Without the first pointwise convolution

@@ -47,7 +47,7 @@
  * three steps on them without synchronizing; with few blocks (small
  * images) the three steps of each block are split over the threads in
  * turn: tiles, then (point, panel) pairs, then tiles. */
-#include "ops/conv_wino.h"
+#include "backends/cpu/kernels/conv_wino.h"
 
 #include <math.h>
 #include <stdatomic.h>

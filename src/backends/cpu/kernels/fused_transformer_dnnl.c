@@ -1,8 +1,8 @@
 /* fused_transformer_dnnl.c -- oneDNN matmul for kiln.FusedMatMul (see
  * fused_transformer_dnnl.h). */
-#include "ops/fused_transformer_dnnl.h"
+#include "backends/cpu/kernels/fused_transformer_dnnl.h"
 
-#include "ops/fused_transformer.h"
+#include "backends/cpu/kernels/fused_transformer_cpu.h"
 
 #if KILN_HAVE_DNNL
 #include <dlfcn.h>

@@ -1,7 +1,7 @@
-/* cuda_nhwc.h -- channels-last (NHWC) chains for fp16/bf16 CUDA engines
- * (see cuda_nhwc.c). */
-#ifndef KILN_PASSES_CUDA_NHWC_H
-#define KILN_PASSES_CUDA_NHWC_H
+/* cuda_layout.h -- channels-last (NHWC) chains for fp16/bf16 CUDA engines
+ * (see cuda_layout.c). */
+#ifndef KILN_CUDA_LAYOUT_H
+#define KILN_CUDA_LAYOUT_H
 
 #include "ir/ir.h"
 

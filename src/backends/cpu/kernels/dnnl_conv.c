@@ -37,7 +37,8 @@
  * views, reordered through scratch).
  * Implementations oneDNN marks as reference code ("ref:") are refused:
  * kiln's own kernels are faster than those. */
-#include "ops/fused_conv.h"
+#include "backends/cpu/kernels/fused_conv_cpu.h"
+#include "backends/cpu/cpu_features.h"
 
 #if KILN_HAVE_DNNL
 

@@ -15,7 +15,7 @@
 #define KILN_CONV_WINO_H
 
 #include "core/core.h"
-#include "ops/fused_conv.h"
+#include "backends/cpu/kernels/fused_conv_cpu.h"
 
 /* `tile` below is the output tile m: 4 or 2. */
 /* Packed, transformed weights: U = G g G^T for each (m, c). */

@@ -1,4 +1,4 @@
-/* cuda_nhwc.c -- channels-last chains on CUDA (see cuda_nhwc.h).
+/* cuda_layout.c -- channels-last chains on CUDA (see cuda_layout.h).
  *
  * cuDNN's tensor-core convolutions for fp16/bf16 read and write NHWC; given
  * NCHW tensors they transpose them around every layer or pick slower
@@ -16,23 +16,16 @@
  * (the Reshapes are views: no copy). Every value keeps its NCHW shape; a
  * value's bytes are NHWC exactly when an NHWC FusedConv or pool produced it.
  * GlobalAveragePool reads NHWC and writes [N, C, 1, 1], which is both. */
-#include "passes/cuda_nhwc.h"
+#include "backends/cuda/cuda_layout.h"
 
-#include "passes/pattern.h"
-#include "passes/precision.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 
-#if defined(__has_include)
-#if __has_include("ops/fused_conv.h") && __has_include("ops/tensor_internal.h")
 #include "ops/fused_conv.h"
 #include "ops/tensor_internal.h"
-#define NHWC_HAVE_OPS 1
-#endif
-#endif
 
-#if KILN_HAVE_CUDA && KILN_HAVE_CUDNN && NHWC_HAVE_OPS
+#if KILN_HAVE_CUDA && KILN_HAVE_CUDNN
 
 static bool static_4d(const kiln_tinfo *t) {
     if (t->rank != 4) return false;
@@ -136,7 +129,7 @@ static kiln_status convert(nhwc_ctx *c, int v, bool to_nhwc, int dst, int after,
     char base[512];
     snprintf(base, sizeof base, "%s/kiln_%s_shape", g->values[v].name, to_nhwc ? "nhwc" : "nchw");
     int64_t four = 4;
-    KILN_TRY(kiln__pat_add_const(g, base, KILN_DTYPE_INT64, 1, &four, to_nhwc ? nchw : nhwc, &shape));
+    KILN_TRY(kiln__graph_add_const(g, base, KILN_DTYPE_INT64, 1, &four, to_nhwc ? nchw : nhwc, &shape));
     kiln_transpose_attrs ta;
     memset(&ta, 0, sizeof ta);
     ta.n_perm = 4;
@@ -193,7 +186,7 @@ static kiln_status rewrite(nhwc_ctx *c, const int *kind, bool *is_nhwc, int *nhw
     for (int ni = 0; ni < c->n_nodes0; ni++) {
         if (!makes_nhwc(kind[ni])) continue;
         int y = g->nodes[ni].out[0];
-        if (!kiln__pat_is_output(g, y)) {
+        if (!kiln__graph_is_output(g, y)) {
             is_nhwc[y] = true;
             nhwc_of[y] = y;
             continue;
@@ -252,7 +245,7 @@ static void keep_long_chains(const kiln_graph *g, int *kind, int *sc) {
         if (n->dead) continue;
         if (kind[ni]) {
             layers[root(parent, ni)]++;
-            if (makes_nhwc(kind[ni]) && kiln__pat_is_output(g, n->out[0])) convs[root(parent, ni)]++;
+            if (makes_nhwc(kind[ni]) && kiln__graph_is_output(g, n->out[0])) convs[root(parent, ni)]++;
         }
         for (int i = 0; i < n->n_in; i++) {
             int v = n->in[i], pr = v >= 0 ? g->values[v].producer : -1;
@@ -293,7 +286,7 @@ kiln_status kiln__pass_cuda_nhwc(kiln_graph *g, int *n_layers) {
     if ((s = rewrite(&c, kind, is_nhwc, nhwc_of, nchw_of)) != KILN_OK) goto done;
     if ((s = kiln__nodes_place_after(g, c.n_nodes0, c.after)) != KILN_OK) goto done;
     kiln__graph_link(g);
-    s = kiln__pass_infer(g);
+    s = kiln__graph_infer(g);
     if (s == KILN_OK && n_layers) *n_layers = count;
 done:
     kiln__free(kind);

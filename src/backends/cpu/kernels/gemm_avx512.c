@@ -11,7 +11,7 @@
  * while they are in L1. Threads take whole panels, so each streams only its
  * share of the weights. Compiled for x86-64 with target attributes; callers
  * check kiln__sgemm512_available() (AVX-512F) first. */
-#include "ops/fused_transformer.h"
+#include "backends/cpu/kernels/fused_transformer_cpu.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>

@@ -23,7 +23,7 @@
  * the AVX-512 kernel keeps a block of 6 pixels x 64 channels in 24
  * registers over all of K, broadcasting input values from any layout
  * (pixel stride, channel stride). */
-#include "ops/conv_pwdw.h"
+#include "backends/cpu/kernels/conv_pwdw.h"
 
 #include "ops/fused_conv.h"
 
@@ -154,7 +154,7 @@ static void pj_row_c(const pwdw_plan *P, const float *drow, float *prow) {
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 
-#include "ops/simd_mask.h"
+#include "backends/cpu/kernels/simd_mask.h"
 #define HAVE_X86 1
 #define AVX512 __attribute__((target("avx512f")))
 #define INLINE __attribute__((always_inline)) inline

@@ -5,6 +5,7 @@
  * AVX-512F (never otherwise: no SIGILL), and a portable C version using libm.
  * The AVX-512 exp is a degree-6 polynomial after range reduction by ln 2
  * (about 1 ulp); erf is Abramowitz & Stegun 7.1.26 (|error| <= 1.5e-7). */
+#include "backends/cpu/kernels/fused_transformer_math.h"
 #include "ops/fused_transformer.h"
 
 #include <math.h>
@@ -13,7 +14,7 @@
 #define KILN_TF_X86 1
 #include <immintrin.h>
 
-#include "ops/simd_exp.h"
+#include "backends/cpu/kernels/simd_exp.h"
 #else
 #define KILN_TF_X86 0
 #endif

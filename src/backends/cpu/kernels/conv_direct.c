@@ -1,8 +1,8 @@
 /* conv_direct.c -- fp32 direct convolution, the "direct" tactic of
  * kiln.FusedConv (see conv_direct.h for the contract and the method). */
-#include "ops/conv_direct.h"
+#include "backends/cpu/kernels/conv_direct.h"
 
-#include "ops/fused_conv.h"
+#include "backends/cpu/kernels/fused_conv_cpu.h"
 
 #define MR 14 /* output pixels per tile at most: 14 x 2 accumulators + 2 weight rows + 1 broadcast */
 #define NR KILN_DIRECT_PANEL

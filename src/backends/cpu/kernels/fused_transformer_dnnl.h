@@ -1,5 +1,5 @@
 /* fused_transformer_dnnl.h -- oneDNN matrix products for kiln.FusedMatMul
- * (src/ops/fused_transformer_dnnl.c). Built only with KILN_HAVE_DNNL; without
+ * (src/backends/cpu/kernels/fused_transformer_dnnl.c). Built only with KILN_HAVE_DNNL; without
  * it kiln__tf_dnnl_available() is false and create fails with
  * KILN_ERR_UNSUPPORTED.
  *
