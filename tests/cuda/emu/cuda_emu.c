@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "backends/cuda/cuda_internal.h"
+#include "backends/cuda/k_dwconv.h"
 
 /* ---- runtime ---- */
 #define NREG 100000
@@ -532,6 +533,24 @@ cudaError_t kcu_bias_act(kiln_dtype t, const void *x, void *y, const void *bias,
         if (bias) v += ld(t, bias, (i / plane) % M);
         if (r) v += ld(t, r, i);
         st_(t, y, i, emu_act(act, alpha, beta, v));
+    }
+    return cudaSuccess;
+}
+cudaError_t kcu_dwconv_nhwc(kiln_dtype t, const kcu_dw_nhwc *g, const void *x, const void *wt, const void *bias,
+                            const void *r, void *y, cudaStream_t s) {
+    (void)s;
+    if (!isf(t) || g->act >= KCU_ACT_COUNT) return cudaErrorInvalidValue;
+    for (int64_t i = 0; i < g->N * g->Ho * g->Wo * g->C; i++) {
+        int64_t c = i % g->C, p = i / g->C, wo = p % g->Wo, q = p / g->Wo, ho = q % g->Ho, n = q / g->Ho;
+        double acc = bias ? ld(t, bias, c) : 0;
+        for (int64_t kh = 0; kh < g->kh; kh++)
+            for (int64_t kw = 0; kw < g->kw; kw++) {
+                int64_t ih = ho * g->sh - g->ph + kh * g->dh, iw = wo * g->sw - g->pw + kw * g->dw;
+                if (ih >= 0 && ih < g->H && iw >= 0 && iw < g->W)
+                    acc += ld(t, x, ((n * g->H + ih) * g->W + iw) * g->C + c) * ld(t, wt, (kh * g->kw + kw) * g->C + c);
+            }
+        if (r) acc += ld(t, r, i);
+        st_(t, y, i, emu_act(g->act, g->alpha, g->beta, acc));
     }
     return cudaSuccess;
 }
