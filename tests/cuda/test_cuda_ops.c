@@ -1185,6 +1185,73 @@ TEST(test_fused_conv) {
          trand(BF16, -1, 1, S(16, 8, 3, 3)), trand(BF16, -1, 1, S(16)));
 }
 
+/* NHWC depthwise FusedConv (kiln's kernel, k_dwconv.cu) against the CPU's
+ * fp32 NCHW layer: the row-tiled kernels (3x3 and 5x5, stride 1 and 2, one
+ * output per thread at small sizes and TW per thread at large ones, tails
+ * of W not a multiple of the tile), the general vector kernel (dilation,
+ * 7x7, stride 3), the scalar kernel (channels not a multiple of 8, fp32),
+ * every activation, bias and residual, fp16 and bf16. */
+static void dw_case(const char *name, kiln_dtype t, int64_t N, int64_t C, int64_t H, int64_t W, int64_t k,
+                    int64_t s, int64_t d, int64_t pb, int64_t pe, int act, float alpha, float beta, bool bias,
+                    bool res, int32_t tactic) {
+    kiln_conv_attrs ca = conv_at(PAD_NOTSET, (int)C, 2, k, s, d, pb, pe);
+    kiln_fused_conv_attrs ref = fc_at(ca, act, alpha, beta, res), nh = ref;
+    nh.layout = KILN_FC_LAYOUT_X_NHWC | KILN_FC_LAYOUT_Y_NHWC;
+    nh.tactic.id = tactic;
+    int64_t Ho = (H + pb + pe - d * (k - 1) - 1) / s + 1, Wo = (W + pb + pe - d * (k - 1) - 1) / s + 1;
+    kiln_tensor *in[4] = {trand(t, -1, 1, S(N, C, H, W)), trand(t, -0.5, 0.5, S(C, 1, k, k)),
+                          bias ? trand(t, -1, 1, S(C)) : NULL, res ? trand(t, -1, 1, S(N, C, Ho, Wo)) : NULL};
+    nhwc_case(name, KILN_OP_FusedConv, &ref, &nh, res ? 4 : 3, in, 1u | 8u, true,
+              t == BF16 ? 1e-4 : t == F16 ? 1e-5 : 1e-9);
+}
+
+TEST(test_dwconv_nhwc) {
+    static const struct { int act; float alpha, beta; const char *name; } acts[] = {
+        {KILN_FC_ACT_NONE, 0, 0, "none"},       {KILN_FC_ACT_RELU, 0, 0, "relu"},
+        {KILN_FC_ACT_CLIP, 0, 6, "relu6"},      {KILN_FC_ACT_CLIP, -0.25f, 0.5f, "clip"},
+        {KILN_FC_ACT_LEAKY_RELU, 0.1f, 0, "leaky"}, {KILN_FC_ACT_SIGMOID, 0, 0, "sigmoid"},
+        {KILN_FC_ACT_SILU, 0, 0, "silu"},       {KILN_FC_ACT_HARD_SWISH, 0, 0, "hswish"},
+    };
+    char name[96];
+    for (size_t a = 0; a < sizeof acts / sizeof acts[0]; a++) {
+        kiln_dtype t = a % 2 ? BF16 : F16;
+        snprintf(name, sizeof name, "dw3_%s_%s", acts[a].name, t == BF16 ? "bf16" : "f16");
+        dw_case(name, t, 2, 24, 9, 11, 3, 1, 1, 1, 1, acts[a].act, acts[a].alpha, acts[a].beta, a % 3 != 0, a % 4 == 1, 0);
+        snprintf(name, sizeof name, "dw5s2_%s_odd_c", acts[a].name);
+        dw_case(name, F16, 1, 13, 10, 9, 5, 2, 1, 2, 2, acts[a].act, acts[a].alpha, acts[a].beta, true, a % 2 == 0, 0);
+    }
+    /* the row-tiled kernels, one output per thread (small) and TW per thread (large) */
+    dw_case("dw3s1_small_f16", F16, 2, 16, 7, 7, 3, 1, 1, 1, 1, KILN_FC_ACT_RELU, 0, 0, true, true, 0);
+    dw_case("dw3s2_small_bf16", BF16, 3, 32, 15, 13, 3, 2, 1, 1, 1, KILN_FC_ACT_HARD_SWISH, 0, 0, true, false, 0);
+    dw_case("dw5s1_small_f16", F16, 1, 40, 14, 15, 5, 1, 1, 2, 2, KILN_FC_ACT_SILU, 0, 0, false, true, 0);
+    dw_case("dw5s2_small_f16", F16, 2, 8, 16, 17, 5, 2, 1, 2, 2, KILN_FC_ACT_SIGMOID, 0, 0, true, false, 0);
+    dw_case("dw3s1_wide_f16", F16, 8, 128, 34, 63, 3, 1, 1, 1, 1, KILN_FC_ACT_CLIP, 0, 6, true, true, 0);
+    dw_case("dw3s2_wide_bf16", BF16, 8, 256, 64, 47, 3, 2, 1, 0, 1, KILN_FC_ACT_SILU, 0, 0, true, false, 0);
+    dw_case("dw5s1_wide_f16", F16, 8, 192, 32, 45, 5, 1, 1, 2, 2, KILN_FC_ACT_HARD_SWISH, 0, 0, true, true, 0);
+    dw_case("dw5s2_wide_bf16", BF16, 8, 192, 56, 60, 5, 2, 1, 1, 2, KILN_FC_ACT_RELU, 0, 0, false, true, 0);
+    /* asymmetric and no padding, the general vector kernel, the scalar one */
+    dw_case("dw3s2_asym_f16", F16, 2, 16, 12, 11, 3, 2, 1, 0, 1, KILN_FC_ACT_NONE, 0, 0, true, false, 0);
+    dw_case("dw3_nopad_f16", F16, 2, 16, 6, 9, 3, 1, 1, 0, 0, KILN_FC_ACT_RELU, 0, 0, true, true, 0);
+    dw_case("dw3_dil2_f16", F16, 2, 16, 11, 12, 3, 1, 2, 2, 2, KILN_FC_ACT_LEAKY_RELU, 0.2f, 0, true, true, 0);
+    dw_case("dw7_bf16", BF16, 1, 8, 13, 12, 7, 1, 1, 3, 3, KILN_FC_ACT_NONE, 0, 0, true, false, 0);
+    dw_case("dw3s3_f16", F16, 2, 24, 13, 14, 3, 3, 1, 1, 1, KILN_FC_ACT_RELU, 0, 0, true, false, 0);
+    dw_case("dw1x1_f16", F16, 2, 16, 5, 6, 1, 1, 1, 0, 0, KILN_FC_ACT_SIGMOID, 0, 0, true, true, 0);
+    dw_case("dw3_c5_bf16", BF16, 2, 5, 8, 9, 3, 1, 1, 1, 1, KILN_FC_ACT_HARD_SWISH, 0, 0, true, true, 0);
+    dw_case("dw3_f32", F32, 2, 12, 9, 8, 3, 2, 1, 1, 1, KILN_FC_ACT_RELU, 0, 0, true, true, 0);
+    dw_case("dw3_tactic_dw", F16, 2, 32, 9, 9, 3, 1, 1, 1, 1, KILN_FC_ACT_CLIP, 0, 6, true, false, KCU_CONV_TACTIC_DW);
+    /* an NHWC depthwise layer whose input comes NCHW is refused */
+    kiln_fused_conv_attrs bad = fc_at(conv_at(PAD_NOTSET, 8, 2, 3, 1, 1, 1, 1), KILN_FC_ACT_RELU, 0, 0, 0);
+    bad.layout = KILN_FC_LAYOUT_Y_NHWC;
+    kiln_tensor *y = tnew(F16, 4, (int64_t[]){1, 8, 5, 5});
+    int before = test_failed_checks;
+    bool ran = gpu_run_op("FusedConv/dw_nchw_in", KILN_OP_FusedConv, &bad, 3,
+                          (kiln_tensor *[]){trand(F16, -1, 1, S(1, 8, 5, 5)), trand(F16, -1, 1, S(8, 1, 3, 3)),
+                                            trand(F16, -1, 1, S(8))},
+                          y);
+    CHECK(!ran && strstr(kiln_last_error(), "depthwise") != NULL);
+    test_failed_checks = before + (ran ? 1 : 0); /* gpu_run_op counted the expected failure */
+}
+
 #if KILN_HAVE_CUDNN
 /* NHWC layers (layout X|Y, cuda_layout.c): the same numbers as the NCHW layer,
  * with the input, residual and output transposed. */
@@ -1467,7 +1534,7 @@ TEST(test_coverage) {
     X(test_api) X(test_unary) X(test_predicates) X(test_clip) X(test_binary) X(test_variadic) \
     X(test_where) X(test_cast) X(test_copies) X(test_transpose) X(test_concat_split)          \
     X(test_slice) X(test_expand_tile) X(test_gather) X(test_global_pool) X(test_matmul)
-#define TESTS_NN(X) X(test_gemm) X(test_conv) X(test_pool) X(test_pool_nhwc) X(test_norm) X(test_softmax)
+#define TESTS_NN(X) X(test_gemm) X(test_conv) X(test_pool) X(test_pool_nhwc) X(test_dwconv_nhwc) X(test_norm) X(test_softmax)
 #define TESTS_REDUCE(X) X(test_reduce)
 #if KILN_HAVE_CUDNN
 #define TESTS_FC(X) X(test_fused_conv) X(test_fused_conv_nhwc) X(test_fused_conv_graph) X(test_fused_conv_tactics)
