@@ -1185,6 +1185,15 @@ TEST(test_fused_conv) {
          trand(BF16, -1, 1, S(16, 8, 3, 3)), trand(BF16, -1, 1, S(16)));
 }
 
+/* kiln.FusedConv's activations with their parameters (ReLU6: a clip at 0.5
+ * so that random inputs reach it) */
+static const struct fc_act { int act; float alpha, beta; const char *name; } fc_acts[] = {
+    {KILN_FC_ACT_NONE, 0, 0, "none"},           {KILN_FC_ACT_RELU, 0, 0, "relu"},
+    {KILN_FC_ACT_CLIP, 0, 0.5f, "relu6"},        {KILN_FC_ACT_CLIP, -0.25f, 0.5f, "clip"},
+    {KILN_FC_ACT_LEAKY_RELU, 0.1f, 0, "leaky"}, {KILN_FC_ACT_SIGMOID, 0, 0, "sigmoid"},
+    {KILN_FC_ACT_SILU, 0, 0, "silu"},           {KILN_FC_ACT_HARD_SWISH, 0, 0, "hswish"},
+};
+
 /* NHWC depthwise FusedConv (kiln's kernel, k_dwconv.cu) against the CPU's
  * fp32 NCHW layer: the row-tiled kernels (3x3 and 5x5, stride 1 and 2, one
  * output per thread at small sizes and TW per thread at large ones, tails
@@ -1206,19 +1215,13 @@ static void dw_case(const char *name, kiln_dtype t, int64_t N, int64_t C, int64_
 }
 
 TEST(test_dwconv_nhwc) {
-    static const struct { int act; float alpha, beta; const char *name; } acts[] = {
-        {KILN_FC_ACT_NONE, 0, 0, "none"},       {KILN_FC_ACT_RELU, 0, 0, "relu"},
-        {KILN_FC_ACT_CLIP, 0, 6, "relu6"},      {KILN_FC_ACT_CLIP, -0.25f, 0.5f, "clip"},
-        {KILN_FC_ACT_LEAKY_RELU, 0.1f, 0, "leaky"}, {KILN_FC_ACT_SIGMOID, 0, 0, "sigmoid"},
-        {KILN_FC_ACT_SILU, 0, 0, "silu"},       {KILN_FC_ACT_HARD_SWISH, 0, 0, "hswish"},
-    };
     char name[96];
-    for (size_t a = 0; a < sizeof acts / sizeof acts[0]; a++) {
+    for (size_t a = 0; a < sizeof fc_acts / sizeof fc_acts[0]; a++) {
         kiln_dtype t = a % 2 ? BF16 : F16;
-        snprintf(name, sizeof name, "dw3_%s_%s", acts[a].name, t == BF16 ? "bf16" : "f16");
-        dw_case(name, t, 2, 24, 9, 11, 3, 1, 1, 1, 1, acts[a].act, acts[a].alpha, acts[a].beta, a % 3 != 0, a % 4 == 1, 0);
-        snprintf(name, sizeof name, "dw5s2_%s_odd_c", acts[a].name);
-        dw_case(name, F16, 1, 13, 10, 9, 5, 2, 1, 2, 2, acts[a].act, acts[a].alpha, acts[a].beta, true, a % 2 == 0, 0);
+        snprintf(name, sizeof name, "dw3_%s_%s", fc_acts[a].name, t == BF16 ? "bf16" : "f16");
+        dw_case(name, t, 2, 24, 9, 11, 3, 1, 1, 1, 1, fc_acts[a].act, fc_acts[a].alpha, fc_acts[a].beta, a % 3 != 0, a % 4 == 1, 0);
+        snprintf(name, sizeof name, "dw5s2_%s_odd_c", fc_acts[a].name);
+        dw_case(name, F16, 1, 13, 10, 9, 5, 2, 1, 2, 2, fc_acts[a].act, fc_acts[a].alpha, fc_acts[a].beta, true, a % 2 == 0, 0);
     }
     /* the row-tiled kernels, one output per thread (small) and TW per thread (large) */
     dw_case("dw3s1_small_f16", F16, 2, 16, 7, 7, 3, 1, 1, 1, 1, KILN_FC_ACT_RELU, 0, 0, true, true, 0);
@@ -1289,14 +1292,9 @@ TEST(test_fused_conv_nhwc) {
 TEST(test_fused_conv_graph) {
     kiln_conv_attrs a3 = conv_at(PAD_NOTSET, 1, 2, 3, 1, 1, 1, 1);
     const int32_t both = KILN_FC_LAYOUT_X_NHWC | KILN_FC_LAYOUT_Y_NHWC;
-    static const struct { int act; float alpha, beta; const char *name; } acts[] = {
-        {KILN_FC_ACT_NONE, 0, 0, "none"},       {KILN_FC_ACT_RELU, 0, 0, "relu"},
-        {KILN_FC_ACT_CLIP, 0, 0.5f, "relu6"},    {KILN_FC_ACT_CLIP, -0.25f, 0.5f, "clip"},
-        {KILN_FC_ACT_LEAKY_RELU, 0.1f, 0, "leaky"}, {KILN_FC_ACT_SIGMOID, 0, 0, "sigmoid"},
-        {KILN_FC_ACT_SILU, 0, 0, "silu"},       {KILN_FC_ACT_HARD_SWISH, 0, 0, "hswish"},
-    };
+    const struct fc_act *acts = fc_acts;
     char name[96];
-    for (size_t k = 0; k < sizeof acts / sizeof acts[0]; k++)
+    for (size_t k = 0; k < sizeof fc_acts / sizeof fc_acts[0]; k++)
         for (int v = 0; v < 4; v++) {
             bool bias = v & 1, res = v & 2;
             kiln_fused_conv_attrs ref = fc_at(a3, acts[k].act, acts[k].alpha, acts[k].beta, res), nh = ref;
