@@ -8,7 +8,9 @@
  *   otherwise, or where no engine config runs the graph: cuDNN's legacy
  *     convolution API (symmetric pads; algorithm timed on the first run),
  *     then one epilogue pass act(y + bias + residual);
- *   depthwise (one input channel per group, NCHW): a direct kernel;
+ *   depthwise (one input channel per group), NHWC: kiln's kernel with the
+ *     epilogue inside (k_dwconv.cu), or cuDNN's grouped graph where the
+ *     tactic names one of its configs; NCHW: a direct kernel;
  *   without cuDNN: im2col into scratch + cuBLASLt GEMM per (image, group);
  *     a 1x1 stride-1 unpadded convolution reads the input directly. */
 #if KILN_HAVE_CUDA

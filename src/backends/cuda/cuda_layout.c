@@ -2,9 +2,10 @@
  *
  * cuDNN's tensor-core convolutions for fp16/bf16 read and write NHWC; given
  * NCHW tensors they transpose them around every layer or pick slower
- * kernels. Here the eligible layers (FusedConv, MaxPool/AveragePool,
- * GlobalAveragePool) that pass values to one another keep those values
- * NHWC, and only the ends of a chain convert:
+ * kernels. Here the eligible layers (FusedConv, depthwise FusedConv,
+ * MaxPool/AveragePool, GlobalAveragePool, and the elementwise layers
+ * between them) that pass values to one another keep those values NHWC,
+ * and only the ends of a chain convert:
  *
  *   NCHW v into a FusedConv: the layer converts it (layout Y_NHWC alone:
  *     one kernel, channels padded to a multiple of 8 for cuDNN: ResNet's
@@ -14,8 +15,10 @@
  *   NHWC v -> Reshape [N,H,W,C] -> Transpose(0,3,1,2) [N,C,H,W] (NCHW)
  *
  * (the Reshapes are views: no copy). Every value keeps its NCHW shape; a
- * value's bytes are NHWC exactly when an NHWC FusedConv or pool produced it.
- * GlobalAveragePool reads NHWC and writes [N, C, 1, 1], which is both. */
+ * value's bytes are NHWC exactly when an NHWC layer produced it.
+ * GlobalAveragePool reads NHWC and writes [N, C, 1, 1], which is both (such
+ * values are never converted). An elementwise layer with a per-channel
+ * operand (the SE block's Mul) computes over [N, H, W, C] views. */
 #include "backends/cuda/cuda_layout.h"
 
 
