@@ -619,6 +619,15 @@ TEST(test_binary) {
         bin_cases(arith[k], &none, KILN_DTYPE_UINT32, 0, 1e6, false, false);
         bin_cases(arith[k], &none, KILN_DTYPE_UINT64, 0, 1e9, false, false);
     }
+    /* fp16/bf16 rows of 8k channels by one row per image (k_binary_chan8): the
+     * SE block's Mul over NHWC bytes [N, H, W, C] x [N, 1, 1, C], one image
+     * (merged to [P, C] by [C]), the per-channel operand first, a row bias */
+    CASE("se_mul_nhwc_f16", Mul, &none, 1, 0, 0, trand(F16, -3, 3, S(3, 5, 7, 24)), trand(F16, -3, 3, S(3, 1, 1, 24)));
+    CASE("se_mul_n1_bf16", Mul, &none, 1, 0, 0, trand(BF16, -3, 3, S(1, 6, 5, 32)), trand(BF16, -3, 3, S(1, 1, 1, 32)));
+    CASE("chan_first_sub_f16", Sub, &none, 1, 0, 0, trand(F16, -3, 3, S(2, 1, 1, 16)), trand(F16, -3, 3, S(2, 4, 3, 16)));
+    CASE("chan_first_div_bf16", Div, &none, 1, 0, 0, trand(BF16, 1, 3, S(2, 1, 1, 8)), trand(BF16, 1, 3, S(2, 9, 1, 8)));
+    CASE("row_bias_f16", Add, &none, 1, 0, 0, trand(F16, -3, 3, S(37, 40)), trand(F16, -3, 3, S(40)));
+    CASE("chan_odd_f16", Mul, &none, 1, 0, 0, trand(F16, -3, 3, S(2, 3, 3, 12)), trand(F16, -3, 3, S(2, 1, 1, 12)));
     static const int minmax[] = {KILN_OP_Max, KILN_OP_Min};
     for (int k = 0; k < 2; k++) {
         bin_cases(minmax[k], NULL, I8, -100, 100, false, false);
