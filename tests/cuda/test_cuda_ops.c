@@ -1041,6 +1041,15 @@ TEST(test_pool_nhwc) {
               (kiln_tensor *[]){trand(BF16, -3, 3, S(1, 64, 56, 56))}, 1, false, 0);
     nhwc_case("gap_odd_c", KILN_OP_GlobalAveragePool, &g0, &gn, 1, (kiln_tensor *[]){trand(F32, -3, 3, S(2, 45, 5, 6))},
               1, false, 0);
+    /* large planes split over blocks (kcu_gap_nhwc_splits > 1), partial sums added by a second kernel:
+     * EfficientNet's SE shapes (96 channels: 12 vectors per block row), 24 channels, odd channels */
+    CHECK(kcu_gap_nhwc_splits(4, 56 * 56, 96) > 1 && kcu_gap_nhwc_splits(1, 40 * 40, 45) > 1);
+    nhwc_case("gap_split_c96_f16", KILN_OP_GlobalAveragePool, &g0, &gn, 1,
+              (kiln_tensor *[]){trand(F16, -3, 3, S(4, 96, 56, 56))}, 1, false, 0);
+    nhwc_case("gap_split_c24_bf16", KILN_OP_GlobalAveragePool, &g0, &gn, 1,
+              (kiln_tensor *[]){trand(BF16, -3, 3, S(3, 24, 30, 31))}, 1, false, 0);
+    nhwc_case("gap_split_odd_c_f32", KILN_OP_GlobalAveragePool, &g0, &gn, 1,
+              (kiln_tensor *[]){trand(F32, -3, 3, S(1, 45, 40, 40))}, 1, false, 0);
 }
 
 TEST(test_pool) {

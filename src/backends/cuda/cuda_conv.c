@@ -942,7 +942,10 @@ kiln_status kiln__cu_fused_conv_run(const kiln_kernel_args *a) {
 }
 
 /* Runtime-compiled engine configs (NVRTC, ~0.5 s to make a plan) timed per
- * graph at most: the heuristics' first ones. */
+ * graph at most: the heuristics' first ones (one for a depthwise layer,
+ * which kiln's own kernel runs at memory bandwidth: MobileNetV3 and
+ * EfficientNet have 15-16 such layers, and a build should stay within
+ * seconds). */
 #define KCU_CONV_MAX_RTC 3
 
 /* FusedConv's tactics on CUDA: the engine configs of cuDNN's heuristics
@@ -997,7 +1000,7 @@ int kiln__cu_fused_conv_tactics(void *state, const kiln_infer_args *a, int32_t *
         int rtc = 0, got = 0;
         if (gconv_graph(st->dnn, &k, &dg) == CUDNN_STATUS_SUCCESS && kcu_dg_configs(&dg, &cfgs) == CUDNN_STATUS_SUCCESS)
             for (int i = 0; i < cfgs.n && got < want; i++) {
-                if ((cfgs.flags[i] & KCU_DG_CFG_RUNTIME_COMPILED) && rtc++ >= KCU_CONV_MAX_RTC) continue;
+                if ((cfgs.flags[i] & KCU_DG_CFG_RUNTIME_COMPILED) && rtc++ >= (dw ? 1 : KCU_CONV_MAX_RTC)) continue;
                 ids[n++] = cfgs.id[i] | (int32_t)v << KCU_DG_ID_USER_SHIFT;
                 got++;
             }
