@@ -1414,6 +1414,38 @@ TEST(test_fused_conv_tactics) {
         printf("\n");
         if (stem) CHECK(s2d > 0);
     }
+    /* a depthwise NHWC layer: kiln's kernel first, then cuDNN's configs for the grouped graph
+     * (no legacy path); each computes the layer */
+    kiln_conv_attrs dwa = conv_at(PAD_NOTSET, 48, 2, 3, 2, 1, 1, 1);
+    kiln_fused_conv_attrs dref = fc_at(dwa, KILN_FC_ACT_RELU, 0, 0, 1), dnh = dref;
+    dnh.layout = KILN_FC_LAYOUT_X_NHWC | KILN_FC_LAYOUT_Y_NHWC;
+    kiln_tensor *din[4] = {trand(F16, -1, 1, S(4, 48, 15, 14)), trand(F16, -0.5, 0.5, S(48, 1, 3, 3)),
+                           trand(F16, -1, 1, S(48)), trand(F16, -1, 1, S(4, 48, 8, 7))};
+    kiln_tinfo dti[4], dyo;
+    const kiln_tinfo *dtip[4];
+    bool dsup = false;
+    if (infer_case("FusedConv/dw_tactics", kiln__op_by_id(KILN_OP_FusedConv), &dref, 4, din, 1, dti, &dyo, &dsup)) {
+        for (int i = 0; i < 4; i++) dtip[i] = &dti[i];
+        kiln_tinfo *dtop[1] = {&dyo};
+        kiln_infer_args ia = {.op = kiln__op_by_id(KILN_OP_FusedConv), .attrs = &dnh, .node_name = "FusedConv/dw_tactics",
+                              .n_in = 4, .n_out = 1, .in = dtip, .out = dtop};
+        int32_t ids[32];
+        int n = kiln__backend_tactics(be, st, &ia, ids, 32);
+        CHECK(n >= 1 && ids[0] == KCU_CONV_TACTIC_DW);
+        printf("  depthwise: %d tactics:", n);
+        for (int k = 0; k < n; k++) {
+            char nm[64];
+            kiln__cu_fused_conv_tactic_describe(ids[k], nm, sizeof nm);
+            printf(" %s", nm);
+            CHECK(ids[k] != KCU_CONV_TACTIC_LEGACY);
+            kiln_fused_conv_attrs t = dnh;
+            t.tactic.id = ids[k];
+            char what[96];
+            snprintf(what, sizeof what, "dw_tactic_%s", nm);
+            nhwc_case(what, KILN_OP_FusedConv, &dref, &t, 4, din, 1u | 8u, true, 1e-5);
+        }
+        printf("\n");
+    }
     /* an id no config has (another cuDNN's): a tuning state refuses it */
     kiln_fused_conv_attrs bad = fc_at(a3, KILN_FC_ACT_RELU, 0, 0, 1);
     bad.layout = KILN_FC_LAYOUT_X_NHWC | KILN_FC_LAYOUT_Y_NHWC;
