@@ -1024,8 +1024,10 @@ const char *kiln__cu_fused_conv_tactic_name(int32_t id) {
 
 const char *kiln__cu_fused_conv_name(const kiln_node *n) {
     if (!n->attrs) return NULL;
-    int32_t lay = ((const kiln_fused_conv_attrs *)n->attrs)->layout;
-    if (lay == (KILN_FC_LAYOUT_X_NHWC | KILN_FC_LAYOUT_Y_NHWC)) return "cuda.conv.nhwc";
+    const kiln_fused_conv_attrs *fa = n->attrs;
+    int32_t lay = fa->layout;
+    /* (NHWC layers of several groups are depthwise: cuda_layout.c) */
+    if (lay == (KILN_FC_LAYOUT_X_NHWC | KILN_FC_LAYOUT_Y_NHWC)) return fa->conv.group > 1 ? "cuda.dwconv.nhwc" : "cuda.conv.nhwc";
     if (lay == KILN_FC_LAYOUT_Y_NHWC) return "cuda.conv.nchw-in.nhwc";
     return NULL;
 }

@@ -113,7 +113,8 @@ KILN_PRIVATE int kiln__cu_fused_conv_tactics(void *state, const kiln_infer_args 
                                              int cap);
 KILN_PRIVATE const char *kiln__cu_fused_conv_tactic_name(int32_t id);
 KILN_PRIVATE void kiln__cu_fused_conv_tactic_describe(int32_t id, char *buf, size_t n);
-/* "cuda.conv.nhwc" / "cuda.conv.nchw-in.nhwc" for channels-last layers */
+/* "cuda.conv.nhwc" / "cuda.dwconv.nhwc" (depthwise) / "cuda.conv.nchw-in.nhwc" for
+ * channels-last layers */
 KILN_PRIVATE const char *kiln__cu_fused_conv_name(const kiln_node *n);
 /* FusedMatMul's tactics: cuBLASLt's heuristic candidates for its shapes */
 KILN_PRIVATE int kiln__cu_fused_matmul_tactics(void *state, const kiln_infer_args *a, int32_t *ids,
