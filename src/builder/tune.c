@@ -21,6 +21,7 @@
  * timed before in the same build) and rewritten after, through a
  * temporary file and a rename. */
 #include "backends/backend.h"
+#include "builder/tune_check.h"
 #include "runtime/engine.h"
 
 #include <errno.h>
@@ -532,6 +533,55 @@ static kiln_status alternate_runs(kiln_engine *e, kiln_variant_fn set, void *arg
     return KILN_OK;
 }
 
+static bool getenv_flag(const char *name) {
+    const char *v = getenv(name);
+    return v && *v && strcmp(v, "0") != 0;
+}
+
+/* Copies the outputs tactic k just wrote (tac_setup's run) to the host and
+ * samples them into s[0..n_out) (*host: a scratch buffer, grown here). An
+ * output over 1 GiB is not sampled. */
+static kiln_status sample_outputs(const kiln_backend_i *be, void *state, const kiln_node *n, tune_bufs *tb,
+                                  const kiln_tinfo *outs, void **host, kiln_tune_sample *s) {
+    for (int i = 0; i < n->n_out; i++) {
+        size_t nb = kiln__value_nbytes(&outs[i]);
+        size_t es = kiln_dtype_size(outs[i].dtype);
+        if (!nb || !es || nb > ((size_t)1 << 30) || !tb->out[i]) continue;
+        kiln__aligned_free(*host); /* (same size for every tactic: one buffer per output) */
+        *host = kiln__aligned_alloc(nb);
+        if (!*host) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory checking the tactics of node '%s'",
+                                     n->name);
+        if (be->to_host(state, *host, tb->out[i], nb) != KILN_OK) { /* not compared */
+            kiln__clear_error();
+            continue;
+        }
+        KILN_TRY(kiln__tune_sample(outs[i].dtype, *host, (int64_t)(nb / es), &s[i]));
+    }
+    return KILN_OK;
+}
+
+/* Takes the tactics whose outputs disagree with the consensus of the
+ * layer's tactics out of the timing (runs[k].ok = false), with a note. */
+static void drop_disagreeing(const kiln_backend_i *be, const kiln_node *n, tac_run *runs, const int32_t *cand,
+                             int nc, const kiln_tinfo *outs, const kiln_tune_sample *samples) {
+    bool ran[TUNE_MAX_TACTICS], keep[TUNE_MAX_TACTICS];
+    kiln_dtype dt[16];
+    for (int i = 0; i < n->n_out; i++) dt[i] = outs[i].dtype;
+    for (int k = 0; k < nc; k++) ran[k] = runs[k].ok;
+    if (!kiln__tune_consensus(dt, samples, nc, n->n_out, ran, keep)) return;
+    for (int k = 0; k < nc; k++) {
+        if (keep[k]) continue;
+        runs[k].ok = false;
+        char nm[96];
+        kiln__backend_tactic_describe(be, n, cand[k], nm, sizeof nm);
+        const kiln_tune_sample *a = &samples[k * n->n_out];
+        fprintf(stderr,
+                "kiln: tuning: node '%s': tactic %s computes a different output than the layer's other "
+                "tactics (max |y| %.4g, %lld NaN/Inf); it is not used\n",
+                n->name, nm, a->max_abs, (long long)a->nonfinite);
+    }
+}
+
 static bool has_tactics(const kiln_graph *g) {
     for (int i = 0; i < g->n_nodes; i++)
         if (!g->nodes[i].dead && (g->nodes[i].op->flags & KILN_OP_FLAG_TACTICS)) return true;
@@ -637,6 +687,16 @@ static kiln_status tune_all(kiln_layout_ctx *c) {
             const kiln_kernel *kn = kiln__backend_kernel(be, n);
             unsigned char saved[4096];
             bool can_prep = kn && kn->tune_prepare && n->op->attr_size <= sizeof saved;
+            /* a device layer's tactics must agree on its output (tune_check.h);
+             * (CPU tactics that change the layout they run in are not compared) */
+            bool check = be->device != KILN_DEVICE_CPU && !can_prep && n->n_out <= 16 &&
+                         !getenv_flag("KILN_TUNE_NO_CHECK");
+            kiln_tune_sample *samples = NULL;
+            void *host = NULL;
+            if (check && st == KILN_OK) {
+                samples = kiln__calloc((size_t)n_ids * (size_t)n->n_out, sizeof *samples);
+                if (!samples) st = KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory (tuning)");
+            }
             kiln_kernel_args probe = {.op = n->op, .op_id = n->op_id, .attrs = n->attrs, .node_name = n->name,
                                       .n_in = n->n_in, .n_out = n->n_out, .in = tb.pin, .out = tb.pout,
                                       .pool = si == 0 ? pool : NULL};
@@ -655,8 +715,11 @@ static kiln_status tune_all(kiln_layout_ctx *c) {
                 tac_setup(be, T->states[si], pool, n, in, ids[k], &tb, &runs[nc]);
                 setup_us[nc] = kiln__now_us() - t_setup;
                 if (prep > 0) memcpy(n->attrs, saved, n->op->attr_size);
+                if (check && runs[nc].ok && st == KILN_OK)
+                    st = sample_outputs(be, T->states[si], n, &tb, outs, &host, &samples[nc * n->n_out]);
                 cand[nc++] = ids[k];
             }
+            if (check && st == KILN_OK) drop_disagreeing(be, n, runs, cand, nc, outs, samples);
             if (st == KILN_OK) time_turns(be, T->states[si], runs, nc, us);
             if (st == KILN_OK && verbose) {
                 /* KILN_TUNE_VERBOSE=1: every candidate's set-up and median time */
@@ -676,6 +739,9 @@ static kiln_status tune_all(kiln_layout_ctx *c) {
                 tac_free(&runs[k]);
             }
             kiln__free(runs);
+            for (int k = 0; samples && k < n_ids * n->n_out; k++) kiln__tune_sample_free(&samples[k]);
+            kiln__free(samples);
+            kiln__aligned_free(host);
             bufs_free(be, T->states[si], n, &tb, in);
             if (st != KILN_OK) return st;
             tac->id = best_us >= 0 ? best : 0;
