@@ -2,7 +2,10 @@
  * one): fp32 vs the committed reference, CUDA Graph capture and replay
  * (new data in the same device buffer, other shapes, turned off), and
  * fp16/bf16 engines (casts at the boundaries, outputs within reduced-
- * precision tolerance, a layer kept in fp32). Model: tests/data/tiny_mlp.onnx. */
+ * precision tolerance, a layer kept in fp32). Model: tests/data/tiny_mlp.onnx.
+ * And a dynamic-batch CNN (tests/stress/stress_cnn.onnx) whose runs change
+ * batch size as a server's do: more sizes than a layer keeps plans for, each
+ * seen twice, every output checked against the CPU engine. */
 #include <cuda_runtime_api.h>
 #include <math.h>
 #include <stdlib.h>
@@ -131,9 +134,61 @@ TEST(reduced_precision) {
     }
 }
 
+/* The stress CNN for batch 1..NB of 3x16x16 (dev, precision). */
+#define NB 20
+static kiln_engine *build_cnn(kiln_device dev, kiln_precision p) {
+    kiln_model *m = NULL;
+    kiln_builder *b = NULL;
+    kiln_engine *e = NULL;
+    int64_t mn[4] = {1, 3, 16, 16}, op[4] = {8, 3, 16, 16}, mx[4] = {NB, 3, 16, 16};
+    CHECK_OK(kiln_model_load_onnx("tests/stress/stress_cnn.onnx", &m));
+    CHECK_OK(kiln_builder_create(&b));
+    CHECK_OK(kiln_builder_set_profile(b, "x", 4, mn, op, mx));
+    CHECK_OK(kiln_builder_set_device(b, dev, 0));
+    CHECK_OK(kiln_builder_set_precision(b, p));
+    CHECK_OK(kiln_build(b, m, &e));
+    kiln_builder_free(b);
+    kiln_model_free(m);
+    return e;
+}
+
+static void run_cnn(kiln_context *c, const float *x, int n, float *probs, float *feat) {
+    int64_t dims[4] = {n, 3, 16, 16};
+    CHECK_OK(kiln_context_set_input(c, "x", KILN_DTYPE_FLOAT32, 4, dims, x));
+    CHECK_OK(kiln_context_set_output(c, "probs", probs, sizeof(float) * (size_t)n * 10));
+    CHECK_OK(kiln_context_set_output(c, "feat", feat, sizeof(float) * (size_t)n * 16));
+    CHECK_OK(kiln_context_run(c));
+}
+
+TEST(batch_sizes_change_run_to_run) {
+    kiln_precision ps[2] = {KILN_PRECISION_FP32, KILN_PRECISION_FP16};
+    kiln_engine *cpu = build_cnn(KILN_DEVICE_CPU, KILN_PRECISION_FP32);
+    static float x[NB * 3 * 16 * 16], p[NB * 10], f[NB * 16], wp[NB * 10], wf[NB * 16];
+    for (int k = 0; cpu && k < 2; k++) {
+        kiln_engine *e = build_cnn(KILN_DEVICE_CUDA, ps[k]);
+        kiln_context *c = NULL, *cc = NULL;
+        if (e) CHECK_OK(kiln_context_create(e, &c));
+        CHECK_OK(kiln_context_create(cpu, &cc));
+        for (int r = 0; c && cc && r < 2 * NB; r++) {
+            int n = 1 + (r * 7) % NB; /* every size twice, in an order that jumps */
+            for (int i = 0; i < n * 3 * 256; i++) x[i] = sinf(0.11f * (float)i + (float)r);
+            run_cnn(c, x, n, p, f);
+            run_cnn(cc, x, n, wp, wf);
+            double ep = rel_err(p, wp, n * 10), ef = rel_err(f, wf, n * 16);
+            double tol = k ? 2e-2 : 1e-4;
+            if (!(ep < tol && ef < tol)) fprintf(stderr, "  %s batch %d: errors %g %g\n", k ? "fp16" : "fp32", n, ep, ef);
+            CHECK(ep < tol && ef < tol);
+        }
+        kiln_context_free(c);
+        kiln_context_free(cc);
+        kiln_engine_free(e);
+    }
+    kiln_engine_free(cpu);
+}
+
 int main(void) {
     if (!kiln_device_available(KILN_DEVICE_CUDA)) {
-        printf("no CUDA device: skipping\n0 passed, 0 failed, 3 skipped\n");
+        printf("no CUDA device: skipping\n0 passed, 0 failed, 4 skipped\n");
         return 0;
     }
     FILE *f = fopen(IO, "rb");
@@ -146,5 +201,6 @@ int main(void) {
     RUN(fp32_reference);
     RUN(graphs);
     RUN(reduced_precision);
+    RUN(batch_sizes_change_run_to_run);
     return test_summary();
 }
