@@ -89,6 +89,11 @@ typedef struct kiln_backend_i {
     kiln_status (*to_host)(void *state, void *dst, const void *src, size_t n);
     /* Waits until all work queued on the state's stream is done. */
     kiln_status (*sync)(void *state);
+    /* Fills the state's scratch memory (library workspaces) with bytes that
+     * read as NaN, on its stream (optional). The tuner calls it before each
+     * candidate's checked run, so that a kernel that reads its workspace
+     * before writing it cannot agree with the other candidates by luck. */
+    void (*poison_scratch)(void *state);
     /* Whether p points into this backend's memory (so a caller's buffer can
      * be used without a copy). May be NULL: never. */
     bool (*owns_pointer)(void *state, const void *p);

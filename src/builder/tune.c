@@ -538,24 +538,49 @@ static bool getenv_flag(const char *name) {
     return v && *v && strcmp(v, "0") != 0;
 }
 
+/* Bytes of output i to check (0: not checked: unknown or over 1 GiB). */
+static size_t check_bytes(const kiln_tinfo *outs, const tune_bufs *tb, int i) {
+    size_t nb = kiln__value_nbytes(&outs[i]);
+    return nb && nb <= ((size_t)1 << 30) && tb->out[i] && kiln_dtype_size(outs[i].dtype) ? nb : 0;
+}
+
+/* A host buffer for the largest checked output of n (*host, *cap). */
+static kiln_status check_buffer(const kiln_node *n, const tune_bufs *tb, const kiln_tinfo *outs, void **host) {
+    size_t cap = 0;
+    for (int i = 0; i < n->n_out; i++)
+        if (check_bytes(outs, tb, i) > cap) cap = check_bytes(outs, tb, i);
+    *host = cap ? kiln__aligned_alloc(cap) : NULL;
+    if (cap && !*host)
+        return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory checking the tactics of node '%s'", n->name);
+    return KILN_OK;
+}
+
 /* Copies the outputs tactic k just wrote (tac_setup's run) to the host and
- * samples them into s[0..n_out) (*host: a scratch buffer, grown here). An
- * output over 1 GiB is not sampled. */
+ * samples them into s[0..n_out) (host: check_buffer's). */
 static kiln_status sample_outputs(const kiln_backend_i *be, void *state, const kiln_node *n, tune_bufs *tb,
-                                  const kiln_tinfo *outs, void **host, kiln_tune_sample *s) {
-    for (int i = 0; i < n->n_out; i++) {
-        size_t nb = kiln__value_nbytes(&outs[i]);
-        size_t es = kiln_dtype_size(outs[i].dtype);
-        if (!nb || !es || nb > ((size_t)1 << 30) || !tb->out[i]) continue;
-        kiln__aligned_free(*host); /* (same size for every tactic: one buffer per output) */
-        *host = kiln__aligned_alloc(nb);
-        if (!*host) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory checking the tactics of node '%s'",
-                                     n->name);
-        if (be->to_host(state, *host, tb->out[i], nb) != KILN_OK) { /* not compared */
+                                  const kiln_tinfo *outs, void *host, kiln_tune_sample *s) {
+    for (int i = 0; host && i < n->n_out; i++) {
+        size_t nb = check_bytes(outs, tb, i), es = kiln_dtype_size(outs[i].dtype);
+        if (!nb) continue;
+        if (be->to_host(state, host, tb->out[i], nb) != KILN_OK) { /* not compared */
             kiln__clear_error();
             continue;
         }
-        KILN_TRY(kiln__tune_sample(outs[i].dtype, *host, (int64_t)(nb / es), &s[i]));
+        KILN_TRY(kiln__tune_sample(outs[i].dtype, host, (int64_t)(nb / es), &s[i]));
+    }
+    return KILN_OK;
+}
+
+/* Fills the outputs with bytes that read as NaN before tactic k's checked
+ * run (a kernel that leaves part of its output unwritten must not agree by
+ * showing the previous tactic's values). */
+static kiln_status poison_outputs(const kiln_backend_i *be, void *state, const kiln_node *n, tune_bufs *tb,
+                                  const kiln_tinfo *outs, void *host) {
+    for (int i = 0; host && i < n->n_out; i++) {
+        size_t nb = check_bytes(outs, tb, i);
+        if (!nb) continue;
+        memset(host, 0xff, nb);
+        KILN_TRY(be->to_device(state, tb->out[i], host, nb));
     }
     return KILN_OK;
 }
@@ -695,7 +720,8 @@ static kiln_status tune_all(kiln_layout_ctx *c) {
             void *host = NULL;
             if (check && st == KILN_OK) {
                 samples = kiln__calloc((size_t)n_ids * (size_t)n->n_out, sizeof *samples);
-                if (!samples) st = KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory (tuning)");
+                st = samples ? check_buffer(n, &tb, outs, &host)
+                             : KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory (tuning)");
             }
             kiln_kernel_args probe = {.op = n->op, .op_id = n->op_id, .attrs = n->attrs, .node_name = n->name,
                                       .n_in = n->n_in, .n_out = n->n_out, .in = tb.pin, .out = tb.pout,
@@ -711,12 +737,16 @@ static kiln_status tune_all(kiln_layout_ctx *c) {
                     }
                 }
                 /* set up with the layout it runs in (its attrs are copied) */
+                if (check && st == KILN_OK) {
+                    if (be->poison_scratch) be->poison_scratch(T->states[si]);
+                    st = poison_outputs(be, T->states[si], n, &tb, outs, host);
+                }
                 double t_setup = kiln__now_us();
                 tac_setup(be, T->states[si], pool, n, in, ids[k], &tb, &runs[nc]);
                 setup_us[nc] = kiln__now_us() - t_setup;
                 if (prep > 0) memcpy(n->attrs, saved, n->op->attr_size);
                 if (check && runs[nc].ok && st == KILN_OK)
-                    st = sample_outputs(be, T->states[si], n, &tb, outs, &host, &samples[nc * n->n_out]);
+                    st = sample_outputs(be, T->states[si], n, &tb, outs, host, &samples[nc * n->n_out]);
                 cand[nc++] = ids[k];
             }
             if (check && st == KILN_OK) drop_disagreeing(be, n, runs, cand, nc, outs, samples);

@@ -346,6 +346,15 @@ static void cuda_graph_free(void *state, void *graph) {
     kiln__free(cg);
 }
 
+static void cuda_poison_scratch(void *state) {
+    kiln_cuda_state *st = state;
+    if (!st) return;
+    (void)cudaSetDevice(st->device);
+    if (st->scratch) (void)cudaMemsetAsync(st->scratch, 0xff, st->scratch_cap, st->stream);
+    if (st->lt_ws) (void)cudaMemsetAsync(st->lt_ws, 0xff, st->lt_ws_size, st->stream);
+    (void)cudaGetLastError();
+}
+
 static const kiln_backend_i kiln_backend_cuda = {
     .name = "cuda",
     .device = KILN_DEVICE_CUDA,
@@ -359,6 +368,7 @@ static const kiln_backend_i kiln_backend_cuda = {
     .to_device = cuda_to_device,
     .to_host = cuda_to_host,
     .sync = cuda_sync,
+    .poison_scratch = cuda_poison_scratch,
     .owns_pointer = cuda_owns_pointer,
     .describe_target = cuda_describe_target,
     .set_precision = cuda_set_precision,
