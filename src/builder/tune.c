@@ -12,14 +12,16 @@
  *
  * Timing cache: a text file (the builder's timing_cache path)
  *
- *     kiln-timing-cache 1
+ *     kiln-timing-cache 2
  *     <key> <tactic id> <microseconds>
  *
  * keyed by the target, the thread count, the op, its attributes (without
  * the tactic, in hex) and the input dtypes and shapes. It is read before
  * timing (a known key is not timed again, nor is a layer identical to one
  * timed before in the same build) and rewritten after, through a
- * temporary file and a rename. */
+ * temporary file and a rename. Version 1 files (made before a device
+ * layer's tactics had to agree on its output, tune_check.h) are read as
+ * empty, with a note: their choices are timed and checked again. */
 #include "backends/backend.h"
 #include "builder/tune_check.h"
 #include "runtime/engine.h"
@@ -88,13 +90,18 @@ static kiln_status cache_read(tcache *c, const char *path) {
     char line[8192];
     int ln = 0;
     kiln_status st = KILN_OK;
-    while (st == KILN_OK && fgets(line, sizeof line, f)) {
+    bool old = false;
+    while (st == KILN_OK && !old && fgets(line, sizeof line, f)) {
         ln++;
         size_t len = strlen(line);
         if (len && line[len - 1] == '\n') line[--len] = 0;
         if (ln == 1) {
-            if (strcmp(line, "kiln-timing-cache 1"))
-                st = KILN_FAIL(KILN_ERR_IO, "timing cache '%s' is not a kiln timing cache (version 1)",
+            old = !strcmp(line, "kiln-timing-cache 1");
+            if (old)
+                fprintf(stderr, "kiln: timing cache '%s' is of version 1 (before tactics had to agree on "
+                                "their outputs): its layers are timed again\n", path);
+            else if (strcmp(line, "kiln-timing-cache 2"))
+                st = KILN_FAIL(KILN_ERR_IO, "timing cache '%s' is not a kiln timing cache (version 2)",
                                path);
             continue;
         }
@@ -115,7 +122,7 @@ static kiln_status cache_read(tcache *c, const char *path) {
 
 static kiln_status cache_write(const tcache *c, const char *path) {
     kiln_sbuf sb = {0};
-    kiln__sbuf_printf(&sb, "kiln-timing-cache 1\n");
+    kiln__sbuf_printf(&sb, "kiln-timing-cache 2\n");
     for (int i = 0; i < c->n; i++)
         kiln__sbuf_printf(&sb, "%s %d %.3f\n", c->e[i].key, (int)c->e[i].id, c->e[i].us);
     kiln_status st = sb.oom ? KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory (timing cache)")
