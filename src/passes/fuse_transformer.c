@@ -11,9 +11,11 @@
  *      multiplications) and tanh form 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715
  *      x^3))), into kiln.Gelu;
  *   4. MatMul (constant 2-D B) or Gemm (transA 0, constant B; alpha and beta
- *      folded into scaled copies of B and C), + Add of a constant bias along the last axis, + Add of a residual
- *      tensor of the output's shape, + Relu or kiln.Gelu, into
- *      kiln.FusedMatMul;
+ *      folded into scaled copies of B and C; a Reshape that flattens its
+ *      input to 2-D and one that restores the leading dims after it are
+ *      folded in: GPT-2's Conv1D), + Add of a constant bias along the last
+ *      axis, + Add of a residual tensor of the output's shape, + Relu or
+ *      kiln.Gelu, into kiln.FusedMatMul;
  *   5. attention: MatMul(Q, K^T) -> Div or Mul by a constant -> Add mask ->
  *      Softmax(last axis) -> MatMul(., V) into kiln.Attention. The head
  *      splitting around it (Reshape [B,S,H*D] -> [B,S,H,D] + Transpose to
@@ -463,11 +465,31 @@ static kiln_status match_matmul(kiln_graph *g, const kiln_optimize_opts *o, int 
         if (n->n_in > 2 && n->in[2] >= 0 && beta != 0.0f) bias = n->in[2];
     }
     int64_t N = bi->dims[fa.trans_b ? 0 : 1];
-    int out_rank = info(g, n->out[0])->rank;
-    if (bias >= 0 && !is_bias(g, bias, N, out_rank)) return KILN_OK;
     pat p = {.n = 0};
     pat_add(&p, mm);
     int y = n->out[0];
+    /* Linear layers applied to a flattened view (GPT-2's Conv1D: Reshape
+     * x [.., K] -> [M, K], Gemm, Reshape -> [.., N]): the layer reads x and
+     * writes the second Reshape's output (the same bytes), so that the bias,
+     * residual and activation after it fuse too */
+    int r1 = ai->rank == 2 ? sole_producer(g, A, KILN_OP_Reshape) : -1;
+    int r2 = r1 >= 0 ? sole_consumer_op(g, y, KILN_OP_Reshape) : -1;
+    if (r2 >= 0) {
+        int x = g->nodes[r1].in[0], z = g->nodes[r2].out[0];
+        const kiln_tinfo *xi = info(g, x), *zi = info(g, z);
+        bool flat = is_f32(g, x) && xi->rank >= 3 && zi->rank == xi->rank &&
+                    xi->dims[xi->rank - 1] == ai->dims[1] && zi->dims[zi->rank - 1] == N;
+        for (int i = 0; flat && i < xi->rank - 1; i++)
+            if (xi->dims[i] == KILN_DIM_UNKNOWN || zi->dims[i] != xi->dims[i]) flat = false;
+        if (flat) {
+            pat_add(&p, r1);
+            pat_add(&p, r2);
+            A = x;
+            y = z;
+        }
+    }
+    int out_rank = info(g, y)->rank;
+    if (bias >= 0 && !is_bias(g, bias, N, out_rank)) return KILN_OK;
     if (bias < 0) {
         int add = sole_consumer_op(g, y, KILN_OP_Add);
         int b = add >= 0 ? other_input(g, add, y) : -1;

@@ -368,6 +368,45 @@ TEST(gemm_and_tanh_gelu) {
     kiln_model_free(m);
 }
 
+/* GPT-2's Conv1D: Reshape [B,S,K] -> [B*S,K], Gemm (bias), Reshape back to
+ * [B,S,N], then the tanh GELU (MLP) or the residual Add (projection): one
+ * FusedMatMul each on the 3-D input, no Reshape left; a Reshape that does
+ * not restore the leading dims is not folded. */
+TEST(gemm_between_flattening_reshapes) {
+    kiln_graph *g = NULL;
+    CHECK_OK(kiln__graph_create(&g));
+    int64_t xd[3] = {2, 5, 24}, wd1[2] = {24, 40}, bd1[1] = {40}, wd2[2] = {40, 24}, bd2[1] = {24};
+    int x = add_input(g, "x", 3, xd);
+    kiln_gemm_attrs ga = {.alpha = 1.0f, .beta = 1.0f};
+    int f1 = reshape(g, "fc_flat", x, 2, (int64_t[]){10, 24});
+    int y1 = add_node(g, KILN_OP_Gemm, "fc", 3, (int[]){f1, weights(g, "Wfc", 2, wd1, 0.2f), weights(g, "Bfc", 1, bd1, 0.2f)},
+                      &ga);
+    int h = gelu_tanh(g, "gt", reshape(g, "fc_back", y1, 3, (int64_t[]){2, 5, 40}), true);
+    int f2 = reshape(g, "proj_flat", h, 2, (int64_t[]){10, 40});
+    int y2 = add_node(g, KILN_OP_Gemm, "proj", 3,
+                      (int[]){f2, weights(g, "Wpr", 2, wd2, 0.2f), weights(g, "Bpr", 1, bd2, 0.2f)}, &ga);
+    int z = add_binary(g, KILN_OP_Add, "res", reshape(g, "proj_back", y2, 3, (int64_t[]){2, 5, 24}), x);
+    /* not the inverse of the flattening: [10, 24] -> [5, 2, 24] */
+    int f3 = reshape(g, "odd_flat", z, 2, (int64_t[]){10, 24});
+    int y3 = add_node(g, KILN_OP_Gemm, "odd", 3, (int[]){f3, weights(g, "Wod", 2, wd1, 0.2f), weights(g, "Bod", 1, bd1, 0.2f)},
+                      &ga);
+    mark_output(g, reshape(g, "odd_back", y3, 3, (int64_t[]){5, 2, 40}));
+    kiln_model *m = model_of(g);
+    compare(m, 1e-5, 1);
+    compare(m, 1e-5, 2);
+    kiln_engine *e = build(m, 1, 0, 1);
+    CHECK(e && count_op(e, KILN_OP_FusedMatMul) == 3 && count_op(e, KILN_OP_Gemm) == 0);
+    const kiln_node *n = find_layer(e, "fc+fc_flat+fc_back+gt_0+gt_2+gt_4+gt_5+gt_6+gt_8+gt_10+gt_11");
+    CHECK(n && ((const kiln_fused_matmul_attrs *)n->attrs)->act == KILN_FACT_GELU_TANH &&
+          n->in[0] == e->graph->inputs[0]);
+    n = find_layer(e, "proj+proj_flat+proj_back+res");
+    CHECK(n && n->n_in == 4 && n->in[3] == e->graph->inputs[0]);
+    CHECK(find_layer(e, "odd") != NULL); /* its Reshapes stay */
+    kiln_engine_free(e);
+    every_tactic(m, 2);
+    kiln_model_free(m);
+}
+
 /* A value that something else reads is not fused away. */
 TEST(no_fusion_when_shared) {
     kiln_graph *g = NULL;
@@ -648,6 +687,7 @@ int main(void) {
     RUN(matmul_bias_act);
     RUN(matmul_residual);
     RUN(gemm_and_tanh_gelu);
+    RUN(gemm_between_flattening_reshapes);
     RUN(no_fusion_when_shared);
     RUN(attention_bert_form);
     RUN(attention_cross);
