@@ -545,49 +545,42 @@ static bool getenv_flag(const char *name) {
     return v && *v && strcmp(v, "0") != 0;
 }
 
-/* Bytes of output i to check (0: not checked: unknown or over 1 GiB). */
+/* Bytes of output i to check (0: not checked: unknown size). */
 static size_t check_bytes(const kiln_tinfo *outs, const tune_bufs *tb, int i) {
     size_t nb = kiln__value_nbytes(&outs[i]);
-    return nb && nb <= ((size_t)1 << 30) && tb->out[i] && kiln_dtype_size(outs[i].dtype) ? nb : 0;
+    return nb && tb->out[i] && kiln_dtype_size(outs[i].dtype) ? nb : 0;
 }
 
-/* A host buffer for the largest checked output of n (*host, *cap). */
-static kiln_status check_buffer(const kiln_node *n, const tune_bufs *tb, const kiln_tinfo *outs, void **host) {
-    size_t cap = 0;
-    for (int i = 0; i < n->n_out; i++)
-        if (check_bytes(outs, tb, i) > cap) cap = check_bytes(outs, tb, i);
-    *host = cap ? kiln__aligned_alloc(cap) : NULL;
-    if (cap && !*host)
-        return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory checking the tactics of node '%s'", n->name);
-    return KILN_OK;
-}
-
-/* Copies the outputs tactic k just wrote (tac_setup's run) to the host and
- * samples them into s[0..n_out) (host: check_buffer's). */
+/* Gathers the samples of the outputs tactic k just wrote (tac_setup's run)
+ * to the host: every element of an output of up to KILN_TUNE_SAMPLES, else
+ * that many evenly spaced ones (one strided copy); host: room for
+ * KILN_TUNE_SAMPLES elements of 8 bytes. */
 static kiln_status sample_outputs(const kiln_backend_i *be, void *state, const kiln_node *n, tune_bufs *tb,
                                   const kiln_tinfo *outs, void *host, kiln_tune_sample *s) {
-    for (int i = 0; host && i < n->n_out; i++) {
+    for (int i = 0; i < n->n_out; i++) {
         size_t nb = check_bytes(outs, tb, i), es = kiln_dtype_size(outs[i].dtype);
         if (!nb) continue;
-        if (be->to_host(state, host, tb->out[i], nb) != KILN_OK) { /* not compared */
+        size_t ne = nb / es, cnt = ne <= KILN_TUNE_SAMPLES ? ne : KILN_TUNE_SAMPLES;
+        kiln_status st = cnt == ne ? be->to_host(state, host, tb->out[i], nb)
+                                   : be->to_host_strided(state, host, tb->out[i], es, ne / cnt * es, cnt);
+        if (st != KILN_OK) { /* not compared */
             kiln__clear_error();
             continue;
         }
-        KILN_TRY(kiln__tune_sample(outs[i].dtype, host, (int64_t)(nb / es), &s[i]));
+        KILN_TRY(kiln__tune_sample(outs[i].dtype, host, (int64_t)cnt, &s[i]));
     }
     return KILN_OK;
 }
 
 /* Fills the outputs with bytes that read as NaN before tactic k's checked
  * run (a kernel that leaves part of its output unwritten must not agree by
- * showing the previous tactic's values). */
+ * showing the previous tactic's values), and the state's scratch. */
 static kiln_status poison_outputs(const kiln_backend_i *be, void *state, const kiln_node *n, tune_bufs *tb,
-                                  const kiln_tinfo *outs, void *host) {
-    for (int i = 0; host && i < n->n_out; i++) {
+                                  const kiln_tinfo *outs) {
+    be->poison_scratch(state);
+    for (int i = 0; i < n->n_out; i++) {
         size_t nb = check_bytes(outs, tb, i);
-        if (!nb) continue;
-        memset(host, 0xff, nb);
-        KILN_TRY(be->to_device(state, tb->out[i], host, nb));
+        if (nb) KILN_TRY(be->poison(state, tb->out[i], nb));
     }
     return KILN_OK;
 }
@@ -721,14 +714,14 @@ static kiln_status tune_all(kiln_layout_ctx *c) {
             bool can_prep = kn && kn->tune_prepare && n->op->attr_size <= sizeof saved;
             /* a device layer's tactics must agree on its output (tune_check.h);
              * (CPU tactics that change the layout they run in are not compared) */
-            bool check = be->device != KILN_DEVICE_CPU && !can_prep && n->n_out <= 16 &&
-                         !getenv_flag("KILN_TUNE_NO_CHECK");
+            bool check = be->device != KILN_DEVICE_CPU && !can_prep && n->n_out <= 16 && be->poison &&
+                         be->poison_scratch && be->to_host_strided && !getenv_flag("KILN_TUNE_NO_CHECK");
             kiln_tune_sample *samples = NULL;
             void *host = NULL;
             if (check && st == KILN_OK) {
                 samples = kiln__calloc((size_t)n_ids * (size_t)n->n_out, sizeof *samples);
-                st = samples ? check_buffer(n, &tb, outs, &host)
-                             : KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory (tuning)");
+                host = kiln__aligned_alloc(KILN_TUNE_SAMPLES * 8);
+                if (!samples || !host) st = KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory (tuning)");
             }
             kiln_kernel_args probe = {.op = n->op, .op_id = n->op_id, .attrs = n->attrs, .node_name = n->name,
                                       .n_in = n->n_in, .n_out = n->n_out, .in = tb.pin, .out = tb.pout,
@@ -744,10 +737,7 @@ static kiln_status tune_all(kiln_layout_ctx *c) {
                     }
                 }
                 /* set up with the layout it runs in (its attrs are copied) */
-                if (check && st == KILN_OK) {
-                    if (be->poison_scratch) be->poison_scratch(T->states[si]);
-                    st = poison_outputs(be, T->states[si], n, &tb, outs, host);
-                }
+                if (check && st == KILN_OK) st = poison_outputs(be, T->states[si], n, &tb, outs);
                 double t_setup = kiln__now_us();
                 tac_setup(be, T->states[si], pool, n, in, ids[k], &tb, &runs[nc]);
                 setup_us[nc] = kiln__now_us() - t_setup;

@@ -11,10 +11,12 @@ kiln_status kiln__tune_sample(kiln_dtype dt, const void *host, int64_t ne, kiln_
     int64_t n = ne < KILN_TUNE_SAMPLES ? ne : KILN_TUNE_SAMPLES;
     s->v = kiln__malloc((size_t)n * sizeof *s->v);
     if (!s->v) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory (checking tactics)");
+    /* evenly spread: element (j * ne) / n, j < n (every element when ne <= n) */
     double sum = 0;
     int64_t finite = 0;
-    for (int64_t i = 0; i < ne; i++) {
-        double x = kiln__load_f64(dt, host, i);
+    for (int64_t j = 0; j < n; j++) {
+        double x = kiln__load_f64(dt, host, (int64_t)((double)j * (double)ne / (double)n));
+        s->v[j] = (float)x;
         if (!isfinite(x)) {
             s->nonfinite++;
             continue;
@@ -24,8 +26,6 @@ kiln_status kiln__tune_sample(kiln_dtype dt, const void *host, int64_t ne, kiln_
         sum += a;
         finite++;
     }
-    /* evenly spread: element (j * ne) / n, j < n (every element when ne <= n) */
-    for (int64_t j = 0; j < n; j++) s->v[j] = (float)kiln__load_f64(dt, host, (int64_t)((double)j * (double)ne / (double)n));
     s->n = n;
     s->mean_abs = finite ? sum / (double)finite : 0;
     s->valid = true;

@@ -10,27 +10,29 @@
 
 #include "core/core.h"
 
-/* What one tactic's output looked like: statistics of the whole tensor and
- * up to KILN_TUNE_SAMPLES values spread evenly over it. */
+/* What one tactic's output looked like: up to KILN_TUNE_SAMPLES values
+ * spread evenly over it (the tuner gathers them from the device with one
+ * strided copy) and their statistics. */
 #define KILN_TUNE_SAMPLES 65536
 
 typedef struct kiln_tune_sample {
     float *v;            /* n sampled values (owned) */
     int64_t n;
-    double max_abs;      /* over the finite values */
-    double mean_abs;     /* over the finite values */
-    int64_t nonfinite;   /* NaN and Inf values */
+    double max_abs;      /* over the finite samples */
+    double mean_abs;     /* over the finite samples */
+    int64_t nonfinite;   /* NaN and Inf samples */
     bool valid;          /* a float output was sampled */
 } kiln_tune_sample;
 
-/* Samples ne values of type dt at host (fp32, fp16 or bf16; any other type
- * leaves s invalid: not compared). */
+/* Samples ne values of type dt at host, KILN_TUNE_SAMPLES evenly spread
+ * when there are more (fp32, fp16 or bf16; any other type leaves s
+ * invalid: not compared). */
 KILN_PRIVATE kiln_status kiln__tune_sample(kiln_dtype dt, const void *host, int64_t ne, kiln_tune_sample *s);
 KILN_PRIVATE void kiln__tune_sample_free(kiln_tune_sample *s);
 
 /* Whether a and b (samples of the same output) agree: the same count of
  * non-finite values, each pair of samples either both non-finite or within
- * rtol * max(|ref|) (plus a small absolute term), and whole-tensor max and
+ * rtol * max(|ref|) (plus a small absolute term), and the samples' max and
  * mean |x| within the same bound. rtol suits dt (reduced precision: 2e-2). */
 KILN_PRIVATE bool kiln__tune_agree(kiln_dtype dt, const kiln_tune_sample *a, const kiln_tune_sample *b);
 

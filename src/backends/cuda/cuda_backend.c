@@ -355,6 +355,26 @@ static void cuda_poison_scratch(void *state) {
     (void)cudaGetLastError();
 }
 
+static kiln_status cuda_poison(void *state, void *p, size_t n) {
+    kiln_cuda_state *st = state;
+    if (!st) return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "poison: no CUDA state");
+    KILN_CUDA_TRY(cudaSetDevice(st->device), "filling memory");
+    KILN_CUDA_TRY(cudaMemsetAsync(p, 0xff, n, st->stream), "filling memory");
+    return KILN_OK;
+}
+
+static kiln_status cuda_to_host_strided(void *state, void *dst, const void *src, size_t elem, size_t stride,
+                                        size_t count) {
+    kiln_cuda_state *st = state;
+    if (!st) return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "strided copy: no CUDA state");
+    if (!count) return KILN_OK;
+    KILN_CUDA_TRY(cudaSetDevice(st->device), "strided copy to the host");
+    KILN_CUDA_TRY(cudaMemcpy2DAsync(dst, elem, src, stride, elem, count, cudaMemcpyDefault, st->stream),
+                  "strided copy to the host");
+    KILN_CUDA_TRY(cudaStreamSynchronize(st->stream), "strided copy to the host");
+    return KILN_OK;
+}
+
 static const kiln_backend_i kiln_backend_cuda = {
     .name = "cuda",
     .device = KILN_DEVICE_CUDA,
@@ -369,6 +389,8 @@ static const kiln_backend_i kiln_backend_cuda = {
     .to_host = cuda_to_host,
     .sync = cuda_sync,
     .poison_scratch = cuda_poison_scratch,
+    .poison = cuda_poison,
+    .to_host_strided = cuda_to_host_strided,
     .owns_pointer = cuda_owns_pointer,
     .describe_target = cuda_describe_target,
     .set_precision = cuda_set_precision,
