@@ -460,6 +460,71 @@ TEST(attention_bert_form) {
 
 /* Cross-attention (K, V from another input, another length): no shared
  * projection, each operand read in its [B, S, H*D] form. */
+/* GPT-2's form: one packed projection [B,S,3E], Split into Q, K, V along the
+ * last axis, each split into heads: one Attention reading the packed value
+ * (QKV layout), no Split left. */
+static int gpt2_attention(kiln_graph *g, const char *p, int x, int64_t B, int64_t S, int64_t H, int64_t D,
+                          const int64_t *parts) {
+    int64_t E = H * D, sh[4] = {B, S, H, D}, merge[3] = {B, S, E};
+    char nm[64], sz[64], o[3][64];
+    snprintf(nm, sizeof nm, "%s_split", p);
+    snprintf(sz, sizeof sz, "%s_sizes", p);
+    int qkv = linear(g, p, x, E, 3 * E), out[3];
+    for (int i = 0; i < 3; i++) {
+        snprintf(o[i], sizeof o[i], "%s_part%d", p, i);
+        out[i] = add_val(g, o[i]);
+    }
+    kiln_split_attrs sa = {.axis = 2};
+    if (kiln__graph_add_node(g, KILN_OP_Split, nm, 2, (int[]){qkv, ints(g, sz, 3, parts)}, 3, out, &sa, NULL) != KILN_OK)
+        abort();
+    const int64_t *shk = sh;
+    int hs[3];
+    for (int i = 0; i < 3; i++) {
+        char rn[64], tn[64];
+        snprintf(rn, sizeof rn, "%s_r%d", p, i);
+        snprintf(tn, sizeof tn, "%s_t%d", p, i);
+        int64_t shp[4] = {B, S, H, parts[i] / H};
+        hs[i] = transpose(g, tn, reshape(g, rn, out[i], 4, parts[i] == E ? shk : shp), 0, 2, i == 1 ? 3 : 1,
+                          i == 1 ? 1 : 3);
+    }
+    char qk[64], dv[64], sc[64], smx[64], pv[64], tm[64], rm[64];
+    snprintf(qk, sizeof qk, "%s_qk", p);
+    snprintf(dv, sizeof dv, "%s_div", p);
+    snprintf(sc, sizeof sc, "%s_scale", p);
+    snprintf(smx, sizeof smx, "%s_softmax", p);
+    snprintf(pv, sizeof pv, "%s_pv", p);
+    snprintf(tm, sizeof tm, "%s_tm", p);
+    snprintf(rm, sizeof rm, "%s_rm", p);
+    int s_ = add_binary(g, KILN_OP_Div, dv, add_binary(g, KILN_OP_MatMul, qk, hs[0], hs[1]),
+                        add_scalar(g, sc, sqrtf((float)D)));
+    kiln_softmax_attrs sm = {.axis = -1};
+    int y = add_binary(g, KILN_OP_MatMul, pv, add_unary(g, KILN_OP_Softmax, smx, s_, &sm), hs[2]);
+    return reshape(g, rm, transpose(g, tm, y, 0, 2, 1, 3), 3, merge);
+}
+
+TEST(attention_gpt2_split_form) {
+    kiln_graph *g = NULL;
+    CHECK_OK(kiln__graph_create(&g));
+    int64_t B = 2, S = 6, H = 2, D = 8, E = H * D, xd[3] = {B, S, E};
+    int x = add_input(g, "x", 3, xd);
+    int64_t equal[3] = {E, E, E};
+    int y = gpt2_attention(g, "a", x, B, S, H, D, equal);
+    mark_output(g, y);
+    kiln_model *m = model_of(g);
+    compare(m, 1e-5, 1);
+    kiln_engine *e = build(m, 1, 0, 1);
+    CHECK(e && count_op(e, KILN_OP_Attention) == 1 && count_op(e, KILN_OP_Split) == 0);
+    for (int i = 0; e && i < e->graph->n_nodes; i++) {
+        const kiln_node *n = &e->graph->nodes[i];
+        if (n->op_id != KILN_OP_Attention) continue;
+        const kiln_attention_attrs *aa = n->attrs;
+        CHECK(aa->q_layout == KILN_ATTN_QKV && aa->k_layout == KILN_ATTN_QKV && aa->v_layout == KILN_ATTN_QKV);
+        CHECK(n->in[0] == n->in[1] && n->in[1] == n->in[2]);
+    }
+    kiln_engine_free(e);
+    kiln_model_free(m);
+}
+
 TEST(attention_cross) {
     const int64_t B = 2, S = 9, S2 = 21, H = 4, D = 6, E = H * D;
     kiln_graph *g = NULL;
@@ -690,6 +755,7 @@ int main(void) {
     RUN(gemm_between_flattening_reshapes);
     RUN(no_fusion_when_shared);
     RUN(attention_bert_form);
+    RUN(attention_gpt2_split_form);
     RUN(attention_cross);
     RUN(attention_4d_forms);
     RUN(attention_ragged_shapes);
