@@ -1446,6 +1446,63 @@ TEST(test_fused_transformer) {
     CASE("bhds_d64_f16", Attention, &mixed, 1, 0, 1e-5, trand(F16, -1, 1, S(2, 2, 128, 64)),
          trand(F16, -1, 1, S(2, 2, 64, 128)), trand(F16, -1, 1, S(2, 2, 128, 64)), NULL, NULL,
          trand(F16, -1, 1, S(2, 1, 128, 128)));
+
+    /* The tensor-core kernel's ways of sharing out the work (k_attn_plan.h),
+     * each forced in turn, then chosen: 16 rows per CTA with 4 warps over the
+     * keys (small batches; partials merged in shared memory), the 32/64-row
+     * tiles of large batches. Batch 1 with BERT's 12 heads, sequences that
+     * are not multiples of 16 or of a key step (1, 77, 200), a single key,
+     * key slices with no keys at all, every mask form. */
+    kiln_cuda_state *cst = st;
+    const int keep_split = cst->attn_split;
+    kiln_attention_attrs bert = {.num_heads = 12, .q_layout = KILN_ATTN_BSHD, .k_layout = KILN_ATTN_BSHD,
+                                 .v_layout = KILN_ATTN_BSHD, .out_layout = KILN_ATTN_BSHD, .scale = 0.125f};
+    kiln_attention_attrs qkv_b1 = qkv;
+    qkv_b1.num_heads = 4;
+    kiln_attention_attrs h2 = {.num_heads = 2, .q_layout = KILN_ATTN_BHSD, .k_layout = KILN_ATTN_BHSD,
+                               .v_layout = KILN_ATTN_BHSD, .out_layout = KILN_ATTN_BSHD, .scale = 0.09f};
+    for (int mode = 1; mode >= -1; mode--) {
+        cst->attn_split = mode;
+        char nm[64];
+#define SPLIT_NAME(what) (snprintf(nm, sizeof nm, "%s_split%d", what, mode), nm)
+        CASE(SPLIT_NAME("b1_bert_s128_f16"), Attention, &bert, 1, 0, 1e-5, trand(F16, -1, 1, S(1, 128, 768)),
+             trand(F16, -1, 1, S(1, 128, 768)), trand(F16, -1, 1, S(1, 128, 768)),
+             trand(F16, -3, 0, S(1, 1, 1, 128)));
+        CASE(SPLIT_NAME("b1_bert_s77_bf16"), Attention, &bert, 1, 0, 1e-4, trand(BF16, -1, 1, S(1, 77, 768)),
+             trand(BF16, -1, 1, S(1, 77, 768)), trand(BF16, -1, 1, S(1, 77, 768)),
+             trand(BF16, -3, 0, S(1, 1, 1, 77)));
+        CASE(SPLIT_NAME("b1_q1_k33_f16"), Attention, &bert, 1, 0, 1e-5, trand(F16, -1, 1, S(1, 1, 768)),
+             trand(F16, -1, 1, S(1, 33, 768)), trand(F16, -1, 1, S(1, 33, 768)));
+        CASE(SPLIT_NAME("b1_k1_f16"), Attention, &bert, 1, 0, 1e-5, trand(F16, -1, 1, S(1, 20, 768)),
+             trand(F16, -1, 1, S(1, 1, 768)), trand(F16, -1, 1, S(1, 1, 768)));
+        {
+            kiln_tensor *x = trand(F16, -1, 1, S(1, 77, 3 * 4 * 64)), *c = trand(BOOL, 0, 1, S(1, 1, 1, 77));
+            ((uint8_t *)c->data)[0] = 1; /* cond_fill_if 0: a key kept */
+            CASE(SPLIT_NAME("b1_qkv_cond_s77_f16"), Attention, &qkv_b1, 1, 0, 1e-5, x, x, x, NULL, c);
+        }
+        for (int k = 0; k < 2; k++) {
+            kiln_dtype t = k ? BF16 : F16;
+            kiln_tensor *c = trand(BOOL, 0, 1, S(45, 150));
+            for (int j = 0; j < 150; j++) ((uint8_t *)c->data)[3 * 150 + j] = 1; /* row 3: every key filled */
+            CASE(SPLIT_NAME(k ? "b2_select_bias_bf16" : "b2_select_bias_f16"), Attention, &sel, 1, 0, k ? 1e-4 : 1e-5,
+                 trand(t, -1, 1, S(2, 2, 45, 32)), trand(t, -1, 1, S(2, 2, 150, 32)), trand(t, -1, 1, S(2, 2, 150, 48)),
+                 trand(t, -2, 0, S(2, 1, 1, 150)), c, trand(t, -1, 1, S(1, 2, 45, 150)));
+        }
+        /* head size 128 (key slices of 16, steps of 64 keys: 4 steps, double-buffered) */
+        CASE(SPLIT_NAME("b1_d128_s200_bias_f16"), Attention, &h2, 1, 0, 1e-5, trand(F16, -1, 1, S(1, 2, 200, 128)),
+             trand(F16, -1, 1, S(1, 2, 200, 128)), trand(F16, -1, 1, S(1, 2, 200, 128)),
+             trand(F16, -2, 0, S(1, 1, 1, 200)), NULL, trand(F16, -1, 1, S(1, 2, 200, 200)));
+        CASE(SPLIT_NAME("b1_d32_s300_bf16"), Attention, &h2, 1, 0, 1e-4, trand(BF16, -1, 1, S(1, 2, 300, 32)),
+             trand(BF16, -1, 1, S(1, 2, 300, 32)), trand(BF16, -1, 1, S(1, 2, 300, 32)));
+        /* every key masked out (NaN, or 0 with nan_to_zero) */
+        {
+            kiln_tensor *x = trand(F16, -1, 1, S(1, 19, 3 * 3 * 32)), *c = tnew(BOOL, 4, (int64_t[]){1, 1, 1, 19});
+            CASE(SPLIT_NAME("b1_all_masked_nan_f16"), Attention, &nonan, 1, 0, 1e-5, x, x, x, NULL, c);
+            CASE(SPLIT_NAME("b1_all_masked_zero_f16"), Attention, &qkv, 1, 0, 1e-5, x, x, x, NULL, c);
+        }
+#undef SPLIT_NAME
+    }
+    cst->attn_split = keep_split;
 }
 
 /* every op of the table has at least one case */

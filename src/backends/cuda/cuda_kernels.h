@@ -266,10 +266,13 @@ cudaError_t kcu_attention(kiln_dtype t, const kcu_attn *g, const void *q, const 
                           const void *v, const void *mask, const uint8_t *cond, const void *bias,
                           void *o, cudaStream_t stream);
 /* The tensor-core kernel (k_attn.cu): cudaErrorNotSupported when it cannot
- * take g (dtype, head size, strides), so the caller runs the other one. */
+ * take g (dtype, head size, strides), so the caller runs the other one.
+ * split: how to share out the work (k_attn_plan.h): -1 by the plan's rule,
+ * 0 never over the keys, 1 always. */
 cudaError_t kcu_attention_mma(kiln_dtype t, const kcu_attn *g, const void *q, const void *k,
                               const void *v, const void *mask, const uint8_t *cond,
-                              const void *bias, void *o, int sm_count, cudaStream_t stream);
+                              const void *bias, void *o, int sm_count, int split,
+                              cudaStream_t stream);
 
 /* Simple tiled GEMM (fallback when cuBLASLt has no algorithm, and K == 0):
  * row-major, batched like kiln__cuda_gemm (cuda_internal.h): C_b = alpha *

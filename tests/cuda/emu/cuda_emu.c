@@ -573,8 +573,9 @@ cudaError_t kcu_attention(kiln_dtype t, const kcu_attn *g, const void *q, const 
 }
 cudaError_t kcu_attention_mma(kiln_dtype t, const kcu_attn *g, const void *q, const void *k, const void *v,
                               const void *mask, const uint8_t *cond, const void *bias, void *o, int sm_count,
-                              cudaStream_t s) {
+                              int split, cudaStream_t s) {
     (void)sm_count;
+    (void)split;
     if (t != KILN_DTYPE_FLOAT16 && t != KILN_DTYPE_BFLOAT16) return cudaErrorNotSupported;
     return kcu_attention(t, g, q, k, v, mask, cond, bias, o, s);
 }
