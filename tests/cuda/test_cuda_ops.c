@@ -25,6 +25,7 @@
 
 #include "backends/cuda/cuda_internal.h"
 #include "ops/elementwise_impl.h"
+#include "ops/fused_norm.h"
 #include "ops/tensor_internal.h"
 #include "test.h"
 
@@ -1082,6 +1083,38 @@ TEST(test_norm) {
          trand(BF16, 0.5, 2, S(264)), trand(BF16, -1, 1, S(264)));
     CASE("ln_1600_f16_nobias", LayerNormalization, &ln, 1, 0, 0, trand(F16, -3, 3, S(5, 1600)),
          trand(F16, 0.5, 2, S(1600)));
+    /* more than 1024 rows: 4 rows per block (fewer: a warp per block) */
+    CASE("ln_rows1200_f16", LayerNormalization, &ln, 1, 0, 0, trand(F16, -3, 3, S(3, 400, 256)),
+         trand(F16, 0.5, 2, S(256)), trand(F16, -1, 1, S(256)));
+
+    /* kiln.AddLayerNorm (src/ops/fused_norm.h): Y = LN(A + R), Sum = A + R
+     * rounded to the type, as an output or not; R of A's shape or repeating
+     * over leading dims (BERT's position embeddings); the vectorized kernel
+     * (fp16/bf16, D = 8k <= 2048: one warp per block up to 1024 rows, then 4)
+     * and the general one (fp32, odd widths, scalar Scale) */
+    kiln_add_ln_attrs aln = {-1, 1e-5f}, aln1 = {1, 1e-6f};
+    CASE("aln_bert_b1_f16", AddLayerNorm, &aln, 1, 0, 0, trand(F16, -3, 3, S(1, 128, 768)),
+         trand(F16, -3, 3, S(1, 128, 768)), trand(F16, 0.5, 2, S(768)), trand(F16, -1, 1, S(768)));
+    CASE("aln_bert_sum_f16", AddLayerNorm, &aln, 2, 0, 0, trand(F16, -3, 3, S(2, 128, 768)),
+         trand(F16, -3, 3, S(2, 128, 768)), trand(F16, 0.5, 2, S(768)), trand(F16, -1, 1, S(768)));
+    CASE("aln_pos_rows_bf16", AddLayerNorm, &aln, 1, 0, 0, trand(BF16, -3, 3, S(3, 40, 768)),
+         trand(BF16, -3, 3, S(1, 40, 768)), trand(BF16, 0.5, 2, S(768)), trand(BF16, -1, 1, S(768)));
+    CASE("aln_1024_sum_bf16", AddLayerNorm, &aln, 2, 0, 0, trand(BF16, -3, 3, S(2, 9, 1024)),
+         trand(BF16, -3, 3, S(2, 9, 1024)), trand(BF16, 0.5, 2, S(1024)), trand(BF16, -1, 1, S(1024)));
+    CASE("aln_rows1200_sum_f16", AddLayerNorm, &aln, 2, 0, 0, trand(F16, -3, 3, S(30, 40, 64)),
+         trand(F16, -3, 3, S(40, 64)), trand(F16, 0.5, 2, S(64)), trand(F16, -1, 1, S(64)));
+    CASE("aln_1600_nobias_f16", AddLayerNorm, &aln, 1, 0, 0, trand(F16, -3, 3, S(5, 1600)),
+         trand(F16, -3, 3, S(5, 1600)), trand(F16, 0.5, 2, S(1600)));
+    CASE("aln_odd100_sum_f16", AddLayerNorm, &aln, 2, 0, 0, trand(F16, -3, 3, S(7, 100)),
+         trand(F16, -3, 3, S(7, 100)), trand(F16, 0.5, 2, S(100)), trand(F16, -1, 1, S(100)));
+    CASE("aln_768_sum_f32", AddLayerNorm, &aln, 2, 0, 1e-10, trand(F32, -3, 3, S(2, 16, 768)),
+         trand(F32, -3, 3, S(16, 768)), trand(F32, 0.5, 2, S(768)), trand(F32, -1, 1, S(768)));
+    CASE("aln_odd37_scalar_f32", AddLayerNorm, &aln, 1, 0, 1e-10, trand(F32, -3, 3, S(5, 37)),
+         trand(F32, -3, 3, S(5, 37)), trand(F32, 0.5, 2, S(1)));
+    CASE("aln_wide3000_f32", AddLayerNorm, &aln, 2, 0, 1e-10, trand(F32, -3, 3, S(3, 3000)),
+         trand(F32, -3, 3, S(3, 3000)), trand(F32, 0.5, 2, S(3000)), trand(F32, -1, 1, S(3000)));
+    CASE("aln_axis1_f32", AddLayerNorm, &aln1, 1, 0, 1e-10, trand(F32, -3, 3, S(4, 6, 5)),
+         trand(F32, -3, 3, S(6, 5)), trand(F32, 0.5, 2, S(6, 5)), trand(F32, -1, 1, S(6, 5)));
 }
 
 TEST(test_softmax) {

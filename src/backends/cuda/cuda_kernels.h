@@ -140,6 +140,12 @@ cudaError_t kcu_layernorm(kiln_dtype t, const void *x, const void *scale, int sc
                           const void *bias, int bias_scalar, void *y, kiln_dtype stat_t,
                           void *mean, void *inv_std, int64_t rows, int64_t D, float eps,
                           cudaStream_t stream);
+/* kiln.AddLayerNorm: LayerNormalization of x + r (rounded to t, written to
+ * sum unless NULL) over rows of D; r holds r_rows rows (rows a multiple of
+ * it; row i adds r's row i % r_rows). f32/f16/bf16; no statistics outputs. */
+cudaError_t kcu_add_layernorm(kiln_dtype t, const void *x, const void *r, int64_t r_rows, void *sum,
+                              const void *scale, int scale_scalar, const void *bias, int bias_scalar, void *y,
+                              int64_t rows, int64_t D, float eps, cudaStream_t stream);
 
 /* BatchNormalization (inference): y = x * mul[c] + add[c] with
  * mul = scale / sqrt(var + eps), add = bias - mean * mul computed in double
