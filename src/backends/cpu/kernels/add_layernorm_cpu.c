@@ -18,7 +18,7 @@ static void aln_f32_rows(void *vc, int64_t r0, int64_t r1) {
     const int64_t D = c->D;
     for (int64_t row = r0; row < r1; row++) {
         const float *restrict a = c->a + row * D, *restrict r = c->r + (row % c->r_rows) * D;
-        float *restrict s = (c->sum ? c->sum : c->y) + row * D;
+        float *s = (c->sum ? c->sum : c->y) + row * D; /* may be y itself: no restrict on s, y */
         double tot = 0.0;
         for (int64_t i = 0; i < D; i++) {
             s[i] = a[i] + r[i];
@@ -31,7 +31,7 @@ static void aln_f32_rows(void *vc, int64_t r0, int64_t r1) {
             ss += (double)d * d;
         }
         const float inv = (float)(1.0 / sqrt(ss / (double)D + (double)c->eps));
-        float *restrict y = c->y + row * D;
+        float *y = c->y + row * D;
         const float *restrict g = c->scale, *restrict b = c->bias;
         if (b)
             for (int64_t i = 0; i < D; i++) y[i] = (s[i] - mean) * inv * g[i] + b[i];
