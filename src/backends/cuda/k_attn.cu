@@ -1,6 +1,8 @@
 /* k_attn.cu -- kiln.Attention in fp16/bf16 on tensor cores, flash-attention
- * style: one CTA per (batch * head, tile of 16 * NW query rows), NW warps
- * of 16 rows each. For every tile of 64 keys: K and V into shared memory
+ * style: one CTA per (batch * head, tile of 16 * NWQ query rows), NWQ x NWK
+ * warps: NWQ groups of 16 rows, NWK slices of each step of keys (NWK > 1 at
+ * small batches, the partials merged at the end: k_attn_plan.h says which).
+ * For every step of keys: K and V into shared memory
  * (cp.async, zero-filled past the ends), S = Q K^T with mma.sync m16n8k16
  * (fp32 accumulators), the scale, cond rule, mask and bias added in fp32,
  * an online softmax per row (running max and sum in fp32, exp2), then
