@@ -121,16 +121,22 @@ static int attention(kiln_graph *g, int x, int y, int64_t B, int64_t S, int64_t 
 
 /* ---- engines -------------------------------------------------------------- */
 
-static kiln_engine *build(const kiln_model *m, int opt, kiln_precision prec, int threads) {
+/* off: a pass switched off (kiln debug passes), or NULL */
+static kiln_engine *build_off(const kiln_model *m, int opt, kiln_precision prec, int threads, const char *off) {
     kiln_builder *b = NULL;
     kiln_engine *e = NULL;
     CHECK_OK(kiln_builder_create(&b));
     CHECK_OK(kiln_builder_set_optimization(b, opt));
     CHECK_OK(kiln_builder_set_threads(b, threads));
     if (prec) CHECK_OK(kiln_builder_set_precision(b, prec));
+    if (off) CHECK_OK(kiln_builder_disable_pass(b, off));
     CHECK_OK(kiln_build(b, m, &e));
     kiln_builder_free(b);
     return e;
+}
+
+static kiln_engine *build(const kiln_model *m, int opt, kiln_precision prec, int threads) {
+    return build_off(m, opt, prec, threads, NULL);
 }
 
 /* A bf16 engine of m, or NULL (with a note) where this kiln or CPU refuses
@@ -745,6 +751,111 @@ TEST(bf16_attention) {
     kiln_model_free(m);
 }
 
+
+/* ---- Add + LayerNormalization (src/passes/fuse_norm.c) ----------------------- */
+
+/* ONNX LayerNormalization of s over the last axis (D wide), optionally with
+ * its Mean output (*mean set). */
+static int onnx_ln(kiln_graph *g, const char *name, int s, int64_t D, int *mean) {
+    char sn[64], bn[64], yn[64], mn[64];
+    snprintf(sn, sizeof sn, "%s.weight", name);
+    snprintf(bn, sizeof bn, "%s.bias", name);
+    snprintf(yn, sizeof yn, "%s_out", name);
+    snprintf(mn, sizeof mn, "%s_mean", name);
+    int64_t d[1] = {D};
+    kiln_ln_attrs la = {.axis = -1, .epsilon = 1e-5f, .stash_type = 1};
+    int in[3] = {s, add_const(g, sn, 1, d, 0.5f, 1.5f), add_const(g, bn, 1, d, -0.5f, 0.5f)};
+    int out[2] = {add_val(g, yn), mean ? add_val(g, mn) : -1};
+    if (kiln__graph_add_node(g, KILN_OP_LayerNormalization, name, 3, in, mean ? 2 : 1, out, &la, NULL) != KILN_OK)
+        abort();
+    if (mean) *mean = out[1];
+    return out[0];
+}
+
+/* BERT (post-LN): the embedding sum (position embeddings [1, S, D] repeating
+ * over the batch) fuses with its LayerNorm; the residual Add after a linear
+ * layer stays in the FusedMatMul (read through C) before a plain LayerNorm. */
+TEST(add_layernorm_bert) {
+    kiln_graph *g = NULL;
+    CHECK_OK(kiln__graph_create(&g));
+    int64_t xd[3] = {2, 7, 48}, pd[3] = {1, 7, 48};
+    int x = add_input(g, "x", 3, xd);
+    int e0 = add_binary(g, KILN_OP_Add, "emb_add", x, add_const(g, "pos", 3, pd, -1.0f, 1.0f));
+    int h = onnx_ln(g, "emb_ln", e0, 48, NULL);
+    int r = add_binary(g, KILN_OP_Add, "res", linear(g, "fc", h, 48, 48), h);
+    mark_output(g, onnx_ln(g, "out_ln", r, 48, NULL));
+    kiln_model *m = model_of(g);
+    compare(m, 1e-5, 1);
+    compare(m, 1e-5, 2);
+    kiln_engine *e = build(m, 1, 0, 1);
+    CHECK(e && count_op(e, KILN_OP_AddLayerNorm) == 1 && count_op(e, KILN_OP_LayerNormalization) == 1 &&
+          count_op(e, KILN_OP_FusedMatMul) == 1 && count_op(e, KILN_OP_Add) == 0 && e->graph->n_nodes == 3);
+    const kiln_node *n = find_layer(e, "emb_add+emb_ln");
+    CHECK(n && n->n_in == 4 && n->n_out == 1 && n->in[0] == e->graph->inputs[0]);
+    const char *d = e ? kiln_engine_describe(e, 0) : "";
+    CHECK(strstr(d, "AddLayerNorm") && strstr(d, "emb_add+emb_ln"));
+    kiln_engine_free(e);
+    /* --disable-pass fuse_add_layernorm keeps the two nodes */
+    e = build_off(m, 1, 0, 1, "fuse_add_layernorm");
+    CHECK(e && count_op(e, KILN_OP_AddLayerNorm) == 0 && count_op(e, KILN_OP_LayerNormalization) == 2 &&
+          count_op(e, KILN_OP_Add) == 1);
+    kiln_engine_free(e);
+    kiln_model_free(m);
+}
+
+/* Pre-LN: the sum goes on to the next residual (here a FusedMatMul's) and is
+ * a graph output: the fused layer writes it as its second output. A reader
+ * of the sum placed before the LayerNorm moves the fused node to the Add. */
+TEST(add_layernorm_pre_ln) {
+    kiln_graph *g = NULL;
+    CHECK_OK(kiln__graph_create(&g));
+    int64_t xd[3] = {2, 5, 40};
+    int x = add_input(g, "x", 3, xd), y = add_input(g, "y", 3, xd);
+    int s = add_binary(g, KILN_OP_Add, "res1", x, y);
+    int t = add_unary(g, KILN_OP_Relu, "early", s, NULL); /* reads s before the LayerNorm */
+    int h = onnx_ln(g, "ln1", s, 40, NULL);
+    int o = add_binary(g, KILN_OP_Add, "res2", linear(g, "fc", h, 40, 40), s);
+    mark_output(g, o);
+    mark_output(g, t);
+    mark_output(g, s);
+    kiln_model *m = model_of(g);
+    compare(m, 1e-5, 1);
+    compare(m, 1e-5, 2);
+    kiln_engine *e = build(m, 1, 0, 1);
+    CHECK(e && count_op(e, KILN_OP_AddLayerNorm) == 1 && count_op(e, KILN_OP_Add) == 0 &&
+          count_op(e, KILN_OP_LayerNormalization) == 0);
+    const kiln_node *n = find_layer(e, "res1+ln1");
+    CHECK(n && n->n_out == 2 && n->out[1] >= 0);
+    /* the fused node comes before the Relu that reads its sum */
+    for (int i = 0; e && n && i < e->graph->n_nodes; i++)
+        if (e->graph->nodes[i].op_id == KILN_OP_Relu) CHECK(&e->graph->nodes[i] > n);
+    kiln_engine_free(e);
+    kiln_model_free(m);
+}
+
+/* Left alone: a LayerNorm whose Mean is read, an addend broadcast along the
+ * normalized axis, two addends that both broadcast. */
+TEST(add_layernorm_not_fused) {
+    kiln_graph *g = NULL;
+    CHECK_OK(kiln__graph_create(&g));
+    int64_t xd[3] = {2, 5, 40}, cd[3] = {2, 5, 1}, ad[3] = {2, 1, 40}, bd[3] = {1, 5, 40};
+    int x = add_input(g, "x", 3, xd);
+    int mean = -1;
+    mark_output(g, onnx_ln(g, "ln_stats", add_binary(g, KILN_OP_Add, "add_stats", x, x), 40, &mean));
+    mark_output(g, mean);
+    int c = add_binary(g, KILN_OP_Add, "add_col", x, add_const(g, "col", 3, cd, -1.0f, 1.0f));
+    mark_output(g, onnx_ln(g, "ln_col", c, 40, NULL));
+    int p = add_unary(g, KILN_OP_Relu, "ra", add_input(g, "y", 3, ad), NULL);
+    int q = add_unary(g, KILN_OP_Relu, "rb", add_input(g, "z", 3, bd), NULL);
+    mark_output(g, onnx_ln(g, "ln_both", add_binary(g, KILN_OP_Add, "add_both", p, q), 40, NULL));
+    kiln_model *m = model_of(g);
+    compare(m, 1e-5, 1);
+    kiln_engine *e = build(m, 1, 0, 1);
+    CHECK(e && count_op(e, KILN_OP_AddLayerNorm) == 0 && count_op(e, KILN_OP_LayerNormalization) == 3);
+    kiln_engine_free(e);
+    kiln_model_free(m);
+}
+
 int main(void) {
     RUN(math_helpers);
     RUN(layernorm_fused);
@@ -763,5 +874,8 @@ int main(void) {
     RUN(transpose_reshape_cleanup);
     RUN(bf16_close_to_fp32);
     RUN(bf16_attention);
+    RUN(add_layernorm_bert);
+    RUN(add_layernorm_pre_ln);
+    RUN(add_layernorm_not_fused);
     return test_summary();
 }

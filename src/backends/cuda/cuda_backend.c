@@ -102,6 +102,8 @@ static kiln_status cuda_state_create(int index, void **out) {
 #endif
     const char *sync = getenv("KILN_CUDA_SYNC");
     st->sync_each = sync && sync[0] && strcmp(sync, "0") != 0;
+    const char *as = getenv("KILN_CUDA_ATTN_SPLIT");
+    st->attn_split = as && as[0] ? (strcmp(as, "0") != 0) : -1;
     const char *eg = getenv("KILN_CUDA_EXACT_GELU");
     st->exact_gelu = eg && eg[0] && strcmp(eg, "0") != 0;
     const char *find = getenv("KILN_CUDNN_FIND");
