@@ -173,7 +173,7 @@ grep -E "ERROR SUMMARY|passed" "$OUT/memcheck.log" | tail -3
 fi
 if part pytest; then
 echo "== Python suite (torch $(python3 -c 'import torch; print(torch.__version__)'))"
-KILN_LIBRARY=$PWD/build-gpu/libkiln.so KILN_CLI=$PWD/build-gpu/kiln timeout 200 python3 -m pytest -q -rs -p no:cacheprovider python/tests > "$OUT/pytest.log" 2>&1; echo "rc=$?"
+KILN_LIBRARY=$PWD/build-gpu/libkiln.so KILN_CLI=$PWD/build-gpu/kiln timeout 420 python3 -m pytest -q -rs -p no:cacheprovider python/tests > "$OUT/pytest.log" 2>&1; echo "rc=$?"
 tail -25 "$OUT/pytest.log"
 fi
 if part conformance; then

@@ -313,6 +313,25 @@ def test_batches_split_back_per_request(engine, runner):
         assert matches(o, runner.run(r))
 
 
+def test_runner_warmup_runs_every_batch_size(engine, runner):
+    """Runner.warmup (what each worker does before it takes requests): every row count the
+    server can send, capped by max_rows; past max_sizes of them the powers of two and the
+    largest; the answers afterwards are the same."""
+    from kiln.serving.core import Runner
+
+    x = np.random.default_rng(9).standard_normal((3, 16)).astype(np.float32)
+    want = runner.run({"x": x})
+    r = Runner(engine, threads=1)
+    try:
+        assert r.warmup() == list(range(1, 9))
+        assert r.warmup(3) == [1, 2, 3]
+        assert r.warmup(100) == list(range(1, 9))
+        assert r.warmup(max_sizes=3) == [1, 2, 4, 8]
+        assert matches(r.run({"x": x}), want)
+    finally:
+        r.close()
+
+
 def test_kiln_serve_cli(engine, tmp_path):
     """`kiln serve --help` through the package's console script (kiln.cli), the C tool's
     commands through the same script, and a clear error for a model that is neither."""
@@ -320,6 +339,7 @@ def test_kiln_serve_cli(engine, tmp_path):
     out = subprocess.run([sys.executable, "-m", "kiln.serving", "--help"], env=env,
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and "--max-batch" in out.stdout and "--timeout-ms" in out.stdout
+    assert "--no-warmup" in out.stdout
     bad = tmp_path / "model.txt"
     bad.write_text("hello")
     out = subprocess.run([sys.executable, "-c", "import sys, kiln.cli; sys.exit(kiln.cli.main())",

@@ -89,6 +89,18 @@ typedef struct kiln_backend_i {
     kiln_status (*to_host)(void *state, void *dst, const void *src, size_t n);
     /* Waits until all work queued on the state's stream is done. */
     kiln_status (*sync)(void *state);
+    /* For the tuner's check that a layer's tactics agree (optional, all three
+     * or none; builder/tune_check.h). poison_scratch fills the state's
+     * scratch memory (library workspaces) and poison n bytes at p with bytes
+     * that read as NaN, on the state's stream: a kernel that reads its
+     * workspace before writing it, or leaves part of its output unwritten,
+     * cannot agree with the other candidates by luck. to_host_strided
+     * copies `count` elements of `elem` bytes, `stride` bytes apart from
+     * src, packed into dst, and waits. */
+    void (*poison_scratch)(void *state);
+    kiln_status (*poison)(void *state, void *p, size_t n);
+    kiln_status (*to_host_strided)(void *state, void *dst, const void *src, size_t elem, size_t stride,
+                                   size_t count);
     /* Whether p points into this backend's memory (so a caller's buffer can
      * be used without a copy). May be NULL: never. */
     bool (*owns_pointer)(void *state, const void *p);

@@ -12,15 +12,18 @@
  *
  * Timing cache: a text file (the builder's timing_cache path)
  *
- *     kiln-timing-cache 1
+ *     kiln-timing-cache 2
  *     <key> <tactic id> <microseconds>
  *
  * keyed by the target, the thread count, the op, its attributes (without
  * the tactic, in hex) and the input dtypes and shapes. It is read before
  * timing (a known key is not timed again, nor is a layer identical to one
  * timed before in the same build) and rewritten after, through a
- * temporary file and a rename. */
+ * temporary file and a rename. Version 1 files (made before a device
+ * layer's tactics had to agree on its output, tune_check.h) are read as
+ * empty, with a note: their choices are timed and checked again. */
 #include "backends/backend.h"
+#include "builder/tune_check.h"
 #include "runtime/engine.h"
 
 #include <errno.h>
@@ -87,13 +90,18 @@ static kiln_status cache_read(tcache *c, const char *path) {
     char line[8192];
     int ln = 0;
     kiln_status st = KILN_OK;
-    while (st == KILN_OK && fgets(line, sizeof line, f)) {
+    bool old = false;
+    while (st == KILN_OK && !old && fgets(line, sizeof line, f)) {
         ln++;
         size_t len = strlen(line);
         if (len && line[len - 1] == '\n') line[--len] = 0;
         if (ln == 1) {
-            if (strcmp(line, "kiln-timing-cache 1"))
-                st = KILN_FAIL(KILN_ERR_IO, "timing cache '%s' is not a kiln timing cache (version 1)",
+            old = !strcmp(line, "kiln-timing-cache 1");
+            if (old)
+                fprintf(stderr, "kiln: timing cache '%s' is of version 1 (before tactics had to agree on "
+                                "their outputs): its layers are timed again\n", path);
+            else if (strcmp(line, "kiln-timing-cache 2"))
+                st = KILN_FAIL(KILN_ERR_IO, "timing cache '%s' is not a kiln timing cache (version 2)",
                                path);
             continue;
         }
@@ -114,7 +122,7 @@ static kiln_status cache_read(tcache *c, const char *path) {
 
 static kiln_status cache_write(const tcache *c, const char *path) {
     kiln_sbuf sb = {0};
-    kiln__sbuf_printf(&sb, "kiln-timing-cache 1\n");
+    kiln__sbuf_printf(&sb, "kiln-timing-cache 2\n");
     for (int i = 0; i < c->n; i++)
         kiln__sbuf_printf(&sb, "%s %d %.3f\n", c->e[i].key, (int)c->e[i].id, c->e[i].us);
     kiln_status st = sb.oom ? KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory (timing cache)")
@@ -532,6 +540,73 @@ static kiln_status alternate_runs(kiln_engine *e, kiln_variant_fn set, void *arg
     return KILN_OK;
 }
 
+static bool getenv_flag(const char *name) {
+    const char *v = getenv(name);
+    return v && *v && strcmp(v, "0") != 0;
+}
+
+/* Bytes of output i to check (0: not checked: unknown size). */
+static size_t check_bytes(const kiln_tinfo *outs, const tune_bufs *tb, int i) {
+    size_t nb = kiln__value_nbytes(&outs[i]);
+    return nb && tb->out[i] && kiln_dtype_size(outs[i].dtype) ? nb : 0;
+}
+
+/* Gathers the samples of the outputs tactic k just wrote (tac_setup's run)
+ * to the host: every element of an output of up to KILN_TUNE_SAMPLES, else
+ * that many evenly spaced ones (one strided copy); host: room for
+ * KILN_TUNE_SAMPLES elements of 8 bytes. */
+static kiln_status sample_outputs(const kiln_backend_i *be, void *state, const kiln_node *n, tune_bufs *tb,
+                                  const kiln_tinfo *outs, void *host, kiln_tune_sample *s) {
+    for (int i = 0; i < n->n_out; i++) {
+        size_t nb = check_bytes(outs, tb, i), es = kiln_dtype_size(outs[i].dtype);
+        if (!nb) continue;
+        size_t ne = nb / es, cnt = ne <= KILN_TUNE_SAMPLES ? ne : KILN_TUNE_SAMPLES;
+        kiln_status st = cnt == ne ? be->to_host(state, host, tb->out[i], nb)
+                                   : be->to_host_strided(state, host, tb->out[i], es, ne / cnt * es, cnt);
+        if (st != KILN_OK) { /* not compared */
+            kiln__clear_error();
+            continue;
+        }
+        KILN_TRY(kiln__tune_sample(outs[i].dtype, host, (int64_t)cnt, &s[i]));
+    }
+    return KILN_OK;
+}
+
+/* Fills the outputs with bytes that read as NaN before tactic k's checked
+ * run (a kernel that leaves part of its output unwritten must not agree by
+ * showing the previous tactic's values), and the state's scratch. */
+static kiln_status poison_outputs(const kiln_backend_i *be, void *state, const kiln_node *n, tune_bufs *tb,
+                                  const kiln_tinfo *outs) {
+    be->poison_scratch(state);
+    for (int i = 0; i < n->n_out; i++) {
+        size_t nb = check_bytes(outs, tb, i);
+        if (nb) KILN_TRY(be->poison(state, tb->out[i], nb));
+    }
+    return KILN_OK;
+}
+
+/* Takes the tactics whose outputs disagree with the consensus of the
+ * layer's tactics out of the timing (runs[k].ok = false), with a note. */
+static void drop_disagreeing(const kiln_backend_i *be, const kiln_node *n, tac_run *runs, const int32_t *cand,
+                             int nc, const kiln_tinfo *outs, const kiln_tune_sample *samples) {
+    bool ran[TUNE_MAX_TACTICS], keep[TUNE_MAX_TACTICS];
+    kiln_dtype dt[16];
+    for (int i = 0; i < n->n_out; i++) dt[i] = outs[i].dtype;
+    for (int k = 0; k < nc; k++) ran[k] = runs[k].ok;
+    if (!kiln__tune_consensus(dt, samples, nc, n->n_out, ran, keep)) return;
+    for (int k = 0; k < nc; k++) {
+        if (keep[k]) continue;
+        runs[k].ok = false;
+        char nm[96];
+        kiln__backend_tactic_describe(be, n, cand[k], nm, sizeof nm);
+        const kiln_tune_sample *a = &samples[k * n->n_out];
+        fprintf(stderr,
+                "kiln: tuning: node '%s': tactic %s computes a different output than the layer's other "
+                "tactics (max |y| %.4g, %lld NaN/Inf); it is not used\n",
+                n->name, nm, a->max_abs, (long long)a->nonfinite);
+    }
+}
+
 static bool has_tactics(const kiln_graph *g) {
     for (int i = 0; i < g->n_nodes; i++)
         if (!g->nodes[i].dead && (g->nodes[i].op->flags & KILN_OP_FLAG_TACTICS)) return true;
@@ -637,6 +712,17 @@ static kiln_status tune_all(kiln_layout_ctx *c) {
             const kiln_kernel *kn = kiln__backend_kernel(be, n);
             unsigned char saved[4096];
             bool can_prep = kn && kn->tune_prepare && n->op->attr_size <= sizeof saved;
+            /* a device layer's tactics must agree on its output (tune_check.h);
+             * (CPU tactics that change the layout they run in are not compared) */
+            bool check = be->device != KILN_DEVICE_CPU && !can_prep && n->n_out <= 16 && be->poison &&
+                         be->poison_scratch && be->to_host_strided && !getenv_flag("KILN_TUNE_NO_CHECK");
+            kiln_tune_sample *samples = NULL;
+            void *host = NULL;
+            if (check && st == KILN_OK) {
+                samples = kiln__calloc((size_t)n_ids * (size_t)n->n_out, sizeof *samples);
+                host = kiln__aligned_alloc(KILN_TUNE_SAMPLES * 8);
+                if (!samples || !host) st = KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory (tuning)");
+            }
             kiln_kernel_args probe = {.op = n->op, .op_id = n->op_id, .attrs = n->attrs, .node_name = n->name,
                                       .n_in = n->n_in, .n_out = n->n_out, .in = tb.pin, .out = tb.pout,
                                       .pool = si == 0 ? pool : NULL};
@@ -651,12 +737,16 @@ static kiln_status tune_all(kiln_layout_ctx *c) {
                     }
                 }
                 /* set up with the layout it runs in (its attrs are copied) */
+                if (check && st == KILN_OK) st = poison_outputs(be, T->states[si], n, &tb, outs);
                 double t_setup = kiln__now_us();
                 tac_setup(be, T->states[si], pool, n, in, ids[k], &tb, &runs[nc]);
                 setup_us[nc] = kiln__now_us() - t_setup;
                 if (prep > 0) memcpy(n->attrs, saved, n->op->attr_size);
+                if (check && runs[nc].ok && st == KILN_OK)
+                    st = sample_outputs(be, T->states[si], n, &tb, outs, host, &samples[nc * n->n_out]);
                 cand[nc++] = ids[k];
             }
+            if (check && st == KILN_OK) drop_disagreeing(be, n, runs, cand, nc, outs, samples);
             if (st == KILN_OK) time_turns(be, T->states[si], runs, nc, us);
             if (st == KILN_OK && verbose) {
                 /* KILN_TUNE_VERBOSE=1: every candidate's set-up and median time */
@@ -676,6 +766,9 @@ static kiln_status tune_all(kiln_layout_ctx *c) {
                 tac_free(&runs[k]);
             }
             kiln__free(runs);
+            for (int k = 0; samples && k < n_ids * n->n_out; k++) kiln__tune_sample_free(&samples[k]);
+            kiln__free(samples);
+            kiln__aligned_free(host);
             bufs_free(be, T->states[si], n, &tb, in);
             if (st != KILN_OK) return st;
             tac->id = best_us >= 0 ? best : 0;

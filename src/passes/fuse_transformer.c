@@ -11,9 +11,11 @@
  *      multiplications) and tanh form 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715
  *      x^3))), into kiln.Gelu;
  *   4. MatMul (constant 2-D B) or Gemm (transA 0, constant B; alpha and beta
- *      folded into scaled copies of B and C), + Add of a constant bias along the last axis, + Add of a residual
- *      tensor of the output's shape, + Relu or kiln.Gelu, into
- *      kiln.FusedMatMul;
+ *      folded into scaled copies of B and C; a Reshape that flattens its
+ *      input to 2-D and one that restores the leading dims after it are
+ *      folded in: GPT-2's Conv1D), + Add of a constant bias along the last
+ *      axis, + Add of a residual tensor of the output's shape, + Relu or
+ *      kiln.Gelu, into kiln.FusedMatMul;
  *   5. attention: MatMul(Q, K^T) -> Div or Mul by a constant -> Add mask ->
  *      Softmax(last axis) -> MatMul(., V) into kiln.Attention. The head
  *      splitting around it (Reshape [B,S,H*D] -> [B,S,H,D] + Transpose to
@@ -22,7 +24,8 @@
  *      no transpose is left;
  *   6. the three projections making an Attention's Q, K and V from one input
  *      into one FusedMatMul with the weights side by side (Attention layout
- *      KILN_ATTN_QKV).
+ *      KILN_ATTN_QKV); or Q, K and V as a Split of one packed projection
+ *      (GPT-2) read in that layout.
  * Each fusion is made only where the target's backend supports the new node.
  * The fused node replaces the pattern's last node and is named after all the
  * nodes it came from ("a+b+c"). */
@@ -463,11 +466,31 @@ static kiln_status match_matmul(kiln_graph *g, const kiln_optimize_opts *o, int 
         if (n->n_in > 2 && n->in[2] >= 0 && beta != 0.0f) bias = n->in[2];
     }
     int64_t N = bi->dims[fa.trans_b ? 0 : 1];
-    int out_rank = info(g, n->out[0])->rank;
-    if (bias >= 0 && !is_bias(g, bias, N, out_rank)) return KILN_OK;
     pat p = {.n = 0};
     pat_add(&p, mm);
     int y = n->out[0];
+    /* Linear layers applied to a flattened view (GPT-2's Conv1D: Reshape
+     * x [.., K] -> [M, K], Gemm, Reshape -> [.., N]): the layer reads x and
+     * writes the second Reshape's output (the same bytes), so that the bias,
+     * residual and activation after it fuse too */
+    int r1 = ai->rank == 2 ? sole_producer(g, A, KILN_OP_Reshape) : -1;
+    int r2 = r1 >= 0 ? sole_consumer_op(g, y, KILN_OP_Reshape) : -1;
+    if (r2 >= 0) {
+        int x = g->nodes[r1].in[0], z = g->nodes[r2].out[0];
+        const kiln_tinfo *xi = info(g, x), *zi = info(g, z);
+        bool flat = is_f32(g, x) && xi->rank >= 3 && zi->rank == xi->rank &&
+                    xi->dims[xi->rank - 1] == ai->dims[1] && zi->dims[zi->rank - 1] == N;
+        for (int i = 0; flat && i < xi->rank - 1; i++)
+            if (xi->dims[i] == KILN_DIM_UNKNOWN || zi->dims[i] != xi->dims[i]) flat = false;
+        if (flat) {
+            pat_add(&p, r1);
+            pat_add(&p, r2);
+            A = x;
+            y = z;
+        }
+    }
+    int out_rank = info(g, y)->rank;
+    if (bias >= 0 && !is_bias(g, bias, N, out_rank)) return KILN_OK;
     if (bias < 0) {
         int add = sole_consumer_op(g, y, KILN_OP_Add);
         int b = add >= 0 ? other_input(g, add, y) : -1;
@@ -938,6 +961,41 @@ static kiln_status match_qkv(kiln_graph *g, const kiln_optimize_opts *o, int an)
     return KILN_OK;
 }
 
+/* An Attention whose Q, K and V (BSHD) are the three outputs of one Split of
+ * a [B, S, 3E] value along its last axis into equal parts (GPT-2's packed
+ * c_attn projection), read by it alone: it reads the packed value in the
+ * QKV layout, and the Split (three copies) goes. */
+static kiln_status match_split_qkv(kiln_graph *g, const kiln_optimize_opts *o, int an) {
+    kiln_node *a = &g->nodes[an];
+    kiln_attention_attrs aa = *(const kiln_attention_attrs *)a->attrs;
+    if (aa.q_layout != KILN_ATTN_BSHD || aa.k_layout != KILN_ATTN_BSHD || aa.v_layout != KILN_ATTN_BSHD)
+        return KILN_OK;
+    int sp = kiln__pat_producer(g, a->in[0], KILN_OP_Split);
+    if (sp < 0) return KILN_OK;
+    const kiln_node *s = &g->nodes[sp];
+    int x = s->in[0];
+    const kiln_tinfo *xi = info(g, x);
+    const kiln_split_attrs *sa = s->attrs;
+    if (s->n_out != 3 || !is_f32(g, x) || xi->rank != 3 || xi->dims[2] <= 0 || xi->dims[2] % 3 ||
+        (sa->axis != -1 && sa->axis != 2))
+        return KILN_OK;
+    for (int i = 0; i < 3; i++) {
+        const kiln_tinfo *oi = info(g, s->out[i]);
+        if (a->in[i] != s->out[i] || !kiln__pat_sole_use(g, s->out[i]) || oi->rank != 3 ||
+            oi->dims[2] != xi->dims[2] / 3)
+            return KILN_OK;
+    }
+    aa.q_layout = aa.k_layout = aa.v_layout = KILN_ATTN_QKV;
+    int ain[6] = {x, x, x, -1, -1, -1}; /* the masks stay */
+    for (int i = 3; i < a->n_in && i < 6; i++) ain[i] = a->in[i];
+    if (!kiln__pat_supports(g, o->device, KILN_OP_Attention, a->n_in, ain, 1, a->out, &aa)) return KILN_OK;
+    memcpy(a->attrs, &aa, sizeof aa);
+    for (int i = 0; i < 3; i++) a->in[i] = x;
+    g->nodes[sp].dead = true;
+    kiln__graph_link(g);
+    return KILN_OK;
+}
+
 /* ======================================================================= */
 
 kiln_status kiln__opt_transformer(kiln_graph *g, const kiln_optimize_opts *o) {
@@ -965,6 +1023,9 @@ kiln_status kiln__opt_transformer(kiln_graph *g, const kiln_optimize_opts *o) {
         if (!g->nodes[ni].dead && (g->nodes[ni].op_id == KILN_OP_MatMul || g->nodes[ni].op_id == KILN_OP_Gemm))
             KILN_TRY(match_matmul(g, o, ni));
     for (int ni = 0; kiln__pass_on(o, KILN_PASS_FUSE_QKV) && ni < g->n_nodes; ni++)
-        if (!g->nodes[ni].dead && g->nodes[ni].op_id == KILN_OP_Attention) KILN_TRY(match_qkv(g, o, ni));
+        if (!g->nodes[ni].dead && g->nodes[ni].op_id == KILN_OP_Attention) {
+            KILN_TRY(match_qkv(g, o, ni));
+            if (!g->nodes[ni].dead && g->nodes[ni].op_id == KILN_OP_Attention) KILN_TRY(match_split_qkv(g, o, ni));
+        }
     return KILN_OK;
 }

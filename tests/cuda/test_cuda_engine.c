@@ -2,8 +2,12 @@
  * one): fp32 vs the committed reference, CUDA Graph capture and replay
  * (new data in the same device buffer, other shapes, turned off), and
  * fp16/bf16 engines (casts at the boundaries, outputs within reduced-
- * precision tolerance, a layer kept in fp32). Model: tests/data/tiny_mlp.onnx;
- * and a MobileNetV3-style net's NHWC chain (tests/data/tiny_mbv3.onnx). */
+ * precision tolerance, a layer kept in fp32). Model: tests/data/tiny_mlp.onnx.
+ * And a dynamic-batch CNN (tests/stress/stress_cnn.onnx) whose runs change
+ * batch size as a server's do: more sizes than a layer keeps plans for, each
+ * seen twice, every output checked against the CPU engine; and EfficientNet's
+ * squeeze-excitation block (tests/data/se_block.onnx) at batch 1 to 32; and a
+ * MobileNetV3-style net's NHWC chain (tests/data/tiny_mbv3.onnx). */
 #include <cuda_runtime_api.h>
 #include <math.h>
 #include <stdlib.h>
@@ -132,21 +136,16 @@ TEST(reduced_precision) {
     }
 }
 
-/* A MobileNetV3/EfficientNet-style net (tests/data/tiny_mbv3.onnx, see
- * gen_tiny.py: depthwise 3x3 and 5x5/2 layers, SE blocks with HardSigmoid
- * and Sigmoid gates, a residual, an NHWC output) at a fixed shape, where
- * fp16/bf16 CUDA engines run one NHWC chain (kiln's depthwise kernel, the
- * SE Muls through views, no conversion but the one back for `feat`):
- * against the CPU's fp32 engine. */
-#define MBV3 "tests/data/tiny_mbv3.onnx"
-static kiln_engine *build_mbv3(kiln_device dev, kiln_precision p) {
+/* Model `path` with input x [min_n..max_n (opt opt_n), c, hw, hw] (dev, precision). */
+static kiln_engine *build_nchw(const char *path, int64_t c, int64_t hw, int64_t min_n, int64_t opt_n, int64_t max_n,
+                               kiln_device dev, kiln_precision p) {
     kiln_model *m = NULL;
     kiln_builder *b = NULL;
     kiln_engine *e = NULL;
-    int64_t d[4] = {2, 3, 32, 32};
-    CHECK_OK(kiln_model_load_onnx(MBV3, &m));
+    int64_t mn[4] = {min_n, c, hw, hw}, op[4] = {opt_n, c, hw, hw}, mx[4] = {max_n, c, hw, hw};
+    CHECK_OK(kiln_model_load_onnx(path, &m));
     CHECK_OK(kiln_builder_create(&b));
-    CHECK_OK(kiln_builder_set_profile(b, "x", 4, d, d, d));
+    CHECK_OK(kiln_builder_set_profile(b, "x", 4, mn, op, mx));
     CHECK_OK(kiln_builder_set_device(b, dev, 0));
     CHECK_OK(kiln_builder_set_precision(b, p));
     CHECK_OK(kiln_build(b, m, &e));
@@ -154,6 +153,91 @@ static kiln_engine *build_mbv3(kiln_device dev, kiln_precision p) {
     kiln_model_free(m);
     return e;
 }
+
+/* The stress CNN for batch 1..NB of 3x16x16 (dev, precision). */
+#define NB 20
+static kiln_engine *build_cnn(kiln_device dev, kiln_precision p) {
+    return build_nchw("tests/stress/stress_cnn.onnx", 3, 16, 1, 8, NB, dev, p);
+}
+
+static void run_cnn(kiln_context *c, const float *x, int n, float *probs, float *feat) {
+    int64_t dims[4] = {n, 3, 16, 16};
+    CHECK_OK(kiln_context_set_input(c, "x", KILN_DTYPE_FLOAT32, 4, dims, x));
+    CHECK_OK(kiln_context_set_output(c, "probs", probs, sizeof(float) * (size_t)n * 10));
+    CHECK_OK(kiln_context_set_output(c, "feat", feat, sizeof(float) * (size_t)n * 16));
+    CHECK_OK(kiln_context_run(c));
+}
+
+TEST(batch_sizes_change_run_to_run) {
+    kiln_precision ps[2] = {KILN_PRECISION_FP32, KILN_PRECISION_FP16};
+    kiln_engine *cpu = build_cnn(KILN_DEVICE_CPU, KILN_PRECISION_FP32);
+    static float x[NB * 3 * 16 * 16], p[NB * 10], f[NB * 16], wp[NB * 10], wf[NB * 16];
+    for (int k = 0; cpu && k < 2; k++) {
+        kiln_engine *e = build_cnn(KILN_DEVICE_CUDA, ps[k]);
+        kiln_context *c = NULL, *cc = NULL;
+        if (e) CHECK_OK(kiln_context_create(e, &c));
+        CHECK_OK(kiln_context_create(cpu, &cc));
+        for (int r = 0; c && cc && r < 2 * NB; r++) {
+            int n = 1 + (r * 7) % NB; /* every size twice, in an order that jumps */
+            for (int i = 0; i < n * 3 * 256; i++) x[i] = sinf(0.11f * (float)i + (float)r);
+            run_cnn(c, x, n, p, f);
+            run_cnn(cc, x, n, wp, wf);
+            double ep = rel_err(p, wp, n * 10), ef = rel_err(f, wf, n * 16);
+            double tol = k ? 2e-2 : 1e-4;
+            if (!(ep < tol && ef < tol)) fprintf(stderr, "  %s batch %d: errors %g %g\n", k ? "fp16" : "fp32", n, ep, ef);
+            CHECK(ep < tol && ef < tol);
+        }
+        kiln_context_free(c);
+        kiln_context_free(cc);
+        kiln_engine_free(e);
+    }
+    kiln_engine_free(cpu);
+}
+
+/* EfficientNet's squeeze-excitation block (tests/data/se_block.onnx: depthwise
+ * conv, SiLU, GAP, two 1x1 convs on [N, C, 1, 1], the channel scale, a 1x1
+ * projection), tuned at batch 32: an EfficientNet-B0 fp16 engine's first SE
+ * 1x1 conv gave wrong values at batch 32 on the H200 (2026-12-04). */
+TEST(se_block_at_batch_sizes) {
+    kiln_precision ps[2] = {KILN_PRECISION_FP32, KILN_PRECISION_FP16};
+    kiln_engine *cpu = build_nchw("tests/data/se_block.onnx", 32, 16, 1, 32, 32, KILN_DEVICE_CPU, KILN_PRECISION_FP32);
+    static float x[32 * 32 * 256], y[32 * 16 * 256], want[32 * 16 * 256];
+    static const int ns[4] = {32, 1, 8, 5};
+    for (int k = 0; cpu && k < 2; k++) {
+        kiln_engine *e = build_nchw("tests/data/se_block.onnx", 32, 16, 1, 32, 32, KILN_DEVICE_CUDA, ps[k]);
+        kiln_context *c = NULL, *cc = NULL;
+        if (e) CHECK_OK(kiln_context_create(e, &c));
+        CHECK_OK(kiln_context_create(cpu, &cc));
+        for (int r = 0; c && cc && r < 4; r++) {
+            int n = ns[r];
+            for (int i = 0; i < n * 32 * 256; i++) x[i] = sinf(0.013f * (float)i + (float)r);
+            int64_t dims[4] = {n, 32, 16, 16};
+            kiln_context *cs[2] = {c, cc};
+            float *outs[2] = {y, want};
+            for (int j = 0; j < 2; j++) {
+                CHECK_OK(kiln_context_set_input(cs[j], "x", KILN_DTYPE_FLOAT32, 4, dims, x));
+                CHECK_OK(kiln_context_set_output(cs[j], "y", outs[j], sizeof(float) * (size_t)n * 16 * 256));
+                CHECK_OK(kiln_context_run(cs[j]));
+            }
+            double err = rel_err(y, want, n * 16 * 256), tol = k ? 2e-2 : 1e-4;
+            if (!(err < tol)) fprintf(stderr, "  %s batch %d: error %g\n", k ? "fp16" : "fp32", n, err);
+            CHECK(err < tol);
+        }
+        kiln_context_free(c);
+        kiln_context_free(cc);
+        kiln_engine_free(e);
+    }
+    kiln_engine_free(cpu);
+}
+
+/* A MobileNetV3/EfficientNet-style net (tests/data/tiny_mbv3.onnx, see
+ * gen_tiny.py: depthwise 3x3 and 5x5/2 layers, SE blocks with HardSigmoid
+ * and Sigmoid gates, a residual, an NHWC output) at a fixed shape, where
+ * fp16/bf16 CUDA engines run one NHWC chain (kiln's depthwise kernel, the
+ * SE Muls through views, no conversion but the one back for `feat`):
+ * against the CPU's fp32 engine. */
+#define MBV3 "tests/data/tiny_mbv3.onnx"
+static kiln_engine *build_mbv3(kiln_device dev, kiln_precision p) { return build_nchw(MBV3, 3, 32, 2, 2, 2, dev, p); }
 
 static void run_mbv3(kiln_engine *e, const float *x, float *y, float *feat) {
     kiln_context *c = NULL;
@@ -193,7 +277,7 @@ TEST(nhwc_mobilenet) {
 
 int main(void) {
     if (!kiln_device_available(KILN_DEVICE_CUDA)) {
-        printf("no CUDA device: skipping\n0 passed, 0 failed, 4 skipped\n");
+        printf("no CUDA device: skipping\n0 passed, 0 failed, 6 skipped\n");
         return 0;
     }
     FILE *f = fopen(IO, "rb");
@@ -206,6 +290,8 @@ int main(void) {
     RUN(fp32_reference);
     RUN(graphs);
     RUN(reduced_precision);
+    RUN(batch_sizes_change_run_to_run);
+    RUN(se_block_at_batch_sizes);
     RUN(nhwc_mobilenet);
     return test_summary();
 }

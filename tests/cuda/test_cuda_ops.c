@@ -25,6 +25,7 @@
 
 #include "backends/cuda/cuda_internal.h"
 #include "ops/elementwise_impl.h"
+#include "ops/fused_norm.h"
 #include "ops/tensor_internal.h"
 #include "test.h"
 
@@ -1100,6 +1101,38 @@ TEST(test_norm) {
          trand(BF16, 0.5, 2, S(264)), trand(BF16, -1, 1, S(264)));
     CASE("ln_1600_f16_nobias", LayerNormalization, &ln, 1, 0, 0, trand(F16, -3, 3, S(5, 1600)),
          trand(F16, 0.5, 2, S(1600)));
+    /* more than 1024 rows: 4 rows per block (fewer: a warp per block) */
+    CASE("ln_rows1200_f16", LayerNormalization, &ln, 1, 0, 0, trand(F16, -3, 3, S(3, 400, 256)),
+         trand(F16, 0.5, 2, S(256)), trand(F16, -1, 1, S(256)));
+
+    /* kiln.AddLayerNorm (src/ops/fused_norm.h): Y = LN(A + R), Sum = A + R
+     * rounded to the type, as an output or not; R of A's shape or repeating
+     * over leading dims (BERT's position embeddings); the vectorized kernel
+     * (fp16/bf16, D = 8k <= 2048: one warp per block up to 1024 rows, then 4)
+     * and the general one (fp32, odd widths, scalar Scale) */
+    kiln_add_ln_attrs aln = {-1, 1e-5f}, aln1 = {1, 1e-6f};
+    CASE("aln_bert_b1_f16", AddLayerNorm, &aln, 1, 0, 0, trand(F16, -3, 3, S(1, 128, 768)),
+         trand(F16, -3, 3, S(1, 128, 768)), trand(F16, 0.5, 2, S(768)), trand(F16, -1, 1, S(768)));
+    CASE("aln_bert_sum_f16", AddLayerNorm, &aln, 2, 0, 0, trand(F16, -3, 3, S(2, 128, 768)),
+         trand(F16, -3, 3, S(2, 128, 768)), trand(F16, 0.5, 2, S(768)), trand(F16, -1, 1, S(768)));
+    CASE("aln_pos_rows_bf16", AddLayerNorm, &aln, 1, 0, 0, trand(BF16, -3, 3, S(3, 40, 768)),
+         trand(BF16, -3, 3, S(1, 40, 768)), trand(BF16, 0.5, 2, S(768)), trand(BF16, -1, 1, S(768)));
+    CASE("aln_1024_sum_bf16", AddLayerNorm, &aln, 2, 0, 0, trand(BF16, -3, 3, S(2, 9, 1024)),
+         trand(BF16, -3, 3, S(2, 9, 1024)), trand(BF16, 0.5, 2, S(1024)), trand(BF16, -1, 1, S(1024)));
+    CASE("aln_rows1200_sum_f16", AddLayerNorm, &aln, 2, 0, 0, trand(F16, -3, 3, S(30, 40, 64)),
+         trand(F16, -3, 3, S(40, 64)), trand(F16, 0.5, 2, S(64)), trand(F16, -1, 1, S(64)));
+    CASE("aln_1600_nobias_f16", AddLayerNorm, &aln, 1, 0, 0, trand(F16, -3, 3, S(5, 1600)),
+         trand(F16, -3, 3, S(5, 1600)), trand(F16, 0.5, 2, S(1600)));
+    CASE("aln_odd100_sum_f16", AddLayerNorm, &aln, 2, 0, 0, trand(F16, -3, 3, S(7, 100)),
+         trand(F16, -3, 3, S(7, 100)), trand(F16, 0.5, 2, S(100)), trand(F16, -1, 1, S(100)));
+    CASE("aln_768_sum_f32", AddLayerNorm, &aln, 2, 0, 1e-10, trand(F32, -3, 3, S(2, 16, 768)),
+         trand(F32, -3, 3, S(16, 768)), trand(F32, 0.5, 2, S(768)), trand(F32, -1, 1, S(768)));
+    CASE("aln_odd37_scalar_f32", AddLayerNorm, &aln, 1, 0, 1e-10, trand(F32, -3, 3, S(5, 37)),
+         trand(F32, -3, 3, S(5, 37)), trand(F32, 0.5, 2, S(1)));
+    CASE("aln_wide3000_f32", AddLayerNorm, &aln, 2, 0, 1e-10, trand(F32, -3, 3, S(3, 3000)),
+         trand(F32, -3, 3, S(3, 3000)), trand(F32, 0.5, 2, S(3000)), trand(F32, -1, 1, S(3000)));
+    CASE("aln_axis1_f32", AddLayerNorm, &aln1, 1, 0, 1e-10, trand(F32, -3, 3, S(4, 6, 5)),
+         trand(F32, -3, 3, S(6, 5)), trand(F32, 0.5, 2, S(6, 5)), trand(F32, -1, 1, S(6, 5)));
 }
 
 TEST(test_softmax) {
@@ -1561,6 +1594,63 @@ TEST(test_fused_transformer) {
     CASE("bhds_d64_f16", Attention, &mixed, 1, 0, 1e-5, trand(F16, -1, 1, S(2, 2, 128, 64)),
          trand(F16, -1, 1, S(2, 2, 64, 128)), trand(F16, -1, 1, S(2, 2, 128, 64)), NULL, NULL,
          trand(F16, -1, 1, S(2, 1, 128, 128)));
+
+    /* The tensor-core kernel's ways of sharing out the work (k_attn_plan.h),
+     * each forced in turn, then chosen: 16 rows per CTA with 4 warps over the
+     * keys (small batches; partials merged in shared memory), the 32/64-row
+     * tiles of large batches. Batch 1 with BERT's 12 heads, sequences that
+     * are not multiples of 16 or of a key step (1, 77, 200), a single key,
+     * key slices with no keys at all, every mask form. */
+    kiln_cuda_state *cst = st;
+    const int keep_split = cst->attn_split;
+    kiln_attention_attrs bert = {.num_heads = 12, .q_layout = KILN_ATTN_BSHD, .k_layout = KILN_ATTN_BSHD,
+                                 .v_layout = KILN_ATTN_BSHD, .out_layout = KILN_ATTN_BSHD, .scale = 0.125f};
+    kiln_attention_attrs qkv_b1 = qkv;
+    qkv_b1.num_heads = 4;
+    kiln_attention_attrs h2 = {.num_heads = 2, .q_layout = KILN_ATTN_BHSD, .k_layout = KILN_ATTN_BHSD,
+                               .v_layout = KILN_ATTN_BHSD, .out_layout = KILN_ATTN_BSHD, .scale = 0.09f};
+    for (int mode = 1; mode >= -1; mode--) {
+        cst->attn_split = mode;
+        char nm[64];
+#define SPLIT_NAME(what) (snprintf(nm, sizeof nm, "%s_split%d", what, mode), nm)
+        CASE(SPLIT_NAME("b1_bert_s128_f16"), Attention, &bert, 1, 0, 1e-5, trand(F16, -1, 1, S(1, 128, 768)),
+             trand(F16, -1, 1, S(1, 128, 768)), trand(F16, -1, 1, S(1, 128, 768)),
+             trand(F16, -3, 0, S(1, 1, 1, 128)));
+        CASE(SPLIT_NAME("b1_bert_s77_bf16"), Attention, &bert, 1, 0, 1e-4, trand(BF16, -1, 1, S(1, 77, 768)),
+             trand(BF16, -1, 1, S(1, 77, 768)), trand(BF16, -1, 1, S(1, 77, 768)),
+             trand(BF16, -3, 0, S(1, 1, 1, 77)));
+        CASE(SPLIT_NAME("b1_q1_k33_f16"), Attention, &bert, 1, 0, 1e-5, trand(F16, -1, 1, S(1, 1, 768)),
+             trand(F16, -1, 1, S(1, 33, 768)), trand(F16, -1, 1, S(1, 33, 768)));
+        CASE(SPLIT_NAME("b1_k1_f16"), Attention, &bert, 1, 0, 1e-5, trand(F16, -1, 1, S(1, 20, 768)),
+             trand(F16, -1, 1, S(1, 1, 768)), trand(F16, -1, 1, S(1, 1, 768)));
+        {
+            kiln_tensor *x = trand(F16, -1, 1, S(1, 77, 3 * 4 * 64)), *c = trand(BOOL, 0, 1, S(1, 1, 1, 77));
+            ((uint8_t *)c->data)[0] = 1; /* cond_fill_if 0: a key kept */
+            CASE(SPLIT_NAME("b1_qkv_cond_s77_f16"), Attention, &qkv_b1, 1, 0, 1e-5, x, x, x, NULL, c);
+        }
+        for (int k = 0; k < 2; k++) {
+            kiln_dtype t = k ? BF16 : F16;
+            kiln_tensor *c = trand(BOOL, 0, 1, S(45, 150));
+            for (int j = 0; j < 150; j++) ((uint8_t *)c->data)[3 * 150 + j] = 1; /* row 3: every key filled */
+            CASE(SPLIT_NAME(k ? "b2_select_bias_bf16" : "b2_select_bias_f16"), Attention, &sel, 1, 0, k ? 1e-4 : 1e-5,
+                 trand(t, -1, 1, S(2, 2, 45, 32)), trand(t, -1, 1, S(2, 2, 150, 32)), trand(t, -1, 1, S(2, 2, 150, 48)),
+                 trand(t, -2, 0, S(2, 1, 1, 150)), c, trand(t, -1, 1, S(1, 2, 45, 150)));
+        }
+        /* head size 128 (key slices of 16, steps of 64 keys: 4 steps, double-buffered) */
+        CASE(SPLIT_NAME("b1_d128_s200_bias_f16"), Attention, &h2, 1, 0, 1e-5, trand(F16, -1, 1, S(1, 2, 200, 128)),
+             trand(F16, -1, 1, S(1, 2, 200, 128)), trand(F16, -1, 1, S(1, 2, 200, 128)),
+             trand(F16, -2, 0, S(1, 1, 1, 200)), NULL, trand(F16, -1, 1, S(1, 2, 200, 200)));
+        CASE(SPLIT_NAME("b1_d32_s300_bf16"), Attention, &h2, 1, 0, 1e-4, trand(BF16, -1, 1, S(1, 2, 300, 32)),
+             trand(BF16, -1, 1, S(1, 2, 300, 32)), trand(BF16, -1, 1, S(1, 2, 300, 32)));
+        /* every key masked out (NaN, or 0 with nan_to_zero) */
+        {
+            kiln_tensor *x = trand(F16, -1, 1, S(1, 19, 3 * 3 * 32)), *c = tnew(BOOL, 4, (int64_t[]){1, 1, 1, 19});
+            CASE(SPLIT_NAME("b1_all_masked_nan_f16"), Attention, &nonan, 1, 0, 1e-5, x, x, x, NULL, c);
+            CASE(SPLIT_NAME("b1_all_masked_zero_f16"), Attention, &qkv, 1, 0, 1e-5, x, x, x, NULL, c);
+        }
+#undef SPLIT_NAME
+    }
+    cst->attn_split = keep_split;
 }
 
 /* every op of the table has at least one case */

@@ -275,6 +275,49 @@ TEST(fused_fp16) {
     kiln__graph_free(g);
 }
 
+/* Add + LayerNormalization (src/passes/fuse_norm.c) in an fp16 CUDA plan:
+ * one kiln.AddLayerNorm in fp16, the sum (a graph output too) its second
+ * output, both outputs cast back to float32 at the boundary. */
+TEST(add_layernorm_fp16) {
+    if (!have_cuda()) return;
+    kiln_graph *g = NULL;
+    if (kiln__graph_create(&g) != KILN_OK) abort();
+    int64_t xd[3] = {2, 8, 64}, pd[1] = {64};
+    int xy[2];
+    for (int k = 0; k < 2; k++) {
+        int v = xy[k] = add_val(g, k ? "y" : "x");
+        g->values[v].info.dtype = KILN_DTYPE_FLOAT32;
+        g->values[v].info.rank = 3;
+        memcpy(g->values[v].info.dims, xd, sizeof xd);
+        g->values[v].flags |= KILN_VALUE_INPUT;
+        if (kiln__grow((void **)&g->inputs, &g->cap_inputs, g->n_inputs + 1, sizeof(int)) != KILN_OK) abort();
+        g->inputs[g->n_inputs++] = v;
+    }
+    float sc[64], bi[64];
+    for (int i = 0; i < 64; i++) {
+        sc[i] = 1.0f + 0.01f * (float)i;
+        bi[i] = -0.1f * (float)(i % 3);
+    }
+    int s = add_node(g, KILN_OP_Add, "res", 2, xy, NULL);
+    kiln_ln_attrs la = {.axis = -1, .epsilon = 1e-5f, .stash_type = 1};
+    int in[3] = {s, add_const(g, "ln.weight", KILN_DTYPE_FLOAT32, 1, pd, sc),
+                 add_const(g, "ln.bias", KILN_DTYPE_FLOAT32, 1, pd, bi)};
+    mark_output(g, add_node(g, KILN_OP_LayerNormalization, "ln", 3, in, &la));
+    mark_output(g, s);
+    kiln__graph_link(g);
+    CHECK_OK(kiln__graph_infer(g));
+    CHECK_OK(optimize(g, KILN_DEVICE_CUDA, KILN_PRECISION_FP16, NULL, 0, false));
+    CHECK(topo_ok(g));
+    CHECK(count_op(g, KILN_OP_AddLayerNorm) == 1 && count_op(g, KILN_OP_Add) == 0 &&
+          count_op(g, KILN_OP_LayerNormalization) == 0);
+    const kiln_node *n = find_node(g, "res+ln");
+    CHECK(n && n->n_out == 2 && n->out[1] >= 0);
+    for (int i = 0; n && i < 4; i++) CHECK(in_dtype(g, n, i) == KILN_DTYPE_FLOAT16);
+    for (int i = 0; n && i < 2; i++) CHECK(g->values[n->out[i]].info.dtype == KILN_DTYPE_FLOAT16);
+    for (int i = 0; i < g->n_outputs; i++) CHECK(g->values[g->outputs[i]].info.dtype == KILN_DTYPE_FLOAT32);
+    kiln__graph_free(g);
+}
+
 /* The CPU kernels of the fused layers refuse float16 tensors with a message. */
 TEST(fused_cpu_refuses_fp16) {
     uint16_t buf[64] = {0};
@@ -609,6 +652,7 @@ int main(void) {
     RUN(bf16_plan);
     RUN(fused_fp16);
     RUN(fused_cpu_refuses_fp16);
+    RUN(add_layernorm_fp16);
     RUN(cuda_nhwc_chain);
     RUN(cuda_nhwc_mobilenet);
     RUN(left_alone);

@@ -20,6 +20,12 @@ target_link_libraries(test_cuda_precision PRIVATE kiln_static)
 target_include_directories(test_cuda_precision PRIVATE ${CMAKE_SOURCE_DIR}/src ${CMAKE_SOURCE_DIR}/tests)
 add_test(NAME cuda_precision COMMAND test_cuda_precision WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
 set_tests_properties(cuda_precision PROPERTIES LABELS "cuda;unit")
+# How the tensor-core attention shares out its work (no GPU needed).
+add_executable(test_cuda_plan ${CMAKE_SOURCE_DIR}/tests/cuda/test_cuda_plan.c)
+target_link_libraries(test_cuda_plan PRIVATE kiln_static)
+target_include_directories(test_cuda_plan PRIVATE ${CMAKE_SOURCE_DIR}/src ${CMAKE_SOURCE_DIR}/tests)
+add_test(NAME cuda_plan COMMAND test_cuda_plan WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+set_tests_properties(cuda_plan PROPERTIES LABELS "cuda;unit")
 # CUDA engines end to end: graphs, fp16/bf16 (skips without a GPU).
 add_executable(test_cuda_engine ${CMAKE_SOURCE_DIR}/tests/cuda/test_cuda_engine.c)
 target_link_libraries(test_cuda_engine PRIVATE kiln_static)

@@ -210,6 +210,36 @@ def tiny_mbv3(path):
     onnx.save(m, path)
 
 
+def se_block(path):
+    # EfficientNet's MBConv squeeze-excitation block, NCHW, dynamic batch:
+    # x[batch,32,16,16] -> depthwise 3x3 + b -> SiLU -> GlobalAveragePool -> 1x1 32->8 + b
+    # -> SiLU -> 1x1 8->32 + b -> Sigmoid -> Mul (the SiLU output) -> 1x1 32->16 + b -> y
+    def t(name, *shape, scale=0.3):
+        return numpy_helper.from_array((rng.standard_normal(shape) * scale).astype(np.float32), name)
+    inits = [t("dw_w", 32, 1, 3, 3), t("dw_b", 32, scale=0.1), t("fc1_w", 8, 32, 1, 1),
+             t("fc1_b", 8, scale=0.1), t("fc2_w", 32, 8, 1, 1), t("fc2_b", 32, scale=0.1),
+             t("pw_w", 16, 32, 1, 1), t("pw_b", 16, scale=0.1)]
+    n = helper.make_node
+    nodes = [
+        n("Conv", ["x", "dw_w", "dw_b"], ["d"], name="dw", group=32, kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+        n("Sigmoid", ["d"], ["ds"], name="dw_sig"), n("Mul", ["d", "ds"], ["a"], name="dw_silu"),
+        n("GlobalAveragePool", ["a"], ["g"], name="gap"),
+        n("Conv", ["g", "fc1_w", "fc1_b"], ["f1"], name="fc1", kernel_shape=[1, 1]),
+        n("Sigmoid", ["f1"], ["f1s"], name="fc1_sig"), n("Mul", ["f1", "f1s"], ["f1a"], name="fc1_silu"),
+        n("Conv", ["f1a", "fc2_w", "fc2_b"], ["f2"], name="fc2", kernel_shape=[1, 1]),
+        n("Sigmoid", ["f2"], ["sc"], name="scale"), n("Mul", ["a", "sc"], ["e"], name="excite"),
+        n("Conv", ["e", "pw_w", "pw_b"], ["y"], name="project", kernel_shape=[1, 1]),
+    ]
+    g = helper.make_graph(
+        nodes, "se_block",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 32, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 16, 16, 16])],
+        initializer=inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], producer_name="kiln-tests")
+    onnx.checker.check_model(m)
+    onnx.save(m, path)
+
+
 if __name__ == "__main__":
     out = sys.argv[1] if len(sys.argv) > 1 else "."
     mlp(f"{out}/tiny_mlp.onnx")
@@ -220,4 +250,5 @@ if __name__ == "__main__":
     lstm(f"{out}/lstm_bad_act.onnx", ["HardSigmoid", "Tanh", "Tanh"])
     opset18_forms(f"{out}/opset18_forms.onnx")
     window_reverse(f"{out}/window_reverse.onnx")
+    se_block(f"{out}/se_block.onnx")
     tiny_mbv3(f"{out}/tiny_mbv3.onnx")

@@ -121,16 +121,22 @@ static int attention(kiln_graph *g, int x, int y, int64_t B, int64_t S, int64_t 
 
 /* ---- engines -------------------------------------------------------------- */
 
-static kiln_engine *build(const kiln_model *m, int opt, kiln_precision prec, int threads) {
+/* off: a pass switched off (kiln debug passes), or NULL */
+static kiln_engine *build_off(const kiln_model *m, int opt, kiln_precision prec, int threads, const char *off) {
     kiln_builder *b = NULL;
     kiln_engine *e = NULL;
     CHECK_OK(kiln_builder_create(&b));
     CHECK_OK(kiln_builder_set_optimization(b, opt));
     CHECK_OK(kiln_builder_set_threads(b, threads));
     if (prec) CHECK_OK(kiln_builder_set_precision(b, prec));
+    if (off) CHECK_OK(kiln_builder_disable_pass(b, off));
     CHECK_OK(kiln_build(b, m, &e));
     kiln_builder_free(b);
     return e;
+}
+
+static kiln_engine *build(const kiln_model *m, int opt, kiln_precision prec, int threads) {
+    return build_off(m, opt, prec, threads, NULL);
 }
 
 /* A bf16 engine of m, or NULL (with a note) where this kiln or CPU refuses
@@ -368,6 +374,45 @@ TEST(gemm_and_tanh_gelu) {
     kiln_model_free(m);
 }
 
+/* GPT-2's Conv1D: Reshape [B,S,K] -> [B*S,K], Gemm (bias), Reshape back to
+ * [B,S,N], then the tanh GELU (MLP) or the residual Add (projection): one
+ * FusedMatMul each on the 3-D input, no Reshape left; a Reshape that does
+ * not restore the leading dims is not folded. */
+TEST(gemm_between_flattening_reshapes) {
+    kiln_graph *g = NULL;
+    CHECK_OK(kiln__graph_create(&g));
+    int64_t xd[3] = {2, 5, 24}, wd1[2] = {24, 40}, bd1[1] = {40}, wd2[2] = {40, 24}, bd2[1] = {24};
+    int x = add_input(g, "x", 3, xd);
+    kiln_gemm_attrs ga = {.alpha = 1.0f, .beta = 1.0f};
+    int f1 = reshape(g, "fc_flat", x, 2, (int64_t[]){10, 24});
+    int y1 = add_node(g, KILN_OP_Gemm, "fc", 3, (int[]){f1, weights(g, "Wfc", 2, wd1, 0.2f), weights(g, "Bfc", 1, bd1, 0.2f)},
+                      &ga);
+    int h = gelu_tanh(g, "gt", reshape(g, "fc_back", y1, 3, (int64_t[]){2, 5, 40}), true);
+    int f2 = reshape(g, "proj_flat", h, 2, (int64_t[]){10, 40});
+    int y2 = add_node(g, KILN_OP_Gemm, "proj", 3,
+                      (int[]){f2, weights(g, "Wpr", 2, wd2, 0.2f), weights(g, "Bpr", 1, bd2, 0.2f)}, &ga);
+    int z = add_binary(g, KILN_OP_Add, "res", reshape(g, "proj_back", y2, 3, (int64_t[]){2, 5, 24}), x);
+    /* not the inverse of the flattening: [10, 24] -> [5, 2, 24] */
+    int f3 = reshape(g, "odd_flat", z, 2, (int64_t[]){10, 24});
+    int y3 = add_node(g, KILN_OP_Gemm, "odd", 3, (int[]){f3, weights(g, "Wod", 2, wd1, 0.2f), weights(g, "Bod", 1, bd1, 0.2f)},
+                      &ga);
+    mark_output(g, reshape(g, "odd_back", y3, 3, (int64_t[]){5, 2, 40}));
+    kiln_model *m = model_of(g);
+    compare(m, 1e-5, 1);
+    compare(m, 1e-5, 2);
+    kiln_engine *e = build(m, 1, 0, 1);
+    CHECK(e && count_op(e, KILN_OP_FusedMatMul) == 3 && count_op(e, KILN_OP_Gemm) == 0);
+    const kiln_node *n = find_layer(e, "fc+fc_flat+fc_back+gt_0+gt_2+gt_4+gt_5+gt_6+gt_8+gt_10+gt_11");
+    CHECK(n && ((const kiln_fused_matmul_attrs *)n->attrs)->act == KILN_FACT_GELU_TANH &&
+          n->in[0] == e->graph->inputs[0]);
+    n = find_layer(e, "proj+proj_flat+proj_back+res");
+    CHECK(n && n->n_in == 4 && n->in[3] == e->graph->inputs[0]);
+    CHECK(find_layer(e, "odd") != NULL); /* its Reshapes stay */
+    kiln_engine_free(e);
+    every_tactic(m, 2);
+    kiln_model_free(m);
+}
+
 /* A value that something else reads is not fused away. */
 TEST(no_fusion_when_shared) {
     kiln_graph *g = NULL;
@@ -421,6 +466,71 @@ TEST(attention_bert_form) {
 
 /* Cross-attention (K, V from another input, another length): no shared
  * projection, each operand read in its [B, S, H*D] form. */
+/* GPT-2's form: one packed projection [B,S,3E], Split into Q, K, V along the
+ * last axis, each split into heads: one Attention reading the packed value
+ * (QKV layout), no Split left. */
+static int gpt2_attention(kiln_graph *g, const char *p, int x, int64_t B, int64_t S, int64_t H, int64_t D,
+                          const int64_t *parts) {
+    int64_t E = H * D, sh[4] = {B, S, H, D}, merge[3] = {B, S, E};
+    char nm[64], sz[64], o[3][64];
+    snprintf(nm, sizeof nm, "%s_split", p);
+    snprintf(sz, sizeof sz, "%s_sizes", p);
+    int qkv = linear(g, p, x, E, 3 * E), out[3];
+    for (int i = 0; i < 3; i++) {
+        snprintf(o[i], sizeof o[i], "%s_part%d", p, i);
+        out[i] = add_val(g, o[i]);
+    }
+    kiln_split_attrs sa = {.axis = 2};
+    if (kiln__graph_add_node(g, KILN_OP_Split, nm, 2, (int[]){qkv, ints(g, sz, 3, parts)}, 3, out, &sa, NULL) != KILN_OK)
+        abort();
+    const int64_t *shk = sh;
+    int hs[3];
+    for (int i = 0; i < 3; i++) {
+        char rn[64], tn[64];
+        snprintf(rn, sizeof rn, "%s_r%d", p, i);
+        snprintf(tn, sizeof tn, "%s_t%d", p, i);
+        int64_t shp[4] = {B, S, H, parts[i] / H};
+        hs[i] = transpose(g, tn, reshape(g, rn, out[i], 4, parts[i] == E ? shk : shp), 0, 2, i == 1 ? 3 : 1,
+                          i == 1 ? 1 : 3);
+    }
+    char qk[64], dv[64], sc[64], smx[64], pv[64], tm[64], rm[64];
+    snprintf(qk, sizeof qk, "%s_qk", p);
+    snprintf(dv, sizeof dv, "%s_div", p);
+    snprintf(sc, sizeof sc, "%s_scale", p);
+    snprintf(smx, sizeof smx, "%s_softmax", p);
+    snprintf(pv, sizeof pv, "%s_pv", p);
+    snprintf(tm, sizeof tm, "%s_tm", p);
+    snprintf(rm, sizeof rm, "%s_rm", p);
+    int s_ = add_binary(g, KILN_OP_Div, dv, add_binary(g, KILN_OP_MatMul, qk, hs[0], hs[1]),
+                        add_scalar(g, sc, sqrtf((float)D)));
+    kiln_softmax_attrs sm = {.axis = -1};
+    int y = add_binary(g, KILN_OP_MatMul, pv, add_unary(g, KILN_OP_Softmax, smx, s_, &sm), hs[2]);
+    return reshape(g, rm, transpose(g, tm, y, 0, 2, 1, 3), 3, merge);
+}
+
+TEST(attention_gpt2_split_form) {
+    kiln_graph *g = NULL;
+    CHECK_OK(kiln__graph_create(&g));
+    int64_t B = 2, S = 6, H = 2, D = 8, E = H * D, xd[3] = {B, S, E};
+    int x = add_input(g, "x", 3, xd);
+    int64_t equal[3] = {E, E, E};
+    int y = gpt2_attention(g, "a", x, B, S, H, D, equal);
+    mark_output(g, y);
+    kiln_model *m = model_of(g);
+    compare(m, 1e-5, 1);
+    kiln_engine *e = build(m, 1, 0, 1);
+    CHECK(e && count_op(e, KILN_OP_Attention) == 1 && count_op(e, KILN_OP_Split) == 0);
+    for (int i = 0; e && i < e->graph->n_nodes; i++) {
+        const kiln_node *n = &e->graph->nodes[i];
+        if (n->op_id != KILN_OP_Attention) continue;
+        const kiln_attention_attrs *aa = n->attrs;
+        CHECK(aa->q_layout == KILN_ATTN_QKV && aa->k_layout == KILN_ATTN_QKV && aa->v_layout == KILN_ATTN_QKV);
+        CHECK(n->in[0] == n->in[1] && n->in[1] == n->in[2]);
+    }
+    kiln_engine_free(e);
+    kiln_model_free(m);
+}
+
 TEST(attention_cross) {
     const int64_t B = 2, S = 9, S2 = 21, H = 4, D = 6, E = H * D;
     kiln_graph *g = NULL;
@@ -641,6 +751,111 @@ TEST(bf16_attention) {
     kiln_model_free(m);
 }
 
+
+/* ---- Add + LayerNormalization (src/passes/fuse_norm.c) ----------------------- */
+
+/* ONNX LayerNormalization of s over the last axis (D wide), optionally with
+ * its Mean output (*mean set). */
+static int onnx_ln(kiln_graph *g, const char *name, int s, int64_t D, int *mean) {
+    char sn[64], bn[64], yn[64], mn[64];
+    snprintf(sn, sizeof sn, "%s.weight", name);
+    snprintf(bn, sizeof bn, "%s.bias", name);
+    snprintf(yn, sizeof yn, "%s_out", name);
+    snprintf(mn, sizeof mn, "%s_mean", name);
+    int64_t d[1] = {D};
+    kiln_ln_attrs la = {.axis = -1, .epsilon = 1e-5f, .stash_type = 1};
+    int in[3] = {s, add_const(g, sn, 1, d, 0.5f, 1.5f), add_const(g, bn, 1, d, -0.5f, 0.5f)};
+    int out[2] = {add_val(g, yn), mean ? add_val(g, mn) : -1};
+    if (kiln__graph_add_node(g, KILN_OP_LayerNormalization, name, 3, in, mean ? 2 : 1, out, &la, NULL) != KILN_OK)
+        abort();
+    if (mean) *mean = out[1];
+    return out[0];
+}
+
+/* BERT (post-LN): the embedding sum (position embeddings [1, S, D] repeating
+ * over the batch) fuses with its LayerNorm; the residual Add after a linear
+ * layer stays in the FusedMatMul (read through C) before a plain LayerNorm. */
+TEST(add_layernorm_bert) {
+    kiln_graph *g = NULL;
+    CHECK_OK(kiln__graph_create(&g));
+    int64_t xd[3] = {2, 7, 48}, pd[3] = {1, 7, 48};
+    int x = add_input(g, "x", 3, xd);
+    int e0 = add_binary(g, KILN_OP_Add, "emb_add", x, add_const(g, "pos", 3, pd, -1.0f, 1.0f));
+    int h = onnx_ln(g, "emb_ln", e0, 48, NULL);
+    int r = add_binary(g, KILN_OP_Add, "res", linear(g, "fc", h, 48, 48), h);
+    mark_output(g, onnx_ln(g, "out_ln", r, 48, NULL));
+    kiln_model *m = model_of(g);
+    compare(m, 1e-5, 1);
+    compare(m, 1e-5, 2);
+    kiln_engine *e = build(m, 1, 0, 1);
+    CHECK(e && count_op(e, KILN_OP_AddLayerNorm) == 1 && count_op(e, KILN_OP_LayerNormalization) == 1 &&
+          count_op(e, KILN_OP_FusedMatMul) == 1 && count_op(e, KILN_OP_Add) == 0 && e->graph->n_nodes == 3);
+    const kiln_node *n = find_layer(e, "emb_add+emb_ln");
+    CHECK(n && n->n_in == 4 && n->n_out == 1 && n->in[0] == e->graph->inputs[0]);
+    const char *d = e ? kiln_engine_describe(e, 0) : "";
+    CHECK(strstr(d, "AddLayerNorm") && strstr(d, "emb_add+emb_ln"));
+    kiln_engine_free(e);
+    /* --disable-pass fuse_add_layernorm keeps the two nodes */
+    e = build_off(m, 1, 0, 1, "fuse_add_layernorm");
+    CHECK(e && count_op(e, KILN_OP_AddLayerNorm) == 0 && count_op(e, KILN_OP_LayerNormalization) == 2 &&
+          count_op(e, KILN_OP_Add) == 1);
+    kiln_engine_free(e);
+    kiln_model_free(m);
+}
+
+/* Pre-LN: the sum goes on to the next residual (here a FusedMatMul's) and is
+ * a graph output: the fused layer writes it as its second output. A reader
+ * of the sum placed before the LayerNorm moves the fused node to the Add. */
+TEST(add_layernorm_pre_ln) {
+    kiln_graph *g = NULL;
+    CHECK_OK(kiln__graph_create(&g));
+    int64_t xd[3] = {2, 5, 40};
+    int x = add_input(g, "x", 3, xd), y = add_input(g, "y", 3, xd);
+    int s = add_binary(g, KILN_OP_Add, "res1", x, y);
+    int t = add_unary(g, KILN_OP_Relu, "early", s, NULL); /* reads s before the LayerNorm */
+    int h = onnx_ln(g, "ln1", s, 40, NULL);
+    int o = add_binary(g, KILN_OP_Add, "res2", linear(g, "fc", h, 40, 40), s);
+    mark_output(g, o);
+    mark_output(g, t);
+    mark_output(g, s);
+    kiln_model *m = model_of(g);
+    compare(m, 1e-5, 1);
+    compare(m, 1e-5, 2);
+    kiln_engine *e = build(m, 1, 0, 1);
+    CHECK(e && count_op(e, KILN_OP_AddLayerNorm) == 1 && count_op(e, KILN_OP_Add) == 0 &&
+          count_op(e, KILN_OP_LayerNormalization) == 0);
+    const kiln_node *n = find_layer(e, "res1+ln1");
+    CHECK(n && n->n_out == 2 && n->out[1] >= 0);
+    /* the fused node comes before the Relu that reads its sum */
+    for (int i = 0; e && n && i < e->graph->n_nodes; i++)
+        if (e->graph->nodes[i].op_id == KILN_OP_Relu) CHECK(&e->graph->nodes[i] > n);
+    kiln_engine_free(e);
+    kiln_model_free(m);
+}
+
+/* Left alone: a LayerNorm whose Mean is read, an addend broadcast along the
+ * normalized axis, two addends that both broadcast. */
+TEST(add_layernorm_not_fused) {
+    kiln_graph *g = NULL;
+    CHECK_OK(kiln__graph_create(&g));
+    int64_t xd[3] = {2, 5, 40}, cd[3] = {2, 5, 1}, ad[3] = {2, 1, 40}, bd[3] = {1, 5, 40};
+    int x = add_input(g, "x", 3, xd);
+    int mean = -1;
+    mark_output(g, onnx_ln(g, "ln_stats", add_binary(g, KILN_OP_Add, "add_stats", x, x), 40, &mean));
+    mark_output(g, mean);
+    int c = add_binary(g, KILN_OP_Add, "add_col", x, add_const(g, "col", 3, cd, -1.0f, 1.0f));
+    mark_output(g, onnx_ln(g, "ln_col", c, 40, NULL));
+    int p = add_unary(g, KILN_OP_Relu, "ra", add_input(g, "y", 3, ad), NULL);
+    int q = add_unary(g, KILN_OP_Relu, "rb", add_input(g, "z", 3, bd), NULL);
+    mark_output(g, onnx_ln(g, "ln_both", add_binary(g, KILN_OP_Add, "add_both", p, q), 40, NULL));
+    kiln_model *m = model_of(g);
+    compare(m, 1e-5, 1);
+    kiln_engine *e = build(m, 1, 0, 1);
+    CHECK(e && count_op(e, KILN_OP_AddLayerNorm) == 0 && count_op(e, KILN_OP_LayerNormalization) == 3);
+    kiln_engine_free(e);
+    kiln_model_free(m);
+}
+
 int main(void) {
     RUN(math_helpers);
     RUN(layernorm_fused);
@@ -648,8 +863,10 @@ int main(void) {
     RUN(matmul_bias_act);
     RUN(matmul_residual);
     RUN(gemm_and_tanh_gelu);
+    RUN(gemm_between_flattening_reshapes);
     RUN(no_fusion_when_shared);
     RUN(attention_bert_form);
+    RUN(attention_gpt2_split_form);
     RUN(attention_cross);
     RUN(attention_4d_forms);
     RUN(attention_ragged_shapes);
@@ -657,5 +874,8 @@ int main(void) {
     RUN(transpose_reshape_cleanup);
     RUN(bf16_close_to_fp32);
     RUN(bf16_attention);
+    RUN(add_layernorm_bert);
+    RUN(add_layernorm_pre_ln);
+    RUN(add_layernorm_not_fused);
     return test_summary();
 }

@@ -4,11 +4,17 @@
  * slow runs (load on a shared machine) that covers fewer than half of any
  * candidate's runs does not move its median, so the faster candidate still
  * wins wherever the burst falls; a candidate that fails is dropped and not
- * run again; one that loses by far on its first two runs runs no more. */
+ * run again; one that loses by far on its first two runs runs no more.
+ * And whether a layer's tactics agree on its output (tune_check.c): a
+ * tactic that computes something else (NaN, a scaled or shuffled output)
+ * is dropped even when it is tactic 0, rounding-level differences are not. */
 #include "test.h"
+
+#include "builder/tune_check.h"
 
 #include "runtime/engine.h"
 
+#include <math.h>
 #include <string.h>
 
 #define MAX_CALLS 64
@@ -123,11 +129,82 @@ TEST(a_far_loser_stops_after_two_runs) {
     CHECK(us[0] == 100 && us[2] == 1300);
 }
 
+/* ---- do the tactics agree (tune_check.c) ---------------------------------- */
+
+#define NE 3000 /* elements of the output (every one sampled) */
+
+/* tactic k's fp16 output: the same values, made wrong as `how` says */
+static void make_out(uint16_t *h, int how, int k) {
+    for (int i = 0; i < NE; i++) {
+        double x = sin(0.37 * i) * 3.0;
+        if (how == 1) x += ((i + k) % 3 - 1) * 2e-3;     /* rounding-level differences */
+        if (how == 2 && i == 1234) x = NAN;               /* one NaN */
+        if (how == 3) x *= 25.0;                          /* scaled */
+        if (how == 4) x = sin(0.37 * (NE - 1 - i)) * 3.0; /* shuffled: same statistics */
+        kiln__store_f64(KILN_DTYPE_FLOAT16, h, i, x);
+    }
+}
+
+/* n tactics, how[k] each; keep[] out; returns dropped */
+static int consensus(int n, const int *how, bool *keep) {
+    static uint16_t h[NE];
+    kiln_tune_sample s[8];
+    bool ran[8];
+    kiln_dtype dt = KILN_DTYPE_FLOAT16;
+    for (int k = 0; k < n; k++) {
+        make_out(h, how[k], k);
+        CHECK(kiln__tune_sample(dt, h, NE, &s[k]) == KILN_OK);
+        ran[k] = how[k] >= 0;
+    }
+    int d = kiln__tune_consensus(&dt, s, n, 1, ran, keep);
+    for (int k = 0; k < n; k++) kiln__tune_sample_free(&s[k]);
+    return d;
+}
+
+TEST(tactics_that_agree_are_all_kept) {
+    bool keep[8];
+    CHECK(consensus(4, (int[]){0, 1, 1, 0}, keep) == 0);
+    for (int k = 0; k < 4; k++) CHECK(keep[k]);
+}
+
+TEST(a_tactic_that_computes_something_else_is_dropped) {
+    bool keep[8];
+    CHECK(consensus(4, (int[]){0, 2, 0, 1}, keep) == 1); /* a NaN */
+    CHECK(keep[0] && !keep[1] && keep[2] && keep[3]);
+    CHECK(consensus(3, (int[]){0, 0, 3}, keep) == 1); /* scaled */
+    CHECK(!keep[2]);
+    CHECK(consensus(3, (int[]){4, 0, 0}, keep) == 1); /* tactic 0 wrong, shuffled */
+    CHECK(!keep[0] && keep[1] && keep[2]);
+}
+
+TEST(no_majority_keeps_the_first_with_most_votes) {
+    bool keep[8];
+    CHECK(consensus(2, (int[]){0, 3}, keep) == 1); /* two that disagree: the first stays */
+    CHECK(keep[0] && !keep[1]);
+    CHECK(consensus(4, (int[]){3, 0, 0, 2}, keep) == 2); /* 0 alone, 1 and 2 agree: a tie of 2 of 4 */
+    CHECK(!keep[0] && keep[1] && keep[2] && !keep[3]);
+    CHECK(consensus(3, (int[]){0, -1, 3}, keep) == 1); /* one that did not run is not counted */
+    CHECK(keep[0] && keep[1] && !keep[2]);
+}
+
+TEST(other_dtypes_are_not_compared) {
+    int64_t v[4] = {1, 2, 3, 4};
+    kiln_tune_sample s;
+    CHECK(kiln__tune_sample(KILN_DTYPE_INT64, v, 4, &s) == KILN_OK);
+    CHECK(!s.valid);
+    CHECK(kiln__tune_agree(KILN_DTYPE_INT64, &s, &s));
+    kiln__tune_sample_free(&s);
+}
+
 int main(void) {
     RUN(candidates_take_turns);
     RUN(a_burst_does_not_pick_the_slower);
     RUN(a_burst_on_one_first_run_does_not_stop_it);
     RUN(a_failing_candidate_is_dropped);
     RUN(a_far_loser_stops_after_two_runs);
+    RUN(tactics_that_agree_are_all_kept);
+    RUN(a_tactic_that_computes_something_else_is_dropped);
+    RUN(no_majority_keeps_the_first_with_most_votes);
+    RUN(other_dtypes_are_not_compared);
     return test_summary();
 }

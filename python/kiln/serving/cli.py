@@ -51,6 +51,9 @@ def parser():
     for k in ("min", "opt", "max"):
         p.add_argument(f"--{k}-shapes", default=None, metavar="NAME:D0xD1x...[,...]",
                        help=f"{k} shapes of dynamic ONNX inputs (as `kiln build`)")
+    p.add_argument("--no-warmup", action="store_true",
+                   help="take requests at once: by default each worker first runs every batch "
+                        "size once, so that no request waits for a shape's first run")
     p.add_argument("--log-level", default="info", help="LitServe/uvicorn log level (default info)")
     return p
 
@@ -78,7 +81,8 @@ def main(argv=None):
                                     opt_shapes=args.opt_shapes, max_shapes=args.max_shapes)
             server = make_server(engine, workers=args.workers, max_batch=args.max_batch,
                                  timeout_ms=args.timeout_ms, threads=args.threads,
-                                 max_body_bytes=int(args.max_body_mb * (1 << 20)))
+                                 max_body_bytes=int(args.max_body_mb * (1 << 20)),
+                                 warmup=not args.no_warmup)
         except (OSError, ValueError, KilnError) as e:
             sys.exit(f"kiln serve: {e}")
         serve_forever(server, host=args.host, port=args.port, drain_timeout=args.drain_timeout,

@@ -379,6 +379,29 @@ class Runner:
             self._ctx = None
         self.engine.close()
 
+    def warmup(self, max_rows=None, max_sizes=64):
+        """Runs the engine once at each batch size a server can send (zeros): batchable
+        engines at every row count from the profile's min to min(max_rows, its max) (over
+        max_sizes of them: the powers of two and the largest), others once at the opt
+        shape. A device engine makes its per-shape state (cuDNN plans, algorithm choice)
+        at a shape's first run: without this, the first batches of each size pay for it
+        while requests wait. Returns the row counts run (None for an unbatched engine)."""
+        spec = self.spec
+        opt = {i["name"]: list(i["opt"]) for i in spec.inputs}
+        if not spec.batchable:
+            self.run({n: np.zeros(opt[n], dtype=i["dtype"]) for n, i in zip(opt, spec.inputs)})
+            return [None]
+        hi = spec.max_rows if max_rows is None else max(min(int(max_rows), spec.max_rows),
+                                                         spec.min_rows)
+        sizes = list(range(spec.min_rows, hi + 1))
+        if len(sizes) > max_sizes:
+            sizes = sorted({r for r in (1 << k for k in range(hi.bit_length()))
+                            if r >= spec.min_rows} | {hi})
+        for rows in sizes:
+            self.run({i["name"]: np.zeros([rows] + opt[i["name"]][1:], dtype=i["dtype"])
+                      for i in spec.inputs})
+        return sizes
+
     def run(self, feeds):
         """{input name: ndarray} (validated) -> Outputs {output name: ndarray} (fresh
         copies)."""

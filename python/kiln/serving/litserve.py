@@ -198,10 +198,12 @@ class KilnLitAPI(ls.LitAPI):
     timeout_ms: how long a worker waits to fill a batch (LitServe's batch_timeout).
     threads: CPU threads of each worker's context (None: the engine's setting).
     max_body_bytes: larger request bodies get a 413.
+    warmup: each worker runs every batch size it can get once before it takes requests
+      (Runner.warmup), so that no request waits for a shape's first run.
     """
 
     def __init__(self, engine_path, *, max_batch=None, timeout_ms=5.0, threads=None,
-                 max_body_bytes=DEFAULT_MAX_BODY_BYTES, api_path="/predict"):
+                 max_body_bytes=DEFAULT_MAX_BODY_BYTES, api_path="/predict", warmup=True):
         engine_path = os.fspath(engine_path)
         spec = EngineSpec.from_file(engine_path)
         if spec.batchable:
@@ -220,6 +222,7 @@ class KilnLitAPI(ls.LitAPI):
         self.engine_path = engine_path
         self.engine_spec = spec
         self.threads = threads
+        self.warmup = warmup
         self.runner = None
 
     def setup(self, device):
@@ -227,6 +230,8 @@ class KilnLitAPI(ls.LitAPI):
         # flight; the main process drains and then stops them
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         self.runner = Runner(self.engine_path, threads=self.threads)
+        if self.warmup:
+            self.runner.warmup(self.max_batch_size)
         pids = self._spec.worker_pids
         wid = os.environ.get("LITSERVE_WORKER_ID")
         if pids is not None and wid is not None and int(wid) < len(pids):
@@ -244,10 +249,10 @@ class KilnLitAPI(ls.LitAPI):
 
 def make_server(engine_path, *, workers=1, max_batch=None, timeout_ms=5.0, threads=None,
                 max_body_bytes=DEFAULT_MAX_BODY_BYTES, restart_workers=True, api_cls=None,
-                api_kwargs=None, **server_kwargs):
+                api_kwargs=None, warmup=True, **server_kwargs):
     """A LitServer for a .kiln file with `workers` inference workers. threads=None gives
     each worker's context an equal share of the CPU cores. api_cls: a KilnLitAPI subclass
-    (with api_kwargs) to use instead. Start it with serve_forever(server, ...) (graceful
+    (with api_kwargs) to use instead. warmup: see KilnLitAPI. Start it with serve_forever(server, ...) (graceful
     shutdown) or server.run(...)."""
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
@@ -255,7 +260,7 @@ def make_server(engine_path, *, workers=1, max_batch=None, timeout_ms=5.0, threa
         threads = max(1, (os.cpu_count() or 1) // workers)
     api = (api_cls or KilnLitAPI)(engine_path, max_batch=max_batch, timeout_ms=timeout_ms,
                                   threads=threads, max_body_bytes=max_body_bytes,
-                                  **(api_kwargs or {}))
+                                  warmup=warmup, **(api_kwargs or {}))
     # spawn context: the workers are spawned (a fork-context array crashes them)
     api.spec.worker_pids = mp.get_context("spawn").Array("i", workers, lock=False)
     server = ls.LitServer(api, accelerator="cpu", workers_per_device=workers,

@@ -89,7 +89,7 @@ class KilnServer(_EngineHolder):
     replica; POST /predict (or POST /), GET /metadata, GET /health."""
 
     def __init__(self, engine, *, max_batch=None, timeout_ms=5.0, threads=None,
-                 max_body_bytes=DEFAULT_MAX_BODY_BYTES, request_timeout_s=60.0):
+                 max_body_bytes=DEFAULT_MAX_BODY_BYTES, request_timeout_s=60.0, warmup=True):
         super().__init__(engine, threads)
         self.max_body_bytes = int(max_body_bytes)
         self.request_timeout_s = float(request_timeout_s)
@@ -99,6 +99,8 @@ class KilnServer(_EngineHolder):
             n = 1
         self._batched.set_max_batch_size(max(n, 1))
         self._batched.set_batch_wait_timeout_s(max(float(timeout_ms), 0.0) / 1000.0)
+        if warmup:  # every batch size once before the replica takes requests (Runner.warmup)
+            self.runner.warmup(n if self.spec.batchable else None)
 
     def check_health(self):
         pass  # Ray Serve's health check: the replica answers
@@ -144,7 +146,7 @@ KilnDeployment = serve.deployment(KilnServer, name="kiln")
 def build_app(engine, *, num_replicas=1, autoscaling_config=None, max_batch=None,
               timeout_ms=5.0, num_cpus=1.0, num_gpus=0.0, threads=None,
               max_ongoing_requests=None, max_body_bytes=DEFAULT_MAX_BODY_BYTES,
-              request_timeout_s=60.0, name="kiln"):
+              request_timeout_s=60.0, name="kiln", warmup=True):
     """A Ray Serve application serving `engine` (path, bytes or ObjectRef; see the module).
 
     num_replicas: fixed replica count, or autoscaling_config (a dict as Ray Serve takes:
@@ -154,6 +156,7 @@ def build_app(engine, *, num_replicas=1, autoscaling_config=None, max_batch=None
     max_batch / timeout_ms: @serve.batch's max requests per batch and wait to fill one
       (their rows run in chunks of at most the profile's max rows).
     request_timeout_s: a request not answered by then gets a 504 from the replica.
+    warmup: each replica runs every batch size it can get once before it takes requests.
     max_ongoing_requests: requests a replica takes at once (default 2 * max_batch, or 32).
     Run it with serve.run(app, route_prefix="/")."""
     if threads is None:
@@ -173,7 +176,7 @@ def build_app(engine, *, num_replicas=1, autoscaling_config=None, max_batch=None
         engine = [engine]  # keep it a reference: each replica fetches it itself
     return KilnDeployment.options(**opts).bind(
         engine, max_batch=max_batch, timeout_ms=timeout_ms, threads=threads,
-        max_body_bytes=max_body_bytes, request_timeout_s=request_timeout_s)
+        max_body_bytes=max_body_bytes, request_timeout_s=request_timeout_s, warmup=warmup)
 
 
 class KilnPredictor(_EngineHolder):

@@ -7,12 +7,13 @@
  * (kernel.h says what each field means). Every other op with a reference
  * kernel (op->cpu) runs that, under the name "cpu". */
 #include "backends/cpu/cpu_kernels.h"
+#include "backends/cpu/kernels/add_layernorm_cpu.h"
 #include "backends/cpu/kernels/fused_conv_cpu.h"
 #include "backends/cpu/kernels/fused_transformer_cpu.h"
 
 /* Adding or removing an op: give it a row below if the CPU runs it with more
  * than its reference kernel, then update the count. */
-_Static_assert(KILN_OP_COUNT == 169, "the op registry changed: see this table, then update the count");
+_Static_assert(KILN_OP_COUNT == 170, "the op registry changed: see this table, then update the count");
 
 static kiln_status cpu_ref_run(const kiln_kernel_args *a) { return a->op->cpu(a); }
 
@@ -33,6 +34,7 @@ static const kiln_kernel cpu_kernels[KILN_OP_ID_LIMIT] = {
     [KILN_OP_Attention] = {.name = "cpu", .run = kiln__cpu_attn_run, .workspace = kiln__cpu_attn_workspace,
                            .tactics = kiln__cpu_attn_tactics,
                            .tactic_name = kiln__cpu_attn_tactic_name},
+    [KILN_OP_AddLayerNorm] = {.name = "cpu", .run = kiln__cpu_add_ln_run, .workspace = kiln__cpu_add_ln_workspace},
 };
 
 const kiln_kernel *kiln__cpu_kernel_for(int op_id) {

@@ -102,6 +102,8 @@ static kiln_status cuda_state_create(int index, void **out) {
 #endif
     const char *sync = getenv("KILN_CUDA_SYNC");
     st->sync_each = sync && sync[0] && strcmp(sync, "0") != 0;
+    const char *as = getenv("KILN_CUDA_ATTN_SPLIT");
+    st->attn_split = as && as[0] ? (strcmp(as, "0") != 0) : -1;
     const char *eg = getenv("KILN_CUDA_EXACT_GELU");
     st->exact_gelu = eg && eg[0] && strcmp(eg, "0") != 0;
     const char *find = getenv("KILN_CUDNN_FIND");
@@ -346,6 +348,35 @@ static void cuda_graph_free(void *state, void *graph) {
     kiln__free(cg);
 }
 
+static void cuda_poison_scratch(void *state) {
+    kiln_cuda_state *st = state;
+    if (!st) return;
+    (void)cudaSetDevice(st->device);
+    if (st->scratch) (void)cudaMemsetAsync(st->scratch, 0xff, st->scratch_cap, st->stream);
+    if (st->lt_ws) (void)cudaMemsetAsync(st->lt_ws, 0xff, st->lt_ws_size, st->stream);
+    (void)cudaGetLastError();
+}
+
+static kiln_status cuda_poison(void *state, void *p, size_t n) {
+    kiln_cuda_state *st = state;
+    if (!st) return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "poison: no CUDA state");
+    KILN_CUDA_TRY(cudaSetDevice(st->device), "filling memory");
+    KILN_CUDA_TRY(cudaMemsetAsync(p, 0xff, n, st->stream), "filling memory");
+    return KILN_OK;
+}
+
+static kiln_status cuda_to_host_strided(void *state, void *dst, const void *src, size_t elem, size_t stride,
+                                        size_t count) {
+    kiln_cuda_state *st = state;
+    if (!st) return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "strided copy: no CUDA state");
+    if (!count) return KILN_OK;
+    KILN_CUDA_TRY(cudaSetDevice(st->device), "strided copy to the host");
+    KILN_CUDA_TRY(cudaMemcpy2DAsync(dst, elem, src, stride, elem, count, cudaMemcpyDefault, st->stream),
+                  "strided copy to the host");
+    KILN_CUDA_TRY(cudaStreamSynchronize(st->stream), "strided copy to the host");
+    return KILN_OK;
+}
+
 static const kiln_backend_i kiln_backend_cuda = {
     .name = "cuda",
     .device = KILN_DEVICE_CUDA,
@@ -359,6 +390,9 @@ static const kiln_backend_i kiln_backend_cuda = {
     .to_device = cuda_to_device,
     .to_host = cuda_to_host,
     .sync = cuda_sync,
+    .poison_scratch = cuda_poison_scratch,
+    .poison = cuda_poison,
+    .to_host_strided = cuda_to_host_strided,
     .owns_pointer = cuda_owns_pointer,
     .describe_target = cuda_describe_target,
     .set_precision = cuda_set_precision,

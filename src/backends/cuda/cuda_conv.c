@@ -148,9 +148,11 @@ typedef struct gconv_plan {
     kcu_dg_plan plan;
 } gconv_plan;
 
-/* Plans keyed by shape: a dynamic profile alternating between a few shapes
- * keeps one plan per shape. */
-#define KCU_CONV_PLANS 4
+/* Plans keyed by shape: a dynamic profile whose runs change shape (a
+ * server's batches of 1 to max-batch requests) keeps one plan per shape
+ * rather than making one again at each change (cuDNN's Find timed every
+ * algorithm anew: a served ResNet-50 took 0.5 s per batch). */
+#define KCU_CONV_PLANS 16
 
 static void gconv_plan_clear(gconv_plan *p) {
     kcu_dg_plan_free(&p->plan);
@@ -163,7 +165,10 @@ static void gconv_plan_clear(gconv_plan *p) {
 /* The per-node state of Conv/FusedConv (kiln_cuda_node.conv). */
 typedef struct conv_state {
 #if KILN_HAVE_CUDNN
-    conv_plan legacy;
+    conv_plan legacy[KCU_CONV_PLANS];
+    int legacy_next;
+    bool found;             /* the algorithm cuDNN's Find chose at the first shape: ... */
+    cudnnConvolutionFwdAlgo_t found_algo; /* ... every later shape runs it where it can */
     gconv_plan gp[KCU_CONV_PLANS];
     int gp_next;
 #endif
@@ -179,7 +184,7 @@ typedef struct conv_state {
 
 static void conv_state_clear(conv_state *s) {
 #if KILN_HAVE_CUDNN
-    conv_plan_clear(&s->legacy);
+    for (int i = 0; i < KCU_CONV_PLANS; i++) conv_plan_clear(&s->legacy[i]);
     for (int i = 0; i < KCU_CONV_PLANS; i++) gconv_plan_clear(&s->gp[i]);
 #endif
     if (s->w_nhwc) cudaFree(s->w_nhwc);
@@ -380,10 +385,12 @@ static kiln_status nhwc_input(const kiln_kernel_args *a, int v, const kcu_conv *
 #define KCU_CONV_WS_LIMIT ((size_t)256 << 20)
 
 /* Sets up legacy plan p for geometry g (descriptors, algorithm; the
- * candidates timed once on this node's buffers unless KILN_CUDNN_FIND=0).
+ * candidates timed once per node, at its first shape, on its own buffers
+ * unless KILN_CUDNN_FIND=0: later shapes run the algorithm found where it
+ * runs them within the workspace limit, else the heuristics' first).
  * Leaves p->declined set when cuDNN cannot run it. */
 static kiln_status conv_plan_build(const kiln_kernel_args *a, const kcu_conv *g, const void *wdata,
-                                   conv_plan *p) {
+                                   conv_plan *p, conv_state *cs) {
     kiln_cuda_state *st = KCU_STATE(a);
     const kiln_tensor *X = a->in[0];
     kiln_tensor *Y = a->out[0];
@@ -431,7 +438,13 @@ static kiln_status conv_plan_build(const kiln_kernel_args *a, const kcu_conv *g,
     if (nc == 0) goto done;
     p->algo = perf[first].algo;
     p->ws = perf[first].memory;
-    if (st->conv_find && nc > 1) {
+    size_t fws = 0;
+    if (cs->found && cudnnGetConvolutionForwardWorkspaceSize(st->dnn, p->x, p->w, p->c, p->y, cs->found_algo,
+                                                             &fws) == CUDNN_STATUS_SUCCESS &&
+        fws <= KCU_CONV_WS_LIMIT) {
+        p->algo = cs->found_algo;
+        p->ws = fws;
+    } else if (st->conv_find && nc > 1 && !cs->found) {
         /* time the candidates once, on this node's own buffers (first run only) */
         void *ws = NULL;
         KILN_TRY(kiln__cuda_scratch(st, ws_max, &ws, KCU_NODE(a)));
@@ -445,6 +458,8 @@ static kiln_status conv_plan_build(const kiln_kernel_args *a, const kcu_conv *g,
                 if (found[i].status == CUDNN_STATUS_SUCCESS && found[i].memory <= ws_max) {
                     p->algo = found[i].algo;
                     p->ws = found[i].memory;
+                    cs->found = true;
+                    cs->found_algo = p->algo;
                     break;
                 }
         } else if (fs != CUDNN_STATUS_NOT_SUPPORTED) {
@@ -488,11 +503,16 @@ static kiln_status conv_cudnn(const kiln_kernel_args *a, const kcu_conv *g, cons
     }
     /* the key is everything before `declined` */
     const size_t key_size = offsetof(conv_plan, declined);
-    conv_plan *p = &cs->legacy;
-    if (!(p->x || p->declined) || memcmp(p, &key, key_size)) {
+    conv_plan *p = NULL;
+    for (int i = 0; i < KCU_CONV_PLANS && !p; i++)
+        if ((cs->legacy[i].x || cs->legacy[i].declined) && !memcmp(&cs->legacy[i], &key, key_size))
+            p = &cs->legacy[i];
+    if (!p) {
+        p = &cs->legacy[cs->legacy_next];
+        cs->legacy_next = (cs->legacy_next + 1) % KCU_CONV_PLANS;
         conv_plan_clear(p);
         memcpy(p, &key, key_size);
-        kiln_status s = conv_plan_build(a, g, wdata, p);
+        kiln_status s = conv_plan_build(a, g, wdata, p, cs);
         if (s != KILN_OK) {
             conv_plan_clear(p);
             return s;

@@ -325,7 +325,7 @@ kiln_status kiln__cu_attention_run(const kiln_kernel_args *a) {
     const void *mp = M ? M->data : NULL, *bp = Bi ? Bi->data : NULL;
     const uint8_t *cp = C ? (const uint8_t *)C->data : NULL;
     cudaError_t e = kcu_attention_mma(t, &g, q, k, v, mp, cp, bp, O->data, KCU_STATE(a)->sm_count,
-                                      KCU_STREAM(a));
+                                      KCU_STATE(a)->attn_split, KCU_STREAM(a));
     if (e == cudaErrorNotSupported) /* not a case for the tensor-core kernel */
         e = kcu_attention(t, &g, q, k, v, mp, cp, bp, O->data, KCU_STREAM(a));
     KILN_CUDA_TRY(e, node);

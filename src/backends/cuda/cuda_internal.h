@@ -54,6 +54,8 @@ typedef struct kiln_cuda_state {
     int sm_count, cc_major, cc_minor;
     bool allow_tf32;          /* fp32 GEMM/conv may use TF32 tensor cores */
     bool sync_each;           /* KILN_CUDA_SYNC=1: synchronize after every node (debugging) */
+    int attn_split;           /* tensor-core attention over the keys too (k_attn_plan.h): -1 by
+                                 its rule, 0 never, 1 always (KILN_CUDA_ATTN_SPLIT=0|1) */
     bool exact_gelu;          /* KILN_CUDA_EXACT_GELU=1: fp16/bf16 FusedMatMul keeps the erf GELU
                                  as a second pass instead of cuBLASLt's tanh-form epilogue */
     bool conv_find;           /* time cuDNN's candidate algorithms on a node's first run

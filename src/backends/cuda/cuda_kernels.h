@@ -140,6 +140,12 @@ cudaError_t kcu_layernorm(kiln_dtype t, const void *x, const void *scale, int sc
                           const void *bias, int bias_scalar, void *y, kiln_dtype stat_t,
                           void *mean, void *inv_std, int64_t rows, int64_t D, float eps,
                           cudaStream_t stream);
+/* kiln.AddLayerNorm: LayerNormalization of x + r (rounded to t, written to
+ * sum unless NULL) over rows of D; r holds r_rows rows (rows a multiple of
+ * it; row i adds r's row i % r_rows). f32/f16/bf16; no statistics outputs. */
+cudaError_t kcu_add_layernorm(kiln_dtype t, const void *x, const void *r, int64_t r_rows, void *sum,
+                              const void *scale, int scale_scalar, const void *bias, int bias_scalar, void *y,
+                              int64_t rows, int64_t D, float eps, cudaStream_t stream);
 
 /* BatchNormalization (inference): y = x * mul[c] + add[c] with
  * mul = scale / sqrt(var + eps), add = bias - mean * mul computed in double
@@ -278,10 +284,13 @@ cudaError_t kcu_attention(kiln_dtype t, const kcu_attn *g, const void *q, const 
                           const void *v, const void *mask, const uint8_t *cond, const void *bias,
                           void *o, cudaStream_t stream);
 /* The tensor-core kernel (k_attn.cu): cudaErrorNotSupported when it cannot
- * take g (dtype, head size, strides), so the caller runs the other one. */
+ * take g (dtype, head size, strides), so the caller runs the other one.
+ * split: how to share out the work (k_attn_plan.h): -1 by the plan's rule,
+ * 0 never over the keys, 1 always. */
 cudaError_t kcu_attention_mma(kiln_dtype t, const kcu_attn *g, const void *q, const void *k,
                               const void *v, const void *mask, const uint8_t *cond,
-                              const void *bias, void *o, int sm_count, cudaStream_t stream);
+                              const void *bias, void *o, int sm_count, int split,
+                              cudaStream_t stream);
 
 /* Simple tiled GEMM (fallback when cuBLASLt has no algorithm, and K == 0):
  * row-major, batched like kiln__cuda_gemm (cuda_internal.h): C_b = alpha *

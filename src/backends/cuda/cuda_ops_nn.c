@@ -6,6 +6,7 @@
 #if KILN_HAVE_CUDA
 
 #include "backends/cuda/cuda_internal.h"
+#include "ops/fused_norm.h"
 
 static kiln_status dtype_fail(const kiln_kernel_args *a, kiln_dtype t) {
     return KILN_FAIL(KILN_ERR_UNSUPPORTED, "node '%s' (%s): dtype %s has no CUDA kernel",
@@ -98,6 +99,21 @@ static int64_t info_numel(const kiln_tinfo *t) {
     return t && t->rank >= 0 ? kiln__numel(t->rank, t->dims) : -1;
 }
 
+/* Scale and B (inputs p0 and p0 + 1) cover the normalized dims of input 0
+ * densely, or are scalars (unknown shapes pass) */
+static bool ln_params_fit(const kiln_graph *g, const kiln_node *n, int axis_attr, int p0) {
+    const kiln_tinfo *x = kiln__cu_in(g, n, 0);
+    if (!x || x->rank < 0) return true;
+    int axis = axis_attr < 0 ? axis_attr + x->rank : axis_attr;
+    if (axis < 0 || axis >= x->rank) return false;
+    int64_t D = kiln__numel(x->rank - axis, x->dims + axis);
+    for (int i = p0; i < p0 + 2; i++) {
+        int64_t pn = info_numel(kiln__cu_in(g, n, i));
+        if (D >= 0 && pn >= 0 && pn != D && pn != 1) return false;
+    }
+    return true;
+}
+
 bool kiln__cu_layernorm_supports(const kiln_graph *g, const kiln_node *n) {
     const kiln_ln_attrs *at = n->attrs;
     if (!float_in_out(g, n)) return false;
@@ -110,17 +126,7 @@ bool kiln__cu_layernorm_supports(const kiln_graph *g, const kiln_node *n) {
         kiln_dtype s = kiln__cu_out_dtype(g, n, i);
         if (s != KILN_DTYPE_UNDEFINED && !kiln__cu_is_float(s)) return false;
     }
-    /* parameters must cover the normalized dims densely, or be scalars */
-    const kiln_tinfo *x = kiln__cu_in(g, n, 0);
-    if (!x || x->rank < 0) return true;
-    int axis = at->axis < 0 ? at->axis + x->rank : at->axis;
-    if (axis < 0 || axis >= x->rank) return false;
-    int64_t D = kiln__numel(x->rank - axis, x->dims + axis);
-    for (int i = 1; i < 3; i++) {
-        int64_t pn = info_numel(kiln__cu_in(g, n, i));
-        if (D >= 0 && pn >= 0 && pn != D && pn != 1) return false;
-    }
-    return true;
+    return ln_params_fit(g, n, at->axis, 1);
 }
 
 kiln_status kiln__cu_layernorm_run(const kiln_kernel_args *a) {
@@ -151,6 +157,49 @@ kiln_status kiln__cu_layernorm_run(const kiln_kernel_args *a) {
     KILN_CUDA_TRY(kcu_layernorm(x->dtype, x->data, S->data, sn == 1 && D != 1, B ? B->data : NULL,
                                 bn == 1 && D != 1, a->out[0]->data, stat_t, mean, inv, rows, D,
                                 at->epsilon, KCU_STREAM(a)),
+                  KCU_NODE(a));
+    return KILN_OK;
+}
+
+/* ---- kiln.AddLayerNorm (src/ops/fused_norm.h) ---------------------------------------------------- */
+
+bool kiln__cu_add_layernorm_supports(const kiln_graph *g, const kiln_node *n) {
+    const kiln_add_ln_attrs *at = n->attrs;
+    kiln_dtype t = kiln__cu_in_dtype(g, n, 0);
+    if (!at || (t != KILN_DTYPE_FLOAT32 && t != KILN_DTYPE_FLOAT16 && t != KILN_DTYPE_BFLOAT16) ||
+        kiln__cu_out_dtype(g, n, 0) != t)
+        return false;
+    for (int i = 1; i < 4; i++) {
+        kiln_dtype p = kiln__cu_in_dtype(g, n, i);
+        if ((i < 3 && p != t) || (p != KILN_DTYPE_UNDEFINED && p != t)) return false;
+    }
+    kiln_dtype so = kiln__cu_out_dtype(g, n, 1);
+    if (so != KILN_DTYPE_UNDEFINED && so != t) return false;
+    return ln_params_fit(g, n, at->axis, 2);
+}
+
+kiln_status kiln__cu_add_layernorm_run(const kiln_kernel_args *a) {
+    const kiln_add_ln_attrs *at = a->attrs;
+    const kiln_tensor *x = a->in[0], *r = a->in[1], *S = a->in[2], *B = a->n_in > 3 ? a->in[3] : NULL;
+    kiln_tensor *sum = a->n_out > 1 && a->out[1] && a->out[1]->data ? a->out[1] : NULL;
+    kiln_dtype t = x->dtype;
+    if (r->dtype != t || S->dtype != t || (B && B->dtype != t) || a->out[0]->dtype != t ||
+        (sum && sum->dtype != t) || t == KILN_DTYPE_FLOAT64 || !kiln__cu_is_float(t))
+        return dtype_fail(a, t);
+    int axis = 0;
+    KILN_TRY(kiln__norm_axis(KCU_NODE(a), at->axis, x->rank, &axis));
+    int64_t rows, D, r_rows;
+    if (!kiln__add_ln_geom(x->rank, x->dims, r->rank, r->dims, axis, &rows, &D, &r_rows))
+        return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (AddLayerNorm): the addends do not fit", KCU_NODE(a));
+    int64_t sn = kiln__tensor_numel(S), bn = B ? kiln__tensor_numel(B) : 0;
+    if ((sn != D && sn != 1) || (B && bn != D && bn != 1))
+        return KILN_FAIL(KILN_ERR_UNSUPPORTED,
+                         "node '%s' (AddLayerNorm): Scale/B must have %lld elements (or 1) on the GPU",
+                         KCU_NODE(a), (long long)D);
+    if (rows == 0 || D == 0) return KILN_OK;
+    KILN_CUDA_TRY(kcu_add_layernorm(t, x->data, r->data, r_rows, sum ? sum->data : NULL, S->data,
+                                    sn == 1 && D != 1, B ? B->data : NULL, bn == 1 && D != 1, a->out[0]->data,
+                                    rows, D, at->epsilon, KCU_STREAM(a)),
                   KCU_NODE(a));
     return KILN_OK;
 }

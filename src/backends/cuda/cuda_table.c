@@ -35,6 +35,7 @@ KCU_DECLARE(size)
 KCU_DECLARE(global_pool)
 KCU_DECLARE(softmax)
 KCU_DECLARE(layernorm)
+KCU_DECLARE(add_layernorm)
 KCU_DECLARE(batchnorm)
 KCU_DECLARE(pool)
 KCU_DECLARE(reduce)
@@ -48,7 +49,7 @@ KCU_DECLARE(attention)
 
 /* Adding or removing an op: give it a row below if the GPU runs it (else it
  * runs on the CPU), then update the count. */
-_Static_assert(KILN_OP_COUNT == 169, "the op registry changed: see this table, then update the count");
+_Static_assert(KILN_OP_COUNT == 170, "the op registry changed: see this table, then update the count");
 
 static const kiln_kernel kiln_cuda_kernels[KILN_OP_ID_LIMIT] = {
     /* elementwise: unary math and activations (cuda_ops_ew.c, k_elementwise.cu) */
@@ -145,6 +146,7 @@ static const kiln_kernel kiln_cuda_kernels[KILN_OP_ID_LIMIT] = {
                              .run = kiln__cu_pool_run, .name_of = kiln__cu_pool_name},
     [KILN_OP_BatchNormalization] = KCU_ENTRY("cuda.batchnorm", batchnorm),
     [KILN_OP_LayerNormalization] = KCU_ENTRY("cuda.layernorm", layernorm),
+    [KILN_OP_AddLayerNorm] = KCU_ENTRY("cuda.add_layernorm", add_layernorm),
     [KILN_OP_Softmax] = KCU_ENTRY("cuda.softmax", softmax),
     [KILN_OP_LogSoftmax] = KCU_ENTRY("cuda.softmax", softmax),
     /* fused layers (cuda_conv.c, k_fused.cu) */

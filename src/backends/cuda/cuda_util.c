@@ -331,6 +331,8 @@ kiln_status kiln__cuda_scratch(kiln_cuda_state *st, size_t n, void **out, const 
     }
     st->scratch_cap = cap;
     st->scratch_gen++;
+    /* a tuning state: new scratch reads as NaN too (backend.h, poison_scratch) */
+    if (st->strict_tactics) (void)cudaMemsetAsync(st->scratch, 0xff, cap, st->stream);
     *out = st->scratch;
     return KILN_OK;
 }

@@ -1,6 +1,8 @@
 /* k_attn.cu -- kiln.Attention in fp16/bf16 on tensor cores, flash-attention
- * style: one CTA per (batch * head, tile of 16 * NW query rows), NW warps
- * of 16 rows each. For every tile of 64 keys: K and V into shared memory
+ * style: one CTA per (batch * head, tile of 16 * NWQ query rows), NWQ x NWK
+ * warps: NWQ groups of 16 rows, NWK slices of each step of keys (NWK > 1 at
+ * small batches, the partials merged at the end: k_attn_plan.h says which).
+ * For every step of keys: K and V into shared memory
  * (cp.async, zero-filled past the ends), S = Q K^T with mma.sync m16n8k16
  * (fp32 accumulators), the scale, cond rule, mask and bias added in fp32,
  * an online softmax per row (running max and sum in fp32, exp2), then
@@ -9,6 +11,7 @@
  * to 32, 64 or 128 with zeros in shared memory). The semantics are those of
  * k_attention (k_fused.cu), which runs what this kernel does not take. */
 #include "k_common.cuh"
+#include "k_attn_plan.h"
 
 using namespace kcu;
 
@@ -104,13 +107,13 @@ __device__ __forceinline__ float ex2(float x) {
  * key of the tile exists. Key strides fit 32 bits (the launcher checks);
  * contiguous ones (stride 1, the usual [.., Sq, Sk] masks) use constant
  * offsets. */
-template <typename T, bool FM, bool FULL>
+template <typename T, int NN, bool FM, bool FULL>
 __device__ __forceinline__ uint32_t tile_masks(const kcu_attn &g, const uint8_t *const *crow,
                                                const T *const *mrow, const T *const *brow, int64_t j0, int tq,
                                                bool fill_if, float (*madd)[4]) {
     uint32_t cbits = 0;
     const int cs = (int)g.cs[3], ms = (int)g.ms[3], bs = (int)g.bs[3];
-    const int nk = FULL ? 64 : (int)(g.Sk - j0);
+    const int64_t nk = FULL ? NN * 8 : g.Sk - j0; /* may be <= 0: a slice past the keys */
 #pragma unroll
     for (int u = 0; u < 2; u++) {
         /* this thread's first key of the tile */
@@ -120,14 +123,14 @@ __device__ __forceinline__ uint32_t tile_masks(const kcu_attn &g, const uint8_t 
         if (cp) {
             if (cs == 1) {
 #pragma unroll
-                for (int n = 0; n < 8; n++)
+                for (int n = 0; n < NN; n++)
 #pragma unroll
                     for (int w = 0; w < 2; w++)
                         if ((FULL || n * 8 + 2 * tq + w < nk) && (cp[n * 8 + w] != 0) == fill_if)
                             cbits |= 1u << (n * 4 + u * 2 + w);
             } else {
 #pragma unroll
-                for (int n = 0; n < 8; n++)
+                for (int n = 0; n < NN; n++)
 #pragma unroll
                     for (int w = 0; w < 2; w++)
                         if ((FULL || n * 8 + 2 * tq + w < nk) && (cp[(n * 8 + w) * cs] != 0) == fill_if)
@@ -136,7 +139,7 @@ __device__ __forceinline__ uint32_t tile_masks(const kcu_attn &g, const uint8_t 
         }
         if (FM) {
 #pragma unroll
-            for (int n = 0; n < 8; n++)
+            for (int n = 0; n < NN; n++)
 #pragma unroll
                 for (int w = 0; w < 2; w++) {
                     float a = 0.0f;
@@ -156,18 +159,30 @@ template <int N> __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
-/* FM: a float mask or bias is there (the cond alone needs no registers of floats) */
-template <typename T, int DM, int NW, bool FM>
-__global__ void __launch_bounds__(NW * 32)
+/* One CTA: NWQ * 16 query rows x NWK key slices, a warp per (16 rows, slice).
+ * Per step the CTA loads BN = NWK * WN keys; warp (wq, wk) takes the WN keys
+ * [wk * WN, (wk + 1) * WN) of each step, with its own running max, sum and
+ * output. NWK > 1 (small batches: more warps over the same rows, each with a
+ * shorter serial chain): the partial results meet in shared memory at the
+ * end and each warp finishes DM / NWK of the output columns.
+ * FM: a float mask or bias is there (the cond alone needs no registers of floats). */
+template <typename T, int DM, int NWQ, int NWK, int WN, bool FM>
+__global__ void __launch_bounds__(NWQ *NWK * 32)
     k_attn_mma(const __grid_constant__ kcu_attn g, const T *__restrict__ q, const T *__restrict__ k,
                const T *__restrict__ v, const T *__restrict__ mask, const uint8_t *__restrict__ cond,
                const T *__restrict__ bias, T *__restrict__ o, int vec_q, int vec_k, int vec_v) {
-    constexpr int BM = 16 * NW, DMP = DM + 8, NT = NW * 32, KS = DM / 16;
+    constexpr int BM = 16 * NWQ, BN = NWK * WN, NN = WN / 8, DMP = DM + 8, NT = NWQ * NWK * 32, KS = DM / 16;
+    static_assert(WN % 16 == 0 && NN * 4 <= 32, "a warp's key slice: 16 to 64 keys");
+    static_assert(NWK == 1 || (DM / 8) % NWK == 0, "output columns split evenly over the key warps");
+    /* the merge's partials (acc, max, sum per thread) fit in one stage of K, V */
+    static_assert(NWK == 1 || (size_t)NWQ * NWK * (DM / 2 + 4) * 32 * 4 <= (size_t)2 * BN * DMP * sizeof(T),
+                  "merge scratch fits in one K/V stage");
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    /* Q, then two stages of (K, V) */
+    /* Q, then one or two stages of (K, V) */
     T *Qs = reinterpret_cast<T *>(smem_raw);
     T *KV = Qs + BM * DMP;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int wq = warp % NWQ, wk = warp / NWQ;
     const int gr = lane >> 2, tq = lane & 3; /* row group and thread in quad */
     const int qtiles = (int)((g.Sq + BM - 1) / BM);
     const int64_t bh = blockIdx.x / qtiles, b = bh / g.H, h = bh % g.H;
@@ -175,29 +190,20 @@ __global__ void __launch_bounds__(NW * 32)
     const T *qb = q + b * g.qs[0] + h * g.qs[1];
     const T *kb = k + b * g.ks[0] + h * g.ks[1];
     const T *vb = v + b * g.vs[0] + h * g.vs[1];
-    const int ntiles = (int)((g.Sk + ATT_BN - 1) / ATT_BN);
+    const int ntiles = (int)((g.Sk + BN - 1) / BN);
 
-    /* everything the first tile needs, in flight at once */
+    /* everything the first step needs, in flight at once */
     load_tile<T, BM, DM, DMP, NT>(Qs, qb, g.qs[2], g.qs[3], i0, g.Sq, (int)g.D, vec_q);
-    load_tile<T, ATT_BN, DM, DMP, NT>(KV, kb, g.ks[2], g.ks[3], 0, g.Sk, (int)g.D, vec_k);
-    load_tile<T, ATT_BN, DM, DMP, NT>(KV + ATT_BN * DMP, vb, g.vs[2], g.vs[3], 0, g.Sk, (int)g.Dv, vec_v);
+    load_tile<T, BN, DM, DMP, NT>(KV, kb, g.ks[2], g.ks[3], 0, g.Sk, (int)g.D, vec_k);
+    load_tile<T, BN, DM, DMP, NT>(KV + BN * DMP, vb, g.vs[2], g.vs[3], 0, g.Sk, (int)g.Dv, vec_v);
     cp_async_commit();
-    cp_async_wait<0>();
-    __syncthreads();
-    uint32_t qf[KS][4];
-    {
-        const int mi = lane >> 3, r = lane & 7;
-#pragma unroll
-        for (int ks = 0; ks < KS; ks++)
-            ldsm_x4(qf[ks], Qs + (warp * 16 + (mi & 1) * 8 + r) * DMP + ks * 16 + (mi >> 1) * 8);
-    }
-    /* this thread's two rows (gr and gr + 8 of the warp's 16) */
+    /* this thread's two rows (gr and gr + 8 of the warp's 16) and their masks */
     int64_t row[2];
     const T *mrow[2] = {NULL, NULL}, *brow[2] = {NULL, NULL};
     const uint8_t *crow[2] = {NULL, NULL};
 #pragma unroll
     for (int u = 0; u < 2; u++) {
-        row[u] = i0 + warp * 16 + gr + u * 8;
+        row[u] = i0 + wq * 16 + gr + u * 8;
         const int64_t ri = row[u] < g.Sq ? row[u] : 0;
         if (g.has_mask) mrow[u] = mask + b * g.ms[0] + h * g.ms[1] + ri * g.ms[2];
         if (g.has_cond) crow[u] = cond + b * g.cs[0] + h * g.cs[1] + ri * g.cs[2];
@@ -205,6 +211,15 @@ __global__ void __launch_bounds__(NW * 32)
     }
     const bool any_mask = g.has_mask || g.has_bias || g.has_cond;
     const bool fill_if = g.cond_fill_if != 0, select = g.cond_mode == 1;
+    cp_async_wait<0>();
+    __syncthreads();
+    uint32_t qf[KS][4];
+    {
+        const int mi = lane >> 3, r = lane & 7;
+#pragma unroll
+        for (int ks = 0; ks < KS; ks++)
+            ldsm_x4(qf[ks], Qs + (wq * 16 + (mi & 1) * 8 + r) * DMP + ks * 16 + (mi >> 1) * 8);
+    }
     const float LOG2E = 1.4426950408889634f;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
     float acc[DM / 8][4];
@@ -212,33 +227,33 @@ __global__ void __launch_bounds__(NW * 32)
     for (int n = 0; n < DM / 8; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
 
     for (int t = 0; t < ntiles; t++) {
-        const int64_t j0 = (int64_t)t * ATT_BN;
-        const T *Ks = KV + (t & 1) * 2 * ATT_BN * DMP, *Vs = Ks + ATT_BN * DMP;
-        /* the next tile streams in while this one is computed */
+        const int64_t j0 = (int64_t)t * BN + wk * WN; /* this warp's first key */
+        const T *Ks = KV + (t & 1) * 2 * BN * DMP + wk * WN * DMP, *Vs = Ks + BN * DMP;
+        /* the next step streams in while this one is computed */
         if (t + 1 < ntiles) {
-            T *Kn = KV + ((t + 1) & 1) * 2 * ATT_BN * DMP;
-            load_tile<T, ATT_BN, DM, DMP, NT>(Kn, kb, g.ks[2], g.ks[3], j0 + ATT_BN, g.Sk, (int)g.D, vec_k);
-            load_tile<T, ATT_BN, DM, DMP, NT>(Kn + ATT_BN * DMP, vb, g.vs[2], g.vs[3], j0 + ATT_BN, g.Sk,
-                                              (int)g.Dv, vec_v);
+            T *Kn = KV + ((t + 1) & 1) * 2 * BN * DMP;
+            const int64_t jn = (int64_t)(t + 1) * BN;
+            load_tile<T, BN, DM, DMP, NT>(Kn, kb, g.ks[2], g.ks[3], jn, g.Sk, (int)g.D, vec_k);
+            load_tile<T, BN, DM, DMP, NT>(Kn + BN * DMP, vb, g.vs[2], g.vs[3], jn, g.Sk, (int)g.Dv, vec_v);
             cp_async_commit();
         }
-        /* masks of this tile, loaded before the products so their latency overlaps */
-        float madd[FM ? ATT_BN / 8 : 1][4];
+        /* masks of this slice, loaded before the products so their latency overlaps */
+        float madd[FM ? NN : 1][4];
         uint32_t cbits = 0; /* bit (n * 4 + e): the cond rule applies */
-        const bool full = j0 + ATT_BN <= g.Sk;
+        const bool full = j0 + WN <= g.Sk;
         if (any_mask)
-            cbits = full ? tile_masks<T, FM, true>(g, crow, mrow, brow, j0, tq, fill_if, madd)
-                         : tile_masks<T, FM, false>(g, crow, mrow, brow, j0, tq, fill_if, madd);
-        /* S = Q K^T: 16 rows x 64 keys per warp */
-        float s[ATT_BN / 8][4];
+            cbits = full ? tile_masks<T, NN, FM, true>(g, crow, mrow, brow, j0, tq, fill_if, madd)
+                         : tile_masks<T, NN, FM, false>(g, crow, mrow, brow, j0, tq, fill_if, madd);
+        /* S = Q K^T: 16 rows x WN keys per warp */
+        float s[NN][4];
 #pragma unroll
-        for (int n = 0; n < ATT_BN / 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+        for (int n = 0; n < NN; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
         {
             const int mi = lane >> 3, r = lane & 7;
 #pragma unroll
             for (int ks = 0; ks < KS; ks++)
 #pragma unroll
-                for (int np = 0; np < ATT_BN / 16; np++) {
+                for (int np = 0; np < WN / 16; np++) {
                     uint32_t bf[4];
                     ldsm_x4(bf, Ks + (np * 16 + (mi >> 1) * 8 + r) * DMP + ks * 16 + (mi & 1) * 8);
                     MmaType<T>::mma(s[2 * np], qf[ks], bf[0], bf[1]);
@@ -248,7 +263,7 @@ __global__ void __launch_bounds__(NW * 32)
         /* scale, cond, mask, bias; keys past the end are -inf */
         float tmax[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-        for (int n = 0; n < ATT_BN / 8; n++)
+        for (int n = 0; n < NN; n++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int u = e >> 1;
@@ -281,9 +296,9 @@ __global__ void __launch_bounds__(NW * 32)
         }
         /* P = exp(s - base), rounded to T as the A operand of P V: a0 = (row gr,
          * keys 2tq..), a1 = (row gr + 8, ...), a2/a3 the same 8 keys further */
-        uint32_t pf[ATT_BN / 16][4];
+        uint32_t pf[NN / 2][4];
 #pragma unroll
-        for (int n = 0; n < ATT_BN / 8; n++) {
+        for (int n = 0; n < NN; n++) {
             const float p0 = ex2((s[n][0] - base[0]) * LOG2E), p1 = ex2((s[n][1] - base[0]) * LOG2E);
             const float p2 = ex2((s[n][2] - base[1]) * LOG2E), p3 = ex2((s[n][3] - base[1]) * LOG2E);
             l[0] += p0 + p1;
@@ -291,11 +306,11 @@ __global__ void __launch_bounds__(NW * 32)
             pf[n >> 1][(n & 1) * 2 + 0] = MmaType<T>::pack(p0, p1);
             pf[n >> 1][(n & 1) * 2 + 1] = MmaType<T>::pack(p2, p3);
         }
-        /* O += P V: V tile [64 keys][DM] read transposed */
+        /* O += P V: V slice [WN keys][DM] read transposed */
         {
             const int mi = lane >> 3, r = lane & 7;
 #pragma unroll
-            for (int ks = 0; ks < ATT_BN / 16; ks++)
+            for (int ks = 0; ks < WN / 16; ks++)
 #pragma unroll
                 for (int np = 0; np < DM / 16; np++) {
                     uint32_t bf[4];
@@ -309,12 +324,65 @@ __global__ void __launch_bounds__(NW * 32)
             __syncthreads(); /* the next stage is in; this one is read by every warp */
         }
     }
-    float inv[2];
-    bool zero[2];
 #pragma unroll
     for (int u = 0; u < 2; u++) {
         l[u] += __shfl_xor_sync(0xffffffffu, l[u], 1);
         l[u] += __shfl_xor_sync(0xffffffffu, l[u], 2);
+    }
+    /* output columns n8 in [n0, n1) of this warp */
+    constexpr int NO = DM / 8 / NWK;
+    const int n0 = NWK == 1 ? 0 : wk * NO;
+    if constexpr (NWK > 1) {
+        /* partials in fragment order (conflict-free: lane-consecutive), over the K/V stage */
+        constexpr int PART = (DM / 2 + 4) * 32; /* floats per warp */
+        float *part = reinterpret_cast<float *>(KV);
+        __syncthreads(); /* every warp is done with the last K/V stage */
+        float *mine = part + (wk * NWQ + wq) * PART;
+#pragma unroll
+        for (int n = 0; n < DM / 8; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) mine[(n * 4 + e) * 32 + lane] = acc[n][e];
+#pragma unroll
+        for (int u = 0; u < 2; u++) {
+            mine[(DM / 2 + u) * 32 + lane] = m[u];
+            mine[(DM / 2 + 2 + u) * 32 + lane] = l[u];
+        }
+        __syncthreads();
+        float mp[NWK][2], wgt[NWK][2], M[2] = {-INFINITY, -INFINITY}, L[2] = {0.0f, 0.0f};
+#pragma unroll
+        for (int p = 0; p < NWK; p++)
+#pragma unroll
+            for (int u = 0; u < 2; u++) {
+                mp[p][u] = part[(p * NWQ + wq) * PART + (DM / 2 + u) * 32 + lane];
+                M[u] = fmaxf(M[u], mp[p][u]);
+            }
+#pragma unroll
+        for (int u = 0; u < 2; u++) {
+            const float bs = M[u] == -INFINITY ? 0.0f : M[u];
+#pragma unroll
+            for (int p = 0; p < NWK; p++) {
+                wgt[p][u] = ex2((mp[p][u] - bs) * LOG2E); /* a partial without keys (-inf): 0 */
+                L[u] += wgt[p][u] * part[(p * NWQ + wq) * PART + (DM / 2 + 2 + u) * 32 + lane];
+            }
+            l[u] = L[u];
+        }
+        /* this warp's columns (n tested, not used as an index: acc stays in registers) */
+#pragma unroll
+        for (int n = 0; n < DM / 8; n++)
+            if (n / NO == wk)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    float a = 0.0f;
+#pragma unroll
+                    for (int p = 0; p < NWK; p++)
+                        a += wgt[p][e >> 1] * part[(p * NWQ + wq) * PART + (n * 4 + e) * 32 + lane];
+                    acc[n][e] = a;
+                }
+    }
+    float inv[2];
+    bool zero[2];
+#pragma unroll
+    for (int u = 0; u < 2; u++) {
         inv[u] = 1.0f / l[u]; /* every key masked out: 0/0 = NaN, as softmax of all -inf */
         zero[u] = g.nan_to_zero && !(l[u] > 0.0f);
     }
@@ -326,7 +394,7 @@ __global__ void __launch_bounds__(NW * 32)
 #pragma unroll
         for (int u = 0; u < 2; u++) {
             const int64_t d = n * 8 + 2 * tq;
-            if (row[u] >= g.Sq || d >= g.Dv) continue;
+            if (n < n0 || n >= n0 + NO || row[u] >= g.Sq || d >= g.Dv) continue;
             T *op = o + b * g.os[0] + h * g.os[1] + row[u] * g.os[2] + d * g.os[3];
             const float y0 = zero[u] ? 0.0f : acc[n][2 * u] * inv[u];
             const float y1 = zero[u] ? 0.0f : acc[n][2 * u + 1] * inv[u];
@@ -344,46 +412,49 @@ bool rows_aligned(const void *p, int64_t rs, size_t es) {
     return (uintptr_t)p % 16 == 0 && (rs * (int64_t)es) % 16 == 0;
 }
 
-template <typename T, int DM, int NW, bool FM>
+template <typename T, int DM, int NWQ, int NWK, int WN, bool FM>
 cudaError_t launch_fm(const kcu_attn *g, const void *q, const void *k, const void *v, const void *mask,
                       const uint8_t *cond, const void *bias, void *o, int vq, int vk, int vv,
                       cudaStream_t stream) {
-    constexpr int BM = 16 * NW, DMP = DM + 8;
-    const size_t smem = (size_t)(BM + 4 * ATT_BN) * DMP * sizeof(T); /* Q + two stages of K, V */
-    cudaError_t e = cudaFuncSetAttribute(k_attn_mma<T, DM, NW, FM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         (int)smem);
+    constexpr int BM = 16 * NWQ, BN = NWK * WN, DMP = DM + 8;
+    const int stages = g->Sk > BN ? 2 : 1; /* one step of keys: no second stage */
+    const size_t smem = (size_t)(BM + 2 * stages * BN) * DMP * sizeof(T); /* Q + stages of K, V */
+    cudaError_t e = cudaFuncSetAttribute(k_attn_mma<T, DM, NWQ, NWK, WN, FM>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (e != cudaSuccess) return e;
     const int64_t tiles = (g->Sq + BM - 1) / BM;
     dim3 grid((unsigned)(g->B * g->H * tiles)); /* the q tiles of one (batch, head) side by side */
-    k_attn_mma<T, DM, NW, FM><<<grid, NW * 32, smem, stream>>>(*g, (const T *)q, (const T *)k, (const T *)v,
-                                                                (const T *)mask, cond, (const T *)bias,
-                                                                (T *)o, vq, vk, vv);
+    k_attn_mma<T, DM, NWQ, NWK, WN, FM><<<grid, NWQ * NWK * 32, smem, stream>>>(
+        *g, (const T *)q, (const T *)k, (const T *)v, (const T *)mask, cond, (const T *)bias, (T *)o, vq, vk, vv);
     return cudaGetLastError();
 }
 
-template <typename T, int DM, int NW>
+template <typename T, int DM, int NWQ, int NWK, int WN>
 cudaError_t launch_dm(const kcu_attn *g, const void *q, const void *k, const void *v, const void *mask,
                       const uint8_t *cond, const void *bias, void *o, int vq, int vk, int vv,
                       cudaStream_t stream) {
     if (g->has_mask || g->has_bias)
-        return launch_fm<T, DM, NW, true>(g, q, k, v, mask, cond, bias, o, vq, vk, vv, stream);
-    return launch_fm<T, DM, NW, false>(g, q, k, v, mask, cond, bias, o, vq, vk, vv, stream);
+        return launch_fm<T, DM, NWQ, NWK, WN, true>(g, q, k, v, mask, cond, bias, o, vq, vk, vv, stream);
+    return launch_fm<T, DM, NWQ, NWK, WN, false>(g, q, k, v, mask, cond, bias, o, vq, vk, vv, stream);
 }
 
 template <typename T, int DM>
 cudaError_t launch_nw(const kcu_attn *g, const void *q, const void *k, const void *v, const void *mask,
                       const uint8_t *cond, const void *bias, void *o, int vq, int vk, int vv, int sm_count,
-                      cudaStream_t stream) {
-    /* 4 warps (64 query rows) per CTA unless that leaves multiprocessors idle */
-    const int64_t ctas64 = g->B * g->H * ((g->Sq + 63) / 64);
-    if (ctas64 >= 2 * (int64_t)sm_count && g->Sq > 32)
-        return launch_dm<T, DM, 4>(g, q, k, v, mask, cond, bias, o, vq, vk, vv, stream);
-    return launch_dm<T, DM, 2>(g, q, k, v, mask, cond, bias, o, vq, vk, vv, stream);
+                      int split, cudaStream_t stream) {
+    const kcu_attn_plan p = kcu_attn_choose(g->B, g->H, g->Sq, DM, sm_count, split);
+    if (p.ctas > INT32_MAX) return cudaErrorNotSupported;
+    if (p.k_warps > 1)
+        return launch_dm<T, DM, 1, 4, (DM > 64 ? 16 : 32)>(g, q, k, v, mask, cond, bias, o, vq, vk, vv, stream);
+    if (p.q_warps == 4)
+        return launch_dm<T, DM, 4, 1, ATT_BN>(g, q, k, v, mask, cond, bias, o, vq, vk, vv, stream);
+    return launch_dm<T, DM, 2, 1, ATT_BN>(g, q, k, v, mask, cond, bias, o, vq, vk, vv, stream);
 }
 
 template <typename T>
 cudaError_t launch_t(const kcu_attn *g, const void *q, const void *k, const void *v, const void *mask,
-                     const uint8_t *cond, const void *bias, void *o, int sm_count, cudaStream_t stream) {
+                     const uint8_t *cond, const void *bias, void *o, int sm_count, int split,
+                     cudaStream_t stream) {
     const int64_t dmax = g->D > g->Dv ? g->D : g->Dv;
     const size_t es = sizeof(T);
     const int vq = g->qs[3] == 1 && g->D % 8 == 0 && rows_aligned(q, g->qs[2], es) &&
@@ -392,16 +463,17 @@ cudaError_t launch_t(const kcu_attn *g, const void *q, const void *k, const void
                    (g->ks[0] * (int64_t)es) % 16 == 0 && (g->ks[1] * (int64_t)es) % 16 == 0;
     const int vv = g->vs[3] == 1 && g->Dv % 8 == 0 && rows_aligned(v, g->vs[2], es) &&
                    (g->vs[0] * (int64_t)es) % 16 == 0 && (g->vs[1] * (int64_t)es) % 16 == 0;
-    if (dmax <= 32) return launch_nw<T, 32>(g, q, k, v, mask, cond, bias, o, vq, vk, vv, sm_count, stream);
-    if (dmax <= 64) return launch_nw<T, 64>(g, q, k, v, mask, cond, bias, o, vq, vk, vv, sm_count, stream);
-    return launch_nw<T, 128>(g, q, k, v, mask, cond, bias, o, vq, vk, vv, sm_count, stream);
+    if (dmax <= 32) return launch_nw<T, 32>(g, q, k, v, mask, cond, bias, o, vq, vk, vv, sm_count, split, stream);
+    if (dmax <= 64) return launch_nw<T, 64>(g, q, k, v, mask, cond, bias, o, vq, vk, vv, sm_count, split, stream);
+    return launch_nw<T, 128>(g, q, k, v, mask, cond, bias, o, vq, vk, vv, sm_count, split, stream);
 }
 
 } // namespace
 
 extern "C" cudaError_t kcu_attention_mma(kiln_dtype t, const kcu_attn *g, const void *q, const void *k,
                                          const void *v, const void *mask, const uint8_t *cond,
-                                         const void *bias, void *o, int sm_count, cudaStream_t stream) {
+                                         const void *bias, void *o, int sm_count, int split,
+                                         cudaStream_t stream) {
     if (t != KILN_DTYPE_FLOAT16 && t != KILN_DTYPE_BFLOAT16) return cudaErrorNotSupported;
     if (g->D <= 0 || g->D > 128 || g->Dv <= 0 || g->Dv > 128) return cudaErrorNotSupported;
     if (g->B * g->H * ((g->Sq + 31) / 32) > INT32_MAX) return cudaErrorNotSupported;
@@ -411,6 +483,6 @@ extern "C" cudaError_t kcu_attention_mma(kiln_dtype t, const kcu_attn *g, const 
         g->bs[3] > lim)
         return cudaErrorNotSupported;
     if (g->B * g->H * g->Sq <= 0) return cudaSuccess;
-    if (t == KILN_DTYPE_FLOAT16) return launch_t<__half>(g, q, k, v, mask, cond, bias, o, sm_count, stream);
-    return launch_t<__nv_bfloat16>(g, q, k, v, mask, cond, bias, o, sm_count, stream);
+    if (t == KILN_DTYPE_FLOAT16) return launch_t<__half>(g, q, k, v, mask, cond, bias, o, sm_count, split, stream);
+    return launch_t<__nv_bfloat16>(g, q, k, v, mask, cond, bias, o, sm_count, split, stream);
 }

@@ -118,9 +118,23 @@ __device__ __forceinline__ void store_stat_dt(kiln_dtype t, void *p, int64_t r, 
     }
 }
 
-template <typename T, int G>
+/* The rows' input: x alone (LayerNormalization), or the sum x + r rounded to
+ * T (kiln.AddLayerNorm: r's row is the output row modulo r_rows; the sum is
+ * written to sum_out when given). */
+template <typename T, bool ADD> struct RowIn {
+    const T *x, *r;
+    T *sum;
+    __device__ __forceinline__ typename Num<T>::C at(int64_t xi, int64_t ri) const {
+        if constexpr (ADD)
+            return Num<T>::load(Num<T>::store(Num<T>::load(x[xi]) + Num<T>::load(r[ri])));
+        else
+            return Num<T>::load(x[xi]);
+    }
+};
+
+template <typename T, int G, bool ADD>
 __global__ void __launch_bounds__(KCU_THREADS)
-    k_layernorm(const T *__restrict__ x, const T *__restrict__ scale, int scale_scalar,
+    k_layernorm(RowIn<T, ADD> in, int64_t r_rows, const T *__restrict__ scale, int scale_scalar,
                 const T *__restrict__ bias, int bias_scalar, T *__restrict__ y, kiln_dtype stat_t,
                 void *mean_out, void *inv_out, int64_t rows, int64_t D, float eps) {
     typedef typename Num<T>::C C;
@@ -129,21 +143,25 @@ __global__ void __launch_bounds__(KCU_THREADS)
     const int lane = Group<G>::rank();
     for (int64_t r = (int64_t)blockIdx.x * rows_per_block + threadIdx.x / G; r < rows;
          r += (int64_t)gridDim.x * rows_per_block) {
-        const T *xr = x + r * D;
+        const int64_t xo = r * D, ro = ADD ? (r % r_rows) * D : 0;
         T *yr = y + r * D;
         C s = 0;
-        for (int64_t j = lane; j < D; j += G) s += Num<T>::load(xr[j]);
+        for (int64_t j = lane; j < D; j += G) {
+            const C v = in.at(xo + j, ro + j);
+            if (ADD && in.sum) in.sum[xo + j] = Num<T>::store(v);
+            s += v;
+        }
         s = Group<G>::reduce(s, OpAdd(), sh);
         const C mean = D ? s / (C)D : C(0);
         C ss = 0;
         for (int64_t j = lane; j < D; j += G) {
-            C d = Num<T>::load(xr[j]) - mean;
+            C d = in.at(xo + j, ro + j) - mean;
             ss += d * d;
         }
         ss = Group<G>::reduce(ss, OpAdd(), sh);
         const C inv = C(1) / m_sqrt((D ? ss / (C)D : C(0)) + (C)eps);
         for (int64_t j = lane; j < D; j += G) {
-            C v = (Num<T>::load(xr[j]) - mean) * inv * Num<T>::load(scale[scale_scalar ? 0 : j]);
+            C v = (in.at(xo + j, ro + j) - mean) * inv * Num<T>::load(scale[scale_scalar ? 0 : j]);
             if (bias) v += Num<T>::load(bias[bias_scalar ? 0 : j]);
             yr[j] = Num<T>::store(v);
         }
@@ -156,30 +174,52 @@ __global__ void __launch_bounds__(KCU_THREADS)
 
 /* fp16/bf16 rows of D = 8k <= 256 * VPL elements, 16-byte aligned: a warp per
  * row holding its values in registers (one read of x, 16-byte loads and
- * stores), 4 rows per block. Same arithmetic as k_layernorm (fp32, mean
- * first, then the mean of squared deviations). */
-template <typename T, int VPL>
-__global__ void __launch_bounds__(128)
-    k_layernorm_vec(const T *__restrict__ x, const T *__restrict__ scale, const T *__restrict__ bias,
+ * stores), RPB rows per block. Every load of a row (x, r, scale, bias) is
+ * issued before the first reduction, so a short row costs one memory
+ * latency, not two. Same arithmetic as k_layernorm (fp32, mean first, then
+ * the mean of squared deviations). */
+template <typename T, int VPL, int RPB, bool ADD>
+__global__ void __launch_bounds__(RPB * 32)
+    k_layernorm_vec(RowIn<T, ADD> in, int64_t r_rows, const T *__restrict__ scale, const T *__restrict__ bias,
                     T *__restrict__ y, kiln_dtype stat_t, void *mean_out, void *inv_out, int64_t rows,
                     int64_t D, float eps) {
     const int lane = threadIdx.x & 31;
-    const int64_t r = (int64_t)blockIdx.x * 4 + (threadIdx.x >> 5);
+    const int64_t r = (int64_t)blockIdx.x * RPB + (threadIdx.x >> 5);
     if (r >= rows) return;
     const int nv = (int)(D / 8);
-    const uint4 *xr = reinterpret_cast<const uint4 *>(x + r * D);
+    const uint4 *xr = reinterpret_cast<const uint4 *>(in.x + r * D);
+    const uint4 *rr = reinterpret_cast<const uint4 *>(ADD ? in.r + (r % r_rows) * D : in.x);
+    const uint4 *sc = reinterpret_cast<const uint4 *>(scale), *bi = reinterpret_cast<const uint4 *>(bias);
+    const uint4 z = make_uint4(0, 0, 0, 0);
+    uint4 xu[VPL], ru[VPL], su[VPL], bu[VPL];
+#pragma unroll
+    for (int i = 0; i < VPL; i++) {
+        const int c = lane + i * 32;
+        const bool ok = c < nv;
+        xu[i] = ok ? xr[c] : z;
+        ru[i] = ADD && ok ? rr[c] : z;
+        su[i] = ok ? sc[c] : z;
+        bu[i] = bias && ok ? bi[c] : z;
+    }
     float v[VPL][8];
     float s = 0.0f;
 #pragma unroll
     for (int i = 0; i < VPL; i++) {
-        const int c = lane + i * 32;
-        uint4 u = c < nv ? xr[c] : make_uint4(0, 0, 0, 0);
-        const T *e = reinterpret_cast<const T *>(&u);
+        const T *e = reinterpret_cast<const T *>(&xu[i]);
+        const T *f = reinterpret_cast<const T *>(&ru[i]);
+        uint4 so;
+        T *se = reinterpret_cast<T *>(&so);
 #pragma unroll
         for (int k = 0; k < 8; k++) {
-            v[i][k] = Num<T>::load(e[k]);
+            if constexpr (ADD) {
+                se[k] = Num<T>::store(Num<T>::load(e[k]) + Num<T>::load(f[k]));
+                v[i][k] = Num<T>::load(se[k]);
+            } else {
+                v[i][k] = Num<T>::load(e[k]);
+            }
             s += v[i][k];
         }
+        if (ADD && in.sum && lane + i * 32 < nv) reinterpret_cast<uint4 *>(in.sum + r * D)[lane + i * 32] = so;
     }
     const float mean = warp_reduce(s, OpAdd()) / (float)D;
     float ss = 0.0f;
@@ -193,13 +233,12 @@ __global__ void __launch_bounds__(128)
             }
     const float inv = 1.0f / sqrtf(warp_reduce(ss, OpAdd()) / (float)D + eps);
     uint4 *yr = reinterpret_cast<uint4 *>(y + r * D);
-    const uint4 *sc = reinterpret_cast<const uint4 *>(scale), *bi = reinterpret_cast<const uint4 *>(bias);
 #pragma unroll
     for (int i = 0; i < VPL; i++) {
         const int c = lane + i * 32;
         if (c >= nv) break;
-        uint4 su = sc[c], bu = bias ? bi[c] : make_uint4(0, 0, 0, 0), o;
-        const T *se = reinterpret_cast<const T *>(&su), *be = reinterpret_cast<const T *>(&bu);
+        uint4 o;
+        const T *se = reinterpret_cast<const T *>(&su[i]), *be = reinterpret_cast<const T *>(&bu[i]);
         T *oe = reinterpret_cast<T *>(&o);
 #pragma unroll
         for (int k = 0; k < 8; k++) {
@@ -215,42 +254,50 @@ __global__ void __launch_bounds__(128)
     }
 }
 
-template <typename T, int VPL>
-static cudaError_t layernorm_vec_launch(const void *x, const void *scale, const void *bias, void *y,
-                                        kiln_dtype stat_t, void *mean, void *inv, int64_t rows,
+/* Rows per block of the vectorized kernel: one warp per block while the rows
+ * fit in a few waves of single-warp blocks (latency-bound: spread over every
+ * multiprocessor), else 4. */
+template <typename T, int VPL, bool ADD>
+static cudaError_t layernorm_vec_launch(RowIn<T, ADD> in, int64_t r_rows, const void *scale, const void *bias,
+                                        void *y, kiln_dtype stat_t, void *mean, void *inv, int64_t rows,
                                         int64_t D, float eps, cudaStream_t st) {
+    if (rows <= 1024) {
+        k_layernorm_vec<T, VPL, 1, ADD><<<(unsigned)rows, 32, 0, st>>>(in, r_rows, (const T *)scale, (const T *)bias,
+                                                                       (T *)y, stat_t, mean, inv, rows, D, eps);
+        return cudaGetLastError();
+    }
     const int64_t blocks = (rows + 3) / 4;
     if (blocks > INT32_MAX) return cudaErrorInvalidConfiguration;
-    k_layernorm_vec<T, VPL><<<(unsigned)blocks, 128, 0, st>>>((const T *)x, (const T *)scale, (const T *)bias,
-                                                              (T *)y, stat_t, mean, inv, rows, D, eps);
+    k_layernorm_vec<T, VPL, 4, ADD><<<(unsigned)blocks, 128, 0, st>>>(in, r_rows, (const T *)scale, (const T *)bias,
+                                                                     (T *)y, stat_t, mean, inv, rows, D, eps);
     return cudaGetLastError();
 }
 
 static bool al16(const void *p) { return (uintptr_t)p % 16 == 0; }
 
-template <typename T>
-static cudaError_t layernorm_launch(const void *x, const void *scale, int ss, const void *bias,
+template <typename T, bool ADD>
+static cudaError_t layernorm_launch(RowIn<T, ADD> in, int64_t r_rows, const void *scale, int ss, const void *bias,
                                     int bs, void *y, kiln_dtype stat_t, void *mean, void *inv,
                                     int64_t rows, int64_t D, float eps, cudaStream_t st) {
     if constexpr (sizeof(T) == 2) {
-        if (D % 8 == 0 && D > 0 && D <= 2048 && !ss && !bs && al16(x) && al16(y) && al16(scale) &&
-            (!bias || al16(bias))) {
-            if (D <= 256) return layernorm_vec_launch<T, 1>(x, scale, bias, y, stat_t, mean, inv, rows, D, eps, st);
-            if (D <= 512) return layernorm_vec_launch<T, 2>(x, scale, bias, y, stat_t, mean, inv, rows, D, eps, st);
-            if (D <= 768) return layernorm_vec_launch<T, 3>(x, scale, bias, y, stat_t, mean, inv, rows, D, eps, st);
-            if (D <= 1024) return layernorm_vec_launch<T, 4>(x, scale, bias, y, stat_t, mean, inv, rows, D, eps, st);
-            return layernorm_vec_launch<T, 8>(x, scale, bias, y, stat_t, mean, inv, rows, D, eps, st);
+        if (D % 8 == 0 && D > 0 && D <= 2048 && !ss && !bs && al16(in.x) && al16(y) && al16(scale) &&
+            (!bias || al16(bias)) && (!ADD || (al16(in.r) && (!in.sum || al16(in.sum))))) {
+#define KCU_LN_VEC(V) layernorm_vec_launch<T, V, ADD>(in, r_rows, scale, bias, y, stat_t, mean, inv, rows, D, eps, st)
+            if (D <= 256) return KCU_LN_VEC(1);
+            if (D <= 512) return KCU_LN_VEC(2);
+            if (D <= 768) return KCU_LN_VEC(3);
+            if (D <= 1024) return KCU_LN_VEC(4);
+            return KCU_LN_VEC(8);
+#undef KCU_LN_VEC
         }
     }
     if (D <= 1024) {
         int64_t blocks = (rows + (KCU_THREADS / 32) - 1) / (KCU_THREADS / 32);
-        k_layernorm<T, 32><<<grid_for(blocks, 1), KCU_THREADS, 0, st>>>(
-            (const T *)x, (const T *)scale, ss, (const T *)bias, bs, (T *)y, stat_t, mean, inv,
-            rows, D, eps);
+        k_layernorm<T, 32, ADD><<<grid_for(blocks, 1), KCU_THREADS, 0, st>>>(
+            in, r_rows, (const T *)scale, ss, (const T *)bias, bs, (T *)y, stat_t, mean, inv, rows, D, eps);
     } else {
-        k_layernorm<T, KCU_THREADS><<<grid_for(rows, 1), KCU_THREADS, 0, st>>>(
-            (const T *)x, (const T *)scale, ss, (const T *)bias, bs, (T *)y, stat_t, mean, inv,
-            rows, D, eps);
+        k_layernorm<T, KCU_THREADS, ADD><<<grid_for(rows, 1), KCU_THREADS, 0, st>>>(
+            in, r_rows, (const T *)scale, ss, (const T *)bias, bs, (T *)y, stat_t, mean, inv, rows, D, eps);
     }
     return cudaGetLastError();
 }
@@ -323,9 +370,28 @@ cudaError_t kcu_layernorm(kiln_dtype t, const void *x, const void *scale, int sc
                           void *mean, void *inv_std, int64_t rows, int64_t D, float eps,
                           cudaStream_t stream) {
     if (rows <= 0) return cudaSuccess;
-    KCU_SWITCH_FLOAT(t, return layernorm_launch<T_>(x, scale, scale_scalar, bias, bias_scalar, y,
-                                                     stat_t, mean, inv_std, rows, D, eps, stream))
+    KCU_SWITCH_FLOAT(t, return layernorm_launch<T_, false>(RowIn<T_, false>{(const T_ *)x, NULL, NULL}, 1, scale,
+                                                            scale_scalar, bias, bias_scalar, y, stat_t, mean,
+                                                            inv_std, rows, D, eps, stream))
     return cudaErrorInvalidValue;
+}
+
+cudaError_t kcu_add_layernorm(kiln_dtype t, const void *x, const void *r, int64_t r_rows, void *sum,
+                              const void *scale, int scale_scalar, const void *bias, int bias_scalar, void *y,
+                              int64_t rows, int64_t D, float eps, cudaStream_t stream) {
+    if (rows <= 0) return cudaSuccess;
+    if (r_rows <= 0 || rows % r_rows) return cudaErrorInvalidValue;
+    switch (t) {
+#define KCU_ALN(T_)                                                                                          \
+    return layernorm_launch<T_, true>(RowIn<T_, true>{(const T_ *)x, (const T_ *)r, (T_ *)sum}, r_rows, scale, \
+                                      scale_scalar, bias, bias_scalar, y, KILN_DTYPE_FLOAT32, NULL, NULL, rows, \
+                                      D, eps, stream)
+    case KILN_DTYPE_FLOAT32: KCU_ALN(float);
+    case KILN_DTYPE_FLOAT16: KCU_ALN(__half);
+    case KILN_DTYPE_BFLOAT16: KCU_ALN(__nv_bfloat16);
+#undef KCU_ALN
+    default: return cudaErrorInvalidValue;
+    }
 }
 
 cudaError_t kcu_batchnorm(kiln_dtype t, const void *x, void *y, kiln_dtype pt,

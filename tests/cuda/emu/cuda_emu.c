@@ -387,6 +387,27 @@ cudaError_t kcu_layernorm(kiln_dtype t, const void *x, const void *sc, int ss, c
     }
     return cudaSuccess;
 }
+cudaError_t kcu_add_layernorm(kiln_dtype t, const void *x, const void *r, int64_t rr, void *sum, const void *sc, int ss, const void *b, int bs, void *y, int64_t rows, int64_t D, float eps, cudaStream_t s) {
+    (void)s;
+    if (rows <= 0) return cudaSuccess;
+    if (rr <= 0 || rows % rr) return cudaErrorInvalidValue;
+    double *v = malloc(sizeof(double) * (size_t)(D > 0 ? D : 1));
+    if (!v) return cudaErrorMemoryAllocation;
+    for (int64_t i = 0; i < rows; i++) {
+        double sm = 0;
+        for (int64_t j = 0; j < D; j++) {
+            st_(t, y, i * D + j, ld(t, x, i * D + j) + ld(t, r, (i % rr) * D + j)); /* rounded to t */
+            v[j] = ld(t, y, i * D + j);
+            if (sum) st_(t, sum, i * D + j, v[j]);
+            sm += v[j];
+        }
+        double mu = D ? sm / D : 0, q = 0; for (int64_t j = 0; j < D; j++) q += (v[j] - mu) * (v[j] - mu);
+        double iv = 1 / sqrt((D ? q / D : 0) + eps);
+        for (int64_t j = 0; j < D; j++) { double w = (v[j] - mu) * iv * ld(t, sc, ss ? 0 : j); if (b) w += ld(t, b, bs ? 0 : j); st_(t, y, i * D + j, w); }
+    }
+    free(v);
+    return cudaSuccess;
+}
 cudaError_t kcu_batchnorm(kiln_dtype t, const void *x, void *y, kiln_dtype pt, const void *sc, const void *bi, const void *mn, const void *var, float *coef, int64_t N, int64_t C, int64_t plane, int pe, float eps, cudaStream_t s) {
     (void)s; (void)coef;
     for (int64_t i = 0; i < N * C * plane; i++) {
@@ -595,8 +616,9 @@ cudaError_t kcu_attention(kiln_dtype t, const kcu_attn *g, const void *q, const 
 }
 cudaError_t kcu_attention_mma(kiln_dtype t, const kcu_attn *g, const void *q, const void *k, const void *v,
                               const void *mask, const uint8_t *cond, const void *bias, void *o, int sm_count,
-                              cudaStream_t s) {
+                              int split, cudaStream_t s) {
     (void)sm_count;
+    (void)split;
     if (t != KILN_DTYPE_FLOAT16 && t != KILN_DTYPE_BFLOAT16) return cudaErrorNotSupported;
     return kcu_attention(t, g, q, k, v, mask, cond, bias, o, s);
 }
