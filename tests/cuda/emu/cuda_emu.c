@@ -44,6 +44,12 @@ cudaError_t cudaMalloc(void **p, size_t n) {
 cudaError_t cudaFree(void *p) { if (!p) return cudaSuccess; int i = find_reg(p); if (i >= 0) reg_p[i] = NULL; free(p); return cudaSuccess; }
 cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, enum cudaMemcpyKind k, cudaStream_t st) { (void)k; (void)st; memmove(d, s, n); return cudaSuccess; }
 cudaError_t cudaMemcpy(void *d, const void *s, size_t n, enum cudaMemcpyKind k) { (void)k; memmove(d, s, n); return cudaSuccess; }
+cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t st) { (void)st; memset(p, v, n); return cudaSuccess; }
+cudaError_t cudaMemcpy2DAsync(void *d, size_t dp, const void *s, size_t sp, size_t w, size_t h, enum cudaMemcpyKind k, cudaStream_t st) {
+    (void)k; (void)st;
+    for (size_t r = 0; r < h; r++) memmove((char *)d + r * dp, (const char *)s + r * sp, w);
+    return cudaSuccess;
+}
 cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a, const void *p) {
     memset(a, 0, sizeof *a); a->type = find_reg(p) >= 0 ? cudaMemoryTypeDevice : cudaMemoryTypeUnregistered; return cudaSuccess; }
 cudaError_t cudaGetLastError(void) { return cudaSuccess; }
