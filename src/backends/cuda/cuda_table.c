@@ -48,7 +48,7 @@ KCU_DECLARE(attention)
 
 /* Adding or removing an op: give it a row below if the GPU runs it (else it
  * runs on the CPU), then update the count. */
-_Static_assert(KILN_OP_COUNT == 169, "the op registry changed: see this table, then update the count");
+_Static_assert(KILN_OP_COUNT == 170, "the op registry changed: see this table, then update the count");
 
 static const kiln_kernel kiln_cuda_kernels[KILN_OP_ID_LIMIT] = {
     /* elementwise: unary math and activations (cuda_ops_ew.c, k_elementwise.cu) */
