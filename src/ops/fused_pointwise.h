@@ -44,4 +44,11 @@ KILN_ATTRS_AT(kiln_pw_attrs, out_reg, 64); KILN_ATTRS_AT(kiln_pw_attrs, instr, 8
 KILN_PRIVATE bool kiln__pw_in_dtype_ok(kiln_dtype t);
 KILN_PRIVATE bool kiln__pw_out_dtype_ok(kiln_dtype t);
 
+/* The kernels' view of a node's tensors (a->n_in inputs broadcast to
+ * a->out[0]'s shape): the output's dims with size-1 dims dropped and
+ * neighbours contiguous for every input merged (dims[0..R), R >= 1
+ * returned; one element: R = 1, dims[0] = 1), and each input's element
+ * strides over them (0 where broadcast). */
+KILN_PRIVATE int kiln__pw_geometry(const kiln_kernel_args *a, int64_t *dims, int64_t (*st)[KILN_MAX_RANK]);
+
 #endif

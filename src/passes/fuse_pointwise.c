@@ -164,6 +164,7 @@ typedef struct pw_compiler {
     int *uses;             /* per value: reads left inside the group */
     uint32_t busy;         /* registers holding live values */
     bool fail;
+    bool const_inputs;     /* scalar constants are inputs, not immediates */
 } pw_compiler;
 
 static int take_reg(pw_compiler *c) {
@@ -328,7 +329,7 @@ static bool is_member_output(const kiln_graph *g, const bool *in_group, int v) {
 
 /* Compiles the nodes of group (in_group, ascending indices members[0..m)):
  * c->at, c->ins, c->outs. false: it does not fit kiln.Pointwise. */
-static bool compile(pw_compiler *c, const int *members, int m) {
+static bool compile_as(pw_compiler *c, const int *members, int m) {
     const kiln_graph *g = c->g;
     memset(&c->at, 0, sizeof c->at);
     c->busy = 0;
@@ -349,7 +350,8 @@ static bool compile(pw_compiler *c, const int *members, int m) {
             c->uses[v]++;
             int p = g->values[v].producer;
             float x;
-            if ((p >= 0 && c->in_group[p]) || c->reg[v] >= 0 || const_scalar(g, v, &x)) continue;
+            if ((p >= 0 && c->in_group[p]) || c->reg[v] >= 0 || (!c->const_inputs && const_scalar(g, v, &x)))
+                continue;
             if (c->at.n_in >= KILN_PW_MAX_IN) return false;
             c->reg[v] = c->at.n_in;
             c->ins[c->at.n_in] = v;
@@ -391,6 +393,15 @@ static bool compile(pw_compiler *c, const int *members, int m) {
         return false;
     }
     return same_shape(&b, vinfo(g, c->outs[0]));
+}
+
+/* Scalar constants are immediates, unless one of them carries a dim the
+ * output needs (a [1,1,1] constant against [4] inputs): then inputs. */
+static bool compile(pw_compiler *c, const int *members, int m) {
+    c->const_inputs = false;
+    if (compile_as(c, members, m)) return true;
+    c->const_inputs = true;
+    return compile_as(c, members, m);
 }
 
 /* ---- groups ------------------------------------------------------------------ */

@@ -233,35 +233,9 @@ kiln_status kiln__pw_cpu_run(const kiln_kernel_args *a) {
     int64_t total = kiln__tensor_numel(o);
     if (total <= 0) return KILN_OK;
     pw_geom g = {.at = at};
-    /* full shape with broadcast strides, then size-1 dims dropped and
-     * neighbours contiguous for every input merged */
-    int64_t st[KILN_PW_MAX_IN][KILN_MAX_RANK];
-    for (int k = 0; k < at->n_in; k++) {
-        kiln__bcast_strides(a->in[k]->rank, a->in[k]->dims, o->rank, o->dims, st[k]);
-        g.in[k] = a->in[k]->data;
-    }
+    for (int k = 0; k < at->n_in; k++) g.in[k] = a->in[k]->data;
     for (int j = 0; j < at->n_out; j++) g.out[j] = a->out[j]->data;
-    int R = 0;
-    for (int d = 0; d < o->rank; d++) {
-        if (o->dims[d] == 1) continue;
-        bool merge = R > 0;
-        for (int k = 0; k < at->n_in && merge; k++)
-            merge = g.st[k][R - 1] == st[k][d] * o->dims[d];
-        if (merge) {
-            g.dims[R - 1] *= o->dims[d];
-            for (int k = 0; k < at->n_in; k++) g.st[k][R - 1] = st[k][d];
-        } else {
-            g.dims[R] = o->dims[d];
-            for (int k = 0; k < at->n_in; k++) g.st[k][R] = st[k][d];
-            R++;
-        }
-    }
-    if (R == 0) { /* one element */
-        g.dims[0] = 1;
-        for (int k = 0; k < at->n_in; k++) g.st[k][0] = 0;
-        R = 1;
-    }
-    g.rank = R;
+    g.rank = kiln__pw_geometry(a, g.dims, g.st);
     kiln__parallel_for(a->pool, total, 4096, pw_range, &g);
     return KILN_OK;
 }
