@@ -15,7 +15,7 @@
 
 EW_VECTORIZE_FLOAT_SELECTS
 
-#define PW_BLOCK 256
+#define PW_BLOCK 1024
 
 typedef struct pw_geom {
     const kiln_pw_attrs *at;
@@ -114,11 +114,21 @@ static void pw_store(kiln_dtype t, void *base, int64_t off, const float *r, int6
     }
 }
 
-#define PW_LOOP(EXPR)                                       \
+/* d[i] = EXPR(x = A[i], y = B[i]) with either operand possibly the
+ * constant (stride 0): loops the compiler vectorizes */
+#define PW_LOOP1(EXPR, XA, YB)                              \
     for (int64_t i = 0; i < n; i++) {                       \
-        const float x = A[i * sa], y = B[i * sb];           \
+        const float x = (XA), y = (YB);                     \
         (void)y;                                            \
         d[i] = (EXPR);                                      \
+    }
+#define PW_LOOP(EXPR)                                       \
+    if (sa && sb) {                                         \
+        PW_LOOP1(EXPR, A[i], B[i])                          \
+    } else if (sa) {                                        \
+        PW_LOOP1(EXPR, A[i], B[0])                          \
+    } else {                                                \
+        PW_LOOP1(EXPR, A[0], B[i])                          \
     }                                                       \
     break
 
@@ -177,7 +187,11 @@ static void pw_exec(const kiln_pw_instr *in, float (*r)[PW_BLOCK], int64_t n) {
     case KILN_PW_WHERE: {
         const float *C = in->imm == 3 ? &imm : r[in->c];
         const int64_t sc = in->imm == 3 ? 0 : 1;
-        for (int64_t i = 0; i < n; i++) d[i] = A[i * sa] != 0.0f ? B[i * sb] : C[i * sc];
+        if (sa && sb && sc) {
+            for (int64_t i = 0; i < n; i++) d[i] = A[i] != 0.0f ? B[i] : C[i];
+        } else {
+            for (int64_t i = 0; i < n; i++) d[i] = A[i * sa] != 0.0f ? B[i * sb] : C[i * sc];
+        }
         return;
     }
     default: return; /* validate refuses other opcodes */
