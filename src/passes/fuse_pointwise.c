@@ -316,12 +316,12 @@ static int emit_node(pw_compiler *c, const kiln_node *n) {
     }
 }
 
-static bool is_member_output(const kiln_graph *g, const bool *in_group, int v) {
+/* Whether value v (made by a member) is read outside the group or is a graph output. */
+static bool is_member_output(const kiln_graph *g, const int *members, int m, int v) {
     if (kiln__graph_is_output(g, v)) return true;
     int readers_in = 0;
-    for (int ni = 0; ni < g->n_nodes; ni++) {
-        const kiln_node *n = &g->nodes[ni];
-        if (n->dead || !in_group[ni]) continue;
+    for (int k = 0; k < m; k++) {
+        const kiln_node *n = &g->nodes[members[k]];
         for (int i = 0; i < n->n_in; i++) readers_in += n->in[i] == v;
     }
     return g->values[v].n_uses > readers_in;
@@ -364,7 +364,7 @@ static bool compile_as(pw_compiler *c, const int *members, int m) {
     /* outputs: values read outside the group or graph outputs */
     for (int k = 0; k < m; k++) {
         int v = g->nodes[members[k]].out[0];
-        if (!is_member_output(g, c->in_group, v)) continue;
+        if (!is_member_output(g, members, m, v)) continue;
         if (c->at.n_out >= KILN_PW_MAX_OUT) return false;
         c->outs[c->at.n_out] = v;
         c->at.out_dtype[c->at.n_out++] = vinfo(g, v)->dtype;
