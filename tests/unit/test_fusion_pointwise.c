@@ -292,6 +292,84 @@ TEST(test_every_unary) {
     kiln_engine_free(e);
 }
 
+/* Random graphs of elementwise nodes over broadcastable shapes, cut by
+ * reductions, MatMuls and fp16 round trips, with random outputs: the pass
+ * must keep them acyclic and computing what the unfused plan computes. */
+TEST(test_random_graphs) {
+    static const int64_t shapes[4][2] = {{4, 6}, {1, 6}, {4, 1}, {6, 6}};
+    int fused = 0;
+    for (int iter = 0; iter < 150; iter++) {
+        kiln_graph *g;
+        CHECK_OK(kiln__graph_create(&g));
+        gb_rng_state = 1000 + (uint64_t)iter;
+        int vals[40], nv = 0;
+        char nm[32];
+        for (int i = 0; i < 3; i++) {
+            snprintf(nm, sizeof nm, "in%d", i);
+            int si = (int)((frand() + 1) * 2) & 3;
+            vals[nv++] = in_f32(g, nm, 2, shapes[si]);
+        }
+        for (int k = 0; k < 14; k++) {
+            int a = vals[(int)((frand() + 1) * 0.5 * nv) % nv], b = vals[(int)((frand() + 1) * 0.5 * nv) % nv];
+            const kiln_tinfo *ta = &g->values[a].info, *tb = &g->values[b].info;
+            bool bc = true; /* a and b broadcast together */
+            for (int d = 0; d < 2; d++)
+                bc = bc && (ta->dims[d] == tb->dims[d] || ta->dims[d] == 1 || tb->dims[d] == 1);
+            int r = (int)((frand() + 1) * 6) % 12;
+            snprintf(nm, sizeof nm, "n%d", k);
+            int v;
+            kiln_ew_cast_attrs ch = {.to = KILN_DTYPE_FLOAT16}, cf = {.to = KILN_DTYPE_FLOAT32};
+            kiln_reduce_attrs ra = {.keepdims = 1};
+            if (!bc && r >= 4) r = 0;
+            switch (r) {
+            case 0: v = add_unary(g, KILN_OP_Sigmoid, nm, a, NULL); break;
+            case 1: v = add_unary(g, KILN_OP_Neg, nm, a, NULL); break;
+            case 2: v = add_unary(g, KILN_OP_Tanh, nm, a, NULL); break;
+            case 3: {
+                char n2[40];
+                snprintf(n2, sizeof n2, "%s_h", nm);
+                v = add_unary(g, KILN_OP_Cast, nm, add_unary(g, KILN_OP_Cast, n2, a, &ch), &cf);
+                break;
+            }
+            case 4: v = add_binary(g, KILN_OP_Add, nm, a, b); break;
+            case 5: v = add_binary(g, KILN_OP_Mul, nm, a, b); break;
+            case 6: v = add_binary(g, KILN_OP_Sub, nm, a, b); break;
+            case 7: v = add_node(g, KILN_OP_Max, nm, 2, (int[]){a, b}, NULL); break;
+            case 8: {
+                char n2[40];
+                snprintf(n2, sizeof n2, "%s_c", nm);
+                v = add_node(g, KILN_OP_Where, nm, 3, (int[]){add_binary(g, KILN_OP_Greater, n2, a, b), a, b}, NULL);
+                break;
+            }
+            case 9: {
+                char n2[40];
+                snprintf(n2, sizeof n2, "%s_e", nm);
+                v = add_binary(g, KILN_OP_Div, nm, a, add_unary(g, KILN_OP_Exp, n2, b, NULL));
+                break;
+            }
+            case 10: v = add_node(g, KILN_OP_ReduceSum, nm, 1, (int[]){a}, &ra); break;
+            default:
+                v = ta->dims[1] == 6 && tb->dims[0] == 6 && tb->dims[1] == 6 ? add_binary(g, KILN_OP_MatMul, nm, a, b)
+                                                                             : add_unary(g, KILN_OP_Abs, nm, a, NULL);
+                break;
+            }
+            if (kiln__graph_infer(g) != KILN_OK) {
+                fprintf(stderr, "  random graph %d: %s\n", iter, kiln_last_error());
+                CHECK(false);
+                break;
+            }
+            if (nv < 40) vals[nv++] = v;
+        }
+        mark_output(g, vals[nv - 1]);
+        for (int k = 3; k < nv - 1; k++)
+            if (frand() > 0.6f) mark_output(g, vals[k]);
+        kiln_engine *e = check_fused(g, 1e-6);
+        fused += count_op(e, KILN_OP_Pointwise) > 0;
+        kiln_engine_free(e);
+    }
+    CHECK(fused > 100); /* most graphs have a group */
+}
+
 /* ---- the kernel: mixed dtypes, broadcasting ----------------------------------- */
 
 TEST(test_kernel_mixed_dtypes) {
@@ -406,6 +484,7 @@ int main(void) {
     RUN(test_masks);
     RUN(test_switch_off);
     RUN(test_every_unary);
+    RUN(test_random_graphs);
     RUN(test_kernel_mixed_dtypes);
     RUN(test_validate_hostile);
     return test_summary();
