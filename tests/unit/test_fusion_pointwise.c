@@ -14,6 +14,7 @@
 #include "graph_build.h"
 
 #include "backends/cpu/kernels/pointwise_cpu.h"
+#include "format/format.h"
 #include "ops/elementwise_impl.h"
 #include "ops/fused_pointwise.h"
 #include "ops/reduce_attrs.h"
@@ -114,6 +115,27 @@ TEST(test_chain) {
     const kiln_pw_attrs *at = pw_of(e, 0);
     CHECK(at && at->n_in == 1 && at->n_out == 1 && at->n_instr == 4 && at->n_regs <= 3);
     CHECK(at && at->instr[3].op == KILN_PW_ADD && at->instr[3].imm == 2 && at->instr[3].p0 == 1.0f);
+    /* the engine file keeps the program; a damaged (and resealed) one is refused on load */
+    void *buf = NULL;
+    size_t size = 0;
+    CHECK_OK(kiln_engine_serialize(e, &buf, &size));
+    kiln_engine *e2 = NULL;
+    CHECK_OK(kiln_engine_load_memory(buf, size, &e2));
+    const kiln_pw_attrs *at2 = pw_of(e2, 0);
+    CHECK(at && at2 && !memcmp(at, at2, sizeof *at));
+    kiln_engine_free(e2);
+    unsigned char *f = buf, *hit = NULL;
+    for (size_t i = 0; at && i + sizeof *at <= size && !hit; i += 8)
+        if (!memcmp(f + i, at, sizeof *at)) hit = f + i;
+    CHECK(hit != NULL);
+    if (hit) {
+        hit[offsetof(kiln_pw_attrs, instr) + offsetof(kiln_pw_instr, a) + sizeof(kiln_pw_instr)] = 200;
+        kiln__put_le64(f + KILN_FMT_OFF_CHECKSUM, kiln__format_checksum(f, size));
+        e2 = NULL;
+        CHECK_ERR(kiln_engine_load_memory(buf, size, &e2), KILN_ERR_FORMAT, "reads register 200");
+        CHECK(e2 == NULL);
+    }
+    kiln_free(buf);
     kiln_engine_free(e);
 }
 
