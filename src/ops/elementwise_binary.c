@@ -202,6 +202,10 @@ static const ew_row_fn ew_bin_rows[EW_B_COUNT][EW_T_COUNT] = {
     [EW_B_POW] = {EW_FOR_FLOAT(EW_E_POW)},
 };
 
+ew_row_fn kiln__ew_binary_row_f32(int kind) {
+    return kind >= 0 && kind < EW_B_COUNT ? ew_bin_rows[kind][EW_T_F32] : NULL;
+}
+
 static bool ew_kind_is_compare(int kind) {
     return kind == EW_B_EQ || kind == EW_B_LT || kind == EW_B_LE || kind == EW_B_GT ||
            kind == EW_B_GE || kind == EW_B_AND || kind == EW_B_OR || kind == EW_B_XOR;

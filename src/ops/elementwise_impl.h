@@ -165,6 +165,13 @@ typedef struct ew_half_ctx {
 } ew_half_ctx;
 KILN_PRIVATE void kiln__ew_half_row(const void *ctx, char *const *p, const int64_t *s, int64_t n);
 
+/* The float32 kernels of the unary ops (code EW_U_ABS .. EW_U_SHRINK; y may
+ * be x) and the float32 row function of binary row kind `kind` (NULL when
+ * it has none): what kiln.Pointwise's CPU kernel runs per block, so that a
+ * fused float32 chain computes what the unfused ops compute. */
+KILN_PRIVATE void kiln__ew_unary_f32(int code, const kiln_ew_act_attrs *at, const float *x, float *y, int64_t n);
+KILN_PRIVATE ew_row_fn kiln__ew_binary_row_f32(int kind);
+
 /* ---- infer helpers -------------------------------------------------------- */
 
 /* Fails with KILN_ERR_UNSUPPORTED when dtype `t` (of input `idx`) is not in

@@ -180,6 +180,10 @@ static inline double ew_clamp01(double v) {
 EW_UNARY_FLOAT_FN(ew_unary_f32, float, f, ew_expf, ew_expm1f, ew_tanhf, ew_sigmoidf, ew_clamp01f)
 EW_UNARY_FLOAT_FN(ew_unary_f64, double, , exp, expm1, tanh, ew_sigmoid, ew_clamp01)
 
+void kiln__ew_unary_f32(int code, const kiln_ew_act_attrs *at, const float *x, float *y, int64_t n) {
+    ew_unary_f32(code, at, x, y, n);
+}
+
 /* ---- integer loops (exact ops only) ------------------------------------------ */
 
 #define EW_IABS_S(T, W, v) ((v) < 0 ? (T)((W)0 - (W)(v)) : (v))

@@ -234,6 +234,9 @@ enum {
     KILN_OP_FLAG_REDUCIBLE_OUT0 = 1u << 6, /* ...only while its outputs after the first are
                                               absent (LayerNormalization's Mean and InvStdDev
                                               are float32 by definition) */
+    KILN_OP_FLAG_TYPED = 1u << 7,     /* its attrs fix the dtype of every input and output
+                                         (kiln.Pointwise): made after the precision pass,
+                                         which never converts it */
 };
 
 /* Tactics. A layer that several kernels can run (own SIMD kernels, a

@@ -31,6 +31,9 @@ static const struct {
     [KILN_PASS_FUSE_ADD_LAYERNORM] = {"fuse_add_layernorm",
                                       "Add + LayerNormalization into kiln.AddLayerNorm (the sum an output "
                                       "too where it is read elsewhere)"},
+    [KILN_PASS_FUSE_POINTWISE] = {"fuse_pointwise", "every connected group of elementwise nodes left by the "
+                                                    "other fusions (activations, Cast, Where, masks) into "
+                                                    "one kiln.Pointwise layer"},
     [KILN_PASS_CPU_LAYOUT] = {"cpu_layout", "CPU: NHWC or blocked nChw16c tensors between convolution "
                                             "layers (chosen by timing at build)"},
     [KILN_PASS_CUDA_NHWC] = {"cuda_nhwc", "CUDA: NHWC tensors between fp16/bf16 cuDNN convolution layers"},
@@ -66,6 +69,7 @@ kiln_status kiln__pass_optimize(kiln_graph *g, const kiln_optimize_opts *o) {
     if (!o->disable) KILN_TRY(kiln__opt_norm(g, o));
     if (reduced && !first) KILN_TRY(kiln__pass_precision(g, o));
     kiln__graph_link(g);
+    if (!o->disable) KILN_TRY(kiln__opt_pointwise(g, o));
     KILN_TRY(kiln__pass_dce(g));
     return kiln__graph_infer(g);
 }

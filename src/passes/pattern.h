@@ -41,5 +41,6 @@ KILN_PRIVATE kiln_status kiln__pat_replace(kiln_graph *g, int ni, int op_id, int
 KILN_PRIVATE kiln_status kiln__opt_conv(kiln_graph *g, const kiln_optimize_opts *o);        /* fuse_conv.c */
 KILN_PRIVATE kiln_status kiln__opt_transformer(kiln_graph *g, const kiln_optimize_opts *o); /* fuse_transformer.c */
 KILN_PRIVATE kiln_status kiln__opt_norm(kiln_graph *g, const kiln_optimize_opts *o);        /* fuse_norm.c */
+KILN_PRIVATE kiln_status kiln__opt_pointwise(kiln_graph *g, const kiln_optimize_opts *o);   /* fuse_pointwise.c */
 
 #endif

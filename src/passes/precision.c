@@ -230,7 +230,8 @@ static kiln_status rewrite(prec_ctx *c, const bool *reduce) {
 /* The fusions run first, and the pass converts the fused layers, when every
  * fused layer (domain "kiln") the backend has a kernel for is
  * fp16/bf16-eligible (KILN_OP_FLAG_REDUCIBLE: its inference takes fp16 and
- * bf16, tests/unit/test_registry.c); were one not, the pass would run
+ * bf16, tests/unit/test_registry.c) or made after this pass with its types
+ * fixed (KILN_OP_FLAG_TYPED: kiln.Pointwise); were one not, the pass would run
  * before the fusions, which then fuse the layers that stay float32. */
 bool kiln__precision_first(const kiln_optimize_opts *o) {
     const kiln_backend_i *be = kiln__backend_for(o->device);
@@ -239,7 +240,8 @@ bool kiln__precision_first(const kiln_optimize_opts *o) {
         return false;
     for (int id = 1; id < KILN_OP_ID_LIMIT; id++) {
         const kiln_op_def *op = kiln__op_by_id(id);
-        if (op && !strcmp(op->domain, "kiln") && be->kernel_for(id) && !(op->flags & KILN_OP_FLAG_REDUCIBLE))
+        if (op && !strcmp(op->domain, "kiln") && be->kernel_for(id) &&
+            !(op->flags & (KILN_OP_FLAG_REDUCIBLE | KILN_OP_FLAG_TYPED)))
             return true;
     }
     return false;

@@ -1658,6 +1658,7 @@ TEST(test_fused_transformer) {
 #include "cuda/cases_spatial.inc"
 #include "cuda/cases_seq.inc"
 #include "cuda/cases_misc.inc"
+#include "cuda/cases_pointwise.inc"
 
 TEST(test_coverage) {
     for (int id = 1; id < KILN_OP_ID_LIMIT; id++)
@@ -1682,7 +1683,7 @@ TEST(test_coverage) {
 #define TESTS_FT(X) X(test_fused_transformer)
 #define ALL_TESTS(X) \
     TESTS_BASE(X) TESTS_NN(X) TESTS_REDUCE(X) TESTS_FC(X) TESTS_FT(X) TESTS_INDEX(X) \
-    TESTS_SPATIAL(X) TESTS_SEQ(X) TESTS_MISC(X) X(test_node_state) X(test_coverage)
+    TESTS_SPATIAL(X) TESTS_SEQ(X) TESTS_MISC(X) TESTS_PW(X) X(test_node_state) X(test_coverage)
 
 #define COUNT_ONE(t) +1
 /* KILN_TEST_ONLY=test_a,test_b runs just those (a quick look on a GPU) */

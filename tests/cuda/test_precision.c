@@ -12,6 +12,7 @@
 #include <stdlib.h>
 
 #include "test.h"
+#include "ops/fused_pointwise.h"
 
 #include "backends/backend.h"
 #include "ops/nn_attrs.h"
@@ -194,7 +195,10 @@ done:
 TEST(bf16_plan) {
     if (!have_cuda()) return;
     kiln_graph *g = make_graph();
-    CHECK_OK(optimize(g, KILN_DEVICE_CUDA, KILN_PRECISION_BF16, NULL, 0, false));
+    /* the pointwise fusion off: "scale" stays a node to look at */
+    kiln_optimize_opts oo = {.device = KILN_DEVICE_CUDA, .precision = KILN_PRECISION_BF16,
+                             .disabled = 1u << KILN_PASS_FUSE_POINTWISE};
+    CHECK_OK(kiln__pass_optimize(g, &oo));
     CHECK(topo_ok(g));
     const kiln_node *mul = find_node(g, "scale");
     CHECK(mul != NULL);
@@ -647,6 +651,50 @@ TEST(builder_api) {
     kiln_builder_free(b);
 }
 
+/* The pointwise fusion runs after the precision pass: in an fp16 plan, the
+ * Casts it added join the elementwise nodes around them, so x (fp32) ->
+ * Sigmoid, Mul, Relu -> y (fp32) is one kiln.Pointwise reading and writing
+ * fp32 that rounds to fp16 where the Cast did; the ReduceSum after the
+ * Relu stays fp32 and reads the same (fp32) output. */
+TEST(pointwise_fp16) {
+    if (!have_cuda()) return;
+    kiln_graph *g = NULL;
+    CHECK_OK(kiln__graph_create(&g));
+    int x = add_val(g, "x");
+    g->values[x].info.dtype = KILN_DTYPE_FLOAT32;
+    g->values[x].info.rank = 2;
+    g->values[x].info.dims[0] = 4;
+    g->values[x].info.dims[1] = 64;
+    g->values[x].flags |= KILN_VALUE_INPUT;
+    CHECK_OK(kiln__grow((void **)&g->inputs, &g->cap_inputs, 1, sizeof(int)));
+    g->inputs[g->n_inputs++] = x;
+    int s = add_node(g, KILN_OP_Sigmoid, "sig", 1, &x, NULL);
+    int m = add_node(g, KILN_OP_Mul, "mul", 2, (int[]){x, s}, NULL);
+    int r = add_node(g, KILN_OP_Relu, "relu", 1, &m, NULL);
+    kiln_reduce_attrs ra = {.keepdims = 1};
+    int rs = add_node(g, KILN_OP_ReduceSum, "rsum", 1, &r, &ra);
+    mark_output(g, r);
+    mark_output(g, rs);
+    kiln__graph_link(g);
+    CHECK_OK(kiln__graph_infer(g));
+    CHECK_OK(optimize(g, KILN_DEVICE_CUDA, KILN_PRECISION_FP16, NULL, 0, false));
+    CHECK_OK(kiln__pass_dce(g));
+    CHECK(topo_ok(g));
+    CHECK(count_op(g, KILN_OP_Pointwise) == 1 && count_op(g, KILN_OP_Cast) == 0 && count_op(g, KILN_OP_Sigmoid) == 0);
+    const kiln_backend_i *be = kiln__backend_for(KILN_DEVICE_CUDA);
+    for (int i = 0; i < g->n_nodes; i++) {
+        const kiln_node *n = &g->nodes[i];
+        if (n->dead) continue;
+        CHECK(kiln__backend_supports(be, g, n));
+        if (n->op_id != KILN_OP_Pointwise) continue;
+        const kiln_pw_attrs *at = n->attrs;
+        CHECK(at->n_in == 1 && at->in_dtype[0] == KILN_DTYPE_FLOAT32);
+        CHECK(at->n_out == 1 && at->out_dtype[0] == KILN_DTYPE_FLOAT32);
+        CHECK(at->instr[0].op == KILN_PW_ROUND_F16); /* the input's Cast */
+    }
+    kiln__graph_free(g);
+}
+
 int main(void) {
     RUN(fp16_plan);
     RUN(bf16_plan);
@@ -659,5 +707,6 @@ int main(void) {
     RUN(unknown_layer);
     RUN(fused_names);
     RUN(builder_api);
+    RUN(pointwise_fp16);
     return test_summary();
 }

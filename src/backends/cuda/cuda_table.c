@@ -46,10 +46,11 @@ KCU_DECLARE(fused_conv)
 KCU_DECLARE(fused_matmul)
 KCU_DECLARE(gelu)
 KCU_DECLARE(attention)
+KCU_DECLARE(pointwise)
 
 /* Adding or removing an op: give it a row below if the GPU runs it (else it
  * runs on the CPU), then update the count. */
-_Static_assert(KILN_OP_COUNT == 170, "the op registry changed: see this table, then update the count");
+_Static_assert(KILN_OP_COUNT == 171, "the op registry changed: see this table, then update the count");
 
 static const kiln_kernel kiln_cuda_kernels[KILN_OP_ID_LIMIT] = {
     /* elementwise: unary math and activations (cuda_ops_ew.c, k_elementwise.cu) */
@@ -162,6 +163,7 @@ static const kiln_kernel kiln_cuda_kernels[KILN_OP_ID_LIMIT] = {
     [KILN_OP_Gelu] = KCU_ENTRY("cuda.gelu", gelu),
     [KILN_OP_GeluOnnx] = KCU_ENTRY("cuda.gelu", gelu),
     [KILN_OP_Attention] = KCU_ENTRY("cuda.attention", attention),
+    [KILN_OP_Pointwise] = KCU_ENTRY("cuda.pointwise", pointwise), /* cuda_ops_pw.c, k_pointwise.cu */
     /* reductions (cuda_ops_nn.c, k_reduce.cu) */
     [KILN_OP_ReduceSum] = KCU_ENTRY("cuda.reduce", reduce),
     [KILN_OP_ReduceMean] = KCU_ENTRY("cuda.reduce", reduce),
