@@ -589,8 +589,9 @@ TEST(cuda_nhwc_mobilenet) {
                 gaps++;
                 CHECK(pool_layout(nd) == KILN_POOL_LAYOUT_NHWC);
             }
-            if (nd->op_id == KILN_OP_Mul) {
-                /* [N, H, W, C] x [N, 1, 1, C] over the NHWC bytes, viewed back */
+            if (nd->op_id == KILN_OP_Mul || nd->op_id == KILN_OP_Pointwise) {
+                /* [N, H, W, C] x [N, 1, 1, C] over the NHWC bytes, viewed back (the Mul
+                 * of a graph output is a kiln.Pointwise with the Cast to float32) */
                 muls++;
                 const kiln_tinfo *s = &g->values[nd->in[1]].info, *y = &g->values[nd->out[0]].info;
                 CHECK(g->nodes[g->values[nd->in[0]].producer].op_id == KILN_OP_Reshape);

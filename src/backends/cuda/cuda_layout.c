@@ -114,9 +114,10 @@ static bool dw_ok(const kiln_graph *g, const kiln_node *n) {
 }
 
 /* An elementwise layer that computes the same in either layout: unary
- * activations, Clip (scalar bounds), Add/Sub/Mul/Div whose inputs are
- * full 4-D operands, single elements or per-channel [N or 1, C, 1, 1]
- * operands, at least one full (fp16/bf16 output [N, C, H, W], not 1x1). */
+ * activations, Clip (scalar bounds), Add/Sub/Mul/Div and kiln.Pointwise
+ * (one output) whose inputs are full 4-D operands, single elements or
+ * per-channel [N or 1, C, 1, 1] operands, at least one full (static output
+ * [N, C, H, W], not 1x1). */
 static bool ew_ok(const kiln_graph *g, const kiln_node *n) {
     switch (n->op_id) {
     case KILN_OP_Add: case KILN_OP_Sub: case KILN_OP_Mul: case KILN_OP_Div: {
@@ -125,10 +126,14 @@ static bool ew_ok(const kiln_graph *g, const kiln_node *n) {
         break;
     }
     case KILN_OP_Relu: case KILN_OP_LeakyRelu: case KILN_OP_Sigmoid: case KILN_OP_HardSigmoid:
-    case KILN_OP_HardSwish: case KILN_OP_Tanh: case KILN_OP_Clip: break;
+    case KILN_OP_HardSwish: case KILN_OP_Tanh: case KILN_OP_Clip:
+    case KILN_OP_Pointwise: /* (numpy-broadcast inputs, like the binary ops) */
+        break;
     default: return false;
     }
-    if (n->n_out != 1 || !half_4d(&g->values[n->out[0]].info) || neutral(g, n->out[0])) return false;
+    if (n->n_out != 1 || n->out[0] < 0 || neutral(g, n->out[0])) return false;
+    const kiln_tinfo *y = &g->values[n->out[0]].info; /* (a Pointwise may end with a Cast to float32) */
+    if (!static_4d(y) || (y->dtype != KILN_DTYPE_FLOAT32 && !half_4d(y))) return false;
     int full = 0;
     for (int i = 0; i < n->n_in; i++) {
         if (full_in(g, n, i)) full++;
