@@ -6,7 +6,8 @@
  * And a dynamic-batch CNN (tests/stress/stress_cnn.onnx) whose runs change
  * batch size as a server's do: more sizes than a layer keeps plans for, each
  * seen twice, every output checked against the CPU engine; and EfficientNet's
- * squeeze-excitation block (tests/data/se_block.onnx) at batch 1 to 32. */
+ * squeeze-excitation block (tests/data/se_block.onnx) at batch 1 to 32; and a
+ * MobileNetV3-style net's NHWC chain (tests/data/tiny_mbv3.onnx). */
 #include <cuda_runtime_api.h>
 #include <math.h>
 #include <stdlib.h>
@@ -135,13 +136,13 @@ TEST(reduced_precision) {
     }
 }
 
-/* Model `path` with input x [1..max_n (opt opt_n), c, 16, 16] (dev, precision). */
-static kiln_engine *build_nchw(const char *path, int64_t c, int64_t opt_n, int64_t max_n, kiln_device dev,
-                               kiln_precision p) {
+/* Model `path` with input x [min_n..max_n (opt opt_n), c, hw, hw] (dev, precision). */
+static kiln_engine *build_nchw(const char *path, int64_t c, int64_t hw, int64_t min_n, int64_t opt_n, int64_t max_n,
+                               kiln_device dev, kiln_precision p) {
     kiln_model *m = NULL;
     kiln_builder *b = NULL;
     kiln_engine *e = NULL;
-    int64_t mn[4] = {1, c, 16, 16}, op[4] = {opt_n, c, 16, 16}, mx[4] = {max_n, c, 16, 16};
+    int64_t mn[4] = {min_n, c, hw, hw}, op[4] = {opt_n, c, hw, hw}, mx[4] = {max_n, c, hw, hw};
     CHECK_OK(kiln_model_load_onnx(path, &m));
     CHECK_OK(kiln_builder_create(&b));
     CHECK_OK(kiln_builder_set_profile(b, "x", 4, mn, op, mx));
@@ -156,7 +157,7 @@ static kiln_engine *build_nchw(const char *path, int64_t c, int64_t opt_n, int64
 /* The stress CNN for batch 1..NB of 3x16x16 (dev, precision). */
 #define NB 20
 static kiln_engine *build_cnn(kiln_device dev, kiln_precision p) {
-    return build_nchw("tests/stress/stress_cnn.onnx", 3, 8, NB, dev, p);
+    return build_nchw("tests/stress/stress_cnn.onnx", 3, 16, 1, 8, NB, dev, p);
 }
 
 static void run_cnn(kiln_context *c, const float *x, int n, float *probs, float *feat) {
@@ -199,11 +200,11 @@ TEST(batch_sizes_change_run_to_run) {
  * 1x1 conv gave wrong values at batch 32 on the H200 (2026-12-04). */
 TEST(se_block_at_batch_sizes) {
     kiln_precision ps[2] = {KILN_PRECISION_FP32, KILN_PRECISION_FP16};
-    kiln_engine *cpu = build_nchw("tests/data/se_block.onnx", 32, 32, 32, KILN_DEVICE_CPU, KILN_PRECISION_FP32);
+    kiln_engine *cpu = build_nchw("tests/data/se_block.onnx", 32, 16, 1, 32, 32, KILN_DEVICE_CPU, KILN_PRECISION_FP32);
     static float x[32 * 32 * 256], y[32 * 16 * 256], want[32 * 16 * 256];
     static const int ns[4] = {32, 1, 8, 5};
     for (int k = 0; cpu && k < 2; k++) {
-        kiln_engine *e = build_nchw("tests/data/se_block.onnx", 32, 32, 32, KILN_DEVICE_CUDA, ps[k]);
+        kiln_engine *e = build_nchw("tests/data/se_block.onnx", 32, 16, 1, 32, 32, KILN_DEVICE_CUDA, ps[k]);
         kiln_context *c = NULL, *cc = NULL;
         if (e) CHECK_OK(kiln_context_create(e, &c));
         CHECK_OK(kiln_context_create(cpu, &cc));
@@ -229,9 +230,54 @@ TEST(se_block_at_batch_sizes) {
     kiln_engine_free(cpu);
 }
 
+/* A MobileNetV3/EfficientNet-style net (tests/data/tiny_mbv3.onnx, see
+ * gen_tiny.py: depthwise 3x3 and 5x5/2 layers, SE blocks with HardSigmoid
+ * and Sigmoid gates, a residual, an NHWC output) at a fixed shape, where
+ * fp16/bf16 CUDA engines run one NHWC chain (kiln's depthwise kernel, the
+ * SE Muls through views, no conversion but the one back for `feat`):
+ * against the CPU's fp32 engine. */
+#define MBV3 "tests/data/tiny_mbv3.onnx"
+static kiln_engine *build_mbv3(kiln_device dev, kiln_precision p) { return build_nchw(MBV3, 3, 32, 2, 2, 2, dev, p); }
+
+static void run_mbv3(kiln_engine *e, const float *x, float *y, float *feat) {
+    kiln_context *c = NULL;
+    CHECK_OK(kiln_context_create(e, &c));
+    if (!c) return;
+    int64_t dims[4] = {2, 3, 32, 32};
+    CHECK_OK(kiln_context_set_input(c, "x", KILN_DTYPE_FLOAT32, 4, dims, x));
+    CHECK_OK(kiln_context_set_output(c, "y", y, sizeof(float) * 2 * 10));
+    CHECK_OK(kiln_context_set_output(c, "feat", feat, sizeof(float) * 2 * 24 * 8 * 8));
+    CHECK_OK(kiln_context_run(c));
+    kiln_context_free(c);
+}
+
+TEST(nhwc_mobilenet) {
+    static float x[2 * 3 * 32 * 32], y0[20], f0[2 * 24 * 64], y1[20], f1[2 * 24 * 64];
+    for (int i = 0; i < 2 * 3 * 32 * 32; i++) x[i] = sinf(0.731f * (float)i) + 0.3f * cosf(0.057f * (float)i);
+    kiln_engine *cpu = build_mbv3(KILN_DEVICE_CPU, KILN_PRECISION_FP32);
+    if (!cpu) return;
+    run_mbv3(cpu, x, y0, f0);
+    kiln_precision ps[2] = {KILN_PRECISION_FP16, KILN_PRECISION_BF16};
+    for (int k = 0; k < 2; k++) {
+        kiln_engine *e = build_mbv3(KILN_DEVICE_CUDA, ps[k]);
+        if (!e) continue;
+        const char *d = kiln_engine_describe(e, 0);
+        int tr = 0;
+        for (const char *p = d; (p = strstr(p, " Transpose ")) != NULL; p++) tr++;
+        CHECK(tr == 1); /* feat back to NCHW */
+        CHECK(strstr(d, "nhwc") != NULL);
+        run_mbv3(e, x, y1, f1);
+        double ey = rel_err(y1, y0, 20), ef = rel_err(f1, f0, 2 * 24 * 64);
+        printf("  %s: y max err / max|ref| = %.2e, feat %.2e, %d Transpose\n", k ? "bf16" : "fp16", ey, ef, tr);
+        CHECK(ey < (k ? 5e-2 : 1e-2) && ef < (k ? 5e-2 : 1e-2));
+        kiln_engine_free(e);
+    }
+    kiln_engine_free(cpu);
+}
+
 int main(void) {
     if (!kiln_device_available(KILN_DEVICE_CUDA)) {
-        printf("no CUDA device: skipping\n0 passed, 0 failed, 5 skipped\n");
+        printf("no CUDA device: skipping\n0 passed, 0 failed, 6 skipped\n");
         return 0;
     }
     FILE *f = fopen(IO, "rb");
@@ -246,5 +292,6 @@ int main(void) {
     RUN(reduced_precision);
     RUN(batch_sizes_change_run_to_run);
     RUN(se_block_at_batch_sizes);
+    RUN(nhwc_mobilenet);
     return test_summary();
 }

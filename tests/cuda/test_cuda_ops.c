@@ -620,6 +620,15 @@ TEST(test_binary) {
         bin_cases(arith[k], &none, KILN_DTYPE_UINT32, 0, 1e6, false, false);
         bin_cases(arith[k], &none, KILN_DTYPE_UINT64, 0, 1e9, false, false);
     }
+    /* fp16/bf16 rows of 8k channels by one row per image (k_binary_chan8): the
+     * SE block's Mul over NHWC bytes [N, H, W, C] x [N, 1, 1, C], one image
+     * (merged to [P, C] by [C]), the per-channel operand first, a row bias */
+    CASE("se_mul_nhwc_f16", Mul, &none, 1, 0, 0, trand(F16, -3, 3, S(3, 5, 7, 24)), trand(F16, -3, 3, S(3, 1, 1, 24)));
+    CASE("se_mul_n1_bf16", Mul, &none, 1, 0, 0, trand(BF16, -3, 3, S(1, 6, 5, 32)), trand(BF16, -3, 3, S(1, 1, 1, 32)));
+    CASE("chan_first_sub_f16", Sub, &none, 1, 0, 0, trand(F16, -3, 3, S(2, 1, 1, 16)), trand(F16, -3, 3, S(2, 4, 3, 16)));
+    CASE("chan_first_div_bf16", Div, &none, 1, 0, 0, trand(BF16, 1, 3, S(2, 1, 1, 8)), trand(BF16, 1, 3, S(2, 9, 1, 8)));
+    CASE("row_bias_f16", Add, &none, 1, 0, 0, trand(F16, -3, 3, S(37, 40)), trand(F16, -3, 3, S(40)));
+    CASE("chan_odd_f16", Mul, &none, 1, 0, 0, trand(F16, -3, 3, S(2, 3, 3, 12)), trand(F16, -3, 3, S(2, 1, 1, 12)));
     static const int minmax[] = {KILN_OP_Max, KILN_OP_Min};
     for (int k = 0; k < 2; k++) {
         bin_cases(minmax[k], NULL, I8, -100, 100, false, false);
@@ -1033,6 +1042,15 @@ TEST(test_pool_nhwc) {
               (kiln_tensor *[]){trand(BF16, -3, 3, S(1, 64, 56, 56))}, 1, false, 0);
     nhwc_case("gap_odd_c", KILN_OP_GlobalAveragePool, &g0, &gn, 1, (kiln_tensor *[]){trand(F32, -3, 3, S(2, 45, 5, 6))},
               1, false, 0);
+    /* large planes split over blocks (kcu_gap_nhwc_splits > 1), partial sums added by a second kernel:
+     * EfficientNet's SE shapes (96 channels: 12 vectors per block row), 24 channels, odd channels */
+    CHECK(kcu_gap_nhwc_splits(4, 56 * 56, 96) > 1 && kcu_gap_nhwc_splits(1, 40 * 40, 45) > 1);
+    nhwc_case("gap_split_c96_f16", KILN_OP_GlobalAveragePool, &g0, &gn, 1,
+              (kiln_tensor *[]){trand(F16, -3, 3, S(4, 96, 56, 56))}, 1, false, 0);
+    nhwc_case("gap_split_c24_bf16", KILN_OP_GlobalAveragePool, &g0, &gn, 1,
+              (kiln_tensor *[]){trand(BF16, -3, 3, S(3, 24, 30, 31))}, 1, false, 0);
+    nhwc_case("gap_split_odd_c_f32", KILN_OP_GlobalAveragePool, &g0, &gn, 1,
+              (kiln_tensor *[]){trand(F32, -3, 3, S(1, 45, 40, 40))}, 1, false, 0);
 }
 
 TEST(test_pool) {
@@ -1218,6 +1236,76 @@ TEST(test_fused_conv) {
          trand(BF16, -1, 1, S(16, 8, 3, 3)), trand(BF16, -1, 1, S(16)));
 }
 
+/* kiln.FusedConv's activations with their parameters (ReLU6: a clip at 0.5
+ * so that random inputs reach it) */
+static const struct fc_act { int act; float alpha, beta; const char *name; } fc_acts[] = {
+    {KILN_FC_ACT_NONE, 0, 0, "none"},           {KILN_FC_ACT_RELU, 0, 0, "relu"},
+    {KILN_FC_ACT_CLIP, 0, 0.5f, "relu6"},        {KILN_FC_ACT_CLIP, -0.25f, 0.5f, "clip"},
+    {KILN_FC_ACT_LEAKY_RELU, 0.1f, 0, "leaky"}, {KILN_FC_ACT_SIGMOID, 0, 0, "sigmoid"},
+    {KILN_FC_ACT_SILU, 0, 0, "silu"},           {KILN_FC_ACT_HARD_SWISH, 0, 0, "hswish"},
+};
+
+/* NHWC depthwise FusedConv (kiln's kernel, k_dwconv.cu) against the CPU's
+ * fp32 NCHW layer: the row-tiled kernels (3x3 and 5x5, stride 1 and 2, one
+ * output per thread at small sizes and TW per thread at large ones, tails
+ * of W not a multiple of the tile), the general vector kernel (dilation,
+ * 7x7, stride 3), the scalar kernel (channels not a multiple of 8, fp32),
+ * every activation, bias and residual, fp16 and bf16. */
+static void dw_case(const char *name, kiln_dtype t, int64_t N, int64_t C, int64_t H, int64_t W, int64_t k,
+                    int64_t s, int64_t d, int64_t pb, int64_t pe, int act, float alpha, float beta, bool bias,
+                    bool res, int32_t tactic) {
+    kiln_conv_attrs ca = conv_at(PAD_NOTSET, (int)C, 2, k, s, d, pb, pe);
+    kiln_fused_conv_attrs ref = fc_at(ca, act, alpha, beta, res), nh = ref;
+    nh.layout = KILN_FC_LAYOUT_X_NHWC | KILN_FC_LAYOUT_Y_NHWC;
+    nh.tactic.id = tactic;
+    int64_t Ho = (H + pb + pe - d * (k - 1) - 1) / s + 1, Wo = (W + pb + pe - d * (k - 1) - 1) / s + 1;
+    kiln_tensor *in[4] = {trand(t, -1, 1, S(N, C, H, W)), trand(t, -0.5, 0.5, S(C, 1, k, k)),
+                          bias ? trand(t, -1, 1, S(C)) : NULL, res ? trand(t, -1, 1, S(N, C, Ho, Wo)) : NULL};
+    nhwc_case(name, KILN_OP_FusedConv, &ref, &nh, res ? 4 : 3, in, 1u | 8u, true,
+              t == BF16 ? 1e-4 : t == F16 ? 1e-5 : 1e-9);
+}
+
+TEST(test_dwconv_nhwc) {
+    char name[96];
+    for (size_t a = 0; a < sizeof fc_acts / sizeof fc_acts[0]; a++) {
+        kiln_dtype t = a % 2 ? BF16 : F16;
+        snprintf(name, sizeof name, "dw3_%s_%s", fc_acts[a].name, t == BF16 ? "bf16" : "f16");
+        dw_case(name, t, 2, 24, 9, 11, 3, 1, 1, 1, 1, fc_acts[a].act, fc_acts[a].alpha, fc_acts[a].beta, a % 3 != 0, a % 4 == 1, 0);
+        snprintf(name, sizeof name, "dw5s2_%s_odd_c", fc_acts[a].name);
+        dw_case(name, F16, 1, 13, 10, 9, 5, 2, 1, 2, 2, fc_acts[a].act, fc_acts[a].alpha, fc_acts[a].beta, true, a % 2 == 0, 0);
+    }
+    /* the row-tiled kernels, one output per thread (small) and TW per thread (large) */
+    dw_case("dw3s1_small_f16", F16, 2, 16, 7, 7, 3, 1, 1, 1, 1, KILN_FC_ACT_RELU, 0, 0, true, true, 0);
+    dw_case("dw3s2_small_bf16", BF16, 3, 32, 15, 13, 3, 2, 1, 1, 1, KILN_FC_ACT_HARD_SWISH, 0, 0, true, false, 0);
+    dw_case("dw5s1_small_f16", F16, 1, 40, 14, 15, 5, 1, 1, 2, 2, KILN_FC_ACT_SILU, 0, 0, false, true, 0);
+    dw_case("dw5s2_small_f16", F16, 2, 8, 16, 17, 5, 2, 1, 2, 2, KILN_FC_ACT_SIGMOID, 0, 0, true, false, 0);
+    dw_case("dw3s1_wide_f16", F16, 8, 128, 34, 63, 3, 1, 1, 1, 1, KILN_FC_ACT_CLIP, 0, 6, true, true, 0);
+    dw_case("dw3s2_wide_bf16", BF16, 8, 256, 64, 47, 3, 2, 1, 0, 1, KILN_FC_ACT_SILU, 0, 0, true, false, 0);
+    dw_case("dw5s1_wide_f16", F16, 8, 192, 32, 45, 5, 1, 1, 2, 2, KILN_FC_ACT_HARD_SWISH, 0, 0, true, true, 0);
+    dw_case("dw5s2_wide_bf16", BF16, 8, 192, 56, 60, 5, 2, 1, 1, 2, KILN_FC_ACT_RELU, 0, 0, false, true, 0);
+    /* asymmetric and no padding, the general vector kernel, the scalar one */
+    dw_case("dw3s2_asym_f16", F16, 2, 16, 12, 11, 3, 2, 1, 0, 1, KILN_FC_ACT_NONE, 0, 0, true, false, 0);
+    dw_case("dw3_nopad_f16", F16, 2, 16, 6, 9, 3, 1, 1, 0, 0, KILN_FC_ACT_RELU, 0, 0, true, true, 0);
+    dw_case("dw3_dil2_f16", F16, 2, 16, 11, 12, 3, 1, 2, 2, 2, KILN_FC_ACT_LEAKY_RELU, 0.2f, 0, true, true, 0);
+    dw_case("dw7_bf16", BF16, 1, 8, 13, 12, 7, 1, 1, 3, 3, KILN_FC_ACT_NONE, 0, 0, true, false, 0);
+    dw_case("dw3s3_f16", F16, 2, 24, 13, 14, 3, 3, 1, 1, 1, KILN_FC_ACT_RELU, 0, 0, true, false, 0);
+    dw_case("dw1x1_f16", F16, 2, 16, 5, 6, 1, 1, 1, 0, 0, KILN_FC_ACT_SIGMOID, 0, 0, true, true, 0);
+    dw_case("dw3_c5_bf16", BF16, 2, 5, 8, 9, 3, 1, 1, 1, 1, KILN_FC_ACT_HARD_SWISH, 0, 0, true, true, 0);
+    dw_case("dw3_f32", F32, 2, 12, 9, 8, 3, 2, 1, 1, 1, KILN_FC_ACT_RELU, 0, 0, true, true, 0);
+    dw_case("dw3_tactic_dw", F16, 2, 32, 9, 9, 3, 1, 1, 1, 1, KILN_FC_ACT_CLIP, 0, 6, true, false, KCU_CONV_TACTIC_DW);
+    /* an NHWC depthwise layer whose input comes NCHW is refused */
+    kiln_fused_conv_attrs bad = fc_at(conv_at(PAD_NOTSET, 8, 2, 3, 1, 1, 1, 1), KILN_FC_ACT_RELU, 0, 0, 0);
+    bad.layout = KILN_FC_LAYOUT_Y_NHWC;
+    kiln_tensor *y = tnew(F16, 4, (int64_t[]){1, 8, 5, 5});
+    int before = test_failed_checks;
+    bool ran = gpu_run_op("FusedConv/dw_nchw_in", KILN_OP_FusedConv, &bad, 3,
+                          (kiln_tensor *[]){trand(F16, -1, 1, S(1, 8, 5, 5)), trand(F16, -1, 1, S(8, 1, 3, 3)),
+                                            trand(F16, -1, 1, S(8))},
+                          y);
+    CHECK(!ran && strstr(kiln_last_error(), "depthwise") != NULL);
+    test_failed_checks = before + (ran ? 1 : 0); /* gpu_run_op counted the expected failure */
+}
+
 #if KILN_HAVE_CUDNN
 /* NHWC layers (layout X|Y, cuda_layout.c): the same numbers as the NCHW layer,
  * with the input, residual and output transposed. */
@@ -1255,14 +1343,9 @@ TEST(test_fused_conv_nhwc) {
 TEST(test_fused_conv_graph) {
     kiln_conv_attrs a3 = conv_at(PAD_NOTSET, 1, 2, 3, 1, 1, 1, 1);
     const int32_t both = KILN_FC_LAYOUT_X_NHWC | KILN_FC_LAYOUT_Y_NHWC;
-    static const struct { int act; float alpha, beta; const char *name; } acts[] = {
-        {KILN_FC_ACT_NONE, 0, 0, "none"},       {KILN_FC_ACT_RELU, 0, 0, "relu"},
-        {KILN_FC_ACT_CLIP, 0, 0.5f, "relu6"},    {KILN_FC_ACT_CLIP, -0.25f, 0.5f, "clip"},
-        {KILN_FC_ACT_LEAKY_RELU, 0.1f, 0, "leaky"}, {KILN_FC_ACT_SIGMOID, 0, 0, "sigmoid"},
-        {KILN_FC_ACT_SILU, 0, 0, "silu"},       {KILN_FC_ACT_HARD_SWISH, 0, 0, "hswish"},
-    };
+    const struct fc_act *acts = fc_acts;
     char name[96];
-    for (size_t k = 0; k < sizeof acts / sizeof acts[0]; k++)
+    for (size_t k = 0; k < sizeof fc_acts / sizeof fc_acts[0]; k++)
         for (int v = 0; v < 4; v++) {
             bool bias = v & 1, res = v & 2;
             kiln_fused_conv_attrs ref = fc_at(a3, acts[k].act, acts[k].alpha, acts[k].beta, res), nh = ref;
@@ -1363,6 +1446,38 @@ TEST(test_fused_conv_tactics) {
         }
         printf("\n");
         if (stem) CHECK(s2d > 0);
+    }
+    /* a depthwise NHWC layer: kiln's kernel first, then cuDNN's configs for the grouped graph
+     * (no legacy path); each computes the layer */
+    kiln_conv_attrs dwa = conv_at(PAD_NOTSET, 48, 2, 3, 2, 1, 1, 1);
+    kiln_fused_conv_attrs dref = fc_at(dwa, KILN_FC_ACT_RELU, 0, 0, 1), dnh = dref;
+    dnh.layout = KILN_FC_LAYOUT_X_NHWC | KILN_FC_LAYOUT_Y_NHWC;
+    kiln_tensor *din[4] = {trand(F16, -1, 1, S(4, 48, 15, 14)), trand(F16, -0.5, 0.5, S(48, 1, 3, 3)),
+                           trand(F16, -1, 1, S(48)), trand(F16, -1, 1, S(4, 48, 8, 7))};
+    kiln_tinfo dti[4], dyo;
+    const kiln_tinfo *dtip[4];
+    bool dsup = false;
+    if (infer_case("FusedConv/dw_tactics", kiln__op_by_id(KILN_OP_FusedConv), &dref, 4, din, 1, dti, &dyo, &dsup)) {
+        for (int i = 0; i < 4; i++) dtip[i] = &dti[i];
+        kiln_tinfo *dtop[1] = {&dyo};
+        kiln_infer_args ia = {.op = kiln__op_by_id(KILN_OP_FusedConv), .attrs = &dnh, .node_name = "FusedConv/dw_tactics",
+                              .n_in = 4, .n_out = 1, .in = dtip, .out = dtop};
+        int32_t ids[32];
+        int n = kiln__backend_tactics(be, st, &ia, ids, 32);
+        CHECK(n >= 1 && ids[0] == KCU_CONV_TACTIC_DW);
+        printf("  depthwise: %d tactics:", n);
+        for (int k = 0; k < n; k++) {
+            char nm[64];
+            kiln__cu_fused_conv_tactic_describe(ids[k], nm, sizeof nm);
+            printf(" %s", nm);
+            CHECK(ids[k] != KCU_CONV_TACTIC_LEGACY);
+            kiln_fused_conv_attrs t = dnh;
+            t.tactic.id = ids[k];
+            char what[96];
+            snprintf(what, sizeof what, "dw_tactic_%s", nm);
+            nhwc_case(what, KILN_OP_FusedConv, &dref, &t, 4, din, 1u | 8u, true, 1e-5);
+        }
+        printf("\n");
     }
     /* an id no config has (another cuDNN's): a tuning state refuses it */
     kiln_fused_conv_attrs bad = fc_at(a3, KILN_FC_ACT_RELU, 0, 0, 1);
@@ -1558,7 +1673,7 @@ TEST(test_coverage) {
     X(test_api) X(test_unary) X(test_predicates) X(test_clip) X(test_binary) X(test_variadic) \
     X(test_where) X(test_cast) X(test_copies) X(test_transpose) X(test_concat_split)          \
     X(test_slice) X(test_expand_tile) X(test_gather) X(test_global_pool) X(test_matmul)
-#define TESTS_NN(X) X(test_gemm) X(test_conv) X(test_pool) X(test_pool_nhwc) X(test_norm) X(test_softmax)
+#define TESTS_NN(X) X(test_gemm) X(test_conv) X(test_pool) X(test_pool_nhwc) X(test_dwconv_nhwc) X(test_norm) X(test_softmax)
 #define TESTS_REDUCE(X) X(test_reduce)
 #if KILN_HAVE_CUDNN
 #define TESTS_FC(X) X(test_fused_conv) X(test_fused_conv_nhwc) X(test_fused_conv_graph) X(test_fused_conv_tactics)

@@ -17,6 +17,7 @@
 #include "backends/backend.h"
 #include "ops/nn_attrs.h"
 #include "ops/reduce_attrs.h"
+#include "ops/elementwise_impl.h"
 #include "ops/fused_conv.h"
 #include "backends/cuda/cuda_layout.h"
 #include "passes/precision.h"
@@ -476,6 +477,135 @@ TEST(cuda_nhwc_chain) {
 #endif
 }
 
+/* A MobileNetV3-style net: x[2,3,16,16] -> stem Conv 3x3/2 + HardSwish (16)
+ * -> nb inverted-residual blocks [Conv 1x1 + Relu (32); depthwise Conv 3x3
+ * (stride 2 in the first block, 1 after) + Relu; SE: GlobalAveragePool ->
+ * Conv 1x1 + Relu (8) -> Conv 1x1 (32) -> HardSigmoid -> Mul with the
+ * depthwise output; Conv 1x1 (16), + the block's input from the second block
+ * on] -> GlobalAveragePool (output) when `gap`, else the last block's output
+ * (mul_out: the last SE Mul is the output instead); fp16 on CUDA. */
+static kiln_graph *mbv3_net(int nb, bool gap, bool mul_out) {
+    kiln_graph *g = NULL;
+    if (kiln__graph_create(&g) != KILN_OK) abort();
+    int x = add_val(g, "x");
+    g->values[x].info.dtype = KILN_DTYPE_FLOAT32;
+    g->values[x].info.rank = 4;
+    int64_t xd[4] = {2, 3, 16, 16};
+    memcpy(g->values[x].info.dims, xd, sizeof xd);
+    g->values[x].flags |= KILN_VALUE_INPUT;
+    if (kiln__grow((void **)&g->inputs, &g->cap_inputs, 1, sizeof(int)) != KILN_OK) abort();
+    g->inputs[g->n_inputs++] = x;
+    static float w[32 * 32 * 9];
+    for (int i = 0; i < 32 * 32 * 9; i++) w[i] = (float)(i % 7 - 3) * 0.05f;
+    int64_t ds[4] = {16, 3, 3, 3}, de[4] = {32, 16, 1, 1}, dd[4] = {32, 1, 3, 3}, dq[4] = {8, 32, 1, 1},
+            dr[4] = {32, 8, 1, 1}, dp[4] = {16, 32, 1, 1};
+    int Ws = add_const(g, "Ws", KILN_DTYPE_FLOAT32, 4, ds, w), We = add_const(g, "We", KILN_DTYPE_FLOAT32, 4, de, w);
+    int Wd = add_const(g, "Wd", KILN_DTYPE_FLOAT32, 4, dd, w), Wq = add_const(g, "Wq", KILN_DTYPE_FLOAT32, 4, dq, w);
+    int Wr = add_const(g, "Wr", KILN_DTYPE_FLOAT32, 4, dr, w), Wp = add_const(g, "Wp", KILN_DTYPE_FLOAT32, 4, dp, w);
+    kiln_conv_attrs c1, c3, c3s2, dw, dws2;
+    memset(&c1, 0, sizeof c1);
+    c1.group = 1;
+    c3 = c1;
+    c3.n_pads = 4;
+    for (int i = 0; i < 4; i++) c3.pads[i] = 1;
+    c3s2 = c3;
+    c3s2.n_strides = 2;
+    c3s2.strides[0] = c3s2.strides[1] = 2;
+    dw = c3;
+    dw.group = 32;
+    dws2 = c3s2;
+    dws2.group = 32;
+    kiln_ew_act_attrs hs = {.alpha = 1.0f / 6, .beta = 0.5f};
+    int h = add_node(g, KILN_OP_Conv, "stem", 2, (int[]){x, Ws}, &c3s2);
+    h = add_node(g, KILN_OP_HardSwish, "stem_act", 1, &h, NULL);
+    for (int k = 0; k < nb; k++) {
+        char nm[12][32];
+        static const char *const base[12] = {"exp", "exp_relu", "dw", "dw_relu", "se_gap", "se_q", "se_relu",
+                                             "se_r", "se_hsig", "se_mul", "proj", "add"};
+        for (int q = 0; q < 12; q++) snprintf(nm[q], sizeof nm[q], "%s%d", base[q], k);
+        int e = add_node(g, KILN_OP_Conv, nm[0], 2, (int[]){h, We}, &c1);
+        e = add_node(g, KILN_OP_Relu, nm[1], 1, &e, NULL);
+        int d = add_node(g, KILN_OP_Conv, nm[2], 2, (int[]){e, Wd}, k ? &dw : &dws2);
+        d = add_node(g, KILN_OP_Relu, nm[3], 1, &d, NULL);
+        int p = add_node(g, KILN_OP_GlobalAveragePool, nm[4], 1, &d, NULL);
+        int q = add_node(g, KILN_OP_Conv, nm[5], 2, (int[]){p, Wq}, &c1);
+        q = add_node(g, KILN_OP_Relu, nm[6], 1, &q, NULL);
+        int r = add_node(g, KILN_OP_Conv, nm[7], 2, (int[]){q, Wr}, &c1);
+        r = add_node(g, KILN_OP_HardSigmoid, nm[8], 1, &r, &hs);
+        int m = add_node(g, KILN_OP_Mul, nm[9], 2, (int[]){d, r}, NULL);
+        if (mul_out && k == nb - 1) {
+            mark_output(g, m);
+            break;
+        }
+        int o = add_node(g, KILN_OP_Conv, nm[10], 2, (int[]){m, Wp}, &c1);
+        h = k ? add_node(g, KILN_OP_Add, nm[11], 2, (int[]){o, h}, NULL) : o;
+    }
+    if (!mul_out) mark_output(g, gap ? add_node(g, KILN_OP_GlobalAveragePool, "gap", 1, &h, NULL) : h);
+    kiln__graph_link(g);
+    CHECK_OK(kiln__graph_infer(g));
+    CHECK_OK(optimize(g, KILN_DEVICE_CUDA, KILN_PRECISION_FP16, NULL, 0, false));
+    for (int i = 0; i < g->n_nodes; i++) g->nodes[i].device = KILN_DEVICE_CUDA; /* as placed */
+    return g;
+}
+
+/* The NHWC chain goes through depthwise convolutions, the SE block
+ * (GlobalAveragePool reading NHWC, its 1x1 convolutions and HardSigmoid on
+ * [N, C, 1, 1] values that are the same in both layouts, the Mul through
+ * views) and residuals: the stem converts the input itself, and the only
+ * Transpose is the one back to NCHW for a graph output that needs it. */
+TEST(cuda_nhwc_mobilenet) {
+    if (!have_cuda()) return;
+#if !KILN_HAVE_CUDNN
+    printf("built without cuDNN: skipping\n");
+    return;
+#else
+    const kiln_backend_i *cu = kiln__backend_for(KILN_DEVICE_CUDA);
+    static const struct { int nb; bool gap, mul_out; int transposes; } cs[] = {
+        {3, true, false, 0}, {2, false, false, 1}, {2, false, true, 1}};
+    for (size_t k = 0; k < sizeof cs / sizeof cs[0]; k++) {
+        kiln_graph *g = mbv3_net(cs[k].nb, cs[k].gap, cs[k].mul_out);
+        int n = 0;
+        CHECK_OK(kiln__pass_cuda_nhwc(g, &n));
+        CHECK(topo_ok(g));
+        CHECK(n > 0);
+        CHECK(live_nodes_of(g, KILN_OP_Transpose, NULL) == cs[k].transposes);
+        int dws = 0, muls = 0, gaps = 0, first = -1;
+        live_nodes_of(g, KILN_OP_FusedConv, &first);
+        for (int i = 0; i < g->n_nodes; i++) {
+            const kiln_node *nd = &g->nodes[i];
+            if (nd->dead) continue;
+            CHECK(kiln__backend_supports(cu, g, nd));
+            const kiln_tinfo *x = nd->n_in > 0 && nd->in[0] >= 0 ? &g->values[nd->in[0]].info : NULL;
+            if (nd->op_id == KILN_OP_FusedConv) {
+                const kiln_fused_conv_attrs *fa = nd->attrs;
+                bool se = x && x->dims[2] == 1 && x->dims[3] == 1;
+                int32_t want = se ? 0 : i == first ? KILN_FC_LAYOUT_Y_NHWC : KILN_FC_LAYOUT_X_NHWC | KILN_FC_LAYOUT_Y_NHWC;
+                CHECK(fa->layout == want);
+                if (fa->layout != want) printf("  %s: layout %d, want %d\n", nd->name, (int)fa->layout, (int)want);
+                dws += fa->conv.group > 1;
+                if (fa->conv.group > 1) CHECK(g->nodes[g->values[nd->in[0]].producer].op_id == KILN_OP_FusedConv);
+            }
+            if (nd->op_id == KILN_OP_GlobalAveragePool) {
+                gaps++;
+                CHECK(pool_layout(nd) == KILN_POOL_LAYOUT_NHWC);
+            }
+            if (nd->op_id == KILN_OP_Mul || nd->op_id == KILN_OP_Pointwise) {
+                /* [N, H, W, C] x [N, 1, 1, C] over the NHWC bytes, viewed back (the Mul
+                 * of a graph output is a kiln.Pointwise with the Cast to float32) */
+                muls++;
+                const kiln_tinfo *s = &g->values[nd->in[1]].info, *y = &g->values[nd->out[0]].info;
+                CHECK(g->nodes[g->values[nd->in[0]].producer].op_id == KILN_OP_Reshape);
+                CHECK(x->dims[1] == x->dims[2] && x->dims[3] == 32 && s->dims[1] == 1 && s->dims[3] == 32);
+                CHECK(y->dims[3] == 32);
+            }
+        }
+        CHECK(dws == (cs[k].mul_out ? cs[k].nb : cs[k].nb) && muls == cs[k].nb);
+        CHECK(gaps == cs[k].nb + (cs[k].gap ? 1 : 0));
+        kiln__graph_free(g);
+    }
+#endif
+}
+
 TEST(left_alone) {
     if (!have_cuda()) return;
     /* fp32 CUDA plans and CPU plans get no casts */
@@ -573,6 +703,7 @@ int main(void) {
     RUN(fused_cpu_refuses_fp16);
     RUN(add_layernorm_fp16);
     RUN(cuda_nhwc_chain);
+    RUN(cuda_nhwc_mobilenet);
     RUN(left_alone);
     RUN(unknown_layer);
     RUN(fused_names);

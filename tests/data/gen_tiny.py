@@ -146,6 +146,70 @@ def window_reverse(path):
         f.write(y.astype(np.float32).tobytes())
 
 
+def tiny_mbv3(path):
+    # a MobileNetV3/EfficientNet-style net: x[batch,3,32,32] -> stem Conv 3x3/2
+    # + HardSwish (16) -> block 1 [Conv 1x1 + Relu (32); depthwise 3x3 + Relu;
+    # SE (GlobalAveragePool, Conv 1x1 + Relu (8), Conv 1x1, HardSigmoid, Mul);
+    # Conv 1x1 (16) + the block's input] -> block 2 [Conv 1x1 + SiLU (40);
+    # depthwise 5x5/2 + SiLU; SE with SiLU and Sigmoid (12); Conv 1x1 (24)]
+    # -> feat [batch,24,8,8] (an output) -> GlobalAveragePool -> Flatten ->
+    # Gemm -> y [batch,10]. The CUDA fp16 engine runs it as one NHWC chain.
+    inits, nodes = [], []
+
+    def const(name, shape, scale):
+        inits.append(numpy_helper.from_array((rng.standard_normal(shape) * scale).astype(np.float32), name))
+        return name
+
+    def conv(name, x, cin, cout, k, stride=1, group=1):
+        w = const(name + "_w", (cout, cin // group, k, k), (2.0 / (cin // group * k * k)) ** 0.5)
+        b = const(name + "_b", (cout,), 0.1)
+        nodes.append(helper.make_node("Conv", [x, w, b], [name], name=name, kernel_shape=[k, k],
+                                      strides=[stride, stride], pads=[k // 2] * 4, group=group))
+        return name
+
+    def act(op, x, name, **kw):
+        nodes.append(helper.make_node(op, [x], [name], name=name, **kw))
+        return name
+
+    def silu(x, name):
+        act("Sigmoid", x, name + "_sig")
+        nodes.append(helper.make_node("Mul", [x, name + "_sig"], [name], name=name))
+        return name
+
+    def se(x, c, sq, name, inner, gate):
+        p = act("GlobalAveragePool", x, name + "_gap")
+        q = conv(name + "_q", p, c, sq, 1)
+        q = act("Relu", q, name + "_qa") if inner == "relu" else silu(q, name + "_qa")
+        r = conv(name + "_r", q, sq, c, 1)
+        s = act(gate, r, name + "_gate")
+        nodes.append(helper.make_node("Mul", [x, s], [name], name=name))
+        return name
+
+    h = act("HardSwish", conv("stem", "x", 3, 16, 3, 2), "stem_act")
+    e = act("Relu", conv("b1_exp", h, 16, 32, 1), "b1_exp_act")
+    d = act("Relu", conv("b1_dw", e, 32, 32, 3, 1, 32), "b1_dw_act")
+    m = se(d, 32, 8, "b1_se", "relu", "HardSigmoid")
+    nodes.append(helper.make_node("Add", [conv("b1_proj", m, 32, 16, 1), h], ["b1"], name="b1"))
+    e = silu(conv("b2_exp", "b1", 16, 40, 1), "b2_exp_act")
+    d = silu(conv("b2_dw", e, 40, 40, 5, 2, 40), "b2_dw_act")
+    m = se(d, 40, 12, "b2_se", "silu", "Sigmoid")
+    nodes.append(helper.make_node("Identity", [conv("b2_proj", m, 40, 24, 1)], ["feat"], name="feat"))
+    act("GlobalAveragePool", "feat", "head_gap")
+    nodes.append(helper.make_node("Flatten", ["head_gap"], ["head_flat"], name="head_flat", axis=1))
+    w = const("fc_w", (10, 24), 0.3)
+    b = const("fc_b", (10,), 0.1)
+    nodes.append(helper.make_node("Gemm", ["head_flat", w, b], ["y"], name="fc", transB=1))
+    g = helper.make_graph(
+        nodes, "tiny_mbv3",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, 32, 32])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 10]),
+         helper.make_tensor_value_info("feat", TensorProto.FLOAT, ["batch", 24, 8, 8])],
+        initializer=inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(m)
+    onnx.save(m, path)
+
+
 def se_block(path):
     # EfficientNet's MBConv squeeze-excitation block, NCHW, dynamic batch:
     # x[batch,32,16,16] -> depthwise 3x3 + b -> SiLU -> GlobalAveragePool -> 1x1 32->8 + b
@@ -187,3 +251,4 @@ if __name__ == "__main__":
     opset18_forms(f"{out}/opset18_forms.onnx")
     window_reverse(f"{out}/window_reverse.onnx")
     se_block(f"{out}/se_block.onnx")
+    tiny_mbv3(f"{out}/tiny_mbv3.onnx")

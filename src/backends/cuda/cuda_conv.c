@@ -8,12 +8,15 @@
  *   otherwise, or where no engine config runs the graph: cuDNN's legacy
  *     convolution API (symmetric pads; algorithm timed on the first run),
  *     then one epilogue pass act(y + bias + residual);
- *   depthwise (one input channel per group, NCHW): a direct kernel;
+ *   depthwise (one input channel per group), NHWC: kiln's kernel with the
+ *     epilogue inside (k_dwconv.cu), or cuDNN's grouped graph where the
+ *     tactic names one of its configs; NCHW: a direct kernel;
  *   without cuDNN: im2col into scratch + cuBLASLt GEMM per (image, group);
  *     a 1x1 stride-1 unpadded convolution reads the input directly. */
 #if KILN_HAVE_CUDA
 
 #include "backends/cuda/cuda_internal.h"
+#include "backends/cuda/k_dwconv.h"
 
 
 #include <limits.h>
@@ -151,15 +154,26 @@ typedef struct gconv_plan {
  * algorithm anew: a served ResNet-50 took 0.5 s per batch). */
 #define KCU_CONV_PLANS 16
 
+static void gconv_plan_clear(gconv_plan *p) {
+    kcu_dg_plan_free(&p->plan);
+    kcu_dg_free(&p->dg);
+    memset(p, 0, sizeof *p);
+}
+
+#endif /* KILN_HAVE_CUDNN */
+
 /* The per-node state of Conv/FusedConv (kiln_cuda_node.conv). */
 typedef struct conv_state {
+#if KILN_HAVE_CUDNN
     conv_plan legacy[KCU_CONV_PLANS];
     int legacy_next;
     bool found;             /* the algorithm cuDNN's Find chose at the first shape: ... */
     cudnnConvolutionFwdAlgo_t found_algo; /* ... every later shape runs it where it can */
     gconv_plan gp[KCU_CONV_PLANS];
     int gp_next;
-    void *w_nhwc;           /* NHWC layers: the weights as [M, kh, kw, C] (device, owned) */
+#endif
+    void *w_nhwc;           /* NHWC layers: the weights as [M, kh, kw, C], or [kh * kw, C] for
+                               kiln's depthwise kernel (XV_DW) (device, owned) */
     const void *w_src;      /* ... made from these */
     size_t w_bytes;
     int w_variant;          /* ... for this input variant (XV_*) */
@@ -168,15 +182,11 @@ typedef struct conv_state {
     bool warned;            /* the stored tactic was missing once (warned) */
 } conv_state;
 
-static void gconv_plan_clear(gconv_plan *p) {
-    kcu_dg_plan_free(&p->plan);
-    kcu_dg_free(&p->dg);
-    memset(p, 0, sizeof *p);
-}
-
 static void conv_state_clear(conv_state *s) {
+#if KILN_HAVE_CUDNN
     for (int i = 0; i < KCU_CONV_PLANS; i++) conv_plan_clear(&s->legacy[i]);
     for (int i = 0; i < KCU_CONV_PLANS; i++) gconv_plan_clear(&s->gp[i]);
+#endif
     if (s->w_nhwc) cudaFree(s->w_nhwc);
     if (s->xbuf) cudaFree(s->xbuf);
     memset(s, 0, sizeof *s);
@@ -200,6 +210,61 @@ static conv_state *conv_state_of(const kiln_kernel_args *a, conv_state *tmp) {
     memset(tmp, 0, sizeof *tmp);
     return tmp;
 }
+
+/* How an NHWC depthwise layer runs (FusedConv's tactic): kiln's kernel
+ * (kcu_dwconv_nhwc; tactic 0 and KCU_CONV_TACTIC_DW) or one of cuDNN's
+ * engine configs for the fused grouped graph (kcu_dg_is_id). */
+static bool conv_is_depthwise(const kcu_conv *g) { return g->Cg == 1 && g->G > 1; }
+
+/* Depthwise NHWC layers with kiln's kernel: the weights [C, 1, kh, kw] as
+ * [kh * kw, C] (made once per weight buffer, kept in the node's state). */
+#define XV_DW 3
+/* The node's buffer of the weights a->in[1] rearranged for variant v
+ * (cs->w_nhwc, `bytes` long): *fresh = true when it was (re)made and must
+ * be filled. */
+static kiln_status w_buffer(const kiln_kernel_args *a, conv_state *cs, size_t bytes, int v, bool *fresh) {
+    const void *src = a->in[1]->data;
+    *fresh = !(cs->w_nhwc && cs->w_src == src && cs->w_bytes == bytes && cs->w_variant == v);
+    if (!*fresh) return KILN_OK;
+    if (cs->w_nhwc) cudaFree(cs->w_nhwc);
+    cs->w_nhwc = NULL;
+    KILN_CUDA_TRY(cudaMalloc(&cs->w_nhwc, bytes ? bytes : 1), KCU_NODE(a));
+    cs->w_src = src;
+    cs->w_bytes = bytes;
+    cs->w_variant = v;
+    return KILN_OK;
+}
+
+static kiln_status dw_weights(const kiln_kernel_args *a, const kcu_conv *g, conv_state *cs, const void **out) {
+    size_t es = kiln_dtype_size(a->in[1]->dtype);
+    bool fresh;
+    KILN_TRY(w_buffer(a, cs, (size_t)(g->M * g->k_sz) * es, XV_DW, &fresh));
+    int64_t dims[2] = {g->k_sz, g->M}, sst[2] = {1, g->k_sz};
+    if (fresh) KILN_TRY(kiln__cuda_copy(a, es, 2, dims, cs->w_nhwc, NULL, a->in[1]->data, sst));
+    *out = cs->w_nhwc;
+    return KILN_OK;
+}
+
+/* y = act(dwconv(x) + bias + r) over NHWC tensors by kiln's kernel. */
+static kiln_status dw_nhwc_run(const kiln_kernel_args *a, const kcu_conv *g, int act, float alpha, float beta,
+                               const kiln_tensor *B, const kiln_tensor *R) {
+    conv_state tmp, *cs = conv_state_of(a, &tmp);
+    const void *wt = NULL;
+    kiln_status s = dw_weights(a, g, cs, &wt);
+    if (s == KILN_OK) {
+        kcu_dw_nhwc d = {.N = g->N, .C = g->C, .H = g->in[0], .W = g->in[1], .Ho = g->out[0], .Wo = g->out[1],
+                         .kh = g->k[0], .kw = g->k[1], .sh = g->s[0], .sw = g->s[1], .dh = g->d[0],
+                         .dw = g->d[1], .ph = g->pb[0], .pw = g->pb[1], .act = act, .alpha = alpha,
+                         .beta = beta};
+        cudaError_t e = kcu_dwconv_nhwc(a->in[0]->dtype, &d, a->in[0]->data, wt, B ? B->data : NULL,
+                                        R ? R->data : NULL, a->out[0]->data, KCU_STREAM(a));
+        if (e != cudaSuccess) s = kiln__cuda_fail(e, KCU_NODE(a), "kcu_dwconv_nhwc");
+    }
+    if (cs == &tmp) conv_state_clear(&tmp); /* (the copy is ordered before the free's sync) */
+    return s;
+}
+
+#if KILN_HAVE_CUDNN
 
 /* How an NCHW input reaches cuDNN in a layer with layout Y_NHWC alone (the
  * layer converts it: ResNet's 3-channel stem): the user bits of its tactic
@@ -257,16 +322,12 @@ static kiln_status nhwc_weights(const kiln_kernel_args *a, const kcu_conv *g, in
         return KILN_FAIL(KILN_ERR_UNSUPPORTED, "node '%s': NHWC weights need a 2-D convolution", KCU_NODE(a));
     int64_t K0 = W->dims[2], K1 = W->dims[3], C = W->dims[1], J0 = g->k[0], J1 = g->k[1], Cp = g->Cg;
     size_t bytes = (size_t)(g->M * J0 * J1 * Cp) * es;
-    if (cs->w_nhwc && cs->w_src == W->data && cs->w_bytes == bytes && cs->w_variant == v) {
+    bool fresh;
+    KILN_TRY(w_buffer(a, cs, bytes, v, &fresh));
+    if (!fresh) {
         *out = cs->w_nhwc;
         return KILN_OK;
     }
-    if (cs->w_nhwc) cudaFree(cs->w_nhwc);
-    cs->w_nhwc = NULL;
-    KILN_CUDA_TRY(cudaMalloc(&cs->w_nhwc, bytes ? bytes : 1), KCU_NODE(a));
-    cs->w_src = W->data;
-    cs->w_bytes = bytes;
-    cs->w_variant = v;
     char *dst = cs->w_nhwc;
     const char *src = W->data;
     if (v != XV_S2D && C == Cp) {
@@ -779,10 +840,29 @@ static kiln_status conv_exec(const kiln_kernel_args *a, const kiln_conv_attrs *a
                          a->op->name, (long long)kiln__tensor_numel(R),
                          (long long)kiln__tensor_numel(Y));
     if (kiln__tensor_numel(Y) == 0) return KILN_OK;
-    if (nhwc && (g.ns != 2 || g.G != 1))
+    if (nhwc && (g.ns != 2 || (g.G != 1 && !conv_is_depthwise(&g))))
         return KILN_FAIL(KILN_ERR_UNSUPPORTED,
-                         "node '%s' (%s): NHWC layout needs a 2-D convolution of one group", node,
-                         a->op->name);
+                         "node '%s' (%s): NHWC layout needs a 2-D convolution of one group or a "
+                         "depthwise one", node, a->op->name);
+    if (nhwc && conv_is_depthwise(&g)) {
+        if (x_nchw || g.M != g.C)
+            return KILN_FAIL(KILN_ERR_UNSUPPORTED,
+                             "node '%s' (%s): an NHWC depthwise layer needs its input NHWC and one "
+                             "output channel per group (%lld in, %lld out)",
+                             node, a->op->name, (long long)g.C, (long long)g.M);
+#if KILN_HAVE_CUDNN
+        /* one of cuDNN's configs for the grouped graph, where the tactic names one */
+        if (kcu_dg_is_id(kiln__cuda_tactic(a)) && KCU_STATE(a)->dnn) {
+            conv_state tmp, *cs = conv_state_of(a, &tmp);
+            bool done = false;
+            kiln_status s = conv_graph_run(a, &g, pe, true, XV_C8, act, alpha, beta, B, R, cs, &done);
+            if (cs == &tmp) conv_state_clear(&tmp);
+            KILN_TRY(s);
+            if (done) return KILN_OK;
+        }
+#endif
+        return dw_nhwc_run(a, &g, act, alpha, beta, B, R); /* kiln's kernel, epilogue included */
+    }
     if (g.Cg == 1 && g.G > 1) { /* depthwise: direct, bias included */
         KILN_CUDA_TRY(kcu_conv_direct(X->dtype, &g, X->data, W->data, B ? B->data : NULL, Y->data,
                                       KCU_STREAM(a)),
@@ -882,7 +962,10 @@ kiln_status kiln__cu_fused_conv_run(const kiln_kernel_args *a) {
 }
 
 /* Runtime-compiled engine configs (NVRTC, ~0.5 s to make a plan) timed per
- * graph at most: the heuristics' first ones. */
+ * graph at most: the heuristics' first ones (one for a depthwise layer,
+ * which kiln's own kernel runs at memory bandwidth: MobileNetV3 and
+ * EfficientNet have 15-16 such layers, and a build should stay within
+ * seconds). */
 #define KCU_CONV_MAX_RTC 3
 
 /* FusedConv's tactics on CUDA: the engine configs of cuDNN's heuristics
@@ -909,9 +992,11 @@ int kiln__cu_fused_conv_tactics(void *state, const kiln_infer_args *a, int32_t *
         return 1;
     }
     bool nhwc = at->layout != 0, x_nchw = at->layout == KILN_FC_LAYOUT_Y_NHWC;
-    if (g.Cg == 1 && g.G > 1 && !nhwc) return 1; /* depthwise: kiln's direct kernel */
+    bool dw = conv_is_depthwise(&g);
+    if (dw && !nhwc) return 1; /* depthwise NCHW: kiln's direct kernel */
     st->strict_tactics = true;
     int n = 0;
+    if (dw) ids[n++] = KCU_CONV_TACTIC_DW; /* depthwise NHWC: kiln's kernel, then cuDNN's configs */
     const char *env = getenv("KILN_CUDNN_CANDIDATES"); /* at most this many configs per graph (experiments) */
     int per = env && atoi(env) > 0 ? atoi(env) : cap;
     for (int v = XV_C8; v <= XV_S2D && gconv_eligible(x->dtype, at->act, at->alpha, at->beta); v++) {
@@ -935,14 +1020,14 @@ int kiln__cu_fused_conv_tactics(void *state, const kiln_infer_args *a, int32_t *
         int rtc = 0, got = 0;
         if (gconv_graph(st->dnn, &k, &dg) == CUDNN_STATUS_SUCCESS && kcu_dg_configs(&dg, &cfgs) == CUDNN_STATUS_SUCCESS)
             for (int i = 0; i < cfgs.n && got < want; i++) {
-                if ((cfgs.flags[i] & KCU_DG_CFG_RUNTIME_COMPILED) && rtc++ >= KCU_CONV_MAX_RTC) continue;
+                if ((cfgs.flags[i] & KCU_DG_CFG_RUNTIME_COMPILED) && rtc++ >= (dw ? 1 : KCU_CONV_MAX_RTC)) continue;
                 ids[n++] = cfgs.id[i] | (int32_t)v << KCU_DG_ID_USER_SHIFT;
                 got++;
             }
         kcu_dg_cfgs_free(&cfgs);
         kcu_dg_free(&dg);
     }
-    ids[n++] = KCU_CONV_TACTIC_LEGACY;
+    if (!dw) ids[n++] = KCU_CONV_TACTIC_LEGACY; /* (the legacy API has no NHWC depthwise path here) */
     return n;
 #else
     (void)st, (void)a;
@@ -951,13 +1036,18 @@ int kiln__cu_fused_conv_tactics(void *state, const kiln_infer_args *a, int32_t *
 }
 
 const char *kiln__cu_fused_conv_tactic_name(int32_t id) {
-    return id == 0 ? "cudnn-heuristic" : id == KCU_CONV_TACTIC_LEGACY ? "cudnn-legacy+epilogue" : "cudnn-graph";
+    return id == 0                        ? "cudnn-heuristic"
+           : id == KCU_CONV_TACTIC_LEGACY ? "cudnn-legacy+epilogue"
+           : id == KCU_CONV_TACTIC_DW     ? "kiln-dwconv-nhwc"
+                                          : "cudnn-graph";
 }
 
 const char *kiln__cu_fused_conv_name(const kiln_node *n) {
     if (!n->attrs) return NULL;
-    int32_t lay = ((const kiln_fused_conv_attrs *)n->attrs)->layout;
-    if (lay == (KILN_FC_LAYOUT_X_NHWC | KILN_FC_LAYOUT_Y_NHWC)) return "cuda.conv.nhwc";
+    const kiln_fused_conv_attrs *fa = n->attrs;
+    int32_t lay = fa->layout;
+    /* (NHWC layers of several groups are depthwise: cuda_layout.c) */
+    if (lay == (KILN_FC_LAYOUT_X_NHWC | KILN_FC_LAYOUT_Y_NHWC)) return fa->conv.group > 1 ? "cuda.dwconv.nhwc" : "cuda.conv.nhwc";
     if (lay == KILN_FC_LAYOUT_Y_NHWC) return "cuda.conv.nchw-in.nhwc";
     return NULL;
 }
@@ -972,7 +1062,9 @@ void kiln__cu_fused_conv_tactic_describe(int32_t id, char *buf, size_t n) {
         return;
     }
 #endif
-    snprintf(buf, n, "%s", id == KCU_CONV_TACTIC_LEGACY ? "cudnn-legacy+epilogue" : id == 0 ? "cudnn-heuristic" : "cudnn-?");
+    snprintf(buf, n, "%s", id == 0 || id == KCU_CONV_TACTIC_LEGACY || id == KCU_CONV_TACTIC_DW
+                               ? kiln__cu_fused_conv_tactic_name(id)
+                               : "cudnn-?");
 }
 
 

@@ -108,11 +108,15 @@ KILN_PRIVATE const char *kiln__cu_global_pool_name(const kiln_node *n);
  * API's timed algorithm + kiln's epilogue kernel; kcu_dg_is_id(id) = one
  * engine config of the fused graph (cuda_dnn_graph.h). */
 #define KCU_CONV_TACTIC_LEGACY 1
+/* ... KCU_CONV_TACTIC_DW = kiln's NHWC depthwise kernel (kcu_dwconv_nhwc), the
+ * first candidate of an NHWC depthwise layer (tactic 0 runs it too) */
+#define KCU_CONV_TACTIC_DW 2
 KILN_PRIVATE int kiln__cu_fused_conv_tactics(void *state, const kiln_infer_args *a, int32_t *ids,
                                              int cap);
 KILN_PRIVATE const char *kiln__cu_fused_conv_tactic_name(int32_t id);
 KILN_PRIVATE void kiln__cu_fused_conv_tactic_describe(int32_t id, char *buf, size_t n);
-/* "cuda.conv.nhwc" / "cuda.conv.nchw-in.nhwc" for channels-last layers */
+/* "cuda.conv.nhwc" / "cuda.dwconv.nhwc" (depthwise) / "cuda.conv.nchw-in.nhwc" for
+ * channels-last layers */
 KILN_PRIVATE const char *kiln__cu_fused_conv_name(const kiln_node *n);
 /* FusedMatMul's tactics: cuBLASLt's heuristic candidates for its shapes */
 KILN_PRIVATE int kiln__cu_fused_matmul_tactics(void *state, const kiln_infer_args *a, int32_t *ids,

@@ -204,9 +204,21 @@ typedef struct kcu_pool_nhwc {
 } kcu_pool_nhwc;
 cudaError_t kcu_pool_nhwc_run(kiln_dtype t, const kcu_pool_nhwc *g, const void *x, void *y,
                               cudaStream_t stream);
-/* GlobalAveragePool of an NHWC x [N, HW, C] into y [N, C] (fp32 sums). */
-cudaError_t kcu_gap_nhwc(kiln_dtype t, int64_t N, int64_t HW, int64_t C, const void *x, void *y,
+/* GlobalAveragePool of an NHWC x [N, HW, C] into y [N, C] (fp32 sums). A
+ * plane too large for the N x (channel groups) blocks alone (EfficientNet's
+ * SE blocks: 112 x 112 positions, 32-96 channels) is split in
+ * kcu_gap_nhwc_splits(N, HW, C) parts, whose fp32 sums go to `part`
+ * (splits x N x C floats, device; may be NULL with one split), then a
+ * second kernel adds them. */
+cudaError_t kcu_gap_nhwc(kiln_dtype t, int64_t N, int64_t HW, int64_t C, const void *x, void *y, float *part,
                          cudaStream_t stream);
+/* About 1024 blocks, at least 128 positions per split. */
+static inline int64_t kcu_gap_nhwc_splits(int64_t N, int64_t HW, int64_t C) {
+    int64_t groups = (C / 8 + 31) / 32, blocks = N * (groups > 0 ? groups : 1);
+    int64_t s = (1024 + blocks - 1) / blocks, most = HW / 128;
+    if (s > most) s = most;
+    return s > 1 ? s : 1;
+}
 /* Space-to-depth of a stride-2 convolution's input (cuda_conv.c, XV_S2D):
  * x [N, C, H, W] (NCHW) -> y [N, Lh, Lw, Cp] (NHWC), y[n, l, m, c*4 + rh*2 + rw]
  * = x[n, c, 2l + rh - ph, 2m + rw - pw] (0 outside x), channels 4C..Cp-1 zero. */

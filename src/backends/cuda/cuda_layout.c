@@ -2,9 +2,10 @@
  *
  * cuDNN's tensor-core convolutions for fp16/bf16 read and write NHWC; given
  * NCHW tensors they transpose them around every layer or pick slower
- * kernels. Here the eligible layers (FusedConv, MaxPool/AveragePool,
- * GlobalAveragePool) that pass values to one another keep those values
- * NHWC, and only the ends of a chain convert:
+ * kernels. Here the eligible layers (FusedConv, depthwise FusedConv,
+ * MaxPool/AveragePool, GlobalAveragePool, and the elementwise layers
+ * between them) that pass values to one another keep those values NHWC,
+ * and only the ends of a chain convert:
  *
  *   NCHW v into a FusedConv: the layer converts it (layout Y_NHWC alone:
  *     one kernel, channels padded to a multiple of 8 for cuDNN: ResNet's
@@ -14,14 +15,17 @@
  *   NHWC v -> Reshape [N,H,W,C] -> Transpose(0,3,1,2) [N,C,H,W] (NCHW)
  *
  * (the Reshapes are views: no copy). Every value keeps its NCHW shape; a
- * value's bytes are NHWC exactly when an NHWC FusedConv or pool produced it.
- * GlobalAveragePool reads NHWC and writes [N, C, 1, 1], which is both. */
+ * value's bytes are NHWC exactly when an NHWC layer produced it.
+ * GlobalAveragePool reads NHWC and writes [N, C, 1, 1], which is both (such
+ * values are never converted). An elementwise layer with a per-channel
+ * operand (the SE block's Mul) computes over [N, H, W, C] views. */
 #include "backends/cuda/cuda_layout.h"
 
 
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "ops/elementwise_impl.h"
 #include "ops/fused_conv.h"
 #include "ops/tensor_internal.h"
 
@@ -38,8 +42,43 @@ static bool half_4d(const kiln_tinfo *t) {
     return (t->dtype == KILN_DTYPE_FLOAT16 || t->dtype == KILN_DTYPE_BFLOAT16) && static_4d(t);
 }
 
-/* What a layer is to the pass. */
-enum { K_NONE = 0, K_CONV, K_POOL, K_GAP };
+/* What a layer is to the pass: K_DW a depthwise FusedConv (kiln's NHWC
+ * kernel or cuDNN's grouped configs), K_EW an elementwise layer that runs
+ * in either layout (its NHWC inputs and output keep their NCHW shapes; a
+ * per-channel operand [N or 1, C, 1, 1] needs views, see ew_views). */
+enum { K_NONE = 0, K_CONV, K_POOL, K_GAP, K_DW, K_EW };
+
+/* Whether value v's bytes are the same in both layouts: a 4-D value with
+ * H = W = 1 ([N, C, 1, 1]: GlobalAveragePool's output, the SE block's
+ * scales) or a single element. */
+static bool neutral(const kiln_graph *g, int v) {
+    if (v < 0) return true;
+    const kiln_tinfo *t = &g->values[v].info;
+    if (t->rank == 4 && t->dims[2] == 1 && t->dims[3] == 1) return true;
+    if (t->rank < 0) return false;
+    for (int i = 0; i < t->rank; i++)
+        if (t->dims[i] != 1) return false;
+    return true;
+}
+
+/* Whether input i of n is a "full" 4-D operand of an elementwise layer:
+ * the output's own static dims (not neutral). */
+static bool full_in(const kiln_graph *g, const kiln_node *n, int i) {
+    int v = n->in[i];
+    if (v < 0 || neutral(g, v)) return false;
+    const kiln_tinfo *t = &g->values[v].info, *y = &g->values[n->out[0]].info;
+    return t->rank == 4 && y->rank == 4 && !memcmp(t->dims, y->dims, 4 * sizeof(int64_t));
+}
+
+/* Whether input i of n is a per-channel operand [1 or N, 1 or C, 1, 1]
+ * of a 4-D output [N, C, H, W] (the SE block's Mul). */
+static bool chan_in(const kiln_graph *g, const kiln_node *n, int i) {
+    int v = n->in[i];
+    if (v < 0) return false;
+    const kiln_tinfo *t = &g->values[v].info, *y = &g->values[n->out[0]].info;
+    return t->rank == 4 && t->dims[2] == 1 && t->dims[3] == 1 && (t->dims[0] == 1 || t->dims[0] == y->dims[0]) &&
+           (t->dims[1] == 1 || t->dims[1] == y->dims[1]) && !(t->dims[0] == 1 && t->dims[1] == 1);
+}
 
 /* A FusedConv that cuDNN runs channels-last (graph or legacy API; the
  * input may come NCHW with any channel count: the layer converts it). */
@@ -56,12 +95,58 @@ static bool conv_ok(const kiln_graph *g, const kiln_node *n) {
         for (int i = 0; i < 2; i++)
             if (ca->pads[i] != ca->pads[2 + i]) return false; /* asymmetric: not the legacy API */
     if (fa->has_residual && (n->n_in < 4 || n->in[3] < 0)) return false;
+    /* on [N, C, 1, 1] (the SE block's convolutions) both layouts are the same bytes: NCHW */
+    if (neutral(g, n->in[0])) return false;
     return true;
 }
 
+/* A depthwise FusedConv (group = C = M, weights [C, 1, kh, kw], 2-D): kiln's
+ * NHWC kernel takes any channel count, pads and strides. */
+static bool dw_ok(const kiln_graph *g, const kiln_node *n) {
+    const kiln_fused_conv_attrs *fa = n->attrs;
+    if (fa->layout || n->n_in < 2 || n->in[0] < 0 || n->in[1] < 0) return false;
+    const kiln_tinfo *x = &g->values[n->in[0]].info, *w = &g->values[n->in[1]].info;
+    const kiln_tinfo *y = &g->values[n->out[0]].info;
+    if (!half_4d(x) || !static_4d(w) || !half_4d(y) || neutral(g, n->in[0])) return false;
+    int64_t C = x->dims[1];
+    if (C < 2 || fa->conv.group != C || w->dims[0] != C || w->dims[1] != 1 || y->dims[1] != C) return false;
+    return !fa->has_residual || (n->n_in >= 4 && n->in[3] >= 0);
+}
+
+/* An elementwise layer that computes the same in either layout: unary
+ * activations, Clip (scalar bounds), Add/Sub/Mul/Div and kiln.Pointwise
+ * (one output) whose inputs are full 4-D operands, single elements or
+ * per-channel [N or 1, C, 1, 1] operands, at least one full (static output
+ * [N, C, H, W], not 1x1). */
+static bool ew_ok(const kiln_graph *g, const kiln_node *n) {
+    switch (n->op_id) {
+    case KILN_OP_Add: case KILN_OP_Sub: case KILN_OP_Mul: case KILN_OP_Div: {
+        const kiln_ew_bin_attrs *ba = n->attrs;
+        if (ba && ba->legacy_bcast) return false;
+        break;
+    }
+    case KILN_OP_Relu: case KILN_OP_LeakyRelu: case KILN_OP_Sigmoid: case KILN_OP_HardSigmoid:
+    case KILN_OP_HardSwish: case KILN_OP_Tanh: case KILN_OP_Clip:
+    case KILN_OP_Pointwise: /* (numpy-broadcast inputs, like the binary ops) */
+        break;
+    default: return false;
+    }
+    if (n->n_out != 1 || n->out[0] < 0 || neutral(g, n->out[0])) return false;
+    const kiln_tinfo *y = &g->values[n->out[0]].info; /* (a Pointwise may end with a Cast to float32) */
+    if (!static_4d(y) || (y->dtype != KILN_DTYPE_FLOAT32 && !half_4d(y))) return false;
+    int full = 0;
+    for (int i = 0; i < n->n_in; i++) {
+        if (full_in(g, n, i)) full++;
+        else if (n->in[i] >= 0 && !neutral(g, n->in[i]) && !chan_in(g, n, i)) return false;
+    }
+    return full > 0;
+}
+
 static int node_kind(const kiln_graph *g, const kiln_node *n) {
-    if (n->dead || n->device != KILN_DEVICE_CUDA || n->n_out < 1 || n->out[0] < 0 || !n->attrs) return K_NONE;
-    if (n->op_id == KILN_OP_FusedConv) return conv_ok(g, n) ? K_CONV : K_NONE;
+    if (n->dead || n->device != KILN_DEVICE_CUDA || n->n_out < 1 || n->out[0] < 0) return K_NONE;
+    if (ew_ok(g, n)) return K_EW;
+    if (!n->attrs) return K_NONE;
+    if (n->op_id == KILN_OP_FusedConv) return conv_ok(g, n) ? K_CONV : dw_ok(g, n) ? K_DW : K_NONE;
     if (n->n_in < 1 || n->in[0] < 0) return K_NONE;
     const kiln_tinfo *x = &g->values[n->in[0]].info;
     const kiln_pool_attrs *pa = n->attrs;
@@ -76,10 +161,15 @@ static int node_kind(const kiln_graph *g, const kiln_node *n) {
 }
 
 /* Whether kind k writes its output NHWC. */
-static bool makes_nhwc(int k) { return k == K_CONV || k == K_POOL; }
+static bool makes_nhwc(int k) { return k == K_CONV || k == K_POOL || k == K_DW || k == K_EW; }
 
-/* Whether input i of a layer of kind k can be NHWC (X, and FusedConv's residual). */
-static bool reads_nhwc(int k, int i) { return (k != K_NONE && i == 0) || (k == K_CONV && i == 3); }
+/* Whether input i of layer ni (of kind kind[ni]) can be NHWC: X, FusedConv's
+ * residual, an elementwise layer's full operands. */
+static bool reads_nhwc(const kiln_graph *g, const int *kind, int ni, int i) {
+    int k = kind[ni];
+    if (k == K_EW) return full_in(g, &g->nodes[ni], i);
+    return (k != K_NONE && i == 0) || ((k == K_CONV || k == K_DW) && i == 3);
+}
 
 typedef struct nhwc_ctx {
     kiln_graph *g;
@@ -116,6 +206,24 @@ static kiln_status add_node(nhwc_ctx *c, int op, const char *name, int n_in, con
     return KILN_OK;
 }
 
+/* A Reshape of v to `dims` (a view: no copy) into dst (a new value when
+ * dst < 0, tagged `tag`), placed after node `after`. */
+static kiln_status reshape_view(nhwc_ctx *c, int v, const int64_t *dims, int dst, const char *tag, int after,
+                                int *out) {
+    kiln_graph *g = c->g;
+    if (dst < 0) KILN_TRY(new_value(c, v, tag, dims, &dst));
+    char name[600];
+    snprintf(name, sizeof name, "%s/kiln_%s_shape", g->values[v].name, tag);
+    int64_t four = 4;
+    int in[2] = {v, -1};
+    KILN_TRY(kiln__graph_add_const(g, name, KILN_DTYPE_INT64, 1, &four, dims, &in[1]));
+    snprintf(name, sizeof name, "%s/kiln_%s_view", g->values[v].name, tag);
+    kiln_reshape_attrs ra = {0};
+    KILN_TRY(add_node(c, KILN_OP_Reshape, name, 2, in, dst, &ra, after));
+    *out = dst;
+    return KILN_OK;
+}
+
 /* Converts v (4-D, bytes NCHW if to_nhwc else NHWC) into the other layout:
  * writes `dst` (a new value when dst < 0), placed after node `after`. */
 static kiln_status convert(nhwc_ctx *c, int v, bool to_nhwc, int dst, int after, int *out) {
@@ -123,34 +231,83 @@ static kiln_status convert(nhwc_ctx *c, int v, bool to_nhwc, int dst, int after,
     int64_t nchw[4], nhwc[4];
     memcpy(nchw, g->values[v].info.dims, sizeof nchw);
     nhwc[0] = nchw[0], nhwc[1] = nchw[2], nhwc[2] = nchw[3], nhwc[3] = nchw[1];
-    int mid, shape, in[2];
-    KILN_TRY(new_value(c, v, to_nhwc ? "nhwc_t" : "nhwc_r", nhwc, &mid));
-    if (dst < 0) KILN_TRY(new_value(c, v, to_nhwc ? "nhwc" : "nchw", NULL, &dst));
-    char base[512];
-    snprintf(base, sizeof base, "%s/kiln_%s_shape", g->values[v].name, to_nhwc ? "nhwc" : "nchw");
-    int64_t four = 4;
-    KILN_TRY(kiln__graph_add_const(g, base, KILN_DTYPE_INT64, 1, &four, to_nhwc ? nchw : nhwc, &shape));
     kiln_transpose_attrs ta;
     memset(&ta, 0, sizeof ta);
     ta.n_perm = 4;
     static const int32_t p_in[4] = {0, 2, 3, 1}, p_out[4] = {0, 3, 1, 2};
     memcpy(ta.perm, to_nhwc ? p_in : p_out, sizeof p_in);
-    kiln_reshape_attrs ra = {0};
     char name[600];
+    int mid;
     if (to_nhwc) {
+        KILN_TRY(new_value(c, v, "nhwc_t", nhwc, &mid));
         snprintf(name, sizeof name, "%s/kiln_to_nhwc", g->values[v].name);
         KILN_TRY(add_node(c, KILN_OP_Transpose, name, 1, &v, mid, &ta, after));
-        in[0] = mid, in[1] = shape;
-        snprintf(name, sizeof name, "%s/kiln_to_nhwc_view", g->values[v].name);
-        KILN_TRY(add_node(c, KILN_OP_Reshape, name, 2, in, dst, &ra, after));
+        if (dst < 0) KILN_TRY(new_value(c, v, "nhwc", NULL, &dst));
+        KILN_TRY(reshape_view(c, mid, nchw, dst, "to_nhwc", after, out));
     } else {
-        in[0] = v, in[1] = shape;
-        snprintf(name, sizeof name, "%s/kiln_to_nchw_view", g->values[v].name);
-        KILN_TRY(add_node(c, KILN_OP_Reshape, name, 2, in, mid, &ra, after));
+        KILN_TRY(reshape_view(c, v, nhwc, -1, "nhwc_r", after, &mid));
+        if (dst < 0) KILN_TRY(new_value(c, v, "nchw", NULL, &dst));
         snprintf(name, sizeof name, "%s/kiln_to_nchw", g->values[v].name);
         KILN_TRY(add_node(c, KILN_OP_Transpose, name, 1, &mid, dst, &ta, after));
+        *out = dst;
     }
-    *out = dst;
+    return KILN_OK;
+}
+
+/* The original node that added node j (or original node j) follows. */
+static int anchor(const nhwc_ctx *c, int j) { return j >= c->n_nodes0 ? c->after[j - c->n_nodes0] : j; }
+
+/* Moves the last added node to the front of those that follow node ni
+ * (it must run before the conversions already placed there). */
+static void place_first_after(nhwc_ctx *c, int ni) {
+    kiln_graph *g = c->g;
+    int last = g->n_nodes - 1, f = last, n0 = c->n_nodes0;
+    for (int j = n0; j < last; j++)
+        if (c->after[j - n0] == ni) {
+            f = j;
+            break;
+        }
+    if (f == last) return;
+    kiln_node t = g->nodes[last];
+    memmove(&g->nodes[f + 1], &g->nodes[f], (size_t)(last - f) * sizeof t);
+    g->nodes[f] = t;
+    memmove(&c->after[f + 1 - n0], &c->after[f - n0], (size_t)(last - f) * sizeof *c->after);
+    c->after[f - n0] = ni;
+}
+
+/* An elementwise layer with a per-channel operand (the SE block's Mul of
+ * [N, C, H, W] by [N, C, 1, 1]) broadcasts over NHWC bytes through views:
+ * its full operands as [N, H, W, C], the per-channel ones as [n, 1, 1, c],
+ * its output computed as [N, H, W, C] and viewed back under the NCHW shape
+ * (Reshapes, which the memory planner aliases: no copies). Runs after the
+ * layer's inputs were rewired (they hold NHWC bytes). */
+static kiln_status ew_views(nhwc_ctx *c, int ni) {
+    kiln_graph *g = c->g;
+    int n_in = g->nodes[ni].n_in, role[8] = {0}; /* 1 full, 2 per-channel */
+    bool any = false;
+    for (int i = 0; i < n_in && i < 8; i++) {
+        role[i] = full_in(g, &g->nodes[ni], i) ? 1 : chan_in(g, &g->nodes[ni], i) ? 2 : 0;
+        any |= role[i] == 2;
+    }
+    if (!any || n_in > 8) return KILN_OK;
+    for (int i = 0; i < n_in; i++) {
+        if (!role[i]) continue;
+        int v = g->nodes[ni].in[i], nv;
+        const int64_t *d = g->values[v].info.dims;
+        int64_t vd[4] = {d[0], role[i] == 1 ? d[2] : 1, role[i] == 1 ? d[3] : 1, d[1]};
+        KILN_TRY(reshape_view(c, v, vd, -1, "nhwc_in", ni - 1, &nv));
+        g->nodes[ni].in[i] = nv; /* g->nodes may have moved: index again */
+    }
+    int y = g->nodes[ni].out[0], yv;
+    const int64_t *d = g->values[y].info.dims;
+    int64_t yd[4] = {d[0], d[2], d[3], d[1]}, nchw[4];
+    memcpy(nchw, d, sizeof nchw);
+    KILN_TRY(new_value(c, y, "nhwc_out", yd, &yv));
+    g->nodes[ni].out[0] = yv;
+    g->values[yv].producer = ni;
+    int dummy;
+    KILN_TRY(reshape_view(c, yv, nchw, y, "nhwc_out", ni, &dummy));
+    place_first_after(c, ni);
     return KILN_OK;
 }
 
@@ -159,7 +316,7 @@ static kiln_status convert(nhwc_ctx *c, int v, bool to_nhwc, int dst, int after,
  * FusedConv's X when its producer writes NHWC (else the layer converts). */
 static bool passed_nhwc(const kiln_graph *g, const int *kind, int ni, int i) {
     const kiln_node *n = &g->nodes[ni];
-    if (!reads_nhwc(kind[ni], i)) return false;
+    if (!reads_nhwc(g, kind, ni, i)) return false;
     if (kind[ni] == K_CONV && i == 0) {
         int pr = g->values[n->in[0]].producer;
         return pr >= 0 && makes_nhwc(kind[pr]);
@@ -172,7 +329,7 @@ static kiln_status rewrite(nhwc_ctx *c, const int *kind, bool *is_nhwc, int *nhw
     /* layouts first (passed_nhwc reads the kinds of the original nodes) */
     for (int ni = 0; ni < c->n_nodes0; ni++) {
         kiln_node *n = &g->nodes[ni];
-        if (kind[ni] == K_CONV) {
+        if (kind[ni] == K_CONV || kind[ni] == K_DW) {
             kiln_fused_conv_attrs *fa = n->attrs;
             fa->layout = KILN_FC_LAYOUT_Y_NHWC | (passed_nhwc(g, kind, ni, 0) ? KILN_FC_LAYOUT_X_NHWC : 0);
             /* a tactic chosen for another layout means nothing here */
@@ -186,7 +343,7 @@ static kiln_status rewrite(nhwc_ctx *c, const int *kind, bool *is_nhwc, int *nhw
     for (int ni = 0; ni < c->n_nodes0; ni++) {
         if (!makes_nhwc(kind[ni])) continue;
         int y = g->nodes[ni].out[0];
-        if (!kiln__graph_is_output(g, y)) {
+        if (!kiln__graph_is_output(g, y) || neutral(g, y)) {
             is_nhwc[y] = true;
             nhwc_of[y] = y;
             continue;
@@ -205,16 +362,33 @@ static kiln_status rewrite(nhwc_ctx *c, const int *kind, bool *is_nhwc, int *nhw
             if (v < 0 || v >= c->n_values0) continue;
             bool want = passed_nhwc(g, kind, ni, i);
             int nv = v;
-            if (want && nhwc_of[v] < 0)
-                KILN_TRY(convert(c, v, true, -1, g->values[v].producer, &nhwc_of[v]));
+            if (neutral(g, v)) continue; /* the same bytes in both layouts */
+            int at = g->values[v].producer < 0 ? -1 : anchor(c, g->values[v].producer);
+            if (want && nhwc_of[v] < 0) KILN_TRY(convert(c, v, true, -1, at, &nhwc_of[v]));
             if (want) nv = nhwc_of[v];
-            if (!want && is_nhwc[v] && nchw_of[v] < 0)
-                KILN_TRY(convert(c, v, false, -1, g->values[v].producer, &nchw_of[v]));
+            if (!want && is_nhwc[v] && nchw_of[v] < 0) KILN_TRY(convert(c, v, false, -1, at, &nchw_of[v]));
             if (!want && is_nhwc[v]) nv = nchw_of[v];
             g->nodes[ni].in[i] = nv; /* g->nodes may have moved: index again */
         }
     }
+    for (int ni = 0; ni < c->n_nodes0; ni++)
+        if (kind[ni] == K_EW) KILN_TRY(ew_views(c, ni));
     return KILN_OK;
+}
+
+/* An elementwise layer joins a chain only through a full operand that a
+ * chain layer writes NHWC (nodes in topological order: producers first). */
+static void prune_ew(const kiln_graph *g, int *kind) {
+    for (int ni = 0; ni < g->n_nodes; ni++) {
+        if (kind[ni] != K_EW) continue;
+        const kiln_node *n = &g->nodes[ni];
+        bool fed = false;
+        for (int i = 0; i < n->n_in && !fed; i++) {
+            int pr = n->in[i] >= 0 ? g->values[n->in[i]].producer : -1;
+            fed = full_in(g, n, i) && pr >= 0 && makes_nhwc(kind[pr]);
+        }
+        if (!fed) kind[ni] = K_NONE;
+    }
 }
 
 static int root(int *parent, int i) {
@@ -236,7 +410,7 @@ static void keep_long_chains(const kiln_graph *g, int *kind, int *sc) {
         const kiln_node *n = &g->nodes[ni];
         for (int i = 0; kind[ni] && i < n->n_in; i++) {
             int v = n->in[i], pr = v >= 0 ? g->values[v].producer : -1;
-            if (reads_nhwc(kind[ni], i) && pr >= 0 && makes_nhwc(kind[pr]))
+            if (reads_nhwc(g, kind, ni, i) && pr >= 0 && makes_nhwc(kind[pr]))
                 parent[root(parent, ni)] = root(parent, pr);
         }
     }
@@ -244,13 +418,16 @@ static void keep_long_chains(const kiln_graph *g, int *kind, int *sc) {
         const kiln_node *n = &g->nodes[ni];
         if (n->dead) continue;
         if (kind[ni]) {
-            layers[root(parent, ni)]++;
-            if (makes_nhwc(kind[ni]) && kiln__graph_is_output(g, n->out[0])) convs[root(parent, ni)]++;
+            /* elementwise layers run in either layout: they join chains but count for none */
+            if (kind[ni] != K_EW) layers[root(parent, ni)]++;
+            if (makes_nhwc(kind[ni]) && kiln__graph_is_output(g, n->out[0]) && !neutral(g, n->out[0]))
+                convs[root(parent, ni)]++;
         }
         for (int i = 0; i < n->n_in; i++) {
             int v = n->in[i], pr = v >= 0 ? g->values[v].producer : -1;
-            bool want = reads_nhwc(kind[ni], i), have = pr >= 0 && makes_nhwc(kind[pr]);
-            if (want && !have && v >= 0) convs[root(parent, ni)]++;
+            bool want = reads_nhwc(g, kind, ni, i), have = pr >= 0 && makes_nhwc(kind[pr]);
+            if (v < 0 || neutral(g, v)) continue;
+            if (want && !have) convs[root(parent, ni)]++;
             if (!want && have) convs[root(parent, pr)]++;
         }
     }
@@ -278,6 +455,7 @@ kiln_status kiln__pass_cuda_nhwc(kiln_graph *g, int *n_layers) {
     }
     int count = 0;
     for (int ni = 0; ni < g->n_nodes; ni++) kind[ni] = node_kind(g, &g->nodes[ni]);
+    prune_ew(g, kind);
     /* a chain needs a layer that writes NHWC: a lone GlobalAveragePool stays */
     keep_long_chains(g, kind, sc);
     for (int ni = 0; ni < g->n_nodes; ni++) count += kind[ni] ? 1 : 0;

@@ -8,13 +8,18 @@
 /* Runs after node placement and before tuning on a CUDA engine's graph:
  * the layers placed on the GPU that have channels-last kernels (2-D
  * fp16/bf16 kiln.FusedConv of one group whose output channels are a
- * multiple of 8 and pads symmetric; 2-D MaxPool/AveragePool;
- * GlobalAveragePool; static shapes) and pass values to one another form
+ * multiple of 8 and pads symmetric, or depthwise; 2-D MaxPool/AveragePool;
+ * GlobalAveragePool; static shapes), with the elementwise layers between
+ * them (activations, Clip, Add/Sub/Mul/Div of full, single-element or
+ * per-channel [N, C, 1, 1] operands), and pass values to one another form
  * chains; a chain worth it (at least two layers per conversion) keeps its
- * values NHWC (the same bytes under the NCHW shapes). Layouts:
+ * values NHWC (the same bytes under the NCHW shapes). [N, C, 1, 1] values
+ * are the same in both layouts and never converted. Layouts:
  * FusedConv KILN_FC_LAYOUT_X_NHWC | _Y_NHWC, or _Y_NHWC alone where its
  * input comes NCHW (the layer converts it itself, padding the channels to
- * a multiple of 8); pools KILN_POOL_LAYOUT_NHWC (GlobalAveragePool: the
+ * a multiple of 8); depthwise FusedConv X|Y_NHWC (an NCHW input converted
+ * by a node); an elementwise layer with a per-channel operand computes
+ * over [N, H, W, C] views of its operands; pools KILN_POOL_LAYOUT_NHWC (GlobalAveragePool: the
  * input; its [N, C, 1, 1] output is the same in both layouts). Where an NHWC
  * value meets a layer that reads NCHW (or a residual arrives NCHW), a
  * Transpose (+ a Reshape, a view: no copy) converts it. The tactics of the

@@ -221,10 +221,52 @@ __global__ void __launch_bounds__(KCU_THREADS)
     }
 }
 
+/* fp16/bf16 rows of C = 8k channels by one row per image: y[n, p, c] =
+ * op(x[n, p, c], s[n, c]) (op(s, x) when s_first), 16-byte vectors. The
+ * merged form of the SE block's Mul over NHWC bytes ([N, H, W, C] by
+ * [N, 1, 1, C], cuda_layout.c), which the generic kernel would run one
+ * element and one coordinate walk per thread. */
+template <int OP, typename T>
+__global__ void __launch_bounds__(KCU_THREADS)
+    k_binary_chan8(T *__restrict__ y, const T *__restrict__ x, const T *__restrict__ s, int64_t total8,
+                   int64_t C8, int64_t P, int s_first) {
+    KCU_GRID_STRIDE(i, total8) {
+        const int64_t c8 = i % C8, n = i / C8 / P;
+        const uint4 xu = __ldg(reinterpret_cast<const uint4 *>(x) + i);
+        const uint4 su = __ldg(reinterpret_cast<const uint4 *>(s) + n * C8 + c8);
+        uint4 o;
+        const T *xe = reinterpret_cast<const T *>(&xu), *se = reinterpret_cast<const T *>(&su);
+        T *oe = reinterpret_cast<T *>(&o);
+#pragma unroll
+        for (int k = 0; k < 8; k++) oe[k] = s_first ? bin_op<OP, T>(se[k], xe[k]) : bin_op<OP, T>(xe[k], se[k]);
+        reinterpret_cast<uint4 *>(y)[i] = o;
+    }
+}
+
+/* Whether input k of g is one row of C channels per leading index
+ * (strides [C,] 0, 1 over merged dims [N,] P, C). */
+static bool bin_chan_row(const kcu_bcast *g, int k) {
+    const int r = g->rank;
+    return g->st[k][r - 1] == 1 && g->st[k][r - 2] == 0 && (r == 2 || g->st[k][0] == g->dims[2]);
+}
+
 template <int OP, typename T>
 static cudaError_t bin_launch(const kcu_bcast *g, void *y, const void *a, const void *b,
                               cudaStream_t st) {
     typedef typename std::conditional<BinIsBool<OP>::value, uint8_t, T>::type OT;
+    if constexpr (!BinIsBool<OP>::value && sizeof(T) == 2 && IsFloat<T>::value) {
+        const bool al = ((uintptr_t)y | (uintptr_t)a | (uintptr_t)b) % 16 == 0;
+        if (g->nin == 2 && (g->rank == 2 || g->rank == 3) && g->dims[g->rank - 1] % 8 == 0 && al) {
+            const int64_t C8 = g->dims[g->rank - 1] / 8, P = g->dims[g->rank - 2];
+            for (int k = 0; k < 2; k++)
+                if (g->flat[k] == KCU_FLAT_SAME && bin_chan_row(g, 1 - k)) {
+                    const T *x = (const T *)(k == 0 ? a : b), *s = (const T *)(k == 0 ? b : a);
+                    k_binary_chan8<OP, T><<<grid_for(g->n / 8), KCU_THREADS, 0, st>>>((T *)y, x, s, g->n / 8, C8,
+                                                                                      P, k == 1);
+                    return cudaGetLastError();
+                }
+        }
+    }
     if (g->idx32)
         k_binary<OP, T, uint32_t><<<grid_for(g->n), KCU_THREADS, 0, st>>>(
             (OT *)y, (const T *)a, (const T *)b, *g);

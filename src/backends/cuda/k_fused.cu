@@ -2,26 +2,11 @@
  * addition and activation applied in one pass over a convolution's output
  * (kiln.FusedConv). fp32 arithmetic for fp16/bf16, one rounding. */
 #include "k_common.cuh"
+#include "k_act.cuh"
 
 using namespace kcu;
 
 namespace {
-
-template <typename C> __device__ __forceinline__ C act_apply(int act, C a, C b, C x) {
-    switch (act) {
-    case KCU_ACT_RELU: return x > C(0) ? x : C(0);
-    case KCU_ACT_CLIP: return x < a ? a : (x > b ? b : x);
-    case KCU_ACT_LEAKY_RELU: return x >= C(0) ? x : a * x;
-    case KCU_ACT_SIGMOID: return C(1) / (C(1) + m_exp(-x));
-    case KCU_ACT_SILU: return x * (C(1) / (C(1) + m_exp(-x)));
-    case KCU_ACT_HARD_SWISH: {
-        C t = x * (C(1) / C(6)) + C(0.5);
-        t = t < C(0) ? C(0) : (t > C(1) ? C(1) : t);
-        return x * t;
-    }
-    default: return x;
-    }
-}
 
 template <typename C> __device__ __forceinline__ C gelu_apply(int act, C x) {
     if (act == KCU_ACT_GELU_ERF) return x * C(0.5) * (C(1) + m_erf(x * C(0.70710678118654752440)));

@@ -175,35 +175,54 @@ __global__ void __launch_bounds__(KCU_THREADS)
     }
 }
 
-/* block (32, 8) per (32 groups of V channels, image n): the 8 rows of
- * threads split the HW positions, then add up in shared memory */
+/* block (TX, TY) per (TX groups of V channels, image n, split z of the
+ * plane): TX = min(32, C / V) so that every thread has channels (a
+ * 96-channel layer leaves none idle), the TY = 256 / TX rows of threads
+ * split the split's positions, then add up in shared memory; with one
+ * split the block writes the mean, else its fp32 sum goes to part[z][n][c]
+ * for k_gap_finish. */
 template <typename T, int V>
 __global__ void __launch_bounds__(256)
-    k_gap_nhwc(const T *__restrict__ x, T *__restrict__ y, int64_t HW, int64_t C) {
+    k_gap_nhwc(const T *__restrict__ x, T *__restrict__ y, float *__restrict__ part, int64_t HW, int64_t C,
+               int64_t chunk) {
     typedef Vec<T, V> VT;
-    __shared__ float sh[8][32][V];
-    const int64_t cv = C / V, c = (int64_t)blockIdx.x * 32 + threadIdx.x, n = blockIdx.y;
+    __shared__ float sh[256][V];
+    const int tx = threadIdx.x, ty = threadIdx.y, TX = blockDim.x, TY = blockDim.y;
+    const int64_t cv = C / V, c = (int64_t)blockIdx.x * TX + tx, n = blockIdx.y, z = blockIdx.z;
+    const int64_t p0 = z * chunk, p1 = p0 + chunk < HW ? p0 + chunk : HW;
     float acc[V];
 #pragma unroll
     for (int j = 0; j < V; j++) acc[j] = 0.0f;
     if (c < cv)
-        for (int64_t p = threadIdx.y; p < HW; p += 8) {
+        for (int64_t p = p0 + ty; p < p1; p += TY) {
             const VT v = *(const VT *)(x + (n * HW + p) * C + c * V);
 #pragma unroll
             for (int j = 0; j < V; j++) acc[j] += Num<T>::load(v.v[j]);
         }
 #pragma unroll
-    for (int j = 0; j < V; j++) sh[threadIdx.y][threadIdx.x][j] = acc[j];
+    for (int j = 0; j < V; j++) sh[ty * TX + tx][j] = acc[j];
     __syncthreads();
-    if (threadIdx.y == 0 && c < cv) {
+    if (ty == 0 && c < cv) {
         VT r;
 #pragma unroll
         for (int j = 0; j < V; j++) {
             float s = 0.0f;
-            for (int k = 0; k < 8; k++) s += sh[k][threadIdx.x][j];
-            r.v[j] = Num<T>::store(s / (float)HW);
+            for (int k = 0; k < TY; k++) s += sh[k * TX + tx][j];
+            if (part) part[(z * gridDim.y + n) * C + c * V + j] = s;
+            else r.v[j] = Num<T>::store(s / (float)HW);
         }
-        *(VT *)(y + n * C + c * V) = r;
+        if (!part) *(VT *)(y + n * C + c * V) = r;
+    }
+}
+
+/* y[i] = (sum of the S partial sums of i) / HW over the N * C outputs */
+template <typename T>
+__global__ void __launch_bounds__(KCU_THREADS)
+    k_gap_finish(const float *__restrict__ part, T *__restrict__ y, int64_t NC, int64_t S, int64_t HW) {
+    KCU_GRID_STRIDE(i, NC) {
+        float s = 0.0f;
+        for (int64_t k = 0; k < S; k++) s += part[k * NC + i];
+        y[i] = Num<T>::store(s / (float)HW);
     }
 }
 
@@ -314,17 +333,25 @@ cudaError_t kcu_pool_nhwc_run(kiln_dtype t, const kcu_pool_nhwc *g, const void *
     return cudaErrorInvalidValue;
 }
 
-cudaError_t kcu_gap_nhwc(kiln_dtype t, int64_t N, int64_t HW, int64_t C, const void *x, void *y,
+cudaError_t kcu_gap_nhwc(kiln_dtype t, int64_t N, int64_t HW, int64_t C, const void *x, void *y, float *part,
                          cudaStream_t stream) {
     if (N * C <= 0) return cudaSuccess;
-    if (N > 65535) return cudaErrorInvalidValue;
+    const int64_t S = kcu_gap_nhwc_splits(N, HW, C);
+    if (N > 65535 || (S > 1 && !part)) return cudaErrorInvalidValue;
+    const int64_t chunk = (HW + S - 1) / S;
     KCU_SWITCH_FLOAT(t, {
         const int v = vec_width<T_>(C, x, y);
-        const dim3 block(32, 8), grid((unsigned)((C / v + 31) / 32), (unsigned)N);
-        if (v == 8) k_gap_nhwc<T_, 8><<<grid, block, 0, stream>>>((const T_ *)x, (T_ *)y, HW, C);
-        else if (v == 4) k_gap_nhwc<T_, 4><<<grid, block, 0, stream>>>((const T_ *)x, (T_ *)y, HW, C);
-        else if (v == 2) k_gap_nhwc<T_, 2><<<grid, block, 0, stream>>>((const T_ *)x, (T_ *)y, HW, C);
-        else k_gap_nhwc<T_, 1><<<grid, block, 0, stream>>>((const T_ *)x, (T_ *)y, HW, C);
+        const int64_t cv = C / v;
+        const int tx = cv < 32 ? (int)cv : 32;
+        const dim3 block((unsigned)tx, (unsigned)(256 / tx)), grid((unsigned)((cv + tx - 1) / tx), (unsigned)N,
+                                                                   (unsigned)S);
+        float *pp = S > 1 ? part : NULL;
+        if (v == 8) k_gap_nhwc<T_, 8><<<grid, block, 0, stream>>>((const T_ *)x, (T_ *)y, pp, HW, C, chunk);
+        else if (v == 4) k_gap_nhwc<T_, 4><<<grid, block, 0, stream>>>((const T_ *)x, (T_ *)y, pp, HW, C, chunk);
+        else if (v == 2) k_gap_nhwc<T_, 2><<<grid, block, 0, stream>>>((const T_ *)x, (T_ *)y, pp, HW, C, chunk);
+        else k_gap_nhwc<T_, 1><<<grid, block, 0, stream>>>((const T_ *)x, (T_ *)y, pp, HW, C, chunk);
+        if (S > 1)
+            k_gap_finish<T_><<<grid_for(N * C), KCU_THREADS, 0, stream>>>(part, (T_ *)y, N * C, S, HW);
         return cudaGetLastError();
     })
     return cudaErrorInvalidValue;

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "backends/cuda/cuda_internal.h"
+#include "backends/cuda/k_dwconv.h"
 
 /* ---- runtime ---- */
 #define NREG 100000
@@ -43,6 +44,12 @@ cudaError_t cudaMalloc(void **p, size_t n) {
 cudaError_t cudaFree(void *p) { if (!p) return cudaSuccess; int i = find_reg(p); if (i >= 0) reg_p[i] = NULL; free(p); return cudaSuccess; }
 cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, enum cudaMemcpyKind k, cudaStream_t st) { (void)k; (void)st; memmove(d, s, n); return cudaSuccess; }
 cudaError_t cudaMemcpy(void *d, const void *s, size_t n, enum cudaMemcpyKind k) { (void)k; memmove(d, s, n); return cudaSuccess; }
+cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t st) { (void)st; memset(p, v, n); return cudaSuccess; }
+cudaError_t cudaMemcpy2DAsync(void *d, size_t dp, const void *s, size_t sp, size_t w, size_t h, enum cudaMemcpyKind k, cudaStream_t st) {
+    (void)k; (void)st;
+    for (size_t r = 0; r < h; r++) memmove((char *)d + r * dp, (const char *)s + r * sp, w);
+    return cudaSuccess;
+}
 cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a, const void *p) {
     memset(a, 0, sizeof *a); a->type = find_reg(p) >= 0 ? cudaMemoryTypeDevice : cudaMemoryTypeUnregistered; return cudaSuccess; }
 cudaError_t cudaGetLastError(void) { return cudaSuccess; }
@@ -472,8 +479,11 @@ cudaError_t kcu_pool_nhwc_run(kiln_dtype t, const kcu_pool_nhwc *g, const void *
     }
     return cudaSuccess;
 }
-cudaError_t kcu_gap_nhwc(kiln_dtype t, int64_t N, int64_t HW, int64_t C, const void *x, void *y, cudaStream_t s) {
+cudaError_t kcu_gap_nhwc(kiln_dtype t, int64_t N, int64_t HW, int64_t C, const void *x, void *y, float *part, cudaStream_t s) {
     (void)s;
+    int64_t S = kcu_gap_nhwc_splits(N, HW, C);
+    if (S > 1 && !part) return cudaErrorInvalidValue;
+    if (S > 1) memset(part, 0, (size_t)(S * N * C) * sizeof(float)); /* the whole buffer: ASan checks its size */
     for (int64_t n = 0; n < N; n++) for (int64_t c = 0; c < C; c++) {
         double acc = 0; for (int64_t p = 0; p < HW; p++) acc += ld(t, x, (n * HW + p) * C + c);
         st_(t, y, n * C + c, acc / (double)HW);
@@ -553,6 +563,24 @@ cudaError_t kcu_bias_act(kiln_dtype t, const void *x, void *y, const void *bias,
         if (bias) v += ld(t, bias, (i / plane) % M);
         if (r) v += ld(t, r, i);
         st_(t, y, i, emu_act(act, alpha, beta, v));
+    }
+    return cudaSuccess;
+}
+cudaError_t kcu_dwconv_nhwc(kiln_dtype t, const kcu_dw_nhwc *g, const void *x, const void *wt, const void *bias,
+                            const void *r, void *y, cudaStream_t s) {
+    (void)s;
+    if (!isf(t) || g->act >= KCU_ACT_COUNT) return cudaErrorInvalidValue;
+    for (int64_t i = 0; i < g->N * g->Ho * g->Wo * g->C; i++) {
+        int64_t c = i % g->C, p = i / g->C, wo = p % g->Wo, q = p / g->Wo, ho = q % g->Ho, n = q / g->Ho;
+        double acc = bias ? ld(t, bias, c) : 0;
+        for (int64_t kh = 0; kh < g->kh; kh++)
+            for (int64_t kw = 0; kw < g->kw; kw++) {
+                int64_t ih = ho * g->sh - g->ph + kh * g->dh, iw = wo * g->sw - g->pw + kw * g->dw;
+                if (ih >= 0 && ih < g->H && iw >= 0 && iw < g->W)
+                    acc += ld(t, x, ((n * g->H + ih) * g->W + iw) * g->C + c) * ld(t, wt, (kh * g->kw + kw) * g->C + c);
+            }
+        if (r) acc += ld(t, r, i);
+        st_(t, y, i, emu_act(g->act, g->alpha, g->beta, acc));
     }
     return cudaSuccess;
 }
