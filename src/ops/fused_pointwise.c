@@ -5,16 +5,6 @@
 
 #include "backends/cpu/kernels/pointwise_cpu.h"
 
-bool kiln__pw_in_dtype_ok(kiln_dtype t) {
-    return t == KILN_DTYPE_FLOAT32 || t == KILN_DTYPE_FLOAT16 || t == KILN_DTYPE_BFLOAT16 ||
-           t == KILN_DTYPE_BOOL || t == KILN_DTYPE_INT32 || t == KILN_DTYPE_INT64;
-}
-
-bool kiln__pw_out_dtype_ok(kiln_dtype t) {
-    return t == KILN_DTYPE_FLOAT32 || t == KILN_DTYPE_FLOAT16 || t == KILN_DTYPE_BFLOAT16 ||
-           t == KILN_DTYPE_BOOL;
-}
-
 static bool all_zero(const void *p, size_t n) {
     const unsigned char *b = p;
     for (size_t i = 0; i < n; i++)
@@ -84,32 +74,6 @@ static kiln_status pw_validate(const kiln_op_def *op, const void *attrs, const c
                                       at->out_reg[j]);
     }
     return KILN_OK;
-}
-
-int kiln__pw_geometry(const kiln_kernel_args *a, int64_t *dims, int64_t (*st)[KILN_MAX_RANK]) {
-    const kiln_tensor *o = a->out[0];
-    int64_t full[KILN_PW_MAX_IN][KILN_MAX_RANK];
-    for (int k = 0; k < a->n_in; k++) kiln__bcast_strides(a->in[k]->rank, a->in[k]->dims, o->rank, o->dims, full[k]);
-    int R = 0;
-    for (int d = 0; d < o->rank; d++) {
-        if (o->dims[d] == 1) continue;
-        bool merge = R > 0;
-        for (int k = 0; k < a->n_in && merge; k++) merge = st[k][R - 1] == full[k][d] * o->dims[d];
-        if (merge) {
-            dims[R - 1] *= o->dims[d];
-            for (int k = 0; k < a->n_in; k++) st[k][R - 1] = full[k][d];
-        } else {
-            dims[R] = o->dims[d];
-            for (int k = 0; k < a->n_in; k++) st[k][R] = full[k][d];
-            R++;
-        }
-    }
-    if (R == 0) { /* one element */
-        dims[0] = 1;
-        for (int k = 0; k < a->n_in; k++) st[k][0] = 0;
-        R = 1;
-    }
-    return R;
 }
 
 /* The outputs have the broadcast shape of the inputs and the program's dtypes. */
