@@ -1,6 +1,7 @@
 # CLI and real-model tests (included from tests/tests.cmake).
 #   cli          tests/cli/test_cli.sh: behaviour of the `kiln` tool (needs /usr/bin/python3 + onnx)
 #   models_mlp   the MLP variants of the real-model suite (needs torch; a few seconds)
+#   model_zoo    CI's subset of the torchvision model-zoo sweep (bench/model_zoo.py --ci)
 #   models       the whole suite: ResNet-50, MobileNetV2, BERT-base, MLP (~1.4 GB of models in
 #                BUILD/models, generated on first use; long). Only with -DKILN_MODEL_TESTS=ON.
 #   models_bf16  bf16 engines of ResNet-50 and MobileNetV2 (fixed shapes) within 0.2 of
@@ -18,6 +19,15 @@ if(EXISTS /usr/bin/python3)
            COMMAND ${CMAKE_SOURCE_DIR}/tests/models/run_model_tests.sh ${CMAKE_BINARY_DIR}/models
                    $<TARGET_FILE_DIR:kiln_cli> --only mlp)
   set_tests_properties(models_mlp PROPERTIES LABELS "models" TIMEOUT 600)
+  # model_zoo: bench/model_zoo.py --ci, a varied subset of torchvision's zoo (ResNet-18,
+  # MobileNetV3, EfficientNet-B0, ShuffleNetV2, ViT-B/32, LR-ASPP, R3D-18) exported at opset 17,
+  # built, run and compared with PyTorch (1e-4 of max|ref|, top-1); ~2-3 min on 2 cores.
+  # Label "zoo": scripts/test.sh runs it as a step of its own (not under the sanitizers).
+  add_test(NAME model_zoo
+           COMMAND /usr/bin/python3 ${CMAKE_SOURCE_DIR}/bench/model_zoo.py --ci
+                   --kiln $<TARGET_FILE:kiln_cli> --cache-dir ${CMAKE_BINARY_DIR}/zoo
+                   --keep-onnx all --bench-iterations 0)
+  set_tests_properties(model_zoo PROPERTIES LABELS "zoo" TIMEOUT 900 SKIP_RETURN_CODE 77)
   if(KILN_MODEL_TESTS)
     add_test(NAME models
              COMMAND ${CMAKE_SOURCE_DIR}/tests/models/run_model_tests.sh ${CMAKE_BINARY_DIR}/models
