@@ -1,4 +1,4 @@
-/* wino_bench.c -- kiln's Winograd F(4x4, 3x3) or F(2x2, 3x3) convolution (src/ops/conv_wino.c)
+/* wino_bench.c -- kiln's Winograd F(4x4, 3x3) or F(2x2, 3x3) convolution (src/backends/cpu/kernels/conv_wino.c)
  * against oneDNN's direct convolution on ResNet-50's 3x3 stride-1 layers at
  * batch 1: NHWC in and out, pads 1, bias, ReLU, no residual. Prints the
  * median of 30 timed runs (after warm-up) in ms and the direct-equivalent
@@ -6,7 +6,7 @@
  *
  *   cmake --build build-wino --target kiln_static
  *   gcc -O3 -fno-math-errno -fno-trapping-math -Iinclude -Isrc bench/wino_bench.c \
- *       src/ops/conv_wino.c build-wino/libkiln.a -ldnnl -lprotobuf-c -lpthread -lm -o /tmp/wino_bench
+ *       src/backends/cpu/kernels/conv_wino.c build-wino/libkiln.a -ldnnl -lprotobuf-c -lpthread -lm -o /tmp/wino_bench
  *   OMP_NUM_THREADS=1 /tmp/wino_bench 1     # kiln: no pool; oneDNN: 1 OpenMP thread
  *   OMP_NUM_THREADS=2 /tmp/wino_bench 2     # kiln: a pool of 2; oneDNN: 2 threads
  *
@@ -22,7 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ops/conv_wino.h"
+#include "backends/cpu/kernels/conv_wino.h"
 
 #define RUNS 30
 

@@ -140,7 +140,7 @@ function(_kiln_cuda_attach deferred)
   set_target_properties(kiln_cuda_objs PROPERTIES
     CUDA_STANDARD 17 CUDA_STANDARD_REQUIRED ON CUDA_EXTENSIONS OFF
     POSITION_INDEPENDENT_CODE ON CUDA_SEPARABLE_COMPILATION OFF CUDA_RUNTIME_LIBRARY Shared)
-  target_include_directories(kiln_cuda_objs PRIVATE ${CMAKE_SOURCE_DIR}/include
+  target_include_directories(kiln_cuda_objs PRIVATE ${CMAKE_SOURCE_DIR}/include ${CMAKE_SOURCE_DIR}/src
                                                     ${CMAKE_SOURCE_DIR}/src/backends/cuda)
   target_compile_options(kiln_cuda_objs PRIVATE
     $<$<COMPILE_LANGUAGE:CUDA>:-O3 -Xcompiler=-fvisibility=hidden -Xcompiler=-Wall

@@ -23,8 +23,9 @@
  *   - Constructors take `T **out` last. On success the caller owns *out and
  *     releases it with the matching kiln_T_free(); on failure *out is NULL.
  *   - Every kiln_*_free() accepts NULL.
- *   - An engine is immutable and may be used from any number of threads. A
- *     context is used by one thread at a time; its engine must outlive it.
+ *   - An engine is immutable (but for its user metadata:
+ *     kiln_engine_set_metadata) and may be used from any number of threads.
+ *     A context is used by one thread at a time; its engine must outlive it.
  *   - Pointers returned by getters are borrowed from the object that returned
  *     them and are valid while it lives (and, for outputs, until the next run).
  */
@@ -118,7 +119,9 @@ KILN_API int kiln_device_available(kiln_device dev);
 KILN_API void kiln_free(void *p);
 
 /* Description of one model or engine input/output. dims[i] < 0 marks a
- * dynamic dimension; `dim_names[i]` is its symbolic name (or NULL). */
+ * dynamic dimension; `dim_names[i]` is its symbolic name (or NULL). rank -1:
+ * the rank itself is known only when the engine runs (an output of an If
+ * whose branches give different ranks); dims are then unused. */
 typedef struct kiln_io_info {
     const char *name;
     kiln_dtype dtype;
@@ -141,6 +144,14 @@ KILN_API int kiln_model_num_inputs(const kiln_model *m);
 KILN_API int kiln_model_num_outputs(const kiln_model *m);
 KILN_API kiln_status kiln_model_input_info(const kiln_model *m, int index, kiln_io_info *out);
 KILN_API kiln_status kiln_model_output_info(const kiln_model *m, int index, kiln_io_info *out);
+/* Warnings loading found: a graph output whose declared dtype or shape
+ * contradicts what the graph computes (the engine gives what the graph
+ * computes), an ai.onnx opset newer than the ones kiln supports (1 to 18).
+ * The model loads all the same; the CLI prints them on `kiln build`.
+ * kiln_model_warning returns warning `index` (owned by the model) or NULL
+ * past the last. */
+KILN_API int kiln_model_num_warnings(const kiln_model *m);
+KILN_API const char *kiln_model_warning(const kiln_model *m, int index);
 
 /* ---- builder ---------------------------------------------------------- */
 
@@ -168,9 +179,29 @@ KILN_API kiln_status kiln_builder_set_tuning(kiln_builder *b, int on);
 KILN_API kiln_status kiln_builder_set_profile(kiln_builder *b, const char *input_name, int rank,
                                               const int64_t *min, const int64_t *opt,
                                               const int64_t *max);
+/* Graph optimizer passes, each of which can be switched off for a build
+ * (to find the one at fault when an engine's results are wrong; see
+ * docs/debugging.md). For 0 <= index < kiln_pass_count(), kiln_pass_name
+ * gives the pass's name ("fuse_conv") and kiln_pass_description a line
+ * about what it does; NULL for other indices. Static strings. */
+KILN_API int kiln_pass_count(void);
+KILN_API const char *kiln_pass_name(int index);
+KILN_API const char *kiln_pass_description(int index);
+/* Switches pass `name` off for builds with b (once per pass; repeatable
+ * for several). A name that is not a pass fails with
+ * KILN_ERR_INVALID_ARGUMENT, listing the passes. Optimization level 0
+ * (kiln_builder_set_optimization) switches every pass off. */
+KILN_API kiln_status kiln_builder_disable_pass(kiln_builder *b, const char *name);
 /* Device engines: when non-zero, a node without a kernel on the device makes
  * the build fail (with the list of such nodes) instead of running on the CPU. */
 KILN_API kiln_status kiln_builder_set_strict_device(kiln_builder *b, int strict);
+/* User metadata: a key/value string the built engine carries in its file
+ * (see kiln_engine_metadata). `value` NULL removes the key. Keys are 1..255
+ * bytes of printable ASCII without spaces ('!'..'~'); values are UTF-8
+ * without NUL, at most 16 MiB; at most 1024 keys. kiln never interprets
+ * them (front ends keep what they know about the model there; kiln's Python
+ * package uses keys starting with "python."). Both strings are copied. */
+KILN_API kiln_status kiln_builder_set_metadata(kiln_builder *b, const char *key, const char *value);
 /* Builds an engine for `m` (which is not modified and may be freed after). */
 KILN_API kiln_status kiln_build(const kiln_builder *b, const kiln_model *m, kiln_engine **out);
 
@@ -207,11 +238,50 @@ typedef struct kiln_layer_info {
     kiln_device device;  /* where it runs (a CUDA engine's CPU layers: KILN_DEVICE_CPU) */
 } kiln_layer_info;
 KILN_API kiln_status kiln_engine_layer_info(const kiln_engine *e, int layer, kiln_layer_info *out);
+/* The tensors layer `layer` reads and writes: how many (-1 for a NULL
+ * engine or a layer out of range), and the name of each (borrowed from the
+ * engine; NULL for an absent optional input or output, or an index out of
+ * range). Tensors keep the
+ * model's names; those kiln made (a fused layer's constants, the fp16 copy
+ * of a graph output, layout conversions) have "/kiln_" in their names. */
+KILN_API int kiln_engine_layer_num_inputs(const kiln_engine *e, int layer);
+KILN_API int kiln_engine_layer_num_outputs(const kiln_engine *e, int layer);
+KILN_API const char *kiln_engine_layer_input(const kiln_engine *e, int layer, int index);
+KILN_API const char *kiln_engine_layer_output(const kiln_engine *e, int layer, int index);
+/* The model's (ONNX) nodes layer `layer` was made from: every node a fused
+ * layer replaced, in the order of the pattern, or an unfused layer's own
+ * node; 0 for a layer kiln added (the Casts of an fp16 engine, layout
+ * conversions) and -1 for a NULL engine or a layer out of range. Names are
+ * borrowed from the engine (NULL for an index out of range). Engines
+ * written before kiln recorded sources give the layer name split at '+'. */
+KILN_API int kiln_engine_layer_num_sources(const kiln_engine *e, int layer);
+KILN_API const char *kiln_engine_layer_source(const kiln_engine *e, int layer, int index);
 KILN_API kiln_precision kiln_engine_precision(const kiln_engine *e);
 /* A human-readable (or JSON, when json != 0) description of the engine:
  * inputs, outputs, profiles, layers and their kernels, memory. The string is
  * owned by the engine. */
 KILN_API const char *kiln_engine_describe(kiln_engine *e, int json);
+
+/* User metadata (set with kiln_builder_set_metadata before the build or
+ * kiln_engine_set_metadata after it). It is saved in the engine file (the
+ * optional META section, docs/engine-format.md) and comes back when the file
+ * is loaded, from a path or from memory; `kiln inspect` lists it.
+ * kiln_engine_metadata returns the value of `key`, or NULL when the engine
+ * has none. Entries are numbered 0..kiln_engine_num_metadata(e)-1 in key
+ * order (bytewise); kiln_engine_metadata_at gives entry `index` (either
+ * out-pointer may be NULL). Strings are borrowed from the engine: valid until
+ * the key is set again or the engine is freed. */
+KILN_API const char *kiln_engine_metadata(const kiln_engine *e, const char *key);
+KILN_API int kiln_engine_num_metadata(const kiln_engine *e);
+KILN_API kiln_status kiln_engine_metadata_at(const kiln_engine *e, int index, const char **key,
+                                             const char **value);
+/* Sets (or, with value NULL, removes) a metadata entry of an engine, with the
+ * rules of kiln_builder_set_metadata; kiln_engine_serialize and
+ * kiln_engine_save then write it. This is the one change an engine allows:
+ * do not call it while another thread reads this engine's metadata or
+ * description (strings kiln_engine_describe returned are freed by it).
+ * Contexts and runs are not affected. */
+KILN_API kiln_status kiln_engine_set_metadata(kiln_engine *e, const char *key, const char *value);
 
 /* ---- context ---------------------------------------------------------- */
 
@@ -272,6 +342,78 @@ KILN_API kiln_status kiln_context_set_profiling(kiln_context *c, int on);
  * them) over the profiled runs, and the number of those runs. */
 KILN_API kiln_status kiln_context_layer_time(const kiln_context *c, int layer, double *total_us,
                                              int64_t *runs);
+
+/* Debug mode for the memory plan (off by default; the environment variable
+ * KILN_DEBUG_ARENA=1 turns it on for new contexts, so that `kiln run` and
+ * any program can use it unchanged). While on, every run checks that no
+ * layer reads bytes of the activation arenas that it did not get from the
+ * live producer of that input: the runtime records, per arena region, which
+ * value owns it and which layer wrote it; before each layer runs it checks
+ * that each input's region is still owned by that input and that no output
+ * or workspace overlaps an input (except a view of it, or an output the
+ * plan puts in place of it). Host regions are poisoned (a NaN pattern for
+ * float types, 0xAB bytes otherwise) before a layer is handed them, and a
+ * float output that still holds the pattern after its layer ran is an
+ * error too. A failure is KILN_ERR_INTERNAL, naming the layer, the value
+ * and the layer that overwrote it. Runs are slower (every output is written
+ * twice and scanned once) and CUDA Graphs are not used; outputs of runs
+ * that pass are the same as without it. See docs/memory.md. */
+KILN_API kiln_status kiln_context_set_debug_arena(kiln_context *c, int on);
+
+/* ---- debugging: the intermediate tensors of a run ----------------------
+ * A layer callback sees every layer of a run as it happens, and may read
+ * the tensors the layer reads (before it runs) and writes (after it ran),
+ * e.g. to compare them with a reference (`kiln debug compare`,
+ * docs/debugging.md). The run's memory plan is unchanged, so a tensor
+ * read there holds what the engine's layers themselves read and wrote. */
+
+/* A tensor as kiln_context_tensor gives it: host memory, dense and
+ * row-major in the order of its shape, whatever layout the engine keeps it
+ * in (tensors that convolution layers pass NHWC or channel-blocked are
+ * converted to the NCHW order of their shape, and those they pass as bf16
+ * under a float32 type are widened to float32). */
+typedef struct kiln_tensor_view {
+    const char *name;      /* the tensor's name in the engine (borrowed from it) */
+    kiln_dtype dtype;
+    int rank;
+    int64_t dims[KILN_MAX_RANK];
+    const void *data;      /* borrowed: valid until the callback returns (NULL if empty) */
+} kiln_tensor_view;
+
+typedef enum kiln_layer_event {
+    KILN_LAYER_BEFORE = 0, /* the layer is about to run */
+    KILN_LAYER_AFTER = 1   /* the layer has run (a device layer's work is complete when
+                              a tensor is read) */
+} kiln_layer_event;
+
+/* Called from kiln_context_run, on its thread, before and after every
+ * layer (numbered as kiln_engine_layer_info numbers them). Return 0 to go
+ * on; anything else stops the run, which then fails with
+ * KILN_ERR_INVALID_ARGUMENT ("the layer callback stopped the run ...").
+ * The callback may call kiln_context_tensor and the kiln_engine_* getters,
+ * nothing that runs or changes the context. */
+typedef int (*kiln_layer_callback)(kiln_context *c, int layer, kiln_layer_event event, void *user);
+/* Sets the context's layer callback and the pointer passed to it (NULL
+ * cb: none, the default). While one is set, runs do not use CUDA Graphs. */
+KILN_API kiln_status kiln_context_set_layer_callback(kiln_context *c, kiln_layer_callback cb, void *user);
+/* Inside a layer callback only: the tensor `name` (kiln_engine_layer_input
+ * and _output give the names) as the run holds it at this moment. Held are
+ * the engine's inputs and constants and every tensor a layer has written
+ * that a later layer (or the caller: graph outputs) still reads; so a
+ * layer's inputs in its KILN_LAYER_BEFORE event and its outputs in its
+ * KILN_LAYER_AFTER event (in that event, an input the layer read for the
+ * last time may already hold its output: in-place layers). Device tensors
+ * are copied to the host and layouts converted as needed into memory the
+ * context owns. Fails with KILN_ERR_INVALID_ARGUMENT outside a callback,
+ * for a name the engine does not have and for a tensor not held. */
+KILN_API kiln_status kiln_context_tensor(kiln_context *c, const char *name, kiln_tensor_view *out);
+/* With memory reuse off (on by default) the context neither plans nor
+ * reuses activation memory: every tensor of a run gets a buffer of its own,
+ * nothing is written over another tensor (no in-place layers, no views),
+ * and all are kept to the end of the run. Runs need much more memory (the
+ * memory limit still applies) and time. Results that change with reuse off
+ * point at the memory plan. */
+KILN_API kiln_status kiln_context_set_memory_reuse(kiln_context *c, int on);
 
 /* CUDA engines: whether the context captures its launch sequence into a
  * CUDA Graph and replays it (on by default; see docs/cuda.md for when a

@@ -3,9 +3,13 @@
 # the CUDA op tests (plain and under compute-sanitizer memcheck), the C unit
 # tests, the Python suite (torch there), and a CUDA-vs-CPU engine comparison.
 # Results go to $OUT (or out/gpu). Usage: bash scripts/gpu_check.sh
-# Sections: ops unit engine models bench memcheck pytest conformance (the build always
+# Sections: ops unit engine debug models bench memcheck pytest conformance (the build always
 # runs). ONLY="unit bench" runs just those, SKIP="memcheck pytest" all but
 # those. BENCH_BUDGET (seconds, default 200) bounds the PyTorch comparison.
+# KILN_PREBUILT=DIR: no build; DIR holds what scripts/gpu_pack.sh packed on a
+# machine with the same nvcc (kiln, libkiln.so.0, the GPU test programs and
+# the Debian libraries they load), and build-gpu becomes a link to it; the
+# sections run what DIR has.
 # Needs: protobuf-c for the build; on a machine without protoc-c, a folder
 # .deps with gen/onnx.pb-c.{c,h}, include/protobuf-c/protobuf-c.h and
 # lib/libprotobuf-c.so* (made on a Debian machine: see docs/cuda.md).
@@ -25,9 +29,17 @@ if [ -d .deps ]; then
 fi
 nvidia-smi --query-gpu=name,driver_version,compute_cap --format=csv | tee "$OUT/gpu.txt"
 t0=$(date +%s)
-cmake -S . -B build-gpu "${ARGS[@]}" > "$OUT/cmake.log" 2>&1 || { tail -30 "$OUT/cmake.log"; exit 1; }
-cmake --build build-gpu -j"$(nproc)" > "$OUT/build.log" 2>&1 || { grep -E "error" "$OUT/build.log" | head -30; exit 1; }
-echo "build: $(( $(date +%s) - t0 )) s"
+if [ -n "${KILN_PREBUILT:-}" ]; then
+  [ -f "$KILN_PREBUILT/libkiln.so.0" ] || { echo "KILN_PREBUILT=$KILN_PREBUILT has no libkiln.so.0"; exit 1; }
+  rm -rf build-gpu && ln -s "$(cd "$KILN_PREBUILT" && pwd)" build-gpu
+  ln -sf libkiln.so.0 build-gpu/libkiln.so
+  export LD_LIBRARY_PATH="$PWD/build-gpu:${LD_LIBRARY_PATH:-}"
+  echo "prebuilt: $(ls build-gpu | tr '\n' ' ')"
+else
+  cmake -S . -B build-gpu "${ARGS[@]}" > "$OUT/cmake.log" 2>&1 || { tail -30 "$OUT/cmake.log"; exit 1; }
+  cmake --build build-gpu -j"$(nproc)" > "$OUT/build.log" 2>&1 || { grep -E "error" "$OUT/build.log" | head -30; exit 1; }
+  echo "build: $(( $(date +%s) - t0 )) s"
+fi
 if part ops; then
 echo "== CUDA op tests"
 KILN_CUDA_SYNC=1 build-gpu/test_cuda_ops > "$OUT/cuda_ops.log" 2>&1; echo "rc=$?"
@@ -56,7 +68,40 @@ for dev in ("cpu", "cuda"):
 a, b = np.load(f"{d}/cpu/y.npy"), np.load(f"{d}/cuda/y.npy")
 print("max abs diff cuda vs cpu:", float(np.abs(a - b).max()))
 print(subprocess.run(["build-gpu/kiln", "inspect", f"{d}/cuda.kiln"], capture_output=True, text=True).stdout[-1500:])
+# --strict-device: a NonZero (no GPU kernel: its output size depends on the data) between GPU layers
+import onnx
+from onnx import helper, TensorProto as TP
+g = helper.make_graph([helper.make_node("Relu", ["x"], ["r"], name="relu"),
+                       helper.make_node("NonZero", ["r"], ["y"], name="nz")], "g",
+                      [helper.make_tensor_value_info("x", TP.FLOAT, [4, 4])],
+                      [helper.make_tensor_value_info("y", TP.INT64, None)])
+onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), f"{d}/nz.onnx")
+loose = subprocess.run(["build-gpu/kiln", "build", f"{d}/nz.onnx", "--device", "cuda", "-o", f"{d}/nz.kiln", "-q"],
+                       capture_output=True, text=True)
+strict = subprocess.run(["build-gpu/kiln", "build", f"{d}/nz.onnx", "--device", "cuda", "--strict-device",
+                         "-o", f"{d}/nz_strict.kiln"], capture_output=True, text=True)
+ok = loose.returncode == 0 and strict.returncode != 0 and "nz" in strict.stderr \
+    and not os.path.exists(f"{d}/nz_strict.kiln")
+print("strict-device:", "PASS" if ok else "FAIL", strict.stderr.strip()[-300:])
 PY
+fi
+if part debug; then
+echo "== kiln debug compare on CUDA (docs/debugging.md; the stress CNN: Conv+Relu, Conv+Add, MaxPool, Gemm, LayerNorm)"
+dm=tests/stress/stress_cnn.onnx
+dbg() { # dbg WANT_RC LABEL ARGS...: runs kiln debug compare, checks its exit status
+  local want=$1 label=$2; shift 2
+  build-gpu/kiln debug compare "$dm" --device cuda --shapes x:2x3x32x32 "$@" > "$OUT/debug_$label.log" 2>&1
+  local rc=$?
+  echo "debug $label: rc=$rc (want $want) $([ $rc -eq "$want" ] && echo PASS || echo FAIL)"
+  grep -E "^first layer|made from|^summary|^result" "$OUT/debug_$label.log" | cut -c1-300
+}
+dbg 0 fp32
+dbg 0 fp32_no_reuse --no-memory-reuse
+KILN_TEST_PLANT_BUG=FusedConv dbg 1 planted_fusedconv
+KILN_TEST_PLANT_BUG=FusedConv dbg 0 planted_fuse_conv_off --disable-pass fuse_conv
+dbg 0 fp16 --fp16
+dbg 0 fp16_no_nhwc --fp16 --disable-pass cuda_nhwc
+KILN_DEBUG_ARENA=1 dbg 0 fp16_debug_arena --fp16
 fi
 if part models; then
 echo "== Real models on CUDA vs PyTorch (fp32; torchvision ResNet-18, MobileNetV2)"

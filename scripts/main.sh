@@ -20,6 +20,6 @@ echo "== kiln inspect (summary)"
 head -n 20 "$OUT/inspect.txt"; echo "   ... (full listing in $OUT/inspect.txt)"
 tail -n 3 "$OUT/inspect.txt"
 echo "== kiln run"
-./build/kiln run "$OUT/$MODEL.kiln" --output-dir "$OUT/outputs"
+./build/kiln run "$OUT/$MODEL.kiln" --random-inputs --output-dir "$OUT/outputs"
 echo "== kiln bench"
 ./build/kiln bench "$OUT/$MODEL.kiln" --warmup 2 --iterations 10

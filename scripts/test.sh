@@ -14,6 +14,10 @@ JOBS=$(nproc)
 echo "== release build"
 BUILD_DIR=build bash scripts/build.sh -DKILN_MODEL_TESTS=ON
 (cd build && ctest --output-on-failure -j"$JOBS" -E '^models(_bf16)?$' -LE '^zoo$')
+echo "== import circles: none may cross a folder (scripts/dep_graph.py, docs/architecture.md)"
+/usr/bin/python3 scripts/dep_graph.py --objects build
+echo "== every attribute struct engines store has its layout asserts (scripts/attrs_layout.py)"
+/usr/bin/python3 scripts/attrs_layout.py --check
 echo "== model zoo: a varied subset of torchvision's models vs PyTorch (bench/model_zoo.py --ci)"
 (cd build && ctest --output-on-failure -V -L '^zoo$' | grep -vE '^[0-9]+: (Test command|Working Directory|Environment)')
 echo "== real models vs PyTorch (ResNet-50, MobileNetV2, BERT-base, MLP; then ResNet-50 and MobileNetV2 in bf16)"

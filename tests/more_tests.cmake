@@ -31,3 +31,23 @@ if(EXISTS /usr/share/libonnx-testdata/data/pytorch-converted)
            WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
   set_tests_properties(conformance_pytorch PROPERTIES LABELS "conformance" TIMEOUT 1800)
 endif()
+
+# The same suites under the debug arena check (KILN_DEBUG_ARENA=1,
+# docs/memory.md): every layer's reads of the activation arena are checked
+# against what its producers were handed, outputs are poisoned first and
+# checked to be written. About a second each.
+if(EXISTS ${KILN_ONNX_NODE_TESTS})
+  add_test(NAME conformance_debug_arena
+           COMMAND kiln_conformance ${KILN_CONFORMANCE_ARGS} ${KILN_ONNX_NODE_TESTS}
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+  set_tests_properties(conformance_debug_arena PROPERTIES LABELS "conformance" TIMEOUT 3600
+                       ENVIRONMENT KILN_DEBUG_ARENA=1)
+endif()
+if(EXISTS /usr/share/libonnx-testdata/data/pytorch-converted)
+  add_test(NAME conformance_pytorch_debug_arena
+           COMMAND kiln_conformance --expect ${CMAKE_SOURCE_DIR}/tests/conformance/pytorch_passing.txt
+                   ${KILN_ONNX_PYTORCH_TESTS}
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+  set_tests_properties(conformance_pytorch_debug_arena PROPERTIES LABELS "conformance" TIMEOUT 1800
+                       ENVIRONMENT KILN_DEBUG_ARENA=1)
+endif()

@@ -17,17 +17,13 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "cli.h"
 #include "kiln.h"
 #include "npy.h"
 
-enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2 };
-
 /* ---- messages --------------------------------------------------------------- */
 
-static int fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static int fail(const char *fmt, ...) {
+int fail(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     fputs("kiln: error: ", stderr);
@@ -37,7 +33,7 @@ static int fail(const char *fmt, ...) {
     return EXIT_FAIL;
 }
 
-static int usage_error(const char *cmd, const char *fmt, ...) {
+int usage_error(const char *cmd, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     fputs("kiln: error: ", stderr);
@@ -50,8 +46,7 @@ static int usage_error(const char *cmd, const char *fmt, ...) {
 }
 
 /* A failed kiln call: "what: <status>: <kiln_last_error()>". */
-static int fail_kiln(kiln_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int fail_kiln(kiln_status s, const char *fmt, ...) {
+int fail_kiln(kiln_status s, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     fputs("kiln: error: ", stderr);
@@ -63,22 +58,25 @@ static int fail_kiln(kiln_status s, const char *fmt, ...) {
 }
 
 /* A failed load of `path`: names the file once even when kiln's message does too. */
-static int fail_load(kiln_status s, const char *what, const char *path) {
+int fail_load(kiln_status s, const char *what, const char *path) {
     const char *msg = kiln_last_error();
     if (msg && *msg && strstr(msg, path)) return fail("cannot load %s: %s", what, msg);
     return fail_kiln(s, "cannot load %s '%s'", what, path);
 }
 
-static double now_s(void) {
+double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* "[1x3x224x224]" ("[]" for a scalar); dynamic dims (< 0) print their name or "?"
- * and then " x " separates the dims ("[batch x 784]"). */
-static const char *fmt_dims(char *buf, size_t cap, int rank, const int64_t *dims,
-                            const char *const *names) {
+/* "[1x3x224x224]" ("[]" for a scalar, "[unknown rank]" for rank -1); dynamic dims
+ * (< 0) print their name or "?" and then " x " separates the dims ("[batch x 784]"). */
+const char *fmt_dims(char *buf, size_t cap, int rank, const int64_t *dims, const char *const *names) {
+    if (rank < 0) { /* not known before a run (an If whose branches differ in rank) */
+        snprintf(buf, cap, "[unknown rank]");
+        return buf;
+    }
     bool symbolic = false;
     for (int i = 0; i < rank; i++) symbolic = symbolic || dims[i] < 0;
     size_t n = (size_t)snprintf(buf, cap, "[");
@@ -91,29 +89,11 @@ static const char *fmt_dims(char *buf, size_t cap, int rank, const int64_t *dims
     return buf;
 }
 
-#define DIMS_CAP (KILN_MAX_RANK * 48 + 8)
-
 /* ---- option parsing ----------------------------------------------------------- */
-
-typedef struct optdef {
-    const char *name;  /* "--output" */
-    const char *alias; /* "-o" or NULL */
-    bool has_arg;
-} optdef;
-
-typedef struct argscan {
-    int argc;
-    char **argv;
-    int i;
-    const char *cmd;
-    bool only_positional; /* after "--" */
-} argscan;
-
-enum { SCAN_END = -1, SCAN_POSITIONAL = -2, SCAN_ERROR = -3 };
 
 /* Returns the index of the next option in defs (and its value), SCAN_POSITIONAL
  * (value = the argument), SCAN_END, or SCAN_ERROR (message printed). */
-static int scan_next(argscan *s, const optdef *defs, int ndefs, const char **val) {
+int scan_next(argscan *s, const optdef *defs, int ndefs, const char **val) {
     *val = NULL;
     if (s->i >= s->argc) return SCAN_END;
     const char *arg = s->argv[s->i++];
@@ -153,7 +133,7 @@ static int scan_next(argscan *s, const optdef *defs, int ndefs, const char **val
     return SCAN_ERROR;
 }
 
-static bool parse_int64(const char *s, int64_t lo, int64_t hi, int64_t *out) {
+bool parse_int64(const char *s, int64_t lo, int64_t hi, int64_t *out) {
     if (!s || !*s || isspace((unsigned char)*s)) return false;
     errno = 0;
     char *end;
@@ -163,7 +143,7 @@ static bool parse_int64(const char *s, int64_t lo, int64_t hi, int64_t *out) {
     return true;
 }
 
-static bool parse_double(const char *s, double lo, double hi, double *out) {
+bool parse_double(const char *s, double lo, double hi, double *out) {
     if (!s || !*s || isspace((unsigned char)*s)) return false;
     errno = 0;
     char *end;
@@ -174,32 +154,45 @@ static bool parse_double(const char *s, double lo, double hi, double *out) {
 }
 
 /* Parses an integer option value or prints a usage error. */
-static bool opt_int(const char *cmd, const char *opt, const char *val, int64_t lo, int64_t hi, int64_t *out) {
+bool opt_int(const char *cmd, const char *opt, const char *val, int64_t lo, int64_t hi, int64_t *out) {
     if (parse_int64(val, lo, hi, out)) return true;
     usage_error(cmd, "%s: expected an integer in [%" PRId64 ", %" PRId64 "], got '%s'", opt, lo, hi, val);
     return false;
 }
 
+bool parse_device(const char *cmd, const char *val, int *device, int64_t *index) {
+    *index = 0;
+    if (strcmp(val, "cpu") == 0) {
+        *device = KILN_DEVICE_CPU;
+    } else if (strcmp(val, "cuda") == 0) {
+        *device = KILN_DEVICE_CUDA;
+    } else if (strncmp(val, "cuda:", 5) == 0 && parse_int64(val + 5, 0, 1024, index)) {
+        *device = KILN_DEVICE_CUDA;
+    } else {
+        usage_error(cmd, "--device: expected cpu, cuda or cuda:N, got '%s'", val);
+        return false;
+    }
+    return true;
+}
+
+bool set_precision_flag(const char *cmd, int *precision, int p) {
+    if (*precision >= 0 && *precision != p) {
+        usage_error(cmd, "give only one of --fp32, --tf32, --fp16, --bf16");
+        return false;
+    }
+    *precision = p;
+    return true;
+}
+
 /* ---- shape lists: "name:1x3x224x224,name2:1x128" ------------------------------- */
 
-typedef struct shape_spec {
-    char *name;
-    int rank;
-    int64_t dims[KILN_MAX_RANK];
-} shape_spec;
-
-typedef struct shape_list {
-    shape_spec *v;
-    int n, cap;
-} shape_list;
-
-static void shapes_free(shape_list *l) {
+void shapes_free(shape_list *l) {
     for (int i = 0; i < l->n; i++) free(l->v[i].name);
     free(l->v);
     memset(l, 0, sizeof *l);
 }
 
-static const shape_spec *shapes_find(const shape_list *l, const char *name) {
+const shape_spec *shapes_find(const shape_list *l, const char *name) {
     for (int i = 0; i < l->n; i++)
         if (strcmp(l->v[i].name, name) == 0) return &l->v[i];
     return NULL;
@@ -208,7 +201,7 @@ static const shape_spec *shapes_find(const shape_list *l, const char *name) {
 /* Appends the specs in `text`; the name is everything before the last ':' of an
  * item (so names such as "input:0" work); dims are 'x'-separated (empty for a
  * scalar). Returns false after printing a usage error. */
-static bool shapes_parse(const char *cmd, const char *opt, const char *text, shape_list *l) {
+bool shapes_parse(const char *cmd, const char *opt, const char *text, shape_list *l) {
     const char *p = text;
     if (!*p) {
         usage_error(cmd, "%s: empty value (expected name:dims, e.g. input:1x3x224x224)", opt);
@@ -340,7 +333,7 @@ static uint16_t float_to_bf16(float f) {
     return (uint16_t)(x >> 16);
 }
 
-static double load_f64(kiln_dtype t, const void *p, int64_t i) {
+double load_f64(kiln_dtype t, const void *p, int64_t i) {
     switch (t) {
     case KILN_DTYPE_FLOAT32: return ((const float *)p)[i];
     case KILN_DTYPE_FLOAT64: return ((const double *)p)[i];
@@ -359,7 +352,7 @@ static double load_f64(kiln_dtype t, const void *p, int64_t i) {
     }
 }
 
-static bool dtype_is_float(kiln_dtype t) {
+bool dtype_is_float(kiln_dtype t) {
     return t == KILN_DTYPE_FLOAT32 || t == KILN_DTYPE_FLOAT64 || t == KILN_DTYPE_FLOAT16 ||
            t == KILN_DTYPE_BFLOAT16;
 }
@@ -409,23 +402,13 @@ static bool fill_random(kiln_dtype t, void *data, int64_t n, uint64_t seed) {
 
 /* ---- engine inputs ---------------------------------------------------------------- */
 
-typedef struct input_file {
-    char *name; /* NULL: the engine's only input */
-    const char *path;
-} input_file;
-
-typedef struct input_files {
-    input_file *v;
-    int n, cap;
-} input_files;
-
-static void input_files_free(input_files *l) {
+void input_files_free(input_files *l) {
     for (int i = 0; i < l->n; i++) free(l->v[i].name);
     free(l->v);
     memset(l, 0, sizeof *l);
 }
 
-static bool input_files_add(input_files *l, const char *spec) {
+bool input_files_add(input_files *l, const char *spec) {
     if (l->n == l->cap) {
         int cap = l->cap ? l->cap * 2 : 4;
         input_file *nv = realloc(l->v, (size_t)cap * sizeof *nv);
@@ -446,14 +429,11 @@ static bool input_files_add(input_files *l, const char *spec) {
     return true;
 }
 
-typedef struct bound_input {
-    kiln_io_info info;
-    kiln_dtype dtype;
-    int rank;
-    int64_t dims[KILN_MAX_RANK];
-    void *data; /* owned */
-    const char *source; /* file path, or NULL when random */
-} bound_input;
+int input_arg(const char *cmd, const char *val, input_files *files) {
+    if (!*val || (strchr(val, '=') && !strchr(val, '=')[1]))
+        return usage_error(cmd, "--input: expected NAME=FILE.npy, got '%s'", val);
+    return input_files_add(files, val) ? EXIT_OK : fail("out of memory");
+}
 
 static void list_names(const kiln_engine *e, bool inputs, char *buf, size_t cap) {
     size_t n = 0;
@@ -508,10 +488,12 @@ static bool check_shape(const kiln_engine *e, int k, const kiln_io_info *info, i
     return true;
 }
 
-/* Prepares and binds every engine input: from --input files, else random with
- * the --shapes shape or the profile's opt shape. bufs has one slot per input. */
-static int bind_inputs(kiln_engine *e, kiln_context *c, const input_files *files, const shape_list *shapes,
-                       uint64_t seed, bound_input *bufs, bool quiet) {
+/* Prepares and binds every engine input: from --input files, else (when
+ * `random_ok`) random with the --shapes shape or the profile's opt shape; an
+ * input left out without `random_ok` is an error naming it. bufs has one
+ * slot per input. */
+int bind_inputs(kiln_engine *e, kiln_context *c, const input_files *files, const shape_list *shapes,
+                uint64_t seed, bool random_ok, bound_input *bufs, bool quiet) {
     int n_in = kiln_engine_num_inputs(e);
     char names[2048], a[DIMS_CAP];
     /* Every --input and --shapes name must be an engine input. */
@@ -540,6 +522,23 @@ static int bind_inputs(kiln_engine *e, kiln_context *c, const input_files *files
             list_names(e, true, names, sizeof names);
             return fail("--shapes: the engine has no input named '%s' (inputs: %s)", shapes->v[j].name, names);
         }
+    if (!random_ok) { /* every input from a file: name the ones left out */
+        size_t n = 0;
+        int missing = 0;
+        names[0] = '\0';
+        for (int k = 0; k < n_in; k++) {
+            kiln_io_info info;
+            if (kiln_engine_input_info(e, k, &info) != KILN_OK) continue;
+            bool given = false;
+            for (int j = 0; j < files->n; j++)
+                given = given || strcmp(files->v[j].name, info.name) == 0;
+            if (given || n >= sizeof names) continue;
+            n += (size_t)snprintf(names + n, sizeof names - n, "%s'%s'", missing++ ? ", " : "", info.name);
+        }
+        if (missing)
+            return fail("input%s %s not given: pass --input NAME=FILE.npy for %s, or --random-inputs to run "
+                        "on random data", missing > 1 ? "s" : "", names, missing > 1 ? "each" : "it");
+    }
     for (int k = 0; k < n_in; k++) {
         bound_input *b = &bufs[k];
         kiln_status st = kiln_engine_input_info(e, k, &b->info);
@@ -606,7 +605,7 @@ static int bind_inputs(kiln_engine *e, kiln_context *c, const input_files *files
     return EXIT_OK;
 }
 
-static void free_inputs(bound_input *bufs, int n) {
+void free_inputs(bound_input *bufs, int n) {
     if (!bufs) return;
     for (int i = 0; i < n; i++) free(bufs[i].data);
     free(bufs);
@@ -635,28 +634,33 @@ static const char build_help[] =
     "                           name:fp32[,name2:fp32...] (ONNX node names; the last ':'\n"
     "                           separates the precision)\n"
     "  --device DEV             cpu (default), cuda or cuda:N\n"
+    "  --strict-device          refuse to build when a layer has no kernel on DEV and would run\n"
+    "                           on the CPU between device layers (the error names the layers)\n"
     "  --threads N              threads for contexts of the engine (0 = one per core; default 0)\n"
     "  --workspace MIB          largest scratch memory a layer may use, in MiB (0 = no limit)\n"
     "  --timing-cache FILE      kernel timing cache (read if present, written after)\n"
+    "  --disable-pass NAME      switch graph optimizer pass NAME off (repeatable; 'kiln debug\n"
+    "                           passes' lists them), e.g. to find the pass at fault with\n"
+    "                           'kiln debug compare'\n"
     "  -q, --quiet              print nothing on success\n"
     "  -h, --help               show this help\n";
 
 /* --layer-precision name:fp32[,name2:fp32...]; false (message printed) on error */
-static bool set_layer_precisions(kiln_builder *b, const char *list) {
+bool set_layer_precisions(const char *cmd, kiln_builder *b, const char *list) {
     const char *p = list;
     while (*p) {
         const char *end = strchr(p, ',');
         size_t len = end ? (size_t)(end - p) : strlen(p);
         char item[1024];
         if (len == 0 || len >= sizeof item) {
-            usage_error("build", "--layer-precision: bad item in '%s'", list);
+            usage_error(cmd, "--layer-precision: bad item in '%s'", list);
             return false;
         }
         memcpy(item, p, len);
         item[len] = 0;
         char *colon = strrchr(item, ':');
         if (!colon || colon == item || strcmp(colon + 1, "fp32") != 0) {
-            usage_error("build", "--layer-precision: expected name:fp32, got '%s'", item);
+            usage_error(cmd, "--layer-precision: expected name:fp32, got '%s'", item);
             return false;
         }
         *colon = 0;
@@ -678,6 +682,126 @@ typedef struct prof_entry {
     bool have_mn, have_opt, have_mx;
 } prof_entry;
 
+int set_profiles(const char *cmd, const kiln_model *m, kiln_builder *b, const shape_list sl[4], bool quiet) {
+    static const char *const opts[4] = {"--shapes", "--min-shapes", "--opt-shapes", "--max-shapes"};
+    int n_in = kiln_model_num_inputs(m), rc = EXIT_FAIL;
+    /* every named input must exist, ranks must match */
+    prof_entry *pe;
+    pe = calloc((size_t)(n_in > 0 ? n_in : 1), sizeof *pe);
+    if (!pe) {
+        fail("out of memory");
+        goto done;
+    }
+    for (int q = 0; q < 4; q++)
+        for (int j = 0; j < sl[q].n; j++) {
+            const shape_spec *sp = &sl[q].v[j];
+            int k = -1;
+            kiln_io_info info;
+            for (int i = 0; i < n_in; i++)
+                if (kiln_model_input_info(m, i, &info) == KILN_OK && strcmp(info.name, sp->name) == 0) k = i;
+            if (k < 0) {
+                char names[2048];
+                size_t n = 0;
+                names[0] = '\0';
+                for (int i = 0; i < n_in && n < sizeof names; i++)
+                    if (kiln_model_input_info(m, i, &info) == KILN_OK)
+                        n += (size_t)snprintf(names + n, sizeof names - n, "%s'%s'", i ? ", " : "", info.name);
+                fail("%s: the model has no input named '%s' (inputs: %s)", opts[q], sp->name,
+                     names);
+                goto done;
+            }
+            kiln_model_input_info(m, k, &info);
+            char a[DIMS_CAP], bb[DIMS_CAP];
+            if (sp->rank != info.rank) {
+                fail("%s: input '%s' has rank %d %s in the model, %d dims given", opts[q],
+                     sp->name, info.rank, fmt_dims(a, sizeof a, info.rank, info.dims, info.dim_names), sp->rank);
+                goto done;
+            }
+            for (int i = 0; i < info.rank; i++)
+                if (info.dims[i] >= 0 && sp->dims[i] != info.dims[i]) {
+                    fail("%s: input '%s' has fixed dim %d = %" PRId64 " in the model %s, %s given",
+                         opts[q], sp->name, i, info.dims[i],
+                         fmt_dims(a, sizeof a, info.rank, info.dims, info.dim_names),
+                         fmt_dims(bb, sizeof bb, sp->rank, sp->dims, NULL));
+                    goto done;
+                }
+            prof_entry *p = &pe[k];
+            if (q > 0 && shapes_find(&sl[0], sp->name)) {
+                usage_error(cmd, "input '%s' is in both --shapes and %s (--shapes sets min, opt and max)",
+                            sp->name, opts[q]);
+                rc = EXIT_USAGE;
+                goto done;
+            }
+            p->name = sp->name;
+            p->rank = sp->rank;
+            size_t bytes = sizeof(int64_t) * (size_t)sp->rank;
+            if (q == 0 || q == 1) { memcpy(p->mn, sp->dims, bytes); p->have_mn = true; }
+            if (q == 0 || q == 2) { memcpy(p->opt, sp->dims, bytes); p->have_opt = true; }
+            if (q == 0 || q == 3) { memcpy(p->mx, sp->dims, bytes); p->have_mx = true; }
+        }
+
+    for (int k = 0; k < n_in; k++) {
+        prof_entry *p = &pe[k];
+        kiln_io_info info;
+        if (kiln_model_input_info(m, k, &info) != KILN_OK) continue;
+        if (!p->name) {
+            bool dynamic = false;
+            for (int i = 0; i < info.rank; i++) dynamic = dynamic || info.dims[i] < 0;
+            char a[DIMS_CAP];
+            if (dynamic && !quiet)
+                fprintf(stderr, "kiln: note: input '%s' %s has dynamic dims and no shapes: using 1 for them\n",
+                        info.name, fmt_dims(a, sizeof a, info.rank, info.dims, info.dim_names));
+            continue;
+        }
+        size_t bytes = sizeof(int64_t) * (size_t)p->rank;
+        if (!p->have_opt) memcpy(p->opt, p->have_mx ? p->mx : p->mn, bytes);
+        if (!p->have_mn) memcpy(p->mn, p->opt, bytes);
+        if (!p->have_mx) memcpy(p->mx, p->opt, bytes);
+        for (int i = 0; i < p->rank; i++)
+            if (!(p->mn[i] <= p->opt[i] && p->opt[i] <= p->mx[i])) {
+                char a[DIMS_CAP], bb[DIMS_CAP], c[DIMS_CAP];
+                fail("input '%s': shapes must satisfy min <= opt <= max in every dim, got min %s opt %s max %s",
+                     p->name, fmt_dims(a, sizeof a, p->rank, p->mn, NULL), fmt_dims(bb, sizeof bb, p->rank, p->opt, NULL),
+                     fmt_dims(c, sizeof c, p->rank, p->mx, NULL));
+                goto done;
+            }
+        kiln_status st = kiln_builder_set_profile(b, p->name, p->rank, p->mn, p->opt, p->mx);
+        if (st != KILN_OK) {
+            fail_kiln(st, "profile of input '%s'", p->name);
+            goto done;
+        }
+    }
+    rc = EXIT_OK;
+done:
+    free(pe);
+    return rc;
+}
+
+bool parse_pass(const char *cmd, const char *name, uint32_t *mask) {
+    char names[1024];
+    size_t len = 0;
+    names[0] = '\0';
+    for (int i = 0; i < kiln_pass_count(); i++) {
+        if (strcmp(kiln_pass_name(i), name) == 0) {
+            *mask |= 1u << i;
+            return true;
+        }
+        len += (size_t)snprintf(names + len, len < sizeof names ? sizeof names - len : 0, "%s%s", i ? ", " : "",
+                                kiln_pass_name(i));
+    }
+    usage_error(cmd, "--disable-pass: unknown pass '%s' (passes: %s; 'kiln debug passes' describes them)", name,
+                names);
+    return false;
+}
+
+int disable_passes(kiln_builder *b, uint32_t mask) {
+    for (int i = 0; i < kiln_pass_count(); i++) {
+        kiln_status st = (mask >> i & 1) ? kiln_builder_disable_pass(b, kiln_pass_name(i)) : KILN_OK;
+        if (st != KILN_OK) return fail_kiln(st, "--disable-pass %s", kiln_pass_name(i));
+    }
+    return EXIT_OK;
+}
+
 static int cmd_build(int argc, char **argv) {
     static const optdef defs[] = {
         {"--output", "-o", true},  {"--shapes", NULL, true},     {"--min-shapes", NULL, true},
@@ -685,22 +809,22 @@ static int cmd_build(int argc, char **argv) {
         {"--tf32", NULL, false},   {"--fp16", NULL, false},      {"--bf16", NULL, false},
         {"--device", NULL, true},  {"--threads", NULL, true},    {"--workspace", NULL, true},
         {"--timing-cache", NULL, true}, {"--help", "-h", false}, {"--quiet", "-q", false},
-        {"--layer-precision", NULL, true},
+        {"--layer-precision", NULL, true}, {"--disable-pass", NULL, true}, {"--strict-device", NULL, false},
     };
     enum { O_OUT, O_SHAPES, O_MIN, O_OPT, O_MAX, O_FP32, O_TF32, O_FP16, O_BF16, O_DEVICE, O_THREADS,
-           O_WORKSPACE, O_TCACHE, O_HELP, O_QUIET, O_LAYER_PREC };
+           O_WORKSPACE, O_TCACHE, O_HELP, O_QUIET, O_LAYER_PREC, O_DISABLE_PASS, O_STRICT };
     argscan s = {argc, argv, 0, "build", false};
     const char *model_path = NULL, *out_path = NULL, *tcache = NULL, *layer_prec = NULL, *val;
     shape_list sl[4] = {{0}}; /* shapes, min, opt, max */
     int precision = -1, device = KILN_DEVICE_CPU;
     int64_t device_index = 0, threads = -1, workspace = -1;
-    bool quiet = false;
+    bool quiet = false, strict = false;
     int rc = EXIT_USAGE, id;
     char *default_out = NULL;
     kiln_model *m = NULL;
     kiln_builder *b = NULL;
     kiln_engine *e = NULL;
-    prof_entry *pe = NULL;
+    uint32_t disabled = 0; /* --disable-pass */
 
     while ((id = scan_next(&s, defs, (int)(sizeof defs / sizeof defs[0]), &val)) != SCAN_END) {
         switch (id) {
@@ -717,28 +841,10 @@ static int cmd_build(int argc, char **argv) {
         case O_SHAPES: case O_MIN: case O_OPT: case O_MAX:
             if (!shapes_parse("build", defs[id].name, val, &sl[id - O_SHAPES])) goto done;
             break;
-        case O_FP32: case O_TF32: case O_FP16: case O_BF16: {
-            int p = id == O_FP32 ? KILN_PRECISION_FP32 : id == O_TF32 ? KILN_PRECISION_TF32
-                  : id == O_FP16 ? KILN_PRECISION_FP16 : KILN_PRECISION_BF16;
-            if (precision >= 0 && precision != p) {
-                usage_error("build", "give only one of --fp32, --tf32, --fp16, --bf16");
-                goto done;
-            }
-            precision = p;
+        case O_FP32: case O_TF32: case O_FP16: case O_BF16:
+            if (!set_precision_flag("build", &precision, id - O_FP32 + KILN_PRECISION_FP32)) goto done;
             break;
-        }
-        case O_DEVICE:
-            if (strcmp(val, "cpu") == 0) {
-                device = KILN_DEVICE_CPU;
-            } else if (strcmp(val, "cuda") == 0) {
-                device = KILN_DEVICE_CUDA;
-            } else if (strncmp(val, "cuda:", 5) == 0 && parse_int64(val + 5, 0, 1024, &device_index)) {
-                device = KILN_DEVICE_CUDA;
-            } else {
-                usage_error("build", "--device: expected cpu, cuda or cuda:N, got '%s'", val);
-                goto done;
-            }
-            break;
+        case O_DEVICE: if (!parse_device("build", val, &device, &device_index)) goto done; break;
         case O_THREADS: if (!opt_int("build", "--threads", val, 0, 4096, &threads)) goto done; break;
         case O_WORKSPACE:
             if (!opt_int("build", "--workspace", val, 0, (int64_t)(SIZE_MAX >> 21), &workspace)) goto done;
@@ -746,6 +852,8 @@ static int cmd_build(int argc, char **argv) {
         case O_TCACHE: tcache = val; break;
         case O_QUIET: quiet = true; break;
         case O_LAYER_PREC: layer_prec = val; break;
+        case O_DISABLE_PASS: if (!parse_pass("build", val, &disabled)) goto done; break;
+        case O_STRICT: strict = true; break;
         default: goto done;
         }
     }
@@ -774,61 +882,10 @@ static int cmd_build(int argc, char **argv) {
         goto done;
     }
     double t_load = now_s() - t0;
+    if (!quiet)
+        for (int i = 0; i < kiln_model_num_warnings(m); i++)
+            fprintf(stderr, "kiln: warning: %s\n", kiln_model_warning(m, i));
     int n_in = kiln_model_num_inputs(m), n_out = kiln_model_num_outputs(m);
-
-    /* Profiles: every named input must exist, ranks must match. */
-    pe = calloc((size_t)(n_in > 0 ? n_in : 1), sizeof *pe);
-    if (!pe) {
-        fail("out of memory");
-        goto done;
-    }
-    for (int q = 0; q < 4; q++)
-        for (int j = 0; j < sl[q].n; j++) {
-            const shape_spec *sp = &sl[q].v[j];
-            int k = -1;
-            kiln_io_info info;
-            for (int i = 0; i < n_in; i++)
-                if (kiln_model_input_info(m, i, &info) == KILN_OK && strcmp(info.name, sp->name) == 0) k = i;
-            if (k < 0) {
-                char names[2048];
-                size_t n = 0;
-                names[0] = '\0';
-                for (int i = 0; i < n_in && n < sizeof names; i++)
-                    if (kiln_model_input_info(m, i, &info) == KILN_OK)
-                        n += (size_t)snprintf(names + n, sizeof names - n, "%s'%s'", i ? ", " : "", info.name);
-                fail("%s: the model has no input named '%s' (inputs: %s)", defs[O_SHAPES + q].name, sp->name,
-                     names);
-                goto done;
-            }
-            kiln_model_input_info(m, k, &info);
-            char a[DIMS_CAP], bb[DIMS_CAP];
-            if (sp->rank != info.rank) {
-                fail("%s: input '%s' has rank %d %s in the model, %d dims given", defs[O_SHAPES + q].name,
-                     sp->name, info.rank, fmt_dims(a, sizeof a, info.rank, info.dims, info.dim_names), sp->rank);
-                goto done;
-            }
-            for (int i = 0; i < info.rank; i++)
-                if (info.dims[i] >= 0 && sp->dims[i] != info.dims[i]) {
-                    fail("%s: input '%s' has fixed dim %d = %" PRId64 " in the model %s, %s given",
-                         defs[O_SHAPES + q].name, sp->name, i, info.dims[i],
-                         fmt_dims(a, sizeof a, info.rank, info.dims, info.dim_names),
-                         fmt_dims(bb, sizeof bb, sp->rank, sp->dims, NULL));
-                    goto done;
-                }
-            prof_entry *p = &pe[k];
-            if (q > 0 && shapes_find(&sl[0], sp->name)) {
-                usage_error("build", "input '%s' is in both --shapes and %s (--shapes sets min, opt and max)",
-                            sp->name, defs[O_SHAPES + q].name);
-                rc = EXIT_USAGE;
-                goto done;
-            }
-            p->name = sp->name;
-            p->rank = sp->rank;
-            size_t bytes = sizeof(int64_t) * (size_t)sp->rank;
-            if (q == 0 || q == 1) { memcpy(p->mn, sp->dims, bytes); p->have_mn = true; }
-            if (q == 0 || q == 2) { memcpy(p->opt, sp->dims, bytes); p->have_opt = true; }
-            if (q == 0 || q == 3) { memcpy(p->mx, sp->dims, bytes); p->have_mx = true; }
-        }
 
     st = kiln_builder_create(&b);
     if (st != KILN_OK) {
@@ -843,6 +900,10 @@ static int cmd_build(int argc, char **argv) {
         fail_kiln(st, "precision");
         goto done;
     }
+    if (strict && (st = kiln_builder_set_strict_device(b, 1)) != KILN_OK) {
+        fail_kiln(st, "--strict-device");
+        goto done;
+    }
     if (threads >= 0 && (st = kiln_builder_set_threads(b, (int)threads)) != KILN_OK) {
         fail_kiln(st, "--threads");
         goto done;
@@ -855,38 +916,10 @@ static int cmd_build(int argc, char **argv) {
         fail_kiln(st, "--timing-cache");
         goto done;
     }
-    if (layer_prec && !set_layer_precisions(b, layer_prec)) goto done;
-    for (int k = 0; k < n_in; k++) {
-        prof_entry *p = &pe[k];
-        kiln_io_info info;
-        if (kiln_model_input_info(m, k, &info) != KILN_OK) continue;
-        if (!p->name) {
-            bool dynamic = false;
-            for (int i = 0; i < info.rank; i++) dynamic = dynamic || info.dims[i] < 0;
-            char a[DIMS_CAP];
-            if (dynamic && !quiet)
-                fprintf(stderr, "kiln: note: input '%s' %s has dynamic dims and no shapes: using 1 for them\n",
-                        info.name, fmt_dims(a, sizeof a, info.rank, info.dims, info.dim_names));
-            continue;
-        }
-        size_t bytes = sizeof(int64_t) * (size_t)p->rank;
-        if (!p->have_opt) memcpy(p->opt, p->have_mx ? p->mx : p->mn, bytes);
-        if (!p->have_mn) memcpy(p->mn, p->opt, bytes);
-        if (!p->have_mx) memcpy(p->mx, p->opt, bytes);
-        for (int i = 0; i < p->rank; i++)
-            if (!(p->mn[i] <= p->opt[i] && p->opt[i] <= p->mx[i])) {
-                char a[DIMS_CAP], bb[DIMS_CAP], c[DIMS_CAP];
-                fail("input '%s': shapes must satisfy min <= opt <= max in every dim, got min %s opt %s max %s",
-                     p->name, fmt_dims(a, sizeof a, p->rank, p->mn, NULL), fmt_dims(bb, sizeof bb, p->rank, p->opt, NULL),
-                     fmt_dims(c, sizeof c, p->rank, p->mx, NULL));
-                goto done;
-            }
-        st = kiln_builder_set_profile(b, p->name, p->rank, p->mn, p->opt, p->mx);
-        if (st != KILN_OK) {
-            fail_kiln(st, "profile of input '%s'", p->name);
-            goto done;
-        }
-    }
+    if (layer_prec && !set_layer_precisions("build", b, layer_prec)) goto done;
+    if ((rc = set_profiles("build", m, b, sl, quiet)) != EXIT_OK) goto done;
+    rc = EXIT_FAIL;
+    if (disable_passes(b, disabled) != EXIT_OK) goto done;
 
     t0 = now_s();
     st = kiln_build(b, m, &e);
@@ -935,7 +968,6 @@ done:
     kiln_engine_free(e);
     kiln_builder_free(b);
     kiln_model_free(m);
-    free(pe);
     free(default_out);
     for (int q = 0; q < 4; q++) shapes_free(&sl[q]);
     return rc;
@@ -950,12 +982,16 @@ static const char run_help[] =
     "\n"
     "Options:\n"
     "  -i, --input NAME=FILE.npy  an input from a .npy file (repeatable; FILE.npy alone if the\n"
-    "                           engine has one input). Inputs not given get random data:\n"
-    "                           floats uniform in [-1, 1), integers in [0, 10), random bools.\n"
+    "                           engine has one input). Every input must be given, unless\n"
+    "                           --random-inputs is.\n"
+    "  --random-inputs          inputs not given by --input get random data: floats uniform\n"
+    "                           in [-1, 1), integers in [0, 10), random bools\n"
     "  --shapes SPECS           shapes of the random inputs (name:1x3x224x224[,...]);\n"
     "                           default: the profile's opt shape\n"
     "  --output-dir DIR         write each output as DIR/<name>.npy (characters other than\n"
-    "                           A-Z a-z 0-9 . _ - in names become '_'; DIR is created)\n"
+    "                           A-Z a-z 0-9 . _ - in names become '_', names that would\n"
+    "                           collide get '_<index>'; DIR is created; existing files\n"
+    "                           that are not regular files are never replaced)\n"
     "  --seed S                 seed of the random inputs (default 0)\n"
     "  --threads N              threads (0 = one per core; default: the engine's setting)\n"
     "  --memory-limit MIB       fail (before allocating) if the run needs more than MIB MiB\n"
@@ -968,27 +1004,55 @@ static const char run_help[] =
     "                           error (over elements with |ref| >= 1e-3 max|ref|) of ENGINE\n"
     "                           against it (e.g. for an fp16/bf16 CUDA engine)\n"
     "  -q, --quiet              print only errors\n"
-    "  -h, --help               show this help\n";
+    "  -h, --help               show this help\n"
+    "\n"
+    "Environment:\n"
+    "  KILN_DEBUG_ARENA=1       check the memory plan while running (slower): poison every\n"
+    "                           activation region before a layer is handed it, and fail\n"
+    "                           (exit 1) naming the layer, the tensor and the layer that\n"
+    "                           overwrote it if a layer reads bytes that are no longer its\n"
+    "                           input's, writes over an input it reads, or leaves part of a\n"
+    "                           float output unwritten (kiln_context_set_debug_arena;\n"
+    "                           docs/memory.md)\n";
 
+/* Creates folder `path` and its parents. false with errno set (ENOTDIR when
+ * something other than a folder is in the way). */
 static bool make_dirs(const char *path) {
+    if (!*path) {
+        errno = ENOENT;
+        return false;
+    }
     char *p = strdup(path);
     if (!p) return false;
     for (char *q = p + 1; *q; q++) {
         if (*q != '/') continue;
         *q = '\0';
         if (mkdir(p, 0777) != 0 && errno != EEXIST) {
+            int err = errno;
             free(p);
+            errno = err;
             return false;
         }
         *q = '/';
     }
     bool ok = mkdir(p, 0777) == 0 || errno == EEXIST;
+    int err = errno;
     free(p);
     struct stat sb;
-    return ok && stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+    if (!ok) {
+        errno = err;
+        return false;
+    }
+    if (stat(path, &sb) != 0) return false;
+    if (!S_ISDIR(sb.st_mode)) {
+        errno = ENOTDIR;
+        return false;
+    }
+    return true;
 }
 
-/* Output file name: unsafe characters become '_'; never empty, never hidden. */
+/* Output file name: unsafe characters become '_'; never empty, never hidden;
+ * at most cap - 1 bytes. */
 static void sanitize(const char *name, char *out, size_t cap) {
     size_t n = 0;
     if (name[0] == '.' || name[0] == '\0') out[n++] = '_';
@@ -997,6 +1061,56 @@ static void sanitize(const char *name, char *out, size_t cap) {
         out[n++] = (isalnum(ch) || ch == '.' || ch == '_' || ch == '-') ? (char)ch : '_';
     }
     out[n] = '\0';
+}
+
+/* Longest output file name before ".npy": within the 255-byte limit of a name. */
+#define OUT_NAME_MAX 250
+
+static bool name_in(char *const *names, int n, const char *name) {
+    for (int i = 0; i < n; i++)
+        if (names[i] && strcmp(names[i], name) == 0) return true;
+    return false;
+}
+
+/* --output-dir file names (without ".npy") of the engine's n_out outputs
+ * (malloc'ed, NULL on out of memory): sanitized, and unique against every
+ * other output's. The first output whose name sanitizes to a given name
+ * keeps it; a later one gets "_<index>" (then "_<index>_<n>") added, chosen
+ * so that it is no other output's name either. */
+static char **output_file_names(const kiln_engine *e, int n_out) {
+    char **base = calloc((size_t)n_out + 1, sizeof *base), **fin = calloc((size_t)n_out + 1, sizeof *fin);
+    bool ok = base && fin;
+    for (int k = 0; k < n_out && ok; k++) {
+        kiln_io_info info;
+        char buf[OUT_NAME_MAX + 1];
+        sanitize(kiln_engine_output_info(e, k, &info) == KILN_OK ? info.name : "", buf, sizeof buf);
+        ok = (base[k] = strdup(buf)) != NULL;
+    }
+    for (int k = 0; k < n_out && ok; k++) {
+        if (!name_in(base, k, base[k])) { /* the first with this name */
+            ok = (fin[k] = strdup(base[k])) != NULL;
+            continue;
+        }
+        char cand[OUT_NAME_MAX + 64];
+        for (int m = 0;; m++) {
+            char suffix[48];
+            if (m) snprintf(suffix, sizeof suffix, "_%d_%d", k, m);
+            else snprintf(suffix, sizeof suffix, "_%d", k);
+            int keep = (int)strlen(base[k]);
+            if (keep + strlen(suffix) > OUT_NAME_MAX) keep = OUT_NAME_MAX - (int)strlen(suffix);
+            snprintf(cand, sizeof cand, "%.*s%s", keep, base[k], suffix);
+            if (!name_in(base, n_out, cand) && !name_in(fin, k, cand)) break;
+        }
+        ok = (fin[k] = strdup(cand)) != NULL;
+    }
+    for (int k = 0; k < n_out && base; k++) free(base[k]);
+    free(base);
+    if (!ok && fin) {
+        for (int k = 0; k < n_out; k++) free(fin[k]);
+        free(fin);
+        fin = NULL;
+    }
+    return fin;
 }
 
 static void print_output(const char *name, kiln_dtype dt, int rank, const int64_t *dims, const void *data,
@@ -1034,12 +1148,90 @@ static void print_output(const char *name, kiln_dtype dt, int rank, const int64_
     printf("\n");
 }
 
+int reference_engine(const kiln_model *m, const char *model_path, const bound_input *bufs, int n_in,
+                     bool optimize, const char *what, kiln_engine **ref, kiln_context **rc) {
+    kiln_builder *b = NULL;
+    *ref = NULL;
+    *rc = NULL;
+    int ret = EXIT_FAIL;
+    kiln_status st = kiln_builder_create(&b);
+    if (st != KILN_OK) {
+        fail_kiln(st, "%s: cannot create a builder", what);
+        goto done;
+    }
+    if (!optimize && (st = kiln_builder_set_optimization(b, 0)) != KILN_OK) {
+        fail_kiln(st, "%s: optimization level", what);
+        goto done;
+    }
+    for (int k = 0; k < n_in; k++) {
+        const bound_input *bi = &bufs[k];
+        if ((st = kiln_builder_set_profile(b, bi->info.name, bi->rank, bi->dims, bi->dims, bi->dims)) !=
+            KILN_OK) {
+            fail_kiln(st, "%s: input '%s'", what, bi->info.name);
+            goto done;
+        }
+    }
+    if ((st = kiln_build(b, m, ref)) != KILN_OK) {
+        fail_kiln(st, "%s: building the fp32 CPU reference of '%s'", what, model_path);
+        goto done;
+    }
+    if ((st = kiln_context_create(*ref, rc)) != KILN_OK) {
+        fail_kiln(st, "%s: cannot create a context", what);
+        goto done;
+    }
+    for (int k = 0; k < n_in; k++) {
+        const bound_input *bi = &bufs[k];
+        if ((st = kiln_context_set_input(*rc, bi->info.name, bi->dtype, bi->rank, bi->dims, bi->data)) != KILN_OK) {
+            fail_kiln(st, "%s: input '%s' of the reference", what, bi->info.name);
+            goto done;
+        }
+    }
+    ret = EXIT_OK;
+done:
+    kiln_builder_free(b);
+    if (ret != EXIT_OK) {
+        kiln_context_free(*rc);
+        kiln_engine_free(*ref);
+        *rc = NULL;
+        *ref = NULL;
+    }
+    return ret;
+}
+
+void tensor_diff_compute(kiln_dtype dt, const void *a, kiln_dtype rdt, const void *r, int64_t n, tensor_diff *d) {
+    memset(d, 0, sizeof *d);
+    d->n = n;
+    d->is_float = dtype_is_float(dt) && dtype_is_float(rdt);
+    if (!d->is_float) {
+        for (int64_t i = 0; i < n; i++) d->differ += load_f64(dt, a, i) != load_f64(rdt, r, i);
+        return;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        double x = fabs(load_f64(rdt, r, i));
+        if (isfinite(x) && x > d->max_ref) d->max_ref = x;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        double x = load_f64(dt, a, i), y = load_f64(rdt, r, i);
+        if (!isfinite(x) || !isfinite(y)) {
+            d->nonfinite += (isfinite(x) != isfinite(y)) || (isnan(x) != isnan(y)) || (x != y && !isnan(x));
+            continue;
+        }
+        double e = fabs(x - y);
+        if (e > d->max_abs) {
+            d->max_abs = e;
+            d->at = i;
+        }
+        if (fabs(y) >= 1e-3 * d->max_ref && fabs(y) > 0 && e / fabs(y) > d->max_rel) d->max_rel = e / fabs(y);
+    }
+}
+
+double tensor_diff_norm(const tensor_diff *d) { return d->max_ref > 0 ? d->max_abs / d->max_ref : d->max_abs; }
+
 /* kiln run --compare: the fp32 CPU plan of `model_path` on the inputs bound
  * in bufs, against the outputs of context c. */
 static int run_compare(const char *model_path, const kiln_engine *e, kiln_context *c,
                        const bound_input *bufs, int n_in) {
     kiln_model *m = NULL;
-    kiln_builder *b = NULL;
     kiln_engine *ref = NULL;
     kiln_context *rc = NULL;
     int ret = EXIT_FAIL;
@@ -1048,34 +1240,7 @@ static int run_compare(const char *model_path, const kiln_engine *e, kiln_contex
         fail_load(st, "model", model_path);
         goto done;
     }
-    if ((st = kiln_builder_create(&b)) != KILN_OK) {
-        fail_kiln(st, "--compare: cannot create a builder");
-        goto done;
-    }
-    for (int k = 0; k < n_in; k++) {
-        const bound_input *bi = &bufs[k];
-        if ((st = kiln_builder_set_profile(b, bi->info.name, bi->rank, bi->dims, bi->dims, bi->dims)) !=
-            KILN_OK) {
-            fail_kiln(st, "--compare: input '%s'", bi->info.name);
-            goto done;
-        }
-    }
-    if ((st = kiln_build(b, m, &ref)) != KILN_OK) {
-        fail_kiln(st, "--compare: building the fp32 CPU reference of '%s'", model_path);
-        goto done;
-    }
-    if ((st = kiln_context_create(ref, &rc)) != KILN_OK) {
-        fail_kiln(st, "--compare: cannot create a context");
-        goto done;
-    }
-    for (int k = 0; k < n_in; k++) {
-        const bound_input *bi = &bufs[k];
-        if ((st = kiln_context_set_input(rc, bi->info.name, bi->dtype, bi->rank, bi->dims,
-                                         bi->data)) != KILN_OK) {
-            fail_kiln(st, "--compare: input '%s' of the reference", bi->info.name);
-            goto done;
-        }
-    }
+    if (reference_engine(m, model_path, bufs, n_in, true, "--compare", &ref, &rc) != EXIT_OK) goto done;
     if ((st = kiln_context_run(rc)) != KILN_OK) {
         fail_kiln(st, "--compare: the reference run failed");
         goto done;
@@ -1107,38 +1272,21 @@ static int run_compare(const char *model_path, const kiln_engine *e, kiln_contex
             fail("--compare: output '%s' has another shape in the reference", info.name);
             goto done;
         }
-        if (!dtype_is_float(dt) || !dtype_is_float(rdt)) {
-            int64_t diff = 0;
-            for (int64_t i = 0; i < n; i++) diff += load_f64(dt, data, i) != load_f64(rdt, rdata, i);
-            printf("  %s: %lld of %lld elements differ\n", info.name, (long long)diff, (long long)n);
+        tensor_diff d;
+        tensor_diff_compute(dt, data, rdt, rdata, n, &d);
+        if (!d.is_float) {
+            printf("  %s: %lld of %lld elements differ\n", info.name, (long long)d.differ, (long long)n);
             continue;
         }
-        double max_ref = 0, max_abs = 0, max_rel = 0;
-        int64_t nonfinite = 0;
-        for (int64_t i = 0; i < n; i++) {
-            double r = fabs(load_f64(rdt, rdata, i));
-            if (isfinite(r) && r > max_ref) max_ref = r;
-        }
-        for (int64_t i = 0; i < n; i++) {
-            double a = load_f64(dt, data, i), r = load_f64(rdt, rdata, i);
-            if (!isfinite(a) || !isfinite(r)) {
-                nonfinite += (isfinite(a) != isfinite(r)) || (isnan(a) != isnan(r)) || (a != r && !isnan(a));
-                continue;
-            }
-            double d = fabs(a - r);
-            if (d > max_abs) max_abs = d;
-            if (fabs(r) >= 1e-3 * max_ref && fabs(r) > 0 && d / fabs(r) > max_rel) max_rel = d / fabs(r);
-        }
         printf("  %s: max abs err %.3g, max abs err / max|ref| %.3g, max rel err %.3g", info.name,
-               max_abs, max_ref > 0 ? max_abs / max_ref : max_abs, max_rel);
-        if (nonfinite) printf(", %lld non-finite mismatches", (long long)nonfinite);
+               d.max_abs, tensor_diff_norm(&d), d.max_rel);
+        if (d.nonfinite) printf(", %lld non-finite mismatches", (long long)d.nonfinite);
         printf("\n");
     }
     ret = EXIT_OK;
 done:
     kiln_context_free(rc);
     kiln_engine_free(ref);
-    kiln_builder_free(b);
     kiln_model_free(m);
     return ret;
 }
@@ -1148,21 +1296,22 @@ static int cmd_run(int argc, char **argv) {
         {"--input", "-i", true}, {"--output-dir", NULL, true}, {"--shapes", NULL, true},
         {"--seed", NULL, true},  {"--threads", NULL, true},    {"--print", NULL, false},
         {"--help", "-h", false}, {"--quiet", "-q", false},  {"--memory-limit", NULL, true},
-        {"--compare", NULL, true},
+        {"--compare", NULL, true}, {"--random-inputs", NULL, false},
     };
     enum { O_INPUT, O_OUTDIR, O_SHAPES, O_SEED, O_THREADS, O_PRINT, O_HELP, O_QUIET, O_MEMLIMIT,
-           O_COMPARE };
+           O_COMPARE, O_RANDOM };
     argscan s = {argc, argv, 0, "run", false};
     const char *engine_path = NULL, *outdir = NULL, *compare = NULL, *val;
     input_files files = {0};
     shape_list shapes = {0};
     int64_t seed = 0, threads = -1;
     double mem_limit = 0;
-    bool print_all = false, quiet = false;
+    bool print_all = false, quiet = false, random_inputs = false;
     int rc = EXIT_USAGE, id;
     kiln_engine *e = NULL;
     kiln_context *c = NULL;
     bound_input *bufs = NULL;
+    char **fnames = NULL;
     int n_in = 0;
 
     while ((id = scan_next(&s, defs, (int)(sizeof defs / sizeof defs[0]), &val)) != SCAN_END) {
@@ -1177,16 +1326,16 @@ static int cmd_run(int argc, char **argv) {
             break;
         case O_HELP: fputs(run_help, stdout); rc = EXIT_OK; goto done;
         case O_INPUT:
-            if (!*val || (strchr(val, '=') && !strchr(val, '=')[1])) {
-                usage_error("run", "--input: expected NAME=FILE.npy, got '%s'", val);
-                goto done;
-            }
-            if (!input_files_add(&files, val)) {
-                rc = fail("out of memory");
-                goto done;
-            }
+            if ((rc = input_arg("run", val, &files)) != EXIT_OK) goto done;
+            rc = EXIT_USAGE;
             break;
-        case O_OUTDIR: outdir = val; break;
+        case O_OUTDIR:
+            if (!*val) {
+                usage_error("run", "--output-dir: empty folder name");
+                goto done;
+            }
+            outdir = val;
+            break;
         case O_SHAPES: if (!shapes_parse("run", "--shapes", val, &shapes)) goto done; break;
         case O_SEED: if (!opt_int("run", "--seed", val, 0, INT64_MAX, &seed)) goto done; break;
         case O_THREADS: if (!opt_int("run", "--threads", val, 0, 4096, &threads)) goto done; break;
@@ -1199,6 +1348,7 @@ static int cmd_run(int argc, char **argv) {
         case O_PRINT: print_all = true; break;
         case O_QUIET: quiet = true; break;
         case O_COMPARE: compare = val; break;
+        case O_RANDOM: random_inputs = true; break;
         default: goto done;
         }
     }
@@ -1234,7 +1384,7 @@ static int cmd_run(int argc, char **argv) {
         fail("out of memory");
         goto done;
     }
-    if (bind_inputs(e, c, &files, &shapes, (uint64_t)seed, bufs, quiet) != EXIT_OK) goto done;
+    if (bind_inputs(e, c, &files, &shapes, (uint64_t)seed, random_inputs, bufs, quiet) != EXIT_OK) goto done;
     t0 = now_s();
     st = kiln_context_run(c);
     double t_run = now_s() - t0;
@@ -1243,12 +1393,11 @@ static int cmd_run(int argc, char **argv) {
         goto done;
     }
     if (outdir && !make_dirs(outdir)) {
-        fail("--output-dir: cannot create '%s': %s", outdir, strerror(errno));
+        fail("--output-dir: cannot create folder '%s': %s", outdir, strerror(errno));
         goto done;
     }
     int n_out = kiln_engine_num_outputs(e);
-    char **used = calloc((size_t)(n_out > 0 ? n_out : 1), sizeof *used);
-    if (!used) {
+    if (outdir && !(fnames = output_file_names(e, n_out))) {
         fail("out of memory");
         goto done;
     }
@@ -1266,21 +1415,15 @@ static int cmd_run(int argc, char **argv) {
         }
         if (!quiet) print_output(info.name, dt, rank, dims, data, print_all);
         if (!outdir) continue;
-        char fname[512];
-        sanitize(info.name, fname, sizeof fname - 16);
-        for (int j = 0; j < k; j++) /* two names that sanitize alike: add the index */
-            if (used[j] && strcmp(used[j], fname) == 0) {
-                snprintf(fname + strlen(fname), 16, "_%d", k);
-                break;
-            }
-        used[k] = strdup(fname);
+        const char *fname = fnames[k];
         size_t plen = strlen(outdir) + strlen(fname) + 8;
         char *path = malloc(plen);
         if (!path) {
             orc = fail("out of memory");
             break;
         }
-        snprintf(path, plen, "%s/%s.npy", outdir, fname);
+        size_t dlen = strlen(outdir);
+        snprintf(path, plen, "%s%s%s.npy", outdir, dlen && outdir[dlen - 1] == '/' ? "" : "/", fname);
         char err[1024];
         int wrc;
         if (dt == KILN_DTYPE_BFLOAT16) { /* .npy has no bfloat16: widen to float32 */
@@ -1303,13 +1446,14 @@ static int cmd_run(int argc, char **argv) {
         else if (!quiet) printf("  -> %s\n", path);
         free(path);
     }
-    for (int k = 0; k < n_out; k++) free(used[k]);
-    free(used);
     if (orc != EXIT_OK) goto done;
     if (!quiet) printf("time: load %.3f s, run %.3f ms\n", t_load, t_run * 1e3);
     if (compare && run_compare(compare, e, c, bufs, n_in) != EXIT_OK) goto done;
     rc = EXIT_OK;
 done:
+    if (fnames)
+        for (int k = 0; k < kiln_engine_num_outputs(e); k++) free(fnames[k]);
+    free(fnames);
     kiln_context_free(c);
     free_inputs(bufs, n_in);
     kiln_engine_free(e);
@@ -1332,6 +1476,11 @@ static const char inspect_help[] =
     "nchw, nhwc, nhwc-bf16 or the blocked nchw16c). CPU convolution tactics: own,\n"
     "dnnl, dnnl-blocked (oneDNN), wino, wino2 (Winograd), direct (kiln's direct\n"
     "convolution; its time is the layer's median inside the engine at build).\n"
+    "A layer whose name does not list the ONNX nodes it came from says so\n"
+    "(\"sources 'a', 'b'\", or \"(added by kiln)\" for a Cast or layout conversion\n"
+    "kiln made); --json gives every layer's \"sources\".\n"
+    "An engine with user metadata (kiln_engine_metadata) lists it last: each key\n"
+    "with its value (the first 160 bytes; all of it with --json).\n"
     "\n"
     "Options:\n"
     "  --json       print JSON\n"
@@ -1599,7 +1748,7 @@ static int cmd_bench(int argc, char **argv) {
         fail("out of memory");
         goto done;
     }
-    if (bind_inputs(e, c, &files, &shapes, (uint64_t)seed, bufs, json) != EXIT_OK) goto done;
+    if (bind_inputs(e, c, &files, &shapes, (uint64_t)seed, true, bufs, json) != EXIT_OK) goto done;
     br.flush_bytes = (size_t)flush_mb << 20;
     if (br.flush_bytes && !(br.flush = calloc(br.flush_bytes, 1))) {
         fail("--flush-mb: out of memory for %" PRId64 " MiB", flush_mb);
@@ -1691,6 +1840,8 @@ static const char main_help[] =
     "  run ENGINE.kiln                   run once on .npy or random inputs, save outputs\n"
     "  inspect ENGINE.kiln [--json]      describe an engine\n"
     "  bench ENGINE.kiln                 measure latency and throughput\n"
+    "  debug compare MODEL.onnx          find the first layer whose output is wrong\n"
+    "  debug passes                      list the optimizer passes (--disable-pass NAME)\n"
     "  version                           print kiln's version\n"
     "  help [COMMAND]                    show help\n"
     "\n"
@@ -1725,6 +1876,7 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "run") == 0) return cmd_run(sub_argc, sub_argv);
     if (strcmp(cmd, "inspect") == 0) return cmd_inspect(sub_argc, sub_argv);
     if (strcmp(cmd, "bench") == 0) return cmd_bench(sub_argc, sub_argv);
+    if (strcmp(cmd, "debug") == 0) return cmd_debug(sub_argc, sub_argv);
     if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) return cmd_version(sub_argc, sub_argv);
     if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {
         if (sub_argc == 0) {
@@ -1738,6 +1890,7 @@ int main(int argc, char **argv) {
         if (strcmp(c, "run") == 0) return cmd_run(1, hv);
         if (strcmp(c, "inspect") == 0) return cmd_inspect(1, hv);
         if (strcmp(c, "bench") == 0) return cmd_bench(1, hv);
+        if (strcmp(c, "debug") == 0) return cmd_debug(1, hv);
         if (strcmp(c, "version") == 0) return cmd_version(1, hv);
         return usage_error(NULL, "unknown command '%s'", c);
     }

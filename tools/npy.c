@@ -557,6 +557,15 @@ static int write_all(int fd, const void *p, size_t n) {
     return 0;
 }
 
+static const char *file_kind(mode_t m) {
+    if (S_ISDIR(m)) return "a directory";
+    if (S_ISCHR(m)) return "a character device";
+    if (S_ISBLK(m)) return "a block device";
+    if (S_ISFIFO(m)) return "a FIFO (named pipe)";
+    if (S_ISSOCK(m)) return "a socket";
+    return "not a regular file";
+}
+
 int npy_write(const char *path, kiln_dtype dtype, int rank, const int64_t *dims, const void *data,
               char *err, size_t errlen) {
     char hdr[NPY_HEADER_CAP];
@@ -565,15 +574,26 @@ int npy_write(const char *path, kiln_dtype dtype, int rank, const int64_t *dims,
     if (build_header(dtype, rank, dims, hdr, sizeof hdr, &hlen, &nbytes, msg, sizeof msg))
         return fail(err, errlen, "%s: %s", path, msg);
     if (nbytes && !data) return fail(err, errlen, "%s: NULL data", path);
-    size_t plen = strlen(path);
-    char *tmp = malloc(plen + 64);
+    struct stat st;
+    /* never replace a device, FIFO, socket or folder with a file */
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
+        return fail(err, errlen, "%s: exists and is %s; only regular files are replaced", path,
+                    file_kind(st.st_mode));
+    /* "<folder>/.npy-<16 hex>.tmp": short, so that names near the file
+     * system's 255-byte limit work; in the same folder, so that the rename
+     * is atomic */
+    const char *slash = strrchr(path, '/');
+    size_t dlen = slash ? (size_t)(slash - path) + 1 : 0;
+    char *tmp = malloc(dlen + 32);
     if (!tmp) return fail(err, errlen, "%s: out of memory", path);
+    memcpy(tmp, path, dlen);
     int fd = -1;
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t r = (uint64_t)getpid() << 40 ^ (uint64_t)ts.tv_nsec << 8 ^ (uint64_t)ts.tv_sec;
     for (int attempt = 0; attempt < 100 && fd < 0; attempt++) {
-        snprintf(tmp, plen + 64, "%s.tmp.%ld.%lx.%d", path, (long)getpid(),
-                 (unsigned long)ts.tv_nsec, attempt);
+        r = r * 6364136223846793005ull + 1442695040888963407ull; /* a new name each attempt */
+        snprintf(tmp + dlen, 32, ".npy-%016llx.tmp", (unsigned long long)r);
         fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
         if (fd < 0 && errno != EEXIST) break;
     }
@@ -604,6 +624,14 @@ int npy_write(const char *path, kiln_dtype dtype, int rank, const int64_t *dims,
     if (close(fd) != 0 && rc == 0) {
         rc = -1;
         e = errno;
+    }
+    /* again just before the rename, which would replace what was made at
+     * the path meanwhile */
+    if (rc == 0 && stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+        unlink(tmp);
+        free(tmp);
+        return fail(err, errlen, "%s: exists and is %s; only regular files are replaced", path,
+                    file_kind(st.st_mode));
     }
     if (rc == 0 && rename(tmp, path) != 0) {
         rc = -1;

@@ -40,7 +40,9 @@ int npy_read(const char *path, npy_array *out, char *err, size_t errlen);
  * into a new malloc'ed buffer (*data, *size), which the caller frees with free(). */
 int npy_encode(kiln_dtype dtype, int rank, const int64_t *dims, const void *data, void **out,
                size_t *out_size, char *err, size_t errlen);
-/* Writes an array to `path` atomically: a temporary file in the same folder, then rename. */
+/* Writes an array to `path` atomically: a temporary file with a short name in the
+ * same folder, then rename. Refuses a path that exists and is not a regular file
+ * (a device, FIFO, socket or folder is never replaced). */
 int npy_write(const char *path, kiln_dtype dtype, int rank, const int64_t *dims, const void *data,
               char *err, size_t errlen);
 /* Releases a->data and zeroes *a. Accepts NULL. */

@@ -5,7 +5,7 @@
         min_shape=(1, 784), opt_shape=(8, 784), max_shape=(64, 784))])
     trt_like = kiln.EngineModule(engine)      # a torch.nn.Module running the engine
     y = trt_like(torch.randn(8, 784))
-    kiln.save(trt_like, "mlp.kiln")           # runnable with `kiln run mlp.kiln`
+    kiln.save(trt_like, "mlp.kiln")           # runnable with `kiln run mlp.kiln --random-inputs`
 
 A ctypes binding of libkiln (include/kiln.h): no compiled extension. libkiln is found
 through $KILN_LIBRARY, next to this package, or under the install prefix (see

@@ -1,20 +1,32 @@
 """kiln.convert_method_to_engine: a method of a torch.nn.Module -> ONNX -> kiln engine."""
 
 import ast
+import contextlib
 import ctypes
+import difflib
+import inspect
+import json
 import os
 import re
 import tempfile
+import warnings
 from pathlib import Path
 
 import torch
 
-from . import _compat, _export, _lib
+from . import _compat, _export, _files, _lib
 from ._lib import KilnError, Status, check, lib
 
 _PRECISIONS = {"fp32": 0, "tf32": 1, "fp16": 2, "bf16": 3}
 _TORCH_PRECISIONS = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
+_PRECISION_ORDER = ("fp16", "bf16", "tf32", "fp32")  # the most reduced first
 BUILD_OPTIONS = ("threads", "workspace", "timing_cache")
+# Engine metadata key of the spec (EngineBytes.spec): what EngineModule needs to give
+# back the method's output structure, inside the engine file.
+SPEC_KEY = "python.spec"
+# Torch-TensorRT's ir= values, as kiln exporters (None: exporter= decides)
+_IR = {"default": None, "ts": "torchscript", "torchscript": "torchscript",
+       "dynamo": "dynamo", "exported_program": "dynamo"}
 
 
 class UnsupportedOperatorError(KilnError):
@@ -28,19 +40,95 @@ class UnsupportedOperatorError(KilnError):
 
 class EngineBytes(bytes):
     """The serialized engine (the bytes of a .kiln file), plus ``spec``: what the Python
-    side knows about the method it came from (input names, output structure)."""
+    side knows about the method it came from (input names, output structure). The bytes
+    hold the spec too, as the engine's metadata 'python.spec'."""
 
     spec = None
+    _spec_json = None  # the spec the bytes hold (spec_json form)
 
 
-def parse_precision(precision):
+def spec_json(spec):
+    """The spec as the engine's metadata holds it."""
+    return json.dumps(spec, separators=(",", ":"))
+
+
+def parse_precision(precision, what="precision"):
     if isinstance(precision, torch.dtype):
         if precision not in _TORCH_PRECISIONS:
-            raise ValueError(f"precision must be 'fp32', 'tf32', 'fp16' or 'bf16'; got {precision}")
+            raise ValueError(f"{what} must be 'fp32', 'tf32', 'fp16' or 'bf16'; got {precision}")
         precision = _TORCH_PRECISIONS[precision]
-    if precision not in _PRECISIONS:
-        raise ValueError(f"precision must be 'fp32', 'tf32', 'fp16' or 'bf16'; got {precision!r}")
+    if not isinstance(precision, str) or precision not in _PRECISIONS:
+        raise ValueError(f"{what} must be 'fp32', 'tf32', 'fp16' or 'bf16'; got {precision!r}")
     return precision
+
+
+def parse_precisions(precision, enabled_precisions):
+    """(the precision to build, the ones to fall back to) from kiln's precision= (one
+    precision, always respected) or Torch-TensorRT's enabled_precisions= (a set of the
+    precisions the engine may use: kiln builds the most reduced one, fp16/bf16 before
+    tf32 before fp32, and falls back to the next when the device cannot build it)."""
+    if enabled_precisions is None:
+        return parse_precision("fp32" if precision is None else precision), ()
+    if precision is not None:
+        raise ValueError("give precision= or enabled_precisions= (Torch-TensorRT's name), "
+                         "not both")
+    items = enabled_precisions
+    if isinstance(items, (str, torch.dtype)):
+        items = {items}
+    if not isinstance(items, (set, frozenset, list, tuple)) or not items:
+        raise TypeError(f"enabled_precisions must be a set of precisions, e.g. {{torch.half}} "
+                        f"or {{'fp32', 'fp16'}}; got {enabled_precisions!r}")
+    got = {parse_precision(p, "each of enabled_precisions") for p in items}
+    if {"fp16", "bf16"} <= got:
+        raise ValueError("enabled_precisions holds both fp16 and bf16; a kiln engine computes "
+                         "in one reduced precision: keep one of them")
+    order = [p for p in _PRECISION_ORDER if p in got]
+    return order[0], tuple(order[1:])
+
+
+def map_ir(ir, exporter):
+    """exporter= from Torch-TensorRT's ir= (None: exporter as given)."""
+    if ir is None:
+        return exporter
+    if not isinstance(ir, str) or ir not in _IR:
+        raise ValueError(
+            f"ir={ir!r} is not supported: kiln exports the method to ONNX ahead of time; "
+            f"kiln's option is exporter= ('auto', 'torchscript' or 'dynamo'), and ir='default', "
+            f"'ts' / 'torchscript' and 'dynamo' / 'exported_program' map to it")
+    mapped = _IR[ir]
+    if mapped is None:
+        return exporter
+    if exporter != "auto" and exporter != mapped:
+        raise ValueError(f"ir={ir!r} means exporter='{mapped}', but exporter={exporter!r} "
+                         f"was given")
+    return mapped
+
+
+def check_output_format(output_format, where):
+    """Torch-TensorRT's output_format=: kiln writes kiln engines only."""
+    if output_format is None or output_format == "kiln":
+        return
+    raise ValueError(
+        f"output_format={output_format!r} is not supported: {where} makes kiln engines "
+        f"(output_format='kiln'); kiln.save(engine, path) writes the .kiln file, and an "
+        f"EngineModule goes into torch.save / state_dict like any module")
+
+
+def convert_options():
+    """Every option of convert_method_to_engine (its keyword parameters and the build
+    options), for the unknown-option message."""
+    sig = inspect.signature(convert_method_to_engine)
+    return [n for n, p in sig.parameters.items()
+            if n != "module" and p.kind != p.VAR_KEYWORD] + list(BUILD_OPTIONS)
+
+
+def check_options(opts, fn_label, names):
+    """TypeError for the first key of opts not in names, listing every option."""
+    for k in opts:
+        if k not in names:
+            close = difflib.get_close_matches(k, names, n=1)
+            hint = f" (did you mean '{close[0]}'?)" if close else ""
+            raise TypeError(f"unknown option '{k}'{hint}; {fn_label} takes: {', '.join(names)}")
 
 
 def parse_device(device):
@@ -54,15 +142,6 @@ def parse_device(device):
     if d.type == "cuda":
         return 1, d.index or 0
     raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:N'; got {device!r}")
-
-
-def _check_build_options(opts):
-    for k in opts:
-        if k not in BUILD_OPTIONS:
-            raise TypeError(
-                f"unknown build option '{k}'; build options are: {', '.join(BUILD_OPTIONS)} "
-                f"(and device, precision)"
-            )
 
 
 # ---- unsupported operators -----------------------------------------------------------
@@ -161,9 +240,155 @@ def _unsupported_operator_error(onnx_path, module, label):
     return UnsupportedOperatorError("\n".join(lines), bad)
 
 
+# ---- operators the exporter cannot export --------------------------------------------
+
+_EXPORT_UNSUPPORTED = (
+    # torch.onnx.export's TorchScript exporter (torch 1.13 .. 2.x)
+    re.compile(r"Exporting the operator '?([\w.:]+?)'? to ONNX opset version \d+ is not "
+               r"supported"),
+    re.compile(r"Unsupported: ONNX export of operator ([\w.:]+)"),
+    # the dynamo exporter (torch >= 2.5)
+    re.compile(r"No ONNX function found for <?(?:OpOverload\(op=')?([\w.:]+)"),
+)
+
+
+def _aten_name(raw):
+    """'aten::i0' from 'aten::i0', 'aten.i0' or 'aten.i0.default'."""
+    if "::" in raw:
+        return raw
+    parts = raw.split(".")
+    return f"{parts[0]}::{parts[1]}" if len(parts) >= 2 else raw
+
+
+def _exporter_ops(exc):
+    """The operators an exporter's exception (or one it was raised from) says it cannot
+    export, in order."""
+    ops, seen = [], set()
+    e = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        for pat in _EXPORT_UNSUPPORTED:
+            for m in pat.finditer(str(e)):
+                name = _aten_name(m.group(1))
+                if name not in ops:
+                    ops.append(name)
+        e = e.__cause__ or e.__context__
+    return ops
+
+
+def _locate_ops(module, run, ops):
+    """{op: [module paths]}: the submodules whose forward was running when `run()` (one
+    eager call of the method) called each op, found with forward hooks and torch's
+    dispatch and function modes (aten names at dispatch, 'fft_rfft'-style names at the
+    function level). Best effort: [] where nothing is found (the method's own code, or
+    ScriptModules, whose submodules take no hooks)."""
+    found = {op: [] for op in ops}
+    short = {op.split("::", 1)[1]: op for op in ops if op.startswith("aten::")}
+    stack, handles = [], []
+
+    def hit(op):
+        path = stack[-1] if stack else ""
+        if path and path not in found[op]:
+            found[op].append(path)
+
+    def enter(name):
+        def pre_hook(mod, inp):  # returns None: the input stays as it is
+            stack.append(name)
+        return pre_hook
+
+    def leave(mod, inp, out):  # returns None: the output stays as it is
+        if stack:
+            stack.pop()
+
+    for name, m in module.named_modules():
+        if not name:
+            continue
+        try:
+            handles.append(m.register_forward_pre_hook(enter(name)))
+            handles.append(m.register_forward_hook(leave))
+        except RuntimeError:  # ScriptModules
+            pass
+    modes = []
+    try:
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        class _Dispatch(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                name = getattr(getattr(func, "_schema", None), "name", None)
+                if name in found:
+                    hit(name)
+                return func(*args, **(kwargs or {}))
+
+        modes.append(_Dispatch())
+    except Exception:  # noqa: BLE001 (an older or newer torch without it)
+        pass
+    try:
+        from torch.overrides import TorchFunctionMode
+
+        class _Function(TorchFunctionMode):
+            def __torch_function__(self, func, types, args=(), kwargs=None):
+                op = short.get(getattr(func, "__name__", None))
+                if op is not None:
+                    hit(op)
+                return func(*args, **(kwargs or {}))
+
+        modes.append(_Function())
+    except Exception:  # noqa: BLE001
+        pass
+    try:
+        with contextlib.ExitStack() as ctx:
+            for m in modes:
+                ctx.enter_context(m)
+            run()
+    except Exception:  # noqa: BLE001 (locating is best effort; the export error stands)
+        pass
+    finally:
+        for h in handles:
+            h.remove()
+    return found
+
+
+def _drop_tracebacks(exc):
+    """Clears the tracebacks of exc and the exceptions it chains. The exporter's frames
+    hold its TorchScript graphs; on torch 1.13, two failed exports whose frames stay alive
+    (a kiln error chaining them, kept by the caller or by pytest) make every later export
+    in the process fail ("Unable to cast from non-held to held instance"). The messages
+    stay."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        exc.__traceback__ = None
+        exc = exc.__cause__ or exc.__context__
+
+
+def _exporter_error(exc, module, run, label, which, opset):
+    """kiln.UnsupportedOperatorError for an exporter's "cannot export operator X", naming
+    each operator and the submodules that call it; None for other exporter errors."""
+    ops = _exporter_ops(exc)
+    if not ops:
+        return None
+    where = _locate_ops(module, run, ops)
+    mods = dict(module.named_modules())
+    opset = opset or (17 if which == "torchscript" else 18)
+    n = len(ops)
+    lines = [f"the {which} exporter (torch.onnx.export, opset {opset}) cannot export {n} "
+             f"operator{'s' if n > 1 else ''} used by {label}, so kiln never saw the model:"]
+    for op in ops:
+        paths = where[op]
+        shown = ", ".join(f"module {p} ({_export.module_name(mods[p])})" if p in mods
+                          else f"module {p}" for p in paths[:5])
+        more = f" and {len(paths) - 5} more" if len(paths) > 5 else ""
+        lines.append(f"  {op}" + (f" in {shown}{more}" if paths else ""))
+    other = ("exporter='dynamo' (torch >= 2.5 with onnxscript)" if which == "torchscript"
+             else "exporter='torchscript'")
+    lines.append(f"replace it in the model, or try {other} or another opset")
+    return UnsupportedOperatorError(
+        "\n".join(lines), {op: [(None, p) for p in where[op]] for op in ops})
+
+
 # ---- building ------------------------------------------------------------------------
 
-def _build(onnx_path, inputs, device, precision, opts, module, label):
+def _build(onnx_path, inputs, device, precision, opts, module, label, metadata):
     L = lib()
     model = ctypes.c_void_p()
     st = L.kiln_model_load_onnx(os.fsencode(str(onnx_path)), ctypes.byref(model))
@@ -187,6 +412,8 @@ def _build(onnx_path, inputs, device, precision, opts, module, label):
             check(L.kiln_builder_set_workspace(builder, int(opts["workspace"])))
         if opts.get("timing_cache") is not None:
             check(L.kiln_builder_set_timing_cache(builder, os.fsencode(str(opts["timing_cache"]))))
+        for key, value in metadata.items():
+            check(L.kiln_builder_set_metadata(builder, key.encode(), value.encode()))
         for b in inputs:
             if b.spec.is_static:
                 continue
@@ -237,58 +464,116 @@ def _restore_training(flags):
         m.training = t
 
 
+def _build_with_fallback(path, bound, device, precisions, opts, module, label, metadata):
+    """_build at precisions[0]; where the device cannot build that precision
+    (KILN_ERR_UNSUPPORTED naming it) and enabled_precisions allowed others, at the next
+    one, with a warning."""
+    for i, precision in enumerate(precisions):
+        try:
+            return _build(path, bound, device, precision, opts, module, label, metadata)
+        except UnsupportedOperatorError:
+            raise
+        except KilnError as e:
+            if (i + 1 == len(precisions) or e.status != Status.UNSUPPORTED
+                    or f"precision {precision}" not in e.message):
+                raise
+            warnings.warn(f"kiln: {e.message}; building {precisions[i + 1]}, which "
+                          f"enabled_precisions also allows", stacklevel=3)
+    raise AssertionError("unreachable")
+
+
 def convert_method_to_engine(module, method_name="forward", inputs=None, arg_inputs=None,
-                             kwarg_inputs=None, *, device="cpu", precision="fp32",
-                             exporter="auto", opset=None, dynamic_batch=None,
-                             onnx_path=None, **build_options):
+                             kwarg_inputs=None, *, device="cpu", precision=None,
+                             enabled_precisions=None, exporter="auto", ir=None, opset=None,
+                             dynamic_batch=None, onnx_path=None, workspace_size=None,
+                             output_format=None, **build_options):
     """Exports ``module.<method_name>`` to ONNX, builds a kiln engine and returns it
-    serialized (an :class:`EngineBytes`, i.e. bytes with a ``spec`` attribute).
+    serialized (an :class:`EngineBytes`, i.e. bytes with a ``spec`` attribute; the spec is
+    also inside the engine, as metadata 'python.spec').
 
-    inputs / arg_inputs: positional inputs (aliases: give one); kwarg_inputs: keyword
-    inputs. Each is a torch.Tensor (that static shape and dtype; also the example
-    exported with) or a :class:`kiln.Input` (dynamic shapes). dynamic_batch=(min, opt,
-    max) makes dimension 0 of every tensor input dynamic.
+    module: a torch.nn.Module, or a ScriptModule (torch.jit.script / torch.jit.trace; it
+    is exported by the TorchScript exporter). inputs / arg_inputs: positional inputs
+    (aliases: give one); kwarg_inputs: keyword inputs. Each is a torch.Tensor (that
+    static shape and dtype; also the example exported with) or a :class:`kiln.Input`
+    (dynamic shapes). dynamic_batch=(min, opt, max) makes dimension 0 of every tensor
+    input dynamic (one batch); dynamic_batch={name: (min, opt, max)} only that of the
+    inputs named.
 
-    device: 'cpu' / 'cuda' / 'cuda:N'. precision: 'fp32' | 'tf32' | 'fp16' | 'bf16'
-    (or torch.float32/float16/bfloat16); always respected: kiln fails rather than build
-    another precision. exporter: 'auto' | 'torchscript' | 'dynamo'. opset: ONNX opset to
-    export (default 17 for torchscript, 18 for dynamo). onnx_path: also keep the exported
-    ONNX model there. build_options: threads, workspace (bytes), timing_cache (path),
-    one-to-one with kiln_builder_set_*.
+    device: 'cpu' / 'cuda' / 'cuda:N'. precision: 'fp32' (default) | 'tf32' | 'fp16' |
+    'bf16' (or torch.float32/float16/bfloat16); always respected: kiln fails rather than
+    build another precision. enabled_precisions (Torch-TensorRT's name, instead of
+    precision): a set of the precisions the engine may use; kiln builds the most reduced
+    (fp16/bf16, then tf32, then fp32), and the next one, with a warning, where the device
+    cannot build it. exporter: 'auto' | 'torchscript' | 'dynamo'; ir (Torch-TensorRT's
+    name): 'default', 'ts'/'torchscript' or 'dynamo'/'exported_program', mapped to
+    exporter. opset: ONNX opset to export (default 17 for torchscript, 18 for dynamo).
+    onnx_path: also keep the exported ONNX model there. build_options: threads,
+    workspace (bytes; workspace_size is Torch-TensorRT's name), timing_cache (path),
+    one-to-one with kiln_builder_set_*. output_format: only 'kiln'.
 
     The module is exported in eval mode (each submodule's train/eval flag is restored
     afterwards, also on error) under no-grad (see kiln._compat.export_grad_mode)."""
     _compat.check_torch()
     lib()  # fail before exporting when libkiln cannot be found
-    _check_build_options(build_options)
-    precision = parse_precision(precision)
+    check_options(build_options, "kiln.convert_method_to_engine", convert_options())
+    check_output_format(output_format, "kiln.convert_method_to_engine")
+    if workspace_size is not None:
+        if "workspace" in build_options:
+            raise ValueError("give workspace= or workspace_size= (Torch-TensorRT's name), "
+                             "not both")
+        build_options["workspace"] = workspace_size
+    precisions = parse_precisions(precision, enabled_precisions)
+    precisions = (precisions[0],) + precisions[1]
     parse_device(device)
+    if onnx_path is not None:
+        _files.check_output_path(onnx_path, "onnx_path")
     label = _export.method_label(module, method_name)
     method = _export.resolve_method(module, method_name)
     pos, kw = _normalize_inputs(inputs, arg_inputs, kwarg_inputs)
-    which = _export.choose_exporter(exporter)
+    which = _export.choose_exporter_for(module, map_ir(ir, exporter))
     bound, optional = _export.bind_inputs(module, method_name, pos, kw, dynamic_batch)
     dev = _export.module_device(module)
     gen = torch.Generator().manual_seed(0)
     for b in bound:
         if b.example is None:
             b.example = b.spec.example(dev, gen)
+    # a ScriptModule is exported through a plain module that calls it (see ScriptCall)
+    target = _export.ScriptCall(module) if isinstance(module, torch.jit.ScriptModule) else module
 
     flags = [(m, m.training) for m in module.modules()]
     record = {"label": label}
     try:
         module.eval()
         with _compat.export_grad_mode(module):
-            fwd = _export.make_forward(module, method, bound, record)
+            fwd = _export.make_forward(target, method, bound, record)
+            examples = [b.example for b in bound]
             # one eager call: checks the outputs and counts them before exporting
-            flat = fwd(module, *[b.example for b in bound])
+            flat = fwd(target, *examples)
             out_names = [f"output{i}" for i in range(len(flat))]
+            spec = {
+                "format": "kiln-python-spec",
+                "version": 1,
+                "method": label,
+                "inputs": [b.name for b in bound],
+                "optional": optional,
+                "outputs": record["tree"],
+                "exporter": which,
+            }
             with tempfile.TemporaryDirectory(prefix="kiln-export-") as tmp:
                 path = Path(tmp) / "model.onnx"
-                if which == "dynamo":
-                    _export.export_dynamo(module, fwd, bound, out_names, str(path), opset)
-                else:
-                    _export.export_torchscript(module, fwd, bound, out_names, str(path), opset)
+                try:
+                    if which == "dynamo":
+                        _export.export_dynamo(target, fwd, bound, out_names, str(path), opset)
+                    else:
+                        _export.export_torchscript(target, fwd, bound, out_names, str(path),
+                                                   opset)
+                except Exception as e:
+                    err = _exporter_error(e, module, lambda: fwd(target, *examples), label,
+                                          which, opset)
+                    if err is None:
+                        raise
+                    _drop_tracebacks(e)
+                    raise err from e
                 if onnx_path is not None:
                     import shutil
 
@@ -296,17 +581,12 @@ def convert_method_to_engine(module, method_name="forward", inputs=None, arg_inp
                     data_file = Path(str(path) + ".data")
                     if data_file.exists():
                         shutil.copyfile(data_file, str(onnx_path) + ".data")
-                data = _build(path, bound, device, precision, build_options, module, label)
+                metadata = {SPEC_KEY: spec_json(spec)}
+                data = _build_with_fallback(path, bound, device, precisions,
+                                                   build_options, module, label, metadata)
     finally:
         _restore_training(flags)
     out = EngineBytes(data)
-    out.spec = {
-        "format": "kiln-python-spec",
-        "version": 1,
-        "method": label,
-        "inputs": [b.name for b in bound],
-        "optional": optional,
-        "outputs": record["tree"],
-        "exporter": which,
-    }
+    out.spec = spec
+    out._spec_json = metadata[SPEC_KEY]
     return out

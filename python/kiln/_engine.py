@@ -129,6 +129,29 @@ class Engine:
     def save(self, path):
         check(lib().kiln_engine_save(self.handle, os.fsencode(Path(path))))
 
+    @property
+    def metadata(self):
+        """The engine's user metadata (kiln_engine_metadata): a dict of str -> str, in
+        key order."""
+        L = lib()
+        out = {}
+        key, value = ctypes.c_char_p(), ctypes.c_char_p()
+        for i in range(L.kiln_engine_num_metadata(self.handle)):
+            check(L.kiln_engine_metadata_at(self.handle, i, ctypes.byref(key), ctypes.byref(value)))
+            out[key.value.decode()] = value.value.decode()
+        return out
+
+    def get_metadata(self, key):
+        """The value of metadata `key`, or None."""
+        v = lib().kiln_engine_metadata(self.handle, key.encode())
+        return None if v is None else v.decode()
+
+    def set_metadata(self, key, value):
+        """Sets metadata `key` to `value` (a str; None removes it). serialize() and save()
+        then carry it."""
+        check(lib().kiln_engine_set_metadata(self.handle, key.encode(),
+                                             None if value is None else value.encode()))
+
     def describe(self, as_json=False):
         s = lib().kiln_engine_describe(self.handle, 1 if as_json else 0)
         if s is None:

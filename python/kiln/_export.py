@@ -1,7 +1,7 @@
 """Exporting one method of a torch.nn.Module to ONNX: input specs (kiln.Input), binding
 them to the method's parameters, flattening nested outputs, and the two exporters.
 
-Output flattening order (documented in README "Python"): depth first, left to right;
+Output flattening order (documented in python/README.md): depth first, left to right;
 tuples and lists in index order, dicts in their iteration (insertion) order. Tensors
 become engine outputs output0, output1, ... in that order; None leaves are kept in the
 structure (EngineModule returns None there) but are not engine outputs. Named tuples
@@ -12,6 +12,7 @@ import contextlib
 import inspect
 import keyword
 import types
+import warnings
 
 import torch
 
@@ -139,18 +140,20 @@ class Input:
         return f"kiln.Input({s}, dtype={self.dtype}{n})"
 
     @classmethod
-    def from_tensor(cls, t, dynamic_batch=None, name=None):
+    def from_tensor(cls, t, dynamic_batch=None, name=None, dim_name="batch"):
         """An Input for tensor t's shape and dtype; dynamic_batch=(min, opt, max) makes
-        dimension 0 dynamic."""
+        dimension 0 dynamic (named dim_name)."""
         shape = tuple(t.shape)
         if dynamic_batch is None:
             return cls(shape, dtype=t.dtype, name=name)
-        mn, op, mx = dynamic_batch
+        mn, op, mx = batch_range(dynamic_batch, "dynamic_batch")
         if not shape:
-            raise ValueError("dynamic_batch needs tensors with at least one dimension")
+            who = f"input '{name}'" if name else "the tensor"
+            raise ValueError(f"dynamic_batch makes dimension 0 of {who} dynamic, but it is a "
+                             f"scalar (shape ())")
         return cls(min_shape=(mn,) + shape[1:], opt_shape=(op,) + shape[1:],
                    max_shape=(mx,) + shape[1:], dtype=t.dtype, name=name,
-                   dim_names={0: "batch"})
+                   dim_names={0: dim_name})
 
 
 class BoundInput:
@@ -163,19 +166,50 @@ class BoundInput:
             name, param, keyword_, spec, example)
 
 
+def module_name(module):
+    """The class name of a module; for a ScriptModule (scripted or traced), the class
+    it was made from."""
+    if isinstance(module, torch.jit.ScriptModule):
+        return getattr(module, "original_name", None) or type(module).__name__
+    return type(module).__name__
+
+
 def method_label(module, method_name):
-    return f"{type(module).__name__}.{method_name}"
+    return f"{module_name(module)}.{method_name}"
 
 
 def resolve_method(module, method_name):
     """The bound method `method_name` of module, or AttributeError with kiln's message."""
     fn = getattr(module, method_name, None) if isinstance(method_name, str) else None
     if fn is None or not callable(fn):
+        scripted = ""
+        if isinstance(module, torch.jit.ScriptModule):
+            scripted = (" (a ScriptModule has the methods TorchScript compiled: forward and "
+                        "those marked @torch.jit.export)")
         raise AttributeError(
-            f"{type(module).__name__} has no method '{method_name}'; method_name must name "
-            f"a method of the module"
+            f"{module_name(module)} has no method '{method_name}'; method_name must name "
+            f"a method of the module{scripted}"
         )
     return fn
+
+
+def method_signature(fn):
+    """inspect.Signature of a bound method; for a TorchScript method, built from its
+    schema when inspect cannot read it (traced modules). None when neither works."""
+    try:
+        return inspect.signature(fn)
+    except (TypeError, ValueError):
+        pass
+    schema = getattr(fn, "schema", None)
+    if schema is None:
+        return None
+    P = inspect.Parameter
+    params = []
+    for a in list(schema.arguments)[1:]:  # [0] is self
+        kind = P.KEYWORD_ONLY if a.kwarg_only else P.POSITIONAL_OR_KEYWORD
+        default = a.default_value if a.has_default_value() else P.empty
+        params.append(P(a.name, kind, default=default))
+    return inspect.Signature(params)
 
 
 def module_device(module):
@@ -186,18 +220,80 @@ def module_device(module):
     return torch.device("cpu")
 
 
-def _to_spec(value, what, dynamic_batch):
+# ---- dynamic_batch ----------------------------------------------------------------------
+
+def batch_range(value, what):
+    """(min, opt, max) from a dynamic_batch value, or ValueError naming `what`."""
+    if (not isinstance(value, (tuple, list)) or len(value) != 3
+            or not all(isinstance(d, int) and not isinstance(d, bool) for d in value)
+            or not 0 <= value[0] <= value[1] <= value[2] or value[2] < 1):
+        more = (", or a dict {input name: (min, opt, max)} for the inputs that have a batch"
+                if what == "dynamic_batch" else "")
+        raise ValueError(f"{what} must be (min, opt, max) with 0 <= min <= opt <= max and "
+                         f"max >= 1{more}; got {value!r}")
+    return tuple(value)
+
+
+def _batch_plan(dynamic_batch, entries, label):
+    """For each (name, value) in entries: the (min, opt, max) of its dimension 0 and
+    that dimension's symbolic name, or None (static). dynamic_batch is None, one range
+    (every tensor input) or a dict {input name: range} (only those inputs)."""
+    plan = {name: None for name, _ in entries}
+    if dynamic_batch is None:
+        return plan
+    values = dict(entries)
+    if isinstance(dynamic_batch, dict):
+        ranges = {}
+        for k, v in dynamic_batch.items():
+            if k not in values:
+                raise ValueError(f"dynamic_batch names input {k!r}, but the inputs of {label} "
+                                 f"are: {', '.join(n for n, _ in entries)}")
+            if isinstance(values[k], Input):
+                raise ValueError(f"dynamic_batch names input '{k}' of {label}, which is a "
+                                 f"kiln.Input: give its dynamic dimensions there (min_shape=, "
+                                 f"opt_shape=, max_shape=)")
+            ranges[k] = batch_range(v, f"dynamic_batch['{k}']")
+        # inputs given one range share one batch dimension; different ranges, their own
+        shared = len(set(ranges.values())) <= 1
+        for k, r in ranges.items():
+            if isinstance(values[k], torch.Tensor) and values[k].dim() == 0:
+                raise ValueError(f"dynamic_batch makes dimension 0 of input '{k}' of {label} "
+                                 f"dynamic, but it is a scalar (shape ())")
+            plan[k] = (r, "batch" if shared else f"{k}_batch")
+        return plan
+    r = batch_range(dynamic_batch, "dynamic_batch")
+    tensors = [(n, v) for n, v in entries if isinstance(v, torch.Tensor)]
+    hint = f"give dynamic_batch a dict, e.g. {{'{tensors[0][0]}': {r}}}, to choose the inputs" \
+        if tensors else ""
+    first = None
+    for n, v in tensors:
+        if v.dim() == 0:
+            raise ValueError(f"dynamic_batch {r} makes dimension 0 of every input dynamic, but "
+                             f"input '{n}' of {label} is a scalar (shape ()); {hint}")
+        if first is None:
+            first = (n, v.shape[0])
+        elif v.shape[0] != first[1]:
+            raise ValueError(
+                f"dynamic_batch {r} makes dimension 0 of every input one batch, but input "
+                f"'{first[0]}' of {label} has {first[1]} there and input '{n}' has "
+                f"{v.shape[0]}; {hint}")
+        plan[n] = (r, "batch")
+    return plan
+
+
+def _to_spec(value, what, batch):
+    """(spec, example) of one input; batch: None or ((min, opt, max), dim name)."""
     if isinstance(value, Input):
         return value, None
     if isinstance(value, torch.Tensor):
         if value.dtype not in TORCH_TO_KILN:
             raise TypeError(f"{what} has dtype {value.dtype}, which kiln does not support")
-        if dynamic_batch is not None:
-            spec = Input.from_tensor(value, dynamic_batch)
+        if batch is not None:
+            rng, dim_name = batch
+            spec = Input.from_tensor(value, rng, dim_name=dim_name)
             if not spec.min_shape[0] <= value.shape[0] <= spec.max_shape[0]:
                 raise ValueError(
-                    f"{what} has batch size {value.shape[0]}, outside dynamic_batch "
-                    f"{tuple(dynamic_batch)}"
+                    f"{what} has batch size {value.shape[0]}, outside dynamic_batch {rng}"
                 )
             example = value
             if value.shape[0] < 2 <= spec.max_shape[0]:  # see Input.example_shape
@@ -219,19 +315,16 @@ def bind_inputs(module, method_name, args, kwargs, dynamic_batch=None):
     whose default is None])."""
     fn = resolve_method(module, method_name)
     label = method_label(module, method_name)
-    try:
-        sig = inspect.signature(fn)
-    except (TypeError, ValueError):
-        sig = None
+    sig = method_signature(fn)
     params = list(sig.parameters.values()) if sig else []
     if sig is not None:
         try:
             sig.bind(*args, **kwargs)
         except TypeError as e:
             raise TypeError(f"the inputs do not match {label}{sig}: {e}") from None
-    bound = []
     var_pos = next((p for p in params if p.kind == p.VAR_POSITIONAL), None)
     positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    given = []  # (parameter name, keyword, value)
     for i, value in enumerate(args):
         if i < len(positional):
             pname = positional[i].name
@@ -239,16 +332,24 @@ def bind_inputs(module, method_name, args, kwargs, dynamic_batch=None):
             pname = f"{var_pos.name}_{i - len(positional)}"
         else:
             pname = f"input{i}"
-        spec, example = _to_spec(value, f"input '{pname}' of {label}", dynamic_batch)
-        bound.append(BoundInput(spec.name or pname, pname, False, spec, example))
+        given.append((pname, False, value))
     for key, value in kwargs.items():
-        spec, example = _to_spec(value, f"input '{key}' of {label}", dynamic_batch)
-        if spec.name is not None and spec.name != key:
+        if isinstance(value, Input) and value.name is not None and value.name != key:
             raise ValueError(
-                f"kwarg_inputs['{key}'] is a kiln.Input named '{spec.name}'; keyword inputs "
+                f"kwarg_inputs['{key}'] is a kiln.Input named '{value.name}'; keyword inputs "
                 f"are named by their key"
             )
-        bound.append(BoundInput(key, key, True, spec, example))
+        given.append((key, True, value))
+
+    def engine_name(pname, value):
+        return (value.name if isinstance(value, Input) else None) or pname
+
+    plan = _batch_plan(dynamic_batch, [(engine_name(p, v), v) for p, _, v in given], label)
+    bound = []
+    for pname, kw, value in given:
+        name = engine_name(pname, value)
+        spec, example = _to_spec(value, f"input '{pname}' of {label}", plan[name])
+        bound.append(BoundInput(name, pname, kw, spec, example))
     names = [b.name for b in bound]
     dup = next((n for n in names if names.count(n) > 1), None)
     if dup:
@@ -311,13 +412,6 @@ def unflatten_outputs(tree, leaves):
     raise ValueError(f"bad output structure {tree!r}")
 
 
-def tree_is_plain(tree, n):
-    """True when the default (one output: the tensor; several: a tuple) rebuilds tree."""
-    if n == 1:
-        return tree == {"t": 0}
-    return tree == {"tuple": [{"t": i} for i in range(n)]}
-
-
 def tree_num_leaves(tree):
     if "t" in tree:
         return 1
@@ -351,6 +445,37 @@ def choose_exporter(exporter):
             raise RuntimeError("exporter='dynamo' needs the onnxscript package "
                                "(pip install onnxscript)")
     return exporter
+
+
+class ScriptCall(torch.nn.Module):
+    """Stands in for a ScriptModule (scripted or traced) while exporting. The ONNX
+    exporter cannot trace a call into a ScriptModule as it traces a Python module, and
+    exporting the ScriptModule itself would give neither another method nor the
+    flattened outputs; so this module's forward (make_forward's, calling the scripted
+    method) is first traced with torch.jit.trace, which inlines the scripted code
+    (control flow included), and the traced module is exported. Node names keep the
+    ScriptModule's submodule paths ('/layer1/conv/Conv')."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, *args, **kwargs):
+        return self.inner(*args, **kwargs)
+
+
+def choose_exporter_for(module, exporter):
+    """choose_exporter, for this module: a ScriptModule is exported by the TorchScript
+    exporter only (torch.export cannot take TorchScript)."""
+    if not isinstance(module, torch.jit.ScriptModule):
+        return choose_exporter(exporter)
+    if exporter not in ("auto", "torchscript", "dynamo"):
+        choose_exporter(exporter)  # its message
+    if exporter == "dynamo":
+        raise ValueError(f"{module_name(module)} is a ScriptModule (torch.jit.script or "
+                         f"torch.jit.trace); only exporter='torchscript' exports TorchScript. "
+                         f"Pass the original torch.nn.Module to use the dynamo exporter")
+    return "torchscript"
 
 
 @contextlib.contextmanager
@@ -425,8 +550,14 @@ def export_torchscript(module, fwd, inputs, out_names, path, opset):
     )
     if "dynamo" in inspect.signature(torch.onnx.export).parameters:
         kwargs["dynamo"] = False
-    with patched_forward(module, fwd):
-        torch.onnx.export(module, tuple(b.example for b in inputs), path, **kwargs)
+    examples = tuple(b.example for b in inputs)
+    with patched_forward(module, fwd), warnings.catch_warnings():
+        target = module
+        if isinstance(module, ScriptCall):  # see ScriptCall
+            target = torch.jit.trace(module, examples, check_trace=False)
+            # torch cannot read a traced module's signature and says so; nothing is lost
+            warnings.filterwarnings("ignore", message=".*skipping _decide_input_format")
+        torch.onnx.export(target, examples, path, **kwargs)
 
 
 def export_dynamo(module, fwd, inputs, out_names, path, opset):

@@ -23,8 +23,15 @@ How tensors cross into and out of the engine (no copies on the common path):
   bound are copied on that stream through DLPack.
 
 Engine outputs come back shaped like the original method's outputs (the spec recorded
-at conversion: tuples, lists, dicts, None). An engine without a spec (a plain .kiln
-file) returns one tensor, or a tuple for several outputs.
+at conversion: tuples, lists, dicts, None), which travels inside the engine file as its
+metadata 'python.spec', so bytes, file objects and paths give the same module. An
+engine without a spec (a .kiln file built by the CLI) returns one tensor, or a tuple for
+several outputs. Engines saved by earlier versions kept the spec in '<path>.json' beside
+the file; kiln.load still reads it.
+
+An EngineModule cannot be traced (torch.jit.trace, torch.onnx.export, torch.fx) or
+scripted (torch.jit.script): the engine runs outside PyTorch's operators, and a trace
+would hold only the empty output tensors. Both raise an error saying so.
 """
 
 import ctypes
@@ -32,19 +39,29 @@ import hashlib
 import io
 import json
 import os
-import tempfile
 import threading
 from pathlib import Path
 
 import torch
 
-from . import _lib
+from . import _files, _lib
+from ._convert import SPEC_KEY, check_output_format, spec_json
 from ._engine import DEVICE_CUDA, Engine
-from ._export import KILN_TO_TORCH, tree_is_plain, tree_num_leaves, unflatten_outputs
+from ._export import KILN_TO_TORCH, tree_num_leaves, unflatten_outputs
 from ._lib import KILN_MAX_RANK, KilnError, Status, check, lib
 
-SPEC_SUFFIX = ".json"
+SPEC_SUFFIX = ".json"  # the side file of engines saved by earlier versions
 _CACHE_MAX = 64
+
+TRACE_ERROR = (
+    "kiln.EngineModule cannot be traced ({how}): it runs a kiln engine outside PyTorch's "
+    "operators, so a trace would record only the creation of its empty output tensors and "
+    "return uninitialized memory. Trace or export the original module instead, or call the "
+    "EngineModule from Python")
+SCRIPT_ERROR = (
+    "kiln.EngineModule cannot be scripted (torch.jit.script): it runs a kiln engine through "
+    "ctypes, which TorchScript cannot compile. Keep it in Python (script the parts around "
+    "it); to save it, use kiln.save or torch.save (an EngineModule is state_dict-able)")
 
 
 # ---- DLPack (copying out of device memory kiln owns) ---------------------------------
@@ -119,9 +136,25 @@ def borrowed_to_tensor(ptr, shape, dtype, device):
 
 # ---- the engine as a module ----------------------------------------------------------
 
+def _embedded_spec(eng):
+    """The spec in the engine's metadata ('python.spec'), or None."""
+    text = eng.get_metadata(SPEC_KEY)
+    if text is None:
+        return None
+    try:
+        spec = json.loads(text)
+    except ValueError as e:
+        raise ValueError(f"EngineModule: the engine's metadata '{SPEC_KEY}' is not valid JSON "
+                         f"({e}); pass spec= to override it") from None
+    if not isinstance(spec, dict) or spec.get("format") != "kiln-python-spec":
+        raise ValueError(f"EngineModule: the engine's metadata '{SPEC_KEY}' is not a kiln "
+                         f"output spec; pass spec= to override it")
+    return spec
+
+
 def _read_spec_file(path):
-    """The spec kept next to engine file `path` (kiln.save writes it when the outputs are
-    nested), if it belongs to this engine file (same SHA-256)."""
+    """The spec that earlier versions of kiln.save kept next to engine file `path` (now it
+    is inside the engine), if it belongs to this engine file (same SHA-256)."""
     side = Path(str(path) + SPEC_SUFFIX)
     if not side.is_file():
         return None
@@ -277,8 +310,10 @@ class EngineModule(torch.nn.Module):
     EngineModule(engine) with engine = bytes (e.g. from kiln.convert_method_to_engine),
     a path to a .kiln file (mapped, not copied), or a binary file object. forward(*args,
     **kwargs) takes tensors by position (in input_names order) or by input name and
-    returns tensors shaped like the converted method's outputs. threads= sets the CPU
-    threads of its contexts (default: the engine's setting).
+    returns tensors shaped like the converted method's outputs (from the spec inside the
+    engine; spec= overrides it and is kept in the engine from then on). threads= sets
+    the CPU threads of its contexts (default: the engine's setting). It cannot be
+    traced or scripted (see the module docstring).
 
     The engine's bytes are the module's extra state, so state_dict()/load_state_dict(),
     torch.save/torch.load of a model containing it, and copy.deepcopy all work. An
@@ -299,14 +334,14 @@ class EngineModule(torch.nn.Module):
         if isinstance(engine, EngineModule):
             spec = spec if spec is not None else engine.spec
             engine = engine.engine_bytes()
+        legacy_path = None
         if isinstance(engine, (bytes, bytearray, memoryview)):
             if spec is None:
                 spec = getattr(engine, "spec", None)
             eng = Engine.from_bytes(bytes(engine), threads=self._kiln_threads)
         elif isinstance(engine, (str, os.PathLike)):
             eng = Engine.from_file(engine, threads=self._kiln_threads)
-            if spec is None:
-                spec = _read_spec_file(engine)
+            legacy_path = engine
         elif hasattr(engine, "read"):
             data = engine.read()
             if not isinstance(data, (bytes, bytearray)):
@@ -317,14 +352,25 @@ class EngineModule(torch.nn.Module):
                 f"EngineModule: engine must be bytes, a path or a binary file object; got "
                 f"{type(engine).__name__}"
             )
+        if spec is None:
+            spec = _embedded_spec(eng)
+        if spec is None and legacy_path is not None:
+            spec = _read_spec_file(legacy_path)
         if spec is not None:
             names = [i.name for i in eng.inputs]
             n_out = len(eng.outputs)
-            if list(spec.get("inputs", [])) != names or tree_num_leaves(spec["outputs"]) != n_out:
+            try:
+                leaves = tree_num_leaves(spec["outputs"])
+            except (KeyError, TypeError, ValueError):
+                leaves = None
+            if list(spec.get("inputs", [])) != names or leaves != n_out:
                 raise ValueError(
                     f"EngineModule: the spec (inputs {spec.get('inputs')}) does not describe "
                     f"this engine (inputs {names}, {n_out} outputs)"
                 )
+            if eng.get_metadata(SPEC_KEY) != spec_json(spec):
+                # the engine carries its spec from now on (engine_bytes, kiln.save, ...)
+                eng.set_metadata(SPEC_KEY, spec_json(spec))
         rt = _Runtime(eng)
         self._kiln_engine = eng
         self._kiln_spec = spec
@@ -492,7 +538,15 @@ class EngineModule(torch.nn.Module):
             t = t.contiguous()
         return t.detach()
 
+    def __prepare_scriptable__(self):  # torch.jit.script calls it (also on submodules)
+        raise RuntimeError(SCRIPT_ERROR)
+
     def forward(self, *args, **kwargs):
+        if torch.jit.is_tracing():
+            raise RuntimeError(TRACE_ERROR.format(how="torch.jit.trace, torch.onnx.export"))
+        if any(isinstance(a, torch.fx.Proxy) for a in list(args) + list(kwargs.values())):
+            raise RuntimeError(TRACE_ERROR.format(how="torch.fx") + " (a torch.fx.Tracer "
+                               "whose is_leaf_module is true for it keeps it as one call)")
         feeds = self._bind(args, kwargs)
         outs = self._rt().run(feeds)
         spec = self._kiln_spec
@@ -516,46 +570,42 @@ def compile(module, inputs=None, *, method_name="forward", arg_inputs=None, kwar
     return EngineModule(data, threads=threads)
 
 
-def _atomic_write(path, data):
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=str(path.parent))
+def _with_spec(data, spec):
+    """Engine bytes that carry `spec` as their metadata (the same bytes when they do)."""
+    eng = Engine.from_bytes(data)
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+        if eng.get_metadata(SPEC_KEY) == spec_json(spec):
+            return data
+        eng.set_metadata(SPEC_KEY, spec_json(spec))
+        return eng.serialize()
+    finally:
+        eng.close()
 
 
-def save(engine, path):
+def save(engine, path, *, output_format=None):
     """Writes an engine (EngineModule, or engine bytes from convert_method_to_engine) to
-    `path` as a .kiln file, atomically (temporary file + rename), runnable by the `kiln`
-    CLI. When the method's outputs were nested (or it had optional inputs), the output
-    structure goes to `<path>.json` beside it, tied to the engine by its SHA-256;
-    kiln.load reads it back. `path` may also be a binary file object (then only the
-    engine is written)."""
+    `path` as a .kiln file, atomically (temporary file + rename) with the permissions the
+    umask gives (as `kiln build -o`), runnable by the `kiln` CLI; `path` may also be a
+    binary file object (io.BytesIO, open(..., 'wb')). The output structure of the
+    method (the spec) is inside the engine, so kiln.load and EngineModule give it back
+    from any of them. A bad path (missing folder, a folder, wrong type) fails before
+    anything is written, naming it. output_format: only 'kiln' (Torch-TensorRT's name)."""
+    check_output_format(output_format, "kiln.save")
     if isinstance(engine, EngineModule):
-        data, spec = engine.engine_bytes(), engine.spec
+        _files.check_output_path(path, "kiln.save path")
+        data = engine.engine_bytes()  # the spec is in its metadata (_kiln_load)
     elif isinstance(engine, (bytes, bytearray, memoryview)):
+        _files.check_output_path(path, "kiln.save path")
         data, spec = bytes(engine), getattr(engine, "spec", None)
+        if spec is not None and spec_json(spec) != getattr(engine, "_spec_json", None):
+            data = _with_spec(data, spec)
     else:
         raise TypeError(f"kiln.save: expected an EngineModule or engine bytes, got "
                         f"{type(engine).__name__}")
     if hasattr(path, "write"):
         path.write(data)
-        return
-    _atomic_write(path, data)
-    if spec is not None and (not tree_is_plain(spec["outputs"], tree_num_leaves(spec["outputs"]))
-                             or spec.get("optional")):
-        doc = {"format": "kiln-python-spec", "engine_sha256": hashlib.sha256(data).hexdigest(),
-               "spec": spec}
-        _atomic_write(str(path) + SPEC_SUFFIX, json.dumps(doc, indent=1).encode())
+    else:
+        _files.atomic_write(path, data)
 
 
 def load(path, *, threads=None):

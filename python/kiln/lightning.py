@@ -15,15 +15,14 @@ when Debian's torch 1.13 + Python 3.11 would otherwise make every LightningModul
 fail; see there).
 """
 
-import io
 import os
 import weakref
 from pathlib import Path
 
 import torch
 
-from . import _compat
-from ._convert import convert_method_to_engine
+from . import _compat, _files
+from ._convert import check_options, convert_method_to_engine, convert_options
 from ._export import Input
 from ._module import EngineModule, save
 
@@ -98,14 +97,12 @@ def _transfer(module, sample, device):
     return sample
 
 
-def _write(file_path, data, spec_holder):
-    if isinstance(file_path, (str, os.PathLike)):
-        save(spec_holder, file_path)  # atomic; writes <path>.json for nested outputs
-    elif hasattr(file_path, "write"):
-        file_path.write(data)
-    else:
-        raise TypeError(f"file_path must be a str, Path or binary file object (BytesIO); "
-                        f"got {type(file_path).__name__}")
+def to_engine_options():
+    """Every option of to_engine: its own and those of convert_method_to_engine it passes
+    on."""
+    own = ["file_path", "input_sample", "method_name"]
+    return own + [n for n in convert_options()
+                  if n not in own and n not in ("inputs", "arg_inputs", "kwarg_inputs")]
 
 
 def to_engine(module, file_path=None, input_sample=None, method_name="forward",
@@ -126,7 +123,14 @@ def to_engine(module, file_path=None, input_sample=None, method_name="forward",
 
     Export happens in eval mode under no-grad; each submodule's train/eval flag and the
     module's device are restored afterwards, also when the export fails. No GPU needed
-    (CPU engines)."""
+    (CPU engines).
+
+    Bad arguments fail before the export: an unknown option (the message lists every
+    option), or a file_path of the wrong type, in a folder that does not exist, or that
+    is a folder (the message names file_path)."""
+    check_options(build_options, "kiln.lightning.to_engine", to_engine_options())
+    if file_path is not None:
+        _files.check_output_path(file_path, "file_path")
     if input_sample is None:
         input_sample = getattr(module, "example_input_array", None)
         if input_sample is None:
@@ -162,7 +166,7 @@ def to_engine(module, file_path=None, input_sample=None, method_name="forward",
             module.__dict__["_trainer"] = proxy
     engine = EngineModule(data)
     if file_path is not None:
-        _write(file_path, data, data)
+        save(data, file_path)  # paths atomically; the output structure is inside the engine
     return engine
 
 
@@ -194,12 +198,12 @@ class EngineExportCallback(_Base):
     ``self.engine`` (None before fit ends)."""
 
     def __init__(self, file_path, input_sample=None, method_name="forward", **build_options):
+        # wrong arguments fail here, not after training (the folder may be made at fit end)
+        check_options(build_options, "kiln.lightning.EngineExportCallback",
+                      to_engine_options())
+        if not isinstance(file_path, (str, os.PathLike)) or Path(file_path).is_dir():
+            _files.check_output_path(file_path, "file_path")
         super().__init__()
-        if not isinstance(file_path, (str, os.PathLike, io.IOBase)) and not hasattr(
-            file_path, "write"
-        ):
-            raise TypeError(f"file_path must be a str, Path or binary file object; got "
-                            f"{type(file_path).__name__}")
         self.file_path = file_path
         self.input_sample = input_sample
         self.method_name = method_name

@@ -68,3 +68,19 @@ def assert_close(got, want, atol=1e-4, rtol=1e-4):
             assert_close(g, w, atol, rtol)
     else:
         assert got == want
+
+
+def raises(exc, message):
+    """pytest.raises that checks the whole message, not a pattern."""
+    class _Ctx:
+        def __enter__(self):
+            self.cm = pytest.raises(exc)
+            self.info = self.cm.__enter__()
+            return self.info
+
+        def __exit__(self, *a):
+            r = self.cm.__exit__(*a)
+            assert str(self.info.value) == message, f"\n got: {self.info.value!s}\nwant: {message}"
+            return r
+
+    return _Ctx()

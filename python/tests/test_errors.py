@@ -10,6 +10,7 @@ import torch
 
 import kiln
 from kiln import _compat
+from conftest import raises
 from models import MLP, Gated, GatedDynamo, Unsupported
 
 
@@ -24,22 +25,6 @@ def engine(mlp):
     return kiln.convert_method_to_engine(
         mlp, inputs=[kiln.Input(min_shape=(1, 16), opt_shape=(2, 16), max_shape=(8, 16))],
         exporter="torchscript")
-
-
-def raises(exc, message):
-    """pytest.raises that checks the whole message, not a pattern."""
-    class _Ctx:
-        def __enter__(self):
-            self.cm = pytest.raises(exc)
-            self.info = self.cm.__enter__()
-            return self.info
-
-        def __exit__(self, *a):
-            r = self.cm.__exit__(*a)
-            assert str(self.info.value) == message, f"\n got: {self.info.value!s}\nwant: {message}"
-            return r
-
-    return _Ctx()
 
 
 # ---- convert_method_to_engine arguments -------------------------------------------------
@@ -91,8 +76,11 @@ def test_bad_precision_device_exporter_option(mlp):
         kiln.convert_method_to_engine(mlp, inputs=x, device="tpu")
     with raises(ValueError, "exporter must be 'auto', 'torchscript' or 'dynamo'; got 'onnx'"):
         kiln.convert_method_to_engine(mlp, inputs=x, exporter="onnx")
-    with raises(TypeError, "unknown build option 'thread'; build options are: threads, "
-                           "workspace, timing_cache (and device, precision)"):
+    with raises(TypeError, "unknown option 'thread' (did you mean 'threads'?); "
+                           "kiln.convert_method_to_engine takes: method_name, inputs, "
+                           "arg_inputs, kwarg_inputs, device, precision, enabled_precisions, "
+                           "exporter, ir, opset, dynamic_batch, onnx_path, workspace_size, "
+                           "output_format, threads, workspace, timing_cache"):
         kiln.convert_method_to_engine(mlp, inputs=x, thread=2)
 
 

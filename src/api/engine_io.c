@@ -13,21 +13,6 @@
 
 /* ---- load ------------------------------------------------------------- */
 
-void kiln__mapping_release(const void *map, size_t map_size, const void *p, size_t n) {
-    long pg = sysconf(_SC_PAGESIZE);
-    if (!map || pg <= 0 || !p || !n) return;
-    uintptr_t lo = (uintptr_t)map, hi = lo + map_size, a = (uintptr_t)p, b = a + n;
-    if (a < lo || b > hi || b < a) return;
-    uintptr_t mask = (uintptr_t)pg - 1;
-    a = (a + mask) & ~mask; /* whole pages only: neighbours may still be in use */
-    b &= ~mask;
-    if (b > a) (void)madvise((void *)a, b - a, MADV_DONTNEED);
-}
-
-void kiln__engine_release_pages(const kiln_engine *e, const void *p, size_t n) {
-    if (e && e->blob_kind == 1) kiln__mapping_release(e->blob, e->blob_size, p, n);
-}
-
 /* Takes ownership of blob (kind 1 or 2) and parses it into a new engine. */
 static kiln_status engine_from_blob(void *blob, size_t size, int kind, kiln_engine **out) {
     kiln_engine *e = kiln__engine_alloc();
@@ -52,27 +37,18 @@ kiln_status kiln_engine_load(const char *path, kiln_engine **out) {
     if (out) *out = NULL;
     if (!path || !out)
         return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "kiln_engine_load: path and out must not be NULL");
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return KILN_FAIL(KILN_ERR_IO, "%s: cannot open engine: %s", path, strerror(errno));
-    struct stat sb;
-    if (fstat(fd, &sb) != 0) {
-        int err = errno;
-        close(fd);
-        return KILN_FAIL(KILN_ERR_IO, "%s: cannot stat engine: %s", path, strerror(err));
-    }
-    if (!S_ISREG(sb.st_mode)) {
-        close(fd);
-        return KILN_FAIL(KILN_ERR_IO, "%s: not a regular file", path);
-    }
-    if (sb.st_size == 0) {
+    int fd;
+    int64_t fsize;
+    KILN_TRY(kiln__open_regular(path, "engine", &fd, &fsize));
+    if (fsize == 0) {
         close(fd);
         return KILN_FAIL(KILN_ERR_FORMAT, "%s: engine file is empty (0 bytes)", path);
     }
-    if ((uint64_t)sb.st_size > (uint64_t)SIZE_MAX) {
+    if ((uint64_t)fsize > (uint64_t)SIZE_MAX) {
         close(fd);
         return KILN_FAIL(KILN_ERR_UNSUPPORTED, "%s: engine file is too large to map", path);
     }
-    size_t size = (size_t)sb.st_size;
+    size_t size = (size_t)fsize;
     void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
     int err = errno;
     close(fd); /* the mapping keeps the file alive */
@@ -106,91 +82,16 @@ kiln_status kiln_engine_serialize(const kiln_engine *e, void **data, size_t *siz
     return kiln__format_write(e, data, size);
 }
 
-static kiln_status write_all(int fd, const unsigned char *p, size_t n, const char *tmp) {
-    while (n > 0) {
-        size_t chunk = n < (1u << 30) ? n : (1u << 30);
-        ssize_t w = write(fd, p, chunk);
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            return KILN_FAIL(KILN_ERR_IO, "cannot write '%s': %s", tmp, strerror(errno));
-        }
-        if (w == 0) return KILN_FAIL(KILN_ERR_IO, "cannot write '%s': no progress", tmp);
-        p += w;
-        n -= (size_t)w;
-    }
-    return KILN_OK;
-}
-
-/* Flushes the folder holding `path` so that the rename itself is durable.
- * Best effort: some file systems refuse fsync on folders. */
-static void sync_parent(const char *path) {
-    char dir[PATH_MAX];
-    const char *slash = strrchr(path, '/');
-    if (!slash) {
-        snprintf(dir, sizeof dir, ".");
-    } else if (slash == path) {
-        snprintf(dir, sizeof dir, "/");
-    } else {
-        size_t n = (size_t)(slash - path);
-        if (n >= sizeof dir) return;
-        memcpy(dir, path, n);
-        dir[n] = 0;
-    }
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) return;
-    (void)fsync(fd);
-    close(fd);
-}
-
 kiln_status kiln_engine_save(const kiln_engine *e, const char *path) {
     if (!e || !path || !*path)
         return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "kiln_engine_save: engine and path must be given");
+    KILN_TRY(kiln__check_write_target(path, "engine not saved"));
     void *data;
     size_t size;
     KILN_TRY(kiln__format_write(e, &data, &size));
-
-    /* "<path>.tmp.<pid>" in the same folder (so rename is atomic); a suffix
-     * is added if a stale or concurrent temporary holds that name. */
-    size_t plen = strlen(path);
-    size_t cap = plen + 48;
-    char *tmp = kiln__malloc(cap);
-    if (!tmp) {
-        kiln__aligned_free(data);
-        return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory saving an engine");
-    }
-    int fd = -1, open_err = EEXIST;
-    for (int attempt = 0; attempt < 100 && fd < 0; attempt++) {
-        if (attempt == 0)
-            snprintf(tmp, cap, "%s.tmp.%ld", path, (long)getpid());
-        else
-            snprintf(tmp, cap, "%s.tmp.%ld.%d", path, (long)getpid(), attempt);
-        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-        open_err = errno;
-        if (fd < 0 && open_err != EEXIST) break;
-    }
-    if (fd < 0) {
-        kiln_status st = KILN_FAIL(KILN_ERR_IO, "%s: cannot create temporary file '%s': %s", path,
-                                   tmp, strerror(open_err));
-        kiln__free(tmp);
-        kiln__aligned_free(data);
-        return st;
-    }
-    kiln_status st = write_all(fd, data, size, tmp);
+    kiln_status st = kiln__write_file_atomic(path, data, size, "engine not saved");
     kiln__aligned_free(data);
-    if (st == KILN_OK && fsync(fd) != 0)
-        st = KILN_FAIL(KILN_ERR_IO, "cannot flush '%s': %s", tmp, strerror(errno));
-    if (close(fd) != 0 && st == KILN_OK)
-        st = KILN_FAIL(KILN_ERR_IO, "cannot close '%s': %s", tmp, strerror(errno));
-    if (st == KILN_OK && rename(tmp, path) != 0)
-        st = KILN_FAIL(KILN_ERR_IO, "cannot rename '%s' to '%s': %s", tmp, path, strerror(errno));
-    if (st != KILN_OK) {
-        unlink(tmp);
-        kiln__free(tmp);
-        return kiln__fail_prefix(st, "%s: engine not saved", path);
-    }
-    kiln__free(tmp);
-    sync_parent(path);
-    return KILN_OK;
+    return st;
 }
 
 /* ---- free and getters -------------------------------------------------- */
@@ -202,6 +103,7 @@ void kiln_engine_free(kiln_engine *e) {
     kiln__free(e->profiles);
     kiln__free(e->describe_text);
     kiln__free(e->describe_json);
+    kiln__meta_clear(&e->meta);
     pthread_mutex_destroy(&e->dev_lock);
     if (e->blob_kind == 1 && e->blob)
         munmap(e->blob, e->blob_size);

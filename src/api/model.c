@@ -4,6 +4,7 @@
 #include "runtime/engine.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <sys/stat.h>
@@ -69,12 +70,76 @@ done:
     return s;
 }
 
+static kiln_status add_warning(kiln_model *m, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static kiln_status add_warning(kiln_model *m, const char *fmt, ...) {
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    KILN_TRY(kiln__grow((void **)&m->warnings, &m->cap_warnings, m->n_warnings + 1,
+                        sizeof *m->warnings));
+    if (!(m->warnings[m->n_warnings] = kiln__strdup(msg)))
+        return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    m->n_warnings++;
+    return KILN_OK;
+}
+
+/* Whether a declared type contradicts the inferred one: dtypes, ranks, or
+ * a dim known in both differ (a symbolic or unknown dim contradicts
+ * nothing). */
+static bool contradicts(const kiln_tinfo *decl, const kiln_tinfo *inf) {
+    if (decl->dtype != KILN_DTYPE_UNDEFINED && inf->dtype != KILN_DTYPE_UNDEFINED &&
+        decl->dtype != inf->dtype)
+        return true;
+    if (decl->rank < 0 || inf->rank < 0) return false;
+    if (decl->rank != inf->rank) return true;
+    for (int i = 0; i < decl->rank; i++)
+        if (decl->dims[i] >= 0 && inf->dims[i] >= 0 && decl->dims[i] != inf->dims[i]) return true;
+    return false;
+}
+
+/* Warnings: an opset outside the range kiln imports as it should, and
+ * graph outputs whose declared type or shape contradicts what the graph
+ * computes (the engine gives what the graph computes). */
+static kiln_status model_warnings(kiln_model *m, const kiln_tinfo *declared) {
+    const kiln_graph *g = m->graph;
+    if (g->opset > KILN_ONNX_OPSET_MAX)
+        KILN_TRY(add_warning(m,
+                             "the model uses ai.onnx opset %lld; kiln supports opsets %d to %d, and "
+                             "an operator whose meaning changed after opset %d is read with its "
+                             "opset-%d meaning",
+                             (long long)g->opset, KILN_ONNX_OPSET_MIN, KILN_ONNX_OPSET_MAX,
+                             KILN_ONNX_OPSET_MAX, KILN_ONNX_OPSET_MAX));
+    for (int i = 0; declared && i < g->n_outputs; i++) {
+        const kiln_tinfo *inf = &g->values[g->outputs[i]].info;
+        if (!contradicts(&declared[i], inf)) continue;
+        char a[192], b[192];
+        KILN_TRY(add_warning(
+            m,
+            "graph output '%s' is declared %s %s, but the graph computes %s %s: the engine's "
+            "output is %s %s",
+            g->values[g->outputs[i]].name, kiln_dtype_name(declared[i].dtype),
+            declared[i].rank < 0 ? "(rank unknown)"
+                                 : kiln__shape_str(declared[i].rank, declared[i].dims, a, sizeof a),
+            kiln_dtype_name(inf->dtype),
+            inf->rank < 0 ? "(rank unknown)" : kiln__shape_str(inf->rank, inf->dims, b, sizeof b),
+            kiln_dtype_name(inf->dtype), inf->rank < 0 ? "(rank unknown)" : b));
+    }
+    return KILN_OK;
+}
+
 static kiln_status model_from_memory(const void *data, size_t size, const char *base_dir,
                                      kiln_model **out) {
     kiln_model *m = kiln__calloc(1, sizeof *m);
     if (!m) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory");
-    kiln_status s = kiln__onnx_import(data, size, base_dir, &m->graph, &m->producer);
-    if (s == KILN_OK) s = kiln__pass_infer(m->graph);
+    kiln_onnx_extras ex; /* filled on success, zeroed otherwise */
+    kiln_status s = kiln__onnx_import(data, size, base_dir, &m->graph, &ex);
+    m->producer = ex.producer;
+    if (s == KILN_OK) s = kiln__graph_infer(m->graph);
+    if (s == KILN_OK) s = model_warnings(m, ex.declared);
+    kiln__free(ex.declared);
     if (s != KILN_OK) {
         kiln_model_free(m);
         return s;
@@ -129,12 +194,20 @@ void kiln_model_free(kiln_model *m) {
     if (!m) return;
     kiln__graph_free(m->graph);
     kiln__free(m->producer);
+    for (int i = 0; i < m->n_warnings; i++) kiln__free(m->warnings[i]);
+    kiln__free(m->warnings);
     kiln__free(m);
 }
 
 int kiln_model_num_inputs(const kiln_model *m) { return m && m->graph ? m->graph->n_inputs : 0; }
 
 int kiln_model_num_outputs(const kiln_model *m) { return m && m->graph ? m->graph->n_outputs : 0; }
+
+int kiln_model_num_warnings(const kiln_model *m) { return m ? m->n_warnings : 0; }
+
+const char *kiln_model_warning(const kiln_model *m, int index) {
+    return m && index >= 0 && index < m->n_warnings ? m->warnings[index] : NULL;
+}
 
 static kiln_status io_info(const kiln_model *m, int index, bool input, kiln_io_info *out) {
     const char *fn = input ? "kiln_model_input_info" : "kiln_model_output_info";

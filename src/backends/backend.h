@@ -1,12 +1,13 @@
 /* backend.h -- the interface between the builder/runtime and a device.
  *
- * A backend says which nodes it can run (`supports`), names the kernel it
- * picked for a node (for inspect), owns per-context device state (stream,
- * library handles), moves bytes between host and device, and runs one node
- * on tensors that live in its memory. The CPU backend is always present; the
- * CUDA backend (src/backends/cuda/, built when nvcc is found) fills the same
- * table. Kernels stay with their ops: op->cpu for the CPU; a per-op-id table
- * inside each device backend for the others.
+ * A backend has a table of kernels, one per op id it runs
+ * (`kernel_for`, kernel.h), owns per-context device state (stream, library
+ * handles), moves bytes between host and device, and runs one node on
+ * tensors that live in its memory. What the builder and inspect ask about a
+ * node (supported? kernel name? tactics?) is answered from the kernel by the
+ * kiln__backend_* helpers below (src/backends/kernel.c), the same way for
+ * every backend. The CPU backend is always present; the CUDA backend
+ * (src/backends/cuda/, built when nvcc is found) fills the same table.
  *
  * Threading: one backend state belongs to one context and is used by one
  * thread at a time. Engine-level functions (upload/unload) may be called
@@ -14,16 +15,64 @@
 #ifndef KILN_BACKEND_H
 #define KILN_BACKEND_H
 
-#include "ir/ir.h"
+#include "backends/kernel.h"
+
+/* ---- what the builder leaves to a backend (builder/tune.c) -------------- */
+
+#define KILN_TRIAL_MAX_RUNS 15 /* timed runs per variant of a whole-engine trial */
+/* Sets the attrs of variant v (0 or 1) of a whole-engine trial. */
+typedef void (*kiln_variant_fn)(kiln_graph *g, int v, void *arg);
+
+/* A layout choice, as the builder hands it to a backend's `layouts` hook
+ * (once per build): the graph with its nodes placed, and the builder's
+ * timing services. */
+typedef struct kiln_layout_ctx kiln_layout_ctx;
+struct kiln_layout_ctx {
+    kiln_graph *g;
+    int device;        /* the engine's device (kiln_device) */
+    bool optimize;     /* the builder optimizes (kiln_builder_set_optimization) */
+    uint32_t disabled; /* bits of the passes switched off (KILN_PASS_*, ir.h) */
+    /* Times every layer's tactics in the layouts its attrs hold at that
+     * point and keeps the fastest (the hook calls it before or after its
+     * choice; a second call does nothing). */
+    kiln_status (*tune)(kiln_layout_ctx *c);
+    /* After tune: every value's info at the profiles' opt shapes (rank -1:
+     * unknown), and whether a CPU layer was timed. */
+    const kiln_tinfo *vi;
+    bool cpu_tuned;
+    /* Median microseconds of CPU node ni run alone with its attrs as they
+     * are, at the opt shapes, into *us: -2 when a shape is unknown, -1 when
+     * it fails or `accept` (may be NULL), asked with the node's buffers,
+     * says no. */
+    kiln_status (*time_node)(kiln_layout_ctx *c, int ni, bool (*accept)(const kiln_kernel_args *a),
+                             double *us);
+    /* The whole engine run at the opt shapes in two variants of its nodes'
+     * attrs (set(g, v, arg) before every run), alternately: a warm-up run
+     * each, then up to KILN_TRIAL_MAX_RUNS timed runs each, about a second
+     * in all. t[v][r]: run r's microseconds; layer_us (when not NULL;
+     * KILN_TRIAL_MAX_RUNS x 2 x n_nodes) each layer's too. *runs: the timed
+     * runs (0: a run failed). */
+    kiln_status (*trial)(kiln_layout_ctx *c, kiln_variant_fn set, void *arg,
+                         double t[2][KILN_TRIAL_MAX_RUNS], double *layer_us, int *runs);
+    /* The timing cache's entry for node n (its tuning key at the opt shapes
+     * + suffix): true and *id, *us when found. put stores one. Without a
+     * timing cache nothing is found and put does nothing. */
+    bool (*cache_get)(kiln_layout_ctx *c, const kiln_node *n, const char *suffix, int32_t *id, float *us);
+    kiln_status (*cache_put)(kiln_layout_ctx *c, const kiln_node *n, const char *suffix, int32_t id,
+                             float us);
+    void *priv; /* the builder's */
+};
 
 typedef struct kiln_backend_i {
     const char *name;      /* "cpu", "cuda" */
     int device;            /* kiln_device */
-    /* Whether the backend has a kernel for node n (dtypes/shapes as inferred
-     * in g at build time). */
-    bool (*supports)(const kiln_graph *g, const kiln_node *n);
-    /* Short name of the kernel that runs n, for inspect (static string). */
-    const char *(*kernel_name)(const kiln_graph *g, const kiln_node *n);
+    /* fp16/bf16 engines carry fp16/bf16 tensors between this backend's
+     * layers (the precision pass converts the graph, passes/precision.c);
+     * false: a reduced precision is the kernels' own business (the CPU's
+     * bf16 layers keep float32 tensors). */
+    bool reduced_tensors;
+    /* The kernel of op `op_id` (kernel.h), or NULL when the backend has none. */
+    const kiln_kernel *(*kernel_for)(int op_id);
 
     /* Per-context state: created for device `index`; NULL state is fine for
      * backends without one (CPU). `stream` may be set by the caller
@@ -51,18 +100,18 @@ typedef struct kiln_backend_i {
      * TF32 tensor cores for KILN_PRECISION_TF32. May be NULL. */
     kiln_status (*set_precision)(void *state, int precision);
 
-    /* Runs node a->op with a->in/out pointing into this backend's memory.
+    /* Runs node a->op with a->in/out pointing into this backend's memory,
+     * through its kernel (a->op_id's, or a->op's when op_id is 0).
      * a->stream and a->device_state are set from `state`. */
     kiln_status (*run)(void *state, const kiln_kernel_args *a);
 
-    /* Tactics (optional; for nodes whose op has KILN_OP_FLAG_TACTICS). The
-     * ids of the kernels that can run the node with inputs shaped as in `a`
-     * (exact shapes) on this device; returns their count (at most cap). The
-     * builder times each (setting the attrs' kiln_tactic.id and calling
-     * `run`) and keeps the fastest. NULL: only tactic 0. */
-    int (*tactics)(void *state, const kiln_infer_args *a, int32_t *ids, int cap);
-    /* Short name of tactic `id` of node n, for inspect (static string). */
-    const char *(*tactic_name)(const kiln_node *n, int32_t id);
+    /* Layouts (optional): chooses the memory layouts of the layers placed on
+     * this backend (channels-last chains...), writing them into their attrs
+     * (and conversions into the graph), and calls c->tune before or after
+     * that, as its choice needs. The builder calls it once per build: the
+     * engine's device backend's, then the CPU's (for a device engine's CPU
+     * layers too). NULL: nothing to choose. */
+    kiln_status (*layouts)(kiln_layout_ctx *c);
 
     /* Graph capture (optional, all four or none; CUDA Graphs). Between
      * capture_begin and capture_end the work `run` queues on the state's
@@ -79,6 +128,34 @@ typedef struct kiln_backend_i {
     void (*graph_free)(void *state, void *graph);
 } kiln_backend_i;
 
+/* The backends (backends/registry.c). */
 KILN_PRIVATE const kiln_backend_i *kiln__backend_for(int device); /* NULL if not built in */
+/* "cpu", "cuda"...: the name of a device kiln knows (built in or not); NULL
+ * for an unknown one. */
+KILN_PRIVATE const char *kiln__device_name(int device);
+
+/* ---- what a backend says about one node, from its kernel (kernel.c) ---- */
+
+/* The kernel `be` runs node n with, or NULL. */
+KILN_PRIVATE const kiln_kernel *kiln__backend_kernel(const kiln_backend_i *be, const kiln_node *n);
+/* Whether `be` has a kernel for node n (dtypes/shapes as inferred in g). */
+KILN_PRIVATE bool kiln__backend_supports(const kiln_backend_i *be, const kiln_graph *g,
+                                         const kiln_node *n);
+/* Short name of the kernel that runs n, for inspect (static string; "none"). */
+KILN_PRIVATE const char *kiln__backend_kernel_name(const kiln_backend_i *be, const kiln_node *n);
+/* The tactic ids that can run the node of `a` on `be` (state: its state),
+ * at most cap: {0} for ops without tactics or kernels without a list. */
+KILN_PRIVATE int kiln__backend_tactics(const kiln_backend_i *be, void *state,
+                                       const kiln_infer_args *a, int32_t *ids, int cap);
+/* Short (static) and full names of tactic `id` of node n on `be`. */
+KILN_PRIVATE const char *kiln__backend_tactic_name(const kiln_backend_i *be, const kiln_node *n,
+                                                   int32_t id);
+KILN_PRIVATE void kiln__backend_tactic_describe(const kiln_backend_i *be, const kiln_node *n,
+                                                int32_t id, char *buf, size_t cap);
+/* Host scratch bytes kernel k needs for the shapes of `a` (0: none). */
+KILN_PRIVATE size_t kiln__kernel_workspace(const kiln_kernel *k, const kiln_infer_args *a);
+/* The input (other than in[0]) whose bytes n's kernel on `be` may overwrite
+ * with out[0], given n's attrs; -1: none. */
+KILN_PRIVATE int kiln__backend_inplace_input(const kiln_backend_i *be, const kiln_node *n);
 
 #endif

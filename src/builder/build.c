@@ -1,7 +1,6 @@
 /* build.c -- the builder: configuration, and model -> engine. */
 #include "backends/backend.h"
-#include "ops/fused_conv.h" /* kiln__cpu_has_bf16 */
-#include "passes/cuda_nhwc.h"
+#include "backends/cpu/cpu_features.h"
 #include "runtime/engine.h"
 
 #include <stdio.h>
@@ -24,6 +23,7 @@ void kiln_builder_free(kiln_builder *b) {
     for (int i = 0; i < b->n_fp32_layers; i++) kiln__free(b->fp32_layers[i]);
     kiln__free(b->fp32_layers);
     kiln__free(b->timing_cache);
+    kiln__meta_clear(&b->meta);
     kiln__free(b);
 }
 
@@ -32,8 +32,7 @@ void kiln_builder_free(kiln_builder *b) {
 
 kiln_status kiln_builder_set_device(kiln_builder *b, kiln_device dev, int index) {
     CHECK_BUILDER(b, "kiln_builder_set_device");
-    if (dev != KILN_DEVICE_CPU && dev != KILN_DEVICE_CUDA)
-        return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "unknown device %d", (int)dev);
+    if (!kiln__device_name(dev)) return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "unknown device %d", (int)dev);
     if (index < 0) return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "device index %d < 0", index);
     b->opts.device = dev;
     b->opts.device_index = index;
@@ -100,6 +99,21 @@ kiln_status kiln_builder_set_optimization(kiln_builder *b, int level) {
 kiln_status kiln_builder_set_tuning(kiln_builder *b, int on) {
     CHECK_BUILDER(b, "kiln_builder_set_tuning");
     b->tuning = on != 0;
+    return KILN_OK;
+}
+
+kiln_status kiln_builder_disable_pass(kiln_builder *b, const char *name) {
+    CHECK_BUILDER(b, "kiln_builder_disable_pass");
+    int id = kiln__pass_find(name);
+    if (id < 0) {
+        kiln_sbuf names = {0};
+        for (int i = 0; i < kiln_pass_count(); i++) kiln__sbuf_printf(&names, "%s%s", i ? ", " : "", kiln_pass_name(i));
+        kiln_status s = KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "unknown pass '%s' (passes: %s)", name ? name : "(null)",
+                                  names.data ? names.data : "?");
+        kiln__sbuf_free(&names);
+        return s;
+    }
+    b->disabled_passes |= 1u << id;
     return KILN_OK;
 }
 
@@ -258,14 +272,14 @@ static kiln_status place_nodes(const kiln_builder *b, const kiln_backend_i *be, 
     int n_missing = 0;
     for (int i = 0; i < g->n_nodes; i++) {
         kiln_node *n = &g->nodes[i];
-        if (be->supports(g, n)) {
+        if (kiln__backend_supports(be, g, n)) {
             n->device = be->device;
             continue;
         }
         if (be->device == KILN_DEVICE_CPU)
             return KILN_FAIL(KILN_ERR_UNSUPPORTED, "node '%s' (%s) has no CPU kernel", n->name,
                              n->op->name);
-        if (!cpu->supports(g, n))
+        if (!kiln__backend_supports(cpu, g, n))
             return KILN_FAIL(KILN_ERR_UNSUPPORTED, "node '%s' (%s) has no %s or CPU kernel", n->name,
                              n->op->name, be->name);
         n->device = KILN_DEVICE_CPU;
@@ -290,7 +304,7 @@ kiln_status kiln_build(const kiln_builder *b, const kiln_model *m, kiln_engine *
     if (!be)
         return KILN_FAIL(KILN_ERR_UNSUPPORTED,
                          "device '%s' is not available: this kiln was built without it",
-                         b->opts.device == KILN_DEVICE_CUDA ? "cuda" : "?");
+                         kiln__device_name(b->opts.device) ? kiln__device_name(b->opts.device) : "?");
     if (b->opts.device == KILN_DEVICE_CPU && b->opts.precision == KILN_PRECISION_FP16)
         return KILN_FAIL(KILN_ERR_UNSUPPORTED,
                          "precision fp16 is not supported by the CPU backend (use fp32)");
@@ -315,25 +329,22 @@ kiln_status kiln_build(const kiln_builder *b, const kiln_model *m, kiln_engine *
         goto fail;
     }
     if ((s = resolve_profiles(b, g, e->profiles)) != KILN_OK) goto fail;
-    if ((s = kiln__pass_infer(g)) != KILN_OK) goto fail;
+    if ((s = kiln__graph_infer(g)) != KILN_OK) goto fail;
     if ((s = kiln__pass_fold_constants(g)) != KILN_OK) goto fail;
     if ((s = kiln__pass_dce(g)) != KILN_OK) goto fail;
-    if ((s = kiln__pass_infer(g)) != KILN_OK) goto fail;
+    if ((s = kiln__graph_infer(g)) != KILN_OK) goto fail;
     kiln_optimize_opts oo = {.device = b->opts.device, .precision = b->opts.precision,
-                             .disable = b->optimization == 0,
+                             .disable = b->optimization == 0, .disabled = b->disabled_passes,
                              .fp32_layers = (const char *const *)b->fp32_layers,
                              .n_fp32_layers = b->n_fp32_layers};
     if ((s = kiln__pass_optimize(g, &oo)) != KILN_OK) goto fail;
     if ((s = place_nodes(b, be, g)) != KILN_OK) goto fail;
     e->opts = b->opts;
     if ((s = build_target(be, b->opts.device_index, e->target, sizeof e->target)) != KILN_OK) goto fail;
+    /* tactics, and the layouts the backends choose (their layouts hooks) */
     if ((s = kiln__builder_tune(b, e)) != KILN_OK) goto fail;
-    /* channels-last convolution chains on the GPU (passes/cuda_nhwc.c), after tuning:
-     * the CPU layout choice there rewrites every FusedConv's layout */
-    if (b->opts.device == KILN_DEVICE_CUDA && b->optimization != 0 &&
-        (s = kiln__pass_cuda_nhwc(e->graph, NULL)) != KILN_OK)
-        goto fail;
     if ((s = kiln__check_workspace_limit(e)) != KILN_OK) goto fail;
+    if ((s = kiln__meta_copy(&e->meta, &b->meta)) != KILN_OK) goto fail;
     snprintf(e->builder_version, sizeof e->builder_version, "%s", kiln_version_string());
     *out = e;
     return KILN_OK;
@@ -346,7 +357,14 @@ int kiln_engine_num_layers(const kiln_engine *e) { return e ? e->graph->n_nodes 
 
 /* ---- describe (inspect) ------------------------------------------------- */
 
+/* A shape: "[1x3xNx?]" (JSON: [1, 3, "N", "?"]); a rank not known before a
+ * run (an If whose branches differ in rank) is "[unknown rank]" (JSON:
+ * null), not the "[]" of a scalar. */
 static void dims_str(const kiln_graph *g, const kiln_tinfo *t, kiln_sbuf *sb, bool json) {
+    if (t->rank < 0) {
+        kiln__sbuf_printf(sb, json ? "null" : "[unknown rank]");
+        return;
+    }
     kiln__sbuf_printf(sb, "[");
     for (int i = 0; i < t->rank; i++) {
         int64_t d = t->dims[i];
@@ -380,7 +398,7 @@ static void profile_str(const kiln_profile *p, const int64_t *d, kiln_sbuf *sb, 
     kiln__sbuf_printf(sb, "]");
 }
 
-static const char *device_name(int d) { return d == KILN_DEVICE_CUDA ? "cuda" : "cpu"; }
+static const char *device_name(int d) { return kiln__device_name(d) ? kiln__device_name(d) : "?"; }
 static const char *precision_name(int p) {
     switch (p) {
     case KILN_PRECISION_TF32: return "tf32";
@@ -392,20 +410,29 @@ static const char *precision_name(int p) {
 
 static const char *node_kernel(const kiln_graph *g, const kiln_node *n) {
     const kiln_backend_i *nb = kiln__backend_for(n->device);
-    return nb ? nb->kernel_name(g, n) : "?";
+    (void)g;
+    return nb ? kiln__backend_kernel_name(nb, n) : "?";
 }
 
 /* Name of the tactic chosen for a layer that has several; NULL otherwise. */
-static const char *node_tactic_name(const kiln_node *n) {
+/* buf NULL: the short (static) name */
+static const char *node_tactic_name(const kiln_node *n, char *buf, size_t cap) {
     if (!(n->op->flags & KILN_OP_FLAG_TACTICS) || !n->attrs) return NULL;
     const kiln_backend_i *nb = kiln__backend_for(n->device);
-    return nb && nb->tactic_name ? nb->tactic_name(n, ((const kiln_tactic *)n->attrs)->id) : "?";
+    int32_t id = ((const kiln_tactic *)n->attrs)->id;
+    if (!nb) return "?";
+    if (buf) {
+        kiln__backend_tactic_describe(nb, n, id, buf, cap);
+        return buf;
+    }
+    return kiln__backend_tactic_name(nb, n, id);
 }
 
 /* The tactic of a layer that has several (name, and its time measured at
  * build when it was timed). */
 static void node_tactic(const kiln_node *n, kiln_sbuf *sb, bool json) {
-    const char *name = node_tactic_name(n);
+    char buf[96];
+    const char *name = node_tactic_name(n, buf, sizeof buf);
     if (!name) return;
     const kiln_tactic *t = n->attrs;
     if (json) {
@@ -420,44 +447,24 @@ static void node_tactic(const kiln_node *n, kiln_sbuf *sb, bool json) {
 }
 
 /* Tensors a CPU layer reads and writes in NHWC or nChw16c (layers of an
- * NHWC or blocked chain, fused_conv.h): "x" the input, "y" the output;
- * bf16 where they hold bf16;
- * "residual" where an NHWC residual goes into an NCHW output. */
+ * NHWC or blocked chain, kiln_op_def.layout_io): "x" the input, "y" the
+ * output; bf16 where they hold bf16; "residual" where an NHWC residual goes
+ * into an NCHW output. */
+static const char *layout_word(int l) {
+    return l == KILN_VLAYOUT_NHWC_BF16 ? "nhwc-bf16" : l == KILN_VLAYOUT_NHWC ? "nhwc" : l == KILN_VLAYOUT_C16 ? "nchw16c" : "nchw";
+}
+
 static void node_layout(const kiln_node *n, kiln_sbuf *sb, bool json) {
-    if (n->device != KILN_DEVICE_CPU || !n->attrs) return;
-    const char *x = NULL, *y = NULL;
-    bool r_nhwc = false; /* the residual NHWC, the output NCHW */
-    if (n->op_id == KILN_OP_FusedConv) {
-        int l = ((const kiln_fused_conv_attrs *)n->attrs)->layout;
-        if (!l) return;
-        x = (l & KILN_FC_LAYOUT_X_NHWC)  ? ((l & KILN_FC_LAYOUT_X_BF16) ? "nhwc-bf16" : "nhwc")
-            : (l & KILN_FC_LAYOUT_X_C16) ? "nchw16c"
-                                         : "nchw";
-        y = (l & KILN_FC_LAYOUT_Y_NHWC)  ? ((l & KILN_FC_LAYOUT_Y_BF16) ? "nhwc-bf16" : "nhwc")
-            : (l & KILN_FC_LAYOUT_Y_C16) ? "nchw16c"
-                                         : "nchw";
-        r_nhwc = (l & KILN_FC_LAYOUT_R_NHWC) != 0;
-    } else if (n->op_id == KILN_OP_PwDwConv) {
-        int l = ((const kiln_pwdw_attrs *)n->attrs)->layout;
-        if (!l) return;
-        x = (l & KILN_FC_LAYOUT_X_NHWC) ? "nhwc" : "nchw";
-        y = (l & KILN_FC_LAYOUT_Y_NHWC) ? "nhwc" : "nchw";
-    } else if (n->op_id == KILN_OP_MaxPool) {
-        int l = ((const kiln_pool_attrs *)n->attrs)->layout;
-        if (l != KILN_POOL_LAYOUT_NHWC && l != KILN_POOL_LAYOUT_C16) return;
-        x = y = l == KILN_POOL_LAYOUT_C16 ? "nchw16c" : "nhwc";
-    } else if (n->op_id == KILN_OP_GlobalAveragePool && n->attrs) {
-        int l = ((const kiln_pool_attrs *)n->attrs)->layout;
-        if (l != KILN_POOL_LAYOUT_NHWC && l != KILN_POOL_LAYOUT_C16) return;
-        x = l == KILN_POOL_LAYOUT_C16 ? "nchw16c" : "nhwc";
-        y = "nchw"; /* [N, C, 1, 1]: the same bytes either way */
-    } else {
-        return;
-    }
+    if (n->device != KILN_DEVICE_CPU || !n->attrs || !n->op->layout_io) return;
+    int32_t l = *n->op->layout_field(n->attrs);
+    if (!l) return;
+    kiln_io_layout io;
+    n->op->layout_io(l, &io);
+    const char *x = layout_word(io.x), *y = layout_word(io.y);
     if (json)
         kiln__sbuf_printf(sb, ", \"layout\": {\"x\": \"%s\", \"y\": \"%s\"%s}", x, y,
-                          r_nhwc ? ", \"residual\": \"nhwc\"" : "");
-    else kiln__sbuf_printf(sb, "  layout %s->%s%s", x, y, r_nhwc ? " (residual nhwc)" : "");
+                          io.r_nhwc ? ", \"residual\": \"nhwc\"" : "");
+    else kiln__sbuf_printf(sb, "  layout %s->%s%s", x, y, io.r_nhwc ? " (residual nhwc)" : "");
 }
 
 kiln_status kiln_engine_layer_info(const kiln_engine *e, int layer, kiln_layer_info *out) {
@@ -472,10 +479,76 @@ kiln_status kiln_engine_layer_info(const kiln_engine *e, int layer, kiln_layer_i
     out->op = n->op->name;
     out->kernel = node_kernel(g, n);
     out->device = n->device;
-    out->tactic = node_tactic_name(n);
+    out->tactic = node_tactic_name(n, NULL, 0);
     if (out->tactic) out->tactic_us = ((const kiln_tactic *)n->attrs)->us;
     else out->tactic = "";
     return KILN_OK;
+}
+
+static const kiln_node *layer_node(const kiln_engine *e, int layer) {
+    return e && layer >= 0 && layer < e->graph->n_nodes ? &e->graph->nodes[layer] : NULL;
+}
+
+int kiln_engine_layer_num_inputs(const kiln_engine *e, int layer) {
+    const kiln_node *n = layer_node(e, layer);
+    return n ? n->n_in : -1;
+}
+
+int kiln_engine_layer_num_outputs(const kiln_engine *e, int layer) {
+    const kiln_node *n = layer_node(e, layer);
+    return n ? n->n_out : -1;
+}
+
+static const char *layer_tensor(const kiln_engine *e, int layer, bool output, int index) {
+    const kiln_node *n = layer_node(e, layer);
+    if (!n || index < 0 || index >= (output ? n->n_out : n->n_in)) return NULL;
+    int v = output ? n->out[index] : n->in[index];
+    return v >= 0 ? e->graph->values[v].name : NULL;
+}
+
+const char *kiln_engine_layer_input(const kiln_engine *e, int layer, int index) {
+    return layer_tensor(e, layer, false, index);
+}
+
+const char *kiln_engine_layer_output(const kiln_engine *e, int layer, int index) {
+    return layer_tensor(e, layer, true, index);
+}
+
+int kiln_engine_layer_num_sources(const kiln_engine *e, int layer) {
+    const kiln_node *n = layer_node(e, layer);
+    return n ? kiln__node_num_sources(n) : -1;
+}
+
+const char *kiln_engine_layer_source(const kiln_engine *e, int layer, int index) {
+    const kiln_node *n = layer_node(e, layer);
+    return n ? kiln__node_source(n, index) : NULL;
+}
+
+/* The ONNX nodes a layer came from, where its name does not say it
+ * already: text "  (added by kiln)" or "  sources a, b"; JSON always. */
+static void node_sources(const kiln_node *n, kiln_sbuf *sb, bool json) {
+    int k = kiln__node_num_sources(n);
+    if (json) {
+        kiln__sbuf_printf(sb, ", \"sources\": [");
+        for (int i = 0; i < k; i++) {
+            kiln__sbuf_printf(sb, "%s", i ? ", " : "");
+            json_str(sb, kiln__node_source(n, i));
+        }
+        kiln__sbuf_printf(sb, "]");
+        return;
+    }
+    if (!k) {
+        kiln__sbuf_printf(sb, "  (added by kiln)");
+        return;
+    }
+    /* the name is the sources joined by '+' unless a name holds a '+' */
+    kiln_sbuf joined = {0};
+    for (int i = 0; i < k; i++) kiln__sbuf_printf(&joined, "%s%s", i ? "+" : "", kiln__node_source(n, i));
+    if (joined.data && strcmp(joined.data, n->name)) {
+        kiln__sbuf_printf(sb, "  sources");
+        for (int i = 0; i < k; i++) kiln__sbuf_printf(sb, "%s'%s'", i ? ", " : " ", kiln__node_source(n, i));
+    }
+    kiln__sbuf_free(&joined);
 }
 
 /* Device engines: nodes that run on the CPU, and the host<->device copies
@@ -510,12 +583,48 @@ static void fallback_summary(const kiln_engine *e, kiln_sbuf *sb, bool json) {
     }
     kiln__sbuf_printf(sb, "cpu fallback: %d node(s) without a %s kernel run on the CPU, costing %d "
                           "host<->device copies per run%s\n",
-                      n_cpu, e->opts.device == KILN_DEVICE_CUDA ? "cuda" : "device", n_cross,
+                      n_cpu, device_name(e->opts.device), n_cross,
                       n_cpu ? ":" : "");
     for (int i = 0; i < g->n_nodes; i++) {
         const kiln_node *n = &g->nodes[i];
         if (n->device == KILN_DEVICE_CPU)
             kiln__sbuf_printf(sb, "  %s (%s)\n", n->name, n->op->name);
+    }
+}
+
+/* User metadata (kiln_engine_metadata), when there is any: every value in
+ * full in JSON; in text the first 160 bytes of each, control characters
+ * escaped. */
+#define KILN_DESCRIBE_META_TEXT 160
+static void metadata_summary(const kiln_meta *m, kiln_sbuf *sb, bool json) {
+    if (!m->n) return;
+    if (json) {
+        kiln__sbuf_printf(sb, ",\n  \"metadata\": {");
+        for (int i = 0; i < m->n; i++) {
+            kiln__sbuf_printf(sb, "%s\n    ", i ? "," : "");
+            json_str(sb, m->items[i].key);
+            kiln__sbuf_printf(sb, ": ");
+            json_str(sb, m->items[i].value);
+        }
+        kiln__sbuf_printf(sb, "\n  }");
+        return;
+    }
+    kiln__sbuf_printf(sb, "metadata (%d):\n", m->n);
+    for (int i = 0; i < m->n; i++) {
+        const kiln_meta_entry *x = &m->items[i];
+        size_t n = x->value_len;
+        if (n > KILN_DESCRIBE_META_TEXT) { /* cut before a UTF-8 continuation byte */
+            n = KILN_DESCRIBE_META_TEXT;
+            while (n > 0 && ((unsigned char)x->value[n] & 0xc0) == 0x80) n--;
+        }
+        kiln__sbuf_printf(sb, "  %s: ", x->key);
+        for (size_t k = 0; k < n; k++) {
+            unsigned char c = (unsigned char)x->value[k];
+            if (c < 0x20 || c == 0x7f) kiln__sbuf_printf(sb, "\\x%02x", c);
+            else kiln__sbuf_printf(sb, "%c", c);
+        }
+        if (n < x->value_len) kiln__sbuf_printf(sb, " ... (%zu bytes)", x->value_len);
+        kiln__sbuf_printf(sb, "\n");
     }
 }
 
@@ -619,6 +728,7 @@ static void describe(const kiln_engine *e, kiln_sbuf *sb, bool json) {
                 kiln__sbuf_printf(sb, "}");
             }
             kiln__sbuf_printf(sb, "]");
+            node_sources(n, sb, true);
             node_tactic(n, sb, true);
             node_layout(n, sb, true);
             kiln__sbuf_printf(sb, "}");
@@ -628,6 +738,7 @@ static void describe(const kiln_engine *e, kiln_sbuf *sb, bool json) {
         memory_summary(e, plan, sb, true);
         kiln__sbuf_printf(sb, "}");
         if (e->opts.device != KILN_DEVICE_CPU) fallback_summary(e, sb, true);
+        metadata_summary(&e->meta, sb, true);
         kiln__sbuf_printf(sb, "\n}\n");
         kiln__plan_free(plan);
         return;
@@ -669,12 +780,14 @@ static void describe(const kiln_engine *e, kiln_sbuf *sb, bool json) {
         }
         node_tactic(n, sb, false);
         node_layout(n, sb, false);
+        node_sources(n, sb, false);
         kiln__sbuf_printf(sb, "\n");
     }
     kiln__sbuf_printf(sb, "memory:\n  weights: %zu bytes in %d constants\n", weights, n_const);
     memory_summary(e, plan, sb, false);
     kiln__plan_free(plan);
     if (e->opts.device != KILN_DEVICE_CPU) fallback_summary(e, sb, false);
+    metadata_summary(&e->meta, sb, false);
 }
 
 const char *kiln_engine_describe(kiln_engine *e, int json) {

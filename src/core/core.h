@@ -49,10 +49,40 @@ KILN_PRIVATE void kiln__aligned_free(void *p);
 /* Grows *p (elements of `size`) so that it holds at least `need` elements. */
 KILN_PRIVATE kiln_status kiln__grow(void **p, int *cap, int need, size_t size);
 
+/* ---- files (src/core/file.c) ---------------------------------------------
+ * "a FIFO (named pipe)", "a directory", ... for a st_mode. */
+KILN_PRIVATE const char *kiln__file_type_name(unsigned mode);
+/* Opens `path` for reading when it is a regular file (symbolic links
+ * followed): a FIFO, device, socket or folder is refused without a
+ * blocking open. *fd_out is the caller's to close; *size_out (may be NULL)
+ * its size. Messages: "<path>: cannot open <what>: <reason>", "<path>: the
+ * <what> is a FIFO (named pipe), not a regular file". */
+KILN_PRIVATE kiln_status kiln__open_regular(const char *path, const char *what, int *fd_out,
+                                            int64_t *size_out);
+/* Fails (KILN_ERR_IO, naming the path and its kind) when `path` exists and
+ * is not a regular file: kiln never replaces a device, FIFO, socket or
+ * folder with a file it writes. */
+KILN_PRIVATE kiln_status kiln__check_write_target(const char *path, const char *what);
+/* Writes `size` bytes to `path` atomically: a short temporary name in the
+ * same folder (".kiln-<16 hex>.tmp", so that names near the file system's
+ * length limit work), fsync, rename, fsync of the folder. The new file's
+ * mode follows the umask. Refuses targets that are not regular files. */
+KILN_PRIVATE kiln_status kiln__write_file_atomic(const char *path, const void *data, size_t size,
+                                                 const char *what);
+
 /* Multiplication with overflow check: returns false on overflow. */
 static inline bool kiln__mul_ok(int64_t a, int64_t b, int64_t *out) {
     return !__builtin_mul_overflow(a, b, out);
 }
+/* Addition with overflow check: returns false on overflow. */
+static inline bool kiln__add_ok(int64_t a, int64_t b, int64_t *out) {
+    return !__builtin_add_overflow(a, b, out);
+}
+
+/* The largest tensor kiln accepts, declared, stored or inferred: 2^48
+ * bytes (256 TiB), far beyond any machine's memory, and far enough from
+ * int64 overflow that size arithmetic on accepted tensors stays safe. */
+#define KILN_MAX_TENSOR_BYTES (INT64_C(1) << 48)
 
 /* a * b, or SIZE_MAX when it overflows (sizes from untrusted shapes; the
  * planner and the allocator refuse SIZE_MAX with a message). */
@@ -133,5 +163,11 @@ static inline int kiln__parts_for_cost(double cost) {
 KILN_PRIVATE double kiln__now_us(void);
 /* Tests: the CPU worker w is pinned to (-1: not pinned; see pool.c). */
 KILN_PRIVATE int kiln__pool_worker_cpu(const kiln_pool *p, int w);
+
+/* Hands the whole pages inside [p, p + n) of a read-only file mapping
+ * [map, map + map_size) back to the kernel (madvise DONTNEED): they are
+ * read again from the file if touched later, so no value changes, only
+ * what counts as resident memory. Does nothing outside the mapping. */
+KILN_PRIVATE void kiln__mapping_release(const void *map, size_t map_size, const void *p, size_t n);
 
 #endif

@@ -1,4 +1,4 @@
-/* format.h -- the kiln engine file format (version 3; versions 1 and 2 are read too).
+/* format.h -- the kiln engine file format (version 5; versions 1 to 4 are read too).
  *
  * An engine file is the optimized plan of one model plus its weights, laid
  * out so that it can be mapped read-only and used in place: every constant
@@ -23,10 +23,10 @@
  *                  catches 7-bit channels, CR LF catches CRLF->LF
  *                  conversion, 0x1A stops DOS `type`, the lone LF catches
  *                  LF->CRLF conversion, the NUL catches C-string copies)
- *      12  u32     format_version (3). Bytes 0..15 keep this meaning in
+ *      12  u32     format_version (5). Bytes 0..15 keep this meaning in
  *                  every version, so any kiln can tell "too new" apart from
  *                  "corrupt".
- *      16  u32     header_size (>= 512, multiple of 8; 512 in versions 1 to 3)
+ *      16  u32     header_size (>= 512, multiple of 8; 512 in versions 1 to 5)
  *      20  u32     section_count
  *      24  u64     file_size: the exact size of the file
  *      32  u64     checksum (see below) of the whole file, computed with
@@ -59,7 +59,7 @@
  *      16  u64     size in bytes
  *      24  u64     count: number of records (meaning per section)
  *
- * Sections of versions 1 to 3 (all required, each exactly once)
+ * Sections of versions 1 to 5 (all required, each exactly once)
  * ---------------------
  *   "STRS"  string table. count = size. Strings are referenced by their
  *           u32 byte offset in the table and must be NUL-terminated inside
@@ -104,9 +104,27 @@
  *              8  i64[8]  min     (entries past rank are 0)
  *             72  i64[8]  opt
  *            136  i64[8]  max
+ *   "SRCS"  (optional: section flag 0, written by kilns since sources were
+ *           recorded; older readers skip it) source nodes: count = number
+ *           of nodes; per node in NODS order: u32 n, then n u32 string
+ *           offsets naming the ONNX nodes it was made from (n = 0: a node
+ *           kiln added). Files without it: each node's name split at '+'.
  *   "WGTS"  weights. count = number of constants. Starts on a 256-byte
  *           boundary; each constant's bytes start on a 256-byte boundary
  *           (little-endian element encoding), zero padding in between.
+ *
+ * Optional sections (flags 0: a reader that does not know one skips it)
+ * ---------------------
+ *   "META"  user metadata (kiln_engine_metadata; src/format/meta.c), at most
+ *           once, written only when the engine has some, after WGTS.
+ *           count records (<= 1024), each:
+ *              0  u32     key_size (1..255)
+ *              4  u32     value_size (0..16 MiB)
+ *              8  u8[key_size]   key: printable ASCII without space
+ *                 u8[value_size] value: UTF-8 without NUL
+ *                 zero padding to a multiple of 8 bytes
+ *           Keys strictly ascending (bytewise); the records fill the
+ *           section exactly.
  *
  * Checksum
  * --------
@@ -149,8 +167,13 @@
  * MaxPool and GlobalAveragePool layout KILN_POOL_LAYOUT_C16 (2). A
  * version-4 kiln refuses the file by version (its layers would refuse
  * those values too, at run time); version 1..4 files mean the same to this
- * kiln. */
-#define KILN_FORMAT_VERSION 5          /* written by this kiln */
+ * kiln.
+ * Version 6: the same layout; kiln.Attention's attributes grew from 36 to 52
+ * bytes (cond_mode, cond_fill_if, fill, nan_to_zero) and the layer may have
+ * up to 6 inputs (cond, bias). A version-5 kiln refuses the attribute size;
+ * version 1..5 files (36-byte attributes) are read with the new fields 0,
+ * which is what those layers computed. */
+#define KILN_FORMAT_VERSION 6          /* written by this kiln */
 #define KILN_FORMAT_MIN_VERSION 1      /* oldest this kiln reads */
 #define KILN_FORMAT_MAGIC "KILN\x89\r\n\x1a\n\0\0\0"
 #define KILN_FORMAT_MAGIC_SIZE 12
@@ -203,11 +226,6 @@ KILN_PRIVATE uint64_t kiln__format_checksum_ex(const void *data, size_t size, bo
 KILN_PRIVATE kiln_status kiln__format_check_graph(const kiln_graph *g,
                                                   const kiln_profile *profiles);
 
-/* Whether the running CPU has feature `name` (as in the target / required
- * strings, e.g. "avx2"). *known is set false for names this kiln does not
- * know. */
-KILN_PRIVATE bool kiln__cpu_has_feature(const char *name, bool *known);
-
 /* Little-endian field access (the format's byte order, on any host). */
 static inline uint32_t kiln__le32(const unsigned char *p) {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
@@ -225,5 +243,18 @@ static inline void kiln__put_le64(unsigned char *p, uint64_t v) {
     kiln__put_le32(p, (uint32_t)v);
     kiln__put_le32(p + 4, (uint32_t)(v >> 32));
 }
+
+/* ---- subgraphs of control-flow nodes (subgraph.c) ---- */
+/* Serializes subgraph g into a new buffer (*data, freed with
+ * kiln__aligned_free) of *size bytes. */
+KILN_PRIVATE kiln_status kiln__subgraph_pack(const kiln_graph *g, void **data, size_t *size);
+
+/* Deserializes a subgraph packed by kiln__subgraph_pack. *graph's constants
+ * borrow from *blob (a 64-byte aligned copy of data, freed with
+ * kiln__aligned_free after the graph). `what` names it in messages. */
+KILN_PRIVATE kiln_status kiln__subgraph_unpack(const void *data, size_t size, const char *what,
+                                               kiln_graph **graph, void **blob);
+/* The loader control-flow ops get (kiln_graph.sub): unpack and free. */
+KILN_PRIVATE extern const kiln_subgraph_io kiln__subgraph_io;
 
 #endif

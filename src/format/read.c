@@ -5,108 +5,13 @@
  * known to be inside the weights section. */
 #include "format/format.h"
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <cpuid.h>
-#endif
-
 #include "backends/backend.h"
-#include "ops/fused_conv.h" /* kiln__cpu_has_bf16 */
+#include "backends/cpu/cpu_features.h"
 
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
-
-#if defined(__aarch64__) && defined(__linux__)
-#include <sys/auxv.h>
-#endif
-
-/* ---- this machine ------------------------------------------------------ */
-
-#if defined(__x86_64__)
-#define KILN_CPU_ARCH "x86_64"
-#elif defined(__i386__)
-#define KILN_CPU_ARCH "x86"
-#elif defined(__aarch64__)
-#define KILN_CPU_ARCH "aarch64"
-#elif defined(__arm__)
-#define KILN_CPU_ARCH "arm"
-#elif defined(__riscv) && __riscv_xlen == 64
-#define KILN_CPU_ARCH "riscv64"
-#elif defined(__powerpc64__)
-#define KILN_CPU_ARCH "ppc64"
-#else
-#define KILN_CPU_ARCH "unknown"
-#endif
-
-/* Feature names kiln knows, per architecture (as written in target strings). */
-static const char *const kiln_cpu_features[] = {
-#if defined(__x86_64__) || defined(__i386__)
-    "sse4.2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512vnni",
-    "avx512_bf16",
-#elif defined(__aarch64__)
-    "asimd", "fp16", "dotprod", "sve",
-#endif
-    NULL,
-};
-
-/* KILN_HIDE_CPU_FEATURES (names separated by spaces or commas): kiln acts as
- * if this CPU lacked them when it checks an engine's required features and
- * writes a target string, so that what another machine would say can be
- * tried here (tests, and users checking an engine before shipping it). */
-static bool cpu_feature_hidden(const char *name) {
-    const char *h = getenv("KILN_HIDE_CPU_FEATURES");
-    size_t n = strlen(name);
-    while (h && *h) {
-        h += strspn(h, " ,");
-        size_t len = strcspn(h, " ,");
-        if (len == n && !memcmp(h, name, n)) return true;
-        h += len;
-    }
-    return false;
-}
-
-bool kiln__cpu_has_feature(const char *name, bool *known) {
-    *known = true;
-    for (int i = 0; kiln_cpu_features[i]; i++)
-        if (!strcmp(kiln_cpu_features[i], name) && cpu_feature_hidden(name)) return false;
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_cpu_init();
-    if (!strcmp(name, "sse4.2")) return __builtin_cpu_supports("sse4.2");
-    if (!strcmp(name, "avx")) return __builtin_cpu_supports("avx");
-    if (!strcmp(name, "avx2")) return __builtin_cpu_supports("avx2");
-    if (!strcmp(name, "fma")) return __builtin_cpu_supports("fma");
-    if (!strcmp(name, "f16c")) { /* clang 14 has no "f16c" for __builtin_cpu_supports */
-        unsigned a, b, c, d;
-        return __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29)) != 0;
-    }
-    if (!strcmp(name, "avx512f")) return __builtin_cpu_supports("avx512f");
-    if (!strcmp(name, "avx512bw")) return __builtin_cpu_supports("avx512bw");
-    if (!strcmp(name, "avx512vl")) return __builtin_cpu_supports("avx512vl");
-    if (!strcmp(name, "avx512vnni")) return __builtin_cpu_supports("avx512vnni");
-    if (!strcmp(name, "avx512_bf16")) return kiln__cpu_has_bf16(); /* ops/fused_conv.h */
-#elif defined(__aarch64__) && defined(__linux__)
-    unsigned long hw = getauxval(AT_HWCAP);
-    if (!strcmp(name, "asimd")) return (hw & (1ul << 1)) != 0;    /* HWCAP_ASIMD */
-    if (!strcmp(name, "fp16")) return (hw & (1ul << 10)) != 0;    /* HWCAP_ASIMDHP */
-    if (!strcmp(name, "dotprod")) return (hw & (1ul << 20)) != 0; /* HWCAP_ASIMDDP */
-    if (!strcmp(name, "sve")) return (hw & (1ul << 22)) != 0;     /* HWCAP_SVE */
-#endif
-    *known = false;
-    return false;
-}
-
-void kiln__cpu_target(char *buf, size_t n) {
-    if (!buf || n == 0) return;
-    size_t len = (size_t)snprintf(buf, n, "cpu %s", KILN_CPU_ARCH);
-    for (int i = 0; kiln_cpu_features[i] && len < n; i++) {
-        bool known;
-        if (!kiln__cpu_has_feature(kiln_cpu_features[i], &known)) continue;
-        size_t add = strlen(kiln_cpu_features[i]) + 1;
-        if (len + add >= n) break; /* never cut a name in half */
-        len += (size_t)snprintf(buf + len, n - len, " %s", kiln_cpu_features[i]);
-    }
-}
 
 /* ---- errors ------------------------------------------------------------ */
 
@@ -270,6 +175,12 @@ kiln_status kiln__format_check_graph(const kiln_graph *g, const kiln_profile *pr
             st = KILN_FAIL(KILN_ERR_FORMAT, "node %d '%s' (%s): no attributes", i, name, op->name);
             goto done;
         }
+        /* the values the op's infer and kernels rely on, checked as the
+         * importer checks them (a checksum is no signature) */
+        if (op->validate && n->attrs && (st = op->validate(op, n->attrs, name)) != KILN_OK) {
+            st = kiln__fail_prefix(KILN_ERR_FORMAT, "node %d", i);
+            goto done;
+        }
         for (int k = 0; k < n->n_in; k++) {
             int x = n->in[k];
             if (x == -1 && k >= op->min_inputs) continue;
@@ -349,9 +260,11 @@ static const char *writer_note(const unsigned char *p, char *buf, size_t n) {
     return buf;
 }
 
-enum { SEC_STRS, SEC_SYMS, SEC_VALS, SEC_NODS, SEC_GRPH, SEC_PROF, SEC_WGTS, SEC_COUNT };
+enum { SEC_STRS, SEC_SYMS, SEC_VALS, SEC_NODS, SEC_GRPH, SEC_PROF, SEC_SRCS, SEC_WGTS, SEC_COUNT };
 static const char kiln_sec_ids[SEC_COUNT][5] = {"STRS", "SYMS", "VALS", "NODS",
-                                                "GRPH", "PROF", "WGTS"};
+                                                "GRPH", "PROF", "SRCS", "WGTS"};
+/* Sections a file may lack (written by kilns from a later version on). */
+static const bool kiln_sec_optional[SEC_COUNT] = {[SEC_SRCS] = true};
 
 typedef struct section {
     uint64_t offset, size, count;
@@ -363,6 +276,7 @@ typedef struct reader {
     size_t size;
     uint32_t version; /* the file's format version */
     section sec[SEC_COUNT];
+    section meta;     /* optional user metadata (meta.c) */
 } reader;
 
 /* The string at offset `off` of the string table, or an error. */
@@ -447,22 +361,16 @@ static kiln_status check_signature(const unsigned char *p, size_t size, bool map
 static kiln_status check_target(const kiln_engine *e, const char *required) {
     const char *t = e->target;
     size_t kind_len = strcspn(t, " ");
-    bool kind_cpu = kind_len == 3 && !memcmp(t, "cpu", 3);
-    bool kind_cuda = kind_len == 4 && !memcmp(t, "cuda", 4);
-    if (e->opts.device == KILN_DEVICE_CPU) {
-        if (kind_len && !kind_cpu)
-            return bad("device is cpu but the target is '%s'", t);
-    } else if (e->opts.device == KILN_DEVICE_CUDA) {
-        if (kind_len && !kind_cuda)
-            return bad("device is cuda but the target is '%s'", t);
-        if (!kiln__backend_for(KILN_DEVICE_CUDA))
-            return KILN_FAIL(KILN_ERR_UNSUPPORTED,
-                             "engine was built for '%s' (a CUDA GPU), but this kiln was built "
-                             "without CUDA support; rebuild the engine for the CPU",
-                             t);
-    } else {
-        return bad("unknown device %d", (int)e->opts.device);
-    }
+    const char *dev = kiln__device_name(e->opts.device);
+    if (!dev) return bad("unknown device %d", (int)e->opts.device);
+    /* the target names the device: "cpu x86_64 avx2...", "cuda sm_90" */
+    if (kind_len && (kind_len != strlen(dev) || memcmp(t, dev, kind_len) != 0))
+        return bad("device is %s but the target is '%s'", dev, t);
+    if (!kiln__backend_for(e->opts.device))
+        return KILN_FAIL(KILN_ERR_UNSUPPORTED,
+                         "engine was built for '%s' (device %s), but this kiln was built without "
+                         "the %s backend; rebuild the engine for the CPU",
+                         t, dev, dev);
     if (!*required) return KILN_OK;
     if (e->opts.device != KILN_DEVICE_CPU) return KILN_OK; /* device features: the backend's job */
 
@@ -471,7 +379,8 @@ static kiln_status check_target(const kiln_engine *e, const char *required) {
     /* Required features are named per architecture: compare that first. */
     const char *arch = t + kind_len + (t[kind_len] == ' ');
     size_t arch_len = strcspn(arch, " ");
-    if (arch_len != strlen(KILN_CPU_ARCH) || memcmp(arch, KILN_CPU_ARCH, arch_len) != 0)
+    const char *here_arch = kiln__cpu_arch();
+    if (arch_len != strlen(here_arch) || memcmp(arch, here_arch, arch_len) != 0)
         return KILN_FAIL(KILN_ERR_UNSUPPORTED,
                          "engine was built for '%s' and requires '%s', but this machine is '%s'; "
                          "rebuild the engine on this machine",
@@ -524,6 +433,11 @@ static kiln_status read_sections(reader *r) {
         int k = -1;
         for (int j = 0; j < SEC_COUNT; j++)
             if (!memcmp(s, kiln_sec_ids[j], 4)) k = j;
+        if (k < 0 && !memcmp(s, KILN_FMT_META_ID, 4)) {
+            if (r->meta.present) return bad("section '%s' appears twice", id);
+            r->meta = (section){off, size, count, true};
+            continue;
+        }
         if (k < 0) {
             if (flags & KILN_FMT_SECTION_REQUIRED)
                 return KILN_FAIL(KILN_ERR_FORMAT,
@@ -536,7 +450,7 @@ static kiln_status read_sections(reader *r) {
         r->sec[k] = (section){off, size, count, true};
     }
     for (int j = 0; j < SEC_COUNT; j++)
-        if (!r->sec[j].present) return bad("section '%s' is missing", kiln_sec_ids[j]);
+        if (!r->sec[j].present && !kiln_sec_optional[j]) return bad("section '%s' is missing", kiln_sec_ids[j]);
 
     const section *sec = r->sec;
     if (sec[SEC_STRS].size == 0 || sec[SEC_STRS].count != sec[SEC_STRS].size ||
@@ -636,6 +550,7 @@ static kiln_status read_nodes(const reader *r, int engine_device, kiln_graph *g)
     uint64_t pos = ns->offset, end = ns->offset + ns->size;
     int *io = NULL;
     int io_cap = 0;
+    void *grown_attrs = NULL;
     kiln_status st = KILN_OK;
     for (int i = 0; i < (int)ns->count; i++) {
         if (end - pos < KILN_FMT_NODE_HEADER) {
@@ -669,9 +584,17 @@ static kiln_status read_nodes(const reader *r, int engine_device, kiln_graph *g)
                      name, op->name, device);
             break;
         }
-        /* GlobalAveragePool had no attributes before version 4 (they are
-         * zero: an NCHW input) */
-        bool grew = r->version < 4 && attr_size == 0 && op_id == (uint32_t)KILN_OP_GlobalAveragePool;
+        /* attributes an older format wrote shorter (kiln_op_def.attr_grew_in):
+         * the fields added since are 0 */
+        bool grew = op->attr_grew_in && r->version < (uint32_t)op->attr_grew_in &&
+                    attr_size == op->attr_size_before && attr_size < op->attr_size;
+        if (grew && attr_size) {
+            if (!(grown_attrs = kiln__calloc(1, op->attr_size))) {
+                st = KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory reading node %d '%s'", i, name);
+                break;
+            }
+            memcpy(grown_attrs, q + KILN_FMT_NODE_HEADER + 4 * ((uint64_t)n_in + n_out), attr_size);
+        }
         if (attr_size != op->attr_size && !grew) {
             st = bad("node %d '%s' (%s): attributes are %u bytes, this kiln's %s has %zu", i, name,
                      op->name, attr_size, op->name, op->attr_size);
@@ -700,7 +623,9 @@ static kiln_status read_nodes(const reader *r, int engine_device, kiln_graph *g)
         }
         int node_idx;
         st = kiln__graph_add_node(g, (int)op_id, name, (int)n_in, io, (int)n_out, io + n_in,
-                                  attr_size ? x : NULL, &node_idx);
+                                  grew ? grown_attrs : attr_size ? x : NULL, &node_idx);
+        kiln__free(grown_attrs);
+        grown_attrs = NULL;
         if (st != KILN_OK) {
             st = kiln__fail_prefix(KILN_ERR_FORMAT, "engine file is malformed: node %d '%s'", i, name);
             break;
@@ -712,6 +637,65 @@ static kiln_status read_nodes(const reader *r, int engine_device, kiln_graph *g)
                                               (unsigned long long)(end - pos));
 out:
     kiln__free(io);
+    kiln__free(grown_attrs);
+    return st;
+}
+
+/* SRCS: the source nodes of every node (or, for files without the
+ * section, each name split at '+', which is how fused layers are named). */
+static kiln_status read_sources(const reader *r, kiln_graph *g) {
+    const section *ss = &r->sec[SEC_SRCS];
+    kiln_sbuf sb = {0};
+    kiln_status st = KILN_OK;
+    if (!ss->present) {
+        for (int i = 0; i < g->n_nodes && st == KILN_OK; i++) {
+            kiln_node *n = &g->nodes[i];
+            if (!strchr(n->name, '+')) continue;
+            sb.len = 0;
+            int count = 0;
+            for (const char *p = n->name; p; count++) {
+                const char *e = strchr(p, '+');
+                int len = e ? (int)(e - p) : (int)strlen(p);
+                kiln__sbuf_printf(&sb, "%.*s%c", len, p, 0);
+                p = e ? e + 1 : NULL;
+            }
+            st = sb.oom ? KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory loading an engine")
+                        : kiln__node_set_sources(n, sb.data, sb.len, count);
+        }
+        kiln__sbuf_free(&sb);
+        return st;
+    }
+    if (ss->count != (uint64_t)g->n_nodes) return bad("source section: %llu records for %d nodes",
+                                                     (unsigned long long)ss->count, g->n_nodes);
+    uint64_t pos = 0;
+    for (int i = 0; i < g->n_nodes && st == KILN_OK; i++) {
+        kiln_node *n = &g->nodes[i];
+        if (ss->size - pos < 4) {
+            st = bad("source section: node %d '%s' runs past its end", i, n->name);
+            break;
+        }
+        uint32_t count = kiln__le32(r->p + ss->offset + pos);
+        pos += 4;
+        if (count > (ss->size - pos) / 4) {
+            st = bad("source section: node %d '%s' has %u sources, past its end", i, n->name, count);
+            break;
+        }
+        sb.len = 0;
+        for (uint32_t k = 0; k < count && st == KILN_OK; k++, pos += 4) {
+            const char *name = "";
+            st = get_str(r, kiln__le32(r->p + ss->offset + pos), "source of node", i, &name);
+            kiln__sbuf_printf(&sb, "%s%c", name, 0);
+        }
+        if (st != KILN_OK) break;
+        if (sb.oom) st = KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory loading an engine");
+        /* an unfused node's only source is its name: nothing to keep */
+        else if (count == 1 && !strcmp(sb.data, n->name)) st = KILN_OK;
+        else st = kiln__node_set_sources(n, sb.data, sb.len, (int)count);
+        n->added = count == 0;
+    }
+    if (st == KILN_OK && pos != ss->size)
+        st = bad("source section has %llu bytes after the last node", (unsigned long long)(ss->size - pos));
+    kiln__sbuf_free(&sb);
     return st;
 }
 
@@ -815,6 +799,7 @@ kiln_status kiln__format_read(const void *data, size_t size, kiln_engine *e) {
     kiln_graph *g = NULL;
     kiln_profile *profiles = NULL;
     kiln_status st = kiln__graph_create(&g);
+    if (st == KILN_OK) g->sub = &kiln__subgraph_io;
     if (st != KILN_OK) return st;
     /* Symbols. */
     const section *ss = &r.sec[SEC_SYMS];
@@ -831,10 +816,15 @@ kiln_status kiln__format_read(const void *data, size_t size, kiln_engine *e) {
     }
     if (st == KILN_OK) st = read_values(&r, g);
     if (st == KILN_OK) st = read_nodes(&r, opts.device, g);
+    if (st == KILN_OK) st = read_sources(&r, g);
     if (st == KILN_OK) st = read_io(&r, g, &profiles);
     if (st == KILN_OK) {
         st = kiln__format_check_graph(g, profiles);
         if (st != KILN_OK) st = kiln__fail_prefix(KILN_ERR_FORMAT, "engine file is malformed");
+    }
+    if (st == KILN_OK && r.meta.present) {
+        st = kiln__meta_read(r.p + r.meta.offset, r.meta.size, r.meta.count, &e->meta);
+        if (st == KILN_ERR_FORMAT) st = kiln__fail_prefix(st, "engine file is malformed");
     }
     if (st != KILN_OK) {
         kiln__graph_free(g);

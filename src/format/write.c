@@ -96,9 +96,9 @@ static kiln_status strtab_add(strtab *t, const char *s, uint32_t *off) {
 
 /* ---- layout ------------------------------------------------------------- */
 
-enum { SEC_STRS, SEC_SYMS, SEC_VALS, SEC_NODS, SEC_GRPH, SEC_PROF, SEC_WGTS, SEC_COUNT };
+enum { SEC_STRS, SEC_SYMS, SEC_VALS, SEC_NODS, SEC_GRPH, SEC_PROF, SEC_SRCS, SEC_WGTS, SEC_COUNT };
 static const char kiln_sec_ids[SEC_COUNT][5] = {"STRS", "SYMS", "VALS", "NODS",
-                                                "GRPH", "PROF", "WGTS"};
+                                                "GRPH", "PROF", "SRCS", "WGTS"};
 
 typedef struct section {
     uint64_t offset, size, count;
@@ -146,8 +146,11 @@ kiln_status kiln__format_write(const kiln_engine *e, void **data, size_t *size) 
     uint32_t *val_name = kiln__calloc((size_t)g->n_values + 1, sizeof *val_name);
     uint32_t *node_name = kiln__calloc((size_t)g->n_nodes + 1, sizeof *node_name);
     uint32_t *sym_name = kiln__calloc((size_t)g->n_symbols + 1, sizeof *sym_name);
+    uint32_t *src_first = kiln__calloc((size_t)g->n_nodes + 1, sizeof *src_first); /* into src_name */
+    uint32_t *src_name = NULL;
+    int n_src_names = 0, cap_src_names = 0;
     unsigned char *buf = NULL;
-    if (!val_name || !node_name || !sym_name) {
+    if (!val_name || !node_name || !sym_name || !src_first) {
         st = KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory writing an engine");
         goto done;
     }
@@ -170,12 +173,30 @@ kiln_status kiln__format_write(const kiln_engine *e, void **data, size_t *size) 
         n_live++;
         if ((st = strtab_add(&t, g->nodes[i].name, &node_name[i])) != KILN_OK) goto done;
     }
+    /* SRCS: each node's source names (an unfused node's is its own name) */
+    for (int i = 0; i < g->n_nodes; i++) {
+        const kiln_node *n = &g->nodes[i];
+        if (n->dead) continue;
+        int k = kiln__node_num_sources(n);
+        src_first[i] = (uint32_t)n_src_names;
+        if ((st = kiln__grow((void **)&src_name, &cap_src_names, n_src_names + k + 1, sizeof *src_name)) != KILN_OK)
+            goto done;
+        for (int j = 0; j < k; j++) { /* a source named as its node shares the name's string */
+            const char *src = kiln__node_source(n, j);
+            if (!strcmp(src, n->name)) src_name[n_src_names] = node_name[i];
+            else if ((st = strtab_add(&t, src, &src_name[n_src_names])) != KILN_OK) goto done;
+            n_src_names++;
+        }
+    }
 
-    /* Layout. */
-    section sec[SEC_COUNT];
+    /* Layout. User metadata, when there is any, goes last, in an optional
+     * section (meta.c). */
+    section sec[SEC_COUNT], meta = {0};
     memset(sec, 0, sizeof sec);
-    uint64_t pos = KILN_FORMAT_HEADER_SIZE + (uint64_t)SEC_COUNT * KILN_FORMAT_SECTION_ENTRY;
-    bool ok = true;
+    bool ok = kiln__meta_size(&e->meta, &meta.size);
+    meta.count = (uint64_t)e->meta.n;
+    int n_sec = SEC_COUNT + (meta.count > 0);
+    uint64_t pos = KILN_FORMAT_HEADER_SIZE + (uint64_t)n_sec * KILN_FORMAT_SECTION_ENTRY;
     sec[SEC_STRS].size = sec[SEC_STRS].count = t.len;
     sec[SEC_SYMS].size = 4 * (uint64_t)g->n_symbols;
     sec[SEC_SYMS].count = (uint64_t)g->n_symbols;
@@ -188,6 +209,8 @@ kiln_status kiln__format_write(const kiln_engine *e, void **data, size_t *size) 
     sec[SEC_GRPH].count = 1;
     sec[SEC_PROF].size = KILN_FMT_PROFILE_RECORD * (uint64_t)g->n_inputs;
     sec[SEC_PROF].count = (uint64_t)g->n_inputs;
+    sec[SEC_SRCS].size = 4 * ((uint64_t)n_live + (uint64_t)n_src_names);
+    sec[SEC_SRCS].count = (uint64_t)n_live;
     for (int s = 0; s < SEC_WGTS; s++) {
         ok = ok && align_ok(&pos, 8);
         sec[s].offset = pos;
@@ -209,6 +232,11 @@ kiln_status kiln__format_write(const kiln_engine *e, void **data, size_t *size) 
         sec[SEC_WGTS].count++;
     }
     sec[SEC_WGTS].size = pos - sec[SEC_WGTS].offset;
+    if (meta.count) {
+        ok = ok && align_ok(&pos, 8);
+        meta.offset = pos;
+        ok = ok && add_ok(&pos, meta.size);
+    }
     if (!ok || pos > (uint64_t)SIZE_MAX) {
         kiln__free(const_off);
         st = KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "engine is too large to serialize");
@@ -229,7 +257,7 @@ kiln_status kiln__format_write(const kiln_engine *e, void **data, size_t *size) 
     memcpy(buf, KILN_FORMAT_MAGIC, KILN_FORMAT_MAGIC_SIZE);
     kiln__put_le32(buf + KILN_FMT_OFF_VERSION, KILN_FORMAT_VERSION);
     kiln__put_le32(buf + KILN_FMT_OFF_HEADER_SIZE, KILN_FORMAT_HEADER_SIZE);
-    kiln__put_le32(buf + KILN_FMT_OFF_SECTION_COUNT, SEC_COUNT);
+    kiln__put_le32(buf + KILN_FMT_OFF_SECTION_COUNT, (uint32_t)n_sec);
     kiln__put_le64(buf + KILN_FMT_OFF_FILE_SIZE, (uint64_t)total);
     kiln__put_le32(buf + KILN_FMT_OFF_WRITER_VERSION, KILN_VERSION_NUMBER);
     {
@@ -255,10 +283,18 @@ kiln_status kiln__format_write(const kiln_engine *e, void **data, size_t *size) 
     for (int s = 0; s < SEC_COUNT; s++) {
         unsigned char *p = buf + KILN_FORMAT_HEADER_SIZE + (size_t)s * KILN_FORMAT_SECTION_ENTRY;
         memcpy(p, kiln_sec_ids[s], 4);
-        kiln__put_le32(p + 4, KILN_FMT_SECTION_REQUIRED);
+        kiln__put_le32(p + 4, s == SEC_SRCS ? 0 : KILN_FMT_SECTION_REQUIRED); /* SRCS: optional */
         kiln__put_le64(p + 8, sec[s].offset);
         kiln__put_le64(p + 16, sec[s].size);
         kiln__put_le64(p + 24, sec[s].count);
+    }
+    if (meta.count) {
+        unsigned char *p = buf + KILN_FORMAT_HEADER_SIZE + (size_t)SEC_COUNT * KILN_FORMAT_SECTION_ENTRY;
+        memcpy(p, KILN_FMT_META_ID, 4); /* flags 0: optional, older readers skip it */
+        kiln__put_le64(p + 8, meta.offset);
+        kiln__put_le64(p + 16, meta.size);
+        kiln__put_le64(p + 24, meta.count);
+        kiln__meta_write(&e->meta, buf + meta.offset);
     }
 
     /* STRS */
@@ -325,6 +361,19 @@ kiln_status kiln__format_write(const kiln_engine *e, void **data, size_t *size) 
         }
     }
 
+    /* SRCS */
+    {
+        unsigned char *p = buf + sec[SEC_SRCS].offset;
+        for (int i = 0; i < g->n_nodes; i++) {
+            const kiln_node *n = &g->nodes[i];
+            if (n->dead) continue;
+            int k = kiln__node_num_sources(n);
+            kiln__put_le32(p, (uint32_t)k);
+            p += 4;
+            for (int j = 0; j < k; j++, p += 4) kiln__put_le32(p, src_name[src_first[i] + (uint32_t)j]);
+        }
+    }
+
     kiln__put_le64(buf + KILN_FMT_OFF_CHECKSUM, kiln__format_checksum(buf, total));
     *data = buf;
     *size = total;
@@ -337,5 +386,7 @@ done:
     kiln__free(val_name);
     kiln__free(node_name);
     kiln__free(sym_name);
+    kiln__free(src_first);
+    kiln__free(src_name);
     return st;
 }

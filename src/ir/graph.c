@@ -15,6 +15,7 @@ static void value_clear(kiln_value *v) {
 }
 
 static void node_clear(kiln_node *n) {
+    kiln__free(n->src);
     kiln__free(n->name);
     kiln__free(n->in);
     kiln__free(n->out);
@@ -90,14 +91,6 @@ kiln_status kiln__graph_add_value(kiln_graph *g, const char *name, int *out) {
     g->hash[k] = idx + 1;
     if (out) *out = idx;
     return KILN_OK;
-}
-
-size_t kiln__value_nbytes(const kiln_tinfo *t) {
-    int64_t n = kiln__numel(t->rank, t->dims);
-    size_t es = kiln_dtype_size(t->dtype);
-    int64_t b;
-    if (n < 0 || !es || !kiln__mul_ok(n, (int64_t)es, &b)) return 0;
-    return (size_t)b;
 }
 
 kiln_status kiln__value_set_const(kiln_value *v, kiln_dtype dtype, int rank, const int64_t *dims,
@@ -194,6 +187,54 @@ void kiln__graph_link(kiln_graph *g) {
     }
 }
 
+/* ---- sources: the ONNX nodes a node came from ----------------------------- */
+
+int kiln__node_num_sources(const kiln_node *n) { return n->added ? 0 : n->n_src ? n->n_src : 1; }
+
+const char *kiln__node_source(const kiln_node *n, int k) {
+    if (k < 0 || k >= kiln__node_num_sources(n)) return NULL;
+    if (!n->n_src) return n->name;
+    const char *p = n->src;
+    for (int i = 0; i < k; i++) p += strlen(p) + 1;
+    return p;
+}
+
+kiln_status kiln__node_set_sources(kiln_node *n, const char *packed, size_t bytes, int count) {
+    char *copy = NULL;
+    if (count > 0) {
+        if (!(copy = kiln__malloc(bytes))) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory (node sources)");
+        memcpy(copy, packed, bytes);
+    }
+    kiln__free(n->src);
+    n->src = copy;
+    n->n_src = count > 0 ? count : 0;
+    return KILN_OK;
+}
+
+kiln_status kiln__node_merge_sources(kiln_graph *g, int ni, const int *from, int n_from) {
+    kiln_sbuf sb = {0};
+    int count = 0;
+    for (int i = 0; i < n_from; i++) {
+        const kiln_node *f = &g->nodes[from[i]];
+        for (int k = 0; k < kiln__node_num_sources(f); k++) {
+            const char *name = kiln__node_source(f, k);
+            bool seen = false;
+            for (size_t off = 0; off < sb.len && !seen; off += strlen(sb.data + off) + 1)
+                seen = !strcmp(sb.data + off, name);
+            if (seen) continue;
+            kiln__sbuf_printf(&sb, "%s", name);
+            kiln__sbuf_printf(&sb, "%c", 0);
+            count++;
+        }
+    }
+    kiln_status s = KILN_OK;
+    if (sb.oom) s = KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory (node sources)");
+    else s = kiln__node_set_sources(&g->nodes[ni], sb.data, sb.len, count);
+    if (s == KILN_OK) g->nodes[ni].added = count == 0; /* made only of kiln's own nodes */
+    kiln__sbuf_free(&sb);
+    return s;
+}
+
 static kiln_status int_list_push(int **p, int *n, int *cap, int v) {
     KILN_TRY(kiln__grow((void **)p, cap, *n + 1, sizeof(int)));
     (*p)[(*n)++] = v;
@@ -206,6 +247,7 @@ kiln_status kiln__graph_clone(const kiln_graph *g, kiln_graph **out) {
     *out = NULL;
     if ((s = kiln__graph_create(&c)) != KILN_OK) return s;
     c->opset = g->opset;
+    c->sub = g->sub;
     for (int i = 0; i < g->n_symbols; i++) {
         int k;
         if ((s = kiln__graph_add_symbol(c, g->symbols[i], &k)) != KILN_OK) goto fail;
@@ -233,6 +275,12 @@ kiln_status kiln__graph_clone(const kiln_graph *g, kiln_graph **out) {
                                       n->attrs, &k)) != KILN_OK)
             goto fail;
         c->nodes[k].device = n->device;
+        c->nodes[k].added = n->added;
+        if (n->n_src) {
+            const char *last = kiln__node_source(n, n->n_src - 1);
+            size_t bytes = (size_t)(last - n->src) + strlen(last) + 1;
+            if ((s = kiln__node_set_sources(&c->nodes[k], n->src, bytes, n->n_src)) != KILN_OK) goto fail;
+        }
     }
     for (int i = 0; i < g->n_inputs; i++)
         if ((s = int_list_push(&c->inputs, &c->n_inputs, &c->cap_inputs, g->inputs[i])) != KILN_OK)
@@ -287,4 +335,46 @@ kiln_status kiln__graph_compact(kiln_graph *g) {
     kiln_status s = hash_rebuild(g, g->hash_cap ? g->hash_cap : 64);
     kiln__graph_link(g);
     return s;
+}
+
+bool kiln__graph_is_output(const kiln_graph *g, int v) {
+    for (int i = 0; i < g->n_outputs; i++)
+        if (g->outputs[i] == v) return true;
+    return false;
+}
+
+kiln_status kiln__graph_add_const(kiln_graph *g, const char *base, kiln_dtype dtype, int rank,
+                                  const int64_t *dims, const void *data, int *out) {
+    char name[256];
+    for (int k = 0;; k++) {
+        snprintf(name, sizeof name, "%s/kiln_%d", base, k);
+        if (kiln__graph_find_value(g, name) < 0) break;
+    }
+    KILN_TRY(kiln__graph_add_value(g, name, out));
+    return kiln__value_set_const(&g->values[*out], dtype, rank, dims, data);
+}
+
+kiln_status kiln__nodes_place_after(kiln_graph *g, int n_nodes0, const int *after) {
+    int total = g->n_nodes, extra = total - n_nodes0;
+    if (!extra) return KILN_OK;
+    kiln_node *nn = kiln__malloc(sizeof *nn * (size_t)(g->cap_nodes > total ? g->cap_nodes : total));
+    if (!nn) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory (reordering nodes)");
+    int k = 0;
+    for (int j = 0; j < extra; j++)
+        if (after[j] < 0) nn[k++] = g->nodes[n_nodes0 + j];
+    for (int i = 0; i < n_nodes0; i++) {
+        nn[k++] = g->nodes[i];
+        for (int j = 0; j < extra; j++)
+            if (after[j] == i) nn[k++] = g->nodes[n_nodes0 + j];
+    }
+    if (k != total) {
+        kiln__free(nn);
+        return KILN_FAIL(KILN_ERR_INTERNAL, "graph pass: reordering lost nodes (%d of %d)", k,
+                         total);
+    }
+    kiln__free(g->nodes);
+    g->nodes = nn;
+    if (g->cap_nodes < total) g->cap_nodes = total;
+    kiln__graph_link(g);
+    return KILN_OK;
 }

@@ -34,6 +34,13 @@ typedef struct kiln_node {
     void *attrs;           /* op->attr_size bytes, owned */
     int device;            /* kiln_device the node runs on (set by the builder) */
     bool dead;             /* removed by a pass; skipped everywhere */
+    /* The ONNX nodes this node came from (kiln__node_source). n_src == 0:
+     * the node itself (its name), unless `added`; a fused layer lists
+     * every node it replaced, as n_src NUL-terminated names one after
+     * another in src (owned). */
+    char *src;
+    int n_src;
+    bool added;            /* made by kiln (a Cast, a layout conversion): no ONNX source */
 } kiln_node;
 
 typedef struct kiln_graph {
@@ -48,6 +55,8 @@ typedef struct kiln_graph {
     char **symbols;        /* names of symbolic dims; KILN_DIM_SYM(k) -> symbols[k] */
     int n_symbols, cap_symbols;
     int64_t opset;         /* ai.onnx opset of the source model */
+    const kiln_subgraph_io *sub; /* how its control-flow nodes load their subgraphs (op.h;
+                                    set by the importer and the engine loader) */
     /* name -> value index hash table */
     int *hash;
     int hash_cap;
@@ -71,15 +80,85 @@ KILN_PRIVATE kiln_status kiln__graph_add_symbol(kiln_graph *g, const char *name,
 KILN_PRIVATE void kiln__graph_link(kiln_graph *g);
 /* Deep copy. */
 KILN_PRIVATE kiln_status kiln__graph_clone(const kiln_graph *g, kiln_graph **out);
-KILN_PRIVATE size_t kiln__value_nbytes(const kiln_tinfo *t); /* 0 if unknown */
+
+/* Source k (0 <= k < kiln__node_num_sources(n)) of node n: the name of an
+ * ONNX node it came from. */
+KILN_PRIVATE int kiln__node_num_sources(const kiln_node *n);
+KILN_PRIVATE const char *kiln__node_source(const kiln_node *n, int k);
+/* Sets n's sources to the sources of nodes from[0..n_from) of g (in that
+ * order, each name once); n may be one of them. */
+KILN_PRIVATE kiln_status kiln__node_merge_sources(kiln_graph *g, int n, const int *from, int n_from);
+/* Sets n's sources to `count` names packed in `packed` (`bytes` bytes, each
+ * NUL-terminated: copied). */
+KILN_PRIVATE kiln_status kiln__node_set_sources(kiln_node *n, const char *packed, size_t bytes, int count);
 
 /* Fails (KILN_ERR_MODEL, naming the node) if a required input of n (index
  * below op->min_inputs) is absent. Ops' infer functions rely on it. */
 KILN_PRIVATE kiln_status kiln__node_check_inputs(const kiln_node *n);
 
-/* Passes (src/passes/) */
+/* Whether value v is one of the graph's outputs. */
+KILN_PRIVATE bool kiln__graph_is_output(const kiln_graph *g, int v);
+/* Adds a new constant value (data copied) named after `base` and returns its index. */
+KILN_PRIVATE kiln_status kiln__graph_add_const(kiln_graph *g, const char *base, kiln_dtype dtype,
+                                               int rank, const int64_t *dims, const void *data,
+                                               int *out);
+/* Moves the nodes added to g after its first n_nodes0 ones so that each
+ * follows node after[j - n_nodes0] (-1: before every node), in creation
+ * order, then re-links g. Used by the rewrites that insert conversions. */
+KILN_PRIVATE kiln_status kiln__nodes_place_after(kiln_graph *g, int n_nodes0, const int *after);
+
+/* ---- calling one node (src/ir/call.c) -----------------------------------
+ * The glue between a node and its op's infer and kernel, shared by every
+ * caller: the runtime (context.c), the memory planner (plan.c), constant
+ * folding (passes.c), control flow (misc_control.c) and the tuner:
+ *
+ *     kiln_call c;
+ *     KILN_TRY(kiln__call_begin(&c, g, n));
+ *     kiln__call_input(&c, i, &info, data);   for each present input i
+ *     KILN_TRY(kiln__call_infer(&c, runtime, node_state, exact));
+ *     c.out[i]: output infos; set c.out_t[i].data (shapes filled)
+ *     kiln__call_args(&c, ws, ws_size, pool, node_state);
+ *     then c.ka to a kernel (op->cpu, a backend's run), c.ia to workspace() */
+#define KILN_CALL_MAX 64 /* inputs or outputs of one node */
+typedef struct kiln_call {
+    const kiln_node *n;
+    kiln_tinfo in_info[KILN_CALL_MAX], out[KILN_CALL_MAX];
+    kiln_tensor in_t[KILN_CALL_MAX], out_t[KILN_CALL_MAX];
+    const kiln_tinfo *in_ip[KILN_CALL_MAX];
+    kiln_tinfo *out_ip[KILN_CALL_MAX];
+    const kiln_tensor *in_tp[KILN_CALL_MAX];
+    kiln_tensor *out_tp[KILN_CALL_MAX];
+    kiln_infer_args ia;
+    kiln_kernel_args ka;
+} kiln_call;
+/* Starts a call of node n of graph g (its subgraph loader goes to the
+ * args): every input absent until kiln__call_input. Fails for a node with
+ * more than KILN_CALL_MAX inputs or outputs. */
+KILN_PRIVATE kiln_status kiln__call_begin(kiln_call *c, const kiln_graph *g, const kiln_node *n);
+/* Input i: what infer sees (dtype, shape, data when known on the host) and
+ * the bytes the kernel reads (data: in the kernel's memory; may be NULL
+ * when no kernel runs or it reads shapes only). */
+KILN_PRIVATE void kiln__call_input(kiln_call *c, int i, const kiln_tinfo *info, void *data);
+/* Checks the required inputs and runs the op's infer (kiln__infer) into
+ * c->out (rank -1 before, or 0 with exact); copies the shapes into c->out_t
+ * (data NULL). exact: every output must have an exact shape (a kernel is
+ * to run). */
+KILN_PRIVATE kiln_status kiln__call_infer(kiln_call *c, bool runtime, kiln_node_state *ns, bool exact);
+/* The rest of the kernel args (c->ka). */
+KILN_PRIVATE void kiln__call_args(kiln_call *c, void *ws, size_t ws_size, kiln_pool *pool, kiln_node_state *ns);
+
+/* Inference (src/ir/infer.c) */
 /* Shape and type inference over the whole graph (build time). */
-KILN_PRIVATE kiln_status kiln__pass_infer(kiln_graph *g);
+KILN_PRIVATE kiln_status kiln__graph_infer(kiln_graph *g);
+/* op->infer (kiln__infer) of node ni over the graph's value infos into
+ * outs[0..n_out) (data left NULL). */
+KILN_PRIVATE kiln_status kiln__graph_infer_node(kiln_graph *g, int ni, bool runtime, kiln_tinfo *outs);
+/* Merges an inferred shape with what the model declared: known inferred
+ * dims win; where inference knows nothing, a declared dim (known or
+ * symbolic) is kept. */
+KILN_PRIVATE void kiln__tinfo_merge(kiln_tinfo *dst, const kiln_tinfo *inferred);
+
+/* Passes (src/passes/) */
 /* Evaluates nodes whose inputs are all constant (with the CPU kernels). */
 KILN_PRIVATE kiln_status kiln__pass_fold_constants(kiln_graph *g);
 /* Removes nodes whose outputs nobody uses, and unused constants. */
@@ -88,15 +167,40 @@ KILN_PRIVATE kiln_status kiln__pass_dce(kiln_graph *g);
  * for the given target device. A fusion is applied only where the device's
  * backend supports the fused layer. Keeps the graph's inputs, outputs and
  * their names; a fused node's name lists the nodes it came from. */
+/* Optimizer passes that can be switched off one by one (bits of
+ * kiln_optimize_opts.disabled; kiln_builder_disable_pass names them as
+ * kiln_pass_name does, in this order: the order they run in). */
+enum {
+    KILN_PASS_FOLD_BN,                /* fuse_conv.c */
+    KILN_PASS_FUSE_CONV,
+    KILN_PASS_FUSE_PWDW,
+    KILN_PASS_MERGE_TRANSPOSE_RESHAPE, /* fuse_transformer.c */
+    KILN_PASS_FUSE_LAYERNORM,
+    KILN_PASS_FUSE_GELU,
+    KILN_PASS_FUSE_ATTENTION,
+    KILN_PASS_FUSE_MATMUL,
+    KILN_PASS_FUSE_QKV,
+    KILN_PASS_CPU_LAYOUT,             /* builder/tune.c (kiln__fc_choose_layouts) */
+    KILN_PASS_CUDA_NHWC,              /* backends/cuda/cuda_layout.c */
+    KILN_PASS_COUNT
+};
+
 typedef struct kiln_optimize_opts {
     int device;            /* kiln_device the plan is for */
     int precision;         /* kiln_precision */
     bool disable;          /* run no optimization (for debugging and tests) */
+    uint32_t disabled;     /* bit KILN_PASS_x set: pass x does not run */
     /* fp16/bf16 device plans: layers kept in float32 (src/passes/precision.h) */
     const char *const *fp32_layers;
     int n_fp32_layers;
 } kiln_optimize_opts;
 KILN_PRIVATE kiln_status kiln__pass_optimize(kiln_graph *g, const kiln_optimize_opts *o);
+/* The KILN_PASS_* id of the pass called `name` (kiln_pass_name), or -1. */
+KILN_PRIVATE int kiln__pass_find(const char *name);
+/* Whether pass `pass` (KILN_PASS_*) runs under o. */
+static inline bool kiln__pass_on(const kiln_optimize_opts *o, int pass) {
+    return !o->disable && !(o->disabled & (1u << pass));
+}
 /* Compacts the graph: drops dead nodes and unreferenced values. */
 KILN_PRIVATE kiln_status kiln__graph_compact(kiln_graph *g);
 

@@ -12,7 +12,7 @@
  *      its attributes are converted by the op's `import` through the
  *      kiln_import_ctx functions defined here;
  *   5. value_info and graph outputs give declared dtypes/shapes.
- * Shapes of node outputs are inferred later (kiln__pass_infer).
+ * Shapes of node outputs are inferred later (kiln__graph_infer).
  *
  * Subgraphs (GRAPH attributes of If, Loop and Scan) are imported the same
  * way into graphs of their own. Every value a subgraph reads from an
@@ -23,7 +23,7 @@
  * input of its node (see src/ops/misc_control.h).
  */
 #include "onnx/onnx_internal.h"
-#include "ops/misc_control.h"
+#include "format/format.h"
 
 #include <inttypes.h>
 #include <stdarg.h>
@@ -138,12 +138,14 @@ typedef struct importer {
     strmap inits; /* initializer names */
     int *order;   /* nodes in topological order */
     namelist *free_of; /* per node: free names of its subgraphs (extra dependencies) */
+    kiln_tinfo *declared; /* main graph: per graph output, the type the model declares */
 } importer;
 
 static void importer_free(importer *im) {
     strmap_free(&im->defs);
     strmap_free(&im->inits);
     kiln__free(im->order);
+    kiln__free(im->declared);
     if (im->free_of)
         for (size_t i = 0; i < im->gp->n_node; i++) names_free(&im->free_of[i]);
     kiln__free(im->free_of);
@@ -496,6 +498,7 @@ done:
 /* ---- the import context ---------------------------------------------------- */
 
 struct kiln_import_ctx {
+    const kiln_import_i *vt; /* first, as op.h wants */
     importer *im;
     const Onnx__NodeProto *np;
     const char *name; /* node label */
@@ -531,20 +534,20 @@ static kiln_status ctx_own(kiln_import_ctx *ic, void *p) {
     return KILN_OK;
 }
 
-int64_t kiln_import_opset(const kiln_import_ctx *ic) { return ic->opset; }
+static int64_t ix_import_opset(const kiln_import_ctx *ic) { return ic->opset; }
 
-const char *kiln_import_node_name(const kiln_import_ctx *ic) { return ic->name; }
+static const char *ix_import_node_name(const kiln_import_ctx *ic) { return ic->name; }
 
-int kiln_import_num_inputs(const kiln_import_ctx *ic) { return ic->n_in; }
+static int ix_import_num_inputs(const kiln_import_ctx *ic) { return ic->n_in; }
 
-int kiln_import_num_outputs(const kiln_import_ctx *ic) { return ic->n_out; }
+static int ix_import_num_outputs(const kiln_import_ctx *ic) { return ic->n_out; }
 
-bool kiln_import_has_input(const kiln_import_ctx *ic, int i) {
+static bool ix_import_has_input(const kiln_import_ctx *ic, int i) {
     return i >= 0 && i < ic->n_in && ic->in[i] >= 0;
 }
 
-const kiln_tinfo *kiln_import_input_info(const kiln_import_ctx *ic, int i) {
-    if (!kiln_import_has_input(ic, i)) return NULL;
+static const kiln_tinfo *ix_import_input_info(const kiln_import_ctx *ic, int i) {
+    if (!ix_import_has_input(ic, i)) return NULL;
     kiln_import_ctx *mic = (kiln_import_ctx *)ic; /* the cache is not observable state */
     if (kiln__grow((void **)&mic->infos, &mic->cap_infos, i + 1, sizeof(kiln_tinfo *)) != KILN_OK)
         return NULL;
@@ -581,11 +584,11 @@ static bool is_graph_attr(const Onnx__AttributeProto *a) {
     return a->g && attr_type(a) == ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPH;
 }
 
-bool kiln_attr_has(const kiln_import_ctx *ic, const char *name) {
+static bool ix_attr_has(const kiln_import_ctx *ic, const char *name) {
     return find_attr(ic, name) != NULL;
 }
 
-int64_t kiln_attr_int(const kiln_import_ctx *ic, const char *name, int64_t dflt) {
+static int64_t ix_attr_int(const kiln_import_ctx *ic, const char *name, int64_t dflt) {
     const Onnx__AttributeProto *a = find_attr(ic, name);
     if (!a) return dflt;
     switch (attr_type(a)) {
@@ -597,7 +600,16 @@ int64_t kiln_attr_int(const kiln_import_ctx *ic, const char *name, int64_t dflt)
     }
 }
 
-float kiln_attr_float(const kiln_import_ctx *ic, const char *name, float dflt) {
+static kiln_status ix_attr_int32(const kiln_import_ctx *ic, const char *name, int64_t dflt,
+                            int32_t *out) {
+    int64_t v = ix_attr_int(ic, name, dflt);
+    if (v < INT32_MIN || v > INT32_MAX)
+        return KILN_IMPORT_FAIL(ic, "attribute '%s' = %" PRId64 " is out of range", name, v);
+    *out = (int32_t)v;
+    return KILN_OK;
+}
+
+static float ix_attr_float(const kiln_import_ctx *ic, const char *name, float dflt) {
     const Onnx__AttributeProto *a = find_attr(ic, name);
     if (!a) return dflt;
     switch (attr_type(a)) {
@@ -607,7 +619,7 @@ float kiln_attr_float(const kiln_import_ctx *ic, const char *name, float dflt) {
     }
 }
 
-int kiln_attr_ints(const kiln_import_ctx *ic, const char *name, int64_t *buf, int cap) {
+static int ix_attr_ints(const kiln_import_ctx *ic, const char *name, int64_t *buf, int cap) {
     const Onnx__AttributeProto *a = find_attr(ic, name);
     if (!a) return -1;
     switch (attr_type(a)) {
@@ -625,7 +637,7 @@ int kiln_attr_ints(const kiln_import_ctx *ic, const char *name, int64_t *buf, in
     }
 }
 
-int kiln_attr_floats(const kiln_import_ctx *ic, const char *name, float *buf, int cap) {
+static int ix_attr_floats(const kiln_import_ctx *ic, const char *name, float *buf, int cap) {
     const Onnx__AttributeProto *a = find_attr(ic, name);
     if (!a) return -1;
     switch (attr_type(a)) {
@@ -649,7 +661,7 @@ int kiln_attr_floats(const kiln_import_ctx *ic, const char *name, float *buf, in
     }
 }
 
-const char *kiln_attr_string(const kiln_import_ctx *ic, const char *name, const char *dflt) {
+static const char *ix_attr_string(const kiln_import_ctx *ic, const char *name, const char *dflt) {
     const Onnx__AttributeProto *a = find_attr(ic, name);
     if (!a || attr_type(a) != ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING) return dflt;
     char *s = kiln__malloc(a->s.len + 1);
@@ -660,7 +672,7 @@ const char *kiln_attr_string(const kiln_import_ctx *ic, const char *name, const 
     return s;
 }
 
-int kiln_attr_strings(const kiln_import_ctx *ic, const char *name, const char **buf, int cap) {
+static int ix_attr_strings(const kiln_import_ctx *ic, const char *name, const char **buf, int cap) {
     const Onnx__AttributeProto *a = find_attr(ic, name);
     if (!a || attr_type(a) != ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRINGS) return -1;
     int n = a->n_strings > INT32_MAX ? INT32_MAX : (int)a->n_strings;
@@ -675,7 +687,7 @@ int kiln_attr_strings(const kiln_import_ctx *ic, const char *name, const char **
     return n;
 }
 
-kiln_status kiln_attr_tensor(const kiln_import_ctx *ic, const char *name, kiln_tinfo *info) {
+static kiln_status ix_attr_tensor(const kiln_import_ctx *ic, const char *name, kiln_tinfo *info) {
     memset(info, 0, sizeof *info);
     const Onnx__AttributeProto *a = find_attr(ic, name);
     if (!a || !a->t)
@@ -689,7 +701,7 @@ kiln_status kiln_attr_tensor(const kiln_import_ctx *ic, const char *name, kiln_t
     return KILN_OK;
 }
 
-kiln_status kiln_import_set_const_input(kiln_import_ctx *ic, int i, kiln_dtype dtype, int rank,
+static kiln_status ix_import_set_const_input(kiln_import_ctx *ic, int i, kiln_dtype dtype, int rank,
                                         const int64_t *dims, const void *data) {
     if (i < 0 || i > 1024)
         return KILN_FAIL(KILN_ERR_INTERNAL, "node '%s': bad constant input index %d", ic->name, i);
@@ -712,14 +724,28 @@ kiln_status kiln_import_set_const_input(kiln_import_ctx *ic, int i, kiln_dtype d
     return KILN_OK;
 }
 
-kiln_status kiln__import_fail(const kiln_import_ctx *ic, const char *fmt, ...) {
-    char msg[768];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (%s): %s", ic->name, ic->op_type, msg);
-}
+static const char *ix_op_type(const kiln_import_ctx *ic) { return ic->op_type; }
+
+/* What the ops' import functions call (op.h): this importer's side. */
+static const kiln_import_i onnx_import_i = {
+    .opset = ix_import_opset,
+    .node_name = ix_import_node_name,
+    .op_type = ix_op_type,
+    .num_inputs = ix_import_num_inputs,
+    .num_outputs = ix_import_num_outputs,
+    .has_input = ix_import_has_input,
+    .input_info = ix_import_input_info,
+    .attr_has = ix_attr_has,
+    .attr_int = ix_attr_int,
+    .attr_int32 = ix_attr_int32,
+    .attr_float = ix_attr_float,
+    .attr_ints = ix_attr_ints,
+    .attr_floats = ix_attr_floats,
+    .attr_strings = ix_attr_strings,
+    .attr_string = ix_attr_string,
+    .attr_tensor = ix_attr_tensor,
+    .set_const_input = ix_import_set_const_input,
+};
 
 /* ---- step 4: nodes ----------------------------------------------------------- */
 
@@ -954,6 +980,7 @@ static kiln_status import_node(importer *im, int index) {
 
     kiln_import_ctx ic;
     memset(&ic, 0, sizeof ic);
+    ic.vt = &onnx_import_i;
     ic.im = im;
     ic.np = np;
     ic.name = label;
@@ -1005,6 +1032,7 @@ static kiln_status import_node(importer *im, int index) {
         }
     }
     if (op->import && (s = op->import(&ic, attrs)) != KILN_OK) goto done;
+    if (op->validate && (s = op->validate(op, attrs, label)) != KILN_OK) goto done;
     if ((s = attach_subgraphs(&ic, index)) != KILN_OK) goto done;
     if ((s = check_counts(&ic, op, index)) != KILN_OK) goto done;
     s = kiln__graph_add_node(g, op_id, label, ic.n_in, ic.in, n_out, outs, attrs, NULL);
@@ -1017,9 +1045,10 @@ done:
 
 /* ---- step 5: declared types, outputs --------------------------------------- */
 
-/* Applies a declared type to a node output whose type is still unknown. */
+/* Applies a declared type to a node output whose type is still unknown;
+ * *declared_out (may be NULL): the declared type. */
 static kiln_status apply_declared(importer *im, const Onnx__ValueInfoProto *vi, const char *kind,
-                                  int *value_out) {
+                                  int *value_out, kiln_tinfo *declared_out) {
     kiln_graph *g = im->g;
     const char *name = str_or_empty(vi->name);
     char what[300];
@@ -1029,6 +1058,7 @@ static kiln_status apply_declared(importer *im, const Onnx__ValueInfoProto *vi, 
     if (v < 0) return KILN_OK;
     kiln_tinfo info;
     KILN_TRY(parse_type(im, vi->type, what, false, &info));
+    if (declared_out) *declared_out = info;
     kiln_value *val = &g->values[v];
     if (val->flags & (KILN_VALUE_CONST | KILN_VALUE_INPUT)) return KILN_OK;
     if (val->info.dtype == KILN_DTYPE_UNDEFINED) val->info.dtype = info.dtype;
@@ -1043,8 +1073,11 @@ static kiln_status import_outputs(importer *im) {
     const Onnx__GraphProto *gp = im->gp;
     kiln_graph *g = im->g;
     for (size_t i = 0; i < gp->n_value_info; i++)
-        KILN_TRY(apply_declared(im, gp->value_info[i], "value", NULL));
+        KILN_TRY(apply_declared(im, gp->value_info[i], "value", NULL, NULL));
     if (gp->n_output == 0) return KILN_FAIL(KILN_ERR_MODEL, "the graph has no outputs");
+    if (im->depth == 0 &&
+        !(im->declared = kiln__calloc(gp->n_output, sizeof *im->declared)))
+        return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory");
     for (size_t i = 0; i < gp->n_output; i++) {
         const char *name = str_or_empty(gp->output[i]->name);
         if (!*name) return KILN_FAIL(KILN_ERR_MODEL, "graph output %zu has no name", i);
@@ -1052,7 +1085,8 @@ static kiln_status import_outputs(importer *im) {
             if (!strcmp(str_or_empty(gp->output[j]->name), name))
                 return KILN_FAIL(KILN_ERR_MODEL, "graph output '%s' is listed twice", name);
         int v;
-        KILN_TRY(apply_declared(im, gp->output[i], "graph output", &v));
+        KILN_TRY(apply_declared(im, gp->output[i], "graph output", &v,
+                                im->declared ? &im->declared[i] : NULL));
         if (v < 0)
             return KILN_FAIL(KILN_ERR_MODEL,
                              "graph output '%s' is not produced by any node, graph input or "
@@ -1070,6 +1104,7 @@ static kiln_status import_outputs(importer *im) {
  * of enclosing graphs it reads: they become its last inputs. */
 static kiln_status import_graph(importer *im, const namelist *free_names) {
     KILN_TRY(kiln__graph_create(&im->g));
+    im->g->sub = &kiln__subgraph_io;
     int64_t opset = 0;
     if (find_opset(im, "", &opset)) im->g->opset = opset;
     KILN_TRY(import_initializers(im));
@@ -1124,10 +1159,10 @@ static char *make_producer(const Onnx__ModelProto *m) {
 }
 
 kiln_status kiln__onnx_import(const void *data, size_t size, const char *base_dir, kiln_graph **out,
-                              char **producer) {
+                              kiln_onnx_extras *extras) {
     if (!out) return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "kiln__onnx_import: out is NULL");
     *out = NULL;
-    if (producer) *producer = NULL;
+    if (extras) memset(extras, 0, sizeof *extras);
     if (!data && size) return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "model bytes are NULL");
     if (size == 0) return KILN_FAIL(KILN_ERR_MODEL, "not a valid ONNX model: it is empty");
 
@@ -1142,8 +1177,13 @@ kiln_status kiln__onnx_import(const void *data, size_t size, const char *base_di
     im.base_dir = base_dir;
     kiln_status s = import_model(&im);
     char *prod = NULL;
-    if (s == KILN_OK && producer && !(prod = make_producer(m)))
+    if (s == KILN_OK && extras && !(prod = make_producer(m)))
         s = KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    if (s == KILN_OK && extras) {
+        extras->producer = prod;
+        extras->declared = im.declared; /* taken over */
+        im.declared = NULL;
+    }
     importer_free(&im);
     onnx__model_proto__free_unpacked(m, &alloc);
     if (s != KILN_OK) {
@@ -1151,6 +1191,5 @@ kiln_status kiln__onnx_import(const void *data, size_t size, const char *base_di
         return s;
     }
     *out = im.g;
-    if (producer) *producer = prod;
     return KILN_OK;
 }

@@ -81,6 +81,39 @@ static bool location_safe(const char *loc) {
     return true;
 }
 
+/* Resolves `path` (symbolic links, "." and "..") and checks that it lies in
+ * the folder `base_dir` (resolved too). *real: the resolved path (free()). */
+static kiln_status inside_folder(const char *base_dir, const char *path, const char *what,
+                                 char **real) {
+    *real = NULL;
+    char *base = realpath(base_dir, NULL);
+    if (!base)
+        return KILN_FAIL(KILN_ERR_IO, "%s: cannot resolve the model's folder '%s': %s", what,
+                         base_dir, strerror(errno));
+    char *r = realpath(path, NULL);
+    if (!r) {
+        kiln_status s = KILN_FAIL(KILN_ERR_IO, "%s: cannot open external data file '%s': %s", what,
+                                  path, strerror(errno));
+        free(base);
+        return s;
+    }
+    size_t bl = strlen(base);
+    bool inside = !strcmp(base, "/") || (!strncmp(r, base, bl) && r[bl] == '/');
+    if (!inside) {
+        kiln_status s = KILN_FAIL(KILN_ERR_MODEL,
+                                  "%s: external data file '%s' resolves to '%s', which is outside "
+                                  "the model's folder '%s'; kiln reads external data only from "
+                                  "inside it",
+                                  what, path, r, base);
+        free(base);
+        free(r);
+        return s;
+    }
+    free(base);
+    *real = r;
+    return KILN_OK;
+}
+
 static kiln_status read_external(const Onnx__TensorProto *t, const char *what, const char *base_dir,
                                  int64_t nbytes, void **owned) {
     const char *location = NULL;
@@ -129,22 +162,22 @@ static kiln_status read_external(const Onnx__TensorProto *t, const char *what, c
 
     kiln_status s = KILN_OK;
     void *buf = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        s = KILN_FAIL(KILN_ERR_IO, "%s: cannot open external data file '%s': %s", what, path,
-                      strerror(errno));
+    char *real = NULL;
+    int fd = -1;
+    int64_t fsize = 0;
+    /* The file, once symbolic links are followed, must lie in the model's
+     * folder (also followed): a link inside the folder may point elsewhere
+     * in it, not at /etc/passwd. */
+    if ((s = inside_folder(base_dir, path, what, &real)) != KILN_OK) goto done;
+    if ((s = kiln__open_regular(real, "external data file", &fd, &fsize)) != KILN_OK) {
+        s = kiln__fail_prefix(s, "%s: external data '%s'", what, location);
         goto done;
     }
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        s = KILN_FAIL(KILN_ERR_IO, "%s: external data '%s' is not a regular file", what, path);
-        goto done;
-    }
-    if (offset > (int64_t)st.st_size || nbytes > (int64_t)st.st_size - offset) {
+    if (offset > fsize || nbytes > fsize - offset) {
         s = KILN_FAIL(KILN_ERR_MODEL,
                       "%s: external data file '%s' has %" PRId64 " bytes; %" PRId64
                       " bytes at offset %" PRId64 " do not fit",
-                      what, path, (int64_t)st.st_size, nbytes, offset);
+                      what, path, fsize, nbytes, offset);
         goto done;
     }
     buf = kiln__malloc((size_t)nbytes);
@@ -169,16 +202,15 @@ static kiln_status read_external(const Onnx__TensorProto *t, const char *what, c
 done:
     if (fd >= 0) close(fd);
     kiln__free(buf);
+    free(real); /* from realpath */
     kiln__free(path);
     return s;
 }
 
 /* ---- size limits ---------------------------------------------------------- */
 
-/* The largest tensor a model may declare or hold: 2^48 bytes (256 TiB), far
- * beyond any machine's memory, and far enough from int64 overflow that later
- * size arithmetic stays safe. Checked before anything is allocated. */
-#define KILN_ONNX_MAX_TENSOR_BYTES (INT64_C(1) << 48)
+/* A model may declare or hold tensors up to KILN_MAX_TENSOR_BYTES (core.h);
+ * checked before anything is allocated. */
 
 kiln_status kiln__onnx_check_size(const char *what, kiln_dtype dt, int rank, const int64_t *dims,
                                   int64_t *nbytes) {
@@ -195,7 +227,7 @@ kiln_status kiln__onnx_check_size(const char *what, kiln_dtype dt, int rank, con
                          "before allocating",
                          what, kiln__shape_str(rank, dims, shape, sizeof shape),
                          kiln_dtype_name(dt));
-    if (bytes > KILN_ONNX_MAX_TENSOR_BYTES)
+    if (bytes > KILN_MAX_TENSOR_BYTES)
         return KILN_FAIL(KILN_ERR_MODEL,
                          "%s: shape %s (%s) would need %" PRId64 " bytes (%.3g TiB), more than "
                          "the 256 TiB kiln accepts for one tensor; refused before allocating",

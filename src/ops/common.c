@@ -1,47 +1,80 @@
-/* common.c -- shape helpers shared by operator infer functions and kernels,
- * and the operator registry built from ops.def. */
+/* common.c -- shape helpers shared by operator infer functions and kernels
+ * (the registry is registry.c). */
 #include "ops/op.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 
-/* ---- registry ---------------------------------------------------------- */
+/* ---- validation and checked shape arithmetic ------------------------------ */
 
-#define KILN_OP(id, sym) extern const kiln_op_def kiln_op_##sym;
-#include "ops/ops.def"
-#undef KILN_OP
-
-static const kiln_op_def *const kiln_op_table[KILN_OP_ID_LIMIT] = {
-#define KILN_OP(id, sym) [id] = &kiln_op_##sym,
-#include "ops/ops.def"
-#undef KILN_OP
-};
-
-const kiln_op_def *kiln__op_by_id(int id) {
-    if (id <= 0 || id >= KILN_OP_ID_LIMIT) return NULL;
-    return kiln_op_table[id];
+kiln_status kiln__validate_fail(const kiln_op_def *op, const char *node, const char *fmt, ...) {
+    char msg[768];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (%s): %s", node ? node : "?", op ? op->name : "?",
+                     msg);
 }
 
-static bool domain_eq(const char *a, const char *b) {
-    if (!a || !strcmp(a, "ai.onnx")) a = "";
-    if (!b || !strcmp(b, "ai.onnx")) b = "";
-    return !strcmp(a, b);
+kiln_status kiln__check_attr(const kiln_op_def *op, const char *node, const char *what,
+                             int64_t v, int64_t lo, int64_t hi) {
+    if (v < lo || v > hi)
+        return kiln__validate_fail(op, node, "attribute '%s' = %lld is out of range [%lld, %lld]",
+                                   what, (long long)v, (long long)lo, (long long)hi);
+    return KILN_OK;
 }
 
-int kiln__op_find(const char *domain, const char *type) {
-    for (int i = 1; i < KILN_OP_ID_LIMIT; i++) {
-        const kiln_op_def *d = kiln_op_table[i];
-        if (d && !strcmp(d->name, type) && domain_eq(d->domain, domain)) return i;
+kiln_status kiln__infer(const kiln_infer_args *a) {
+    KILN_TRY(a->op->infer(a));
+    for (int i = 0; i < a->n_out; i++) {
+        const kiln_tinfo *t = a->out[i];
+        if (!t) continue;
+        if (t->rank < -1 || t->rank > KILN_MAX_RANK)
+            return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (%s): output %d would have rank %d (at most %d)",
+                             a->node_name ? a->node_name : "?", a->op->name, i, t->rank,
+                             KILN_MAX_RANK);
+        int64_t n = 1;
+        bool ovf = false;
+        for (int d = 0; d < t->rank; d++) /* unknown and symbolic dims are not counted */
+            if (t->dims[d] >= 0 && !kiln__mul_ok(n, t->dims[d], &n)) ovf = true;
+        size_t es = kiln_dtype_size(t->dtype);
+        if (ovf || !kiln__mul_ok(n, (int64_t)(es ? es : 1), &n) || n > KILN_MAX_TENSOR_BYTES) {
+            char sh[160];
+            return KILN_FAIL(KILN_ERR_MODEL,
+                             "node '%s' (%s): output %d would have shape %s (%s), more than the "
+                             "2^48 bytes (256 TiB) kiln accepts for one tensor",
+                             a->node_name ? a->node_name : "?", a->op->name, i,
+                             kiln__shape_str(t->rank, t->dims, sh, sizeof sh),
+                             kiln_dtype_name(t->dtype));
+        }
     }
-    return 0;
+    return KILN_OK;
 }
 
-int kiln__op_id_of(const kiln_op_def *op) {
-    for (int i = 1; i < KILN_OP_ID_LIMIT; i++)
-        if (kiln_op_table[i] == op) return i;
-    return 0;
+kiln_status kiln__dim_mul(const char *node, int64_t x, int64_t y, int64_t *out) {
+    if (!kiln__mul_ok(x, y, out))
+        return KILN_FAIL(KILN_ERR_MODEL, "node '%s': shape arithmetic overflows (%lld * %lld)",
+                         node ? node : "?", (long long)x, (long long)y);
+    return KILN_OK;
+}
+
+kiln_status kiln__dim_add(const char *node, int64_t x, int64_t y, int64_t *out) {
+    if (!kiln__add_ok(x, y, out))
+        return KILN_FAIL(KILN_ERR_MODEL, "node '%s': shape arithmetic overflows (%lld + %lld)",
+                         node ? node : "?", (long long)x, (long long)y);
+    return KILN_OK;
 }
 
 /* ---- shapes ------------------------------------------------------------ */
+
+size_t kiln__value_nbytes(const kiln_tinfo *t) {
+    int64_t n = kiln__numel(t->rank, t->dims);
+    size_t es = kiln_dtype_size(t->dtype);
+    int64_t b;
+    if (n < 0 || !es || !kiln__mul_ok(n, (int64_t)es, &b)) return 0;
+    return (size_t)b;
+}
 
 int64_t kiln__numel(int rank, const int64_t *dims) {
     if (rank < 0) return -1;

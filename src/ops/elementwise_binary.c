@@ -14,15 +14,6 @@
 
 EW_VECTORIZE_FLOAT_SELECTS
 
-enum {
-    EW_B_ADD, EW_B_SUB, EW_B_MUL, EW_B_DIV, EW_B_MOD, EW_B_PYMOD, EW_B_MAX, EW_B_MIN,
-    EW_B_EQ, EW_B_LT, EW_B_LE, EW_B_GT, EW_B_GE, EW_B_AND, EW_B_OR, EW_B_XOR,
-    EW_B_SHL, EW_B_SHR, EW_B_PRELU, EW_B_POW,
-    EW_B_COUNT,
-    /* op codes that are not row kinds */
-    EW_B_SUM = 100, EW_B_MEAN, EW_B_WHERE
-};
-
 /* ---- scalar helpers ------------------------------------------------------- */
 
 static inline float ew_pymod_f32(float a, float b) {
@@ -402,8 +393,7 @@ static kiln_status ew_binary_cpu(const kiln_kernel_args *a) {
     KILN_TRY(kiln__ew_legacy_shape(a->node_name, at, A->rank, &B.rank, B.dims));
     int kind = a->op->code;
     if (kind == EW_B_POW) return ew_pow_cpu(a, A, &B);
-    if (kind == EW_B_MOD && at && !at->fmod) kind = EW_B_PYMOD;
-    if (kind == EW_B_SHL && at && at->shift_right) kind = EW_B_SHR;
+    if (at) kind = kiln__ew_binary_kind(kind, at->fmod, at->shift_right);
     return ew_apply(a, kind, A, &B, a->out[0]);
 }
 
@@ -432,7 +422,7 @@ static void ew_mean_chunk(void *vctx, int64_t b, int64_t e) {
 static kiln_status ew_variadic_cpu(const kiln_kernel_args *a) {
     kiln_tensor *out = a->out[0];
     const int code = a->op->code;
-    const int kind = code == EW_B_MAX ? EW_B_MAX : code == EW_B_MIN ? EW_B_MIN : EW_B_ADD;
+    const int kind = kiln__ew_variadic_kind(code);
     if (!ew_dtype_in(out->dtype, ew_bin_mask(code))) return kiln__ew_kernel_dtype_fail(a, out->dtype);
     if (a->n_in == 1) {
         size_t nb = (size_t)kiln__tensor_numel(out) * kiln_dtype_size(out->dtype);
@@ -498,11 +488,7 @@ static kiln_status ew_prelu_import(kiln_import_ctx *ic, void *attrs) {
 
 static kiln_status ew_mod_import(kiln_import_ctx *ic, void *attrs) {
     kiln_ew_bin_attrs *at = attrs;
-    int64_t f = kiln_attr_int(ic, "fmod", 0);
-    if (f != 0 && f != 1) return KILN_IMPORT_FAIL(ic, "attribute fmod must be 0 or 1, not %lld",
-                                                  (long long)f);
-    at->fmod = (int32_t)f;
-    return KILN_OK;
+    return kiln_attr_int32(ic, "fmod", 0, &at->fmod);
 }
 
 static kiln_status ew_bitshift_import(kiln_import_ctx *ic, void *attrs) {
@@ -515,37 +501,52 @@ static kiln_status ew_bitshift_import(kiln_import_ctx *ic, void *attrs) {
     return KILN_OK;
 }
 
+/* legacy_bcast an EW_LEGACY_* with its axis in [-8, 7]; fmod (Mod) and
+ * shift_right (BitShift) 0 or 1 */
+static kiln_status ew_binary_validate(const kiln_op_def *op, const void *attrs, const char *node) {
+    const kiln_ew_bin_attrs *at = attrs;
+    KILN_TRY(kiln__check_attr(op, node, "broadcast (opset < 7)", at->legacy_bcast, EW_LEGACY_NONE,
+                              EW_LEGACY_PRELU));
+    KILN_TRY(kiln__check_attr(op, node, "axis (opset < 7)", at->legacy_axis, -KILN_MAX_RANK,
+                              KILN_MAX_RANK - 1));
+    KILN_TRY(kiln__check_attr(op, node, "fmod", at->fmod, 0, 1));
+    return kiln__check_attr(op, node, "direction", at->shift_right, 0, 1);
+}
+
 /* ---- descriptors -------------------------------------------------------------------- */
 
-#define EW_BIN_DEF(SYM, NAME, SINCE, CODE, IMPORT)                                          \
+/* FLAGS: KILN_OP_FLAG_REDUCIBLE for the arithmetic and comparisons, 0 for the
+ * integer and bool ones */
+#define EW_BIN_DEF(SYM, NAME, SINCE, CODE, IMPORT, FLAGS)                                   \
     const kiln_op_def kiln_op_##SYM = {                                                     \
         .name = NAME, .domain = "", .since = SINCE, .min_inputs = 2, .max_inputs = 2,       \
-        .min_outputs = 1, .max_outputs = 1, .code = CODE, .flags = 0,                       \
-        .attr_size = sizeof(kiln_ew_bin_attrs), .import = IMPORT, .infer = ew_binary_infer, \
-        .workspace = NULL, .cpu = ew_binary_cpu};
+        .min_outputs = 1, .max_outputs = 1, .code = CODE, .flags = FLAGS,                   \
+        .attr_size = sizeof(kiln_ew_bin_attrs), .import = IMPORT,                           \
+        .validate = ew_binary_validate, .infer = ew_binary_infer, .workspace = NULL,        \
+        .cpu = ew_binary_cpu};
 
-EW_BIN_DEF(Add, "Add", 1, EW_B_ADD, ew_binary_import)
-EW_BIN_DEF(Sub, "Sub", 1, EW_B_SUB, ew_binary_import)
-EW_BIN_DEF(Mul, "Mul", 1, EW_B_MUL, ew_binary_import)
-EW_BIN_DEF(Div, "Div", 1, EW_B_DIV, ew_binary_import)
-EW_BIN_DEF(Pow, "Pow", 1, EW_B_POW, ew_binary_import)
-EW_BIN_DEF(Mod, "Mod", 10, EW_B_MOD, ew_mod_import)
-EW_BIN_DEF(Equal, "Equal", 1, EW_B_EQ, ew_binary_import)
-EW_BIN_DEF(Less, "Less", 1, EW_B_LT, ew_binary_import)
-EW_BIN_DEF(LessOrEqual, "LessOrEqual", 12, EW_B_LE, NULL)
-EW_BIN_DEF(Greater, "Greater", 1, EW_B_GT, ew_binary_import)
-EW_BIN_DEF(GreaterOrEqual, "GreaterOrEqual", 12, EW_B_GE, NULL)
-EW_BIN_DEF(And, "And", 1, EW_B_AND, ew_binary_import)
-EW_BIN_DEF(Or, "Or", 1, EW_B_OR, ew_binary_import)
-EW_BIN_DEF(Xor, "Xor", 1, EW_B_XOR, ew_binary_import)
-EW_BIN_DEF(BitShift, "BitShift", 11, EW_B_SHL, ew_bitshift_import)
-EW_BIN_DEF(PRelu, "PRelu", 1, EW_B_PRELU, ew_prelu_import)
+EW_BIN_DEF(Add, "Add", 1, EW_B_ADD, ew_binary_import, KILN_OP_FLAG_REDUCIBLE)
+EW_BIN_DEF(Sub, "Sub", 1, EW_B_SUB, ew_binary_import, KILN_OP_FLAG_REDUCIBLE)
+EW_BIN_DEF(Mul, "Mul", 1, EW_B_MUL, ew_binary_import, KILN_OP_FLAG_REDUCIBLE)
+EW_BIN_DEF(Div, "Div", 1, EW_B_DIV, ew_binary_import, KILN_OP_FLAG_REDUCIBLE)
+EW_BIN_DEF(Pow, "Pow", 1, EW_B_POW, ew_binary_import, KILN_OP_FLAG_REDUCIBLE)
+EW_BIN_DEF(Mod, "Mod", 10, EW_B_MOD, ew_mod_import, 0)
+EW_BIN_DEF(Equal, "Equal", 1, EW_B_EQ, ew_binary_import, KILN_OP_FLAG_REDUCIBLE)
+EW_BIN_DEF(Less, "Less", 1, EW_B_LT, ew_binary_import, KILN_OP_FLAG_REDUCIBLE)
+EW_BIN_DEF(LessOrEqual, "LessOrEqual", 12, EW_B_LE, NULL, KILN_OP_FLAG_REDUCIBLE)
+EW_BIN_DEF(Greater, "Greater", 1, EW_B_GT, ew_binary_import, KILN_OP_FLAG_REDUCIBLE)
+EW_BIN_DEF(GreaterOrEqual, "GreaterOrEqual", 12, EW_B_GE, NULL, KILN_OP_FLAG_REDUCIBLE)
+EW_BIN_DEF(And, "And", 1, EW_B_AND, ew_binary_import, 0)
+EW_BIN_DEF(Or, "Or", 1, EW_B_OR, ew_binary_import, 0)
+EW_BIN_DEF(Xor, "Xor", 1, EW_B_XOR, ew_binary_import, 0)
+EW_BIN_DEF(BitShift, "BitShift", 11, EW_B_SHL, ew_bitshift_import, 0)
+EW_BIN_DEF(PRelu, "PRelu", 1, EW_B_PRELU, ew_prelu_import, KILN_OP_FLAG_REDUCIBLE)
 
 #define EW_VAR_DEF(SYM, NAME, CODE)                                                         \
     const kiln_op_def kiln_op_##SYM = {                                                     \
         .name = NAME, .domain = "", .since = 1, .min_inputs = 1, .max_inputs = -1,          \
-        .min_outputs = 1, .max_outputs = 1, .code = CODE, .flags = 0, .attr_size = 0,       \
-        .import = NULL, .infer = ew_variadic_infer, .workspace = NULL,                      \
+        .min_outputs = 1, .max_outputs = 1, .code = CODE, .flags = KILN_OP_FLAG_REDUCIBLE,  \
+        .attr_size = 0, .import = NULL, .infer = ew_variadic_infer, .workspace = NULL,                      \
         .cpu = ew_variadic_cpu};
 
 EW_VAR_DEF(Max, "Max", EW_B_MAX)
@@ -555,5 +556,5 @@ EW_VAR_DEF(Mean, "Mean", EW_B_MEAN)
 
 const kiln_op_def kiln_op_Where = {
     .name = "Where", .domain = "", .since = 9, .min_inputs = 3, .max_inputs = 3,
-    .min_outputs = 1, .max_outputs = 1, .code = EW_B_WHERE, .flags = 0, .attr_size = 0,
+    .min_outputs = 1, .max_outputs = 1, .code = EW_B_WHERE, .flags = 0 | KILN_OP_FLAG_REDUCIBLE, .attr_size = 0,
     .import = NULL, .infer = ew_where_infer, .workspace = NULL, .cpu = ew_where_cpu};

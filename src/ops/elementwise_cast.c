@@ -195,20 +195,27 @@ static kiln_status ew_cast_import(kiln_import_ctx *ic, void *attrs) {
         if (!kiln_attr_has(ic, "to")) return KILN_IMPORT_FAIL(ic, "attribute to is required");
         to = kiln_attr_int(ic, "to", -1);
     }
-    if (to == KILN_DTYPE_STRING)
-        return KILN_FAIL(KILN_ERR_UNSUPPORTED, "node '%s' (Cast): casting to string is not supported",
-                         kiln_import_node_name(ic));
-    if (!kiln__dtype_valid((int)to))
-        return KILN_FAIL(KILN_ERR_UNSUPPORTED, "node '%s' (Cast): unsupported target type %lld",
-                         kiln_import_node_name(ic), (long long)to);
-    at->to = (int32_t)to;
+    at->to = to < INT32_MIN || to > INT32_MAX ? -1 : (int32_t)to; /* -1: refused below */
+    return KILN_OK;
+}
+
+/* `to`: a dtype kiln has, other than string (unsupported, as in the model) */
+static kiln_status ew_cast_validate(const kiln_op_def *op, const void *attrs, const char *node) {
+    const kiln_ew_cast_attrs *at = attrs;
+    if (at->to == KILN_DTYPE_STRING)
+        return KILN_FAIL(KILN_ERR_UNSUPPORTED, "node '%s' (%s): casting to string is not supported",
+                         node, op->name);
+    if (!kiln__dtype_valid(at->to) || at->to == KILN_DTYPE_UNDEFINED)
+        return KILN_FAIL(KILN_ERR_UNSUPPORTED, "node '%s' (%s): unsupported target type %d", node,
+                         op->name, (int)at->to);
     return KILN_OK;
 }
 
 const kiln_op_def kiln_op_Cast = {
     .name = "Cast", .domain = "", .since = 1, .min_inputs = 1, .max_inputs = 1,
     .min_outputs = 1, .max_outputs = 1, .code = 0, .flags = 0,
-    .attr_size = sizeof(kiln_ew_cast_attrs), .import = ew_cast_import, .infer = ew_cast_infer,
+    .attr_size = sizeof(kiln_ew_cast_attrs), .import = ew_cast_import,
+    .validate = ew_cast_validate, .infer = ew_cast_infer,
     .workspace = NULL, .cpu = ew_cast_cpu};
 
 const kiln_op_def kiln_op_CastLike = {

@@ -192,7 +192,7 @@ kiln_status kiln__ew_import_legacy_bcast(kiln_import_ctx *ic, kiln_ew_bin_attrs 
     if (kiln_import_opset(ic) >= 7) return KILN_OK;
     if (kiln_attr_int(ic, "broadcast", 0) && kiln_attr_has(ic, "axis")) {
         at->legacy_bcast = EW_LEGACY_AXIS;
-        at->legacy_axis = (int32_t)kiln_attr_int(ic, "axis", 0);
+        KILN_TRY(kiln_attr_int32(ic, "axis", 0, &at->legacy_axis));
     }
     /* broadcast=1 without axis is suffix alignment (numpy), and broadcast=0
      * requires equal shapes, which numpy broadcasting accepts as well. */

@@ -5,6 +5,7 @@
 #ifndef KILN_ELEMENTWISE_IMPL_H
 #define KILN_ELEMENTWISE_IMPL_H
 
+#include "ops/elementwise_codes.h"
 #include "ops/op.h"
 
 /* Floating-point compares and arithmetic under `?:` only vectorize when the
@@ -24,14 +25,19 @@
 typedef struct kiln_ew_act_attrs {
     float alpha, beta, gamma;
 } kiln_ew_act_attrs;
+KILN_ATTRS_SIZE(kiln_ew_act_attrs, 12); KILN_ATTRS_AT(kiln_ew_act_attrs, alpha, 0);
+KILN_ATTRS_AT(kiln_ew_act_attrs, beta, 4); KILN_ATTRS_AT(kiln_ew_act_attrs, gamma, 8);
 
 typedef struct kiln_ew_isinf_attrs {
     int32_t detect_positive, detect_negative;
 } kiln_ew_isinf_attrs;
+KILN_ATTRS_SIZE(kiln_ew_isinf_attrs, 8); KILN_ATTRS_AT(kiln_ew_isinf_attrs, detect_positive, 0);
+KILN_ATTRS_AT(kiln_ew_isinf_attrs, detect_negative, 4);
 
 typedef struct kiln_ew_cast_attrs {
     int32_t to; /* kiln_dtype */
 } kiln_ew_cast_attrs;
+KILN_ATTRS_SIZE(kiln_ew_cast_attrs, 4); KILN_ATTRS_AT(kiln_ew_cast_attrs, to, 0);
 
 /* Binary and variadic ops. legacy_bcast == EW_LEGACY_AXIS: opset < 7
  * broadcasting of input 1 aligned to input 0 at `legacy_axis` (normalized at
@@ -43,6 +49,9 @@ typedef struct kiln_ew_bin_attrs {
     int32_t fmod;        /* Mod */
     int32_t shift_right; /* BitShift: 0 LEFT, 1 RIGHT */
 } kiln_ew_bin_attrs;
+KILN_ATTRS_SIZE(kiln_ew_bin_attrs, 16); KILN_ATTRS_AT(kiln_ew_bin_attrs, legacy_bcast, 0);
+KILN_ATTRS_AT(kiln_ew_bin_attrs, legacy_axis, 4); KILN_ATTRS_AT(kiln_ew_bin_attrs, fmod, 8);
+KILN_ATTRS_AT(kiln_ew_bin_attrs, shift_right, 12);
 
 /* ---- dtype classes -------------------------------------------------------- */
 

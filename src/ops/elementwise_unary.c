@@ -12,19 +12,6 @@
 
 EW_VECTORIZE_FLOAT_SELECTS
 
-
-enum {
-    EW_U_ABS = 1, EW_U_NEG, EW_U_SQRT, EW_U_EXP, EW_U_LOG, EW_U_RECIPROCAL, EW_U_FLOOR,
-    EW_U_CEIL, EW_U_ROUND, EW_U_SIGN, EW_U_SIN, EW_U_COS, EW_U_TAN, EW_U_ASIN, EW_U_ACOS,
-    EW_U_ATAN, EW_U_SINH, EW_U_COSH, EW_U_ASINH, EW_U_ACOSH, EW_U_ATANH, EW_U_ERF,
-    EW_U_RELU, EW_U_LEAKYRELU, EW_U_ELU, EW_U_SELU, EW_U_CELU, EW_U_SIGMOID, EW_U_HARDSIGMOID,
-    EW_U_HARDSWISH, EW_U_TANH, EW_U_SOFTPLUS, EW_U_SOFTSIGN, EW_U_MISH, EW_U_THRESHOLDEDRELU,
-    EW_U_SHRINK,
-    /* bool-output or special */
-    EW_U_ISNAN, EW_U_ISINF, EW_U_NOT,
-    EW_U_COUNT
-};
-
 /* input dtypes each op accepts */
 static uint32_t ew_unary_mask(int code) {
     switch (code) {
@@ -374,10 +361,7 @@ static kiln_status ew_import_alpha1(kiln_import_ctx *ic, void *attrs) {
     return ew_import_alpha(ic, attrs, 1.0f);
 }
 static kiln_status ew_import_celu(kiln_import_ctx *ic, void *attrs) {
-    KILN_TRY(ew_import_alpha(ic, attrs, 1.0f));
-    if (((kiln_ew_act_attrs *)attrs)->alpha == 0.0f)
-        return KILN_IMPORT_FAIL(ic, "attribute alpha must not be 0");
-    return KILN_OK;
+    return ew_import_alpha(ic, attrs, 1.0f);
 }
 static kiln_status ew_import_selu(kiln_import_ctx *ic, void *attrs) {
     kiln_ew_act_attrs *at = attrs;
@@ -404,19 +388,32 @@ static kiln_status ew_import_isinf(kiln_import_ctx *ic, void *attrs) {
     return KILN_OK;
 }
 
+/* Activation parameters are any floats, except Celu's alpha, which divides. */
+static kiln_status ew_act_validate(const kiln_op_def *op, const void *attrs, const char *node) {
+    if (op->code == EW_U_CELU && ((const kiln_ew_act_attrs *)attrs)->alpha == 0.0f)
+        return KILN_VALIDATE_FAIL(op, node, "attribute alpha must not be 0");
+    return KILN_OK;
+}
+
+static kiln_status ew_isinf_validate(const kiln_op_def *op, const void *attrs, const char *node) {
+    const kiln_ew_isinf_attrs *at = attrs;
+    KILN_TRY(kiln__check_attr(op, node, "detect_positive", at->detect_positive, 0, 1));
+    return kiln__check_attr(op, node, "detect_negative", at->detect_negative, 0, 1);
+}
+
 /* ---- descriptors ------------------------------------------------------------------- */
 
-#define EW_UNARY_DEF(SYM, NAME, SINCE, CODE, FLAGS, ASIZE, IMPORT, CPU)                    \
+#define EW_UNARY_DEF(SYM, NAME, SINCE, CODE, FLAGS, ASIZE, IMPORT, VALIDATE, CPU)          \
     const kiln_op_def kiln_op_##SYM = {                                                    \
         .name = NAME, .domain = "", .since = SINCE, .min_inputs = 1, .max_inputs = 1,      \
         .min_outputs = 1, .max_outputs = 1, .code = CODE, .flags = FLAGS,                  \
-        .attr_size = ASIZE, .import = IMPORT, .infer = ew_unary_infer, .workspace = NULL,  \
-        .cpu = CPU};
+        .attr_size = ASIZE, .import = IMPORT, .validate = VALIDATE, .infer = ew_unary_infer, \
+        .workspace = NULL, .cpu = CPU};
 #define EW_SIMPLE(SYM, NAME, SINCE, CODE) \
-    EW_UNARY_DEF(SYM, NAME, SINCE, CODE, KILN_OP_FLAG_INPLACE, 0, NULL, ew_unary_cpu)
+    EW_UNARY_DEF(SYM, NAME, SINCE, CODE, KILN_OP_FLAG_INPLACE | KILN_OP_FLAG_REDUCIBLE, 0, NULL, NULL, ew_unary_cpu)
 #define EW_ACT(SYM, NAME, SINCE, CODE, IMPORT)                                   \
-    EW_UNARY_DEF(SYM, NAME, SINCE, CODE, KILN_OP_FLAG_INPLACE, sizeof(kiln_ew_act_attrs), \
-                 IMPORT, ew_unary_cpu)
+    EW_UNARY_DEF(SYM, NAME, SINCE, CODE, KILN_OP_FLAG_INPLACE | KILN_OP_FLAG_REDUCIBLE, sizeof(kiln_ew_act_attrs), \
+                 IMPORT, ew_act_validate, ew_unary_cpu)
 
 EW_SIMPLE(Abs, "Abs", 1, EW_U_ABS)
 EW_SIMPLE(Neg, "Neg", 1, EW_U_NEG)
@@ -454,10 +451,10 @@ EW_ACT(Celu, "Celu", 12, EW_U_CELU, ew_import_celu)
 EW_ACT(HardSigmoid, "HardSigmoid", 1, EW_U_HARDSIGMOID, ew_import_hardsigmoid)
 EW_ACT(ThresholdedRelu, "ThresholdedRelu", 10, EW_U_THRESHOLDEDRELU, ew_import_alpha1)
 EW_ACT(Shrink, "Shrink", 9, EW_U_SHRINK, ew_import_shrink)
-EW_UNARY_DEF(IsNaN, "IsNaN", 9, EW_U_ISNAN, 0, 0, NULL, ew_pred_cpu)
-EW_UNARY_DEF(IsInf, "IsInf", 10, EW_U_ISINF, 0, sizeof(kiln_ew_isinf_attrs), ew_import_isinf,
-             ew_pred_cpu)
-EW_UNARY_DEF(Not, "Not", 1, EW_U_NOT, KILN_OP_FLAG_INPLACE, 0, NULL, ew_pred_cpu)
+EW_UNARY_DEF(IsNaN, "IsNaN", 9, EW_U_ISNAN, KILN_OP_FLAG_REDUCIBLE, 0, NULL, NULL, ew_pred_cpu)
+EW_UNARY_DEF(IsInf, "IsInf", 10, EW_U_ISINF, KILN_OP_FLAG_REDUCIBLE, sizeof(kiln_ew_isinf_attrs), ew_import_isinf,
+             ew_isinf_validate, ew_pred_cpu)
+EW_UNARY_DEF(Not, "Not", 1, EW_U_NOT, KILN_OP_FLAG_INPLACE, 0, NULL, NULL, ew_pred_cpu)
 
 /* ---- Clip ---------------------------------------------------------------------------
  * Clip-6 `min`/`max` attributes become inputs 1 and 2 at import. */
@@ -584,6 +581,6 @@ static kiln_status ew_clip_cpu(const kiln_kernel_args *a) {
 
 const kiln_op_def kiln_op_Clip = {
     .name = "Clip", .domain = "", .since = 1, .min_inputs = 1, .max_inputs = 3,
-    .min_outputs = 1, .max_outputs = 1, .code = 0, .flags = KILN_OP_FLAG_INPLACE,
+    .min_outputs = 1, .max_outputs = 1, .code = 0, .flags = KILN_OP_FLAG_INPLACE | KILN_OP_FLAG_REDUCIBLE,
     .attr_size = 0, .import = ew_clip_import, .infer = ew_clip_infer, .workspace = NULL,
     .cpu = ew_clip_cpu};

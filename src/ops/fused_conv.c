@@ -1,49 +1,14 @@
 /* fused_conv.c -- kiln.FusedConv: Conv + bias + residual Add + activation
- * in one layer (see fused_conv.h for the contract).
- *
- * CPU tactics:
- *   0 own       kiln's Conv kernels (pointwise GEMM, depthwise direct,
- *               im2col + sgemm) followed by one pass adding the residual
- *               and applying the activation while the output is in cache
- *               per plane;
- *   1 dnnl      oneDNN convolution on NCHW tensors, residual and activation
- *               as post-ops, weights reordered once per context;
- *   2 dnnl-blk  oneDNN in its blocked layout, input/output reordered;
- *   3 wino      kiln's Winograd F(4x4, 3x3) (conv_wino.c) for 3x3 stride-1
- *               layers, NCHW or NHWC in and out, weights transformed once
- *               per context;
- *   4 wino2     the same with F(2x2, 3x3), for layers whose F(4x4)
- *               weights are too large to stream;
- *   5 direct    kiln's direct convolution (conv_direct.c): dilation 1,
- *               any kernel size, stride and pads, NCHW, NHWC or nChw16c
- *               in and out, weights packed once per context.
- * (A version-3 kiln reads tactic 4 as unknown: NCHW layers run tactic 0,
- * NHWC ones are refused with a message, never run wrong.)
- * The oneDNN tactics exist when kiln is built with it (KILN_HAVE_DNNL); an
- * engine whose tactic is not available where it runs (built elsewhere, or
- * oneDNN refuses the shapes) falls back to tactic 0. */
+ * in one layer (see fused_conv.h for the contract): attributes, inference
+ * and the reference kernel (kiln's Conv kernel, then one pass adding the
+ * residual and applying the activation while the output is in cache per
+ * plane). The CPU backend's kernel, with its tactics (oneDNN, Winograd,
+ * direct), is src/backends/cpu/kernels/fused_conv_cpu.c. */
 #include "ops/fused_conv.h"
 
 #include <math.h>
 
-#include "ops/conv_direct.h"
-#include "ops/conv_wino.h"
-
 #define NODE(a) ((a)->node_name ? (a)->node_name : "?")
-
-bool kiln__cpu_has_bf16(void) {
-#if defined(__x86_64__) && defined(__GNUC__)
-    /* CPUID leaf 7 subleaf 1, EAX bit 5: AVX512_BF16. */
-    unsigned a = 0, b = 0, c = 0, d = 0;
-    __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(1));
-    __builtin_cpu_init();
-    return (a & (1u << 5)) != 0 && __builtin_cpu_supports("avx512f");
-#else
-    return false;
-#endif
-}
-
-bool kiln__have_dnnl(void) { return KILN_HAVE_DNNL != 0; }
 
 const char *kiln__fc_act_name(int act) {
     switch (act) {
@@ -76,14 +41,15 @@ float kiln__fc_act(int act, float alpha, float beta, float x) {
 
 /* ---- infer ------------------------------------------------------------------ */
 
-static kiln_status fc_check_attrs(const char *node, const kiln_fused_conv_attrs *at, int n_in) {
+/* The embedded Conv attributes as Conv's; an activation, precision (fp32
+ * or bf16) and layout bits kiln knows, in combinations its kernels take. */
+static kiln_status fc_validate(const kiln_op_def *op, const void *attrs, const char *node) {
+    const kiln_fused_conv_attrs *at = attrs;
+    KILN_TRY(kiln__conv_validate_attrs(op, &at->conv, node));
     if (at->act < 0 || at->act >= KILN_FC_ACT_COUNT)
         return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (FusedConv): unknown activation %d", node,
                          (int)at->act);
-    if (at->has_residual != (n_in > 3))
-        return KILN_FAIL(KILN_ERR_MODEL,
-                         "node '%s' (FusedConv): has_residual is %d but there are %d inputs", node,
-                         (int)at->has_residual, n_in);
+    KILN_TRY(kiln__check_attr(op, node, "has_residual", at->has_residual, 0, 1));
     if (at->precision != KILN_PRECISION_FP32 && at->precision != KILN_PRECISION_BF16)
         return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (FusedConv): unsupported precision %d", node,
                          (int)at->precision);
@@ -130,9 +96,18 @@ static kiln_infer_args conv_view_infer(const kiln_infer_args *a) {
     return c;
 }
 
+/* has_residual agrees with the node's inputs */
+static kiln_status fc_check_inputs(const char *node, const kiln_fused_conv_attrs *at, int n_in) {
+    if (at->has_residual != (n_in > 3))
+        return KILN_FAIL(KILN_ERR_MODEL,
+                         "node '%s' (FusedConv): has_residual is %d but there are %d inputs", node,
+                         (int)at->has_residual, n_in);
+    return KILN_OK;
+}
+
 static kiln_status fc_infer(const kiln_infer_args *a) {
     const kiln_fused_conv_attrs *at = a->attrs;
-    KILN_TRY(fc_check_attrs(NODE(a), at, a->n_in));
+    KILN_TRY(fc_check_inputs(NODE(a), at, a->n_in));
     /* float16/bfloat16 layers are for device backends (fc_cpu refuses them) */
     kiln_dtype xt = a->in[0]->dtype;
     if (xt != KILN_DTYPE_FLOAT32 && xt != KILN_DTYPE_FLOAT16 && xt != KILN_DTYPE_BFLOAT16)
@@ -158,184 +133,6 @@ static kiln_status fc_infer(const kiln_infer_args *a) {
                          kiln__shape_str(Y->rank, Y->dims, s2, sizeof s2));
     }
     return KILN_OK;
-}
-
-/* ---- tactics ------------------------------------------------------------------ */
-
-static bool wants_dnnl(const kiln_fused_conv_attrs *at) {
-    return at->tactic.id == KILN_FC_TACTIC_DNNL_PLAIN ||
-           at->tactic.id == KILN_FC_TACTIC_DNNL_BLOCKED;
-}
-
-/* Transformed weight bytes per image up to which Winograd F(4x4) is a
- * candidate, and F(2x2) (where F(4x4) is not). */
-#define WINO_WEIGHT_BYTES_PER_IMAGE (3.0 * 1024 * 1024)
-#ifndef KILN_WINO2_BYTES_PER_IMAGE
-#define KILN_WINO2_BYTES_PER_IMAGE (6.0 * 1024 * 1024)
-#endif
-
-/* Threads the Winograd workspace is sized for: this machine's CPUs, at
- * most 16 (the kernel uses no more threads than its workspace has room for). */
-static int wino_ws_threads(void) {
-    int n = kiln__cpu_count();
-    return n < 1 ? 1 : n > 16 ? 16 : n;
-}
-
-/* The Winograd geometry of a layer: true (and *g filled) when the tactic
- * can run it (see kiln__fc_wino_fits). */
-/* The geometry of a float32 2-D layer of one group with known, non-empty
- * dims (what kiln's Winograd and direct kernels take): true and *g filled,
- * else false (no error set). */
-static bool fp32_2d_geom(const kiln_fused_conv_attrs *at, int xr, const int64_t *xd, int wr, const int64_t *wd,
-                         kiln_conv_geom *g) {
-    if (at->precision != KILN_PRECISION_FP32 || xr != 4 || wr != 4) return false;
-    if (kiln__conv_geom("?", "FusedConv", &at->conv, xr, xd, wr, wd, g) != KILN_OK) {
-        kiln__clear_error();
-        return false;
-    }
-    return g->ns == 2 && g->G == 1 && g->N >= 1 && g->C >= 1 && g->M >= 1;
-}
-
-static bool wino_geom(const kiln_fused_conv_attrs *at, int xr, const int64_t *xd, int wr,
-                      const int64_t *wd, kiln_conv_geom *gp) {
-    if (!fp32_2d_geom(at, xr, xd, wr, wd, gp)) return false;
-    const kiln_conv_geom g = *gp;
-    for (int i = 0; i < 2; i++)
-        if (g.k[i] != 3 || g.s[i] != 1 || g.d[i] != 1 || g.in[i] < 1 || g.out[i] < 1 ||
-            g.pb[i] < 0 || g.pb[i] > 2 || g.pe[i] < 0 || g.pe[i] > 2)
-            return false;
-    /* the kernel's sizes (int64 products of dims and channels padded to 16)
-     * stay far from overflow; larger layers (only in damaged or absurd
-     * engines: the planner refuses such tensors) are left to kiln's own */
-    double cp = (double)g.C + 16, mp = (double)g.M + 16, lim = 0x1p50;
-    if ((double)g.N * (double)g.in[0] * (double)g.in[1] * cp > lim ||
-        (double)g.N * (double)g.out[0] * (double)g.out[1] * mp > lim || 36.0 * cp * mp > lim)
-        return false;
-    return true;
-}
-
-bool kiln__fc_wino_fits(const kiln_fused_conv_attrs *at, int xr, const int64_t *xd, int wr,
-                        const int64_t *wd) {
-    kiln_conv_geom g;
-    return wino_geom(at, xr, xd, wr, wd, &g);
-}
-
-/* The direct geometry of a layer: true (and *g filled) when the tactic
- * can run it (see kiln__fc_direct_fits). */
-static bool direct_geom(const kiln_fused_conv_attrs *at, int xr, const int64_t *xd, int wr, const int64_t *wd,
-                        kiln_conv_geom *gp) {
-    kiln_conv_geom g;
-    if (!fp32_2d_geom(at, xr, xd, wr, wd, &g)) return false;
-    for (int i = 0; i < 2; i++)
-        if (g.k[i] < 1 || g.k[i] > KILN_DIRECT_MAX_K || g.s[i] < 1 || g.d[i] != 1 || g.pb[i] < 0 || g.pe[i] < 0 ||
-            g.in[i] < 1 || g.out[i] < 1 || g.out[i] != (g.in[i] + g.pb[i] + g.pe[i] - g.k[i]) / g.s[i] + 1)
-            return false;
-    /* sizes far from overflow (larger layers only in damaged or absurd
-     * engines: the planner refuses such tensors) */
-    double lim = 0x1p50, pad = (double)(g.in[0] + g.pb[0] + g.pe[0]) * (double)(g.in[1] + g.pb[1] + g.pe[1]);
-    if ((double)g.N * pad * (double)g.C > lim ||
-        (double)g.M * (double)g.C * (double)g.k_sz + 64.0 * (double)g.k_sz * (double)g.C > lim ||
-        (double)g.N * (double)g.M * (double)g.out[0] * (double)g.out[1] > lim)
-        return false;
-    *gp = g;
-    return true;
-}
-
-bool kiln__fc_direct_fits(const kiln_fused_conv_attrs *at, int xr, const int64_t *xd, int wr, const int64_t *wd) {
-    kiln_conv_geom g;
-    return direct_geom(at, xr, xd, wr, wd, &g);
-}
-
-static size_t direct_workspace(const kiln_conv_geom *g) {
-    return kiln__direct_workspace(g->N, g->C, g->in[0], g->in[1], g->k[0], g->k[1], g->s[0], g->s[1], g->pb[0],
-                                  g->pb[1], g->pe[0], g->pe[1]);
-}
-
-/* Winograd scratch bytes of geometry g, output tile `tile`, for `threads` threads. */
-static size_t wino_workspace(const kiln_conv_geom *g, int tile, int threads) {
-    return kiln__wino_workspace(g->N, g->in[0], g->in[1], g->C, g->M, (int)g->pb[0], (int)g->pb[1],
-                                (int)g->pe[0], (int)g->pe[1], tile, threads);
-}
-
-static size_t fc_workspace(const kiln_infer_args *a) {
-    const kiln_fused_conv_attrs *at = a->attrs;
-    kiln_conv_geom wg;
-    int tile = kiln__fc_wino_tile(at->tactic.id);
-    const kiln_tinfo *X = a->in[0], *W = a->in[1];
-    bool wino = tile && wino_geom(at, X->rank, X->dims, W->rank, W->dims, &wg);
-    bool direct = !wino && at->tactic.id == KILN_FC_TACTIC_DIRECT &&
-                  direct_geom(at, X->rank, X->dims, W->rank, W->dims, &wg);
-    if (wino || direct) {
-        /* kiln's own kernels run the layer if the engine is used with
-         * other shapes: room for either */
-        size_t k = wino ? wino_workspace(&wg, tile, wino_ws_threads()) : direct_workspace(&wg);
-        kiln_infer_args c = conv_view_infer(a);
-        size_t own = kiln__conv_workspace(&c);
-        return k > own ? k : own;
-    }
-#if KILN_HAVE_DNNL
-    if (wants_dnnl(at) || at->precision == KILN_PRECISION_BF16) {
-        size_t own = 0;
-        if (at->precision == KILN_PRECISION_BF16 && !wants_dnnl(at)) {
-            kiln_infer_args c = conv_view_infer(a);
-            own = kiln__conv_workspace(&c); /* in case oneDNN refuses the layer */
-        }
-        size_t d = kiln__dnnl_conv_workspace(a, wants_dnnl(at) ? at->tactic.id : KILN_FC_TACTIC_DNNL_BLOCKED);
-        return d > own ? d : own;
-    }
-#else
-    (void)wants_dnnl, (void)at;
-#endif
-    kiln_infer_args c = conv_view_infer(a);
-    return kiln__conv_workspace(&c);
-}
-
-static int fc_cpu_tactics(const kiln_infer_args *a, int32_t *ids, int cap) {
-    int n = 0;
-    const kiln_fused_conv_attrs *at = a->attrs;
-#if KILN_HAVE_DNNL
-    /* bf16: the blocked tactic only (oneDNN's AMX/bf16 kernels want their own
-     * layout; with NCHW it falls back to slow gemm-based code) */
-    int first = at->precision == KILN_PRECISION_BF16 ? KILN_FC_TACTIC_DNNL_BLOCKED : KILN_FC_TACTIC_DNNL_PLAIN;
-    for (int t = first; t <= KILN_FC_TACTIC_DNNL_BLOCKED && n < cap; t++)
-        if (a->in[0]->rank >= 0 && kiln__dnnl_conv_usable(at, a->in[0]->rank, t)) ids[n++] = t;
-#endif
-    /* bf16 layers are oneDNN's; kiln's own kernel (fp32) is the fallback only. */
-    if ((at->precision != KILN_PRECISION_BF16 || n == 0) && n < cap) ids[n++] = KILN_FC_TACTIC_OWN;
-    /* Winograd where its AVX-512 path runs (its plain C path is a fallback
-     * for engines moved to a CPU without it, not a contender), and where its
-     * transformed weights (4x the layer's) are small for the images that
-     * share them: in a network each layer's weights come from memory, not
-     * from the caches the build's timing leaves them in (ResNet-50's 14x14,
-     * 256-channel layers: 0.6 ms timed alone, 1.26 ms inside the network
-     * at batch 1, against oneDNN's 1.15); where they are too large, F(2x2)
-     * with its 16/9 of the weights */
-    if (n < cap && kiln__wino_fast_available() &&
-        kiln__fc_wino_fits(at, a->in[0]->rank, a->in[0]->dims, a->in[1]->rank, a->in[1]->dims)) {
-        int64_t C = a->in[0]->dims[1], M = a->in[1]->dims[0];
-        double images = (double)a->in[0]->dims[0];
-        if ((double)kiln__wino_packed_floats(C, M, 4) * sizeof(float) <= WINO_WEIGHT_BYTES_PER_IMAGE * images)
-            ids[n++] = KILN_FC_TACTIC_WINO;
-        else if ((double)kiln__wino_packed_floats(C, M, 2) * sizeof(float) <= KILN_WINO2_BYTES_PER_IMAGE * images)
-            ids[n++] = KILN_FC_TACTIC_WINO2;
-    }
-    /* the direct kernel where its AVX-512 path runs (as Winograd's) */
-    if (n < cap && kiln__direct_fast_available() &&
-        kiln__fc_direct_fits(at, a->in[0]->rank, a->in[0]->dims, a->in[1]->rank, a->in[1]->dims))
-        ids[n++] = KILN_FC_TACTIC_DIRECT;
-    return n;
-}
-
-static const char *fc_cpu_tactic_name(int32_t id) {
-    switch (id) {
-    case KILN_FC_TACTIC_OWN: return "own";
-    case KILN_FC_TACTIC_DNNL_PLAIN: return "dnnl";
-    case KILN_FC_TACTIC_DNNL_BLOCKED: return "dnnl-blocked";
-    case KILN_FC_TACTIC_WINO: return "wino";
-    case KILN_FC_TACTIC_WINO2: return "wino2";
-    case KILN_FC_TACTIC_DIRECT: return "direct";
-    default: return "?";
-    }
 }
 
 /* ---- kernel ------------------------------------------------------------------- */
@@ -377,11 +174,24 @@ static void epi_planes(void *vctx, int64_t p0, int64_t p1) {
     }
 }
 
+kiln_status kiln__fc_check_run(const kiln_kernel_args *a) {
+    const kiln_fused_conv_attrs *at = a->attrs;
+    KILN_TRY(fc_check_inputs(NODE(a), at, a->n_in));
+    for (int i = 0; i < a->n_in; i++)
+        if (a->in[i] && a->in[i]->dtype != KILN_DTYPE_FLOAT32)
+            return KILN_FAIL(KILN_ERR_UNSUPPORTED,
+                             "node '%s' (FusedConv): the CPU kernel takes float32 tensors, input %d is %s "
+                             "(run this layer on a device backend or in float32)",
+                             NODE(a), i, kiln_dtype_name(a->in[i]->dtype));
+    const kiln_tensor *X = a->in[0], *W = a->in[1];
+    return kiln__fc_c16_check(NODE(a), at, X->dtype, X->rank, W->rank, W->dims);
+}
+
 static kiln_status fc_own(const kiln_kernel_args *a) {
     const kiln_fused_conv_attrs *at = a->attrs;
     const kiln_tensor *Y = a->out[0];
     int64_t n = kiln__tensor_numel(Y);
-    /* the plan put the output over the residual (fc_inplace_input) for a
+    /* the plan put the output over the residual (the CPU kernel's inplace_input) for a
      * tactic that could not run here: keep the residual aside first */
     const float *r = at->has_residual ? a->in[3]->data : NULL;
     float *saved = NULL;
@@ -408,138 +218,42 @@ static kiln_status fc_own(const kiln_kernel_args *a) {
     return st;
 }
 
-/* The output may overwrite the residual (the plan puts both in one block
- * when this layer reads the residual last): oneDNN's sum post-op then finds
- * it in place (no copy into the output first), and the Winograd kernel
- * reads each residual element before writing that output element. */
-static int fc_inplace_input(const void *attrs) {
-    const kiln_fused_conv_attrs *at = attrs;
-    /* in place only where the residual has the output's layout */
-    if (!at->has_residual || (at->layout & KILN_FC_LAYOUT_R_NHWC)) return -1;
-    switch (at->tactic.id) {
-    case KILN_FC_TACTIC_DNNL_PLAIN:
-    case KILN_FC_TACTIC_DNNL_BLOCKED:
-    case KILN_FC_TACTIC_WINO:
-    case KILN_FC_TACTIC_WINO2:
-    case KILN_FC_TACTIC_DIRECT: return 3;
-    default: return -1;
-    }
-}
-
-/* g: the layer's geometry, from wino_geom; tile: 4 or 2. */
-static kiln_status fc_wino(const kiln_kernel_args *a, const kiln_conv_geom *gp, int tile) {
+/* The reference kernel: NCHW tensors (the other layouts are the CPU
+ * backend's tuned kernels'). */
+static kiln_status fc_ref(const kiln_kernel_args *a) {
     const kiln_fused_conv_attrs *at = a->attrs;
-    const kiln_conv_geom g = *gp;
-    int pt = (int)g.pb[0], pl = (int)g.pb[1], pb = (int)g.pe[0], pr = (int)g.pe[1];
-    /* the kernel takes as many threads as the workspace has room for */
-    size_t need = wino_workspace(&g, tile, 1);
-    if (need > a->workspace_size)
-        return KILN_FAIL(KILN_ERR_INTERNAL,
-                         "node '%s' (FusedConv): Winograd needs %zu bytes of workspace, the plan gave %zu",
-                         NODE(a), need, a->workspace_size);
-    /* the transformed weights, kept in the node's state */
-    bool fresh, own;
-    float *U = kiln__node_packed(a, kiln__wino_packed_floats(g.C, g.M, tile), &fresh, &own);
-    if (!U)
-        return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "node '%s' (FusedConv): out of memory transforming weights",
-                         NODE(a));
-    if (fresh) kiln__wino_pack(a->in[1]->data, g.C, g.M, tile, U);
-    kiln_wino_args w = {
-        .x = a->in[0]->data, .u = U, .tile = tile, .bias = a->n_in > 2 && a->in[2] ? a->in[2]->data : NULL,
-        .r = at->has_residual ? a->in[3]->data : NULL, .y = a->out[0]->data,
-        .N = g.N, .H = g.in[0], .W = g.in[1], .C = g.C, .M = g.M,
-        .pt = pt, .pl = pl, .pb = pb, .pr = pr,
-        .x_nhwc = (at->layout & KILN_FC_LAYOUT_X_C16) ? KILN_WINO_C16 : (at->layout & KILN_FC_LAYOUT_X_NHWC) != 0,
-        .y_nhwc = (at->layout & KILN_FC_LAYOUT_Y_C16) ? KILN_WINO_C16 : (at->layout & KILN_FC_LAYOUT_Y_NHWC) != 0,
-        .act = at->act, .alpha = at->alpha, .beta = at->beta,
-        .ws = a->workspace, .ws_bytes = a->workspace_size, .pool = a->pool};
-    kiln__wino_run(&w);
-    if (own) kiln__aligned_free(U);
-    return KILN_OK;
-}
-
-/* The layout of a tensor for the direct kernel: nChw16c, NHWC or NCHW. */
-static int direct_layout(int32_t layout, int32_t c16_bit, int32_t nhwc_bit) {
-    return (layout & c16_bit) ? KILN_DIRECT_C16 : (layout & nhwc_bit) ? KILN_DIRECT_NHWC : KILN_DIRECT_NCHW;
-}
-
-static kiln_status fc_direct(const kiln_kernel_args *a, const kiln_conv_geom *g) {
-    const kiln_fused_conv_attrs *at = a->attrs;
-    size_t need = direct_workspace(g);
-    if (need > a->workspace_size)
-        return KILN_FAIL(KILN_ERR_INTERNAL,
-                         "node '%s' (FusedConv): the direct kernel needs %zu bytes of workspace, the plan gave %zu",
-                         NODE(a), need, a->workspace_size);
-    bool fresh, own;
-    float *Wp = kiln__node_packed(a, kiln__direct_packed_floats(g->C, g->M, g->k[0], g->k[1]), &fresh, &own);
-    if (!Wp)
-        return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "node '%s' (FusedConv): out of memory packing weights", NODE(a));
-    if (fresh) kiln__direct_pack(a->in[1]->data, g->C, g->M, g->k[0], g->k[1], Wp);
-    int y_layout = direct_layout(at->layout, KILN_FC_LAYOUT_Y_C16, KILN_FC_LAYOUT_Y_NHWC);
-    kiln_direct_args d = {
-        .x = a->in[0]->data, .w = Wp, .bias = a->n_in > 2 && a->in[2] ? a->in[2]->data : NULL,
-        .r = at->has_residual ? a->in[3]->data : NULL, .y = a->out[0]->data,
-        .N = g->N, .C = g->C, .H = g->in[0], .W = g->in[1], .M = g->M, .kh = g->k[0], .kw = g->k[1],
-        .sh = g->s[0], .sw = g->s[1], .pt = g->pb[0], .pl = g->pb[1], .pb = g->pe[0], .pr = g->pe[1],
-        .x_layout = direct_layout(at->layout, KILN_FC_LAYOUT_X_C16, KILN_FC_LAYOUT_X_NHWC),
-        .y_layout = y_layout,
-        .r_layout = (at->layout & KILN_FC_LAYOUT_R_NHWC) ? KILN_DIRECT_NHWC : y_layout,
-        .act = at->act, .alpha = at->alpha, .beta = at->beta,
-        .ws = a->workspace, .ws_bytes = a->workspace_size, .pool = a->pool};
-    kiln__direct_run(&d);
-    if (own) kiln__aligned_free(Wp);
-    return KILN_OK;
-}
-
-static kiln_status fc_cpu(const kiln_kernel_args *a) {
-    const kiln_fused_conv_attrs *at = a->attrs;
-    KILN_TRY(fc_check_attrs(NODE(a), at, a->n_in));
-    for (int i = 0; i < a->n_in; i++)
-        if (a->in[i] && a->in[i]->dtype != KILN_DTYPE_FLOAT32)
-            return KILN_FAIL(KILN_ERR_UNSUPPORTED,
-                             "node '%s' (FusedConv): the CPU kernel takes float32 tensors, input %d is %s "
-                             "(run this layer on a device backend or in float32)",
-                             NODE(a), i, kiln_dtype_name(a->in[i]->dtype));
-    const kiln_tensor *X = a->in[0], *W = a->in[1];
-    KILN_TRY(kiln__fc_c16_check(NODE(a), at, X->dtype, X->rank, W->rank, W->dims));
+    KILN_TRY(kiln__fc_check_run(a));
     if (kiln__tensor_numel(a->out[0]) == 0) return KILN_OK;
-    kiln_conv_geom wg;
-    int tile = kiln__fc_wino_tile(at->tactic.id);
-    if (tile && !(at->layout & (KILN_FC_LAYOUT_X_BF16 | KILN_FC_LAYOUT_Y_BF16 | KILN_FC_LAYOUT_R_NHWC)) &&
-        wino_geom(at, X->rank, X->dims, W->rank, W->dims, &wg))
-        return fc_wino(a, &wg, tile);
-    if (at->tactic.id == KILN_FC_TACTIC_DIRECT && !(at->layout & (KILN_FC_LAYOUT_X_BF16 | KILN_FC_LAYOUT_Y_BF16)) &&
-        direct_geom(at, X->rank, X->dims, W->rank, W->dims, &wg))
-        return fc_direct(a, &wg);
-#if KILN_HAVE_DNNL
-    if (wants_dnnl(at) || at->precision == KILN_PRECISION_BF16) {
-        int t = wants_dnnl(at) ? at->tactic.id : KILN_FC_TACTIC_DNNL_BLOCKED;
-        if (kiln__dnnl_conv_usable(at, a->in[0]->rank, t)) {
-            kiln_status st = kiln__dnnl_conv_run(a, t);
-            if (st != KILN_ERR_UNSUPPORTED || at->layout) return st;
-            kiln__clear_error(); /* oneDNN has no kernel for this layer: kiln's own */
-        }
-    }
-#endif
-    if (at->layout) /* NHWC / nChw16c tensors: only oneDNN and kiln's Winograd and direct kernels read and write them */
+    if (at->layout)
         return KILN_FAIL(KILN_ERR_UNSUPPORTED,
-                         "node '%s' (FusedConv): the engine passes this layer's tensors in "
-                         "NHWC or nChw16c for %s, which cannot run it here (kiln built "
-                         "without oneDNN, this CPU lacks what the build machine had, or the "
-                         "shapes differ from the build's); rebuild the engine on this machine",
-                         NODE(a),
-                         tile                                     ? "the Winograd kernel"
-                         : at->tactic.id == KILN_FC_TACTIC_DIRECT ? "the direct kernel"
-                                                                  : "oneDNN");
+                         "node '%s' (FusedConv): the reference kernel reads and writes NCHW tensors "
+                         "only (layout 0x%x)", NODE(a), (unsigned)at->layout);
     return fc_own(a);
+}
+
+static size_t fc_workspace(const kiln_infer_args *a) {
+    kiln_infer_args c = conv_view_infer(a);
+    return kiln__conv_workspace(&c);
+}
+
+static int32_t *fc_layout_field(void *attrs) { return &((kiln_fused_conv_attrs *)attrs)->layout; }
+
+static int fc_side(int32_t l, int32_t c16, int32_t nhwc, int32_t bf16) {
+    return (l & c16) ? KILN_VLAYOUT_C16 : (l & nhwc) ? ((l & bf16) ? KILN_VLAYOUT_NHWC_BF16 : KILN_VLAYOUT_NHWC)
+                                                     : KILN_VLAYOUT_PLAIN;
+}
+
+static void fc_layout_io(int32_t l, kiln_io_layout *io) {
+    io->x = fc_side(l, KILN_FC_LAYOUT_X_C16, KILN_FC_LAYOUT_X_NHWC, KILN_FC_LAYOUT_X_BF16);
+    io->y = fc_side(l, KILN_FC_LAYOUT_Y_C16, KILN_FC_LAYOUT_Y_NHWC, KILN_FC_LAYOUT_Y_BF16);
+    io->r_nhwc = (l & KILN_FC_LAYOUT_R_NHWC) != 0;
 }
 
 const kiln_op_def kiln_op_FusedConv = {
     .name = "FusedConv", .domain = "kiln", .since = 1,
     .min_inputs = 2, .max_inputs = 4, .min_outputs = 1, .max_outputs = 1,
-    .flags = KILN_OP_FLAG_TACTICS,
+    .flags = KILN_OP_FLAG_TACTICS | KILN_OP_FLAG_REDUCIBLE,
     .attr_size = sizeof(kiln_fused_conv_attrs),
-    .infer = fc_infer, .workspace = fc_workspace, .cpu = fc_cpu,
-    .cpu_tactics = fc_cpu_tactics, .cpu_tactic_name = fc_cpu_tactic_name,
-    .cpu_inplace_input = fc_inplace_input,
+    .validate = fc_validate, .infer = fc_infer, .workspace = fc_workspace, .cpu = fc_ref,
+    .layout_field = fc_layout_field, .layout_io = fc_layout_io,
 };

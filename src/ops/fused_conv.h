@@ -35,24 +35,6 @@ enum {
     KILN_FC_ACT_COUNT
 };
 
-/* CPU tactics (kiln_tactic.id) of kiln.FusedConv. */
-enum {
-    KILN_FC_TACTIC_OWN = 0,          /* kiln's kernels (im2col/pointwise + sgemm, depthwise) */
-    KILN_FC_TACTIC_DNNL_PLAIN = 1,   /* oneDNN, NCHW in and out */
-    KILN_FC_TACTIC_DNNL_BLOCKED = 2, /* oneDNN in its blocked layout, reordered in and out */
-    KILN_FC_TACTIC_WINO = 3,         /* kiln's Winograd F(4x4, 3x3) (conv_wino.h): 3x3, stride 1 */
-    KILN_FC_TACTIC_WINO2 = 4,        /* kiln's Winograd F(2x2, 3x3): the same layers, 16/9 of the
-                                      * weights transformed instead of 4x */
-    KILN_FC_TACTIC_DIRECT = 5,       /* kiln's direct convolution (conv_direct.h): any kernel size,
-                                      * stride and pads, dilation 1 */
-    KILN_FC_TACTIC_COUNT
-};
-
-/* The Winograd output tile of tactic `id`: 4 (wino), 2 (wino2), else 0. */
-static inline int kiln__fc_wino_tile(int32_t id) {
-    return id == KILN_FC_TACTIC_WINO ? 4 : id == KILN_FC_TACTIC_WINO2 ? 2 : 0;
-}
-
 typedef struct kiln_fused_conv_attrs {
     kiln_tactic tactic;      /* first, as for every KILN_OP_FLAG_TACTICS op */
     kiln_conv_attrs conv;    /* the Conv's attributes (see nn_attrs.h) */
@@ -61,9 +43,15 @@ typedef struct kiln_fused_conv_attrs {
     int32_t has_residual;    /* 1: input 3 is added before the activation */
     int32_t precision;       /* kiln_precision of the arithmetic: FP32, or BF16 (inputs and
                                 weights rounded to bf16, fp32 accumulation and output) */
-    int32_t layout;          /* KILN_FC_LAYOUT_* bits (oneDNN and Winograd tactics; 0: NCHW) */
+    int32_t layout;          /* KILN_FC_LAYOUT_* bits (the CPU's oneDNN, Winograd and direct
+                                tactics, CUDA's channels-last layers; 0: NCHW) */
     int32_t reserved[2];     /* 0 */
 } kiln_fused_conv_attrs;
+KILN_ATTRS_SIZE(kiln_fused_conv_attrs, 424); KILN_ATTRS_AT(kiln_fused_conv_attrs, tactic, 0);
+KILN_ATTRS_AT(kiln_fused_conv_attrs, conv, 8); KILN_ATTRS_AT(kiln_fused_conv_attrs, act, 392);
+KILN_ATTRS_AT(kiln_fused_conv_attrs, alpha, 396); KILN_ATTRS_AT(kiln_fused_conv_attrs, beta, 400);
+KILN_ATTRS_AT(kiln_fused_conv_attrs, has_residual, 404); KILN_ATTRS_AT(kiln_fused_conv_attrs, precision, 408);
+KILN_ATTRS_AT(kiln_fused_conv_attrs, layout, 412); KILN_ATTRS_AT(kiln_fused_conv_attrs, reserved, 416);
 
 /* Channels-last layout (NHWC, rank 4: the same bytes as NCHW in another
  * order) of tensors passed between layers that run oneDNN or kiln's
@@ -128,6 +116,22 @@ typedef struct kiln_pwdw_attrs {
                                 absent, act1 none, E = C; needs has_project) */
     int32_t reserved;        /* 0 */
 } kiln_pwdw_attrs;
+KILN_ATTRS_SIZE(kiln_pwdw_attrs, 76); KILN_ATTRS_AT(kiln_pwdw_attrs, act1, 0);
+KILN_ATTRS_AT(kiln_pwdw_attrs, alpha1, 4); KILN_ATTRS_AT(kiln_pwdw_attrs, beta1, 8);
+KILN_ATTRS_AT(kiln_pwdw_attrs, act2, 12); KILN_ATTRS_AT(kiln_pwdw_attrs, alpha2, 16);
+KILN_ATTRS_AT(kiln_pwdw_attrs, beta2, 20); KILN_ATTRS_AT(kiln_pwdw_attrs, act3, 24);
+KILN_ATTRS_AT(kiln_pwdw_attrs, alpha3, 28); KILN_ATTRS_AT(kiln_pwdw_attrs, beta3, 32);
+KILN_ATTRS_AT(kiln_pwdw_attrs, stride, 36); KILN_ATTRS_AT(kiln_pwdw_attrs, pads, 40);
+KILN_ATTRS_AT(kiln_pwdw_attrs, has_project, 56); KILN_ATTRS_AT(kiln_pwdw_attrs, has_residual, 60);
+KILN_ATTRS_AT(kiln_pwdw_attrs, layout, 64); KILN_ATTRS_AT(kiln_pwdw_attrs, no_expand, 68);
+KILN_ATTRS_AT(kiln_pwdw_attrs, reserved, 72);
+
+/* Output size of PwDwConv's depthwise convolution along a dimension of n. */
+static inline int64_t kiln__pwdw_out(int64_t n, int pa, int pb, int stride) {
+    return (n + pa + pb - 3) / stride + 1;
+}
+/* fused_pwdw.c: the node's inputs agree with the (validated) attributes. */
+KILN_PRIVATE kiln_status kiln__pwdw_check_inputs(const char *node, const kiln_pwdw_attrs *at, int n_in);
 
 /* Resolved geometry of a convolution (shared by Conv and FusedConv kernels). */
 typedef struct kiln_conv_geom {
@@ -139,6 +143,10 @@ typedef struct kiln_conv_geom {
     int64_t in_sz, out_sz, k_sz; /* products (-1 if unknown) */
 } kiln_conv_geom;
 
+/* nn_conv.c: validate of the Conv family's attributes (op names the node's op in
+ * messages). */
+KILN_PRIVATE kiln_status kiln__conv_validate_attrs(const kiln_op_def *op, const kiln_conv_attrs *at,
+                                                   const char *node);
 /* nn_conv.c: the Conv geometry of X/W shapes (dims may be unknown at build time). */
 KILN_PRIVATE kiln_status kiln__conv_geom(const char *node, const char *op,
                                          const kiln_conv_attrs *at, int xr, const int64_t *xd,
@@ -152,62 +160,14 @@ KILN_PRIVATE kiln_status kiln__conv_cpu(const kiln_kernel_args *a);
 /* The activation of a FusedConv on one float (reference semantics). */
 KILN_PRIVATE float kiln__fc_act(int act, float alpha, float beta, float x);
 KILN_PRIVATE const char *kiln__fc_act_name(int act);
-
-#if KILN_HAVE_DNNL
-/* dnnl_conv.c: whether oneDNN may run a layer with these attrs and input
- * rank with `tactic` on this CPU (cheap checks; bf16 needs avx512_bf16). */
-KILN_PRIVATE bool kiln__dnnl_conv_usable(const kiln_fused_conv_attrs *at, int rank, int tactic);
-/* Runs the layer, keeping the primitive and the reordered weights in
- * a->node_state when there is one. KILN_ERR_UNSUPPORTED: oneDNN has no
- * kernel for it (the caller falls back to kiln's own). */
-KILN_PRIVATE kiln_status kiln__dnnl_conv_run(const kiln_kernel_args *a, int tactic);
-/* Whether oneDNN has a real (not reference) kernel for the layer as its
- * attrs (tactic, layout) say: KILN_OK, or KILN_ERR_UNSUPPORTED. Creates
- * nothing that stays. */
-KILN_PRIVATE kiln_status kiln__dnnl_conv_probe(const kiln_kernel_args *a, int tactic);
-/* Scratch bytes the tactic needs for reordered tensors (0: none). */
-KILN_PRIVATE size_t kiln__dnnl_conv_workspace(const kiln_infer_args *a, int tactic);
-#endif
-
-/* Whether the Winograd tactic can run a layer of these attrs and shapes
- * (fp32, 2-D 3x3, stride 1, dilation 1, one group, pads 0..2; dims known). */
-KILN_PRIVATE bool kiln__fc_wino_fits(const kiln_fused_conv_attrs *at, int xr, const int64_t *xd,
-                                     int wr, const int64_t *wd);
-/* Whether the direct tactic (conv_direct.h) can run a layer of these
- * attrs and shapes (fp32, 2-D, one group, dilation 1, kernel at most
- * KILN_DIRECT_MAX_K square; dims known). */
-KILN_PRIVATE bool kiln__fc_direct_fits(const kiln_fused_conv_attrs *at, int xr, const int64_t *xd, int wr,
-                                       const int64_t *wd);
+/* What every FusedConv kernel on the host checks first: has_residual agrees
+ * with the inputs, float32 tensors, blocked layout bits that fit. */
+KILN_PRIVATE kiln_status kiln__fc_check_run(const kiln_kernel_args *a);
 
 /* The blocked layout bits of `at` fit a layer with input of dtype xt and
  * rank xr and weights of rank wr, dims wd (float32, 2-D, one group,
  * channels multiples of 16); else an error. */
 KILN_PRIVATE kiln_status kiln__fc_c16_check(const char *node, const kiln_fused_conv_attrs *at, kiln_dtype xt,
                                             int xr, int wr, const int64_t *wd);
-
-/* fuse_conv.c: marks the values passed between FusedConv layers that run
- * oneDNN or Winograd tactics (on the CPU) as NHWC, so no reorder runs between them;
- * veto[node] (may be NULL) excludes nodes (their tensors stay NCHW). With
- * c16, the float32 ones become nChw16c instead where every one of them can
- * (channels multiples of 16, no reader or writer without that layout);
- * else they stay NHWC. Returns the number of NHWC or nChw16c values. */
-KILN_PRIVATE int kiln__fc_choose_layouts(kiln_graph *g, const bool *veto, bool c16);
-/* The number of live FusedConv layers whose output is nChw16c (0: the
- * last kiln__fc_choose_layouts left no nChw16c value). */
-KILN_PRIVATE int kiln__fc_c16_values(const kiln_graph *g);
-/* fuse_conv.c: the layout field of a node's attrs (FusedConv, PwDwConv,
- * MaxPool, GlobalAveragePool), else NULL. */
-KILN_PRIVATE int32_t *kiln__layout_attr(kiln_node *n);
-/* fuse_conv.c: every layer back to NCHW (each kiln__layout_attr field 0). */
-KILN_PRIVATE void kiln__fc_clear_layouts(kiln_graph *g);
-/* How the oneDNN layer whose state is in ns (kept by a run of a oneDNN
- * tactic) was split over threads: KILN_DNNL_SPLIT_*, with the number of
- * parts; -1 when ns holds none or kiln has no oneDNN. For tests. */
-enum { KILN_DNNL_SPLIT_BATCH = 0, KILN_DNNL_SPLIT_ROWS = 1, KILN_DNNL_SPLIT_CHANS = 2 };
-KILN_PRIVATE int kiln__dnnl_conv_split(const kiln_node_state *ns, int *parts);
-/* Whether kiln was built with oneDNN (its tactics exist). */
-KILN_PRIVATE bool kiln__have_dnnl(void);
-/* Whether this CPU does bf16 arithmetic (avx512_bf16). */
-KILN_PRIVATE bool kiln__cpu_has_bf16(void);
 
 #endif

@@ -1,8 +1,10 @@
 /* fused_pwdw.c -- kiln.PwDwConv: a 1x1 convolution, the depthwise 3x3
  * convolution that reads it and optionally the 1x1 convolution (with a
  * residual) that reads that, in one layer (contract: kiln_pwdw_attrs in
- * fused_conv.h; kernel: conv_pwdw.c). */
-#include "ops/conv_pwdw.h"
+ * fused_conv.h). The graph optimizer makes it for CPU layers only, from
+ * FusedConvs that have reference kernels; it has no reference kernel of
+ * its own: the CPU backend's kernel is src/backends/cpu/kernels/
+ * fused_pwdw_cpu.c (conv_pwdw.c). */
 #include "ops/fused_conv.h"
 
 #define NODE(a) ((a)->node_name ? (a)->node_name : "?")
@@ -14,7 +16,11 @@ static int want_inputs(const kiln_pwdw_attrs *at) {
     return at->has_residual ? 8 : at->has_project ? 7 : 5;
 }
 
-static kiln_status check_attrs(const char *node, const kiln_pwdw_attrs *at, int n_in) {
+/* Activations, stride (1 or 2), pads (0 or 1), the flags and the layout
+ * bits its kernel takes. */
+static kiln_status pwdw_validate(const kiln_op_def *op, const void *attrs, const char *node) {
+    const kiln_pwdw_attrs *at = attrs;
+    (void)op;
     if (!act_ok(at->act1) || !act_ok(at->act2) || !act_ok(at->act3))
         return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (PwDwConv): unknown activation %d/%d/%d", node,
                          (int)at->act1, (int)at->act2, (int)at->act3);
@@ -30,13 +36,17 @@ static kiln_status check_attrs(const char *node, const kiln_pwdw_attrs *at, int 
         (at->no_expand && !at->has_project))
         return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (PwDwConv): has_project %d, has_residual %d, no_expand %d",
                          node, (int)at->has_project, (int)at->has_residual, (int)at->no_expand);
+    if (at->layout & ~(KILN_FC_LAYOUT_X_NHWC | KILN_FC_LAYOUT_Y_NHWC))
+        return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (PwDwConv): unknown layout bits 0x%x", node,
+                         (unsigned)at->layout);
+    return KILN_OK;
+}
+
+kiln_status kiln__pwdw_check_inputs(const char *node, const kiln_pwdw_attrs *at, int n_in) {
     if (n_in > want_inputs(at) || n_in < want_inputs(at) - 1 ||
         (at->has_residual && n_in != want_inputs(at)))
         return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (PwDwConv): %d inputs, but its attributes want %d",
                          node, n_in, want_inputs(at));
-    if (at->layout & ~(KILN_FC_LAYOUT_X_NHWC | KILN_FC_LAYOUT_Y_NHWC))
-        return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (PwDwConv): unknown layout bits 0x%x", node,
-                         (unsigned)at->layout);
     return KILN_OK;
 }
 
@@ -58,7 +68,7 @@ static const kiln_tinfo *in_or_null(const kiln_infer_args *a, int i) {
 
 static kiln_status pwdw_infer(const kiln_infer_args *a) {
     const kiln_pwdw_attrs *at = a->attrs;
-    KILN_TRY(check_attrs(NODE(a), at, a->n_in));
+    KILN_TRY(kiln__pwdw_check_inputs(NODE(a), at, a->n_in));
     const kiln_tinfo *X = a->in[0], *W1 = a->in[1], *W2 = a->in[3], *W3 = in_or_null(a, 5);
     if (!X || X->rank != 4 || X->dtype != KILN_DTYPE_FLOAT32)
         return KILN_FAIL(KILN_ERR_UNSUPPORTED, "node '%s' (PwDwConv): the input must be float32 of rank 4",
@@ -108,69 +118,18 @@ static kiln_status pwdw_infer(const kiln_infer_args *a) {
     return KILN_OK;
 }
 
-/* Threads the workspace is sized for (the kernel uses no more than it has room for). */
-static int ws_threads(void) {
-    int n = kiln__cpu_count();
-    return n < 1 ? 1 : n > 16 ? 16 : n;
-}
+static int32_t *pwdw_layout_field(void *attrs) { return &((kiln_pwdw_attrs *)attrs)->layout; }
 
-/* (asked only after pwdw_infer accepted the layer) */
-static size_t pwdw_workspace(const kiln_infer_args *a) {
-    const kiln_pwdw_attrs *at = a->attrs;
-    const kiln_tinfo *X = a->in[0], *W2 = a->in[3];
-    if (X->dims[3] < 1 || W2->dims[0] < 1) return 0;
-    int64_t M = at->has_project ? a->in[5]->dims[0] : 0;
-    return kiln__pwdw_workspace(X->dims[3], W2->dims[0], M, at->stride, at->pads[1], at->pads[3],
-                                ws_threads());
-}
-
-static const float *data_or_null(const kiln_kernel_args *a, int i) {
-    return i < a->n_in && a->in[i] ? a->in[i]->data : NULL;
-}
-
-static kiln_status pwdw_cpu(const kiln_kernel_args *a) {
-    const kiln_pwdw_attrs *at = a->attrs;
-    KILN_TRY(check_attrs(NODE(a), at, a->n_in));
-    for (int i = 0; i < a->n_in; i++)
-        if (a->in[i] && a->in[i]->dtype != KILN_DTYPE_FLOAT32)
-            return KILN_FAIL(KILN_ERR_UNSUPPORTED, "node '%s' (PwDwConv): input %d is %s, not float32",
-                             NODE(a), i, kiln_dtype_name(a->in[i]->dtype));
-    const kiln_tensor *X = a->in[0];
-    kiln_tensor *Y = a->out[0];
-    if (kiln__tensor_numel(Y) == 0) return KILN_OK;
-    int64_t N = X->dims[0], C = X->dims[1], H = X->dims[2], W = X->dims[3], E = a->in[3]->dims[0];
-    int64_t M = at->has_project ? a->in[5]->dims[0] : 0;
-    size_t need = kiln__pwdw_workspace(W, E, M, at->stride, at->pads[1], at->pads[3], 1);
-    if (need > a->workspace_size)
-        return KILN_FAIL(KILN_ERR_INTERNAL,
-                         "node '%s' (PwDwConv): needs %zu bytes of workspace, the plan gave %zu",
-                         NODE(a), need, a->workspace_size);
-    int64_t Cw = at->no_expand ? 0 : C; /* no first pointwise weights */
-    bool fresh, own;
-    float *packed = kiln__node_packed(a, (size_t)kiln__pwdw_packed_floats(Cw, E, M), &fresh, &own);
-    if (!packed)
-        return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "node '%s' (PwDwConv): out of memory packing weights", NODE(a));
-    if (fresh)
-        kiln__pwdw_pack(at->no_expand ? NULL : a->in[1]->data, data_or_null(a, 2), a->in[3]->data,
-                        data_or_null(a, 4), M ? a->in[5]->data : NULL, data_or_null(a, 6), Cw, E, M, packed);
-    kiln_pwdw_args p = {
-        .x = X->data, .packed = packed, .r = at->has_residual ? a->in[7]->data : NULL, .y = Y->data,
-        .N = N, .H = H, .W = W, .C = C, .E = E, .M = M, .no_expand = at->no_expand,
-        .stride = at->stride, .pt = at->pads[0], .pl = at->pads[1], .pb = at->pads[2], .pr = at->pads[3],
-        .x_nhwc = (at->layout & KILN_FC_LAYOUT_X_NHWC) != 0,
-        .y_nhwc = (at->layout & KILN_FC_LAYOUT_Y_NHWC) != 0,
-        .act1 = at->act1, .alpha1 = at->alpha1, .beta1 = at->beta1,
-        .act2 = at->act2, .alpha2 = at->alpha2, .beta2 = at->beta2,
-        .act3 = at->act3, .alpha3 = at->alpha3, .beta3 = at->beta3,
-        .ws = a->workspace, .ws_bytes = a->workspace_size, .pool = a->pool};
-    kiln__pwdw_run(&p);
-    if (own) kiln__aligned_free(packed);
-    return KILN_OK;
+static void pwdw_layout_io(int32_t l, kiln_io_layout *io) {
+    io->x = (l & KILN_FC_LAYOUT_X_NHWC) ? KILN_VLAYOUT_NHWC : KILN_VLAYOUT_PLAIN;
+    io->y = (l & KILN_FC_LAYOUT_Y_NHWC) ? KILN_VLAYOUT_NHWC : KILN_VLAYOUT_PLAIN;
+    io->r_nhwc = false;
 }
 
 const kiln_op_def kiln_op_PwDwConv = {
     .name = "PwDwConv", .domain = "kiln", .since = 1,
     .min_inputs = 1, .max_inputs = 8, .min_outputs = 1, .max_outputs = 1, /* infer checks which */
     .attr_size = sizeof(kiln_pwdw_attrs),
-    .infer = pwdw_infer, .workspace = pwdw_workspace, .cpu = pwdw_cpu,
+    .validate = pwdw_validate, .infer = pwdw_infer,
+    .layout_field = pwdw_layout_field, .layout_io = pwdw_layout_io,
 };

@@ -1,13 +1,16 @@
-/* fused_transformer.c -- CPU kernels of kiln's transformer layers:
- * kiln.FusedMatMul, kiln.Gelu, kiln.Attention (see fused_transformer.h for
- * their inputs, attributes and semantics). */
+/* fused_transformer.c -- kiln's transformer layers: kiln.FusedMatMul,
+ * kiln.Gelu, kiln.Attention (see fused_transformer.h for their inputs,
+ * attributes and semantics): validation, inference and the reference
+ * kernels (kiln__sgemm and the float32 helpers). The CPU backend's tuned
+ * kernels (oneDNN, AVX-512) are src/backends/cpu/kernels/fused_transformer_cpu.c. */
 #include "ops/fused_transformer.h"
 
-#include "ops/fused_transformer_dnnl.h"
-#include "ops/gemm.h"
+#include "backends/cpu/kernels/fused_transformer_math.h"
+#include "backends/cpu/kernels/gemm.h"
 
 #include <math.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 
 #define NODE(a) ((a)->node_name ? (a)->node_name : "?")
@@ -28,10 +31,11 @@ static kiln_status need_float(const char *node, const char *op, const char *what
 }
 
 /* The CPU kernels compute in float32 only (bf16 CPU layers keep float32
- * tensors and set the precision attribute). */
+ * tensors and set the precision attribute); bool inputs (Attention's cond)
+ * are not float tensors. */
 static kiln_status cpu_f32_only(const kiln_kernel_args *a, const char *op) {
     for (int i = 0; i < a->n_in; i++)
-        if (a->in[i] && a->in[i]->dtype != KILN_DTYPE_FLOAT32)
+        if (a->in[i] && a->in[i]->dtype != KILN_DTYPE_FLOAT32 && a->in[i]->dtype != KILN_DTYPE_BOOL)
             return KILN_FAIL(KILN_ERR_UNSUPPORTED,
                              "node '%s' (%s): the CPU kernel takes float32 tensors, input %d is %s "
                              "(run this layer on a device backend or in float32)",
@@ -51,6 +55,22 @@ static const float *fmm_residual(const kiln_kernel_args *a) {
 /* kiln.FusedMatMul                                                         */
 /* ======================================================================= */
 
+/* A layer's arithmetic precision: fp32 or bf16. */
+static kiln_status fp32_or_bf16(const kiln_op_def *op, const char *node, int32_t p) {
+    if (p != KILN_PRECISION_FP32 && p != KILN_PRECISION_BF16)
+        return KILN_VALIDATE_FAIL(op, node, "unsupported precision %d", (int)p);
+    return KILN_OK;
+}
+
+/* act a KILN_FACT_*; trans_b 0 or 1; precision fp32 or bf16 */
+static kiln_status fmm_validate(const kiln_op_def *op, const void *attrs, const char *node) {
+    const kiln_fused_matmul_attrs *at = attrs;
+    if (at->act < KILN_FACT_NONE || at->act > KILN_FACT_GELU_TANH)
+        return KILN_VALIDATE_FAIL(op, node, "unknown activation %d", (int)at->act);
+    KILN_TRY(kiln__check_attr(op, node, "trans_b", at->trans_b, 0, 1));
+    return fp32_or_bf16(op, node, at->precision);
+}
+
 static kiln_status fmm_infer(const kiln_infer_args *a) {
     const kiln_fused_matmul_attrs *at = a->attrs;
     const kiln_tinfo *A = a->in[0], *B = a->in[1], *bias = a->n_in > 2 ? a->in[2] : NULL;
@@ -60,8 +80,6 @@ static kiln_status fmm_infer(const kiln_infer_args *a) {
     KILN_TRY(need_float(NODE(a), op, "B", B, A));
     KILN_TRY(need_float(NODE(a), op, "bias", bias, A));
     KILN_TRY(need_float(NODE(a), op, "residual", res, A));
-    if (at->act < KILN_FACT_NONE || at->act > KILN_FACT_GELU_TANH)
-        return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (%s): unknown activation %d", NODE(a), op, at->act);
     kiln_tinfo *y = a->out[0];
     y->dtype = A->dtype;
     if (B->rank != 2)
@@ -103,45 +121,6 @@ static kiln_status fmm_infer(const kiln_infer_args *a) {
     return KILN_OK;
 }
 
-static size_t fmm_workspace(const kiln_infer_args *a) {
-    const kiln_fused_matmul_attrs *at = a->attrs;
-    if (at->precision != KILN_PRECISION_BF16 || a->in[0]->rank < 0) return 0;
-    int64_t n = kiln__numel(a->in[0]->rank, a->in[0]->dims);
-    return n > 0 ? (size_t)n * sizeof(uint16_t) : 0;
-}
-
-static int fmm_tactics(const kiln_infer_args *a, int32_t *ids, int cap) {
-    const kiln_fused_matmul_attrs *at = a->attrs;
-    int n = 0;
-    /* bf16 layers: only the kernels that compute in bf16 (the others would
-     * silently give fp32 results at fp32 speed) */
-    bool bf16 = at->precision == KILN_PRECISION_BF16 && kiln__tf_dnnl_available();
-    if (n < cap && !bf16) ids[n++] = KILN_FMM_TACTIC_SGEMM;
-    if (n < cap && kiln__tf_dnnl_available()) ids[n++] = KILN_FMM_TACTIC_DNNL;
-    /* The own AVX-512 kernel measured ~13% slower than oneDNN's on BERT's
-     * layers: with oneDNN present it is a candidate for small products only
-     * (where call overheads dominate), so that timing noise on a busy
-     * machine cannot pick it for a big layer. */
-    const kiln_tinfo *A = a->in[0], *B = a->in[1];
-    double macs = A->rank >= 0 && B->rank == 2 ? (double)kiln__numel(A->rank, A->dims) *
-                                                     (double)B->dims[at->trans_b ? 0 : 1]
-                                               : -1.0;
-    bool small = macs >= 0 && macs < (double)(1 << 24);
-    if (n < cap && !bf16 && kiln__sgemm512_available() && (small || !kiln__tf_dnnl_available()))
-        ids[n++] = KILN_FMM_TACTIC_AVX512;
-    return n;
-}
-
-static const char *fmm_tactic_name(int32_t id) {
-    switch (id) {
-    case KILN_FMM_TACTIC_AUTO: return "auto";
-    case KILN_FMM_TACTIC_SGEMM: return "sgemm";
-    case KILN_FMM_TACTIC_DNNL: return "onednn";
-    case KILN_FMM_TACTIC_AVX512: return "avx512";
-    default: return "?";
-    }
-}
-
 typedef struct epi_ctx {
     float *Y;
     int64_t N;
@@ -166,63 +145,27 @@ static kiln_status fmm_run_sgemm(const kiln_kernel_args *a, int64_t M, int64_t K
     return KILN_OK;
 }
 
-static kiln_status fmm_run_avx512(const kiln_kernel_args *a, int64_t M, int64_t K, int64_t N) {
-    const kiln_fused_matmul_attrs *at = a->attrs;
-    /* weights packed for the AVX-512 kernel, kept in the node's state */
-    bool fresh, own;
-    float *Bp = kiln__node_packed(a, kiln__sgemm512_packed_floats(K, N), &fresh, &own);
-    if (!Bp) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "node '%s' (kiln.FusedMatMul): out of memory packing weights", NODE(a));
-    if (fresh) kiln__sgemm512_pack(a->in[1]->data, at->trans_b != 0, K, N, Bp);
-    kiln__sgemm512_run(a->in[0]->data, M, K, N, Bp, fmm_bias(a), fmm_residual(a), at->act, a->out[0]->data, a->pool);
-    if (own) kiln__aligned_free(Bp);
-    return KILN_OK;
-}
-
-static kiln_status fmm_cpu(const kiln_kernel_args *a) {
+kiln_status kiln__fmm_dims(const kiln_kernel_args *a, int64_t *M, int64_t *K, int64_t *N) {
     KILN_TRY(cpu_f32_only(a, "kiln.FusedMatMul"));
     const kiln_fused_matmul_attrs *at = a->attrs;
     const kiln_tensor *A = a->in[0], *B = a->in[1];
-    const float *bias = fmm_bias(a), *res = fmm_residual(a);
-    int64_t K = B->dims[at->trans_b ? 1 : 0], N = B->dims[at->trans_b ? 0 : 1];
-    int64_t M = K > 0 ? kiln__tensor_numel(A) / K : kiln__numel(A->rank - 1, A->dims);
+    *K = B->dims[at->trans_b ? 1 : 0];
+    *N = B->dims[at->trans_b ? 0 : 1];
+    *M = *K > 0 ? kiln__tensor_numel(A) / *K : kiln__numel(A->rank - 1, A->dims);
+    return KILN_OK;
+}
+
+/* The reference kernel: kiln__sgemm, then the epilogue pass. */
+static kiln_status fmm_ref(const kiln_kernel_args *a) {
+    int64_t M, K, N;
+    KILN_TRY(kiln__fmm_dims(a, &M, &K, &N));
     if (M == 0 || N == 0) return KILN_OK;
     if (K == 0) {
+        const kiln_fused_matmul_attrs *at = a->attrs;
         float *Y = a->out[0]->data;
         memset(Y, 0, sizeof *Y * (size_t)(M * N));
-        kiln__fmm_epilogue(Y, N, M, N, bias, res, N, at->act);
+        kiln__fmm_epilogue(Y, N, M, N, fmm_bias(a), fmm_residual(a), N, at->act);
         return KILN_OK;
-    }
-    int32_t t = at->tactic.id;
-    if (t == KILN_FMM_TACTIC_AUTO)
-        t = kiln__tf_dnnl_available()      ? KILN_FMM_TACTIC_DNNL
-            : kiln__sgemm512_available() ? KILN_FMM_TACTIC_AVX512
-                                         : KILN_FMM_TACTIC_SGEMM;
-    if (t == KILN_FMM_TACTIC_AVX512 && !kiln__sgemm512_available()) t = KILN_FMM_TACTIC_SGEMM; /* tuned elsewhere */
-    if (t == KILN_FMM_TACTIC_AVX512) return fmm_run_avx512(a, M, K, N);
-    if (t == KILN_FMM_TACTIC_DNNL && kiln__tf_dnnl_available()) {
-        bool bf16 = at->precision == KILN_PRECISION_BF16;
-        if (bf16 && (!a->workspace || a->workspace_size < (size_t)(M * K) * sizeof(uint16_t)))
-            bf16 = false; /* no scratch for the rounded A (build-time timing): run in fp32 */
-        kiln_tf_dnnl_mm *m = kiln__node_state_get(a, kiln__tf_dnnl_mm_free);
-        bool own = false;
-        if (!m) {
-            kiln_status st = kiln__tf_dnnl_mm_create(K, N, B->data, at->trans_b != 0, bias != NULL, res != NULL,
-                                                     at->act, bf16, &m);
-            if (st != KILN_OK) {
-                if (at->tactic.id != KILN_FMM_TACTIC_AUTO) return kiln__fail_prefix(st, "node '%s'", NODE(a));
-                kiln__clear_error();
-                return fmm_run_sgemm(a, M, K, N);
-            }
-            own = !kiln__node_state_keep(a, m, kiln__tf_dnnl_mm_free);
-        }
-        kiln_status st = kiln__tf_dnnl_mm_run(m, M, A->data, bias, res, a->out[0]->data, a->workspace, a->pool,
-                                              NODE(a));
-        if (own) kiln__tf_dnnl_mm_free(m);
-        if (st == KILN_ERR_UNSUPPORTED && at->tactic.id == KILN_FMM_TACTIC_AUTO) {
-            kiln__clear_error(); /* oneDNN has no kernel for this shape here: own kernel */
-            return fmm_run_sgemm(a, M, K, N);
-        }
-        return st;
     }
     return fmm_run_sgemm(a, M, K, N);
 }
@@ -230,21 +173,21 @@ static kiln_status fmm_cpu(const kiln_kernel_args *a) {
 const kiln_op_def kiln_op_FusedMatMul = {
     .name = "FusedMatMul", .domain = "kiln", .since = 1,
     .min_inputs = 2, .max_inputs = 4, .min_outputs = 1, .max_outputs = 1,
-    .flags = KILN_OP_FLAG_TACTICS,
+    .flags = KILN_OP_FLAG_TACTICS | KILN_OP_FLAG_REDUCIBLE,
     .attr_size = sizeof(kiln_fused_matmul_attrs),
-    .infer = fmm_infer, .workspace = fmm_workspace, .cpu = fmm_cpu,
-    .cpu_tactics = fmm_tactics, .cpu_tactic_name = fmm_tactic_name,
+    .validate = fmm_validate, .infer = fmm_infer, .cpu = fmm_ref,
 };
 
 /* ======================================================================= */
 /* kiln.Gelu                                                                */
 /* ======================================================================= */
 
+static kiln_status gelu_validate(const kiln_op_def *op, const void *attrs, const char *node) {
+    return kiln__check_attr(op, node, "approx", ((const kiln_gelu_attrs *)attrs)->approx, 0, 1);
+}
+
 static kiln_status gelu_infer(const kiln_infer_args *a) {
-    const kiln_gelu_attrs *at = a->attrs;
     KILN_TRY(need_float(NODE(a), "kiln.Gelu", "input", a->in[0], a->in[0]));
-    if (at->approx != 0 && at->approx != 1)
-        return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (kiln.Gelu): unknown form %d", NODE(a), at->approx);
     kiln__tinfo_copy_shape(a->out[0], a->in[0]);
     return KILN_OK;
 }
@@ -272,9 +215,29 @@ static kiln_status gelu_cpu(const kiln_kernel_args *a) {
 const kiln_op_def kiln_op_Gelu = {
     .name = "Gelu", .domain = "kiln", .since = 1,
     .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
-    .flags = KILN_OP_FLAG_INPLACE,
+    .flags = KILN_OP_FLAG_INPLACE | KILN_OP_FLAG_REDUCIBLE,
     .attr_size = sizeof(kiln_gelu_attrs),
-    .infer = gelu_infer, .cpu = gelu_cpu,
+    .validate = gelu_validate, .infer = gelu_infer, .cpu = gelu_cpu,
+};
+
+/* ONNX Gelu (opset 20; the dynamo exporter writes it): kiln.Gelu's
+ * attributes, inference and kernels; approximate "none" or "tanh". The graph
+ * optimizer turns these nodes into kiln.Gelu. */
+static kiln_status gelu_onnx_import(kiln_import_ctx *ic, void *attrs) {
+    kiln_gelu_attrs *at = attrs;
+    const char *ap = kiln_attr_string(ic, "approximate", "none");
+    if (!strcmp(ap, "none")) at->approx = 0;
+    else if (!strcmp(ap, "tanh")) at->approx = 1;
+    else return KILN_IMPORT_FAIL(ic, "approximate must be \"none\" or \"tanh\", got \"%s\"", ap);
+    return KILN_OK;
+}
+
+const kiln_op_def kiln_op_GeluOnnx = {
+    .name = "Gelu", .domain = "", .since = 20,
+    .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
+    .flags = KILN_OP_FLAG_INPLACE | KILN_OP_FLAG_REDUCIBLE,
+    .attr_size = sizeof(kiln_gelu_attrs),
+    .import = gelu_onnx_import, .validate = gelu_validate, .infer = gelu_infer, .cpu = gelu_cpu,
 };
 
 /* ======================================================================= */
@@ -336,21 +299,44 @@ static kiln_status dim_eq(const char *node, const char *what, int64_t x, int64_t
     return KILN_OK;
 }
 
+/* num_heads positive; layouts its kernels read (Q and V not BHDS, the
+ * output BSHD or BHSD); precision fp32 or bf16; scale any float */
+static kiln_status attn_validate(const kiln_op_def *op, const void *attrs, const char *node) {
+    const kiln_attention_attrs *at = attrs;
+    if (at->num_heads <= 0)
+        return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (%s): num_heads must be positive, got %d", node,
+                         op->name, at->num_heads);
+    const int32_t lay[4] = {at->q_layout, at->k_layout, at->v_layout, at->out_layout};
+    bool ok = true;
+    for (int i = 0; i < 4; i++) ok = ok && lay[i] >= KILN_ATTN_BSHD && lay[i] <= KILN_ATTN_QKV;
+    if (!ok || at->q_layout == KILN_ATTN_BHDS || at->v_layout == KILN_ATTN_BHDS ||
+        (at->out_layout != KILN_ATTN_BSHD && at->out_layout != KILN_ATTN_BHSD))
+        return KILN_FAIL(KILN_ERR_MODEL,
+                         "node '%s' (%s): unsupported layouts (Q %d, K %d, V %d, output %d)", node,
+                         op->name, at->q_layout, at->k_layout, at->v_layout, at->out_layout);
+    if (at->cond_mode < KILN_ATTN_COND_NONE || at->cond_mode > KILN_ATTN_COND_ADD ||
+        (at->cond_fill_if != 0 && at->cond_fill_if != 1) || (at->nan_to_zero != 0 && at->nan_to_zero != 1))
+        return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (%s): cond_mode %d, cond_fill_if %d, nan_to_zero %d out of range",
+                         node, op->name, at->cond_mode, at->cond_fill_if, at->nan_to_zero);
+    return fp32_or_bf16(op, node, at->precision);
+}
+
 static kiln_status attn_infer(const kiln_infer_args *a) {
     const kiln_attention_attrs *at = a->attrs;
     const char *node = NODE(a), *op = "kiln.Attention";
     const kiln_tinfo *mask = a->n_in > 3 ? a->in[3] : NULL;
+    const kiln_tinfo *cond = a->n_in > 4 ? a->in[4] : NULL, *bias = a->n_in > 5 ? a->in[5] : NULL;
     KILN_TRY(need_float(node, op, "Q", a->in[0], a->in[0]));
     KILN_TRY(need_float(node, op, "K", a->in[1], a->in[0]));
     KILN_TRY(need_float(node, op, "V", a->in[2], a->in[0]));
     KILN_TRY(need_float(node, op, "mask", mask, a->in[0]));
-    if (at->num_heads <= 0)
-        return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (%s): num_heads must be positive, got %d", node, op,
-                         at->num_heads);
-    if (at->q_layout == KILN_ATTN_BHDS || at->v_layout == KILN_ATTN_BHDS ||
-        (at->out_layout != KILN_ATTN_BSHD && at->out_layout != KILN_ATTN_BHSD))
-        return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (%s): unsupported layouts (Q %d, V %d, output %d)", node, op,
-                         at->q_layout, at->v_layout, at->out_layout);
+    KILN_TRY(need_float(node, op, "bias", bias, a->in[0]));
+    if (cond && cond->dtype != KILN_DTYPE_BOOL)
+        return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (%s): cond must be bool, got %s", node, op,
+                         kiln_dtype_name(cond->dtype));
+    if ((cond != NULL) != (at->cond_mode != KILN_ATTN_COND_NONE))
+        return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (%s): cond_mode %d and a cond input %s do not agree",
+                         node, op, at->cond_mode, cond ? "given" : "absent");
     attn_view q = {0}, k = {0}, v = {0};
     KILN_TRY(attn_view_of(node, "Q", a->in[0], at->q_layout, at->num_heads, &q));
     KILN_TRY(attn_view_of(node, "K", a->in[1], at->k_layout, at->num_heads, &k));
@@ -368,16 +354,21 @@ static kiln_status attn_infer(const kiln_infer_args *a) {
         y->rank = -1;
         return KILN_OK;
     }
-    if (mask && mask->rank >= 0) {
-        if (mask->rank > 4)
-            return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (%s): mask has rank %d (at most 4)", node, op, mask->rank);
+    const kiln_tinfo *masks[3] = {mask, cond, bias};
+    static const char *const mask_names[3] = {"mask", "cond", "bias"};
+    for (int m = 0; m < 3; m++) {
+        const kiln_tinfo *mi = masks[m];
+        if (!mi || mi->rank < 0) continue;
+        if (mi->rank > 4)
+            return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (%s): %s has rank %d (at most 4)", node, op, mask_names[m],
+                             mi->rank);
         int64_t full[4] = {q.B, q.H, q.S, k.S};
-        for (int i = 0; i < mask->rank; i++) {
-            int64_t md = mask->dims[i], fd = full[4 - mask->rank + i];
+        for (int i = 0; i < mi->rank; i++) {
+            int64_t md = mi->dims[i], fd = full[4 - mi->rank + i];
             if (md >= 0 && fd >= 0 && md != 1 && md != fd)
                 return KILN_FAIL(KILN_ERR_MODEL,
-                                 "node '%s' (%s): mask of shape %s does not broadcast to the scores [%lld,%lld,%lld,%lld]",
-                                 node, op, kiln__shape_str(mask->rank, mask->dims, (char[64]){0}, 64),
+                                 "node '%s' (%s): %s of shape %s does not broadcast to the scores [%lld,%lld,%lld,%lld]",
+                                 node, op, mask_names[m], kiln__shape_str(mi->rank, mi->dims, (char[64]){0}, 64),
                                  (long long)q.B, (long long)q.H, (long long)q.S, (long long)k.S);
         }
     }
@@ -385,7 +376,8 @@ static kiln_status attn_infer(const kiln_infer_args *a) {
         y->rank = 3;
         y->dims[0] = q.B;
         y->dims[1] = q.S;
-        y->dims[2] = v.D >= 0 ? v.D * at->num_heads : KILN_DIM_UNKNOWN;
+        y->dims[2] = KILN_DIM_UNKNOWN;
+        if (v.D >= 0) KILN_TRY(kiln__dim_mul(node, v.D, at->num_heads, &y->dims[2]));
     } else {
         y->rank = 4;
         y->dims[0] = q.B;
@@ -400,15 +392,15 @@ static kiln_status attn_infer(const kiln_infer_args *a) {
 
 static int64_t attn_nqb(int64_t Sq) { return (Sq + ATTN_QBLOCK - 1) / ATTN_QBLOCK; }
 
-/* scratch floats of one (batch, head, row block) item: the score block (sgemm
- * tactic) or the packed K^T panel and score block (AVX-512 tactic) */
-static size_t attn_item_floats(int64_t Sq, int64_t Sk, int64_t D, int64_t Dv) {
-    size_t a = (size_t)ATTN_QBLOCK * (size_t)Sk, b = kiln__attn_avx512_ws_floats(Sq, Sk, D);
-    size_t c = kiln__attn_bf16_ws_floats(Sq, Sk, D, Dv);
-    return a > b ? (a > c ? a : c) : (b > c ? b : c);
+/* scratch floats of one (batch, head, row block) item: the score block of
+ * the reference path, or what a faster block kernel needs (fast_floats,
+ * may be NULL) */
+static size_t attn_item_floats(int64_t Sq, int64_t Sk, int64_t D, int64_t Dv, kiln_attn_ws_fn fast_floats) {
+    size_t a = (size_t)ATTN_QBLOCK * (size_t)Sk, b = fast_floats ? fast_floats(Sq, Sk, D, Dv) : 0;
+    return a > b ? a : b;
 }
 
-static size_t attn_workspace(const kiln_infer_args *a) {
+size_t kiln__attn_workspace(const kiln_infer_args *a, kiln_attn_ws_fn fast_floats) {
     const kiln_attention_attrs *at = a->attrs;
     attn_view q = {0}, k = {0}, v = {0};
     if (attn_view_of(NODE(a), "Q", a->in[0], at->q_layout, at->num_heads, &q) != KILN_OK ||
@@ -419,8 +411,10 @@ static size_t attn_workspace(const kiln_infer_args *a) {
     }
     if (q.B < 0 || q.H < 0 || q.S < 0 || k.S < 0 || q.D < 0 || v.D < 0) return 0;
     size_t items = kiln__size_mul(kiln__size_mul((size_t)q.B, (size_t)q.H), (size_t)attn_nqb(q.S));
-    return kiln__size_mul(kiln__size_mul(items, attn_item_floats(q.S, k.S, q.D, v.D)), sizeof(float));
+    return kiln__size_mul(kiln__size_mul(items, attn_item_floats(q.S, k.S, q.D, v.D, fast_floats)), sizeof(float));
 }
+
+static size_t attn_workspace(const kiln_infer_args *a) { return kiln__attn_workspace(a, NULL); }
 
 /* Offset of (b, h) and row stride of an operand in `layout` (role: 0 Q,
  * 1 K, 2 V, for the QKV layout). */
@@ -448,12 +442,14 @@ static void attn_addr(int layout, int role, const attn_view *v, int64_t b, int64
 typedef struct attn_ctx {
     const kiln_attention_attrs *at;
     attn_view q, k, v, o;
-    const float *Q, *K, *V, *mask;
-    int64_t mstr[4];
+    const float *Q, *K, *V, *mask, *bias;
+    const bool *cond;
+    int64_t mstr[4], cstr[4], bstr[4];
+    bool extras; /* cond, bias or nan_to_zero: only the sgemm path applies them */
     float *O, *ws;
     int64_t nqb;
     size_t item_floats;
-    bool avx512, bf16;
+    const kiln_attn_fast *fast; /* NULL: the reference path */
     atomic_int failed;
 } attn_ctx;
 
@@ -463,8 +459,8 @@ static void attn_items(void *vc, int64_t i0, int64_t i1) {
     int64_t Sq = c->q.S, Sk = c->k.S, D = c->q.D, Dv = c->v.D;
     for (int64_t it = i0; it < i1; it++) {
         int64_t bh = it / c->nqb, qb = it % c->nqb, b = bh / c->q.H, h = bh % c->q.H;
-        int64_t r0 = c->avx512 ? 0 : qb * ATTN_QBLOCK;
-        int64_t rows = c->avx512 ? Sq : Sq - r0 < ATTN_QBLOCK ? Sq - r0 : ATTN_QBLOCK;
+        int64_t r0 = c->fast ? 0 : qb * ATTN_QBLOCK;
+        int64_t rows = c->fast ? Sq : Sq - r0 < ATTN_QBLOCK ? Sq - r0 : ATTN_QBLOCK;
         int64_t qo, qld, ko, kld, vo, vld, oo, old;
         attn_addr(at->q_layout, 0, &c->q, b, h, &qo, &qld);
         attn_addr(at->k_layout, 1, &c->k, b, h, &ko, &kld);
@@ -474,16 +470,10 @@ static void attn_items(void *vc, int64_t i0, int64_t i1) {
          * share the range's first scratch block, which stays in cache */
         float *s = c->ws + (size_t)i0 * c->item_floats;
         const float *mrow0 = c->mask ? c->mask + b * c->mstr[0] + h * c->mstr[1] + r0 * c->mstr[2] : NULL;
-        if (c->bf16) {
-            kiln__attn_bf16_block(c->Q + qo + r0 * qld, qld, c->K + ko, kld, at->k_layout == KILN_ATTN_BHDS,
-                                  c->V + vo, vld, c->O + oo + r0 * old, old, rows, Sk, D, Dv, at->scale, mrow0,
-                                  c->mstr[2], c->mstr[3], s);
-            continue;
-        }
-        if (c->avx512) {
-            kiln__attn_avx512_block(c->Q + qo + r0 * qld, qld, c->K + ko, kld, at->k_layout == KILN_ATTN_BHDS,
-                                    c->V + vo, vld, c->O + oo + r0 * old, old, rows, Sk, D, Dv, at->scale, mrow0,
-                                    c->mstr[2], c->mstr[3], s);
+        if (c->fast) {
+            c->fast->block(c->Q + qo + r0 * qld, qld, c->K + ko, kld, at->k_layout == KILN_ATTN_BHDS, c->V + vo,
+                           vld, c->O + oo + r0 * old, old, rows, Sk, D, Dv, at->scale, mrow0, c->mstr[2],
+                           c->mstr[3], s);
             continue;
         }
         /* s = scale * Q K^T: K is [Sk, D] rows (transposed operand) or [D, Sk] (BHDS) */
@@ -491,6 +481,16 @@ static void attn_items(void *vc, int64_t i0, int64_t i1) {
                         c->K + ko, kld, 0.0f, s, Sk, NULL) != KILN_OK) {
             atomic_store(&c->failed, 1);
             return;
+        }
+        if (c->cond) {
+            const bool *c0 = c->cond + b * c->cstr[0] + h * c->cstr[1] + r0 * c->cstr[2];
+            bool fill_if = at->cond_fill_if != 0, sel = at->cond_mode == KILN_ATTN_COND_SELECT;
+            for (int64_t r = 0; r < rows; r++) {
+                const bool *crow = c0 + r * c->cstr[2];
+                float *srow = s + r * Sk;
+                for (int64_t j = 0; j < Sk; j++)
+                    if (crow[j * c->cstr[3]] == fill_if) srow[j] = sel ? at->fill : srow[j] + at->fill;
+            }
         }
         if (c->mask)
             for (int64_t r = 0; r < rows; r++) {
@@ -501,7 +501,18 @@ static void attn_items(void *vc, int64_t i0, int64_t i1) {
                 else
                     for (int64_t j = 0; j < Sk; j++) srow[j] += mrow[j * c->mstr[3]];
             }
+        if (c->bias) {
+            const float *b0 = c->bias + b * c->bstr[0] + h * c->bstr[1] + r0 * c->bstr[2];
+            for (int64_t r = 0; r < rows; r++) {
+                const float *brow = b0 + r * c->bstr[2];
+                float *srow = s + r * Sk;
+                for (int64_t j = 0; j < Sk; j++) srow[j] += brow[j * c->bstr[3]];
+            }
+        }
         kiln__softmax_rows_f32(s, rows, Sk);
+        if (at->nan_to_zero)
+            for (int64_t e = 0; e < rows * Sk; e++)
+                if (isnan(s[e])) s[e] = 0.0f;
         if (kiln__sgemm(false, false, rows, Dv, Sk, 1.0f, s, Sk, c->V + vo, vld, 0.0f, c->O + oo + r0 * old, old,
                         NULL) != KILN_OK) {
             atomic_store(&c->failed, 1);
@@ -510,7 +521,7 @@ static void attn_items(void *vc, int64_t i0, int64_t i1) {
     }
 }
 
-static kiln_status attn_cpu(const kiln_kernel_args *a) {
+kiln_status kiln__attn_run(const kiln_kernel_args *a, const kiln_attn_fast *fast) {
     KILN_TRY(cpu_f32_only(a, "kiln.Attention"));
     const kiln_attention_attrs *at = a->attrs;
     const kiln_tensor *mask = a->n_in > 3 ? a->in[3] : NULL;
@@ -528,15 +539,25 @@ static kiln_status attn_cpu(const kiln_kernel_args *a) {
     c.o = (attn_view){.B = c.q.B, .H = c.q.H, .S = c.q.S, .D = c.v.D};
     if (kiln__tensor_numel(a->out[0]) == 0) return KILN_OK;
     c.nqb = attn_nqb(c.q.S);
-    c.item_floats = attn_item_floats(c.q.S, c.k.S, c.q.D, c.v.D);
+    const kiln_tensor *cond = a->n_in > 4 ? a->in[4] : NULL, *bias = a->n_in > 5 ? a->in[5] : NULL;
+    int64_t full[4] = {c.q.B, c.q.H, c.q.S, c.k.S};
+    if (cond && kiln__tensor_numel(cond) > 0) {
+        if (cond->dtype != KILN_DTYPE_BOOL)
+            return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (kiln.Attention): cond must be bool", NODE(a));
+        kiln__bcast_strides(cond->rank, cond->dims, 4, full, c.cstr);
+        c.cond = cond->data;
+    }
+    if (bias && kiln__tensor_numel(bias) > 0) {
+        kiln__bcast_strides(bias->rank, bias->dims, 4, full, c.bstr);
+        c.bias = bias->data;
+    }
+    c.extras = c.cond || c.bias || at->nan_to_zero;
+    c.fast = c.extras ? NULL : fast; /* only the reference path applies the extras */
+    c.item_floats = attn_item_floats(c.q.S, c.k.S, c.q.D, c.v.D, c.fast ? c.fast->ws_floats : NULL);
     if (!c.ws || a->workspace_size < (size_t)(c.q.B * c.q.H * c.nqb) * c.item_floats * sizeof(float))
         return KILN_FAIL(KILN_ERR_INTERNAL, "node '%s' (kiln.Attention): workspace too small", NODE(a));
-    int32_t t = at->tactic.id;
-    c.avx512 = (t == KILN_ATTN_TACTIC_AUTO || t == KILN_ATTN_TACTIC_AVX512) && kiln__attn_avx512_available();
-    if (c.avx512) c.nqb = 1; /* one item per (batch, head): K^T is packed once */
-    c.bf16 = c.avx512 && at->precision == KILN_PRECISION_BF16 && kiln__attn_bf16_available();
+    if (c.fast) c.nqb = 1; /* one item per (batch, head): K^T is packed once */
     if (mask && kiln__tensor_numel(mask) > 0) {
-        int64_t full[4] = {c.q.B, c.q.H, c.q.S, c.k.S};
         kiln__bcast_strides(mask->rank, mask->dims, 4, full, c.mstr);
         c.mask = mask->data;
     }
@@ -547,30 +568,17 @@ static kiln_status attn_cpu(const kiln_kernel_args *a) {
     return KILN_OK;
 }
 
-static int attn_tactics(const kiln_infer_args *a, int32_t *ids, int cap) {
-    const kiln_attention_attrs *at = a->attrs;
-    int n = 0;
-    /* bf16 layers: only the kernel that computes in bf16 where the CPU has it */
-    bool bf16 = at->precision == KILN_PRECISION_BF16 && kiln__attn_bf16_available();
-    if (n < cap && !bf16) ids[n++] = KILN_ATTN_TACTIC_SGEMM;
-    if (n < cap && kiln__attn_avx512_available()) ids[n++] = KILN_ATTN_TACTIC_AVX512;
-    return n;
-}
+/* The reference kernel. */
+static kiln_status attn_ref(const kiln_kernel_args *a) { return kiln__attn_run(a, NULL); }
 
-static const char *attn_tactic_name(int32_t id) {
-    switch (id) {
-    case KILN_ATTN_TACTIC_AUTO: return "auto";
-    case KILN_ATTN_TACTIC_SGEMM: return "sgemm";
-    case KILN_ATTN_TACTIC_AVX512: return "avx512";
-    default: return "?";
-    }
-}
+_Static_assert(offsetof(kiln_attention_attrs, cond_mode) == KILN_ATTN_ATTRS_V5_SIZE,
+               "kiln_attention_attrs: the fields of format 5 keep their place");
 
 const kiln_op_def kiln_op_Attention = {
     .name = "Attention", .domain = "kiln", .since = 1,
-    .min_inputs = 3, .max_inputs = 4, .min_outputs = 1, .max_outputs = 1,
-    .flags = KILN_OP_FLAG_TACTICS,
+    .min_inputs = 3, .max_inputs = 6, .min_outputs = 1, .max_outputs = 1,
+    .flags = KILN_OP_FLAG_TACTICS | KILN_OP_FLAG_REDUCIBLE,
     .attr_size = sizeof(kiln_attention_attrs),
-    .infer = attn_infer, .workspace = attn_workspace, .cpu = attn_cpu,
-    .cpu_tactics = attn_tactics, .cpu_tactic_name = attn_tactic_name,
+    .attr_grew_in = 6, .attr_size_before = KILN_ATTN_ATTRS_V5_SIZE, /* cond_mode and after: 0 */
+    .validate = attn_validate, .infer = attn_infer, .workspace = attn_workspace, .cpu = attn_ref,
 };

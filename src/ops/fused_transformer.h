@@ -25,7 +25,12 @@
  *     one float32 input, same-shape output. Made from the PyTorch-export
  *     forms when they cannot join a matrix product.
  *
- * kiln.Attention     O = softmax(scale * Q K^T + mask) V, per batch and head
+ * kiln.Attention     O = softmax(scores) V, per batch and head, where
+ *                      scores = scale * Q K^T
+ *                      scores = cond rule (input 4, when cond_mode != NONE)
+ *                      scores = scores + mask (input 3) + bias (input 5)
+ *                    and, with nan_to_zero, probabilities that are NaN become 0
+ *                    (so a row whose keys are all masked out gives zeros)
  *     inputs   Q, K, V float32, each in the layout its attr says:
  *                    KILN_ATTN_BSHD: [B, S, H*D]  (heads packed in the last dim,
  *                                    as before PyTorch's head-splitting
@@ -37,6 +42,12 @@
  *                                    projections; Q, K, V are then one tensor)
  *              mask  optional float32, added to the [B, H, Sq, Sk] scores,
  *                    broadcast numpy-style (e.g. [B, 1, 1, Sk])
+ *              cond  optional bool (rank <= 4, broadcast like the mask): where
+ *                    cond == cond_fill_if, KILN_ATTN_COND_SELECT sets the score
+ *                    to `fill` and KILN_ATTN_COND_ADD adds `fill` to it (the
+ *                    exporters' Where(cond, s, fill) / Where(cond, 0, fill) + Add)
+ *              bias  optional, a second additive mask like `mask` (e.g. a
+ *                    position bias [1, H, Sq, Sk] beside a padding mask)
  *     output   O     [B, Sq, H*D] (out_layout BSHD) or [B, H, Sq, D] (BHSD)
  *     Softmax statistics are float32 at every precision.
  *
@@ -54,26 +65,20 @@ enum {
     KILN_FACT_GELU_TANH = 3,
 };
 
-/* CPU tactics of FusedMatMul (permanent). 0 picks the best available at run
- * time (oneDNN when built with it, else the AVX-512 kernel on CPUs that have
- * AVX-512F, else kiln__sgemm). */
-enum {
-    KILN_FMM_TACTIC_AUTO = 0,
-    KILN_FMM_TACTIC_SGEMM = 1,  /* kiln__sgemm (AVX2/generic) + epilogue pass */
-    KILN_FMM_TACTIC_DNNL = 2,   /* oneDNN matmul with fused bias/activation */
-    KILN_FMM_TACTIC_AVX512 = 3, /* own AVX-512 kernel, prepacked weights, fused epilogue */
-};
-
 typedef struct kiln_fused_matmul_attrs {
     kiln_tactic tactic;  /* must stay first (KILN_OP_FLAG_TACTICS) */
     int32_t act;         /* KILN_FACT_* */
     int32_t trans_b;     /* B is [N, K] */
     int32_t precision;   /* kiln_precision: KILN_PRECISION_FP32 or KILN_PRECISION_BF16 */
 } kiln_fused_matmul_attrs;
+KILN_ATTRS_SIZE(kiln_fused_matmul_attrs, 20); KILN_ATTRS_AT(kiln_fused_matmul_attrs, tactic, 0);
+KILN_ATTRS_AT(kiln_fused_matmul_attrs, act, 8); KILN_ATTRS_AT(kiln_fused_matmul_attrs, trans_b, 12);
+KILN_ATTRS_AT(kiln_fused_matmul_attrs, precision, 16);
 
 typedef struct kiln_gelu_attrs {
     int32_t approx;      /* 0: erf form, 1: tanh form */
 } kiln_gelu_attrs;
+KILN_ATTRS_SIZE(kiln_gelu_attrs, 4); KILN_ATTRS_AT(kiln_gelu_attrs, approx, 0);
 
 /* Layouts of Attention's operands (permanent). */
 enum {
@@ -85,11 +90,11 @@ enum {
                            all three inputs are then the same tensor */
 };
 
-/* CPU tactics of Attention (permanent). */
+/* How Attention's cond input acts on the scores (permanent). */
 enum {
-    KILN_ATTN_TACTIC_AUTO = 0,
-    KILN_ATTN_TACTIC_SGEMM = 1, /* per (batch, head, row block): kiln__sgemm, softmax, kiln__sgemm */
-    KILN_ATTN_TACTIC_AVX512 = 2, /* per (batch, head, row block): AVX-512 register tiles */
+    KILN_ATTN_COND_NONE = 0,
+    KILN_ATTN_COND_SELECT = 1, /* score = fill where cond == cond_fill_if */
+    KILN_ATTN_COND_ADD = 2,    /* score += fill where cond == cond_fill_if */
 };
 
 typedef struct kiln_attention_attrs {
@@ -98,54 +103,43 @@ typedef struct kiln_attention_attrs {
     int32_t q_layout, k_layout, v_layout, out_layout; /* KILN_ATTN_* */
     float scale;         /* multiplies Q K^T before the mask is added */
     int32_t precision;   /* kiln_precision */
+    /* Since engine format 6; engines of older formats read these as 0 (their
+     * size was KILN_ATTN_ATTRS_V5_SIZE). */
+    int32_t cond_mode;   /* KILN_ATTN_COND_*: how input 4 acts */
+    int32_t cond_fill_if;/* 0 or 1: the cond value where `fill` applies */
+    float fill;          /* the score (SELECT) or the addend (ADD) there; may be -inf */
+    int32_t nan_to_zero; /* 1: NaN probabilities become 0 (IsNaN + Where after Softmax) */
 } kiln_attention_attrs;
+KILN_ATTRS_SIZE(kiln_attention_attrs, 52); KILN_ATTRS_AT(kiln_attention_attrs, tactic, 0);
+KILN_ATTRS_AT(kiln_attention_attrs, num_heads, 8); KILN_ATTRS_AT(kiln_attention_attrs, q_layout, 12);
+KILN_ATTRS_AT(kiln_attention_attrs, k_layout, 16); KILN_ATTRS_AT(kiln_attention_attrs, v_layout, 20);
+KILN_ATTRS_AT(kiln_attention_attrs, out_layout, 24); KILN_ATTRS_AT(kiln_attention_attrs, scale, 28);
+KILN_ATTRS_AT(kiln_attention_attrs, precision, 32); KILN_ATTRS_AT(kiln_attention_attrs, cond_mode, 36);
+KILN_ATTRS_AT(kiln_attention_attrs, cond_fill_if, 40); KILN_ATTRS_AT(kiln_attention_attrs, fill, 44);
+KILN_ATTRS_AT(kiln_attention_attrs, nan_to_zero, 48);
+#define KILN_ATTN_ATTRS_V5_SIZE 36 /* bytes up to and including `precision` */
 
-/* Vectorized float32 helpers shared by the transformer kernels
- * (src/ops/fused_transformer_math.c; AVX-512 when the CPU has it). */
-KILN_PRIVATE void kiln__gelu_f32(float *x, int64_t n, int approx); /* in place */
-KILN_PRIVATE void kiln__relu_f32(float *x, int64_t n);
-/* FusedMatMul's epilogue on `rows` rows of n values (row stride ldy): adds
- * bias (may be NULL) and residual rows (stride ldr; may be NULL), then the
- * activation. */
-KILN_PRIVATE void kiln__fmm_epilogue(float *Y, int64_t ldy, int64_t rows, int64_t n, const float *bias,
-                                     const float *res, int64_t ldr, int act);
-/* Rounds n floats to bfloat16 (nearest even). */
-KILN_PRIVATE void kiln__f32_to_bf16_row(const float *x, uint16_t *y, int64_t n);
-/* y[i] = exp(x[i] - m) for i < n; returns their sum. */
-KILN_PRIVATE float kiln__exp_shift_sum_f32(const float *x, float *y, int64_t n, float m);
-KILN_PRIVATE float kiln__max_f32(const float *x, int64_t n);
-/* Softmax of each of `rows` rows of n floats in place. */
-KILN_PRIVATE void kiln__softmax_rows_f32(float *x, int64_t rows, int64_t n);
+/* ---- what the CPU backend's tuned kernels share with the reference ones -- */
 
-/* Own AVX-512 matrix product (gemm_avx512.c): B packed once into 32-column
- * panels (kiln__sgemm512_packed_floats floats, 64-byte aligned), then
- * C[M, N] = act(A[M, K] B + bias + res) with A, C and res (may be NULL)
- * dense row-major. */
-KILN_PRIVATE bool kiln__sgemm512_available(void);
-KILN_PRIVATE size_t kiln__sgemm512_packed_floats(int64_t K, int64_t N);
-KILN_PRIVATE void kiln__sgemm512_pack(const float *B, bool trans_b, int64_t K, int64_t N, float *Bp);
-KILN_PRIVATE void kiln__sgemm512_run(const float *A, int64_t M, int64_t K, int64_t N, const float *Bp,
-                                     const float *bias, const float *res, int act, float *C, kiln_pool *pool);
+/* FusedMatMul on the host: M, K, N of the layer (after checking that its
+ * tensors are float32). */
+KILN_PRIVATE kiln_status kiln__fmm_dims(const kiln_kernel_args *a, int64_t *M, int64_t *K, int64_t *N);
 
-/* AVX-512 attention block (fused_transformer_avx512.c): `rows` query rows of
- * one (batch, head). Q rows at stride ldq; K as [Sk, D] rows at stride ldk,
- * or as [D, Sk] rows (k_dxs); V [Sk, Dv] rows at stride ldv; O rows at
- * stride ldo. mask: NULL or the first row's mask, rows mrow apart, columns
- * mcol apart. ws: kiln__attn_avx512_ws_floats(rows, Sk, D) floats. */
-KILN_PRIVATE bool kiln__attn_avx512_available(void);
-/* The same block with bf16 products (vdpbf16ps) and float32 accumulation and
- * softmax, for bf16 engines on CPUs with AVX512-BF16; ws:
- * kiln__attn_bf16_ws_floats(rows, Sk, D, Dv) floats. */
-KILN_PRIVATE bool kiln__attn_bf16_available(void);
-KILN_PRIVATE size_t kiln__attn_bf16_ws_floats(int64_t rows, int64_t Sk, int64_t D, int64_t Dv);
-KILN_PRIVATE void kiln__attn_bf16_block(const float *Q, int64_t ldq, const float *K, int64_t ldk, bool k_dxs,
-                                        const float *V, int64_t ldv, float *O, int64_t ldo, int64_t rows,
-                                        int64_t Sk, int64_t D, int64_t Dv, float scale, const float *mask,
-                                        int64_t mrow, int64_t mcol, float *ws);
-KILN_PRIVATE size_t kiln__attn_avx512_ws_floats(int64_t rows, int64_t Sk, int64_t D);
-KILN_PRIVATE void kiln__attn_avx512_block(const float *Q, int64_t ldq, const float *K, int64_t ldk, bool k_dxs,
-                                          const float *V, int64_t ldv, float *O, int64_t ldo, int64_t rows,
-                                          int64_t Sk, int64_t D, int64_t Dv, float scale, const float *mask,
-                                          int64_t mrow, int64_t mcol, float *ws);
+/* A faster block kernel for Attention (the CPU backend's AVX-512 ones): all
+ * query rows of one (batch, head) at once, with ws_floats(Sq, Sk, D, Dv)
+ * floats of scratch. Applies the mask, not the cond, bias or nan_to_zero
+ * (layers with those take the reference path). */
+typedef size_t (*kiln_attn_ws_fn)(int64_t Sq, int64_t Sk, int64_t D, int64_t Dv);
+typedef struct kiln_attn_fast {
+    kiln_attn_ws_fn ws_floats;
+    void (*block)(const float *Q, int64_t ldq, const float *K, int64_t ldk, bool k_dxs, const float *V,
+                  int64_t ldv, float *O, int64_t ldo, int64_t rows, int64_t Sk, int64_t D, int64_t Dv,
+                  float scale, const float *mask, int64_t mrow, int64_t mcol, float *ws);
+} kiln_attn_fast;
+/* Runs an Attention layer: the reference path (fast NULL) or `fast`. */
+KILN_PRIVATE kiln_status kiln__attn_run(const kiln_kernel_args *a, const kiln_attn_fast *fast);
+/* Workspace bytes of kiln__attn_run for the reference path and, when
+ * fast_floats is given, for a fast kernel with that scratch too. */
+KILN_PRIVATE size_t kiln__attn_workspace(const kiln_infer_args *a, kiln_attn_ws_fn fast_floats);
 
 #endif

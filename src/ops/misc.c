@@ -100,15 +100,16 @@ const kiln_op_def kiln_op_Det = {
 typedef struct kiln_nms_attrs {
     int32_t center_point_box;
 } kiln_nms_attrs;
+KILN_ATTRS_SIZE(kiln_nms_attrs, 4); KILN_ATTRS_AT(kiln_nms_attrs, center_point_box, 0);
 
 static kiln_status nms_import(kiln_import_ctx *ic, void *attrs) {
     kiln_nms_attrs *at = attrs;
-    int64_t c = kiln_attr_int(ic, "center_point_box", 0);
-    if (c != 0 && c != 1)
-        return KILN_IMPORT_FAIL(ic, "attribute 'center_point_box' must be 0 or 1, got %lld",
-                                (long long)c);
-    at->center_point_box = (int32_t)c;
-    return KILN_OK;
+    return kiln_attr_int32(ic, "center_point_box", 0, &at->center_point_box);
+}
+
+static kiln_status nms_validate(const kiln_op_def *op, const void *attrs, const char *node) {
+    return kiln__check_attr(op, node, "center_point_box",
+                            ((const kiln_nms_attrs *)attrs)->center_point_box, 0, 1);
 }
 
 typedef struct nms_in {
@@ -317,5 +318,5 @@ const kiln_op_def kiln_op_NonMaxSuppression = {
     .name = "NonMaxSuppression", .domain = "", .since = 10,
     .min_inputs = 2, .max_inputs = 5, .min_outputs = 1, .max_outputs = 1,
     .attr_size = sizeof(kiln_nms_attrs),
-    .import = nms_import, .infer = nms_infer, .cpu = nms_cpu,
+    .import = nms_import, .validate = nms_validate, .infer = nms_infer, .cpu = nms_cpu,
 };

@@ -17,6 +17,10 @@ typedef struct kiln_random_attrs {
     int32_t rank;    /* RandomNormal/RandomUniform: `shape` */
     int64_t shape[KILN_MAX_RANK];
 } kiln_random_attrs;
+KILN_ATTRS_SIZE(kiln_random_attrs, 88); KILN_ATTRS_AT(kiln_random_attrs, dtype, 0);
+KILN_ATTRS_AT(kiln_random_attrs, has_seed, 4); KILN_ATTRS_AT(kiln_random_attrs, seed, 8);
+KILN_ATTRS_AT(kiln_random_attrs, a, 12); KILN_ATTRS_AT(kiln_random_attrs, b, 16);
+KILN_ATTRS_AT(kiln_random_attrs, rank, 20); KILN_ATTRS_AT(kiln_random_attrs, shape, 24);
 
 enum {
     RND_NORMAL = 0, RND_UNIFORM = 1, RND_NORMAL_LIKE = 2, RND_UNIFORM_LIKE = 3, RND_BERNOULLI = 4
@@ -27,6 +31,8 @@ typedef struct kiln_window_attrs {
     int32_t output_datatype; /* default float32 */
     int32_t periodic;        /* default 1 */
 } kiln_window_attrs;
+KILN_ATTRS_SIZE(kiln_window_attrs, 8); KILN_ATTRS_AT(kiln_window_attrs, output_datatype, 0);
+KILN_ATTRS_AT(kiln_window_attrs, periodic, 4);
 
 enum { WIN_BLACKMAN = 0, WIN_HAMMING = 1, WIN_HANN = 2 };
 
@@ -36,14 +42,18 @@ typedef struct kiln_dft_attrs {
     int32_t inverse;
     int32_t onesided;
 } kiln_dft_attrs;
+KILN_ATTRS_SIZE(kiln_dft_attrs, 12); KILN_ATTRS_AT(kiln_dft_attrs, axis, 0);
+KILN_ATTRS_AT(kiln_dft_attrs, inverse, 4); KILN_ATTRS_AT(kiln_dft_attrs, onesided, 8);
 
 typedef struct kiln_stft_attrs {
     int32_t onesided; /* default 1 */
 } kiln_stft_attrs;
+KILN_ATTRS_SIZE(kiln_stft_attrs, 4); KILN_ATTRS_AT(kiln_stft_attrs, onesided, 0);
 
 typedef struct kiln_mel_attrs {
     int32_t output_datatype;
 } kiln_mel_attrs;
+KILN_ATTRS_SIZE(kiln_mel_attrs, 4); KILN_ATTRS_AT(kiln_mel_attrs, output_datatype, 0);
 
 /* ---- NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss (misc_loss.c;
  * op->code 0 / 1) */
@@ -54,5 +64,7 @@ typedef struct kiln_loss_attrs {
     int32_t has_ignore;
     int64_t ignore_index;
 } kiln_loss_attrs;
+KILN_ATTRS_SIZE(kiln_loss_attrs, 16); KILN_ATTRS_AT(kiln_loss_attrs, reduction, 0);
+KILN_ATTRS_AT(kiln_loss_attrs, has_ignore, 4); KILN_ATTRS_AT(kiln_loss_attrs, ignore_index, 8);
 
 #endif

@@ -15,7 +15,6 @@
  * freed after their last reader. */
 #include "ops/misc_control.h"
 
-#include "format/format.h"
 
 #include <stdio.h>
 
@@ -30,56 +29,12 @@ typedef struct cf_attrs {
     int32_t in_axes[CF_MAX_SCAN], in_dirs[CF_MAX_SCAN];
     int32_t out_axes[CF_MAX_SCAN], out_dirs[CF_MAX_SCAN];
 } cf_attrs;
-
-/* ---- packing ------------------------------------------------------------- */
-
-kiln_status kiln__subgraph_pack(const kiln_graph *g, void **data, size_t *size) {
-    kiln_engine e;
-    memset(&e, 0, sizeof e);
-    e.graph = (kiln_graph *)g;
-    e.profiles = kiln__calloc((size_t)g->n_inputs + 1, sizeof *e.profiles);
-    if (!e.profiles) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory packing a subgraph");
-    /* Profiles are formal here: subgraph inputs take any shape at run time. */
-    for (int i = 0; i < g->n_inputs; i++) {
-        const kiln_tinfo *t = &g->values[g->inputs[i]].info;
-        kiln_profile *p = &e.profiles[i];
-        p->rank = t->rank < 0 ? 0 : t->rank;
-        for (int d = 0; d < p->rank; d++)
-            p->min[d] = p->opt[d] = p->max[d] = t->dims[d] >= 0 ? t->dims[d] : 0;
-    }
-    e.opts.device = KILN_DEVICE_CPU;
-    e.opts.precision = KILN_PRECISION_FP32;
-    kiln__cpu_target(e.target, sizeof e.target);
-    snprintf(e.builder_version, sizeof e.builder_version, "%s", kiln_version_string());
-    kiln_status s = kiln__format_write(&e, data, size);
-    kiln__free(e.profiles);
-    return s;
-}
-
-kiln_status kiln__subgraph_unpack(const void *data, size_t size, const char *what,
-                                  kiln_graph **graph, void **blob) {
-    *graph = NULL;
-    *blob = NULL;
-    void *b = kiln__aligned_alloc(size ? size : 1);
-    if (!b) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory loading %s", what);
-    if (size) memcpy(b, data, size);
-    kiln_engine e;
-    memset(&e, 0, sizeof e);
-    kiln_status s = kiln__format_read(b, size, &e);
-    if (s != KILN_OK) {
-        kiln__aligned_free(b);
-        return kiln__fail_prefix(KILN_ERR_MODEL, "%s is not a valid subgraph", what);
-    }
-    kiln__free(e.profiles);
-    if (e.opts.device != KILN_DEVICE_CPU) {
-        kiln__graph_free(e.graph);
-        kiln__aligned_free(b);
-        return KILN_FAIL(KILN_ERR_MODEL, "%s is not a CPU subgraph", what);
-    }
-    *graph = e.graph;
-    *blob = b;
-    return KILN_OK;
-}
+KILN_ATTRS_SIZE(cf_attrs, 540); KILN_ATTRS_AT(cf_attrs, n_onnx_in, 0); KILN_ATTRS_AT(cf_attrs, n_scan_in, 4);
+KILN_ATTRS_AT(cf_attrs, batched, 8); KILN_ATTRS_AT(cf_attrs, n_in_axes, 12);
+KILN_ATTRS_AT(cf_attrs, n_in_dirs, 16); KILN_ATTRS_AT(cf_attrs, n_out_axes, 20);
+KILN_ATTRS_AT(cf_attrs, n_out_dirs, 24); KILN_ATTRS_AT(cf_attrs, in_axes, 28);
+KILN_ATTRS_AT(cf_attrs, in_dirs, 156); KILN_ATTRS_AT(cf_attrs, out_axes, 284);
+KILN_ATTRS_AT(cf_attrs, out_dirs, 412);
 
 /* ---- tensors owned or borrowed during a run -------------------------------- */
 
@@ -141,6 +96,7 @@ static cf_val val_borrow(const kiln_tensor *t) {
 
 typedef struct cf_plan {
     kiln_graph *g;
+    const kiln_subgraph_io *io; /* what loaded g (frees it) */
     void *blob; /* the constants borrow from it */
     kiln_node_state *ns; /* per node */
     int *last; /* per value: last node reading it (n_nodes: a graph output) */
@@ -152,7 +108,7 @@ static void plan_free(cf_plan *p) {
             if (p->ns[i].p && p->ns[i].free) p->ns[i].free(p->ns[i].p);
     kiln__free(p->ns);
     kiln__free(p->last);
-    kiln__graph_free(p->g);
+    if (p->g) p->io->free(p->g);
     kiln__aligned_free(p->blob);
     memset(p, 0, sizeof *p);
 }
@@ -168,12 +124,23 @@ static kiln_status blob_of(const char *node, const char *what, const void *data,
     return KILN_OK;
 }
 
-static kiln_status plan_load(cf_plan *p, const char *node, const char *what, const kiln_tensor *t) {
+/* The subgraph loader the caller gave (kiln_infer_args.sub / kiln_kernel_args.sub). */
+static kiln_status need_io(const kiln_subgraph_io *io, const char *node) {
+    if (!io)
+        return KILN_FAIL(KILN_ERR_INTERNAL, "node '%s': its subgraphs cannot be loaded here (no loader given)",
+                         node);
+    return KILN_OK;
+}
+
+static kiln_status plan_load(cf_plan *p, const kiln_subgraph_io *io, const char *node, const char *what,
+                             const kiln_tensor *t) {
     size_t size = 0;
     KILN_TRY(blob_of(node, what, t->data, t->dtype, t->rank, t->dims, &size));
     char desc[300];
     snprintf(desc, sizeof desc, "node '%s': subgraph '%s'", node, what);
-    KILN_TRY(kiln__subgraph_unpack(t->data, size, desc, &p->g, &p->blob));
+    KILN_TRY(need_io(io, node));
+    KILN_TRY(io->unpack(t->data, size, desc, &p->g, &p->blob));
+    p->io = io;
     const kiln_graph *g = p->g;
     p->ns = kiln__calloc((size_t)g->n_nodes + 1, sizeof *p->ns);
     p->last = kiln__malloc(((size_t)g->n_values + 1) * sizeof *p->last);
@@ -201,76 +168,35 @@ static kiln_status plan_load(cf_plan *p, const char *node, const char *what, con
 /* Runs node ni of the plan on vals (outputs become owned values). */
 static kiln_status plan_node(cf_plan *p, int ni, cf_val *vals, kiln_pool *pool) {
     const kiln_node *n = &p->g->nodes[ni];
-    kiln_tinfo in_info[64], outs[64];
-    const kiln_tinfo *in_ip[64];
-    kiln_tinfo *out_ip[64];
-    const kiln_tensor *in_tp[64];
-    kiln_tensor *out_tp[64];
-    if (n->n_in > 64 || n->n_out > 64)
-        return KILN_FAIL(KILN_ERR_UNSUPPORTED, "node '%s': more than 64 inputs or outputs",
-                         n->name);
-    KILN_TRY(kiln__node_check_inputs(n));
+    kiln_call c;
+    KILN_TRY(kiln__call_begin(&c, p->g, n));
     for (int i = 0; i < n->n_in; i++) {
-        in_ip[i] = NULL;
-        in_tp[i] = NULL;
         if (n->in[i] < 0) continue;
         const cf_val *v = &vals[n->in[i]];
         if (!v->set)
             return KILN_FAIL(KILN_ERR_INTERNAL, "node '%s': input %d has no value", n->name, i);
-        in_info[i].dtype = v->t.dtype;
-        in_info[i].rank = v->t.rank;
-        memcpy(in_info[i].dims, v->t.dims, sizeof in_info[i].dims);
-        in_info[i].data = v->t.data;
-        in_ip[i] = &in_info[i];
-        in_tp[i] = &v->t;
+        kiln_tinfo info = {.dtype = v->t.dtype, .rank = v->t.rank, .data = v->t.data};
+        memcpy(info.dims, v->t.dims, sizeof info.dims);
+        kiln__call_input(&c, i, &info, v->t.data);
     }
-    for (int i = 0; i < n->n_out; i++) {
-        memset(&outs[i], 0, sizeof outs[i]);
-        out_ip[i] = &outs[i];
-    }
-    kiln_infer_args ia = {.op = n->op,
-                          .attrs = n->attrs,
-                          .node_name = n->name,
-                          .n_in = n->n_in,
-                          .n_out = n->n_out,
-                          .in = in_ip,
-                          .out = out_ip,
-                          .runtime = true,
-                          .node_state = &p->ns[ni]};
-    KILN_TRY(n->op->infer(&ia));
-    cf_val res[64];
+    KILN_TRY(kiln__call_infer(&c, true, &p->ns[ni], true));
+    cf_val res[KILN_CALL_MAX];
     memset(res, 0, sizeof res);
     kiln_status s = KILN_OK;
     void *ws = NULL;
     for (int i = 0; i < n->n_out; i++) {
-        if (outs[i].rank < 0 || outs[i].rank > KILN_MAX_RANK ||
-            kiln__numel(outs[i].rank, outs[i].dims) < 0) {
-            s = KILN_FAIL(KILN_ERR_INTERNAL, "node '%s' (%s): output %d has no exact shape",
-                          n->name, n->op->name, i);
-            goto done;
-        }
-        if ((s = val_alloc(&res[i], outs[i].dtype, outs[i].rank, outs[i].dims, n->name)) != KILN_OK)
-            goto done;
-        out_tp[i] = &res[i].t;
+        const kiln_tinfo *t = &c.out[i];
+        if ((s = val_alloc(&res[i], t->dtype, t->rank, t->dims, n->name)) != KILN_OK) goto done;
+        c.out_tp[i] = &res[i].t;
     }
-    size_t ws_size = n->op->workspace ? n->op->workspace(&ia) : 0;
+    size_t ws_size = n->op->workspace ? n->op->workspace(&c.ia) : 0;
     if (ws_size && !(ws = kiln__aligned_alloc(ws_size))) {
         s = KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "node '%s': out of memory (%zu bytes of workspace)",
                       n->name, ws_size);
         goto done;
     }
-    kiln_kernel_args ka = {.op = n->op,
-                           .attrs = n->attrs,
-                           .node_name = n->name,
-                           .n_in = n->n_in,
-                           .n_out = n->n_out,
-                           .in = in_tp,
-                           .out = out_tp,
-                           .workspace = ws,
-                           .workspace_size = ws_size,
-                           .pool = pool,
-                           .node_state = &p->ns[ni]};
-    if ((s = n->op->cpu(&ka)) != KILN_OK) goto done;
+    kiln__call_args(&c, ws, ws_size, pool, &p->ns[ni]);
+    if ((s = n->op->cpu(&c.ka)) != KILN_OK) goto done;
     for (int i = 0; i < n->n_out; i++) {
         if (n->out[i] < 0) continue;
         val_drop(&vals[n->out[i]]);
@@ -363,6 +289,7 @@ typedef struct cf_state {
     cf_val *pending; /* results computed by infer, for the kernel */
     int n_pending;
     int depth; /* 0: a node of the engine's plan; k: inside k subgraphs */
+    const kiln_subgraph_io *io; /* the caller's subgraph loader */
 } cf_state;
 
 static void pending_drop(cf_state *st) {
@@ -382,14 +309,16 @@ static void state_free(void *p) {
 }
 
 /* The node's state: kept in ns (NULL: a temporary one, *tmp = true). */
-static kiln_status state_get(kiln_node_state *ns, cf_state **out, bool *tmp) {
+static kiln_status state_get(kiln_node_state *ns, const kiln_subgraph_io *io, cf_state **out, bool *tmp) {
     *tmp = false;
     if (ns && ns->p) {
         *out = ns->p;
+        if (io) (*out)->io = io;
         return KILN_OK;
     }
     cf_state *st = kiln__calloc(1, sizeof *st);
     if (!st) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    st->io = io;
     if (ns) {
         ns->p = st;
         ns->free = state_free;
@@ -417,7 +346,7 @@ static kiln_status state_plan(cf_state *st, int k, const char *node, const char 
             return KILN_FAIL(KILN_ERR_MODEL, "node '%s': subgraphs are nested more than %d deep",
                              node, CF_MAX_DEPTH);
         cf_plan *p = &st->plan[k];
-        KILN_TRY(plan_load(p, node, what, in));
+        KILN_TRY(plan_load(p, st->io, node, what, in));
         for (int ni = 0; ni < p->g->n_nodes; ni++) {
             if (p->g->nodes[ni].dead || !is_control_flow(&p->g->nodes[ni])) continue;
             cf_state *child = kiln__calloc(1, sizeof *child);
@@ -426,6 +355,7 @@ static kiln_status state_plan(cf_state *st, int k, const char *node, const char 
                 return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory");
             }
             child->depth = st->depth + 1;
+            child->io = p->g->sub ? p->g->sub : st->io;
             p->ns[ni].p = child;
             p->ns[ni].free = state_free;
         }
@@ -457,7 +387,7 @@ static kiln_status cf_infer_runtime(const kiln_infer_args *a, cf_exec_fn exec) {
     }
     cf_state *st = NULL;
     bool tmp;
-    KILN_TRY(state_get(a->node_state, &st, &tmp));
+    KILN_TRY(state_get(a->node_state, a->sub, &st, &tmp));
     pending_drop(st);
     cf_val *res = kiln__calloc((size_t)a->n_out + 1, sizeof *res);
     kiln_status s = res ? exec(a->attrs, a->node_name, a->n_in, tp, a->n_out, st, NULL, res)
@@ -484,7 +414,7 @@ static kiln_status cf_infer_runtime(const kiln_infer_args *a, cf_exec_fn exec) {
 static kiln_status cf_kernel(const kiln_kernel_args *a, cf_exec_fn exec) {
     cf_state *st = NULL;
     bool tmp;
-    KILN_TRY(state_get(a->node_state, &st, &tmp));
+    KILN_TRY(state_get(a->node_state, a->sub, &st, &tmp));
     kiln_status s = KILN_OK;
     cf_val *res = NULL;
     if (st->pending && st->n_pending == a->n_out) {
@@ -532,7 +462,8 @@ static void unsym(kiln_tinfo *t) {
 /* Infers subgraph `blob` with input infos `ins` (n of them; NULL or
  * unknown entries keep what the subgraph declares) and copies the infos of
  * its outputs into outs (n_outs of them). */
-static kiln_status infer_subgraph(const char *node, const char *what, const kiln_tinfo *blob, int n,
+static kiln_status infer_subgraph(const kiln_subgraph_io *io, const char *node, const char *what,
+                                  const kiln_tinfo *blob, int n,
                                   const kiln_tinfo *const *ins, int n_outs, kiln_tinfo *outs) {
     size_t size = 0;
     KILN_TRY(blob_of(node, what, blob->data, blob->dtype, blob->rank, blob->dims, &size));
@@ -540,7 +471,8 @@ static kiln_status infer_subgraph(const char *node, const char *what, const kiln
     snprintf(desc, sizeof desc, "node '%s': subgraph '%s'", node, what);
     kiln_graph *g;
     void *b;
-    KILN_TRY(kiln__subgraph_unpack(blob->data, size, desc, &g, &b));
+    KILN_TRY(need_io(io, node));
+    KILN_TRY(io->unpack(blob->data, size, desc, &g, &b));
     kiln_status s = KILN_OK;
     if (g->n_inputs != n || g->n_outputs != n_outs) {
         s = KILN_FAIL(KILN_ERR_MODEL,
@@ -574,7 +506,7 @@ static kiln_status infer_subgraph(const char *node, const char *what, const kiln
         if ((v->flags & (KILN_VALUE_CONST | KILN_VALUE_INPUT | KILN_VALUE_OUTPUT))) continue;
         v->info.rank = -1;
     }
-    if ((s = kiln__pass_infer(g)) != KILN_OK) {
+    if ((s = kiln__graph_infer(g)) != KILN_OK) {
         s = kiln__fail_prefix(s, "%s", desc);
         goto done;
     }
@@ -584,7 +516,7 @@ static kiln_status infer_subgraph(const char *node, const char *what, const kiln
         unsym(&outs[k]);
     }
 done:
-    kiln__graph_free(g);
+    io->free(g);
     kiln__aligned_free(b);
     return s;
 }
@@ -612,16 +544,45 @@ static void widen(kiln_tinfo *a, const kiln_tinfo *b) {
  * subgraph and the ONNX inputs). */
 static int cf_free_start(const cf_attrs *at) { return 1 + at->n_onnx_in; }
 
-/* Attributes read from an engine file are checked before use. */
+/* The attributes (cf_validate checked their values) against the node: its
+ * ONNX inputs after its subgraphs, at most 64 inputs and outputs. */
 static kiln_status cf_check(const cf_attrs *at, const char *node, int n_in, int n_graphs,
                             int n_out) {
-    bool ok = at->n_onnx_in >= 0 && at->n_onnx_in <= n_in - n_graphs && at->n_scan_in >= 0 &&
-              at->n_scan_in <= CF_MAX_SCAN && at->n_scan_in <= at->n_onnx_in &&
-              (at->batched == 0 || at->batched == 1);
-    const int32_t counts[4] = {at->n_in_axes, at->n_in_dirs, at->n_out_axes, at->n_out_dirs};
-    for (int i = 0; i < 4; i++) ok = ok && counts[i] >= 0 && counts[i] <= CF_MAX_SCAN;
-    ok = ok && n_out >= 0 && n_out <= 64 && n_in <= 64;
+    bool ok = at->n_onnx_in <= n_in - n_graphs && n_out >= 0 && n_out <= 64 && n_in <= 64;
     if (!ok) return KILN_FAIL(KILN_ERR_MODEL, "node '%s': invalid control-flow attributes", node);
+    return KILN_OK;
+}
+
+/* n_onnx_in >= 0; num_scan_inputs in 0..32 (Scan: at least 1) and at most
+ * the ONNX inputs; batched (Scan-8) 0 or 1; the scan axes and directions
+ * lists within their arrays, axes in [-9, 8], directions 0 or 1. */
+static kiln_status cf_validate(const kiln_op_def *op, const void *attrs, const char *node) {
+    const cf_attrs *at = attrs;
+    bool scan = !strcmp(op->name, "Scan");
+    KILN_TRY(kiln__check_attr(op, node, "ONNX inputs", at->n_onnx_in, 0, 64));
+    KILN_TRY(kiln__check_attr(op, node, "num_scan_inputs", at->n_scan_in, scan ? 1 : 0,
+                              scan ? (at->n_onnx_in < CF_MAX_SCAN ? at->n_onnx_in : CF_MAX_SCAN) : 0));
+    KILN_TRY(kiln__check_attr(op, node, "batched (Scan-8)", at->batched, 0, scan ? 1 : 0));
+    const struct {
+        const char *name;
+        int32_t n;
+        const int32_t *v;
+        int32_t lo, hi;
+    } lists[4] = {
+        {"scan_input_axes", at->n_in_axes, at->in_axes, -KILN_MAX_RANK - 1, KILN_MAX_RANK},
+        {"scan_input_directions", at->n_in_dirs, at->in_dirs, 0, 1},
+        {"scan_output_axes", at->n_out_axes, at->out_axes, -KILN_MAX_RANK - 1, KILN_MAX_RANK},
+        {"scan_output_directions", at->n_out_dirs, at->out_dirs, 0, 1},
+    };
+    for (int l = 0; l < 4; l++) {
+        KILN_TRY(kiln__check_attr(op, node, lists[l].name, lists[l].n, 0, scan ? CF_MAX_SCAN : 0));
+        if (l < 2 && lists[l].n && lists[l].n != at->n_scan_in) /* one per scan input */
+            return KILN_VALIDATE_FAIL(op, node, "attribute '%s' has %d entries for %d scan inputs",
+                                      lists[l].name, (int)lists[l].n, (int)at->n_scan_in);
+        for (int i = 0; i < lists[l].n; i++)
+            KILN_TRY(kiln__check_attr(op, node, lists[l].name, lists[l].v[i], lists[l].lo,
+                                      lists[l].hi));
+    }
     return KILN_OK;
 }
 
@@ -676,9 +637,9 @@ static kiln_status if_infer(const kiln_infer_args *a) {
     kiln_tinfo t[64], e[64];
     if (a->n_out > 64)
         return KILN_FAIL(KILN_ERR_UNSUPPORTED, "node '%s': too many outputs", a->node_name);
-    KILN_TRY(infer_subgraph(a->node_name, "then_branch", a->in[0], a->n_in - fs, a->in + fs,
+    KILN_TRY(infer_subgraph(a->sub, a->node_name, "then_branch", a->in[0], a->n_in - fs, a->in + fs,
                             a->n_out, t));
-    KILN_TRY(infer_subgraph(a->node_name, "else_branch", a->in[1], a->n_in - fs, a->in + fs,
+    KILN_TRY(infer_subgraph(a->sub, a->node_name, "else_branch", a->in[1], a->n_in - fs, a->in + fs,
                             a->n_out, e));
     for (int k = 0; k < a->n_out; k++) {
         if (t[k].dtype != KILN_DTYPE_UNDEFINED && e[k].dtype != KILN_DTYPE_UNDEFINED &&
@@ -699,7 +660,7 @@ static kiln_status if_cpu(const kiln_kernel_args *a) { return cf_kernel(a, if_ex
 const kiln_op_def kiln_op_If = {
     .name = "If", .domain = "", .since = 1, .min_inputs = 3, .max_inputs = -1, .min_outputs = 1,
     .max_outputs = -1, .flags = KILN_OP_FLAG_NO_FOLD, .attr_size = sizeof(cf_attrs),
-    .host_inputs = ~0u, .import = if_import, .infer = if_infer, .cpu = if_cpu,
+    .host_inputs = ~0u, .import = if_import, .validate = cf_validate, .infer = if_infer, .cpu = if_cpu,
 };
 /* clang-format on */
 
@@ -881,7 +842,7 @@ static kiln_status infer_carried(const kiln_infer_args *a, const kiln_tinfo *blo
                                  kiln_tinfo *outs, int n_body_out) {
     const kiln_tinfo *ip[64];
     for (int k = 0; k < n_body_in; k++) ip[k] = &ins[k];
-    KILN_TRY(infer_subgraph(a->node_name, "body", blob, n_body_in, ip, n_body_out, outs));
+    KILN_TRY(infer_subgraph(a->sub, a->node_name, "body", blob, n_body_in, ip, n_body_out, outs));
     bool again = false;
     for (int j = 0; j < n_carry; j++) {
         kiln_tinfo *x = &ins[lead + j];
@@ -892,7 +853,7 @@ static kiln_status infer_carried(const kiln_infer_args *a, const kiln_tinfo *blo
         }
     }
     if (again)
-        KILN_TRY(infer_subgraph(a->node_name, "body", blob, n_body_in, ip, n_body_out, outs));
+        KILN_TRY(infer_subgraph(a->sub, a->node_name, "body", blob, n_body_in, ip, n_body_out, outs));
     return KILN_OK;
 }
 
@@ -949,7 +910,7 @@ static kiln_status loop_cpu(const kiln_kernel_args *a) { return cf_kernel(a, loo
 const kiln_op_def kiln_op_Loop = {
     .name = "Loop", .domain = "", .since = 1, .min_inputs = 1, .max_inputs = -1, .min_outputs = 1,
     .max_outputs = -1, .flags = KILN_OP_FLAG_NO_FOLD, .attr_size = sizeof(cf_attrs),
-    .host_inputs = ~0u, .import = loop_import, .infer = loop_infer, .cpu = loop_cpu,
+    .host_inputs = ~0u, .import = loop_import, .validate = cf_validate, .infer = loop_infer, .cpu = loop_cpu,
 };
 /* clang-format on */
 
@@ -965,12 +926,8 @@ static kiln_status read_list(kiln_import_ctx *ic, const char *name, int32_t *dst
     }
     if (n != expect)
         return KILN_IMPORT_FAIL(ic, "attribute '%s' has %d entries; expected %d", name, n, expect);
-    for (int i = 0; i < n; i++) {
-        if (buf[i] < -KILN_MAX_RANK - 1 || buf[i] > KILN_MAX_RANK)
-            return KILN_IMPORT_FAIL(ic, "attribute '%s' has an invalid entry %lld", name,
-                                    (long long)buf[i]);
-        dst[i] = (int32_t)buf[i];
-    }
+    for (int i = 0; i < n; i++) /* out of int32: refused by cf_validate */
+        dst[i] = buf[i] < INT32_MIN || buf[i] > INT32_MAX ? INT32_MIN : (int32_t)buf[i];
     *count = n;
     return KILN_OK;
 }
@@ -998,13 +955,6 @@ static kiln_status scan_import(kiln_import_ctx *ic, void *attrs) {
             read_list(ic, "scan_output_directions", at->out_dirs, &at->n_out_dirs, n_scan_out));
         KILN_TRY(read_list(ic, "scan_output_axes", at->out_axes, &at->n_out_axes, n_scan_out));
     }
-    for (int i = 0; i < at->n_in_dirs; i++)
-        if (at->in_dirs[i] != 0 && at->in_dirs[i] != 1)
-            return KILN_IMPORT_FAIL(ic, "scan directions must be 0 or 1, got %d", at->in_dirs[i]);
-    for (int i = 0; i < at->n_out_dirs; i++)
-        if (at->out_dirs[i] != 0 && at->out_dirs[i] != 1)
-            return KILN_IMPORT_FAIL(ic, "scan output directions must be 0 or 1, got %d",
-                                    at->out_dirs[i]);
     return KILN_OK;
 }
 
@@ -1315,6 +1265,6 @@ static kiln_status scan_cpu(const kiln_kernel_args *a) { return cf_kernel(a, sca
 const kiln_op_def kiln_op_Scan = {
     .name = "Scan", .domain = "", .since = 8, .min_inputs = 1, .max_inputs = -1, .min_outputs = 1,
     .max_outputs = -1, .flags = KILN_OP_FLAG_NO_FOLD, .attr_size = sizeof(cf_attrs),
-    .host_inputs = ~0u, .import = scan_import, .infer = scan_infer, .cpu = scan_cpu,
+    .host_inputs = ~0u, .import = scan_import, .validate = cf_validate, .infer = scan_infer, .cpu = scan_cpu,
 };
 /* clang-format on */

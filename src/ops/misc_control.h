@@ -16,20 +16,12 @@
  * where the ONNX inputs keep their positions (absent optionals are -1) and
  * the attribute struct's n_onnx_in says how many there are. The kernels
  * deserialize each subgraph once per context (kept in the node's
- * kiln_node_state) and run it with the CPU kernels. */
+ * kiln_node_state), with the loader their caller gives them
+ * (kiln_kernel_args.sub: src/format/subgraph.c), and run it with the
+ * ops' reference kernels. */
 #ifndef KILN_MISC_CONTROL_H
 #define KILN_MISC_CONTROL_H
 
 #include "ir/ir.h"
-
-/* Serializes subgraph g into a new buffer (*data, freed with
- * kiln__aligned_free) of *size bytes. */
-KILN_PRIVATE kiln_status kiln__subgraph_pack(const kiln_graph *g, void **data, size_t *size);
-
-/* Deserializes a subgraph packed by kiln__subgraph_pack. *graph's constants
- * borrow from *blob (a 64-byte aligned copy of data, freed with
- * kiln__aligned_free after the graph). `what` names it in messages. */
-KILN_PRIVATE kiln_status kiln__subgraph_unpack(const void *data, size_t size, const char *what,
-                                               kiln_graph **graph, void **blob);
 
 #endif

@@ -24,6 +24,13 @@ static kiln_status loss_import(kiln_import_ctx *ic, void *attrs) {
     return KILN_OK;
 }
 
+/* reduction a LOSS_*; has_ignore 0 or 1; ignore_index any value */
+static kiln_status loss_validate(const kiln_op_def *op, const void *attrs, const char *node) {
+    const kiln_loss_attrs *at = attrs;
+    KILN_TRY(kiln__check_attr(op, node, "reduction", at->reduction, LOSS_NONE, LOSS_MEAN));
+    return kiln__check_attr(op, node, "has_ignore", at->has_ignore, 0, 1);
+}
+
 static kiln_status loss_infer(const kiln_infer_args *a) {
     const kiln_loss_attrs *at = a->attrs;
     const char *nm = a->node_name ? a->node_name : "?";
@@ -156,12 +163,12 @@ const kiln_op_def kiln_op_NegativeLogLikelihoodLoss = {
     .name = "NegativeLogLikelihoodLoss", .domain = "", .since = 12,
     .min_inputs = 2, .max_inputs = 3, .min_outputs = 1, .max_outputs = 1,
     .code = 0, .attr_size = sizeof(kiln_loss_attrs),
-    .import = loss_import, .infer = loss_infer, .cpu = loss_cpu,
+    .import = loss_import, .validate = loss_validate, .infer = loss_infer, .cpu = loss_cpu,
 };
 
 const kiln_op_def kiln_op_SoftmaxCrossEntropyLoss = {
     .name = "SoftmaxCrossEntropyLoss", .domain = "", .since = 12,
     .min_inputs = 2, .max_inputs = 3, .min_outputs = 1, .max_outputs = 2,
     .code = 1, .attr_size = sizeof(kiln_loss_attrs),
-    .import = loss_import, .infer = loss_infer, .cpu = loss_cpu,
+    .import = loss_import, .validate = loss_validate, .infer = loss_infer, .cpu = loss_cpu,
 };

@@ -40,13 +40,14 @@ static inline void q_store(kiln_dtype t, void *p, int64_t i, int32_t v) {
 
 static kiln_status qdq_import(kiln_import_ctx *ic, void *attrs) {
     kiln_qdq_attrs *at = attrs;
-    int64_t axis = kiln_attr_int(ic, "axis", 1);
-    if (axis < -KILN_MAX_RANK || axis >= KILN_MAX_RANK)
-        return KILN_IMPORT_FAIL(ic, "attribute 'axis' = %lld is out of range", (long long)axis);
-    at->axis = (int32_t)axis;
     if (kiln_attr_has(ic, "saturate") && kiln_attr_int(ic, "saturate", 1) != 1)
         return KILN_IMPORT_FAIL(ic, "attribute 'saturate' = 0 is not supported");
-    return KILN_OK;
+    return kiln_attr_int32(ic, "axis", 1, &at->axis);
+}
+
+static kiln_status qdq_validate(const kiln_op_def *op, const void *attrs, const char *node) {
+    return kiln__check_attr(op, node, "axis", ((const kiln_qdq_attrs *)attrs)->axis, -KILN_MAX_RANK,
+                            KILN_MAX_RANK - 1);
 }
 
 /* Checks scale/zero point shapes against x. *axis_out: -1 per tensor, the
@@ -154,14 +155,14 @@ const kiln_op_def kiln_op_QuantizeLinear = {
     .name = "QuantizeLinear", .domain = "", .since = 10,
     .min_inputs = 2, .max_inputs = 3, .min_outputs = 1, .max_outputs = 1,
     .code = 0, .attr_size = sizeof(kiln_qdq_attrs),
-    .import = qdq_import, .infer = quant_infer, .cpu = quant_cpu,
+    .import = qdq_import, .validate = qdq_validate, .infer = quant_infer, .cpu = quant_cpu,
 };
 
 const kiln_op_def kiln_op_DequantizeLinear = {
     .name = "DequantizeLinear", .domain = "", .since = 10,
     .min_inputs = 2, .max_inputs = 3, .min_outputs = 1, .max_outputs = 1,
     .code = 1, .attr_size = sizeof(kiln_qdq_attrs),
-    .import = qdq_import, .infer = quant_infer, .cpu = quant_cpu,
+    .import = qdq_import, .validate = qdq_validate, .infer = quant_infer, .cpu = quant_cpu,
 };
 
 /* ---- DynamicQuantizeLinear ---------------------------------------------

@@ -53,10 +53,7 @@ static bool rnd_out_dtype_ok(kiln_dtype t, int code) {
 static kiln_status rnd_import(kiln_import_ctx *ic, void *attrs, int code) {
     kiln_random_attrs *at = attrs;
     bool like = code != RND_NORMAL && code != RND_UNIFORM;
-    int64_t dt = kiln_attr_int(ic, "dtype", like ? 0 : KILN_DTYPE_FLOAT32);
-    if (dt != 0 && (!kiln__dtype_valid((int)dt) || !rnd_out_dtype_ok((kiln_dtype)dt, code)))
-        return KILN_IMPORT_FAIL(ic, "attribute 'dtype' = %lld is not supported", (long long)dt);
-    at->dtype = (int32_t)dt;
+    KILN_TRY(kiln_attr_int32(ic, "dtype", like ? 0 : KILN_DTYPE_FLOAT32, &at->dtype));
     at->has_seed = kiln_attr_has(ic, "seed");
     at->seed = kiln_attr_float(ic, "seed", 0.f);
     if (code == RND_NORMAL || code == RND_NORMAL_LIKE) {
@@ -69,14 +66,29 @@ static kiln_status rnd_import(kiln_import_ctx *ic, void *attrs, int code) {
     if (!like) {
         int n = kiln_attr_ints(ic, "shape", at->shape, KILN_MAX_RANK);
         if (n < 0) return KILN_IMPORT_FAIL(ic, "attribute 'shape' is required");
-        if (n > KILN_MAX_RANK)
-            return KILN_IMPORT_FAIL(ic, "attribute 'shape' has rank %d; at most %d is supported", n,
-                                    KILN_MAX_RANK);
-        for (int i = 0; i < n; i++)
-            if (at->shape[i] < 0)
-                return KILN_IMPORT_FAIL(ic, "attribute 'shape' has a negative dimension");
         at->rank = n;
     }
+    return KILN_OK;
+}
+
+/* dtype: one the op makes (0, the input's, only for the Like ops and
+ * Bernoulli); has_seed 0 or 1; RandomNormal/RandomUniform's shape of rank
+ * 0..8 with dims >= 0 (the size limit is kiln__infer's) */
+static kiln_status rnd_validate(const kiln_op_def *op, const void *attrs, const char *node) {
+    const kiln_random_attrs *at = attrs;
+    bool like = op->code != RND_NORMAL && op->code != RND_UNIFORM;
+    if ((at->dtype != 0 || !like) &&
+        (!kiln__dtype_valid(at->dtype) || !rnd_out_dtype_ok((kiln_dtype)at->dtype, op->code)))
+        return KILN_VALIDATE_FAIL(op, node, "attribute 'dtype' = %d is not supported",
+                                  (int)at->dtype);
+    KILN_TRY(kiln__check_attr(op, node, "has_seed", at->has_seed, 0, 1));
+    if (like) return KILN_OK;
+    if (at->rank < 0 || at->rank > KILN_MAX_RANK)
+        return KILN_VALIDATE_FAIL(op, node, "attribute 'shape' has rank %d; at most %d is supported",
+                                  (int)at->rank, KILN_MAX_RANK);
+    for (int i = 0; i < at->rank; i++)
+        if (at->shape[i] < 0)
+            return KILN_VALIDATE_FAIL(op, node, "attribute 'shape' has a negative dimension");
     return KILN_OK;
 }
 
@@ -159,7 +171,7 @@ static kiln_status rnd_cpu(const kiln_kernel_args *a) {
         .name = NAME, .domain = "", .since = 1,                                               \
         .min_inputs = NIN, .max_inputs = NIN, .min_outputs = 1, .max_outputs = 1,              \
         .code = CODE, .flags = KILN_OP_FLAG_NO_FOLD, .attr_size = sizeof(kiln_random_attrs),   \
-        .import = IMPORT, .infer = rnd_infer, .cpu = rnd_cpu,                                 \
+        .import = IMPORT, .validate = rnd_validate, .infer = rnd_infer, .cpu = rnd_cpu,      \
     }
 
 RND_OP(RandomNormal, "RandomNormal", RND_NORMAL, 0, rnd_import_normal);

@@ -14,7 +14,7 @@
  *
  * Activations: the defaults (RNN Tanh; GRU Sigmoid, Tanh; LSTM Sigmoid,
  * Tanh, Tanh), or Sigmoid/Tanh/Relu chosen per gate by `activations`. */
-#include "ops/gemm.h"
+#include "backends/cpu/kernels/gemm.h"
 #include "ops/op.h"
 #include "ops/seq_attrs.h"
 
@@ -25,26 +25,18 @@ static int rnn_gates(int kind) { return kind == KILN_RNN_LSTM ? 4 : kind == KILN
 
 static kiln_status rnn_import(kiln_import_ctx *ic, void *attrs, int kind) {
     kiln_rnn_attrs *at = attrs;
-    int64_t hs = kiln_attr_int(ic, "hidden_size", 0);
-    if (hs < 0 || hs > INT32_MAX)
-        return KILN_IMPORT_FAIL(ic, "attribute 'hidden_size' = %lld is invalid", (long long)hs);
-    at->hidden_size = (int32_t)hs;
+    KILN_TRY(kiln_attr_int32(ic, "hidden_size", 0, &at->hidden_size));
     const char *dir = kiln_attr_string(ic, "direction", "forward");
     if (!strcmp(dir, "forward")) at->direction = KILN_RNN_FORWARD;
     else if (!strcmp(dir, "reverse")) at->direction = KILN_RNN_REVERSE;
     else if (!strcmp(dir, "bidirectional")) at->direction = KILN_RNN_BIDI;
     else return KILN_IMPORT_FAIL(ic, "attribute 'direction' = '%s' is not supported", dir);
-    int64_t layout = kiln_attr_int(ic, "layout", 0);
-    if (layout != 0 && layout != 1)
-        return KILN_IMPORT_FAIL(ic, "attribute 'layout' must be 0 or 1, got %lld", (long long)layout);
-    at->layout = (int32_t)layout;
+    KILN_TRY(kiln_attr_int32(ic, "layout", 0, &at->layout));
     at->linear_before_reset = kind == KILN_RNN_GRU && kiln_attr_int(ic, "linear_before_reset", 0) != 0;
     at->input_forget = kind == KILN_RNN_LSTM && kiln_attr_int(ic, "input_forget", 0) != 0;
     if (kiln_attr_has(ic, "clip")) {
-        float c = kiln_attr_float(ic, "clip", 0.f);
-        if (!(c > 0.f)) return KILN_IMPORT_FAIL(ic, "attribute 'clip' must be positive");
         at->has_clip = 1;
-        at->clip = c;
+        at->clip = kiln_attr_float(ic, "clip", 0.f);
     }
     if (kiln_attr_has(ic, "activation_alpha") || kiln_attr_has(ic, "activation_beta"))
         return KILN_FAIL(KILN_ERR_UNSUPPORTED,
@@ -80,6 +72,27 @@ static kiln_status rnn_import(kiln_import_ctx *ic, void *attrs, int kind) {
             at->act[(i / per_dir) * 3 + i % per_dir] = a;
         }
     }
+    return KILN_OK;
+}
+
+/* hidden_size >= 0 (0: from R); direction, layout and the activations
+ * within their enums; a clip, when there is one, positive; the flags of
+ * the other kinds 0 */
+static kiln_status rnn_validate(const kiln_op_def *op, const void *attrs, const char *node) {
+    const kiln_rnn_attrs *at = attrs;
+    KILN_TRY(kiln__check_attr(op, node, "hidden_size", at->hidden_size, 0, INT32_MAX));
+    KILN_TRY(kiln__check_attr(op, node, "direction", at->direction, KILN_RNN_FORWARD, KILN_RNN_BIDI));
+    KILN_TRY(kiln__check_attr(op, node, "layout", at->layout, 0, 1));
+    KILN_TRY(kiln__check_attr(op, node, "linear_before_reset", at->linear_before_reset, 0,
+                              op->code == KILN_RNN_GRU));
+    KILN_TRY(kiln__check_attr(op, node, "input_forget", at->input_forget, 0,
+                              op->code == KILN_RNN_LSTM));
+    KILN_TRY(kiln__check_attr(op, node, "has_clip", at->has_clip, 0, 1));
+    if (at->has_clip && !(at->clip > 0.f))
+        return KILN_VALIDATE_FAIL(op, node, "attribute 'clip' must be positive");
+    for (int i = 0; i < 6; i++)
+        KILN_TRY(kiln__check_attr(op, node, "activations", at->act[i], KILN_RNN_ACT_SIGMOID,
+                                  KILN_RNN_ACT_RELU));
     return KILN_OK;
 }
 
@@ -393,19 +406,19 @@ const kiln_op_def kiln_op_RNN = {
     .name = "RNN", .domain = "", .since = 1,
     .min_inputs = 3, .max_inputs = 6, .min_outputs = 0, .max_outputs = 2,
     .code = KILN_RNN_SIMPLE, .attr_size = sizeof(kiln_rnn_attrs),
-    .import = rnn_import_simple, .infer = rnn_infer, .cpu = rnn_cpu,
+    .import = rnn_import_simple, .validate = rnn_validate, .infer = rnn_infer, .cpu = rnn_cpu,
 };
 
 const kiln_op_def kiln_op_GRU = {
     .name = "GRU", .domain = "", .since = 1,
     .min_inputs = 3, .max_inputs = 6, .min_outputs = 0, .max_outputs = 2,
     .code = KILN_RNN_GRU, .attr_size = sizeof(kiln_rnn_attrs),
-    .import = rnn_import_gru, .infer = rnn_infer, .cpu = rnn_cpu,
+    .import = rnn_import_gru, .validate = rnn_validate, .infer = rnn_infer, .cpu = rnn_cpu,
 };
 
 const kiln_op_def kiln_op_LSTM = {
     .name = "LSTM", .domain = "", .since = 1,
     .min_inputs = 3, .max_inputs = 8, .min_outputs = 0, .max_outputs = 3,
     .code = KILN_RNN_LSTM, .attr_size = sizeof(kiln_rnn_attrs),
-    .import = rnn_import_lstm, .infer = rnn_infer, .cpu = rnn_cpu,
+    .import = rnn_import_lstm, .validate = rnn_validate, .infer = rnn_infer, .cpu = rnn_cpu,
 };

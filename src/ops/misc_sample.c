@@ -32,6 +32,13 @@ static kiln_status gs_import(kiln_import_ctx *ic, void *attrs) {
     return KILN_OK;
 }
 
+static kiln_status gs_validate(const kiln_op_def *op, const void *attrs, const char *node) {
+    const kiln_gridsample_attrs *at = attrs;
+    KILN_TRY(kiln__check_attr(op, node, "mode", at->mode, GS_BILINEAR, GS_BICUBIC));
+    KILN_TRY(kiln__check_attr(op, node, "padding_mode", at->padding_mode, GS_ZEROS, GS_REFLECTION));
+    return kiln__check_attr(op, node, "align_corners", at->align_corners, 0, 1);
+}
+
 static kiln_status gs_infer(const kiln_infer_args *a) {
     const char *nm = a->node_name ? a->node_name : "?";
     const kiln_tinfo *x = a->in[0], *g = a->in[1];
@@ -89,7 +96,7 @@ const kiln_op_def kiln_op_GridSample = {
     .name = "GridSample", .domain = "", .since = 16,
     .min_inputs = 2, .max_inputs = 2, .min_outputs = 1, .max_outputs = 1,
     .attr_size = sizeof(kiln_gridsample_attrs),
-    .import = gs_import, .infer = gs_infer, .cpu = gs_cpu,
+    .import = gs_import, .validate = gs_validate, .infer = gs_infer, .cpu = gs_cpu,
 };
 
 /* ---- RoiAlign -------------------------------------------------------------------
@@ -116,9 +123,20 @@ static kiln_status roi_import(kiln_import_ctx *ic, void *attrs) {
     at->out_w = kiln_attr_int(ic, "output_width", 1);
     at->sampling_ratio = kiln_attr_int(ic, "sampling_ratio", 0);
     at->spatial_scale = kiln_attr_float(ic, "spatial_scale", 1.f);
-    if (at->out_h < 1 || at->out_w < 1 || at->sampling_ratio < 0)
-        return KILN_IMPORT_FAIL(ic, "output_height/output_width must be >= 1 and sampling_ratio >= 0");
     return KILN_OK;
+}
+
+/* output_height and output_width >= 1 (the size limit is kiln__infer's);
+ * sampling_ratio in 0..65536, the bound the adaptive grid has too (more
+ * samples per bin would make the loops run for days, and their count
+ * overflow); the modes 0 or 1 */
+static kiln_status roi_validate(const kiln_op_def *op, const void *attrs, const char *node) {
+    const kiln_roialign_attrs *at = attrs;
+    KILN_TRY(kiln__check_attr(op, node, "output_height", at->out_h, 1, KILN_MAX_TENSOR_BYTES));
+    KILN_TRY(kiln__check_attr(op, node, "output_width", at->out_w, 1, KILN_MAX_TENSOR_BYTES));
+    KILN_TRY(kiln__check_attr(op, node, "sampling_ratio", at->sampling_ratio, 0, 65536));
+    KILN_TRY(kiln__check_attr(op, node, "coordinate_transformation_mode", at->half_pixel, 0, 1));
+    return kiln__check_attr(op, node, "mode", at->max_mode, 0, 1);
 }
 
 static kiln_status roi_infer(const kiln_infer_args *a) {
@@ -189,5 +207,5 @@ const kiln_op_def kiln_op_RoiAlign = {
     .name = "RoiAlign", .domain = "", .since = 10,
     .min_inputs = 3, .max_inputs = 3, .min_outputs = 1, .max_outputs = 1,
     .attr_size = sizeof(kiln_roialign_attrs),
-    .import = roi_import, .infer = roi_infer, .cpu = roi_cpu,
+    .import = roi_import, .validate = roi_validate, .infer = roi_infer, .cpu = roi_cpu,
 };

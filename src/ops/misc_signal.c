@@ -20,13 +20,22 @@ static bool scalar_int_info(const kiln_tinfo *t) {
 
 static kiln_status window_import(kiln_import_ctx *ic, void *attrs) {
     kiln_window_attrs *at = attrs;
-    int64_t dt = kiln_attr_int(ic, "output_datatype", KILN_DTYPE_FLOAT32);
-    if (!kiln__dtype_valid((int)dt) || dt == KILN_DTYPE_STRING || dt == KILN_DTYPE_UNDEFINED)
-        return KILN_IMPORT_FAIL(ic, "attribute 'output_datatype' = %lld is not supported",
-                                (long long)dt);
-    at->output_datatype = (int32_t)dt;
     at->periodic = kiln_attr_int(ic, "periodic", 1) != 0;
+    return kiln_attr_int32(ic, "output_datatype", KILN_DTYPE_FLOAT32, &at->output_datatype);
+}
+
+/* An output dtype kiln has (not undefined, not string). */
+static kiln_status out_dtype_validate(const kiln_op_def *op, const char *node, int32_t dt) {
+    if (!kiln__dtype_valid(dt) || kiln_dtype_size((kiln_dtype)dt) == 0)
+        return KILN_VALIDATE_FAIL(op, node, "attribute 'output_datatype' = %d is not supported",
+                                  (int)dt);
     return KILN_OK;
+}
+
+static kiln_status window_validate(const kiln_op_def *op, const void *attrs, const char *node) {
+    const kiln_window_attrs *at = attrs;
+    KILN_TRY(out_dtype_validate(op, node, at->output_datatype));
+    return kiln__check_attr(op, node, "periodic", at->periodic, 0, 1);
 }
 
 static kiln_status window_infer(const kiln_infer_args *a) {
@@ -77,7 +86,8 @@ static kiln_status window_cpu(const kiln_kernel_args *a) {
         .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,                \
         .code = CODE, .attr_size = sizeof(kiln_window_attrs),                                  \
         .host_inputs = 1u << 0, /* size: read by infer */                                     \
-        .import = window_import, .infer = window_infer, .cpu = window_cpu,                    \
+        .import = window_import, .validate = window_validate, .infer = window_infer,         \
+        .cpu = window_cpu,                                                                    \
     }
 
 WINDOW_OP(BlackmanWindow, "BlackmanWindow", WIN_BLACKMAN);
@@ -171,13 +181,16 @@ static void dft_run(dft_plan *p, double *out, int64_t n_out) {
 
 static kiln_status dft_import(kiln_import_ctx *ic, void *attrs) {
     kiln_dft_attrs *at = attrs;
-    int64_t axis = kiln_attr_int(ic, "axis", 1);
-    if (axis < -KILN_MAX_RANK || axis >= KILN_MAX_RANK)
-        return KILN_IMPORT_FAIL(ic, "attribute 'axis' = %lld is out of range", (long long)axis);
-    at->axis = (int32_t)axis;
     at->inverse = kiln_attr_int(ic, "inverse", 0) != 0;
     at->onesided = kiln_attr_int(ic, "onesided", 0) != 0;
-    return KILN_OK;
+    return kiln_attr_int32(ic, "axis", 1, &at->axis);
+}
+
+static kiln_status dft_validate(const kiln_op_def *op, const void *attrs, const char *node) {
+    const kiln_dft_attrs *at = attrs;
+    KILN_TRY(kiln__check_attr(op, node, "axis", at->axis, -KILN_MAX_RANK, KILN_MAX_RANK - 1));
+    KILN_TRY(kiln__check_attr(op, node, "inverse", at->inverse, 0, 1));
+    return kiln__check_attr(op, node, "onesided", at->onesided, 0, 1);
 }
 
 /* Axis of the signal: not the last (complex) dimension. */
@@ -286,7 +299,7 @@ const kiln_op_def kiln_op_DFT = {
     .min_inputs = 1, .max_inputs = 2, .min_outputs = 1, .max_outputs = 1,
     .attr_size = sizeof(kiln_dft_attrs),
     .host_inputs = 1u << 1, /* dft_length: read by infer */
-    .import = dft_import, .infer = dft_infer, .cpu = dft_cpu,
+    .import = dft_import, .validate = dft_validate, .infer = dft_infer, .cpu = dft_cpu,
 };
 
 /* ---- STFT -------------------------------------------------------------------
@@ -297,6 +310,10 @@ static kiln_status stft_import(kiln_import_ctx *ic, void *attrs) {
     kiln_stft_attrs *at = attrs;
     at->onesided = kiln_attr_int(ic, "onesided", 1) != 0;
     return KILN_OK;
+}
+
+static kiln_status stft_validate(const kiln_op_def *op, const void *attrs, const char *node) {
+    return kiln__check_attr(op, node, "onesided", ((const kiln_stft_attrs *)attrs)->onesided, 0, 1);
 }
 
 /* frame length from the window and/or frame_length input; -1 if unknown */
@@ -408,7 +425,7 @@ const kiln_op_def kiln_op_STFT = {
     .min_inputs = 2, .max_inputs = 4, .min_outputs = 1, .max_outputs = 1,
     .attr_size = sizeof(kiln_stft_attrs),
     .host_inputs = (1u << 1) | (1u << 3), /* frame_step, frame_length: read by infer */
-    .import = stft_import, .infer = stft_infer, .cpu = stft_cpu,
+    .import = stft_import, .validate = stft_validate, .infer = stft_infer, .cpu = stft_cpu,
 };
 
 /* ---- MelWeightMatrix --------------------------------------------------------
@@ -420,12 +437,11 @@ const kiln_op_def kiln_op_STFT = {
 
 static kiln_status mel_import(kiln_import_ctx *ic, void *attrs) {
     kiln_mel_attrs *at = attrs;
-    int64_t dt = kiln_attr_int(ic, "output_datatype", KILN_DTYPE_FLOAT32);
-    if (!kiln__dtype_valid((int)dt) || dt == KILN_DTYPE_STRING || dt == KILN_DTYPE_UNDEFINED)
-        return KILN_IMPORT_FAIL(ic, "attribute 'output_datatype' = %lld is not supported",
-                                (long long)dt);
-    at->output_datatype = (int32_t)dt;
-    return KILN_OK;
+    return kiln_attr_int32(ic, "output_datatype", KILN_DTYPE_FLOAT32, &at->output_datatype);
+}
+
+static kiln_status mel_validate(const kiln_op_def *op, const void *attrs, const char *node) {
+    return out_dtype_validate(op, node, ((const kiln_mel_attrs *)attrs)->output_datatype);
 }
 
 static kiln_status mel_infer(const kiln_infer_args *a) {
@@ -472,7 +488,7 @@ static kiln_status mel_cpu(const kiln_kernel_args *a) {
     double step = (hm - lm) / (double)(nmel + 2);
     for (int64_t i = 0; i < nmel + 2; i++) {
         double f = 700.0 * (pow(10.0, ((double)i * step + lm) / 2595.0) - 1.0);
-        double b = floor((double)(dftl + 1) * f / (double)sr);
+        double b = floor(((double)dftl + 1.0) * f / (double)sr); /* no int64 overflow */
         /* bounded (NaN -> -1) so that the conversion is defined; the loops
          * below only write inside the spectrogram */
         pt[i] = b >= -1.0 ? (int64_t)fmin(b, 4.0e15) : -1;
@@ -501,5 +517,5 @@ const kiln_op_def kiln_op_MelWeightMatrix = {
     .attr_size = sizeof(kiln_mel_attrs),
     .host_inputs = 0x1fu, /* num_mel_bins, dft_length: read by infer; the other scalars are
                              kept on the host too, so the CUDA kernel reads them without a sync */
-    .import = mel_import, .infer = mel_infer, .cpu = mel_cpu,
+    .import = mel_import, .validate = mel_validate, .infer = mel_infer, .cpu = mel_cpu,
 };

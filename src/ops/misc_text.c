@@ -24,6 +24,9 @@ typedef struct kiln_tfidf_attrs {
     int32_t max_skip;
     int64_t out_size;
 } kiln_tfidf_attrs;
+KILN_ATTRS_SIZE(kiln_tfidf_attrs, 24); KILN_ATTRS_AT(kiln_tfidf_attrs, mode, 0);
+KILN_ATTRS_AT(kiln_tfidf_attrs, min_gram, 4); KILN_ATTRS_AT(kiln_tfidf_attrs, max_gram, 8);
+KILN_ATTRS_AT(kiln_tfidf_attrs, max_skip, 12); KILN_ATTRS_AT(kiln_tfidf_attrs, out_size, 16);
 
 static kiln_status tfidf_import(kiln_import_ctx *ic, void *attrs) {
     kiln_tfidf_attrs *at = attrs;
@@ -32,14 +35,9 @@ static kiln_status tfidf_import(kiln_import_ctx *ic, void *attrs) {
     else if (!strcmp(mode, "IDF")) at->mode = TFIDF_IDF;
     else if (!strcmp(mode, "TFIDF")) at->mode = TFIDF_TFIDF;
     else return KILN_IMPORT_FAIL(ic, "attribute 'mode' = '%s' is not supported", mode);
-    int64_t mn = kiln_attr_int(ic, "min_gram_length", 0), mx = kiln_attr_int(ic, "max_gram_length", 0);
-    int64_t sk = kiln_attr_int(ic, "max_skip_count", 0);
-    if (mn < 1 || mx < mn || mx > 64 || sk < 0 || sk > INT32_MAX)
-        return KILN_IMPORT_FAIL(ic, "invalid min_gram_length %lld / max_gram_length %lld / "
-                                "max_skip_count %lld", (long long)mn, (long long)mx, (long long)sk);
-    at->min_gram = (int32_t)mn;
-    at->max_gram = (int32_t)mx;
-    at->max_skip = (int32_t)sk;
+    KILN_TRY(kiln_attr_int32(ic, "min_gram_length", 0, &at->min_gram));
+    KILN_TRY(kiln_attr_int32(ic, "max_gram_length", 0, &at->max_gram));
+    KILN_TRY(kiln_attr_int32(ic, "max_skip_count", 0, &at->max_skip));
     if (kiln_attr_has(ic, "pool_strings"))
         return KILN_IMPORT_FAIL(ic, "attribute 'pool_strings' is not supported (no string tensors)");
     int np = kiln_attr_ints(ic, "pool_int64s", NULL, 0);
@@ -106,6 +104,19 @@ static kiln_status tfidf_import(kiln_import_ctx *ic, void *attrs) {
     return st;
 }
 
+/* mode a TFIDF_*; 1 <= min_gram_length <= max_gram_length <= 64;
+ * max_skip_count >= 0; out_size (1 + the largest n-gram index) in 0..2^40+1 */
+static kiln_status tfidf_validate(const kiln_op_def *op, const void *attrs, const char *node) {
+    const kiln_tfidf_attrs *at = attrs;
+    KILN_TRY(kiln__check_attr(op, node, "mode", at->mode, TFIDF_TF, TFIDF_TFIDF));
+    if (at->min_gram < 1 || at->max_gram < at->min_gram || at->max_gram > 64 || at->max_skip < 0)
+        return KILN_VALIDATE_FAIL(op, node, "invalid min_gram_length %d / max_gram_length %d / "
+                                  "max_skip_count %d", (int)at->min_gram, (int)at->max_gram,
+                                  (int)at->max_skip);
+    return kiln__check_attr(op, node, "ngram_indexes (largest + 1)", at->out_size, 0,
+                            ((int64_t)1 << 40) + 1);
+}
+
 static kiln_status tfidf_infer(const kiln_infer_args *a) {
     const kiln_tfidf_attrs *at = a->attrs;
     const char *nm = a->node_name ? a->node_name : "?";
@@ -116,6 +127,10 @@ static kiln_status tfidf_infer(const kiln_infer_args *a) {
                          "supported", nm, kiln_dtype_name(x->dtype));
     if (a->n_in < 4 || !a->in[1] || !a->in[2] || !a->in[3])
         return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (TfIdfVectorizer): pool inputs are missing", nm);
+    for (int i = 1; i < a->n_in && i < 5; i++)
+        if (a->in[i] && a->in[i]->dtype != (i < 4 ? KILN_DTYPE_INT64 : KILN_DTYPE_FLOAT32))
+            return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (TfIdfVectorizer): input %d is %s", nm, i,
+                             kiln_dtype_name(a->in[i]->dtype));
     y->dtype = KILN_DTYPE_FLOAT32;
     y->data = NULL;
     if (x->rank < 0) {
@@ -196,7 +211,27 @@ static kiln_status tfidf_cpu(const kiln_kernel_args *a) {
         kiln__free(counts);
         return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "node '%s' (TfIdfVectorizer): out of memory", nm);
     }
+    /* the pool tensors are the importer's, checked there; an engine file
+     * could hold others: sections must stay inside the pool, weights cover
+     * every n-gram */
+    kiln_status bad = KILN_OK;
+    for (int g = 0; g < ng && bad == KILN_OK; g++) {
+        int64_t start = G[g], end = g + 1 < ng ? G[g + 1] : np;
+        if (start < 0 || end < start || end > np)
+            bad = KILN_FAIL(KILN_ERR_MODEL, "node '%s' (TfIdfVectorizer): 'ngram_counts' does not "
+                            "describe 'pool_int64s'", nm);
+    }
+    if (bad == KILN_OK && w && kiln__tensor_numel(w) < ni)
+        bad = KILN_FAIL(KILN_ERR_MODEL, "node '%s' (TfIdfVectorizer): 'weights' has fewer entries "
+                        "than 'ngram_indexes'", nm);
+    if (bad != KILN_OK) {
+        kiln__free(grams);
+        kiln__free(key);
+        kiln__free(counts);
+        return bad;
+    }
     tfidf_sorted secs[64];
+    memset(secs, 0, sizeof secs);
     int64_t k = 0;
     for (int g = 0; g < ng && g < 64; g++) {
         int64_t start = G[g], end = g + 1 < ng ? G[g + 1] : np;
@@ -243,5 +278,5 @@ const kiln_op_def kiln_op_TfIdfVectorizer = {
     .name = "TfIdfVectorizer", .domain = "", .since = 9,
     .min_inputs = 1, .max_inputs = 5, .min_outputs = 1, .max_outputs = 1,
     .attr_size = sizeof(kiln_tfidf_attrs),
-    .import = tfidf_import, .infer = tfidf_infer, .cpu = tfidf_cpu,
+    .import = tfidf_import, .validate = tfidf_validate, .infer = tfidf_infer, .cpu = tfidf_cpu,
 };

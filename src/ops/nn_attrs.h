@@ -25,6 +25,14 @@ typedef struct kiln_conv_attrs {
     int64_t output_padding[KILN_NN_MAX_SP];
     int64_t output_shape[KILN_MAX_RANK];
 } kiln_conv_attrs;
+KILN_ATTRS_SIZE(kiln_conv_attrs, 384); KILN_ATTRS_AT(kiln_conv_attrs, auto_pad, 0);
+KILN_ATTRS_AT(kiln_conv_attrs, group, 4); KILN_ATTRS_AT(kiln_conv_attrs, n_kernel, 8);
+KILN_ATTRS_AT(kiln_conv_attrs, n_pads, 12); KILN_ATTRS_AT(kiln_conv_attrs, n_strides, 16);
+KILN_ATTRS_AT(kiln_conv_attrs, n_dilations, 20); KILN_ATTRS_AT(kiln_conv_attrs, n_out_pad, 24);
+KILN_ATTRS_AT(kiln_conv_attrs, n_out_shape, 28); KILN_ATTRS_AT(kiln_conv_attrs, kernel, 32);
+KILN_ATTRS_AT(kiln_conv_attrs, pads, 80); KILN_ATTRS_AT(kiln_conv_attrs, strides, 176);
+KILN_ATTRS_AT(kiln_conv_attrs, dilations, 224); KILN_ATTRS_AT(kiln_conv_attrs, output_padding, 272);
+KILN_ATTRS_AT(kiln_conv_attrs, output_shape, 320);
 
 /* CPU MaxPool layouts (kiln_pool_attrs.layout), set by kiln__fc_choose_layouts
  * for a float32 2-D MaxPool between layers that pass NHWC tensors. */
@@ -48,33 +56,51 @@ typedef struct kiln_pool_attrs {
     int64_t strides[KILN_NN_MAX_SP];
     int64_t dilations[KILN_NN_MAX_SP];
 } kiln_pool_attrs;
+KILN_ATTRS_SIZE(kiln_pool_attrs, 280); KILN_ATTRS_AT(kiln_pool_attrs, auto_pad, 0);
+KILN_ATTRS_AT(kiln_pool_attrs, ceil_mode, 4); KILN_ATTRS_AT(kiln_pool_attrs, count_include_pad, 8);
+KILN_ATTRS_AT(kiln_pool_attrs, storage_order, 12); KILN_ATTRS_AT(kiln_pool_attrs, n_kernel, 16);
+KILN_ATTRS_AT(kiln_pool_attrs, n_pads, 20); KILN_ATTRS_AT(kiln_pool_attrs, n_strides, 24);
+KILN_ATTRS_AT(kiln_pool_attrs, n_dilations, 28); KILN_ATTRS_AT(kiln_pool_attrs, p, 32);
+KILN_ATTRS_AT(kiln_pool_attrs, layout, 36); KILN_ATTRS_AT(kiln_pool_attrs, kernel, 40);
+KILN_ATTRS_AT(kiln_pool_attrs, pads, 88); KILN_ATTRS_AT(kiln_pool_attrs, strides, 184);
+KILN_ATTRS_AT(kiln_pool_attrs, dilations, 232);
 
 /* nn_matmul.c: Gemm */
 typedef struct kiln_gemm_attrs {
     float alpha, beta;
     int32_t trans_a, trans_b;
 } kiln_gemm_attrs;
+KILN_ATTRS_SIZE(kiln_gemm_attrs, 16); KILN_ATTRS_AT(kiln_gemm_attrs, alpha, 0);
+KILN_ATTRS_AT(kiln_gemm_attrs, beta, 4); KILN_ATTRS_AT(kiln_gemm_attrs, trans_a, 8);
+KILN_ATTRS_AT(kiln_gemm_attrs, trans_b, 12);
 
 /* nn_norm.c */
 typedef struct kiln_bn_attrs {
     float epsilon;
     int32_t spatial; /* opset <= 8: 0 means per-element parameters */
 } kiln_bn_attrs;
+KILN_ATTRS_SIZE(kiln_bn_attrs, 8); KILN_ATTRS_AT(kiln_bn_attrs, epsilon, 0);
+KILN_ATTRS_AT(kiln_bn_attrs, spatial, 4);
 
 typedef struct kiln_eps_attrs { /* InstanceNormalization */
     float epsilon;
 } kiln_eps_attrs;
+KILN_ATTRS_SIZE(kiln_eps_attrs, 4); KILN_ATTRS_AT(kiln_eps_attrs, epsilon, 0);
 
 typedef struct kiln_ln_attrs {
     int32_t axis;
     float epsilon;
     int32_t stash_type;
 } kiln_ln_attrs;
+KILN_ATTRS_SIZE(kiln_ln_attrs, 12); KILN_ATTRS_AT(kiln_ln_attrs, axis, 0);
+KILN_ATTRS_AT(kiln_ln_attrs, epsilon, 4); KILN_ATTRS_AT(kiln_ln_attrs, stash_type, 8);
 
 typedef struct kiln_softmax_attrs { /* Softmax, LogSoftmax, Hardmax */
     int32_t axis;
     int32_t coerce_2d; /* opset < 13: flatten to [prod(dims[:axis]), prod(dims[axis:])] */
 } kiln_softmax_attrs;
+KILN_ATTRS_SIZE(kiln_softmax_attrs, 8); KILN_ATTRS_AT(kiln_softmax_attrs, axis, 0);
+KILN_ATTRS_AT(kiln_softmax_attrs, coerce_2d, 4);
 
 /* Import helpers shared by the nn family (src/ops/nn_attrs.c). */
 /* Reads an int-list attribute into dst (at most cap values; more is an

@@ -16,7 +16,7 @@
  * ConvInteger and QLinearConv. */
 #include "ops/fused_conv.h"
 #include "ops/nn_attrs.h"
-#include "ops/gemm.h"
+#include "backends/cpu/kernels/gemm.h"
 #include "ops/op.h"
 #include "ops/spatial_attrs.h"
 
@@ -35,37 +35,63 @@
 static kiln_status conv_import(kiln_import_ctx *ic, void *attrs) {
     kiln_conv_attrs *at = attrs;
     KILN_TRY(kiln__nn_parse_auto_pad(ic, &at->auto_pad));
-    int64_t group = kiln_attr_int(ic, "group", 1);
-    if (group < 1 || group > INT32_MAX)
-        return KILN_IMPORT_FAIL(ic, "attribute 'group' must be >= 1, got %lld", (long long)group);
-    at->group = (int32_t)group;
+    KILN_TRY(kiln_attr_int32(ic, "group", 1, &at->group));
     KILN_TRY(kiln__nn_read_ints(ic, "kernel_shape", at->kernel, KILN_NN_MAX_SP, &at->n_kernel));
     KILN_TRY(kiln__nn_read_ints(ic, "pads", at->pads, 2 * KILN_NN_MAX_SP, &at->n_pads));
     KILN_TRY(kiln__nn_read_ints(ic, "strides", at->strides, KILN_NN_MAX_SP, &at->n_strides));
     KILN_TRY(kiln__nn_read_ints(ic, "dilations", at->dilations, KILN_NN_MAX_SP, &at->n_dilations));
     KILN_TRY(kiln__nn_read_ints(ic, "output_padding", at->output_padding, KILN_NN_MAX_SP, &at->n_out_pad));
     KILN_TRY(kiln__nn_read_ints(ic, "output_shape", at->output_shape, KILN_MAX_RANK, &at->n_out_shape));
-    for (int i = 0; i < at->n_strides; i++)
-        if (at->strides[i] < 1) return KILN_IMPORT_FAIL(ic, "strides must be >= 1");
-    for (int i = 0; i < at->n_dilations; i++)
-        if (at->dilations[i] < 1) return KILN_IMPORT_FAIL(ic, "dilations must be >= 1");
-    for (int i = 0; i < at->n_pads; i++)
-        if (at->pads[i] < 0) return KILN_IMPORT_FAIL(ic, "pads must be >= 0");
     return KILN_OK;
+}
+
+/* The values, bounded so that the geometry's arithmetic stays in range:
+ * group >= 1; strides and dilations in 1..2^31-1; pads, kernel_shape and
+ * output_padding in 0..2^31-1; output_shape dims in 0..2^48; every count
+ * within its array. Shared with kiln.FusedConv (its embedded conv). */
+kiln_status kiln__conv_validate_attrs(const kiln_op_def *op, const kiln_conv_attrs *at,
+                                      const char *node) {
+    KILN_TRY(kiln__check_attr(op, node, "auto_pad", at->auto_pad, PAD_NOTSET, PAD_VALID));
+    KILN_TRY(kiln__check_attr(op, node, "group", at->group, 1, INT32_MAX));
+    const struct {
+        const char *name;
+        int32_t n, cap;
+        const int64_t *v;
+        int64_t lo, hi;
+    } lists[] = {
+        {"kernel_shape", at->n_kernel, KILN_NN_MAX_SP, at->kernel, 0, INT32_MAX},
+        {"pads", at->n_pads, 2 * KILN_NN_MAX_SP, at->pads, 0, INT32_MAX},
+        {"strides", at->n_strides, KILN_NN_MAX_SP, at->strides, 1, INT32_MAX},
+        {"dilations", at->n_dilations, KILN_NN_MAX_SP, at->dilations, 1, INT32_MAX},
+        {"output_padding", at->n_out_pad, KILN_NN_MAX_SP, at->output_padding, 0, INT32_MAX},
+        {"output_shape", at->n_out_shape, KILN_MAX_RANK, at->output_shape, 0,
+         KILN_MAX_TENSOR_BYTES},
+    };
+    for (size_t l = 0; l < sizeof lists / sizeof lists[0]; l++) {
+        if (lists[l].n < 0 || lists[l].n > lists[l].cap)
+            return KILN_VALIDATE_FAIL(op, node, "attribute '%s' has %d values (at most %d)",
+                                      lists[l].name, (int)lists[l].n, (int)lists[l].cap);
+        for (int i = 0; i < lists[l].n; i++)
+            if (lists[l].v[i] < lists[l].lo || lists[l].v[i] > lists[l].hi)
+                return KILN_VALIDATE_FAIL(op, node, "attribute '%s' has the value %lld (allowed: "
+                                          "%lld to %lld)",
+                                          lists[l].name, (long long)lists[l].v[i],
+                                          (long long)lists[l].lo, (long long)lists[l].hi);
+    }
+    return KILN_OK;
+}
+
+static kiln_status conv_validate(const kiln_op_def *op, const void *attrs, const char *node) {
+    return kiln__conv_validate_attrs(op, attrs, node);
 }
 
 /* ---- geometry ------------------------------------------------------------- */
 
 typedef kiln_conv_geom conv_geom; /* fused_conv.h */
 
-static int64_t prod(int n, const int64_t *v) {
-    int64_t p = 1;
-    for (int i = 0; i < n; i++) {
-        if (v[i] < 0) return -1;
-        p *= v[i];
-    }
-    return p;
-}
+/* Product of the dims, -1 if one is unknown or it overflows (an output
+ * that large is refused by kiln__infer before any kernel sees it). */
+static int64_t prod(int n, const int64_t *v) { return kiln__numel(n, v); }
 
 /* Resolves pads and output size of one spatial dim of a Conv (or pool, via
  * the shared rule). in < 0: unknown. */
@@ -103,21 +129,9 @@ static kiln_status conv_geom_make(const char *node, const char *op, const kiln_c
         return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (%s): weight rank %d differs from input rank %d",
                          node, op, wr, xr);
     g->ns = xr - 2;
-    /* Attributes come verbatim from engine files too: check what the
-     * importer checked, with bounds that keep the size arithmetic in range. */
-    if (at->group < 1)
-        return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (%s): group must be >= 1, got %d", node, op,
-                         (int)at->group);
-    for (int i = 0; i < KILN_NN_MAX_SP; i++)
-        if ((i < at->n_strides && (at->strides[i] < 1 || at->strides[i] > INT32_MAX)) ||
-            (i < at->n_dilations && (at->dilations[i] < 1 || at->dilations[i] > INT32_MAX)) ||
-            (i < at->n_pads && (at->pads[i] < 0 || at->pads[i] > INT32_MAX)) ||
-            (i + KILN_NN_MAX_SP < at->n_pads &&
-             (at->pads[i + KILN_NN_MAX_SP] < 0 || at->pads[i + KILN_NN_MAX_SP] > INT32_MAX)))
-            return KILN_FAIL(KILN_ERR_MODEL,
-                             "node '%s' (%s): strides and dilations must be in 1..2^31-1 and pads "
-                             "in 0..2^31-1",
-                             node, op);
+    /* The attribute values are within kiln__conv_validate_attrs's bounds
+     * (checked on import and when an engine loads); the arithmetic below
+     * that mixes them with dims is checked. */
     if (at->n_out_shape && (at->n_out_shape < g->ns || at->n_out_shape > KILN_MAX_RANK))
         return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (%s): output_shape has %d dims for %d spatial dims",
                          node, op, at->n_out_shape, g->ns);
@@ -127,7 +141,8 @@ static kiln_status conv_geom_make(const char *node, const char *op, const kiln_c
     if (transposed) {
         g->Cg = wd[0] >= 0 ? wd[0] / g->G : -1;
         g->Mg = wd[1];
-        g->M = wd[1] >= 0 ? wd[1] * g->G : -1;
+        g->M = -1;
+        if (wd[1] >= 0) KILN_TRY(kiln__dim_mul(node, wd[1], g->G, &g->M));
         if (g->C >= 0 && wd[0] >= 0 && g->C != wd[0])
             return KILN_FAIL(KILN_ERR_MODEL,
                              "node '%s' (%s): input has %lld channels but weight expects %lld "
@@ -141,11 +156,13 @@ static kiln_status conv_geom_make(const char *node, const char *op, const kiln_c
         g->M = wd[0];
         g->Cg = wd[1];
         g->Mg = wd[0] >= 0 ? wd[0] / g->G : -1;
-        if (g->C >= 0 && wd[1] >= 0 && g->C != wd[1] * g->G)
+        int64_t cin = -1;
+        if (wd[1] >= 0) KILN_TRY(kiln__dim_mul(node, wd[1], g->G, &cin));
+        if (g->C >= 0 && wd[1] >= 0 && g->C != cin)
             return KILN_FAIL(KILN_ERR_MODEL,
                              "node '%s' (%s): input has %lld channels but weight expects %lld "
                              "(W is [M, C/group, k...] = [%lld, %lld, ...], group %lld)",
-                             node, op, (long long)g->C, (long long)(wd[1] * g->G),
+                             node, op, (long long)g->C, (long long)cin,
                              (long long)wd[0], (long long)wd[1], (long long)g->G);
         if (wd[0] >= 0 && wd[0] % g->G != 0)
             return KILN_FAIL(KILN_ERR_MODEL,
@@ -192,7 +209,9 @@ static kiln_status conv_geom_make(const char *node, const char *op, const kiln_c
             if (at->n_out_shape) g->out[i] = at->output_shape[at->n_out_shape - g->ns + i];
             continue;
         }
-        int64_t full = g->s[i] * (g->in[i] - 1) + op_ + dk;
+        int64_t full; /* s * (in - 1) + output_padding + dk, which can overflow */
+        KILN_TRY(kiln__dim_mul(node, g->s[i], g->in[i] - 1, &full));
+        KILN_TRY(kiln__dim_add(node, full, op_ + dk, &full));
         if (at->n_out_shape || at->auto_pad == PAD_SAME_UPPER || at->auto_pad == PAD_SAME_LOWER) {
             int64_t o;
             if (at->n_out_shape) {
@@ -201,7 +220,7 @@ static kiln_status conv_geom_make(const char *node, const char *op, const kiln_c
                                      node, op, at->n_out_shape, g->ns);
                 o = at->output_shape[at->n_out_shape - g->ns + i];
             } else {
-                o = g->in[i] * g->s[i];
+                KILN_TRY(kiln__dim_mul(node, g->in[i], g->s[i], &o));
             }
             int64_t total = full - o;
             if (o < 0)
@@ -686,10 +705,11 @@ static kiln_status conv_cpu(const kiln_kernel_args *a) {
 }
 
 const kiln_op_def kiln_op_Conv = {
+    .flags = KILN_OP_FLAG_REDUCIBLE,
     .name = "Conv", .domain = "", .since = 1,
     .min_inputs = 2, .max_inputs = 3, .min_outputs = 1, .max_outputs = 1,
     .attr_size = sizeof(kiln_conv_attrs),
-    .import = conv_import, .infer = conv_infer, .workspace = conv_workspace, .cpu = conv_cpu,
+    .import = conv_import, .validate = conv_validate, .infer = conv_infer, .workspace = conv_workspace, .cpu = conv_cpu,
 };
 
 /* ---- ConvInteger ------------------------------------------------------------ */
@@ -723,7 +743,7 @@ const kiln_op_def kiln_op_ConvInteger = {
     .name = "ConvInteger", .domain = "", .since = 10,
     .min_inputs = 2, .max_inputs = 4, .min_outputs = 1, .max_outputs = 1,
     .attr_size = sizeof(kiln_conv_attrs),
-    .import = conv_import, .infer = convint_infer, .cpu = convint_cpu,
+    .import = conv_import, .validate = conv_validate, .infer = convint_infer, .cpu = convint_cpu,
 };
 
 /* ---- QLinearConv ------------------------------------------------------------ */
@@ -773,7 +793,7 @@ const kiln_op_def kiln_op_QLinearConv = {
     .name = "QLinearConv", .domain = "", .since = 10,
     .min_inputs = 8, .max_inputs = 9, .min_outputs = 1, .max_outputs = 1,
     .attr_size = sizeof(kiln_conv_attrs),
-    .import = conv_import, .infer = qlconv_infer, .cpu = qlconv_cpu,
+    .import = conv_import, .validate = conv_validate, .infer = qlconv_infer, .cpu = qlconv_cpu,
 };
 
 /* ---- ConvTranspose ---------------------------------------------------------- */
@@ -953,7 +973,7 @@ const kiln_op_def kiln_op_ConvTranspose = {
     .name = "ConvTranspose", .domain = "", .since = 1,
     .min_inputs = 2, .max_inputs = 3, .min_outputs = 1, .max_outputs = 1,
     .attr_size = sizeof(kiln_conv_attrs),
-    .import = conv_import, .infer = convt_infer, .workspace = convt_workspace, .cpu = convt_cpu,
+    .import = conv_import, .validate = conv_validate, .infer = convt_infer, .workspace = convt_workspace, .cpu = convt_cpu,
 };
 
 /* ---- shared with kiln.FusedConv (fused_conv.h) ------------------------------ */

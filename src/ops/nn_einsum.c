@@ -42,6 +42,25 @@ static kiln_status es_import(kiln_import_ctx *ic, void *attrs) {
     return KILN_OK;
 }
 
+/* The equation is NUL-terminated inside its array (the parser relies on it)
+ * and made of the characters an equation has (its grammar is checked with
+ * the operand ranks, by the shape rule). */
+static kiln_status es_validate(const kiln_op_def *op, const void *attrs, const char *node) {
+    const kiln_einsum_attrs *at = attrs;
+    size_t n = 0;
+    while (n < ES_MAX_EQ && at->equation[n]) n++;
+    if (n == ES_MAX_EQ)
+        return KILN_VALIDATE_FAIL(op, node, "equation is not terminated within %d bytes", ES_MAX_EQ);
+    for (size_t i = 0; i < n; i++) {
+        char c = at->equation[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '.' || c == ',' ||
+              c == '-' || c == '>'))
+            return KILN_VALIDATE_FAIL(op, node, "invalid character 0x%02x in equation",
+                                      (unsigned)(unsigned char)c);
+    }
+    return KILN_OK;
+}
+
 /* ---- parsing -------------------------------------------------------------- */
 
 typedef struct es_plan {
@@ -351,5 +370,5 @@ const kiln_op_def kiln_op_Einsum = {
     .name = "Einsum", .domain = "", .since = 12,
     .min_inputs = 1, .max_inputs = -1, .min_outputs = 1, .max_outputs = 1,
     .attr_size = sizeof(kiln_einsum_attrs),
-    .import = es_import, .infer = es_infer, .cpu = es_cpu,
+    .import = es_import, .validate = es_validate, .infer = es_infer, .cpu = es_cpu,
 };

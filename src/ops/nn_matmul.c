@@ -1,12 +1,12 @@
 /* nn_matmul.c -- matrix products: MatMul, Gemm, MatMulInteger, QLinearMatMul.
  *
- * float32 goes through kiln__sgemm (src/ops/gemm.c). MatMul with a 2-D
+ * float32 goes through kiln__sgemm (src/backends/cpu/kernels/gemm.c). MatMul with a 2-D
  * right operand and a contiguous left one is a single GEMM with the batch
  * folded into M; otherwise one GEMM per batch entry, batches spread over the
  * pool when each is small. Other dtypes use a plain loop accumulating in
  * double (floating types) or 64-bit integers (wrapping, like C unsigned). */
 #include "ops/nn_attrs.h"
-#include "ops/gemm.h"
+#include "backends/cpu/kernels/gemm.h"
 #include "ops/op.h"
 
 #include <math.h>
@@ -234,6 +234,7 @@ static kiln_status matmul_cpu(const kiln_kernel_args *a) {
 }
 
 const kiln_op_def kiln_op_MatMul = {
+    .flags = KILN_OP_FLAG_REDUCIBLE,
     .name = "MatMul", .domain = "", .since = 1,
     .min_inputs = 2, .max_inputs = 2, .min_outputs = 1, .max_outputs = 1,
     .infer = matmul_infer, .cpu = matmul_cpu,
@@ -251,6 +252,13 @@ static kiln_status gemm_import(kiln_import_ctx *ic, void *attrs) {
     /* Gemm-1/6 `broadcast`: with broadcast=0 C must already have the output
      * shape, which broadcasting accepts too. */
     return KILN_OK;
+}
+
+/* transA and transB 0 or 1; alpha and beta any floats */
+static kiln_status gemm_validate(const kiln_op_def *op, const void *attrs, const char *node) {
+    const kiln_gemm_attrs *at = attrs;
+    KILN_TRY(kiln__check_attr(op, node, "transA", at->trans_a, 0, 1));
+    return kiln__check_attr(op, node, "transB", at->trans_b, 0, 1);
 }
 
 static kiln_status gemm_infer(const kiln_infer_args *a) {
@@ -358,10 +366,11 @@ static kiln_status gemm_cpu(const kiln_kernel_args *a) {
 }
 
 const kiln_op_def kiln_op_Gemm = {
+    .flags = KILN_OP_FLAG_REDUCIBLE,
     .name = "Gemm", .domain = "", .since = 1,
     .min_inputs = 2, .max_inputs = 3, .min_outputs = 1, .max_outputs = 1,
     .attr_size = sizeof(kiln_gemm_attrs),
-    .import = gemm_import, .infer = gemm_infer, .cpu = gemm_cpu,
+    .import = gemm_import, .validate = gemm_validate, .infer = gemm_infer, .cpu = gemm_cpu,
 };
 
 /* ---- MatMulInteger / QLinearMatMul -------------------------------------- */

@@ -90,6 +90,11 @@ static kiln_status bn_import(kiln_import_ctx *ic, void *attrs) {
     return KILN_OK;
 }
 
+/* epsilon any float; spatial (opset < 9) 0 or 1 */
+static kiln_status bn_validate(const kiln_op_def *op, const void *attrs, const char *node) {
+    return kiln__check_attr(op, node, "spatial", ((const kiln_bn_attrs *)attrs)->spatial, 0, 1);
+}
+
 static kiln_status bn_infer(const kiln_infer_args *a) {
     const kiln_tinfo *X = a->in[0];
     KILN_TRY(need_float(a, X->dtype));
@@ -195,10 +200,11 @@ static kiln_status bn_cpu(const kiln_kernel_args *a) {
 }
 
 const kiln_op_def kiln_op_BatchNormalization = {
+    .flags = KILN_OP_FLAG_REDUCIBLE,
     .name = "BatchNormalization", .domain = "", .since = 1,
     .min_inputs = 5, .max_inputs = 5, .min_outputs = 1, .max_outputs = 5,
     .attr_size = sizeof(kiln_bn_attrs),
-    .import = bn_import, .infer = bn_infer, .cpu = bn_cpu,
+    .import = bn_import, .validate = bn_validate, .infer = bn_infer, .cpu = bn_cpu,
 };
 
 /* ---- InstanceNormalization --------------------------------------------------- */
@@ -206,6 +212,12 @@ const kiln_op_def kiln_op_BatchNormalization = {
 
 static kiln_status in_import(kiln_import_ctx *ic, void *attrs) {
     ((kiln_eps_attrs *)attrs)->epsilon = kiln_attr_float(ic, "epsilon", 1e-5f);
+    return KILN_OK;
+}
+
+/* epsilon: any float */
+static kiln_status eps_validate(const kiln_op_def *op, const void *attrs, const char *node) {
+    (void)op, (void)attrs, (void)node;
     return KILN_OK;
 }
 
@@ -283,7 +295,7 @@ const kiln_op_def kiln_op_InstanceNormalization = {
     .name = "InstanceNormalization", .domain = "", .since = 1,
     .min_inputs = 3, .max_inputs = 3, .min_outputs = 1, .max_outputs = 1,
     .attr_size = sizeof(kiln_eps_attrs),
-    .import = in_import, .infer = in_infer, .cpu = in_cpu,
+    .import = in_import, .validate = eps_validate, .infer = in_infer, .cpu = in_cpu,
 };
 
 /* ---- LayerNormalization ------------------------------------------------------ */
@@ -291,15 +303,18 @@ const kiln_op_def kiln_op_InstanceNormalization = {
 
 static kiln_status ln_import(kiln_import_ctx *ic, void *attrs) {
     kiln_ln_attrs *at = attrs;
-    int64_t axis = kiln_attr_int(ic, "axis", -1);
-    if (axis < -KILN_MAX_RANK || axis >= KILN_MAX_RANK)
-        return KILN_IMPORT_FAIL(ic, "axis %lld is out of range", (long long)axis);
-    at->axis = (int32_t)axis;
+    KILN_TRY(kiln_attr_int32(ic, "axis", -1, &at->axis));
     at->epsilon = kiln_attr_float(ic, "epsilon", 1e-5f);
-    at->stash_type = (int32_t)kiln_attr_int(ic, "stash_type", 1);
+    return kiln_attr_int32(ic, "stash_type", 1, &at->stash_type);
+}
+
+/* axis in [-8, 7]; stash_type a float dtype */
+static kiln_status ln_validate(const kiln_op_def *op, const void *attrs, const char *node) {
+    const kiln_ln_attrs *at = attrs;
+    KILN_TRY(kiln__check_attr(op, node, "axis", at->axis, -KILN_MAX_RANK, KILN_MAX_RANK - 1));
     if (at->stash_type != 1 && at->stash_type != KILN_DTYPE_FLOAT64 &&
         at->stash_type != KILN_DTYPE_FLOAT16 && at->stash_type != KILN_DTYPE_BFLOAT16)
-        return KILN_IMPORT_FAIL(ic, "stash_type %d is not supported", at->stash_type);
+        return KILN_VALIDATE_FAIL(op, node, "stash_type %d is not supported", (int)at->stash_type);
     return KILN_OK;
 }
 
@@ -440,10 +455,11 @@ static kiln_status ln_cpu(const kiln_kernel_args *a) {
 }
 
 const kiln_op_def kiln_op_LayerNormalization = {
+    .flags = KILN_OP_FLAG_REDUCIBLE | KILN_OP_FLAG_REDUCIBLE_OUT0,
     .name = "LayerNormalization", .domain = "", .since = 1,
     .min_inputs = 2, .max_inputs = 3, .min_outputs = 1, .max_outputs = 3,
     .attr_size = sizeof(kiln_ln_attrs),
-    .import = ln_import, .infer = ln_infer, .cpu = ln_cpu,
+    .import = ln_import, .validate = ln_validate, .infer = ln_infer, .cpu = ln_cpu,
 };
 
 /* ---- LRN ------------------------------------------------------------------- */
@@ -455,10 +471,12 @@ static kiln_status lrn_import(kiln_import_ctx *ic, void *attrs) {
     at->alpha = kiln_attr_float(ic, "alpha", 1e-4f);
     at->beta = kiln_attr_float(ic, "beta", 0.75f);
     at->bias = kiln_attr_float(ic, "bias", 1.0f);
-    int64_t size = kiln_attr_int(ic, "size", 0);
-    if (size < 1 || size > INT32_MAX) return KILN_IMPORT_FAIL(ic, "attribute 'size' must be >= 1");
-    at->size = (int32_t)size;
-    return KILN_OK;
+    return kiln_attr_int32(ic, "size", 0, &at->size);
+}
+
+/* size >= 1; alpha, beta, bias any floats */
+static kiln_status lrn_validate(const kiln_op_def *op, const void *attrs, const char *node) {
+    return kiln__check_attr(op, node, "size", ((const kiln_lrn_attrs *)attrs)->size, 1, INT32_MAX);
 }
 
 static kiln_status lrn_infer(const kiln_infer_args *a) {
@@ -496,7 +514,7 @@ const kiln_op_def kiln_op_LRN = {
     .name = "LRN", .domain = "", .since = 1,
     .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
     .attr_size = sizeof(kiln_lrn_attrs),
-    .import = lrn_import, .infer = lrn_infer, .cpu = lrn_cpu,
+    .import = lrn_import, .validate = lrn_validate, .infer = lrn_infer, .cpu = lrn_cpu,
 };
 
 /* ---- MeanVarianceNormalization -------------------------------------------- */
@@ -515,6 +533,12 @@ static kiln_status mvn_import(kiln_import_ctx *ic, void *attrs) {
     }
     at->n_axes = n;
     return KILN_OK;
+}
+
+/* n_axes in 0..8 (the axes themselves are checked against the rank) */
+static kiln_status mvn_validate(const kiln_op_def *op, const void *attrs, const char *node) {
+    return kiln__check_attr(op, node, "axes (count)", ((const kiln_mvn_attrs *)attrs)->n_axes, 0,
+                            KILN_MAX_RANK);
 }
 
 static kiln_status mvn_mask(const kiln_mvn_attrs *at, const char *node, int rank, bool *mask) {
@@ -583,7 +607,7 @@ const kiln_op_def kiln_op_MeanVarianceNormalization = {
     .name = "MeanVarianceNormalization", .domain = "", .since = 9,
     .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
     .attr_size = sizeof(kiln_mvn_attrs),
-    .import = mvn_import, .infer = mvn_infer, .cpu = mvn_cpu,
+    .import = mvn_import, .validate = mvn_validate, .infer = mvn_infer, .cpu = mvn_cpu,
 };
 
 /* ---- Softmax, LogSoftmax, Hardmax ---------------------------------------- */
@@ -593,12 +617,15 @@ const kiln_op_def kiln_op_MeanVarianceNormalization = {
 static kiln_status sm_import(kiln_import_ctx *ic, void *attrs) {
     kiln_softmax_attrs *at = attrs;
     bool legacy = kiln_import_opset(ic) < 13;
-    int64_t axis = kiln_attr_int(ic, "axis", legacy ? 1 : -1);
-    if (axis < -KILN_MAX_RANK || axis >= KILN_MAX_RANK)
-        return KILN_IMPORT_FAIL(ic, "axis %lld is out of range", (long long)axis);
-    at->axis = (int32_t)axis;
     at->coerce_2d = legacy;
-    return KILN_OK;
+    return kiln_attr_int32(ic, "axis", legacy ? 1 : -1, &at->axis);
+}
+
+/* axis in [-8, 7]; coerce_2d (opset < 13) 0 or 1 */
+static kiln_status sm_validate(const kiln_op_def *op, const void *attrs, const char *node) {
+    const kiln_softmax_attrs *at = attrs;
+    KILN_TRY(kiln__check_attr(op, node, "axis", at->axis, -KILN_MAX_RANK, KILN_MAX_RANK - 1));
+    return kiln__check_attr(op, node, "coerce_2d (opset < 13)", at->coerce_2d, 0, 1);
 }
 
 static kiln_status sm_infer(const kiln_infer_args *a) {
@@ -741,22 +768,24 @@ static kiln_status sm_cpu(const kiln_kernel_args *a) {
 }
 
 const kiln_op_def kiln_op_Softmax = {
+    .flags = KILN_OP_FLAG_REDUCIBLE,
     .name = "Softmax", .domain = "", .since = 1,
     .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
     .code = SM_SOFTMAX, .attr_size = sizeof(kiln_softmax_attrs),
-    .import = sm_import, .infer = sm_infer, .cpu = sm_cpu,
+    .import = sm_import, .validate = sm_validate, .infer = sm_infer, .cpu = sm_cpu,
 };
 
 const kiln_op_def kiln_op_LogSoftmax = {
+    .flags = KILN_OP_FLAG_REDUCIBLE,
     .name = "LogSoftmax", .domain = "", .since = 1,
     .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
     .code = SM_LOGSOFTMAX, .attr_size = sizeof(kiln_softmax_attrs),
-    .import = sm_import, .infer = sm_infer, .cpu = sm_cpu,
+    .import = sm_import, .validate = sm_validate, .infer = sm_infer, .cpu = sm_cpu,
 };
 
 const kiln_op_def kiln_op_Hardmax = {
     .name = "Hardmax", .domain = "", .since = 1,
     .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
     .code = SM_HARDMAX, .attr_size = sizeof(kiln_softmax_attrs),
-    .import = sm_import, .infer = sm_infer, .cpu = sm_cpu,
+    .import = sm_import, .validate = sm_validate, .infer = sm_infer, .cpu = sm_cpu,
 };

@@ -40,15 +40,54 @@ static kiln_status pool_import(kiln_import_ctx *ic, void *attrs) {
     KILN_TRY(kiln__nn_read_ints(ic, "pads", at->pads, 2 * KILN_NN_MAX_SP, &at->n_pads));
     KILN_TRY(kiln__nn_read_ints(ic, "strides", at->strides, KILN_NN_MAX_SP, &at->n_strides));
     KILN_TRY(kiln__nn_read_ints(ic, "dilations", at->dilations, KILN_NN_MAX_SP, &at->n_dilations));
-    if (at->n_kernel == 0) return KILN_IMPORT_FAIL(ic, "attribute 'kernel_shape' is required");
-    for (int i = 0; i < at->n_kernel; i++)
-        if (at->kernel[i] < 1) return KILN_IMPORT_FAIL(ic, "kernel_shape values must be >= 1");
-    for (int i = 0; i < at->n_strides; i++)
-        if (at->strides[i] < 1) return KILN_IMPORT_FAIL(ic, "strides must be >= 1");
-    for (int i = 0; i < at->n_dilations; i++)
-        if (at->dilations[i] < 1) return KILN_IMPORT_FAIL(ic, "dilations must be >= 1");
-    for (int i = 0; i < at->n_pads; i++)
-        if (at->pads[i] < 0) return KILN_IMPORT_FAIL(ic, "pads must be >= 0");
+    return KILN_OK;
+}
+
+/* The windowed pools and MaxUnpool: the flags 0 or 1, a layout kiln knows,
+ * kernel_shape required; kernel, strides, dilations in 1..2^31-1 and pads
+ * in 0..2^31-1 (bounds that keep the geometry's arithmetic in range);
+ * every count within its array. */
+static kiln_status pool_validate(const kiln_op_def *op, const void *attrs, const char *node) {
+    const kiln_pool_attrs *at = attrs;
+    KILN_TRY(kiln__check_attr(op, node, "auto_pad", at->auto_pad, PAD_NOTSET, PAD_VALID));
+    KILN_TRY(kiln__check_attr(op, node, "ceil_mode", at->ceil_mode, 0, 1));
+    KILN_TRY(kiln__check_attr(op, node, "count_include_pad", at->count_include_pad, 0, 1));
+    KILN_TRY(kiln__check_attr(op, node, "storage_order", at->storage_order, 0, 1));
+    KILN_TRY(kiln__check_attr(op, node, "layout", at->layout, 0,
+                              !strcmp(op->name, "MaxPool") ? KILN_POOL_LAYOUT_C16 : 0));
+    if (at->n_kernel == 0) return KILN_VALIDATE_FAIL(op, node, "attribute 'kernel_shape' is required");
+    const struct {
+        const char *name;
+        int32_t n, cap;
+        const int64_t *v;
+        int64_t lo;
+    } lists[] = {
+        {"kernel_shape", at->n_kernel, KILN_NN_MAX_SP, at->kernel, 1},
+        {"pads", at->n_pads, 2 * KILN_NN_MAX_SP, at->pads, 0},
+        {"strides", at->n_strides, KILN_NN_MAX_SP, at->strides, 1},
+        {"dilations", at->n_dilations, KILN_NN_MAX_SP, at->dilations, 1},
+    };
+    for (size_t l = 0; l < sizeof lists / sizeof lists[0]; l++) {
+        if (lists[l].n < 0 || lists[l].n > lists[l].cap)
+            return KILN_VALIDATE_FAIL(op, node, "attribute '%s' has %d values (at most %d)",
+                                      lists[l].name, (int)lists[l].n, (int)lists[l].cap);
+        for (int i = 0; i < lists[l].n; i++)
+            if (lists[l].v[i] < lists[l].lo || lists[l].v[i] > INT32_MAX)
+                return KILN_VALIDATE_FAIL(op, node, "attribute '%s' has the value %lld (allowed: "
+                                          "%lld to 2^31-1)",
+                                          lists[l].name, (long long)lists[l].v[i],
+                                          (long long)lists[l].lo);
+    }
+    return KILN_OK;
+}
+
+/* The global pools: only `layout` (GlobalAveragePool reading an NHWC or
+ * nChw16c tensor) and GlobalLpPool's p are used. */
+static kiln_status global_validate(const kiln_op_def *op, const void *attrs, const char *node) {
+    const kiln_pool_attrs *at = attrs;
+    if (at->layout != 0 && (op->code != POOL_AVG || (at->layout != KILN_POOL_LAYOUT_NHWC &&
+                                                     at->layout != KILN_POOL_LAYOUT_C16)))
+        return KILN_VALIDATE_FAIL(op, node, "unknown layout %d", (int)at->layout);
     return KILN_OK;
 }
 
@@ -86,14 +125,8 @@ static kiln_status pool_geom_make(const char *node, const char *op, const kiln_p
         int64_t s = at->n_strides ? at->strides[i] : 1;
         int64_t d = at->n_dilations ? at->dilations[i] : 1;
         int64_t pb = at->n_pads ? at->pads[i] : 0, pe = at->n_pads ? at->pads[g->ns + i] : 0;
-        /* attributes come verbatim from engine files too: bounds that keep
-         * the arithmetic below in range */
-        if (k < 1 || k > INT32_MAX || s < 1 || s > INT32_MAX || d < 1 || d > INT32_MAX || pb < 0 ||
-            pb > INT32_MAX || pe < 0 || pe > INT32_MAX)
-            return KILN_FAIL(KILN_ERR_MODEL,
-                             "node '%s' (%s): kernel_shape, strides and dilations must be in "
-                             "1..2^31-1 and pads in 0..2^31-1 (spatial dim %d)",
-                             node, op, i);
+        /* k, s, d, pb, pe within pool_validate's bounds (checked on import
+         * and when an engine loads): the arithmetic below stays in range */
         int64_t dk = (k - 1) * d + 1, out;
         if (at->auto_pad == PAD_VALID) pb = pe = 0;
         if (in < 0) {
@@ -121,8 +154,9 @@ static kiln_status pool_geom_make(const char *node, const char *op, const kiln_p
         g->d[i] = d;
         g->pb[i] = pb;
         g->pe[i] = pe;
-        g->in_sz = in < 0 || g->in_sz < 0 ? -1 : g->in_sz * in;
-        g->out_sz = out < 0 || g->out_sz < 0 ? -1 : g->out_sz * out;
+        /* -1: unknown, or too large (kiln__infer refuses such an output) */
+        if (in < 0 || g->in_sz < 0 || !kiln__mul_ok(g->in_sz, in, &g->in_sz)) g->in_sz = -1;
+        if (out < 0 || g->out_sz < 0 || !kiln__mul_ok(g->out_sz, out, &g->out_sz)) g->out_sz = -1;
     }
     return KILN_OK;
 }
@@ -405,7 +439,7 @@ static int window_px(const pool_geom *g, int64_t hs, int64_t ow, int64_t *pix) {
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
-#include "ops/simd_mask.h"
+#include "backends/cpu/kernels/simd_mask.h"
 #define HAVE_MAX_PX_AVX512 1
 /* One output pixel: the max over the np > 0 input pixels px[] of C
  * channels each, kept in registers (64 channels at a time, then 16 with a
@@ -584,25 +618,42 @@ static kiln_status pool_cpu(const kiln_kernel_args *a) {
     return KILN_OK;
 }
 
+/* MaxPool, AveragePool (and GlobalAveragePool's input): KILN_POOL_LAYOUT_* */
+static int32_t *pool_layout_field(void *attrs) { return &((kiln_pool_attrs *)attrs)->layout; }
+
+static int pool_side(int32_t l) {
+    return l == KILN_POOL_LAYOUT_C16 ? KILN_VLAYOUT_C16 : l == KILN_POOL_LAYOUT_NHWC ? KILN_VLAYOUT_NHWC
+                                                                                    : KILN_VLAYOUT_PLAIN;
+}
+
+static void pool_layout_io(int32_t l, kiln_io_layout *io) {
+    io->x = io->y = pool_side(l);
+    io->r_nhwc = false;
+}
+
 const kiln_op_def kiln_op_MaxPool = {
+    .flags = KILN_OP_FLAG_REDUCIBLE,
     .name = "MaxPool", .domain = "", .since = 1,
     .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 2,
     .code = POOL_MAX, .attr_size = sizeof(kiln_pool_attrs),
-    .import = pool_import, .infer = pool_infer, .cpu = pool_cpu,
+    .import = pool_import, .validate = pool_validate, .infer = pool_infer, .cpu = pool_cpu,
+    .layout_field = pool_layout_field, .layout_io = pool_layout_io,
 };
 
 const kiln_op_def kiln_op_AveragePool = {
+    .flags = KILN_OP_FLAG_REDUCIBLE,
     .name = "AveragePool", .domain = "", .since = 1,
     .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
     .code = POOL_AVG, .attr_size = sizeof(kiln_pool_attrs),
-    .import = pool_import, .infer = pool_infer, .cpu = pool_cpu,
+    .import = pool_import, .validate = pool_validate, .infer = pool_infer, .cpu = pool_cpu,
+    .layout_field = pool_layout_field, .layout_io = pool_layout_io,
 };
 
 const kiln_op_def kiln_op_LpPool = {
     .name = "LpPool", .domain = "", .since = 1,
     .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
     .code = POOL_LP, .attr_size = sizeof(kiln_pool_attrs),
-    .import = pool_import, .infer = pool_infer, .cpu = pool_cpu,
+    .import = pool_import, .validate = pool_validate, .infer = pool_infer, .cpu = pool_cpu,
 };
 
 /* ---- global pools --------------------------------------------------------- */
@@ -731,13 +782,25 @@ static kiln_status global_cpu(const kiln_kernel_args *a) {
 
 /* attrs: only `layout` is used (set by kiln__fc_choose_layouts; engine
  * format 4; zero from ONNX) */
+/* its [N, C, 1, 1] output is the same bytes in any layout */
+static void global_layout_io(int32_t l, kiln_io_layout *io) {
+    io->x = pool_side(l);
+    io->y = KILN_VLAYOUT_PLAIN;
+    io->r_nhwc = false;
+}
+
 const kiln_op_def kiln_op_GlobalAveragePool = {
+    .flags = KILN_OP_FLAG_REDUCIBLE,
     .name = "GlobalAveragePool", .domain = "", .since = 1,
     .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
-    .code = POOL_AVG, .attr_size = sizeof(kiln_pool_attrs), .infer = global_infer, .cpu = global_cpu,
+    .code = POOL_AVG, .attr_size = sizeof(kiln_pool_attrs), .validate = global_validate,
+    .attr_grew_in = 4, .attr_size_before = 0, /* no attributes before format 4: an NCHW input */
+    .infer = global_infer, .cpu = global_cpu,
+    .layout_field = pool_layout_field, .layout_io = global_layout_io,
 };
 
 const kiln_op_def kiln_op_GlobalMaxPool = {
+    .flags = KILN_OP_FLAG_REDUCIBLE,
     .name = "GlobalMaxPool", .domain = "", .since = 1,
     .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
     .code = POOL_MAX, .infer = global_infer, .cpu = global_cpu,
@@ -747,7 +810,7 @@ const kiln_op_def kiln_op_GlobalLpPool = {
     .name = "GlobalLpPool", .domain = "", .since = 1,
     .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
     .code = POOL_LP, .attr_size = sizeof(kiln_pool_attrs),
-    .import = global_import, .infer = global_infer, .cpu = global_cpu,
+    .import = global_import, .validate = global_validate, .infer = global_infer, .cpu = global_cpu,
 };
 
 /* ---- MaxUnpool ------------------------------------------------------------ */
@@ -760,9 +823,6 @@ static kiln_status unpool_import(kiln_import_ctx *ic, void *attrs) {
     KILN_TRY(kiln__nn_read_ints(ic, "kernel_shape", at->kernel, KILN_NN_MAX_SP, &at->n_kernel));
     KILN_TRY(kiln__nn_read_ints(ic, "pads", at->pads, 2 * KILN_NN_MAX_SP, &at->n_pads));
     KILN_TRY(kiln__nn_read_ints(ic, "strides", at->strides, KILN_NN_MAX_SP, &at->n_strides));
-    if (at->n_kernel == 0) return KILN_IMPORT_FAIL(ic, "attribute 'kernel_shape' is required");
-    for (int i = 0; i < at->n_strides; i++)
-        if (at->strides[i] < 1) return KILN_IMPORT_FAIL(ic, "strides must be >= 1");
     return KILN_OK;
 }
 
@@ -779,7 +839,17 @@ static kiln_status unpool_default(const char *node, const kiln_pool_attrs *at, i
     for (int i = 0; i < ns; i++) {
         int64_t s = at->n_strides ? at->strides[i] : 1;
         int64_t p = at->n_pads ? at->pads[i] + at->pads[ns + i] : 0;
-        out[2 + i] = xd[2 + i] < 0 ? KILN_DIM_UNKNOWN : (xd[2 + i] - 1) * s + at->kernel[i] - p;
+        if (xd[2 + i] < 0) {
+            out[2 + i] = KILN_DIM_UNKNOWN;
+            continue;
+        }
+        /* (in - 1) * stride + kernel - pads; s, kernel, pads <= 2^31-1 */
+        KILN_TRY(kiln__dim_mul(node, xd[2 + i] - 1, s, &out[2 + i]));
+        out[2 + i] += at->kernel[i] - p;
+        if (out[2 + i] < 0)
+            return KILN_FAIL(KILN_ERR_MODEL,
+                             "node '%s' (MaxUnpool): spatial dim %d of the output would be %lld",
+                             node, i, (long long)out[2 + i]);
     }
     return KILN_OK;
 }
@@ -806,6 +876,9 @@ static kiln_status unpool_infer(const kiln_infer_args *a) {
         for (int i = 0; i < X->rank; i++) {
             int64_t def = y->dims[i];
             y->dims[i] = S->data ? kiln__tinfo_int(S, i) : KILN_DIM_UNKNOWN;
+            if (S->data && y->dims[i] < 0)
+                return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (MaxUnpool): output_shape[%d] is %lld",
+                                 NODE(a), i, (long long)y->dims[i]);
             if (S->data && def >= 0 && y->dims[i] < def)
                 return KILN_FAIL(KILN_ERR_UNSUPPORTED,
                                  "node '%s' (MaxUnpool): output_shape[%d] = %lld is smaller than "
@@ -852,7 +925,7 @@ const kiln_op_def kiln_op_MaxUnpool = {
     .name = "MaxUnpool", .domain = "", .since = 9,
     .min_inputs = 2, .max_inputs = 3, .min_outputs = 1, .max_outputs = 1,
     .attr_size = sizeof(kiln_pool_attrs),
-    .import = unpool_import, .infer = unpool_infer, .cpu = unpool_cpu,
+    .import = unpool_import, .validate = pool_validate, .infer = unpool_infer, .cpu = unpool_cpu,
 };
 
 /* ---- MaxRoiPool ----------------------------------------------------------- */
@@ -866,12 +939,28 @@ static kiln_status maxroipool_import(kiln_import_ctx *ic, void *attrs) {
     kiln_maxroipool_attrs *at = attrs;
     int64_t ps[2];
     int n = kiln_attr_ints(ic, "pooled_shape", ps, 2);
-    if (n != 2 || ps[0] < 1 || ps[1] < 1 || ps[0] > INT32_MAX || ps[1] > INT32_MAX)
-        return KILN_IMPORT_FAIL(ic, "attribute 'pooled_shape' must hold two positive values");
-    at->pooled_h = (int32_t)ps[0];
-    at->pooled_w = (int32_t)ps[1];
+    if (n != 2) return KILN_IMPORT_FAIL(ic, "attribute 'pooled_shape' must hold two values");
+    /* values that do not fit become 0, which validate refuses */
+    at->pooled_h = ps[0] < 1 || ps[0] > INT32_MAX ? 0 : (int32_t)ps[0];
+    at->pooled_w = ps[1] < 1 || ps[1] > INT32_MAX ? 0 : (int32_t)ps[1];
     at->spatial_scale = kiln_attr_float(ic, "spatial_scale", 1.0f);
     return KILN_OK;
+}
+
+static kiln_status maxroipool_validate(const kiln_op_def *op, const void *attrs, const char *node) {
+    const kiln_maxroipool_attrs *at = attrs;
+    if (at->pooled_h < 1 || at->pooled_w < 1)
+        return KILN_VALIDATE_FAIL(op, node, "attribute 'pooled_shape' must hold two positive values "
+                                  "(at most 2^31-1)");
+    return KILN_OK;
+}
+
+/* A ROI coordinate (any float of the input) as a pixel index, bounded far
+ * beyond any image so that the arithmetic on it cannot overflow; NaN: 0. */
+static int64_t roi_coord(double v) {
+    if (!(v == v)) return 0;
+    const double lim = 4503599627370496.0; /* 2^52 */
+    return (int64_t)(v < -lim ? -lim : v > lim ? lim : round(v));
 }
 
 static kiln_status maxroipool_infer(const kiln_infer_args *a) {
@@ -901,15 +990,15 @@ static kiln_status maxroipool_cpu(const kiln_kernel_args *a) {
     int64_t N = X->dims[0], C = X->dims[1], H = X->dims[2], W = X->dims[3];
     int64_t nr = R->dims[0], PH = at->pooled_h, PW = at->pooled_w;
     for (int64_t r = 0; r < nr; r++) {
-        int64_t b = (int64_t)kiln__load_f64(t, R->data, r * 5);
+        int64_t b = roi_coord(trunc(kiln__load_f64(t, R->data, r * 5)));
         if (b < 0 || b >= N)
             return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (MaxRoiPool): batch index %lld out of range [0, %lld)",
                              NODE(a), (long long)b, (long long)N);
         double sc = at->spatial_scale;
-        int64_t x1 = (int64_t)round(kiln__load_f64(t, R->data, r * 5 + 1) * sc);
-        int64_t y1 = (int64_t)round(kiln__load_f64(t, R->data, r * 5 + 2) * sc);
-        int64_t x2 = (int64_t)round(kiln__load_f64(t, R->data, r * 5 + 3) * sc);
-        int64_t y2 = (int64_t)round(kiln__load_f64(t, R->data, r * 5 + 4) * sc);
+        int64_t x1 = roi_coord(kiln__load_f64(t, R->data, r * 5 + 1) * sc);
+        int64_t y1 = roi_coord(kiln__load_f64(t, R->data, r * 5 + 2) * sc);
+        int64_t x2 = roi_coord(kiln__load_f64(t, R->data, r * 5 + 3) * sc);
+        int64_t y2 = roi_coord(kiln__load_f64(t, R->data, r * 5 + 4) * sc);
         int64_t rh = y2 - y1 + 1 > 1 ? y2 - y1 + 1 : 1, rw = x2 - x1 + 1 > 1 ? x2 - x1 + 1 : 1;
         double bh = (double)rh / (double)PH, bw = (double)rw / (double)PW;
         for (int64_t c = 0; c < C; c++)
@@ -937,7 +1026,7 @@ const kiln_op_def kiln_op_MaxRoiPool = {
     .name = "MaxRoiPool", .domain = "", .since = 1,
     .min_inputs = 2, .max_inputs = 2, .min_outputs = 1, .max_outputs = 1,
     .attr_size = sizeof(kiln_maxroipool_attrs),
-    .import = maxroipool_import, .infer = maxroipool_infer, .cpu = maxroipool_cpu,
+    .import = maxroipool_import, .validate = maxroipool_validate, .infer = maxroipool_infer, .cpu = maxroipool_cpu,
 };
 
 /* The pooling geometry (spatial_attrs.h): for the CUDA backend */

@@ -59,6 +59,13 @@ static kiln_status reduce_import(kiln_import_ctx *ic, void *attrs) {
     return KILN_OK;
 }
 
+/* keepdims and noop_with_empty_axes 0 or 1 */
+static kiln_status reduce_validate(const kiln_op_def *op, const void *attrs, const char *node) {
+    const kiln_reduce_attrs *at = attrs;
+    KILN_TRY(kiln__check_attr(op, node, "keepdims", at->keepdims, 0, 1));
+    return kiln__check_attr(op, node, "noop_with_empty_axes", at->noop_with_empty_axes, 0, 1);
+}
+
 /* ---- axes -------------------------------------------------------------- */
 
 /* Reads `n` axes (any integer dtype) into mask[rank]. Fails on out-of-range
@@ -626,9 +633,12 @@ static kiln_status reduce_cpu(const kiln_kernel_args *a) {
 
 /* ---- descriptors ------------------------------------------------------- */
 
-#define REDUCE_OP(SYM, NAME, KIND)                                                     \
+/* FLAGS: KILN_OP_FLAG_REDUCIBLE for Mean, Max, Min (the sum-like ones leave the
+ * fp16 range easily) */
+#define REDUCE_OP(SYM, NAME, KIND, FLAGS)                                              \
     const kiln_op_def kiln_op_##SYM = {                                                \
         .name = NAME,                                                                  \
+        .flags = FLAGS,                                                                \
         .domain = "",                                                                  \
         .since = 1,                                                                    \
         .min_inputs = 1,                                                               \
@@ -639,17 +649,18 @@ static kiln_status reduce_cpu(const kiln_kernel_args *a) {
         .attr_size = sizeof(kiln_reduce_attrs),                                        \
         .host_inputs = 1u << 1, /* axes: read by infer */                              \
         .import = reduce_import,                                                       \
+        .validate = reduce_validate,                                                   \
         .infer = reduce_infer,                                                         \
         .cpu = reduce_cpu,                                                             \
     }
 
-REDUCE_OP(ReduceSum, "ReduceSum", RK_SUM);
-REDUCE_OP(ReduceMean, "ReduceMean", RK_MEAN);
-REDUCE_OP(ReduceMax, "ReduceMax", RK_MAX);
-REDUCE_OP(ReduceMin, "ReduceMin", RK_MIN);
-REDUCE_OP(ReduceProd, "ReduceProd", RK_PROD);
-REDUCE_OP(ReduceL1, "ReduceL1", RK_L1);
-REDUCE_OP(ReduceL2, "ReduceL2", RK_L2);
-REDUCE_OP(ReduceLogSum, "ReduceLogSum", RK_LOGSUM);
-REDUCE_OP(ReduceLogSumExp, "ReduceLogSumExp", RK_LOGSUMEXP);
-REDUCE_OP(ReduceSumSquare, "ReduceSumSquare", RK_SUMSQUARE);
+REDUCE_OP(ReduceSum, "ReduceSum", RK_SUM, 0);
+REDUCE_OP(ReduceMean, "ReduceMean", RK_MEAN, KILN_OP_FLAG_REDUCIBLE);
+REDUCE_OP(ReduceMax, "ReduceMax", RK_MAX, KILN_OP_FLAG_REDUCIBLE);
+REDUCE_OP(ReduceMin, "ReduceMin", RK_MIN, KILN_OP_FLAG_REDUCIBLE);
+REDUCE_OP(ReduceProd, "ReduceProd", RK_PROD, 0);
+REDUCE_OP(ReduceL1, "ReduceL1", RK_L1, 0);
+REDUCE_OP(ReduceL2, "ReduceL2", RK_L2, 0);
+REDUCE_OP(ReduceLogSum, "ReduceLogSum", RK_LOGSUM, 0);
+REDUCE_OP(ReduceLogSumExp, "ReduceLogSumExp", RK_LOGSUMEXP, 0);
+REDUCE_OP(ReduceSumSquare, "ReduceSumSquare", RK_SUMSQUARE, 0);

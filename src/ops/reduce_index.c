@@ -16,13 +16,17 @@
 
 static kiln_status arg_import(kiln_import_ctx *ic, void *attrs) {
     kiln_argreduce_attrs *at = attrs;
-    int64_t axis = kiln_attr_int(ic, "axis", 0);
-    if (axis < -KILN_MAX_RANK || axis >= KILN_MAX_RANK)
-        return KILN_IMPORT_FAIL(ic, "attribute 'axis' = %lld is out of range", (long long)axis);
-    at->axis = (int32_t)axis;
     at->keepdims = kiln_attr_int(ic, "keepdims", 1) != 0;
     at->select_last_index = kiln_attr_int(ic, "select_last_index", 0) != 0;
-    return KILN_OK;
+    return kiln_attr_int32(ic, "axis", 0, &at->axis);
+}
+
+/* axis in [-8, 7]; keepdims and select_last_index 0 or 1 */
+static kiln_status arg_validate(const kiln_op_def *op, const void *attrs, const char *node) {
+    const kiln_argreduce_attrs *at = attrs;
+    KILN_TRY(kiln__check_attr(op, node, "axis", at->axis, -KILN_MAX_RANK, KILN_MAX_RANK - 1));
+    KILN_TRY(kiln__check_attr(op, node, "keepdims", at->keepdims, 0, 1));
+    return kiln__check_attr(op, node, "select_last_index", at->select_last_index, 0, 1);
 }
 
 static bool numeric_dtype(kiln_dtype t) { return kiln__dtype_is_float(t) || kiln__dtype_is_int(t); }
@@ -153,14 +157,14 @@ const kiln_op_def kiln_op_ArgMax = {
     .name = "ArgMax", .domain = "", .since = 1,
     .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
     .code = 0, .attr_size = sizeof(kiln_argreduce_attrs),
-    .import = arg_import, .infer = arg_infer, .cpu = arg_cpu,
+    .import = arg_import, .validate = arg_validate, .infer = arg_infer, .cpu = arg_cpu,
 };
 
 const kiln_op_def kiln_op_ArgMin = {
     .name = "ArgMin", .domain = "", .since = 1,
     .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
     .code = 1, .attr_size = sizeof(kiln_argreduce_attrs),
-    .import = arg_import, .infer = arg_infer, .cpu = arg_cpu,
+    .import = arg_import, .validate = arg_validate, .infer = arg_infer, .cpu = arg_cpu,
 };
 
 /* ---- TopK -------------------------------------------------------------- */
@@ -169,10 +173,7 @@ const kiln_op_def kiln_op_ArgMin = {
 
 static kiln_status topk_import(kiln_import_ctx *ic, void *attrs) {
     kiln_topk_attrs *at = attrs;
-    int64_t axis = kiln_attr_int(ic, "axis", -1);
-    if (axis < -KILN_MAX_RANK || axis >= KILN_MAX_RANK)
-        return KILN_IMPORT_FAIL(ic, "attribute 'axis' = %lld is out of range", (long long)axis);
-    at->axis = (int32_t)axis;
+    KILN_TRY(kiln_attr_int32(ic, "axis", -1, &at->axis));
     at->largest = kiln_attr_int(ic, "largest", 1) != 0;
     at->sorted = kiln_attr_int(ic, "sorted", 1) != 0;
     if (kiln_import_opset(ic) < 10 || !kiln_import_has_input(ic, 1)) {
@@ -183,6 +184,14 @@ static kiln_status topk_import(kiln_import_ctx *ic, void *attrs) {
         KILN_TRY(kiln_import_set_const_input(ic, 1, KILN_DTYPE_INT64, 1, dims, &k));
     }
     return KILN_OK;
+}
+
+/* axis in [-8, 7]; largest and sorted 0 or 1 */
+static kiln_status topk_validate(const kiln_op_def *op, const void *attrs, const char *node) {
+    const kiln_topk_attrs *at = attrs;
+    KILN_TRY(kiln__check_attr(op, node, "axis", at->axis, -KILN_MAX_RANK, KILN_MAX_RANK - 1));
+    KILN_TRY(kiln__check_attr(op, node, "largest", at->largest, 0, 1));
+    return kiln__check_attr(op, node, "sorted", at->sorted, 0, 1);
 }
 
 static kiln_status topk_infer(const kiln_infer_args *a) {
@@ -366,5 +375,5 @@ const kiln_op_def kiln_op_TopK = {
     .min_inputs = 1, .max_inputs = 2, .min_outputs = 1, .max_outputs = 2,
     .attr_size = sizeof(kiln_topk_attrs),
     .host_inputs = 1u << 1, /* K: read by infer */
-    .import = topk_import, .infer = topk_infer, .cpu = topk_cpu,
+    .import = topk_import, .validate = topk_validate, .infer = topk_infer, .cpu = topk_cpu,
 };

@@ -25,12 +25,18 @@ typedef struct kiln_rnn_attrs {
     float clip;
     int32_t act[6];              /* per direction: f, g, h (kiln_rnn_act) */
 } kiln_rnn_attrs;
+KILN_ATTRS_SIZE(kiln_rnn_attrs, 52); KILN_ATTRS_AT(kiln_rnn_attrs, hidden_size, 0);
+KILN_ATTRS_AT(kiln_rnn_attrs, direction, 4); KILN_ATTRS_AT(kiln_rnn_attrs, layout, 8);
+KILN_ATTRS_AT(kiln_rnn_attrs, linear_before_reset, 12); KILN_ATTRS_AT(kiln_rnn_attrs, input_forget, 16);
+KILN_ATTRS_AT(kiln_rnn_attrs, has_clip, 20); KILN_ATTRS_AT(kiln_rnn_attrs, clip, 24);
+KILN_ATTRS_AT(kiln_rnn_attrs, act, 28);
 
 /* ---- misc_quant.c: QuantizeLinear, DequantizeLinear --------------------- */
 
 typedef struct kiln_qdq_attrs {
     int32_t axis; /* default 1 */
 } kiln_qdq_attrs;
+KILN_ATTRS_SIZE(kiln_qdq_attrs, 4); KILN_ATTRS_AT(kiln_qdq_attrs, axis, 0);
 
 /* ---- nn_einsum.c: Einsum -------------------------------------------------- */
 
@@ -41,6 +47,7 @@ typedef struct kiln_qdq_attrs {
 typedef struct kiln_einsum_attrs {
     char equation[KILN_ES_MAX_EQ]; /* spaces removed, NUL-terminated */
 } kiln_einsum_attrs;
+KILN_ATTRS_SIZE(kiln_einsum_attrs, 256); KILN_ATTRS_AT(kiln_einsum_attrs, equation, 0);
 
 /* The loops of an Einsum for given operand shapes: every output element
  * (row-major over out_size) is the sum, over every index of the summed

@@ -14,6 +14,9 @@ typedef struct kiln_lrn_attrs {
     float alpha, beta, bias;
     int32_t size;
 } kiln_lrn_attrs;
+KILN_ATTRS_SIZE(kiln_lrn_attrs, 16); KILN_ATTRS_AT(kiln_lrn_attrs, alpha, 0);
+KILN_ATTRS_AT(kiln_lrn_attrs, beta, 4); KILN_ATTRS_AT(kiln_lrn_attrs, bias, 8);
+KILN_ATTRS_AT(kiln_lrn_attrs, size, 12);
 
 /* nn_norm.c: MeanVarianceNormalization */
 typedef struct kiln_mvn_attrs {
@@ -21,12 +24,16 @@ typedef struct kiln_mvn_attrs {
     int32_t reserved;
     int64_t axes[KILN_MAX_RANK];
 } kiln_mvn_attrs;
+KILN_ATTRS_SIZE(kiln_mvn_attrs, 72); KILN_ATTRS_AT(kiln_mvn_attrs, n_axes, 0);
+KILN_ATTRS_AT(kiln_mvn_attrs, reserved, 4); KILN_ATTRS_AT(kiln_mvn_attrs, axes, 8);
 
 /* nn_pool.c: MaxRoiPool */
 typedef struct kiln_maxroipool_attrs {
     int32_t pooled_h, pooled_w;
     float spatial_scale;
 } kiln_maxroipool_attrs;
+KILN_ATTRS_SIZE(kiln_maxroipool_attrs, 12); KILN_ATTRS_AT(kiln_maxroipool_attrs, pooled_h, 0);
+KILN_ATTRS_AT(kiln_maxroipool_attrs, pooled_w, 4); KILN_ATTRS_AT(kiln_maxroipool_attrs, spatial_scale, 8);
 
 /* misc_sample.c: GridSample (mode GS_*, padding_mode GS_ZEROS.. in
  * ops/spatial_sample.h) */
@@ -35,6 +42,8 @@ typedef struct kiln_gridsample_attrs {
     int32_t padding_mode;
     int32_t align_corners;
 } kiln_gridsample_attrs;
+KILN_ATTRS_SIZE(kiln_gridsample_attrs, 12); KILN_ATTRS_AT(kiln_gridsample_attrs, mode, 0);
+KILN_ATTRS_AT(kiln_gridsample_attrs, padding_mode, 4); KILN_ATTRS_AT(kiln_gridsample_attrs, align_corners, 8);
 
 /* misc_sample.c: RoiAlign */
 typedef struct kiln_roialign_attrs {
@@ -45,6 +54,10 @@ typedef struct kiln_roialign_attrs {
     float spatial_scale;
     int32_t pad_;
 } kiln_roialign_attrs;
+KILN_ATTRS_SIZE(kiln_roialign_attrs, 40); KILN_ATTRS_AT(kiln_roialign_attrs, half_pixel, 0);
+KILN_ATTRS_AT(kiln_roialign_attrs, max_mode, 4); KILN_ATTRS_AT(kiln_roialign_attrs, out_h, 8);
+KILN_ATTRS_AT(kiln_roialign_attrs, out_w, 16); KILN_ATTRS_AT(kiln_roialign_attrs, sampling_ratio, 24);
+KILN_ATTRS_AT(kiln_roialign_attrs, spatial_scale, 32); KILN_ATTRS_AT(kiln_roialign_attrs, pad_, 36);
 
 /* nn_pool.c: resolved geometry of MaxPool/AveragePool/LpPool (pads from
  * auto_pad, output sizes with ceil_mode) from the input shape. */

@@ -24,6 +24,16 @@ static kiln_status cos_import(kiln_import_ctx *ic, void *attrs) {
     return KILN_OK;
 }
 
+/* dtype: one kiln moves (not undefined, not string); a bool value 0 or 1 */
+static kiln_status cos_validate(const kiln_op_def *op, const void *attrs, const char *node) {
+    const kiln_cos_attrs *at = (const kiln_cos_attrs *)attrs;
+    if (!kiln__dtype_valid(at->dtype) || kiln_dtype_size((kiln_dtype)at->dtype) == 0)
+        return KILN_VALIDATE_FAIL(op, node, "value dtype %d is not supported", (int)at->dtype);
+    if (at->dtype == KILN_DTYPE_BOOL && at->value[0] > 1)
+        return KILN_VALIDATE_FAIL(op, node, "bool value %d is neither 0 nor 1", at->value[0]);
+    return KILN_OK;
+}
+
 static kiln_status cos_infer(const kiln_infer_args *a) {
     const kiln_cos_attrs *at = (const kiln_cos_attrs *)a->attrs;
     kiln_tinfo *y = a->out[0];
@@ -56,7 +66,7 @@ const kiln_op_def kiln_op_ConstantOfShape = {
     .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
     .attr_size = sizeof(kiln_cos_attrs),
     .host_inputs = 1u << 0,
-    .import = cos_import, .infer = cos_infer, .cpu = cos_cpu,
+    .import = cos_import, .validate = cos_validate, .infer = cos_infer, .cpu = cos_cpu,
 };
 
 /* ---- Range ---------------------------------------------------------------------- */
@@ -150,11 +160,17 @@ const kiln_op_def kiln_op_Range = {
 
 static kiln_status eyelike_import(kiln_import_ctx *ic, void *attrs) {
     kiln_eyelike_attrs *at = (kiln_eyelike_attrs *)attrs;
-    at->dtype = (int32_t)kiln_attr_int(ic, "dtype", 0);
-    if (at->dtype != 0 && (!kiln__dtype_valid(at->dtype) || at->dtype == KILN_DTYPE_STRING))
-        return KILN_FAIL(KILN_ERR_UNSUPPORTED, "node '%s' (EyeLike): dtype %d is not supported",
-                         kiln_import_node_name(ic), at->dtype);
+    KILN_TRY(kiln_attr_int32(ic, "dtype", 0, &at->dtype));
     at->k = kiln_attr_int(ic, "k", 0);
+    return KILN_OK;
+}
+
+/* dtype 0 (the input's) or one kiln moves; k any value */
+static kiln_status eyelike_validate(const kiln_op_def *op, const void *attrs, const char *node) {
+    const kiln_eyelike_attrs *at = (const kiln_eyelike_attrs *)attrs;
+    if (at->dtype != 0 &&
+        (!kiln__dtype_valid(at->dtype) || kiln_dtype_size((kiln_dtype)at->dtype) == 0))
+        return KILN_VALIDATE_FAIL(op, node, "dtype %d is not supported", (int)at->dtype);
     return KILN_OK;
 }
 
@@ -177,6 +193,7 @@ static kiln_status eyelike_cpu(const kiln_kernel_args *a) {
     memset(y->data, 0, (size_t)(R * C) * es);
     uint8_t one[8];
     kiln__store_f64(y->dtype, one, 0, 1.0);
+    if (at->k >= C || at->k <= -R) return KILN_OK; /* no diagonal (and no overflow of i + k) */
     for (int64_t i = 0; i < R; i++) {
         int64_t j = i + at->k;
         if (j >= 0 && j < C) memcpy((char *)y->data + (size_t)(i * C + j) * es, one, es);
@@ -188,7 +205,7 @@ const kiln_op_def kiln_op_EyeLike = {
     .name = "EyeLike", .domain = "", .since = 9,
     .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
     .attr_size = sizeof(kiln_eyelike_attrs),
-    .import = eyelike_import, .infer = eyelike_infer, .cpu = eyelike_cpu,
+    .import = eyelike_import, .validate = eyelike_validate, .infer = eyelike_infer, .cpu = eyelike_cpu,
 };
 
 /* ---- Trilu ---------------------------------------------------------------------------- */
@@ -196,6 +213,10 @@ const kiln_op_def kiln_op_EyeLike = {
 static kiln_status trilu_import(kiln_import_ctx *ic, void *attrs) {
     ((kiln_trilu_attrs *)attrs)->upper = kiln_attr_int(ic, "upper", 1) != 0;
     return KILN_OK;
+}
+
+static kiln_status trilu_validate(const kiln_op_def *op, const void *attrs, const char *node) {
+    return kiln__check_attr(op, node, "upper", ((const kiln_trilu_attrs *)attrs)->upper, 0, 1);
 }
 
 static kiln_status trilu_infer(const kiln_infer_args *a) {
@@ -218,6 +239,8 @@ static kiln_status trilu_cpu(const kiln_kernel_args *a) {
     KILN_TRY(kiln__tx_esize(a->op->name, a->node_name, x->dtype, &es));
     int64_t k = (a->n_in > 1 && a->in[1]) ? kiln__tx_tensor_int(a->in[1], 0) : 0;
     int64_t R = x->dims[x->rank - 2], C = x->dims[x->rank - 1];
+    /* any k of the input is allowed: clamp it so that i + k cannot overflow */
+    k = kiln__tx_max64(-R - 1, kiln__tx_min64(k, C + 1));
     int64_t nmat = (R > 0 && C > 0) ? kiln__tensor_numel(x) / (R * C) : 0;
     const char *src = (const char *)x->data;
     char *dst = (char *)y->data;
@@ -245,7 +268,7 @@ const kiln_op_def kiln_op_Trilu = {
     .name = "Trilu", .domain = "", .since = 14,
     .min_inputs = 1, .max_inputs = 2, .min_outputs = 1, .max_outputs = 1,
     .attr_size = sizeof(kiln_trilu_attrs),
-    .import = trilu_import, .infer = trilu_infer, .cpu = trilu_cpu,
+    .import = trilu_import, .validate = trilu_validate, .infer = trilu_infer, .cpu = trilu_cpu,
 };
 
 /* ---- CumSum ---------------------------------------------------------------------------- */
@@ -255,6 +278,12 @@ static kiln_status cumsum_import(kiln_import_ctx *ic, void *attrs) {
     at->exclusive = kiln_attr_int(ic, "exclusive", 0) != 0;
     at->reverse = kiln_attr_int(ic, "reverse", 0) != 0;
     return KILN_OK;
+}
+
+static kiln_status cumsum_validate(const kiln_op_def *op, const void *attrs, const char *node) {
+    const kiln_cumsum_attrs *at = (const kiln_cumsum_attrs *)attrs;
+    KILN_TRY(kiln__check_attr(op, node, "exclusive", at->exclusive, 0, 1));
+    return kiln__check_attr(op, node, "reverse", at->reverse, 0, 1);
 }
 
 static kiln_status cumsum_infer(const kiln_infer_args *a) {
@@ -330,5 +359,5 @@ const kiln_op_def kiln_op_CumSum = {
     .min_inputs = 2, .max_inputs = 2, .min_outputs = 1, .max_outputs = 1,
     .attr_size = sizeof(kiln_cumsum_attrs),
     .host_inputs = 1u << 1,
-    .import = cumsum_import, .infer = cumsum_infer, .cpu = cumsum_cpu,
+    .import = cumsum_import, .validate = cumsum_validate, .infer = cumsum_infer, .cpu = cumsum_cpu,
 };

@@ -23,8 +23,7 @@ static kiln_status tx_index_error(const kiln_kernel_args *a, int64_t v, int64_t 
 }
 
 static kiln_status axis0_import(kiln_import_ctx *ic, void *attrs) {
-    return kiln__tx_import_axis(ic, "axis", 0, -KILN_MAX_RANK, KILN_MAX_RANK - 1,
-                                &((kiln_axis_attrs *)attrs)->axis);
+    return kiln_attr_int32(ic, "axis", 0, &((kiln_axis_attrs *)attrs)->axis);
 }
 
 /* ---- Gather ---------------------------------------------------------------- */
@@ -101,10 +100,11 @@ static kiln_status gather_cpu(const kiln_kernel_args *a) {
 }
 
 const kiln_op_def kiln_op_Gather = {
+    .flags = KILN_OP_FLAG_REDUCIBLE,
     .name = "Gather", .domain = "", .since = 1,
     .min_inputs = 2, .max_inputs = 2, .min_outputs = 1, .max_outputs = 1,
     .attr_size = sizeof(kiln_axis_attrs),
-    .import = axis0_import, .infer = gather_infer, .cpu = gather_cpu,
+    .import = axis0_import, .validate = kiln__tx_validate_axis, .infer = gather_infer, .cpu = gather_cpu,
 };
 
 /* ---- GatherElements -------------------------------------------------------- */
@@ -160,18 +160,25 @@ const kiln_op_def kiln_op_GatherElements = {
     .name = "GatherElements", .domain = "", .since = 11,
     .min_inputs = 2, .max_inputs = 2, .min_outputs = 1, .max_outputs = 1,
     .attr_size = sizeof(kiln_axis_attrs),
-    .import = axis0_import, .infer = gather_el_infer, .cpu = gather_el_cpu,
+    .import = axis0_import, .validate = kiln__tx_validate_axis, .infer = gather_el_infer, .cpu = gather_el_cpu,
 };
 
 /* ---- GatherND ---------------------------------------------------------------- */
 
 static kiln_status gathernd_import(kiln_import_ctx *ic, void *attrs) {
     kiln_gathernd_attrs *at = (kiln_gathernd_attrs *)attrs;
-    int64_t b = kiln_attr_int(ic, "batch_dims", 0);
-    if (b < 0 || b >= KILN_MAX_RANK)
-        return KILN_IMPORT_FAIL(ic, "attribute 'batch_dims' = %lld is out of range", (long long)b);
-    at->batch_dims = (int32_t)b;
-    return KILN_OK;
+    return kiln_attr_int32(ic, "batch_dims", 0, &at->batch_dims);
+}
+
+/* GatherND: batch_dims in [0, 7] (the shape rule reads dims below it),
+ * reduction unused (0). ScatterND: batch_dims 0, reduction a RED_*. */
+static kiln_status nd_validate(const kiln_op_def *op, const void *attrs, const char *node) {
+    const kiln_gathernd_attrs *at = (const kiln_gathernd_attrs *)attrs;
+    bool scatter = !strcmp(op->name, "ScatterND");
+    KILN_TRY(kiln__check_attr(op, node, "batch_dims", at->batch_dims, 0,
+                              scatter ? 0 : KILN_MAX_RANK - 1));
+    return kiln__check_attr(op, node, "reduction", at->reduction, scatter ? RED_NONE : 0,
+                            scatter ? RED_MIN : 0);
 }
 
 static kiln_status gathernd_infer(const kiln_infer_args *a) {
@@ -273,7 +280,7 @@ const kiln_op_def kiln_op_GatherND = {
     .name = "GatherND", .domain = "", .since = 11,
     .min_inputs = 2, .max_inputs = 2, .min_outputs = 1, .max_outputs = 1,
     .attr_size = sizeof(kiln_gathernd_attrs),
-    .import = gathernd_import, .infer = gathernd_infer, .cpu = gathernd_cpu,
+    .import = gathernd_import, .validate = nd_validate, .infer = gathernd_infer, .cpu = gathernd_cpu,
 };
 
 /* ---- reductions for the scatter ops ---------------------------------------------- */
@@ -367,6 +374,13 @@ static kiln_status scatter_import(kiln_import_ctx *ic, void *attrs) {
     return tx_import_reduction(ic, &at->reduction);
 }
 
+/* axis in [-8, 7], reduction a RED_* */
+static kiln_status scatter_validate(const kiln_op_def *op, const void *attrs, const char *node) {
+    const kiln_scatter_attrs *at = (const kiln_scatter_attrs *)attrs;
+    KILN_TRY(kiln__check_attr(op, node, "axis", at->axis, -KILN_MAX_RANK, KILN_MAX_RANK - 1));
+    return kiln__check_attr(op, node, "reduction", at->reduction, RED_NONE, RED_MIN);
+}
+
 static kiln_status scatter_el_infer(const kiln_infer_args *a) {
     const kiln_scatter_attrs *at = (const kiln_scatter_attrs *)a->attrs;
     const kiln_tinfo *x = a->in[0], *ind = a->in[1], *upd = a->in[2];
@@ -430,14 +444,14 @@ const kiln_op_def kiln_op_ScatterElements = {
     .name = "ScatterElements", .domain = "", .since = 11,
     .min_inputs = 3, .max_inputs = 3, .min_outputs = 1, .max_outputs = 1,
     .attr_size = sizeof(kiln_scatter_attrs),
-    .import = scatter_import, .infer = scatter_el_infer, .cpu = scatter_el_cpu,
+    .import = scatter_import, .validate = scatter_validate, .infer = scatter_el_infer, .cpu = scatter_el_cpu,
 };
 
 const kiln_op_def kiln_op_Scatter = {
     .name = "Scatter", .domain = "", .since = 9,
     .min_inputs = 3, .max_inputs = 3, .min_outputs = 1, .max_outputs = 1,
     .attr_size = sizeof(kiln_scatter_attrs),
-    .import = scatter_import, .infer = scatter_el_infer, .cpu = scatter_el_cpu,
+    .import = scatter_import, .validate = scatter_validate, .infer = scatter_el_infer, .cpu = scatter_el_cpu,
 };
 
 /* ---- ScatterND ----------------------------------------------------------------------- */
@@ -499,14 +513,13 @@ const kiln_op_def kiln_op_ScatterND = {
     .name = "ScatterND", .domain = "", .since = 11,
     .min_inputs = 3, .max_inputs = 3, .min_outputs = 1, .max_outputs = 1,
     .attr_size = sizeof(kiln_gathernd_attrs),
-    .import = scatternd_import, .infer = scatternd_infer, .cpu = scatternd_cpu,
+    .import = scatternd_import, .validate = nd_validate, .infer = scatternd_infer, .cpu = scatternd_cpu,
 };
 
 /* ---- OneHot ----------------------------------------------------------------------------- */
 
 static kiln_status onehot_import(kiln_import_ctx *ic, void *attrs) {
-    return kiln__tx_import_axis(ic, "axis", -1, -KILN_MAX_RANK, KILN_MAX_RANK - 1,
-                                &((kiln_axis_attrs *)attrs)->axis);
+    return kiln_attr_int32(ic, "axis", -1, &((kiln_axis_attrs *)attrs)->axis);
 }
 
 static int64_t onehot_depth(kiln_dtype t, const void *p) { return kiln__load_i64(t, p, 0); }
@@ -568,5 +581,5 @@ const kiln_op_def kiln_op_OneHot = {
     .min_inputs = 3, .max_inputs = 3, .min_outputs = 1, .max_outputs = 1,
     .attr_size = sizeof(kiln_axis_attrs),
     .host_inputs = 1u << 1,
-    .import = onehot_import, .infer = onehot_infer, .cpu = onehot_cpu,
+    .import = onehot_import, .validate = kiln__tx_validate_axis, .infer = onehot_infer, .cpu = onehot_cpu,
 };

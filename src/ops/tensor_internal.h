@@ -62,10 +62,10 @@ static inline void kiln__tx_outer_inner(int rank, const int64_t *dims, int axis,
     *inner = n;
 }
 
-/* Import helper: int attribute `name` (default dflt) that must lie in
- * [lo, hi], stored as int32. */
-KILN_PRIVATE kiln_status kiln__tx_import_axis(kiln_import_ctx *ic, const char *name, int64_t dflt,
-                                              int64_t lo, int64_t hi, int32_t *out);
+/* Validate helper: an attribute struct that is one axis in [-KILN_MAX_RANK,
+ * KILN_MAX_RANK - 1] (kiln_axis_attrs). */
+KILN_PRIVATE kiln_status kiln__tx_validate_axis(const kiln_op_def *op, const void *attrs,
+                                                const char *node);
 
 /* Import helper: attribute `attr` (ints) becomes input `input` as an int64
  * 1-D constant. Returns KILN_OK without change if the attribute is absent. */
@@ -105,6 +105,8 @@ typedef struct kiln_cos_attrs {
     int32_t dtype;
     uint8_t value[8];
 } kiln_cos_attrs;
+KILN_ATTRS_SIZE(kiln_cos_attrs, 12); KILN_ATTRS_AT(kiln_cos_attrs, dtype, 0);
+KILN_ATTRS_AT(kiln_cos_attrs, value, 4);
 
 /* tensor_gen.c */
 typedef struct kiln_eyelike_attrs {
@@ -112,61 +114,80 @@ typedef struct kiln_eyelike_attrs {
     int32_t dtype; /* 0: the input's */
     int32_t reserved;
 } kiln_eyelike_attrs;
+KILN_ATTRS_SIZE(kiln_eyelike_attrs, 16); KILN_ATTRS_AT(kiln_eyelike_attrs, k, 0);
+KILN_ATTRS_AT(kiln_eyelike_attrs, dtype, 8); KILN_ATTRS_AT(kiln_eyelike_attrs, reserved, 12);
 
 /* tensor_gen.c */
 typedef struct kiln_trilu_attrs {
     int32_t upper;
 } kiln_trilu_attrs;
+KILN_ATTRS_SIZE(kiln_trilu_attrs, 4); KILN_ATTRS_AT(kiln_trilu_attrs, upper, 0);
 
 /* tensor_gen.c */
 typedef struct kiln_cumsum_attrs {
     int32_t exclusive, reverse;
 } kiln_cumsum_attrs;
+KILN_ATTRS_SIZE(kiln_cumsum_attrs, 8); KILN_ATTRS_AT(kiln_cumsum_attrs, exclusive, 0);
+KILN_ATTRS_AT(kiln_cumsum_attrs, reverse, 4);
 
 /* tensor_index.c */
 typedef struct kiln_gathernd_attrs {
     int32_t batch_dims;
     int32_t reduction; /* ScatterND */
 } kiln_gathernd_attrs;
+KILN_ATTRS_SIZE(kiln_gathernd_attrs, 8); KILN_ATTRS_AT(kiln_gathernd_attrs, batch_dims, 0);
+KILN_ATTRS_AT(kiln_gathernd_attrs, reduction, 4);
 
 /* tensor_index.c */
 typedef struct kiln_scatter_attrs {
     int32_t axis;
     int32_t reduction;
 } kiln_scatter_attrs;
+KILN_ATTRS_SIZE(kiln_scatter_attrs, 8); KILN_ATTRS_AT(kiln_scatter_attrs, axis, 0);
+KILN_ATTRS_AT(kiln_scatter_attrs, reduction, 4);
 
 /* tensor_layout.c */
 typedef struct kiln_transpose_attrs {
     int32_t n_perm; /* 0: reverse the dims */
     int32_t perm[KILN_MAX_RANK];
 } kiln_transpose_attrs;
+KILN_ATTRS_SIZE(kiln_transpose_attrs, 36); KILN_ATTRS_AT(kiln_transpose_attrs, n_perm, 0);
+KILN_ATTRS_AT(kiln_transpose_attrs, perm, 4);
 
 /* tensor_layout.c */
 typedef struct kiln_d2s_attrs {
     int32_t blocksize;
     int32_t crd; /* DepthToSpace mode CRD (else DCR) */
 } kiln_d2s_attrs;
+KILN_ATTRS_SIZE(kiln_d2s_attrs, 8); KILN_ATTRS_AT(kiln_d2s_attrs, blocksize, 0);
+KILN_ATTRS_AT(kiln_d2s_attrs, crd, 4);
 
 /* Concat, Gather, GatherElements, OneHot */
 typedef struct kiln_axis_attrs {
     int32_t axis;
 } kiln_axis_attrs;
+KILN_ATTRS_SIZE(kiln_axis_attrs, 4); KILN_ATTRS_AT(kiln_axis_attrs, axis, 0);
 
 /* tensor_layout.c */
 typedef struct kiln_split_attrs {
     int32_t axis;
     int32_t num_outputs; /* opset 18 attribute; 0 if absent */
 } kiln_split_attrs;
+KILN_ATTRS_SIZE(kiln_split_attrs, 8); KILN_ATTRS_AT(kiln_split_attrs, axis, 0);
+KILN_ATTRS_AT(kiln_split_attrs, num_outputs, 4);
 
 /* tensor_pad.c */
 typedef struct kiln_pad_attrs {
     int32_t mode;
 } kiln_pad_attrs;
+KILN_ATTRS_SIZE(kiln_pad_attrs, 4); KILN_ATTRS_AT(kiln_pad_attrs, mode, 0);
 
 /* tensor_pad.c */
 typedef struct kiln_revseq_attrs {
     int32_t batch_axis, time_axis;
 } kiln_revseq_attrs;
+KILN_ATTRS_SIZE(kiln_revseq_attrs, 8); KILN_ATTRS_AT(kiln_revseq_attrs, batch_axis, 0);
+KILN_ATTRS_AT(kiln_revseq_attrs, time_axis, 4);
 
 /* tensor_resize.c */
 typedef struct kiln_resize_attrs {
@@ -174,27 +195,37 @@ typedef struct kiln_resize_attrs {
     float cubic_coeff_a, extrapolation_value;
     int32_t in_roi, in_scales, in_sizes; /* input index of each, or -1 */
 } kiln_resize_attrs;
+KILN_ATTRS_SIZE(kiln_resize_attrs, 36); KILN_ATTRS_AT(kiln_resize_attrs, mode, 0);
+KILN_ATTRS_AT(kiln_resize_attrs, ctm, 4); KILN_ATTRS_AT(kiln_resize_attrs, nearest_mode, 8);
+KILN_ATTRS_AT(kiln_resize_attrs, exclude_outside, 12); KILN_ATTRS_AT(kiln_resize_attrs, cubic_coeff_a, 16);
+KILN_ATTRS_AT(kiln_resize_attrs, extrapolation_value, 20); KILN_ATTRS_AT(kiln_resize_attrs, in_roi, 24);
+KILN_ATTRS_AT(kiln_resize_attrs, in_scales, 28); KILN_ATTRS_AT(kiln_resize_attrs, in_sizes, 32);
 
 /* tensor_select.c */
 typedef struct kiln_axis_opt_attrs {
     int32_t has_axis, axis;
     int32_t sorted; /* Unique */
 } kiln_axis_opt_attrs;
+KILN_ATTRS_SIZE(kiln_axis_opt_attrs, 12); KILN_ATTRS_AT(kiln_axis_opt_attrs, has_axis, 0);
+KILN_ATTRS_AT(kiln_axis_opt_attrs, axis, 4); KILN_ATTRS_AT(kiln_axis_opt_attrs, sorted, 8);
 
 /* tensor_shape.c */
 typedef struct kiln_reshape_attrs {
     int32_t allowzero;
 } kiln_reshape_attrs;
+KILN_ATTRS_SIZE(kiln_reshape_attrs, 4); KILN_ATTRS_AT(kiln_reshape_attrs, allowzero, 0);
 
 /* tensor_shape.c */
 typedef struct kiln_flatten_attrs {
     int32_t axis;
 } kiln_flatten_attrs;
+KILN_ATTRS_SIZE(kiln_flatten_attrs, 4); KILN_ATTRS_AT(kiln_flatten_attrs, axis, 0);
 
 /* tensor_shape.c */
 typedef struct kiln_dropout_attrs {
     int32_t mask_like_input; /* opset < 10: mask has the input's dtype */
 } kiln_dropout_attrs;
+KILN_ATTRS_SIZE(kiln_dropout_attrs, 4); KILN_ATTRS_AT(kiln_dropout_attrs, mask_like_input, 0);
 
 /* tensor_shape.c */
 typedef struct kiln_shape_attrs {
@@ -202,5 +233,8 @@ typedef struct kiln_shape_attrs {
     int32_t has_end;
     int32_t reserved;
 } kiln_shape_attrs;
+KILN_ATTRS_SIZE(kiln_shape_attrs, 24); KILN_ATTRS_AT(kiln_shape_attrs, start, 0);
+KILN_ATTRS_AT(kiln_shape_attrs, end, 8); KILN_ATTRS_AT(kiln_shape_attrs, has_end, 16);
+KILN_ATTRS_AT(kiln_shape_attrs, reserved, 20);
 
 #endif

@@ -48,10 +48,22 @@ static kiln_status transpose_import(kiln_import_ctx *ic, void *attrs) {
     if (n > KILN_MAX_RANK)
         return KILN_IMPORT_FAIL(ic, "attribute 'perm' has %d values (rank > %d)", n, KILN_MAX_RANK);
     at->n_perm = n < 0 ? 0 : n;
+    for (int i = 0; i < at->n_perm; i++)
+        at->perm[i] = p[i] < 0 || p[i] >= n ? -1 : (int32_t)p[i]; /* -1: refused by validate */
+    return KILN_OK;
+}
+
+/* perm: 0..n_perm-1 in some order (n_perm 0: reverse the dims). */
+static kiln_status transpose_validate(const kiln_op_def *op, const void *attrs, const char *node) {
+    const kiln_transpose_attrs *at = (const kiln_transpose_attrs *)attrs;
+    KILN_TRY(kiln__check_attr(op, node, "perm (count)", at->n_perm, 0, KILN_MAX_RANK));
+    bool seen[KILN_MAX_RANK] = {false};
     for (int i = 0; i < at->n_perm; i++) {
-        if (p[i] < 0 || p[i] >= n)
-            return KILN_IMPORT_FAIL(ic, "attribute 'perm' has invalid value %lld", (long long)p[i]);
-        at->perm[i] = (int32_t)p[i];
+        int p = at->perm[i];
+        if (p < 0 || p >= at->n_perm || seen[p])
+            return KILN_VALIDATE_FAIL(op, node, "attribute 'perm' is not a permutation of 0..%d",
+                                      at->n_perm - 1);
+        seen[p] = true;
     }
     return KILN_OK;
 }
@@ -119,21 +131,18 @@ static kiln_status transpose_cpu(const kiln_kernel_args *a) {
 }
 
 const kiln_op_def kiln_op_Transpose = {
+    .flags = KILN_OP_FLAG_REDUCIBLE,
     .name = "Transpose", .domain = "", .since = 1,
     .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
     .attr_size = sizeof(kiln_transpose_attrs),
-    .import = transpose_import, .infer = transpose_infer, .cpu = transpose_cpu,
+    .import = transpose_import, .validate = transpose_validate, .infer = transpose_infer, .cpu = transpose_cpu,
 };
 
 /* ---- DepthToSpace / SpaceToDepth ----------------------------------------------- */
 
 static kiln_status d2s_import(kiln_import_ctx *ic, void *attrs) {
     kiln_d2s_attrs *at = (kiln_d2s_attrs *)attrs;
-    int64_t bs = kiln_attr_int(ic, "blocksize", 0);
-    if (bs <= 0 || bs > (1 << 20))
-        return KILN_IMPORT_FAIL(ic, "attribute 'blocksize' must be positive, not %lld",
-                                (long long)bs);
-    at->blocksize = (int32_t)bs;
+    KILN_TRY(kiln_attr_int32(ic, "blocksize", 0, &at->blocksize));
     const char *mode = kiln_attr_string(ic, "mode", "DCR");
     if (!strcmp(mode, "DCR"))
         at->crd = 0;
@@ -144,7 +153,21 @@ static kiln_status d2s_import(kiln_import_ctx *ic, void *attrs) {
     return KILN_OK;
 }
 
-static int64_t tx_dim_mul(int64_t d, int64_t f) { return d >= 0 ? d * f : (f == 1 ? d : KILN_DIM_UNKNOWN); }
+/* blocksize in 1..2^20 (so that blocksize^2 and its products stay small);
+ * mode DCR (0) or CRD (1) */
+static kiln_status d2s_validate(const kiln_op_def *op, const void *attrs, const char *node) {
+    const kiln_d2s_attrs *at = (const kiln_d2s_attrs *)attrs;
+    KILN_TRY(kiln__check_attr(op, node, "blocksize", at->blocksize, 1, 1 << 20));
+    return kiln__check_attr(op, node, "mode", at->crd, 0, 1);
+}
+
+/* A dim times f >= 0: a known dim checked for overflow; an unknown or
+ * symbolic one stays itself when f is 1, else becomes unknown. */
+static kiln_status tx_dim_mul(const char *node, int64_t d, int64_t f, int64_t *out) {
+    if (d >= 0) return kiln__dim_mul(node, d, f, out);
+    *out = f == 1 ? d : KILN_DIM_UNKNOWN;
+    return KILN_OK;
+}
 
 static kiln_status d2s_infer(const kiln_infer_args *a) {
     const kiln_d2s_attrs *at = (const kiln_d2s_attrs *)a->attrs;
@@ -166,15 +189,15 @@ static kiln_status d2s_infer(const kiln_infer_args *a) {
             return KILN_TX_FAIL(KILN_ERR_MODEL, a, "channels %lld are not divisible by blocksize^2 = %lld",
                                 (long long)x->dims[1], (long long)(bs * bs));
         y->dims[1] = x->dims[1] >= 0 ? x->dims[1] / (bs * bs) : (bs == 1 ? x->dims[1] : KILN_DIM_UNKNOWN);
-        y->dims[2] = tx_dim_mul(x->dims[2], bs);
-        y->dims[3] = tx_dim_mul(x->dims[3], bs);
+        KILN_TRY(tx_dim_mul(a->node_name, x->dims[2], bs, &y->dims[2]));
+        KILN_TRY(tx_dim_mul(a->node_name, x->dims[3], bs, &y->dims[3]));
     } else {
         for (int k = 2; k < 4; k++)
             if (x->dims[k] >= 0 && x->dims[k] % bs != 0)
                 return KILN_TX_FAIL(KILN_ERR_MODEL, a,
                                     "spatial dimension %lld is not divisible by blocksize %lld",
                                     (long long)x->dims[k], (long long)bs);
-        y->dims[1] = tx_dim_mul(x->dims[1], bs * bs);
+        KILN_TRY(tx_dim_mul(a->node_name, x->dims[1], bs * bs, &y->dims[1]));
         for (int k = 2; k < 4; k++)
             y->dims[k] = x->dims[k] >= 0 ? x->dims[k] / bs : (bs == 1 ? x->dims[k] : KILN_DIM_UNKNOWN);
     }
@@ -214,14 +237,14 @@ const kiln_op_def kiln_op_DepthToSpace = {
     .name = "DepthToSpace", .domain = "", .since = 1,
     .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1, .code = 0,
     .attr_size = sizeof(kiln_d2s_attrs),
-    .import = d2s_import, .infer = d2s_infer, .cpu = d2s_cpu,
+    .import = d2s_import, .validate = d2s_validate, .infer = d2s_infer, .cpu = d2s_cpu,
 };
 
 const kiln_op_def kiln_op_SpaceToDepth = {
     .name = "SpaceToDepth", .domain = "", .since = 1,
     .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1, .code = 1,
     .attr_size = sizeof(kiln_d2s_attrs),
-    .import = d2s_import, .infer = d2s_infer, .cpu = d2s_cpu,
+    .import = d2s_import, .validate = d2s_validate, .infer = d2s_infer, .cpu = d2s_cpu,
 };
 
 /* ---- Concat ------------------------------------------------------------------ */
@@ -230,7 +253,7 @@ static kiln_status concat_import(kiln_import_ctx *ic, void *attrs) {
     kiln_axis_attrs *at = (kiln_axis_attrs *)attrs;
     if (!kiln_attr_has(ic, "axis") && kiln_import_opset(ic) >= 4)
         return KILN_IMPORT_FAIL(ic, "attribute 'axis' is required");
-    return kiln__tx_import_axis(ic, "axis", 1, -KILN_MAX_RANK, KILN_MAX_RANK - 1, &at->axis);
+    return kiln_attr_int32(ic, "axis", 1, &at->axis);
 }
 
 static kiln_status concat_infer(const kiln_infer_args *a) {
@@ -285,7 +308,7 @@ static kiln_status concat_infer(const kiln_infer_args *a) {
         }
         first = false;
         if (t->dims[axis] >= 0)
-            sum += t->dims[axis];
+            KILN_TRY(kiln__dim_add(a->node_name, sum, t->dims[axis], &sum));
         else
             sum_known = false;
     }
@@ -316,18 +339,19 @@ static kiln_status concat_cpu(const kiln_kernel_args *a) {
 }
 
 const kiln_op_def kiln_op_Concat = {
+    .flags = KILN_OP_FLAG_REDUCIBLE,
     .name = "Concat", .domain = "", .since = 1,
     .min_inputs = 1, .max_inputs = -1, .min_outputs = 1, .max_outputs = 1,
     .attr_size = sizeof(kiln_axis_attrs),
-    .import = concat_import, .infer = concat_infer, .cpu = concat_cpu,
+    .import = concat_import, .validate = kiln__tx_validate_axis, .infer = concat_infer, .cpu = concat_cpu,
 };
 
 /* ---- Split -------------------------------------------------------------------- */
 
 static kiln_status split_import(kiln_import_ctx *ic, void *attrs) {
     kiln_split_attrs *at = (kiln_split_attrs *)attrs;
-    KILN_TRY(kiln__tx_import_axis(ic, "axis", 0, -KILN_MAX_RANK, KILN_MAX_RANK - 1, &at->axis));
-    at->num_outputs = (int32_t)kiln_attr_int(ic, "num_outputs", 0);
+    KILN_TRY(kiln_attr_int32(ic, "axis", 0, &at->axis));
+    KILN_TRY(kiln_attr_int32(ic, "num_outputs", 0, &at->num_outputs));
     if (kiln_import_opset(ic) < 13 && kiln_attr_has(ic, "split"))
         KILN_TRY(kiln__tx_ints_attr_to_input(ic, "split", 1));
     return KILN_OK;
@@ -353,7 +377,7 @@ static kiln_status split_sizes(const kiln_infer_args *a, const kiln_tinfo *x, in
             if (sizes[i] < 0)
                 return KILN_TX_FAIL(KILN_ERR_MODEL, a, "split has negative entry %lld",
                                     (long long)sizes[i]);
-            sum += sizes[i];
+            KILN_TRY(kiln__dim_add(a->node_name, sum, sizes[i], &sum));
         }
         if (d >= 0 && sum != d)
             return KILN_TX_FAIL(KILN_ERR_MODEL, a, "split sizes sum to %lld, dimension %d is %lld",
@@ -374,6 +398,13 @@ static kiln_status split_sizes(const kiln_infer_args *a, const kiln_tinfo *x, in
                             axis, (long long)d, n);
     for (int i = 0; i < n; i++) sizes[i] = d / n;
     return KILN_OK;
+}
+
+/* axis in [-8, 7]; num_outputs (opset 18; 0 when absent) not negative */
+static kiln_status split_validate(const kiln_op_def *op, const void *attrs, const char *node) {
+    const kiln_split_attrs *at = (const kiln_split_attrs *)attrs;
+    KILN_TRY(kiln__check_attr(op, node, "axis", at->axis, -KILN_MAX_RANK, KILN_MAX_RANK - 1));
+    return kiln__check_attr(op, node, "num_outputs", at->num_outputs, 0, INT32_MAX);
 }
 
 static kiln_status split_infer(const kiln_infer_args *a) {
@@ -420,11 +451,12 @@ static kiln_status split_cpu(const kiln_kernel_args *a) {
 }
 
 const kiln_op_def kiln_op_Split = {
+    .flags = KILN_OP_FLAG_REDUCIBLE,
     .name = "Split", .domain = "", .since = 1,
     .min_inputs = 1, .max_inputs = 2, .min_outputs = 1, .max_outputs = -1,
     .attr_size = sizeof(kiln_split_attrs),
     .host_inputs = 1u << 1,
-    .import = split_import, .infer = split_infer, .cpu = split_cpu,
+    .import = split_import, .validate = split_validate, .infer = split_infer, .cpu = split_cpu,
 };
 
 /* ---- Slice ---------------------------------------------------------------------- */
@@ -484,20 +516,24 @@ static kiln_status slice_params(const kiln_infer_args *ia, const kiln_kernel_arg
             s->step[axis] = step;
             continue;
         }
-        if (b < 0) b += d;
+        if (b < 0) b += d; /* no overflow: d >= 0 */
         if (e < 0) e += d;
         int64_t len;
+        /* written so that no step (up to INT64_MIN, whose negation
+         * overflows) and no start or end overflows: d <= 2^48 */
         if (step > 0) {
             b = kiln__tx_max64(0, kiln__tx_min64(b, d));
             e = kiln__tx_max64(0, kiln__tx_min64(e, d));
-            len = e > b ? (e - b + step - 1) / step : 0;
+            len = e > b ? (e - b - 1) / step + 1 : 0;
         } else {
             b = kiln__tx_max64(-1, kiln__tx_min64(b, d - 1));
             e = kiln__tx_max64(-1, kiln__tx_min64(e, d - 1));
-            len = b > e ? (b - e + (-step) - 1) / (-step) : 0;
+            len = b > e ? (int64_t)((uint64_t)(b - e - 1) / (0 - (uint64_t)step)) + 1 : 0;
         }
         s->start[axis] = b;
-        s->step[axis] = step;
+        /* one element or none: the step does not matter (and a huge one
+         * would overflow the kernel's stride arithmetic) */
+        s->step[axis] = len > 1 ? step : 1;
         s->len[axis] = len;
     }
     return KILN_OK;
@@ -562,6 +598,7 @@ static kiln_status slice_cpu(const kiln_kernel_args *a) {
 }
 
 const kiln_op_def kiln_op_Slice = {
+    .flags = KILN_OP_FLAG_REDUCIBLE,
     .name = "Slice", .domain = "", .since = 1,
     .min_inputs = 1, .max_inputs = 5, .min_outputs = 1, .max_outputs = 1,
     .host_inputs = (1u << 1) | (1u << 2) | (1u << 3) | (1u << 4),
@@ -629,6 +666,7 @@ static kiln_status expand_cpu(const kiln_kernel_args *a) {
 }
 
 const kiln_op_def kiln_op_Expand = {
+    .flags = KILN_OP_FLAG_REDUCIBLE,
     .name = "Expand", .domain = "", .since = 8,
     .min_inputs = 2, .max_inputs = 2, .min_outputs = 1, .max_outputs = 1,
     .host_inputs = 1u << 1,
@@ -665,7 +703,7 @@ static kiln_status tile_infer(const kiln_infer_args *a) {
         int64_t rep = kiln__tinfo_int(r, k);
         if (rep < 0)
             return KILN_TX_FAIL(KILN_ERR_MODEL, a, "repeats has negative entry %lld", (long long)rep);
-        y->dims[k] = tx_dim_mul(x->dims[k], rep);
+        KILN_TRY(tx_dim_mul(a->node_name, x->dims[k], rep, &y->dims[k]));
     }
     return KILN_OK;
 }
@@ -692,6 +730,7 @@ static kiln_status tile_cpu(const kiln_kernel_args *a) {
 }
 
 const kiln_op_def kiln_op_Tile = {
+    .flags = KILN_OP_FLAG_REDUCIBLE,
     .name = "Tile", .domain = "", .since = 1,
     .min_inputs = 2, .max_inputs = 2, .min_outputs = 1, .max_outputs = 1,
     .host_inputs = 1u << 1,

@@ -54,8 +54,24 @@ static kiln_status pad_amounts(const char *node, int rank, const kiln_dtype pdt,
         if (axis < 0) axis += rank;
         pb[axis] = kiln__load_i64(pdt, pdata, i);
         pe[axis] = kiln__load_i64(pdt, pdata, i + n);
+        /* bounded, so that the kernels' index arithmetic cannot overflow
+         * (a pad of INT64_MIN on one side and INT64_MAX on the other gives
+         * a small output) */
+        for (int s = 0; s < 2; s++) {
+            int64_t v = s ? pe[axis] : pb[axis];
+            if (v < -KILN_MAX_TENSOR_BYTES || v > KILN_MAX_TENSOR_BYTES)
+                return KILN_FAIL(KILN_ERR_MODEL,
+                                 "node '%s' (Pad): pad %lld on axis %lld is out of range "
+                                 "(at most 2^48 either way)",
+                                 node, (long long)v, (long long)axis);
+        }
     }
     return KILN_OK;
+}
+
+static kiln_status pad_validate(const kiln_op_def *op, const void *attrs, const char *node) {
+    return kiln__check_attr(op, node, "mode", ((const kiln_pad_attrs *)attrs)->mode, PAD_CONSTANT,
+                            PAD_WRAP);
 }
 
 static kiln_status pad_infer(const kiln_infer_args *a) {
@@ -212,16 +228,23 @@ const kiln_op_def kiln_op_Pad = {
     .min_inputs = 1, .max_inputs = 4, .min_outputs = 1, .max_outputs = 1,
     .attr_size = sizeof(kiln_pad_attrs),
     .host_inputs = (1u << 1) | (1u << 3),
-    .import = pad_import, .infer = pad_infer, .cpu = pad_cpu,
+    .import = pad_import, .validate = pad_validate, .infer = pad_infer, .cpu = pad_cpu,
 };
 
 /* ---- ReverseSequence ------------------------------------------------------------ */
 
 static kiln_status revseq_import(kiln_import_ctx *ic, void *attrs) {
     kiln_revseq_attrs *at = (kiln_revseq_attrs *)attrs;
-    at->batch_axis = (int32_t)kiln_attr_int(ic, "batch_axis", 1);
-    at->time_axis = (int32_t)kiln_attr_int(ic, "time_axis", 0);
-    return KILN_OK;
+    KILN_TRY(kiln_attr_int32(ic, "batch_axis", 1, &at->batch_axis));
+    return kiln_attr_int32(ic, "time_axis", 0, &at->time_axis);
+}
+
+/* batch_axis and time_axis: 0 or 1 (negative: counted from the end, which
+ * the shape rule resolves) */
+static kiln_status revseq_validate(const kiln_op_def *op, const void *attrs, const char *node) {
+    const kiln_revseq_attrs *at = (const kiln_revseq_attrs *)attrs;
+    KILN_TRY(kiln__check_attr(op, node, "batch_axis", at->batch_axis, -KILN_MAX_RANK, 1));
+    return kiln__check_attr(op, node, "time_axis", at->time_axis, -KILN_MAX_RANK, 1);
 }
 
 static kiln_status revseq_infer(const kiln_infer_args *a) {
@@ -278,5 +301,5 @@ const kiln_op_def kiln_op_ReverseSequence = {
     .name = "ReverseSequence", .domain = "", .since = 10,
     .min_inputs = 2, .max_inputs = 2, .min_outputs = 1, .max_outputs = 1,
     .attr_size = sizeof(kiln_revseq_attrs),
-    .import = revseq_import, .infer = revseq_infer, .cpu = revseq_cpu,
+    .import = revseq_import, .validate = revseq_validate, .infer = revseq_infer, .cpu = revseq_cpu,
 };

@@ -157,6 +157,13 @@ static kiln_status resize_infer(const kiln_infer_args *a) {
     if (v->rank == 1 && v->dims[0] >= 0 && v->dims[0] != x->rank)
         return KILN_TX_FAIL(KILN_ERR_MODEL, a, "%s has %lld entries for an input of rank %d",
                             sizes ? "sizes" : "scales", (long long)v->dims[0], x->rank);
+    /* before the loop below reads roi[k + rank] */
+    if (at->ctm == RS_TF_CROP_AND_RESIZE && roi && roi->rank >= 0 &&
+        (roi->rank != 1 || (roi->dims[0] >= 0 && roi->dims[0] != 2 * x->rank))) {
+        char sh[160];
+        return KILN_TX_FAIL(KILN_ERR_MODEL, a, "roi has shape %s, expected [%d]",
+                            kiln__shape_str(roi->rank, roi->dims, sh, sizeof sh), 2 * x->rank);
+    }
     for (int k = 0; k < x->rank; k++) {
         if (!v->data) {
             y->dims[k] = KILN_DIM_UNKNOWN;
@@ -187,10 +194,22 @@ static kiln_status resize_infer(const kiln_infer_args *a) {
         y->dims[k] = rs_out_dim(x->dims[k], s, range);
         if (y->dims[k] < 0) return KILN_TX_FAIL(KILN_ERR_MODEL, a, "invalid scale %g", s);
     }
-    if (at->ctm == RS_TF_CROP_AND_RESIZE && roi && roi->rank == 1 && roi->dims[0] >= 0 &&
-        roi->dims[0] != 2 * x->rank)
-        return KILN_TX_FAIL(KILN_ERR_MODEL, a, "roi has %lld entries, expected %d",
-                            (long long)roi->dims[0], 2 * x->rank);
+    return KILN_OK;
+}
+
+/* Enum fields within their enums; the input indices of roi, scales and
+ * sizes -1 (absent) or an input Resize can have (0..3). */
+static kiln_status resize_validate(const kiln_op_def *op, const void *attrs, const char *node) {
+    const kiln_resize_attrs *at = (const kiln_resize_attrs *)attrs;
+    KILN_TRY(kiln__check_attr(op, node, "mode", at->mode, RS_NEAREST, RS_CUBIC));
+    KILN_TRY(kiln__check_attr(op, node, "coordinate_transformation_mode", at->ctm, RS_HALF_PIXEL,
+                              RS_HALF_PIXEL_SYMMETRIC));
+    KILN_TRY(kiln__check_attr(op, node, "nearest_mode", at->nearest_mode, RS_ROUND_PREFER_FLOOR,
+                              RS_SIMPLE));
+    KILN_TRY(kiln__check_attr(op, node, "exclude_outside", at->exclude_outside, 0, 1));
+    const int32_t idx[3] = {at->in_roi, at->in_scales, at->in_sizes};
+    for (int i = 0; i < 3; i++)
+        KILN_TRY(kiln__check_attr(op, node, "input index", idx[i], -1, 3));
     return KILN_OK;
 }
 
@@ -437,7 +456,7 @@ const kiln_op_def kiln_op_Resize = {
     .min_inputs = 1, .max_inputs = 4, .min_outputs = 1, .max_outputs = 1,
     .attr_size = sizeof(kiln_resize_attrs),
     .host_inputs = (1u << 1) | (1u << 2) | (1u << 3),
-    .import = resize_import, .infer = resize_infer, .cpu = resize_cpu,
+    .import = resize_import, .validate = resize_validate, .infer = resize_infer, .cpu = resize_cpu,
 };
 
 const kiln_op_def kiln_op_Upsample = {
@@ -445,5 +464,5 @@ const kiln_op_def kiln_op_Upsample = {
     .min_inputs = 1, .max_inputs = 2, .min_outputs = 1, .max_outputs = 1,
     .attr_size = sizeof(kiln_resize_attrs),
     .host_inputs = 1u << 1,
-    .import = upsample_import, .infer = resize_infer, .cpu = resize_cpu,
+    .import = upsample_import, .validate = resize_validate, .infer = resize_infer, .cpu = resize_cpu,
 };

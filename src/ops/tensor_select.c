@@ -58,9 +58,17 @@ const kiln_op_def kiln_op_NonZero = {
 static kiln_status compress_import(kiln_import_ctx *ic, void *attrs) {
     kiln_axis_opt_attrs *at = (kiln_axis_opt_attrs *)attrs;
     at->has_axis = kiln_attr_has(ic, "axis");
-    KILN_TRY(kiln__tx_import_axis(ic, "axis", 0, -KILN_MAX_RANK, KILN_MAX_RANK - 1, &at->axis));
+    KILN_TRY(kiln_attr_int32(ic, "axis", 0, &at->axis));
     at->sorted = kiln_attr_int(ic, "sorted", 1) != 0;
     return KILN_OK;
+}
+
+/* has_axis and sorted 0 or 1, axis in [-8, 7] */
+static kiln_status axis_opt_validate(const kiln_op_def *op, const void *attrs, const char *node) {
+    const kiln_axis_opt_attrs *at = (const kiln_axis_opt_attrs *)attrs;
+    KILN_TRY(kiln__check_attr(op, node, "has_axis", at->has_axis, 0, 1));
+    KILN_TRY(kiln__check_attr(op, node, "axis", at->axis, -KILN_MAX_RANK, KILN_MAX_RANK - 1));
+    return kiln__check_attr(op, node, "sorted", at->sorted, 0, 1);
 }
 
 static int64_t tx_count_true(const void *cond, int64_t n) {
@@ -138,7 +146,7 @@ const kiln_op_def kiln_op_Compress = {
     .min_inputs = 2, .max_inputs = 2, .min_outputs = 1, .max_outputs = 1,
     .attr_size = sizeof(kiln_axis_opt_attrs),
     .host_inputs = 1u << 1,
-    .import = compress_import, .infer = compress_infer, .cpu = compress_cpu,
+    .import = compress_import, .validate = axis_opt_validate, .infer = compress_infer, .cpu = compress_cpu,
 };
 
 /* ---- Unique ------------------------------------------------------------------------ */
@@ -383,5 +391,5 @@ const kiln_op_def kiln_op_Unique = {
     .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 4,
     .attr_size = sizeof(kiln_axis_opt_attrs),
     .host_inputs = 1u << 0,
-    .import = compress_import, .infer = unique_infer, .cpu = unique_cpu,
+    .import = compress_import, .validate = axis_opt_validate, .infer = unique_infer, .cpu = unique_cpu,
 };

@@ -66,6 +66,11 @@ static kiln_status reshape_import(kiln_import_ctx *ic, void *attrs) {
     return KILN_OK;
 }
 
+static kiln_status reshape_validate(const kiln_op_def *op, const void *attrs, const char *node) {
+    return kiln__check_attr(op, node, "allowzero", ((const kiln_reshape_attrs *)attrs)->allowzero,
+                            0, 1);
+}
+
 static kiln_status reshape_infer(const kiln_infer_args *a) {
     const kiln_reshape_attrs *at = (const kiln_reshape_attrs *)a->attrs;
     const kiln_tinfo *x = a->in[0];
@@ -161,17 +166,22 @@ static kiln_status reshape_infer(const kiln_infer_args *a) {
 const kiln_op_def kiln_op_Reshape = {
     .name = "Reshape", .domain = "", .since = 1,
     .min_inputs = 1, .max_inputs = 2, .min_outputs = 1, .max_outputs = 1,
-    .flags = KILN_OP_FLAG_INPLACE,
+    .flags = KILN_OP_FLAG_INPLACE | KILN_OP_FLAG_VIEW | KILN_OP_FLAG_REDUCIBLE,
     .attr_size = sizeof(kiln_reshape_attrs),
     .host_inputs = 1u << 1,
-    .import = reshape_import, .infer = reshape_infer, .cpu = tx_copy_through,
+    .import = reshape_import, .validate = reshape_validate, .infer = reshape_infer, .cpu = tx_copy_through,
 };
 
 /* ---- Flatten ----------------------------------------------------------- */
 
 static kiln_status flatten_import(kiln_import_ctx *ic, void *attrs) {
-    return kiln__tx_import_axis(ic, "axis", 1, -KILN_MAX_RANK, KILN_MAX_RANK,
-                                &((kiln_flatten_attrs *)attrs)->axis);
+    return kiln_attr_int32(ic, "axis", 1, &((kiln_flatten_attrs *)attrs)->axis);
+}
+
+/* axis in [-8, 8] (Flatten's axis may equal the rank) */
+static kiln_status flatten_validate(const kiln_op_def *op, const void *attrs, const char *node) {
+    return kiln__check_attr(op, node, "axis", ((const kiln_flatten_attrs *)attrs)->axis,
+                            -KILN_MAX_RANK, KILN_MAX_RANK);
 }
 
 static kiln_status flatten_infer(const kiln_infer_args *a) {
@@ -197,9 +207,9 @@ static kiln_status flatten_infer(const kiln_infer_args *a) {
 const kiln_op_def kiln_op_Flatten = {
     .name = "Flatten", .domain = "", .since = 1,
     .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
-    .flags = KILN_OP_FLAG_INPLACE,
+    .flags = KILN_OP_FLAG_INPLACE | KILN_OP_FLAG_VIEW | KILN_OP_FLAG_REDUCIBLE,
     .attr_size = sizeof(kiln_flatten_attrs),
-    .import = flatten_import, .infer = flatten_infer, .cpu = tx_copy_through,
+    .import = flatten_import, .validate = flatten_validate, .infer = flatten_infer, .cpu = tx_copy_through,
 };
 
 /* ---- Squeeze / Unsqueeze --------------------------------------------------- */
@@ -278,7 +288,7 @@ static kiln_status squeeze_infer(const kiln_infer_args *a) {
 const kiln_op_def kiln_op_Squeeze = {
     .name = "Squeeze", .domain = "", .since = 1,
     .min_inputs = 1, .max_inputs = 2, .min_outputs = 1, .max_outputs = 1,
-    .flags = KILN_OP_FLAG_INPLACE,
+    .flags = KILN_OP_FLAG_INPLACE | KILN_OP_FLAG_VIEW | KILN_OP_FLAG_REDUCIBLE,
     .host_inputs = 1u << 1,
     .import = squeeze_import, .infer = squeeze_infer, .cpu = tx_copy_through,
 };
@@ -323,7 +333,7 @@ static kiln_status unsqueeze_infer(const kiln_infer_args *a) {
 const kiln_op_def kiln_op_Unsqueeze = {
     .name = "Unsqueeze", .domain = "", .since = 1,
     .min_inputs = 1, .max_inputs = 2, .min_outputs = 1, .max_outputs = 1,
-    .flags = KILN_OP_FLAG_INPLACE,
+    .flags = KILN_OP_FLAG_INPLACE | KILN_OP_FLAG_VIEW | KILN_OP_FLAG_REDUCIBLE,
     .host_inputs = 1u << 1,
     .import = unsqueeze_import, .infer = unsqueeze_infer, .cpu = tx_copy_through,
 };
@@ -338,7 +348,7 @@ static kiln_status identity_infer(const kiln_infer_args *a) {
 const kiln_op_def kiln_op_Identity = {
     .name = "Identity", .domain = "", .since = 1,
     .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
-    .flags = KILN_OP_FLAG_INPLACE,
+    .flags = KILN_OP_FLAG_INPLACE | KILN_OP_FLAG_VIEW | KILN_OP_FLAG_REDUCIBLE,
     .infer = identity_infer, .cpu = tx_copy_through,
 };
 
@@ -348,6 +358,11 @@ static kiln_status dropout_import(kiln_import_ctx *ic, void *attrs) {
     kiln_dropout_attrs *at = (kiln_dropout_attrs *)attrs;
     at->mask_like_input = kiln_import_opset(ic) < 10;
     return KILN_OK;
+}
+
+static kiln_status dropout_validate(const kiln_op_def *op, const void *attrs, const char *node) {
+    return kiln__check_attr(op, node, "mask_like_input (opset < 10)",
+                            ((const kiln_dropout_attrs *)attrs)->mask_like_input, 0, 1);
 }
 
 static kiln_status dropout_infer(const kiln_infer_args *a) {
@@ -394,7 +409,7 @@ const kiln_op_def kiln_op_Dropout = {
     .min_inputs = 1, .max_inputs = 3, .min_outputs = 1, .max_outputs = 2,
     .flags = KILN_OP_FLAG_INPLACE,
     .attr_size = sizeof(kiln_dropout_attrs),
-    .import = dropout_import, .infer = dropout_infer, .cpu = dropout_cpu,
+    .import = dropout_import, .validate = dropout_validate, .infer = dropout_infer, .cpu = dropout_cpu,
 };
 
 /* ---- Shape / Size ---------------------------------------------------------- */
@@ -405,6 +420,11 @@ static kiln_status shape_import(kiln_import_ctx *ic, void *attrs) {
     at->has_end = kiln_attr_has(ic, "end");
     at->end = kiln_attr_int(ic, "end", 0);
     return KILN_OK;
+}
+
+/* start and end: any value (clamped to the rank); has_end 0 or 1 */
+static kiln_status shape_validate(const kiln_op_def *op, const void *attrs, const char *node) {
+    return kiln__check_attr(op, node, "has_end", ((const kiln_shape_attrs *)attrs)->has_end, 0, 1);
 }
 
 static void shape_range(const kiln_shape_attrs *at, int rank, int *b, int *e) {
@@ -446,7 +466,7 @@ const kiln_op_def kiln_op_Shape = {
     .min_inputs = 1, .max_inputs = 1, .min_outputs = 1, .max_outputs = 1,
     .flags = KILN_OP_FLAG_SHAPE_ONLY,
     .attr_size = sizeof(kiln_shape_attrs),
-    .import = shape_import, .infer = shape_infer, .cpu = shape_cpu,
+    .import = shape_import, .validate = shape_validate, .infer = shape_infer, .cpu = shape_cpu,
 };
 
 static kiln_status size_infer(const kiln_infer_args *a) {

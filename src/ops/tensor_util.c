@@ -431,13 +431,9 @@ kiln_status kiln__tx_merge_dim(const char *op, const char *node, int64_t a, int6
 
 /* ---- import helpers ----------------------------------------------------- */
 
-kiln_status kiln__tx_import_axis(kiln_import_ctx *ic, const char *name, int64_t dflt, int64_t lo,
-                                 int64_t hi, int32_t *out) {
-    int64_t v = kiln_attr_int(ic, name, dflt);
-    if (v < lo || v > hi)
-        return KILN_IMPORT_FAIL(ic, "attribute '%s' = %lld is out of range", name, (long long)v);
-    *out = (int32_t)v;
-    return KILN_OK;
+kiln_status kiln__tx_validate_axis(const kiln_op_def *op, const void *attrs, const char *node) {
+    return kiln__check_attr(op, node, "axis", ((const kiln_axis_attrs *)attrs)->axis,
+                            -KILN_MAX_RANK, KILN_MAX_RANK - 1);
 }
 
 kiln_status kiln__tx_ints_attr_to_input(kiln_import_ctx *ic, const char *attr, int input) {

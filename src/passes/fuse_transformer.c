@@ -34,19 +34,23 @@
 #include "ops/reduce_attrs.h"
 #include "ops/tensor_internal.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 
-#define MAX_PAT 16
+#define MAX_PAT 32
 
-/* A pattern being collected: node indices (in graph order of the pattern). */
+/* A pattern being collected: node indices (in graph order of the pattern).
+ * One that outgrows MAX_PAT is never committed (overflow). */
 typedef struct pat {
     int nodes[MAX_PAT];
     int n;
+    bool overflow;
 } pat;
 
 static void pat_add(pat *p, int ni) {
     if (p->n < MAX_PAT) p->nodes[p->n++] = ni;
+    else p->overflow = true;
 }
 
 static const kiln_tinfo *info(const kiln_graph *g, int v) { return &g->values[v].info; }
@@ -98,14 +102,11 @@ static bool is_f32(const kiln_graph *g, int v) { return info(g, v)->dtype == KIL
  * dead; names joined from every node of the pattern. */
 static kiln_status pat_commit(kiln_graph *g, const pat *p, int op_id, int n_in, const int *in, int out,
                               const void *attrs) {
-    const char *names[MAX_PAT];
+    if (p->overflow) return KILN_OK; /* too many nodes to fold: left as they are */
     int last = p->nodes[0];
-    for (int i = 0; i < p->n; i++) {
-        names[i] = g->nodes[p->nodes[i]].name ? g->nodes[p->nodes[i]].name : "?";
+    for (int i = 0; i < p->n; i++)
         if (p->nodes[i] > last) last = p->nodes[i];
-    }
-    /* names point into nodes that stay allocated until replace copies them */
-    KILN_TRY(kiln__pat_replace(g, last, op_id, n_in, in, 1, &out, attrs, names, p->n));
+    KILN_TRY(kiln__pat_replace(g, last, op_id, n_in, in, 1, &out, attrs, p->nodes, p->n));
     for (int i = 0; i < p->n; i++)
         if (p->nodes[i] != last) g->nodes[p->nodes[i]].dead = true;
     kiln__graph_link(g);
@@ -128,7 +129,50 @@ static void redirect_uses(kiln_graph *g, int from, int to) {
 
 static bool static_shape(const kiln_tinfo *t) { return t->rank >= 0 && kiln__numel(t->rank, t->dims) >= 0; }
 
+/* Reshape node n2 of Transpose(Reshape(x, [N, c, d]), [0, 2, 1]) to [a..., d, c],
+ * where x is [a..., c, d] and N is the product of a...: the transpose of x's
+ * last two dims, as the dynamo exporter writes key.transpose(-2, -1). Fills
+ * the pattern and x. */
+static bool swaps_last_two(const kiln_graph *g, int n2, int *x, pat *p) {
+    const kiln_node *n = &g->nodes[n2];
+    int t = sole_producer(g, n->in[0], KILN_OP_Transpose);
+    if (t < 0) return false;
+    const kiln_transpose_attrs *ta = g->nodes[t].attrs;
+    if (ta->n_perm != 3 || ta->perm[0] != 0 || ta->perm[1] != 2 || ta->perm[2] != 1) return false;
+    int r1 = sole_producer(g, g->nodes[t].in[0], KILN_OP_Reshape);
+    if (r1 < 0) return false;
+    const kiln_tinfo *xi = info(g, g->nodes[r1].in[0]), *mi = info(g, g->nodes[r1].out[0]);
+    const kiln_tinfo *yi = info(g, n->out[0]);
+    if (!static_shape(xi) || !static_shape(mi) || !static_shape(yi) || xi->rank < 3 || mi->rank != 3 ||
+        yi->rank != xi->rank)
+        return false;
+    int r = xi->rank;
+    if (mi->dims[0] != kiln__numel(r - 2, xi->dims) || mi->dims[1] != xi->dims[r - 2] ||
+        mi->dims[2] != xi->dims[r - 1] || yi->dims[r - 2] != xi->dims[r - 1] || yi->dims[r - 1] != xi->dims[r - 2])
+        return false;
+    for (int i = 0; i < r - 2; i++)
+        if (yi->dims[i] != xi->dims[i]) return false;
+    *x = g->nodes[r1].in[0];
+    pat_add(p, r1);
+    pat_add(p, t);
+    pat_add(p, n2);
+    return true;
+}
+
 static kiln_status opt_layout(kiln_graph *g, const kiln_optimize_opts *o) {
+    for (int ni = 0; ni < g->n_nodes; ni++) {
+        if (g->nodes[ni].dead || g->nodes[ni].op_id != KILN_OP_Reshape) continue;
+        pat pt = {.n = 0};
+        int x;
+        if (!swaps_last_two(g, ni, &x, &pt)) continue;
+        int r = info(g, x)->rank, y = g->nodes[ni].out[0];
+        kiln_transpose_attrs c = {.n_perm = r};
+        for (int i = 0; i < r; i++) c.perm[i] = i;
+        c.perm[r - 2] = r - 1;
+        c.perm[r - 1] = r - 2;
+        if (!kiln__pat_supports(g, o->device, KILN_OP_Transpose, 1, &x, 1, &y, &c)) continue;
+        KILN_TRY(pat_commit(g, &pt, KILN_OP_Transpose, 1, &x, y, &c));
+    }
     for (int ni = 0; ni < g->n_nodes; ni++) {
         kiln_node *n = &g->nodes[ni];
         if (n->dead) continue;
@@ -146,7 +190,7 @@ static kiln_status opt_layout(kiln_graph *g, const kiln_optimize_opts *o) {
                 if (c.perm[i] != i) ident = false;
             }
             int x = g->nodes[p].in[0], y = n->out[0];
-            if (ident && !kiln__pat_is_output(g, y)) {
+            if (ident && !kiln__graph_is_output(g, y)) {
                 redirect_uses(g, y, x);
                 g->nodes[p].dead = true;
                 n->dead = true;
@@ -171,7 +215,7 @@ static kiln_status opt_layout(kiln_graph *g, const kiln_optimize_opts *o) {
             int64_t sd[1] = {yi.rank};
             char base[200];
             snprintf(base, sizeof base, "%s", g->values[y].name ? g->values[y].name : "reshape");
-            KILN_TRY(kiln__pat_add_const(g, base, KILN_DTYPE_INT64, 1, sd, yi.dims, &shape));
+            KILN_TRY(kiln__graph_add_const(g, base, KILN_DTYPE_INT64, 1, sd, yi.dims, &shape));
             n = &g->nodes[ni];
             int in[2] = {g->nodes[p].in[0], shape};
             kiln_reshape_attrs ra = {0};
@@ -216,7 +260,7 @@ static kiln_status match_layernorm(kiln_graph *g, const kiln_optimize_opts *o, i
     int d = dn->in[0], sq = dn->in[1];
     int sub = kiln__pat_producer(g, d, KILN_OP_Sub);
     int sqrt_n = sole_producer(g, sq, KILN_OP_Sqrt);
-    if (sub < 0 || sqrt_n < 0 || g->values[d].n_uses != 2 || kiln__pat_is_output(g, d)) return KILN_OK;
+    if (sub < 0 || sqrt_n < 0 || g->values[d].n_uses != 2 || kiln__graph_is_output(g, d)) return KILN_OK;
     int x = g->nodes[sub].in[0];
     if (!is_f32(g, x)) return KILN_OK;
     int mean_r = sole_producer(g, g->nodes[sub].in[1], KILN_OP_ReduceMean);
@@ -396,7 +440,7 @@ static kiln_status scaled_copy(kiln_graph *g, int v, float s, int *out) {
     kiln_tinfo t = *info(g, v);
     char base[200];
     snprintf(base, sizeof base, "%s", g->values[v].name ? g->values[v].name : "scaled");
-    kiln_status st = kiln__pat_add_const(g, base, KILN_DTYPE_FLOAT32, t.rank, t.dims, y, out);
+    kiln_status st = kiln__graph_add_const(g, base, KILN_DTYPE_FLOAT32, t.rank, t.dims, y, out);
     kiln__free(y);
     return st;
 }
@@ -492,7 +536,44 @@ static bool reshape_splits_heads(const kiln_graph *g, int r, int64_t *H) {
     return true;
 }
 
-/* Operand v of the attention in BHSD order (want_t: K given as [B,H,D,S]).
+/* If node ni multiplies or divides value x by a scalar constant (and x is
+ * its other input), the factor it applies to x. */
+static bool scalar_factor(const kiln_graph *g, int ni, int *x, double *f) {
+    const kiln_node *n = &g->nodes[ni];
+    double c;
+    if (n->n_in != 2) return false;
+    if (n->op_id == KILN_OP_Div && const_scalar(g, n->in[1], &c) && c != 0.0 && isfinite(c)) {
+        *x = n->in[0];
+        *f = 1.0 / c;
+        return true;
+    }
+    if (n->op_id != KILN_OP_Mul) return false;
+    for (int i = 0; i < 2; i++)
+        if (const_scalar(g, n->in[1 - i], &c) && isfinite(c)) {
+            *x = n->in[i];
+            *f = c;
+            return true;
+        }
+    return false;
+}
+
+/* Follows v back through Mul/Div by scalar constants whose results have one
+ * reader (they fold into the attention's scale); returns the value they
+ * scale and multiplies *scale by their factors. */
+static int strip_scales(const kiln_graph *g, int v, double *scale, pat *p) {
+    for (int guard = 0; guard < 4; guard++) {
+        int ni = sole_producer(g, v, 0), x;
+        double f;
+        if (ni < 0 || !scalar_factor(g, ni, &x, &f)) break;
+        if (info(g, x)->rank != info(g, v)->rank) break; /* the factor must not broadcast x */
+        *scale *= f;
+        pat_add(p, ni);
+        v = x;
+    }
+    return v;
+}
+
+/* Operand v of the attention in BHSD order (is_k: K given as [B,H,D,S]).
  * Looks through Transpose(Reshape(x)) head splitting; fills the layout, the
  * source value and the absorbed nodes (only those with no other reader). */
 static void attn_operand(const kiln_graph *g, int v, bool is_k, int *layout, int *src, int64_t *H, pat *p) {
@@ -522,59 +603,219 @@ static void attn_operand(const kiln_graph *g, int v, bool is_k, int *layout, int
     }
 }
 
+/* Whether value m (rank <= 4, dims known) broadcasts into the scores' shape sd. */
+static bool broadcasts_into(const kiln_graph *g, int m, const int64_t *sd) {
+    const kiln_tinfo *mi = info(g, m);
+    if (mi->rank < 0 || mi->rank > 4) return false;
+    for (int i = 0; i < mi->rank; i++) {
+        int64_t md = mi->dims[i], fd = sd[4 - mi->rank + i];
+        if (md < 0 || (md != 1 && md != fd)) return false;
+    }
+    return true;
+}
+
+/* Whether value v has the scores' shape sd (rank 4, known dims). */
+static bool has_shape4(const kiln_graph *g, int v, const int64_t *sd) {
+    const kiln_tinfo *t = info(g, v);
+    if (t->rank != 4) return false;
+    for (int i = 0; i < 4; i++)
+        if (t->dims[i] != sd[i]) return false;
+    return true;
+}
+
+/* A bool condition for the scores: looks through an Expand that only
+ * broadcasts (the kernel broadcasts itself). */
+static int cond_source(const kiln_graph *g, int c, const int64_t *sd) {
+    int e = kiln__pat_producer(g, c, KILN_OP_Expand);
+    if (e >= 0 && broadcasts_into(g, g->nodes[e].in[0], sd) && info(g, g->nodes[e].in[0])->dtype == KILN_DTYPE_BOOL)
+        return g->nodes[e].in[0];
+    return c;
+}
+
+/* Whether the chain of single-reader Add / Where / Mul / Div nodes of the
+ * scores' shape that makes v starts at a MatMul (depth-limited). */
+static bool reaches_qk(const kiln_graph *g, int v, const int64_t *sd, int depth) {
+    int ni = sole_producer(g, v, 0);
+    if (ni < 0 || depth > 12 || !has_shape4(g, v, sd)) return false;
+    const kiln_node *n = &g->nodes[ni];
+    if (n->op_id == KILN_OP_MatMul) return true;
+    if (n->op_id == KILN_OP_Add)
+        return reaches_qk(g, n->in[0], sd, depth + 1) || reaches_qk(g, n->in[1], sd, depth + 1);
+    if (n->op_id == KILN_OP_Where && n->n_in == 3)
+        return reaches_qk(g, n->in[1], sd, depth + 1) || reaches_qk(g, n->in[2], sd, depth + 1);
+    int x;
+    double f;
+    return scalar_factor(g, ni, &x, &f) && reaches_qk(g, x, sd, depth + 1);
+}
+
+/* The score chain of an attention, read back from the Softmax input:
+ *   scores = scale * MatMul(Q, K^T)    (Mul/Div by scalar constants, also on Q and K)
+ *   scores = Where(cond, scores, fill) or Where(cond, fill, scores)   (at most one)
+ *   scores = scores + m                (each m: a float mask, at most two, or
+ *                                       Where(cond, 0, fill) / Where(cond, fill, 0))
+ * in this order (what comes later in the computation is read first). */
+typedef struct attn_scores {
+    int qk;           /* the MatMul node */
+    double scale;
+    int masks[2], n_masks;
+    int cond;         /* bool value or -1 */
+    int cond_mode, cond_fill_if;
+    float fill;
+} attn_scores;
+
+static bool match_scores(const kiln_graph *g, int s, const int64_t *sd, attn_scores *r, pat *p) {
+    r->scale = 1.0;
+    r->n_masks = 0;
+    r->cond = -1;
+    r->cond_mode = KILN_ATTN_COND_NONE;
+    r->cond_fill_if = 0;
+    r->fill = 0.0f;
+    int phase = 0; /* 0: additions, 1: after a select, 2: scales */
+    for (int guard = 0; guard < 12; guard++) {
+        int ni = sole_producer(g, s, 0);
+        if (ni < 0) return false;
+        const kiln_node *n = &g->nodes[ni];
+        if (n->op_id == KILN_OP_MatMul) {
+            r->qk = ni;
+            return has_shape4(g, s, sd);
+        }
+        if (!has_shape4(g, s, sd)) return false;
+        int x;
+        double f;
+        if (n->op_id == KILN_OP_Cast && info(g, n->in[0])->dtype == info(g, s)->dtype) { /* identity */
+            pat_add(p, ni);
+            s = n->in[0];
+        } else if (n->op_id == KILN_OP_Add && phase == 0) {
+            /* which input is the chain: the one of the scores' shape that is made by the
+             * chain's ops; the other must broadcast into the scores */
+            int chain = -1, m = -1;
+            for (int i = 0; i < 2 && chain < 0; i++) {
+                int a = n->in[i], b = n->in[1 - i];
+                if (broadcasts_into(g, b, sd) && reaches_qk(g, a, sd, 0)) {
+                    chain = a;
+                    m = b;
+                }
+            }
+            if (chain < 0) return false;
+            int w = kiln__pat_producer(g, m, KILN_OP_Where);
+            double z, fv;
+            if (w >= 0 && r->cond < 0 && info(g, g->nodes[w].in[0])->dtype == KILN_DTYPE_BOOL &&
+                broadcasts_into(g, g->nodes[w].in[0], sd) &&
+                ((const_scalar(g, g->nodes[w].in[1], &z) && z == 0.0 && const_scalar(g, g->nodes[w].in[2], &fv)) ||
+                 (const_scalar(g, g->nodes[w].in[2], &z) && z == 0.0 && const_scalar(g, g->nodes[w].in[1], &fv)))) {
+                /* Add(s, Where(cond, 0, fill)): fill is added where cond is false */
+                bool fill_in_else = const_scalar(g, g->nodes[w].in[1], &z) && z == 0.0;
+                r->cond = cond_source(g, g->nodes[w].in[0], sd);
+                r->cond_mode = KILN_ATTN_COND_ADD;
+                r->cond_fill_if = fill_in_else ? 0 : 1;
+                r->fill = (float)fv;
+                pat_add(p, ni);
+                if (kiln__pat_sole_use(g, m)) pat_add(p, w); /* read in reverse: Where, then Add */
+            } else {
+                if (r->n_masks == 2 || !is_f32(g, m)) return false;
+                r->masks[r->n_masks++] = m;
+                pat_add(p, ni);
+            }
+            s = chain;
+        } else if (n->op_id == KILN_OP_Where && phase <= 1 && r->cond < 0) {
+            double fv;
+            int c = n->in[0], chain;
+            if (info(g, c)->dtype != KILN_DTYPE_BOOL || !broadcasts_into(g, c, sd)) return false;
+            if (const_scalar(g, n->in[2], &fv)) { /* Where(cond, s, fill): fill where cond is false */
+                chain = n->in[1];
+                r->cond_fill_if = 0;
+            } else if (const_scalar(g, n->in[1], &fv)) {
+                chain = n->in[2];
+                r->cond_fill_if = 1;
+            } else {
+                return false;
+            }
+            r->cond = cond_source(g, c, sd);
+            r->cond_mode = KILN_ATTN_COND_SELECT;
+            r->fill = (float)fv;
+            pat_add(p, ni);
+            s = chain;
+            phase = 1;
+        } else if (scalar_factor(g, ni, &x, &f)) {
+            r->scale *= f;
+            pat_add(p, ni);
+            s = x;
+            phase = 2;
+        } else {
+            return false;
+        }
+    }
+    return false;
+}
+
+/* Softmax output -> [IsNaN + Where(isnan, 0, p)] -> MatMul(., V): the MatMul
+ * node (or -1); *nan_zero set when the NaN rule is there. */
+static int skip_identity_cast(const kiln_graph *g, int y, pat *p) {
+    int c = sole_consumer_op(g, y, KILN_OP_Cast);
+    if (c < 0 || info(g, g->nodes[c].out[0])->dtype != info(g, y)->dtype) return y;
+    pat_add(p, c);
+    return g->nodes[c].out[0];
+}
+
+static int match_probs(const kiln_graph *g, int y, int *nan_zero, pat *p) {
+    *nan_zero = 0;
+    y = skip_identity_cast(g, y, p);
+    if (!kiln__graph_is_output(g, y) && g->values[y].n_uses == 2) {
+        int isn = -1, wh = -1;
+        for (int ni = 0; ni < g->n_nodes; ni++) {
+            const kiln_node *n = &g->nodes[ni];
+            if (n->dead) continue;
+            if (n->op_id == KILN_OP_IsNaN && n->in[0] == y) isn = ni;
+            else if (n->op_id == KILN_OP_Where && n->n_in == 3 && n->in[2] == y) wh = ni;
+        }
+        if (isn < 0 || wh < 0 || g->nodes[wh].in[0] != g->nodes[isn].out[0] ||
+            !kiln__pat_sole_use(g, g->nodes[isn].out[0]) || !kiln__pat_const_is(g, g->nodes[wh].in[1], 0.0) ||
+            kiln__numel(info(g, g->nodes[wh].in[1])->rank, info(g, g->nodes[wh].in[1])->dims) != 1)
+            return -1;
+        pat_add(p, isn);
+        pat_add(p, wh);
+        *nan_zero = 1;
+        y = skip_identity_cast(g, g->nodes[wh].out[0], p);
+    }
+    int pv = sole_consumer_op(g, y, KILN_OP_MatMul);
+    return pv >= 0 && g->nodes[pv].in[0] == y ? pv : -1;
+}
+
 static kiln_status match_attention(kiln_graph *g, const kiln_optimize_opts *o, int sm) {
     const kiln_node *smn = &g->nodes[sm];
     const kiln_softmax_attrs *sa = smn->attrs;
     const kiln_tinfo *si = info(g, smn->in[0]);
     if (si->rank != 4 || !is_f32(g, smn->in[0])) return KILN_OK;
     if (sa->axis != -1 && sa->axis != 3) return KILN_OK;
-    int pv = sole_consumer_op(g, smn->out[0], KILN_OP_MatMul);
-    if (pv < 0 || g->nodes[pv].in[0] != smn->out[0]) return KILN_OK;
-    /* scores: MatMul -> (Div|Mul const) -> (Add mask) */
-    int s = smn->in[0], mask = -1, add = -1, scl = -1, qk;
-    float scale = 1.0f;
-    add = sole_producer(g, s, KILN_OP_Add);
-    if (add >= 0) {
-        for (int i = 0; i < 2; i++) {
-            int a = g->nodes[add].in[i];
-            if ((kiln__pat_producer(g, a, KILN_OP_MatMul) >= 0 || kiln__pat_producer(g, a, KILN_OP_Div) >= 0 ||
-                 kiln__pat_producer(g, a, KILN_OP_Mul) >= 0) &&
-                kiln__pat_sole_use(g, a)) {
-                s = a;
-                mask = g->nodes[add].in[1 - i];
-                break;
-            }
-        }
-        if (mask < 0 || !is_f32(g, mask) || info(g, mask)->rank < 0 || info(g, mask)->rank > 4) return KILN_OK;
-        /* the mask broadcasts into the scores, not the scores into a bigger shape */
-        const kiln_tinfo *ao = info(g, g->nodes[add].out[0]), *so = info(g, s);
-        if (ao->rank != 4 || so->rank != 4) return KILN_OK;
-        for (int i = 0; i < 4; i++)
-            if (ao->dims[i] != so->dims[i] || ao->dims[i] == KILN_DIM_UNKNOWN) return KILN_OK;
+    int64_t sd[4];
+    for (int i = 0; i < 4; i++) {
+        sd[i] = si->dims[i];
+        if (sd[i] < 0) return KILN_OK;
     }
-    double c;
-    if ((scl = sole_producer(g, s, KILN_OP_Div)) >= 0 && const_scalar(g, g->nodes[scl].in[1], &c) && c != 0.0) {
-        scale = (float)(1.0 / c);
-        s = g->nodes[scl].in[0];
-    } else if ((scl = sole_producer(g, s, KILN_OP_Mul)) >= 0) {
-        int x = -1;
-        for (int i = 0; i < 2; i++)
-            if (const_scalar(g, g->nodes[scl].in[1 - i], &c)) x = g->nodes[scl].in[i];
-        if (x < 0) return KILN_OK;
-        scale = (float)c;
-        s = x;
-    } else {
-        scl = -1;
-    }
-    qk = sole_producer(g, s, KILN_OP_MatMul);
-    if (qk < 0) return KILN_OK;
-    kiln_attention_attrs aa = {.tactic = {0, 0}, .scale = scale,
+    /* the layer is named after its nodes in computation order: operands, Q K^T,
+     * the score chain, Softmax, the NaN rule, P V, the merge */
+    pat p = {.n = 0}, probs = {.n = 0}, chain = {.n = 0};
+    int nan_zero;
+    int pv = match_probs(g, smn->out[0], &nan_zero, &probs);
+    if (pv < 0) return KILN_OK;
+    attn_scores sc;
+    if (!match_scores(g, smn->in[0], sd, &sc, &chain)) return KILN_OK;
+    int qk = sc.qk;
+    for (int i = 0; i < sc.n_masks; i++)
+        if (!is_f32(g, sc.masks[i])) return KILN_OK;
+    /* scales on Q and on K^T fold in too */
+    pat scl = {.n = 0};
+    int qv = strip_scales(g, g->nodes[qk].in[0], &sc.scale, &scl);
+    int kv = strip_scales(g, g->nodes[qk].in[1], &sc.scale, &scl);
+    int vv = g->nodes[pv].in[1];
+    if (!isfinite(sc.scale) || fabs(sc.scale) > FLT_MAX) return KILN_OK;
+    kiln_attention_attrs aa = {.tactic = {0, 0}, .scale = (float)sc.scale,
                                .precision = o->precision == KILN_PRECISION_BF16 ? KILN_PRECISION_BF16
-                                                                                : KILN_PRECISION_FP32};
-    pat p = {.n = 0};
+                                                                                : KILN_PRECISION_FP32,
+                               .cond_mode = sc.cond_mode, .cond_fill_if = sc.cond_fill_if,
+                               .fill = sc.cond >= 0 ? sc.fill : 0.0f, .nan_to_zero = nan_zero};
     int q, k, v;
     int64_t hq, hk, hv;
-    int qv = g->nodes[qk].in[0], kv = g->nodes[qk].in[1], vv = g->nodes[pv].in[1];
     if (info(g, qv)->rank != 4 || info(g, kv)->rank != 4 || info(g, vv)->rank != 4) return KILN_OK;
     if (!is_f32(g, qv) || !is_f32(g, kv) || !is_f32(g, vv)) return KILN_OK;
     attn_operand(g, qv, false, &aa.q_layout, &q, &hq, &p);
@@ -587,11 +828,13 @@ static kiln_status match_attention(kiln_graph *g, const kiln_optimize_opts *o, i
     int64_t H = info(g, qv)->dims[1];
     if (H <= 0 || H > INT32_MAX || (hq && hq != H) || (hk && hk != H) || (hv && hv != H)) return KILN_OK;
     aa.num_heads = (int32_t)H;
+    for (int i = 0; i < scl.n; i++) pat_add(&p, scl.nodes[i]);
     pat_add(&p, qk);
-    if (scl >= 0) pat_add(&p, scl);
-    if (add >= 0) pat_add(&p, add);
+    for (int i = chain.n - 1; i >= 0; i--) pat_add(&p, chain.nodes[i]);
     pat_add(&p, sm);
+    for (int i = 0; i < probs.n; i++) pat_add(&p, probs.nodes[i]);
     pat_add(&p, pv);
+    p.overflow |= scl.overflow || chain.overflow || probs.overflow;
     /* the merge back: Transpose(0,2,1,3) + Reshape [B,S,H*D] */
     int y = g->nodes[pv].out[0];
     aa.out_layout = KILN_ATTN_BHSD;
@@ -609,8 +852,8 @@ static kiln_status match_attention(kiln_graph *g, const kiln_optimize_opts *o, i
             y = g->nodes[r].out[0];
         }
     }
-    int in[4] = {q, k, v, mask};
-    int n_in = mask >= 0 ? 4 : 3;
+    int in[6] = {q, k, v, sc.n_masks > 0 ? sc.masks[0] : -1, sc.cond, sc.n_masks > 1 ? sc.masks[1] : -1};
+    int n_in = sc.n_masks > 1 ? 6 : sc.cond >= 0 ? 5 : sc.n_masks > 0 ? 4 : 3;
     if (!kiln__pat_supports(g, o->device, KILN_OP_Attention, n_in, in, 1, &y, &aa)) return KILN_OK;
     return pat_commit(g, &p, KILN_OP_Attention, n_in, in, y, &aa);
 }
@@ -659,8 +902,8 @@ static kiln_status match_qkv(kiln_graph *g, const kiln_optimize_opts *o, int an)
     snprintf(base, sizeof base, "%s", g->nodes[mm[0]].name ? g->nodes[mm[0]].name : "qkv");
     int wv, bv = -1, y;
     int64_t wd[2] = {K, 3 * N}, bd[1] = {3 * N};
-    kiln_status st = kiln__pat_add_const(g, base, KILN_DTYPE_FLOAT32, 2, wd, w, &wv);
-    if (st == KILN_OK && has_bias) st = kiln__pat_add_const(g, base, KILN_DTYPE_FLOAT32, 1, bd, bias, &bv);
+    kiln_status st = kiln__graph_add_const(g, base, KILN_DTYPE_FLOAT32, 2, wd, w, &wv);
+    if (st == KILN_OK && has_bias) st = kiln__graph_add_const(g, base, KILN_DTYPE_FLOAT32, 1, bd, bias, &bv);
     kiln__free(w);
     kiln__free(bias);
     KILN_TRY(st);
@@ -678,14 +921,14 @@ static kiln_status match_qkv(kiln_graph *g, const kiln_optimize_opts *o, int an)
     int in[3] = {g->nodes[mm[0]].in[0], wv, bv};
     int n_in = has_bias ? 3 : 2;
     aa.q_layout = aa.k_layout = aa.v_layout = KILN_ATTN_QKV;
-    int ain[4] = {y, y, y, g->nodes[an].n_in > 3 ? g->nodes[an].in[3] : -1};
+    int ain[6] = {y, y, y, -1, -1, -1}; /* Q, K, V from y; the masks stay */
+    for (int i = 3; i < g->nodes[an].n_in && i < 6; i++) ain[i] = g->nodes[an].in[i];
     if (!kiln__pat_supports(g, o->device, KILN_OP_FusedMatMul, n_in, in, 1, &y, &nf) ||
         !kiln__pat_supports(g, o->device, KILN_OP_Attention, g->nodes[an].n_in, ain, 1, g->nodes[an].out, &aa))
         return KILN_OK; /* the new constants are dropped by DCE */
     /* the first projection (in graph order) becomes the fused one: A is made before it */
     int first = mm[0] < mm[1] ? (mm[0] < mm[2] ? mm[0] : mm[2]) : (mm[1] < mm[2] ? mm[1] : mm[2]);
-    const char *names[3] = {g->nodes[mm[0]].name, g->nodes[mm[1]].name, g->nodes[mm[2]].name};
-    KILN_TRY(kiln__pat_replace(g, first, KILN_OP_FusedMatMul, n_in, in, 1, &y, &nf, names, 3));
+    KILN_TRY(kiln__pat_replace(g, first, KILN_OP_FusedMatMul, n_in, in, 1, &y, &nf, mm, 3));
     for (int i = 0; i < 3; i++)
         if (mm[i] != first) g->nodes[mm[i]].dead = true;
     kiln_node *a = &g->nodes[an];
@@ -699,20 +942,29 @@ static kiln_status match_qkv(kiln_graph *g, const kiln_optimize_opts *o, int an)
 
 kiln_status kiln__opt_transformer(kiln_graph *g, const kiln_optimize_opts *o) {
     kiln__graph_link(g);
-    KILN_TRY(opt_layout(g, o));
-    for (int ni = 0; ni < g->n_nodes; ni++)
+    /* ONNX Gelu (opset 20) is kiln.Gelu with the same attributes (part of fuse_gelu) */
+    for (int ni = 0; kiln__pass_on(o, KILN_PASS_FUSE_GELU) && ni < g->n_nodes; ni++) {
+        kiln_node *n = &g->nodes[ni];
+        if (n->dead || n->op_id != KILN_OP_GeluOnnx) continue;
+        int x = n->in[0], y = n->out[0];
+        if (!kiln__pat_supports(g, o->device, KILN_OP_Gelu, 1, &x, 1, &y, n->attrs)) continue;
+        n->op_id = KILN_OP_Gelu;
+        n->op = kiln__op_by_id(KILN_OP_Gelu);
+    }
+    if (kiln__pass_on(o, KILN_PASS_MERGE_TRANSPOSE_RESHAPE)) KILN_TRY(opt_layout(g, o));
+    for (int ni = 0; kiln__pass_on(o, KILN_PASS_FUSE_LAYERNORM) && ni < g->n_nodes; ni++)
         if (!g->nodes[ni].dead && g->nodes[ni].op_id == KILN_OP_Div) KILN_TRY(match_layernorm(g, o, ni));
-    for (int ni = 0; ni < g->n_nodes; ni++) {
+    for (int ni = 0; kiln__pass_on(o, KILN_PASS_FUSE_GELU) && ni < g->n_nodes; ni++) {
         if (g->nodes[ni].dead) continue;
         if (g->nodes[ni].op_id == KILN_OP_Erf) KILN_TRY(match_gelu_erf(g, o, ni));
         else if (g->nodes[ni].op_id == KILN_OP_Tanh) KILN_TRY(match_gelu_tanh(g, o, ni));
     }
-    for (int ni = 0; ni < g->n_nodes; ni++)
+    for (int ni = 0; kiln__pass_on(o, KILN_PASS_FUSE_ATTENTION) && ni < g->n_nodes; ni++)
         if (!g->nodes[ni].dead && g->nodes[ni].op_id == KILN_OP_Softmax) KILN_TRY(match_attention(g, o, ni));
-    for (int ni = 0; ni < g->n_nodes; ni++)
+    for (int ni = 0; kiln__pass_on(o, KILN_PASS_FUSE_MATMUL) && ni < g->n_nodes; ni++)
         if (!g->nodes[ni].dead && (g->nodes[ni].op_id == KILN_OP_MatMul || g->nodes[ni].op_id == KILN_OP_Gemm))
             KILN_TRY(match_matmul(g, o, ni));
-    for (int ni = 0; ni < g->n_nodes; ni++)
+    for (int ni = 0; kiln__pass_on(o, KILN_PASS_FUSE_QKV) && ni < g->n_nodes; ni++)
         if (!g->nodes[ni].dead && g->nodes[ni].op_id == KILN_OP_Attention) KILN_TRY(match_qkv(g, o, ni));
     return KILN_OK;
 }

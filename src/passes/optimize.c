@@ -7,126 +7,52 @@
 
 #include <stdio.h>
 
-int kiln__pat_producer(const kiln_graph *g, int v, int op_id) {
-    if (v < 0 || v >= g->n_values) return -1;
-    int p = g->values[v].producer;
-    if (p < 0 || g->nodes[p].dead) return -1;
-    if (op_id && g->nodes[p].op_id != op_id) return -1;
-    return p;
+/* ---- the passes that can be switched off (kiln_builder_disable_pass) ------ */
+
+static const struct {
+    const char *name, *what;
+} pass_table[KILN_PASS_COUNT] = {
+    [KILN_PASS_FOLD_BN] = {"fold_bn", "BatchNormalization after a Conv folded into its weights and bias"},
+    [KILN_PASS_FUSE_CONV] = {"fuse_conv",
+                             "Conv + residual Add + activation into one kiln.FusedConv layer"},
+    [KILN_PASS_FUSE_PWDW] = {"fuse_pwdw", "CPU: 1x1 + depthwise 3x3 (+ 1x1 project) FusedConv layers into "
+                                          "one kiln.PwDwConv (MobileNet blocks)"},
+    [KILN_PASS_MERGE_TRANSPOSE_RESHAPE] = {"merge_transpose_reshape",
+                                           "Transpose of Transpose composed (or removed), Reshape of "
+                                           "Reshape made one Reshape"},
+    [KILN_PASS_FUSE_LAYERNORM] = {"fuse_layernorm", "decomposed LayerNorm (ReduceMean ... Div, Mul, Add) "
+                                                    "into LayerNormalization"},
+    [KILN_PASS_FUSE_GELU] = {"fuse_gelu", "GELU (erf or tanh form) into kiln.Gelu"},
+    [KILN_PASS_FUSE_ATTENTION] = {"fuse_attention", "MatMul, scale, mask, Softmax, MatMul (and the head "
+                                                    "split and merge around them) into kiln.Attention"},
+    [KILN_PASS_FUSE_MATMUL] = {"fuse_matmul",
+                               "MatMul/Gemm + bias + residual + Relu/Gelu into kiln.FusedMatMul"},
+    [KILN_PASS_FUSE_QKV] = {"fuse_qkv", "an Attention's Q, K and V projections into one FusedMatMul"},
+    [KILN_PASS_CPU_LAYOUT] = {"cpu_layout", "CPU: NHWC or blocked nChw16c tensors between convolution "
+                                            "layers (chosen by timing at build)"},
+    [KILN_PASS_CUDA_NHWC] = {"cuda_nhwc", "CUDA: NHWC tensors between fp16/bf16 cuDNN convolution layers"},
+};
+
+int kiln_pass_count(void) { return KILN_PASS_COUNT; }
+
+const char *kiln_pass_name(int index) {
+    return index >= 0 && index < KILN_PASS_COUNT ? pass_table[index].name : NULL;
 }
 
-bool kiln__pat_is_output(const kiln_graph *g, int v) {
-    for (int i = 0; i < g->n_outputs; i++)
-        if (g->outputs[i] == v) return true;
-    return false;
+const char *kiln_pass_description(int index) {
+    return index >= 0 && index < KILN_PASS_COUNT ? pass_table[index].what : NULL;
 }
 
-bool kiln__pat_supports(const kiln_graph *g, int device, int op_id, int n_in, const int *in, int n_out,
-                        const int *out, const void *attrs) {
-    const kiln_backend_i *be = kiln__backend_for(device);
-    const kiln_op_def *op = kiln__op_by_id(op_id);
-    if (!be || !op) return false;
-    kiln_node t = {.op_id = op_id, .op = op, .name = NULL, .n_in = n_in, .n_out = n_out,
-                   .in = (int *)in, .out = (int *)out, .attrs = (void *)attrs, .device = device};
-    return be->supports(g, &t);
-}
-
-bool kiln__pat_sole_use(const kiln_graph *g, int v) {
-    return v >= 0 && g->values[v].n_uses == 1 && !kiln__pat_is_output(g, v);
-}
-
-int kiln__pat_sole_consumer(const kiln_graph *g, int v) {
-    if (!kiln__pat_sole_use(g, v)) return -1;
-    for (int ni = 0; ni < g->n_nodes; ni++) {
-        const kiln_node *n = &g->nodes[ni];
-        if (n->dead) continue;
-        for (int i = 0; i < n->n_in; i++)
-            if (n->in[i] == v) return ni;
-    }
+int kiln__pass_find(const char *name) {
+    for (int i = 0; name && i < KILN_PASS_COUNT; i++)
+        if (!strcmp(pass_table[i].name, name)) return i;
     return -1;
-}
-
-const float *kiln__pat_const_f32(const kiln_graph *g, int v, int64_t *numel) {
-    if (v < 0) return NULL;
-    const kiln_value *val = &g->values[v];
-    if (!(val->flags & KILN_VALUE_CONST) || val->info.dtype != KILN_DTYPE_FLOAT32) return NULL;
-    if (numel) *numel = kiln__numel(val->info.rank, val->info.dims);
-    return val->data;
-}
-
-bool kiln__pat_const_is(const kiln_graph *g, int v, double x) {
-    if (v < 0) return false;
-    const kiln_value *val = &g->values[v];
-    if (!(val->flags & KILN_VALUE_CONST)) return false;
-    int64_t n = kiln__numel(val->info.rank, val->info.dims);
-    if (n <= 0) return false;
-    for (int64_t i = 0; i < n; i++) {
-        double e;
-        switch (val->info.dtype) {
-        case KILN_DTYPE_FLOAT32: e = ((const float *)val->data)[i]; break;
-        case KILN_DTYPE_FLOAT64: e = ((const double *)val->data)[i]; break;
-        case KILN_DTYPE_FLOAT16: e = kiln__f16_to_f32(((const uint16_t *)val->data)[i]); break;
-        case KILN_DTYPE_INT64: e = (double)((const int64_t *)val->data)[i]; break;
-        case KILN_DTYPE_INT32: e = ((const int32_t *)val->data)[i]; break;
-        default: return false;
-        }
-        if (e != x) return false;
-    }
-    return true;
-}
-
-kiln_status kiln__pat_replace(kiln_graph *g, int ni, int op_id, int n_in, const int *in, int n_out,
-                              const int *out, const void *attrs, const char *const *names,
-                              int n_names) {
-    const kiln_op_def *op = kiln__op_by_id(op_id);
-    if (!op) return KILN_FAIL(KILN_ERR_INTERNAL, "optimizer: unknown op id %d", op_id);
-    kiln_sbuf nm = {0};
-    for (int i = 0; i < n_names; i++) kiln__sbuf_printf(&nm, "%s%s", i ? "+" : "", names[i]);
-    int *nin = kiln__calloc((size_t)n_in + 1, sizeof *nin);
-    int *nout = kiln__calloc((size_t)n_out + 1, sizeof *nout);
-    void *na = op->attr_size ? kiln__calloc(1, op->attr_size) : NULL;
-    if (!nm.data || !nin || !nout || (op->attr_size && !na)) {
-        kiln__sbuf_free(&nm);
-        kiln__free(nin);
-        kiln__free(nout);
-        kiln__free(na);
-        return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory (optimizer)");
-    }
-    if (n_in) memcpy(nin, in, sizeof *nin * (size_t)n_in);
-    if (n_out) memcpy(nout, out, sizeof *nout * (size_t)n_out);
-    if (na && attrs) memcpy(na, attrs, op->attr_size);
-    kiln_node *n = &g->nodes[ni];
-    kiln__free(n->name);
-    kiln__free(n->in);
-    kiln__free(n->out);
-    kiln__free(n->attrs);
-    n->name = nm.data; /* the sbuf's buffer changes owner */
-    n->in = nin;
-    n->out = nout;
-    n->attrs = na;
-    n->n_in = n_in;
-    n->n_out = n_out;
-    n->op_id = op_id;
-    n->op = op;
-    for (int i = 0; i < n_out; i++)
-        if (out[i] >= 0) g->values[out[i]].producer = ni;
-    return KILN_OK;
-}
-
-kiln_status kiln__pat_add_const(kiln_graph *g, const char *base, kiln_dtype dtype, int rank,
-                                const int64_t *dims, const void *data, int *out) {
-    char name[256];
-    for (int k = 0;; k++) {
-        snprintf(name, sizeof name, "%s/kiln_%d", base, k);
-        if (kiln__graph_find_value(g, name) < 0) break;
-    }
-    KILN_TRY(kiln__graph_add_value(g, name, out));
-    return kiln__value_set_const(&g->values[*out], dtype, rank, dims, data);
 }
 
 kiln_status kiln__pass_optimize(kiln_graph *g, const kiln_optimize_opts *o) {
     /* fp16/bf16 device plans are converted even without optimizations (precision.c) */
-    bool reduced = o->device != KILN_DEVICE_CPU &&
+    const kiln_backend_i *be = kiln__backend_for(o->device);
+    bool reduced = be && be->reduced_tensors &&
                    (o->precision == KILN_PRECISION_FP16 || o->precision == KILN_PRECISION_BF16);
     if (o->disable && !reduced) return KILN_OK;
     bool first = reduced && kiln__precision_first(o);
@@ -137,5 +63,5 @@ kiln_status kiln__pass_optimize(kiln_graph *g, const kiln_optimize_opts *o) {
     if (reduced && !first) KILN_TRY(kiln__pass_precision(g, o));
     kiln__graph_link(g);
     KILN_TRY(kiln__pass_dce(g));
-    return kiln__pass_infer(g);
+    return kiln__graph_infer(g);
 }

@@ -15,8 +15,6 @@ KILN_PRIVATE int kiln__pat_producer(const kiln_graph *g, int v, int op_id);
 /* Whether value v has exactly one reader and is not a graph output (so the
  * node producing it can be folded into that reader). */
 KILN_PRIVATE bool kiln__pat_sole_use(const kiln_graph *g, int v);
-/* Whether value v is one of the graph's outputs. */
-KILN_PRIVATE bool kiln__pat_is_output(const kiln_graph *g, int v);
 /* Whether the backend of `device` has a kernel for a node of op `op_id` with
  * these inputs, outputs and attrs (asked with a temporary node; g is not
  * changed). */
@@ -30,15 +28,13 @@ KILN_PRIVATE const float *kiln__pat_const_f32(const kiln_graph *g, int v, int64_
 /* Whether v is a constant with every element equal to x (any float dtype or int). */
 KILN_PRIVATE bool kiln__pat_const_is(const kiln_graph *g, int v, double x);
 /* Replaces node ni in place by a node of op `op_id` with the given inputs,
- * outputs and attrs (op->attr_size bytes, copied), named after the nodes it
- * came from: "a+b+c" from names[0..n_names) (the node keeps its device). */
+ * outputs and attrs (op->attr_size bytes, copied), made from the nodes
+ * from[0..n_from) (ni among them): named "a+b+c" after them, with their
+ * ONNX source nodes as its sources (kiln__node_source). The node keeps its
+ * device. */
 KILN_PRIVATE kiln_status kiln__pat_replace(kiln_graph *g, int ni, int op_id, int n_in, const int *in,
                                            int n_out, const int *out, const void *attrs,
-                                           const char *const *names, int n_names);
-/* Adds a new constant value (data copied) named after `base` and returns its index. */
-KILN_PRIVATE kiln_status kiln__pat_add_const(kiln_graph *g, const char *base, kiln_dtype dtype,
-                                             int rank, const int64_t *dims, const void *data,
-                                             int *out);
+                                           const int *from, int n_from);
 
 /* Rewrite families, in the order optimize.c runs them. Each returns KILN_OK
  * having changed the graph or not; they keep g linked (kiln__graph_link). */

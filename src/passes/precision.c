@@ -22,40 +22,15 @@
 #include <math.h>
 #include <stdio.h>
 
-#if defined(__has_include)
-#if __has_include("ops/fused_conv.h")
-#include "ops/fused_conv.h"
-#define PREC_HAVE_FUSED_CONV 1
-#endif
-#endif
-
-/* Ops whose float tensors all share one type constraint and whose kernels
- * keep fp32 arithmetic inside. Sum-like reductions (ReduceSum, ReduceL2...)
- * are left out: their results leave the fp16 range easily. */
-static const char *const reducible_ops[] = {
-    "Abs", "Neg", "Sqrt", "Exp", "Log", "Reciprocal", "Floor", "Ceil", "Round", "Sign", "Sin",
-    "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh", "Erf",
-    "Relu", "LeakyRelu", "Elu", "Selu", "Celu", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh",
-    "Softplus", "Softsign", "Mish", "ThresholdedRelu", "Shrink", "IsNaN", "IsInf", "Clip", "Add",
-    "Sub", "Mul", "Div", "Pow", "Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual",
-    "PRelu", "Max", "Min", "Sum", "Mean", "Where", "Reshape", "Flatten", "Squeeze", "Unsqueeze",
-    "Identity", "Transpose", "Concat", "Split", "Slice", "Expand", "Tile", "Gather",
-    "GlobalAveragePool", "GlobalMaxPool", "MatMul", "Gemm", "Conv", "MaxPool", "AveragePool",
-    "BatchNormalization", "LayerNormalization", "Softmax", "LogSoftmax", "ReduceMean",
-    "ReduceMax", "ReduceMin",
-    /* kiln's fused layers (domain "kiln") */
-    "FusedConv", "FusedMatMul", "Attention", "Gelu", NULL};
-
+/* Whether n may run in fp16/bf16: its op is KILN_OP_FLAG_REDUCIBLE (float
+ * tensors of one type, fp32 arithmetic inside), and with
+ * KILN_OP_FLAG_REDUCIBLE_OUT0 its outputs after the first are absent. */
 static bool op_reducible(const kiln_node *n) {
-    for (int i = 0; reducible_ops[i]; i++)
-        if (!strcmp(n->op->name, reducible_ops[i])) {
-            /* LayerNormalization's optional Mean/InvStdDev outputs are float32 by definition */
-            if (!strcmp(n->op->name, "LayerNormalization"))
-                for (int k = 1; k < n->n_out; k++)
-                    if (n->out[k] >= 0) return false;
-            return true;
-        }
-    return false;
+    if (!(n->op->flags & KILN_OP_FLAG_REDUCIBLE)) return false;
+    if (n->op->flags & KILN_OP_FLAG_REDUCIBLE_OUT0)
+        for (int k = 1; k < n->n_out; k++)
+            if (n->out[k] >= 0) return false;
+    return true;
 }
 
 bool kiln__layer_name_matches(const char *name, const char *want) {
@@ -92,7 +67,7 @@ static bool infer_agrees(const kiln_graph *g, const kiln_node *n, kiln_dtype t) 
     }
     kiln_infer_args ia = {.op = n->op, .attrs = n->attrs, .node_name = n->name, .n_in = n->n_in,
                           .n_out = n->n_out, .in = ins, .out = outp};
-    if (n->op->infer(&ia) != KILN_OK) {
+    if (kiln__infer(&ia) != KILN_OK) {
         kiln__clear_error(); /* e.g. a layer whose inference wants float32 */
         return false;
     }
@@ -115,7 +90,7 @@ static bool supported_in(const kiln_backend_i *be, kiln_graph *g, const kiln_nod
             vals[nv++] = v;
         }
     }
-    bool ok = nv > 0 && nv < 128 && be->supports(g, n) && infer_agrees(g, n, t);
+    bool ok = nv > 0 && nv < 128 && kiln__backend_supports(be, g, n) && infer_agrees(g, n, t);
     for (int i = 0; i < nv; i++) g->values[vals[i]].info.dtype = KILN_DTYPE_FLOAT32;
     return ok;
 }
@@ -155,6 +130,7 @@ static kiln_status add_cast(prec_ctx *c, int in, int out, kiln_dtype to, int aft
     snprintf(name, sizeof name, "%s/kiln_cast_%s", c->g->values[out].name, kiln_dtype_name(to));
     int ni;
     KILN_TRY(kiln__graph_add_node(c->g, KILN_OP_Cast, name, 1, &in, 1, &out, &at, &ni));
+    c->g->nodes[ni].added = true; /* no ONNX node behind it */
     c->g->nodes[ni].device = c->g->nodes[after >= 0 ? after : ni].device;
     c->after[ni - c->n_nodes0] = after;
     return KILN_OK;
@@ -211,31 +187,6 @@ static kiln_status f_version(prec_ctx *c, int v, int *out) {
     return KILN_OK;
 }
 
-kiln_status kiln__nodes_place_after(kiln_graph *g, int n_nodes0, const int *after) {
-    int total = g->n_nodes, extra = total - n_nodes0;
-    if (!extra) return KILN_OK;
-    kiln_node *nn = kiln__malloc(sizeof *nn * (size_t)(g->cap_nodes > total ? g->cap_nodes : total));
-    if (!nn) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory (precision pass)");
-    int k = 0;
-    for (int j = 0; j < extra; j++)
-        if (after[j] < 0) nn[k++] = g->nodes[n_nodes0 + j];
-    for (int i = 0; i < n_nodes0; i++) {
-        nn[k++] = g->nodes[i];
-        for (int j = 0; j < extra; j++)
-            if (after[j] == i) nn[k++] = g->nodes[n_nodes0 + j];
-    }
-    if (k != total) {
-        kiln__free(nn);
-        return KILN_FAIL(KILN_ERR_INTERNAL, "graph pass: reordering lost nodes (%d of %d)", k,
-                         total);
-    }
-    kiln__free(g->nodes);
-    g->nodes = nn;
-    if (g->cap_nodes < total) g->cap_nodes = total;
-    kiln__graph_link(g);
-    return KILN_OK;
-}
-
 static kiln_status rewrite(prec_ctx *c, const bool *reduce) {
     kiln_graph *g = c->g;
     /* outputs of converted nodes */
@@ -244,7 +195,7 @@ static kiln_status rewrite(prec_ctx *c, const bool *reduce) {
         for (int k = 0; k < g->nodes[ni].n_out; k++) {
             int v = g->nodes[ni].out[k];
             if (v < 0 || !c->f32[v]) continue;
-            if (kiln__pat_is_output(g, v)) {
+            if (kiln__graph_is_output(g, v)) {
                 /* the node writes a new t value; a Cast back writes the output */
                 int nv;
                 KILN_TRY(new_value(c, v, c->t, c->suffix, &nv));
@@ -276,64 +227,28 @@ static kiln_status rewrite(prec_ctx *c, const bool *reduce) {
     return KILN_OK;
 }
 
-/* Whether op `name` (domain "kiln") infers output 0 as t for a small
- * valid node with float inputs of type t; true when the op does not exist
- * or the probe is not valid even in float32. */
-static bool probe_takes(const char *name, int n_in, const int64_t (*dims)[4], const int *ranks,
-                        const void *attrs, kiln_dtype t) {
-    int id = kiln__op_find("kiln", name);
-    const kiln_op_def *op = id ? kiln__op_by_id(id) : NULL;
-    if (!op) return true;
-    unsigned char zero[1024] = {0};
-    if (!attrs) {
-        if (op->attr_size > sizeof zero) return true;
-        attrs = zero;
-    }
-    bool ok[2];
-    kiln_dtype ts[2] = {KILN_DTYPE_FLOAT32, t};
-    for (int k = 0; k < 2; k++) {
-        kiln_tinfo in[4], out;
-        const kiln_tinfo *ip[4];
-        kiln_tinfo *op_ = &out;
-        for (int i = 0; i < n_in; i++) {
-            memset(&in[i], 0, sizeof in[i]);
-            in[i].dtype = ts[k];
-            in[i].rank = ranks[i];
-            memcpy(in[i].dims, dims[i], sizeof(int64_t) * (size_t)ranks[i]);
-            ip[i] = &in[i];
-        }
-        memset(&out, 0, sizeof out);
-        kiln_infer_args ia = {.op = op, .attrs = attrs, .node_name = "precision-probe", .n_in = n_in,
-                              .n_out = 1, .in = ip, .out = &op_};
-        ok[k] = op->infer(&ia) == KILN_OK && out.dtype == ts[k];
-        kiln__clear_error();
-    }
-    return ok[1] || !ok[0];
-}
-
+/* The fusions run first, and the pass converts the fused layers, when every
+ * fused layer (domain "kiln") the backend has a kernel for is
+ * fp16/bf16-eligible (KILN_OP_FLAG_REDUCIBLE: its inference takes fp16 and
+ * bf16, tests/unit/test_registry.c); were one not, the pass would run
+ * before the fusions, which then fuse the layers that stay float32. */
 bool kiln__precision_first(const kiln_optimize_opts *o) {
-    if (o->device == KILN_DEVICE_CPU ||
+    const kiln_backend_i *be = kiln__backend_for(o->device);
+    if (!be || !be->reduced_tensors ||
         (o->precision != KILN_PRECISION_FP16 && o->precision != KILN_PRECISION_BF16))
         return false;
-    kiln_dtype t = o->precision == KILN_PRECISION_FP16 ? KILN_DTYPE_FLOAT16 : KILN_DTYPE_BFLOAT16;
-    static const int64_t mm[2][4] = {{2, 4}, {4, 3}}, x1[1][4] = {{4}};
-    static const int r2[2] = {2, 2}, r1[1] = {1};
-    bool takes = probe_takes("FusedMatMul", 2, mm, r2, NULL, t) && probe_takes("Gelu", 1, x1, r1, NULL, t);
-#if PREC_HAVE_FUSED_CONV
-    static const int64_t cv[2][4] = {{1, 2, 5, 5}, {3, 2, 3, 3}};
-    static const int r4[2] = {4, 4};
-    kiln_fused_conv_attrs fa;
-    memset(&fa, 0, sizeof fa);
-    fa.conv.group = 1;
-    takes = takes && probe_takes("FusedConv", 2, cv, r4, &fa, t);
-#endif
-    return !takes;
+    for (int id = 1; id < KILN_OP_ID_LIMIT; id++) {
+        const kiln_op_def *op = kiln__op_by_id(id);
+        if (op && !strcmp(op->domain, "kiln") && be->kernel_for(id) && !(op->flags & KILN_OP_FLAG_REDUCIBLE))
+            return true;
+    }
+    return false;
 }
 
 kiln_status kiln__pass_precision(kiln_graph *g, const kiln_optimize_opts *o) {
     if (o->precision != KILN_PRECISION_FP16 && o->precision != KILN_PRECISION_BF16) return KILN_OK;
     const kiln_backend_i *be = kiln__backend_for(o->device);
-    if (o->device == KILN_DEVICE_CPU || !be) return KILN_OK;
+    if (!be || !be->reduced_tensors) return KILN_OK;
     kiln__graph_link(g);
     prec_ctx c = {.g = g, .t = o->precision == KILN_PRECISION_FP16 ? KILN_DTYPE_FLOAT16
                                                                      : KILN_DTYPE_BFLOAT16,

@@ -31,9 +31,4 @@ KILN_PRIVATE bool kiln__precision_first(const kiln_optimize_opts *o);
  * layer `want`. */
 KILN_PRIVATE bool kiln__layer_name_matches(const char *name, const char *want);
 
-/* Moves the nodes added to g after its first n_nodes0 ones so that each
- * follows node after[j - n_nodes0] (-1: before every node), in creation
- * order, then re-links g. Used by the passes that insert conversions. */
-KILN_PRIVATE kiln_status kiln__nodes_place_after(kiln_graph *g, int n_nodes0, const int *after);
-
 #endif

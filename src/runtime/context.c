@@ -18,8 +18,11 @@
  * checked against the plan before anything is allocated. Values the plan
  * cannot size (data-dependent shapes), or that turn out larger than
  * planned, take buffers from a per-memory overflow pool instead, reused
- * after their last reader. */
+ * after their last reader. In the debug arena mode (kiln_context_set_debug_arena,
+ * KILN_DEBUG_ARENA=1; src/runtime/debug_arena.c) every run also checks, layer
+ * by layer, that no layer reads bytes another one has overwritten. */
 #include "backends/backend.h"
+#include "runtime/debug.h"
 #include "runtime/engine.h"
 
 #include <stdio.h>
@@ -59,6 +62,11 @@ typedef struct kiln_binding {
     int rank;
     int64_t dims[KILN_MAX_RANK];
 } kiln_binding;
+
+typedef struct kiln_view_buf {
+    void *p;
+    size_t cap;
+} kiln_view_buf;
 
 typedef struct kiln_out_binding {
     void *data;            /* caller memory for an output, or NULL */
@@ -101,6 +109,16 @@ struct kiln_context {
     /* per-layer profile (kiln_context_set_profiling): per node, total time and runs */
     double *prof_us;
     int64_t *prof_runs;
+    /* debugging ("layer callback" below; docs/debugging.md) */
+    kiln_layer_callback layer_cb;
+    void *layer_user;
+    int cb_layer;          /* the layer whose event is being reported, or -1 */
+    kiln_layer_event cb_event;
+    kiln_view_buf *view;   /* host copies handed out as views: used_view of them in this event */
+    int n_view, cap_view, used_view;
+    bool no_reuse;         /* kiln_context_set_memory_reuse(c, 0) */
+    int plant_layer;       /* KILN_TEST_PLANT_BUG: the layer made wrong, or -1 */
+    kiln_arena_check *acheck; /* the debug arena check, or NULL (off) */
 };
 
 static int node_mem(const kiln_context *c, const kiln_node *n) { return kiln__node_mem(c->e, n); }
@@ -141,7 +159,21 @@ kiln_status kiln_context_create(const kiln_engine *e, kiln_context **out) {
         c->slots[i].buf[0] = c->slots[i].buf[1] = -1;
         c->out_slot[i] = -1;
     }
+    c->cb_layer = -1;
+    kiln_engine *me = (kiln_engine *)e; /* the note is made once per engine (dev_lock) */
+    pthread_mutex_lock(&me->dev_lock);
+    c->plant_layer = kiln__plant_bug_layer(g, !me->plant_noted);
+    if (c->plant_layer >= 0) me->plant_noted = true;
+    pthread_mutex_unlock(&me->dev_lock);
     for (int k = 0; k < g->n_outputs; k++) c->out_slot[g->outputs[k]] = k;
+    const char *dbg = getenv("KILN_DEBUG_ARENA");
+    if (dbg && *dbg && strcmp(dbg, "0") != 0) {
+        kiln_status s = kiln__acheck_create(e, &c->acheck);
+        if (s != KILN_OK) {
+            kiln_context_free(c);
+            return s;
+        }
+    }
     for (int m = 0; m < 2; m++) {
         if (!c->be[m]) continue;
         kiln_status s = c->be[m]->state_create(e->opts.device_index, &c->state[m]);
@@ -176,6 +208,9 @@ void kiln_context_free(kiln_context *c) {
     kiln__free(c->node_state);
     kiln__free(c->prof_us);
     kiln__free(c->prof_runs);
+    for (int i = 0; i < c->n_view; i++) kiln__free(c->view[i].p);
+    kiln__free(c->view);
+    kiln__acheck_free(c->acheck);
     if (c->graph) c->be[MEM_DEV]->graph_free(c->state[MEM_DEV], c->graph);
     kiln__free(c->gkey);
     kiln__free(c->graph_out);
@@ -257,9 +292,13 @@ kiln_status kiln_context_set_input(kiln_context *c, const char *name, kiln_dtype
     if (dtype != v->info.dtype)
         return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "input '%s': expected dtype %s, got %s", name,
                          kiln_dtype_name(v->info.dtype), kiln_dtype_name(dtype));
-    if (rank != p->rank || (rank > 0 && !dims))
+    if (rank != p->rank)
         return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "input '%s': expected rank %d %s, got rank %d",
                          name, p->rank, kiln__shape_str(v->info.rank, v->info.dims, a, sizeof a),
+                         rank);
+    if (rank > 0 && !dims)
+        return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT,
+                         "input '%s': dims is NULL; a rank-%d input needs its %d dims", name, rank,
                          rank);
     for (int d = 0; d < rank; d++) {
         if (dims[d] < p->min[d] || dims[d] > p->max[d]) {
@@ -489,14 +528,11 @@ static void slot_release(kiln_context *c, kiln_slot *s) {
     }
 }
 
-static size_t slot_bytes(const kiln_slot *s) {
-    kiln_tinfo t = {.dtype = s->t.dtype, .rank = s->t.rank};
-    memcpy(t.dims, s->t.dims, sizeof t.dims);
-    return kiln__value_nbytes(&t);
-}
+static size_t slot_bytes(const kiln_slot *s) { return kiln__tensor_nbytes(&s->t); }
 
-/* Makes value v's bytes available in memory m (copying if needed). */
-static kiln_status slot_make_available(kiln_context *c, int v, int m) {
+/* Makes value v's bytes available in memory m (copying if needed) for node
+ * ni (-1: the caller, after the run). */
+static kiln_status slot_make_available(kiln_context *c, int v, int m, int ni) {
     kiln_slot *s = &c->slots[v];
     if (s->ptr[m]) return KILN_OK;
     int from = 1 - m;
@@ -511,6 +547,10 @@ static kiln_status slot_make_available(kiln_context *c, int v, int m) {
         s->ptr[m] = c->pool[m].bufs[b].data;
     }
     if (!nb) return KILN_OK;
+    if (c->acheck) {
+        KILN_TRY(kiln__acheck_read(c->acheck, ni, v, from, s->ptr[from], nb));
+        kiln__acheck_copied(c->acheck, ni, v, m, s->ptr[m], nb);
+    }
     const kiln_backend_i *dev = c->be[MEM_DEV];
     if (m == MEM_DEV) return dev->to_device(c->state[MEM_DEV], s->ptr[m], s->ptr[from], nb);
     return dev->to_host(c->state[MEM_DEV], s->ptr[m], s->ptr[from], nb);
@@ -533,6 +573,15 @@ static kiln_status workspace(kiln_context *c, int m, size_t ws, const char *node
 
 /* ---- running ------------------------------------------------------------ */
 
+/* Engines loaded from a file map it read-only (blob_kind 1). Pages of such a
+ * mapping that nothing needs to keep resident can be handed back to the
+ * kernel: they are read again from the file (page cache) if touched later,
+ * so this never changes a value, only what counts as resident memory.
+ * Releases the whole pages inside [p, p + n) when they lie in e's mapping;
+ * does nothing otherwise (engines built in memory or loaded from memory). */
+static void engine_release_pages(const kiln_engine *e, const void *p, size_t n) {
+    if (e && e->blob_kind == 1) kiln__mapping_release(e->blob, e->blob_size, p, n);
+}
 
 /* A CPU kernel that has just created its node state (prepacked weights, a
  * library primitive with reordered weights) no longer reads its constant
@@ -545,61 +594,58 @@ static void release_packed_constants(kiln_context *c, const kiln_node *n) {
     for (int i = 0; i < n->n_in; i++) {
         if (n->in[i] < 0) continue;
         const kiln_value *v = &g->values[n->in[i]];
-        if ((v->flags & KILN_VALUE_CONST) && v->data) kiln__engine_release_pages(c->e, v->data, v->nbytes);
+        if ((v->flags & KILN_VALUE_CONST) && v->data) engine_release_pages(c->e, v->data, v->nbytes);
     }
+}
+
+/* KILN_TEST_PLANT_BUG (tests of kiln debug only): makes output 0 of layer
+ * ni wrong, as a buggy kernel would. */
+static kiln_status plant_bug(kiln_context *c, int ni) {
+    const kiln_graph *g = c->e->graph;
+    int v = g->nodes[ni].out[0], m = node_mem(c, &g->nodes[ni]);
+    kiln_slot *s = &c->slots[v];
+    int layout = kiln__value_layout(g, v);
+    size_t nb = kiln__vlayout_stored_bytes(layout, &s->t);
+    if (m == MEM_HOST || !nb) {
+        if (s->ptr[MEM_HOST]) kiln__plant_bug_apply(layout, &s->t, s->ptr[MEM_HOST]);
+        return KILN_OK;
+    }
+    void *h = kiln__malloc(nb);
+    if (!h) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory (KILN_TEST_PLANT_BUG)");
+    const kiln_backend_i *dev = c->be[MEM_DEV];
+    kiln_status st = dev->to_host(c->state[MEM_DEV], h, s->ptr[MEM_DEV], nb);
+    if (st == KILN_OK) {
+        kiln__plant_bug_apply(layout, &s->t, h);
+        st = dev->to_device(c->state[MEM_DEV], s->ptr[MEM_DEV], h, nb);
+    }
+    if (st == KILN_OK) st = dev->sync(c->state[MEM_DEV]);
+    kiln__free(h);
+    return st;
 }
 
 static kiln_status run_node(kiln_context *c, int ni) {
     const kiln_node *n = &c->e->graph->nodes[ni];
     const kiln_graph *g = c->e->graph;
     int m = node_mem(c, n);
-    kiln_tinfo in_info[64], outs[64];
-    const kiln_tinfo *in_ip[64];
-    kiln_tinfo *out_ip[64];
-    kiln_tensor in_t[64], out_t[64];
-    const kiln_tensor *in_tp[64];
-    kiln_tensor *out_tp[64];
-    int tmp_bufs[64], n_tmp = 0;
-    if (n->n_in > 64 || n->n_out > 64)
-        return KILN_FAIL(KILN_ERR_UNSUPPORTED, "node '%s': too many inputs/outputs", n->name);
-    KILN_TRY(kiln__node_check_inputs(n));
+    kiln_call callv, *call = &callv;
+    int tmp_bufs[KILN_CALL_MAX], n_tmp = 0;
+    KILN_TRY(kiln__call_begin(call, g, n));
+    kiln_tensor *out_t = call->out_t;
     for (int i = 0; i < n->n_in; i++) {
-        in_ip[i] = NULL;
-        in_tp[i] = NULL;
         if (n->in[i] < 0) continue;
         kiln_slot *s = &c->slots[n->in[i]];
-        KILN_TRY(slot_make_available(c, n->in[i], m));
+        KILN_TRY(slot_make_available(c, n->in[i], m, ni));
         bool need_host = m == MEM_HOST || (n->op->host_inputs & (1u << i));
-        if (need_host && m == MEM_DEV) KILN_TRY(slot_make_available(c, n->in[i], MEM_HOST));
-        in_info[i].dtype = s->t.dtype;
-        in_info[i].rank = s->t.rank;
-        memcpy(in_info[i].dims, s->t.dims, sizeof s->t.dims);
-        in_info[i].data = need_host ? s->ptr[MEM_HOST] : NULL;
-        in_ip[i] = &in_info[i];
-        in_t[i] = s->t;
-        in_t[i].data = s->ptr[m];
-        in_tp[i] = &in_t[i];
+        if (need_host && m == MEM_DEV) KILN_TRY(slot_make_available(c, n->in[i], MEM_HOST, ni));
+        kiln_tinfo info = {.dtype = s->t.dtype, .rank = s->t.rank, .data = need_host ? s->ptr[MEM_HOST] : NULL};
+        memcpy(info.dims, s->t.dims, sizeof info.dims);
+        kiln__call_input(call, i, &info, s->ptr[m]);
     }
-    for (int i = 0; i < n->n_out; i++) {
-        memset(&outs[i], 0, sizeof outs[i]);
-        out_ip[i] = &outs[i];
-    }
-    kiln_infer_args ia = {.op = n->op, .attrs = n->attrs, .node_name = n->name, .n_in = n->n_in,
-                          .n_out = n->n_out, .in = in_ip, .out = out_ip, .runtime = true,
-                          .node_state = &c->node_state[ni]};
-    KILN_TRY(n->op->infer(&ia));
+    KILN_TRY(kiln__call_infer(call, true, &c->node_state[ni], true));
+    const kiln_tinfo *outs = call->out;
     kiln_status st = KILN_OK;
     for (int i = 0; i < n->n_out; i++) {
-        if (outs[i].rank < 0 || outs[i].rank > KILN_MAX_RANK ||
-            kiln__numel(outs[i].rank, outs[i].dims) < 0) {
-            st = KILN_FAIL(KILN_ERR_INTERNAL, "node '%s' (%s): output %d has no exact shape at run time",
-                           n->name, n->op->name, i);
-            goto done;
-        }
         int v = n->out[i];
-        out_t[i].dtype = outs[i].dtype;
-        out_t[i].rank = outs[i].rank;
-        memcpy(out_t[i].dims, outs[i].dims, sizeof out_t[i].dims);
         size_t nb = kiln__value_nbytes(&outs[i]);
         if (!nb && kiln__numel(outs[i].rank, outs[i].dims) > 0) {
             char sh[160];
@@ -608,7 +654,6 @@ static kiln_status run_node(kiln_context *c, int ni) {
                            kiln__shape_str(outs[i].rank, outs[i].dims, sh, sizeof sh));
             goto done;
         }
-        out_tp[i] = &out_t[i];
         if (v < 0) { /* an output nobody reads: memory held until the kernel ran */
             if ((out_t[i].data = planned_aux(c, ni, i, m, nb)) != NULL) continue;
             int b;
@@ -639,19 +684,19 @@ static kiln_status run_node(kiln_context *c, int ni) {
         }
         out_t[i].data = s->ptr[m];
     }
-    size_t ws_size = n->op->workspace && m == MEM_HOST ? n->op->workspace(&ia) : 0;
+    size_t ws_size = m == MEM_HOST ? kiln__kernel_workspace(kiln__backend_kernel(c->be[m], n), &call->ia) : 0;
     void *ws = ws_size ? planned_aux(c, ni, n->n_out, m, ws_size) : NULL;
     if (!ws && (st = workspace(c, m, ws_size, n->name, &ws)) != KILN_OK) goto done;
-    kiln_kernel_args ka = {.op = n->op, .attrs = n->attrs, .node_name = n->name, .n_in = n->n_in,
-                           .n_out = n->n_out, .in = in_tp, .out = out_tp, .workspace = ws,
-                           .workspace_size = ws_size,
-                           .pool = m == MEM_HOST ? c->threads_pool : NULL,
-                           .stream = NULL, .device_state = m == MEM_DEV ? c->state[m] : NULL,
-                           .node_state = &c->node_state[ni]};
+    kiln__call_args(call, ws, ws_size, m == MEM_HOST ? c->threads_pool : NULL, &c->node_state[ni]);
+    kiln_kernel_args ka = call->ka;
+    ka.device_state = m == MEM_DEV ? c->state[m] : NULL;
     bool had_state = c->node_state[ni].p != NULL;
+    if (c->acheck && (st = kiln__acheck_before(c->acheck, ni, m, &ka)) != KILN_OK) goto done;
     st = c->be[m]->run(c->state[m], &ka);
+    if (st == KILN_OK && c->acheck) st = kiln__acheck_after(c->acheck, ni, m, &ka);
     if (st == KILN_OK && m == MEM_HOST && !had_state && c->node_state[ni].p)
         release_packed_constants(c, n);
+    if (st == KILN_OK && ni == c->plant_layer) st = plant_bug(c, ni);
 done:
     for (int j = 0; j < n_tmp; j++) c->pool[m].bufs[tmp_bufs[j]].in_use = false;
     return st;
@@ -721,7 +766,9 @@ static bool graph_usable(kiln_context *c) {
         const char *env = getenv("KILN_CUDA_GRAPHS");
         c->graph_mode = env && !strcmp(env, "0") ? -1 : 1;
     }
-    if (c->graph_mode < 0 || c->prof_us) return false; /* profiling times layers one by one */
+    /* profiling times layers one by one; the debug arena check checks them; a layer callback
+     * and a planted bug see each layer */
+    if (c->graph_mode < 0 || c->prof_us || c->acheck || c->layer_cb || c->plant_layer >= 0) return false;
     if (c->graph_static == 0) {
         c->graph_static = 1;
         for (int ni = 0; ni < g->n_nodes && c->graph_static > 0; ni++) {
@@ -837,6 +884,46 @@ static kiln_status graph_capture_end(kiln_context *c, kiln_status loop) {
     return run_nodes(c);
 }
 
+/* Inputs that share a symbolic dim (ONNX dim_param) must agree on it, and
+ * an input whose dims share one (a square [n, n]) with itself: a mismatch
+ * is named here, with both inputs, rather than deep inside the first layer
+ * that combines them. */
+static kiln_status check_shared_dims(const kiln_context *c) {
+    const kiln_graph *g = c->e->graph;
+    for (int k = 0; k < g->n_inputs; k++) {
+        const kiln_value *v = &g->values[g->inputs[k]];
+        for (int d = 0; d < c->in[k].rank && d < v->info.rank; d++) {
+            int64_t sym = v->info.dims[d];
+            if (!KILN_DIM_IS_SYM(sym)) continue;
+            /* the symbol's first place: input j, dim e (before (k, d)) */
+            int j = 0, e = 0;
+            bool found = false;
+            for (j = 0; j <= k && !found; j++) {
+                const kiln_value *w = &g->values[g->inputs[j]];
+                int end = j == k ? d : (c->in[j].rank < w->info.rank ? c->in[j].rank : w->info.rank);
+                for (e = 0; e < end && !found; e++) found = w->info.dims[e] == sym;
+            }
+            if (!found) continue;
+            j--, e--; /* the loops stepped past the match */
+            if (c->in[j].dims[e] == c->in[k].dims[d]) continue;
+            const kiln_value *w = &g->values[g->inputs[j]];
+            int id = KILN_DIM_SYM_ID(sym);
+            if (j == k)
+                return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT,
+                                 "input '%s' has the dimension '%s' twice but its dims %d and %d "
+                                 "are %lld and %lld",
+                                 v->name, id < g->n_symbols ? g->symbols[id] : "?", e, d,
+                                 (long long)c->in[k].dims[e], (long long)c->in[k].dims[d]);
+            return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT,
+                             "inputs '%s' and '%s' share the dimension '%s' but disagree: '%s' has "
+                             "%lld in dim %d, '%s' has %lld in dim %d",
+                             w->name, v->name, id < g->n_symbols ? g->symbols[id] : "?", w->name,
+                             (long long)c->in[j].dims[e], e, v->name, (long long)c->in[k].dims[d], d);
+        }
+    }
+    return KILN_OK;
+}
+
 kiln_status kiln_context_run(kiln_context *c) {
     if (!c) return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "kiln_context_run: context is NULL");
     const kiln_engine *e = c->e;
@@ -845,15 +932,17 @@ kiln_status kiln_context_run(kiln_context *c) {
         if (!c->in[k].bound)
             return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "input '%s' is not set",
                              g->values[g->inputs[k]].name);
+    KILN_TRY(check_shared_dims(c));
     if (!c->threads_pool && (c->threads == 0 || c->threads > 1))
         KILN_TRY(kiln__pool_create(c->threads, &c->threads_pool));
     c->ran = false;
     c->plan = NULL;
-    if (!c->no_plan) {
+    if (!c->no_plan && !c->no_reuse) {
         KILN_TRY(select_plan(c));
         KILN_TRY(arena_reserve(c));
     }
     slots_reset(c);
+    if (c->acheck) KILN_TRY(kiln__acheck_begin(c->acheck, c->arena, c->arena_cap));
     kiln_status st = KILN_OK;
     bool replayed = false;
     KILN_TRY(graph_replay(c, &replayed));
@@ -864,6 +953,11 @@ kiln_status kiln_context_run(kiln_context *c) {
         kiln__pool_hold(c->threads_pool, false);
         if (capturing) st = graph_capture_end(c, st);
         if (st != KILN_OK) return st;
+    }
+    for (int k = 0; c->acheck && k < g->n_outputs; k++) {
+        const kiln_slot *s = &c->slots[g->outputs[k]];
+        for (int m = 0; m < 2; m++)
+            KILN_TRY(kiln__acheck_read(c->acheck, -1, g->outputs[k], m, s->ptr[m], slot_bytes(s)));
     }
     for (int k = 0; k < g->n_outputs; k++) KILN_TRY(deliver_output(c, k));
     if (c->be[MEM_DEV]) KILN_TRY(c->be[MEM_DEV]->sync(c->state[MEM_DEV]));
@@ -950,17 +1044,37 @@ kiln_status kiln_context_layer_time(const kiln_context *c, int layer, double *to
     return KILN_OK;
 }
 
-/* Runs every node in order, releasing values after their last reader. */
+/* Reports one event of layer ni to the layer callback. */
+static kiln_status layer_event(kiln_context *c, int ni, kiln_layer_event ev) {
+    c->cb_layer = ni;
+    c->cb_event = ev;
+    c->used_view = 0;
+    kiln__pool_hold(c->threads_pool, false); /* idle workers sleep while the callback works */
+    int stop = c->layer_cb(c, ni, ev, c->layer_user);
+    kiln__pool_hold(c->threads_pool, true);
+    c->cb_layer = -1;
+    c->used_view = 0;
+    if (!stop) return KILN_OK;
+    const kiln_node *n = &c->e->graph->nodes[ni];
+    return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "the layer callback stopped the run %s layer %d '%s' (%s)",
+                     ev == KILN_LAYER_BEFORE ? "before" : "after", ni, n->name, n->op->name);
+}
+
+/* Runs every node in order, releasing values after their last reader
+ * (except with memory reuse off). */
 static kiln_status run_nodes(kiln_context *c) {
     const kiln_graph *g = c->e->graph;
     kiln_status st = KILN_OK;
     for (int ni = 0; ni < g->n_nodes; ni++) {
         const kiln_node *n = &g->nodes[ni];
+        if (c->layer_cb && (st = layer_event(c, ni, KILN_LAYER_BEFORE)) != KILN_OK) return st;
         if ((st = c->prof_us ? run_node_profiled(c, ni) : run_node(c, ni)) != KILN_OK) {
             if (!strstr(kiln_last_error(), n->name))
                 st = kiln__fail_prefix(st, "running node '%s' (%s)", n->name, n->op->name);
             return st;
         }
+        if (c->layer_cb && (st = layer_event(c, ni, KILN_LAYER_AFTER)) != KILN_OK) return st;
+        if (c->no_reuse) continue; /* every value keeps its buffer to the end of the run */
         for (int k = 0; k < n->n_in; k++) {
             int v = n->in[k];
             /* a node may read the same value twice: each read counts */
@@ -973,6 +1087,85 @@ static kiln_status run_nodes(kiln_context *c) {
                 slot_release(c, &c->slots[v]);
         }
     }
+    return KILN_OK;
+}
+
+/* ---- debugging: layer callback, views, memory reuse ---------------------- */
+
+kiln_status kiln_context_set_layer_callback(kiln_context *c, kiln_layer_callback cb, void *user) {
+    if (!c) return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "kiln_context_set_layer_callback: context is NULL");
+    c->layer_cb = cb;
+    c->layer_user = cb ? user : NULL;
+    if (cb && c->be[MEM_DEV]) graph_drop(c);
+    return KILN_OK;
+}
+
+kiln_status kiln_context_set_memory_reuse(kiln_context *c, int on) {
+    if (!c) return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "kiln_context_set_memory_reuse: context is NULL");
+    c->no_reuse = !on;
+    if (!on && c->be[MEM_DEV]) graph_drop(c);
+    return KILN_OK;
+}
+
+/* A host buffer of at least `bytes` for a view of the current event (kept
+ * by the context, reused by later events). */
+static kiln_status view_buffer(kiln_context *c, size_t bytes, void **out) {
+    if (c->used_view == c->n_view) {
+        KILN_TRY(kiln__grow((void **)&c->view, &c->cap_view, c->n_view + 1, sizeof *c->view));
+        c->view[c->n_view].p = NULL;
+        c->view[c->n_view].cap = 0;
+        c->n_view++;
+    }
+    kiln_view_buf *vb = &c->view[c->used_view];
+    if (vb->cap < bytes) {
+        void *p = kiln__malloc(bytes);
+        if (!p) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory: %zu bytes for a tensor view", bytes);
+        kiln__free(vb->p);
+        vb->p = p;
+        vb->cap = bytes;
+    }
+    c->used_view++;
+    *out = vb->p;
+    return KILN_OK;
+}
+
+kiln_status kiln_context_tensor(kiln_context *c, const char *name, kiln_tensor_view *out) {
+    if (!c || !name || !out) return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "kiln_context_tensor: NULL argument");
+    memset(out, 0, sizeof *out);
+    if (c->cb_layer < 0)
+        return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT,
+                         "kiln_context_tensor('%s'): may only be called from a layer callback", name);
+    const kiln_graph *g = c->e->graph;
+    int v = kiln__graph_find_value(g, name);
+    if (v < 0) return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "kiln_context_tensor: the engine has no tensor '%s'", name);
+    const kiln_slot *s = &c->slots[v];
+    kiln_tensor t = s->t;
+    int layout = kiln__value_layout(g, v);
+    size_t stored = kiln__vlayout_stored_bytes(layout, &t);
+    const void *raw = s->ptr[MEM_HOST];
+    if (!raw && !s->ptr[MEM_DEV])
+        return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT,
+                         "kiln_context_tensor: tensor '%s' is not held %s layer %d '%s' (not made yet, or "
+                         "no layer reads it any more)",
+                         name, c->cb_event == KILN_LAYER_BEFORE ? "before" : "after", c->cb_layer,
+                         g->nodes[c->cb_layer].name);
+    if (!raw && stored) {
+        void *h;
+        KILN_TRY(view_buffer(c, stored, &h));
+        KILN_TRY(c->be[MEM_DEV]->to_host(c->state[MEM_DEV], h, s->ptr[MEM_DEV], stored));
+        raw = h;
+    }
+    if (layout != KILN_VLAYOUT_PLAIN && stored) {
+        void *d;
+        KILN_TRY(view_buffer(c, slot_bytes(s), &d));
+        KILN_TRY(kiln__vlayout_to_logical(layout, &t, raw, d));
+        raw = d;
+    }
+    out->name = g->values[v].name;
+    out->dtype = t.dtype;
+    out->rank = t.rank;
+    memcpy(out->dims, t.dims, sizeof out->dims);
+    out->data = stored ? raw : NULL;
     return KILN_OK;
 }
 
@@ -990,6 +1183,28 @@ void kiln__context_counters(const kiln_context *c, kiln_context_counters *out) {
 const kiln_mem_plan *kiln__context_plan(const kiln_context *c) { return c->plan; }
 
 void kiln__context_set_planning(kiln_context *c, bool on) { c->no_plan = !on; }
+
+kiln_status kiln__context_plan_force(kiln_context *c, int m, int v, int64_t off) {
+    kiln_mem_plan *p = c->plans[0];
+    if (!p || c->plan != p || v < 0 || v >= c->e->graph->n_values || p->off[m][v] < 0 || off < 0 ||
+        (size_t)off + p->nbytes[v] > p->arena[m])
+        return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "kiln__context_plan_force: no such planned value");
+    p->off[m][v] = off;
+    return KILN_OK;
+}
+
+kiln_status kiln_context_set_debug_arena(kiln_context *c, int on) {
+    if (!c) return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "kiln_context_set_debug_arena: context is NULL");
+    if (!on) {
+        kiln__acheck_free(c->acheck);
+        c->acheck = NULL;
+        return KILN_OK;
+    }
+    if (c->acheck) return KILN_OK;
+    KILN_TRY(kiln__acheck_create(c->e, &c->acheck));
+    if (c->be[MEM_DEV]) graph_drop(c);
+    return KILN_OK;
+}
 
 kiln_status kiln_context_set_memory_limit(kiln_context *c, size_t bytes) {
     if (!c) return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "kiln_context_set_memory_limit: context is NULL");
@@ -1011,7 +1226,7 @@ kiln_status kiln_context_get_output(kiln_context *c, const char *name, kiln_dtyp
     kiln_slot *s = &c->slots[v];
     if (data) {
         /* host bytes; a device output is copied to the host once */
-        KILN_TRY(slot_make_available(c, v, MEM_HOST));
+        KILN_TRY(slot_make_available(c, v, MEM_HOST, -1));
         *data = s->ptr[MEM_HOST];
     }
     if (dtype) *dtype = s->t.dtype;
@@ -1034,7 +1249,7 @@ kiln_status kiln_context_get_output_device(kiln_context *c, const char *name, co
         return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT,
                          "output '%s' is not available: the context has not run successfully", name);
     int v = g->outputs[k];
-    KILN_TRY(slot_make_available(c, v, MEM_DEV));
+    KILN_TRY(slot_make_available(c, v, MEM_DEV, -1));
     KILN_TRY(c->be[MEM_DEV]->sync(c->state[MEM_DEV]));
     *data = c->slots[v].ptr[MEM_DEV];
     return KILN_OK;

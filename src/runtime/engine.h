@@ -3,6 +3,7 @@
 #ifndef KILN_ENGINE_H
 #define KILN_ENGINE_H
 
+#include "format/meta.h"
 #include "ir/ir.h"
 
 #include <pthread.h>
@@ -10,6 +11,8 @@
 struct kiln_model {
     kiln_graph *graph;     /* as imported, shapes inferred */
     char *producer;        /* producer_name + version, for inspect */
+    char **warnings;       /* kiln_model_warning: what loading found suspect */
+    int n_warnings, cap_warnings;
 };
 
 /* Shape range of one graph input. For inputs without dynamic dims
@@ -38,10 +41,12 @@ struct kiln_builder {
     bool strict_device;
     int optimization;      /* 0 none, 1 all (default) */
     bool tuning;           /* time tactics (default true) */
+    uint32_t disabled_passes; /* bit KILN_PASS_x: pass x switched off (kiln_builder_disable_pass) */
     kiln_profile_req *profiles;
     int n_profiles, cap_profiles;
     char **fp32_layers;    /* kiln_builder_set_layer_precision: layers kept in float32 */
     int n_fp32_layers, cap_fp32_layers;
+    kiln_meta meta;        /* kiln_builder_set_metadata: copied into the engine */
 };
 
 struct kiln_engine {
@@ -62,9 +67,12 @@ struct kiln_engine {
     void *dev_state;
     bool dev_ready;
     pthread_mutex_t dev_lock;
+    bool plant_noted;            /* KILN_TEST_PLANT_BUG was reported for it (under dev_lock) */
     /* Cached descriptions (kiln_engine_describe). */
     char *describe_text;
     char *describe_json;
+    /* User metadata (kiln_engine_metadata; the optional META section). */
+    kiln_meta meta;
 };
 
 /* Engine (de)serialization: src/format/. */
@@ -73,15 +81,6 @@ KILN_PRIVATE kiln_status kiln__format_write(const kiln_engine *e, void **data, s
  * into e->graph, e->profiles, e->opts, e->target. Validates everything. */
 KILN_PRIVATE kiln_status kiln__format_read(const void *data, size_t size, kiln_engine *e);
 
-/* Engines loaded from a file map it read-only (blob_kind 1). Pages of such a
- * mapping that nothing needs to keep resident can be handed back to the
- * kernel: they are read again from the file (page cache) if touched later,
- * so this never changes a value, only what counts as resident memory.
- * Releases the whole pages inside [p, p + n) when they lie in e's mapping;
- * does nothing otherwise (engines built in memory or loaded from memory). */
-KILN_PRIVATE void kiln__engine_release_pages(const kiln_engine *e, const void *p, size_t n);
-/* The same for a file mapping given directly (checksum pass at load). */
-KILN_PRIVATE void kiln__mapping_release(const void *map, size_t map_size, const void *p, size_t n);
 
 /* Allocates an engine with its lock initialized (free: kiln_engine_free). */
 KILN_PRIVATE kiln_engine *kiln__engine_alloc(void);
@@ -147,6 +146,10 @@ typedef struct kiln_mem_plan {
 
 /* The memory node n runs in (KILN_MEM_DEV for device nodes of device engines). */
 KILN_PRIVATE int kiln__node_mem(const kiln_engine *e, const kiln_node *n);
+/* The input of node n whose block the plan may give n's out[0] when n reads
+ * it last (in place: 0 for KILN_OP_FLAG_INPLACE ops, else what the node's
+ * kernel says, kiln_kernel.inplace_input; host memory only), or -1. */
+KILN_PRIVATE int kiln__node_inplace_input(const kiln_engine *e, const kiln_node *n);
 /* Plans the activation memory of engine e for inputs `in` (one per graph
  * input). Deterministic. Free with kiln__plan_free. */
 KILN_PRIVATE kiln_status kiln__plan_build(const kiln_engine *e, const kiln_plan_input *in,
@@ -184,7 +187,42 @@ KILN_PRIVATE const kiln_mem_plan *kiln__context_plan(const kiln_context *c);
  * (the runtime's behaviour before memory planning), to compare outputs. */
 KILN_PRIVATE void kiln__context_set_planning(kiln_context *c, bool on);
 
-/* Target description of this machine (CPU features). */
-KILN_PRIVATE void kiln__cpu_target(char *buf, size_t n);
+/* Tests: puts value v at offset `off` of memory m's arena in the plan of
+ * the context's last run (which its next run at the same shapes uses), as
+ * a faulty planner would; for the debug arena check's tests. */
+KILN_PRIVATE kiln_status kiln__context_plan_force(kiln_context *c, int m, int v, int64_t off);
+
+/* ---- the debug arena check (src/runtime/debug_arena.c) -----------------
+ * kiln_context_set_debug_arena / KILN_DEBUG_ARENA=1: a context's runs
+ * check, layer by layer, that each layer reads from the arenas only bytes
+ * that the producer of each input wrote and nobody has overwritten since,
+ * and that no output or workspace overlaps a live input; regions handed to
+ * a producer are poisoned first (host memory). Failures are
+ * KILN_ERR_INTERNAL naming the layer, the value and the overwriting layer.
+ * Node ni = -1 means the caller (after the run). */
+typedef struct kiln_arena_check kiln_arena_check;
+KILN_PRIVATE kiln_status kiln__acheck_create(const kiln_engine *e, kiln_arena_check **out);
+KILN_PRIVATE void kiln__acheck_free(kiln_arena_check *a);
+/* A run begins, with arenas [base[m], base[m] + cap[m]) (NULL: none); nothing in them is owned. */
+KILN_PRIVATE kiln_status kiln__acheck_begin(kiln_arena_check *a, void *const base[2], const size_t cap[2]);
+/* Node ni reads value v, nb bytes at p in memory m: fails unless v's bytes are still there. */
+KILN_PRIVATE kiln_status kiln__acheck_read(const kiln_arena_check *a, int ni, int v, int m, const void *p,
+                                           size_t nb);
+/* Value v was copied to p (nb bytes) in memory m for node ni. */
+KILN_PRIVATE void kiln__acheck_copied(kiln_arena_check *a, int ni, int v, int m, const void *p, size_t nb);
+/* Node ni (running in memory m) is about to run kernel args ka: checks its
+ * inputs and that its outputs and workspace overlap no input (but the
+ * plan's views and in-place outputs) nor each other; hands them over. */
+KILN_PRIVATE kiln_status kiln__acheck_before(kiln_arena_check *a, int ni, int m, const kiln_kernel_args *ka);
+/* Node ni has run: fails if a float output it was handed poisoned still
+ * holds the poison pattern somewhere (host memory). */
+KILN_PRIVATE kiln_status kiln__acheck_after(const kiln_arena_check *a, int ni, int m,
+                                            const kiln_kernel_args *ka);
+/* The poison of dtype t over nb bytes at p, and the number of elements of
+ * p..p+nb that hold it (float types; 0 for others), the first in *first. */
+KILN_PRIVATE void kiln__acheck_poison(void *p, size_t nb, kiln_dtype t);
+KILN_PRIVATE size_t kiln__acheck_unwritten(const void *p, size_t nb, kiln_dtype t, size_t *first);
+/* Bytes of a tensor's shape and dtype (0 if unknown or too large). */
+KILN_PRIVATE size_t kiln__tensor_nbytes(const kiln_tensor *t);
 
 #endif

@@ -27,6 +27,7 @@
  * The lower bound reported with a plan is the largest sum of the (aligned)
  * sizes of blocks live at one time: no placement of these blocks fits in
  * less. */
+#include "backends/backend.h"
 #include "runtime/engine.h"
 
 #include <stdio.h>
@@ -39,6 +40,7 @@ typedef struct plan_blk {
     int start, end;   /* node indices, inclusive; end == n_nodes: the end of the run */
     int mem;
     int64_t off;
+    int into;         /* -1, or the block this one was merged into (see merge_block) */
 } plan_blk;
 
 typedef struct planner {
@@ -50,7 +52,7 @@ typedef struct planner {
     void **eval;          /* per value: bytes evaluated while planning (owned) */
     int *first[2], *last[2]; /* per value and memory: first/last node needing it there, or -1 */
     int *origin;          /* per value: bit m set when the value is born in memory m */
-    int *blk[2];          /* per value and memory: block index or -1 */
+    int *blk[2];          /* per value and memory: block index or -1; read through block_of */
     plan_blk *blocks;
     int n_blocks, cap_blocks;
     int *aux_blk;         /* per aux entry: block index or -1 */
@@ -92,40 +94,25 @@ static bool exact_bytes(const kiln_tinfo *t, size_t *nb) {
     return *nb > 0 || kiln__numel(t->rank, t->dims) == 0;
 }
 
-/* Runs node n's CPU kernel on inputs whose data is known, keeping its
- * (small) outputs as known data. Failure only means "not known". */
-static void eval_node(planner *P, const kiln_node *n, const kiln_infer_args *ia, bool shape_only) {
-    kiln_tensor in_t[64], out_t[64];
-    const kiln_tensor *in_tp[64];
-    kiln_tensor *out_tp[64];
-    for (int i = 0; i < n->n_in; i++) {
-        in_tp[i] = NULL;
-        if (n->in[i] < 0) continue;
-        const kiln_tinfo *t = &P->info[n->in[i]];
-        in_t[i].dtype = t->dtype;
-        in_t[i].rank = t->rank;
-        memcpy(in_t[i].dims, t->dims, sizeof in_t[i].dims);
-        in_t[i].data = shape_only ? NULL : (void *)t->data;
-        in_tp[i] = &in_t[i];
-    }
+/* Runs node n's reference kernel on inputs whose data is known (c: its
+ * call, inferred), keeping its (small) outputs as known data. Failure only
+ * means "not known". */
+static void eval_node(planner *P, const kiln_node *n, kiln_call *c, bool shape_only) {
+    kiln_tensor *out_t = c->out_t;
+    if (shape_only)
+        for (int i = 0; i < n->n_in; i++)
+            if (n->in[i] >= 0) c->in_t[i].data = NULL;
     bool ok = true;
     for (int i = 0; i < n->n_out; i++) {
-        const kiln_tinfo *t = ia->out[i];
-        out_t[i].dtype = t->dtype;
-        out_t[i].rank = t->rank;
-        memcpy(out_t[i].dims, t->dims, sizeof out_t[i].dims);
-        out_t[i].data = ok ? kiln__aligned_alloc(kiln__value_nbytes(t)) : NULL;
+        out_t[i].data = ok ? kiln__aligned_alloc(kiln__value_nbytes(&c->out[i])) : NULL;
         ok = ok && out_t[i].data;
-        out_tp[i] = &out_t[i];
     }
-    size_t ws_size = n->op->workspace ? n->op->workspace(ia) : 0;
+    size_t ws_size = n->op->workspace ? n->op->workspace(&c->ia) : 0;
     ok = ok && ws_size <= EVAL_MAX_WORKSPACE;
     void *ws = ok && ws_size ? kiln__aligned_alloc(ws_size) : NULL;
     if (ok && (!ws_size || ws)) {
-        kiln_kernel_args ka = {.op = n->op, .attrs = n->attrs, .node_name = n->name,
-                               .n_in = n->n_in, .n_out = n->n_out, .in = in_tp, .out = out_tp,
-                               .workspace = ws, .workspace_size = ws_size};
-        ok = n->op->cpu(&ka) == KILN_OK;
+        kiln__call_args(c, ws, ws_size, NULL, NULL);
+        ok = n->op->cpu(&c->ka) == KILN_OK;
     } else {
         ok = false;
     }
@@ -149,34 +136,25 @@ static void plan_sizes(planner *P) {
     for (int ni = 0; ni < g->n_nodes; ni++) {
         const kiln_node *n = &g->nodes[ni];
         int aux = p->aux_first[ni];
-        bool fits = n->n_in <= 64 && n->n_out <= 64;
-        if (!fits || kiln__node_check_inputs(n) != KILN_OK) {
+        kiln_call c;
+        bool fits = n->n_in <= KILN_CALL_MAX && n->n_out <= KILN_CALL_MAX;
+        if (!fits || kiln__node_check_inputs(n) != KILN_OK || kiln__call_begin(&c, g, n) != KILN_OK) {
             kiln__clear_error();
             for (int i = 0; i < n->n_out; i++)
                 if (n->out[i] >= 0) P->exact[n->out[i]] = false;
             continue;
         }
-        const kiln_tinfo *in_ip[64];
-        kiln_tinfo outs[64], *out_ip[64];
         bool all_exact = true, all_data = true;
         for (int i = 0; i < n->n_in; i++) {
-            in_ip[i] = NULL;
             int v = n->in[i];
             if (v < 0) continue;
-            in_ip[i] = &P->info[v];
+            kiln__call_input(&c, i, &P->info[v], (void *)P->info[v].data);
             all_exact = all_exact && P->exact[v];
             all_data = all_data && P->info[v].data;
         }
-        for (int i = 0; i < n->n_out; i++) {
-            memset(&outs[i], 0, sizeof outs[i]);
-            outs[i].rank = -1;
-            out_ip[i] = &outs[i];
-        }
-        kiln_infer_args ia = {.op = n->op, .attrs = n->attrs, .node_name = n->name, .n_in = n->n_in,
-                              .n_out = n->n_out, .in = in_ip, .out = out_ip,
-                              .runtime = all_exact && all_data};
-        bool inferred = n->op->infer(&ia) == KILN_OK;
+        bool inferred = kiln__call_infer(&c, all_exact && all_data, NULL, false) == KILN_OK;
         kiln__clear_error();
+        kiln_tinfo *outs = c.out;
         bool outs_exact = inferred;
         size_t out_bytes = 0;
         for (int i = 0; i < n->n_out; i++) {
@@ -201,8 +179,8 @@ static void plan_sizes(planner *P) {
          * zero stride would divide by zero there); such a node fails at run */
         int wsi = aux + n->n_out;
         p->aux_off[wsi] = -1;
-        if (kiln__node_mem(P->e, n) == KILN_MEM_HOST && n->op->workspace && all_exact && inferred) {
-            p->aux_bytes[wsi] = n->op->workspace(&ia);
+        if (kiln__node_mem(P->e, n) == KILN_MEM_HOST && all_exact && inferred) {
+            p->aux_bytes[wsi] = kiln__kernel_workspace(kiln__backend_kernel(kiln__backend_for(n->device), n), &c.ia);
             p->aux_off[wsi] = p->aux_bytes[wsi] ? 0 : -1;
             if (p->aux_bytes[wsi] > p->max_workspace) {
                 p->max_workspace = p->aux_bytes[wsi];
@@ -212,14 +190,17 @@ static void plan_sizes(planner *P) {
         bool shape_only = (n->op->flags & KILN_OP_FLAG_SHAPE_ONLY) != 0;
         if (outs_exact && out_bytes <= EVAL_MAX_BYTES && n->op->cpu &&
             !(n->op->flags & KILN_OP_FLAG_NO_FOLD) && all_exact && (all_data || shape_only))
-            eval_node(P, n, &ia, shape_only && !all_data);
+            eval_node(P, n, &c, shape_only && !all_data);
     }
 }
 
-/* Ops whose output is their first input's bytes under another shape. */
-static bool is_view_op(int op_id) {
-    return op_id == KILN_OP_Reshape || op_id == KILN_OP_Flatten || op_id == KILN_OP_Squeeze ||
-           op_id == KILN_OP_Unsqueeze || op_id == KILN_OP_Identity;
+int kiln__node_inplace_input(const kiln_engine *e, const kiln_node *n) {
+    /* another input: as the node's kernel says (host memory only) */
+    int k = (n->op->flags & KILN_OP_FLAG_INPLACE) ? 0
+                                                   : kiln__backend_inplace_input(kiln__backend_for(n->device), n);
+    if (k < 0 || k >= n->n_in || n->n_out < 1) return -1;
+    if (kiln__node_mem(e, n) != KILN_MEM_HOST) return -1;
+    return k;
 }
 
 static void need(planner *P, int v, int m, int t) {
@@ -230,7 +211,7 @@ static void need(planner *P, int v, int m, int t) {
 static kiln_status add_block(planner *P, int m, size_t bytes, int start, int end, int *out) {
     /* (sizes come from engine files too: keep align_up and the layout's sums
      * far from overflow) */
-    if (bytes > ((size_t)1 << 48))
+    if (bytes > (size_t)KILN_MAX_TENSOR_BYTES)
         return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY,
                          "a tensor or workspace of %zu bytes is more than kiln plans (256 TiB)",
                          bytes);
@@ -241,8 +222,31 @@ static kiln_status add_block(planner *P, int m, size_t bytes, int start, int end
     b->end = end;
     b->mem = m;
     b->off = 0;
+    b->into = -1;
     *out = P->n_blocks++;
     return KILN_OK;
+}
+
+/* The block value v lives in, in memory m, or -1. Several values share a
+ * block once views and in-place nodes are merged (merge_block), and a block
+ * may be merged again after values were pointed at it, so P->blk holds a
+ * block that may since have been merged: follow `into` to the block that
+ * is still laid out (and shorten the path for the next lookup). */
+static int block_of(planner *P, int m, int v) {
+    int b = P->blk[m][v];
+    while (b >= 0 && P->blocks[b].into >= 0) b = P->blocks[b].into;
+    P->blk[m][v] = b;
+    return b;
+}
+
+/* Merges block `from` into block `to` (which lives at least as long): every
+ * value of `from` (not only the one being merged: a view of it, say, merged
+ * earlier) now lives in `to`, whose live range grows to cover them. */
+static void merge_block(planner *P, int from, int to) {
+    if (P->blocks[from].end > P->blocks[to].end) P->blocks[to].end = P->blocks[from].end;
+    P->blocks[from].size = 0; /* unused: its values live in `to` */
+    P->blocks[from].start = -1;
+    P->blocks[from].into = to;
 }
 
 /* Step 2: live ranges and blocks. */
@@ -293,48 +297,45 @@ static kiln_status plan_blocks(planner *P) {
      * bytes, so it takes in[0]'s block (extended to out[0]'s last use) in
      * either memory, and the kernel's copy becomes a no-op (both the CPU and
      * the CUDA kernels skip a copy onto itself). No node writes into a
-     * block but its producer, so readers of in[0] after this node still
-     * see the same bytes; the in-place merge below sees the extended end. */
+     * block but its producer and an in-place node that reads the block's
+     * values last (below), so readers of in[0] after this node still see
+     * the same bytes; the in-place merge below sees the extended end. */
     for (int ni = 0; ni < g->n_nodes; ni++) {
         const kiln_node *n = &g->nodes[ni];
-        if (!is_view_op(n->op_id) || n->n_in < 1 || n->n_out < 1) continue;
+        if (!(n->op->flags & KILN_OP_FLAG_VIEW) || n->n_in < 1 || n->n_out < 1) continue;
         int m = kiln__node_mem(P->e, n);
         int v = n->in[0], w = n->out[0];
         if (v < 0 || w < 0 || v == w) continue;
-        int bv = P->blk[m][v], bw = P->blk[m][w];
+        int bv = block_of(P, m, v), bw = block_of(P, m, w);
         if (bv < 0 || bw < 0 || bv == bw || P->blocks[bw].start != ni) continue;
         if ((g->values[v].flags | g->values[w].flags) & (KILN_VALUE_OUTPUT | KILN_VALUE_INPUT)) continue;
         if (p->nbytes[v] != p->nbytes[w]) continue;
-        if (P->blocks[bw].end > P->blocks[bv].end) P->blocks[bv].end = P->blocks[bw].end;
-        P->blocks[bw].size = 0; /* unused: w lives in v's block */
-        P->blocks[bw].start = -1;
-        P->blk[m][w] = bv;
+        merge_block(P, bw, bv);
         p->n_views++;
     }
     /* in place: out[0] takes in[k]'s block when this node reads in[k] last
-     * (k = 0 for KILN_OP_FLAG_INPLACE ops, else the op's cpu_inplace_input,
+     * (k = 0 for KILN_OP_FLAG_INPLACE ops, else the kernel's inplace_input,
      * e.g. a FusedConv's residual) */
     for (int ni = 0; ni < g->n_nodes; ni++) {
         const kiln_node *n = &g->nodes[ni];
-        int k = (n->op->flags & KILN_OP_FLAG_INPLACE) ? 0
-                : n->op->cpu_inplace_input              ? n->op->cpu_inplace_input(n->attrs)
-                                                        : -1;
-        if (k < 0 || k >= n->n_in || n->n_out < 1) continue;
-        if (kiln__node_mem(P->e, n) != KILN_MEM_HOST) continue;
-        if (k > 0 && n->device != KILN_DEVICE_CPU) continue; /* cpu_inplace_input: CPU kernels */
+        int k = kiln__node_inplace_input(P->e, n);
+        if (k < 0) continue;
         int v = n->in[k], w = n->out[0];
         if (v < 0 || w < 0 || v == w) continue;
-        int bv = P->blk[KILN_MEM_HOST][v], bw = P->blk[KILN_MEM_HOST][w];
+        int bv = block_of(P, KILN_MEM_HOST, v), bw = block_of(P, KILN_MEM_HOST, w);
         if (bv < 0 || bw < 0 || P->blocks[bv].end != ni || P->blocks[bw].start != ni) continue;
         if (g->values[v].flags & (KILN_VALUE_OUTPUT | KILN_VALUE_INPUT)) continue;
         if (p->nbytes[v] != p->nbytes[w]) continue;
+        /* another input in the same block (v itself, or a view of it or of
+         * what v views) is read while out[0] is written: not in place */
         bool twice = false;
-        for (int i = 0; i < n->n_in; i++) twice = twice || (i != k && n->in[i] == v);
+        for (int i = 0; i < n->n_in; i++)
+            twice = twice || (i != k && n->in[i] >= 0 && block_of(P, KILN_MEM_HOST, n->in[i]) == bv);
         if (twice) continue;
-        if (P->blocks[bw].end > P->blocks[bv].end) P->blocks[bv].end = P->blocks[bw].end;
-        P->blocks[bw].size = 0; /* unused: w lives in v's block */
-        P->blocks[bw].start = -1;
-        P->blk[KILN_MEM_HOST][w] = bv;
+        /* w's block may hold views of w already (the loop above): they
+         * move with it (before this was a merge of blocks, they were left
+         * in w's emptied block, at an offset no block reserved) */
+        merge_block(P, bw, bv);
     }
     for (int ni = 0; ni < g->n_nodes; ni++) {
         const kiln_node *n = &g->nodes[ni];
@@ -646,9 +647,9 @@ kiln_status kiln__plan_build(const kiln_engine *e, const kiln_plan_input *in, ki
     plan_sizes(&P);
     if ((s = plan_blocks(&P)) != KILN_OK) goto done;
     if ((s = plan_offsets(&P)) != KILN_OK) goto done;
-    for (int m = 0; m < 2; m++)
+    for (int m = 0, b; m < 2; m++)
         for (int v = 0; v < g->n_values; v++)
-            if (P.blk[m][v] >= 0) p->off[m][v] = P.blocks[P.blk[m][v]].off;
+            if ((b = block_of(&P, m, v)) >= 0) p->off[m][v] = P.blocks[b].off;
     for (size_t a = 0; a < n_aux; a++)
         p->aux_off[a] = P.aux_blk[a] >= 0 ? P.blocks[P.aux_blk[a]].off : -1;
 done:

@@ -73,6 +73,45 @@ np.save(d + "/x_f64.npy", x.astype(np.float64))
 np.save(d + "/x_rank.npy", x.reshape(2, 2, 2))
 np.save(d + "/x_fortran.npy", np.asfortranarray(rng.standard_normal((4, 4)).astype(np.float32)))
 open(d + "/garbage.npy", "wb").write(bytes(range(200)))
+# outputs whose names sanitize alike, and one that is another's '_<index>' form
+xs = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])
+names = ["o_1", "o_1_2", "o:1", "o/1"]
+g = helper.make_graph([helper.make_node("Mul", ["x", "k%d" % i], [n], name="m%d" % i) for i, n in enumerate(names)],
+                      "collide", [xs], [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2]) for n in names],
+                      initializer=[numpy_helper.from_array(np.full((2,), i + 1, np.float32), "k%d" % i) for i in range(4)])
+onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), d + "/collide.onnx")
+np.save(d + "/x2.npy", np.ones((2,), np.float32))
+# an output name of 240 characters
+long = "L" * 240
+g = helper.make_graph([helper.make_node("Relu", ["x"], [long])], "long", [xs],
+                      [helper.make_tensor_value_info(long, TensorProto.FLOAT, [2])])
+onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), d + "/long.onnx")
+# two inputs sharing the symbolic dim 'n'
+g = helper.make_graph([helper.make_node("Add", ["a", "b"], ["s"])], "sym",
+                      [helper.make_tensor_value_info("a", TensorProto.FLOAT, ["n", 4]),
+                       helper.make_tensor_value_info("b", TensorProto.FLOAT, ["n", 4])],
+                      [helper.make_tensor_value_info("s", TensorProto.FLOAT, ["n", 4])])
+onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), d + "/sym.onnx")
+np.save(d + "/a2.npy", np.ones((2, 4), np.float32))
+np.save(d + "/b3.npy", np.ones((3, 4), np.float32))
+# an If whose branches give outputs of rank 2 and rank 1
+def const_graph(name, arr):
+    return helper.make_graph([helper.make_node("Constant", [], [name], value=numpy_helper.from_array(arr))], name, [],
+                             [helper.make_tensor_value_info(name, TensorProto.FLOAT, None)])
+g = helper.make_graph([helper.make_node("If", ["c"], ["r"], then_branch=const_graph("t", np.ones((2, 3), np.float32)),
+                                        else_branch=const_graph("e", np.ones((2,), np.float32)))], "ifrank",
+                      [helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
+                      [helper.make_tensor_value_info("r", TensorProto.FLOAT, None)])
+onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), d + "/ifrank.onnx")
+np.save(d + "/c1.npy", np.array(True))
+np.save(d + "/c0.npy", np.array(False))
+# an output declared int64 [3] that the graph computes as float32 [2x4]; opset 19
+g = helper.make_graph([helper.make_node("Relu", ["x"], ["r"])], "decl",
+                      [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+                      [helper.make_tensor_value_info("r", TensorProto.INT64, [3])])
+onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), d + "/decl.onnx")
+g.output[0].CopyFrom(helper.make_tensor_value_info("r", TensorProto.FLOAT, [2, 4]))
+onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)]), d + "/opset19.onnx")
 open(d + "/random.kiln", "wb").write(np.random.default_rng(1).integers(0, 256, 4096, dtype=np.uint8).tobytes())
 EOF
 
@@ -132,13 +171,13 @@ expect "help for an unknown command" 2 "unknown command 'bogus'" "$KILN" help bo
 
 # ---- run -----------------------------------------------------------------------------------
 "$KILN" build tiny.onnx -o tiny.kiln --min-shapes x:1x4 --opt-shapes x:2x4 --max-shapes x:8x4 >/dev/null 2>&1
-expect "run random inputs" 0 "output 'y'" "$KILN" run tiny.kiln
+expect "run random inputs" 0 "output 'y'" "$KILN" run tiny.kiln --random-inputs
 grep -q "\[2x3\]" out && ok || bad "random run did not use the opt shape 2x4"
-expect "run with --shapes" 0 "[5x3]" "$KILN" run tiny.kiln --shapes x:5x4
-expect "run --shapes outside profile" nz "'x'" "$KILN" run tiny.kiln --shapes x:9x4
-expect "run --memory-limit too small" nz "memory limit of 104 bytes" "$KILN" run tiny.kiln --memory-limit 0.0001
-expect "run --memory-limit enough" 0 "output 'y'" "$KILN" run tiny.kiln --memory-limit 1
-expect "run bad --memory-limit" 2 "--memory-limit" "$KILN" run tiny.kiln --memory-limit lots
+expect "run with --shapes" 0 "[5x3]" "$KILN" run tiny.kiln --random-inputs --shapes x:5x4
+expect "run --shapes outside profile" nz "'x'" "$KILN" run tiny.kiln --random-inputs --shapes x:9x4
+expect "run --memory-limit too small" nz "memory limit of 104 bytes" "$KILN" run tiny.kiln --random-inputs --memory-limit 0.0001
+expect "run --memory-limit enough" 0 "output 'y'" "$KILN" run tiny.kiln --random-inputs --memory-limit 1
+expect "run bad --memory-limit" 2 "--memory-limit" "$KILN" run tiny.kiln --random-inputs --memory-limit lots
 expect "inspect: activation arena and lower bound" 0 "lower bound" "$KILN" inspect tiny.kiln
 expect "run with input and output dir" 0 "min" "$KILN" run tiny.kiln --input x=x.npy --output-dir outs/nested
 [ -f outs/nested/y.npy ] && ok || bad "y.npy not written"
@@ -160,17 +199,77 @@ expect "run wrong rank" nz "rank" "$KILN" run tiny.kiln --input x=x_rank.npy
 expect "run wrong dtype" nz "float64" "$KILN" run tiny.kiln --input x=x_f64.npy
 grep -qF "float32" err && ok || bad "wrong-dtype message lacks the expected dtype"
 expect "run wrong input name" nz "'bogus'" "$KILN" run tiny.kiln --input bogus=x.npy
-expect "run --shapes wrong name" nz "'bogus'" "$KILN" run tiny.kiln --shapes bogus:1x4
+expect "run --shapes wrong name" nz "'bogus'" "$KILN" run tiny.kiln --random-inputs --shapes bogus:1x4
 expect "run missing npy" nz "missing.npy" "$KILN" run tiny.kiln --input x=missing.npy
 expect "run garbage npy" nz "not a .npy file" "$KILN" run tiny.kiln --input x=garbage.npy
 expect "run fortran npy" nz "fortran" "$KILN" run tiny.kiln --input x=x_fortran.npy
 expect "run input given twice" nz "twice" "$KILN" run tiny.kiln --input x=x.npy --input x=x.npy
-"$KILN" run tiny.kiln --seed 5 --output-dir s1 >/dev/null 2>&1
-"$KILN" run tiny.kiln --seed 5 --output-dir s2 >/dev/null 2>&1
-"$KILN" run tiny.kiln --seed 6 --output-dir s3 >/dev/null 2>&1
+"$KILN" run tiny.kiln --random-inputs --seed 5 --output-dir s1 >/dev/null 2>&1
+"$KILN" run tiny.kiln --random-inputs --seed 5 --output-dir s2 >/dev/null 2>&1
+"$KILN" run tiny.kiln --random-inputs --seed 6 --output-dir s3 >/dev/null 2>&1
 cmp -s s1/y.npy s2/y.npy && ok || bad "same --seed gave different outputs"
 cmp -s s1/y.npy s3/y.npy && bad "different --seed gave the same outputs" || ok
-expect "run --threads" 0 "output 'y'" "$KILN" run tiny.kiln --threads 1
+expect "run --threads" 0 "output 'y'" "$KILN" run tiny.kiln --random-inputs --threads 1
+
+# ---- issue 20, item 4: inputs, output files ----------------------------------------------
+# an input left out is an error unless --random-inputs (4.8)
+expect "run without inputs" nz "input 'x' not given" "$KILN" run tiny.kiln
+grep -qF -- "--random-inputs" err && ok || bad "missing-input message does not mention --random-inputs: $(cat err)"
+expect "run --shapes without --random-inputs" nz "input 'x' not given" "$KILN" run tiny.kiln --shapes x:5x4
+expect "run --help mentions --random-inputs" 0 "--random-inputs" "$KILN" run --help
+# inputs sharing a symbolic dim that disagree: named before any layer runs (4.8)
+"$KILN" build sym.onnx -o sym.kiln -q --min-shapes a:1x4,b:1x4 --max-shapes a:8x4,b:8x4
+expect "run shared dim mismatch" nz "'n'" "$KILN" run sym.kiln --input a=a2.npy --input b=b3.npy
+grep -qF "'a'" err && grep -qF "'b'" err && ok || bad "shared-dim message lacks the inputs: $(cat err)"
+expect "run one input left out" nz "input 'b' not given" "$KILN" run sym.kiln --input a=a2.npy
+# --output-dir '' (4.7: read out of bounds)
+expect "run --output-dir ''" 2 "--output-dir: empty" "$KILN" run tiny.kiln --random-inputs --output-dir ''
+: >notadir
+expect "run --output-dir over a file" nz "Not a directory" "$KILN" run tiny.kiln --random-inputs --output-dir notadir
+# file names unique against all the others (4.6): 4 outputs, 4 files, each its own values
+"$KILN" build collide.onnx -o collide.kiln -q
+expect "run outputs that sanitize alike" 0 "o_1_2_1" "$KILN" run collide.kiln --input x=x2.npy --output-dir coll
+if $PY -c "
+import numpy as np, os, sys
+fs = sorted(f for f in os.listdir('coll'))
+vals = sorted(float(np.load('coll/' + f)[0]) for f in fs)
+sys.exit(0 if len(fs) == 4 and vals == [1, 2, 3, 4] else 1)"; then ok; else bad "colliding outputs: $(ls coll)"; fi
+# existing files that are not regular files are never replaced (4.5)
+mkdir -p fifodir && mkfifo fifodir/y.npy
+expect "run --output-dir over a FIFO" nz "exists and is a FIFO" "$KILN" run tiny.kiln --random-inputs --output-dir fifodir
+[ -p fifodir/y.npy ] && ok || bad "the FIFO was replaced"
+mkfifo engine.fifo
+expect "build -o a FIFO" nz "exists and is a FIFO" "$KILN" build tiny.onnx -o engine.fifo
+[ -p engine.fifo ] && ok || bad "build -o replaced the FIFO"
+ln -s /dev/null nulldev
+expect "build -o a link to a character device" nz "exists and is a character device" "$KILN" build tiny.onnx -o nulldev
+[ -L nulldev ] && [ -c /dev/null ] && ok || bad "build -o replaced the link to /dev/null"
+expect "build --timing-cache a FIFO" nz "FIFO" "$KILN" build tiny.onnx -o t.kiln --timing-cache engine.fifo
+mkfifo engine2.fifo
+expect "run an engine that is a FIFO" nz "FIFO" timeout 20 "$KILN" run engine2.fifo
+# long names (4.11): a 245-character -o and a 240-character output name
+longo=$(printf 'E%.0s' $(seq 240)).kiln
+expect "build -o of 245 characters" 0 "layers" "$KILN" build tiny.onnx -o "$longo"
+[ -s "$longo" ] && ok || bad "long -o not written"
+"$KILN" build long.onnx -o long.kiln -q
+expect "run output name of 240 characters" 0 "" "$KILN" run long.kiln --input x=x2.npy --output-dir longout
+[ "$(ls longout | wc -l)" = 1 ] && [ "$(ls longout)" = "$(printf 'L%.0s' $(seq 240)).npy" ] && ok || bad "long output name: $(ls longout)"
+# an If whose branches differ in rank: the output's rank is unknown, not a scalar's (4.12)
+expect "build If of two ranks" 0 "output r: float32 [unknown rank]" "$KILN" build ifrank.onnx -o ifrank.kiln
+expect "inspect If of two ranks" 0 "r: float32 [unknown rank]" "$KILN" inspect ifrank.kiln
+"$KILN" inspect ifrank.kiln --json | $PY -c "
+import json, sys
+d = json.load(sys.stdin)
+sys.exit(0 if d['outputs'][0]['shape'] is None else 1)" && ok || bad "inspect --json: If output shape is not null"
+expect "run If then-branch" 0 "output 'r': float32 [2x3]" "$KILN" run ifrank.kiln --input c=c1.npy
+expect "run If else-branch" 0 "output 'r': float32 [2]" "$KILN" run ifrank.kiln --input c=c0.npy
+# declarations that contradict the graph, opsets past the supported range: warnings (4.10)
+expect "build declared type contradicts" 0 "kiln: warning: graph output 'r' is declared int64 [3], but the graph computes float32 [2x4]" "$KILN" build decl.onnx -o decl.kiln
+grep -qF "kiln: warning:" err && ok || bad "the warning is not on stderr"
+expect "build opset 19" 0 "kiln: warning: the model uses ai.onnx opset 19; kiln supports opsets 1 to 18" "$KILN" build opset19.onnx -o opset19.kiln
+expect "build a consistent model: no warning" 0 "" "$KILN" build tiny.onnx -o tiny2.kiln
+grep -qF "warning" err && bad "warning for a consistent model: $(cat err)" || ok
+[ -z "$(ls -A . | grep -F .tmp)" ] && ok || bad "temporary files left: $(ls -A | grep -F .tmp)"
 
 # ---- damaged engines ------------------------------------------------------------------
 size=$(stat -c %s tiny.kiln)

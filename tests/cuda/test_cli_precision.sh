@@ -10,11 +10,11 @@ trap 'rm -rf "$T"' EXIT
 fails=0
 check() { if eval "$2"; then echo "PASS $1"; else echo "FAIL $1"; fails=$((fails + 1)); fi; }
 "$K" build tests/data/tiny_mlp.onnx -o "$T/cpu.kiln" -q
-out=$("$K" run "$T/cpu.kiln" --compare tests/data/tiny_mlp.onnx -q 2>&1); rc=$?
+out=$("$K" run "$T/cpu.kiln" --random-inputs --compare tests/data/tiny_mlp.onnx -q 2>&1); rc=$?
 # the two builds may pick other CPU tactics (timed): equal up to rounding
 rel=$(sed -n 's/.*y: max abs err [^,]*, max abs err \/ max|ref| \([^,]*\),.*/\1/p' <<<"$out")
 check compare_same_plan '[ $rc -eq 0 ] && [ -n "$rel" ] && awk -v r="$rel" "BEGIN { exit !(r < 1e-5) }"'
-out=$("$K" run "$T/cpu.kiln" --compare "$T/missing.onnx" -q 2>&1); rc=$?
+out=$("$K" run "$T/cpu.kiln" --random-inputs --compare "$T/missing.onnx" -q 2>&1); rc=$?
 check compare_missing_model '[ $rc -ne 0 ] && grep -q "missing.onnx" <<<"$out"'
 out=$("$K" build tests/data/tiny_mlp.onnx -o "$T/x.kiln" --layer-precision foo 2>&1); rc=$?
 check layer_precision_syntax '[ $rc -ne 0 ] && grep -q "expected name:fp32" <<<"$out"'

@@ -258,7 +258,7 @@ static bool infer_case(const char *node, const kiln_op_def *op, const void *attr
     g.n_values = nv;
     g.nodes = &nd;
     g.n_nodes = 1;
-    *supported = be->supports(&g, &nd);
+    *supported = kiln__backend_supports(be, &g, &nd);
     return true;
 }
 
@@ -834,9 +834,8 @@ TEST(test_matmul) {
     CASE("odd_f16", MatMul, NULL, 1, 0, 1e-5, trand(F16, -1, 1, S(7, 13)), trand(F16, -1, 1, S(13, 5)));
 }
 
-/* ---- ops whose attribute structs live in headers once the lead moves them ---------------- */
+/* ---- nn, reduce and fused layers ----------------------------------------------------------- */
 
-#if KILN_CUDA_NN_ATTRS
 TEST(test_gemm) {
     kiln_gemm_attrs plain = {1.0f, 1.0f, 0, 0}, tt = {0.5f, 2.0f, 1, 1}, ta = {1.0f, 0.0f, 1, 0};
     CASE("plain", Gemm, &plain, 1, 0, 1e-10, trand(F32, -1, 1, S(5, 7)), trand(F32, -1, 1, S(7, 3)));
@@ -916,6 +915,125 @@ static kiln_pool_attrs pool_at(int auto_pad, int ns, int64_t k, int64_t s, int64
     return at;
 }
 
+/* ---- channels-last layers --------------------------------------------------------------- */
+
+/* A 4-D tensor's bytes NCHW <-> NHWC (a new tensor from the test arena). */
+static kiln_tensor *relayout(const kiln_tensor *t, bool to_nhwc) {
+    kiln_tensor *o = tnew(t->dtype, t->rank, t->dims);
+    size_t es = kiln_dtype_size(t->dtype);
+    int64_t N = t->dims[0], C = t->dims[1], H = t->dims[2], W = t->dims[3];
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t c = 0; c < C; c++)
+            for (int64_t h = 0; h < H; h++)
+                for (int64_t w = 0; w < W; w++) {
+                    int64_t nchw = ((n * C + c) * H + h) * W + w, nhwc = ((n * H + h) * W + w) * C + c;
+                    memcpy((char *)o->data + (size_t)(to_nhwc ? nhwc : nchw) * es,
+                           (const char *)t->data + (size_t)(to_nhwc ? nchw : nhwc) * es, es);
+                }
+    return o;
+}
+
+/* Runs one layer of op `op_id` on the GPU (own node state) into y (host;
+ * its shape set). */
+static bool gpu_run_op(const char *node, int op_id, const void *at, int n_in, kiln_tensor *const *in,
+                       kiln_tensor *y) {
+    kiln_tensor din[MAXIO];
+    const kiln_tensor *dinp[MAXIO] = {0};
+    kiln_tensor dy = *y, *dyp = &dy;
+    void *mem[MAXIO + 1] = {0};
+    bool ok = n_in <= MAXIO;
+    for (int i = 0; i < n_in && ok; i++) {
+        if (!in[i]) continue;
+        din[i] = *in[i];
+        size_t b = tbytes(in[i]);
+        mem[i] = be->alloc(st, b ? b : 1);
+        ok = mem[i] && be->to_device(st, mem[i], in[i]->data, b) == KILN_OK;
+        din[i].data = mem[i];
+        dinp[i] = &din[i];
+    }
+    mem[MAXIO] = ok ? be->alloc(st, tbytes(y)) : NULL;
+    dy.data = mem[MAXIO];
+    kiln_node_state ns = {0};
+    kiln_kernel_args kg = {.op = kiln__op_by_id(op_id), .attrs = at, .node_name = node,
+                           .n_in = n_in, .n_out = 1, .in = dinp, .out = &dyp, .node_state = &ns};
+    kiln_status s = mem[MAXIO] ? be->run(st, &kg) : KILN_ERR_OUT_OF_MEMORY;
+    if (s == KILN_OK) s = be->sync(st);
+    if (s == KILN_OK) s = be->to_host(st, y->data, mem[MAXIO], tbytes(y));
+    if (s != KILN_OK) FAILF("%s: CUDA run failed: %s", node, kiln_last_error());
+    if (ns.free) ns.free(ns.p);
+    for (int i = 0; i <= MAXIO; i++) be->free(st, mem[i]);
+    return ok && s == KILN_OK;
+}
+
+/* Layer `op_id` with attrs `nhwc_at` (an NHWC layout) on the GPU against
+ * the CPU reference of the NCHW layer (attrs `ref_at`; fp32 copies for the
+ * fused layers): inputs listed in nhwc_in (bit i) go in transposed, the
+ * output comes back transposed when y_nhwc. */
+static void nhwc_case(const char *what, int op_id, const void *ref_at, const void *nhwc_at, int n_in,
+                      kiln_tensor *const *in, uint32_t nhwc_in, bool y_nhwc, double tol) {
+    const kiln_op_def *op = kiln__op_by_id(op_id);
+    char node[160];
+    snprintf(node, sizeof node, "%s/%s", op->name, what);
+    kiln_tinfo ti[MAXIO], to[MAXIO];
+    bool supported = false;
+    n_cases++;
+    covered[op_id] = true;
+    if (!infer_case(node, op, ref_at, n_in, in, 1, ti, to, &supported)) return;
+    kiln_tensor *ref = tnew(to[0].dtype, to[0].rank, to[0].dims), *y = tnew(to[0].dtype, to[0].rank, to[0].dims);
+    kiln_status s;
+    bool red = in[0]->dtype == F16 || in[0]->dtype == BF16;
+    if (op_id == KILN_OP_FusedConv && red) {
+        s = cpu_ref_in_f32(op, ref_at, node, n_in, in, 1, &ref);
+    } else {
+        const kiln_tinfo *tip[MAXIO];
+        kiln_tinfo *top[1] = {&to[0]};
+        for (int i = 0; i < n_in; i++) tip[i] = in[i] ? &ti[i] : NULL;
+        s = cpu_kernel_run(op, ref_at, node, n_in, (const kiln_tensor *const *)in, tip, 1, &ref, top);
+    }
+    if (s != KILN_OK) {
+        FAILF("%s: CPU reference failed: %s", node, kiln_last_error());
+        return;
+    }
+    kiln_tensor *gin[MAXIO];
+    for (int i = 0; i < n_in; i++) gin[i] = in[i] && (nhwc_in >> i & 1) ? relayout(in[i], true) : in[i];
+    if (!gpu_run_op(node, op_id, nhwc_at, n_in, gin, y)) return;
+    if (!compare(node, 0, y->dtype, ref->data, (y_nhwc ? relayout(y, false) : y)->data, kiln__tensor_numel(y),
+                 tol))
+        test_failed_checks++;
+}
+
+/* NHWC MaxPool / AveragePool / GlobalAveragePool (KILN_POOL_LAYOUT_NHWC,
+ * backends/cuda/cuda_layout.c) against the CPU's NCHW pooling: 16-byte vectors
+ * (channels multiples of 8), and the scalar path (odd channels). */
+TEST(test_pool_nhwc) {
+    static const struct { int op; int k, s, pb, pe, cip; int64_t C; kiln_dtype t; const char *name; } cs[] = {
+        {KILN_OP_MaxPool, 3, 2, 1, 1, 0, 64, KILN_DTYPE_FLOAT16, "max3s2_f16"},
+        {KILN_OP_MaxPool, 3, 2, 1, 1, 0, 24, KILN_DTYPE_BFLOAT16, "max3s2_bf16"},
+        {KILN_OP_MaxPool, 2, 2, 0, 1, 0, 5, KILN_DTYPE_FLOAT16, "max2_odd_c"},
+        {KILN_OP_MaxPool, 3, 1, 1, 1, 0, 12, KILN_DTYPE_FLOAT32, "max3_f32"},
+        {KILN_OP_AveragePool, 3, 2, 1, 1, 0, 16, KILN_DTYPE_FLOAT16, "avg_excl_f16"},
+        {KILN_OP_AveragePool, 3, 2, 1, 0, 1, 16, KILN_DTYPE_FLOAT16, "avg_incl_f16"},
+        {KILN_OP_AveragePool, 2, 2, 0, 0, 0, 7, KILN_DTYPE_BFLOAT16, "avg_odd_c"},
+    };
+    for (size_t k = 0; k < sizeof cs / sizeof cs[0]; k++) {
+        kiln_pool_attrs ref = pool_at(PAD_NOTSET, 2, cs[k].k, cs[k].s, cs[k].pb, cs[k].pe, 0, cs[k].cip);
+        kiln_pool_attrs nh = ref;
+        nh.layout = KILN_POOL_LAYOUT_NHWC;
+        kiln_tensor *x = trand(cs[k].t, -3, 3, S(2, cs[k].C, 11, 13));
+        nhwc_case(cs[k].name, cs[k].op, &ref, &nh, 1, &x, 1, true, 0);
+    }
+    kiln_pool_attrs g0, gn;
+    memset(&g0, 0, sizeof g0);
+    gn = g0;
+    gn.layout = KILN_POOL_LAYOUT_NHWC;
+    nhwc_case("gap_f16", KILN_OP_GlobalAveragePool, &g0, &gn, 1, (kiln_tensor *[]){trand(F16, -3, 3, S(3, 2048, 7, 7))},
+              1, false, 0);
+    nhwc_case("gap_big_plane", KILN_OP_GlobalAveragePool, &g0, &gn, 1,
+              (kiln_tensor *[]){trand(BF16, -3, 3, S(1, 64, 56, 56))}, 1, false, 0);
+    nhwc_case("gap_odd_c", KILN_OP_GlobalAveragePool, &g0, &gn, 1, (kiln_tensor *[]){trand(F32, -3, 3, S(2, 45, 5, 6))},
+              1, false, 0);
+}
+
 TEST(test_pool) {
     kiln_pool_attrs m = pool_at(PAD_NOTSET, 2, 3, 2, 1, 1, 0, 0);
     CASE("max3s2", MaxPool, &m, 1, 0, 0, specials(trand(F32, -3, 3, S(2, 3, 11, 12))));
@@ -956,6 +1074,14 @@ TEST(test_norm) {
          trand(F32, 0.5, 2, S(4, 5)));
     CASE("ln_f16", LayerNormalization, &ln, 1, 0, 0, trand(F16, -3, 3, S(6, 64)),
          trand(F16, 0.5, 2, S(64)), trand(F16, -1, 1, S(64)));
+    /* the fp16/bf16 warp-per-row kernel (values in registers): BERT's width, a
+     * partial last vector per lane, the widest, the statistics outputs, no bias */
+    CASE("ln_bert_f16", LayerNormalization, &ln, 1, 0, 0, trand(F16, -3, 3, S(3, 43, 768)),
+         trand(F16, 0.5, 2, S(768)), trand(F16, -1, 1, S(768)));
+    CASE("ln_264_bf16_stats", LayerNormalization, &ln, 3, 0, 0, trand(BF16, -3, 3, S(9, 264)),
+         trand(BF16, 0.5, 2, S(264)), trand(BF16, -1, 1, S(264)));
+    CASE("ln_1600_f16_nobias", LayerNormalization, &ln, 1, 0, 0, trand(F16, -3, 3, S(5, 1600)),
+         trand(F16, 0.5, 2, S(1600)));
 }
 
 TEST(test_softmax) {
@@ -968,9 +1094,7 @@ TEST(test_softmax) {
     CASE("log", LogSoftmax, &last, 1, 0, 1e-10, trand(F32, -5, 5, S(6, 30)));
     CASE("log_strided", LogSoftmax, &ax1, 1, 0, 1e-10, trand(F32, -5, 5, S(2, 9, 3)));
 }
-#endif
 
-#if KILN_CUDA_REDUCE_ATTRS
 TEST(test_reduce) {
     kiln_reduce_attrs keep = {1, 0}, drop = {0, 0}, noop = {1, 1};
     CASE("mean_last", ReduceMean, &keep, 1, 0x2, 0, trand(F32, -3, 3, S(8, 768)), tvals(I64, V(-1)));
@@ -990,7 +1114,6 @@ TEST(test_reduce) {
     CASE("mean_block", ReduceMean, &keep, 1, 0x2, 0, trand(F32, -3, 3, S(2, 10000)), tvals(I64, V(1)));
     CASE("f64", ReduceSum, &keep, 1, 0x2, 0, trand(F64, -3, 3, S(3, 100)), tvals(I64, V(1)));
 }
-#endif
 
 /* Kernels that keep state between runs (cuBLASLt plans, cuDNN plans):
  * the same node state across runs at the same and at other shapes. */
@@ -1005,7 +1128,6 @@ TEST(test_node_state) {
     }
     CHECK(ns.p != NULL && ns.free != NULL);
     if (ns.free) ns.free(ns.p);
-#if KILN_CUDA_NN_ATTRS
     memset(&ns, 0, sizeof ns);
     kiln_conv_attrs a3 = conv_at(PAD_NOTSET, 1, 2, 3, 1, 1, 1, 1);
     for (int rep = 0; rep < 2; rep++) {
@@ -1018,11 +1140,9 @@ TEST(test_node_state) {
     }
     CHECK(ns.p != NULL && ns.free != NULL);
     if (ns.free) ns.free(ns.p);
-#endif
     case_ns = NULL;
 }
 
-#if KILN_CUDA_FUSED_CONV
 static kiln_fused_conv_attrs fc_at(kiln_conv_attrs conv, int act, float alpha, float beta, int res) {
     kiln_fused_conv_attrs at;
     memset(&at, 0, sizeof at);
@@ -1064,57 +1184,9 @@ TEST(test_fused_conv) {
     CASE("relu_bf16", FusedConv, &relu, 1, 0, 1e-4, trand(BF16, -1, 1, S(1, 8, 9, 9)),
          trand(BF16, -1, 1, S(16, 8, 3, 3)), trand(BF16, -1, 1, S(16)));
 }
-#endif
 
-#if KILN_CUDA_FUSED_CONV && KILN_HAVE_CUDNN
-/* A 4-D tensor's bytes NCHW <-> NHWC (a new tensor from the test arena). */
-static kiln_tensor *relayout(const kiln_tensor *t, bool to_nhwc) {
-    kiln_tensor *o = tnew(t->dtype, t->rank, t->dims);
-    size_t es = kiln_dtype_size(t->dtype);
-    int64_t N = t->dims[0], C = t->dims[1], H = t->dims[2], W = t->dims[3];
-    for (int64_t n = 0; n < N; n++)
-        for (int64_t c = 0; c < C; c++)
-            for (int64_t h = 0; h < H; h++)
-                for (int64_t w = 0; w < W; w++) {
-                    int64_t nchw = ((n * C + c) * H + h) * W + w, nhwc = ((n * H + h) * W + w) * C + c;
-                    memcpy((char *)o->data + (size_t)(to_nhwc ? nhwc : nchw) * es,
-                           (const char *)t->data + (size_t)(to_nhwc ? nchw : nhwc) * es, es);
-                }
-    return o;
-}
-
-/* Runs one FusedConv on the GPU (own node state) into y (host). */
-static bool gpu_fused_conv(const char *node, const kiln_fused_conv_attrs *at, int n_in,
-                           kiln_tensor *const *in, kiln_tensor *y) {
-    kiln_tensor din[4];
-    const kiln_tensor *dinp[4] = {0};
-    kiln_tensor dy = *y, *dyp = &dy;
-    void *mem[5] = {0};
-    bool ok = true;
-    for (int i = 0; i < n_in && ok; i++) {
-        if (!in[i]) continue;
-        din[i] = *in[i];
-        size_t b = tbytes(in[i]);
-        mem[i] = be->alloc(st, b);
-        ok = mem[i] && be->to_device(st, mem[i], in[i]->data, b) == KILN_OK;
-        din[i].data = mem[i];
-        dinp[i] = &din[i];
-    }
-    mem[4] = ok ? be->alloc(st, tbytes(y)) : NULL;
-    dy.data = mem[4];
-    kiln_node_state ns = {0};
-    kiln_kernel_args kg = {.op = kiln__op_by_id(KILN_OP_FusedConv), .attrs = at, .node_name = node,
-                           .n_in = n_in, .n_out = 1, .in = dinp, .out = &dyp, .node_state = &ns};
-    kiln_status s = mem[4] ? be->run(st, &kg) : KILN_ERR_OUT_OF_MEMORY;
-    if (s == KILN_OK) s = be->sync(st);
-    if (s == KILN_OK) s = be->to_host(st, y->data, mem[4], tbytes(y));
-    if (s != KILN_OK) FAILF("%s: CUDA run failed: %s", node, kiln_last_error());
-    if (ns.free) ns.free(ns.p);
-    for (int i = 0; i < 5; i++) be->free(st, mem[i]);
-    return ok && s == KILN_OK;
-}
-
-/* NHWC layers (layout X|Y, cuda_nhwc.c): the same numbers as the NCHW layer,
+#if KILN_HAVE_CUDNN
+/* NHWC layers (layout X|Y, cuda_layout.c): the same numbers as the NCHW layer,
  * with the input, residual and output transposed. */
 TEST(test_fused_conv_nhwc) {
     for (int k = 0; k < 3; k++) {
@@ -1131,18 +1203,149 @@ TEST(test_fused_conv_nhwc) {
         int n_in = k != 1 ? 4 : 3;
         char node[64];
         snprintf(node, sizeof node, "FusedConv/nhwc_%d", k);
-        bool ok = gpu_fused_conv(node, &nchw, n_in, (kiln_tensor *[]){x, w, b, r}, y1) &&
-                  gpu_fused_conv(node, &nhwc, n_in,
-                                 (kiln_tensor *[]){relayout(x, true), w, b, relayout(r, true)}, y2);
+        bool ok = gpu_run_op(node, KILN_OP_FusedConv, &nchw, n_in, (kiln_tensor *[]){x, w, b, r}, y1) &&
+                  gpu_run_op(node, KILN_OP_FusedConv, &nhwc, n_in,
+                             (kiln_tensor *[]){relayout(x, true), w, b, relayout(r, true)}, y2);
         CHECK(ok);
         if (ok && !compare(node, 0, t, y1->data, relayout(y2, false)->data, kiln__tensor_numel(y1),
                            t == BF16 ? 1e-4 : 1e-5))
             test_failed_checks++;
     }
 }
+
+/* FusedConv as one cuDNN graph (conv + bias + residual + activation,
+ * cuda_conv.c) against the CPU's fp32 layer: every activation with and
+ * without bias and residual (hard swish has no cuDNN mode: the legacy path
+ * with the epilogue kernel), bf16, the first layer of a chain converting
+ * its NCHW input with 3 channels (padded to 8), NCHW layers with odd
+ * channel counts, strides, asymmetric pads, dilations and groups. */
+TEST(test_fused_conv_graph) {
+    kiln_conv_attrs a3 = conv_at(PAD_NOTSET, 1, 2, 3, 1, 1, 1, 1);
+    const int32_t both = KILN_FC_LAYOUT_X_NHWC | KILN_FC_LAYOUT_Y_NHWC;
+    static const struct { int act; float alpha, beta; const char *name; } acts[] = {
+        {KILN_FC_ACT_NONE, 0, 0, "none"},       {KILN_FC_ACT_RELU, 0, 0, "relu"},
+        {KILN_FC_ACT_CLIP, 0, 0.5f, "relu6"},    {KILN_FC_ACT_CLIP, -0.25f, 0.5f, "clip"},
+        {KILN_FC_ACT_LEAKY_RELU, 0.1f, 0, "leaky"}, {KILN_FC_ACT_SIGMOID, 0, 0, "sigmoid"},
+        {KILN_FC_ACT_SILU, 0, 0, "silu"},       {KILN_FC_ACT_HARD_SWISH, 0, 0, "hswish"},
+    };
+    char name[96];
+    for (size_t k = 0; k < sizeof acts / sizeof acts[0]; k++)
+        for (int v = 0; v < 4; v++) {
+            bool bias = v & 1, res = v & 2;
+            kiln_fused_conv_attrs ref = fc_at(a3, acts[k].act, acts[k].alpha, acts[k].beta, res), nh = ref;
+            nh.layout = both;
+            kiln_tensor *in[4] = {trand(F16, -1, 1, S(2, 16, 9, 7)), trand(F16, -0.3, 0.3, S(24, 16, 3, 3)),
+                                  bias ? trand(F16, -1, 1, S(24)) : NULL, res ? trand(F16, -1, 1, S(2, 24, 9, 7)) : NULL};
+            snprintf(name, sizeof name, "graph_%s%s%s", acts[k].name, bias ? "_bias" : "", res ? "_res" : "");
+            nhwc_case(name, KILN_OP_FusedConv, &ref, &nh, res ? 4 : 3, in, 1u | 8u, true, 1e-5);
+        }
+    /* bf16 */
+    kiln_fused_conv_attrs rr = fc_at(a3, KILN_FC_ACT_RELU, 0, 0, 1), rrn = rr;
+    rrn.layout = both;
+    nhwc_case("graph_bf16", KILN_OP_FusedConv, &rr, &rrn, 4,
+              (kiln_tensor *[]){trand(BF16, -1, 1, S(2, 32, 8, 8)), trand(BF16, -0.2, 0.2, S(32, 32, 3, 3)),
+                                trand(BF16, -1, 1, S(32)), trand(BF16, -1, 1, S(2, 32, 8, 8))},
+              1u | 8u, true, 1e-4);
+    /* the stem: NCHW input of 3 channels, 7x7 stride 2, converted and padded by the layer */
+    kiln_conv_attrs st7 = conv_at(PAD_NOTSET, 1, 2, 7, 2, 1, 3, 3);
+    kiln_fused_conv_attrs stem = fc_at(st7, KILN_FC_ACT_RELU, 0, 0, 0), stemn = stem;
+    stemn.layout = KILN_FC_LAYOUT_Y_NHWC;
+    nhwc_case("stem_c3_f16", KILN_OP_FusedConv, &stem, &stemn, 3,
+              (kiln_tensor *[]){trand(F16, -1, 1, S(2, 3, 30, 29)), trand(F16, -0.3, 0.3, S(16, 3, 7, 7)),
+                                trand(F16, -1, 1, S(16))},
+              0, true, 1e-5);
+    nhwc_case("nchw_in_c16_bf16", KILN_OP_FusedConv, &rr, &(kiln_fused_conv_attrs){.conv = a3, .act = KILN_FC_ACT_RELU,
+                                                                                  .has_residual = 1,
+                                                                                  .layout = KILN_FC_LAYOUT_Y_NHWC},
+              4,
+              (kiln_tensor *[]){trand(BF16, -1, 1, S(1, 16, 6, 6)), trand(BF16, -0.2, 0.2, S(16, 16, 3, 3)),
+                                trand(BF16, -1, 1, S(16)), trand(BF16, -1, 1, S(1, 16, 6, 6))},
+              8u, true, 1e-4);
+    /* NCHW fp16 layers: odd channels, stride, asymmetric pads, dilation, groups */
+    kiln_fused_conv_attrs odd = fc_at(a3, KILN_FC_ACT_RELU, 0, 0, 1);
+    CASE("graph_nchw_odd", FusedConv, &odd, 1, 0, 1e-5, trand(F16, -1, 1, S(2, 5, 9, 11)),
+         trand(F16, -0.3, 0.3, S(12, 5, 3, 3)), trand(F16, -1, 1, S(12)), trand(F16, -1, 1, S(2, 12, 9, 11)));
+    kiln_fused_conv_attrs s2 = fc_at(conv_at(PAD_NOTSET, 1, 2, 3, 2, 1, 1, 0), KILN_FC_ACT_SILU, 0, 0, 0);
+    CASE("graph_s2_asym", FusedConv, &s2, 1, 0, 1e-5, trand(F16, -1, 1, S(1, 16, 10, 9)),
+         trand(F16, -0.3, 0.3, S(16, 16, 3, 3)), trand(F16, -1, 1, S(16)));
+    kiln_fused_conv_attrs dil = fc_at(conv_at(PAD_NOTSET, 1, 2, 3, 1, 2, 2, 2), KILN_FC_ACT_RELU, 0, 0, 0);
+    CASE("graph_dilated", FusedConv, &dil, 1, 0, 1e-5, trand(F16, -1, 1, S(1, 8, 12, 12)),
+         trand(F16, -0.3, 0.3, S(16, 8, 3, 3)), trand(F16, -1, 1, S(16)));
+    kiln_fused_conv_attrs grp = fc_at(conv_at(PAD_NOTSET, 4, 2, 3, 1, 1, 1, 1), KILN_FC_ACT_RELU, 0, 0, 0);
+    CASE("graph_groups4", FusedConv, &grp, 1, 0, 1e-5, trand(F16, -1, 1, S(2, 32, 7, 7)),
+         trand(F16, -0.3, 0.3, S(32, 8, 3, 3)), trand(F16, -1, 1, S(32)));
+    kiln_fused_conv_attrs c1 = fc_at(conv_at(PAD_NOTSET, 1, 1, 3, 1, 1, 1, 1), KILN_FC_ACT_RELU, 0, 0, 0);
+    CASE("graph_conv1d", FusedConv, &c1, 1, 0, 1e-5, trand(F16, -1, 1, S(2, 16, 20)),
+         trand(F16, -0.3, 0.3, S(8, 16, 3)), trand(F16, -1, 1, S(8)));
+}
+
+/* Every tactic the builder would time (cuDNN's engine configs by id, then
+ * the legacy path) makes its plan from the id alone and computes the layer:
+ * an NHWC layer with a residual, and a stem converting its 3-channel NCHW
+ * input (padded to 8 or 4 channels, or space-to-depth); an id no config
+ * has fails in a tuning state. */
+TEST(test_fused_conv_tactics) {
+    kiln_conv_attrs a3 = conv_at(PAD_NOTSET, 1, 2, 3, 1, 1, 1, 1), s7 = conv_at(PAD_NOTSET, 1, 2, 7, 2, 1, 3, 3);
+    for (int layer = 0; layer < 2; layer++) {
+        bool stem = layer == 1;
+        kiln_fused_conv_attrs ref = fc_at(stem ? s7 : a3, KILN_FC_ACT_RELU, 0, 0, !stem), nh = ref;
+        nh.layout = stem ? KILN_FC_LAYOUT_Y_NHWC : KILN_FC_LAYOUT_X_NHWC | KILN_FC_LAYOUT_Y_NHWC;
+        int n_in = stem ? 3 : 4;
+        kiln_tensor *in[4];
+        if (stem) {
+            in[0] = trand(F16, -1, 1, S(2, 3, 33, 30));
+            in[1] = trand(F16, -0.2, 0.2, S(64, 3, 7, 7));
+            in[2] = trand(F16, -1, 1, S(64));
+            in[3] = NULL;
+        } else {
+            in[0] = trand(F16, -1, 1, S(4, 64, 14, 14));
+            in[1] = trand(F16, -0.1, 0.1, S(64, 64, 3, 3));
+            in[2] = trand(F16, -1, 1, S(64));
+            in[3] = trand(F16, -1, 1, S(4, 64, 14, 14));
+        }
+        kiln_tinfo ti[4], yo;
+        const kiln_tinfo *tip[4];
+        bool sup = false;
+        if (!infer_case("FusedConv/tactics", kiln__op_by_id(KILN_OP_FusedConv), &ref, n_in, in, 1, ti, &yo, &sup))
+            return;
+        for (int i = 0; i < n_in; i++) tip[i] = &ti[i];
+        kiln_tinfo *top[1] = {&yo};
+        kiln_infer_args ia = {.op = kiln__op_by_id(KILN_OP_FusedConv), .attrs = &nh,
+                              .node_name = "FusedConv/tactics", .n_in = n_in, .n_out = 1, .in = tip, .out = top};
+        int32_t ids[32];
+        int n = kiln__backend_tactics(be, st, &ia, ids, 32);
+        CHECK(n >= 2 && ids[n - 1] == KCU_CONV_TACTIC_LEGACY);
+        int s2d = 0;
+        printf("  %s: %d tactics:", stem ? "stem" : "3x3", n);
+        for (int k = 0; k < n; k++) {
+            char nm[64];
+            kiln__cu_fused_conv_tactic_describe(ids[k], nm, sizeof nm);
+            printf(" %s", nm);
+            s2d += strstr(nm, "/s2d") != NULL;
+            kiln_fused_conv_attrs t = nh;
+            t.tactic.id = ids[k];
+            char what[96];
+            snprintf(what, sizeof what, "%s_tactic_%s", stem ? "stem" : "3x3", nm);
+            nhwc_case(what, KILN_OP_FusedConv, &ref, &t, n_in, in, stem ? 0 : 1u | 8u, true, 1e-5);
+        }
+        printf("\n");
+        if (stem) CHECK(s2d > 0);
+    }
+    /* an id no config has (another cuDNN's): a tuning state refuses it */
+    kiln_fused_conv_attrs bad = fc_at(a3, KILN_FC_ACT_RELU, 0, 0, 1);
+    bad.layout = KILN_FC_LAYOUT_X_NHWC | KILN_FC_LAYOUT_Y_NHWC;
+    bad.tactic.id = KCU_DG_ID_BIT | 0x0ff00000 | 0xfffff;
+    kiln_tensor *x = trand(F16, -1, 1, S(1, 16, 5, 5)), *r = trand(F16, -1, 1, S(1, 16, 5, 5));
+    kiln_tensor *y = tnew(F16, 4, r->dims);
+    kiln_tensor *gin[4] = {relayout(x, true), trand(F16, -1, 1, S(16, 16, 3, 3)), trand(F16, -1, 1, S(16)),
+                           relayout(r, true)};
+    int before = test_failed_checks;
+    bool ran = gpu_run_op("FusedConv/missing_tactic", KILN_OP_FusedConv, &bad, 4, gin, y);
+    CHECK(!ran && strstr(kiln_last_error(), "cannot be made") != NULL);
+    test_failed_checks = before + (ran ? 1 : 0); /* gpu_run_op counted the expected failure */
+}
 #endif
 
-#if KILN_CUDA_FUSED_TRANSFORMER
 TEST(test_fused_transformer) {
     for (int act = KILN_FACT_NONE; act <= KILN_FACT_GELU_TANH; act++) {
         kiln_fused_matmul_attrs at = {.act = act}, tb = {.act = act, .trans_b = 1};
@@ -1194,8 +1397,56 @@ TEST(test_fused_transformer) {
          trand(F16, -1, 1, S(2, 70, 64)), trand(F16, -1, 1, S(2, 70, 64)), trand(F16, -2, 0, S(2, 1, 1, 70)));
     CASE("bhds_nomask_bf16", Attention, &mixed, 1, 0, 1e-4, trand(BF16, -1, 1, S(1, 2, 33, 64)),
          trand(BF16, -1, 1, S(1, 2, 64, 40)), trand(BF16, -1, 1, S(1, 2, 40, 64)));
+    CASE("gelu_onnx_tanh_f16", GeluOnnx, &tanh_, 1, 0, 1e-5, trand(F16, -4, 4, S(7, 33)));
+    CASE("gelu_onnx_erf", GeluOnnx, &erf, 1, 0, 1e-10, trand(F32, -4, 4, S(2, 50)));
+
+    /* the exporters' forms (src/passes/fuse_transformer.c): a bool cond (SDPA's
+     * Where(mask, 0, -inf) + Add, masked_fill's select), a second additive mask,
+     * IsNaN + Where after the softmax; the QKV layout of one fused projection */
+    kiln_attention_attrs qkv = {.num_heads = 3, .q_layout = KILN_ATTN_QKV, .k_layout = KILN_ATTN_QKV,
+                                .v_layout = KILN_ATTN_QKV, .out_layout = KILN_ATTN_BSHD, .scale = 0.125f,
+                                .cond_mode = KILN_ATTN_COND_ADD, .cond_fill_if = 0, .fill = -INFINITY,
+                                .nan_to_zero = 1};
+    for (int k = 0; k < 2; k++) {
+        kiln_dtype t = k ? BF16 : F16;
+        kiln_tensor *x = trand(t, -1, 1, S(2, 77, 3 * 3 * 64)), *c = trand(BOOL, 0, 1, S(2, 1, 1, 77));
+        for (int j = 0; j < 77; j++) ((uint8_t *)c->data)[77 + j] = 0; /* batch 1: every key masked out */
+        CASE(k ? "qkv_cond_nan_bf16" : "qkv_cond_nan_f16", Attention, &qkv, 1, 0, k ? 1e-4 : 1e-5, x, x, x,
+             NULL, c);
+    }
+    kiln_attention_attrs nonan = qkv;
+    nonan.nan_to_zero = 0;
+    {
+        kiln_tensor *x = trand(F16, -1, 1, S(1, 19, 3 * 3 * 32)), *c = tnew(BOOL, 4, (int64_t[]){1, 1, 1, 19});
+        CASE("qkv_all_masked_nan_f16", Attention, &nonan, 1, 0, 1e-5, x, x, x, NULL, c);
+    }
+    /* select with a huge fill (every key of some rows masked: uniform weights),
+     * a padding mask and a position bias, cross attention over 2+ key tiles */
+    kiln_attention_attrs sel = {.num_heads = 2, .q_layout = KILN_ATTN_BHSD, .k_layout = KILN_ATTN_BHSD,
+                                .v_layout = KILN_ATTN_BHSD, .out_layout = KILN_ATTN_BHSD, .scale = 0.3f,
+                                .cond_mode = KILN_ATTN_COND_SELECT, .cond_fill_if = 1, .fill = -3.4e38f};
+    for (int k = 0; k < 3; k++) {
+        kiln_dtype t = k == 0 ? F32 : k == 1 ? F16 : BF16;
+        kiln_tensor *c = trand(BOOL, 0, 1, S(45, 150));
+        for (int j = 0; j < 150; j++) ((uint8_t *)c->data)[3 * 150 + j] = 1; /* row 3: every key filled */
+        CASE(k == 0 ? "select_bias_f32" : k == 1 ? "select_bias_f16" : "select_bias_bf16", Attention, &sel, 1, 0,
+             k == 0 ? 1e-9 : k == 1 ? 1e-5 : 1e-4, trand(t, -1, 1, S(2, 2, 45, 32)), trand(t, -1, 1, S(2, 2, 150, 32)),
+             trand(t, -1, 1, S(2, 2, 150, 48)), trand(t, -2, 0, S(2, 1, 1, 150)), c, trand(t, -1, 1, S(1, 2, 45, 150)));
+    }
+    /* head sizes the tensor-core kernel pads (80, 128), one it loads element by
+     * element (20: rows not whole 16-byte chunks), K given transposed */
+    kiln_attention_attrs big = {.num_heads = 2, .q_layout = KILN_ATTN_BSHD, .k_layout = KILN_ATTN_BSHD,
+                                .v_layout = KILN_ATTN_BSHD, .out_layout = KILN_ATTN_BSHD, .scale = 0.1f};
+    CASE("d128_f16", Attention, &big, 1, 0, 1e-5, trand(F16, -1, 1, S(3, 200, 256)),
+         trand(F16, -1, 1, S(3, 130, 256)), trand(F16, -1, 1, S(3, 130, 256)));
+    CASE("d80_bf16", Attention, &big, 1, 0, 1e-4, trand(BF16, -1, 1, S(2, 65, 160)),
+         trand(BF16, -1, 1, S(2, 64, 160)), trand(BF16, -1, 1, S(2, 64, 160)), trand(BF16, -3, 0, S(2, 1, 65, 64)));
+    CASE("d20_f16", Attention, &big, 1, 0, 1e-5, trand(F16, -1, 1, S(2, 9, 40)),
+         trand(F16, -1, 1, S(2, 70, 40)), trand(F16, -1, 1, S(2, 70, 40)));
+    CASE("bhds_d64_f16", Attention, &mixed, 1, 0, 1e-5, trand(F16, -1, 1, S(2, 2, 128, 64)),
+         trand(F16, -1, 1, S(2, 2, 64, 128)), trand(F16, -1, 1, S(2, 2, 128, 64)), NULL, NULL,
+         trand(F16, -1, 1, S(2, 1, 128, 128)));
 }
-#endif
 
 /* every op of the table has at least one case */
 #include "cuda/cases_index.inc"
@@ -1216,38 +1467,36 @@ TEST(test_coverage) {
     X(test_api) X(test_unary) X(test_predicates) X(test_clip) X(test_binary) X(test_variadic) \
     X(test_where) X(test_cast) X(test_copies) X(test_transpose) X(test_concat_split)          \
     X(test_slice) X(test_expand_tile) X(test_gather) X(test_global_pool) X(test_matmul)
-#if KILN_CUDA_NN_ATTRS
-#define TESTS_NN(X) X(test_gemm) X(test_conv) X(test_pool) X(test_norm) X(test_softmax)
-#else
-#define TESTS_NN(X)
-#endif
-#if KILN_CUDA_REDUCE_ATTRS
+#define TESTS_NN(X) X(test_gemm) X(test_conv) X(test_pool) X(test_pool_nhwc) X(test_norm) X(test_softmax)
 #define TESTS_REDUCE(X) X(test_reduce)
+#if KILN_HAVE_CUDNN
+#define TESTS_FC(X) X(test_fused_conv) X(test_fused_conv_nhwc) X(test_fused_conv_graph) X(test_fused_conv_tactics)
 #else
-#define TESTS_REDUCE(X)
-#endif
-#if KILN_CUDA_FUSED_CONV && KILN_HAVE_CUDNN
-#define TESTS_FC(X) X(test_fused_conv) X(test_fused_conv_nhwc)
-#elif KILN_CUDA_FUSED_CONV
 #define TESTS_FC(X) X(test_fused_conv)
-#else
-#define TESTS_FC(X)
 #endif
-#if KILN_CUDA_FUSED_TRANSFORMER
 #define TESTS_FT(X) X(test_fused_transformer)
-#else
-#define TESTS_FT(X)
-#endif
 #define ALL_TESTS(X) \
     TESTS_BASE(X) TESTS_NN(X) TESTS_REDUCE(X) TESTS_FC(X) TESTS_FT(X) TESTS_INDEX(X) \
     TESTS_SPATIAL(X) TESTS_SEQ(X) TESTS_MISC(X) X(test_node_state) X(test_coverage)
 
 #define COUNT_ONE(t) +1
-#define RUN_ONE(t)      \
-    do {                \
-        RUN(t);         \
-        arena_reset();  \
+/* KILN_TEST_ONLY=test_a,test_b runs just those (a quick look on a GPU) */
+#define RUN_ONE(t)                      \
+    do {                                \
+        if (selected(#t)) {             \
+            RUN(t);                     \
+            arena_reset();              \
+        }                               \
     } while (0);
+
+static bool selected(const char *name) {
+    const char *only = getenv("KILN_TEST_ONLY");
+    if (!only || !*only) return true;
+    size_t n = strlen(name);
+    for (const char *p = only; (p = strstr(p, name)) != NULL; p += n)
+        if ((p == only || p[-1] == ',') && (p[n] == 0 || p[n] == ',')) return true;
+    return false;
+}
 
 int main(void) {
     const int n_tests = 0 ALL_TESTS(COUNT_ONE);

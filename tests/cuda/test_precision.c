@@ -17,7 +17,7 @@
 #include "ops/nn_attrs.h"
 #include "ops/reduce_attrs.h"
 #include "ops/fused_conv.h"
-#include "passes/cuda_nhwc.h"
+#include "backends/cuda/cuda_layout.h"
 #include "passes/precision.h"
 #include "runtime/engine.h"
 
@@ -83,7 +83,7 @@ static kiln_graph *make_graph(void) {
     mark_output(g, sig);
     mark_output(g, rs);
     kiln__graph_link(g);
-    if (kiln__pass_infer(g) != KILN_OK) {
+    if (kiln__graph_infer(g) != KILN_OK) {
         fprintf(stderr, "infer: %s\n", kiln_last_error());
         abort();
     }
@@ -185,7 +185,7 @@ TEST(fp16_plan) {
     /* the CUDA backend runs every node of the plan */
     const kiln_backend_i *be = kiln__backend_for(KILN_DEVICE_CUDA);
     for (int i = 0; i < g->n_nodes; i++)
-        if (!g->nodes[i].dead) CHECK(be->supports(g, &g->nodes[i]));
+        if (!g->nodes[i].dead) CHECK(kiln__backend_supports(be, g, &g->nodes[i]));
 done:
     kiln__graph_free(g);
 }
@@ -259,7 +259,7 @@ TEST(fused_fp16) {
     int r = add_node(g, KILN_OP_Relu, "relu", 1, &cv, NULL);
     mark_output(g, r);
     kiln__graph_link(g);
-    CHECK_OK(kiln__pass_infer(g));
+    CHECK_OK(kiln__graph_infer(g));
     CHECK_OK(optimize(g, KILN_DEVICE_CUDA, KILN_PRECISION_FP16, NULL, 0, false));
     CHECK(topo_ok(g));
     CHECK(count_op(g, KILN_OP_Conv) == 0 && count_op(g, KILN_OP_Relu) == 0);
@@ -306,16 +306,18 @@ static int live_nodes_of(const kiln_graph *g, int op, int *first) {
     return k;
 }
 
-/* x[1,8,6,6] -> nb blocks of [Conv 3x3 -> Relu -> c1; Conv 3x3 (c1) -> Add c1 ->
- * Relu] (8->16 channels first, then 16->16) -> GlobalAveragePool (output),
- * optimized for fp16 on CUDA (2 * nb FusedConv layers) and placed there. */
-static kiln_graph *conv_chain(int nb) {
+/* x[1,cin,6,6] -> nb blocks of [Conv 3x3 -> Relu -> c1; Conv 3x3 (c1) -> Add c1 ->
+ * Relu] (cin->16 channels first, then 16->16), with a MaxPool 2x2/2 after the
+ * first block when `pool` -> GlobalAveragePool (output) when `gap`, else the
+ * last Relu is the output; optimized for fp16 on CUDA (2 * nb FusedConv
+ * layers) and placed there. */
+static kiln_graph *conv_chain(int nb, int cin, bool pool, bool gap) {
     kiln_graph *g = NULL;
     if (kiln__graph_create(&g) != KILN_OK) abort();
     int x = add_val(g, "x");
     g->values[x].info.dtype = KILN_DTYPE_FLOAT32;
     g->values[x].info.rank = 4;
-    int64_t xd[4] = {1, 8, 6, 6}, w1d[4] = {16, 8, 3, 3}, w2d[4] = {16, 16, 3, 3}, bd[1] = {16};
+    int64_t xd[4] = {1, cin, 6, 6}, w1d[4] = {16, cin, 3, 3}, w2d[4] = {16, 16, 3, 3}, bd[1] = {16};
     memcpy(g->values[x].info.dims, xd, sizeof xd);
     g->values[x].flags |= KILN_VALUE_INPUT;
     if (kiln__grow((void **)&g->inputs, &g->cap_inputs, 1, sizeof(int)) != KILN_OK) abort();
@@ -333,70 +335,96 @@ static kiln_graph *conv_chain(int nb) {
     ca.group = 1;
     ca.n_pads = 4;
     for (int i = 0; i < 4; i++) ca.pads[i] = 1;
+    kiln_pool_attrs pa;
+    memset(&pa, 0, sizeof pa);
+    pa.n_kernel = pa.n_strides = 2;
+    pa.kernel[0] = pa.kernel[1] = pa.strides[0] = pa.strides[1] = 2;
     int h = x;
     for (int k = 0; k < nb; k++) {
         char nm[6][32];
-        static const char *const base[6] = {"conv_a", "relu_a", "conv_b", "add_b", "relu_b", ""};
-        for (int q = 0; q < 5; q++) snprintf(nm[q], sizeof nm[q], "%s%d", base[q], k);
+        static const char *const base[6] = {"conv_a", "relu_a", "conv_b", "add_b", "relu_b", "pool"};
+        for (int q = 0; q < 6; q++) snprintf(nm[q], sizeof nm[q], "%s%d", base[q], k);
         int c1 = add_node(g, KILN_OP_Conv, nm[0], 3, (int[]){h, k ? W2 : W1, B}, &ca);
         int r1 = add_node(g, KILN_OP_Relu, nm[1], 1, &c1, NULL);
         int c2 = add_node(g, KILN_OP_Conv, nm[2], 3, (int[]){r1, W2, B}, &ca);
         int a2 = add_node(g, KILN_OP_Add, nm[3], 2, (int[]){c2, r1}, NULL);
         h = add_node(g, KILN_OP_Relu, nm[4], 1, &a2, NULL);
+        if (pool && k == 0) h = add_node(g, KILN_OP_MaxPool, nm[5], 1, &h, &pa);
     }
-    int gp = add_node(g, KILN_OP_GlobalAveragePool, "gap", 1, &h, NULL);
-    mark_output(g, gp);
+    if (gap) h = add_node(g, KILN_OP_GlobalAveragePool, "gap", 1, &h, NULL);
+    mark_output(g, h);
     kiln__graph_link(g);
-    CHECK_OK(kiln__pass_infer(g));
+    CHECK_OK(kiln__graph_infer(g));
     CHECK_OK(optimize(g, KILN_DEVICE_CUDA, KILN_PRECISION_FP16, NULL, 0, false));
     CHECK(live_nodes_of(g, KILN_OP_FusedConv, NULL) == 2 * nb);
     for (int i = 0; i < g->n_nodes; i++) g->nodes[i].device = KILN_DEVICE_CUDA; /* as placed */
     return g;
 }
 
-/* With two blocks (4 layers, 2 conversions) the chain goes NHWC: values
- * between the layers (inputs and residuals) unconverted, one conversion in
- * (after the Cast of x), one out (before the pool). One block (2 layers for
- * 2 conversions) is not worth it and stays NCHW. */
+static int32_t pool_layout(const kiln_node *nd) { return ((const kiln_pool_attrs *)nd->attrs)->layout; }
+
+/* The NHWC pass on conv_chain(nb, cin, pool, gap): *n layers made NHWC;
+ * checks what every chain must satisfy (topological order, NCHW shapes,
+ * the layouts, every layer past the first reading NHWC producers directly). */
+static kiln_graph *nhwc_chain(int nb, int cin, bool pool, bool gap, int *n) {
+    kiln_graph *g = conv_chain(nb, cin, pool, gap);
+    CHECK_OK(kiln__pass_cuda_nhwc(g, n));
+    CHECK(topo_ok(g));
+    if (*n == 0) return g;
+    int first = -1;
+    live_nodes_of(g, KILN_OP_FusedConv, &first);
+    for (int i = 0; i < g->n_nodes; i++) {
+        const kiln_node *nd = &g->nodes[i];
+        if (nd->dead) continue;
+        const kiln_backend_i *cu = kiln__backend_for(KILN_DEVICE_CUDA);
+        if (nd->op_id == KILN_OP_FusedConv) {
+            const kiln_fused_conv_attrs *fa = nd->attrs;
+            /* the first converts its NCHW input itself (channels padded); the rest read NHWC */
+            CHECK(fa->layout == (i == first ? KILN_FC_LAYOUT_Y_NHWC : KILN_FC_LAYOUT_X_NHWC | KILN_FC_LAYOUT_Y_NHWC));
+            CHECK(strstr(kiln__backend_kernel_name(cu, nd), "nhwc") != NULL);
+            CHECK(kiln__backend_supports(cu, g, nd));
+            /* shapes stay NCHW */
+            CHECK(g->values[nd->in[0]].info.dims[1] == (i == first ? cin : 16));
+            int pr = g->values[nd->in[0]].producer;
+            if (i != first) CHECK(g->nodes[pr].op_id == KILN_OP_FusedConv || g->nodes[pr].op_id == KILN_OP_MaxPool);
+            if (nd->n_in > 3) CHECK(nd->in[3] == nd->in[0]);
+        }
+        if (nd->op_id == KILN_OP_MaxPool || nd->op_id == KILN_OP_GlobalAveragePool) {
+            CHECK(pool_layout(nd) == KILN_POOL_LAYOUT_NHWC);
+            CHECK(strstr(kiln__backend_kernel_name(cu, nd), "nhwc") != NULL);
+            CHECK(kiln__backend_supports(cu, g, nd));
+            /* reads a layer's NHWC output directly */
+            CHECK(g->nodes[g->values[nd->in[0]].producer].op_id != KILN_OP_Reshape);
+        }
+    }
+    return g;
+}
+
+/* A chain stays NCHW unless it has two layers per conversion: one block
+ * alone (2 layers: the input converted in, the output out) stays; with the
+ * GlobalAveragePool (which reads NHWC, its [N, C, 1, 1] output is both) or
+ * a second block it goes NHWC. ResNet's 3-channel stem converts and pads
+ * its input itself; a MaxPool between blocks stays in the chain. */
 TEST(cuda_nhwc_chain) {
     if (!have_cuda()) return;
 #if !KILN_HAVE_CUDNN
     printf("built without cuDNN: skipping\n");
     return;
 #else
-    kiln_graph *g = conv_chain(1);
     int n = -1;
-    CHECK_OK(kiln__pass_cuda_nhwc(g, &n));
+    kiln_graph *g = nhwc_chain(1, 8, false, false, &n);
     CHECK(n == 0 && live_nodes_of(g, KILN_OP_Transpose, NULL) == 0);
     kiln__graph_free(g);
-    g = conv_chain(2);
-    CHECK_OK(kiln__pass_cuda_nhwc(g, &n));
+    g = nhwc_chain(1, 8, false, true, &n);
+    CHECK(n == 3 && live_nodes_of(g, KILN_OP_Transpose, NULL) == 0);
+    kiln__graph_free(g);
+    /* the graph output gets one conversion back */
+    g = nhwc_chain(2, 8, false, false, &n);
     CHECK(n == 4);
-    CHECK(topo_ok(g));
-    CHECK(live_nodes_of(g, KILN_OP_Transpose, NULL) == 2 && live_nodes_of(g, KILN_OP_Reshape, NULL) == 2);
-    int first = -1;
-    CHECK(live_nodes_of(g, KILN_OP_FusedConv, &first) == 4);
-    for (int i = 0; i < g->n_nodes; i++) {
-        const kiln_node *nd = &g->nodes[i];
-        if (nd->dead) continue;
-        if (nd->op_id == KILN_OP_FusedConv) {
-            const kiln_fused_conv_attrs *fa = nd->attrs;
-            CHECK(fa->layout == (KILN_FC_LAYOUT_X_NHWC | KILN_FC_LAYOUT_Y_NHWC));
-            CHECK(strstr(kiln__backend_for(KILN_DEVICE_CUDA)->kernel_name(g, nd), "nhwc") != NULL);
-            /* shapes stay NCHW */
-            CHECK(g->values[nd->in[0]].info.dims[1] == (i == first ? 8 : 16));
-            /* past the first, every layer reads a layer's output directly */
-            int pr = g->values[nd->in[0]].producer;
-            if (i != first) CHECK(g->nodes[pr].op_id == KILN_OP_FusedConv);
-            if (nd->n_in > 3) CHECK(nd->in[3] == nd->in[0]);
-        }
-        if (nd->op_id == KILN_OP_GlobalAveragePool) {
-            /* reads the NCHW conversion of the last layer's output */
-            const kiln_node *t = &g->nodes[g->values[nd->in[0]].producer];
-            CHECK(t->op_id == KILN_OP_Transpose);
-            CHECK(g->values[nd->in[0]].info.dims[1] == 16 && g->values[nd->in[0]].info.dims[2] == 6);
-        }
-    }
+    CHECK(live_nodes_of(g, KILN_OP_Transpose, NULL) == 1 && live_nodes_of(g, KILN_OP_Reshape, NULL) == 1);
+    kiln__graph_free(g);
+    g = nhwc_chain(2, 3, true, true, &n);
+    CHECK(n == 6 && live_nodes_of(g, KILN_OP_Transpose, NULL) == 0);
     kiln__graph_free(g);
 #endif
 }

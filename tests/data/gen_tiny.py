@@ -91,6 +91,61 @@ def opset18_forms(path):
     onnx.save(m, path)
 
 
+def window_reverse(path):
+    # The window-reverse step of a Swin block (issue 20 item 1), small: a
+    # projection's output goes through a Dropout (inference: in place in the
+    # activation arena) and a Reshape to 6-D whose shape is computed from
+    # the tensor's own Shape (Shape/Gather/Unsqueeze/Concat, as exported by
+    # torch), then Transpose perm=[0,1,3,2,4,5] and a Reshape back:
+    #   x[4,8,8,16] (4 windows of 8x8, 16 channels); s = Sigmoid(x)
+    #   p = s @ w + b; d = Dropout(p)
+    #   r = Reshape(d, [1, 2, 2, 8, 8, C]) with C = Shape(d)[3]
+    #   y = Reshape(Transpose(r, [0,1,3,2,4,5]), [1, 16, 16, 16]) + Reshape(s, same)
+    # The memory planner used to leave r (a view of d, which is in place
+    # over p) at offset 0, which no block reserved for it: s's bytes (the
+    # first block, live to the end as the residual) or, where s is elsewhere,
+    # the Transpose's own output.
+    rng = np.random.default_rng(20)
+    w = rng.standard_normal((16, 16)).astype(np.float32)
+    b = rng.standard_normal((16,)).astype(np.float32)
+    inits = [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b"),
+             numpy_helper.from_array(np.array(3, dtype=np.int64), "i3"),
+             numpy_helper.from_array(np.array([0], dtype=np.int64), "ax0"),
+             numpy_helper.from_array(np.array([1, 2, 2, 8, 8], dtype=np.int64), "head"),
+             numpy_helper.from_array(np.array([1, 16, 16, 16], dtype=np.int64), "back")]
+    nodes = [
+        helper.make_node("Sigmoid", ["x"], ["s"], name="sigmoid"),
+        helper.make_node("MatMul", ["s", "w"], ["p0"], name="proj"),
+        helper.make_node("Add", ["p0", "b"], ["p"], name="proj_bias"),
+        helper.make_node("Dropout", ["p"], ["d"], name="dropout"),
+        helper.make_node("Shape", ["d"], ["d_shape"], name="shape"),
+        helper.make_node("Gather", ["d_shape", "i3"], ["c"], name="gather_c", axis=0),
+        helper.make_node("Unsqueeze", ["c", "ax0"], ["c1"], name="unsqueeze_c"),
+        helper.make_node("Concat", ["head", "c1"], ["shape6"], name="concat_shape", axis=0),
+        helper.make_node("Reshape", ["d", "shape6"], ["r"], name="reshape6"),
+        helper.make_node("Transpose", ["r"], ["t"], name="window_reverse", perm=[0, 1, 3, 2, 4, 5]),
+        helper.make_node("Reshape", ["t", "back"], ["yt"], name="reshape_back"),
+        helper.make_node("Reshape", ["s", "back"], ["sb"], name="shortcut"),
+        helper.make_node("Add", ["yt", "sb"], ["y"], name="residual"),
+    ]
+    g = helper.make_graph(nodes, "window_reverse",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8, 8, 16])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 16, 16])],
+                          initializer=inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], producer_name="kiln-tests")
+    m.ir_version = 8
+    onnx.checker.check_model(m)
+    onnx.save(m, path)
+    # Reference for one input, with numpy: raw float32 x then y.
+    x = rng.standard_normal((4, 8, 8, 16)).astype(np.float32)
+    s = 1 / (1 + np.exp(-x.astype(np.float64)))
+    y = (s @ w + b).reshape(1, 2, 2, 8, 8, 16).transpose(0, 1, 3, 2, 4, 5).reshape(1, 16, 16, 16)
+    y = y + s.reshape(1, 16, 16, 16)
+    with open(path.replace(".onnx", "_io.bin"), "wb") as f:
+        f.write(x.tobytes())
+        f.write(y.astype(np.float32).tobytes())
+
+
 if __name__ == "__main__":
     out = sys.argv[1] if len(sys.argv) > 1 else "."
     mlp(f"{out}/tiny_mlp.onnx")
@@ -100,3 +155,4 @@ if __name__ == "__main__":
     lstm(f"{out}/lstm_relu.onnx", ["Sigmoid", "Relu", "Tanh"])
     lstm(f"{out}/lstm_bad_act.onnx", ["HardSigmoid", "Tanh", "Tanh"])
     opset18_forms(f"{out}/opset18_forms.onnx")
+    window_reverse(f"{out}/window_reverse.onnx")

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "ir/ir.h"
+#include "ops/nn_attrs.h"
 #include "runtime/engine.h"
 
 static inline int add_val(kiln_graph *g, const char *name) {
@@ -82,12 +83,46 @@ static inline int add_binary(kiln_graph *g, int op, const char *name, int a, int
     return add_node(g, op, name, 2, (int[]){a, b}, zero);
 }
 
+/* Conv with a random k x k weight and bias: C -> M channels. */
+static inline int add_conv(kiln_graph *g, const char *name, int x, int64_t C, int64_t M, int k, int stride,
+                           int pad, int group, int dil) {
+    kiln_conv_attrs ca;
+    memset(&ca, 0, sizeof ca);
+    ca.group = group;
+    ca.n_strides = ca.n_pads = ca.n_dilations = 0;
+    ca.n_strides = 2;
+    ca.strides[0] = ca.strides[1] = stride;
+    ca.n_pads = 4;
+    for (int i = 0; i < 4; i++) ca.pads[i] = pad;
+    ca.n_dilations = 2;
+    ca.dilations[0] = ca.dilations[1] = dil;
+    char wn[64], bn[64];
+    snprintf(wn, sizeof wn, "%s_W", name);
+    snprintf(bn, sizeof bn, "%s_B", name);
+    int64_t wd[4] = {M, C / group, k, k}, bd[1] = {M};
+    float s = 1.0f / sqrtf((float)(C / group * k * k));
+    int in[3] = {x, add_const(g, wn, 4, wd, -s, s), add_const(g, bn, 1, bd, -0.1f, 0.1f)};
+    return add_node(g, KILN_OP_Conv, name, 3, in, &ca);
+}
+
+/* BatchNormalization (inference) with random per-channel parameters. */
+static inline int add_bnorm(kiln_graph *g, const char *name, int x, int64_t C) {
+    kiln_bn_attrs ba = {.epsilon = 1e-5f, .spatial = 1};
+    int64_t d[1] = {C};
+    char n[5][64];
+    const char *sfx[4] = {"scale", "bias", "mean", "var"};
+    for (int i = 0; i < 4; i++) snprintf(n[i], sizeof n[i], "%s_%s", name, sfx[i]);
+    int in[5] = {x, add_const(g, n[0], 1, d, 0.5f, 1.5f), add_const(g, n[1], 1, d, -0.2f, 0.2f),
+                 add_const(g, n[2], 1, d, -0.2f, 0.2f), add_const(g, n[3], 1, d, 0.5f, 2.0f)};
+    return add_node(g, KILN_OP_BatchNormalization, name, 5, in, &ba);
+}
+
 /* Wraps g (shapes inferred) as a model that owns it. */
 static inline kiln_model *model_of(kiln_graph *g) {
     kiln_model *m = kiln__calloc(1, sizeof *m);
     if (!m) abort();
     m->graph = g;
-    if (kiln__pass_infer(g) != KILN_OK) {
+    if (kiln__graph_infer(g) != KILN_OK) {
         fprintf(stderr, "infer: %s\n", kiln_last_error());
         abort();
     }

@@ -146,6 +146,11 @@ TEST(test_bad_inputs) {
               KILN_ERR_INVALID_ARGUMENT, "[2x15]");
     CHECK_ERR(kiln_context_set_input(c, "x", KILN_DTYPE_FLOAT32, 1, ok, x),
               KILN_ERR_INVALID_ARGUMENT, "expected rank 2");
+    /* dims NULL at the right rank: said so (issue 20 4.9: was "expected rank
+     * 2 ..., got rank 2") */
+    CHECK_ERR(kiln_context_set_input(c, "x", KILN_DTYPE_FLOAT32, 2, NULL, x),
+              KILN_ERR_INVALID_ARGUMENT, "input 'x': dims is NULL");
+    CHECK(!strstr(kiln_last_error(), "got rank"));
     CHECK_ERR(kiln_context_run(c), KILN_ERR_INVALID_ARGUMENT, "input 'x' is not set");
     CHECK_ERR(kiln_context_get_output(c, "y", NULL, NULL, NULL, NULL), KILN_ERR_INVALID_ARGUMENT,
               "has not run");

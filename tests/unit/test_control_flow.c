@@ -8,7 +8,7 @@
 #include "test.h"
 
 #include "onnx.pb-c.h"
-#include "ops/misc_control.h"
+#include "format/format.h"
 #include "runtime/engine.h"
 
 /* ---- writing models ----------------------------------------------------- */

@@ -1,4 +1,4 @@
-/* test_conv_direct.c -- kiln's direct convolution (src/ops/conv_direct.c)
+/* test_conv_direct.c -- kiln's direct convolution (src/backends/cpu/kernels/conv_direct.c)
  * against a convolution with double accumulation: 1x1 layers read in place
  * (NCHW, NHWC, nChw16c, strided), kernels up to 7x7 through the padded
  * copy (ResNet's stem: 7x7, stride 2, 3 channels), channel counts that are
@@ -12,8 +12,8 @@
 #include "test.h"
 #include "kernel_check.h"
 
-#include "ops/conv_direct.h"
-#include "ops/fused_conv.h"
+#include "backends/cpu/kernels/conv_direct.h"
+#include "backends/cpu/kernels/fused_conv_cpu.h"
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 static float frand(float lo, float hi) { return kc_frand(&rng, lo, hi); }

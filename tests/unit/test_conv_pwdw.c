@@ -1,5 +1,5 @@
 /* test_conv_pwdw.c -- the row-by-row 1x1 + depthwise 3x3 [+ 1x1 + residual]
- * kernel (src/ops/conv_pwdw.c) against the three convolutions computed
+ * kernel (src/backends/cpu/kernels/conv_pwdw.c) against the three convolutions computed
  * apart with double accumulation: strides 1 and 2, every pad pattern,
  * with and without the first pointwise convolution,
  * channel counts that are and are not multiples of 16, NCHW and NHWC in
@@ -12,7 +12,7 @@
 #include "test.h"
 #include "kernel_check.h"
 
-#include "ops/conv_pwdw.h"
+#include "backends/cpu/kernels/conv_pwdw.h"
 #include "ops/fused_conv.h"
 
 static uint64_t rng = 0x2545f4914f6cdd1dull;
@@ -224,7 +224,7 @@ TEST(pwdw_detects_errors) {
  * infer with a message naming what is wrong. */
 TEST(pwdw_bad_layers) {
     const kiln_op_def *op = kiln__op_by_id(KILN_OP_PwDwConv);
-    CHECK(op && op->infer);
+    CHECK(op && op->infer && op->validate);
     if (!op) return;
     kiln_tinfo X = {.dtype = KILN_DTYPE_FLOAT32, .rank = 4, .dims = {1, 8, 10, 10}};
     kiln_tinfo W1 = {.dtype = KILN_DTYPE_FLOAT32, .rank = 4, .dims = {32, 8, 1, 1}};
@@ -241,20 +241,22 @@ TEST(pwdw_bad_layers) {
     kiln_infer_args a = {.op = op, .attrs = &at, .node_name = "blk", .n_in = 5, .n_out = 1, .in = in, .out = outs};
     CHECK_OK(op->infer(&a));
     CHECK(Y.rank == 4 && Y.dims[1] == 32 && Y.dims[2] == 10 && Y.dims[3] == 10);
+    /* attribute values: refused by validate (on import, and when an
+     * engine is written or loaded), which infer then relies on */
     at.stride = 0;
-    CHECK_ERR(op->infer(&a), KILN_ERR_MODEL, "node 'blk' (PwDwConv): stride 0 (1 or 2 only)");
+    CHECK_ERR(op->validate(op, &at, "blk"), KILN_ERR_MODEL, "node 'blk' (PwDwConv): stride 0 (1 or 2 only)");
     at.stride = 2;
     at.pads[2] = 2;
-    CHECK_ERR(op->infer(&a), KILN_ERR_MODEL, "pad 2 is 2 (0 or 1 only)");
+    CHECK_ERR(op->validate(op, &at, "blk"), KILN_ERR_MODEL, "pad 2 is 2 (0 or 1 only)");
     at.pads[2] = 1;
     at.act2 = 99;
-    CHECK_ERR(op->infer(&a), KILN_ERR_MODEL, "unknown activation");
+    CHECK_ERR(op->validate(op, &at, "blk"), KILN_ERR_MODEL, "unknown activation");
     at.act2 = 0;
     at.has_residual = 1; /* without the project convolution */
-    CHECK_ERR(op->infer(&a), KILN_ERR_MODEL, "has_project 0, has_residual 1");
+    CHECK_ERR(op->validate(op, &at, "blk"), KILN_ERR_MODEL, "has_project 0, has_residual 1");
     at.has_residual = 0;
     at.layout = 64;
-    CHECK_ERR(op->infer(&a), KILN_ERR_MODEL, "unknown layout bits 0x40");
+    CHECK_ERR(op->validate(op, &at, "blk"), KILN_ERR_MODEL, "unknown layout bits 0x40");
     at.layout = 0;
     in[3] = &W2bad;
     CHECK_ERR(op->infer(&a), KILN_ERR_MODEL, "do not fit an input of 8 channels");

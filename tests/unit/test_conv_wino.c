@@ -1,5 +1,5 @@
 /* test_conv_wino.c -- the Winograd F(4x4, 3x3) and F(2x2, 3x3) convolutions
- * (src/ops/conv_wino.c) against a direct convolution with double accumulation: odd sizes and
+ * (src/backends/cpu/kernels/conv_wino.c) against a direct convolution with double accumulation: odd sizes and
  * channel counts, pads, NCHW and NHWC, bias, residual, activations, the
  * AVX-512F and the generic path, no pool and pools of 2 and 3 threads
  * (which must give bitwise the same result as no pool). */
@@ -9,7 +9,7 @@
 #include "test.h"
 #include "kernel_check.h"
 
-#include "ops/conv_wino.h"
+#include "backends/cpu/kernels/conv_wino.h"
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 static float frand(float lo, float hi) { return kc_frand(&rng, lo, hi); }

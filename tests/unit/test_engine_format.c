@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "backends/backend.h"
+#include "backends/cpu/cpu_features.h"
 #include "format/format.h"
 #include "test.h"
 
@@ -95,8 +96,11 @@ static kiln_engine *make_engine(void) {
     int op_a = find_op(2, KILN_OP_ReduceSum), op_b = find_op(1, KILN_OP_ReduceMax);
     test_has_nodes = op_a && op_b;
     if (test_has_nodes) {
+        /* ReduceSum's attrs, valid (engines are validated when written
+         * and loaded): keepdims 1 (y is [batch, 1]), noop_with_empty_axes 0 */
         unsigned char attrs[4096];
-        for (size_t i = 0; i < sizeof attrs; i++) attrs[i] = (unsigned char)(0x5a + i);
+        memset(attrs, 0, sizeof attrs);
+        attrs[0] = 1;
         CHECK(kiln__op_by_id(op_a)->attr_size <= sizeof attrs);
         CHECK_OK(kiln__graph_add_node(g, op_a, "n0", 2, (int[]){x, ax}, 1, (int[]){y}, attrs, NULL));
         memset(attrs, 0, sizeof attrs);
@@ -363,7 +367,7 @@ TEST(test_save_load_mmap) {
     char path[512];
     path_in_tmp(path, sizeof path, "model.kiln");
     CHECK_OK(kiln_engine_save(e, path));
-    CHECK(count_entries(tmpdir, ".tmp.") == 0);
+    CHECK(count_entries(tmpdir, ".tmp") == 0);
     kiln_engine *l = NULL;
     CHECK_OK(kiln_engine_load(path, &l));
     if (l) {
@@ -382,7 +386,7 @@ TEST(test_save_load_mmap) {
     kiln_engine *l2 = NULL;
     CHECK_OK(kiln_engine_load(path, &l2));
     CHECK(l2 && l2->opts.threads == 5);
-    CHECK(count_entries(tmpdir, ".tmp.") == 0);
+    CHECK(count_entries(tmpdir, ".tmp") == 0);
     kiln_engine_free(l2);
     kiln_engine_free(l);
     unlink(path);
@@ -471,6 +475,15 @@ TEST(test_misuse) {
               "/nonexistent/dir/model.kiln");
     CHECK_ERR(kiln_engine_load(tmpdir, &l), KILN_ERR_IO, "not a regular file");
     CHECK(l == NULL);
+    /* A FIFO is refused without a blocking open (which would wait for a
+     * writer forever: the alarm turns that into a failure). */
+    char fifo[512];
+    path_in_tmp(fifo, sizeof fifo, "engine_fifo");
+    CHECK(mkfifo(fifo, 0600) == 0);
+    alarm(30);
+    CHECK_ERR(kiln_engine_load(fifo, &l), KILN_ERR_IO, "is a FIFO (named pipe), not a regular file");
+    alarm(0);
+    unlink(fifo);
 }
 
 TEST(test_empty) {
@@ -1069,6 +1082,7 @@ done:
 static const char *fixture_model(const char *name) {
     if (!strcmp(name, "tiny_mlp_v1.kiln")) return "tests/data/tiny_mlp.onnx";
     if (!strcmp(name, "stress_cnn_v1.kiln")) return "tests/stress/stress_cnn.onnx";
+    if (!strncmp(name, "attn_block_v", 12)) return "tests/data/attention/t211_ts_sdpa_scale_bias.onnx";
     return NULL;
 }
 
@@ -1113,8 +1127,100 @@ TEST(test_gap_attrs_by_version) {
     kiln__aligned_free(buf);
 }
 
-/* Every engine fixture (written by an earlier kiln, format version 1 to 5)
+/* Every engine fixture (written by an earlier kiln, format version 1 to 6)
  * loads, is described, runs, and matches the same model built today. */
+/* ---- SRCS: the ONNX nodes each layer came from ----------------------------- */
+
+static const char two_sources[] = "conv1\0bn+1\0"; /* a name may hold a '+' */
+
+/* The test engine with sources: n0 made from two nodes, n1 added by kiln. */
+static unsigned char *patchable_sources(size_t *size, kiln_engine **e_out) {
+    kiln_engine *e = make_engine();
+    if (!e) return NULL;
+    *e_out = e;
+    if (!test_has_nodes) return NULL;
+    CHECK_OK(kiln__node_set_sources(&e->graph->nodes[0], two_sources, sizeof two_sources - 1, 2));
+    e->graph->nodes[1].added = true;
+    void *data = serialize(e, size);
+    unsigned char *buf = data ? copy_bytes(data, *size) : NULL;
+    kiln_free(data);
+    return buf;
+}
+
+static void p_srcs_count(unsigned char *f, size_t s, const kiln_engine *e) {
+    (void)s, (void)e;
+    kiln__put_le32(f + section_of(f, "SRCS", NULL), 1000000);
+}
+static void p_srcs_string(unsigned char *f, size_t s, const kiln_engine *e) {
+    (void)s, (void)e;
+    kiln__put_le32(f + section_of(f, "SRCS", NULL) + 4, 0x7fffffff);
+}
+static void p_srcs_records(unsigned char *f, size_t s, const kiln_engine *e) {
+    (void)s, (void)e;
+    kiln__put_le64(section_entry(f, "SRCS") + 24, 5);
+}
+static void p_srcs_trailing(unsigned char *f, size_t s, const kiln_engine *e) {
+    (void)s, (void)e;
+    unsigned char *sec = section_entry(f, "SRCS");
+    kiln__put_le64(sec + 16, kiln__le64(sec + 16) + 4); /* into the gap before WGTS */
+}
+
+TEST(test_sources) {
+    kiln_engine *e = NULL, *l = NULL;
+    size_t size = 0;
+    unsigned char *buf = patchable_sources(&size, &e);
+    if (!buf) { /* no registered ops: nothing to attach sources to */
+        kiln_engine_free(e);
+        return;
+    }
+    /* they survive the file, and the section is optional (flag 0) */
+    CHECK((kiln__le32(section_entry(buf, "SRCS") + 4) & KILN_FMT_SECTION_REQUIRED) == 0);
+    CHECK_OK(kiln_engine_load_memory(buf, size, &l));
+    if (l) {
+        CHECK(kiln_engine_layer_num_sources(l, 0) == 2);
+        CHECK(!strcmp(kiln_engine_layer_source(l, 0, 0), "conv1"));
+        CHECK(!strcmp(kiln_engine_layer_source(l, 0, 1), "bn+1"));
+        CHECK(kiln_engine_layer_source(l, 0, 2) == NULL);
+        CHECK(kiln_engine_layer_num_sources(l, 1) == 0);
+        CHECK(kiln_engine_layer_num_sources(l, 2) == -1 && kiln_engine_layer_num_sources(NULL, 0) == -1);
+        const char *json = kiln_engine_describe(l, 1), *text = kiln_engine_describe(l, 0);
+        CHECK(strstr(json, "\"sources\": [\"conv1\", \"bn+1\"]") && strstr(json, "\"sources\": []"));
+        CHECK(strstr(text, "sources 'conv1', 'bn+1'") && strstr(text, "(added by kiln)"));
+        kiln_engine_free(l);
+        l = NULL;
+    }
+    /* a kiln that does not know SRCS skips it: here, an engine without it
+     * gives each layer's name split at '+' */
+    memcpy(section_entry(buf, "SRCS"), "ZZZ1", 4);
+    reseal(buf, size);
+    CHECK_OK(kiln_engine_load_memory(buf, size, &l));
+    if (l) {
+        CHECK(kiln_engine_layer_num_sources(l, 0) == 1 && !strcmp(kiln_engine_layer_source(l, 0, 0), "n0"));
+        CHECK(kiln_engine_layer_num_sources(l, 1) == 1);
+        kiln_engine_free(l);
+    }
+    kiln__aligned_free(buf);
+    kiln_engine_free(e);
+    /* a damaged section is refused */
+    static const struct {
+        patch_fn patch;
+        const char *msg;
+    } bad[] = {{p_srcs_count, "source section: node 0 'n0' has 1000000 sources"},
+               {p_srcs_string, "outside the string table"},
+               {p_srcs_records, "source section: 5 records for 2 nodes"},
+               {p_srcs_trailing, "source section has 4 bytes after the last node"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        buf = patchable_sources(&size, &e);
+        if (buf) {
+            bad[i].patch(buf, size, e);
+            reseal(buf, size);
+            CHECK_ERR(read_only(buf, size), KILN_ERR_FORMAT, bad[i].msg);
+        }
+        kiln__aligned_free(buf);
+        kiln_engine_free(e);
+    }
+}
+
 TEST(test_fixtures) {
     DIR *d = opendir(FIXTURES);
     CHECK(d != NULL);
@@ -1226,26 +1332,42 @@ TEST(test_save_atomic) {
     snprintf(path, sizeof path, "%s/model.kiln", dir);
     CHECK_ERR(kiln_engine_save(e, path), KILN_ERR_IO, "model.kiln");
     CHECK(access(dir, F_OK) != 0);
-    CHECK(count_entries(tmpdir, ".tmp.") == 0);
+    CHECK(count_entries(tmpdir, ".tmp") == 0);
 
-    /* The rename fails (the target is a folder): the temporary file goes. */
+    /* Targets that exist and are not regular files are refused, not
+     * replaced (issue 20 4.5: `kiln build -o` turned a character device
+     * into a regular file), and no temporary file is left. */
     path_in_tmp(path, sizeof path, "a_folder");
     CHECK(mkdir(path, 0755) == 0);
-    CHECK_ERR(kiln_engine_save(e, path), KILN_ERR_IO, "cannot rename");
-    CHECK(count_entries(tmpdir, ".tmp.") == 0);
+    CHECK_ERR(kiln_engine_save(e, path), KILN_ERR_IO, "exists and is a directory");
+    CHECK(count_entries(tmpdir, ".tmp") == 0);
     rmdir(path);
+    path_in_tmp(path, sizeof path, "a_fifo");
+    CHECK(mkfifo(path, 0600) == 0);
+    CHECK_ERR(kiln_engine_save(e, path), KILN_ERR_IO, "exists and is a FIFO");
+    struct stat sb;
+    CHECK(lstat(path, &sb) == 0 && S_ISFIFO(sb.st_mode));
+    unlink(path);
+    /* a link to a character device: the device is what stays */
+    path_in_tmp(path, sizeof path, "null_link");
+    CHECK(symlink("/dev/null", path) == 0);
+    CHECK_ERR(kiln_engine_save(e, path), KILN_ERR_IO, "exists and is a character device");
+    CHECK(lstat(path, &sb) == 0 && S_ISLNK(sb.st_mode));
+    CHECK(stat("/dev/null", &sb) == 0 && S_ISCHR(sb.st_mode));
+    unlink(path);
+    CHECK(count_entries(tmpdir, ".tmp") == 0);
 
-    /* A stale temporary of this pid does not block saving and survives. */
-    path_in_tmp(path, sizeof path, "stale.kiln");
-    char stale[700];
-    snprintf(stale, sizeof stale, "%s.tmp.%ld", path, (long)getpid());
-    CHECK(write_file(stale, "junk", 4));
+    /* A name of 250 bytes, near the 255-byte limit of a file name: the
+     * temporary name is short, not the name plus a suffix (issue 20 4.11). */
+    char longname[251];
+    memset(longname, 'n', 245);
+    memcpy(longname + 245, ".kiln", 6);
+    path_in_tmp(path, sizeof path, longname);
     CHECK_OK(kiln_engine_save(e, path));
     kiln_engine *l = NULL;
     CHECK_OK(kiln_engine_load(path, &l));
     kiln_engine_free(l);
-    CHECK(count_entries(tmpdir, ".tmp.") == 1);
-    unlink(stale);
+    CHECK(count_entries(tmpdir, ".tmp") == 0);
     unlink(path);
     kiln_engine_free(e);
 }
@@ -1333,6 +1455,149 @@ TEST(test_cpu_target) {
     CHECK(strlen(small) < sizeof small);
 }
 
+/* ---- attribute values in engine files (issue 20 4.3) ----------------------- */
+
+/* A one-layer CPU engine: op(inputs...) -> y, attributes `attrs`, every
+ * input a graph input of the given float32 / int64 shapes (n_const of the
+ * last ones int64 constants holding `cdata`). */
+static kiln_engine *one_layer(int op_id, const void *attrs, int n_in, const int64_t (*dims)[4],
+                              const int *ranks, int n_const, const int64_t *cdata,
+                              const int64_t *ydims, int yrank) {
+    kiln_engine *e = kiln__calloc(1, sizeof *e);
+    kiln_graph *g = NULL;
+    CHECK_OK(kiln__graph_create(&g));
+    if (!e || !g) {
+        kiln__free(e);
+        kiln__graph_free(g);
+        return NULL;
+    }
+    e->graph = g;
+    g->opset = 17;
+    int in[4], n_graph_in = n_in - n_const;
+    g->inputs = kiln__calloc(4, sizeof(int));
+    g->outputs = kiln__calloc(1, sizeof(int));
+    e->profiles = kiln__calloc(4, sizeof *e->profiles);
+    for (int i = 0; i < n_in; i++) {
+        char name[8];
+        snprintf(name, sizeof name, "in%d", i);
+        if (i < n_graph_in) {
+            in[i] = add_value(g, name, KILN_DTYPE_FLOAT32, ranks[i], dims[i]);
+            g->values[in[i]].flags |= KILN_VALUE_INPUT;
+            g->inputs[g->n_inputs++] = in[i];
+            kiln_profile *p = &e->profiles[i];
+            p->rank = ranks[i];
+            for (int d = 0; d < ranks[i]; d++) p->min[d] = p->opt[d] = p->max[d] = dims[i][d];
+        } else {
+            in[i] = add_const(g, name, KILN_DTYPE_INT64, ranks[i], dims[i], cdata);
+        }
+    }
+    g->cap_inputs = 4;
+    int y = add_value(g, "y", KILN_DTYPE_FLOAT32, yrank, ydims);
+    g->values[y].flags |= KILN_VALUE_OUTPUT;
+    g->outputs[g->n_outputs++] = y;
+    g->cap_outputs = 1;
+    CHECK_OK(kiln__graph_add_node(g, op_id, "layer", n_in, in, 1, &y, attrs, NULL));
+    kiln__graph_link(g);
+    e->opts.device = KILN_DEVICE_CPU;
+    kiln__cpu_target(e->target, sizeof e->target);
+    snprintf(e->builder_version, sizeof e->builder_version, "%s", kiln_version_string());
+    return e;
+}
+
+/* The engine's bytes with the first int32 of its (only) node's attributes
+ * set to v, resealed; NULL on failure. */
+static unsigned char *with_attr_word(const kiln_engine *e, int32_t v, size_t *size) {
+    void *data = serialize(e, size);
+    unsigned char *f = data ? copy_bytes(data, *size) : NULL;
+    kiln_free(data);
+    if (!f) return NULL;
+    unsigned char *n = node_record(f, 0);
+    kiln__put_le32(n + KILN_FMT_NODE_HEADER + 4 * (kiln__le32(n + 8) + kiln__le32(n + 12)), (uint32_t)v);
+    reseal(f, *size);
+    return f;
+}
+
+/* Writes the damaged engine to $KILN_WRITE_REPROS/<name> when that is set
+ * (how tests/fuzz/regressions/engine/ got them). */
+static void maybe_write_repro(const char *name, const void *f, size_t size) {
+    const char *dir = getenv("KILN_WRITE_REPROS");
+    if (!dir || !*dir) return;
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    CHECK(write_file(path, f, size));
+}
+
+/* The engine loader checks attribute values as the importer does: a
+ * DepthToSpace of blocksize 0 (SIGFPE in inspect and run before) and a
+ * GatherND of batch_dims -1 (a read before its dims) are refused when the
+ * file loads, naming the node and the attribute, not run. */
+TEST(test_attr_values_checked_on_load) {
+    /* DepthToSpace [1, 4, 2, 2] -> [1, 1, 4, 4], blocksize 2 */
+    int32_t d2s[2] = {2, 0};
+    const int64_t xd[1][4] = {{1, 4, 2, 2}};
+    kiln_engine *e = one_layer(KILN_OP_DepthToSpace, d2s, 1, xd, (int[]){4}, 0, NULL,
+                               (int64_t[]){1, 1, 4, 4}, 4);
+    size_t size = 0;
+    unsigned char *f = e ? with_attr_word(e, 2, &size) : NULL;
+    CHECK(f && read_only(f, size) == KILN_OK); /* the valid engine loads */
+    kiln__aligned_free(f);
+    f = e ? with_attr_word(e, 0, &size) : NULL;
+    if (f) {
+        maybe_write_repro("depthtospace_blocksize0.kiln", f, size);
+        CHECK_ERR(read_only(f, size), KILN_ERR_FORMAT,
+                  "engine file is malformed: node 0: node 'layer' (DepthToSpace): attribute "
+                  "'blocksize' = 0 is out of range [1, 1048576]");
+        kiln_engine *l = (kiln_engine *)1;
+        CHECK(kiln_engine_load_memory(f, size, &l) == KILN_ERR_FORMAT && l == NULL);
+    }
+    kiln__aligned_free(f);
+    kiln_engine_free(e);
+
+    /* GatherND data [2, 3], indices [2, 1] (int64 constant) -> [2, 3] */
+    int32_t gnd[2] = {0, 0};
+    const int64_t gd[2][4] = {{2, 3}, {2, 1}};
+    const int64_t idx[2] = {1, 0};
+    e = one_layer(KILN_OP_GatherND, gnd, 2, gd, (int[]){2, 2}, 1, idx, (int64_t[]){2, 3}, 2);
+    f = e ? with_attr_word(e, 0, &size) : NULL;
+    CHECK(f && read_only(f, size) == KILN_OK);
+    kiln__aligned_free(f);
+    f = e ? with_attr_word(e, -1, &size) : NULL;
+    if (f) {
+        maybe_write_repro("gathernd_batch_dims_neg.kiln", f, size);
+        CHECK_ERR(read_only(f, size), KILN_ERR_FORMAT,
+                  "node 'layer' (GatherND): attribute 'batch_dims' = -1 is out of range [0, 7]");
+    }
+    kiln__aligned_free(f);
+    kiln_engine_free(e);
+}
+
+/* docs/engine-format.md gives the format version this kiln writes and the
+ * range it reads, in its title, its header table and its compatibility
+ * rules: the same numbers as format.h (issue 20 4.13: the page said 3 and
+ * "2 (this kiln also reads 1)" while kiln wrote 5). */
+TEST(test_doc_version) {
+    FILE *f = fopen("docs/engine-format.md", "rb");
+    CHECK(f != NULL);
+    if (!f) return;
+    static char doc[1 << 18];
+    size_t n = fread(doc, 1, sizeof doc - 1, f);
+    fclose(f);
+    doc[n] = 0;
+    char want[3][128];
+    snprintf(want[0], sizeof want[0], "# The kiln engine file format (version %d)\n",
+             KILN_FORMAT_VERSION);
+    snprintf(want[1], sizeof want[1], "| format_version | %d (this kiln reads versions %d to %d).",
+             KILN_FORMAT_VERSION, KILN_FORMAT_MIN_VERSION, KILN_FORMAT_VERSION);
+    snprintf(want[2], sizeof want[2], "KILN_FORMAT_VERSION` (%d..%d today)", KILN_FORMAT_MIN_VERSION,
+             KILN_FORMAT_VERSION);
+    CHECK(!strncmp(doc, want[0], strlen(want[0])));
+    for (int i = 1; i < 3; i++)
+        if (!strstr(doc, want[i])) {
+            fprintf(stderr, "  docs/engine-format.md lacks \"%s\"\n", want[i]);
+            CHECK(!"the documented format version matches KILN_FORMAT_VERSION");
+        }
+}
+
 int main(void) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/kiln_fmt_test_XXXXXX");
     if (!mkdtemp(tmpdir)) {
@@ -1357,7 +1622,10 @@ int main(void) {
     RUN(test_cpu_target);
     RUN(test_compat_messages);
     RUN(test_fixtures);
+    RUN(test_sources);
     RUN(test_gap_attrs_by_version);
+    RUN(test_doc_version);
+    RUN(test_attr_values_checked_on_load);
     rmdir(tmpdir);
     return test_summary();
 }

@@ -13,7 +13,7 @@
 
 #include "graph_build.h"
 
-#include "ops/fused_transformer.h"
+#include "backends/cpu/kernels/fused_transformer_cpu.h"
 #include "ops/nn_attrs.h"
 #include "ops/reduce_attrs.h"
 #include "ops/tensor_internal.h"

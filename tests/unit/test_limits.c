@@ -4,7 +4,7 @@
  * tests/data/limits/gen_limits.py): declared input shapes whose byte size
  * overflows or is beyond 256 TiB, initializers claiming 10^12..10^15
  * elements with a few bytes of data, and external data past the end of its
- * file.
+ * file; and shape rules whose arithmetic overflowed (issue 20 4.4).
  *
  * "Before allocating" is checked by running with the address space limited
  * to what the process has mapped now plus 1 GiB (RLIMIT_AS): an importer
@@ -73,6 +73,61 @@ TEST(test_external_data) {
                    "shape and dtype (16 bytes)");
 }
 
+/* Shapes that kiln infers get the same checks (issue 20 4.4): a Tile whose
+ * dim product wrapped to a small number ran and returned uninitialized
+ * memory with exit 0; Slice's INT64_MIN step, Pad's pads of INT64_MIN and
+ * INT64_MAX, ConvTranspose's huge stride or output_shape overflowed; an
+ * Expand to 4 EiB was only refused when a run tried to allocate it. */
+TEST(test_shape_arithmetic) {
+    expect_refused(DIR "tile_wrap.onnx",
+                   "node 'Tile_0': shape arithmetic overflows (3 * 6148914691236517206)");
+    expect_refused(DIR "pad_huge.onnx",
+                   "node 'Pad_0' (Pad): pad -9223372036854775808 on axis 0 is out of range");
+    expect_refused(DIR "convt_stride.onnx",
+                   "node 'ConvTranspose_0' (ConvTranspose): output 0 would have shape "
+                   "[1x1x2251797665153026] (float32), more than the 2^48 bytes (256 TiB) kiln "
+                   "accepts for one tensor");
+    expect_refused(DIR "convt_output_shape.onnx",
+                   "attribute 'output_shape' has the value 4611686018427387904");
+    expect_refused(DIR "expand_huge.onnx",
+                   "node 'Expand_0' (Expand): output 0 would have shape [1073741824x1073741824] "
+                   "(float32), more than the 2^48 bytes");
+    /* the dynamic Tile: refused when the build infers it at the profile */
+    kiln_model *m = NULL;
+    kiln_builder *b = NULL;
+    kiln_engine *e = NULL;
+    CHECK_OK(kiln_model_load_onnx(DIR "tile_wrap_dynamic.onnx", &m));
+    CHECK_OK(kiln_builder_create(&b));
+    int64_t three[1] = {3};
+    CHECK_OK(kiln_builder_set_profile(b, "x", 1, three, three, three));
+    if (m && b) CHECK_ERR(kiln_build(b, m, &e), KILN_ERR_MODEL, "shape arithmetic overflows");
+    CHECK(e == NULL);
+    kiln_builder_free(b);
+    kiln_model_free(m);
+    /* Slice [-1 : INT64_MIN : INT64_MIN] of 5 elements: the last one */
+    m = NULL;
+    b = NULL;
+    kiln_context *c = NULL;
+    CHECK_OK(kiln_model_load_onnx(DIR "slice_int64_min.onnx", &m));
+    CHECK_OK(kiln_builder_create(&b));
+    if (m && b) CHECK_OK(kiln_build(b, m, &e));
+    if (e) CHECK_OK(kiln_context_create(e, &c));
+    if (c) {
+        float x[5] = {0, 1, 2, 3, 4};
+        int64_t xd[1] = {5}, yd[KILN_MAX_RANK];
+        int rank = -1;
+        const void *y = NULL;
+        CHECK_OK(kiln_context_set_input(c, "x", KILN_DTYPE_FLOAT32, 1, xd, x));
+        CHECK_OK(kiln_context_run(c));
+        CHECK_OK(kiln_context_get_output(c, "y", NULL, &rank, yd, &y));
+        CHECK(rank == 1 && yd[0] == 1 && y && ((const float *)y)[0] == 4.0f);
+    }
+    kiln_context_free(c);
+    kiln_engine_free(e);
+    kiln_builder_free(b);
+    kiln_model_free(m);
+}
+
 /* Limits the address space to what is mapped now plus 1 GiB. */
 static void limit_address_space(void) {
     FILE *f = fopen("/proc/self/statm", "r");
@@ -101,5 +156,6 @@ int main(void) {
     RUN(test_declared_shapes);
     RUN(test_initializers);
     RUN(test_external_data);
+    RUN(test_shape_arithmetic);
     return test_summary();
 }

@@ -11,8 +11,8 @@
 #include "test.h"
 
 #include "graph_build.h"
-#include "ops/fused_transformer.h"
-#include "ops/fused_transformer_dnnl.h"
+#include "backends/cpu/kernels/fused_transformer_cpu.h"
+#include "backends/cpu/kernels/fused_transformer_dnnl.h"
 
 #include <math.h>
 #include <unistd.h>

@@ -4,6 +4,7 @@
  * truncation, unknown ops, undefined or duplicate values, bad tensors). */
 #include <math.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "test.h"
@@ -489,7 +490,35 @@ TEST(test_external_data) {
         {"w.bin", "16", "16", KILN_ERR_MODEL, "do not fit"},
         {"w.bin", "8", "12", KILN_ERR_MODEL, "length 12"},
         {"w.bin", "x8", "16", KILN_ERR_MODEL, "offset 'x8'"},
+        /* a symbolic link that stays inside the folder is followed */
+        {"inside.bin", "8", "16", KILN_OK, ""},
+        /* one that leaves it is refused, naming both paths (issue 20 4.1) */
+        {"passwd.bin", NULL, NULL, KILN_ERR_MODEL, "resolves to '/etc/passwd', which is outside"},
+        {"passwd.bin", NULL, NULL, KILN_ERR_MODEL, "passwd.bin"},
+        {"up/w.bin", "8", "16", KILN_ERR_MODEL, "outside the model's folder"},
+        /* only regular files, without a blocking open (4.2: a FIFO hung) */
+        {"fifo.bin", NULL, NULL, KILN_ERR_IO, "is a FIFO (named pipe), not a regular file"},
+        {"sub", NULL, NULL, KILN_ERR_IO, "is a directory"},
     };
+    char lpath[300];
+    snprintf(lpath, sizeof lpath, "%s/passwd.bin", dir);
+    CHECK(symlink("/etc/passwd", lpath) == 0);
+    snprintf(lpath, sizeof lpath, "%s/inside.bin", dir);
+    CHECK(symlink("w.bin", lpath) == 0);
+    snprintf(lpath, sizeof lpath, "%s/up", dir);
+    CHECK(symlink("/tmp", lpath) == 0);
+    snprintf(lpath, sizeof lpath, "%s/fifo.bin", dir);
+    CHECK(mkfifo(lpath, 0600) == 0);
+    snprintf(lpath, sizeof lpath, "%s/sub", dir);
+    CHECK(mkdir(lpath, 0700) == 0);
+    snprintf(lpath, sizeof lpath, "/tmp/w.bin");
+    bool tmp_wbin = access(lpath, F_OK) != 0 && (f = fopen(lpath, "wb")) != NULL;
+    if (tmp_wbin) { /* so that "up/w.bin" exists, outside */
+        fwrite("PADDING!", 1, 8, f);
+        fwrite(vals, sizeof vals, 1, f);
+        fclose(f);
+    }
+    alarm(30); /* a blocking open of the FIFO would hang: fail instead */
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         model_parts mp;
         memset(&mp, 0, sizeof mp);
@@ -517,11 +546,20 @@ TEST(test_external_data) {
             CHECK(v >= 0 && g->values[v].data && !memcmp(g->values[v].data, vals, sizeof vals));
             kiln__graph_free(g);
             /* without a base folder, external data is refused */
-            CHECK_ERR(import_parts(&mp, NULL, &g), KILN_ERR_INVALID_ARGUMENT, "w.bin");
+            CHECK_ERR(import_parts(&mp, NULL, &g), KILN_ERR_INVALID_ARGUMENT, cases[c].loc);
         } else {
             CHECK_ERR(import_parts(&mp, dir, &g), cases[c].want, cases[c].msg);
         }
     }
+    alarm(0);
+    if (tmp_wbin) remove("/tmp/w.bin");
+    const char *made[] = {"passwd.bin", "inside.bin", "up", "fifo.bin"};
+    for (int k = 0; k < 4; k++) {
+        snprintf(lpath, sizeof lpath, "%s/%s", dir, made[k]);
+        remove(lpath);
+    }
+    snprintf(lpath, sizeof lpath, "%s/sub", dir);
+    rmdir(lpath);
 
     /* via the public file API: base_dir is the model's folder */
     {
@@ -753,6 +791,128 @@ TEST(test_constant_nodes) {
     ar_free(&a);
 }
 
+/* Loads the parts as a public kiln_model; returns its warnings joined by '|'
+ * into buf (NULL if it does not load). */
+static const char *model_warnings(const model_parts *mp, char *buf, size_t cap) {
+    arena a = {0};
+    size_t n;
+    uint8_t *bytes = pack_model(&a, mp, &n);
+    kiln_model *m = NULL;
+    kiln_status s = kiln_model_load_onnx_memory(bytes, n, NULL, &m);
+    free(bytes);
+    ar_free(&a);
+    if (s != KILN_OK) return NULL;
+    size_t k = 0;
+    buf[0] = 0;
+    for (int i = 0; i < kiln_model_num_warnings(m) && k < cap; i++)
+        k += (size_t)snprintf(buf + k, cap - k, "%s%s", i ? "|" : "", kiln_model_warning(m, i));
+    CHECK(kiln_model_warning(m, kiln_model_num_warnings(m)) == NULL);
+    kiln_model_free(m);
+    return buf;
+}
+
+/* A declared output type or shape that contradicts inference, and an opset
+ * past the supported range, are warnings (issue 20 4.10: both were taken
+ * silently); agreeing, symbolic and missing declarations are not. */
+TEST(test_warnings) {
+    arena a = {0};
+    model_parts mp;
+    char buf[2048];
+    const char *w;
+    relu_add_parts(&a, &mp); /* declares z float32 [N x 3], as inferred */
+    CHECK((w = model_warnings(&mp, buf, sizeof buf)) && !*w);
+    int64_t d3[1] = {3}, d23[2] = {2, 3}, dn3[2] = {-1, 3};
+    mp.outputs[0] = vinfo(&a, "z", 7, 1, d3, NULL); /* int64 [3] */
+    w = model_warnings(&mp, buf, sizeof buf);
+    CHECK(w && strstr(w, "graph output 'z' is declared int64 [3], but the graph computes float32"));
+    CHECK(w && strstr(w, "the engine's output is float32") && !strchr(w, '|'));
+    mp.outputs[0] = vinfo(&a, "z", 1, 2, dn3, NULL); /* float32 [? x 3]: agrees */
+    CHECK((w = model_warnings(&mp, buf, sizeof buf)) && !*w);
+    mp.outputs[0] = vinfo(&a, "z", 1, -1, NULL, NULL); /* no shape: agrees */
+    CHECK((w = model_warnings(&mp, buf, sizeof buf)) && !*w);
+    /* a passed-through input declared with another dtype */
+    mp.outputs[0] = vinfo(&a, "x", 10, 2, dn3, P_N);
+    w = model_warnings(&mp, buf, sizeof buf);
+    CHECK(w && strstr(w, "graph output 'x' is declared float16"));
+    /* fixed shapes that differ in a dim */
+    memset(&mp, 0, sizeof mp);
+    mp.inputs[mp.n_inputs++] = vinfo(&a, "x", 1, 2, d23, NULL);
+    mp.nodes[mp.n_nodes++] = node(&a, "relu0", "Relu", 1, S_X, 1, S_R);
+    int64_t d24[2] = {2, 4};
+    mp.outputs[mp.n_outputs++] = vinfo(&a, "r", 1, 2, d24, NULL);
+    w = model_warnings(&mp, buf, sizeof buf);
+    CHECK(w && strstr(w, "graph output 'r' is declared float32 [2x4], but the graph computes "
+                         "float32 [2x3]"));
+    /* opsets */
+    mp.outputs[0] = vinfo(&a, "r", 1, 2, d23, NULL);
+    mp.opset = 18;
+    CHECK((w = model_warnings(&mp, buf, sizeof buf)) && !*w);
+    mp.opset = 19;
+    w = model_warnings(&mp, buf, sizeof buf);
+    CHECK(w && strstr(w, "the model uses ai.onnx opset 19; kiln supports opsets 1 to 18"));
+    ar_free(&a);
+}
+
+/* Builds the parts with dynamic dims N in 1..4 (every input of rank 2) and
+ * runs them on x of dims xd and y of dims yd; returns the run's status. */
+static kiln_status run_parts(const model_parts *mp, const int64_t *xd, const int64_t *yd) {
+    arena a = {0};
+    size_t n;
+    uint8_t *bytes = pack_model(&a, mp, &n);
+    kiln_model *m = NULL;
+    kiln_builder *b = NULL;
+    kiln_engine *e = NULL;
+    kiln_context *c = NULL;
+    float data[16] = {0};
+    int64_t mn[2] = {1, 1}, mx[2] = {4, 4};
+    kiln_status s = kiln_model_load_onnx_memory(bytes, n, NULL, &m);
+    if (s == KILN_OK) s = kiln_builder_create(&b);
+    for (int i = 0; s == KILN_OK && i < mp->n_inputs; i++)
+        s = kiln_builder_set_profile(b, mp->inputs[i]->name, 2, mn, mn, mx);
+    if (s == KILN_OK) s = kiln_build(b, m, &e);
+    if (s == KILN_OK) s = kiln_context_create(e, &c);
+    if (s == KILN_OK) s = kiln_context_set_input(c, "x", KILN_DTYPE_FLOAT32, 2, xd, data);
+    if (s == KILN_OK && yd) s = kiln_context_set_input(c, "y", KILN_DTYPE_FLOAT32, 2, yd, data);
+    if (s == KILN_OK) s = kiln_context_run(c);
+    kiln_context_free(c);
+    kiln_engine_free(e);
+    kiln_builder_free(b);
+    kiln_model_free(m);
+    free(bytes);
+    ar_free(&a);
+    return s;
+}
+
+/* Inputs sharing a symbolic dim that disagree are named, with the dim,
+ * before any layer runs (issue 20 4.8: the first layer combining them
+ * failed, naming neither). */
+TEST(test_shared_dims_checked) {
+    arena a = {0};
+    model_parts mp;
+    int64_t d[2] = {-1, -1};
+    static const char *const P_NM[] = {"N", "M"}, *const P_NN[] = {"N", "N"};
+    memset(&mp, 0, sizeof mp);
+    mp.inputs[mp.n_inputs++] = vinfo(&a, "x", 1, 2, d, P_NM);
+    mp.inputs[mp.n_inputs++] = vinfo(&a, "y", 1, 2, d, P_NM);
+    mp.nodes[mp.n_nodes++] = node(&a, "add0", "Add", 2, (const char *const[]){"x", "y"}, 1, S_Z);
+    mp.outputs[mp.n_outputs++] = vinfo(&a, "z", 1, 2, d, P_NM);
+    CHECK_OK(run_parts(&mp, (int64_t[]){2, 3}, (int64_t[]){2, 3}));
+    CHECK_ERR(run_parts(&mp, (int64_t[]){2, 3}, (int64_t[]){3, 3}), KILN_ERR_INVALID_ARGUMENT,
+              "inputs 'x' and 'y' share the dimension 'N' but disagree: 'x' has 2 in dim 0, 'y' "
+              "has 3 in dim 0");
+    CHECK_ERR(run_parts(&mp, (int64_t[]){2, 3}, (int64_t[]){2, 4}), KILN_ERR_INVALID_ARGUMENT,
+              "share the dimension 'M'");
+    /* one input, square [N, N] */
+    memset(&mp, 0, sizeof mp);
+    mp.inputs[mp.n_inputs++] = vinfo(&a, "x", 1, 2, d, P_NN);
+    mp.nodes[mp.n_nodes++] = node(&a, "relu0", "Relu", 1, S_X, 1, S_Z);
+    mp.outputs[mp.n_outputs++] = vinfo(&a, "z", 1, 2, d, P_NN);
+    CHECK_OK(run_parts(&mp, (int64_t[]){3, 3}, NULL));
+    CHECK_ERR(run_parts(&mp, (int64_t[]){2, 3}, NULL), KILN_ERR_INVALID_ARGUMENT,
+              "input 'x' has the dimension 'N' twice but its dims 0 and 1 are 2 and 3");
+    ar_free(&a);
+}
+
 int main(void) {
     RUN(test_relu_add_shapes);
     RUN(test_unsorted_nodes_are_sorted);
@@ -765,5 +925,7 @@ int main(void) {
     RUN(test_unknown_op);
     RUN(test_undefined_and_duplicates);
     RUN(test_constant_nodes);
+    RUN(test_warnings);
+    RUN(test_shared_dims_checked);
     return test_summary();
 }

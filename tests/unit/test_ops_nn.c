@@ -1,5 +1,5 @@
 /* test_ops_nn.c -- kernel-level tests of the neural-network family
- * (src/ops/nn*.c, src/ops/gemm.c): kiln__sgemm against a naive triple loop,
+ * (src/ops/nn*.c, src/backends/cpu/kernels/gemm.c): kiln__sgemm against a naive triple loop,
  * and op->infer / op->cpu called directly on hand-built tensors, compared
  * with reference loops written here (double accumulation). Every output
  * buffer is followed by a canary that must survive the kernel. */
@@ -7,7 +7,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "ops/gemm.h"
+#include "backends/cpu/kernels/gemm.h"
 #include "ops/op.h"
 #include "test.h"
 

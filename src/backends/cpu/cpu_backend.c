@@ -1,37 +1,18 @@
-/* cpu_backend.c -- the CPU backend: kernels are each op's `cpu` function. */
+/* cpu_backend.c -- the CPU backend: host memory, and each op's kernel from
+ * the CPU table (cpu_table.c: a tuned kernel, else the op's reference). */
 #include "backends/backend.h"
-#include "runtime/engine.h"
-
-#include "backends/cuda/cuda_backend.h"
-
-static bool cpu_supports(const kiln_graph *g, const kiln_node *n) {
-    (void)g;
-    return n->op && n->op->cpu != NULL;
-}
-
-static const char *cpu_kernel_name(const kiln_graph *g, const kiln_node *n) {
-    (void)g;
-    (void)n;
-    return "cpu";
-}
+#include "backends/cpu/cpu_kernels.h"
+#include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/cpu_features.h"
+#include "backends/cpu/cpu_layout.h"
 
 static kiln_status cpu_run(void *state, const kiln_kernel_args *a) {
     (void)state;
-    return a->op->cpu(a);
-}
-
-static int cpu_tactics(void *state, const kiln_infer_args *a, int32_t *ids, int cap) {
-    (void)state;
-    if (!(a->op->flags & KILN_OP_FLAG_TACTICS) || !a->op->cpu_tactics) {
-        if (cap > 0) ids[0] = 0;
-        return cap > 0;
-    }
-    return a->op->cpu_tactics(a, ids, cap);
-}
-
-static const char *cpu_tactic_name(const kiln_node *n, int32_t id) {
-    if (n->op && n->op->cpu_tactic_name) return n->op->cpu_tactic_name(id);
-    return id == 0 ? "default" : "?";
+    const kiln_kernel *k = kiln__cpu_kernel_for(a->op_id ? a->op_id : kiln__op_id_of(a->op));
+    if (!k)
+        return KILN_FAIL(KILN_ERR_UNSUPPORTED, "node '%s' (%s): no CPU kernel for this op",
+                         a->node_name ? a->node_name : "?", a->op->name);
+    return k->run(a);
 }
 
 static kiln_status cpu_state_create(int index, void **state) {
@@ -70,8 +51,7 @@ static kiln_status cpu_sync(void *state) {
 static const kiln_backend_i kiln_backend_cpu = {
     .name = "cpu",
     .device = KILN_DEVICE_CPU,
-    .supports = cpu_supports,
-    .kernel_name = cpu_kernel_name,
+    .kernel_for = kiln__cpu_kernel_for,
     .state_create = cpu_state_create,
     .state_free = cpu_state_free,
     .set_stream = cpu_set_stream,
@@ -82,27 +62,7 @@ static const kiln_backend_i kiln_backend_cpu = {
     .sync = cpu_sync,
     .describe_target = cpu_describe_target,
     .run = cpu_run,
-    .tactics = cpu_tactics,
-    .tactic_name = cpu_tactic_name,
+    .layouts = kiln__cpu_layouts,
 };
 
-const kiln_backend_i *kiln__backend_for(int device) {
-    if (device == KILN_DEVICE_CPU) return &kiln_backend_cpu;
-#if KILN_HAVE_CUDA
-    if (device == KILN_DEVICE_CUDA) return kiln__cuda_backend();
-#endif
-    return NULL;
-}
-
-int kiln_device_available(kiln_device dev) {
-    const kiln_backend_i *be = kiln__backend_for(dev);
-    if (!be) return 0;
-    if (dev == KILN_DEVICE_CPU) return 1;
-    void *state = NULL;
-    if (be->state_create(0, &state) != KILN_OK) {
-        kiln__clear_error();
-        return 0;
-    }
-    be->state_free(state);
-    return 1;
-}
+const kiln_backend_i *kiln__cpu_backend(void) { return &kiln_backend_cpu; }

@@ -1,9 +1,11 @@
 /* cuda_backend.c -- the CUDA backend's vtable: per-context state, device
  * memory, host <-> device copies on the state's stream, and dispatch of a
- * node to its entry in the kernel table (cuda_table.c). */
+ * node to its entry in the kernel table (cuda_table.c, which also says
+ * which nodes run here, under which names and tactics). */
 #if KILN_HAVE_CUDA
 
 #include "backends/cuda/cuda_internal.h"
+#include "backends/cuda/cuda_layout.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,27 +15,6 @@ kiln_status kiln__cuda_fail(cudaError_t e, const char *node, const char *what) {
     (void)cudaGetLastError();
     return KILN_FAIL(KILN_ERR_DEVICE, "node '%s': CUDA error %s (%s) in %s", node ? node : "?",
                      cudaGetErrorName(e), cudaGetErrorString(e), what);
-}
-
-/* ---- support -------------------------------------------------------------------- */
-
-static bool cuda_supports(const kiln_graph *g, const kiln_node *n) {
-    if (!n->op) return false;
-    const kiln_cuda_kernel *k = kiln__cuda_kernel_for(kiln__op_id_of(n->op));
-    return k && k->supports(g, n);
-}
-
-static const char *cuda_kernel_name(const kiln_graph *g, const kiln_node *n) {
-    (void)g;
-#if KILN_CUDA_FUSED_CONV
-    /* channels-last layers (passes/cuda_nhwc.c) */
-    if (n->op_id == KILN_OP_FusedConv && n->attrs &&
-        ((const kiln_fused_conv_attrs *)n->attrs)->layout ==
-            (KILN_FC_LAYOUT_X_NHWC | KILN_FC_LAYOUT_Y_NHWC))
-        return "cuda.conv+epilogue.nhwc";
-#endif
-    const kiln_cuda_kernel *k = n->op ? kiln__cuda_kernel_for(kiln__op_id_of(n->op)) : NULL;
-    return k ? k->name : "none";
 }
 
 /* ---- state ------------------------------------------------------------------------- */
@@ -121,6 +102,8 @@ static kiln_status cuda_state_create(int index, void **out) {
 #endif
     const char *sync = getenv("KILN_CUDA_SYNC");
     st->sync_each = sync && sync[0] && strcmp(sync, "0") != 0;
+    const char *eg = getenv("KILN_CUDA_EXACT_GELU");
+    st->exact_gelu = eg && eg[0] && strcmp(eg, "0") != 0;
     const char *find = getenv("KILN_CUDNN_FIND");
     st->conv_find = !(find && !strcmp(find, "0"));
     *out = st;
@@ -238,7 +221,7 @@ static kiln_status cuda_run(void *state, const kiln_kernel_args *a) {
     kiln_cuda_state *st = state;
     const char *node = KCU_NODE(a);
     if (!st) return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "node '%s': no CUDA state", node);
-    const kiln_cuda_kernel *k = kiln__cuda_kernel_for(kiln__op_id_of(a->op));
+    const kiln_kernel *k = kiln__cuda_kernel_for(a->op_id ? a->op_id : kiln__op_id_of(a->op));
     if (!k)
         return KILN_FAIL(KILN_ERR_UNSUPPORTED, "node '%s' (%s): no CUDA kernel for this op", node,
                          a->op->name);
@@ -276,40 +259,13 @@ static kiln_status cuda_set_precision(void *state, int precision) {
     return kiln__cuda_set_tf32(state, precision == KILN_PRECISION_TF32);
 }
 
-/* ---- tactics ---------------------------------------------------------------------------- */
+/* ---- layouts ----------------------------------------------------------------------------- */
 
-/* FusedMatMul: index into cuBLASLt's heuristic list for the layer's shapes
- * (timed by the builder). FusedConv: 0 = cuDNN's candidates timed on the
- * context's first run (cudnnFind), k > 0 = the heuristic's k-th choice.
- * Other layers: their one kernel. */
-static int cuda_tactics(void *state, const kiln_infer_args *a, int32_t *ids, int cap) {
-    if (!state || !a->op || cap < 1) return 0;
-#if KILN_CUDA_FUSED_TRANSFORMER
-    if (kiln__op_id_of(a->op) == KILN_OP_FusedMatMul)
-        return kiln__cu_fused_matmul_tactics(state, a, ids, cap);
-#endif
-    ids[0] = 0;
-    return 1;
-}
-
-static const char *cuda_tactic_name(const kiln_node *n, int32_t id) {
-    static const char *const lt[8] = {"cublasLt#0", "cublasLt#1", "cublasLt#2", "cublasLt#3",
-                                      "cublasLt#4", "cublasLt#5", "cublasLt#6", "cublasLt#7"};
-    static const char *const dnn[8] = {"cudnn-find", "cudnn#1", "cudnn#2", "cudnn#3",
-                                       "cudnn#4",    "cudnn#5", "cudnn#6", "cudnn#7"};
-    int op = n && n->op ? kiln__op_id_of(n->op) : 0;
-    bool in = id >= 0 && id < 8;
-#if KILN_CUDA_FUSED_TRANSFORMER
-    if (op == KILN_OP_FusedMatMul) return in ? lt[id] : "cublasLt#?";
-#endif
-#if KILN_CUDA_FUSED_CONV
-    if (op == KILN_OP_FusedConv) return in ? dnn[id] : "cudnn#?";
-#endif
-    (void)lt;
-    (void)dnn;
-    (void)in;
-    const kiln_cuda_kernel *k = op ? kiln__cuda_kernel_for(op) : NULL;
-    return k ? k->name : "?";
+/* Channels-last chains (cuda_nhwc), then the tuning: the builder times
+ * each layer's tactics in the layout it will run in. */
+static kiln_status cuda_layouts(kiln_layout_ctx *c) {
+    if (c->optimize && !(c->disabled & (1u << KILN_PASS_CUDA_NHWC))) KILN_TRY(kiln__pass_cuda_nhwc(c->g, NULL));
+    return c->tune(c);
 }
 
 /* ---- CUDA Graphs ----------------------------------------------------------------------- */
@@ -393,8 +349,8 @@ static void cuda_graph_free(void *state, void *graph) {
 static const kiln_backend_i kiln_backend_cuda = {
     .name = "cuda",
     .device = KILN_DEVICE_CUDA,
-    .supports = cuda_supports,
-    .kernel_name = cuda_kernel_name,
+    .reduced_tensors = true,
+    .kernel_for = kiln__cuda_kernel_for,
     .state_create = cuda_state_create,
     .state_free = cuda_state_free,
     .set_stream = cuda_set_stream,
@@ -407,8 +363,7 @@ static const kiln_backend_i kiln_backend_cuda = {
     .describe_target = cuda_describe_target,
     .set_precision = cuda_set_precision,
     .run = cuda_run,
-    .tactics = cuda_tactics,
-    .tactic_name = cuda_tactic_name,
+    .layouts = cuda_layouts,
     .capture_begin = cuda_capture_begin,
     .capture_end = cuda_capture_end,
     .graph_launch = cuda_graph_launch,

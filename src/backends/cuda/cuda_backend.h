@@ -10,6 +10,13 @@
 
 #include "backends/backend.h"
 
+/* The registry's getter (backends/registry.c): NULL without CUDA. */
+#if KILN_HAVE_CUDA
+#define KILN_CUDA_BACKEND_GET kiln__cuda_backend
+#else
+#define KILN_CUDA_BACKEND_GET NULL
+#endif
+
 #if KILN_HAVE_CUDA
 KILN_PRIVATE const kiln_backend_i *kiln__cuda_backend(void);
 /* Lets fp32 matrix products and convolutions of this state use TF32 tensor

@@ -66,6 +66,10 @@ static void gemm_key(const kiln_cuda_state *st, const kiln_cuda_gemm *p, bool as
         k->al[0] = align_of(p->B, p->sb * es, p->batch);
         k->al[1] = align_of(p->A, p->sa * es, p->batch);
         k->al[2] = align_of(p->C, p->sc * es, p->batch);
+        if (p->Cin) {
+            uint32_t ai = align_of(p->Cin, p->sc * es, p->batch);
+            if (ai < k->al[2]) k->al[2] = ai;
+        }
         k->al[3] = p->bias ? align_of(p->bias, 0, 1) : 0;
     }
     k->M = p->M;
@@ -221,7 +225,12 @@ kiln_status kiln__cuda_gemm(const kiln_kernel_args *a, const kiln_cuda_gemm *p) 
     if (p->epi && (p->batch != 1 || ((p->epi & KCU_EPI_BIAS) && !p->bias)))
         return KILN_FAIL(KILN_ERR_INTERNAL, "node '%s': GEMM epilogue needs batch 1 and a bias",
                          node);
-    if (!p->epi && (p->K <= 0 || p->batch > INT32_MAX)) return gemm_simple(a, p);
+    bool sep_c = p->Cin && p->Cin != p->C && p->beta != 0.0;
+    if (!p->epi && (p->K <= 0 || p->batch > INT32_MAX)) {
+        if (sep_c)
+            return KILN_FAIL(KILN_ERR_UNSUPPORTED, "node '%s': GEMM with a separate C needs cuBLASLt", node);
+        return gemm_simple(a, p);
+    }
     kiln_cuda_gemm_key k;
     gemm_key(st, p, false, &k);
     kiln_cuda_node *ns = kiln__cuda_node(a);
@@ -241,10 +250,10 @@ kiln_status kiln__cuda_gemm(const kiln_kernel_args *a, const kiln_cuda_gemm *p) 
     }
     kiln_status s = KILN_OK;
     if (pl->simple) {
-        s = p->epi ? KILN_FAIL(KILN_ERR_UNSUPPORTED,
-                               "node '%s': cuBLASLt has no algorithm for this GEMM with its "
-                               "epilogue", node)
-                   : gemm_simple(a, p);
+        s = p->epi || sep_c ? KILN_FAIL(KILN_ERR_UNSUPPORTED,
+                                        "node '%s': cuBLASLt has no algorithm for this GEMM with its "
+                                        "epilogue or separate C", node)
+                            : gemm_simple(a, p);
         goto out;
     }
     if (p->epi & KCU_EPI_BIAS) {
@@ -261,14 +270,15 @@ kiln_status kiln__cuda_gemm(const kiln_kernel_args *a, const kiln_cuda_gemm *p) 
     const void *alpha = f64 ? (const void *)&p->alpha : (const void *)&af;
     const void *beta = f64 ? (const void *)&p->beta : (const void *)&bf;
     cublasStatus_t ms = cublasLtMatmul(st->lt, pl->op, alpha, p->B, pl->l[0], p->A, pl->l[1], beta,
-                                       p->C, pl->l[2], p->C, pl->l[2], &pl->algo, st->lt_ws,
-                                       st->lt_ws_size, KCU_STREAM(a));
-    if (ms == CUBLAS_STATUS_NOT_SUPPORTED && !p->epi) { /* e.g. a layout the heuristic let through */
+                                       sep_c ? p->Cin : p->C, pl->l[2], p->C, pl->l[2], &pl->algo,
+                                       st->lt_ws, st->lt_ws_size, KCU_STREAM(a));
+    if (ms == CUBLAS_STATUS_NOT_SUPPORTED && !p->epi && !sep_c) { /* e.g. a layout the heuristic let through */
         pl->simple = true;
         s = gemm_simple(a, p);
     } else if (ms == CUBLAS_STATUS_NOT_SUPPORTED) {
         pl->simple = true; /* the caller does without the epilogue */
-        s = KILN_FAIL(KILN_ERR_UNSUPPORTED, "node '%s': cuBLASLt cannot run this GEMM epilogue", node);
+        s = KILN_FAIL(KILN_ERR_UNSUPPORTED, "node '%s': cuBLASLt cannot run this GEMM epilogue or separate C",
+                      node);
     } else if (ms != CUBLAS_STATUS_SUCCESS) {
         s = lt_fail(node, "Matmul", ms);
     }
@@ -397,7 +407,6 @@ kiln_status kiln__cu_matmul_run(const kiln_kernel_args *a) {
 
 /* ---- Gemm ------------------------------------------------------------------------------------- */
 
-#if KILN_CUDA_NN_ATTRS
 
 bool kiln__cu_gemm_supports(const kiln_graph *g, const kiln_node *n) {
     kiln_dtype t = kiln__cu_in_dtype(g, n, 0);
@@ -447,7 +456,6 @@ kiln_status kiln__cu_gemm_run(const kiln_kernel_args *a) {
     return kiln__cuda_gemm(a, &p);
 }
 
-#endif /* KILN_CUDA_NN_ATTRS */
 
 #else
 typedef int kiln_cuda_blas_disabled;

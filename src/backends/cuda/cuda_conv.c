@@ -1,20 +1,25 @@
-/* cuda_conv.c -- Conv on the GPU (1 to 3 spatial dims, groups, dilations).
+/* cuda_conv.c -- Conv and kiln.FusedConv on the GPU (1 to 3 spatial dims,
+ * groups, dilations).
  *
- *   cuDNN (when built with it and the pads are symmetric): the legacy
- *     convolution API, algorithm from cuDNN's heuristic, workspace from the
- *     state's scratch; bias added by a small kernel.
- *   depthwise (one input channel per group): a direct kernel.
- *   otherwise: im2col into scratch + cuBLASLt GEMM per (image, group); a
- *     1x1 stride-1 unpadded convolution reads the input directly.
- * Needs kiln_conv_attrs (KILN_CUDA_NN_ATTRS). */
+ *   fp16/bf16 (cuDNN builds): conv + bias + residual + activation as ONE
+ *     cuDNN operation graph (cuda_dnn_graph.c), fp32 accumulation, run by
+ *     the engine config the tactic names (timed by the builder) or the
+ *     heuristics' first; NHWC or NCHW strides; asymmetric pads.
+ *   otherwise, or where no engine config runs the graph: cuDNN's legacy
+ *     convolution API (symmetric pads; algorithm timed on the first run),
+ *     then one epilogue pass act(y + bias + residual);
+ *   depthwise (one input channel per group, NCHW): a direct kernel;
+ *   without cuDNN: im2col into scratch + cuBLASLt GEMM per (image, group);
+ *     a 1x1 stride-1 unpadded convolution reads the input directly. */
 #if KILN_HAVE_CUDA
 
 #include "backends/cuda/cuda_internal.h"
 
-#if KILN_CUDA_NN_ATTRS
 
 #include <limits.h>
 #include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 bool kiln__cu_conv_supports(const kiln_graph *g, const kiln_node *n) {
     kiln_dtype t = kiln__cu_in_dtype(g, n, 0);
@@ -26,25 +31,23 @@ bool kiln__cu_conv_supports(const kiln_graph *g, const kiln_node *n) {
     return true;
 }
 
-/* geometry from X, W, Y and the attributes; pe: end pads */
-static kiln_status conv_geom(const kiln_kernel_args *a, const kiln_conv_attrs *at, kcu_conv *g,
-                             int64_t *pe) {
-    const kiln_tensor *X = a->in[0], *W = a->in[1];
-    const kiln_tensor *Y = a->out[0];
-    const char *node = KCU_NODE(a);
+/* geometry from the dims of X, W, Y and the attributes; pe: end pads */
+static kiln_status conv_geom_dims(const char *node, const kiln_conv_attrs *at, int xr, const int64_t *xd,
+                                  int wr, const int64_t *wd, int yr, const int64_t *yd, kcu_conv *g,
+                                  int64_t *pe) {
     memset(g, 0, sizeof *g);
-    int ns = X->rank - 2;
-    if (ns < 1 || ns > KCU_MAX_SP || W->rank != X->rank || Y->rank != X->rank)
+    int ns = xr - 2;
+    if (ns < 1 || ns > KCU_MAX_SP || wr != xr || yr != xr)
         return KILN_FAIL(KILN_ERR_UNSUPPORTED,
                          "node '%s' (Conv): %d spatial dims (the GPU kernels handle 1 to %d)", node,
                          ns, KCU_MAX_SP);
     g->ns = ns;
     g->G = at->group > 0 ? at->group : 1;
-    g->N = X->dims[0];
-    g->C = X->dims[1];
-    g->M = W->dims[0];
-    g->Cg = W->dims[1];
-    if (g->M % g->G || g->C != g->Cg * g->G || Y->dims[1] != g->M)
+    g->N = xd[0];
+    g->C = xd[1];
+    g->M = wd[0];
+    g->Cg = wd[1];
+    if (g->M % g->G || g->C != g->Cg * g->G || yd[1] != g->M)
         return KILN_FAIL(KILN_ERR_MODEL,
                          "node '%s' (Conv): input has %lld channels, weight is [%lld, %lld, ...], "
                          "group %lld",
@@ -52,7 +55,7 @@ static kiln_status conv_geom(const kiln_kernel_args *a, const kiln_conv_attrs *a
     g->Mg = g->M / g->G;
     g->in_sz = g->out_sz = g->k_sz = 1;
     for (int i = 0; i < ns; i++) {
-        int64_t in = X->dims[2 + i], k = W->dims[2 + i];
+        int64_t in = xd[2 + i], k = wd[2 + i];
         int64_t s = at->n_strides ? at->strides[i] : 1, d = at->n_dilations ? at->dilations[i] : 1;
         int64_t pb = at->n_pads ? at->pads[i] : 0, p_e = at->n_pads ? at->pads[ns + i] : 0;
         if (at->auto_pad == PAD_VALID) pb = p_e = 0;
@@ -69,7 +72,7 @@ static kiln_status conv_geom(const kiln_kernel_args *a, const kiln_conv_attrs *a
             }
         }
         g->in[i] = in;
-        g->out[i] = Y->dims[2 + i];
+        g->out[i] = yd[2 + i];
         g->k[i] = k;
         g->s[i] = s;
         g->d[i] = d;
@@ -80,6 +83,12 @@ static kiln_status conv_geom(const kiln_kernel_args *a, const kiln_conv_attrs *a
         g->k_sz *= k;
     }
     return KILN_OK;
+}
+
+static kiln_status conv_geom(const kiln_kernel_args *a, const kiln_conv_attrs *at, kcu_conv *g,
+                             int64_t *pe) {
+    const kiln_tensor *X = a->in[0], *W = a->in[1], *Y = a->out[0];
+    return conv_geom_dims(KCU_NODE(a), at, X->rank, X->dims, W->rank, W->dims, Y->rank, Y->dims, g, pe);
 }
 
 #if KILN_HAVE_CUDNN
@@ -95,28 +104,23 @@ static kiln_status dnn_fail(const char *node, const char *what, cudnnStatus_t s)
         if ((call) != CUDNN_STATUS_SUCCESS) goto done; \
     } while (0)
 
-
-/* The cuDNN side of one node, kept in its kiln_cuda_node (conv): the
- * descriptors and the algorithm for one geometry, dtype and math mode.
- * declined: cuDNN cannot run this geometry (the im2col path runs, without
- * asking cuDNN again). */
+/* The legacy-API side of one node: the descriptors and the algorithm for
+ * one geometry, dtype and math mode. declined: cuDNN cannot run this
+ * geometry (the im2col path runs, without asking cuDNN again). */
 typedef struct conv_plan {
     kcu_conv g;
     int64_t pe[KCU_MAX_SP];
-    int32_t dt, math, tactic;
+    int32_t dt, math;
     int32_t nhwc;           /* 1: X, Y (and R) hold NHWC bytes (kiln.FusedConv layout) */
-    const void *w_src;      /* NHWC: the weights w_nhwc was made from */
     bool declined;
     cudnnTensorDescriptor_t x, y;
     cudnnFilterDescriptor_t w;
     cudnnConvolutionDescriptor_t c;
     cudnnConvolutionFwdAlgo_t algo;
     size_t ws;
-    void *w_nhwc;           /* NHWC: the weights as [M, kh, kw, C] (device, owned) */
 } conv_plan;
 
 static void conv_plan_clear(conv_plan *p) {
-    if (p->w_nhwc) cudaFree(p->w_nhwc);
     if (p->c) cudnnDestroyConvolutionDescriptor(p->c);
     if (p->w) cudnnDestroyFilterDescriptor(p->w);
     if (p->y) cudnnDestroyTensorDescriptor(p->y);
@@ -124,20 +128,203 @@ static void conv_plan_clear(conv_plan *p) {
     memset(p, 0, sizeof *p);
 }
 
-static void conv_plan_free(void *p) {
+/* The graph-API side: one fused operation graph (conv + bias + residual +
+ * activation) and its execution plan per key. */
+typedef struct gconv_key {
+    kcu_conv g;
+    int64_t pe[KCU_MAX_SP];
+    int32_t dt, nhwc, tactic, act, has_b, has_r;
+    float alpha, beta;      /* the activation's parameters (0 where it has none) */
+    int32_t al[5];          /* byte alignments (<= 16) of X, W, B, R, Y */
+    int32_t pad_;
+} gconv_key;
+typedef struct gconv_plan {
+    gconv_key key;
+    bool used, declined;    /* declined: no engine config runs this graph (legacy path) */
+    kcu_dg dg;
+    kcu_dg_plan plan;
+} gconv_plan;
+
+/* Plans keyed by shape: a dynamic profile alternating between a few shapes
+ * keeps one plan per shape. */
+#define KCU_CONV_PLANS 4
+
+/* The per-node state of Conv/FusedConv (kiln_cuda_node.conv). */
+typedef struct conv_state {
+    conv_plan legacy;
+    gconv_plan gp[KCU_CONV_PLANS];
+    int gp_next;
+    void *w_nhwc;           /* NHWC layers: the weights as [M, kh, kw, C] (device, owned) */
+    const void *w_src;      /* ... made from these */
+    size_t w_bytes;
+    int w_variant;          /* ... for this input variant (XV_*) */
+    void *xbuf;             /* layout Y_NHWC alone: the input converted to NHWC (device, owned) */
+    size_t xbuf_bytes;
+    bool warned;            /* the stored tactic was missing once (warned) */
+} conv_state;
+
+static void gconv_plan_clear(gconv_plan *p) {
+    kcu_dg_plan_free(&p->plan);
+    kcu_dg_free(&p->dg);
+    memset(p, 0, sizeof *p);
+}
+
+static void conv_state_clear(conv_state *s) {
+    conv_plan_clear(&s->legacy);
+    for (int i = 0; i < KCU_CONV_PLANS; i++) gconv_plan_clear(&s->gp[i]);
+    if (s->w_nhwc) cudaFree(s->w_nhwc);
+    if (s->xbuf) cudaFree(s->xbuf);
+    memset(s, 0, sizeof *s);
+}
+
+static void conv_state_free(void *p) {
     if (!p) return;
-    conv_plan_clear(p);
+    conv_state_clear(p);
     kiln__free(p);
+}
+
+/* The node's conv state, or *tmp (cleared) when the args carry none: the
+ * caller then clears tmp after the run. */
+static conv_state *conv_state_of(const kiln_kernel_args *a, conv_state *tmp) {
+    kiln_cuda_node *ns = kiln__cuda_node(a);
+    if (ns && !ns->conv) {
+        ns->conv = kiln__calloc(1, sizeof(conv_state));
+        if (ns->conv) ns->conv_free = conv_state_free;
+    }
+    if (ns && ns->conv && ns->conv_free == conv_state_free) return ns->conv;
+    memset(tmp, 0, sizeof *tmp);
+    return tmp;
+}
+
+/* How an NCHW input reaches cuDNN in a layer with layout Y_NHWC alone (the
+ * layer converts it: ResNet's 3-channel stem): the user bits of its tactic
+ * (kcu_dg_is_id), timed against each other by the builder.
+ *   XV_C8   NHWC, channels padded to a multiple of 8
+ *   XV_C4   NHWC, channels padded to a multiple of 4
+ *   XV_S2D  space-to-depth: a stride-2 convolution with kernel K on C
+ *           channels is a stride-1 convolution with kernel ceil(K/2) on 4C
+ *           channels (padded to 8) of the 2x2 blocks of the padded input:
+ *           y[o] = sum_k w[k] x[2o - p + k] = sum_{j,r} w[2j + r] s[o + j][r]
+ *           with s[l][r] = x[2l + r - p] (0 outside x). */
+enum { XV_C8 = 0, XV_C4 = 1, XV_S2D = 2 };
+
+static int tactic_xv(int32_t t) {
+    return kcu_dg_is_id(t) ? (int)((t & KCU_DG_ID_USER) >> KCU_DG_ID_USER_SHIFT) : XV_C8;
+}
+
+static bool xv_ok(const kcu_conv *g, int v) {
+    if (v == XV_C8 || v == XV_C4) return true;
+    return v == XV_S2D && g->ns == 2 && g->G == 1 && g->s[0] == 2 && g->s[1] == 2 && g->d[0] == 1 && g->d[1] == 1;
+}
+
+/* The geometry cuDNN runs for variant v of the NCHW-input layer g. */
+static void xv_geom(const kcu_conv *g, const int64_t *pe, int v, kcu_conv *o, int64_t *ope) {
+    *o = *g;
+    memcpy(ope, pe, KCU_MAX_SP * sizeof *ope);
+    if (v != XV_S2D) {
+        int64_t m = v == XV_C4 ? 4 : 8;
+        o->C = o->Cg = (g->C + m - 1) / m * m;
+        return;
+    }
+    o->C = o->Cg = (4 * g->C + 7) / 8 * 8;
+    o->in_sz = o->k_sz = 1;
+    for (int i = 0; i < 2; i++) {
+        int64_t J = (g->k[i] + 1) / 2;
+        o->in[i] = g->out[i] + J - 1;
+        o->k[i] = J;
+        o->s[i] = o->d[i] = 1;
+        o->pb[i] = ope[i] = 0;
+        o->in_sz *= o->in[i];
+        o->k_sz *= J;
+    }
+}
+
+/* NHWC layers: the weights [M, C, kh, kw], once as the NHWC filter cuDNN
+ * reads for geometry g (cuda_conv's variant v): [M, kh, kw, Cg] with the
+ * channels past C zero (XV_C8/XV_C4; Cg = C for NHWC inputs), or the
+ * space-to-depth filter [M, J, J, Cg], channel c * 4 + rh * 2 + rw at (jh,
+ * jw) holding w[c, 2 jh + rh, 2 jw + rw] (0 past the kernel). */
+static kiln_status nhwc_weights(const kiln_kernel_args *a, const kcu_conv *g, int v, conv_state *cs,
+                                const void **out) {
+    const kiln_tensor *W = a->in[1];
+    size_t es = kiln_dtype_size(W->dtype);
+    if (g->ns != 2 || W->rank != 4 || W->dims[1] * (v == XV_S2D ? 4 : 1) > g->Cg)
+        return KILN_FAIL(KILN_ERR_UNSUPPORTED, "node '%s': NHWC weights need a 2-D convolution", KCU_NODE(a));
+    int64_t K0 = W->dims[2], K1 = W->dims[3], C = W->dims[1], J0 = g->k[0], J1 = g->k[1], Cp = g->Cg;
+    size_t bytes = (size_t)(g->M * J0 * J1 * Cp) * es;
+    if (cs->w_nhwc && cs->w_src == W->data && cs->w_bytes == bytes && cs->w_variant == v) {
+        *out = cs->w_nhwc;
+        return KILN_OK;
+    }
+    if (cs->w_nhwc) cudaFree(cs->w_nhwc);
+    cs->w_nhwc = NULL;
+    KILN_CUDA_TRY(cudaMalloc(&cs->w_nhwc, bytes ? bytes : 1), KCU_NODE(a));
+    cs->w_src = W->data;
+    cs->w_bytes = bytes;
+    cs->w_variant = v;
+    char *dst = cs->w_nhwc;
+    const char *src = W->data;
+    if (v != XV_S2D && C == Cp) {
+        int64_t dims[4] = {g->M, K0, K1, C};
+        int64_t sst[4] = {C * K0 * K1, K1, 1, K0 * K1};
+        KILN_TRY(kiln__cuda_copy(a, es, 4, dims, dst, NULL, src, sst));
+    } else {
+        KILN_CUDA_TRY(cudaMemsetAsync(dst, 0, bytes, KCU_STREAM(a)), KCU_NODE(a));
+        int rs = v == XV_S2D ? 2 : 1; /* 2x2 blocks: one copy per (rh, rw) */
+        for (int rh = 0; rh < rs; rh++)
+            for (int rw = 0; rw < rs; rw++) {
+                int64_t n0 = (K0 - rh + rs - 1) / rs, n1 = (K1 - rw + rs - 1) / rs; /* taps of this phase */
+                int64_t dims[4] = {g->M, n0, n1, C};
+                int64_t sst[4] = {C * K0 * K1, rs * K1, rs, K0 * K1};
+                int64_t dstst[4] = {J0 * J1 * Cp, J1 * Cp, Cp, rs * rs};
+                KILN_TRY(kiln__cuda_copy(a, es, 4, dims, dst + (size_t)(rh * rs + rw) * es, dstst,
+                                         src + (size_t)(rh * K1 + rw) * es, sst));
+            }
+    }
+    *out = cs->w_nhwc;
+    return KILN_OK;
+}
+
+/* Layout Y_NHWC alone: X [N, C, H, W] NCHW into the node's buffer as the
+ * NHWC input of geometry gx (variant v of the layer's geometry g),
+ * described by *xc. */
+static kiln_status nhwc_input(const kiln_kernel_args *a, int v, const kcu_conv *g, const kcu_conv *gx,
+                              conv_state *cs, kiln_tensor *xc) {
+    const kiln_tensor *X = a->in[0];
+    size_t es = kiln_dtype_size(X->dtype);
+    size_t bytes = (size_t)(gx->N * gx->C * gx->in_sz) * es;
+    if (!cs->xbuf || cs->xbuf_bytes < bytes) {
+        if (cs->xbuf) cudaFree(cs->xbuf);
+        cs->xbuf = NULL;
+        cs->xbuf_bytes = 0;
+        KILN_CUDA_TRY(cudaMalloc(&cs->xbuf, bytes ? bytes : 1), KCU_NODE(a));
+        cs->xbuf_bytes = bytes;
+    }
+    if (v == XV_S2D)
+        KILN_CUDA_TRY(kcu_s2d_nhwc(X->dtype, g->N, g->C, g->in[0], g->in[1], g->pb[0], g->pb[1], gx->in[0],
+                                   gx->in[1], gx->C, X->data, cs->xbuf, KCU_STREAM(a)),
+                      KCU_NODE(a));
+    else
+        KILN_CUDA_TRY(kcu_nchw_to_nhwc(X->dtype, g->N, g->C, g->in_sz, gx->C, X->data, cs->xbuf, KCU_STREAM(a)),
+                      KCU_NODE(a));
+    *xc = *X;
+    xc->dims[1] = gx->C;
+    xc->dims[2] = gx->in[0];
+    xc->dims[3] = gx->in[1];
+    xc->data = cs->xbuf;
+    return KILN_OK;
 }
 
 /* Largest workspace an algorithm may use. */
 #define KCU_CONV_WS_LIMIT ((size_t)256 << 20)
 
-/* Sets up plan p for geometry g (descriptors, algorithm). Leaves
- * p->declined set when cuDNN cannot run it. */
-static kiln_status conv_plan_build(const kiln_kernel_args *a, const kcu_conv *g, conv_plan *p) {
+/* Sets up legacy plan p for geometry g (descriptors, algorithm; the
+ * candidates timed once on this node's buffers unless KILN_CUDNN_FIND=0).
+ * Leaves p->declined set when cuDNN cannot run it. */
+static kiln_status conv_plan_build(const kiln_kernel_args *a, const kcu_conv *g, const void *wdata,
+                                   conv_plan *p) {
     kiln_cuda_state *st = KCU_STATE(a);
-    const kiln_tensor *X = a->in[0], *W = a->in[1];
+    const kiln_tensor *X = a->in[0];
     kiln_tensor *Y = a->out[0];
     cudnnDataType_t dt = (cudnnDataType_t)p->dt, ct = CUDNN_DATA_FLOAT;
     if (dt == CUDNN_DATA_DOUBLE) ct = CUDNN_DATA_DOUBLE;
@@ -147,19 +334,7 @@ static kiln_status conv_plan_build(const kiln_kernel_args *a, const kcu_conv *g,
     const int nsp = v.nsp, nd = v.nd;
     const int *xd = v.xd, *yd = v.yd, *wd = v.wd, *xs = v.xs, *ys = v.ys, *pad = v.pad,
               *str = v.str, *dil = v.dil;
-    const void *wdata = W->data;
-    if (p->nhwc) {
-        /* channels last (2-D only): C innermost, then W, H, N */
-        if (nd != 4 || g->ns != 2) goto done;
-        /* the weights, [M, C, kh, kw], once as [M, kh, kw, C] */
-        size_t es = kiln_dtype_size(X->dtype);
-        int64_t dims[4] = {g->M, wd[2], wd[3], g->Cg};
-        int64_t sst[4] = {g->Cg * wd[2] * wd[3], wd[3], 1, (int64_t)wd[2] * wd[3]};
-        KILN_CUDA_TRY(cudaMalloc(&p->w_nhwc, (size_t)(dims[0] * dims[1] * dims[2] * dims[3]) * es),
-                      KCU_NODE(a));
-        KILN_TRY(kiln__cuda_copy(a, es, 4, dims, p->w_nhwc, NULL, W->data, sst));
-        wdata = p->w_nhwc;
-    }
+    if (p->nhwc && (nd != 4 || g->ns != 2)) goto done; /* channels last: 2-D only */
     DNN_SETUP(cudnnCreateTensorDescriptor(&p->x));
     DNN_SETUP(cudnnCreateTensorDescriptor(&p->y));
     DNN_SETUP(cudnnCreateFilterDescriptor(&p->w));
@@ -184,19 +359,18 @@ static kiln_status conv_plan_build(const kiln_kernel_args *a, const kcu_conv *g,
     int np = 0;
     DNN_SETUP(cudnnGetConvolutionForwardAlgorithm_v7(st->dnn, p->x, p->w, p->c, p->y,
                                                      CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &np, perf));
-    /* usable candidates in heuristic order; the tactic picks one (0: the first) */
-    int cand[CUDNN_CONVOLUTION_FWD_ALGO_COUNT], nc = 0;
+    int nc = 0, first = -1;
     size_t ws_max = 0;
     for (int i = 0; i < np; i++)
         if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= KCU_CONV_WS_LIMIT) {
-            cand[nc++] = i;
+            if (first < 0) first = i;
+            nc++;
             if (perf[i].memory > ws_max) ws_max = perf[i].memory;
         }
     if (nc == 0) goto done;
-    int pick = cand[p->tactic > 0 && p->tactic < nc ? p->tactic : 0];
-    p->algo = perf[pick].algo;
-    p->ws = perf[pick].memory;
-    if (p->tactic == 0 && st->conv_find && nc > 1) {
+    p->algo = perf[first].algo;
+    p->ws = perf[first].memory;
+    if (st->conv_find && nc > 1) {
         /* time the candidates once, on this node's own buffers (first run only) */
         void *ws = NULL;
         KILN_TRY(kiln__cuda_scratch(st, ws_max, &ws, KCU_NODE(a)));
@@ -221,23 +395,24 @@ done:
     return KILN_OK;
 }
 
-/* Runs the convolution through cuDNN. *handled = false: cuDNN declined
- * (no algorithm, unexpected output shape); the caller falls back. */
+/* Runs the convolution alone through cuDNN's legacy API (the epilogue is
+ * the caller's). *handled = false: cuDNN declined (no algorithm,
+ * unexpected output shape); the caller falls back. */
 static kiln_status conv_cudnn(const kiln_kernel_args *a, const kcu_conv *g, const int64_t *pe,
-                              bool nhwc, bool *handled) {
+                              bool nhwc, int xv, conv_state *cs, bool *handled) {
     kiln_cuda_state *st = KCU_STATE(a);
     const char *node = KCU_NODE(a);
-    const kiln_tensor *X = a->in[0], *W = a->in[1];
+    const kiln_tensor *X = a->in[0];
     kiln_tensor *Y = a->out[0];
     *handled = false;
+    const void *wdata = a->in[1]->data;
+    if (nhwc) KILN_TRY(nhwc_weights(a, g, xv, cs, &wdata));
     conv_plan key;
     memset(&key, 0, sizeof key);
     key.g = *g;
     memcpy(key.pe, pe, sizeof key.pe);
     key.math = CUDNN_TENSOR_OP_MATH;
-    key.tactic = kiln__cuda_tactic(a);
     key.nhwc = nhwc;
-    key.w_src = nhwc ? W->data : NULL;
     switch (X->dtype) {
     case KILN_DTYPE_FLOAT32:
         key.dt = CUDNN_DATA_FLOAT;
@@ -252,53 +427,269 @@ static kiln_status conv_cudnn(const kiln_kernel_args *a, const kcu_conv *g, cons
     }
     /* the key is everything before `declined` */
     const size_t key_size = offsetof(conv_plan, declined);
-    kiln_cuda_node *ns = kiln__cuda_node(a);
-    conv_plan *p = ns && ns->conv_free == conv_plan_free ? ns->conv : NULL;
-    conv_plan tmp;
-    if (ns && !ns->conv) {
-        p = kiln__calloc(1, sizeof *p);
-        if (p) {
-            ns->conv = p;
-            ns->conv_free = conv_plan_free;
-        }
-    }
-    if (!p) {
-        memset(&tmp, 0, sizeof tmp);
-        p = &tmp;
-    }
-    kiln_status s = KILN_OK;
-    if (p == &tmp || !(p->x || p->declined) || memcmp(p, &key, key_size)) {
+    conv_plan *p = &cs->legacy;
+    if (!(p->x || p->declined) || memcmp(p, &key, key_size)) {
         conv_plan_clear(p);
         memcpy(p, &key, key_size);
-        s = conv_plan_build(a, g, p);
+        kiln_status s = conv_plan_build(a, g, wdata, p);
         if (s != KILN_OK) {
             conv_plan_clear(p);
-            goto out;
+            return s;
         }
     }
-    if (p->declined) goto out;
+    if (p->declined) return KILN_OK;
     void *ws = NULL;
-    if (p->ws && (s = kiln__cuda_scratch(st, p->ws, &ws, node)) != KILN_OK) goto out;
+    if (p->ws) KILN_TRY(kiln__cuda_scratch(st, p->ws, &ws, node));
     float af = 1.0f, bf = 0.0f;
     double ad = 1.0, bd = 0.0;
     bool f64 = p->dt == CUDNN_DATA_DOUBLE;
     const void *alpha = f64 ? (const void *)&ad : (const void *)&af;
     const void *beta = f64 ? (const void *)&bd : (const void *)&bf;
-    cudnnStatus_t fs = cudnnConvolutionForward(st->dnn, alpha, p->x, X->data, p->w,
-                                               p->w_nhwc ? p->w_nhwc : W->data, p->c,
+    cudnnStatus_t fs = cudnnConvolutionForward(st->dnn, alpha, p->x, X->data, p->w, wdata, p->c,
                                                p->algo, ws, p->ws, beta, p->y, Y->data);
     if (fs == CUDNN_STATUS_NOT_SUPPORTED) {
         p->declined = true;
-        goto out;
+        return KILN_OK;
     }
-    if (fs != CUDNN_STATUS_SUCCESS) {
-        s = dnn_fail(node, "ConvolutionForward", fs);
-        goto out;
-    }
+    if (fs != CUDNN_STATUS_SUCCESS) return dnn_fail(node, "ConvolutionForward", fs);
     *handled = true;
-out:
-    if (p == &tmp) conv_plan_clear(&tmp);
+    return KILN_OK;
+}
+
+/* ---- the fused graph ------------------------------------------------------------------ */
+
+enum { UID_X = 1, UID_W = 2, UID_B = 3, UID_R = 4, UID_Y = 5, UID_VIRT = 100 };
+
+static int32_t ptr_align(const void *p) {
+    uintptr_t u = (uintptr_t)p;
+    return u % 16 == 0 ? 16 : u % 8 == 0 ? 8 : u % 4 == 0 ? 4 : 2;
+}
+
+/* The graph's activation as a pointwise mode (false: not expressible,
+ * the legacy path with the epilogue kernel runs). RELU_FWD's clips are
+ * used only where both readings of a lower clip agree (0). */
+static bool gconv_act(int act, float alpha, float beta, cudnnPointwiseMode_t *mode, kcu_dg_pw *pw) {
+    memset(pw, 0, sizeof *pw);
+    pw->relu_upper = 3.4028234663852886e38;
+    pw->swish_beta = 1.0;
+    switch (act) {
+    case KCU_ACT_RELU: *mode = CUDNN_POINTWISE_RELU_FWD; return true;
+    case KCU_ACT_CLIP:
+        if (alpha != 0.0f || !(beta > 0.0f)) return false;
+        *mode = CUDNN_POINTWISE_RELU_FWD;
+        pw->relu_upper = beta;
+        return true;
+    case KCU_ACT_LEAKY_RELU:
+        *mode = CUDNN_POINTWISE_RELU_FWD;
+        pw->relu_slope = alpha;
+        return true;
+    case KCU_ACT_SIGMOID: *mode = CUDNN_POINTWISE_SIGMOID_FWD; return true;
+    case KCU_ACT_SILU: *mode = CUDNN_POINTWISE_SWISH_FWD; return true;
+    default: return false; /* hard swish: no cuDNN pointwise mode */
+    }
+}
+
+/* Whether a FusedConv of these dtypes/attributes may run as one graph. */
+static bool gconv_eligible(kiln_dtype t, int act, float alpha, float beta) {
+    cudnnPointwiseMode_t m;
+    kcu_dg_pw pw;
+    if (t != KILN_DTYPE_FLOAT16 && t != KILN_DTYPE_BFLOAT16) return false;
+    return act == KCU_ACT_NONE || gconv_act(act, alpha, beta, &m, &pw);
+}
+
+/* The operation graph of key k: conv -> [+ bias] -> [+ residual] -> [act],
+ * fp32 in between, the I/O dtype at both ends. */
+static cudnnStatus_t gconv_graph(cudnnHandle_t h, const gconv_key *k, kcu_dg *dg) {
+    kcu_conv_nd v;
+    kiln__cuda_conv_nd(&k->g, false, &v);
+    const int nd = v.nd, off = v.nsp - k->g.ns;
+    int64_t xd[5], yd[5], wd[5], xs[5], ys[5], wst[5], bd[5], bs[5];
+    int64_t pre[3], post[3], str[3], dil[3];
+    for (int i = 0; i < nd; i++) {
+        xd[i] = v.xd[i];
+        yd[i] = v.yd[i];
+        wd[i] = v.wd[i];
+        bd[i] = i == 1 ? k->g.M : 1;
+        bs[i] = i == 0 ? k->g.M : i == 1 || !k->nhwc ? 1 : k->g.M; /* [M,1,M,M] NHWC, [M,1,1,1] NCHW */
+    }
+    for (int i = 0; i < v.nsp; i++) {
+        pre[i] = v.pad[i];
+        post[i] = i - off < 0 ? 0 : k->pe[i - off];
+        str[i] = v.str[i];
+        dil[i] = v.dil[i];
+    }
+    if (k->nhwc) { /* 4-D: C innermost, then W, H, N */
+        if (nd != 4) return CUDNN_STATUS_NOT_SUPPORTED;
+        const int64_t *d[3] = {xd, yd, wd};
+        int64_t *s[3] = {xs, ys, wst};
+        for (int t = 0; t < 3; t++) {
+            s[t][1] = 1;
+            s[t][3] = d[t][1];
+            s[t][2] = d[t][3] * d[t][1];
+            s[t][0] = d[t][2] * d[t][3] * d[t][1];
+        }
+    } else {
+        xs[nd - 1] = ys[nd - 1] = wst[nd - 1] = 1;
+        for (int i = nd - 2; i >= 0; i--) {
+            xs[i] = xs[i + 1] * xd[i + 1];
+            ys[i] = ys[i + 1] * yd[i + 1];
+            wst[i] = wst[i + 1] * wd[i + 1];
+        }
+    }
+    cudnnDataType_t dt = (cudnnDataType_t)k->dt;
+    cudnnPointwiseMode_t mode = CUDNN_POINTWISE_RELU_FWD;
+    kcu_dg_pw pw;
+    bool act = k->act != KCU_ACT_NONE;
+    if (act && !gconv_act(k->act, k->alpha, k->beta, &mode, &pw)) return CUDNN_STATUS_NOT_SUPPORTED;
+    int left = (k->has_b ? 1 : 0) + (k->has_r ? 1 : 0) + (act ? 1 : 0); /* pointwise ops to come */
+    int64_t vuid = UID_VIRT;
+    cudnnBackendDescriptor_t X, W, B, R, cur, next;
+#define GC_TRY(call)                                          \
+    do {                                                      \
+        cudnnStatus_t gc_s_ = (call);                         \
+        if (gc_s_ != CUDNN_STATUS_SUCCESS) return gc_s_;      \
+    } while (0)
+    /* the output of the next operation: virtual fp32, or Y after the last one */
+#define GC_NEXT(out)                                                                                   \
+    GC_TRY(left > 0 ? kcu_dg_tensor(dg, vuid++, CUDNN_DATA_FLOAT, nd, yd, ys, 16, true, &(out))       \
+                    : kcu_dg_tensor(dg, UID_Y, dt, nd, yd, ys, k->al[4], false, &(out)))
+    GC_TRY(kcu_dg_tensor(dg, UID_X, dt, nd, xd, xs, k->al[0], false, &X));
+    GC_TRY(kcu_dg_tensor(dg, UID_W, dt, nd, wd, wst, k->al[1], false, &W));
+    GC_NEXT(cur);
+    GC_TRY(kcu_dg_conv_fwd(dg, X, W, cur, v.nsp, pre, post, str, dil, CUDNN_DATA_FLOAT));
+    if (k->has_b) {
+        left--;
+        GC_TRY(kcu_dg_tensor(dg, UID_B, dt, nd, bd, bs, k->al[2], false, &B));
+        GC_NEXT(next);
+        GC_TRY(kcu_dg_pointwise(dg, CUDNN_POINTWISE_ADD, cur, B, next, NULL));
+        cur = next;
+    }
+    if (k->has_r) {
+        left--;
+        GC_TRY(kcu_dg_tensor(dg, UID_R, dt, nd, yd, ys, k->al[3], false, &R));
+        GC_NEXT(next);
+        GC_TRY(kcu_dg_pointwise(dg, CUDNN_POINTWISE_ADD, cur, R, next, NULL));
+        cur = next;
+    }
+    if (act) {
+        left--;
+        GC_NEXT(next);
+        GC_TRY(kcu_dg_pointwise(dg, mode, cur, NULL, next, &pw));
+    }
+#undef GC_NEXT
+#undef GC_TRY
+    return kcu_dg_finalize(dg, h);
+}
+
+/* The key of a FusedConv's graph (alignments from the pointers; NULL: 16). */
+static void gconv_key_make(gconv_key *k, const kcu_conv *g, const int64_t *pe, kiln_dtype t, bool nhwc,
+                           int32_t tactic, int act, float alpha, float beta, bool has_b, bool has_r,
+                           const void *const *ptrs) {
+    memset(k, 0, sizeof *k);
+    k->g = *g;
+    memcpy(k->pe, pe, sizeof k->pe);
+    k->dt = t == KILN_DTYPE_BFLOAT16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_HALF;
+    k->nhwc = nhwc;
+    k->tactic = tactic;
+    k->act = act;
+    if (act == KCU_ACT_LEAKY_RELU || act == KCU_ACT_CLIP) k->alpha = alpha;
+    if (act == KCU_ACT_CLIP) k->beta = beta;
+    k->has_b = has_b;
+    k->has_r = has_r;
+    for (int i = 0; i < 5; i++) k->al[i] = ptrs && ptrs[i] ? ptr_align(ptrs[i]) : 16;
+}
+
+/* The plan of key k in the node's state (made on first use). A stored
+ * tactic that cannot be made here falls back to the heuristics' order with
+ * a warning (once per node), except in a tuning state (strict_tactics),
+ * where it fails. p->declined: no config runs the graph. */
+static kiln_status gconv_plan_for(const kiln_kernel_args *a, conv_state *cs, const gconv_key *k,
+                                  gconv_plan **out) {
+    for (int i = 0; i < KCU_CONV_PLANS; i++)
+        if (cs->gp[i].used && !memcmp(&cs->gp[i].key, k, sizeof *k)) {
+            *out = &cs->gp[i];
+            return KILN_OK;
+        }
+    kiln_cuda_state *st = KCU_STATE(a);
+    gconv_plan *p = &cs->gp[cs->gp_next];
+    cs->gp_next = (cs->gp_next + 1) % KCU_CONV_PLANS;
+    gconv_plan_clear(p);
+    p->key = *k;
+    p->used = true;
+    p->declined = true;
+    *out = p;
+    kcu_dg_cfgs cfgs;
+    memset(&cfgs, 0, sizeof cfgs);
+    kiln_status s = KILN_OK;
+    if (gconv_graph(st->dnn, k, &p->dg) != CUDNN_STATUS_SUCCESS || kcu_dg_configs(&p->dg, &cfgs) != CUDNN_STATUS_SUCCESS ||
+        cfgs.n == 0)
+        goto done;
+    if (kcu_dg_is_id(k->tactic)) {
+        int f = 0;
+        while (f < cfgs.n && cfgs.id[f] != (k->tactic & ~KCU_DG_ID_USER)) f++;
+        if (f < cfgs.n && kcu_dg_plan_make(st->dnn, &cfgs.cfg[f], k->tactic, &p->plan) == CUDNN_STATUS_SUCCESS) {
+            p->declined = false;
+            goto done;
+        }
+        char name[48];
+        kcu_dg_id_name(k->tactic, name, sizeof name);
+        if (st->strict_tactics) {
+            s = KILN_FAIL(KILN_ERR_UNSUPPORTED, "node '%s': cuDNN engine config %s cannot be made here", KCU_NODE(a),
+                          name);
+            goto done;
+        }
+        if (!cs->warned)
+            fprintf(stderr,
+                    "kiln: warning: node '%s': cuDNN engine config %s (chosen at build) is not available for "
+                    "input [%lld, %lld, ...] with this cuDNN %zu and GPU; using cuDNN's heuristics\n",
+                    KCU_NODE(a), name, (long long)k->g.N, (long long)k->g.C, cudnnGetVersion());
+        cs->warned = true;
+    }
+    for (int i = 0; i < cfgs.n; i++)
+        if (kcu_dg_plan_make(st->dnn, &cfgs.cfg[i], cfgs.id[i], &p->plan) == CUDNN_STATUS_SUCCESS) {
+            p->declined = false;
+            break;
+        }
+done:
+    kcu_dg_cfgs_free(&cfgs);
     return s;
+}
+
+/* Runs conv + bias + residual + activation as one cuDNN graph. *handled =
+ * false: not a graph layer (dtype, activation, tactic LEGACY) or no engine
+ * config runs it: the caller takes the legacy path. */
+static kiln_status conv_graph_run(const kiln_kernel_args *a, const kcu_conv *g, const int64_t *pe, bool nhwc,
+                                  int xv, int act, float alpha, float beta, const kiln_tensor *B,
+                                  const kiln_tensor *R, conv_state *cs, bool *handled) {
+    kiln_cuda_state *st = KCU_STATE(a);
+    const kiln_tensor *X = a->in[0];
+    kiln_tensor *Y = a->out[0];
+    int32_t tactic = kiln__cuda_tactic(a);
+    *handled = false;
+    if (tactic == KCU_CONV_TACTIC_LEGACY || !gconv_eligible(X->dtype, act, alpha, beta)) return KILN_OK;
+    const void *wdata = a->in[1]->data;
+    if (nhwc) KILN_TRY(nhwc_weights(a, g, xv, cs, &wdata));
+    const void *ptrs[5] = {X->data, wdata, B ? B->data : NULL, R ? R->data : NULL, Y->data};
+    gconv_key k;
+    gconv_key_make(&k, g, pe, X->dtype, nhwc, tactic, act, alpha, beta, B != NULL, R != NULL, ptrs);
+    gconv_plan *p;
+    KILN_TRY(gconv_plan_for(a, cs, &k, &p));
+    if (p->declined) return KILN_OK;
+    void *ws = NULL;
+    if (p->plan.ws) KILN_TRY(kiln__cuda_scratch(st, (size_t)p->plan.ws, &ws, KCU_NODE(a)));
+    int64_t uids[5];
+    void *vp[5];
+    int n = 0;
+    static const int64_t uid_of[5] = {UID_X, UID_W, UID_B, UID_R, UID_Y};
+    for (int i = 0; i < 5; i++)
+        if (ptrs[i]) {
+            uids[n] = uid_of[i];
+            vp[n++] = (void *)ptrs[i];
+        }
+    cudnnStatus_t s = kcu_dg_execute(st->dnn, &p->plan, n, uids, vp, ws);
+    if (s != CUDNN_STATUS_SUCCESS) return dnn_fail(KCU_NODE(a), "graph execution", s);
+    *handled = true;
+    return KILN_OK;
 }
 
 #endif /* KILN_HAVE_CUDNN */
@@ -342,9 +733,12 @@ static kiln_status conv_gemm(const kiln_kernel_args *a, const kcu_conv *g) {
     return KILN_OK;
 }
 
-/* Y = act(conv(X, W) + B + R): Conv (act NONE, R NULL) and FusedConv. */
+/* Y = act(conv(X, W) + B + R): Conv (act NONE, R NULL) and FusedConv.
+ * nhwc: Y and R hold NHWC bytes, and X too unless x_nchw (then the layer
+ * converts X itself, padding its channels to a multiple of 8). */
 static kiln_status conv_exec(const kiln_kernel_args *a, const kiln_conv_attrs *at, int act,
-                             float alpha, float beta, const kiln_tensor *R, bool nhwc) {
+                             float alpha, float beta, const kiln_tensor *R, bool nhwc, bool x_nchw) {
+    (void)x_nchw; /* (cuDNN builds only) */
     const kiln_tensor *X = a->in[0], *W = a->in[1];
     const kiln_tensor *B = a->n_in > 2 ? a->in[2] : NULL;
     kiln_tensor *Y = a->out[0];
@@ -377,10 +771,38 @@ static kiln_status conv_exec(const kiln_kernel_args *a, const kiln_conv_attrs *a
     } else {
         bool done = false;
 #if KILN_HAVE_CUDNN
-        bool sym = true, fits = g.N * g.C * g.in_sz < INT_MAX && g.N * g.M * g.out_sz < INT_MAX;
-        for (int i = 0; i < g.ns; i++)
-            if (g.pb[i] != pe[i]) sym = false;
-        if (KCU_STATE(a)->dnn && sym && fits) KILN_TRY(conv_cudnn(a, &g, pe, nhwc, &done));
+        if (KCU_STATE(a)->dnn) {
+            conv_state tmp, *cs = conv_state_of(a, &tmp);
+            kiln_kernel_args ac = *a;
+            kiln_tensor xc;
+            const kiln_tensor *ins[3] = {NULL, W, B};
+            kiln_status s = KILN_OK;
+            int xv = XV_C8;
+            if (nhwc && x_nchw) { /* convert X, as the tactic says (channels padded for cuDNN) */
+                xv = tactic_xv(kiln__cuda_tactic(a));
+                if (!xv_ok(&g, xv)) xv = XV_C8;
+                kcu_conv gx;
+                int64_t pex[KCU_MAX_SP];
+                xv_geom(&g, pe, xv, &gx, pex);
+                s = nhwc_input(a, xv, &g, &gx, cs, &xc);
+                g = gx;
+                memcpy(pe, pex, sizeof pex);
+                ins[0] = &xc;
+                ac.in = ins;
+            }
+            /* one fused graph (fp16/bf16), else the legacy API + the epilogue pass */
+            if (s == KILN_OK) s = conv_graph_run(&ac, &g, pe, nhwc, xv, act, alpha, beta, B, R, cs, &done);
+            if (s == KILN_OK && done) {
+                if (cs == &tmp) conv_state_clear(&tmp);
+                return KILN_OK;
+            }
+            bool sym = true, fits = g.N * g.C * g.in_sz < INT_MAX && g.N * g.M * g.out_sz < INT_MAX;
+            for (int i = 0; i < g.ns; i++)
+                if (g.pb[i] != pe[i]) sym = false;
+            if (s == KILN_OK && sym && fits) s = conv_cudnn(&ac, &g, pe, nhwc, xv, cs, &done);
+            if (cs == &tmp) conv_state_clear(&tmp);
+            KILN_TRY(s);
+        }
 #endif
         if (!done && nhwc)
             return KILN_FAIL(KILN_ERR_UNSUPPORTED,
@@ -399,10 +821,9 @@ static kiln_status conv_exec(const kiln_kernel_args *a, const kiln_conv_attrs *a
 }
 
 kiln_status kiln__cu_conv_run(const kiln_kernel_args *a) {
-    return conv_exec(a, a->attrs, KCU_ACT_NONE, 0.0f, 0.0f, NULL, false);
+    return conv_exec(a, a->attrs, KCU_ACT_NONE, 0.0f, 0.0f, NULL, false, false);
 }
 
-#if KILN_CUDA_FUSED_CONV
 
 _Static_assert((int)KCU_ACT_RELU == (int)KILN_FC_ACT_RELU &&
                    (int)KCU_ACT_CLIP == (int)KILN_FC_ACT_CLIP &&
@@ -431,17 +852,110 @@ kiln_status kiln__cu_fused_conv_run(const kiln_kernel_args *a) {
     kiln_kernel_args c = *a;
     c.n_in = a->n_in > 3 ? 3 : a->n_in;
     const int32_t both = KILN_FC_LAYOUT_X_NHWC | KILN_FC_LAYOUT_Y_NHWC;
-    if (at->layout != 0 && at->layout != both)
+    if (at->layout != 0 && at->layout != both && at->layout != KILN_FC_LAYOUT_Y_NHWC)
         return KILN_FAIL(KILN_ERR_UNSUPPORTED,
-                         "node '%s' (FusedConv): layout %d (the CUDA kernels read NCHW, or NHWC "
-                         "for input and output together)", KCU_NODE(a), (int)at->layout);
+                         "node '%s' (FusedConv): layout %d (the CUDA kernels read NCHW, NHWC for "
+                         "input and output, or an NCHW input into an NHWC output)", KCU_NODE(a),
+                         (int)at->layout);
     return conv_exec(&c, &at->conv, at->act, at->alpha, at->beta,
-                     at->has_residual ? a->in[3] : NULL, at->layout == both);
+                     at->has_residual ? a->in[3] : NULL, at->layout != 0, at->layout == KILN_FC_LAYOUT_Y_NHWC);
 }
 
-#endif /* KILN_CUDA_FUSED_CONV */
+/* Runtime-compiled engine configs (NVRTC, ~0.5 s to make a plan) timed per
+ * graph at most: the heuristics' first ones. */
+#define KCU_CONV_MAX_RTC 3
 
-#endif /* KILN_CUDA_NN_ATTRS */
+/* FusedConv's tactics on CUDA: the engine configs of cuDNN's heuristics
+ * for the layer's fused graph (fp16/bf16), in their order (for a layer
+ * that converts its NCHW input: those of each input variant XV_*), then
+ * the legacy path (KCU_CONV_TACTIC_LEGACY: the convolution alone, cuDNN's
+ * timed algorithm, then kiln's epilogue kernel). Every one is timed by the
+ * builder. A state whose tactics were listed is a tuning state: a tactic
+ * that cannot be made there fails instead of falling back. */
+int kiln__cu_fused_conv_tactics(void *state, const kiln_infer_args *a, int32_t *ids, int cap) {
+    kiln_cuda_state *st = state;
+    if (!st || cap < 1) return 0;
+    ids[0] = 0;
+#if KILN_HAVE_CUDNN
+    const kiln_fused_conv_attrs *at = a->attrs;
+    if (!st->dnn || !at || a->n_in < 2 || !a->in[0] || !a->in[1] || a->n_out < 1 || !a->out[0]) return 1;
+    const kiln_tinfo *x = a->in[0], *w = a->in[1], *y = a->out[0];
+    if (x->dtype != KILN_DTYPE_FLOAT16 && x->dtype != KILN_DTYPE_BFLOAT16) return 1;
+    kcu_conv g;
+    int64_t pe[KCU_MAX_SP] = {0, 0, 0};
+    if (conv_geom_dims(a->node_name ? a->node_name : "?", &at->conv, x->rank, x->dims, w->rank, w->dims, y->rank,
+                       y->dims, &g, pe) != KILN_OK) {
+        kiln__clear_error();
+        return 1;
+    }
+    bool nhwc = at->layout != 0, x_nchw = at->layout == KILN_FC_LAYOUT_Y_NHWC;
+    if (g.Cg == 1 && g.G > 1 && !nhwc) return 1; /* depthwise: kiln's direct kernel */
+    st->strict_tactics = true;
+    int n = 0;
+    const char *env = getenv("KILN_CUDNN_CANDIDATES"); /* at most this many configs per graph (experiments) */
+    int per = env && atoi(env) > 0 ? atoi(env) : cap;
+    for (int v = XV_C8; v <= XV_S2D && gconv_eligible(x->dtype, at->act, at->alpha, at->beta); v++) {
+        if (v != XV_C8 && (!x_nchw || !xv_ok(&g, v))) continue;
+        kcu_conv gx = g;
+        int64_t pex[KCU_MAX_SP];
+        memcpy(pex, pe, sizeof pex);
+        if (x_nchw) xv_geom(&g, pe, v, &gx, pex);
+        gconv_key k;
+        kcu_dg dg;
+        kcu_dg_cfgs cfgs;
+        kcu_dg_init(&dg);
+        memset(&cfgs, 0, sizeof cfgs);
+        gconv_key_make(&k, &gx, pex, x->dtype, nhwc, 0, at->act, at->alpha, at->beta,
+                       a->n_in > 2 && a->in[2] != NULL, at->has_residual != 0, NULL);
+        /* the input variants share the list */
+        int n_var = 1;
+        for (int u = v + 1; x_nchw && u <= XV_S2D; u++) n_var += xv_ok(&g, u);
+        int want = (cap - 1 - n) / n_var;
+        if (want > per) want = per;
+        int rtc = 0, got = 0;
+        if (gconv_graph(st->dnn, &k, &dg) == CUDNN_STATUS_SUCCESS && kcu_dg_configs(&dg, &cfgs) == CUDNN_STATUS_SUCCESS)
+            for (int i = 0; i < cfgs.n && got < want; i++) {
+                if ((cfgs.flags[i] & KCU_DG_CFG_RUNTIME_COMPILED) && rtc++ >= KCU_CONV_MAX_RTC) continue;
+                ids[n++] = cfgs.id[i] | (int32_t)v << KCU_DG_ID_USER_SHIFT;
+                got++;
+            }
+        kcu_dg_cfgs_free(&cfgs);
+        kcu_dg_free(&dg);
+    }
+    ids[n++] = KCU_CONV_TACTIC_LEGACY;
+    return n;
+#else
+    (void)st, (void)a;
+    return 1;
+#endif
+}
+
+const char *kiln__cu_fused_conv_tactic_name(int32_t id) {
+    return id == 0 ? "cudnn-heuristic" : id == KCU_CONV_TACTIC_LEGACY ? "cudnn-legacy+epilogue" : "cudnn-graph";
+}
+
+const char *kiln__cu_fused_conv_name(const kiln_node *n) {
+    if (!n->attrs) return NULL;
+    int32_t lay = ((const kiln_fused_conv_attrs *)n->attrs)->layout;
+    if (lay == (KILN_FC_LAYOUT_X_NHWC | KILN_FC_LAYOUT_Y_NHWC)) return "cuda.conv.nhwc";
+    if (lay == KILN_FC_LAYOUT_Y_NHWC) return "cuda.conv.nchw-in.nhwc";
+    return NULL;
+}
+
+void kiln__cu_fused_conv_tactic_describe(int32_t id, char *buf, size_t n) {
+#if KILN_HAVE_CUDNN
+    if (kcu_dg_is_id(id)) {
+        char base[48];
+        int v = tactic_xv(id);
+        kcu_dg_id_name(id, base, sizeof base);
+        snprintf(buf, n, "%s%s", base, v == XV_C4 ? "/c4" : v == XV_S2D ? "/s2d" : "");
+        return;
+    }
+#endif
+    snprintf(buf, n, "%s", id == KCU_CONV_TACTIC_LEGACY ? "cudnn-legacy+epilogue" : id == 0 ? "cudnn-heuristic" : "cudnn-?");
+}
+
+
 
 #else
 typedef int kiln_cuda_conv_disabled;

@@ -1,18 +1,21 @@
 /* cuda_fused.c -- kiln's transformer layers on the GPU (see
  * src/ops/fused_transformer.h for their contracts):
- *   kiln.FusedMatMul  cuBLASLt with the bias / ReLU / GELU(tanh) epilogue;
- *                     GELU(erf) as a second pass (cuBLASLt's GELU is the
- *                     tanh form); without an epilogue algorithm: GEMM +
- *                     one bias/activation pass.
+ *   kiln.FusedMatMul  cuBLASLt with the bias / ReLU / GELU epilogue and a
+ *                     residual through C (beta = 1); cuBLASLt's GELU is the
+ *                     tanh form: fp16/bf16 layers take it for the erf form
+ *                     too (KILN_CUDA_EXACT_GELU=1: a second erf pass, as
+ *                     fp32 layers do); without an epilogue algorithm: GEMM +
+ *                     one bias/residual/activation pass.
  *   kiln.Gelu         one elementwise pass (k_fused.cu).
- *   kiln.Attention    one kernel: online softmax, fp32 statistics
- *                     (k_fused.cu), head size up to KCU_ATTN_MAX_D.
+ *   kiln.Attention    one kernel: tensor cores for fp16/bf16 (k_attn.cu),
+ *                     else a thread per query row (k_fused.cu); online
+ *                     softmax, fp32 statistics, head size up to
+ *                     KCU_ATTN_MAX_D.
  * FusedConv lives with Conv in cuda_conv.c. */
 #if KILN_HAVE_CUDA
 
 #include "backends/cuda/cuda_internal.h"
 
-#if KILN_CUDA_FUSED_TRANSFORMER
 
 static bool half_or_float(kiln_dtype t) {
     return t == KILN_DTYPE_FLOAT32 || t == KILN_DTYPE_FLOAT16 || t == KILN_DTYPE_BFLOAT16;
@@ -82,9 +85,16 @@ kiln_status kiln__cu_fused_matmul_run(const kiln_kernel_args *a) {
     p.bias = bias ? bias->data : NULL;
     if (at->act == KILN_FACT_RELU) p.epi |= KCU_EPI_RELU;
     else if (at->act == KILN_FACT_GELU_TANH) p.epi |= KCU_EPI_GELU;
+    else if (at->act == KILN_FACT_GELU_ERF && t != KILN_DTYPE_FLOAT32 && !KCU_STATE(a)->exact_gelu)
+        p.epi |= KCU_EPI_GELU; /* fp16/bf16: the tanh form, within 4.7e-4 of erf (docs/cuda.md) */
     else if (at->act == KILN_FACT_GELU_ERF) post = KCU_ACT_GELU_ERF;
-    /* a residual is added before the activation: GEMM, then one pass for the rest */
-    if (p.K > 0 && p.epi != KCU_EPI_NONE && !res) {
+    /* the residual through cuBLASLt's C (beta = 1, C apart from D): the epilogue's
+     * bias and activation apply to A B + residual, as the layer's semantics want */
+    if (res) {
+        p.Cin = res->data;
+        p.beta = 1.0;
+    }
+    if (p.K > 0 && (p.epi != KCU_EPI_NONE || res)) {
         kiln_status s = kiln__cuda_gemm(a, &p);
         if (s != KILN_ERR_UNSUPPORTED) {
             if (s != KILN_OK || post == KCU_ACT_NONE) return s;
@@ -99,6 +109,8 @@ kiln_status kiln__cu_fused_matmul_run(const kiln_kernel_args *a) {
     else if (at->act == KILN_FACT_GELU_TANH) post = KCU_ACT_GELU_TANH;
     p.epi = KCU_EPI_NONE;
     p.bias = NULL;
+    p.Cin = NULL;
+    p.beta = 0.0;
     KILN_TRY(kiln__cuda_gemm(a, &p));
     KILN_CUDA_TRY(kcu_bias_act(t, Y->data, Y->data, bias ? bias->data : NULL, res ? res->data : NULL,
                                p.M, p.N, 1, post, 0, 0, KCU_STREAM(a)),
@@ -106,9 +118,10 @@ kiln_status kiln__cu_fused_matmul_run(const kiln_kernel_args *a) {
     return KILN_OK;
 }
 
-int kiln__cu_fused_matmul_tactics(kiln_cuda_state *st, const kiln_infer_args *a, int32_t *ids,
-                                  int cap) {
+int kiln__cu_fused_matmul_tactics(void *state, const kiln_infer_args *a, int32_t *ids, int cap) {
+    kiln_cuda_state *st = state;
     const kiln_fused_matmul_attrs *at = a->attrs;
+    if (!st || cap < 1) return 0;
     const kiln_tinfo *A = a->in[0], *B = a->in[1];
     const kiln_tinfo *bias = a->n_in > 2 ? a->in[2] : NULL;
     if (!A || !B || A->rank < 2 || B->rank != 2 || !half_or_float(A->dtype)) return 0;
@@ -126,10 +139,18 @@ int kiln__cu_fused_matmul_tactics(kiln_cuda_state *st, const kiln_infer_args *a,
     p.ldc = p.N;
     p.epi = bias ? KCU_EPI_BIAS : KCU_EPI_NONE;
     if (at->act == KILN_FACT_RELU) p.epi |= KCU_EPI_RELU;
-    else if (at->act == KILN_FACT_GELU_TANH) p.epi |= KCU_EPI_GELU;
+    else if (at->act == KILN_FACT_GELU_TANH || (at->act == KILN_FACT_GELU_ERF && p.t != KILN_DTYPE_FLOAT32 &&
+                                                !st->exact_gelu))
+        p.epi |= KCU_EPI_GELU;
     int n = kiln__cuda_gemm_candidates(st, &p, cap);
     for (int i = 0; i < n; i++) ids[i] = i;
     return n;
+}
+
+const char *kiln__cu_fused_matmul_tactic_name(int32_t id) {
+    static const char *const lt[8] = {"cublasLt#0", "cublasLt#1", "cublasLt#2", "cublasLt#3",
+                                      "cublasLt#4", "cublasLt#5", "cublasLt#6", "cublasLt#7"};
+    return id >= 0 && id < 8 ? lt[id] : "cublasLt#?";
 }
 
 /* ---- Gelu ------------------------------------------------------------------------------------ */
@@ -157,10 +178,23 @@ kiln_status kiln__cu_gelu_run(const kiln_kernel_args *a) {
 
 /* ---- Attention --------------------------------------------------------------------------------- */
 
-/* Strides (b, h, s, d) and sizes of an operand of rank/dims in `layout`. */
-static bool attn_strides(int layout, int rank, const int64_t *dims, int64_t H, int64_t *st,
-                         int64_t *S, int64_t *D) {
+/* Strides (b, h, s, d) and sizes of an operand of rank/dims in `layout`
+ * (role 0, 1, 2: Q, K, V; the QKV layout puts them side by side: *off is
+ * the element offset of the role's columns). */
+static bool attn_strides(int layout, int role, int rank, const int64_t *dims, int64_t H, int64_t *st,
+                         int64_t *S, int64_t *D, int64_t *off) {
+    *off = 0;
     switch (layout) {
+    case KILN_ATTN_QKV:
+        if (rank != 3 || H <= 0 || dims[2] < 0 || dims[2] % (3 * H)) return false;
+        *S = dims[1];
+        *D = dims[2] / (3 * H);
+        *off = role * H * *D;
+        st[0] = dims[1] * dims[2];
+        st[1] = *D;
+        st[2] = dims[2];
+        st[3] = 1;
+        return true;
     case KILN_ATTN_BSHD:
         if (rank != 3 || H <= 0 || dims[2] < 0 || dims[2] % H) return false;
         *S = dims[1];
@@ -189,9 +223,14 @@ static bool attn_strides(int layout, int rank, const int64_t *dims, int64_t H, i
 bool kiln__cu_attention_supports(const kiln_graph *g, const kiln_node *n) {
     const kiln_attention_attrs *at = n->attrs;
     kiln_dtype t = kiln__cu_in_dtype(g, n, 0), mt = kiln__cu_in_dtype(g, n, 3);
+    kiln_dtype ct = kiln__cu_in_dtype(g, n, 4), bt = kiln__cu_in_dtype(g, n, 5);
     if (!at || at->num_heads <= 0 || !layer_dtype_ok(g, n, t)) return false;
     if (kiln__cu_in_dtype(g, n, 1) != t || kiln__cu_in_dtype(g, n, 2) != t ||
-        (mt != KILN_DTYPE_UNDEFINED && mt != t) || kiln__cu_out_dtype(g, n, 0) != t)
+        (mt != KILN_DTYPE_UNDEFINED && mt != t) || (bt != KILN_DTYPE_UNDEFINED && bt != t) ||
+        (ct != KILN_DTYPE_UNDEFINED && ct != KILN_DTYPE_BOOL) || kiln__cu_out_dtype(g, n, 0) != t)
+        return false;
+    if ((ct != KILN_DTYPE_UNDEFINED) != (at->cond_mode != KILN_ATTN_COND_NONE) ||
+        at->cond_mode < KILN_ATTN_COND_NONE || at->cond_mode > KILN_ATTN_COND_ADD)
         return false;
     if (at->q_layout == KILN_ATTN_BHDS || at->v_layout == KILN_ATTN_BHDS ||
         (at->out_layout != KILN_ATTN_BSHD && at->out_layout != KILN_ATTN_BHSD))
@@ -200,31 +239,54 @@ bool kiln__cu_attention_supports(const kiln_graph *g, const kiln_node *n) {
     const int lay[3] = {at->q_layout, at->k_layout, at->v_layout};
     for (int i = 0; i < 3; i++) {
         const kiln_tinfo *x = kiln__cu_in(g, n, i);
-        int64_t st[4], S, D;
-        if (!x || !attn_strides(lay[i], x->rank, x->dims, at->num_heads, st, &S, &D) || D < 0 ||
-            D > KCU_ATTN_MAX_D)
+        int64_t st[4], S, D, off;
+        if (!x || !attn_strides(lay[i], i, x->rank, x->dims, at->num_heads, st, &S, &D, &off) ||
+            D < 0 || D > KCU_ATTN_MAX_D)
             return false;
     }
-    const kiln_tinfo *m = kiln__cu_in(g, n, 3);
-    return !m || (m->rank >= 0 && m->rank <= 4);
+    for (int i = 3; i < 6; i++) {
+        const kiln_tinfo *m = kiln__cu_in(g, n, i);
+        if (m && (m->rank < 0 || m->rank > 4)) return false;
+    }
+    return true;
+}
+
+/* Broadcast strides (b, h, query, key) of mask-like input M into the scores. */
+static kiln_status attn_mask_strides(const char *node, const char *what, const kiln_tensor *M,
+                                     const int64_t *full, int64_t *st) {
+    if (M->rank > 4)
+        return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (Attention): %s has rank %d", node, what, M->rank);
+    for (int i = 0; i < M->rank; i++) {
+        int64_t md = M->dims[i], fd = full[4 - M->rank + i];
+        if (md != 1 && md != fd)
+            return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (Attention): the %s does not broadcast to the scores",
+                             node, what);
+    }
+    kiln__bcast_strides(M->rank, M->dims, 4, full, st);
+    return KILN_OK;
 }
 
 kiln_status kiln__cu_attention_run(const kiln_kernel_args *a) {
     const kiln_attention_attrs *at = a->attrs;
     const kiln_tensor *Q = a->in[0], *K = a->in[1], *V = a->in[2];
     const kiln_tensor *M = a->n_in > 3 ? a->in[3] : NULL;
+    const kiln_tensor *C = a->n_in > 4 ? a->in[4] : NULL, *Bi = a->n_in > 5 ? a->in[5] : NULL;
     kiln_tensor *O = a->out[0];
     const char *node = KCU_NODE(a);
     kiln_dtype t = Q->dtype;
-    if (!half_or_float(t) || K->dtype != t || V->dtype != t || (M && M->dtype != t) || O->dtype != t)
+    if (!half_or_float(t) || K->dtype != t || V->dtype != t || (M && M->dtype != t) ||
+        (Bi && Bi->dtype != t) || (C && C->dtype != KILN_DTYPE_BOOL) || O->dtype != t)
         return KILN_FAIL(KILN_ERR_UNSUPPORTED, "node '%s' (Attention): dtype %s has no CUDA kernel",
                          node, kiln_dtype_name(t));
+    if ((C != NULL) != (at->cond_mode != KILN_ATTN_COND_NONE))
+        return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (Attention): cond input and cond_mode %d disagree",
+                         node, at->cond_mode);
     kcu_attn g;
     memset(&g, 0, sizeof g);
-    int64_t H = at->num_heads, Sk2, Dk, Dq;
-    if (!attn_strides(at->q_layout, Q->rank, Q->dims, H, g.qs, &g.Sq, &Dq) ||
-        !attn_strides(at->k_layout, K->rank, K->dims, H, g.ks, &g.Sk, &Dk) ||
-        !attn_strides(at->v_layout, V->rank, V->dims, H, g.vs, &Sk2, &g.Dv) || Dq != Dk ||
+    int64_t H = at->num_heads, Sk2, Dk, Dq, qo, ko, vo;
+    if (!attn_strides(at->q_layout, 0, Q->rank, Q->dims, H, g.qs, &g.Sq, &Dq, &qo) ||
+        !attn_strides(at->k_layout, 1, K->rank, K->dims, H, g.ks, &g.Sk, &Dk, &ko) ||
+        !attn_strides(at->v_layout, 2, V->rank, V->dims, H, g.vs, &Sk2, &g.Dv, &vo) || Dq != Dk ||
         Sk2 != g.Sk || at->q_layout == KILN_ATTN_BHDS || at->v_layout == KILN_ATTN_BHDS)
         return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (Attention): operands do not fit their layouts",
                          node);
@@ -235,32 +297,41 @@ kiln_status kiln__cu_attention_run(const kiln_kernel_args *a) {
         return KILN_FAIL(KILN_ERR_UNSUPPORTED,
                          "node '%s' (Attention): head size %lld (the CUDA kernel takes up to %d)", node,
                          (long long)(g.D > g.Dv ? g.D : g.Dv), KCU_ATTN_MAX_D);
-    int64_t s2, d2;
-    if (!attn_strides(at->out_layout, O->rank, O->dims, H, g.os, &s2, &d2) || s2 != g.Sq ||
+    int64_t s2, d2, oo;
+    if (!attn_strides(at->out_layout, 0, O->rank, O->dims, H, g.os, &s2, &d2, &oo) || s2 != g.Sq ||
         d2 != g.Dv || O->dims[0] != g.B)
         return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (Attention): output shape does not fit", node);
     g.scale = at->scale;
+    int64_t full[4] = {g.B, H, g.Sq, g.Sk};
     if (M) {
-        if (M->rank > 4)
-            return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (Attention): mask rank %d", node, M->rank);
-        int64_t full[4] = {g.B, H, g.Sq, g.Sk};
-        for (int i = 0; i < M->rank; i++) {
-            int64_t md = M->dims[i], fd = full[4 - M->rank + i];
-            if (md != 1 && md != fd)
-                return KILN_FAIL(KILN_ERR_MODEL,
-                                 "node '%s' (Attention): the mask does not broadcast to the scores",
-                                 node);
-        }
-        kiln__bcast_strides(M->rank, M->dims, 4, full, g.ms);
+        KILN_TRY(attn_mask_strides(node, "mask", M, full, g.ms));
         g.has_mask = 1;
     }
-    KILN_CUDA_TRY(kcu_attention(t, &g, Q->data, K->data, V->data, M ? M->data : NULL, O->data,
-                                KCU_STREAM(a)),
-                  node);
+    if (Bi) {
+        KILN_TRY(attn_mask_strides(node, "bias", Bi, full, g.bs));
+        g.has_bias = 1;
+    }
+    if (C) {
+        KILN_TRY(attn_mask_strides(node, "cond", C, full, g.cs));
+        g.has_cond = 1;
+        g.cond_mode = at->cond_mode;
+        g.cond_fill_if = at->cond_fill_if != 0;
+        g.fill = at->fill;
+    }
+    g.nan_to_zero = at->nan_to_zero != 0;
+    size_t es = kiln_dtype_size(t);
+    const char *q = (const char *)Q->data + qo * es, *k = (const char *)K->data + ko * es;
+    const char *v = (const char *)V->data + vo * es;
+    const void *mp = M ? M->data : NULL, *bp = Bi ? Bi->data : NULL;
+    const uint8_t *cp = C ? (const uint8_t *)C->data : NULL;
+    cudaError_t e = kcu_attention_mma(t, &g, q, k, v, mp, cp, bp, O->data, KCU_STATE(a)->sm_count,
+                                      KCU_STREAM(a));
+    if (e == cudaErrorNotSupported) /* not a case for the tensor-core kernel */
+        e = kcu_attention(t, &g, q, k, v, mp, cp, bp, O->data, KCU_STREAM(a));
+    KILN_CUDA_TRY(e, node);
     return KILN_OK;
 }
 
-#endif /* KILN_CUDA_FUSED_TRANSFORMER */
 
 #else
 typedef int kiln_cuda_fused_disabled;

@@ -10,7 +10,9 @@
  *   cuda_ops_*.c     per op family: `supports` (dtype checks on the graph)
  *                    and `run` (attributes -> launcher arguments).
  *   cuda_blas.c      GEMM through cuBLASLt (MatMul, Gemm, Conv fallback).
- *   cuda_conv.c      Conv through cuDNN, or im2col + GEMM / direct kernel.
+ *   cuda_conv.c      Conv/FusedConv: one fused cuDNN graph (fp16/bf16), cuDNN's
+ *                    legacy API, or im2col + GEMM / direct kernel.
+ *   cuda_dnn_graph.c cuDNN's graph (backend) API from C.
  *   k_*.cu           the CUDA kernels and their launchers (cuda_kernels.h).
  *
  * Everything here is compiled only when KILN_HAVE_CUDA is set (cmake/cuda.cmake). */
@@ -26,40 +28,13 @@
 #if KILN_HAVE_CUDNN
 #include <cudnn.h>
 #endif
+#include "backends/cuda/cuda_dnn_graph.h"
 
-/* Attribute structs of the nn and reduce families, once they live in
- * headers (see docs/cuda.md, "Ops waiting for attribute headers"). Until
- * then the ops that need them stay out of the kernel table. */
-#if defined(__has_include)
-#if __has_include("ops/nn_attrs.h")
-#include "ops/nn_attrs.h"
-#define KILN_CUDA_NN_ATTRS 1
-#endif
-#if __has_include("ops/fused_conv.h")
+/* the attribute structs the kernels read */
 #include "ops/fused_conv.h"
-#define KILN_CUDA_FUSED_CONV 1
-#endif
-#if __has_include("ops/fused_transformer.h")
 #include "ops/fused_transformer.h"
-#define KILN_CUDA_FUSED_TRANSFORMER 1
-#endif
-#if __has_include("ops/reduce_attrs.h")
+#include "ops/nn_attrs.h"
 #include "ops/reduce_attrs.h"
-#define KILN_CUDA_REDUCE_ATTRS 1
-#endif
-#endif
-#ifndef KILN_CUDA_NN_ATTRS
-#define KILN_CUDA_NN_ATTRS 0
-#endif
-#ifndef KILN_CUDA_REDUCE_ATTRS
-#define KILN_CUDA_REDUCE_ATTRS 0
-#endif
-#ifndef KILN_CUDA_FUSED_CONV
-#define KILN_CUDA_FUSED_CONV 0
-#endif
-#ifndef KILN_CUDA_FUSED_TRANSFORMER
-#define KILN_CUDA_FUSED_TRANSFORMER 0
-#endif
 
 /* cuBLASLt workspace per context (NVIDIA recommends 32 MiB on Hopper). */
 #define KILN_CUDA_LT_WORKSPACE ((size_t)32 << 20)
@@ -79,9 +54,13 @@ typedef struct kiln_cuda_state {
     int sm_count, cc_major, cc_minor;
     bool allow_tf32;          /* fp32 GEMM/conv may use TF32 tensor cores */
     bool sync_each;           /* KILN_CUDA_SYNC=1: synchronize after every node (debugging) */
+    bool exact_gelu;          /* KILN_CUDA_EXACT_GELU=1: fp16/bf16 FusedMatMul keeps the erf GELU
+                                 as a second pass instead of cuBLASLt's tanh-form epilogue */
     bool conv_find;           /* time cuDNN's candidate algorithms on a node's first run
                                  (KILN_CUDNN_FIND=0: take the heuristic's first choice) */
     bool capturing;           /* a CUDA Graph capture is in progress on `stream` */
+    bool strict_tactics;      /* a builder's tuning state (its tactics were listed): a
+                                 tactic that cannot be made fails instead of falling back */
     uint64_t scratch_gen;     /* bumped whenever `scratch` is reallocated (graphs refer to it) */
 } kiln_cuda_state;
 
@@ -101,65 +80,42 @@ KILN_PRIVATE kiln_status kiln__cuda_fail(cudaError_t e, const char *node, const 
 
 /* ---- the kernel table --------------------------------------------------------- */
 
-typedef struct kiln_cuda_kernel {
-    const char *name; /* for inspect, e.g. "cuda.binary" */
-    /* dtypes (and shapes/attributes, as far as known at build time) of node n in g */
-    bool (*supports)(const kiln_graph *g, const kiln_node *n);
-    /* a->stream, a->device_state set; tensors in device memory (see docs/cuda.md) */
-    kiln_status (*run)(const kiln_kernel_args *a);
-} kiln_cuda_kernel;
+/* Rows are kiln_kernel (backends/kernel.h): `supports` checks the dtypes
+ * (and shapes/attributes, as far as known at build time) of node n in g;
+ * `run` gets a->stream and a->device_state set and tensors in device memory
+ * (see docs/cuda.md); tactics are the state's (kiln_cuda_state). */
 
 /* The entry of op `op_id`, or NULL when the op has no CUDA kernel. */
-KILN_PRIVATE const kiln_cuda_kernel *kiln__cuda_kernel_for(int op_id);
+KILN_PRIVATE const kiln_kernel *kiln__cuda_kernel_for(int op_id);
 /* Number of ops in the table (for tests and docs). */
 KILN_PRIVATE int kiln__cuda_kernel_count(void);
 
 /* Declares the supports/run pair of a kernel family member: KCU_DECLARE(binary)
- * declares kiln__cu_binary_supports and kiln__cu_binary_run. */
+ * declares kiln__cu_binary_supports and kiln__cu_binary_run (in cuda_table.c,
+ * beside the rows; families with their own header declare theirs there). */
 #define KCU_DECLARE(fn)                                                              \
     KILN_PRIVATE bool kiln__cu_##fn##_supports(const kiln_graph *g, const kiln_node *n); \
     KILN_PRIVATE kiln_status kiln__cu_##fn##_run(const kiln_kernel_args *a);
-#define KCU_ENTRY(name, fn) {name, kiln__cu_##fn##_supports, kiln__cu_##fn##_run}
+#define KCU_ENTRY(nm, fn) {.name = nm, .supports = kiln__cu_##fn##_supports, .run = kiln__cu_##fn##_run}
 
-/* cuda_ops_ew.c */
-KCU_DECLARE(unary)
-KCU_DECLARE(predicate)
-KCU_DECLARE(binary)
-KCU_DECLARE(variadic)
-KCU_DECLARE(where)
-KCU_DECLARE(clip)
-KCU_DECLARE(cast)
-/* cuda_ops_tensor.c */
-KCU_DECLARE(copy)
-KCU_DECLARE(dropout)
-KCU_DECLARE(transpose)
-KCU_DECLARE(concat)
-KCU_DECLARE(split)
-KCU_DECLARE(slice)
-KCU_DECLARE(expand)
-KCU_DECLARE(tile)
-KCU_DECLARE(gather)
-KCU_DECLARE(shape)
-KCU_DECLARE(size)
-/* cuda_ops_nn.c */
-KCU_DECLARE(global_pool)
-KCU_DECLARE(softmax)
-KCU_DECLARE(layernorm)
-KCU_DECLARE(batchnorm)
-KCU_DECLARE(pool)
-KCU_DECLARE(reduce)
-/* cuda_blas.c, cuda_conv.c */
-KCU_DECLARE(matmul)
-KCU_DECLARE(gemm)
-KCU_DECLARE(conv)
-KCU_DECLARE(fused_conv)
-/* cuda_fused.c */
-KCU_DECLARE(fused_matmul)
+/* kernel names of the channels-last pools (kiln_kernel.name_of) */
+KILN_PRIVATE const char *kiln__cu_pool_name(const kiln_node *n);
+KILN_PRIVATE const char *kiln__cu_global_pool_name(const kiln_node *n);
+/* FusedConv's tactics: 0 = cuDNN's heuristics' first engine config for the
+ * fused graph (else the legacy path); KCU_CONV_TACTIC_LEGACY = the legacy
+ * API's timed algorithm + kiln's epilogue kernel; kcu_dg_is_id(id) = one
+ * engine config of the fused graph (cuda_dnn_graph.h). */
+#define KCU_CONV_TACTIC_LEGACY 1
+KILN_PRIVATE int kiln__cu_fused_conv_tactics(void *state, const kiln_infer_args *a, int32_t *ids,
+                                             int cap);
+KILN_PRIVATE const char *kiln__cu_fused_conv_tactic_name(int32_t id);
+KILN_PRIVATE void kiln__cu_fused_conv_tactic_describe(int32_t id, char *buf, size_t n);
+/* "cuda.conv.nhwc" / "cuda.conv.nchw-in.nhwc" for channels-last layers */
+KILN_PRIVATE const char *kiln__cu_fused_conv_name(const kiln_node *n);
 /* FusedMatMul's tactics: cuBLASLt's heuristic candidates for its shapes */
-KILN_PRIVATE int kiln__cu_fused_matmul_tactics(kiln_cuda_state *st, const kiln_infer_args *a,
-                                               int32_t *ids, int cap);
-KCU_DECLARE(gelu)
-KCU_DECLARE(attention)
+KILN_PRIVATE int kiln__cu_fused_matmul_tactics(void *state, const kiln_infer_args *a, int32_t *ids,
+                                               int cap);
+KILN_PRIVATE const char *kiln__cu_fused_matmul_tactic_name(int32_t id); /* "cublasLt#<id>" */
 
 /* families with their own headers */
 #include "backends/cuda/cuda_index.h"
@@ -243,6 +199,10 @@ typedef struct kiln_cuda_gemm {
     int epi;
     const void *bias;
     int32_t tactic;  /* index into cuBLASLt's heuristic list (0: its first choice) */
+    /* Optional: the C read by beta * C when it is not the output (cuBLASLt's
+     * separate C and D, same layout): C_b = alpha op(A_b) op(B_b) + beta Cin_b,
+     * e.g. a residual with beta = 1. Needs cuBLASLt (no fallback kernel). */
+    const void *Cin;
 } kiln_cuda_gemm;
 enum {
     KCU_EPI_NONE = 0,

@@ -1,8 +1,9 @@
 /* cuda_kernels.h -- the launchers of kiln's CUDA kernels (src/backends/cuda/k_*.cu).
  *
  * This header is the only thing the C side (cuda_*.c) and the CUDA side
- * (k_*.cu, compiled by nvcc) share. It uses plain C types and the public
- * kiln.h enums only, so that no internal kiln header has to be valid C++.
+ * (k_*.cu, compiled by nvcc) share. It uses plain C types, the public
+ * kiln.h enums and the elementwise op codes (ops/elementwise_codes.h, plain
+ * C too), so that no other internal kiln header has to be valid C++.
  * Every launcher enqueues work on `stream` and returns cudaGetLastError()
  * of the launch (cudaSuccess when there was nothing to do); the C side turns
  * a failure into KILN_ERR_DEVICE naming the node. Launchers never
@@ -19,6 +20,7 @@
 #include <cuda_runtime_api.h>
 
 #include "kiln.h"
+#include "ops/elementwise_codes.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -47,16 +49,8 @@ typedef struct kcu_bcast {
     int64_t st[KCU_EW_MAX_IN][KILN_MAX_RANK];
 } kcu_bcast;
 
-/* Unary ops (float compute: f32, f16, bf16 in float; f64 in double). */
-enum {
-    KCU_U_ABS = 0, KCU_U_NEG, KCU_U_SQRT, KCU_U_EXP, KCU_U_LOG, KCU_U_RECIPROCAL, KCU_U_FLOOR,
-    KCU_U_CEIL, KCU_U_ROUND, KCU_U_SIGN, KCU_U_SIN, KCU_U_COS, KCU_U_TAN, KCU_U_ASIN,
-    KCU_U_ACOS, KCU_U_ATAN, KCU_U_SINH, KCU_U_COSH, KCU_U_ASINH, KCU_U_ACOSH, KCU_U_ATANH,
-    KCU_U_ERF, KCU_U_RELU, KCU_U_LEAKYRELU, KCU_U_ELU, KCU_U_SELU, KCU_U_CELU, KCU_U_SIGMOID,
-    KCU_U_HARDSIGMOID, KCU_U_HARDSWISH, KCU_U_TANH, KCU_U_SOFTPLUS, KCU_U_SOFTSIGN, KCU_U_MISH,
-    KCU_U_THRESHOLDEDRELU, KCU_U_SHRINK,
-    KCU_U_COUNT
-};
+/* Unary ops (float compute: f32, f16, bf16 in float; f64 in double): `op` is the
+ * op's code, EW_U_ABS .. EW_U_SHRINK (ops/elementwise_codes.h). */
 /* y[i] = op(x[i]), n elements, same dtype. Floating dtypes: every op;
  * int32/int64: ABS, NEG, SIGN, RELU only. */
 cudaError_t kcu_unary(int op, kiln_dtype t, const void *x, void *y, int64_t n, float alpha,
@@ -64,19 +58,13 @@ cudaError_t kcu_unary(int op, kiln_dtype t, const void *x, void *y, int64_t n, f
 /* Whether kcu_unary has a kernel for (op, dtype). */
 int kcu_unary_has(int op, kiln_dtype t);
 
-/* IsNaN / IsInf / Not: bool (uint8) output. */
-enum { KCU_P_ISNAN = 0, KCU_P_ISINF = 1, KCU_P_NOT = 2 };
+/* IsNaN / IsInf / Not (op: EW_U_ISNAN, EW_U_ISINF, EW_U_NOT): bool (uint8) output. */
 cudaError_t kcu_predicate(int op, kiln_dtype t, const void *x, uint8_t *y, int64_t n,
                           int detect_pos, int detect_neg, cudaStream_t stream);
 
-/* Binary ops with broadcasting. Inputs share dtype `t`; comparisons and
- * logic write bool (uint8), the rest write `t`. */
-enum {
-    KCU_B_ADD = 0, KCU_B_SUB, KCU_B_MUL, KCU_B_DIV, KCU_B_FMOD, KCU_B_PYMOD, KCU_B_MAX,
-    KCU_B_MIN, KCU_B_PRELU, KCU_B_POW, KCU_B_EQ, KCU_B_LT, KCU_B_LE, KCU_B_GT, KCU_B_GE,
-    KCU_B_AND, KCU_B_OR, KCU_B_XOR, KCU_B_SHL, KCU_B_SHR,
-    KCU_B_COUNT
-};
+/* Binary ops with broadcasting: `op` is a row kind EW_B_ADD .. EW_B_POW
+ * (ops/elementwise_codes.h, kiln__ew_binary_kind). Inputs share dtype `t`;
+ * comparisons and logic write bool (uint8), the rest write `t`. */
 cudaError_t kcu_binary(int op, kiln_dtype t, const kcu_bcast *g, void *y, const void *a,
                        const void *b, cudaStream_t stream);
 int kcu_binary_has(int op, kiln_dtype t);
@@ -197,6 +185,31 @@ typedef struct kcu_pool {
 cudaError_t kcu_pool_run(kiln_dtype t, const kcu_pool *g, const void *x, void *y, int64_t *ind,
                          cudaStream_t stream);
 
+/* Channels-last (NHWC) 2-D pooling: x [N, H, W, C] -> y [N, Ho, Wo, C];
+ * kind 0 max, 1 average (the same rules as kcu_pool: a window's first
+ * valid value starts the max, NaN never replaces it; an average divides by
+ * the valid taps, or with count_include_pad by the taps inside the padded
+ * input). 16-byte loads where C and the pointers allow. */
+typedef struct kcu_pool_nhwc {
+    int kind, count_include_pad;
+    int64_t N, C, H, W, Ho, Wo;
+    int64_t kh, kw, sh, sw, dh, dw;
+    int64_t ph, pw, peh, pew;  /* begin and end pads */
+} kcu_pool_nhwc;
+cudaError_t kcu_pool_nhwc_run(kiln_dtype t, const kcu_pool_nhwc *g, const void *x, void *y,
+                              cudaStream_t stream);
+/* GlobalAveragePool of an NHWC x [N, HW, C] into y [N, C] (fp32 sums). */
+cudaError_t kcu_gap_nhwc(kiln_dtype t, int64_t N, int64_t HW, int64_t C, const void *x, void *y,
+                         cudaStream_t stream);
+/* Space-to-depth of a stride-2 convolution's input (cuda_conv.c, XV_S2D):
+ * x [N, C, H, W] (NCHW) -> y [N, Lh, Lw, Cp] (NHWC), y[n, l, m, c*4 + rh*2 + rw]
+ * = x[n, c, 2l + rh - ph, 2m + rw - pw] (0 outside x), channels 4C..Cp-1 zero. */
+cudaError_t kcu_s2d_nhwc(kiln_dtype t, int64_t N, int64_t C, int64_t H, int64_t W, int64_t ph, int64_t pw,
+                         int64_t Lh, int64_t Lw, int64_t Cp, const void *x, void *y, cudaStream_t stream);
+/* x [N, C, HW] (NCHW) -> y [N, HW, Cp] (NHWC), channels C..Cp-1 zero (Cp >= C). */
+cudaError_t kcu_nchw_to_nhwc(kiln_dtype t, int64_t N, int64_t C, int64_t HW, int64_t Cp, const void *x,
+                             void *y, cudaStream_t stream);
+
 /* Convolution geometry (NC + up to 3 spatial dims), group G. */
 typedef struct kcu_conv {
     int ns, pad_;
@@ -234,18 +247,29 @@ cudaError_t kcu_bias_act(kiln_dtype t, const void *x, void *y, const void *bias,
                          const void *residual, int64_t N, int64_t M, int64_t plane, int act,
                          float alpha, float beta, cudaStream_t stream);
 
-/* Attention O = softmax(scale Q K^T + mask) V per (batch, head), online
- * softmax in fp32 (k_fused.cu). Element strides per logical dim (b, h, s,
- * d) of each operand; mask strides (b, h, query, key), 0 where broadcast. */
+/* Attention O = softmax(s) V per (batch, head) with s = scale Q K^T, then
+ * the cond rule (cond == cond_fill_if: s = fill (mode 1) or s += fill (mode
+ * 2)), then + mask + bias; nan_to_zero: NaN probabilities count as 0 (a row
+ * whose every probability is NaN gives zeros). Online softmax in fp32.
+ * Element strides per logical dim (b, h, s, d) of each operand; strides of
+ * mask, cond (bytes) and bias per (b, h, query, key), 0 where broadcast.
+ * fp16/bf16 with d-contiguous Q, V and O: a tensor-core kernel (k_attn.cu);
+ * otherwise a thread per query row (k_fused.cu). */
 #define KCU_ATTN_MAX_D 128
 typedef struct kcu_attn {
     int64_t B, H, Sq, Sk, D, Dv;
-    int64_t qs[4], ks[4], vs[4], os[4], ms[4];
-    float scale;
-    int has_mask;
+    int64_t qs[4], ks[4], vs[4], os[4], ms[4], cs[4], bs[4];
+    float scale, fill;
+    int has_mask, has_cond, has_bias, cond_mode, cond_fill_if, nan_to_zero;
 } kcu_attn;
 cudaError_t kcu_attention(kiln_dtype t, const kcu_attn *g, const void *q, const void *k,
-                          const void *v, const void *mask, void *o, cudaStream_t stream);
+                          const void *v, const void *mask, const uint8_t *cond, const void *bias,
+                          void *o, cudaStream_t stream);
+/* The tensor-core kernel (k_attn.cu): cudaErrorNotSupported when it cannot
+ * take g (dtype, head size, strides), so the caller runs the other one. */
+cudaError_t kcu_attention_mma(kiln_dtype t, const kcu_attn *g, const void *q, const void *k,
+                              const void *v, const void *mask, const uint8_t *cond,
+                              const void *bias, void *o, int sm_count, cudaStream_t stream);
 
 /* Simple tiled GEMM (fallback when cuBLASLt has no algorithm, and K == 0):
  * row-major, batched like kiln__cuda_gemm (cuda_internal.h): C_b = alpha *

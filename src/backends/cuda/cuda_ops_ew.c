@@ -7,71 +7,11 @@
 #include "backends/cuda/cuda_internal.h"
 #include "ops/elementwise_impl.h"
 
-/* ---- op id -> kernel code ------------------------------------------------------------ */
+/* The launchers take the ops' own codes (op->code, ops/elementwise_codes.h). */
 
-static int unary_code(int op_id) {
-    switch (op_id) {
-    case KILN_OP_Abs: return KCU_U_ABS;
-    case KILN_OP_Neg: return KCU_U_NEG;
-    case KILN_OP_Sqrt: return KCU_U_SQRT;
-    case KILN_OP_Exp: return KCU_U_EXP;
-    case KILN_OP_Log: return KCU_U_LOG;
-    case KILN_OP_Reciprocal: return KCU_U_RECIPROCAL;
-    case KILN_OP_Floor: return KCU_U_FLOOR;
-    case KILN_OP_Ceil: return KCU_U_CEIL;
-    case KILN_OP_Round: return KCU_U_ROUND;
-    case KILN_OP_Sign: return KCU_U_SIGN;
-    case KILN_OP_Sin: return KCU_U_SIN;
-    case KILN_OP_Cos: return KCU_U_COS;
-    case KILN_OP_Tan: return KCU_U_TAN;
-    case KILN_OP_Asin: return KCU_U_ASIN;
-    case KILN_OP_Acos: return KCU_U_ACOS;
-    case KILN_OP_Atan: return KCU_U_ATAN;
-    case KILN_OP_Sinh: return KCU_U_SINH;
-    case KILN_OP_Cosh: return KCU_U_COSH;
-    case KILN_OP_Asinh: return KCU_U_ASINH;
-    case KILN_OP_Acosh: return KCU_U_ACOSH;
-    case KILN_OP_Atanh: return KCU_U_ATANH;
-    case KILN_OP_Erf: return KCU_U_ERF;
-    case KILN_OP_Relu: return KCU_U_RELU;
-    case KILN_OP_LeakyRelu: return KCU_U_LEAKYRELU;
-    case KILN_OP_Elu: return KCU_U_ELU;
-    case KILN_OP_Selu: return KCU_U_SELU;
-    case KILN_OP_Celu: return KCU_U_CELU;
-    case KILN_OP_Sigmoid: return KCU_U_SIGMOID;
-    case KILN_OP_HardSigmoid: return KCU_U_HARDSIGMOID;
-    case KILN_OP_HardSwish: return KCU_U_HARDSWISH;
-    case KILN_OP_Tanh: return KCU_U_TANH;
-    case KILN_OP_Softplus: return KCU_U_SOFTPLUS;
-    case KILN_OP_Softsign: return KCU_U_SOFTSIGN;
-    case KILN_OP_Mish: return KCU_U_MISH;
-    case KILN_OP_ThresholdedRelu: return KCU_U_THRESHOLDEDRELU;
-    case KILN_OP_Shrink: return KCU_U_SHRINK;
-    default: return -1;
-    }
-}
-
-/* Binary op code; attrs may be NULL. -1: not a binary op. */
-static int binary_code(int op_id, const kiln_ew_bin_attrs *at) {
-    switch (op_id) {
-    case KILN_OP_Add: return KCU_B_ADD;
-    case KILN_OP_Sub: return KCU_B_SUB;
-    case KILN_OP_Mul: return KCU_B_MUL;
-    case KILN_OP_Div: return KCU_B_DIV;
-    case KILN_OP_Pow: return KCU_B_POW;
-    case KILN_OP_Mod: return at && at->fmod ? KCU_B_FMOD : KCU_B_PYMOD;
-    case KILN_OP_Equal: return KCU_B_EQ;
-    case KILN_OP_Less: return KCU_B_LT;
-    case KILN_OP_LessOrEqual: return KCU_B_LE;
-    case KILN_OP_Greater: return KCU_B_GT;
-    case KILN_OP_GreaterOrEqual: return KCU_B_GE;
-    case KILN_OP_And: return KCU_B_AND;
-    case KILN_OP_Or: return KCU_B_OR;
-    case KILN_OP_Xor: return KCU_B_XOR;
-    case KILN_OP_BitShift: return at && at->shift_right ? KCU_B_SHR : KCU_B_SHL;
-    case KILN_OP_PRelu: return KCU_B_PRELU;
-    default: return -1;
-    }
+/* Binary row kind of node/args (attrs may be NULL). */
+static int binary_kind(const kiln_op_def *op, const kiln_ew_bin_attrs *at) {
+    return at ? kiln__ew_binary_kind(op->code, at->fmod, at->shift_right) : op->code;
 }
 
 static kiln_status dtype_fail(const kiln_kernel_args *a, kiln_dtype t) {
@@ -83,13 +23,13 @@ static kiln_status dtype_fail(const kiln_kernel_args *a, kiln_dtype t) {
 
 bool kiln__cu_unary_supports(const kiln_graph *g, const kiln_node *n) {
     kiln_dtype t = kiln__cu_in_dtype(g, n, 0);
-    return kcu_unary_has(unary_code(n->op_id), t) && kiln__cu_out_dtype(g, n, 0) == t;
+    return kcu_unary_has(n->op->code, t) && kiln__cu_out_dtype(g, n, 0) == t;
 }
 
 kiln_status kiln__cu_unary_run(const kiln_kernel_args *a) {
     const kiln_tensor *x = a->in[0];
     kiln_tensor *y = a->out[0];
-    int code = unary_code(kiln__op_id_of(a->op));
+    int code = a->op->code;
     if (!kcu_unary_has(code, x->dtype) || y->dtype != x->dtype) return dtype_fail(a, x->dtype);
     float alpha = 0, beta = 0, gamma = 0;
     if (a->op->attr_size == sizeof(kiln_ew_act_attrs) && a->attrs) {
@@ -109,21 +49,20 @@ kiln_status kiln__cu_unary_run(const kiln_kernel_args *a) {
 bool kiln__cu_predicate_supports(const kiln_graph *g, const kiln_node *n) {
     kiln_dtype t = kiln__cu_in_dtype(g, n, 0);
     if (kiln__cu_out_dtype(g, n, 0) != KILN_DTYPE_BOOL) return false;
-    if (n->op_id == KILN_OP_Not) return t == KILN_DTYPE_BOOL;
+    if (n->op->code == EW_U_NOT) return t == KILN_DTYPE_BOOL;
     return kiln__cu_is_float(t);
 }
 
 kiln_status kiln__cu_predicate_run(const kiln_kernel_args *a) {
     const kiln_tensor *x = a->in[0];
-    int id = kiln__op_id_of(a->op);
-    int op = id == KILN_OP_Not ? KCU_P_NOT : id == KILN_OP_IsNaN ? KCU_P_ISNAN : KCU_P_ISINF;
+    int op = a->op->code;
     int pos = 1, neg = 1;
-    if (id == KILN_OP_IsInf && a->attrs) {
+    if (op == EW_U_ISINF && a->attrs) {
         const kiln_ew_isinf_attrs *at = a->attrs;
         pos = at->detect_positive != 0;
         neg = at->detect_negative != 0;
     }
-    if (op == KCU_P_NOT ? x->dtype != KILN_DTYPE_BOOL : !kiln__cu_is_float(x->dtype))
+    if (op == EW_U_NOT ? x->dtype != KILN_DTYPE_BOOL : !kiln__cu_is_float(x->dtype))
         return dtype_fail(a, x->dtype);
     KILN_CUDA_TRY(kcu_predicate(op, x->dtype, x->data, a->out[0]->data, kiln__tensor_numel(x), pos,
                                 neg, KCU_STREAM(a)),
@@ -136,7 +75,7 @@ kiln_status kiln__cu_predicate_run(const kiln_kernel_args *a) {
 bool kiln__cu_binary_supports(const kiln_graph *g, const kiln_node *n) {
     kiln_dtype t = kiln__cu_in_dtype(g, n, 0);
     if (kiln__cu_in_dtype(g, n, 1) != t) return false; /* mixed-type Pow stays on the CPU */
-    return kcu_binary_has(binary_code(n->op_id, n->attrs), t);
+    return kcu_binary_has(binary_kind(n->op, n->attrs), t);
 }
 
 /* out = op(A, B) with A/B broadcast to out (B already legacy-reshaped) */
@@ -161,29 +100,24 @@ kiln_status kiln__cu_binary_run(const kiln_kernel_args *a) {
     int64_t bdims[KILN_MAX_RANK];
     memcpy(bdims, B->dims, sizeof bdims);
     KILN_TRY(kiln__ew_legacy_shape(a->node_name, at, A->rank, &brank, bdims));
-    return binary_apply(a, binary_code(kiln__op_id_of(a->op), at), A, brank, bdims, B->data,
+    return binary_apply(a, binary_kind(a->op, at), A, brank, bdims, B->data,
                         a->out[0]);
 }
 
 /* ---- Max, Min, Sum, Mean: a left fold into the output ------------------------------------------ */
 
-static int variadic_code(int op_id) {
-    return op_id == KILN_OP_Max ? KCU_B_MAX : op_id == KILN_OP_Min ? KCU_B_MIN : KCU_B_ADD;
-}
-
 bool kiln__cu_variadic_supports(const kiln_graph *g, const kiln_node *n) {
     kiln_dtype t = kiln__cu_in_dtype(g, n, 0);
     for (int i = 1; i < n->n_in; i++)
         if (kiln__cu_in_dtype(g, n, i) != t) return false;
-    if ((n->op_id == KILN_OP_Sum || n->op_id == KILN_OP_Mean) && !kiln__cu_is_float(t))
+    if ((n->op->code == EW_B_SUM || n->op->code == EW_B_MEAN) && !kiln__cu_is_float(t))
         return false;
-    return kcu_binary_has(variadic_code(n->op_id), t);
+    return kcu_binary_has(kiln__ew_variadic_kind(n->op->code), t);
 }
 
 kiln_status kiln__cu_variadic_run(const kiln_kernel_args *a) {
     kiln_tensor *out = a->out[0];
-    int id = kiln__op_id_of(a->op);
-    int code = variadic_code(id);
+    int code = kiln__ew_variadic_kind(a->op->code);
     if (!kcu_binary_has(code, out->dtype)) return dtype_fail(a, out->dtype);
     if (a->n_in == 1)
         return kiln__cuda_memcpy(a, out->data, a->in[0]->data,
@@ -194,7 +128,7 @@ kiln_status kiln__cu_variadic_run(const kiln_kernel_args *a) {
         B = a->in[i];
         KILN_TRY(binary_apply(a, code, out, B->rank, B->dims, B->data, out));
     }
-    if (id == KILN_OP_Mean)
+    if (a->op->code == EW_B_MEAN)
         KILN_CUDA_TRY(kcu_div_scalar(out->dtype, out->data, kiln__tensor_numel(out), (float)a->n_in,
                                      KCU_STREAM(a)),
                       KCU_NODE(a));

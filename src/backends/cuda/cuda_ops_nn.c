@@ -1,8 +1,7 @@
 /* cuda_ops_nn.c -- normalization, softmax, pooling and reductions on the
- * GPU: GlobalAveragePool/GlobalMaxPool; and, once their attribute structs
- * are in headers (KILN_CUDA_NN_ATTRS / KILN_CUDA_REDUCE_ATTRS, see
- * cuda_internal.h), Softmax/LogSoftmax, LayerNormalization,
- * BatchNormalization, MaxPool/AveragePool and the Reduce* family.
+ * GPU: GlobalAveragePool/GlobalMaxPool, Softmax/LogSoftmax,
+ * LayerNormalization, BatchNormalization, MaxPool/AveragePool and the
+ * Reduce* family.
  * Kernels: k_norm.cu, k_pool.cu, k_reduce.cu. */
 #if KILN_HAVE_CUDA
 
@@ -20,21 +19,37 @@ static bool float_in_out(const kiln_graph *g, const kiln_node *n) {
 
 /* ---- GlobalAveragePool, GlobalMaxPool: a reduction over each plane ------------------------ */
 
-/* An NHWC GlobalAveragePool (KILN_POOL_LAYOUT_NHWC) is a CPU layer only. */
-static bool global_pool_nhwc(const void *attrs, const kiln_op_def *op) {
-    return attrs && kiln__op_id_of(op) == KILN_OP_GlobalAveragePool && ((const kiln_pool_attrs *)attrs)->layout;
+/* The layout of a GlobalAveragePool (KILN_POOL_LAYOUT_*; 0 for the other
+ * global pools, which have no attrs). */
+static int global_pool_layout(const void *attrs, const kiln_op_def *op) {
+    return attrs && kiln__op_id_of(op) == KILN_OP_GlobalAveragePool ? ((const kiln_pool_attrs *)attrs)->layout : 0;
 }
 
+/* NHWC (backends/cuda/cuda_layout.c): a 4-D input; nChw16c is the CPU's only */
 bool kiln__cu_global_pool_supports(const kiln_graph *g, const kiln_node *n) {
-    return float_in_out(g, n) && !global_pool_nhwc(n->attrs, n->op);
+    int lay = global_pool_layout(n->attrs, n->op);
+    const kiln_tinfo *x = kiln__cu_in(g, n, 0);
+    if (lay == KILN_POOL_LAYOUT_NHWC) return float_in_out(g, n) && x && x->rank == 4;
+    return float_in_out(g, n) && lay == 0;
+}
+
+const char *kiln__cu_global_pool_name(const kiln_node *n) {
+    return global_pool_layout(n->attrs, n->op) == KILN_POOL_LAYOUT_NHWC ? "cuda.global_pool.nhwc" : NULL;
 }
 
 kiln_status kiln__cu_global_pool_run(const kiln_kernel_args *a) {
     const kiln_tensor *x = a->in[0];
     if (!kiln__cu_is_float(x->dtype)) return dtype_fail(a, x->dtype);
-    if (global_pool_nhwc(a->attrs, a->op))
-        return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (%s): an NHWC layout (%d) is for the CPU kernel only",
-                         KCU_NODE(a), a->op->name, (int)((const kiln_pool_attrs *)a->attrs)->layout);
+    int lay = global_pool_layout(a->attrs, a->op);
+    if (lay == KILN_POOL_LAYOUT_NHWC && x->rank == 4) {
+        KILN_CUDA_TRY(kcu_gap_nhwc(x->dtype, x->dims[0], x->dims[2] * x->dims[3], x->dims[1], x->data,
+                                   a->out[0]->data, KCU_STREAM(a)),
+                      KCU_NODE(a));
+        return KILN_OK;
+    }
+    if (lay)
+        return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (%s): layout %d (the CUDA kernel reads NCHW, or NHWC "
+                         "with rank 4)", KCU_NODE(a), a->op->name, lay);
     if (x->rank < 2)
         return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (%s): input must have rank >= 2, got %d",
                          KCU_NODE(a), a->op->name, x->rank);
@@ -55,7 +70,6 @@ kiln_status kiln__cu_global_pool_run(const kiln_kernel_args *a) {
     return KILN_OK;
 }
 
-#if KILN_CUDA_NN_ATTRS
 
 /* ---- Softmax, LogSoftmax ---------------------------------------------------------------------- */
 
@@ -187,12 +201,22 @@ kiln_status kiln__cu_batchnorm_run(const kiln_kernel_args *a) {
 
 /* ---- MaxPool, AveragePool -------------------------------------------------------------------------- */
 
+/* NHWC (backends/cuda/cuda_layout.c): 2-D, without MaxPool's indices */
 bool kiln__cu_pool_supports(const kiln_graph *g, const kiln_node *n) {
     const kiln_pool_attrs *at = n->attrs;
     if (!float_in_out(g, n) || at->n_kernel < 1 || at->n_kernel > KCU_MAX_SP) return false;
     /* MaxPool indices in column-major order (storage_order 1) stay on the CPU */
     if (kiln__cu_out(g, n, 1) && at->storage_order) return false;
-    return true;
+    if (at->layout == KILN_POOL_LAYOUT_NHWC) {
+        const kiln_tinfo *x = kiln__cu_in(g, n, 0);
+        return at->n_kernel == 2 && !kiln__cu_out(g, n, 1) && x && x->rank == 4;
+    }
+    return at->layout == 0;
+}
+
+const char *kiln__cu_pool_name(const kiln_node *n) {
+    const kiln_pool_attrs *at = n->attrs;
+    return at && at->layout == KILN_POOL_LAYOUT_NHWC ? "cuda.pool.nhwc" : NULL;
 }
 
 kiln_status kiln__cu_pool_run(const kiln_kernel_args *a) {
@@ -241,6 +265,21 @@ kiln_status kiln__cu_pool_run(const kiln_kernel_args *a) {
         g.out_sz *= g.out[i];
     }
     g.out_n = g.planes * g.out_sz;
+    if (at->layout == KILN_POOL_LAYOUT_NHWC) { /* X [N,H,W,C], Y [N,Ho,Wo,C] under NCHW shapes */
+        if (ns != 2 || (a->n_out > 1 && a->out[1] && a->out[1]->data))
+            return KILN_FAIL(KILN_ERR_UNSUPPORTED, "node '%s' (%s): NHWC pooling is 2-D without indices",
+                             node, a->op->name);
+        kcu_pool_nhwc p = {.kind = g.kind, .count_include_pad = g.count_include_pad,
+                           .N = x->dims[0], .C = x->dims[1], .H = g.in[0], .W = g.in[1], .Ho = g.out[0],
+                           .Wo = g.out[1], .kh = g.k[0], .kw = g.k[1], .sh = g.s[0], .sw = g.s[1],
+                           .dh = g.d[0], .dw = g.d[1], .ph = g.pb[0], .pw = g.pb[1], .peh = g.pe[0],
+                           .pew = g.pe[1]};
+        KILN_CUDA_TRY(kcu_pool_nhwc_run(x->dtype, &p, x->data, y->data, KCU_STREAM(a)), node);
+        return KILN_OK;
+    }
+    if (at->layout)
+        return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (%s): layout %d (the CUDA kernel reads NCHW or NHWC)", node,
+                         a->op->name, (int)at->layout);
     int64_t *ind = NULL;
     if (g.kind == 0 && a->n_out > 1 && a->out[1] && a->out[1]->data) {
         if (at->storage_order)
@@ -253,9 +292,7 @@ kiln_status kiln__cu_pool_run(const kiln_kernel_args *a) {
     return KILN_OK;
 }
 
-#endif /* KILN_CUDA_NN_ATTRS */
 
-#if KILN_CUDA_REDUCE_ATTRS
 
 /* ---- Reduce* ------------------------------------------------------------------------------------------ */
 
@@ -337,7 +374,6 @@ kiln_status kiln__cu_reduce_run(const kiln_kernel_args *a) {
     return KILN_OK;
 }
 
-#endif /* KILN_CUDA_REDUCE_ATTRS */
 
 #else
 typedef int kiln_cuda_ops_nn_disabled;

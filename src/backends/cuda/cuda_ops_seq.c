@@ -565,7 +565,6 @@ kiln_status kiln__cu_einsum_run(const kiln_kernel_args *a) {
 
 /* ---- ConvInteger / QLinearConv ------------------------------------------------------------------ */
 
-#if KILN_CUDA_NN_ATTRS && KILN_CUDA_FUSED_CONV
 
 static bool is_qlconv(const kiln_op_def *op) { return kiln__op_id_of(op) == KILN_OP_QLinearConv; }
 
@@ -654,7 +653,6 @@ kiln_status kiln__cu_qconv_run(const kiln_kernel_args *a) {
     return KILN_OK;
 }
 
-#endif /* KILN_CUDA_NN_ATTRS && KILN_CUDA_FUSED_CONV */
 
 #else
 typedef int kiln_cuda_ops_seq_disabled;

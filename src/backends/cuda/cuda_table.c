@@ -4,13 +4,53 @@
  *     [KILN_OP_<Op>] = KCU_ENTRY("<name for inspect>", <fn>),
  *
  * where kiln__cu_<fn>_supports / kiln__cu_<fn>_run are declared with
- * KCU_DECLARE(<fn>) in cuda_internal.h. An op not listed here runs on the
+ * KCU_DECLARE(<fn>) in cuda_internal.h. Rows are kiln_kernel
+ * (backends/kernel.h): a kernel with tactics, or a name that depends on
+ * the layout, fills those fields too. An op not listed here runs on the
  * CPU. Adding a GPU kernel: see docs/cuda.md. */
 #if KILN_HAVE_CUDA
 
 #include "backends/cuda/cuda_internal.h"
 
-static const kiln_cuda_kernel kiln_cuda_kernels[KILN_OP_ID_LIMIT] = {
+/* the kernels of the rows below (families with their own headers,
+ * cuda_table_<family>.inc, declare theirs there) */
+KCU_DECLARE(unary)
+KCU_DECLARE(predicate)
+KCU_DECLARE(binary)
+KCU_DECLARE(variadic)
+KCU_DECLARE(where)
+KCU_DECLARE(clip)
+KCU_DECLARE(cast)
+KCU_DECLARE(copy)
+KCU_DECLARE(dropout)
+KCU_DECLARE(transpose)
+KCU_DECLARE(concat)
+KCU_DECLARE(split)
+KCU_DECLARE(slice)
+KCU_DECLARE(expand)
+KCU_DECLARE(tile)
+KCU_DECLARE(gather)
+KCU_DECLARE(shape)
+KCU_DECLARE(size)
+KCU_DECLARE(global_pool)
+KCU_DECLARE(softmax)
+KCU_DECLARE(layernorm)
+KCU_DECLARE(batchnorm)
+KCU_DECLARE(pool)
+KCU_DECLARE(reduce)
+KCU_DECLARE(matmul)
+KCU_DECLARE(gemm)
+KCU_DECLARE(conv)
+KCU_DECLARE(fused_conv)
+KCU_DECLARE(fused_matmul)
+KCU_DECLARE(gelu)
+KCU_DECLARE(attention)
+
+/* Adding or removing an op: give it a row below if the GPU runs it (else it
+ * runs on the CPU), then update the count. */
+_Static_assert(KILN_OP_COUNT == 169, "the op registry changed: see this table, then update the count");
+
+static const kiln_kernel kiln_cuda_kernels[KILN_OP_ID_LIMIT] = {
     /* elementwise: unary math and activations (cuda_ops_ew.c, k_elementwise.cu) */
     [KILN_OP_Abs] = KCU_ENTRY("cuda.unary", unary),
     [KILN_OP_Neg] = KCU_ENTRY("cuda.unary", unary),
@@ -93,30 +133,33 @@ static const kiln_cuda_kernel kiln_cuda_kernels[KILN_OP_ID_LIMIT] = {
     [KILN_OP_Tile] = KCU_ENTRY("cuda.tile", tile),
     [KILN_OP_Gather] = KCU_ENTRY("cuda.gather", gather),
     /* nn (cuda_ops_nn.c, cuda_blas.c, cuda_conv.c) */
-    [KILN_OP_GlobalAveragePool] = KCU_ENTRY("cuda.reduce", global_pool),
+    [KILN_OP_GlobalAveragePool] = {.name = "cuda.reduce", .supports = kiln__cu_global_pool_supports,
+                                   .run = kiln__cu_global_pool_run, .name_of = kiln__cu_global_pool_name},
     [KILN_OP_GlobalMaxPool] = KCU_ENTRY("cuda.reduce", global_pool),
     [KILN_OP_MatMul] = KCU_ENTRY("cublasLt", matmul),
-#if KILN_CUDA_NN_ATTRS
     [KILN_OP_Gemm] = KCU_ENTRY("cublasLt", gemm),
     [KILN_OP_Conv] = KCU_ENTRY("cuda.conv", conv),
-    [KILN_OP_MaxPool] = KCU_ENTRY("cuda.pool", pool),
-    [KILN_OP_AveragePool] = KCU_ENTRY("cuda.pool", pool),
+    [KILN_OP_MaxPool] = {.name = "cuda.pool", .supports = kiln__cu_pool_supports,
+                         .run = kiln__cu_pool_run, .name_of = kiln__cu_pool_name},
+    [KILN_OP_AveragePool] = {.name = "cuda.pool", .supports = kiln__cu_pool_supports,
+                             .run = kiln__cu_pool_run, .name_of = kiln__cu_pool_name},
     [KILN_OP_BatchNormalization] = KCU_ENTRY("cuda.batchnorm", batchnorm),
     [KILN_OP_LayerNormalization] = KCU_ENTRY("cuda.layernorm", layernorm),
     [KILN_OP_Softmax] = KCU_ENTRY("cuda.softmax", softmax),
     [KILN_OP_LogSoftmax] = KCU_ENTRY("cuda.softmax", softmax),
-#endif
-#if KILN_CUDA_FUSED_CONV
     /* fused layers (cuda_conv.c, k_fused.cu) */
-    [KILN_OP_FusedConv] = KCU_ENTRY("cuda.conv+epilogue", fused_conv),
-#endif
-#if KILN_CUDA_FUSED_TRANSFORMER
+    [KILN_OP_FusedConv] = {.name = "cuda.conv+epilogue", .supports = kiln__cu_fused_conv_supports,
+                           .run = kiln__cu_fused_conv_run, .name_of = kiln__cu_fused_conv_name,
+                           .tactics = kiln__cu_fused_conv_tactics,
+                           .tactic_name = kiln__cu_fused_conv_tactic_name,
+                           .tactic_describe = kiln__cu_fused_conv_tactic_describe},
     /* transformer layers (cuda_fused.c, k_fused.cu) */
-    [KILN_OP_FusedMatMul] = KCU_ENTRY("cublasLt+epilogue", fused_matmul),
+    [KILN_OP_FusedMatMul] = {.name = "cublasLt+epilogue", .supports = kiln__cu_fused_matmul_supports,
+                             .run = kiln__cu_fused_matmul_run, .tactics = kiln__cu_fused_matmul_tactics,
+                             .tactic_name = kiln__cu_fused_matmul_tactic_name},
     [KILN_OP_Gelu] = KCU_ENTRY("cuda.gelu", gelu),
+    [KILN_OP_GeluOnnx] = KCU_ENTRY("cuda.gelu", gelu),
     [KILN_OP_Attention] = KCU_ENTRY("cuda.attention", attention),
-#endif
-#if KILN_CUDA_REDUCE_ATTRS
     /* reductions (cuda_ops_nn.c, k_reduce.cu) */
     [KILN_OP_ReduceSum] = KCU_ENTRY("cuda.reduce", reduce),
     [KILN_OP_ReduceMean] = KCU_ENTRY("cuda.reduce", reduce),
@@ -128,7 +171,6 @@ static const kiln_cuda_kernel kiln_cuda_kernels[KILN_OP_ID_LIMIT] = {
     [KILN_OP_ReduceLogSum] = KCU_ENTRY("cuda.reduce", reduce),
     [KILN_OP_ReduceLogSumExp] = KCU_ENTRY("cuda.reduce", reduce),
     [KILN_OP_ReduceSumSquare] = KCU_ENTRY("cuda.reduce", reduce),
-#endif
     /* families with their own files (cuda_table_<family>.inc) */
 #include "backends/cuda/cuda_table_index.inc"
 #include "backends/cuda/cuda_table_spatial.inc"
@@ -136,9 +178,9 @@ static const kiln_cuda_kernel kiln_cuda_kernels[KILN_OP_ID_LIMIT] = {
 #include "backends/cuda/cuda_table_misc.inc"
 };
 
-const kiln_cuda_kernel *kiln__cuda_kernel_for(int op_id) {
+const kiln_kernel *kiln__cuda_kernel_for(int op_id) {
     if (op_id <= 0 || op_id >= KILN_OP_ID_LIMIT) return NULL;
-    const kiln_cuda_kernel *k = &kiln_cuda_kernels[op_id];
+    const kiln_kernel *k = &kiln_cuda_kernels[op_id];
     return k->run ? k : NULL;
 }
 

@@ -56,7 +56,7 @@ bool kiln__cu_infer_keeps_dtype(const kiln_graph *g, const kiln_node *n) {
     }
     kiln_infer_args ia = {.op = n->op, .attrs = n->attrs, .node_name = n->name, .n_in = n->n_in,
                           .n_out = n->n_out, .in = ins, .out = outp};
-    bool ok = n->op->infer(&ia) == KILN_OK && outs[0].dtype == ins[0]->dtype;
+    bool ok = kiln__infer(&ia) == KILN_OK && outs[0].dtype == ins[0]->dtype;
     kiln__clear_error();
     return ok;
 }

@@ -20,43 +20,43 @@ template <int OP, typename C>
 __device__ __forceinline__ C unary_f(C v, C alpha, C beta, C gamma) {
     const C zero = C(0), one = C(1);
     switch (OP) {
-    case KCU_U_ABS: return m_fabs(v);
-    case KCU_U_NEG: return -v;
-    case KCU_U_SQRT: return m_sqrt(v);
-    case KCU_U_EXP: return m_exp(v);
-    case KCU_U_LOG: return m_log(v);
-    case KCU_U_RECIPROCAL: return one / v;
-    case KCU_U_FLOOR: return m_floor(v);
-    case KCU_U_CEIL: return m_ceil(v);
-    case KCU_U_ROUND: return m_rint(v);
-    case KCU_U_SIGN: return v > zero ? one : (v < zero ? -one : v);
-    case KCU_U_SIN: return m_sin(v);
-    case KCU_U_COS: return m_cos(v);
-    case KCU_U_TAN: return m_tan(v);
-    case KCU_U_ASIN: return m_asin(v);
-    case KCU_U_ACOS: return m_acos(v);
-    case KCU_U_ATAN: return m_atan(v);
-    case KCU_U_SINH: return m_sinh(v);
-    case KCU_U_COSH: return m_cosh(v);
-    case KCU_U_ASINH: return m_asinh(v);
-    case KCU_U_ACOSH: return m_acosh(v);
-    case KCU_U_ATANH: return m_atanh(v);
-    case KCU_U_ERF: return m_erf(v);
-    case KCU_U_RELU: return v < zero ? zero : v;
-    case KCU_U_LEAKYRELU: return v < zero ? v * alpha : v;
-    case KCU_U_ELU: return v < zero ? alpha * m_expm1(v) : v;
-    case KCU_U_SELU: return v > zero ? gamma * v : gamma * alpha * m_expm1(v);
-    case KCU_U_CELU:
+    case EW_U_ABS: return m_fabs(v);
+    case EW_U_NEG: return -v;
+    case EW_U_SQRT: return m_sqrt(v);
+    case EW_U_EXP: return m_exp(v);
+    case EW_U_LOG: return m_log(v);
+    case EW_U_RECIPROCAL: return one / v;
+    case EW_U_FLOOR: return m_floor(v);
+    case EW_U_CEIL: return m_ceil(v);
+    case EW_U_ROUND: return m_rint(v);
+    case EW_U_SIGN: return v > zero ? one : (v < zero ? -one : v);
+    case EW_U_SIN: return m_sin(v);
+    case EW_U_COS: return m_cos(v);
+    case EW_U_TAN: return m_tan(v);
+    case EW_U_ASIN: return m_asin(v);
+    case EW_U_ACOS: return m_acos(v);
+    case EW_U_ATAN: return m_atan(v);
+    case EW_U_SINH: return m_sinh(v);
+    case EW_U_COSH: return m_cosh(v);
+    case EW_U_ASINH: return m_asinh(v);
+    case EW_U_ACOSH: return m_acosh(v);
+    case EW_U_ATANH: return m_atanh(v);
+    case EW_U_ERF: return m_erf(v);
+    case EW_U_RELU: return v < zero ? zero : v;
+    case EW_U_LEAKYRELU: return v < zero ? v * alpha : v;
+    case EW_U_ELU: return v < zero ? alpha * m_expm1(v) : v;
+    case EW_U_SELU: return v > zero ? gamma * v : gamma * alpha * m_expm1(v);
+    case EW_U_CELU:
         return (v > zero ? v : zero) + (v < zero ? alpha * m_expm1(v / alpha) : zero);
-    case KCU_U_SIGMOID: return one / (one + m_exp(-v));
-    case KCU_U_HARDSIGMOID: return clamp01(alpha * v + beta);
-    case KCU_U_HARDSWISH: return v * clamp01(C(1.0 / 6.0) * v + C(0.5));
-    case KCU_U_TANH: return m_tanh(v);
-    case KCU_U_SOFTPLUS: return (v > zero ? v : zero) + m_log1p(m_exp(-m_fabs(v)));
-    case KCU_U_SOFTSIGN: return v / (one + m_fabs(v));
-    case KCU_U_MISH: return v * m_tanh((v > zero ? v : zero) + m_log1p(m_exp(-m_fabs(v))));
-    case KCU_U_THRESHOLDEDRELU: return v > alpha ? v : zero;
-    case KCU_U_SHRINK: return v < -alpha ? v + beta : (v > alpha ? v - beta : zero);
+    case EW_U_SIGMOID: return one / (one + m_exp(-v));
+    case EW_U_HARDSIGMOID: return clamp01(alpha * v + beta);
+    case EW_U_HARDSWISH: return v * clamp01(C(1.0 / 6.0) * v + C(0.5));
+    case EW_U_TANH: return m_tanh(v);
+    case EW_U_SOFTPLUS: return (v > zero ? v : zero) + m_log1p(m_exp(-m_fabs(v)));
+    case EW_U_SOFTSIGN: return v / (one + m_fabs(v));
+    case EW_U_MISH: return v * m_tanh((v > zero ? v : zero) + m_log1p(m_exp(-m_fabs(v))));
+    case EW_U_THRESHOLDEDRELU: return v > alpha ? v : zero;
+    case EW_U_SHRINK: return v < -alpha ? v + beta : (v > alpha ? v - beta : zero);
     default: return v;
     }
 }
@@ -65,10 +65,10 @@ __device__ __forceinline__ C unary_f(C v, C alpha, C beta, C gamma) {
 template <int OP, typename T> __device__ __forceinline__ T unary_i(T v) {
     typedef typename Wide<T>::U U;
     switch (OP) {
-    case KCU_U_ABS: return v < 0 ? (T)((U)0 - (U)v) : v;
-    case KCU_U_NEG: return (T)((U)0 - (U)v);
-    case KCU_U_SIGN: return (T)((v > 0) - (v < 0));
-    case KCU_U_RELU: return v < 0 ? (T)0 : v;
+    case EW_U_ABS: return v < 0 ? (T)((U)0 - (U)v) : v;
+    case EW_U_NEG: return (T)((U)0 - (U)v);
+    case EW_U_SIGN: return (T)((v > 0) - (v < 0));
+    case EW_U_RELU: return v < 0 ? (T)0 : v;
     default: return v;
     }
 }
@@ -87,13 +87,13 @@ __global__ void __launch_bounds__(KCU_THREADS)
 }
 
 #define KCU_UNARY_OPS(X)                                                                  \
-    X(KCU_U_ABS) X(KCU_U_NEG) X(KCU_U_SQRT) X(KCU_U_EXP) X(KCU_U_LOG) X(KCU_U_RECIPROCAL)   \
-    X(KCU_U_FLOOR) X(KCU_U_CEIL) X(KCU_U_ROUND) X(KCU_U_SIGN) X(KCU_U_SIN) X(KCU_U_COS)     \
-    X(KCU_U_TAN) X(KCU_U_ASIN) X(KCU_U_ACOS) X(KCU_U_ATAN) X(KCU_U_SINH) X(KCU_U_COSH)      \
-    X(KCU_U_ASINH) X(KCU_U_ACOSH) X(KCU_U_ATANH) X(KCU_U_ERF) X(KCU_U_RELU)                 \
-    X(KCU_U_LEAKYRELU) X(KCU_U_ELU) X(KCU_U_SELU) X(KCU_U_CELU) X(KCU_U_SIGMOID)            \
-    X(KCU_U_HARDSIGMOID) X(KCU_U_HARDSWISH) X(KCU_U_TANH) X(KCU_U_SOFTPLUS)                 \
-    X(KCU_U_SOFTSIGN) X(KCU_U_MISH) X(KCU_U_THRESHOLDEDRELU) X(KCU_U_SHRINK)
+    X(EW_U_ABS) X(EW_U_NEG) X(EW_U_SQRT) X(EW_U_EXP) X(EW_U_LOG) X(EW_U_RECIPROCAL)   \
+    X(EW_U_FLOOR) X(EW_U_CEIL) X(EW_U_ROUND) X(EW_U_SIGN) X(EW_U_SIN) X(EW_U_COS)     \
+    X(EW_U_TAN) X(EW_U_ASIN) X(EW_U_ACOS) X(EW_U_ATAN) X(EW_U_SINH) X(EW_U_COSH)      \
+    X(EW_U_ASINH) X(EW_U_ACOSH) X(EW_U_ATANH) X(EW_U_ERF) X(EW_U_RELU)                 \
+    X(EW_U_LEAKYRELU) X(EW_U_ELU) X(EW_U_SELU) X(EW_U_CELU) X(EW_U_SIGMOID)            \
+    X(EW_U_HARDSIGMOID) X(EW_U_HARDSWISH) X(EW_U_TANH) X(EW_U_SOFTPLUS)                 \
+    X(EW_U_SOFTSIGN) X(EW_U_MISH) X(EW_U_THRESHOLDEDRELU) X(EW_U_SHRINK)
 
 template <typename T>
 static cudaError_t unary_float(int op, const void *x, void *y, int64_t n, float a, float b,
@@ -101,10 +101,10 @@ static cudaError_t unary_float(int op, const void *x, void *y, int64_t n, float 
     const T *px = (const T *)x;
     T *py = (T *)y;
     switch (op) {
-#define KCU_U_LAUNCH(OP)                                                                  \
+#define KCU_UNARY_LAUNCH(OP)                                                                  \
     case OP: k_unary<OP, T><<<grid_for(n), KCU_THREADS, 0, st>>>(px, py, n, a, b, c); break;
-        KCU_UNARY_OPS(KCU_U_LAUNCH)
-#undef KCU_U_LAUNCH
+        KCU_UNARY_OPS(KCU_UNARY_LAUNCH)
+#undef KCU_UNARY_LAUNCH
     default: return cudaErrorInvalidValue;
     }
     return cudaGetLastError();
@@ -115,17 +115,17 @@ static cudaError_t unary_int(int op, const void *x, void *y, int64_t n, cudaStre
     const T *px = (const T *)x;
     T *py = (T *)y;
     switch (op) {
-    case KCU_U_ABS: k_unary<KCU_U_ABS, T><<<grid_for(n), KCU_THREADS, 0, st>>>(px, py, n, 0, 0, 0); break;
-    case KCU_U_NEG: k_unary<KCU_U_NEG, T><<<grid_for(n), KCU_THREADS, 0, st>>>(px, py, n, 0, 0, 0); break;
-    case KCU_U_SIGN: k_unary<KCU_U_SIGN, T><<<grid_for(n), KCU_THREADS, 0, st>>>(px, py, n, 0, 0, 0); break;
-    case KCU_U_RELU: k_unary<KCU_U_RELU, T><<<grid_for(n), KCU_THREADS, 0, st>>>(px, py, n, 0, 0, 0); break;
+    case EW_U_ABS: k_unary<EW_U_ABS, T><<<grid_for(n), KCU_THREADS, 0, st>>>(px, py, n, 0, 0, 0); break;
+    case EW_U_NEG: k_unary<EW_U_NEG, T><<<grid_for(n), KCU_THREADS, 0, st>>>(px, py, n, 0, 0, 0); break;
+    case EW_U_SIGN: k_unary<EW_U_SIGN, T><<<grid_for(n), KCU_THREADS, 0, st>>>(px, py, n, 0, 0, 0); break;
+    case EW_U_RELU: k_unary<EW_U_RELU, T><<<grid_for(n), KCU_THREADS, 0, st>>>(px, py, n, 0, 0, 0); break;
     default: return cudaErrorInvalidValue;
     }
     return cudaGetLastError();
 }
 
 static bool unary_int_op(int op) {
-    return op == KCU_U_ABS || op == KCU_U_NEG || op == KCU_U_SIGN || op == KCU_U_RELU;
+    return op == EW_U_ABS || op == EW_U_NEG || op == EW_U_SIGN || op == EW_U_RELU;
 }
 
 /* ---- predicates --------------------------------------------------------------- */
@@ -182,7 +182,7 @@ __device__ __forceinline__ void bc_offsets(const kcu_bcast &g, int64_t i, IdxT (
 /* ---- binary ------------------------------------------------------------------------- */
 
 template <int OP> struct BinIsBool {
-    static const bool value = OP >= KCU_B_EQ && OP <= KCU_B_XOR;
+    static const bool value = OP >= EW_B_EQ && OP <= EW_B_XOR;
 };
 
 __device__ __forceinline__ int64_t pymod_i64(int64_t a, int64_t b) {
@@ -198,32 +198,32 @@ bin_op(T av, T bv) {
     if constexpr (BinIsBool<OP>::value) {
         C a = Num<T>::load(av), b = Num<T>::load(bv);
         switch (OP) {
-        case KCU_B_EQ: return a == b;
-        case KCU_B_LT: return a < b;
-        case KCU_B_LE: return a <= b;
-        case KCU_B_GT: return a > b;
-        case KCU_B_GE: return a >= b;
-        case KCU_B_AND: return (a != 0) & (b != 0);
-        case KCU_B_OR: return (a != 0) | (b != 0);
+        case EW_B_EQ: return a == b;
+        case EW_B_LT: return a < b;
+        case EW_B_LE: return a <= b;
+        case EW_B_GT: return a > b;
+        case EW_B_GE: return a >= b;
+        case EW_B_AND: return (a != 0) & (b != 0);
+        case EW_B_OR: return (a != 0) | (b != 0);
         default: return (a != 0) ^ (b != 0); /* XOR */
         }
     } else if constexpr (IsFloat<T>::value) {
         C a = Num<T>::load(av), b = Num<T>::load(bv), r;
         switch (OP) {
-        case KCU_B_ADD: r = a + b; break;
-        case KCU_B_SUB: r = a - b; break;
-        case KCU_B_MUL: r = a * b; break;
-        case KCU_B_DIV: r = a / b; break;
-        case KCU_B_FMOD: r = m_fmod(a, b); break;
-        case KCU_B_PYMOD: {
+        case EW_B_ADD: r = a + b; break;
+        case EW_B_SUB: r = a - b; break;
+        case EW_B_MUL: r = a * b; break;
+        case EW_B_DIV: r = a / b; break;
+        case EW_B_MOD: r = m_fmod(a, b); break;
+        case EW_B_PYMOD: {
             C m = m_fmod(a, b);
             r = (m != C(0) && ((m < C(0)) != (b < C(0)))) ? m + b : m;
             break;
         }
-        case KCU_B_MAX: r = (a != a || a > b) ? a : b; break;
-        case KCU_B_MIN: r = (a != a || a < b) ? a : b; break;
-        case KCU_B_PRELU: r = a < C(0) ? a * b : a; break;
-        case KCU_B_POW: r = m_pow(a, b); break;
+        case EW_B_MAX: r = (a != a || a > b) ? a : b; break;
+        case EW_B_MIN: r = (a != a || a < b) ? a : b; break;
+        case EW_B_PRELU: r = a < C(0) ? a * b : a; break;
+        case EW_B_POW: r = m_pow(a, b); break;
         default: r = a; break;
         }
         return Num<T>::store(r);
@@ -232,29 +232,29 @@ bin_op(T av, T bv) {
         const T a = av, b = bv;
         if constexpr (std::is_signed<T>::value) {
             switch (OP) {
-            case KCU_B_ADD: return (T)((W)a + (W)b);
-            case KCU_B_SUB: return (T)((W)a - (W)b);
-            case KCU_B_MUL: return (T)((W)a * (W)b);
-            case KCU_B_DIV: return b == 0 ? (T)0 : b == (T)-1 ? (T)((W)0 - (W)a) : (T)(a / b);
-            case KCU_B_FMOD: return (b == 0 || b == (T)-1) ? (T)0 : (T)(a % b);
-            case KCU_B_PYMOD: return (T)pymod_i64((int64_t)a, (int64_t)b);
-            case KCU_B_MAX: return a > b ? a : b;
-            case KCU_B_MIN: return a < b ? a : b;
-            case KCU_B_PRELU: return a < (T)0 ? (T)((W)a * (W)b) : a;
+            case EW_B_ADD: return (T)((W)a + (W)b);
+            case EW_B_SUB: return (T)((W)a - (W)b);
+            case EW_B_MUL: return (T)((W)a * (W)b);
+            case EW_B_DIV: return b == 0 ? (T)0 : b == (T)-1 ? (T)((W)0 - (W)a) : (T)(a / b);
+            case EW_B_MOD: return (b == 0 || b == (T)-1) ? (T)0 : (T)(a % b);
+            case EW_B_PYMOD: return (T)pymod_i64((int64_t)a, (int64_t)b);
+            case EW_B_MAX: return a > b ? a : b;
+            case EW_B_MIN: return a < b ? a : b;
+            case EW_B_PRELU: return a < (T)0 ? (T)((W)a * (W)b) : a;
             default: return a;
             }
         } else {
             switch (OP) {
-            case KCU_B_ADD: return (T)((W)a + (W)b);
-            case KCU_B_SUB: return (T)((W)a - (W)b);
-            case KCU_B_MUL: return (T)((W)a * (W)b);
-            case KCU_B_DIV: return b == 0 ? (T)0 : (T)(a / b);
-            case KCU_B_FMOD:
-            case KCU_B_PYMOD: return b == 0 ? (T)0 : (T)(a % b);
-            case KCU_B_MAX: return a > b ? a : b;
-            case KCU_B_MIN: return a < b ? a : b;
-            case KCU_B_SHL: return b >= (T)(8 * sizeof(T)) ? (T)0 : (T)((W)a << b);
-            case KCU_B_SHR: return b >= (T)(8 * sizeof(T)) ? (T)0 : (T)(a >> b);
+            case EW_B_ADD: return (T)((W)a + (W)b);
+            case EW_B_SUB: return (T)((W)a - (W)b);
+            case EW_B_MUL: return (T)((W)a * (W)b);
+            case EW_B_DIV: return b == 0 ? (T)0 : (T)(a / b);
+            case EW_B_MOD:
+            case EW_B_PYMOD: return b == 0 ? (T)0 : (T)(a % b);
+            case EW_B_MAX: return a > b ? a : b;
+            case EW_B_MIN: return a < b ? a : b;
+            case EW_B_SHL: return b >= (T)(8 * sizeof(T)) ? (T)0 : (T)((W)a << b);
+            case EW_B_SHR: return b >= (T)(8 * sizeof(T)) ? (T)0 : (T)(a >> b);
             default: return a;
             }
         }
@@ -300,14 +300,14 @@ static const unsigned KCU_CMP = KCU_ARITH | KB(KILN_DTYPE_BOOL);
 
 static unsigned bin_mask(int op) {
     switch (op) {
-    case KCU_B_ADD: case KCU_B_SUB: case KCU_B_MUL: case KCU_B_DIV: case KCU_B_FMOD:
-    case KCU_B_PYMOD: case KCU_B_MAX: case KCU_B_MIN:
+    case EW_B_ADD: case EW_B_SUB: case EW_B_MUL: case EW_B_DIV: case EW_B_MOD:
+    case EW_B_PYMOD: case EW_B_MAX: case EW_B_MIN:
         return KCU_ARITH;
-    case KCU_B_PRELU: return KCU_PRELU;
-    case KCU_B_POW: return KCU_FLOATS;
-    case KCU_B_EQ: case KCU_B_LT: case KCU_B_LE: case KCU_B_GT: case KCU_B_GE: return KCU_CMP;
-    case KCU_B_AND: case KCU_B_OR: case KCU_B_XOR: return KB(KILN_DTYPE_BOOL);
-    case KCU_B_SHL: case KCU_B_SHR: return KCU_UINTS;
+    case EW_B_PRELU: return KCU_PRELU;
+    case EW_B_POW: return KCU_FLOATS;
+    case EW_B_EQ: case EW_B_LT: case EW_B_LE: case EW_B_GT: case EW_B_GE: return KCU_CMP;
+    case EW_B_AND: case EW_B_OR: case EW_B_XOR: return KB(KILN_DTYPE_BOOL);
+    case EW_B_SHL: case EW_B_SHR: return KCU_UINTS;
     default: return 0;
     }
 }
@@ -316,14 +316,14 @@ static unsigned bin_mask(int op) {
 template <int OP>
 static cudaError_t bin_dispatch(kiln_dtype t, const kcu_bcast *g, void *y, const void *a,
                                 const void *b, cudaStream_t st) {
-    constexpr bool arith = !BinIsBool<OP>::value && OP != KCU_B_POW && OP != KCU_B_SHL &&
-                           OP != KCU_B_SHR;
-    constexpr bool cmp = OP >= KCU_B_EQ && OP <= KCU_B_GE;
-    constexpr bool logic = OP >= KCU_B_AND && OP <= KCU_B_XOR;
-    constexpr bool shift = OP == KCU_B_SHL || OP == KCU_B_SHR;
-    constexpr bool floats = arith || cmp || OP == KCU_B_POW;
+    constexpr bool arith = !BinIsBool<OP>::value && OP != EW_B_POW && OP != EW_B_SHL &&
+                           OP != EW_B_SHR;
+    constexpr bool cmp = OP >= EW_B_EQ && OP <= EW_B_GE;
+    constexpr bool logic = OP >= EW_B_AND && OP <= EW_B_XOR;
+    constexpr bool shift = OP == EW_B_SHL || OP == EW_B_SHR;
+    constexpr bool floats = arith || cmp || OP == EW_B_POW;
     constexpr bool ints = arith || cmp;
-    constexpr bool uints = (ints && OP != KCU_B_PRELU) || shift;
+    constexpr bool uints = (ints && OP != EW_B_PRELU) || shift;
     switch (t) {
     case KILN_DTYPE_FLOAT32: if constexpr (floats) return bin_launch<OP, float>(g, y, a, b, st); break;
     case KILN_DTYPE_FLOAT16: if constexpr (floats) return bin_launch<OP, __half>(g, y, a, b, st); break;
@@ -406,7 +406,7 @@ using namespace kcu;
 extern "C" {
 
 int kcu_unary_has(int op, kiln_dtype t) {
-    if (op < 0 || op >= KCU_U_COUNT) return 0;
+    if (op < EW_U_ABS || op > EW_U_SHRINK) return 0;
     switch (t) {
     case KILN_DTYPE_FLOAT32: case KILN_DTYPE_FLOAT16: case KILN_DTYPE_BFLOAT16:
     case KILN_DTYPE_FLOAT64:
@@ -434,14 +434,14 @@ cudaError_t kcu_unary(int op, kiln_dtype t, const void *x, void *y, int64_t n, f
 cudaError_t kcu_predicate(int op, kiln_dtype t, const void *x, uint8_t *y, int64_t n,
                           int detect_pos, int detect_neg, cudaStream_t stream) {
     if (n <= 0) return cudaSuccess;
-    if (op == KCU_P_NOT) {
+    if (op == EW_U_NOT) {
         if (t != KILN_DTYPE_BOOL) return cudaErrorInvalidValue;
         k_not<<<grid_for(n), KCU_THREADS, 0, stream>>>((const uint8_t *)x, y, n);
         return cudaGetLastError();
     }
     bool done = false;
     KCU_SWITCH_FLOAT(t, {
-        if (op == KCU_P_ISNAN)
+        if (op == EW_U_ISNAN)
             k_isnan<T_><<<grid_for(n), KCU_THREADS, 0, stream>>>((const T_ *)x, y, n);
         else
             k_isinf<T_><<<grid_for(n), KCU_THREADS, 0, stream>>>((const T_ *)x, y, n, detect_pos,
@@ -462,12 +462,12 @@ cudaError_t kcu_binary(int op, kiln_dtype t, const kcu_bcast *g, void *y, const 
     if (!kcu_binary_has(op, t)) return cudaErrorInvalidValue;
     switch (op) {
 #define KCU_B_CASE(OP) case OP: return bin_dispatch<OP>(t, g, y, a, b, stream);
-        KCU_B_CASE(KCU_B_ADD) KCU_B_CASE(KCU_B_SUB) KCU_B_CASE(KCU_B_MUL) KCU_B_CASE(KCU_B_DIV)
-        KCU_B_CASE(KCU_B_FMOD) KCU_B_CASE(KCU_B_PYMOD) KCU_B_CASE(KCU_B_MAX)
-        KCU_B_CASE(KCU_B_MIN) KCU_B_CASE(KCU_B_PRELU) KCU_B_CASE(KCU_B_POW)
-        KCU_B_CASE(KCU_B_EQ) KCU_B_CASE(KCU_B_LT) KCU_B_CASE(KCU_B_LE) KCU_B_CASE(KCU_B_GT)
-        KCU_B_CASE(KCU_B_GE) KCU_B_CASE(KCU_B_AND) KCU_B_CASE(KCU_B_OR) KCU_B_CASE(KCU_B_XOR)
-        KCU_B_CASE(KCU_B_SHL) KCU_B_CASE(KCU_B_SHR)
+        KCU_B_CASE(EW_B_ADD) KCU_B_CASE(EW_B_SUB) KCU_B_CASE(EW_B_MUL) KCU_B_CASE(EW_B_DIV)
+        KCU_B_CASE(EW_B_MOD) KCU_B_CASE(EW_B_PYMOD) KCU_B_CASE(EW_B_MAX)
+        KCU_B_CASE(EW_B_MIN) KCU_B_CASE(EW_B_PRELU) KCU_B_CASE(EW_B_POW)
+        KCU_B_CASE(EW_B_EQ) KCU_B_CASE(EW_B_LT) KCU_B_CASE(EW_B_LE) KCU_B_CASE(EW_B_GT)
+        KCU_B_CASE(EW_B_GE) KCU_B_CASE(EW_B_AND) KCU_B_CASE(EW_B_OR) KCU_B_CASE(EW_B_XOR)
+        KCU_B_CASE(EW_B_SHL) KCU_B_CASE(EW_B_SHR)
 #undef KCU_B_CASE
     default: return cudaErrorInvalidValue;
     }

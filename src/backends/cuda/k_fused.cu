@@ -44,6 +44,32 @@ __global__ void k_bias_act(const T *x, T *y, const T *__restrict__ bias, const T
     }
 }
 
+/* The same for fp16/bf16 rows of M = 8k elements (plane 1, 16-byte aligned):
+ * 8 elements per thread with 16-byte loads and stores. */
+template <typename T>
+__global__ void k_bias_act_vec(const T *x, T *y, const T *__restrict__ bias, const T *__restrict__ r,
+                               int64_t total8, int64_t M8, int act, float alpha, float beta) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total8;
+         i += (int64_t)blockDim.x * gridDim.x) {
+        uint4 xu = reinterpret_cast<const uint4 *>(x)[i], bu = make_uint4(0, 0, 0, 0), ru = bu, o;
+        if (bias) bu = reinterpret_cast<const uint4 *>(bias)[i % M8];
+        if (r) ru = reinterpret_cast<const uint4 *>(r)[i];
+        const T *xe = reinterpret_cast<const T *>(&xu), *be = reinterpret_cast<const T *>(&bu);
+        const T *re = reinterpret_cast<const T *>(&ru);
+        T *oe = reinterpret_cast<T *>(&o);
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            float v = Num<T>::load(xe[k]);
+            if (bias) v += Num<T>::load(be[k]);
+            if (r) v += Num<T>::load(re[k]);
+            if (act >= KCU_ACT_GELU_ERF) v = gelu_apply<float>(act, v);
+            else v = act_apply<float>(act, alpha, beta, v);
+            oe[k] = Num<T>::store(v);
+        }
+        reinterpret_cast<uint4 *>(y)[i] = o;
+    }
+}
+
 #define ATT_TILE 32 /* keys per shared-memory tile */
 #define ATT_ROWS 64 /* query rows (threads) per block */
 
@@ -53,7 +79,7 @@ template <typename T, int DM>
 __global__ void __launch_bounds__(ATT_ROWS)
     k_attention(const __grid_constant__ kcu_attn g, const T *__restrict__ q,
                 const T *__restrict__ k, const T *__restrict__ v, const T *__restrict__ mask,
-                T *__restrict__ o) {
+                const uint8_t *__restrict__ cond, const T *__restrict__ bias, T *__restrict__ o) {
     __shared__ float ksh[ATT_TILE][DM];
     __shared__ float vsh[ATT_TILE][DM];
     const int64_t b = blockIdx.x / g.H, h = blockIdx.x % g.H;
@@ -69,6 +95,8 @@ __global__ void __launch_bounds__(ATT_ROWS)
     const T *kb = k + b * g.ks[0] + h * g.ks[1];
     const T *vb = v + b * g.vs[0] + h * g.vs[1];
     const T *mrow = g.has_mask ? mask + b * g.ms[0] + h * g.ms[1] + (row ? i : 0) * g.ms[2] : NULL;
+    const uint8_t *crow = g.has_cond ? cond + b * g.cs[0] + h * g.cs[1] + (row ? i : 0) * g.cs[2] : NULL;
+    const T *brow = g.has_bias ? bias + b * g.bs[0] + h * g.bs[1] + (row ? i : 0) * g.bs[2] : NULL;
     float m = -INFINITY, l = 0.0f;
     for (int64_t j0 = 0; j0 < g.Sk; j0 += ATT_TILE) {
         const int nt = g.Sk - j0 < ATT_TILE ? (int)(g.Sk - j0) : ATT_TILE;
@@ -89,7 +117,10 @@ __global__ void __launch_bounds__(ATT_ROWS)
                 float s = 0.0f;
 #pragma unroll
                 for (int d = 0; d < DM; d++) s += qr[d] * ksh[jj][d];
+                if (crow && (crow[(j0 + jj) * g.cs[3]] != 0) == (g.cond_fill_if != 0))
+                    s = g.cond_mode == 1 ? g.fill : s + g.fill;
                 if (mrow) s += Num<T>::load(mrow[(j0 + jj) * g.ms[3]]);
+                if (brow) s += Num<T>::load(brow[(j0 + jj) * g.bs[3]]);
                 if (s == -INFINITY) continue; /* weight 0 */
                 if (s > m) {
                     const float c = expf(m - s);
@@ -109,23 +140,29 @@ __global__ void __launch_bounds__(ATT_ROWS)
     if (!row) return;
     T *op = o + b * g.os[0] + h * g.os[1] + i * g.os[2];
     const float inv = 1.0f / l; /* every key masked out: 0/0 = NaN, as softmax of all -inf */
+    const bool zero = g.nan_to_zero && !(l > 0.0f); /* NaN or 0: every probability is NaN */
 #pragma unroll
     for (int d = 0; d < DM; d++)
-        if (d < g.Dv) op[d * g.os[3]] = Num<T>::store(acc[d] * inv);
+        if (d < g.Dv) op[d * g.os[3]] = Num<T>::store(zero ? 0.0f : acc[d] * inv);
 }
 
 template <typename T>
 static cudaError_t attention_launch(const kcu_attn *g, const void *q, const void *k, const void *v,
-                                    const void *mask, void *o, cudaStream_t stream) {
+                                    const void *mask, const uint8_t *cond, const void *bias, void *o,
+                                    cudaStream_t stream) {
     const int64_t dmax = g->D > g->Dv ? g->D : g->Dv;
     const int64_t chunks = (g->Sq + ATT_ROWS - 1) / ATT_ROWS;
     if (g->B * g->H > INT32_MAX || chunks > 65535) return cudaErrorInvalidConfiguration;
     dim3 grid((unsigned)(g->B * g->H), (unsigned)chunks);
     const T *qt = (const T *)q, *kt = (const T *)k, *vt = (const T *)v, *mt = (const T *)mask;
-    if (dmax <= 32) k_attention<T, 32><<<grid, ATT_ROWS, 0, stream>>>(*g, qt, kt, vt, mt, (T *)o);
-    else if (dmax <= 64) k_attention<T, 64><<<grid, ATT_ROWS, 0, stream>>>(*g, qt, kt, vt, mt, (T *)o);
+    const T *bt = (const T *)bias;
+    if (dmax <= 32)
+        k_attention<T, 32><<<grid, ATT_ROWS, 0, stream>>>(*g, qt, kt, vt, mt, cond, bt, (T *)o);
+    else if (dmax <= 64)
+        k_attention<T, 64><<<grid, ATT_ROWS, 0, stream>>>(*g, qt, kt, vt, mt, cond, bt, (T *)o);
     else if (dmax <= KCU_ATTN_MAX_D)
-        k_attention<T, KCU_ATTN_MAX_D><<<grid, ATT_ROWS, 0, stream>>>(*g, qt, kt, vt, mt, (T *)o);
+        k_attention<T, KCU_ATTN_MAX_D><<<grid, ATT_ROWS, 0, stream>>>(*g, qt, kt, vt, mt, cond, bt,
+                                                                     (T *)o);
     else return cudaErrorInvalidValue;
     return cudaGetLastError();
 }
@@ -140,6 +177,22 @@ cudaError_t kcu_bias_act(kiln_dtype t, const void *x, void *y, const void *bias,
     int64_t total = N * M * plane;
     if (total <= 0) return cudaSuccess;
     if (x == y && !bias && !residual && act == KCU_ACT_NONE) return cudaSuccess;
+    const bool al = (uintptr_t)x % 16 == 0 && (uintptr_t)y % 16 == 0 && (uintptr_t)bias % 16 == 0 &&
+                    (uintptr_t)residual % 16 == 0;
+    if ((t == KILN_DTYPE_FLOAT16 || t == KILN_DTYPE_BFLOAT16) && al && (plane == 1 || !bias) &&
+        (bias ? M % 8 == 0 : total % 8 == 0)) {
+        const int64_t t8 = total / 8, m8 = bias ? M / 8 : 1;
+        const unsigned grid = grid_for(t8);
+        if (t == KILN_DTYPE_FLOAT16)
+            k_bias_act_vec<__half><<<grid, KCU_THREADS, 0, stream>>>(
+                (const __half *)x, (__half *)y, (const __half *)bias, (const __half *)residual, t8, m8, act,
+                alpha, beta);
+        else
+            k_bias_act_vec<__nv_bfloat16><<<grid, KCU_THREADS, 0, stream>>>(
+                (const __nv_bfloat16 *)x, (__nv_bfloat16 *)y, (const __nv_bfloat16 *)bias,
+                (const __nv_bfloat16 *)residual, t8, m8, act, alpha, beta);
+        return cudaGetLastError();
+    }
     KCU_SWITCH_FLOAT(t, {
         if (total < INT32_MAX)
             k_bias_act<T_, int32_t><<<grid_for(total), KCU_THREADS, 0, stream>>>(
@@ -155,12 +208,16 @@ cudaError_t kcu_bias_act(kiln_dtype t, const void *x, void *y, const void *bias,
 }
 
 cudaError_t kcu_attention(kiln_dtype t, const kcu_attn *g, const void *q, const void *k,
-                          const void *v, const void *mask, void *o, cudaStream_t stream) {
+                          const void *v, const void *mask, const uint8_t *cond, const void *bias,
+                          void *o, cudaStream_t stream) {
     if (g->B * g->H * g->Sq <= 0 || g->Dv <= 0) return cudaSuccess;
     switch (t) {
-    case KILN_DTYPE_FLOAT32: return attention_launch<float>(g, q, k, v, mask, o, stream);
-    case KILN_DTYPE_FLOAT16: return attention_launch<__half>(g, q, k, v, mask, o, stream);
-    case KILN_DTYPE_BFLOAT16: return attention_launch<__nv_bfloat16>(g, q, k, v, mask, o, stream);
+    case KILN_DTYPE_FLOAT32:
+        return attention_launch<float>(g, q, k, v, mask, cond, bias, o, stream);
+    case KILN_DTYPE_FLOAT16:
+        return attention_launch<__half>(g, q, k, v, mask, cond, bias, o, stream);
+    case KILN_DTYPE_BFLOAT16:
+        return attention_launch<__nv_bfloat16>(g, q, k, v, mask, cond, bias, o, stream);
     default: return cudaErrorInvalidValue;
     }
 }

@@ -154,10 +154,94 @@ __global__ void __launch_bounds__(KCU_THREADS)
     }
 }
 
+/* fp16/bf16 rows of D = 8k <= 256 * VPL elements, 16-byte aligned: a warp per
+ * row holding its values in registers (one read of x, 16-byte loads and
+ * stores), 4 rows per block. Same arithmetic as k_layernorm (fp32, mean
+ * first, then the mean of squared deviations). */
+template <typename T, int VPL>
+__global__ void __launch_bounds__(128)
+    k_layernorm_vec(const T *__restrict__ x, const T *__restrict__ scale, const T *__restrict__ bias,
+                    T *__restrict__ y, kiln_dtype stat_t, void *mean_out, void *inv_out, int64_t rows,
+                    int64_t D, float eps) {
+    const int lane = threadIdx.x & 31;
+    const int64_t r = (int64_t)blockIdx.x * 4 + (threadIdx.x >> 5);
+    if (r >= rows) return;
+    const int nv = (int)(D / 8);
+    const uint4 *xr = reinterpret_cast<const uint4 *>(x + r * D);
+    float v[VPL][8];
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < VPL; i++) {
+        const int c = lane + i * 32;
+        uint4 u = c < nv ? xr[c] : make_uint4(0, 0, 0, 0);
+        const T *e = reinterpret_cast<const T *>(&u);
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            v[i][k] = Num<T>::load(e[k]);
+            s += v[i][k];
+        }
+    }
+    const float mean = warp_reduce(s, OpAdd()) / (float)D;
+    float ss = 0.0f;
+#pragma unroll
+    for (int i = 0; i < VPL; i++)
+        if (lane + i * 32 < nv)
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                const float d = v[i][k] - mean;
+                ss += d * d;
+            }
+    const float inv = 1.0f / sqrtf(warp_reduce(ss, OpAdd()) / (float)D + eps);
+    uint4 *yr = reinterpret_cast<uint4 *>(y + r * D);
+    const uint4 *sc = reinterpret_cast<const uint4 *>(scale), *bi = reinterpret_cast<const uint4 *>(bias);
+#pragma unroll
+    for (int i = 0; i < VPL; i++) {
+        const int c = lane + i * 32;
+        if (c >= nv) break;
+        uint4 su = sc[c], bu = bias ? bi[c] : make_uint4(0, 0, 0, 0), o;
+        const T *se = reinterpret_cast<const T *>(&su), *be = reinterpret_cast<const T *>(&bu);
+        T *oe = reinterpret_cast<T *>(&o);
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            float w = (v[i][k] - mean) * inv * Num<T>::load(se[k]);
+            if (bias) w += Num<T>::load(be[k]);
+            oe[k] = Num<T>::store(w);
+        }
+        yr[c] = o;
+    }
+    if (lane == 0) {
+        if (mean_out) store_stat_dt(stat_t, mean_out, r, (double)mean);
+        if (inv_out) store_stat_dt(stat_t, inv_out, r, (double)inv);
+    }
+}
+
+template <typename T, int VPL>
+static cudaError_t layernorm_vec_launch(const void *x, const void *scale, const void *bias, void *y,
+                                        kiln_dtype stat_t, void *mean, void *inv, int64_t rows,
+                                        int64_t D, float eps, cudaStream_t st) {
+    const int64_t blocks = (rows + 3) / 4;
+    if (blocks > INT32_MAX) return cudaErrorInvalidConfiguration;
+    k_layernorm_vec<T, VPL><<<(unsigned)blocks, 128, 0, st>>>((const T *)x, (const T *)scale, (const T *)bias,
+                                                              (T *)y, stat_t, mean, inv, rows, D, eps);
+    return cudaGetLastError();
+}
+
+static bool al16(const void *p) { return (uintptr_t)p % 16 == 0; }
+
 template <typename T>
 static cudaError_t layernorm_launch(const void *x, const void *scale, int ss, const void *bias,
                                     int bs, void *y, kiln_dtype stat_t, void *mean, void *inv,
                                     int64_t rows, int64_t D, float eps, cudaStream_t st) {
+    if constexpr (sizeof(T) == 2) {
+        if (D % 8 == 0 && D > 0 && D <= 2048 && !ss && !bs && al16(x) && al16(y) && al16(scale) &&
+            (!bias || al16(bias))) {
+            if (D <= 256) return layernorm_vec_launch<T, 1>(x, scale, bias, y, stat_t, mean, inv, rows, D, eps, st);
+            if (D <= 512) return layernorm_vec_launch<T, 2>(x, scale, bias, y, stat_t, mean, inv, rows, D, eps, st);
+            if (D <= 768) return layernorm_vec_launch<T, 3>(x, scale, bias, y, stat_t, mean, inv, rows, D, eps, st);
+            if (D <= 1024) return layernorm_vec_launch<T, 4>(x, scale, bias, y, stat_t, mean, inv, rows, D, eps, st);
+            return layernorm_vec_launch<T, 8>(x, scale, bias, y, stat_t, mean, inv, rows, D, eps, st);
+        }
+    }
     if (D <= 1024) {
         int64_t blocks = (rows + (KCU_THREADS / 32) - 1) / (KCU_THREADS / 32);
         k_layernorm<T, 32><<<grid_for(blocks, 1), KCU_THREADS, 0, st>>>(

@@ -122,6 +122,167 @@ __global__ void __launch_bounds__(KCU_THREADS)
     }
 }
 
+/* ---- channels last ------------------------------------------------------------- */
+
+/* V elements of T moved as one (16 bytes for 8 halves) */
+template <typename T, int V> struct alignas(sizeof(T) * V) Vec {
+    T v[V];
+};
+
+/* thread per (n, ho, wo, group of V channels) */
+/* I: the index type (32 bits where every offset fits: cheaper division) */
+template <typename T, int V, typename I>
+__global__ void __launch_bounds__(KCU_THREADS)
+    k_pool_nhwc(const T *__restrict__ x, T *__restrict__ y, const __grid_constant__ kcu_pool_nhwc g) {
+    typedef Vec<T, V> VT;
+    const I cv = (I)(g.C / V), total = (I)(g.N * g.Ho * g.Wo) * cv, Wo = (I)g.Wo, Ho = (I)g.Ho;
+    for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (I)blockDim.x * gridDim.x) {
+        I c = i % cv, p = i / cv;
+        const I wo = p % Wo;
+        p /= Wo;
+        const I ho = p % Ho, n = p / Ho;
+        float best[V], acc[V];
+#pragma unroll
+        for (int j = 0; j < V; j++) best[j] = -INFINITY, acc[j] = 0.0f;
+        int n_valid = 0, n_pad = 0;
+        for (I ki = 0; ki < (I)g.kh; ki++) {
+            const I h = ho * (I)g.sh - (I)g.ph + ki * (I)g.dh;
+            const bool in_h = h >= 0 && h < (I)g.H, pad_h = h >= -(I)g.ph && h < (I)(g.H + g.peh);
+            for (I kj = 0; kj < (I)g.kw; kj++) {
+                const I w = wo * (I)g.sw - (I)g.pw + kj * (I)g.dw;
+                if (in_h && w >= 0 && w < (I)g.W) {
+                    const VT v = *(const VT *)(x + ((n * (I)g.H + h) * (I)g.W + w) * (I)g.C + c * V);
+#pragma unroll
+                    for (int j = 0; j < V; j++) {
+                        const float f = Num<T>::load(v.v[j]);
+                        if (g.kind == 0) {
+                            if (n_valid == 0 || f > best[j]) best[j] = f;
+                        } else {
+                            acc[j] += f;
+                        }
+                    }
+                    n_valid++;
+                } else if (pad_h && w >= -(I)g.pw && w < (I)(g.W + g.pew)) {
+                    n_pad++;
+                }
+            }
+        }
+        VT r;
+        const float div = (float)(g.count_include_pad ? n_valid + n_pad : n_valid);
+#pragma unroll
+        for (int j = 0; j < V; j++) r.v[j] = Num<T>::store(g.kind == 0 ? best[j] : acc[j] / div);
+        *(VT *)(y + ((n * Ho + ho) * Wo + wo) * (I)g.C + c * V) = r;
+    }
+}
+
+/* block (32, 8) per (32 groups of V channels, image n): the 8 rows of
+ * threads split the HW positions, then add up in shared memory */
+template <typename T, int V>
+__global__ void __launch_bounds__(256)
+    k_gap_nhwc(const T *__restrict__ x, T *__restrict__ y, int64_t HW, int64_t C) {
+    typedef Vec<T, V> VT;
+    __shared__ float sh[8][32][V];
+    const int64_t cv = C / V, c = (int64_t)blockIdx.x * 32 + threadIdx.x, n = blockIdx.y;
+    float acc[V];
+#pragma unroll
+    for (int j = 0; j < V; j++) acc[j] = 0.0f;
+    if (c < cv)
+        for (int64_t p = threadIdx.y; p < HW; p += 8) {
+            const VT v = *(const VT *)(x + (n * HW + p) * C + c * V);
+#pragma unroll
+            for (int j = 0; j < V; j++) acc[j] += Num<T>::load(v.v[j]);
+        }
+#pragma unroll
+    for (int j = 0; j < V; j++) sh[threadIdx.y][threadIdx.x][j] = acc[j];
+    __syncthreads();
+    if (threadIdx.y == 0 && c < cv) {
+        VT r;
+#pragma unroll
+        for (int j = 0; j < V; j++) {
+            float s = 0.0f;
+            for (int k = 0; k < 8; k++) s += sh[k][threadIdx.x][j];
+            r.v[j] = Num<T>::store(s / (float)HW);
+        }
+        *(VT *)(y + n * C + c * V) = r;
+    }
+}
+
+/* thread per (n, group of V output channels, position): reads along the
+ * positions (coalesced), writes V channels at once */
+template <typename T, int V>
+__global__ void __launch_bounds__(KCU_THREADS)
+    k_nchw_to_nhwc_v(const T *__restrict__ x, T *__restrict__ y, int64_t N, int64_t C, int64_t HW, int64_t Cp) {
+    typedef Vec<T, V> VT;
+    const int64_t cg = Cp / V, total = N * cg * HW;
+    KCU_GRID_STRIDE(i, total) {
+        const int64_t p = i % HW, t = i / HW, k = t % cg, n = t / cg;
+        VT r;
+#pragma unroll
+        for (int j = 0; j < V; j++) {
+            const int64_t c = k * V + j;
+            r.v[j] = c < C ? x[(n * C + c) * HW + p] : Num<T>::store(0.0f);
+        }
+        *(VT *)(y + (n * HW + p) * Cp + k * V) = r;
+    }
+}
+
+/* thread per (n, l, m, group of 8 output channels) */
+template <typename T>
+__global__ void __launch_bounds__(KCU_THREADS)
+    k_s2d_nhwc8(const T *__restrict__ x, T *__restrict__ y, int64_t N, int64_t C, int64_t H, int64_t W, int64_t ph,
+                int64_t pw, int64_t Lh, int64_t Lw, int64_t Cp) {
+    typedef Vec<T, 8> VT;
+    const int64_t cg = Cp / 8, total = N * Lh * Lw * cg;
+    KCU_GRID_STRIDE(i, total) {
+        const int64_t k = i % cg, t = i / cg, m = t % Lw, t2 = t / Lw, l = t2 % Lh, n = t2 / Lh;
+        VT r;
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const int64_t cc = k * 8 + j, c = cc >> 2, h = 2 * l + ((cc >> 1) & 1) - ph, w = 2 * m + (cc & 1) - pw;
+            r.v[j] = c < C && h >= 0 && h < H && w >= 0 && w < W ? x[((n * C + c) * H + h) * W + w]
+                                                               : Num<T>::store((typename Num<T>::C)0);
+        }
+        *(VT *)(y + i * 8) = r;
+    }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(KCU_THREADS)
+    k_s2d_nhwc1(const T *__restrict__ x, T *__restrict__ y, int64_t N, int64_t C, int64_t H, int64_t W, int64_t ph,
+                int64_t pw, int64_t Lh, int64_t Lw, int64_t Cp) {
+    const int64_t total = N * Lh * Lw * Cp;
+    KCU_GRID_STRIDE(i, total) {
+        const int64_t cc = i % Cp, t = i / Cp, m = t % Lw, t2 = t / Lw, l = t2 % Lh, n = t2 / Lh;
+        const int64_t c = cc >> 2, h = 2 * l + ((cc >> 1) & 1) - ph, w = 2 * m + (cc & 1) - pw;
+        y[i] = c < C && h >= 0 && h < H && w >= 0 && w < W ? x[((n * C + c) * H + h) * W + w]
+                                                           : Num<T>::store((typename Num<T>::C)0);
+    }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(KCU_THREADS)
+    k_nchw_to_nhwc1(const T *__restrict__ x, T *__restrict__ y, int64_t N, int64_t C, int64_t HW, int64_t Cp) {
+    const int64_t total = N * Cp * HW;
+    KCU_GRID_STRIDE(i, total) {
+        const int64_t c = i % Cp, t = i / Cp, p = t % HW, n = t / HW;
+        y[i] = c < C ? x[(n * C + c) * HW + p] : Num<T>::store((typename Num<T>::C)0);
+    }
+}
+
+/* 32-bit indices where every element offset fits */
+template <typename T, int V>
+static void pool_nhwc_launch(const kcu_pool_nhwc *g, const void *x, void *y, int64_t total, cudaStream_t stream) {
+    const bool i32 = g->N * g->H * g->W * g->C < INT32_MAX && g->N * g->Ho * g->Wo * g->C < INT32_MAX;
+    if (i32) k_pool_nhwc<T, V, int32_t><<<grid_for(total), KCU_THREADS, 0, stream>>>((const T *)x, (T *)y, *g);
+    else k_pool_nhwc<T, V, int64_t><<<grid_for(total), KCU_THREADS, 0, stream>>>((const T *)x, (T *)y, *g);
+}
+
+/* elements per 16 bytes of T where C and the pointers allow, else 1 */
+template <typename T> static int vec_width(int64_t C, const void *a, const void *b) {
+    const int v = (int)(16 / sizeof(T));
+    return v > 1 && C % v == 0 && (uintptr_t)a % 16 == 0 && (uintptr_t)b % 16 == 0 ? v : 1;
+}
+
 } /* namespace kcu */
 
 using namespace kcu;
@@ -133,6 +294,72 @@ cudaError_t kcu_pool_run(kiln_dtype t, const kcu_pool *g, const void *x, void *y
     if (g->out_n <= 0) return cudaSuccess;
     KCU_SWITCH_FLOAT(t, {
         k_pool<T_><<<grid_for(g->out_n), KCU_THREADS, 0, stream>>>((const T_ *)x, (T_ *)y, ind, *g);
+        return cudaGetLastError();
+    })
+    return cudaErrorInvalidValue;
+}
+
+cudaError_t kcu_pool_nhwc_run(kiln_dtype t, const kcu_pool_nhwc *g, const void *x, void *y,
+                              cudaStream_t stream) {
+    if (g->N * g->Ho * g->Wo * g->C <= 0) return cudaSuccess;
+    KCU_SWITCH_FLOAT(t, {
+        const int v = vec_width<T_>(g->C, x, y);
+        const int64_t total = g->N * g->Ho * g->Wo * (g->C / v);
+        if (v == 8) pool_nhwc_launch<T_, 8>(g, x, y, total, stream);
+        else if (v == 4) pool_nhwc_launch<T_, 4>(g, x, y, total, stream);
+        else if (v == 2) pool_nhwc_launch<T_, 2>(g, x, y, total, stream);
+        else pool_nhwc_launch<T_, 1>(g, x, y, total, stream);
+        return cudaGetLastError();
+    })
+    return cudaErrorInvalidValue;
+}
+
+cudaError_t kcu_gap_nhwc(kiln_dtype t, int64_t N, int64_t HW, int64_t C, const void *x, void *y,
+                         cudaStream_t stream) {
+    if (N * C <= 0) return cudaSuccess;
+    if (N > 65535) return cudaErrorInvalidValue;
+    KCU_SWITCH_FLOAT(t, {
+        const int v = vec_width<T_>(C, x, y);
+        const dim3 block(32, 8), grid((unsigned)((C / v + 31) / 32), (unsigned)N);
+        if (v == 8) k_gap_nhwc<T_, 8><<<grid, block, 0, stream>>>((const T_ *)x, (T_ *)y, HW, C);
+        else if (v == 4) k_gap_nhwc<T_, 4><<<grid, block, 0, stream>>>((const T_ *)x, (T_ *)y, HW, C);
+        else if (v == 2) k_gap_nhwc<T_, 2><<<grid, block, 0, stream>>>((const T_ *)x, (T_ *)y, HW, C);
+        else k_gap_nhwc<T_, 1><<<grid, block, 0, stream>>>((const T_ *)x, (T_ *)y, HW, C);
+        return cudaGetLastError();
+    })
+    return cudaErrorInvalidValue;
+}
+
+cudaError_t kcu_s2d_nhwc(kiln_dtype t, int64_t N, int64_t C, int64_t H, int64_t W, int64_t ph, int64_t pw,
+                         int64_t Lh, int64_t Lw, int64_t Cp, const void *x, void *y, cudaStream_t stream) {
+    if (N * Lh * Lw * Cp <= 0) return cudaSuccess;
+    if (Cp < 4 * C) return cudaErrorInvalidValue;
+    KCU_SWITCH_FLOAT(t, {
+        if (sizeof(T_) == 2 && Cp % 8 == 0 && (uintptr_t)y % 16 == 0)
+            k_s2d_nhwc8<T_><<<grid_for(N * Lh * Lw * (Cp / 8)), KCU_THREADS, 0, stream>>>(
+                (const T_ *)x, (T_ *)y, N, C, H, W, ph, pw, Lh, Lw, Cp);
+        else
+            k_s2d_nhwc1<T_><<<grid_for(N * Lh * Lw * Cp), KCU_THREADS, 0, stream>>>((const T_ *)x, (T_ *)y, N, C, H,
+                                                                                W, ph, pw, Lh, Lw, Cp);
+        return cudaGetLastError();
+    })
+    return cudaErrorInvalidValue;
+}
+
+cudaError_t kcu_nchw_to_nhwc(kiln_dtype t, int64_t N, int64_t C, int64_t HW, int64_t Cp, const void *x,
+                             void *y, cudaStream_t stream) {
+    if (N * Cp * HW <= 0) return cudaSuccess;
+    if (Cp < C) return cudaErrorInvalidValue;
+    KCU_SWITCH_FLOAT(t, {
+        if (sizeof(T_) == 2 && Cp % 8 == 0 && (uintptr_t)y % 16 == 0)
+            k_nchw_to_nhwc_v<T_, 8><<<grid_for(N * (Cp / 8) * HW), KCU_THREADS, 0, stream>>>((const T_ *)x, (T_ *)y,
+                                                                                         N, C, HW, Cp);
+        else if (sizeof(T_) == 2 && Cp % 4 == 0 && (uintptr_t)y % 8 == 0)
+            k_nchw_to_nhwc_v<T_, 4><<<grid_for(N * (Cp / 4) * HW), KCU_THREADS, 0, stream>>>((const T_ *)x, (T_ *)y,
+                                                                                         N, C, HW, Cp);
+        else
+            k_nchw_to_nhwc1<T_><<<grid_for(N * Cp * HW), KCU_THREADS, 0, stream>>>((const T_ *)x, (T_ *)y, N, C,
+                                                                               HW, Cp);
         return cudaGetLastError();
     })
     return cudaErrorInvalidValue;

@@ -97,7 +97,7 @@ static double cm(const emu_layout *l, const void *p, int64_t b, uint64_t i, uint
 cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, const void *alpha, const void *A, cublasLtMatrixLayout_t Al,
     const void *B, cublasLtMatrixLayout_t Bl, const void *beta, const void *C, cublasLtMatrixLayout_t Cl, void *D, cublasLtMatrixLayout_t Dl,
     const cublasLtMatmulAlgo_t *algo, void *ws, size_t wss, cudaStream_t st) {
-    (void)h; (void)algo; (void)ws; (void)wss; (void)st; (void)C;
+    (void)h; (void)algo; (void)ws; (void)wss; (void)st;
     emu_desc *d = (emu_desc *)desc; emu_layout *a = (emu_layout *)Al, *b = (emu_layout *)Bl, *c = (emu_layout *)Cl, *dl = (emu_layout *)Dl;
     double al, be_;
     if (d->ct == CUBLAS_COMPUTE_64F) { al = *(const double *)alpha; be_ = *(const double *)beta; }
@@ -116,7 +116,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, con
                 acc += x * y;
             }
             int64_t off = bb * dl->stride + (int64_t)j * dl->ld + (int64_t)i;
-            double v = al * acc + (be_ != 0 ? be_ * kiln__load_f64(kt(dl->t), D, off) : 0.0);
+            /* C and D share the layout; C may be apart from D (a residual) */
+            double v = al * acc + (be_ != 0 ? be_ * kiln__load_f64(kt(dl->t), C, off) : 0.0);
             cublasLtEpilogue_t ep = d->epi;
             if (ep == CUBLASLT_EPILOGUE_BIAS || ep == CUBLASLT_EPILOGUE_RELU_BIAS || ep == CUBLASLT_EPILOGUE_GELU_BIAS) {
                 if (!d->bias) { fprintf(stderr, "EMU: bias epilogue without a bias pointer\n"); exit(3); }
@@ -137,9 +138,9 @@ static void st_(kiln_dtype t, void *p, int64_t i, double v) { kiln__store_f64(t,
 static double clamp01(double v) { v = v > 1 ? 1 : v; return v < 0 ? 0 : v; }
 
 int kcu_unary_has(int op, kiln_dtype t) {
-    if (op < 0 || op >= KCU_U_COUNT) return 0;
+    if (op < EW_U_ABS || op > EW_U_SHRINK) return 0;
     if (isf(t)) return 1;
-    if (t == KILN_DTYPE_INT32 || t == KILN_DTYPE_INT64) return op == KCU_U_ABS || op == KCU_U_NEG || op == KCU_U_SIGN || op == KCU_U_RELU;
+    if (t == KILN_DTYPE_INT32 || t == KILN_DTYPE_INT64) return op == EW_U_ABS || op == EW_U_NEG || op == EW_U_SIGN || op == EW_U_RELU;
     return 0;
 }
 cudaError_t kcu_unary(int op, kiln_dtype t, const void *x, void *y, int64_t n, float alpha, float beta, float gamma, cudaStream_t s) {
@@ -148,33 +149,33 @@ cudaError_t kcu_unary(int op, kiln_dtype t, const void *x, void *y, int64_t n, f
     for (int64_t i = 0; i < n; i++) {
         if (!isf(t)) {
             int64_t v = kiln__load_i64(t, x, i), r = v;
-            if (op == KCU_U_ABS) r = v < 0 ? (int64_t)(0 - (uint64_t)v) : v;
-            if (op == KCU_U_NEG) r = (int64_t)(0 - (uint64_t)v);
-            if (op == KCU_U_SIGN) r = (v > 0) - (v < 0);
-            if (op == KCU_U_RELU) r = v < 0 ? 0 : v;
+            if (op == EW_U_ABS) r = v < 0 ? (int64_t)(0 - (uint64_t)v) : v;
+            if (op == EW_U_NEG) r = (int64_t)(0 - (uint64_t)v);
+            if (op == EW_U_SIGN) r = (v > 0) - (v < 0);
+            if (op == EW_U_RELU) r = v < 0 ? 0 : v;
             kiln__store_i64(t, y, i, r);
             continue;
         }
         double v = ld(t, x, i), r = v, a = alpha, b = beta, g = gamma;
         switch (op) {
-        case KCU_U_ABS: r = fabs(v); break; case KCU_U_NEG: r = -v; break; case KCU_U_SQRT: r = sqrt(v); break;
-        case KCU_U_EXP: r = exp(v); break; case KCU_U_LOG: r = log(v); break; case KCU_U_RECIPROCAL: r = 1 / v; break;
-        case KCU_U_FLOOR: r = floor(v); break; case KCU_U_CEIL: r = ceil(v); break; case KCU_U_ROUND: r = rint(v); break;
-        case KCU_U_SIGN: r = v > 0 ? 1 : (v < 0 ? -1 : v); break;
-        case KCU_U_SIN: r = sin(v); break; case KCU_U_COS: r = cos(v); break; case KCU_U_TAN: r = tan(v); break;
-        case KCU_U_ASIN: r = asin(v); break; case KCU_U_ACOS: r = acos(v); break; case KCU_U_ATAN: r = atan(v); break;
-        case KCU_U_SINH: r = sinh(v); break; case KCU_U_COSH: r = cosh(v); break; case KCU_U_ASINH: r = asinh(v); break;
-        case KCU_U_ACOSH: r = acosh(v); break; case KCU_U_ATANH: r = atanh(v); break; case KCU_U_ERF: r = erf(v); break;
-        case KCU_U_RELU: r = v < 0 ? 0 : v; break; case KCU_U_LEAKYRELU: r = v < 0 ? v * a : v; break;
-        case KCU_U_ELU: r = v < 0 ? a * expm1(v) : v; break;
-        case KCU_U_SELU: r = v > 0 ? g * v : g * a * expm1(v); break;
-        case KCU_U_CELU: r = (v > 0 ? v : 0) + (v < 0 ? a * expm1(v / a) : 0); break;
-        case KCU_U_SIGMOID: r = 1 / (1 + exp(-v)); break; case KCU_U_HARDSIGMOID: r = clamp01(a * v + b); break;
-        case KCU_U_HARDSWISH: r = v * clamp01(v / 6 + 0.5); break; case KCU_U_TANH: r = tanh(v); break;
-        case KCU_U_SOFTPLUS: r = (v > 0 ? v : 0) + log1p(exp(-fabs(v))); break; case KCU_U_SOFTSIGN: r = v / (1 + fabs(v)); break;
-        case KCU_U_MISH: r = v * tanh((v > 0 ? v : 0) + log1p(exp(-fabs(v)))); break;
-        case KCU_U_THRESHOLDEDRELU: r = v > a ? v : 0; break;
-        case KCU_U_SHRINK: r = v < -a ? v + b : (v > a ? v - b : 0); break;
+        case EW_U_ABS: r = fabs(v); break; case EW_U_NEG: r = -v; break; case EW_U_SQRT: r = sqrt(v); break;
+        case EW_U_EXP: r = exp(v); break; case EW_U_LOG: r = log(v); break; case EW_U_RECIPROCAL: r = 1 / v; break;
+        case EW_U_FLOOR: r = floor(v); break; case EW_U_CEIL: r = ceil(v); break; case EW_U_ROUND: r = rint(v); break;
+        case EW_U_SIGN: r = v > 0 ? 1 : (v < 0 ? -1 : v); break;
+        case EW_U_SIN: r = sin(v); break; case EW_U_COS: r = cos(v); break; case EW_U_TAN: r = tan(v); break;
+        case EW_U_ASIN: r = asin(v); break; case EW_U_ACOS: r = acos(v); break; case EW_U_ATAN: r = atan(v); break;
+        case EW_U_SINH: r = sinh(v); break; case EW_U_COSH: r = cosh(v); break; case EW_U_ASINH: r = asinh(v); break;
+        case EW_U_ACOSH: r = acosh(v); break; case EW_U_ATANH: r = atanh(v); break; case EW_U_ERF: r = erf(v); break;
+        case EW_U_RELU: r = v < 0 ? 0 : v; break; case EW_U_LEAKYRELU: r = v < 0 ? v * a : v; break;
+        case EW_U_ELU: r = v < 0 ? a * expm1(v) : v; break;
+        case EW_U_SELU: r = v > 0 ? g * v : g * a * expm1(v); break;
+        case EW_U_CELU: r = (v > 0 ? v : 0) + (v < 0 ? a * expm1(v / a) : 0); break;
+        case EW_U_SIGMOID: r = 1 / (1 + exp(-v)); break; case EW_U_HARDSIGMOID: r = clamp01(a * v + b); break;
+        case EW_U_HARDSWISH: r = v * clamp01(v / 6 + 0.5); break; case EW_U_TANH: r = tanh(v); break;
+        case EW_U_SOFTPLUS: r = (v > 0 ? v : 0) + log1p(exp(-fabs(v))); break; case EW_U_SOFTSIGN: r = v / (1 + fabs(v)); break;
+        case EW_U_MISH: r = v * tanh((v > 0 ? v : 0) + log1p(exp(-fabs(v)))); break;
+        case EW_U_THRESHOLDEDRELU: r = v > a ? v : 0; break;
+        case EW_U_SHRINK: r = v < -a ? v + b : (v > a ? v - b : 0); break;
         }
         if (t == KILN_DTYPE_FLOAT32 || kiln_dtype_size(t) == 2) r = (float)r;
         st_(t, y, i, r);
@@ -184,9 +185,9 @@ cudaError_t kcu_unary(int op, kiln_dtype t, const void *x, void *y, int64_t n, f
 cudaError_t kcu_predicate(int op, kiln_dtype t, const void *x, uint8_t *y, int64_t n, int pos, int neg, cudaStream_t s) {
     (void)s;
     for (int64_t i = 0; i < n; i++) {
-        if (op == KCU_P_NOT) { y[i] = !((const uint8_t *)x)[i]; continue; }
+        if (op == EW_U_NOT) { y[i] = !((const uint8_t *)x)[i]; continue; }
         double v = ld(t, x, i);
-        y[i] = op == KCU_P_ISNAN ? isnan(v) : ((pos && v == INFINITY) || (neg && v == -INFINITY));
+        y[i] = op == EW_U_ISNAN ? isnan(v) : ((pos && v == INFINITY) || (neg && v == -INFINITY));
     }
     return cudaSuccess;
 }
@@ -197,12 +198,12 @@ static unsigned bin_mask(int op) {
     unsigned si = KB(KILN_DTYPE_INT8) | KB(KILN_DTYPE_INT16) | KB(KILN_DTYPE_INT32) | KB(KILN_DTYPE_INT64);
     unsigned ar = FLO | si | ui;
     switch (op) {
-    case KCU_B_ADD: case KCU_B_SUB: case KCU_B_MUL: case KCU_B_DIV: case KCU_B_FMOD: case KCU_B_PYMOD: case KCU_B_MAX: case KCU_B_MIN: return ar;
-    case KCU_B_PRELU: return FLO | si;
-    case KCU_B_POW: return FLO;
-    case KCU_B_EQ: case KCU_B_LT: case KCU_B_LE: case KCU_B_GT: case KCU_B_GE: return ar | KB(KILN_DTYPE_BOOL);
-    case KCU_B_AND: case KCU_B_OR: case KCU_B_XOR: return KB(KILN_DTYPE_BOOL);
-    case KCU_B_SHL: case KCU_B_SHR: return ui;
+    case EW_B_ADD: case EW_B_SUB: case EW_B_MUL: case EW_B_DIV: case EW_B_MOD: case EW_B_PYMOD: case EW_B_MAX: case EW_B_MIN: return ar;
+    case EW_B_PRELU: return FLO | si;
+    case EW_B_POW: return FLO;
+    case EW_B_EQ: case EW_B_LT: case EW_B_LE: case EW_B_GT: case EW_B_GE: return ar | KB(KILN_DTYPE_BOOL);
+    case EW_B_AND: case EW_B_OR: case EW_B_XOR: return KB(KILN_DTYPE_BOOL);
+    case EW_B_SHL: case EW_B_SHR: return ui;
     default: return 0;
     }
 }
@@ -218,14 +219,14 @@ static int64_t pymod(int64_t a, int64_t b) { if (b == 0 || b == -1) return 0; in
 cudaError_t kcu_binary(int op, kiln_dtype t, const kcu_bcast *g, void *y, const void *A, const void *B, cudaStream_t s) {
     (void)s;
     if (!kcu_binary_has(op, t)) return cudaErrorInvalidValue;
-    bool cmp = op >= KCU_B_EQ && op <= KCU_B_XOR;
+    bool cmp = op >= EW_B_EQ && op <= EW_B_XOR;
     for (int64_t i = 0; i < g->n; i++) {
         int64_t off[2]; bc_off(g, 2, i, off);
         if (cmp) {
             double a = ld(t, A, off[0]), b = ld(t, B, off[1]); int r = 0;
-            switch (op) { case KCU_B_EQ: r = a == b; break; case KCU_B_LT: r = a < b; break; case KCU_B_LE: r = a <= b; break;
-            case KCU_B_GT: r = a > b; break; case KCU_B_GE: r = a >= b; break; case KCU_B_AND: r = (a != 0) & (b != 0); break;
-            case KCU_B_OR: r = (a != 0) | (b != 0); break; default: r = (a != 0) ^ (b != 0); }
+            switch (op) { case EW_B_EQ: r = a == b; break; case EW_B_LT: r = a < b; break; case EW_B_LE: r = a <= b; break;
+            case EW_B_GT: r = a > b; break; case EW_B_GE: r = a >= b; break; case EW_B_AND: r = (a != 0) & (b != 0); break;
+            case EW_B_OR: r = (a != 0) | (b != 0); break; default: r = (a != 0) ^ (b != 0); }
             ((uint8_t *)y)[i] = (uint8_t)r; continue;
         }
         if (isf(t)) {
@@ -233,15 +234,15 @@ cudaError_t kcu_binary(int op, kiln_dtype t, const kcu_bcast *g, void *y, const 
             bool f32 = t != KILN_DTYPE_FLOAT64;
             if (f32) { a = (float)a; b = (float)b; }
             switch (op) {
-            case KCU_B_ADD: r = f32 ? (double)((float)a + (float)b) : a + b; break;
-            case KCU_B_SUB: r = f32 ? (double)((float)a - (float)b) : a - b; break;
-            case KCU_B_MUL: r = f32 ? (double)((float)a * (float)b) : a * b; break;
-            case KCU_B_DIV: r = f32 ? (double)((float)a / (float)b) : a / b; break;
-            case KCU_B_FMOD: r = fmod(a, b); break;
-            case KCU_B_PYMOD: { double m = fmod(a, b); r = (m != 0 && ((m < 0) != (b < 0))) ? m + b : m; break; }
-            case KCU_B_MAX: r = (a != a || a > b) ? a : b; break; case KCU_B_MIN: r = (a != a || a < b) ? a : b; break;
-            case KCU_B_PRELU: r = a < 0 ? (f32 ? (double)((float)a * (float)b) : a * b) : a; break;
-            case KCU_B_POW: r = f32 ? (double)powf((float)a, (float)b) : pow(a, b); break;
+            case EW_B_ADD: r = f32 ? (double)((float)a + (float)b) : a + b; break;
+            case EW_B_SUB: r = f32 ? (double)((float)a - (float)b) : a - b; break;
+            case EW_B_MUL: r = f32 ? (double)((float)a * (float)b) : a * b; break;
+            case EW_B_DIV: r = f32 ? (double)((float)a / (float)b) : a / b; break;
+            case EW_B_MOD: r = fmod(a, b); break;
+            case EW_B_PYMOD: { double m = fmod(a, b); r = (m != 0 && ((m < 0) != (b < 0))) ? m + b : m; break; }
+            case EW_B_MAX: r = (a != a || a > b) ? a : b; break; case EW_B_MIN: r = (a != a || a < b) ? a : b; break;
+            case EW_B_PRELU: r = a < 0 ? (f32 ? (double)((float)a * (float)b) : a * b) : a; break;
+            case EW_B_POW: r = f32 ? (double)powf((float)a, (float)b) : pow(a, b); break;
             }
             st_(t, y, i, r); continue;
         }
@@ -249,25 +250,25 @@ cudaError_t kcu_binary(int op, kiln_dtype t, const kcu_bcast *g, void *y, const 
             uint64_t a = (uint64_t)kiln__load_i64(t, A, off[0]), b = (uint64_t)kiln__load_i64(t, B, off[1]), r = 0;
             unsigned bits = 8 * (unsigned)kiln_dtype_size(t);
             switch (op) {
-            case KCU_B_SHL: r = b >= bits ? 0 : a << b; break;
-            case KCU_B_SHR: r = b >= bits ? 0 : a >> b; break;
-            case KCU_B_ADD: r = a + b; break; case KCU_B_SUB: r = a - b; break; case KCU_B_MUL: r = a * b; break;
-            case KCU_B_DIV: r = b == 0 ? 0 : a / b; break;
-            case KCU_B_FMOD: case KCU_B_PYMOD: r = b == 0 ? 0 : a % b; break;
-            case KCU_B_MAX: r = a > b ? a : b; break; case KCU_B_MIN: r = a < b ? a : b; break;
+            case EW_B_SHL: r = b >= bits ? 0 : a << b; break;
+            case EW_B_SHR: r = b >= bits ? 0 : a >> b; break;
+            case EW_B_ADD: r = a + b; break; case EW_B_SUB: r = a - b; break; case EW_B_MUL: r = a * b; break;
+            case EW_B_DIV: r = b == 0 ? 0 : a / b; break;
+            case EW_B_MOD: case EW_B_PYMOD: r = b == 0 ? 0 : a % b; break;
+            case EW_B_MAX: r = a > b ? a : b; break; case EW_B_MIN: r = a < b ? a : b; break;
             default: r = a; break;
             }
             kiln__store_i64(t, y, i, (int64_t)r); continue;
         }
         int64_t a = kiln__load_i64(t, A, off[0]), b = kiln__load_i64(t, B, off[1]), r = 0;
         switch (op) {
-        case KCU_B_ADD: r = (int64_t)((uint64_t)a + (uint64_t)b); break; case KCU_B_SUB: r = (int64_t)((uint64_t)a - (uint64_t)b); break;
-        case KCU_B_MUL: r = (int64_t)((uint64_t)a * (uint64_t)b); break;
-        case KCU_B_DIV: r = b == 0 ? 0 : b == -1 ? (int64_t)(0 - (uint64_t)a) : a / b; break;
-        case KCU_B_FMOD: r = (b == 0 || b == -1) ? 0 : a % b; break;
-        case KCU_B_PYMOD: r = pymod(a, b); break;
-        case KCU_B_MAX: r = a > b ? a : b; break; case KCU_B_MIN: r = a < b ? a : b; break;
-        case KCU_B_PRELU: r = a < 0 ? (int64_t)((uint64_t)a * (uint64_t)b) : a; break;
+        case EW_B_ADD: r = (int64_t)((uint64_t)a + (uint64_t)b); break; case EW_B_SUB: r = (int64_t)((uint64_t)a - (uint64_t)b); break;
+        case EW_B_MUL: r = (int64_t)((uint64_t)a * (uint64_t)b); break;
+        case EW_B_DIV: r = b == 0 ? 0 : b == -1 ? (int64_t)(0 - (uint64_t)a) : a / b; break;
+        case EW_B_MOD: r = (b == 0 || b == -1) ? 0 : a % b; break;
+        case EW_B_PYMOD: r = pymod(a, b); break;
+        case EW_B_MAX: r = a > b ? a : b; break; case EW_B_MIN: r = a < b ? a : b; break;
+        case EW_B_PRELU: r = a < 0 ? (int64_t)((uint64_t)a * (uint64_t)b) : a; break;
         }
         kiln__store_i64(t, y, i, r);
     }
@@ -437,6 +438,43 @@ cudaError_t kcu_pool_run(kiln_dtype t, const kcu_pool *g, const void *x, void *y
     }
     return cudaSuccess;
 }
+cudaError_t kcu_pool_nhwc_run(kiln_dtype t, const kcu_pool_nhwc *g, const void *x, void *y, cudaStream_t s) {
+    (void)s;
+    for (int64_t n = 0; n < g->N; n++) for (int64_t ho = 0; ho < g->Ho; ho++) for (int64_t wo = 0; wo < g->Wo; wo++) for (int64_t c = 0; c < g->C; c++) {
+        double best = -INFINITY, acc = 0; int64_t nv = 0, np = 0;
+        for (int64_t i = 0; i < g->kh; i++) for (int64_t j = 0; j < g->kw; j++) {
+            int64_t h = ho * g->sh - g->ph + i * g->dh, w = wo * g->sw - g->pw + j * g->dw;
+            if (h >= 0 && h < g->H && w >= 0 && w < g->W) { double v = ld(t, x, ((n * g->H + h) * g->W + w) * g->C + c); if (g->kind == 0) { if (nv == 0 || v > best) best = v; } else acc += v; nv++; }
+            else if (h >= -g->ph && h < g->H + g->peh && w >= -g->pw && w < g->W + g->pew) np++;
+        }
+        st_(t, y, ((n * g->Ho + ho) * g->Wo + wo) * g->C + c, g->kind == 0 ? best : acc / (double)(g->count_include_pad ? nv + np : nv));
+    }
+    return cudaSuccess;
+}
+cudaError_t kcu_gap_nhwc(kiln_dtype t, int64_t N, int64_t HW, int64_t C, const void *x, void *y, cudaStream_t s) {
+    (void)s;
+    for (int64_t n = 0; n < N; n++) for (int64_t c = 0; c < C; c++) {
+        double acc = 0; for (int64_t p = 0; p < HW; p++) acc += ld(t, x, (n * HW + p) * C + c);
+        st_(t, y, n * C + c, acc / (double)HW);
+    }
+    return cudaSuccess;
+}
+cudaError_t kcu_s2d_nhwc(kiln_dtype t, int64_t N, int64_t C, int64_t H, int64_t W, int64_t ph, int64_t pw, int64_t Lh, int64_t Lw, int64_t Cp, const void *x, void *y, cudaStream_t s) {
+    (void)s;
+    if (Cp < 4 * C) return cudaErrorInvalidValue;
+    for (int64_t n = 0; n < N; n++) for (int64_t l = 0; l < Lh; l++) for (int64_t m = 0; m < Lw; m++) for (int64_t cc = 0; cc < Cp; cc++) {
+        int64_t c = cc / 4, h = 2 * l + (cc / 2) % 2 - ph, w = 2 * m + cc % 2 - pw;
+        st_(t, y, ((n * Lh + l) * Lw + m) * Cp + cc, c < C && h >= 0 && h < H && w >= 0 && w < W ? ld(t, x, ((n * C + c) * H + h) * W + w) : 0);
+    }
+    return cudaSuccess;
+}
+cudaError_t kcu_nchw_to_nhwc(kiln_dtype t, int64_t N, int64_t C, int64_t HW, int64_t Cp, const void *x, void *y, cudaStream_t s) {
+    (void)s;
+    if (Cp < C) return cudaErrorInvalidValue;
+    for (int64_t n = 0; n < N; n++) for (int64_t p = 0; p < HW; p++) for (int64_t c = 0; c < Cp; c++)
+        st_(t, y, (n * HW + p) * Cp + c, c < C ? ld(t, x, (n * C + c) * HW + p) : 0);
+    return cudaSuccess;
+}
 cudaError_t kcu_im2col(kiln_dtype t, const kcu_conv *g, const void *x, int64_t n, int64_t grp, void *col, cudaStream_t s) {
     (void)s;
     for (int64_t i = 0; i < g->Cg * g->k_sz * g->out_sz; i++) {
@@ -498,7 +536,7 @@ cudaError_t kcu_bias_act(kiln_dtype t, const void *x, void *y, const void *bias,
     return cudaSuccess;
 }
 cudaError_t kcu_attention(kiln_dtype t, const kcu_attn *g, const void *q, const void *k, const void *v,
-                          const void *mask, void *o, cudaStream_t s) {
+                          const void *mask, const uint8_t *cond, const void *bias, void *o, cudaStream_t s) {
     (void)s;
     if (g->D > KCU_ATTN_MAX_D || g->Dv > KCU_ATTN_MAX_D) return cudaErrorInvalidValue;
     double *sc = malloc(sizeof(double) * (size_t)(g->Sk + 1));
@@ -512,18 +550,31 @@ cudaError_t kcu_attention(kiln_dtype t, const kcu_attn *g, const void *q, const 
                         d += ld(t, q, b * g->qs[0] + h * g->qs[1] + i * g->qs[2] + c * g->qs[3]) *
                              ld(t, k, b * g->ks[0] + h * g->ks[1] + j * g->ks[2] + c * g->ks[3]);
                     d *= g->scale;
+                    if (g->has_cond &&
+                        (cond[b * g->cs[0] + h * g->cs[1] + i * g->cs[2] + j * g->cs[3]] != 0) == (g->cond_fill_if != 0))
+                        d = g->cond_mode == 1 ? g->fill : d + g->fill;
                     if (g->has_mask) d += ld(t, mask, b * g->ms[0] + h * g->ms[1] + i * g->ms[2] + j * g->ms[3]);
+                    if (g->has_bias) d += ld(t, bias, b * g->bs[0] + h * g->bs[1] + i * g->bs[2] + j * g->bs[3]);
                     sc[j] = d;
                     if (d > mx) mx = d;
                 }
+                if (mx == -INFINITY) mx = 0; /* every key masked: exp gives 0, 0/0 below */
                 for (int64_t j = 0; j < g->Sk; j++) sum += (sc[j] = exp(sc[j] - mx));
+                bool zero = g->nan_to_zero && !(sum > 0);
                 for (int64_t c = 0; c < g->Dv; c++) {
                     double acc = 0;
                     for (int64_t j = 0; j < g->Sk; j++)
                         acc += sc[j] * ld(t, v, b * g->vs[0] + h * g->vs[1] + j * g->vs[2] + c * g->vs[3]);
-                    st_(t, o, b * g->os[0] + h * g->os[1] + i * g->os[2] + c * g->os[3], acc / sum);
+                    st_(t, o, b * g->os[0] + h * g->os[1] + i * g->os[2] + c * g->os[3], zero ? 0.0 : acc / sum);
                 }
             }
     free(sc);
     return cudaSuccess;
+}
+cudaError_t kcu_attention_mma(kiln_dtype t, const kcu_attn *g, const void *q, const void *k, const void *v,
+                              const void *mask, const uint8_t *cond, const void *bias, void *o, int sm_count,
+                              cudaStream_t s) {
+    (void)sm_count;
+    if (t != KILN_DTYPE_FLOAT16 && t != KILN_DTYPE_BFLOAT16) return cudaErrorNotSupported;
+    return kcu_attention(t, g, q, k, v, mask, cond, bias, o, s);
 }

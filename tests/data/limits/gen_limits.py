@@ -73,6 +73,47 @@ def main():
     add_model("ext_length_huge", tensor("w", [4], external={"location": "limits_weights.bin",
                                                            "length": str(10**15)}))
 
+    shape_arithmetic()
+
+
+def i64(name, vals):
+    return helper.make_tensor(name, TensorProto.INT64, [len(vals)], vals)
+
+
+def shape_arithmetic():
+    """Shape rules whose arithmetic overflowed (issue 20 4.4): each must be
+    refused with a message, or (Slice) give the right answer."""
+    I64_MIN, I64_MAX = -(1 << 63), (1 << 63) - 1
+    wrap = ((1 << 64) + 2) // 3  # 3 * wrap wraps to 2 in 64 bits
+    # Tile of a [3] input by `wrap`: fixed shape (refused at load) and a
+    # dynamic dim (refused when it runs with 3)
+    for name, dims in (("tile_wrap", [3]), ("tile_wrap_dynamic", ["n"])):
+        model(name, [helper.make_node("Tile", ["x", "r"], ["y"])],
+              [helper.make_tensor_value_info("x", TensorProto.FLOAT, dims)],
+              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [i64("r", [wrap])])
+    # Slice with INT64_MIN as step and end: one element, x[4]
+    model("slice_int64_min", [helper.make_node("Slice", ["x", "s", "e", "a", "st"], ["y"])],
+          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [5])],
+          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+          [i64("s", [-1]), i64("e", [I64_MIN]), i64("a", [0]), i64("st", [I64_MIN])])
+    # Pad by INT64_MIN before and INT64_MAX after: the sum is small, the pads are not
+    model("pad_huge", [helper.make_node("Pad", ["x", "p"], ["y"])],
+          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [i64("p", [I64_MIN, I64_MAX])])
+    # ConvTranspose: stride 2^31-1 over 2^20 positions (2^51 outputs), and
+    # an output_shape of 2^62
+    w = helper.make_tensor("w", TensorProto.FLOAT, [1, 1, 1], [1.0])
+    model("convt_stride", [helper.make_node("ConvTranspose", ["x", "w"], ["y"], strides=[(1 << 31) - 1])],
+          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 1 << 20])],
+          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w])
+    model("convt_output_shape", [helper.make_node("ConvTranspose", ["x", "w"], ["y"], output_shape=[1 << 62])],
+          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 4])],
+          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w])
+    # Expand to [2^30, 2^30]: 4 EiB of float32, inferred (no declared shape says so)
+    model("expand_huge", [helper.make_node("Expand", ["x", "s"], ["y"])],
+          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [i64("s", [1 << 30, 1 << 30])])
+
 
 if __name__ == "__main__":
     main()

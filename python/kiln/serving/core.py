@@ -1,0 +1,549 @@
+"""What LitServe and Ray Serve share when serving a kiln engine: the engine's description
+(EngineSpec), request decoding and validation, response encoding, and a Runner that owns
+one execution context and runs batches of requests through it.
+
+Requests (POST body):
+  application/json      {"inputs": {NAME: {"data": NESTED_LISTS, "dtype": "float32"}, ...}}
+                        ("dtype" may be left out: the engine's dtype is used; a value may
+                        also be the nested lists alone: {"inputs": {"x": [[1, 2]]}})
+  application/x-npy     one .npy array: the engine's only input
+  application/x-npz     an .npz archive (numpy.savez), one array per input name
+Responses:
+  JSON                  {"outputs": {NAME: {"data": ..., "dtype": "float32", "shape": [...]}}}
+  .npy / .npz           the outputs (.npy when there is one), for binary requests or when
+                        the Accept header asks for application/x-npy or application/x-npz
+A request is refused with a 4xx and a message naming the problem (RequestError) before it
+reaches an engine: malformed JSON or .npy, an unknown or missing input, a wrong dtype, a
+shape outside the engine's profile, inputs that disagree on a shared dimension, NaN or
+infinity in a floating-point input, an unsupported Content-Type, a body over the limit.
+
+Batching: requests whose inputs share dimension 0 as the engine's dynamic batch dimension
+(the same symbolic name on every input and output, e.g. "batch") are concatenated along it,
+in chunks of at most the profile's maximum, run once, and the outputs split back by rows.
+Engines without such a batch dimension run one request at a time.
+"""
+
+import ctypes
+import io
+import json
+import os
+import tempfile
+import types
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+from .._engine import DEVICE_CUDA, Engine
+from .._lib import KILN_MAX_RANK, check, lib
+
+# kiln dtype codes (ONNX numbering) that numpy has a dtype for
+KILN_TO_NUMPY = {1: "float32", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6: "int32",
+                 7: "int64", 9: "bool", 10: "float16", 11: "float64", 12: "uint32",
+                 13: "uint64"}
+JSON_TYPE = "application/json"
+NPY_TYPE = "application/x-npy"
+NPZ_TYPE = "application/x-npz"
+DEFAULT_MAX_BODY_BYTES = 64 << 20
+
+
+class RequestError(Exception):
+    """A request the server refuses: an HTTP status (4xx) and a message naming the
+    problem."""
+
+    def __init__(self, status, message):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def _bad(message):
+    return RequestError(400, message)
+
+
+def _shape_text(shape):
+    return "[" + ", ".join(str(int(d)) for d in shape) + "]"
+
+
+def _profile_text(info):
+    parts = []
+    for a, b in zip(info["min"], info["max"]):
+        parts.append(str(a) if a == b else f"{a}..{b}")
+    return "[" + ", ".join(parts) + "]"
+
+
+def _media_type(content_type):
+    return (content_type or "").split(";", 1)[0].strip().lower()
+
+
+class EngineSpec:
+    """The inputs, outputs, profile and batching of an engine, as plain data: it is what
+    the HTTP front ends validate requests against (no engine needed there), and what
+    /metadata shows. Built from a kiln._engine.Engine."""
+
+    def __init__(self, engine):
+        self.inputs, self.outputs = [], []
+        for kind, infos in (("input", engine.inputs), ("output", engine.outputs)):
+            for t in infos:
+                if t.dtype not in KILN_TO_NUMPY:
+                    raise ValueError(
+                        f"engine {kind} '{t.name}' has dtype {t.dtype_name}, which numpy has no "
+                        f"dtype for: kiln's servers cannot take or return it")
+                d = {"name": t.name, "dtype": KILN_TO_NUMPY[t.dtype],
+                     "shape": list(t.shape) if t.shape is not None else None,
+                     "dim_names": list(t.dim_names) if t.dim_names is not None else None}
+                if kind == "input":
+                    d.update(min=list(t.min_shape), opt=list(t.opt_shape), max=list(t.max_shape))
+                    self.inputs.append(d)
+                else:
+                    self.outputs.append(d)
+        self.device = (f"cuda:{engine.device_index}" if engine.device_type == DEVICE_CUDA
+                       else "cpu")
+        self.precision = engine.precision
+        self.input_names = [i["name"] for i in self.inputs]
+        self.batch_dim = self._find_batch_dim()
+        if self.batch_dim is not None:
+            self.min_rows = max(i["min"][0] for i in self.inputs)
+            self.max_rows = min(i["max"][0] for i in self.inputs)
+        else:
+            self.min_rows = self.max_rows = None
+
+    def _find_batch_dim(self):
+        """The symbolic name of dimension 0 when it is a dynamic batch dimension shared
+        by every input and output, else None."""
+        names = set()
+        for i in self.inputs:
+            if not i["min"] or i["min"][0] == i["max"][0] or not i["dim_names"]:
+                return None
+            names.add(i["dim_names"][0])
+        for o in self.outputs:
+            if not o["dim_names"] or o["shape"] is None or o["shape"][0] is not None:
+                return None
+            names.add(o["dim_names"][0])
+        if len(names) != 1 or None in names:
+            return None
+        return names.pop()
+
+    @classmethod
+    def from_file(cls, path):
+        """The description of the engine in a .kiln file (loaded, read, closed)."""
+        eng = Engine.from_file(path)
+        try:
+            return cls(eng)
+        finally:
+            eng.close()
+
+    @property
+    def batchable(self):
+        return self.batch_dim is not None
+
+    def metadata(self):
+        """What /metadata answers: inputs (with their profile), outputs, batching."""
+        return {
+            "inputs": [{"name": i["name"], "dtype": i["dtype"], "shape": i["shape"],
+                        "dim_names": i["dim_names"],
+                        "profile": {"min": i["min"], "opt": i["opt"], "max": i["max"]}}
+                       for i in self.inputs],
+            "outputs": [dict(o) for o in self.outputs],
+            "device": self.device, "precision": self.precision,
+            "batch": ({"dim": self.batch_dim, "min_rows": self.min_rows,
+                       "max_rows": self.max_rows} if self.batchable else None),
+        }
+
+    # ---- requests ------------------------------------------------------------------
+    def decode(self, body, content_type):
+        """Request body -> ({name: ndarray}, "json" | "npy" | "npz"), validated (see
+        validate). Raises RequestError."""
+        media = _media_type(content_type)
+        if media in ("", JSON_TYPE) or media.endswith("+json"):
+            return self.validate(self._decode_json(body)), "json"
+        if media in (NPY_TYPE, "application/octet-stream"):
+            if len(self.inputs) != 1:
+                raise _bad(f"a .npy body holds one array, but the engine has "
+                           f"{len(self.inputs)} inputs ({', '.join(self.input_names)}): send "
+                           f"{NPZ_TYPE} (numpy.savez) or JSON")
+            arr = self._load_npy(body)
+            return self.validate({self.input_names[0]: arr}), "npy"
+        if media == NPZ_TYPE:
+            return self.validate(self._load_npz(body)), "npz"
+        raise RequestError(415, f"unsupported Content-Type '{content_type}': send {JSON_TYPE}, "
+                                f"{NPY_TYPE} or {NPZ_TYPE}")
+
+    def _decode_json(self, body):
+        try:
+            doc = json.loads(body)
+        except (ValueError, UnicodeDecodeError) as e:
+            raise _bad(f"malformed JSON body: {e}") from None
+        if not isinstance(doc, dict) or not isinstance(doc.get("inputs"), dict):
+            raise _bad('the JSON body must be an object {"inputs": {NAME: {"data": [...], '
+                       '"dtype": "float32"}}}; the engine\'s inputs: '
+                       + ", ".join(self.input_names))
+        feeds = {}
+        for name, value in doc["inputs"].items():
+            if isinstance(value, dict):
+                if "data" not in value:
+                    raise _bad(f"input '{name}' has no \"data\"")
+                data, dtype = value["data"], value.get("dtype")
+            else:
+                data, dtype = value, None
+            feeds[name] = self._array_from_json(name, data, dtype)
+        return feeds
+
+    def _array_from_json(self, name, data, dtype):
+        info = self._input(name)
+        want = np.dtype(info["dtype"])
+        if dtype is not None:
+            try:
+                got = np.dtype(str(dtype))
+            except TypeError:
+                raise _bad(f"input '{name}': unknown dtype '{dtype}'") from None
+            if got != want:
+                raise _bad(f"input '{name}' has dtype {got.name}, but the engine expects "
+                           f"{want.name}")
+        try:
+            arr = np.asarray(data)
+        except ValueError as e:
+            raise _bad(f"input '{name}': the nested lists are ragged ({e})") from None
+        if arr.dtype.kind not in "biuf":
+            raise _bad(f"input '{name}' holds {arr.dtype.name} values, not numbers "
+                       f"(ragged nested lists, strings or nulls)")
+        if arr.dtype.kind == "f" and want.kind in "biu":
+            if not np.all(np.isfinite(arr)) or not np.all(arr == np.round(arr)):
+                raise _bad(f"input '{name}' holds non-integer numbers, but the engine expects "
+                           f"{want.name}")
+        if want.kind in "iu" and arr.size:
+            lo, hi = np.iinfo(want).min, np.iinfo(want).max
+            if arr.min() < lo or arr.max() > hi:
+                raise _bad(f"input '{name}' holds values outside {want.name}'s range "
+                           f"[{lo}, {hi}]")
+        if want.kind == "b" and arr.size and not np.all((arr == 0) | (arr == 1)):
+            raise _bad(f"input '{name}' holds values other than 0/1 (true/false), but the "
+                       f"engine expects bool")
+        return arr.astype(want, copy=False)
+
+    @staticmethod
+    def _load_npy(body):
+        try:
+            return np.load(io.BytesIO(body), allow_pickle=False)
+        except (ValueError, OSError, EOFError) as e:
+            raise _bad(f"malformed .npy body: {e}") from None
+
+    def _load_npz(self, body):
+        try:
+            with np.load(io.BytesIO(body), allow_pickle=False) as z:
+                if not isinstance(z, np.lib.npyio.NpzFile):
+                    raise ValueError("not an .npz archive")
+                return {k: z[k] for k in z.files}
+        except (ValueError, OSError, EOFError, zipfile.BadZipFile) as e:
+            raise _bad(f"malformed .npz body: {e}") from None
+
+    def _input(self, name):
+        for i in self.inputs:
+            if i["name"] == name:
+                return i
+        raise _bad(f"unknown input '{name}' (the engine's inputs: {', '.join(self.input_names)})")
+
+    def validate(self, feeds):
+        """Checks names, dtypes, shapes against the profile, shared symbolic dimensions
+        and non-finite values; returns {name: C-contiguous ndarray} in engine input order.
+        Raises RequestError (400) naming the first problem."""
+        for name in feeds:
+            self._input(name)
+        out = {}
+        symbols = {}
+        for info in self.inputs:
+            name = info["name"]
+            if name not in feeds:
+                raise _bad(f"missing input '{name}' (the engine's inputs: "
+                           f"{', '.join(self.input_names)})")
+            arr = feeds[name]
+            want = np.dtype(info["dtype"])
+            if arr.dtype != want:
+                raise _bad(f"input '{name}' has dtype {arr.dtype.name}, but the engine expects "
+                           f"{want.name}")
+            if arr.ndim != len(info["min"]):
+                raise _bad(f"input '{name}' has shape {_shape_text(arr.shape)}, but the engine "
+                           f"expects rank {len(info['min'])} {_profile_text(info)}")
+            for d, (s, a, b) in enumerate(zip(arr.shape, info["min"], info["max"])):
+                if not a <= s <= b:
+                    rule = f"must be {a}" if a == b else f"must be in {a}..{b}"
+                    raise _bad(f"input '{name}' has shape {_shape_text(arr.shape)}, outside the "
+                               f"engine's profile {_profile_text(info)} (dimension {d} {rule})")
+                sym = info["dim_names"][d] if info["dim_names"] else None
+                if sym and info["shape"][d] is None:
+                    prev = symbols.setdefault(sym, (name, s))
+                    if prev[1] != s:
+                        raise _bad(f"inputs '{prev[0]}' and '{name}' disagree on dimension "
+                                   f"'{sym}': {prev[1]} and {s}")
+            if want.kind == "f" and arr.size:
+                bad = ~np.isfinite(arr)
+                if bad.any():
+                    idx = tuple(int(i) for i in np.argwhere(bad)[0])
+                    what = "NaN" if np.isnan(arr[idx]) else "infinity"
+                    raise _bad(f"input '{name}' contains {what} at index {list(idx)}: "
+                               f"only finite values are accepted")
+            out[name] = np.ascontiguousarray(arr)
+        return out
+
+    def rows(self, feeds):
+        return int(feeds[self.input_names[0]].shape[0]) if self.batchable else 1
+
+
+# ---- responses -----------------------------------------------------------------------
+
+def wants_binary(request_format, accept):
+    """Whether the response should be .npy/.npz: asked by Accept, else like the request."""
+    accept = (accept or "").lower()
+    if NPY_TYPE in accept or NPZ_TYPE in accept:
+        return True
+    if JSON_TYPE in accept:
+        return False
+    return request_format in ("npy", "npz")
+
+
+def encode_json(outputs):
+    """{name: ndarray} -> JSON bytes."""
+    doc = {"outputs": {k: {"data": v.tolist(), "dtype": v.dtype.name, "shape": list(v.shape)}
+                       for k, v in outputs.items()}}
+    return json.dumps(doc).encode()
+
+
+def encode_binary(outputs):
+    """{name: ndarray} -> (bytes, media type): .npy for one output, .npz for several."""
+    buf = io.BytesIO()
+    if len(outputs) == 1:
+        np.save(buf, next(iter(outputs.values())), allow_pickle=False)
+        return buf.getvalue(), NPY_TYPE
+    np.savez(buf, **outputs)
+    return buf.getvalue(), NPZ_TYPE
+
+
+def encode(outputs, request_format, accept):
+    """-> (body bytes, media type)."""
+    if wants_binary(request_format, accept):
+        return encode_binary(outputs)
+    return encode_json(outputs), JSON_TYPE
+
+
+def decode_response(body, content_type):
+    """A client's helper: response body -> {name: ndarray} (JSON, .npy or .npz)."""
+    media = _media_type(content_type)
+    if media == NPY_TYPE:
+        return {None: np.load(io.BytesIO(body), allow_pickle=False)}
+    if media == NPZ_TYPE:
+        with np.load(io.BytesIO(body), allow_pickle=False) as z:
+            return {k: z[k] for k in z.files}
+    doc = json.loads(body)
+    return {k: np.asarray(v["data"], dtype=v["dtype"]).reshape(v["shape"])
+            for k, v in doc["outputs"].items()}
+
+
+# ---- running -------------------------------------------------------------------------
+
+class Outputs(dict):
+    """{output name: ndarray} of one request, plus the engine run that computed them:
+    batch_requests (requests in it) and batch_rows (rows in it). The servers send them
+    as the header X-Kiln-Batch: requests=N, rows=R."""
+
+    batch_requests = 1
+    batch_rows = 0
+
+    def header(self):
+        return f"requests={self.batch_requests}, rows={self.batch_rows}"
+
+
+def _copy_out(ptr, shape, dtype):
+    arr = np.empty(shape, dtype=dtype)
+    if arr.nbytes:
+        ctypes.memmove(arr.ctypes.data, ptr, arr.nbytes)
+    return arr
+
+
+class Runner:
+    """One engine loaded from a .kiln file and one execution context (a worker's or a
+    replica's): run() runs one request, run_batch() several, batched along the engine's
+    batch dimension. Not for concurrent use: one Runner per thread."""
+
+    def __init__(self, engine_path, threads=None):
+        self.engine = Engine.from_file(engine_path, threads=threads)
+        self.spec = EngineSpec(self.engine)
+        self._ctx = self.engine.acquire_context()
+        self._in = [(i["name"].encode(), t.dtype) for i, t in zip(self.spec.inputs,
+                                                                     self.engine.inputs)]
+        self._out = [o["name"] for o in self.spec.outputs]
+        self._dims = (ctypes.c_int64 * KILN_MAX_RANK)()
+
+    def close(self):
+        if self._ctx is not None:
+            self.engine.release_context(self._ctx)
+            self._ctx = None
+        self.engine.close()
+
+    def run(self, feeds):
+        """{input name: ndarray} (validated) -> Outputs {output name: ndarray} (fresh
+        copies)."""
+        L = lib()
+        ctx = self._ctx
+        for (name, code), arr in zip(self._in, feeds.values()):
+            dims = (ctypes.c_int64 * max(arr.ndim, 1))(*arr.shape)
+            check(L.kiln_context_set_input(ctx, name, code, arr.ndim, dims,
+                                           arr.ctypes.data or None))
+        check(L.kiln_context_run(ctx))
+        out = Outputs()
+        out.batch_rows = self.spec.rows(feeds)
+        rank, ptr = ctypes.c_int(), ctypes.c_void_p()
+        for name, o in zip(self._out, self.spec.outputs):
+            check(L.kiln_context_get_output(ctx, name.encode(), None, ctypes.byref(rank),
+                                            self._dims, ctypes.byref(ptr)))
+            out[name] = _copy_out(ptr.value, tuple(self._dims[:rank.value]), o["dtype"])
+        return out
+
+    def run_batch(self, requests):
+        """A list of validated feeds -> a list of Outputs, one per request, in order.
+        Batchable engines: requests whose non-batch dimensions agree are concatenated
+        along dimension 0 in chunks of at most the profile's max rows."""
+        if not self.spec.batchable or len(requests) == 1:
+            return [self.run(r) for r in requests]
+        results = [None] * len(requests)
+        for chunk in self._chunks(requests):
+            if len(chunk) == 1:
+                results[chunk[0]] = self.run(requests[chunk[0]])
+                continue
+            feeds = {n: np.concatenate([requests[k][n] for k in chunk], axis=0)
+                     for n in self.spec.input_names}
+            rows = [self.spec.rows(requests[k]) for k in chunk]
+            total = sum(rows)
+            outs = self.run(feeds)
+            for name, arr in outs.items():
+                if arr.shape[:1] != (total,):
+                    raise RuntimeError(
+                        f"output '{name}' of a batch of {total} rows has shape "
+                        f"{_shape_text(arr.shape)}: its dimension 0 is not the batch")
+            start = 0
+            for k, r in zip(chunk, rows):
+                res = results[k] = Outputs((n, a[start:start + r]) for n, a in outs.items())
+                res.batch_requests, res.batch_rows = len(chunk), total
+                start += r
+        return results
+
+    def _chunks(self, requests):
+        """Groups of request indices: same trailing shapes, at most max_rows rows each,
+        in arrival order within a group."""
+        groups = {}
+        for k, r in enumerate(requests):
+            key = tuple(a.shape[1:] for a in r.values())
+            groups.setdefault(key, []).append(k)
+        chunks = []
+        for idx in groups.values():
+            cur, rows = [], 0
+            for k in idx:
+                r = self.spec.rows(requests[k])
+                if cur and rows + r > self.spec.max_rows:
+                    chunks.append(cur)
+                    cur, rows = [], 0
+                cur.append(k)
+                rows += r
+            if cur:
+                chunks.append(cur)
+        return chunks
+
+
+# ---- building or loading the engine ---------------------------------------------------
+
+def _parse_shapes(text, what):
+    """'x:1x3x224x224,y:1x8' -> {'x': (1, 3, 224, 224), 'y': (1, 8)}."""
+    out = {}
+    for part in filter(None, (text or "").split(",")):
+        name, sep, dims = part.rpartition(":")
+        try:
+            if not sep or not name:
+                raise ValueError
+            out[name] = tuple(int(d) for d in dims.split("x"))
+        except ValueError:
+            raise ValueError(f"{what}: '{part}' is not NAME:D0xD1x... (e.g. x:1x3x224x224)") from None
+    return out
+
+
+def _model_inputs(onnx_path):
+    """[(name, dims with None for dynamic, dim names)] of an ONNX model, read by kiln."""
+    from .._lib import IoInfo
+
+    L = lib()
+    model = ctypes.c_void_p()
+    check(L.kiln_model_load_onnx(os.fsencode(str(onnx_path)), ctypes.byref(model)))
+    try:
+        out = []
+        info = IoInfo()
+        for i in range(L.kiln_model_num_inputs(model)):
+            check(L.kiln_model_input_info(model, i, ctypes.byref(info)))
+            r = info.rank
+            out.append((info.name.decode(),
+                        [int(d) if d >= 0 else None for d in info.dims[:r]],
+                        [n.decode() if n else None for n in info.dim_names[:r]]))
+        return out
+    finally:
+        L.kiln_model_free(model)
+
+
+def build_from_onnx(onnx_path, out_path, *, device="cpu", max_batch=8, precision="fp32",
+                    threads=None, min_shapes=None, opt_shapes=None, max_shapes=None):
+    """Builds an engine from an ONNX model and writes it to out_path. A dynamic dimension 0
+    gets the profile 1..max_batch (opt max_batch); other dynamic dimensions need
+    min/opt/max shapes ({name: shape}, as `kiln build --min-shapes` etc.)."""
+    from .. import Input
+    from .._convert import _build, parse_precision
+
+    min_shapes, opt_shapes, max_shapes = min_shapes or {}, opt_shapes or {}, max_shapes or {}
+    bound = []
+    for name, dims, _names in _model_inputs(onnx_path):
+        if name in max_shapes:
+            mx = max_shapes[name]
+            spec = Input(min_shape=min_shapes.get(name, mx), opt_shape=opt_shapes.get(name, mx),
+                         max_shape=mx)
+        elif None not in dims:
+            spec = Input(shape=dims)
+        else:
+            dyn = [a for a, d in enumerate(dims) if d is None]
+            if dyn != [0]:
+                raise ValueError(
+                    f"{onnx_path}: input '{name}' has dynamic dimension(s) {dyn}; give its "
+                    f"range with --min-shapes/--opt-shapes/--max-shapes {name}:D0xD1x...")
+            rest = tuple(dims[1:])
+            spec = Input(min_shape=(1,) + rest, opt_shape=(max_batch,) + rest,
+                         max_shape=(max_batch,) + rest)
+        bound.append(types.SimpleNamespace(name=name, spec=spec))
+    opts = {} if threads is None else {"threads": int(threads)}
+    data = _build(onnx_path, bound, device, parse_precision(precision), opts, None,
+                  Path(onnx_path).name, {})
+    tmp = Path(out_path).with_suffix(".kiln.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, out_path)
+    return Path(out_path)
+
+
+def prepare_engine(model, *, device="cpu", max_batch=8, precision="fp32", threads=None,
+                   work_dir=None, min_shapes=None, opt_shapes=None, max_shapes=None):
+    """The .kiln file to serve: `model` itself when it is an engine file (checked against
+    `device`), or an engine built from an .onnx model into work_dir (a temporary folder
+    when None; the caller removes it). Shapes: {name: dims} or 'x:1x8,...' strings."""
+    path = Path(model)
+    if not path.is_file():
+        raise FileNotFoundError(f"{model}: no such file")
+    shapes = [_parse_shapes(s, w) if isinstance(s, str) else s
+              for s, w in ((min_shapes, "--min-shapes"), (opt_shapes, "--opt-shapes"),
+                           (max_shapes, "--max-shapes"))]
+    with open(path, "rb") as f:
+        magic = f.read(4)
+    if magic == b"KILN":
+        got = EngineSpec.from_file(path).device
+        want = "cpu" if device in (None, "cpu") else device
+        if got.split(":")[0] != want.split(":")[0] or (":" in want and got != want):
+            raise ValueError(f"{model} is an engine for {got}, but device {want} was asked "
+                             f"for: build the engine for {want}, or serve it on {got}")
+        return path
+    if path.suffix.lower() != ".onnx":
+        raise ValueError(f"{model}: not a kiln engine (.kiln) nor an ONNX model (.onnx)")
+    out_dir = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix="kiln-serve-"))
+    return build_from_onnx(path, out_dir / (path.stem + ".kiln"), device=device or "cpu",
+                           max_batch=max_batch, precision=precision, threads=threads,
+                           min_shapes=shapes[0], opt_shapes=shapes[1], max_shapes=shapes[2])

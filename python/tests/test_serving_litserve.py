@@ -1,0 +1,338 @@
+"""kiln engines behind LitServe (kiln.serving.litserve, `kiln serve`), on 127.0.0.1 only:
+metadata and health, the request formats, bad requests (each a 4xx naming the problem, the
+server serving on), 2,000 requests at concurrency 32 checked against the engine's direct
+output, and graceful shutdown (requests in flight finish). Bounded: each server is started
+and stopped by the test, every request loop has a count and a time limit."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+pytest.importorskip("litserve", reason="the serving extra (litserve) is not installed")
+pytest.importorskip("aiohttp", reason="the serving extra (aiohttp) is not installed")
+
+from kiln.serving.core import EngineSpec, RequestError, decode_response, prepare_engine  # noqa: E402
+from serving_util import (HOST, engine, free_port, http, kill_group, make_requests,  # noqa: E402,F401
+                          matches, npy_bytes, run_load, runner, serving_env, start_litserve,
+                          stop)
+
+MAX_BODY_MB = 0.05  # 52 KB: a 3-row JSON request is ~1 KB
+
+
+@pytest.fixture(scope="module")
+def server(engine, tmp_path_factory):
+    port = free_port()
+    log = open(tmp_path_factory.mktemp("log") / "server.log", "wb")
+    proc = start_litserve(engine, port, "--workers", "2", "--max-batch", "8", "--timeout-ms", "5",
+                          "--max-body-mb", str(MAX_BODY_MB), log=log)
+    yield f"http://{HOST}:{port}"
+    rc = stop(proc)
+    log.close()
+    assert rc == 0, f"the server exited with {rc} on SIGTERM"
+
+
+def post(url, body, ctype="application/json", accept=None):
+    headers = {"Content-Type": ctype}
+    if accept:
+        headers["Accept"] = accept
+    return http("POST", url + "/predict", body, headers)
+
+
+def jbody(x, dtype="float32", name="x"):
+    return json.dumps({"inputs": {name: {"data": x, "dtype": dtype}}}).encode()
+
+
+def test_health_and_metadata(server):
+    assert http("GET", server + "/health")[0] == 200
+    st, _, body = http("GET", server + "/metadata")
+    assert st == 200
+    meta = json.loads(body)
+    assert meta["inputs"] == [{"name": "x", "dtype": "float32", "shape": [None, 16],
+                               "dim_names": ["batch", None],
+                               "profile": {"min": [1, 16], "opt": [8, 16], "max": [8, 16]}}]
+    assert [(o["name"], o["shape"]) for o in meta["outputs"]] == [("y", [None, 10]),
+                                                                   ("z", [None])]
+    assert meta["batch"] == {"dim": "batch", "min_rows": 1, "max_rows": 8}
+    assert meta["device"] == "cpu" and meta["precision"] == "fp32"
+
+
+def test_request_formats(server, runner):
+    x = np.random.default_rng(1).standard_normal((3, 16)).astype(np.float32)
+    want = runner.run({"x": x})
+    # JSON in, JSON out (dtype given, or left to the engine's)
+    for body in (jbody(x.tolist()), json.dumps({"inputs": {"x": x.tolist()}}).encode()):
+        st, h, out = post(server, body)
+        assert st == 200 and h["content-type"] == "application/json"
+        assert matches(decode_response(out, h["content-type"]), want)
+    # .npy in: .npz out (two outputs); Accept: application/json turns it into JSON
+    st, h, out = post(server, npy_bytes(x), "application/x-npy")
+    assert st == 200 and h["content-type"] == "application/x-npz"
+    assert matches(decode_response(out, h["content-type"]), want)
+    st, h, out = post(server, npy_bytes(x), "application/x-npy", accept="application/json")
+    assert st == 200 and matches(json_outputs(out), want)
+    # .npz in, and JSON in with Accept: .npz
+    buf = __import__("io").BytesIO()
+    np.savez(buf, x=x)
+    st, h, out = post(server, buf.getvalue(), "application/x-npz")
+    assert st == 200 and matches(decode_response(out, h["content-type"]), want)
+    st, h, out = post(server, jbody(x.tolist()), accept="application/x-npz")
+    assert st == 200 and h["content-type"] == "application/x-npz"
+
+
+def json_outputs(body):
+    return decode_response(body, "application/json")
+
+
+# (what is sent, content type) -> (status, words the message must hold)
+BAD = [
+    ("wrong shape", jbody([[1.0] * 15]), "application/json", 400,
+     "input 'x' has shape [1, 15], outside the engine's profile [1..8, 16] (dimension 1 must be 16)"),
+    ("wrong rank", jbody([1.0] * 16), "application/json", 400,
+     "input 'x' has shape [16], but the engine expects rank 2 [1..8, 16]"),
+    ("too many rows", jbody([[1.0] * 16] * 9), "application/json", 400,
+     "(dimension 0 must be in 1..8)"),
+    ("wrong dtype", jbody([[1] * 16], dtype="int64"), "application/json", 400,
+     "input 'x' has dtype int64, but the engine expects float32"),
+    ("wrong .npy dtype", npy_bytes(np.ones((1, 16))), "application/x-npy", 400,
+     "input 'x' has dtype float64, but the engine expects float32"),
+    ("missing input", json.dumps({"inputs": {}}).encode(), "application/json", 400,
+     "missing input 'x' (the engine's inputs: x)"),
+    ("unknown input", json.dumps({"inputs": {"x": [[0.0] * 16], "w": [1]}}).encode(),
+     "application/json", 400, "unknown input 'w' (the engine's inputs: x)"),
+    ("malformed JSON", b'{"inputs": {"x": [[1.0, 2.0}}', "application/json", 400,
+     "malformed JSON body:"),
+    ("not the JSON layout", b'[1, 2, 3]', "application/json", 400,
+     'the JSON body must be an object {"inputs":'),
+    ("ragged lists", jbody([[1.0] * 16, [1.0] * 15]), "application/json", 400, "ragged"),
+    ("strings", jbody([["a"] * 16]), "application/json", 400, "not numbers"),
+    ("NaN", b'{"inputs": {"x": [[' + b", ".join([b"1.0"] * 15 + [b"NaN"]) + b"]]}}",
+     "application/json", 400, "input 'x' contains NaN at index [0, 15]"),
+    ("infinity in .npy", npy_bytes(np.array([[0.0] * 3 + [np.inf] + [0.0] * 12], np.float32)),
+     "application/x-npy", 400, "input 'x' contains infinity at index [0, 3]"),
+    ("malformed .npy", b"\x93NUMPY garbage", "application/x-npy", 400, "malformed .npy body"),
+    ("pickled object .npy", npy_bytes(np.array([{"a": 1}], dtype=object)), "application/x-npy",
+     400, "malformed .npy body"),
+    ("unsupported type", b"x=1", "text/plain", 415, "unsupported Content-Type 'text/plain'"),
+    ("body over the limit", jbody([[0.123456789] * 16] * 8 * 50), "application/json", 413,
+     "over the limit of 52428 bytes"),
+]
+
+
+@pytest.mark.parametrize("case", BAD, ids=[c[0] for c in BAD])
+def test_bad_request(server, runner, case):
+    _, body, ctype, want_status, words = case
+    st, h, out = post(server, body, ctype)
+    assert st == want_status, out
+    assert words in json.loads(out)["error"], out
+    # and the server keeps serving
+    x = np.ones((2, 16), np.float32)
+    st, h, out = post(server, jbody(x.tolist()))
+    assert st == 200 and matches(json_outputs(out), runner.run({"x": x}))
+
+
+def test_body_over_limit_without_content_length(server):
+    # chunked transfer: no Content-Length, the limit is found while reading
+    import http.client
+
+    c = http.client.HTTPConnection(HOST, int(server.rsplit(":", 1)[1]), timeout=30)
+    c.putrequest("POST", "/predict")
+    c.putheader("Content-Type", "application/json")
+    c.putheader("Transfer-Encoding", "chunked")
+    c.endheaders()
+    chunk = b" " * 16384
+    for _ in range(5):
+        c.send(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+    c.send(b"0\r\n\r\n")
+    r = c.getresponse()
+    assert r.status == 413 and b"over the limit" in r.read()
+    c.close()
+
+
+def test_load_2000_requests_concurrency_32(server, runner, capsys):
+    """2,000 requests (1-3 rows, JSON and .npy) at concurrency 32, with 100 bad requests
+    interleaved (they must get their 4xx without disturbing the batches they would have
+    joined): none lost, none wrong."""
+    reqs = make_requests(runner, 2000, seed=3)
+    bad = []
+    for k in range(100):
+        case = BAD[k % 4]  # shape, rank, rows, dtype: each decoded fine, refused in validation
+        bad.append((case[1], case[2], lambda st, body, w=case[3]: st == w))
+    res = run_load(server + "/predict", reqs, concurrency=32, timeout=300, extra=bad)
+    with capsys.disabled():
+        print("\n" + res.summary("LitServe, 2 workers, max batch 8, 2000 requests at concurrency 32")
+              + "\n  " + res.batch_summary())
+    assert res.ok == 2000, res.failures[:5]
+    assert res.wrong == 0 and not res.statuses and not res.failures
+    assert not res.extra_bad, res.extra_bad[:3]
+    # LitServe's batching put several requests in one engine run, never over the
+    # profile's 8 rows (requests of 1-3 rows: at most 8 requests)
+    assert len(res.batches) == 2000
+    assert max(b[0] for b in res.batches) > 1, res.batch_summary()
+    assert max(b[1] for b in res.batches) <= 8 and max(b[0] for b in res.batches) <= 8
+
+
+@pytest.mark.parametrize("how", ["SIGTERM to the server", "SIGINT to its process group"])
+def test_graceful_shutdown(engine, runner, how):
+    """Requests in flight when the server is told to stop are answered (correctly); the
+    server then stops by itself with exit code 0. A long batch window (1.5 s, batches of
+    up to 8) keeps three requests in flight when the signal comes."""
+    port = free_port()
+    proc = start_litserve(engine, port, "--max-batch", "8", "--timeout-ms", "1500")
+    url = f"http://{HOST}:{port}"
+    try:
+        xs = [np.full((1, 16), k, np.float32) for k in range(3)]
+        results = [None] * 3
+
+        def send(k):
+            results[k] = post(url, jbody(xs[k].tolist()))
+
+        threads = [threading.Thread(target=send, args=(k,)) for k in range(3)]
+        for t in threads:
+            t.start()
+        time.sleep(0.5)  # the three wait in the worker's batch window
+        if how.startswith("SIGTERM"):
+            proc.send_signal(signal.SIGTERM)
+        else:
+            os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal sends
+        time.sleep(0.2)
+        if how.startswith("SIGTERM"):
+            st, _, body = post(url, jbody(xs[0].tolist()))  # a new request while draining
+            assert st == 503 and b"shutting down" in body
+        for t in threads:
+            t.join(30)
+        for k, (st, h, body) in enumerate(results):
+            assert st == 200, body
+            assert matches(json_outputs(body), runner.run({"x": xs[k]}))
+        assert proc.wait(60) == 0
+    finally:
+        kill_group(proc)  # the server and anything it left behind
+
+
+def _spawned_children(pid):
+    """PIDs of the processes `pid` spawned with multiprocessing's spawn (LitServe's
+    inference workers), from /proc."""
+    out = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{d}/cmdline", "rb") as f:
+                cmd = f.read()
+        except OSError:
+            continue
+        if ppid == pid and b"spawn_main" in cmd:
+            out.append(int(d))
+    return out
+
+
+def test_worker_killed(engine, runner):
+    """An inference worker killed (SIGKILL) while it holds requests: they get a 500,
+    none is answered wrong, LitServe starts another worker, and the server answers
+    correctly again."""
+    port = free_port()
+    proc = start_litserve(engine, port, "--workers", "2", "--max-batch", "8",
+                          "--timeout-ms", "1500")
+    url = f"http://{HOST}:{port}"
+    try:
+        workers = _spawned_children(proc.pid)
+        assert len(workers) == 2, workers
+        xs = [np.full((1, 16), k, np.float32) for k in range(6)]
+        results = [None] * len(xs)
+
+        def send(k):
+            results[k] = post(url, jbody(xs[k].tolist()))
+
+        threads = [threading.Thread(target=send, args=(k,)) for k in range(len(xs))]
+        for t in threads:
+            t.start()
+        time.sleep(0.5)  # in the workers' batch windows
+        os.kill(workers[0], signal.SIGKILL)
+        for t in threads:
+            t.join(60)
+        statuses = [r[0] for r in results]
+        assert set(statuses) <= {200, 500}, statuses
+        for k, (st, _, body) in enumerate(results):
+            if st == 200:
+                assert matches(json_outputs(body), runner.run({"x": xs[k]}))
+            else:
+                assert b"died" in body
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            alive = _spawned_children(proc.pid)
+            if len(alive) == 2 and workers[0] not in alive:
+                break
+            time.sleep(0.5)
+        assert len(alive) == 2 and workers[0] not in alive, alive
+        time.sleep(3)  # the new worker loads the engine
+        for k in range(8):
+            st, _, body = post(url, jbody(xs[k % 6].tolist()))
+            assert st == 200 and matches(json_outputs(body), runner.run({"x": xs[k % 6]}))
+    finally:
+        kill_group(proc)
+
+
+def test_validation_of_shared_dimensions(tmp_path):
+    """Two inputs sharing the batch dimension must agree on it (checked before batching)."""
+    import torch
+
+    class Add(torch.nn.Module):
+        def forward(self, a, b):
+            return a + b
+
+    torch.onnx.export(Add(), (torch.ones(2, 4), torch.ones(2, 4)), str(tmp_path / "add.onnx"),
+                      input_names=["a", "b"], output_names=["c"], opset_version=17,
+                      dynamic_axes={"a": {0: "batch"}, "b": {0: "batch"}, "c": {0: "batch"}})
+    spec = EngineSpec.from_file(prepare_engine(tmp_path / "add.onnx", work_dir=tmp_path,
+                                               max_batch=4))
+    assert spec.batchable and spec.max_rows == 4
+    with pytest.raises(RequestError, match=r"inputs 'a' and 'b' disagree on dimension 'batch': "
+                                           r"2 and 3"):
+        spec.validate({"a": np.ones((2, 4), np.float32), "b": np.ones((3, 4), np.float32)})
+    with pytest.raises(RequestError, match=r"a \.npy body holds one array, but the engine has "
+                                           r"2 inputs \(a, b\)"):
+        spec.decode(npy_bytes(np.ones((1, 4), np.float32)), "application/x-npy")
+
+
+def test_batches_split_back_per_request(engine, runner):
+    """Runner.run_batch: requests of 1-3 rows concatenated into runs of at most the
+    profile's 8 rows, split back in order (each answer is its own request's)."""
+    rng = np.random.default_rng(5)
+    reqs = [{"x": rng.standard_normal((1 + k % 3, 16)).astype(np.float32)} for k in range(11)]
+    outs = runner.run_batch(reqs)
+    assert len(outs) == 11
+    for r, o in zip(reqs, outs):
+        assert matches(o, runner.run(r))
+
+
+def test_kiln_serve_cli(engine, tmp_path):
+    """`kiln serve --help` through the package's console script (kiln.cli), the C tool's
+    commands through the same script, and a clear error for a model that is neither."""
+    env = serving_env()
+    out = subprocess.run([sys.executable, "-m", "kiln.serving", "--help"], env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and "--max-batch" in out.stdout and "--timeout-ms" in out.stdout
+    bad = tmp_path / "model.txt"
+    bad.write_text("hello")
+    out = subprocess.run([sys.executable, "-c", "import sys, kiln.cli; sys.exit(kiln.cli.main())",
+                          "serve", str(bad)], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1
+    assert "not a kiln engine (.kiln) nor an ONNX model (.onnx)" in out.stderr
+    out = subprocess.run([sys.executable, "-c", "import sys, kiln.cli; sys.exit(kiln.cli.main())",
+                          "serve", str(engine), "--device", "cuda"], env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1 and "is an engine for cpu, but device cuda was asked" in out.stderr
+    if os.environ.get("KILN_CLI") or (env.get("KILN_LIBRARY") and os.path.isfile(
+            os.path.join(os.path.dirname(env["KILN_LIBRARY"]), "kiln"))):
+        out = subprocess.run([sys.executable, "-c",
+                              "import sys, kiln.cli; sys.exit(kiln.cli.main())", "inspect",
+                              str(engine)], env=env, capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0 and "x" in out.stdout

@@ -1,0 +1,309 @@
+/* cuda_layout.c -- channels-last chains on CUDA (see cuda_layout.h).
+ *
+ * cuDNN's tensor-core convolutions for fp16/bf16 read and write NHWC; given
+ * NCHW tensors they transpose them around every layer or pick slower
+ * kernels. Here the eligible layers (FusedConv, MaxPool/AveragePool,
+ * GlobalAveragePool) that pass values to one another keep those values
+ * NHWC, and only the ends of a chain convert:
+ *
+ *   NCHW v into a FusedConv: the layer converts it (layout Y_NHWC alone:
+ *     one kernel, channels padded to a multiple of 8 for cuDNN: ResNet's
+ *     3-channel stem)
+ *   NCHW v into a pool or a residual:
+ *     Transpose(0,2,3,1) [N,H,W,C] -> Reshape [N,C,H,W] (NHWC bytes)
+ *   NHWC v -> Reshape [N,H,W,C] -> Transpose(0,3,1,2) [N,C,H,W] (NCHW)
+ *
+ * (the Reshapes are views: no copy). Every value keeps its NCHW shape; a
+ * value's bytes are NHWC exactly when an NHWC FusedConv or pool produced it.
+ * GlobalAveragePool reads NHWC and writes [N, C, 1, 1], which is both. */
+#include "backends/cuda/cuda_layout.h"
+
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "ops/fused_conv.h"
+#include "ops/tensor_internal.h"
+
+#if KILN_HAVE_CUDA && KILN_HAVE_CUDNN
+
+static bool static_4d(const kiln_tinfo *t) {
+    if (t->rank != 4) return false;
+    for (int i = 0; i < 4; i++)
+        if (t->dims[i] <= 0) return false;
+    return true;
+}
+
+static bool half_4d(const kiln_tinfo *t) {
+    return (t->dtype == KILN_DTYPE_FLOAT16 || t->dtype == KILN_DTYPE_BFLOAT16) && static_4d(t);
+}
+
+/* What a layer is to the pass. */
+enum { K_NONE = 0, K_CONV, K_POOL, K_GAP };
+
+/* A FusedConv that cuDNN runs channels-last (graph or legacy API; the
+ * input may come NCHW with any channel count: the layer converts it). */
+static bool conv_ok(const kiln_graph *g, const kiln_node *n) {
+    const kiln_fused_conv_attrs *fa = n->attrs;
+    const kiln_conv_attrs *ca = &fa->conv;
+    if (fa->layout || (ca->group != 0 && ca->group != 1)) return false;
+    if (n->n_in < 2 || n->in[0] < 0 || n->in[1] < 0) return false;
+    const kiln_tinfo *x = &g->values[n->in[0]].info, *w = &g->values[n->in[1]].info;
+    const kiln_tinfo *y = &g->values[n->out[0]].info;
+    if (!half_4d(x) || !static_4d(w) || !half_4d(y) || y->dims[1] % 8) return false;
+    if (ca->auto_pad != PAD_NOTSET && ca->auto_pad != PAD_VALID) return false;
+    if (ca->auto_pad == PAD_NOTSET && ca->n_pads)
+        for (int i = 0; i < 2; i++)
+            if (ca->pads[i] != ca->pads[2 + i]) return false; /* asymmetric: not the legacy API */
+    if (fa->has_residual && (n->n_in < 4 || n->in[3] < 0)) return false;
+    return true;
+}
+
+static int node_kind(const kiln_graph *g, const kiln_node *n) {
+    if (n->dead || n->device != KILN_DEVICE_CUDA || n->n_out < 1 || n->out[0] < 0 || !n->attrs) return K_NONE;
+    if (n->op_id == KILN_OP_FusedConv) return conv_ok(g, n) ? K_CONV : K_NONE;
+    if (n->n_in < 1 || n->in[0] < 0) return K_NONE;
+    const kiln_tinfo *x = &g->values[n->in[0]].info;
+    const kiln_pool_attrs *pa = n->attrs;
+    if (n->op_id == KILN_OP_MaxPool || n->op_id == KILN_OP_AveragePool) {
+        if (n->n_out > 1 && n->out[1] >= 0) return K_NONE; /* MaxPool indices */
+        if (pa->layout || pa->n_kernel != 2 || !half_4d(x) || x->dims[1] % 8) return K_NONE;
+        return half_4d(&g->values[n->out[0]].info) ? K_POOL : K_NONE;
+    }
+    if (n->op_id == KILN_OP_GlobalAveragePool)
+        return !pa->layout && half_4d(x) && x->dims[1] % 8 == 0 ? K_GAP : K_NONE;
+    return K_NONE;
+}
+
+/* Whether kind k writes its output NHWC. */
+static bool makes_nhwc(int k) { return k == K_CONV || k == K_POOL; }
+
+/* Whether input i of a layer of kind k can be NHWC (X, and FusedConv's residual). */
+static bool reads_nhwc(int k, int i) { return (k != K_NONE && i == 0) || (k == K_CONV && i == 3); }
+
+typedef struct nhwc_ctx {
+    kiln_graph *g;
+    int n_nodes0, n_values0;
+    int *after;     /* per new node: the node it follows */
+    int cap_after;
+} nhwc_ctx;
+
+static kiln_status new_value(nhwc_ctx *c, int like, const char *tag, const int64_t *dims, int *out) {
+    char name[512];
+    for (int k = 0;; k++) {
+        snprintf(name, sizeof name, "%s/kiln_%s%d", c->g->values[like].name, tag, k);
+        if (kiln__graph_find_value(c->g, name) < 0) break;
+    }
+    KILN_TRY(kiln__graph_add_value(c->g, name, out));
+    kiln_value *v = &c->g->values[*out];
+    v->info.dtype = c->g->values[like].info.dtype;
+    v->info.rank = 4;
+    memcpy(v->info.dims, dims ? dims : c->g->values[like].info.dims, 4 * sizeof(int64_t));
+    v->producer = -1;
+    return KILN_OK;
+}
+
+static kiln_status add_node(nhwc_ctx *c, int op, const char *name, int n_in, const int *in, int out,
+                            const void *attrs, int after) {
+    KILN_TRY(kiln__grow((void **)&c->after, &c->cap_after, c->g->n_nodes - c->n_nodes0 + 1,
+                        sizeof *c->after));
+    int ni;
+    KILN_TRY(kiln__graph_add_node(c->g, op, name, n_in, in, 1, &out, attrs, &ni));
+    c->g->nodes[ni].device = KILN_DEVICE_CUDA;
+    c->g->nodes[ni].added = true; /* a layout conversion: no ONNX node behind it */
+    c->g->values[out].producer = ni;
+    c->after[ni - c->n_nodes0] = after;
+    return KILN_OK;
+}
+
+/* Converts v (4-D, bytes NCHW if to_nhwc else NHWC) into the other layout:
+ * writes `dst` (a new value when dst < 0), placed after node `after`. */
+static kiln_status convert(nhwc_ctx *c, int v, bool to_nhwc, int dst, int after, int *out) {
+    kiln_graph *g = c->g;
+    int64_t nchw[4], nhwc[4];
+    memcpy(nchw, g->values[v].info.dims, sizeof nchw);
+    nhwc[0] = nchw[0], nhwc[1] = nchw[2], nhwc[2] = nchw[3], nhwc[3] = nchw[1];
+    int mid, shape, in[2];
+    KILN_TRY(new_value(c, v, to_nhwc ? "nhwc_t" : "nhwc_r", nhwc, &mid));
+    if (dst < 0) KILN_TRY(new_value(c, v, to_nhwc ? "nhwc" : "nchw", NULL, &dst));
+    char base[512];
+    snprintf(base, sizeof base, "%s/kiln_%s_shape", g->values[v].name, to_nhwc ? "nhwc" : "nchw");
+    int64_t four = 4;
+    KILN_TRY(kiln__graph_add_const(g, base, KILN_DTYPE_INT64, 1, &four, to_nhwc ? nchw : nhwc, &shape));
+    kiln_transpose_attrs ta;
+    memset(&ta, 0, sizeof ta);
+    ta.n_perm = 4;
+    static const int32_t p_in[4] = {0, 2, 3, 1}, p_out[4] = {0, 3, 1, 2};
+    memcpy(ta.perm, to_nhwc ? p_in : p_out, sizeof p_in);
+    kiln_reshape_attrs ra = {0};
+    char name[600];
+    if (to_nhwc) {
+        snprintf(name, sizeof name, "%s/kiln_to_nhwc", g->values[v].name);
+        KILN_TRY(add_node(c, KILN_OP_Transpose, name, 1, &v, mid, &ta, after));
+        in[0] = mid, in[1] = shape;
+        snprintf(name, sizeof name, "%s/kiln_to_nhwc_view", g->values[v].name);
+        KILN_TRY(add_node(c, KILN_OP_Reshape, name, 2, in, dst, &ra, after));
+    } else {
+        in[0] = v, in[1] = shape;
+        snprintf(name, sizeof name, "%s/kiln_to_nchw_view", g->values[v].name);
+        KILN_TRY(add_node(c, KILN_OP_Reshape, name, 2, in, mid, &ra, after));
+        snprintf(name, sizeof name, "%s/kiln_to_nchw", g->values[v].name);
+        KILN_TRY(add_node(c, KILN_OP_Transpose, name, 1, &mid, dst, &ta, after));
+    }
+    *out = dst;
+    return KILN_OK;
+}
+
+/* Whether input i of layer ni (kept: kind[ni]) is passed NHWC: the
+ * residual and a pool's input always (converted where needed), a
+ * FusedConv's X when its producer writes NHWC (else the layer converts). */
+static bool passed_nhwc(const kiln_graph *g, const int *kind, int ni, int i) {
+    const kiln_node *n = &g->nodes[ni];
+    if (!reads_nhwc(kind[ni], i)) return false;
+    if (kind[ni] == K_CONV && i == 0) {
+        int pr = g->values[n->in[0]].producer;
+        return pr >= 0 && makes_nhwc(kind[pr]);
+    }
+    return true;
+}
+
+static kiln_status rewrite(nhwc_ctx *c, const int *kind, bool *is_nhwc, int *nhwc_of, int *nchw_of) {
+    kiln_graph *g = c->g;
+    /* layouts first (passed_nhwc reads the kinds of the original nodes) */
+    for (int ni = 0; ni < c->n_nodes0; ni++) {
+        kiln_node *n = &g->nodes[ni];
+        if (kind[ni] == K_CONV) {
+            kiln_fused_conv_attrs *fa = n->attrs;
+            fa->layout = KILN_FC_LAYOUT_Y_NHWC | (passed_nhwc(g, kind, ni, 0) ? KILN_FC_LAYOUT_X_NHWC : 0);
+            /* a tactic chosen for another layout means nothing here */
+            fa->tactic.id = 0;
+            fa->tactic.us = 0;
+        } else if (kind[ni] == K_POOL || kind[ni] == K_GAP) {
+            ((kiln_pool_attrs *)n->attrs)->layout = KILN_POOL_LAYOUT_NHWC;
+        }
+    }
+    /* outputs of NHWC writers hold NHWC bytes; a graph output gets a copy back */
+    for (int ni = 0; ni < c->n_nodes0; ni++) {
+        if (!makes_nhwc(kind[ni])) continue;
+        int y = g->nodes[ni].out[0];
+        if (!kiln__graph_is_output(g, y)) {
+            is_nhwc[y] = true;
+            nhwc_of[y] = y;
+            continue;
+        }
+        int y2, dummy;
+        KILN_TRY(new_value(c, y, "nhwc", NULL, &y2));
+        g->nodes[ni].out[0] = y2;
+        g->values[y2].producer = ni;
+        nhwc_of[y] = y2;
+        KILN_TRY(convert(c, y2, false, y, ni, &dummy));
+    }
+    for (int ni = 0; ni < c->n_nodes0; ni++) {
+        if (g->nodes[ni].dead) continue;
+        for (int i = 0; i < g->nodes[ni].n_in; i++) {
+            int v = g->nodes[ni].in[i];
+            if (v < 0 || v >= c->n_values0) continue;
+            bool want = passed_nhwc(g, kind, ni, i);
+            int nv = v;
+            if (want && nhwc_of[v] < 0)
+                KILN_TRY(convert(c, v, true, -1, g->values[v].producer, &nhwc_of[v]));
+            if (want) nv = nhwc_of[v];
+            if (!want && is_nhwc[v] && nchw_of[v] < 0)
+                KILN_TRY(convert(c, v, false, -1, g->values[v].producer, &nchw_of[v]));
+            if (!want && is_nhwc[v]) nv = nchw_of[v];
+            g->nodes[ni].in[i] = nv; /* g->nodes may have moved: index again */
+        }
+    }
+    return KILN_OK;
+}
+
+static int root(int *parent, int i) {
+    while (parent[i] != i) i = parent[i] = parent[parent[i]];
+    return i;
+}
+
+/* Keeps kind[] only for chains worth converting: kept layers connected
+ * through the values they pass NHWC form a chain, and a chain stays when
+ * it has at least two layers per conversion it needs (a value coming in
+ * NCHW, counted per reader, converted by a node or by the layer itself; a
+ * value going out to an NCHW reader or a graph output); a lone 1x1
+ * convolution between depthwise ones (MobileNet) would only add
+ * conversions. sc: scratch of 3 * g->n_nodes ints. */
+static void keep_long_chains(const kiln_graph *g, int *kind, int *sc) {
+    int nn = g->n_nodes, *parent = sc, *layers = sc + nn, *convs = sc + 2 * nn;
+    for (int i = 0; i < nn; i++) parent[i] = i, layers[i] = convs[i] = 0;
+    for (int ni = 0; ni < nn; ni++) {
+        const kiln_node *n = &g->nodes[ni];
+        for (int i = 0; kind[ni] && i < n->n_in; i++) {
+            int v = n->in[i], pr = v >= 0 ? g->values[v].producer : -1;
+            if (reads_nhwc(kind[ni], i) && pr >= 0 && makes_nhwc(kind[pr]))
+                parent[root(parent, ni)] = root(parent, pr);
+        }
+    }
+    for (int ni = 0; ni < nn; ni++) {
+        const kiln_node *n = &g->nodes[ni];
+        if (n->dead) continue;
+        if (kind[ni]) {
+            layers[root(parent, ni)]++;
+            if (makes_nhwc(kind[ni]) && kiln__graph_is_output(g, n->out[0])) convs[root(parent, ni)]++;
+        }
+        for (int i = 0; i < n->n_in; i++) {
+            int v = n->in[i], pr = v >= 0 ? g->values[v].producer : -1;
+            bool want = reads_nhwc(kind[ni], i), have = pr >= 0 && makes_nhwc(kind[pr]);
+            if (want && !have && v >= 0) convs[root(parent, ni)]++;
+            if (!want && have) convs[root(parent, pr)]++;
+        }
+    }
+    for (int ni = 0; ni < nn; ni++) {
+        int r = root(parent, ni);
+        if (kind[ni] && 2 * convs[r] > layers[r]) kind[ni] = K_NONE;
+    }
+}
+
+kiln_status kiln__pass_cuda_nhwc(kiln_graph *g, int *n_layers) {
+    if (n_layers) *n_layers = 0;
+    const char *env = getenv("KILN_CUDA_NHWC");
+    if (env && !strcmp(env, "0")) return KILN_OK;
+    kiln__graph_link(g);
+    nhwc_ctx c = {.g = g, .n_nodes0 = g->n_nodes, .n_values0 = g->n_values};
+    int *kind = kiln__calloc((size_t)g->n_nodes + 1, sizeof *kind);
+    bool *is_nhwc = kiln__calloc((size_t)g->n_values + 1, sizeof *is_nhwc);
+    int *nhwc_of = kiln__malloc(((size_t)g->n_values + 1) * sizeof *nhwc_of);
+    int *nchw_of = kiln__malloc(((size_t)g->n_values + 1) * sizeof *nchw_of);
+    int *sc = kiln__malloc((3 * (size_t)g->n_nodes + 1) * sizeof *sc);
+    kiln_status s = KILN_OK;
+    if (!kind || !is_nhwc || !nhwc_of || !nchw_of || !sc) {
+        s = KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory (NHWC pass)");
+        goto done;
+    }
+    int count = 0;
+    for (int ni = 0; ni < g->n_nodes; ni++) kind[ni] = node_kind(g, &g->nodes[ni]);
+    /* a chain needs a layer that writes NHWC: a lone GlobalAveragePool stays */
+    keep_long_chains(g, kind, sc);
+    for (int ni = 0; ni < g->n_nodes; ni++) count += kind[ni] ? 1 : 0;
+    for (int v = 0; v < g->n_values; v++) nhwc_of[v] = nchw_of[v] = -1;
+    if (!count) goto done;
+    if ((s = rewrite(&c, kind, is_nhwc, nhwc_of, nchw_of)) != KILN_OK) goto done;
+    if ((s = kiln__nodes_place_after(g, c.n_nodes0, c.after)) != KILN_OK) goto done;
+    kiln__graph_link(g);
+    s = kiln__graph_infer(g);
+    if (s == KILN_OK && n_layers) *n_layers = count;
+done:
+    kiln__free(kind);
+    kiln__free(is_nhwc);
+    kiln__free(nhwc_of);
+    kiln__free(nchw_of);
+    kiln__free(sc);
+    kiln__free(c.after);
+    return s;
+}
+
+#else
+
+kiln_status kiln__pass_cuda_nhwc(kiln_graph *g, int *n_layers) {
+    (void)g;
+    if (n_layers) *n_layers = 0;
+    return KILN_OK;
+}
+
+#endif

@@ -1,0 +1,416 @@
+/* k_attn.cu -- kiln.Attention in fp16/bf16 on tensor cores, flash-attention
+ * style: one CTA per (batch * head, tile of 16 * NW query rows), NW warps
+ * of 16 rows each. For every tile of 64 keys: K and V into shared memory
+ * (cp.async, zero-filled past the ends), S = Q K^T with mma.sync m16n8k16
+ * (fp32 accumulators), the scale, cond rule, mask and bias added in fp32,
+ * an online softmax per row (running max and sum in fp32, exp2), then
+ * O += P V with P rounded to the input type in registers (the accumulator
+ * layout of S is the A-operand layout of P). Head sizes up to 128 (padded
+ * to 32, 64 or 128 with zeros in shared memory). The semantics are those of
+ * k_attention (k_fused.cu), which runs what this kernel does not take. */
+#include "k_common.cuh"
+
+using namespace kcu;
+
+namespace {
+
+#define ATT_BN 64 /* keys per tile */
+
+template <typename T> struct MmaType;
+template <> struct MmaType<__half> {
+    static __device__ __forceinline__ uint32_t pack(float a, float b) {
+        __half2 h = __floats2half2_rn(a, b);
+        return *reinterpret_cast<uint32_t *>(&h);
+    }
+    static __device__ __forceinline__ void mma(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
+                     "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    }
+};
+template <> struct MmaType<__nv_bfloat16> {
+    static __device__ __forceinline__ uint32_t pack(float a, float b) {
+        __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+        return *reinterpret_cast<uint32_t *>(&h);
+    }
+    static __device__ __forceinline__ void mma(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
+                     "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    }
+};
+
+__device__ __forceinline__ uint32_t smem_addr(const void *p) {
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+__device__ __forceinline__ void ldsm_x4(uint32_t *r, const void *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(p)));
+}
+
+__device__ __forceinline__ void ldsm_x4_t(uint32_t *r, const void *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(p)));
+}
+
+/* 16 bytes global -> shared; src_bytes 0 fills zeros (src must still be a valid address) */
+__device__ __forceinline__ void cp_async16(void *dst, const void *src, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+                 "r"(src_bytes));
+}
+
+/* Loads rows [r0, r0 + R) x cols [0, DM) of an operand into shared memory
+ * (row stride DMP elements): element (r, c) at base + r * rs + c * cs, valid
+ * for r < nr, c < nc, zero elsewhere. vec: cs == 1, rows 16-byte aligned and
+ * nc a multiple of 8 (whole 16-byte chunks valid or not). */
+template <typename T, int R, int DM, int DMP, int NT>
+__device__ __forceinline__ void load_tile(T *sh, const T *base, int64_t rs, int64_t cs, int64_t r0,
+                                          int64_t nr, int nc, bool vec) {
+    if (vec) {
+        /* offsets inside the tile fit 32 bits (the launcher checks R * rs) */
+        constexpr int CH = DM / 8; /* 16-byte chunks per row */
+        const T *tb = base + r0 * rs;
+        const int rows = nr - r0 < R ? (int)(nr - r0) : R, rs32 = (int)rs;
+#pragma unroll
+        for (int e = threadIdx.x; e < R * CH; e += NT) {
+            const int r = e / CH, c = (e % CH) * 8;
+            const bool ok = r < rows && c < nc;
+            cp_async16(sh + r * DMP + c, ok ? tb + r * rs32 + c : base, ok ? 16 : 0);
+        }
+    } else {
+        for (int e = threadIdx.x; e < R * DM; e += NT) {
+            const int r = e / DM, c = e % DM;
+            T x = Num<T>::store(0.0f);
+            if (r0 + r < nr && c < nc) x = base[(r0 + r) * rs + c * cs];
+            sh[r * DMP + c] = x;
+        }
+    }
+}
+
+/* 2^x, the MUFU approximation (relative error about 2^-22; -inf gives 0) */
+__device__ __forceinline__ float ex2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
+/* The cond bits and the float mask + bias of this thread's 32 scores of a key
+ * tile (rows crow/mrow/brow, keys j0 + n * 8 + 2 * tq + {0, 1}). FULL: every
+ * key of the tile exists. Key strides fit 32 bits (the launcher checks);
+ * contiguous ones (stride 1, the usual [.., Sq, Sk] masks) use constant
+ * offsets. */
+template <typename T, bool FM, bool FULL>
+__device__ __forceinline__ uint32_t tile_masks(const kcu_attn &g, const uint8_t *const *crow,
+                                               const T *const *mrow, const T *const *brow, int64_t j0, int tq,
+                                               bool fill_if, float (*madd)[4]) {
+    uint32_t cbits = 0;
+    const int cs = (int)g.cs[3], ms = (int)g.ms[3], bs = (int)g.bs[3];
+    const int nk = FULL ? 64 : (int)(g.Sk - j0);
+#pragma unroll
+    for (int u = 0; u < 2; u++) {
+        /* this thread's first key of the tile */
+        const uint8_t *cp = crow[u] ? crow[u] + (j0 + 2 * tq) * g.cs[3] : NULL;
+        const T *mp = FM && mrow[u] ? mrow[u] + (j0 + 2 * tq) * g.ms[3] : NULL;
+        const T *bp = FM && brow[u] ? brow[u] + (j0 + 2 * tq) * g.bs[3] : NULL;
+        if (cp) {
+            if (cs == 1) {
+#pragma unroll
+                for (int n = 0; n < 8; n++)
+#pragma unroll
+                    for (int w = 0; w < 2; w++)
+                        if ((FULL || n * 8 + 2 * tq + w < nk) && (cp[n * 8 + w] != 0) == fill_if)
+                            cbits |= 1u << (n * 4 + u * 2 + w);
+            } else {
+#pragma unroll
+                for (int n = 0; n < 8; n++)
+#pragma unroll
+                    for (int w = 0; w < 2; w++)
+                        if ((FULL || n * 8 + 2 * tq + w < nk) && (cp[(n * 8 + w) * cs] != 0) == fill_if)
+                            cbits |= 1u << (n * 4 + u * 2 + w);
+            }
+        }
+        if (FM) {
+#pragma unroll
+            for (int n = 0; n < 8; n++)
+#pragma unroll
+                for (int w = 0; w < 2; w++) {
+                    float a = 0.0f;
+                    if (FULL || n * 8 + 2 * tq + w < nk) {
+                        if (mp) a += Num<T>::load(ms == 1 ? mp[n * 8 + w] : mp[(n * 8 + w) * ms]);
+                        if (bp) a += Num<T>::load(bs == 1 ? bp[n * 8 + w] : bp[(n * 8 + w) * bs]);
+                    }
+                    madd[n][u * 2 + w] = a;
+                }
+        }
+    }
+    return cbits;
+}
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+/* FM: a float mask or bias is there (the cond alone needs no registers of floats) */
+template <typename T, int DM, int NW, bool FM>
+__global__ void __launch_bounds__(NW * 32)
+    k_attn_mma(const __grid_constant__ kcu_attn g, const T *__restrict__ q, const T *__restrict__ k,
+               const T *__restrict__ v, const T *__restrict__ mask, const uint8_t *__restrict__ cond,
+               const T *__restrict__ bias, T *__restrict__ o, int vec_q, int vec_k, int vec_v) {
+    constexpr int BM = 16 * NW, DMP = DM + 8, NT = NW * 32, KS = DM / 16;
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    /* Q, then two stages of (K, V) */
+    T *Qs = reinterpret_cast<T *>(smem_raw);
+    T *KV = Qs + BM * DMP;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int gr = lane >> 2, tq = lane & 3; /* row group and thread in quad */
+    const int qtiles = (int)((g.Sq + BM - 1) / BM);
+    const int64_t bh = blockIdx.x / qtiles, b = bh / g.H, h = bh % g.H;
+    const int64_t i0 = (int64_t)(blockIdx.x % qtiles) * BM;
+    const T *qb = q + b * g.qs[0] + h * g.qs[1];
+    const T *kb = k + b * g.ks[0] + h * g.ks[1];
+    const T *vb = v + b * g.vs[0] + h * g.vs[1];
+    const int ntiles = (int)((g.Sk + ATT_BN - 1) / ATT_BN);
+
+    /* everything the first tile needs, in flight at once */
+    load_tile<T, BM, DM, DMP, NT>(Qs, qb, g.qs[2], g.qs[3], i0, g.Sq, (int)g.D, vec_q);
+    load_tile<T, ATT_BN, DM, DMP, NT>(KV, kb, g.ks[2], g.ks[3], 0, g.Sk, (int)g.D, vec_k);
+    load_tile<T, ATT_BN, DM, DMP, NT>(KV + ATT_BN * DMP, vb, g.vs[2], g.vs[3], 0, g.Sk, (int)g.Dv, vec_v);
+    cp_async_commit();
+    cp_async_wait<0>();
+    __syncthreads();
+    uint32_t qf[KS][4];
+    {
+        const int mi = lane >> 3, r = lane & 7;
+#pragma unroll
+        for (int ks = 0; ks < KS; ks++)
+            ldsm_x4(qf[ks], Qs + (warp * 16 + (mi & 1) * 8 + r) * DMP + ks * 16 + (mi >> 1) * 8);
+    }
+    /* this thread's two rows (gr and gr + 8 of the warp's 16) */
+    int64_t row[2];
+    const T *mrow[2] = {NULL, NULL}, *brow[2] = {NULL, NULL};
+    const uint8_t *crow[2] = {NULL, NULL};
+#pragma unroll
+    for (int u = 0; u < 2; u++) {
+        row[u] = i0 + warp * 16 + gr + u * 8;
+        const int64_t ri = row[u] < g.Sq ? row[u] : 0;
+        if (g.has_mask) mrow[u] = mask + b * g.ms[0] + h * g.ms[1] + ri * g.ms[2];
+        if (g.has_cond) crow[u] = cond + b * g.cs[0] + h * g.cs[1] + ri * g.cs[2];
+        if (g.has_bias) brow[u] = bias + b * g.bs[0] + h * g.bs[1] + ri * g.bs[2];
+    }
+    const bool any_mask = g.has_mask || g.has_bias || g.has_cond;
+    const bool fill_if = g.cond_fill_if != 0, select = g.cond_mode == 1;
+    const float LOG2E = 1.4426950408889634f;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    float acc[DM / 8][4];
+#pragma unroll
+    for (int n = 0; n < DM / 8; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+
+    for (int t = 0; t < ntiles; t++) {
+        const int64_t j0 = (int64_t)t * ATT_BN;
+        const T *Ks = KV + (t & 1) * 2 * ATT_BN * DMP, *Vs = Ks + ATT_BN * DMP;
+        /* the next tile streams in while this one is computed */
+        if (t + 1 < ntiles) {
+            T *Kn = KV + ((t + 1) & 1) * 2 * ATT_BN * DMP;
+            load_tile<T, ATT_BN, DM, DMP, NT>(Kn, kb, g.ks[2], g.ks[3], j0 + ATT_BN, g.Sk, (int)g.D, vec_k);
+            load_tile<T, ATT_BN, DM, DMP, NT>(Kn + ATT_BN * DMP, vb, g.vs[2], g.vs[3], j0 + ATT_BN, g.Sk,
+                                              (int)g.Dv, vec_v);
+            cp_async_commit();
+        }
+        /* masks of this tile, loaded before the products so their latency overlaps */
+        float madd[FM ? ATT_BN / 8 : 1][4];
+        uint32_t cbits = 0; /* bit (n * 4 + e): the cond rule applies */
+        const bool full = j0 + ATT_BN <= g.Sk;
+        if (any_mask)
+            cbits = full ? tile_masks<T, FM, true>(g, crow, mrow, brow, j0, tq, fill_if, madd)
+                         : tile_masks<T, FM, false>(g, crow, mrow, brow, j0, tq, fill_if, madd);
+        /* S = Q K^T: 16 rows x 64 keys per warp */
+        float s[ATT_BN / 8][4];
+#pragma unroll
+        for (int n = 0; n < ATT_BN / 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+        {
+            const int mi = lane >> 3, r = lane & 7;
+#pragma unroll
+            for (int ks = 0; ks < KS; ks++)
+#pragma unroll
+                for (int np = 0; np < ATT_BN / 16; np++) {
+                    uint32_t bf[4];
+                    ldsm_x4(bf, Ks + (np * 16 + (mi >> 1) * 8 + r) * DMP + ks * 16 + (mi & 1) * 8);
+                    MmaType<T>::mma(s[2 * np], qf[ks], bf[0], bf[1]);
+                    MmaType<T>::mma(s[2 * np + 1], qf[ks], bf[2], bf[3]);
+                }
+        }
+        /* scale, cond, mask, bias; keys past the end are -inf */
+        float tmax[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int n = 0; n < ATT_BN / 8; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int u = e >> 1;
+                float x = s[n][e] * g.scale;
+                if (any_mask) {
+                    if ((cbits >> (n * 4 + e)) & 1) x = select ? g.fill : x + g.fill;
+                    if (FM) x += madd[FM ? n : 0][e];
+                }
+                if (!full && j0 + n * 8 + 2 * tq + (e & 1) >= g.Sk) x = -INFINITY;
+                s[n][e] = x;
+                tmax[u] = fmaxf(tmax[u], x);
+            }
+        float corr[2], base[2];
+#pragma unroll
+        for (int u = 0; u < 2; u++) {
+            tmax[u] = fmaxf(tmax[u], __shfl_xor_sync(0xffffffffu, tmax[u], 1));
+            tmax[u] = fmaxf(tmax[u], __shfl_xor_sync(0xffffffffu, tmax[u], 2));
+            const float mn = fmaxf(m[u], tmax[u]);
+            base[u] = mn == -INFINITY ? 0.0f : mn; /* all masked so far: exp2(-inf) = 0 */
+            corr[u] = ex2((m[u] - base[u]) * LOG2E); /* differences: no overflow of a huge fill */
+            m[u] = mn;
+            l[u] *= corr[u];
+        }
+#pragma unroll
+        for (int n = 0; n < DM / 8; n++) {
+            acc[n][0] *= corr[0];
+            acc[n][1] *= corr[0];
+            acc[n][2] *= corr[1];
+            acc[n][3] *= corr[1];
+        }
+        /* P = exp(s - base), rounded to T as the A operand of P V: a0 = (row gr,
+         * keys 2tq..), a1 = (row gr + 8, ...), a2/a3 the same 8 keys further */
+        uint32_t pf[ATT_BN / 16][4];
+#pragma unroll
+        for (int n = 0; n < ATT_BN / 8; n++) {
+            const float p0 = ex2((s[n][0] - base[0]) * LOG2E), p1 = ex2((s[n][1] - base[0]) * LOG2E);
+            const float p2 = ex2((s[n][2] - base[1]) * LOG2E), p3 = ex2((s[n][3] - base[1]) * LOG2E);
+            l[0] += p0 + p1;
+            l[1] += p2 + p3;
+            pf[n >> 1][(n & 1) * 2 + 0] = MmaType<T>::pack(p0, p1);
+            pf[n >> 1][(n & 1) * 2 + 1] = MmaType<T>::pack(p2, p3);
+        }
+        /* O += P V: V tile [64 keys][DM] read transposed */
+        {
+            const int mi = lane >> 3, r = lane & 7;
+#pragma unroll
+            for (int ks = 0; ks < ATT_BN / 16; ks++)
+#pragma unroll
+                for (int np = 0; np < DM / 16; np++) {
+                    uint32_t bf[4];
+                    ldsm_x4_t(bf, Vs + (ks * 16 + (mi & 1) * 8 + r) * DMP + np * 16 + (mi >> 1) * 8);
+                    MmaType<T>::mma(acc[2 * np], pf[ks], bf[0], bf[1]);
+                    MmaType<T>::mma(acc[2 * np + 1], pf[ks], bf[2], bf[3]);
+                }
+        }
+        if (t + 1 < ntiles) {
+            cp_async_wait<0>();
+            __syncthreads(); /* the next stage is in; this one is read by every warp */
+        }
+    }
+    float inv[2];
+    bool zero[2];
+#pragma unroll
+    for (int u = 0; u < 2; u++) {
+        l[u] += __shfl_xor_sync(0xffffffffu, l[u], 1);
+        l[u] += __shfl_xor_sync(0xffffffffu, l[u], 2);
+        inv[u] = 1.0f / l[u]; /* every key masked out: 0/0 = NaN, as softmax of all -inf */
+        zero[u] = g.nan_to_zero && !(l[u] > 0.0f);
+    }
+    /* the output: pairs of neighbouring d as one 4-byte store where contiguous */
+    const bool pair = g.os[3] == 1 && (g.os[2] % 2) == 0 && (g.os[1] % 2) == 0 && (g.os[0] % 2) == 0 &&
+                      (uintptr_t)o % 4 == 0 && g.Dv % 2 == 0;
+#pragma unroll
+    for (int n = 0; n < DM / 8; n++)
+#pragma unroll
+        for (int u = 0; u < 2; u++) {
+            const int64_t d = n * 8 + 2 * tq;
+            if (row[u] >= g.Sq || d >= g.Dv) continue;
+            T *op = o + b * g.os[0] + h * g.os[1] + row[u] * g.os[2] + d * g.os[3];
+            const float y0 = zero[u] ? 0.0f : acc[n][2 * u] * inv[u];
+            const float y1 = zero[u] ? 0.0f : acc[n][2 * u + 1] * inv[u];
+            if (pair) {
+                *reinterpret_cast<uint32_t *>(op) = MmaType<T>::pack(y0, y1);
+            } else {
+                op[0] = Num<T>::store(y0);
+                if (d + 1 < g.Dv) op[g.os[3]] = Num<T>::store(y1);
+            }
+        }
+}
+
+/* rows of n elements starting at p, r elements apart, all 16-byte aligned */
+bool rows_aligned(const void *p, int64_t rs, size_t es) {
+    return (uintptr_t)p % 16 == 0 && (rs * (int64_t)es) % 16 == 0;
+}
+
+template <typename T, int DM, int NW, bool FM>
+cudaError_t launch_fm(const kcu_attn *g, const void *q, const void *k, const void *v, const void *mask,
+                      const uint8_t *cond, const void *bias, void *o, int vq, int vk, int vv,
+                      cudaStream_t stream) {
+    constexpr int BM = 16 * NW, DMP = DM + 8;
+    const size_t smem = (size_t)(BM + 4 * ATT_BN) * DMP * sizeof(T); /* Q + two stages of K, V */
+    cudaError_t e = cudaFuncSetAttribute(k_attn_mma<T, DM, NW, FM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         (int)smem);
+    if (e != cudaSuccess) return e;
+    const int64_t tiles = (g->Sq + BM - 1) / BM;
+    dim3 grid((unsigned)(g->B * g->H * tiles)); /* the q tiles of one (batch, head) side by side */
+    k_attn_mma<T, DM, NW, FM><<<grid, NW * 32, smem, stream>>>(*g, (const T *)q, (const T *)k, (const T *)v,
+                                                                (const T *)mask, cond, (const T *)bias,
+                                                                (T *)o, vq, vk, vv);
+    return cudaGetLastError();
+}
+
+template <typename T, int DM, int NW>
+cudaError_t launch_dm(const kcu_attn *g, const void *q, const void *k, const void *v, const void *mask,
+                      const uint8_t *cond, const void *bias, void *o, int vq, int vk, int vv,
+                      cudaStream_t stream) {
+    if (g->has_mask || g->has_bias)
+        return launch_fm<T, DM, NW, true>(g, q, k, v, mask, cond, bias, o, vq, vk, vv, stream);
+    return launch_fm<T, DM, NW, false>(g, q, k, v, mask, cond, bias, o, vq, vk, vv, stream);
+}
+
+template <typename T, int DM>
+cudaError_t launch_nw(const kcu_attn *g, const void *q, const void *k, const void *v, const void *mask,
+                      const uint8_t *cond, const void *bias, void *o, int vq, int vk, int vv, int sm_count,
+                      cudaStream_t stream) {
+    /* 4 warps (64 query rows) per CTA unless that leaves multiprocessors idle */
+    const int64_t ctas64 = g->B * g->H * ((g->Sq + 63) / 64);
+    if (ctas64 >= 2 * (int64_t)sm_count && g->Sq > 32)
+        return launch_dm<T, DM, 4>(g, q, k, v, mask, cond, bias, o, vq, vk, vv, stream);
+    return launch_dm<T, DM, 2>(g, q, k, v, mask, cond, bias, o, vq, vk, vv, stream);
+}
+
+template <typename T>
+cudaError_t launch_t(const kcu_attn *g, const void *q, const void *k, const void *v, const void *mask,
+                     const uint8_t *cond, const void *bias, void *o, int sm_count, cudaStream_t stream) {
+    const int64_t dmax = g->D > g->Dv ? g->D : g->Dv;
+    const size_t es = sizeof(T);
+    const int vq = g->qs[3] == 1 && g->D % 8 == 0 && rows_aligned(q, g->qs[2], es) &&
+                   (g->qs[0] * (int64_t)es) % 16 == 0 && (g->qs[1] * (int64_t)es) % 16 == 0;
+    const int vk = g->ks[3] == 1 && g->D % 8 == 0 && rows_aligned(k, g->ks[2], es) &&
+                   (g->ks[0] * (int64_t)es) % 16 == 0 && (g->ks[1] * (int64_t)es) % 16 == 0;
+    const int vv = g->vs[3] == 1 && g->Dv % 8 == 0 && rows_aligned(v, g->vs[2], es) &&
+                   (g->vs[0] * (int64_t)es) % 16 == 0 && (g->vs[1] * (int64_t)es) % 16 == 0;
+    if (dmax <= 32) return launch_nw<T, 32>(g, q, k, v, mask, cond, bias, o, vq, vk, vv, sm_count, stream);
+    if (dmax <= 64) return launch_nw<T, 64>(g, q, k, v, mask, cond, bias, o, vq, vk, vv, sm_count, stream);
+    return launch_nw<T, 128>(g, q, k, v, mask, cond, bias, o, vq, vk, vv, sm_count, stream);
+}
+
+} // namespace
+
+extern "C" cudaError_t kcu_attention_mma(kiln_dtype t, const kcu_attn *g, const void *q, const void *k,
+                                         const void *v, const void *mask, const uint8_t *cond,
+                                         const void *bias, void *o, int sm_count, cudaStream_t stream) {
+    if (t != KILN_DTYPE_FLOAT16 && t != KILN_DTYPE_BFLOAT16) return cudaErrorNotSupported;
+    if (g->D <= 0 || g->D > 128 || g->Dv <= 0 || g->Dv > 128) return cudaErrorNotSupported;
+    if (g->B * g->H * ((g->Sq + 31) / 32) > INT32_MAX) return cudaErrorNotSupported;
+    /* offsets inside a tile and along the keys are 32-bit */
+    const int64_t lim = INT32_MAX / 128;
+    if (g->qs[2] > lim || g->ks[2] > lim || g->vs[2] > lim || g->cs[3] > lim || g->ms[3] > lim ||
+        g->bs[3] > lim)
+        return cudaErrorNotSupported;
+    if (g->B * g->H * g->Sq <= 0) return cudaSuccess;
+    if (t == KILN_DTYPE_FLOAT16) return launch_t<__half>(g, q, k, v, mask, cond, bias, o, sm_count, stream);
+    return launch_t<__nv_bfloat16>(g, q, k, v, mask, cond, bias, o, sm_count, stream);
+}

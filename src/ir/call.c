@@ -1,0 +1,67 @@
+/* call.c -- calling one node: the glue between a node and its op's infer
+ * and kernel (see kiln_call in ir.h). */
+#include "ir/ir.h"
+
+kiln_status kiln__call_begin(kiln_call *c, const kiln_graph *g, const kiln_node *n) {
+    c->n = n;
+    if (n->n_in > KILN_CALL_MAX || n->n_out > KILN_CALL_MAX)
+        return KILN_FAIL(KILN_ERR_UNSUPPORTED, "node '%s' (%s): more than %d inputs or outputs", n->name,
+                         n->op->name, KILN_CALL_MAX);
+    for (int i = 0; i < n->n_in; i++) {
+        c->in_ip[i] = NULL;
+        c->in_tp[i] = NULL;
+    }
+    for (int i = 0; i < n->n_out; i++) {
+        memset(&c->out[i], 0, sizeof c->out[i]);
+        c->out[i].rank = -1;
+        c->out_ip[i] = &c->out[i];
+        memset(&c->out_t[i], 0, sizeof c->out_t[i]);
+        c->out_tp[i] = &c->out_t[i];
+    }
+    c->ia = (kiln_infer_args){.op = n->op, .attrs = n->attrs, .node_name = n->name, .n_in = n->n_in,
+                              .n_out = n->n_out, .in = c->in_ip, .out = c->out_ip, .sub = g->sub};
+    c->ka = (kiln_kernel_args){.op = n->op, .op_id = n->op_id, .attrs = n->attrs, .node_name = n->name,
+                               .n_in = n->n_in, .n_out = n->n_out, .in = c->in_tp, .out = c->out_tp,
+                               .sub = g->sub};
+    return KILN_OK;
+}
+
+void kiln__call_input(kiln_call *c, int i, const kiln_tinfo *info, void *data) {
+    c->in_info[i] = *info;
+    c->in_ip[i] = &c->in_info[i];
+    c->in_t[i].dtype = info->dtype;
+    c->in_t[i].rank = info->rank;
+    memcpy(c->in_t[i].dims, info->dims, sizeof c->in_t[i].dims);
+    c->in_t[i].data = data;
+    c->in_tp[i] = &c->in_t[i];
+}
+
+kiln_status kiln__call_infer(kiln_call *c, bool runtime, kiln_node_state *ns, bool exact) {
+    const kiln_node *n = c->n;
+    KILN_TRY(kiln__node_check_inputs(n));
+    c->ia.runtime = runtime;
+    c->ia.node_state = ns;
+    for (int i = 0; i < n->n_out; i++) {
+        memset(&c->out[i], 0, sizeof c->out[i]);
+        c->out[i].rank = exact ? 0 : -1;
+    }
+    KILN_TRY(kiln__infer(&c->ia));
+    for (int i = 0; i < n->n_out; i++) {
+        const kiln_tinfo *t = &c->out[i];
+        if (exact && (t->rank < 0 || t->rank > KILN_MAX_RANK || kiln__numel(t->rank, t->dims) < 0))
+            return KILN_FAIL(KILN_ERR_INTERNAL, "node '%s' (%s): output %d has no exact shape",
+                             n->name, n->op->name, i);
+        c->out_t[i].dtype = t->dtype;
+        c->out_t[i].rank = t->rank;
+        memcpy(c->out_t[i].dims, t->dims, sizeof c->out_t[i].dims);
+        c->out_t[i].data = NULL;
+    }
+    return KILN_OK;
+}
+
+void kiln__call_args(kiln_call *c, void *ws, size_t ws_size, kiln_pool *pool, kiln_node_state *ns) {
+    c->ka.workspace = ws;
+    c->ka.workspace_size = ws_size;
+    c->ka.pool = pool;
+    c->ka.node_state = ns;
+}

@@ -1,0 +1,113 @@
+/* pattern.c -- the helpers the graph optimizer's rewrites share (pattern.h). */
+#include "passes/pattern.h"
+
+#include "backends/backend.h"
+
+#include <stdio.h>
+
+int kiln__pat_producer(const kiln_graph *g, int v, int op_id) {
+    if (v < 0 || v >= g->n_values) return -1;
+    int p = g->values[v].producer;
+    if (p < 0 || g->nodes[p].dead) return -1;
+    if (op_id && g->nodes[p].op_id != op_id) return -1;
+    return p;
+}
+
+bool kiln__pat_supports(const kiln_graph *g, int device, int op_id, int n_in, const int *in, int n_out,
+                        const int *out, const void *attrs) {
+    const kiln_backend_i *be = kiln__backend_for(device);
+    const kiln_op_def *op = kiln__op_by_id(op_id);
+    if (!be || !op) return false;
+    kiln_node t = {.op_id = op_id, .op = op, .name = NULL, .n_in = n_in, .n_out = n_out,
+                   .in = (int *)in, .out = (int *)out, .attrs = (void *)attrs, .device = device};
+    return kiln__backend_supports(be, g, &t);
+}
+
+bool kiln__pat_sole_use(const kiln_graph *g, int v) {
+    return v >= 0 && g->values[v].n_uses == 1 && !kiln__graph_is_output(g, v);
+}
+
+int kiln__pat_sole_consumer(const kiln_graph *g, int v) {
+    if (!kiln__pat_sole_use(g, v)) return -1;
+    for (int ni = 0; ni < g->n_nodes; ni++) {
+        const kiln_node *n = &g->nodes[ni];
+        if (n->dead) continue;
+        for (int i = 0; i < n->n_in; i++)
+            if (n->in[i] == v) return ni;
+    }
+    return -1;
+}
+
+const float *kiln__pat_const_f32(const kiln_graph *g, int v, int64_t *numel) {
+    if (v < 0) return NULL;
+    const kiln_value *val = &g->values[v];
+    if (!(val->flags & KILN_VALUE_CONST) || val->info.dtype != KILN_DTYPE_FLOAT32) return NULL;
+    if (numel) *numel = kiln__numel(val->info.rank, val->info.dims);
+    return val->data;
+}
+
+bool kiln__pat_const_is(const kiln_graph *g, int v, double x) {
+    if (v < 0) return false;
+    const kiln_value *val = &g->values[v];
+    if (!(val->flags & KILN_VALUE_CONST)) return false;
+    int64_t n = kiln__numel(val->info.rank, val->info.dims);
+    if (n <= 0) return false;
+    for (int64_t i = 0; i < n; i++) {
+        double e;
+        switch (val->info.dtype) {
+        case KILN_DTYPE_FLOAT32: e = ((const float *)val->data)[i]; break;
+        case KILN_DTYPE_FLOAT64: e = ((const double *)val->data)[i]; break;
+        case KILN_DTYPE_FLOAT16: e = kiln__f16_to_f32(((const uint16_t *)val->data)[i]); break;
+        case KILN_DTYPE_INT64: e = (double)((const int64_t *)val->data)[i]; break;
+        case KILN_DTYPE_INT32: e = ((const int32_t *)val->data)[i]; break;
+        default: return false;
+        }
+        if (e != x) return false;
+    }
+    return true;
+}
+
+kiln_status kiln__pat_replace(kiln_graph *g, int ni, int op_id, int n_in, const int *in, int n_out,
+                              const int *out, const void *attrs, const int *from, int n_from) {
+    const kiln_op_def *op = kiln__op_by_id(op_id);
+    if (!op) return KILN_FAIL(KILN_ERR_INTERNAL, "optimizer: unknown op id %d", op_id);
+    kiln_sbuf nm = {0};
+    for (int i = 0; i < n_from; i++) {
+        const char *name = g->nodes[from[i]].name;
+        kiln__sbuf_printf(&nm, "%s%s", i ? "+" : "", name ? name : "?");
+    }
+    int *nin = kiln__calloc((size_t)n_in + 1, sizeof *nin);
+    int *nout = kiln__calloc((size_t)n_out + 1, sizeof *nout);
+    void *na = op->attr_size ? kiln__calloc(1, op->attr_size) : NULL;
+    kiln_status s = KILN_OK;
+    if (!nm.data || !nin || !nout || (op->attr_size && !na))
+        s = KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory (optimizer)");
+    /* the ONNX nodes behind every node of the pattern (before n's name changes) */
+    if (s == KILN_OK) s = kiln__node_merge_sources(g, ni, from, n_from);
+    if (s != KILN_OK) {
+        kiln__sbuf_free(&nm);
+        kiln__free(nin);
+        kiln__free(nout);
+        kiln__free(na);
+        return s;
+    }
+    if (n_in) memcpy(nin, in, sizeof *nin * (size_t)n_in);
+    if (n_out) memcpy(nout, out, sizeof *nout * (size_t)n_out);
+    if (na && attrs) memcpy(na, attrs, op->attr_size);
+    kiln_node *n = &g->nodes[ni];
+    kiln__free(n->name);
+    kiln__free(n->in);
+    kiln__free(n->out);
+    kiln__free(n->attrs);
+    n->name = nm.data; /* the sbuf's buffer changes owner */
+    n->in = nin;
+    n->out = nout;
+    n->attrs = na;
+    n->n_in = n_in;
+    n->n_out = n_out;
+    n->op_id = op_id;
+    n->op = op;
+    for (int i = 0; i < n_out; i++)
+        if (out[i] >= 0) g->values[out[i]].producer = ni;
+    return KILN_OK;
+}

@@ -1,0 +1,287 @@
+/* test_attention_forms.c -- the attention matcher (src/passes/fuse_transformer.c)
+ * on graphs exported by PyTorch itself: the .onnx files of tests/data/attention, made by
+ * tests/data/attention/gen_attention_forms.py with torch 1.13 (TorchScript
+ * exporter) and torch 2.11 (TorchScript and dynamo exporters; hand-written
+ * blocks in every form: eager matmul + softmax with additive masks of
+ * several shapes, the scale on Q or on the scores, K made transposed,
+ * masked_fill and causal where, F.scaled_dot_product_attention with bool,
+ * float and causal masks; and tiny Hugging Face BERT, DistilBERT, GPT-2, T5
+ * encoder and ViT models). For every file of the manifest:
+ *   - the optimized fp32 CPU engine has one kiln.Attention per attention
+ *     block and agrees with the unoptimized engine;
+ *   - the fp16 plan for the CUDA backend (the optimizer's passes only: no GPU
+ *     needed) fuses every block too, with no Softmax left;
+ *   - with a GPU: fp16 and bf16 CUDA engines agree with the fp32 CPU engine.
+ * A matcher that does not fire, or fires wrongly, fails here. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "test.h"
+
+#include "backends/backend.h"
+#include "graph_build.h"
+#include "runtime/engine.h"
+
+#define DIR "tests/data/attention/"
+#define MAXIN 4
+
+typedef struct spec {
+    char name[64];
+    char kind[16];
+    int rank;
+    int64_t dims[KILN_MAX_RANK];
+} spec;
+
+typedef struct form {
+    char file[1024];
+    int n_attn;
+    int n_in;
+    spec in[MAXIN];
+} form;
+
+static bool parse_line(char *line, form *f) {
+    memset(f, 0, sizeof *f);
+    char *tab1 = strchr(line, '\t');
+    if (!tab1) return false;
+    *tab1 = 0;
+    snprintf(f->file, sizeof f->file, "%s", line);
+    char *tab2 = strchr(tab1 + 1, '\t');
+    if (!tab2) return false;
+    *tab2 = 0;
+    f->n_attn = atoi(tab1 + 1);
+    char *save = NULL;
+    for (char *tok = strtok_r(tab2 + 1, ";\n", &save); tok && f->n_in < MAXIN; tok = strtok_r(NULL, ";\n", &save)) {
+        spec *s = &f->in[f->n_in];
+        char *c1 = strchr(tok, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+        if (!c1 || !c2) return false;
+        *c1 = *c2 = 0;
+        snprintf(s->name, sizeof s->name, "%s", tok);
+        snprintf(s->kind, sizeof s->kind, "%s", c1 + 1);
+        for (char *d = c2 + 1; *d && s->rank < KILN_MAX_RANK;) {
+            s->dims[s->rank++] = strtoll(d, &d, 10);
+            if (*d == 'x') d++;
+        }
+        f->n_in++;
+    }
+    return f->n_in > 0;
+}
+
+/* The spec of model input `name`, or NULL (the TorchScript exporter drops unused inputs). */
+static const spec *spec_of(const form *f, const char *name) {
+    for (int i = 0; i < f->n_in; i++)
+        if (!strcmp(f->in[i].name, name)) return &f->in[i];
+    return NULL;
+}
+
+typedef struct inputs {
+    int n;
+    const spec *s[MAXIN];
+    kiln_dtype t[MAXIN];
+    void *data[MAXIN];
+} inputs;
+
+static void make_inputs(const kiln_model *m, const form *f, inputs *in) {
+    memset(in, 0, sizeof *in);
+    const kiln_graph *g = m->graph;
+    for (int k = 0; k < g->n_inputs && in->n < MAXIN; k++) {
+        const kiln_value *v = &g->values[g->inputs[k]];
+        const spec *s = spec_of(f, v->name);
+        CHECK(s != NULL);
+        if (!s) continue;
+        int64_t n = kiln__numel(s->rank, s->dims);
+        int i = in->n++;
+        in->s[i] = s;
+        if (!strcmp(s->kind, "f")) {
+            float *d = malloc(sizeof(float) * (size_t)n);
+            for (int64_t j = 0; j < n; j++) d[j] = frand();
+            in->t[i] = KILN_DTYPE_FLOAT32;
+            in->data[i] = d;
+        } else {
+            /* ids<V>: tokens in [0, V); m: a padding mask, the last 3 positions of every
+             * sequence after the first masked out */
+            int64_t *d = malloc(sizeof(int64_t) * (size_t)n);
+            int64_t V = !strncmp(s->kind, "ids", 3) ? atoll(s->kind + 3) : 0;
+            int64_t L = s->dims[s->rank - 1];
+            for (int64_t j = 0; j < n; j++)
+                d[j] = V ? (int64_t)((frand() * 0.5f + 0.5f) * (float)V) % V : (j >= L && j % L >= L - 3) ? 0 : 1;
+            in->t[i] = KILN_DTYPE_INT64;
+            in->data[i] = d;
+        }
+    }
+}
+
+static void free_inputs(inputs *in) {
+    for (int i = 0; i < in->n; i++) free(in->data[i]);
+}
+
+static kiln_engine *build_form(const kiln_model *m, const inputs *in, kiln_device dev, int opt,
+                               kiln_precision prec, kiln_status *st) {
+    kiln_builder *b = NULL;
+    kiln_engine *e = NULL;
+    CHECK_OK(kiln_builder_create(&b));
+    CHECK_OK(kiln_builder_set_optimization(b, opt));
+    CHECK_OK(kiln_builder_set_threads(b, 1));
+    CHECK_OK(kiln_builder_set_device(b, dev, 0));
+    if (prec) CHECK_OK(kiln_builder_set_precision(b, prec));
+    for (int i = 0; i < in->n; i++)
+        CHECK_OK(kiln_builder_set_profile(b, in->s[i]->name, in->s[i]->rank, in->s[i]->dims, in->s[i]->dims,
+                                          in->s[i]->dims));
+    *st = kiln_build(b, m, &e);
+    kiln_builder_free(b);
+    return e;
+}
+
+/* Runs e on the inputs; returns output 0 as float32 (malloc'd), *n its size. */
+static float *run_form(const kiln_engine *e, const inputs *in, int64_t *n) {
+    kiln_context *c = NULL;
+    float *y = NULL;
+    *n = 0;
+    CHECK_OK(kiln_context_create(e, &c));
+    if (!c) return NULL;
+    for (int i = 0; i < in->n; i++)
+        CHECK_OK(kiln_context_set_input(c, in->s[i]->name, in->t[i], in->s[i]->rank, in->s[i]->dims, in->data[i]));
+    CHECK_OK(kiln_context_run(c));
+    const void *data = NULL;
+    kiln_dtype t = KILN_DTYPE_UNDEFINED;
+    int rank = 0;
+    int64_t dims[KILN_MAX_RANK];
+    const kiln_graph *g = e->graph;
+    CHECK_OK(kiln_context_get_output(c, g->values[g->outputs[0]].name, &t, &rank, dims, &data));
+    if (data && t == KILN_DTYPE_FLOAT32) {
+        *n = kiln__numel(rank, dims);
+        y = malloc(sizeof(float) * (size_t)(*n > 0 ? *n : 1));
+        memcpy(y, data, sizeof(float) * (size_t)*n);
+    }
+    kiln_context_free(c);
+    return y;
+}
+
+/* The optimizer's plan of m for the CUDA backend in fp16 (no device needed):
+ * the number of live nodes of op `op`. -1 when the backend is not built. */
+static int cuda_plan_count(const kiln_model *m, const inputs *in, int op) {
+    if (!kiln__backend_for(KILN_DEVICE_CUDA)) return -1;
+    kiln_graph *g = NULL;
+    if (kiln__graph_clone(m->graph, &g) != KILN_OK) return -2;
+    /* fix the input dims (and their symbols everywhere), forget intermediate shapes */
+    for (int i = 0; i < in->n; i++) {
+        int v = kiln__graph_find_value(g, in->s[i]->name);
+        kiln_tinfo *t = &g->values[v].info;
+        for (int d = 0; d < t->rank && d < in->s[i]->rank; d++) {
+            int64_t sym = t->dims[d];
+            if (KILN_DIM_IS_SYM(sym))
+                for (int x = 0; x < g->n_values; x++) {
+                    kiln_tinfo *o = &g->values[x].info;
+                    if (g->values[x].flags & KILN_VALUE_CONST) continue;
+                    for (int j = 0; j < o->rank; j++)
+                        if (o->dims[j] == sym) o->dims[j] = in->s[i]->dims[d];
+                }
+            t->dims[d] = in->s[i]->dims[d];
+        }
+    }
+    for (int x = 0; x < g->n_values; x++) {
+        kiln_value *v = &g->values[x];
+        if (!(v->flags & (KILN_VALUE_CONST | KILN_VALUE_INPUT | KILN_VALUE_OUTPUT)) && v->producer >= 0)
+            v->info.rank = -1;
+    }
+    kiln_optimize_opts oo = {.device = KILN_DEVICE_CUDA, .precision = KILN_PRECISION_FP16};
+    int count = -3;
+    if (kiln__graph_infer(g) == KILN_OK && kiln__pass_fold_constants(g) == KILN_OK && kiln__pass_dce(g) == KILN_OK &&
+        kiln__graph_infer(g) == KILN_OK && kiln__pass_optimize(g, &oo) == KILN_OK) {
+        count = 0;
+        for (int i = 0; i < g->n_nodes; i++) count += !g->nodes[i].dead && g->nodes[i].op_id == op;
+    } else {
+        fprintf(stderr, "  CUDA plan: %s\n", kiln_last_error());
+    }
+    kiln__graph_free(g);
+    return count;
+}
+
+static int n_forms, n_gpu;
+
+static void check_form(const form *f) {
+    char path[1100];
+    snprintf(path, sizeof path, DIR "%s", f->file);
+    kiln_model *m = NULL;
+    CHECK_OK(kiln_model_load_onnx(path, &m));
+    if (!m) return;
+    inputs in;
+    make_inputs(m, f, &in);
+    kiln_status s0, s1;
+    kiln_engine *e0 = build_form(m, &in, KILN_DEVICE_CPU, 0, KILN_PRECISION_FP32, &s0);
+    kiln_engine *e1 = build_form(m, &in, KILN_DEVICE_CPU, 1, KILN_PRECISION_FP32, &s1);
+    CHECK_OK(s0);
+    CHECK_OK(s1);
+    int na = count_op(e1, KILN_OP_Attention);
+    if (na != f->n_attn) fprintf(stderr, "  %s: %d kiln.Attention on the CPU, want %d\n", f->file, na, f->n_attn);
+    CHECK(na == f->n_attn);
+    CHECK(count_op(e1, KILN_OP_Softmax) == 0);
+    int64_t n0 = 0, n1 = 0;
+    float *y0 = e0 ? run_form(e0, &in, &n0) : NULL, *y1 = e1 ? run_form(e1, &in, &n1) : NULL;
+    CHECK(y0 && y1 && n0 == n1 && n0 > 0);
+    if (y0 && y1 && n0 == n1) {
+        double err = rel_err(y1, y0, n0);
+        if (!(err <= 1e-4)) fprintf(stderr, "  %s: optimized vs unoptimized: %g\n", f->file, err);
+        CHECK(err <= 1e-4);
+    }
+    int nc = cuda_plan_count(m, &in, KILN_OP_Attention);
+    if (nc != -1) {
+        if (nc != f->n_attn) fprintf(stderr, "  %s: %d kiln.Attention in the CUDA fp16 plan, want %d\n", f->file, nc,
+                                     f->n_attn);
+        CHECK(nc == f->n_attn);
+        CHECK(cuda_plan_count(m, &in, KILN_OP_Softmax) == 0);
+        /* BERT: one projection for Q, K and V; output, FFN in and FFN out */
+        if (strstr(f->file, "hf_bert")) CHECK(cuda_plan_count(m, &in, KILN_OP_FusedMatMul) == 4 * f->n_attn);
+    }
+    /* on a GPU: fp16 and bf16 engines against fp32 */
+    for (int p = 0; p < 2 && y0; p++) {
+        kiln_status sg;
+        kiln_engine *eg = build_form(m, &in, KILN_DEVICE_CUDA, 1, p ? KILN_PRECISION_BF16 : KILN_PRECISION_FP16, &sg);
+        if (sg == KILN_ERR_DEVICE || sg == KILN_ERR_UNSUPPORTED) break; /* no GPU (or no CUDA backend) */
+        CHECK_OK(sg);
+        if (!eg) break;
+        n_gpu++;
+        CHECK(count_op(eg, KILN_OP_Attention) == f->n_attn);
+        int64_t ng = 0;
+        float *yg = run_form(eg, &in, &ng);
+        CHECK(yg && ng == n0);
+        if (yg && ng == n0) {
+            double err = rel_err(yg, y0, n0), tol = p ? 5e-2 : 1e-2;
+            if (!(err <= tol)) fprintf(stderr, "  %s: %s CUDA vs fp32 CPU: %g\n", f->file, p ? "bf16" : "fp16", err);
+            CHECK(err <= tol);
+        }
+        free(yg);
+        kiln_engine_free(eg);
+    }
+    free(y0);
+    free(y1);
+    kiln_engine_free(e0);
+    kiln_engine_free(e1);
+    free_inputs(&in);
+    kiln_model_free(m);
+    n_forms++;
+}
+
+TEST(exported_forms) {
+    FILE *fp = fopen(DIR "manifest.txt", "r");
+    CHECK(fp != NULL);
+    if (!fp) return;
+    char line[1024];
+    while (fgets(line, sizeof line, fp)) {
+        form f;
+        if (line[0] == '\n' || line[0] == '#') continue;
+        CHECK(parse_line(line, &f));
+        int before = test_failed_checks;
+        check_form(&f);
+        if (test_failed_checks != before) fprintf(stderr, "  ^ %s\n", f.file);
+    }
+    fclose(fp);
+    printf("  %d exported graphs, %d GPU engines\n", n_forms, n_gpu);
+    CHECK(n_forms >= 30);
+}
+
+int main(void) {
+    RUN(exported_forms);
+    return test_summary();
+}
