@@ -760,9 +760,14 @@ def table(rows, args, header):
 
 
 def git_describe():
+    """The commit of the source tree (once per sweep: a commit made while it
+    runs does not relabel later rows), '+' when src/ has uncommitted changes."""
     try:
-        return subprocess.run(["git", "-C", ROOT, "log", "-1", "--format=%h %cs"],
-                              capture_output=True, text=True, timeout=10).stdout.strip()
+        rev = subprocess.run(["git", "-C", ROOT, "log", "-1", "--format=%h %cs"],
+                             capture_output=True, text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--", "src", "include"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        return rev.replace(" ", "+ ", 1) if dirty else rev
     except (OSError, subprocess.SubprocessError):
         return "?"
 
@@ -861,12 +866,13 @@ def main():
     rows = {(r["model"], r["variant"]): r for r in saved["rows"]}
     ran = []
     t_start = time.time()
+    kiln_rev = git_describe()
     cmdline = "python3 bench/model_zoo.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     for n, v in cases:
         t0 = time.time()
         r = sweep_case(args, n, v, versions, env)
         r.update(debug_arena=args.debug_arena, wall_s=time.time() - t0, command=cmdline,
-                 date=datetime.date.today().isoformat(), kiln=git_describe())
+                 date=datetime.date.today().isoformat(), kiln=kiln_rev)
         rows[(n, v)] = r
         ran.append(r)
         onnx_file = os.path.join(case_dir(args, n, v), "model.onnx")
