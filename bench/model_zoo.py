@@ -730,8 +730,8 @@ def table(rows, args, header):
     err_col = "error (max abs / max\\|ref\\|)" if args.precision == "fp32" else \
         "error (kiln; torch fp16)"
     lines.append("| model | family | variant | input | ONNX nodes | export s | build s | latency ms "
-                 "| %s | result |" % err_col)
-    lines.append("|---|---|---|---|---:|---:|---:|---:|---:|---|")
+                 "| %s | result | kiln |" % err_col)
+    lines.append("|---|---|---|---|---:|---:|---:|---:|---:|---|---|")
     for r in rows:
         inp = "x".join(str(d) for d in r.get("input_shape") or [])
         err = fmt(r.get("error"), "%.1e")
@@ -742,10 +742,18 @@ def table(rows, args, header):
         res = r["status"] if r["status"] == "pass" else ("%s: %s" if r["status"] == "pass-fp64"
                                                           else "**%s**: %s") % (
             r["status"], (r.get("reason") or "").replace("|", "\\|"))
-        lines.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+        lines.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
             r["model"], r.get("family") or "", r["variant"], inp, fmt(r.get("nodes"), "%d"),
             fmt(r.get("export_s"), "%.1f"), fmt(r.get("build_s"), "%.1f"),
-            fmt(r.get("latency_ms"), "%.1f"), err, res))
+            fmt(r.get("latency_ms"), "%.1f"), err, res, (r.get("kiln") or "?").split(" ")[0]))
+    # the rows that do not pass, with their reasons, grouped by outcome
+    bad = [r for r in rows if r["status"] not in ("pass", "pass-fp64")]
+    if bad:
+        lines += ["", "Rows that do not pass:", ""]
+        for st in STATUS_ORDER:
+            for r in (r for r in bad if r["status"] == st):
+                lines.append("- %s (%s): **%s**: %s" % (r["model"], r["variant"], st,
+                                                       r.get("reason") or ""))
     # op kinds per model (from the fixed variant, else the dynamic one)
     lines += ["", "ONNX op kinds per model (node count):", ""]
     seen = set()
