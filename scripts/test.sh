@@ -13,11 +13,13 @@ JOBS=$(nproc)
 
 echo "== release build"
 BUILD_DIR=build bash scripts/build.sh -DKILN_MODEL_TESTS=ON
-(cd build && ctest --output-on-failure -j"$JOBS" -E '^models(_bf16)?$')
+(cd build && ctest --output-on-failure -j"$JOBS" -E '^models(_bf16)?$' -LE '^zoo$')
 echo "== import circles: none may cross a folder (scripts/dep_graph.py, docs/architecture.md)"
 /usr/bin/python3 scripts/dep_graph.py --objects build
 echo "== every attribute struct engines store has its layout asserts (scripts/attrs_layout.py)"
 /usr/bin/python3 scripts/attrs_layout.py --check
+echo "== model zoo: a varied subset of torchvision's models vs PyTorch (bench/model_zoo.py --ci)"
+(cd build && ctest --output-on-failure -V -L '^zoo$' | grep -vE '^[0-9]+: (Test command|Working Directory|Environment)')
 echo "== real models vs PyTorch (ResNet-50, MobileNetV2, BERT-base, MLP; then ResNet-50 and MobileNetV2 in bf16)"
 (cd build && ctest --output-on-failure -V -R '^models(_bf16)?$' | grep -vE '^[0-9]+: (Test command|Working Directory|Environment)')
 
@@ -29,7 +31,7 @@ echo "== ASan + UBSan build"
 # (the CUDA backend is left out here: no GPU in CI, and the release build compiles it)
 BUILD_DIR=build-asan bash scripts/build.sh -DKILN_SANITIZE=ON -DKILN_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-(cd build-asan && ctest --output-on-failure -j"$JOBS" -E '^models(_bf16)?$')
+(cd build-asan && ctest --output-on-failure -j"$JOBS" -E '^models(_bf16)?$' -LE '^zoo$')
 
 echo "== CUDA backend host code and GPU op tests against a CPU emulation of the CUDA runtime"
 # tests/cuda/emu: the backend's host side (planners, kernel table, attributes,

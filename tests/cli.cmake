@@ -8,6 +8,8 @@
 #   models_mlp_debug_arena  the same with KILN_DEBUG_ARENA=1 (the runs check the memory plan)
 #   models_swin_t  torchvision's swin_t (op17, fixed and dynamic batch) under KILN_DEBUG_ARENA=1
 #                (about a minute; only with -DKILN_MODEL_TESTS=ON)
+#   model_zoo    CI's subset of the torchvision model-zoo sweep (bench/model_zoo.py --ci), under
+#                KILN_DEBUG_ARENA=1 (docs/model-zoo.md)
 #   models       the whole suite: ResNet-50, MobileNetV2, BERT-base, MLP (~1.4 GB of models in
 #                BUILD/models, generated on first use; long). Only with -DKILN_MODEL_TESTS=ON.
 #   models_bf16  bf16 engines of ResNet-50 and MobileNetV2 (fixed shapes) within 0.2 of
@@ -44,6 +46,15 @@ if(EXISTS /usr/bin/python3)
                    $<TARGET_FILE_DIR:kiln_cli> --only mlp)
   set_tests_properties(models_mlp_debug_arena PROPERTIES LABELS "models" TIMEOUT 600
                        ENVIRONMENT KILN_DEBUG_ARENA=1 RESOURCE_LOCK model_tests)
+  # model_zoo: bench/model_zoo.py --ci, a varied subset of torchvision's zoo (ResNet-18,
+  # MobileNetV3, EfficientNet-B0, ShuffleNetV2, ViT-B/32, LR-ASPP, R3D-18) exported at opset 17,
+  # built, run under the debug arena check and compared with PyTorch (1e-4 of max|ref|, top-1).
+  # Label "zoo": scripts/test.sh runs it as a step of its own (not under the sanitizers).
+  add_test(NAME model_zoo
+           COMMAND /usr/bin/python3 ${CMAKE_SOURCE_DIR}/bench/model_zoo.py --ci --debug-arena
+                   --kiln $<TARGET_FILE:kiln_cli> --cache-dir ${CMAKE_BINARY_DIR}/zoo
+                   --keep-onnx all --bench-iterations 0)
+  set_tests_properties(model_zoo PROPERTIES LABELS "zoo" TIMEOUT 900 SKIP_RETURN_CODE 77)
   if(KILN_MODEL_TESTS)
     add_test(NAME models
              COMMAND ${CMAKE_SOURCE_DIR}/tests/models/run_model_tests.sh ${CMAKE_BINARY_DIR}/models

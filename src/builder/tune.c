@@ -176,7 +176,7 @@ static kiln_status opt_shapes(const kiln_engine *e, kiln_tinfo *vi) {
         kiln_call c;
         if (kiln__call_begin(&c, g, n) != KILN_OK) {
             kiln__clear_error();
-            continue;
+            continue; /* (its outputs stay unknown) */
         }
         bool known = true;
         for (int i = 0; i < n->n_in; i++) {
@@ -196,6 +196,7 @@ static kiln_status opt_shapes(const kiln_engine *e, kiln_tinfo *vi) {
             if (o->rank >= 0 && kiln__numel(o->rank, o->dims) < 0) o->rank = -1;
             vi[v] = *o;
         }
+        kiln__call_end(&c);
     }
     return KILN_OK;
 }
@@ -325,11 +326,15 @@ static void tac_setup(const kiln_backend_i *be, void *state, kiln_pool *pool, co
     c.ia.attrs = c.ka.attrs = r->attrs;
     size_t ws = be->device == KILN_DEVICE_CPU ? kiln__kernel_workspace(kiln__backend_kernel(be, n), &c.ia) : 0;
     r->ws = ws ? kiln__aligned_alloc(ws) : NULL;
-    if (ws && !r->ws) return;
+    if (ws && !r->ws) {
+        kiln__call_end(&c);
+        return;
+    }
     kiln__call_args(&c, r->ws, ws, be->device == KILN_DEVICE_CPU ? pool : NULL, &r->ns);
     r->ka = c.ka;
     r->ka.in = tb->pin; /* the node's timing buffers, which outlive this call */
     r->ka.out = tb->pout;
+    kiln__call_end(&c);
     r->ka.device_state = be->device == KILN_DEVICE_CPU ? NULL : state;
     r->ok = be->run(state, &r->ka) == KILN_OK && be->sync(state) == KILN_OK;
     r->be = be;

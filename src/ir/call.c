@@ -4,9 +4,28 @@
 
 kiln_status kiln__call_begin(kiln_call *c, const kiln_graph *g, const kiln_node *n) {
     c->n = n;
-    if (n->n_in > KILN_CALL_MAX || n->n_out > KILN_CALL_MAX)
-        return KILN_FAIL(KILN_ERR_UNSUPPORTED, "node '%s' (%s): more than %d inputs or outputs", n->name,
-                         n->op->name, KILN_CALL_MAX);
+    c->in_heap = NULL;
+    if (n->n_out > KILN_CALL_MAX)
+        return KILN_FAIL(KILN_ERR_UNSUPPORTED, "node '%s' (%s): %d outputs (at most %d)", n->name,
+                         n->op->name, n->n_out, KILN_CALL_MAX);
+    if (n->n_in <= KILN_CALL_MAX) {
+        c->in_info = c->in_info_buf;
+        c->in_t = c->in_t_buf;
+        c->in_ip = c->in_ip_buf;
+        c->in_tp = c->in_tp_buf;
+    } else {
+        size_t k = (size_t)n->n_in;
+        unsigned char *h = kiln__malloc(k * (sizeof(kiln_tinfo) + sizeof(kiln_tensor) + 2 * sizeof(void *)));
+        if (!h)
+            return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "node '%s' (%s): out of memory for %d inputs", n->name,
+                             n->op->name, n->n_in);
+        c->in_heap = h;
+        c->in_info = (kiln_tinfo *)(void *)h;
+        c->in_t = (kiln_tensor *)(void *)(h + k * sizeof(kiln_tinfo));
+        c->in_ip = (const kiln_tinfo **)(void *)(h + k * (sizeof(kiln_tinfo) + sizeof(kiln_tensor)));
+        c->in_tp = (const kiln_tensor **)(void *)(h + k * (sizeof(kiln_tinfo) + sizeof(kiln_tensor) +
+                                                           sizeof(void *)));
+    }
     for (int i = 0; i < n->n_in; i++) {
         c->in_ip[i] = NULL;
         c->in_tp[i] = NULL;
@@ -24,6 +43,11 @@ kiln_status kiln__call_begin(kiln_call *c, const kiln_graph *g, const kiln_node 
                                .n_in = n->n_in, .n_out = n->n_out, .in = c->in_tp, .out = c->out_tp,
                                .sub = g->sub};
     return KILN_OK;
+}
+
+void kiln__call_end(kiln_call *c) {
+    kiln__free(c->in_heap);
+    c->in_heap = NULL;
 }
 
 void kiln__call_input(kiln_call *c, int i, const kiln_tinfo *info, void *data) {

@@ -31,12 +31,15 @@ kiln_status kiln__node_check_inputs(const kiln_node *n) {
 
 kiln_status kiln__graph_infer_node(kiln_graph *g, int ni, bool runtime, kiln_tinfo *outs) {
     kiln_node *n = &g->nodes[ni];
-    const kiln_tinfo *in_ptrs[64];
-    kiln_tinfo *out_ptrs[64];
-    if (n->n_in > 64 || n->n_out > 64)
-        return KILN_FAIL(KILN_ERR_UNSUPPORTED, "node '%s' (%s): more than 64 inputs or outputs",
-                         n->name, n->op->name);
+    const kiln_tinfo *in_buf[KILN_CALL_MAX], **in_ptrs = in_buf;
+    kiln_tinfo *out_ptrs[KILN_CALL_MAX];
+    if (n->n_out > KILN_CALL_MAX)
+        return KILN_FAIL(KILN_ERR_UNSUPPORTED, "node '%s' (%s): %d outputs (at most %d)", n->name,
+                         n->op->name, n->n_out, KILN_CALL_MAX);
     KILN_TRY(kiln__node_check_inputs(n));
+    if (n->n_in > KILN_CALL_MAX && !(in_ptrs = kiln__malloc(sizeof *in_ptrs * (size_t)n->n_in)))
+        return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "node '%s' (%s): out of memory for %d inputs", n->name,
+                         n->op->name, n->n_in);
     for (int i = 0; i < n->n_in; i++) in_ptrs[i] = n->in[i] >= 0 ? &g->values[n->in[i]].info : NULL;
     for (int i = 0; i < n->n_out; i++) {
         memset(&outs[i], 0, sizeof outs[i]);
@@ -47,6 +50,7 @@ kiln_status kiln__graph_infer_node(kiln_graph *g, int ni, bool runtime, kiln_tin
                          .n_out = n->n_out, .in = in_ptrs, .out = out_ptrs, .runtime = runtime,
                          .sub = g->sub};
     kiln_status s = kiln__infer(&a);
+    if (in_ptrs != in_buf) kiln__free(in_ptrs);
     if (s != KILN_OK) return s;
     for (int i = 0; i < n->n_out; i++) {
         outs[i].data = NULL;
@@ -63,7 +67,7 @@ kiln_status kiln__graph_infer_node(kiln_graph *g, int ni, bool runtime, kiln_tin
 }
 
 kiln_status kiln__graph_infer(kiln_graph *g) {
-    kiln_tinfo outs[64];
+    kiln_tinfo outs[KILN_CALL_MAX];
     for (int ni = 0; ni < g->n_nodes; ni++) {
         kiln_node *n = &g->nodes[ni];
         if (n->dead) continue;

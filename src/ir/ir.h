@@ -119,22 +119,35 @@ KILN_PRIVATE kiln_status kiln__nodes_place_after(kiln_graph *g, int n_nodes0, co
  *     c.out[i]: output infos; set c.out_t[i].data (shapes filled)
  *     kiln__call_args(&c, ws, ws_size, pool, node_state);
  *     then c.ka to a kernel (op->cpu, a backend's run), c.ia to workspace() */
-#define KILN_CALL_MAX 64 /* inputs or outputs of one node */
+#define KILN_CALL_MAX 64 /* outputs of one node; inputs held inline (more: on the heap) */
 typedef struct kiln_call {
     const kiln_node *n;
-    kiln_tinfo in_info[KILN_CALL_MAX], out[KILN_CALL_MAX];
-    kiln_tensor in_t[KILN_CALL_MAX], out_t[KILN_CALL_MAX];
-    const kiln_tinfo *in_ip[KILN_CALL_MAX];
+    /* n_in each: the inline arrays below, or one heap block (in_heap) for a
+     * node with more than KILN_CALL_MAX inputs (a Concat of 200 tensors) */
+    kiln_tinfo *in_info;
+    kiln_tensor *in_t;
+    const kiln_tinfo **in_ip;
+    const kiln_tensor **in_tp;
+    void *in_heap;
+    kiln_tinfo out[KILN_CALL_MAX];
+    kiln_tensor out_t[KILN_CALL_MAX];
     kiln_tinfo *out_ip[KILN_CALL_MAX];
-    const kiln_tensor *in_tp[KILN_CALL_MAX];
     kiln_tensor *out_tp[KILN_CALL_MAX];
+    kiln_tinfo in_info_buf[KILN_CALL_MAX];
+    kiln_tensor in_t_buf[KILN_CALL_MAX];
+    const kiln_tinfo *in_ip_buf[KILN_CALL_MAX];
+    const kiln_tensor *in_tp_buf[KILN_CALL_MAX];
     kiln_infer_args ia;
     kiln_kernel_args ka;
 } kiln_call;
 /* Starts a call of node n of graph g (its subgraph loader goes to the
  * args): every input absent until kiln__call_input. Fails for a node with
- * more than KILN_CALL_MAX inputs or outputs. */
+ * more than KILN_CALL_MAX outputs, or when memory for its inputs is short;
+ * after it succeeds, kiln__call_end must follow. The call must not be
+ * copied (its pointers point into it). */
 KILN_PRIVATE kiln_status kiln__call_begin(kiln_call *c, const kiln_graph *g, const kiln_node *n);
+/* Frees what kiln__call_begin allocated (nothing for most nodes). */
+KILN_PRIVATE void kiln__call_end(kiln_call *c);
 /* Input i: what infer sees (dtype, shape, data when known on the host) and
  * the bytes the kernel reads (data: in the kernel's memory; may be NULL
  * when no kernel runs or it reads shapes only). */

@@ -165,11 +165,9 @@ static kiln_status plan_load(cf_plan *p, const kiln_subgraph_io *io, const char 
     return KILN_OK;
 }
 
-/* Runs node ni of the plan on vals (outputs become owned values). */
-static kiln_status plan_node(cf_plan *p, int ni, cf_val *vals, kiln_pool *pool) {
+/* plan_node's body, on the call begun for node ni. */
+static kiln_status plan_node_call(cf_plan *p, int ni, cf_val *vals, kiln_pool *pool, kiln_call *c) {
     const kiln_node *n = &p->g->nodes[ni];
-    kiln_call c;
-    KILN_TRY(kiln__call_begin(&c, p->g, n));
     for (int i = 0; i < n->n_in; i++) {
         if (n->in[i] < 0) continue;
         const cf_val *v = &vals[n->in[i]];
@@ -177,26 +175,26 @@ static kiln_status plan_node(cf_plan *p, int ni, cf_val *vals, kiln_pool *pool) 
             return KILN_FAIL(KILN_ERR_INTERNAL, "node '%s': input %d has no value", n->name, i);
         kiln_tinfo info = {.dtype = v->t.dtype, .rank = v->t.rank, .data = v->t.data};
         memcpy(info.dims, v->t.dims, sizeof info.dims);
-        kiln__call_input(&c, i, &info, v->t.data);
+        kiln__call_input(c, i, &info, v->t.data);
     }
-    KILN_TRY(kiln__call_infer(&c, true, &p->ns[ni], true));
+    KILN_TRY(kiln__call_infer(c, true, &p->ns[ni], true));
     cf_val res[KILN_CALL_MAX];
     memset(res, 0, sizeof res);
     kiln_status s = KILN_OK;
     void *ws = NULL;
     for (int i = 0; i < n->n_out; i++) {
-        const kiln_tinfo *t = &c.out[i];
+        const kiln_tinfo *t = &c->out[i];
         if ((s = val_alloc(&res[i], t->dtype, t->rank, t->dims, n->name)) != KILN_OK) goto done;
-        c.out_tp[i] = &res[i].t;
+        c->out_tp[i] = &res[i].t;
     }
-    size_t ws_size = n->op->workspace ? n->op->workspace(&c.ia) : 0;
+    size_t ws_size = n->op->workspace ? n->op->workspace(&c->ia) : 0;
     if (ws_size && !(ws = kiln__aligned_alloc(ws_size))) {
         s = KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "node '%s': out of memory (%zu bytes of workspace)",
                       n->name, ws_size);
         goto done;
     }
-    kiln__call_args(&c, ws, ws_size, pool, &p->ns[ni]);
-    if ((s = n->op->cpu(&c.ka)) != KILN_OK) goto done;
+    kiln__call_args(c, ws, ws_size, pool, &p->ns[ni]);
+    if ((s = n->op->cpu(&c->ka)) != KILN_OK) goto done;
     for (int i = 0; i < n->n_out; i++) {
         if (n->out[i] < 0) continue;
         val_drop(&vals[n->out[i]]);
@@ -206,6 +204,15 @@ static kiln_status plan_node(cf_plan *p, int ni, cf_val *vals, kiln_pool *pool) 
 done:
     for (int i = 0; i < n->n_out; i++) val_drop(&res[i]);
     kiln__aligned_free(ws);
+    return s;
+}
+
+/* Runs node ni of the plan on vals (outputs become owned values). */
+static kiln_status plan_node(cf_plan *p, int ni, cf_val *vals, kiln_pool *pool) {
+    kiln_call c;
+    KILN_TRY(kiln__call_begin(&c, p->g, &p->g->nodes[ni]));
+    kiln_status s = plan_node_call(p, ni, vals, pool, &c);
+    kiln__call_end(&c);
     return s;
 }
 

@@ -19,24 +19,20 @@ static bool all_dims_known(const kiln_tinfo *t) {
  * spend the time and memory of running a big layer on the host. */
 #define KILN_FOLD_MAX_BYTES ((size_t)64 << 20)
 
-/* Evaluates node `ni` on its (constant) inputs and turns its outputs into
- * constants; leaves it alone when its outputs are too large (above). */
-static kiln_status fold_node(kiln_graph *g, int ni) {
+/* fold_node's body, on the call begun for node ni. */
+static kiln_status fold_node_call(kiln_graph *g, int ni, kiln_call *c) {
     kiln_node *n = &g->nodes[ni];
     bool shape_only = (n->op->flags & KILN_OP_FLAG_SHAPE_ONLY) != 0;
-    kiln_call c;
-    if (n->n_in > KILN_CALL_MAX || n->n_out > KILN_CALL_MAX) return KILN_OK;
-    KILN_TRY(kiln__call_begin(&c, g, n));
     for (int i = 0; i < n->n_in; i++) {
         if (n->in[i] < 0) continue;
         kiln_value *v = &g->values[n->in[i]];
-        kiln__call_input(&c, i, &v->info, shape_only ? NULL : v->data);
+        kiln__call_input(c, i, &v->info, shape_only ? NULL : v->data);
     }
-    KILN_TRY(kiln__call_infer(&c, true, NULL, true));
-    const kiln_tinfo *outs = c.out;
-    kiln_tensor *out_t = c.out_t;
+    KILN_TRY(kiln__call_infer(c, true, NULL, true));
+    const kiln_tinfo *outs = c->out;
+    kiln_tensor *out_t = c->out_t;
     void *ws = NULL;
-    size_t ws_size = n->op->workspace ? n->op->workspace(&c.ia) : 0;
+    size_t ws_size = n->op->workspace ? n->op->workspace(&c->ia) : 0;
     kiln_status s = KILN_OK;
     size_t total = 0;
     for (int i = 0; i < n->n_out; i++) {
@@ -58,8 +54,8 @@ static kiln_status fold_node(kiln_graph *g, int ni) {
         s = KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory folding node '%s'", n->name);
         goto done;
     }
-    kiln__call_args(&c, ws, ws_size, NULL, NULL);
-    if ((s = n->op->cpu(&c.ka)) != KILN_OK) goto done;
+    kiln__call_args(c, ws, ws_size, NULL, NULL);
+    if ((s = n->op->cpu(&c->ka)) != KILN_OK) goto done;
     for (int i = 0; i < n->n_out; i++) {
         if (n->out[i] < 0) continue;
         kiln_value *v = &g->values[n->out[i]];
@@ -79,8 +75,20 @@ done:
     return s;
 }
 
+/* Evaluates node `ni` on its (constant) inputs and turns its outputs into
+ * constants; leaves it alone when its outputs are too large (above) or too
+ * many (KILN_CALL_MAX). */
+static kiln_status fold_node(kiln_graph *g, int ni) {
+    if (g->nodes[ni].n_out > KILN_CALL_MAX) return KILN_OK;
+    kiln_call c;
+    KILN_TRY(kiln__call_begin(&c, g, &g->nodes[ni]));
+    kiln_status s = fold_node_call(g, ni, &c);
+    kiln__call_end(&c);
+    return s;
+}
+
 kiln_status kiln__pass_fold_constants(kiln_graph *g) {
-    kiln_tinfo outs[64];
+    kiln_tinfo outs[KILN_CALL_MAX];
     for (int ni = 0; ni < g->n_nodes; ni++) {
         kiln_node *n = &g->nodes[ni];
         if (n->dead) continue;

@@ -623,19 +623,22 @@ static kiln_status plant_bug(kiln_context *c, int ni) {
     return st;
 }
 
-static kiln_status run_node(kiln_context *c, int ni) {
+/* Whether infer reads the values of input i of n (op->host_inputs). */
+static bool host_input(const kiln_node *n, int i) {
+    return i < 32 && (n->op->host_inputs & (1u << i));
+}
+
+static kiln_status run_node_call(kiln_context *c, int ni, kiln_call *call) {
     const kiln_node *n = &c->e->graph->nodes[ni];
     const kiln_graph *g = c->e->graph;
     int m = node_mem(c, n);
-    kiln_call callv, *call = &callv;
     int tmp_bufs[KILN_CALL_MAX], n_tmp = 0;
-    KILN_TRY(kiln__call_begin(call, g, n));
     kiln_tensor *out_t = call->out_t;
     for (int i = 0; i < n->n_in; i++) {
         if (n->in[i] < 0) continue;
         kiln_slot *s = &c->slots[n->in[i]];
         KILN_TRY(slot_make_available(c, n->in[i], m, ni));
-        bool need_host = m == MEM_HOST || (n->op->host_inputs & (1u << i));
+        bool need_host = m == MEM_HOST || host_input(n, i);
         if (need_host && m == MEM_DEV) KILN_TRY(slot_make_available(c, n->in[i], MEM_HOST, ni));
         kiln_tinfo info = {.dtype = s->t.dtype, .rank = s->t.rank, .data = need_host ? s->ptr[MEM_HOST] : NULL};
         memcpy(info.dims, s->t.dims, sizeof info.dims);
@@ -699,6 +702,14 @@ static kiln_status run_node(kiln_context *c, int ni) {
     if (st == KILN_OK && ni == c->plant_layer) st = plant_bug(c, ni);
 done:
     for (int j = 0; j < n_tmp; j++) c->pool[m].bufs[tmp_bufs[j]].in_use = false;
+    return st;
+}
+
+static kiln_status run_node(kiln_context *c, int ni) {
+    kiln_call call;
+    KILN_TRY(kiln__call_begin(&call, c->e->graph, &c->e->graph->nodes[ni]));
+    kiln_status st = run_node_call(c, ni, &call);
+    kiln__call_end(&call);
     return st;
 }
 
@@ -775,7 +786,7 @@ static bool graph_usable(kiln_context *c) {
             const kiln_node *n = &g->nodes[ni];
             if (node_mem(c, n) != MEM_DEV) c->graph_static = -1;
             for (int i = 0; i < n->n_in; i++)
-                if ((n->op->host_inputs & (1u << i)) && n->in[i] >= 0 &&
+                if (host_input(n, i) && n->in[i] >= 0 &&
                     !(g->values[n->in[i]].flags & KILN_VALUE_CONST))
                     c->graph_static = -1;
         }

@@ -137,8 +137,7 @@ static void plan_sizes(planner *P) {
         const kiln_node *n = &g->nodes[ni];
         int aux = p->aux_first[ni];
         kiln_call c;
-        bool fits = n->n_in <= KILN_CALL_MAX && n->n_out <= KILN_CALL_MAX;
-        if (!fits || kiln__node_check_inputs(n) != KILN_OK || kiln__call_begin(&c, g, n) != KILN_OK) {
+        if (kiln__node_check_inputs(n) != KILN_OK || kiln__call_begin(&c, g, n) != KILN_OK) {
             kiln__clear_error();
             for (int i = 0; i < n->n_out; i++)
                 if (n->out[i] >= 0) P->exact[n->out[i]] = false;
@@ -191,6 +190,7 @@ static void plan_sizes(planner *P) {
         if (outs_exact && out_bytes <= EVAL_MAX_BYTES && n->op->cpu &&
             !(n->op->flags & KILN_OP_FLAG_NO_FOLD) && all_exact && (all_data || shape_only))
             eval_node(P, n, &c, shape_only && !all_data);
+        kiln__call_end(&c);
     }
 }
 
@@ -268,7 +268,7 @@ static kiln_status plan_blocks(planner *P) {
             int v = n->in[i];
             if (v < 0) continue;
             need(P, v, m, ni);
-            if (m == KILN_MEM_DEV && (n->op->host_inputs & (1u << i))) need(P, v, KILN_MEM_HOST, ni);
+            if (m == KILN_MEM_DEV && i < 32 && (n->op->host_inputs & (1u << i))) need(P, v, KILN_MEM_HOST, ni);
         }
     }
     for (int v = 0; v < g->n_values; v++) {

@@ -913,6 +913,92 @@ TEST(test_shared_dims_checked) {
     ar_free(&a);
 }
 
+/* A Concat of 200 inputs and a Sum of 100 (valid ONNX: variadic inputs have
+ * no limit) import, build, fold and run on the CPU. Nodes of more than 64
+ * inputs failed at load ("more than 64 inputs or outputs": torchvision's
+ * ssdlite320_mobilenet_v3_large has a Concat of 90). The folded Concat is
+ * of an initializer only (constant folding's path), the other of the
+ * input x [2, 3], Relu(x) and Neg(x) in turn. */
+TEST(test_many_inputs) {
+    enum { NCAT = 200, NSUM = 100 };
+    arena a = {0};
+    model_parts mp;
+    memset(&mp, 0, sizeof mp);
+    int64_t d[2] = {2, 3}, dy[2] = {2, 3 * NCAT}, dk[2] = {2, 3 * NCAT};
+    static const char *const S_XN[] = {"x"}, *const S_NG[] = {"ng"}, *const S_K[] = {"k"};
+    mp.inputs[mp.n_inputs++] = vinfo(&a, "x", 1, 2, d, NULL);
+    float wv[6] = {1, 2, 3, 4, 5, 6};
+    mp.inits[mp.n_inits] = tensor(&a, "w", 1, 2, d);
+    set_raw(&a, mp.inits[mp.n_inits++], wv, sizeof wv);
+    const char *cat_in[NCAT], *sum_in[NSUM], *kcat_in[NCAT];
+    static const char *const three[3] = {"x", "r", "ng"};
+    for (int i = 0; i < NCAT; i++) cat_in[i] = three[i % 3], kcat_in[i] = "w";
+    for (int i = 0; i < NSUM; i++) sum_in[i] = three[i % 3];
+    mp.nodes[mp.n_nodes++] = node(&a, "relu0", "Relu", 1, S_XN, 1, S_R);
+    mp.nodes[mp.n_nodes++] = node(&a, "neg0", "Neg", 1, S_XN, 1, S_NG);
+    Onnx__NodeProto *cat = node(&a, "cat0", "Concat", NCAT, cat_in, 1, S_Y);
+    Onnx__NodeProto *kcat = node(&a, "kcat0", "Concat", NCAT, kcat_in, 1, S_K);
+    for (int k = 0; k < 2; k++) {
+        Onnx__NodeProto *nd = k ? kcat : cat;
+        Onnx__AttributeProto *at = ar_alloc(&a, sizeof *at), **atl = ar_alloc(&a, sizeof(void *));
+        onnx__attribute_proto__init(at);
+        at->name = ar_str(&a, "axis");
+        at->has_type = 1;
+        at->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT;
+        at->has_i = 1;
+        at->i = 1;
+        atl[0] = at;
+        nd->n_attribute = 1;
+        nd->attribute = atl;
+    }
+    mp.nodes[mp.n_nodes++] = cat;
+    mp.nodes[mp.n_nodes++] = kcat;
+    mp.nodes[mp.n_nodes++] = node(&a, "sum0", "Sum", NSUM, sum_in, 1, S_Z);
+    mp.outputs[mp.n_outputs++] = vinfo(&a, "y", 1, 2, dy, NULL);
+    mp.outputs[mp.n_outputs++] = vinfo(&a, "k", 1, 2, dk, NULL);
+    mp.outputs[mp.n_outputs++] = vinfo(&a, "z", 1, 2, d, NULL);
+    size_t n;
+    uint8_t *bytes = pack_model(&a, &mp, &n);
+    kiln_model *m = NULL;
+    kiln_builder *b = NULL;
+    kiln_engine *e = NULL;
+    kiln_context *c = NULL;
+    float x[6] = {-1.5f, 2, -3, 4, 0.5f, -6};
+    CHECK_OK(kiln_model_load_onnx_memory(bytes, n, NULL, &m));
+    if (m) CHECK_OK(kiln_builder_create(&b));
+    if (b) CHECK_OK(kiln_build(b, m, &e));
+    if (e) CHECK_OK(kiln_context_create(e, &c));
+    if (c) CHECK_OK(kiln_context_set_input(c, "x", KILN_DTYPE_FLOAT32, 2, d, x));
+    if (c) CHECK_OK(kiln_context_run(c));
+    for (int o = 0; c && o < 3; o++) {
+        static const char *const names[3] = {"y", "k", "z"};
+        kiln_dtype dt;
+        int rank = 0;
+        int64_t od[KILN_MAX_RANK];
+        const void *data = NULL;
+        CHECK_OK(kiln_context_get_output(c, names[o], &dt, &rank, od, &data));
+        if (!data) continue;
+        const float *y = data;
+        int64_t cols = o < 2 ? 3 * NCAT : 3, bad = 0;
+        CHECK(rank == 2 && od[0] == 2 && od[1] == cols);
+        for (int r = 0; r < 2; r++)
+            for (int64_t j = 0; j < cols; j++) {
+                float v = x[r * 3 + j % 3], want;
+                if (o == 0) want = (j / 3) % 3 == 0 ? v : (j / 3) % 3 == 1 ? fmaxf(v, 0.f) : -v;
+                else if (o == 1) want = wv[r * 3 + j % 3];
+                else want = 34.f * v + 33.f * fmaxf(v, 0.f) - 33.f * v; /* 34 x, 33 r, 33 ng */
+                bad += fabsf(y[r * cols + j] - want) > 1e-5f;
+            }
+        CHECK(bad == 0);
+    }
+    kiln_context_free(c);
+    kiln_engine_free(e);
+    kiln_builder_free(b);
+    kiln_model_free(m);
+    free(bytes);
+    ar_free(&a);
+}
+
 int main(void) {
     RUN(test_relu_add_shapes);
     RUN(test_unsorted_nodes_are_sorted);
@@ -927,5 +1013,6 @@ int main(void) {
     RUN(test_constant_nodes);
     RUN(test_warnings);
     RUN(test_shared_dims_checked);
+    RUN(test_many_inputs);
     return test_summary();
 }
