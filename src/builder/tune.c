@@ -656,8 +656,7 @@ static kiln_status tune_all(kiln_layout_ctx *c) {
     if (!b->tuning || !has_tactics(g)) return KILN_OK;
     T->active = true;
     kiln_status st;
-    const char *venv = getenv("KILN_TUNE_VERBOSE");
-    bool verbose = venv && *venv && strcmp(venv, "0") != 0;
+    bool verbose = getenv_flag("KILN_TUNE_VERBOSE");
     T->vi = kiln__calloc((size_t)g->n_values + 1, sizeof *T->vi);
     if (!T->vi) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory (tuning)");
     kiln_tinfo *vi = T->vi;
