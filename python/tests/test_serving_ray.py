@@ -28,6 +28,13 @@ from serving_util import (HOST, engine, free_port, http, make_requests, matches,
                           run_load, runner, serving_env, wait_healthy)
 
 APP = "kiln"
+PROXY_TIMEOUT_S = 45  # above the replicas' request_timeout_s (30 s): theirs answers first
+
+
+def proxy_timed_out(status, body):
+    """Ray Serve's proxy answers a request that outlived http_options' request_timeout_s
+    with 408 "Request <id> timed out after <n>s" (ray/serve/_private/http_util.py)."""
+    return status == 408 and b"timed out" in body
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +47,9 @@ def cluster():
     ray.init(num_cpus=4, include_dashboard=False, object_store_memory=256 << 20,
              log_to_driver=False, configure_logging=False, _node_ip_address=HOST)
     port = free_port()
-    serve.start(http_options={"host": HOST, "port": port})
+    # the proxy's own end-to-end limit (docs/serving.md): a request that Ray's router
+    # loses when a replica dies under it is answered (408) instead of hanging
+    serve.start(http_options={"host": HOST, "port": port, "request_timeout_s": PROXY_TIMEOUT_S})
     yield f"http://{HOST}:{port}"
     serve.shutdown()
     ray.shutdown()
@@ -115,8 +124,9 @@ def test_load_2000_requests_2_replicas(app, runner, capsys):
 
 def test_replica_killed_mid_load(app, runner, capsys):
     """One of the two replicas is killed (ray.kill) after 500 of 2,000 answers: Ray Serve
-    starts a new one; requests fail with 5xx at most; none is wrong; every request is
-    answered; the application is back at 2 running replicas."""
+    starts a new one; requests fail with 5xx at most (or the proxy's timeout, 408);
+    none is wrong; every request is answered; the application is back at 2 running
+    replicas."""
     before = replicas()
     assert len(before) == 2
     killed = []
@@ -137,7 +147,10 @@ def test_replica_killed_mid_load(app, runner, capsys):
     assert killed, "the replica was not killed"
     assert res.wrong == 0
     assert res.answered == 2000, res.failures[:5]  # nothing lost (no connection errors)
-    assert all(500 <= s < 600 for s in res.statuses), res.statuses
+    # errors only: 5xx, or (rarely: a request that Ray's router held for the dead replica,
+    # seen once in CI) the proxy's own timeout, which Ray reports as 408
+    assert all(500 <= f[1] < 600 or proxy_timed_out(f[1], f[2])
+               for f in res.failures if isinstance(f[1], int)), res.failures[:5]
     assert res.ok >= 1500, res.summary("too many failures")
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and (running_replicas() != 2 or killed[0][0] in replicas()):
