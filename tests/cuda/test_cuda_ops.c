@@ -1051,6 +1051,9 @@ TEST(test_pool_nhwc) {
               (kiln_tensor *[]){trand(BF16, -3, 3, S(3, 24, 30, 31))}, 1, false, 0);
     nhwc_case("gap_split_odd_c_f32", KILN_OP_GlobalAveragePool, &g0, &gn, 1,
               (kiln_tensor *[]){trand(F32, -3, 3, S(1, 45, 40, 40))}, 1, false, 0);
+    /* more images than a grid's y extent holds (65535): the batch shares blockIdx.x with the channel blocks */
+    nhwc_case("gap_batch_70000_f16", KILN_OP_GlobalAveragePool, &g0, &gn, 1,
+              (kiln_tensor *[]){trand(F16, -3, 3, S(70000, 16, 2, 2))}, 1, false, 0);
 }
 
 TEST(test_pool) {
