@@ -290,10 +290,10 @@ __global__ void __launch_bounds__(KCU_THREADS)
     }
 }
 
-/* 32-bit indices where every element offset fits */
+/* 32-bit indices where every element offset fits (and the loop's last step) */
 template <typename T, int V>
 static void pool_nhwc_launch(const kcu_pool_nhwc *g, const void *x, void *y, int64_t total, cudaStream_t stream) {
-    const bool i32 = g->N * g->H * g->W * g->C < INT32_MAX && g->N * g->Ho * g->Wo * g->C < INT32_MAX;
+    const bool i32 = kcu_i32_loop(g->N * g->H * g->W * g->C) && kcu_i32_loop(g->N * g->Ho * g->Wo * g->C);
     if (i32) k_pool_nhwc<T, V, int32_t><<<grid_for(total), KCU_THREADS, 0, stream>>>((const T *)x, (T *)y, *g);
     else k_pool_nhwc<T, V, int64_t><<<grid_for(total), KCU_THREADS, 0, stream>>>((const T *)x, (T *)y, *g);
 }
