@@ -346,8 +346,8 @@ bool kiln__graph_is_output(const kiln_graph *g, int v) {
 kiln_status kiln__graph_add_const(kiln_graph *g, const char *base, kiln_dtype dtype, int rank,
                                   const int64_t *dims, const void *data, int *out) {
     char name[256];
-    for (int k = 0;; k++) {
-        snprintf(name, sizeof name, "%s/kiln_%d", base, k);
+    for (int k = 0;; k++) { /* (a long base is cut short: the number must stay, else this never ends) */
+        snprintf(name, sizeof name, "%.200s/kiln_%d", base, k);
         if (kiln__graph_find_value(g, name) < 0) break;
     }
     KILN_TRY(kiln__graph_add_value(g, name, out));

@@ -115,8 +115,8 @@ typedef struct prec_ctx {
 static kiln_status new_value(prec_ctx *c, int like, kiln_dtype t, const char *tag, int *out) {
     char name[512];
     for (int k = 0;; k++) {
-        snprintf(name, sizeof name, "%s/kiln_%s%s%d", c->g->values[like].name, tag, k ? "_" : "",
-                 k);
+        snprintf(name, sizeof name, "%.400s/kiln_%.40s%s%d", c->g->values[like].name, tag, k ? "_" : "",
+                 k); /* (the number always fits: a cut-off one would repeat forever) */
         if (kiln__graph_find_value(c->g, name) < 0) break;
     }
     KILN_TRY(kiln__graph_add_value(c->g, name, out));

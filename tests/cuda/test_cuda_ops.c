@@ -1045,12 +1045,18 @@ TEST(test_pool_nhwc) {
     /* large planes split over blocks (kcu_gap_nhwc_splits > 1), partial sums added by a second kernel:
      * EfficientNet's SE shapes (96 channels: 12 vectors per block row), 24 channels, odd channels */
     CHECK(kcu_gap_nhwc_splits(4, 56 * 56, 96) > 1 && kcu_gap_nhwc_splits(1, 40 * 40, 45) > 1);
+    /* 32-bit grid-stride loops (k_pool_nhwc, k_bias_act) leave room for the loop's last step past n */
+    CHECK(kcu_i32_loop(64LL * 112 * 112 * 96) && kcu_i32_loop(INT32_MAX - (int64_t)KCU_THREADS * KCU_MAX_BLOCKS));
+    CHECK(!kcu_i32_loop(INT32_MAX - 1000000LL) && !kcu_i32_loop(INT32_MAX) && !kcu_i32_loop(-1));
     nhwc_case("gap_split_c96_f16", KILN_OP_GlobalAveragePool, &g0, &gn, 1,
               (kiln_tensor *[]){trand(F16, -3, 3, S(4, 96, 56, 56))}, 1, false, 0);
     nhwc_case("gap_split_c24_bf16", KILN_OP_GlobalAveragePool, &g0, &gn, 1,
               (kiln_tensor *[]){trand(BF16, -3, 3, S(3, 24, 30, 31))}, 1, false, 0);
     nhwc_case("gap_split_odd_c_f32", KILN_OP_GlobalAveragePool, &g0, &gn, 1,
               (kiln_tensor *[]){trand(F32, -3, 3, S(1, 45, 40, 40))}, 1, false, 0);
+    /* more images than a grid's y extent holds (65535): the batch shares blockIdx.x with the channel blocks */
+    nhwc_case("gap_batch_70000_f16", KILN_OP_GlobalAveragePool, &g0, &gn, 1,
+              (kiln_tensor *[]){trand(F16, -3, 3, S(70000, 16, 2, 2))}, 1, false, 0);
 }
 
 TEST(test_pool) {

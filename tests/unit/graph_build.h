@@ -96,7 +96,7 @@ static inline int add_conv(kiln_graph *g, const char *name, int x, int64_t C, in
     for (int i = 0; i < 4; i++) ca.pads[i] = pad;
     ca.n_dilations = 2;
     ca.dilations[0] = ca.dilations[1] = dil;
-    char wn[64], bn[64];
+    char wn[400], bn[400];
     snprintf(wn, sizeof wn, "%s_W", name);
     snprintf(bn, sizeof bn, "%s_B", name);
     int64_t wd[4] = {M, C / group, k, k}, bd[1] = {M};

@@ -137,6 +137,23 @@ static void compare_opt(const kiln_model *m, const int64_t *xd, double tol) {
 
 /* ---- tests ------------------------------------------------------------------ */
 
+/* Conv -> BN with a weight named by 302 characters: the folded weights are
+ * constants named after it (kiln__graph_add_const), and a name past its
+ * buffer lost the number that makes it unique, so the build looped forever. */
+TEST(long_weight_name) {
+    kiln_graph *g = NULL;
+    CHECK_OK(kiln__graph_create(&g));
+    int64_t xd[4] = {1, 4, 6, 6};
+    char name[301];
+    memset(name, 'c', 300);
+    name[300] = 0;
+    int x = add_input(g, "x", 4, xd);
+    mark_output(g, add_bnorm(g, "bn1", add_conv(g, name, x, 4, 4, 3, 1, 1, 1, 1), 4));
+    kiln_model *m = model_of(g);
+    compare_opt(m, xd, 1e-5);
+    kiln_model_free(m);
+}
+
 /* Conv -> BN -> Add(x) -> Relu: one FusedConv named after all four. */
 TEST(conv_bn_add_relu) {
     kiln_graph *g = NULL;
@@ -1311,6 +1328,7 @@ TEST(bf16_cpu) {
 }
 
 int main(void) {
+    RUN(long_weight_name);
     RUN(conv_bn_add_relu);
     RUN(activations);
     RUN(no_fusion_when_shared);

@@ -29,6 +29,14 @@ extern "C" {
 #define KCU_THREADS 256
 /* Grid-stride kernels launch at most this many blocks. */
 #define KCU_MAX_BLOCKS 8192
+/* Whether a grid-stride loop over n items may count in signed 32 bits: its
+ * index passes n by up to one grid's stride (KCU_THREADS * KCU_MAX_BLOCKS)
+ * before the loop ends, and that step must not overflow (n < INT32_MAX
+ * alone let an index of about 2^31 wrap negative and address memory before
+ * the tensor). */
+static inline int kcu_i32_loop(int64_t n) {
+    return n >= 0 && n <= (int64_t)INT32_MAX - (int64_t)KCU_THREADS * KCU_MAX_BLOCKS;
+}
 
 /* ---- broadcasting elementwise geometry -------------------------------------
  * The output is dense with `n` elements; input k is read at the element

@@ -181,7 +181,8 @@ typedef struct nhwc_ctx {
 static kiln_status new_value(nhwc_ctx *c, int like, const char *tag, const int64_t *dims, int *out) {
     char name[512];
     for (int k = 0;; k++) {
-        snprintf(name, sizeof name, "%s/kiln_%s%d", c->g->values[like].name, tag, k);
+        /* (the number always fits: a cut-off one would repeat forever) */
+        snprintf(name, sizeof name, "%.400s/kiln_%.40s%d", c->g->values[like].name, tag, k);
         if (kiln__graph_find_value(c->g, name) < 0) break;
     }
     KILN_TRY(kiln__graph_add_value(c->g, name, out));

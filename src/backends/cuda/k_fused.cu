@@ -179,7 +179,7 @@ cudaError_t kcu_bias_act(kiln_dtype t, const void *x, void *y, const void *bias,
         return cudaGetLastError();
     }
     KCU_SWITCH_FLOAT(t, {
-        if (total < INT32_MAX)
+        if (kcu_i32_loop(total))
             k_bias_act<T_, int32_t><<<grid_for(total), KCU_THREADS, 0, stream>>>(
                 (const T_ *)x, (T_ *)y, (const T_ *)bias, (const T_ *)residual, (int32_t)total,
                 (int32_t)M, (int32_t)plane, act, alpha, beta);

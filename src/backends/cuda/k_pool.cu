@@ -180,15 +180,17 @@ __global__ void __launch_bounds__(KCU_THREADS)
  * 96-channel layer leaves none idle), the TY = 256 / TX rows of threads
  * split the split's positions, then add up in shared memory; with one
  * split the block writes the mean, else its fp32 sum goes to part[z][n][c]
- * for k_gap_finish. */
+ * for k_gap_finish. blockIdx.x = n * (channel blocks) + channel block (the
+ * batch in gridDim.y would cap it at 65535 images), blockIdx.z = z. */
 template <typename T, int V>
 __global__ void __launch_bounds__(256)
-    k_gap_nhwc(const T *__restrict__ x, T *__restrict__ y, float *__restrict__ part, int64_t HW, int64_t C,
-               int64_t chunk) {
+    k_gap_nhwc(const T *__restrict__ x, T *__restrict__ y, float *__restrict__ part, int64_t N, int64_t HW,
+               int64_t C, int64_t chunk) {
     typedef Vec<T, V> VT;
     __shared__ float sh[256][V];
     const int tx = threadIdx.x, ty = threadIdx.y, TX = blockDim.x, TY = blockDim.y;
-    const int64_t cv = C / V, c = (int64_t)blockIdx.x * TX + tx, n = blockIdx.y, z = blockIdx.z;
+    const int64_t cv = C / V, cb = (cv + TX - 1) / TX, n = blockIdx.x / cb, z = blockIdx.z;
+    const int64_t c = (int64_t)(blockIdx.x % cb) * TX + tx;
     const int64_t p0 = z * chunk, p1 = p0 + chunk < HW ? p0 + chunk : HW;
     float acc[V];
 #pragma unroll
@@ -208,7 +210,7 @@ __global__ void __launch_bounds__(256)
         for (int j = 0; j < V; j++) {
             float s = 0.0f;
             for (int k = 0; k < TY; k++) s += sh[k * TX + tx][j];
-            if (part) part[(z * gridDim.y + n) * C + c * V + j] = s;
+            if (part) part[(z * N + n) * C + c * V + j] = s;
             else r.v[j] = Num<T>::store(s / (float)HW);
         }
         if (!part) *(VT *)(y + n * C + c * V) = r;
@@ -288,10 +290,10 @@ __global__ void __launch_bounds__(KCU_THREADS)
     }
 }
 
-/* 32-bit indices where every element offset fits */
+/* 32-bit indices where every element offset fits (and the loop's last step) */
 template <typename T, int V>
 static void pool_nhwc_launch(const kcu_pool_nhwc *g, const void *x, void *y, int64_t total, cudaStream_t stream) {
-    const bool i32 = g->N * g->H * g->W * g->C < INT32_MAX && g->N * g->Ho * g->Wo * g->C < INT32_MAX;
+    const bool i32 = kcu_i32_loop(g->N * g->H * g->W * g->C) && kcu_i32_loop(g->N * g->Ho * g->Wo * g->C);
     if (i32) k_pool_nhwc<T, V, int32_t><<<grid_for(total), KCU_THREADS, 0, stream>>>((const T *)x, (T *)y, *g);
     else k_pool_nhwc<T, V, int64_t><<<grid_for(total), KCU_THREADS, 0, stream>>>((const T *)x, (T *)y, *g);
 }
@@ -337,19 +339,20 @@ cudaError_t kcu_gap_nhwc(kiln_dtype t, int64_t N, int64_t HW, int64_t C, const v
                          cudaStream_t stream) {
     if (N * C <= 0) return cudaSuccess;
     const int64_t S = kcu_gap_nhwc_splits(N, HW, C);
-    if (N > 65535 || (S > 1 && !part)) return cudaErrorInvalidValue;
+    if (S > 65535 || (S > 1 && !part)) return cudaErrorInvalidValue;
     const int64_t chunk = (HW + S - 1) / S;
     KCU_SWITCH_FLOAT(t, {
         const int v = vec_width<T_>(C, x, y);
         const int64_t cv = C / v;
         const int tx = cv < 32 ? (int)cv : 32;
-        const dim3 block((unsigned)tx, (unsigned)(256 / tx)), grid((unsigned)((cv + tx - 1) / tx), (unsigned)N,
-                                                                   (unsigned)S);
+        const int64_t gx = (cv + tx - 1) / tx * N; /* channel blocks of every image */
+        if (gx > INT32_MAX) return cudaErrorInvalidValue;
+        const dim3 block((unsigned)tx, (unsigned)(256 / tx)), grid((unsigned)gx, 1, (unsigned)S);
         float *pp = S > 1 ? part : NULL;
-        if (v == 8) k_gap_nhwc<T_, 8><<<grid, block, 0, stream>>>((const T_ *)x, (T_ *)y, pp, HW, C, chunk);
-        else if (v == 4) k_gap_nhwc<T_, 4><<<grid, block, 0, stream>>>((const T_ *)x, (T_ *)y, pp, HW, C, chunk);
-        else if (v == 2) k_gap_nhwc<T_, 2><<<grid, block, 0, stream>>>((const T_ *)x, (T_ *)y, pp, HW, C, chunk);
-        else k_gap_nhwc<T_, 1><<<grid, block, 0, stream>>>((const T_ *)x, (T_ *)y, pp, HW, C, chunk);
+        if (v == 8) k_gap_nhwc<T_, 8><<<grid, block, 0, stream>>>((const T_ *)x, (T_ *)y, pp, N, HW, C, chunk);
+        else if (v == 4) k_gap_nhwc<T_, 4><<<grid, block, 0, stream>>>((const T_ *)x, (T_ *)y, pp, N, HW, C, chunk);
+        else if (v == 2) k_gap_nhwc<T_, 2><<<grid, block, 0, stream>>>((const T_ *)x, (T_ *)y, pp, N, HW, C, chunk);
+        else k_gap_nhwc<T_, 1><<<grid, block, 0, stream>>>((const T_ *)x, (T_ *)y, pp, N, HW, C, chunk);
         if (S > 1)
             k_gap_finish<T_><<<grid_for(N * C), KCU_THREADS, 0, stream>>>(part, (T_ *)y, N * C, S, HW);
         return cudaGetLastError();
