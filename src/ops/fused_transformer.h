@@ -40,6 +40,10 @@
  *                    KILN_ATTN_QKV:  [B, S, 3*H*D] holding Q, K, V side by side (the
  *                                    output of one FusedMatMul for all three
  *                                    projections; Q, K, V are then one tensor)
+ *                    KILN_ATTN_SBHD: [S, B, H*D]  (sequence first: nn.MultiheadAttention's
+ *                                    [S, B, E] before its Reshape to [S, B*H, D])
+ *                    KILN_ATTN_SQKV: [S, B, 3*H*D] Q, K, V side by side, sequence
+ *                                    first (nn.MultiheadAttention's packed in_proj)
  *              mask  optional float32, added to the [B, H, Sq, Sk] scores,
  *                    broadcast numpy-style (e.g. [B, 1, 1, Sk])
  *              cond  optional bool (rank <= 4, broadcast like the mask): where
@@ -48,7 +52,8 @@
  *                    exporters' Where(cond, s, fill) / Where(cond, 0, fill) + Add)
  *              bias  optional, a second additive mask like `mask` (e.g. a
  *                    position bias [1, H, Sq, Sk] beside a padding mask)
- *     output   O     [B, Sq, H*D] (out_layout BSHD) or [B, H, Sq, D] (BHSD)
+ *     output   O     [B, Sq, H*D] (out_layout BSHD), [B, H, Sq, D] (BHSD) or
+ *                    [Sq, B, H*D] (SBHD)
  *     Softmax statistics are float32 at every precision.
  *
  * Precision: the engine's kiln_precision (FP32 or BF16) at build time. */
@@ -88,6 +93,8 @@ enum {
     KILN_ATTN_QKV = 3,  /* [B, S, 3*H*D]: Q, K and V side by side (columns [0, HD),
                            [HD, 2HD), [2HD, 3HD)), as one fused projection makes them;
                            all three inputs are then the same tensor */
+    KILN_ATTN_SBHD = 4, /* [S, B, H*D]: sequence first (torch's nn.MultiheadAttention) */
+    KILN_ATTN_SQKV = 5, /* [S, B, 3*H*D]: the QKV layout, sequence first */
 };
 
 /* How Attention's cond input acts on the scores (permanent). */

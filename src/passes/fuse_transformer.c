@@ -626,29 +626,36 @@ static void attn_operand(const kiln_graph *g, int v, bool is_k, int *layout, int
     }
 }
 
-/* Whether value m (rank <= 4, dims known) broadcasts into the scores' shape sd. */
-static bool broadcasts_into(const kiln_graph *g, int m, const int64_t *sd) {
+/* The scores' shape: [B, H, Sq, Sk], or [B*H, Sq, Sk] (rank 3: the
+ * sequence-first form of torch's nn.MultiheadAttention), dims known. */
+typedef struct sshape {
+    int rank;
+    int64_t d[4];
+} sshape;
+
+/* Whether value m (rank <= the scores', dims known) broadcasts into the scores' shape sd. */
+static bool broadcasts_into(const kiln_graph *g, int m, const sshape *sd) {
     const kiln_tinfo *mi = info(g, m);
-    if (mi->rank < 0 || mi->rank > 4) return false;
+    if (mi->rank < 0 || mi->rank > sd->rank) return false;
     for (int i = 0; i < mi->rank; i++) {
-        int64_t md = mi->dims[i], fd = sd[4 - mi->rank + i];
+        int64_t md = mi->dims[i], fd = sd->d[sd->rank - mi->rank + i];
         if (md < 0 || (md != 1 && md != fd)) return false;
     }
     return true;
 }
 
-/* Whether value v has the scores' shape sd (rank 4, known dims). */
-static bool has_shape4(const kiln_graph *g, int v, const int64_t *sd) {
+/* Whether value v has the scores' shape sd. */
+static bool has_shape(const kiln_graph *g, int v, const sshape *sd) {
     const kiln_tinfo *t = info(g, v);
-    if (t->rank != 4) return false;
-    for (int i = 0; i < 4; i++)
-        if (t->dims[i] != sd[i]) return false;
+    if (t->rank != sd->rank) return false;
+    for (int i = 0; i < sd->rank; i++)
+        if (t->dims[i] != sd->d[i]) return false;
     return true;
 }
 
 /* A bool condition for the scores: looks through an Expand that only
  * broadcasts (the kernel broadcasts itself). */
-static int cond_source(const kiln_graph *g, int c, const int64_t *sd) {
+static int cond_source(const kiln_graph *g, int c, const sshape *sd) {
     int e = kiln__pat_producer(g, c, KILN_OP_Expand);
     if (e >= 0 && broadcasts_into(g, g->nodes[e].in[0], sd) && info(g, g->nodes[e].in[0])->dtype == KILN_DTYPE_BOOL)
         return g->nodes[e].in[0];
@@ -657,9 +664,9 @@ static int cond_source(const kiln_graph *g, int c, const int64_t *sd) {
 
 /* Whether the chain of single-reader Add / Where / Mul / Div nodes of the
  * scores' shape that makes v starts at a MatMul (depth-limited). */
-static bool reaches_qk(const kiln_graph *g, int v, const int64_t *sd, int depth) {
+static bool reaches_qk(const kiln_graph *g, int v, const sshape *sd, int depth) {
     int ni = sole_producer(g, v, 0);
-    if (ni < 0 || depth > 12 || !has_shape4(g, v, sd)) return false;
+    if (ni < 0 || depth > 12 || !has_shape(g, v, sd)) return false;
     const kiln_node *n = &g->nodes[ni];
     if (n->op_id == KILN_OP_MatMul) return true;
     if (n->op_id == KILN_OP_Add)
@@ -669,6 +676,33 @@ static bool reaches_qk(const kiln_graph *g, int v, const int64_t *sd, int depth)
     int x;
     double f;
     return scalar_factor(g, ni, &x, &f) && reaches_qk(g, x, sd, depth + 1);
+}
+
+/* Whether values a and b have the same known shape. */
+static bool has_same_dims(const kiln_graph *g, int a, int b) {
+    const kiln_tinfo *x = info(g, a), *y = info(g, b);
+    if (x->rank < 0 || x->rank != y->rank) return false;
+    for (int i = 0; i < x->rank; i++)
+        if (x->dims[i] < 0 || x->dims[i] != y->dims[i]) return false;
+    return true;
+}
+
+/* Where node w as Where(cond, -inf, m2) or Where(cond, m2, -inf), m2 a
+ * float32 tensor broadcasting into the scores: m2, and in *fill_if the cond
+ * value that gives -inf; else -1. */
+static int where_inf_mask(const kiln_graph *g, int w, const sshape *sd, int *fill_if) {
+    const kiln_node *n = &g->nodes[w];
+    double f;
+    if (n->n_in != 3) return -1;
+    for (int i = 1; i <= 2; i++) {
+        int m2 = n->in[3 - i];
+        if (const_scalar(g, n->in[i], &f) && isinf(f) && f < 0 && is_f32(g, m2) && broadcasts_into(g, m2, sd) &&
+            kiln__numel(info(g, m2)->rank, info(g, m2)->dims) > 1) {
+            *fill_if = i == 1 ? 1 : 0;
+            return m2;
+        }
+    }
+    return -1;
 }
 
 /* The score chain of an attention, read back from the Softmax input:
@@ -686,7 +720,7 @@ typedef struct attn_scores {
     float fill;
 } attn_scores;
 
-static bool match_scores(const kiln_graph *g, int s, const int64_t *sd, attn_scores *r, pat *p) {
+static bool match_scores(const kiln_graph *g, int s, const sshape *sd, attn_scores *r, pat *p) {
     r->scale = 1.0;
     r->n_masks = 0;
     r->cond = -1;
@@ -700,9 +734,9 @@ static bool match_scores(const kiln_graph *g, int s, const int64_t *sd, attn_sco
         const kiln_node *n = &g->nodes[ni];
         if (n->op_id == KILN_OP_MatMul) {
             r->qk = ni;
-            return has_shape4(g, s, sd);
+            return has_shape(g, s, sd);
         }
-        if (!has_shape4(g, s, sd)) return false;
+        if (!has_shape(g, s, sd)) return false;
         int x;
         double f;
         if (n->op_id == KILN_OP_Cast && info(g, n->in[0])->dtype == info(g, s)->dtype) { /* identity */
@@ -720,24 +754,43 @@ static bool match_scores(const kiln_graph *g, int s, const int64_t *sd, attn_sco
                 }
             }
             if (chain < 0) return false;
+            pat_add(p, ni);
+            /* a factor of exactly 1 on the mask: torch 1.13's baddbmm(mask, Q, K^T) (beta = 1) */
+            int mul = sole_producer(g, m, 0), mx;
+            double one;
+            if (mul >= 0 && scalar_factor(g, mul, &mx, &one) && one == 1.0 && has_same_dims(g, mx, m)) {
+                pat_add(p, mul);
+                m = mx;
+            }
             int w = kiln__pat_producer(g, m, KILN_OP_Where);
             double z, fv;
+            int m2 = -1, fill_if;
             if (w >= 0 && r->cond < 0 && info(g, g->nodes[w].in[0])->dtype == KILN_DTYPE_BOOL &&
                 broadcasts_into(g, g->nodes[w].in[0], sd) &&
                 ((const_scalar(g, g->nodes[w].in[1], &z) && z == 0.0 && const_scalar(g, g->nodes[w].in[2], &fv)) ||
-                 (const_scalar(g, g->nodes[w].in[2], &z) && z == 0.0 && const_scalar(g, g->nodes[w].in[1], &fv)))) {
-                /* Add(s, Where(cond, 0, fill)): fill is added where cond is false */
-                bool fill_in_else = const_scalar(g, g->nodes[w].in[1], &z) && z == 0.0;
+                 (const_scalar(g, g->nodes[w].in[2], &z) && z == 0.0 && const_scalar(g, g->nodes[w].in[1], &fv)) ||
+                 (m2 = where_inf_mask(g, w, sd, &fill_if)) >= 0)) {
+                if (m2 >= 0) {
+                    /* Add(s, Where(cond, -inf, m2)) = s + m2 + (-inf where cond == fill_if):
+                     * torch 1.13's nn.MultiheadAttention with a key_padding_mask (m2 zeros)
+                     * and an attn_mask (m2 that mask) */
+                    if (!kiln__pat_const_is(g, m2, 0.0)) {
+                        if (r->n_masks == 2) return false;
+                        r->masks[r->n_masks++] = m2;
+                    }
+                    r->cond_fill_if = fill_if;
+                    fv = -INFINITY;
+                } else { /* Add(s, Where(cond, 0, fill)): fill is added where cond is false */
+                    bool fill_in_else = const_scalar(g, g->nodes[w].in[1], &z) && z == 0.0;
+                    r->cond_fill_if = fill_in_else ? 0 : 1;
+                }
                 r->cond = cond_source(g, g->nodes[w].in[0], sd);
                 r->cond_mode = KILN_ATTN_COND_ADD;
-                r->cond_fill_if = fill_in_else ? 0 : 1;
                 r->fill = (float)fv;
-                pat_add(p, ni);
                 if (kiln__pat_sole_use(g, m)) pat_add(p, w); /* read in reverse: Where, then Add */
             } else {
                 if (r->n_masks == 2 || !is_f32(g, m)) return false;
                 r->masks[r->n_masks++] = m;
-                pat_add(p, ni);
             }
             s = chain;
         } else if (n->op_id == KILN_OP_Where && phase <= 1 && r->cond < 0) {
@@ -804,16 +857,86 @@ static int match_probs(const kiln_graph *g, int y, int *nan_zero, pat *p) {
     return pv >= 0 && g->nodes[pv].in[0] == y ? pv : -1;
 }
 
+/* Operand v of a rank-3 attention in the sequence-first form of torch's
+ * nn.MultiheadAttention: [B*H, S, D] (K: [B*H, D, S]) made by Transpose(1,0,2)
+ * (K: (1,2,0)) of Reshape([S, B, H*D] -> [S, B*H, D]). Fills the source
+ * [S, B, H*D] (layout SBHD), B, H and the absorbed nodes (those with no
+ * other reader); false when v is not made so. */
+static bool attn_operand_sf(const kiln_graph *g, int v, bool is_k, int *src, int64_t *B, int64_t *H, pat *p) {
+    int t = kiln__pat_producer(g, v, KILN_OP_Transpose);
+    if (t < 0 || info(g, v)->rank != 3) return false;
+    const int32_t *pm = transpose_perm(g, t, 3);
+    if (!pm || pm[0] != 1 || pm[1] != (is_k ? 2 : 0) || pm[2] != (is_k ? 0 : 2)) return false;
+    int r = kiln__pat_producer(g, g->nodes[t].in[0], KILN_OP_Reshape);
+    if (r < 0) return false;
+    const kiln_tinfo *x = info(g, g->nodes[r].in[0]), *y = info(g, g->nodes[r].out[0]);
+    if (x->rank != 3 || y->rank != 3) return false;
+    for (int i = 0; i < 3; i++)
+        if (x->dims[i] <= 0 || y->dims[i] <= 0) return false;
+    if (x->dims[0] != y->dims[0] || x->dims[2] % y->dims[2] || x->dims[1] * (x->dims[2] / y->dims[2]) != y->dims[1])
+        return false;
+    *src = g->nodes[r].in[0];
+    *B = x->dims[1];
+    *H = x->dims[2] / y->dims[2];
+    if (kiln__pat_sole_use(g, v)) {
+        pat_add(p, t);
+        if (kiln__pat_sole_use(g, g->nodes[t].in[0])) pat_add(p, r);
+    }
+    return true;
+}
+
+/* A mask or cond m of rank-3 scores [B*H, Sq, Sk] as a value that
+ * broadcasts into [B, H, Sq, Sk]: m itself when it does not vary over B*H
+ * (rank < 3, or first dim 1), else the [B, H, a, b] value a Reshape made it
+ * from (through an identity Cast: torch's key_padding_mask.view(B, 1, 1,
+ * S).expand(-1, H, -1, -1).reshape(B*H, 1, S)); -1 when neither. */
+static int mask_as4(const kiln_graph *g, int m, int64_t B, int64_t H) {
+    const kiln_tinfo *mi = info(g, m);
+    if (mi->rank < 3 || mi->dims[0] == 1) return m;
+    int c = kiln__pat_producer(g, m, KILN_OP_Cast);
+    if (c >= 0 && info(g, g->nodes[c].in[0])->dtype == mi->dtype) m = g->nodes[c].in[0];
+    int r = kiln__pat_producer(g, m, KILN_OP_Reshape);
+    if (r < 0) return -1;
+    int x = g->nodes[r].in[0];
+    const kiln_tinfo *xi = info(g, x);
+    if (xi->rank != 4 || xi->dims[0] != B || xi->dims[1] != H || xi->dims[2] != mi->dims[1] ||
+        xi->dims[3] != mi->dims[2])
+        return -1;
+    return x;
+}
+
+/* Q, K, V of a rank-3 attention (attn_operand_sf), their layouts SBHD and
+ * the masks turned into masks of the [B, H, Sq, Sk] scores; false if any
+ * does not fit. */
+static bool attn_operands_sf(const kiln_graph *g, const int *qkv, const sshape *sd, attn_scores *sc,
+                             kiln_attention_attrs *aa, int *in, pat *p) {
+    int64_t B[3], H[3];
+    for (int i = 0; i < 3; i++)
+        if (!attn_operand_sf(g, qkv[i], i == 1, &in[i], &B[i], &H[i], p)) return false;
+    if (B[1] != B[0] || B[2] != B[0] || H[1] != H[0] || H[2] != H[0] || H[0] > INT32_MAX || B[0] * H[0] != sd->d[0])
+        return false;
+    aa->num_heads = (int32_t)H[0];
+    aa->q_layout = aa->k_layout = aa->v_layout = KILN_ATTN_SBHD;
+    sshape sd4 = {.rank = 4, .d = {B[0], H[0], sd->d[1], sd->d[2]}};
+    for (int i = 0; i < sc->n_masks; i++)
+        if ((sc->masks[i] = mask_as4(g, sc->masks[i], B[0], H[0])) < 0) return false;
+    if (sc->cond >= 0) {
+        if ((sc->cond = mask_as4(g, sc->cond, B[0], H[0])) < 0) return false;
+        sc->cond = cond_source(g, sc->cond, &sd4);
+    }
+    return true;
+}
+
 static kiln_status match_attention(kiln_graph *g, const kiln_optimize_opts *o, int sm) {
     const kiln_node *smn = &g->nodes[sm];
     const kiln_softmax_attrs *sa = smn->attrs;
     const kiln_tinfo *si = info(g, smn->in[0]);
-    if (si->rank != 4 || !is_f32(g, smn->in[0])) return KILN_OK;
-    if (sa->axis != -1 && sa->axis != 3) return KILN_OK;
-    int64_t sd[4];
-    for (int i = 0; i < 4; i++) {
-        sd[i] = si->dims[i];
-        if (sd[i] < 0) return KILN_OK;
+    if ((si->rank != 4 && si->rank != 3) || !is_f32(g, smn->in[0])) return KILN_OK;
+    if (sa->axis != -1 && sa->axis != si->rank - 1) return KILN_OK;
+    sshape sd = {.rank = si->rank};
+    for (int i = 0; i < si->rank; i++) {
+        sd.d[i] = si->dims[i];
+        if (sd.d[i] < 0) return KILN_OK;
     }
     /* the layer is named after its nodes in computation order: operands, Q K^T,
      * the score chain, Softmax, the NaN rule, P V, the merge */
@@ -822,7 +945,7 @@ static kiln_status match_attention(kiln_graph *g, const kiln_optimize_opts *o, i
     int pv = match_probs(g, smn->out[0], &nan_zero, &probs);
     if (pv < 0) return KILN_OK;
     attn_scores sc;
-    if (!match_scores(g, smn->in[0], sd, &sc, &chain)) return KILN_OK;
+    if (!match_scores(g, smn->in[0], &sd, &sc, &chain)) return KILN_OK;
     int qk = sc.qk;
     for (int i = 0; i < sc.n_masks; i++)
         if (!is_f32(g, sc.masks[i])) return KILN_OK;
@@ -837,20 +960,24 @@ static kiln_status match_attention(kiln_graph *g, const kiln_optimize_opts *o, i
                                                                                 : KILN_PRECISION_FP32,
                                .cond_mode = sc.cond_mode, .cond_fill_if = sc.cond_fill_if,
                                .fill = sc.cond >= 0 ? sc.fill : 0.0f, .nan_to_zero = nan_zero};
-    int q, k, v;
-    int64_t hq, hk, hv;
-    if (info(g, qv)->rank != 4 || info(g, kv)->rank != 4 || info(g, vv)->rank != 4) return KILN_OK;
+    int in[6];
+    if (info(g, qv)->rank != sd.rank || info(g, kv)->rank != sd.rank || info(g, vv)->rank != sd.rank) return KILN_OK;
     if (!is_f32(g, qv) || !is_f32(g, kv) || !is_f32(g, vv)) return KILN_OK;
-    attn_operand(g, qv, false, &aa.q_layout, &q, &hq, &p);
-    attn_operand(g, kv, true, &aa.k_layout, &k, &hk, &p);
-    attn_operand(g, vv, false, &aa.v_layout, &v, &hv, &p);
-    for (int i = 0; i < 2; i++) { /* no batch or head broadcasting */
-        int64_t d = info(g, qv)->dims[i];
-        if (d == KILN_DIM_UNKNOWN || info(g, kv)->dims[i] != d || info(g, vv)->dims[i] != d) return KILN_OK;
+    if (sd.rank == 3) {
+        if (!attn_operands_sf(g, (const int[3]){qv, kv, vv}, &sd, &sc, &aa, in, &p)) return KILN_OK;
+    } else {
+        int64_t hq, hk, hv;
+        attn_operand(g, qv, false, &aa.q_layout, &in[0], &hq, &p);
+        attn_operand(g, kv, true, &aa.k_layout, &in[1], &hk, &p);
+        attn_operand(g, vv, false, &aa.v_layout, &in[2], &hv, &p);
+        for (int i = 0; i < 2; i++) { /* no batch or head broadcasting */
+            int64_t d = info(g, qv)->dims[i];
+            if (d == KILN_DIM_UNKNOWN || info(g, kv)->dims[i] != d || info(g, vv)->dims[i] != d) return KILN_OK;
+        }
+        int64_t H = info(g, qv)->dims[1];
+        if (H <= 0 || H > INT32_MAX || (hq && hq != H) || (hk && hk != H) || (hv && hv != H)) return KILN_OK;
+        aa.num_heads = (int32_t)H;
     }
-    int64_t H = info(g, qv)->dims[1];
-    if (H <= 0 || H > INT32_MAX || (hq && hq != H) || (hk && hk != H) || (hv && hv != H)) return KILN_OK;
-    aa.num_heads = (int32_t)H;
     for (int i = 0; i < scl.n; i++) pat_add(&p, scl.nodes[i]);
     pat_add(&p, qk);
     for (int i = chain.n - 1; i >= 0; i--) pat_add(&p, chain.nodes[i]);
@@ -858,26 +985,56 @@ static kiln_status match_attention(kiln_graph *g, const kiln_optimize_opts *o, i
     for (int i = 0; i < probs.n; i++) pat_add(&p, probs.nodes[i]);
     pat_add(&p, pv);
     p.overflow |= scl.overflow || chain.overflow || probs.overflow;
-    /* the merge back: Transpose(0,2,1,3) + Reshape [B,S,H*D] */
-    int y = g->nodes[pv].out[0];
-    aa.out_layout = KILN_ATTN_BHSD;
-    int t = sole_consumer_op(g, y, KILN_OP_Transpose);
-    if (t >= 0 && perm_is(transpose_perm(g, t, 4), 0, 2, 1, 3)) {
+    int y = g->nodes[pv].out[0], retyped = -1; /* the rank-3 merge gives a value a new shape */
+    kiln_tinfo old_info;
+    if (sd.rank == 4) {
+        /* the merge back: Transpose(0,2,1,3) + Reshape [B,S,H*D] */
+        aa.out_layout = KILN_ATTN_BHSD;
+        int t = sole_consumer_op(g, y, KILN_OP_Transpose);
+        if (t >= 0 && perm_is(transpose_perm(g, t, 4), 0, 2, 1, 3)) {
+            int r = sole_consumer_op(g, g->nodes[t].out[0], KILN_OP_Reshape);
+            const kiln_tinfo *ti = info(g, g->nodes[t].out[0]);
+            const kiln_tinfo *ri = r >= 0 ? info(g, g->nodes[r].out[0]) : NULL;
+            if (ri && ri->rank == 3 && ti->rank == 4 && ri->dims[0] == ti->dims[0] && ri->dims[1] == ti->dims[1] &&
+                ti->dims[0] != KILN_DIM_UNKNOWN && ti->dims[1] != KILN_DIM_UNKNOWN && ti->dims[2] > 0 &&
+                ti->dims[3] > 0 && ri->dims[2] == ti->dims[2] * ti->dims[3]) {
+                aa.out_layout = KILN_ATTN_BSHD;
+                pat_add(&p, t);
+                pat_add(&p, r);
+                y = g->nodes[r].out[0];
+            }
+        }
+    } else {
+        /* the merge back, sequence first: Transpose(1,0,2) to [Sq, B*H, Dv] + a
+         * Reshape (to [Sq, B, H*Dv], taken in; to [Sq*B, H*Dv] for the output
+         * projection's Gemm, kept: it reads the layer's [Sq, B, H*Dv]) */
+        int t = sole_consumer_op(g, y, KILN_OP_Transpose);
+        const int32_t *pm = t >= 0 ? transpose_perm(g, t, 3) : NULL;
+        if (!pm || pm[0] != 1 || pm[1] != 0 || pm[2] != 2) return KILN_OK;
         int r = sole_consumer_op(g, g->nodes[t].out[0], KILN_OP_Reshape);
-        const kiln_tinfo *ti = info(g, g->nodes[t].out[0]);
-        const kiln_tinfo *ri = r >= 0 ? info(g, g->nodes[r].out[0]) : NULL;
-        if (ri && ri->rank == 3 && ti->rank == 4 && ri->dims[0] == ti->dims[0] && ri->dims[1] == ti->dims[1] &&
-            ti->dims[0] != KILN_DIM_UNKNOWN && ti->dims[1] != KILN_DIM_UNKNOWN && ti->dims[2] > 0 &&
-            ti->dims[3] > 0 && ri->dims[2] == ti->dims[2] * ti->dims[3]) {
-            aa.out_layout = KILN_ATTN_BSHD;
-            pat_add(&p, t);
+        if (r < 0) return KILN_OK;
+        int64_t B = sd.d[0] / aa.num_heads, Dv = info(g, g->nodes[pv].out[0])->dims[2];
+        if (Dv <= 0) return KILN_OK;
+        kiln_tinfo want = {.dtype = info(g, y)->dtype, .rank = 3, .dims = {sd.d[1], B, aa.num_heads * Dv}};
+        aa.out_layout = KILN_ATTN_SBHD;
+        pat_add(&p, t);
+        if (has_shape(g, g->nodes[r].out[0], &(sshape){.rank = 3, .d = {want.dims[0], want.dims[1], want.dims[2]}})) {
             pat_add(&p, r);
             y = g->nodes[r].out[0];
+        } else {
+            y = retyped = g->nodes[t].out[0];
+            old_info = *info(g, y);
+            g->values[y].info = want;
         }
     }
-    int in[6] = {q, k, v, sc.n_masks > 0 ? sc.masks[0] : -1, sc.cond, sc.n_masks > 1 ? sc.masks[1] : -1};
     int n_in = sc.n_masks > 1 ? 6 : sc.cond >= 0 ? 5 : sc.n_masks > 0 ? 4 : 3;
-    if (!kiln__pat_supports(g, o->device, KILN_OP_Attention, n_in, in, 1, &y, &aa)) return KILN_OK;
+    in[3] = sc.n_masks > 0 ? sc.masks[0] : -1;
+    in[4] = sc.cond;
+    in[5] = sc.n_masks > 1 ? sc.masks[1] : -1;
+    if (p.overflow || !kiln__pat_supports(g, o->device, KILN_OP_Attention, n_in, in, 1, &y, &aa)) {
+        if (retyped >= 0) g->values[retyped].info = old_info;
+        return KILN_OK;
+    }
     return pat_commit(g, &p, KILN_OP_Attention, n_in, in, y, &aa);
 }
 
