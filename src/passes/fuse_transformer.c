@@ -25,7 +25,8 @@
  *   6. the three projections making an Attention's Q, K and V from one input
  *      into one FusedMatMul with the weights side by side (Attention layout
  *      KILN_ATTN_QKV); or Q, K and V as a Split of one packed projection
- *      (GPT-2) read in that layout.
+ *      (GPT-2), or as three Slices of one (torch's nn.MultiheadAttention),
+ *      read in that layout (KILN_ATTN_SQKV when sequence first).
  * Each fusion is made only where the target's backend supports the new node.
  * The fused node replaces the pattern's last node and is named after all the
  * nodes it came from ("a+b+c"). */
@@ -79,6 +80,7 @@ static bool const_scalar(const kiln_graph *g, int v, double *out) {
     case KILN_DTYPE_FLOAT32: *out = *(const float *)val->data; return true;
     case KILN_DTYPE_FLOAT64: *out = *(const double *)val->data; return true;
     case KILN_DTYPE_INT64: *out = (double)*(const int64_t *)val->data; return true;
+    case KILN_DTYPE_INT32: *out = *(const int32_t *)val->data; return true;
     default: return false;
     }
 }
@@ -1153,6 +1155,55 @@ static kiln_status match_split_qkv(kiln_graph *g, const kiln_optimize_opts *o, i
     return KILN_OK;
 }
 
+/* Whether Slice node sl takes columns [lo, hi) of the last axis of its
+ * rank-3 input (constant starts, ends and axes, step 1). */
+static bool slices_columns(const kiln_graph *g, int sl, int64_t lo, int64_t hi) {
+    const kiln_node *n = &g->nodes[sl];
+    double st, en, ax = -1, step = 1;
+    if (n->n_in < 3 || !const_scalar(g, n->in[1], &st) || !const_scalar(g, n->in[2], &en) ||
+        (n->n_in > 3 && n->in[3] >= 0 && !const_scalar(g, n->in[3], &ax)) ||
+        (n->n_in > 4 && n->in[4] >= 0 && !const_scalar(g, n->in[4], &step)))
+        return false;
+    int64_t d = info(g, n->in[0])->dims[2];
+    if (st < 0) st += (double)d;
+    if (en < 0) en += (double)d;
+    if (en > (double)d) en = (double)d; /* ends past the end (INT64_MAX) */
+    return (ax == -1 || ax == 2) && step == 1 && st == (double)lo && en == (double)hi;
+}
+
+/* An Attention whose Q, K and V (BSHD, or SBHD) are three Slices of one
+ * [B, S, 3E] (or [S, B, 3E]) value along its last axis, at columns [0, E),
+ * [E, 2E), [2E, 3E), read by it alone (torch's nn.MultiheadAttention with its
+ * packed in_proj): it reads the packed value in the QKV (SQKV) layout, and
+ * the three Slices (copies) go. */
+static kiln_status match_slice_qkv(kiln_graph *g, const kiln_optimize_opts *o, int an) {
+    kiln_node *a = &g->nodes[an];
+    kiln_attention_attrs aa = *(const kiln_attention_attrs *)a->attrs;
+    int lay = aa.q_layout;
+    if ((lay != KILN_ATTN_BSHD && lay != KILN_ATTN_SBHD) || aa.k_layout != lay || aa.v_layout != lay) return KILN_OK;
+    int sl[3], x = -1;
+    for (int i = 0; i < 3; i++) {
+        sl[i] = sole_producer(g, a->in[i], KILN_OP_Slice);
+        if (sl[i] < 0) return KILN_OK;
+        if (i == 0) x = g->nodes[sl[0]].in[0];
+        const kiln_tinfo *xi = info(g, x);
+        if (g->nodes[sl[i]].in[0] != x || !is_f32(g, x) || xi->rank != 3 || xi->dims[2] <= 0 || xi->dims[2] % 3 ||
+            !slices_columns(g, sl[i], i * xi->dims[2] / 3, (i + 1) * xi->dims[2] / 3))
+            return KILN_OK;
+    }
+    aa.q_layout = aa.k_layout = aa.v_layout = lay == KILN_ATTN_SBHD ? KILN_ATTN_SQKV : KILN_ATTN_QKV;
+    int ain[6] = {x, x, x, -1, -1, -1}; /* the masks stay */
+    for (int i = 3; i < a->n_in && i < 6; i++) ain[i] = a->in[i];
+    if (!kiln__pat_supports(g, o->device, KILN_OP_Attention, a->n_in, ain, 1, a->out, &aa)) return KILN_OK;
+    memcpy(a->attrs, &aa, sizeof aa);
+    for (int i = 0; i < 3; i++) {
+        a->in[i] = x;
+        g->nodes[sl[i]].dead = true;
+    }
+    kiln__graph_link(g);
+    return KILN_OK;
+}
+
 /* ======================================================================= */
 
 kiln_status kiln__opt_transformer(kiln_graph *g, const kiln_optimize_opts *o) {
@@ -1183,6 +1234,7 @@ kiln_status kiln__opt_transformer(kiln_graph *g, const kiln_optimize_opts *o) {
         if (!g->nodes[ni].dead && g->nodes[ni].op_id == KILN_OP_Attention) {
             KILN_TRY(match_qkv(g, o, ni));
             if (!g->nodes[ni].dead && g->nodes[ni].op_id == KILN_OP_Attention) KILN_TRY(match_split_qkv(g, o, ni));
+            if (!g->nodes[ni].dead && g->nodes[ni].op_id == KILN_OP_Attention) KILN_TRY(match_slice_qkv(g, o, ni));
         }
     return KILN_OK;
 }
