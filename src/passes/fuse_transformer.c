@@ -1204,6 +1204,84 @@ static kiln_status match_slice_qkv(kiln_graph *g, const kiln_optimize_opts *o, i
     return KILN_OK;
 }
 
+/* Whether every live reader of value v is node ni (and v is no graph output). */
+static bool read_only_by(const kiln_graph *g, int v, int ni) {
+    if (kiln__graph_is_output(g, v)) return false;
+    for (int k = 0; k < g->n_nodes; k++) {
+        const kiln_node *n = &g->nodes[k];
+        if (n->dead || k == ni) continue;
+        for (int i = 0; i < n->n_in; i++)
+            if (n->in[i] == v) return false;
+    }
+    return true;
+}
+
+/* The transpose [B, S, E] <-> [S, B, E] of a rank-3 value info (dims 0 and 1 swapped). */
+static void swap01(kiln_tinfo *t) {
+    int64_t d = t->dims[0];
+    t->dims[0] = t->dims[1];
+    t->dims[1] = d;
+}
+
+/* The Transpose(1, 0, 2) node making v (rank 3) if v has that one reader, else -1. */
+static int swap01_producer(const kiln_graph *g, int v) {
+    int t = sole_producer(g, v, KILN_OP_Transpose);
+    const int32_t *pm = t >= 0 ? transpose_perm(g, t, 3) : NULL;
+    return pm && pm[0] == 1 && pm[1] == 0 && pm[2] == 2 ? t : -1;
+}
+
+/* nn.MultiheadAttention(batch_first=True) as torch 1.13 exports it: the
+ * sequence-first block between Transpose(1,0,2) of its [B, S, E] input and
+ * Transpose(1,0,2) of its output. A projection (a FusedMatMul without a
+ * residual) mixes the last axis only, so it runs as well on [B, S, E]:
+ *   FusedMatMul(Transpose(x)) -> Attention (SQKV)  becomes
+ *   FusedMatMul(x) -> Attention (QKV), and
+ *   Attention (out SBHD) -> FusedMatMul -> Transpose  becomes
+ *   Attention (out BSHD) -> FusedMatMul,
+ * each where the values between are read by the block alone: two
+ * transposes fewer per attention block (ViT). */
+static kiln_status match_batch_first(kiln_graph *g, const kiln_optimize_opts *o, int an) {
+    kiln_node *a = &g->nodes[an];
+    kiln_attention_attrs aa = *(const kiln_attention_attrs *)a->attrs;
+    int x = a->in[0], y = a->out[0];
+    int f1 = aa.q_layout == KILN_ATTN_SQKV && a->in[1] == x && a->in[2] == x && read_only_by(g, x, an)
+                 ? kiln__pat_producer(g, x, KILN_OP_FusedMatMul) : -1;
+    int t1 = f1 >= 0 && g->nodes[f1].n_in <= 3 ? swap01_producer(g, g->nodes[f1].in[0]) : -1;
+    int f2 = aa.out_layout == KILN_ATTN_SBHD ? sole_consumer_op(g, y, KILN_OP_FusedMatMul) : -1;
+    int t2 = -1;
+    if (f2 >= 0 && g->nodes[f2].n_in <= 3 && g->nodes[f2].in[0] == y && info(g, y)->rank == 3) {
+        t2 = sole_consumer_op(g, g->nodes[f2].out[0], KILN_OP_Transpose);
+        const int32_t *pm = t2 >= 0 ? transpose_perm(g, t2, 3) : NULL;
+        if (!pm || pm[0] != 1 || pm[1] != 0 || pm[2] != 2) t2 = -1;
+    }
+    if (t1 < 0 && t2 < 0) return KILN_OK;
+    kiln_tinfo xi = *info(g, x), yi = *info(g, y);
+    if (t1 >= 0) {
+        aa.q_layout = aa.k_layout = aa.v_layout = KILN_ATTN_QKV;
+        swap01(&g->values[x].info);
+    }
+    if (t2 >= 0) {
+        aa.out_layout = KILN_ATTN_BSHD;
+        swap01(&g->values[y].info);
+    }
+    if (!kiln__pat_supports(g, o->device, KILN_OP_Attention, a->n_in, a->in, 1, a->out, &aa)) {
+        g->values[x].info = xi;
+        g->values[y].info = yi;
+        return KILN_OK;
+    }
+    memcpy(a->attrs, &aa, sizeof aa);
+    if (t1 >= 0) {
+        g->nodes[f1].in[0] = g->nodes[t1].in[0];
+        g->nodes[t1].dead = true;
+    }
+    if (t2 >= 0) {
+        g->nodes[f2].out[0] = g->nodes[t2].out[0];
+        g->nodes[t2].dead = true;
+    }
+    kiln__graph_link(g);
+    return KILN_OK;
+}
+
 /* ======================================================================= */
 
 kiln_status kiln__opt_transformer(kiln_graph *g, const kiln_optimize_opts *o) {
@@ -1235,6 +1313,7 @@ kiln_status kiln__opt_transformer(kiln_graph *g, const kiln_optimize_opts *o) {
             KILN_TRY(match_qkv(g, o, ni));
             if (!g->nodes[ni].dead && g->nodes[ni].op_id == KILN_OP_Attention) KILN_TRY(match_split_qkv(g, o, ni));
             if (!g->nodes[ni].dead && g->nodes[ni].op_id == KILN_OP_Attention) KILN_TRY(match_slice_qkv(g, o, ni));
+            if (!g->nodes[ni].dead && g->nodes[ni].op_id == KILN_OP_Attention) KILN_TRY(match_batch_first(g, o, ni));
         }
     return KILN_OK;
 }
