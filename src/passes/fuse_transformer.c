@@ -21,12 +21,15 @@
  *      splitting around it (Reshape [B,S,H*D] -> [B,S,H,D] + Transpose to
  *      [B,H,S,D] or [B,H,D,S]) and the merge after it (Transpose back +
  *      Reshape to [B,S,H*D]) are folded into the layer's operand layouts, so
- *      no transpose is left;
+ *      no transpose is left; also torch 1.13's nn.MultiheadAttention, whose
+ *      rank-3 [B*H,S,D] operands are read from [S,B,H*D] (layout SBHD);
  *   6. the three projections making an Attention's Q, K and V from one input
  *      into one FusedMatMul with the weights side by side (Attention layout
  *      KILN_ATTN_QKV); or Q, K and V as a Split of one packed projection
  *      (GPT-2), or as three Slices of one (torch's nn.MultiheadAttention),
- *      read in that layout (KILN_ATTN_SQKV when sequence first).
+ *      read in that layout (KILN_ATTN_SQKV when sequence first); and the
+ *      Transposes of a batch_first nn.MultiheadAttention dropped around the
+ *      projections next to the Attention.
  * Each fusion is made only where the target's backend supports the new node.
  * The fused node replaces the pattern's last node and is named after all the
  * nodes it came from ("a+b+c"). */
