@@ -222,10 +222,11 @@ static void check_form(const form *f) {
     if (na != f->n_attn) fprintf(stderr, "  %s: %d kiln.Attention on the CPU, want %d\n", f->file, na, f->n_attn);
     CHECK(na == f->n_attn);
     CHECK(count_op(e1, KILN_OP_Softmax) == 0);
-    /* torch's nn.MultiheadAttention: its packed in_proj read in place (no Slice left)
-     * and, sequence first or batch first, no Transpose left around the block */
+    /* torch's nn.MultiheadAttention: its packed in_proj read in place (no Slice left;
+     * cross attention keeps the Slices of its packed K/V projection) and, sequence
+     * first or batch first, no Transpose left around the block */
     if (strstr(f->file, "_mha_") || strstr(f->file, "_enc_")) {
-        CHECK(count_op(e1, KILN_OP_Slice) == 0);
+        if (!strstr(f->file, "_cross")) CHECK(count_op(e1, KILN_OP_Slice) == 0);
         CHECK(count_op(e1, KILN_OP_Transpose) == 0);
     }
     int64_t n0 = 0, n1 = 0;
@@ -289,7 +290,7 @@ TEST(exported_forms) {
     }
     fclose(fp);
     printf("  %d exported graphs, %d GPU engines\n", n_forms, n_gpu);
-    CHECK(n_forms >= 48);
+    CHECK(n_forms >= 49);
 }
 
 int main(void) {

@@ -104,7 +104,9 @@ class Mha(torch.nn.Module):
     """torch's nn.MultiheadAttention (fused in_proj, out_proj) in form `form`:
     mha_sf (sequence first, x [S, B, E]), mha_bf (batch_first, x [B, S, E]),
     with _kpm a key_padding_mask (mask == 0), with _causal a float attn_mask
-    [S, S] of -inf above the diagonal. torch 1.13 exports these as rank-3
+    [S, S] of -inf above the diagonal; mha_sf_cross: cross attention to the
+    first S - 3 positions (K and V from one packed [S', B, 2E] projection),
+    need_weights left at its default (the weights unused). torch 1.13 exports these as rank-3
     [B*H, S, D] products (baddbmm when a mask is given); torch 2.x without
     need_weights through scaled_dot_product_attention."""
 
@@ -117,6 +119,9 @@ class Mha(torch.nn.Module):
     def forward(self, x, mask):
         kpm = (mask == 0) if "_kpm" in self.form else None
         am = torch.triu(torch.full((S, S), float("-inf")), 1) if "_causal" in self.form else None
+        if self.form == "mha_sf_cross":
+            mem = x[: S - 3]
+            return self.a(x, mem, mem)[0] + x
         return self.a(x, x, x, need_weights=False, key_padding_mask=kpm, attn_mask=am)[0] + x
 
 
@@ -147,7 +152,7 @@ def tv_vit():
     return ("tv_vit", m, (px,), [("x", "f", (B, 3, 16, 16))], 2)
 
 
-MHA_FORMS = ["mha_sf", "mha_sf_kpm", "mha_sf_causal", "mha_bf", "mha_bf_kpm_causal"]
+MHA_FORMS = ["mha_sf", "mha_sf_kpm", "mha_sf_causal", "mha_sf_cross", "mha_bf", "mha_bf_kpm_causal"]
 ENC_FORMS = ["enc_postnorm", "enc_prenorm"]
 
 FORMS = ["div_addmask", "mulq_mask_bss", "kT_bias_mask", "two_adds", "masked_fill", "causal_where"]
