@@ -932,6 +932,18 @@ static bool attn_operands_sf(const kiln_graph *g, const int *qkv, const sshape *
     return true;
 }
 
+/* Whether Reshape node r's target is a constant without 0 entries: its
+ * result depends on its input's element count only, not on its dims. */
+static bool reshape_target_explicit(const kiln_graph *g, int r) {
+    const kiln_node *n = &g->nodes[r];
+    if (n->n_in < 2 || n->in[1] < 0) return false;
+    const kiln_value *t = &g->values[n->in[1]];
+    if (!(t->flags & KILN_VALUE_CONST) || t->info.dtype != KILN_DTYPE_INT64 || t->info.rank != 1) return false;
+    for (int64_t i = 0; i < t->info.dims[0]; i++)
+        if (((const int64_t *)t->data)[i] == 0) return false;
+    return true;
+}
+
 static kiln_status match_attention(kiln_graph *g, const kiln_optimize_opts *o, int sm) {
     const kiln_node *smn = &g->nodes[sm];
     const kiln_softmax_attrs *sa = smn->attrs;
@@ -1017,7 +1029,7 @@ static kiln_status match_attention(kiln_graph *g, const kiln_optimize_opts *o, i
         const int32_t *pm = t >= 0 ? transpose_perm(g, t, 3) : NULL;
         if (!pm || pm[0] != 1 || pm[1] != 0 || pm[2] != 2) return KILN_OK;
         int r = sole_consumer_op(g, g->nodes[t].out[0], KILN_OP_Reshape);
-        if (r < 0) return KILN_OK;
+        if (r < 0 || !reshape_target_explicit(g, r)) return KILN_OK;
         int64_t B = sd.d[0] / aa.num_heads, Dv = info(g, g->nodes[pv].out[0])->dims[2];
         if (Dv <= 0) return KILN_OK;
         kiln_tinfo want = {.dtype = info(g, y)->dtype, .rank = 3, .dims = {sd.d[1], B, aa.num_heads * Dv}};
