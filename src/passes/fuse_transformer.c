@@ -601,6 +601,30 @@ static int strip_scales(const kiln_graph *g, int v, double *scale, pat *p) {
     return v;
 }
 
+static bool attn_operand_sf(const kiln_graph *g, int v, bool is_k, int *src, int64_t *B, int64_t *H, pat *p);
+
+/* A [B, H, S, D] operand v made by Reshape([B*H, S, D] -> [B, H, S, D]) of the
+ * sequence-first head split (attn_operand_sf): torch 2.x's
+ * nn.MultiheadAttention before scaled_dot_product_attention. Fills the
+ * source [S, B, H*D] (layout SBHD) and the absorbed nodes. */
+static bool attn_operand_sf4(const kiln_graph *g, int v, int *src, int64_t *H, pat *p) {
+    int r = kiln__pat_producer(g, v, KILN_OP_Reshape);
+    if (r < 0) return false;
+    const kiln_tinfo *x = info(g, g->nodes[r].in[0]), *y = info(g, v);
+    if (x->rank != 3 || y->rank != 4 || y->dims[0] <= 0 || y->dims[1] <= 0 ||
+        x->dims[0] != y->dims[0] * y->dims[1] || x->dims[1] != y->dims[2] || x->dims[2] != y->dims[3])
+        return false;
+    pat sub = {.n = 0};
+    int64_t b;
+    if (!attn_operand_sf(g, g->nodes[r].in[0], false, src, &b, H, &sub) || b != y->dims[0] || *H != y->dims[1])
+        return false;
+    if (kiln__pat_sole_use(g, v)) {
+        for (int i = 0; i < sub.n; i++) pat_add(p, sub.nodes[i]);
+        if (kiln__pat_sole_use(g, g->nodes[r].in[0])) pat_add(p, r);
+    }
+    return true;
+}
+
 /* Operand v of the attention in BHSD order (is_k: K given as [B,H,D,S]).
  * Looks through Transpose(Reshape(x)) head splitting; fills the layout, the
  * source value and the absorbed nodes (only those with no other reader). */
@@ -608,6 +632,10 @@ static void attn_operand(const kiln_graph *g, int v, bool is_k, int *layout, int
     *src = v;
     *layout = is_k ? KILN_ATTN_BHDS : KILN_ATTN_BHSD;
     *H = 0;
+    if (!is_k && info(g, v)->rank == 4 && attn_operand_sf4(g, v, src, H, p)) {
+        *layout = KILN_ATTN_SBHD;
+        return;
+    }
     int t = kiln__pat_producer(g, v, KILN_OP_Transpose);
     if (t < 0 || info(g, v)->rank != 4) return;
     const int32_t *pm = transpose_perm(g, t, 4);
@@ -627,7 +655,16 @@ static void attn_operand(const kiln_graph *g, int v, bool is_k, int *layout, int
     if (is_k && perm_is(pm, 0, 1, 3, 2)) { /* K^T of a [B,H,S,D] K */
         *src = g->nodes[t].in[0];
         *layout = KILN_ATTN_BHSD;
-        if (kiln__pat_sole_use(g, v)) pat_add(p, t);
+        pat sub = {.n = 0};
+        int64_t h;
+        if (attn_operand_sf4(g, *src, src, &h, &sub)) {
+            *layout = KILN_ATTN_SBHD;
+            *H = h;
+        }
+        if (kiln__pat_sole_use(g, v)) {
+            pat_add(p, t);
+            for (int i = 0; i < sub.n; i++) pat_add(p, sub.nodes[i]);
+        }
     }
 }
 
@@ -944,6 +981,33 @@ static bool reshape_target_explicit(const kiln_graph *g, int r) {
     return true;
 }
 
+/* The merge back to sequence first after P V: Transpose node t (to
+ * [Sq, B*H, Dv] or [Sq, B, H, Dv]) and the Reshape reading it, to [Sq, B,
+ * H*Dv] (taken in) or another shape (the output projection's [Sq*B, H*Dv]:
+ * kept, reading the layer's [Sq, B, H*Dv]; only when its target is
+ * explicit). Sets the output layout SBHD and *y, or leaves them. */
+static kiln_status merge_seq_first(kiln_graph *g, int t, int64_t Sq, int64_t B, int64_t H, int64_t Dv,
+                                   kiln_attention_attrs *aa, pat *p, int *y, int *retyped, kiln_tinfo *old_info) {
+    int r = sole_consumer_op(g, g->nodes[t].out[0], KILN_OP_Reshape);
+    if (r < 0 || Dv <= 0 || B <= 0) return KILN_OK;
+    sshape want = {.rank = 3, .d = {Sq, B, H * Dv}};
+    if (has_shape(g, g->nodes[r].out[0], &want)) {
+        pat_add(p, t);
+        pat_add(p, r);
+        *y = g->nodes[r].out[0];
+    } else if (reshape_target_explicit(g, r)) {
+        pat_add(p, t);
+        *y = *retyped = g->nodes[t].out[0];
+        *old_info = *info(g, *y);
+        kiln_tinfo w = {.dtype = old_info->dtype, .rank = 3, .dims = {Sq, B, H * Dv}};
+        g->values[*y].info = w;
+    } else {
+        return KILN_OK;
+    }
+    aa->out_layout = KILN_ATTN_SBHD;
+    return KILN_OK;
+}
+
 static kiln_status match_attention(kiln_graph *g, const kiln_optimize_opts *o, int sm) {
     const kiln_node *smn = &g->nodes[sm];
     const kiln_softmax_attrs *sa = smn->attrs;
@@ -1020,6 +1084,10 @@ static kiln_status match_attention(kiln_graph *g, const kiln_optimize_opts *o, i
                 pat_add(&p, r);
                 y = g->nodes[r].out[0];
             }
+        } else if (t >= 0 && perm_is(transpose_perm(g, t, 4), 2, 0, 1, 3)) {
+            /* sequence first (torch 2.x's nn.MultiheadAttention): [S, B, H, D] + a Reshape */
+            KILN_TRY(merge_seq_first(g, t, sd.d[2], sd.d[0], aa.num_heads, info(g, y)->dims[3], &aa, &p, &y,
+                                     &retyped, &old_info));
         }
     } else {
         /* the merge back, sequence first: Transpose(1,0,2) to [Sq, B*H, Dv] + a
@@ -1028,21 +1096,9 @@ static kiln_status match_attention(kiln_graph *g, const kiln_optimize_opts *o, i
         int t = sole_consumer_op(g, y, KILN_OP_Transpose);
         const int32_t *pm = t >= 0 ? transpose_perm(g, t, 3) : NULL;
         if (!pm || pm[0] != 1 || pm[1] != 0 || pm[2] != 2) return KILN_OK;
-        int r = sole_consumer_op(g, g->nodes[t].out[0], KILN_OP_Reshape);
-        if (r < 0 || !reshape_target_explicit(g, r)) return KILN_OK;
-        int64_t B = sd.d[0] / aa.num_heads, Dv = info(g, g->nodes[pv].out[0])->dims[2];
-        if (Dv <= 0) return KILN_OK;
-        kiln_tinfo want = {.dtype = info(g, y)->dtype, .rank = 3, .dims = {sd.d[1], B, aa.num_heads * Dv}};
-        aa.out_layout = KILN_ATTN_SBHD;
-        pat_add(&p, t);
-        if (has_shape(g, g->nodes[r].out[0], &(sshape){.rank = 3, .d = {want.dims[0], want.dims[1], want.dims[2]}})) {
-            pat_add(&p, r);
-            y = g->nodes[r].out[0];
-        } else {
-            y = retyped = g->nodes[t].out[0];
-            old_info = *info(g, y);
-            g->values[y].info = want;
-        }
+        KILN_TRY(merge_seq_first(g, t, sd.d[1], sd.d[0] / aa.num_heads, aa.num_heads, info(g, y)->dims[2], &aa, &p,
+                                 &y, &retyped, &old_info));
+        if (aa.out_layout != KILN_ATTN_SBHD) return KILN_OK;
     }
     int n_in = sc.n_masks > 1 ? 6 : sc.cond >= 0 ? 5 : sc.n_masks > 0 ? 4 : 3;
     in[3] = sc.n_masks > 0 ? sc.masks[0] : -1;
@@ -1186,18 +1242,61 @@ static bool slices_columns(const kiln_graph *g, int sl, int64_t lo, int64_t hi) 
     return (ax == -1 || ax == 2) && step == 1 && st == (double)lo && en == (double)hi;
 }
 
+/* Whether node n (Squeeze or Unsqueeze) has the one constant axis `axis`
+ * (counted in a tensor of rank `rank`). */
+static bool one_axis(const kiln_graph *g, const kiln_node *n, int64_t axis, int rank) {
+    double a;
+    if (n->n_in < 2 || !const_scalar(g, n->in[1], &a)) return false;
+    return (int64_t)a == axis || (int64_t)a + rank == axis;
+}
+
+/* torch 2.x's packed self-attention projection split into Q, K, V:
+ *   p = Reshape(x [S, B, 3E] -> [S, B, 3, E]); Unsqueeze(p, 0); Transpose perm
+ *   (3, 1, 2, 0, 4); Squeeze(axis 3) -> [3, S, B, E]; Gather(axis 0, i)
+ * gives columns [iE, (i+1)E) of x. The x and i of value v made so, else -1. */
+static int packed_gather_part(const kiln_graph *g, int v, int *x) {
+    int ga = kiln__pat_producer(g, v, KILN_OP_Gather);
+    double idx;
+    if (ga < 0 || g->nodes[ga].n_in < 2 || !const_scalar(g, g->nodes[ga].in[1], &idx) ||
+        info(g, g->nodes[ga].in[1])->rank != 0 || ((const kiln_axis_attrs *)g->nodes[ga].attrs)->axis != 0)
+        return -1;
+    int sq = kiln__pat_producer(g, g->nodes[ga].in[0], KILN_OP_Squeeze);
+    if (sq < 0 || !one_axis(g, &g->nodes[sq], 3, 5)) return -1;
+    int tr = kiln__pat_producer(g, g->nodes[sq].in[0], KILN_OP_Transpose);
+    const int32_t *pm = tr >= 0 ? transpose_perm(g, tr, 5) : NULL;
+    if (!pm || pm[0] != 3 || pm[1] != 1 || pm[2] != 2 || pm[3] != 0 || pm[4] != 4) return -1;
+    int un = kiln__pat_producer(g, g->nodes[tr].in[0], KILN_OP_Unsqueeze);
+    if (un < 0 || !one_axis(g, &g->nodes[un], 0, 5)) return -1;
+    int rs = kiln__pat_producer(g, g->nodes[un].in[0], KILN_OP_Reshape);
+    if (rs < 0) return -1;
+    const kiln_tinfo *xi = info(g, g->nodes[rs].in[0]), *ri = info(g, g->nodes[rs].out[0]);
+    if (xi->rank != 3 || ri->rank != 4 || ri->dims[0] != xi->dims[0] || ri->dims[1] != xi->dims[1] ||
+        ri->dims[2] != 3 || xi->dims[2] != 3 * ri->dims[3] || idx < 0 || idx > 2)
+        return -1;
+    *x = g->nodes[rs].in[0];
+    return (int)idx;
+}
+
 /* An Attention whose Q, K and V (BSHD, or SBHD) are three Slices of one
  * [B, S, 3E] (or [S, B, 3E]) value along its last axis, at columns [0, E),
- * [E, 2E), [2E, 3E), read by it alone (torch's nn.MultiheadAttention with its
- * packed in_proj): it reads the packed value in the QKV (SQKV) layout, and
- * the three Slices (copies) go. */
+ * [E, 2E), [2E, 3E), read by it alone (torch 1.13's nn.MultiheadAttention
+ * with its packed in_proj), or the three Gathers of torch 2.x's split of it
+ * (packed_gather_part): it reads the packed value in the QKV (SQKV) layout,
+ * and the copies go. */
 static kiln_status match_slice_qkv(kiln_graph *g, const kiln_optimize_opts *o, int an) {
     kiln_node *a = &g->nodes[an];
     kiln_attention_attrs aa = *(const kiln_attention_attrs *)a->attrs;
     int lay = aa.q_layout;
     if ((lay != KILN_ATTN_BSHD && lay != KILN_ATTN_SBHD) || aa.k_layout != lay || aa.v_layout != lay) return KILN_OK;
-    int sl[3], x = -1;
+    int sl[3] = {-1, -1, -1}, x = -1;
     for (int i = 0; i < 3; i++) {
+        int xg = -1;
+        if (kiln__pat_sole_use(g, a->in[i]) && packed_gather_part(g, a->in[i], &xg) == i &&
+            (i == 0 || xg == x)) { /* torch 2.x: its split nodes go when nothing else reads them */
+            x = xg;
+            if (!is_f32(g, x)) return KILN_OK;
+            continue;
+        }
         sl[i] = sole_producer(g, a->in[i], KILN_OP_Slice);
         if (sl[i] < 0) return KILN_OK;
         if (i == 0) x = g->nodes[sl[0]].in[0];
@@ -1213,7 +1312,7 @@ static kiln_status match_slice_qkv(kiln_graph *g, const kiln_optimize_opts *o, i
     memcpy(a->attrs, &aa, sizeof aa);
     for (int i = 0; i < 3; i++) {
         a->in[i] = x;
-        g->nodes[sl[i]].dead = true;
+        if (sl[i] >= 0) g->nodes[sl[i]].dead = true;
     }
     kiln__graph_link(g);
     return KILN_OK;

@@ -290,7 +290,7 @@ TEST(exported_forms) {
     }
     fclose(fp);
     printf("  %d exported graphs, %d GPU engines\n", n_forms, n_gpu);
-    CHECK(n_forms >= 49);
+    CHECK(n_forms >= 52);
 }
 
 int main(void) {

@@ -125,6 +125,39 @@ class Mha(torch.nn.Module):
         return self.a(x, x, x, need_weights=False, key_padding_mask=kpm, attn_mask=am)[0] + x
 
 
+class Mha2Written(torch.nn.Module):
+    """torch 2.x's F.multi_head_attention_forward (need_weights=False) written
+    out, as its TorchScript export reads: the packed projection split by
+    view(S, B, 3, E).unsqueeze(0).transpose(0, -2).squeeze(-2)[i], the
+    sequence-first head split viewed as [B, H, S, D], the exporter's
+    scaled_dot_product_attention (Q and K^T each scaled by sqrt(1/sqrt(D))),
+    permute(2, 0, 1, 3) back; mha2w_sf_kpm with the key padding mask as torch
+    2.x merges it (a float [B*H, 1, S] viewed as [B, H, 1, S]), mha2w_bf batch
+    first. (A torch 2.x run exports torch's own module as mha_* too.)"""
+
+    def __init__(self, form):
+        super().__init__()
+        torch.manual_seed(0)
+        self.form = form
+        self.in_proj, self.out_proj = torch.nn.Linear(E, 3 * E), torch.nn.Linear(E, E)
+
+    def forward(self, x, mask):
+        y = x.transpose(1, 0) if "_bf" in self.form else x
+        S_, B_ = y.shape[0], y.shape[1]
+        p = self.in_proj(y).view(S_, B_, 3, E).unsqueeze(0).transpose(0, -2).squeeze(-2).contiguous()
+        q, k, v = (t.view(S_, B_ * H, D).transpose(0, 1) for t in (p[0], p[1], p[2]))
+        am = None
+        if "_kpm" in self.form:
+            kp = (mask == 0).view(B_, 1, 1, S_).expand(-1, H, -1, -1).reshape(B_ * H, 1, S_)
+            am = torch.zeros_like(kp, dtype=q.dtype).masked_fill_(kp, float("-inf")).view(B_, H, -1, S_)
+        q, k, v = (t.view(B_, H, S_, D) for t in (q, k, v))
+        sc = math.sqrt(1.0 / math.sqrt(D))
+        w = torch.matmul(q * sc, k.transpose(-2, -1) * sc)
+        o = torch.matmul(torch.softmax(w if am is None else w + am, dim=-1), v)
+        o = self.out_proj(o.permute(2, 0, 1, 3).contiguous().view(B_ * S_, E)).view(S_, B_, E)
+        return (o.transpose(1, 0) if "_bf" in self.form else o) + x
+
+
 class EncoderStack(torch.nn.Module):
     """nn.TransformerEncoder of two nn.TransformerEncoderLayer (batch_first,
     dropout 0, GELU, norm_first for `enc_prenorm`) with a key padding mask."""
@@ -153,6 +186,7 @@ def tv_vit():
 
 
 MHA_FORMS = ["mha_sf", "mha_sf_kpm", "mha_sf_causal", "mha_sf_cross", "mha_bf", "mha_bf_kpm_causal"]
+MHA2W_FORMS = ["mha2w_sf", "mha2w_sf_kpm", "mha2w_bf"]
 ENC_FORMS = ["enc_postnorm", "enc_prenorm"]
 
 FORMS = ["div_addmask", "mulq_mask_bss", "kT_bias_mask", "two_adds", "masked_fill", "causal_where"]
@@ -264,6 +298,9 @@ def main():
     for f in MHA_FORMS:  # sequence first: x [S, B, E]
         xf = x if "_bf" in f else x.transpose(0, 1).contiguous()
         cases.append((f, Mha(f), (xf, mask), [("x", "f", tuple(xf.shape)), ("mask", "m", (B, S))], 1))
+    for f in MHA2W_FORMS:
+        xf = x if "_bf" in f else x.transpose(0, 1).contiguous()
+        cases.append((f, Mha2Written(f), (xf, mask), [("x", "f", tuple(xf.shape)), ("mask", "m", (B, S))], 1))
     for f in ENC_FORMS:
         cases.append((f, EncoderStack(f), bargs, bspecs, 2))
     try:
@@ -279,9 +316,9 @@ def main():
         for name, model, args, specs, n_attn in cases:
             fn = f"{TAG}_{exp}_{name}.onnx"
             try:
-                new = name.startswith(("mha_", "enc_", "tv_"))  # added later: at opset 17, as torchvision's zoo
+                new = name.startswith(("mha", "enc_", "tv_"))  # added later: at opset 17, as torchvision's zoo
                 export(model, args, specs, os.path.join(out_dir, fn), exp == "dy", opset=17 if new else 14,
-                       seq_first=name.startswith("mha_sf") if new else None)
+                       seq_first=name.startswith(("mha_sf", "mha2w_sf")) if new else None)
                 shrink(os.path.join(out_dir, fn))
             except Exception as ex:  # report and go on: one form failing must not hide the others
                 print(f"{fn}: export failed: {type(ex).__name__}: {str(ex)[:300]}")
