@@ -233,6 +233,10 @@ static void check_form(const form *f) {
     float *y0 = e0 ? run_form(e0, &in, &n0) : NULL, *y1 = e1 ? run_form(e1, &in, &n1) : NULL;
     CHECK(y0 && y1 && n0 == n1 && n0 > 0);
     if (y0 && y1 && n0 == n1) {
+        float amax = 0.0f; /* an output of zeros would compare equal whatever the layers did */
+        for (int64_t j = 0; j < n0; j++) amax = fabsf(y0[j]) > amax ? fabsf(y0[j]) : amax;
+        if (!(amax > 0.0f)) fprintf(stderr, "  %s: the output is all zeros\n", f->file);
+        CHECK(amax > 0.0f);
         double err = rel_err(y1, y0, n0);
         if (!(err <= 1e-4)) fprintf(stderr, "  %s: optimized vs unoptimized: %g\n", f->file, err);
         CHECK(err <= 1e-4);
