@@ -720,6 +720,8 @@ static bool reaches_qk(const kiln_graph *g, int v, const sshape *sd, int depth) 
     return scalar_factor(g, ni, &x, &f) && reaches_qk(g, x, sd, depth + 1);
 }
 
+static int mask_as4(const kiln_graph *g, int m, int64_t B, int64_t H);
+
 /* Whether values a and b have the same known shape. */
 static bool has_same_dims(const kiln_graph *g, int a, int b) {
     const kiln_tinfo *x = info(g, a), *y = info(g, b);
@@ -804,19 +806,39 @@ static bool match_scores(const kiln_graph *g, int s, const sshape *sd, attn_scor
                 pat_add(p, mul);
                 m = mx;
             }
-            int w = kiln__pat_producer(g, m, KILN_OP_Where);
+            /* torch 2.x's nn.MultiheadAttention: its [B*H, a, b] mask viewed as [B, H, a, b]
+             * (the Where below is then read on the [B*H, Sq, Sk] scores and its
+             * operands taken back to [B, H, ...] by mask_as4) */
+            int mw = m, rv = sd->rank == 4 ? sole_producer(g, m, KILN_OP_Reshape) : -1;
+            sshape sdw = *sd;
+            if (rv >= 0) {
+                const kiln_tinfo *x3 = info(g, g->nodes[rv].in[0]), *m4 = info(g, m);
+                if (x3->rank == 3 && m4->rank == 4 && m4->dims[0] == sd->d[0] && m4->dims[1] == sd->d[1] &&
+                    x3->dims[0] == sd->d[0] * sd->d[1] && x3->dims[1] == m4->dims[2] && x3->dims[2] == m4->dims[3]) {
+                    mw = g->nodes[rv].in[0];
+                    sdw = (sshape){.rank = 3, .d = {sd->d[0] * sd->d[1], sd->d[2], sd->d[3]}};
+                } else {
+                    rv = -1;
+                }
+            }
+            int w = kiln__pat_producer(g, mw, KILN_OP_Where);
             double z, fv;
-            int m2 = -1, fill_if;
-            if (w >= 0 && r->cond < 0 && info(g, g->nodes[w].in[0])->dtype == KILN_DTYPE_BOOL &&
-                broadcasts_into(g, g->nodes[w].in[0], sd) &&
+            int m2 = -1, fill_if = 0, c0 = w >= 0 ? g->nodes[w].in[0] : -1;
+            if (w >= 0 && r->cond < 0 && info(g, c0)->dtype == KILN_DTYPE_BOOL && broadcasts_into(g, c0, &sdw) &&
                 ((const_scalar(g, g->nodes[w].in[1], &z) && z == 0.0 && const_scalar(g, g->nodes[w].in[2], &fv)) ||
                  (const_scalar(g, g->nodes[w].in[2], &z) && z == 0.0 && const_scalar(g, g->nodes[w].in[1], &fv)) ||
-                 (m2 = where_inf_mask(g, w, sd, &fill_if)) >= 0)) {
-                if (m2 >= 0) {
+                 (m2 = where_inf_mask(g, w, &sdw, &fill_if)) >= 0)) {
+                bool inf_form = m2 >= 0, zeros = inf_form && kiln__pat_const_is(g, m2, 0.0);
+                if (rv >= 0) { /* back to [B, H, ...] */
+                    c0 = mask_as4(g, c0, sd->d[0], sd->d[1]);
+                    if (inf_form && !zeros) m2 = mask_as4(g, m2, sd->d[0], sd->d[1]);
+                    if (c0 < 0 || (inf_form && m2 < 0)) return false;
+                }
+                if (inf_form) {
                     /* Add(s, Where(cond, -inf, m2)) = s + m2 + (-inf where cond == fill_if):
-                     * torch 1.13's nn.MultiheadAttention with a key_padding_mask (m2 zeros)
+                     * torch's nn.MultiheadAttention with a key_padding_mask (m2 zeros)
                      * and an attn_mask (m2 that mask) */
-                    if (!kiln__pat_const_is(g, m2, 0.0)) {
+                    if (!zeros) {
                         if (r->n_masks == 2) return false;
                         r->masks[r->n_masks++] = m2;
                     }
@@ -826,10 +848,11 @@ static bool match_scores(const kiln_graph *g, int s, const sshape *sd, attn_scor
                     bool fill_in_else = const_scalar(g, g->nodes[w].in[1], &z) && z == 0.0;
                     r->cond_fill_if = fill_in_else ? 0 : 1;
                 }
-                r->cond = cond_source(g, g->nodes[w].in[0], sd);
+                r->cond = cond_source(g, c0, sd);
                 r->cond_mode = KILN_ATTN_COND_ADD;
                 r->fill = (float)fv;
-                if (kiln__pat_sole_use(g, m)) pat_add(p, w); /* read in reverse: Where, then Add */
+                if (rv >= 0) pat_add(p, rv);
+                if (kiln__pat_sole_use(g, mw)) pat_add(p, w); /* read in reverse: Where, then Add */
             } else {
                 if (r->n_masks == 2 || !is_f32(g, m)) return false;
                 r->masks[r->n_masks++] = m;
@@ -1277,6 +1300,24 @@ static int packed_gather_part(const kiln_graph *g, int v, int *x) {
     return (int)idx;
 }
 
+/* Marks dead the nodes making value v, and those before them along their
+ * first inputs, while nothing reads their outputs any more (the split
+ * nodes an in-place read leaves, so that the values before them have their
+ * true readers for the rewrites that follow); re-links g. */
+static void drop_unread(kiln_graph *g, int v) {
+    for (int guard = 0; guard < 8 && v >= 0; guard++) {
+        kiln__graph_link(g);
+        int ni = g->values[v].producer;
+        if (ni < 0) return;
+        kiln_node *n = &g->nodes[ni];
+        for (int k = 0; k < n->n_out; k++)
+            if (n->out[k] >= 0 && g->values[n->out[k]].n_uses > 0) return;
+        n->dead = true;
+        v = n->n_in > 0 ? n->in[0] : -1;
+    }
+    kiln__graph_link(g);
+}
+
 /* An Attention whose Q, K and V (BSHD, or SBHD) are three Slices of one
  * [B, S, 3E] (or [S, B, 3E]) value along its last axis, at columns [0, E),
  * [E, 2E), [2E, 3E), read by it alone (torch 1.13's nn.MultiheadAttention
@@ -1310,10 +1351,13 @@ static kiln_status match_slice_qkv(kiln_graph *g, const kiln_optimize_opts *o, i
     for (int i = 3; i < a->n_in && i < 6; i++) ain[i] = a->in[i];
     if (!kiln__pat_supports(g, o->device, KILN_OP_Attention, a->n_in, ain, 1, a->out, &aa)) return KILN_OK;
     memcpy(a->attrs, &aa, sizeof aa);
+    int gv[3], ng = 0; /* torch 2.x's split: the Gathers' outputs */
     for (int i = 0; i < 3; i++) {
-        a->in[i] = x;
         if (sl[i] >= 0) g->nodes[sl[i]].dead = true;
+        else gv[ng++] = a->in[i];
+        a->in[i] = x;
     }
+    for (int i = 0; i < ng; i++) drop_unread(g, gv[i]);
     kiln__graph_link(g);
     return KILN_OK;
 }

@@ -225,9 +225,13 @@ static void check_form(const form *f) {
     /* torch's nn.MultiheadAttention: its packed in_proj read in place (no Slice left;
      * cross attention keeps the Slices of its packed K/V projection) and, sequence
      * first or batch first, no Transpose left around the block */
-    if (strstr(f->file, "_mha_") || strstr(f->file, "_enc_")) {
+    if (strstr(f->file, "_mha") || strstr(f->file, "_enc_")) {
         if (!strstr(f->file, "_cross")) CHECK(count_op(e1, KILN_OP_Slice) == 0);
         CHECK(count_op(e1, KILN_OP_Transpose) == 0);
+        /* the key padding mask read as the layer's cond from [B, 1, 1, S]: nothing
+         * left of its Expand / Where to [B*H, 1, S] */
+        if (strstr(f->file, "_kpm"))
+            CHECK(count_op(e1, KILN_OP_Expand) + count_op(e1, KILN_OP_Where) + count_op(e1, KILN_OP_Pointwise) == 0);
     }
     int64_t n0 = 0, n1 = 0;
     float *y0 = e0 ? run_form(e0, &in, &n0) : NULL, *y1 = e1 ? run_form(e1, &in, &n1) : NULL;
