@@ -260,10 +260,12 @@ static kiln_status attn_view_of(const char *node, const char *what, const kiln_t
     case KILN_ATTN_BSHD:
     case KILN_ATTN_QKV:
     case KILN_ATTN_SBHD:
-    case KILN_ATTN_SQKV: {
+    case KILN_ATTN_SQKV:
+    case KILN_ATTN_KV:
+    case KILN_ATTN_SKV: {
         if (t->rank != 3) break;
-        bool sf = layout == KILN_ATTN_SBHD || layout == KILN_ATTN_SQKV; /* sequence first */
-        int64_t parts = layout == KILN_ATTN_QKV || layout == KILN_ATTN_SQKV ? 3 : 1;
+        bool sf = layout == KILN_ATTN_SBHD || layout == KILN_ATTN_SQKV || layout == KILN_ATTN_SKV; /* sequence first */
+        int64_t parts = kiln__attn_layout_parts(layout);
         v->B = t->dims[sf ? 1 : 0];
         v->S = t->dims[sf ? 0 : 1];
         v->H = H;
@@ -304,8 +306,9 @@ static kiln_status attn_validate(const kiln_op_def *op, const void *attrs, const
                          op->name, at->num_heads);
     const int32_t lay[4] = {at->q_layout, at->k_layout, at->v_layout, at->out_layout};
     bool ok = true;
-    for (int i = 0; i < 4; i++) ok = ok && lay[i] >= KILN_ATTN_BSHD && lay[i] <= KILN_ATTN_SQKV;
+    for (int i = 0; i < 4; i++) ok = ok && lay[i] >= KILN_ATTN_BSHD && lay[i] <= KILN_ATTN_SKV;
     if (!ok || at->q_layout == KILN_ATTN_BHDS || at->v_layout == KILN_ATTN_BHDS ||
+        kiln__attn_layout_parts(at->q_layout) == 2 ||
         (at->out_layout != KILN_ATTN_BSHD && at->out_layout != KILN_ATTN_BHSD && at->out_layout != KILN_ATTN_SBHD))
         return KILN_FAIL(KILN_ERR_MODEL,
                          "node '%s' (%s): unsupported layouts (Q %d, K %d, V %d, output %d)", node,
@@ -414,7 +417,7 @@ size_t kiln__attn_workspace(const kiln_infer_args *a, kiln_attn_ws_fn fast_float
 static size_t attn_workspace(const kiln_infer_args *a) { return kiln__attn_workspace(a, NULL); }
 
 /* Offset of (b, h) and row stride of an operand in `layout` (role: 0 Q,
- * 1 K, 2 V, for the QKV layout). */
+ * 1 K, 2 V, for the QKV and KV layouts). */
 static void attn_addr(int layout, int role, const attn_view *v, int64_t b, int64_t h, int64_t *off, int64_t *ld) {
     switch (layout) {
     case KILN_ATTN_QKV:
@@ -428,6 +431,14 @@ static void attn_addr(int layout, int role, const attn_view *v, int64_t b, int64
     case KILN_ATTN_SQKV: /* [S, B, 3*H*D] */
         *off = b * 3 * v->H * v->D + role * v->H * v->D + h * v->D;
         *ld = v->B * 3 * v->H * v->D;
+        break;
+    case KILN_ATTN_KV: /* [B, S, 2*H*D]: K, then V */
+        *off = b * v->S * 2 * v->H * v->D + (role - 1) * v->H * v->D + h * v->D;
+        *ld = 2 * v->H * v->D;
+        break;
+    case KILN_ATTN_SKV: /* [S, B, 2*H*D] */
+        *off = b * 2 * v->H * v->D + (role - 1) * v->H * v->D + h * v->D;
+        *ld = v->B * 2 * v->H * v->D;
         break;
     case KILN_ATTN_SBHD: /* [S, B, H*D] */
         *off = b * v->H * v->D + h * v->D;

@@ -27,7 +27,8 @@
  *      into one FusedMatMul with the weights side by side (Attention layout
  *      KILN_ATTN_QKV); or Q, K and V as a Split of one packed projection
  *      (GPT-2), or as three Slices of one (torch's nn.MultiheadAttention),
- *      read in that layout (KILN_ATTN_SQKV when sequence first); and the
+ *      read in that layout (KILN_ATTN_SQKV when sequence first; cross
+ *      attention's K and V as two Slices of one: KILN_ATTN_KV/SKV); and the
  *      Transposes of a batch_first nn.MultiheadAttention dropped around the
  *      projections next to the Attention.
  * Each fusion is made only where the target's backend supports the new node.
@@ -1300,6 +1301,21 @@ static int packed_gather_part(const kiln_graph *g, int v, int *x) {
     return (int)idx;
 }
 
+/* The Slice node making v (read by nothing else) when it takes part `part`
+ * of `parts` equal column blocks of a rank-3 float32 value: that value *x
+ * (set when *x < 0, else it must be *x); else -1. */
+static int packed_slice(const kiln_graph *g, int v, int part, int parts, int *x) {
+    int sl = sole_producer(g, v, KILN_OP_Slice);
+    if (sl < 0 || (*x >= 0 && g->nodes[sl].in[0] != *x)) return -1;
+    int src = g->nodes[sl].in[0];
+    const kiln_tinfo *xi = info(g, src);
+    if (!is_f32(g, src) || xi->rank != 3 || xi->dims[2] <= 0 || xi->dims[2] % parts ||
+        !slices_columns(g, sl, part * xi->dims[2] / parts, (part + 1) * xi->dims[2] / parts))
+        return -1;
+    *x = src;
+    return sl;
+}
+
 /* Marks dead the nodes making value v, and those before them along their
  * first inputs, while nothing reads their outputs any more (the split
  * nodes an in-place read leaves, so that the values before them have their
@@ -1338,13 +1354,7 @@ static kiln_status match_slice_qkv(kiln_graph *g, const kiln_optimize_opts *o, i
             if (!is_f32(g, x)) return KILN_OK;
             continue;
         }
-        sl[i] = sole_producer(g, a->in[i], KILN_OP_Slice);
-        if (sl[i] < 0) return KILN_OK;
-        if (i == 0) x = g->nodes[sl[0]].in[0];
-        const kiln_tinfo *xi = info(g, x);
-        if (g->nodes[sl[i]].in[0] != x || !is_f32(g, x) || xi->rank != 3 || xi->dims[2] <= 0 || xi->dims[2] % 3 ||
-            !slices_columns(g, sl[i], i * xi->dims[2] / 3, (i + 1) * xi->dims[2] / 3))
-            return KILN_OK;
+        if ((sl[i] = packed_slice(g, a->in[i], i, 3, &x)) < 0) return KILN_OK;
     }
     aa.q_layout = aa.k_layout = aa.v_layout = lay == KILN_ATTN_SBHD ? KILN_ATTN_SQKV : KILN_ATTN_QKV;
     int ain[6] = {x, x, x, -1, -1, -1}; /* the masks stay */
@@ -1440,6 +1450,31 @@ static kiln_status match_batch_first(kiln_graph *g, const kiln_optimize_opts *o,
     return KILN_OK;
 }
 
+/* Cross attention (torch's nn.MultiheadAttention with a separate key/value
+ * input): K and V (BSHD, or SBHD) are two Slices of one [B, S', 2E] (or
+ * [S', B, 2E]) projection at columns [0, E) and [E, 2E), read by it alone:
+ * the Attention reads that value in the KV (SKV) layout and the Slices go. */
+static kiln_status match_slice_kv(kiln_graph *g, const kiln_optimize_opts *o, int an) {
+    kiln_node *a = &g->nodes[an];
+    kiln_attention_attrs aa = *(const kiln_attention_attrs *)a->attrs;
+    int lay = aa.k_layout;
+    if ((lay != KILN_ATTN_BSHD && lay != KILN_ATTN_SBHD) || aa.v_layout != lay) return KILN_OK;
+    int sl[2], x = -1;
+    for (int i = 0; i < 2; i++)
+        if ((sl[i] = packed_slice(g, a->in[1 + i], i, 2, &x)) < 0) return KILN_OK;
+    aa.k_layout = aa.v_layout = lay == KILN_ATTN_SBHD ? KILN_ATTN_SKV : KILN_ATTN_KV;
+    int ain[6] = {a->in[0], x, x, -1, -1, -1}; /* the masks stay */
+    for (int i = 3; i < a->n_in && i < 6; i++) ain[i] = a->in[i];
+    if (!kiln__pat_supports(g, o->device, KILN_OP_Attention, a->n_in, ain, 1, a->out, &aa)) return KILN_OK;
+    memcpy(a->attrs, &aa, sizeof aa);
+    for (int i = 0; i < 2; i++) {
+        a->in[1 + i] = x;
+        g->nodes[sl[i]].dead = true;
+    }
+    kiln__graph_link(g);
+    return KILN_OK;
+}
+
 /* ======================================================================= */
 
 kiln_status kiln__opt_transformer(kiln_graph *g, const kiln_optimize_opts *o) {
@@ -1471,6 +1506,7 @@ kiln_status kiln__opt_transformer(kiln_graph *g, const kiln_optimize_opts *o) {
             KILN_TRY(match_qkv(g, o, ni));
             if (!g->nodes[ni].dead && g->nodes[ni].op_id == KILN_OP_Attention) KILN_TRY(match_split_qkv(g, o, ni));
             if (!g->nodes[ni].dead && g->nodes[ni].op_id == KILN_OP_Attention) KILN_TRY(match_slice_qkv(g, o, ni));
+            if (!g->nodes[ni].dead && g->nodes[ni].op_id == KILN_OP_Attention) KILN_TRY(match_slice_kv(g, o, ni));
             if (!g->nodes[ni].dead && g->nodes[ni].op_id == KILN_OP_Attention) KILN_TRY(match_batch_first(g, o, ni));
         }
     return KILN_OK;

@@ -1610,6 +1610,17 @@ TEST(test_fused_transformer) {
         CASE(k == 0 ? "sbhd_mask_f32" : k == 1 ? "sbhd_mask_f16" : "sbhd_mask_bf16", Attention, &sbhd, 1, 0, tol,
              trand(t, -1, 1, S(9, 3, 64)), trand(t, -1, 1, S(70, 3, 64)), trand(t, -1, 1, S(70, 3, 64)),
              trand(t, -2, 0, S(3, 1, 1, 70)));
+        kiln_attention_attrs skv = sbhd; /* cross attention: K and V side by side, Sk != Sq */
+        skv.k_layout = skv.v_layout = KILN_ATTN_SKV;
+        kiln_tensor *kv = trand(t, -1, 1, S(70, 3, 2 * 2 * 64));
+        CASE(k == 0 ? "skv_cross_f32" : k == 1 ? "skv_cross_f16" : "skv_cross_bf16", Attention, &skv, 1, 0, tol,
+             trand(t, -1, 1, S(9, 3, 2 * 64)), kv, kv);
+        kiln_attention_attrs bkv = skv; /* batch first */
+        bkv.q_layout = bkv.out_layout = KILN_ATTN_BSHD;
+        bkv.k_layout = bkv.v_layout = KILN_ATTN_KV;
+        kiln_tensor *kvb = trand(t, -1, 1, S(3, 33, 2 * 2 * 64));
+        CASE(k == 0 ? "kv_cross_f32" : k == 1 ? "kv_cross_f16" : "kv_cross_bf16", Attention, &bkv, 1, 0, tol,
+             trand(t, -1, 1, S(3, 9, 2 * 64)), kvb, kvb, trand(t, -2, 0, S(3, 1, 1, 33)));
         kiln_tensor *x = trand(t, -1, 1, S(77, 2, 3 * 3 * 64)), *c = tnew(BOOL, 4, (int64_t[]){2, 1, 1, 77});
         for (int j = 70; j < 77; j++) ((uint8_t *)c->data)[77 + j] = 1; /* batch 1: the last 7 keys padded */
         CASE(k == 0 ? "sqkv_kpm_causal_f32" : k == 1 ? "sqkv_kpm_causal_f16" : "sqkv_kpm_causal_bf16", Attention,

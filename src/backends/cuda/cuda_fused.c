@@ -179,8 +179,8 @@ kiln_status kiln__cu_gelu_run(const kiln_kernel_args *a) {
 /* ---- Attention --------------------------------------------------------------------------------- */
 
 /* Strides (b, h, s, d) and sizes of an operand of rank/dims in `layout`
- * (role 0, 1, 2: Q, K, V; the QKV layouts put them side by side: *off is
- * the element offset of the role's columns); *B its batch size. */
+ * (role 0, 1, 2: Q, K, V; the QKV and KV layouts put them side by side: *off
+ * is the element offset of the role's columns); *B its batch size. */
 static bool attn_strides(int layout, int role, int rank, const int64_t *dims, int64_t H, int64_t *st,
                          int64_t *B, int64_t *S, int64_t *D, int64_t *off) {
     *off = 0;
@@ -188,14 +188,16 @@ static bool attn_strides(int layout, int role, int rank, const int64_t *dims, in
     case KILN_ATTN_BSHD:
     case KILN_ATTN_QKV:
     case KILN_ATTN_SBHD:
-    case KILN_ATTN_SQKV: {
-        int64_t parts = layout == KILN_ATTN_QKV || layout == KILN_ATTN_SQKV ? 3 : 1;
-        bool sf = layout == KILN_ATTN_SBHD || layout == KILN_ATTN_SQKV; /* [S, B, ...] */
-        if (rank != 3 || H <= 0 || dims[2] < 0 || dims[2] % (parts * H)) return false;
+    case KILN_ATTN_SQKV:
+    case KILN_ATTN_KV:
+    case KILN_ATTN_SKV: {
+        int64_t parts = kiln__attn_layout_parts(layout);
+        bool sf = layout == KILN_ATTN_SBHD || layout == KILN_ATTN_SQKV || layout == KILN_ATTN_SKV; /* [S, B, ...] */
+        if (rank != 3 || H <= 0 || dims[2] < 0 || dims[2] % (parts * H) || (parts == 2 && role == 0)) return false;
         *B = dims[sf ? 1 : 0];
         *S = dims[sf ? 0 : 1];
         *D = dims[2] / (parts * H);
-        *off = parts == 3 ? role * H * *D : 0;
+        *off = parts == 3 ? role * H * *D : parts == 2 ? (role - 1) * H * *D : 0;
         st[0] = sf ? dims[2] : dims[1] * dims[2];
         st[1] = *D;
         st[2] = sf ? dims[1] * dims[2] : dims[2];
