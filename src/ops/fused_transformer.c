@@ -258,25 +258,23 @@ static kiln_status attn_view_of(const char *node, const char *what, const kiln_t
     }
     switch (layout) {
     case KILN_ATTN_BSHD:
-        if (t->rank != 3) break;
-        v->B = t->dims[0];
-        v->S = t->dims[1];
-        v->H = H;
-        v->D = t->dims[2] >= 0 ? t->dims[2] / H : KILN_DIM_UNKNOWN;
-        if (t->dims[2] >= 0 && t->dims[2] % H)
-            return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (%s): %s has %lld columns, not a multiple of %lld heads",
-                             node, op, what, (long long)t->dims[2], (long long)H);
-        return KILN_OK;
     case KILN_ATTN_QKV:
+    case KILN_ATTN_SBHD:
+    case KILN_ATTN_SQKV:
+    case KILN_ATTN_KV:
+    case KILN_ATTN_SKV: {
         if (t->rank != 3) break;
-        v->B = t->dims[0];
-        v->S = t->dims[1];
+        bool sf = layout == KILN_ATTN_SBHD || layout == KILN_ATTN_SQKV || layout == KILN_ATTN_SKV; /* sequence first */
+        int64_t parts = kiln__attn_layout_parts(layout);
+        v->B = t->dims[sf ? 1 : 0];
+        v->S = t->dims[sf ? 0 : 1];
         v->H = H;
-        v->D = t->dims[2] >= 0 ? t->dims[2] / (3 * H) : KILN_DIM_UNKNOWN;
-        if (t->dims[2] >= 0 && t->dims[2] % (3 * H))
-            return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (%s): %s has %lld columns, not 3 x %lld heads", node, op,
-                             what, (long long)t->dims[2], (long long)H);
+        v->D = t->dims[2] >= 0 ? t->dims[2] / (parts * H) : KILN_DIM_UNKNOWN;
+        if (t->dims[2] >= 0 && t->dims[2] % (parts * H))
+            return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (%s): %s has %lld columns, not %lld x %lld heads", node,
+                             op, what, (long long)t->dims[2], (long long)parts, (long long)H);
         return KILN_OK;
+    }
     case KILN_ATTN_BHSD:
     case KILN_ATTN_BHDS:
         if (t->rank != 4) break;
@@ -300,7 +298,7 @@ static kiln_status dim_eq(const char *node, const char *what, int64_t x, int64_t
 }
 
 /* num_heads positive; layouts its kernels read (Q and V not BHDS, the
- * output BSHD or BHSD); precision fp32 or bf16; scale any float */
+ * output BSHD, BHSD or SBHD); precision fp32 or bf16; scale any float */
 static kiln_status attn_validate(const kiln_op_def *op, const void *attrs, const char *node) {
     const kiln_attention_attrs *at = attrs;
     if (at->num_heads <= 0)
@@ -308,9 +306,10 @@ static kiln_status attn_validate(const kiln_op_def *op, const void *attrs, const
                          op->name, at->num_heads);
     const int32_t lay[4] = {at->q_layout, at->k_layout, at->v_layout, at->out_layout};
     bool ok = true;
-    for (int i = 0; i < 4; i++) ok = ok && lay[i] >= KILN_ATTN_BSHD && lay[i] <= KILN_ATTN_QKV;
+    for (int i = 0; i < 4; i++) ok = ok && lay[i] >= KILN_ATTN_BSHD && lay[i] <= KILN_ATTN_SKV;
     if (!ok || at->q_layout == KILN_ATTN_BHDS || at->v_layout == KILN_ATTN_BHDS ||
-        (at->out_layout != KILN_ATTN_BSHD && at->out_layout != KILN_ATTN_BHSD))
+        kiln__attn_layout_parts(at->q_layout) == 2 ||
+        (at->out_layout != KILN_ATTN_BSHD && at->out_layout != KILN_ATTN_BHSD && at->out_layout != KILN_ATTN_SBHD))
         return KILN_FAIL(KILN_ERR_MODEL,
                          "node '%s' (%s): unsupported layouts (Q %d, K %d, V %d, output %d)", node,
                          op->name, at->q_layout, at->k_layout, at->v_layout, at->out_layout);
@@ -372,10 +371,11 @@ static kiln_status attn_infer(const kiln_infer_args *a) {
                                  (long long)q.B, (long long)q.H, (long long)q.S, (long long)k.S);
         }
     }
-    if (at->out_layout == KILN_ATTN_BSHD) {
+    if (at->out_layout == KILN_ATTN_BSHD || at->out_layout == KILN_ATTN_SBHD) {
+        bool sf = at->out_layout == KILN_ATTN_SBHD;
         y->rank = 3;
-        y->dims[0] = q.B;
-        y->dims[1] = q.S;
+        y->dims[sf ? 1 : 0] = q.B;
+        y->dims[sf ? 0 : 1] = q.S;
         y->dims[2] = KILN_DIM_UNKNOWN;
         if (v.D >= 0) KILN_TRY(kiln__dim_mul(node, v.D, at->num_heads, &y->dims[2]));
     } else {
@@ -417,7 +417,7 @@ size_t kiln__attn_workspace(const kiln_infer_args *a, kiln_attn_ws_fn fast_float
 static size_t attn_workspace(const kiln_infer_args *a) { return kiln__attn_workspace(a, NULL); }
 
 /* Offset of (b, h) and row stride of an operand in `layout` (role: 0 Q,
- * 1 K, 2 V, for the QKV layout). */
+ * 1 K, 2 V, for the QKV and KV layouts). */
 static void attn_addr(int layout, int role, const attn_view *v, int64_t b, int64_t h, int64_t *off, int64_t *ld) {
     switch (layout) {
     case KILN_ATTN_QKV:
@@ -427,6 +427,22 @@ static void attn_addr(int layout, int role, const attn_view *v, int64_t b, int64
     case KILN_ATTN_BSHD:
         *off = b * v->S * v->H * v->D + h * v->D;
         *ld = v->H * v->D;
+        break;
+    case KILN_ATTN_SQKV: /* [S, B, 3*H*D] */
+        *off = b * 3 * v->H * v->D + role * v->H * v->D + h * v->D;
+        *ld = v->B * 3 * v->H * v->D;
+        break;
+    case KILN_ATTN_KV: /* [B, S, 2*H*D]: K, then V */
+        *off = b * v->S * 2 * v->H * v->D + (role - 1) * v->H * v->D + h * v->D;
+        *ld = 2 * v->H * v->D;
+        break;
+    case KILN_ATTN_SKV: /* [S, B, 2*H*D] */
+        *off = b * 2 * v->H * v->D + (role - 1) * v->H * v->D + h * v->D;
+        *ld = v->B * 2 * v->H * v->D;
+        break;
+    case KILN_ATTN_SBHD: /* [S, B, H*D] */
+        *off = b * v->H * v->D + h * v->D;
+        *ld = v->B * v->H * v->D;
         break;
     case KILN_ATTN_BHSD:
         *off = (b * v->H + h) * v->S * v->D;

@@ -40,6 +40,13 @@
  *                    KILN_ATTN_QKV:  [B, S, 3*H*D] holding Q, K, V side by side (the
  *                                    output of one FusedMatMul for all three
  *                                    projections; Q, K, V are then one tensor)
+ *                    KILN_ATTN_SBHD: [S, B, H*D]  (sequence first: nn.MultiheadAttention's
+ *                                    [S, B, E] before its Reshape to [S, B*H, D])
+ *                    KILN_ATTN_SQKV: [S, B, 3*H*D] Q, K, V side by side, sequence
+ *                                    first (nn.MultiheadAttention's packed in_proj)
+ *                    KILN_ATTN_KV:   [B, S, 2*H*D] K and V side by side (K and V only:
+ *                                    cross attention's packed K/V projection)
+ *                    KILN_ATTN_SKV:  [S, B, 2*H*D] the same, sequence first
  *              mask  optional float32, added to the [B, H, Sq, Sk] scores,
  *                    broadcast numpy-style (e.g. [B, 1, 1, Sk])
  *              cond  optional bool (rank <= 4, broadcast like the mask): where
@@ -48,7 +55,8 @@
  *                    exporters' Where(cond, s, fill) / Where(cond, 0, fill) + Add)
  *              bias  optional, a second additive mask like `mask` (e.g. a
  *                    position bias [1, H, Sq, Sk] beside a padding mask)
- *     output   O     [B, Sq, H*D] (out_layout BSHD) or [B, H, Sq, D] (BHSD)
+ *     output   O     [B, Sq, H*D] (out_layout BSHD), [B, H, Sq, D] (BHSD) or
+ *                    [Sq, B, H*D] (SBHD)
  *     Softmax statistics are float32 at every precision.
  *
  * Precision: the engine's kiln_precision (FP32 or BF16) at build time. */
@@ -88,7 +96,19 @@ enum {
     KILN_ATTN_QKV = 3,  /* [B, S, 3*H*D]: Q, K and V side by side (columns [0, HD),
                            [HD, 2HD), [2HD, 3HD)), as one fused projection makes them;
                            all three inputs are then the same tensor */
+    KILN_ATTN_SBHD = 4, /* [S, B, H*D]: sequence first (torch's nn.MultiheadAttention) */
+    KILN_ATTN_SQKV = 5, /* [S, B, 3*H*D]: the QKV layout, sequence first */
+    KILN_ATTN_KV = 6,   /* [B, S, 2*H*D]: K (columns [0, HD)) and V ([HD, 2HD)) side by side */
+    KILN_ATTN_SKV = 7,  /* [S, B, 2*H*D]: the KV layout, sequence first */
 };
+
+/* How many operands a layout holds side by side in its last dim: 3 (QKV,
+ * SQKV), 2 (KV, SKV: K and V) or 1. */
+static inline int64_t kiln__attn_layout_parts(int layout) {
+    return layout == KILN_ATTN_QKV || layout == KILN_ATTN_SQKV ? 3
+           : layout == KILN_ATTN_KV || layout == KILN_ATTN_SKV ? 2
+                                                               : 1;
+}
 
 /* How Attention's cond input acts on the scores (permanent). */
 enum {

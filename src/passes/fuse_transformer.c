@@ -21,11 +21,16 @@
  *      splitting around it (Reshape [B,S,H*D] -> [B,S,H,D] + Transpose to
  *      [B,H,S,D] or [B,H,D,S]) and the merge after it (Transpose back +
  *      Reshape to [B,S,H*D]) are folded into the layer's operand layouts, so
- *      no transpose is left;
+ *      no transpose is left; also torch 1.13's nn.MultiheadAttention, whose
+ *      rank-3 [B*H,S,D] operands are read from [S,B,H*D] (layout SBHD);
  *   6. the three projections making an Attention's Q, K and V from one input
  *      into one FusedMatMul with the weights side by side (Attention layout
  *      KILN_ATTN_QKV); or Q, K and V as a Split of one packed projection
- *      (GPT-2) read in that layout.
+ *      (GPT-2), or as three Slices of one (torch's nn.MultiheadAttention),
+ *      read in that layout (KILN_ATTN_SQKV when sequence first; cross
+ *      attention's K and V as two Slices of one: KILN_ATTN_KV/SKV); and the
+ *      Transposes of a batch_first nn.MultiheadAttention dropped around the
+ *      projections next to the Attention.
  * Each fusion is made only where the target's backend supports the new node.
  * The fused node replaces the pattern's last node and is named after all the
  * nodes it came from ("a+b+c"). */
@@ -79,6 +84,7 @@ static bool const_scalar(const kiln_graph *g, int v, double *out) {
     case KILN_DTYPE_FLOAT32: *out = *(const float *)val->data; return true;
     case KILN_DTYPE_FLOAT64: *out = *(const double *)val->data; return true;
     case KILN_DTYPE_INT64: *out = (double)*(const int64_t *)val->data; return true;
+    case KILN_DTYPE_INT32: *out = *(const int32_t *)val->data; return true;
     default: return false;
     }
 }
@@ -596,6 +602,30 @@ static int strip_scales(const kiln_graph *g, int v, double *scale, pat *p) {
     return v;
 }
 
+static bool attn_operand_sf(const kiln_graph *g, int v, bool is_k, int *src, int64_t *B, int64_t *H, pat *p);
+
+/* A [B, H, S, D] operand v made by Reshape([B*H, S, D] -> [B, H, S, D]) of the
+ * sequence-first head split (attn_operand_sf): torch 2.x's
+ * nn.MultiheadAttention before scaled_dot_product_attention. Fills the
+ * source [S, B, H*D] (layout SBHD) and the absorbed nodes. */
+static bool attn_operand_sf4(const kiln_graph *g, int v, int *src, int64_t *H, pat *p) {
+    int r = kiln__pat_producer(g, v, KILN_OP_Reshape);
+    if (r < 0) return false;
+    const kiln_tinfo *x = info(g, g->nodes[r].in[0]), *y = info(g, v);
+    if (x->rank != 3 || y->rank != 4 || y->dims[0] <= 0 || y->dims[1] <= 0 ||
+        x->dims[0] != y->dims[0] * y->dims[1] || x->dims[1] != y->dims[2] || x->dims[2] != y->dims[3])
+        return false;
+    pat sub = {.n = 0};
+    int64_t b;
+    if (!attn_operand_sf(g, g->nodes[r].in[0], false, src, &b, H, &sub) || b != y->dims[0] || *H != y->dims[1])
+        return false;
+    if (kiln__pat_sole_use(g, v)) {
+        for (int i = 0; i < sub.n; i++) pat_add(p, sub.nodes[i]);
+        if (kiln__pat_sole_use(g, g->nodes[r].in[0])) pat_add(p, r);
+    }
+    return true;
+}
+
 /* Operand v of the attention in BHSD order (is_k: K given as [B,H,D,S]).
  * Looks through Transpose(Reshape(x)) head splitting; fills the layout, the
  * source value and the absorbed nodes (only those with no other reader). */
@@ -603,6 +633,10 @@ static void attn_operand(const kiln_graph *g, int v, bool is_k, int *layout, int
     *src = v;
     *layout = is_k ? KILN_ATTN_BHDS : KILN_ATTN_BHSD;
     *H = 0;
+    if (!is_k && info(g, v)->rank == 4 && attn_operand_sf4(g, v, src, H, p)) {
+        *layout = KILN_ATTN_SBHD;
+        return;
+    }
     int t = kiln__pat_producer(g, v, KILN_OP_Transpose);
     if (t < 0 || info(g, v)->rank != 4) return;
     const int32_t *pm = transpose_perm(g, t, 4);
@@ -622,33 +656,49 @@ static void attn_operand(const kiln_graph *g, int v, bool is_k, int *layout, int
     if (is_k && perm_is(pm, 0, 1, 3, 2)) { /* K^T of a [B,H,S,D] K */
         *src = g->nodes[t].in[0];
         *layout = KILN_ATTN_BHSD;
-        if (kiln__pat_sole_use(g, v)) pat_add(p, t);
+        pat sub = {.n = 0};
+        int64_t h;
+        if (attn_operand_sf4(g, *src, src, &h, &sub)) {
+            *layout = KILN_ATTN_SBHD;
+            *H = h;
+        }
+        if (kiln__pat_sole_use(g, v)) {
+            pat_add(p, t);
+            for (int i = 0; i < sub.n; i++) pat_add(p, sub.nodes[i]);
+        }
     }
 }
 
-/* Whether value m (rank <= 4, dims known) broadcasts into the scores' shape sd. */
-static bool broadcasts_into(const kiln_graph *g, int m, const int64_t *sd) {
+/* The scores' shape: [B, H, Sq, Sk], or [B*H, Sq, Sk] (rank 3: the
+ * sequence-first form of torch's nn.MultiheadAttention), dims known. */
+typedef struct sshape {
+    int rank;
+    int64_t d[4];
+} sshape;
+
+/* Whether value m (rank <= the scores', dims known) broadcasts into the scores' shape sd. */
+static bool broadcasts_into(const kiln_graph *g, int m, const sshape *sd) {
     const kiln_tinfo *mi = info(g, m);
-    if (mi->rank < 0 || mi->rank > 4) return false;
+    if (mi->rank < 0 || mi->rank > sd->rank) return false;
     for (int i = 0; i < mi->rank; i++) {
-        int64_t md = mi->dims[i], fd = sd[4 - mi->rank + i];
+        int64_t md = mi->dims[i], fd = sd->d[sd->rank - mi->rank + i];
         if (md < 0 || (md != 1 && md != fd)) return false;
     }
     return true;
 }
 
-/* Whether value v has the scores' shape sd (rank 4, known dims). */
-static bool has_shape4(const kiln_graph *g, int v, const int64_t *sd) {
+/* Whether value v has the scores' shape sd. */
+static bool has_shape(const kiln_graph *g, int v, const sshape *sd) {
     const kiln_tinfo *t = info(g, v);
-    if (t->rank != 4) return false;
-    for (int i = 0; i < 4; i++)
-        if (t->dims[i] != sd[i]) return false;
+    if (t->rank != sd->rank) return false;
+    for (int i = 0; i < sd->rank; i++)
+        if (t->dims[i] != sd->d[i]) return false;
     return true;
 }
 
 /* A bool condition for the scores: looks through an Expand that only
  * broadcasts (the kernel broadcasts itself). */
-static int cond_source(const kiln_graph *g, int c, const int64_t *sd) {
+static int cond_source(const kiln_graph *g, int c, const sshape *sd) {
     int e = kiln__pat_producer(g, c, KILN_OP_Expand);
     if (e >= 0 && broadcasts_into(g, g->nodes[e].in[0], sd) && info(g, g->nodes[e].in[0])->dtype == KILN_DTYPE_BOOL)
         return g->nodes[e].in[0];
@@ -657,9 +707,9 @@ static int cond_source(const kiln_graph *g, int c, const int64_t *sd) {
 
 /* Whether the chain of single-reader Add / Where / Mul / Div nodes of the
  * scores' shape that makes v starts at a MatMul (depth-limited). */
-static bool reaches_qk(const kiln_graph *g, int v, const int64_t *sd, int depth) {
+static bool reaches_qk(const kiln_graph *g, int v, const sshape *sd, int depth) {
     int ni = sole_producer(g, v, 0);
-    if (ni < 0 || depth > 12 || !has_shape4(g, v, sd)) return false;
+    if (ni < 0 || depth > 12 || !has_shape(g, v, sd)) return false;
     const kiln_node *n = &g->nodes[ni];
     if (n->op_id == KILN_OP_MatMul) return true;
     if (n->op_id == KILN_OP_Add)
@@ -669,6 +719,35 @@ static bool reaches_qk(const kiln_graph *g, int v, const int64_t *sd, int depth)
     int x;
     double f;
     return scalar_factor(g, ni, &x, &f) && reaches_qk(g, x, sd, depth + 1);
+}
+
+static int mask_as4(const kiln_graph *g, int m, int64_t B, int64_t H);
+
+/* Whether values a and b have the same known shape. */
+static bool has_same_dims(const kiln_graph *g, int a, int b) {
+    const kiln_tinfo *x = info(g, a), *y = info(g, b);
+    if (x->rank < 0 || x->rank != y->rank) return false;
+    for (int i = 0; i < x->rank; i++)
+        if (x->dims[i] < 0 || x->dims[i] != y->dims[i]) return false;
+    return true;
+}
+
+/* Where node w as Where(cond, -inf, m2) or Where(cond, m2, -inf), m2 a
+ * float32 tensor broadcasting into the scores: m2, and in *fill_if the cond
+ * value that gives -inf; else -1. */
+static int where_inf_mask(const kiln_graph *g, int w, const sshape *sd, int *fill_if) {
+    const kiln_node *n = &g->nodes[w];
+    double f;
+    if (n->n_in != 3) return -1;
+    for (int i = 1; i <= 2; i++) {
+        int m2 = n->in[3 - i];
+        if (const_scalar(g, n->in[i], &f) && isinf(f) && f < 0 && is_f32(g, m2) && broadcasts_into(g, m2, sd) &&
+            kiln__numel(info(g, m2)->rank, info(g, m2)->dims) > 1) {
+            *fill_if = i == 1 ? 1 : 0;
+            return m2;
+        }
+    }
+    return -1;
 }
 
 /* The score chain of an attention, read back from the Softmax input:
@@ -686,7 +765,7 @@ typedef struct attn_scores {
     float fill;
 } attn_scores;
 
-static bool match_scores(const kiln_graph *g, int s, const int64_t *sd, attn_scores *r, pat *p) {
+static bool match_scores(const kiln_graph *g, int s, const sshape *sd, attn_scores *r, pat *p) {
     r->scale = 1.0;
     r->n_masks = 0;
     r->cond = -1;
@@ -700,9 +779,9 @@ static bool match_scores(const kiln_graph *g, int s, const int64_t *sd, attn_sco
         const kiln_node *n = &g->nodes[ni];
         if (n->op_id == KILN_OP_MatMul) {
             r->qk = ni;
-            return has_shape4(g, s, sd);
+            return has_shape(g, s, sd);
         }
-        if (!has_shape4(g, s, sd)) return false;
+        if (!has_shape(g, s, sd)) return false;
         int x;
         double f;
         if (n->op_id == KILN_OP_Cast && info(g, n->in[0])->dtype == info(g, s)->dtype) { /* identity */
@@ -720,24 +799,64 @@ static bool match_scores(const kiln_graph *g, int s, const int64_t *sd, attn_sco
                 }
             }
             if (chain < 0) return false;
-            int w = kiln__pat_producer(g, m, KILN_OP_Where);
+            pat_add(p, ni);
+            /* a factor of exactly 1 on the mask: torch 1.13's baddbmm(mask, Q, K^T) (beta = 1) */
+            int mul = sole_producer(g, m, 0), mx;
+            double one;
+            if (mul >= 0 && scalar_factor(g, mul, &mx, &one) && one == 1.0 && has_same_dims(g, mx, m)) {
+                pat_add(p, mul);
+                m = mx;
+            }
+            /* torch 2.x's nn.MultiheadAttention: its [B*H, a, b] mask viewed as [B, H, a, b]
+             * (the Where below is then read on the [B*H, Sq, Sk] scores and its
+             * operands taken back to [B, H, ...] by mask_as4) */
+            int mw = m, rv = sd->rank == 4 ? sole_producer(g, m, KILN_OP_Reshape) : -1;
+            sshape sdw = *sd;
+            if (rv >= 0) {
+                const kiln_tinfo *x3 = info(g, g->nodes[rv].in[0]), *m4 = info(g, m);
+                if (x3->rank == 3 && m4->rank == 4 && m4->dims[0] == sd->d[0] && m4->dims[1] == sd->d[1] &&
+                    x3->dims[0] == sd->d[0] * sd->d[1] && x3->dims[1] == m4->dims[2] && x3->dims[2] == m4->dims[3]) {
+                    mw = g->nodes[rv].in[0];
+                    sdw = (sshape){.rank = 3, .d = {sd->d[0] * sd->d[1], sd->d[2], sd->d[3]}};
+                } else {
+                    rv = -1;
+                }
+            }
+            int w = kiln__pat_producer(g, mw, KILN_OP_Where);
             double z, fv;
-            if (w >= 0 && r->cond < 0 && info(g, g->nodes[w].in[0])->dtype == KILN_DTYPE_BOOL &&
-                broadcasts_into(g, g->nodes[w].in[0], sd) &&
+            int m2 = -1, fill_if = 0, c0 = w >= 0 ? g->nodes[w].in[0] : -1;
+            if (w >= 0 && r->cond < 0 && info(g, c0)->dtype == KILN_DTYPE_BOOL && broadcasts_into(g, c0, &sdw) &&
                 ((const_scalar(g, g->nodes[w].in[1], &z) && z == 0.0 && const_scalar(g, g->nodes[w].in[2], &fv)) ||
-                 (const_scalar(g, g->nodes[w].in[2], &z) && z == 0.0 && const_scalar(g, g->nodes[w].in[1], &fv)))) {
-                /* Add(s, Where(cond, 0, fill)): fill is added where cond is false */
-                bool fill_in_else = const_scalar(g, g->nodes[w].in[1], &z) && z == 0.0;
-                r->cond = cond_source(g, g->nodes[w].in[0], sd);
+                 (const_scalar(g, g->nodes[w].in[2], &z) && z == 0.0 && const_scalar(g, g->nodes[w].in[1], &fv)) ||
+                 (m2 = where_inf_mask(g, w, &sdw, &fill_if)) >= 0)) {
+                bool inf_form = m2 >= 0, zeros = inf_form && kiln__pat_const_is(g, m2, 0.0);
+                if (rv >= 0) { /* back to [B, H, ...] */
+                    c0 = mask_as4(g, c0, sd->d[0], sd->d[1]);
+                    if (inf_form && !zeros) m2 = mask_as4(g, m2, sd->d[0], sd->d[1]);
+                    if (c0 < 0 || (inf_form && m2 < 0)) return false;
+                }
+                if (inf_form) {
+                    /* Add(s, Where(cond, -inf, m2)) = s + m2 + (-inf where cond == fill_if):
+                     * torch's nn.MultiheadAttention with a key_padding_mask (m2 zeros)
+                     * and an attn_mask (m2 that mask) */
+                    if (!zeros) {
+                        if (r->n_masks == 2) return false;
+                        r->masks[r->n_masks++] = m2;
+                    }
+                    r->cond_fill_if = fill_if;
+                    fv = -INFINITY;
+                } else { /* Add(s, Where(cond, 0, fill)): fill is added where cond is false */
+                    bool fill_in_else = const_scalar(g, g->nodes[w].in[1], &z) && z == 0.0;
+                    r->cond_fill_if = fill_in_else ? 0 : 1;
+                }
+                r->cond = cond_source(g, c0, sd);
                 r->cond_mode = KILN_ATTN_COND_ADD;
-                r->cond_fill_if = fill_in_else ? 0 : 1;
                 r->fill = (float)fv;
-                pat_add(p, ni);
-                if (kiln__pat_sole_use(g, m)) pat_add(p, w); /* read in reverse: Where, then Add */
+                if (rv >= 0) pat_add(p, rv);
+                if (kiln__pat_sole_use(g, mw)) pat_add(p, w); /* read in reverse: Where, then Add */
             } else {
                 if (r->n_masks == 2 || !is_f32(g, m)) return false;
                 r->masks[r->n_masks++] = m;
-                pat_add(p, ni);
             }
             s = chain;
         } else if (n->op_id == KILN_OP_Where && phase <= 1 && r->cond < 0) {
@@ -804,16 +923,125 @@ static int match_probs(const kiln_graph *g, int y, int *nan_zero, pat *p) {
     return pv >= 0 && g->nodes[pv].in[0] == y ? pv : -1;
 }
 
+/* Operand v of a rank-3 attention in the sequence-first form of torch's
+ * nn.MultiheadAttention: [B*H, S, D] (K: [B*H, D, S]) made by Transpose(1,0,2)
+ * (K: (1,2,0)) of Reshape([S, B, H*D] -> [S, B*H, D]). Fills the source
+ * [S, B, H*D] (layout SBHD), B, H and the absorbed nodes (those with no
+ * other reader); false when v is not made so. */
+static bool attn_operand_sf(const kiln_graph *g, int v, bool is_k, int *src, int64_t *B, int64_t *H, pat *p) {
+    int t = kiln__pat_producer(g, v, KILN_OP_Transpose);
+    if (t < 0 || info(g, v)->rank != 3) return false;
+    const int32_t *pm = transpose_perm(g, t, 3);
+    if (!pm || pm[0] != 1 || pm[1] != (is_k ? 2 : 0) || pm[2] != (is_k ? 0 : 2)) return false;
+    int r = kiln__pat_producer(g, g->nodes[t].in[0], KILN_OP_Reshape);
+    if (r < 0) return false;
+    const kiln_tinfo *x = info(g, g->nodes[r].in[0]), *y = info(g, g->nodes[r].out[0]);
+    if (x->rank != 3 || y->rank != 3) return false;
+    for (int i = 0; i < 3; i++)
+        if (x->dims[i] <= 0 || y->dims[i] <= 0) return false;
+    if (x->dims[0] != y->dims[0] || x->dims[2] % y->dims[2] || x->dims[1] * (x->dims[2] / y->dims[2]) != y->dims[1])
+        return false;
+    *src = g->nodes[r].in[0];
+    *B = x->dims[1];
+    *H = x->dims[2] / y->dims[2];
+    if (kiln__pat_sole_use(g, v)) {
+        pat_add(p, t);
+        if (kiln__pat_sole_use(g, g->nodes[t].in[0])) pat_add(p, r);
+    }
+    return true;
+}
+
+/* A mask or cond m of rank-3 scores [B*H, Sq, Sk] as a value that
+ * broadcasts into [B, H, Sq, Sk]: m itself when it does not vary over B*H
+ * (rank < 3, or first dim 1), else the [B, H, a, b] value a Reshape made it
+ * from (through an identity Cast: torch's key_padding_mask.view(B, 1, 1,
+ * S).expand(-1, H, -1, -1).reshape(B*H, 1, S)); -1 when neither. */
+static int mask_as4(const kiln_graph *g, int m, int64_t B, int64_t H) {
+    const kiln_tinfo *mi = info(g, m);
+    if (mi->rank < 3 || mi->dims[0] == 1) return m;
+    int c = kiln__pat_producer(g, m, KILN_OP_Cast);
+    if (c >= 0 && info(g, g->nodes[c].in[0])->dtype == mi->dtype) m = g->nodes[c].in[0];
+    int r = kiln__pat_producer(g, m, KILN_OP_Reshape);
+    if (r < 0) return -1;
+    int x = g->nodes[r].in[0];
+    const kiln_tinfo *xi = info(g, x);
+    if (xi->rank != 4 || xi->dims[0] != B || xi->dims[1] != H || xi->dims[2] != mi->dims[1] ||
+        xi->dims[3] != mi->dims[2])
+        return -1;
+    return x;
+}
+
+/* Q, K, V of a rank-3 attention (attn_operand_sf), their layouts SBHD and
+ * the masks turned into masks of the [B, H, Sq, Sk] scores; false if any
+ * does not fit. */
+static bool attn_operands_sf(const kiln_graph *g, const int *qkv, const sshape *sd, attn_scores *sc,
+                             kiln_attention_attrs *aa, int *in, pat *p) {
+    int64_t B[3], H[3];
+    for (int i = 0; i < 3; i++)
+        if (!attn_operand_sf(g, qkv[i], i == 1, &in[i], &B[i], &H[i], p)) return false;
+    if (B[1] != B[0] || B[2] != B[0] || H[1] != H[0] || H[2] != H[0] || H[0] > INT32_MAX || B[0] * H[0] != sd->d[0])
+        return false;
+    aa->num_heads = (int32_t)H[0];
+    aa->q_layout = aa->k_layout = aa->v_layout = KILN_ATTN_SBHD;
+    sshape sd4 = {.rank = 4, .d = {B[0], H[0], sd->d[1], sd->d[2]}};
+    for (int i = 0; i < sc->n_masks; i++)
+        if ((sc->masks[i] = mask_as4(g, sc->masks[i], B[0], H[0])) < 0) return false;
+    if (sc->cond >= 0) {
+        if ((sc->cond = mask_as4(g, sc->cond, B[0], H[0])) < 0) return false;
+        sc->cond = cond_source(g, sc->cond, &sd4);
+    }
+    return true;
+}
+
+/* Whether Reshape node r's target is a constant without 0 entries: its
+ * result depends on its input's element count only, not on its dims. */
+static bool reshape_target_explicit(const kiln_graph *g, int r) {
+    const kiln_node *n = &g->nodes[r];
+    if (n->n_in < 2 || n->in[1] < 0) return false;
+    const kiln_value *t = &g->values[n->in[1]];
+    if (!(t->flags & KILN_VALUE_CONST) || t->info.dtype != KILN_DTYPE_INT64 || t->info.rank != 1) return false;
+    for (int64_t i = 0; i < t->info.dims[0]; i++)
+        if (((const int64_t *)t->data)[i] == 0) return false;
+    return true;
+}
+
+/* The merge back to sequence first after P V: Transpose node t (to
+ * [Sq, B*H, Dv] or [Sq, B, H, Dv]) and the Reshape reading it, to [Sq, B,
+ * H*Dv] (taken in) or another shape (the output projection's [Sq*B, H*Dv]:
+ * kept, reading the layer's [Sq, B, H*Dv]; only when its target is
+ * explicit). Sets the output layout SBHD and *y, or leaves them. */
+static kiln_status merge_seq_first(kiln_graph *g, int t, int64_t Sq, int64_t B, int64_t H, int64_t Dv,
+                                   kiln_attention_attrs *aa, pat *p, int *y, int *retyped, kiln_tinfo *old_info) {
+    int r = sole_consumer_op(g, g->nodes[t].out[0], KILN_OP_Reshape);
+    if (r < 0 || Dv <= 0 || B <= 0) return KILN_OK;
+    sshape want = {.rank = 3, .d = {Sq, B, H * Dv}};
+    if (has_shape(g, g->nodes[r].out[0], &want)) {
+        pat_add(p, t);
+        pat_add(p, r);
+        *y = g->nodes[r].out[0];
+    } else if (reshape_target_explicit(g, r)) {
+        pat_add(p, t);
+        *y = *retyped = g->nodes[t].out[0];
+        *old_info = *info(g, *y);
+        kiln_tinfo w = {.dtype = old_info->dtype, .rank = 3, .dims = {Sq, B, H * Dv}};
+        g->values[*y].info = w;
+    } else {
+        return KILN_OK;
+    }
+    aa->out_layout = KILN_ATTN_SBHD;
+    return KILN_OK;
+}
+
 static kiln_status match_attention(kiln_graph *g, const kiln_optimize_opts *o, int sm) {
     const kiln_node *smn = &g->nodes[sm];
     const kiln_softmax_attrs *sa = smn->attrs;
     const kiln_tinfo *si = info(g, smn->in[0]);
-    if (si->rank != 4 || !is_f32(g, smn->in[0])) return KILN_OK;
-    if (sa->axis != -1 && sa->axis != 3) return KILN_OK;
-    int64_t sd[4];
-    for (int i = 0; i < 4; i++) {
-        sd[i] = si->dims[i];
-        if (sd[i] < 0) return KILN_OK;
+    if ((si->rank != 4 && si->rank != 3) || !is_f32(g, smn->in[0])) return KILN_OK;
+    if (sa->axis != -1 && sa->axis != si->rank - 1) return KILN_OK;
+    sshape sd = {.rank = si->rank};
+    for (int i = 0; i < si->rank; i++) {
+        sd.d[i] = si->dims[i];
+        if (sd.d[i] < 0) return KILN_OK;
     }
     /* the layer is named after its nodes in computation order: operands, Q K^T,
      * the score chain, Softmax, the NaN rule, P V, the merge */
@@ -822,7 +1050,7 @@ static kiln_status match_attention(kiln_graph *g, const kiln_optimize_opts *o, i
     int pv = match_probs(g, smn->out[0], &nan_zero, &probs);
     if (pv < 0) return KILN_OK;
     attn_scores sc;
-    if (!match_scores(g, smn->in[0], sd, &sc, &chain)) return KILN_OK;
+    if (!match_scores(g, smn->in[0], &sd, &sc, &chain)) return KILN_OK;
     int qk = sc.qk;
     for (int i = 0; i < sc.n_masks; i++)
         if (!is_f32(g, sc.masks[i])) return KILN_OK;
@@ -837,20 +1065,24 @@ static kiln_status match_attention(kiln_graph *g, const kiln_optimize_opts *o, i
                                                                                 : KILN_PRECISION_FP32,
                                .cond_mode = sc.cond_mode, .cond_fill_if = sc.cond_fill_if,
                                .fill = sc.cond >= 0 ? sc.fill : 0.0f, .nan_to_zero = nan_zero};
-    int q, k, v;
-    int64_t hq, hk, hv;
-    if (info(g, qv)->rank != 4 || info(g, kv)->rank != 4 || info(g, vv)->rank != 4) return KILN_OK;
+    int in[6];
+    if (info(g, qv)->rank != sd.rank || info(g, kv)->rank != sd.rank || info(g, vv)->rank != sd.rank) return KILN_OK;
     if (!is_f32(g, qv) || !is_f32(g, kv) || !is_f32(g, vv)) return KILN_OK;
-    attn_operand(g, qv, false, &aa.q_layout, &q, &hq, &p);
-    attn_operand(g, kv, true, &aa.k_layout, &k, &hk, &p);
-    attn_operand(g, vv, false, &aa.v_layout, &v, &hv, &p);
-    for (int i = 0; i < 2; i++) { /* no batch or head broadcasting */
-        int64_t d = info(g, qv)->dims[i];
-        if (d == KILN_DIM_UNKNOWN || info(g, kv)->dims[i] != d || info(g, vv)->dims[i] != d) return KILN_OK;
+    if (sd.rank == 3) {
+        if (!attn_operands_sf(g, (const int[3]){qv, kv, vv}, &sd, &sc, &aa, in, &p)) return KILN_OK;
+    } else {
+        int64_t hq, hk, hv;
+        attn_operand(g, qv, false, &aa.q_layout, &in[0], &hq, &p);
+        attn_operand(g, kv, true, &aa.k_layout, &in[1], &hk, &p);
+        attn_operand(g, vv, false, &aa.v_layout, &in[2], &hv, &p);
+        for (int i = 0; i < 2; i++) { /* no batch or head broadcasting */
+            int64_t d = info(g, qv)->dims[i];
+            if (d == KILN_DIM_UNKNOWN || info(g, kv)->dims[i] != d || info(g, vv)->dims[i] != d) return KILN_OK;
+        }
+        int64_t H = info(g, qv)->dims[1];
+        if (H <= 0 || H > INT32_MAX || (hq && hq != H) || (hk && hk != H) || (hv && hv != H)) return KILN_OK;
+        aa.num_heads = (int32_t)H;
     }
-    int64_t H = info(g, qv)->dims[1];
-    if (H <= 0 || H > INT32_MAX || (hq && hq != H) || (hk && hk != H) || (hv && hv != H)) return KILN_OK;
-    aa.num_heads = (int32_t)H;
     for (int i = 0; i < scl.n; i++) pat_add(&p, scl.nodes[i]);
     pat_add(&p, qk);
     for (int i = chain.n - 1; i >= 0; i--) pat_add(&p, chain.nodes[i]);
@@ -858,26 +1090,48 @@ static kiln_status match_attention(kiln_graph *g, const kiln_optimize_opts *o, i
     for (int i = 0; i < probs.n; i++) pat_add(&p, probs.nodes[i]);
     pat_add(&p, pv);
     p.overflow |= scl.overflow || chain.overflow || probs.overflow;
-    /* the merge back: Transpose(0,2,1,3) + Reshape [B,S,H*D] */
-    int y = g->nodes[pv].out[0];
-    aa.out_layout = KILN_ATTN_BHSD;
-    int t = sole_consumer_op(g, y, KILN_OP_Transpose);
-    if (t >= 0 && perm_is(transpose_perm(g, t, 4), 0, 2, 1, 3)) {
-        int r = sole_consumer_op(g, g->nodes[t].out[0], KILN_OP_Reshape);
-        const kiln_tinfo *ti = info(g, g->nodes[t].out[0]);
-        const kiln_tinfo *ri = r >= 0 ? info(g, g->nodes[r].out[0]) : NULL;
-        if (ri && ri->rank == 3 && ti->rank == 4 && ri->dims[0] == ti->dims[0] && ri->dims[1] == ti->dims[1] &&
-            ti->dims[0] != KILN_DIM_UNKNOWN && ti->dims[1] != KILN_DIM_UNKNOWN && ti->dims[2] > 0 &&
-            ti->dims[3] > 0 && ri->dims[2] == ti->dims[2] * ti->dims[3]) {
-            aa.out_layout = KILN_ATTN_BSHD;
-            pat_add(&p, t);
-            pat_add(&p, r);
-            y = g->nodes[r].out[0];
+    int y = g->nodes[pv].out[0], retyped = -1; /* the rank-3 merge gives a value a new shape */
+    kiln_tinfo old_info;
+    if (sd.rank == 4) {
+        /* the merge back: Transpose(0,2,1,3) + Reshape [B,S,H*D] */
+        aa.out_layout = KILN_ATTN_BHSD;
+        int t = sole_consumer_op(g, y, KILN_OP_Transpose);
+        if (t >= 0 && perm_is(transpose_perm(g, t, 4), 0, 2, 1, 3)) {
+            int r = sole_consumer_op(g, g->nodes[t].out[0], KILN_OP_Reshape);
+            const kiln_tinfo *ti = info(g, g->nodes[t].out[0]);
+            const kiln_tinfo *ri = r >= 0 ? info(g, g->nodes[r].out[0]) : NULL;
+            if (ri && ri->rank == 3 && ti->rank == 4 && ri->dims[0] == ti->dims[0] && ri->dims[1] == ti->dims[1] &&
+                ti->dims[0] != KILN_DIM_UNKNOWN && ti->dims[1] != KILN_DIM_UNKNOWN && ti->dims[2] > 0 &&
+                ti->dims[3] > 0 && ri->dims[2] == ti->dims[2] * ti->dims[3]) {
+                aa.out_layout = KILN_ATTN_BSHD;
+                pat_add(&p, t);
+                pat_add(&p, r);
+                y = g->nodes[r].out[0];
+            }
+        } else if (t >= 0 && perm_is(transpose_perm(g, t, 4), 2, 0, 1, 3)) {
+            /* sequence first (torch 2.x's nn.MultiheadAttention): [S, B, H, D] + a Reshape */
+            KILN_TRY(merge_seq_first(g, t, sd.d[2], sd.d[0], aa.num_heads, info(g, y)->dims[3], &aa, &p, &y,
+                                     &retyped, &old_info));
         }
+    } else {
+        /* the merge back, sequence first: Transpose(1,0,2) to [Sq, B*H, Dv] + a
+         * Reshape (to [Sq, B, H*Dv], taken in; to [Sq*B, H*Dv] for the output
+         * projection's Gemm, kept: it reads the layer's [Sq, B, H*Dv]) */
+        int t = sole_consumer_op(g, y, KILN_OP_Transpose);
+        const int32_t *pm = t >= 0 ? transpose_perm(g, t, 3) : NULL;
+        if (!pm || pm[0] != 1 || pm[1] != 0 || pm[2] != 2) return KILN_OK;
+        KILN_TRY(merge_seq_first(g, t, sd.d[1], sd.d[0] / aa.num_heads, aa.num_heads, info(g, y)->dims[2], &aa, &p,
+                                 &y, &retyped, &old_info));
+        if (aa.out_layout != KILN_ATTN_SBHD) return KILN_OK;
     }
-    int in[6] = {q, k, v, sc.n_masks > 0 ? sc.masks[0] : -1, sc.cond, sc.n_masks > 1 ? sc.masks[1] : -1};
     int n_in = sc.n_masks > 1 ? 6 : sc.cond >= 0 ? 5 : sc.n_masks > 0 ? 4 : 3;
-    if (!kiln__pat_supports(g, o->device, KILN_OP_Attention, n_in, in, 1, &y, &aa)) return KILN_OK;
+    in[3] = sc.n_masks > 0 ? sc.masks[0] : -1;
+    in[4] = sc.cond;
+    in[5] = sc.n_masks > 1 ? sc.masks[1] : -1;
+    if (p.overflow || !kiln__pat_supports(g, o->device, KILN_OP_Attention, n_in, in, 1, &y, &aa)) {
+        if (retyped >= 0) g->values[retyped].info = old_info;
+        return KILN_OK;
+    }
     return pat_commit(g, &p, KILN_OP_Attention, n_in, in, y, &aa);
 }
 
@@ -996,6 +1250,231 @@ static kiln_status match_split_qkv(kiln_graph *g, const kiln_optimize_opts *o, i
     return KILN_OK;
 }
 
+/* Whether Slice node sl takes columns [lo, hi) of the last axis of its
+ * rank-3 input (constant starts, ends and axes, step 1). */
+static bool slices_columns(const kiln_graph *g, int sl, int64_t lo, int64_t hi) {
+    const kiln_node *n = &g->nodes[sl];
+    double st, en, ax = -1, step = 1;
+    if (n->n_in < 3 || !const_scalar(g, n->in[1], &st) || !const_scalar(g, n->in[2], &en) ||
+        (n->n_in > 3 && n->in[3] >= 0 && !const_scalar(g, n->in[3], &ax)) ||
+        (n->n_in > 4 && n->in[4] >= 0 && !const_scalar(g, n->in[4], &step)))
+        return false;
+    int64_t d = info(g, n->in[0])->dims[2];
+    if (st < 0) st += (double)d;
+    if (en < 0) en += (double)d;
+    if (en > (double)d) en = (double)d; /* ends past the end (INT64_MAX) */
+    return (ax == -1 || ax == 2) && step == 1 && st == (double)lo && en == (double)hi;
+}
+
+/* Whether node n (Squeeze or Unsqueeze) has the one constant axis `axis`
+ * (counted in a tensor of rank `rank`). */
+static bool one_axis(const kiln_graph *g, const kiln_node *n, int64_t axis, int rank) {
+    double a;
+    if (n->n_in < 2 || !const_scalar(g, n->in[1], &a)) return false;
+    return (int64_t)a == axis || (int64_t)a + rank == axis;
+}
+
+/* torch 2.x's packed self-attention projection split into Q, K, V:
+ *   p = Reshape(x [S, B, 3E] -> [S, B, 3, E]); Unsqueeze(p, 0); Transpose perm
+ *   (3, 1, 2, 0, 4); Squeeze(axis 3) -> [3, S, B, E]; Gather(axis 0, i)
+ * gives columns [iE, (i+1)E) of x. The x and i of value v made so, else -1. */
+static int packed_gather_part(const kiln_graph *g, int v, int *x) {
+    int ga = kiln__pat_producer(g, v, KILN_OP_Gather);
+    double idx;
+    if (ga < 0 || g->nodes[ga].n_in < 2 || !const_scalar(g, g->nodes[ga].in[1], &idx) ||
+        info(g, g->nodes[ga].in[1])->rank != 0 || ((const kiln_axis_attrs *)g->nodes[ga].attrs)->axis != 0)
+        return -1;
+    int sq = kiln__pat_producer(g, g->nodes[ga].in[0], KILN_OP_Squeeze);
+    if (sq < 0 || !one_axis(g, &g->nodes[sq], 3, 5)) return -1;
+    int tr = kiln__pat_producer(g, g->nodes[sq].in[0], KILN_OP_Transpose);
+    const int32_t *pm = tr >= 0 ? transpose_perm(g, tr, 5) : NULL;
+    if (!pm || pm[0] != 3 || pm[1] != 1 || pm[2] != 2 || pm[3] != 0 || pm[4] != 4) return -1;
+    int un = kiln__pat_producer(g, g->nodes[tr].in[0], KILN_OP_Unsqueeze);
+    if (un < 0 || !one_axis(g, &g->nodes[un], 0, 5)) return -1;
+    int rs = kiln__pat_producer(g, g->nodes[un].in[0], KILN_OP_Reshape);
+    if (rs < 0) return -1;
+    const kiln_tinfo *xi = info(g, g->nodes[rs].in[0]), *ri = info(g, g->nodes[rs].out[0]);
+    if (xi->rank != 3 || ri->rank != 4 || ri->dims[0] != xi->dims[0] || ri->dims[1] != xi->dims[1] ||
+        ri->dims[2] != 3 || xi->dims[2] != 3 * ri->dims[3] || idx < 0 || idx > 2)
+        return -1;
+    *x = g->nodes[rs].in[0];
+    return (int)idx;
+}
+
+/* The Slice node making v (read by nothing else) when it takes part `part`
+ * of `parts` equal column blocks of a rank-3 float32 value: that value *x
+ * (set when *x < 0, else it must be *x); else -1. */
+static int packed_slice(const kiln_graph *g, int v, int part, int parts, int *x) {
+    int sl = sole_producer(g, v, KILN_OP_Slice);
+    if (sl < 0 || (*x >= 0 && g->nodes[sl].in[0] != *x)) return -1;
+    int src = g->nodes[sl].in[0];
+    const kiln_tinfo *xi = info(g, src);
+    if (!is_f32(g, src) || xi->rank != 3 || xi->dims[2] <= 0 || xi->dims[2] % parts ||
+        !slices_columns(g, sl, part * xi->dims[2] / parts, (part + 1) * xi->dims[2] / parts))
+        return -1;
+    *x = src;
+    return sl;
+}
+
+/* Marks dead the nodes making value v, and those before them along their
+ * first inputs, while nothing reads their outputs any more (the split
+ * nodes an in-place read leaves, so that the values before them have their
+ * true readers for the rewrites that follow); re-links g. */
+static void drop_unread(kiln_graph *g, int v) {
+    for (int guard = 0; guard < 8 && v >= 0; guard++) {
+        kiln__graph_link(g);
+        int ni = g->values[v].producer;
+        if (ni < 0) return;
+        kiln_node *n = &g->nodes[ni];
+        for (int k = 0; k < n->n_out; k++)
+            if (n->out[k] >= 0 && g->values[n->out[k]].n_uses > 0) return;
+        n->dead = true;
+        v = n->n_in > 0 ? n->in[0] : -1;
+    }
+    kiln__graph_link(g);
+}
+
+/* An Attention whose Q, K and V (BSHD, or SBHD) are three Slices of one
+ * [B, S, 3E] (or [S, B, 3E]) value along its last axis, at columns [0, E),
+ * [E, 2E), [2E, 3E), read by it alone (torch 1.13's nn.MultiheadAttention
+ * with its packed in_proj), or the three Gathers of torch 2.x's split of it
+ * (packed_gather_part): it reads the packed value in the QKV (SQKV) layout,
+ * and the copies go. */
+static kiln_status match_slice_qkv(kiln_graph *g, const kiln_optimize_opts *o, int an) {
+    kiln_node *a = &g->nodes[an];
+    kiln_attention_attrs aa = *(const kiln_attention_attrs *)a->attrs;
+    int lay = aa.q_layout;
+    if ((lay != KILN_ATTN_BSHD && lay != KILN_ATTN_SBHD) || aa.k_layout != lay || aa.v_layout != lay) return KILN_OK;
+    int sl[3] = {-1, -1, -1}, x = -1;
+    for (int i = 0; i < 3; i++) {
+        int xg = -1;
+        if (kiln__pat_sole_use(g, a->in[i]) && packed_gather_part(g, a->in[i], &xg) == i &&
+            (i == 0 || xg == x)) { /* torch 2.x: its split nodes go when nothing else reads them */
+            x = xg;
+            if (!is_f32(g, x)) return KILN_OK;
+            continue;
+        }
+        if ((sl[i] = packed_slice(g, a->in[i], i, 3, &x)) < 0) return KILN_OK;
+    }
+    aa.q_layout = aa.k_layout = aa.v_layout = lay == KILN_ATTN_SBHD ? KILN_ATTN_SQKV : KILN_ATTN_QKV;
+    int ain[6] = {x, x, x, -1, -1, -1}; /* the masks stay */
+    for (int i = 3; i < a->n_in && i < 6; i++) ain[i] = a->in[i];
+    if (!kiln__pat_supports(g, o->device, KILN_OP_Attention, a->n_in, ain, 1, a->out, &aa)) return KILN_OK;
+    memcpy(a->attrs, &aa, sizeof aa);
+    int gv[3], ng = 0; /* torch 2.x's split: the Gathers' outputs */
+    for (int i = 0; i < 3; i++) {
+        if (sl[i] >= 0) g->nodes[sl[i]].dead = true;
+        else gv[ng++] = a->in[i];
+        a->in[i] = x;
+    }
+    for (int i = 0; i < ng; i++) drop_unread(g, gv[i]);
+    kiln__graph_link(g);
+    return KILN_OK;
+}
+
+/* Whether every live reader of value v is node ni (and v is no graph output). */
+static bool read_only_by(const kiln_graph *g, int v, int ni) {
+    if (kiln__graph_is_output(g, v)) return false;
+    for (int k = 0; k < g->n_nodes; k++) {
+        const kiln_node *n = &g->nodes[k];
+        if (n->dead || k == ni) continue;
+        for (int i = 0; i < n->n_in; i++)
+            if (n->in[i] == v) return false;
+    }
+    return true;
+}
+
+/* The transpose [B, S, E] <-> [S, B, E] of a rank-3 value info (dims 0 and 1 swapped). */
+static void swap01(kiln_tinfo *t) {
+    int64_t d = t->dims[0];
+    t->dims[0] = t->dims[1];
+    t->dims[1] = d;
+}
+
+/* The Transpose(1, 0, 2) node making v (rank 3) if v has that one reader, else -1. */
+static int swap01_producer(const kiln_graph *g, int v) {
+    int t = sole_producer(g, v, KILN_OP_Transpose);
+    const int32_t *pm = t >= 0 ? transpose_perm(g, t, 3) : NULL;
+    return pm && pm[0] == 1 && pm[1] == 0 && pm[2] == 2 ? t : -1;
+}
+
+/* nn.MultiheadAttention(batch_first=True) as torch 1.13 exports it: the
+ * sequence-first block between Transpose(1,0,2) of its [B, S, E] input and
+ * Transpose(1,0,2) of its output. A projection (a FusedMatMul without a
+ * residual) mixes the last axis only, so it runs as well on [B, S, E]:
+ *   FusedMatMul(Transpose(x)) -> Attention (SQKV)  becomes
+ *   FusedMatMul(x) -> Attention (QKV), and
+ *   Attention (out SBHD) -> FusedMatMul -> Transpose  becomes
+ *   Attention (out BSHD) -> FusedMatMul,
+ * each where the values between are read by the block alone: two
+ * transposes fewer per attention block (ViT). */
+static kiln_status match_batch_first(kiln_graph *g, const kiln_optimize_opts *o, int an) {
+    kiln_node *a = &g->nodes[an];
+    kiln_attention_attrs aa = *(const kiln_attention_attrs *)a->attrs;
+    int x = a->in[0], y = a->out[0];
+    int f1 = aa.q_layout == KILN_ATTN_SQKV && a->in[1] == x && a->in[2] == x && read_only_by(g, x, an)
+                 ? kiln__pat_producer(g, x, KILN_OP_FusedMatMul) : -1;
+    int t1 = f1 >= 0 && g->nodes[f1].n_in <= 3 ? swap01_producer(g, g->nodes[f1].in[0]) : -1;
+    int f2 = aa.out_layout == KILN_ATTN_SBHD ? sole_consumer_op(g, y, KILN_OP_FusedMatMul) : -1;
+    int t2 = -1;
+    if (f2 >= 0 && g->nodes[f2].n_in <= 3 && g->nodes[f2].in[0] == y && info(g, y)->rank == 3) {
+        t2 = sole_consumer_op(g, g->nodes[f2].out[0], KILN_OP_Transpose);
+        const int32_t *pm = t2 >= 0 ? transpose_perm(g, t2, 3) : NULL;
+        if (!pm || pm[0] != 1 || pm[1] != 0 || pm[2] != 2) t2 = -1;
+    }
+    if (t1 < 0 && t2 < 0) return KILN_OK;
+    kiln_tinfo xi = *info(g, x), yi = *info(g, y);
+    if (t1 >= 0) {
+        aa.q_layout = aa.k_layout = aa.v_layout = KILN_ATTN_QKV;
+        swap01(&g->values[x].info);
+    }
+    if (t2 >= 0) {
+        aa.out_layout = KILN_ATTN_BSHD;
+        swap01(&g->values[y].info);
+    }
+    if (!kiln__pat_supports(g, o->device, KILN_OP_Attention, a->n_in, a->in, 1, a->out, &aa)) {
+        g->values[x].info = xi;
+        g->values[y].info = yi;
+        return KILN_OK;
+    }
+    memcpy(a->attrs, &aa, sizeof aa);
+    if (t1 >= 0) {
+        g->nodes[f1].in[0] = g->nodes[t1].in[0];
+        g->nodes[t1].dead = true;
+    }
+    if (t2 >= 0) {
+        g->nodes[f2].out[0] = g->nodes[t2].out[0];
+        g->nodes[t2].dead = true;
+    }
+    kiln__graph_link(g);
+    return KILN_OK;
+}
+
+/* Cross attention (torch's nn.MultiheadAttention with a separate key/value
+ * input): K and V (BSHD, or SBHD) are two Slices of one [B, S', 2E] (or
+ * [S', B, 2E]) projection at columns [0, E) and [E, 2E), read by it alone:
+ * the Attention reads that value in the KV (SKV) layout and the Slices go. */
+static kiln_status match_slice_kv(kiln_graph *g, const kiln_optimize_opts *o, int an) {
+    kiln_node *a = &g->nodes[an];
+    kiln_attention_attrs aa = *(const kiln_attention_attrs *)a->attrs;
+    int lay = aa.k_layout;
+    if ((lay != KILN_ATTN_BSHD && lay != KILN_ATTN_SBHD) || aa.v_layout != lay) return KILN_OK;
+    int sl[2], x = -1;
+    for (int i = 0; i < 2; i++)
+        if ((sl[i] = packed_slice(g, a->in[1 + i], i, 2, &x)) < 0) return KILN_OK;
+    aa.k_layout = aa.v_layout = lay == KILN_ATTN_SBHD ? KILN_ATTN_SKV : KILN_ATTN_KV;
+    int ain[6] = {a->in[0], x, x, -1, -1, -1}; /* the masks stay */
+    for (int i = 3; i < a->n_in && i < 6; i++) ain[i] = a->in[i];
+    if (!kiln__pat_supports(g, o->device, KILN_OP_Attention, a->n_in, ain, 1, a->out, &aa)) return KILN_OK;
+    memcpy(a->attrs, &aa, sizeof aa);
+    for (int i = 0; i < 2; i++) {
+        a->in[1 + i] = x;
+        g->nodes[sl[i]].dead = true;
+    }
+    kiln__graph_link(g);
+    return KILN_OK;
+}
+
 /* ======================================================================= */
 
 kiln_status kiln__opt_transformer(kiln_graph *g, const kiln_optimize_opts *o) {
@@ -1026,6 +1505,9 @@ kiln_status kiln__opt_transformer(kiln_graph *g, const kiln_optimize_opts *o) {
         if (!g->nodes[ni].dead && g->nodes[ni].op_id == KILN_OP_Attention) {
             KILN_TRY(match_qkv(g, o, ni));
             if (!g->nodes[ni].dead && g->nodes[ni].op_id == KILN_OP_Attention) KILN_TRY(match_split_qkv(g, o, ni));
+            if (!g->nodes[ni].dead && g->nodes[ni].op_id == KILN_OP_Attention) KILN_TRY(match_slice_qkv(g, o, ni));
+            if (!g->nodes[ni].dead && g->nodes[ni].op_id == KILN_OP_Attention) KILN_TRY(match_slice_kv(g, o, ni));
+            if (!g->nodes[ni].dead && g->nodes[ni].op_id == KILN_OP_Attention) KILN_TRY(match_batch_first(g, o, ni));
         }
     return KILN_OK;
 }

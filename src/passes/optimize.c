@@ -27,7 +27,9 @@ static const struct {
                                                     "split and merge around them) into kiln.Attention"},
     [KILN_PASS_FUSE_MATMUL] = {"fuse_matmul",
                                "MatMul/Gemm + bias + residual + Relu/Gelu into kiln.FusedMatMul"},
-    [KILN_PASS_FUSE_QKV] = {"fuse_qkv", "an Attention's Q, K and V projections into one FusedMatMul"},
+    [KILN_PASS_FUSE_QKV] = {"fuse_qkv", "an Attention's Q, K and V projections into one FusedMatMul (a "
+                                        "packed one's Split/Slices read in place; batch_first "
+                                        "MultiheadAttention's transposes dropped)"},
     [KILN_PASS_FUSE_ADD_LAYERNORM] = {"fuse_add_layernorm",
                                       "Add + LayerNormalization into kiln.AddLayerNorm (the sum an output "
                                       "too where it is read elsewhere)"},

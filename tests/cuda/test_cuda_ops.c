@@ -1601,6 +1601,38 @@ TEST(test_fused_transformer) {
          trand(F16, -1, 1, S(2, 2, 64, 128)), trand(F16, -1, 1, S(2, 2, 128, 64)), NULL, NULL,
          trand(F16, -1, 1, S(2, 1, 128, 128)));
 
+    /* sequence first (torch's nn.MultiheadAttention): Q, K, V and O [S, B, H*D]
+     * (SBHD), or Q, K, V side by side in one [S, B, 3*H*D] (SQKV) with its key
+     * padding mask as a cond ([B, 1, 1, Sk], -inf added) and a float [S, S]
+     * attn_mask */
+    kiln_attention_attrs sbhd = {.num_heads = 2, .q_layout = KILN_ATTN_SBHD, .k_layout = KILN_ATTN_SBHD,
+                                 .v_layout = KILN_ATTN_SBHD, .out_layout = KILN_ATTN_SBHD, .scale = 0.2f};
+    kiln_attention_attrs sqkv = {.num_heads = 3, .q_layout = KILN_ATTN_SQKV, .k_layout = KILN_ATTN_SQKV,
+                                 .v_layout = KILN_ATTN_SQKV, .out_layout = KILN_ATTN_SBHD, .scale = 0.125f,
+                                 .cond_mode = KILN_ATTN_COND_ADD, .cond_fill_if = 1, .fill = -INFINITY};
+    for (int k = 0; k < 3; k++) {
+        kiln_dtype t = k == 0 ? F32 : k == 1 ? F16 : BF16;
+        double tol = k == 0 ? 1e-9 : k == 1 ? 1e-5 : 1e-4;
+        CASE(k == 0 ? "sbhd_mask_f32" : k == 1 ? "sbhd_mask_f16" : "sbhd_mask_bf16", Attention, &sbhd, 1, 0, tol,
+             trand(t, -1, 1, S(9, 3, 64)), trand(t, -1, 1, S(70, 3, 64)), trand(t, -1, 1, S(70, 3, 64)),
+             trand(t, -2, 0, S(3, 1, 1, 70)));
+        kiln_attention_attrs skv = sbhd; /* cross attention: K and V side by side, Sk != Sq */
+        skv.k_layout = skv.v_layout = KILN_ATTN_SKV;
+        kiln_tensor *kv = trand(t, -1, 1, S(70, 3, 2 * 2 * 64));
+        CASE(k == 0 ? "skv_cross_f32" : k == 1 ? "skv_cross_f16" : "skv_cross_bf16", Attention, &skv, 1, 0, tol,
+             trand(t, -1, 1, S(9, 3, 2 * 64)), kv, kv);
+        kiln_attention_attrs bkv = skv; /* batch first */
+        bkv.q_layout = bkv.out_layout = KILN_ATTN_BSHD;
+        bkv.k_layout = bkv.v_layout = KILN_ATTN_KV;
+        kiln_tensor *kvb = trand(t, -1, 1, S(3, 33, 2 * 2 * 64));
+        CASE(k == 0 ? "kv_cross_f32" : k == 1 ? "kv_cross_f16" : "kv_cross_bf16", Attention, &bkv, 1, 0, tol,
+             trand(t, -1, 1, S(3, 9, 2 * 64)), kvb, kvb, trand(t, -2, 0, S(3, 1, 1, 33)));
+        kiln_tensor *x = trand(t, -1, 1, S(77, 2, 3 * 3 * 64)), *c = tnew(BOOL, 4, (int64_t[]){2, 1, 1, 77});
+        for (int j = 70; j < 77; j++) ((uint8_t *)c->data)[77 + j] = 1; /* batch 1: the last 7 keys padded */
+        CASE(k == 0 ? "sqkv_kpm_causal_f32" : k == 1 ? "sqkv_kpm_causal_f16" : "sqkv_kpm_causal_bf16", Attention,
+             &sqkv, 1, 0, tol, x, x, x, trand(t, -2, 0, S(77, 77)), c);
+    }
+
     /* The tensor-core kernel's ways of sharing out the work (k_attn_plan.h),
      * each forced in turn, then chosen: 16 rows per CTA with 4 warps over the
      * keys (small batches; partials merged in shared memory), the 32/64-row
@@ -1648,6 +1680,13 @@ TEST(test_fused_transformer) {
              trand(F16, -2, 0, S(1, 1, 1, 200)), NULL, trand(F16, -1, 1, S(1, 2, 200, 200)));
         CASE(SPLIT_NAME("b1_d32_s300_bf16"), Attention, &h2, 1, 0, 1e-4, trand(BF16, -1, 1, S(1, 2, 300, 32)),
              trand(BF16, -1, 1, S(1, 2, 300, 32)), trand(BF16, -1, 1, S(1, 2, 300, 32)));
+        /* ViT-B/16 at batch 1: 197 tokens, 12 heads of 64, Q, K, V packed sequence first */
+        {
+            kiln_attention_attrs vit = {.num_heads = 12, .q_layout = KILN_ATTN_SQKV, .k_layout = KILN_ATTN_SQKV,
+                                        .v_layout = KILN_ATTN_SQKV, .out_layout = KILN_ATTN_SBHD, .scale = 0.125f};
+            kiln_tensor *x = trand(F16, -1, 1, S(197, 1, 3 * 768));
+            CASE(SPLIT_NAME("b1_vit_sqkv_s197_f16"), Attention, &vit, 1, 0, 1e-5, x, x, x);
+        }
         /* every key masked out (NaN, or 0 with nan_to_zero) */
         {
             kiln_tensor *x = trand(F16, -1, 1, S(1, 19, 3 * 3 * 32)), *c = tnew(BOOL, 4, (int64_t[]){1, 1, 1, 19});

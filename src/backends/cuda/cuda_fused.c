@@ -179,35 +179,36 @@ kiln_status kiln__cu_gelu_run(const kiln_kernel_args *a) {
 /* ---- Attention --------------------------------------------------------------------------------- */
 
 /* Strides (b, h, s, d) and sizes of an operand of rank/dims in `layout`
- * (role 0, 1, 2: Q, K, V; the QKV layout puts them side by side: *off is
- * the element offset of the role's columns). */
+ * (role 0, 1, 2: Q, K, V; the QKV and KV layouts put them side by side: *off
+ * is the element offset of the role's columns); *B its batch size. */
 static bool attn_strides(int layout, int role, int rank, const int64_t *dims, int64_t H, int64_t *st,
-                         int64_t *S, int64_t *D, int64_t *off) {
+                         int64_t *B, int64_t *S, int64_t *D, int64_t *off) {
     *off = 0;
     switch (layout) {
-    case KILN_ATTN_QKV:
-        if (rank != 3 || H <= 0 || dims[2] < 0 || dims[2] % (3 * H)) return false;
-        *S = dims[1];
-        *D = dims[2] / (3 * H);
-        *off = role * H * *D;
-        st[0] = dims[1] * dims[2];
-        st[1] = *D;
-        st[2] = dims[2];
-        st[3] = 1;
-        return true;
     case KILN_ATTN_BSHD:
-        if (rank != 3 || H <= 0 || dims[2] < 0 || dims[2] % H) return false;
-        *S = dims[1];
-        *D = dims[2] / H;
-        st[0] = dims[1] * dims[2];
+    case KILN_ATTN_QKV:
+    case KILN_ATTN_SBHD:
+    case KILN_ATTN_SQKV:
+    case KILN_ATTN_KV:
+    case KILN_ATTN_SKV: {
+        int64_t parts = kiln__attn_layout_parts(layout);
+        bool sf = layout == KILN_ATTN_SBHD || layout == KILN_ATTN_SQKV || layout == KILN_ATTN_SKV; /* [S, B, ...] */
+        if (rank != 3 || H <= 0 || dims[2] < 0 || dims[2] % (parts * H) || (parts == 2 && role == 0)) return false;
+        *B = dims[sf ? 1 : 0];
+        *S = dims[sf ? 0 : 1];
+        *D = dims[2] / (parts * H);
+        *off = parts == 3 ? role * H * *D : parts == 2 ? (role - 1) * H * *D : 0;
+        st[0] = sf ? dims[2] : dims[1] * dims[2];
         st[1] = *D;
-        st[2] = dims[2];
+        st[2] = sf ? dims[1] * dims[2] : dims[2];
         st[3] = 1;
         return true;
+    }
     case KILN_ATTN_BHSD:
     case KILN_ATTN_BHDS: {
         if (rank != 4) return false;
         bool ds = layout == KILN_ATTN_BHDS; /* [B, H, D, S] */
+        *B = dims[0];
         *S = dims[ds ? 3 : 2];
         *D = dims[ds ? 2 : 3];
         st[0] = dims[1] * dims[2] * dims[3];
@@ -233,14 +234,14 @@ bool kiln__cu_attention_supports(const kiln_graph *g, const kiln_node *n) {
         at->cond_mode < KILN_ATTN_COND_NONE || at->cond_mode > KILN_ATTN_COND_ADD)
         return false;
     if (at->q_layout == KILN_ATTN_BHDS || at->v_layout == KILN_ATTN_BHDS ||
-        (at->out_layout != KILN_ATTN_BSHD && at->out_layout != KILN_ATTN_BHSD))
+        (at->out_layout != KILN_ATTN_BSHD && at->out_layout != KILN_ATTN_BHSD && at->out_layout != KILN_ATTN_SBHD))
         return false;
     /* head sizes must be known and small enough for the kernel */
     const int lay[3] = {at->q_layout, at->k_layout, at->v_layout};
     for (int i = 0; i < 3; i++) {
         const kiln_tinfo *x = kiln__cu_in(g, n, i);
-        int64_t st[4], S, D, off;
-        if (!x || !attn_strides(lay[i], i, x->rank, x->dims, at->num_heads, st, &S, &D, &off) ||
+        int64_t st[4], B, S, D, off;
+        if (!x || !attn_strides(lay[i], i, x->rank, x->dims, at->num_heads, st, &B, &S, &D, &off) ||
             D < 0 || D > KCU_ATTN_MAX_D)
             return false;
     }
@@ -283,23 +284,22 @@ kiln_status kiln__cu_attention_run(const kiln_kernel_args *a) {
                          node, at->cond_mode);
     kcu_attn g;
     memset(&g, 0, sizeof g);
-    int64_t H = at->num_heads, Sk2, Dk, Dq, qo, ko, vo;
-    if (!attn_strides(at->q_layout, 0, Q->rank, Q->dims, H, g.qs, &g.Sq, &Dq, &qo) ||
-        !attn_strides(at->k_layout, 1, K->rank, K->dims, H, g.ks, &g.Sk, &Dk, &ko) ||
-        !attn_strides(at->v_layout, 2, V->rank, V->dims, H, g.vs, &Sk2, &g.Dv, &vo) || Dq != Dk ||
-        Sk2 != g.Sk || at->q_layout == KILN_ATTN_BHDS || at->v_layout == KILN_ATTN_BHDS)
+    int64_t H = at->num_heads, Sk2, Dk, Dq, qo, ko, vo, Bk, Bv;
+    if (!attn_strides(at->q_layout, 0, Q->rank, Q->dims, H, g.qs, &g.B, &g.Sq, &Dq, &qo) ||
+        !attn_strides(at->k_layout, 1, K->rank, K->dims, H, g.ks, &Bk, &g.Sk, &Dk, &ko) ||
+        !attn_strides(at->v_layout, 2, V->rank, V->dims, H, g.vs, &Bv, &Sk2, &g.Dv, &vo) || Dq != Dk ||
+        Sk2 != g.Sk || Bk != g.B || Bv != g.B || at->q_layout == KILN_ATTN_BHDS || at->v_layout == KILN_ATTN_BHDS)
         return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (Attention): operands do not fit their layouts",
                          node);
-    g.B = Q->dims[0];
     g.H = H;
     g.D = Dq;
     if (g.D > KCU_ATTN_MAX_D || g.Dv > KCU_ATTN_MAX_D)
         return KILN_FAIL(KILN_ERR_UNSUPPORTED,
                          "node '%s' (Attention): head size %lld (the CUDA kernel takes up to %d)", node,
                          (long long)(g.D > g.Dv ? g.D : g.Dv), KCU_ATTN_MAX_D);
-    int64_t s2, d2, oo;
-    if (!attn_strides(at->out_layout, 0, O->rank, O->dims, H, g.os, &s2, &d2, &oo) || s2 != g.Sq ||
-        d2 != g.Dv || O->dims[0] != g.B)
+    int64_t b2, s2, d2, oo;
+    if (!attn_strides(at->out_layout, 0, O->rank, O->dims, H, g.os, &b2, &s2, &d2, &oo) || s2 != g.Sq ||
+        d2 != g.Dv || b2 != g.B)
         return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (Attention): output shape does not fit", node);
     g.scale = at->scale;
     int64_t full[4] = {g.B, H, g.Sq, g.Sk};

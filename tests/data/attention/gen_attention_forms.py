@@ -26,6 +26,7 @@ optimized engine must agree with the unoptimized one.
 
 Weights are random; sizes are tiny (hidden 32, 2 heads, sequence 8) so the
 files stay a few kB."""
+import contextlib
 import math
 import os
 import sys
@@ -99,6 +100,96 @@ class Block(torch.nn.Module):
         return self.o(y) + x
 
 
+class Mha(torch.nn.Module):
+    """torch's nn.MultiheadAttention (fused in_proj, out_proj) in form `form`:
+    mha_sf (sequence first, x [S, B, E]), mha_bf (batch_first, x [B, S, E]),
+    with _kpm a key_padding_mask (mask == 0), with _causal a float attn_mask
+    [S, S] of -inf above the diagonal; mha_sf_cross: cross attention to the
+    first S - 3 positions (K and V from one packed [S', B, 2E] projection),
+    need_weights left at its default (the weights unused). torch 1.13 exports these as rank-3
+    [B*H, S, D] products (baddbmm when a mask is given); torch 2.x without
+    need_weights through scaled_dot_product_attention."""
+
+    def __init__(self, form):
+        super().__init__()
+        torch.manual_seed(0)
+        self.form = form
+        self.a = torch.nn.MultiheadAttention(E, H, batch_first="_bf" in form)
+
+    def forward(self, x, mask):
+        kpm = (mask == 0) if "_kpm" in self.form else None
+        am = torch.triu(torch.full((S, S), float("-inf")), 1) if "_causal" in self.form else None
+        if self.form == "mha_sf_cross":
+            mem = x[: S - 3]
+            return self.a(x, mem, mem)[0] + x
+        return self.a(x, x, x, need_weights=False, key_padding_mask=kpm, attn_mask=am)[0] + x
+
+
+class Mha2Written(torch.nn.Module):
+    """torch 2.x's F.multi_head_attention_forward (need_weights=False) written
+    out, as its TorchScript export reads: the packed projection split by
+    view(S, B, 3, E).unsqueeze(0).transpose(0, -2).squeeze(-2)[i], the
+    sequence-first head split viewed as [B, H, S, D], the exporter's
+    scaled_dot_product_attention (Q and K^T each scaled by sqrt(1/sqrt(D))),
+    permute(2, 0, 1, 3) back; mha2w_sf_kpm with the key padding mask as torch
+    2.x merges it (a float [B*H, 1, S] viewed as [B, H, 1, S]), mha2w_bf batch
+    first. (A torch 2.x run exports torch's own module as mha_* too.)"""
+
+    def __init__(self, form):
+        super().__init__()
+        torch.manual_seed(0)
+        self.form = form
+        self.in_proj, self.out_proj = torch.nn.Linear(E, 3 * E), torch.nn.Linear(E, E)
+
+    def forward(self, x, mask):
+        y = x.transpose(1, 0) if "_bf" in self.form else x
+        S_, B_ = y.shape[0], y.shape[1]
+        p = self.in_proj(y).view(S_, B_, 3, E).unsqueeze(0).transpose(0, -2).squeeze(-2).contiguous()
+        q, k, v = (t.view(S_, B_ * H, D).transpose(0, 1) for t in (p[0], p[1], p[2]))
+        am = None
+        if "_kpm" in self.form:
+            kp = (mask == 0).view(B_, 1, 1, S_).expand(-1, H, -1, -1).reshape(B_ * H, 1, S_)
+            am = torch.zeros_like(kp, dtype=q.dtype).masked_fill_(kp, float("-inf")).view(B_, H, -1, S_)
+        q, k, v = (t.view(B_, H, S_, D) for t in (q, k, v))
+        sc = math.sqrt(1.0 / math.sqrt(D))
+        w = torch.matmul(q * sc, k.transpose(-2, -1) * sc)
+        o = torch.matmul(torch.softmax(w if am is None else w + am, dim=-1), v)
+        o = self.out_proj(o.permute(2, 0, 1, 3).contiguous().view(B_ * S_, E)).view(S_, B_, E)
+        return (o.transpose(1, 0) if "_bf" in self.form else o) + x
+
+
+class EncoderStack(torch.nn.Module):
+    """nn.TransformerEncoder of two nn.TransformerEncoderLayer (batch_first,
+    dropout 0, GELU, norm_first for `enc_prenorm`) with a key padding mask."""
+
+    def __init__(self, form):
+        super().__init__()
+        torch.manual_seed(0)
+        layer = torch.nn.TransformerEncoderLayer(E, H, 64, dropout=0.0, activation="gelu", batch_first=True,
+                                                 norm_first=form == "enc_prenorm")
+        kw = {"enable_nested_tensor": False} if "enable_nested_tensor" in torch.nn.TransformerEncoder.__init__.__code__.co_varnames else {}
+        self.enc = torch.nn.TransformerEncoder(layer, 2, **kw)
+
+    def forward(self, x, mask):
+        return self.enc(x, src_key_padding_mask=(mask == 0))
+
+
+def tv_vit():
+    """torchvision's VisionTransformer (vit_b_16's class) at a tiny size: two
+    encoder blocks of nn.MultiheadAttention(batch_first=True)."""
+    from torchvision.models.vision_transformer import VisionTransformer
+    torch.manual_seed(0)
+    m = VisionTransformer(image_size=16, patch_size=8, num_layers=2, num_heads=H, hidden_dim=E, mlp_dim=64,
+                          num_classes=10)
+    torch.nn.init.normal_(m.heads.head.weight, std=0.5)  # torchvision makes it zeros: the output would be 0
+    px = torch.randn(B, 3, 16, 16, generator=torch.Generator().manual_seed(3))
+    return ("tv_vit", m, (px,), [("x", "f", (B, 3, 16, 16))], 2)
+
+
+MHA_FORMS = ["mha_sf", "mha_sf_kpm", "mha_sf_causal", "mha_sf_cross", "mha_bf", "mha_bf_kpm_causal"]
+MHA2W_FORMS = ["mha2w_sf", "mha2w_sf_kpm", "mha2w_bf"]
+ENC_FORMS = ["enc_postnorm", "enc_prenorm"]
+
 FORMS = ["div_addmask", "mulq_mask_bss", "kT_bias_mask", "two_adds", "masked_fill", "causal_where"]
 SDPA_FORMS = ["sdpa_bool", "sdpa_float_bss", "sdpa_nomask", "sdpa_causal", "sdpa_scale_bias"]
 
@@ -160,17 +251,24 @@ def hf_models():
     return out
 
 
-def export(model, args, specs, path, dynamo):
+def export(model, args, specs, path, dynamo, opset=14, seq_first=None):
+    """seq_first: None for the hand-written blocks and Hugging Face models
+    (exported under no_grad); True/False for torch's own attention modules."""
     names = [s[0] for s in specs]
+    bdim = {n: 1 if seq_first is True and n in ("x", "y") else 0 for n in names + ["y"]}  # x [S, B, E]: batch is dim 1
     model.eval()
-    with torch.no_grad():
+    # nn.MultiheadAttention / nn.TransformerEncoderLayer in eval mode under no_grad take
+    # torch's fused fast path (aten::_native_multi_head_attention), which the
+    # TorchScript exporter cannot export; exported with grad enabled (as
+    # bench/model_zoo.py exports torchvision's ViT), they write the decomposed form.
+    with (contextlib.nullcontext() if seq_first is not None else torch.no_grad()):
         if dynamo:
             torch.onnx.export(model, args, path, input_names=names, output_names=["y"], dynamo=True, external_data=False,
                               optimize=True, verbose=False)
         else:
             kw = {"dynamo": False} if TV >= (2, 5) else {}
             torch.onnx.export(model, args, path, input_names=names, output_names=["y"], opset_version=17
-                              if TV >= (2, 0) else 14, dynamic_axes={**{n: {0: "batch"} for n in names}, "y": {0: "batch"}},
+                              if TV >= (2, 0) else opset, dynamic_axes={n: {bdim[n]: "batch"} for n in names + ["y"]},
                               **kw)
 
 
@@ -197,6 +295,19 @@ def main():
     bargs, bspecs = block_inputs()
     for f in FORMS + (SDPA_FORMS if HAS_SDPA else []):
         cases.append((f, Block(f), bargs, bspecs, 1))
+    (x, mask), _ = block_inputs()
+    for f in MHA_FORMS:  # sequence first: x [S, B, E]
+        xf = x if "_bf" in f else x.transpose(0, 1).contiguous()
+        cases.append((f, Mha(f), (xf, mask), [("x", "f", tuple(xf.shape)), ("mask", "m", (B, S))], 1))
+    for f in MHA2W_FORMS:
+        xf = x if "_bf" in f else x.transpose(0, 1).contiguous()
+        cases.append((f, Mha2Written(f), (xf, mask), [("x", "f", tuple(xf.shape)), ("mask", "m", (B, S))], 1))
+    for f in ENC_FORMS:
+        cases.append((f, EncoderStack(f), bargs, bspecs, 2))
+    try:
+        cases.append(tv_vit())
+    except ImportError as ex:
+        print(f"no torchvision: {ex}")
     try:
         cases += hf_models()
     except ImportError as ex:
@@ -206,7 +317,9 @@ def main():
         for name, model, args, specs, n_attn in cases:
             fn = f"{TAG}_{exp}_{name}.onnx"
             try:
-                export(model, args, specs, os.path.join(out_dir, fn), exp == "dy")
+                new = name.startswith(("mha", "enc_", "tv_"))  # added later: at opset 17, as torchvision's zoo
+                export(model, args, specs, os.path.join(out_dir, fn), exp == "dy", opset=17 if new else 14,
+                       seq_first=name.startswith(("mha_sf", "mha2w_sf")) if new else None)
                 shrink(os.path.join(out_dir, fn))
             except Exception as ex:  # report and go on: one form failing must not hide the others
                 print(f"{fn}: export failed: {type(ex).__name__}: {str(ex)[:300]}")
