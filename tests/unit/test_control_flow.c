@@ -295,9 +295,9 @@ TEST(if_branches_read_outer_values) {
 /* Loop(M, cond) with carried v that grows by one element (outer x) each
  * iteration, scan output = iteration number as float; the body's cond is
  * iter < limit (an outer value). */
-static Onnx__GraphProto *loop_body(pool *a) {
+static Onnx__GraphProto *loop_body_decl(pool *a, const int64_t *dn) {
     gparts b = {0};
-    int64_t d1[] = {1}, dn[] = {-1};
+    int64_t d1[] = {1};
     Onnx__NodeProto *cat = nd(a, "Concat", "v_in,x", "v_out");
     a_int(a, cat, "axis", 0);
     b.node[b.n_node++] = cat;
@@ -315,14 +315,19 @@ static Onnx__GraphProto *loop_body(pool *a) {
     return graph(a, &b);
 }
 
-static Onnx__GraphProto *loop_model(pool *a, const char *loop_inputs) {
+static Onnx__GraphProto *loop_body(pool *a) { return loop_body_decl(a, (int64_t[]){-1}); }
+
+/* body_v: the shape the body declares for v_in and v_out (NULL: [?]); v0_dim:
+ * the dim the graph declares for v0 (-1: dynamic). */
+static Onnx__GraphProto *loop_model_decl(pool *a, const char *loop_inputs, const int64_t *body_v,
+                                         int64_t v0_dim) {
     gparts mg = {0};
     int64_t d1[] = {1};
     Onnx__NodeProto *n = nd(a, "Loop", loop_inputs, "v_final,scan");
-    a_graph(a, n, "body", loop_body(a));
+    a_graph(a, n, "body", body_v ? loop_body_decl(a, body_v) : loop_body(a));
     mg.node[mg.n_node++] = n;
     mg.in[mg.n_in++] = vi(a, "M", I64, 0, NULL);
-    mg.in[mg.n_in++] = vi(a, "v0", F, 1, d1);
+    mg.in[mg.n_in++] = vi(a, "v0", F, 1, (int64_t[]){v0_dim});
     mg.in[mg.n_in++] = vi(a, "x", F, 1, d1);
     mg.in[mg.n_in++] = vi(a, "limit", I64, 0, NULL);
     float t = 1;
@@ -332,6 +337,10 @@ static Onnx__GraphProto *loop_model(pool *a, const char *loop_inputs) {
     mg.out[mg.n_out++] = vi(a, "v_final", F, 1, (int64_t[]){-1});
     mg.out[mg.n_out++] = vi(a, "scan", F, 1, (int64_t[]){-1});
     return graph(a, &mg);
+}
+
+static Onnx__GraphProto *loop_model(pool *a, const char *loop_inputs) {
+    return loop_model_decl(a, loop_inputs, NULL, 1);
 }
 
 static void run_loop(kiln_context *c, int64_t M, int64_t limit, int iters) {
@@ -368,6 +377,30 @@ TEST(loop_trip_count_and_cond) {
     kiln_engine_free(e);
     kiln_model_free(m);
     pool_free(&a);
+}
+
+/* torch's exporter declares a loop-carried body input with the shape of the
+ * first iteration (Mask R-CNN's paste-masks loop: [0x320x320], then
+ * [1x320x320], ...). The declared dims are a hint: the carried value may
+ * grow, whether the Loop's own input is static or dynamic at build. */
+TEST(loop_carried_declared_first_shape) {
+    for (int64_t v0_dim = 1; v0_dim >= -1; v0_dim -= 2) {
+        pool a = {0};
+        kiln_model *m = NULL;
+        kiln_engine *e = NULL;
+        kiln_context *c = NULL;
+        CHECK_OK(load(&a, loop_model_decl(&a, "M,cond,v0", (int64_t[]){1}, v0_dim), 13, &m));
+        CHECK_OK(make_ctx(m, 0, &e, &c));
+        if (c) {
+            run_loop(c, 3, 100, 3);
+            run_loop(c, 0, 4, 0);
+            run_loop(c, 10, 4, 5);
+        }
+        kiln_context_free(c);
+        kiln_engine_free(e);
+        kiln_model_free(m);
+        pool_free(&a);
+    }
 }
 
 TEST(loop_engine_saved_and_loaded) {
@@ -664,6 +697,7 @@ TEST(bad_subgraphs) {
 int main(void) {
     RUN(if_branches_read_outer_values);
     RUN(loop_trip_count_and_cond);
+    RUN(loop_carried_declared_first_shape);
     RUN(loop_engine_saved_and_loaded);
     RUN(scan_directions_and_axes);
     RUN(loop_nested_in_if);
