@@ -541,6 +541,153 @@ TEST(loop_nested_in_if) {
     pool_free(&a);
 }
 
+/* ---- sequences resolved at build ---------------------------------------------- */
+
+/* A sequence type whose elements are float tensors of rank `rank`. */
+static Onnx__ValueInfoProto *vi_seq(pool *a, const char *name, int rank) {
+    Onnx__ValueInfoProto *v = vi(a, name, F, rank, (int64_t[]){-1, -1, -1, -1});
+    Onnx__TypeProto *tp = px(a, sizeof *tp), *el = v->type;
+    onnx__type_proto__init(tp);
+    Onnx__TypeProto__Sequence *sq = px(a, sizeof *sq);
+    onnx__type_proto__sequence__init(sq);
+    sq->elem_type = el;
+    tp->value_case = ONNX__TYPE_PROTO__VALUE_SEQUENCE_TYPE;
+    tp->sequence_type = sq;
+    v->type = tp;
+    return v;
+}
+
+static Onnx__TensorProto *i64s(pool *a, const char *name, int rank, int n, const int64_t *v) {
+    return init(a, name, I64, rank, (int64_t[]){n}, v, sizeof *v * (size_t)n);
+}
+
+/* torch's `tensor_split(x, (1, 3))` form (as mvit_v1_b's attention pooling
+ * exports it): SequenceEmpty, a Loop of 2 iterations whose body
+ * SequenceInserts x[idx[i]:idx[i+1]], one more SequenceInsert, SequenceAt;
+ * then the other sequence ops on it. `m_input`: M is a graph input, so the
+ * loop cannot be unrolled. */
+static Onnx__GraphProto *seq_model(pool *a, bool m_input) {
+    gparts b = {0}, mg = {0};
+    int64_t d43[] = {4, 3};
+    b.node[b.n_node++] = nd(a, "Gather", "idx,i", "st");
+    b.node[b.n_node++] = nd(a, "Add", "i,one", "i1");
+    b.node[b.n_node++] = nd(a, "Gather", "idx,i1", "en");
+    b.node[b.n_node++] = nd(a, "Slice", "x,st,en,ax", "piece");
+    b.node[b.n_node++] = nd(a, "SequenceInsert", "s_in,piece", "s_out");
+    b.node[b.n_node++] = nd(a, "Identity", "cond", "c_out");
+    b.init[b.n_init++] = i64s(a, "one", 1, 1, (int64_t[]){1});
+    b.in[b.n_in++] = vi(a, "i", I64, 1, (int64_t[]){1});
+    b.in[b.n_in++] = vi(a, "c", B, 0, NULL);
+    b.in[b.n_in++] = vi_seq(a, "s_in", 2);
+    b.out[b.n_out++] = vi(a, "c_out", B, 0, NULL);
+    b.out[b.n_out++] = vi_seq(a, "s_out", 2);
+
+    mg.node[mg.n_node++] = nd(a, "SequenceEmpty", "", "s0");
+    Onnx__NodeProto *loop = nd(a, "Loop", "M,cond,s0", "s2");
+    loop->name = pstr(a, "split_loop");
+    a_graph(a, loop, "body", graph(a, &b));
+    mg.node[mg.n_node++] = loop;
+    Onnx__NodeProto *c3 = nd(a, "Constant", "", "st3"), *c4 = nd(a, "Constant", "", "en4");
+    attr(a, c3, "value", ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__TENSOR)->t =
+        i64s(a, "", 1, 1, (int64_t[]){3});
+    attr(a, c4, "value", ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__TENSOR)->t =
+        i64s(a, "", 1, 1, (int64_t[]){4});
+    mg.node[mg.n_node++] = c3;
+    mg.node[mg.n_node++] = c4;
+    mg.node[mg.n_node++] = nd(a, "Slice", "x,st3,en4,ax", "tail");
+    mg.node[mg.n_node++] = nd(a, "SequenceInsert", "s2,tail", "s3");
+    mg.node[mg.n_node++] = nd(a, "SequenceAt", "s3,p1", "y1");
+    mg.node[mg.n_node++] = nd(a, "SequenceAt", "s3,pm1", "y2");
+    mg.node[mg.n_node++] = nd(a, "SequenceLength", "s3", "n");
+    Onnx__NodeProto *cat = nd(a, "ConcatFromSequence", "s3", "y3");
+    a_int(a, cat, "axis", 0);
+    mg.node[mg.n_node++] = cat;
+    mg.node[mg.n_node++] = nd(a, "SequenceErase", "s3,p0", "s4");
+    Onnx__NodeProto *cat4 = nd(a, "ConcatFromSequence", "s4", "y4");
+    a_int(a, cat4, "axis", 0);
+    mg.node[mg.n_node++] = cat4;
+    mg.node[mg.n_node++] = nd(a, "SplitToSequence", "x,two", "s5"); /* 2 pieces of 2 rows */
+    Onnx__NodeProto *stack = nd(a, "ConcatFromSequence", "s5", "y5");
+    a_int(a, stack, "axis", 0);
+    a_int(a, stack, "new_axis", 1);
+    mg.node[mg.n_node++] = stack;
+    Onnx__NodeProto *cols = nd(a, "SplitToSequence", "x", "s6"); /* 3 columns of [4] */
+    a_int(a, cols, "axis", 1);
+    a_int(a, cols, "keepdims", 0);
+    mg.node[mg.n_node++] = cols;
+    mg.node[mg.n_node++] = nd(a, "SequenceAt", "s6,pm1", "y6");
+    bool tr = true;
+    if (m_input)
+        mg.in[mg.n_in++] = vi(a, "M", I64, 0, NULL);
+    else
+        mg.init[mg.n_init++] = i64s(a, "M", 0, 1, (int64_t[]){2});
+    mg.init[mg.n_init++] = init(a, "cond", B, 0, NULL, &tr, 1);
+    mg.init[mg.n_init++] = i64s(a, "idx", 1, 3, (int64_t[]){0, 1, 3});
+    mg.init[mg.n_init++] = i64s(a, "ax", 1, 1, (int64_t[]){0});
+    mg.init[mg.n_init++] = i64s(a, "p0", 0, 1, (int64_t[]){0});
+    mg.init[mg.n_init++] = i64s(a, "p1", 0, 1, (int64_t[]){1});
+    mg.init[mg.n_init++] = i64s(a, "pm1", 0, 1, (int64_t[]){-1});
+    mg.init[mg.n_init++] = i64s(a, "two", 0, 1, (int64_t[]){2});
+    mg.in[mg.n_in++] = vi(a, "x", F, 2, d43);
+    const char *outs[] = {"y1", "y2", "n", "y3", "y4", "y5", "y6"};
+    for (int k = 0; k < 7; k++) mg.out[mg.n_out++] = vi(a, outs[k], k == 2 ? I64 : F, -1, NULL);
+    return graph(a, &mg);
+}
+
+TEST(sequences_resolved_at_build) {
+    pool a = {0};
+    kiln_model *m = NULL;
+    kiln_engine *e = NULL;
+    kiln_context *c = NULL;
+    CHECK_OK(load(&a, seq_model(&a, false), 13, &m));
+    CHECK_OK(make_ctx(m, 1, &e, &c));
+    float x[12];
+    for (int i = 0; i < 12; i++) x[i] = (float)i;
+    if (c) {
+        CHECK_OK(kiln_context_set_input(c, "x", KILN_DTYPE_FLOAT32, 2, (int64_t[]){4, 3}, x));
+        CHECK_OK(kiln_context_run(c));
+        CHECK(out_is(c, "y1", KILN_DTYPE_FLOAT32, 2, (int64_t[]){2, 3}, x + 3));
+        CHECK(out_is(c, "y2", KILN_DTYPE_FLOAT32, 2, (int64_t[]){1, 3}, x + 9));
+        CHECK(out_is(c, "n", KILN_DTYPE_INT64, 0, NULL, (float[]){3}));
+        CHECK(out_is(c, "y3", KILN_DTYPE_FLOAT32, 2, (int64_t[]){4, 3}, x));
+        CHECK(out_is(c, "y4", KILN_DTYPE_FLOAT32, 2, (int64_t[]){3, 3}, x + 3));
+        CHECK(out_is(c, "y5", KILN_DTYPE_FLOAT32, 3, (int64_t[]){2, 2, 3}, x));
+        CHECK(out_is(c, "y6", KILN_DTYPE_FLOAT32, 1, (int64_t[]){4}, (float[]){2, 5, 8, 11}));
+    }
+    kiln_context_free(c);
+    kiln_engine_free(e);
+    kiln_model_free(m);
+    pool_free(&a);
+}
+
+/* Sequences whose structure is only known at run time are refused at load,
+ * naming the node and why. */
+TEST(sequences_not_static) {
+    kiln_model *m = NULL;
+    { /* the Loop's trip count is a graph input */
+        pool a = {0};
+        CHECK(load(&a, seq_model(&a, true), 13, &m) == KILN_ERR_UNSUPPORTED);
+        CHECK(strstr(kiln_last_error(), "'split_loop' (Loop)") &&
+              strstr(kiln_last_error(), "trip count M is computed at run time"));
+        pool_free(&a);
+    }
+    { /* a position from a graph input; a sequence as a graph output */
+        for (int k = 0; k < 2; k++) {
+            pool a = {0};
+            gparts mg = {0};
+            mg.node[mg.n_node++] = nd(&a, "SequenceConstruct", "x,x", "s");
+            if (!k) mg.node[mg.n_node++] = nd(&a, "SequenceAt", "s,p", "y");
+            mg.in[mg.n_in++] = vi(&a, "x", F, 1, (int64_t[]){3});
+            mg.in[mg.n_in++] = vi(&a, "p", I64, 0, NULL);
+            mg.out[mg.n_out++] = k ? vi_seq(&a, "s", 1) : vi(&a, "y", F, 1, (int64_t[]){3});
+            CHECK(load(&a, graph(&a, &mg), 13, &m) == KILN_ERR_UNSUPPORTED);
+            CHECK(strstr(kiln_last_error(), k ? "graph output 's' is a sequence"
+                                              : "position 'p' is computed at run time"));
+            pool_free(&a);
+        }
+    }
+}
+
 /* ---- errors ------------------------------------------------------------------ */
 
 TEST(bad_subgraphs) {
@@ -702,5 +849,7 @@ int main(void) {
     RUN(scan_directions_and_axes);
     RUN(loop_nested_in_if);
     RUN(bad_subgraphs);
+    RUN(sequences_resolved_at_build);
+    RUN(sequences_not_static);
     return test_summary();
 }
