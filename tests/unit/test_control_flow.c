@@ -581,9 +581,10 @@ static Onnx__GraphProto *seq_model(pool *a, bool m_input) {
     b.in[b.n_in++] = vi_seq(a, "s_in", 2);
     b.out[b.n_out++] = vi(a, "c_out", B, 0, NULL);
     b.out[b.n_out++] = vi_seq(a, "s_out", 2);
+    b.out[b.n_out++] = vi(a, "st", I64, 1, (int64_t[]){1}); /* a scan output */
 
     mg.node[mg.n_node++] = nd(a, "SequenceEmpty", "", "s0");
-    Onnx__NodeProto *loop = nd(a, "Loop", "M,cond,s0", "s2");
+    Onnx__NodeProto *loop = nd(a, "Loop", "M,cond,s0", "s2,starts");
     loop->name = pstr(a, "split_loop");
     a_graph(a, loop, "body", graph(a, &b));
     mg.node[mg.n_node++] = loop;
@@ -629,8 +630,9 @@ static Onnx__GraphProto *seq_model(pool *a, bool m_input) {
     mg.init[mg.n_init++] = i64s(a, "pm1", 0, 1, (int64_t[]){-1});
     mg.init[mg.n_init++] = i64s(a, "two", 0, 1, (int64_t[]){2});
     mg.in[mg.n_in++] = vi(a, "x", F, 2, d43);
-    const char *outs[] = {"y1", "y2", "n", "y3", "y4", "y5", "y6"};
-    for (int k = 0; k < 7; k++) mg.out[mg.n_out++] = vi(a, outs[k], k == 2 ? I64 : F, -1, NULL);
+    const char *outs[] = {"y1", "y2", "n", "y3", "y4", "y5", "y6", "starts"};
+    for (int k = 0; k < 8; k++)
+        mg.out[mg.n_out++] = vi(a, outs[k], k == 2 || k == 7 ? I64 : F, -1, NULL);
     return graph(a, &mg);
 }
 
@@ -653,6 +655,7 @@ TEST(sequences_resolved_at_build) {
         CHECK(out_is(c, "y4", KILN_DTYPE_FLOAT32, 2, (int64_t[]){3, 3}, x + 3));
         CHECK(out_is(c, "y5", KILN_DTYPE_FLOAT32, 3, (int64_t[]){2, 2, 3}, x));
         CHECK(out_is(c, "y6", KILN_DTYPE_FLOAT32, 1, (int64_t[]){4}, (float[]){2, 5, 8, 11}));
+        CHECK(out_is(c, "starts", KILN_DTYPE_INT64, 2, (int64_t[]){2, 1}, (float[]){0, 1}));
     }
     kiln_context_free(c);
     kiln_engine_free(e);
