@@ -479,10 +479,13 @@ static void unsym(kiln_tinfo *t) {
 /* Infers subgraph `blob` with input infos `ins` (n of them; NULL or
  * unknown entries keep what the subgraph declares, but only the rank for the
  * inputs in `loose`, as in plan_run) and copies the infos of its outputs
- * into outs (n_outs of them). */
+ * into outs (n_outs of them). The outputs in `loose_out` keep only the rank
+ * they declare: inference would otherwise fill the dims it cannot know with
+ * the declared ones. */
 static kiln_status infer_subgraph(const kiln_subgraph_io *io, const char *node, const char *what,
                                   const kiln_tinfo *blob, int n, const kiln_tinfo *const *ins,
-                                  uint64_t loose, int n_outs, kiln_tinfo *outs) {
+                                  uint64_t loose, uint64_t loose_out, int n_outs,
+                                  kiln_tinfo *outs) {
     size_t size = 0;
     KILN_TRY(blob_of(node, what, blob->data, blob->dtype, blob->rank, blob->dims, &size));
     char desc[300];
@@ -519,6 +522,11 @@ static kiln_status infer_subgraph(const kiln_subgraph_io *io, const char *node, 
             unsym(&x);
         }
         *t = x;
+    }
+    for (int k = 0; k < n_outs && k < 64; k++) {
+        kiln_tinfo *t = &g->values[g->outputs[k]].info;
+        if (loose_out >> k & 1)
+            for (int d = 0; d < t->rank; d++) t->dims[d] = KILN_DIM_UNKNOWN;
     }
     /* forget inferred shapes of the subgraph's intermediate values */
     for (int i = 0; i < g->n_values; i++) {
@@ -658,9 +666,9 @@ static kiln_status if_infer(const kiln_infer_args *a) {
     if (a->n_out > 64)
         return KILN_FAIL(KILN_ERR_UNSUPPORTED, "node '%s': too many outputs", a->node_name);
     KILN_TRY(infer_subgraph(a->sub, a->node_name, "then_branch", a->in[0], a->n_in - fs, a->in + fs,
-                            0, a->n_out, t));
+                            0, 0, a->n_out, t));
     KILN_TRY(infer_subgraph(a->sub, a->node_name, "else_branch", a->in[1], a->n_in - fs, a->in + fs,
-                            0, a->n_out, e));
+                            0, 0, a->n_out, e));
     for (int k = 0; k < a->n_out; k++) {
         if (t[k].dtype != KILN_DTYPE_UNDEFINED && e[k].dtype != KILN_DTYPE_UNDEFINED &&
             t[k].dtype != e[k].dtype)
@@ -867,7 +875,9 @@ static kiln_status infer_carried(const kiln_infer_args *a, const kiln_tinfo *blo
     const kiln_tinfo *ip[64];
     for (int k = 0; k < n_body_in; k++) ip[k] = &ins[k];
     uint64_t lm = loose ? carried_mask(lead, n_carry) : 0;
-    KILN_TRY(infer_subgraph(a->sub, a->node_name, "body", blob, n_body_in, ip, lm, n_body_out, outs));
+    uint64_t lo = loose ? carried_mask(lead_out, n_carry) : 0;
+    KILN_TRY(
+        infer_subgraph(a->sub, a->node_name, "body", blob, n_body_in, ip, lm, lo, n_body_out, outs));
     bool again = false;
     for (int j = 0; j < n_carry; j++) {
         kiln_tinfo *x = &ins[lead + j];
@@ -878,8 +888,8 @@ static kiln_status infer_carried(const kiln_infer_args *a, const kiln_tinfo *blo
         }
     }
     if (again)
-        KILN_TRY(infer_subgraph(a->sub, a->node_name, "body", blob, n_body_in, ip, lm, n_body_out,
-                                outs));
+        KILN_TRY(infer_subgraph(a->sub, a->node_name, "body", blob, n_body_in, ip, lm, lo,
+                                n_body_out, outs));
     return KILN_OK;
 }
 
@@ -911,9 +921,10 @@ static kiln_status loop_infer(const kiln_infer_args *a) {
     }
     KILN_TRY(infer_carried(a, a->in[0], 2 + n_carry + n_free, ins, 2, n_carry, 1, outs,
                            1 + n_carry + n_scan, true));
-    for (int j = 0; j < n_carry; j++) {
+    for (int j = 0; j < n_carry; j++) { /* the initial value (no iteration) or the body's */
         kiln_tinfo o = outs[1 + j];
         if (o.dtype == KILN_DTYPE_UNDEFINED) o.dtype = ins[2 + j].dtype;
+        if (ins[2 + j].rank >= 0 && o.rank >= 0) widen(&o, &ins[2 + j]);
         *a->out[j] = o;
     }
     for (int k = 0; k < n_scan; k++) {

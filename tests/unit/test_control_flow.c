@@ -336,6 +336,10 @@ static Onnx__GraphProto *loop_model_decl(pool *a, const char *loop_inputs, const
     mg.init[mg.n_init++] = init(a, "cond", B, 0, NULL, &tr, 1);
     mg.out[mg.n_out++] = vi(a, "v_final", F, 1, (int64_t[]){-1});
     mg.out[mg.n_out++] = vi(a, "scan", F, 1, (int64_t[]){-1});
+    if (body_v) { /* its shape must not be folded from the body's declared shape */
+        mg.node[mg.n_node++] = nd(a, "Shape", "v_final", "v_shape");
+        mg.out[mg.n_out++] = vi(a, "v_shape", I64, 1, (int64_t[]){1});
+    }
     return graph(a, &mg);
 }
 
@@ -391,11 +395,11 @@ TEST(loop_carried_declared_first_shape) {
         kiln_context *c = NULL;
         CHECK_OK(load(&a, loop_model_decl(&a, "M,cond,v0", (int64_t[]){1}, v0_dim), 13, &m));
         CHECK_OK(make_ctx(m, 0, &e, &c));
-        if (c) {
-            run_loop(c, 3, 100, 3);
-            run_loop(c, 0, 4, 0);
-            run_loop(c, 10, 4, 5);
+        for (int64_t it = 0; c && it < 6; it += 3) {
+            run_loop(c, it, 100, (int)it);
+            CHECK(out_is(c, "v_shape", KILN_DTYPE_INT64, 1, (int64_t[]){1}, (float[]){1 + it}));
         }
+        if (c) run_loop(c, 10, 4, 5);
         kiln_context_free(c);
         kiln_engine_free(e);
         kiln_model_free(m);
