@@ -523,10 +523,10 @@ static kiln_status infer_subgraph(const kiln_subgraph_io *io, const char *node, 
         }
         *t = x;
     }
-    for (int k = 0; k < n_outs && k < 64; k++) {
-        kiln_tinfo *t = &g->values[g->outputs[k]].info;
-        if (loose_out >> k & 1)
-            for (int d = 0; d < t->rank; d++) t->dims[d] = KILN_DIM_UNKNOWN;
+    for (int k = 0; k < n_outs && k < 64; k++) { /* (not a constant's or an input's) */
+        kiln_value *v = &g->values[g->outputs[k]];
+        if ((loose_out >> k & 1) && !(v->flags & (KILN_VALUE_CONST | KILN_VALUE_INPUT)))
+            for (int d = 0; d < v->info.rank; d++) v->info.dims[d] = KILN_DIM_UNKNOWN;
     }
     /* forget inferred shapes of the subgraph's intermediate values */
     for (int i = 0; i < g->n_values; i++) {

@@ -407,6 +407,52 @@ TEST(loop_carried_declared_first_shape) {
     }
 }
 
+/* Loop-carried outputs that are not computed in the body: v passes through
+ * (the body's input itself), w becomes the body's constant k ([2]) after the
+ * first iteration while its initial value is [3]. */
+TEST(loop_carried_passthrough_and_constant) {
+    pool a = {0};
+    gparts b = {0}, mg = {0};
+    float k[2] = {4, 5}, v0[2] = {1, 2}, w0[3] = {7, 8, 9};
+    b.init[b.n_init++] = init(&a, "k", F, 1, (int64_t[]){2}, k, sizeof k);
+    b.in[b.n_in++] = vi(&a, "i", I64, 0, NULL);
+    b.in[b.n_in++] = vi(&a, "c", B, 0, NULL);
+    b.in[b.n_in++] = vi(&a, "v", F, 1, (int64_t[]){2});
+    b.in[b.n_in++] = vi(&a, "w", F, 1, (int64_t[]){3});
+    b.out[b.n_out++] = vi(&a, "c", B, 0, NULL);
+    b.out[b.n_out++] = vi(&a, "v", F, 1, (int64_t[]){2});
+    b.out[b.n_out++] = vi(&a, "k", F, 1, (int64_t[]){2});
+    Onnx__NodeProto *n = nd(&a, "Loop", "M,,v0,w0", "v_final,w_final");
+    a_graph(&a, n, "body", graph(&a, &b));
+    mg.node[mg.n_node++] = n;
+    mg.node[mg.n_node++] = nd(&a, "Shape", "w_final", "w_shape");
+    mg.in[mg.n_in++] = vi(&a, "M", I64, 0, NULL);
+    mg.in[mg.n_in++] = vi(&a, "v0", F, 1, (int64_t[]){2});
+    mg.in[mg.n_in++] = vi(&a, "w0", F, 1, (int64_t[]){3});
+    mg.out[mg.n_out++] = vi(&a, "v_final", F, 1, (int64_t[]){2});
+    mg.out[mg.n_out++] = vi(&a, "w_final", F, 1, (int64_t[]){-1});
+    mg.out[mg.n_out++] = vi(&a, "w_shape", I64, 1, (int64_t[]){1});
+    kiln_model *m = NULL;
+    kiln_engine *e = NULL;
+    kiln_context *c = NULL;
+    CHECK_OK(load(&a, graph(&a, &mg), 13, &m));
+    CHECK_OK(make_ctx(m, 0, &e, &c));
+    for (int64_t M = 0; c && M < 3; M += 2) {
+        CHECK_OK(kiln_context_set_input(c, "M", KILN_DTYPE_INT64, 0, NULL, &M));
+        CHECK_OK(kiln_context_set_input(c, "v0", KILN_DTYPE_FLOAT32, 1, (int64_t[]){2}, v0));
+        CHECK_OK(kiln_context_set_input(c, "w0", KILN_DTYPE_FLOAT32, 1, (int64_t[]){3}, w0));
+        CHECK_OK(kiln_context_run(c));
+        int64_t wn = M ? 2 : 3;
+        CHECK(out_is(c, "v_final", KILN_DTYPE_FLOAT32, 1, (int64_t[]){2}, v0));
+        CHECK(out_is(c, "w_final", KILN_DTYPE_FLOAT32, 1, &wn, M ? k : w0));
+        CHECK(out_is(c, "w_shape", KILN_DTYPE_INT64, 1, (int64_t[]){1}, (float[]){(float)wn}));
+    }
+    kiln_context_free(c);
+    kiln_engine_free(e);
+    kiln_model_free(m);
+    pool_free(&a);
+}
+
 TEST(loop_engine_saved_and_loaded) {
     pool a = {0};
     kiln_model *m = NULL;
@@ -852,6 +898,7 @@ int main(void) {
     RUN(if_branches_read_outer_values);
     RUN(loop_trip_count_and_cond);
     RUN(loop_carried_declared_first_shape);
+    RUN(loop_carried_passthrough_and_constant);
     RUN(loop_engine_saved_and_loaded);
     RUN(scan_directions_and_axes);
     RUN(loop_nested_in_if);
