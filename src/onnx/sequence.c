@@ -171,12 +171,6 @@ static kiln_status const_ints(const resolver *r, const char *name, int64_t *buf,
     return s;
 }
 
-/* The value attribute of a Constant node (NULL: another form). */
-static const Onnx__TensorProto *constant_value(const Onnx__NodeProto *np) {
-    for (size_t k = 0; k < np->n_attribute; k++)
-        if (!strcmp(str0(np->attribute[k]->name), "value")) return np->attribute[k]->t;
-    return NULL;
-}
 
 static int64_t attr_int(const Onnx__NodeProto *np, const char *name, int64_t dflt) {
     for (size_t k = 0; k < np->n_attribute; k++)
@@ -252,15 +246,12 @@ static kiln_status attr_ints(resolver *r, Onnx__NodeProto *np, const char *name,
     return KILN_OK;
 }
 
-/* A Constant node `out` holding int64 values v (rank 0 or 1). */
-static kiln_status emit_const(resolver *r, const char *out, int rank, int n, const int64_t *v,
-                              int32_t dtype) {
-    Onnx__NodeProto *np = NULL;
-    KILN_TRY(emit(r, "Constant", out, 0, NULL, 1, &out, &np));
+/* A tensor of n int64 (or bool) values v, of rank 0 (n = 1) or 1. */
+static Onnx__TensorProto *int_tensor(resolver *r, int rank, int n, const int64_t *v, int32_t dtype) {
     Onnx__TensorProto *t = ar_alloc(r->ar, sizeof *t);
     int64_t *dims = ar_alloc(r->ar, sizeof *dims);
     uint8_t *raw = ar_alloc(r->ar, sizeof(int64_t) * (size_t)(n + 1));
-    if (!t || !dims || !raw) return oom();
+    if (!t || !dims || !raw) return NULL;
     onnx__tensor_proto__init(t);
     t->has_data_type = 1;
     t->data_type = dtype;
@@ -277,6 +268,16 @@ static kiln_status emit_const(resolver *r, const char *out, int rank, int n, con
     t->has_raw_data = 1;
     t->raw_data.data = raw;
     t->raw_data.len = esz * (size_t)n;
+    return t;
+}
+
+/* A Constant node `out` holding int64 (or bool) values v (rank 0 or 1). */
+static kiln_status emit_const(resolver *r, const char *out, int rank, int n, const int64_t *v,
+                              int32_t dtype) {
+    Onnx__NodeProto *np = NULL;
+    KILN_TRY(emit(r, "Constant", out, 0, NULL, 1, &out, &np));
+    Onnx__TensorProto *t = int_tensor(r, rank, n, v, dtype);
+    if (!t) return oom();
     Onnx__AttributeProto *a = NULL;
     KILN_TRY(add_attr(r, np, "value", ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__TENSOR, &a));
     a->t = t;
@@ -323,6 +324,21 @@ static kiln_status emit_concat(resolver *r, const char *node, const char *const 
     Onnx__NodeProto *np = NULL;
     KILN_TRY(emit(r, "Concat", out, n, ins, 1, &out, &np));
     return attr_i(r, np, "axis", axis);
+}
+
+/* The value of a Constant node as a tensor: its `value`, `value_int` or
+ * `value_ints` (NULL: another form, or out of memory). */
+static const Onnx__TensorProto *constant_value(resolver *r, const Onnx__NodeProto *np) {
+    for (size_t k = 0; k < np->n_attribute; k++) {
+        const Onnx__AttributeProto *a = np->attribute[k];
+        const char *name = str0(a->name);
+        if (!strcmp(name, "value")) return a->t;
+        if (!strcmp(name, "value_int"))
+            return int_tensor(r, 0, 1, &a->i, ONNX__TENSOR_PROTO__DATA_TYPE__INT64);
+        if (!strcmp(name, "value_ints") && a->n_ints <= SEQ_MAX_UNROLL)
+            return int_tensor(r, 1, (int)a->n_ints, a->ints, ONNX__TENSOR_PROTO__DATA_TYPE__INT64);
+    }
+    return NULL;
 }
 
 /* ---- sequence ops ------------------------------------------------------------------- */
@@ -772,7 +788,7 @@ static kiln_status node(resolver *r, const Onnx__NodeProto *np) {
         return seq_add(r, out0, s->el, s->n, NULL);
     }
     if (!strcmp(op, "Constant")) {
-        const Onnx__TensorProto *t = constant_value(np);
+        const Onnx__TensorProto *t = constant_value(r, np);
         if (t && *out0) KILN_TRY(const_add(r, out0, t));
         return push_node(r, (Onnx__NodeProto *)np);
     }

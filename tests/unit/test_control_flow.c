@@ -741,6 +741,35 @@ TEST(sequences_not_static) {
     }
 }
 
+/* A position in a Constant's value_int form (opset 12+). */
+TEST(sequence_position_value_int) {
+    pool a = {0};
+    gparts mg = {0};
+    Onnx__NodeProto *p = nd(&a, "Constant", "", "p");
+    a_int(&a, p, "value_int", -1);
+    mg.node[mg.n_node++] = p;
+    mg.node[mg.n_node++] = nd(&a, "Neg", "x", "nx");
+    mg.node[mg.n_node++] = nd(&a, "SequenceConstruct", "x,nx", "s");
+    mg.node[mg.n_node++] = nd(&a, "SequenceAt", "s,p", "y");
+    mg.in[mg.n_in++] = vi(&a, "x", F, 1, (int64_t[]){3});
+    mg.out[mg.n_out++] = vi(&a, "y", F, 1, (int64_t[]){3});
+    kiln_model *m = NULL;
+    kiln_engine *e = NULL;
+    kiln_context *c = NULL;
+    CHECK_OK(load(&a, graph(&a, &mg), 13, &m));
+    CHECK_OK(make_ctx(m, 0, &e, &c));
+    float x[3] = {1, 2, 3};
+    if (c) {
+        CHECK_OK(kiln_context_set_input(c, "x", KILN_DTYPE_FLOAT32, 1, (int64_t[]){3}, x));
+        CHECK_OK(kiln_context_run(c));
+        CHECK(out_is(c, "y", KILN_DTYPE_FLOAT32, 1, (int64_t[]){3}, (float[]){-1, -2, -3}));
+    }
+    kiln_context_free(c);
+    kiln_engine_free(e);
+    kiln_model_free(m);
+    pool_free(&a);
+}
+
 /* ---- errors ------------------------------------------------------------------ */
 
 TEST(bad_subgraphs) {
@@ -905,5 +934,6 @@ int main(void) {
     RUN(bad_subgraphs);
     RUN(sequences_resolved_at_build);
     RUN(sequences_not_static);
+    RUN(sequence_position_value_int);
     return test_summary();
 }
