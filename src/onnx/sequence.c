@@ -35,6 +35,7 @@
 #include <stdio.h>
 
 enum { SEQ_MAX_UNROLL = 4096 }; /* iterations of one unrolled Loop */
+enum { SEQ_MAX_NODES = 1 << 20 }; /* nodes of a rewritten graph */
 
 /* ---- the arena ------------------------------------------------------------------ */
 
@@ -185,6 +186,10 @@ static char *fresh_name(resolver *r, const char *base, const char *what) {
 }
 
 static kiln_status push_node(resolver *r, Onnx__NodeProto *np) {
+    if (r->n_nodes >= SEQ_MAX_NODES)
+        return KILN_FAIL(KILN_ERR_UNSUPPORTED,
+                         "resolving sequences would make more than %d nodes (at node '%s')",
+                         SEQ_MAX_NODES, label(np));
     KILN_TRY(kiln__grow((void **)&r->nodes, &r->cap_nodes, r->n_nodes + 1, sizeof *r->nodes));
     r->nodes[r->n_nodes++] = np;
     return KILN_OK;
@@ -753,10 +758,16 @@ static const char *graph_reads_seq(resolver *r, const Onnx__GraphProto *gp, int 
     return NULL;
 }
 
+static bool is_seq_op(const Onnx__NodeProto *np);
+
 static kiln_status node(resolver *r, const Onnx__NodeProto *np) {
     if (!onnx_domain(np)) goto other;
     const char *op = str0(np->op_type);
     const char *out0 = np->n_output ? str0(np->output[0]) : "";
+    bool seq_identity = !strcmp(op, "Identity") && np->n_input == 1 && seq_find(r, np->input[0]);
+    if ((is_seq_op(np) || seq_identity) && (np->n_output != 1 || !*out0))
+        return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (%s) must have one named output", label(np),
+                         op);
     if (!strcmp(op, "SequenceEmpty")) return seq_add(r, out0, NULL, 0, NULL);
     if (!strcmp(op, "SequenceConstruct")) {
         for (size_t i = 0; i < np->n_input; i++)
@@ -783,7 +794,7 @@ static kiln_status node(resolver *r, const Onnx__NodeProto *np) {
                            attr_int(np, "new_axis", 0) != 0, out0);
     }
     if (!strcmp(op, "SplitToSequence")) return split_to_seq(r, np);
-    if (!strcmp(op, "Identity") && np->n_input == 1 && seq_find(r, np->input[0])) {
+    if (seq_identity) {
         seq_list *s = seq_find(r, np->input[0]);
         return seq_add(r, out0, s->el, s->n, NULL);
     }

@@ -741,6 +741,21 @@ TEST(sequences_not_static) {
     }
 }
 
+/* A sequence op without a named output is a malformed model, not a crash. */
+TEST(sequence_op_without_output) {
+    pool a = {0};
+    gparts mg = {0};
+    mg.node[mg.n_node++] = nd(&a, "SequenceConstruct", "x", "s");
+    mg.node[mg.n_node++] = nd(&a, "SequenceInsert", "s,x", ""); /* (output NULL) */
+    mg.node[mg.n_node++] = nd(&a, "Neg", "x", "y");
+    mg.in[mg.n_in++] = vi(&a, "x", F, 1, (int64_t[]){3});
+    mg.out[mg.n_out++] = vi(&a, "y", F, 1, (int64_t[]){3});
+    kiln_model *m = NULL;
+    CHECK(load(&a, graph(&a, &mg), 13, &m) == KILN_ERR_MODEL);
+    CHECK(strstr(kiln_last_error(), "must have one named output"));
+    pool_free(&a);
+}
+
 /* A position in a Constant's value_int form (opset 12+). */
 TEST(sequence_position_value_int) {
     pool a = {0};
@@ -935,5 +950,6 @@ int main(void) {
     RUN(sequences_resolved_at_build);
     RUN(sequences_not_static);
     RUN(sequence_position_value_int);
+    RUN(sequence_op_without_output);
     return test_summary();
 }
