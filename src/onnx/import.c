@@ -1,7 +1,9 @@
 /* import.c -- ONNX ModelProto -> kiln_graph.
  *
  * The order of work:
- *   1. unpack the protobuf; read opset_import per domain;
+ *   1. unpack the protobuf; read opset_import per domain; resolve the
+ *      sequences whose structure is known at build into tensor edges
+ *      (sequence.c: a rewritten copy of the graph's node list);
  *   2. initializers become constant values; graph inputs that are not
  *      initializers become graph inputs (initializers listed as inputs are
  *      constants, as ONNX Runtime treats them for IR >= 4);
@@ -139,6 +141,7 @@ typedef struct importer {
     int *order;   /* nodes in topological order */
     namelist *free_of; /* per node: free names of its subgraphs (extra dependencies) */
     kiln_tinfo *declared; /* main graph: per graph output, the type the model declares */
+    kiln_onnx_arena seq_arena; /* gp, when sequences were resolved (sequence.c) */
 } importer;
 
 static void importer_free(importer *im) {
@@ -149,6 +152,7 @@ static void importer_free(importer *im) {
     if (im->free_of)
         for (size_t i = 0; i < im->gp->n_node; i++) names_free(&im->free_of[i]);
     kiln__free(im->free_of);
+    kiln__onnx_arena_free(&im->seq_arena);
 }
 
 static bool domain_is_onnx(const char *d) { return !d || !*d || !strcmp(d, "ai.onnx"); }
@@ -1107,6 +1111,7 @@ static kiln_status import_graph(importer *im, const namelist *free_names) {
     im->g->sub = &kiln__subgraph_io;
     int64_t opset = 0;
     if (find_opset(im, "", &opset)) im->g->opset = opset;
+    KILN_TRY(kiln__onnx_resolve_sequences(im->gp, opset, &im->seq_arena, &im->gp));
     KILN_TRY(import_initializers(im));
     KILN_TRY(import_inputs(im));
     for (int i = 0; free_names && i < free_names->n; i++) {

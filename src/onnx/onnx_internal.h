@@ -35,4 +35,17 @@ KILN_PRIVATE kiln_status kiln__onnx_check_size(const char *what, kiln_dtype dt, 
  * KILN_ERR_MODEL (UNDEFINED) with a message naming `what`. */
 KILN_PRIVATE kiln_status kiln__onnx_dtype(int32_t onnx_type, const char *what, kiln_dtype *out);
 
+/* Memory a rewritten graph lives in (sequence.c): freed after the import. */
+typedef struct kiln_onnx_arena {
+    void **p;
+    int n, cap;
+} kiln_onnx_arena;
+KILN_PRIVATE void kiln__onnx_arena_free(kiln_onnx_arena *a);
+/* Resolves the sequences of gp whose structure is known at build into
+ * tensor edges (sequence.c says how). *out: gp itself when it has no
+ * sequence ops, else a rewritten copy living in `a` (and in gp). A sequence
+ * that cannot be resolved is KILN_ERR_UNSUPPORTED naming the node and why. */
+KILN_PRIVATE kiln_status kiln__onnx_resolve_sequences(const Onnx__GraphProto *gp, int64_t opset,
+                                                      kiln_onnx_arena *a,
+                                                      const Onnx__GraphProto **out);
 #endif

@@ -216,11 +216,20 @@ static kiln_status plan_node(cf_plan *p, int ni, cf_val *vals, kiln_pool *pool) 
     return s;
 }
 
+/* Bits lead..lead+n-1 (those below 64). */
+static uint64_t carried_mask(int lead, int n) {
+    uint64_t m = 0;
+    for (int k = lead; k < lead + n && k < 64; k++) m |= (uint64_t)1 << k;
+    return m;
+}
+
 /* Runs the plan on inputs in[0..n_inputs) (borrowed; their dtypes must
- * match what the subgraph declares) and fills res[0..n_outputs) with owned
- * tensors. */
+ * match what the subgraph declares, and their shapes too, except the dims of
+ * the inputs in `loose` (bit k: input k), whose declared shape is only a hint:
+ * a Loop's loop-carried values may change shape from one iteration to the
+ * next) and fills res[0..n_outputs) with owned tensors. */
 static kiln_status plan_run(cf_plan *p, const char *node, const char *what, const cf_val *in,
-                            kiln_pool *pool, cf_val *res) {
+                            uint64_t loose, kiln_pool *pool, cf_val *res) {
     const kiln_graph *g = p->g;
     char s1[160], s2[160];
     for (int k = 0; k < g->n_inputs; k++) {
@@ -231,7 +240,8 @@ static kiln_status plan_run(cf_plan *p, const char *node, const char *what, cons
                              node, what, v->name, kiln_dtype_name(v->info.dtype),
                              kiln_dtype_name(t->dtype));
         bool ok = v->info.rank < 0 || v->info.rank == t->rank;
-        for (int d = 0; ok && v->info.rank > 0 && d < t->rank; d++)
+        bool dims = k >= 64 || !(loose >> k & 1);
+        for (int d = 0; ok && dims && v->info.rank > 0 && d < t->rank; d++)
             ok = v->info.dims[d] < 0 || v->info.dims[d] == t->dims[d];
         if (!ok)
             return KILN_FAIL(KILN_ERR_MODEL,
@@ -467,11 +477,15 @@ static void unsym(kiln_tinfo *t) {
 }
 
 /* Infers subgraph `blob` with input infos `ins` (n of them; NULL or
- * unknown entries keep what the subgraph declares) and copies the infos of
- * its outputs into outs (n_outs of them). */
+ * unknown entries keep what the subgraph declares, but only the rank for the
+ * inputs in `loose`, as in plan_run) and copies the infos of its outputs
+ * into outs (n_outs of them). The outputs in `loose_out` keep only the rank
+ * they declare: inference would otherwise fill the dims it cannot know with
+ * the declared ones. */
 static kiln_status infer_subgraph(const kiln_subgraph_io *io, const char *node, const char *what,
-                                  const kiln_tinfo *blob, int n,
-                                  const kiln_tinfo *const *ins, int n_outs, kiln_tinfo *outs) {
+                                  const kiln_tinfo *blob, int n, const kiln_tinfo *const *ins,
+                                  uint64_t loose, uint64_t loose_out, int n_outs,
+                                  kiln_tinfo *outs) {
     size_t size = 0;
     KILN_TRY(blob_of(node, what, blob->data, blob->dtype, blob->rank, blob->dims, &size));
     char desc[300];
@@ -488,8 +502,10 @@ static kiln_status infer_subgraph(const kiln_subgraph_io *io, const char *node, 
         goto done;
     }
     for (int k = 0; k < n; k++) {
-        if (!ins[k] || (ins[k]->dtype == KILN_DTYPE_UNDEFINED && ins[k]->rank < 0)) continue;
         kiln_tinfo *t = &g->values[g->inputs[k]].info;
+        if (k < 64 && (loose >> k & 1))
+            for (int d = 0; d < t->rank; d++) t->dims[d] = KILN_DIM_UNKNOWN;
+        if (!ins[k] || (ins[k]->dtype == KILN_DTYPE_UNDEFINED && ins[k]->rank < 0)) continue;
         kiln_tinfo x = *ins[k];
         unsym(&x);
         if (t->dtype != KILN_DTYPE_UNDEFINED && x.dtype != KILN_DTYPE_UNDEFINED &&
@@ -506,6 +522,11 @@ static kiln_status infer_subgraph(const kiln_subgraph_io *io, const char *node, 
             unsym(&x);
         }
         *t = x;
+    }
+    for (int k = 0; k < n_outs && k < 64; k++) { /* (not a constant's or an input's) */
+        kiln_value *v = &g->values[g->outputs[k]];
+        if ((loose_out >> k & 1) && !(v->flags & (KILN_VALUE_CONST | KILN_VALUE_INPUT)))
+            for (int d = 0; d < v->info.rank; d++) v->info.dims[d] = KILN_DIM_UNKNOWN;
     }
     /* forget inferred shapes of the subgraph's intermediate values */
     for (int i = 0; i < g->n_values; i++) {
@@ -631,7 +652,7 @@ static kiln_status if_exec(const cf_attrs *at, const char *node, int n_in,
                          node, what, p->g->n_inputs, p->g->n_outputs, n_free, n_out);
     cf_val ins[64];
     for (int i = 0; i < n_free; i++) ins[i] = val_borrow(in[fs + i]);
-    return plan_run(p, node, what, ins, pool, res);
+    return plan_run(p, node, what, ins, 0, pool, res);
 }
 
 static kiln_status if_infer(const kiln_infer_args *a) {
@@ -645,9 +666,9 @@ static kiln_status if_infer(const kiln_infer_args *a) {
     if (a->n_out > 64)
         return KILN_FAIL(KILN_ERR_UNSUPPORTED, "node '%s': too many outputs", a->node_name);
     KILN_TRY(infer_subgraph(a->sub, a->node_name, "then_branch", a->in[0], a->n_in - fs, a->in + fs,
-                            a->n_out, t));
+                            0, 0, a->n_out, t));
     KILN_TRY(infer_subgraph(a->sub, a->node_name, "else_branch", a->in[1], a->n_in - fs, a->in + fs,
-                            a->n_out, e));
+                            0, 0, a->n_out, e));
     for (int k = 0; k < a->n_out; k++) {
         if (t[k].dtype != KILN_DTYPE_UNDEFINED && e[k].dtype != KILN_DTYPE_UNDEFINED &&
             t[k].dtype != e[k].dtype)
@@ -807,7 +828,8 @@ static kiln_status loop_exec(const cf_attrs *at, const char *node, int n_in,
         ins[1] = cond_v;
         for (int j = 0; j < n_carry; j++) ins[2 + j] = carry[j];
         for (int j = 0; j < n_free; j++) ins[2 + n_carry + j] = val_borrow(in[fs + j]);
-        if ((s = plan_run(p, node, "body", ins, pool, out)) != KILN_OK) goto done;
+        if ((s = plan_run(p, node, "body", ins, carried_mask(2, n_carry), pool, out)) != KILN_OK)
+            goto done;
         bool next = false;
         if ((s = read_cond(node, "the body's cond output", &out[0].t, &next)) != KILN_OK) goto done;
         if (have_cond) cond = next;
@@ -843,13 +865,19 @@ done:
 
 /* Build-time inference of a body whose first n_carry inputs after `lead`
  * are loop-carried (outputs after `lead_out` in the same order): a second
- * pass widens carried values whose shape the body changes. */
+ * pass widens carried values whose shape the body changes. With `loose`
+ * (Loop), the dims the body declares for its carried inputs are only hints
+ * (torch's exporter declares the first iteration's shape): where the node
+ * gives no shape they are unknown, so nothing is inferred from them. */
 static kiln_status infer_carried(const kiln_infer_args *a, const kiln_tinfo *blob, int n_body_in,
                                  kiln_tinfo *ins, int lead, int n_carry, int lead_out,
-                                 kiln_tinfo *outs, int n_body_out) {
+                                 kiln_tinfo *outs, int n_body_out, bool loose) {
     const kiln_tinfo *ip[64];
     for (int k = 0; k < n_body_in; k++) ip[k] = &ins[k];
-    KILN_TRY(infer_subgraph(a->sub, a->node_name, "body", blob, n_body_in, ip, n_body_out, outs));
+    uint64_t lm = loose ? carried_mask(lead, n_carry) : 0;
+    uint64_t lo = loose ? carried_mask(lead_out, n_carry) : 0;
+    KILN_TRY(
+        infer_subgraph(a->sub, a->node_name, "body", blob, n_body_in, ip, lm, lo, n_body_out, outs));
     bool again = false;
     for (int j = 0; j < n_carry; j++) {
         kiln_tinfo *x = &ins[lead + j];
@@ -860,7 +888,8 @@ static kiln_status infer_carried(const kiln_infer_args *a, const kiln_tinfo *blo
         }
     }
     if (again)
-        KILN_TRY(infer_subgraph(a->sub, a->node_name, "body", blob, n_body_in, ip, n_body_out, outs));
+        KILN_TRY(infer_subgraph(a->sub, a->node_name, "body", blob, n_body_in, ip, lm, lo,
+                                n_body_out, outs));
     return KILN_OK;
 }
 
@@ -891,10 +920,11 @@ static kiln_status loop_infer(const kiln_infer_args *a) {
             ins[2 + n_carry + j].rank = -1;
     }
     KILN_TRY(infer_carried(a, a->in[0], 2 + n_carry + n_free, ins, 2, n_carry, 1, outs,
-                           1 + n_carry + n_scan));
-    for (int j = 0; j < n_carry; j++) {
+                           1 + n_carry + n_scan, true));
+    for (int j = 0; j < n_carry; j++) { /* the initial value (no iteration) or the body's */
         kiln_tinfo o = outs[1 + j];
         if (o.dtype == KILN_DTYPE_UNDEFINED) o.dtype = ins[2 + j].dtype;
+        if (ins[2 + j].rank >= 0 && o.rank >= 0) widen(&o, &ins[2 + j]);
         *a->out[j] = o;
     }
     for (int k = 0; k < n_scan; k++) {
@@ -1044,7 +1074,7 @@ static kiln_status scan_run(const cf_attrs *at, const char *node, cf_plan *p, in
                 goto done;
         }
         for (int j = 0; j < n_free; j++) ins[n_state + m + j] = val_borrow(frees[j]);
-        if ((s = plan_run(p, node, "body", ins, pool, out)) != KILN_OK) goto done;
+        if ((s = plan_run(p, node, "body", ins, 0, pool, out)) != KILN_OK) goto done;
         for (int j = 0; j < m; j++) val_drop(&ins[n_state + j]);
         for (int j = 0; j < n_state; j++) {
             val_drop(&state[j]);
@@ -1237,7 +1267,8 @@ static kiln_status scan_infer(const kiln_infer_args *a) {
         else
             ins[n_state + m + j].rank = -1;
     }
-    KILN_TRY(infer_carried(a, a->in[0], n_state + m + n_free, ins, 0, n_state, 0, outs, a->n_out));
+    KILN_TRY(infer_carried(a, a->in[0], n_state + m + n_free, ins, 0, n_state, 0, outs, a->n_out,
+                           false));
     for (int k = 0; k < a->n_out; k++) {
         kiln_tinfo o = outs[k];
         if (k < n_state && o.dtype == KILN_DTYPE_UNDEFINED) o.dtype = ins[k].dtype;

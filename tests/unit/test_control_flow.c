@@ -295,9 +295,9 @@ TEST(if_branches_read_outer_values) {
 /* Loop(M, cond) with carried v that grows by one element (outer x) each
  * iteration, scan output = iteration number as float; the body's cond is
  * iter < limit (an outer value). */
-static Onnx__GraphProto *loop_body(pool *a) {
+static Onnx__GraphProto *loop_body_decl(pool *a, const int64_t *dn) {
     gparts b = {0};
-    int64_t d1[] = {1}, dn[] = {-1};
+    int64_t d1[] = {1};
     Onnx__NodeProto *cat = nd(a, "Concat", "v_in,x", "v_out");
     a_int(a, cat, "axis", 0);
     b.node[b.n_node++] = cat;
@@ -315,14 +315,19 @@ static Onnx__GraphProto *loop_body(pool *a) {
     return graph(a, &b);
 }
 
-static Onnx__GraphProto *loop_model(pool *a, const char *loop_inputs) {
+static Onnx__GraphProto *loop_body(pool *a) { return loop_body_decl(a, (int64_t[]){-1}); }
+
+/* body_v: the shape the body declares for v_in and v_out (NULL: [?]); v0_dim:
+ * the dim the graph declares for v0 (-1: dynamic). */
+static Onnx__GraphProto *loop_model_decl(pool *a, const char *loop_inputs, const int64_t *body_v,
+                                         int64_t v0_dim) {
     gparts mg = {0};
     int64_t d1[] = {1};
     Onnx__NodeProto *n = nd(a, "Loop", loop_inputs, "v_final,scan");
-    a_graph(a, n, "body", loop_body(a));
+    a_graph(a, n, "body", body_v ? loop_body_decl(a, body_v) : loop_body(a));
     mg.node[mg.n_node++] = n;
     mg.in[mg.n_in++] = vi(a, "M", I64, 0, NULL);
-    mg.in[mg.n_in++] = vi(a, "v0", F, 1, d1);
+    mg.in[mg.n_in++] = vi(a, "v0", F, 1, (int64_t[]){v0_dim});
     mg.in[mg.n_in++] = vi(a, "x", F, 1, d1);
     mg.in[mg.n_in++] = vi(a, "limit", I64, 0, NULL);
     float t = 1;
@@ -331,7 +336,15 @@ static Onnx__GraphProto *loop_model(pool *a, const char *loop_inputs) {
     mg.init[mg.n_init++] = init(a, "cond", B, 0, NULL, &tr, 1);
     mg.out[mg.n_out++] = vi(a, "v_final", F, 1, (int64_t[]){-1});
     mg.out[mg.n_out++] = vi(a, "scan", F, 1, (int64_t[]){-1});
+    if (body_v) { /* its shape must not be folded from the body's declared shape */
+        mg.node[mg.n_node++] = nd(a, "Shape", "v_final", "v_shape");
+        mg.out[mg.n_out++] = vi(a, "v_shape", I64, 1, (int64_t[]){1});
+    }
     return graph(a, &mg);
+}
+
+static Onnx__GraphProto *loop_model(pool *a, const char *loop_inputs) {
+    return loop_model_decl(a, loop_inputs, NULL, 1);
 }
 
 static void run_loop(kiln_context *c, int64_t M, int64_t limit, int iters) {
@@ -363,6 +376,76 @@ TEST(loop_trip_count_and_cond) {
         run_loop(c, 10, 4, 5); /* cond stops it: iterations 0..4 (i < 4 false at 4) */
         run_loop(c, 0, 4, 0); /* no iteration: empty scan output */
         run_loop(c, 2, 100, 2); /* same context again, other shapes */
+    }
+    kiln_context_free(c);
+    kiln_engine_free(e);
+    kiln_model_free(m);
+    pool_free(&a);
+}
+
+/* torch's exporter declares a loop-carried body input with the shape of the
+ * first iteration (Mask R-CNN's paste-masks loop: [0x320x320], then
+ * [1x320x320], ...). The declared dims are a hint: the carried value may
+ * grow, whether the Loop's own input is static or dynamic at build. */
+TEST(loop_carried_declared_first_shape) {
+    for (int64_t v0_dim = 1; v0_dim >= -1; v0_dim -= 2) {
+        pool a = {0};
+        kiln_model *m = NULL;
+        kiln_engine *e = NULL;
+        kiln_context *c = NULL;
+        CHECK_OK(load(&a, loop_model_decl(&a, "M,cond,v0", (int64_t[]){1}, v0_dim), 13, &m));
+        CHECK_OK(make_ctx(m, 0, &e, &c));
+        for (int64_t it = 0; c && it < 6; it += 3) {
+            run_loop(c, it, 100, (int)it);
+            CHECK(out_is(c, "v_shape", KILN_DTYPE_INT64, 1, (int64_t[]){1}, (float[]){1 + it}));
+        }
+        if (c) run_loop(c, 10, 4, 5);
+        kiln_context_free(c);
+        kiln_engine_free(e);
+        kiln_model_free(m);
+        pool_free(&a);
+    }
+}
+
+/* Loop-carried outputs that are not computed in the body: v passes through
+ * (the body's input itself), w becomes the body's constant k ([2]) after the
+ * first iteration while its initial value is [3]. */
+TEST(loop_carried_passthrough_and_constant) {
+    pool a = {0};
+    gparts b = {0}, mg = {0};
+    float k[2] = {4, 5}, v0[2] = {1, 2}, w0[3] = {7, 8, 9};
+    b.init[b.n_init++] = init(&a, "k", F, 1, (int64_t[]){2}, k, sizeof k);
+    b.in[b.n_in++] = vi(&a, "i", I64, 0, NULL);
+    b.in[b.n_in++] = vi(&a, "c", B, 0, NULL);
+    b.in[b.n_in++] = vi(&a, "v", F, 1, (int64_t[]){2});
+    b.in[b.n_in++] = vi(&a, "w", F, 1, (int64_t[]){3});
+    b.out[b.n_out++] = vi(&a, "c", B, 0, NULL);
+    b.out[b.n_out++] = vi(&a, "v", F, 1, (int64_t[]){2});
+    b.out[b.n_out++] = vi(&a, "k", F, 1, (int64_t[]){2});
+    Onnx__NodeProto *n = nd(&a, "Loop", "M,,v0,w0", "v_final,w_final");
+    a_graph(&a, n, "body", graph(&a, &b));
+    mg.node[mg.n_node++] = n;
+    mg.node[mg.n_node++] = nd(&a, "Shape", "w_final", "w_shape");
+    mg.in[mg.n_in++] = vi(&a, "M", I64, 0, NULL);
+    mg.in[mg.n_in++] = vi(&a, "v0", F, 1, (int64_t[]){2});
+    mg.in[mg.n_in++] = vi(&a, "w0", F, 1, (int64_t[]){3});
+    mg.out[mg.n_out++] = vi(&a, "v_final", F, 1, (int64_t[]){2});
+    mg.out[mg.n_out++] = vi(&a, "w_final", F, 1, (int64_t[]){-1});
+    mg.out[mg.n_out++] = vi(&a, "w_shape", I64, 1, (int64_t[]){1});
+    kiln_model *m = NULL;
+    kiln_engine *e = NULL;
+    kiln_context *c = NULL;
+    CHECK_OK(load(&a, graph(&a, &mg), 13, &m));
+    CHECK_OK(make_ctx(m, 0, &e, &c));
+    for (int64_t M = 0; c && M < 3; M += 2) {
+        CHECK_OK(kiln_context_set_input(c, "M", KILN_DTYPE_INT64, 0, NULL, &M));
+        CHECK_OK(kiln_context_set_input(c, "v0", KILN_DTYPE_FLOAT32, 1, (int64_t[]){2}, v0));
+        CHECK_OK(kiln_context_set_input(c, "w0", KILN_DTYPE_FLOAT32, 1, (int64_t[]){3}, w0));
+        CHECK_OK(kiln_context_run(c));
+        int64_t wn = M ? 2 : 3;
+        CHECK(out_is(c, "v_final", KILN_DTYPE_FLOAT32, 1, (int64_t[]){2}, v0));
+        CHECK(out_is(c, "w_final", KILN_DTYPE_FLOAT32, 1, &wn, M ? k : w0));
+        CHECK(out_is(c, "w_shape", KILN_DTYPE_INT64, 1, (int64_t[]){1}, (float[]){(float)wn}));
     }
     kiln_context_free(c);
     kiln_engine_free(e);
@@ -501,6 +584,200 @@ TEST(loop_nested_in_if) {
         CHECK_OK(kiln_context_set_input(c, "x", KILN_DTYPE_FLOAT32, 1, d2, x));
         CHECK_OK(kiln_context_run(c));
         CHECK(out_is(c, "y", KILN_DTYPE_FLOAT32, 1, d2, cond ? (float[]){31, 62} : v0));
+    }
+    kiln_context_free(c);
+    kiln_engine_free(e);
+    kiln_model_free(m);
+    pool_free(&a);
+}
+
+/* ---- sequences resolved at build ---------------------------------------------- */
+
+/* A sequence type whose elements are float tensors of rank `rank`. */
+static Onnx__ValueInfoProto *vi_seq(pool *a, const char *name, int rank) {
+    Onnx__ValueInfoProto *v = vi(a, name, F, rank, (int64_t[]){-1, -1, -1, -1});
+    Onnx__TypeProto *tp = px(a, sizeof *tp), *el = v->type;
+    onnx__type_proto__init(tp);
+    Onnx__TypeProto__Sequence *sq = px(a, sizeof *sq);
+    onnx__type_proto__sequence__init(sq);
+    sq->elem_type = el;
+    tp->value_case = ONNX__TYPE_PROTO__VALUE_SEQUENCE_TYPE;
+    tp->sequence_type = sq;
+    v->type = tp;
+    return v;
+}
+
+static Onnx__TensorProto *i64s(pool *a, const char *name, int rank, int n, const int64_t *v) {
+    return init(a, name, I64, rank, (int64_t[]){n}, v, sizeof *v * (size_t)n);
+}
+
+/* torch's `tensor_split(x, (1, 3))` form (as mvit_v1_b's attention pooling
+ * exports it): SequenceEmpty, a Loop of 2 iterations whose body
+ * SequenceInserts x[idx[i]:idx[i+1]], one more SequenceInsert, SequenceAt;
+ * then the other sequence ops on it. `m_input`: M is a graph input, so the
+ * loop cannot be unrolled. */
+static Onnx__GraphProto *seq_model(pool *a, bool m_input) {
+    gparts b = {0}, mg = {0};
+    int64_t d43[] = {4, 3};
+    b.node[b.n_node++] = nd(a, "Gather", "idx,i", "st");
+    b.node[b.n_node++] = nd(a, "Add", "i,one", "i1");
+    b.node[b.n_node++] = nd(a, "Gather", "idx,i1", "en");
+    b.node[b.n_node++] = nd(a, "Slice", "x,st,en,ax", "piece");
+    b.node[b.n_node++] = nd(a, "SequenceInsert", "s_in,piece", "s_out");
+    b.node[b.n_node++] = nd(a, "Identity", "cond", "c_out");
+    b.init[b.n_init++] = i64s(a, "one", 1, 1, (int64_t[]){1});
+    b.in[b.n_in++] = vi(a, "i", I64, 1, (int64_t[]){1});
+    b.in[b.n_in++] = vi(a, "c", B, 0, NULL);
+    b.in[b.n_in++] = vi_seq(a, "s_in", 2);
+    b.out[b.n_out++] = vi(a, "c_out", B, 0, NULL);
+    b.out[b.n_out++] = vi_seq(a, "s_out", 2);
+    b.out[b.n_out++] = vi(a, "st", I64, 1, (int64_t[]){1}); /* a scan output */
+
+    mg.node[mg.n_node++] = nd(a, "SequenceEmpty", "", "s0");
+    Onnx__NodeProto *loop = nd(a, "Loop", "M,cond,s0", "s2,starts");
+    loop->name = pstr(a, "split_loop");
+    a_graph(a, loop, "body", graph(a, &b));
+    mg.node[mg.n_node++] = loop;
+    Onnx__NodeProto *c3 = nd(a, "Constant", "", "st3"), *c4 = nd(a, "Constant", "", "en4");
+    attr(a, c3, "value", ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__TENSOR)->t =
+        i64s(a, "", 1, 1, (int64_t[]){3});
+    attr(a, c4, "value", ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__TENSOR)->t =
+        i64s(a, "", 1, 1, (int64_t[]){4});
+    mg.node[mg.n_node++] = c3;
+    mg.node[mg.n_node++] = c4;
+    mg.node[mg.n_node++] = nd(a, "Slice", "x,st3,en4,ax", "tail");
+    mg.node[mg.n_node++] = nd(a, "SequenceInsert", "s2,tail", "s3");
+    mg.node[mg.n_node++] = nd(a, "SequenceAt", "s3,p1", "y1");
+    mg.node[mg.n_node++] = nd(a, "SequenceAt", "s3,pm1", "y2");
+    mg.node[mg.n_node++] = nd(a, "SequenceLength", "s3", "n");
+    Onnx__NodeProto *cat = nd(a, "ConcatFromSequence", "s3", "y3");
+    a_int(a, cat, "axis", 0);
+    mg.node[mg.n_node++] = cat;
+    mg.node[mg.n_node++] = nd(a, "SequenceErase", "s3,p0", "s4");
+    Onnx__NodeProto *cat4 = nd(a, "ConcatFromSequence", "s4", "y4");
+    a_int(a, cat4, "axis", 0);
+    mg.node[mg.n_node++] = cat4;
+    mg.node[mg.n_node++] = nd(a, "SplitToSequence", "x,two", "s5"); /* 2 pieces of 2 rows */
+    Onnx__NodeProto *stack = nd(a, "ConcatFromSequence", "s5", "y5");
+    a_int(a, stack, "axis", 0);
+    a_int(a, stack, "new_axis", 1);
+    mg.node[mg.n_node++] = stack;
+    Onnx__NodeProto *cols = nd(a, "SplitToSequence", "x", "s6"); /* 3 columns of [4] */
+    a_int(a, cols, "axis", 1);
+    a_int(a, cols, "keepdims", 0);
+    mg.node[mg.n_node++] = cols;
+    mg.node[mg.n_node++] = nd(a, "SequenceAt", "s6,pm1", "y6");
+    bool tr = true;
+    if (m_input)
+        mg.in[mg.n_in++] = vi(a, "M", I64, 0, NULL);
+    else
+        mg.init[mg.n_init++] = i64s(a, "M", 0, 1, (int64_t[]){2});
+    mg.init[mg.n_init++] = init(a, "cond", B, 0, NULL, &tr, 1);
+    mg.init[mg.n_init++] = i64s(a, "idx", 1, 3, (int64_t[]){0, 1, 3});
+    mg.init[mg.n_init++] = i64s(a, "ax", 1, 1, (int64_t[]){0});
+    mg.init[mg.n_init++] = i64s(a, "p0", 0, 1, (int64_t[]){0});
+    mg.init[mg.n_init++] = i64s(a, "p1", 0, 1, (int64_t[]){1});
+    mg.init[mg.n_init++] = i64s(a, "pm1", 0, 1, (int64_t[]){-1});
+    mg.init[mg.n_init++] = i64s(a, "two", 0, 1, (int64_t[]){2});
+    mg.in[mg.n_in++] = vi(a, "x", F, 2, d43);
+    const char *outs[] = {"y1", "y2", "n", "y3", "y4", "y5", "y6", "starts"};
+    for (int k = 0; k < 8; k++)
+        mg.out[mg.n_out++] = vi(a, outs[k], k == 2 || k == 7 ? I64 : F, -1, NULL);
+    return graph(a, &mg);
+}
+
+TEST(sequences_resolved_at_build) {
+    pool a = {0};
+    kiln_model *m = NULL;
+    kiln_engine *e = NULL;
+    kiln_context *c = NULL;
+    CHECK_OK(load(&a, seq_model(&a, false), 13, &m));
+    CHECK_OK(make_ctx(m, 1, &e, &c));
+    float x[12];
+    for (int i = 0; i < 12; i++) x[i] = (float)i;
+    if (c) {
+        CHECK_OK(kiln_context_set_input(c, "x", KILN_DTYPE_FLOAT32, 2, (int64_t[]){4, 3}, x));
+        CHECK_OK(kiln_context_run(c));
+        CHECK(out_is(c, "y1", KILN_DTYPE_FLOAT32, 2, (int64_t[]){2, 3}, x + 3));
+        CHECK(out_is(c, "y2", KILN_DTYPE_FLOAT32, 2, (int64_t[]){1, 3}, x + 9));
+        CHECK(out_is(c, "n", KILN_DTYPE_INT64, 0, NULL, (float[]){3}));
+        CHECK(out_is(c, "y3", KILN_DTYPE_FLOAT32, 2, (int64_t[]){4, 3}, x));
+        CHECK(out_is(c, "y4", KILN_DTYPE_FLOAT32, 2, (int64_t[]){3, 3}, x + 3));
+        CHECK(out_is(c, "y5", KILN_DTYPE_FLOAT32, 3, (int64_t[]){2, 2, 3}, x));
+        CHECK(out_is(c, "y6", KILN_DTYPE_FLOAT32, 1, (int64_t[]){4}, (float[]){2, 5, 8, 11}));
+        CHECK(out_is(c, "starts", KILN_DTYPE_INT64, 2, (int64_t[]){2, 1}, (float[]){0, 1}));
+    }
+    kiln_context_free(c);
+    kiln_engine_free(e);
+    kiln_model_free(m);
+    pool_free(&a);
+}
+
+/* Sequences whose structure is only known at run time are refused at load,
+ * naming the node and why. */
+TEST(sequences_not_static) {
+    kiln_model *m = NULL;
+    { /* the Loop's trip count is a graph input */
+        pool a = {0};
+        CHECK(load(&a, seq_model(&a, true), 13, &m) == KILN_ERR_UNSUPPORTED);
+        CHECK(strstr(kiln_last_error(), "'split_loop' (Loop)") &&
+              strstr(kiln_last_error(), "trip count M is computed at run time"));
+        pool_free(&a);
+    }
+    { /* a position from a graph input; a sequence as a graph output */
+        for (int k = 0; k < 2; k++) {
+            pool a = {0};
+            gparts mg = {0};
+            mg.node[mg.n_node++] = nd(&a, "SequenceConstruct", "x,x", "s");
+            if (!k) mg.node[mg.n_node++] = nd(&a, "SequenceAt", "s,p", "y");
+            mg.in[mg.n_in++] = vi(&a, "x", F, 1, (int64_t[]){3});
+            mg.in[mg.n_in++] = vi(&a, "p", I64, 0, NULL);
+            mg.out[mg.n_out++] = k ? vi_seq(&a, "s", 1) : vi(&a, "y", F, 1, (int64_t[]){3});
+            CHECK(load(&a, graph(&a, &mg), 13, &m) == KILN_ERR_UNSUPPORTED);
+            CHECK(strstr(kiln_last_error(), k ? "graph output 's' is a sequence"
+                                              : "position 'p' is computed at run time"));
+            pool_free(&a);
+        }
+    }
+}
+
+/* A sequence op without a named output is a malformed model, not a crash. */
+TEST(sequence_op_without_output) {
+    pool a = {0};
+    gparts mg = {0};
+    mg.node[mg.n_node++] = nd(&a, "SequenceConstruct", "x", "s");
+    mg.node[mg.n_node++] = nd(&a, "SequenceInsert", "s,x", ""); /* (output NULL) */
+    mg.node[mg.n_node++] = nd(&a, "Neg", "x", "y");
+    mg.in[mg.n_in++] = vi(&a, "x", F, 1, (int64_t[]){3});
+    mg.out[mg.n_out++] = vi(&a, "y", F, 1, (int64_t[]){3});
+    kiln_model *m = NULL;
+    CHECK(load(&a, graph(&a, &mg), 13, &m) == KILN_ERR_MODEL);
+    CHECK(strstr(kiln_last_error(), "must have one named output"));
+    pool_free(&a);
+}
+
+/* A position in a Constant's value_int form (opset 12+). */
+TEST(sequence_position_value_int) {
+    pool a = {0};
+    gparts mg = {0};
+    Onnx__NodeProto *p = nd(&a, "Constant", "", "p");
+    a_int(&a, p, "value_int", -1);
+    mg.node[mg.n_node++] = p;
+    mg.node[mg.n_node++] = nd(&a, "Neg", "x", "nx");
+    mg.node[mg.n_node++] = nd(&a, "SequenceConstruct", "x,nx", "s");
+    mg.node[mg.n_node++] = nd(&a, "SequenceAt", "s,p", "y");
+    mg.in[mg.n_in++] = vi(&a, "x", F, 1, (int64_t[]){3});
+    mg.out[mg.n_out++] = vi(&a, "y", F, 1, (int64_t[]){3});
+    kiln_model *m = NULL;
+    kiln_engine *e = NULL;
+    kiln_context *c = NULL;
+    CHECK_OK(load(&a, graph(&a, &mg), 13, &m));
+    CHECK_OK(make_ctx(m, 0, &e, &c));
+    float x[3] = {1, 2, 3};
+    if (c) {
+        CHECK_OK(kiln_context_set_input(c, "x", KILN_DTYPE_FLOAT32, 1, (int64_t[]){3}, x));
+        CHECK_OK(kiln_context_run(c));
+        CHECK(out_is(c, "y", KILN_DTYPE_FLOAT32, 1, (int64_t[]){3}, (float[]){-1, -2, -3}));
     }
     kiln_context_free(c);
     kiln_engine_free(e);
@@ -664,9 +941,15 @@ TEST(bad_subgraphs) {
 int main(void) {
     RUN(if_branches_read_outer_values);
     RUN(loop_trip_count_and_cond);
+    RUN(loop_carried_declared_first_shape);
+    RUN(loop_carried_passthrough_and_constant);
     RUN(loop_engine_saved_and_loaded);
     RUN(scan_directions_and_axes);
     RUN(loop_nested_in_if);
     RUN(bad_subgraphs);
+    RUN(sequences_resolved_at_build);
+    RUN(sequences_not_static);
+    RUN(sequence_position_value_int);
+    RUN(sequence_op_without_output);
     return test_summary();
 }
