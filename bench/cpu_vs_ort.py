@@ -118,7 +118,8 @@ def load_kiln_lib(lib_path):
     return mod
 
 
-PRECISIONS = {"fp32": 0, "bf16": 3}
+# kiln engine precision -> (kiln_precision, fast math: kiln_builder_set_fast_math)
+PRECISIONS = {"fp32": (0, False), "fp32-fast": (0, True), "bf16": (3, False)}
 
 
 def kiln_build_engine(K, onnx_path, inputs, threads, precision, engine_path):
@@ -129,7 +130,8 @@ def kiln_build_engine(K, onnx_path, inputs, threads, precision, engine_path):
     try:
         K.check(L.kiln_builder_create(ctypes.byref(b)))
         K.check(L.kiln_builder_set_threads(b, threads))
-        K.check(L.kiln_builder_set_precision(b, PRECISIONS[precision]))
+        K.check(L.kiln_builder_set_precision(b, PRECISIONS[precision][0]))
+        K.check(L.kiln_builder_set_fast_math(b, PRECISIONS[precision][1]))
         for name, a in inputs.items():
             dims = (ctypes.c_int64 * a.ndim)(*a.shape)
             K.check(L.kiln_builder_set_profile(b, name.encode(), a.ndim, dims, dims, dims))
@@ -530,7 +532,8 @@ def main():
                     help="comma-separated rows: %s (default: all)" % ",".join(MODELS))
     ap.add_argument("--threads", default="1,2", help="comma-separated thread counts (default 1,2)")
     ap.add_argument("--precisions", default="fp32",
-                    help="comma-separated kiln engine precisions: fp32, bf16 (default fp32); "
+                    help="comma-separated kiln engine precisions: fp32, fp32-fast (fp32 with "
+                         "kiln's fast math: Winograd convolutions allowed), bf16 (default fp32); "
                          "ORT always runs fp32")
     ap.add_argument("--repeats", type=int, default=None, help="timed runs of each runtime (default 20)")
     ap.add_argument("--warmup", type=int, default=None, help="untimed runs of each first (default 3)")
@@ -576,7 +579,7 @@ def main():
     precisions = [p.strip() for p in args.precisions.split(",") if p.strip()]
     for p in precisions:
         if p not in PRECISIONS:
-            ap.error("--precisions: unknown precision '%s' (known: fp32, bf16)" % p)
+            ap.error("--precisions: unknown precision '%s' (known: %s)" % (p, ", ".join(PRECISIONS)))
 
     manifest = ensure_models(args.models_dir, sorted({MODELS[m][0] for m in models}))
     import tempfile

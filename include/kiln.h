@@ -173,6 +173,16 @@ KILN_API kiln_status kiln_builder_set_optimization(kiln_builder *b, int level);
  * run are timed on the target and the fastest is kept; 0 takes each layer's
  * default kernel without timing. */
 KILN_API kiln_status kiln_builder_set_tuning(kiln_builder *b, int on);
+/* Fast math: when non-zero, the tuner may also choose kernels that trade
+ * float32 accuracy for speed (on the CPU: kiln's Winograd F(4x4, 3x3) and
+ * F(2x2, 3x3) convolutions, whose transforms round more than a direct
+ * convolution: about 2 to 3 times PyTorch's own float32 error against
+ * float64 on 100-layer networks). 0 (default): only kernels that keep
+ * float32 results as close to exact as PyTorch's and ONNX Runtime's, as
+ * cuDNN's FMA math mode and a TensorRT build without TF32 do. Recorded in
+ * the engine (kiln_engine_describe, `kiln inspect`) and in the timing
+ * cache's keys, so a cache made with one setting is not used for the other. */
+KILN_API kiln_status kiln_builder_set_fast_math(kiln_builder *b, int on);
 /* Shape profile of one input: every dimension that is dynamic in the model
  * gets a range. min <= opt <= max elementwise; rank must match the model.
  * Inputs with dynamic dimensions and no profile get min=opt=max=1 for them. */

@@ -630,6 +630,10 @@ static const char build_help[] =
     "                           max, else min; min and max default to opt. Inputs with dynamic\n"
     "                           dims and no shapes get 1 for those dims.)\n"
     "  --fp32 | --tf32 | --fp16 | --bf16   precision (default fp32)\n"
+    "  --fast-math              let the tuner also choose kernels that are faster but round\n"
+    "                           more (CPU: Winograd 3x3 convolutions, ~2-3x the float32 error\n"
+    "                           of PyTorch against float64 on deep networks). Default: only\n"
+    "                           kernels as accurate as PyTorch's and ONNX Runtime's float32\n"
     "  --layer-precision LIST   fp16/bf16 engines: layers kept in fp32, as\n"
     "                           name:fp32[,name2:fp32...] (ONNX node names; the last ':'\n"
     "                           separates the precision)\n"
@@ -810,15 +814,16 @@ static int cmd_build(int argc, char **argv) {
         {"--device", NULL, true},  {"--threads", NULL, true},    {"--workspace", NULL, true},
         {"--timing-cache", NULL, true}, {"--help", "-h", false}, {"--quiet", "-q", false},
         {"--layer-precision", NULL, true}, {"--disable-pass", NULL, true}, {"--strict-device", NULL, false},
+        {"--fast-math", NULL, false},
     };
     enum { O_OUT, O_SHAPES, O_MIN, O_OPT, O_MAX, O_FP32, O_TF32, O_FP16, O_BF16, O_DEVICE, O_THREADS,
-           O_WORKSPACE, O_TCACHE, O_HELP, O_QUIET, O_LAYER_PREC, O_DISABLE_PASS, O_STRICT };
+           O_WORKSPACE, O_TCACHE, O_HELP, O_QUIET, O_LAYER_PREC, O_DISABLE_PASS, O_STRICT, O_FAST_MATH };
     argscan s = {argc, argv, 0, "build", false};
     const char *model_path = NULL, *out_path = NULL, *tcache = NULL, *layer_prec = NULL, *val;
     shape_list sl[4] = {{0}}; /* shapes, min, opt, max */
     int precision = -1, device = KILN_DEVICE_CPU;
     int64_t device_index = 0, threads = -1, workspace = -1;
-    bool quiet = false, strict = false;
+    bool quiet = false, strict = false, fast_math = false;
     int rc = EXIT_USAGE, id;
     char *default_out = NULL;
     kiln_model *m = NULL;
@@ -854,6 +859,7 @@ static int cmd_build(int argc, char **argv) {
         case O_LAYER_PREC: layer_prec = val; break;
         case O_DISABLE_PASS: if (!parse_pass("build", val, &disabled)) goto done; break;
         case O_STRICT: strict = true; break;
+        case O_FAST_MATH: fast_math = true; break;
         default: goto done;
         }
     }
@@ -902,6 +908,10 @@ static int cmd_build(int argc, char **argv) {
     }
     if (strict && (st = kiln_builder_set_strict_device(b, 1)) != KILN_OK) {
         fail_kiln(st, "--strict-device");
+        goto done;
+    }
+    if (fast_math && (st = kiln_builder_set_fast_math(b, 1)) != KILN_OK) {
+        fail_kiln(st, "--fast-math");
         goto done;
     }
     if (threads >= 0 && (st = kiln_builder_set_threads(b, (int)threads)) != KILN_OK) {

@@ -20,7 +20,7 @@ from ._lib import KilnError, Status, check, lib
 _PRECISIONS = {"fp32": 0, "tf32": 1, "fp16": 2, "bf16": 3}
 _TORCH_PRECISIONS = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
 _PRECISION_ORDER = ("fp16", "bf16", "tf32", "fp32")  # the most reduced first
-BUILD_OPTIONS = ("threads", "workspace", "timing_cache")
+BUILD_OPTIONS = ("threads", "workspace", "timing_cache", "fast_math")
 # Engine metadata key of the spec (EngineBytes.spec): what EngineModule needs to give
 # back the method's output structure, inside the engine file.
 SPEC_KEY = "python.spec"
@@ -412,6 +412,10 @@ def _build(onnx_path, inputs, device, precision, opts, module, label, metadata):
             check(L.kiln_builder_set_workspace(builder, int(opts["workspace"])))
         if opts.get("timing_cache") is not None:
             check(L.kiln_builder_set_timing_cache(builder, os.fsencode(str(opts["timing_cache"]))))
+        if "fast_math" in opts:
+            if not isinstance(opts["fast_math"], bool):
+                raise TypeError("fast_math must be True or False, got %r" % (opts["fast_math"],))
+            check(L.kiln_builder_set_fast_math(builder, int(opts["fast_math"])))
         for key, value in metadata.items():
             check(L.kiln_builder_set_metadata(builder, key.encode(), value.encode()))
         for b in inputs:
@@ -509,7 +513,9 @@ def convert_method_to_engine(module, method_name="forward", inputs=None, arg_inp
     exporter. opset: ONNX opset to export (default 17 for torchscript, 18 for dynamo).
     onnx_path: also keep the exported ONNX model there. build_options: threads,
     workspace (bytes; workspace_size is Torch-TensorRT's name), timing_cache (path),
-    one-to-one with kiln_builder_set_*. output_format: only 'kiln'.
+    fast_math (True: the tuner may also choose kernels that are faster but round more,
+    e.g. Winograd convolutions on the CPU; default False), one-to-one with
+    kiln_builder_set_*. output_format: only 'kiln'.
 
     The module is exported in eval mode (each submodule's train/eval flag is restored
     afterwards, also on error) under no-grad (see kiln._compat.export_grad_mode)."""

@@ -99,6 +99,7 @@ _PROTOTYPES = {
     "kiln_builder_set_device": (_st, [_p, ctypes.c_int, ctypes.c_int]),
     "kiln_builder_set_precision": (_st, [_p, ctypes.c_int]),
     "kiln_builder_set_threads": (_st, [_p, ctypes.c_int]),
+    "kiln_builder_set_fast_math": (_st, [_p, ctypes.c_int]),
     "kiln_builder_set_workspace": (_st, [_p, ctypes.c_size_t]),
     "kiln_builder_set_timing_cache": (_st, [_p, ctypes.c_char_p]),
     "kiln_builder_set_profile": (_st, [_p, ctypes.c_char_p, ctypes.c_int, _i64p, _i64p, _i64p]),

@@ -80,7 +80,7 @@ def test_bad_precision_device_exporter_option(mlp):
                            "kiln.convert_method_to_engine takes: method_name, inputs, "
                            "arg_inputs, kwarg_inputs, device, precision, enabled_precisions, "
                            "exporter, ir, opset, dynamic_batch, onnx_path, workspace_size, "
-                           "output_format, threads, workspace, timing_cache"):
+                           "output_format, threads, workspace, timing_cache, fast_math"):
         kiln.convert_method_to_engine(mlp, inputs=x, thread=2)
 
 

@@ -286,11 +286,11 @@ def test_unknown_option_lists_every_option(mlp, no_export):
                            "takes: method_name, inputs, arg_inputs, kwarg_inputs, device, "
                            "precision, enabled_precisions, exporter, ir, opset, "
                            "dynamic_batch, onnx_path, workspace_size, output_format, threads, "
-                           "workspace, timing_cache"):
+                           "workspace, timing_cache, fast_math"):
         kiln.convert_method_to_engine(mlp, inputs=[torch.randn(2, 16)], min_block_size=3)
     every = ("file_path, input_sample, method_name, device, precision, enabled_precisions, "
              "exporter, ir, opset, dynamic_batch, onnx_path, workspace_size, output_format, "
-             "threads, workspace, timing_cache")
+             "threads, workspace, timing_cache, fast_math")
     with raises(TypeError, f"unknown option 'input_samples' (did you mean 'input_sample'?); "
                            f"kiln.lightning.to_engine takes: {every}"):
         kl.to_engine(mlp, None, input_samples=torch.randn(2, 16))

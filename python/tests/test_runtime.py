@@ -193,6 +193,17 @@ def test_build_options_reach_the_builder(mlp, tmp_path):
     assert [o.name for o in model.graph.output] == ["output0"]
 
 
+def test_fast_math_option(mlp):
+    """fast_math=True reaches kiln_builder_set_fast_math and the engine says so; the
+    default engine is the accurate one; a value that is not a bool is refused."""
+    assert kiln.compile(mlp, [torch.randn(2, 16)]).inspect(json=True)["math"] == "accurate"
+    em = kiln.compile(mlp, [torch.randn(2, 16)], fast_math=True)
+    assert em.inspect(json=True)["math"] == "fast"
+    assert "--fast-math" in em.inspect()
+    with pytest.raises(TypeError, match="fast_math must be True or False, got 'yes'"):
+        kiln.compile(mlp, [torch.randn(2, 16)], fast_math="yes")
+
+
 def test_tf32_precision_is_kept(mlp):
     em = kiln.compile(mlp, [torch.randn(2, 16)], precision="tf32")
     assert em.precision == "tf32"

@@ -156,9 +156,11 @@ KILN_PRIVATE bool kiln__backend_supports(const kiln_backend_i *be, const kiln_gr
 /* Short name of the kernel that runs n, for inspect (static string; "none"). */
 KILN_PRIVATE const char *kiln__backend_kernel_name(const kiln_backend_i *be, const kiln_node *n);
 /* The tactic ids that can run the node of `a` on `be` (state: its state),
- * at most cap: {0} for ops without tactics or kernels without a list. */
+ * at most cap: {0} for ops without tactics or kernels without a list.
+ * Without fast_math, tactics the kernel marks as fast math only
+ * (kiln_kernel.tactic_fast_math) are left out. */
 KILN_PRIVATE int kiln__backend_tactics(const kiln_backend_i *be, void *state,
-                                       const kiln_infer_args *a, int32_t *ids, int cap);
+                                       const kiln_infer_args *a, bool fast_math, int32_t *ids, int cap);
 /* Short (static) and full names of tactic `id` of node n on `be`. */
 KILN_PRIVATE const char *kiln__backend_tactic_name(const kiln_backend_i *be, const kiln_node *n,
                                                    int32_t id);

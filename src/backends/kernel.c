@@ -22,14 +22,19 @@ const char *kiln__backend_kernel_name(const kiln_backend_i *be, const kiln_node 
 }
 
 int kiln__backend_tactics(const kiln_backend_i *be, void *state, const kiln_infer_args *a,
-                          int32_t *ids, int cap) {
+                          bool fast_math, int32_t *ids, int cap) {
     if (cap < 1 || !a->op) return 0;
     const kiln_kernel *k = be->kernel_for(kiln__op_id_of(a->op));
     if (!k || !k->tactics || !(a->op->flags & KILN_OP_FLAG_TACTICS)) {
         ids[0] = 0;
         return 1;
     }
-    return k->tactics(state, a, ids, cap);
+    int n = k->tactics(state, a, ids, cap);
+    if (fast_math || !k->tactic_fast_math) return n;
+    int kept = 0;
+    for (int i = 0; i < n; i++)
+        if (!k->tactic_fast_math(ids[i])) ids[kept++] = ids[i];
+    return kept;
 }
 
 const char *kiln__backend_tactic_name(const kiln_backend_i *be, const kiln_node *n, int32_t id) {

@@ -37,6 +37,10 @@ typedef struct kiln_kernel {
      * on this device (`state`: the backend's state, NULL for the CPU);
      * returns their count (at most cap). NULL: only tactic 0. */
     int (*tactics)(void *state, const kiln_infer_args *a, int32_t *ids, int cap);
+    /* True when tactic `id` trades float32 accuracy for speed (Winograd
+     * transforms, reduced-precision math): the tuner offers it only to
+     * builds with fast math (kiln_builder_set_fast_math). NULL: none does. */
+    bool (*tactic_fast_math)(int32_t id);
     /* Short name of tactic `id` for inspect (static string). NULL: `name`. */
     const char *(*tactic_name)(int32_t id);
     /* Full name of tactic `id` into buf (ids that encode a library's

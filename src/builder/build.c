@@ -11,6 +11,7 @@ kiln_status kiln_builder_create(kiln_builder **out) {
     if (!*out) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory creating a builder");
     (*out)->opts.device = KILN_DEVICE_CPU;
     (*out)->opts.precision = KILN_PRECISION_FP32;
+    (*out)->opts.math = KILN_MATH_ACCURATE;
     (*out)->optimization = 1;
     (*out)->tuning = true;
     return KILN_OK;
@@ -114,6 +115,12 @@ kiln_status kiln_builder_disable_pass(kiln_builder *b, const char *name) {
         return s;
     }
     b->disabled_passes |= 1u << id;
+    return KILN_OK;
+}
+
+kiln_status kiln_builder_set_fast_math(kiln_builder *b, int on) {
+    CHECK_BUILDER(b, "kiln_builder_set_fast_math");
+    b->opts.math = on ? KILN_MATH_FAST : KILN_MATH_ACCURATE;
     return KILN_OK;
 }
 
@@ -408,6 +415,16 @@ static const char *precision_name(int p) {
     }
 }
 
+/* kiln_build_options.math for inspect: "accurate", "fast" (fast math), or
+ * "not recorded" (built before the setting existed). */
+static const char *math_name(int m) {
+    switch (m) {
+    case KILN_MATH_ACCURATE: return "accurate";
+    case KILN_MATH_FAST: return "fast";
+    default: return "not recorded";
+    }
+}
+
 static const char *node_kernel(const kiln_graph *g, const kiln_node *n) {
     const kiln_backend_i *nb = kiln__backend_for(n->device);
     (void)g;
@@ -675,9 +692,10 @@ static void describe(const kiln_engine *e, kiln_sbuf *sb, bool json) {
         json_str(sb, e->builder_version);
         kiln__sbuf_printf(sb, ",\n  \"target\": ");
         json_str(sb, e->target);
-        kiln__sbuf_printf(sb, ",\n  \"device\": \"%s\",\n  \"precision\": \"%s\",\n  \"threads\": %d,\n",
+        kiln__sbuf_printf(sb, ",\n  \"device\": \"%s\",\n  \"precision\": \"%s\",\n  \"math\": \"%s\",\n"
+                              "  \"threads\": %d,\n",
                           device_name(e->opts.device), precision_name(e->opts.precision),
-                          e->opts.threads);
+                          math_name(e->opts.math), e->opts.threads);
         kiln__sbuf_printf(sb, "  \"inputs\": [");
         for (int k = 0; k < g->n_inputs; k++) {
             const kiln_value *v = &g->values[g->inputs[k]];
@@ -744,10 +762,12 @@ static void describe(const kiln_engine *e, kiln_sbuf *sb, bool json) {
         return;
     }
     kiln__sbuf_printf(sb, "kiln engine (built by kiln %s)\n", e->builder_version);
-    kiln__sbuf_printf(sb, "  target:    %s\n  device:    %s:%d\n  precision: %s\n  threads:   %d%s\n",
+    kiln__sbuf_printf(sb, "  target:    %s\n  device:    %s:%d\n  precision: %s\n  math:      %s%s\n"
+                          "  threads:   %d%s\n",
                       e->target, device_name(e->opts.device), e->opts.device_index,
-                      precision_name(e->opts.precision), e->opts.threads,
-                      e->opts.threads ? "" : " (one per core)");
+                      precision_name(e->opts.precision), math_name(e->opts.math),
+                      e->opts.math == KILN_MATH_FAST ? " (--fast-math: less accurate kernels allowed)" : "",
+                      e->opts.threads, e->opts.threads ? "" : " (one per core)");
     kiln__sbuf_printf(sb, "inputs (%d):\n", g->n_inputs);
     for (int k = 0; k < g->n_inputs; k++) {
         const kiln_value *v = &g->values[g->inputs[k]];

@@ -15,7 +15,9 @@
  *     kiln-timing-cache 2
  *     <key> <tactic id> <microseconds>
  *
- * keyed by the target, the thread count, the op, its attributes (without
+ * keyed by the target, the thread count, the math setting ("acc", or
+ * "fast" with kiln_builder_set_fast_math: the tactics a layer may get
+ * differ), the op, its attributes (without
  * the tactic, in hex) and the input dtypes and shapes. It is read before
  * timing (a known key is not timed again, nor is a layer identical to one
  * timed before in the same build) and rewritten after, through a
@@ -138,7 +140,8 @@ static void make_key(const kiln_engine *e, const kiln_node *n, const kiln_tinfo 
     sb->len = 0;
     if (sb->data) sb->data[0] = 0;
     for (const char *p = e->target; *p; p++) kiln__sbuf_printf(sb, "%c", *p == ' ' ? '_' : *p);
-    kiln__sbuf_printf(sb, "|t%d|%s.%s|", (int)e->opts.threads, n->op->domain, n->op->name);
+    kiln__sbuf_printf(sb, "|t%d|%s|%s.%s|", (int)e->opts.threads, e->opts.math == KILN_MATH_FAST ? "fast" : "acc",
+                      n->op->domain, n->op->name);
     const unsigned char *a = n->attrs;
     for (size_t i = sizeof(kiln_tactic); i < n->op->attr_size; i++) kiln__sbuf_printf(sb, "%02x", a[i]);
     for (int i = 0; i < n->n_in; i++) {
@@ -680,7 +683,8 @@ static kiln_status tune_all(kiln_layout_ctx *c) {
         kiln_infer_args ia = {.op = n->op, .attrs = n->attrs, .node_name = n->name, .n_in = n->n_in,
                               .n_out = n->n_out, .in = in, .out = op_, .runtime = false};
         int32_t ids[TUNE_MAX_TACTICS];
-        int n_ids = kiln__backend_tactics(be, T->states[si], &ia, ids, TUNE_MAX_TACTICS);
+        int n_ids = kiln__backend_tactics(be, T->states[si], &ia, e->opts.math == KILN_MATH_FAST, ids,
+                                          TUNE_MAX_TACTICS);
         kiln_tactic *tac = n->attrs;
         T->n_layers++;
         /* one tactic: nothing to choose (a device layer's is still timed, for

@@ -41,7 +41,13 @@
  *      88  i32                    precision (kiln_precision)
  *      92  i32                    threads (0 = one per core)
  *      96  u64                    workspace (bytes, 0 = no limit)
- *     104  u8[24]  reserved (0)
+ *     104  i32                    math: 1 accurate, 2 fast math
+ *                                 (kiln_builder_set_fast_math); 0 in
+ *                                 files written before the field existed
+ *                                 (reserved then; their builds allowed
+ *                                 what fast math allows). Older readers
+ *                                 ignore it: the tactics mean the same.
+ *     108  u8[20]  reserved (0)
  *     128  char[128] target: what the engine was built for, e.g.
  *                  "cpu x86_64 avx avx2 fma" (device kind, architecture,
  *                  features the build machine had: information only)
@@ -195,6 +201,7 @@
 #define KILN_FMT_OFF_PRECISION 88
 #define KILN_FMT_OFF_THREADS 92
 #define KILN_FMT_OFF_WORKSPACE 96
+#define KILN_FMT_OFF_MATH 104
 #define KILN_FMT_OFF_TARGET 128
 #define KILN_FMT_TARGET_LEN 128
 #define KILN_FMT_OFF_REQUIRED 256

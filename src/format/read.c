@@ -774,10 +774,11 @@ kiln_status kiln__format_read(const void *data, size_t size, kiln_engine *e) {
     opts.precision = (int32_t)kiln__le32(r.p + KILN_FMT_OFF_PRECISION);
     opts.threads = (int32_t)kiln__le32(r.p + KILN_FMT_OFF_THREADS);
     opts.workspace = kiln__le64(r.p + KILN_FMT_OFF_WORKSPACE);
+    opts.math = (int32_t)kiln__le32(r.p + KILN_FMT_OFF_MATH);
     if (opts.device_index < 0 || opts.threads < 0 || opts.precision < KILN_PRECISION_FP32 ||
-        opts.precision > KILN_PRECISION_BF16)
-        return bad("build options (device index %d, precision %d, threads %d) are invalid",
-                   opts.device_index, opts.precision, opts.threads);
+        opts.precision > KILN_PRECISION_BF16 || opts.math < KILN_MATH_UNRECORDED || opts.math > KILN_MATH_FAST)
+        return bad("build options (device index %d, precision %d, threads %d, math %d) are invalid",
+                   opts.device_index, opts.precision, opts.threads, opts.math);
     char target[sizeof e->target], builder[sizeof e->builder_version];
     char required[KILN_FMT_REQUIRED_LEN];
     KILN_TRY(header_str(&r, KILN_FMT_OFF_TARGET, KILN_FMT_TARGET_LEN, "target", target,

@@ -274,6 +274,7 @@ kiln_status kiln__format_write(const kiln_engine *e, void **data, size_t *size) 
     kiln__put_le32(buf + KILN_FMT_OFF_PRECISION, (uint32_t)e->opts.precision);
     kiln__put_le32(buf + KILN_FMT_OFF_THREADS, (uint32_t)e->opts.threads);
     kiln__put_le64(buf + KILN_FMT_OFF_WORKSPACE, e->opts.workspace);
+    kiln__put_le32(buf + KILN_FMT_OFF_MATH, (uint32_t)e->opts.math);
     put_str(buf + KILN_FMT_OFF_TARGET, e->target, KILN_FMT_TARGET_LEN);
     /* required: CPU features the kernels need (bf16 convolutions: avx512_bf16). */
     if (e->opts.device == KILN_DEVICE_CPU && e->opts.precision == KILN_PRECISION_BF16)

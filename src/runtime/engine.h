@@ -28,7 +28,15 @@ typedef struct kiln_build_options {
     int32_t precision;     /* kiln_precision */
     int32_t threads;       /* 0 = one per core */
     uint64_t workspace;    /* 0 = no limit */
+    int32_t math;          /* KILN_MATH_* (kiln_builder_set_fast_math) */
 } kiln_build_options;
+
+/* kiln_build_options.math: which kernels the tuner could choose. Engines
+ * written before the setting existed read as UNRECORDED (their builds
+ * allowed what FAST allows). */
+#define KILN_MATH_UNRECORDED 0
+#define KILN_MATH_ACCURATE 1   /* default: float32 kept as accurate as a direct computation */
+#define KILN_MATH_FAST 2       /* kiln_builder_set_fast_math: faster, less accurate kernels too */
 
 typedef struct kiln_profile_req {
     char *name;

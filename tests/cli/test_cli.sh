@@ -287,6 +287,12 @@ expect "onnx file as engine" nz "not a kiln engine" "$KILN" run tiny.onnx
 expect "inspect" 0 "x" "$KILN" inspect tiny.kiln
 "$KILN" inspect tiny.kiln --json >inspect.json 2>&1 && $PY -m json.tool inspect.json >/dev/null 2>&1 && ok ||
     bad "inspect --json is not valid JSON: $(head -c 300 inspect.json)"
+# fast math: off unless asked, and inspect says which
+expect "inspect: accurate math by default" 0 "math:      accurate" "$KILN" inspect tiny.kiln
+expect "build --fast-math" 0 "" "$KILN" build tiny.onnx -o fast.kiln --fast-math -q
+expect "inspect: fast math" 0 "math:      fast (--fast-math" "$KILN" inspect fast.kiln
+expect "inspect --json: fast math" 0 '"math": "fast"' "$KILN" inspect fast.kiln --json
+expect "build --help: --fast-math" 0 "--fast-math" "$KILN" build --help
 
 # ---- bench ------------------------------------------------------------------------------------
 expect "bench" 0 "p50" "$KILN" bench tiny.kiln --warmup 1 --iterations 5

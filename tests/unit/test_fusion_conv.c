@@ -21,6 +21,7 @@
 #include "backends/cpu/kernels/conv_direct.h"
 #include "backends/cpu/kernels/conv_wino.h"
 #include "backends/cpu/kernels/fused_conv_cpu.h"
+#include "format/format.h"
 #include "runtime/engine.h"
 
 /* ---- building and running engines --------------------------------------- */
@@ -29,6 +30,7 @@ typedef struct bopts {
     int opt, tuning, threads;
     kiln_precision prec;
     const char *cache;
+    int fast_math;
 } bopts;
 
 static kiln_engine *build(const kiln_model *m, bopts o) {
@@ -40,6 +42,7 @@ static kiln_engine *build(const kiln_model *m, bopts o) {
     CHECK_OK(kiln_builder_set_threads(b, o.threads ? o.threads : 1));
     if (o.prec) CHECK_OK(kiln_builder_set_precision(b, o.prec));
     if (o.cache) CHECK_OK(kiln_builder_set_timing_cache(b, o.cache));
+    if (o.fast_math) CHECK_OK(kiln_builder_set_fast_math(b, 1));
     CHECK_OK(kiln_build(b, m, &e));
     kiln_builder_free(b);
     return e;
@@ -1327,6 +1330,134 @@ TEST(bf16_cpu) {
     kiln_model_free(m);
 }
 
+/* The tactics the tuner is offered for a 3x3 layer of 128 channels on
+ * 28x28 (batch 1), with or without fast math, contain `id`. */
+static bool offered(bool fast_math, int32_t id) {
+    kiln_fused_conv_attrs at;
+    memset(&at, 0, sizeof at);
+    at.conv.group = 1;
+    at.conv.n_pads = 4;
+    for (int i = 0; i < 4; i++) at.conv.pads[i] = 1;
+    kiln_tinfo x = {.dtype = KILN_DTYPE_FLOAT32, .rank = 4, .dims = {1, 128, 28, 28}};
+    kiln_tinfo w = {.dtype = KILN_DTYPE_FLOAT32, .rank = 4, .dims = {128, 128, 3, 3}};
+    kiln_tinfo y;
+    const kiln_tinfo *in[2] = {&x, &w};
+    kiln_tinfo *out[1] = {&y};
+    kiln_infer_args ia = {.op = kiln__op_by_id(KILN_OP_FusedConv), .attrs = &at, .node_name = "c", .n_in = 2,
+                          .n_out = 1, .in = in, .out = out};
+    int32_t ids[8];
+    int k = kiln__backend_tactics(kiln__backend_for(KILN_DEVICE_CPU), NULL, &ia, fast_math, ids, 8);
+    for (int q = 0; q < k; q++)
+        if (ids[q] == id) return true;
+    return false;
+}
+
+/* The FusedConv layers of e that run a Winograd tactic. */
+static int wino_layers(const kiln_engine *e) {
+    int n = 0;
+    for (int i = 0; e && i < e->graph->n_nodes; i++)
+        if (e->graph->nodes[i].op_id == KILN_OP_FusedConv)
+            n += kiln__fc_wino_tile(((const kiln_tactic *)e->graph->nodes[i].attrs)->id) != 0;
+    return n;
+}
+
+/* Fast math (kiln_builder_set_fast_math): float32 engines get the Winograd
+ * tactics, which round more than a direct convolution, only when asked;
+ * the engine (its file too) and inspect say which; a timing cache made
+ * with one setting is not used by a build with the other. */
+TEST(fast_math_policy) {
+    CHECK(!offered(false, KILN_FC_TACTIC_WINO) && !offered(false, KILN_FC_TACTIC_WINO2));
+    CHECK(offered(true, KILN_FC_TACTIC_WINO) == kiln__wino_fast_available());
+    int64_t xd[4];
+    kiln_model *m = chain_model_n(xd, 1, true); /* layer cb: 3x3, 128 channels, 28x28 */
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/kiln_test_fm_%ld.txt", (long)getpid());
+    remove(path);
+    kiln_engine *ef = build(m, (bopts){.opt = 1, .tuning = 1, .cache = path, .fast_math = 1});
+    kiln_engine *ea = build(m, (bopts){.opt = 1, .tuning = 1});
+    CHECK(ea && ea->opts.math == KILN_MATH_ACCURATE && wino_layers(ea) == 0);
+    CHECK(ef && ef->opts.math == KILN_MATH_FAST);
+    const char *d = ea ? kiln_engine_describe(ea, 0) : NULL;
+    CHECK(d && strstr(d, "math:      accurate\n"));
+    d = ef ? kiln_engine_describe(ef, 0) : NULL;
+    CHECK(d && strstr(d, "math:      fast (--fast-math"));
+    d = ef ? kiln_engine_describe(ef, 1) : NULL;
+    CHECK(d && strstr(d, "\"math\": \"fast\""));
+    /* the setting survives the file */
+    void *bytes = NULL;
+    size_t size = 0;
+    kiln_engine *back = NULL;
+    if (ef) CHECK_OK(kiln_engine_serialize(ef, &bytes, &size));
+    if (bytes) CHECK_OK(kiln_engine_load_memory(bytes, size, &back));
+    CHECK(back && back->opts.math == KILN_MATH_FAST);
+    kiln_engine_free(back);
+    back = NULL;
+    if (bytes) {
+        /* a file from before the field (reserved, zero) is "not recorded";
+         * a value no kiln writes is refused (the checksum fixed up) */
+        unsigned char *h = bytes;
+        for (int v = 0; v <= 3; v += 3) {
+            memset(h + KILN_FMT_OFF_MATH, 0, 4);
+            h[KILN_FMT_OFF_MATH] = (unsigned char)v;
+            uint64_t sum = kiln__format_checksum(bytes, size);
+            for (int i = 0; i < 8; i++) h[KILN_FMT_OFF_CHECKSUM + i] = (unsigned char)(sum >> (8 * i));
+            kiln_status st = kiln_engine_load_memory(bytes, size, &back);
+            if (v == 0) {
+                CHECK(st == KILN_OK && back && back->opts.math == KILN_MATH_UNRECORDED);
+                d = back ? kiln_engine_describe(back, 0) : NULL;
+                CHECK(d && strstr(d, "math:      not recorded\n"));
+            } else {
+                CHECK(st != KILN_OK && strstr(kiln_last_error(), "math 3"));
+            }
+            kiln_engine_free(back);
+            back = NULL;
+        }
+        kiln_free(bytes);
+    }
+    char *txt = read_file(path);
+    if (!kiln__have_dnnl() || !kiln__wino_fast_available() || !txt) {
+        fprintf(stderr, "  note: no oneDNN or no AVX-512F: one tactic per layer, cache checks skipped\n");
+        goto done;
+    }
+    CHECK(strstr(txt, "|fast|") && !strstr(txt, "|acc|"));
+    /* the fast-math cache saying "Winograd, 1 us" everywhere: a fast-math
+     * build takes it in layer cb; a default build reading it does not */
+    rewrite_cache(path, txt, false, KILN_FC_TACTIC_WINO, "1.000");
+    kiln_engine_free(ef);
+    ef = build(m, (bopts){.opt = 1, .tuning = 1, .cache = path, .fast_math = 1});
+    CHECK(wino_layers(ef) == 1);
+    kiln_engine_free(ea);
+    ea = build(m, (bopts){.opt = 1, .tuning = 1, .cache = path});
+    CHECK(ea && wino_layers(ea) == 0);
+    free(txt);
+    txt = read_file(path); /* now with the default build's own entries */
+    CHECK(txt && strstr(txt, "|acc|") && strstr(txt, "|fast|"));
+    /* entries of the fast-math build saying "tactic 0, 7 us": the default
+     * build times its layers itself */
+    remove(path);
+    kiln_engine_free(ef);
+    ef = build(m, (bopts){.opt = 1, .tuning = 1, .cache = path, .fast_math = 1});
+    free(txt);
+    txt = read_file(path);
+    if (txt) rewrite_cache(path, txt, false, 0, "7.000");
+    kiln_engine_free(ea);
+    ea = build(m, (bopts){.opt = 1, .tuning = 1, .cache = path});
+    int n7 = 0, n_timed = 0;
+    for (int i = 0; ea && i < ea->graph->n_nodes; i++) {
+        const kiln_tactic *t = ea->graph->nodes[i].attrs;
+        if (ea->graph->nodes[i].op_id != KILN_OP_FusedConv) continue;
+        n7 += t->us == 7.0f;
+        n_timed += t->us > 0;
+    }
+    CHECK(n_timed > 0 && n7 == 0);
+done:
+    remove(path);
+    free(txt);
+    kiln_engine_free(ea);
+    kiln_engine_free(ef);
+    kiln_model_free(m);
+}
+
 int main(void) {
     RUN(long_weight_name);
     RUN(conv_bn_add_relu);
@@ -1335,6 +1466,7 @@ int main(void) {
     RUN(inverted_residual_block);
     RUN(every_tactic_agrees);
     RUN(winograd_offered_by_weight_size);
+    RUN(fast_math_policy);
     RUN(dnnl_channel_split);
     RUN(maxpool_in_nhwc_chain);
     RUN(residual_nhwc_output_nchw);

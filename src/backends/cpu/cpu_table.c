@@ -24,6 +24,7 @@ static const kiln_kernel cpu_kernels[KILN_OP_ID_LIMIT] = {
     [KILN_OP_FusedConv] = {.name = "cpu", .run = kiln__cpu_fc_run, .workspace = kiln__cpu_fc_workspace,
                            .tactics = kiln__cpu_fc_tactics,
                            .tactic_name = kiln__cpu_fc_tactic_name,
+                           .tactic_fast_math = kiln__cpu_fc_tactic_fast_math,
                            .inplace_input = kiln__cpu_fc_inplace_input,
                            .tune_prepare = kiln__cpu_fc_tune_prepare},
     [KILN_OP_PwDwConv] = {.name = "cpu", .supports = kiln__cpu_pwdw_supports, .run = kiln__cpu_pwdw_run,

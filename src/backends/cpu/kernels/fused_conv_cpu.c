@@ -12,6 +12,8 @@
  *               per context;
  *   4 wino2     the same with F(2x2, 3x3), for layers whose F(4x4)
  *               weights are too large to stream;
+ *               (3 and 4 round more than the others: offered only with
+ *               fast math, kiln__cpu_fc_tactic_fast_math)
  *   5 direct    kiln's direct convolution (conv_direct.c): dilation 1,
  *               any kernel size, stride and pads, NCHW, NHWC or nChw16c
  *               in and out, weights packed once per context.
@@ -189,6 +191,15 @@ int kiln__cpu_fc_tactics(void *state, const kiln_infer_args *a, int32_t *ids, in
         ids[n++] = KILN_FC_TACTIC_DIRECT;
     return n;
 }
+
+/* The tactics only fast-math builds get (kiln_builder_set_fast_math): both
+ * Winograd ones. Their input and output transforms round more than a direct
+ * convolution's sums (docs/cpu-conv.md, "Fast math": ResNet-101 2.7 times
+ * PyTorch's own float32 error against float64 with them, 1.2 times without).
+ * F(2x2) alone was as accurate as none on ResNet-101 and DeepLabV3, but no
+ * faster on ResNet-50 (0.98-1.02 of the time without Winograd), so it is
+ * fast math too: one rule, Winograd only when asked. */
+bool kiln__cpu_fc_tactic_fast_math(int32_t id) { return kiln__fc_wino_tile(id) != 0; }
 
 const char *kiln__cpu_fc_tactic_name(int32_t id) {
     switch (id) {

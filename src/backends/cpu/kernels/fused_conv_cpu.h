@@ -64,6 +64,7 @@ KILN_PRIVATE kiln_status kiln__cpu_fc_run(const kiln_kernel_args *a);
 KILN_PRIVATE size_t kiln__cpu_fc_workspace(const kiln_infer_args *a);
 KILN_PRIVATE int kiln__cpu_fc_tactics(void *state, const kiln_infer_args *a, int32_t *ids, int cap);
 KILN_PRIVATE const char *kiln__cpu_fc_tactic_name(int32_t id);
+KILN_PRIVATE bool kiln__cpu_fc_tactic_fast_math(int32_t id);
 KILN_PRIVATE int kiln__cpu_fc_inplace_input(const void *attrs);
 /* Tuning (kiln_kernel.tune_prepare): the layout a tactic runs in inside a chain. */
 KILN_PRIVATE int kiln__cpu_fc_tune_prepare(kiln_node *n, int32_t id, const int32_t *ids, int n_ids,
