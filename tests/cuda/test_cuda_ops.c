@@ -1435,7 +1435,7 @@ TEST(test_fused_conv_tactics) {
         kiln_infer_args ia = {.op = kiln__op_by_id(KILN_OP_FusedConv), .attrs = &nh,
                               .node_name = "FusedConv/tactics", .n_in = n_in, .n_out = 1, .in = tip, .out = top};
         int32_t ids[32];
-        int n = kiln__backend_tactics(be, st, &ia, ids, 32);
+        int n = kiln__backend_tactics(be, st, &ia, false, ids, 32);
         CHECK(n >= 2 && ids[n - 1] == KCU_CONV_TACTIC_LEGACY);
         int s2d = 0;
         printf("  %s: %d tactics:", stem ? "stem" : "3x3", n);
@@ -1469,7 +1469,7 @@ TEST(test_fused_conv_tactics) {
         kiln_infer_args ia = {.op = kiln__op_by_id(KILN_OP_FusedConv), .attrs = &dnh, .node_name = "FusedConv/dw_tactics",
                               .n_in = 4, .n_out = 1, .in = dtip, .out = dtop};
         int32_t ids[32];
-        int n = kiln__backend_tactics(be, st, &ia, ids, 32);
+        int n = kiln__backend_tactics(be, st, &ia, false, ids, 32);
         CHECK(n >= 1 && ids[0] == KCU_CONV_TACTIC_DW);
         printf("  depthwise: %d tactics:", n);
         for (int k = 0; k < n; k++) {
