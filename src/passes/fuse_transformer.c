@@ -168,7 +168,71 @@ static bool swaps_last_two(const kiln_graph *g, int n2, int *x, pat *p) {
     return true;
 }
 
+/* The constant equal to Reshape node ri's target for every input shape the
+ * engine accepts, when the target is a Concat (axis 0) of int64 constants
+ * and dims read at run time through Shape (kiln__pat_shape_dim), as the
+ * exporters write t.view(t.size(0), t.size(1), H, D) of a model with dynamic
+ * axes: entry j that is dim a of value s becomes 0 (ONNX Reshape with
+ * allowzero 0: copy the input's dim j) when that dim is the input's dim j,
+ * being the same value and axis, or the same symbolic dim (inputs sharing a
+ * dim's name are checked to agree at run time); a dim known at build time
+ * becomes its value. Fills t[0..*n); false when any entry is neither. */
+static bool reshape_target_of_dims(const kiln_graph *g, int ri, int64_t *t, int *n) {
+    const kiln_node *r = &g->nodes[ri];
+    if (r->n_in < 2 || r->in[1] < 0 || ((const kiln_reshape_attrs *)r->attrs)->allowzero) return false;
+    int c = kiln__pat_producer(g, r->in[1], KILN_OP_Concat);
+    const kiln_tinfo *xi = info(g, r->in[0]);
+    if (c < 0 || xi->rank < 0 || info(g, r->in[1])->dtype != KILN_DTYPE_INT64) return false;
+    int axis = ((const kiln_axis_attrs *)g->nodes[c].attrs)->axis;
+    if (axis != 0 && axis != -1) return false;
+    *n = 0;
+    for (int i = 0; i < g->nodes[c].n_in; i++) {
+        int p = g->nodes[c].in[i], s, a;
+        const kiln_value *pv = &g->values[p];
+        if ((pv->flags & KILN_VALUE_CONST) && pv->data && pv->info.dtype == KILN_DTYPE_INT64 && pv->info.rank == 1) {
+            if (pv->info.dims[0] > KILN_MAX_RANK - *n) return false;
+            for (int64_t k = 0; k < pv->info.dims[0]; k++) t[(*n)++] = ((const int64_t *)pv->data)[k];
+            continue;
+        }
+        if (!kiln__pat_shape_dim(g, p, &s, &a) || *n >= KILN_MAX_RANK) return false;
+        int64_t d = info(g, s)->dims[a];
+        if (*n < xi->rank && ((s == r->in[0] && a == *n) || (d != KILN_DIM_UNKNOWN && d == xi->dims[*n])))
+            t[(*n)++] = 0;
+        else if (d > 0)
+            t[(*n)++] = d;
+        else
+            return false;
+    }
+    return *n > 0;
+}
+
+/* Reshape targets computed at run time from the dims they copy (above)
+ * become constants, so that the Reshape's result has the input's dims
+ * (symbolic ones too) and the attention patterns see its shape; the Shape,
+ * Gather, Unsqueeze and Concat nodes left unread go, and the graph is
+ * inferred again. */
+static kiln_status explicit_reshape_targets(kiln_graph *g) {
+    bool changed = false;
+    for (int ni = 0; ni < g->n_nodes; ni++) {
+        if (g->nodes[ni].dead || g->nodes[ni].op_id != KILN_OP_Reshape) continue;
+        int64_t t[KILN_MAX_RANK];
+        int n, shape;
+        if (!reshape_target_of_dims(g, ni, t, &n)) continue;
+        int64_t sd[1] = {n};
+        const char *base = g->values[g->nodes[ni].in[1]].name;
+        KILN_TRY(kiln__graph_add_const(g, base ? base : "reshape_shape", KILN_DTYPE_INT64, 1, sd, t, &shape));
+        g->nodes[ni].in[1] = shape;
+        changed = true;
+    }
+    if (!changed) return KILN_OK;
+    KILN_TRY(kiln__pass_dce(g));
+    KILN_TRY(kiln__graph_infer(g));
+    kiln__graph_link(g);
+    return KILN_OK;
+}
+
 static kiln_status opt_layout(kiln_graph *g, const kiln_optimize_opts *o) {
+    KILN_TRY(explicit_reshape_targets(g));
     for (int ni = 0; ni < g->n_nodes; ni++) {
         if (g->nodes[ni].dead || g->nodes[ni].op_id != KILN_OP_Reshape) continue;
         pat pt = {.n = 0};
@@ -682,7 +746,7 @@ static bool broadcasts_into(const kiln_graph *g, int m, const sshape *sd) {
     if (mi->rank < 0 || mi->rank > sd->rank) return false;
     for (int i = 0; i < mi->rank; i++) {
         int64_t md = mi->dims[i], fd = sd->d[sd->rank - mi->rank + i];
-        if (md < 0 || (md != 1 && md != fd)) return false;
+        if (md == KILN_DIM_UNKNOWN || (md != 1 && md != fd)) return false;
     }
     return true;
 }
@@ -728,7 +792,7 @@ static bool has_same_dims(const kiln_graph *g, int a, int b) {
     const kiln_tinfo *x = info(g, a), *y = info(g, b);
     if (x->rank < 0 || x->rank != y->rank) return false;
     for (int i = 0; i < x->rank; i++)
-        if (x->dims[i] < 0 || x->dims[i] != y->dims[i]) return false;
+        if (x->dims[i] == KILN_DIM_UNKNOWN || x->dims[i] != y->dims[i]) return false;
     return true;
 }
 
@@ -812,6 +876,7 @@ static bool match_scores(const kiln_graph *g, int s, const sshape *sd, attn_scor
              * operands taken back to [B, H, ...] by mask_as4) */
             int mw = m, rv = sd->rank == 4 ? sole_producer(g, m, KILN_OP_Reshape) : -1;
             sshape sdw = *sd;
+            if (rv >= 0 && (sd->d[0] <= 0 || sd->d[1] <= 0)) rv = -1; /* B*H known */
             if (rv >= 0) {
                 const kiln_tinfo *x3 = info(g, g->nodes[rv].in[0]), *m4 = info(g, m);
                 if (x3->rank == 3 && m4->rank == 4 && m4->dims[0] == sd->d[0] && m4->dims[1] == sd->d[1] &&
@@ -1040,8 +1105,8 @@ static kiln_status match_attention(kiln_graph *g, const kiln_optimize_opts *o, i
     if (sa->axis != -1 && sa->axis != si->rank - 1) return KILN_OK;
     sshape sd = {.rank = si->rank};
     for (int i = 0; i < si->rank; i++) {
-        sd.d[i] = si->dims[i];
-        if (sd.d[i] < 0) return KILN_OK;
+        sd.d[i] = si->dims[i]; /* known or symbolic (the same symbol: the same dim) */
+        if (sd.d[i] == KILN_DIM_UNKNOWN) return KILN_OK;
     }
     /* the layer is named after its nodes in computation order: operands, Q K^T,
      * the score chain, Softmax, the NaN rule, P V, the merge */

@@ -19,7 +19,8 @@ static const struct {
                                           "one kiln.PwDwConv (MobileNet blocks)"},
     [KILN_PASS_MERGE_TRANSPOSE_RESHAPE] = {"merge_transpose_reshape",
                                            "Transpose of Transpose composed (or removed), Reshape of "
-                                           "Reshape made one Reshape"},
+                                           "Reshape made one Reshape, Reshape targets computed at run "
+                                           "time from the input's own dims made constant (0 entries)"},
     [KILN_PASS_FUSE_LAYERNORM] = {"fuse_layernorm", "decomposed LayerNorm (ReduceMean ... Div, Mul, Add) "
                                                     "into LayerNormalization"},
     [KILN_PASS_FUSE_GELU] = {"fuse_gelu", "GELU (erf or tanh form) into kiln.Gelu"},

@@ -2,6 +2,7 @@
 #include "passes/pattern.h"
 
 #include "backends/backend.h"
+#include "ops/tensor_internal.h"
 
 #include <stdio.h>
 
@@ -64,6 +65,54 @@ bool kiln__pat_const_is(const kiln_graph *g, int v, double x) {
         }
         if (e != x) return false;
     }
+    return true;
+}
+
+/* Dims [b, e) of x that Shape node sn (start/end attributes) returns; false
+ * if x's rank is unknown. */
+static bool shape_range(const kiln_graph *g, int sn, int *b, int *e) {
+    const kiln_shape_attrs *at = g->nodes[sn].attrs;
+    int rank = g->values[g->nodes[sn].in[0]].info.rank;
+    if (rank < 0) return false;
+    int64_t s = at->start, t = at->has_end ? at->end : rank;
+    if (s < 0) s += rank;
+    if (t < 0) t += rank;
+    s = s < 0 ? 0 : s > rank ? rank : s;
+    t = t < 0 ? 0 : t > rank ? rank : t;
+    *b = (int)s;
+    *e = (int)(t > s ? t : s);
+    return true;
+}
+
+bool kiln__pat_shape_dim(const kiln_graph *g, int v, int *x, int *axis) {
+    if (v < 0 || g->values[v].info.dtype != KILN_DTYPE_INT64) return false;
+    const kiln_tinfo *vi = &g->values[v].info;
+    if (vi->rank > 1 || (vi->rank == 1 && vi->dims[0] != 1)) return false;
+    int u = kiln__pat_producer(g, v, KILN_OP_Unsqueeze);
+    if (u >= 0) { /* a scalar to [1] */
+        if (vi->rank != 1 || g->values[g->nodes[u].in[0]].info.rank != 0) return false;
+        v = g->nodes[u].in[0];
+    }
+    int b, e, sn = kiln__pat_producer(g, v, KILN_OP_Shape);
+    if (sn >= 0) { /* Shape(x, start=i, end=i+1) */
+        if (!shape_range(g, sn, &b, &e) || e - b != 1) return false;
+        *x = g->nodes[sn].in[0];
+        *axis = b;
+        return true;
+    }
+    int gi = kiln__pat_producer(g, v, KILN_OP_Gather);
+    if (gi < 0 || ((const kiln_axis_attrs *)g->nodes[gi].attrs)->axis != 0) return false;
+    const kiln_value *idx = &g->values[g->nodes[gi].in[1]];
+    if (!(idx->flags & KILN_VALUE_CONST) || !idx->data || kiln__numel(idx->info.rank, idx->info.dims) != 1 ||
+        idx->info.rank > 1 || g->values[v].info.rank != idx->info.rank)
+        return false;
+    sn = kiln__pat_producer(g, g->nodes[gi].in[0], KILN_OP_Shape);
+    if (sn < 0 || !shape_range(g, sn, &b, &e)) return false;
+    int64_t i = kiln__load_i64(idx->info.dtype, idx->data, 0);
+    if (i < 0) i += e - b;
+    if (i < 0 || i >= e - b) return false;
+    *x = g->nodes[sn].in[0];
+    *axis = b + (int)i;
     return true;
 }
 

@@ -27,6 +27,11 @@ KILN_PRIVATE int kiln__pat_sole_consumer(const kiln_graph *g, int v);
 KILN_PRIVATE const float *kiln__pat_const_f32(const kiln_graph *g, int v, int64_t *numel);
 /* Whether v is a constant with every element equal to x (any float dtype or int). */
 KILN_PRIVATE bool kiln__pat_const_is(const kiln_graph *g, int v, double x);
+/* Whether value v (int64, one element, rank 0 or 1) is a dim of another
+ * value read at run time through Shape: Gather(Shape(x), i) with a scalar or
+ * one-element index, that through an Unsqueeze to [1], or Shape(x, start=i,
+ * end=i+1). Sets *x and *axis (in [0, rank of x)). */
+KILN_PRIVATE bool kiln__pat_shape_dim(const kiln_graph *g, int v, int *x, int *axis);
 /* Replaces node ni in place by a node of op `op_id` with the given inputs,
  * outputs and attrs (op->attr_size bytes, copied), made from the nodes
  * from[0..n_from) (ni among them): named "a+b+c" after them, with their

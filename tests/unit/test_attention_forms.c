@@ -17,6 +17,8 @@
  *   - the fp16 plan for the CUDA backend (the optimizer's passes only: no GPU
  *     needed) fuses every block too, with no Softmax left;
  *   - with a GPU: fp16 and bf16 CUDA engines agree with the fp32 CPU engine.
+ * And (test dynamic_axes) encoders exported with dynamic batch and sequence
+ * axes (gen_dynamic_axes.py), built once over a profile, at several shapes.
  * A matcher that does not fire, or fires wrongly, fails here. */
 #include <math.h>
 #include <stdio.h>
@@ -164,13 +166,14 @@ static float *run_form(const kiln_engine *e, const inputs *in, int64_t *n) {
 }
 
 /* The optimizer's plan of m for the CUDA backend in fp16 (no device needed):
- * the number of live nodes of op `op`. -1 when the backend is not built. */
+ * the number of live nodes of op `op`. -1 when the backend is not built. in
+ * NULL: the input dims stay as the model declares them (symbolic). */
 static int cuda_plan_count(const kiln_model *m, const inputs *in, int op) {
     if (!kiln__backend_for(KILN_DEVICE_CUDA)) return -1;
     kiln_graph *g = NULL;
     if (kiln__graph_clone(m->graph, &g) != KILN_OK) return -2;
     /* fix the input dims (and their symbols everywhere), forget intermediate shapes */
-    for (int i = 0; i < in->n; i++) {
+    for (int i = 0; in && i < in->n; i++) {
         int v = kiln__graph_find_value(g, in->s[i]->name);
         kiln_tinfo *t = &g->values[v].info;
         for (int d = 0; d < t->rank && d < in->s[i]->rank; d++) {
@@ -301,7 +304,87 @@ TEST(exported_forms) {
     CHECK(n_forms >= 52);
 }
 
+/* Engine of m for one profile of x [B, S, 32] and mask [B, S]: B in [1, 4],
+ * S in [4, 16], optimized at 2 x 8. */
+static kiln_engine *build_dynamic(const kiln_model *m, int opt) {
+    kiln_builder *b = NULL;
+    kiln_engine *e = NULL;
+    CHECK_OK(kiln_builder_create(&b));
+    CHECK_OK(kiln_builder_set_optimization(b, opt));
+    CHECK_OK(kiln_builder_set_threads(b, 1));
+    CHECK_OK(kiln_builder_set_profile(b, "x", 3, (const int64_t[]){1, 4, 32}, (const int64_t[]){2, 8, 32},
+                                      (const int64_t[]){4, 16, 32}));
+    CHECK_OK(kiln_builder_set_profile(b, "mask", 2, (const int64_t[]){1, 4}, (const int64_t[]){2, 8},
+                                      (const int64_t[]){4, 16}));
+    CHECK_OK(kiln_build(b, m, &e));
+    kiln_builder_free(b);
+    return e;
+}
+
+/* Models exported with dynamic batch and sequence axes
+ * (gen_dynamic_axes.py): their head split and merge reshape to targets made
+ * at run time from Shape/Gather/Unsqueeze/Concat of the tensor itself. One
+ * engine over a profile: the optimized one (one kiln.Attention per layer,
+ * no shape computation left) agrees with the unoptimized one at several
+ * batch sizes and sequence lengths. The badmerge model's merge,
+ * view(S, B, E) with S and B read at run time, is not the attention's [B, S,
+ * E]: its Reshape and shape computation stay. */
+static void check_dynamic(const char *file, int n_attn, bool bad_merge) {
+    char path[1100];
+    snprintf(path, sizeof path, DIR "%s", file);
+    kiln_model *m = NULL;
+    CHECK_OK(kiln_model_load_onnx(path, &m));
+    if (!m) return;
+    kiln_engine *e0 = build_dynamic(m, 0), *e1 = build_dynamic(m, 1);
+    CHECK(e0 && e1);
+    if (e1) {
+        int na = count_op(e1, KILN_OP_Attention);
+        if (na != n_attn) fprintf(stderr, "  %s: %d kiln.Attention, want %d\n", file, na, n_attn);
+        CHECK(na == n_attn);
+        CHECK(count_op(e1, KILN_OP_Softmax) == 0);
+        CHECK(count_op(e1, KILN_OP_Reshape) == (bad_merge ? 1 : 0));
+        CHECK(count_op(e1, KILN_OP_Shape) == (bad_merge ? 2 : 0));
+        CHECK(count_op(e1, KILN_OP_Concat) == (bad_merge ? 1 : 0));
+    }
+    /* the CUDA fp16 plan over the symbolic dims fuses too */
+    int nc = cuda_plan_count(m, NULL, KILN_OP_Attention);
+    if (nc != -1) {
+        if (nc != n_attn) fprintf(stderr, "  %s: %d kiln.Attention in the CUDA fp16 plan, want %d\n", file, nc, n_attn);
+        CHECK(nc == n_attn);
+    }
+    static const int64_t shapes[][2] = {{1, 4}, {3, 11}, {4, 16}, {2, 8}, {1, 13}};
+    for (int k = 0; k < 5 && e0 && e1; k++) {
+        form f = {.n_in = 2};
+        f.in[0] = (spec){.name = "x", .kind = "f", .rank = 3, .dims = {shapes[k][0], shapes[k][1], 32}};
+        f.in[1] = (spec){.name = "mask", .kind = "m", .rank = 2, .dims = {shapes[k][0], shapes[k][1]}};
+        inputs in;
+        make_inputs(m, &f, &in);
+        int64_t n0 = 0, n1 = 0;
+        float *y0 = run_form(e0, &in, &n0), *y1 = run_form(e1, &in, &n1);
+        CHECK(y0 && y1 && n0 == n1 && n0 == shapes[k][0] * shapes[k][1] * 32);
+        if (y0 && y1 && n0 == n1) {
+            double err = rel_err(y1, y0, n0);
+            if (!(err <= 1e-4))
+                fprintf(stderr, "  %s at %lldx%lld: optimized vs unoptimized: %g\n", file, (long long)shapes[k][0],
+                        (long long)shapes[k][1], err);
+            CHECK(err <= 1e-4);
+        }
+        free(y0);
+        free(y1);
+        free_inputs(&in);
+    }
+    kiln_engine_free(e0);
+    kiln_engine_free(e1);
+    kiln_model_free(m);
+}
+
+TEST(dynamic_axes) {
+    check_dynamic("t113_ts_dynaxes_bert.onnx", 2, false);
+    check_dynamic("t113_ts_dynaxes_badmerge.onnx", 1, true);
+}
+
 int main(void) {
     RUN(exported_forms);
+    RUN(dynamic_axes);
     return test_summary();
 }

@@ -657,6 +657,79 @@ TEST(transpose_reshape_cleanup) {
     kiln_model_free(m);
 }
 
+/* An int64 scalar constant. */
+static int int_scalar(kiln_graph *g, const char *name, int64_t x) {
+    int v = add_val(g, name);
+    if (kiln__value_set_const(&g->values[v], KILN_DTYPE_INT64, 0, NULL, &x) != KILN_OK) abort();
+    return v;
+}
+
+/* The int64 constant of Reshape node `name`'s target in g, or NULL. */
+static const int64_t *reshape_target(const kiln_graph *g, const char *name, int64_t *n) {
+    for (int i = 0; i < g->n_nodes; i++) {
+        const kiln_node *nd = &g->nodes[i];
+        if (nd->dead || nd->op_id != KILN_OP_Reshape || strcmp(nd->name, name)) continue;
+        const kiln_value *t = &g->values[nd->in[1]];
+        if (!(t->flags & KILN_VALUE_CONST)) return NULL;
+        *n = t->info.dims[0];
+        return t->data;
+    }
+    return NULL;
+}
+
+/* Reshape targets computed at run time from dims (models exported with
+ * dynamic axes) in the forms the exporters write: Gather(Shape(x)) with a
+ * one-element index, Shape(x, start, end), Unsqueeze(Gather(Shape(x),
+ * scalar)), negative indices. A target that copies x's own dims in place
+ * becomes a constant with 0 entries; one that swaps them stays computed. */
+TEST(runtime_reshape_targets) {
+    kiln_graph *g = NULL;
+    CHECK_OK(kiln__graph_create(&g));
+    int sb, ss;
+    CHECK_OK(kiln__graph_add_symbol(g, "b", &sb));
+    CHECK_OK(kiln__graph_add_symbol(g, "s", &ss));
+    int64_t xd[3] = {KILN_DIM_SYM(sb), KILN_DIM_SYM(ss), 8};
+    int x = add_input(g, "x", 3, xd);
+    kiln_axis_attrs ax0 = {0};
+    kiln_shape_attrs all = {0}, one = {.start = 1, .end = 2, .has_end = 1};
+    int64_t i0[1] = {0}, hd[2] = {2, 4}, e8[1] = {8};
+    /* [b, s, 2, 4]: Gather(Shape(x), [0]) and Shape(x, 1, 2) */
+    int sh = add_node(g, KILN_OP_Shape, "sh", 1, &x, &all);
+    int d0 = add_node(g, KILN_OP_Gather, "g0", 2, (int[]){sh, ints(g, "i0", 1, i0)}, &ax0);
+    int d1 = add_node(g, KILN_OP_Shape, "sh1", 1, &x, &one);
+    int c1 = add_node(g, KILN_OP_Concat, "c1", 3, (int[]){d0, d1, ints(g, "hd", 2, hd)}, &ax0);
+    kiln_reshape_attrs ra = {0};
+    int r1 = add_node(g, KILN_OP_Reshape, "r1", 2, (int[]){x, c1}, &ra);
+    mark_output(g, add_unary(g, KILN_OP_Relu, "relu", r1, NULL));
+    /* [s, b, 8]: Unsqueeze(Gather(Shape(x), -2)), Unsqueeze(Gather(Shape(x), 0)): not x's dims in place */
+    int gs = add_node(g, KILN_OP_Gather, "gs", 2, (int[]){sh, int_scalar(g, "m2", -2)}, &ax0);
+    int gb = add_node(g, KILN_OP_Gather, "gb", 2, (int[]){sh, int_scalar(g, "z", 0)}, &ax0);
+    int us = add_node(g, KILN_OP_Unsqueeze, "us", 2, (int[]){gs, ints(g, "a0", 1, i0)}, NULL);
+    int ub = add_node(g, KILN_OP_Unsqueeze, "ub", 2, (int[]){gb, ints(g, "a1", 1, i0)}, NULL);
+    int c2 = add_node(g, KILN_OP_Concat, "c2", 3, (int[]){us, ub, ints(g, "e8", 1, e8)}, &ax0);
+    mark_output(g, add_node(g, KILN_OP_Reshape, "r2", 2, (int[]){x, c2}, &ra));
+    kiln_model *m = model_of(g);
+    kiln_optimize_opts oo = {.device = KILN_DEVICE_CPU, .precision = KILN_PRECISION_FP32};
+    CHECK_OK(kiln__pass_fold_constants(g));
+    CHECK_OK(kiln__pass_dce(g));
+    CHECK_OK(kiln__graph_infer(g));
+    CHECK_OK(kiln__pass_optimize(g, &oo));
+    int64_t n = 0;
+    const int64_t *t1 = reshape_target(g, "r1", &n);
+    CHECK(t1 && n == 4 && t1[0] == 0 && t1[1] == 0 && t1[2] == 2 && t1[3] == 4);
+    int y1 = kiln__graph_find_value(g, "r1_out");
+    const kiln_tinfo *yi = y1 >= 0 ? &g->values[y1].info : NULL;
+    CHECK(yi && yi->rank == 4 && yi->dims[0] == KILN_DIM_SYM(sb) && yi->dims[1] == KILN_DIM_SYM(ss));
+    CHECK(reshape_target(g, "r2", &n) == NULL);
+    int shapes = 0, concats = 0;
+    for (int i = 0; i < g->n_nodes; i++) {
+        shapes += !g->nodes[i].dead && g->nodes[i].op_id == KILN_OP_Shape;
+        concats += !g->nodes[i].dead && g->nodes[i].op_id == KILN_OP_Concat;
+    }
+    CHECK(shapes == 1 && concats == 1); /* r2's computation stays; r1's went */
+    kiln_model_free(m);
+}
+
 /* bf16 engines: FusedMatMul and Attention in bf16, within 2e-2 of fp32. */
 TEST(bf16_close_to_fp32) {
     const int64_t B = 1, S = 16, H = 2, D = 16, E = H * D;
@@ -872,6 +945,7 @@ int main(void) {
     RUN(attention_ragged_shapes);
     RUN(attention_mask_widening_not_fused);
     RUN(transpose_reshape_cleanup);
+    RUN(runtime_reshape_targets);
     RUN(bf16_close_to_fp32);
     RUN(bf16_attention);
     RUN(add_layernorm_bert);
