@@ -68,3 +68,41 @@ def test_cuda_engine_runs_on_current_stream(mlp):
         em(x.cpu())
     assert str(e.value) == ("input 'x' is on cpu, but the engine runs on cuda:0; move it with "
                             ".to('cuda:0')")
+
+
+class _Convs(torch.nn.Module):
+    """3x3 stride-1 convolutions of ResNet's stages, where cuDNN's legacy API offers its
+    Winograd and FFT algorithms for fp32."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Conv2d(64, 64, 3, padding=1)
+        self.b = torch.nn.Conv2d(64, 128, 3, padding=1)
+        self.c = torch.nn.Conv2d(128, 128, 3, padding=1)
+
+    def forward(self, x):
+        return self.c(torch.relu(self.b(torch.relu(self.a(x)))))
+
+
+@needs_gpu
+@pytest.mark.parametrize("fast_math", [False, True])
+def test_cuda_fp32_convolutions_accurate_unless_fast_math(monkeypatch, capfd, fast_math):
+    """fp32 CUDA engines keep cuDNN's Winograd and FFT algorithms (chosen at run time by
+    cudnnFind) out unless built with fast_math, as the CPU keeps out its Winograd
+    kernels; KILN_CUDA_VERBOSE=1 names each layer's algorithm."""
+    monkeypatch.setenv("KILN_CUDA_VERBOSE", "1")
+    torch.manual_seed(0)
+    model = _Convs().eval()
+    x = torch.randn(8, 64, 56, 56)
+    data = kiln.convert_method_to_engine(model, inputs=[x], device="cuda", fast_math=fast_math)
+    em = kiln.EngineModule(data)
+    got = em(x.cuda()).cpu().double()
+    with torch.no_grad():
+        want = model.double()(x.double())
+    err = float((got - want).abs().max() / want.abs().max())
+    lines = [ln for ln in capfd.readouterr().err.splitlines() if "legacy convolution algorithm" in ln]
+    print("\n".join(lines), "\nerror vs float64: %.2e" % err)
+    assert lines, "no layer ran cuDNN's legacy convolution API"
+    if not fast_math:
+        assert not [ln for ln in lines if "WINOGRAD" in ln or "FFT" in ln], lines
+        assert err < 1e-5, err

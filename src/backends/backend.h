@@ -108,9 +108,11 @@ typedef struct kiln_backend_i {
      * avx2 fma" or "cuda sm_90"; an engine whose target differs from the
      * device's is refused when a context is created. */
     void (*describe_target)(void *state, char *buf, size_t n);
-    /* Applies the engine's precision (kiln_precision) to the state, e.g.
-     * TF32 tensor cores for KILN_PRECISION_TF32. May be NULL. */
-    kiln_status (*set_precision)(void *state, int precision);
+    /* Applies the engine's precision (kiln_precision) and math to the
+     * state, e.g. TF32 tensor cores for KILN_PRECISION_TF32; fast_math (the
+     * engine was built with kiln_builder_set_fast_math): algorithms the
+     * backend chooses at run time may round more (Winograd, FFT). May be NULL. */
+    kiln_status (*set_precision)(void *state, int precision, bool fast_math);
 
     /* Runs node a->op with a->in/out pointing into this backend's memory,
      * through its kernel (a->op_id's, or a->op's when op_id is 0).

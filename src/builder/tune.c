@@ -643,6 +643,9 @@ static kiln_status tuner_state(tuner *T, int si, const kiln_backend_i *be) {
     if (!T->made[si]) {
         KILN_TRY(be->state_create(T->e->opts.device_index, &T->states[si]));
         T->made[si] = true;
+        /* tactics are timed as the engine's contexts will run them (TF32, fast math) */
+        if (be->set_precision)
+            KILN_TRY(be->set_precision(T->states[si], T->e->opts.precision, T->e->opts.math == KILN_MATH_FAST));
     }
     if (si == 0 && !T->pool) KILN_TRY(kiln__pool_create(T->e->opts.threads, &T->pool));
     return KILN_OK;

@@ -178,7 +178,7 @@ kiln_status kiln_context_create(const kiln_engine *e, kiln_context **out) {
         if (!c->be[m]) continue;
         kiln_status s = c->be[m]->state_create(e->opts.device_index, &c->state[m]);
         if (s == KILN_OK && m == MEM_DEV && c->be[m]->set_precision)
-            s = c->be[m]->set_precision(c->state[m], e->opts.precision);
+            s = c->be[m]->set_precision(c->state[m], e->opts.precision, e->opts.math == KILN_MATH_FAST);
         if (s != KILN_OK) {
             kiln_context_free(c);
             return s;

@@ -106,6 +106,8 @@ static kiln_status cuda_state_create(int index, void **out) {
     st->attn_split = as && as[0] ? (strcmp(as, "0") != 0) : -1;
     const char *eg = getenv("KILN_CUDA_EXACT_GELU");
     st->exact_gelu = eg && eg[0] && strcmp(eg, "0") != 0;
+    const char *verbose = getenv("KILN_CUDA_VERBOSE");
+    st->verbose = verbose && verbose[0] && strcmp(verbose, "0") != 0;
     const char *find = getenv("KILN_CUDNN_FIND");
     st->conv_find = !(find && !strcmp(find, "0"));
     *out = st;
@@ -257,8 +259,10 @@ static void cuda_describe_target(void *state, char *buf, size_t n) {
     else snprintf(buf, n, "cuda");
 }
 
-static kiln_status cuda_set_precision(void *state, int precision) {
-    return kiln__cuda_set_tf32(state, precision == KILN_PRECISION_TF32);
+static kiln_status cuda_set_precision(void *state, int precision, bool fast_math) {
+    KILN_TRY(kiln__cuda_set_tf32(state, precision == KILN_PRECISION_TF32));
+    ((kiln_cuda_state *)state)->fast_math = fast_math;
+    return KILN_OK;
 }
 
 /* ---- layouts ----------------------------------------------------------------------------- */

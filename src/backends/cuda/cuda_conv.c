@@ -429,8 +429,10 @@ static kiln_status conv_plan_build(const kiln_kernel_args *a, const kcu_conv *g,
                                                      CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &np, perf));
     int nc = 0, first = -1;
     size_t ws_max = 0;
+    const bool accurate = kcu_conv_accurate_only(st, dt);
     for (int i = 0; i < np; i++)
-        if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= KCU_CONV_WS_LIMIT) {
+        if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= KCU_CONV_WS_LIMIT &&
+            !(accurate && kcu_fwd_algo_rounds_more(perf[i].algo))) {
             if (first < 0) first = i;
             nc++;
             if (perf[i].memory > ws_max) ws_max = perf[i].memory;
@@ -439,8 +441,9 @@ static kiln_status conv_plan_build(const kiln_kernel_args *a, const kcu_conv *g,
     p->algo = perf[first].algo;
     p->ws = perf[first].memory;
     size_t fws = 0;
-    if (cs->found && cudnnGetConvolutionForwardWorkspaceSize(st->dnn, p->x, p->w, p->c, p->y, cs->found_algo,
-                                                             &fws) == CUDNN_STATUS_SUCCESS &&
+    if (cs->found &&
+        cudnnGetConvolutionForwardWorkspaceSize(st->dnn, p->x, p->w, p->c, p->y, cs->found_algo, &fws) ==
+            CUDNN_STATUS_SUCCESS &&
         fws <= KCU_CONV_WS_LIMIT) {
         p->algo = cs->found_algo;
         p->ws = fws;
@@ -455,7 +458,8 @@ static kiln_status conv_plan_build(const kiln_kernel_args *a, const kcu_conv *g,
             CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &nf, found, ws, ws_max);
         if (fs == CUDNN_STATUS_SUCCESS) {
             for (int i = 0; i < nf; i++)
-                if (found[i].status == CUDNN_STATUS_SUCCESS && found[i].memory <= ws_max) {
+                if (found[i].status == CUDNN_STATUS_SUCCESS && found[i].memory <= ws_max &&
+                    !(accurate && kcu_fwd_algo_rounds_more(found[i].algo))) {
                     p->algo = found[i].algo;
                     p->ws = found[i].memory;
                     cs->found = true;
@@ -467,6 +471,9 @@ static kiln_status conv_plan_build(const kiln_kernel_args *a, const kcu_conv *g,
         }
     }
     p->declined = false;
+    if (st->verbose)
+        fprintf(stderr, "kiln: cuda: node '%s': cuDNN legacy convolution algorithm %d (%s)%s\n", KCU_NODE(a),
+                (int)p->algo, kcu_fwd_algo_name(p->algo), accurate ? "" : ", fast math");
 done:
     return KILN_OK;
 }

@@ -53,7 +53,11 @@ typedef struct kiln_cuda_state {
     size_t scratch_cap;
     int sm_count, cc_major, cc_minor;
     bool allow_tf32;          /* fp32 GEMM/conv may use TF32 tensor cores */
+    bool fast_math;           /* the engine's --fast-math: fp32/fp64 convolutions may use
+                                 cuDNN's Winograd and FFT algorithms (kcu_algo_rounds_more) */
     bool sync_each;           /* KILN_CUDA_SYNC=1: synchronize after every node (debugging) */
+    bool verbose;             /* KILN_CUDA_VERBOSE=1: choices made at run time to stderr (the
+                                 legacy convolution algorithms) */
     int attn_split;           /* tensor-core attention over the keys too (k_attn_plan.h): -1 by
                                  its rule, 0 never, 1 always (KILN_CUDA_ATTN_SPLIT=0|1) */
     bool exact_gelu;          /* KILN_CUDA_EXACT_GELU=1: fp16/bf16 FusedMatMul keeps the erf GELU
@@ -103,6 +107,40 @@ KILN_PRIVATE int kiln__cuda_kernel_count(void);
 /* kernel names of the channels-last pools (kiln_kernel.name_of) */
 KILN_PRIVATE const char *kiln__cu_pool_name(const kiln_node *n);
 KILN_PRIVATE const char *kiln__cu_global_pool_name(const kiln_node *n);
+#if KILN_HAVE_CUDNN
+/* Whether a legacy-API convolution algorithm rounds more than a direct or
+ * GEMM one (Winograd transforms, FFT): chosen for fp32/fp64 data only under
+ * the engine's --fast-math (st->fast_math), as the CPU's Winograd tactics
+ * are (docs/cpu-conv.md, "Fast math"); fp16/bf16 take every algorithm. */
+static inline bool kcu_fwd_algo_rounds_more(cudnnConvolutionFwdAlgo_t a) {
+    return a == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD || a == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED ||
+           a == CUDNN_CONVOLUTION_FWD_ALGO_FFT || a == CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING;
+}
+static inline bool kcu_bwd_data_algo_rounds_more(cudnnConvolutionBwdDataAlgo_t a) {
+    return a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD ||
+           a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD_NONFUSED || a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT ||
+           a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT_TILING;
+}
+/* cuDNN's name of a forward algorithm without its prefix ("WINOGRAD_NONFUSED"). */
+static inline const char *kcu_fwd_algo_name(cudnnConvolutionFwdAlgo_t a) {
+    switch (a) {
+    case CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM: return "IMPLICIT_GEMM";
+    case CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM: return "IMPLICIT_PRECOMP_GEMM";
+    case CUDNN_CONVOLUTION_FWD_ALGO_GEMM: return "GEMM";
+    case CUDNN_CONVOLUTION_FWD_ALGO_DIRECT: return "DIRECT";
+    case CUDNN_CONVOLUTION_FWD_ALGO_FFT: return "FFT";
+    case CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING: return "FFT_TILING";
+    case CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD: return "WINOGRAD";
+    case CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED: return "WINOGRAD_NONFUSED";
+    default: return "?";
+    }
+}
+/* Whether data type dt keeps only the algorithms that round as a direct one does. */
+static inline bool kcu_conv_accurate_only(const kiln_cuda_state *st, cudnnDataType_t dt) {
+    return !st->fast_math && (dt == CUDNN_DATA_FLOAT || dt == CUDNN_DATA_DOUBLE);
+}
+#endif
+
 /* FusedConv's tactics: 0 = cuDNN's heuristics' first engine config for the
  * fused graph (else the legacy path); KCU_CONV_TACTIC_LEGACY = the legacy
  * API's timed algorithm + kiln's epilogue kernel; kcu_dg_is_id(id) = one

@@ -493,7 +493,8 @@ static void convt_plan_build(kiln_cuda_state *st, convt_plan *p) {
                                                     perf))
         return;
     for (int i = 0; i < np; i++)
-        if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= KCU_CONVT_COL_LIMIT) {
+        if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= KCU_CONVT_COL_LIMIT &&
+            !(kcu_conv_accurate_only(st, dt) && kcu_bwd_data_algo_rounds_more(perf[i].algo))) {
             p->algo = perf[i].algo;
             p->ws = perf[i].memory;
             p->declined = false;
