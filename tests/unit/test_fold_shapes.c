@@ -110,8 +110,71 @@ TEST(large_constants_not_folded) {
     expand_case((int64_t[]){4, 2, 2}, false);
 }
 
+/* An int64 constant: a scalar (rank 0) or one element of rank 1. */
+static int add_i64(kiln_graph *g, const char *name, int rank, int64_t v) {
+    int c = add_val(g, name);
+    CHECK_OK(kiln__value_set_const(&g->values[c], KILN_DTYPE_INT64, rank, (int64_t[]){1}, &v));
+    return c;
+}
+
+/* Whether value v is an int64 constant equal to want[0..n). */
+static bool const_is(const kiln_graph *g, int v, int n, const int64_t *want) {
+    const kiln_value *c = &g->values[v];
+    if (!(c->flags & KILN_VALUE_CONST) || c->info.dtype != KILN_DTYPE_INT64 || kiln__numel(c->info.rank, c->info.dims) != n)
+        return false;
+    for (int i = 0; i < n; i++)
+        if (((const int64_t *)c->data)[i] != want[i]) return false;
+    return true;
+}
+
+/* x [batch, 7, 5] with a symbolic batch: Gather and Slice of Shape(x) that
+ * select known dims fold (Gather 1, Gather -1, Slice 1:3, Gather 0 of
+ * Shape(x, start=1)); those selecting the batch (Gather 0, Slice 0:2) stay,
+ * as does Gather 1 of Shape(y) where y's dim 1 is unknown. */
+TEST(known_dims_of_symbolic_shape_fold) {
+    kiln_graph *g = NULL;
+    CHECK_OK(kiln__graph_create(&g));
+    if (!g) return;
+    int sym;
+    CHECK_OK(kiln__graph_add_symbol(g, "batch", &sym));
+    int x = add_input(g, "x", 3, (int64_t[]){KILN_DIM_SYM(sym), 7, 5});
+    int y = add_input(g, "y", 2, (int64_t[]){4, KILN_DIM_UNKNOWN});
+    kiln_shape_attrs all = {0}, from1 = {.start = 1};
+    kiln_axis_attrs ax0 = {.axis = 0};
+    int s = add_node(g, KILN_OP_Shape, "shape_x", 1, &x, &all);
+    int s1 = add_node(g, KILN_OP_Shape, "shape_x_1", 1, &x, &from1);
+    int sy = add_node(g, KILN_OP_Shape, "shape_y", 1, &y, &all);
+    int i0 = add_i64(g, "i0", 0, 0), i1 = add_i64(g, "i1", 0, 1), im1 = add_i64(g, "im1", 0, -1);
+    int one = add_i64(g, "one", 1, 1), three = add_i64(g, "three", 1, 3);
+    int z = add_i64(g, "z", 1, 0), two = add_i64(g, "two", 1, 2);
+    int g1 = add_node(g, KILN_OP_Gather, "g1", 2, (int[]){s, i1}, &ax0);
+    int gm1 = add_node(g, KILN_OP_Gather, "gm1", 2, (int[]){s, im1}, &ax0);
+    int g0 = add_node(g, KILN_OP_Gather, "g0", 2, (int[]){s, i0}, &ax0);
+    int s13 = add_node(g, KILN_OP_Slice, "s13", 3, (int[]){s, one, three}, NULL);
+    int s02 = add_node(g, KILN_OP_Slice, "s02", 3, (int[]){s, z, two}, NULL);
+    int h0 = add_node(g, KILN_OP_Gather, "h0", 2, (int[]){s1, i0}, &ax0);
+    int gy = add_node(g, KILN_OP_Gather, "gy", 2, (int[]){sy, i1}, &ax0);
+    int gy0 = add_node(g, KILN_OP_Gather, "gy0", 2, (int[]){sy, i0}, &ax0);
+    int outs[] = {g1, gm1, g0, s13, s02, h0, gy, gy0};
+    for (int i = 0; i < 8; i++) mark_output(g, outs[i]);
+    kiln__graph_link(g);
+    CHECK_OK(kiln__graph_infer(g));
+    CHECK_OK(kiln__pass_fold_constants(g));
+    CHECK(const_is(g, g1, 1, (int64_t[]){7}));
+    CHECK(const_is(g, gm1, 1, (int64_t[]){5}));
+    CHECK(const_is(g, s13, 2, (int64_t[]){7, 5}));
+    CHECK(const_is(g, h0, 1, (int64_t[]){7}));
+    CHECK(const_is(g, gy0, 1, (int64_t[]){4}));
+    CHECK(!(g->values[g0].flags & KILN_VALUE_CONST));
+    CHECK(!(g->values[s02].flags & KILN_VALUE_CONST));
+    CHECK(!(g->values[gy].flags & KILN_VALUE_CONST));
+    CHECK(count_live(g, KILN_OP_Gather) == 2 && count_live(g, KILN_OP_Slice) == 1);
+    kiln__graph_free(g);
+}
+
 int main(void) {
     RUN(shape_of_reshape_folds);
+    RUN(known_dims_of_symbolic_shape_fold);
     RUN(large_constants_not_folded);
     return test_summary();
 }
