@@ -172,9 +172,86 @@ TEST(known_dims_of_symbolic_shape_fold) {
     kiln__graph_free(g);
 }
 
+/* An int64 constant vector. */
+static int add_vec(kiln_graph *g, const char *name, int n, const int64_t *v) {
+    int c = add_val(g, name);
+    CHECK_OK(kiln__value_set_const(&g->values[c], KILN_DTYPE_INT64, 1, (int64_t[]){n}, v));
+    return c;
+}
+
+static bool dims_are(const kiln_graph *g, int v, int rank, const int64_t *d) {
+    const kiln_tinfo *t = &g->values[v].info;
+    if (t->rank != rank) return false;
+    for (int i = 0; i < rank; i++)
+        if (t->dims[i] != d[i]) return false;
+    return true;
+}
+
+/* kiln__pass_shape_values (src/passes/shape_values.c) on x [B, 7, 5] with a
+ * symbolic B and u [4, ?]; b = Unsqueeze(Gather(Shape(x), 0)) = [B]:
+ *   Expand(c [1, 3, 1], Where(Equal([B, -1, 4], -1), 1, [B, -1, 4])) -> [B, 3, 4]
+ *   (torch's expand(B, -1, 4));
+ *   Reshape(x, [B, -1]) -> [B, 35]; Reshape(x, Mul([B], 1) ++ [7, -1]) -> [B, 7, 5];
+ *   Range(0, Gather(Shape(x), 0), 1) -> [B]; ConstantOfShape([B] ++ [3]) -> [B, 3];
+ * and what must stay unknown:
+ *   Expand(u, [B, 4, B]) -> [B, 4, ?] (u's unknown dim may be 5 when B is 1);
+ *   Reshape(x, [-1, 5]) -> [?, 5] (7B is no symbol); Reshape(x, Mul([B], 2) ++ [-1]) -> [?, ?]. */
+TEST(shape_values) {
+    kiln_graph *g = NULL;
+    CHECK_OK(kiln__graph_create(&g));
+    if (!g) return;
+    int sym;
+    CHECK_OK(kiln__graph_add_symbol(g, "B", &sym));
+    const int64_t B = KILN_DIM_SYM(sym), U = KILN_DIM_UNKNOWN;
+    int x = add_input(g, "x", 3, (int64_t[]){B, 7, 5});
+    int u = add_input(g, "u", 2, (int64_t[]){4, U});
+    kiln_shape_attrs all = {0};
+    kiln_axis_attrs ax0 = {.axis = 0};
+    kiln_reshape_attrs ra = {0};
+    int sx = add_node(g, KILN_OP_Shape, "sx", 1, &x, &all);
+    int i0 = add_i64(g, "i0", 0, 0);
+    int gb = add_node(g, KILN_OP_Gather, "gb", 2, (int[]){sx, i0}, &ax0);
+    int b = add_node(g, KILN_OP_Unsqueeze, "b", 2, (int[]){gb, add_i64(g, "ax", 1, 0)}, NULL);
+    int m1 = add_i64(g, "m1", 0, -1);
+    int sh = add_node(g, KILN_OP_Concat, "sh", 2, (int[]){b, add_vec(g, "m14", 2, (int64_t[]){-1, 4})}, &ax0);
+    int eq = add_node(g, KILN_OP_Equal, "eq", 2, (int[]){sh, m1}, NULL);
+    int ws = add_node(g, KILN_OP_Where, "ws", 3, (int[]){eq, add_vec(g, "ones", 3, (int64_t[]){1, 1, 1}), sh}, NULL);
+    int c = add_const(g, "c", 3, (int64_t[]){1, 3, 1}, 0, 1);
+    int e1 = add_node(g, KILN_OP_Expand, "e1", 2, (int[]){c, ws}, NULL);
+    int r1 = add_node(g, KILN_OP_Reshape, "r1", 2, (int[]){x, add_node(g, KILN_OP_Concat, "t1", 2, (int[]){b, add_vec(g, "m1v", 1, (int64_t[]){-1})}, &ax0)}, &ra);
+    int b1 = add_node(g, KILN_OP_Mul, "b1", 2, (int[]){b, add_i64(g, "one", 0, 1)}, NULL);
+    int r2 = add_node(g, KILN_OP_Reshape, "r2", 2, (int[]){x, add_node(g, KILN_OP_Concat, "t2", 2, (int[]){b1, add_vec(g, "s7", 2, (int64_t[]){7, -1})}, &ax0)}, &ra);
+    int rg = add_node(g, KILN_OP_Range, "rg", 3, (int[]){add_i64(g, "z", 0, 0), gb, add_i64(g, "d1", 0, 1)}, NULL);
+    kiln_cos_attrs ca = {.dtype = KILN_DTYPE_FLOAT32};
+    int cs = add_node(g, KILN_OP_ConstantOfShape, "cs", 1, (int[]){add_node(g, KILN_OP_Concat, "t3", 2, (int[]){b, add_vec(g, "s3", 1, (int64_t[]){3})}, &ax0)}, &ca);
+    int e2 = add_node(g, KILN_OP_Expand, "e2", 2, (int[]){u, add_node(g, KILN_OP_Concat, "t4", 3, (int[]){b, add_vec(g, "s4", 1, (int64_t[]){4}), b}, &ax0)}, NULL);
+    int r3 = add_node(g, KILN_OP_Reshape, "r3", 2, (int[]){x, add_vec(g, "s5", 2, (int64_t[]){-1, 5})}, &ra);
+    int b2 = add_node(g, KILN_OP_Mul, "b2", 2, (int[]){b, add_i64(g, "two", 0, 2)}, NULL);
+    int r4 = add_node(g, KILN_OP_Reshape, "r4", 2, (int[]){x, add_node(g, KILN_OP_Concat, "t5", 2, (int[]){b2, add_vec(g, "m1w", 1, (int64_t[]){-1})}, &ax0)}, &ra);
+    int outs[] = {e1, r1, r2, rg, cs, e2, r3, r4};
+    for (int i = 0; i < 8; i++) mark_output(g, outs[i]);
+    kiln__graph_link(g);
+    CHECK_OK(kiln__graph_infer(g));
+    /* inference alone: the computed shapes give no symbolic dims */
+    CHECK(g->values[e1].info.dims[0] == U && dims_are(g, rg, 1, (int64_t[]){U}));
+    CHECK_OK(kiln__pass_shape_values(g));
+    CHECK(dims_are(g, e1, 3, (int64_t[]){B, 3, 4}));
+    CHECK(dims_are(g, r1, 2, (int64_t[]){B, 35}));
+    CHECK(dims_are(g, r2, 3, (int64_t[]){B, 7, 5}));
+    CHECK(dims_are(g, rg, 1, (int64_t[]){B}));
+    CHECK(dims_are(g, cs, 2, (int64_t[]){B, 3}));
+    CHECK(dims_are(g, e2, 3, (int64_t[]){B, 4, U}));
+    CHECK(dims_are(g, r3, 2, (int64_t[]){U, 5}));
+    CHECK(dims_are(g, r4, 2, (int64_t[]){U, U}));
+    CHECK_OK(kiln__graph_infer(g));
+    CHECK(dims_are(g, e1, 3, (int64_t[]){B, 3, 4}) && dims_are(g, rg, 1, (int64_t[]){B}));
+    kiln__graph_free(g);
+}
+
 int main(void) {
     RUN(shape_of_reshape_folds);
     RUN(known_dims_of_symbolic_shape_fold);
+    RUN(shape_values);
     RUN(large_constants_not_folded);
     return test_summary();
 }
