@@ -340,6 +340,12 @@ kiln_status kiln_build(const kiln_builder *b, const kiln_model *m, kiln_engine *
     if ((s = kiln__pass_fold_constants(g)) != KILN_OK) goto fail;
     if ((s = kiln__pass_dce(g)) != KILN_OK) goto fail;
     if ((s = kiln__graph_infer(g)) != KILN_OK) goto fail;
+    /* symbolic dims through shapes computed at run time; Shape entries they
+     * make known fold */
+    if ((s = kiln__pass_shape_values(g)) != KILN_OK) goto fail;
+    if ((s = kiln__pass_fold_constants(g)) != KILN_OK) goto fail;
+    if ((s = kiln__pass_dce(g)) != KILN_OK) goto fail;
+    if ((s = kiln__graph_infer(g)) != KILN_OK) goto fail;
     kiln_optimize_opts oo = {.device = b->opts.device, .precision = b->opts.precision,
                              .disable = b->optimization == 0, .disabled = b->disabled_passes,
                              .fp32_layers = (const char *const *)b->fp32_layers,

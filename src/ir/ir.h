@@ -174,6 +174,11 @@ KILN_PRIVATE void kiln__tinfo_merge(kiln_tinfo *dst, const kiln_tinfo *inferred)
 /* Passes (src/passes/) */
 /* Evaluates nodes whose inputs are all constant (with the CPU kernels). */
 KILN_PRIVATE kiln_status kiln__pass_fold_constants(kiln_graph *g);
+/* Gives the outputs of Expand, Reshape, ConstantOfShape and Range the dims
+ * (known or symbolic) that their shape inputs, computed at run time from
+ * Shape entries, make the same for every input shape
+ * (src/passes/shape_values.c); infers the graph again as it goes. */
+KILN_PRIVATE kiln_status kiln__pass_shape_values(kiln_graph *g);
 /* Removes nodes whose outputs nobody uses, and unused constants. */
 KILN_PRIVATE kiln_status kiln__pass_dce(kiln_graph *g);
 /* The graph optimizer (src/passes/optimize.c): fusions and layout choices

@@ -70,7 +70,7 @@ bool kiln__pat_const_is(const kiln_graph *g, int v, double x) {
 
 /* Dims [b, e) of x that Shape node sn (start/end attributes) returns; false
  * if x's rank is unknown. */
-static bool shape_range(const kiln_graph *g, int sn, int *b, int *e) {
+bool kiln__pat_shape_range(const kiln_graph *g, int sn, int *b, int *e) {
     const kiln_shape_attrs *at = g->nodes[sn].attrs;
     int rank = g->values[g->nodes[sn].in[0]].info.rank;
     if (rank < 0) return false;
@@ -95,7 +95,7 @@ bool kiln__pat_shape_dim(const kiln_graph *g, int v, int *x, int *axis) {
     }
     int b, e, sn = kiln__pat_producer(g, v, KILN_OP_Shape);
     if (sn >= 0) { /* Shape(x, start=i, end=i+1) */
-        if (!shape_range(g, sn, &b, &e) || e - b != 1) return false;
+        if (!kiln__pat_shape_range(g, sn, &b, &e) || e - b != 1) return false;
         *x = g->nodes[sn].in[0];
         *axis = b;
         return true;
@@ -107,7 +107,7 @@ bool kiln__pat_shape_dim(const kiln_graph *g, int v, int *x, int *axis) {
         idx->info.rank > 1 || g->values[v].info.rank != idx->info.rank)
         return false;
     sn = kiln__pat_producer(g, g->nodes[gi].in[0], KILN_OP_Shape);
-    if (sn < 0 || !shape_range(g, sn, &b, &e)) return false;
+    if (sn < 0 || !kiln__pat_shape_range(g, sn, &b, &e)) return false;
     int64_t i = kiln__load_i64(idx->info.dtype, idx->data, 0);
     if (i < 0) i += e - b;
     if (i < 0 || i >= e - b) return false;

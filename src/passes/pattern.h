@@ -27,6 +27,9 @@ KILN_PRIVATE int kiln__pat_sole_consumer(const kiln_graph *g, int v);
 KILN_PRIVATE const float *kiln__pat_const_f32(const kiln_graph *g, int v, int64_t *numel);
 /* Whether v is a constant with every element equal to x (any float dtype or int). */
 KILN_PRIVATE bool kiln__pat_const_is(const kiln_graph *g, int v, double x);
+/* The dims [*b, *e) of its input that Shape node sn reads (its start and end
+ * attributes clamped as ONNX does); false when the input's rank is unknown. */
+KILN_PRIVATE bool kiln__pat_shape_range(const kiln_graph *g, int sn, int *b, int *e);
 /* Whether value v (int64, one element, rank 0 or 1) is a dim of another
  * value read at run time through Shape: Gather(Shape(x), i) with a scalar or
  * one-element index, that through an Unsqueeze to [1], or Shape(x, start=i,

@@ -304,6 +304,25 @@ TEST(exported_forms) {
     CHECK(n_forms >= 52);
 }
 
+/* Runs engines e0 (unoptimized) and e1 of m on inputs of f's shapes and
+ * checks that they agree (and give n elements, unless n < 0). */
+static void check_agree(const kiln_model *m, const form *f, const kiln_engine *e0, const kiln_engine *e1, int64_t n,
+                        const char *at) {
+    inputs in;
+    make_inputs(m, f, &in);
+    int64_t n0 = 0, n1 = 0;
+    float *y0 = run_form(e0, &in, &n0), *y1 = run_form(e1, &in, &n1);
+    CHECK(y0 && y1 && n0 == n1 && n0 > 0 && (n < 0 || n0 == n));
+    if (y0 && y1 && n0 == n1) {
+        double err = rel_err(y1, y0, n0);
+        if (!(err <= 1e-4)) fprintf(stderr, "  %s: optimized vs unoptimized: %g\n", at, err);
+        CHECK(err <= 1e-4);
+    }
+    free(y0);
+    free(y1);
+    free_inputs(&in);
+}
+
 /* Engine of m for one profile of x [B, S, 32] and mask [B, S]: B in [1, 4],
  * S in [4, 16], optimized at 2 x 8. */
 static kiln_engine *build_dynamic(const kiln_model *m, int opt) {
@@ -357,21 +376,9 @@ static void check_dynamic(const char *file, int n_attn, bool bad_merge) {
         form f = {.n_in = 2};
         f.in[0] = (spec){.name = "x", .kind = "f", .rank = 3, .dims = {shapes[k][0], shapes[k][1], 32}};
         f.in[1] = (spec){.name = "mask", .kind = "m", .rank = 2, .dims = {shapes[k][0], shapes[k][1]}};
-        inputs in;
-        make_inputs(m, &f, &in);
-        int64_t n0 = 0, n1 = 0;
-        float *y0 = run_form(e0, &in, &n0), *y1 = run_form(e1, &in, &n1);
-        CHECK(y0 && y1 && n0 == n1 && n0 == shapes[k][0] * shapes[k][1] * 32);
-        if (y0 && y1 && n0 == n1) {
-            double err = rel_err(y1, y0, n0);
-            if (!(err <= 1e-4))
-                fprintf(stderr, "  %s at %lldx%lld: optimized vs unoptimized: %g\n", file, (long long)shapes[k][0],
-                        (long long)shapes[k][1], err);
-            CHECK(err <= 1e-4);
-        }
-        free(y0);
-        free(y1);
-        free_inputs(&in);
+        char at[96];
+        snprintf(at, sizeof at, "%s at %lldx%lld", file, (long long)shapes[k][0], (long long)shapes[k][1]);
+        check_agree(m, &f, e0, e1, shapes[k][0] * shapes[k][1] * 32, at);
     }
     kiln_engine_free(e0);
     kiln_engine_free(e1);
@@ -383,8 +390,81 @@ TEST(dynamic_axes) {
     check_dynamic("t113_ts_dynaxes_badmerge.onnx", 1, true);
 }
 
+/* Engine of m over a profile of batch 1 to 4 (opt 2) along axis `bax` of
+ * every input of f, the other dims as in f. */
+static kiln_engine *build_batch_profile(const kiln_model *m, const form *f, int bax, int opt) {
+    kiln_builder *b = NULL;
+    kiln_engine *e = NULL;
+    CHECK_OK(kiln_builder_create(&b));
+    CHECK_OK(kiln_builder_set_optimization(b, opt));
+    CHECK_OK(kiln_builder_set_threads(b, 1));
+    for (int i = 0; i < m->graph->n_inputs; i++) {
+        const spec *sp = spec_of(f, m->graph->values[m->graph->inputs[i]].name);
+        if (!sp) continue;
+        int64_t d[3][KILN_MAX_RANK];
+        for (int k = 0; k < 3; k++) memcpy(d[k], sp->dims, sizeof d[k]);
+        int ax = sp->rank == 2 ? 0 : bax; /* masks [B, S] */
+        d[0][ax] = 1, d[1][ax] = 2, d[2][ax] = 4;
+        CHECK_OK(kiln_builder_set_profile(b, sp->name, sp->rank, d[0], d[1], d[2]));
+    }
+    CHECK_OK(kiln_build(b, m, &e));
+    kiln_builder_free(b);
+    return e;
+}
+
+/* Models of the manifest exported with a dynamic batch (axis bax; masks:
+ * axis 0), built once over batch 1 to 4: the batch stays a symbolic dim
+ * through the shapes they compute at run time (Expand/Where/Equal chains of
+ * Hugging Face's masks and embeddings), so that n_attn attention blocks fuse
+ * (-1: not checked: the forms whose head split is [S, B*H, D], a product of
+ * symbolic dims), and the optimized engine agrees with the unoptimized one
+ * at batch 1, 3 and 4. */
+static void check_batch_profile(const char *file, const char *specs, int bax, int n_attn) {
+    char line[1024];
+    snprintf(line, sizeof line, "%s\t0\t%s", file, specs);
+    form f;
+    CHECK(parse_line(line, &f));
+    char path[1100];
+    snprintf(path, sizeof path, DIR "%s", file);
+    kiln_model *m = NULL;
+    CHECK_OK(kiln_model_load_onnx(path, &m));
+    if (!m) return;
+    kiln_engine *e0 = build_batch_profile(m, &f, bax, 0), *e1 = build_batch_profile(m, &f, bax, 1);
+    CHECK(e0 && e1);
+    if (e1 && n_attn >= 0) {
+        int na = count_op(e1, KILN_OP_Attention);
+        if (na != n_attn) fprintf(stderr, "  %s over a batch profile: %d kiln.Attention, want %d\n", file, na, n_attn);
+        CHECK(na == n_attn);
+        CHECK(count_op(e1, KILN_OP_Softmax) == 0);
+    }
+    static const int64_t batches[] = {1, 3, 4};
+    for (int k = 0; k < 3 && e0 && e1; k++) {
+        form fb = f;
+        for (int i = 0; i < fb.n_in; i++) fb.in[i].dims[fb.in[i].rank == 2 ? 0 : bax] = batches[k];
+        char at[96];
+        snprintf(at, sizeof at, "%s at batch %lld", file, (long long)batches[k]);
+        check_agree(m, &fb, e0, e1, -1, at);
+    }
+    kiln_engine_free(e0);
+    kiln_engine_free(e1);
+    kiln_model_free(m);
+}
+
+TEST(batch_profile) {
+    static const char ids[] = "input_ids:ids64:2x8;attention_mask:m:2x8";
+    check_batch_profile("t211_ts_hf_bert_eager.onnx", ids, 0, 2);
+    check_batch_profile("t211_ts_hf_distilbert.onnx", ids, 0, 2);
+    check_batch_profile("t211_ts_hf_gpt2.onnx", ids, 0, 2);
+    check_batch_profile("t211_ts_hf_t5enc.onnx", ids, 0, 2);
+    check_batch_profile("t211_ts_hf_vit.onnx", "pixel_values:f:2x3x16x16", 0, 2);
+    check_batch_profile("t113_ts_tv_vit.onnx", "x:f:2x3x16x16", 0, -1);
+    check_batch_profile("t113_ts_mha_sf_kpm.onnx", "x:f:8x2x32;mask:m:2x8", 1, -1);
+    check_batch_profile("t113_ts_mha_bf.onnx", "x:f:2x8x32", 0, -1);
+}
+
 int main(void) {
     RUN(exported_forms);
     RUN(dynamic_axes);
+    RUN(batch_profile);
     return test_summary();
 }
