@@ -206,6 +206,24 @@ typedef struct pool_ctx {
     int64_t cm_stride[KILN_NN_MAX_SP]; /* column-major spatial strides (storage_order 1) */
 } pool_ctx;
 
+/* The taps [*a, *b) of a window starting at s, k taps d apart (d >= 1),
+ * that land in [lo, hi): the loops below visit only these, so the work of
+ * a window is bounded by the input (or padded input) it covers, not by its
+ * kernel size (a hostile engine's kernel of 2^20 over a padded input of a
+ * few values took minutes of tap-by-tap bounds checks). */
+static void tap_range(int64_t s, int64_t k, int64_t d, int64_t lo, int64_t hi, int64_t *a, int64_t *b) {
+    int64_t first = s < lo ? (lo - s + d - 1) / d : 0, end = k;
+    if (hi <= s) {
+        end = 0;
+    } else {
+        int64_t m = (hi - 1 - s) / d + 1;
+        if (m < end) end = m;
+    }
+    if (first > end) first = end;
+    *a = first;
+    *b = end;
+}
+
 /* Max of one output position over its in-bounds taps, taps in row-major
  * order, the first one taken as the start (NaN-compatible with the
  * general loop below). */
@@ -213,12 +231,13 @@ static float max_at(const float *x, int64_t H, int64_t W, int64_t hs, int64_t ws
                     int64_t kw, int64_t dh, int64_t dw) {
     float best = -INFINITY;
     bool any = false;
-    for (int64_t i = 0; i < kh; i++) {
+    int64_t i0, i1, j0, j1;
+    tap_range(hs, kh, dh, 0, H, &i0, &i1);
+    tap_range(ws, kw, dw, 0, W, &j0, &j1);
+    for (int64_t i = i0; i < i1; i++) {
         int64_t ih = hs + i * dh;
-        if (ih < 0 || ih >= H) continue;
-        for (int64_t j = 0; j < kw; j++) {
+        for (int64_t j = j0; j < j1; j++) {
             int64_t iw = ws + j * dw;
-            if (iw < 0 || iw >= W) continue;
             float v = x[ih * W + iw];
             if (v > best || !any) best = v;
             any = true;
@@ -247,9 +266,10 @@ static void max_plane_rows(const pool_ctx *c, int64_t pl, int64_t H, int64_t W, 
         for (int64_t ow = 0; ow < lo; ow++) yr[ow] = max_at(x, H, W, hs, ow * sw - pl_, kh, kw, dh, dw);
         for (int64_t ow = hi; ow < OW; ow++) yr[ow] = max_at(x, H, W, hs, ow * sw - pl_, kh, kw, dh, dw);
         bool first = true;
-        for (int64_t i = 0; i < kh && lo < hi; i++) {
+        int64_t i0, i1;
+        tap_range(hs, kh, dh, 0, H, &i0, &i1);
+        for (int64_t i = i0; i < i1 && lo < hi; i++) {
             int64_t ih = hs + i * dh;
-            if (ih < 0 || ih >= H) continue;
             for (int64_t j = 0; j < kw; j++) {
                 const float *restrict xs = x + ih * W + j * dw - pl_;
                 if (first) {
@@ -294,14 +314,14 @@ static void pool_plane_f32_2d(const pool_ctx *c, int64_t pl) {
             int64_t ws = ow * sw - pl_;
             if (c->kind == POOL_MAX) {
                 float best = -INFINITY;
-                int64_t bi = -1;
-                for (int64_t i = 0; i < kh; i++) {
+                int64_t bi = -1, i0, i1, j0, j1;
+                tap_range(hs, kh, dh, 0, H, &i0, &i1);
+                tap_range(ws, kw, dw, 0, W, &j0, &j1);
+                for (int64_t i = i0; i < i1; i++) {
                     int64_t ih = hs + i * dh;
-                    if (ih < 0 || ih >= H) continue;
                     const float *xr = x + ih * W;
-                    for (int64_t j = 0; j < kw; j++) {
+                    for (int64_t j = j0; j < j1; j++) {
                         int64_t iw = ws + j * dw;
-                        if (iw < 0 || iw >= W) continue;
                         if (xr[iw] > best || bi < 0) {
                             best = xr[iw];
                             bi = ih * W + iw;
@@ -316,22 +336,21 @@ static void pool_plane_f32_2d(const pool_ctx *c, int64_t pl) {
                 }
                 continue;
             }
+            /* the in-bounds taps, and (count_include_pad) how many of the
+             * window's taps lie in the padded input: a rectangle holding them */
             double acc = 0.0;
-            int64_t n_valid = 0, n_pad = 0;
-            for (int64_t i = 0; i < kh; i++) {
-                int64_t ih = hs + i * dh;
-                bool hin = ih >= 0 && ih < H, hpad = ih >= -pt && ih < H + pbh;
-                for (int64_t j = 0; j < kw; j++) {
-                    int64_t iw = ws + j * dw;
-                    bool win = iw >= 0 && iw < W, wpad = iw >= -pl_ && iw < W + pbw;
-                    if (hin && win) {
-                        float v = x[ih * W + iw];
-                        if (c->kind == POOL_AVG) acc += v;
-                        else acc += pow(fabs((double)v), (double)c->at->p);
-                        n_valid++;
-                    } else if (hpad && wpad) {
-                        n_pad++;
-                    }
+            int64_t i0, i1, j0, j1, p0, p1, q0, q1;
+            tap_range(hs, kh, dh, 0, H, &i0, &i1);
+            tap_range(ws, kw, dw, 0, W, &j0, &j1);
+            tap_range(hs, kh, dh, -pt, H + pbh, &p0, &p1);
+            tap_range(ws, kw, dw, -pl_, W + pbw, &q0, &q1);
+            int64_t n_valid = (i1 - i0) * (j1 - j0), n_pad = (p1 - p0) * (q1 - q0) - n_valid;
+            for (int64_t i = i0; i < i1; i++) {
+                const float *xr = x + (hs + i * dh) * W;
+                for (int64_t j = j0; j < j1; j++) {
+                    float v = xr[ws + j * dw];
+                    if (c->kind == POOL_AVG) acc += v;
+                    else acc += pow(fabs((double)v), (double)c->at->p);
                 }
             }
             double r;
@@ -349,40 +368,42 @@ static void pool_plane_generic(const pool_ctx *c, int64_t pl) {
     kiln_dtype t = c->X->dtype;
     int64_t o[KILN_NN_MAX_SP] = {0};
     for (int64_t p = 0; p < g->out_sz; p++) {
-        int64_t kx[KILN_NN_MAX_SP] = {0};
+        /* per dim, the in-bounds taps [ka, kb) and the padded input's
+         * (count_include_pad: a box holding the in-bounds one) */
+        int64_t ka[KILN_NN_MAX_SP], kb[KILN_NN_MAX_SP], kx[KILN_NN_MAX_SP];
+        int64_t n_valid = 1, n_box = 1;
+        for (int i = 0; i < ns; i++) {
+            int64_t st = o[i] * g->s[i] - g->pb[i], pa, pb;
+            tap_range(st, g->k[i], g->d[i], 0, g->in[i], &ka[i], &kb[i]);
+            tap_range(st, g->k[i], g->d[i], -g->pb[i], g->in[i] + g->pe[i], &pa, &pb);
+            n_valid *= kb[i] - ka[i];
+            n_box *= pb - pa;
+            kx[i] = ka[i];
+        }
+        int64_t n_pad = n_box - n_valid;
         double best = -INFINITY, acc = 0.0;
-        int64_t bi = -1, n_valid = 0, n_pad = 0;
-        int64_t kn = 1;
-        for (int i = 0; i < ns; i++) kn *= g->k[i];
-        for (int64_t kp = 0; kp < kn; kp++) {
+        int64_t bi = -1;
+        for (int64_t kp = 0; kp < n_valid; kp++) {
             int64_t idx = 0, cm = 0;
-            bool in = true, padded = true;
             for (int i = 0; i < ns; i++) {
                 int64_t q = o[i] * g->s[i] - g->pb[i] + kx[i] * g->d[i];
-                if (q < 0 || q >= g->in[i]) in = false;
-                if (q < -g->pb[i] || q >= g->in[i] + g->pe[i]) padded = false;
                 idx = idx * g->in[i] + q;
                 cm += q * c->cm_stride[i];
             }
-            if (in) {
-                double v = kiln__load_f64(t, c->X->data, pl * g->in_sz + idx);
-                if (c->kind == POOL_MAX) {
-                    if (v > best || bi < 0) {
-                        best = v;
-                        bi = c->at->storage_order ? cm : idx;
-                    }
-                } else if (c->kind == POOL_AVG) {
-                    acc += v;
-                } else {
-                    acc += pow(fabs(v), (double)c->at->p);
+            double v = kiln__load_f64(t, c->X->data, pl * g->in_sz + idx);
+            if (c->kind == POOL_MAX) {
+                if (v > best || bi < 0) {
+                    best = v;
+                    bi = c->at->storage_order ? cm : idx;
                 }
-                n_valid++;
-            } else if (padded) {
-                n_pad++;
+            } else if (c->kind == POOL_AVG) {
+                acc += v;
+            } else {
+                acc += pow(fabs(v), (double)c->at->p);
             }
             for (int i = ns - 1; i >= 0; i--) {
-                if (++kx[i] < g->k[i]) break;
-                kx[i] = 0;
+                if (++kx[i] < kb[i]) break;
+                kx[i] = ka[i];
             }
         }
         double r;
@@ -427,14 +448,11 @@ typedef struct nhwc_ctx {
 static int window_px(const pool_geom *g, int64_t hs, int64_t ow, int64_t *pix) {
     int64_t H = g->in[0], W = g->in[1], ws = ow * g->s[1] - g->pb[1];
     int np = 0;
-    for (int64_t i = 0; i < g->k[0]; i++) {
-        int64_t ih = hs + i * g->d[0];
-        if (ih < 0 || ih >= H) continue;
-        for (int64_t j = 0; j < g->k[1]; j++) {
-            int64_t iw = ws + j * g->d[1];
-            if (iw >= 0 && iw < W) pix[np++] = ih * W + iw;
-        }
-    }
+    int64_t i0, i1, j0, j1;
+    tap_range(hs, g->k[0], g->d[0], 0, H, &i0, &i1);
+    tap_range(ws, g->k[1], g->d[1], 0, W, &j0, &j1);
+    for (int64_t i = i0; i < i1; i++)
+        for (int64_t j = j0; j < j1; j++) pix[np++] = (hs + i * g->d[0]) * W + ws + j * g->d[1];
     return np;
 }
 
@@ -515,12 +533,13 @@ static void max_nhwc_rows(void *vctx, int64_t r0, int64_t r1) {
             float *restrict yp = yr + ow * C;
             int64_t ws = ow * g->s[1] - g->pb[1];
             bool first = true;
-            for (int64_t i = 0; i < g->k[0]; i++) {
+            int64_t i0, i1, j0, j1;
+            tap_range(hs, g->k[0], g->d[0], 0, H, &i0, &i1);
+            tap_range(ws, g->k[1], g->d[1], 0, W, &j0, &j1);
+            for (int64_t i = i0; i < i1; i++) {
                 int64_t ih = hs + i * g->d[0];
-                if (ih < 0 || ih >= H) continue;
-                for (int64_t j = 0; j < g->k[1]; j++) {
+                for (int64_t j = j0; j < j1; j++) {
                     int64_t iw = ws + j * g->d[1];
-                    if (iw < 0 || iw >= W) continue;
                     const float *restrict xp = xn + (ih * W + iw) * C;
                     if (first) {
                         memcpy(yp, xp, sizeof(float) * (size_t)C);
