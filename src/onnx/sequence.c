@@ -36,6 +36,10 @@
 
 enum { SEQ_MAX_UNROLL = 4096 }; /* iterations of one unrolled Loop */
 enum { SEQ_MAX_NODES = 1 << 20 }; /* nodes of a rewritten graph */
+/* Tensor names held by all sequence lists and Loop scan lists together (each
+ * SequenceInsert copies its list, so a chain of n inserts holds n^2/2 names:
+ * without a bound a 1.4 MB file of 40000 inserts took 8 GB) */
+enum { SEQ_MAX_SLOTS = 1 << 24 };
 
 /* ---- the arena ------------------------------------------------------------------ */
 
@@ -89,6 +93,7 @@ typedef struct resolver {
     seq_const *consts;
     int n_consts, cap_consts;
     int fresh; /* counter for new names */
+    int64_t slots; /* names held by sequence and scan lists (SEQ_MAX_SLOTS) */
 } resolver;
 
 static const char *str0(const char *s) { return s ? s : ""; }
@@ -110,6 +115,18 @@ static kiln_status oom(void) {
     return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory resolving sequences");
 }
 
+/* Room for n more names in sequence or scan lists, for node np. */
+static kiln_status charge_slots(resolver *r, const Onnx__NodeProto *np, int64_t n) {
+    if (n > SEQ_MAX_SLOTS - r->slots)
+        return KILN_FAIL(KILN_ERR_UNSUPPORTED,
+                         "node '%s' (%s): resolving sequences would hold more than %d tensor "
+                         "names in all (each sequence op copies its list); kiln resolves "
+                         "sequences at build and bounds what that takes",
+                         label(np), str0(np->op_type), SEQ_MAX_SLOTS);
+    r->slots += n;
+    return KILN_OK;
+}
+
 static seq_list *seq_find(resolver *r, const char *name) {
     if (!name || !*name) return NULL;
     for (int i = r->n_seqs - 1; i >= 0; i--)
@@ -118,8 +135,9 @@ static seq_list *seq_find(resolver *r, const char *name) {
 }
 
 /* A new list `name` of n elements (copied from el, NULL: unset). */
-static kiln_status seq_add(resolver *r, const char *name, const char *const *el, int n,
-                           seq_list **out) {
+static kiln_status seq_add(resolver *r, const Onnx__NodeProto *np, const char *name,
+                           const char *const *el, int n, seq_list **out) {
+    KILN_TRY(charge_slots(r, np, (int64_t)n + 1));
     KILN_TRY(kiln__grow((void **)&r->seqs, &r->cap_seqs, r->n_seqs + 1, sizeof *r->seqs));
     seq_list *s = &r->seqs[r->n_seqs];
     s->name = name;
@@ -416,7 +434,7 @@ static kiln_status seq_insert(resolver *r, const Onnx__NodeProto *np) {
     const char **el = kiln__calloc((size_t)n + 1, sizeof *el);
     if (!el) return oom();
     for (int i = 0, j = 0; i <= n; i++) el[i] = i == pos ? np->input[1] : s->el[j++];
-    kiln_status st = seq_add(r, np->output[0], el, n + 1, NULL);
+    kiln_status st = seq_add(r, np, np->output[0], el, n + 1, NULL);
     kiln__free(el);
     return st;
 }
@@ -426,7 +444,7 @@ static kiln_status seq_erase(resolver *r, const Onnx__NodeProto *np) {
     int64_t pos;
     KILN_TRY(seq_and_pos(r, np, 1, -1, 0, &s, &pos));
     int n = s->n;
-    KILN_TRY(seq_add(r, np->output[0], NULL, n - 1, &o));
+    KILN_TRY(seq_add(r, np, np->output[0], NULL, n - 1, &o));
     s = seq_find(r, np->input[0]); /* seq_add may have moved it */
     for (int i = 0, j = 0; i < n; i++)
         if (i != pos) o->el[j++] = s->el[i];
@@ -466,13 +484,11 @@ static int64_t declared_dim(const resolver *r, const char *name, int64_t axis) {
 
 enum { SEQ_MAX_SPLIT = 4096 };
 
-static kiln_status split_to_seq(resolver *r, const Onnx__NodeProto *np) {
+static kiln_status split_to_seq_in(resolver *r, const Onnx__NodeProto *np, int64_t *sizes,
+                                   int64_t *v) {
     const char *x = np->n_input ? str0(np->input[0]) : "";
     int64_t axis = attr_int(np, "axis", 0), keep = attr_int(np, "keepdims", 1);
     const char *sname = np->n_input > 1 ? str0(np->input[1]) : "";
-    int64_t *sizes = ar_alloc(r->ar, sizeof *sizes * SEQ_MAX_SPLIT);
-    int64_t *v = ar_alloc(r->ar, sizeof *v * SEQ_MAX_SPLIT);
-    if (!sizes || !v) return oom();
     int n = -1, rank = 1;
     bool ones = false; /* no split: chunks of 1 (keepdims applies) */
     if (*sname) {
@@ -501,7 +517,7 @@ static kiln_status split_to_seq(resolver *r, const Onnx__NodeProto *np) {
                          " of '%s')",
                          label(np), axis, x);
     seq_list *o = NULL;
-    KILN_TRY(seq_add(r, np->output[0], NULL, n, &o));
+    KILN_TRY(seq_add(r, np, np->output[0], NULL, n, &o));
     const char **outs = ar_alloc(r->ar, sizeof *outs * (size_t)(n + 1));
     if (!outs) return oom();
     for (int i = 0; i < n; i++)
@@ -528,6 +544,17 @@ static kiln_status split_to_seq(resolver *r, const Onnx__NodeProto *np) {
         KILN_TRY(emit_squeeze(r, "Squeeze", outs[i], axis, o->el[i]));
     }
     return KILN_OK;
+}
+
+/* SplitToSequence, with its two lists of SEQ_MAX_SPLIT on the heap (in the
+ * arena they stayed for the whole import: 64 kB per node, per iteration). */
+static kiln_status split_to_seq(resolver *r, const Onnx__NodeProto *np) {
+    int64_t *sizes = kiln__calloc(SEQ_MAX_SPLIT, sizeof *sizes);
+    int64_t *v = kiln__calloc(SEQ_MAX_SPLIT, sizeof *v);
+    kiln_status s = sizes && v ? split_to_seq_in(r, np, sizes, v) : oom();
+    kiln__free(sizes);
+    kiln__free(v);
+    return s;
 }
 
 /* ---- Loop unrolling -------------------------------------------------------------- */
@@ -634,6 +661,8 @@ static kiln_status unroll_once(resolver *r, const Onnx__NodeProto *np, const Onn
                           label(np), label(bn), str0(bn->op_type));
             break;
         }
+        if ((s = charge_slots(r, np, (int64_t)bn->n_input + (int64_t)bn->n_output)) != KILN_OK)
+            break;
         Onnx__NodeProto *c = ar_alloc(r->ar, sizeof *c);
         char **iv = ar_alloc(r->ar, sizeof(char *) * (bn->n_input + 1));
         char **ov = ar_alloc(r->ar, sizeof(char *) * (bn->n_output + 1));
@@ -703,20 +732,24 @@ static kiln_status unroll(resolver *r, const Onnx__NodeProto *np, const Onnx__Gr
     const char ***scans = ar_alloc(r->ar, sizeof *scans * (size_t)(n_scan + 1));
     if (!carry || !outs || !scans) return oom();
     for (int j = 0; j < n_carry; j++) carry[j] = np->input[2 + j];
-    int64_t k = 0;
+    int64_t k = 0, scap = 0;
     for (; (trips < 0 || k < trips) && cond; k++) {
         if (k >= SEQ_MAX_UNROLL)
             return not_static(np, trips < 0 ? "it has no trip count and its condition stays true"
                                              : "it runs more than 4096 iterations");
         KILN_TRY(unroll_once(r, np, body, k, carry, cname, outs, &cond));
         for (int j = 0; j < n_carry; j++) carry[j] = outs[1 + j];
-        for (int q = 0; q < n_scan; q++) {
-            const char **grown = ar_alloc(r->ar, sizeof *grown * (size_t)(k + 2));
-            if (!grown) return oom();
-            if (k) memcpy(grown, scans[q], sizeof *grown * (size_t)k);
-            grown[k] = outs[1 + n_carry + q];
-            scans[q] = grown;
+        if (n_scan && k == scap) { /* the scan lists double (the arena frees them) */
+            scap = scap ? 2 * scap : 16;
+            KILN_TRY(charge_slots(r, np, (int64_t)n_scan * scap));
+            for (int q = 0; q < n_scan; q++) {
+                const char **grown = ar_alloc(r->ar, sizeof *grown * (size_t)scap);
+                if (!grown) return oom();
+                if (k) memcpy(grown, scans[q], sizeof *grown * (size_t)k);
+                scans[q] = grown;
+            }
         }
+        for (int q = 0; q < n_scan; q++) scans[q][k] = outs[1 + n_carry + q];
         if (!(cname = fresh_name(r, label(np), "cond"))) return oom();
         int64_t c = cond;
         KILN_TRY(emit_const(r, cname, 0, 1, &c, ONNX__TENSOR_PROTO__DATA_TYPE__BOOL));
@@ -726,7 +759,7 @@ static kiln_status unroll(resolver *r, const Onnx__NodeProto *np, const Onnx__Gr
         if (!*o) continue;
         seq_list *s = seq_find(r, carry[j]);
         if (s)
-            KILN_TRY(seq_add(r, o, s->el, s->n, NULL));
+            KILN_TRY(seq_add(r, np, o, s->el, s->n, NULL));
         else
             KILN_TRY(emit_identity(r, carry[j], o));
     }
@@ -736,6 +769,7 @@ static kiln_status unroll(resolver *r, const Onnx__NodeProto *np, const Onnx__Gr
         if (!k)
             return not_static(np, "it runs no iteration, so the shape of its scan outputs is "
                                    "not known");
+        KILN_TRY(charge_slots(r, np, k));
         KILN_TRY(emit_concat(r, label(np), scans[q], (int)k, 0, true, o));
     }
     return KILN_OK;
@@ -768,7 +802,7 @@ static kiln_status node(resolver *r, const Onnx__NodeProto *np) {
     if ((is_seq_op(np) || seq_identity) && (np->n_output != 1 || !*out0))
         return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (%s) must have one named output", label(np),
                          op);
-    if (!strcmp(op, "SequenceEmpty")) return seq_add(r, out0, NULL, 0, NULL);
+    if (!strcmp(op, "SequenceEmpty")) return seq_add(r, np, out0, NULL, 0, NULL);
     if (!strcmp(op, "SequenceConstruct")) {
         for (size_t i = 0; i < np->n_input; i++)
             if (!*str0(np->input[i]) || seq_find(r, np->input[i]))
@@ -776,7 +810,7 @@ static kiln_status node(resolver *r, const Onnx__NodeProto *np) {
                                  "node '%s' (SequenceConstruct): input %zu is absent or a "
                                  "sequence",
                                  label(np), i);
-        return seq_add(r, out0, (const char *const *)np->input, (int)np->n_input, NULL);
+        return seq_add(r, np, out0, (const char *const *)np->input, (int)np->n_input, NULL);
     }
     if (!strcmp(op, "SequenceInsert")) return seq_insert(r, np);
     if (!strcmp(op, "SequenceErase")) return seq_erase(r, np);
@@ -790,13 +824,14 @@ static kiln_status node(resolver *r, const Onnx__NodeProto *np) {
     if (!strcmp(op, "ConcatFromSequence")) {
         seq_list *s = NULL;
         KILN_TRY(need_seq(r, np, 0, &s));
+        KILN_TRY(charge_slots(r, np, s->n)); /* emit_concat's copy */
         return emit_concat(r, label(np), s->el, s->n, attr_int(np, "axis", 0),
                            attr_int(np, "new_axis", 0) != 0, out0);
     }
     if (!strcmp(op, "SplitToSequence")) return split_to_seq(r, np);
     if (seq_identity) {
         seq_list *s = seq_find(r, np->input[0]);
-        return seq_add(r, out0, s->el, s->n, NULL);
+        return seq_add(r, np, out0, s->el, s->n, NULL);
     }
     if (!strcmp(op, "Constant")) {
         const Onnx__TensorProto *t = constant_value(r, np);
