@@ -555,8 +555,8 @@ static kiln_status split_to_seq_in(resolver *r, const Onnx__NodeProto *np, int64
             int64_t len = declared_dim(r, x, axis), c = v[0];
             if (len < 0 || c <= 0) n = -1;
             else {
-                n = (int)((len + c - 1) / c);
-                if (n > SEQ_MAX_SPLIT) n = -1;
+                int64_t pieces = len / c + (len % c != 0); /* (len + c - 1) / c overflowed */
+                n = pieces > SEQ_MAX_SPLIT ? -1 : (int)pieces;
                 for (int i = 0; i < n; i++) sizes[i] = i < n - 1 || len % c == 0 ? c : len % c;
             }
         } else if (n >= 0) {

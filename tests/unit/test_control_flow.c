@@ -794,6 +794,37 @@ TEST(sequence_unroll_bomb) {
     pool_free(&a);
 }
 
+/* SplitToSequence with one chunk length of INT64_MAX: one piece. The
+ * piece count (len + c - 1) / c overflowed (UBSan: signed integer overflow). */
+TEST(sequence_split_chunk_int64_max) {
+    pool a = {0};
+    gparts mg = {0};
+    mg.node[mg.n_node++] = nd(&a, "SplitToSequence", "x,c", "s");
+    mg.node[mg.n_node++] = nd(&a, "SequenceAt", "s,p0", "y");
+    mg.node[mg.n_node++] = nd(&a, "SequenceLength", "s", "n");
+    mg.init[mg.n_init++] = i64s(&a, "c", 0, 1, (int64_t[]){INT64_MAX});
+    mg.init[mg.n_init++] = i64s(&a, "p0", 0, 1, (int64_t[]){0});
+    mg.in[mg.n_in++] = vi(&a, "x", F, 1, (int64_t[]){3});
+    mg.out[mg.n_out++] = vi(&a, "y", F, 1, (int64_t[]){3});
+    mg.out[mg.n_out++] = vi(&a, "n", I64, 0, NULL);
+    kiln_model *m = NULL;
+    kiln_engine *e = NULL;
+    kiln_context *c = NULL;
+    CHECK_OK(load(&a, graph(&a, &mg), 13, &m));
+    CHECK_OK(make_ctx(m, 0, &e, &c));
+    float x[3] = {1, 2, 3};
+    if (c) {
+        CHECK_OK(kiln_context_set_input(c, "x", KILN_DTYPE_FLOAT32, 1, (int64_t[]){3}, x));
+        CHECK_OK(kiln_context_run(c));
+        CHECK(out_is(c, "y", KILN_DTYPE_FLOAT32, 1, (int64_t[]){3}, x));
+        CHECK(out_is(c, "n", KILN_DTYPE_INT64, 0, NULL, (float[]){1}));
+    }
+    kiln_context_free(c);
+    kiln_engine_free(e);
+    kiln_model_free(m);
+    pool_free(&a);
+}
+
 /* A position in a Constant's value_int form (opset 12+). */
 TEST(sequence_position_value_int) {
     pool a = {0};
@@ -990,5 +1021,6 @@ int main(void) {
     RUN(sequence_position_value_int);
     RUN(sequence_op_without_output);
     RUN(sequence_unroll_bomb);
+    RUN(sequence_split_chunk_int64_max);
     return test_summary();
 }
