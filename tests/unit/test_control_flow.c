@@ -825,6 +825,47 @@ TEST(sequence_split_chunk_int64_max) {
     pool_free(&a);
 }
 
+/* A Loop whose carried value doubles every iteration (40 of them: 12 TB at
+ * the end) under a context memory limit of 1 MiB: the body's tensors count
+ * against the limit and the run fails naming the node. They were not
+ * counted: the run took 19.7 GB under a 64 MiB limit before it died. */
+TEST(loop_growth_under_memory_limit) {
+    pool a = {0};
+    gparts b = {0}, mg = {0};
+    b.node[b.n_node++] = nd(&a, "Identity", "c", "c_out");
+    Onnx__NodeProto *cat = nd(&a, "Concat", "v,v", "v_out");
+    a_int(&a, cat, "axis", 0);
+    b.node[b.n_node++] = cat;
+    b.in[b.n_in++] = vi(&a, "i", I64, 0, NULL);
+    b.in[b.n_in++] = vi(&a, "c", B, 0, NULL);
+    b.in[b.n_in++] = vi(&a, "v", F, 1, (int64_t[]){3});
+    b.out[b.n_out++] = vi(&a, "c_out", B, 0, NULL);
+    b.out[b.n_out++] = vi(&a, "v_out", F, 1, (int64_t[]){3});
+    Onnx__NodeProto *loop = nd(&a, "Loop", "M,,x", "y");
+    loop->name = pstr(&a, "grow");
+    a_graph(&a, loop, "body", graph(&a, &b));
+    mg.node[mg.n_node++] = loop;
+    mg.init[mg.n_init++] = i64s(&a, "M", 0, 1, (int64_t[]){40});
+    mg.in[mg.n_in++] = vi(&a, "x", F, 1, (int64_t[]){3});
+    mg.out[mg.n_out++] = vi(&a, "y", F, 1, (int64_t[]){-1});
+    kiln_model *m = NULL;
+    kiln_engine *e = NULL;
+    kiln_context *c = NULL;
+    CHECK_OK(load(&a, graph(&a, &mg), 13, &m));
+    CHECK_OK(make_ctx(m, 0, &e, &c));
+    float x[3] = {1, 2, 3};
+    if (c) {
+        CHECK_OK(kiln_context_set_memory_limit(c, (size_t)1 << 20));
+        CHECK_OK(kiln_context_set_input(c, "x", KILN_DTYPE_FLOAT32, 1, (int64_t[]){3}, x));
+        CHECK(kiln_context_run(c) == KILN_ERR_OUT_OF_MEMORY);
+        CHECK(strstr(kiln_last_error(), "'grow'") && strstr(kiln_last_error(), "memory limit"));
+    }
+    kiln_context_free(c);
+    kiln_engine_free(e);
+    kiln_model_free(m);
+    pool_free(&a);
+}
+
 /* A position in a Constant's value_int form (opset 12+). */
 TEST(sequence_position_value_int) {
     pool a = {0};
@@ -1022,5 +1063,6 @@ int main(void) {
     RUN(sequence_op_without_output);
     RUN(sequence_unroll_bomb);
     RUN(sequence_split_chunk_int64_max);
+    RUN(loop_growth_under_memory_limit);
     return test_summary();
 }
