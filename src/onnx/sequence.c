@@ -472,12 +472,13 @@ static kiln_status seq_and_pos(resolver *r, const Onnx__NodeProto *np, int pos_i
         return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (%s): no position", label(np),
                          str0(np->op_type));
     if (!has) *pos = n + dflt;
+    int64_t given = *pos; /* the message names the model's value, not the one made positive */
     if (*pos < 0) *pos += n;
     if (*pos < 0 || *pos >= n + extra)
         return KILN_FAIL(KILN_ERR_MODEL,
                          "node '%s' (%s): position %" PRId64 " is outside the sequence of %d "
                          "tensors",
-                         label(np), str0(np->op_type), *pos, n);
+                         label(np), str0(np->op_type), given, n);
     return KILN_OK;
 }
 

@@ -866,6 +866,23 @@ TEST(loop_growth_under_memory_limit) {
     pool_free(&a);
 }
 
+/* A position outside the sequence is named as the model gives it: -3 in a
+ * sequence of 2 was reported as -1 (after adding the length). */
+TEST(sequence_position_out_of_range) {
+    pool a = {0};
+    gparts mg = {0};
+    mg.node[mg.n_node++] = nd(&a, "SequenceConstruct", "x,x", "s");
+    mg.node[mg.n_node++] = nd(&a, "SequenceAt", "s,p", "y");
+    mg.init[mg.n_init++] = i64s(&a, "p", 0, 1, (int64_t[]){-3});
+    mg.in[mg.n_in++] = vi(&a, "x", F, 1, (int64_t[]){3});
+    mg.out[mg.n_out++] = vi(&a, "y", F, 1, (int64_t[]){3});
+    kiln_model *m = NULL;
+    CHECK(load(&a, graph(&a, &mg), 13, &m) == KILN_ERR_MODEL);
+    CHECK(strstr(kiln_last_error(), "(SequenceAt): position -3 is outside the sequence of 2"));
+    kiln_model_free(m);
+    pool_free(&a);
+}
+
 /* A position in a Constant's value_int form (opset 12+). */
 TEST(sequence_position_value_int) {
     pool a = {0};
@@ -1064,5 +1081,6 @@ int main(void) {
     RUN(sequence_unroll_bomb);
     RUN(sequence_split_chunk_int64_max);
     RUN(loop_growth_under_memory_limit);
+    RUN(sequence_position_out_of_range);
     return test_summary();
 }
