@@ -31,11 +31,16 @@
 #include "onnx/onnx_internal.h"
 
 #include <inttypes.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 
 enum { SEQ_MAX_UNROLL = 4096 }; /* iterations of one unrolled Loop */
 enum { SEQ_MAX_NODES = 1 << 20 }; /* nodes of a rewritten graph */
+/* Tensor names held by all sequence lists and Loop scan lists together (each
+ * SequenceInsert copies its list, so a chain of n inserts holds n^2/2 names:
+ * without a bound a 1.4 MB file of 40000 inserts took 8 GB) */
+enum { SEQ_MAX_SLOTS = 1 << 24 };
 
 /* ---- the arena ------------------------------------------------------------------ */
 
@@ -65,6 +70,63 @@ static char *ar_printf(kiln_onnx_arena *a, const char *fmt, ...) {
     return s;
 }
 
+static kiln_status oom(void) {
+    return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory resolving sequences");
+}
+
+/* ---- name index: name -> int, open addressing (a later put replaces) ------------------ */
+
+/* The lists of names the resolver looks up in (sequences, constants, an
+ * iteration's renames) grow with the model: searched linearly, a body of
+ * 100000 nodes unrolled once took 10 s (a plain graph of as many, 0.1 s). */
+typedef struct ix_slot {
+    const char *k; /* NULL: empty */
+    int v;
+} ix_slot;
+
+typedef struct name_ix {
+    ix_slot *slot;
+    int cap, n; /* cap: 0 or a power of two */
+} name_ix;
+
+static uint64_t ix_hash(const char *s) { return kiln__fnv1a(s, strlen(s), KILN_FNV_SEED); }
+
+static int ix_get(const name_ix *ix, const char *k) {
+    if (!ix->cap || !k) return -1;
+    for (uint64_t i = ix_hash(k) & (uint64_t)(ix->cap - 1);; i = (i + 1) & (uint64_t)(ix->cap - 1)) {
+        if (!ix->slot[i].k) return -1;
+        if (!strcmp(ix->slot[i].k, k)) return ix->slot[i].v;
+    }
+}
+
+static kiln_status ix_put(name_ix *ix, const char *k, int v) {
+    if ((ix->n + 1) * 2 > ix->cap) {
+        if (ix->cap > INT_MAX / 4) return oom();
+        int cap = ix->cap ? ix->cap * 2 : 64;
+        ix_slot *ns = kiln__calloc((size_t)cap, sizeof *ns);
+        if (!ns) return oom();
+        for (int j = 0; j < ix->cap; j++) {
+            if (!ix->slot[j].k) continue;
+            uint64_t i = ix_hash(ix->slot[j].k) & (uint64_t)(cap - 1);
+            while (ns[i].k) i = (i + 1) & (uint64_t)(cap - 1);
+            ns[i] = ix->slot[j];
+        }
+        kiln__free(ix->slot);
+        ix->slot = ns;
+        ix->cap = cap;
+    }
+    uint64_t i = ix_hash(k) & (uint64_t)(ix->cap - 1);
+    while (ix->slot[i].k && strcmp(ix->slot[i].k, k)) i = (i + 1) & (uint64_t)(ix->cap - 1);
+    if (!ix->slot[i].k) ix->n++;
+    ix->slot[i] = (ix_slot){.k = k, .v = v};
+    return KILN_OK;
+}
+
+static void ix_free(name_ix *ix) {
+    kiln__free(ix->slot);
+    memset(ix, 0, sizeof *ix);
+}
+
 /* ---- resolver state ----------------------------------------------------------------- */
 
 typedef struct seq_list {
@@ -86,9 +148,13 @@ typedef struct resolver {
     int n_nodes, cap_nodes;
     seq_list *seqs;
     int n_seqs, cap_seqs;
+    name_ix seq_ix; /* name -> index in seqs (the latest) */
     seq_const *consts;
     int n_consts, cap_consts;
+    name_ix const_ix;  /* name -> index in consts (the latest) */
+    name_ix init_ix;   /* name -> index of gp's initializer (the first) */
     int fresh; /* counter for new names */
+    int64_t slots; /* names held by sequence and scan lists (SEQ_MAX_SLOTS) */
 } resolver;
 
 static const char *str0(const char *s) { return s ? s : ""; }
@@ -106,21 +172,31 @@ static const char *label(const Onnx__NodeProto *np) {
     return np->n_output ? str0(np->output[0]) : str0(np->op_type);
 }
 
-static kiln_status oom(void) {
-    return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory resolving sequences");
+
+/* Room for n more names in sequence or scan lists, for node np. */
+static kiln_status charge_slots(resolver *r, const Onnx__NodeProto *np, int64_t n) {
+    if (n > SEQ_MAX_SLOTS - r->slots)
+        return KILN_FAIL(KILN_ERR_UNSUPPORTED,
+                         "node '%s' (%s): resolving sequences would hold more than %d tensor "
+                         "names in all (each sequence op copies its list); kiln resolves "
+                         "sequences at build and bounds what that takes",
+                         label(np), str0(np->op_type), SEQ_MAX_SLOTS);
+    r->slots += n;
+    return KILN_OK;
 }
 
 static seq_list *seq_find(resolver *r, const char *name) {
     if (!name || !*name) return NULL;
-    for (int i = r->n_seqs - 1; i >= 0; i--)
-        if (!strcmp(r->seqs[i].name, name)) return &r->seqs[i];
-    return NULL;
+    int i = ix_get(&r->seq_ix, name);
+    return i < 0 ? NULL : &r->seqs[i];
 }
 
 /* A new list `name` of n elements (copied from el, NULL: unset). */
-static kiln_status seq_add(resolver *r, const char *name, const char *const *el, int n,
-                           seq_list **out) {
+static kiln_status seq_add(resolver *r, const Onnx__NodeProto *np, const char *name,
+                           const char *const *el, int n, seq_list **out) {
+    KILN_TRY(charge_slots(r, np, (int64_t)n + 1));
     KILN_TRY(kiln__grow((void **)&r->seqs, &r->cap_seqs, r->n_seqs + 1, sizeof *r->seqs));
+    KILN_TRY(ix_put(&r->seq_ix, name, r->n_seqs));
     seq_list *s = &r->seqs[r->n_seqs];
     s->name = name;
     s->n = n;
@@ -134,15 +210,15 @@ static kiln_status seq_add(resolver *r, const char *name, const char *const *el,
 
 static const Onnx__TensorProto *const_find(const resolver *r, const char *name) {
     if (!name || !*name) return NULL;
-    for (int i = r->n_consts - 1; i >= 0; i--)
-        if (!strcmp(r->consts[i].name, name)) return r->consts[i].t;
-    for (size_t i = 0; i < r->gp->n_initializer; i++)
-        if (!strcmp(str0(r->gp->initializer[i]->name), name)) return r->gp->initializer[i];
-    return NULL;
+    int i = ix_get(&r->const_ix, name);
+    if (i >= 0) return r->consts[i].t;
+    i = ix_get(&r->init_ix, name);
+    return i < 0 ? NULL : r->gp->initializer[i];
 }
 
 static kiln_status const_add(resolver *r, const char *name, const Onnx__TensorProto *t) {
     KILN_TRY(kiln__grow((void **)&r->consts, &r->cap_consts, r->n_consts + 1, sizeof *r->consts));
+    KILN_TRY(ix_put(&r->const_ix, name, r->n_consts));
     r->consts[r->n_consts++] = (seq_const){.name = name, .t = t};
     return KILN_OK;
 }
@@ -396,12 +472,13 @@ static kiln_status seq_and_pos(resolver *r, const Onnx__NodeProto *np, int pos_i
         return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (%s): no position", label(np),
                          str0(np->op_type));
     if (!has) *pos = n + dflt;
+    int64_t given = *pos; /* the message names the model's value, not the one made positive */
     if (*pos < 0) *pos += n;
     if (*pos < 0 || *pos >= n + extra)
         return KILN_FAIL(KILN_ERR_MODEL,
                          "node '%s' (%s): position %" PRId64 " is outside the sequence of %d "
                          "tensors",
-                         label(np), str0(np->op_type), *pos, n);
+                         label(np), str0(np->op_type), given, n);
     return KILN_OK;
 }
 
@@ -416,7 +493,7 @@ static kiln_status seq_insert(resolver *r, const Onnx__NodeProto *np) {
     const char **el = kiln__calloc((size_t)n + 1, sizeof *el);
     if (!el) return oom();
     for (int i = 0, j = 0; i <= n; i++) el[i] = i == pos ? np->input[1] : s->el[j++];
-    kiln_status st = seq_add(r, np->output[0], el, n + 1, NULL);
+    kiln_status st = seq_add(r, np, np->output[0], el, n + 1, NULL);
     kiln__free(el);
     return st;
 }
@@ -426,7 +503,7 @@ static kiln_status seq_erase(resolver *r, const Onnx__NodeProto *np) {
     int64_t pos;
     KILN_TRY(seq_and_pos(r, np, 1, -1, 0, &s, &pos));
     int n = s->n;
-    KILN_TRY(seq_add(r, np->output[0], NULL, n - 1, &o));
+    KILN_TRY(seq_add(r, np, np->output[0], NULL, n - 1, &o));
     s = seq_find(r, np->input[0]); /* seq_add may have moved it */
     for (int i = 0, j = 0; i < n; i++)
         if (i != pos) o->el[j++] = s->el[i];
@@ -466,13 +543,11 @@ static int64_t declared_dim(const resolver *r, const char *name, int64_t axis) {
 
 enum { SEQ_MAX_SPLIT = 4096 };
 
-static kiln_status split_to_seq(resolver *r, const Onnx__NodeProto *np) {
+static kiln_status split_to_seq_in(resolver *r, const Onnx__NodeProto *np, int64_t *sizes,
+                                   int64_t *v) {
     const char *x = np->n_input ? str0(np->input[0]) : "";
     int64_t axis = attr_int(np, "axis", 0), keep = attr_int(np, "keepdims", 1);
     const char *sname = np->n_input > 1 ? str0(np->input[1]) : "";
-    int64_t *sizes = ar_alloc(r->ar, sizeof *sizes * SEQ_MAX_SPLIT);
-    int64_t *v = ar_alloc(r->ar, sizeof *v * SEQ_MAX_SPLIT);
-    if (!sizes || !v) return oom();
     int n = -1, rank = 1;
     bool ones = false; /* no split: chunks of 1 (keepdims applies) */
     if (*sname) {
@@ -481,8 +556,8 @@ static kiln_status split_to_seq(resolver *r, const Onnx__NodeProto *np) {
             int64_t len = declared_dim(r, x, axis), c = v[0];
             if (len < 0 || c <= 0) n = -1;
             else {
-                n = (int)((len + c - 1) / c);
-                if (n > SEQ_MAX_SPLIT) n = -1;
+                int64_t pieces = len / c + (len % c != 0); /* (len + c - 1) / c overflowed */
+                n = pieces > SEQ_MAX_SPLIT ? -1 : (int)pieces;
                 for (int i = 0; i < n; i++) sizes[i] = i < n - 1 || len % c == 0 ? c : len % c;
             }
         } else if (n >= 0) {
@@ -501,7 +576,7 @@ static kiln_status split_to_seq(resolver *r, const Onnx__NodeProto *np) {
                          " of '%s')",
                          label(np), axis, x);
     seq_list *o = NULL;
-    KILN_TRY(seq_add(r, np->output[0], NULL, n, &o));
+    KILN_TRY(seq_add(r, np, np->output[0], NULL, n, &o));
     const char **outs = ar_alloc(r->ar, sizeof *outs * (size_t)(n + 1));
     if (!outs) return oom();
     for (int i = 0; i < n; i++)
@@ -530,6 +605,17 @@ static kiln_status split_to_seq(resolver *r, const Onnx__NodeProto *np) {
     return KILN_OK;
 }
 
+/* SplitToSequence, with its two lists of SEQ_MAX_SPLIT on the heap (in the
+ * arena they stayed for the whole import: 64 kB per node, per iteration). */
+static kiln_status split_to_seq(resolver *r, const Onnx__NodeProto *np) {
+    int64_t *sizes = kiln__calloc(SEQ_MAX_SPLIT, sizeof *sizes);
+    int64_t *v = kiln__calloc(SEQ_MAX_SPLIT, sizeof *v);
+    kiln_status s = sizes && v ? split_to_seq_in(r, np, sizes, v) : oom();
+    kiln__free(sizes);
+    kiln__free(v);
+    return s;
+}
+
 /* ---- Loop unrolling -------------------------------------------------------------- */
 
 static kiln_status node(resolver *r, const Onnx__NodeProto *np);
@@ -542,16 +628,17 @@ typedef struct name_pair {
 typedef struct name_map {
     name_pair *p;
     int n, cap;
+    name_ix ix; /* from -> index in p (the latest) */
 } name_map;
 
 static const char *mapped(const name_map *m, const char *name) {
-    for (int i = m->n - 1; i >= 0; i--)
-        if (!strcmp(m->p[i].from, name)) return m->p[i].to;
-    return name; /* an outer name */
+    int i = ix_get(&m->ix, name);
+    return i < 0 ? name : m->p[i].to; /* absent: an outer name */
 }
 
 static kiln_status map_put(name_map *m, const char *from, const char *to) {
     KILN_TRY(kiln__grow((void **)&m->p, &m->cap, m->n + 1, sizeof *m->p));
+    KILN_TRY(ix_put(&m->ix, from, m->n));
     m->p[m->n++] = (name_pair){.from = from, .to = to};
     return KILN_OK;
 }
@@ -634,6 +721,8 @@ static kiln_status unroll_once(resolver *r, const Onnx__NodeProto *np, const Onn
                           label(np), label(bn), str0(bn->op_type));
             break;
         }
+        if ((s = charge_slots(r, np, (int64_t)bn->n_input + (int64_t)bn->n_output)) != KILN_OK)
+            break;
         Onnx__NodeProto *c = ar_alloc(r->ar, sizeof *c);
         char **iv = ar_alloc(r->ar, sizeof(char *) * (bn->n_input + 1));
         char **ov = ar_alloc(r->ar, sizeof(char *) * (bn->n_output + 1));
@@ -668,6 +757,7 @@ static kiln_status unroll_once(resolver *r, const Onnx__NodeProto *np, const Onn
         *cond_out = cv != 0;
 done:
     kiln__free(m.p);
+    ix_free(&m.ix);
     return s;
 }
 
@@ -703,20 +793,24 @@ static kiln_status unroll(resolver *r, const Onnx__NodeProto *np, const Onnx__Gr
     const char ***scans = ar_alloc(r->ar, sizeof *scans * (size_t)(n_scan + 1));
     if (!carry || !outs || !scans) return oom();
     for (int j = 0; j < n_carry; j++) carry[j] = np->input[2 + j];
-    int64_t k = 0;
+    int64_t k = 0, scap = 0;
     for (; (trips < 0 || k < trips) && cond; k++) {
         if (k >= SEQ_MAX_UNROLL)
             return not_static(np, trips < 0 ? "it has no trip count and its condition stays true"
                                              : "it runs more than 4096 iterations");
         KILN_TRY(unroll_once(r, np, body, k, carry, cname, outs, &cond));
         for (int j = 0; j < n_carry; j++) carry[j] = outs[1 + j];
-        for (int q = 0; q < n_scan; q++) {
-            const char **grown = ar_alloc(r->ar, sizeof *grown * (size_t)(k + 2));
-            if (!grown) return oom();
-            if (k) memcpy(grown, scans[q], sizeof *grown * (size_t)k);
-            grown[k] = outs[1 + n_carry + q];
-            scans[q] = grown;
+        if (n_scan && k == scap) { /* the scan lists double (the arena frees them) */
+            scap = scap ? 2 * scap : 16;
+            KILN_TRY(charge_slots(r, np, (int64_t)n_scan * scap));
+            for (int q = 0; q < n_scan; q++) {
+                const char **grown = ar_alloc(r->ar, sizeof *grown * (size_t)scap);
+                if (!grown) return oom();
+                if (k) memcpy(grown, scans[q], sizeof *grown * (size_t)k);
+                scans[q] = grown;
+            }
         }
+        for (int q = 0; q < n_scan; q++) scans[q][k] = outs[1 + n_carry + q];
         if (!(cname = fresh_name(r, label(np), "cond"))) return oom();
         int64_t c = cond;
         KILN_TRY(emit_const(r, cname, 0, 1, &c, ONNX__TENSOR_PROTO__DATA_TYPE__BOOL));
@@ -726,7 +820,7 @@ static kiln_status unroll(resolver *r, const Onnx__NodeProto *np, const Onnx__Gr
         if (!*o) continue;
         seq_list *s = seq_find(r, carry[j]);
         if (s)
-            KILN_TRY(seq_add(r, o, s->el, s->n, NULL));
+            KILN_TRY(seq_add(r, np, o, s->el, s->n, NULL));
         else
             KILN_TRY(emit_identity(r, carry[j], o));
     }
@@ -736,6 +830,7 @@ static kiln_status unroll(resolver *r, const Onnx__NodeProto *np, const Onnx__Gr
         if (!k)
             return not_static(np, "it runs no iteration, so the shape of its scan outputs is "
                                    "not known");
+        KILN_TRY(charge_slots(r, np, k));
         KILN_TRY(emit_concat(r, label(np), scans[q], (int)k, 0, true, o));
     }
     return KILN_OK;
@@ -768,7 +863,7 @@ static kiln_status node(resolver *r, const Onnx__NodeProto *np) {
     if ((is_seq_op(np) || seq_identity) && (np->n_output != 1 || !*out0))
         return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (%s) must have one named output", label(np),
                          op);
-    if (!strcmp(op, "SequenceEmpty")) return seq_add(r, out0, NULL, 0, NULL);
+    if (!strcmp(op, "SequenceEmpty")) return seq_add(r, np, out0, NULL, 0, NULL);
     if (!strcmp(op, "SequenceConstruct")) {
         for (size_t i = 0; i < np->n_input; i++)
             if (!*str0(np->input[i]) || seq_find(r, np->input[i]))
@@ -776,7 +871,7 @@ static kiln_status node(resolver *r, const Onnx__NodeProto *np) {
                                  "node '%s' (SequenceConstruct): input %zu is absent or a "
                                  "sequence",
                                  label(np), i);
-        return seq_add(r, out0, (const char *const *)np->input, (int)np->n_input, NULL);
+        return seq_add(r, np, out0, (const char *const *)np->input, (int)np->n_input, NULL);
     }
     if (!strcmp(op, "SequenceInsert")) return seq_insert(r, np);
     if (!strcmp(op, "SequenceErase")) return seq_erase(r, np);
@@ -790,13 +885,14 @@ static kiln_status node(resolver *r, const Onnx__NodeProto *np) {
     if (!strcmp(op, "ConcatFromSequence")) {
         seq_list *s = NULL;
         KILN_TRY(need_seq(r, np, 0, &s));
+        KILN_TRY(charge_slots(r, np, s->n)); /* emit_concat's copy */
         return emit_concat(r, label(np), s->el, s->n, attr_int(np, "axis", 0),
                            attr_int(np, "new_axis", 0) != 0, out0);
     }
     if (!strcmp(op, "SplitToSequence")) return split_to_seq(r, np);
     if (seq_identity) {
         seq_list *s = seq_find(r, np->input[0]);
-        return seq_add(r, out0, s->el, s->n, NULL);
+        return seq_add(r, np, out0, s->el, s->n, NULL);
     }
     if (!strcmp(op, "Constant")) {
         const Onnx__TensorProto *t = constant_value(r, np);
@@ -852,6 +948,11 @@ kiln_status kiln__onnx_resolve_sequences(const Onnx__GraphProto *gp, int64_t ops
     r.gp = gp;
     r.opset = opset;
     kiln_status s = KILN_OK;
+    if (gp->n_initializer > INT_MAX / 4)
+        s = KILN_FAIL(KILN_ERR_MODEL, "graph has %zu initializers", gp->n_initializer);
+    for (size_t i = 0; i < gp->n_initializer && s == KILN_OK; i++)
+        if (ix_get(&r.init_ix, str0(gp->initializer[i]->name)) < 0) /* the first one counts */
+            s = ix_put(&r.init_ix, str0(gp->initializer[i]->name), (int)i);
     for (size_t i = 0; i < gp->n_node && s == KILN_OK; i++) s = node(&r, gp->node[i]);
     for (size_t i = 0; i < gp->n_output && s == KILN_OK; i++)
         if (seq_find(&r, gp->output[i]->name))
@@ -873,5 +974,8 @@ kiln_status kiln__onnx_resolve_sequences(const Onnx__GraphProto *gp, int64_t ops
     kiln__free(r.nodes);
     kiln__free(r.seqs);
     kiln__free(r.consts);
+    ix_free(&r.seq_ix);
+    ix_free(&r.const_ix);
+    ix_free(&r.init_ix);
     return s;
 }

@@ -38,15 +38,41 @@ KILN_ATTRS_AT(cf_attrs, out_dirs, 412);
 
 /* ---- tensors owned or borrowed during a run -------------------------------- */
 
+/* What the tensors of one engine node's subgraph runs hold, against the
+ * context's memory limit (kiln_context_set_memory_limit): a Loop whose
+ * carried value doubles every iteration took 19.7 GB under a 64 MiB limit
+ * before these were counted. */
+typedef struct cf_mem {
+    size_t limit; /* 0: none */
+    size_t used;
+} cf_mem;
+
 typedef struct cf_val {
     kiln_tensor t;
     bool owned; /* t.data was kiln__aligned_alloc'd here */
     bool set;
+    cf_mem *mem;    /* where `charged` is counted (NULL: not counted) */
+    size_t charged; /* bytes counted in mem while owned */
 } cf_val;
 
 static void val_drop(cf_val *v) {
-    if (v->owned) kiln__aligned_free(v->t.data);
+    if (v->owned) {
+        kiln__aligned_free(v->t.data);
+        if (v->mem) v->mem->used -= v->charged;
+    }
     memset(v, 0, sizeof *v);
+}
+
+/* Room for `bytes` more in mem (NULL: not counted). */
+static kiln_status mem_take(cf_mem *mem, size_t bytes, const char *node) {
+    if (!mem) return KILN_OK;
+    if (mem->limit && bytes > mem->limit - mem->used)
+        return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY,
+                         "node '%s': its subgraphs' tensors need %zu more bytes, but they hold %zu "
+                         "and the context's memory limit leaves them %zu bytes",
+                         node, bytes, mem->used, mem->limit);
+    mem->used += bytes;
+    return KILN_OK;
 }
 
 static size_t tensor_bytes(const kiln_tensor *t) {
@@ -56,8 +82,8 @@ static size_t tensor_bytes(const kiln_tensor *t) {
 }
 
 /* A new owned tensor of this type (zeroed). */
-static kiln_status val_alloc(cf_val *v, kiln_dtype dt, int rank, const int64_t *dims,
-                             const char *node) {
+static kiln_status val_alloc(cf_val *v, cf_mem *mem, kiln_dtype dt, int rank,
+                             const int64_t *dims, const char *node) {
     memset(v, 0, sizeof *v);
     v->t.dtype = dt;
     v->t.rank = rank;
@@ -68,19 +94,24 @@ static kiln_status val_alloc(cf_val *v, kiln_dtype dt, int rank, const int64_t *
         return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "node '%s': a tensor of shape %s is too large",
                          node, kiln__shape_str(rank, dims, sh, sizeof sh));
     }
+    KILN_TRY(mem_take(mem, nb, node));
     v->t.data = kiln__aligned_alloc(nb ? nb : 1);
-    if (!v->t.data)
+    if (!v->t.data) {
+        if (mem) mem->used -= nb;
         return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "node '%s': out of memory (%zu bytes)", node, nb);
+    }
     memset(v->t.data, 0, nb ? nb : 1);
     v->owned = v->set = true;
+    v->mem = mem;
+    v->charged = mem ? nb : 0;
     return KILN_OK;
 }
 
 /* Makes v own its bytes (copies borrowed ones). */
-static kiln_status val_own(cf_val *v, const char *node) {
+static kiln_status val_own(cf_val *v, cf_mem *mem, const char *node) {
     if (v->owned) return KILN_OK;
     cf_val c;
-    KILN_TRY(val_alloc(&c, v->t.dtype, v->t.rank, v->t.dims, node));
+    KILN_TRY(val_alloc(&c, mem, v->t.dtype, v->t.rank, v->t.dims, node));
     size_t nb = tensor_bytes(&v->t);
     if (nb) memcpy(c.t.data, v->t.data, nb);
     *v = c;
@@ -100,6 +131,7 @@ typedef struct cf_plan {
     void *blob; /* the constants borrow from it */
     kiln_node_state *ns; /* per node */
     int *last; /* per value: last node reading it (n_nodes: a graph output) */
+    cf_mem *mem; /* the state's count (cf_state.mem) */
 } cf_plan;
 
 static void plan_free(cf_plan *p) {
@@ -184,7 +216,7 @@ static kiln_status plan_node_call(cf_plan *p, int ni, cf_val *vals, kiln_pool *p
     void *ws = NULL;
     for (int i = 0; i < n->n_out; i++) {
         const kiln_tinfo *t = &c->out[i];
-        if ((s = val_alloc(&res[i], t->dtype, t->rank, t->dims, n->name)) != KILN_OK) goto done;
+        if ((s = val_alloc(&res[i], p->mem, t->dtype, t->rank, t->dims, n->name)) != KILN_OK) goto done;
         c->out_tp[i] = &res[i].t;
     }
     size_t ws_size = n->op->workspace ? n->op->workspace(&c->ia) : 0;
@@ -286,7 +318,7 @@ static kiln_status plan_run(cf_plan *p, const char *node, const char *what, cons
             v->t.data = NULL;
         } else {
             res[k].owned = false;
-            if ((s = val_own(&res[k], node)) != KILN_OK) {
+            if ((s = val_own(&res[k], p->mem, node)) != KILN_OK) {
                 memset(&res[k], 0, sizeof res[k]);
                 break;
             }
@@ -307,6 +339,8 @@ typedef struct cf_state {
     int n_pending;
     int depth; /* 0: a node of the engine's plan; k: inside k subgraphs */
     const kiln_subgraph_io *io; /* the caller's subgraph loader */
+    cf_mem own; /* depth 0: the count of the whole tree of states */
+    cf_mem *mem; /* &own at depth 0, else the parent's mem */
 } cf_state;
 
 static void pending_drop(cf_state *st) {
@@ -336,6 +370,7 @@ static kiln_status state_get(kiln_node_state *ns, const kiln_subgraph_io *io, cf
     cf_state *st = kiln__calloc(1, sizeof *st);
     if (!st) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory");
     st->io = io;
+    st->mem = &st->own;
     if (ns) {
         ns->p = st;
         ns->free = state_free;
@@ -364,6 +399,7 @@ static kiln_status state_plan(cf_state *st, int k, const char *node, const char 
                              node, CF_MAX_DEPTH);
         cf_plan *p = &st->plan[k];
         KILN_TRY(plan_load(p, st->io, node, what, in));
+        p->mem = st->mem;
         for (int ni = 0; ni < p->g->n_nodes; ni++) {
             if (p->g->nodes[ni].dead || !is_control_flow(&p->g->nodes[ni])) continue;
             cf_state *child = kiln__calloc(1, sizeof *child);
@@ -372,6 +408,7 @@ static kiln_status state_plan(cf_state *st, int k, const char *node, const char 
                 return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory");
             }
             child->depth = st->depth + 1;
+            child->mem = st->mem;
             child->io = p->g->sub ? p->g->sub : st->io;
             p->ns[ni].p = child;
             p->ns[ni].free = state_free;
@@ -406,6 +443,7 @@ static kiln_status cf_infer_runtime(const kiln_infer_args *a, cf_exec_fn exec) {
     bool tmp;
     KILN_TRY(state_get(a->node_state, a->sub, &st, &tmp));
     pending_drop(st);
+    if (!st->depth && a->node_state) st->own.limit = a->node_state->mem_budget;
     cf_val *res = kiln__calloc((size_t)a->n_out + 1, sizeof *res);
     kiln_status s = res ? exec(a->attrs, a->node_name, a->n_in, tp, a->n_out, st, NULL, res)
                         : KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory");
@@ -440,6 +478,7 @@ static kiln_status cf_kernel(const kiln_kernel_args *a, cf_exec_fn exec) {
         st->n_pending = 0;
     } else {
         pending_drop(st);
+        if (!st->depth && a->node_state) st->own.limit = a->node_state->mem_budget;
         res = kiln__calloc((size_t)a->n_out + 1, sizeof *res);
         s = res ? exec(a->attrs, a->node_name, a->n_in, a->in, a->n_out, st, a->pool, res)
                 : KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory");
@@ -709,7 +748,8 @@ typedef struct cf_scan_acc {
     int64_t count;
 } cf_scan_acc;
 
-static kiln_status acc_append(cf_scan_acc *acc, const kiln_tensor *t, const char *node, int k) {
+static kiln_status acc_append(cf_scan_acc *acc, cf_mem *mem, const kiln_tensor *t,
+                              const char *node, int k) {
     char s1[160], s2[160];
     if (!acc->count) {
         acc->first.t = *t;
@@ -734,8 +774,12 @@ static kiln_status acc_append(cf_scan_acc *acc, const kiln_tensor *t, const char
                 return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "node '%s': scan output too large", node);
             cap *= 2;
         }
+        KILN_TRY(mem_take(mem, cap - acc->cap, node));
         unsigned char *d = kiln__realloc(acc->data, cap);
-        if (!d) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "node '%s': out of memory", node);
+        if (!d) {
+            if (mem) mem->used -= cap - acc->cap;
+            return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "node '%s': out of memory", node);
+        }
         acc->data = d;
         acc->cap = cap;
     }
@@ -747,8 +791,8 @@ static kiln_status acc_append(cf_scan_acc *acc, const kiln_tensor *t, const char
 
 /* The stacked output [count, element...]; with no element seen, `empty`
  * gives the element type (unknown dims count as 0). */
-static kiln_status acc_finish(cf_scan_acc *acc, const kiln_tinfo *empty, const char *node,
-                              cf_val *out) {
+static kiln_status acc_finish(cf_scan_acc *acc, cf_mem *mem, const kiln_tinfo *empty,
+                              const char *node, cf_val *out) {
     int64_t dims[KILN_MAX_RANK];
     kiln_dtype dt;
     int rank;
@@ -763,7 +807,7 @@ static kiln_status acc_finish(cf_scan_acc *acc, const kiln_tinfo *empty, const c
         dims[0] = 0;
         for (int d = 1; d < rank; d++) dims[d] = empty->dims[d - 1] >= 0 ? empty->dims[d - 1] : 0;
     }
-    KILN_TRY(val_alloc(out, dt, rank, dims, node));
+    KILN_TRY(val_alloc(out, mem, dt, rank, dims, node));
     if (acc->len) memcpy(out->t.data, acc->data, acc->len);
     return KILN_OK;
 }
@@ -811,8 +855,8 @@ static kiln_status loop_exec(const cf_attrs *at, const char *node, int n_in,
     memset(&iter_v, 0, sizeof iter_v);
     memset(&cond_v, 0, sizeof cond_v);
     if (!acc) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "node '%s': out of memory", node);
-    if ((s = val_alloc(&iter_v, KILN_DTYPE_INT64, 0, NULL, node)) != KILN_OK) goto done;
-    if ((s = val_alloc(&cond_v, KILN_DTYPE_BOOL, 0, NULL, node)) != KILN_OK) goto done;
+    if ((s = val_alloc(&iter_v, NULL, KILN_DTYPE_INT64, 0, NULL, node)) != KILN_OK) goto done;
+    if ((s = val_alloc(&cond_v, NULL, KILN_DTYPE_BOOL, 0, NULL, node)) != KILN_OK) goto done;
     for (int j = 0; j < n_carry; j++) {
         if (!in[3 + j]) {
             s = KILN_FAIL(KILN_ERR_MODEL, "node '%s' (Loop): loop-carried input %d is absent", node,
@@ -839,24 +883,27 @@ static kiln_status loop_exec(const cf_attrs *at, const char *node, int n_in,
             out[1 + j].owned = false;
         }
         for (int k = 0; k < n_scan; k++)
-            if ((s = acc_append(&acc[k], &out[1 + n_carry + k].t, node, k)) != KILN_OK) goto done;
+            if ((s = acc_append(&acc[k], p->mem, &out[1 + n_carry + k].t, node, k)) != KILN_OK) goto done;
         for (int k = 0; k < 1 + n_carry + n_scan; k++) val_drop(&out[k]);
     }
     for (int j = 0; j < n_carry; j++) {
-        if ((s = val_own(&carry[j], node)) != KILN_OK) goto done;
+        if ((s = val_own(&carry[j], p->mem, node)) != KILN_OK) goto done;
         res[j] = carry[j];
         carry[j].owned = false;
     }
     for (int k = 0; k < n_scan; k++) {
         const kiln_tinfo *decl = &p->g->values[p->g->outputs[1 + n_carry + k]].info;
-        if ((s = acc_finish(&acc[k], decl, node, &res[n_carry + k])) != KILN_OK) goto done;
+        if ((s = acc_finish(&acc[k], p->mem, decl, node, &res[n_carry + k])) != KILN_OK) goto done;
     }
 done:
     if (s != KILN_OK)
         for (int k = 0; k < n_out; k++) val_drop(&res[k]);
     for (int k = 0; k < 64; k++) val_drop(&out[k]);
     for (int j = 0; j < n_carry; j++) val_drop(&carry[j]);
-    for (int k = 0; k < n_scan; k++) kiln__free(acc[k].data);
+    for (int k = 0; k < n_scan; k++) {
+        p->mem->used -= acc[k].cap; /* acc_append counted it */
+        kiln__free(acc[k].data);
+    }
     kiln__free(acc);
     val_drop(&iter_v);
     val_drop(&cond_v);
@@ -1002,7 +1049,7 @@ static kiln_status take_slice(const kiln_tensor *t, int axis, int64_t idx, const
     int r = 0;
     for (int d = 0; d < t->rank; d++)
         if (d != axis) dims[r++] = t->dims[d];
-    KILN_TRY(val_alloc(v, t->dtype, r, dims, node));
+    KILN_TRY(val_alloc(v, NULL, t->dtype, r, dims, node));
     size_t es = kiln_dtype_size(t->dtype);
     int64_t outer = 1, inner = 1, n = t->dims[axis];
     for (int d = 0; d < axis; d++) outer *= t->dims[d];
@@ -1098,7 +1145,7 @@ static kiln_status scan_run(const cf_attrs *at, const char *node, cf_plan *p, in
                 oaxes[k] = (int)ax;
                 int64_t dims[KILN_MAX_RANK];
                 for (int d = 0, q = 0; d < r; d++) dims[d] = d == ax ? T : e->dims[q++];
-                if ((s = val_alloc(o, e->dtype, r, dims, node)) != KILN_OK) goto done;
+                if ((s = val_alloc(o, p->mem, e->dtype, r, dims, node)) != KILN_OK) goto done;
             } else {
                 bool ok = e->dtype == o->t.dtype && e->rank + 1 == o->t.rank;
                 for (int d = 0, q = 0; ok && d < o->t.rank; d++)
@@ -1115,7 +1162,7 @@ static kiln_status scan_run(const cf_attrs *at, const char *node, cf_plan *p, in
         for (int k = 0; k < n_state + n_scan_out; k++) val_drop(&out[k]);
     }
     for (int j = 0; j < n_state; j++) {
-        if ((s = val_own(&state[j], node)) != KILN_OK) goto done;
+        if ((s = val_own(&state[j], p->mem, node)) != KILN_OK) goto done;
         res[j] = state[j];
         state[j].owned = false;
     }
@@ -1124,7 +1171,7 @@ static kiln_status scan_run(const cf_attrs *at, const char *node, cf_plan *p, in
             cf_scan_acc acc;
             memset(&acc, 0, sizeof acc);
             const kiln_tinfo *decl = &p->g->values[p->g->outputs[n_state + k]].info;
-            if ((s = acc_finish(&acc, decl, node, &res[n_state + k])) != KILN_OK) goto done;
+            if ((s = acc_finish(&acc, p->mem, decl, node, &res[n_state + k])) != KILN_OK) goto done;
         }
     }
 done:
@@ -1206,7 +1253,7 @@ static kiln_status scan_exec(const cf_attrs *at, const char *node, int n_in,
                 }
                 dims[0] = B;
                 memcpy(dims + 1, e->dims, (size_t)e->rank * sizeof *dims);
-                s = val_alloc(&res[k], e->dtype, e->rank + 1, dims, node);
+                s = val_alloc(&res[k], NULL, e->dtype, e->rank + 1, dims, node);
             } else if (e->rank + 1 != res[k].t.rank || e->dtype != res[k].t.dtype ||
                        memcmp(e->dims, res[k].t.dims + 1, (size_t)e->rank * sizeof *e->dims)) {
                 s = KILN_FAIL(KILN_ERR_MODEL,

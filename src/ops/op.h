@@ -123,6 +123,8 @@ typedef struct kiln_infer_args {
 struct kiln_node_state {
     void *p;
     void (*free)(void *p);
+    size_t mem_budget; /* set by the context before a run's infer: the bytes a control-flow
+                          node's subgraph tensors may hold under its memory limit (0: none) */
 };
 
 typedef struct kiln_kernel_args {

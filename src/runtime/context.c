@@ -644,6 +644,8 @@ static kiln_status run_node_call(kiln_context *c, int ni, kiln_call *call) {
         memcpy(info.dims, s->t.dims, sizeof info.dims);
         kiln__call_input(call, i, &info, s->ptr[m]);
     }
+    size_t held = kiln__context_memory(c);
+    c->node_state[ni].mem_budget = !c->mem_limit ? 0 : held < c->mem_limit ? c->mem_limit - held : 1;
     KILN_TRY(kiln__call_infer(call, true, &c->node_state[ni], true));
     const kiln_tinfo *outs = call->out;
     kiln_status st = KILN_OK;

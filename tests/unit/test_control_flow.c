@@ -756,6 +756,133 @@ TEST(sequence_op_without_output) {
     pool_free(&a);
 }
 
+/* An unroll bomb: a Loop of 4096 iterations whose body SequenceInserts 8
+ * times. Each insert copies its list, so resolving it held 32768^2/2 names
+ * (4.3 GB); a 1.4 MB file of 40000 chained inserts took 8 GB and 23 s. The
+ * names held by all lists are bounded and the model is refused, naming the
+ * node. */
+TEST(sequence_unroll_bomb) {
+    pool a = {0};
+    gparts b = {0}, mg = {0};
+    char in[32], out[32];
+    for (int k = 0; k < 8; k++) {
+        snprintf(in, sizeof in, "s%d,x", k);
+        snprintf(out, sizeof out, k == 7 ? "s_out" : "s%d", k + 1);
+        b.node[b.n_node++] = nd(&a, "SequenceInsert", k ? in : "s_in,x", out);
+    }
+    b.node[b.n_node++] = nd(&a, "Identity", "c", "c_out");
+    b.in[b.n_in++] = vi(&a, "i", I64, 0, NULL);
+    b.in[b.n_in++] = vi(&a, "c", B, 0, NULL);
+    b.in[b.n_in++] = vi_seq(&a, "s_in", 1);
+    b.out[b.n_out++] = vi(&a, "c_out", B, 0, NULL);
+    b.out[b.n_out++] = vi_seq(&a, "s_out", 1);
+    mg.node[mg.n_node++] = nd(&a, "SequenceEmpty", "", "s0");
+    Onnx__NodeProto *loop = nd(&a, "Loop", "M,,s0", "s9");
+    loop->name = pstr(&a, "bomb");
+    a_graph(&a, loop, "body", graph(&a, &b));
+    mg.node[mg.n_node++] = loop;
+    mg.node[mg.n_node++] = nd(&a, "SequenceAt", "s9,p0", "y");
+    mg.init[mg.n_init++] = i64s(&a, "M", 0, 1, (int64_t[]){4096});
+    mg.init[mg.n_init++] = i64s(&a, "p0", 0, 1, (int64_t[]){0});
+    mg.in[mg.n_in++] = vi(&a, "x", F, 1, (int64_t[]){3});
+    mg.out[mg.n_out++] = vi(&a, "y", F, 1, (int64_t[]){3});
+    kiln_model *m = NULL;
+    CHECK(load(&a, graph(&a, &mg), 13, &m) == KILN_ERR_UNSUPPORTED);
+    CHECK(strstr(kiln_last_error(), "(SequenceInsert): resolving sequences would hold more than") &&
+          strstr(kiln_last_error(), "bomb/iter"));
+    kiln_model_free(m);
+    pool_free(&a);
+}
+
+/* SplitToSequence with one chunk length of INT64_MAX: one piece. The
+ * piece count (len + c - 1) / c overflowed (UBSan: signed integer overflow). */
+TEST(sequence_split_chunk_int64_max) {
+    pool a = {0};
+    gparts mg = {0};
+    mg.node[mg.n_node++] = nd(&a, "SplitToSequence", "x,c", "s");
+    mg.node[mg.n_node++] = nd(&a, "SequenceAt", "s,p0", "y");
+    mg.node[mg.n_node++] = nd(&a, "SequenceLength", "s", "n");
+    mg.init[mg.n_init++] = i64s(&a, "c", 0, 1, (int64_t[]){INT64_MAX});
+    mg.init[mg.n_init++] = i64s(&a, "p0", 0, 1, (int64_t[]){0});
+    mg.in[mg.n_in++] = vi(&a, "x", F, 1, (int64_t[]){3});
+    mg.out[mg.n_out++] = vi(&a, "y", F, 1, (int64_t[]){3});
+    mg.out[mg.n_out++] = vi(&a, "n", I64, 0, NULL);
+    kiln_model *m = NULL;
+    kiln_engine *e = NULL;
+    kiln_context *c = NULL;
+    CHECK_OK(load(&a, graph(&a, &mg), 13, &m));
+    CHECK_OK(make_ctx(m, 0, &e, &c));
+    float x[3] = {1, 2, 3};
+    if (c) {
+        CHECK_OK(kiln_context_set_input(c, "x", KILN_DTYPE_FLOAT32, 1, (int64_t[]){3}, x));
+        CHECK_OK(kiln_context_run(c));
+        CHECK(out_is(c, "y", KILN_DTYPE_FLOAT32, 1, (int64_t[]){3}, x));
+        CHECK(out_is(c, "n", KILN_DTYPE_INT64, 0, NULL, (float[]){1}));
+    }
+    kiln_context_free(c);
+    kiln_engine_free(e);
+    kiln_model_free(m);
+    pool_free(&a);
+}
+
+/* A Loop whose carried value doubles every iteration (40 of them: 12 TB at
+ * the end) under a context memory limit of 1 MiB: the body's tensors count
+ * against the limit and the run fails naming the node. They were not
+ * counted: the run took 19.7 GB under a 64 MiB limit before it died. */
+TEST(loop_growth_under_memory_limit) {
+    pool a = {0};
+    gparts b = {0}, mg = {0};
+    b.node[b.n_node++] = nd(&a, "Identity", "c", "c_out");
+    Onnx__NodeProto *cat = nd(&a, "Concat", "v,v", "v_out");
+    a_int(&a, cat, "axis", 0);
+    b.node[b.n_node++] = cat;
+    b.in[b.n_in++] = vi(&a, "i", I64, 0, NULL);
+    b.in[b.n_in++] = vi(&a, "c", B, 0, NULL);
+    b.in[b.n_in++] = vi(&a, "v", F, 1, (int64_t[]){3});
+    b.out[b.n_out++] = vi(&a, "c_out", B, 0, NULL);
+    b.out[b.n_out++] = vi(&a, "v_out", F, 1, (int64_t[]){3});
+    Onnx__NodeProto *loop = nd(&a, "Loop", "M,,x", "y");
+    loop->name = pstr(&a, "grow");
+    a_graph(&a, loop, "body", graph(&a, &b));
+    mg.node[mg.n_node++] = loop;
+    mg.init[mg.n_init++] = i64s(&a, "M", 0, 1, (int64_t[]){40});
+    mg.in[mg.n_in++] = vi(&a, "x", F, 1, (int64_t[]){3});
+    mg.out[mg.n_out++] = vi(&a, "y", F, 1, (int64_t[]){-1});
+    kiln_model *m = NULL;
+    kiln_engine *e = NULL;
+    kiln_context *c = NULL;
+    CHECK_OK(load(&a, graph(&a, &mg), 13, &m));
+    CHECK_OK(make_ctx(m, 0, &e, &c));
+    float x[3] = {1, 2, 3};
+    if (c) {
+        CHECK_OK(kiln_context_set_memory_limit(c, (size_t)1 << 20));
+        CHECK_OK(kiln_context_set_input(c, "x", KILN_DTYPE_FLOAT32, 1, (int64_t[]){3}, x));
+        CHECK(kiln_context_run(c) == KILN_ERR_OUT_OF_MEMORY);
+        CHECK(strstr(kiln_last_error(), "'grow'") && strstr(kiln_last_error(), "memory limit"));
+    }
+    kiln_context_free(c);
+    kiln_engine_free(e);
+    kiln_model_free(m);
+    pool_free(&a);
+}
+
+/* A position outside the sequence is named as the model gives it: -3 in a
+ * sequence of 2 was reported as -1 (after adding the length). */
+TEST(sequence_position_out_of_range) {
+    pool a = {0};
+    gparts mg = {0};
+    mg.node[mg.n_node++] = nd(&a, "SequenceConstruct", "x,x", "s");
+    mg.node[mg.n_node++] = nd(&a, "SequenceAt", "s,p", "y");
+    mg.init[mg.n_init++] = i64s(&a, "p", 0, 1, (int64_t[]){-3});
+    mg.in[mg.n_in++] = vi(&a, "x", F, 1, (int64_t[]){3});
+    mg.out[mg.n_out++] = vi(&a, "y", F, 1, (int64_t[]){3});
+    kiln_model *m = NULL;
+    CHECK(load(&a, graph(&a, &mg), 13, &m) == KILN_ERR_MODEL);
+    CHECK(strstr(kiln_last_error(), "(SequenceAt): position -3 is outside the sequence of 2"));
+    kiln_model_free(m);
+    pool_free(&a);
+}
+
 /* A position in a Constant's value_int form (opset 12+). */
 TEST(sequence_position_value_int) {
     pool a = {0};
@@ -951,5 +1078,9 @@ int main(void) {
     RUN(sequences_not_static);
     RUN(sequence_position_value_int);
     RUN(sequence_op_without_output);
+    RUN(sequence_unroll_bomb);
+    RUN(sequence_split_chunk_int64_max);
+    RUN(loop_growth_under_memory_limit);
+    RUN(sequence_position_out_of_range);
     return test_summary();
 }

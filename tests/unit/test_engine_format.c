@@ -648,6 +648,34 @@ TEST(test_versions) {
     kiln_engine_free(e);
 }
 
+/* The math field (offset 104): 0 (files from before it), 1 and 2 load;
+ * any other value, resealed so the checksum passes, is refused naming it. */
+TEST(test_math_field) {
+    kiln_engine *e = NULL;
+    size_t size;
+    unsigned char *buf = patchable(&size, &e);
+    if (buf) {
+        const int32_t ok[] = {KILN_MATH_UNRECORDED, KILN_MATH_ACCURATE, KILN_MATH_FAST};
+        const int32_t bad[] = {3, -1, INT32_MIN, INT32_MAX, 256};
+        for (size_t i = 0; i < sizeof ok / sizeof *ok; i++) {
+            kiln__put_le32(buf + KILN_FMT_OFF_MATH, (uint32_t)ok[i]);
+            reseal(buf, size);
+            CHECK_OK(read_only(buf, size));
+        }
+        for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+            char msg[64];
+            snprintf(msg, sizeof msg, "math %d) are invalid", bad[i]);
+            kiln__put_le32(buf + KILN_FMT_OFF_MATH, (uint32_t)bad[i]);
+            reseal(buf, size);
+            CHECK_ERR(read_only(buf, size), KILN_ERR_FORMAT, msg);
+            kiln__put_le32(buf + KILN_FMT_OFF_MATH, (uint32_t)bad[i] ^ 0x40u); /* a flipped bit: */
+            CHECK_ERR(read_only(buf, size), KILN_ERR_FORMAT, "checksum mismatch"); /* unsealed */
+        }
+    }
+    kiln__aligned_free(buf);
+    kiln_engine_free(e);
+}
+
 /* Applies `patch` to a fresh copy, reseals it and expects (code, substr). */
 typedef void (*patch_fn)(unsigned char *f, size_t size, const kiln_engine *e);
 
@@ -1614,6 +1642,7 @@ int main(void) {
     RUN(test_flipped_bytes);
     RUN(test_foreign_files);
     RUN(test_versions);
+    RUN(test_math_field);
     RUN(test_patched_files);
     RUN(test_writer_refuses_invalid);
     RUN(test_save_atomic);
