@@ -548,11 +548,6 @@ static kiln_status alternate_runs(kiln_engine *e, kiln_variant_fn set, void *arg
     return KILN_OK;
 }
 
-static bool getenv_flag(const char *name) {
-    const char *v = getenv(name);
-    return v && *v && strcmp(v, "0") != 0;
-}
-
 /* Bytes of output i to check (0: not checked: unknown size). */
 static size_t check_bytes(const kiln_tinfo *outs, const tune_bufs *tb, int i) {
     size_t nb = kiln__value_nbytes(&outs[i]);
@@ -662,7 +657,7 @@ static kiln_status tune_all(kiln_layout_ctx *c) {
     if (!b->tuning || !has_tactics(g)) return KILN_OK;
     T->active = true;
     kiln_status st;
-    bool verbose = getenv_flag("KILN_TUNE_VERBOSE");
+    bool verbose = kiln__env_flag("KILN_TUNE_VERBOSE");
     T->vi = kiln__calloc((size_t)g->n_values + 1, sizeof *T->vi);
     if (!T->vi) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory (tuning)");
     kiln_tinfo *vi = T->vi;
@@ -726,7 +721,7 @@ static kiln_status tune_all(kiln_layout_ctx *c) {
             /* a device layer's tactics must agree on its output (tune_check.h);
              * (CPU tactics that change the layout they run in are not compared) */
             bool check = be->device != KILN_DEVICE_CPU && !can_prep && n->n_out <= 16 && be->poison &&
-                         be->poison_scratch && be->to_host_strided && !getenv_flag("KILN_TUNE_NO_CHECK");
+                         be->poison_scratch && be->to_host_strided && !kiln__env_flag("KILN_TUNE_NO_CHECK");
             kiln_tune_sample *samples = NULL;
             void *host = NULL;
             if (check && st == KILN_OK) {

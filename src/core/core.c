@@ -102,6 +102,11 @@ char *kiln__strdup(const char *s) {
  * instead of 25,000 (docs/memory.md). KILN_HUGE_PAGES=0 turns it off. */
 #define HUGE_BYTES ((size_t)2 << 20)
 
+bool kiln__env_flag(const char *name) {
+    const char *v = getenv(name);
+    return v && *v && strcmp(v, "0") != 0;
+}
+
 bool kiln__huge_pages_wanted(void) {
     const char *env = getenv("KILN_HUGE_PAGES");
     return !(env && env[0] == '0' && env[1] == 0);

@@ -43,6 +43,10 @@ KILN_PRIVATE char *kiln__strdup(const char *s);
  * kiln__aligned_free. From 2 MiB on: 2 MiB aligned and marked for
  * transparent huge pages (Linux), unless KILN_HUGE_PAGES=0. */
 KILN_PRIVATE void *kiln__aligned_alloc(size_t n);
+/* Whether environment variable `name` is set to something other than "" or
+ * "0" (kiln's debugging and experiment switches, e.g. KILN_CUDA_SYNC=1). */
+KILN_PRIVATE bool kiln__env_flag(const char *name);
+
 /* Whether large blocks are marked for huge pages (KILN_HUGE_PAGES is not "0"). */
 KILN_PRIVATE bool kiln__huge_pages_wanted(void);
 KILN_PRIVATE void kiln__aligned_free(void *p);

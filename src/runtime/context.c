@@ -166,8 +166,7 @@ kiln_status kiln_context_create(const kiln_engine *e, kiln_context **out) {
     if (c->plant_layer >= 0) me->plant_noted = true;
     pthread_mutex_unlock(&me->dev_lock);
     for (int k = 0; k < g->n_outputs; k++) c->out_slot[g->outputs[k]] = k;
-    const char *dbg = getenv("KILN_DEBUG_ARENA");
-    if (dbg && *dbg && strcmp(dbg, "0") != 0) {
+    if (kiln__env_flag("KILN_DEBUG_ARENA")) {
         kiln_status s = kiln__acheck_create(e, &c->acheck);
         if (s != KILN_OK) {
             kiln_context_free(c);

@@ -100,14 +100,11 @@ static kiln_status cuda_state_create(int index, void **out) {
         st->dnn = NULL;
     }
 #endif
-    const char *sync = getenv("KILN_CUDA_SYNC");
-    st->sync_each = sync && sync[0] && strcmp(sync, "0") != 0;
+    st->sync_each = kiln__env_flag("KILN_CUDA_SYNC");
     const char *as = getenv("KILN_CUDA_ATTN_SPLIT");
     st->attn_split = as && as[0] ? (strcmp(as, "0") != 0) : -1;
-    const char *eg = getenv("KILN_CUDA_EXACT_GELU");
-    st->exact_gelu = eg && eg[0] && strcmp(eg, "0") != 0;
-    const char *verbose = getenv("KILN_CUDA_VERBOSE");
-    st->verbose = verbose && verbose[0] && strcmp(verbose, "0") != 0;
+    st->exact_gelu = kiln__env_flag("KILN_CUDA_EXACT_GELU");
+    st->verbose = kiln__env_flag("KILN_CUDA_VERBOSE");
     const char *find = getenv("KILN_CUDNN_FIND");
     st->conv_find = !(find && !strcmp(find, "0"));
     *out = st;
