@@ -593,12 +593,20 @@ static cudnnStatus_t gconv_graph(cudnnHandle_t h, const gconv_key *k, kcu_dg *dg
     const int nd = v.nd, off = v.nsp - k->g.ns;
     int64_t xd[5], yd[5], wd[5], xs[5], ys[5], wst[5], bd[5], bs[5];
     int64_t pre[3], post[3], str[3], dil[3];
+    /* X, W and Y with every spatial size 1 ([N, C, 1, 1]: SE blocks, pooled
+     * heads) hold the same bytes in NCHW and NHWC, and their NCHW strides
+     * ([C, 1, 1, 1]) give C, H and W the same stride 1: cuDNN 9.19's engines
+     * 4 and 7 computed wrong values or NaN for such fp16 graphs at batch 32
+     * (the legacy API right), so they are described channels-last, the
+     * layout whose strides cuDNN's NHWC engines take */
+    bool cl = k->nhwc || nd == 4;
+    for (int i = 2; i < nd && cl && !k->nhwc; i++) cl = v.xd[i] == 1 && v.yd[i] == 1 && v.wd[i] == 1;
     for (int i = 0; i < nd; i++) {
         xd[i] = v.xd[i];
         yd[i] = v.yd[i];
         wd[i] = v.wd[i];
         bd[i] = i == 1 ? k->g.M : 1;
-        bs[i] = i == 0 ? k->g.M : i == 1 || !k->nhwc ? 1 : k->g.M; /* [M,1,M,M] NHWC, [M,1,1,1] NCHW */
+        bs[i] = i == 0 ? k->g.M : i == 1 || !cl ? 1 : k->g.M; /* [M,1,M,M] NHWC, [M,1,1,1] NCHW */
     }
     for (int i = 0; i < v.nsp; i++) {
         pre[i] = v.pad[i];
@@ -606,7 +614,7 @@ static cudnnStatus_t gconv_graph(cudnnHandle_t h, const gconv_key *k, kcu_dg *dg
         str[i] = v.str[i];
         dil[i] = v.dil[i];
     }
-    if (k->nhwc) { /* 4-D: C innermost, then W, H, N */
+    if (cl) { /* 4-D: C innermost, then W, H, N */
         if (nd != 4) return CUDNN_STATUS_NOT_SUPPORTED;
         const int64_t *d[3] = {xd, yd, wd};
         int64_t *s[3] = {xs, ys, wst};
