@@ -230,11 +230,14 @@ static void compare_one(session *s, entry *en, const kiln_tensor_view *v) {
         en->status = ROW_NOREF;
         return;
     }
-    if (!same_shape(v->rank, v->dims, en->ref_rank, en->ref_dims)) {
+    /* another shape of as many elements: a fusion that took in the Transpose
+     * before a merging Reshape gives the tensor the merged shape (the same
+     * bytes): compared element by element */
+    int64_t n = numel_of(v->rank, v->dims);
+    if (!same_shape(v->rank, v->dims, en->ref_rank, en->ref_dims) && n != numel_of(en->ref_rank, en->ref_dims)) {
         en->status = ROW_SHAPE;
         return;
     }
-    int64_t n = numel_of(v->rank, v->dims);
     tensor_diff_compute(v->dtype, v->data, en->ref_dtype, en->ref_data, n, &en->diff);
     const tensor_diff *d = &en->diff;
     en->limit = s->atol + s->rtol * d->max_ref;

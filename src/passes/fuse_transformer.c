@@ -2,7 +2,8 @@
  *
  * In order:
  *   1. layout clean-up: Transpose of Transpose (composed, or removed when the
- *      result is the identity), Reshape of Reshape (the first one skipped);
+ *      result is the identity), Reshape of Reshape (the first one skipped),
+ *      Concat of one input (removed);
  *   2. decomposed LayerNorm as PyTorch exports it before opset 17
  *        ReduceMean(x) -> Sub -> Pow 2 -> ReduceMean -> Add eps -> Sqrt -> Div
  *        -> Mul gamma (-> Add beta)
@@ -249,6 +250,14 @@ static kiln_status opt_layout(kiln_graph *g, const kiln_optimize_opts *o) {
     for (int ni = 0; ni < g->n_nodes; ni++) {
         kiln_node *n = &g->nodes[ni];
         if (n->dead) continue;
+        if (n->op_id == KILN_OP_Concat && n->n_in == 1 && n->in[0] >= 0 && !kiln__graph_is_output(g, n->out[0])) {
+            /* one input: its value (torch 2.x's GPT-2 concatenates the new keys
+             * and values to a cache that is not there) */
+            redirect_uses(g, n->out[0], n->in[0]);
+            n->dead = true;
+            kiln__graph_link(g);
+            continue;
+        }
         if (n->op_id == KILN_OP_Transpose) {
             int p = sole_producer(g, n->in[0], KILN_OP_Transpose);
             if (p < 0) continue;
@@ -1172,6 +1181,21 @@ static kiln_status match_attention(kiln_graph *g, const kiln_optimize_opts *o, i
                 pat_add(&p, t);
                 pat_add(&p, r);
                 y = g->nodes[r].out[0];
+            } else if (r >= 0 && !(g->values[g->nodes[t].out[0]].flags & KILN_VALUE_OUTPUT) && ti->rank == 4 &&
+                       ti->dims[0] > 0 && ti->dims[1] > 0 && ti->dims[2] > 0 &&
+                       ti->dims[3] > 0 && reshape_target_explicit(g, r)) {
+                /* merged to another shape (GPT-2's Conv1D flattens to [B*S, H*D]
+                 * for its Gemm): the Reshape is kept and reads the layer's
+                 * [B, S, H*D] (the same bytes), the Transpose is taken in */
+                aa.out_layout = KILN_ATTN_BSHD;
+                pat_add(&p, t);
+                y = retyped = g->nodes[t].out[0];
+                old_info = *ti;
+                kiln_tinfo w = old_info;
+                w.rank = 3;
+                w.dims[2] = ti->dims[2] * ti->dims[3];
+                w.dims[3] = 0;
+                g->values[y].info = w;
             }
         } else if (t >= 0 && perm_is(transpose_perm(g, t, 4), 2, 0, 1, 3)) {
             /* sequence first (torch 2.x's nn.MultiheadAttention): [S, B, H, D] + a Reshape */
