@@ -308,8 +308,15 @@ static bool all_nhwc(kiln_engine *e, int *transposes, int *nhwc_layers) {
         *transposes += !strcmp(op, "Transpose");
         bool conv = !strcmp(op, "FusedConv"), pool = strstr(op, "Pool") != NULL;
         if (!conv && !pool) continue;
-        if (strstr(kern, "nhwc")) ++*nhwc_layers;
-        else if (!(conv && strstr(line, "x1x1]"))) {
+        if (strstr(kern, "nhwc")) {
+            ++*nhwc_layers;
+            /* kiln inspect's layout column: the input NHWC or NCHW, the output NHWC
+             * (a GlobalAveragePool's [N, C, 1, 1] output: nchw, the same bytes) */
+            if (!strstr(line, conv ? "->nhwc" : "layout nhwc->")) {
+                fprintf(stderr, "  no NHWC layout shown: %s\n", line);
+                ok = false;
+            }
+        } else if (!(conv && strstr(line, "x1x1]"))) {
             fprintf(stderr, "  not NHWC: %s\n", line);
             ok = false;
         }
