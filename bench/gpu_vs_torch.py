@@ -8,7 +8,8 @@ EfficientNet, RegNet, VGG, ConvNeXt, ViT, Swin, GPT-2 small, DistilBERT,
 T5-small's encoder; BatchNorm statistics calibrated on random batches), at
 each batch size: exports the fp32 model to ONNX with the torch at hand
 (dynamo=False), builds a kiln fp16 CUDA engine for that fixed shape (C API
-through ctypes), and measures in the same process
+through ctypes; `--max-batch N`: for batches 1 to N, tuned at the row's,
+as a server's engine is), and measures in the same process
 
   * PyTorch eager, fp16 (model.half())
   * torch.compile(mode="reduce-overhead"), fp16
@@ -27,6 +28,7 @@ per-kernel profile of each kiln case (torch.profiler) to --profile-dir.
 Usage (GPU machine; libkiln.so built with CUDA):
   python3 bench/gpu_vs_torch.py --lib build-gpu/libkiln.so --write BENCH.md
   python3 bench/gpu_vs_torch.py --lib build-gpu/libkiln.so --write BENCH.md --models all --batches 1,32
+  python3 bench/gpu_vs_torch.py --lib build-gpu/libkiln.so --write BENCH.md --max-batch 64
 """
 import argparse
 import copy
@@ -79,7 +81,9 @@ class Kiln:
         if status != 0:
             raise RuntimeError(f"{what}: {self.lib.kiln_last_error().decode()}")
 
-    def build(self, onnx_path, shapes, precision):
+    def build(self, onnx_path, shapes, precision, max_batch=0):
+        """An engine for these shapes; max_batch > 0: for batches 1 to max_batch
+        (dim 0 of every input) instead, tuned at the given shapes (the opt)."""
         L, p = self.lib, ctypes.c_void_p
         m, b, e = p(), p(), p()
         self.check(L.kiln_model_load_onnx(onnx_path.encode(), ctypes.byref(m)), "load")
@@ -89,7 +93,11 @@ class Kiln:
             self.check(L.kiln_builder_set_precision(b, precision), "precision")
             for name, shape in shapes.items():
                 arr = (ctypes.c_int64 * len(shape))(*shape)
-                self.check(L.kiln_builder_set_profile(b, name.encode(), len(shape), arr, arr, arr), "profile")
+                lo, hi = list(shape), list(shape)
+                if max_batch > 0:
+                    lo[0], hi[0] = 1, max(max_batch, shape[0])
+                lo, hi = (ctypes.c_int64 * len(shape))(*lo), (ctypes.c_int64 * len(shape))(*hi)
+                self.check(L.kiln_builder_set_profile(b, name.encode(), len(shape), lo, arr, hi), "profile")
             self.check(L.kiln_build(b, m, ctypes.byref(e)), "build")
         finally:
             L.kiln_builder_free(b)
@@ -291,6 +299,9 @@ def main():
     ap.add_argument("--budget", type=float, default=420.0,
                     help="seconds; cases not started by then are skipped")
     ap.add_argument("--profile-dir", default=None, help="write kiln's per-kernel profiles here")
+    ap.add_argument("--max-batch", type=int, default=0,
+                    help="build kiln's engines for batches 1 to this (a server's engine; opt = the row's "
+                         "batch) instead of the row's fixed shape")
     args = ap.parse_args()
     t_start = time.time()
     cmd = "python3 " + " ".join(shlex.quote(a) for a in sys.argv)
@@ -342,7 +353,7 @@ def main():
                 out16 = eager16()
             t0 = time.time()
             try:
-                e = k.build(onnx_path, {n: list(t.shape) for n, t in ins.items()}, FP16)
+                e = k.build(onnx_path, {n: list(t.shape) for n, t in ins.items()}, FP16, args.max_batch)
             except RuntimeError as ex:
                 notes.append(f"{model_name} b{batch}: kiln build failed: {str(ex)[:300]}")
                 print(notes[-1], flush=True)
@@ -404,7 +415,9 @@ def main():
     f = io.StringIO()
     f.write(f"## kiln vs PyTorch, fp16, {gpu}\n\n")
     f.write(f"torch {torch.__version__}; CUDA events, median of {args.repeats} rounds of "
-            f"{args.iters} calls; random weights; error = max abs error / max |fp32 PyTorch output|.\n\n")
+            f"{args.iters} calls; random weights; error = max abs error / max |fp32 PyTorch output|"
+            + (f"; kiln's engines built for batches 1 to {args.max_batch} (opt: the row's batch)"
+               if args.max_batch > 0 else "") + ".\n\n")
     f.write("| model | batch | eager fp16 (ms) | torch.compile reduce-overhead (ms) | kiln fp16 (ms) "
             "| kiln / compile | kiln error | torch fp16 error | error within 2x torch's | kernels / inference "
             "(kiln, compile) | kiln build (s) |\n")

@@ -7,7 +7,9 @@
  * batch size as a server's do: more sizes than a layer keeps plans for, each
  * seen twice, every output checked against the CPU engine; and EfficientNet's
  * squeeze-excitation block (tests/data/se_block.onnx) at batch 1 to 32; and a
- * MobileNetV3-style net's NHWC chain (tests/data/tiny_mbv3.onnx). */
+ * MobileNetV3-style net's NHWC chain (tests/data/tiny_mbv3.onnx); and NHWC
+ * chains of fp16 CNNs built for a batch range (tests/data/tiny_dyncnn.onnx,
+ * tiny_mbv3.onnx at batches 1 to 32). */
 #include <cuda_runtime_api.h>
 #include <math.h>
 #include <stdlib.h>
@@ -287,9 +289,112 @@ TEST(nhwc_mobilenet) {
     }
 }
 
+/* Whether every convolution and pool of engine e's description runs NHWC
+ * (the SE blocks' convolutions on [N, C, 1, 1] values excepted: the same
+ * bytes in both layouts) and its activations keep the symbolic batch;
+ * counts its Transposes (the chain's conversions). */
+static bool all_nhwc(kiln_engine *e, int *transposes, int *nhwc_layers) {
+    const char *d = kiln_engine_describe(e, 0);
+    bool ok = d != NULL;
+    *transposes = *nhwc_layers = 0;
+    for (const char *l = d; ok && l && *l; l = strchr(l, '\n'), l = l ? l + 1 : NULL) {
+        const char *end = strchr(l, '\n');
+        int len = end ? (int)(end - l) : (int)strlen(l);
+        char line[512];
+        snprintf(line, sizeof line, "%.*s", len, l);
+        char op[64] = "", name[256] = "", kern[128] = "";
+        int idx;
+        if (sscanf(line, "%d %63s %255s kernel %127s", &idx, op, name, kern) != 4) continue;
+        *transposes += !strcmp(op, "Transpose");
+        bool conv = !strcmp(op, "FusedConv"), pool = strstr(op, "Pool") != NULL;
+        if (!conv && !pool) continue;
+        if (strstr(kern, "nhwc")) {
+            ++*nhwc_layers;
+            /* kiln inspect's layout column: the input NHWC or NCHW, the output NHWC
+             * (a GlobalAveragePool's [N, C, 1, 1] output: nchw, the same bytes) */
+            if (!strstr(line, conv ? "->nhwc" : "layout nhwc->")) {
+                fprintf(stderr, "  no NHWC layout shown: %s\n", line);
+                ok = false;
+            }
+        } else if (!(conv && strstr(line, "x1x1]"))) {
+            fprintf(stderr, "  not NHWC: %s\n", line);
+            ok = false;
+        }
+        if (!strstr(line, "-> [batchx")) {
+            fprintf(stderr, "  batch not dynamic: %s\n", line);
+            ok = false;
+        }
+    }
+    return ok;
+}
+
+/* fp16 CNNs built for a batch range (min 1 / opt 8 / max 32, as a server's
+ * engine is: LitServe and Ray Serve fill its batch): tiny_dyncnn.onnx
+ * (pools, a residual, a depthwise layer, an SE block, an NCHW input into a
+ * pool and an NHWC value out to an output) and tiny_mbv3.onnx (the stem
+ * converting the input itself). Every convolution and pool runs NHWC with
+ * the batch taken at run time (before, an engine of a dynamic batch got no
+ * NHWC chain: every layer NCHW); runs at batches 1, 5, 8 and 32, each a few
+ * times in a row from device buffers (a CUDA Graph captured at the second
+ * run and replayed: no layer allocates at a batch it was not tuned at),
+ * against the CPU's fp32 engine. */
+TEST(nhwc_dynamic_batch) {
+    static const struct { const char *path; int64_t c; int transposes, min_nhwc; } ms[2] = {
+        {"tests/data/tiny_dyncnn.onnx", 8, 2, 10}, {MBV3, 3, 1, 10}};
+    enum { NMAX = 32, HW = 32 * 32, FEAT = 24 * 8 * 8 };
+    static float x[NMAX * 8 * HW], y[NMAX * 10], f[NMAX * FEAT], wy[NMAX * 10], wf[NMAX * FEAT];
+    static const int ns[] = {8, 8, 8, 1, 5, 5, 5, 32, 32, 32, 1, 1, 8};
+    for (int m = 0; m < 2; m++) {
+        kiln_engine *e = build_nchw(ms[m].path, ms[m].c, 32, 1, 8, NMAX, KILN_DEVICE_CUDA, KILN_PRECISION_FP16);
+        kiln_engine *cpu = build_nchw(ms[m].path, ms[m].c, 32, 1, 8, NMAX, KILN_DEVICE_CPU, KILN_PRECISION_FP32);
+        kiln_context *c = NULL, *cc = NULL;
+        float *dx = NULL, *dy = NULL, *df = NULL;
+        if (!e || !cpu) goto next;
+        int tr = 0, nl = 0;
+        CHECK(all_nhwc(e, &tr, &nl));
+        printf("  %s: %d NHWC layers, %d Transpose\n", ms[m].path, nl, tr);
+        CHECK(tr == ms[m].transposes && nl >= ms[m].min_nhwc);
+        CHECK_OK(kiln_context_create(e, &c));
+        CHECK_OK(kiln_context_create(cpu, &cc));
+        CHECK(cudaMalloc((void **)&dx, sizeof x) == cudaSuccess);
+        CHECK(cudaMalloc((void **)&dy, sizeof y) == cudaSuccess);
+        CHECK(cudaMalloc((void **)&df, sizeof f) == cudaSuccess);
+        for (size_t r = 0; c && cc && dx && dy && df && r < sizeof ns / sizeof ns[0]; r++) {
+            int64_t n = ns[r], xn = n * ms[m].c * HW;
+            for (int64_t i = 0; i < xn; i++) x[i] = sinf(0.731f * (float)i + (float)r) + 0.3f * cosf(0.057f * (float)i);
+            int64_t dims[4] = {n, ms[m].c, 32, 32};
+            CHECK(cudaMemcpy(dx, x, sizeof(float) * (size_t)xn, cudaMemcpyHostToDevice) == cudaSuccess);
+            CHECK_OK(kiln_context_set_input(c, "x", KILN_DTYPE_FLOAT32, 4, dims, dx));
+            CHECK_OK(kiln_context_set_output(c, "y", dy, sizeof y));
+            CHECK_OK(kiln_context_set_output(c, "feat", df, sizeof f));
+            CHECK_OK(kiln_context_run(c));
+            CHECK(cudaMemcpy(y, dy, sizeof(float) * (size_t)n * 10, cudaMemcpyDeviceToHost) == cudaSuccess);
+            CHECK(cudaMemcpy(f, df, sizeof(float) * (size_t)(n * FEAT), cudaMemcpyDeviceToHost) == cudaSuccess);
+            CHECK_OK(kiln_context_set_input(cc, "x", KILN_DTYPE_FLOAT32, 4, dims, x));
+            CHECK_OK(kiln_context_set_output(cc, "y", wy, sizeof wy));
+            CHECK_OK(kiln_context_set_output(cc, "feat", wf, sizeof wf));
+            CHECK_OK(kiln_context_run(cc));
+            double ey = rel_err(y, wy, (int)n * 10), ef = rel_err(f, wf, (int)(n * FEAT));
+            bool again = r > 0 && ns[r - 1] == n, graph = kiln__context_graph_active(c);
+            printf("  batch %lld: y max err / max|ref| = %.2e, feat %.2e%s\n", (long long)n, ey, ef,
+                   graph ? " (CUDA Graph)" : "");
+            CHECK(ey < 1e-2 && ef < 1e-2);
+            if (again) CHECK(graph); /* captured at the second run, replayed at the third */
+        }
+    next:
+        cudaFree(dx);
+        cudaFree(dy);
+        cudaFree(df);
+        kiln_context_free(c);
+        kiln_context_free(cc);
+        kiln_engine_free(e);
+        kiln_engine_free(cpu);
+    }
+}
+
 int main(void) {
     if (!kiln_device_available(KILN_DEVICE_CUDA)) {
-        printf("no CUDA device: skipping\n0 passed, 0 failed, 6 skipped\n");
+        printf("no CUDA device: skipping\n0 passed, 0 failed, 7 skipped\n");
         return 0;
     }
     FILE *f = fopen(IO, "rb");
@@ -305,5 +410,6 @@ int main(void) {
     RUN(batch_sizes_change_run_to_run);
     RUN(se_block_at_batch_sizes);
     RUN(nhwc_mobilenet);
+    RUN(nhwc_dynamic_batch);
     return test_summary();
 }

@@ -354,18 +354,22 @@ static int live_nodes_of(const kiln_graph *g, int op, int *first) {
     return k;
 }
 
-/* x[1,cin,6,6] -> nb blocks of [Conv 3x3 -> Relu -> c1; Conv 3x3 (c1) -> Add c1 ->
+/* x[batch,cin,6,6] (batch: 1, or a dynamic KILN_DIM_SYM / KILN_DIM_UNKNOWN) -> nb blocks of [Conv 3x3 -> Relu -> c1; Conv 3x3 (c1) -> Add c1 ->
  * Relu] (cin->16 channels first, then 16->16), with a MaxPool 2x2/2 after the
  * first block when `pool` -> GlobalAveragePool (output) when `gap`, else the
  * last Relu is the output; optimized for fp16 on CUDA (2 * nb FusedConv
  * layers) and placed there. */
-static kiln_graph *conv_chain(int nb, int cin, bool pool, bool gap) {
+static kiln_graph *conv_chain(int nb, int cin, bool pool, bool gap, int64_t batch) {
     kiln_graph *g = NULL;
     if (kiln__graph_create(&g) != KILN_OK) abort();
     int x = add_val(g, "x");
     g->values[x].info.dtype = KILN_DTYPE_FLOAT32;
     g->values[x].info.rank = 4;
-    int64_t xd[4] = {1, cin, 6, 6}, w1d[4] = {16, cin, 3, 3}, w2d[4] = {16, 16, 3, 3}, bd[1] = {16};
+    if (KILN_DIM_IS_SYM(batch)) { /* (ONNX's dim_param "batch") */
+        int sym = -1;
+        if (kiln__graph_add_symbol(g, "batch", &sym) != KILN_OK || KILN_DIM_SYM(sym) != batch) abort();
+    }
+    int64_t xd[4] = {batch, cin, 6, 6}, w1d[4] = {16, cin, 3, 3}, w2d[4] = {16, 16, 3, 3}, bd[1] = {16};
     memcpy(g->values[x].info.dims, xd, sizeof xd);
     g->values[x].flags |= KILN_VALUE_INPUT;
     if (kiln__grow((void **)&g->inputs, &g->cap_inputs, 1, sizeof(int)) != KILN_OK) abort();
@@ -411,11 +415,11 @@ static kiln_graph *conv_chain(int nb, int cin, bool pool, bool gap) {
 
 static int32_t pool_layout(const kiln_node *nd) { return ((const kiln_pool_attrs *)nd->attrs)->layout; }
 
-/* The NHWC pass on conv_chain(nb, cin, pool, gap): *n layers made NHWC;
+/* The NHWC pass on conv_chain(nb, cin, pool, gap, batch): *n layers made NHWC;
  * checks what every chain must satisfy (topological order, NCHW shapes,
  * the layouts, every layer past the first reading NHWC producers directly). */
-static kiln_graph *nhwc_chain(int nb, int cin, bool pool, bool gap, int *n) {
-    kiln_graph *g = conv_chain(nb, cin, pool, gap);
+static kiln_graph *nhwc_chain(int nb, int cin, bool pool, bool gap, int64_t batch, int *n) {
+    kiln_graph *g = conv_chain(nb, cin, pool, gap, batch);
     CHECK_OK(kiln__pass_cuda_nhwc(g, n));
     CHECK(topo_ok(g));
     if (*n == 0) return g;
@@ -453,44 +457,78 @@ static kiln_graph *nhwc_chain(int nb, int cin, bool pool, bool gap, int *n) {
  * GlobalAveragePool (which reads NHWC, its [N, C, 1, 1] output is both) or
  * a second block it goes NHWC. ResNet's 3-channel stem converts and pads
  * its input itself; a MaxPool between blocks stays in the chain. */
+/* After the NHWC pass on a graph whose input has batch `batch`: every
+ * 4-D activation keeps that batch (a dynamic one stays the same symbol, or
+ * unknown, through the conversions and views), and every view's target
+ * holds 0 for a dynamic batch (the input's own, at run time) or the batch. */
+static void check_batch(const kiln_graph *g, int64_t batch) {
+    for (int i = 0; i < g->n_nodes; i++) {
+        const kiln_node *nd = &g->nodes[i];
+        if (nd->dead) continue;
+        for (int k = 0; k < nd->n_out; k++) {
+            const kiln_tinfo *t = nd->out[k] >= 0 ? &g->values[nd->out[k]].info : NULL;
+            if (t && t->rank == 4 && t->dims[0] != 1) CHECK(t->dims[0] == batch);
+            if (t && t->rank == 4 && t->dims[0] != batch && t->dims[0] != 1)
+                printf("  %s: batch %lld, want %lld\n", nd->name, (long long)t->dims[0], (long long)batch);
+        }
+        if (nd->op_id != KILN_OP_Reshape) continue;
+        const kiln_value *tv = &g->values[nd->in[1]];
+        CHECK((tv->flags & KILN_VALUE_CONST) && tv->info.rank == 1 && tv->info.dims[0] == 4);
+        const int64_t *target = tv->data;
+        const kiln_tinfo *x = &g->values[nd->in[0]].info;
+        if (target) CHECK(target[0] == (x->dims[0] < 0 ? 0 : x->dims[0]));
+    }
+}
+
+static void nhwc_chains_at(int64_t batch) {
+    int n = -1;
+    kiln_graph *g = nhwc_chain(1, 8, false, false, batch, &n);
+    CHECK(n == 0 && live_nodes_of(g, KILN_OP_Transpose, NULL) == 0);
+    kiln__graph_free(g);
+    g = nhwc_chain(1, 8, false, true, batch, &n);
+    CHECK(n == 3 && live_nodes_of(g, KILN_OP_Transpose, NULL) == 0);
+    check_batch(g, batch);
+    kiln__graph_free(g);
+    /* the graph output gets one conversion back */
+    g = nhwc_chain(2, 8, false, false, batch, &n);
+    CHECK(n == 4);
+    CHECK(live_nodes_of(g, KILN_OP_Transpose, NULL) == 1 && live_nodes_of(g, KILN_OP_Reshape, NULL) == 1);
+    check_batch(g, batch);
+    kiln__graph_free(g);
+    g = nhwc_chain(2, 3, true, true, batch, &n);
+    CHECK(n == 6 && live_nodes_of(g, KILN_OP_Transpose, NULL) == 0);
+    check_batch(g, batch);
+    kiln__graph_free(g);
+}
+
 TEST(cuda_nhwc_chain) {
     if (!have_cuda()) return;
 #if !KILN_HAVE_CUDNN
     printf("built without cuDNN: skipping\n");
     return;
 #else
-    int n = -1;
-    kiln_graph *g = nhwc_chain(1, 8, false, false, &n);
-    CHECK(n == 0 && live_nodes_of(g, KILN_OP_Transpose, NULL) == 0);
-    kiln__graph_free(g);
-    g = nhwc_chain(1, 8, false, true, &n);
-    CHECK(n == 3 && live_nodes_of(g, KILN_OP_Transpose, NULL) == 0);
-    kiln__graph_free(g);
-    /* the graph output gets one conversion back */
-    g = nhwc_chain(2, 8, false, false, &n);
-    CHECK(n == 4);
-    CHECK(live_nodes_of(g, KILN_OP_Transpose, NULL) == 1 && live_nodes_of(g, KILN_OP_Reshape, NULL) == 1);
-    kiln__graph_free(g);
-    g = nhwc_chain(2, 3, true, true, &n);
-    CHECK(n == 6 && live_nodes_of(g, KILN_OP_Transpose, NULL) == 0);
-    kiln__graph_free(g);
+    nhwc_chains_at(1);
 #endif
 }
 
-/* A MobileNetV3-style net: x[2,3,16,16] -> stem Conv 3x3/2 + HardSwish (16)
+/* A MobileNetV3-style net: x[batch,3,16,16] (batch 2, or dynamic) -> stem Conv 3x3/2 + HardSwish (16)
  * -> nb inverted-residual blocks [Conv 1x1 + Relu (32); depthwise Conv 3x3
  * (stride 2 in the first block, 1 after) + Relu; SE: GlobalAveragePool ->
  * Conv 1x1 + Relu (8) -> Conv 1x1 (32) -> HardSigmoid -> Mul with the
  * depthwise output; Conv 1x1 (16), + the block's input from the second block
  * on] -> GlobalAveragePool (output) when `gap`, else the last block's output
  * (mul_out: the last SE Mul is the output instead); fp16 on CUDA. */
-static kiln_graph *mbv3_net(int nb, bool gap, bool mul_out) {
+static kiln_graph *mbv3_net(int nb, bool gap, bool mul_out, int64_t batch) {
     kiln_graph *g = NULL;
     if (kiln__graph_create(&g) != KILN_OK) abort();
     int x = add_val(g, "x");
     g->values[x].info.dtype = KILN_DTYPE_FLOAT32;
     g->values[x].info.rank = 4;
-    int64_t xd[4] = {2, 3, 16, 16};
+    if (KILN_DIM_IS_SYM(batch)) { /* (ONNX's dim_param "batch") */
+        int sym = -1;
+        if (kiln__graph_add_symbol(g, "batch", &sym) != KILN_OK || KILN_DIM_SYM(sym) != batch) abort();
+    }
+    int64_t xd[4] = {batch, 3, 16, 16};
     memcpy(g->values[x].info.dims, xd, sizeof xd);
     g->values[x].flags |= KILN_VALUE_INPUT;
     if (kiln__grow((void **)&g->inputs, &g->cap_inputs, 1, sizeof(int)) != KILN_OK) abort();
@@ -553,17 +591,12 @@ static kiln_graph *mbv3_net(int nb, bool gap, bool mul_out) {
  * [N, C, 1, 1] values that are the same in both layouts, the Mul through
  * views) and residuals: the stem converts the input itself, and the only
  * Transpose is the one back to NCHW for a graph output that needs it. */
-TEST(cuda_nhwc_mobilenet) {
-    if (!have_cuda()) return;
-#if !KILN_HAVE_CUDNN
-    printf("built without cuDNN: skipping\n");
-    return;
-#else
+static void nhwc_mobilenet_at(int64_t batch) {
     const kiln_backend_i *cu = kiln__backend_for(KILN_DEVICE_CUDA);
     static const struct { int nb; bool gap, mul_out; int transposes; } cs[] = {
         {3, true, false, 0}, {2, false, false, 1}, {2, false, true, 1}};
     for (size_t k = 0; k < sizeof cs / sizeof cs[0]; k++) {
-        kiln_graph *g = mbv3_net(cs[k].nb, cs[k].gap, cs[k].mul_out);
+        kiln_graph *g = mbv3_net(cs[k].nb, cs[k].gap, cs[k].mul_out, batch);
         int n = 0;
         CHECK_OK(kiln__pass_cuda_nhwc(g, &n));
         CHECK(topo_ok(g));
@@ -601,7 +634,87 @@ TEST(cuda_nhwc_mobilenet) {
         }
         CHECK(dws == (cs[k].mul_out ? cs[k].nb : cs[k].nb) && muls == cs[k].nb);
         CHECK(gaps == cs[k].nb + (cs[k].gap ? 1 : 0));
+        check_batch(g, batch);
         kiln__graph_free(g);
+    }
+}
+
+TEST(cuda_nhwc_mobilenet) {
+    if (!have_cuda()) return;
+#if !KILN_HAVE_CUDNN
+    printf("built without cuDNN: skipping\n");
+    return;
+#else
+    nhwc_mobilenet_at(2);
+#endif
+}
+
+/* Engines built for a batch range (a server's: min 1, max 32) have a
+ * dynamic batch in every activation: the same chains as at a fixed batch
+ * (a named symbol as ONNX's dim_param gives, or an unknown dim), with the
+ * conversions' views taking the batch at run time. Without that the pass
+ * kept no chain at all: every convolution NCHW. */
+TEST(cuda_nhwc_dynamic_batch) {
+    if (!have_cuda()) return;
+#if !KILN_HAVE_CUDNN
+    printf("built without cuDNN: skipping\n");
+    return;
+#else
+    nhwc_chains_at(KILN_DIM_SYM(0));
+    nhwc_mobilenet_at(KILN_DIM_SYM(0));
+    /* an unknown batch (no dim_param) too; fuse_conv leaves conv_chain's
+     * residual Add of two unknown shapes unfused, so only MobileNet here */
+    nhwc_mobilenet_at(KILN_DIM_UNKNOWN);
+#endif
+}
+
+/* The test models of test_cuda_engine's nhwc_dynamic_batch as the builder
+ * sees them (ONNX's "batch" dim_param: a symbol), optimized for fp16 on
+ * CUDA: every convolution and pool NHWC but the SE blocks' 1x1 ones, the
+ * conversions only where the chain meets the NCHW input (tiny_dyncnn's
+ * first MaxPool; tiny_mbv3's stem converts it itself) and the `feat`
+ * output, and the batch symbolic throughout. */
+TEST(cuda_nhwc_dynamic_models) {
+    if (!have_cuda()) return;
+#if !KILN_HAVE_CUDNN
+    printf("built without cuDNN: skipping\n");
+    return;
+#else
+    const kiln_backend_i *cu = kiln__backend_for(KILN_DEVICE_CUDA);
+    static const struct { const char *path; int transposes, convs, pools; } ms[2] = {
+        {"tests/data/tiny_dyncnn.onnx", 2, 6, 4}, {"tests/data/tiny_mbv3.onnx", 1, 7, 3}};
+    for (int k = 0; k < 2; k++) {
+        kiln_model *m = NULL;
+        CHECK_OK(kiln_model_load_onnx(ms[k].path, &m));
+        if (!m) continue;
+        kiln_graph *g = m->graph;
+        int64_t batch = g->values[g->inputs[0]].info.dims[0];
+        CHECK(KILN_DIM_IS_SYM(batch));
+        CHECK_OK(optimize(g, KILN_DEVICE_CUDA, KILN_PRECISION_FP16, NULL, 0, false));
+        for (int i = 0; i < g->n_nodes; i++) g->nodes[i].device = KILN_DEVICE_CUDA; /* as placed */
+        int n = 0, convs = 0, pools = 0;
+        CHECK_OK(kiln__pass_cuda_nhwc(g, &n));
+        CHECK(topo_ok(g));
+        CHECK(live_nodes_of(g, KILN_OP_Transpose, NULL) == ms[k].transposes);
+        for (int i = 0; i < g->n_nodes; i++) {
+            const kiln_node *nd = &g->nodes[i];
+            if (nd->dead) continue;
+            CHECK(kiln__backend_supports(cu, g, nd));
+            const kiln_tinfo *y = &g->values[nd->out[0]].info;
+            if (nd->op_id == KILN_OP_FusedConv && !(y->dims[2] == 1 && y->dims[3] == 1)) {
+                convs += ((const kiln_fused_conv_attrs *)nd->attrs)->layout != 0;
+                CHECK(strstr(kiln__backend_kernel_name(cu, nd), "nhwc") != NULL);
+            }
+            if (nd->op_id == KILN_OP_MaxPool || nd->op_id == KILN_OP_AveragePool ||
+                nd->op_id == KILN_OP_GlobalAveragePool) {
+                pools++;
+                CHECK(pool_layout(nd) == KILN_POOL_LAYOUT_NHWC);
+            }
+        }
+        printf("  %s: %d layers NHWC (%d convolutions, %d pools)\n", ms[k].path, n, convs, pools);
+        CHECK(convs == ms[k].convs && pools == ms[k].pools);
+        check_batch(g, batch);
+        kiln_model_free(m);
     }
 #endif
 }
@@ -704,6 +817,8 @@ int main(void) {
     RUN(add_layernorm_fp16);
     RUN(cuda_nhwc_chain);
     RUN(cuda_nhwc_mobilenet);
+    RUN(cuda_nhwc_dynamic_batch);
+    RUN(cuda_nhwc_dynamic_models);
     RUN(left_alone);
     RUN(unknown_layer);
     RUN(fused_names);

@@ -146,6 +146,22 @@ def window_reverse(path):
         f.write(y.astype(np.float32).tobytes())
 
 
+def conv_makers(r, inits, nodes):
+    # const(name, shape, scale): a random initializer (from r); conv(name, x,
+    # cin, cout, k, stride, group): Conv + bias with "same" pads, output `name`
+    def const(name, shape, scale):
+        inits.append(numpy_helper.from_array((r.standard_normal(shape) * scale).astype(np.float32), name))
+        return name
+
+    def conv(name, x, cin, cout, k, stride=1, group=1):
+        w = const(name + "_w", (cout, cin // group, k, k), (2.0 / (cin // group * k * k)) ** 0.5)
+        b = const(name + "_b", (cout,), 0.1)
+        nodes.append(helper.make_node("Conv", [x, w, b], [name], name=name, kernel_shape=[k, k],
+                                      strides=[stride, stride], pads=[k // 2] * 4, group=group))
+        return name
+    return const, conv
+
+
 def tiny_mbv3(path):
     # a MobileNetV3/EfficientNet-style net: x[batch,3,32,32] -> stem Conv 3x3/2
     # + HardSwish (16) -> block 1 [Conv 1x1 + Relu (32); depthwise 3x3 + Relu;
@@ -155,17 +171,7 @@ def tiny_mbv3(path):
     # -> feat [batch,24,8,8] (an output) -> GlobalAveragePool -> Flatten ->
     # Gemm -> y [batch,10]. The CUDA fp16 engine runs it as one NHWC chain.
     inits, nodes = [], []
-
-    def const(name, shape, scale):
-        inits.append(numpy_helper.from_array((rng.standard_normal(shape) * scale).astype(np.float32), name))
-        return name
-
-    def conv(name, x, cin, cout, k, stride=1, group=1):
-        w = const(name + "_w", (cout, cin // group, k, k), (2.0 / (cin // group * k * k)) ** 0.5)
-        b = const(name + "_b", (cout,), 0.1)
-        nodes.append(helper.make_node("Conv", [x, w, b], [name], name=name, kernel_shape=[k, k],
-                                      strides=[stride, stride], pads=[k // 2] * 4, group=group))
-        return name
+    const, conv = conv_makers(rng, inits, nodes)
 
     def act(op, x, name, **kw):
         nodes.append(helper.make_node(op, [x], [name], name=name, **kw))
@@ -240,6 +246,47 @@ def se_block(path):
     onnx.save(m, path)
 
 
+def tiny_dyncnn(path):
+    # a CNN for a dynamic batch (the CUDA fp16 engine's NHWC chain with the
+    # batch taken at run time): x[batch,8,32,32] -> MaxPool 2x2/2 (an NCHW
+    # graph input into an NHWC pool: a conversion in) -> Conv 3x3 + Relu (16)
+    # -> Conv 3x3 + the residual + Relu (16) -> Conv 1x1 + Relu (32) ->
+    # depthwise 3x3/2 + Relu -> SE (GlobalAveragePool, Conv 1x1 + Relu (8),
+    # Conv 1x1, HardSigmoid, Mul) -> Conv 1x1 (24) = feat [batch,24,8,8]
+    # (an output: a conversion out) -> AveragePool 2x2/2 -> Conv 3x3 + Relu
+    # (32) -> GlobalAveragePool -> Flatten -> Gemm -> y [batch,10]. Its own
+    # random numbers: the other models stay as they were.
+    inits, nodes = [], []
+    const, conv = conv_makers(np.random.default_rng(2112), inits, nodes)
+
+    def op(kind, ins, name, **kw):
+        nodes.append(helper.make_node(kind, ins, [name], name=name, **kw))
+        return name
+
+    h = op("MaxPool", ["x"], "pool_in", kernel_shape=[2, 2], strides=[2, 2])
+    h = op("Relu", [conv("c1", h, 8, 16, 3)], "c1_act")
+    h = op("Relu", [op("Add", [conv("c2", h, 16, 16, 3), h], "c2_res")], "c2_act")
+    e = op("Relu", [conv("exp", h, 16, 32, 1)], "exp_act")
+    d = op("Relu", [conv("dw", e, 32, 32, 3, 2, 32)], "dw_act")
+    q = op("Relu", [conv("se_q", op("GlobalAveragePool", [d], "se_gap"), 32, 8, 1)], "se_qa")
+    s = op("HardSigmoid", [conv("se_r", q, 8, 32, 1)], "se_gate")
+    m = op("Mul", [d, s], "se")
+    op("Identity", [conv("proj", m, 32, 24, 1)], "feat")
+    a = op("AveragePool", ["feat"], "pool_mid", kernel_shape=[2, 2], strides=[2, 2])
+    c = op("Relu", [conv("c3", a, 24, 32, 3)], "c3_act")
+    f = op("Flatten", [op("GlobalAveragePool", [c], "head_gap")], "head_flat", axis=1)
+    op("Gemm", [f, const("fc_w", (10, 32), 0.3), const("fc_b", (10,), 0.1)], "y", transB=1)
+    g = helper.make_graph(
+        nodes, "tiny_dyncnn",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8, 32, 32])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 10]),
+         helper.make_tensor_value_info("feat", TensorProto.FLOAT, ["batch", 24, 8, 8])],
+        initializer=inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], producer_name="kiln-tests")
+    onnx.checker.check_model(m)
+    onnx.save(m, path)
+
+
 if __name__ == "__main__":
     out = sys.argv[1] if len(sys.argv) > 1 else "."
     mlp(f"{out}/tiny_mlp.onnx")
@@ -252,3 +299,4 @@ if __name__ == "__main__":
     window_reverse(f"{out}/window_reverse.onnx")
     se_block(f"{out}/se_block.onnx")
     tiny_mbv3(f"{out}/tiny_mbv3.onnx")
+    tiny_dyncnn(f"{out}/tiny_dyncnn.onnx")

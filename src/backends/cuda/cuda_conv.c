@@ -172,11 +172,19 @@ typedef struct conv_state {
     gconv_plan gp[KCU_CONV_PLANS];
     int gp_next;
 #endif
-    void *w_nhwc;           /* NHWC layers: the weights as [M, kh, kw, C], or [kh * kw, C] for
-                               kiln's depthwise kernel (XV_DW) (device, owned) */
-    const void *w_src;      /* ... made from these */
-    size_t w_bytes;
-    int w_variant;          /* ... for this input variant (XV_*) */
+    /* NHWC layers: the weights as [M, kh, kw, C] for cuDNN (w[0]) and as
+     * [kh * kw, C] for kiln's depthwise kernel (w[1], XV_DW): a depthwise
+     * layer whose stored cuDNN config declines a new batch runs kiln's
+     * kernel there and cuDNN's at the others, each with its own copy, made
+     * once (one buffer for both made the other form again at every run:
+     * two cudaFree + cudaMalloc per run, which also ended CUDA Graph
+     * captures) */
+    struct conv_w {
+        void *p;            /* device, owned */
+        const void *src;    /* made from these weights ... */
+        size_t bytes;
+        int variant;        /* ... for this input variant (XV_*) */
+    } w[2];
     void *xbuf;             /* layout Y_NHWC alone: the input converted to NHWC (device, owned) */
     size_t xbuf_bytes;
     bool warned;            /* the stored tactic was missing once (warned) */
@@ -187,7 +195,8 @@ static void conv_state_clear(conv_state *s) {
     for (int i = 0; i < KCU_CONV_PLANS; i++) conv_plan_clear(&s->legacy[i]);
     for (int i = 0; i < KCU_CONV_PLANS; i++) gconv_plan_clear(&s->gp[i]);
 #endif
-    if (s->w_nhwc) cudaFree(s->w_nhwc);
+    for (int i = 0; i < 2; i++)
+        if (s->w[i].p) cudaFree(s->w[i].p);
     if (s->xbuf) cudaFree(s->xbuf);
     memset(s, 0, sizeof *s);
 }
@@ -220,28 +229,33 @@ static bool conv_is_depthwise(const kcu_conv *g) { return g->Cg == 1 && g->G > 1
  * [kh * kw, C] (made once per weight buffer, kept in the node's state). */
 #define XV_DW 3
 /* The node's buffer of the weights a->in[1] rearranged for variant v
- * (cs->w_nhwc, `bytes` long): *fresh = true when it was (re)made and must
- * be filled. */
-static kiln_status w_buffer(const kiln_kernel_args *a, conv_state *cs, size_t bytes, int v, bool *fresh) {
+ * (`bytes` long, into *buf): *fresh = true when it was (re)made and must be
+ * filled. */
+static kiln_status w_buffer(const kiln_kernel_args *a, conv_state *cs, size_t bytes, int v, void **buf,
+                            bool *fresh) {
     const void *src = a->in[1]->data;
-    *fresh = !(cs->w_nhwc && cs->w_src == src && cs->w_bytes == bytes && cs->w_variant == v);
-    if (!*fresh) return KILN_OK;
-    if (cs->w_nhwc) cudaFree(cs->w_nhwc);
-    cs->w_nhwc = NULL;
-    KILN_CUDA_TRY(cudaMalloc(&cs->w_nhwc, bytes ? bytes : 1), KCU_NODE(a));
-    cs->w_src = src;
-    cs->w_bytes = bytes;
-    cs->w_variant = v;
+    struct conv_w *w = &cs->w[v == XV_DW];
+    *fresh = !(w->p && w->src == src && w->bytes == bytes && w->variant == v);
+    if (*fresh) {
+        if (w->p) cudaFree(w->p);
+        w->p = NULL;
+        KILN_CUDA_TRY(cudaMalloc(&w->p, bytes ? bytes : 1), KCU_NODE(a));
+        w->src = src;
+        w->bytes = bytes;
+        w->variant = v;
+    }
+    *buf = w->p;
     return KILN_OK;
 }
 
 static kiln_status dw_weights(const kiln_kernel_args *a, const kcu_conv *g, conv_state *cs, const void **out) {
     size_t es = kiln_dtype_size(a->in[1]->dtype);
-    bool fresh;
-    KILN_TRY(w_buffer(a, cs, (size_t)(g->M * g->k_sz) * es, XV_DW, &fresh));
+    bool fresh = false;
+    void *buf = NULL;
+    KILN_TRY(w_buffer(a, cs, (size_t)(g->M * g->k_sz) * es, XV_DW, &buf, &fresh));
     int64_t dims[2] = {g->k_sz, g->M}, sst[2] = {1, g->k_sz};
-    if (fresh) KILN_TRY(kiln__cuda_copy(a, es, 2, dims, cs->w_nhwc, NULL, a->in[1]->data, sst));
-    *out = cs->w_nhwc;
+    if (fresh) KILN_TRY(kiln__cuda_copy(a, es, 2, dims, buf, NULL, a->in[1]->data, sst));
+    *out = buf;
     return KILN_OK;
 }
 
@@ -322,13 +336,12 @@ static kiln_status nhwc_weights(const kiln_kernel_args *a, const kcu_conv *g, in
         return KILN_FAIL(KILN_ERR_UNSUPPORTED, "node '%s': NHWC weights need a 2-D convolution", KCU_NODE(a));
     int64_t K0 = W->dims[2], K1 = W->dims[3], C = W->dims[1], J0 = g->k[0], J1 = g->k[1], Cp = g->Cg;
     size_t bytes = (size_t)(g->M * J0 * J1 * Cp) * es;
-    bool fresh;
-    KILN_TRY(w_buffer(a, cs, bytes, v, &fresh));
-    if (!fresh) {
-        *out = cs->w_nhwc;
-        return KILN_OK;
-    }
-    char *dst = cs->w_nhwc;
+    bool fresh = false;
+    void *buf = NULL;
+    KILN_TRY(w_buffer(a, cs, bytes, v, &buf, &fresh));
+    *out = buf;
+    if (!fresh) return KILN_OK;
+    char *dst = buf;
     const char *src = W->data;
     if (v != XV_S2D && C == Cp) {
         int64_t dims[4] = {g->M, K0, K1, C};
@@ -347,7 +360,6 @@ static kiln_status nhwc_weights(const kiln_kernel_args *a, const kcu_conv *g, in
                                          src + (size_t)(rh * K1 + rw) * es, sst));
             }
     }
-    *out = cs->w_nhwc;
     return KILN_OK;
 }
 

@@ -16,6 +16,10 @@
  *
  * (the Reshapes are views: no copy). Every value keeps its NCHW shape; a
  * value's bytes are NHWC exactly when an NHWC layer produced it.
+ * C, H and W must be known; the batch may be dynamic (an engine built for
+ * a batch range: a symbol or unknown at build time): the Reshapes' targets
+ * then hold 0 there (ONNX: copy the input's dim), resolved at run time, and
+ * the layers read the batch from their tensors at every run.
  * GlobalAveragePool reads NHWC and writes [N, C, 1, 1], which is both (such
  * values are never converted). An elementwise layer with a per-channel
  * operand (the SE block's Mul) computes over [N, H, W, C] views. */
@@ -38,8 +42,18 @@ static bool static_4d(const kiln_tinfo *t) {
     return true;
 }
 
+/* A 4-D value [N, C, H, W] with C, H and W known and the batch N known or
+ * dynamic (< 0: a symbol, or unknown; every layer of a chain reads it from
+ * its tensors at run time, and the conversions' Reshapes copy it). */
+static bool nchw_4d(const kiln_tinfo *t) {
+    if (t->rank != 4 || t->dims[0] == 0) return false;
+    for (int i = 1; i < 4; i++)
+        if (t->dims[i] <= 0) return false;
+    return true;
+}
+
 static bool half_4d(const kiln_tinfo *t) {
-    return (t->dtype == KILN_DTYPE_FLOAT16 || t->dtype == KILN_DTYPE_BFLOAT16) && static_4d(t);
+    return (t->dtype == KILN_DTYPE_FLOAT16 || t->dtype == KILN_DTYPE_BFLOAT16) && nchw_4d(t);
 }
 
 /* What a layer is to the pass: K_DW a depthwise FusedConv (kiln's NHWC
@@ -114,10 +128,13 @@ static bool dw_ok(const kiln_graph *g, const kiln_node *n) {
 }
 
 /* An elementwise layer that computes the same in either layout: unary
- * activations, Clip (scalar bounds), Add/Sub/Mul/Div and kiln.Pointwise
- * (one output) whose inputs are full 4-D operands, single elements or
- * per-channel [N or 1, C, 1, 1] operands, at least one full (static output
- * [N, C, H, W], not 1x1). */
+ * activations, Clip (scalar bounds), Identity, Add/Sub/Mul/Div and
+ * kiln.Pointwise (one output) whose inputs are full 4-D operands, single elements or
+ * per-channel [N or 1, C, 1, 1] operands, at least one full (output
+ * [N, C, H, W] with C, H, W known, not 1x1). A dynamic batch is the same
+ * symbol in the operands it is equal in (shape inference); where two are
+ * unknown (-1) they may differ at run time only by broadcasting over the
+ * batch, which is the same in both layouts. */
 static bool ew_ok(const kiln_graph *g, const kiln_node *n) {
     switch (n->op_id) {
     case KILN_OP_Add: case KILN_OP_Sub: case KILN_OP_Mul: case KILN_OP_Div: {
@@ -128,12 +145,13 @@ static bool ew_ok(const kiln_graph *g, const kiln_node *n) {
     case KILN_OP_Relu: case KILN_OP_LeakyRelu: case KILN_OP_Sigmoid: case KILN_OP_HardSigmoid:
     case KILN_OP_HardSwish: case KILN_OP_Tanh: case KILN_OP_Clip:
     case KILN_OP_Pointwise: /* (numpy-broadcast inputs, like the binary ops) */
+    case KILN_OP_Identity:  /* (a model's named output: `feat` read by the next layer too) */
         break;
     default: return false;
     }
     if (n->n_out != 1 || n->out[0] < 0 || neutral(g, n->out[0])) return false;
     const kiln_tinfo *y = &g->values[n->out[0]].info; /* (a Pointwise may end with a Cast to float32) */
-    if (!static_4d(y) || (y->dtype != KILN_DTYPE_FLOAT32 && !half_4d(y))) return false;
+    if (!nchw_4d(y) || (y->dtype != KILN_DTYPE_FLOAT32 && !half_4d(y))) return false;
     int full = 0;
     for (int i = 0; i < n->n_in; i++) {
         if (full_in(g, n, i)) full++;
@@ -208,16 +226,17 @@ static kiln_status add_node(nhwc_ctx *c, int op, const char *name, int n_in, con
 }
 
 /* A Reshape of v to `dims` (a view: no copy) into dst (a new value when
- * dst < 0, tagged `tag`), placed after node `after`. */
+ * dst < 0, tagged `tag`), placed after node `after`. A dynamic batch
+ * (dims[0] < 0) is 0 in the target: v's own batch, at run time. */
 static kiln_status reshape_view(nhwc_ctx *c, int v, const int64_t *dims, int dst, const char *tag, int after,
                                 int *out) {
     kiln_graph *g = c->g;
     if (dst < 0) KILN_TRY(new_value(c, v, tag, dims, &dst));
     char name[600];
     snprintf(name, sizeof name, "%s/kiln_%s_shape", g->values[v].name, tag);
-    int64_t four = 4;
+    int64_t four = 4, target[4] = {dims[0] < 0 ? 0 : dims[0], dims[1], dims[2], dims[3]};
     int in[2] = {v, -1};
-    KILN_TRY(kiln__graph_add_const(g, name, KILN_DTYPE_INT64, 1, &four, dims, &in[1]));
+    KILN_TRY(kiln__graph_add_const(g, name, KILN_DTYPE_INT64, 1, &four, target, &in[1]));
     snprintf(name, sizeof name, "%s/kiln_%s_view", g->values[v].name, tag);
     kiln_reshape_attrs ra = {0};
     KILN_TRY(add_node(c, KILN_OP_Reshape, name, 2, in, dst, &ra, after));
