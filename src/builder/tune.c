@@ -12,7 +12,7 @@
  *
  * Timing cache: a text file (the builder's timing_cache path)
  *
- *     kiln-timing-cache 2
+ *     kiln-timing-cache 3
  *     <key> <tactic id> <microseconds>
  *
  * keyed by the target, the thread count, the math setting ("acc", or
@@ -21,9 +21,11 @@
  * the tactic, in hex) and the input dtypes and shapes. It is read before
  * timing (a known key is not timed again, nor is a layer identical to one
  * timed before in the same build) and rewritten after, through a
- * temporary file and a rename. Version 1 files (made before a device
- * layer's tactics had to agree on its output, tune_check.h) are read as
- * empty, with a note: their choices are timed and checked again. */
+ * temporary file and a rename. Files of versions 1 (made before a device
+ * layer's tactics had to agree on its output, tune_check.h) and 2 (before
+ * disagreeing tactics were judged by the host reference, not a vote: a
+ * wrong plurality's choice may be in them) are read as empty, with a note:
+ * their choices are timed and checked again. */
 #include "backends/backend.h"
 #include "builder/tune_check.h"
 #include "runtime/debug.h"
@@ -99,12 +101,13 @@ static kiln_status cache_read(tcache *c, const char *path) {
         size_t len = strlen(line);
         if (len && line[len - 1] == '\n') line[--len] = 0;
         if (ln == 1) {
-            old = !strcmp(line, "kiln-timing-cache 1");
+            old = !strcmp(line, "kiln-timing-cache 1") || !strcmp(line, "kiln-timing-cache 2");
             if (old)
-                fprintf(stderr, "kiln: timing cache '%s' is of version 1 (before tactics had to agree on "
-                                "their outputs): its layers are timed again\n", path);
-            else if (strcmp(line, "kiln-timing-cache 2"))
-                st = KILN_FAIL(KILN_ERR_IO, "timing cache '%s' is not a kiln timing cache (version 2)",
+                fprintf(stderr, "kiln: timing cache '%s' is of version %c (before a device layer's tactics "
+                                "that disagree were judged by kiln's host reference): its layers are timed "
+                                "again\n", path, line[18]);
+            else if (strcmp(line, "kiln-timing-cache 3"))
+                st = KILN_FAIL(KILN_ERR_IO, "timing cache '%s' is not a kiln timing cache (version 3)",
                                path);
             continue;
         }
@@ -125,7 +128,7 @@ static kiln_status cache_read(tcache *c, const char *path) {
 
 static kiln_status cache_write(const tcache *c, const char *path) {
     kiln_sbuf sb = {0};
-    kiln__sbuf_printf(&sb, "kiln-timing-cache 2\n");
+    kiln__sbuf_printf(&sb, "kiln-timing-cache 3\n");
     for (int i = 0; i < c->n; i++)
         kiln__sbuf_printf(&sb, "%s %d %.3f\n", c->e[i].key, (int)c->e[i].id, c->e[i].us);
     kiln_status st = sb.oom ? KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory (timing cache)")
