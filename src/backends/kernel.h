@@ -44,7 +44,11 @@ typedef struct kiln_kernel {
     /* Short name of tactic `id` for inspect (static string). NULL: `name`. */
     const char *(*tactic_name)(int32_t id);
     /* Full name of tactic `id` into buf (ids that encode a library's
-     * configuration, e.g. a cuDNN engine and its knobs). NULL: tactic_name. */
+     * configuration, e.g. a cuDNN engine and its knobs). NULL: tactic_name.
+     * A name "<family>.<config>" says that the tactics of one family are
+     * configurations of one engine (cuDNN's: "cudnn-eng4.0266c"), which
+     * share its defects: where the tuner has no host reference to check a
+     * layer's tactics against, a family votes once (builder/tune_check.h). */
     void (*tactic_describe)(int32_t id, char *buf, size_t cap);
     /* The input other than in[0] (for in[0] see KILN_OP_FLAG_INPLACE) whose
      * bytes `run`, with these attrs, may overwrite with out[0] (same size)

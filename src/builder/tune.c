@@ -12,7 +12,7 @@
  *
  * Timing cache: a text file (the builder's timing_cache path)
  *
- *     kiln-timing-cache 2
+ *     kiln-timing-cache 3
  *     <key> <tactic id> <microseconds>
  *
  * keyed by the target, the thread count, the math setting ("acc", or
@@ -21,11 +21,14 @@
  * the tactic, in hex) and the input dtypes and shapes. It is read before
  * timing (a known key is not timed again, nor is a layer identical to one
  * timed before in the same build) and rewritten after, through a
- * temporary file and a rename. Version 1 files (made before a device
- * layer's tactics had to agree on its output, tune_check.h) are read as
- * empty, with a note: their choices are timed and checked again. */
+ * temporary file and a rename. Files of versions 1 (made before a device
+ * layer's tactics had to agree on its output, tune_check.h) and 2 (before
+ * disagreeing tactics were judged by the host reference, not a vote: a
+ * wrong plurality's choice may be in them) are read as empty, with a note:
+ * their choices are timed and checked again. */
 #include "backends/backend.h"
 #include "builder/tune_check.h"
+#include "runtime/debug.h"
 #include "runtime/engine.h"
 
 #include <errno.h>
@@ -98,12 +101,13 @@ static kiln_status cache_read(tcache *c, const char *path) {
         size_t len = strlen(line);
         if (len && line[len - 1] == '\n') line[--len] = 0;
         if (ln == 1) {
-            old = !strcmp(line, "kiln-timing-cache 1");
+            old = !strcmp(line, "kiln-timing-cache 1") || !strcmp(line, "kiln-timing-cache 2");
             if (old)
-                fprintf(stderr, "kiln: timing cache '%s' is of version 1 (before tactics had to agree on "
-                                "their outputs): its layers are timed again\n", path);
-            else if (strcmp(line, "kiln-timing-cache 2"))
-                st = KILN_FAIL(KILN_ERR_IO, "timing cache '%s' is not a kiln timing cache (version 2)",
+                fprintf(stderr, "kiln: timing cache '%s' is of version %c (before a device layer's tactics "
+                                "that disagree were judged by kiln's host reference): its layers are timed "
+                                "again\n", path, line[18]);
+            else if (strcmp(line, "kiln-timing-cache 3"))
+                st = KILN_FAIL(KILN_ERR_IO, "timing cache '%s' is not a kiln timing cache (version 3)",
                                path);
             continue;
         }
@@ -124,7 +128,7 @@ static kiln_status cache_read(tcache *c, const char *path) {
 
 static kiln_status cache_write(const tcache *c, const char *path) {
     kiln_sbuf sb = {0};
-    kiln__sbuf_printf(&sb, "kiln-timing-cache 2\n");
+    kiln__sbuf_printf(&sb, "kiln-timing-cache 3\n");
     for (int i = 0; i < c->n; i++)
         kiln__sbuf_printf(&sb, "%s %d %.3f\n", c->e[i].key, (int)c->e[i].id, c->e[i].us);
     kiln_status st = sb.oom ? KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory (timing cache)")
@@ -213,6 +217,7 @@ static int cmp_double(const void *a, const void *b) {
 
 typedef struct tune_bufs {
     void *in[64], *out[16], *host_tmp;
+    void *host[64]; /* a device layer's inputs as bufs_make wrote them (keep_host) */
     kiln_tensor tin[64], tout[16];
     const kiln_tensor *pin[64];
     kiln_tensor *pout[16];
@@ -224,12 +229,14 @@ static void bufs_free(const kiln_backend_i *be, void *state, const kiln_node *n,
         if (tb->in[i] && !(in[i] && in[i]->data && be->device == KILN_DEVICE_CPU)) be->free(state, tb->in[i]);
     for (int i = 0; i < n->n_out; i++)
         if (tb->out[i]) be->free(state, tb->out[i]);
+    for (int i = 0; i < n->n_in; i++) kiln__aligned_free(tb->host[i]);
 }
 
 /* Allocates the node's inputs (constants copied, others random in [-1, 1))
- * and outputs in the backend's memory. */
+ * and outputs in the backend's memory; keep_host: the bytes copied to a
+ * device's inputs stay in tb->host (for the host reference). */
 static kiln_status bufs_make(const kiln_backend_i *be, void *state, const kiln_node *n,
-                             const kiln_tinfo *const *in, const kiln_tinfo *out, tune_bufs *tb) {
+                             const kiln_tinfo *const *in, const kiln_tinfo *out, bool keep_host, tune_bufs *tb) {
     uint64_t rng = 0x9e3779b97f4a7c15ull ^ (uint64_t)n->n_in;
     for (int i = 0; i < n->n_in; i++) {
         if (!in[i]) continue;
@@ -264,7 +271,8 @@ static kiln_status bufs_make(const kiln_backend_i *be, void *state, const kiln_n
             memset(h, 0, nb);
         }
         kiln_status st = be->to_device(state, tb->in[i], h, nb);
-        kiln__aligned_free(h);
+        if (keep_host) tb->host[i] = h;
+        else kiln__aligned_free(h);
         KILN_TRY(st);
         t->data = tb->in[i];
     }
@@ -554,18 +562,26 @@ static size_t check_bytes(const kiln_tinfo *outs, const tune_bufs *tb, int i) {
     return nb && tb->out[i] && kiln_dtype_size(outs[i].dtype) ? nb : 0;
 }
 
+/* The elements of an output of ne (> 0) that the check compares: *cnt of
+ * them, every *stride-th from the first (in the order of its stored bytes):
+ * all of an output of up to KILN_TUNE_SAMPLES, else that many evenly spaced. */
+static void sample_plan(size_t ne, size_t *cnt, size_t *stride) {
+    *cnt = ne <= KILN_TUNE_SAMPLES ? ne : KILN_TUNE_SAMPLES;
+    *stride = ne / *cnt;
+}
+
 /* Gathers the samples of the outputs tactic k just wrote (tac_setup's run)
- * to the host: every element of an output of up to KILN_TUNE_SAMPLES, else
- * that many evenly spaced ones (one strided copy); host: room for
+ * to the host (sample_plan's elements: one strided copy); host: room for
  * KILN_TUNE_SAMPLES elements of 8 bytes. */
 static kiln_status sample_outputs(const kiln_backend_i *be, void *state, const kiln_node *n, tune_bufs *tb,
                                   const kiln_tinfo *outs, void *host, kiln_tune_sample *s) {
     for (int i = 0; i < n->n_out; i++) {
         size_t nb = check_bytes(outs, tb, i), es = kiln_dtype_size(outs[i].dtype);
         if (!nb) continue;
-        size_t ne = nb / es, cnt = ne <= KILN_TUNE_SAMPLES ? ne : KILN_TUNE_SAMPLES;
+        size_t ne = nb / es, cnt, stride;
+        sample_plan(ne, &cnt, &stride);
         kiln_status st = cnt == ne ? be->to_host(state, host, tb->out[i], nb)
-                                   : be->to_host_strided(state, host, tb->out[i], es, ne / cnt * es, cnt);
+                                   : be->to_host_strided(state, host, tb->out[i], es, stride * es, cnt);
         if (st != KILN_OK) { /* not compared */
             kiln__clear_error();
             continue;
@@ -588,26 +604,388 @@ static kiln_status poison_outputs(const kiln_backend_i *be, void *state, const k
     return KILN_OK;
 }
 
-/* Takes the tactics whose outputs disagree with the consensus of the
- * layer's tactics out of the timing (runs[k].ok = false), with a note. */
-static void drop_disagreeing(const kiln_backend_i *be, const kiln_node *n, tac_run *runs, const int32_t *cand,
-                             int nc, const kiln_tinfo *outs, const kiln_tune_sample *samples) {
-    bool ran[TUNE_MAX_TACTICS], keep[TUNE_MAX_TACTICS];
-    kiln_dtype dt[16];
-    for (int i = 0; i < n->n_out; i++) dt[i] = outs[i].dtype;
-    for (int k = 0; k < nc; k++) ran[k] = runs[k].ok;
-    if (!kiln__tune_consensus(dt, samples, nc, n->n_out, ran, keep)) return;
-    for (int k = 0; k < nc; k++) {
-        if (keep[k]) continue;
-        runs[k].ok = false;
-        char nm[96];
-        kiln__backend_tactic_describe(be, n, cand[k], nm, sizeof nm);
-        const kiln_tune_sample *a = &samples[k * n->n_out];
-        fprintf(stderr,
-                "kiln: tuning: node '%s': tactic %s computes a different output than the layer's other "
-                "tactics (max |y| %.4g, %lld NaN/Inf); it is not used\n",
-                n->name, nm, a->max_abs, (long long)a->nonfinite);
+/* ---- judging a device layer's tactics (tune_check.h) ------------------------ */
+
+/* Bounds on the host reference of one layer (host_reference): about 3.4e10
+ * multiply-adds, a few seconds of kiln's reference convolution (im2col +
+ * sgemm) on a GPU host's cores (ResNet-50's largest layers at batch 256),
+ * and 2 GiB of host tensors. Beyond them the tactics vote. */
+#define REF_MAX_MACS 3.4e10
+#define REF_MAX_BYTES 2147483648.0
+
+/* The host reference's estimated multiply-adds: each output element reads
+ * numel(in[1]) / in[1].dims[0] products (exact for FusedConv's weights
+ * [M, C/group, k...] and for FusedMatMul's [N, K]; N for its [K, N]); and
+ * the bytes of its host tensors (float32 copies of the inputs and outputs
+ * and their layout conversions: 8 bytes an element). */
+static void ref_cost(const kiln_node *n, const kiln_tinfo *const *in, const kiln_tinfo *outs, double *macs,
+                     double *bytes) {
+    double per = 1, elems = 0;
+    if (n->n_in > 1 && in[1] && in[1]->rank >= 1 && in[1]->dims[0] > 0)
+        per = (double)kiln__numel(in[1]->rank, in[1]->dims) / (double)in[1]->dims[0];
+    *macs = 0;
+    for (int i = 0; i < n->n_out; i++) {
+        double ne = (double)kiln__numel(outs[i].rank, outs[i].dims);
+        *macs += ne * per;
+        elems += ne;
     }
+    for (int i = 0; i < n->n_in; i++)
+        if (in[i]) elems += (double)kiln__numel(in[i]->rank, in[i]->dims);
+    *bytes = elems * 8;
+}
+
+/* Input `in` of the host reference: the bytes bufs_make gave the device
+ * (host), as float32 where they are float16/bfloat16 (exact), in dense
+ * row-major order where they arrive in `layout`; *t its info, data in
+ * *buf (the caller's to kiln__aligned_free). */
+static kiln_status ref_input(const kiln_tinfo *in, const void *host, int layout, kiln_tinfo *t, void **buf) {
+    *t = *in;
+    *buf = NULL;
+    bool half = in->dtype == KILN_DTYPE_FLOAT16 || in->dtype == KILN_DTYPE_BFLOAT16;
+    if (half) t->dtype = KILN_DTYPE_FLOAT32;
+    int64_t ne = kiln__numel(t->rank, t->dims);
+    size_t nb = kiln__value_nbytes(t);
+    void *a = kiln__aligned_alloc(nb), *b = NULL;
+    if (!a) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory (tuning: host reference)");
+    if (half)
+        for (int64_t k = 0; k < ne; k++) ((float *)a)[k] = (float)kiln__load_f64(in->dtype, host, k);
+    else if (nb)
+        memcpy(a, host, nb);
+    if (layout != KILN_VLAYOUT_PLAIN) {
+        kiln_tensor tt = {.dtype = t->dtype, .rank = t->rank, .data = NULL};
+        memcpy(tt.dims, t->dims, sizeof tt.dims);
+        kiln_status st = (b = kiln__aligned_alloc(nb)) ? kiln__vlayout_to_logical(layout, &tt, a, b)
+                                                        : KILN_FAIL(KILN_ERR_OUT_OF_MEMORY,
+                                                                    "out of memory (tuning: host reference)");
+        kiln__aligned_free(a);
+        a = b;
+        if (st != KILN_OK) {
+            kiln__aligned_free(a);
+            return st;
+        }
+    }
+    t->data = a;
+    *buf = a;
+    return KILN_OK;
+}
+
+/* Output i of the host reference (y, dense row-major) sampled as
+ * sample_outputs samples the device's (the same elements of its bytes in
+ * `layout`, rounded to the device's type dt) into *ref. */
+static kiln_status ref_sample(const kiln_tensor *y, int layout, kiln_dtype dt, size_t ne, kiln_tune_sample *ref) {
+    const void *stored = y->data;
+    void *conv = NULL, *buf = NULL;
+    kiln_status st = KILN_OK;
+    if (layout != KILN_VLAYOUT_PLAIN) {
+        kiln_tinfo ti = {.dtype = y->dtype, .rank = y->rank};
+        memcpy(ti.dims, y->dims, sizeof ti.dims);
+        conv = kiln__aligned_alloc(kiln__value_nbytes(&ti));
+        if (!conv) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory (tuning: host reference)");
+        st = kiln__vlayout_from_logical(layout, y, y->data, conv);
+        stored = conv;
+    }
+    size_t cnt, stride;
+    sample_plan(ne, &cnt, &stride);
+    if (st == KILN_OK && !(buf = kiln__aligned_alloc(cnt * kiln_dtype_size(dt))))
+        st = KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory (tuning: host reference)");
+    for (size_t j = 0; st == KILN_OK && j < cnt; j++)
+        kiln__store_f64(dt, buf, (int64_t)j, kiln__load_f64(y->dtype, stored, (int64_t)(j * stride)));
+    if (st == KILN_OK) st = kiln__tune_sample(dt, buf, (int64_t)cnt, ref);
+    kiln__aligned_free(buf);
+    kiln__aligned_free(conv);
+    return st;
+}
+
+/* The reference run of host_reference, on the call begun for L->n: false
+ * with the reason in why where the host cannot compute it. */
+static kiln_status ref_run(const kiln_tune_layer *L, const tune_bufs *tb, kiln_call *c, const void *attrs,
+                           const kiln_io_layout *io, void **bufs, kiln_tune_sample *ref, bool *ok, char *why,
+                           size_t cap) {
+    const kiln_node *n = L->n;
+    int r_layout = io->r_nhwc ? KILN_VLAYOUT_NHWC : io->y;
+    for (int i = 0; i < n->n_in; i++) {
+        if (!L->in[i]) continue;
+        if (!tb->host[i]) {
+            snprintf(why, cap, "input %d is not on the host", i);
+            return KILN_OK;
+        }
+        int layout = i == 0 ? io->x : io->r_in > 0 && i == io->r_in ? r_layout : KILN_VLAYOUT_PLAIN;
+        kiln_tinfo t;
+        KILN_TRY(ref_input(L->in[i], tb->host[i], layout, &t, &bufs[i]));
+        kiln__call_input(c, i, &t, bufs[i]);
+    }
+    c->ia.attrs = c->ka.attrs = attrs;
+    if (!*L->pool) KILN_TRY(kiln__pool_create(L->threads, L->pool));
+    if (kiln__call_infer(c, true, NULL, true) != KILN_OK || kiln__call_run_host(c, *L->pool) != KILN_OK) {
+        snprintf(why, cap, "its host kernel fails: %s", kiln_last_error());
+        kiln__clear_error();
+        return KILN_OK;
+    }
+    kiln_status st = KILN_OK;
+    for (int i = 0; i < n->n_out && st == KILN_OK && !why[0]; i++) {
+        const kiln_tinfo *o = &L->outs[i], *h = &c->out[i];
+        bool half = o->dtype == KILN_DTYPE_FLOAT16 || o->dtype == KILN_DTYPE_BFLOAT16;
+        bool same = h->rank == o->rank && h->dtype == (half ? KILN_DTYPE_FLOAT32 : o->dtype);
+        for (int d = 0; same && d < h->rank; d++) same = h->dims[d] == o->dims[d];
+        size_t nb = check_bytes(L->outs, tb, i);
+        if (!same) {
+            char s1[96], s2[96];
+            snprintf(why, cap, "its host kernel makes output %d %s %s, the device %s %s", i,
+                     kiln_dtype_name(h->dtype), kiln__shape_str(h->rank, h->dims, s1, sizeof s1),
+                     kiln_dtype_name(o->dtype), kiln__shape_str(o->rank, o->dims, s2, sizeof s2));
+        } else if (nb) {
+            st = ref_sample(&c->out_t[i], i == 0 ? io->y : KILN_VLAYOUT_PLAIN, o->dtype,
+                            nb / kiln_dtype_size(o->dtype), &ref[i]);
+        }
+    }
+    for (int i = 0; i < n->n_out; i++) {
+        kiln__aligned_free(c->out_t[i].data);
+        c->out_t[i].data = NULL;
+    }
+    *ok = st == KILN_OK && !why[0];
+    return st;
+}
+
+/* Computes node L->n's outputs on the host with its op's reference kernel
+ * (op->cpu, through kiln__call_run_host) on the very inputs bufs_make gave
+ * the device (tb->host), in float32 where the layer computes in
+ * float16/bfloat16, and samples them as the device's are sampled, into
+ * ref[0..n_out). The node runs with its attrs but for the tactic (0: the
+ * reference has none) and its layout (the reference reads and writes
+ * dense row-major tensors: the inputs that arrive in another layout are
+ * converted to it and the output back before sampling), so it computes
+ * what every tactic must. *ok false, with the reason in why, where the
+ * host cannot: an op without a host kernel, a layout of bf16 values, a
+ * layer over the bounds (REF_MAX_*), or the host kernel failing. */
+static kiln_status host_reference(const kiln_tune_layer *L, const tune_bufs *tb, kiln_tune_sample *ref, bool *ok,
+                                  char *why, size_t cap) {
+    const kiln_node *n = L->n;
+    *ok = false;
+    why[0] = 0;
+    double macs, bytes;
+    ref_cost(n, L->in, L->outs, &macs, &bytes);
+    unsigned char attrs[4096];
+    kiln_io_layout io = {0};
+    if (!n->op->cpu) {
+        snprintf(why, cap, "%s has no host kernel", n->op->name);
+        return KILN_OK;
+    }
+    if (macs > L->ref_max_macs || bytes > L->ref_max_bytes) {
+        snprintf(why, cap, "the layer is over the host reference's bounds: about %.3g multiply-adds and %.0f MB "
+                 "(at most %.3g and %.0f MB)", macs, bytes / 1e6, L->ref_max_macs, L->ref_max_bytes / 1e6);
+        return KILN_OK;
+    }
+    if (n->op->attr_size > sizeof attrs || n->n_in > 64) {
+        snprintf(why, cap, "its attributes or inputs are too many for the tuner");
+        return KILN_OK;
+    }
+    memcpy(attrs, n->attrs, n->op->attr_size);
+    if (n->op->flags & KILN_OP_FLAG_TACTICS) *(kiln_tactic *)(void *)attrs = (kiln_tactic){0, 0};
+    if (n->op->layout_field && n->op->layout_io) {
+        int32_t *lf = n->op->layout_field(attrs);
+        n->op->layout_io(*lf, &io);
+        *lf = 0;
+    }
+    if (io.x == KILN_VLAYOUT_NHWC_BF16 || io.y == KILN_VLAYOUT_NHWC_BF16) {
+        snprintf(why, cap, "it keeps bf16 values in float32 tensors");
+        return KILN_OK;
+    }
+    static const kiln_graph no_subgraphs; /* (a layer with tactics is no control flow) */
+    kiln_call c;
+    void *bufs[64] = {0};
+    KILN_TRY(kiln__call_begin(&c, &no_subgraphs, n));
+    kiln_status st = ref_run(L, tb, &c, attrs, &io, bufs, ref, ok, why, cap);
+    kiln__call_end(&c);
+    for (int i = 0; i < n->n_in; i++) kiln__aligned_free(bufs[i]);
+    return st;
+}
+
+/* The engine family of each of the nc tactics: the index of the first
+ * whose full name (kiln_kernel.tactic_describe) has the same part before
+ * its first '.' (configurations of one engine: cudnn-eng4.0266c), else its
+ * own. */
+static void tactic_families(char (*names)[96], int nc, int *family) {
+    for (int k = 0; k < nc; k++) {
+        family[k] = k;
+        const char *dot = strchr(names[k], '.');
+        if (!dot) continue;
+        size_t len = (size_t)(dot - names[k]);
+        for (int j = 0; j < k && family[k] == k; j++)
+            if (!strncmp(names[j], names[k], len) && names[j][len] == '.') family[k] = family[j];
+    }
+}
+
+/* Judges the tactics of a device layer by their outputs' samples
+ * (kiln__tune_decide): when they disagree, against the host reference
+ * where it can be computed, else by the vote of their engine families.
+ * Those not kept leave the timing (runs[k].ok = false), with a note on
+ * stderr; fails, naming the layer and its tactics, when none can be shown
+ * right. */
+static kiln_status judge_tactics(const kiln_tune_layer *L, const tune_bufs *tb, tac_run *runs, const int32_t *cand,
+                                 int nc, const kiln_tune_sample *samples) {
+    const kiln_node *n = L->n;
+    bool ran[TUNE_MAX_TACTICS], keep[TUNE_MAX_TACTICS];
+    int family[TUNE_MAX_TACTICS];
+    char names[TUNE_MAX_TACTICS][96];
+    kiln_dtype dt[16];
+    for (int i = 0; i < n->n_out; i++) dt[i] = L->outs[i].dtype;
+    for (int k = 0; k < nc; k++) ran[k] = runs[k].ok;
+    if (kiln__tune_all_agree(dt, samples, nc, n->n_out, ran)) return KILN_OK;
+    for (int k = 0; k < nc; k++) kiln__backend_tactic_describe(L->be, n, cand[k], names[k], sizeof names[k]);
+    tactic_families(names, nc, family);
+    kiln_tune_sample ref[16];
+    memset(ref, 0, sizeof ref);
+    bool have_ref;
+    char why[512];
+    kiln_status st = host_reference(L, tb, ref, &have_ref, why, sizeof why);
+    kiln_tune_rule rule = kiln__tune_decide(dt, samples, nc, n->n_out, ran, have_ref ? ref : NULL, family, keep);
+    if (st == KILN_OK && (rule == KILN_TUNE_REFERENCE || rule == KILN_TUNE_MAJORITY)) {
+        if (rule == KILN_TUNE_REFERENCE)
+            fprintf(stderr, "kiln: tuning: node '%s': its tactics disagree; kiln's host reference keeps", n->name);
+        else
+            fprintf(stderr,
+                    "kiln: tuning: node '%s': its tactics disagree and no host reference checks them (%s); a "
+                    "majority of their engine families keeps",
+                    n->name, why);
+        for (int k = 0; k < nc; k++)
+            if (ran[k] && keep[k]) fprintf(stderr, " %s", names[k]);
+        fprintf(stderr, "\n");
+    }
+    kiln_sbuf msg = {0};
+    for (int k = 0; st == KILN_OK && k < nc; k++) {
+        if (!ran[k]) continue;
+        double err = 0, scale = 0, bad = 0, top = 0;
+        for (int i = 0; i < n->n_out; i++) {
+            const kiln_tune_sample *a = &samples[k * n->n_out + i];
+            double e = have_ref ? kiln__tune_error(&ref[i], a) : 0;
+            if (e > err) err = e;
+            if (have_ref && ref[i].max_abs > scale) scale = ref[i].max_abs;
+            if (a->max_abs > top) top = a->max_abs;
+            bad += (double)a->nonfinite;
+        }
+        if (have_ref)
+            kiln__sbuf_printf(&msg, "%s %s (max |y - ref| %.4g, %.0f NaN/Inf)", msg.len ? "," : "", names[k], err,
+                              bad);
+        else
+            kiln__sbuf_printf(&msg, "%s %s (max |y| %.4g, %.0f NaN/Inf)", msg.len ? "," : "", names[k], top, bad);
+        if (rule == KILN_TUNE_REFERENCE && !keep[k])
+            fprintf(stderr,
+                    "kiln: tuning: node '%s': tactic %s does not compute what the host reference does (max "
+                    "|y - ref| %.4g where max |ref| is %.4g, %.0f NaN/Inf): it is not used\n",
+                    n->name, names[k], err, scale, bad);
+        else if (rule == KILN_TUNE_MAJORITY && !keep[k])
+            fprintf(stderr,
+                    "kiln: tuning: node '%s': tactic %s disagrees with that majority (max |y| %.4g, %.0f "
+                    "NaN/Inf): it is not used\n",
+                    n->name, names[k], top, bad);
+        if (!keep[k]) runs[k].ok = false;
+    }
+    if (st == KILN_OK && msg.oom) st = KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory (tuning)");
+    if (st == KILN_OK && rule == KILN_TUNE_NONE_RIGHT)
+        st = KILN_FAIL(KILN_ERR_DEVICE,
+                       "node '%s' (%s): none of its tactics computes what kiln's host reference does (max |ref| "
+                       "%.4g):%s; the device computes this layer wrongly at these shapes",
+                       n->name, n->op->name, ref[0].max_abs, msg.data);
+    else if (st == KILN_OK && rule == KILN_TUNE_UNDECIDED)
+        st = KILN_FAIL(KILN_ERR_DEVICE,
+                       "node '%s' (%s): its tactics disagree:%s; no host reference checks them (%s), and no "
+                       "majority of their engine families agrees: which one is right is unknown, and a wrong "
+                       "layer is worse than none",
+                       n->name, n->op->name, msg.data, why);
+    kiln__sbuf_free(&msg);
+    for (int i = 0; i < n->n_out; i++) kiln__tune_sample_free(&ref[i]);
+    return st;
+}
+
+kiln_status kiln__tune_layer(const kiln_tune_layer *L, int32_t *best_id, double *best_time) {
+    const kiln_backend_i *be = L->be;
+    void *state = L->state;
+    kiln_node *n = L->n;
+    const kiln_tinfo *const *in = L->in;
+    const kiln_tinfo *outs = L->outs;
+    const int32_t *ids = L->ids;
+    int n_ids = L->n_ids < TUNE_MAX_TACTICS ? L->n_ids : TUNE_MAX_TACTICS;
+    bool cpu = be->device == KILN_DEVICE_CPU;
+    kiln_pool *pool = *L->pool;
+    /* the kernel may time a tactic as it runs inside the engine
+     * (kiln_kernel.tune_prepare): the attrs it changes come back
+     * after the set-up (which copies them) */
+    const kiln_kernel *kn = kiln__backend_kernel(be, n);
+    unsigned char saved[4096];
+    bool can_prep = kn && kn->tune_prepare && n->op->attr_size <= sizeof saved;
+    /* a device layer's tactics must agree on its output (tune_check.h);
+     * (CPU tactics that change the layout they run in are not compared) */
+    bool check = be->device != KILN_DEVICE_CPU && !can_prep && n->n_out <= 16 && be->poison &&
+                 be->poison_scratch && be->to_host_strided && !kiln__env_flag("KILN_TUNE_NO_CHECK");
+    /* the inputs stay on the host for a reference where one could be computed */
+    double macs, bytes;
+    ref_cost(n, in, outs, &macs, &bytes);
+    bool keep_host = check && n->op->cpu && macs <= L->ref_max_macs && bytes <= L->ref_max_bytes;
+    tune_bufs tb;
+    memset(&tb, 0, sizeof tb);
+    kiln_status st = bufs_make(be, state, n, in, outs, keep_host, &tb);
+    int32_t best = 0, cand[TUNE_MAX_TACTICS];
+    double best_us = -1, us[TUNE_MAX_TACTICS], setup_us[TUNE_MAX_TACTICS];
+    int nc = 0;
+    tac_run *runs = st == KILN_OK ? kiln__calloc((size_t)n_ids, sizeof *runs) : NULL;
+    if (st == KILN_OK && !runs) st = KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory (tuning)");
+    kiln_tune_sample *samples = NULL;
+    void *host = NULL;
+    if (check && st == KILN_OK) {
+        samples = kiln__calloc((size_t)n_ids * (size_t)n->n_out, sizeof *samples);
+        host = kiln__aligned_alloc(KILN_TUNE_SAMPLES * 8);
+        if (!samples || !host) st = KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory (tuning)");
+    }
+    kiln_kernel_args probe = {.op = n->op, .op_id = n->op_id, .attrs = n->attrs, .node_name = n->name,
+                              .n_in = n->n_in, .n_out = n->n_out, .in = tb.pin, .out = tb.pout,
+                              .pool = cpu ? pool : NULL};
+    for (int k = 0; st == KILN_OK && k < n_ids; k++) {
+        int prep = 0;
+        if (can_prep) {
+            memcpy(saved, n->attrs, n->op->attr_size);
+            prep = kn->tune_prepare(n, ids[k], ids, n_ids, &probe);
+            if (prep < 0) {
+                memcpy(n->attrs, saved, n->op->attr_size);
+                continue;
+            }
+        }
+        /* set up with the layout it runs in (its attrs are copied) */
+        if (check && st == KILN_OK) st = poison_outputs(be, state, n, &tb, outs);
+        double t_setup = kiln__now_us();
+        tac_setup(be, state, pool, n, in, ids[k], &tb, &runs[nc]);
+        setup_us[nc] = kiln__now_us() - t_setup;
+        if (prep > 0) memcpy(n->attrs, saved, n->op->attr_size);
+        if (check && runs[nc].ok && st == KILN_OK)
+            st = sample_outputs(be, state, n, &tb, outs, host, &samples[nc * n->n_out]);
+        cand[nc++] = ids[k];
+    }
+    if (check && st == KILN_OK) st = judge_tactics(L, &tb, runs, cand, nc, samples);
+    if (st == KILN_OK) time_turns(be, state, runs, nc, us);
+    if (st == KILN_OK && L->verbose) {
+        /* KILN_TUNE_VERBOSE=1: every candidate's set-up and median time */
+        fprintf(stderr, "kiln: tune %s:", n->name);
+        for (int k = 0; k < nc; k++) {
+            char nm[96];
+            kiln__backend_tactic_describe(be, n, cand[k], nm, sizeof nm);
+            fprintf(stderr, " %s=%.1fus(setup %.0fms)", nm, us[k], setup_us[k] / 1000.0);
+        }
+        fprintf(stderr, "\n");
+    }
+    for (int k = 0; k < nc; k++) {
+        if (st == KILN_OK && us[k] >= 0 && (best_us < 0 || us[k] < best_us)) {
+            best_us = us[k];
+            best = cand[k];
+        }
+        tac_free(&runs[k]);
+    }
+    kiln__free(runs);
+    for (int k = 0; samples && k < n_ids * n->n_out; k++) kiln__tune_sample_free(&samples[k]);
+    kiln__free(samples);
+    kiln__aligned_free(host);
+    bufs_free(be, state, n, &tb, in);
+    *best_id = best_us >= 0 ? best : 0;
+    *best_time = best_us;
+    return st;
 }
 
 static bool has_tactics(const kiln_graph *g) {
@@ -656,7 +1034,6 @@ static kiln_status tune_all(kiln_layout_ctx *c) {
     T->tuned = true;
     if (!b->tuning || !has_tactics(g)) return KILN_OK;
     T->active = true;
-    kiln_status st;
     bool verbose = kiln__env_flag("KILN_TUNE_VERBOSE");
     T->vi = kiln__calloc((size_t)g->n_values + 1, sizeof *T->vi);
     if (!T->vi) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory (tuning)");
@@ -664,7 +1041,6 @@ static kiln_status tune_all(kiln_layout_ctx *c) {
     if (b->timing_cache) KILN_TRY(cache_read(&T->cache, b->timing_cache));
     KILN_TRY(opt_shapes(e, vi));
     c->vi = vi;
-    kiln_pool *pool = NULL;
     for (int ni = 0; ni < g->n_nodes; ni++) {
         kiln_node *n = &g->nodes[ni];
         const kiln_tinfo *in[64] = {0};
@@ -674,7 +1050,6 @@ static kiln_status tune_all(kiln_layout_ctx *c) {
         if (!be) continue;
         int si = n->device == KILN_DEVICE_CPU ? 0 : 1;
         KILN_TRY(tuner_state(T, si, be));
-        pool = T->pool;
         c->cpu_tuned = T->made[0];
         kiln_tinfo *op_[16];
         for (int i = 0; i < n->n_out; i++) op_[i] = &outs[i];
@@ -704,80 +1079,13 @@ static kiln_status tune_all(kiln_layout_ctx *c) {
                 }
         }
         {
-            tune_bufs tb;
-            memset(&tb, 0, sizeof tb);
-            st = bufs_make(be, T->states[si], n, in, outs, &tb);
-            int32_t best = 0, cand[TUNE_MAX_TACTICS];
-            double best_us = -1, us[TUNE_MAX_TACTICS], setup_us[TUNE_MAX_TACTICS];
-            int nc = 0;
-            tac_run *runs = st == KILN_OK ? kiln__calloc((size_t)n_ids, sizeof *runs) : NULL;
-            if (st == KILN_OK && !runs) st = KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory (tuning)");
-            /* the kernel may time a tactic as it runs inside the engine
-             * (kiln_kernel.tune_prepare): the attrs it changes come back
-             * after the set-up (which copies them) */
-            const kiln_kernel *kn = kiln__backend_kernel(be, n);
-            unsigned char saved[4096];
-            bool can_prep = kn && kn->tune_prepare && n->op->attr_size <= sizeof saved;
-            /* a device layer's tactics must agree on its output (tune_check.h);
-             * (CPU tactics that change the layout they run in are not compared) */
-            bool check = be->device != KILN_DEVICE_CPU && !can_prep && n->n_out <= 16 && be->poison &&
-                         be->poison_scratch && be->to_host_strided && !kiln__env_flag("KILN_TUNE_NO_CHECK");
-            kiln_tune_sample *samples = NULL;
-            void *host = NULL;
-            if (check && st == KILN_OK) {
-                samples = kiln__calloc((size_t)n_ids * (size_t)n->n_out, sizeof *samples);
-                host = kiln__aligned_alloc(KILN_TUNE_SAMPLES * 8);
-                if (!samples || !host) st = KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory (tuning)");
-            }
-            kiln_kernel_args probe = {.op = n->op, .op_id = n->op_id, .attrs = n->attrs, .node_name = n->name,
-                                      .n_in = n->n_in, .n_out = n->n_out, .in = tb.pin, .out = tb.pout,
-                                      .pool = si == 0 ? pool : NULL};
-            for (int k = 0; st == KILN_OK && k < n_ids; k++) {
-                int prep = 0;
-                if (can_prep) {
-                    memcpy(saved, n->attrs, n->op->attr_size);
-                    prep = kn->tune_prepare(n, ids[k], ids, n_ids, &probe);
-                    if (prep < 0) {
-                        memcpy(n->attrs, saved, n->op->attr_size);
-                        continue;
-                    }
-                }
-                /* set up with the layout it runs in (its attrs are copied) */
-                if (check && st == KILN_OK) st = poison_outputs(be, T->states[si], n, &tb, outs);
-                double t_setup = kiln__now_us();
-                tac_setup(be, T->states[si], pool, n, in, ids[k], &tb, &runs[nc]);
-                setup_us[nc] = kiln__now_us() - t_setup;
-                if (prep > 0) memcpy(n->attrs, saved, n->op->attr_size);
-                if (check && runs[nc].ok && st == KILN_OK)
-                    st = sample_outputs(be, T->states[si], n, &tb, outs, host, &samples[nc * n->n_out]);
-                cand[nc++] = ids[k];
-            }
-            if (check && st == KILN_OK) drop_disagreeing(be, n, runs, cand, nc, outs, samples);
-            if (st == KILN_OK) time_turns(be, T->states[si], runs, nc, us);
-            if (st == KILN_OK && verbose) {
-                /* KILN_TUNE_VERBOSE=1: every candidate's set-up and median time */
-                fprintf(stderr, "kiln: tune %s:", n->name);
-                for (int k = 0; k < nc; k++) {
-                    char nm[96];
-                    kiln__backend_tactic_describe(be, n, cand[k], nm, sizeof nm);
-                    fprintf(stderr, " %s=%.1fus(setup %.0fms)", nm, us[k], setup_us[k] / 1000.0);
-                }
-                fprintf(stderr, "\n");
-            }
-            for (int k = 0; k < nc; k++) {
-                if (st == KILN_OK && us[k] >= 0 && (best_us < 0 || us[k] < best_us)) {
-                    best_us = us[k];
-                    best = cand[k];
-                }
-                tac_free(&runs[k]);
-            }
-            kiln__free(runs);
-            for (int k = 0; samples && k < n_ids * n->n_out; k++) kiln__tune_sample_free(&samples[k]);
-            kiln__free(samples);
-            kiln__aligned_free(host);
-            bufs_free(be, T->states[si], n, &tb, in);
-            if (st != KILN_OK) return st;
-            tac->id = best_us >= 0 ? best : 0;
+            int32_t best;
+            double best_us;
+            kiln_tune_layer L = {.be = be, .state = T->states[si], .pool = &T->pool, .threads = e->opts.threads,
+                                 .n = n, .in = in, .outs = outs, .ids = ids, .n_ids = n_ids, .verbose = verbose,
+                                 .ref_max_macs = REF_MAX_MACS, .ref_max_bytes = REF_MAX_BYTES};
+            KILN_TRY(kiln__tune_layer(&L, &best, &best_us));
+            tac->id = best;
             tac->us = best_us >= 0 ? (float)best_us : 0.0f;
             T->n_timed++;
             KILN_TRY(cache_put(&T->cache, T->key.data, tac->id, tac->us));
@@ -804,7 +1112,7 @@ static kiln_status tuner_time_node(kiln_layout_ctx *c, int ni, bool (*accept)(co
     KILN_TRY(tuner_state(T, 0, be));
     tune_bufs tb;
     memset(&tb, 0, sizeof tb);
-    kiln_status st = bufs_make(be, T->states[0], n, in, outs, &tb);
+    kiln_status st = bufs_make(be, T->states[0], n, in, outs, false, &tb);
     *us = -1;
     if (st == KILN_OK) {
         kiln_kernel_args ka = {.op = n->op, .op_id = n->op_id, .attrs = n->attrs, .node_name = n->name,

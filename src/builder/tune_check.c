@@ -37,13 +37,13 @@ void kiln__tune_sample_free(kiln_tune_sample *s) {
     memset(s, 0, sizeof *s);
 }
 
-bool kiln__tune_agree(kiln_dtype dt, const kiln_tune_sample *a, const kiln_tune_sample *b) {
+/* a and b agree to within rtol * scale (plus a small absolute term) */
+static bool agree_within(kiln_dtype dt, const kiln_tune_sample *a, const kiln_tune_sample *b, double scale) {
     if (!a->valid || !b->valid) return true; /* nothing to compare */
     if (a->n != b->n || a->nonfinite != b->nonfinite) return false;
     /* a gross-error check, not a precision test: different algorithms round
      * differently (reduced precision outputs: a few ulps of the largest) */
     double rtol = dt == KILN_DTYPE_FLOAT32 ? 1e-2 : 2e-2;
-    double scale = a->max_abs > b->max_abs ? a->max_abs : b->max_abs;
     double tol = rtol * scale + 1e-6;
     if (fabs(a->max_abs - b->max_abs) > tol || fabs(a->mean_abs - b->mean_abs) > tol) return false;
     for (int64_t j = 0; j < a->n; j++) {
@@ -55,40 +55,93 @@ bool kiln__tune_agree(kiln_dtype dt, const kiln_tune_sample *a, const kiln_tune_
     return true;
 }
 
+bool kiln__tune_agree(kiln_dtype dt, const kiln_tune_sample *a, const kiln_tune_sample *b) {
+    return agree_within(dt, a, b, a->max_abs > b->max_abs ? a->max_abs : b->max_abs);
+}
+
+bool kiln__tune_agree_ref(kiln_dtype dt, const kiln_tune_sample *ref, const kiln_tune_sample *a) {
+    return agree_within(dt, ref, a, ref->max_abs);
+}
+
+double kiln__tune_error(const kiln_tune_sample *ref, const kiln_tune_sample *a) {
+    if (!ref->valid || !a->valid) return 0;
+    if (ref->n != a->n) return INFINITY;
+    double e = 0;
+    for (int64_t j = 0; j < a->n; j++) {
+        float x = a->v[j], y = ref->v[j];
+        if (isfinite(x) != isfinite(y)) return INFINITY;
+        if (isfinite(x) && fabs((double)x - (double)y) > e) e = fabs((double)x - (double)y);
+    }
+    return e;
+}
+
 static bool agree_all(const kiln_dtype *dt, const kiln_tune_sample *s, int n_out, int a, int b) {
     for (int i = 0; i < n_out; i++)
         if (!kiln__tune_agree(dt[i], &s[a * n_out + i], &s[b * n_out + i])) return false;
     return true;
 }
 
-static int votes_for(const kiln_dtype *dt, const kiln_tune_sample *s, int n, int n_out, const bool *ran, int r) {
+static bool agree_ref(const kiln_dtype *dt, const kiln_tune_sample *s, int n_out, const kiln_tune_sample *ref, int k) {
+    for (int i = 0; i < n_out; i++)
+        if (!kiln__tune_agree_ref(dt[i], &ref[i], &s[k * n_out + i])) return false;
+    return true;
+}
+
+static int family_of(const int *family, int k) { return family ? family[k] : k; }
+
+/* The families among the tactics that ran that vote for tactic r: those
+ * with a tactic that agrees with r (r's own always). */
+static int family_votes(const kiln_dtype *dt, const kiln_tune_sample *s, int n, int n_out, const bool *ran,
+                        const int *family, int r) {
     int votes = 0;
-    for (int k = 0; k < n; k++) votes += ran[k] && (k == r || agree_all(dt, s, n_out, r, k));
+    for (int k = 0; k < n; k++) {
+        if (!ran[k]) continue;
+        bool first = true; /* k is the first tactic that ran of its family */
+        for (int j = 0; j < k && first; j++) first = !(ran[j] && family_of(family, j) == family_of(family, k));
+        if (!first) continue;
+        bool votes_r = false;
+        for (int j = k; j < n && !votes_r; j++)
+            votes_r = ran[j] && family_of(family, j) == family_of(family, k) &&
+                      (j == r || agree_all(dt, s, n_out, r, j));
+        votes += votes_r;
+    }
     return votes;
 }
 
-int kiln__tune_consensus(const kiln_dtype *dt, const kiln_tune_sample *s, int n, int n_out, const bool *ran,
-                         bool *keep) {
-    int n_ran = 0, ref = -1;
+bool kiln__tune_all_agree(const kiln_dtype *dt, const kiln_tune_sample *s, int n, int n_out, const bool *ran) {
+    int first = -1;
+    for (int k = 0; k < n; k++) {
+        if (!ran[k]) continue;
+        if (first < 0) first = k;
+        else if (!agree_all(dt, s, n_out, first, k)) return false;
+    }
+    return true;
+}
+
+kiln_tune_rule kiln__tune_decide(const kiln_dtype *dt, const kiln_tune_sample *s, int n, int n_out,
+                                 const bool *ran, const kiln_tune_sample *ref, const int *family, bool *keep) {
+    int n_fam = 0;
     for (int k = 0; k < n; k++) {
         keep[k] = true;
-        n_ran += ran[k];
+        if (!ran[k]) continue;
+        bool seen = false;
+        for (int j = 0; j < k && !seen; j++) seen = ran[j] && family_of(family, j) == family_of(family, k);
+        n_fam += !seen;
     }
-    if (n_ran < 2) return 0;
-    /* the first that a majority agrees with (usually tactic 0: n comparisons) */
-    for (int r = 0; r < n && ref < 0; r++)
-        if (ran[r] && 2 * votes_for(dt, s, n, n_out, ran, r) > n_ran) ref = r;
-    /* none: the first with the most votes */
-    if (ref < 0)
-        for (int r = 0, most = 0; r < n; r++) {
-            int v = ran[r] ? votes_for(dt, s, n, n_out, ran, r) : 0;
-            if (v > most) most = v, ref = r;
+    if (kiln__tune_all_agree(dt, s, n, n_out, ran)) return KILN_TUNE_AGREE;
+    if (ref) {
+        int kept = 0;
+        for (int k = 0; k < n; k++) {
+            if (!ran[k]) continue;
+            keep[k] = agree_ref(dt, s, n_out, ref, k);
+            kept += keep[k];
         }
-    int dropped = 0;
+        return kept ? KILN_TUNE_REFERENCE : KILN_TUNE_NONE_RIGHT;
+    }
+    int chosen = -1;
+    for (int r = 0; r < n && chosen < 0; r++)
+        if (ran[r] && 2 * family_votes(dt, s, n, n_out, ran, family, r) > n_fam) chosen = r;
     for (int k = 0; k < n; k++)
-        if (ran[k] && k != ref && !agree_all(dt, s, n_out, ref, k)) {
-            keep[k] = false;
-            dropped++;
-        }
-    return dropped;
+        if (ran[k]) keep[k] = chosen >= 0 && (k == chosen || agree_all(dt, s, n_out, chosen, k));
+    return chosen >= 0 ? KILN_TUNE_MAJORITY : KILN_TUNE_UNDECIDED;
 }

@@ -35,14 +35,44 @@ KILN_PRIVATE void kiln__tune_sample_free(kiln_tune_sample *s);
  * rtol * max(|ref|) (plus a small absolute term), and the samples' max and
  * mean |x| within the same bound. rtol suits dt (reduced precision: 2e-2). */
 KILN_PRIVATE bool kiln__tune_agree(kiln_dtype dt, const kiln_tune_sample *a, const kiln_tune_sample *b);
+/* Whether a agrees with the host reference ref (as kiln__tune_agree, the
+ * bound relative to ref's max |y| alone: a wrong output that is large does
+ * not widen it). */
+KILN_PRIVATE bool kiln__tune_agree_ref(kiln_dtype dt, const kiln_tune_sample *ref, const kiln_tune_sample *a);
+/* a's error against ref for messages: max |a - ref| over the samples
+ * (INFINITY where one is finite and the other not). */
+KILN_PRIVATE double kiln__tune_error(const kiln_tune_sample *ref, const kiln_tune_sample *a);
 
-/* Consensus of n tactics with n_out outputs each (s[k * n_out + i]; k's
- * entries are ignored where ran[k] is false): the reference is tactic 0 if
- * more than half of those that ran agree with it, else the one that agrees
- * with the most (the earlier on a tie). keep[k] is false for a tactic that
- * ran and disagrees with the reference in some output. Returns how many
- * were dropped. */
-KILN_PRIVATE int kiln__tune_consensus(const kiln_dtype *dt, const kiln_tune_sample *s, int n, int n_out,
-                                      const bool *ran, bool *keep);
+/* Whether every tactic that ran (ran[k]) agrees with the first that ran in
+ * every output (s as for kiln__tune_decide). */
+KILN_PRIVATE bool kiln__tune_all_agree(const kiln_dtype *dt, const kiln_tune_sample *s, int n, int n_out,
+                                       const bool *ran);
+
+/* How a layer's tactics were judged (kiln__tune_decide). */
+typedef enum kiln_tune_rule {
+    KILN_TUNE_AGREE,      /* every tactic that ran agrees with the first: all kept */
+    KILN_TUNE_REFERENCE,  /* they disagree: those that agree with the host reference are kept */
+    KILN_TUNE_MAJORITY,   /* they disagree, no reference: a strict majority of the engine
+                             families agrees with one tactic; those that agree with it are kept */
+    KILN_TUNE_NONE_RIGHT, /* none agrees with the host reference: the build fails */
+    KILN_TUNE_UNDECIDED,  /* no reference and no strict majority: the build fails */
+} kiln_tune_rule;
+
+/* Judges n tactics with n_out outputs each (s[k * n_out + i]; k's entries
+ * are ignored where ran[k] is false). When they all agree with the first
+ * that ran, all are kept. Else a tactic is kept when it agrees with the
+ * reference ref (n_out samples of the layer's output computed on the host
+ * at the same elements, or NULL where none could be computed) in every
+ * output. Without a reference the tactics vote, the tactics of one family
+ * (family[k] equal; NULL: each its own) counting as one voter: a family
+ * votes for tactic r when one of its tactics agrees with r, and the first
+ * r (tactic order) that more than half of the families vote for is the
+ * one the others must agree with. No plurality is ever taken: a vote is
+ * not a proof, and configurations of one engine share its defects.
+ * keep[k]: kept (false for every tactic under NONE_RIGHT and UNDECIDED,
+ * true where ran[k] is false). */
+KILN_PRIVATE kiln_tune_rule kiln__tune_decide(const kiln_dtype *dt, const kiln_tune_sample *s, int n, int n_out,
+                                              const bool *ran, const kiln_tune_sample *ref, const int *family,
+                                              bool *keep);
 
 #endif

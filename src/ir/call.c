@@ -89,3 +89,36 @@ void kiln__call_args(kiln_call *c, void *ws, size_t ws_size, kiln_pool *pool, ki
     c->ka.pool = pool;
     c->ka.node_state = ns;
 }
+
+kiln_status kiln__call_run_host(kiln_call *c, kiln_pool *pool) {
+    const kiln_node *n = c->n;
+    if (!n->op->cpu)
+        return KILN_FAIL(KILN_ERR_UNSUPPORTED, "node '%s' (%s): the op has no host kernel", n->name, n->op->name);
+    for (int i = 0; i < n->n_out; i++) c->out_t[i].data = NULL;
+    kiln_status s = KILN_OK;
+    void *ws = NULL;
+    size_t ws_size = n->op->workspace ? n->op->workspace(&c->ia) : 0;
+    for (int i = 0; i < n->n_out && s == KILN_OK; i++) {
+        size_t nb = kiln__value_nbytes(&c->out[i]);
+        if (!nb && kiln__numel(c->out[i].rank, c->out[i].dims) > 0)
+            s = KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "node '%s' (%s): output %d is too large", n->name,
+                          n->op->name, i);
+        else if (!(c->out_t[i].data = kiln__aligned_alloc(nb)))
+            s = KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory running node '%s' (%s) on the host", n->name,
+                          n->op->name);
+    }
+    if (s == KILN_OK && ws_size && !(ws = kiln__aligned_alloc(ws_size)))
+        s = KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory running node '%s' (%s) on the host", n->name,
+                      n->op->name);
+    if (s == KILN_OK) {
+        kiln__call_args(c, ws, ws_size, pool, NULL);
+        s = n->op->cpu(&c->ka);
+        kiln__call_args(c, NULL, 0, pool, NULL);
+    }
+    kiln__aligned_free(ws);
+    for (int i = 0; i < n->n_out && s != KILN_OK; i++) {
+        kiln__aligned_free(c->out_t[i].data);
+        c->out_t[i].data = NULL;
+    }
+    return s;
+}

@@ -159,6 +159,12 @@ KILN_PRIVATE void kiln__call_input(kiln_call *c, int i, const kiln_tinfo *info, 
 KILN_PRIVATE kiln_status kiln__call_infer(kiln_call *c, bool runtime, kiln_node_state *ns, bool exact);
 /* The rest of the kernel args (c->ka). */
 KILN_PRIVATE void kiln__call_args(kiln_call *c, void *ws, size_t ws_size, kiln_pool *pool, kiln_node_state *ns);
+/* Runs the node's reference kernel (op->cpu) on the host after
+ * kiln__call_infer(exact): allocates each output (c->out_t[i].data, the
+ * caller's to kiln__aligned_free after success; freed on failure) and the
+ * op's workspace (freed), with `pool` (may be NULL) and no node state.
+ * Constant folding and the tuner's host reference (builder/tune.c) call it. */
+KILN_PRIVATE kiln_status kiln__call_run_host(kiln_call *c, kiln_pool *pool);
 
 /* Inference (src/ir/infer.c) */
 /* Shape and type inference over the whole graph (build time). */

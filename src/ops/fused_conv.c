@@ -247,6 +247,7 @@ static void fc_layout_io(int32_t l, kiln_io_layout *io) {
     io->x = fc_side(l, KILN_FC_LAYOUT_X_C16, KILN_FC_LAYOUT_X_NHWC, KILN_FC_LAYOUT_X_BF16);
     io->y = fc_side(l, KILN_FC_LAYOUT_Y_C16, KILN_FC_LAYOUT_Y_NHWC, KILN_FC_LAYOUT_Y_BF16);
     io->r_nhwc = (l & KILN_FC_LAYOUT_R_NHWC) != 0;
+    io->r_in = 3;
 }
 
 const kiln_op_def kiln_op_FusedConv = {

@@ -124,6 +124,7 @@ static void pwdw_layout_io(int32_t l, kiln_io_layout *io) {
     io->x = (l & KILN_FC_LAYOUT_X_NHWC) ? KILN_VLAYOUT_NHWC : KILN_VLAYOUT_PLAIN;
     io->y = (l & KILN_FC_LAYOUT_Y_NHWC) ? KILN_VLAYOUT_NHWC : KILN_VLAYOUT_PLAIN;
     io->r_nhwc = false;
+    io->r_in = 7; /* (the residual has Y's layout) */
 }
 
 const kiln_op_def kiln_op_PwDwConv = {

@@ -648,6 +648,7 @@ static int pool_side(int32_t l) {
 static void pool_layout_io(int32_t l, kiln_io_layout *io) {
     io->x = io->y = pool_side(l);
     io->r_nhwc = false;
+    io->r_in = 0;
 }
 
 const kiln_op_def kiln_op_MaxPool = {
@@ -806,6 +807,7 @@ static void global_layout_io(int32_t l, kiln_io_layout *io) {
     io->x = pool_side(l);
     io->y = KILN_VLAYOUT_PLAIN;
     io->r_nhwc = false;
+    io->r_in = 0;
 }
 
 const kiln_op_def kiln_op_GlobalAveragePool = {

@@ -74,10 +74,13 @@ enum {
     KILN_VLAYOUT_C16 = 3,       /* nChw16c: [N][C/16][H][W][16] */
 };
 /* The layouts a layer reads input 0 in (x) and writes output 0 in (y);
- * r_nhwc: its residual arrives NHWC while its output is plain. */
+ * r_in: the input that holds its residual (0: none), which arrives in y's
+ * layout, or NHWC with r_nhwc (while its output is plain). Every other
+ * input is plain. */
 typedef struct kiln_io_layout {
     int x, y;
     bool r_nhwc;
+    int r_in;
 } kiln_io_layout;
 
 typedef struct kiln_op_def kiln_op_def;

@@ -36,31 +36,15 @@ static kiln_status fold_node_call(kiln_graph *g, int ni, const kiln_tinfo *in0, 
     KILN_TRY(kiln__call_infer(c, true, NULL, true));
     const kiln_tinfo *outs = c->out;
     kiln_tensor *out_t = c->out_t;
-    void *ws = NULL;
-    size_t ws_size = n->op->workspace ? n->op->workspace(&c->ia) : 0;
-    kiln_status s = KILN_OK;
     size_t total = 0;
     for (int i = 0; i < n->n_out; i++) {
         size_t nb = kiln__value_nbytes(&outs[i]);
         /* nb == 0 with elements: the byte size overflows; too large as well */
         if ((!nb && kiln__numel(outs[i].rank, outs[i].dims) > 0) || nb > KILN_FOLD_MAX_BYTES ||
             (total += nb) > KILN_FOLD_MAX_BYTES)
-            goto done; /* not folded: runs in the plan */
+            return KILN_OK; /* not folded: runs in the plan */
     }
-    for (int i = 0; i < n->n_out; i++) {
-        size_t nb = kiln__value_nbytes(&outs[i]);
-        out_t[i].data = kiln__aligned_alloc(nb);
-        if (!out_t[i].data) {
-            s = KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory folding node '%s'", n->name);
-            goto done;
-        }
-    }
-    if (ws_size && !(ws = kiln__aligned_alloc(ws_size))) {
-        s = KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory folding node '%s'", n->name);
-        goto done;
-    }
-    kiln__call_args(c, ws, ws_size, NULL, NULL);
-    if ((s = n->op->cpu(&c->ka)) != KILN_OK) goto done;
+    KILN_TRY(kiln__call_run_host(c, NULL));
     /* entries of a partial shape (below): folded only when all known */
     for (int i = 0; i < n->n_out && in0; i++)
         for (int64_t k = 0; k < kiln__numel(outs[i].rank, outs[i].dims); k++)
@@ -80,8 +64,7 @@ static kiln_status fold_node_call(kiln_graph *g, int ni, const kiln_tinfo *in0, 
     n->dead = true;
 done:
     for (int i = 0; i < n->n_out; i++) kiln__aligned_free(out_t[i].data);
-    kiln__aligned_free(ws);
-    return s;
+    return KILN_OK;
 }
 
 /* Evaluates node `ni` on its (constant) inputs and turns its outputs into

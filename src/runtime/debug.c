@@ -51,17 +51,20 @@ static int64_t stored_index(int layout, const int64_t *d, int64_t n, int64_t c, 
     return ((n * H + h) * W + w) * C + c; /* NHWC */
 }
 
-kiln_status kiln__vlayout_to_logical(int layout, const kiln_tensor *t, const void *raw, void *dst) {
+/* Converts between the stored bytes `raw` of a value in `layout` (t: its
+ * dtype and shape) and the dense row-major `logical` ones, in the direction
+ * `to_logical` says. */
+static kiln_status vlayout_convert(int layout, const kiln_tensor *t, void *raw, void *logical, bool to_logical) {
     size_t es = kiln_dtype_size(t->dtype);
     int64_t numel = kiln__numel(t->rank, t->dims);
-    if (numel < 0 || !es) return KILN_FAIL(KILN_ERR_INTERNAL, "debug view: tensor of unknown size");
+    if (numel < 0 || !es) return KILN_FAIL(KILN_ERR_INTERNAL, "layout view: tensor of unknown size");
     if (layout == KILN_VLAYOUT_PLAIN) {
-        if (numel) memcpy(dst, raw, (size_t)numel * es);
+        if (numel) memcpy(to_logical ? logical : raw, to_logical ? raw : logical, (size_t)numel * es);
         return KILN_OK;
     }
     if (t->rank != 4 || (layout == KILN_VLAYOUT_C16 && t->dims[1] % 16) ||
         (layout == KILN_VLAYOUT_NHWC_BF16 && t->dtype != KILN_DTYPE_FLOAT32))
-        return KILN_FAIL(KILN_ERR_INTERNAL, "debug view: a %s tensor of rank %d, dtype %s", kiln__vlayout_name(layout),
+        return KILN_FAIL(KILN_ERR_INTERNAL, "layout view: a %s tensor of rank %d, dtype %s", kiln__vlayout_name(layout),
                          t->rank, kiln_dtype_name(t->dtype));
     const int64_t *d = t->dims;
     int64_t i = 0;
@@ -70,12 +73,25 @@ kiln_status kiln__vlayout_to_logical(int layout, const kiln_tensor *t, const voi
             for (int64_t h = 0; h < d[2]; h++)
                 for (int64_t w = 0; w < d[3]; w++, i++) {
                     int64_t s = stored_index(layout, d, n, c, h, w);
-                    if (layout == KILN_VLAYOUT_NHWC_BF16)
-                        ((float *)dst)[i] = kiln__bf16_to_f32(((const uint16_t *)raw)[s]);
+                    char *lp = (char *)logical + (size_t)i * es;
+                    if (layout == KILN_VLAYOUT_NHWC_BF16 && to_logical)
+                        ((float *)logical)[i] = kiln__bf16_to_f32(((const uint16_t *)raw)[s]);
+                    else if (layout == KILN_VLAYOUT_NHWC_BF16)
+                        ((uint16_t *)raw)[s] = kiln__f32_to_bf16(((const float *)logical)[i]);
+                    else if (to_logical)
+                        memcpy(lp, (const char *)raw + (size_t)s * es, es);
                     else
-                        memcpy((char *)dst + (size_t)i * es, (const char *)raw + (size_t)s * es, es);
+                        memcpy((char *)raw + (size_t)s * es, lp, es);
                 }
     return KILN_OK;
+}
+
+kiln_status kiln__vlayout_to_logical(int layout, const kiln_tensor *t, const void *raw, void *dst) {
+    return vlayout_convert(layout, t, (void *)raw, dst, true);
+}
+
+kiln_status kiln__vlayout_from_logical(int layout, const kiln_tensor *t, const void *logical, void *raw) {
+    return vlayout_convert(layout, t, raw, (void *)logical, false);
 }
 
 /* ---- KILN_TEST_PLANT_BUG ---------------------------------------------------- */

@@ -14,6 +14,10 @@ KILN_PRIVATE size_t kiln__vlayout_stored_bytes(int layout, const kiln_tensor *t)
 /* Writes the value stored at `raw` in `layout` (t: its dtype and shape) to
  * dst (numel * dtype size bytes) in dense row-major order. */
 KILN_PRIVATE kiln_status kiln__vlayout_to_logical(int layout, const kiln_tensor *t, const void *raw, void *dst);
+/* The reverse: writes the dense row-major value at `logical` to raw
+ * (kiln__vlayout_stored_bytes bytes) in `layout` (the tuner's host
+ * reference of a channels-last layer, builder/tune.c). */
+KILN_PRIVATE kiln_status kiln__vlayout_from_logical(int layout, const kiln_tensor *t, const void *logical, void *raw);
 
 /* KILN_TEST_PLANT_BUG=<op name> (tests of kiln debug only): the first layer
  * of g with that op, whose output 0 each run then makes wrong

@@ -112,6 +112,33 @@ typedef double (*kiln_turn_fn)(void *ctx, int k);
  * candidate's first two) + 1 ms runs no more.
  * us[k]: candidate k's median, < 0 if one of its runs failed. */
 KILN_PRIVATE void kiln__tune_turns(int n, kiln_turn_fn run, void *ctx, double *us);
+/* One layer's tactics, as the tuner times and checks them (src/builder/tune.c;
+ * kiln__builder_tune calls it for every layer it times, tests with a
+ * backend of their own). */
+struct kiln_backend_i;
+typedef struct kiln_tune_layer {
+    const struct kiln_backend_i *be; /* the layer's backend (backends/backend.h) */
+    void *state;                     /* be's state */
+    kiln_pool **pool;                /* the host's threads (CPU tactics, the host reference):
+                                        made with `threads` where *pool is NULL and they are
+                                        needed; the caller frees *pool */
+    int threads;
+    kiln_node *n;
+    const kiln_tinfo *const *in;     /* its inputs and outputs at the opt shapes */
+    const kiln_tinfo *outs;
+    const int32_t *ids;              /* the tactics to time (n_ids, at most 32) */
+    int n_ids;
+    bool verbose;                    /* every candidate's time on stderr (KILN_TUNE_VERBOSE) */
+    /* bounds on the host reference that judges a device layer's tactics when they
+     * disagree (estimated multiply-adds, host bytes; 0: none is computed) */
+    double ref_max_macs, ref_max_bytes;
+} kiln_tune_layer;
+/* Sets up, checks (a device layer: builder/tune_check.h) and times the
+ * tactics of L; *best: the fastest that ran and passed the check, with its
+ * median time *best_us (< 0: none ran; *best is then 0). Fails (naming the
+ * layer and its tactics) when a device layer's tactics disagree and none
+ * can be shown right. */
+KILN_PRIVATE kiln_status kiln__tune_layer(const kiln_tune_layer *L, int32_t *best, double *best_us);
 /* Bytes of activation buffers and scratch a context holds after its runs
  * (its arenas plus any overflow buffers). */
 KILN_PRIVATE size_t kiln__context_memory(const kiln_context *c);

@@ -5,9 +5,13 @@
  * candidate's runs does not move its median, so the faster candidate still
  * wins wherever the burst falls; a candidate that fails is dropped and not
  * run again; one that loses by far on its first two runs runs no more.
- * And whether a layer's tactics agree on its output (tune_check.c): a
+ * And how a layer's tactics are judged by their outputs (tune_check.c): a
  * tactic that computes something else (NaN, a scaled or shuffled output)
- * is dropped even when it is tactic 0, rounding-level differences are not. */
+ * is dropped even when it is tactic 0, rounding-level differences are not;
+ * when they disagree the host reference decides, without one a strict
+ * majority of engine families (configs of one engine vote once), and no
+ * plurality is ever taken (tests/unit/test_tune_judge.c runs the tuner's
+ * whole path on a planted device). */
 #include "test.h"
 
 #include "builder/tune_check.h"
@@ -133,22 +137,28 @@ TEST(a_far_loser_stops_after_two_runs) {
 
 #define NE 3000 /* elements of the output (every one sampled) */
 
-/* tactic k's fp16 output: the same values, made wrong as `how` says */
-static void make_out(uint16_t *h, int how, int k) {
+/* tactic k's output of type dt: the same values, made wrong as `how` says */
+static void make_out_dt(kiln_dtype dt, void *h, int how, int k) {
     for (int i = 0; i < NE; i++) {
         double x = sin(0.37 * i) * 3.0;
         if (how == 1) x += ((i + k) % 3 - 1) * 2e-3;     /* rounding-level differences */
         if (how == 2 && i == 1234) x = NAN;               /* one NaN */
         if (how == 3) x *= 25.0;                          /* scaled */
         if (how == 4) x = sin(0.37 * (NE - 1 - i)) * 3.0; /* shuffled: same statistics */
-        kiln__store_f64(KILN_DTYPE_FLOAT16, h, i, x);
+        kiln__store_f64(dt, h, i, x);
     }
 }
 
-/* n tactics, how[k] each; keep[] out; returns dropped */
-static int consensus(int n, const int *how, bool *keep) {
+/* fp16 (the device's tactics) */
+static void make_out(uint16_t *h, int how, int k) { make_out_dt(KILN_DTYPE_FLOAT16, h, how, k); }
+
+/* n tactics, how[k] each (-1: did not run), judged against a host
+ * reference made as ref_how says (-1: none) with the families `family`
+ * (NULL: each its own); keep[] out */
+static kiln_tune_rule decide(int n, const int *how, int ref_how, const int *family, bool *keep) {
     static uint16_t h[NE];
-    kiln_tune_sample s[8];
+    static float hr[NE];
+    kiln_tune_sample s[8], ref;
     bool ran[8];
     kiln_dtype dt = KILN_DTYPE_FLOAT16;
     for (int k = 0; k < n; k++) {
@@ -156,35 +166,97 @@ static int consensus(int n, const int *how, bool *keep) {
         CHECK(kiln__tune_sample(dt, h, NE, &s[k]) == KILN_OK);
         ran[k] = how[k] >= 0;
     }
-    int d = kiln__tune_consensus(&dt, s, n, 1, ran, keep);
+    if (ref_how >= 0) { /* the host's: float32 math (not rounded: fp16's bound still holds) */
+        make_out_dt(KILN_DTYPE_FLOAT32, hr, ref_how, 7);
+        CHECK(kiln__tune_sample(KILN_DTYPE_FLOAT32, hr, NE, &ref) == KILN_OK);
+    }
+    kiln_tune_rule r = kiln__tune_decide(&dt, s, n, 1, ran, ref_how >= 0 ? &ref : NULL, family, keep);
     for (int k = 0; k < n; k++) kiln__tune_sample_free(&s[k]);
-    return d;
+    if (ref_how >= 0) kiln__tune_sample_free(&ref);
+    return r;
 }
 
 TEST(tactics_that_agree_are_all_kept) {
     bool keep[8];
-    CHECK(consensus(4, (int[]){0, 1, 1, 0}, keep) == 0);
+    CHECK(decide(4, (int[]){0, 1, 1, 0}, -1, NULL, keep) == KILN_TUNE_AGREE);
     for (int k = 0; k < 4; k++) CHECK(keep[k]);
+    CHECK(decide(4, (int[]){0, 1, 1, 0}, 0, NULL, keep) == KILN_TUNE_AGREE); /* no reference needed */
 }
 
 TEST(a_tactic_that_computes_something_else_is_dropped) {
     bool keep[8];
-    CHECK(consensus(4, (int[]){0, 2, 0, 1}, keep) == 1); /* a NaN */
+    /* a reference decides */
+    CHECK(decide(4, (int[]){0, 2, 0, 1}, 0, NULL, keep) == KILN_TUNE_REFERENCE); /* a NaN */
     CHECK(keep[0] && !keep[1] && keep[2] && keep[3]);
-    CHECK(consensus(3, (int[]){0, 0, 3}, keep) == 1); /* scaled */
-    CHECK(!keep[2]);
-    CHECK(consensus(3, (int[]){4, 0, 0}, keep) == 1); /* tactic 0 wrong, shuffled */
+    CHECK(decide(3, (int[]){0, 0, 3}, 1, NULL, keep) == KILN_TUNE_REFERENCE); /* scaled */
+    CHECK(keep[0] && keep[1] && !keep[2]);
+    CHECK(decide(3, (int[]){4, 0, 0}, 0, NULL, keep) == KILN_TUNE_REFERENCE); /* tactic 0 wrong, shuffled */
+    CHECK(!keep[0] && keep[1] && keep[2]);
+    /* without one, a strict majority */
+    CHECK(decide(4, (int[]){0, 2, 0, 1}, -1, NULL, keep) == KILN_TUNE_MAJORITY);
+    CHECK(keep[0] && !keep[1] && keep[2] && keep[3]);
+    CHECK(decide(3, (int[]){4, 0, 0}, -1, NULL, keep) == KILN_TUNE_MAJORITY);
     CHECK(!keep[0] && keep[1] && keep[2]);
 }
 
-TEST(no_majority_keeps_the_first_with_most_votes) {
+/* What the H200 showed for an EfficientNet squeeze-excite 1x1 conv (fp16):
+ * cudnn-eng7 NaN, cudnn-eng4.0266c and cudnn-eng4.3fe3b (two configs of
+ * one engine) agreeing on a wrong answer, cudnn-legacy+epilogue right. The
+ * plurality (the two eng4 configs) was kept, the right one dropped. */
+TEST(two_configs_of_one_engine_do_not_outvote_the_reference) {
     bool keep[8];
-    CHECK(consensus(2, (int[]){0, 3}, keep) == 1); /* two that disagree: the first stays */
-    CHECK(keep[0] && !keep[1]);
-    CHECK(consensus(4, (int[]){3, 0, 0, 2}, keep) == 2); /* 0 alone, 1 and 2 agree: a tie of 2 of 4 */
-    CHECK(!keep[0] && keep[1] && keep[2] && !keep[3]);
-    CHECK(consensus(3, (int[]){0, -1, 3}, keep) == 1); /* one that did not run is not counted */
+    static const int fam[4] = {0, 1, 1, 3}; /* eng7, eng4, eng4, legacy */
+    CHECK(decide(4, (int[]){2, 3, 3, 0}, 0, fam, keep) == KILN_TUNE_REFERENCE);
+    CHECK(!keep[0] && !keep[1] && !keep[2] && keep[3]);
+    CHECK(decide(4, (int[]){2, 3, 3, 0}, 0, NULL, keep) == KILN_TUNE_REFERENCE);
+    CHECK(!keep[0] && !keep[1] && !keep[2] && keep[3]);
+    /* no reference: 1 vote of 3 families each, 2 of 4 tactics: no strict majority */
+    CHECK(decide(4, (int[]){2, 3, 3, 0}, -1, fam, keep) == KILN_TUNE_UNDECIDED);
+    for (int k = 0; k < 4; k++) CHECK(!keep[k]);
+    CHECK(decide(4, (int[]){2, 3, 3, 0}, -1, NULL, keep) == KILN_TUNE_UNDECIDED);
+    /* three configs of one engine are still one voter (3 of 4 tactics are not a majority) */
+    static const int fam3[4] = {0, 0, 0, 3};
+    CHECK(decide(4, (int[]){3, 3, 3, 0}, -1, fam3, keep) == KILN_TUNE_UNDECIDED);
+    CHECK(decide(4, (int[]){3, 3, 3, 0}, 0, fam3, keep) == KILN_TUNE_REFERENCE);
+    CHECK(!keep[0] && !keep[1] && !keep[2] && keep[3]);
+    /* two families of three that agree are a majority */
+    static const int fam2[4] = {0, 0, 2, 3}; /* eng4, eng4, legacy, eng7 */
+    CHECK(decide(4, (int[]){3, 3, 0, 1}, -1, fam2, keep) == KILN_TUNE_MAJORITY);
+    CHECK(!keep[0] && !keep[1] && keep[2] && keep[3]);
+}
+
+TEST(no_majority_and_no_reference_decides_nothing) {
+    bool keep[8];
+    CHECK(decide(2, (int[]){0, 3}, -1, NULL, keep) == KILN_TUNE_UNDECIDED); /* two that disagree */
+    CHECK(!keep[0] && !keep[1]);
+    CHECK(decide(2, (int[]){0, 3}, 3, NULL, keep) == KILN_TUNE_REFERENCE);
+    CHECK(!keep[0] && keep[1]);
+    CHECK(decide(4, (int[]){3, 0, 0, 2}, -1, NULL, keep) == KILN_TUNE_UNDECIDED); /* a tie of 2 of 4 */
+    CHECK(decide(3, (int[]){0, -1, 3}, -1, NULL, keep) == KILN_TUNE_UNDECIDED); /* one that did not run */
+    CHECK(decide(3, (int[]){0, -1, 3}, 0, NULL, keep) == KILN_TUNE_REFERENCE);
     CHECK(keep[0] && keep[1] && !keep[2]);
+}
+
+TEST(every_tactic_wrong_is_none_right) {
+    bool keep[8];
+    CHECK(decide(3, (int[]){2, 3, 4}, 0, NULL, keep) == KILN_TUNE_NONE_RIGHT);
+    for (int k = 0; k < 3; k++) CHECK(!keep[k]);
+    CHECK(decide(2, (int[]){3, 3}, 0, NULL, keep) == KILN_TUNE_AGREE); /* all agree: not judged */
+}
+
+TEST(the_reference_bound_is_its_own_scale) {
+    /* 25 times the reference: the error is measured, and a large output does not widen the bound */
+    static uint16_t a[NE], r[NE];
+    make_out(a, 3, 0);
+    make_out(r, 0, 0);
+    kiln_tune_sample sa, sr;
+    CHECK(kiln__tune_sample(KILN_DTYPE_FLOAT16, a, NE, &sa) == KILN_OK);
+    CHECK(kiln__tune_sample(KILN_DTYPE_FLOAT16, r, NE, &sr) == KILN_OK);
+    CHECK(!kiln__tune_agree_ref(KILN_DTYPE_FLOAT16, &sr, &sa));
+    CHECK(kiln__tune_agree_ref(KILN_DTYPE_FLOAT16, &sr, &sr));
+    CHECK(fabs(kiln__tune_error(&sr, &sa) - 24 * sr.max_abs) < 0.1);
+    kiln__tune_sample_free(&sa);
+    kiln__tune_sample_free(&sr);
 }
 
 TEST(other_dtypes_are_not_compared) {
@@ -204,7 +276,10 @@ int main(void) {
     RUN(a_far_loser_stops_after_two_runs);
     RUN(tactics_that_agree_are_all_kept);
     RUN(a_tactic_that_computes_something_else_is_dropped);
-    RUN(no_majority_keeps_the_first_with_most_votes);
+    RUN(two_configs_of_one_engine_do_not_outvote_the_reference);
+    RUN(no_majority_and_no_reference_decides_nothing);
+    RUN(every_tactic_wrong_is_none_right);
+    RUN(the_reference_bound_is_its_own_scale);
     RUN(other_dtypes_are_not_compared);
     return test_summary();
 }

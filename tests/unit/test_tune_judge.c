@@ -1,0 +1,210 @@
+/* test_tune_judge.c -- the tuner's whole path for one device layer
+ * (kiln__tune_layer, src/builder/tune.c: buffers, poisoned outputs, each
+ * tactic's set-up run, sampled outputs, the host reference, the judgement,
+ * the timing) on a planted device: a backend of this test whose memory is
+ * the host's and whose FusedConv kernel has tactics named as cuDNN's are,
+ * some of them wrong on purpose. The layer is the kind the H200 got wrong:
+ * fp16, channels-last (X and Y NHWC, as CUDA's layout pass leaves them),
+ * SiLU.
+ *
+ *   fake-eng7.00000   NaN in part of its output
+ *   fake-eng4.0266c   two configs of one engine that read X as NCHW: the
+ *   fake-eng4.3fe3b   same wrong answer (a descriptor bug)
+ *   fake-legacy       right
+ *   fake-direct       right
+ *
+ * The host reference must run the layer as the device does (its NHWC
+ * input converted, its output converted back before sampling, fp16 in
+ * float32 math), or the right tactics would disagree with it. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "test.h"
+
+#include "backends/backend.h"
+#include "ops/fused_conv.h"
+#include "runtime/engine.h"
+
+enum { T_ENG7 = 70, T_ENG4A = 40, T_ENG4B = 41, T_LEGACY = 1, T_DIRECT = 2 };
+
+#define N_ 2
+#define C_ 8
+#define H_ 5
+#define W_ 6
+#define M_ 4
+
+static void fake_describe(int32_t id, char *buf, size_t cap) {
+    snprintf(buf, cap, "%s",
+             id == T_ENG7    ? "fake-eng7.00000"
+             : id == T_ENG4A ? "fake-eng4.0266c"
+             : id == T_ENG4B ? "fake-eng4.3fe3b"
+             : id == T_LEGACY ? "fake-legacy"
+             : id == T_DIRECT ? "fake-direct"
+                              : "fake-?");
+}
+
+/* FusedConv 3x3, pads 1, bias, SiLU; X and Y NHWC fp16 (the eng4 configs
+ * read X as NCHW) */
+static kiln_status fake_conv(const kiln_kernel_args *a) {
+    const kiln_fused_conv_attrs *at = a->attrs;
+    const void *x = a->in[0]->data, *w = a->in[1]->data, *b = a->in[2]->data;
+    void *y = a->out[0]->data;
+    int32_t id = at->tactic.id;
+    bool nchw_bug = id == T_ENG4A || id == T_ENG4B;
+    int64_t i = 0;
+    for (int n = 0; n < N_; n++)
+        for (int h = 0; h < H_; h++)
+            for (int wi = 0; wi < W_; wi++)
+                for (int m = 0; m < M_; m++, i++) {
+                    double acc = kiln__load_f64(KILN_DTYPE_FLOAT16, b, m);
+                    for (int c = 0; c < C_; c++)
+                        for (int kh = 0; kh < 3; kh++)
+                            for (int kw = 0; kw < 3; kw++) {
+                                int ih = h + kh - 1, iw = wi + kw - 1;
+                                if (ih < 0 || ih >= H_ || iw < 0 || iw >= W_) continue;
+                                int64_t xi = nchw_bug ? ((int64_t)(n * C_ + c) * H_ + ih) * W_ + iw
+                                                      : ((int64_t)(n * H_ + ih) * W_ + iw) * C_ + c;
+                                acc += kiln__load_f64(KILN_DTYPE_FLOAT16, x, xi) *
+                                       kiln__load_f64(KILN_DTYPE_FLOAT16, w, ((m * C_ + c) * 3 + kh) * 3 + kw);
+                            }
+                    double v = acc / (1 + exp(-acc));
+                    if (id == T_ENG7 && i % 5 == 0) v = NAN;
+                    kiln__store_f64(KILN_DTYPE_FLOAT16, y, i, v); /* (row-major i = NHWC order) */
+                }
+    return KILN_OK;
+}
+
+static const kiln_kernel fake_kernel = {.name = "fake.conv", .run = fake_conv, .tactic_describe = fake_describe};
+
+static const kiln_kernel *fake_kernel_for(int op_id) { return op_id == KILN_OP_FusedConv ? &fake_kernel : NULL; }
+static void *fake_alloc(void *st, size_t n) { (void)st; return kiln__aligned_alloc(n); }
+static void fake_free(void *st, void *p) { (void)st; kiln__aligned_free(p); }
+static kiln_status fake_copy(void *st, void *dst, const void *src, size_t n) {
+    (void)st;
+    memcpy(dst, src, n);
+    return KILN_OK;
+}
+static kiln_status fake_sync(void *st) { (void)st; return KILN_OK; }
+static void fake_poison_scratch(void *st) { (void)st; }
+static kiln_status fake_poison(void *st, void *p, size_t n) {
+    (void)st;
+    memset(p, 0xff, n); /* fp16 NaN */
+    return KILN_OK;
+}
+static kiln_status fake_strided(void *st, void *dst, const void *src, size_t elem, size_t stride, size_t count) {
+    (void)st;
+    for (size_t j = 0; j < count; j++) memcpy((char *)dst + j * elem, (const char *)src + j * stride, elem);
+    return KILN_OK;
+}
+static kiln_status fake_run(void *st, const kiln_kernel_args *a) {
+    (void)st;
+    return fake_conv(a);
+}
+
+static const kiln_backend_i fake_device = {
+    .name = "fake", .device = KILN_DEVICE_CUDA, .reduced_tensors = true, .kernel_for = fake_kernel_for,
+    .alloc = fake_alloc, .free = fake_free, .to_device = fake_copy, .to_host = fake_copy, .sync = fake_sync,
+    .poison_scratch = fake_poison_scratch, .poison = fake_poison, .to_host_strided = fake_strided, .run = fake_run,
+};
+
+/* The layer and its tuning: tactics ids[0..n), reference bound macs. */
+typedef struct layer {
+    kiln_fused_conv_attrs at;
+    uint16_t w[M_ * C_ * 9], b[M_];
+    kiln_tinfo x_i, w_i, b_i, y_i;
+    const kiln_tinfo *in[3];
+    int in_v[3], out_v[1];
+    kiln_node n;
+} layer;
+
+static void layer_make(layer *L) {
+    memset(L, 0, sizeof *L);
+    L->at.conv = (kiln_conv_attrs){.auto_pad = PAD_NOTSET, .group = 1, .n_kernel = 2, .n_pads = 4, .n_strides = 2,
+                                   .n_dilations = 2, .kernel = {3, 3}, .pads = {1, 1, 1, 1}, .strides = {1, 1},
+                                   .dilations = {1, 1}};
+    L->at.act = KILN_FC_ACT_SILU;
+    L->at.precision = KILN_PRECISION_FP32;
+    L->at.layout = KILN_FC_LAYOUT_X_NHWC | KILN_FC_LAYOUT_Y_NHWC;
+    for (int i = 0; i < M_ * C_ * 9; i++) kiln__store_f64(KILN_DTYPE_FLOAT16, L->w, i, sin(0.7 * i) * 0.3);
+    for (int i = 0; i < M_; i++) kiln__store_f64(KILN_DTYPE_FLOAT16, L->b, i, 0.1 * i - 0.1);
+    L->x_i = (kiln_tinfo){.dtype = KILN_DTYPE_FLOAT16, .rank = 4, .dims = {N_, C_, H_, W_}};
+    L->w_i = (kiln_tinfo){.dtype = KILN_DTYPE_FLOAT16, .rank = 4, .dims = {M_, C_, 3, 3}, .data = L->w};
+    L->b_i = (kiln_tinfo){.dtype = KILN_DTYPE_FLOAT16, .rank = 1, .dims = {M_}, .data = L->b};
+    L->y_i = (kiln_tinfo){.dtype = KILN_DTYPE_FLOAT16, .rank = 4, .dims = {N_, M_, H_, W_}};
+    L->in[0] = &L->x_i;
+    L->in[1] = &L->w_i;
+    L->in[2] = &L->b_i;
+    for (int i = 0; i < 3; i++) L->in_v[i] = i;
+    L->out_v[0] = 3;
+    L->n = (kiln_node){.op_id = KILN_OP_FusedConv, .op = kiln__op_by_id(KILN_OP_FusedConv), .name = "se/conv_reduce",
+                       .n_in = 3, .n_out = 1, .in = L->in_v, .out = L->out_v, .attrs = &L->at,
+                       .device = KILN_DEVICE_CUDA};
+}
+
+static kiln_status tune(const int32_t *ids, int n_ids, double max_macs, int32_t *best) {
+    layer *L = kiln__calloc(1, sizeof *L);
+    if (!L) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "test");
+    layer_make(L);
+    kiln_status st = L->n.op->validate(L->n.op, &L->at, L->n.name);
+    kiln_pool *pool = NULL;
+    double us = -1;
+    kiln_tune_layer tl = {.be = &fake_device, .pool = &pool, .threads = 2, .n = &L->n, .in = L->in,
+                          .outs = &L->y_i, .ids = ids, .n_ids = n_ids, .ref_max_macs = max_macs,
+                          .ref_max_bytes = 1e9};
+    if (st == KILN_OK) st = kiln__tune_layer(&tl, best, &us);
+    if (st == KILN_OK && us < 0) st = KILN_FAIL(KILN_ERR_INTERNAL, "test: no tactic was timed");
+    kiln__pool_free(pool);
+    kiln__free(L);
+    return st;
+}
+
+static const int32_t planted[4] = {T_ENG7, T_ENG4A, T_ENG4B, T_LEGACY};
+
+/* The H200's case: the plurality (the two eng4 configs) is wrong; the host
+ * reference keeps the legacy tactic alone. */
+TEST(the_host_reference_keeps_the_right_tactic) {
+    int32_t best = -1;
+    CHECK_OK(tune(planted, 4, 1e9, &best));
+    CHECK(best == T_LEGACY);
+    static const int32_t two_right[5] = {T_ENG4A, T_ENG7, T_DIRECT, T_ENG4B, T_LEGACY};
+    CHECK_OK(tune(two_right, 5, 1e9, &best));
+    CHECK(best == T_DIRECT || best == T_LEGACY);
+}
+
+/* Tactics that agree are kept as they are (no reference is needed). */
+TEST(tactics_that_agree_are_timed) {
+    int32_t best = -1;
+    static const int32_t right[2] = {T_DIRECT, T_LEGACY};
+    CHECK_OK(tune(right, 2, 0, &best));
+    CHECK(best == T_DIRECT || best == T_LEGACY);
+    static const int32_t wrong[2] = {T_ENG4A, T_ENG4B}; /* (agreeing: not judged) */
+    CHECK_OK(tune(wrong, 2, 0, &best));
+}
+
+TEST(every_tactic_wrong_fails_the_build) {
+    int32_t best = -1;
+    CHECK_ERR(tune(planted, 3, 1e9, &best), KILN_ERR_DEVICE, "node 'se/conv_reduce' (FusedConv): none of its tactics");
+    CHECK(strstr(kiln_last_error(), "fake-eng4.0266c (max |y - ref|"));
+    CHECK(strstr(kiln_last_error(), "fake-eng7.00000 (max |y - ref| inf, 48 NaN/Inf)"));
+}
+
+/* Over the reference's bound (0 here): the engine families vote, and the
+ * two eng4 configs count once. */
+TEST(without_a_reference_families_vote_and_no_plurality_is_taken) {
+    int32_t best = -1;
+    CHECK_ERR(tune(planted, 4, 0, &best), KILN_ERR_DEVICE, "node 'se/conv_reduce' (FusedConv): its tactics disagree:");
+    CHECK(strstr(kiln_last_error(), "no host reference checks them (the layer is over the host reference's bounds"));
+    CHECK(strstr(kiln_last_error(), "fake-legacy (max |y|"));
+    /* eng4 (2 configs) against legacy and direct: 2 of 3 families */
+    static const int32_t fam[4] = {T_ENG4A, T_ENG4B, T_LEGACY, T_DIRECT};
+    CHECK_OK(tune(fam, 4, 0, &best));
+    CHECK(best == T_DIRECT || best == T_LEGACY);
+}
+
+int main(void) {
+    RUN(the_host_reference_keeps_the_right_tactic);
+    RUN(tactics_that_agree_are_timed);
+    RUN(every_tactic_wrong_fails_the_build);
+    RUN(without_a_reference_families_vote_and_no_plurality_is_taken);
+    return test_summary();
+}
