@@ -3,7 +3,9 @@
 Cast, Pow, ReduceMean, Add, Sqrt, Div(1, .), Mul, Mul weight; LLaMA's with a
 Cast back; Pow(-0.5)) become one RMSNormalization layer (fuse_rmsnorm). Each
 engine's output is checked against numpy (and onnxruntime where it runs the
-model), and the layer count against `kiln inspect --json`."""
+model), and the layer count against `kiln inspect --json`. The CUDA tests
+build the same models for the GPU (fp32 and fp16 engines; skipped without a
+GPU or a CUDA backend) and check that the layer runs there (cuda.rmsnorm)."""
 
 import json
 import subprocess
@@ -77,19 +79,23 @@ def build_and_run(cli, model, tmp_path, x, shapes, extra=()):
     src, eng, out = tmp_path / "m.onnx", tmp_path / "m.kiln", tmp_path / "out"
     onnx.save(model, str(src))
     np.save(tmp_path / "x.npy", x)
-    subprocess.run([cli, "build", str(src), "-o", str(eng), "--shapes", shapes, "-q", *extra], check=True)
+    r = subprocess.run([cli, "build", str(src), "-o", str(eng), "--shapes", shapes, "-q", *extra],
+                       capture_output=True, text=True)
+    if r.returncode and "--device" in extra and ("no CUDA device" in r.stderr or "not available" in r.stderr):
+        pytest.skip("no CUDA device or backend: " + r.stderr.strip())
+    assert r.returncode == 0, r.stderr
     info = json.loads(subprocess.run([cli, "inspect", str(eng), "--json"], check=True, capture_output=True,
                                      text=True).stdout)
     subprocess.run([cli, "run", str(eng), "-i", f"x={tmp_path / 'x.npy'}", "--output-dir", str(out), "-q"],
                    check=True)
     y = np.load(next(out.glob("*.npy")))
-    return y, [layer["op"] for layer in info["layers"]]
+    return y, [layer["op"] for layer in info["layers"]], [layer["kernel"] for layer in info["layers"]]
 
 
 @pytest.mark.parametrize("form", ["t5", "llama", "pow"])
 def test_decomposed_forms_fuse(kiln_cli, tmp_path, form):
     x = (np.random.RandomState(1).standard_normal((3, 7, D)) * 2 + 1).astype(np.float32)
-    y, ops = build_and_run(kiln_cli, decomposed(form), tmp_path, x, "x:3x7x48")
+    y, ops, _ = build_and_run(kiln_cli, decomposed(form), tmp_path, x, "x:3x7x48")
     want = rms_ref(x, weight())
     if form == "t5":
         want = want + x
@@ -98,7 +104,7 @@ def test_decomposed_forms_fuse(kiln_cli, tmp_path, form):
         assert ops == ["RMSNormalization"], ops
     np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
     # without the pass: the same values from the unfused nodes
-    y0, ops0 = build_and_run(kiln_cli, decomposed(form), tmp_path, x, "x:3x7x48", ["--disable-pass", "fuse_rmsnorm"])
+    y0, ops0, _ = build_and_run(kiln_cli, decomposed(form), tmp_path, x, "x:3x7x48", ["--disable-pass", "fuse_rmsnorm"])
     assert "RMSNormalization" not in ops0
     np.testing.assert_allclose(y0, want, rtol=1e-5, atol=1e-5)
 
@@ -107,7 +113,7 @@ def test_decomposed_forms_fuse(kiln_cli, tmp_path, form):
 def test_onnx_rmsnormalization(kiln_cli, tmp_path, axis, scale_shape):
     model, scale = onnx_op(23, axis, scale_shape)
     x = (np.random.RandomState(2).standard_normal((2, 7, D)) * 3 + 2).astype(np.float32)
-    y, ops = build_and_run(kiln_cli, model, tmp_path, x, "x:2x7x48")
+    y, ops, _ = build_and_run(kiln_cli, model, tmp_path, x, "x:2x7x48")
     assert ops == ["RMSNormalization"], ops
     np.testing.assert_allclose(y, rms_ref(x, scale, axis=axis), rtol=1e-5, atol=1e-5)
     try:
@@ -124,3 +130,16 @@ def test_onnx_rmsnormalization_needs_opset_23(kiln_cli, tmp_path):
     r = subprocess.run([kiln_cli, "build", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "m.kiln")],
                        capture_output=True, text=True)
     assert r.returncode == 1 and "RMSNormalization from opset 23" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+@pytest.mark.parametrize("form", ["t5", "llama", "pow", "onnx23"])
+def test_cuda_rmsnorm(kiln_cli, tmp_path, form, precision):
+    x = (np.random.RandomState(3).standard_normal((2, 7, D)) * 2 + 1).astype(np.float32)
+    model = onnx_op(23)[0] if form == "onnx23" else decomposed(form)
+    y, ops, kernels = build_and_run(kiln_cli, model, tmp_path, x, "x:2x7x48", ["--device", "cuda", "--" + precision])
+    want = rms_ref(x, weight()) + (x if form == "t5" else 0)
+    assert ops.count("RMSNormalization") == 1 and "ReduceMean" not in ops, ops
+    assert kernels[ops.index("RMSNormalization")] == "cuda.rmsnorm:RMSNormalization", kernels
+    tol = 1e-5 if precision == "fp32" else 5e-3
+    np.testing.assert_allclose(y, want, rtol=tol, atol=tol * np.abs(want).max())
