@@ -9,6 +9,7 @@ GPU or a CUDA backend) and check that the layer runs there (cuda.rmsnorm)."""
 
 import json
 import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -143,3 +144,19 @@ def test_cuda_rmsnorm(kiln_cli, tmp_path, form, precision):
     assert kernels[ops.index("RMSNormalization")] == "cuda.rmsnorm:RMSNormalization", kernels
     tol = 1e-5 if precision == "fp32" else 5e-3
     np.testing.assert_allclose(y, want, rtol=tol, atol=tol * np.abs(want).max())
+
+
+@pytest.mark.parametrize("exporter", ["ts", "dy"])
+def test_hf_t5_encoder_exports(kiln_cli, tmp_path, exporter):
+    """transformers' T5 encoder (2 layers) exported by torch 2.11, TorchScript and dynamo
+    (tests/data/attention): its five norms fuse, and the engine matches the unfused model."""
+    src = str(Path(__file__).resolve().parents[2] / "tests" / "data" / "attention" / f"t211_{exporter}_hf_t5enc.onnx")
+    shapes = ["--shapes", "input_ids:2x8,attention_mask:2x8"]
+    eng = str(tmp_path / "t5.kiln")
+    subprocess.run([kiln_cli, "build", src, "-o", eng, "-q", *shapes], check=True)
+    info = json.loads(subprocess.run([kiln_cli, "inspect", eng, "--json"], check=True, capture_output=True,
+                                     text=True).stdout)
+    ops = [layer["op"] for layer in info["layers"]]
+    assert ops.count("RMSNormalization") == 5 and "ReduceMean" not in ops and "Pow" not in ops, ops
+    r = subprocess.run([kiln_cli, "debug", "compare", src, *shapes], capture_output=True, text=True)
+    assert r.returncode == 0 and "every compared tensor is within tolerance" in r.stdout, r.stdout + r.stderr
