@@ -357,7 +357,7 @@ static kiln_graph *t5_rmsnorm_graph(kiln_dtype xt) {
                  NULL);
     int y = add_node(g, KILN_OP_Mul, "ln/Mul", 2, (int[]){c, r}, NULL);
     if (xt != KILN_DTYPE_FLOAT32) y = add_node(g, KILN_OP_Cast, "ln/Cast_1", 1, &y, &back);
-    int wv = xt == KILN_DTYPE_FLOAT32 ? add_const(g, "ln.weight", xt, 1, pd, w) : add_const(g, "ln.weight", xt, 1, pd, wh);
+    int wv = add_const(g, "ln.weight", xt, 1, pd, xt == KILN_DTYPE_FLOAT32 ? (const void *)w : (const void *)wh);
     mark_output(g, add_node(g, KILN_OP_Mul, "ln/Mul_1", 2, (int[]){wv, y}, NULL));
     kiln__graph_link(g);
     if (kiln__graph_infer(g) != KILN_OK) {

@@ -271,14 +271,14 @@ static cudaError_t layernorm_vec_launch(RowIn<T, ADD> in, int64_t r_rows, const 
                                         void *y, kiln_dtype stat_t, void *mean, void *inv, int64_t rows,
                                         int64_t D, float eps, cudaStream_t st) {
     if (rows <= 1024) {
-        k_layernorm_vec<T, VPL, 1, ADD, RMS><<<(unsigned)rows, 32, 0, st>>>(in, r_rows, (const T *)scale, (const T *)bias,
-                                                                       (T *)y, stat_t, mean, inv, rows, D, eps);
+        k_layernorm_vec<T, VPL, 1, ADD, RMS><<<(unsigned)rows, 32, 0, st>>>(
+            in, r_rows, (const T *)scale, (const T *)bias, (T *)y, stat_t, mean, inv, rows, D, eps);
         return cudaGetLastError();
     }
     const int64_t blocks = (rows + 3) / 4;
     if (blocks > INT32_MAX) return cudaErrorInvalidConfiguration;
-    k_layernorm_vec<T, VPL, 4, ADD, RMS><<<(unsigned)blocks, 128, 0, st>>>(in, r_rows, (const T *)scale, (const T *)bias,
-                                                                     (T *)y, stat_t, mean, inv, rows, D, eps);
+    k_layernorm_vec<T, VPL, 4, ADD, RMS><<<(unsigned)blocks, 128, 0, st>>>(
+        in, r_rows, (const T *)scale, (const T *)bias, (T *)y, stat_t, mean, inv, rows, D, eps);
     return cudaGetLastError();
 }
 
@@ -291,7 +291,8 @@ static cudaError_t layernorm_launch(RowIn<T, ADD> in, int64_t r_rows, const void
     if constexpr (sizeof(T) == 2) {
         if (D % 8 == 0 && D > 0 && D <= 2048 && !ss && !bs && al16(in.x) && al16(y) && al16(scale) &&
             (!bias || al16(bias)) && (!ADD || (al16(in.r) && (!in.sum || al16(in.sum))))) {
-#define KCU_LN_VEC(V) layernorm_vec_launch<T, V, ADD, RMS>(in, r_rows, scale, bias, y, stat_t, mean, inv, rows, D, eps, st)
+#define KCU_LN_VEC(V) \
+    layernorm_vec_launch<T, V, ADD, RMS>(in, r_rows, scale, bias, y, stat_t, mean, inv, rows, D, eps, st)
             if (D <= 256) return KCU_LN_VEC(1);
             if (D <= 512) return KCU_LN_VEC(2);
             if (D <= 768) return KCU_LN_VEC(3);
