@@ -87,7 +87,7 @@ typedef struct kiln_eps_attrs { /* InstanceNormalization */
 } kiln_eps_attrs;
 KILN_ATTRS_SIZE(kiln_eps_attrs, 4); KILN_ATTRS_AT(kiln_eps_attrs, epsilon, 0);
 
-typedef struct kiln_ln_attrs {
+typedef struct kiln_ln_attrs { /* LayerNormalization, RMSNormalization */
     int32_t axis;
     float epsilon;
     int32_t stash_type;

@@ -1,6 +1,6 @@
 /* nn_norm.c -- normalizations and softmax: BatchNormalization,
- * InstanceNormalization, LayerNormalization, LRN, MeanVarianceNormalization,
- * Softmax, LogSoftmax, Hardmax.
+ * InstanceNormalization, LayerNormalization, RMSNormalization, LRN,
+ * MeanVarianceNormalization, Softmax, LogSoftmax, Hardmax.
  *
  * Numerics: means and variances are two-pass (mean first, then the sum of
  * squared deviations), with float lanes summed into double; softmax
@@ -324,17 +324,16 @@ static kiln_status ln_check_param(const kiln_infer_args *a, const char *what, co
     if (!p || p->rank < 0) return KILN_OK;
     int nr = X->rank - axis;
     if (p->rank > nr)
-        return KILN_FAIL(KILN_ERR_MODEL,
-                         "node '%s' (LayerNormalization): %s has rank %d, more than the %d normalized dims",
-                         NODE(a), what, p->rank, nr);
+        return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (%s): %s has rank %d, more than the %d normalized dims",
+                         NODE(a), a->op->name, what, p->rank, nr);
     for (int i = 0; i < p->rank; i++) {
         int64_t pd = p->dims[i], xd = X->dims[X->rank - p->rank + i];
         if (pd >= 0 && xd >= 0 && pd != 1 && pd != xd) {
             char s1[128], s2[128];
             return KILN_FAIL(KILN_ERR_MODEL,
-                             "node '%s' (LayerNormalization): %s of shape %s does not match the normalized "
+                             "node '%s' (%s): %s of shape %s does not match the normalized "
                              "shape of input %s (axis %d)",
-                             NODE(a), what, kiln__shape_str(p->rank, p->dims, s1, sizeof s1),
+                             NODE(a), a->op->name, what, kiln__shape_str(p->rank, p->dims, s1, sizeof s1),
                              kiln__shape_str(X->rank, X->dims, s2, sizeof s2), axis);
         }
     }
@@ -380,6 +379,7 @@ typedef struct ln_ctx {
     int nr;
     bool s_dense, b_dense;       /* parameter has D elements laid out like X's row */
     float eps;
+    bool rms;                    /* RMSNormalization: no mean subtracted, no B */
 } ln_ctx;
 
 static int64_t ln_param_index(const ln_ctx *c, const int64_t *str, int64_t i) {
@@ -395,14 +395,15 @@ static void ln_rows(void *vctx, int64_t r0, int64_t r1) {
     const ln_ctx *c = vctx;
     int64_t D = c->D;
     kiln_dtype t = c->X->dtype;
+    const kiln_dtype yt = c->Y->dtype; /* RMSNormalization: Scale's type, which may differ from X's */
     for (int64_t r = r0; r < r1; r++) {
         double mean, inv;
-        if (t == KILN_DTYPE_FLOAT32 && c->s_dense && (!c->B || c->b_dense)) {
+        if (t == KILN_DTYPE_FLOAT32 && yt == t && c->S->dtype == t && c->s_dense && (!c->B || c->b_dense)) {
             const float *restrict x = (const float *)c->X->data + r * D;
             float *restrict y = (float *)c->Y->data + r * D;
             const float *restrict s = c->S->data;
             const float *restrict b = c->B ? c->B->data : NULL;
-            mean = D ? sum_f32(x, D) / (double)D : 0.0;
+            mean = D && !c->rms ? sum_f32(x, D) / (double)D : 0.0;
             double var = D ? sumsq_dev_f32(x, D, (float)mean) / (double)D : 0.0;
             inv = 1.0 / sqrt(var + (double)c->eps);
             float fm = (float)mean, fi = (float)inv;
@@ -412,7 +413,7 @@ static void ln_rows(void *vctx, int64_t r0, int64_t r1) {
                 for (int64_t i = 0; i < D; i++) y[i] = (x[i] - fm) * fi * s[i];
         } else {
             double sum = 0.0, ss = 0.0;
-            for (int64_t i = 0; i < D; i++) sum += kiln__load_f64(t, c->X->data, r * D + i);
+            for (int64_t i = 0; i < D && !c->rms; i++) sum += kiln__load_f64(t, c->X->data, r * D + i);
             mean = D ? sum / (double)D : 0.0;
             for (int64_t i = 0; i < D; i++) {
                 double d = kiln__load_f64(t, c->X->data, r * D + i) - mean;
@@ -423,7 +424,7 @@ static void ln_rows(void *vctx, int64_t r0, int64_t r1) {
                 double v = (kiln__load_f64(t, c->X->data, r * D + i) - mean) * inv;
                 v *= kiln__load_f64(c->S->dtype, c->S->data, ln_param_index(c, c->sstr, i));
                 if (c->B) v += kiln__load_f64(c->B->dtype, c->B->data, ln_param_index(c, c->bstr, i));
-                kiln__store_f64(t, c->Y->data, r * D + i, v);
+                kiln__store_f64(yt, c->Y->data, r * D + i, v);
             }
         }
         if (c->mean_t) kiln__store_f64(c->mean_t->dtype, c->mean_t->data, r, mean);
@@ -436,8 +437,9 @@ static kiln_status ln_cpu(const kiln_kernel_args *a) {
     const kiln_tensor *X = a->in[0];
     int axis;
     KILN_TRY(kiln__norm_axis(NODE(a), at->axis, X->rank, &axis));
+    const int op_id = a->op_id ? a->op_id : kiln__op_id_of(a->op);
     ln_ctx c = {.X = X, .Y = a->out[0], .S = a->in[1], .B = a->n_in > 2 ? a->in[2] : NULL,
-                .eps = at->epsilon};
+                .eps = at->epsilon, .rms = op_id == KILN_OP_RMSNormalization};
     c.nr = X->rank - axis;
     c.D = kiln__numel(c.nr, X->dims + axis);
     for (int i = 0; i < c.nr; i++) c.ndims[i] = X->dims[axis + i];
@@ -460,6 +462,36 @@ const kiln_op_def kiln_op_LayerNormalization = {
     .min_inputs = 2, .max_inputs = 3, .min_outputs = 1, .max_outputs = 3,
     .attr_size = sizeof(kiln_ln_attrs),
     .import = ln_import, .validate = ln_validate, .infer = ln_infer, .cpu = ln_cpu,
+};
+
+/* ---- RMSNormalization (opset 23) -------------------------------------------------
+ *
+ * Y = X / sqrt(mean(X^2 over dims[axis:]) + epsilon) * scale: LayerNormalization
+ * without the mean and B (ln_rows with rms set). X and scale may be of two
+ * float types; Y is of scale's. The statistics are computed in float32 (double
+ * for float64 X) whatever stash_type says, as for LayerNormalization. Made by
+ * the optimizer from the decomposed form too (fuse_rmsnorm,
+ * src/passes/fuse_transformer.c). */
+
+static kiln_status rms_infer(const kiln_infer_args *a) {
+    const kiln_ln_attrs *at = a->attrs;
+    const kiln_tinfo *X = a->in[0], *S = a->in[1];
+    KILN_TRY(need_float(a, X->dtype));
+    KILN_TRY(need_float(a, S->dtype));
+    kiln__tinfo_copy_shape(a->out[0], X);
+    a->out[0]->dtype = S->dtype;
+    if (X->rank < 0) return KILN_OK;
+    int axis;
+    KILN_TRY(kiln__norm_axis(NODE(a), at->axis, X->rank, &axis));
+    return ln_check_param(a, "scale", S, X, axis);
+}
+
+const kiln_op_def kiln_op_RMSNormalization = {
+    .flags = KILN_OP_FLAG_REDUCIBLE,
+    .name = "RMSNormalization", .domain = "", .since = 23,
+    .min_inputs = 2, .max_inputs = 2, .min_outputs = 1, .max_outputs = 1,
+    .attr_size = sizeof(kiln_ln_attrs),
+    .import = ln_import, .validate = ln_validate, .infer = rms_infer, .cpu = ln_cpu,
 };
 
 /* ---- LRN ------------------------------------------------------------------- */

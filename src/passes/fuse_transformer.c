@@ -8,6 +8,11 @@
  *        ReduceMean(x) -> Sub -> Pow 2 -> ReduceMean -> Add eps -> Sqrt -> Div
  *        -> Mul gamma (-> Add beta)
  *      into LayerNormalization (the ONNX op; its kernel is in nn_norm.c);
+ *      and RMSNorm as T5, LLaMA and the like export it (section 2b)
+ *        [Cast fp32] -> Pow 2 (or x*x) -> ReduceMean(last axis) -> Add eps ->
+ *        Sqrt -> Div, or 1/Sqrt, Reciprocal(Sqrt) or Pow -0.5 and Mul
+ *        -> [Cast] -> Mul weight
+ *      into RMSNormalization;
  *   3. GELU, erf form x * 0.5 * (1 + erf(x / sqrt 2)) (three orders of the
  *      multiplications) and tanh form 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715
  *      x^3))), into kiln.Gelu;
@@ -394,6 +399,139 @@ static kiln_status match_layernorm(kiln_graph *g, const kiln_optimize_opts *o, i
     for (int i = 0; i < 9; i++)
         if (order[i] >= 0 && (order[i] != add_b || last == add_b)) pat_add(&p, order[i]);
     return pat_commit(g, &p, KILN_OP_LayerNormalization, n_in, in, out, &la);
+}
+
+/* ======================================================================= */
+/* 2b. RMSNorm                                                               */
+/* ======================================================================= */
+
+static bool is_float_type(kiln_dtype t) {
+    return t == KILN_DTYPE_FLOAT32 || t == KILN_DTYPE_FLOAT16 || t == KILN_DTYPE_BFLOAT16;
+}
+
+/* 1/sqrt(t) computed from t by t's only reader (and the steps in between
+ * by theirs): Pow(t, -0.5), or Sqrt(t) (or Pow(t, 0.5)) followed by
+ * Reciprocal or Div(1, .). Sets *inv to that value; a Sqrt followed by
+ * anything else matches too, with *inv the square root and *is_sqrt set
+ * (the caller then wants a Div by it). Adds the nodes to p. */
+static bool rms_inverse(const kiln_graph *g, int t, int *inv, bool *is_sqrt, pat *p) {
+    int c = kiln__pat_sole_consumer(g, t);
+    if (c < 0 || g->nodes[c].in[0] != t) return false;
+    const kiln_node *n = &g->nodes[c];
+    if (n->op_id == KILN_OP_Pow && const_scalar_near(g, n->in[1], -0.5)) {
+        pat_add(p, c);
+        *inv = n->out[0];
+        *is_sqrt = false;
+        return true;
+    }
+    if (n->op_id != KILN_OP_Sqrt && !(n->op_id == KILN_OP_Pow && const_scalar_near(g, n->in[1], 0.5))) return false;
+    pat_add(p, c);
+    int s = n->out[0], r = kiln__pat_sole_consumer(g, s);
+    if (r >= 0 && g->nodes[r].op_id == KILN_OP_Reciprocal) {
+        pat_add(p, r);
+        *inv = g->nodes[r].out[0];
+        *is_sqrt = false;
+        return true;
+    }
+    if (r >= 0 && g->nodes[r].op_id == KILN_OP_Div && g->nodes[r].in[1] == s && g->nodes[r].in[0] != s &&
+        const_scalar_near(g, g->nodes[r].in[0], 1.0)) {
+        pat_add(p, r);
+        *inv = g->nodes[r].out[0];
+        *is_sqrt = false;
+        return true;
+    }
+    *inv = s;
+    *is_sqrt = true;
+    return true;
+}
+
+/* From the ReduceMean `rm` of the squares: x * rsqrt(mean(x^2) + eps) * w.
+ * Every intermediate value has its one reader in the pattern (x may have
+ * others, unless it is an fp32 Cast the layer takes in: then only the
+ * pattern reads it); the mean is over the last axis only, eps a scalar
+ * constant, w a float constant broadcasting within the last axis. */
+static kiln_status match_rmsnorm(kiln_graph *g, const kiln_optimize_opts *o, int rm) {
+    int k = 0;
+    if (!reduce_last_axes(g, rm, &k) || k != 1) return KILN_OK;
+    pat p = {.n = 0};
+    /* the squares: Pow(x, 2) or Mul(x, x) */
+    int sqn = sole_producer(g, g->nodes[rm].in[0], 0);
+    if (sqn < 0) return KILN_OK;
+    const kiln_node *sq = &g->nodes[sqn];
+    int x = sq->in[0];
+    if (!((sq->op_id == KILN_OP_Pow && const_scalar_near(g, sq->in[1], 2.0)) ||
+          (sq->op_id == KILN_OP_Mul && sq->n_in == 2 && sq->in[1] == x)))
+        return KILN_OK;
+    const kiln_dtype xt = info(g, x)->dtype;
+    if (!is_float_type(xt) || info(g, x)->rank < 1) return KILN_OK;
+    pat_add(&p, sqn);
+    pat_add(&p, rm);
+    /* + eps */
+    int add = sole_consumer_op(g, g->nodes[rm].out[0], KILN_OP_Add);
+    double eps;
+    if (add < 0 || !const_scalar(g, other_input(g, add, g->nodes[rm].out[0]), &eps) || !(eps >= 0.0) ||
+        !(eps <= FLT_MAX))
+        return KILN_OK;
+    pat_add(&p, add);
+    /* x / sqrt(.) or x * rsqrt(.) */
+    int inv, nrm = -1;
+    bool is_sqrt;
+    if (!rms_inverse(g, g->nodes[add].out[0], &inv, &is_sqrt, &p)) return KILN_OK;
+    int c = kiln__pat_sole_consumer(g, inv);
+    if (c < 0) return KILN_OK;
+    const kiln_node *cn = &g->nodes[c];
+    if (is_sqrt ? (cn->op_id == KILN_OP_Div && cn->in[0] == x && cn->in[1] == inv)
+                : (cn->op_id == KILN_OP_Mul && other_input(g, c, inv) == x && x != inv))
+        nrm = cn->out[0];
+    if (nrm < 0) return KILN_OK;
+    pat_add(&p, c);
+    /* [Cast to the weight's type] -> Mul(w) */
+    int cur = nrm;
+    int oc = sole_consumer_op(g, cur, KILN_OP_Cast);
+    if (oc >= 0) {
+        if (!is_float_type(info(g, g->nodes[oc].out[0])->dtype)) return KILN_OK;
+        pat_add(&p, oc);
+        cur = g->nodes[oc].out[0];
+    }
+    int mw = sole_consumer_op(g, cur, KILN_OP_Mul);
+    int w = mw >= 0 ? other_input(g, mw, cur) : -1;
+    if (w < 0 || w == cur || !(g->values[w].flags & KILN_VALUE_CONST) || info(g, w)->rank > 1) return KILN_OK;
+    pat_add(&p, mw);
+    const int y = g->nodes[mw].out[0];
+    const kiln_dtype yt = info(g, y)->dtype;
+    if (!is_float_type(yt) || info(g, w)->dtype != yt) return KILN_OK;
+    /* x = Cast(x0) to float32: the layer reads x0 and computes in fp32 as the
+     * Cast made it, where x0 is float32 (an identity Cast, which torch's
+     * .to(float32) exports: its other readers, the residual, read x0 too)
+     * or of y's type and only the pattern reads x (the squares once or
+     * twice, the normalization) */
+    int X = x, x0 = -1;
+    bool drop_cast = false;
+    const int xc = kiln__pat_producer(g, x, KILN_OP_Cast);
+    if (xc >= 0 && xt == KILN_DTYPE_FLOAT32) {
+        x0 = g->nodes[xc].in[0];
+        const kiln_dtype t0 = info(g, x0)->dtype;
+        const bool only_here = g->values[x].n_uses == (sq->op_id == KILN_OP_Mul ? 2 : 1) + 1;
+        if (t0 == xt || (t0 == yt && only_here)) {
+            X = x0;
+            drop_cast = !kiln__graph_is_output(g, x) && p.n < MAX_PAT;
+        }
+    }
+    /* y keeps X's shape: the weight broadcasts within the last axis */
+    const kiln_tinfo *xi = info(g, X), *yi = info(g, y);
+    if (yi->rank != xi->rank) return KILN_OK;
+    for (int i = 0; i < xi->rank; i++)
+        if (yi->dims[i] != xi->dims[i]) return KILN_OK;
+    kiln_ln_attrs ra = {.axis = -1, .epsilon = (float)eps, .stash_type = 1};
+    int in[2] = {X, w};
+    if (!kiln__pat_supports(g, o->device, KILN_OP_RMSNormalization, 2, in, 1, &y, &ra)) return KILN_OK;
+    if (drop_cast) {
+        redirect_uses(g, x, x0); /* the same values (the pattern's own readers die with it) */
+        memmove(p.nodes + 1, p.nodes, sizeof(int) * (size_t)p.n); /* first: it names the layer */
+        p.nodes[0] = xc;
+        p.n++;
+    }
+    return pat_commit(g, &p, KILN_OP_RMSNormalization, 2, in, y, &ra);
 }
 
 /* ======================================================================= */
@@ -1580,6 +1718,8 @@ kiln_status kiln__opt_transformer(kiln_graph *g, const kiln_optimize_opts *o) {
     if (kiln__pass_on(o, KILN_PASS_MERGE_TRANSPOSE_RESHAPE)) KILN_TRY(opt_layout(g, o));
     for (int ni = 0; kiln__pass_on(o, KILN_PASS_FUSE_LAYERNORM) && ni < g->n_nodes; ni++)
         if (!g->nodes[ni].dead && g->nodes[ni].op_id == KILN_OP_Div) KILN_TRY(match_layernorm(g, o, ni));
+    for (int ni = 0; kiln__pass_on(o, KILN_PASS_FUSE_RMSNORM) && ni < g->n_nodes; ni++)
+        if (!g->nodes[ni].dead && g->nodes[ni].op_id == KILN_OP_ReduceMean) KILN_TRY(match_rmsnorm(g, o, ni));
     for (int ni = 0; kiln__pass_on(o, KILN_PASS_FUSE_GELU) && ni < g->n_nodes; ni++) {
         if (g->nodes[ni].dead) continue;
         if (g->nodes[ni].op_id == KILN_OP_Erf) KILN_TRY(match_gelu_erf(g, o, ni));

@@ -23,6 +23,8 @@ static const struct {
                                            "time from the input's own dims made constant (0 entries)"},
     [KILN_PASS_FUSE_LAYERNORM] = {"fuse_layernorm", "decomposed LayerNorm (ReduceMean ... Div, Mul, Add) "
                                                     "into LayerNormalization"},
+    [KILN_PASS_FUSE_RMSNORM] = {"fuse_rmsnorm", "decomposed RMSNorm (Pow 2, ReduceMean, Add eps, Sqrt, Div or "
+                                                "reciprocal and Mul, Mul weight) into RMSNormalization"},
     [KILN_PASS_FUSE_GELU] = {"fuse_gelu", "GELU (erf or tanh form) into kiln.Gelu"},
     [KILN_PASS_FUSE_ATTENTION] = {"fuse_attention", "MatMul, scale, mask, Softmax, MatMul (and the head "
                                                     "split and merge around them) into kiln.Attention"},

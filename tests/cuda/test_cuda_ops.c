@@ -1139,6 +1139,33 @@ TEST(test_norm) {
          trand(F32, -3, 3, S(3, 3000)), trand(F32, 0.5, 2, S(3000)), trand(F32, -1, 1, S(3000)));
     CASE("aln_axis1_f32", AddLayerNorm, &aln1, 1, 0, 1e-10, trand(F32, -3, 3, S(4, 6, 5)),
          trand(F32, -3, 3, S(6, 5)), trand(F32, 0.5, 2, S(6, 5)), trand(F32, -1, 1, S(6, 5)));
+
+    /* RMSNormalization (opset 23; fuse_rmsnorm makes it from T5's and LLaMA's
+     * exports): the vectorized fp16/bf16 kernel (D = 8k <= 2048: T5's 512,
+     * more than 1024 rows, the widest), the general ones (fp16 past 2048 and
+     * at an odd width, fp32 warp and block rows, a scalar scale, axis 1,
+     * fp64); a float16 X with a float32 scale is left to the CPU */
+    kiln_ln_attrs rms = {-1, 1e-6f, 1}, rms1 = {1, 1e-5f, 1};
+    CASE("rms_t5_f16", RMSNormalization, &rms, 1, 0, 0, trand(F16, -3, 3, S(1, 128, 512)),
+         trand(F16, 0.5, 2, S(512)));
+    CASE("rms_rows1200_bf16", RMSNormalization, &rms, 1, 0, 0, trand(BF16, -3, 3, S(30, 40, 256)),
+         trand(BF16, 0.5, 2, S(256)));
+    CASE("rms_2048_bf16", RMSNormalization, &rms, 1, 0, 0, trand(BF16, -3, 3, S(3, 2048)),
+         trand(BF16, 0.5, 2, S(2048)));
+    CASE("rms_4096_f16", RMSNormalization, &rms, 1, 0, 0, trand(F16, -3, 3, S(2, 4096)),
+         trand(F16, 0.5, 2, S(4096)));
+    CASE("rms_odd100_f16", RMSNormalization, &rms, 1, 0, 0, trand(F16, -3, 3, S(7, 100)),
+         trand(F16, 0.5, 2, S(100)));
+    CASE("rms_512_f32", RMSNormalization, &rms, 1, 0, 1e-10, trand(F32, -3, 3, S(2, 16, 512)),
+         trand(F32, 0.5, 2, S(512)));
+    CASE("rms_wide3000_f32", RMSNormalization, &rms, 1, 0, 1e-10, trand(F32, -3, 3, S(3, 3000)),
+         trand(F32, 0.5, 2, S(3000)));
+    CASE("rms_scalar_f32", RMSNormalization, &rms, 1, 0, 1e-10, trand(F32, -3, 3, S(5, 37)),
+         trand(F32, 0.5, 2, S(1)));
+    CASE("rms_axis1_f32", RMSNormalization, &rms1, 1, 0, 1e-10, trand(F32, -3, 3, S(4, 6, 5)),
+         trand(F32, 0.5, 2, S(6, 5)));
+    CASE("rms_f64", RMSNormalization, &rms, 1, 0, 0, trand(F64, -3, 3, S(3, 20)), trand(F64, 0.5, 2, S(20)));
+    REFUSE("rms_mixed_types", RMSNormalization, &rms, 1, trand(F16, -3, 3, S(2, 64)), trand(F32, 0.5, 2, S(64)));
 }
 
 TEST(test_softmax) {

@@ -322,6 +322,82 @@ TEST(add_layernorm_fp16) {
     kiln__graph_free(g);
 }
 
+/* T5's RMSNorm (src/passes/fuse_transformer.c, fuse_rmsnorm) over x [2, 8,
+ * 64] of type xt: Cast(float) -> Pow 2 -> ReduceMean(-1) -> Add eps -> Sqrt
+ * -> Div(1, .) -> Mul(cast, .) [-> Cast(xt) where xt is not float32] ->
+ * Mul(weight of type xt, .), the graph's output. */
+static kiln_graph *t5_rmsnorm_graph(kiln_dtype xt) {
+    kiln_graph *g = NULL;
+    if (kiln__graph_create(&g) != KILN_OK) abort();
+    int64_t xd[3] = {2, 8, 64}, pd[1] = {64}, ad[1] = {1}, last = -1;
+    int x = add_val(g, "x");
+    g->values[x].info.dtype = xt;
+    g->values[x].info.rank = 3;
+    memcpy(g->values[x].info.dims, xd, sizeof xd);
+    g->values[x].flags |= KILN_VALUE_INPUT;
+    if (kiln__grow((void **)&g->inputs, &g->cap_inputs, 1, sizeof(int)) != KILN_OK) abort();
+    g->inputs[g->n_inputs++] = x;
+    float w[64], two = 2.0f, eps = 1e-6f, one = 1.0f;
+    uint16_t wh[64];
+    for (int i = 0; i < 64; i++) {
+        w[i] = 0.5f + 0.01f * (float)i;
+        wh[i] = xt == KILN_DTYPE_FLOAT16 ? kiln__f32_to_f16(w[i]) : kiln__f32_to_bf16(w[i]);
+    }
+    kiln_ew_cast_attrs to32 = {.to = KILN_DTYPE_FLOAT32}, back = {.to = xt};
+    kiln_reduce_attrs ra = {.keepdims = 1};
+    int c = add_node(g, KILN_OP_Cast, "ln/Cast", 1, &x, &to32);
+    int sq = add_node(g, KILN_OP_Pow, "ln/Pow", 2, (int[]){c, add_const(g, "two", KILN_DTYPE_FLOAT32, 0, NULL, &two)},
+                      NULL);
+    int ms = add_node(g, KILN_OP_ReduceMean, "ln/ReduceMean", 2,
+                      (int[]){sq, add_const(g, "axes", KILN_DTYPE_INT64, 1, ad, &last)}, &ra);
+    int t = add_node(g, KILN_OP_Add, "ln/Add", 2, (int[]){ms, add_const(g, "eps", KILN_DTYPE_FLOAT32, 0, NULL, &eps)},
+                     NULL);
+    int r = add_node(g, KILN_OP_Sqrt, "ln/Sqrt", 1, &t, NULL);
+    r = add_node(g, KILN_OP_Div, "ln/Div", 2, (int[]){add_const(g, "one", KILN_DTYPE_FLOAT32, 0, NULL, &one), r},
+                 NULL);
+    int y = add_node(g, KILN_OP_Mul, "ln/Mul", 2, (int[]){c, r}, NULL);
+    if (xt != KILN_DTYPE_FLOAT32) y = add_node(g, KILN_OP_Cast, "ln/Cast_1", 1, &y, &back);
+    int wv = add_const(g, "ln.weight", xt, 1, pd, xt == KILN_DTYPE_FLOAT32 ? (const void *)w : (const void *)wh);
+    mark_output(g, add_node(g, KILN_OP_Mul, "ln/Mul_1", 2, (int[]){wv, y}, NULL));
+    kiln__graph_link(g);
+    if (kiln__graph_infer(g) != KILN_OK) {
+        fprintf(stderr, "infer: %s\n", kiln_last_error());
+        abort();
+    }
+    return g;
+}
+
+/* RMSNorm in CUDA plans: a float32 model's in an fp16 plan becomes one
+ * RMSNormalization run in fp16 (X, scale and Y; the graph's input and output
+ * stay float32); a float16 or bfloat16 model's (computed in float32 between
+ * its Casts) one RMSNormalization of the model's type, the Casts taken in. */
+TEST(rmsnorm_reduced) {
+    if (!have_cuda()) return;
+    kiln_graph *g = t5_rmsnorm_graph(KILN_DTYPE_FLOAT32);
+    CHECK_OK(optimize(g, KILN_DEVICE_CUDA, KILN_PRECISION_FP16, NULL, 0, false));
+    CHECK(topo_ok(g));
+    CHECK(count_op(g, KILN_OP_RMSNormalization) == 1 && count_op(g, KILN_OP_ReduceMean) == 0 &&
+          count_op(g, KILN_OP_Pow) == 0 && count_op(g, KILN_OP_Div) == 0);
+    const kiln_node *n = find_node(g, "ln/Cast+ln/Pow+ln/ReduceMean+ln/Add+ln/Sqrt+ln/Div+ln/Mul+ln/Mul_1");
+    CHECK(n != NULL);
+    for (int i = 0; n && i < 2; i++) CHECK(in_dtype(g, n, i) == KILN_DTYPE_FLOAT16);
+    CHECK(n && g->values[n->out[0]].info.dtype == KILN_DTYPE_FLOAT16);
+    CHECK(g->values[g->inputs[0]].info.dtype == KILN_DTYPE_FLOAT32);
+    CHECK(g->values[g->outputs[0]].info.dtype == KILN_DTYPE_FLOAT32);
+    kiln__graph_free(g);
+    const kiln_dtype ts[2] = {KILN_DTYPE_FLOAT16, KILN_DTYPE_BFLOAT16};
+    for (int k = 0; k < 2; k++) {
+        g = t5_rmsnorm_graph(ts[k]);
+        CHECK_OK(optimize(g, KILN_DEVICE_CUDA, KILN_PRECISION_FP32, NULL, 0, false));
+        CHECK(topo_ok(g));
+        CHECK(count_op(g, KILN_OP_RMSNormalization) == 1 && count_op(g, KILN_OP_Cast) == 0 && g->n_nodes == 1);
+        n = find_node(g, "ln/Cast+ln/Pow+ln/ReduceMean+ln/Add+ln/Sqrt+ln/Div+ln/Mul+ln/Cast_1+ln/Mul_1");
+        CHECK(n && n->in[0] == g->inputs[0] && in_dtype(g, n, 1) == ts[k] && n->out[0] == g->outputs[0]);
+        CHECK(g->values[g->outputs[0]].info.dtype == ts[k]);
+        kiln__graph_free(g);
+    }
+}
+
 /* The CPU kernels of the fused layers refuse float16 tensors with a message. */
 TEST(fused_cpu_refuses_fp16) {
     uint16_t buf[64] = {0};
@@ -815,6 +891,7 @@ int main(void) {
     RUN(fused_fp16);
     RUN(fused_cpu_refuses_fp16);
     RUN(add_layernorm_fp16);
+    RUN(rmsnorm_reduced);
     RUN(cuda_nhwc_chain);
     RUN(cuda_nhwc_mobilenet);
     RUN(cuda_nhwc_dynamic_batch);

@@ -14,6 +14,7 @@
 #include "graph_build.h"
 
 #include "backends/cpu/kernels/fused_transformer_cpu.h"
+#include "ops/elementwise_impl.h"
 #include "ops/nn_attrs.h"
 #include "ops/reduce_attrs.h"
 #include "ops/tensor_internal.h"
@@ -929,6 +930,124 @@ TEST(add_layernorm_not_fused) {
     kiln_model_free(m);
 }
 
+/* ---- RMSNorm (fuse_rmsnorm, src/passes/fuse_transformer.c) ------------------- */
+
+/* How an RMSNorm over x [.., D] is written. form 0: T5 (transformers 4.36,
+ * torch 1.13): Cast(float) -> Pow 2 -> ReduceMean -> Add eps -> Sqrt ->
+ * Div(1, .) -> Mul(cast, .) -> Mul(w, .); 1: Pow 2 ... Sqrt -> Div(x, .) ->
+ * Mul(., w); 2: Mul(x, x) ... Add(eps, .) -> Sqrt -> Reciprocal -> Mul(., x)
+ * -> Cast(float) -> Mul(w, .); 3: Pow 2 ... Pow(., -0.5) -> Mul(x, .) ->
+ * Mul(., w). eps: the value added (-1: a scalar constant); axes: the
+ * ReduceMean's (n_axes 0: the last). Out: the Cast's, the mean's and the
+ * square root's values (-1 where the form has none). */
+typedef struct rms_spec {
+    int form, eps, n_axes;
+    int64_t axes[2];
+    int cast, mean, sqrt;
+} rms_spec;
+
+static int rmsnorm(kiln_graph *g, const char *p, int x, int64_t D, rms_spec *sp) {
+    char n[16][64];
+    for (int i = 0; i < 16; i++) snprintf(n[i], sizeof n[i], "%s_%d", p, i);
+    kiln_reduce_attrs ra = {.keepdims = 1};
+    kiln_ew_cast_attrs ca = {.to = KILN_DTYPE_FLOAT32};
+    int64_t last[1] = {-1}, dd[1] = {D};
+    sp->cast = sp->sqrt = -1;
+    if (sp->form == 0) x = sp->cast = add_unary(g, KILN_OP_Cast, n[0], x, &ca);
+    int sq = sp->form == 2 ? add_binary(g, KILN_OP_Mul, n[1], x, x)
+                           : add_binary(g, KILN_OP_Pow, n[1], x, add_scalar(g, n[2], 2.0f));
+    int axes = sp->n_axes ? ints(g, n[3], sp->n_axes, sp->axes) : ints(g, n[3], 1, last);
+    int ms = sp->mean = add_node(g, KILN_OP_ReduceMean, n[4], 2, (int[]){sq, axes}, &ra);
+    int eps = sp->eps >= 0 ? sp->eps : add_scalar(g, n[5], 1e-6f);
+    int t = sp->form == 2 ? add_binary(g, KILN_OP_Add, n[6], eps, ms) : add_binary(g, KILN_OP_Add, n[6], ms, eps);
+    int y, w = weights(g, n[7], 1, dd, 1.0f);
+    if (sp->form == 3) {
+        y = add_binary(g, KILN_OP_Mul, n[9], x, add_binary(g, KILN_OP_Pow, n[8], t, add_scalar(g, n[10], -0.5f)));
+        return add_binary(g, KILN_OP_Mul, n[11], y, w);
+    }
+    int r = sp->sqrt = add_unary(g, KILN_OP_Sqrt, n[8], t, NULL);
+    if (sp->form == 1) return add_binary(g, KILN_OP_Mul, n[11], add_binary(g, KILN_OP_Div, n[9], x, r), w);
+    if (sp->form == 0) {
+        r = add_binary(g, KILN_OP_Div, n[10], add_scalar(g, n[12], 1.0f), r);
+        return add_binary(g, KILN_OP_Mul, n[11], w, add_binary(g, KILN_OP_Mul, n[9], x, r));
+    }
+    y = add_binary(g, KILN_OP_Mul, n[9], add_unary(g, KILN_OP_Reciprocal, n[10], r, NULL), x);
+    return add_binary(g, KILN_OP_Mul, n[11], w, add_unary(g, KILN_OP_Cast, n[13], y, &ca));
+}
+
+/* The four forms, chained; T5's Cast output is read by a residual Add too
+ * (torch's .to(float32) of a float32 tensor is the tensor itself, so the
+ * trace reads it from there): the Add reads the Cast's input instead and
+ * the Cast goes. Every norm becomes one RMSNormalization named after its
+ * nodes; --disable-pass fuse_rmsnorm keeps them. */
+TEST(rmsnorm_forms) {
+    kiln_graph *g = NULL;
+    CHECK_OK(kiln__graph_create(&g));
+    int64_t xd[3] = {2, 5, 40};
+    int x = add_input(g, "x", 3, xd);
+    rms_spec s0 = {.form = 0, .eps = -1}, s1 = {.form = 1, .eps = -1}, s2 = {.form = 2, .eps = -1},
+             s3 = {.form = 3, .eps = -1};
+    int h = rmsnorm(g, "n0", x, 40, &s0);
+    h = add_binary(g, KILN_OP_Add, "res", s0.cast, h);
+    h = rmsnorm(g, "n3", rmsnorm(g, "n2", rmsnorm(g, "n1", h, 40, &s1), 40, &s2), 40, &s3);
+    mark_output(g, h);
+    kiln_model *m = model_of(g);
+    compare(m, 1e-5, 1);
+    compare(m, 1e-5, 2);
+    kiln_engine *e = build(m, 1, 0, 1);
+    CHECK(e && count_op(e, KILN_OP_RMSNormalization) == 4 && count_op(e, KILN_OP_Add) == 1 && e->graph->n_nodes == 5);
+    CHECK(count_op(e, KILN_OP_Cast) == 0 && count_op(e, KILN_OP_ReduceMean) == 0);
+    const kiln_node *n0 = find_layer(e, "n0_0+n0_1+n0_4+n0_6+n0_8+n0_10+n0_9+n0_11");
+    CHECK(n0 && n0->n_in == 2 && n0->in[0] == e->graph->inputs[0]);
+    CHECK(n0 && fabsf(((const kiln_ln_attrs *)n0->attrs)->epsilon - 1e-6f) < 1e-12f &&
+          ((const kiln_ln_attrs *)n0->attrs)->axis == -1);
+    CHECK(find_layer(e, "n2_1+n2_4+n2_6+n2_8+n2_10+n2_9+n2_13+n2_11") != NULL);
+    for (int i = 0; e && i < e->graph->n_nodes; i++) /* the residual reads x */
+        if (e->graph->nodes[i].op_id == KILN_OP_Add) CHECK(e->graph->nodes[i].in[0] == e->graph->inputs[0]);
+    kiln_engine_free(e);
+    e = build_off(m, 1, 0, 1, "fuse_rmsnorm");
+    CHECK(e && count_op(e, KILN_OP_RMSNormalization) == 0);
+    kiln_engine_free(e);
+    kiln_model_free(m);
+}
+
+/* Left alone: a mean over another axis or over the last two, an eps that is
+ * not a scalar constant (a graph input, a constant per element), a mean or a
+ * square root read elsewhere too (graph outputs). */
+TEST(rmsnorm_not_fused) {
+    kiln_graph *g = NULL;
+    CHECK_OK(kiln__graph_create(&g));
+    int64_t xd[3] = {2, 5, 40}, ed[1] = {40};
+    int x = add_input(g, "x", 3, xd), ein = add_input(g, "eps_in", 0, ed);
+    rms_spec sp[7] = {{.form = 1, .eps = -1, .n_axes = 1, .axes = {1}},
+                      {.form = 3, .eps = -1, .n_axes = 2, .axes = {-2, -1}},
+                      {.form = 1, .eps = ein},
+                      {.form = 0, .eps = add_const(g, "eps40", 1, ed, 1e-6f, 1e-5f)},
+                      {.form = 2, .eps = -1},
+                      {.form = 3, .eps = -1},
+                      {.form = 1, .eps = -1}};
+    for (int i = 0; i < 7; i++) {
+        char p[8];
+        snprintf(p, sizeof p, "m%d", i);
+        mark_output(g, rmsnorm(g, p, x, 40, &sp[i]));
+    }
+    mark_output(g, sp[4].mean);
+    mark_output(g, add_unary(g, KILN_OP_Relu, "reads_sqrt", sp[6].sqrt, NULL));
+    mark_output(g, add_binary(g, KILN_OP_Mul, "reads_mean", sp[5].mean, x));
+    kiln_model *m = model_of(g);
+    for (int i = 0; i < BIG; i++) xs[1][i] = 1e-6f; /* eps_in */
+    kiln_engine *e0 = build(m, 0, KILN_PRECISION_FP32, 1), *e1 = build(m, 1, KILN_PRECISION_FP32, 1);
+    for (int j = 0; j < BIG; j++) xs[0][j] = 2.0f * frand();
+    for (int k = 0; e0 && e1 && k < m->graph->n_outputs; k++) {
+        int64_t n0 = run(e0, k, yref), n1 = run(e1, k, yopt);
+        CHECK(n0 > 0 && n0 == n1 && rel_err(yopt, yref, n0) <= 1e-5);
+    }
+    CHECK(e1 && count_op(e1, KILN_OP_RMSNormalization) == 0 && count_op(e1, KILN_OP_ReduceMean) == 7);
+    kiln_engine_free(e0);
+    kiln_engine_free(e1);
+    kiln_model_free(m);
+}
+
 int main(void) {
     RUN(math_helpers);
     RUN(layernorm_fused);
@@ -951,5 +1070,7 @@ int main(void) {
     RUN(add_layernorm_bert);
     RUN(add_layernorm_pre_ln);
     RUN(add_layernorm_not_fused);
+    RUN(rmsnorm_forms);
+    RUN(rmsnorm_not_fused);
     return test_summary();
 }

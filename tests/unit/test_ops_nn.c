@@ -921,6 +921,78 @@ TEST(layernorm_vs_reference) {
     free(X);
 }
 
+/* RMSNormalization (opset 23): over the last axis and from axis 1, with a
+ * dense and a one-element scale; float16 X with a float32 scale (Y is of the
+ * scale's type); a scale that does not fit the normalized dims and an integer
+ * X are refused. */
+static void rms_ref(const float *X, const float *S, bool s_scalar, int64_t rows, int64_t D, double eps, double *ref) {
+    for (int64_t row = 0; row < rows; row++) {
+        double ms = 0;
+        for (int64_t i = 0; i < D; i++) ms += (double)X[row * D + i] * X[row * D + i];
+        double inv = 1.0 / sqrt(ms / (double)D + eps);
+        for (int64_t i = 0; i < D; i++) ref[row * D + i] = X[row * D + i] * inv * S[s_scalar ? 0 : i];
+    }
+}
+
+TEST(rmsnorm_vs_reference) {
+    int64_t dims[3] = {4, 5, 24}, one[1] = {1};
+    int64_t n = 4 * 5 * 24;
+    float *X = rand_buf(n);
+    for (int64_t i = 0; i < n; i++) X[i] = X[i] * 3.0f + 10.0f; /* a mean far from 0: not LayerNorm's result */
+    double *ref = malloc(sizeof(double) * (size_t)n);
+    for (int form = 0; form < 3; form++) {
+        const int axis = form == 1 ? 1 : 2;
+        const int64_t D = axis == 2 ? 24 : 120;
+        float *S = rand_buf(D);
+        kiln_tensor tx = tensor(KILN_DTYPE_FLOAT32, 3, dims, X);
+        kiln_tensor ts = form == 2 ? tensor(KILN_DTYPE_FLOAT32, 1, one, S)
+                                   : tensor(KILN_DTYPE_FLOAT32, 3 - axis, dims + axis, S);
+        const kiln_tensor *in[2] = {&tx, &ts};
+        ln_attrs at = {axis == 2 ? -1 : 1, 1e-6f, 1};
+        run_result r;
+        CHECK_OK(run_op(KILN_OP_RMSNormalization, &at, 2, in, 1, NULL, &r));
+        if (r.st == KILN_OK) {
+            CHECK(r.out[0].dtype == KILN_DTYPE_FLOAT32 && r.out[0].rank == 3 && r.out[0].dims[2] == 24);
+            rms_ref(X, S, form == 2, n / D, D, 1e-6, ref);
+            compare_f32("rmsnorm Y", (const float *)r.out[0].data, ref, n, 1e-5, 1e-6);
+        }
+        result_free(&r);
+        free(S);
+    }
+    /* float16 X, float32 scale: Y float32, computed from X's float16 values */
+    uint16_t *xh = malloc(sizeof(uint16_t) * (size_t)n);
+    float *xr = malloc(sizeof(float) * (size_t)n), *S = rand_buf(24);
+    for (int64_t i = 0; i < n; i++) {
+        xh[i] = kiln__f32_to_f16(X[i]);
+        xr[i] = kiln__f16_to_f32(xh[i]);
+    }
+    kiln_tensor tx = tensor(KILN_DTYPE_FLOAT16, 3, dims, xh), ts = tensor(KILN_DTYPE_FLOAT32, 1, dims + 2, S);
+    const kiln_tensor *in[2] = {&tx, &ts};
+    ln_attrs at = {-1, 1e-5f, 1};
+    run_result r;
+    CHECK_OK(run_op(KILN_OP_RMSNormalization, &at, 2, in, 1, NULL, &r));
+    if (r.st == KILN_OK) {
+        CHECK(r.out[0].dtype == KILN_DTYPE_FLOAT32);
+        rms_ref(xr, S, false, n / 24, 24, 1e-5, ref);
+        compare_f32("rmsnorm f16 X", (const float *)r.out[0].data, ref, n, 1e-5, 1e-6);
+    }
+    result_free(&r);
+    /* a scale of 5 elements for a last axis of 24; an int32 X */
+    int64_t five[1] = {5};
+    kiln_tensor bad = tensor(KILN_DTYPE_FLOAT32, 1, five, S), xi = tensor(KILN_DTYPE_INT32, 3, dims, X);
+    const kiln_tensor *in_bad[2] = {&tx, &bad}, *in_int[2] = {&xi, &ts};
+    CHECK(run_op(KILN_OP_RMSNormalization, &at, 2, in_bad, 1, NULL, &r) == KILN_ERR_MODEL);
+    CHECK(strstr(kiln_last_error(), "RMSNormalization") && strstr(kiln_last_error(), "scale of shape [5]"));
+    result_free(&r);
+    CHECK(run_op(KILN_OP_RMSNormalization, &at, 2, in_int, 1, NULL, &r) == KILN_ERR_UNSUPPORTED);
+    result_free(&r);
+    free(xh);
+    free(xr);
+    free(S);
+    free(ref);
+    free(X);
+}
+
 TEST(batchnorm_vs_reference) {
     int64_t dims[4] = {2, 3, 5, 4}, cd[1] = {3};
     float *X = rand_buf(120);
@@ -1130,6 +1202,7 @@ int main(void) {
     RUN(pool3d_and_global);
     RUN(softmax_rows);
     RUN(layernorm_vs_reference);
+    RUN(rmsnorm_vs_reference);
     RUN(batchnorm_vs_reference);
     RUN(matmul_broadcast);
     RUN(gemm_with_attrs);

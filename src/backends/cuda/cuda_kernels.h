@@ -148,6 +148,11 @@ cudaError_t kcu_layernorm(kiln_dtype t, const void *x, const void *scale, int sc
                           const void *bias, int bias_scalar, void *y, kiln_dtype stat_t,
                           void *mean, void *inv_std, int64_t rows, int64_t D, float eps,
                           cudaStream_t stream);
+/* RMSNormalization over rows of D contiguous elements: x / sqrt(mean(x^2) +
+ * eps) * scale (D elements, or 1 when scale_scalar), all of dtype t; fp32
+ * statistics (f64 for f64), one reduction per row. */
+cudaError_t kcu_rmsnorm(kiln_dtype t, const void *x, const void *scale, int scale_scalar, void *y, int64_t rows,
+                        int64_t D, float eps, cudaStream_t stream);
 /* kiln.AddLayerNorm: LayerNormalization of x + r (rounded to t, written to
  * sum unless NULL) over rows of D; r holds r_rows rows (rows a multiple of
  * it; row i adds r's row i % r_rows). f32/f16/bf16; no statistics outputs. */

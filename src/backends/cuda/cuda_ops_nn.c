@@ -1,7 +1,7 @@
 /* cuda_ops_nn.c -- normalization, softmax, pooling and reductions on the
  * GPU: GlobalAveragePool/GlobalMaxPool, Softmax/LogSoftmax,
- * LayerNormalization, BatchNormalization, MaxPool/AveragePool and the
- * Reduce* family.
+ * LayerNormalization, kiln.AddLayerNorm, RMSNormalization,
+ * BatchNormalization, MaxPool/AveragePool and the Reduce* family.
  * Kernels: k_norm.cu, k_pool.cu, k_reduce.cu. */
 #if KILN_HAVE_CUDA
 
@@ -200,6 +200,35 @@ kiln_status kiln__cu_add_layernorm_run(const kiln_kernel_args *a) {
     KILN_CUDA_TRY(kcu_add_layernorm(t, x->data, r->data, r_rows, sum ? sum->data : NULL, S->data,
                                     sn == 1 && D != 1, B ? B->data : NULL, bn == 1 && D != 1, a->out[0]->data,
                                     rows, D, at->epsilon, KCU_STREAM(a)),
+                  KCU_NODE(a));
+    return KILN_OK;
+}
+
+/* ---- RMSNormalization ---------------------------------------------------------------------------- */
+
+/* X, scale and Y of one float type (the reference kernel runs mixed types);
+ * scale dense over the normalized dims or a scalar */
+bool kiln__cu_rmsnorm_supports(const kiln_graph *g, const kiln_node *n) {
+    const kiln_ln_attrs *at = n->attrs;
+    return at && float_in_out(g, n) && kiln__cu_in_dtype(g, n, 1) == kiln__cu_in_dtype(g, n, 0) &&
+           ln_params_fit(g, n, at->axis, 1);
+}
+
+kiln_status kiln__cu_rmsnorm_run(const kiln_kernel_args *a) {
+    const kiln_ln_attrs *at = a->attrs;
+    const kiln_tensor *x = a->in[0], *S = a->in[1];
+    if (!kiln__cu_is_float(x->dtype) || S->dtype != x->dtype || a->out[0]->dtype != x->dtype)
+        return dtype_fail(a, x->dtype);
+    int axis = 0;
+    KILN_TRY(kiln__norm_axis(KCU_NODE(a), at->axis, x->rank, &axis));
+    int64_t D = kiln__numel(x->rank - axis, x->dims + axis), rows = kiln__numel(axis, x->dims);
+    int64_t sn = kiln__tensor_numel(S);
+    if (sn != D && sn != 1)
+        return KILN_FAIL(KILN_ERR_UNSUPPORTED,
+                         "node '%s' (RMSNormalization): scale must have %lld elements (or 1) on the GPU",
+                         KCU_NODE(a), (long long)D);
+    KILN_CUDA_TRY(kcu_rmsnorm(x->dtype, x->data, S->data, sn == 1 && D != 1, a->out[0]->data, rows, D,
+                              at->epsilon, KCU_STREAM(a)),
                   KCU_NODE(a));
     return KILN_OK;
 }

@@ -36,6 +36,7 @@ KCU_DECLARE(global_pool)
 KCU_DECLARE(softmax)
 KCU_DECLARE(layernorm)
 KCU_DECLARE(add_layernorm)
+KCU_DECLARE(rmsnorm)
 KCU_DECLARE(batchnorm)
 KCU_DECLARE(pool)
 KCU_DECLARE(reduce)
@@ -50,7 +51,7 @@ KCU_DECLARE(pointwise)
 
 /* Adding or removing an op: give it a row below if the GPU runs it (else it
  * runs on the CPU), then update the count. */
-_Static_assert(KILN_OP_COUNT == 171, "the op registry changed: see this table, then update the count");
+_Static_assert(KILN_OP_COUNT == 172, "the op registry changed: see this table, then update the count");
 
 static const kiln_kernel kiln_cuda_kernels[KILN_OP_ID_LIMIT] = {
     /* elementwise: unary math and activations (cuda_ops_ew.c, k_elementwise.cu) */
@@ -148,6 +149,7 @@ static const kiln_kernel kiln_cuda_kernels[KILN_OP_ID_LIMIT] = {
     [KILN_OP_BatchNormalization] = KCU_ENTRY("cuda.batchnorm", batchnorm),
     [KILN_OP_LayerNormalization] = KCU_ENTRY("cuda.layernorm", layernorm),
     [KILN_OP_AddLayerNorm] = KCU_ENTRY("cuda.add_layernorm", add_layernorm),
+    [KILN_OP_RMSNormalization] = KCU_ENTRY("cuda.rmsnorm", rmsnorm),
     [KILN_OP_Softmax] = KCU_ENTRY("cuda.softmax", softmax),
     [KILN_OP_LogSoftmax] = KCU_ENTRY("cuda.softmax", softmax),
     /* fused layers (cuda_conv.c, k_fused.cu) */

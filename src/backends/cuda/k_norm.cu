@@ -1,6 +1,8 @@
-/* k_norm.cu -- Softmax/LogSoftmax, LayerNormalization, BatchNormalization
- * (inference). Statistics are kept in fp32 (fp64 for fp64 tensors) for
- * every storage type; rows are reduced by a warp (short rows) or a block. */
+/* k_norm.cu -- Softmax/LogSoftmax, LayerNormalization (and kiln.AddLayerNorm,
+ * RMSNormalization: the same kernels, a sum before or no mean),
+ * BatchNormalization (inference). Statistics are kept in fp32 (fp64 for fp64
+ * tensors) for every storage type; rows are reduced by a warp (short rows) or
+ * a block. */
 #include "k_common.cuh"
 
 namespace kcu {
@@ -132,7 +134,9 @@ template <typename T, bool ADD> struct RowIn {
     }
 };
 
-template <typename T, int G, bool ADD>
+/* RMS: RMSNormalization's rows, x / sqrt(mean(x^2) + eps) * scale (the mean
+ * taken as 0: one reduction, no bias). */
+template <typename T, int G, bool ADD, bool RMS>
 __global__ void __launch_bounds__(KCU_THREADS)
     k_layernorm(RowIn<T, ADD> in, int64_t r_rows, const T *__restrict__ scale, int scale_scalar,
                 const T *__restrict__ bias, int bias_scalar, T *__restrict__ y, kiln_dtype stat_t,
@@ -145,17 +149,22 @@ __global__ void __launch_bounds__(KCU_THREADS)
          r += (int64_t)gridDim.x * rows_per_block) {
         const int64_t xo = r * D, ro = ADD ? (r % r_rows) * D : 0;
         T *yr = y + r * D;
-        C s = 0;
-        for (int64_t j = lane; j < D; j += G) {
-            const C v = in.at(xo + j, ro + j);
-            if (ADD && in.sum) in.sum[xo + j] = Num<T>::store(v);
-            s += v;
+        C mean = 0;
+        if constexpr (!RMS) {
+            C s = 0;
+            for (int64_t j = lane; j < D; j += G) {
+                const C v = in.at(xo + j, ro + j);
+                if (ADD && in.sum) in.sum[xo + j] = Num<T>::store(v);
+                s += v;
+            }
+            s = Group<G>::reduce(s, OpAdd(), sh);
+            mean = D ? s / (C)D : C(0);
         }
-        s = Group<G>::reduce(s, OpAdd(), sh);
-        const C mean = D ? s / (C)D : C(0);
         C ss = 0;
         for (int64_t j = lane; j < D; j += G) {
-            C d = in.at(xo + j, ro + j) - mean;
+            const C v = in.at(xo + j, ro + j);
+            if (RMS && ADD && in.sum) in.sum[xo + j] = Num<T>::store(v);
+            C d = v - mean;
             ss += d * d;
         }
         ss = Group<G>::reduce(ss, OpAdd(), sh);
@@ -177,8 +186,8 @@ __global__ void __launch_bounds__(KCU_THREADS)
  * stores), RPB rows per block. Every load of a row (x, r, scale, bias) is
  * issued before the first reduction, so a short row costs one memory
  * latency, not two. Same arithmetic as k_layernorm (fp32, mean first, then
- * the mean of squared deviations). */
-template <typename T, int VPL, int RPB, bool ADD>
+ * the mean of squared deviations; RMS: the mean of squares, one reduction). */
+template <typename T, int VPL, int RPB, bool ADD, bool RMS>
 __global__ void __launch_bounds__(RPB * 32)
     k_layernorm_vec(RowIn<T, ADD> in, int64_t r_rows, const T *__restrict__ scale, const T *__restrict__ bias,
                     T *__restrict__ y, kiln_dtype stat_t, void *mean_out, void *inv_out, int64_t rows,
@@ -221,7 +230,7 @@ __global__ void __launch_bounds__(RPB * 32)
         }
         if (ADD && in.sum && lane + i * 32 < nv) reinterpret_cast<uint4 *>(in.sum + r * D)[lane + i * 32] = so;
     }
-    const float mean = warp_reduce(s, OpAdd()) / (float)D;
+    const float mean = RMS ? 0.0f : warp_reduce(s, OpAdd()) / (float)D;
     float ss = 0.0f;
 #pragma unroll
     for (int i = 0; i < VPL; i++)
@@ -257,32 +266,33 @@ __global__ void __launch_bounds__(RPB * 32)
 /* Rows per block of the vectorized kernel: one warp per block while the rows
  * fit in a few waves of single-warp blocks (latency-bound: spread over every
  * multiprocessor), else 4. */
-template <typename T, int VPL, bool ADD>
+template <typename T, int VPL, bool ADD, bool RMS>
 static cudaError_t layernorm_vec_launch(RowIn<T, ADD> in, int64_t r_rows, const void *scale, const void *bias,
                                         void *y, kiln_dtype stat_t, void *mean, void *inv, int64_t rows,
                                         int64_t D, float eps, cudaStream_t st) {
     if (rows <= 1024) {
-        k_layernorm_vec<T, VPL, 1, ADD><<<(unsigned)rows, 32, 0, st>>>(in, r_rows, (const T *)scale, (const T *)bias,
-                                                                       (T *)y, stat_t, mean, inv, rows, D, eps);
+        k_layernorm_vec<T, VPL, 1, ADD, RMS><<<(unsigned)rows, 32, 0, st>>>(
+            in, r_rows, (const T *)scale, (const T *)bias, (T *)y, stat_t, mean, inv, rows, D, eps);
         return cudaGetLastError();
     }
     const int64_t blocks = (rows + 3) / 4;
     if (blocks > INT32_MAX) return cudaErrorInvalidConfiguration;
-    k_layernorm_vec<T, VPL, 4, ADD><<<(unsigned)blocks, 128, 0, st>>>(in, r_rows, (const T *)scale, (const T *)bias,
-                                                                     (T *)y, stat_t, mean, inv, rows, D, eps);
+    k_layernorm_vec<T, VPL, 4, ADD, RMS><<<(unsigned)blocks, 128, 0, st>>>(
+        in, r_rows, (const T *)scale, (const T *)bias, (T *)y, stat_t, mean, inv, rows, D, eps);
     return cudaGetLastError();
 }
 
 static bool al16(const void *p) { return (uintptr_t)p % 16 == 0; }
 
-template <typename T, bool ADD>
+template <typename T, bool ADD, bool RMS = false>
 static cudaError_t layernorm_launch(RowIn<T, ADD> in, int64_t r_rows, const void *scale, int ss, const void *bias,
                                     int bs, void *y, kiln_dtype stat_t, void *mean, void *inv,
                                     int64_t rows, int64_t D, float eps, cudaStream_t st) {
     if constexpr (sizeof(T) == 2) {
         if (D % 8 == 0 && D > 0 && D <= 2048 && !ss && !bs && al16(in.x) && al16(y) && al16(scale) &&
             (!bias || al16(bias)) && (!ADD || (al16(in.r) && (!in.sum || al16(in.sum))))) {
-#define KCU_LN_VEC(V) layernorm_vec_launch<T, V, ADD>(in, r_rows, scale, bias, y, stat_t, mean, inv, rows, D, eps, st)
+#define KCU_LN_VEC(V) \
+    layernorm_vec_launch<T, V, ADD, RMS>(in, r_rows, scale, bias, y, stat_t, mean, inv, rows, D, eps, st)
             if (D <= 256) return KCU_LN_VEC(1);
             if (D <= 512) return KCU_LN_VEC(2);
             if (D <= 768) return KCU_LN_VEC(3);
@@ -293,10 +303,10 @@ static cudaError_t layernorm_launch(RowIn<T, ADD> in, int64_t r_rows, const void
     }
     if (D <= 1024) {
         int64_t blocks = (rows + (KCU_THREADS / 32) - 1) / (KCU_THREADS / 32);
-        k_layernorm<T, 32, ADD><<<grid_for(blocks, 1), KCU_THREADS, 0, st>>>(
+        k_layernorm<T, 32, ADD, RMS><<<grid_for(blocks, 1), KCU_THREADS, 0, st>>>(
             in, r_rows, (const T *)scale, ss, (const T *)bias, bs, (T *)y, stat_t, mean, inv, rows, D, eps);
     } else {
-        k_layernorm<T, KCU_THREADS, ADD><<<grid_for(rows, 1), KCU_THREADS, 0, st>>>(
+        k_layernorm<T, KCU_THREADS, ADD, RMS><<<grid_for(rows, 1), KCU_THREADS, 0, st>>>(
             in, r_rows, (const T *)scale, ss, (const T *)bias, bs, (T *)y, stat_t, mean, inv, rows, D, eps);
     }
     return cudaGetLastError();
@@ -373,6 +383,15 @@ cudaError_t kcu_layernorm(kiln_dtype t, const void *x, const void *scale, int sc
     KCU_SWITCH_FLOAT(t, return layernorm_launch<T_, false>(RowIn<T_, false>{(const T_ *)x, NULL, NULL}, 1, scale,
                                                             scale_scalar, bias, bias_scalar, y, stat_t, mean,
                                                             inv_std, rows, D, eps, stream))
+    return cudaErrorInvalidValue;
+}
+
+cudaError_t kcu_rmsnorm(kiln_dtype t, const void *x, const void *scale, int scale_scalar, void *y, int64_t rows,
+                        int64_t D, float eps, cudaStream_t stream) {
+    if (rows <= 0) return cudaSuccess;
+    KCU_SWITCH_FLOAT(t, return layernorm_launch<T_, false, true>(RowIn<T_, false>{(const T_ *)x, NULL, NULL}, 1,
+                                                                  scale, scale_scalar, NULL, 0, y, KILN_DTYPE_FLOAT32,
+                                                                  NULL, NULL, rows, D, eps, stream))
     return cudaErrorInvalidValue;
 }
 

@@ -393,6 +393,15 @@ cudaError_t kcu_layernorm(kiln_dtype t, const void *x, const void *sc, int ss, c
     }
     return cudaSuccess;
 }
+cudaError_t kcu_rmsnorm(kiln_dtype t, const void *x, const void *sc, int ss, void *y, int64_t rows, int64_t D, float eps, cudaStream_t s) {
+    (void)s;
+    for (int64_t r = 0; r < rows; r++) {
+        double q = 0; for (int64_t j = 0; j < D; j++) { double v = ld(t, x, r * D + j); q += v * v; }
+        double iv = 1 / sqrt((D ? q / D : 0) + eps);
+        for (int64_t j = 0; j < D; j++) st_(t, y, r * D + j, ld(t, x, r * D + j) * iv * ld(t, sc, ss ? 0 : j));
+    }
+    return cudaSuccess;
+}
 cudaError_t kcu_add_layernorm(kiln_dtype t, const void *x, const void *r, int64_t rr, void *sum, const void *sc, int ss, const void *b, int bs, void *y, int64_t rows, int64_t D, float eps, cudaStream_t s) {
     (void)s;
     if (rows <= 0) return cudaSuccess;
