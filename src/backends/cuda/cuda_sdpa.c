@@ -25,7 +25,9 @@
  * bias could hide every key of a row, the case where cuDNN's result for
  * such a row (probed once per context: zeros or NaN) differs from the
  * layer's (nan_to_zero: zeros; else NaN, as the softmax of -inf gives).
- * The builder times every config listed against kiln's kernel and checks
+ * (KILN_CUDNN_SDPA=any lists the configs whatever the probe says: rows that
+ * are NaN for kiln may then be zeros, or the reverse; KILN_CUDNN_SDPA=0
+ * lists none.) The builder times every config listed against kiln's kernel and checks
  * that they agree (judged by kiln's host reference where they do not).
  *
  * Plans are kept per node and shape (16, like the convolutions' graphs),
@@ -95,7 +97,7 @@ static bool sdpa_takes(kiln_dtype t, const kcu_attn *g) {
     const int64_t *as = sdpa_add_strides(g);
     if (as && as[3] == 0 && g->Sk > 1) return false; /* cuDNN's bias spans the keys */
     /* Q, K, V and O with their head dim contiguous (cuDNN's layouts) */
-    return g->qs[3] == 1 && g->vs[3] == 1 && g->os[3] == 1 && (g->ks[3] == 1 || g->ks[2] == 1);
+    return g->qs[3] == 1 && g->ks[3] == 1 && g->vs[3] == 1 && g->os[3] == 1;
 }
 
 static void sdpa_key_make(sdpa_key *k, kiln_dtype t, const kcu_attn *g, int32_t tactic, const void *const *ptrs) {
@@ -262,8 +264,10 @@ done:
 
 int kiln__cu_sdpa_tactics(kiln_cuda_state *st, kiln_dtype t, const kcu_attn *g, int32_t *ids, int cap) {
     if (!st || !st->dnn || cap < 1 || !sdpa_takes(t, g)) return 0;
-    if (getenv("KILN_CUDNN_SDPA") && strcmp(getenv("KILN_CUDNN_SDPA"), "0") == 0) return 0;
-    if (sdpa_add_strides(g)) { /* a mask may hide every key of a row: cuDNN must give what the layer does */
+    const char *mode = getenv("KILN_CUDNN_SDPA"); /* 0: never; any: whatever cuDNN gives for masked rows */
+    if (mode && strcmp(mode, "0") == 0) return 0;
+    bool any = mode && strcmp(mode, "any") == 0;
+    if (sdpa_add_strides(g) && !any) { /* a mask may hide every key of a row: cuDNN must give what the layer does */
         if (st->sdpa_masked_row == 0) st->sdpa_masked_row = sdpa_probe(st);
         if (st->sdpa_masked_row != (g->nan_to_zero ? 1 : 2)) return 0;
     }
