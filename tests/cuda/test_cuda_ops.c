@@ -1740,7 +1740,8 @@ static int attn_tactic_cases(const char *what, const kiln_attention_attrs *at, i
  * each tactic forced in turn against the CPU reference. With cuDNN, its fused
  * attention is listed for the layers it takes (BERT's padding mask, a
  * position bias, packed QKV, sequence-first layouts, cross attention, head
- * size 128) and not for those it does not (a bool cond, head size 20). */
+ * size 128, a bool cond that adds -inf) and not for those it does not (a
+ * select of a finite fill, mask and cond together, head size 20). */
 TEST(test_attention_tactics) {
     kiln_attention_attrs bshd = {.num_heads = 2, .q_layout = KILN_ATTN_BSHD, .k_layout = KILN_ATTN_BSHD,
                                  .v_layout = KILN_ATTN_BSHD, .out_layout = KILN_ATTN_BSHD, .scale = 0.125f};
@@ -1793,14 +1794,33 @@ TEST(test_attention_tactics) {
             ATTN_TACTICS(TNAME(z ? "all_masked_zero" : "all_masked_nan"), &m, tol, trand(t, -1, 1, S(2, 40, 128)),
                          trand(t, -1, 1, S(2, 40, 128)), trand(t, -1, 1, S(2, 40, 128)), mk);
         }
-        /* what cuDNN's graph does not take: a bool cond, head size 20 */
+        /* torch 2.x's SDPA export: a bool key padding cond adding -inf, IsNaN + Where after
+         * the softmax (cuDNN: the cond as an additive mask); masked_fill's select of -inf */
         kiln_attention_attrs cq = qkv;
         cq.cond_mode = KILN_ATTN_COND_ADD;
         cq.fill = -INFINITY;
         cq.nan_to_zero = 1;
         kiln_tensor *c = trand(BOOL, 0, 1, S(2, 1, 1, 33));
-        ((uint8_t *)c->data)[0] = ((uint8_t *)c->data)[33] = 0;
-        CHECK(ATTN_TACTICS(TNAME("qkv_cond"), &cq, tol, xq, xq, xq, NULL, c) == 0);
+        ((uint8_t *)c->data)[0] = 0; /* batch 0: a key kept */
+        for (int j = 0; j < 33; j++) ((uint8_t *)c->data)[33 + j] = 0; /* batch 1: every key masked */
+        ATTN_TACTICS(TNAME("qkv_cond_add"), &cq, tol, xq, xq, xq, NULL, c);
+        kiln_attention_attrs cs = bhsd;
+        cs.cond_mode = KILN_ATTN_COND_SELECT;
+        cs.cond_fill_if = 1;
+        cs.fill = -INFINITY;
+        kiln_tensor *c2 = trand(BOOL, 0, 1, S(64, 64));
+        for (int j = 0; j < 64; j++) ((uint8_t *)c2->data)[j * 64 + j] = 0; /* the diagonal kept */
+        ATTN_TACTICS(TNAME("causal_select"), &cs, tol, trand(t, -1, 1, S(2, 2, 64, 64)),
+                     trand(t, -1, 1, S(2, 2, 64, 64)), trand(t, -1, 1, S(2, 2, 64, 64)), NULL, c2);
+        /* what cuDNN's graph does not take: a select of a finite fill (rows of it give
+         * uniform weights, an addition would not), mask and cond together, head size 20 */
+        kiln_attention_attrs fin = cs;
+        fin.fill = -3.4e38f;
+        CHECK(ATTN_TACTICS(TNAME("select_finite"), &fin, tol, trand(t, -1, 1, S(2, 2, 64, 64)),
+                           trand(t, -1, 1, S(2, 2, 64, 64)), trand(t, -1, 1, S(2, 2, 64, 64)), NULL, c2) == 0);
+        CHECK(ATTN_TACTICS(TNAME("mask_and_cond"), &cs, tol, trand(t, -1, 1, S(2, 2, 64, 64)),
+                           trand(t, -1, 1, S(2, 2, 64, 64)), trand(t, -1, 1, S(2, 2, 64, 64)),
+                           trand(t, -2, 0, S(2, 1, 1, 64)), c2) == 0);
         kiln_attention_attrs d20 = bshd;
         CHECK(ATTN_TACTICS(TNAME("d20"), &d20, tol, trand(t, -1, 1, S(2, 9, 40)), trand(t, -1, 1, S(2, 70, 40)),
                            trand(t, -1, 1, S(2, 70, 40))) == 0);

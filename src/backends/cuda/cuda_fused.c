@@ -348,7 +348,7 @@ kiln_status kiln__cu_attention_run(const kiln_kernel_args *a) {
 #if KILN_HAVE_CUDNN
     if (kcu_dg_is_id(tactic)) { /* cuDNN's fused attention; declined: kiln's kernel by its rule */
         bool handled = false;
-        KILN_TRY(kiln__cu_sdpa_run(a, t, &g, q, k, v, M ? mp : bp, O->data, &handled));
+        KILN_TRY(kiln__cu_sdpa_run(a, t, &g, q, k, v, M ? mp : Bi ? bp : (const void *)cp, O->data, &handled));
         if (handled) return KILN_OK;
         tactic = 0;
     }
@@ -406,7 +406,8 @@ const char *kiln__cu_attention_tactic_name(int32_t id) {
 void kiln__cu_attention_tactic_describe(int32_t id, char *buf, size_t n) {
 #if KILN_HAVE_CUDNN
     if (kcu_dg_is_id(id)) {
-        snprintf(buf, n, "cudnn-sdpa-eng%d.%05x", kcu_dg_id_engine(id), (unsigned)(id & 0xfffff));
+        snprintf(buf, n, "cudnn-sdpa-eng%d.%05x%s", kcu_dg_id_engine(id), (unsigned)(id & 0xfffff),
+                 id & KCU_DG_ID_USER ? "/s0" : "");
         return;
     }
 #endif

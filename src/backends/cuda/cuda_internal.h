@@ -176,11 +176,11 @@ KILN_PRIVATE void kiln__cu_attention_tactic_describe(int32_t id, char *buf, size
 #if KILN_HAVE_CUDNN
 /* cuDNN's fused attention (flash attention through the graph API,
  * cuda_sdpa.c) for an Attention of geometry g (kcu_attn, cuda_kernels.h):
- * fp16/bf16, head sizes multiples of 8 up to 128, no cond, at most one of
- * mask and bias (its strides in g->ms or g->bs). _tactics lists the engine
- * configs of the layer's graph (none: cuDNN does not take it); _run runs
- * tactic kiln__cuda_tactic(a) with Q, K, V at q, k, v (offsets applied) and
- * the additive mask or bias at `add`; *handled = false: no config runs it
+ * fp16/bf16, head sizes multiples of 8 up to 128, at most one of mask,
+ * bias and cond (a cond that adds its fill, or sets -inf). _tactics lists
+ * the engine configs of the layer's graph (none: cuDNN does not take it);
+ * _run runs tactic kiln__cuda_tactic(a) with Q, K, V at q, k, v (offsets
+ * applied) and the mask, bias or cond (bool) at `add`; *handled = false: no config runs it
  * here (a stored config missing outside a tuning state: warned once), the
  * caller runs kiln's kernel. */
 KILN_PRIVATE int kiln__cu_sdpa_tactics(kiln_cuda_state *st, kiln_dtype t, const kcu_attn *g, int32_t *ids, int cap);

@@ -19,8 +19,11 @@
  * Every kiln layout (BSHD, BHSD, QKV, SBHD, ...) is a strided view of its
  * input, so Q, K, V and O are described by kcu_attn's element strides.
  *
- * What cuDNN does not take, the tactic is not listed for: a cond input
- * (bool masks), both a mask and a bias, a mask or bias broadcast over the
+ * A bool cond whose fill is added (or set to -inf, the same) becomes an
+ * additive mask of the cond's shape, in scratch memory after cuDNN's
+ * workspace, by one small kernel before the graph (kcu_attn_cond_add).
+ * What cuDNN does not take, the tactic is not listed for: more than one of
+ * mask, bias and cond, a cond set to a finite fill, a mask broadcast over the
  * keys, head sizes not multiples of 8 or over 128, and, where a mask or
  * bias could hide every key of a row, the case where cuDNN's result for
  * such a row (probed once per context: zeros or NaN) differs from the
@@ -51,8 +54,13 @@ typedef struct sdpa_key {
     float scale;
     int32_t dt, tactic, has_add;
     int32_t al[5]; /* Q, K, V, O, A */
-    int32_t pad_;
+    int32_t zero_strides; /* A's broadcast dims described full size with stride 0 (else size 1) */
 } sdpa_key;
+
+/* How the graph describes a broadcast mask (the caller's bits of a config
+ * id, KCU_DG_ID_USER): 0 its broadcast dims of size 1, 1 of full size with
+ * stride 0 (whichever cuDNN's engines take: both are listed). */
+static int sdpa_variant(int32_t id) { return (int)((id & KCU_DG_ID_USER) >> KCU_DG_ID_USER_SHIFT); }
 
 typedef struct sdpa_plan {
     sdpa_key key;
@@ -83,15 +91,21 @@ static void sdpa_state_free(void *v) {
     kiln__free(s);
 }
 
-/* The additive input's strides: the mask's or the bias's (at most one). */
+/* The additive input's strides: the mask's, the bias's or the cond's (at most one). */
 static const int64_t *sdpa_add_strides(const kcu_attn *g) {
-    return g->has_mask ? g->ms : g->has_bias ? g->bs : NULL;
+    return g->has_mask ? g->ms : g->has_bias ? g->bs : g->has_cond ? g->cs : NULL;
+}
+
+/* Whether a cond acts as an addition: its fill added (ADD), or set where
+ * that is the same (SELECT of -inf). */
+static bool sdpa_cond_adds(const kcu_attn *g) {
+    return g->cond_mode == KILN_ATTN_COND_ADD || (g->cond_mode == KILN_ATTN_COND_SELECT && isinf(g->fill) && g->fill < 0);
 }
 
 /* Whether cuDNN's graph may run layer g (before asking its heuristics). */
 static bool sdpa_takes(kiln_dtype t, const kcu_attn *g) {
     if (t != KILN_DTYPE_FLOAT16 && t != KILN_DTYPE_BFLOAT16) return false;
-    if (g->has_cond || (g->has_mask && g->has_bias)) return false;
+    if (g->has_mask + g->has_bias + g->has_cond > 1 || (g->has_cond && !sdpa_cond_adds(g))) return false;
     if (g->D < 8 || g->D > 128 || g->D % 8 || g->Dv < 8 || g->Dv > 128 || g->Dv % 8) return false;
     if (g->B < 1 || g->H < 1 || g->Sq < 1 || g->Sk < 1) return false;
     const int64_t *as = sdpa_add_strides(g);
@@ -118,6 +132,7 @@ static void sdpa_key_make(sdpa_key *k, kiln_dtype t, const kcu_attn *g, int32_t 
     k->scale = g->scale;
     k->dt = t == KILN_DTYPE_BFLOAT16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_HALF;
     k->tactic = tactic;
+    k->zero_strides = kcu_dg_is_id(tactic) && sdpa_variant(tactic) == 1;
     for (int i = 0; i < 5; i++) k->al[i] = ptrs && ptrs[i] ? kcu_dg_align(ptrs[i]) : 16;
 }
 
@@ -147,12 +162,13 @@ static cudnnStatus_t sdpa_graph(cudnnHandle_t h, const sdpa_key *k, kcu_dg *dg) 
     SD_TRY(kcu_dg_pointwise(dg, CUDNN_POINTWISE_MUL, s1, scale, s2, NULL));
     s3 = s2;
     if (k->has_add) {
-        /* broadcast dims (stride 0) have size 1, with the strides of a dense tensor */
+        /* broadcast dims (stride 0): size 1 with the strides of a dense tensor, or
+         * (zero_strides) the scores' size with stride 0 */
         int64_t ad[4], as[4], inner = 1;
         for (int i = 3; i >= 0; i--) {
-            ad[i] = k->as[i] ? sd[i] : 1;
-            as[i] = k->as[i] ? k->as[i] : inner;
-            inner = as[i] * ad[i];
+            ad[i] = k->as[i] || k->zero_strides ? sd[i] : 1;
+            as[i] = k->as[i] || k->zero_strides ? k->as[i] : inner;
+            inner = (as[i] ? as[i] : inner) * ad[i];
         }
         SD_TRY(kcu_dg_tensor(dg, UID_A, dt, 4, ad, as, k->al[4], false, &A));
         SD_TRY(kcu_dg_tensor(dg, vuid++, f32, 4, sd, ss, 16, true, &s3));
@@ -237,10 +253,11 @@ static int sdpa_probe(kiln_cuda_state *st) {
         goto done;
     }
     uint16_t *d = dev;
-    if (cudaMemcpy(dev, host, bytes, cudaMemcpyHostToDevice) != cudaSuccess ||
+    if (cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, st->stream) != cudaSuccess ||
         sdpa_exec(st, p, d, d + n_qkv, d + 2 * n_qkv, d + 4 * n_qkv, d + 3 * n_qkv, ws) != CUDNN_STATUS_SUCCESS ||
-        cudaStreamSynchronize(st->stream) != cudaSuccess ||
-        cudaMemcpy(host, d + 3 * n_qkv, n_qkv * sizeof(uint16_t), cudaMemcpyDeviceToHost) != cudaSuccess)
+        cudaMemcpyAsync(host, d + 3 * n_qkv, n_qkv * sizeof(uint16_t), cudaMemcpyDeviceToHost, st->stream) !=
+            cudaSuccess ||
+        cudaStreamSynchronize(st->stream) != cudaSuccess)
         goto done;
     /* row 0: all zeros (+0 or -0) or all NaN; the other rows the mean of V (1) */
     int zeros = 0, nans = 0, ones = 0;
@@ -271,22 +288,28 @@ int kiln__cu_sdpa_tactics(kiln_cuda_state *st, kiln_dtype t, const kcu_attn *g, 
         if (st->sdpa_masked_row == 0) st->sdpa_masked_row = sdpa_probe(st);
         if (st->sdpa_masked_row != (g->nan_to_zero ? 1 : 2)) return 0;
     }
-    sdpa_key k;
-    kcu_dg dg;
-    kcu_dg_cfgs cfgs;
-    kcu_dg_init(&dg);
-    sdpa_key_make(&k, t, g, 0, NULL);
-    sdpa_configs(st->dnn, &k, &dg, &cfgs);
-    const char *env = getenv("KILN_CUDNN_CANDIDATES"); /* at most this many configs (experiments) */
+    const int64_t *as = sdpa_add_strides(g);
+    bool bcast = as && ((as[0] == 0 && g->B > 1) || (as[1] == 0 && g->H > 1) || (as[2] == 0 && g->Sq > 1));
+    const char *env = getenv("KILN_CUDNN_CANDIDATES"); /* at most this many configs per graph (experiments) */
     int per = env && atoi(env) > 0 ? atoi(env) : cap;
-    int n = 0, rtc = 0;
-    for (int i = 0; i < cfgs.n && n < cap && n < per; i++) {
-        /* runtime-compiled configs (NVRTC: ~0.5 s a plan): the first 3 at most */
-        if ((cfgs.flags[i] & KCU_DG_CFG_RUNTIME_COMPILED) && rtc++ >= 3) continue;
-        ids[n++] = cfgs.id[i];
+    int n = 0;
+    for (int v = 0; v <= (bcast ? 1 : 0); v++) {
+        sdpa_key k;
+        kcu_dg dg;
+        kcu_dg_cfgs cfgs;
+        kcu_dg_init(&dg);
+        sdpa_key_make(&k, t, g, v ? KCU_DG_ID_BIT | 1 << KCU_DG_ID_USER_SHIFT : 0, NULL);
+        sdpa_configs(st->dnn, &k, &dg, &cfgs);
+        int want = v == 0 && bcast ? (cap - n) / 2 : cap - n, got = 0, rtc = 0;
+        for (int i = 0; i < cfgs.n && got < want && got < per; i++) {
+            /* runtime-compiled configs (NVRTC: ~0.5 s a plan): the first 3 at most */
+            if ((cfgs.flags[i] & KCU_DG_CFG_RUNTIME_COMPILED) && rtc++ >= 3) continue;
+            ids[n++] = cfgs.id[i] | (int32_t)v << KCU_DG_ID_USER_SHIFT;
+            got++;
+        }
+        kcu_dg_cfgs_free(&cfgs);
+        kcu_dg_free(&dg);
     }
-    kcu_dg_cfgs_free(&cfgs);
-    kcu_dg_free(&dg);
     if (n > 0) st->strict_tactics = true;
     return n;
 }
@@ -319,7 +342,7 @@ static kiln_status sdpa_plan_for(const kiln_kernel_args *a, sdpa_state *s, const
     kcu_dg_cfgs cfgs;
     sdpa_configs(st->dnn, k, &p->dg, &cfgs);
     int f = 0;
-    while (f < cfgs.n && cfgs.id[f] != k->tactic) f++;
+    while (f < cfgs.n && cfgs.id[f] != (k->tactic & ~KCU_DG_ID_USER)) f++;
     kiln_status r = KILN_OK;
     if (f < cfgs.n && kcu_dg_plan_make(st->dnn, &cfgs.cfg[f], k->tactic, &p->plan) == CUDNN_STATUS_SUCCESS) {
         p->declined = false;
@@ -357,14 +380,26 @@ kiln_status kiln__cu_sdpa_run(const kiln_kernel_args *a, kiln_dtype t, const kcu
         memset(&tmp, 0, sizeof tmp);
         s = &tmp;
     }
-    const void *ptrs[5] = {q, k, v, o, add};
+    /* a cond becomes an additive mask of its own shape in scratch memory, after the workspace */
+    const int64_t full[4] = {g->B, g->H, g->Sq, g->Sk};
+    int64_t n_cond = 1;
+    for (int i = 0; i < 4 && g->has_cond; i++) n_cond *= g->cs[i] ? full[i] : 1;
+    const void *ptrs[5] = {q, k, v, o, g->has_cond ? NULL : add}; /* (scratch: 256-byte aligned) */
     sdpa_key key;
     sdpa_key_make(&key, t, g, kiln__cuda_tactic(a), ptrs);
     sdpa_plan *p = NULL;
     kiln_status r = sdpa_plan_for(a, s, &key, &p);
     if (r == KILN_OK && !p->declined) {
         void *ws = NULL;
-        if (p->plan.ws) r = kiln__cuda_scratch(st, (size_t)p->plan.ws, &ws, KCU_NODE(a));
+        size_t ws_bytes = ((size_t)p->plan.ws + 255) & ~(size_t)255;
+        size_t need = ws_bytes + (g->has_cond ? (size_t)n_cond * kiln_dtype_size(t) : 0);
+        if (need) r = kiln__cuda_scratch(st, need, &ws, KCU_NODE(a));
+        if (r == KILN_OK && g->has_cond) {
+            void *m = (char *)ws + ws_bytes;
+            cudaError_t ce = kcu_attn_cond_add(t, add, n_cond, g->cond_fill_if, g->fill, m, KCU_STREAM(a));
+            if (ce != cudaSuccess) r = kiln__cuda_fail(ce, KCU_NODE(a), "the cond as an additive mask");
+            add = m;
+        }
         if (r == KILN_OK) {
             cudnnStatus_t cs = sdpa_exec(st, p, q, k, v, add, o, ws);
             if (cs != CUDNN_STATUS_SUCCESS)
