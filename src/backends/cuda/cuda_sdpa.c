@@ -401,7 +401,7 @@ kiln_status kiln__cu_sdpa_run(const kiln_kernel_args *a, kiln_dtype t, const kcu
             add = m;
         }
         if (r == KILN_OK) {
-            cudnnStatus_t cs = sdpa_exec(st, p, q, k, v, add, o, ws);
+            cudnnStatus_t cs = sdpa_exec(st, p, q, k, v, add, o, p->plan.ws ? ws : NULL);
             if (cs != CUDNN_STATUS_SUCCESS)
                 r = KILN_FAIL(KILN_ERR_DEVICE, "node '%s': cuDNN attention graph execution failed: %s",
                               KCU_NODE(a), cudnnGetErrorString(cs));
