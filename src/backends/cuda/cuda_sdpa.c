@@ -189,11 +189,20 @@ static cudnnStatus_t sdpa_graph(cudnnHandle_t h, const sdpa_key *k, kcu_dg *dg) 
     return kcu_dg_finalize(dg, h);
 }
 
-/* The graph of key k and its configs (cfgs->n == 0: cuDNN does not take it). */
-static void sdpa_configs(cudnnHandle_t h, const sdpa_key *k, kcu_dg *dg, kcu_dg_cfgs *cfgs) {
+/* The graph of key k and its configs (cfgs->n == 0: cuDNN does not take it;
+ * KILN_CUDA_VERBOSE=1 says why). */
+static void sdpa_configs(const kiln_cuda_state *st, const sdpa_key *k, kcu_dg *dg, kcu_dg_cfgs *cfgs) {
     memset(cfgs, 0, sizeof *cfgs);
-    if (sdpa_graph(h, k, dg) != CUDNN_STATUS_SUCCESS || kcu_dg_configs(dg, cfgs) != CUDNN_STATUS_SUCCESS)
-        kcu_dg_cfgs_free(cfgs);
+    cudnnStatus_t gs = sdpa_graph(st->dnn, k, dg), cs = CUDNN_STATUS_NOT_SUPPORTED;
+    if (gs == CUDNN_STATUS_SUCCESS) cs = kcu_dg_configs(dg, cfgs);
+    if (cs != CUDNN_STATUS_SUCCESS) kcu_dg_cfgs_free(cfgs);
+    if (st->verbose)
+        fprintf(stderr,
+                "kiln: cuDNN attention graph [B %lld, H %lld, Sq %lld, Sk %lld, D %lld, Dv %lld]%s%s: %s, %d "
+                "configs\n",
+                (long long)k->B, (long long)k->H, (long long)k->Sq, (long long)k->Sk, (long long)k->D,
+                (long long)k->Dv, k->has_add ? " + mask" : "", k->zero_strides ? " (stride 0)" : "",
+                cudnnGetErrorString(gs != CUDNN_STATUS_SUCCESS ? gs : cs), cfgs->n);
 }
 
 /* Runs plan p on the state's stream. */
@@ -242,7 +251,7 @@ static int sdpa_probe(kiln_cuda_state *st) {
     g.ms[3] = 1;
     g.scale = 0.125f;
     sdpa_key_make(&p->key, KILN_DTYPE_FLOAT16, &g, 0, NULL);
-    sdpa_configs(st->dnn, &p->key, &dg, &cfgs);
+    sdpa_configs(st, &p->key, &dg, &cfgs);
     bool made = false;
     for (int i = 0; i < cfgs.n && !made; i++)
         made = kcu_dg_plan_make(st->dnn, &cfgs.cfg[i], cfgs.id[i], &p->plan) == CUDNN_STATUS_SUCCESS;
@@ -285,7 +294,12 @@ int kiln__cu_sdpa_tactics(kiln_cuda_state *st, kiln_dtype t, const kcu_attn *g, 
     if (mode && strcmp(mode, "0") == 0) return 0;
     bool any = mode && strcmp(mode, "any") == 0;
     if (sdpa_add_strides(g) && !any) { /* a mask may hide every key of a row: cuDNN must give what the layer does */
-        if (st->sdpa_masked_row == 0) st->sdpa_masked_row = sdpa_probe(st);
+        if (st->sdpa_masked_row == 0) {
+            st->sdpa_masked_row = sdpa_probe(st);
+            if (st->verbose)
+                fprintf(stderr, "kiln: cuDNN attention probe: a row whose every key is masked gives %s\n",
+                        st->sdpa_masked_row == 1 ? "zeros" : st->sdpa_masked_row == 2 ? "NaN" : "neither (or failed)");
+        }
         if (st->sdpa_masked_row != (g->nan_to_zero ? 1 : 2)) return 0;
     }
     const int64_t *as = sdpa_add_strides(g);
@@ -299,7 +313,7 @@ int kiln__cu_sdpa_tactics(kiln_cuda_state *st, kiln_dtype t, const kcu_attn *g, 
         kcu_dg_cfgs cfgs;
         kcu_dg_init(&dg);
         sdpa_key_make(&k, t, g, v ? KCU_DG_ID_BIT | 1 << KCU_DG_ID_USER_SHIFT : 0, NULL);
-        sdpa_configs(st->dnn, &k, &dg, &cfgs);
+        sdpa_configs(st, &k, &dg, &cfgs);
         int want = v == 0 && bcast ? (cap - n) / 2 : cap - n, got = 0, rtc = 0;
         for (int i = 0; i < cfgs.n && got < want && got < per; i++) {
             /* runtime-compiled configs (NVRTC: ~0.5 s a plan): the first 3 at most */
@@ -340,7 +354,7 @@ static kiln_status sdpa_plan_for(const kiln_kernel_args *a, sdpa_state *s, const
     p->declined = true;
     *out = p;
     kcu_dg_cfgs cfgs;
-    sdpa_configs(st->dnn, k, &p->dg, &cfgs);
+    sdpa_configs(st, k, &p->dg, &cfgs);
     int f = 0;
     while (f < cfgs.n && cfgs.id[f] != (k->tactic & ~KCU_DG_ID_USER)) f++;
     kiln_status r = KILN_OK;
