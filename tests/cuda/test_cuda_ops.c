@@ -1833,8 +1833,12 @@ TEST(test_attention_tactics) {
     /* cuDNN takes the unmasked layers on every GPU it runs fused attention on (sm80+) */
     kiln_cuda_state *cst = st;
     if (cst->dnn && cst->cc_major >= 8 && !getenv("KILN_CUDNN_SDPA")) CHECK(dnn > 0);
-    printf("  cuDNN fused attention: %d configs over the forms, %d for BERT's mask (masked rows probe: %d)\n",
-           dnn + dnn_bert, dnn_bert, cst->sdpa_masked_row);
+    printf("  cuDNN fused attention: %d configs over the forms, %d for BERT's mask; a fully masked row per engine:",
+           dnn + dnn_bert, dnn_bert);
+    for (int e = 0; e < 256; e++)
+        if (cst->sdpa_masked[e])
+            printf(" eng%d %s", e, cst->sdpa_masked[e] == 1 ? "zeros" : cst->sdpa_masked[e] == 2 ? "NaN" : "neither");
+    printf("\n");
 #else
     CHECK(dnn == 0 && dnn_bert == 0);
 #endif

@@ -67,9 +67,10 @@ typedef struct kiln_cuda_state {
     bool capturing;           /* a CUDA Graph capture is in progress on `stream` */
     bool strict_tactics;      /* a builder's tuning state (its tactics were listed): a
                                  tactic that cannot be made fails instead of falling back */
-    int sdpa_masked_row;      /* what cuDNN's fused attention gives for a row whose every key is
-                                 masked with -inf (cuda_sdpa.c's probe): 0 not asked yet, 1 zeros,
-                                 2 NaN, 3 neither or the probe failed */
+    bool sdpa_probed;         /* cuda_sdpa.c's probe ran: sdpa_masked[e] says what cuDNN's engine
+                                 e gives for a row whose every key is masked with -inf: 1 zeros,
+                                 2 NaN, 3 neither (or it failed), 0 not probed */
+    uint8_t sdpa_masked[256];
     uint64_t scratch_gen;     /* bumped whenever `scratch` is reallocated (graphs refer to it) */
 } kiln_cuda_state;
 

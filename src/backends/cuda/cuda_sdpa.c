@@ -24,10 +24,10 @@
  * workspace, by one small kernel before the graph (kcu_attn_cond_add).
  * What cuDNN does not take, the tactic is not listed for: more than one of
  * mask, bias and cond, a cond set to a finite fill, a mask broadcast over the
- * keys, head sizes not multiples of 8 or over 128, and, where a mask or
- * bias could hide every key of a row, the case where cuDNN's result for
- * such a row (probed once per context: zeros or NaN) differs from the
- * layer's (nan_to_zero: zeros; else NaN, as the softmax of -inf gives).
+ * keys, head sizes not multiples of 8 or over 128, and, where a mask, bias
+ * or cond could hide every key of a row, the engines whose result for such
+ * a row (probed once per context and engine: zeros or NaN) differs from
+ * the layer's (nan_to_zero: zeros; else NaN, as the softmax of -inf gives).
  * (KILN_CUDNN_SDPA=any lists the configs whatever the probe says: rows that
  * are NaN for kiln may then be zeros, or the reverse; KILN_CUDNN_SDPA=0
  * lists none.) The builder times every config listed against kiln's kernel and checks
@@ -214,29 +214,34 @@ static cudnnStatus_t sdpa_exec(kiln_cuda_state *st, sdpa_plan *p, const void *q,
     return kcu_dg_execute(st->dnn, &p->plan, p->key.has_add ? 6 : 5, uids, ptrs, ws);
 }
 
-/* What cuDNN's fused attention gives for a row whose every key is masked
- * with -inf (st->sdpa_masked_row): one fp16 layer of 64 queries and keys,
- * head size 64, V all ones, query 0's bias row -inf, run by the
- * heuristics' first config that can be made. */
-static int sdpa_probe(kiln_cuda_state *st) {
+/* What each of cuDNN's fused attention engines gives for a row whose every
+ * key is masked with -inf (st->sdpa_masked, by engine global index): one
+ * fp16 layer of 64 queries and keys, head size 64, Q = K = 0, V all ones,
+ * query 0's bias row -inf, run by every config of its graph that can be
+ * made (runtime-compiled ones: the first 3); an engine whose configs
+ * disagree, or whose other rows are not the mean of V, counts as neither. */
+static void sdpa_probe(kiln_cuda_state *st) {
     enum { S = 64, D = 64 };
     const size_t n_qkv = (size_t)S * D, n_bias = (size_t)S * S;
     const size_t bytes = (4 * n_qkv + n_bias) * sizeof(uint16_t);
-    int result = 3;
-    uint16_t *host = calloc(4 * n_qkv + n_bias, sizeof(uint16_t));
+    uint16_t *host = calloc(4 * n_qkv + n_bias, sizeof(uint16_t)), *back = calloc(n_qkv, sizeof(uint16_t));
     void *dev = NULL;
     kcu_dg dg;
     kcu_dg_cfgs cfgs;
     sdpa_plan *p = calloc(1, sizeof *p);
     kcu_dg_init(&dg);
     memset(&cfgs, 0, sizeof cfgs);
-    if (!host || !p || cudaMalloc(&dev, bytes) != cudaSuccess) {
+    memset(st->sdpa_masked, 0, sizeof st->sdpa_masked);
+    st->sdpa_probed = true;
+    if (!host || !back || !p || cudaMalloc(&dev, bytes) != cudaSuccess) {
         dev = NULL;
         goto done;
     }
     /* Q = K = 0, V = 1, bias row 0 = -inf (fp16 bits) */
     for (size_t i = 0; i < n_qkv; i++) host[2 * n_qkv + i] = 0x3c00;
     for (size_t j = 0; j < S; j++) host[4 * n_qkv + j] = 0xfc00;
+    uint16_t *d = dev;
+    if (cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, st->stream) != cudaSuccess) goto done;
     kcu_attn g;
     memset(&g, 0, sizeof g);
     g.B = g.H = 1;
@@ -246,46 +251,55 @@ static int sdpa_probe(kiln_cuda_state *st) {
     g.qs[2] = g.ks[2] = g.vs[2] = g.os[2] = D;
     g.qs[3] = g.ks[3] = g.vs[3] = g.os[3] = 1;
     g.has_mask = 1;
-    g.ms[0] = g.ms[1] = 0;
     g.ms[2] = S;
     g.ms[3] = 1;
     g.scale = 0.125f;
     sdpa_key_make(&p->key, KILN_DTYPE_FLOAT16, &g, 0, NULL);
     sdpa_configs(st, &p->key, &dg, &cfgs);
-    bool made = false;
-    for (int i = 0; i < cfgs.n && !made; i++)
-        made = kcu_dg_plan_make(st->dnn, &cfgs.cfg[i], cfgs.id[i], &p->plan) == CUDNN_STATUS_SUCCESS;
-    if (!made) goto done;
-    void *ws = NULL;
-    if (p->plan.ws > 0 && kiln__cuda_scratch(st, (size_t)p->plan.ws, &ws, "cuDNN attention probe") != KILN_OK) {
-        kiln__clear_error();
-        goto done;
+    for (int i = 0, rtc = 0; i < cfgs.n; i++) {
+        if ((cfgs.flags[i] & KCU_DG_CFG_RUNTIME_COMPILED) && rtc++ >= 3) continue;
+        int e = kcu_dg_id_engine(cfgs.id[i]), result = 3;
+        kcu_dg_plan_free(&p->plan);
+        if (kcu_dg_plan_make(st->dnn, &cfgs.cfg[i], cfgs.id[i], &p->plan) != CUDNN_STATUS_SUCCESS) continue;
+        void *ws = NULL;
+        if (p->plan.ws > 0 && kiln__cuda_scratch(st, (size_t)p->plan.ws, &ws, "cuDNN attention probe") != KILN_OK) {
+            kiln__clear_error();
+            continue;
+        }
+        memset(back, 0xff, n_qkv * sizeof(uint16_t));
+        if (cudaMemsetAsync(d + 3 * n_qkv, 0xff, n_qkv * sizeof(uint16_t), st->stream) == cudaSuccess &&
+            sdpa_exec(st, p, d, d + n_qkv, d + 2 * n_qkv, d + 4 * n_qkv, d + 3 * n_qkv, ws) == CUDNN_STATUS_SUCCESS &&
+            cudaMemcpyAsync(back, d + 3 * n_qkv, n_qkv * sizeof(uint16_t), cudaMemcpyDeviceToHost, st->stream) ==
+                cudaSuccess &&
+            cudaStreamSynchronize(st->stream) == cudaSuccess) {
+            /* row 0: all zeros (+0 or -0) or all NaN; the other rows the mean of V (1) */
+            int zeros = 0, nans = 0, ones = 0;
+            for (int j = 0; j < D; j++) {
+                zeros += (back[j] & 0x7fff) == 0;
+                nans += (back[j] & 0x7c00) == 0x7c00 && (back[j] & 0x3ff) != 0;
+            }
+            for (size_t j = D; j < n_qkv; j++) ones += back[j] == 0x3c00;
+            if (ones == (int)(n_qkv - D)) result = zeros == D ? 1 : nans == D ? 2 : 3;
+        }
+        cudaGetLastError(); /* (a failed run leaves no error behind) */
+        if (st->sdpa_masked[e] == 0 || st->sdpa_masked[e] == result)
+            st->sdpa_masked[e] = (uint8_t)result;
+        else
+            st->sdpa_masked[e] = 3;
+        if (st->verbose)
+            fprintf(stderr, "kiln: cuDNN attention probe: engine %d gives %s for a row whose every key is masked\n",
+                    e, result == 1 ? "zeros" : result == 2 ? "NaN" : "neither (or failed)");
     }
-    uint16_t *d = dev;
-    if (cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, st->stream) != cudaSuccess ||
-        sdpa_exec(st, p, d, d + n_qkv, d + 2 * n_qkv, d + 4 * n_qkv, d + 3 * n_qkv, ws) != CUDNN_STATUS_SUCCESS ||
-        cudaMemcpyAsync(host, d + 3 * n_qkv, n_qkv * sizeof(uint16_t), cudaMemcpyDeviceToHost, st->stream) !=
-            cudaSuccess ||
-        cudaStreamSynchronize(st->stream) != cudaSuccess)
-        goto done;
-    /* row 0: all zeros (+0 or -0) or all NaN; the other rows the mean of V (1) */
-    int zeros = 0, nans = 0, ones = 0;
-    for (int j = 0; j < D; j++) {
-        uint16_t h = host[j];
-        zeros += (h & 0x7fff) == 0;
-        nans += (h & 0x7c00) == 0x7c00 && (h & 0x3ff) != 0;
-    }
-    for (size_t i = D; i < n_qkv; i++) ones += host[i] == 0x3c00;
-    if (ones == (int)(n_qkv - D)) result = zeros == D ? 1 : nans == D ? 2 : 3;
 done:
-    cudaGetLastError(); /* (a failed probe leaves no error behind) */
+    cudaGetLastError();
+    if (dev) cudaStreamSynchronize(st->stream); /* (the copies are done before the buffer goes) */
     if (p) sdpa_plan_clear(p);
     free(p);
     kcu_dg_cfgs_free(&cfgs);
     kcu_dg_free(&dg);
     if (dev) cudaFree(dev);
     free(host);
-    return result;
+    free(back);
 }
 
 int kiln__cu_sdpa_tactics(kiln_cuda_state *st, kiln_dtype t, const kcu_attn *g, int32_t *ids, int cap) {
@@ -293,16 +307,11 @@ int kiln__cu_sdpa_tactics(kiln_cuda_state *st, kiln_dtype t, const kcu_attn *g, 
     const char *mode = getenv("KILN_CUDNN_SDPA"); /* 0: never; any: whatever cuDNN gives for masked rows */
     if (mode && strcmp(mode, "0") == 0) return 0;
     bool any = mode && strcmp(mode, "any") == 0;
-    if (sdpa_add_strides(g) && !any) { /* a mask may hide every key of a row: cuDNN must give what the layer does */
-        if (st->sdpa_masked_row == 0) {
-            st->sdpa_masked_row = sdpa_probe(st);
-            if (st->verbose)
-                fprintf(stderr, "kiln: cuDNN attention probe: a row whose every key is masked gives %s\n",
-                        st->sdpa_masked_row == 1 ? "zeros" : st->sdpa_masked_row == 2 ? "NaN" : "neither (or failed)");
-        }
-        if (st->sdpa_masked_row != (g->nan_to_zero ? 1 : 2)) return 0;
-    }
+    /* a mask may hide every key of a row: each engine must give what the layer does there */
     const int64_t *as = sdpa_add_strides(g);
+    bool check = as && !any;
+    if (check && !st->sdpa_probed) sdpa_probe(st);
+    const uint8_t want_row = g->nan_to_zero ? 1 : 2;
     bool bcast = as && ((as[0] == 0 && g->B > 1) || (as[1] == 0 && g->H > 1) || (as[2] == 0 && g->Sq > 1));
     const char *env = getenv("KILN_CUDNN_CANDIDATES"); /* at most this many configs per graph (experiments) */
     int per = env && atoi(env) > 0 ? atoi(env) : cap;
@@ -317,6 +326,7 @@ int kiln__cu_sdpa_tactics(kiln_cuda_state *st, kiln_dtype t, const kcu_attn *g, 
         int want = v == 0 && bcast ? (cap - n) / 2 : cap - n, got = 0, rtc = 0;
         for (int i = 0; i < cfgs.n && got < want && got < per; i++) {
             /* runtime-compiled configs (NVRTC: ~0.5 s a plan): the first 3 at most */
+            if (check && st->sdpa_masked[kcu_dg_id_engine(cfgs.id[i])] != want_row) continue;
             if ((cfgs.flags[i] & KCU_DG_CFG_RUNTIME_COMPILED) && rtc++ >= 3) continue;
             ids[n++] = cfgs.id[i] | (int32_t)v << KCU_DG_ID_USER_SHIFT;
             got++;
