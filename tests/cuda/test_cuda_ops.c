@@ -1725,6 +1725,157 @@ TEST(test_fused_transformer) {
     cst->attn_split = keep_split;
 }
 
+/* Every tactic the builder would time for an Attention (kiln's kernel with
+ * the keys never / always split, then cuDNN's fused attention configs)
+ * computes the layer as the CPU reference does. Returns how many of cuDNN's
+ * configs were listed. */
+static int attn_tactic_cases(const char *what, const kiln_attention_attrs *at, int n_in, kiln_tensor *const *in,
+                             double tol) {
+    const kiln_op_def *op = kiln__op_by_id(KILN_OP_Attention);
+    kiln_tinfo ti[MAXIO], yo;
+    const kiln_tinfo *tip[MAXIO];
+    bool sup = false;
+    if (!infer_case(what, op, at, n_in, in, 1, ti, &yo, &sup)) return 0;
+    for (int i = 0; i < n_in; i++) tip[i] = in[i] ? &ti[i] : NULL;
+    kiln_tinfo *top[1] = {&yo};
+    kiln_infer_args ia = {.op = op, .attrs = at, .node_name = what, .n_in = n_in, .n_out = 1, .in = tip, .out = top};
+    int32_t ids[32];
+    int n = kiln__backend_tactics(be, st, &ia, false, ids, 32), n_dnn = 0;
+    bool half = in[0]->dtype == F16 || in[0]->dtype == BF16;
+    CHECK(n >= 1);
+    if (half) CHECK(n >= 2 && ids[0] == KCU_ATTN_TACTIC_ROWS && ids[1] == KCU_ATTN_TACTIC_SPLIT);
+    printf("  %s: %d tactics:", what, n);
+    for (int k = 0; k < n; k++) {
+        char nm[64], name[160];
+        kiln__cu_attention_tactic_describe(ids[k], nm, sizeof nm);
+        printf(" %s", nm);
+        n_dnn += strncmp(nm, "cudnn-sdpa", 10) == 0;
+        kiln_attention_attrs t = *at;
+        t.tactic.id = ids[k];
+        snprintf(name, sizeof name, "%s_tactic_%s", what, nm);
+        run_case(name, KILN_OP_Attention, &t, n_in, in, 1, 0, tol);
+    }
+    printf("\n");
+    return n_dnn;
+}
+
+#define ATTN_TACTICS(what, attrs, tol, ...)                                                              \
+    attn_tactic_cases(what, attrs, (int)(sizeof((kiln_tensor *[]){__VA_ARGS__}) / sizeof(kiln_tensor *)), \
+                      (kiln_tensor *[]){__VA_ARGS__}, tol)
+
+/* Attention's tactics on the forms the exporters give (src/passes/fuse_transformer.c):
+ * each tactic forced in turn against the CPU reference. With cuDNN, its fused
+ * attention is listed for the layers it takes (BERT's padding mask, a
+ * position bias, packed QKV, sequence-first layouts, cross attention, head
+ * size 128, a bool cond that adds -inf) and not for those it does not (a
+ * select of a finite fill, mask and cond together, head size 20). */
+TEST(test_attention_tactics) {
+    /* 4 of cuDNN's configs per graph (the builder times them all and checks them
+     * against kiln's host reference); KILN_CUDNN_CANDIDATES=N in the environment: N */
+    bool capped = !getenv("KILN_CUDNN_CANDIDATES");
+    if (capped) setenv("KILN_CUDNN_CANDIDATES", "4", 1);
+    kiln_attention_attrs bshd = {.num_heads = 2, .q_layout = KILN_ATTN_BSHD, .k_layout = KILN_ATTN_BSHD,
+                                 .v_layout = KILN_ATTN_BSHD, .out_layout = KILN_ATTN_BSHD, .scale = 0.125f};
+    kiln_attention_attrs bhsd = {.num_heads = 2, .q_layout = KILN_ATTN_BHSD, .k_layout = KILN_ATTN_BHSD,
+                                 .v_layout = KILN_ATTN_BHSD, .out_layout = KILN_ATTN_BSHD, .scale = 0.09f};
+    kiln_attention_attrs vit = {.num_heads = 12, .q_layout = KILN_ATTN_SQKV, .k_layout = KILN_ATTN_SQKV,
+                                .v_layout = KILN_ATTN_SQKV, .out_layout = KILN_ATTN_SBHD, .scale = 0.125f};
+    kiln_attention_attrs qkv = {.num_heads = 3, .q_layout = KILN_ATTN_QKV, .k_layout = KILN_ATTN_QKV,
+                                .v_layout = KILN_ATTN_QKV, .out_layout = KILN_ATTN_BSHD, .scale = 0.125f};
+    kiln_attention_attrs sbhd = {.num_heads = 2, .q_layout = KILN_ATTN_SBHD, .k_layout = KILN_ATTN_SBHD,
+                                 .v_layout = KILN_ATTN_SBHD, .out_layout = KILN_ATTN_SBHD, .scale = 0.2f};
+    kiln_attention_attrs bkv = {.num_heads = 2, .q_layout = KILN_ATTN_BSHD, .k_layout = KILN_ATTN_KV,
+                                .v_layout = KILN_ATTN_KV, .out_layout = KILN_ATTN_BSHD, .scale = 0.1f};
+    int dnn = 0, dnn_bert = 0;
+    for (int k = 0; k < 2; k++) {
+        kiln_dtype t = k ? BF16 : F16;
+        double tol = k ? 1e-4 : 1e-5;
+        char nm[64];
+#define TNAME(w) (snprintf(nm, sizeof nm, "%s_%s", w, k ? "bf16" : "f16"), nm)
+        /* BERT: [B, S, H*D] with its padding mask [B, 1, 1, S] (and the same at batch 8, s128) */
+        dnn_bert += ATTN_TACTICS(TNAME("bert_mask"), &bshd, tol, trand(t, -1, 1, S(2, 77, 128)),
+                                 trand(t, -1, 1, S(2, 77, 128)), trand(t, -1, 1, S(2, 77, 128)),
+                                 trand(t, -3, 0, S(2, 1, 1, 77)));
+        dnn += ATTN_TACTICS(TNAME("bert_b8_s128"), &bshd, tol, trand(t, -1, 1, S(8, 128, 128)),
+                            trand(t, -1, 1, S(8, 128, 128)), trand(t, -1, 1, S(8, 128, 128)),
+                            trand(t, -3, 0, S(8, 1, 1, 128)));
+        /* a position bias per head over [Sq, Sk] (input 5), head size 128 */
+        dnn += ATTN_TACTICS(TNAME("bhsd_d128_bias"), &bhsd, tol, trand(t, -1, 1, S(1, 2, 200, 128)),
+                            trand(t, -1, 1, S(1, 2, 200, 128)), trand(t, -1, 1, S(1, 2, 200, 128)), NULL, NULL,
+                            trand(t, -1, 1, S(1, 2, 200, 200)));
+        /* ViT-B/16: Q, K, V packed sequence first, no mask */
+        kiln_tensor *x = trand(t, -1, 1, S(197, 1, 3 * 768));
+        dnn += ATTN_TACTICS(TNAME("vit_sqkv"), &vit, tol, x, x, x);
+        /* one fused projection, batch first */
+        kiln_tensor *xq = trand(t, -1, 1, S(2, 33, 3 * 3 * 64));
+        dnn += ATTN_TACTICS(TNAME("qkv"), &qkv, tol, xq, xq, xq);
+        /* sequence first with a key padding mask, cross attention (Sq 9, Sk 70) */
+        dnn += ATTN_TACTICS(TNAME("sbhd_cross_mask"), &sbhd, tol, trand(t, -1, 1, S(9, 3, 128)),
+                            trand(t, -1, 1, S(70, 3, 128)), trand(t, -1, 1, S(70, 3, 128)),
+                            trand(t, -2, 0, S(3, 1, 1, 70)));
+        /* K and V side by side, head size 128 */
+        kiln_tensor *kv = trand(t, -1, 1, S(3, 40, 2 * 2 * 128));
+        dnn += ATTN_TACTICS(TNAME("kv_cross_d128"), &bkv, tol, trand(t, -1, 1, S(3, 17, 2 * 128)), kv, kv);
+        /* every key of batch 1 masked with -inf: NaN rows (or zeros with nan_to_zero) */
+        for (int z = 0; z < 2; z++) {
+            kiln_attention_attrs m = bshd;
+            m.nan_to_zero = z;
+            kiln_tensor *mk = trand(t, -3, 0, S(2, 1, 1, 40));
+            for (int j = 0; j < 40; j++) kiln__store_f64(t, mk->data, 40 + j, -INFINITY);
+            ATTN_TACTICS(TNAME(z ? "all_masked_zero" : "all_masked_nan"), &m, tol, trand(t, -1, 1, S(2, 40, 128)),
+                         trand(t, -1, 1, S(2, 40, 128)), trand(t, -1, 1, S(2, 40, 128)), mk);
+        }
+        /* torch 2.x's SDPA export: a bool key padding cond adding -inf, IsNaN + Where after
+         * the softmax (cuDNN: the cond as an additive mask); masked_fill's select of -inf */
+        kiln_attention_attrs cq = qkv;
+        cq.cond_mode = KILN_ATTN_COND_ADD;
+        cq.fill = -INFINITY;
+        cq.nan_to_zero = 1;
+        kiln_tensor *c = trand(BOOL, 0, 1, S(2, 1, 1, 33));
+        ((uint8_t *)c->data)[0] = 0; /* batch 0: a key kept */
+        for (int j = 0; j < 33; j++) ((uint8_t *)c->data)[33 + j] = 0; /* batch 1: every key masked */
+        ATTN_TACTICS(TNAME("qkv_cond_add"), &cq, tol, xq, xq, xq, NULL, c);
+        kiln_attention_attrs cs = bhsd;
+        cs.cond_mode = KILN_ATTN_COND_SELECT;
+        cs.cond_fill_if = 1;
+        cs.fill = -INFINITY;
+        kiln_tensor *c2 = trand(BOOL, 0, 1, S(64, 64));
+        for (int j = 0; j < 64; j++) ((uint8_t *)c2->data)[j * 64 + j] = 0; /* the diagonal kept */
+        ATTN_TACTICS(TNAME("causal_select"), &cs, tol, trand(t, -1, 1, S(2, 2, 64, 64)),
+                     trand(t, -1, 1, S(2, 2, 64, 64)), trand(t, -1, 1, S(2, 2, 64, 64)), NULL, c2);
+        /* what cuDNN's graph does not take: a select of a finite fill (rows of it give
+         * uniform weights, an addition would not), mask and cond together, head size 20 */
+        kiln_attention_attrs fin = cs;
+        fin.fill = -3.4e38f;
+        CHECK(ATTN_TACTICS(TNAME("select_finite"), &fin, tol, trand(t, -1, 1, S(2, 2, 64, 64)),
+                           trand(t, -1, 1, S(2, 2, 64, 64)), trand(t, -1, 1, S(2, 2, 64, 64)), NULL, c2) == 0);
+        CHECK(ATTN_TACTICS(TNAME("mask_and_cond"), &cs, tol, trand(t, -1, 1, S(2, 2, 64, 64)),
+                           trand(t, -1, 1, S(2, 2, 64, 64)), trand(t, -1, 1, S(2, 2, 64, 64)),
+                           trand(t, -2, 0, S(2, 1, 1, 64)), c2) == 0);
+        kiln_attention_attrs d20 = bshd;
+        CHECK(ATTN_TACTICS(TNAME("d20"), &d20, tol, trand(t, -1, 1, S(2, 9, 40)), trand(t, -1, 1, S(2, 70, 40)),
+                           trand(t, -1, 1, S(2, 70, 40))) == 0);
+#undef TNAME
+    }
+    /* float32 layers: kiln's kernel alone */
+    CHECK(ATTN_TACTICS("bert_mask_f32", &bshd, 1e-9, trand(F32, -1, 1, S(2, 20, 128)), trand(F32, -1, 1, S(2, 20, 128)),
+                       trand(F32, -1, 1, S(2, 20, 128)), trand(F32, -3, 0, S(2, 1, 1, 20))) == 0);
+#if KILN_HAVE_CUDNN
+    /* cuDNN takes the unmasked layers on every GPU it runs fused attention on (sm80+) */
+    kiln_cuda_state *cst = st;
+    if (cst->dnn && cst->cc_major >= 8 && !getenv("KILN_CUDNN_SDPA")) CHECK(dnn > 0);
+    printf("  cuDNN fused attention: %d configs over the forms, %d for BERT's mask; a fully masked row per engine:",
+           dnn + dnn_bert, dnn_bert);
+    for (int e = 0; e < 256; e++)
+        if (cst->sdpa_masked[e])
+            printf(" eng%d %s", e, cst->sdpa_masked[e] == 1 ? "zeros" : cst->sdpa_masked[e] == 2 ? "NaN" : "neither");
+    printf("\n");
+#else
+    CHECK(dnn == 0 && dnn_bert == 0);
+#endif
+    if (capped) unsetenv("KILN_CUDNN_CANDIDATES");
+}
+
 /* every op of the table has at least one case */
 #include "cuda/cases_index.inc"
 #include "cuda/cases_spatial.inc"
@@ -1752,7 +1903,7 @@ TEST(test_coverage) {
 #else
 #define TESTS_FC(X) X(test_fused_conv)
 #endif
-#define TESTS_FT(X) X(test_fused_transformer)
+#define TESTS_FT(X) X(test_fused_transformer) X(test_attention_tactics)
 #define ALL_TESTS(X) \
     TESTS_BASE(X) TESTS_NN(X) TESTS_REDUCE(X) TESTS_FC(X) TESTS_FT(X) TESTS_INDEX(X) \
     TESTS_SPATIAL(X) TESTS_SEQ(X) TESTS_MISC(X) TESTS_PW(X) X(test_node_state) X(test_coverage)

@@ -269,6 +269,17 @@ static void check_form(const form *f) {
         if (!eg) break;
         n_gpu++;
         CHECK(count_op(eg, KILN_OP_Attention) == f->n_attn);
+        /* the tactic the tuner kept for each attention layer, and its time (a note) */
+        fprintf(stderr, "  %s %s attention:", f->file, p ? "bf16" : "fp16");
+        for (int i = 0; i < eg->graph->n_nodes; i++) {
+            const kiln_node *an = &eg->graph->nodes[i];
+            if (an->op_id != KILN_OP_Attention || !an->attrs) continue;
+            const kiln_tactic *tac = an->attrs;
+            char tn[96];
+            kiln__backend_tactic_describe(kiln__backend_for(an->device), an, tac->id, tn, sizeof tn);
+            fprintf(stderr, " %s %.1fus", tn, (double)tac->us);
+        }
+        fprintf(stderr, "\n");
         int64_t ng = 0;
         float *yg = run_form(eg, &in, &ng);
         CHECK(yg && ng == n0);

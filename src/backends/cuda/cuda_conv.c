@@ -560,11 +560,6 @@ static kiln_status conv_cudnn(const kiln_kernel_args *a, const kcu_conv *g, cons
 
 enum { UID_X = 1, UID_W = 2, UID_B = 3, UID_R = 4, UID_Y = 5, UID_VIRT = 100 };
 
-static int32_t ptr_align(const void *p) {
-    uintptr_t u = (uintptr_t)p;
-    return u % 16 == 0 ? 16 : u % 8 == 0 ? 8 : u % 4 == 0 ? 4 : 2;
-}
-
 /* The graph's activation as a pointwise mode (false: not expressible,
  * the legacy path with the epilogue kernel runs). RELU_FWD's clips are
  * used only where both readings of a lower clip agree (0). */
@@ -704,7 +699,7 @@ static void gconv_key_make(gconv_key *k, const kcu_conv *g, const int64_t *pe, k
     if (act == KCU_ACT_CLIP) k->beta = beta;
     k->has_b = has_b;
     k->has_r = has_r;
-    for (int i = 0; i < 5; i++) k->al[i] = ptrs && ptrs[i] ? ptr_align(ptrs[i]) : 16;
+    for (int i = 0; i < 5; i++) k->al[i] = ptrs && ptrs[i] ? kcu_dg_align(ptrs[i]) : 16;
 }
 
 /* The plan of key k in the node's state (made on first use). A stored

@@ -51,6 +51,24 @@ cudnnStatus_t kcu_dg_tensor(kcu_dg *g, int64_t uid, cudnnDataType_t dt, int rank
     return CUDNN_STATUS_SUCCESS;
 }
 
+cudnnStatus_t kcu_dg_scalar(kcu_dg *g, int64_t uid, int rank, cudnnBackendDescriptor_t *out) {
+    cudnnBackendDescriptor_t d;
+    int64_t ones[8] = {1, 1, 1, 1, 1, 1, 1, 1}, align = 16;
+    cudnnDataType_t dt = CUDNN_DATA_FLOAT;
+    bool by_value = true;
+    if (rank < 1 || rank > 8) return CUDNN_STATUS_BAD_PARAM;
+    DG_TRY(dg_new(g, CUDNN_BACKEND_TENSOR_DESCRIPTOR, &d));
+    DG_TRY(set_attr(d, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &dt));
+    DG_TRY(set_attr(d, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, rank, ones));
+    DG_TRY(set_attr(d, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, rank, ones));
+    DG_TRY(set_attr(d, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid));
+    DG_TRY(set_attr(d, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align));
+    DG_TRY(set_attr(d, CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &by_value));
+    DG_TRY(cudnnBackendFinalize(d));
+    *out = d;
+    return CUDNN_STATUS_SUCCESS;
+}
+
 static cudnnStatus_t dg_add_op(kcu_dg *g, cudnnBackendDescriptor_t op) {
     if (g->n_ops >= KCU_DG_MAX_OPS) return CUDNN_STATUS_NOT_SUPPORTED;
     g->ops[g->n_ops++] = op;
@@ -87,6 +105,37 @@ cudnnStatus_t kcu_dg_conv_fwd(kcu_dg *g, cudnnBackendDescriptor_t x, cudnnBacken
     DG_TRY(set_attr(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x));
     DG_TRY(set_attr(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &w));
     DG_TRY(set_attr(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y));
+    DG_TRY(cudnnBackendFinalize(op));
+    return dg_add_op(g, op);
+}
+
+cudnnStatus_t kcu_dg_matmul(kcu_dg *g, cudnnBackendDescriptor_t a, cudnnBackendDescriptor_t b,
+                            cudnnBackendDescriptor_t c, cudnnDataType_t comp) {
+    cudnnBackendDescriptor_t mm, op;
+    DG_TRY(dg_new(g, CUDNN_BACKEND_MATMUL_DESCRIPTOR, &mm));
+    DG_TRY(set_attr(mm, CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &comp));
+    DG_TRY(cudnnBackendFinalize(mm));
+    DG_TRY(dg_new(g, CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR, &op));
+    DG_TRY(set_attr(op, CUDNN_ATTR_OPERATION_MATMUL_ADESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &a));
+    DG_TRY(set_attr(op, CUDNN_ATTR_OPERATION_MATMUL_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b));
+    DG_TRY(set_attr(op, CUDNN_ATTR_OPERATION_MATMUL_CDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &c));
+    DG_TRY(set_attr(op, CUDNN_ATTR_OPERATION_MATMUL_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &mm));
+    DG_TRY(cudnnBackendFinalize(op));
+    return dg_add_op(g, op);
+}
+
+cudnnStatus_t kcu_dg_reduction(kcu_dg *g, cudnnReduceTensorOp_t rop, cudnnBackendDescriptor_t x,
+                               cudnnBackendDescriptor_t y) {
+    cudnnBackendDescriptor_t rd, op;
+    cudnnDataType_t comp = CUDNN_DATA_FLOAT;
+    DG_TRY(dg_new(g, CUDNN_BACKEND_REDUCTION_DESCRIPTOR, &rd));
+    DG_TRY(set_attr(rd, CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &comp));
+    DG_TRY(set_attr(rd, CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, 1, &rop));
+    DG_TRY(cudnnBackendFinalize(rd));
+    DG_TRY(dg_new(g, CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR, &op));
+    DG_TRY(set_attr(op, CUDNN_ATTR_OPERATION_REDUCTION_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x));
+    DG_TRY(set_attr(op, CUDNN_ATTR_OPERATION_REDUCTION_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y));
+    DG_TRY(set_attr(op, CUDNN_ATTR_OPERATION_REDUCTION_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &rd));
     DG_TRY(cudnnBackendFinalize(op));
     return dg_add_op(g, op);
 }

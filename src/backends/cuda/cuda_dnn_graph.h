@@ -45,8 +45,14 @@ static inline int kcu_dg_id_engine(int32_t id) { return (id >> 20) & 0xff; }
 #define KCU_DG_ID_USER_SHIFT 28
 #define KCU_DG_ID_USER ((int32_t)3 << KCU_DG_ID_USER_SHIFT)
 
-#define KCU_DG_MAX_DESC 24
-#define KCU_DG_MAX_OPS 8
+/* The byte alignment (16, 8, 4 or 2) a tensor descriptor may claim for data at p. */
+static inline int32_t kcu_dg_align(const void *p) {
+    uintptr_t u = (uintptr_t)p;
+    return u % 16 == 0 ? 16 : u % 8 == 0 ? 8 : u % 4 == 0 ? 4 : 2;
+}
+
+#define KCU_DG_MAX_DESC 48
+#define KCU_DG_MAX_OPS 12
 
 /* An operation graph: the descriptors it owns (tensors, operation and
  * pointwise descriptors) and, once finalized, the graph descriptor. */
@@ -67,6 +73,21 @@ KILN_PRIVATE void kcu_dg_free(kcu_dg *g);
 KILN_PRIVATE cudnnStatus_t kcu_dg_tensor(kcu_dg *g, int64_t uid, cudnnDataType_t dt, int rank,
                                          const int64_t *dims, const int64_t *strides, int64_t align,
                                          bool virt, cudnnBackendDescriptor_t *out);
+
+/* A float scalar passed by value at execution (rank dims of 1: the second
+ * operand of a pointwise op over rank-`rank` tensors); the variant pack
+ * names a host float for uid. */
+KILN_PRIVATE cudnnStatus_t kcu_dg_scalar(kcu_dg *g, int64_t uid, int rank, cudnnBackendDescriptor_t *out);
+
+/* c = a b over the last two dims (batch dims broadcast where 1), accumulated
+ * in `comp`. */
+KILN_PRIVATE cudnnStatus_t kcu_dg_matmul(kcu_dg *g, cudnnBackendDescriptor_t a, cudnnBackendDescriptor_t b,
+                                         cudnnBackendDescriptor_t c, cudnnDataType_t comp);
+
+/* y = reduce(x) over the dims where y has size 1 (CUDNN_REDUCE_TENSOR_MAX,
+ * CUDNN_REDUCE_TENSOR_ADD), in fp32. */
+KILN_PRIVATE cudnnStatus_t kcu_dg_reduction(kcu_dg *g, cudnnReduceTensorOp_t op, cudnnBackendDescriptor_t x,
+                                            cudnnBackendDescriptor_t y);
 
 /* y = conv(x, w) (cross-correlation), nsp spatial dims, pre/post paddings,
  * strides, dilations; accumulation in `comp` (CUDNN_DATA_FLOAT). */

@@ -252,18 +252,69 @@ bool kiln__cu_attention_supports(const kiln_graph *g, const kiln_node *n) {
     return true;
 }
 
-/* Broadcast strides (b, h, query, key) of mask-like input M into the scores. */
-static kiln_status attn_mask_strides(const char *node, const char *what, const kiln_tensor *M,
+/* Broadcast strides (b, h, query, key) of mask-like input M (rank, dims) into the scores. */
+static kiln_status attn_mask_strides(const char *node, const char *what, int rank, const int64_t *dims,
                                      const int64_t *full, int64_t *st) {
-    if (M->rank > 4)
-        return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (Attention): %s has rank %d", node, what, M->rank);
-    for (int i = 0; i < M->rank; i++) {
-        int64_t md = M->dims[i], fd = full[4 - M->rank + i];
+    if (rank > 4)
+        return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (Attention): %s has rank %d", node, what, rank);
+    for (int i = 0; i < rank; i++) {
+        int64_t md = dims[i], fd = full[4 - rank + i];
         if (md != 1 && md != fd)
             return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (Attention): the %s does not broadcast to the scores",
                              node, what);
     }
-    kiln__bcast_strides(M->rank, M->dims, 4, full, st);
+    kiln__bcast_strides(rank, dims, 4, full, st);
+    return KILN_OK;
+}
+
+/* The shapes of an Attention's operands: Q, K, V, mask, cond, bias, O
+ * (rank < 0: absent). */
+enum { ATTN_Q, ATTN_K, ATTN_V, ATTN_M, ATTN_C, ATTN_B, ATTN_O, ATTN_N };
+typedef struct attn_shape {
+    int rank;
+    const int64_t *dims;
+} attn_shape;
+
+/* The kernels' geometry of an Attention (at run time and for its tactics);
+ * off[i]: element offset of Q, K, V in their inputs. */
+static kiln_status attn_geom(const char *node, const kiln_attention_attrs *at, const attn_shape *sh, kcu_attn *g,
+                             int64_t *off) {
+    memset(g, 0, sizeof *g);
+    int64_t H = at->num_heads, Sk2, Dk, Dq, Bk, Bv;
+    if (!attn_strides(at->q_layout, 0, sh[ATTN_Q].rank, sh[ATTN_Q].dims, H, g->qs, &g->B, &g->Sq, &Dq, &off[0]) ||
+        !attn_strides(at->k_layout, 1, sh[ATTN_K].rank, sh[ATTN_K].dims, H, g->ks, &Bk, &g->Sk, &Dk, &off[1]) ||
+        !attn_strides(at->v_layout, 2, sh[ATTN_V].rank, sh[ATTN_V].dims, H, g->vs, &Bv, &Sk2, &g->Dv, &off[2]) ||
+        Dq != Dk || Sk2 != g->Sk || Bk != g->B || Bv != g->B || at->q_layout == KILN_ATTN_BHDS ||
+        at->v_layout == KILN_ATTN_BHDS)
+        return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (Attention): operands do not fit their layouts", node);
+    g->H = H;
+    g->D = Dq;
+    if (g->D > KCU_ATTN_MAX_D || g->Dv > KCU_ATTN_MAX_D)
+        return KILN_FAIL(KILN_ERR_UNSUPPORTED,
+                         "node '%s' (Attention): head size %lld (the CUDA kernel takes up to %d)", node,
+                         (long long)(g->D > g->Dv ? g->D : g->Dv), KCU_ATTN_MAX_D);
+    int64_t b2, s2, d2, oo;
+    if (!attn_strides(at->out_layout, 0, sh[ATTN_O].rank, sh[ATTN_O].dims, H, g->os, &b2, &s2, &d2, &oo) ||
+        s2 != g->Sq || d2 != g->Dv || b2 != g->B)
+        return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (Attention): output shape does not fit", node);
+    g->scale = at->scale;
+    int64_t full[4] = {g->B, H, g->Sq, g->Sk};
+    if (sh[ATTN_M].rank >= 0) {
+        KILN_TRY(attn_mask_strides(node, "mask", sh[ATTN_M].rank, sh[ATTN_M].dims, full, g->ms));
+        g->has_mask = 1;
+    }
+    if (sh[ATTN_B].rank >= 0) {
+        KILN_TRY(attn_mask_strides(node, "bias", sh[ATTN_B].rank, sh[ATTN_B].dims, full, g->bs));
+        g->has_bias = 1;
+    }
+    if (sh[ATTN_C].rank >= 0) {
+        KILN_TRY(attn_mask_strides(node, "cond", sh[ATTN_C].rank, sh[ATTN_C].dims, full, g->cs));
+        g->has_cond = 1;
+        g->cond_mode = at->cond_mode;
+        g->cond_fill_if = at->cond_fill_if != 0;
+        g->fill = at->fill;
+    }
+    g->nan_to_zero = at->nan_to_zero != 0;
     return KILN_OK;
 }
 
@@ -282,54 +333,85 @@ kiln_status kiln__cu_attention_run(const kiln_kernel_args *a) {
     if ((C != NULL) != (at->cond_mode != KILN_ATTN_COND_NONE))
         return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (Attention): cond input and cond_mode %d disagree",
                          node, at->cond_mode);
+    const kiln_tensor *all[ATTN_N] = {Q, K, V, M, C, Bi, O};
+    attn_shape sh[ATTN_N];
+    for (int i = 0; i < ATTN_N; i++) sh[i] = (attn_shape){all[i] ? all[i]->rank : -1, all[i] ? all[i]->dims : NULL};
     kcu_attn g;
-    memset(&g, 0, sizeof g);
-    int64_t H = at->num_heads, Sk2, Dk, Dq, qo, ko, vo, Bk, Bv;
-    if (!attn_strides(at->q_layout, 0, Q->rank, Q->dims, H, g.qs, &g.B, &g.Sq, &Dq, &qo) ||
-        !attn_strides(at->k_layout, 1, K->rank, K->dims, H, g.ks, &Bk, &g.Sk, &Dk, &ko) ||
-        !attn_strides(at->v_layout, 2, V->rank, V->dims, H, g.vs, &Bv, &Sk2, &g.Dv, &vo) || Dq != Dk ||
-        Sk2 != g.Sk || Bk != g.B || Bv != g.B || at->q_layout == KILN_ATTN_BHDS || at->v_layout == KILN_ATTN_BHDS)
-        return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (Attention): operands do not fit their layouts",
-                         node);
-    g.H = H;
-    g.D = Dq;
-    if (g.D > KCU_ATTN_MAX_D || g.Dv > KCU_ATTN_MAX_D)
-        return KILN_FAIL(KILN_ERR_UNSUPPORTED,
-                         "node '%s' (Attention): head size %lld (the CUDA kernel takes up to %d)", node,
-                         (long long)(g.D > g.Dv ? g.D : g.Dv), KCU_ATTN_MAX_D);
-    int64_t b2, s2, d2, oo;
-    if (!attn_strides(at->out_layout, 0, O->rank, O->dims, H, g.os, &b2, &s2, &d2, &oo) || s2 != g.Sq ||
-        d2 != g.Dv || b2 != g.B)
-        return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (Attention): output shape does not fit", node);
-    g.scale = at->scale;
-    int64_t full[4] = {g.B, H, g.Sq, g.Sk};
-    if (M) {
-        KILN_TRY(attn_mask_strides(node, "mask", M, full, g.ms));
-        g.has_mask = 1;
-    }
-    if (Bi) {
-        KILN_TRY(attn_mask_strides(node, "bias", Bi, full, g.bs));
-        g.has_bias = 1;
-    }
-    if (C) {
-        KILN_TRY(attn_mask_strides(node, "cond", C, full, g.cs));
-        g.has_cond = 1;
-        g.cond_mode = at->cond_mode;
-        g.cond_fill_if = at->cond_fill_if != 0;
-        g.fill = at->fill;
-    }
-    g.nan_to_zero = at->nan_to_zero != 0;
+    int64_t off[3];
+    KILN_TRY(attn_geom(node, at, sh, &g, off));
     size_t es = kiln_dtype_size(t);
-    const char *q = (const char *)Q->data + qo * es, *k = (const char *)K->data + ko * es;
-    const char *v = (const char *)V->data + vo * es;
+    const char *q = (const char *)Q->data + off[0] * es, *k = (const char *)K->data + off[1] * es;
+    const char *v = (const char *)V->data + off[2] * es;
     const void *mp = M ? M->data : NULL, *bp = Bi ? Bi->data : NULL;
     const uint8_t *cp = C ? (const uint8_t *)C->data : NULL;
-    cudaError_t e = kcu_attention_mma(t, &g, q, k, v, mp, cp, bp, O->data, KCU_STATE(a)->sm_count,
-                                      KCU_STATE(a)->attn_split, KCU_STREAM(a));
+    int32_t tactic = kiln__cuda_tactic(a);
+#if KILN_HAVE_CUDNN
+    if (kcu_dg_is_id(tactic)) { /* cuDNN's fused attention; declined: kiln's kernel by its rule */
+        bool handled = false;
+        KILN_TRY(kiln__cu_sdpa_run(a, t, &g, q, k, v, M ? mp : Bi ? bp : (const void *)cp, O->data, &handled));
+        if (handled) return KILN_OK;
+        tactic = 0;
+    }
+#endif
+    int split = tactic == KCU_ATTN_TACTIC_ROWS ? 0 : tactic == KCU_ATTN_TACTIC_SPLIT ? 1 : KCU_STATE(a)->attn_split;
+    cudaError_t e = kcu_attention_mma(t, &g, q, k, v, mp, cp, bp, O->data, KCU_STATE(a)->sm_count, split,
+                                      KCU_STREAM(a));
     if (e == cudaErrorNotSupported) /* not a case for the tensor-core kernel */
         e = kcu_attention(t, &g, q, k, v, mp, cp, bp, O->data, KCU_STREAM(a));
     KILN_CUDA_TRY(e, node);
     return KILN_OK;
+}
+
+/* Attention's tactics on CUDA (fp16/bf16): kiln's tensor-core kernel with
+ * each way of sharing out the work (k_attn_plan.h: whole key ranges per
+ * warp, or 16-row tiles with the keys split over 4 warps), then the engine
+ * configs of cuDNN's fused attention for the layer's graph where cuDNN
+ * takes the layer (cuda_sdpa.c). Tactic 0: kiln's kernel by the plan's rule. */
+int kiln__cu_attention_tactics(void *state, const kiln_infer_args *a, int32_t *ids, int cap) {
+    kiln_cuda_state *st = state;
+    const kiln_attention_attrs *at = a->attrs;
+    if (!st || cap < 1) return 0;
+    ids[0] = 0;
+    if (!at || a->n_in < 3 || a->n_out < 1 || !a->out[0]) return 1;
+    attn_shape sh[ATTN_N];
+    for (int i = 0; i < ATTN_N; i++) {
+        const kiln_tinfo *x = i == ATTN_O ? a->out[0] : i < a->n_in ? a->in[i] : NULL;
+        sh[i] = (attn_shape){x ? x->rank : -1, x ? x->dims : NULL};
+        if (i <= ATTN_V && !x) return 1;
+    }
+    kiln_dtype t = a->in[0]->dtype;
+    kcu_attn g;
+    int64_t off[3];
+    if (attn_geom(a->node_name ? a->node_name : "?", at, sh, &g, off) != KILN_OK) {
+        kiln__clear_error();
+        return 1;
+    }
+    if (t != KILN_DTYPE_FLOAT16 && t != KILN_DTYPE_BFLOAT16) return 1;
+    int n = 0;
+    ids[n++] = KCU_ATTN_TACTIC_ROWS;
+    if (n < cap) ids[n++] = KCU_ATTN_TACTIC_SPLIT;
+#if KILN_HAVE_CUDNN
+    n += kiln__cu_sdpa_tactics(st, t, &g, ids + n, cap - n);
+#endif
+    return n;
+}
+
+const char *kiln__cu_attention_tactic_name(int32_t id) {
+    return id == 0                        ? "kiln-attn"
+           : id == KCU_ATTN_TACTIC_ROWS  ? "kiln-attn-rows"
+           : id == KCU_ATTN_TACTIC_SPLIT ? "kiln-attn-split"
+                                          : "cudnn-sdpa";
+}
+
+void kiln__cu_attention_tactic_describe(int32_t id, char *buf, size_t n) {
+#if KILN_HAVE_CUDNN
+    if (kcu_dg_is_id(id)) {
+        snprintf(buf, n, "cudnn-sdpa-eng%d.%05x%s", kcu_dg_id_engine(id), (unsigned)(id & 0xfffff),
+                 id & KCU_DG_ID_USER ? "/s0" : "");
+        return;
+    }
+#endif
+    snprintf(buf, n, "%s", kiln__cu_attention_tactic_name(id));
 }
 
 

@@ -67,6 +67,10 @@ typedef struct kiln_cuda_state {
     bool capturing;           /* a CUDA Graph capture is in progress on `stream` */
     bool strict_tactics;      /* a builder's tuning state (its tactics were listed): a
                                  tactic that cannot be made fails instead of falling back */
+    bool sdpa_probed;         /* cuda_sdpa.c's probe ran: sdpa_masked[e] says what cuDNN's engine
+                                 e gives for a row whose every key is masked with -inf: 1 zeros,
+                                 2 NaN, 3 neither (or it failed), 0 not probed */
+    uint8_t sdpa_masked[256];
     uint64_t scratch_gen;     /* bumped whenever `scratch` is reallocated (graphs refer to it) */
 } kiln_cuda_state;
 
@@ -160,6 +164,30 @@ KILN_PRIVATE const char *kiln__cu_fused_conv_name(const kiln_node *n);
 KILN_PRIVATE int kiln__cu_fused_matmul_tactics(void *state, const kiln_infer_args *a, int32_t *ids,
                                                int cap);
 KILN_PRIVATE const char *kiln__cu_fused_matmul_tactic_name(int32_t id); /* "cublasLt#<id>" */
+
+/* Attention's tactics: 0 = kiln's tensor-core kernel by its plan's rule
+ * (k_attn_plan.h; KILN_CUDA_ATTN_SPLIT overrides it), ROWS / SPLIT = that
+ * kernel with the keys never / always split over warps, kcu_dg_is_id(id) =
+ * an engine config of cuDNN's fused attention graph (cuda_sdpa.c). */
+#define KCU_ATTN_TACTIC_ROWS 1
+#define KCU_ATTN_TACTIC_SPLIT 2
+KILN_PRIVATE int kiln__cu_attention_tactics(void *state, const kiln_infer_args *a, int32_t *ids, int cap);
+KILN_PRIVATE const char *kiln__cu_attention_tactic_name(int32_t id);
+KILN_PRIVATE void kiln__cu_attention_tactic_describe(int32_t id, char *buf, size_t n);
+#if KILN_HAVE_CUDNN
+/* cuDNN's fused attention (flash attention through the graph API,
+ * cuda_sdpa.c) for an Attention of geometry g (kcu_attn, cuda_kernels.h):
+ * fp16/bf16, head sizes multiples of 8 up to 128, at most one of mask,
+ * bias and cond (a cond that adds its fill, or sets -inf). _tactics lists
+ * the engine configs of the layer's graph (none: cuDNN does not take it);
+ * _run runs tactic kiln__cuda_tactic(a) with Q, K, V at q, k, v (offsets
+ * applied) and the mask, bias or cond (bool) at `add`; *handled = false: no config runs it
+ * here (a stored config missing outside a tuning state: warned once), the
+ * caller runs kiln's kernel. */
+KILN_PRIVATE int kiln__cu_sdpa_tactics(kiln_cuda_state *st, kiln_dtype t, const kcu_attn *g, int32_t *ids, int cap);
+KILN_PRIVATE kiln_status kiln__cu_sdpa_run(const kiln_kernel_args *a, kiln_dtype t, const kcu_attn *g, const void *q,
+                                           const void *k, const void *v, const void *add, void *o, bool *handled);
+#endif
 
 /* families with their own headers */
 #include "backends/cuda/cuda_index.h"
@@ -281,7 +309,7 @@ typedef struct kiln_cuda_gemm_plan {
 typedef struct kiln_cuda_node {
     kiln_cuda_gemm_plan gemm[KCU_GEMM_PLANS];
     int gemm_next;
-    void *conv;                  /* cuda_conv.c's plan */
+    void *conv;                  /* cuda_conv.c's plans (a conv node), cuda_sdpa.c's (an attention node) */
     void (*conv_free)(void *);
 } kiln_cuda_node;
 /* The node's CUDA state, created on first use; NULL when the args carry no

@@ -305,6 +305,11 @@ cudaError_t kcu_attention_mma(kiln_dtype t, const kcu_attn *g, const void *q, co
                               const void *bias, void *o, int sm_count, int split,
                               cudaStream_t stream);
 
+/* out[i] = (cond[i] != 0) == fill_if ? fill : 0 for n bools (a cond of
+ * Attention as an additive mask, fp16/bf16 out: cuda_sdpa.c). */
+cudaError_t kcu_attn_cond_add(kiln_dtype t, const uint8_t *cond, int64_t n, int fill_if, float fill, void *out,
+                              cudaStream_t stream);
+
 /* Simple tiled GEMM (fallback when cuBLASLt has no algorithm, and K == 0):
  * row-major, batched like kiln__cuda_gemm (cuda_internal.h): C_b = alpha *
  * op(A_b) op(B_b) + beta * C_b (C only written when beta == 0). Floating

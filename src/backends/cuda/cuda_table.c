@@ -164,7 +164,10 @@ static const kiln_kernel kiln_cuda_kernels[KILN_OP_ID_LIMIT] = {
                              .tactic_name = kiln__cu_fused_matmul_tactic_name},
     [KILN_OP_Gelu] = KCU_ENTRY("cuda.gelu", gelu),
     [KILN_OP_GeluOnnx] = KCU_ENTRY("cuda.gelu", gelu),
-    [KILN_OP_Attention] = KCU_ENTRY("cuda.attention", attention),
+    [KILN_OP_Attention] = {.name = "cuda.attention", .supports = kiln__cu_attention_supports,
+                           .run = kiln__cu_attention_run, .tactics = kiln__cu_attention_tactics,
+                           .tactic_name = kiln__cu_attention_tactic_name,
+                           .tactic_describe = kiln__cu_attention_tactic_describe},
     [KILN_OP_Pointwise] = KCU_ENTRY("cuda.pointwise", pointwise), /* cuda_ops_pw.c, k_pointwise.cu */
     /* reductions (cuda_ops_nn.c, k_reduce.cu) */
     [KILN_OP_ReduceSum] = KCU_ENTRY("cuda.reduce", reduce),

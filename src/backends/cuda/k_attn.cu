@@ -486,3 +486,27 @@ extern "C" cudaError_t kcu_attention_mma(kiln_dtype t, const kcu_attn *g, const 
     if (t == KILN_DTYPE_FLOAT16) return launch_t<__half>(g, q, k, v, mask, cond, bias, o, sm_count, split, stream);
     return launch_t<__nv_bfloat16>(g, q, k, v, mask, cond, bias, o, sm_count, split, stream);
 }
+
+/* ---- a bool cond as an additive mask (cuDNN's fused attention takes masks as additions) ---- */
+
+namespace {
+template <typename T>
+__global__ void k_cond_to_add(const uint8_t *__restrict__ cond, int64_t n, uint8_t fill_if, float fill,
+                              T *__restrict__ out) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        out[i] = Num<T>::store((cond[i] != 0) == (fill_if != 0) ? fill : 0.0f);
+}
+} // namespace
+
+extern "C" cudaError_t kcu_attn_cond_add(kiln_dtype t, const uint8_t *cond, int64_t n, int fill_if, float fill,
+                                         void *out, cudaStream_t stream) {
+    if (n <= 0) return cudaSuccess;
+    if (t == KILN_DTYPE_FLOAT16)
+        k_cond_to_add<__half><<<grid_for(n), KCU_THREADS, 0, stream>>>(cond, n, (uint8_t)fill_if, fill, (__half *)out);
+    else if (t == KILN_DTYPE_BFLOAT16)
+        k_cond_to_add<__nv_bfloat16>
+            <<<grid_for(n), KCU_THREADS, 0, stream>>>(cond, n, (uint8_t)fill_if, fill, (__nv_bfloat16 *)out);
+    else
+        return cudaErrorNotSupported;
+    return cudaGetLastError();
+}
