@@ -471,9 +471,18 @@ TEST(batch_profile) {
     check_batch_profile("t211_ts_hf_gpt2.onnx", ids, 0, 2);
     check_batch_profile("t211_ts_hf_t5enc.onnx", ids, 0, 2);
     check_batch_profile("t211_ts_hf_vit.onnx", "pixel_values:f:2x3x16x16", 0, 2);
-    check_batch_profile("t113_ts_tv_vit.onnx", "x:f:2x3x16x16", 0, -1);
-    check_batch_profile("t113_ts_mha_sf_kpm.onnx", "x:f:8x2x32;mask:m:2x8", 1, -1);
-    check_batch_profile("t113_ts_mha_bf.onnx", "x:f:2x8x32", 0, -1);
+    check_batch_profile("t113_ts_tv_vit.onnx", "x:f:2x3x16x16", 0, 2);
+    check_batch_profile("t113_ts_mha_sf.onnx", "x:f:8x2x32", 1, 1);
+    check_batch_profile("t113_ts_mha_sf_kpm.onnx", "x:f:8x2x32;mask:m:2x8", 1, 1);
+    check_batch_profile("t113_ts_mha_sf_causal.onnx", "x:f:8x2x32", 1, 1);
+    check_batch_profile("t113_ts_mha_sf_cross.onnx", "x:f:8x2x32", 1, 1);
+    check_batch_profile("t113_ts_mha2w_sf.onnx", "x:f:8x2x32", 1, 1);
+    check_batch_profile("t113_ts_mha2w_sf_kpm.onnx", "x:f:8x2x32;mask:m:2x8", 1, 1);
+    check_batch_profile("t113_ts_mha_bf.onnx", "x:f:2x8x32", 0, 1);
+    check_batch_profile("t113_ts_mha_bf_kpm_causal.onnx", "x:f:2x8x32;mask:m:2x8", 0, 1);
+    check_batch_profile("t113_ts_mha2w_bf.onnx", "x:f:2x8x32", 0, 1);
+    check_batch_profile("t113_ts_enc_postnorm.onnx", "x:f:2x8x32;mask:m:2x8", 0, 2);
+    check_batch_profile("t113_ts_enc_prenorm.onnx", "x:f:2x8x32;mask:m:2x8", 0, 2);
 }
 
 int main(void) {
