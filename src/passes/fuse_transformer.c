@@ -896,13 +896,16 @@ static bool attn_operand_sf(const kiln_graph *g, int v, bool is_k, int *src, int
 /* A [B, H, S, D] operand v made by Reshape([B*H, S, D] -> [B, H, S, D]) of the
  * sequence-first head split (attn_operand_sf): torch 2.x's
  * nn.MultiheadAttention before scaled_dot_product_attention. Fills the
- * source [S, B, H*D] (layout SBHD) and the absorbed nodes. */
+ * source [S, B, H*D] (layout SBHD) and the absorbed nodes. With B symbolic
+ * the [B*H, S, D] is unknown in its first dim; attn_operand_sf reads it
+ * from the head split's target. */
 static bool attn_operand_sf4(const kiln_graph *g, int v, int *src, int64_t *H, pat *p) {
     int r = kiln__pat_producer(g, v, KILN_OP_Reshape);
     if (r < 0) return false;
     const kiln_tinfo *x = info(g, g->nodes[r].in[0]), *y = info(g, v);
-    if (x->rank != 3 || y->rank != 4 || y->dims[0] <= 0 || y->dims[1] <= 0 ||
-        x->dims[0] != y->dims[0] * y->dims[1] || x->dims[1] != y->dims[2] || x->dims[2] != y->dims[3])
+    if (x->rank != 3 || y->rank != 4 || (y->dims[0] <= 0 && !KILN_DIM_IS_SYM(y->dims[0])) || y->dims[1] <= 0 ||
+        x->dims[0] != (y->dims[0] > 0 ? y->dims[0] * y->dims[1] : KILN_DIM_UNKNOWN) || x->dims[1] != y->dims[2] ||
+        x->dims[2] != y->dims[3] || y->dims[2] <= 0 || y->dims[3] <= 0)
         return false;
     pat sub = {.n = 0};
     int64_t b;
@@ -1016,13 +1019,28 @@ static bool reaches_qk(const kiln_graph *g, int v, const sshape *sd, int depth) 
 
 static int mask_as4(const kiln_graph *g, int m, int64_t B, int64_t H);
 
-/* Whether values a and b have the same known shape. */
-static bool has_same_dims(const kiln_graph *g, int a, int b) {
-    const kiln_tinfo *x = info(g, a), *y = info(g, b);
-    if (x->rank < 0 || x->rank != y->rank) return false;
-    for (int i = 0; i < x->rank; i++)
-        if (x->dims[i] == KILN_DIM_UNKNOWN || x->dims[i] != y->dims[i]) return false;
-    return true;
+/* Whether node ni, a scalar_factor of x, gives x's shape: its factor has
+ * no more dims than x (and one element). */
+static bool keeps_shape(const kiln_graph *g, int ni, int x) {
+    int c = other_input(g, ni, x);
+    return c >= 0 && info(g, x)->rank >= 0 && info(g, c)->rank <= info(g, x)->rank;
+}
+
+/* The Reshape node that views a [B*H, a, b] mask as [B, H, a, b] (m) for
+ * the [B, H, Sq, Sk] scores sd: torch 2.x's nn.MultiheadAttention; or -1.
+ * B known, or symbolic: B*H is then unknown to kiln, and so may be m's a
+ * (view(B, H, -1, S)), the same by the Reshape's element count. */
+static int bh_view(const kiln_graph *g, int m, const sshape *sd) {
+    int rv = sd->rank == 4 ? sole_producer(g, m, KILN_OP_Reshape) : -1;
+    if (rv < 0 || (sd->d[0] <= 0 && !KILN_DIM_IS_SYM(sd->d[0])) || sd->d[1] <= 0) return -1;
+    const kiln_tinfo *x3 = info(g, g->nodes[rv].in[0]), *m4 = info(g, m);
+    int64_t bh = sd->d[0] > 0 ? sd->d[0] * sd->d[1] : KILN_DIM_UNKNOWN;
+    if (x3->rank != 3 || m4->rank != 4 || m4->dims[0] != sd->d[0] || m4->dims[1] != sd->d[1] || x3->dims[0] != bh ||
+        x3->dims[1] <= 0 || x3->dims[2] <= 0 || x3->dims[2] != m4->dims[3] ||
+        (x3->dims[1] != m4->dims[2] && (bh != KILN_DIM_UNKNOWN || m4->dims[2] != KILN_DIM_UNKNOWN)))
+        return -1;
+    sshape sdw = {.rank = 3, .d = {bh, sd->d[2], sd->d[3]}};
+    return broadcasts_into(g, g->nodes[rv].in[0], &sdw) ? rv : -1;
 }
 
 /* Where node w as Where(cond, -inf, m2) or Where(cond, m2, -inf), m2 a
@@ -1035,12 +1053,30 @@ static int where_inf_mask(const kiln_graph *g, int w, const sshape *sd, int *fil
     for (int i = 1; i <= 2; i++) {
         int m2 = n->in[3 - i];
         if (const_scalar(g, n->in[i], &f) && isinf(f) && f < 0 && is_f32(g, m2) && broadcasts_into(g, m2, sd) &&
-            kiln__numel(info(g, m2)->rank, info(g, m2)->dims) > 1) {
+            kiln__numel(info(g, m2)->rank, info(g, m2)->dims) != 1) { /* a tensor, not the fill (unknown count: B*H) */
             *fill_if = i == 1 ? 1 : 0;
             return m2;
         }
     }
     return -1;
+}
+
+/* Whether m2 is zeros of cond c's shape: ConstantOfShape(Shape(c)) (c
+ * through an identity Cast) of value 0, as torch 1.13 writes
+ * key_padding_mask's zeros when the batch is dynamic (a constant when it is
+ * not). */
+static bool zeros_of_cond_shape(const kiln_graph *g, int m2, int c) {
+    int z = kiln__pat_producer(g, m2, KILN_OP_ConstantOfShape);
+    if (z < 0) return false;
+    const kiln_cos_attrs *ca = g->nodes[z].attrs;
+    float v;
+    memcpy(&v, ca->value, sizeof v);
+    if (info(g, m2)->dtype != KILN_DTYPE_FLOAT32 || v != 0.0f) return false;
+    int sh = kiln__pat_producer(g, g->nodes[z].in[0], KILN_OP_Shape), b, e;
+    if (sh < 0 || !kiln__pat_shape_range(g, sh, &b, &e) || b != 0 || e != info(g, g->nodes[sh].in[0])->rank)
+        return false;
+    int x = g->nodes[sh].in[0], cc = kiln__pat_producer(g, c, KILN_OP_Cast);
+    return x == c || (cc >= 0 && g->nodes[cc].in[0] == x && info(g, x)->dtype == info(g, c)->dtype);
 }
 
 /* The score chain of an attention, read back from the Softmax input:
@@ -1086,7 +1122,7 @@ static bool match_scores(const kiln_graph *g, int s, const sshape *sd, attn_scor
             int chain = -1, m = -1;
             for (int i = 0; i < 2 && chain < 0; i++) {
                 int a = n->in[i], b = n->in[1 - i];
-                if (broadcasts_into(g, b, sd) && reaches_qk(g, a, sd, 0)) {
+                if ((broadcasts_into(g, b, sd) || bh_view(g, b, sd) >= 0) && reaches_qk(g, a, sd, 0)) {
                     chain = a;
                     m = b;
                 }
@@ -1096,25 +1132,18 @@ static bool match_scores(const kiln_graph *g, int s, const sshape *sd, attn_scor
             /* a factor of exactly 1 on the mask: torch 1.13's baddbmm(mask, Q, K^T) (beta = 1) */
             int mul = sole_producer(g, m, 0), mx;
             double one;
-            if (mul >= 0 && scalar_factor(g, mul, &mx, &one) && one == 1.0 && has_same_dims(g, mx, m)) {
+            if (mul >= 0 && scalar_factor(g, mul, &mx, &one) && one == 1.0 && keeps_shape(g, mul, mx)) {
                 pat_add(p, mul);
                 m = mx;
             }
             /* torch 2.x's nn.MultiheadAttention: its [B*H, a, b] mask viewed as [B, H, a, b]
              * (the Where below is then read on the [B*H, Sq, Sk] scores and its
              * operands taken back to [B, H, ...] by mask_as4) */
-            int mw = m, rv = sd->rank == 4 ? sole_producer(g, m, KILN_OP_Reshape) : -1;
+            int mw = m, rv = bh_view(g, m, sd);
             sshape sdw = *sd;
-            if (rv >= 0 && (sd->d[0] <= 0 || sd->d[1] <= 0)) rv = -1; /* B*H known */
             if (rv >= 0) {
-                const kiln_tinfo *x3 = info(g, g->nodes[rv].in[0]), *m4 = info(g, m);
-                if (x3->rank == 3 && m4->rank == 4 && m4->dims[0] == sd->d[0] && m4->dims[1] == sd->d[1] &&
-                    x3->dims[0] == sd->d[0] * sd->d[1] && x3->dims[1] == m4->dims[2] && x3->dims[2] == m4->dims[3]) {
-                    mw = g->nodes[rv].in[0];
-                    sdw = (sshape){.rank = 3, .d = {sd->d[0] * sd->d[1], sd->d[2], sd->d[3]}};
-                } else {
-                    rv = -1;
-                }
+                mw = g->nodes[rv].in[0];
+                sdw = (sshape){.rank = 3, .d = {info(g, mw)->dims[0], sd->d[2], sd->d[3]}};
             }
             int w = kiln__pat_producer(g, mw, KILN_OP_Where);
             double z, fv;
@@ -1123,7 +1152,8 @@ static bool match_scores(const kiln_graph *g, int s, const sshape *sd, attn_scor
                 ((const_scalar(g, g->nodes[w].in[1], &z) && z == 0.0 && const_scalar(g, g->nodes[w].in[2], &fv)) ||
                  (const_scalar(g, g->nodes[w].in[2], &z) && z == 0.0 && const_scalar(g, g->nodes[w].in[1], &fv)) ||
                  (m2 = where_inf_mask(g, w, &sdw, &fill_if)) >= 0)) {
-                bool inf_form = m2 >= 0, zeros = inf_form && kiln__pat_const_is(g, m2, 0.0);
+                bool inf_form = m2 >= 0,
+                     zeros = inf_form && (kiln__pat_const_is(g, m2, 0.0) || zeros_of_cond_shape(g, m2, c0));
                 if (rv >= 0) { /* back to [B, H, ...] */
                     c0 = mask_as4(g, c0, sd->d[0], sd->d[1]);
                     if (inf_form && !zeros) m2 = mask_as4(g, m2, sd->d[0], sd->d[1]);
@@ -1149,7 +1179,7 @@ static bool match_scores(const kiln_graph *g, int s, const sshape *sd, attn_scor
                 if (rv >= 0) pat_add(p, rv);
                 if (kiln__pat_sole_use(g, mw)) pat_add(p, w); /* read in reverse: Where, then Add */
             } else {
-                if (r->n_masks == 2 || !is_f32(g, m)) return false;
+                if (r->n_masks == 2 || !is_f32(g, m) || !broadcasts_into(g, m, sd)) return false;
                 r->masks[r->n_masks++] = m;
             }
             s = chain;
