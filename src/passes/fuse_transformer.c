@@ -1774,6 +1774,24 @@ static void swap01(kiln_tinfo *t) {
     t->dims[1] = d;
 }
 
+/* A new value for v's tensor with its first two axes swapped (info of
+ * `swapped`), named after it: v's name stays with the model's [S, B, E]
+ * tensor, so that `kiln debug compare` does not read the [B, S, E] as it.
+ * Node `prod` writes the new value and node `reader` reads it instead of v. */
+static kiln_status swapped_value(kiln_graph *g, int v, const kiln_tinfo *swapped, int prod, int reader) {
+    char name[256];
+    snprintf(name, sizeof name, "%s.batch_first", g->values[v].name ? g->values[v].name : "");
+    int nv;
+    KILN_TRY(kiln__graph_add_value(g, kiln__graph_find_value(g, name) < 0 ? name : NULL, &nv));
+    g->values[nv].info = *swapped;
+    kiln_node *pn = &g->nodes[prod], *rn = &g->nodes[reader];
+    for (int i = 0; i < pn->n_out; i++)
+        if (pn->out[i] == v) pn->out[i] = nv;
+    for (int i = 0; i < rn->n_in; i++)
+        if (rn->in[i] == v) rn->in[i] = nv;
+    return KILN_OK;
+}
+
 /* The Transpose(1, 0, 2) node making v (rank 3) if v has that one reader, else -1. */
 static int swap01_producer(const kiln_graph *g, int v) {
     int t = sole_producer(g, v, KILN_OP_Transpose);
@@ -1821,13 +1839,18 @@ static kiln_status match_batch_first(kiln_graph *g, const kiln_optimize_opts *o,
         return KILN_OK;
     }
     memcpy(a->attrs, &aa, sizeof aa);
+    kiln_tinfo xs = *info(g, x), ys = *info(g, y);
+    g->values[x].info = xi;
+    g->values[y].info = yi;
     if (t1 >= 0) {
         g->nodes[f1].in[0] = g->nodes[t1].in[0];
         g->nodes[t1].dead = true;
+        KILN_TRY(swapped_value(g, x, &xs, f1, an));
     }
     if (t2 >= 0) {
         g->nodes[f2].out[0] = g->nodes[t2].out[0];
         g->nodes[t2].dead = true;
+        KILN_TRY(swapped_value(g, y, &ys, an, f2));
     }
     kiln__graph_link(g);
     return KILN_OK;
