@@ -1909,6 +1909,12 @@ kiln_status kiln__opt_transformer(kiln_graph *g, const kiln_optimize_opts *o) {
     for (int ni = 0; kiln__pass_on(o, KILN_PASS_FUSE_MATMUL) && ni < g->n_nodes; ni++)
         if (!g->nodes[ni].dead && (g->nodes[ni].op_id == KILN_OP_MatMul || g->nodes[ni].op_id == KILN_OP_Gemm))
             KILN_TRY(match_matmul(g, o, ni));
+    /* the shape arithmetic the fused layers no longer read goes: torch 1.13's
+     * run-time Reshape targets read Shape of nn.MultiheadAttention's input,
+     * and match_batch_first wants the Transpose that makes it read by the
+     * projection alone */
+    KILN_TRY(kiln__pass_dce(g));
+    kiln__graph_link(g);
     for (int ni = 0; kiln__pass_on(o, KILN_PASS_FUSE_QKV) && ni < g->n_nodes; ni++)
         if (!g->nodes[ni].dead && g->nodes[ni].op_id == KILN_OP_Attention) {
             KILN_TRY(match_qkv(g, o, ni));
