@@ -174,6 +174,61 @@ static bool swaps_last_two(const kiln_graph *g, int n2, int *x, pat *p) {
     return true;
 }
 
+/* Dims as a known product and a list of symbols (a product of dims). */
+typedef struct dprod {
+    int64_t k;
+    int n;
+    int64_t sym[2 * KILN_MAX_RANK];
+} dprod;
+
+/* Multiplies dim d into *p; false when d is unknown or p is full. */
+static bool dprod_mul(dprod *p, int64_t d) {
+    if (d >= 0) {
+        p->k *= d;
+        return true;
+    }
+    if (!KILN_DIM_IS_SYM(d) || p->n >= 2 * KILN_MAX_RANK) return false;
+    p->sym[p->n++] = d;
+    return true;
+}
+
+/* Whether *a and *b are the same product. */
+static bool dprod_same(const dprod *a, const dprod *b) {
+    if (a->k != b->k || a->n != b->n) return false;
+    bool used[2 * KILN_MAX_RANK] = {false};
+    for (int i = 0; i < a->n; i++) {
+        int j = 0;
+        while (j < b->n && (used[j] || b->sym[j] != a->sym[i])) j++;
+        if (j == b->n) return false;
+        used[j] = true;
+    }
+    return true;
+}
+
+/* Target entry v (int64 [1]) read as Unsqueeze(Mul(a, b)), each factor a
+ * dim read at run time (kiln__pat_shape_dim) or a scalar constant: torch
+ * 1.13's view(S, B * H, D) of the head split, view(S * B, E) of the merge.
+ * Multiplies the factors' dims into *p; false when it is not so made. */
+static bool shape_product(const kiln_graph *g, int v, dprod *p) {
+    const kiln_tinfo *vi = info(g, v);
+    int u = kiln__pat_producer(g, v, KILN_OP_Unsqueeze);
+    if (u < 0 || vi->dtype != KILN_DTYPE_INT64 || vi->rank != 1 || vi->dims[0] != 1) return false;
+    int m = kiln__pat_producer(g, g->nodes[u].in[0], KILN_OP_Mul);
+    if (m < 0 || info(g, g->nodes[m].out[0])->rank != 0) return false;
+    for (int i = 0; i < 2; i++) {
+        int f = g->nodes[m].in[i], s, a;
+        const kiln_value *fv = &g->values[f];
+        if ((fv->flags & KILN_VALUE_CONST) && fv->data && fv->info.dtype == KILN_DTYPE_INT64 && fv->info.rank == 0) {
+            int64_t c = *(const int64_t *)fv->data;
+            if (c < 0) return false;
+            p->k *= c;
+        } else if (!kiln__pat_shape_dim(g, f, &s, &a) || !dprod_mul(p, info(g, s)->dims[a])) {
+            return false;
+        }
+    }
+    return true;
+}
+
 /* The constant equal to Reshape node ri's target for every input shape the
  * engine accepts, when the target is a Concat (axis 0) of int64 constants
  * and dims read at run time through Shape (kiln__pat_shape_dim), as the
@@ -182,7 +237,12 @@ static bool swaps_last_two(const kiln_graph *g, int n2, int *x, pat *p) {
  * allowzero 0: copy the input's dim j) when that dim is the input's dim j,
  * being the same value and axis, or the same symbolic dim (inputs sharing a
  * dim's name are checked to agree at run time); a dim known at build time
- * becomes its value. Fills t[0..*n); false when any entry is neither. */
+ * becomes its value. One entry may be a product of such dims and constants
+ * (shape_product: torch 1.13's [S, B*H, D] head split, a product of
+ * symbolic dims that kiln's dims do not express): it becomes -1 when it is
+ * what is left of the input's element count, the input's dims and the
+ * other entries being products of known values and symbols. Fills
+ * t[0..*n); false when any entry is none of these. */
 static bool reshape_target_of_dims(const kiln_graph *g, int ri, int64_t *t, int *n) {
     const kiln_node *r = &g->nodes[ri];
     if (r->n_in < 2 || r->in[1] < 0 || ((const kiln_reshape_attrs *)r->attrs)->allowzero) return false;
@@ -192,6 +252,8 @@ static bool reshape_target_of_dims(const kiln_graph *g, int ri, int64_t *t, int 
     int axis = ((const kiln_axis_attrs *)g->nodes[c].attrs)->axis;
     if (axis != 0 && axis != -1) return false;
     *n = 0;
+    int prod_at = -1;
+    dprod whole = {.k = 1}, parts = {.k = 1};
     for (int i = 0; i < g->nodes[c].n_in; i++) {
         int p = g->nodes[c].in[i], s, a;
         const kiln_value *pv = &g->values[p];
@@ -200,7 +262,13 @@ static bool reshape_target_of_dims(const kiln_graph *g, int ri, int64_t *t, int 
             for (int64_t k = 0; k < pv->info.dims[0]; k++) t[(*n)++] = ((const int64_t *)pv->data)[k];
             continue;
         }
-        if (!kiln__pat_shape_dim(g, p, &s, &a) || *n >= KILN_MAX_RANK) return false;
+        if (*n >= KILN_MAX_RANK) return false;
+        if (!kiln__pat_shape_dim(g, p, &s, &a)) {
+            if (prod_at >= 0 || !shape_product(g, p, &parts)) return false;
+            prod_at = *n;
+            t[(*n)++] = -1;
+            continue;
+        }
         int64_t d = info(g, s)->dims[a];
         if (*n < xi->rank && ((s == r->in[0] && a == *n) || (d != KILN_DIM_UNKNOWN && d == xi->dims[*n])))
             t[(*n)++] = 0;
@@ -209,7 +277,17 @@ static bool reshape_target_of_dims(const kiln_graph *g, int ri, int64_t *t, int 
         else
             return false;
     }
-    return *n > 0;
+    if (*n == 0) return false;
+    if (prod_at < 0) return true;
+    /* the product is what is left: x's element count = the other entries' times it */
+    for (int i = 0; i < xi->rank; i++)
+        if (!dprod_mul(&whole, xi->dims[i])) return false;
+    for (int i = 0; i < *n; i++) {
+        if (i == prod_at) continue;
+        if (t[i] < 0 || (t[i] == 0 && i >= xi->rank)) return false;
+        if (!dprod_mul(&parts, t[i] == 0 ? xi->dims[i] : t[i])) return false;
+    }
+    return whole.k > 0 && dprod_same(&whole, &parts);
 }
 
 /* Reshape targets computed at run time from the dims they copy (above)
@@ -818,13 +896,16 @@ static bool attn_operand_sf(const kiln_graph *g, int v, bool is_k, int *src, int
 /* A [B, H, S, D] operand v made by Reshape([B*H, S, D] -> [B, H, S, D]) of the
  * sequence-first head split (attn_operand_sf): torch 2.x's
  * nn.MultiheadAttention before scaled_dot_product_attention. Fills the
- * source [S, B, H*D] (layout SBHD) and the absorbed nodes. */
+ * source [S, B, H*D] (layout SBHD) and the absorbed nodes. With B symbolic
+ * the [B*H, S, D] is unknown in its first dim; attn_operand_sf reads it
+ * from the head split's target. */
 static bool attn_operand_sf4(const kiln_graph *g, int v, int *src, int64_t *H, pat *p) {
     int r = kiln__pat_producer(g, v, KILN_OP_Reshape);
     if (r < 0) return false;
     const kiln_tinfo *x = info(g, g->nodes[r].in[0]), *y = info(g, v);
-    if (x->rank != 3 || y->rank != 4 || y->dims[0] <= 0 || y->dims[1] <= 0 ||
-        x->dims[0] != y->dims[0] * y->dims[1] || x->dims[1] != y->dims[2] || x->dims[2] != y->dims[3])
+    if (x->rank != 3 || y->rank != 4 || (y->dims[0] <= 0 && !KILN_DIM_IS_SYM(y->dims[0])) || y->dims[1] <= 0 ||
+        x->dims[0] != (y->dims[0] > 0 ? y->dims[0] * y->dims[1] : KILN_DIM_UNKNOWN) || x->dims[1] != y->dims[2] ||
+        x->dims[2] != y->dims[3] || y->dims[2] <= 0 || y->dims[3] <= 0)
         return false;
     pat sub = {.n = 0};
     int64_t b;
@@ -887,12 +968,16 @@ typedef struct sshape {
     int64_t d[4];
 } sshape;
 
-/* Whether value m (rank <= the scores', dims known) broadcasts into the scores' shape sd. */
+/* Whether value m (rank <= the scores', dims known) broadcasts into the
+ * scores' shape sd. The rank-3 scores' B*H may be unknown (B symbolic): a
+ * mask's unknown dim there is taken, and attn_operands_sf has mask_as4
+ * prove it B*H. */
 static bool broadcasts_into(const kiln_graph *g, int m, const sshape *sd) {
     const kiln_tinfo *mi = info(g, m);
     if (mi->rank < 0 || mi->rank > sd->rank) return false;
     for (int i = 0; i < mi->rank; i++) {
         int64_t md = mi->dims[i], fd = sd->d[sd->rank - mi->rank + i];
+        if (md == KILN_DIM_UNKNOWN && fd == KILN_DIM_UNKNOWN && sd->rank == 3 && i == 0 && mi->rank == 3) continue;
         if (md == KILN_DIM_UNKNOWN || (md != 1 && md != fd)) return false;
     }
     return true;
@@ -934,13 +1019,28 @@ static bool reaches_qk(const kiln_graph *g, int v, const sshape *sd, int depth) 
 
 static int mask_as4(const kiln_graph *g, int m, int64_t B, int64_t H);
 
-/* Whether values a and b have the same known shape. */
-static bool has_same_dims(const kiln_graph *g, int a, int b) {
-    const kiln_tinfo *x = info(g, a), *y = info(g, b);
-    if (x->rank < 0 || x->rank != y->rank) return false;
-    for (int i = 0; i < x->rank; i++)
-        if (x->dims[i] == KILN_DIM_UNKNOWN || x->dims[i] != y->dims[i]) return false;
-    return true;
+/* Whether node ni, a scalar_factor of x, gives x's shape: its factor has
+ * no more dims than x (and one element). */
+static bool keeps_shape(const kiln_graph *g, int ni, int x) {
+    int c = other_input(g, ni, x);
+    return c >= 0 && info(g, x)->rank >= 0 && info(g, c)->rank <= info(g, x)->rank;
+}
+
+/* The Reshape node that views a [B*H, a, b] mask as [B, H, a, b] (m) for
+ * the [B, H, Sq, Sk] scores sd: torch 2.x's nn.MultiheadAttention; or -1.
+ * B known, or symbolic: B*H is then unknown to kiln, and so may be m's a
+ * (view(B, H, -1, S)), the same by the Reshape's element count. */
+static int bh_view(const kiln_graph *g, int m, const sshape *sd) {
+    int rv = sd->rank == 4 ? sole_producer(g, m, KILN_OP_Reshape) : -1;
+    if (rv < 0 || (sd->d[0] <= 0 && !KILN_DIM_IS_SYM(sd->d[0])) || sd->d[1] <= 0) return -1;
+    const kiln_tinfo *x3 = info(g, g->nodes[rv].in[0]), *m4 = info(g, m);
+    int64_t bh = sd->d[0] > 0 ? sd->d[0] * sd->d[1] : KILN_DIM_UNKNOWN;
+    if (x3->rank != 3 || m4->rank != 4 || m4->dims[0] != sd->d[0] || m4->dims[1] != sd->d[1] || x3->dims[0] != bh ||
+        x3->dims[1] <= 0 || x3->dims[2] <= 0 || x3->dims[2] != m4->dims[3] ||
+        (x3->dims[1] != m4->dims[2] && (bh != KILN_DIM_UNKNOWN || m4->dims[2] != KILN_DIM_UNKNOWN)))
+        return -1;
+    sshape sdw = {.rank = 3, .d = {bh, sd->d[2], sd->d[3]}};
+    return broadcasts_into(g, g->nodes[rv].in[0], &sdw) ? rv : -1;
 }
 
 /* Where node w as Where(cond, -inf, m2) or Where(cond, m2, -inf), m2 a
@@ -953,12 +1053,30 @@ static int where_inf_mask(const kiln_graph *g, int w, const sshape *sd, int *fil
     for (int i = 1; i <= 2; i++) {
         int m2 = n->in[3 - i];
         if (const_scalar(g, n->in[i], &f) && isinf(f) && f < 0 && is_f32(g, m2) && broadcasts_into(g, m2, sd) &&
-            kiln__numel(info(g, m2)->rank, info(g, m2)->dims) > 1) {
+            kiln__numel(info(g, m2)->rank, info(g, m2)->dims) != 1) { /* a tensor, not the fill (unknown count: B*H) */
             *fill_if = i == 1 ? 1 : 0;
             return m2;
         }
     }
     return -1;
+}
+
+/* Whether m2 is zeros of cond c's shape: ConstantOfShape(Shape(c)) (c
+ * through an identity Cast) of value 0, as torch 1.13 writes
+ * key_padding_mask's zeros when the batch is dynamic (a constant when it is
+ * not). */
+static bool zeros_of_cond_shape(const kiln_graph *g, int m2, int c) {
+    int z = kiln__pat_producer(g, m2, KILN_OP_ConstantOfShape);
+    if (z < 0) return false;
+    const kiln_cos_attrs *ca = g->nodes[z].attrs;
+    float v;
+    memcpy(&v, ca->value, sizeof v);
+    if (info(g, m2)->dtype != KILN_DTYPE_FLOAT32 || v != 0.0f) return false;
+    int sh = kiln__pat_producer(g, g->nodes[z].in[0], KILN_OP_Shape), b, e;
+    if (sh < 0 || !kiln__pat_shape_range(g, sh, &b, &e) || b != 0 || e != info(g, g->nodes[sh].in[0])->rank)
+        return false;
+    int x = g->nodes[sh].in[0], cc = kiln__pat_producer(g, c, KILN_OP_Cast);
+    return x == c || (cc >= 0 && g->nodes[cc].in[0] == x && info(g, x)->dtype == info(g, c)->dtype);
 }
 
 /* The score chain of an attention, read back from the Softmax input:
@@ -1004,7 +1122,7 @@ static bool match_scores(const kiln_graph *g, int s, const sshape *sd, attn_scor
             int chain = -1, m = -1;
             for (int i = 0; i < 2 && chain < 0; i++) {
                 int a = n->in[i], b = n->in[1 - i];
-                if (broadcasts_into(g, b, sd) && reaches_qk(g, a, sd, 0)) {
+                if ((broadcasts_into(g, b, sd) || bh_view(g, b, sd) >= 0) && reaches_qk(g, a, sd, 0)) {
                     chain = a;
                     m = b;
                 }
@@ -1014,25 +1132,18 @@ static bool match_scores(const kiln_graph *g, int s, const sshape *sd, attn_scor
             /* a factor of exactly 1 on the mask: torch 1.13's baddbmm(mask, Q, K^T) (beta = 1) */
             int mul = sole_producer(g, m, 0), mx;
             double one;
-            if (mul >= 0 && scalar_factor(g, mul, &mx, &one) && one == 1.0 && has_same_dims(g, mx, m)) {
+            if (mul >= 0 && scalar_factor(g, mul, &mx, &one) && one == 1.0 && keeps_shape(g, mul, mx)) {
                 pat_add(p, mul);
                 m = mx;
             }
             /* torch 2.x's nn.MultiheadAttention: its [B*H, a, b] mask viewed as [B, H, a, b]
              * (the Where below is then read on the [B*H, Sq, Sk] scores and its
              * operands taken back to [B, H, ...] by mask_as4) */
-            int mw = m, rv = sd->rank == 4 ? sole_producer(g, m, KILN_OP_Reshape) : -1;
+            int mw = m, rv = bh_view(g, m, sd);
             sshape sdw = *sd;
-            if (rv >= 0 && (sd->d[0] <= 0 || sd->d[1] <= 0)) rv = -1; /* B*H known */
             if (rv >= 0) {
-                const kiln_tinfo *x3 = info(g, g->nodes[rv].in[0]), *m4 = info(g, m);
-                if (x3->rank == 3 && m4->rank == 4 && m4->dims[0] == sd->d[0] && m4->dims[1] == sd->d[1] &&
-                    x3->dims[0] == sd->d[0] * sd->d[1] && x3->dims[1] == m4->dims[2] && x3->dims[2] == m4->dims[3]) {
-                    mw = g->nodes[rv].in[0];
-                    sdw = (sshape){.rank = 3, .d = {sd->d[0] * sd->d[1], sd->d[2], sd->d[3]}};
-                } else {
-                    rv = -1;
-                }
+                mw = g->nodes[rv].in[0];
+                sdw = (sshape){.rank = 3, .d = {info(g, mw)->dims[0], sd->d[2], sd->d[3]}};
             }
             int w = kiln__pat_producer(g, mw, KILN_OP_Where);
             double z, fv;
@@ -1041,7 +1152,8 @@ static bool match_scores(const kiln_graph *g, int s, const sshape *sd, attn_scor
                 ((const_scalar(g, g->nodes[w].in[1], &z) && z == 0.0 && const_scalar(g, g->nodes[w].in[2], &fv)) ||
                  (const_scalar(g, g->nodes[w].in[2], &z) && z == 0.0 && const_scalar(g, g->nodes[w].in[1], &fv)) ||
                  (m2 = where_inf_mask(g, w, &sdw, &fill_if)) >= 0)) {
-                bool inf_form = m2 >= 0, zeros = inf_form && kiln__pat_const_is(g, m2, 0.0);
+                bool inf_form = m2 >= 0,
+                     zeros = inf_form && (kiln__pat_const_is(g, m2, 0.0) || zeros_of_cond_shape(g, m2, c0));
                 if (rv >= 0) { /* back to [B, H, ...] */
                     c0 = mask_as4(g, c0, sd->d[0], sd->d[1]);
                     if (inf_form && !zeros) m2 = mask_as4(g, m2, sd->d[0], sd->d[1]);
@@ -1067,7 +1179,7 @@ static bool match_scores(const kiln_graph *g, int s, const sshape *sd, attn_scor
                 if (rv >= 0) pat_add(p, rv);
                 if (kiln__pat_sole_use(g, mw)) pat_add(p, w); /* read in reverse: Where, then Add */
             } else {
-                if (r->n_masks == 2 || !is_f32(g, m)) return false;
+                if (r->n_masks == 2 || !is_f32(g, m) || !broadcasts_into(g, m, sd)) return false;
                 r->masks[r->n_masks++] = m;
             }
             s = chain;
@@ -1137,7 +1249,11 @@ static int match_probs(const kiln_graph *g, int y, int *nan_zero, pat *p) {
 
 /* Operand v of a rank-3 attention in the sequence-first form of torch's
  * nn.MultiheadAttention: [B*H, S, D] (K: [B*H, D, S]) made by Transpose(1,0,2)
- * (K: (1,2,0)) of Reshape([S, B, H*D] -> [S, B*H, D]). Fills the source
+ * (K: (1,2,0)) of Reshape([S, B, H*D] -> [S, B*H, D]). B may be symbolic
+ * (an engine over a batch profile): B*H is then a dim kiln's dims do not
+ * express, unknown in the Reshape's result, and it is read from the
+ * target instead, a constant [S or 0, -1, D] (explicit_reshape_targets
+ * makes torch's [S, B*H, D] so): -1 is B*H*D*S/(S*D). Fills the source
  * [S, B, H*D] (layout SBHD), B, H and the absorbed nodes (those with no
  * other reader); false when v is not made so. */
 static bool attn_operand_sf(const kiln_graph *g, int v, bool is_k, int *src, int64_t *B, int64_t *H, pat *p) {
@@ -1149,10 +1265,19 @@ static bool attn_operand_sf(const kiln_graph *g, int v, bool is_k, int *src, int
     if (r < 0) return false;
     const kiln_tinfo *x = info(g, g->nodes[r].in[0]), *y = info(g, g->nodes[r].out[0]);
     if (x->rank != 3 || y->rank != 3) return false;
-    for (int i = 0; i < 3; i++)
-        if (x->dims[i] <= 0 || y->dims[i] <= 0) return false;
-    if (x->dims[0] != y->dims[0] || x->dims[2] % y->dims[2] || x->dims[1] * (x->dims[2] / y->dims[2]) != y->dims[1])
+    if (x->dims[0] <= 0 || x->dims[2] <= 0 || y->dims[0] <= 0 || y->dims[2] <= 0 || x->dims[0] != y->dims[0] ||
+        x->dims[2] % y->dims[2])
         return false;
+    if (x->dims[1] > 0) {
+        if (x->dims[1] * (x->dims[2] / y->dims[2]) != y->dims[1]) return false;
+    } else { /* B symbolic: the target is [S or 0, -1, D] */
+        const kiln_value *tv = &g->values[g->nodes[r].in[1]];
+        const int64_t *td = tv->data;
+        if (!KILN_DIM_IS_SYM(x->dims[1]) || y->dims[1] != KILN_DIM_UNKNOWN || !(tv->flags & KILN_VALUE_CONST) ||
+            !td || tv->info.dtype != KILN_DTYPE_INT64 || tv->info.rank != 1 || tv->info.dims[0] != 3 ||
+            (td[0] != 0 && td[0] != x->dims[0]) || td[1] != -1 || td[2] != y->dims[2])
+            return false;
+    }
     *src = g->nodes[r].in[0];
     *B = x->dims[1];
     *H = x->dims[2] / y->dims[2];
@@ -1167,7 +1292,9 @@ static bool attn_operand_sf(const kiln_graph *g, int v, bool is_k, int *src, int
  * broadcasts into [B, H, Sq, Sk]: m itself when it does not vary over B*H
  * (rank < 3, or first dim 1), else the [B, H, a, b] value a Reshape made it
  * from (through an identity Cast: torch's key_padding_mask.view(B, 1, 1,
- * S).expand(-1, H, -1, -1).reshape(B*H, 1, S)); -1 when neither. */
+ * S).expand(-1, H, -1, -1).reshape(B*H, 1, S)); -1 when neither. The
+ * Reshape's element count makes m's first dim B*H, also where B is
+ * symbolic and that dim unknown to kiln. */
 static int mask_as4(const kiln_graph *g, int m, int64_t B, int64_t H) {
     const kiln_tinfo *mi = info(g, m);
     if (mi->rank < 3 || mi->dims[0] == 1) return m;
@@ -1187,12 +1314,16 @@ static int mask_as4(const kiln_graph *g, int m, int64_t B, int64_t H) {
  * the masks turned into masks of the [B, H, Sq, Sk] scores; false if any
  * does not fit. */
 static bool attn_operands_sf(const kiln_graph *g, const int *qkv, const sshape *sd, attn_scores *sc,
-                             kiln_attention_attrs *aa, int *in, pat *p) {
+                             kiln_attention_attrs *aa, int *in, int64_t *batch, pat *p) {
     int64_t B[3], H[3];
     for (int i = 0; i < 3; i++)
         if (!attn_operand_sf(g, qkv[i], i == 1, &in[i], &B[i], &H[i], p)) return false;
-    if (B[1] != B[0] || B[2] != B[0] || H[1] != H[0] || H[2] != H[0] || H[0] > INT32_MAX || B[0] * H[0] != sd->d[0])
+    if (B[1] != B[0] || B[2] != B[0] || H[1] != H[0] || H[2] != H[0] || H[0] > INT32_MAX)
         return false;
+    /* the scores' B*H: known, or unknown with B symbolic (then the operands
+     * are B*H by their targets, and so is every mask by mask_as4) */
+    if (B[0] > 0 ? B[0] * H[0] != sd->d[0] : sd->d[0] != KILN_DIM_UNKNOWN) return false;
+    *batch = B[0];
     aa->num_heads = (int32_t)H[0];
     aa->q_layout = aa->k_layout = aa->v_layout = KILN_ATTN_SBHD;
     sshape sd4 = {.rank = 4, .d = {B[0], H[0], sd->d[1], sd->d[2]}};
@@ -1221,22 +1352,45 @@ static bool reshape_target_explicit(const kiln_graph *g, int r) {
  * [Sq, B*H, Dv] or [Sq, B, H, Dv]) and the Reshape reading it, to [Sq, B,
  * H*Dv] (taken in) or another shape (the output projection's [Sq*B, H*Dv]:
  * kept, reading the layer's [Sq, B, H*Dv]; only when its target is
- * explicit). Sets the output layout SBHD and *y, or leaves them. */
+ * explicit, or computed at run time as torch 1.13 writes it with a
+ * symbolic B, [Mul(Sq, B), H*Dv], which becomes the constant [-1, H*Dv]:
+ * reshape_target_of_dims of the layer's [Sq, B, H*Dv]; a target without 0
+ * entries reads the same from the Transpose's result). Sets the output
+ * layout SBHD and *y, or leaves them. */
 static kiln_status merge_seq_first(kiln_graph *g, int t, int64_t Sq, int64_t B, int64_t H, int64_t Dv,
                                    kiln_attention_attrs *aa, pat *p, int *y, int *retyped, kiln_tinfo *old_info) {
     int r = sole_consumer_op(g, g->nodes[t].out[0], KILN_OP_Reshape);
-    if (r < 0 || Dv <= 0 || B <= 0) return KILN_OK;
+    if (r < 0 || Dv <= 0 || (B <= 0 && !KILN_DIM_IS_SYM(B))) return KILN_OK;
     sshape want = {.rank = 3, .d = {Sq, B, H * Dv}};
+    int tv = g->nodes[t].out[0];
+    kiln_tinfo w = {.dtype = info(g, tv)->dtype, .rank = 3, .dims = {Sq, B, H * Dv}};
     if (has_shape(g, g->nodes[r].out[0], &want)) {
         pat_add(p, t);
         pat_add(p, r);
         *y = g->nodes[r].out[0];
     } else if (reshape_target_explicit(g, r)) {
         pat_add(p, t);
-        *y = *retyped = g->nodes[t].out[0];
-        *old_info = *info(g, *y);
-        kiln_tinfo w = {.dtype = old_info->dtype, .rank = 3, .dims = {Sq, B, H * Dv}};
-        g->values[*y].info = w;
+        *y = *retyped = tv;
+        *old_info = *info(g, tv);
+        g->values[tv].info = w;
+    } else if (!(g->values[tv].flags & KILN_VALUE_OUTPUT)) {
+        kiln_tinfo was = *info(g, tv);
+        int64_t tgt[KILN_MAX_RANK];
+        int n, shape;
+        g->values[tv].info = w;
+        bool ok = reshape_target_of_dims(g, r, tgt, &n);
+        g->values[tv].info = was;
+        for (int i = 0; ok && i < n; i++) ok = tgt[i] != 0;
+        if (!ok) return KILN_OK;
+        int64_t sd[1] = {n};
+        const char *base = g->values[g->nodes[r].in[1]].name;
+        KILN_TRY(kiln__graph_add_const(g, base ? base : "reshape_shape", KILN_DTYPE_INT64, 1, sd, tgt, &shape));
+        g->nodes[r].in[1] = shape;
+        kiln__graph_link(g);
+        pat_add(p, t);
+        *y = *retyped = tv;
+        *old_info = was;
+        g->values[tv].info = w;
     } else {
         return KILN_OK;
     }
@@ -1253,7 +1407,8 @@ static kiln_status match_attention(kiln_graph *g, const kiln_optimize_opts *o, i
     sshape sd = {.rank = si->rank};
     for (int i = 0; i < si->rank; i++) {
         sd.d[i] = si->dims[i]; /* known or symbolic (the same symbol: the same dim) */
-        if (sd.d[i] == KILN_DIM_UNKNOWN) return KILN_OK;
+        /* rank 3: B*H unknown when B is symbolic (attn_operands_sf proves it) */
+        if (sd.d[i] == KILN_DIM_UNKNOWN && (si->rank != 3 || i != 0)) return KILN_OK;
     }
     /* the layer is named after its nodes in computation order: operands, Q K^T,
      * the score chain, Softmax, the NaN rule, P V, the merge */
@@ -1278,10 +1433,11 @@ static kiln_status match_attention(kiln_graph *g, const kiln_optimize_opts *o, i
                                .cond_mode = sc.cond_mode, .cond_fill_if = sc.cond_fill_if,
                                .fill = sc.cond >= 0 ? sc.fill : 0.0f, .nan_to_zero = nan_zero};
     int in[6];
+    int64_t batch = 0;
     if (info(g, qv)->rank != sd.rank || info(g, kv)->rank != sd.rank || info(g, vv)->rank != sd.rank) return KILN_OK;
     if (!is_f32(g, qv) || !is_f32(g, kv) || !is_f32(g, vv)) return KILN_OK;
     if (sd.rank == 3) {
-        if (!attn_operands_sf(g, (const int[3]){qv, kv, vv}, &sd, &sc, &aa, in, &p)) return KILN_OK;
+        if (!attn_operands_sf(g, (const int[3]){qv, kv, vv}, &sd, &sc, &aa, in, &batch, &p)) return KILN_OK;
     } else {
         int64_t hq, hk, hv;
         attn_operand(g, qv, false, &aa.q_layout, &in[0], &hq, &p);
@@ -1347,7 +1503,7 @@ static kiln_status match_attention(kiln_graph *g, const kiln_optimize_opts *o, i
         int t = sole_consumer_op(g, y, KILN_OP_Transpose);
         const int32_t *pm = t >= 0 ? transpose_perm(g, t, 3) : NULL;
         if (!pm || pm[0] != 1 || pm[1] != 0 || pm[2] != 2) return KILN_OK;
-        KILN_TRY(merge_seq_first(g, t, sd.d[1], sd.d[0] / aa.num_heads, aa.num_heads, info(g, y)->dims[2], &aa, &p,
+        KILN_TRY(merge_seq_first(g, t, sd.d[1], batch, aa.num_heads, info(g, y)->dims[2], &aa, &p,
                                  &y, &retyped, &old_info));
         if (aa.out_layout != KILN_ATTN_SBHD) return KILN_OK;
     }
@@ -1618,6 +1774,24 @@ static void swap01(kiln_tinfo *t) {
     t->dims[1] = d;
 }
 
+/* A new value for v's tensor with its first two axes swapped (info of
+ * `swapped`), named after it: v's name stays with the model's [S, B, E]
+ * tensor, so that `kiln debug compare` does not read the [B, S, E] as it.
+ * Node `prod` writes the new value and node `reader` reads it instead of v. */
+static kiln_status swapped_value(kiln_graph *g, int v, const kiln_tinfo *swapped, int prod, int reader) {
+    char name[256];
+    snprintf(name, sizeof name, "%s.batch_first", g->values[v].name ? g->values[v].name : "");
+    int nv;
+    KILN_TRY(kiln__graph_add_value(g, kiln__graph_find_value(g, name) < 0 ? name : NULL, &nv));
+    g->values[nv].info = *swapped;
+    kiln_node *pn = &g->nodes[prod], *rn = &g->nodes[reader];
+    for (int i = 0; i < pn->n_out; i++)
+        if (pn->out[i] == v) pn->out[i] = nv;
+    for (int i = 0; i < rn->n_in; i++)
+        if (rn->in[i] == v) rn->in[i] = nv;
+    return KILN_OK;
+}
+
 /* The Transpose(1, 0, 2) node making v (rank 3) if v has that one reader, else -1. */
 static int swap01_producer(const kiln_graph *g, int v) {
     int t = sole_producer(g, v, KILN_OP_Transpose);
@@ -1665,13 +1839,18 @@ static kiln_status match_batch_first(kiln_graph *g, const kiln_optimize_opts *o,
         return KILN_OK;
     }
     memcpy(a->attrs, &aa, sizeof aa);
+    kiln_tinfo xs = *info(g, x), ys = *info(g, y);
+    g->values[x].info = xi;
+    g->values[y].info = yi;
     if (t1 >= 0) {
         g->nodes[f1].in[0] = g->nodes[t1].in[0];
         g->nodes[t1].dead = true;
+        KILN_TRY(swapped_value(g, x, &xs, f1, an));
     }
     if (t2 >= 0) {
         g->nodes[f2].out[0] = g->nodes[t2].out[0];
         g->nodes[t2].dead = true;
+        KILN_TRY(swapped_value(g, y, &ys, an, f2));
     }
     kiln__graph_link(g);
     return KILN_OK;
@@ -1730,6 +1909,12 @@ kiln_status kiln__opt_transformer(kiln_graph *g, const kiln_optimize_opts *o) {
     for (int ni = 0; kiln__pass_on(o, KILN_PASS_FUSE_MATMUL) && ni < g->n_nodes; ni++)
         if (!g->nodes[ni].dead && (g->nodes[ni].op_id == KILN_OP_MatMul || g->nodes[ni].op_id == KILN_OP_Gemm))
             KILN_TRY(match_matmul(g, o, ni));
+    /* the shape arithmetic the fused layers no longer read goes: torch 1.13's
+     * run-time Reshape targets read Shape of nn.MultiheadAttention's input,
+     * and match_batch_first wants the Transpose that makes it read by the
+     * projection alone */
+    KILN_TRY(kiln__pass_dce(g));
+    kiln__graph_link(g);
     for (int ni = 0; kiln__pass_on(o, KILN_PASS_FUSE_QKV) && ni < g->n_nodes; ni++)
         if (!g->nodes[ni].dead && g->nodes[ni].op_id == KILN_OP_Attention) {
             KILN_TRY(match_qkv(g, o, ni));

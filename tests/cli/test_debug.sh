@@ -14,6 +14,7 @@ set -u
 
 KILN=${1:?usage: test_debug.sh PATH/TO/kiln}
 KILN=$(cd "$(dirname "$KILN")" && pwd)/$(basename "$KILN")
+ATT=$(cd "$(dirname "$0")/../data/attention" && pwd)
 PY=/usr/bin/python3
 T=$(mktemp -d /tmp/kiln_debug_test.XXXXXX)
 trap 'rm -rf "$T"' EXIT
@@ -116,6 +117,14 @@ expect "clean: file shape sets the profile" 0 "input  'x': float32 [2x3x16x16]  
 expect "random input, verbose: every tensor" 0 " r1 float32 [1x16x16x16]" "$KILN" debug compare cnn.onnx --verbose --no-tuning
 expect "engine without memory reuse" 0 "memory reuse off)" "$KILN" debug compare cnn.onnx --no-memory-reuse
 expect "fuse_conv off" 0 "passes off: fuse_conv" "$KILN" debug compare cnn.onnx --disable-pass fuse_conv
+# torch 1.13's nn.MultiheadAttention(batch_first=True): the [B, S, E] tensors
+# the block reads and writes once its transposes go are not the model's
+# [S, B, E] ones of the same names; over a batch profile, B*H read by meaning
+expect "batch-first attention" 0 "result: every compared tensor is within tolerance" \
+    "$KILN" debug compare "$ATT/t113_ts_mha_bf.onnx" --shapes x:2x8x32
+expect "batch-first attention over a batch profile" 0 "result: every compared tensor is within tolerance" \
+    "$KILN" debug compare "$ATT/t113_ts_tv_vit.onnx" --min-shapes x:1x3x16x16 --opt-shapes x:3x3x16x16 \
+    --max-shapes x:4x3x16x16
 
 # a planted bug in the first fused convolution
 export KILN_TEST_PLANT_BUG=FusedConv
