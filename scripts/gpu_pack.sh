@@ -20,7 +20,8 @@ for f in kiln libkiln.so.0 kiln_conformance test_cuda_ops test_cuda_engine test_
   [ -e "$B/$f" ] && cp -L "$B/$f" "$tmp/"
 done
 for l in libdnnl.so.2 libprotobuf-c.so.1 libOpenCL.so.1; do
-  p=$(ldconfig -p | awk -v l="$l" '$1 == l && /x86-64/ {print $NF; exit}')
+  # (awk reads all of ldconfig's output: an early exit is a SIGPIPE that pipefail turns into the script's)
+  p=$(ldconfig -p | awk -v l="$l" '$1 == l && /x86-64/ && !f {print $NF; f = 1}')
   [ -n "$p" ] && cp -L "$p" "$tmp/"
 done
 mkdir -p "$(dirname "$OUTF")"
