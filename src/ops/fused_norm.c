@@ -78,12 +78,13 @@ static kiln_status aln_infer(const kiln_infer_args *a) {
     if (A->rank < 0 || R->rank < 0) return KILN_OK;
     int axis;
     KILN_TRY(kiln__norm_axis(NODE(a), at->axis, A->rank, &axis));
-    /* checked where every dim is known or a named symbol (an engine over a
-     * profile: the kernels take the rows from the tensors at run time) */
+    /* checked once every dim is known (at run time at the latest: over a
+     * profile the pass proved the fit with symbols, kiln__add_ln_fits) */
     bool known = true;
-    for (int i = 0; i < A->rank; i++) known = known && A->dims[i] != KILN_DIM_UNKNOWN;
-    for (int i = 0; i < R->rank; i++) known = known && R->dims[i] != KILN_DIM_UNKNOWN;
-    if (R->rank > A->rank || (known && !kiln__add_ln_fits(A->rank, A->dims, R->rank, R->dims, axis))) {
+    for (int i = 0; i < A->rank; i++) known = known && A->dims[i] >= 0;
+    for (int i = 0; i < R->rank; i++) known = known && R->dims[i] >= 0;
+    int64_t rows, D, rr;
+    if (R->rank > A->rank || (known && !kiln__add_ln_geom(A->rank, A->dims, R->rank, R->dims, axis, &rows, &D, &rr))) {
         char s1[128], s2[128];
         return KILN_FAIL(KILN_ERR_MODEL,
                          "node '%s' (kiln.AddLayerNorm): addend %s does not repeat over whole rows of %s "
