@@ -11,21 +11,37 @@
 
 #define NODE(a) ((a)->node_name ? (a)->node_name : "?")
 
-bool kiln__add_ln_geom(int rank, const int64_t *dims, int r_rank, const int64_t *r_dims, int axis,
-                       int64_t *rows, int64_t *D, int64_t *r_rows) {
-    if (rank < 1 || axis < 0 || axis >= rank || r_rank < 0 || r_rank > rank) return false;
+/* The first axis k of A from which R's dims (right-aligned) are A's, R
+ * being 1 before it and k <= axis (R covers whole rows); -1 when R does not
+ * broadcast that way. Dims may be symbolic (< -1: equal when the same
+ * symbol) before axis; the normalized dims must be known. */
+static int aln_split(int rank, const int64_t *dims, int r_rank, const int64_t *r_dims, int axis) {
+    if (rank < 1 || axis < 0 || axis >= rank || r_rank < 0 || r_rank > rank) return -1;
     for (int i = 0; i < rank; i++)
-        if (dims[i] < 0) return false;
+        if (dims[i] == KILN_DIM_UNKNOWN || (i >= axis && dims[i] < 0)) return -1;
     /* right-aligned: R's dims equal A's from some axis k on, 1 before it */
     int off = rank - r_rank, k = rank;
     while (k > off && r_dims[k - 1 - off] == dims[k - 1]) k--;
     for (int i = off; i < k; i++)
-        if (r_dims[i - off] != 1) return false;
+        if (r_dims[i - off] != 1) return -1;
     if (k > axis) { /* R must cover whole rows (dims of size 1 there are the same in both) */
         for (int i = axis; i < k; i++)
-            if (dims[i] != 1) return false;
+            if (dims[i] != 1) return -1;
         k = axis;
     }
+    return k;
+}
+
+bool kiln__add_ln_fits(int rank, const int64_t *dims, int r_rank, const int64_t *r_dims, int axis) {
+    return aln_split(rank, dims, r_rank, r_dims, axis) >= 0;
+}
+
+bool kiln__add_ln_geom(int rank, const int64_t *dims, int r_rank, const int64_t *r_dims, int axis,
+                       int64_t *rows, int64_t *D, int64_t *r_rows) {
+    for (int i = 0; i < rank; i++)
+        if (dims[i] < 0) return false;
+    int k = aln_split(rank, dims, r_rank, r_dims, axis);
+    if (k < 0) return false;
     *rows = kiln__numel(axis, dims);
     *D = kiln__numel(rank - axis, dims + axis);
     *r_rows = kiln__numel(axis - k, dims + k);
@@ -62,6 +78,8 @@ static kiln_status aln_infer(const kiln_infer_args *a) {
     if (A->rank < 0 || R->rank < 0) return KILN_OK;
     int axis;
     KILN_TRY(kiln__norm_axis(NODE(a), at->axis, A->rank, &axis));
+    /* checked once every dim is known (at run time at the latest: over a
+     * profile the pass proved the fit with symbols, kiln__add_ln_fits) */
     bool known = true;
     for (int i = 0; i < A->rank; i++) known = known && A->dims[i] >= 0;
     for (int i = 0; i < R->rank; i++) known = known && R->dims[i] >= 0;

@@ -26,9 +26,17 @@ KILN_ATTRS_SIZE(kiln_add_ln_attrs, 8);
 KILN_ATTRS_AT(kiln_add_ln_attrs, axis, 0);
 KILN_ATTRS_AT(kiln_add_ln_attrs, epsilon, 4);
 
+/* Whether R (r_dims of rank r_rank) broadcasts to A (rank/dims) as an
+ * AddLayerNorm over axis needs, provably for every size its dynamic dims
+ * take: the normalized dims known, the dims before them known or named
+ * symbols (KILN_DIM_SYM: R's dim equals A's where it is the same symbol).
+ * What the fusion pass checks on an engine over a profile. */
+KILN_PRIVATE bool kiln__add_ln_fits(int rank, const int64_t *dims, int r_rank, const int64_t *r_dims, int axis);
+
 /* The rows of an AddLayerNorm over A of rank/dims: rows, normalized size D
  * and the rows of R (r_dims of rank r_rank) that repeat over them; false when
- * R does not broadcast that way (or a dim is unknown). */
+ * R does not broadcast that way (or a dim is not known). The kernels call it
+ * on the tensors' run-time dims. */
 KILN_PRIVATE bool kiln__add_ln_geom(int rank, const int64_t *dims, int r_rank, const int64_t *r_dims, int axis,
                                     int64_t *rows, int64_t *D, int64_t *r_rows);
 

@@ -114,4 +114,12 @@ KILN_PRIVATE int64_t kiln__nn_same_pads(int auto_pad, int64_t in, int64_t k, int
 /* Parses `auto_pad` into PAD_*. */
 KILN_PRIVATE kiln_status kiln__nn_parse_auto_pad(kiln_import_ctx *ic, int32_t *out);
 
+/* LayerNormalization of one float32 row x of D elements (RMSNormalization
+ * when !center: no mean subtracted) into y, which may be x itself: float
+ * lanes summed into double, as the reference kernel (src/ops/nn_norm.c);
+ * Scale of D elements, bias of D or NULL. Sets *mean and *inv (the
+ * statistics outputs) in double. */
+KILN_PRIVATE void kiln__ln_row_f32(const float *x, float *y, const float *scale, const float *bias, int64_t D,
+                                   float eps, bool center, double *mean, double *inv);
+
 #endif

@@ -391,6 +391,18 @@ static int64_t ln_param_index(const ln_ctx *c, const int64_t *str, int64_t i) {
     return off;
 }
 
+void kiln__ln_row_f32(const float *x, float *y, const float *scale, const float *bias, int64_t D, float eps,
+                      bool center, double *mean, double *inv) {
+    *mean = D && center ? sum_f32(x, D) / (double)D : 0.0;
+    double var = D ? sumsq_dev_f32(x, D, (float)*mean) / (double)D : 0.0;
+    *inv = 1.0 / sqrt(var + (double)eps);
+    const float fm = (float)*mean, fi = (float)*inv;
+    if (bias)
+        for (int64_t i = 0; i < D; i++) y[i] = (x[i] - fm) * fi * scale[i] + bias[i];
+    else
+        for (int64_t i = 0; i < D; i++) y[i] = (x[i] - fm) * fi * scale[i];
+}
+
 static void ln_rows(void *vctx, int64_t r0, int64_t r1) {
     const ln_ctx *c = vctx;
     int64_t D = c->D;
@@ -399,18 +411,8 @@ static void ln_rows(void *vctx, int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; r++) {
         double mean, inv;
         if (t == KILN_DTYPE_FLOAT32 && yt == t && c->S->dtype == t && c->s_dense && (!c->B || c->b_dense)) {
-            const float *restrict x = (const float *)c->X->data + r * D;
-            float *restrict y = (float *)c->Y->data + r * D;
-            const float *restrict s = c->S->data;
-            const float *restrict b = c->B ? c->B->data : NULL;
-            mean = D && !c->rms ? sum_f32(x, D) / (double)D : 0.0;
-            double var = D ? sumsq_dev_f32(x, D, (float)mean) / (double)D : 0.0;
-            inv = 1.0 / sqrt(var + (double)c->eps);
-            float fm = (float)mean, fi = (float)inv;
-            if (b)
-                for (int64_t i = 0; i < D; i++) y[i] = (x[i] - fm) * fi * s[i] + b[i];
-            else
-                for (int64_t i = 0; i < D; i++) y[i] = (x[i] - fm) * fi * s[i];
+            kiln__ln_row_f32((const float *)c->X->data + r * D, (float *)c->Y->data + r * D, c->S->data,
+                             c->B ? c->B->data : NULL, D, c->eps, !c->rms, &mean, &inv);
         } else {
             double sum = 0.0, ss = 0.0;
             for (int64_t i = 0; i < D && !c->rms; i++) sum += kiln__load_f64(t, c->X->data, r * D + i);

@@ -13,6 +13,12 @@
  * the Adds no GEMM can take: BERT's embedding sums, residuals after
  * convolutions or other layers, Adds of non-constant products.
  *
+ * The leading dims may be named symbols (an engine over a batch profile):
+ * the normalized dims must be known, and the addends provably of one shape,
+ * or the residual's dims the same symbols or known sizes as the sum's where
+ * it does not broadcast (kiln__add_ln_fits); the kernels take the rows from
+ * the tensors' dims at run time.
+ *
  * Not fused: a LayerNormalization whose Mean or InvStdDev is read; Adds
  * whose operands both broadcast, or broadcast other than over leading dims
  * whole rows at a time (a [N, S, 1] addend, say); operands of another dtype;
@@ -27,10 +33,12 @@
 
 static const kiln_tinfo *vinfo(const kiln_graph *g, int v) { return &g->values[v].info; }
 
+/* Same shape, provably: each dim known and equal, or the same named symbol
+ * (an engine over a profile). */
 static bool same_shape(const kiln_tinfo *a, const kiln_tinfo *b) {
     if (a->rank < 0 || a->rank != b->rank) return false;
     for (int i = 0; i < a->rank; i++)
-        if (a->dims[i] < 0 || a->dims[i] != b->dims[i]) return false;
+        if (a->dims[i] == KILN_DIM_UNKNOWN || a->dims[i] != b->dims[i]) return false;
     return true;
 }
 
@@ -76,11 +84,7 @@ static kiln_status match_add_ln(kiln_graph *g, const kiln_optimize_opts *o, int 
     if (t != KILN_DTYPE_FLOAT32 && t != KILN_DTYPE_FLOAT16 && t != KILN_DTYPE_BFLOAT16) return KILN_OK;
     const kiln_ln_attrs *la = n->attrs;
     int axis = la->axis < 0 ? la->axis + si->rank : la->axis;
-    int64_t rows, D, r_rows;
-    for (int i = 0; i < ri->rank; i++)
-        if (ri->dims[i] < 0) return KILN_OK;
-    if (axis < 0 || axis >= si->rank ||
-        !kiln__add_ln_geom(si->rank, si->dims, ri->rank, ri->dims, axis, &rows, &D, &r_rows))
+    if (axis < 0 || axis >= si->rank || !kiln__add_ln_fits(si->rank, si->dims, ri->rank, ri->dims, axis))
         return KILN_OK;
     /* the sum as an output where anything else reads it */
     const bool keep_sum = !kiln__pat_sole_use(g, s);

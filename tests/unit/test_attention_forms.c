@@ -457,6 +457,23 @@ static void check_batch_profile(const char *file, const char *specs, int bax, in
             if (nt) fprintf(stderr, "  %s over a batch profile: %d Transpose left\n", file, nt);
             CHECK(nt == 0);
         }
+        /* the residual Adds fuse into their LayerNorms as at the static batch of f */
+        inputs in;
+        make_inputs(m, &f, &in);
+        kiln_status st = KILN_OK;
+        kiln_engine *es = build_form(m, &in, KILN_DEVICE_CPU, 1, KILN_PRECISION_FP32, &st);
+        CHECK(es != NULL);
+        if (es) {
+            int np = count_op(e1, KILN_OP_AddLayerNorm), ns = count_op(es, KILN_OP_AddLayerNorm);
+            if (np != ns)
+                fprintf(stderr, "  %s over a batch profile: %d kiln.AddLayerNorm, %d at a static batch\n", file, np,
+                        ns);
+            CHECK(np == ns);
+            CHECK(count_op(e1, KILN_OP_LayerNormalization) == count_op(es, KILN_OP_LayerNormalization));
+            if (strstr(file, "_hf_") && !strstr(file, "t5enc")) CHECK(ns > 0); /* T5: RMS norms, no LayerNorm */
+        }
+        kiln_engine_free(es);
+        free_inputs(&in);
     }
     static const int64_t batches[] = {1, 3, 4};
     for (int k = 0; k < 3 && e0 && e1; k++) {

@@ -161,8 +161,9 @@ static kiln_engine *build_bf16_or_skip(const kiln_model *m, int threads) {
 #define BIG (1 << 16)
 static float xs[3][BIG], yref[BIG], yopt[BIG];
 
-/* Runs e with its inputs from xs[i] (shapes from the graph) and copies output k. */
-static int64_t run(const kiln_engine *e, int k, float *y) {
+/* Runs e with its inputs from xs[i] (shapes from the graph; with B >= 0,
+ * batch B along axis 0) and copies output k. */
+static int64_t run_batch(const kiln_engine *e, int64_t B, int k, float *y) {
     kiln_context *c = NULL;
     int64_t n = -1;
     if (!e) return -1;
@@ -171,7 +172,10 @@ static int64_t run(const kiln_engine *e, int k, float *y) {
     const kiln_graph *g = e->graph;
     for (int i = 0; i < g->n_inputs && i < 3; i++) {
         const kiln_value *v = &g->values[g->inputs[i]];
-        CHECK_OK(kiln_context_set_input(c, v->name, KILN_DTYPE_FLOAT32, v->info.rank, v->info.dims, xs[i]));
+        int64_t d[KILN_MAX_RANK];
+        memcpy(d, v->info.dims, sizeof d);
+        if (B >= 0) d[0] = B;
+        CHECK_OK(kiln_context_set_input(c, v->name, KILN_DTYPE_FLOAT32, v->info.rank, d, xs[i]));
     }
     CHECK_OK(kiln_context_run(c));
     const void *data = NULL;
@@ -186,6 +190,8 @@ static int64_t run(const kiln_engine *e, int k, float *y) {
     kiln_context_free(c);
     return n;
 }
+
+static int64_t run(const kiln_engine *e, int k, float *y) { return run_batch(e, -1, k, y); }
 
 static void fill_inputs(void) {
     for (int j = 0; j < 3; j++)
@@ -930,6 +936,63 @@ TEST(add_layernorm_not_fused) {
     kiln_model_free(m);
 }
 
+/* Engine of m over a profile of batch 1 to 4 (opt 2) along axis 0 of every
+ * input (the other dims as the graph has them). */
+static kiln_engine *build_batch_profile(const kiln_model *m, int opt) {
+    kiln_builder *b = NULL;
+    kiln_engine *e = NULL;
+    CHECK_OK(kiln_builder_create(&b));
+    CHECK_OK(kiln_builder_set_optimization(b, opt));
+    CHECK_OK(kiln_builder_set_threads(b, 2));
+    for (int i = 0; i < m->graph->n_inputs; i++) {
+        const kiln_value *v = &m->graph->values[m->graph->inputs[i]];
+        int64_t d[3][KILN_MAX_RANK];
+        for (int k = 0; k < 3; k++) memcpy(d[k], v->info.dims, sizeof d[k]);
+        d[0][0] = 1, d[1][0] = 2, d[2][0] = 4;
+        CHECK_OK(kiln_builder_set_profile(b, v->name, v->info.rank, d[0], d[1], d[2]));
+    }
+    CHECK_OK(kiln_build(b, m, &e));
+    kiln_builder_free(b);
+    return e;
+}
+
+/* A symbolic batch (an engine over a batch profile, as servers build): the
+ * embedding sum (position embeddings [1, S, D] repeating over the batch) and
+ * a residual of the same symbolic shape fuse as at a static batch, and the
+ * kernels take the rows from the run-time dims (batches 1, 3 and 4, the
+ * profile's opt being 2). An addend [b, 1, D] (not whole rows) stays apart. */
+TEST(add_layernorm_symbolic_batch) {
+    kiln_graph *g = NULL;
+    CHECK_OK(kiln__graph_create(&g));
+    int sb;
+    CHECK_OK(kiln__graph_add_symbol(g, "batch", &sb));
+    int64_t xd[3] = {KILN_DIM_SYM(sb), 7, 48}, pd[3] = {1, 7, 48}, cd[3] = {KILN_DIM_SYM(sb), 1, 48};
+    int x = add_input(g, "x", 3, xd), y = add_input(g, "y", 3, xd), z = add_input(g, "z", 3, cd);
+    int e0 = add_binary(g, KILN_OP_Add, "emb_add", x, add_const(g, "pos", 3, pd, -1.0f, 1.0f));
+    int h = onnx_ln(g, "emb_ln", e0, 48, NULL);
+    int r = add_binary(g, KILN_OP_Add, "res", h, y);
+    int o = onnx_ln(g, "out_ln", r, 48, NULL);
+    mark_output(g, o);
+    mark_output(g, onnx_ln(g, "col_ln", add_binary(g, KILN_OP_Add, "col_add", o, z), 48, NULL));
+    kiln_model *m = model_of(g);
+    kiln_engine *ep0 = build_batch_profile(m, 0), *ep1 = build_batch_profile(m, 1);
+    CHECK(ep1 && count_op(ep1, KILN_OP_AddLayerNorm) == 2 && count_op(ep1, KILN_OP_LayerNormalization) == 1 &&
+          count_op(ep1, KILN_OP_Add) == 1);
+    CHECK(find_layer(ep1, "emb_add+emb_ln") && find_layer(ep1, "res+out_ln"));
+    fill_inputs();
+    static const int64_t batches[] = {1, 3, 4};
+    for (int b = 0; b < 3; b++)
+        for (int k = 0; k < 2; k++) {
+            int64_t n0 = run_batch(ep0, batches[b], k, yref), n1 = run_batch(ep1, batches[b], k, yopt);
+            double err = n0 > 0 ? rel_err(yopt, yref, n0) : 1;
+            if (!(err <= 1e-5)) printf("  batch %lld output %d: %g\n", (long long)batches[b], k, err);
+            CHECK(n0 == batches[b] * 7 * 48 && n1 == n0 && err <= 1e-5);
+        }
+    kiln_engine_free(ep0);
+    kiln_engine_free(ep1);
+    kiln_model_free(m);
+}
+
 /* ---- RMSNorm (fuse_rmsnorm, src/passes/fuse_transformer.c) ------------------- */
 
 /* How an RMSNorm over x [.., D] is written. form 0: T5 (transformers 4.36,
@@ -1069,6 +1132,7 @@ int main(void) {
     RUN(bf16_attention);
     RUN(add_layernorm_bert);
     RUN(add_layernorm_pre_ln);
+    RUN(add_layernorm_symbolic_batch);
     RUN(add_layernorm_not_fused);
     RUN(rmsnorm_forms);
     RUN(rmsnorm_not_fused);

@@ -1,10 +1,11 @@
 /* add_layernorm_cpu.c -- kiln.AddLayerNorm on the CPU for float32 tensors
  * (add_layernorm_cpu.h). Same arithmetic as the reference kernel
- * (src/ops/fused_norm.c) in float32 with double sums: the sum rounded to
- * float32, mean, then the mean of squared deviations. */
+ * (src/ops/fused_norm.c): the sum rounded to float32, then
+ * LayerNormalization's own float32 row (kiln__ln_row_f32: float lanes
+ * summed into double), so the fused layer gives the unfused pair's bits. */
 #include "backends/cpu/kernels/add_layernorm_cpu.h"
 
-#include <math.h>
+#include "ops/nn_attrs.h"
 
 typedef struct aln_f32 {
     const float *a, *r, *scale, *bias;
@@ -17,26 +18,11 @@ static void aln_f32_rows(void *vc, int64_t r0, int64_t r1) {
     const aln_f32 *c = vc;
     const int64_t D = c->D;
     for (int64_t row = r0; row < r1; row++) {
-        const float *restrict a = c->a + row * D, *restrict r = c->r + (row % c->r_rows) * D;
-        float *s = (c->sum ? c->sum : c->y) + row * D; /* may be y itself: no restrict on s, y */
-        double tot = 0.0;
-        for (int64_t i = 0; i < D; i++) {
-            s[i] = a[i] + r[i];
-            tot += s[i];
-        }
-        const float mean = (float)(tot / (double)D);
-        double ss = 0.0;
-        for (int64_t i = 0; i < D; i++) {
-            const float d = s[i] - mean;
-            ss += (double)d * d;
-        }
-        const float inv = (float)(1.0 / sqrt(ss / (double)D + (double)c->eps));
-        float *y = c->y + row * D;
-        const float *restrict g = c->scale, *restrict b = c->bias;
-        if (b)
-            for (int64_t i = 0; i < D; i++) y[i] = (s[i] - mean) * inv * g[i] + b[i];
-        else
-            for (int64_t i = 0; i < D; i++) y[i] = (s[i] - mean) * inv * g[i];
+        const float *a = c->a + row * D, *r = c->r + (row % c->r_rows) * D;
+        float *s = (c->sum ? c->sum : c->y) + row * D; /* the sum, or y itself (either may be a) */
+        for (int64_t i = 0; i < D; i++) s[i] = a[i] + r[i];
+        double mean, inv;
+        kiln__ln_row_f32(s, c->y + row * D, c->scale, c->bias, D, c->eps, true, &mean, &inv);
     }
 }
 
