@@ -199,13 +199,16 @@ static cudaError_t dw_tile_launch(const kcu_dw_nhwc *g, const T *x, const T *wt,
     if (!wide) WT = g->Wo;
     const int64_t total = base * WT;
     if (total > INT32_MAX) return cudaErrorInvalidValue; /* the caller checked */
-    const unsigned blocks = (unsigned)((total + KCU_THREADS - 1) / KCU_THREADS);
+    /* few threads (batch 1, late layers: ConvNeXt's last 7x7 layers have 4704
+     * at batch 1): blocks of 64, which spread over 4x the SMs */
+    const int threads = total < 32768 ? 64 : KCU_THREADS;
+    const unsigned blocks = (unsigned)((total + threads - 1) / threads);
     if (wide)
-        k_dw_nhwc_tile<T, K, K, S, TW><<<blocks, KCU_THREADS, 0, stream>>>(*g, x, wt, b, r, y, (uint32_t)CG,
-                                                                           (uint32_t)WT, (uint32_t)total);
+        k_dw_nhwc_tile<T, K, K, S, TW><<<blocks, threads, 0, stream>>>(*g, x, wt, b, r, y, (uint32_t)CG,
+                                                                       (uint32_t)WT, (uint32_t)total);
     else
-        k_dw_nhwc_tile<T, K, K, S, 1><<<blocks, KCU_THREADS, 0, stream>>>(*g, x, wt, b, r, y, (uint32_t)CG,
-                                                                          (uint32_t)WT, (uint32_t)total);
+        k_dw_nhwc_tile<T, K, K, S, 1><<<blocks, threads, 0, stream>>>(*g, x, wt, b, r, y, (uint32_t)CG,
+                                                                      (uint32_t)WT, (uint32_t)total);
     return cudaGetLastError();
 }
 
