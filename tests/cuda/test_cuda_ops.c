@@ -1725,10 +1725,14 @@ TEST(test_fused_transformer) {
     cst->attn_split = keep_split;
 }
 
+/* cuDNN's attention configs listed so far per graph form (cuda_sdpa.c):
+ * the composite graph, its stride-0 mask form (/s0), the SDPA operation (/op). */
+static int attn_dnn_forms[3];
+
 /* Every tactic the builder would time for an Attention (kiln's kernel with
  * the keys never / always split, then cuDNN's fused attention configs)
  * computes the layer as the CPU reference does. Returns how many of cuDNN's
- * configs were listed. */
+ * configs were listed (attn_dnn_forms counts them by form). */
 static int attn_tactic_cases(const char *what, const kiln_attention_attrs *at, int n_in, kiln_tensor *const *in,
                              double tol) {
     const kiln_op_def *op = kiln__op_by_id(KILN_OP_Attention);
@@ -1749,7 +1753,10 @@ static int attn_tactic_cases(const char *what, const kiln_attention_attrs *at, i
         char nm[64], name[160];
         kiln__cu_attention_tactic_describe(ids[k], nm, sizeof nm);
         printf(" %s", nm);
-        n_dnn += strncmp(nm, "cudnn-sdpa", 10) == 0;
+        if (strncmp(nm, "cudnn-sdpa", 10) == 0) {
+            n_dnn++;
+            attn_dnn_forms[strstr(nm, "/op") ? 2 : strstr(nm, "/s0") ? 1 : 0]++;
+        }
         kiln_attention_attrs t = *at;
         t.tactic.id = ids[k];
         snprintf(name, sizeof name, "%s_tactic_%s", what, nm);
@@ -1787,6 +1794,7 @@ TEST(test_attention_tactics) {
     kiln_attention_attrs bkv = {.num_heads = 2, .q_layout = KILN_ATTN_BSHD, .k_layout = KILN_ATTN_KV,
                                 .v_layout = KILN_ATTN_KV, .out_layout = KILN_ATTN_BSHD, .scale = 0.1f};
     int dnn = 0, dnn_bert = 0;
+    memset(attn_dnn_forms, 0, sizeof attn_dnn_forms);
     for (int k = 0; k < 2; k++) {
         kiln_dtype t = k ? BF16 : F16;
         double tol = k ? 1e-4 : 1e-5;
@@ -1863,9 +1871,16 @@ TEST(test_attention_tactics) {
 #if KILN_HAVE_CUDNN
     /* cuDNN takes the unmasked layers on every GPU it runs fused attention on (sm80+) */
     kiln_cuda_state *cst = st;
-    if (cst->dnn && cst->cc_major >= 8 && !getenv("KILN_CUDNN_SDPA")) CHECK(dnn > 0);
-    printf("  cuDNN fused attention: %d configs over the forms, %d for BERT's mask; a fully masked row per engine:",
-           dnn + dnn_bert, dnn_bert);
+    if (cst->dnn && cst->cc_major >= 8 && !getenv("KILN_CUDNN_SDPA")) {
+        CHECK(dnn > 0);
+        /* the composite graph (what masked layers need) and, from cuDNN 9.13.1, the SDPA
+         * operation each have configs for the unmasked forms (vit, qkv, kv) */
+        CHECK(attn_dnn_forms[0] > 0);
+        if (cudnnGetVersion() >= 91301) CHECK(attn_dnn_forms[2] > 0);
+    }
+    printf("  cuDNN fused attention: %d configs over the forms (composite graph %d, stride-0 mask %d, SDPA "
+           "operation %d), %d for BERT's mask; a fully masked row per engine:",
+           dnn + dnn_bert, attn_dnn_forms[0], attn_dnn_forms[1], attn_dnn_forms[2], dnn_bert);
     for (int e = 0; e < 256; e++)
         if (cst->sdpa_masked[e])
             printf(" eng%d %s", e, cst->sdpa_masked[e] == 1 ? "zeros" : cst->sdpa_masked[e] == 2 ? "NaN" : "neither");
