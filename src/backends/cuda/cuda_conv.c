@@ -12,7 +12,10 @@
  *     epilogue inside (k_dwconv.cu), or cuDNN's grouped graph where the
  *     tactic names one of its configs; NCHW: a direct kernel;
  *   without cuDNN: im2col into scratch + cuBLASLt GEMM per (image, group);
- *     a 1x1 stride-1 unpadded convolution reads the input directly. */
+ *     a 1x1 stride-1 unpadded convolution reads the input directly;
+ *   tactics GEMM and PATCH (timed by the builder against cuDNN's): a 1x1
+ *     layer over a row-major input, or a non-overlapping unpadded one
+ *     (patchify), as ONE cuBLASLt GEMM with its epilogue (conv_as_gemm). */
 #if KILN_HAVE_CUDA
 
 #include "backends/cuda/cuda_internal.h"
@@ -797,6 +800,161 @@ static kiln_status conv_graph_run(const kiln_kernel_args *a, const kcu_conv *g, 
 
 #endif /* KILN_HAVE_CUDNN */
 
+/* ---- convolutions as one GEMM (tactics GEMM and PATCH) ------------------------------- */
+
+/* A 1x1 unpadded layer of one group whose input is a row-major [N * P, C]
+ * matrix: NHWC, or every spatial size 1 (the same bytes in both layouts) */
+static bool gemm_direct_ok(const kcu_conv *g, const int64_t *pe, bool nhwc, bool x_nchw) {
+    if (g->G != 1) return false;
+    for (int i = 0; i < g->ns; i++)
+        if (g->k[i] != 1 || g->pb[i] != 0 || pe[i] != 0 || g->out[i] != g->in[i]) return false;
+    return (nhwc && !x_nchw) || g->in_sz == 1;
+}
+
+/* A 2-D layer of one group without padding or dilation whose kernel is at
+ * most its stride: every input element is in one patch at most */
+static bool gemm_patch_ok(const kcu_conv *g, const int64_t *pe) {
+    if (g->G != 1 || g->ns != 2) return false;
+    for (int i = 0; i < 2; i++)
+        if (g->pb[i] != 0 || pe[i] != 0 || g->d[i] != 1 || g->k[i] > g->s[i]) return false;
+    return true;
+}
+
+/* The GEMM tactic a layer lists (0: none). */
+static int32_t gemm_tactic_of(const kcu_conv *g, const int64_t *pe, bool nhwc, bool x_nchw) {
+    return gemm_direct_ok(g, pe, nhwc, x_nchw) ? KCU_CONV_TACTIC_GEMM
+           : gemm_patch_ok(g, pe)              ? KCU_CONV_TACTIC_PATCH
+                                               : 0;
+}
+
+/* The PATCH tactic's weights [M, Kp]: W's columns in the patches' order,
+ * (c, i, k) for an NCHW input and (i, k, c) for an NHWC one, then the bias
+ * in column C kh kw where B is given, zeros up to Kp (variant XV_PATCH + 1
+ * for the NHWC order, + 2 with the bias). */
+#define XV_PATCH 4
+static kiln_status patch_weights(const kiln_kernel_args *a, const kcu_conv *g, bool nhwc_in, int64_t Kp,
+                                 const kiln_tensor *B, conv_state *cs, const void **out) {
+    const kiln_tensor *W = a->in[1];
+    const size_t es = kiln_dtype_size(W->dtype);
+    const size_t bytes = (size_t)(g->M * Kp) * es;
+    const int64_t C = g->C, kh = g->k[0], kw = g->k[1], ckk = C * kh * kw;
+    bool fresh = false;
+    void *buf = NULL;
+    KILN_TRY(w_buffer(a, cs, bytes, XV_PATCH + (nhwc_in ? 1 : 0) + (B ? 2 : 0), &buf, &fresh));
+    *out = buf;
+    if (!fresh) return KILN_OK;
+    KILN_CUDA_TRY(cudaMemsetAsync(buf, 0, bytes, KCU_STREAM(a)), KCU_NODE(a));
+    if (nhwc_in) {
+        int64_t dims[4] = {g->M, kh, kw, C}, dst[4] = {Kp, kw * C, C, 1}, src[4] = {ckk, kw, 1, kh * kw};
+        KILN_TRY(kiln__cuda_copy(a, es, 4, dims, buf, dst, W->data, src));
+    } else {
+        int64_t dims[2] = {g->M, ckk}, dst[2] = {Kp, 1}, src[2] = {ckk, 1};
+        KILN_TRY(kiln__cuda_copy(a, es, 2, dims, buf, dst, W->data, src));
+    }
+    if (B) {
+        int64_t dims[1] = {g->M}, dst[1] = {Kp}, src[1] = {1};
+        KILN_TRY(kiln__cuda_copy(a, es, 1, dims, (char *)buf + (size_t)ckk * es, dst, B->data, src));
+    }
+    return KILN_OK;
+}
+
+/* Y = act(conv(X, W) + B + R) as one cuBLASLt GEMM: tactic GEMM reads X as
+ * it is, PATCH gathers its patches into scratch first (kcu_patches, rows
+ * of Kp = C kh kw rounded up to 8 elements). An output of rows [N P, M]
+ * (NHWC, or every spatial size 1) is Y = X W^T with the bias (and ReLU) as
+ * cuBLASLt's epilogue; an NCHW one is, per image, Y_n [M, P] = W' X_n^T (a
+ * strided batch sharing W'), with the bias as a column of W' that meets a
+ * column of ones in the patches. The residual is the GEMM's C (beta 1); an
+ * activation the epilogue has not: one kcu_bias_act pass after it.
+ * *handled = false: the tactic does not fit this geometry (the caller takes
+ * cuDNN's heuristics, as for tactic 0). */
+static kiln_status conv_as_gemm(const kiln_kernel_args *a, const kcu_conv *g, const int64_t *pe, int32_t tac,
+                                bool nhwc, bool x_nchw, int act, float alpha, float beta, const kiln_tensor *B,
+                                const kiln_tensor *R, bool *handled) {
+    *handled = false;
+    const bool patch = tac == KCU_CONV_TACTIC_PATCH;
+    if (patch ? !gemm_patch_ok(g, pe) : !gemm_direct_ok(g, pe, nhwc, x_nchw)) return KILN_OK;
+    const kiln_tensor *X = a->in[0];
+    kiln_tensor *Y = a->out[0];
+    const size_t es = kiln_dtype_size(X->dtype);
+    const bool rows_out = nhwc || g->out_sz == 1;
+    const void *xm = X->data, *wm = a->in[1]->data;
+    int64_t K = g->C;
+    conv_state tmp, *cs = NULL;
+    kiln_status s = KILN_OK;
+    if (patch) {
+        const bool bias_col = B && !rows_out;
+        K = (g->C * g->k_sz + (bias_col ? 1 : 0) + 7) / 8 * 8;
+        cs = conv_state_of(a, &tmp);
+        s = patch_weights(a, g, nhwc && !x_nchw, K, bias_col ? B : NULL, cs, &wm);
+        void *col = NULL;
+        if (s == KILN_OK) s = kiln__cuda_scratch(KCU_STATE(a), (size_t)(g->N * g->out_sz * K) * es, &col, KCU_NODE(a));
+        if (s == KILN_OK) {
+            kcu_patch pp = {.N = g->N, .C = g->C, .H = g->in[0], .W = g->in[1], .Ho = g->out[0], .Wo = g->out[1],
+                            .kh = g->k[0], .kw = g->k[1], .sh = g->s[0], .sw = g->s[1], .Kp = K,
+                            .nhwc_in = nhwc && !x_nchw, .one_col = bias_col};
+            cudaError_t e = kcu_patches(X->dtype, &pp, X->data, col, KCU_STREAM(a));
+            if (e != cudaSuccess) s = kiln__cuda_fail(e, KCU_NODE(a), "kcu_patches");
+        }
+        xm = col;
+        if (bias_col) B = NULL; /* in the GEMM */
+    }
+    if (s == KILN_OK) {
+        kiln_cuda_gemm p;
+        memset(&p, 0, sizeof p);
+        p.t = X->dtype;
+        p.K = K;
+        p.batch = 1;
+        p.alpha = 1.0;
+        p.tb = true;
+        p.C = Y->data;
+        if (R) {
+            p.Cin = R->data;
+            p.beta = 1.0;
+        }
+        if (rows_out) { /* Y [N P, M] = X [N P, K] W [M, K]^T */
+            p.M = g->N * g->out_sz;
+            p.N = g->M;
+            p.A = xm;
+            p.lda = K;
+            p.B = wm;
+            p.ldb = K;
+            p.ldc = g->M;
+            if (B) {
+                p.epi |= KCU_EPI_BIAS;
+                p.bias = B->data;
+                B = NULL;
+            }
+            if (act == KCU_ACT_RELU) {
+                p.epi |= KCU_EPI_RELU;
+                act = KCU_ACT_NONE;
+            }
+        } else { /* per image: Y_n [M, P] = W' [M, K] patches_n [P, K]^T */
+            p.M = g->M;
+            p.N = g->out_sz;
+            p.batch = g->N;
+            p.A = wm;
+            p.lda = K;
+            p.sa = 0;
+            p.B = xm;
+            p.ldb = K;
+            p.sb = g->out_sz * K;
+            p.ldc = g->out_sz;
+            p.sc = g->M * g->out_sz;
+        }
+        s = kiln__cuda_gemm(a, &p);
+    }
+    if (s == KILN_OK && (B || act != KCU_ACT_NONE)) {
+        cudaError_t e = kcu_bias_act(X->dtype, Y->data, Y->data, B ? B->data : NULL, NULL,
+                                     rows_out ? g->N * g->out_sz : g->N, g->M, rows_out ? 1 : g->out_sz, act,
+                                     alpha, beta, KCU_STREAM(a));
+        if (e != cudaSuccess) s = kiln__cuda_fail(e, KCU_NODE(a), "kcu_bias_act");
+    }
+    if (cs == &tmp) conv_state_clear(&tmp); /* (the copies are ordered before the free's sync) */
+    if (s == KILN_OK) *handled = true;
+    return s;
+}
+
 /* im2col + GEMM per (image, group) */
 static kiln_status conv_gemm(const kiln_kernel_args *a, const kcu_conv *g) {
     const kiln_tensor *X = a->in[0], *W = a->in[1];
@@ -884,6 +1042,12 @@ static kiln_status conv_exec(const kiln_kernel_args *a, const kiln_conv_attrs *a
         }
 #endif
         return dw_nhwc_run(a, &g, act, alpha, beta, B, R); /* kiln's kernel, epilogue included */
+    }
+    const int32_t tac = kiln__cuda_tactic(a);
+    if (tac == KCU_CONV_TACTIC_GEMM || tac == KCU_CONV_TACTIC_PATCH) { /* one cuBLASLt GEMM */
+        bool done = false;
+        KILN_TRY(conv_as_gemm(a, &g, pe, tac, nhwc, x_nchw, act, alpha, beta, B, R, &done));
+        if (done) return KILN_OK;
     }
     if (g.Cg == 1 && g.G > 1) { /* depthwise: direct, bias included */
         KILN_CUDA_TRY(kcu_conv_direct(X->dtype, &g, X->data, W->data, B ? B->data : NULL, Y->data,
@@ -1017,6 +1181,7 @@ int kiln__cu_fused_conv_tactics(void *state, const kiln_infer_args *a, int32_t *
     bool dw = conv_is_depthwise(&g);
     if (dw && !nhwc) return 1; /* depthwise NCHW: kiln's direct kernel */
     st->strict_tactics = true;
+    const int32_t gt = gemm_tactic_of(&g, pe, nhwc, x_nchw); /* one cuBLASLt GEMM, where the layer is one */
     int n = 0;
     if (dw) ids[n++] = KCU_CONV_TACTIC_DW; /* depthwise NHWC: kiln's kernel, then cuDNN's configs */
     const char *env = getenv("KILN_CUDNN_CANDIDATES"); /* at most this many configs per graph (experiments) */
@@ -1037,7 +1202,7 @@ int kiln__cu_fused_conv_tactics(void *state, const kiln_infer_args *a, int32_t *
         /* the input variants share the list */
         int n_var = 1;
         for (int u = v + 1; x_nchw && u <= XV_S2D; u++) n_var += xv_ok(&g, u);
-        int want = (cap - 1 - n) / n_var;
+        int want = (cap - 1 - (gt != 0) - n) / n_var;
         if (want > per) want = per;
         int rtc = 0, got = 0;
         if (gconv_graph(st->dnn, &k, &dg) == CUDNN_STATUS_SUCCESS && kcu_dg_configs(&dg, &cfgs) == CUDNN_STATUS_SUCCESS)
@@ -1049,6 +1214,7 @@ int kiln__cu_fused_conv_tactics(void *state, const kiln_infer_args *a, int32_t *
         kcu_dg_cfgs_free(&cfgs);
         kcu_dg_free(&dg);
     }
+    if (gt && n < cap - 1) ids[n++] = gt;
     if (!dw) ids[n++] = KCU_CONV_TACTIC_LEGACY; /* (the legacy API has no NHWC depthwise path here) */
     return n;
 #else
@@ -1061,6 +1227,8 @@ const char *kiln__cu_fused_conv_tactic_name(int32_t id) {
     return id == 0                        ? "cudnn-heuristic"
            : id == KCU_CONV_TACTIC_LEGACY ? "cudnn-legacy+epilogue"
            : id == KCU_CONV_TACTIC_DW     ? "kiln-dwconv-nhwc"
+           : id == KCU_CONV_TACTIC_GEMM   ? "cublasLt-1x1"
+           : id == KCU_CONV_TACTIC_PATCH  ? "kiln-patch+cublasLt"
                                           : "cudnn-graph";
 }
 
@@ -1084,9 +1252,7 @@ void kiln__cu_fused_conv_tactic_describe(int32_t id, char *buf, size_t n) {
         return;
     }
 #endif
-    snprintf(buf, n, "%s", id == 0 || id == KCU_CONV_TACTIC_LEGACY || id == KCU_CONV_TACTIC_DW
-                               ? kiln__cu_fused_conv_tactic_name(id)
-                               : "cudnn-?");
+    snprintf(buf, n, "%s", id >= 0 && id <= KCU_CONV_TACTIC_PATCH ? kiln__cu_fused_conv_tactic_name(id) : "cudnn-?");
 }
 
 

@@ -1,6 +1,7 @@
 /* k_pool.cu -- MaxPool/AveragePool (1-3 spatial dims), and the helpers of
  * the convolution fallback: im2col, a direct (depthwise-friendly)
- * convolution and the per-channel bias add. One thread per output element. */
+ * convolution and the per-channel bias add, and the patch gather of
+ * convolutions run as one GEMM (kcu_patches). One thread per output element. */
 #include "k_common.cuh"
 
 namespace kcu {
@@ -290,6 +291,46 @@ __global__ void __launch_bounds__(KCU_THREADS)
     }
 }
 
+/* element j of patch row r (kcu_patches) */
+template <typename T>
+__device__ __forceinline__ T patch_at(const T *__restrict__ x, const kcu_patch &g, int64_t r, int64_t j) {
+    const int64_t ckk = g.C * g.kh * g.kw;
+    if (j >= ckk) return Num<T>::store((typename Num<T>::C)(j == ckk && g.one_col ? 1 : 0));
+    const int64_t ow = r % g.Wo, t = r / g.Wo, oh = t % g.Ho, n = t / g.Ho;
+    int64_t c, i, k;
+    if (g.nhwc_in) {
+        c = j % g.C;
+        const int64_t ik = j / g.C;
+        k = ik % g.kw;
+        i = ik / g.kw;
+    } else {
+        k = j % g.kw;
+        const int64_t ci = j / g.kw;
+        i = ci % g.kh;
+        c = ci / g.kh;
+    }
+    const int64_t h = oh * g.sh + i, w = ow * g.sw + k;
+    return g.nhwc_in ? x[((n * g.H + h) * g.W + w) * g.C + c] : x[((n * g.C + c) * g.H + h) * g.W + w];
+}
+
+/* thread per V consecutive elements of a row (V divides Kp) */
+template <typename T, int V>
+__global__ void __launch_bounds__(KCU_THREADS)
+    k_patches(const T *__restrict__ x, T *__restrict__ col, const __grid_constant__ kcu_patch g) {
+    const int64_t kv = g.Kp / V, total = g.N * g.Ho * g.Wo * kv;
+    KCU_GRID_STRIDE(i, total) {
+        const int64_t r = i / kv, j0 = (i % kv) * V;
+        if (V == 1) {
+            col[i] = patch_at(x, g, r, j0);
+        } else {
+            Vec<T, V> v;
+#pragma unroll
+            for (int e = 0; e < V; e++) v.v[e] = patch_at(x, g, r, j0 + e);
+            *(Vec<T, V> *)(col + i * V) = v;
+        }
+    }
+}
+
 /* 32-bit indices where every element offset fits (and the loop's last step) */
 template <typename T, int V>
 static void pool_nhwc_launch(const kcu_pool_nhwc *g, const void *x, void *y, int64_t total, cudaStream_t stream) {
@@ -402,6 +443,22 @@ cudaError_t kcu_im2col(kiln_dtype t, const kcu_conv *g, const void *x, int64_t n
     KCU_SWITCH_FLOAT(t, {
         k_im2col<T_><<<grid_for(total), KCU_THREADS, 0, stream>>>((const T_ *)x, (T_ *)col, n, grp,
                                                                   *g);
+        return cudaGetLastError();
+    })
+    return cudaErrorInvalidValue;
+}
+
+cudaError_t kcu_patches(kiln_dtype t, const kcu_patch *p, const void *x, void *col, cudaStream_t stream) {
+    const int64_t rows = p->N * p->Ho * p->Wo;
+    if (rows <= 0 || p->Kp <= 0) return cudaSuccess;
+    if (p->Kp < p->C * p->kh * p->kw + (p->one_col ? 1 : 0) || p->kh > p->sh || p->kw > p->sw ||
+        (p->Ho - 1) * p->sh + p->kh > p->H || (p->Wo - 1) * p->sw + p->kw > p->W)
+        return cudaErrorInvalidValue;
+    KCU_SWITCH_FLOAT(t, {
+        if (sizeof(T_) == 2 && p->Kp % 8 == 0 && (uintptr_t)col % 16 == 0)
+            k_patches<T_, 8><<<grid_for(rows * (p->Kp / 8)), KCU_THREADS, 0, stream>>>((const T_ *)x, (T_ *)col, *p);
+        else
+            k_patches<T_, 1><<<grid_for(rows * p->Kp), KCU_THREADS, 0, stream>>>((const T_ *)x, (T_ *)col, *p);
         return cudaGetLastError();
     })
     return cudaErrorInvalidValue;
