@@ -147,6 +147,7 @@ typedef struct gconv_key {
 typedef struct gconv_plan {
     gconv_key key;
     bool used, declined;    /* declined: no engine config runs this graph (legacy path) */
+    float hs[2];            /* hard swish's by-value scalars 1/6 and 1/2 (the variant pack points here) */
     kcu_dg dg;
     kcu_dg_plan plan;
 } gconv_plan;
@@ -561,7 +562,7 @@ static kiln_status conv_cudnn(const kiln_kernel_args *a, const kcu_conv *g, cons
 
 /* ---- the fused graph ------------------------------------------------------------------ */
 
-enum { UID_X = 1, UID_W = 2, UID_B = 3, UID_R = 4, UID_Y = 5, UID_VIRT = 100 };
+enum { UID_X = 1, UID_W = 2, UID_B = 3, UID_R = 4, UID_Y = 5, UID_HS_SCALE = 6, UID_HS_SHIFT = 7, UID_VIRT = 100 };
 
 /* The graph's activation as a pointwise mode (false: not expressible,
  * the legacy path with the epilogue kernel runs). RELU_FWD's clips are
@@ -583,7 +584,7 @@ static bool gconv_act(int act, float alpha, float beta, cudnnPointwiseMode_t *mo
         return true;
     case KCU_ACT_SIGMOID: *mode = CUDNN_POINTWISE_SIGMOID_FWD; return true;
     case KCU_ACT_SILU: *mode = CUDNN_POINTWISE_SWISH_FWD; return true;
-    default: return false; /* hard swish: no cuDNN pointwise mode */
+    default: return false; /* hard swish: no cuDNN pointwise mode (gconv_graph composes it) */
     }
 }
 
@@ -592,11 +593,13 @@ static bool gconv_eligible(kiln_dtype t, int act, float alpha, float beta) {
     cudnnPointwiseMode_t m;
     kcu_dg_pw pw;
     if (t != KILN_DTYPE_FLOAT16 && t != KILN_DTYPE_BFLOAT16) return false;
-    return act == KCU_ACT_NONE || gconv_act(act, alpha, beta, &m, &pw);
+    return act == KCU_ACT_NONE || act == KCU_ACT_HARD_SWISH || gconv_act(act, alpha, beta, &m, &pw);
 }
 
 /* The operation graph of key k: conv -> [+ bias] -> [+ residual] -> [act],
- * fp32 in between, the I/O dtype at both ends. */
+ * fp32 in between, the I/O dtype at both ends. Hard swish, which has no
+ * pointwise mode, is v * min(max(v / 6 + 1/2, 0), 1): MUL and ADD by
+ * by-value scalars (UID_HS_*), RELU_FWD clipped to [0, 1], MUL by v. */
 static cudnnStatus_t gconv_graph(cudnnHandle_t h, const gconv_key *k, kcu_dg *dg) {
     kcu_conv_nd v;
     kiln__cuda_conv_nd(&k->g, false, &v);
@@ -645,9 +648,9 @@ static cudnnStatus_t gconv_graph(cudnnHandle_t h, const gconv_key *k, kcu_dg *dg
     cudnnDataType_t dt = (cudnnDataType_t)k->dt;
     cudnnPointwiseMode_t mode = CUDNN_POINTWISE_RELU_FWD;
     kcu_dg_pw pw;
-    bool act = k->act != KCU_ACT_NONE;
-    if (act && !gconv_act(k->act, k->alpha, k->beta, &mode, &pw)) return CUDNN_STATUS_NOT_SUPPORTED;
-    int left = (k->has_b ? 1 : 0) + (k->has_r ? 1 : 0) + (act ? 1 : 0); /* pointwise ops to come */
+    bool act = k->act != KCU_ACT_NONE, hs = k->act == KCU_ACT_HARD_SWISH;
+    if (act && !hs && !gconv_act(k->act, k->alpha, k->beta, &mode, &pw)) return CUDNN_STATUS_NOT_SUPPORTED;
+    int left = (k->has_b ? 1 : 0) + (k->has_r ? 1 : 0) + (act ? hs ? 4 : 1 : 0); /* pointwise ops to come */
     int64_t vuid = UID_VIRT;
     cudnnBackendDescriptor_t X, W, B, R, cur, next;
 #define GC_TRY(call)                                          \
@@ -677,7 +680,24 @@ static cudnnStatus_t gconv_graph(cudnnHandle_t h, const gconv_key *k, kcu_dg *dg
         GC_TRY(kcu_dg_pointwise(dg, CUDNN_POINTWISE_ADD, cur, R, next, NULL));
         cur = next;
     }
-    if (act) {
+    if (hs) {
+        cudnnBackendDescriptor_t scale, shift, t1, t2, t3;
+        kcu_dg_pw unit = {.relu_lower = 0, .relu_upper = 1, .relu_slope = 0, .swish_beta = 1};
+        GC_TRY(kcu_dg_scalar(dg, UID_HS_SCALE, nd, &scale));
+        GC_TRY(kcu_dg_scalar(dg, UID_HS_SHIFT, nd, &shift));
+        left--;
+        GC_NEXT(t1);
+        GC_TRY(kcu_dg_pointwise(dg, CUDNN_POINTWISE_MUL, cur, scale, t1, NULL));
+        left--;
+        GC_NEXT(t2);
+        GC_TRY(kcu_dg_pointwise(dg, CUDNN_POINTWISE_ADD, t1, shift, t2, NULL));
+        left--;
+        GC_NEXT(t3);
+        GC_TRY(kcu_dg_pointwise(dg, CUDNN_POINTWISE_RELU_FWD, t2, NULL, t3, &unit));
+        left--;
+        GC_NEXT(next);
+        GC_TRY(kcu_dg_pointwise(dg, CUDNN_POINTWISE_MUL, cur, t3, next, NULL));
+    } else if (act) {
         left--;
         GC_NEXT(next);
         GC_TRY(kcu_dg_pointwise(dg, mode, cur, NULL, next, &pw));
@@ -783,8 +803,8 @@ static kiln_status conv_graph_run(const kiln_kernel_args *a, const kcu_conv *g, 
     if (p->declined) return KILN_OK;
     void *ws = NULL;
     if (p->plan.ws) KILN_TRY(kiln__cuda_scratch(st, (size_t)p->plan.ws, &ws, KCU_NODE(a)));
-    int64_t uids[5];
-    void *vp[5];
+    int64_t uids[7];
+    void *vp[7];
     int n = 0;
     static const int64_t uid_of[5] = {UID_X, UID_W, UID_B, UID_R, UID_Y};
     for (int i = 0; i < 5; i++)
@@ -792,6 +812,14 @@ static kiln_status conv_graph_run(const kiln_kernel_args *a, const kcu_conv *g, 
             uids[n] = uid_of[i];
             vp[n++] = (void *)ptrs[i];
         }
+    if (k.act == KCU_ACT_HARD_SWISH) {
+        p->hs[0] = 1.0f / 6.0f;
+        p->hs[1] = 0.5f;
+        uids[n] = UID_HS_SCALE;
+        vp[n++] = &p->hs[0];
+        uids[n] = UID_HS_SHIFT;
+        vp[n++] = &p->hs[1];
+    }
     cudnnStatus_t s = kcu_dg_execute(st->dnn, &p->plan, n, uids, vp, ws);
     if (s != CUDNN_STATUS_SUCCESS) return dnn_fail(KCU_NODE(a), "graph execution", s);
     *handled = true;
