@@ -291,44 +291,67 @@ __global__ void __launch_bounds__(KCU_THREADS)
     }
 }
 
-/* element j of patch row r (kcu_patches) */
-template <typename T>
-__device__ __forceinline__ T patch_at(const T *__restrict__ x, const kcu_patch &g, int64_t r, int64_t j) {
-    const int64_t ckk = g.C * g.kh * g.kw;
-    if (j >= ckk) return Num<T>::store((typename Num<T>::C)(j == ckk && g.one_col ? 1 : 0));
-    const int64_t ow = r % g.Wo, t = r / g.Wo, oh = t % g.Ho, n = t / g.Ho;
-    int64_t c, i, k;
-    if (g.nhwc_in) {
-        c = j % g.C;
-        const int64_t ik = j / g.C;
-        k = ik % g.kw;
-        i = ik / g.kw;
-    } else {
-        k = j % g.kw;
-        const int64_t ci = j / g.kw;
-        i = ci % g.kh;
-        c = ci / g.kh;
-    }
-    const int64_t h = oh * g.sh + i, w = ow * g.sw + k;
-    return g.nhwc_in ? x[((n * g.H + h) * g.W + w) * g.C + c] : x[((n * g.C + c) * g.H + h) * g.W + w];
-}
-
-/* thread per V consecutive elements of a row (V divides Kp) */
-template <typename T, int V>
+/* Thread per V consecutive elements of a patch row (V divides Kp): the
+ * row's image and position are found once, the kernel tap of its first
+ * element by division and the next ones by counting (I: 32-bit indices
+ * where every offset fits, kcu_patches). */
+template <typename T, int V, typename I>
 __global__ void __launch_bounds__(KCU_THREADS)
     k_patches(const T *__restrict__ x, T *__restrict__ col, const __grid_constant__ kcu_patch g) {
-    const int64_t kv = g.Kp / V, total = g.N * g.Ho * g.Wo * kv;
-    KCU_GRID_STRIDE(i, total) {
-        const int64_t r = i / kv, j0 = (i % kv) * V;
-        if (V == 1) {
-            col[i] = patch_at(x, g, r, j0);
+    const I kv = (I)(g.Kp / V), total = (I)(g.N * g.Ho * g.Wo) * kv, Wo = (I)g.Wo, Ho = (I)g.Ho;
+    const I C = (I)g.C, H = (I)g.H, W = (I)g.W, kh = (I)g.kh, kw = (I)g.kw, ckk = C * kh * kw;
+    const T zero = Num<T>::store((typename Num<T>::C)0), one = Num<T>::store((typename Num<T>::C)1);
+    for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (I)blockDim.x * gridDim.x) {
+        const I r = i / kv, j = (i - r * kv) * V, ow = r % Wo, t = r / Wo, oh = t % Ho, n = t / Ho;
+        const I h0 = oh * (I)g.sh, w0 = ow * (I)g.sw;
+        I c, a, b; /* channel, kernel row, kernel column of element j */
+        if (g.nhwc_in) {
+            c = j % C;
+            const I q = j / C;
+            b = q % kw;
+            a = q / kw;
         } else {
-            Vec<T, V> v;
-#pragma unroll
-            for (int e = 0; e < V; e++) v.v[e] = patch_at(x, g, r, j0 + e);
-            *(Vec<T, V> *)(col + i * V) = v;
+            b = j % kw;
+            const I q = j / kw;
+            a = q % kh;
+            c = q / kh;
         }
+        Vec<T, V> v;
+#pragma unroll
+        for (int e = 0; e < V; e++) {
+            const I je = j + e;
+            if (je < ckk)
+                v.v[e] = g.nhwc_in ? x[((n * H + h0 + a) * W + w0 + b) * C + c] : x[((n * C + c) * H + h0 + a) * W + w0 + b];
+            else
+                v.v[e] = je == ckk && g.one_col ? one : zero;
+            if (g.nhwc_in) {
+                if (++c == C) {
+                    c = 0;
+                    if (++b == kw) {
+                        b = 0;
+                        ++a;
+                    }
+                }
+            } else if (++b == kw) {
+                b = 0;
+                if (++a == kh) {
+                    a = 0;
+                    ++c;
+                }
+            }
+        }
+        if (V == 1) col[i] = v.v[0];
+        else *(Vec<T, V> *)(col + (int64_t)i * V) = v;
     }
+}
+
+template <typename T, int V>
+static void patches_launch(const kcu_patch *p, const void *x, void *col, cudaStream_t stream) {
+    const int64_t total = p->N * p->Ho * p->Wo * (p->Kp / V);
+    if (kcu_i32_loop(p->N * p->C * p->H * p->W) && kcu_i32_loop(p->N * p->Ho * p->Wo * p->Kp))
+        k_patches<T, V, int32_t><<<grid_for(total), KCU_THREADS, 0, stream>>>((const T *)x, (T *)col, *p);
+    else
+        k_patches<T, V, int64_t><<<grid_for(total), KCU_THREADS, 0, stream>>>((const T *)x, (T *)col, *p);
 }
 
 /* 32-bit indices where every element offset fits (and the loop's last step) */
@@ -455,10 +478,9 @@ cudaError_t kcu_patches(kiln_dtype t, const kcu_patch *p, const void *x, void *c
         (p->Ho - 1) * p->sh + p->kh > p->H || (p->Wo - 1) * p->sw + p->kw > p->W)
         return cudaErrorInvalidValue;
     KCU_SWITCH_FLOAT(t, {
-        if (sizeof(T_) == 2 && p->Kp % 8 == 0 && (uintptr_t)col % 16 == 0)
-            k_patches<T_, 8><<<grid_for(rows * (p->Kp / 8)), KCU_THREADS, 0, stream>>>((const T_ *)x, (T_ *)col, *p);
-        else
-            k_patches<T_, 1><<<grid_for(rows * p->Kp), KCU_THREADS, 0, stream>>>((const T_ *)x, (T_ *)col, *p);
+        if (sizeof(T_) == 2 && p->Kp % 8 == 0 && (uintptr_t)col % 16 == 0) patches_launch<T_, 8>(p, x, col, stream);
+        else if (sizeof(T_) == 4 && p->Kp % 4 == 0 && (uintptr_t)col % 16 == 0) patches_launch<T_, 4>(p, x, col, stream);
+        else patches_launch<T_, 1>(p, x, col, stream);
         return cudaGetLastError();
     })
     return cudaErrorInvalidValue;
