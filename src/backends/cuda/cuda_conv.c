@@ -1214,7 +1214,11 @@ int kiln__cu_fused_conv_tactics(void *state, const kiln_infer_args *a, int32_t *
     if (dw) ids[n++] = KCU_CONV_TACTIC_DW; /* depthwise NHWC: kiln's kernel, then cuDNN's configs */
     const char *env = getenv("KILN_CUDNN_CANDIDATES"); /* at most this many configs per graph (experiments) */
     int per = env && atoi(env) > 0 ? atoi(env) : cap;
-    for (int v = XV_C8; v <= XV_S2D && gconv_eligible(x->dtype, at->act, at->alpha, at->beta); v++) {
+    /* hard swish is composed of four pointwise operations, which only
+     * runtime-compiled engines may take (NVRTC, ~0.5 s a plan): one config
+     * per graph, none for a depthwise layer (kiln's kernel has it inside) */
+    const bool hs = at->act == KCU_ACT_HARD_SWISH;
+    for (int v = XV_C8; v <= XV_S2D && gconv_eligible(x->dtype, at->act, at->alpha, at->beta) && !(hs && dw); v++) {
         if (v != XV_C8 && (!x_nchw || !xv_ok(&g, v))) continue;
         kcu_conv gx = g;
         int64_t pex[KCU_MAX_SP];
@@ -1235,7 +1239,7 @@ int kiln__cu_fused_conv_tactics(void *state, const kiln_infer_args *a, int32_t *
         int rtc = 0, got = 0;
         if (gconv_graph(st->dnn, &k, &dg) == CUDNN_STATUS_SUCCESS && kcu_dg_configs(&dg, &cfgs) == CUDNN_STATUS_SUCCESS)
             for (int i = 0; i < cfgs.n && got < want; i++) {
-                if ((cfgs.flags[i] & KCU_DG_CFG_RUNTIME_COMPILED) && rtc++ >= (dw ? 1 : KCU_CONV_MAX_RTC)) continue;
+                if ((cfgs.flags[i] & KCU_DG_CFG_RUNTIME_COMPILED) && rtc++ >= (dw || hs ? 1 : KCU_CONV_MAX_RTC)) continue;
                 ids[n++] = cfgs.id[i] | (int32_t)v << KCU_DG_ID_USER_SHIFT;
                 got++;
             }
