@@ -848,13 +848,6 @@ static bool gemm_patch_ok(const kcu_conv *g, const int64_t *pe) {
     return true;
 }
 
-/* The GEMM tactic a layer lists (0: none). */
-static int32_t gemm_tactic_of(const kcu_conv *g, const int64_t *pe, bool nhwc, bool x_nchw) {
-    return gemm_direct_ok(g, pe, nhwc, x_nchw) ? KCU_CONV_TACTIC_GEMM
-           : gemm_patch_ok(g, pe)              ? KCU_CONV_TACTIC_PATCH
-                                               : 0;
-}
-
 /* The PATCH tactic's weights [M, Kp]: W's columns in the patches' order,
  * (c, i, k) for an NCHW input and (i, k, c) for an NHWC one, then the bias
  * in column C kh kw where B is given, zeros up to Kp (variant XV_PATCH + 1
@@ -886,92 +879,97 @@ static kiln_status patch_weights(const kiln_kernel_args *a, const kcu_conv *g, b
     return KILN_OK;
 }
 
-/* Y = act(conv(X, W) + B + R) as one cuBLASLt GEMM: tactic GEMM reads X as
- * it is, PATCH gathers its patches into scratch first (kcu_patches, rows
- * of Kp = C kh kw rounded up to 8 elements). An output of rows [N P, M]
- * (NHWC, or every spatial size 1) is Y = X W^T with the bias (and ReLU) as
- * cuBLASLt's epilogue; an NCHW one is, per image, Y_n [M, P] = W' X_n^T (a
- * strided batch sharing W'), with the bias as a column of W' that meets a
- * column of ones in the patches. The residual is the GEMM's C (beta 1); an
- * activation the epilogue has not: one kcu_bias_act pass after it.
- * *handled = false: the tactic does not fit this geometry (the caller takes
- * cuDNN's heuristics, as for tactic 0). */
-static kiln_status conv_as_gemm(const kiln_kernel_args *a, const kcu_conv *g, const int64_t *pe, int32_t tac,
-                                bool nhwc, bool x_nchw, int act, float alpha, float beta, const kiln_tensor *B,
-                                const kiln_tensor *R, bool *handled) {
+/* The GEMM of a layer run as one (no pointers): K, the columns of X (GEMM)
+ * or of the patches (PATCH: C kh kw, + 1 for the bias column where the
+ * output is NCHW, rounded up to 8 so that rows stay 16-byte aligned);
+ * rows_out: Y is [N P, M] row-major (NHWC, or every spatial size 1), with
+ * the bias and ReLU as cuBLASLt's epilogue (*bias_in / *act_in: they are
+ * in the GEMM); else per image Y_n [M, P] = W' [M, K] patches_n [P, K]^T,
+ * a strided batch sharing W', the bias a column of W'. */
+static void conv_gemm_shape(const kcu_conv *g, bool patch, bool nhwc, kiln_dtype t, bool has_b, int act, bool has_r,
+                            kiln_cuda_gemm *p, bool *bias_in, bool *act_in) {
+    const bool rows_out = nhwc || g->out_sz == 1;
+    const int64_t K = patch ? (g->C * g->k_sz + (has_b && !rows_out ? 1 : 0) + 7) / 8 * 8 : g->C;
+    memset(p, 0, sizeof *p);
+    p->t = t;
+    p->K = K;
+    p->batch = 1;
+    p->alpha = 1.0;
+    p->beta = has_r ? 1.0 : 0.0;
+    p->tb = true;
+    p->lda = p->ldb = K;
+    *bias_in = has_b && !rows_out;
+    *act_in = false;
+    if (rows_out) { /* Y [N P, M] = X [N P, K] W [M, K]^T */
+        p->M = g->N * g->out_sz;
+        p->N = g->M;
+        p->ldc = g->M;
+        if (has_b) p->epi |= KCU_EPI_BIAS;
+        if (act == KCU_ACT_RELU) p->epi |= KCU_EPI_RELU;
+        *bias_in = has_b;
+        *act_in = act == KCU_ACT_RELU;
+    } else {
+        p->M = g->M;
+        p->N = g->out_sz;
+        p->batch = g->N;
+        p->sa = 0;
+        p->sb = g->out_sz * K;
+        p->ldc = g->out_sz;
+        p->sc = g->M * g->out_sz;
+    }
+}
+
+/* Y = act(conv(X, W) + B + R) as one cuBLASLt GEMM (conv_gemm_shape):
+ * tactic GEMM reads X as it is, PATCH gathers its patches into scratch
+ * first (kcu_patches; columns in the order (c, i, k) for an NCHW input,
+ * (i, k, c) for an NHWC one, the weights rearranged to match once,
+ * patch_weights). The residual is the GEMM's C (beta 1); what the GEMM
+ * leaves of the bias and activation: one kcu_bias_act pass after it.
+ * `cand`: cuBLASLt's heuristic candidate. *handled = false: the tactic
+ * does not fit this geometry (the caller takes cuDNN's heuristics, as for
+ * tactic 0). */
+static kiln_status conv_as_gemm(const kiln_kernel_args *a, const kcu_conv *g, const int64_t *pe, int32_t kind,
+                                int32_t cand, bool nhwc, bool x_nchw, int act, float alpha, float beta,
+                                const kiln_tensor *B, const kiln_tensor *R, bool *handled) {
     *handled = false;
-    const bool patch = tac == KCU_CONV_TACTIC_PATCH;
+    const bool patch = kind == KCU_CONV_TACTIC_PATCH;
     if (patch ? !gemm_patch_ok(g, pe) : !gemm_direct_ok(g, pe, nhwc, x_nchw)) return KILN_OK;
     const kiln_tensor *X = a->in[0];
     kiln_tensor *Y = a->out[0];
     const size_t es = kiln_dtype_size(X->dtype);
     const bool rows_out = nhwc || g->out_sz == 1;
+    kiln_cuda_gemm p;
+    bool bias_in = false, act_in = false;
+    conv_gemm_shape(g, patch, nhwc, X->dtype, B != NULL, act, R != NULL, &p, &bias_in, &act_in);
+    p.tactic = cand;
     const void *xm = X->data, *wm = a->in[1]->data;
-    int64_t K = g->C;
     conv_state tmp, *cs = NULL;
     kiln_status s = KILN_OK;
     if (patch) {
-        const bool bias_col = B && !rows_out;
-        K = (g->C * g->k_sz + (bias_col ? 1 : 0) + 7) / 8 * 8;
+        const bool bias_col = bias_in && !rows_out;
         cs = conv_state_of(a, &tmp);
-        s = patch_weights(a, g, nhwc && !x_nchw, K, bias_col ? B : NULL, cs, &wm);
+        s = patch_weights(a, g, nhwc && !x_nchw, p.K, bias_col ? B : NULL, cs, &wm);
         void *col = NULL;
-        if (s == KILN_OK) s = kiln__cuda_scratch(KCU_STATE(a), (size_t)(g->N * g->out_sz * K) * es, &col, KCU_NODE(a));
+        if (s == KILN_OK) s = kiln__cuda_scratch(KCU_STATE(a), (size_t)(g->N * g->out_sz * p.K) * es, &col, KCU_NODE(a));
         if (s == KILN_OK) {
             kcu_patch pp = {.N = g->N, .C = g->C, .H = g->in[0], .W = g->in[1], .Ho = g->out[0], .Wo = g->out[1],
-                            .kh = g->k[0], .kw = g->k[1], .sh = g->s[0], .sw = g->s[1], .Kp = K,
+                            .kh = g->k[0], .kw = g->k[1], .sh = g->s[0], .sw = g->s[1], .Kp = p.K,
                             .nhwc_in = nhwc && !x_nchw, .one_col = bias_col};
             cudaError_t e = kcu_patches(X->dtype, &pp, X->data, col, KCU_STREAM(a));
             if (e != cudaSuccess) s = kiln__cuda_fail(e, KCU_NODE(a), "kcu_patches");
         }
         xm = col;
-        if (bias_col) B = NULL; /* in the GEMM */
     }
     if (s == KILN_OK) {
-        kiln_cuda_gemm p;
-        memset(&p, 0, sizeof p);
-        p.t = X->dtype;
-        p.K = K;
-        p.batch = 1;
-        p.alpha = 1.0;
-        p.tb = true;
+        p.A = rows_out ? xm : wm;
+        p.B = rows_out ? wm : xm;
         p.C = Y->data;
-        if (R) {
-            p.Cin = R->data;
-            p.beta = 1.0;
-        }
-        if (rows_out) { /* Y [N P, M] = X [N P, K] W [M, K]^T */
-            p.M = g->N * g->out_sz;
-            p.N = g->M;
-            p.A = xm;
-            p.lda = K;
-            p.B = wm;
-            p.ldb = K;
-            p.ldc = g->M;
-            if (B) {
-                p.epi |= KCU_EPI_BIAS;
-                p.bias = B->data;
-                B = NULL;
-            }
-            if (act == KCU_ACT_RELU) {
-                p.epi |= KCU_EPI_RELU;
-                act = KCU_ACT_NONE;
-            }
-        } else { /* per image: Y_n [M, P] = W' [M, K] patches_n [P, K]^T */
-            p.M = g->M;
-            p.N = g->out_sz;
-            p.batch = g->N;
-            p.A = wm;
-            p.lda = K;
-            p.sa = 0;
-            p.B = xm;
-            p.ldb = K;
-            p.sb = g->out_sz * K;
-            p.ldc = g->out_sz;
-            p.sc = g->M * g->out_sz;
-        }
+        p.Cin = R ? R->data : NULL;
+        p.bias = (p.epi & KCU_EPI_BIAS) ? B->data : NULL;
         s = kiln__cuda_gemm(a, &p);
     }
+    if (bias_in) B = NULL;
+    if (act_in) act = KCU_ACT_NONE;
     if (s == KILN_OK && (B || act != KCU_ACT_NONE)) {
         cudaError_t e = kcu_bias_act(X->dtype, Y->data, Y->data, B ? B->data : NULL, NULL,
                                      rows_out ? g->N * g->out_sz : g->N, g->M, rows_out ? 1 : g->out_sz, act,
@@ -981,6 +979,26 @@ static kiln_status conv_as_gemm(const kiln_kernel_args *a, const kcu_conv *g, co
     if (cs == &tmp) conv_state_clear(&tmp); /* (the copies are ordered before the free's sync) */
     if (s == KILN_OK) *handled = true;
     return s;
+}
+
+/* At most this many of cuBLASLt's candidates per GEMM tactic (timed by the builder) */
+#define KCU_CONV_GEMM_CANDIDATES 4
+
+/* The GEMM tactic ids of a layer of geometry g (each of cuBLASLt's first
+ * candidates for its GEMM) into ids, at most cap; their count. */
+static int gemm_tactics(kiln_cuda_state *st, const kcu_conv *g, const int64_t *pe, bool nhwc, bool x_nchw,
+                        kiln_dtype t, bool has_b, int act, bool has_r, int32_t *ids, int cap) {
+    const int32_t kind = gemm_direct_ok(g, pe, nhwc, x_nchw) ? KCU_CONV_TACTIC_GEMM
+                         : gemm_patch_ok(g, pe)              ? KCU_CONV_TACTIC_PATCH
+                                                             : 0;
+    if (!kind || cap < 1) return 0;
+    kiln_cuda_gemm p;
+    bool bias_in, act_in;
+    conv_gemm_shape(g, kind == KCU_CONV_TACTIC_PATCH, nhwc, t, has_b, act, has_r, &p, &bias_in, &act_in);
+    int n = kiln__cuda_gemm_candidates(st, &p, cap < KCU_CONV_GEMM_CANDIDATES ? cap : KCU_CONV_GEMM_CANDIDATES);
+    if (n < 1) n = 1; /* (the GEMM's own fallback) */
+    for (int k = 0; k < n; k++) ids[k] = kind | k << KCU_CONV_TACTIC_CAND_SHIFT;
+    return n;
 }
 
 /* im2col + GEMM per (image, group) */
@@ -1072,9 +1090,10 @@ static kiln_status conv_exec(const kiln_kernel_args *a, const kiln_conv_attrs *a
         return dw_nhwc_run(a, &g, act, alpha, beta, B, R); /* kiln's kernel, epilogue included */
     }
     const int32_t tac = kiln__cuda_tactic(a);
-    if (tac == KCU_CONV_TACTIC_GEMM || tac == KCU_CONV_TACTIC_PATCH) { /* one cuBLASLt GEMM */
+    if (kcu_conv_gemm_kind(tac)) { /* one cuBLASLt GEMM */
         bool done = false;
-        KILN_TRY(conv_as_gemm(a, &g, pe, tac, nhwc, x_nchw, act, alpha, beta, B, R, &done));
+        KILN_TRY(conv_as_gemm(a, &g, pe, kcu_conv_gemm_kind(tac), tac >> KCU_CONV_TACTIC_CAND_SHIFT, nhwc, x_nchw,
+                              act, alpha, beta, B, R, &done));
         if (done) return KILN_OK;
     }
     if (g.Cg == 1 && g.G > 1) { /* depthwise: direct, bias included */
@@ -1209,7 +1228,10 @@ int kiln__cu_fused_conv_tactics(void *state, const kiln_infer_args *a, int32_t *
     bool dw = conv_is_depthwise(&g);
     if (dw && !nhwc) return 1; /* depthwise NCHW: kiln's direct kernel */
     st->strict_tactics = true;
-    const int32_t gt = gemm_tactic_of(&g, pe, nhwc, x_nchw); /* one cuBLASLt GEMM, where the layer is one */
+    /* one cuBLASLt GEMM, where the layer is one: its candidates */
+    int32_t gt[KCU_CONV_GEMM_CANDIDATES];
+    const int n_gt = gemm_tactics(st, &g, pe, nhwc, x_nchw, x->dtype, a->n_in > 2 && a->in[2] != NULL, at->act,
+                                  at->has_residual != 0, gt, cap - 2);
     int n = 0;
     if (dw) ids[n++] = KCU_CONV_TACTIC_DW; /* depthwise NHWC: kiln's kernel, then cuDNN's configs */
     const char *env = getenv("KILN_CUDNN_CANDIDATES"); /* at most this many configs per graph (experiments) */
@@ -1234,7 +1256,7 @@ int kiln__cu_fused_conv_tactics(void *state, const kiln_infer_args *a, int32_t *
         /* the input variants share the list */
         int n_var = 1;
         for (int u = v + 1; x_nchw && u <= XV_S2D; u++) n_var += xv_ok(&g, u);
-        int want = (cap - 1 - (gt != 0) - n) / n_var;
+        int want = (cap - 1 - n_gt - n) / n_var;
         if (want > per) want = per;
         int rtc = 0, got = 0;
         if (gconv_graph(st->dnn, &k, &dg) == CUDNN_STATUS_SUCCESS && kcu_dg_configs(&dg, &cfgs) == CUDNN_STATUS_SUCCESS)
@@ -1246,7 +1268,7 @@ int kiln__cu_fused_conv_tactics(void *state, const kiln_infer_args *a, int32_t *
         kcu_dg_cfgs_free(&cfgs);
         kcu_dg_free(&dg);
     }
-    if (gt && n < cap - 1) ids[n++] = gt;
+    for (int k = 0; k < n_gt && n < cap - 1; k++) ids[n++] = gt[k];
     if (!dw) ids[n++] = KCU_CONV_TACTIC_LEGACY; /* (the legacy API has no NHWC depthwise path here) */
     return n;
 #else
@@ -1259,8 +1281,8 @@ const char *kiln__cu_fused_conv_tactic_name(int32_t id) {
     return id == 0                        ? "cudnn-heuristic"
            : id == KCU_CONV_TACTIC_LEGACY ? "cudnn-legacy+epilogue"
            : id == KCU_CONV_TACTIC_DW     ? "kiln-dwconv-nhwc"
-           : id == KCU_CONV_TACTIC_GEMM   ? "cublasLt-1x1"
-           : id == KCU_CONV_TACTIC_PATCH  ? "kiln-patch+cublasLt"
+           : kcu_conv_gemm_kind(id) == KCU_CONV_TACTIC_GEMM  ? "cublasLt-1x1"
+           : kcu_conv_gemm_kind(id) == KCU_CONV_TACTIC_PATCH ? "kiln-patch+cublasLt"
                                           : "cudnn-graph";
 }
 
@@ -1284,7 +1306,10 @@ void kiln__cu_fused_conv_tactic_describe(int32_t id, char *buf, size_t n) {
         return;
     }
 #endif
-    snprintf(buf, n, "%s", id >= 0 && id <= KCU_CONV_TACTIC_PATCH ? kiln__cu_fused_conv_tactic_name(id) : "cudnn-?");
+    if (kcu_conv_gemm_kind(id))
+        snprintf(buf, n, "%s#%d", kiln__cu_fused_conv_tactic_name(id), (int)(id >> KCU_CONV_TACTIC_CAND_SHIFT));
+    else
+        snprintf(buf, n, "%s", id >= 0 && id <= KCU_CONV_TACTIC_DW ? kiln__cu_fused_conv_tactic_name(id) : "cudnn-?");
 }
 
 

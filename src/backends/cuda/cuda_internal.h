@@ -163,6 +163,16 @@ static inline bool kcu_conv_accurate_only(const kiln_cuda_state *st, cudnnDataTy
  * (kcu_patches) + one GEMM */
 #define KCU_CONV_TACTIC_GEMM 3
 #define KCU_CONV_TACTIC_PATCH 4
+/* ... each with cuBLASLt's k-th heuristic candidate: id | k << 8 */
+#define KCU_CONV_TACTIC_CAND_SHIFT 8
+/* KCU_CONV_TACTIC_GEMM or _PATCH where tactic id names one of them, else 0 */
+static inline int32_t kcu_conv_gemm_kind(int32_t id) {
+    const int32_t kind = id & 0xff;
+    return id > 0 && id < (16 << KCU_CONV_TACTIC_CAND_SHIFT) &&
+                   (kind == KCU_CONV_TACTIC_GEMM || kind == KCU_CONV_TACTIC_PATCH)
+               ? kind
+               : 0;
+}
 KILN_PRIVATE int kiln__cu_fused_conv_tactics(void *state, const kiln_infer_args *a, int32_t *ids,
                                              int cap);
 KILN_PRIVATE const char *kiln__cu_fused_conv_tactic_name(int32_t id);
