@@ -1207,14 +1207,15 @@ kiln_status kiln__cu_fused_conv_run(const kiln_kernel_args *a) {
  * the legacy path (KCU_CONV_TACTIC_LEGACY: the convolution alone, cuDNN's
  * timed algorithm, then kiln's epilogue kernel). Every one is timed by the
  * builder. A state whose tactics were listed is a tuning state: a tactic
- * that cannot be made there fails instead of falling back. */
+ * that cannot be made there fails instead of falling back. The GEMM
+ * tactics come before the legacy path where the layer is one GEMM; without
+ * cuDNN they are listed after tactic 0 (for fp16/bf16 layers too). */
 int kiln__cu_fused_conv_tactics(void *state, const kiln_infer_args *a, int32_t *ids, int cap) {
     kiln_cuda_state *st = state;
     if (!st || cap < 1) return 0;
     ids[0] = 0;
-#if KILN_HAVE_CUDNN
     const kiln_fused_conv_attrs *at = a->attrs;
-    if (!st->dnn || !at || a->n_in < 2 || !a->in[0] || !a->in[1] || a->n_out < 1 || !a->out[0]) return 1;
+    if (!at || a->n_in < 2 || !a->in[0] || !a->in[1] || a->n_out < 1 || !a->out[0]) return 1;
     const kiln_tinfo *x = a->in[0], *w = a->in[1], *y = a->out[0];
     if (x->dtype != KILN_DTYPE_FLOAT16 && x->dtype != KILN_DTYPE_BFLOAT16) return 1;
     kcu_conv g;
@@ -1227,11 +1228,23 @@ int kiln__cu_fused_conv_tactics(void *state, const kiln_infer_args *a, int32_t *
     bool nhwc = at->layout != 0, x_nchw = at->layout == KILN_FC_LAYOUT_Y_NHWC;
     bool dw = conv_is_depthwise(&g);
     if (dw && !nhwc) return 1; /* depthwise NCHW: kiln's direct kernel */
-    st->strict_tactics = true;
     /* one cuBLASLt GEMM, where the layer is one: its candidates */
     int32_t gt[KCU_CONV_GEMM_CANDIDATES];
     const int n_gt = gemm_tactics(st, &g, pe, nhwc, x_nchw, x->dtype, a->n_in > 2 && a->in[2] != NULL, at->act,
                                   at->has_residual != 0, gt, cap - 2);
+#if KILN_HAVE_CUDNN
+    if (!st->dnn)
+#endif
+    { /* without cuDNN: tactic 0 where it runs the layer (im2col + GEMM per
+       * image for NCHW, kiln's depthwise kernel; other NHWC layers fail) and
+       * the GEMM ones */
+        int n = 0;
+        if (!nhwc || dw || n_gt == 0) ids[n++] = 0;
+        for (int k = 0; k < n_gt && n < cap; k++) ids[n++] = gt[k];
+        return n;
+    }
+#if KILN_HAVE_CUDNN
+    st->strict_tactics = true;
     int n = 0;
     if (dw) ids[n++] = KCU_CONV_TACTIC_DW; /* depthwise NHWC: kiln's kernel, then cuDNN's configs */
     const char *env = getenv("KILN_CUDNN_CANDIDATES"); /* at most this many configs per graph (experiments) */
@@ -1271,9 +1284,6 @@ int kiln__cu_fused_conv_tactics(void *state, const kiln_infer_args *a, int32_t *
     for (int k = 0; k < n_gt && n < cap - 1; k++) ids[n++] = gt[k];
     if (!dw) ids[n++] = KCU_CONV_TACTIC_LEGACY; /* (the legacy API has no NHWC depthwise path here) */
     return n;
-#else
-    (void)st, (void)a;
-    return 1;
 #endif
 }
 
