@@ -1425,8 +1425,8 @@ TEST(test_fused_conv_nhwc) {
 
 /* FusedConv as one cuDNN graph (conv + bias + residual + activation,
  * cuda_conv.c) against the CPU's fp32 layer: every activation with and
- * without bias and residual (hard swish has no cuDNN mode: the legacy path
- * with the epilogue kernel), bf16, the first layer of a chain converting
+ * without bias and residual (hard swish, which has no cuDNN mode, composed
+ * of four pointwise operations), bf16, the first layer of a chain converting
  * its NCHW input with 3 channels (padded to 8), NCHW layers with odd
  * channel counts, strides, asymmetric pads, dilations and groups. */
 TEST(test_fused_conv_graph) {
@@ -1582,6 +1582,150 @@ TEST(test_fused_conv_tactics) {
     test_failed_checks = before + (ran ? 1 : 0); /* gpu_run_op counted the expected failure */
 }
 #endif
+
+/* One conv layer by one of the GEMM tactics (KCU_CONV_TACTIC_GEMM / _PATCH,
+ * cuda_conv.c's conv_as_gemm) against the CPU's fp32 NCHW layer: layout
+ * 0 (NCHW), X|Y (NHWC) or Y alone (the layer reads its NCHW input). */
+static void gemm_conv_case(const char *name, int32_t tactic, int32_t layout, kiln_dtype t, int64_t N, int64_t C,
+                           int64_t H, int64_t W, int64_t M, int64_t k, int64_t s, int act, float alpha, float beta,
+                           bool bias, bool res) {
+    kiln_conv_attrs ca = conv_at(PAD_NOTSET, 1, 2, k, s, 1, 0, 0);
+    kiln_fused_conv_attrs ref = fc_at(ca, act, alpha, beta, res), at = ref;
+    at.layout = layout;
+    at.tactic.id = tactic;
+    int64_t Ho = (H - k) / s + 1, Wo = (W - k) / s + 1;
+    kiln_tensor *in[4] = {trand(t, -1, 1, S(N, C, H, W)), trand(t, -0.5, 0.5, S(M, C, k, k)),
+                          bias ? trand(t, -1, 1, S(M)) : NULL, res ? trand(t, -1, 1, S(N, M, Ho, Wo)) : NULL};
+    const bool x_nhwc = layout & KILN_FC_LAYOUT_X_NHWC, y_nhwc = layout & KILN_FC_LAYOUT_Y_NHWC;
+    nhwc_case(name, KILN_OP_FusedConv, &ref, &at, res ? 4 : 3, in, (x_nhwc ? 1u : 0u) | (y_nhwc ? 8u : 0u), y_nhwc,
+              t == BF16 ? 1e-4 : t == F16 ? 1e-5 : 1e-6);
+}
+
+/* Convolutions that are one GEMM: the 1x1 layers of squeeze-excite blocks
+ * ([N, C, 1, 1] NCHW, batches 1 and 32) and NHWC 1x1 layers (MobileNetV3's
+ * expansions with hard swish) by the GEMM tactic; patchify layers (ViT's
+ * 16x16 stride 16 on 3 channels, ConvNeXt's 4x4 stem and 2x2 downsamples,
+ * a 1x1 stride 2, odd channel counts and sizes whose last rows no patch
+ * covers) by the PATCH tactic in every layout; every activation, with and
+ * without bias and residual, fp16, bf16 and fp32. With cuDNN: the tactics
+ * the builder times for such layers include the GEMM one. */
+TEST(test_conv_gemm) {
+    const int32_t both = KILN_FC_LAYOUT_X_NHWC | KILN_FC_LAYOUT_Y_NHWC;
+    const kiln_dtype ts[3] = {F16, BF16, F32};
+    char name[96];
+    for (size_t a = 0; a < sizeof fc_acts / sizeof fc_acts[0]; a++) {
+        const struct fc_act *f = &fc_acts[a];
+        kiln_dtype t = ts[a % 3];
+        const char *tn = t == F16 ? "f16" : t == BF16 ? "bf16" : "f32";
+        snprintf(name, sizeof name, "se1x1_%s_%s", f->name, tn);
+        gemm_conv_case(name, KCU_CONV_TACTIC_GEMM, 0, t, a % 2 ? 32 : 1, 72, 1, 1, 24, 1, 1, f->act, f->alpha, f->beta,
+                       a % 4 != 3, a % 3 == 1);
+        snprintf(name, sizeof name, "nhwc1x1_%s_%s", f->name, tn);
+        gemm_conv_case(name, KCU_CONV_TACTIC_GEMM, both, t, 2, 24, 5, 7, 40, 1, 1, f->act, f->alpha, f->beta,
+                       a % 4 != 2, a % 2 == 0);
+        snprintf(name, sizeof name, "patch2x2_%s_%s", f->name, tn);
+        gemm_conv_case(name, KCU_CONV_TACTIC_PATCH, 0, t, 3, 5, 9, 10, 12, 2, 2, f->act, f->alpha, f->beta,
+                       a % 4 != 1, a % 2 == 1);
+    }
+    gemm_conv_case("se1x1_b32_odd_f16", KCU_CONV_TACTIC_GEMM, 0, F16, 32, 13, 1, 1, 7, 1, 1, KILN_FC_ACT_HARD_SWISH,
+                   0, 0, true, false);
+    gemm_conv_case("se1x1_nchw_in_f16", KCU_CONV_TACTIC_GEMM, KILN_FC_LAYOUT_Y_NHWC, F16, 4, 32, 1, 1, 16, 1, 1,
+                   KILN_FC_ACT_RELU, 0, 0, true, false);
+    gemm_conv_case("vit16_f16", KCU_CONV_TACTIC_PATCH, 0, F16, 2, 3, 32, 48, 24, 16, 16, KILN_FC_ACT_NONE, 0, 0, true,
+                   false);
+    gemm_conv_case("vit16_b32_bf16", KCU_CONV_TACTIC_PATCH, 0, BF16, 32, 3, 32, 32, 16, 16, 16, KILN_FC_ACT_NONE, 0,
+                   0, true, false);
+    gemm_conv_case("stem4_rest_f16", KCU_CONV_TACTIC_PATCH, 0, F16, 1, 3, 17, 13, 16, 4, 4, KILN_FC_ACT_NONE, 0, 0,
+                   true, false);
+    gemm_conv_case("stem4_f32", KCU_CONV_TACTIC_PATCH, 0, F32, 2, 3, 16, 12, 8, 4, 4, KILN_FC_ACT_RELU, 0, 0, false,
+                   true);
+    gemm_conv_case("stem4_nchw_in_f16", KCU_CONV_TACTIC_PATCH, KILN_FC_LAYOUT_Y_NHWC, F16, 2, 3, 16, 20, 16, 4, 4,
+                   KILN_FC_ACT_HARD_SWISH, 0, 0, true, false);
+    gemm_conv_case("down2_nhwc_bf16", KCU_CONV_TACTIC_PATCH, both, BF16, 2, 24, 8, 11, 48, 2, 2, KILN_FC_ACT_SILU, 0,
+                   0, true, true);
+    gemm_conv_case("down2_odd_f16", KCU_CONV_TACTIC_PATCH, 0, F16, 2, 7, 7, 9, 9, 2, 2, KILN_FC_ACT_NONE, 0, 0, true,
+                   true);
+    gemm_conv_case("k1s2_nhwc_f16", KCU_CONV_TACTIC_PATCH, both, F16, 2, 16, 9, 9, 32, 1, 2, KILN_FC_ACT_RELU, 0, 0,
+                   true, false);
+    gemm_conv_case("k1s2_nchw_f16", KCU_CONV_TACTIC_PATCH, 0, F16, 2, 16, 9, 8, 24, 1, 2, KILN_FC_ACT_NONE, 0, 0,
+                   false, false);
+    /* cuBLASLt's second candidate (the first where it has one alone) */
+    gemm_conv_case("nhwc1x1_cand1_f16", KCU_CONV_TACTIC_GEMM | 1 << KCU_CONV_TACTIC_CAND_SHIFT, both, F16, 4, 64, 7, 7,
+                   128, 1, 1, KILN_FC_ACT_HARD_SWISH, 0, 0, true, true);
+    gemm_conv_case("vit16_cand1_f16", KCU_CONV_TACTIC_PATCH | 1 << KCU_CONV_TACTIC_CAND_SHIFT, 0, F16, 4, 3, 32, 32,
+                   64, 16, 16, KILN_FC_ACT_NONE, 0, 0, true, false);
+    /* a tactic that does not fit the layer (a 3x3 padded one): tactic 0's path */
+    kiln_fused_conv_attrs ref3 = fc_at(conv_at(PAD_NOTSET, 1, 2, 3, 1, 1, 1, 1), KILN_FC_ACT_RELU, 0, 0, 0), g3 = ref3;
+    g3.tactic.id = KCU_CONV_TACTIC_PATCH;
+    nhwc_case("patch_not_fit", KILN_OP_FusedConv, &ref3, &g3, 3,
+              (kiln_tensor *[]){trand(F16, -1, 1, S(1, 8, 6, 6)), trand(F16, -0.5, 0.5, S(8, 8, 3, 3)),
+                                trand(F16, -1, 1, S(8))},
+              0, false, 1e-5);
+    /* the tactics listed for such layers (fp16): the GEMM ones (before the legacy path with cuDNN) */
+    static const struct { int64_t C, H, W, M, k, s; int32_t layout, want; } ls[] = {
+        {72, 1, 1, 24, 1, 1, 0, KCU_CONV_TACTIC_GEMM},          {24, 14, 14, 40, 1, 1, 3, KCU_CONV_TACTIC_GEMM},
+        {3, 224, 224, 768, 16, 16, 0, KCU_CONV_TACTIC_PATCH},  {96, 56, 56, 192, 2, 2, 3, KCU_CONV_TACTIC_PATCH},
+        {16, 14, 14, 32, 3, 1, 3, 0},
+    };
+    for (size_t i = 0; i < sizeof ls / sizeof ls[0]; i++) {
+        kiln_fused_conv_attrs at = fc_at(conv_at(PAD_NOTSET, 1, 2, ls[i].k, ls[i].s, 1, 0, 0), KILN_FC_ACT_HARD_SWISH,
+                                         0, 0, 0);
+        at.layout = ls[i].layout;
+        kiln_tensor *in[3] = {tnew(F16, 4, (int64_t[]){2, ls[i].C, ls[i].H, ls[i].W}),
+                              tnew(F16, 4, (int64_t[]){ls[i].M, ls[i].C, ls[i].k, ls[i].k}),
+                              tnew(F16, 1, (int64_t[]){ls[i].M})};
+        kiln_tinfo ti[3], yo;
+        const kiln_tinfo *tip[3] = {&ti[0], &ti[1], &ti[2]};
+        kiln_tinfo *top[1] = {&yo};
+        bool sup = false;
+        if (!infer_case("FusedConv/gemm_tactics", kiln__op_by_id(KILN_OP_FusedConv), &at, 3, in, 1, ti, &yo, &sup))
+            continue;
+        kiln_infer_args ia = {.op = kiln__op_by_id(KILN_OP_FusedConv), .attrs = &at, .node_name = "FusedConv/gemm_tactics",
+                              .n_in = 3, .n_out = 1, .in = tip, .out = top};
+        int32_t ids[32];
+        int n = kiln__backend_tactics(be, st, &ia, false, ids, 32), found = 0;
+        for (int j = 0; j < n; j++) found += kcu_conv_gemm_kind(ids[j]) == ls[i].want && ls[i].want;
+#if KILN_HAVE_CUDNN
+        CHECK(n >= 1 && ids[n - 1] == KCU_CONV_TACTIC_LEGACY);
+        CHECK(ls[i].want ? found >= 1 && n >= 2 && kcu_conv_gemm_kind(ids[n - 2]) == ls[i].want
+                         : n < 2 || !kcu_conv_gemm_kind(ids[n - 2]));
+#else
+        CHECK(n >= 1 && (ls[i].want ? found >= 1 && kcu_conv_gemm_kind(ids[n - 1]) == ls[i].want : found == 0));
+#endif
+    }
+#if KILN_HAVE_CUDNN
+    /* hard swish as a cuDNN graph (composed of MUL, ADD, clipped RELU_FWD, MUL):
+     * a 3x3 NHWC layer with a residual lists engine configs, and each computes it */
+    kiln_fused_conv_attrs href = fc_at(conv_at(PAD_NOTSET, 1, 2, 3, 1, 1, 1, 1), KILN_FC_ACT_HARD_SWISH, 0, 0, 1),
+                          hnh = href;
+    hnh.layout = both;
+    kiln_tensor *hin[4] = {trand(F16, -1, 1, S(2, 16, 9, 7)), trand(F16, -0.3, 0.3, S(24, 16, 3, 3)),
+                           trand(F16, -1, 1, S(24)), trand(F16, -1, 1, S(2, 24, 9, 7))};
+    kiln_tinfo hti[4], hyo;
+    const kiln_tinfo *htip[4] = {&hti[0], &hti[1], &hti[2], &hti[3]};
+    kiln_tinfo *htop[1] = {&hyo};
+    bool hsup = false;
+    if (infer_case("FusedConv/hswish_tactics", kiln__op_by_id(KILN_OP_FusedConv), &href, 4, hin, 1, hti, &hyo, &hsup)) {
+        kiln_infer_args ia = {.op = kiln__op_by_id(KILN_OP_FusedConv), .attrs = &hnh,
+                              .node_name = "FusedConv/hswish_tactics", .n_in = 4, .n_out = 1, .in = htip, .out = htop};
+        int32_t ids[32];
+        int n = kiln__backend_tactics(be, st, &ia, false, ids, 32), n_dnn = 0;
+        printf("  hard swish 3x3: %d tactics:", n);
+        for (int k = 0; k < n; k++) {
+            char nm[64];
+            kiln__cu_fused_conv_tactic_describe(ids[k], nm, sizeof nm);
+            printf(" %s", nm);
+            n_dnn += kcu_dg_is_id(ids[k]);
+            kiln_fused_conv_attrs t = hnh;
+            t.tactic.id = ids[k];
+            snprintf(name, sizeof name, "hswish_tactic_%s", nm);
+            nhwc_case(name, KILN_OP_FusedConv, &href, &t, 4, hin, 1u | 8u, true, 1e-5);
+        }
+        printf("\n");
+        CHECK(n_dnn > 0);
+    }
+#endif
+}
 
 TEST(test_fused_transformer) {
     for (int act = KILN_FACT_NONE; act <= KILN_FACT_GELU_TANH; act++) {
@@ -1781,10 +1925,14 @@ TEST(test_fused_transformer) {
     cst->attn_split = keep_split;
 }
 
+/* cuDNN's attention configs listed so far per graph form (cuda_sdpa.c):
+ * the composite graph, its stride-0 mask form (/s0), the SDPA operation (/op). */
+static int attn_dnn_forms[3];
+
 /* Every tactic the builder would time for an Attention (kiln's kernel with
  * the keys never / always split, then cuDNN's fused attention configs)
  * computes the layer as the CPU reference does. Returns how many of cuDNN's
- * configs were listed. */
+ * configs were listed (attn_dnn_forms counts them by form). */
 static int attn_tactic_cases(const char *what, const kiln_attention_attrs *at, int n_in, kiln_tensor *const *in,
                              double tol) {
     const kiln_op_def *op = kiln__op_by_id(KILN_OP_Attention);
@@ -1805,7 +1953,10 @@ static int attn_tactic_cases(const char *what, const kiln_attention_attrs *at, i
         char nm[64], name[160];
         kiln__cu_attention_tactic_describe(ids[k], nm, sizeof nm);
         printf(" %s", nm);
-        n_dnn += strncmp(nm, "cudnn-sdpa", 10) == 0;
+        if (strncmp(nm, "cudnn-sdpa", 10) == 0) {
+            n_dnn++;
+            attn_dnn_forms[strstr(nm, "/op") ? 2 : strstr(nm, "/s0") ? 1 : 0]++;
+        }
         kiln_attention_attrs t = *at;
         t.tactic.id = ids[k];
         snprintf(name, sizeof name, "%s_tactic_%s", what, nm);
@@ -1843,6 +1994,7 @@ TEST(test_attention_tactics) {
     kiln_attention_attrs bkv = {.num_heads = 2, .q_layout = KILN_ATTN_BSHD, .k_layout = KILN_ATTN_KV,
                                 .v_layout = KILN_ATTN_KV, .out_layout = KILN_ATTN_BSHD, .scale = 0.1f};
     int dnn = 0, dnn_bert = 0;
+    memset(attn_dnn_forms, 0, sizeof attn_dnn_forms);
     for (int k = 0; k < 2; k++) {
         kiln_dtype t = k ? BF16 : F16;
         double tol = k ? 1e-4 : 1e-5;
@@ -1919,9 +2071,16 @@ TEST(test_attention_tactics) {
 #if KILN_HAVE_CUDNN
     /* cuDNN takes the unmasked layers on every GPU it runs fused attention on (sm80+) */
     kiln_cuda_state *cst = st;
-    if (cst->dnn && cst->cc_major >= 8 && !getenv("KILN_CUDNN_SDPA")) CHECK(dnn > 0);
-    printf("  cuDNN fused attention: %d configs over the forms, %d for BERT's mask; a fully masked row per engine:",
-           dnn + dnn_bert, dnn_bert);
+    if (cst->dnn && cst->cc_major >= 8 && !getenv("KILN_CUDNN_SDPA")) {
+        CHECK(dnn > 0);
+        /* the composite graph (what masked layers need) and, from cuDNN 9.13.1, the SDPA
+         * operation each have configs for the unmasked forms (vit, qkv, kv) */
+        CHECK(attn_dnn_forms[0] > 0);
+        if (cudnnGetVersion() >= 91301) CHECK(attn_dnn_forms[2] > 0);
+    }
+    printf("  cuDNN fused attention: %d configs over the forms (composite graph %d, stride-0 mask %d, SDPA "
+           "operation %d), %d for BERT's mask; a fully masked row per engine:",
+           dnn + dnn_bert, attn_dnn_forms[0], attn_dnn_forms[1], attn_dnn_forms[2], dnn_bert);
     for (int e = 0; e < 256; e++)
         if (cst->sdpa_masked[e])
             printf(" eng%d %s", e, cst->sdpa_masked[e] == 1 ? "zeros" : cst->sdpa_masked[e] == 2 ? "NaN" : "neither");
@@ -1955,9 +2114,9 @@ TEST(test_coverage) {
 #define TESTS_NN(X) X(test_gemm) X(test_conv) X(test_pool) X(test_pool_nhwc) X(test_dwconv_nhwc) X(test_dwconv_nchw) X(test_norm) X(test_softmax)
 #define TESTS_REDUCE(X) X(test_reduce)
 #if KILN_HAVE_CUDNN
-#define TESTS_FC(X) X(test_fused_conv) X(test_fused_conv_nhwc) X(test_fused_conv_graph) X(test_fused_conv_tactics)
+#define TESTS_FC(X) X(test_fused_conv) X(test_fused_conv_nhwc) X(test_fused_conv_graph) X(test_fused_conv_tactics) X(test_conv_gemm)
 #else
-#define TESTS_FC(X) X(test_fused_conv)
+#define TESTS_FC(X) X(test_fused_conv) X(test_conv_gemm)
 #endif
 #define TESTS_FT(X) X(test_fused_transformer) X(test_attention_tactics)
 #define ALL_TESTS(X) \

@@ -14,7 +14,10 @@
  *     epilogue inside (2-D, one output channel per group), else a direct
  *     kernel;
  *   without cuDNN: im2col into scratch + cuBLASLt GEMM per (image, group);
- *     a 1x1 stride-1 unpadded convolution reads the input directly. */
+ *     a 1x1 stride-1 unpadded convolution reads the input directly;
+ *   tactics GEMM and PATCH (timed by the builder against cuDNN's): a 1x1
+ *     layer over a row-major input, or a non-overlapping unpadded one
+ *     (patchify), as ONE cuBLASLt GEMM with its epilogue (conv_as_gemm). */
 #if KILN_HAVE_CUDA
 
 #include "backends/cuda/cuda_internal.h"
@@ -146,6 +149,7 @@ typedef struct gconv_key {
 typedef struct gconv_plan {
     gconv_key key;
     bool used, declined;    /* declined: no engine config runs this graph (legacy path) */
+    float hs[2];            /* hard swish's by-value scalars 1/6 and 1/2 (the variant pack points here) */
     kcu_dg dg;
     kcu_dg_plan plan;
 } gconv_plan;
@@ -566,7 +570,7 @@ static kiln_status conv_cudnn(const kiln_kernel_args *a, const kcu_conv *g, cons
 
 /* ---- the fused graph ------------------------------------------------------------------ */
 
-enum { UID_X = 1, UID_W = 2, UID_B = 3, UID_R = 4, UID_Y = 5, UID_VIRT = 100 };
+enum { UID_X = 1, UID_W = 2, UID_B = 3, UID_R = 4, UID_Y = 5, UID_HS_SCALE = 6, UID_HS_SHIFT = 7, UID_VIRT = 100 };
 
 /* The graph's activation as a pointwise mode (false: not expressible,
  * the legacy path with the epilogue kernel runs). RELU_FWD's clips are
@@ -588,7 +592,7 @@ static bool gconv_act(int act, float alpha, float beta, cudnnPointwiseMode_t *mo
         return true;
     case KCU_ACT_SIGMOID: *mode = CUDNN_POINTWISE_SIGMOID_FWD; return true;
     case KCU_ACT_SILU: *mode = CUDNN_POINTWISE_SWISH_FWD; return true;
-    default: return false; /* hard swish: no cuDNN pointwise mode */
+    default: return false; /* hard swish: no cuDNN pointwise mode (gconv_graph composes it) */
     }
 }
 
@@ -597,11 +601,13 @@ static bool gconv_eligible(kiln_dtype t, int act, float alpha, float beta) {
     cudnnPointwiseMode_t m;
     kcu_dg_pw pw;
     if (t != KILN_DTYPE_FLOAT16 && t != KILN_DTYPE_BFLOAT16) return false;
-    return act == KCU_ACT_NONE || gconv_act(act, alpha, beta, &m, &pw);
+    return act == KCU_ACT_NONE || act == KCU_ACT_HARD_SWISH || gconv_act(act, alpha, beta, &m, &pw);
 }
 
 /* The operation graph of key k: conv -> [+ bias] -> [+ residual] -> [act],
- * fp32 in between, the I/O dtype at both ends. */
+ * fp32 in between, the I/O dtype at both ends. Hard swish, which has no
+ * pointwise mode, is v * min(max(v / 6 + 1/2, 0), 1): MUL and ADD by
+ * by-value scalars (UID_HS_*), RELU_FWD clipped to [0, 1], MUL by v. */
 static cudnnStatus_t gconv_graph(cudnnHandle_t h, const gconv_key *k, kcu_dg *dg) {
     kcu_conv_nd v;
     kiln__cuda_conv_nd(&k->g, false, &v);
@@ -650,9 +656,9 @@ static cudnnStatus_t gconv_graph(cudnnHandle_t h, const gconv_key *k, kcu_dg *dg
     cudnnDataType_t dt = (cudnnDataType_t)k->dt;
     cudnnPointwiseMode_t mode = CUDNN_POINTWISE_RELU_FWD;
     kcu_dg_pw pw;
-    bool act = k->act != KCU_ACT_NONE;
-    if (act && !gconv_act(k->act, k->alpha, k->beta, &mode, &pw)) return CUDNN_STATUS_NOT_SUPPORTED;
-    int left = (k->has_b ? 1 : 0) + (k->has_r ? 1 : 0) + (act ? 1 : 0); /* pointwise ops to come */
+    bool act = k->act != KCU_ACT_NONE, hs = k->act == KCU_ACT_HARD_SWISH;
+    if (act && !hs && !gconv_act(k->act, k->alpha, k->beta, &mode, &pw)) return CUDNN_STATUS_NOT_SUPPORTED;
+    int left = (k->has_b ? 1 : 0) + (k->has_r ? 1 : 0) + (act ? hs ? 4 : 1 : 0); /* pointwise ops to come */
     int64_t vuid = UID_VIRT;
     cudnnBackendDescriptor_t X, W, B, R, cur, next;
 #define GC_TRY(call)                                          \
@@ -682,7 +688,24 @@ static cudnnStatus_t gconv_graph(cudnnHandle_t h, const gconv_key *k, kcu_dg *dg
         GC_TRY(kcu_dg_pointwise(dg, CUDNN_POINTWISE_ADD, cur, R, next, NULL));
         cur = next;
     }
-    if (act) {
+    if (hs) {
+        cudnnBackendDescriptor_t scale, shift, t1, t2, t3;
+        kcu_dg_pw unit = {.relu_lower = 0, .relu_upper = 1, .relu_slope = 0, .swish_beta = 1};
+        GC_TRY(kcu_dg_scalar(dg, UID_HS_SCALE, nd, &scale));
+        GC_TRY(kcu_dg_scalar(dg, UID_HS_SHIFT, nd, &shift));
+        left--;
+        GC_NEXT(t1);
+        GC_TRY(kcu_dg_pointwise(dg, CUDNN_POINTWISE_MUL, cur, scale, t1, NULL));
+        left--;
+        GC_NEXT(t2);
+        GC_TRY(kcu_dg_pointwise(dg, CUDNN_POINTWISE_ADD, t1, shift, t2, NULL));
+        left--;
+        GC_NEXT(t3);
+        GC_TRY(kcu_dg_pointwise(dg, CUDNN_POINTWISE_RELU_FWD, t2, NULL, t3, &unit));
+        left--;
+        GC_NEXT(next);
+        GC_TRY(kcu_dg_pointwise(dg, CUDNN_POINTWISE_MUL, cur, t3, next, NULL));
+    } else if (act) {
         left--;
         GC_NEXT(next);
         GC_TRY(kcu_dg_pointwise(dg, mode, cur, NULL, next, &pw));
@@ -788,8 +811,8 @@ static kiln_status conv_graph_run(const kiln_kernel_args *a, const kcu_conv *g, 
     if (p->declined) return KILN_OK;
     void *ws = NULL;
     if (p->plan.ws) KILN_TRY(kiln__cuda_scratch(st, (size_t)p->plan.ws, &ws, KCU_NODE(a)));
-    int64_t uids[5];
-    void *vp[5];
+    int64_t uids[7];
+    void *vp[7];
     int n = 0;
     static const int64_t uid_of[5] = {UID_X, UID_W, UID_B, UID_R, UID_Y};
     for (int i = 0; i < 5; i++)
@@ -797,6 +820,14 @@ static kiln_status conv_graph_run(const kiln_kernel_args *a, const kcu_conv *g, 
             uids[n] = uid_of[i];
             vp[n++] = (void *)ptrs[i];
         }
+    if (k.act == KCU_ACT_HARD_SWISH) {
+        p->hs[0] = 1.0f / 6.0f;
+        p->hs[1] = 0.5f;
+        uids[n] = UID_HS_SCALE;
+        vp[n++] = &p->hs[0];
+        uids[n] = UID_HS_SHIFT;
+        vp[n++] = &p->hs[1];
+    }
     cudnnStatus_t s = kcu_dg_execute(st->dnn, &p->plan, n, uids, vp, ws);
     if (s != CUDNN_STATUS_SUCCESS) return dnn_fail(KCU_NODE(a), "graph execution", s);
     *handled = true;
@@ -804,6 +835,179 @@ static kiln_status conv_graph_run(const kiln_kernel_args *a, const kcu_conv *g, 
 }
 
 #endif /* KILN_HAVE_CUDNN */
+
+/* ---- convolutions as one GEMM (tactics GEMM and PATCH) ------------------------------- */
+
+/* A 1x1 unpadded layer of one group whose input is a row-major [N * P, C]
+ * matrix: NHWC, or every spatial size 1 (the same bytes in both layouts) */
+static bool gemm_direct_ok(const kcu_conv *g, const int64_t *pe, bool nhwc, bool x_nchw) {
+    if (g->G != 1) return false;
+    for (int i = 0; i < g->ns; i++)
+        if (g->k[i] != 1 || g->pb[i] != 0 || pe[i] != 0 || g->out[i] != g->in[i]) return false;
+    return (nhwc && !x_nchw) || g->in_sz == 1;
+}
+
+/* A 2-D layer of one group without padding or dilation whose kernel is at
+ * most its stride: every input element is in one patch at most */
+static bool gemm_patch_ok(const kcu_conv *g, const int64_t *pe) {
+    if (g->G != 1 || g->ns != 2) return false;
+    for (int i = 0; i < 2; i++)
+        if (g->pb[i] != 0 || pe[i] != 0 || g->d[i] != 1 || g->k[i] > g->s[i]) return false;
+    return true;
+}
+
+/* The PATCH tactic's weights [M, Kp]: W's columns in the patches' order,
+ * (c, i, k) for an NCHW input and (i, k, c) for an NHWC one, then the bias
+ * in column C kh kw where B is given, zeros up to Kp (variant XV_PATCH + 1
+ * for the NHWC order, + 2 with the bias). */
+#define XV_PATCH 4
+static kiln_status patch_weights(const kiln_kernel_args *a, const kcu_conv *g, bool nhwc_in, int64_t Kp,
+                                 const kiln_tensor *B, conv_state *cs, const void **out) {
+    const kiln_tensor *W = a->in[1];
+    const size_t es = kiln_dtype_size(W->dtype);
+    const size_t bytes = (size_t)(g->M * Kp) * es;
+    const int64_t C = g->C, kh = g->k[0], kw = g->k[1], ckk = C * kh * kw;
+    bool fresh = false;
+    void *buf = NULL;
+    KILN_TRY(w_buffer(a, cs, bytes, XV_PATCH + (nhwc_in ? 1 : 0) + (B ? 2 : 0), &buf, &fresh));
+    *out = buf;
+    if (!fresh) return KILN_OK;
+    KILN_CUDA_TRY(cudaMemsetAsync(buf, 0, bytes, KCU_STREAM(a)), KCU_NODE(a));
+    if (nhwc_in) {
+        int64_t dims[4] = {g->M, kh, kw, C}, dst[4] = {Kp, kw * C, C, 1}, src[4] = {ckk, kw, 1, kh * kw};
+        KILN_TRY(kiln__cuda_copy(a, es, 4, dims, buf, dst, W->data, src));
+    } else {
+        int64_t dims[2] = {g->M, ckk}, dst[2] = {Kp, 1}, src[2] = {ckk, 1};
+        KILN_TRY(kiln__cuda_copy(a, es, 2, dims, buf, dst, W->data, src));
+    }
+    if (B) {
+        int64_t dims[1] = {g->M}, dst[1] = {Kp}, src[1] = {1};
+        KILN_TRY(kiln__cuda_copy(a, es, 1, dims, (char *)buf + (size_t)ckk * es, dst, B->data, src));
+    }
+    return KILN_OK;
+}
+
+/* The GEMM of a layer run as one (no pointers): K, the columns of X (GEMM)
+ * or of the patches (PATCH: C kh kw, + 1 for the bias column where the
+ * output is NCHW, rounded up to 8 so that rows stay 16-byte aligned);
+ * rows_out: Y is [N P, M] row-major (NHWC, or every spatial size 1), with
+ * the bias and ReLU as cuBLASLt's epilogue (*bias_in / *act_in: they are
+ * in the GEMM); else per image Y_n [M, P] = W' [M, K] patches_n [P, K]^T,
+ * a strided batch sharing W', the bias a column of W'. */
+static void conv_gemm_shape(const kcu_conv *g, bool patch, bool nhwc, kiln_dtype t, bool has_b, int act, bool has_r,
+                            kiln_cuda_gemm *p, bool *bias_in, bool *act_in) {
+    const bool rows_out = nhwc || g->out_sz == 1;
+    const int64_t K = patch ? (g->C * g->k_sz + (has_b && !rows_out ? 1 : 0) + 7) / 8 * 8 : g->C;
+    memset(p, 0, sizeof *p);
+    p->t = t;
+    p->K = K;
+    p->batch = 1;
+    p->alpha = 1.0;
+    p->beta = has_r ? 1.0 : 0.0;
+    p->tb = true;
+    p->lda = p->ldb = K;
+    *bias_in = has_b && !rows_out;
+    *act_in = false;
+    if (rows_out) { /* Y [N P, M] = X [N P, K] W [M, K]^T */
+        p->M = g->N * g->out_sz;
+        p->N = g->M;
+        p->ldc = g->M;
+        if (has_b) p->epi |= KCU_EPI_BIAS;
+        if (act == KCU_ACT_RELU) p->epi |= KCU_EPI_RELU;
+        *bias_in = has_b;
+        *act_in = act == KCU_ACT_RELU;
+    } else {
+        p->M = g->M;
+        p->N = g->out_sz;
+        p->batch = g->N;
+        p->sa = 0;
+        p->sb = g->out_sz * K;
+        p->ldc = g->out_sz;
+        p->sc = g->M * g->out_sz;
+    }
+}
+
+/* Y = act(conv(X, W) + B + R) as one cuBLASLt GEMM (conv_gemm_shape):
+ * tactic GEMM reads X as it is, PATCH gathers its patches into scratch
+ * first (kcu_patches; columns in the order (c, i, k) for an NCHW input,
+ * (i, k, c) for an NHWC one, the weights rearranged to match once,
+ * patch_weights). The residual is the GEMM's C (beta 1); what the GEMM
+ * leaves of the bias and activation: one kcu_bias_act pass after it.
+ * `cand`: cuBLASLt's heuristic candidate. *handled = false: the tactic
+ * does not fit this geometry (the caller takes cuDNN's heuristics, as for
+ * tactic 0). */
+static kiln_status conv_as_gemm(const kiln_kernel_args *a, const kcu_conv *g, const int64_t *pe, int32_t kind,
+                                int32_t cand, bool nhwc, bool x_nchw, int act, float alpha, float beta,
+                                const kiln_tensor *B, const kiln_tensor *R, bool *handled) {
+    *handled = false;
+    const bool patch = kind == KCU_CONV_TACTIC_PATCH;
+    if (patch ? !gemm_patch_ok(g, pe) : !gemm_direct_ok(g, pe, nhwc, x_nchw)) return KILN_OK;
+    const kiln_tensor *X = a->in[0];
+    kiln_tensor *Y = a->out[0];
+    const size_t es = kiln_dtype_size(X->dtype);
+    const bool rows_out = nhwc || g->out_sz == 1;
+    kiln_cuda_gemm p;
+    bool bias_in = false, act_in = false;
+    conv_gemm_shape(g, patch, nhwc, X->dtype, B != NULL, act, R != NULL, &p, &bias_in, &act_in);
+    p.tactic = cand;
+    const void *xm = X->data, *wm = a->in[1]->data;
+    conv_state tmp, *cs = NULL;
+    kiln_status s = KILN_OK;
+    if (patch) {
+        const bool bias_col = bias_in && !rows_out;
+        cs = conv_state_of(a, &tmp);
+        s = patch_weights(a, g, nhwc && !x_nchw, p.K, bias_col ? B : NULL, cs, &wm);
+        void *col = NULL;
+        if (s == KILN_OK) s = kiln__cuda_scratch(KCU_STATE(a), (size_t)(g->N * g->out_sz * p.K) * es, &col, KCU_NODE(a));
+        if (s == KILN_OK) {
+            kcu_patch pp = {.N = g->N, .C = g->C, .H = g->in[0], .W = g->in[1], .Ho = g->out[0], .Wo = g->out[1],
+                            .kh = g->k[0], .kw = g->k[1], .sh = g->s[0], .sw = g->s[1], .Kp = p.K,
+                            .nhwc_in = nhwc && !x_nchw, .one_col = bias_col};
+            cudaError_t e = kcu_patches(X->dtype, &pp, X->data, col, KCU_STREAM(a));
+            if (e != cudaSuccess) s = kiln__cuda_fail(e, KCU_NODE(a), "kcu_patches");
+        }
+        xm = col;
+    }
+    if (s == KILN_OK) {
+        p.A = rows_out ? xm : wm;
+        p.B = rows_out ? wm : xm;
+        p.C = Y->data;
+        p.Cin = R ? R->data : NULL;
+        p.bias = (p.epi & KCU_EPI_BIAS) ? B->data : NULL;
+        s = kiln__cuda_gemm(a, &p);
+    }
+    if (bias_in) B = NULL;
+    if (act_in) act = KCU_ACT_NONE;
+    if (s == KILN_OK && (B || act != KCU_ACT_NONE)) {
+        cudaError_t e = kcu_bias_act(X->dtype, Y->data, Y->data, B ? B->data : NULL, NULL,
+                                     rows_out ? g->N * g->out_sz : g->N, g->M, rows_out ? 1 : g->out_sz, act,
+                                     alpha, beta, KCU_STREAM(a));
+        if (e != cudaSuccess) s = kiln__cuda_fail(e, KCU_NODE(a), "kcu_bias_act");
+    }
+    if (cs == &tmp) conv_state_clear(&tmp); /* (the copies are ordered before the free's sync) */
+    if (s == KILN_OK) *handled = true;
+    return s;
+}
+
+/* At most this many of cuBLASLt's candidates per GEMM tactic (timed by the builder) */
+#define KCU_CONV_GEMM_CANDIDATES 4
+
+/* The GEMM tactic ids of a layer of geometry g (each of cuBLASLt's first
+ * candidates for its GEMM) into ids, at most cap; their count. */
+static int gemm_tactics(kiln_cuda_state *st, const kcu_conv *g, const int64_t *pe, bool nhwc, bool x_nchw,
+                        kiln_dtype t, bool has_b, int act, bool has_r, int32_t *ids, int cap) {
+    const int32_t kind = gemm_direct_ok(g, pe, nhwc, x_nchw) ? KCU_CONV_TACTIC_GEMM
+                         : gemm_patch_ok(g, pe)              ? KCU_CONV_TACTIC_PATCH
+                                                             : 0;
+    if (!kind || cap < 1) return 0;
+    kiln_cuda_gemm p;
+    bool bias_in, act_in;
+    conv_gemm_shape(g, kind == KCU_CONV_TACTIC_PATCH, nhwc, t, has_b, act, has_r, &p, &bias_in, &act_in);
+    int n = kiln__cuda_gemm_candidates(st, &p, cap < KCU_CONV_GEMM_CANDIDATES ? cap : KCU_CONV_GEMM_CANDIDATES);
+    if (n < 1) n = 1; /* (the GEMM's own fallback) */
+    for (int k = 0; k < n; k++) ids[k] = kind | k << KCU_CONV_TACTIC_CAND_SHIFT;
+    return n;
+}
 
 /* im2col + GEMM per (image, group) */
 static kiln_status conv_gemm(const kiln_kernel_args *a, const kcu_conv *g) {
@@ -892,6 +1096,13 @@ static kiln_status conv_exec(const kiln_kernel_args *a, const kiln_conv_attrs *a
         }
 #endif
         return dw_nhwc_run(a, &g, act, alpha, beta, B, R); /* kiln's kernel, epilogue included */
+    }
+    const int32_t tac = kiln__cuda_tactic(a);
+    if (kcu_conv_gemm_kind(tac)) { /* one cuBLASLt GEMM */
+        bool done = false;
+        KILN_TRY(conv_as_gemm(a, &g, pe, kcu_conv_gemm_kind(tac), tac >> KCU_CONV_TACTIC_CAND_SHIFT, nhwc, x_nchw,
+                              act, alpha, beta, B, R, &done));
+        if (done) return KILN_OK;
     }
     if (g.Cg == 1 && g.G > 1 && g.Mg == 1 && g.ns == 2) {
         /* depthwise NCHW, 2-D, one output channel per group: the tiled kernel, epilogue included */
@@ -1017,14 +1228,15 @@ kiln_status kiln__cu_fused_conv_run(const kiln_kernel_args *a) {
  * the legacy path (KCU_CONV_TACTIC_LEGACY: the convolution alone, cuDNN's
  * timed algorithm, then kiln's epilogue kernel). Every one is timed by the
  * builder. A state whose tactics were listed is a tuning state: a tactic
- * that cannot be made there fails instead of falling back. */
+ * that cannot be made there fails instead of falling back. The GEMM
+ * tactics come before the legacy path where the layer is one GEMM; without
+ * cuDNN they are listed after tactic 0 (for fp16/bf16 layers too). */
 int kiln__cu_fused_conv_tactics(void *state, const kiln_infer_args *a, int32_t *ids, int cap) {
     kiln_cuda_state *st = state;
     if (!st || cap < 1) return 0;
     ids[0] = 0;
-#if KILN_HAVE_CUDNN
     const kiln_fused_conv_attrs *at = a->attrs;
-    if (!st->dnn || !at || a->n_in < 2 || !a->in[0] || !a->in[1] || a->n_out < 1 || !a->out[0]) return 1;
+    if (!at || a->n_in < 2 || !a->in[0] || !a->in[1] || a->n_out < 1 || !a->out[0]) return 1;
     const kiln_tinfo *x = a->in[0], *w = a->in[1], *y = a->out[0];
     if (x->dtype != KILN_DTYPE_FLOAT16 && x->dtype != KILN_DTYPE_BFLOAT16) return 1;
     kcu_conv g;
@@ -1037,12 +1249,32 @@ int kiln__cu_fused_conv_tactics(void *state, const kiln_infer_args *a, int32_t *
     bool nhwc = at->layout != 0, x_nchw = at->layout == KILN_FC_LAYOUT_Y_NHWC;
     bool dw = conv_is_depthwise(&g);
     if (dw && !nhwc) return 1; /* depthwise NCHW: kiln's direct kernel */
+    /* one cuBLASLt GEMM, where the layer is one: its candidates */
+    int32_t gt[KCU_CONV_GEMM_CANDIDATES];
+    const int n_gt = gemm_tactics(st, &g, pe, nhwc, x_nchw, x->dtype, a->n_in > 2 && a->in[2] != NULL, at->act,
+                                  at->has_residual != 0, gt, cap - 2);
+#if KILN_HAVE_CUDNN
+    if (!st->dnn)
+#endif
+    { /* without cuDNN: tactic 0 where it runs the layer (im2col + GEMM per
+       * image for NCHW, kiln's depthwise kernel; other NHWC layers fail) and
+       * the GEMM ones */
+        int n = 0;
+        if (!nhwc || dw || n_gt == 0) ids[n++] = 0;
+        for (int k = 0; k < n_gt && n < cap; k++) ids[n++] = gt[k];
+        return n;
+    }
+#if KILN_HAVE_CUDNN
     st->strict_tactics = true;
     int n = 0;
     if (dw) ids[n++] = KCU_CONV_TACTIC_DW; /* depthwise NHWC: kiln's kernel, then cuDNN's configs */
     const char *env = getenv("KILN_CUDNN_CANDIDATES"); /* at most this many configs per graph (experiments) */
     int per = env && atoi(env) > 0 ? atoi(env) : cap;
-    for (int v = XV_C8; v <= XV_S2D && gconv_eligible(x->dtype, at->act, at->alpha, at->beta); v++) {
+    /* hard swish is composed of four pointwise operations, which only
+     * runtime-compiled engines may take (NVRTC, ~0.5 s a plan): one config
+     * per graph, none for a depthwise layer (kiln's kernel has it inside) */
+    const bool hs = at->act == KCU_ACT_HARD_SWISH;
+    for (int v = XV_C8; v <= XV_S2D && gconv_eligible(x->dtype, at->act, at->alpha, at->beta) && !(hs && dw); v++) {
         if (v != XV_C8 && (!x_nchw || !xv_ok(&g, v))) continue;
         kcu_conv gx = g;
         int64_t pex[KCU_MAX_SP];
@@ -1058,23 +1290,21 @@ int kiln__cu_fused_conv_tactics(void *state, const kiln_infer_args *a, int32_t *
         /* the input variants share the list */
         int n_var = 1;
         for (int u = v + 1; x_nchw && u <= XV_S2D; u++) n_var += xv_ok(&g, u);
-        int want = (cap - 1 - n) / n_var;
+        int want = (cap - 1 - n_gt - n) / n_var;
         if (want > per) want = per;
         int rtc = 0, got = 0;
         if (gconv_graph(st->dnn, &k, &dg) == CUDNN_STATUS_SUCCESS && kcu_dg_configs(&dg, &cfgs) == CUDNN_STATUS_SUCCESS)
             for (int i = 0; i < cfgs.n && got < want; i++) {
-                if ((cfgs.flags[i] & KCU_DG_CFG_RUNTIME_COMPILED) && rtc++ >= (dw ? 1 : KCU_CONV_MAX_RTC)) continue;
+                if ((cfgs.flags[i] & KCU_DG_CFG_RUNTIME_COMPILED) && rtc++ >= (dw || hs ? 1 : KCU_CONV_MAX_RTC)) continue;
                 ids[n++] = cfgs.id[i] | (int32_t)v << KCU_DG_ID_USER_SHIFT;
                 got++;
             }
         kcu_dg_cfgs_free(&cfgs);
         kcu_dg_free(&dg);
     }
+    for (int k = 0; k < n_gt && n < cap - 1; k++) ids[n++] = gt[k];
     if (!dw) ids[n++] = KCU_CONV_TACTIC_LEGACY; /* (the legacy API has no NHWC depthwise path here) */
     return n;
-#else
-    (void)st, (void)a;
-    return 1;
 #endif
 }
 
@@ -1082,6 +1312,8 @@ const char *kiln__cu_fused_conv_tactic_name(int32_t id) {
     return id == 0                        ? "cudnn-heuristic"
            : id == KCU_CONV_TACTIC_LEGACY ? "cudnn-legacy+epilogue"
            : id == KCU_CONV_TACTIC_DW     ? "kiln-dwconv-nhwc"
+           : kcu_conv_gemm_kind(id) == KCU_CONV_TACTIC_GEMM  ? "cublasLt-1x1"
+           : kcu_conv_gemm_kind(id) == KCU_CONV_TACTIC_PATCH ? "kiln-patch+cublasLt"
                                           : "cudnn-graph";
 }
 
@@ -1105,9 +1337,10 @@ void kiln__cu_fused_conv_tactic_describe(int32_t id, char *buf, size_t n) {
         return;
     }
 #endif
-    snprintf(buf, n, "%s", id == 0 || id == KCU_CONV_TACTIC_LEGACY || id == KCU_CONV_TACTIC_DW
-                               ? kiln__cu_fused_conv_tactic_name(id)
-                               : "cudnn-?");
+    if (kcu_conv_gemm_kind(id))
+        snprintf(buf, n, "%s#%d", kiln__cu_fused_conv_tactic_name(id), (int)(id >> KCU_CONV_TACTIC_CAND_SHIFT));
+    else
+        snprintf(buf, n, "%s", id >= 0 && id <= KCU_CONV_TACTIC_DW ? kiln__cu_fused_conv_tactic_name(id) : "cudnn-?");
 }
 
 

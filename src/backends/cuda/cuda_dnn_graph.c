@@ -3,8 +3,10 @@
 
 #include "backends/cuda/cuda_internal.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define DG_TRY(call)                                         \
     do {                                                     \
@@ -167,6 +169,26 @@ cudnnStatus_t kcu_dg_pointwise(kcu_dg *g, cudnnPointwiseMode_t mode, cudnnBacken
     return dg_add_op(g, op);
 }
 
+cudnnStatus_t kcu_dg_sdpa_fwd(kcu_dg *g, cudnnBackendDescriptor_t q, cudnnBackendDescriptor_t k,
+                              cudnnBackendDescriptor_t v, cudnnBackendDescriptor_t o,
+                              cudnnBackendDescriptor_t scale) {
+#if CUDNN_VERSION >= 91301
+    if (cudnnGetVersion() < 91301) return CUDNN_STATUS_NOT_SUPPORTED;
+    cudnnBackendDescriptor_t op;
+    DG_TRY(dg_new(g, CUDNN_BACKEND_OPERATION_SDPA_FWD_DESCRIPTOR, &op));
+    DG_TRY(set_attr(op, CUDNN_ATTR_OPERATION_SDPA_FWD_QDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &q));
+    DG_TRY(set_attr(op, CUDNN_ATTR_OPERATION_SDPA_FWD_KDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &k));
+    DG_TRY(set_attr(op, CUDNN_ATTR_OPERATION_SDPA_FWD_VDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &v));
+    DG_TRY(set_attr(op, CUDNN_ATTR_OPERATION_SDPA_FWD_ODESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &o));
+    DG_TRY(set_attr(op, CUDNN_ATTR_OPERATION_SDPA_FWD_SCALEDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &scale));
+    DG_TRY(cudnnBackendFinalize(op));
+    return dg_add_op(g, op);
+#else
+    (void)g, (void)q, (void)k, (void)v, (void)o, (void)scale;
+    return CUDNN_STATUS_NOT_SUPPORTED;
+#endif
+}
+
 cudnnStatus_t kcu_dg_finalize(kcu_dg *g, cudnnHandle_t h) {
     if (g->graph || g->n_ops == 0) return CUDNN_STATUS_BAD_PARAM;
     DG_TRY(cudnnBackendCreateDescriptor(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, &g->graph));
@@ -186,13 +208,15 @@ static uint64_t fnv(uint64_t h, int64_t v) {
     return h;
 }
 
-/* The tactic id of config c, and its flags (runtime compilation); false
- * when the config's engine is unusable for kiln (reduced-precision
- * accumulation, FFT) or cannot be read. */
-static bool cfg_identity(cudnnBackendDescriptor_t c, int32_t *id, uint32_t *flags) {
+/* The tactic id of config c, its flags (runtime compilation) and its
+ * engine's global index (-1 until read); 0, or KCU_DG_DROP_* when the
+ * config's engine is unusable for kiln (reduced-precision accumulation,
+ * FFT) or cannot be read. */
+static int cfg_identity(cudnnBackendDescriptor_t c, int32_t *id, uint32_t *flags, int64_t *engine) {
     cudnnBackendDescriptor_t eng = NULL, knobs[CUDNN_KNOB_TYPE_COUNTS] = {0};
-    bool ok = false;
+    int why = KCU_DG_DROP_UNREADABLE;
     int nk_made = 0;
+    *engine = -1;
     if (cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINE_DESCRIPTOR, &eng) != CUDNN_STATUS_SUCCESS) {
         eng = NULL;
         goto done;
@@ -205,14 +229,17 @@ static bool cfg_identity(cudnnBackendDescriptor_t c, int32_t *id, uint32_t *flag
     if (cudnnBackendGetAttribute(eng, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &cnt, &gi) !=
         CUDNN_STATUS_SUCCESS)
         goto done;
+    *engine = gi;
     cudnnBackendNumericalNote_t nn[CUDNN_NUMERICAL_NOTE_TYPE_COUNT];
     cnt = 0;
     if (cudnnBackendGetAttribute(eng, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
                                  CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &cnt, nn) != CUDNN_STATUS_SUCCESS)
         cnt = 0;
     for (int64_t i = 0; i < cnt && i < CUDNN_NUMERICAL_NOTE_TYPE_COUNT; i++)
-        if (nn[i] == CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION || nn[i] == CUDNN_NUMERICAL_NOTE_FFT)
+        if (nn[i] == CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION || nn[i] == CUDNN_NUMERICAL_NOTE_FFT) {
+            why = nn[i] == CUDNN_NUMERICAL_NOTE_FFT ? KCU_DG_DROP_FFT : KCU_DG_DROP_REDUCED;
             goto done;
+        }
     cudnnBackendBehaviorNote_t bn[CUDNN_BEHAVIOR_NOTE_TYPE_COUNT];
     cnt = 0;
     if (cudnnBackendGetAttribute(eng, CUDNN_ATTR_ENGINE_BEHAVIOR_NOTE, CUDNN_TYPE_BEHAVIOR_NOTE,
@@ -252,19 +279,22 @@ static bool cfg_identity(cudnnBackendDescriptor_t c, int32_t *id, uint32_t *flag
     uint64_t h = fnv(0xcbf29ce484222325ull, gi);
     for (int i = 0; i < n; i++) h = fnv(fnv(h, kv[i][0]), kv[i][1]);
     *id = (int32_t)(KCU_DG_ID_BIT | ((uint32_t)(gi & 0xff) << 20) | (uint32_t)((h ^ (h >> 20) ^ (h >> 40)) & 0xfffff));
-    ok = true;
+    why = 0;
 done:
     for (int i = 0; i < nk_made; i++) cudnnBackendDestroyDescriptor(knobs[i]);
     if (eng) cudnnBackendDestroyDescriptor(eng);
-    return ok;
+    return why;
 }
 
-/* Appends the configs of heuristics mode `mode` not listed yet. */
-static cudnnStatus_t configs_of(const kcu_dg *g, cudnnBackendHeurMode_t mode, uint32_t flag, kcu_dg_cfgs *out) {
+/* Appends the configs of heuristics mode `mode` (query number q of
+ * kcu_dg_configs: A, B, fallback) not listed yet. */
+static cudnnStatus_t configs_of(const kcu_dg *g, cudnnBackendHeurMode_t mode, int q, uint32_t flag,
+                                kcu_dg_cfgs *out) {
     cudnnBackendDescriptor_t heur = NULL;
     cudnnBackendDescriptor_t got[KCU_DG_MAX_CFG] = {0};
     int64_t count = 0, made = 0;
     cudnnStatus_t s = cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, &heur);
+    out->heur_status[q] = s;
     if (s != CUDNN_STATUS_SUCCESS) return s;
     if ((s = set_attr(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &g->graph)) ||
         (s = set_attr(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode)) ||
@@ -280,10 +310,19 @@ static cudnnStatus_t configs_of(const kcu_dg *g, cudnnBackendHeurMode_t mode, ui
     if (count > 0 && (s = cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
                                                    count, &n, got)) != CUDNN_STATUS_SUCCESS)
         goto done;
+    out->heur_count[q] = (int)n;
     for (int64_t i = 0; i < n && i < count; i++) {
         int32_t id = 0;
         uint32_t fl = 0;
-        if (!cfg_identity(got[i], &id, &fl)) continue;
+        int64_t engine = -1;
+        int why = cfg_identity(got[i], &id, &fl, &engine);
+        if (why) {
+            if (out->n_dropped < KCU_DG_MAX_CFG) {
+                out->dropped_engine[out->n_dropped] = (int16_t)(engine >= 0 && engine < 0x7fff ? engine : -1);
+                out->dropped_why[out->n_dropped++] = (uint8_t)why;
+            }
+            continue;
+        }
         int k = 0;
         while (k < out->n && out->id[k] != id) k++;
         if (k < out->n) {
@@ -298,6 +337,7 @@ static cudnnStatus_t configs_of(const kcu_dg *g, cudnnBackendHeurMode_t mode, ui
         out->n++;
     }
 done:
+    out->heur_status[q] = s;
     for (int64_t i = 0; i < made; i++)
         if (got[i]) cudnnBackendDestroyDescriptor(got[i]);
     cudnnBackendDestroyDescriptor(heur);
@@ -308,9 +348,9 @@ cudnnStatus_t kcu_dg_configs(const kcu_dg *g, kcu_dg_cfgs *cfgs) {
     memset(cfgs, 0, sizeof *cfgs);
     if (!g->graph) return CUDNN_STATUS_BAD_PARAM;
     /* a mode that fails (e.g. B on an unknown device) just lists nothing */
-    cudnnStatus_t sa = configs_of(g, CUDNN_HEUR_MODE_A, KCU_DG_CFG_HEUR_A, cfgs);
-    cudnnStatus_t sb = configs_of(g, CUDNN_HEUR_MODE_B, KCU_DG_CFG_HEUR_B, cfgs);
-    cudnnStatus_t sf = configs_of(g, CUDNN_HEUR_MODE_FALLBACK, KCU_DG_CFG_FALLBACK, cfgs);
+    cudnnStatus_t sa = configs_of(g, CUDNN_HEUR_MODE_A, 0, KCU_DG_CFG_HEUR_A, cfgs);
+    cudnnStatus_t sb = configs_of(g, CUDNN_HEUR_MODE_B, 1, KCU_DG_CFG_HEUR_B, cfgs);
+    cudnnStatus_t sf = configs_of(g, CUDNN_HEUR_MODE_FALLBACK, 2, KCU_DG_CFG_FALLBACK, cfgs);
     if (cfgs->n == 0 && sa != CUDNN_STATUS_SUCCESS) return sa;
     if (cfgs->n == 0 && sb != CUDNN_STATUS_SUCCESS) return sb;
     if (cfgs->n == 0 && sf != CUDNN_STATUS_SUCCESS) return sf;
@@ -321,6 +361,104 @@ void kcu_dg_cfgs_free(kcu_dg_cfgs *cfgs) {
     for (int i = 0; i < cfgs->n; i++)
         if (cfgs->cfg[i]) cudnnBackendDestroyDescriptor(cfgs->cfg[i]);
     memset(cfgs, 0, sizeof *cfgs);
+}
+
+/* ---- diagnostics --------------------------------------------------------------------- */
+
+/* Appends printf-style text to the string buf of capacity n (cut short when full). */
+static void str_add(char *buf, size_t n, const char *fmt, ...) {
+    size_t len = strlen(buf);
+    if (len + 1 >= n) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf + len, n - len, fmt, ap);
+    va_end(ap);
+}
+
+/* " rtc" / " reduced" when finalized engine e compiles at run time / reduces in reduced precision. */
+static void engine_notes(cudnnBackendDescriptor_t e, char *buf, size_t n) {
+    cudnnBackendBehaviorNote_t bn[CUDNN_BEHAVIOR_NOTE_TYPE_COUNT];
+    cudnnBackendNumericalNote_t nn[CUDNN_NUMERICAL_NOTE_TYPE_COUNT];
+    int64_t cnt = 0;
+    if (cudnnBackendGetAttribute(e, CUDNN_ATTR_ENGINE_BEHAVIOR_NOTE, CUDNN_TYPE_BEHAVIOR_NOTE,
+                                 CUDNN_BEHAVIOR_NOTE_TYPE_COUNT, &cnt, bn) == CUDNN_STATUS_SUCCESS)
+        for (int64_t i = 0; i < cnt && i < CUDNN_BEHAVIOR_NOTE_TYPE_COUNT; i++)
+            if (bn[i] == CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION) str_add(buf, n, " rtc");
+    cnt = 0;
+    if (cudnnBackendGetAttribute(e, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
+                                 CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &cnt, nn) == CUDNN_STATUS_SUCCESS)
+        for (int64_t i = 0; i < cnt && i < CUDNN_NUMERICAL_NOTE_TYPE_COUNT; i++) {
+            if (nn[i] == CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION) str_add(buf, n, " reduced");
+            if (nn[i] == CUDNN_NUMERICAL_NOTE_FFT) str_add(buf, n, " fft");
+        }
+}
+
+void kcu_dg_explain(const kcu_dg *g, const kcu_dg_cfgs *c, FILE *f) {
+    static const char *const drop_name[] = {"?", "reduced-precision reduction", "FFT", "unreadable"};
+    static const char *const mode_name[3] = {"A", "B", "fallback"};
+    if (c) {
+        fprintf(f, "kiln:   heuristics:");
+        for (int m = 0; m < 3; m++)
+            fprintf(f, " mode %s %d (%s)%s", mode_name[m], c->heur_count[m], cudnnGetErrorString(c->heur_status[m]),
+                    m < 2 ? "," : ";");
+        fprintf(f, " %d listed", c->n);
+        for (int i = 0; i < c->n_dropped; i++)
+            fprintf(f, "%s engine %d (%s)", i ? "," : "; dropped:", c->dropped_engine[i],
+                    drop_name[c->dropped_why[i] < 4 ? c->dropped_why[i] : 0]);
+        fputc('\n', f);
+    }
+    if (!g->graph) return;
+    int64_t total = 0, got = 0;
+    cudnnStatus_t s = cudnnBackendGetAttribute(g->graph, CUDNN_ATTR_OPERATIONGRAPH_ENGINE_GLOBAL_COUNT,
+                                               CUDNN_TYPE_INT64, 1, &got, &total);
+    if (s != CUDNN_STATUS_SUCCESS) {
+        fprintf(f, "kiln:   engines: global count not read (%s)\n", cudnnGetErrorString(s));
+        return;
+    }
+    /* the engines that take the graph (with their config's status), and the others grouped by status */
+    enum { GROUPS = 8 };
+    char ok[640] = "", idx[GROUPS][384], msg[GROUPS][200];
+    cudnnStatus_t gst[GROUPS];
+    int n_groups = 0;
+    for (int64_t i = 0; i < total; i++) {
+        cudnnBackendDescriptor_t e = NULL, cfg = NULL;
+        char last[200] = "";
+        cudnnStatus_t es = cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINE_DESCRIPTOR, &e);
+        if (es != CUDNN_STATUS_SUCCESS) e = NULL;
+        if (es == CUDNN_STATUS_SUCCESS)
+            es = set_attr(e, CUDNN_ATTR_ENGINE_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &g->graph);
+        if (es == CUDNN_STATUS_SUCCESS) es = set_attr(e, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &i);
+        if (es == CUDNN_STATUS_SUCCESS) es = cudnnBackendFinalize(e);
+        if (es != CUDNN_STATUS_SUCCESS) cudnnGetLastErrorString(last, sizeof last);
+        if (es == CUDNN_STATUS_SUCCESS) {
+            cudnnStatus_t cs = cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, &cfg);
+            if (cs != CUDNN_STATUS_SUCCESS) cfg = NULL;
+            if (cs == CUDNN_STATUS_SUCCESS)
+                cs = set_attr(cfg, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &e);
+            if (cs == CUDNN_STATUS_SUCCESS) cs = cudnnBackendFinalize(cfg);
+            char notes[64] = "";
+            engine_notes(e, notes, sizeof notes);
+            str_add(ok, sizeof ok, " %lld (config %s%s)", (long long)i, cudnnGetErrorString(cs), notes);
+        } else {
+            int k = 0;
+            while (k < n_groups && gst[k] != es) k++;
+            if (k == n_groups && n_groups < GROUPS) {
+                gst[k] = es;
+                idx[k][0] = 0;
+                snprintf(msg[k], sizeof msg[k], "%s", last);
+                for (char *q = msg[k]; *q; q++)
+                    if (*q == '\n' || *q == '\r') *q = ' ';
+                n_groups++;
+            }
+            if (k < n_groups) str_add(idx[k], sizeof idx[k], " %lld", (long long)i);
+        }
+        if (cfg) cudnnBackendDestroyDescriptor(cfg);
+        if (e) cudnnBackendDestroyDescriptor(e);
+    }
+    fprintf(f, "kiln:   engines: %lld; taking the graph:%s\n", (long long)total, ok[0] ? ok : " none");
+    for (int k = 0; k < n_groups; k++)
+        fprintf(f, "kiln:   engines%s: %s%s%s\n", idx[k], cudnnGetErrorString(gst[k]), msg[k][0] ? ": " : "",
+                msg[k]);
 }
 
 /* ---- plans -------------------------------------------------------------------------- */

@@ -35,6 +35,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #define KCU_DG_ID_BIT 0x40000000
 /* Whether tactic id `id` names a graph engine config. */
@@ -109,6 +110,15 @@ KILN_PRIVATE cudnnStatus_t kcu_dg_pointwise(kcu_dg *g, cudnnPointwiseMode_t mode
                                             cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t b,
                                             cudnnBackendDescriptor_t y, const kcu_dg_pw *p);
 
+/* o = softmax(scale * q k^T) v as ONE operation, cuDNN's SDPA forward
+ * (CUDNN_BACKEND_OPERATION_SDPA_FWD_DESCRIPTOR, cuDNN 9.13.1 and later;
+ * NOT_SUPPORTED before): q [B,H,Sq,D], k [B,H,Sk,D] (not transposed),
+ * v [B,H,Sk,Dv], o [B,H,Sq,Dv], scale a by-value float (kcu_dg_scalar);
+ * no softmax statistics output (inference). */
+KILN_PRIVATE cudnnStatus_t kcu_dg_sdpa_fwd(kcu_dg *g, cudnnBackendDescriptor_t q, cudnnBackendDescriptor_t k,
+                                           cudnnBackendDescriptor_t v, cudnnBackendDescriptor_t o,
+                                           cudnnBackendDescriptor_t scale);
+
 /* Finalizes the operation graph of the operations added so far. */
 KILN_PRIVATE cudnnStatus_t kcu_dg_finalize(kcu_dg *g, cudnnHandle_t h);
 
@@ -120,17 +130,36 @@ enum {
     KCU_DG_CFG_HEUR_B = 4,           /* by mode B */
     KCU_DG_CFG_FALLBACK = 8,         /* by the fallback list */
 };
+/* Why a config the heuristics returned is not listed (kcu_dg_cfgs.dropped_why). */
+enum { KCU_DG_DROP_REDUCED = 1, KCU_DG_DROP_FFT = 2, KCU_DG_DROP_UNREADABLE = 3 };
 typedef struct kcu_dg_cfgs {
     int n;
     cudnnBackendDescriptor_t cfg[KCU_DG_MAX_CFG];
     int32_t id[KCU_DG_MAX_CFG];
     uint32_t flags[KCU_DG_MAX_CFG];
+    /* what each heuristics query (modes A, B, fallback) answered: its status and
+     * how many configs it returned before deduplication and the filters */
+    cudnnStatus_t heur_status[3];
+    int heur_count[3];
+    /* the configs left out by the filters: engine global index (-1: unread), KCU_DG_DROP_* */
+    int n_dropped;
+    int16_t dropped_engine[KCU_DG_MAX_CFG];
+    uint8_t dropped_why[KCU_DG_MAX_CFG];
 } kcu_dg_cfgs;
 /* Lists the configs of heuristics modes A, B and the fallback list (in that
  * order, each id once), without those that accumulate in reduced precision
  * or use FFT. cfgs->n may be 0 (no engine runs the graph). */
 KILN_PRIVATE cudnnStatus_t kcu_dg_configs(const kcu_dg *g, kcu_dg_cfgs *cfgs);
 KILN_PRIVATE void kcu_dg_cfgs_free(kcu_dg_cfgs *cfgs);
+
+/* Why finalized graph g has the configs it has (KILN_CUDA_VERBOSE's account,
+ * to f): each heuristics mode's status and count and the configs the
+ * filters dropped (cfgs: kcu_dg_configs' answer, or NULL), then the
+ * engines cuDNN has for the graph (CUDNN_ATTR_OPERATIONGRAPH_ENGINE_GLOBAL_COUNT)
+ * and, per engine, whether it and a config of it (no knobs set) finalize
+ * for the graph: the status names, with cuDNN's last error message for an
+ * engine that fails other than by its graph pattern. */
+KILN_PRIVATE void kcu_dg_explain(const kcu_dg *g, const kcu_dg_cfgs *cfgs, FILE *f);
 
 /* An execution plan and the variant pack of its last run. */
 #define KCU_DG_MAX_UIDS 8

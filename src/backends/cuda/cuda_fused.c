@@ -406,8 +406,10 @@ const char *kiln__cu_attention_tactic_name(int32_t id) {
 void kiln__cu_attention_tactic_describe(int32_t id, char *buf, size_t n) {
 #if KILN_HAVE_CUDNN
     if (kcu_dg_is_id(id)) {
+        /* the graph it is for (cuda_sdpa.c): composite, its stride-0 mask form, the SDPA operation */
+        int v = (int)((id & KCU_DG_ID_USER) >> KCU_DG_ID_USER_SHIFT);
         snprintf(buf, n, "cudnn-sdpa-eng%d.%05x%s", kcu_dg_id_engine(id), (unsigned)(id & 0xfffff),
-                 id & KCU_DG_ID_USER ? "/s0" : "");
+                 v == 1 ? "/s0" : v == 2 ? "/op" : "");
         return;
     }
 #endif

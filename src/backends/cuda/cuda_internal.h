@@ -153,6 +153,26 @@ static inline bool kcu_conv_accurate_only(const kiln_cuda_state *st, cudnnDataTy
 /* ... KCU_CONV_TACTIC_DW = kiln's NHWC depthwise kernel (kcu_dwconv_nhwc), the
  * first candidate of an NHWC depthwise layer (tactic 0 runs it too) */
 #define KCU_CONV_TACTIC_DW 2
+/* ... convolutions that are one GEMM (cuda_conv.c, conv_as_gemm), with
+ * cuBLASLt's bias (and ReLU) epilogue and the residual as its C:
+ * KCU_CONV_TACTIC_GEMM = a 1x1 unpadded layer of one group whose input is
+ * a row-major [N * P, C] matrix (NHWC input, or every spatial size 1: the
+ * SE blocks' layers), multiplied as is; KCU_CONV_TACTIC_PATCH = a 2-D
+ * layer of one group without padding or dilation whose kernel is at most
+ * its stride (ViT's and ConvNeXt's patchify layers): kiln's patch gather
+ * (kcu_patches) + one GEMM */
+#define KCU_CONV_TACTIC_GEMM 3
+#define KCU_CONV_TACTIC_PATCH 4
+/* ... each with cuBLASLt's k-th heuristic candidate: id | k << 8 */
+#define KCU_CONV_TACTIC_CAND_SHIFT 8
+/* KCU_CONV_TACTIC_GEMM or _PATCH where tactic id names one of them, else 0 */
+static inline int32_t kcu_conv_gemm_kind(int32_t id) {
+    const int32_t kind = id & 0xff;
+    return id > 0 && id < (16 << KCU_CONV_TACTIC_CAND_SHIFT) &&
+                   (kind == KCU_CONV_TACTIC_GEMM || kind == KCU_CONV_TACTIC_PATCH)
+               ? kind
+               : 0;
+}
 KILN_PRIVATE int kiln__cu_fused_conv_tactics(void *state, const kiln_infer_args *a, int32_t *ids,
                                              int cap);
 KILN_PRIVATE const char *kiln__cu_fused_conv_tactic_name(int32_t id);

@@ -252,6 +252,17 @@ typedef struct kcu_conv {
 /* im2col of image n, group g into col [Cg * k_sz, out_sz] (dtype t). */
 cudaError_t kcu_im2col(kiln_dtype t, const kcu_conv *g, const void *x, int64_t n, int64_t grp,
                        void *col, cudaStream_t stream);
+/* The patches of a 2-D convolution without padding or dilation as the
+ * rows of a GEMM operand (cuda_conv.c, tactic KCU_CONV_TACTIC_PATCH):
+ * col[(n * Ho + oh) * Wo + ow, j] (rows of Kp elements) holds x at (n, c,
+ * oh * sh + i, ow * sw + k), with j = (c * kh + i) * kw + k where x is
+ * NCHW (nhwc_in 0) and j = (i * kw + k) * C + c where x is NHWC; column
+ * C * kh * kw is 1 where one_col (the bias column), the rest up to Kp 0. */
+typedef struct kcu_patch {
+    int64_t N, C, H, W, Ho, Wo, kh, kw, sh, sw, Kp;
+    int32_t nhwc_in, one_col;
+} kcu_patch;
+cudaError_t kcu_patches(kiln_dtype t, const kcu_patch *p, const void *x, void *col, cudaStream_t stream);
 /* Direct depthwise convolution (Cg == 1, Mg == 1... any Mg): y = conv(x, w)
  * (+ bias[m] when bias != NULL). Floating dtypes, fp32 accumulation. */
 cudaError_t kcu_conv_direct(kiln_dtype t, const kcu_conv *g, const void *x, const void *w,

@@ -4,20 +4,31 @@
  * (cuda_fused.c; docs/cuda.md, "Attention").
  *
  * The graph, as cuDNN's fused attention engines recognize it (the order
- * and the tensors cudnn-frontend's SDPA forward node lowers to for
- * inference, without softmax statistics):
+ * and the tensors cudnn-frontend's composite SDPA forward node lowers to
+ * for inference; every intermediate virtual, fp32 unless said):
  *   S1 = Q K^T           MATMUL, Q [B,H,Sq,D], K^T [B,H,D,Sk] (K's strides
- *                        with the last two swapped), fp32 virtual S
+ *                        with the last two swapped), compute fp32
  *   S2 = S1 * scale      POINTWISE MUL by a float passed by value
  *  [S3 = S2 + A]         POINTWISE ADD of the additive mask or bias A
  *                        [B|1, H|1, Sq|1, Sk] (element strides, broadcast dims 1)
  *   M  = max_k S3        REDUCTION MAX into [B,H,Sq,1]
  *   E  = exp(S3 - M)     POINTWISE SUB, EXP
  *   Z  = sum_k E         REDUCTION ADD into [B,H,Sq,1]
- *   P  = E / Z           POINTWISE DIV, virtual in the I/O dtype
- *   O  = P V             MATMUL, V [B,H,Sk,Dv], O [B,H,Sq,Dv]
+ *   L  = M + log Z       POINTWISE LOG, ADD: the softmax statistics [B,H,Sq,1],
+ *                        a virtual tensor here (inference): the engines match
+ *                        the pattern only with this branch present (the
+ *                        frontend adds it, stats virtual, when none is asked for)
+ *   P  = E / Z           POINTWISE DIV, in the I/O dtype (the second MATMUL's A)
+ *   O  = P V             MATMUL, V [B,H,Sk,Dv], O [B,H,Sq,Dv], compute fp32
+ * A layer without mask, bias or cond has one more form (variant 2): the
+ * whole attention as ONE operation, cuDNN's SDPA forward descriptor
+ * (cuDNN 9.13.1+; what the frontend uses there when it can), with K given
+ * [B,H,Sk,D], not transposed.
  * Every kiln layout (BSHD, BHSD, QKV, SBHD, ...) is a strided view of its
  * input, so Q, K, V and O are described by kcu_attn's element strides.
+ * KILN_CUDA_VERBOSE=1 prints, per graph, what the heuristics returned (each
+ * mode), the configs dropped and which of cuDNN's engines take the graph
+ * (kcu_dg_explain).
  *
  * A bool cond whose fill is added (or set to -inf, the same) becomes an
  * additive mask of the cond's shape, in scratch memory after cuDNN's
@@ -55,11 +66,15 @@ typedef struct sdpa_key {
     int32_t dt, tactic, has_add;
     int32_t al[5]; /* Q, K, V, O, A */
     int32_t zero_strides; /* A's broadcast dims described full size with stride 0 (else size 1) */
+    int32_t op;           /* the SDPA forward operation (variant 2), not the composite graph */
 } sdpa_key;
 
-/* How the graph describes a broadcast mask (the caller's bits of a config
- * id, KCU_DG_ID_USER): 0 its broadcast dims of size 1, 1 of full size with
- * stride 0 (whichever cuDNN's engines take: both are listed). */
+/* Which graph a config id is for (the caller's bits of the id,
+ * KCU_DG_ID_USER): 0 the composite graph, a broadcast mask's broadcast dims
+ * of size 1; 1 the same with them of full size and stride 0 (whichever
+ * cuDNN's engines take: both are listed); 2 the SDPA forward operation
+ * (layers without mask, bias or cond). */
+enum { SDPA_COMPOSITE = 0, SDPA_COMPOSITE_S0 = 1, SDPA_OP = 2 };
 static int sdpa_variant(int32_t id) { return (int)((id & KCU_DG_ID_USER) >> KCU_DG_ID_USER_SHIFT); }
 
 typedef struct sdpa_plan {
@@ -132,7 +147,8 @@ static void sdpa_key_make(sdpa_key *k, kiln_dtype t, const kcu_attn *g, int32_t 
     k->scale = g->scale;
     k->dt = t == KILN_DTYPE_BFLOAT16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_HALF;
     k->tactic = tactic;
-    k->zero_strides = kcu_dg_is_id(tactic) && sdpa_variant(tactic) == 1;
+    k->zero_strides = kcu_dg_is_id(tactic) && sdpa_variant(tactic) == SDPA_COMPOSITE_S0;
+    k->op = kcu_dg_is_id(tactic) && sdpa_variant(tactic) == SDPA_OP;
     for (int i = 0; i < 5; i++) k->al[i] = ptrs && ptrs[i] ? kcu_dg_align(ptrs[i]) : 16;
 }
 
@@ -147,10 +163,22 @@ static cudnnStatus_t sdpa_graph(cudnnHandle_t h, const sdpa_key *k, kcu_dg *dg) 
     const int64_t B = k->B, H = k->H, Sq = k->Sq, Sk = k->Sk;
     const int64_t qd[4] = {B, H, Sq, k->D}, ktd[4] = {B, H, k->D, Sk}, vd[4] = {B, H, Sk, k->Dv};
     const int64_t od[4] = {B, H, Sq, k->Dv}, kts[4] = {k->ks[0], k->ks[1], k->ks[3], k->ks[2]};
+    const int64_t kd[4] = {B, H, Sk, k->D};
     const int64_t sd[4] = {B, H, Sq, Sk}, ss[4] = {H * Sq * Sk, Sq * Sk, Sk, 1};
     const int64_t rd[4] = {B, H, Sq, 1}, rs[4] = {H * Sq, Sq, 1, 1};
     int64_t vuid = UID_VIRT;
-    cudnnBackendDescriptor_t Q, K, V, O, A, scale, s1, s2, s3, mx, s4, e, z, p;
+    cudnnBackendDescriptor_t Q, K, V, O, A, scale, s1, s2, s3, mx, s4, e, z, lz, stats, p;
+    if (k->op) {
+        /* one SDPA forward operation: K as it is, the scale a by-value float of rank 1 */
+        if (k->has_add) return CUDNN_STATUS_NOT_SUPPORTED; /* (no mask in this form) */
+        SD_TRY(kcu_dg_tensor(dg, UID_Q, dt, 4, qd, k->qs, k->al[0], false, &Q));
+        SD_TRY(kcu_dg_tensor(dg, UID_K, dt, 4, kd, k->ks, k->al[1], false, &K));
+        SD_TRY(kcu_dg_tensor(dg, UID_V, dt, 4, vd, k->vs, k->al[2], false, &V));
+        SD_TRY(kcu_dg_tensor(dg, UID_O, dt, 4, od, k->os, k->al[3], false, &O));
+        SD_TRY(kcu_dg_scalar(dg, UID_SCALE, 1, &scale));
+        SD_TRY(kcu_dg_sdpa_fwd(dg, Q, K, V, O, scale));
+        return kcu_dg_finalize(dg, h);
+    }
     SD_TRY(kcu_dg_tensor(dg, UID_Q, dt, 4, qd, k->qs, k->al[0], false, &Q));
     SD_TRY(kcu_dg_tensor(dg, UID_K, dt, 4, ktd, kts, k->al[1], false, &K));
     SD_TRY(kcu_dg_tensor(dg, UID_V, dt, 4, vd, k->vs, k->al[2], false, &V));
@@ -182,6 +210,11 @@ static cudnnStatus_t sdpa_graph(cudnnHandle_t h, const sdpa_key *k, kcu_dg *dg) 
     SD_TRY(kcu_dg_pointwise(dg, CUDNN_POINTWISE_EXP, s4, NULL, e, NULL));
     SD_TRY(kcu_dg_tensor(dg, vuid++, f32, 4, rd, rs, 16, true, &z));
     SD_TRY(kcu_dg_reduction(dg, CUDNN_REDUCE_TENSOR_ADD, e, z));
+    /* the softmax statistics M + log Z, virtual (nothing reads them at inference) */
+    SD_TRY(kcu_dg_tensor(dg, vuid++, f32, 4, rd, rs, 16, true, &lz));
+    SD_TRY(kcu_dg_pointwise(dg, CUDNN_POINTWISE_LOG, z, NULL, lz, NULL));
+    SD_TRY(kcu_dg_tensor(dg, vuid++, f32, 4, rd, rs, 16, true, &stats));
+    SD_TRY(kcu_dg_pointwise(dg, CUDNN_POINTWISE_ADD, mx, lz, stats, NULL));
     SD_TRY(kcu_dg_tensor(dg, vuid++, dt, 4, sd, ss, 16, true, &p)); /* the second MATMUL's A: I/O dtype */
     SD_TRY(kcu_dg_pointwise(dg, CUDNN_POINTWISE_DIV, e, z, p, NULL));
     SD_TRY(kcu_dg_matmul(dg, p, V, O, f32));
@@ -194,15 +227,20 @@ static cudnnStatus_t sdpa_graph(cudnnHandle_t h, const sdpa_key *k, kcu_dg *dg) 
 static void sdpa_configs(const kiln_cuda_state *st, const sdpa_key *k, kcu_dg *dg, kcu_dg_cfgs *cfgs) {
     memset(cfgs, 0, sizeof *cfgs);
     cudnnStatus_t gs = sdpa_graph(st->dnn, k, dg), cs = CUDNN_STATUS_NOT_SUPPORTED;
+    char why[200] = "";
+    if (gs != CUDNN_STATUS_SUCCESS && st->verbose) cudnnGetLastErrorString(why, sizeof why);
     if (gs == CUDNN_STATUS_SUCCESS) cs = kcu_dg_configs(dg, cfgs);
-    if (cs != CUDNN_STATUS_SUCCESS) kcu_dg_cfgs_free(cfgs);
-    if (st->verbose)
+    if (st->verbose) {
         fprintf(stderr,
-                "kiln: cuDNN attention graph [B %lld, H %lld, Sq %lld, Sk %lld, D %lld, Dv %lld]%s%s: %s, %d "
-                "configs\n",
+                "kiln: cuDNN attention graph [B %lld, H %lld, Sq %lld, Sk %lld, D %lld, Dv %lld]%s%s%s: %s, %d "
+                "configs%s%s\n",
                 (long long)k->B, (long long)k->H, (long long)k->Sq, (long long)k->Sk, (long long)k->D,
-                (long long)k->Dv, k->has_add ? " + mask" : "", k->zero_strides ? " (stride 0)" : "",
-                cudnnGetErrorString(gs != CUDNN_STATUS_SUCCESS ? gs : cs), cfgs->n);
+                (long long)k->Dv, k->op ? " as the SDPA operation" : "", k->has_add ? " + mask" : "",
+                k->zero_strides ? " (stride 0)" : "", cudnnGetErrorString(gs != CUDNN_STATUS_SUCCESS ? gs : cs),
+                cs == CUDNN_STATUS_SUCCESS ? cfgs->n : 0, why[0] ? ": " : "", why);
+        if (gs == CUDNN_STATUS_SUCCESS) kcu_dg_explain(dg, cfgs, stderr);
+    }
+    if (cs != CUDNN_STATUS_SUCCESS) kcu_dg_cfgs_free(cfgs);
 }
 
 /* Runs plan p on the state's stream. */
@@ -315,15 +353,22 @@ int kiln__cu_sdpa_tactics(kiln_cuda_state *st, kiln_dtype t, const kcu_attn *g, 
     bool bcast = as && ((as[0] == 0 && g->B > 1) || (as[1] == 0 && g->H > 1) || (as[2] == 0 && g->Sq > 1));
     const char *env = getenv("KILN_CUDNN_CANDIDATES"); /* at most this many configs per graph (experiments) */
     int per = env && atoi(env) > 0 ? atoi(env) : cap;
-    int n = 0;
-    for (int v = 0; v <= (bcast ? 1 : 0); v++) {
+    /* the graphs that describe the layer: the composite one, with a broadcast mask
+     * described both ways, and, without mask, bias or cond, the SDPA operation */
+    int variants[3], nv = 0, n = 0;
+    variants[nv++] = SDPA_COMPOSITE;
+    if (bcast) variants[nv++] = SDPA_COMPOSITE_S0;
+    if (!as) variants[nv++] = SDPA_OP;
+    for (int j = 0; j < nv; j++) {
+        int v = variants[j];
         sdpa_key k;
         kcu_dg dg;
         kcu_dg_cfgs cfgs;
         kcu_dg_init(&dg);
-        sdpa_key_make(&k, t, g, v ? KCU_DG_ID_BIT | 1 << KCU_DG_ID_USER_SHIFT : 0, NULL);
+        sdpa_key_make(&k, t, g, v ? KCU_DG_ID_BIT | v << KCU_DG_ID_USER_SHIFT : 0, NULL);
         sdpa_configs(st, &k, &dg, &cfgs);
-        int want = v == 0 && bcast ? (cap - n) / 2 : cap - n, got = 0, rtc = 0;
+        /* the room left, shared by the graphs left */
+        int want = (cap - n) / (nv - j), got = 0, rtc = 0;
         for (int i = 0; i < cfgs.n && got < want && got < per; i++) {
             /* runtime-compiled configs (NVRTC: ~0.5 s a plan): the first 3 at most */
             if (check && st->sdpa_masked[kcu_dg_id_engine(cfgs.id[i])] != want_row) continue;

@@ -1,6 +1,7 @@
 /* k_pool.cu -- MaxPool/AveragePool (1-3 spatial dims), and the helpers of
  * the convolution fallback: im2col, a direct (depthwise-friendly)
- * convolution and the per-channel bias add. One thread per output element. */
+ * convolution and the per-channel bias add, and the patch gather of
+ * convolutions run as one GEMM (kcu_patches). One thread per output element. */
 #include "k_common.cuh"
 
 namespace kcu {
@@ -290,6 +291,69 @@ __global__ void __launch_bounds__(KCU_THREADS)
     }
 }
 
+/* Thread per V consecutive elements of a patch row (V divides Kp): the
+ * row's image and position are found once, the kernel tap of its first
+ * element by division and the next ones by counting (I: 32-bit indices
+ * where every offset fits, kcu_patches). */
+template <typename T, int V, typename I>
+__global__ void __launch_bounds__(KCU_THREADS)
+    k_patches(const T *__restrict__ x, T *__restrict__ col, const __grid_constant__ kcu_patch g) {
+    const I kv = (I)(g.Kp / V), total = (I)(g.N * g.Ho * g.Wo) * kv, Wo = (I)g.Wo, Ho = (I)g.Ho;
+    const I C = (I)g.C, H = (I)g.H, W = (I)g.W, kh = (I)g.kh, kw = (I)g.kw, ckk = C * kh * kw;
+    const T zero = Num<T>::store((typename Num<T>::C)0), one = Num<T>::store((typename Num<T>::C)1);
+    for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (I)blockDim.x * gridDim.x) {
+        const I r = i / kv, j = (i - r * kv) * V, ow = r % Wo, t = r / Wo, oh = t % Ho, n = t / Ho;
+        const I h0 = oh * (I)g.sh, w0 = ow * (I)g.sw;
+        I c, a, b; /* channel, kernel row, kernel column of element j */
+        if (g.nhwc_in) {
+            c = j % C;
+            const I q = j / C;
+            b = q % kw;
+            a = q / kw;
+        } else {
+            b = j % kw;
+            const I q = j / kw;
+            a = q % kh;
+            c = q / kh;
+        }
+        Vec<T, V> v;
+#pragma unroll
+        for (int e = 0; e < V; e++) {
+            const I je = j + e;
+            if (je < ckk)
+                v.v[e] = g.nhwc_in ? x[((n * H + h0 + a) * W + w0 + b) * C + c] : x[((n * C + c) * H + h0 + a) * W + w0 + b];
+            else
+                v.v[e] = je == ckk && g.one_col ? one : zero;
+            if (g.nhwc_in) {
+                if (++c == C) {
+                    c = 0;
+                    if (++b == kw) {
+                        b = 0;
+                        ++a;
+                    }
+                }
+            } else if (++b == kw) {
+                b = 0;
+                if (++a == kh) {
+                    a = 0;
+                    ++c;
+                }
+            }
+        }
+        if (V == 1) col[i] = v.v[0];
+        else *(Vec<T, V> *)(col + (int64_t)i * V) = v;
+    }
+}
+
+template <typename T, int V>
+static void patches_launch(const kcu_patch *p, const void *x, void *col, cudaStream_t stream) {
+    const int64_t total = p->N * p->Ho * p->Wo * (p->Kp / V);
+    if (kcu_i32_loop(p->N * p->C * p->H * p->W) && kcu_i32_loop(p->N * p->Ho * p->Wo * p->Kp))
+        k_patches<T, V, int32_t><<<grid_for(total), KCU_THREADS, 0, stream>>>((const T *)x, (T *)col, *p);
+    else
+        k_patches<T, V, int64_t><<<grid_for(total), KCU_THREADS, 0, stream>>>((const T *)x, (T *)col, *p);
+}
+
 /* 32-bit indices where every element offset fits (and the loop's last step) */
 template <typename T, int V>
 static void pool_nhwc_launch(const kcu_pool_nhwc *g, const void *x, void *y, int64_t total, cudaStream_t stream) {
@@ -402,6 +466,21 @@ cudaError_t kcu_im2col(kiln_dtype t, const kcu_conv *g, const void *x, int64_t n
     KCU_SWITCH_FLOAT(t, {
         k_im2col<T_><<<grid_for(total), KCU_THREADS, 0, stream>>>((const T_ *)x, (T_ *)col, n, grp,
                                                                   *g);
+        return cudaGetLastError();
+    })
+    return cudaErrorInvalidValue;
+}
+
+cudaError_t kcu_patches(kiln_dtype t, const kcu_patch *p, const void *x, void *col, cudaStream_t stream) {
+    const int64_t rows = p->N * p->Ho * p->Wo;
+    if (rows <= 0 || p->Kp <= 0) return cudaSuccess;
+    if (p->Kp < p->C * p->kh * p->kw + (p->one_col ? 1 : 0) || p->kh > p->sh || p->kw > p->sw ||
+        (p->Ho - 1) * p->sh + p->kh > p->H || (p->Wo - 1) * p->sw + p->kw > p->W)
+        return cudaErrorInvalidValue;
+    KCU_SWITCH_FLOAT(t, {
+        if (sizeof(T_) == 2 && p->Kp % 8 == 0 && (uintptr_t)col % 16 == 0) patches_launch<T_, 8>(p, x, col, stream);
+        else if (sizeof(T_) == 4 && p->Kp % 4 == 0 && (uintptr_t)col % 16 == 0) patches_launch<T_, 4>(p, x, col, stream);
+        else patches_launch<T_, 1>(p, x, col, stream);
         return cudaGetLastError();
     })
     return cudaErrorInvalidValue;

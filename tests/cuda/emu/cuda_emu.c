@@ -525,6 +525,22 @@ cudaError_t kcu_im2col(kiln_dtype t, const kcu_conv *g, const void *x, int64_t n
     }
     return cudaSuccess;
 }
+cudaError_t kcu_patches(kiln_dtype t, const kcu_patch *p, const void *x, void *col, cudaStream_t s) {
+    (void)s;
+    int64_t ckk = p->C * p->kh * p->kw;
+    if (p->Kp < ckk + (p->one_col ? 1 : 0) || p->kh > p->sh || p->kw > p->sw || (p->Ho - 1) * p->sh + p->kh > p->H ||
+        (p->Wo - 1) * p->sw + p->kw > p->W)
+        return cudaErrorInvalidValue;
+    for (int64_t r = 0; r < p->N * p->Ho * p->Wo; r++) for (int64_t j = 0; j < p->Kp; j++) {
+        int64_t ow = r % p->Wo, oh = (r / p->Wo) % p->Ho, n = r / (p->Wo * p->Ho), c, i, k;
+        if (j >= ckk) { st_(t, col, r * p->Kp + j, j == ckk && p->one_col ? 1 : 0); continue; }
+        if (p->nhwc_in) { c = j % p->C; k = (j / p->C) % p->kw; i = j / (p->C * p->kw); }
+        else { k = j % p->kw; i = (j / p->kw) % p->kh; c = j / (p->kw * p->kh); }
+        int64_t h = oh * p->sh + i, w = ow * p->sw + k;
+        st_(t, col, r * p->Kp + j, ld(t, x, p->nhwc_in ? ((n * p->H + h) * p->W + w) * p->C + c : ((n * p->C + c) * p->H + h) * p->W + w));
+    }
+    return cudaSuccess;
+}
 cudaError_t kcu_conv_direct(kiln_dtype t, const kcu_conv *g, const void *x, const void *w, const void *b, void *y, cudaStream_t s) {
     (void)s;
     for (int64_t i = 0; i < g->N * g->M * g->out_sz; i++) {
