@@ -19,6 +19,7 @@
 #include "ops/reduce_attrs.h"
 #include "ops/elementwise_impl.h"
 #include "ops/fused_conv.h"
+#include "ops/tensor_internal.h"
 #include "backends/cuda/cuda_layout.h"
 #include "passes/precision.h"
 #include "runtime/engine.h"
@@ -884,6 +885,78 @@ TEST(cuda_nhwc_convnext) {
 #endif
 }
 
+/* x [2, 16, 8, 8] -> Transpose(0,2,3,1) -> Sigmoid -> Transpose(0,3,1,2)
+ * -> (dw: depthwise 7x7 pad 3 -> Transpose(0,2,3,1) -> Sigmoid) -> output;
+ * fp16 on CUDA. */
+static kiln_graph *perm_net(bool dw) {
+    kiln_graph *g = NULL;
+    if (kiln__graph_create(&g) != KILN_OK) abort();
+    int x = add_val(g, "x");
+    g->values[x].info.dtype = KILN_DTYPE_FLOAT32;
+    g->values[x].info.rank = 4;
+    int64_t xd[4] = {2, 16, 8, 8}, wd[4] = {16, 1, 7, 7};
+    memcpy(g->values[x].info.dims, xd, sizeof xd);
+    g->values[x].flags |= KILN_VALUE_INPUT;
+    if (kiln__grow((void **)&g->inputs, &g->cap_inputs, 1, sizeof(int)) != KILN_OK) abort();
+    g->inputs[g->n_inputs++] = x;
+    static float w[16 * 49];
+    for (int i = 0; i < 16 * 49; i++) w[i] = (float)(i % 9 - 4) * 0.03f;
+    kiln_transpose_attrs in = {.n_perm = 4, .perm = {0, 2, 3, 1}}, out = {.n_perm = 4, .perm = {0, 3, 1, 2}};
+    int h = add_node(g, KILN_OP_Transpose, "t_in", 1, &x, &in);
+    h = add_node(g, KILN_OP_Sigmoid, "sig", 1, &h, NULL);
+    h = add_node(g, KILN_OP_Transpose, "t_out", 1, &h, &out);
+    if (dw) {
+        kiln_conv_attrs ca;
+        memset(&ca, 0, sizeof ca);
+        ca.group = 16;
+        ca.n_pads = 4;
+        for (int i = 0; i < 4; i++) ca.pads[i] = 3;
+        h = add_node(g, KILN_OP_Conv, "dw", 2, (int[]){h, add_const(g, "W", KILN_DTYPE_FLOAT32, 4, wd, w)}, &ca);
+        h = add_node(g, KILN_OP_Transpose, "t_in2", 1, &h, &in);
+        h = add_node(g, KILN_OP_Sigmoid, "sig2", 1, &h, NULL);
+    }
+    mark_output(g, h);
+    kiln__graph_link(g);
+    CHECK_OK(kiln__graph_infer(g));
+    CHECK_OK(optimize(g, KILN_DEVICE_CUDA, KILN_PRECISION_FP16, NULL, 0, false));
+    for (int i = 0; i < g->n_nodes; i++) g->nodes[i].device = KILN_DEVICE_CUDA; /* as placed */
+    return g;
+}
+
+/* Which Transposes become views: not one whose input comes NCHW (a graph
+ * input) or whose output no NHWC layer reads (a graph output) -- there the
+ * pass changes nothing; but a Transpose(0,3,1,2) feeding a depthwise layer
+ * and the Transpose(0,2,3,1) of that layer's output do, with no conversion
+ * (the first Transpose stays). */
+TEST(cuda_nhwc_perm_views) {
+    if (!have_cuda()) return;
+#if !KILN_HAVE_CUDNN
+    printf("built without cuDNN: skipping\n");
+    return;
+#else
+    kiln_graph *g = perm_net(false);
+    int n = -1;
+    CHECK_OK(kiln__pass_cuda_nhwc(g, &n));
+    CHECK(n == 0 && live_nodes_of(g, KILN_OP_Transpose, NULL) == 2 && live_nodes_of(g, KILN_OP_Reshape, NULL) == 0);
+    kiln__graph_free(g);
+    g = perm_net(true);
+    CHECK(live_nodes_of(g, KILN_OP_Transpose, NULL) == 3);
+    CHECK_OK(kiln__pass_cuda_nhwc(g, &n));
+    CHECK(topo_ok(g));
+    CHECK(n == 3);
+    int first = -1, conv = -1;
+    CHECK(live_nodes_of(g, KILN_OP_Transpose, &first) == 1 && live_nodes_of(g, KILN_OP_FusedConv, &conv) == 1);
+    if (first >= 0) CHECK(!strcmp(g->nodes[first].name, "t_in"));
+    if (conv >= 0) {
+        const kiln_node *nd = &g->nodes[conv];
+        CHECK(((const kiln_fused_conv_attrs *)nd->attrs)->layout == (KILN_FC_LAYOUT_X_NHWC | KILN_FC_LAYOUT_Y_NHWC));
+        CHECK(g->nodes[g->values[nd->in[0]].producer].op_id == KILN_OP_Reshape);
+    }
+    CHECK(live_nodes_of(g, KILN_OP_Reshape, NULL) == 2);
+    kiln__graph_free(g);
+#endif
+}
+
 TEST(left_alone) {
     if (!have_cuda()) return;
     /* fp32 CUDA plans and CPU plans get no casts */
@@ -986,6 +1059,7 @@ int main(void) {
     RUN(cuda_nhwc_dynamic_batch);
     RUN(cuda_nhwc_dynamic_models);
     RUN(cuda_nhwc_convnext);
+    RUN(cuda_nhwc_perm_views);
     RUN(left_alone);
     RUN(unknown_layer);
     RUN(fused_names);
