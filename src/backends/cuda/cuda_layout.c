@@ -15,7 +15,14 @@
  *   NHWC v -> Reshape [N,H,W,C] -> Transpose(0,3,1,2) [N,C,H,W] (NCHW)
  *
  * (the Reshapes are views: no copy). Every value keeps its NCHW shape; a
- * value's bytes are NHWC exactly when an NHWC layer produced it.
+ * value's bytes are NHWC exactly when an NHWC layer produced it. The
+ * model's own Transposes between the layouts become views too where they
+ * meet a chain (ConvNeXt's Permutes around its LayerNorms and MLPs):
+ *
+ *   Transpose(0,2,3,1) of NHWC bytes [N,C,H,W] -> Reshape [N,H,W,C]
+ *   Transpose(0,3,1,2) of [N,H,W,C] read by a chain layer
+ *     -> Reshape [N,C,H,W] (NHWC bytes)
+ *
  * C, H and W must be known; the batch may be dynamic (an engine built for
  * a batch range: a symbol or unknown at build time): the Reshapes' targets
  * then hold 0 there (ONNX: copy the input's dim), resolved at run time, and
