@@ -422,6 +422,14 @@ TEST(fused_cpu_refuses_fp16) {
     }
 }
 
+/* No dead node is left (the builder runs nothing that drops them after the
+ * layout passes: the runtime would run them). */
+static bool no_dead(const kiln_graph *g) {
+    for (int i = 0; i < g->n_nodes; i++)
+        if (g->nodes[i].dead) return false;
+    return true;
+}
+
 static int live_nodes_of(const kiln_graph *g, int op, int *first) {
     int k = 0;
     for (int i = 0; i < g->n_nodes; i++)
@@ -831,7 +839,7 @@ TEST(cuda_nhwc_convnext) {
     CHECK(live_nodes_of(g, KILN_OP_Transpose, NULL) == 10);
     int n = 0;
     CHECK_OK(kiln__pass_cuda_nhwc(g, &n));
-    CHECK(topo_ok(g));
+    CHECK(topo_ok(g) && no_dead(g));
     CHECK(n > 0);
     int dws = 0, convs = 0, lns = 0, pws = 0, moved = 0, first = -1;
     live_nodes_of(g, KILN_OP_FusedConv, &first);
@@ -942,7 +950,7 @@ TEST(cuda_nhwc_perm_views) {
     g = perm_net(true);
     CHECK(live_nodes_of(g, KILN_OP_Transpose, NULL) == 3);
     CHECK_OK(kiln__pass_cuda_nhwc(g, &n));
-    CHECK(topo_ok(g));
+    CHECK(topo_ok(g) && no_dead(g));
     CHECK(n == 3);
     int first = -1, conv = -1;
     CHECK(live_nodes_of(g, KILN_OP_Transpose, &first) == 1 && live_nodes_of(g, KILN_OP_FusedConv, &conv) == 1);

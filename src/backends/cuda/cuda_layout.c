@@ -565,6 +565,9 @@ kiln_status kiln__pass_cuda_nhwc(kiln_graph *g, int *n_layers) {
     if (!count) goto done;
     if ((s = rewrite(&c, kind, is_nhwc, nhwc_of, nchw_of)) != KILN_OK) goto done;
     if ((s = kiln__nodes_place_after(g, c.n_nodes0, c.after)) != KILN_OK) goto done;
+    /* drop the Transposes made views: nothing after this pass (the tuner, the
+     * memory plan, the runtime) skips dead nodes */
+    if ((s = kiln__graph_compact(g)) != KILN_OK) goto done;
     kiln__graph_link(g);
     s = kiln__graph_infer(g);
     if (s == KILN_OK && n_layers) *n_layers = count;
