@@ -159,6 +159,26 @@ template <int N> __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
+/* A warp's 16 rows of Q (at Qw, rows DMP elements apart) as the A fragments
+ * of the KS steps of 16 of the head dim, kept in registers for every key. */
+template <typename T, int KS, int DMP>
+__device__ __forceinline__ void attn_q_frags(uint32_t (*qf)[4], const T *Qw, int lane) {
+    const int mi = lane >> 3, r = lane & 7;
+#pragma unroll
+    for (int ks = 0; ks < KS; ks++) ldsm_x4(qf[ks], Qw + ((mi & 1) * 8 + r) * DMP + ks * 16 + (mi >> 1) * 8);
+}
+
+/* The output scale of this thread's two rows from their softmax sums: 1 / l (every
+ * key masked out: 0/0 = NaN, as the softmax of all -inf), and whether the row is
+ * written as zeros instead (nan_to_zero where no key has weight). */
+__device__ __forceinline__ void attn_norm(const float *l, int nan_to_zero, float *inv, bool *zero) {
+#pragma unroll
+    for (int u = 0; u < 2; u++) {
+        inv[u] = 1.0f / l[u];
+        zero[u] = nan_to_zero && !(l[u] > 0.0f);
+    }
+}
+
 /* S = Q K^T for one warp: its 16 rows (qf: KS steps of 16 of the head dim) x
  * the NN * 8 keys of Ks (rows of DMP elements), fp32. */
 template <typename T, int KS, int NN, int DMP>
@@ -232,6 +252,32 @@ __device__ __forceinline__ void attn_pv(float (*acc)[4], const uint32_t (*pf)[4]
         }
 }
 
+/* One step's online softmax (attn_softmax) and O += P V (attn_pv), P kept in registers. */
+template <typename T, int NN, int DM, int DMP>
+__device__ __forceinline__ void attn_softmax_pv(const float (*s)[4], float *tmax, float *m, float *l,
+                                                float (*acc)[4], const T *Vs, int lane) {
+    uint32_t pf[NN / 2][4];
+    attn_softmax<T, NN, DM / 8>(s, tmax, m, l, acc, pf);
+    attn_pv<T, NN, DM, DMP>(acc, pf, Vs, lane);
+}
+
+/* This CTA's work: query rows [i0, i0 + BM) of (batch b, head h), the q tiles
+ * of one (batch, head) side by side in the grid; Q, K, V at that batch and head. */
+template <typename T> struct AttnCta {
+    int64_t b, h, i0;
+    const T *q, *k, *v;
+    __device__ __forceinline__ AttnCta(const kcu_attn &g, int BM, const T *q_, const T *k_, const T *v_) {
+        const int qtiles = (int)((g.Sq + BM - 1) / BM);
+        const int64_t bh = blockIdx.x / qtiles;
+        b = bh / g.H;
+        h = bh % g.H;
+        i0 = (int64_t)(blockIdx.x % qtiles) * BM;
+        q = q_ + b * g.qs[0] + h * g.qs[1];
+        k = k_ + b * g.ks[0] + h * g.ks[1];
+        v = v_ + b * g.vs[0] + h * g.vs[1];
+    }
+};
+
 /* One CTA: NWQ * 16 query rows x NWK key slices, a warp per (16 rows, slice).
  * Per step the CTA loads BN = NWK * WN keys; warp (wq, wk) takes the WN keys
  * [wk * WN, (wk + 1) * WN) of each step, with its own running max, sum and
@@ -257,12 +303,9 @@ __global__ void __launch_bounds__(NWQ *NWK * 32)
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int wq = warp % NWQ, wk = warp / NWQ;
     const int gr = lane >> 2, tq = lane & 3; /* row group and thread in quad */
-    const int qtiles = (int)((g.Sq + BM - 1) / BM);
-    const int64_t bh = blockIdx.x / qtiles, b = bh / g.H, h = bh % g.H;
-    const int64_t i0 = (int64_t)(blockIdx.x % qtiles) * BM;
-    const T *qb = q + b * g.qs[0] + h * g.qs[1];
-    const T *kb = k + b * g.ks[0] + h * g.ks[1];
-    const T *vb = v + b * g.vs[0] + h * g.vs[1];
+    const AttnCta<T> cta(g, BM, q, k, v);
+    const int64_t b = cta.b, h = cta.h, i0 = cta.i0;
+    const T *qb = cta.q, *kb = cta.k, *vb = cta.v;
     const int ntiles = (int)((g.Sk + BN - 1) / BN);
 
     /* everything the first step needs, in flight at once */
@@ -287,12 +330,7 @@ __global__ void __launch_bounds__(NWQ *NWK * 32)
     cp_async_wait<0>();
     __syncthreads();
     uint32_t qf[KS][4];
-    {
-        const int mi = lane >> 3, r = lane & 7;
-#pragma unroll
-        for (int ks = 0; ks < KS; ks++)
-            ldsm_x4(qf[ks], Qs + (wq * 16 + (mi & 1) * 8 + r) * DMP + ks * 16 + (mi >> 1) * 8);
-    }
+    attn_q_frags<T, KS, DMP>(qf, Qs + wq * 16 * DMP, lane);
     const float LOG2E = 1.4426950408889634f;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
     float acc[DM / 8][4];
@@ -336,11 +374,8 @@ __global__ void __launch_bounds__(NWQ *NWK * 32)
                 s[n][e] = x;
                 tmax[u] = fmaxf(tmax[u], x);
             }
-        /* the online softmax; P (rounded to T) in registers as the A operand of P V */
-        uint32_t pf[NN / 2][4];
-        attn_softmax<T, NN, DM / 8>(s, tmax, m, l, acc, pf);
-        /* O += P V: V slice [WN keys][DM] read transposed */
-        attn_pv<T, NN, DM, DMP>(acc, pf, Vs, lane);
+        /* the online softmax, then O += P V (V [WN keys][DM]) */
+        attn_softmax_pv<T, NN, DM, DMP>(s, tmax, m, l, acc, Vs, lane);
         if (t + 1 < ntiles) {
             cp_async_wait<0>();
             __syncthreads(); /* the next stage is in; this one is read by every warp */
@@ -403,11 +438,7 @@ __global__ void __launch_bounds__(NWQ *NWK * 32)
     }
     float inv[2];
     bool zero[2];
-#pragma unroll
-    for (int u = 0; u < 2; u++) {
-        inv[u] = 1.0f / l[u]; /* every key masked out: 0/0 = NaN, as softmax of all -inf */
-        zero[u] = g.nan_to_zero && !(l[u] > 0.0f);
-    }
+    attn_norm(l, g.nan_to_zero, inv, zero);
     /* the output: pairs of neighbouring d as one 4-byte store where contiguous */
     const bool pair = g.os[3] == 1 && (g.os[2] % 2) == 0 && (g.os[1] % 2) == 0 && (g.os[0] % 2) == 0 &&
                       (uintptr_t)o % 4 == 0 && g.Dv % 2 == 0;
@@ -573,10 +604,64 @@ template <typename T> __device__ __forceinline__ float2 fa_ld2(const T *p) {
 
 /* NW warps, 16 query rows each; AM: a mask, bias or cond is there. vec_o: O's
  * rows are 16-byte aligned, its head dim contiguous and Dv a multiple of 8. */
-/* CTAs per multiprocessor the register cap is set for: 16 warps at head size 64
- * (128 registers), 12 or 8 at 128 */
+/* The scores of one step in place (s: this thread's elements of S = Q K^T; element
+ * e of s[n] is row rr[e >> 1] of the CTA's tile, key n * 8 + 2 * tq + (e & 1) of the
+ * step starting at key j0): the scale, the cond rule, mask + bias (from the stage's
+ * tiles Ms, Bs, Cs of Rm, Rb, Rc rows: 0 absent, 1 broadcast over the rows), keys
+ * past the end -inf; tmax: the maxima of this thread's two rows. */
+template <typename T, int NN, bool AM>
+__device__ __forceinline__ void fa_scores(float (*s)[4], float *tmax, const kcu_attn &g, const T *Ms, const T *Bs,
+                                          const uint8_t *Cs, int Rm, int Rb, int Rc, const int *rr, int tq,
+                                          int64_t j0) {
+    constexpr int MP = FA_BN + FA_TPAD, CP = FA_BN + FA_CPAD;
+    const bool full = j0 + FA_BN <= g.Sk, fill_if = g.cond_fill_if != 0, select = g.cond_mode == 1;
+    tmax[0] = tmax[1] = -INFINITY;
+#pragma unroll
+    for (int n = 0; n < NN; n++)
+#pragma unroll
+        for (int u = 0; u < 2; u++) {
+            const int c = n * 8 + 2 * tq; /* the first of this pair's two keys */
+            float x[2] = {s[n][2 * u] * g.scale, s[n][2 * u + 1] * g.scale};
+            if (AM) {
+                if (Rc) {
+                    /* keys c, c + 1 (c even) in a 4-byte aligned read of their row */
+                    const uint8_t *cp = Cs + (Rc == 1 ? 0 : rr[u]) * CP + c;
+                    const uint32_t cv = fa_lds32(cp - (c & 2)) >> (8 * (c & 2));
+#pragma unroll
+                    for (int w = 0; w < 2; w++)
+                        if ((((cv >> (8 * w)) & 0xff) != 0) == fill_if) x[w] = select ? g.fill : x[w] + g.fill;
+                }
+                if (Rm || Rb) { /* mask + bias, then added (k_attn_mma's order) */
+                    float2 a = make_float2(0.0f, 0.0f);
+                    if (Rm) {
+                        const float2 mv = fa_ld2<T>(Ms + (Rm == 1 ? 0 : rr[u]) * MP + c);
+                        a.x += mv.x;
+                        a.y += mv.y;
+                    }
+                    if (Rb) {
+                        const float2 bv = fa_ld2<T>(Bs + (Rb == 1 ? 0 : rr[u]) * MP + c);
+                        a.x += bv.x;
+                        a.y += bv.y;
+                    }
+                    x[0] += a.x;
+                    x[1] += a.y;
+                }
+            }
+#pragma unroll
+            for (int w = 0; w < 2; w++) {
+                if (!full && j0 + c + w >= g.Sk) x[w] = -INFINITY;
+                s[n][2 * u + w] = x[w];
+                tmax[u] = fmaxf(tmax[u], x[w]);
+            }
+        }
+}
+
+/* CTAs per multiprocessor the register cap is set for. Head size 64: 12 warps
+ * for 64-row CTAs (168 registers: no spills), 16 for 128-row CTAs (128
+ * registers; ptxas spills a few loop-invariant values); the builder times both.
+ * Head size 128: 8 warps (255 registers). */
 template <int DM, int NW> struct FaOcc {
-    static constexpr int value = DM <= 64 ? 16 / NW : NW == 4 ? 2 : 1;
+    static constexpr int value = DM <= 64 ? (NW == 4 ? 3 : 2) : NW == 4 ? 2 : 1;
 };
 
 template <typename T, int DM, int NW, bool AM>
@@ -596,12 +681,9 @@ __global__ void __launch_bounds__(NW * 32, FaOcc<DM, NW>::value)
     const int Rc = fa_rows(g.has_cond, g.cs[2], BM);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int gr = lane >> 2, tq = lane & 3; /* row group and thread in quad */
-    const int qtiles = (int)((g.Sq + BM - 1) / BM);
-    const int64_t bh = blockIdx.x / qtiles, b = bh / g.H, h = bh % g.H;
-    const int64_t i0 = (int64_t)(blockIdx.x % qtiles) * BM;
-    const T *qb = q + b * g.qs[0] + h * g.qs[1];
-    const T *kb = k + b * g.ks[0] + h * g.ks[1];
-    const T *vb = v + b * g.vs[0] + h * g.vs[1];
+    const AttnCta<T> cta(g, BM, q, k, v);
+    const int64_t b = cta.b, h = cta.h, i0 = cta.i0;
+    const T *qb = cta.q, *kb = cta.k, *vb = cta.v;
     /* the mask-like operands at this batch and head (NULL: absent) */
     const T *mb = g.has_mask ? mask + b * g.ms[0] + h * g.ms[1] : NULL;
     const T *bb = g.has_bias ? bias + b * g.bs[0] + h * g.bs[1] : NULL;
@@ -630,23 +712,18 @@ __global__ void __launch_bounds__(NW * 32, FaOcc<DM, NW>::value)
     load_tile<T, BM, DM, DMP, NT>(Qs, qb, g.qs[2], g.qs[3], i0, g.Sq, (int)g.D, vec_q);
     load_step(0, 0);
     cp_async_commit();
-    const bool fill_if = g.cond_fill_if != 0, select = g.cond_mode == 1;
     cp_async_wait<0>();
     __syncthreads();
     /* this warp's 16 rows of Q as A fragments, for every step */
     uint32_t qf[KS][4];
-    {
-        const int mi = lane >> 3, r = lane & 7;
-#pragma unroll
-        for (int ks = 0; ks < KS; ks++)
-            ldsm_x4(qf[ks], Qs + (warp * 16 + (mi & 1) * 8 + r) * DMP + ks * 16 + (mi >> 1) * 8);
-    }
+    attn_q_frags<T, KS, DMP>(qf, Qs + warp * 16 * DMP, lane);
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
     float acc[DM / 8][4];
 #pragma unroll
     for (int n = 0; n < DM / 8; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
     /* this thread's two rows inside the CTA's tile (gr and gr + 8 of the warp's 16) */
     const int rr[2] = {warp * 16 + gr, warp * 16 + gr + 8};
+    const bool live = i0 + warp * 16 < g.Sq; /* (uniform over the warp) */
 
     for (int t = 0; t < ntiles; t++) {
         const int64_t j0 = (int64_t)t * BN;
@@ -656,62 +733,23 @@ __global__ void __launch_bounds__(NW * 32, FaOcc<DM, NW>::value)
             load_step(t + 1, (t + 1) & 1);
             cp_async_commit();
         }
-        /* S = Q K^T: 16 rows x BN keys per warp */
-        float s[NN][4];
-        attn_qk<T, KS, NN, DMP>(s, qf, Ks, lane);
-        /* scale, cond, mask + bias (from shared memory); keys past the end are -inf.
-         * Element e of s[n]: row rr[e >> 1], key n * 8 + 2 * tq + (e & 1) of the step. */
-        const bool full = j0 + BN <= g.Sk;
-        float tmax[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-        for (int n = 0; n < NN; n++)
-#pragma unroll
-            for (int u = 0; u < 2; u++) {
-                const int c = n * 8 + 2 * tq; /* the first of this pair's two keys */
-                float x[2] = {s[n][2 * u] * g.scale, s[n][2 * u + 1] * g.scale};
-                if (AM) {
-                    if (Rc) {
-                        /* keys c, c + 1 in the low bytes (c even: 2-byte aligned; the read rounds down to 4) */
-                        const uint8_t *cp = Cs + (Rc == 1 ? 0 : rr[u]) * CP + c;
-                        const uint32_t cv = fa_lds32(cp - (c & 2)) >> (8 * (c & 2));
-#pragma unroll
-                        for (int w = 0; w < 2; w++)
-                            if ((((cv >> (8 * w)) & 0xff) != 0) == fill_if) x[w] = select ? g.fill : x[w] + g.fill;
-                    }
-                    if (Rm || Rb) {
-                        float2 a = make_float2(0.0f, 0.0f);
-                        if (Rm) {
-                            const float2 mv = fa_ld2<T>(Ms + (Rm == 1 ? 0 : rr[u]) * MP + c);
-                            a.x += mv.x;
-                            a.y += mv.y;
-                        }
-                        if (Rb) {
-                            const float2 bv = fa_ld2<T>(Bs + (Rb == 1 ? 0 : rr[u]) * MP + c);
-                            a.x += bv.x;
-                            a.y += bv.y;
-                        }
-                        x[0] += a.x;
-                        x[1] += a.y;
-                    }
-                }
-#pragma unroll
-                for (int w = 0; w < 2; w++) {
-                    if (!full && j0 + c + w >= g.Sk) x[w] = -INFINITY;
-                    s[n][2 * u + w] = x[w];
-                    tmax[u] = fmaxf(tmax[u], x[w]);
-                }
-            }
-        /* the online softmax; P (rounded to T) in registers as the A operand of P V */
-        uint32_t pf[NN / 2][4];
-        attn_softmax<T, NN, DM / 8>(s, tmax, m, l, acc, pf);
-        /* O += P V: V slice [BN keys][DM] read transposed */
-        attn_pv<T, NN, DM, DMP>(acc, pf, Vs, lane);
+        /* a warp whose 16 rows are all past the queries (the last q tile) only loads */
+        if (live) {
+            /* S = Q K^T: 16 rows x BN keys per warp */
+            float s[NN][4];
+            attn_qk<T, KS, NN, DMP>(s, qf, Ks, lane);
+            float tmax[2];
+            fa_scores<T, NN, AM>(s, tmax, g, Ms, Bs, Cs, Rm, Rb, Rc, rr, tq, j0);
+            /* the online softmax, then O += P V (V [BN keys][DM]) */
+            attn_softmax_pv<T, NN, DM, DMP>(s, tmax, m, l, acc, Vs, lane);
+        }
         if (t + 1 < ntiles) {
             cp_async_wait<0>();
             __syncthreads(); /* the next stage is in; this one is read by every warp */
         }
     }
 #undef FA_STAGE
+    if (!live) return; /* (no barrier follows) */
 #pragma unroll
     for (int u = 0; u < 2; u++) {
         l[u] += __shfl_xor_sync(0xffffffffu, l[u], 1);
@@ -719,11 +757,7 @@ __global__ void __launch_bounds__(NW * 32, FaOcc<DM, NW>::value)
     }
     float inv[2];
     bool zero[2];
-#pragma unroll
-    for (int u = 0; u < 2; u++) {
-        inv[u] = 1.0f / l[u]; /* every key masked out: 0/0 = NaN, as softmax of all -inf */
-        zero[u] = g.nan_to_zero && !(l[u] > 0.0f);
-    }
+    attn_norm(l, g.nan_to_zero, inv, zero);
     T *ob = o + b * g.os[0] + h * g.os[1];
     if (vec_o) {
         /* the warp's 16 rows into its own rows of Q's buffer (read only by this warp,
