@@ -602,8 +602,6 @@ template <typename T> __device__ __forceinline__ float2 fa_ld2(const T *p) {
     return make_float2(Num<T>::load(v.x), Num<T>::load(v.y));
 }
 
-/* NW warps, 16 query rows each; AM: a mask, bias or cond is there. vec_o: O's
- * rows are 16-byte aligned, its head dim contiguous and Dv a multiple of 8. */
 /* The scores of one step in place (s: this thread's elements of S = Q K^T; element
  * e of s[n] is row rr[e >> 1] of the CTA's tile, key n * 8 + 2 * tq + (e & 1) of the
  * step starting at key j0): the scale, the cond rule, mask + bias (from the stage's
@@ -664,6 +662,8 @@ template <int DM, int NW> struct FaOcc {
     static constexpr int value = DM <= 64 ? (NW == 4 ? 3 : 2) : NW == 4 ? 2 : 1;
 };
 
+/* NW warps, 16 query rows each; AM: a mask, bias or cond is there. vec_o: O's
+ * rows are 16-byte aligned, its head dim contiguous and Dv a multiple of 8. */
 template <typename T, int DM, int NW, bool AM>
 __global__ void __launch_bounds__(NW * 32, FaOcc<DM, NW>::value)
     k_attn_fa(const __grid_constant__ kcu_attn g, const T *__restrict__ q, const T *__restrict__ k,
@@ -804,6 +804,10 @@ cudaError_t launch_fa(const kcu_attn *g, const void *q, const void *k, const voi
     const size_t smem = (size_t)BM * DMP * sizeof(T) + stages * fa_stage_bytes(*g, BM, DMP, sizeof(T));
     cudaError_t e = cudaFuncSetAttribute(k_attn_fa<T, DM, NW, AM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          (int)smem);
+    if (e == cudaErrorInvalidValue) { /* more shared memory than this GPU gives a CTA: the other kernel */
+        cudaGetLastError();
+        return cudaErrorNotSupported;
+    }
     if (e != cudaSuccess) return e;
     const int64_t tiles = (g->Sq + BM - 1) / BM;
     dim3 grid((unsigned)(g->B * g->H * tiles)); /* the q tiles of one (batch, head) side by side */
