@@ -708,11 +708,18 @@ __global__ void __launch_bounds__(NW * 32, FaOcc<DM, NW>::value)
         }
     };
 
-    /* everything the first step needs, in flight at once */
+    /* everything the first step needs, and the second step behind it, in flight at once
+     * (a CTA of s128 has only two steps: its loads' latency is paid once) */
     load_tile<T, BM, DM, DMP, NT>(Qs, qb, g.qs[2], g.qs[3], i0, g.Sq, (int)g.D, vec_q);
     load_step(0, 0);
     cp_async_commit();
-    cp_async_wait<0>();
+    if (ntiles > 1) {
+        load_step(1, 1);
+        cp_async_commit();
+        cp_async_wait<1>(); /* Q and step 0 in; step 1 may still be coming */
+    } else {
+        cp_async_wait<0>();
+    }
     __syncthreads();
     /* this warp's 16 rows of Q as A fragments, for every step */
     uint32_t qf[KS][4];
@@ -728,8 +735,8 @@ __global__ void __launch_bounds__(NW * 32, FaOcc<DM, NW>::value)
     for (int t = 0; t < ntiles; t++) {
         const int64_t j0 = (int64_t)t * BN;
         FA_STAGE(t & 1, Ks, Vs, Ms, Bs, Cs);
-        /* the next step streams in while this one is computed */
-        if (t + 1 < ntiles) {
+        /* the next step streams in while this one is computed (step 1: since the start) */
+        if (t >= 1 && t + 1 < ntiles) {
             load_step(t + 1, (t + 1) & 1);
             cp_async_commit();
         }
