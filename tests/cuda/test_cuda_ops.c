@@ -1891,7 +1891,9 @@ static int attn_tactic_cases(const char *what, const kiln_attention_attrs *at, i
     int n = kiln__backend_tactics(be, st, &ia, false, ids, 32), n_dnn = 0;
     bool half = in[0]->dtype == F16 || in[0]->dtype == BF16;
     CHECK(n >= 1);
-    if (half) CHECK(n >= 2 && ids[0] == KCU_ATTN_TACTIC_ROWS && ids[1] == KCU_ATTN_TACTIC_SPLIT);
+    if (half)
+        CHECK(n >= 4 && ids[0] == KCU_ATTN_TACTIC_ROWS && ids[1] == KCU_ATTN_TACTIC_SPLIT &&
+              ids[2] == KCU_ATTN_TACTIC_FA64 && ids[3] == KCU_ATTN_TACTIC_FA128);
     printf("  %s: %d tactics:", what, n);
     for (int k = 0; k < n; k++) {
         char nm[64], name[160];
@@ -2007,6 +2009,34 @@ TEST(test_attention_tactics) {
         kiln_attention_attrs d20 = bshd;
         CHECK(ATTN_TACTICS(TNAME("d20"), &d20, tol, trand(t, -1, 1, S(2, 9, 40)), trand(t, -1, 1, S(2, 70, 40)),
                            trand(t, -1, 1, S(2, 70, 40))) == 0);
+        /* the masks of kiln-attn-fa64/128 (staged in shared memory): rows of 16-byte
+         * chunks (Sk 144: a float mask and a causal cond together, 3 steps of keys, 3
+         * or 2 query tiles), rows element by element (Sk 77, 150, 197: not 16-byte
+         * aligned), mask, cond and bias at once with a finite select fill, head size 128
+         * with a causal select whose first row keeps no key (nan_to_zero) */
+        kiln_tensor *c144 = tnew(BOOL, 2, (int64_t[]){144, 144});
+        for (int i = 0; i < 144; i++)
+            for (int j = i + 1; j < 144; j++) ((uint8_t *)c144->data)[i * 144 + j] = 1; /* keys after the query */
+        ATTN_TACTICS(TNAME("causal_mask_s144"), &cs, tol, trand(t, -1, 1, S(2, 2, 144, 64)),
+                     trand(t, -1, 1, S(2, 2, 144, 64)), trand(t, -1, 1, S(2, 2, 144, 64)),
+                     trand(t, -2, 0, S(1, 1, 144, 144)), c144);
+        ATTN_TACTICS(TNAME("full_mask_s77"), &bshd, tol, trand(t, -1, 1, S(2, 77, 128)), trand(t, -1, 1, S(2, 77, 128)),
+                     trand(t, -1, 1, S(2, 77, 128)), trand(t, -3, 0, S(2, 1, 77, 77)));
+        kiln_attention_attrs sel3 = fin;
+        sel3.scale = 0.3f;
+        kiln_tensor *c3 = trand(BOOL, 0, 1, S(45, 150));
+        for (int j = 0; j < 150; j++) ((uint8_t *)c3->data)[3 * 150 + j] = 1; /* row 3: every key filled */
+        ATTN_TACTICS(TNAME("select_mask_bias"), &sel3, tol, trand(t, -1, 1, S(2, 2, 45, 32)),
+                     trand(t, -1, 1, S(2, 2, 150, 32)), trand(t, -1, 1, S(2, 2, 150, 48)),
+                     trand(t, -2, 0, S(2, 1, 1, 150)), c3, trand(t, -1, 1, S(1, 2, 45, 150)));
+        kiln_attention_attrs c128 = cs;
+        c128.nan_to_zero = 1;
+        kiln_tensor *c197 = tnew(BOOL, 2, (int64_t[]){197, 197});
+        for (int i = 0; i < 197; i++)
+            for (int j = i + 1; j < 197; j++) ((uint8_t *)c197->data)[i * 197 + j] = 1;
+        ((uint8_t *)c197->data)[0] = 1; /* query 0: no key left */
+        ATTN_TACTICS(TNAME("causal_d128_s197"), &c128, tol, trand(t, -1, 1, S(1, 2, 197, 128)),
+                     trand(t, -1, 1, S(1, 2, 197, 128)), trand(t, -1, 1, S(1, 2, 197, 128)), NULL, c197);
 #undef TNAME
     }
     /* float32 layers: kiln's kernel alone */

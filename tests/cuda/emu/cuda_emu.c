@@ -653,3 +653,10 @@ cudaError_t kcu_attention_mma(kiln_dtype t, const kcu_attn *g, const void *q, co
     if (t != KILN_DTYPE_FLOAT16 && t != KILN_DTYPE_BFLOAT16) return cudaErrorNotSupported;
     return kcu_attention(t, g, q, k, v, mask, cond, bias, o, s);
 }
+cudaError_t kcu_attention_fa(kiln_dtype t, const kcu_attn *g, const void *q, const void *k, const void *v,
+                             const void *mask, const uint8_t *cond, const void *bias, void *o, int rows,
+                             cudaStream_t s) {
+    if (t != KILN_DTYPE_FLOAT16 && t != KILN_DTYPE_BFLOAT16) return cudaErrorNotSupported;
+    if (rows != 64 && rows != 128) return cudaErrorNotSupported;
+    return kcu_attention(t, g, q, k, v, mask, cond, bias, o, s);
+}
