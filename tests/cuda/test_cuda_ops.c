@@ -1927,6 +1927,8 @@ TEST(test_attention_tactics) {
      * against kiln's host reference); KILN_CUDNN_CANDIDATES=N in the environment: N */
     bool capped = !getenv("KILN_CUDNN_CANDIDATES");
     if (capped) setenv("KILN_CUDNN_CANDIDATES", "4", 1);
+    bool fa_set = getenv("KILN_CUDA_ATTN_FA") != NULL; /* the opt-in fa64/fa128 tactics are checked here */
+    if (!fa_set) setenv("KILN_CUDA_ATTN_FA", "1", 1);
     kiln_attention_attrs bshd = {.num_heads = 2, .q_layout = KILN_ATTN_BSHD, .k_layout = KILN_ATTN_BSHD,
                                  .v_layout = KILN_ATTN_BSHD, .out_layout = KILN_ATTN_BSHD, .scale = 0.125f};
     kiln_attention_attrs bhsd = {.num_heads = 2, .q_layout = KILN_ATTN_BHSD, .k_layout = KILN_ATTN_BHSD,
@@ -2063,6 +2065,7 @@ TEST(test_attention_tactics) {
     CHECK(dnn == 0 && dnn_bert == 0);
 #endif
     if (capped) unsetenv("KILN_CUDNN_CANDIDATES");
+    if (!fa_set) unsetenv("KILN_CUDA_ATTN_FA");
 }
 
 /* every op of the table has at least one case */
