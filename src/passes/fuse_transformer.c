@@ -315,6 +315,20 @@ static kiln_status explicit_reshape_targets(kiln_graph *g) {
     return KILN_OK;
 }
 
+/* Whether Dropout node n copies its input: training_mode absent or a constant
+ * false (or the ratio a constant 0), the mask not read, the output no graph
+ * output. */
+static bool inference_dropout(const kiln_graph *g, const kiln_node *n) {
+    int train = n->n_in > 2 ? n->in[2] : -1, ratio = n->n_in > 1 ? n->in[1] : -1;
+    const kiln_value *tv = train >= 0 ? &g->values[train] : NULL;
+    bool off = !tv || ((tv->flags & KILN_VALUE_CONST) && tv->info.dtype == KILN_DTYPE_BOOL &&
+                       kiln__numel(tv->info.rank, tv->info.dims) == 1 && !*(const uint8_t *)tv->data);
+    if (!off && !kiln__pat_const_is(g, ratio, 0.0)) return false;
+    int mask = n->n_out > 1 ? n->out[1] : -1;
+    if (mask >= 0 && (g->values[mask].n_uses > 0 || kiln__graph_is_output(g, mask))) return false;
+    return n->in[0] >= 0 && !kiln__graph_is_output(g, n->out[0]);
+}
+
 static kiln_status opt_layout(kiln_graph *g, const kiln_optimize_opts *o) {
     KILN_TRY(explicit_reshape_targets(g));
     for (int ni = 0; ni < g->n_nodes; ni++) {
@@ -336,6 +350,15 @@ static kiln_status opt_layout(kiln_graph *g, const kiln_optimize_opts *o) {
         if (n->op_id == KILN_OP_Concat && n->n_in == 1 && n->in[0] >= 0 && !kiln__graph_is_output(g, n->out[0])) {
             /* one input: its value (torch 2.x's GPT-2 concatenates the new keys
              * and values to a cache that is not there) */
+            redirect_uses(g, n->out[0], n->in[0]);
+            n->dead = true;
+            kiln__graph_link(g);
+            continue;
+        }
+        if (n->op_id == KILN_OP_Dropout && inference_dropout(g, n)) {
+            /* a copy (torch 1.13 exports F.dropout(p, training=False) as Dropout with
+             * training_mode false: torchvision's Swin after its Softmax, where it kept
+             * the attention from fusing) */
             redirect_uses(g, n->out[0], n->in[0]);
             n->dead = true;
             kiln__graph_link(g);
@@ -1092,7 +1115,82 @@ typedef struct attn_scores {
     int cond;         /* bool value or -1 */
     int cond_mode, cond_fill_if;
     float fill;
+    /* Swin's shifted windows: masks[win_slot] is the constant mask of a
+     * [B, nW, H, Sq, Sk] view of the scores (win_b = B), to be made one of the
+     * [B*nW, H, Sq, Sk] scores (window_mask_4d); win_slot -1: none */
+    int win_slot;
+    int64_t win_b;
 } attn_scores;
+
+/* Most elements of a window mask repeated over the batch (window_mask_4d):
+ * 4M (16 MiB in float32); a larger one is left unfused. */
+#define WIN_MASK_MAX ((int64_t)1 << 22)
+
+/* Swin's shifted-window mask (torchvision's shifted_window_attention):
+ *   s5 = Reshape(s, [B, nW, H, Sq, Sk]); a = Add(s5, m); Reshape(a, [B*nW, H, Sq, Sk])
+ * with m a float32 constant broadcasting into [B, nW, H, Sq, Sk] that does not
+ * vary over B (attn_mask.unsqueeze(1).unsqueeze(0): [1, nW, 1, Sq, Sk]).
+ * Reshape node rs (reading `a`) and the scores' shape sd: s (the chain, of
+ * the scores' shape), m and B; the Add and both Reshapes go into p. */
+static bool window_mask(const kiln_graph *g, int rs, const sshape *sd, int *s, int *m, int64_t *B, pat *p) {
+    int a = g->nodes[rs].in[0];
+    const kiln_tinfo *a5 = info(g, a);
+    if (sd->rank != 4 || a5->rank != 5 || a5->dims[0] <= 0 || a5->dims[1] <= 0 ||
+        a5->dims[0] * a5->dims[1] != sd->d[0] || a5->dims[2] != sd->d[1] || a5->dims[3] != sd->d[2] ||
+        a5->dims[4] != sd->d[3])
+        return false;
+    int ad = sole_producer(g, a, KILN_OP_Add);
+    if (ad < 0) return false;
+    for (int i = 0; i < 2; i++) {
+        int x5 = g->nodes[ad].in[i], mv = g->nodes[ad].in[1 - i];
+        int r5 = sole_producer(g, x5, KILN_OP_Reshape);
+        const kiln_tinfo *mi = info(g, mv);
+        if (r5 < 0 || !has_shape(g, g->nodes[r5].in[0], sd) || !kiln__pat_const_f32(g, mv, NULL) ||
+            mi->rank > 5 || (mi->rank == 5 && mi->dims[0] != 1))
+            continue;
+        bool fits = true;
+        for (int k = 0; k < mi->rank; k++) {
+            int64_t md = mi->dims[k], fd = a5->dims[5 - mi->rank + k];
+            fits = fits && (md == 1 || md == fd);
+        }
+        if (!fits) continue;
+        *s = g->nodes[r5].in[0];
+        *m = mv;
+        *B = a5->dims[0];
+        pat_add(p, rs);
+        pat_add(p, ad);
+        pat_add(p, r5);
+        return true;
+    }
+    return false;
+}
+
+/* The constant of window_mask's m as a mask of the [B*nW, H, Sq, Sk] scores:
+ * m's [nW, h, Sq', Sk'] (h, Sq', Sk' 1 or the full dim) repeated B times
+ * along the first dim (not repeated where m does not vary over the windows
+ * either). Fails (*out = -1) past WIN_MASK_MAX elements. */
+static kiln_status window_mask_4d(kiln_graph *g, int m, int64_t B, int *out) {
+    *out = -1;
+    const kiln_tinfo *mi = info(g, m);
+    int64_t d5[5] = {1, 1, 1, 1, 1};
+    for (int k = 0; k < mi->rank; k++) d5[5 - mi->rank + k] = mi->dims[k];
+    int64_t reps = d5[1] > 1 ? B : 1, per = d5[1] * d5[2] * d5[3] * d5[4];
+    if (per <= 0 || reps > WIN_MASK_MAX / per) return KILN_OK;
+    int64_t n4;
+    const float *x = kiln__pat_const_f32(g, m, &n4);
+    float *y = kiln__malloc(sizeof(float) * (size_t)(reps * per));
+    if (!x || !y) {
+        kiln__free(y);
+        return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory (optimizer)");
+    }
+    for (int64_t b = 0; b < reps; b++) memcpy(y + b * per, x, sizeof(float) * (size_t)per);
+    int64_t dims[4] = {reps * d5[1], d5[2], d5[3], d5[4]};
+    char base[200];
+    snprintf(base, sizeof base, "%s_windows", g->values[m].name ? g->values[m].name : "mask");
+    kiln_status st = kiln__graph_add_const(g, base, KILN_DTYPE_FLOAT32, 4, dims, y, out);
+    kiln__free(y);
+    return st;
+}
 
 static bool match_scores(const kiln_graph *g, int s, const sshape *sd, attn_scores *r, pat *p) {
     r->scale = 1.0;
@@ -1101,6 +1199,8 @@ static bool match_scores(const kiln_graph *g, int s, const sshape *sd, attn_scor
     r->cond_mode = KILN_ATTN_COND_NONE;
     r->cond_fill_if = 0;
     r->fill = 0.0f;
+    r->win_slot = -1;
+    r->win_b = 0;
     int phase = 0; /* 0: additions, 1: after a select, 2: scales */
     for (int guard = 0; guard < 12; guard++) {
         int ni = sole_producer(g, s, 0);
@@ -1113,9 +1213,17 @@ static bool match_scores(const kiln_graph *g, int s, const sshape *sd, attn_scor
         if (!has_shape(g, s, sd)) return false;
         int x;
         double f;
+        int m5, c4;
+        int64_t wb;
         if (n->op_id == KILN_OP_Cast && info(g, n->in[0])->dtype == info(g, s)->dtype) { /* identity */
             pat_add(p, ni);
             s = n->in[0];
+        } else if (n->op_id == KILN_OP_Reshape && phase == 0 && r->win_slot < 0 && r->n_masks < 2 &&
+                   window_mask(g, ni, sd, &c4, &m5, &wb, p)) {
+            r->win_slot = r->n_masks;
+            r->win_b = wb;
+            r->masks[r->n_masks++] = m5;
+            s = c4;
         } else if (n->op_id == KILN_OP_Add && phase == 0) {
             /* which input is the chain: the one of the scores' shape that is made by the
              * chain's ops; the other must broadcast into the scores */
@@ -1421,6 +1529,12 @@ static kiln_status match_attention(kiln_graph *g, const kiln_optimize_opts *o, i
     int qk = sc.qk;
     for (int i = 0; i < sc.n_masks; i++)
         if (!is_f32(g, sc.masks[i])) return KILN_OK;
+    if (sc.win_slot >= 0) { /* (an unused constant, should the layer not be made, goes with DCE) */
+        KILN_TRY(window_mask_4d(g, sc.masks[sc.win_slot], sc.win_b, &sc.masks[sc.win_slot]));
+        if (sc.masks[sc.win_slot] < 0) return KILN_OK;
+        smn = &g->nodes[sm];
+        si = info(g, smn->in[0]);
+    }
     /* scales on Q and on K^T fold in too */
     pat scl = {.n = 0};
     int qv = strip_scales(g, g->nodes[qk].in[0], &sc.scale, &scl);
