@@ -329,6 +329,23 @@ static bool inference_dropout(const kiln_graph *g, const kiln_node *n) {
     return n->in[0] >= 0 && !kiln__graph_is_output(g, n->out[0]);
 }
 
+/* Whether Pad or Slice node n gives its input unchanged: the same known
+ * shape out as in, a Pad's pads all 0, a Slice's steps absent or all 1 (a
+ * whole range then). torchvision's Swin pads to a multiple of the window and
+ * slices the padding off again, both no-ops where the size is a multiple
+ * already (swin_t at 224: 15 Pads, each with a Cast to float32 and back in
+ * an fp16 plan, and 24 Slices). */
+static bool identity_pad_slice(const kiln_graph *g, const kiln_node *n) {
+    if (n->op_id != KILN_OP_Pad && n->op_id != KILN_OP_Slice) return false;
+    if (n->in[0] < 0 || kiln__graph_is_output(g, n->out[0])) return false;
+    const kiln_tinfo *x = info(g, n->in[0]), *y = info(g, n->out[0]);
+    if (!static_shape(x) || x->rank != y->rank || x->dtype != y->dtype) return false;
+    for (int i = 0; i < x->rank; i++)
+        if (x->dims[i] != y->dims[i]) return false;
+    if (n->op_id == KILN_OP_Pad) return n->n_in > 1 && kiln__pat_const_is(g, n->in[1], 0.0);
+    return n->n_in < 5 || n->in[4] < 0 || kiln__pat_const_is(g, n->in[4], 1.0);
+}
+
 static kiln_status opt_layout(kiln_graph *g, const kiln_optimize_opts *o) {
     KILN_TRY(explicit_reshape_targets(g));
     for (int ni = 0; ni < g->n_nodes; ni++) {
@@ -355,7 +372,7 @@ static kiln_status opt_layout(kiln_graph *g, const kiln_optimize_opts *o) {
             kiln__graph_link(g);
             continue;
         }
-        if (n->op_id == KILN_OP_Dropout && inference_dropout(g, n)) {
+        if ((n->op_id == KILN_OP_Dropout && inference_dropout(g, n)) || identity_pad_slice(g, n)) {
             /* a copy (torch 1.13 exports F.dropout(p, training=False) as Dropout with
              * training_mode false: torchvision's Swin after its Softmax, where it kept
              * the attention from fusing) */
