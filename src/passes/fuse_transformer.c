@@ -1729,6 +1729,18 @@ static kiln_status match_qkv(kiln_graph *g, const kiln_optimize_opts *o, int an)
     return KILN_OK;
 }
 
+/* Makes Attention node a (attrs aa) read Q, K and V from the packed x
+ * [B, S, 3*H*D] (layout QKV) where the device runs it so; false if not. */
+static bool read_packed_qkv(kiln_graph *g, const kiln_optimize_opts *o, kiln_node *a, kiln_attention_attrs aa, int x) {
+    aa.q_layout = aa.k_layout = aa.v_layout = KILN_ATTN_QKV;
+    int ain[6] = {x, x, x, -1, -1, -1}; /* the masks stay */
+    for (int i = 3; i < a->n_in && i < 6; i++) ain[i] = a->in[i];
+    if (!kiln__pat_supports(g, o->device, KILN_OP_Attention, a->n_in, ain, 1, a->out, &aa)) return false;
+    memcpy(a->attrs, &aa, sizeof aa);
+    for (int i = 0; i < 3; i++) a->in[i] = x;
+    return true;
+}
+
 /* An Attention whose Q, K and V (BSHD) are the three outputs of one Split of
  * a [B, S, 3E] value along its last axis into equal parts (GPT-2's packed
  * c_attn projection), read by it alone: it reads the packed value in the
@@ -1753,13 +1765,63 @@ static kiln_status match_split_qkv(kiln_graph *g, const kiln_optimize_opts *o, i
             oi->dims[2] != xi->dims[2] / 3)
             return KILN_OK;
     }
-    aa.q_layout = aa.k_layout = aa.v_layout = KILN_ATTN_QKV;
-    int ain[6] = {x, x, x, -1, -1, -1}; /* the masks stay */
-    for (int i = 3; i < a->n_in && i < 6; i++) ain[i] = a->in[i];
-    if (!kiln__pat_supports(g, o->device, KILN_OP_Attention, a->n_in, ain, 1, a->out, &aa)) return KILN_OK;
-    memcpy(a->attrs, &aa, sizeof aa);
-    for (int i = 0; i < 3; i++) a->in[i] = x;
+    if (!read_packed_qkv(g, o, a, aa, x)) return KILN_OK;
     g->nodes[sp].dead = true;
+    kiln__graph_link(g);
+    return KILN_OK;
+}
+
+/* Swin's (torchvision's) split of its packed projection into Q, K, V:
+ *   t = Transpose(Reshape(x [B, S, 3*H*D] -> [B, S, 3, H, D]), perm (2, 0, 3, 1, 4));
+ *   Gather(t, i, axis 0) -> [B, H, S, D]
+ * Part i of value v made so (the Gather read by nothing else): *x and the
+ * Gather, Transpose and Reshape nodes, else -1. */
+static int window_gather_part(const kiln_graph *g, int v, int *x, int nodes[3]) {
+    int ga = sole_producer(g, v, KILN_OP_Gather);
+    double idx;
+    if (ga < 0 || g->nodes[ga].n_in < 2 || !const_scalar(g, g->nodes[ga].in[1], &idx) ||
+        info(g, g->nodes[ga].in[1])->rank != 0 || ((const kiln_axis_attrs *)g->nodes[ga].attrs)->axis != 0 ||
+        idx < 0 || idx > 2)
+        return -1;
+    int tr = kiln__pat_producer(g, g->nodes[ga].in[0], KILN_OP_Transpose);
+    const int32_t *pm = tr >= 0 ? transpose_perm(g, tr, 5) : NULL;
+    if (!pm || pm[0] != 2 || pm[1] != 0 || pm[2] != 3 || pm[3] != 1 || pm[4] != 4) return -1;
+    int rs = kiln__pat_producer(g, g->nodes[tr].in[0], KILN_OP_Reshape);
+    if (rs < 0) return -1;
+    const kiln_tinfo *xi = info(g, g->nodes[rs].in[0]), *ri = info(g, g->nodes[rs].out[0]);
+    if (xi->rank != 3 || ri->rank != 5 || ri->dims[0] != xi->dims[0] || ri->dims[1] != xi->dims[1] ||
+        ri->dims[2] != 3 || ri->dims[3] <= 0 || ri->dims[4] <= 0 || xi->dims[2] != 3 * ri->dims[3] * ri->dims[4])
+        return -1;
+    *x = g->nodes[rs].in[0];
+    nodes[0] = ga;
+    nodes[1] = tr;
+    nodes[2] = rs;
+    return (int)idx;
+}
+
+/* An Attention (BHSD operands) whose Q, K and V are parts 0, 1, 2 of one
+ * window_gather_part split reads the projection's output in place (QKV):
+ * the three Gathers and the Transpose go (swin_t: 36 Gathers, 12 Transposes). */
+static kiln_status match_gather_qkv(kiln_graph *g, const kiln_optimize_opts *o, int an) {
+    kiln_node *a = &g->nodes[an];
+    kiln_attention_attrs aa = *(const kiln_attention_attrs *)a->attrs;
+    if (aa.q_layout != KILN_ATTN_BHSD || aa.k_layout != KILN_ATTN_BHSD || aa.v_layout != KILN_ATTN_BHSD)
+        return KILN_OK;
+    int x = -1, nodes[3][3];
+    for (int i = 0; i < 3; i++) {
+        int xi = -1;
+        if (window_gather_part(g, a->in[i], &xi, nodes[i]) != i || (x >= 0 && xi != x) ||
+            (i > 0 && nodes[i][1] != nodes[0][1]))
+            return KILN_OK;
+        x = xi;
+    }
+    const kiln_tinfo *ri = info(g, g->nodes[nodes[0][2]].out[0]);
+    if (!is_f32(g, x) || ri->dims[3] != aa.num_heads || g->values[g->nodes[nodes[0][1]].out[0]].n_uses != 3)
+        return KILN_OK;
+    if (!read_packed_qkv(g, o, a, aa, x)) return KILN_OK;
+    for (int i = 0; i < 3; i++) g->nodes[nodes[i][0]].dead = true;
+    g->nodes[nodes[0][1]].dead = true;
+    if (kiln__pat_sole_use(g, g->nodes[nodes[0][2]].out[0])) g->nodes[nodes[0][2]].dead = true;
     kiln__graph_link(g);
     return KILN_OK;
 }
@@ -2050,6 +2112,7 @@ kiln_status kiln__opt_transformer(kiln_graph *g, const kiln_optimize_opts *o) {
         if (!g->nodes[ni].dead && g->nodes[ni].op_id == KILN_OP_Attention) {
             KILN_TRY(match_qkv(g, o, ni));
             if (!g->nodes[ni].dead && g->nodes[ni].op_id == KILN_OP_Attention) KILN_TRY(match_split_qkv(g, o, ni));
+            if (!g->nodes[ni].dead && g->nodes[ni].op_id == KILN_OP_Attention) KILN_TRY(match_gather_qkv(g, o, ni));
             if (!g->nodes[ni].dead && g->nodes[ni].op_id == KILN_OP_Attention) KILN_TRY(match_slice_qkv(g, o, ni));
             if (!g->nodes[ni].dead && g->nodes[ni].op_id == KILN_OP_Attention) KILN_TRY(match_slice_kv(g, o, ni));
             if (!g->nodes[ni].dead && g->nodes[ni].op_id == KILN_OP_Attention) KILN_TRY(match_batch_first(g, o, ni));

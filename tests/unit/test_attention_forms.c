@@ -245,6 +245,8 @@ static void check_form(const form *f) {
      * (Slice + Concat) and PatchMerging's (14 in swin_t113_b1: 22 before) */
     if (!strncmp(f->file, "swin_", 5)) {
         CHECK(count_op(e1, KILN_OP_Pad) + count_op(e1, KILN_OP_Dropout) == 0);
+        /* Q, K, V read in place from the packed projection (match_gather_qkv) */
+        CHECK(count_op(e1, KILN_OP_Gather) == 0);
         CHECK(count_op(e1, KILN_OP_Slice) <= 14);
     }
     int64_t n0 = 0, n1 = 0;
@@ -268,7 +270,10 @@ static void check_form(const form *f) {
         /* BERT: one projection for Q, K and V; output, FFN in and FFN out */
         if (strstr(f->file, "hf_bert")) CHECK(cuda_plan_count(m, &in, KILN_OP_FusedMatMul) == 4 * f->n_attn);
         /* Swin: no Pad kept in float32 between two Casts (the input's and the output's only) */
-        if (!strncmp(f->file, "swin_", 5)) CHECK(cuda_plan_count(m, &in, KILN_OP_Cast) == 2);
+        if (!strncmp(f->file, "swin_", 5)) {
+            CHECK(cuda_plan_count(m, &in, KILN_OP_Cast) == 2);
+            CHECK(cuda_plan_count(m, &in, KILN_OP_Gather) == 0);
+        }
     }
     /* on a GPU: fp16 and bf16 engines against fp32 */
     for (int p = 0; p < 2 && y0; p++) {
