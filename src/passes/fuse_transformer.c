@@ -1140,8 +1140,10 @@ typedef struct attn_scores {
 } attn_scores;
 
 /* Most elements of a window mask repeated over the batch (window_mask_4d):
- * 4M (16 MiB in float32); a larger one is left unfused. */
-#define WIN_MASK_MAX ((int64_t)1 << 22)
+ * 8M (32 MiB in float32; swin_t's first stage at batch 32 takes 4.9M, read
+ * once a layer where the unfused scores [B*nW, H, 49, 49] go through memory
+ * about six times); a larger one is left unfused. */
+#define WIN_MASK_MAX ((int64_t)1 << 23)
 
 /* Swin's shifted-window mask (torchvision's shifted_window_attention):
  *   s5 = Reshape(s, [B, nW, H, Sq, Sk]); a = Add(s5, m); Reshape(a, [B*nW, H, Sq, Sk])
