@@ -346,6 +346,81 @@ static bool identity_pad_slice(const kiln_graph *g, const kiln_node *n) {
     return n->n_in < 5 || n->in[4] < 0 || kiln__pat_const_is(g, n->in[4], 1.0);
 }
 
+/* At most this many Slices into one Gather (concat_of_slices) */
+#define CONCAT_SLICES_MAX 16
+
+/* Slice node sl taking one range [*b, *b + len) of one axis *axis of its
+ * input (constant one-element starts and axes, steps absent or 1; every
+ * other axis whole; shapes known); false if not so. */
+static bool slice_one_range(const kiln_graph *g, int sl, int *axis, int64_t *b) {
+    const kiln_node *n = &g->nodes[sl];
+    double st, ax = 0, step = 1;
+    if (n->n_in < 3 || !const_scalar(g, n->in[1], &st) ||
+        (n->n_in > 3 && n->in[3] >= 0 && !const_scalar(g, n->in[3], &ax)) ||
+        (n->n_in > 4 && n->in[4] >= 0 && !const_scalar(g, n->in[4], &step)) || step != 1)
+        return false;
+    const kiln_tinfo *x = info(g, n->in[0]), *y = info(g, n->out[0]);
+    if (!static_shape(x) || !static_shape(y) || x->rank != y->rank || x->rank < 1) return false;
+    int a = (int)ax < 0 ? (int)ax + x->rank : (int)ax;
+    if (a < 0 || a >= x->rank) return false;
+    for (int k = 0; k < x->rank; k++)
+        if (k != a && x->dims[k] != y->dims[k]) return false;
+    int64_t d = x->dims[a];
+    double s0 = st < 0 ? st + (double)d : st;
+    int64_t s = s0 < 0 ? 0 : s0 > (double)d ? d : (int64_t)s0;
+    if (s + y->dims[a] > d) return false;
+    *axis = a;
+    *b = s;
+    return true;
+}
+
+/* Concat node ci of ranges of one axis of one value x, each taken by a
+ * Slice read by the Concat alone (torch.roll as torch 1.13 and 2.x export
+ * it: Concat(x[:, s:], x[:, :s])), becomes one Gather of x along that axis
+ * with constant indices: one kernel instead of one a Slice and the Concat
+ * (Swin's shifted blocks roll twice over two axes: 12 kernels, now 4). */
+static kiln_status concat_of_slices(kiln_graph *g, const kiln_optimize_opts *o, int ci) {
+    const kiln_node *n = &g->nodes[ci];
+    const kiln_tinfo *y = info(g, n->out[0]);
+    int x = -1, from[CONCAT_SLICES_MAX + 1], nf = 0;
+    if (n->n_in < 2 || n->n_in > CONCAT_SLICES_MAX || !static_shape(y) || y->rank < 1) return KILN_OK;
+    int ca = ((const kiln_axis_attrs *)n->attrs)->axis;
+    ca = ca < 0 ? ca + y->rank : ca;
+    int64_t L = y->dims[ca], idx_n = 0;
+    if (L <= 0 || L > ((int64_t)1 << 24)) return KILN_OK;
+    int64_t *idx = kiln__malloc(sizeof(int64_t) * (size_t)L);
+    if (!idx) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory (optimizer)");
+    bool ok = true;
+    for (int i = 0; i < n->n_in && ok; i++) {
+        int sl = n->in[i] >= 0 ? sole_producer(g, n->in[i], KILN_OP_Slice) : -1, a;
+        int64_t b;
+        ok = sl >= 0 && slice_one_range(g, sl, &a, &b) && a == ca && (x < 0 || g->nodes[sl].in[0] == x);
+        if (!ok) break;
+        x = g->nodes[sl].in[0];
+        int64_t len = info(g, n->in[i])->dims[ca];
+        ok = idx_n + len <= L;
+        for (int64_t j = 0; ok && j < len; j++) idx[idx_n++] = b + j;
+        from[nf++] = sl;
+    }
+    kiln_status st = KILN_OK;
+    if (ok && idx_n == L && info(g, x)->dtype == y->dtype) {
+        int in[2] = {x, -1}, out = n->out[0];
+        kiln_axis_attrs ga = {.axis = ca};
+        char base[200];
+        snprintf(base, sizeof base, "%s_indices", n->name ? n->name : "concat");
+        st = kiln__graph_add_const(g, base, KILN_DTYPE_INT64, 1, &L, idx, &in[1]);
+        /* (an unused constant, should the Gather not run there, goes with DCE) */
+        if (st == KILN_OK && kiln__pat_supports(g, o->device, KILN_OP_Gather, 2, in, 1, &out, &ga)) {
+            from[nf++] = ci;
+            st = kiln__pat_replace(g, ci, KILN_OP_Gather, 2, in, 1, &out, &ga, from, nf);
+            for (int i = 0; st == KILN_OK && i < nf - 1; i++) g->nodes[from[i]].dead = true;
+            kiln__graph_link(g);
+        }
+    }
+    kiln__free(idx);
+    return st;
+}
+
 static kiln_status opt_layout(kiln_graph *g, const kiln_optimize_opts *o) {
     KILN_TRY(explicit_reshape_targets(g));
     for (int ni = 0; ni < g->n_nodes; ni++) {
@@ -379,6 +454,10 @@ static kiln_status opt_layout(kiln_graph *g, const kiln_optimize_opts *o) {
             redirect_uses(g, n->out[0], n->in[0]);
             n->dead = true;
             kiln__graph_link(g);
+            continue;
+        }
+        if (n->op_id == KILN_OP_Concat) {
+            KILN_TRY(concat_of_slices(g, o, ni));
             continue;
         }
         if (n->op_id == KILN_OP_Transpose) {
