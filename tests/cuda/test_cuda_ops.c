@@ -1229,14 +1229,14 @@ TEST(test_node_state) {
 }
 
 /* An engine whose device layers read host inputs (op->host_inputs: Slice's
- * starts/ends/axes/steps, Pad's pads, a Reshape's shape) that are constants:
- * torch 1.13's tiny Swin Transformer (tests/data/gen_swin.py: Pad, Roll as
- * Slice + Concat, PatchMerging's strided Slices). The kernels get the host
- * copies, so a run copies nothing back (the output comes to the host when it
- * is read): against the emulated runtime the device-to-host copies of a run
- * are counted (none);
- * on a GPU a CUDA Graph is captured by the second run (a copy back would
- * synchronize and end the capture). Both agree with the CPU engine. */
+ * starts/ends/axes/steps, a Reshape's shape) that are constants: torch
+ * 1.13's tiny Swin Transformer (tests/data/gen_swin.py; what the optimizer
+ * leaves of it still has PatchMerging's strided Slices). The kernels get
+ * the host copies, so a run copies nothing back (the output comes to the
+ * host when it is read): against the emulated runtime the device-to-host
+ * copies of a run are counted (none; 24 when the kernels got the device
+ * copies); on a GPU a CUDA Graph is captured by the second run (a copy back
+ * would synchronize and end the capture). Both agree with the CPU engine. */
 #if KILN_CUDA_EMU
 KILN_PRIVATE int kiln_emu_dtoh_count(void);
 #endif
