@@ -147,6 +147,9 @@ typedef struct kiln_kernel_args {
                                       (constant folding, build-time timing): then
                                       nothing can be kept */
     const kiln_subgraph_io *sub;   /* control flow: how to load subgraphs (may be NULL) */
+    uint32_t host_in;              /* device backends: bit i set when in[i] is in host memory
+                                      (a host input, op->host_inputs, handed over as its host
+                                      copy by the context); clear: not known */
 } kiln_kernel_args;
 
 /* ---- import: the ONNX node being imported, as an op's import sees it ----

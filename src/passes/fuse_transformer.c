@@ -315,6 +315,112 @@ static kiln_status explicit_reshape_targets(kiln_graph *g) {
     return KILN_OK;
 }
 
+/* Whether Dropout node n copies its input: training_mode absent or a constant
+ * false (or the ratio a constant 0), the mask not read, the output no graph
+ * output. */
+static bool inference_dropout(const kiln_graph *g, const kiln_node *n) {
+    int train = n->n_in > 2 ? n->in[2] : -1, ratio = n->n_in > 1 ? n->in[1] : -1;
+    const kiln_value *tv = train >= 0 ? &g->values[train] : NULL;
+    bool off = !tv || ((tv->flags & KILN_VALUE_CONST) && tv->info.dtype == KILN_DTYPE_BOOL &&
+                       kiln__numel(tv->info.rank, tv->info.dims) == 1 && !*(const uint8_t *)tv->data);
+    if (!off && !kiln__pat_const_is(g, ratio, 0.0)) return false;
+    int mask = n->n_out > 1 ? n->out[1] : -1;
+    if (mask >= 0 && (g->values[mask].n_uses > 0 || kiln__graph_is_output(g, mask))) return false;
+    return n->in[0] >= 0 && !kiln__graph_is_output(g, n->out[0]);
+}
+
+/* Whether Pad or Slice node n gives its input unchanged: the same known
+ * shape out as in, a Pad's pads all 0, a Slice's steps absent or all 1 (a
+ * whole range then). torchvision's Swin pads to a multiple of the window and
+ * slices the padding off again, both no-ops where the size is a multiple
+ * already (swin_t at 224: 15 Pads, each with a Cast to float32 and back in
+ * an fp16 plan, and 24 Slices). */
+static bool identity_pad_slice(const kiln_graph *g, const kiln_node *n) {
+    if (n->op_id != KILN_OP_Pad && n->op_id != KILN_OP_Slice) return false;
+    if (n->in[0] < 0 || kiln__graph_is_output(g, n->out[0])) return false;
+    const kiln_tinfo *x = info(g, n->in[0]), *y = info(g, n->out[0]);
+    if (!static_shape(x) || x->rank != y->rank || x->dtype != y->dtype) return false;
+    for (int i = 0; i < x->rank; i++)
+        if (x->dims[i] != y->dims[i]) return false;
+    if (n->op_id == KILN_OP_Pad) return n->n_in > 1 && kiln__pat_const_is(g, n->in[1], 0.0);
+    return n->n_in < 5 || n->in[4] < 0 || kiln__pat_const_is(g, n->in[4], 1.0);
+}
+
+/* At most this many Slices into one Gather (concat_of_slices) */
+#define CONCAT_SLICES_MAX 16
+
+/* Slice node sl taking one range [*b, *b + len) of one axis *axis of its
+ * input (constant one-element starts and axes, steps absent or 1; every
+ * other axis whole; shapes known); false if not so. */
+static bool slice_one_range(const kiln_graph *g, int sl, int *axis, int64_t *b) {
+    const kiln_node *n = &g->nodes[sl];
+    double st, ax = 0, step = 1;
+    if (n->n_in < 3 || !const_scalar(g, n->in[1], &st) ||
+        (n->n_in > 3 && n->in[3] >= 0 && !const_scalar(g, n->in[3], &ax)) ||
+        (n->n_in > 4 && n->in[4] >= 0 && !const_scalar(g, n->in[4], &step)) || step != 1)
+        return false;
+    const kiln_tinfo *x = info(g, n->in[0]), *y = info(g, n->out[0]);
+    if (!static_shape(x) || !static_shape(y) || x->rank != y->rank || x->rank < 1) return false;
+    int a = (int)ax < 0 ? (int)ax + x->rank : (int)ax;
+    if (a < 0 || a >= x->rank) return false;
+    for (int k = 0; k < x->rank; k++)
+        if (k != a && x->dims[k] != y->dims[k]) return false;
+    int64_t d = x->dims[a];
+    double s0 = st < 0 ? st + (double)d : st;
+    int64_t s = s0 < 0 ? 0 : s0 > (double)d ? d : (int64_t)s0;
+    if (s + y->dims[a] > d) return false;
+    *axis = a;
+    *b = s;
+    return true;
+}
+
+/* Concat node ci of ranges of one axis of one value x, each taken by a
+ * Slice read by the Concat alone (torch.roll as torch 1.13 and 2.x export
+ * it: Concat(x[:, s:], x[:, :s])), becomes one Gather of x along that axis
+ * with constant indices: one kernel instead of one a Slice and the Concat
+ * (Swin's shifted blocks roll twice over two axes: 12 kernels, now 4). */
+static kiln_status concat_of_slices(kiln_graph *g, const kiln_optimize_opts *o, int ci) {
+    const kiln_node *n = &g->nodes[ci];
+    const kiln_tinfo *y = info(g, n->out[0]);
+    int x = -1, from[CONCAT_SLICES_MAX + 1], nf = 0;
+    if (n->n_in < 2 || n->n_in > CONCAT_SLICES_MAX || !static_shape(y) || y->rank < 1) return KILN_OK;
+    int ca = ((const kiln_axis_attrs *)n->attrs)->axis;
+    ca = ca < 0 ? ca + y->rank : ca;
+    int64_t L = y->dims[ca], idx_n = 0;
+    if (L <= 0 || L > ((int64_t)1 << 24)) return KILN_OK;
+    int64_t *idx = kiln__malloc(sizeof(int64_t) * (size_t)L);
+    if (!idx) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory (optimizer)");
+    bool ok = true;
+    for (int i = 0; i < n->n_in && ok; i++) {
+        int sl = n->in[i] >= 0 ? sole_producer(g, n->in[i], KILN_OP_Slice) : -1, a;
+        int64_t b;
+        ok = sl >= 0 && slice_one_range(g, sl, &a, &b) && a == ca && (x < 0 || g->nodes[sl].in[0] == x);
+        if (!ok) break;
+        x = g->nodes[sl].in[0];
+        int64_t len = info(g, n->in[i])->dims[ca];
+        ok = idx_n + len <= L;
+        for (int64_t j = 0; ok && j < len; j++) idx[idx_n++] = b + j;
+        from[nf++] = sl;
+    }
+    kiln_status st = KILN_OK;
+    if (ok && idx_n == L && info(g, x)->dtype == y->dtype) {
+        int in[2] = {x, -1}, out = n->out[0];
+        kiln_axis_attrs ga = {.axis = ca};
+        char base[200];
+        snprintf(base, sizeof base, "%s_indices", n->name ? n->name : "concat");
+        st = kiln__graph_add_const(g, base, KILN_DTYPE_INT64, 1, &L, idx, &in[1]);
+        /* (an unused constant, should the Gather not run there, goes with DCE) */
+        if (st == KILN_OK && kiln__pat_supports(g, o->device, KILN_OP_Gather, 2, in, 1, &out, &ga)) {
+            from[nf++] = ci;
+            st = kiln__pat_replace(g, ci, KILN_OP_Gather, 2, in, 1, &out, &ga, from, nf);
+            for (int i = 0; st == KILN_OK && i < nf - 1; i++) g->nodes[from[i]].dead = true;
+            kiln__graph_link(g);
+        }
+    }
+    kiln__free(idx);
+    return st;
+}
+
 static kiln_status opt_layout(kiln_graph *g, const kiln_optimize_opts *o) {
     KILN_TRY(explicit_reshape_targets(g));
     for (int ni = 0; ni < g->n_nodes; ni++) {
@@ -339,6 +445,19 @@ static kiln_status opt_layout(kiln_graph *g, const kiln_optimize_opts *o) {
             redirect_uses(g, n->out[0], n->in[0]);
             n->dead = true;
             kiln__graph_link(g);
+            continue;
+        }
+        if ((n->op_id == KILN_OP_Dropout && inference_dropout(g, n)) || identity_pad_slice(g, n)) {
+            /* a copy (torch 1.13 exports F.dropout(p, training=False) as Dropout with
+             * training_mode false: torchvision's Swin after its Softmax, where it kept
+             * the attention from fusing) */
+            redirect_uses(g, n->out[0], n->in[0]);
+            n->dead = true;
+            kiln__graph_link(g);
+            continue;
+        }
+        if (n->op_id == KILN_OP_Concat) {
+            KILN_TRY(concat_of_slices(g, o, ni));
             continue;
         }
         if (n->op_id == KILN_OP_Transpose) {
@@ -1092,7 +1211,84 @@ typedef struct attn_scores {
     int cond;         /* bool value or -1 */
     int cond_mode, cond_fill_if;
     float fill;
+    /* Swin's shifted windows: masks[win_slot] is the constant mask of a
+     * [B, nW, H, Sq, Sk] view of the scores (win_b = B), to be made one of the
+     * [B*nW, H, Sq, Sk] scores (window_mask_4d); win_slot -1: none */
+    int win_slot;
+    int64_t win_b;
 } attn_scores;
+
+/* Most elements of a window mask repeated over the batch (window_mask_4d):
+ * 8M (32 MiB in float32; swin_t's first stage at batch 32 takes 4.9M, read
+ * once a layer where the unfused scores [B*nW, H, 49, 49] go through memory
+ * about six times); a larger one is left unfused. */
+#define WIN_MASK_MAX ((int64_t)1 << 23)
+
+/* Swin's shifted-window mask (torchvision's shifted_window_attention):
+ *   s5 = Reshape(s, [B, nW, H, Sq, Sk]); a = Add(s5, m); Reshape(a, [B*nW, H, Sq, Sk])
+ * with m a float32 constant broadcasting into [B, nW, H, Sq, Sk] that does not
+ * vary over B (attn_mask.unsqueeze(1).unsqueeze(0): [1, nW, 1, Sq, Sk]).
+ * Reshape node rs (reading `a`) and the scores' shape sd: s (the chain, of
+ * the scores' shape), m and B; the Add and both Reshapes go into p. */
+static bool window_mask(const kiln_graph *g, int rs, const sshape *sd, int *s, int *m, int64_t *B, pat *p) {
+    int a = g->nodes[rs].in[0];
+    const kiln_tinfo *a5 = info(g, a);
+    if (sd->rank != 4 || a5->rank != 5 || a5->dims[0] <= 0 || a5->dims[1] <= 0 ||
+        a5->dims[0] * a5->dims[1] != sd->d[0] || a5->dims[2] != sd->d[1] || a5->dims[3] != sd->d[2] ||
+        a5->dims[4] != sd->d[3])
+        return false;
+    int ad = sole_producer(g, a, KILN_OP_Add);
+    if (ad < 0) return false;
+    for (int i = 0; i < 2; i++) {
+        int x5 = g->nodes[ad].in[i], mv = g->nodes[ad].in[1 - i];
+        int r5 = sole_producer(g, x5, KILN_OP_Reshape);
+        const kiln_tinfo *mi = info(g, mv);
+        if (r5 < 0 || !has_shape(g, g->nodes[r5].in[0], sd) || !kiln__pat_const_f32(g, mv, NULL) ||
+            mi->rank > 5 || (mi->rank == 5 && mi->dims[0] != 1))
+            continue;
+        bool fits = true;
+        for (int k = 0; k < mi->rank; k++) {
+            int64_t md = mi->dims[k], fd = a5->dims[5 - mi->rank + k];
+            fits = fits && (md == 1 || md == fd);
+        }
+        if (!fits) continue;
+        *s = g->nodes[r5].in[0];
+        *m = mv;
+        *B = a5->dims[0];
+        pat_add(p, rs);
+        pat_add(p, ad);
+        pat_add(p, r5);
+        return true;
+    }
+    return false;
+}
+
+/* The constant of window_mask's m as a mask of the [B*nW, H, Sq, Sk] scores:
+ * m's [nW, h, Sq', Sk'] (h, Sq', Sk' 1 or the full dim) repeated B times
+ * along the first dim (not repeated where m does not vary over the windows
+ * either). Fails (*out = -1) past WIN_MASK_MAX elements. */
+static kiln_status window_mask_4d(kiln_graph *g, int m, int64_t B, int *out) {
+    *out = -1;
+    const kiln_tinfo *mi = info(g, m);
+    int64_t d5[5] = {1, 1, 1, 1, 1};
+    for (int k = 0; k < mi->rank; k++) d5[5 - mi->rank + k] = mi->dims[k];
+    int64_t reps = d5[1] > 1 ? B : 1, per = d5[1] * d5[2] * d5[3] * d5[4];
+    if (per <= 0 || reps > WIN_MASK_MAX / per) return KILN_OK;
+    int64_t n4;
+    const float *x = kiln__pat_const_f32(g, m, &n4);
+    float *y = kiln__malloc(sizeof(float) * (size_t)(reps * per));
+    if (!x || !y) {
+        kiln__free(y);
+        return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory (optimizer)");
+    }
+    for (int64_t b = 0; b < reps; b++) memcpy(y + b * per, x, sizeof(float) * (size_t)per);
+    int64_t dims[4] = {reps * d5[1], d5[2], d5[3], d5[4]};
+    char base[200];
+    snprintf(base, sizeof base, "%s_windows", g->values[m].name ? g->values[m].name : "mask");
+    kiln_status st = kiln__graph_add_const(g, base, KILN_DTYPE_FLOAT32, 4, dims, y, out);
+    kiln__free(y);
+    return st;
+}
 
 static bool match_scores(const kiln_graph *g, int s, const sshape *sd, attn_scores *r, pat *p) {
     r->scale = 1.0;
@@ -1101,6 +1297,8 @@ static bool match_scores(const kiln_graph *g, int s, const sshape *sd, attn_scor
     r->cond_mode = KILN_ATTN_COND_NONE;
     r->cond_fill_if = 0;
     r->fill = 0.0f;
+    r->win_slot = -1;
+    r->win_b = 0;
     int phase = 0; /* 0: additions, 1: after a select, 2: scales */
     for (int guard = 0; guard < 12; guard++) {
         int ni = sole_producer(g, s, 0);
@@ -1113,9 +1311,17 @@ static bool match_scores(const kiln_graph *g, int s, const sshape *sd, attn_scor
         if (!has_shape(g, s, sd)) return false;
         int x;
         double f;
+        int m5, c4;
+        int64_t wb;
         if (n->op_id == KILN_OP_Cast && info(g, n->in[0])->dtype == info(g, s)->dtype) { /* identity */
             pat_add(p, ni);
             s = n->in[0];
+        } else if (n->op_id == KILN_OP_Reshape && phase == 0 && r->win_slot < 0 && r->n_masks < 2 &&
+                   window_mask(g, ni, sd, &c4, &m5, &wb, p)) {
+            r->win_slot = r->n_masks;
+            r->win_b = wb;
+            r->masks[r->n_masks++] = m5;
+            s = c4;
         } else if (n->op_id == KILN_OP_Add && phase == 0) {
             /* which input is the chain: the one of the scores' shape that is made by the
              * chain's ops; the other must broadcast into the scores */
@@ -1421,6 +1627,12 @@ static kiln_status match_attention(kiln_graph *g, const kiln_optimize_opts *o, i
     int qk = sc.qk;
     for (int i = 0; i < sc.n_masks; i++)
         if (!is_f32(g, sc.masks[i])) return KILN_OK;
+    if (sc.win_slot >= 0) { /* (an unused constant, should the layer not be made, goes with DCE) */
+        KILN_TRY(window_mask_4d(g, sc.masks[sc.win_slot], sc.win_b, &sc.masks[sc.win_slot]));
+        if (sc.masks[sc.win_slot] < 0) return KILN_OK;
+        smn = &g->nodes[sm];
+        si = info(g, smn->in[0]);
+    }
     /* scales on Q and on K^T fold in too */
     pat scl = {.n = 0};
     int qv = strip_scales(g, g->nodes[qk].in[0], &sc.scale, &scl);
@@ -1598,6 +1810,18 @@ static kiln_status match_qkv(kiln_graph *g, const kiln_optimize_opts *o, int an)
     return KILN_OK;
 }
 
+/* Makes Attention node a (attrs aa) read Q, K and V from the packed x
+ * [B, S, 3*H*D] (layout QKV) where the device runs it so; false if not. */
+static bool read_packed_qkv(kiln_graph *g, const kiln_optimize_opts *o, kiln_node *a, kiln_attention_attrs aa, int x) {
+    aa.q_layout = aa.k_layout = aa.v_layout = KILN_ATTN_QKV;
+    int ain[6] = {x, x, x, -1, -1, -1}; /* the masks stay */
+    for (int i = 3; i < a->n_in && i < 6; i++) ain[i] = a->in[i];
+    if (!kiln__pat_supports(g, o->device, KILN_OP_Attention, a->n_in, ain, 1, a->out, &aa)) return false;
+    memcpy(a->attrs, &aa, sizeof aa);
+    for (int i = 0; i < 3; i++) a->in[i] = x;
+    return true;
+}
+
 /* An Attention whose Q, K and V (BSHD) are the three outputs of one Split of
  * a [B, S, 3E] value along its last axis into equal parts (GPT-2's packed
  * c_attn projection), read by it alone: it reads the packed value in the
@@ -1622,13 +1846,63 @@ static kiln_status match_split_qkv(kiln_graph *g, const kiln_optimize_opts *o, i
             oi->dims[2] != xi->dims[2] / 3)
             return KILN_OK;
     }
-    aa.q_layout = aa.k_layout = aa.v_layout = KILN_ATTN_QKV;
-    int ain[6] = {x, x, x, -1, -1, -1}; /* the masks stay */
-    for (int i = 3; i < a->n_in && i < 6; i++) ain[i] = a->in[i];
-    if (!kiln__pat_supports(g, o->device, KILN_OP_Attention, a->n_in, ain, 1, a->out, &aa)) return KILN_OK;
-    memcpy(a->attrs, &aa, sizeof aa);
-    for (int i = 0; i < 3; i++) a->in[i] = x;
+    if (!read_packed_qkv(g, o, a, aa, x)) return KILN_OK;
     g->nodes[sp].dead = true;
+    kiln__graph_link(g);
+    return KILN_OK;
+}
+
+/* Swin's (torchvision's) split of its packed projection into Q, K, V:
+ *   t = Transpose(Reshape(x [B, S, 3*H*D] -> [B, S, 3, H, D]), perm (2, 0, 3, 1, 4));
+ *   Gather(t, i, axis 0) -> [B, H, S, D]
+ * Part i of value v made so (the Gather read by nothing else): *x and the
+ * Gather, Transpose and Reshape nodes, else -1. */
+static int window_gather_part(const kiln_graph *g, int v, int *x, int nodes[3]) {
+    int ga = sole_producer(g, v, KILN_OP_Gather);
+    double idx;
+    if (ga < 0 || g->nodes[ga].n_in < 2 || !const_scalar(g, g->nodes[ga].in[1], &idx) ||
+        info(g, g->nodes[ga].in[1])->rank != 0 || ((const kiln_axis_attrs *)g->nodes[ga].attrs)->axis != 0 ||
+        idx < 0 || idx > 2)
+        return -1;
+    int tr = kiln__pat_producer(g, g->nodes[ga].in[0], KILN_OP_Transpose);
+    const int32_t *pm = tr >= 0 ? transpose_perm(g, tr, 5) : NULL;
+    if (!pm || pm[0] != 2 || pm[1] != 0 || pm[2] != 3 || pm[3] != 1 || pm[4] != 4) return -1;
+    int rs = kiln__pat_producer(g, g->nodes[tr].in[0], KILN_OP_Reshape);
+    if (rs < 0) return -1;
+    const kiln_tinfo *xi = info(g, g->nodes[rs].in[0]), *ri = info(g, g->nodes[rs].out[0]);
+    if (xi->rank != 3 || ri->rank != 5 || ri->dims[0] != xi->dims[0] || ri->dims[1] != xi->dims[1] ||
+        ri->dims[2] != 3 || ri->dims[3] <= 0 || ri->dims[4] <= 0 || xi->dims[2] != 3 * ri->dims[3] * ri->dims[4])
+        return -1;
+    *x = g->nodes[rs].in[0];
+    nodes[0] = ga;
+    nodes[1] = tr;
+    nodes[2] = rs;
+    return (int)idx;
+}
+
+/* An Attention (BHSD operands) whose Q, K and V are parts 0, 1, 2 of one
+ * window_gather_part split reads the projection's output in place (QKV):
+ * the three Gathers and the Transpose go (swin_t: 36 Gathers, 12 Transposes). */
+static kiln_status match_gather_qkv(kiln_graph *g, const kiln_optimize_opts *o, int an) {
+    kiln_node *a = &g->nodes[an];
+    kiln_attention_attrs aa = *(const kiln_attention_attrs *)a->attrs;
+    if (aa.q_layout != KILN_ATTN_BHSD || aa.k_layout != KILN_ATTN_BHSD || aa.v_layout != KILN_ATTN_BHSD)
+        return KILN_OK;
+    int x = -1, nodes[3][3];
+    for (int i = 0; i < 3; i++) {
+        int xi = -1;
+        if (window_gather_part(g, a->in[i], &xi, nodes[i]) != i || (x >= 0 && xi != x) ||
+            (i > 0 && nodes[i][1] != nodes[0][1]))
+            return KILN_OK;
+        x = xi;
+    }
+    const kiln_tinfo *ri = info(g, g->nodes[nodes[0][2]].out[0]);
+    if (!is_f32(g, x) || ri->dims[3] != aa.num_heads || g->values[g->nodes[nodes[0][1]].out[0]].n_uses != 3)
+        return KILN_OK;
+    if (!read_packed_qkv(g, o, a, aa, x)) return KILN_OK;
+    for (int i = 0; i < 3; i++) g->nodes[nodes[i][0]].dead = true;
+    g->nodes[nodes[0][1]].dead = true;
+    if (kiln__pat_sole_use(g, g->nodes[nodes[0][2]].out[0])) g->nodes[nodes[0][2]].dead = true;
     kiln__graph_link(g);
     return KILN_OK;
 }
@@ -1919,6 +2193,7 @@ kiln_status kiln__opt_transformer(kiln_graph *g, const kiln_optimize_opts *o) {
         if (!g->nodes[ni].dead && g->nodes[ni].op_id == KILN_OP_Attention) {
             KILN_TRY(match_qkv(g, o, ni));
             if (!g->nodes[ni].dead && g->nodes[ni].op_id == KILN_OP_Attention) KILN_TRY(match_split_qkv(g, o, ni));
+            if (!g->nodes[ni].dead && g->nodes[ni].op_id == KILN_OP_Attention) KILN_TRY(match_gather_qkv(g, o, ni));
             if (!g->nodes[ni].dead && g->nodes[ni].op_id == KILN_OP_Attention) KILN_TRY(match_slice_qkv(g, o, ni));
             if (!g->nodes[ni].dead && g->nodes[ni].op_id == KILN_OP_Attention) KILN_TRY(match_slice_kv(g, o, ni));
             if (!g->nodes[ni].dead && g->nodes[ni].op_id == KILN_OP_Attention) KILN_TRY(match_batch_first(g, o, ni));

@@ -20,7 +20,8 @@ static const struct {
     [KILN_PASS_MERGE_TRANSPOSE_RESHAPE] = {"merge_transpose_reshape",
                                            "Transpose of Transpose composed (or removed), Reshape of "
                                            "Reshape made one Reshape, Reshape targets computed at run "
-                                           "time from the input's own dims made constant (0 entries)"},
+                                           "time from the input's own dims made constant (0 entries), inference "
+                                           "Dropouts removed"},
     [KILN_PASS_FUSE_LAYERNORM] = {"fuse_layernorm", "decomposed LayerNorm (ReduceMean ... Div, Mul, Add) "
                                                     "into LayerNormalization"},
     [KILN_PASS_FUSE_RMSNORM] = {"fuse_rmsnorm", "decomposed RMSNorm (Pow 2, ReduceMean, Add eps, Sqrt, Div or "

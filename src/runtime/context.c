@@ -641,7 +641,13 @@ static kiln_status run_node_call(kiln_context *c, int ni, kiln_call *call) {
         if (need_host && m == MEM_DEV) KILN_TRY(slot_make_available(c, n->in[i], MEM_HOST, ni));
         kiln_tinfo info = {.dtype = s->t.dtype, .rank = s->t.rank, .data = need_host ? s->ptr[MEM_HOST] : NULL};
         memcpy(info.dims, s->t.dims, sizeof info.dims);
-        kiln__call_input(call, i, &info, s->ptr[m]);
+        /* A device layer's host input (Slice's starts, Pad's pads, Reduce's axes...) is handed
+         * to its kernel as the host copy, which the kernels read in place
+         * (kiln__cuda_read_ints): a constant's is there from the start. Handing the device
+         * copy made the kernel copy it back, a stream synchronization per input per run,
+         * which also made every CUDA Graph capture of the engine fail (Swin-T: ~300 per
+         * inference). */
+        kiln__call_input(call, i, &info, need_host ? s->ptr[MEM_HOST] : s->ptr[m]);
     }
     size_t held = kiln__context_memory(c);
     c->node_state[ni].mem_budget = !c->mem_limit ? 0 : held < c->mem_limit ? c->mem_limit - held : 1;
@@ -694,6 +700,8 @@ static kiln_status run_node_call(kiln_context *c, int ni, kiln_call *call) {
     kiln__call_args(call, ws, ws_size, m == MEM_HOST ? c->threads_pool : NULL, &c->node_state[ni]);
     kiln_kernel_args ka = call->ka;
     ka.device_state = m == MEM_DEV ? c->state[m] : NULL;
+    for (int i = 0; m == MEM_DEV && i < n->n_in && i < 32; i++)
+        if (n->in[i] >= 0 && host_input(n, i)) ka.host_in |= 1u << i;
     bool had_state = c->node_state[ni].p != NULL;
     if (c->acheck && (st = kiln__acheck_before(c->acheck, ni, m, &ka)) != KILN_OK) goto done;
     st = c->be[m]->run(c->state[m], &ka);

@@ -248,9 +248,12 @@ kiln_status kiln__acheck_before(kiln_arena_check *a, int ni, int m, const kiln_k
     const kiln_node *n = &g->nodes[ni];
     char nm[256];
     /* 1. every input still holds the value it is */
-    for (int k = 0; k < ka->n_in; k++)
+    for (int k = 0; k < ka->n_in; k++) {
+        /* a host input (op->host_inputs) is handed over as its host copy, wherever the layer runs */
+        int mk = k < 32 && (n->op->host_inputs & (1u << k)) ? KILN_MEM_HOST : m;
         if (ka->in[k] && n->in[k] >= 0)
-            KILN_TRY(kiln__acheck_read(a, ni, n->in[k], m, ka->in[k]->data, kiln__tensor_nbytes(ka->in[k])));
+            KILN_TRY(kiln__acheck_read(a, ni, n->in[k], mk, ka->in[k]->data, kiln__tensor_nbytes(ka->in[k])));
+    }
     /* 2. outputs and the workspace overlap no input (but the planned
      * aliases) and nothing else handed to this layer */
     for (int i = 0; i <= ka->n_out; i++) {

@@ -27,6 +27,7 @@
 #include "ops/elementwise_impl.h"
 #include "ops/fused_norm.h"
 #include "ops/tensor_internal.h"
+#include "runtime/engine.h"
 #include "test.h"
 
 #define GUARD 256
@@ -1227,6 +1228,104 @@ TEST(test_node_state) {
     case_ns = NULL;
 }
 
+/* An engine whose device layers read host inputs (op->host_inputs: Slice's
+ * starts/ends/axes/steps, a Reshape's shape) that are constants: torch
+ * 1.13's tiny Swin Transformer (tests/data/gen_swin.py; what the optimizer
+ * leaves of it still has PatchMerging's strided Slices). The kernels get
+ * the host copies, so a run copies nothing back (the output comes to the
+ * host when it is read): against the emulated runtime the device-to-host
+ * copies of a run are counted (none; 24 when the kernels got the device
+ * copies); on a GPU a CUDA Graph is captured by the second run (a copy back
+ * would synchronize and end the capture). Both agree with the CPU engine. */
+#if KILN_CUDA_EMU
+KILN_PRIVATE int kiln_emu_dtoh_count(void);
+#endif
+static float *engine_run_swin(kiln_device dev, int runs, int *dtoh, bool *graph) {
+    kiln_model *m = NULL;
+    kiln_builder *b = NULL;
+    kiln_engine *e = NULL;
+    kiln_context *c = NULL;
+    float *y = NULL;
+    CHECK_OK(kiln_model_load_onnx("tests/data/attention/swin_t113_b1.onnx", &m));
+    CHECK_OK(kiln_builder_create(&b));
+    CHECK_OK(kiln_builder_set_device(b, dev, 0));
+    if (m && b && kiln_build(b, m, &e) == KILN_OK && kiln_context_create(e, &c) == KILN_OK) {
+        int64_t dims[4] = {1, 3, 56, 56};
+        float *x = malloc(sizeof(float) * 3 * 56 * 56);
+        uint64_t r = 12345;
+        for (int i = 0; i < 3 * 56 * 56; i++) {
+            r = r * 6364136223846793005ull + 1442695040888963407ull;
+            x[i] = (float)((double)(r >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+        }
+        /* on the device (a CUDA Graph needs device inputs) */
+        void *dx = NULL;
+        size_t nx = sizeof(float) * 3 * 56 * 56;
+        if (dev == KILN_DEVICE_CUDA) {
+            CHECK(cudaMalloc(&dx, nx) == cudaSuccess);
+            CHECK(cudaMemcpy(dx, x, nx, cudaMemcpyHostToDevice) == cudaSuccess);
+        }
+        CHECK_OK(kiln_context_set_input(c, "x", KILN_DTYPE_FLOAT32, 4, dims, dx ? dx : x));
+        for (int k = 0; k < runs; k++) {
+#if KILN_CUDA_EMU
+            int before = kiln_emu_dtoh_count();
+#endif
+            CHECK_OK(kiln_context_run(c));
+#if KILN_CUDA_EMU
+            *dtoh = kiln_emu_dtoh_count() - before;
+#else
+            (void)dtoh;
+#endif
+        }
+        *graph = kiln__context_graph_active(c);
+        const void *data = NULL;
+        kiln_dtype t;
+        int rank = 0;
+        int64_t od[KILN_MAX_RANK];
+        CHECK_OK(kiln_context_get_output(c, "y", &t, &rank, od, &data));
+        if (data && t == KILN_DTYPE_FLOAT32 && rank == 2 && od[0] == 1 && od[1] == 10) {
+            y = malloc(sizeof(float) * 10);
+            memcpy(y, data, sizeof(float) * 10);
+        }
+        cudaFree(dx);
+        free(x);
+    } else {
+        FAILF("swin engine for device %d: %s", (int)dev, kiln_last_error());
+    }
+    kiln_context_free(c);
+    kiln_engine_free(e);
+    kiln_builder_free(b);
+    kiln_model_free(m);
+    return y;
+}
+
+TEST(test_engine_host_inputs) {
+    if (!kiln__backend_for(KILN_DEVICE_CUDA)) {
+        printf("  (no CUDA backend in the registry: skipped)\n");
+        return;
+    }
+    int dtoh = -1;
+    bool graph = false, unused;
+    float *ref = engine_run_swin(KILN_DEVICE_CPU, 1, &dtoh, &unused);
+    float *y = engine_run_swin(KILN_DEVICE_CUDA, 3, &dtoh, &graph);
+    CHECK(ref && y);
+    if (ref && y) {
+        double num = 0, den = 0;
+        for (int i = 0; i < 10; i++) {
+            num += (double)(y[i] - ref[i]) * (y[i] - ref[i]);
+            den += (double)ref[i] * ref[i];
+        }
+        if (!(den > 0 && num <= 1e-8 * den)) FAILF("swin: CUDA vs CPU NMSE %g", den > 0 ? num / den : -1.0);
+    }
+#if KILN_CUDA_EMU
+    if (dtoh != 0) FAILF("swin: %d device-to-host copies in a run, want 0", dtoh);
+    (void)graph;
+#else
+    if (!graph) FAILF("swin: no CUDA Graph captured after 3 runs");
+#endif
+    free(ref);
+    free(y);
+}
+
 static kiln_fused_conv_attrs fc_at(kiln_conv_attrs conv, int act, float alpha, float beta, int res) {
     kiln_fused_conv_attrs at;
     memset(&at, 0, sizeof at);
@@ -1947,7 +2046,9 @@ static int attn_tactic_cases(const char *what, const kiln_attention_attrs *at, i
     int n = kiln__backend_tactics(be, st, &ia, false, ids, 32), n_dnn = 0;
     bool half = in[0]->dtype == F16 || in[0]->dtype == BF16;
     CHECK(n >= 1);
-    if (half) CHECK(n >= 2 && ids[0] == KCU_ATTN_TACTIC_ROWS && ids[1] == KCU_ATTN_TACTIC_SPLIT);
+    if (half)
+        CHECK(n >= 4 && ids[0] == KCU_ATTN_TACTIC_ROWS && ids[1] == KCU_ATTN_TACTIC_SPLIT &&
+              ids[2] == KCU_ATTN_TACTIC_FA64 && ids[3] == KCU_ATTN_TACTIC_FA128);
     printf("  %s: %d tactics:", what, n);
     for (int k = 0; k < n; k++) {
         char nm[64], name[160];
@@ -1981,6 +2082,8 @@ TEST(test_attention_tactics) {
      * against kiln's host reference); KILN_CUDNN_CANDIDATES=N in the environment: N */
     bool capped = !getenv("KILN_CUDNN_CANDIDATES");
     if (capped) setenv("KILN_CUDNN_CANDIDATES", "4", 1);
+    bool fa_set = getenv("KILN_CUDA_ATTN_FA") != NULL; /* the opt-in fa64/fa128 tactics are checked here */
+    if (!fa_set) setenv("KILN_CUDA_ATTN_FA", "1", 1);
     kiln_attention_attrs bshd = {.num_heads = 2, .q_layout = KILN_ATTN_BSHD, .k_layout = KILN_ATTN_BSHD,
                                  .v_layout = KILN_ATTN_BSHD, .out_layout = KILN_ATTN_BSHD, .scale = 0.125f};
     kiln_attention_attrs bhsd = {.num_heads = 2, .q_layout = KILN_ATTN_BHSD, .k_layout = KILN_ATTN_BHSD,
@@ -2063,6 +2166,34 @@ TEST(test_attention_tactics) {
         kiln_attention_attrs d20 = bshd;
         CHECK(ATTN_TACTICS(TNAME("d20"), &d20, tol, trand(t, -1, 1, S(2, 9, 40)), trand(t, -1, 1, S(2, 70, 40)),
                            trand(t, -1, 1, S(2, 70, 40))) == 0);
+        /* the masks of kiln-attn-fa64/128 (staged in shared memory): rows of 16-byte
+         * chunks (Sk 144: a float mask and a causal cond together, 3 steps of keys, 3
+         * or 2 query tiles), rows element by element (Sk 77, 150, 197: not 16-byte
+         * aligned), mask, cond and bias at once with a finite select fill, head size 128
+         * with a causal select whose first row keeps no key (nan_to_zero) */
+        kiln_tensor *c144 = tnew(BOOL, 2, (int64_t[]){144, 144});
+        for (int i = 0; i < 144; i++)
+            for (int j = i + 1; j < 144; j++) ((uint8_t *)c144->data)[i * 144 + j] = 1; /* keys after the query */
+        ATTN_TACTICS(TNAME("causal_mask_s144"), &cs, tol, trand(t, -1, 1, S(2, 2, 144, 64)),
+                     trand(t, -1, 1, S(2, 2, 144, 64)), trand(t, -1, 1, S(2, 2, 144, 64)),
+                     trand(t, -2, 0, S(1, 1, 144, 144)), c144);
+        ATTN_TACTICS(TNAME("full_mask_s77"), &bshd, tol, trand(t, -1, 1, S(2, 77, 128)), trand(t, -1, 1, S(2, 77, 128)),
+                     trand(t, -1, 1, S(2, 77, 128)), trand(t, -3, 0, S(2, 1, 77, 77)));
+        kiln_attention_attrs sel3 = fin;
+        sel3.scale = 0.3f;
+        kiln_tensor *c3 = trand(BOOL, 0, 1, S(45, 150));
+        for (int j = 0; j < 150; j++) ((uint8_t *)c3->data)[3 * 150 + j] = 1; /* row 3: every key filled */
+        ATTN_TACTICS(TNAME("select_mask_bias"), &sel3, tol, trand(t, -1, 1, S(2, 2, 45, 32)),
+                     trand(t, -1, 1, S(2, 2, 150, 32)), trand(t, -1, 1, S(2, 2, 150, 48)),
+                     trand(t, -2, 0, S(2, 1, 1, 150)), c3, trand(t, -1, 1, S(1, 2, 45, 150)));
+        kiln_attention_attrs c128 = cs;
+        c128.nan_to_zero = 1;
+        kiln_tensor *c197 = tnew(BOOL, 2, (int64_t[]){197, 197});
+        for (int i = 0; i < 197; i++)
+            for (int j = i + 1; j < 197; j++) ((uint8_t *)c197->data)[i * 197 + j] = 1;
+        ((uint8_t *)c197->data)[0] = 1; /* query 0: no key left */
+        ATTN_TACTICS(TNAME("causal_d128_s197"), &c128, tol, trand(t, -1, 1, S(1, 2, 197, 128)),
+                     trand(t, -1, 1, S(1, 2, 197, 128)), trand(t, -1, 1, S(1, 2, 197, 128)), NULL, c197);
 #undef TNAME
     }
     /* float32 layers: kiln's kernel alone */
@@ -2089,6 +2220,7 @@ TEST(test_attention_tactics) {
     CHECK(dnn == 0 && dnn_bert == 0);
 #endif
     if (capped) unsetenv("KILN_CUDNN_CANDIDATES");
+    if (!fa_set) unsetenv("KILN_CUDA_ATTN_FA");
 }
 
 /* every op of the table has at least one case */
@@ -2121,7 +2253,8 @@ TEST(test_coverage) {
 #define TESTS_FT(X) X(test_fused_transformer) X(test_attention_tactics)
 #define ALL_TESTS(X) \
     TESTS_BASE(X) TESTS_NN(X) TESTS_REDUCE(X) TESTS_FC(X) TESTS_FT(X) TESTS_INDEX(X) \
-    TESTS_SPATIAL(X) TESTS_SEQ(X) TESTS_MISC(X) TESTS_PW(X) X(test_node_state) X(test_coverage)
+    TESTS_SPATIAL(X) TESTS_SEQ(X) TESTS_MISC(X) TESTS_PW(X) X(test_node_state) X(test_engine_host_inputs) \
+    X(test_coverage)
 
 #define COUNT_ONE(t) +1
 /* KILN_TEST_ONLY=test_a,test_b runs just those (a quick look on a GPU) */

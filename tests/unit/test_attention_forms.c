@@ -239,6 +239,18 @@ static void check_form(const form *f) {
     /* GPT-2's merge of the heads, Transpose + Reshape to [B*S, H*D] for its
      * Conv1D's Gemm: the Transpose taken in (the layer writes [B, S, H*D]) */
     if (strstr(f->file, "_hf_gpt2")) CHECK(count_op(e1, KILN_OP_Transpose) == 0);
+    /* torchvision's Swin: its Pads to the window multiple and the Slices that
+     * take the padding off again are no-ops at 56x56 (14x14 tokens, window 7)
+     * and go, as do the inference Dropouts; Q, K, V are read in place from
+     * the packed projection (match_gather_qkv: no Gather of it left); each
+     * torch.roll (two Slices + Concat) is one Gather, two rolls of two axes
+     * in the one shifted block; the Slices left are PatchMerging's (6 in
+     * swin_t113_b1: 22 before) */
+    if (!strncmp(f->file, "swin_", 5)) {
+        CHECK(count_op(e1, KILN_OP_Pad) + count_op(e1, KILN_OP_Dropout) == 0);
+        CHECK(count_op(e1, KILN_OP_Gather) == 4);
+        CHECK(count_op(e1, KILN_OP_Slice) <= 6 && count_op(e1, KILN_OP_Concat) <= 1);
+    }
     int64_t n0 = 0, n1 = 0;
     float *y0 = e0 ? run_form(e0, &in, &n0) : NULL, *y1 = e1 ? run_form(e1, &in, &n1) : NULL;
     CHECK(y0 && y1 && n0 == n1 && n0 > 0);
@@ -259,6 +271,11 @@ static void check_form(const form *f) {
         CHECK(cuda_plan_count(m, &in, KILN_OP_Softmax) == 0);
         /* BERT: one projection for Q, K and V; output, FFN in and FFN out */
         if (strstr(f->file, "hf_bert")) CHECK(cuda_plan_count(m, &in, KILN_OP_FusedMatMul) == 4 * f->n_attn);
+        /* Swin: no Pad kept in float32 between two Casts (the input's and the output's only) */
+        if (!strncmp(f->file, "swin_", 5)) {
+            CHECK(cuda_plan_count(m, &in, KILN_OP_Cast) == 2);
+            CHECK(cuda_plan_count(m, &in, KILN_OP_Gather) == 4);
+        }
     }
     /* on a GPU: fp16 and bf16 engines against fp32 */
     for (int p = 0; p < 2 && y0; p++) {

@@ -16,6 +16,9 @@
 
 #include "backends/cuda/cuda_internal.h"
 
+#include <stdlib.h>
+#include <string.h>
+
 
 static bool half_or_float(kiln_dtype t) {
     return t == KILN_DTYPE_FLOAT32 || t == KILN_DTYPE_FLOAT16 || t == KILN_DTYPE_BFLOAT16;
@@ -353,9 +356,13 @@ kiln_status kiln__cu_attention_run(const kiln_kernel_args *a) {
         tactic = 0;
     }
 #endif
+    cudaError_t e = cudaErrorNotSupported;
+    if (tactic == KCU_ATTN_TACTIC_FA64 || tactic == KCU_ATTN_TACTIC_FA128) /* not taken: the rule's kernel */
+        e = kcu_attention_fa(t, &g, q, k, v, mp, cp, bp, O->data, tactic == KCU_ATTN_TACTIC_FA64 ? 64 : 128,
+                             KCU_STREAM(a));
     int split = tactic == KCU_ATTN_TACTIC_ROWS ? 0 : tactic == KCU_ATTN_TACTIC_SPLIT ? 1 : KCU_STATE(a)->attn_split;
-    cudaError_t e = kcu_attention_mma(t, &g, q, k, v, mp, cp, bp, O->data, KCU_STATE(a)->sm_count, split,
-                                      KCU_STREAM(a));
+    if (e == cudaErrorNotSupported)
+        e = kcu_attention_mma(t, &g, q, k, v, mp, cp, bp, O->data, KCU_STATE(a)->sm_count, split, KCU_STREAM(a));
     if (e == cudaErrorNotSupported) /* not a case for the tensor-core kernel */
         e = kcu_attention(t, &g, q, k, v, mp, cp, bp, O->data, KCU_STREAM(a));
     KILN_CUDA_TRY(e, node);
@@ -364,7 +371,8 @@ kiln_status kiln__cu_attention_run(const kiln_kernel_args *a) {
 
 /* Attention's tactics on CUDA (fp16/bf16): kiln's tensor-core kernel with
  * each way of sharing out the work (k_attn_plan.h: whole key ranges per
- * warp, or 16-row tiles with the keys split over 4 warps), then the engine
+ * warp, or 16-row tiles with the keys split over 4 warps), its variant with
+ * the masks staged in shared memory (64 or 128 rows per CTA), then the engine
  * configs of cuDNN's fused attention for the layer's graph where cuDNN
  * takes the layer (cuda_sdpa.c). Tactic 0: kiln's kernel by the plan's rule. */
 int kiln__cu_attention_tactics(void *state, const kiln_infer_args *a, int32_t *ids, int cap) {
@@ -390,6 +398,14 @@ int kiln__cu_attention_tactics(void *state, const kiln_infer_args *a, int32_t *i
     int n = 0;
     ids[n++] = KCU_ATTN_TACTIC_ROWS;
     if (n < cap) ids[n++] = KCU_ATTN_TACTIC_SPLIT;
+    /* kiln-attn-fa64/128 (kcu_attention_fa takes every head size the layer
+     * may have) are listed only with KILN_CUDA_ATTN_FA=1 until a GPU run has
+     * checked them: a kernel that faults during tuning would fail the build */
+    const char *fa = getenv("KILN_CUDA_ATTN_FA");
+    if (fa && strcmp(fa, "1") == 0 && n + 1 < cap) {
+        ids[n++] = KCU_ATTN_TACTIC_FA64;
+        ids[n++] = KCU_ATTN_TACTIC_FA128;
+    }
 #if KILN_HAVE_CUDNN
     n += kiln__cu_sdpa_tactics(st, t, &g, ids + n, cap - n);
 #endif
@@ -400,6 +416,8 @@ const char *kiln__cu_attention_tactic_name(int32_t id) {
     return id == 0                        ? "kiln-attn"
            : id == KCU_ATTN_TACTIC_ROWS  ? "kiln-attn-rows"
            : id == KCU_ATTN_TACTIC_SPLIT ? "kiln-attn-split"
+           : id == KCU_ATTN_TACTIC_FA64  ? "kiln-attn-fa64"
+           : id == KCU_ATTN_TACTIC_FA128 ? "kiln-attn-fa128"
                                           : "cudnn-sdpa";
 }
 

@@ -187,10 +187,14 @@ KILN_PRIVATE const char *kiln__cu_fused_matmul_tactic_name(int32_t id); /* "cubl
 
 /* Attention's tactics: 0 = kiln's tensor-core kernel by its plan's rule
  * (k_attn_plan.h; KILN_CUDA_ATTN_SPLIT overrides it), ROWS / SPLIT = that
- * kernel with the keys never / always split over warps, kcu_dg_is_id(id) =
- * an engine config of cuDNN's fused attention graph (cuda_sdpa.c). */
+ * kernel with the keys never / always split over warps, FA64 / FA128 = the
+ * tensor-core kernel with the masks staged in shared memory, 64 / 128 query
+ * rows per CTA (kcu_attention_fa), kcu_dg_is_id(id) = an engine config of
+ * cuDNN's fused attention graph (cuda_sdpa.c). */
 #define KCU_ATTN_TACTIC_ROWS 1
 #define KCU_ATTN_TACTIC_SPLIT 2
+#define KCU_ATTN_TACTIC_FA64 3
+#define KCU_ATTN_TACTIC_FA128 4
 KILN_PRIVATE int kiln__cu_attention_tactics(void *state, const kiln_infer_args *a, int32_t *ids, int cap);
 KILN_PRIVATE const char *kiln__cu_attention_tactic_name(int32_t id);
 KILN_PRIVATE void kiln__cu_attention_tactic_describe(int32_t id, char *buf, size_t n);

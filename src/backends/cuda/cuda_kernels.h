@@ -316,6 +316,13 @@ cudaError_t kcu_attention_mma(kiln_dtype t, const kcu_attn *g, const void *q, co
                               const void *bias, void *o, int sm_count, int split,
                               cudaStream_t stream);
 
+/* The tensor-core kernel with the masks staged in shared memory (k_attn.cu,
+ * tactics kiln-attn-fa64 / kiln-attn-fa128): rows = 64 or 128 query rows
+ * per CTA (4 or 8 warps). cudaErrorNotSupported when it cannot take g. */
+cudaError_t kcu_attention_fa(kiln_dtype t, const kcu_attn *g, const void *q, const void *k,
+                             const void *v, const void *mask, const uint8_t *cond, const void *bias,
+                             void *o, int rows, cudaStream_t stream);
+
 /* out[i] = (cond[i] != 0) == fill_if ? fill : 0 for n bools (a cond of
  * Attention as an additive mask, fp16/bf16 out: cuda_sdpa.c). */
 cudaError_t kcu_attn_cond_add(kiln_dtype t, const uint8_t *cond, int64_t n, int fill_if, float fill, void *out,

@@ -221,11 +221,20 @@ bool kiln__cuda_is_device_ptr(const void *p) {
     return at.type == cudaMemoryTypeDevice;
 }
 
+/* Whether t is one of a's inputs that the context says is in host memory
+ * (a->host_in): then no driver query is needed to tell (none during a CUDA
+ * Graph capture, none per run). */
+static bool known_host(const kiln_kernel_args *a, const kiln_tensor *t) {
+    for (int i = 0; i < a->n_in && i < 32; i++)
+        if (a->in[i] == t) return (a->host_in >> i) & 1u;
+    return false;
+}
+
 /* Copies the nb bytes of t to host memory `buf` when t lives on the device;
  * returns the host pointer to read. */
 static kiln_status host_view(const kiln_kernel_args *a, const kiln_tensor *t, size_t nb, void *buf,
                              const void **out) {
-    if (!kiln__cuda_is_device_ptr(t->data)) {
+    if (known_host(a, t) || !kiln__cuda_is_device_ptr(t->data)) {
         *out = t->data;
         return KILN_OK;
     }

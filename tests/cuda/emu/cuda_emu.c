@@ -42,8 +42,13 @@ cudaError_t cudaMalloc(void **p, size_t n) {
     return cudaSuccess;
 }
 cudaError_t cudaFree(void *p) { if (!p) return cudaSuccess; int i = find_reg(p); if (i >= 0) reg_p[i] = NULL; free(p); return cudaSuccess; }
-cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, enum cudaMemcpyKind k, cudaStream_t st) { (void)k; (void)st; memmove(d, s, n); return cudaSuccess; }
-cudaError_t cudaMemcpy(void *d, const void *s, size_t n, enum cudaMemcpyKind k) { (void)k; memmove(d, s, n); return cudaSuccess; }
+/* copies from device memory to the host, counted (test_engine_host_inputs) */
+static int n_dtoh;
+int kiln_emu_dtoh_count(void);
+int kiln_emu_dtoh_count(void) { return n_dtoh; }
+static void count_dtoh(void *d, const void *s) { n_dtoh += find_reg(s) >= 0 && find_reg(d) < 0; }
+cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, enum cudaMemcpyKind k, cudaStream_t st) { (void)k; (void)st; count_dtoh(d, s); memmove(d, s, n); return cudaSuccess; }
+cudaError_t cudaMemcpy(void *d, const void *s, size_t n, enum cudaMemcpyKind k) { (void)k; count_dtoh(d, s); memmove(d, s, n); return cudaSuccess; }
 cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t st) { (void)st; memset(p, v, n); return cudaSuccess; }
 cudaError_t cudaMemcpy2DAsync(void *d, size_t dp, const void *s, size_t sp, size_t w, size_t h, enum cudaMemcpyKind k, cudaStream_t st) {
     (void)k; (void)st;
@@ -673,5 +678,12 @@ cudaError_t kcu_attention_mma(kiln_dtype t, const kcu_attn *g, const void *q, co
     (void)sm_count;
     (void)split;
     if (t != KILN_DTYPE_FLOAT16 && t != KILN_DTYPE_BFLOAT16) return cudaErrorNotSupported;
+    return kcu_attention(t, g, q, k, v, mask, cond, bias, o, s);
+}
+cudaError_t kcu_attention_fa(kiln_dtype t, const kcu_attn *g, const void *q, const void *k, const void *v,
+                             const void *mask, const uint8_t *cond, const void *bias, void *o, int rows,
+                             cudaStream_t s) {
+    if (t != KILN_DTYPE_FLOAT16 && t != KILN_DTYPE_BFLOAT16) return cudaErrorNotSupported;
+    if (rows != 64 && rows != 128) return cudaErrorNotSupported;
     return kcu_attention(t, g, q, k, v, mask, cond, bias, o, s);
 }

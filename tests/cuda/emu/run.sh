@@ -3,7 +3,8 @@
 # families' emu_*.c files next to it), a host
 # emulation of the CUDA runtime, cuBLASLt and kiln's kernel launchers: checks
 # the CUDA backend's host code and the test program without a GPU (not the
-# kernels themselves). Needs the CUDA headers (CUDA_INC, default
+# kernels themselves); registry.c is compiled in with CUDA on, so that whole
+# engines can be built for and run on the emulated device. Needs the CUDA headers (CUDA_INC, default
 # /usr/local/cuda/include); builds a CPU-only libkiln.a in BUILD_DIR.
 #   tests/cuda/emu/run.sh            (ops whose attribute headers exist)
 #   KILN_EMU_INCLUDE=<dir> tests/cuda/emu/run.sh   (extra include folder first,
@@ -25,7 +26,7 @@ INC=()
 if [ -n "${KILN_EMU_INCLUDE:-}" ]; then INC+=(-I"$KILN_EMU_INCLUDE"); fi
 gcc -std=c11 -D_GNU_SOURCE -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer \
     -Wall -Wextra -Iinclude -Isrc -Itests "${INC[@]}" -I"$CUDA_INC" \
-    -DKILN_HAVE_CUDA=1 -DKILN_HAVE_CUDNN=0 -o "$B/test_cuda_emu" \
-    tests/cuda/emu/*.c src/backends/cuda/*.c tests/cuda/test_cuda_ops.c \
+    -DKILN_HAVE_CUDA=1 -DKILN_HAVE_CUDNN=0 -DKILN_CUDA_EMU=1 -o "$B/test_cuda_emu" \
+    tests/cuda/emu/*.c src/backends/cuda/*.c src/backends/registry.c tests/cuda/test_cuda_ops.c \
     "$B/libkiln.a" "${LIBS[@]}" -lpthread -lm
 "$B/test_cuda_emu"
