@@ -9,7 +9,7 @@
  * squeeze-excitation block (tests/data/se_block.onnx) at batch 1 to 32; and a
  * MobileNetV3-style net's NHWC chain (tests/data/tiny_mbv3.onnx); and NHWC
  * chains of fp16 CNNs built for a batch range (tests/data/tiny_dyncnn.onnx,
- * tiny_mbv3.onnx at batches 1 to 32). */
+ * tiny_mbv3.onnx, tiny_convnext.onnx at batches 1 to 32). */
 #include <cuda_runtime_api.h>
 #include <math.h>
 #include <stdlib.h>
@@ -331,20 +331,23 @@ static bool all_nhwc(kiln_engine *e, int *transposes, int *nhwc_layers) {
 /* fp16 CNNs built for a batch range (min 1 / opt 8 / max 32, as a server's
  * engine is: LitServe and Ray Serve fill its batch): tiny_dyncnn.onnx
  * (pools, a residual, a depthwise layer, an SE block, an NCHW input into a
- * pool and an NHWC value out to an output) and tiny_mbv3.onnx (the stem
- * converting the input itself). Every convolution and pool runs NHWC with
+ * pool and an NHWC value out to an output), tiny_mbv3.onnx (the stem
+ * converting the input itself) and tiny_convnext.onnx (7x7 depthwise layers,
+ * the Transposes around LayerNorms and MLPs as views: 3 Transposes left, the
+ * `feat` output's conversion and two that move no byte on [N, C, 1, 1]
+ * values). Every convolution and pool runs NHWC with
  * the batch taken at run time (before, an engine of a dynamic batch got no
  * NHWC chain: every layer NCHW); runs at batches 1, 5, 8 and 32, each a few
  * times in a row from device buffers (a CUDA Graph captured at the second
  * run and replayed: no layer allocates at a batch it was not tuned at),
  * against the CPU's fp32 engine. */
 TEST(nhwc_dynamic_batch) {
-    static const struct { const char *path; int64_t c; int transposes, min_nhwc; } ms[2] = {
-        {"tests/data/tiny_dyncnn.onnx", 8, 2, 10}, {MBV3, 3, 1, 10}};
+    static const struct { const char *path; int64_t c; int transposes, min_nhwc; } ms[3] = {
+        {"tests/data/tiny_dyncnn.onnx", 8, 2, 10}, {MBV3, 3, 1, 10}, {"tests/data/tiny_convnext.onnx", 3, 3, 5}};
     enum { NMAX = 32, HW = 32 * 32, FEAT = 24 * 8 * 8 };
     static float x[NMAX * 8 * HW], y[NMAX * 10], f[NMAX * FEAT], wy[NMAX * 10], wf[NMAX * FEAT];
     static const int ns[] = {8, 8, 8, 1, 5, 5, 5, 32, 32, 32, 1, 1, 8};
-    for (int m = 0; m < 2; m++) {
+    for (int m = 0; m < 3; m++) {
         kiln_engine *e = build_nchw(ms[m].path, ms[m].c, 32, 1, 8, NMAX, KILN_DEVICE_CUDA, KILN_PRECISION_FP16);
         kiln_engine *cpu = build_nchw(ms[m].path, ms[m].c, 32, 1, 8, NMAX, KILN_DEVICE_CPU, KILN_PRECISION_FP32);
         kiln_context *c = NULL, *cc = NULL;

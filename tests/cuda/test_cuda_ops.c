@@ -1378,10 +1378,10 @@ static const struct fc_act { int act; float alpha, beta; const char *name; } fc_
 };
 
 /* NHWC depthwise FusedConv (kiln's kernel, k_dwconv.cu) against the CPU's
- * fp32 NCHW layer: the row-tiled kernels (3x3 and 5x5, stride 1 and 2, one
+ * fp32 NCHW layer: the row-tiled kernels (3x3, 5x5 and 7x7, stride 1 and 2, one
  * output per thread at small sizes and TW per thread at large ones, tails
  * of W not a multiple of the tile), the general vector kernel (dilation,
- * 7x7, stride 3), the scalar kernel (channels not a multiple of 8, fp32),
+ * stride 3), the scalar kernel (channels not a multiple of 8, fp32),
  * every activation, bias and residual, fp16 and bf16. */
 static void dw_case(const char *name, kiln_dtype t, int64_t N, int64_t C, int64_t H, int64_t W, int64_t k,
                     int64_t s, int64_t d, int64_t pb, int64_t pe, int act, float alpha, float beta, bool bias,
@@ -1415,6 +1415,12 @@ TEST(test_dwconv_nhwc) {
     dw_case("dw3s2_wide_bf16", BF16, 8, 256, 64, 47, 3, 2, 1, 0, 1, KILN_FC_ACT_SILU, 0, 0, true, false, 0);
     dw_case("dw5s1_wide_f16", F16, 8, 192, 32, 45, 5, 1, 1, 2, 2, KILN_FC_ACT_HARD_SWISH, 0, 0, true, true, 0);
     dw_case("dw5s2_wide_bf16", BF16, 8, 192, 56, 60, 5, 2, 1, 1, 2, KILN_FC_ACT_RELU, 0, 0, false, true, 0);
+    /* ConvNeXt's 7x7 pad 3 with bias: small (one output per thread) and wide (TW per thread), stride 2 */
+    dw_case("dw7s1_small_f16", F16, 1, 96, 7, 7, 7, 1, 1, 3, 3, KILN_FC_ACT_NONE, 0, 0, true, false, 0);
+    dw_case("dw7s1_small_bf16", BF16, 2, 40, 15, 13, 7, 1, 1, 3, 3, KILN_FC_ACT_NONE, 0, 0, true, true, 0);
+    dw_case("dw7s1_wide_f16", F16, 8, 256, 32, 31, 7, 1, 1, 3, 3, KILN_FC_ACT_NONE, 0, 0, true, false, 0);
+    dw_case("dw7s1_res_bf16", BF16, 2, 64, 28, 27, 7, 1, 1, 3, 3, KILN_FC_ACT_SILU, 0, 0, true, true, 0);
+    dw_case("dw7s2_f16", F16, 2, 24, 17, 18, 7, 2, 1, 3, 3, KILN_FC_ACT_RELU, 0, 0, true, false, 0);
     /* asymmetric and no padding, the general vector kernel, the scalar one */
     dw_case("dw3s2_asym_f16", F16, 2, 16, 12, 11, 3, 2, 1, 0, 1, KILN_FC_ACT_NONE, 0, 0, true, false, 0);
     dw_case("dw3_nopad_f16", F16, 2, 16, 6, 9, 3, 1, 1, 0, 0, KILN_FC_ACT_RELU, 0, 0, true, true, 0);
@@ -1436,6 +1442,56 @@ TEST(test_dwconv_nhwc) {
                           y);
     CHECK(!ran && strstr(kiln_last_error(), "depthwise") != NULL);
     test_failed_checks = before + (ran ? 1 : 0); /* gpu_run_op counted the expected failure */
+}
+
+/* NCHW depthwise layers (2-D, one output channel per group: kiln's tiled
+ * kernel kcu_dwconv_nchw, k_dwconv.cu) against the CPU: ConvNeXt's 7x7 pad 3
+ * with bias at odd sizes, output widths that pick each tile width (8, 16,
+ * 32) with partial tiles, strides, dilations, asymmetric pads, every
+ * activation with and without the residual (FusedConv), fp16, bf16, fp32,
+ * fp64; a window too large for shared memory falls back to the direct
+ * kernel, and so does a channel multiplier of 2. */
+static void dw_nchw_case(const char *name, kiln_dtype t, int64_t N, int64_t C, int64_t H, int64_t W, int64_t k,
+                         int64_t s, int64_t d, int64_t pb, int64_t pe, int act, float alpha, float beta, bool bias,
+                         bool res) {
+    kiln_conv_attrs ca = conv_at(PAD_NOTSET, (int)C, 2, k, s, d, pb, pe);
+    kiln_fused_conv_attrs fa = fc_at(ca, act, alpha, beta, res);
+    int64_t Ho = (H + pb + pe - d * (k - 1) - 1) / s + 1, Wo = (W + pb + pe - d * (k - 1) - 1) / s + 1;
+    kiln_tensor *x = trand(t, -1, 1, S(N, C, H, W)), *w = trand(t, -0.5, 0.5, S(C, 1, k, k));
+    kiln_tensor *b = bias ? trand(t, -1, 1, S(C)) : NULL, *r = res ? trand(t, -1, 1, S(N, C, Ho, Wo)) : NULL;
+    double tol = t == BF16 ? 1e-4 : t == F16 ? 1e-5 : 1e-9;
+    if (res) CASE(name, FusedConv, &fa, 1, 0, tol, x, w, b, r);
+    else if (act != KILN_FC_ACT_NONE) CASE(name, FusedConv, &fa, 1, 0, tol, x, w, b);
+    else if (bias) CASE(name, Conv, &ca, 1, 0, tol, x, w, b);
+    else CASE(name, Conv, &ca, 1, 0, tol, x, w);
+}
+
+TEST(test_dwconv_nchw) {
+    /* ConvNeXt's layer: 7x7, pad 3, bias; widths 11 (TX 16), 7 (TX 8), 40 (TX 32) */
+    dw_nchw_case("dw7_f16", F16, 2, 24, 13, 11, 7, 1, 1, 3, 3, KILN_FC_ACT_NONE, 0, 0, true, false);
+    dw_nchw_case("dw7_bf16", BF16, 3, 16, 7, 7, 7, 1, 1, 3, 3, KILN_FC_ACT_NONE, 0, 0, true, false);
+    dw_nchw_case("dw7_wide_f16", F16, 1, 8, 37, 40, 7, 1, 1, 3, 3, KILN_FC_ACT_NONE, 0, 0, true, false);
+    dw_nchw_case("dw7_f32", F32, 2, 5, 19, 23, 7, 1, 1, 3, 3, KILN_FC_ACT_NONE, 0, 0, true, false);
+    dw_nchw_case("dw7_nobias_f16", F16, 1, 9, 15, 17, 7, 1, 1, 3, 3, KILN_FC_ACT_NONE, 0, 0, false, false);
+    dw_nchw_case("dw7s2_bf16", BF16, 2, 12, 21, 34, 7, 2, 1, 3, 3, KILN_FC_ACT_NONE, 0, 0, true, false);
+    /* strides, dilations, asymmetric pads, no padding, f64 */
+    dw_nchw_case("dw3s2_asym_f16", F16, 2, 16, 12, 11, 3, 2, 1, 0, 1, KILN_FC_ACT_NONE, 0, 0, true, false);
+    dw_nchw_case("dw3_dil2_f32", F32, 1, 6, 14, 35, 3, 1, 2, 2, 2, KILN_FC_ACT_NONE, 0, 0, true, false);
+    dw_nchw_case("dw5s3_nopad_f16", F16, 2, 4, 17, 19, 5, 3, 1, 0, 0, KILN_FC_ACT_NONE, 0, 0, true, false);
+    dw_nchw_case("dw3_f64", F64, 2, 3, 9, 10, 3, 1, 1, 1, 1, KILN_FC_ACT_NONE, 0, 0, true, false);
+    /* FusedConv's epilogue inside the kernel */
+    char name[96];
+    for (size_t a = 0; a < sizeof fc_acts / sizeof fc_acts[0]; a++) {
+        kiln_dtype t = a % 3 == 0 ? F32 : a % 3 == 1 ? F16 : BF16;
+        snprintf(name, sizeof name, "dw7_%s_%s", fc_acts[a].name, kiln_dtype_name(t));
+        dw_nchw_case(name, t, 2, 8, 9, 13, 7, 1, 1, 3, 3, fc_acts[a].act, fc_acts[a].alpha, fc_acts[a].beta,
+                     a % 4 != 3, a % 2 == 0);
+    }
+    /* the direct kernel: a window over shared memory, a channel multiplier */
+    dw_nchw_case("dw3_dil200_f32", F32, 1, 2, 403, 402, 3, 1, 200, 0, 0, KILN_FC_ACT_NONE, 0, 0, true, false);
+    kiln_conv_attrs mult = conv_at(PAD_NOTSET, 6, 2, 7, 1, 1, 3, 3);
+    CASE("dw7_mult2_f16", Conv, &mult, 1, 0, 1e-5, trand(F16, -1, 1, S(2, 6, 9, 10)),
+         trand(F16, -0.5, 0.5, S(12, 1, 7, 7)), trand(F16, -1, 1, S(12)));
 }
 
 #if KILN_HAVE_CUDNN
@@ -2187,7 +2243,7 @@ TEST(test_coverage) {
     X(test_api) X(test_unary) X(test_predicates) X(test_clip) X(test_binary) X(test_variadic) \
     X(test_where) X(test_cast) X(test_copies) X(test_transpose) X(test_concat_split)          \
     X(test_slice) X(test_expand_tile) X(test_gather) X(test_global_pool) X(test_matmul)
-#define TESTS_NN(X) X(test_gemm) X(test_conv) X(test_pool) X(test_pool_nhwc) X(test_dwconv_nhwc) X(test_norm) X(test_softmax)
+#define TESTS_NN(X) X(test_gemm) X(test_conv) X(test_pool) X(test_pool_nhwc) X(test_dwconv_nhwc) X(test_dwconv_nchw) X(test_norm) X(test_softmax)
 #define TESTS_REDUCE(X) X(test_reduce)
 #if KILN_HAVE_CUDNN
 #define TESTS_FC(X) X(test_fused_conv) X(test_fused_conv_nhwc) X(test_fused_conv_graph) X(test_fused_conv_tactics) X(test_conv_gemm)

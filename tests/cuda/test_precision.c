@@ -19,6 +19,7 @@
 #include "ops/reduce_attrs.h"
 #include "ops/elementwise_impl.h"
 #include "ops/fused_conv.h"
+#include "ops/tensor_internal.h"
 #include "backends/cuda/cuda_layout.h"
 #include "passes/precision.h"
 #include "runtime/engine.h"
@@ -421,6 +422,14 @@ TEST(fused_cpu_refuses_fp16) {
     }
 }
 
+/* No dead node is left (the builder runs nothing that drops them after the
+ * layout passes: the runtime would run them). */
+static bool no_dead(const kiln_graph *g) {
+    for (int i = 0; i < g->n_nodes; i++)
+        if (g->nodes[i].dead) return false;
+    return true;
+}
+
 static int live_nodes_of(const kiln_graph *g, int op, int *first) {
     int k = 0;
     for (int i = 0; i < g->n_nodes; i++)
@@ -552,7 +561,7 @@ static void check_batch(const kiln_graph *g, int64_t batch) {
         CHECK((tv->flags & KILN_VALUE_CONST) && tv->info.rank == 1 && tv->info.dims[0] == 4);
         const int64_t *target = tv->data;
         const kiln_tinfo *x = &g->values[nd->in[0]].info;
-        if (target) CHECK(target[0] == (x->dims[0] < 0 ? 0 : x->dims[0]));
+        if (target && x->rank == 4) CHECK(target[0] == (x->dims[0] < 0 ? 0 : x->dims[0]));
     }
 }
 
@@ -744,6 +753,18 @@ TEST(cuda_nhwc_dynamic_batch) {
 #endif
 }
 
+/* The ONNX model at `path` optimized for fp16 on CUDA, every node placed
+ * there (NULL after a failed check). */
+static kiln_model *cuda_fp16_model(const char *path) {
+    kiln_model *m = NULL;
+    CHECK_OK(kiln_model_load_onnx(path, &m));
+    if (!m) return NULL;
+    kiln_graph *g = m->graph;
+    CHECK_OK(optimize(g, KILN_DEVICE_CUDA, KILN_PRECISION_FP16, NULL, 0, false));
+    for (int i = 0; i < g->n_nodes; i++) g->nodes[i].device = KILN_DEVICE_CUDA; /* as placed */
+    return m;
+}
+
 /* The test models of test_cuda_engine's nhwc_dynamic_batch as the builder
  * sees them (ONNX's "batch" dim_param: a symbol), optimized for fp16 on
  * CUDA: every convolution and pool NHWC but the SE blocks' 1x1 ones, the
@@ -757,17 +778,15 @@ TEST(cuda_nhwc_dynamic_models) {
     return;
 #else
     const kiln_backend_i *cu = kiln__backend_for(KILN_DEVICE_CUDA);
-    static const struct { const char *path; int transposes, convs, pools; } ms[2] = {
-        {"tests/data/tiny_dyncnn.onnx", 2, 6, 4}, {"tests/data/tiny_mbv3.onnx", 1, 7, 3}};
-    for (int k = 0; k < 2; k++) {
-        kiln_model *m = NULL;
-        CHECK_OK(kiln_model_load_onnx(ms[k].path, &m));
+    static const struct { const char *path; int transposes, convs, pools; } ms[3] = {
+        {"tests/data/tiny_dyncnn.onnx", 2, 6, 4}, {"tests/data/tiny_mbv3.onnx", 1, 7, 3},
+        {"tests/data/tiny_convnext.onnx", 3, 4, 1}};
+    for (int k = 0; k < 3; k++) {
+        kiln_model *m = cuda_fp16_model(ms[k].path);
         if (!m) continue;
         kiln_graph *g = m->graph;
         int64_t batch = g->values[g->inputs[0]].info.dims[0];
         CHECK(KILN_DIM_IS_SYM(batch));
-        CHECK_OK(optimize(g, KILN_DEVICE_CUDA, KILN_PRECISION_FP16, NULL, 0, false));
-        for (int i = 0; i < g->n_nodes; i++) g->nodes[i].device = KILN_DEVICE_CUDA; /* as placed */
         int n = 0, convs = 0, pools = 0;
         CHECK_OK(kiln__pass_cuda_nhwc(g, &n));
         CHECK(topo_ok(g));
@@ -792,6 +811,157 @@ TEST(cuda_nhwc_dynamic_models) {
         check_batch(g, batch);
         kiln_model_free(m);
     }
+#endif
+}
+
+/* A ConvNeXt-style net (tests/data/tiny_convnext.onnx: torchvision's
+ * convnext as torch exports it, in small) optimized for fp16 on CUDA: one
+ * NHWC chain from the stem (which converts the input itself) to the
+ * GlobalAveragePool. The Transposes around each LayerNorm and MLP are views
+ * of the NHWC bytes (the LayerNorm reads the depthwise layer's output, the
+ * residual Pointwise the second Linear's, both through a Reshape), the 7x7
+ * depthwise layers run kiln's NHWC kernel, the layer scale [C, 1, 1]
+ * broadcasts through views; the only Transposes left are the conversion of
+ * the `feat` output (the first depthwise layer's) and the head's two on
+ * [N, C, 1, 1] values. Without the views each depthwise layer stayed NCHW
+ * between two Transposes (8 of them here, 44 in convnext_tiny). */
+TEST(cuda_nhwc_convnext) {
+    if (!have_cuda()) return;
+#if !KILN_HAVE_CUDNN
+    printf("built without cuDNN: skipping\n");
+    return;
+#else
+    const kiln_backend_i *cu = kiln__backend_for(KILN_DEVICE_CUDA);
+    kiln_model *m = cuda_fp16_model("tests/data/tiny_convnext.onnx");
+    if (!m) return;
+    kiln_graph *g = m->graph;
+    int64_t batch = g->values[g->inputs[0]].info.dims[0];
+    CHECK(live_nodes_of(g, KILN_OP_Transpose, NULL) == 10);
+    int n = 0;
+    CHECK_OK(kiln__pass_cuda_nhwc(g, &n));
+    CHECK(topo_ok(g) && no_dead(g));
+    CHECK(n > 0);
+    int dws = 0, convs = 0, lns = 0, pws = 0, moved = 0, first = -1;
+    live_nodes_of(g, KILN_OP_FusedConv, &first);
+    for (int i = 0; i < g->n_nodes; i++) {
+        const kiln_node *nd = &g->nodes[i];
+        if (nd->dead) continue;
+        CHECK(kiln__backend_supports(cu, g, nd));
+        const kiln_tinfo *x = nd->n_in > 0 && nd->in[0] >= 0 ? &g->values[nd->in[0]].info : NULL;
+        int pr = nd->n_in > 0 && nd->in[0] >= 0 ? g->values[nd->in[0]].producer : -1;
+        /* (the head's Transposes of [N, C, 1, 1] <-> [N, 1, 1, C] move no byte) */
+        if (nd->op_id == KILN_OP_Transpose && (x->dims[1] != 1) + (x->dims[2] != 1) + (x->dims[3] != 1) > 1) {
+            moved++;
+            CHECK(strstr(nd->name, "feat") && strstr(nd->name, "kiln_to_nchw"));
+        }
+        if (nd->op_id == KILN_OP_FusedConv) {
+            const kiln_fused_conv_attrs *fa = nd->attrs;
+            int32_t want = i == first ? KILN_FC_LAYOUT_Y_NHWC : KILN_FC_LAYOUT_X_NHWC | KILN_FC_LAYOUT_Y_NHWC;
+            CHECK(fa->layout == want);
+            convs++;
+            if (fa->conv.group > 1) {
+                dws++;
+                CHECK(!strcmp(kiln__backend_kernel_name(cu, nd), "cuda.dwconv.nhwc"));
+                CHECK(g->values[nd->in[1]].info.dims[2] == 7 && fa->conv.pads[0] == 3);
+            }
+        }
+        if (nd->op_id == KILN_OP_LayerNormalization && x->dims[1] > 1) {
+            /* [N, H, W, C]: a view of an NHWC layer's output */
+            lns++;
+            CHECK(pr >= 0 && g->nodes[pr].op_id == KILN_OP_Reshape);
+        }
+        if (nd->op_id == KILN_OP_Pointwise) {
+            /* the layer scale and the residual over [N, H, W, C] views */
+            pws++;
+            const kiln_tinfo *y = &g->values[nd->out[0]].info;
+            int scales = 0, full = 0;
+            for (int k = 0; k < nd->n_in; k++) {
+                const kiln_tinfo *t = &g->values[nd->in[k]].info;
+                CHECK(t->rank == 4 && t->dims[3] == y->dims[3]);
+                scales += t->dims[0] == 1 && t->dims[1] == 1 && t->dims[2] == 1;
+                full += !memcmp(t->dims, y->dims, sizeof t->dims);
+                CHECK(g->nodes[g->values[nd->in[k]].producer].op_id == KILN_OP_Reshape);
+            }
+            CHECK(scales == 1 && full == 2 && y->dims[1] == y->dims[2] && y->dims[3] > y->dims[1]);
+        }
+    }
+    printf("  %d layers NHWC, %d convolutions (%d depthwise), %d Transposes moving bytes\n", n, convs, dws, moved);
+    CHECK(dws == 2 && convs == 4 && lns == 4 && pws == 2 && moved == 1);
+    CHECK(live_nodes_of(g, KILN_OP_Transpose, NULL) == 3);
+    check_batch(g, batch);
+    kiln_model_free(m);
+#endif
+}
+
+/* x [2, 16, 8, 8] -> Transpose(0,2,3,1) -> Sigmoid -> Transpose(0,3,1,2)
+ * -> (dw: depthwise 7x7 pad 3 -> Transpose(0,2,3,1) -> Sigmoid) -> output;
+ * fp16 on CUDA. */
+static kiln_graph *perm_net(bool dw) {
+    kiln_graph *g = NULL;
+    if (kiln__graph_create(&g) != KILN_OK) abort();
+    int x = add_val(g, "x");
+    g->values[x].info.dtype = KILN_DTYPE_FLOAT32;
+    g->values[x].info.rank = 4;
+    int64_t xd[4] = {2, 16, 8, 8}, wd[4] = {16, 1, 7, 7};
+    memcpy(g->values[x].info.dims, xd, sizeof xd);
+    g->values[x].flags |= KILN_VALUE_INPUT;
+    if (kiln__grow((void **)&g->inputs, &g->cap_inputs, 1, sizeof(int)) != KILN_OK) abort();
+    g->inputs[g->n_inputs++] = x;
+    static float w[16 * 49];
+    for (int i = 0; i < 16 * 49; i++) w[i] = (float)(i % 9 - 4) * 0.03f;
+    kiln_transpose_attrs in = {.n_perm = 4, .perm = {0, 2, 3, 1}}, out = {.n_perm = 4, .perm = {0, 3, 1, 2}};
+    int h = add_node(g, KILN_OP_Transpose, "t_in", 1, &x, &in);
+    h = add_node(g, KILN_OP_Sigmoid, "sig", 1, &h, NULL);
+    h = add_node(g, KILN_OP_Transpose, "t_out", 1, &h, &out);
+    if (dw) {
+        kiln_conv_attrs ca;
+        memset(&ca, 0, sizeof ca);
+        ca.group = 16;
+        ca.n_pads = 4;
+        for (int i = 0; i < 4; i++) ca.pads[i] = 3;
+        h = add_node(g, KILN_OP_Conv, "dw", 2, (int[]){h, add_const(g, "W", KILN_DTYPE_FLOAT32, 4, wd, w)}, &ca);
+        h = add_node(g, KILN_OP_Transpose, "t_in2", 1, &h, &in);
+        h = add_node(g, KILN_OP_Sigmoid, "sig2", 1, &h, NULL);
+    }
+    mark_output(g, h);
+    kiln__graph_link(g);
+    CHECK_OK(kiln__graph_infer(g));
+    CHECK_OK(optimize(g, KILN_DEVICE_CUDA, KILN_PRECISION_FP16, NULL, 0, false));
+    for (int i = 0; i < g->n_nodes; i++) g->nodes[i].device = KILN_DEVICE_CUDA; /* as placed */
+    return g;
+}
+
+/* Which Transposes become views: not one whose input comes NCHW (a graph
+ * input) or whose output no NHWC layer reads (a graph output) -- there the
+ * pass changes nothing; but a Transpose(0,3,1,2) feeding a depthwise layer
+ * and the Transpose(0,2,3,1) of that layer's output do, with no conversion
+ * (the first Transpose stays). */
+TEST(cuda_nhwc_perm_views) {
+    if (!have_cuda()) return;
+#if !KILN_HAVE_CUDNN
+    printf("built without cuDNN: skipping\n");
+    return;
+#else
+    kiln_graph *g = perm_net(false);
+    int n = -1;
+    CHECK_OK(kiln__pass_cuda_nhwc(g, &n));
+    CHECK(n == 0 && live_nodes_of(g, KILN_OP_Transpose, NULL) == 2 && live_nodes_of(g, KILN_OP_Reshape, NULL) == 0);
+    kiln__graph_free(g);
+    g = perm_net(true);
+    CHECK(live_nodes_of(g, KILN_OP_Transpose, NULL) == 3);
+    CHECK_OK(kiln__pass_cuda_nhwc(g, &n));
+    CHECK(topo_ok(g) && no_dead(g));
+    CHECK(n == 3);
+    int first = -1, conv = -1;
+    CHECK(live_nodes_of(g, KILN_OP_Transpose, &first) == 1 && live_nodes_of(g, KILN_OP_FusedConv, &conv) == 1);
+    if (first >= 0) CHECK(!strcmp(g->nodes[first].name, "t_in"));
+    if (conv >= 0) {
+        const kiln_node *nd = &g->nodes[conv];
+        CHECK(((const kiln_fused_conv_attrs *)nd->attrs)->layout == (KILN_FC_LAYOUT_X_NHWC | KILN_FC_LAYOUT_Y_NHWC));
+        CHECK(g->nodes[g->values[nd->in[0]].producer].op_id == KILN_OP_Reshape);
+    }
+    CHECK(live_nodes_of(g, KILN_OP_Reshape, NULL) == 2);
+    kiln__graph_free(g);
 #endif
 }
 
@@ -896,6 +1066,8 @@ int main(void) {
     RUN(cuda_nhwc_mobilenet);
     RUN(cuda_nhwc_dynamic_batch);
     RUN(cuda_nhwc_dynamic_models);
+    RUN(cuda_nhwc_convnext);
+    RUN(cuda_nhwc_perm_views);
     RUN(left_alone);
     RUN(unknown_layer);
     RUN(fused_names);

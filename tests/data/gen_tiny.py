@@ -246,6 +246,20 @@ def se_block(path):
     onnx.save(m, path)
 
 
+def save_feat_net(path, name, nodes, inits, c):
+    # a net of test_cuda_engine's nhwc_dynamic_batch: x[batch,c,32,32] ->
+    # y[batch,10] and feat[batch,24,8,8], opset 17
+    g = helper.make_graph(
+        nodes, name,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", c, 32, 32])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 10]),
+         helper.make_tensor_value_info("feat", TensorProto.FLOAT, ["batch", 24, 8, 8])],
+        initializer=inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], producer_name="kiln-tests")
+    onnx.checker.check_model(m)
+    onnx.save(m, path)
+
+
 def tiny_dyncnn(path):
     # a CNN for a dynamic batch (the CUDA fp16 engine's NHWC chain with the
     # batch taken at run time): x[batch,8,32,32] -> MaxPool 2x2/2 (an NCHW
@@ -276,15 +290,67 @@ def tiny_dyncnn(path):
     c = op("Relu", [conv("c3", a, 24, 32, 3)], "c3_act")
     f = op("Flatten", [op("GlobalAveragePool", [c], "head_gap")], "head_flat", axis=1)
     op("Gemm", [f, const("fc_w", (10, 32), 0.3), const("fc_b", (10,), 0.1)], "y", transB=1)
-    g = helper.make_graph(
-        nodes, "tiny_dyncnn",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8, 32, 32])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 10]),
-         helper.make_tensor_value_info("feat", TensorProto.FLOAT, ["batch", 24, 8, 8])],
-        initializer=inits)
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], producer_name="kiln-tests")
-    onnx.checker.check_model(m)
-    onnx.save(m, path)
+    save_feat_net(path, "tiny_dyncnn", nodes, inits, 8)
+
+
+def tiny_convnext(path):
+    # a ConvNeXt-style net as torch's exporter writes torchvision's convnext
+    # (opset 17): x[batch,3,32,32] -> stem Conv 4x4/4 (24) -> LayerNorm2d
+    # (Transpose(0,2,3,1), LayerNormalization, Transpose(0,3,1,2)) -> block
+    # [depthwise 7x7 pad 3 + bias; Transpose(0,2,3,1); LayerNormalization;
+    # MatMul + Add (96); GELU as Div, Erf, Add, Mul, Mul; MatMul + Add (24);
+    # Transpose(0,3,1,2); Mul by the layer scale [24,1,1]; Add the block's
+    # input] (its depthwise output is feat [batch,24,8,8], an output: a
+    # conversion out) -> LayerNorm2d -> Conv 2x2/2
+    # (32) -> block (32, 4x4) -> GlobalAveragePool -> LayerNorm2d on
+    # [batch,32,1,1] -> Flatten -> Gemm -> y [batch,10]. The CUDA fp16 engine
+    # runs it as one NHWC chain: the Transposes around the LayerNorms and
+    # MLPs are views. Its own random numbers.
+    r = np.random.default_rng(2606)
+    inits, nodes = [], []
+
+    def const(name, shape, scale, base=0.0):
+        inits.append(numpy_helper.from_array((base + r.standard_normal(shape) * scale).astype(np.float32), name))
+        return name
+
+    def op(kind, ins, name, **kw):
+        nodes.append(helper.make_node(kind, ins, [name], name=name, **kw))
+        return name
+
+    def conv(name, x, cin, cout, k, stride, pad, group=1):
+        w = const(name + "_w", (cout, cin // group, k, k), (2.0 / (cin // group * k * k)) ** 0.5)
+        return op("Conv", [x, w, const(name + "_b", (cout,), 0.1)], name, kernel_shape=[k, k],
+                  strides=[stride, stride], pads=[pad] * 4, group=group)
+
+    def ln(name, x, c):
+        return op("LayerNormalization", [x, const(name + "_g", (c,), 0.1, 1.0), const(name + "_b", (c,), 0.1)],
+                  name, axis=-1, epsilon=1e-6)
+
+    def ln2d(name, x, c):
+        t = op("Transpose", [x], name + "_in", perm=[0, 2, 3, 1])
+        return op("Transpose", [ln(name, t, c)], name + "_out", perm=[0, 3, 1, 2])
+
+    def linear(name, x, cin, cout):
+        m = op("MatMul", [x, const(name + "_w", (cin, cout), cin ** -0.5)], name + "_mm")
+        return op("Add", [const(name + "_b", (cout,), 0.1), m], name)
+
+    def block(name, x, c, dw=None):
+        t = op("Transpose", [conv(dw or name + "_dw", x, c, c, 7, 1, 3, c)], name + "_in", perm=[0, 2, 3, 1])
+        h = linear(name + "_fc1", ln(name + "_ln", t, c), c, 4 * c)
+        k = [const(name + n, (), 0.0, v) for n, v in (("_sqrt2", 2 ** 0.5), ("_one", 1.0), ("_half", 0.5))]
+        e = op("Add", [op("Erf", [op("Div", [h, k[0]], name + "_div")], name + "_erf"), k[1]], name + "_erf1")
+        g = op("Mul", [op("Mul", [h, e], name + "_gelu0"), k[2]], name + "_gelu")
+        o = op("Transpose", [linear(name + "_fc2", g, 4 * c, c)], name + "_out", perm=[0, 3, 1, 2])
+        s = op("Mul", [const(name + "_scale", (c, 1, 1), 0.1, 0.5), o], name + "_ls")
+        return op("Add", [s, x], name)
+
+    h = ln2d("stem_ln", conv("stem", "x", 3, 24, 4, 4, 0), 24)
+    h = block("b1", h, 24, "feat")  # (the depthwise layer's output: also a graph output)
+    h = conv("down", ln2d("down_ln", h, 24), 24, 32, 2, 2, 0)
+    h = block("b2", h, 32)
+    f = op("Flatten", [ln2d("head_ln", op("GlobalAveragePool", [h], "gap"), 32)], "flat", axis=1)
+    op("Gemm", [f, const("fc_w", (10, 32), 0.3), const("fc_b", (10,), 0.1)], "y", transB=1)
+    save_feat_net(path, "tiny_convnext", nodes, inits, 3)
 
 
 if __name__ == "__main__":
@@ -300,3 +366,4 @@ if __name__ == "__main__":
     se_block(f"{out}/se_block.onnx")
     tiny_mbv3(f"{out}/tiny_mbv3.onnx")
     tiny_dyncnn(f"{out}/tiny_dyncnn.onnx")
+    tiny_convnext(f"{out}/tiny_convnext.onnx")

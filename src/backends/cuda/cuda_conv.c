@@ -10,7 +10,9 @@
  *     then one epilogue pass act(y + bias + residual);
  *   depthwise (one input channel per group), NHWC: kiln's kernel with the
  *     epilogue inside (k_dwconv.cu), or cuDNN's grouped graph where the
- *     tactic names one of its configs; NCHW: a direct kernel;
+ *     tactic names one of its configs; NCHW: kiln's tiled kernel with the
+ *     epilogue inside (2-D, one output channel per group), else a direct
+ *     kernel;
  *   without cuDNN: im2col into scratch + cuBLASLt GEMM per (image, group);
  *     a 1x1 stride-1 unpadded convolution reads the input directly;
  *   tactics GEMM and PATCH (timed by the builder against cuDNN's): a 1x1
@@ -263,6 +265,15 @@ static kiln_status dw_weights(const kiln_kernel_args *a, const kcu_conv *g, conv
     return KILN_OK;
 }
 
+/* The depthwise kernels' geometry of 2-D layer g with its epilogue. */
+static kcu_dw_nhwc dw_geom(const kcu_conv *g, int act, float alpha, float beta) {
+    kcu_dw_nhwc d = {.N = g->N, .C = g->C, .H = g->in[0], .W = g->in[1], .Ho = g->out[0], .Wo = g->out[1],
+                     .kh = g->k[0], .kw = g->k[1], .sh = g->s[0], .sw = g->s[1], .dh = g->d[0],
+                     .dw = g->d[1], .ph = g->pb[0], .pw = g->pb[1], .act = act, .alpha = alpha,
+                     .beta = beta};
+    return d;
+}
+
 /* y = act(dwconv(x) + bias + r) over NHWC tensors by kiln's kernel. */
 static kiln_status dw_nhwc_run(const kiln_kernel_args *a, const kcu_conv *g, int act, float alpha, float beta,
                                const kiln_tensor *B, const kiln_tensor *R) {
@@ -270,10 +281,7 @@ static kiln_status dw_nhwc_run(const kiln_kernel_args *a, const kcu_conv *g, int
     const void *wt = NULL;
     kiln_status s = dw_weights(a, g, cs, &wt);
     if (s == KILN_OK) {
-        kcu_dw_nhwc d = {.N = g->N, .C = g->C, .H = g->in[0], .W = g->in[1], .Ho = g->out[0], .Wo = g->out[1],
-                         .kh = g->k[0], .kw = g->k[1], .sh = g->s[0], .sw = g->s[1], .dh = g->d[0],
-                         .dw = g->d[1], .ph = g->pb[0], .pw = g->pb[1], .act = act, .alpha = alpha,
-                         .beta = beta};
+        kcu_dw_nhwc d = dw_geom(g, act, alpha, beta);
         cudaError_t e = kcu_dwconv_nhwc(a->in[0]->dtype, &d, a->in[0]->data, wt, B ? B->data : NULL,
                                         R ? R->data : NULL, a->out[0]->data, KCU_STREAM(a));
         if (e != cudaSuccess) s = kiln__cuda_fail(e, KCU_NODE(a), "kcu_dwconv_nhwc");
@@ -1096,7 +1104,20 @@ static kiln_status conv_exec(const kiln_kernel_args *a, const kiln_conv_attrs *a
                               act, alpha, beta, B, R, &done));
         if (done) return KILN_OK;
     }
-    if (g.Cg == 1 && g.G > 1) { /* depthwise: direct, bias included */
+    if (g.Cg == 1 && g.G > 1 && g.Mg == 1 && g.ns == 2) {
+        /* depthwise NCHW, 2-D, one output channel per group: the tiled kernel, epilogue included */
+        kcu_dw_nhwc d = dw_geom(&g, act, alpha, beta);
+        int tx_log2;
+        int64_t blocks;
+        size_t smem;
+        if (kcu_dw_nchw_tile(X->dtype, &d, &tx_log2, &blocks, &smem)) {
+            KILN_CUDA_TRY(kcu_dwconv_nchw(X->dtype, &d, X->data, W->data, B ? B->data : NULL, R ? R->data : NULL,
+                                          Y->data, KCU_STREAM(a)),
+                          node);
+            return KILN_OK;
+        }
+    }
+    if (g.Cg == 1 && g.G > 1) { /* other depthwise layers: direct, bias included */
         KILN_CUDA_TRY(kcu_conv_direct(X->dtype, &g, X->data, W->data, B ? B->data : NULL, Y->data,
                                       KCU_STREAM(a)),
                       node);

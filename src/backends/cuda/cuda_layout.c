@@ -15,7 +15,14 @@
  *   NHWC v -> Reshape [N,H,W,C] -> Transpose(0,3,1,2) [N,C,H,W] (NCHW)
  *
  * (the Reshapes are views: no copy). Every value keeps its NCHW shape; a
- * value's bytes are NHWC exactly when an NHWC layer produced it.
+ * value's bytes are NHWC exactly when an NHWC layer produced it. The
+ * model's own Transposes between the layouts become views too where they
+ * meet a chain (ConvNeXt's Permutes around its LayerNorms and MLPs):
+ *
+ *   Transpose(0,2,3,1) of NHWC bytes [N,C,H,W] -> Reshape [N,H,W,C]
+ *   Transpose(0,3,1,2) of [N,H,W,C] read by a chain layer
+ *     -> Reshape [N,C,H,W] (NHWC bytes)
+ *
  * C, H and W must be known; the batch may be dynamic (an engine built for
  * a batch range: a symbol or unknown at build time): the Reshapes' targets
  * then hold 0 there (ONNX: copy the input's dim), resolved at run time, and
@@ -59,8 +66,12 @@ static bool half_4d(const kiln_tinfo *t) {
 /* What a layer is to the pass: K_DW a depthwise FusedConv (kiln's NHWC
  * kernel or cuDNN's grouped configs), K_EW an elementwise layer that runs
  * in either layout (its NHWC inputs and output keep their NCHW shapes; a
- * per-channel operand [N or 1, C, 1, 1] needs views, see ew_views). */
-enum { K_NONE = 0, K_CONV, K_POOL, K_GAP, K_DW, K_EW };
+ * per-channel operand [N or 1, C, 1, 1] needs views, see ew_views), K_TIN
+ * a Transpose(0,2,3,1) of an NHWC-held [N, C, H, W] value and K_TOUT a
+ * Transpose(0,3,1,2) whose [N, C, H, W] output an NHWC layer reads: both
+ * the identity on the bytes (ConvNeXt's Permutes around its LayerNorm and
+ * MLP), so they become views. */
+enum { K_NONE = 0, K_CONV, K_POOL, K_GAP, K_DW, K_EW, K_TIN, K_TOUT };
 
 /* Whether value v's bytes are the same in both layouts: a 4-D value with
  * H = W = 1 ([N, C, 1, 1]: GlobalAveragePool's output, the SE block's
@@ -84,14 +95,24 @@ static bool full_in(const kiln_graph *g, const kiln_node *n, int i) {
     return t->rank == 4 && y->rank == 4 && !memcmp(t->dims, y->dims, 4 * sizeof(int64_t));
 }
 
+/* t's dims as 4 (numpy broadcasting: leading 1s), false above rank 4. */
+static bool dims4(const kiln_tinfo *t, int64_t *d) {
+    if (t->rank < 0 || t->rank > 4) return false;
+    int lead = 4 - t->rank;
+    for (int i = 0; i < 4; i++) d[i] = i < lead ? 1 : t->dims[i - lead];
+    return true;
+}
+
 /* Whether input i of n is a per-channel operand [1 or N, 1 or C, 1, 1]
- * of a 4-D output [N, C, H, W] (the SE block's Mul). */
+ * (or of lower rank: [C, 1, 1], ConvNeXt's layer scale) of a 4-D output
+ * [N, C, H, W] (the SE block's Mul). */
 static bool chan_in(const kiln_graph *g, const kiln_node *n, int i) {
     int v = n->in[i];
-    if (v < 0) return false;
-    const kiln_tinfo *t = &g->values[v].info, *y = &g->values[n->out[0]].info;
-    return t->rank == 4 && t->dims[2] == 1 && t->dims[3] == 1 && (t->dims[0] == 1 || t->dims[0] == y->dims[0]) &&
-           (t->dims[1] == 1 || t->dims[1] == y->dims[1]) && !(t->dims[0] == 1 && t->dims[1] == 1);
+    int64_t d[4];
+    if (v < 0 || !dims4(&g->values[v].info, d)) return false;
+    const kiln_tinfo *y = &g->values[n->out[0]].info;
+    return d[2] == 1 && d[3] == 1 && (d[0] == 1 || d[0] == y->dims[0]) && (d[1] == 1 || d[1] == y->dims[1]) &&
+           !(d[0] == 1 && d[1] == 1);
 }
 
 /* A FusedConv that cuDNN runs channels-last (graph or legacy API; the
@@ -160,10 +181,28 @@ static bool ew_ok(const kiln_graph *g, const kiln_node *n) {
     return full > 0;
 }
 
+static const int32_t perm_to_nhwc[4] = {0, 2, 3, 1}, perm_to_nchw[4] = {0, 3, 1, 2};
+
+/* A Transpose of a float 4-D value by `perm` (K_TIN or K_TOUT) whose
+ * [N, C, H, W] side (the input of K_TIN, the output of K_TOUT) has C, H
+ * and W known and is not [N, C, 1, 1] (the same bytes both ways: nothing
+ * to gain). Whether the NHWC side meets the chain is pruned later. */
+static int perm_kind(const kiln_graph *g, const kiln_node *n) {
+    const kiln_transpose_attrs *ta = n->attrs;
+    if (n->n_in < 1 || n->in[0] < 0 || ta->n_perm != 4) return K_NONE;
+    bool tin = !memcmp(ta->perm, perm_to_nhwc, sizeof perm_to_nhwc);
+    if (!tin && memcmp(ta->perm, perm_to_nchw, sizeof perm_to_nchw)) return K_NONE;
+    int v = tin ? n->in[0] : n->out[0];
+    const kiln_tinfo *t = &g->values[v].info;
+    if (!nchw_4d(t) || neutral(g, v) || (t->dtype != KILN_DTYPE_FLOAT32 && !half_4d(t))) return K_NONE;
+    return tin ? K_TIN : K_TOUT;
+}
+
 static int node_kind(const kiln_graph *g, const kiln_node *n) {
     if (n->dead || n->device != KILN_DEVICE_CUDA || n->n_out < 1 || n->out[0] < 0) return K_NONE;
     if (ew_ok(g, n)) return K_EW;
     if (!n->attrs) return K_NONE;
+    if (n->op_id == KILN_OP_Transpose) return perm_kind(g, n);
     if (n->op_id == KILN_OP_FusedConv) return conv_ok(g, n) ? K_CONV : dw_ok(g, n) ? K_DW : K_NONE;
     if (n->n_in < 1 || n->in[0] < 0) return K_NONE;
     const kiln_tinfo *x = &g->values[n->in[0]].info;
@@ -178,14 +217,17 @@ static int node_kind(const kiln_graph *g, const kiln_node *n) {
     return K_NONE;
 }
 
-/* Whether kind k writes its output NHWC. */
-static bool makes_nhwc(int k) { return k == K_CONV || k == K_POOL || k == K_DW || k == K_EW; }
+/* Whether kind k writes its output NHWC (K_TOUT: its [N, C, H, W] output is
+ * the bytes of its [N, H, W, C] input). */
+static bool makes_nhwc(int k) { return k == K_CONV || k == K_POOL || k == K_DW || k == K_EW || k == K_TOUT; }
 
 /* Whether input i of layer ni (of kind kind[ni]) can be NHWC: X, FusedConv's
- * residual, an elementwise layer's full operands. */
+ * residual, an elementwise layer's full operands, K_TIN's input (K_TOUT
+ * reads an ordinary [N, H, W, C] value). */
 static bool reads_nhwc(const kiln_graph *g, const int *kind, int ni, int i) {
     int k = kind[ni];
     if (k == K_EW) return full_in(g, &g->nodes[ni], i);
+    if (k == K_TOUT) return false;
     return (k != K_NONE && i == 0) || ((k == K_CONV || k == K_DW) && i == 3);
 }
 
@@ -313,7 +355,8 @@ static kiln_status ew_views(nhwc_ctx *c, int ni) {
     for (int i = 0; i < n_in; i++) {
         if (!role[i]) continue;
         int v = g->nodes[ni].in[i], nv;
-        const int64_t *d = g->values[v].info.dims;
+        int64_t d[4]; /* (a per-channel operand may have a lower rank: [C, 1, 1]) */
+        if (!dims4(&g->values[v].info, d)) return KILN_FAIL(KILN_ERR_INTERNAL, "NHWC pass: operand rank");
         int64_t vd[4] = {d[0], role[i] == 1 ? d[2] : 1, role[i] == 1 ? d[3] : 1, d[1]};
         KILN_TRY(reshape_view(c, v, vd, -1, "nhwc_in", ni - 1, &nv));
         g->nodes[ni].in[i] = nv; /* g->nodes may have moved: index again */
@@ -342,6 +385,22 @@ static bool passed_nhwc(const kiln_graph *g, const int *kind, int ni, int i) {
         return pr >= 0 && makes_nhwc(kind[pr]);
     }
     return true;
+}
+
+/* Replaces Transpose node ni (K_TIN or K_TOUT) by a view of the same bytes:
+ * K_TIN reads [N, C, H, W] NHWC bytes (its input, rewired) and K_TOUT
+ * writes them (its output; an NHWC copy where it is a graph output,
+ * converted back after it); each is the [N, H, W, C] value. The Reshape
+ * runs first among the nodes that follow ni. */
+static kiln_status perm_view(nhwc_ctx *c, int ni) {
+    kiln_graph *g = c->g;
+    int x = g->nodes[ni].in[0], y = g->nodes[ni].out[0], dummy;
+    int64_t dims[4];
+    memcpy(dims, g->values[y].info.dims, sizeof dims);
+    g->nodes[ni].dead = true;
+    KILN_TRY(reshape_view(c, x, dims, y, "relabel", ni, &dummy));
+    place_first_after(c, ni);
+    return KILN_OK;
 }
 
 static kiln_status rewrite(nhwc_ctx *c, const int *kind, bool *is_nhwc, int *nhwc_of, int *nchw_of) {
@@ -391,23 +450,45 @@ static kiln_status rewrite(nhwc_ctx *c, const int *kind, bool *is_nhwc, int *nhw
             g->nodes[ni].in[i] = nv; /* g->nodes may have moved: index again */
         }
     }
+    /* the Transposes between [N, C, H, W] NHWC bytes and [N, H, W, C] values: views
+     * (after the inputs were rewired: passed_nhwc reads the original producers) */
+    for (int ni = 0; ni < c->n_nodes0; ni++)
+        if (kind[ni] == K_TIN || kind[ni] == K_TOUT) KILN_TRY(perm_view(c, ni));
     for (int ni = 0; ni < c->n_nodes0; ni++)
         if (kind[ni] == K_EW) KILN_TRY(ew_views(c, ni));
     return KILN_OK;
 }
 
 /* An elementwise layer joins a chain only through a full operand that a
- * chain layer writes NHWC (nodes in topological order: producers first). */
-static void prune_ew(const kiln_graph *g, int *kind) {
-    for (int ni = 0; ni < g->n_nodes; ni++) {
-        if (kind[ni] != K_EW) continue;
-        const kiln_node *n = &g->nodes[ni];
-        bool fed = false;
-        for (int i = 0; i < n->n_in && !fed; i++) {
-            int pr = n->in[i] >= 0 ? g->values[n->in[i]].producer : -1;
-            fed = full_in(g, n, i) && pr >= 0 && makes_nhwc(kind[pr]);
+ * chain layer writes NHWC, a K_TIN only where its input is written NHWC
+ * (else it stays a Transpose), and a K_TOUT only where a chain layer reads
+ * its output NHWC (else its readers would need it converted back). Each
+ * decision can undo another: repeated until none changes (forward in
+ * topological order, producers first, then over the readers). */
+static void prune_ew(const kiln_graph *g, int *kind, int *read) {
+    for (bool changed = true; changed;) {
+        changed = false;
+        for (int ni = 0; ni < g->n_nodes; ni++) {
+            if (kind[ni] != K_EW && kind[ni] != K_TIN) continue;
+            const kiln_node *n = &g->nodes[ni];
+            bool fed = false;
+            for (int i = 0; i < n->n_in && !fed; i++) {
+                int pr = n->in[i] >= 0 ? g->values[n->in[i]].producer : -1;
+                fed = (kind[ni] == K_TIN ? i == 0 : full_in(g, n, i)) && pr >= 0 && makes_nhwc(kind[pr]);
+            }
+            if (!fed) kind[ni] = K_NONE, changed = true;
         }
-        if (!fed) kind[ni] = K_NONE;
+        /* read[ni]: a chain layer reads node ni's output NHWC */
+        for (int ni = 0; ni < g->n_nodes; ni++) read[ni] = 0;
+        for (int j = 0; j < g->n_nodes; j++) {
+            const kiln_node *n = &g->nodes[j];
+            for (int i = 0; i < n->n_in; i++) {
+                int pr = n->in[i] >= 0 ? g->values[n->in[i]].producer : -1;
+                if (pr >= 0 && !n->dead && reads_nhwc(g, kind, j, i)) read[pr] = 1;
+            }
+        }
+        for (int ni = 0; ni < g->n_nodes; ni++)
+            if (kind[ni] == K_TOUT && !read[ni]) kind[ni] = K_NONE, changed = true;
     }
 }
 
@@ -438,7 +519,8 @@ static void keep_long_chains(const kiln_graph *g, int *kind, int *sc) {
         const kiln_node *n = &g->nodes[ni];
         if (n->dead) continue;
         if (kind[ni]) {
-            /* elementwise layers run in either layout: they join chains but count for none */
+            /* elementwise layers run in either layout: they join chains but count for none;
+             * a Transpose made a view saves a kernel as a layer does */
             if (kind[ni] != K_EW) layers[root(parent, ni)]++;
             if (makes_nhwc(kind[ni]) && kiln__graph_is_output(g, n->out[0]) && !neutral(g, n->out[0]))
                 convs[root(parent, ni)]++;
@@ -475,7 +557,7 @@ kiln_status kiln__pass_cuda_nhwc(kiln_graph *g, int *n_layers) {
     }
     int count = 0;
     for (int ni = 0; ni < g->n_nodes; ni++) kind[ni] = node_kind(g, &g->nodes[ni]);
-    prune_ew(g, kind);
+    prune_ew(g, kind, sc);
     /* a chain needs a layer that writes NHWC: a lone GlobalAveragePool stays */
     keep_long_chains(g, kind, sc);
     for (int ni = 0; ni < g->n_nodes; ni++) count += kind[ni] ? 1 : 0;
@@ -483,6 +565,9 @@ kiln_status kiln__pass_cuda_nhwc(kiln_graph *g, int *n_layers) {
     if (!count) goto done;
     if ((s = rewrite(&c, kind, is_nhwc, nhwc_of, nchw_of)) != KILN_OK) goto done;
     if ((s = kiln__nodes_place_after(g, c.n_nodes0, c.after)) != KILN_OK) goto done;
+    /* drop the Transposes made views: nothing after this pass (the tuner, the
+     * memory plan, the runtime) skips dead nodes */
+    if ((s = kiln__graph_compact(g)) != KILN_OK) goto done;
     kiln__graph_link(g);
     s = kiln__graph_infer(g);
     if (s == KILN_OK && n_layers) *n_layers = count;

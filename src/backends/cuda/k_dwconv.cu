@@ -57,7 +57,8 @@ __device__ __forceinline__ void dw_store8(const kcu_dw_nhwc &g, float *v, const 
     *reinterpret_cast<uint4 *>(y + o) = pack8<T>(v);
 }
 
-/* KH x KW kernel, stride S in both dims, no dilation: a thread per (n, ho,
+/* KH x KW kernel (3, 5 or 7: MobileNet's, EfficientNet's, ConvNeXt's),
+ * stride S in both dims, no dilation: a thread per (n, ho,
  * tile of TW outputs along W, 8 channels), channels fastest across the
  * threads (a warp reads 512 contiguous bytes of a pixel where C >= 256).
  * Per kernel row the tile's (TW - 1) S + KW input vectors are loaded once
@@ -198,13 +199,16 @@ static cudaError_t dw_tile_launch(const kcu_dw_nhwc *g, const T *x, const T *wt,
     if (!wide) WT = g->Wo;
     const int64_t total = base * WT;
     if (total > INT32_MAX) return cudaErrorInvalidValue; /* the caller checked */
-    const unsigned blocks = (unsigned)((total + KCU_THREADS - 1) / KCU_THREADS);
+    /* few threads (batch 1, late layers: ConvNeXt's last 7x7 layers have 4704
+     * at batch 1): blocks of 64, which spread over 4x the SMs */
+    const int threads = total < 32768 ? 64 : KCU_THREADS;
+    const unsigned blocks = (unsigned)((total + threads - 1) / threads);
     if (wide)
-        k_dw_nhwc_tile<T, K, K, S, TW><<<blocks, KCU_THREADS, 0, stream>>>(*g, x, wt, b, r, y, (uint32_t)CG,
-                                                                           (uint32_t)WT, (uint32_t)total);
+        k_dw_nhwc_tile<T, K, K, S, TW><<<blocks, threads, 0, stream>>>(*g, x, wt, b, r, y, (uint32_t)CG,
+                                                                       (uint32_t)WT, (uint32_t)total);
     else
-        k_dw_nhwc_tile<T, K, K, S, 1><<<blocks, KCU_THREADS, 0, stream>>>(*g, x, wt, b, r, y, (uint32_t)CG,
-                                                                          (uint32_t)WT, (uint32_t)total);
+        k_dw_nhwc_tile<T, K, K, S, 1><<<blocks, threads, 0, stream>>>(*g, x, wt, b, r, y, (uint32_t)CG,
+                                                                      (uint32_t)WT, (uint32_t)total);
     return cudaGetLastError();
 }
 
@@ -217,20 +221,89 @@ static cudaError_t dw_vec_launch(const kcu_dw_nhwc *g, const void *xv, const voi
     const bool fits = g->H < INT_MAX / 4 && g->W < INT_MAX / 4 && g->Ho < INT_MAX && g->Wo < INT_MAX &&
                       g->ph < INT_MAX / 4 && g->pw < INT_MAX / 4 && g->N * g->Ho * g->Wo * (g->C / 8) < INT32_MAX;
     const bool square = g->kh == g->kw && g->sh == g->sw && g->dh == 1 && g->dw == 1;
-    if (fits && square && (g->sh == 1 || g->sh == 2) && (g->kh == 3 || g->kh == 5)) {
+    if (fits && square && (g->sh == 1 || g->sh == 2) && (g->kh == 3 || g->kh == 5 || g->kh == 7)) {
         if (g->kh == 3) return g->sh == 1 ? dw_tile_launch<T, 3, 1>(g, x, wt, b, r, y, stream)
                                           : dw_tile_launch<T, 3, 2>(g, x, wt, b, r, y, stream);
-        return g->sh == 1 ? dw_tile_launch<T, 5, 1>(g, x, wt, b, r, y, stream)
-                          : dw_tile_launch<T, 5, 2>(g, x, wt, b, r, y, stream);
+        if (g->kh == 5) return g->sh == 1 ? dw_tile_launch<T, 5, 1>(g, x, wt, b, r, y, stream)
+                                          : dw_tile_launch<T, 5, 2>(g, x, wt, b, r, y, stream);
+        return g->sh == 1 ? dw_tile_launch<T, 7, 1>(g, x, wt, b, r, y, stream)
+                          : dw_tile_launch<T, 7, 2>(g, x, wt, b, r, y, stream);
     }
     const int64_t total = g->N * g->Ho * g->Wo * (g->C / 8);
     k_dw_nhwc_vec<T><<<grid_for(total), KCU_THREADS, 0, stream>>>(*g, x, wt, b, r, y, total);
     return cudaGetLastError();
 }
 
+/* ---- NCHW ---------------------------------------------------------------------- */
+
+/* NCHW depthwise: a block of 256 threads per (image, channel, tile of TY x
+ * TX outputs), TX = 1 << tx_log2 (32, 16 or 8 as the output is wide) and
+ * TY = 256 / TX. The block stages the tile's input window (zero padding
+ * included) and the channel's kh x kw weights in shared memory as the
+ * accumulation type, once; then each thread computes one output from there
+ * (no bounds tests in the tap loop). Index math in 32 bits (the launcher
+ * checks that the sizes fit). */
+template <typename T>
+__global__ void __launch_bounds__(KCU_DW_NCHW_THREADS)
+    k_dw_nchw(const __grid_constant__ kcu_dw_nhwc g, const T *__restrict__ x, const T *__restrict__ w,
+              const T *__restrict__ bias, const T *__restrict__ r, T *__restrict__ y, int tx_log2,
+              uint32_t tiles_w, uint32_t tiles_h) {
+    typedef typename Num<T>::C A;
+    extern __shared__ __align__(16) unsigned char dw_smem[];
+    A *ws = reinterpret_cast<A *>(dw_smem);
+    const int kh = (int)g.kh, kw = (int)g.kw, sh = (int)g.sh, sw = (int)g.sw, dh = (int)g.dh, dw = (int)g.dw;
+    const int H = (int)g.H, W = (int)g.W, Ho = (int)g.Ho, Wo = (int)g.Wo, C = (int)g.C;
+    const int TX = 1 << tx_log2, TY = KCU_DW_NCHW_THREADS >> tx_log2;
+    const int IH = (TY - 1) * sh + (kh - 1) * dh + 1, IW = (TX - 1) * sw + (kw - 1) * dw + 1;
+    A *xs = ws + kh * kw;
+    uint32_t b = blockIdx.x;
+    const int tw = (int)(b % tiles_w);
+    b /= tiles_w;
+    const int th = (int)(b % tiles_h);
+    const uint32_t plane = b / tiles_h; /* n C + c */
+    const int c = (int)(plane % (uint32_t)C);
+    const int ho0 = th * TY, wo0 = tw * TX, ih0 = ho0 * sh - (int)g.ph, iw0 = wo0 * sw - (int)g.pw;
+    const T *xp = x + (size_t)plane * (size_t)H * (size_t)W;
+    for (int i = threadIdx.x; i < kh * kw; i += KCU_DW_NCHW_THREADS) ws[i] = Num<T>::load(w[c * kh * kw + i]);
+    for (int i = threadIdx.x; i < IH * IW; i += KCU_DW_NCHW_THREADS) {
+        const int ih = ih0 + i / IW, iw = iw0 + i % IW;
+        xs[i] = ih >= 0 && ih < H && iw >= 0 && iw < W ? Num<T>::load(xp[ih * W + iw]) : A(0);
+    }
+    __syncthreads();
+    const int lx = threadIdx.x & (TX - 1), ly = threadIdx.x >> tx_log2;
+    const int ho = ho0 + ly, wo = wo0 + lx;
+    if (ho >= Ho || wo >= Wo) return;
+    const A *xr = xs + ly * sh * IW + lx * sw;
+    A acc = A(0);
+    for (int i = 0; i < kh; i++)
+        for (int j = 0; j < kw; j++) acc += xr[i * dh * IW + j * dw] * ws[i * kw + j];
+    const size_t o = ((size_t)plane * (size_t)Ho + (size_t)ho) * (size_t)Wo + (size_t)wo;
+    if (bias) acc += Num<T>::load(bias[c]);
+    if (r) acc += Num<T>::load(r[o]);
+    y[o] = Num<T>::store(act_apply<A>(g.act, (A)g.alpha, (A)g.beta, acc));
+}
+
 } // namespace
 
 extern "C" {
+
+cudaError_t kcu_dwconv_nchw(kiln_dtype t, const kcu_dw_nhwc *g, const void *x, const void *w, const void *bias,
+                            const void *r, void *y, cudaStream_t stream) {
+    if (g->N * g->Ho * g->Wo * g->C <= 0) return cudaSuccess;
+    int tx_log2 = 0;
+    int64_t blocks = 0;
+    size_t smem = 0;
+    if (g->act >= KCU_ACT_COUNT || !kcu_dw_nchw_tile(t, g, &tx_log2, &blocks, &smem)) return cudaErrorInvalidValue;
+    const int64_t TX = (int64_t)1 << tx_log2, TY = KCU_DW_NCHW_THREADS / TX;
+    const uint32_t tiles_w = (uint32_t)((g->Wo + TX - 1) / TX), tiles_h = (uint32_t)((g->Ho + TY - 1) / TY);
+    cudaError_t e = cudaErrorInvalidValue;
+    KCU_SWITCH_FLOAT(t, {
+        k_dw_nchw<T_><<<(unsigned)blocks, KCU_DW_NCHW_THREADS, smem, stream>>>(
+            *g, (const T_ *)x, (const T_ *)w, (const T_ *)bias, (const T_ *)r, (T_ *)y, tx_log2, tiles_w, tiles_h);
+        e = cudaGetLastError();
+    })
+    return e;
+}
 
 cudaError_t kcu_dwconv_nhwc(kiln_dtype t, const kcu_dw_nhwc *g, const void *x, const void *wt, const void *bias,
                             const void *r, void *y, cudaStream_t stream) {

@@ -614,6 +614,28 @@ cudaError_t kcu_dwconv_nhwc(kiln_dtype t, const kcu_dw_nhwc *g, const void *x, c
     }
     return cudaSuccess;
 }
+cudaError_t kcu_dwconv_nchw(kiln_dtype t, const kcu_dw_nhwc *g, const void *x, const void *w, const void *bias,
+                            const void *r, void *y, cudaStream_t s) {
+    (void)s;
+    int tx_log2;
+    int64_t blocks;
+    size_t smem;
+    if (!isf(t) || g->act >= KCU_ACT_COUNT || !kcu_dw_nchw_tile(t, g, &tx_log2, &blocks, &smem))
+        return cudaErrorInvalidValue;
+    for (int64_t i = 0; i < g->N * g->C * g->Ho * g->Wo; i++) {
+        int64_t wo = i % g->Wo, q = i / g->Wo, ho = q % g->Ho, nc = q / g->Ho, c = nc % g->C;
+        double acc = bias ? ld(t, bias, c) : 0;
+        for (int64_t kh = 0; kh < g->kh; kh++)
+            for (int64_t kw = 0; kw < g->kw; kw++) {
+                int64_t ih = ho * g->sh - g->ph + kh * g->dh, iw = wo * g->sw - g->pw + kw * g->dw;
+                if (ih >= 0 && ih < g->H && iw >= 0 && iw < g->W)
+                    acc += ld(t, x, (nc * g->H + ih) * g->W + iw) * ld(t, w, (c * g->kh + kh) * g->kw + kw);
+            }
+        if (r) acc += ld(t, r, i);
+        st_(t, y, i, emu_act(g->act, g->alpha, g->beta, acc));
+    }
+    return cudaSuccess;
+}
 cudaError_t kcu_attention(kiln_dtype t, const kcu_attn *g, const void *q, const void *k, const void *v,
                           const void *mask, const uint8_t *cond, const void *bias, void *o, cudaStream_t s) {
     (void)s;
