@@ -1467,6 +1467,8 @@ static void dw_nchw_case(const char *name, kiln_dtype t, int64_t N, int64_t C, i
 }
 
 TEST(test_dwconv_nchw) {
+    bool tiled_set = getenv("KILN_CUDA_DW_NCHW") != NULL; /* the opt-in tiled kernel is checked here */
+    if (!tiled_set) setenv("KILN_CUDA_DW_NCHW", "1", 1);
     /* ConvNeXt's layer: 7x7, pad 3, bias; widths 11 (TX 16), 7 (TX 8), 40 (TX 32) */
     dw_nchw_case("dw7_f16", F16, 2, 24, 13, 11, 7, 1, 1, 3, 3, KILN_FC_ACT_NONE, 0, 0, true, false);
     dw_nchw_case("dw7_bf16", BF16, 3, 16, 7, 7, 7, 1, 1, 3, 3, KILN_FC_ACT_NONE, 0, 0, true, false);
@@ -1492,6 +1494,7 @@ TEST(test_dwconv_nchw) {
     kiln_conv_attrs mult = conv_at(PAD_NOTSET, 6, 2, 7, 1, 1, 3, 3);
     CASE("dw7_mult2_f16", Conv, &mult, 1, 0, 1e-5, trand(F16, -1, 1, S(2, 6, 9, 10)),
          trand(F16, -0.5, 0.5, S(12, 1, 7, 7)), trand(F16, -1, 1, S(12)));
+    if (!tiled_set) unsetenv("KILN_CUDA_DW_NCHW");
 }
 
 #if KILN_HAVE_CUDNN
