@@ -791,6 +791,8 @@ def main():
     sel.add_argument("--models", help="comma-separated model names")
     ap.add_argument("--families", default=",".join(FAMILIES))
     ap.add_argument("--variants", default="fixed,dynamic")
+    ap.add_argument("--budget", type=float, default=0,
+                    help="seconds; cases not started by then are skipped (0: no limit)")
     ap.add_argument("--device", default="cpu", help="kiln build --device (cpu, cuda, cuda:N)")
     ap.add_argument("--precision", default="fp32", choices=sorted(PRECISION_FLAGS))
     ap.add_argument("--kiln", default=os.path.join(ROOT, "build", "kiln"), help="the kiln tool")
@@ -876,29 +878,9 @@ def main():
     t_start = time.time()
     kiln_rev = git_describe()
     cmdline = "python3 bench/model_zoo.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-    for n, v in cases:
-        t0 = time.time()
-        r = sweep_case(args, n, v, versions, env)
-        r.update(debug_arena=args.debug_arena, wall_s=time.time() - t0, command=cmdline,
-                 date=datetime.date.today().isoformat(), kiln=kiln_rev)
-        rows[(n, v)] = r
-        ran.append(r)
-        onnx_file = os.path.join(case_dir(args, n, v), "model.onnx")
-        if os.path.exists(onnx_file) and (args.keep_onnx == "none" or (
-                args.keep_onnx == "failed" and r["status"] in ("pass", "pass-fp64", "incomparable"))):
-            os.remove(onnx_file)  # the next run exports it again
-        print("%-34s %-8s %-12s %8s %6.0f s  %s" % (n, v, r["status"], fmt(r.get("error"), "%.1e"),
-                                                   r["wall_s"], (r.get("reason") or "")[:200]),
-              flush=True)
-        with open(results_path + ".tmp", "w") as f:
-            json.dump({"rows": list(rows.values())}, f, indent=1)
-        os.replace(results_path + ".tmp", results_path)
-    counts = {}
-    for r in ran:
-        counts[r["status"]] = counts.get(r["status"], 0) + 1
-    print("model_zoo: %d rows in %.0f s: %s" % (len(ran), time.time() - t_start, ", ".join(
-        "%s %d" % (s, counts[s]) for s in STATUS_ORDER if s in counts)))
-    if args.write:
+    def write_table():
+        if not args.write:
+            return
         sys.path.insert(0, os.path.join(ROOT, "bench"))
         from mdsection import write_section
         order = {n: i for i, (n, _) in enumerate(zoo_models(FAMILIES))}
@@ -916,6 +898,38 @@ def main():
                       os.cpu_count(), made))
         write_section(args.write, "%s-%s" % (args.device.replace(":", ""), args.precision),
                       table(allrows, args, header))
+
+    skipped = []
+    for n, v in cases:
+        if args.budget and time.time() - t_start > args.budget:
+            skipped.append("%s:%s" % (n, v))  # not started: past --budget
+            continue
+        t0 = time.time()
+        r = sweep_case(args, n, v, versions, env)
+        r.update(debug_arena=args.debug_arena, wall_s=time.time() - t0, command=cmdline,
+                 date=datetime.date.today().isoformat(), kiln=kiln_rev)
+        rows[(n, v)] = r
+        ran.append(r)
+        onnx_file = os.path.join(case_dir(args, n, v), "model.onnx")
+        if os.path.exists(onnx_file) and (args.keep_onnx == "none" or (
+                args.keep_onnx == "failed" and r["status"] in ("pass", "pass-fp64", "incomparable"))):
+            os.remove(onnx_file)  # the next run exports it again
+        print("%-34s %-8s %-12s %8s %6.0f s  %s" % (n, v, r["status"], fmt(r.get("error"), "%.1e"),
+                                                   r["wall_s"], (r.get("reason") or "")[:200]),
+              flush=True)
+        with open(results_path + ".tmp", "w") as f:
+            json.dump({"rows": list(rows.values())}, f, indent=1)
+        os.replace(results_path + ".tmp", results_path)
+        write_table()  # after every row: a run cut short still leaves its table
+    if skipped:
+        print("model_zoo: not started (--budget %g s): %s" % (args.budget, " ".join(skipped)))
+    counts = {}
+    for r in ran:
+        counts[r["status"]] = counts.get(r["status"], 0) + 1
+    print("model_zoo: %d rows in %.0f s: %s" % (len(ran), time.time() - t_start, ", ".join(
+        "%s %d" % (s, counts[s]) for s in STATUS_ORDER if s in counts)))
+    if args.write:
+        write_table()
         print("wrote %s" % args.write)
     fail_on = set(args.fail_on.split(","))
     return 1 if any(r["status"] in fail_on for r in ran) else 0
