@@ -10,6 +10,8 @@
 
 #define NODE(a) ((a)->node_name ? (a)->node_name : "?")
 
+KILN_FC_ACT_ALL_HANDLED("kiln__fc_act_name, kiln__fc_act");
+
 const char *kiln__fc_act_name(int act) {
     switch (act) {
     case KILN_FC_ACT_NONE: return "none";
@@ -19,6 +21,7 @@ const char *kiln__fc_act_name(int act) {
     case KILN_FC_ACT_SIGMOID: return "sigmoid";
     case KILN_FC_ACT_SILU: return "silu";
     case KILN_FC_ACT_HARD_SWISH: return "hard_swish";
+    case KILN_FC_ACT_HARD_SIGMOID: return "hard_sigmoid";
     default: return "?";
     }
 }
@@ -35,7 +38,11 @@ float kiln__fc_act(int act, float alpha, float beta, float x) {
         t = t < 0.0f ? 0.0f : t > 1.0f ? 1.0f : t;
         return x * t;
     }
-    default: return x;
+    case KILN_FC_ACT_HARD_SIGMOID: {
+        float t = alpha * x + beta;
+        return t < 0.0f ? 0.0f : t > 1.0f ? 1.0f : t;
+    }
+    default: return x; /* KILN_FC_ACT_NONE (fc_validate refuses the others) */
     }
 }
 

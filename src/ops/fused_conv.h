@@ -32,8 +32,14 @@ enum {
     KILN_FC_ACT_SIGMOID = 4,    /* 1 / (1 + exp(-x)) */
     KILN_FC_ACT_SILU = 5,       /* x * sigmoid(x) (Sigmoid + Mul) */
     KILN_FC_ACT_HARD_SWISH = 6, /* x * max(0, min(1, x / 6 + 0.5)) */
+    KILN_FC_ACT_HARD_SIGMOID = 7, /* max(0, min(1, alpha * x + beta)) (ONNX HardSigmoid; the
+                                     squeeze-excite gate of MobileNetV3: 1/6, 0.5) */
     KILN_FC_ACT_COUNT
 };
+/* Every switch over KILN_FC_ACT_* sits next to this check: an activation
+ * added here fails the build until each of them handles it. */
+#define KILN_FC_ACT_ALL_HANDLED(where) \
+    _Static_assert(KILN_FC_ACT_COUNT == 8, where ": handle every KILN_FC_ACT_* (then update this count)")
 
 typedef struct kiln_fused_conv_attrs {
     kiln_tactic tactic;      /* first, as for every KILN_OP_FLAG_TACTICS op */

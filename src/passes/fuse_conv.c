@@ -8,6 +8,7 @@
  *    along what follows it:
  *        Conv -> Add(other, same shape)           residual
  *             -> Relu | Clip(const min/max) | LeakyRelu | Sigmoid | HardSwish
+ *             |  HardSigmoid(alpha, beta)         (MobileNetV3's squeeze-excite gate)
  *             |  Sigmoid + Mul(x, sigmoid(x))     (SiLU)
  *    Each step needs the intermediate value to be read by the next node only
  *    (SiLU: by the Sigmoid and the Mul only) and not be a graph output.
@@ -154,6 +155,14 @@ static bool match_act(const kiln_graph *g, int cur, kiln_fused_conv_attrs *fa, i
     case KILN_OP_Relu: fa->act = KILN_FC_ACT_RELU; break;
     case KILN_OP_Sigmoid: fa->act = KILN_FC_ACT_SIGMOID; break;
     case KILN_OP_HardSwish: fa->act = KILN_FC_ACT_HARD_SWISH; break;
+    case KILN_OP_HardSigmoid: {
+        const kiln_ew_act_attrs *ha = n->attrs;
+        if (!ha || isnan(ha->alpha) || isnan(ha->beta)) return false;
+        fa->act = KILN_FC_ACT_HARD_SIGMOID;
+        fa->alpha = ha->alpha;
+        fa->beta = ha->beta;
+        break;
+    }
     case KILN_OP_LeakyRelu:
         fa->act = KILN_FC_ACT_LEAKY_RELU;
         fa->alpha = ((const kiln_ew_act_attrs *)n->attrs)->alpha;

@@ -236,8 +236,8 @@ TEST(se_block_at_batch_sizes) {
  * gen_tiny.py: depthwise 3x3 and 5x5/2 layers, SE blocks with HardSigmoid
  * and Sigmoid gates, a residual, an NHWC output) at a fixed shape, where
  * fp16/bf16 CUDA engines run one NHWC chain (kiln's depthwise kernel, the
- * SE Muls through views, no conversion but the one back for `feat`):
- * against the CPU's fp32 engine. */
+ * SE Muls through views, the gates fused into their convolutions, no
+ * conversion but the one back for `feat`): against the CPU's fp32 engine. */
 #define MBV3 "tests/data/tiny_mbv3.onnx"
 static kiln_engine *build_mbv3(kiln_device dev, kiln_precision p, int64_t n) {
     return build_nchw(MBV3, 3, 32, n, n, n, dev, p);
@@ -280,6 +280,8 @@ TEST(nhwc_mobilenet) {
         for (const char *p = d; (p = strstr(p, " Transpose ")) != NULL; p++) tr++;
         CHECK(tr == 1); /* feat back to NCHW */
         CHECK(strstr(d, "nhwc") != NULL);
+        /* the SE gate's HardSigmoid is the epilogue of its 1x1 convolution */
+        CHECK(strstr(d, "b1_se_r+b1_se_gate") != NULL && strstr(d, " HardSigmoid ") == NULL);
         run_mbv3(e, x, y1, f1, n);
         double ey = rel_err(y1, y0, n * 10), ef = rel_err(f1, f0, n * 24 * 64);
         printf("  %s batch %lld: y max err / max|ref| = %.2e, feat %.2e, %d Transpose\n", bf ? "bf16" : "fp16",

@@ -1375,7 +1375,9 @@ static const struct fc_act { int act; float alpha, beta; const char *name; } fc_
     {KILN_FC_ACT_CLIP, 0, 0.5f, "relu6"},        {KILN_FC_ACT_CLIP, -0.25f, 0.5f, "clip"},
     {KILN_FC_ACT_LEAKY_RELU, 0.1f, 0, "leaky"}, {KILN_FC_ACT_SIGMOID, 0, 0, "sigmoid"},
     {KILN_FC_ACT_SILU, 0, 0, "silu"},           {KILN_FC_ACT_HARD_SWISH, 0, 0, "hswish"},
+    {KILN_FC_ACT_HARD_SIGMOID, 1.0f / 6.0f, 0.5f, "hsigmoid"}, {KILN_FC_ACT_HARD_SIGMOID, 0.2f, 0.5f, "hsigmoid02"},
 };
+_Static_assert(KILN_FC_ACT_COUNT == 8, "fc_acts: list every KILN_FC_ACT_* (then update this count)");
 
 /* NHWC depthwise FusedConv (kiln's kernel, k_dwconv.cu) against the CPU's
  * fp32 NCHW layer: the row-tiled kernels (3x3, 5x5 and 7x7, stride 1 and 2, one
@@ -1527,8 +1529,8 @@ TEST(test_fused_conv_nhwc) {
 
 /* FusedConv as one cuDNN graph (conv + bias + residual + activation,
  * cuda_conv.c) against the CPU's fp32 layer: every activation with and
- * without bias and residual (hard swish, which has no cuDNN mode, composed
- * of four pointwise operations), bf16, the first layer of a chain converting
+ * without bias and residual (hard swish and hard sigmoid, which have no
+ * cuDNN mode, composed of four and three pointwise operations), bf16, the first layer of a chain converting
  * its NCHW input with 3 channels (padded to 8), NCHW layers with odd
  * channel counts, strides, asymmetric pads, dilations and groups. */
 TEST(test_fused_conv_graph) {
@@ -1796,32 +1798,37 @@ TEST(test_conv_gemm) {
 #endif
     }
 #if KILN_HAVE_CUDNN
-    /* hard swish as a cuDNN graph (composed of MUL, ADD, clipped RELU_FWD, MUL):
+    /* hard swish and hard sigmoid as cuDNN graphs (composed of MUL, ADD, clipped RELU_FWD[, MUL]):
      * a 3x3 NHWC layer with a residual lists engine configs, and each computes it */
-    kiln_fused_conv_attrs href = fc_at(conv_at(PAD_NOTSET, 1, 2, 3, 1, 1, 1, 1), KILN_FC_ACT_HARD_SWISH, 0, 0, 1),
-                          hnh = href;
-    hnh.layout = both;
-    kiln_tensor *hin[4] = {trand(F16, -1, 1, S(2, 16, 9, 7)), trand(F16, -0.3, 0.3, S(24, 16, 3, 3)),
-                           trand(F16, -1, 1, S(24)), trand(F16, -1, 1, S(2, 24, 9, 7))};
-    kiln_tinfo hti[4], hyo;
-    const kiln_tinfo *htip[4] = {&hti[0], &hti[1], &hti[2], &hti[3]};
-    kiln_tinfo *htop[1] = {&hyo};
-    bool hsup = false;
-    if (infer_case("FusedConv/hswish_tactics", kiln__op_by_id(KILN_OP_FusedConv), &href, 4, hin, 1, hti, &hyo, &hsup)) {
-        kiln_infer_args ia = {.op = kiln__op_by_id(KILN_OP_FusedConv), .attrs = &hnh,
-                              .node_name = "FusedConv/hswish_tactics", .n_in = 4, .n_out = 1, .in = htip, .out = htop};
+    static const struct fc_act composed[2] = {{KILN_FC_ACT_HARD_SWISH, 0, 0, "hswish"},
+                                              {KILN_FC_ACT_HARD_SIGMOID, 1.0f / 6.0f, 0.5f, "hsigmoid"}};
+    for (int c = 0; c < 2; c++) {
+        kiln_fused_conv_attrs href = fc_at(conv_at(PAD_NOTSET, 1, 2, 3, 1, 1, 1, 1), composed[c].act,
+                                           composed[c].alpha, composed[c].beta, 1),
+                              hnh = href;
+        hnh.layout = both;
+        kiln_tensor *hin[4] = {trand(F16, -1, 1, S(2, 16, 9, 7)), trand(F16, -0.3, 0.3, S(24, 16, 3, 3)),
+                               trand(F16, -1, 1, S(24)), trand(F16, -1, 1, S(2, 24, 9, 7))};
+        kiln_tinfo hti[4], hyo;
+        const kiln_tinfo *htip[4] = {&hti[0], &hti[1], &hti[2], &hti[3]};
+        kiln_tinfo *htop[1] = {&hyo};
+        bool hsup = false;
+        snprintf(name, sizeof name, "FusedConv/%s_tactics", composed[c].name);
+        if (!infer_case(name, kiln__op_by_id(KILN_OP_FusedConv), &href, 4, hin, 1, hti, &hyo, &hsup)) continue;
+        kiln_infer_args ia = {.op = kiln__op_by_id(KILN_OP_FusedConv), .attrs = &hnh, .node_name = name,
+                              .n_in = 4, .n_out = 1, .in = htip, .out = htop};
         int32_t ids[32];
         int n = kiln__backend_tactics(be, st, &ia, false, ids, 32), n_dnn = 0;
-        printf("  hard swish 3x3: %d tactics:", n);
+        printf("  %s 3x3: %d tactics:", composed[c].name, n);
         for (int k = 0; k < n; k++) {
-            char nm[64];
+            char nm[64], cn[96];
             kiln__cu_fused_conv_tactic_describe(ids[k], nm, sizeof nm);
             printf(" %s", nm);
             n_dnn += kcu_dg_is_id(ids[k]);
             kiln_fused_conv_attrs t = hnh;
             t.tactic.id = ids[k];
-            snprintf(name, sizeof name, "hswish_tactic_%s", nm);
-            nhwc_case(name, KILN_OP_FusedConv, &href, &t, 4, hin, 1u | 8u, true, 1e-5);
+            snprintf(cn, sizeof cn, "%s_tactic_%s", composed[c].name, nm);
+            nhwc_case(cn, KILN_OP_FusedConv, &href, &t, 4, hin, 1u | 8u, true, 1e-5);
         }
         printf("\n");
         CHECK(n_dnn > 0);

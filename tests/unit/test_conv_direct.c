@@ -57,9 +57,11 @@ static double run_case(const dcase *k, int xl, int yl, int rl, int variant, kiln
     int64_t Ho = out_h(k), Wo = out_w(k);
     int64_t xn = k->N * k->C * k->H * k->W, yn = k->N * k->M * Ho * Wo, wn = k->M * k->C * k->k * k->k;
     int has_r = variant & 1, has_b = ((variant >> 1) & 1) == 0;
-    static const int acts[4] = {KILN_FC_ACT_NONE, KILN_FC_ACT_RELU, KILN_FC_ACT_CLIP, KILN_FC_ACT_SILU};
-    int act = acts[(variant >> 2) & 3];
-    float alpha = -0.3f, beta = 0.4f;
+    static const int acts[5] = {KILN_FC_ACT_NONE, KILN_FC_ACT_RELU, KILN_FC_ACT_CLIP, KILN_FC_ACT_SILU,
+                                KILN_FC_ACT_HARD_SIGMOID};
+    /* (hard sigmoid in place of SiLU for every other output channel count) */
+    int act = acts[((variant >> 2) & 3) + (((variant >> 2) & 3) == 3 && k->M % 2 == 0)];
+    float alpha = act == KILN_FC_ACT_HARD_SIGMOID ? 0.3f : -0.3f, beta = 0.4f;
     float *x = malloc(sizeof(float) * (size_t)xn), *Wt = malloc(sizeof(float) * (size_t)wn);
     float *b = malloc(sizeof(float) * (size_t)k->M), *r = malloc(sizeof(float) * (size_t)yn);
     float *ref = malloc(sizeof(float) * (size_t)yn), *y = malloc(sizeof(float) * (size_t)yn);

@@ -92,13 +92,15 @@ static double run_case(const pcase *k, int variant, kiln_pool **pools, int npool
     int64_t xn = k->N * k->C * k->H * k->W, yn = k->N * Yc * Ho * Wo;
     int x_nhwc = variant & 1, y_nhwc = (variant >> 1) & 1, has_r = k->M && ((variant >> 2) & 1);
     int has_b = ((variant >> 3) & 1) == 0;
-    static const int acts[4] = {KILN_FC_ACT_CLIP, KILN_FC_ACT_RELU, KILN_FC_ACT_NONE, KILN_FC_ACT_SIGMOID};
+    static const int acts[5] = {KILN_FC_ACT_CLIP, KILN_FC_ACT_RELU, KILN_FC_ACT_NONE, KILN_FC_ACT_SIGMOID,
+                                KILN_FC_ACT_HARD_SIGMOID};
     pdata d;
     memset(&d, 0, sizeof d);
     for (int i = 0; i < 3; i++) {
-        d.acts[i] = acts[((variant >> 4) + i) & 3];
+        d.acts[i] = acts[((variant >> 4) + i) % 5];
         d.alpha[i] = i == 2 ? -0.5f : 0.0f;
         d.beta[i] = 6.0f;
+        if (d.acts[i] == KILN_FC_ACT_HARD_SIGMOID) d.alpha[i] = i == 2 ? -0.4f : 1.0f / 6.0f, d.beta[i] = 0.5f;
     }
     d.x = malloc(sizeof(float) * (size_t)xn);
     d.w1 = malloc(sizeof(float) * (size_t)(k->E * k->C));

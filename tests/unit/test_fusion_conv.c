@@ -190,7 +190,12 @@ TEST(conv_bn_add_relu) {
     kiln_model_free(m);
 }
 
-/* Every activation the rewrite knows, each on its own branch. */
+static void set_fc_tactic(kiln_engine *e, int tactic);
+static int each_tactic_matches(kiln_engine *e, const int64_t *xd, int out, int64_t n0);
+
+/* Every activation the rewrite knows, each on its own branch; every CPU
+ * tactic computes each of them (oneDNN's post-ops, the direct kernel's
+ * epilogue) as the own kernel does. */
 TEST(activations) {
     kiln_graph *g = NULL;
     CHECK_OK(kiln__graph_create(&g));
@@ -211,23 +216,90 @@ TEST(activations) {
     c = add_conv(g, "c_silu", x, 6, 8, 3, 1, 2, 2, 2);
     int s = add_unary(g, KILN_OP_Sigmoid, "silu_sig", c, NULL);
     mark_output(g, add_binary(g, KILN_OP_Mul, "silu_mul", c, s));
+    /* HardSigmoid with slopes that reach both clamps, one after a residual */
+    kiln_ew_act_attrs hsa = {.alpha = 1.5f, .beta = 0.5f}, hsb = {.alpha = -0.7f, .beta = 0.4f};
+    mark_output(g, add_unary(g, KILN_OP_HardSigmoid, "hsig", add_conv(g, "c_hsig", x, 6, 8, 1, 1, 0, 1, 1), &hsa));
+    c = add_conv(g, "c_hsigr", x, 6, 6, 3, 1, 1, 1, 1);
+    mark_output(g, add_unary(g, KILN_OP_HardSigmoid, "hsigr", add_binary(g, KILN_OP_Add, "hsigr_add", c, x), &hsb));
     kiln_model *m = model_of(g);
     compare_opt(m, xd, 1e-5);
     kiln_engine *e = build(m, (bopts){.opt = 1, .tuning = 0});
-    CHECK(e && e->graph->n_nodes == 6 && count_op(e, KILN_OP_FusedConv) == 6);
-    const char *names[6] = {"c_clip+clip", "c_clipmin+clipmin", "c_leaky+leaky", "c_sig+sig",
-                            "c_hsw+hsw", "c_silu+silu_sig+silu_mul"};
-    int acts[6] = {KILN_FC_ACT_CLIP, KILN_FC_ACT_CLIP, KILN_FC_ACT_LEAKY_RELU, KILN_FC_ACT_SIGMOID,
-                   KILN_FC_ACT_HARD_SWISH, KILN_FC_ACT_SILU};
-    for (int i = 0; e && i < 6; i++) {
+    CHECK(e && e->graph->n_nodes == 8 && count_op(e, KILN_OP_FusedConv) == 8 && count_op(e, KILN_OP_HardSigmoid) == 0);
+    const char *names[8] = {"c_clip+clip", "c_clipmin+clipmin", "c_leaky+leaky", "c_sig+sig",
+                            "c_hsw+hsw", "c_silu+silu_sig+silu_mul", "c_hsig+hsig", "c_hsigr+hsigr_add+hsigr"};
+    int acts[8] = {KILN_FC_ACT_CLIP, KILN_FC_ACT_CLIP, KILN_FC_ACT_LEAKY_RELU, KILN_FC_ACT_SIGMOID,
+                   KILN_FC_ACT_HARD_SWISH, KILN_FC_ACT_SILU, KILN_FC_ACT_HARD_SIGMOID, KILN_FC_ACT_HARD_SIGMOID};
+    for (int i = 0; e && i < 8; i++) {
         const kiln_node *n = find_layer(e, names[i]);
         CHECK(n != NULL);
         if (!n) {
             fprintf(stderr, "  missing layer %s\n", names[i]);
             continue;
         }
-        CHECK(((const kiln_fused_conv_attrs *)n->attrs)->act == acts[i]);
+        const kiln_fused_conv_attrs *fa = n->attrs;
+        CHECK(fa->act == acts[i]);
+        const kiln_ew_act_attrs *h = i == 6 ? &hsa : &hsb;
+        if (i >= 6) CHECK(fa->alpha == h->alpha && fa->beta == h->beta && fa->has_residual == (i == 7));
     }
+    int n_multi = 0;
+    for (int k = 0; e && k < e->graph->n_outputs; k++) {
+        set_fc_tactic(e, 0);
+        fill_x(kiln__numel(4, xd));
+        int64_t n0 = run(e, x_in, xd, k, y_ref, BIG);
+        CHECK(n0 > 0);
+        n_multi += each_tactic_matches(e, xd, k, n0);
+    }
+    CHECK(n_multi > 0 || (!kiln__have_dnnl() && !kiln__direct_fast_available()));
+    kiln_engine_free(e);
+    kiln_model_free(m);
+}
+
+/* A MobileNetV3-style net (tests/data/tiny_mbv3.onnx, gen_tiny.py): its
+ * squeeze-excite gate, Conv 1x1 + HardSigmoid, is one FusedConv (no
+ * HardSigmoid layer is left) and gives the unoptimized outputs. The
+ * activation's number survives an engine file, and a file whose FusedConv
+ * holds a number past the last activation is refused on load. */
+TEST(hard_sigmoid_se_gate) {
+    kiln_model *m = NULL;
+    CHECK_OK(kiln_model_load_onnx("tests/data/tiny_mbv3.onnx", &m));
+    if (!m) return;
+    int64_t xd[4] = {1, 3, 32, 32}; /* (the dynamic batch without a profile: 1) */
+    compare_opt(m, xd, 1e-5);
+    kiln_engine *e = build(m, (bopts){.opt = 1, .tuning = 0});
+    const kiln_node *gate = e ? find_layer(e, "b1_se_r+b1_se_gate") : NULL;
+    CHECK(e && gate && count_op(e, KILN_OP_HardSigmoid) == 0);
+    if (!gate) {
+        kiln_engine_free(e);
+        kiln_model_free(m);
+        return;
+    }
+    const kiln_fused_conv_attrs *fa = gate->attrs;
+    CHECK(fa->act == KILN_FC_ACT_HARD_SIGMOID && fa->alpha == 0.2f && fa->beta == 0.5f); /* (ONNX's defaults) */
+    void *bytes = NULL;
+    size_t size = 0;
+    CHECK_OK(kiln_engine_serialize(e, &bytes, &size));
+    kiln_engine *back = NULL;
+    if (bytes) CHECK_OK(kiln_engine_load_memory(bytes, size, &back));
+    const kiln_node *bg = back ? find_layer(back, "b1_se_r+b1_se_gate") : NULL;
+    CHECK(bg && ((const kiln_fused_conv_attrs *)bg->attrs)->act == KILN_FC_ACT_HARD_SIGMOID);
+    kiln_engine_free(back);
+    back = NULL;
+    /* the layer's attributes, written verbatim: act set past the last one (checksum fixed up) */
+    unsigned char *at = bytes ? memmem(bytes, size, fa, sizeof *fa) : NULL;
+    CHECK(at != NULL);
+    if (at) {
+        int32_t bad = KILN_FC_ACT_COUNT;
+        memcpy(at + offsetof(kiln_fused_conv_attrs, act), &bad, 4);
+        uint64_t sum = kiln__format_checksum(bytes, size);
+        for (int i = 0; i < 8; i++) ((unsigned char *)bytes)[KILN_FMT_OFF_CHECKSUM + i] = (unsigned char)(sum >> (8 * i));
+        kiln_status st = kiln_engine_load_memory(bytes, size, &back);
+        if (st != KILN_ERR_FORMAT || !strstr(kiln_last_error(), "b1_se_r+b1_se_gate"))
+            fprintf(stderr, "  load: status %d, %s\n", (int)st, st ? kiln_last_error() : "ok");
+        CHECK(st == KILN_ERR_FORMAT && back == NULL && strstr(kiln_last_error(), "unknown activation 8") &&
+              strstr(kiln_last_error(), "b1_se_r+b1_se_gate"));
+        kiln_engine_free(back);
+    }
+    kiln_free(bytes);
     kiln_engine_free(e);
     kiln_model_free(m);
 }
@@ -395,19 +467,11 @@ static kiln_model *chain_model_n(int64_t *xd, int64_t batch, bool big) {
 
 static kiln_model *chain_model(int64_t *xd) { return chain_model_n(xd, 2, false); }
 
-/* Every tactic the CPU lists for every layer gives the same outputs as the
- * own kernels (tactic 0), with `batch` images on `threads` threads (oneDNN
- * splits the batch, or with one image the output rows, across the pool). */
-static void tactics_agree(int64_t batch, int threads, bool big) {
-    int64_t xd[4];
-    kiln_model *m = chain_model_n(xd, batch, big);
-    fprintf(stderr, "  %s layers, batch %lld, %d threads\n", big ? "large" : "small", (long long)batch, threads);
-    compare_opt(m, xd, 1e-5);
-    int64_t nx = kiln__numel(4, xd);
-    fill_x(nx);
-    kiln_engine *e = build(m, (bopts){.opt = 1, .tuning = 0, .threads = threads});
-    int64_t n0 = run(e, x_in, xd, 0, y_ref, BIG);
-    CHECK(n0 > 0);
+/* Runs e (input x_in of shape xd) once per CPU FusedConv tactic t >= 1,
+ * set on every layer that lists it (the others run tactic 0): output `out`
+ * (n0 floats) is y_ref within 1e-5 each time. Returns how many tactics
+ * were set on some layer. */
+static int each_tactic_matches(kiln_engine *e, const int64_t *xd, int out, int64_t n0) {
     int n_multi = 0;
     for (int t = 1; e && t < KILN_FC_TACTIC_COUNT; t++) {
         int set = 0;
@@ -435,12 +499,29 @@ static void tactics_agree(int64_t batch, int threads, bool big) {
         }
         if (!set) continue;
         n_multi++;
-        int64_t n1 = run(e, x_in, xd, 0, y_opt, BIG);
+        int64_t n1 = run(e, x_in, xd, out, y_opt, BIG);
         CHECK(n1 == n0);
         double err = rel_err(y_opt, y_ref, n0);
-        if (!(err <= 1e-5)) fprintf(stderr, "  tactic %d: relative error %g\n", t, err);
+        if (!(err <= 1e-5)) fprintf(stderr, "  tactic %d, output %d: relative error %g\n", t, out, err);
         CHECK(err <= 1e-5);
     }
+    return n_multi;
+}
+
+/* Every tactic the CPU lists for every layer gives the same outputs as the
+ * own kernels (tactic 0), with `batch` images on `threads` threads (oneDNN
+ * splits the batch, or with one image the output rows, across the pool). */
+static void tactics_agree(int64_t batch, int threads, bool big) {
+    int64_t xd[4];
+    kiln_model *m = chain_model_n(xd, batch, big);
+    fprintf(stderr, "  %s layers, batch %lld, %d threads\n", big ? "large" : "small", (long long)batch, threads);
+    compare_opt(m, xd, 1e-5);
+    int64_t nx = kiln__numel(4, xd);
+    fill_x(nx);
+    kiln_engine *e = build(m, (bopts){.opt = 1, .tuning = 0, .threads = threads});
+    int64_t n0 = run(e, x_in, xd, 0, y_ref, BIG);
+    CHECK(n0 > 0);
+    int n_multi = each_tactic_matches(e, xd, 0, n0);
     /* a tactic that cannot run the layer here (Winograd on 1x1 and strided
      * layers): kiln's own kernels run it, also where the plan put the output
      * over the residual for the Winograd kernel (fc_inplace_input); F(2x2)
@@ -1466,6 +1547,7 @@ int main(void) {
     RUN(long_weight_name);
     RUN(conv_bn_add_relu);
     RUN(activations);
+    RUN(hard_sigmoid_se_gate);
     RUN(no_fusion_when_shared);
     RUN(inverted_residual_block);
     RUN(every_tactic_agrees);

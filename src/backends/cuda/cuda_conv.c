@@ -149,7 +149,8 @@ typedef struct gconv_key {
 typedef struct gconv_plan {
     gconv_key key;
     bool used, declined;    /* declined: no engine config runs this graph (legacy path) */
-    float hs[2];            /* hard swish's by-value scalars 1/6 and 1/2 (the variant pack points here) */
+    float hs[2];            /* the composed activations' by-value scale and shift (hard swish:
+                               1/6, 1/2; hard sigmoid: alpha, beta; the variant pack points here) */
     kcu_dg dg;
     kcu_dg_plan plan;
 } gconv_plan;
@@ -572,6 +573,12 @@ static kiln_status conv_cudnn(const kiln_kernel_args *a, const kcu_conv *g, cons
 
 enum { UID_X = 1, UID_W = 2, UID_B = 3, UID_R = 4, UID_Y = 5, UID_HS_SCALE = 6, UID_HS_SHIFT = 7, UID_VIRT = 100 };
 
+_Static_assert(KCU_ACT_COUNT == 8, "gconv_act, gconv_composed: handle every KCU_ACT_* (then update this count)");
+
+/* The activations the graph composes of several pointwise operations
+ * (no cuDNN mode of their own; gconv_graph): hard swish, hard sigmoid. */
+static bool gconv_composed(int act) { return act == KCU_ACT_HARD_SWISH || act == KCU_ACT_HARD_SIGMOID; }
+
 /* The graph's activation as a pointwise mode (false: not expressible,
  * the legacy path with the epilogue kernel runs). RELU_FWD's clips are
  * used only where both readings of a lower clip agree (0). */
@@ -592,7 +599,10 @@ static bool gconv_act(int act, float alpha, float beta, cudnnPointwiseMode_t *mo
         return true;
     case KCU_ACT_SIGMOID: *mode = CUDNN_POINTWISE_SIGMOID_FWD; return true;
     case KCU_ACT_SILU: *mode = CUDNN_POINTWISE_SWISH_FWD; return true;
-    default: return false; /* hard swish: no cuDNN pointwise mode (gconv_graph composes it) */
+    case KCU_ACT_NONE:
+    case KCU_ACT_HARD_SWISH:
+    case KCU_ACT_HARD_SIGMOID: return false; /* none, or no cuDNN pointwise mode (gconv_graph composes them) */
+    default: return false;
     }
 }
 
@@ -601,13 +611,15 @@ static bool gconv_eligible(kiln_dtype t, int act, float alpha, float beta) {
     cudnnPointwiseMode_t m;
     kcu_dg_pw pw;
     if (t != KILN_DTYPE_FLOAT16 && t != KILN_DTYPE_BFLOAT16) return false;
-    return act == KCU_ACT_NONE || act == KCU_ACT_HARD_SWISH || gconv_act(act, alpha, beta, &m, &pw);
+    return act == KCU_ACT_NONE || gconv_composed(act) || gconv_act(act, alpha, beta, &m, &pw);
 }
 
 /* The operation graph of key k: conv -> [+ bias] -> [+ residual] -> [act],
  * fp32 in between, the I/O dtype at both ends. Hard swish, which has no
  * pointwise mode, is v * min(max(v / 6 + 1/2, 0), 1): MUL and ADD by
- * by-value scalars (UID_HS_*), RELU_FWD clipped to [0, 1], MUL by v. */
+ * by-value scalars (UID_HS_*), RELU_FWD clipped to [0, 1], MUL by v; hard
+ * sigmoid min(max(alpha v + beta, 0), 1) the same without the last MUL
+ * (the scalars alpha and beta). */
 static cudnnStatus_t gconv_graph(cudnnHandle_t h, const gconv_key *k, kcu_dg *dg) {
     kcu_conv_nd v;
     kiln__cuda_conv_nd(&k->g, false, &v);
@@ -656,9 +668,9 @@ static cudnnStatus_t gconv_graph(cudnnHandle_t h, const gconv_key *k, kcu_dg *dg
     cudnnDataType_t dt = (cudnnDataType_t)k->dt;
     cudnnPointwiseMode_t mode = CUDNN_POINTWISE_RELU_FWD;
     kcu_dg_pw pw;
-    bool act = k->act != KCU_ACT_NONE, hs = k->act == KCU_ACT_HARD_SWISH;
+    const bool act = k->act != KCU_ACT_NONE, hs = gconv_composed(k->act), hsw = k->act == KCU_ACT_HARD_SWISH;
     if (act && !hs && !gconv_act(k->act, k->alpha, k->beta, &mode, &pw)) return CUDNN_STATUS_NOT_SUPPORTED;
-    int left = (k->has_b ? 1 : 0) + (k->has_r ? 1 : 0) + (act ? hs ? 4 : 1 : 0); /* pointwise ops to come */
+    int left = (k->has_b ? 1 : 0) + (k->has_r ? 1 : 0) + (act ? hs ? 3 + hsw : 1 : 0); /* pointwise ops to come */
     int64_t vuid = UID_VIRT;
     cudnnBackendDescriptor_t X, W, B, R, cur, next;
 #define GC_TRY(call)                                          \
@@ -702,9 +714,11 @@ static cudnnStatus_t gconv_graph(cudnnHandle_t h, const gconv_key *k, kcu_dg *dg
         left--;
         GC_NEXT(t3);
         GC_TRY(kcu_dg_pointwise(dg, CUDNN_POINTWISE_RELU_FWD, t2, NULL, t3, &unit));
-        left--;
-        GC_NEXT(next);
-        GC_TRY(kcu_dg_pointwise(dg, CUDNN_POINTWISE_MUL, cur, t3, next, NULL));
+        if (hsw) {
+            left--;
+            GC_NEXT(next);
+            GC_TRY(kcu_dg_pointwise(dg, CUDNN_POINTWISE_MUL, cur, t3, next, NULL));
+        }
     } else if (act) {
         left--;
         GC_NEXT(next);
@@ -726,8 +740,8 @@ static void gconv_key_make(gconv_key *k, const kcu_conv *g, const int64_t *pe, k
     k->nhwc = nhwc;
     k->tactic = tactic;
     k->act = act;
-    if (act == KCU_ACT_LEAKY_RELU || act == KCU_ACT_CLIP) k->alpha = alpha;
-    if (act == KCU_ACT_CLIP) k->beta = beta;
+    if (act == KCU_ACT_LEAKY_RELU || act == KCU_ACT_CLIP || act == KCU_ACT_HARD_SIGMOID) k->alpha = alpha;
+    if (act == KCU_ACT_CLIP || act == KCU_ACT_HARD_SIGMOID) k->beta = beta;
     k->has_b = has_b;
     k->has_r = has_r;
     for (int i = 0; i < 5; i++) k->al[i] = ptrs && ptrs[i] ? kcu_dg_align(ptrs[i]) : 16;
@@ -820,9 +834,9 @@ static kiln_status conv_graph_run(const kiln_kernel_args *a, const kcu_conv *g, 
             uids[n] = uid_of[i];
             vp[n++] = (void *)ptrs[i];
         }
-    if (k.act == KCU_ACT_HARD_SWISH) {
-        p->hs[0] = 1.0f / 6.0f;
-        p->hs[1] = 0.5f;
+    if (gconv_composed(k.act)) { /* the by-value scale and shift */
+        p->hs[0] = k.act == KCU_ACT_HARD_SWISH ? 1.0f / 6.0f : k.alpha;
+        p->hs[1] = k.act == KCU_ACT_HARD_SWISH ? 0.5f : k.beta;
         uids[n] = UID_HS_SCALE;
         vp[n++] = &p->hs[0];
         uids[n] = UID_HS_SHIFT;
@@ -1189,6 +1203,7 @@ _Static_assert((int)KCU_ACT_RELU == (int)KILN_FC_ACT_RELU &&
                    (int)KCU_ACT_SIGMOID == (int)KILN_FC_ACT_SIGMOID &&
                    (int)KCU_ACT_SILU == (int)KILN_FC_ACT_SILU &&
                    (int)KCU_ACT_HARD_SWISH == (int)KILN_FC_ACT_HARD_SWISH &&
+                   (int)KCU_ACT_HARD_SIGMOID == (int)KILN_FC_ACT_HARD_SIGMOID &&
                    (int)KCU_ACT_COUNT == (int)KILN_FC_ACT_COUNT,
                "kcu activations must match kiln.FusedConv's");
 
@@ -1274,10 +1289,11 @@ int kiln__cu_fused_conv_tactics(void *state, const kiln_infer_args *a, int32_t *
     if (dw) ids[n++] = KCU_CONV_TACTIC_DW; /* depthwise NHWC: kiln's kernel, then cuDNN's configs */
     const char *env = getenv("KILN_CUDNN_CANDIDATES"); /* at most this many configs per graph (experiments) */
     int per = env && atoi(env) > 0 ? atoi(env) : cap;
-    /* hard swish is composed of four pointwise operations, which only
-     * runtime-compiled engines may take (NVRTC, ~0.5 s a plan): one config
-     * per graph, none for a depthwise layer (kiln's kernel has it inside) */
-    const bool hs = at->act == KCU_ACT_HARD_SWISH;
+    /* hard swish and hard sigmoid are composed of four and three pointwise
+     * operations, which only runtime-compiled engines may take (NVRTC, ~0.5 s
+     * a plan): one config per graph, none for a depthwise layer (kiln's
+     * kernel has them inside) */
+    const bool hs = gconv_composed(at->act);
     for (int v = XV_C8; v <= XV_S2D && gconv_eligible(x->dtype, at->act, at->alpha, at->beta) && !(hs && dw); v++) {
         if (v != XV_C8 && (!x_nchw || !xv_ok(&g, v))) continue;
         kcu_conv gx = g;

@@ -278,7 +278,8 @@ enum {
     KCU_ACT_SIGMOID = 4,
     KCU_ACT_SILU = 5,
     KCU_ACT_HARD_SWISH = 6,
-    KCU_ACT_COUNT = 7,
+    KCU_ACT_HARD_SIGMOID = 7, /* max(0, min(1, alpha x + beta)) */
+    KCU_ACT_COUNT = 8,
     KCU_ACT_GELU_ERF = 100,  /* x/2 (1 + erf(x / sqrt 2)) */
     KCU_ACT_GELU_TANH = 101  /* x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
 };

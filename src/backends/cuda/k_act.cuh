@@ -8,8 +8,12 @@
 
 namespace kcu {
 
+static_assert(KCU_ACT_COUNT == 8, "act_apply: handle every KCU_ACT_* (then update this count)");
+
+/* (callers pass only KCU_ACT_* below KCU_ACT_COUNT: the run functions check) */
 template <typename C> __device__ __forceinline__ C act_apply(int act, C a, C b, C x) {
     switch (act) {
+    case KCU_ACT_NONE: return x;
     case KCU_ACT_RELU: return x > C(0) ? x : C(0);
     case KCU_ACT_CLIP: return x < a ? a : (x > b ? b : x);
     case KCU_ACT_LEAKY_RELU: return x >= C(0) ? x : a * x;
@@ -19,6 +23,10 @@ template <typename C> __device__ __forceinline__ C act_apply(int act, C a, C b, 
         C t = x * (C(1) / C(6)) + C(0.5);
         t = t < C(0) ? C(0) : (t > C(1) ? C(1) : t);
         return x * t;
+    }
+    case KCU_ACT_HARD_SIGMOID: {
+        C t = a * x + b;
+        return t < C(0) ? C(0) : (t > C(1) ? C(1) : t);
     }
     default: return x;
     }

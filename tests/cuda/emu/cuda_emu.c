@@ -571,6 +571,7 @@ cudaError_t kcu_gemm_simple(kiln_dtype t, int ta, int tb, int64_t M, int64_t N, 
 }
 
 /* ---- fused layers (k_fused.cu) ---- */
+_Static_assert(KCU_ACT_COUNT == 8, "emu_act: handle every KCU_ACT_* (then update this count)");
 static double emu_act(int act, double a, double b, double x) {
     switch (act) {
     case KCU_ACT_RELU: return x > 0 ? x : 0;
@@ -579,6 +580,7 @@ static double emu_act(int act, double a, double b, double x) {
     case KCU_ACT_SIGMOID: return 1 / (1 + exp(-x));
     case KCU_ACT_SILU: return x / (1 + exp(-x));
     case KCU_ACT_HARD_SWISH: { double t = x / 6 + 0.5; t = t < 0 ? 0 : t > 1 ? 1 : t; return x * t; }
+    case KCU_ACT_HARD_SIGMOID: { double t = a * x + b; return t < 0 ? 0 : t > 1 ? 1 : t; }
     case KCU_ACT_GELU_ERF: return x * 0.5 * (1 + erf(x / sqrt(2.0)));
     case KCU_ACT_GELU_TANH: return 0.5 * x * (1 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
     default: return x;

@@ -153,7 +153,11 @@ static AVX512 INLINE __m512 act512(const kiln_direct_args *a, __m512 v) {
     case KILN_FC_ACT_NONE: return v;
     case KILN_FC_ACT_RELU: return _mm512_max_ps(v, _mm512_setzero_ps());
     case KILN_FC_ACT_CLIP: return _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps(a->alpha)), _mm512_set1_ps(a->beta));
-    default: {
+    case KILN_FC_ACT_HARD_SIGMOID: {
+        __m512 t = _mm512_add_ps(_mm512_mul_ps(v, _mm512_set1_ps(a->alpha)), _mm512_set1_ps(a->beta));
+        return _mm512_min_ps(_mm512_max_ps(t, _mm512_setzero_ps()), _mm512_set1_ps(1.0f));
+    }
+    default: { /* the others per float (kiln__fc_act has every one) */
         float f[16];
         _mm512_storeu_ps(f, v);
         for (int l = 0; l < 16; l++) f[l] = kiln__fc_act(a->act, a->alpha, a->beta, f[l]);

@@ -165,7 +165,7 @@ bool kiln__pwdw_fast_available(void) { return __builtin_cpu_supports("avx512f");
  * the store. */
 static bool vec_act(int act) {
     return act == KILN_FC_ACT_NONE || act == KILN_FC_ACT_RELU || act == KILN_FC_ACT_CLIP ||
-           act == KILN_FC_ACT_LEAKY_RELU;
+           act == KILN_FC_ACT_LEAKY_RELU || act == KILN_FC_ACT_HARD_SIGMOID;
 }
 
 static AVX512 INLINE __m512 act512(int act, __m512 v, __m512 lo, __m512 hi) {
@@ -176,7 +176,11 @@ static AVX512 INLINE __m512 act512(int act, __m512 v, __m512 lo, __m512 hi) {
         __mmask16 neg = _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_LT_OQ);
         return _mm512_mask_mul_ps(v, neg, v, lo);
     }
-    default: return v;
+    case KILN_FC_ACT_HARD_SIGMOID: { /* lo, hi: alpha, beta */
+        __m512 t = _mm512_add_ps(_mm512_mul_ps(v, lo), hi);
+        return _mm512_min_ps(_mm512_max_ps(t, _mm512_setzero_ps()), _mm512_set1_ps(1.0f));
+    }
+    default: return v; /* KILN_FC_ACT_NONE (callers pass vec_act's activations only) */
     }
 }
 

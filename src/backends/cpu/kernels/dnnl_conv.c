@@ -169,15 +169,28 @@ static dnnl_status_t reorder(dnnl_stream_t strm, dnnl_primitive_t r, dnnl_memory
     return dnnl_primitive_execute(r, strm, 2, args);
 }
 
-static dnnl_alg_kind_t act_alg(int act, float *alpha) {
+KILN_FC_ACT_ALL_HANDLED("dnnl_conv.c append_act");
+
+/* The layer's activation as eltwise post-ops (none for KILN_FC_ACT_NONE).
+ * HardSigmoid, which this oneDNN (2.6) has no eltwise kind for, is linear
+ * (alpha x + beta) then clip to [0, 1]. An unknown act: invalid arguments. */
+static dnnl_status_t append_act(dnnl_post_ops_t ops, int act, float alpha, float beta) {
     switch (act) {
-    case KILN_FC_ACT_RELU: *alpha = 0.0f; return dnnl_eltwise_relu;
-    case KILN_FC_ACT_LEAKY_RELU: return dnnl_eltwise_relu; /* alpha: negative slope */
-    case KILN_FC_ACT_CLIP: return dnnl_eltwise_clip;      /* alpha, beta: bounds */
-    case KILN_FC_ACT_SIGMOID: return dnnl_eltwise_logistic;
-    case KILN_FC_ACT_SILU: *alpha = 1.0f; return dnnl_eltwise_swish;
-    case KILN_FC_ACT_HARD_SWISH: return dnnl_eltwise_hardswish;
-    default: return dnnl_alg_kind_undef;
+    case KILN_FC_ACT_NONE: return dnnl_success;
+    case KILN_FC_ACT_RELU: return dnnl_post_ops_append_eltwise(ops, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f);
+    case KILN_FC_ACT_LEAKY_RELU: /* alpha: negative slope */
+        return dnnl_post_ops_append_eltwise(ops, 1.0f, dnnl_eltwise_relu, alpha, 0.0f);
+    case KILN_FC_ACT_CLIP: /* alpha, beta: bounds */
+        return dnnl_post_ops_append_eltwise(ops, 1.0f, dnnl_eltwise_clip, alpha, beta);
+    case KILN_FC_ACT_SIGMOID: return dnnl_post_ops_append_eltwise(ops, 1.0f, dnnl_eltwise_logistic, 0.0f, 0.0f);
+    case KILN_FC_ACT_SILU: return dnnl_post_ops_append_eltwise(ops, 1.0f, dnnl_eltwise_swish, 1.0f, 0.0f);
+    case KILN_FC_ACT_HARD_SWISH:
+        return dnnl_post_ops_append_eltwise(ops, 1.0f, dnnl_eltwise_hardswish, 0.0f, 0.0f);
+    case KILN_FC_ACT_HARD_SIGMOID: {
+        dnnl_status_t s = dnnl_post_ops_append_eltwise(ops, 1.0f, dnnl_eltwise_linear, alpha, beta);
+        return s != dnnl_success ? s : dnnl_post_ops_append_eltwise(ops, 1.0f, dnnl_eltwise_clip, 0.0f, 1.0f);
+    }
+    default: return dnnl_invalid_arguments;
     }
 }
 
@@ -449,9 +462,7 @@ static kiln_status dconv_create(const kiln_kernel_args *a, int tactic, int nthre
     DN(dnnl_primitive_attr_set_scratchpad_mode(pattr, dnnl_scratchpad_mode_user), "scratchpad mode");
     DN(dnnl_post_ops_create(&ops), "post-ops");
     if (at->has_residual) DN(dnnl_post_ops_append_sum(ops, 1.0f), "sum post-op");
-    float alpha = at->alpha, beta = at->beta;
-    dnnl_alg_kind_t alg = act_alg(at->act, &alpha);
-    if (alg != dnnl_alg_kind_undef) DN(dnnl_post_ops_append_eltwise(ops, 1.0f, alg, alpha, beta), "eltwise post-op");
+    DN(append_act(ops, at->act, at->alpha, at->beta), "activation post-ops");
     DN(dnnl_primitive_attr_set_post_ops(pattr, ops), "post-ops");
 
     /* the split: the batch when there are several images, else bands of
