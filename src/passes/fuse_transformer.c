@@ -21,7 +21,11 @@
  *      input to 2-D and one that restores the leading dims after it are
  *      folded in: GPT-2's Conv1D), + Add of a constant bias along the last
  *      axis, + Add of a residual tensor of the output's shape, + Relu or
- *      kiln.Gelu, into kiln.FusedMatMul;
+ *      kiln.Gelu, into kiln.FusedMatMul; before it, a constant per-feature
+ *      Mul after the layer (ConvNeXt's layer scale, through its Transpose)
+ *      folded into the weights and bias (fold_layer_scale), and after the
+ *      layer ConvNeXt's Transpose(0,3,1,2) -> Add(residual) taken in the
+ *      layer's own frame (the residual read as [N, H, W, C]);
  *   5. attention: MatMul(Q, K^T) -> Div or Mul by a constant -> Add mask ->
  *      Softmax(last axis) -> MatMul(., V) into kiln.Attention. The head
  *      splitting around it (Reshape [B,S,H*D] -> [B,S,H,D] + Transpose to
@@ -844,8 +848,10 @@ static bool is_bias(const kiln_graph *g, int v, int64_t N, int out_rank) {
     return t->rank >= 1 && t->rank <= out_rank && t->dims[t->rank - 1] == N;
 }
 
-/* A new float32 constant holding s times constant v. */
-static kiln_status scaled_copy(kiln_graph *g, int v, float s, int *out) {
+/* A new float32 constant: v's values, element i times s[(i / inner) % N]
+ * (s one value or N), where v's elements scaled together are `inner` apart. */
+static kiln_status feature_scaled_copy(kiln_graph *g, int v, const float *s, int64_t ns, int64_t N,
+                                       int64_t inner, int *out) {
     int64_t n;
     const float *x = kiln__pat_const_f32(g, v, &n);
     float *y = kiln__malloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
@@ -853,13 +859,194 @@ static kiln_status scaled_copy(kiln_graph *g, int v, float s, int *out) {
         kiln__free(y);
         return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory (optimizer)");
     }
-    for (int64_t i = 0; i < n; i++) y[i] = s * x[i];
+    for (int64_t i = 0; i < n; i++) y[i] = x[i] * s[ns == 1 ? 0 : (i / inner) % N];
     kiln_tinfo t = *info(g, v);
     char base[200];
     snprintf(base, sizeof base, "%s", g->values[v].name ? g->values[v].name : "scaled");
     kiln_status st = kiln__graph_add_const(g, base, KILN_DTYPE_FLOAT32, t.rank, t.dims, y, out);
     kiln__free(y);
     return st;
+}
+
+/* A new float32 constant holding s times constant v. */
+static kiln_status scaled_copy(kiln_graph *g, int v, float s, int *out) {
+    return feature_scaled_copy(g, v, &s, 1, 1, 1, out);
+}
+
+/* Gives value v (written by one node) a new name "<v>/<suffix>" for its
+ * producer and readers: a rewrite changed what it holds (scaled it, added
+ * a residual to it), and kiln debug compare must not compare it with the
+ * model's tensor of that name. Sets *out to the new value. */
+static kiln_status renamed_value(kiln_graph *g, int v, const char *suffix, int *out) {
+    kiln_tinfo t = *info(g, v);
+    int prod = g->values[v].producer;
+    char name[240];
+    snprintf(name, sizeof name, "%.200s/%s", g->values[v].name ? g->values[v].name : "value", suffix);
+    KILN_TRY(kiln__graph_add_value(g, kiln__graph_find_value(g, name) < 0 ? name : NULL, out));
+    t.data = NULL;
+    g->values[*out].info = t;
+    for (int k = 0; prod >= 0 && k < g->nodes[prod].n_out; k++)
+        if (g->nodes[prod].out[k] == v) g->nodes[prod].out[k] = *out;
+    redirect_uses(g, v, *out);
+    kiln__graph_link(g);
+    return KILN_OK;
+}
+
+/* Whether constant s broadcasts over a rank-r tensor along axis `axis`
+ * only (N values there, or one value). */
+static bool scales_axis(const kiln_graph *g, int s, int r, int axis, int64_t N) {
+    int64_t n;
+    if (!kiln__pat_const_f32(g, s, &n) || (n != N && n != 1)) return false;
+    const kiln_tinfo *si = info(g, s);
+    if (si->rank > r) return false;
+    for (int j = 0; j < si->rank; j++)
+        if (si->dims[j] != 1 && r - si->rank + j != axis) return false;
+    return true;
+}
+
+/* The layer scale after a linear layer: Mul(y, g) with y = x W (+ b), seen
+ * through a Transpose of y, and g a float32 constant that varies along y's
+ * last axis (the layer's N output features) alone. torchvision's ConvNeXt:
+ * Linear -> Transpose(0,3,1,2) -> Mul by gamma [C, 1, 1]. (x W + b) g =
+ * x (W g) + b g: W's columns and b are scaled (new constants; the layer's
+ * own stay for any other reader) and the Mul goes, its output written by
+ * the node before it. Exact up to rounding: each product is multiplied by
+ * g before the sum instead of after. */
+static kiln_status fold_layer_scale(kiln_graph *g, int mul) {
+    for (int side = 0; side < 2; side++) {
+        const kiln_node *m = &g->nodes[mul];
+        int s = m->in[side], x = m->in[1 - side];
+        if (m->n_in != 2 || s < 0 || x < 0 || !kiln__pat_const_f32(g, s, NULL) || !is_f32(g, x)) continue;
+        int r = info(g, x)->rank, feat = r - 1, y = x, t = kiln__pat_sole_use(g, x) ?
+                                                            kiln__pat_producer(g, x, KILN_OP_Transpose) : -1;
+        if (r < 2) continue;
+        if (t >= 0) {
+            const kiln_transpose_attrs *ta = g->nodes[t].attrs;
+            if (ta->n_perm != r) continue;
+            for (int i = 0; i < r; i++)
+                if (ta->perm[i] == r - 1) feat = i;
+            y = g->nodes[t].in[0];
+        }
+        int badd = sole_producer(g, y, KILN_OP_Add), bslot = -1, z = y;
+        for (int k = 0; badd >= 0 && k < 2; k++) {
+            int o = g->nodes[badd].in[1 - k];
+            if (kiln__pat_const_f32(g, o, NULL) && !kiln__pat_const_f32(g, g->nodes[badd].in[k], NULL)) {
+                bslot = 1 - k;
+                z = g->nodes[badd].in[k];
+            }
+        }
+        if (badd >= 0 && bslot < 0) continue;
+        int mm = kiln__pat_sole_use(g, z) ? kiln__pat_producer(g, z, 0) : -1;
+        if (mm < 0 || (g->nodes[mm].op_id != KILN_OP_MatMul && g->nodes[mm].op_id != KILN_OP_Gemm)) continue;
+        const kiln_node *mn = &g->nodes[mm];
+        int B = mn->in[1], C = mn->op_id == KILN_OP_Gemm && mn->n_in > 2 ? mn->in[2] : -1;
+        bool trans_b = false;
+        if (mn->op_id == KILN_OP_Gemm) {
+            const kiln_gemm_attrs *ga = mn->attrs;
+            trans_b = ga->trans_b != 0;
+            if (ga->beta == 0.0f) C = -1; /* not read */
+        }
+        const kiln_tinfo *bi = info(g, B);
+        if (!kiln__pat_const_f32(g, B, NULL) || bi->rank != 2 || info(g, mn->in[0])->rank < 2) continue;
+        int64_t N = bi->dims[trans_b ? 0 : 1], ns;
+        if (info(g, y)->rank != r || info(g, y)->dims[r - 1] != N) continue;
+        if (C >= 0 && !is_bias(g, C, N, 2)) continue;
+        if (bslot >= 0 && !is_bias(g, g->nodes[badd].in[bslot], N, r)) continue;
+        if (!scales_axis(g, s, r, feat, N)) continue;
+        const float *sv = kiln__pat_const_f32(g, s, &ns);
+        int nb, nbias = -1, nc = -1;
+        /* W [K, N]: element i is column i % N; transposed [N, K]: row i / K */
+        KILN_TRY(feature_scaled_copy(g, B, sv, ns, N, trans_b ? bi->dims[1] : 1, &nb));
+        sv = kiln__pat_const_f32(g, s, NULL); /* (adding a value may move the values) */
+        if (bslot >= 0) KILN_TRY(feature_scaled_copy(g, g->nodes[badd].in[bslot], sv, ns, N, 1, &nbias));
+        sv = kiln__pat_const_f32(g, s, NULL);
+        if (C >= 0) KILN_TRY(feature_scaled_copy(g, C, sv, ns, N, 1, &nc));
+        g->nodes[mm].in[1] = nb;
+        if (C >= 0) g->nodes[mm].in[2] = nc;
+        if (bslot >= 0) g->nodes[badd].in[bslot] = nbias;
+        int last = t >= 0 ? t : badd >= 0 ? badd : mm, from[2] = {last, mul}, nv;
+        if (last != mm) KILN_TRY(renamed_value(g, z, "kiln_scaled", &nv));
+        if (t >= 0 && badd >= 0) KILN_TRY(renamed_value(g, y, "kiln_scaled", &nv));
+        g->nodes[last].out[0] = g->nodes[mul].out[0];
+        KILN_TRY(kiln__node_merge_sources(g, last, from, 2));
+        g->nodes[mul].dead = true;
+        kiln__graph_link(g);
+        return KILN_OK;
+    }
+    return KILN_OK;
+}
+
+/* ConvNeXt's residual: the layer's [N, H, W, C] output y -> Transpose(0,3,1,2)
+ * -> Add(r) with r [N, C, H, W]. The layer can add r in its own frame,
+ * read as [N, H, W, C]: the input of the Transpose(0,3,1,2) making r where
+ * there is one (the block before, or a LayerNorm2d), else a new
+ * Transpose(r, 0,2,3,1); the Transpose after the layer then writes the
+ * Add's output. On the CUDA fp16 plan both Transposes are views of NHWC
+ * bytes (cuda_layout.c); on the CPU the Add goes and a Transpose is new
+ * only where r is not a Transpose's output (a stage's first block). */
+typedef struct residual_nchw {
+    int tr, radd, r;  /* the Transpose after the layer, the Add, its other input */
+    int res;          /* r read [N, H, W, C]: an existing value, or -1 (to make) */
+    bool make;        /* res is new: a Transpose(r, 0,2,3,1) writes it */
+} residual_nchw;
+
+static bool perm_is4(const kiln_graph *g, int ni, int a, int b, int c, int d) {
+    const kiln_transpose_attrs *t = g->nodes[ni].attrs;
+    return t->n_perm == 4 && t->perm[0] == a && t->perm[1] == b && t->perm[2] == c && t->perm[3] == d;
+}
+
+static bool same_dims(const kiln_tinfo *a, const kiln_tinfo *b) {
+    if (a->rank != b->rank || a->rank < 0) return false;
+    for (int i = 0; i < a->rank; i++)
+        if (a->dims[i] != b->dims[i] || a->dims[i] == KILN_DIM_UNKNOWN) return false;
+    return true;
+}
+
+static bool residual_through_nchw(const kiln_graph *g, int y, const pat *p, residual_nchw *rn) {
+    if (info(g, y)->rank != 4) return false;
+    int tr = sole_consumer_op(g, y, KILN_OP_Transpose);
+    if (tr < 0 || !perm_is4(g, tr, 0, 3, 1, 2)) return false;
+    int t = g->nodes[tr].out[0], radd = sole_consumer_op(g, t, KILN_OP_Add);
+    int r = radd >= 0 ? other_input(g, radd, t) : -1;
+    if (r < 0 || r == t || !is_f32(g, r) || !same_dims(info(g, r), info(g, t)) ||
+        !same_dims(info(g, g->nodes[radd].out[0]), info(g, t)))
+        return false;
+    /* the fused layer takes the place of the pattern's last node: its
+     * residual must be made before that */
+    int last = p->nodes[0];
+    for (int i = 0; i < p->n; i++)
+        if (p->nodes[i] > last) last = p->nodes[i];
+    int rt = kiln__pat_producer(g, r, KILN_OP_Transpose), res = -1;
+    if (rt >= 0 && perm_is4(g, rt, 0, 3, 1, 2) && same_dims(info(g, g->nodes[rt].in[0]), info(g, y)))
+        res = g->nodes[rt].in[0];
+    int made_by = g->values[res >= 0 ? res : r].producer;
+    if (made_by >= last) return false;
+    *rn = (residual_nchw){.tr = tr, .radd = radd, .r = r, .res = res};
+    return true;
+}
+
+/* Commits match_matmul's pattern p with the residual rn (in[3]): the
+ * Transpose after the layer writes the Add's output, and r is transposed
+ * to [N, H, W, C] by a new node where rn->res was made for it. */
+static kiln_status commit_residual_nchw(kiln_graph *g, const pat *p, const residual_nchw *rn, const int *in,
+                                        int y, const kiln_fused_matmul_attrs *fa) {
+    if (p->overflow) return KILN_OK;
+    int ny;
+    KILN_TRY(renamed_value(g, y, "kiln_residual", &ny));
+    g->nodes[rn->tr].out[0] = g->nodes[rn->radd].out[0];
+    int from[2] = {rn->tr, rn->radd};
+    KILN_TRY(kiln__node_merge_sources(g, rn->tr, from, 2));
+    g->nodes[rn->radd].dead = true;
+    KILN_TRY(pat_commit(g, p, KILN_OP_FusedMatMul, 4, in, ny, fa));
+    if (!rn->make) return KILN_OK;
+    int n0 = g->n_nodes, after = g->values[rn->r].producer, r = rn->r, res = rn->res, ni;
+    kiln_transpose_attrs ta = {.n_perm = 4, .perm = {0, 2, 3, 1}};
+    char name[240];
+    snprintf(name, sizeof name, "%.200s/kiln_nhwc", g->values[r].name ? g->values[r].name : "residual");
+    KILN_TRY(kiln__graph_add_node(g, KILN_OP_Transpose, name, 1, &r, 1, &res, &ta, &ni));
+    g->nodes[ni].added = true; /* no ONNX node behind it */
+    g->nodes[ni].device = g->nodes[after >= 0 ? after : rn->tr].device;
+    return kiln__nodes_place_after(g, n0, &after);
 }
 
 static kiln_status match_matmul(kiln_graph *g, const kiln_optimize_opts *o, int mm) {
@@ -916,6 +1103,24 @@ static kiln_status match_matmul(kiln_graph *g, const kiln_optimize_opts *o, int 
     }
     /* residual: Add of a float32 tensor of the same shape */
     int res = -1, radd = sole_consumer_op(g, y, KILN_OP_Add);
+    residual_nchw rn = {.tr = -1, .res = -1};
+    if (radd < 0 && residual_through_nchw(g, y, &p, &rn)) {
+        /* the layer adds the residual in its own [N, H, W, C] frame (below) */
+        if (rn.res < 0) {
+            char name[240];
+            snprintf(name, sizeof name, "%.200s/kiln_nhwc", g->values[rn.r].name ? g->values[rn.r].name : "residual");
+            rn.make = true;
+            KILN_TRY(kiln__graph_add_value(g, kiln__graph_find_value(g, name) < 0 ? name : NULL, &rn.res));
+            g->values[rn.res].info = *info(g, y);
+            g->values[rn.res].info.data = NULL;
+        }
+        int in[4] = {A, B, bias, rn.res};
+        if (kiln__pat_supports(g, o->device, KILN_OP_FusedMatMul, 4, in, 1, &y, &fa)) {
+            if (alpha != 1.0f) KILN_TRY(scaled_copy(g, B, alpha, &in[1]));
+            if (bias >= 0 && beta != 1.0f) KILN_TRY(scaled_copy(g, bias, beta, &in[2]));
+            return commit_residual_nchw(g, &p, &rn, in, y, &fa);
+        }
+    }
     if (radd >= 0) {
         int r = other_input(g, radd, y);
         const kiln_tinfo *ri = r >= 0 ? info(g, r) : NULL, *yi = info(g, y), *oi = info(g, g->nodes[radd].out[0]);
@@ -2157,6 +2362,25 @@ static kiln_status match_slice_kv(kiln_graph *g, const kiln_optimize_opts *o, in
 
 /* ======================================================================= */
 
+/* A Transpose undoing the Transpose that makes its input (whatever else
+ * reads that): its readers read the first one's input. What the ConvNeXt
+ * residual above leaves before a downsampling LayerNorm2d. */
+static void cancel_transpose_pairs(kiln_graph *g) {
+    for (int ni = 0; ni < g->n_nodes; ni++) {
+        kiln_node *n = &g->nodes[ni];
+        if (n->dead || n->op_id != KILN_OP_Transpose || kiln__graph_is_output(g, n->out[0])) continue;
+        int p = kiln__pat_producer(g, n->in[0], KILN_OP_Transpose), r = info(g, n->out[0])->rank;
+        if (p < 0 || r < 0) continue;
+        const kiln_transpose_attrs *a2 = n->attrs, *a1 = g->nodes[p].attrs;
+        bool ident = a1->n_perm == r && a2->n_perm == r;
+        for (int i = 0; ident && i < r; i++) ident = a1->perm[a2->perm[i]] == i;
+        if (!ident) continue;
+        redirect_uses(g, n->out[0], g->nodes[p].in[0]);
+        n->dead = true;
+        kiln__graph_link(g);
+    }
+}
+
 kiln_status kiln__opt_transformer(kiln_graph *g, const kiln_optimize_opts *o) {
     kiln__graph_link(g);
     /* ONNX Gelu (opset 20) is kiln.Gelu with the same attributes (part of fuse_gelu) */
@@ -2180,9 +2404,12 @@ kiln_status kiln__opt_transformer(kiln_graph *g, const kiln_optimize_opts *o) {
     }
     for (int ni = 0; kiln__pass_on(o, KILN_PASS_FUSE_ATTENTION) && ni < g->n_nodes; ni++)
         if (!g->nodes[ni].dead && g->nodes[ni].op_id == KILN_OP_Softmax) KILN_TRY(match_attention(g, o, ni));
+    for (int ni = 0; kiln__pass_on(o, KILN_PASS_FOLD_LAYER_SCALE) && ni < g->n_nodes; ni++)
+        if (!g->nodes[ni].dead && g->nodes[ni].op_id == KILN_OP_Mul) KILN_TRY(fold_layer_scale(g, ni));
     for (int ni = 0; kiln__pass_on(o, KILN_PASS_FUSE_MATMUL) && ni < g->n_nodes; ni++)
         if (!g->nodes[ni].dead && (g->nodes[ni].op_id == KILN_OP_MatMul || g->nodes[ni].op_id == KILN_OP_Gemm))
             KILN_TRY(match_matmul(g, o, ni));
+    if (kiln__pass_on(o, KILN_PASS_FUSE_MATMUL)) cancel_transpose_pairs(g);
     /* the shape arithmetic the fused layers no longer read goes: torch 1.13's
      * run-time Reshape targets read Shape of nn.MultiheadAttention's input,
      * and match_batch_first wants the Transpose that makes it read by the

@@ -29,6 +29,9 @@ static const struct {
     [KILN_PASS_FUSE_GELU] = {"fuse_gelu", "GELU (erf or tanh form) into kiln.Gelu"},
     [KILN_PASS_FUSE_ATTENTION] = {"fuse_attention", "MatMul, scale, mask, Softmax, MatMul (and the head "
                                                     "split and merge around them) into kiln.Attention"},
+    [KILN_PASS_FOLD_LAYER_SCALE] = {"fold_layer_scale",
+                                    "a constant per-feature scale after MatMul/Gemm (+ bias), also through a "
+                                    "Transpose (ConvNeXt's layer scale), folded into the weights and bias"},
     [KILN_PASS_FUSE_MATMUL] = {"fuse_matmul",
                                "MatMul/Gemm + bias + residual + Relu/Gelu into kiln.FusedMatMul"},
     [KILN_PASS_FUSE_QKV] = {"fuse_qkv", "an Attention's Q, K and V projections into one FusedMatMul (a "

@@ -420,6 +420,79 @@ TEST(gemm_between_flattening_reshapes) {
     kiln_model_free(m);
 }
 
+/* A constant per-feature scale after a Linear (fold_layer_scale): folded
+ * into the weights and bias when it scales the output features alone, with
+ * or without a bias Add, a Gemm's transposed B and C, through a Transpose
+ * moving the features (ConvNeXt's [C, 1, 1] after Transpose(0,3,1,2), then
+ * the residual Add taken by the layer in its own frame, the residual a new
+ * Transpose of it), on weights another MatMul reads too (copied); a scale
+ * along another axis is left. */
+TEST(layer_scale_forms) {
+    kiln_graph *g = NULL;
+    CHECK_OK(kiln__graph_create(&g));
+    int64_t xd[4] = {2, 3, 5, 16}, rd[4] = {2, 24, 3, 5}, x2d[2] = {5, 31}, wd[2] = {20, 31}, cd[1] = {20},
+            s1d[1] = {24}, s2d[2] = {1, 20}, s3d[2] = {5, 1}, s4d[3] = {24, 1, 1}, w5d[2] = {16, 24};
+    int x = add_input(g, "x", 4, xd), r = add_input(g, "r", 4, rd), x2 = add_input(g, "x2", 2, x2d);
+    mark_output(g, add_binary(g, KILN_OP_Mul, "scale_a", linear(g, "fa", x, 16, 24), weights(g, "s1", 1, s1d, 2.0f)));
+    kiln_gemm_attrs ga = {.alpha = 1.0f, .beta = 1.0f, .trans_b = 1};
+    int y = add_node(g, KILN_OP_Gemm, "gemm_b", 3,
+                     (int[]){x2, weights(g, "Wb", 2, wd, 0.2f), weights(g, "Cb", 1, cd, 1.0f)}, &ga);
+    mark_output(g, add_binary(g, KILN_OP_Mul, "scale_b", weights(g, "s2", 2, s2d, 2.0f), y));
+    mark_output(g, add_binary(g, KILN_OP_Mul, "scale_c", linear(g, "fc", x, 16, 24), weights(g, "s3", 2, s3d, 2.0f)));
+    int t = transpose(g, "td", linear(g, "fd", x, 16, 24), 0, 3, 1, 2);
+    int ls = add_binary(g, KILN_OP_Mul, "scale_d", weights(g, "s4", 3, s4d, 2.0f), t);
+    mark_output(g, add_binary(g, KILN_OP_Add, "res_d", ls, r));
+    int w5 = weights(g, "W5", 2, w5d, 0.3f);
+    mark_output(g, add_binary(g, KILN_OP_MatMul, "mm_e1", x, w5));
+    mark_output(g, add_binary(g, KILN_OP_Mul, "scale_e", add_binary(g, KILN_OP_MatMul, "mm_e2", x, w5),
+                              weights(g, "s5", 1, s1d, 2.0f)));
+    kiln_model *m = model_of(g);
+    compare(m, 1e-5, 1);
+    compare(m, 1e-5, 2);
+    kiln_engine *e = build(m, 1, 0, 1);
+    CHECK(e && count_op(e, KILN_OP_Mul) + count_op(e, KILN_OP_Pointwise) == 1 && count_op(e, KILN_OP_Add) == 0 &&
+          count_op(e, KILN_OP_FusedMatMul) == 6 && count_op(e, KILN_OP_Transpose) == 2);
+    const kiln_node *n = find_layer(e, "fd/MatMul+fd/Add");
+    CHECK(n && n->n_in == 4 && !strcmp(e->graph->values[n->in[3]].name, "r/kiln_nhwc"));
+    n = find_layer(e, "td");
+    CHECK(n && !strcmp(e->graph->values[n->out[0]].name, "res_d_out"));
+    kiln_engine_free(e);
+    e = build_off(m, 1, 0, 1, "fold_layer_scale");
+    CHECK(e && count_op(e, KILN_OP_Mul) + count_op(e, KILN_OP_Pointwise) >= 4);
+    kiln_engine_free(e);
+    kiln_model_free(m);
+}
+
+/* torchvision's ConvNeXt block as exported (tests/data/tiny_convnext.onnx):
+ * Linear -> Transpose(0,3,1,2) -> Mul by the layer scale [C, 1, 1] -> Add
+ * of the block's input. The scale goes into the second Linear's weights and
+ * bias, the residual into the layer (read [N, H, W, C]: the stem's
+ * LayerNorm output, or a Transpose of the downsampling Conv's): no Mul, Add
+ * or Pointwise is left, and the downsampling LayerNorm reads the layer's
+ * output with no Transpose pair between. */
+TEST(convnext_layer_scale) {
+    kiln_model *m = NULL;
+    CHECK_OK(kiln_model_load_onnx("tests/data/tiny_convnext.onnx", &m));
+    if (!m) return;
+    compare(m, 1e-5, 1);
+    compare(m, 1e-5, 2);
+    kiln_engine *e = build(m, 1, 0, 1);
+    CHECK(e && count_op(e, KILN_OP_Mul) == 0 && count_op(e, KILN_OP_Add) == 0 &&
+          count_op(e, KILN_OP_Pointwise) == 0 && count_op(e, KILN_OP_Transpose) == 9);
+    const kiln_graph *eg = e ? e->graph : NULL;
+    const kiln_node *n = find_layer(e, "b1_fc2_mm+b1_fc2");
+    CHECK(n && n->n_in == 4 && !strcmp(eg->values[n->in[3]].name, "stem_ln"));
+    n = find_layer(e, "b2_fc2_mm+b2_fc2");
+    CHECK(n && n->n_in == 4 && !strcmp(eg->values[n->in[3]].name, "down/kiln_nhwc"));
+    n = find_layer(e, "down_ln");
+    CHECK(n && eg->nodes[eg->values[n->in[0]].producer].op_id == KILN_OP_FusedMatMul);
+    kiln_engine_free(e);
+    e = build_off(m, 1, 0, 1, "fold_layer_scale");
+    CHECK(e && count_op(e, KILN_OP_Mul) + count_op(e, KILN_OP_Pointwise) == 2);
+    kiln_engine_free(e);
+    kiln_model_free(m);
+}
+
 /* A value that something else reads is not fused away. */
 TEST(no_fusion_when_shared) {
     kiln_graph *g = NULL;
@@ -1119,6 +1192,8 @@ int main(void) {
     RUN(matmul_residual);
     RUN(gemm_and_tanh_gelu);
     RUN(gemm_between_flattening_reshapes);
+    RUN(layer_scale_forms);
+    RUN(convnext_layer_scale);
     RUN(no_fusion_when_shared);
     RUN(attention_bert_form);
     RUN(attention_gpt2_split_form);
