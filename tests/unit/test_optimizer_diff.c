@@ -88,13 +88,28 @@ static void print_graph(const kiln_graph *g) {
 
 /* ---- engines ----------------------------------------------------------------- */
 
-static kiln_status build(const kiln_model *m, int opt, kiln_engine **e) {
+/* A graph whose inputs' first dims were made one symbol: the sizes they
+ * had (the ones it runs at; -1 for inputs left static). */
+typedef struct dyn {
+    bool on;
+    int64_t d0[8];
+} dyn;
+
+static kiln_status build(const kiln_model *m, int opt, const dyn *dy, kiln_engine **e) {
     kiln_builder *b = NULL;
     *e = NULL;
     CHECK_OK(kiln_builder_create(&b));
     CHECK_OK(kiln_builder_set_optimization(b, opt));
     CHECK_OK(kiln_builder_set_tuning(b, 0));
     CHECK_OK(kiln_builder_set_threads(b, 1));
+    for (int i = 0; dy->on && i < m->graph->n_inputs && i < 8; i++) {
+        const kiln_value *v = &m->graph->values[m->graph->inputs[i]];
+        if (dy->d0[i] < 0) continue;
+        int64_t d[3][KILN_MAX_RANK];
+        for (int k = 0; k < 3; k++) memcpy(d[k], v->info.dims, sizeof d[k]);
+        d[0][0] = 1, d[1][0] = dy->d0[i], d[2][0] = dy->d0[i] + 1;
+        CHECK_OK(kiln_builder_set_profile(b, v->name, v->info.rank, d[0], d[1], d[2]));
+    }
     kiln_status st = kiln_build(b, m, e);
     kiln_builder_free(b);
     return st;
@@ -110,7 +125,7 @@ typedef struct result {
 
 /* Runs e on inputs from seed `seed` (floats in [-3, 3), false / 0 for bool
  * and integer inputs); false if a run step fails. */
-static bool run(const kiln_engine *e, uint64_t seed, result *r) {
+static bool run(const kiln_engine *e, const dyn *dy, uint64_t seed, result *r) {
     static unsigned char in[8][MAXN * 8];
     kiln_context *c = NULL;
     if (kiln_context_create(e, &c) != KILN_OK) return false;
@@ -119,13 +134,16 @@ static bool run(const kiln_engine *e, uint64_t seed, result *r) {
     bool ok = true;
     for (int i = 0; i < g->n_inputs && i < 8 && ok; i++) {
         const kiln_value *v = &g->values[g->inputs[i]];
-        int64_t n = kiln__numel(v->info.rank, v->info.dims);
+        int64_t dims[KILN_MAX_RANK];
+        memcpy(dims, v->info.dims, sizeof dims);
+        if (dy->on && dy->d0[i] >= 0) dims[0] = dy->d0[i];
+        int64_t n = kiln__numel(v->info.rank, dims);
         for (int64_t j = 0; j < n && j < MAXN; j++) {
             double x = 3.0 * frand();
             if (v->info.dtype != KILN_DTYPE_FLOAT32) x = 0;
             kiln__store_f64(v->info.dtype, in[i], j, x);
         }
-        ok = kiln_context_set_input(c, v->name, v->info.dtype, v->info.rank, v->info.dims, in[i]) == KILN_OK;
+        ok = kiln_context_set_input(c, v->name, v->info.dtype, v->info.rank, dims, in[i]) == KILN_OK;
     }
     ok = ok && kiln_context_run(c) == KILN_OK;
     r->n_out = g->n_outputs < MAXO ? g->n_outputs : MAXO;
@@ -141,36 +159,38 @@ static bool run(const kiln_engine *e, uint64_t seed, result *r) {
     return ok;
 }
 
-/* Dropouts of e whose training_mode is read at run time. */
+/* Dropouts of e whose training_mode is read at run time (ratio not 0). */
 static int run_time_dropouts(const kiln_engine *e) {
     int n = 0;
     for (int i = 0; e && i < e->graph->n_nodes; i++) {
         const kiln_node *d = &e->graph->nodes[i];
-        n += d->op_id == KILN_OP_Dropout && d->n_in > 2 && d->in[2] >= 0 &&
-             !(e->graph->values[d->in[2]].flags & KILN_VALUE_CONST);
+        if (d->op_id != KILN_OP_Dropout || d->n_in < 3 || d->in[1] < 0 || d->in[2] < 0) continue;
+        const kiln_value *ratio = &e->graph->values[d->in[1]];
+        bool ratio0 = (ratio->flags & KILN_VALUE_CONST) && *(const float *)ratio->data == 0.0f;
+        n += !ratio0 && !(e->graph->values[d->in[2]].flags & KILN_VALUE_CONST); /* (ratio 0: a copy) */
     }
     return n;
 }
 
 /* How often the rewrites under test fired (the grammar reaches them). */
 static struct {
-    int gathers, fused, fewer, no_dropout, no_pad_slice;
+    int gathers, fused, fewer, no_dropout, no_pad_slice, unbuilt;
 } fired;
 
 /* Builds g both ways and compares; false (with the graph printed) on a
  * difference. Takes g. */
-static bool check_graph(kiln_graph *g, uint64_t seed, const char *what, bool must_stay) {
+static bool check_graph(kiln_graph *g, const dyn *dy, uint64_t seed, const char *what, bool must_stay) {
     static result r0, r1;
     kiln_model *m = model_of(g);
     kiln_engine *e0 = NULL, *e1 = NULL;
-    kiln_status s0 = build(m, 0, &e0), s1 = build(m, 1, &e1);
+    kiln_status s0 = build(m, 0, dy, &e0), s1 = build(m, 1, dy, &e1);
     bool ok = true;
     char why[200] = "";
     if ((s0 == KILN_OK) != (s1 == KILN_OK)) {
         ok = false;
         snprintf(why, sizeof why, "build: unoptimized %d, optimized %d: %s", s0, s1, kiln_last_error());
     } else if (s0 == KILN_OK) {
-        bool k0 = run(e0, seed * 7919 + 1, &r0), k1 = run(e1, seed * 7919 + 1, &r1);
+        bool k0 = run(e0, dy, seed * 7919 + 1, &r0), k1 = run(e1, dy, seed * 7919 + 1, &r1);
         if (k0 != k1) {
             ok = false;
             snprintf(why, sizeof why, "run: unoptimized %d, optimized %d: %s", k0, k1, kiln_last_error());
@@ -195,6 +215,7 @@ static bool check_graph(kiln_graph *g, uint64_t seed, const char *what, bool mus
         ok = false;
         snprintf(why, sizeof why, "a Dropout with a run-time training_mode was removed");
     }
+    fired.unbuilt += s0 != KILN_OK && s1 != KILN_OK;
     if (e0 && e1) {
         fired.gathers += count_op(e1, KILN_OP_Gather) > count_op(e0, KILN_OP_Gather);
         fired.fused += count_op(e1, KILN_OP_FusedMatMul) > 0;
@@ -204,7 +225,8 @@ static bool check_graph(kiln_graph *g, uint64_t seed, const char *what, bool mus
                               count_op(e0, KILN_OP_Pad) + count_op(e0, KILN_OP_Slice);
     }
     if (!ok) {
-        fprintf(stderr, "  FAIL %s, seed %llu: %s\n", what, (unsigned long long)seed, why);
+        fprintf(stderr, "  FAIL %s, seed %llu%s: %s\n", what, (unsigned long long)seed,
+                dy->on ? " (first input dims symbolic)" : "", why);
         print_graph(m->graph);
         if (e1) {
             fprintf(stderr, "  optimized plan:\n");
@@ -287,6 +309,14 @@ static int gen_concat(gen *G, int x) {
             if (ri(5) == 0) step = -2;
             pieces[i] = slice(G, x, rand_index(d), rand_index(d), sa, step, ri(3));
         }
+    }
+    int twist = ri(8);
+    if (twist == 0) pieces[np - 1] = pieces[0]; /* one piece twice */
+    if (twist == 1) {                           /* a piece of another value of x's shape */
+        int x2 = add_unary(G->g, KILN_OP_Neg, nm(G, "neg"), x, NULL);
+        int64_t s = 1;
+        pieces[np - 1] = slice(G, x2, s, INT64_MAX, sa, 1, ri(3));
+        pieces[0] = slice(G, x, 0, s, sa, 1, ri(3));
     }
     if (kiln__graph_infer(G->g) != KILN_OK) return -1;
     for (int i = 0; i < np; i++) maybe_leak(G, pieces[i]);
@@ -514,7 +544,7 @@ TEST(test_random_graphs) {
     const char *it = getenv("KILN_DIFF_ITERS"), *sd = getenv("KILN_DIFF_SEED");
     int iters = it ? atoi(it) : 600;
     uint64_t seed0 = sd ? strtoull(sd, NULL, 10) : 1;
-    int built = 0, skipped = 0, failed = 0;
+    int built = 0, skipped = 0, failed = 0, dynamic = 0;
     for (int i = 0; i < iters && failed < 5; i++) {
         uint64_t seed = seed0 + (uint64_t)i;
         kiln_graph *g;
@@ -525,18 +555,59 @@ TEST(test_random_graphs) {
             skipped++;
             continue;
         }
+        /* one graph in four: the first dim of every float input one symbol
+         * (a batch profile), where the grammar keeps that valid */
+        dyn dy = {.on = seed % 4 == 3};
+        if (dy.on) {
+            int sym;
+            CHECK_OK(kiln__graph_add_symbol(g, "batch", &sym));
+            for (int k = 0; k < g->n_inputs && k < 8; k++) {
+                kiln_tinfo *t = &g->values[g->inputs[k]].info;
+                dy.d0[k] = t->rank > 0 ? t->dims[0] : -1;
+                if (t->rank > 0) t->dims[0] = KILN_DIM_SYM(sym);
+            }
+            if (g->n_inputs > 8 || kiln__graph_infer(g) != KILN_OK) {
+                kiln__graph_free(g);
+                skipped++;
+                continue;
+            }
+            dynamic++;
+        }
         built++;
-        if (!check_graph(g, seed, "random graph", must_stay)) failed++;
+        if (!check_graph(g, &dy, seed, "random graph", must_stay)) failed++;
     }
     fprintf(stderr,
-            "  %d graphs compared, %d invalid ones skipped; optimized plans with fewer layers %d, a Gather "
+            "  %d graphs compared (%d with a symbolic batch), %d invalid ones skipped, %d refused by both builds; optimized plans with fewer layers %d, a Gather "
             "for Slices %d, a FusedMatMul %d, a Dropout gone %d, a Pad/Slice gone %d\n",
-            built, skipped, fired.fewer, fired.gathers, fired.fused, fired.no_dropout, fired.no_pad_slice);
+            built, dynamic, skipped, fired.unbuilt, fired.fewer, fired.gathers, fired.fused, fired.no_dropout, fired.no_pad_slice);
     CHECK(failed == 0);
-    CHECK(built >= iters / 2);
+    CHECK(built >= iters / 2 && fired.unbuilt <= built / 10);
+}
+
+/* ---- regressions found by the random graphs ------------------------------- */
+
+/* Gemm(a, W, beta 0) + Add(b): fuse_matmul took b as the layer's bias and
+ * scaled it by the Gemm's beta (0), which is for the Gemm's own C alone
+ * (seeds 82, 167, 259, 442). With C present and beta 2 the Add's bias must
+ * stay unscaled too (it is a residual-free second bias then: C is the
+ * layer's bias and the Add stays). */
+TEST(test_gemm_beta_bias_add) {
+    for (int with_c = 0; with_c < 2; with_c++) {
+        kiln_graph *g;
+        CHECK_OK(kiln__graph_create(&g));
+        gb_rng_state = 5;
+        int64_t ad[2] = {3, 4}, wd[2] = {4, 5}, bd[1] = {5};
+        int a = add_input(g, "a", 2, ad), w = add_const(g, "W", 2, wd, -1, 1);
+        int in[3] = {a, w, with_c ? add_const(g, "C", 1, bd, -1, 1) : -1};
+        kiln_gemm_attrs ga = {.alpha = 1.0f, .beta = with_c ? 2.0f : 0.0f};
+        int y = add_node(g, KILN_OP_Gemm, "gemm", with_c ? 3 : 2, in, &ga);
+        mark_output(g, add_binary(g, KILN_OP_Add, "badd", y, add_const(g, "b", 1, bd, 0.5f, 1.0f)));
+        CHECK(check_graph(g, &(dyn){.on = false}, 1, with_c ? "Gemm beta 2 with C + Add" : "Gemm beta 0 + Add", false));
+    }
 }
 
 int main(void) {
+    RUN(test_gemm_beta_bias_add);
     RUN(test_random_graphs);
     return test_summary();
 }
