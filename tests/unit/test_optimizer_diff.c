@@ -542,7 +542,7 @@ static int gen_graph(kiln_graph *g, uint64_t seed, bool *must_stay) {
 
 TEST(test_random_graphs) {
     const char *it = getenv("KILN_DIFF_ITERS"), *sd = getenv("KILN_DIFF_SEED");
-    int iters = it ? atoi(it) : 600;
+    int iters = it ? atoi(it) : 5000;
     uint64_t seed0 = sd ? strtoull(sd, NULL, 10) : 1;
     int built = 0, skipped = 0, failed = 0, dynamic = 0;
     for (int i = 0; i < iters && failed < 5; i++) {
