@@ -174,7 +174,7 @@ static int run_time_dropouts(const kiln_engine *e) {
 
 /* How often the rewrites under test fired (the grammar reaches them). */
 static struct {
-    int gathers, fused, fewer, no_dropout, no_pad_slice, unbuilt;
+    int gathers, fused, fewer, no_dropout, no_pad_slice, unbuilt, residual_nhwc;
 } fired;
 
 /* Builds g both ways and compares; false (with the graph printed) on a
@@ -219,6 +219,13 @@ static bool check_graph(kiln_graph *g, const dyn *dy, uint64_t seed, const char 
     if (e0 && e1) {
         fired.gathers += count_op(e1, KILN_OP_Gather) > count_op(e0, KILN_OP_Gather);
         fired.fused += count_op(e1, KILN_OP_FusedMatMul) > 0;
+        bool nhwc = false; /* a FusedMatMul taking the residual in its own frame */
+        for (int i = 0; i < e1->graph->n_nodes; i++) {
+            const kiln_node *n = &e1->graph->nodes[i];
+            nhwc = nhwc || (n->op_id == KILN_OP_FusedMatMul && n->n_in > 3 && n->in[3] >= 0 &&
+                            strstr(e1->graph->values[n->out[0]].name, "kiln_residual"));
+        }
+        fired.residual_nhwc += nhwc;
         fired.fewer += e1->graph->n_nodes < e0->graph->n_nodes;
         fired.no_dropout += count_op(e1, KILN_OP_Dropout) < count_op(e0, KILN_OP_Dropout);
         fired.no_pad_slice += count_op(e1, KILN_OP_Pad) + count_op(e1, KILN_OP_Slice) <
@@ -425,7 +432,7 @@ static int scale_const(gen *G, int r, const int64_t *yd, int feat) {
 static int gen_linear(gen *G, int *extra_in) {
     kiln_graph *g = G->g;
     int64_t M = 2 + ri(3), K = 2 + ri(4), N = ri(3) ? 2 + ri(4) : M;
-    int y, B;
+    int y, B, pre_res = -1;
     bool gemm = ri(3) == 0;
     if (gemm) {
         kiln_gemm_attrs ga = {.alpha = ri(2) ? 1.0f : -0.5f, .beta = ri(3) ? 1.0f : ri(2) ? 0.0f : 2.0f,
@@ -448,14 +455,21 @@ static int gen_linear(gen *G, int *extra_in) {
         }
         y = add_node(g, KILN_OP_Gemm, nm(G, "gemm"), n, in, &ga);
     } else {
-        int four = ri(2);
+        int four = ri(3); /* 0: [M, K], 1: [1, M, 3, K], 2: [2, M, K] */
         int64_t ad[4] = {1, M, 3, K}, bd[2] = {K, N};
-        if (!four) ad[0] = M, ad[1] = K;
-        int A = add_input(g, nm(G, "a"), four ? 4 : 2, ad);
+        if (four == 0) ad[0] = M, ad[1] = K;
+        if (four == 2) ad[0] = 2, ad[1] = M, ad[2] = K;
+        if (four == 1 && ri(2)) { /* a residual made [N, C, H, W] before the layer, as ConvNeXt's */
+            int64_t rd[4] = {1, M, 3, N};
+            int32_t p[4] = {0, 3, 1, 2};
+            pre_res = transpose(G, add_input(g, nm(G, "r"), 4, rd), p, 4);
+        }
+        int ar = four == 1 ? 4 : four == 2 ? 3 : 2;
+        int A = add_input(g, nm(G, "a"), ar, ad);
         B = add_const(g, nm(G, "W"), 2, bd, -1, 1);
         y = add_binary(g, KILN_OP_MatMul, nm(G, "matmul"), A, B);
         if (ri(4) == 0) { /* the weights shared */
-            int A2 = add_input(g, nm(G, "a"), four ? 4 : 2, ad);
+            int A2 = add_input(g, nm(G, "a"), ar, ad);
             mark_output(g, add_binary(g, KILN_OP_MatMul, nm(G, "matmul"), A2, B));
         }
     }
@@ -495,7 +509,9 @@ static int gen_linear(gen *G, int *extra_in) {
         int rr = yi->rank;
         memcpy(d, yi->dims, sizeof(int64_t) * (size_t)rr);
         int res;
-        if (rr == 4 && tr >= 0 && ri(2)) { /* made by a Transpose(0,3,1,2) of [N,H,W,C] */
+        if (pre_res >= 0 && tr >= 0 && ri(4)) {
+            res = pre_res;
+        } else if (rr == 4 && tr >= 0 && ri(2)) { /* made by a Transpose(0,3,1,2) of [N,H,W,C] */
             int64_t nd[4] = {d[0], d[2], d[3], d[1]};
             int32_t p[4] = {0, 3, 1, 2};
             res = transpose(G, add_input(g, nm(G, "r"), 4, nd), p, 4);
@@ -578,8 +594,8 @@ TEST(test_random_graphs) {
     }
     fprintf(stderr,
             "  %d graphs compared (%d with a symbolic batch), %d invalid ones skipped, %d refused by both builds; optimized plans with fewer layers %d, a Gather "
-            "for Slices %d, a FusedMatMul %d, a Dropout gone %d, a Pad/Slice gone %d\n",
-            built, dynamic, skipped, fired.unbuilt, fired.fewer, fired.gathers, fired.fused, fired.no_dropout, fired.no_pad_slice);
+            "for Slices %d, a FusedMatMul %d, a Dropout gone %d, a Pad/Slice gone %d, a residual through a Transpose %d\n",
+            built, dynamic, skipped, fired.unbuilt, fired.fewer, fired.gathers, fired.fused, fired.no_dropout, fired.no_pad_slice, fired.residual_nhwc);
     CHECK(failed == 0);
     CHECK(built >= iters / 2 && fired.unbuilt <= built / 10);
 }
