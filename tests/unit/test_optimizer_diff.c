@@ -30,6 +30,16 @@ static int add_i64(kiln_graph *g, const char *name, int n, const int64_t *x) {
     return v;
 }
 
+/* An index tensor of one value, int64 or (i32) int32 (saturated). */
+static int add_index(kiln_graph *g, const char *name, int64_t x, bool i32) {
+    if (!i32) return add_i64(g, name, 1, &x);
+    int32_t y = x > INT32_MAX ? INT32_MAX : x < INT32_MIN ? INT32_MIN : (int32_t)x;
+    int v = add_val(g, name);
+    int64_t d[1] = {1};
+    if (kiln__value_set_const(&g->values[v], KILN_DTYPE_INT32, 1, d, &y) != KILN_OK) abort();
+    return v;
+}
+
 static int add_bool(kiln_graph *g, const char *name, bool x) {
     int v = add_val(g, name);
     uint8_t b = x;
@@ -69,7 +79,7 @@ static void print_graph(const kiln_graph *g) {
         print_value(g, n->out[0]);
         if (n->op_id == KILN_OP_Transpose) {
             const kiln_transpose_attrs *t = n->attrs;
-            fprintf(stderr, " perm=");
+            fprintf(stderr, " perm=%s", t->n_perm ? "" : "(reversed)");
             for (int i = 0; i < t->n_perm; i++) fprintf(stderr, "%s%d", i ? "," : "", t->perm[i]);
         } else if (n->op_id == KILN_OP_Concat) {
             fprintf(stderr, " axis=%d", ((const kiln_axis_attrs *)n->attrs)->axis);
@@ -280,10 +290,11 @@ static int64_t rand_index(int64_t d) {
 
 static int slice(gen *G, int x, int64_t start, int64_t end, int64_t axis, int64_t step, int form) {
     kiln_graph *g = G->g;
-    int in[5] = {x, add_i64(g, nm(G, "st"), 1, &start), add_i64(g, nm(G, "en"), 1, &end), -1, -1};
+    bool i32 = ri(4) == 0;
+    int in[5] = {x, add_index(g, nm(G, "st"), start, i32), add_index(g, nm(G, "en"), end, i32), -1, -1};
     int n = 3;
-    if (form > 0 || axis != 0) in[n++] = add_i64(g, nm(G, "ax"), 1, &axis);
-    if (form > 1 || step != 1) in[n++] = add_i64(g, nm(G, "sp"), 1, &step);
+    if (form > 0 || axis != 0) in[n++] = add_index(g, nm(G, "ax"), axis, i32);
+    if (form > 1 || step != 1) in[n++] = add_index(g, nm(G, "sp"), step, i32);
     return add_node(g, KILN_OP_Slice, nm(G, "slice"), n, in, NULL);
 }
 
@@ -384,6 +395,9 @@ static void rand_perm(int r, int32_t *p) {
 static int transpose(gen *G, int x, const int32_t *perm, int r) {
     kiln_transpose_attrs ta = {.n_perm = r};
     memcpy(ta.perm, perm, sizeof(int32_t) * (size_t)r);
+    bool reverse = true;
+    for (int i = 0; i < r; i++) reverse = reverse && perm[i] == r - 1 - i;
+    if (reverse && ri(2)) ta.n_perm = 0; /* perm absent: the dims reversed */
     return add_unary(G->g, KILN_OP_Transpose, nm(G, "tr"), x, &ta);
 }
 
