@@ -517,6 +517,11 @@ static int gen_linear(gen *G, int *extra_in) {
     if (ri(6) == 0) mark_output(g, add_binary(g, KILN_OP_Mul, nm(G, "sread"), s, s));
     y = ri(2) ? add_binary(g, KILN_OP_Mul, nm(G, "lscale"), y, s) : add_binary(g, KILN_OP_Mul, nm(G, "lscale"), s, y);
     if (kiln__graph_infer(g) != KILN_OK) return -1;
+    if (ri(4) == 0) { /* a second scale (or a bias) after the first */
+        int s2 = scale_const(G, r, yd, feat);
+        y = add_binary(g, ri(3) ? KILN_OP_Mul : KILN_OP_Add, nm(G, "lscale"), y, s2);
+        if (kiln__graph_infer(g) != KILN_OK) return -1;
+    }
     if (ri(2)) { /* residual */
         const kiln_tinfo *yi = ti(G, y);
         int64_t d[8];
