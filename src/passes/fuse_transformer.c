@@ -1066,6 +1066,9 @@ static kiln_status match_matmul(kiln_graph *g, const kiln_optimize_opts *o, int 
         beta = ga->beta;
         if (n->n_in > 2 && n->in[2] >= 0 && beta != 0.0f) bias = n->in[2];
     }
+    /* beta scales Gemm's C only: a bias Add after a Gemm whose C is absent
+     * or not read (beta 0) is taken as it is */
+    bool bias_is_c = bias >= 0;
     int64_t N = bi->dims[fa.trans_b ? 0 : 1];
     pat p = {.n = 0};
     pat_add(&p, mm);
@@ -1117,7 +1120,7 @@ static kiln_status match_matmul(kiln_graph *g, const kiln_optimize_opts *o, int 
         int in[4] = {A, B, bias, rn.res};
         if (kiln__pat_supports(g, o->device, KILN_OP_FusedMatMul, 4, in, 1, &y, &fa)) {
             if (alpha != 1.0f) KILN_TRY(scaled_copy(g, B, alpha, &in[1]));
-            if (bias >= 0 && beta != 1.0f) KILN_TRY(scaled_copy(g, bias, beta, &in[2]));
+            if (bias_is_c && beta != 1.0f) KILN_TRY(scaled_copy(g, bias, beta, &in[2]));
             return commit_residual_nchw(g, &p, &rn, in, y, &fa);
         }
     }
@@ -1147,7 +1150,7 @@ static kiln_status match_matmul(kiln_graph *g, const kiln_optimize_opts *o, int 
         y = g->nodes[act].out[0];
     }
     if (alpha != 1.0f) KILN_TRY(scaled_copy(g, B, alpha, &B));
-    if (bias >= 0 && beta != 1.0f) KILN_TRY(scaled_copy(g, bias, beta, &bias));
+    if (bias_is_c && beta != 1.0f) KILN_TRY(scaled_copy(g, bias, beta, &bias));
     int in[4] = {A, B, bias, res};
     int n_in = res >= 0 ? 4 : bias >= 0 ? 3 : 2;
     if (!kiln__pat_supports(g, o->device, KILN_OP_FusedMatMul, n_in, in, 1, &y, &fa)) return KILN_OK;

@@ -1,0 +1,648 @@
+/* test_optimizer_diff.c -- a differential test of the graph optimizer:
+ * small random graphs built around the rewrites of merge_transpose_reshape
+ * (inference Dropouts, identity Pads and Slices, a Concat of Slices as one
+ * Gather, Transpose pairs), fold_layer_scale and fuse_matmul (ConvNeXt's
+ * residual through a Transpose, Transpose pairs that undo each other) run
+ * on the CPU with every pass on and with optimization level 0; both must
+ * give the same shapes and values (within 1e-5 relative), or both fail to
+ * build. A failing graph is printed with its seed. KILN_DIFF_ITERS=N runs N
+ * graphs instead of the default (KILN_DIFF_SEED=S starts at seed S). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "test.h"
+
+#include "graph_build.h"
+
+#include "ops/tensor_internal.h"
+
+#define MAXN 4096
+#define MAXO 8
+
+/* uniform integer in [0, n) */
+static int ri(int n) { return (int)((frand() + 1.0f) * 0.5f * (float)n) % n; }
+
+static int add_i64(kiln_graph *g, const char *name, int n, const int64_t *x) {
+    int v = add_val(g, name);
+    int64_t d[1] = {n};
+    if (kiln__value_set_const(&g->values[v], KILN_DTYPE_INT64, 1, d, x) != KILN_OK) abort();
+    return v;
+}
+
+/* An index tensor of one value, int64 or (i32) int32 (saturated). */
+static int add_index(kiln_graph *g, const char *name, int64_t x, bool i32) {
+    if (!i32) return add_i64(g, name, 1, &x);
+    int32_t y = x > INT32_MAX ? INT32_MAX : x < INT32_MIN ? INT32_MIN : (int32_t)x;
+    int v = add_val(g, name);
+    int64_t d[1] = {1};
+    if (kiln__value_set_const(&g->values[v], KILN_DTYPE_INT32, 1, d, &y) != KILN_OK) abort();
+    return v;
+}
+
+static int add_bool(kiln_graph *g, const char *name, bool x) {
+    int v = add_val(g, name);
+    uint8_t b = x;
+    if (kiln__value_set_const(&g->values[v], KILN_DTYPE_BOOL, 0, NULL, &b) != KILN_OK) abort();
+    return v;
+}
+
+/* ---- printing a graph ------------------------------------------------------ */
+
+static void print_value(const kiln_graph *g, int v) {
+    if (v < 0) {
+        fprintf(stderr, " -");
+        return;
+    }
+    const kiln_value *x = &g->values[v];
+    fprintf(stderr, " %s[", x->name ? x->name : "?");
+    for (int i = 0; i < x->info.rank; i++) fprintf(stderr, "%s%lld", i ? "," : "", (long long)x->info.dims[i]);
+    fprintf(stderr, "]");
+    int64_t n = kiln__numel(x->info.rank, x->info.dims);
+    if ((x->flags & KILN_VALUE_CONST) && n <= 8 && x->data) {
+        fprintf(stderr, "=");
+        for (int64_t i = 0; i < n; i++) fprintf(stderr, "%s%g", i ? "," : "{", kiln__load_f64(x->info.dtype, x->data, i));
+        fprintf(stderr, "}");
+    }
+}
+
+static void print_graph(const kiln_graph *g) {
+    fprintf(stderr, "  inputs:");
+    for (int i = 0; i < g->n_inputs; i++) print_value(g, g->inputs[i]);
+    fprintf(stderr, "\n");
+    for (int ni = 0; ni < g->n_nodes; ni++) {
+        const kiln_node *n = &g->nodes[ni];
+        if (n->dead) continue;
+        fprintf(stderr, "  %s %s:", n->op->name, n->name);
+        for (int i = 0; i < n->n_in; i++) print_value(g, n->in[i]);
+        fprintf(stderr, " ->");
+        print_value(g, n->out[0]);
+        if (n->op_id == KILN_OP_Transpose) {
+            const kiln_transpose_attrs *t = n->attrs;
+            fprintf(stderr, " perm=%s", t->n_perm ? "" : "(reversed)");
+            for (int i = 0; i < t->n_perm; i++) fprintf(stderr, "%s%d", i ? "," : "", t->perm[i]);
+        } else if (n->op_id == KILN_OP_Concat) {
+            fprintf(stderr, " axis=%d", ((const kiln_axis_attrs *)n->attrs)->axis);
+        } else if (n->op_id == KILN_OP_Pad) {
+            fprintf(stderr, " mode=%d", ((const kiln_pad_attrs *)n->attrs)->mode);
+        } else if (n->op_id == KILN_OP_Gemm) {
+            const kiln_gemm_attrs *a = n->attrs;
+            fprintf(stderr, " alpha=%g beta=%g transA=%d transB=%d", a->alpha, a->beta, a->trans_a, a->trans_b);
+        }
+        fprintf(stderr, "\n");
+    }
+    fprintf(stderr, "  outputs:");
+    for (int i = 0; i < g->n_outputs; i++) print_value(g, g->outputs[i]);
+    fprintf(stderr, "\n");
+}
+
+/* ---- engines ----------------------------------------------------------------- */
+
+/* A graph whose inputs' first dims were made one symbol: the sizes they
+ * had (the ones it runs at; -1 for inputs left static). */
+typedef struct dyn {
+    bool on;
+    int64_t d0[8];
+} dyn;
+
+static kiln_status build(const kiln_model *m, int opt, const dyn *dy, kiln_engine **e) {
+    kiln_builder *b = NULL;
+    *e = NULL;
+    CHECK_OK(kiln_builder_create(&b));
+    CHECK_OK(kiln_builder_set_optimization(b, opt));
+    CHECK_OK(kiln_builder_set_tuning(b, 0));
+    CHECK_OK(kiln_builder_set_threads(b, 1));
+    for (int i = 0; dy->on && i < m->graph->n_inputs && i < 8; i++) {
+        const kiln_value *v = &m->graph->values[m->graph->inputs[i]];
+        if (dy->d0[i] < 0) continue;
+        int64_t d[3][KILN_MAX_RANK];
+        for (int k = 0; k < 3; k++) memcpy(d[k], v->info.dims, sizeof d[k]);
+        d[0][0] = 1, d[1][0] = dy->d0[i], d[2][0] = dy->d0[i] + 1;
+        CHECK_OK(kiln_builder_set_profile(b, v->name, v->info.rank, d[0], d[1], d[2]));
+    }
+    kiln_status st = kiln_build(b, m, e);
+    kiln_builder_free(b);
+    return st;
+}
+
+typedef struct result {
+    int n_out;
+    int rank[MAXO];
+    int64_t dims[MAXO][8];
+    int64_t n[MAXO];
+    float y[MAXO][MAXN];
+} result;
+
+/* Runs e on inputs from seed `seed` (floats in [-3, 3), false / 0 for bool
+ * and integer inputs); false if a run step fails. */
+static bool run(const kiln_engine *e, const dyn *dy, uint64_t seed, result *r) {
+    static unsigned char in[8][MAXN * 8];
+    kiln_context *c = NULL;
+    if (kiln_context_create(e, &c) != KILN_OK) return false;
+    const kiln_graph *g = e->graph;
+    gb_rng_state = seed;
+    bool ok = true;
+    for (int i = 0; i < g->n_inputs && i < 8 && ok; i++) {
+        const kiln_value *v = &g->values[g->inputs[i]];
+        int64_t dims[KILN_MAX_RANK];
+        memcpy(dims, v->info.dims, sizeof dims);
+        if (dy->on && dy->d0[i] >= 0) dims[0] = dy->d0[i];
+        int64_t n = kiln__numel(v->info.rank, dims);
+        for (int64_t j = 0; j < n && j < MAXN; j++) {
+            double x = 3.0 * frand();
+            if (v->info.dtype != KILN_DTYPE_FLOAT32) x = 0;
+            kiln__store_f64(v->info.dtype, in[i], j, x);
+        }
+        ok = kiln_context_set_input(c, v->name, v->info.dtype, v->info.rank, dims, in[i]) == KILN_OK;
+    }
+    ok = ok && kiln_context_run(c) == KILN_OK;
+    r->n_out = g->n_outputs < MAXO ? g->n_outputs : MAXO;
+    for (int k = 0; ok && k < r->n_out; k++) {
+        const void *data = NULL;
+        kiln_dtype t;
+        ok = kiln_context_get_output(c, g->values[g->outputs[k]].name, &t, &r->rank[k], r->dims[k], &data) == KILN_OK;
+        if (!ok) break;
+        r->n[k] = kiln__numel(r->rank[k], r->dims[k]);
+        for (int64_t j = 0; data && j < r->n[k] && j < MAXN; j++) r->y[k][j] = (float)kiln__load_f64(t, data, j);
+    }
+    kiln_context_free(c);
+    return ok;
+}
+
+/* Dropouts of e whose training_mode is read at run time (ratio not 0). */
+static int run_time_dropouts(const kiln_engine *e) {
+    int n = 0;
+    for (int i = 0; e && i < e->graph->n_nodes; i++) {
+        const kiln_node *d = &e->graph->nodes[i];
+        if (d->op_id != KILN_OP_Dropout || d->n_in < 3 || d->in[1] < 0 || d->in[2] < 0) continue;
+        const kiln_value *ratio = &e->graph->values[d->in[1]];
+        bool ratio0 = (ratio->flags & KILN_VALUE_CONST) && *(const float *)ratio->data == 0.0f;
+        n += !ratio0 && !(e->graph->values[d->in[2]].flags & KILN_VALUE_CONST); /* (ratio 0: a copy) */
+    }
+    return n;
+}
+
+/* How often the rewrites under test fired (the grammar reaches them). */
+static struct {
+    int gathers, fused, fewer, no_dropout, no_pad_slice, unbuilt, residual_nhwc;
+} fired;
+
+/* Builds g both ways and compares; false (with the graph printed) on a
+ * difference. Takes g. */
+static bool check_graph(kiln_graph *g, const dyn *dy, uint64_t seed, const char *what, bool must_stay) {
+    static result r0, r1;
+    kiln_model *m = model_of(g);
+    kiln_engine *e0 = NULL, *e1 = NULL;
+    kiln_status s0 = build(m, 0, dy, &e0), s1 = build(m, 1, dy, &e1);
+    bool ok = true;
+    char why[200] = "";
+    if ((s0 == KILN_OK) != (s1 == KILN_OK)) {
+        ok = false;
+        snprintf(why, sizeof why, "build: unoptimized %d, optimized %d: %s", s0, s1, kiln_last_error());
+    } else if (s0 == KILN_OK) {
+        bool k0 = run(e0, dy, seed * 7919 + 1, &r0), k1 = run(e1, dy, seed * 7919 + 1, &r1);
+        if (k0 != k1) {
+            ok = false;
+            snprintf(why, sizeof why, "run: unoptimized %d, optimized %d: %s", k0, k1, kiln_last_error());
+        }
+        for (int k = 0; ok && k0 && k < r0.n_out; k++) {
+            bool same = r0.rank[k] == r1.rank[k];
+            for (int d = 0; same && d < r0.rank[k]; d++) same = r0.dims[k][d] == r1.dims[k][d];
+            if (!same) {
+                ok = false;
+                snprintf(why, sizeof why, "output %d: shapes differ", k);
+                break;
+            }
+            int64_t n = r0.n[k] < MAXN ? r0.n[k] : MAXN;
+            double err = rel_err(r1.y[k], r0.y[k], n);
+            if (!(err <= 1e-5)) {
+                ok = false;
+                snprintf(why, sizeof why, "output %d: relative error %g > 1e-5", k, err);
+            }
+        }
+    }
+    if (ok && must_stay && e1 && run_time_dropouts(e0) > run_time_dropouts(e1)) {
+        ok = false;
+        snprintf(why, sizeof why, "a Dropout with a run-time training_mode was removed");
+    }
+    fired.unbuilt += s0 != KILN_OK && s1 != KILN_OK;
+    if (e0 && e1) {
+        fired.gathers += count_op(e1, KILN_OP_Gather) > count_op(e0, KILN_OP_Gather);
+        fired.fused += count_op(e1, KILN_OP_FusedMatMul) > 0;
+        bool nhwc = false; /* a FusedMatMul taking the residual in its own frame */
+        for (int i = 0; i < e1->graph->n_nodes; i++) {
+            const kiln_node *n = &e1->graph->nodes[i];
+            nhwc = nhwc || (n->op_id == KILN_OP_FusedMatMul && n->n_in > 3 && n->in[3] >= 0 &&
+                            strstr(e1->graph->values[n->out[0]].name, "kiln_residual"));
+        }
+        fired.residual_nhwc += nhwc;
+        fired.fewer += e1->graph->n_nodes < e0->graph->n_nodes;
+        fired.no_dropout += count_op(e1, KILN_OP_Dropout) < count_op(e0, KILN_OP_Dropout);
+        fired.no_pad_slice += count_op(e1, KILN_OP_Pad) + count_op(e1, KILN_OP_Slice) <
+                              count_op(e0, KILN_OP_Pad) + count_op(e0, KILN_OP_Slice);
+    }
+    if (!ok) {
+        fprintf(stderr, "  FAIL %s, seed %llu%s: %s\n", what, (unsigned long long)seed,
+                dy->on ? " (first input dims symbolic)" : "", why);
+        print_graph(m->graph);
+        if (e1) {
+            fprintf(stderr, "  optimized plan:\n");
+            print_graph(e1->graph);
+        }
+    }
+    kiln_engine_free(e0);
+    kiln_engine_free(e1);
+    kiln_model_free(m);
+    return ok;
+}
+
+/* ---- the grammar ----------------------------------------------------------- */
+
+typedef struct gen {
+    kiln_graph *g;
+    int k; /* names */
+    char nm[64];
+} gen;
+
+static const char *nm(gen *G, const char *op) {
+    snprintf(G->nm, sizeof G->nm, "%s%d", op, G->k++);
+    return G->nm;
+}
+
+static const kiln_tinfo *ti(gen *G, int v) { return &G->g->values[v].info; }
+
+/* Another reader of v or v a graph output, sometimes. */
+static void maybe_leak(gen *G, int v) {
+    int r = ri(6);
+    if (r == 0) mark_output(G->g, v);
+    else if (r == 1) mark_output(G->g, add_unary(G->g, KILN_OP_Neg, nm(G, "neg"), v, NULL));
+}
+
+static int64_t rand_index(int64_t d) {
+    switch (ri(6)) {
+    case 0: return -1 - ri((int)d + 2); /* negative, maybe out of range */
+    case 1: return d + ri(3);           /* out of range */
+    case 2: return INT64_MAX;
+    case 3: return INT64_MIN;
+    default: return ri((int)d + 1);
+    }
+}
+
+static int slice(gen *G, int x, int64_t start, int64_t end, int64_t axis, int64_t step, int form) {
+    kiln_graph *g = G->g;
+    bool i32 = ri(4) == 0;
+    int in[5] = {x, add_index(g, nm(G, "st"), start, i32), add_index(g, nm(G, "en"), end, i32), -1, -1};
+    int n = 3;
+    if (form > 0 || axis != 0) in[n++] = add_index(g, nm(G, "ax"), axis, i32);
+    if (form > 1 || step != 1) in[n++] = add_index(g, nm(G, "sp"), step, i32);
+    return add_node(g, KILN_OP_Slice, nm(G, "slice"), n, in, NULL);
+}
+
+/* Slices of x along one axis, concatenated: a roll, or random ranges. */
+static int gen_concat(gen *G, int x) {
+    const kiln_tinfo *t = ti(G, x);
+    int r = t->rank, a = ri(r);
+    int64_t d = t->dims[a], sa = ri(2) ? a - r : a;
+    int ca = ri(4) ? a : ri(r);
+    int pieces[4], np = 0;
+    if (ri(2)) { /* roll: x[s:], x[:s] (or three pieces) */
+        int64_t s = 1 + ri((int)d - 1 > 0 ? (int)d - 1 : 1);
+        int64_t s_neg = s - d;
+        pieces[np++] = slice(G, x, ri(2) ? s : s_neg, ri(2) ? INT64_MAX : d + ri(3), sa, 1, ri(3));
+        if (ri(3) == 0 && s > 1) {
+            pieces[np++] = slice(G, x, 0, 1, sa, 1, ri(3));
+            pieces[np++] = slice(G, x, 1, ri(2) ? s : s_neg, sa, 1, ri(3));
+        } else {
+            pieces[np++] = slice(G, x, ri(2) ? 0 : -d - ri(3), ri(2) ? s : s_neg, sa, 1, ri(3));
+        }
+        if (ri(4) == 0) { /* the other order */
+            int p = pieces[0];
+            pieces[0] = pieces[np - 1];
+            pieces[np - 1] = p;
+        }
+    } else {
+        np = 2 + ri(2);
+        for (int i = 0; i < np; i++) {
+            int64_t step = ri(4) ? 1 : ri(2) ? -1 : 2;
+            if (ri(5) == 0) step = -2;
+            pieces[i] = slice(G, x, rand_index(d), rand_index(d), sa, step, ri(3));
+        }
+    }
+    int twist = ri(8);
+    if (twist == 0) pieces[np - 1] = pieces[0]; /* one piece twice */
+    if (twist == 1) {                           /* a piece of another value of x's shape */
+        int x2 = add_unary(G->g, KILN_OP_Neg, nm(G, "neg"), x, NULL);
+        int64_t s = 1;
+        pieces[np - 1] = slice(G, x2, s, INT64_MAX, sa, 1, ri(3));
+        pieces[0] = slice(G, x, 0, s, sa, 1, ri(3));
+    }
+    if (kiln__graph_infer(G->g) != KILN_OK) return -1;
+    for (int i = 0; i < np; i++) maybe_leak(G, pieces[i]);
+    kiln_axis_attrs aa = {.axis = ri(2) ? ca - r : ca};
+    return add_node(G->g, KILN_OP_Concat, nm(G, "concat"), np, pieces, &aa);
+}
+
+static int gen_pad(gen *G, int x) {
+    kiln_graph *g = G->g;
+    const kiln_tinfo *t = ti(G, x);
+    int64_t pads[16];
+    bool zero = ri(2);
+    for (int i = 0; i < 2 * t->rank; i++) pads[i] = zero ? 0 : ri(4) - 1;
+    if (!zero && ri(3) == 0 && t->rank > 0) { /* shifted: same shape */
+        pads[0] = 1;
+        pads[t->rank] = -1;
+    }
+    kiln_pad_attrs pa = {.mode = ri(3)};
+    int in[3] = {x, add_i64(g, nm(G, "pads"), 2 * t->rank, pads), -1};
+    int n = 2;
+    if (ri(2)) in[n++] = add_scalar(g, nm(G, "cval"), ri(2) ? 0.0f : 1.5f);
+    return add_node(g, KILN_OP_Pad, nm(G, "pad"), n, in, &pa);
+}
+
+static int gen_dropout(gen *G, int x, bool *must_stay) {
+    kiln_graph *g = G->g;
+    int in[3] = {x, -1, -1}, n = 1;
+    float ratio = ri(2) ? 0.5f : 0.0f;
+    int r = ri(5);
+    if (r >= 1) in[n++] = add_scalar(g, nm(G, "ratio"), ratio);
+    if (r == 2) in[n++] = add_bool(g, nm(G, "train"), false);
+    if (r == 3) in[n++] = add_bool(g, nm(G, "train"), ratio == 0.0f);
+    if (r == 4) {
+        char name[64];
+        snprintf(name, sizeof name, "training%d", G->k++);
+        int v = add_val(g, name);
+        g->values[v].info.dtype = KILN_DTYPE_BOOL;
+        g->values[v].info.rank = 0;
+        g->values[v].flags |= KILN_VALUE_INPUT;
+        if (kiln__grow((void **)&g->inputs, &g->cap_inputs, g->n_inputs + 1, sizeof(int)) != KILN_OK) abort();
+        g->inputs[g->n_inputs++] = v;
+        in[n++] = v;
+        if (ratio != 0.0f) *must_stay = true;
+    }
+    kiln_dropout_attrs da = {0};
+    return add_node(g, KILN_OP_Dropout, nm(G, "dropout"), n, in, &da);
+}
+
+static void rand_perm(int r, int32_t *p) {
+    for (int i = 0; i < r; i++) p[i] = i;
+    for (int i = r - 1; i > 0; i--) {
+        int j = ri(i + 1), t = p[i];
+        p[i] = p[j];
+        p[j] = t;
+    }
+}
+
+static int transpose(gen *G, int x, const int32_t *perm, int r) {
+    kiln_transpose_attrs ta = {.n_perm = r};
+    memcpy(ta.perm, perm, sizeof(int32_t) * (size_t)r);
+    bool reverse = true;
+    for (int i = 0; i < r; i++) reverse = reverse && perm[i] == r - 1 - i;
+    if (reverse && ri(2)) ta.n_perm = 0; /* perm absent: the dims reversed */
+    return add_unary(G->g, KILN_OP_Transpose, nm(G, "tr"), x, &ta);
+}
+
+static int gen_transposes(gen *G, int x) {
+    int r = ti(G, x)->rank;
+    int32_t p1[8], p2[8];
+    rand_perm(r, p1);
+    int t = transpose(G, x, p1, r);
+    maybe_leak(G, t);
+    if (ri(2)) {
+        for (int i = 0; i < r; i++) p2[p1[i]] = i; /* the inverse */
+    } else {
+        rand_perm(r, p2);
+    }
+    int y = transpose(G, t, p2, r);
+    if (ri(3) == 0) {
+        maybe_leak(G, y);
+        rand_perm(r, p1);
+        y = transpose(G, y, p1, r);
+    }
+    return y;
+}
+
+/* A constant scale of one of the shapes a layer scale has (or nearly). */
+static int scale_const(gen *G, int r, const int64_t *yd, int feat) {
+    int64_t d[8];
+    int sr;
+    switch (ri(7)) {
+    case 0: sr = 1, d[0] = yd[feat]; break;                         /* [N] (right only if feat is last) */
+    case 1: sr = r; for (int i = 0; i < r; i++) d[i] = i == feat ? yd[i] : 1; break; /* [1,N,1,..] */
+    case 2: sr = r - feat; for (int i = 0; i < sr; i++) d[i] = i == 0 ? yd[feat] : 1; break; /* [N,1,1] */
+    case 3: sr = 1, d[0] = 1; break;
+    case 4: sr = 0; break;
+    case 5: sr = r; for (int i = 0; i < r; i++) d[i] = yd[i]; break; /* full */
+    default: { /* the wrong axis */
+        int a = ri(r);
+        sr = r - a;
+        for (int i = 0; i < sr; i++) d[i] = i == 0 ? yd[a] : 1;
+        break;
+    }
+    }
+    return add_const(G->g, nm(G, "scale"), sr, d, -2.0f, 2.0f);
+}
+
+/* MatMul/Gemm [+ bias] [-> Transpose] -> Mul(scale) [-> Add residual]. */
+static int gen_linear(gen *G, int *extra_in) {
+    kiln_graph *g = G->g;
+    int64_t M = 2 + ri(3), K = 2 + ri(4), N = ri(3) ? 2 + ri(4) : M;
+    int y, B, pre_res = -1;
+    bool gemm = ri(3) == 0;
+    if (gemm) {
+        kiln_gemm_attrs ga = {.alpha = ri(2) ? 1.0f : -0.5f, .beta = ri(3) ? 1.0f : ri(2) ? 0.0f : 2.0f,
+                              .trans_a = ri(4) == 0, .trans_b = ri(2)};
+        int64_t ad[2] = {ga.trans_a ? K : M, ga.trans_a ? M : K}, bd[2] = {ga.trans_b ? N : K, ga.trans_b ? K : N};
+        int A = add_input(g, nm(G, "a"), 2, ad);
+        B = add_const(g, nm(G, "W"), 2, bd, -1, 1);
+        int in[3] = {A, B, -1}, n = 2;
+        if (ri(3)) {
+            int64_t cd[2];
+            int cr;
+            switch (ri(5)) {
+            case 0: cr = 1, cd[0] = N; break;
+            case 1: cr = 2, cd[0] = 1, cd[1] = N; break;
+            case 2: cr = 2, cd[0] = M, cd[1] = N; break;
+            case 3: cr = 2, cd[0] = M, cd[1] = 1; break;
+            default: cr = 0; break;
+            }
+            in[n++] = add_const(g, nm(G, "C"), cr, cd, -1, 1);
+        }
+        y = add_node(g, KILN_OP_Gemm, nm(G, "gemm"), n, in, &ga);
+    } else {
+        int four = ri(3); /* 0: [M, K], 1: [1, M, 3, K], 2: [2, M, K] */
+        int64_t ad[4] = {1, M, 3, K}, bd[2] = {K, N};
+        if (four == 0) ad[0] = M, ad[1] = K;
+        if (four == 2) ad[0] = 2, ad[1] = M, ad[2] = K;
+        if (four == 1 && ri(2)) { /* a residual made [N, C, H, W] before the layer, as ConvNeXt's */
+            int64_t rd[4] = {1, M, 3, N};
+            int32_t p[4] = {0, 3, 1, 2};
+            pre_res = transpose(G, add_input(g, nm(G, "r"), 4, rd), p, 4);
+        }
+        int ar = four == 1 ? 4 : four == 2 ? 3 : 2;
+        int A = add_input(g, nm(G, "a"), ar, ad);
+        B = add_const(g, nm(G, "W"), 2, bd, -1, 1);
+        y = add_binary(g, KILN_OP_MatMul, nm(G, "matmul"), A, B);
+        if (ri(4) == 0) { /* the weights shared */
+            int A2 = add_input(g, nm(G, "a"), ar, ad);
+            mark_output(g, add_binary(g, KILN_OP_MatMul, nm(G, "matmul"), A2, B));
+        }
+    }
+    if (kiln__graph_infer(g) != KILN_OK) return -1;
+    int r = ti(G, y)->rank;
+    if (ri(2)) { /* bias */
+        int64_t bd[8];
+        int br = ri(2) ? 1 : r;
+        for (int i = 0; i < br; i++) bd[i] = i == br - 1 ? N : 1;
+        if (ri(5) == 0) bd[0] = ti(G, y)->dims[0], br = br == 1 ? 2 : br, bd[br - 1] = br == 2 ? N : bd[br - 1];
+        int b = add_const(g, nm(G, "bias"), br, bd, -1, 1);
+        y = ri(2) ? add_binary(g, KILN_OP_Add, nm(G, "badd"), y, b) : add_binary(g, KILN_OP_Add, nm(G, "badd"), b, y);
+    }
+    if (kiln__graph_infer(g) != KILN_OK) return -1;
+    maybe_leak(G, y);
+    int feat = r - 1;
+    int tr = -1;
+    if (ri(2)) { /* through a Transpose: ConvNeXt's (0,3,1,2) or another */
+        int32_t p[8];
+        if (r == 4 && ri(2)) p[0] = 0, p[1] = 3, p[2] = 1, p[3] = 2;
+        else rand_perm(r, p);
+        for (int i = 0; i < r; i++)
+            if (p[i] == r - 1) feat = i;
+        y = tr = transpose(G, y, p, r);
+        if (kiln__graph_infer(g) != KILN_OK) return -1;
+        maybe_leak(G, y);
+    }
+    int64_t yd[8];
+    memcpy(yd, ti(G, y)->dims, sizeof(int64_t) * (size_t)r);
+    int s = scale_const(G, r, yd, feat);
+    if (ri(6) == 0) mark_output(g, add_binary(g, KILN_OP_Mul, nm(G, "sread"), s, s));
+    y = ri(2) ? add_binary(g, KILN_OP_Mul, nm(G, "lscale"), y, s) : add_binary(g, KILN_OP_Mul, nm(G, "lscale"), s, y);
+    if (kiln__graph_infer(g) != KILN_OK) return -1;
+    if (ri(4) == 0) { /* a second scale (or a bias) after the first */
+        int s2 = scale_const(G, r, yd, feat);
+        y = add_binary(g, ri(3) ? KILN_OP_Mul : KILN_OP_Add, nm(G, "lscale"), y, s2);
+        if (kiln__graph_infer(g) != KILN_OK) return -1;
+    }
+    if (ri(2)) { /* residual */
+        const kiln_tinfo *yi = ti(G, y);
+        int64_t d[8];
+        int rr = yi->rank;
+        memcpy(d, yi->dims, sizeof(int64_t) * (size_t)rr);
+        int res;
+        if (pre_res >= 0 && tr >= 0 && ri(4)) {
+            res = pre_res;
+        } else if (rr == 4 && tr >= 0 && ri(2)) { /* made by a Transpose(0,3,1,2) of [N,H,W,C] */
+            int64_t nd[4] = {d[0], d[2], d[3], d[1]};
+            int32_t p[4] = {0, 3, 1, 2};
+            res = transpose(G, add_input(g, nm(G, "r"), 4, nd), p, 4);
+            maybe_leak(G, res);
+        } else {
+            res = add_input(g, nm(G, "r"), rr, d);
+        }
+        y = ri(2) ? add_binary(g, KILN_OP_Add, nm(G, "radd"), y, res) : add_binary(g, KILN_OP_Add, nm(G, "radd"), res, y);
+        if (ri(3) == 0) y = add_unary(g, KILN_OP_Relu, nm(G, "relu"), y, NULL);
+    }
+    (void)extra_in;
+    return y;
+}
+
+/* One random graph from seed; -1 when the grammar made an invalid one. */
+static int gen_graph(kiln_graph *g, uint64_t seed, bool *must_stay) {
+    gen G = {.g = g};
+    gb_rng_state = seed;
+    int steps = 1 + ri(3), y = -1;
+    for (int s = 0; s < steps; s++) {
+        int fam = ri(5);
+        if (fam == 4 || y < 0) {
+            if (fam != 4 && y < 0) {
+                int r = 2 + ri(3);
+                int64_t d[4];
+                for (int i = 0; i < r; i++) d[i] = 1 + ri(5);
+                y = add_input(g, nm(&G, "x"), r, d);
+            }
+        }
+        switch (fam) {
+        case 0: y = gen_concat(&G, y); break;
+        case 1: y = ri(2) ? gen_pad(&G, y) : gen_dropout(&G, y, must_stay); break;
+        case 2: y = gen_transposes(&G, y); break;
+        case 3: y = add_unary(g, KILN_OP_Neg, nm(&G, "neg"), y, NULL); break;
+        default: y = gen_linear(&G, NULL); break;
+        }
+        if (y < 0 || kiln__graph_infer(g) != KILN_OK) return -1;
+        if (kiln__numel(ti(&G, y)->rank, ti(&G, y)->dims) > MAXN) return -1;
+        if (s + 1 < steps) maybe_leak(&G, y);
+    }
+    mark_output(g, y);
+    return 0;
+}
+
+TEST(test_random_graphs) {
+    const char *it = getenv("KILN_DIFF_ITERS"), *sd = getenv("KILN_DIFF_SEED");
+    int iters = it ? atoi(it) : 5000;
+    uint64_t seed0 = sd ? strtoull(sd, NULL, 10) : 1;
+    int built = 0, skipped = 0, failed = 0, dynamic = 0;
+    for (int i = 0; i < iters && failed < 5; i++) {
+        uint64_t seed = seed0 + (uint64_t)i;
+        kiln_graph *g;
+        CHECK_OK(kiln__graph_create(&g));
+        bool must_stay = false;
+        if (gen_graph(g, seed, &must_stay) != 0) {
+            kiln__graph_free(g);
+            skipped++;
+            continue;
+        }
+        /* one graph in four: the first dim of every float input one symbol
+         * (a batch profile), where the grammar keeps that valid */
+        dyn dy = {.on = seed % 4 == 3};
+        if (dy.on) {
+            int sym;
+            CHECK_OK(kiln__graph_add_symbol(g, "batch", &sym));
+            for (int k = 0; k < g->n_inputs && k < 8; k++) {
+                kiln_tinfo *t = &g->values[g->inputs[k]].info;
+                dy.d0[k] = t->rank > 0 ? t->dims[0] : -1;
+                if (t->rank > 0) t->dims[0] = KILN_DIM_SYM(sym);
+            }
+            if (g->n_inputs > 8 || kiln__graph_infer(g) != KILN_OK) {
+                kiln__graph_free(g);
+                skipped++;
+                continue;
+            }
+            dynamic++;
+        }
+        built++;
+        if (!check_graph(g, &dy, seed, "random graph", must_stay)) failed++;
+    }
+    fprintf(stderr,
+            "  %d graphs compared (%d with a symbolic batch), %d invalid ones skipped, %d refused by both builds; optimized plans with fewer layers %d, a Gather "
+            "for Slices %d, a FusedMatMul %d, a Dropout gone %d, a Pad/Slice gone %d, a residual through a Transpose %d\n",
+            built, dynamic, skipped, fired.unbuilt, fired.fewer, fired.gathers, fired.fused, fired.no_dropout, fired.no_pad_slice, fired.residual_nhwc);
+    CHECK(failed == 0);
+    CHECK(built >= iters / 2 && fired.unbuilt <= built / 10);
+}
+
+/* ---- regressions found by the random graphs ------------------------------- */
+
+/* Gemm(a, W, beta 0) + Add(b): fuse_matmul took b as the layer's bias and
+ * scaled it by the Gemm's beta (0), which is for the Gemm's own C alone
+ * (seeds 82, 167, 259, 442). With C present and beta 2 the Add's bias must
+ * stay unscaled too (it is a residual-free second bias then: C is the
+ * layer's bias and the Add stays). */
+TEST(test_gemm_beta_bias_add) {
+    for (int with_c = 0; with_c < 2; with_c++) {
+        kiln_graph *g;
+        CHECK_OK(kiln__graph_create(&g));
+        gb_rng_state = 5;
+        int64_t ad[2] = {3, 4}, wd[2] = {4, 5}, bd[1] = {5};
+        int a = add_input(g, "a", 2, ad), w = add_const(g, "W", 2, wd, -1, 1);
+        int in[3] = {a, w, with_c ? add_const(g, "C", 1, bd, -1, 1) : -1};
+        kiln_gemm_attrs ga = {.alpha = 1.0f, .beta = with_c ? 2.0f : 0.0f};
+        int y = add_node(g, KILN_OP_Gemm, "gemm", with_c ? 3 : 2, in, &ga);
+        mark_output(g, add_binary(g, KILN_OP_Add, "badd", y, add_const(g, "b", 1, bd, 0.5f, 1.0f)));
+        CHECK(check_graph(g, &(dyn){.on = false}, 1, with_c ? "Gemm beta 2 with C + Add" : "Gemm beta 0 + Add", false));
+    }
+}
+
+int main(void) {
+    RUN(test_gemm_beta_bias_add);
+    RUN(test_random_graphs);
+    return test_summary();
+}
