@@ -15,6 +15,8 @@
 
 #include "graph_build.h"
 
+#include "ops/elementwise_impl.h"
+#include "ops/fused_conv.h"
 #include "ops/tensor_internal.h"
 
 #define MAXN 4096
@@ -185,6 +187,7 @@ static int run_time_dropouts(const kiln_engine *e) {
 /* How often the rewrites under test fired (the grammar reaches them). */
 static struct {
     int gathers, fused, fewer, no_dropout, no_pad_slice, unbuilt, residual_nhwc;
+    int conv, conv_bn, conv_res, conv_act[KILN_FC_ACT_COUNT];
 } fired;
 
 /* Builds g both ways and compares; false (with the graph printed) on a
@@ -236,6 +239,19 @@ static bool check_graph(kiln_graph *g, const dyn *dy, uint64_t seed, const char 
                             strstr(e1->graph->values[n->out[0]].name, "kiln_residual"));
         }
         fired.residual_nhwc += nhwc;
+        bool conv = false, res = false, act[KILN_FC_ACT_COUNT] = {false};
+        for (int i = 0; i < e1->graph->n_nodes; i++) {
+            const kiln_node *n = &e1->graph->nodes[i];
+            if (n->op_id != KILN_OP_FusedConv) continue;
+            const kiln_fused_conv_attrs *fa = n->attrs;
+            conv = true;
+            res = res || fa->has_residual;
+            if (fa->act >= 0 && fa->act < KILN_FC_ACT_COUNT) act[fa->act] = true;
+        }
+        fired.conv += conv;
+        fired.conv_res += res;
+        for (int k = 0; k < KILN_FC_ACT_COUNT; k++) fired.conv_act[k] += act[k];
+        fired.conv_bn += count_op(e1, KILN_OP_BatchNormalization) < count_op(e0, KILN_OP_BatchNormalization);
         fired.fewer += e1->graph->n_nodes < e0->graph->n_nodes;
         fired.no_dropout += count_op(e1, KILN_OP_Dropout) < count_op(e0, KILN_OP_Dropout);
         fired.no_pad_slice += count_op(e1, KILN_OP_Pad) + count_op(e1, KILN_OP_Slice) <
@@ -545,15 +561,121 @@ static int gen_linear(gen *G, int *extra_in) {
     return y;
 }
 
+/* Conv (1-D or 2-D; groups, depthwise, strides, dilations, pads or
+ * auto_pad; bias or not) [-> BatchNormalization] [-> Add residual (same
+ * shape, or a broadcast that must not fuse)] [-> activation], the
+ * intermediates sometimes read elsewhere or graph outputs. */
+static int gen_conv(gen *G) {
+    kiln_graph *g = G->g;
+    int ns = 1 + ri(2), r = ns + 2;
+    int64_t grp = ri(3) == 0 ? 1 + ri(3) : 1;
+    int64_t C = grp * (1 + ri(3)), M = grp * (1 + ri(3));
+    if (ri(4) == 0) grp = C = M = 1 + ri(4); /* depthwise */
+    kiln_conv_attrs ca;
+    memset(&ca, 0, sizeof ca);
+    ca.group = (int32_t)grp;
+    int64_t xd[4] = {1 + ri(2), C, 0, 0}, wd[4] = {M, C / grp, 0, 0};
+    for (int i = 0; i < ns; i++) {
+        xd[2 + i] = 2 + ri(5);
+        wd[2 + i] = 1 + ri(3);
+    }
+    if (ri(2)) {
+        ca.n_strides = ns;
+        for (int i = 0; i < ns; i++) ca.strides[i] = 1 + ri(2);
+    }
+    if (ri(3) == 0) {
+        ca.n_dilations = ns;
+        for (int i = 0; i < ns; i++) ca.dilations[i] = 1 + ri(2);
+    }
+    int pm = ri(5);
+    if (pm <= 1) {
+        ca.n_pads = 2 * ns;
+        for (int i = 0; i < 2 * ns; i++) ca.pads[i] = ri(3);
+    } else if (pm == 2) {
+        ca.auto_pad = PAD_SAME_UPPER;
+    } else if (pm == 3) {
+        ca.auto_pad = ri(2) ? PAD_SAME_LOWER : PAD_VALID;
+    }
+    if (ri(2)) {
+        ca.n_kernel = ns;
+        for (int i = 0; i < ns; i++) ca.kernel[i] = wd[2 + i];
+    }
+    int x = add_input(g, nm(G, "x"), r, xd);
+    int in[3] = {x, add_const(g, nm(G, "W"), r, wd, -1, 1), -1}, n = 2;
+    int64_t md[4] = {M};
+    if (ri(3)) in[n++] = add_const(g, nm(G, "B"), 1, md, -1, 1);
+    int y = add_node(g, KILN_OP_Conv, nm(G, "conv"), n, in, &ca);
+    if (kiln__graph_infer(g) != KILN_OK) return -1;
+    if (ri(2)) {
+        maybe_leak(G, y);
+        static const float eps[4] = {1e-5f, 1e-3f, 0.1f, 0.0f};
+        kiln_bn_attrs ba = {.epsilon = eps[ri(4)], .spatial = 1};
+        int bi[5] = {y, add_const(g, nm(G, "bs"), 1, md, -2, 2), add_const(g, nm(G, "bb"), 1, md, -1, 1),
+                     add_const(g, nm(G, "bm"), 1, md, -1, 1), add_const(g, nm(G, "bv"), 1, md, 0.05f, 3)};
+        y = add_node(g, KILN_OP_BatchNormalization, nm(G, "bn"), 5, bi, &ba);
+        if (kiln__graph_infer(g) != KILN_OK) return -1;
+    }
+    if (ri(2)) {
+        maybe_leak(G, y);
+        const kiln_tinfo *yi = ti(G, y);
+        int64_t d[4];
+        memcpy(d, yi->dims, sizeof d);
+        int res;
+        switch (ri(5)) {
+        case 0: /* [1, M, 1..]: a broadcast */
+            d[0] = 1;
+            for (int i = 2; i < r; i++) d[i] = 1;
+            res = add_const(g, nm(G, "rb"), r, d, -1, 1);
+            break;
+        case 1: /* [2, M, ..] over a batch of 1: the output grows */
+            if (d[0] != 1) return -1;
+            d[0] = 2;
+            res = add_input(g, nm(G, "r"), r, d);
+            break;
+        case 2: res = y; break; /* y + y */
+        default: res = add_input(g, nm(G, "r"), r, d); break;
+        }
+        y = ri(2) ? add_binary(g, KILN_OP_Add, nm(G, "radd"), y, res) : add_binary(g, KILN_OP_Add, nm(G, "radd"), res, y);
+        if (kiln__graph_infer(g) != KILN_OK) return -1;
+    }
+    if (ri(5)) {
+        maybe_leak(G, y);
+        kiln_ew_act_attrs aa = {.alpha = 0.5f * frand() + 0.3f, .beta = 0.5f + 0.3f * frand()};
+        switch (ri(8)) {
+        case 0: y = add_unary(g, KILN_OP_Relu, nm(G, "relu"), y, NULL); break;
+        case 1: {
+            int ci[3] = {y, -1, -1}, cn = 1 + ri(3);
+            if (cn > 1 && ri(4)) ci[1] = add_scalar(g, nm(G, "lo"), ri(2) ? 0.0f : -1.0f + frand());
+            if (cn > 2) ci[2] = add_scalar(g, nm(G, "hi"), ri(2) ? 6.0f : 1.0f + frand());
+            if (ri(8) == 0 && cn > 1) ci[1] = add_const(g, nm(G, "lo"), 1, (int64_t[]){1}, -1, 0);
+            y = add_node(g, KILN_OP_Clip, nm(G, "clip"), cn, ci, NULL);
+            break;
+        }
+        case 2: y = add_unary(g, KILN_OP_LeakyRelu, nm(G, "lrelu"), y, &aa); break;
+        case 3: y = add_unary(g, KILN_OP_Sigmoid, nm(G, "sig"), y, NULL); break;
+        case 4: y = add_unary(g, KILN_OP_HardSwish, nm(G, "hsw"), y, NULL); break;
+        case 5: y = add_unary(g, KILN_OP_HardSigmoid, nm(G, "hsig"), y, &aa); break;
+        default: { /* SiLU, the Mul's operands either way (or not a SiLU) */
+            int sg = add_unary(g, KILN_OP_Sigmoid, nm(G, "sig"), y, NULL);
+            if (ri(8) == 0) maybe_leak(G, sg);
+            int other = ri(10) ? y : sg;
+            y = ri(2) ? add_binary(g, KILN_OP_Mul, nm(G, "silu"), other, sg) : add_binary(g, KILN_OP_Mul, nm(G, "silu"), sg, other);
+            break;
+        }
+        }
+    }
+    return y;
+}
+
 /* One random graph from seed; -1 when the grammar made an invalid one. */
 static int gen_graph(kiln_graph *g, uint64_t seed, bool *must_stay) {
     gen G = {.g = g};
     gb_rng_state = seed;
     int steps = 1 + ri(3), y = -1;
     for (int s = 0; s < steps; s++) {
-        int fam = ri(5);
-        if (fam == 4 || y < 0) {
-            if (fam != 4 && y < 0) {
+        int fam = ri(7);
+        if (fam >= 4 || y < 0) {
+            if (fam < 4 && y < 0) {
                 int r = 2 + ri(3);
                 int64_t d[4];
                 for (int i = 0; i < r; i++) d[i] = 1 + ri(5);
@@ -565,7 +687,8 @@ static int gen_graph(kiln_graph *g, uint64_t seed, bool *must_stay) {
         case 1: y = ri(2) ? gen_pad(&G, y) : gen_dropout(&G, y, must_stay); break;
         case 2: y = gen_transposes(&G, y); break;
         case 3: y = add_unary(g, KILN_OP_Neg, nm(&G, "neg"), y, NULL); break;
-        default: y = gen_linear(&G, NULL); break;
+        case 4: y = gen_linear(&G, NULL); break;
+        default: y = gen_conv(&G); break;
         }
         if (y < 0 || kiln__graph_infer(g) != KILN_OK) return -1;
         if (kiln__numel(ti(&G, y)->rank, ti(&G, y)->dims) > MAXN) return -1;
@@ -613,10 +736,19 @@ TEST(test_random_graphs) {
     }
     fprintf(stderr,
             "  %d graphs compared (%d with a symbolic batch), %d invalid ones skipped, %d refused by both builds; optimized plans with fewer layers %d, a Gather "
-            "for Slices %d, a FusedMatMul %d, a Dropout gone %d, a Pad/Slice gone %d, a residual through a Transpose %d\n",
-            built, dynamic, skipped, fired.unbuilt, fired.fewer, fired.gathers, fired.fused, fired.no_dropout, fired.no_pad_slice, fired.residual_nhwc);
+            "for Slices %d, a FusedMatMul %d, a Dropout gone %d, a Pad/Slice gone %d, a residual through a Transpose %d\n"
+            "  fuse_conv: a FusedConv %d, a BatchNormalization folded %d, with a residual %d; activations:",
+            built, dynamic, skipped, fired.unbuilt, fired.fewer, fired.gathers, fired.fused, fired.no_dropout, fired.no_pad_slice, fired.residual_nhwc,
+            fired.conv, fired.conv_bn, fired.conv_res);
+    for (int k = 0; k < KILN_FC_ACT_COUNT; k++) fprintf(stderr, " %s %d", kiln__fc_act_name(k), fired.conv_act[k]);
+    fprintf(stderr, "\n");
     CHECK(failed == 0);
     CHECK(built >= iters / 2 && fired.unbuilt <= built / 10);
+    if (iters >= 2000) { /* every family reached the rewrite it is for */
+        CHECK(fired.gathers && fired.fused && fired.no_dropout && fired.no_pad_slice && fired.residual_nhwc);
+        CHECK(fired.conv && fired.conv_bn && fired.conv_res);
+        for (int k = 0; k < KILN_FC_ACT_COUNT; k++) CHECK(fired.conv_act[k] > 0);
+    }
 }
 
 /* ---- regressions found by the random graphs ------------------------------- */
