@@ -5,7 +5,9 @@
  * residual through a Transpose, Transpose pairs that undo each other) run
  * on the CPU with every pass on and with optimization level 0; both must
  * give the same shapes and values (within 1e-5 relative), or both fail to
- * build. A failing graph is printed with its seed. KILN_DIFF_ITERS=N runs N
+ * build (NaN and infinite values in the same places). Also Conv chains
+ * for fuse_conv and elementwise chains for fuse_pointwise. A failing
+ * graph is printed with its seed. KILN_DIFF_ITERS=N runs N
  * graphs instead of the default (KILN_DIFF_SEED=S starts at seed S). */
 #include <math.h>
 #include <stdio.h>
@@ -188,7 +190,26 @@ static int run_time_dropouts(const kiln_engine *e) {
 static struct {
     int gathers, fused, fewer, no_dropout, no_pad_slice, unbuilt, residual_nhwc;
     int conv, conv_bn, conv_res, conv_act[KILN_FC_ACT_COUNT];
+    int pw, pw_bcast, pw_multi_out;
 } fired;
+
+/* max |a - b| / max(1, max finite |b|) over finite pairs; infinite when NaN
+ * or infinite values differ in place (or sign). */
+static double diff_err(const float *a, const float *b, int64_t n) {
+    double m = 1.0, d = 0.0;
+    for (int64_t i = 0; i < n; i++)
+        if (isfinite(b[i]) && fabs(b[i]) > m) m = fabs(b[i]);
+    for (int64_t i = 0; i < n; i++) {
+        if (isnan(a[i]) || isnan(b[i])) {
+            if (isnan(a[i]) != isnan(b[i])) d = INFINITY;
+        } else if (isinf(a[i]) || isinf(b[i])) {
+            if (a[i] != b[i]) d = INFINITY;
+        } else if (fabs((double)a[i] - b[i]) > d) {
+            d = fabs((double)a[i] - b[i]);
+        }
+    }
+    return d / m;
+}
 
 /* Builds g both ways and compares; false (with the graph printed) on a
  * difference. Takes g. */
@@ -217,10 +238,17 @@ static bool check_graph(kiln_graph *g, const dyn *dy, uint64_t seed, const char 
                 break;
             }
             int64_t n = r0.n[k] < MAXN ? r0.n[k] : MAXN;
-            double err = rel_err(r1.y[k], r0.y[k], n);
+            double err = diff_err(r1.y[k], r0.y[k], n);
             if (!(err <= 1e-5)) {
                 ok = false;
-                snprintf(why, sizeof why, "output %d: relative error %g > 1e-5", k, err);
+                int64_t w = 0; /* the worst element */
+                double wd = -1;
+                for (int64_t j = 0; j < n; j++) {
+                    double dj = diff_err(&r1.y[k][j], &r0.y[k][j], 1);
+                    if (!(dj <= wd)) w = j, wd = dj;
+                }
+                snprintf(why, sizeof why, "output %d: relative error %g > 1e-5 (element %lld: %.9g optimized, %.9g not)", k,
+                         err, (long long)w, r1.y[k][w], r0.y[k][w]);
             }
         }
     }
@@ -251,6 +279,21 @@ static bool check_graph(kiln_graph *g, const dyn *dy, uint64_t seed, const char 
         fired.conv += conv;
         fired.conv_res += res;
         for (int k = 0; k < KILN_FC_ACT_COUNT; k++) fired.conv_act[k] += act[k];
+        int pw = 0, pw_out = 0;
+        bool pw_bcast = false;
+        for (int i = 0; i < e1->graph->n_nodes; i++) {
+            const kiln_node *n = &e1->graph->nodes[i];
+            if (n->op_id != KILN_OP_Pointwise) continue;
+            pw++;
+            pw_out += n->n_out > 1;
+            for (int k = 0; k < n->n_in; k++) {
+                const kiln_tinfo *a = &e1->graph->values[n->in[k]].info, *o = &e1->graph->values[n->out[0]].info;
+                pw_bcast = pw_bcast || kiln__numel(a->rank, a->dims) != kiln__numel(o->rank, o->dims);
+            }
+        }
+        fired.pw += pw > 0;
+        fired.pw_bcast += pw_bcast;
+        fired.pw_multi_out += pw_out > 0;
         fired.conv_bn += count_op(e1, KILN_OP_BatchNormalization) < count_op(e0, KILN_OP_BatchNormalization);
         fired.fewer += e1->graph->n_nodes < e0->graph->n_nodes;
         fired.no_dropout += count_op(e1, KILN_OP_Dropout) < count_op(e0, KILN_OP_Dropout);
@@ -667,13 +710,109 @@ static int gen_conv(gen *G) {
     return y;
 }
 
+/* An operand for an elementwise op over x (shape xd, rank r): a scalar
+ * constant, a constant or an input broadcast along some axes (or lower
+ * rank, or growing a dim of 1), an earlier value, or x. */
+static int pw_operand(gen *G, int x, int r, const int64_t *xd, const int *prev, int n_prev) {
+    kiln_graph *g = G->g;
+    int64_t d[4];
+    int k = ri(8);
+    if (k == 0) {
+        static const float sc[6] = {2.0f, 0.5f, -1.0f, 0.0f, 3.0f, 1e-3f};
+        return add_scalar(g, nm(G, "s"), sc[ri(6)]);
+    }
+    if (k == 1 && n_prev > 0) return prev[ri(n_prev)];
+    if (k == 2) return x;
+    int dr = r - ri(r + 1);
+    for (int i = 0; i < dr; i++) {
+        int64_t full = xd[r - dr + i];
+        d[i] = ri(2) ? full : 1;
+        if (full == 1 && ri(6) == 0) d[i] = 2; /* the output grows */
+    }
+    return ri(2) ? add_const(g, nm(G, "c"), dr, d, -2, 2) : add_input(g, nm(G, "p"), dr, d);
+}
+
+/* A chain of 2-6 elementwise ops (unary, binary with broadcasts, variadic
+ * Min/Max/Sum/Mean, Where of a comparison, Clip, Casts through float16,
+ * bool or int32), intermediates sometimes read elsewhere or outputs. */
+static int gen_pointwise(gen *G, int x) {
+    kiln_graph *g = G->g;
+    static const int un[] = {KILN_OP_Neg, KILN_OP_Abs, KILN_OP_Sqrt, KILN_OP_Exp, KILN_OP_Tanh, KILN_OP_Erf,
+                             KILN_OP_Sigmoid, KILN_OP_Relu, KILN_OP_Log, KILN_OP_Reciprocal, KILN_OP_Floor,
+                             KILN_OP_Softplus, KILN_OP_HardSwish, KILN_OP_Sign};
+    static const int bin[] = {KILN_OP_Add, KILN_OP_Sub, KILN_OP_Mul, KILN_OP_Div, KILN_OP_Pow, KILN_OP_PRelu};
+    static const int var[] = {KILN_OP_Min, KILN_OP_Max, KILN_OP_Sum, KILN_OP_Mean};
+    static const int cmp[] = {KILN_OP_Greater, KILN_OP_Less, KILN_OP_Equal, KILN_OP_GreaterOrEqual};
+    int prev[8], n_prev = 0, len = 2 + ri(5);
+    for (int s = 0; s < len; s++) {
+        if (kiln__graph_infer(g) != KILN_OK) return -1;
+        const kiln_tinfo *t = ti(G, x);
+        int r = t->rank;
+        int64_t xd[8];
+        memcpy(xd, t->dims, sizeof(int64_t) * (size_t)(r > 0 ? r : 1));
+        if (r > 4) return -1;
+        if (s > 0) maybe_leak(G, x);
+        prev[n_prev++ & 7] = x;
+        if (n_prev > 8) n_prev = 8;
+        int y;
+        switch (ri(8)) {
+        case 0:
+        case 1: y = add_unary(g, un[ri((int)(sizeof un / sizeof un[0]))], nm(G, "u"), x, NULL); break;
+        case 2:
+        case 3: {
+            int op = bin[ri((int)(sizeof bin / sizeof bin[0]))];
+            int o = pw_operand(G, x, r, xd, prev, n_prev);
+            y = ri(2) || op == KILN_OP_PRelu ? add_binary(g, op, nm(G, "b"), x, o) : add_binary(g, op, nm(G, "b"), o, x);
+            break;
+        }
+        case 4: {
+            int in[3] = {x, pw_operand(G, x, r, xd, prev, n_prev), pw_operand(G, x, r, xd, prev, n_prev)};
+            int n = 1 + ri(3);
+            if (ri(2)) {
+                int t0 = in[0];
+                in[0] = in[n - 1];
+                in[n - 1] = t0;
+            }
+            y = add_node(g, var[ri(4)], nm(G, "v"), n, in, NULL);
+            break;
+        }
+        case 5: { /* Where(x cmp o, x or o, o2) */
+            int o = pw_operand(G, x, r, xd, prev, n_prev);
+            int c = add_binary(g, cmp[ri(4)], nm(G, "cmp"), x, ri(4) ? o : add_scalar(g, nm(G, "s"), 0.0f));
+            if (ri(6) == 0) c = add_unary(g, KILN_OP_Not, nm(G, "not"), c, NULL);
+            int a = ri(2) ? x : o, b = pw_operand(G, x, r, xd, prev, n_prev);
+            int in[3] = {c, ri(2) ? a : b, ri(2) ? b : a};
+            y = add_node(g, KILN_OP_Where, nm(G, "where"), 3, in, NULL);
+            break;
+        }
+        case 6: { /* Clip with scalar constants (either absent) */
+            int in[3] = {x, -1, -1}, n = 1 + ri(3);
+            if (n > 1 && ri(4)) in[1] = add_scalar(g, nm(G, "lo"), -1.0f + frand());
+            if (n > 2) in[2] = add_scalar(g, nm(G, "hi"), ri(4) ? 1.0f + frand() : -2.0f);
+            y = add_node(g, KILN_OP_Clip, nm(G, "clip"), n, in, NULL);
+            break;
+        }
+        default: { /* Casts: through float16, bool, int32 or to float32 itself */
+            static const kiln_dtype via[4] = {KILN_DTYPE_FLOAT16, KILN_DTYPE_BOOL, KILN_DTYPE_INT32, KILN_DTYPE_FLOAT32};
+            kiln_ew_cast_attrs ca = {.to = via[ri(4)]}, cb = {.to = KILN_DTYPE_FLOAT32};
+            int c = add_unary(g, KILN_OP_Cast, nm(G, "cast"), x, &ca);
+            if (ri(5) == 0) maybe_leak(G, c);
+            y = add_unary(g, KILN_OP_Cast, nm(G, "cast"), c, &cb);
+            break;
+        }
+        }
+        x = y;
+    }
+    return x;
+}
+
 /* One random graph from seed; -1 when the grammar made an invalid one. */
 static int gen_graph(kiln_graph *g, uint64_t seed, bool *must_stay) {
     gen G = {.g = g};
     gb_rng_state = seed;
     int steps = 1 + ri(3), y = -1;
     for (int s = 0; s < steps; s++) {
-        int fam = ri(7);
+        int fam = ri(8);
         if (fam >= 4 || y < 0) {
             if (fam < 4 && y < 0) {
                 int r = 2 + ri(3);
@@ -688,7 +827,14 @@ static int gen_graph(kiln_graph *g, uint64_t seed, bool *must_stay) {
         case 2: y = gen_transposes(&G, y); break;
         case 3: y = add_unary(g, KILN_OP_Neg, nm(&G, "neg"), y, NULL); break;
         case 4: y = gen_linear(&G, NULL); break;
-        default: y = gen_conv(&G); break;
+        case 5: y = gen_conv(&G); break;
+        default: {
+            int r = 1 + ri(4);
+            int64_t d[4];
+            for (int i = 0; i < r; i++) d[i] = 1 + ri(4);
+            y = gen_pointwise(&G, add_input(g, nm(&G, "x"), r, d));
+            break;
+        }
         }
         if (y < 0 || kiln__graph_infer(g) != KILN_OK) return -1;
         if (kiln__numel(ti(&G, y)->rank, ti(&G, y)->dims) > MAXN) return -1;
@@ -741,12 +887,14 @@ TEST(test_random_graphs) {
             built, dynamic, skipped, fired.unbuilt, fired.fewer, fired.gathers, fired.fused, fired.no_dropout, fired.no_pad_slice, fired.residual_nhwc,
             fired.conv, fired.conv_bn, fired.conv_res);
     for (int k = 0; k < KILN_FC_ACT_COUNT; k++) fprintf(stderr, " %s %d", kiln__fc_act_name(k), fired.conv_act[k]);
-    fprintf(stderr, "\n");
+    fprintf(stderr, "\n  fuse_pointwise: a Pointwise %d, with a broadcast input %d, with several outputs %d\n", fired.pw,
+            fired.pw_bcast, fired.pw_multi_out);
     CHECK(failed == 0);
     CHECK(built >= iters / 2 && fired.unbuilt <= built / 10);
     if (iters >= 2000) { /* every family reached the rewrite it is for */
         CHECK(fired.gathers && fired.fused && fired.no_dropout && fired.no_pad_slice && fired.residual_nhwc);
         CHECK(fired.conv && fired.conv_bn && fired.conv_res);
+        CHECK(fired.pw && fired.pw_bcast && fired.pw_multi_out);
         for (int k = 0; k < KILN_FC_ACT_COUNT; k++) CHECK(fired.conv_act[k] > 0);
     }
 }
