@@ -6,7 +6,8 @@
  * on the CPU with every pass on and with optimization level 0; both must
  * give the same shapes and values (within 1e-5 relative), or both fail to
  * build (NaN and infinite values in the same places). Also Conv chains
- * for fuse_conv and elementwise chains for fuse_pointwise. A failing
+ * for fuse_conv, elementwise chains for fuse_pointwise, decomposed
+ * LayerNorm / RMSNorm / GELU for fuse_transformer. A failing
  * graph is printed with its seed. KILN_DIFF_ITERS=N runs N
  * graphs instead of the default (KILN_DIFF_SEED=S starts at seed S). */
 #include <math.h>
@@ -19,6 +20,9 @@
 
 #include "ops/elementwise_impl.h"
 #include "ops/fused_conv.h"
+#include "ops/fused_pointwise.h"
+#include "ops/fused_transformer.h"
+#include "ops/reduce_attrs.h"
 #include "ops/tensor_internal.h"
 
 #define MAXN 4096
@@ -191,7 +195,21 @@ static struct {
     int gathers, fused, fewer, no_dropout, no_pad_slice, unbuilt, residual_nhwc;
     int conv, conv_bn, conv_res, conv_act[KILN_FC_ACT_COUNT];
     int pw, pw_bcast, pw_multi_out;
+    int ln, rms, gelu[2];
 } fired;
+
+/* Layers of e doing GELU of form `approx` (kiln.Gelu, or its instruction in a kiln.Pointwise). */
+static int gelus(const kiln_engine *e, int approx) {
+    int n = 0;
+    for (int i = 0; e && i < e->graph->n_nodes; i++) {
+        const kiln_node *nd = &e->graph->nodes[i];
+        if (nd->op_id == KILN_OP_Gelu) n += ((const kiln_gelu_attrs *)nd->attrs)->approx == approx;
+        if (nd->op_id != KILN_OP_Pointwise) continue;
+        const kiln_pw_attrs *pa = nd->attrs;
+        for (int k = 0; k < pa->n_instr; k++) n += pa->instr[k].op == (approx ? KILN_PW_GELU_TANH : KILN_PW_GELU_ERF);
+    }
+    return n;
+}
 
 /* max |a - b| / max(1, max finite |b|) over finite pairs; infinite when NaN
  * or infinite values differ in place (or sign). */
@@ -294,6 +312,9 @@ static bool check_graph(kiln_graph *g, const dyn *dy, uint64_t seed, const char 
         fired.pw += pw > 0;
         fired.pw_bcast += pw_bcast;
         fired.pw_multi_out += pw_out > 0;
+        fired.ln += count_op(e1, KILN_OP_LayerNormalization) > count_op(e0, KILN_OP_LayerNormalization);
+        fired.rms += count_op(e1, KILN_OP_RMSNormalization) > count_op(e0, KILN_OP_RMSNormalization);
+        for (int k = 0; k < 2; k++) fired.gelu[k] += gelus(e1, k) > gelus(e0, k);
         fired.conv_bn += count_op(e1, KILN_OP_BatchNormalization) < count_op(e0, KILN_OP_BatchNormalization);
         fired.fewer += e1->graph->n_nodes < e0->graph->n_nodes;
         fired.no_dropout += count_op(e1, KILN_OP_Dropout) < count_op(e0, KILN_OP_Dropout);
@@ -806,13 +827,161 @@ static int gen_pointwise(gen *G, int x) {
     return x;
 }
 
+static int reduce_mean(gen *G, int x, int n_axes, const int64_t *axes) {
+    kiln_reduce_attrs ra = {.keepdims = 1};
+    int in[2] = {x, add_i64(G->g, nm(G, "axes"), n_axes, axes)};
+    return add_node(G->g, KILN_OP_ReduceMean, nm(G, "rmean"), 2, in, &ra);
+}
+
+/* a op b or b op a */
+static int either(gen *G, int op, const char *name, int a, int b) {
+    return ri(2) ? add_binary(G->g, op, nm(G, name), a, b) : add_binary(G->g, op, nm(G, name), b, a);
+}
+
+/* A constant near `want`, or (one time in `miss`) a wrong one. */
+static int near_const(gen *G, float want, int miss) {
+    return add_scalar(G->g, nm(G, "k"), ri(miss) ? want : want * (1.0f + 0.01f * (float)(1 + ri(3))));
+}
+
+/* A scale or shift over the last k axes of dims xd (rank r): [D], [1], [],
+ * the last k dims, some of them 1, or (rarely) a shape reaching outside
+ * the normalized axes. */
+static int norm_param(gen *G, int r, const int64_t *xd, int k) {
+    int64_t d[8];
+    int pr;
+    switch (ri(6)) {
+    case 0: pr = 1, d[0] = 1; break;
+    case 1: pr = 0; break;
+    case 2: pr = k; for (int i = 0; i < k; i++) d[i] = ri(2) ? xd[r - k + i] : 1; break;
+    case 3: pr = k + 1 <= r ? k + 1 : k; for (int i = 0; i < pr; i++) d[i] = xd[r - pr + i]; break;
+    default: pr = k; for (int i = 0; i < k; i++) d[i] = xd[r - k + i]; break;
+    }
+    return add_const(G->g, nm(G, "gb"), pr, d, -2, 2);
+}
+
+/* Decomposed LayerNorm, RMSNorm or GELU (erf or tanh) over an input (after
+ * a residual Add, sometimes), with near misses: a wrong constant, a
+ * different or non-last axis, intermediates read elsewhere. */
+static int gen_norm(gen *G) {
+    kiln_graph *g = G->g;
+    int r = 2 + ri(3);
+    int64_t xd[4];
+    for (int i = 0; i < r; i++) xd[i] = 1 + ri(4);
+    xd[r - 1] = 2 + ri(6);
+    int x = add_input(g, nm(G, "x"), r, xd);
+    if (ri(3) == 0) x = either(G, KILN_OP_Add, "res", x, add_input(g, nm(G, "r"), r, xd));
+    int leak = ri(12); /* which intermediate is read elsewhere, if any */
+#define LEAK(v) do { if (leak-- == 0) maybe_leak(G, v); } while (0)
+    switch (ri(4)) {
+    case 0: { /* LayerNorm */
+        int k = r >= 3 && ri(3) == 0 ? 2 : 1;
+        int64_t ax[2], ax2[2];
+        for (int i = 0; i < k; i++) ax[i] = ri(2) ? r - k + i : i - k;
+        memcpy(ax2, ax, sizeof ax);
+        if (ri(8) == 0) ax[0] = ri(r - k + 1) - 1 + 0 * ax[0]; /* maybe not the last axes */
+        if (ri(10) == 0) ax2[k - 1] = ri(r);
+        if (ax[0] < 0 && ax[0] < -r) ax[0] = 0;
+        int mean = reduce_mean(G, x, k, ax);
+        LEAK(mean);
+        int d = add_binary(g, KILN_OP_Sub, nm(G, "sub"), x, mean);
+        LEAK(d);
+        int sq = ri(10) ? add_binary(g, KILN_OP_Pow, nm(G, "pow"), d, near_const(G, 2.0f, 10))
+                        : add_binary(g, KILN_OP_Mul, nm(G, "sq"), d, d);
+        LEAK(sq);
+        int var = reduce_mean(G, sq, k, ax2);
+        LEAK(var);
+        static const float eps[4] = {1e-5f, 1e-12f, 0.1f, 1.0f};
+        int ve = either(G, KILN_OP_Add, "eps", var, add_scalar(g, nm(G, "e"), eps[ri(4)]));
+        LEAK(ve);
+        int sd = add_unary(g, KILN_OP_Sqrt, nm(G, "sqrt"), ve, NULL);
+        LEAK(sd);
+        x = add_binary(g, KILN_OP_Div, nm(G, "div"), d, sd);
+        if (ri(5)) {
+            LEAK(x);
+            x = either(G, KILN_OP_Mul, "gamma", x, norm_param(G, r, xd, k));
+            if (ri(4)) {
+                LEAK(x);
+                x = either(G, KILN_OP_Add, "beta", x, norm_param(G, r, xd, k));
+            }
+        }
+        break;
+    }
+    case 1: { /* RMSNorm */
+        if (ri(5) == 0) {
+            kiln_ew_cast_attrs ca = {.to = KILN_DTYPE_FLOAT32};
+            x = add_unary(g, KILN_OP_Cast, nm(G, "cast"), x, &ca);
+        }
+        int sq = ri(2) ? add_binary(g, KILN_OP_Pow, nm(G, "pow"), x, near_const(G, 2.0f, 12))
+                       : add_binary(g, KILN_OP_Mul, nm(G, "sq"), x, x);
+        LEAK(sq);
+        int64_t ax[1] = {ri(8) ? (ri(2) ? -1 : r - 1) : ri(r - 1)};
+        int m = reduce_mean(G, sq, 1, ax);
+        LEAK(m);
+        int a = either(G, KILN_OP_Add, "eps", m, add_scalar(g, nm(G, "e"), ri(2) ? 1e-6f : 0.01f));
+        LEAK(a);
+        int y;
+        switch (ri(5)) {
+        case 0: y = either(G, KILN_OP_Mul, "nrm", x, add_binary(g, KILN_OP_Pow, nm(G, "rsq"), a, near_const(G, -0.5f, 12))); break;
+        case 1: {
+            int s = add_unary(g, KILN_OP_Sqrt, nm(G, "sqrt"), a, NULL);
+            LEAK(s);
+            y = either(G, KILN_OP_Mul, "nrm", x, add_unary(g, KILN_OP_Reciprocal, nm(G, "recip"), s, NULL));
+            break;
+        }
+        case 2: {
+            int s = add_unary(g, KILN_OP_Sqrt, nm(G, "sqrt"), a, NULL);
+            y = either(G, KILN_OP_Mul, "nrm", x, add_binary(g, KILN_OP_Div, nm(G, "inv"), near_const(G, 1.0f, 12), s));
+            break;
+        }
+        case 3:
+            y = add_binary(g, KILN_OP_Div, nm(G, "nrm"), x, add_binary(g, KILN_OP_Pow, nm(G, "sqrt"), a, near_const(G, 0.5f, 12)));
+            break;
+        default: y = add_binary(g, KILN_OP_Div, nm(G, "nrm"), x, add_unary(g, KILN_OP_Sqrt, nm(G, "sqrt"), a, NULL)); break;
+        }
+        LEAK(y);
+        int64_t wd[1] = {ri(6) ? xd[r - 1] : 1};
+        x = either(G, KILN_OP_Mul, "w", y, ri(8) ? add_const(g, nm(G, "w"), 1, wd, -2, 2) : add_scalar(g, nm(G, "w"), 1.5f));
+        break;
+    }
+    default: { /* GELU: erf or tanh form, the three orders of the tail */
+        int f;
+        if (ri(2)) {
+            int t = ri(2) ? add_binary(g, KILN_OP_Div, nm(G, "div"), x, near_const(G, (float)M_SQRT2, 12))
+                          : either(G, KILN_OP_Mul, "mul", x, near_const(G, (float)M_SQRT1_2, 12));
+            LEAK(t);
+            f = add_unary(g, KILN_OP_Erf, nm(G, "erf"), t, NULL);
+        } else {
+            int cube = ri(2) ? add_binary(g, KILN_OP_Pow, nm(G, "pow"), x, near_const(G, 3.0f, 12))
+                             : add_binary(g, KILN_OP_Mul, nm(G, "cube"), add_binary(g, KILN_OP_Mul, nm(G, "sq"), x, x), x);
+            LEAK(cube);
+            int mc = either(G, KILN_OP_Mul, "mc", cube, near_const(G, 0.044715f, 12));
+            int in = either(G, KILN_OP_Add, "inner", x, mc);
+            LEAK(in);
+            int u = either(G, KILN_OP_Mul, "u", in, near_const(G, 0.7978845608f, 12));
+            f = add_unary(g, KILN_OP_Tanh, nm(G, "tanh"), u, NULL);
+        }
+        LEAK(f);
+        int a = either(G, KILN_OP_Add, "one", f, near_const(G, 1.0f, 12));
+        LEAK(a);
+        switch (ri(3)) {
+        case 0: x = either(G, KILN_OP_Mul, "half", either(G, KILN_OP_Mul, "mx", a, x), near_const(G, 0.5f, 12)); break;
+        case 1: x = either(G, KILN_OP_Mul, "mx", either(G, KILN_OP_Mul, "half", a, near_const(G, 0.5f, 12)), x); break;
+        default: x = either(G, KILN_OP_Mul, "mx", either(G, KILN_OP_Mul, "half", x, near_const(G, 0.5f, 12)), a); break;
+        }
+        break;
+    }
+    }
+#undef LEAK
+    return x;
+}
+
 /* One random graph from seed; -1 when the grammar made an invalid one. */
 static int gen_graph(kiln_graph *g, uint64_t seed, bool *must_stay) {
     gen G = {.g = g};
     gb_rng_state = seed;
     int steps = 1 + ri(3), y = -1;
     for (int s = 0; s < steps; s++) {
-        int fam = ri(8);
+        int fam = ri(9);
         if (fam >= 4 || y < 0) {
             if (fam < 4 && y < 0) {
                 int r = 2 + ri(3);
@@ -828,6 +997,7 @@ static int gen_graph(kiln_graph *g, uint64_t seed, bool *must_stay) {
         case 3: y = add_unary(g, KILN_OP_Neg, nm(&G, "neg"), y, NULL); break;
         case 4: y = gen_linear(&G, NULL); break;
         case 5: y = gen_conv(&G); break;
+        case 6: y = gen_norm(&G); break;
         default: {
             int r = 1 + ri(4);
             int64_t d[4];
@@ -889,12 +1059,15 @@ TEST(test_random_graphs) {
     for (int k = 0; k < KILN_FC_ACT_COUNT; k++) fprintf(stderr, " %s %d", kiln__fc_act_name(k), fired.conv_act[k]);
     fprintf(stderr, "\n  fuse_pointwise: a Pointwise %d, with a broadcast input %d, with several outputs %d\n", fired.pw,
             fired.pw_bcast, fired.pw_multi_out);
+    fprintf(stderr, "  fuse_transformer: a LayerNormalization %d, an RMSNormalization %d, a GELU (erf) %d, (tanh) %d\n",
+            fired.ln, fired.rms, fired.gelu[0], fired.gelu[1]);
     CHECK(failed == 0);
     CHECK(built >= iters / 2 && fired.unbuilt <= built / 10);
     if (iters >= 2000) { /* every family reached the rewrite it is for */
         CHECK(fired.gathers && fired.fused && fired.no_dropout && fired.no_pad_slice && fired.residual_nhwc);
         CHECK(fired.conv && fired.conv_bn && fired.conv_res);
         CHECK(fired.pw && fired.pw_bcast && fired.pw_multi_out);
+        CHECK(fired.ln && fired.rms && fired.gelu[0] && fired.gelu[1]);
         for (int k = 0; k < KILN_FC_ACT_COUNT; k++) CHECK(fired.conv_act[k] > 0);
     }
 }
