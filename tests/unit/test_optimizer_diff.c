@@ -7,7 +7,8 @@
  * give the same shapes and values (within 1e-5 relative), or both fail to
  * build (NaN and infinite values in the same places). Also Conv chains
  * for fuse_conv, elementwise chains for fuse_pointwise, decomposed
- * LayerNorm / RMSNorm / GELU for fuse_transformer. A failing
+ * LayerNorm / RMSNorm / GELU for fuse_transformer, GPT-2's Conv1D,
+ * multi-axis Slices (KILN_DIFF_NANS=1: NaN/inf inputs too). A failing
  * graph is printed with its seed. KILN_DIFF_ITERS=N runs N
  * graphs instead of the default (KILN_DIFF_SEED=S starts at seed S). */
 #include <math.h>
@@ -110,6 +111,7 @@ static void print_graph(const kiln_graph *g) {
  * had (the ones it runs at; -1 for inputs left static). */
 typedef struct dyn {
     bool on;
+    bool special; /* inputs with NaN and infinite values here and there */
     int64_t d0[8];
 } dyn;
 
@@ -158,6 +160,7 @@ static bool run(const kiln_engine *e, const dyn *dy, uint64_t seed, result *r) {
         int64_t n = kiln__numel(v->info.rank, dims);
         for (int64_t j = 0; j < n && j < MAXN; j++) {
             double x = 3.0 * frand();
+            if (dy->special && ri(8) == 0) x = ri(3) == 0 ? NAN : ri(2) ? INFINITY : -INFINITY;
             if (v->info.dtype != KILN_DTYPE_FLOAT32) x = 0;
             kiln__store_f64(v->info.dtype, in[i], j, x);
         }
@@ -196,6 +199,7 @@ static struct {
     int conv, conv_bn, conv_res, conv_act[KILN_FC_ACT_COUNT];
     int pw, pw_bcast, pw_multi_out;
     int ln, rms, gelu[2];
+    int flat_linear, multi_slice, special;
 } fired;
 
 /* Layers of e doing GELU of form `approx` (kiln.Gelu, or its instruction in a kiln.Pointwise). */
@@ -315,6 +319,12 @@ static bool check_graph(kiln_graph *g, const dyn *dy, uint64_t seed, const char 
         fired.ln += count_op(e1, KILN_OP_LayerNormalization) > count_op(e0, KILN_OP_LayerNormalization);
         fired.rms += count_op(e1, KILN_OP_RMSNormalization) > count_op(e0, KILN_OP_RMSNormalization);
         for (int k = 0; k < 2; k++) fired.gelu[k] += gelus(e1, k) > gelus(e0, k);
+        for (int i = 0; i < e1->graph->n_nodes; i++) /* GPT-2's Conv1D: the Reshapes folded into the layer */
+            if (e1->graph->nodes[i].op_id == KILN_OP_FusedMatMul && strstr(e1->graph->nodes[i].name, "flat")) {
+                fired.flat_linear++;
+                break;
+            }
+        fired.special += dy->special;
         fired.conv_bn += count_op(e1, KILN_OP_BatchNormalization) < count_op(e0, KILN_OP_BatchNormalization);
         fired.fewer += e1->graph->n_nodes < e0->graph->n_nodes;
         fired.no_dropout += count_op(e1, KILN_OP_Dropout) < count_op(e0, KILN_OP_Dropout);
@@ -975,20 +985,96 @@ static int gen_norm(gen *G) {
     return x;
 }
 
+/* GPT-2's Conv1D: x [B, S, K] -> Reshape [B*S or -1, K] -> Gemm or MatMul
+ * (+ bias) -> Reshape [B, S, N] (or a shape that is not x's leading dims:
+ * must not fold) [-> bias Add] [-> residual]. */
+static int gen_flat_linear(gen *G) {
+    kiln_graph *g = G->g;
+    int64_t B = 1 + ri(3), S = 1 + ri(4), K = 2 + ri(4), N = 2 + ri(4);
+    int64_t xd[3] = {B, S, K};
+    int x = add_input(g, nm(G, "x"), 3, xd);
+    int64_t t1[2] = {ri(2) ? B * S : -1, ri(4) ? K : -1};
+    if (t1[0] < 0 && t1[1] < 0) t1[1] = K;
+    kiln_reshape_attrs za = {0};
+    int a = add_node(g, KILN_OP_Reshape, nm(G, "flat"), 2, (int[]){x, add_i64(g, nm(G, "shape"), 2, t1)}, &za);
+    if (ri(8) == 0) maybe_leak(G, a);
+    int64_t wd[2] = {K, N};
+    int y;
+    if (ri(2)) {
+        kiln_gemm_attrs ga = {.alpha = ri(3) ? 1.0f : 0.5f, .beta = ri(3) ? 1.0f : 2.0f, .trans_b = ri(2)};
+        if (ga.trans_b) wd[0] = N, wd[1] = K;
+        int in[3] = {a, add_const(g, nm(G, "W"), 2, wd, -1, 1), -1}, n = 2;
+        int64_t cd[1] = {N};
+        if (ri(3)) in[n++] = add_const(g, nm(G, "C"), 1, cd, -1, 1);
+        y = add_node(g, KILN_OP_Gemm, nm(G, "gemm"), n, in, &ga);
+    } else {
+        y = add_binary(g, KILN_OP_MatMul, nm(G, "matmul"), a, add_const(g, nm(G, "W"), 2, wd, -1, 1));
+    }
+    if (ri(8) == 0) maybe_leak(G, y);
+    int64_t t2[3] = {ri(3) ? B : ri(2) ? -1 : 0, ri(3) ? S : 0, N};
+    switch (ri(8)) {
+    case 0: t2[0] = S, t2[1] = B; break; /* not x's leading dims (unless S == B) */
+    case 1: t2[0] = B * S, t2[1] = 1; break;
+    default: break;
+    }
+    int z = add_node(g, KILN_OP_Reshape, nm(G, "unflat"), 2, (int[]){y, add_i64(g, nm(G, "shape"), 3, t2)}, &za);
+    if (kiln__graph_infer(g) != KILN_OK) return -1;
+    if (ri(2)) {
+        maybe_leak(G, z);
+        int64_t bd[1] = {N};
+        z = either(G, KILN_OP_Add, "badd", z, add_const(g, nm(G, "bias"), 1, bd, -1, 1));
+    }
+    if (ri(2)) {
+        if (kiln__graph_infer(g) != KILN_OK) return -1;
+        const kiln_tinfo *zi = ti(G, z);
+        z = either(G, KILN_OP_Add, "radd", z, add_input(g, nm(G, "r"), zi->rank, zi->dims));
+    }
+    return z;
+}
+
+/* A Slice over several axes at once (distinct axes, some negative; some
+ * ranges whole: an identity Slice when all are), steps 1 or others. */
+static int gen_multi_slice(gen *G, int x) {
+    const kiln_tinfo *t = ti(G, x);
+    int r = t->rank;
+    if (r < 2) return x;
+    int n = 2 + ri(r - 1);
+    int32_t p[8];
+    rand_perm(r, p);
+    int64_t st[8], en[8], ax[8], sp[8];
+    bool steps = ri(3) == 0, whole = ri(2);
+    for (int i = 0; i < n; i++) {
+        int64_t d = t->dims[p[i]];
+        ax[i] = ri(2) ? p[i] : p[i] - r;
+        sp[i] = steps ? (ri(3) ? 1 : ri(2) ? -1 : 2) : 1;
+        if (whole || ri(3) == 0) {
+            st[i] = sp[i] > 0 ? (ri(2) ? 0 : -d - ri(3)) : -1;
+            en[i] = sp[i] > 0 ? (ri(2) ? d : INT64_MAX) : INT64_MIN;
+        } else {
+            st[i] = rand_index(d);
+            en[i] = rand_index(d);
+        }
+    }
+    kiln_graph *g = G->g;
+    int in[5] = {x, add_i64(g, nm(G, "st"), n, st), add_i64(g, nm(G, "en"), n, en), add_i64(g, nm(G, "ax"), n, ax), -1};
+    int k = 4;
+    if (steps || ri(2)) in[k++] = add_i64(g, nm(G, "sp"), n, sp);
+    fired.multi_slice++;
+    return add_node(g, KILN_OP_Slice, nm(G, "mslice"), k, in, NULL);
+}
+
 /* One random graph from seed; -1 when the grammar made an invalid one. */
 static int gen_graph(kiln_graph *g, uint64_t seed, bool *must_stay) {
     gen G = {.g = g};
     gb_rng_state = seed;
     int steps = 1 + ri(3), y = -1;
     for (int s = 0; s < steps; s++) {
-        int fam = ri(9);
-        if (fam >= 4 || y < 0) {
-            if (fam < 4 && y < 0) {
-                int r = 2 + ri(3);
-                int64_t d[4];
-                for (int i = 0; i < r; i++) d[i] = 1 + ri(5);
-                y = add_input(g, nm(&G, "x"), r, d);
-            }
+        int fam = ri(11);
+        if ((fam < 4 || fam == 8) && y < 0) { /* the families that transform y */
+            int r = 2 + ri(3);
+            int64_t d[4];
+            for (int i = 0; i < r; i++) d[i] = 1 + ri(5);
+            y = add_input(g, nm(&G, "x"), r, d);
         }
         switch (fam) {
         case 0: y = gen_concat(&G, y); break;
@@ -998,6 +1084,8 @@ static int gen_graph(kiln_graph *g, uint64_t seed, bool *must_stay) {
         case 4: y = gen_linear(&G, NULL); break;
         case 5: y = gen_conv(&G); break;
         case 6: y = gen_norm(&G); break;
+        case 7: y = gen_flat_linear(&G); break;
+        case 8: y = gen_multi_slice(&G, y); break;
         default: {
             int r = 1 + ri(4);
             int64_t d[4];
@@ -1018,6 +1106,11 @@ TEST(test_random_graphs) {
     const char *it = getenv("KILN_DIFF_ITERS"), *sd = getenv("KILN_DIFF_SEED");
     int iters = it ? atoi(it) : 5000;
     uint64_t seed0 = sd ? strtoull(sd, NULL, 10) : 1;
+    /* NaN and infinite inputs in one graph in eight: not by default, since a
+     * fused Relu epilogue (FusedMatMul, FusedConv) makes NaN 0 where Relu
+     * keeps it (seeds 237, 2765, 3317: a known difference, not fixed yet) */
+    const char *nn = getenv("KILN_DIFF_NANS");
+    bool nans = nn && atoi(nn) != 0;
     int built = 0, skipped = 0, failed = 0, dynamic = 0;
     for (int i = 0; i < iters && failed < 5; i++) {
         uint64_t seed = seed0 + (uint64_t)i;
@@ -1031,7 +1124,7 @@ TEST(test_random_graphs) {
         }
         /* one graph in four: the first dim of every float input one symbol
          * (a batch profile), where the grammar keeps that valid */
-        dyn dy = {.on = seed % 4 == 3};
+        dyn dy = {.on = seed % 4 == 3, .special = nans && seed % 8 == 5};
         if (dy.on) {
             int sym;
             CHECK_OK(kiln__graph_add_symbol(g, "batch", &sym));
@@ -1061,6 +1154,8 @@ TEST(test_random_graphs) {
             fired.pw_bcast, fired.pw_multi_out);
     fprintf(stderr, "  fuse_transformer: a LayerNormalization %d, an RMSNormalization %d, a GELU (erf) %d, (tanh) %d\n",
             fired.ln, fired.rms, fired.gelu[0], fired.gelu[1]);
+    fprintf(stderr, "  GPT-2's Conv1D (Reshape, Gemm, Reshape) as one FusedMatMul %d, multi-axis Slices %d, graphs run on NaN/inf inputs %d\n",
+            fired.flat_linear, fired.multi_slice, fired.special);
     CHECK(failed == 0);
     CHECK(built >= iters / 2 && fired.unbuilt <= built / 10);
     if (iters >= 2000) { /* every family reached the rewrite it is for */
@@ -1068,6 +1163,7 @@ TEST(test_random_graphs) {
         CHECK(fired.conv && fired.conv_bn && fired.conv_res);
         CHECK(fired.pw && fired.pw_bcast && fired.pw_multi_out);
         CHECK(fired.ln && fired.rms && fired.gelu[0] && fired.gelu[1]);
+        CHECK(fired.flat_linear && fired.multi_slice && (fired.special || !nans));
         for (int k = 0; k < KILN_FC_ACT_COUNT; k++) CHECK(fired.conv_act[k] > 0);
     }
 }
