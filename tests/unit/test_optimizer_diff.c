@@ -1026,8 +1026,10 @@ static int gen_flat_linear(gen *G) {
     }
     if (ri(2)) {
         if (kiln__graph_infer(g) != KILN_OK) return -1;
-        const kiln_tinfo *zi = ti(G, z);
-        z = either(G, KILN_OP_Add, "radd", z, add_input(g, nm(G, "r"), zi->rank, zi->dims));
+        int64_t rd[8]; /* (a copy: adding a value may move z's) */
+        int rr = ti(G, z)->rank;
+        memcpy(rd, ti(G, z)->dims, sizeof(int64_t) * (size_t)rr);
+        z = either(G, KILN_OP_Add, "radd", z, add_input(g, nm(G, "r"), rr, rd));
     }
     return z;
 }
