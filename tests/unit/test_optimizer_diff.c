@@ -1192,8 +1192,32 @@ TEST(test_gemm_beta_bias_add) {
     }
 }
 
+/* Conv -> BatchNormalization after 0..40 other values: fold_bn passed
+ * the weights' dims from g->values to kiln__graph_add_const, which may
+ * move g->values before reading them (a use after free under ASan, found
+ * by the random graphs; a wrong shape or a crash where the old block was
+ * reused). One of the counts makes the values array grow right there. */
+TEST(test_fold_bn_values_grow) {
+    for (int extra = 0; extra <= 40; extra++) {
+        kiln_graph *g;
+        CHECK_OK(kiln__graph_create(&g));
+        gb_rng_state = 7;
+        int64_t xd[4] = {1, 2, 4, 4};
+        int x = add_input(g, "x", 4, xd);
+        char name[32];
+        for (int i = 0; i < extra; i++) {
+            snprintf(name, sizeof name, "neg%d", i);
+            mark_output(g, add_unary(g, KILN_OP_Neg, name, x, NULL));
+        }
+        mark_output(g, add_bnorm(g, "bn", add_conv(g, "conv", x, 2, 3, 3, 1, 1, 1, 1), 3));
+        snprintf(name, sizeof name, "Conv + BN after %d values", extra);
+        CHECK(check_graph(g, &(dyn){.on = false}, 1, name, false));
+    }
+}
+
 int main(void) {
     RUN(test_gemm_beta_bias_add);
+    RUN(test_fold_bn_values_grow);
     RUN(test_random_graphs);
     return test_summary();
 }
