@@ -64,8 +64,10 @@ static kiln_status fold_bn(kiln_graph *g, int device, int bi) {
         nb[m] = ((B0 ? B0[m] : 0.0f) - mean[m]) * s + bb[m];
     }
     int in[3] = {cv->in[0], -1, -1}, out[1] = {bn->out[0]};
-    if ((st = kiln__graph_add_const(g, g->values[w].name, KILN_DTYPE_FLOAT32, wi->rank, wi->dims, nw,
-                                  &in[1])) != KILN_OK)
+    int64_t wd[KILN_MAX_RANK]; /* a copy: adding a value may move g->values (and wi) */
+    int wr = wi->rank;
+    memcpy(wd, wi->dims, sizeof(int64_t) * (size_t)wr);
+    if ((st = kiln__graph_add_const(g, g->values[w].name, KILN_DTYPE_FLOAT32, wr, wd, nw, &in[1])) != KILN_OK)
         goto done;
     int64_t bd[1] = {M};
     if ((st = kiln__graph_add_const(g, g->values[w].name, KILN_DTYPE_FLOAT32, 1, bd, nb, &in[2])) !=
