@@ -351,12 +351,14 @@ static bool check_graph(kiln_graph *g, const dyn *dy, uint64_t seed, const char 
 typedef struct gen {
     kiln_graph *g;
     int k; /* names */
-    char nm[64];
+    char nm[32][64]; /* a ring: one call's arguments may hold several names at once, in
+                        whatever order the compiler evaluates them */
 } gen;
 
 static const char *nm(gen *G, const char *op) {
-    snprintf(G->nm, sizeof G->nm, "%s%d", op, G->k++);
-    return G->nm;
+    char *b = G->nm[G->k % 32];
+    snprintf(b, sizeof G->nm[0], "%s%d", op, G->k++);
+    return b;
 }
 
 static const kiln_tinfo *ti(gen *G, int v) { return &G->g->values[v].info; }
