@@ -135,6 +135,14 @@ static kiln_status optimize(kiln_graph *g, int device, int precision, const char
     return kiln__pass_optimize(g, &o);
 }
 
+/* g optimized for fp16 on CUDA with every node placed there, as the builder
+ * places them. */
+static kiln_status optimize_cuda_fp16(kiln_graph *g) {
+    kiln_status s = optimize(g, KILN_DEVICE_CUDA, KILN_PRECISION_FP16, NULL, 0, false);
+    for (int i = 0; i < g->n_nodes; i++) g->nodes[i].device = KILN_DEVICE_CUDA;
+    return s;
+}
+
 static bool have_cuda(void) {
     if (kiln__backend_for(KILN_DEVICE_CUDA)) return true;
     printf("CUDA backend not built: skipping\n");
@@ -492,9 +500,8 @@ static kiln_graph *conv_chain(int nb, int cin, bool pool, bool gap, int64_t batc
     mark_output(g, h);
     kiln__graph_link(g);
     CHECK_OK(kiln__graph_infer(g));
-    CHECK_OK(optimize(g, KILN_DEVICE_CUDA, KILN_PRECISION_FP16, NULL, 0, false));
+    CHECK_OK(optimize_cuda_fp16(g));
     CHECK(live_nodes_of(g, KILN_OP_FusedConv, NULL) == 2 * nb);
-    for (int i = 0; i < g->n_nodes; i++) g->nodes[i].device = KILN_DEVICE_CUDA; /* as placed */
     return g;
 }
 
@@ -666,8 +673,7 @@ static kiln_graph *mbv3_net(int nb, bool gap, bool mul_out, int64_t batch) {
     if (!mul_out) mark_output(g, gap ? add_node(g, KILN_OP_GlobalAveragePool, "gap", 1, &h, NULL) : h);
     kiln__graph_link(g);
     CHECK_OK(kiln__graph_infer(g));
-    CHECK_OK(optimize(g, KILN_DEVICE_CUDA, KILN_PRECISION_FP16, NULL, 0, false));
-    for (int i = 0; i < g->n_nodes; i++) g->nodes[i].device = KILN_DEVICE_CUDA; /* as placed */
+    CHECK_OK(optimize_cuda_fp16(g));
     return g;
 }
 
@@ -760,8 +766,7 @@ static kiln_model *cuda_fp16_model(const char *path) {
     CHECK_OK(kiln_model_load_onnx(path, &m));
     if (!m) return NULL;
     kiln_graph *g = m->graph;
-    CHECK_OK(optimize(g, KILN_DEVICE_CUDA, KILN_PRECISION_FP16, NULL, 0, false));
-    for (int i = 0; i < g->n_nodes; i++) g->nodes[i].device = KILN_DEVICE_CUDA; /* as placed */
+    CHECK_OK(optimize_cuda_fp16(g));
     return m;
 }
 
@@ -926,8 +931,7 @@ static kiln_graph *perm_net(bool dw) {
     mark_output(g, h);
     kiln__graph_link(g);
     CHECK_OK(kiln__graph_infer(g));
-    CHECK_OK(optimize(g, KILN_DEVICE_CUDA, KILN_PRECISION_FP16, NULL, 0, false));
-    for (int i = 0; i < g->n_nodes; i++) g->nodes[i].device = KILN_DEVICE_CUDA; /* as placed */
+    CHECK_OK(optimize_cuda_fp16(g));
     return g;
 }
 
