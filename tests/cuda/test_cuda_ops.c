@@ -1469,8 +1469,9 @@ static void dw_nchw_case(const char *name, kiln_dtype t, int64_t N, int64_t C, i
 }
 
 TEST(test_dwconv_nchw) {
-    bool tiled_set = getenv("KILN_CUDA_DW_NCHW") != NULL; /* the opt-in tiled kernel is checked here */
-    if (!tiled_set) setenv("KILN_CUDA_DW_NCHW", "1", 1);
+    kiln_cuda_state *cst = st;
+    const bool keep_tiled = cst->dw_nchw_tiled;
+    cst->dw_nchw_tiled = true; /* the opt-in tiled kernel (KILN_CUDA_DW_NCHW=1) is checked here */
     /* ConvNeXt's layer: 7x7, pad 3, bias; widths 11 (TX 16), 7 (TX 8), 40 (TX 32) */
     dw_nchw_case("dw7_f16", F16, 2, 24, 13, 11, 7, 1, 1, 3, 3, KILN_FC_ACT_NONE, 0, 0, true, false);
     dw_nchw_case("dw7_bf16", BF16, 3, 16, 7, 7, 7, 1, 1, 3, 3, KILN_FC_ACT_NONE, 0, 0, true, false);
@@ -1496,7 +1497,7 @@ TEST(test_dwconv_nchw) {
     kiln_conv_attrs mult = conv_at(PAD_NOTSET, 6, 2, 7, 1, 1, 3, 3);
     CASE("dw7_mult2_f16", Conv, &mult, 1, 0, 1e-5, trand(F16, -1, 1, S(2, 6, 9, 10)),
          trand(F16, -0.5, 0.5, S(12, 1, 7, 7)), trand(F16, -1, 1, S(12)));
-    if (!tiled_set) unsetenv("KILN_CUDA_DW_NCHW");
+    cst->dw_nchw_tiled = keep_tiled;
 }
 
 #if KILN_HAVE_CUDNN
@@ -2092,8 +2093,9 @@ TEST(test_attention_tactics) {
      * against kiln's host reference); KILN_CUDNN_CANDIDATES=N in the environment: N */
     bool capped = !getenv("KILN_CUDNN_CANDIDATES");
     if (capped) setenv("KILN_CUDNN_CANDIDATES", "4", 1);
-    bool fa_set = getenv("KILN_CUDA_ATTN_FA") != NULL; /* the opt-in fa64/fa128 tactics are checked here */
-    if (!fa_set) setenv("KILN_CUDA_ATTN_FA", "1", 1);
+    kiln_cuda_state *fst = st;
+    const bool keep_fa = fst->attn_fa;
+    fst->attn_fa = true; /* the opt-in fa64/fa128 tactics (KILN_CUDA_ATTN_FA=1) are checked here */
     kiln_attention_attrs bshd = {.num_heads = 2, .q_layout = KILN_ATTN_BSHD, .k_layout = KILN_ATTN_BSHD,
                                  .v_layout = KILN_ATTN_BSHD, .out_layout = KILN_ATTN_BSHD, .scale = 0.125f};
     kiln_attention_attrs bhsd = {.num_heads = 2, .q_layout = KILN_ATTN_BHSD, .k_layout = KILN_ATTN_BHSD,
@@ -2230,7 +2232,7 @@ TEST(test_attention_tactics) {
     CHECK(dnn == 0 && dnn_bert == 0);
 #endif
     if (capped) unsetenv("KILN_CUDNN_CANDIDATES");
-    if (!fa_set) unsetenv("KILN_CUDA_ATTN_FA");
+    fst->attn_fa = keep_fa;
 }
 
 /* every op of the table has at least one case */

@@ -107,6 +107,8 @@ static kiln_status cuda_state_create(int index, void **out) {
     st->verbose = kiln__env_flag("KILN_CUDA_VERBOSE");
     const char *find = getenv("KILN_CUDNN_FIND");
     st->conv_find = !(find && !strcmp(find, "0"));
+    st->attn_fa = kiln__env_flag("KILN_CUDA_ATTN_FA");
+    st->dw_nchw_tiled = kiln__env_flag("KILN_CUDA_DW_NCHW");
     *out = st;
     return KILN_OK;
 cuda_fail:

@@ -1118,8 +1118,7 @@ static kiln_status conv_exec(const kiln_kernel_args *a, const kiln_conv_attrs *a
                               act, alpha, beta, B, R, &done));
         if (done) return KILN_OK;
     }
-    const char *dw_tiled = getenv("KILN_CUDA_DW_NCHW");
-    if (g.Cg == 1 && g.G > 1 && g.Mg == 1 && g.ns == 2 && dw_tiled && strcmp(dw_tiled, "1") == 0) {
+    if (g.Cg == 1 && g.G > 1 && g.Mg == 1 && g.ns == 2 && KCU_STATE(a)->dw_nchw_tiled) {
         /* depthwise NCHW, 2-D, one output channel per group: the tiled kernel,
          * epilogue included. It runs by rule, with no other tactic to check it
          * against, so it is opt-in (KILN_CUDA_DW_NCHW=1) until a GPU run has

@@ -16,9 +16,6 @@
 
 #include "backends/cuda/cuda_internal.h"
 
-#include <stdlib.h>
-#include <string.h>
-
 
 static bool half_or_float(kiln_dtype t) {
     return t == KILN_DTYPE_FLOAT32 || t == KILN_DTYPE_FLOAT16 || t == KILN_DTYPE_BFLOAT16;
@@ -401,8 +398,7 @@ int kiln__cu_attention_tactics(void *state, const kiln_infer_args *a, int32_t *i
     /* kiln-attn-fa64/128 (kcu_attention_fa takes every head size the layer
      * may have) are listed only with KILN_CUDA_ATTN_FA=1 until a GPU run has
      * checked them: a kernel that faults during tuning would fail the build */
-    const char *fa = getenv("KILN_CUDA_ATTN_FA");
-    if (fa && strcmp(fa, "1") == 0 && n + 1 < cap) {
+    if (st->attn_fa && n + 1 < cap) {
         ids[n++] = KCU_ATTN_TACTIC_FA64;
         ids[n++] = KCU_ATTN_TACTIC_FA128;
     }

@@ -64,6 +64,10 @@ typedef struct kiln_cuda_state {
                                  as a second pass instead of cuBLASLt's tanh-form epilogue */
     bool conv_find;           /* time cuDNN's candidate algorithms on a node's first run
                                  (KILN_CUDNN_FIND=0: take the heuristic's first choice) */
+    bool attn_fa;             /* KILN_CUDA_ATTN_FA=1: list Attention's kiln-attn-fa64/128
+                                 tactics (opt-in until a GPU run has checked them) */
+    bool dw_nchw_tiled;       /* KILN_CUDA_DW_NCHW=1: NCHW depthwise layers run the tiled
+                                 kernel (opt-in until a GPU run has checked it) */
     bool capturing;           /* a CUDA Graph capture is in progress on `stream` */
     bool strict_tactics;      /* a builder's tuning state (its tactics were listed): a
                                  tactic that cannot be made fails instead of falling back */
