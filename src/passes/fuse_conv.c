@@ -90,11 +90,9 @@ done:
 
 /* ---- Conv (+ residual) (+ activation) -> FusedConv ------------------------- */
 
+/* the same shape (kiln__pat_same_shape) and dtype */
 static bool same_shape(const kiln_tinfo *a, const kiln_tinfo *b) {
-    if (a->rank < 0 || a->rank != b->rank || a->dtype != b->dtype) return false;
-    for (int i = 0; i < a->rank; i++)
-        if (a->dims[i] != b->dims[i] || a->dims[i] == KILN_DIM_UNKNOWN) return false;
-    return true;
+    return a->dtype == b->dtype && kiln__pat_same_shape(a, b);
 }
 
 /* Live nodes reading v (up to cap), count returned. */

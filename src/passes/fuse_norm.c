@@ -33,14 +33,6 @@
 
 static const kiln_tinfo *vinfo(const kiln_graph *g, int v) { return &g->values[v].info; }
 
-/* Same shape, provably: each dim known and equal, or the same named symbol
- * (an engine over a profile). */
-static bool same_shape(const kiln_tinfo *a, const kiln_tinfo *b) {
-    if (a->rank < 0 || a->rank != b->rank) return false;
-    for (int i = 0; i < a->rank; i++)
-        if (a->dims[i] == KILN_DIM_UNKNOWN || a->dims[i] != b->dims[i]) return false;
-    return true;
-}
 
 /* Whether value v is read by a live node other than `skip` placed before node `before`. */
 static bool read_before(const kiln_graph *g, int v, int skip, int before) {
@@ -73,14 +65,14 @@ static kiln_status match_add_ln(kiln_graph *g, const kiln_optimize_opts *o, int 
     const kiln_tinfo *si = vinfo(g, s);
     if (a < 0 || r < 0 || si->rank < 1) return KILN_OK;
     /* the full-shape addend first */
-    if (!same_shape(vinfo(g, a), si)) {
+    if (!kiln__pat_same_shape(vinfo(g, a), si)) {
         int t = a;
         a = r;
         r = t;
     }
     const kiln_tinfo *ai = vinfo(g, a), *ri = vinfo(g, r);
     kiln_dtype t = si->dtype;
-    if (!same_shape(ai, si) || ai->dtype != t || ri->dtype != t || ri->rank < 0) return KILN_OK;
+    if (!kiln__pat_same_shape(ai, si) || ai->dtype != t || ri->dtype != t || ri->rank < 0) return KILN_OK;
     if (t != KILN_DTYPE_FLOAT32 && t != KILN_DTYPE_FLOAT16 && t != KILN_DTYPE_BFLOAT16) return KILN_OK;
     const kiln_ln_attrs *la = n->attrs;
     int axis = la->axis < 0 ? la->axis + si->rank : la->axis;

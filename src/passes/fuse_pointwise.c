@@ -106,12 +106,6 @@ static bool shape_known(const kiln_tinfo *t) {
     return true;
 }
 
-static bool same_shape(const kiln_tinfo *a, const kiln_tinfo *b) {
-    if (!shape_known(a) || !shape_known(b) || a->rank != b->rank) return false;
-    for (int d = 0; d < a->rank; d++)
-        if (a->dims[d] != b->dims[d]) return false;
-    return true;
-}
 
 static const kiln_tinfo *vinfo(const kiln_graph *g, int v) { return &g->values[v].info; }
 
@@ -392,7 +386,7 @@ static bool compile_as(pw_compiler *c, const int *members, int m) {
         kiln__clear_error();
         return false;
     }
-    return same_shape(&b, vinfo(g, c->outs[0]));
+    return kiln__pat_same_shape(&b, vinfo(g, c->outs[0]));
 }
 
 /* Scalar constants are immediates, unless one of them carries a dim the
@@ -476,7 +470,7 @@ static void grow(pw_pass *s, int ni) {
     for (int i = 0; i < n->n_in; i++) {
         if (n->in[i] < 0) continue;
         int p = g->values[n->in[i]].producer;
-        if (p < 0 || s->group[p] < 0 || !same_shape(vinfo(g, n->in[i]), vinfo(g, n->out[0]))) continue;
+        if (p < 0 || s->group[p] < 0 || !kiln__pat_same_shape(vinfo(g, n->in[i]), vinfo(g, n->out[0]))) continue;
         bool seen = false;
         for (int k = 0; k < nc; k++) seen |= cand[k] == s->group[p];
         if (!seen && nc < 8) cand[nc++] = s->group[p];

@@ -995,21 +995,14 @@ static bool perm_is4(const kiln_graph *g, int ni, int a, int b, int c, int d) {
     return t->n_perm == 4 && t->perm[0] == a && t->perm[1] == b && t->perm[2] == c && t->perm[3] == d;
 }
 
-static bool same_dims(const kiln_tinfo *a, const kiln_tinfo *b) {
-    if (a->rank != b->rank || a->rank < 0) return false;
-    for (int i = 0; i < a->rank; i++)
-        if (a->dims[i] != b->dims[i] || a->dims[i] == KILN_DIM_UNKNOWN) return false;
-    return true;
-}
-
 static bool residual_through_nchw(const kiln_graph *g, int y, const pat *p, residual_nchw *rn) {
     if (info(g, y)->rank != 4) return false;
     int tr = sole_consumer_op(g, y, KILN_OP_Transpose);
     if (tr < 0 || !perm_is4(g, tr, 0, 3, 1, 2)) return false;
     int t = g->nodes[tr].out[0], radd = sole_consumer_op(g, t, KILN_OP_Add);
     int r = radd >= 0 ? other_input(g, radd, t) : -1;
-    if (r < 0 || r == t || !is_f32(g, r) || !same_dims(info(g, r), info(g, t)) ||
-        !same_dims(info(g, g->nodes[radd].out[0]), info(g, t)))
+    if (r < 0 || r == t || !is_f32(g, r) || !kiln__pat_same_shape(info(g, r), info(g, t)) ||
+        !kiln__pat_same_shape(info(g, g->nodes[radd].out[0]), info(g, t)))
         return false;
     /* the fused layer takes the place of the pattern's last node: its
      * residual must be made before that */
@@ -1017,7 +1010,7 @@ static bool residual_through_nchw(const kiln_graph *g, int y, const pat *p, resi
     for (int i = 0; i < p->n; i++)
         if (p->nodes[i] > last) last = p->nodes[i];
     int rt = kiln__pat_producer(g, r, KILN_OP_Transpose), res = -1;
-    if (rt >= 0 && perm_is4(g, rt, 0, 3, 1, 2) && same_dims(info(g, g->nodes[rt].in[0]), info(g, y)))
+    if (rt >= 0 && perm_is4(g, rt, 0, 3, 1, 2) && kiln__pat_same_shape(info(g, g->nodes[rt].in[0]), info(g, y)))
         res = g->nodes[rt].in[0];
     int made_by = g->values[res >= 0 ? res : r].producer;
     if (made_by >= last) return false;

@@ -24,6 +24,13 @@ bool kiln__pat_supports(const kiln_graph *g, int device, int op_id, int n_in, co
     return kiln__backend_supports(be, g, &t);
 }
 
+bool kiln__pat_same_shape(const kiln_tinfo *a, const kiln_tinfo *b) {
+    if (a->rank < 0 || a->rank != b->rank) return false;
+    for (int i = 0; i < a->rank; i++)
+        if (a->dims[i] == KILN_DIM_UNKNOWN || a->dims[i] != b->dims[i]) return false;
+    return true;
+}
+
 bool kiln__pat_sole_use(const kiln_graph *g, int v) {
     return v >= 0 && g->values[v].n_uses == 1 && !kiln__graph_is_output(g, v);
 }

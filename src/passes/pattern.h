@@ -20,6 +20,9 @@ KILN_PRIVATE bool kiln__pat_sole_use(const kiln_graph *g, int v);
  * changed). */
 KILN_PRIVATE bool kiln__pat_supports(const kiln_graph *g, int device, int op_id, int n_in,
                                      const int *in, int n_out, const int *out, const void *attrs);
+/* Whether a and b have provably the same shape: the same rank and every dim
+ * known and equal (a named symbol equals itself); dtypes are not compared. */
+KILN_PRIVATE bool kiln__pat_same_shape(const kiln_tinfo *a, const kiln_tinfo *b);
 /* The only live node reading value v, or -1 (none, several, or a graph output). */
 KILN_PRIVATE int kiln__pat_sole_consumer(const kiln_graph *g, int v);
 /* Float32 data of constant value v (NULL if v is not a float32 constant);
