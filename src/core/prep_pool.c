@@ -36,7 +36,8 @@ struct kiln_prep {
     pthread_mutex_t mu;
     pthread_cond_t work, done;
     bool sync_made; /* mu, work, done initialized */
-    bool stop;
+    bool stop;      /* kiln__prep_free: no job starts any more */
+    bool released;  /* ... and the results are freed: the workers may end */
     prep_job *jobs;
     int n, cap;
     int current;    /* the group of the latest take (INT_MIN: none yet) */
@@ -107,6 +108,7 @@ static void *worker_main(void *arg) {
         p->stats.by_workers++;
         pthread_cond_broadcast(&p->done);
     }
+    while (!p->released) pthread_cond_wait(&p->work, &p->mu);
     pthread_mutex_unlock(&p->mu);
     if (ok && p->ops.worker_fini) p->ops.worker_fini(p->ops.ctx, wctx);
     return NULL;
@@ -138,7 +140,7 @@ kiln_status kiln__prep_create(int threads, int ahead, const kiln_prep_ops *ops, 
     }
     p->sync_made = true;
     if (threads > 0 && !(p->w = kiln__calloc((size_t)threads, sizeof *p->w))) {
-        kiln__prep_free(p);
+        kiln__prep_free(p, NULL);
         return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory (prep pool)");
     }
     for (int i = 0; i < threads; i++) {
@@ -151,20 +153,35 @@ kiln_status kiln__prep_create(int threads, int ahead, const kiln_prep_ops *ops, 
     return KILN_OK;
 }
 
-void kiln__prep_free(kiln_prep *p) {
+void kiln__prep_free(kiln_prep *p, kiln_prep_stats *final) {
     if (!p) return;
     if (p->sync_made) {
+        /* no job starts any more; the ones being made finish; then every
+         * result not taken is freed, and only then do the workers end (a
+         * result may belong to a worker's library handle) */
         pthread_mutex_lock(&p->mu);
         p->stop = true;
+        pthread_cond_broadcast(&p->work);
+        for (;;) {
+            bool running = false;
+            for (int i = 0; i < p->n && !running; i++) running = p->jobs[i].state == JOB_RUNNING;
+            if (!running) break;
+            pthread_cond_wait(&p->done, &p->mu);
+        }
+    }
+    for (int i = 0; i < p->n; i++) {
+        if (!p->jobs[i].taken) p->stats.dropped++;
+        job_release(p, &p->jobs[i]);
+    }
+    p->n = 0;
+    if (final) *final = p->stats;
+    if (p->sync_made) {
+        p->released = true;
         pthread_cond_broadcast(&p->work);
         pthread_mutex_unlock(&p->mu);
     }
     for (int i = 0; i < p->n_w; i++)
         if (p->w[i].started) pthread_join(p->w[i].th, NULL);
-    for (int i = 0; i < p->n; i++) {
-        if (!p->jobs[i].taken) p->stats.dropped++;
-        job_release(p, &p->jobs[i]);
-    }
     kiln__free(p->jobs);
     kiln__free(p->w);
     if (p->sync_made) {

@@ -50,9 +50,11 @@ typedef struct kiln_prep kiln_prep;
 /* A pool of `threads` (>= 0) workers; `ahead`: groups of look-ahead (< 0:
  * unbounded). */
 KILN_PRIVATE kiln_status kiln__prep_create(int threads, int ahead, const kiln_prep_ops *ops, kiln_prep **out);
-/* Waits for the jobs being made, frees every result not taken, ends the
- * workers. NULL is fine. */
-KILN_PRIVATE void kiln__prep_free(kiln_prep *p);
+/* Waits for the jobs being made, frees every result not taken (before the
+ * workers' worker_fini: a result may need its worker's context), ends the
+ * workers; *final (may be NULL): the counters at the end. NULL p is fine. */
+typedef struct kiln_prep_stats kiln_prep_stats;
+KILN_PRIVATE void kiln__prep_free(kiln_prep *p, kiln_prep_stats *final);
 /* Queues key in group (a key already queued, being made or made and not
  * taken is not queued twice). */
 KILN_PRIVATE kiln_status kiln__prep_submit(kiln_prep *p, int group, const void *key);
@@ -65,10 +67,10 @@ KILN_PRIVATE bool kiln__prep_take(kiln_prep *p, const void *key, void *caller_wo
 /* Counters (tests and KILN_TUNE_VERBOSE): jobs made by the workers, by the
  * caller (take of a job not started), dropped unused (older groups, or
  * left at free), and the caller's microseconds spent waiting in take. */
-typedef struct kiln_prep_stats {
+struct kiln_prep_stats {
     int64_t by_workers, by_caller, dropped;
     double wait_us;
-} kiln_prep_stats;
+};
 KILN_PRIVATE void kiln__prep_stats(kiln_prep *p, kiln_prep_stats *s);
 
 #endif

@@ -106,7 +106,7 @@ static void run_all(int threads, int ahead, int n, int n_per, int sleep_us, int 
     CHECK(s.by_workers + s.by_caller == n);
     CHECK(s.dropped == 0);
     if (threads == 0) CHECK(s.by_workers == 0);
-    kiln__prep_free(p);
+    kiln__prep_free(p, NULL);
 }
 
 /* The serial path (0 threads) and 4 workers give every key its outcome,
@@ -164,7 +164,9 @@ TEST(workers_run_ahead_within_the_window) {
     CHECK(!kiln__prep_take(p, &(key){0, 10}, &caller, &st, &r));
     /* a key submitted twice is made once */
     CHECK_OK(kiln__prep_submit(p, 13, &(key){12, 13}));
-    kiln__prep_free(p); /* frees what nobody took */
+    kiln_prep_stats fin;
+    kiln__prep_free(p, &fin); /* frees what nobody took */
+    CHECK(fin.dropped >= 8 && fin.by_workers + fin.by_caller == atomic_load(&f.made));
     CHECK(atomic_load(&f.live_results) == 0);
     CHECK(atomic_load(&f.made) <= 16);
     CHECK(atomic_load(&f.finis) == 4);
@@ -194,7 +196,7 @@ TEST(failed_workers_leave_jobs_to_the_caller) {
     kiln_prep_stats s;
     kiln__prep_stats(p, &s);
     CHECK(s.by_caller == 10 && s.by_workers == 0);
-    kiln__prep_free(p);
+    kiln__prep_free(p, NULL);
     CHECK(atomic_load(&f.finis) == 0);
 }
 
@@ -203,7 +205,7 @@ TEST(bad_arguments) {
     kiln_prep_ops none = {.key_size = 4};
     CHECK_ERR(kiln__prep_create(2, 0, &none, &p), KILN_ERR_INVALID_ARGUMENT, "prep pool");
     CHECK(p == NULL);
-    kiln__prep_free(NULL);
+    kiln__prep_free(NULL, NULL);
 }
 
 int main(void) {
