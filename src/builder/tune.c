@@ -1078,6 +1078,7 @@ typedef struct tuner {
     int n_timed, n_cached, n_layers;
     double t_start;
     bool verbose;            /* KILN_TUNE_VERBOSE */
+    double list_us;          /* listing every layer's tactics (the cached ones' too) */
     tune_item *items;        /* the layers to time, in graph order (tune_all) */
     int n_items, cap_items;
 } tuner;
@@ -1136,6 +1137,7 @@ static kiln_status tune_all(kiln_layout_ctx *c) {
         int n_ids = kiln__backend_tactics(be, T->states[si], &ia, e->opts.math == KILN_MATH_FAST, ids,
                                           TUNE_MAX_TACTICS);
         t_list = kiln__now_us() - t_list;
+        T->list_us += t_list;
         kiln_tactic *tac = n->attrs;
         T->n_layers++;
         /* one tactic: nothing to choose (a device layer's is still timed, for
@@ -1243,8 +1245,10 @@ static void tune_summary(const tuner *T) {
     stats_describe(&sum, &sb);
     fprintf(stderr,
             "kiln: tune summary: %d layers with tactics, %d timed, %d from the cache or identical to one timed; "
-            "tuning %.2f s in all (layouts included); the timed layers: %s\n",
-            T->n_layers, T->n_timed, T->n_cached, (kiln__now_us() - T->t_start) / 1e6, sb.data ? sb.data : "?");
+            "tuning %.2f s in all (layouts included), listing the tactics of every layer %.2f s; the timed "
+            "layers: %s\n",
+            T->n_layers, T->n_timed, T->n_cached, (kiln__now_us() - T->t_start) / 1e6, T->list_us / 1e6,
+            sb.data ? sb.data : "?");
     for (int i = 0; i < n_top; i++) {
         const tune_item *it = &T->items[order[i]];
         const kiln_node *n = &T->e->graph->nodes[it->ni];
