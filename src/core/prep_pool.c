@@ -236,6 +236,21 @@ static void retire_before(kiln_prep *p, int g) {
     p->n = o;
 }
 
+/* Moves the window to group g where it is behind (mu held). */
+static void move_to(kiln_prep *p, int g) {
+    if (p->current == INT_MIN || g > p->current) {
+        p->current = g;
+        pthread_cond_broadcast(&p->work);
+    }
+}
+
+void kiln__prep_advance(kiln_prep *p, int group) {
+    pthread_mutex_lock(&p->mu);
+    move_to(p, group);
+    retire_before(p, group);
+    pthread_mutex_unlock(&p->mu);
+}
+
 bool kiln__prep_take(kiln_prep *p, const void *key, void *caller_worker, int *status, void **result) {
     *status = 0;
     *result = NULL;
@@ -246,10 +261,7 @@ bool kiln__prep_take(kiln_prep *p, const void *key, void *caller_worker, int *st
         return false;
     }
     int g = p->jobs[i].group;
-    if (p->current == INT_MIN || g > p->current) {
-        p->current = g;
-        pthread_cond_broadcast(&p->work); /* the window moved */
-    }
+    move_to(p, g);
     uint64_t seq = p->jobs[i].seq;
     if (p->jobs[i].state == JOB_QUEUED) { /* nobody started it: made here */
         p->jobs[i].state = JOB_RUNNING;

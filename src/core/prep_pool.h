@@ -64,6 +64,11 @@ KILN_PRIVATE kiln_status kiln__prep_submit(kiln_prep *p, int group, const void *
  * caller_worker: the context a job no worker has started runs with here. */
 KILN_PRIVATE bool kiln__prep_take(kiln_prep *p, const void *key, void *caller_worker, int *status, void **result);
 
+/* The caller has moved on to group g (as a take from g does, even where it
+ * takes nothing from it): the window follows, and what older groups made
+ * and nobody took is freed. */
+KILN_PRIVATE void kiln__prep_advance(kiln_prep *p, int group);
+
 /* Counters (tests and KILN_TUNE_VERBOSE): jobs made by the workers, by the
  * caller (take of a job not started), dropped unused (older groups, or
  * left at free), and the caller's microseconds spent waiting in take. */

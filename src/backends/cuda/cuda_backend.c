@@ -111,8 +111,13 @@ static kiln_status cuda_state_create(int index, void **out) {
     st->attn_fa = kiln__env_flag("KILN_CUDA_ATTN_FA");
     st->dw_nchw_tiled = kiln__env_flag("KILN_CUDA_DW_NCHW");
     const char *pt = getenv("KILN_CUDA_PLAN_THREADS");
-    st->plan_threads = pt && pt[0] ? atoi(pt) : KCU_PLAN_THREADS_DEFAULT;
-    if (st->plan_threads < 0) st->plan_threads = 0;
+    st->plan_threads = !pt || !pt[0] ? KCU_PLAN_THREADS_DEFAULT
+                       : !strcmp(pt, "auto") ? KCU_PLAN_THREADS_AUTO
+                                             : atoi(pt) < 0 ? 0 : atoi(pt);
+    if (st->plan_threads == KCU_PLAN_THREADS_AUTO) {
+        int cores = kiln__cpu_count() - 1;
+        st->plan_threads = cores < 0 ? 0 : cores > 16 ? 16 : cores;
+    }
     if (st->plan_threads > 64) st->plan_threads = 64;
     st->tune_verbose = kiln__env_flag("KILN_TUNE_VERBOSE");
     *out = st;

@@ -794,6 +794,17 @@ done:
     return r;
 }
 
+/* The plan threads' window follows the layer being set up (node: its
+ * name's pointer, as it was announced; cuda_conv.c's plan threads below). */
+static void plan_window(kiln_cuda_state *st, const char *node) {
+    for (int g = st->plan_at; g < st->plan_group; g++)
+        if (st->plan_nodes[g] == node) {
+            if (g != st->plan_at || g == 0) kiln__prep_advance(st->plan_prep, g);
+            st->plan_at = g;
+            return;
+        }
+}
+
 /* The plan of key k in the node's state (made on first use; in a tuning
  * state with plan threads, taken from them when they made it ahead). A
  * stored tactic that cannot be made here falls back to the heuristics'
@@ -813,6 +824,7 @@ static kiln_status gconv_plan_for(const kiln_kernel_args *a, conv_state *cs, con
     *out = p;
     int r = -1;
     if (st->plan_prep && st->strict_tactics) {
+        plan_window(st, KCU_NODE(a));
         int status;
         void *made = NULL;
         if (kiln__prep_take(st->plan_prep, k, st->dnn, &status, &made) && made) {
@@ -1483,7 +1495,13 @@ void kiln__cu_fused_conv_tactics_ahead(void *state, const kiln_infer_args *a, co
     /* the geometry and key conv_exec gives conv_graph_run for each tactic */
     const bool nhwc = at->layout != 0, x_nchw = at->layout == KILN_FC_LAYOUT_Y_NHWC;
     const bool has_b = a->n_in > 2 && a->in[2] != NULL;
+    if (kiln__grow((void **)&st->plan_nodes, &st->plan_nodes_cap, st->plan_group + 1, sizeof *st->plan_nodes) !=
+        KILN_OK) {
+        kiln__clear_error(); /* (not announced: its plans are made when it is set up) */
+        return;
+    }
     const int group = st->plan_group++;
+    st->plan_nodes[group] = a->node_name;
     for (int i = 0; i < n; i++) {
         if (!kcu_dg_is_id(ids[i])) continue;
         kcu_conv gx = g;
@@ -1516,6 +1534,8 @@ void kiln__cu_conv_plans_end(kiln_cuda_state *st) {
                 st->plan_threads, (long long)s.by_workers, (long long)s.by_caller,
                 (long long)s.dropped, s.wait_us / 1e6);
     st->plan_prep = NULL;
+    kiln__free(st->plan_nodes);
+    st->plan_nodes = NULL;
 #else
     (void)st;
 #endif

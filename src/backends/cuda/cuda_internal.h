@@ -83,6 +83,9 @@ typedef struct kiln_cuda_state {
                                  made on the tuner's thread as its candidate is set up */
     struct kiln_prep *plan_prep; /* those threads (cuda_conv.c; made at the first announcement) */
     int plan_group;           /* layers announced so far */
+    const char **plan_nodes;  /* [plan_group]: the name (pointer) of each layer announced, by
+                                 which its set-up moves the threads' window (owned array) */
+    int plan_nodes_cap, plan_at; /* plan_at: the layer being set up (its index) */
     bool tune_verbose;        /* KILN_TUNE_VERBOSE=1: the plan threads' account when the state ends */
     uint8_t dg_engine_kind[256]; /* graph engines seen listing tactics, by global index: 1
                                  precompiled, 2 runtime-compiled (KILN_TACTIC_KIND_*) */
@@ -90,7 +93,9 @@ typedef struct kiln_cuda_state {
 
 /* The plan threads of a state whose KILN_CUDA_PLAN_THREADS is unset: 0 is
  * the serial path. One line to change once a GPU run has compared the
- * two (docs/cuda.md, "Making plans ahead"). */
+ * two (docs/cuda.md, "Making plans ahead"): a count, or KCU_PLAN_THREADS_AUTO
+ * (the host's cores less one, at most 16; also KILN_CUDA_PLAN_THREADS=auto). */
+#define KCU_PLAN_THREADS_AUTO (-1)
 #define KCU_PLAN_THREADS_DEFAULT 0
 /* Ends a state's plan threads (their account to stderr with KILN_TUNE_VERBOSE),
  * freeing the plans nobody took (cuda_conv.c); before the state's handles go. */
