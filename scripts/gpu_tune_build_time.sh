@@ -12,8 +12,9 @@
 # `kiln inspect` of the engine. Then, per batch, every thread count against
 # the first (0: serial) with scripts/tune_log_compare.py: the candidates
 # each layer set up must be the same (exit 1 otherwise), tactics that
-# differ are listed with their times (ties or not). Then a build from a
-# warm timing cache (the last thread count, target <= 5 s) and
+# differ are listed with their times (ties or not). The last thread
+# count's build writes a timing cache; a build from it follows (target
+# <= 5 s), and
 # `kiln debug compare` of the first batch's engine built with the last
 # thread count against kiln's CPU reference. Everything goes to
 # OUT/MODEL_*; OUT/times.txt gets one line per build.
@@ -41,10 +42,14 @@ except TypeError:  # (torch before 2.5: no dynamo argument)
 EOF
   SH="input:${B}x3x224x224"
   FIRST=
+  LAST=${THREADS##*,}
+  rm -f "$P.cache"
   for T in ${THREADS//,/ }; do
+    CACHE=()  # the last thread count's build writes a timing cache (from empty: it times every layer)
+    [ "$T" = "$LAST" ] && CACHE=(--timing-cache "$P.cache")
     t0=$(date +%s.%N)
     KILN_CUDA_PLAN_THREADS=$T KILN_TUNE_VERBOSE=1 "$KILN" build "$P.onnx" -o "$P.t$T.kiln" --device cuda --fp16 \
-      --shapes "$SH" -q 2> "$P.t$T.log"
+      --shapes "$SH" -q "${CACHE[@]}" 2> "$P.t$T.log"
     brc=$?
     t1=$(date +%s.%N)
     s=$("$PY" -c "print(f'{$t1 - $t0:.1f}')")
@@ -60,15 +65,13 @@ EOF
     tail -25 "$P.cmp$FIRST-$T.txt"
     [ $crc -eq 0 ] || rc=1
   done
-  # from a warm timing cache (the last thread count)
-  rm -f "$P.cache"
-  KILN_CUDA_PLAN_THREADS=$T "$KILN" build "$P.onnx" -o "$P.c.kiln" --device cuda --fp16 --shapes "$SH" -q \
-    --timing-cache "$P.cache" 2> "$P.cold.log"
+  # from the warm timing cache the last build wrote
   t0=$(date +%s.%N)
-  KILN_CUDA_PLAN_THREADS=$T "$KILN" build "$P.onnx" -o "$P.c.kiln" --device cuda --fp16 --shapes "$SH" -q \
-    --timing-cache "$P.cache" 2> "$P.warm.log"
+  KILN_CUDA_PLAN_THREADS=$T KILN_TUNE_VERBOSE=1 "$KILN" build "$P.onnx" -o "$P.c.kiln" --device cuda --fp16 \
+    --shapes "$SH" -q --timing-cache "$P.cache" 2> "$P.warm.log"
   t1=$(date +%s.%N)
   echo "$MODEL b$B warm timing cache: build $("$PY" -c "print(f'{$t1 - $t0:.1f}')") s" | tee -a "$OUT/times.txt"
+  grep "tune summary: [0-9]" "$P.warm.log"
 done
 # outputs against kiln's CPU reference, plans made on the last thread count
 B=${BATCHES%%,*}

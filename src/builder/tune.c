@@ -905,17 +905,18 @@ static kiln_status judge_tactics(const kiln_tune_layer *L, const tune_bufs *tb, 
 static void stats_describe(const kiln_tune_stats *S, kiln_sbuf *sb) {
     double setup = 0;
     for (int k = 0; k < KILN_TUNE_KINDS; k++) setup += S->setup_us[k];
-    kiln__sbuf_printf(sb, "%d candidates, %.1f ms: list %.1f, buffers %.1f, set-up %.1f (", S->candidates,
+    kiln__sbuf_printf(sb, "%d candidates, %.1f ms: list %.1f, buffers %.1f, set-up %.1f", S->candidates,
                       (S->total_us + S->list_us) / 1000.0, S->list_us / 1000.0, S->bufs_us / 1000.0, setup / 1000.0);
     bool any = false;
     for (int k = 0; k < KILN_TUNE_KINDS; k++) {
         if (!S->setup_n[k]) continue;
-        kiln__sbuf_printf(sb, "%s%s %d in %.1f", any ? ", " : "", kiln__backend_tactic_kind_name(k), S->setup_n[k],
+        kiln__sbuf_printf(sb, "%s%s %d in %.1f", any ? ", " : " (", kiln__backend_tactic_kind_name(k), S->setup_n[k],
                           S->setup_us[k] / 1000.0);
         if (S->failed_n[k]) kiln__sbuf_printf(sb, " (%d failed)", S->failed_n[k]);
         any = true;
     }
-    kiln__sbuf_printf(sb, "), check %.1f, judge %.1f (%d host reference%s), timing %.1f", S->check_us / 1000.0,
+    kiln__sbuf_printf(sb, "%s, check %.1f, judge %.1f (%d host reference%s), timing %.1f", any ? ")" : "",
+                      S->check_us / 1000.0,
                       S->judge_us / 1000.0, S->ref_runs, S->ref_runs == 1 ? "" : "s", S->time_us / 1000.0);
 }
 
