@@ -55,6 +55,13 @@ static void job_release(kiln_prep *p, prep_job *j) {
     j->key = NULL;
 }
 
+/* Counts job j, leaving the list, where nobody took it (mu held). */
+static void count_dropped(kiln_prep *p, const prep_job *j) {
+    if (j->taken) return;
+    if (j->state == JOB_DONE) p->stats.unused++;
+    else p->stats.unstarted++;
+}
+
 /* The group jobs may start up to (mu held). */
 static bool in_window(const kiln_prep *p, int group) {
     if (p->ahead < 0) return true;
@@ -170,7 +177,7 @@ void kiln__prep_free(kiln_prep *p, kiln_prep_stats *final) {
         }
     }
     for (int i = 0; i < p->n; i++) {
-        if (!p->jobs[i].taken) p->stats.dropped++;
+        count_dropped(p, &p->jobs[i]);
         job_release(p, &p->jobs[i]);
     }
     p->n = 0;
@@ -226,7 +233,7 @@ static void retire_before(kiln_prep *p, int g) {
     for (int i = 0; i < p->n; i++) {
         prep_job *j = &p->jobs[i];
         if (j->state != JOB_RUNNING && (j->taken || j->drop || j->group < g)) {
-            if (!j->taken) p->stats.dropped++;
+            count_dropped(p, j);
             job_release(p, j);
             continue;
         }

@@ -70,10 +70,11 @@ KILN_PRIVATE bool kiln__prep_take(kiln_prep *p, const void *key, void *caller_wo
 KILN_PRIVATE void kiln__prep_advance(kiln_prep *p, int group);
 
 /* Counters (tests and KILN_TUNE_VERBOSE): jobs made by the workers, by the
- * caller (take of a job not started), dropped unused (older groups, or
- * left at free), and the caller's microseconds spent waiting in take. */
+ * caller (take of a job not started), made but dropped before anyone took
+ * them (older groups, or left at free: work for nothing), dropped before
+ * anyone started them, and the caller's microseconds spent waiting in take. */
 struct kiln_prep_stats {
-    int64_t by_workers, by_caller, dropped;
+    int64_t by_workers, by_caller, unused, unstarted;
     double wait_us;
 };
 KILN_PRIVATE void kiln__prep_stats(kiln_prep *p, kiln_prep_stats *s);

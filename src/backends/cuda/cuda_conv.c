@@ -1529,10 +1529,10 @@ void kiln__cu_conv_plans_end(kiln_cuda_state *st) {
     if (st->tune_verbose)
         fprintf(stderr,
                 "kiln: tune: cuDNN plans made ahead on %d threads (KILN_CUDA_PLAN_THREADS): %lld by the threads, "
-                "%lld by the tuner's thread (not started when needed), %lld made for nothing; the tuner waited "
-                "%.2f s for plans being made\n",
-                st->plan_threads, (long long)s.by_workers, (long long)s.by_caller,
-                (long long)s.dropped, s.wait_us / 1e6);
+                "%lld by the tuner's thread (not started when needed), %lld made for nothing, %lld never started "
+                "(not needed); the tuner waited %.2f s for plans being made\n",
+                st->plan_threads, (long long)s.by_workers, (long long)s.by_caller, (long long)s.unused,
+                (long long)s.unstarted, s.wait_us / 1e6);
     st->plan_prep = NULL;
     kiln__free(st->plan_nodes);
     st->plan_nodes = NULL;
