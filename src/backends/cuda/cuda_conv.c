@@ -1286,15 +1286,6 @@ kiln_status kiln__cu_fused_conv_run(const kiln_kernel_args *a) {
  * seconds). */
 #define KCU_CONV_MAX_RTC 3
 
-/* FusedConv's tactics on CUDA: the engine configs of cuDNN's heuristics
- * for the layer's fused graph (fp16/bf16), in their order (for a layer
- * that converts its NCHW input: those of each input variant XV_*), then
- * the legacy path (KCU_CONV_TACTIC_LEGACY: the convolution alone, cuDNN's
- * timed algorithm, then kiln's epilogue kernel). Every one is timed by the
- * builder. A state whose tactics were listed is a tuning state: a tactic
- * that cannot be made there fails instead of falling back. The GEMM
- * tactics come before the legacy path where the layer is one GEMM; without
- * cuDNN they are listed after tactic 0 (for fp16/bf16 layers too). */
 /* The geometry of an fp16/bf16 FusedConv at the shapes of `a` (the only
  * layers with more than tactic 0); false for any other. */
 static bool fc_half_geom(const kiln_infer_args *a, kcu_conv *g, int64_t *pe) {
@@ -1310,6 +1301,15 @@ static bool fc_half_geom(const kiln_infer_args *a, kcu_conv *g, int64_t *pe) {
     return true;
 }
 
+/* FusedConv's tactics on CUDA: the engine configs of cuDNN's heuristics
+ * for the layer's fused graph (fp16/bf16), in their order (for a layer
+ * that converts its NCHW input: those of each input variant XV_*), then
+ * the legacy path (KCU_CONV_TACTIC_LEGACY: the convolution alone, cuDNN's
+ * timed algorithm, then kiln's epilogue kernel). Every one is timed by the
+ * builder. A state whose tactics were listed is a tuning state: a tactic
+ * that cannot be made there fails instead of falling back. The GEMM
+ * tactics come before the legacy path where the layer is one GEMM; without
+ * cuDNN they are listed after tactic 0 (for fp16/bf16 layers too). */
 int kiln__cu_fused_conv_tactics(void *state, const kiln_infer_args *a, int32_t *ids, int cap) {
     kiln_cuda_state *st = state;
     if (!st || cap < 1) return 0;
