@@ -206,7 +206,7 @@ void kiln__fmm_epilogue(float *Y, int64_t ldy, int64_t rows, int64_t n, const fl
 }
 
 void kiln__relu_f32(float *x, int64_t n) {
-    for (int64_t i = 0; i < n; i++) x[i] = x[i] > 0.0f ? x[i] : 0.0f;
+    for (int64_t i = 0; i < n; i++) x[i] = x[i] < 0.0f ? 0.0f : x[i]; /* NaN kept, as torch.relu */
 }
 
 float kiln__exp_shift_sum_f32(const float *x, float *y, int64_t n, float m) {
