@@ -349,6 +349,52 @@ TEST(matmul_residual) {
     kiln_model_free(m);
 }
 
+/* NaN and +-inf in the inputs and the residual come out of every epilogue
+ * (bias, residual, Relu, GELU) where the unfused layers put them, on every
+ * FusedMatMul tactic: kiln__relu_f32 and oneDNN's relu post-op made NaN 0
+ * (and oneDNN's made -inf NaN). */
+TEST(matmul_special_values) {
+    kiln_graph *g = NULL;
+    CHECK_OK(kiln__graph_create(&g));
+    int64_t xd[3] = {2, 7, 40};
+    int x = add_input(g, "x", 3, xd), r = add_input(g, "r", 3, (int64_t[]){2, 7, 24});
+    mark_output(g, add_unary(g, KILN_OP_Relu, "relu", add_binary(g, KILN_OP_Add, "res", linear(g, "fc1", x, 40, 24), r), NULL));
+    mark_output(g, add_unary(g, KILN_OP_Relu, "relu2", linear(g, "fc2", x, 40, 24), NULL));
+    mark_output(g, gelu_erf(g, "ge", linear(g, "fc3", x, 40, 24), 0));
+    mark_output(g, gelu_tanh(g, "gt", linear(g, "fc4", x, 40, 24), true));
+    mark_output(g, add_binary(g, KILN_OP_Add, "res5", linear(g, "fc5", x, 40, 24), r));
+    kiln_model *m = model_of(g);
+    kiln_engine *e0 = build(m, 0, KILN_PRECISION_FP32, 1);
+    for (int threads = 1; threads <= 2; threads++) {
+        kiln_engine *e = build(m, 1, KILN_PRECISION_FP32, threads);
+        CHECK(e && count_op(e, KILN_OP_FusedMatMul) == 5 && e->graph->n_nodes == 5);
+        fill_inputs();
+        for (int i = 0; i < BIG; i += 13) xs[0][i] = i % 3 == 0 ? NAN : i % 3 == 1 ? INFINITY : -INFINITY;
+        for (int i = 0; i < BIG; i += 5) xs[1][i] = i % 3 == 0 ? NAN : i % 3 == 1 ? INFINITY : -INFINITY;
+        for (int t = 0; e && t <= KILN_FMM_TACTIC_AVX512; t++) {
+            for (int i = 0; i < e->graph->n_nodes; i++)
+                if (e->graph->nodes[i].op_id == KILN_OP_FusedMatMul) ((kiln_tactic *)e->graph->nodes[i].attrs)->id = t;
+            for (int k = 0; k < m->graph->n_outputs; k++) {
+                int64_t n0 = run(e0, k, yref), n1 = run(e, k, yopt);
+                double err = special_rel_err(yopt, yref, n0);
+                if (!(err <= 1e-5)) {
+                    fprintf(stderr, "  tactic %d (%s), %d threads, output %d: relative error %g\n", t,
+                            kiln__cpu_fmm_tactic_name(t), threads, k, err);
+                    for (int64_t i = 0; i < n0; i++)
+                        if (special_rel_err(&yopt[i], &yref[i], 1) > 1e-5) {
+                            fprintf(stderr, "  element %lld: %g, unfused %g\n", (long long)i, yopt[i], yref[i]);
+                            break;
+                        }
+                }
+                CHECK(n0 > 0 && n1 == n0 && err <= 1e-5);
+            }
+        }
+        kiln_engine_free(e);
+    }
+    kiln_engine_free(e0);
+    kiln_model_free(m);
+}
+
 TEST(gemm_and_tanh_gelu) {
     kiln_graph *g = NULL;
     CHECK_OK(kiln__graph_create(&g));
@@ -1190,6 +1236,7 @@ int main(void) {
     RUN(gelu_forms);
     RUN(matmul_bias_act);
     RUN(matmul_residual);
+    RUN(matmul_special_values);
     RUN(gemm_and_tanh_gelu);
     RUN(gemm_between_flattening_reshapes);
     RUN(layer_scale_forms);

@@ -29,6 +29,37 @@
 
 #define NODE(a) ((a)->node_name ? (a)->node_name : "?")
 
+/* ---- activation pass ------------------------------------------------------------ */
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include "backends/cpu/kernels/simd_act.h"
+#include "backends/cpu/kernels/simd_mask.h"
+
+__attribute__((target("avx512f"))) static void act_avx512(float *y, int64_t n, int act, float alpha, float beta) {
+    __m512 a = _mm512_set1_ps(alpha), b = _mm512_set1_ps(beta);
+    for (int64_t i = 0; i < n; i += 16) {
+        __mmask16 m = kiln__mask16(n - i);
+        __m512 v = _mm512_maskz_loadu_ps(m, y + i);
+        v = act == KILN_FC_ACT_RELU ? kiln__relu512(v)
+            : act == KILN_FC_ACT_CLIP ? kiln__clip512(v, a, b)
+                                      : kiln__hard_sigmoid512(v, a, b);
+        _mm512_mask_storeu_ps(y + i, m, v);
+    }
+}
+#endif
+
+void kiln__fc_act_f32(float *y, int64_t n, int act, float alpha, float beta) {
+    if (act == KILN_FC_ACT_NONE) return;
+#if defined(__x86_64__) && defined(__GNUC__)
+    if ((act == KILN_FC_ACT_RELU || act == KILN_FC_ACT_CLIP || act == KILN_FC_ACT_HARD_SIGMOID) &&
+        __builtin_cpu_supports("avx512f")) {
+        act_avx512(y, n, act, alpha, beta);
+        return;
+    }
+#endif
+    for (int64_t i = 0; i < n; i++) y[i] = kiln__fc_act(act, alpha, beta, y[i]);
+}
+
 /* ---- tactics ------------------------------------------------------------------ */
 
 static bool wants_dnnl(const kiln_fused_conv_attrs *at) {
