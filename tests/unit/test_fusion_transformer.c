@@ -193,9 +193,13 @@ static int64_t run_batch(const kiln_engine *e, int64_t B, int k, float *y) {
 
 static int64_t run(const kiln_engine *e, int k, float *y) { return run_batch(e, -1, k, y); }
 
+/* Run after fill_inputs when set: puts NaN or infinities in the inputs. */
+static void (*g_specials)(void);
+
 static void fill_inputs(void) {
     for (int j = 0; j < 3; j++)
         for (int i = 0; i < BIG; i++) xs[j][i] = 2.0f * frand();
+    if (g_specials) g_specials();
 }
 
 /* Optimized (with `threads`) vs unoptimized engines agree on every output. */
@@ -283,7 +287,7 @@ static void every_tactic_of(const kiln_model *m, int threads, int op, int last) 
         for (int i = 0; i < e->graph->n_nodes; i++)
             if (e->graph->nodes[i].op_id == op) ((kiln_tactic *)e->graph->nodes[i].attrs)->id = t;
         int64_t n1 = run(e, 0, yopt);
-        double err = rel_err(yopt, yref, n0);
+        double err = special_rel_err(yopt, yref, n0);
         if (!(err <= 1e-5)) fprintf(stderr, "  tactic %d: relative error %g\n", t, err);
         CHECK(n1 == n0 && err <= 1e-5);
     }
@@ -553,6 +557,54 @@ TEST(no_fusion_when_shared) {
     kiln_engine *e = build(m, 1, 0, 1);
     CHECK(e && find_layer(e, "mm") && find_layer(e, "relu") && count_op(e, KILN_OP_FusedMatMul) == 1);
     kiln_engine_free(e);
+    kiln_model_free(m);
+}
+
+/* BERT's mask (input 1, [2, 1, 1, 12]) with a NaN for image 0's key 3,
+ * +inf for image 1's key 7 and -inf for its key 5. */
+static void mask_specials(void) {
+    xs[1][3] = NAN;
+    xs[1][12 + 5] = -INFINITY;
+    xs[1][12 + 7] = INFINITY;
+}
+
+/* A NaN or +inf score makes its softmax row NaN, as torch's softmax (-inf
+ * is a masked key), on every Attention tactic: the AVX-512 exp flushed a
+ * NaN to 0, so the row came out finite without that key. */
+TEST(attention_special_values) {
+    const int64_t B = 2, S = 12, H = 3, D = 8, E = H * D;
+    kiln_graph *g = NULL;
+    CHECK_OK(kiln__graph_create(&g));
+    int64_t xd[3] = {B, S, E}, md[4] = {B, 1, 1, S};
+    int x = add_input(g, "x", 3, xd);
+    int mask = add_input(g, "mask", 4, md);
+    mark_output(g, attention(g, x, x, B, S, S, H, D, mask, true));
+    kiln_model *m = model_of(g);
+    g_specials = mask_specials;
+    kiln_engine *e0 = build(m, 0, KILN_PRECISION_FP32, 1);
+    fill_inputs();
+    int64_t n0 = run(e0, 0, yref), nans = 0;
+    for (int64_t i = 0; i < n0; i++) nans += isnan(yref[i]);
+    CHECK(n0 == B * S * E && nans == n0); /* both images have a NaN row everywhere */
+    xs[1][12 + 7] = 0.0f;                 /* image 1: only its -inf key */
+    n0 = run(e0, 0, yref), nans = 0;
+    for (int64_t i = 0; i < n0; i++) nans += isnan(yref[i]);
+    CHECK(nans == n0 / 2);
+    for (int threads = 1; threads <= 2; threads++) {
+        kiln_engine *e = build(m, 1, KILN_PRECISION_FP32, threads);
+        CHECK(e && count_op(e, KILN_OP_Attention) == 1);
+        for (int t = 0; e && t <= KILN_ATTN_TACTIC_AVX512; t++) {
+            for (int i = 0; i < e->graph->n_nodes; i++)
+                if (e->graph->nodes[i].op_id == KILN_OP_Attention) ((kiln_tactic *)e->graph->nodes[i].attrs)->id = t;
+            int64_t n1 = run(e, 0, yopt);
+            double err = special_rel_err(yopt, yref, n0);
+            if (!(err <= 1e-5)) fprintf(stderr, "  tactic %d, %d threads: relative error %g\n", t, threads, err);
+            CHECK(n1 == n0 && err <= 1e-5);
+        }
+        kiln_engine_free(e);
+    }
+    kiln_engine_free(e0);
+    g_specials = NULL;
     kiln_model_free(m);
 }
 
@@ -1243,6 +1295,7 @@ int main(void) {
     RUN(convnext_layer_scale);
     RUN(no_fusion_when_shared);
     RUN(attention_bert_form);
+    RUN(attention_special_values);
     RUN(attention_gpt2_split_form);
     RUN(attention_cross);
     RUN(attention_4d_forms);
