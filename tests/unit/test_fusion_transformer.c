@@ -568,18 +568,27 @@ static void mask_specials(void) {
     xs[1][12 + 7] = INFINITY;
 }
 
-/* A NaN or +inf score makes its softmax row NaN, as torch's softmax (-inf
- * is a masked key), on every Attention tactic: the AVX-512 exp flushed a
- * NaN to 0, so the row came out finite without that key. */
-TEST(attention_special_values) {
+/* BERT's self-attention as exported (B 2, S 12, H 3, D 8; input "x" and an
+ * additive "mask" [2, 1, 1, 12]): projections, head split, scores, scale,
+ * mask, softmax, context, merge, and (out_proj) the output projection. */
+static kiln_model *bert_attention(bool out_proj) {
     const int64_t B = 2, S = 12, H = 3, D = 8, E = H * D;
     kiln_graph *g = NULL;
     CHECK_OK(kiln__graph_create(&g));
     int64_t xd[3] = {B, S, E}, md[4] = {B, 1, 1, S};
     int x = add_input(g, "x", 3, xd);
     int mask = add_input(g, "mask", 4, md);
-    mark_output(g, attention(g, x, x, B, S, S, H, D, mask, true));
-    kiln_model *m = model_of(g);
+    int y = attention(g, x, x, B, S, S, H, D, mask, true);
+    mark_output(g, out_proj ? linear(g, "out", y, E, E) : y);
+    return model_of(g);
+}
+
+/* A NaN or +inf score makes its softmax row NaN, as torch's softmax (-inf
+ * is a masked key), on every Attention tactic: the AVX-512 exp flushed a
+ * NaN to 0, so the row came out finite without that key. */
+TEST(attention_special_values) {
+    const int64_t B = 2, S = 12, E = 24;
+    kiln_model *m = bert_attention(false);
     g_specials = mask_specials;
     kiln_engine *e0 = build(m, 0, KILN_PRECISION_FP32, 1);
     fill_inputs();
@@ -608,17 +617,10 @@ TEST(attention_special_values) {
     kiln_model_free(m);
 }
 
-/* BERT's self-attention as exported: projections, head split, scores,
- * scale, mask, softmax, context, merge. */
+/* BERT's self-attention as exported, with its output projection. */
 TEST(attention_bert_form) {
-    const int64_t B = 2, S = 12, H = 3, D = 8, E = H * D;
-    kiln_graph *g = NULL;
-    CHECK_OK(kiln__graph_create(&g));
-    int64_t xd[3] = {B, S, E}, md[4] = {B, 1, 1, S};
-    int x = add_input(g, "x", 3, xd);
-    int mask = add_input(g, "mask", 4, md);
-    mark_output(g, linear(g, "out", attention(g, x, x, B, S, S, H, D, mask, true), E, E));
-    kiln_model *m = model_of(g);
+    const int64_t H = 3, D = 8, E = H * D;
+    kiln_model *m = bert_attention(true);
     compare(m, 1e-5, 1);
     compare(m, 1e-5, 2);
     every_tactic_of(m, 2, KILN_OP_Attention, KILN_ATTN_TACTIC_AVX512);
