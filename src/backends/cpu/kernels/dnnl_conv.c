@@ -98,7 +98,7 @@ typedef struct dpart {
     void *scr;                   /* oneDNN's scratchpad for this part */
     void *own_src, *own_dst;     /* reorder scratch when the workspace is too small */
     size_t src_bytes, dst_bytes, ws_off;
-    int64_t dst_floats;          /* the convolution's output (dst_md, dense), for own_act */
+    int64_t dst_elems;           /* the convolution's output (dst_md, dense), for own_act */
 } dpart;
 
 typedef struct dconv {
@@ -113,7 +113,8 @@ typedef struct dconv {
     dpart *parts;
     size_t ws_need;              /* the parts' reorder scratch laid end to end */
     size_t y_elem;               /* bytes per output element as passed (2: bf16) */
-    bool own_act;                /* own_act(act) on a float32 output: kiln applies it */
+    bool own_act;                /* own_act(act): kiln applies it */
+    bool y_bf16;                 /* the convolution's output is bfloat16 */
     int act;                     /* KILN_FC_ACT_* (with own_act) */
     float alpha, beta;
     char impl[64];
@@ -176,7 +177,7 @@ static dnnl_status_t reorder(dnnl_stream_t strm, dnnl_primitive_t r, dnnl_memory
 KILN_FC_ACT_ALL_HANDLED("dnnl_conv.c append_act, own_act");
 
 /* Activations kiln applies itself, after the convolution, to each part's
- * float32 output while it is in cache: oneDNN 2.6's post-ops turn NaN into
+ * output (float32 or bfloat16) while it is in cache: oneDNN 2.6's post-ops turn NaN into
  * 0 or a bound (relu with alpha 0 and clip as max/min with the bound
  * second, clip_v2 alike, logistic in the plain tactic), and its relu gives
  * NaN for -inf (0 * -inf); ONNX and PyTorch keep NaN and give 0
@@ -343,7 +344,7 @@ static kiln_status part_create(const kiln_kernel_args *a, dconv *s, const cgeom 
     if (probe) goto fail; /* st == KILN_OK: a real kernel takes it */
     q->src_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0);
     q->dst_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0);
-    q->dst_floats = (int64_t)(dnnl_memory_desc_get_size(&q->dst_md) / sizeof(float));
+    q->dst_elems = (int64_t)(dnnl_memory_desc_get_size(&q->dst_md) / (c->ydt == dnnl_bf16 ? 2 : 4));
     q->w_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
     const dnnl_memory_desc_t *smd = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
     size_t sb = smd ? dnnl_memory_desc_get_size(smd) : 0;
@@ -478,7 +479,8 @@ static kiln_status dconv_create(const kiln_kernel_args *a, int tactic, int nthre
     DN(dnnl_primitive_attr_set_scratchpad_mode(pattr, dnnl_scratchpad_mode_user), "scratchpad mode");
     DN(dnnl_post_ops_create(&ops), "post-ops");
     if (at->has_residual) DN(dnnl_post_ops_append_sum(ops, 1.0f), "sum post-op");
-    s->own_act = own_act(at->act) && c.ydt == dnnl_f32;
+    s->own_act = own_act(at->act);
+    s->y_bf16 = c.ydt == dnnl_bf16;
     s->act = at->act, s->alpha = at->alpha, s->beta = at->beta;
     if (!s->own_act) DN(append_act(ops, at->act, at->alpha, at->beta), "activation post-ops");
     DN(dnnl_primitive_attr_set_post_ops(pattr, ops), "post-ops");
@@ -587,7 +589,7 @@ static dnnl_status_t part_exec(exec_ctx *c, int k) {
     DS(dnnl_memory_set_data_handle(q->m_usrc, x));
     DS(dnnl_memory_set_data_handle(q->m_udst, y));
     DS(dnnl_memory_set_data_handle(q->m_src, q->r_src ? c->sbuf[k] : x));
-    float *dst = q->r_dst || q->chan_copy ? c->dbuf[k] : (float *)y;
+    void *dst = q->r_dst || q->chan_copy ? c->dbuf[k] : y;
     DS(dnnl_memory_set_data_handle(q->m_dst, dst));
     if (B) DS(dnnl_memory_set_data_handle(q->m_b, (float *)B->data + q->m0));
     if (q->r_src) DS(reorder(q->strm, q->r_src, q->m_usrc, q->m_src));
@@ -620,7 +622,8 @@ static dnnl_status_t part_exec(exec_ctx *c, int k) {
     DS(dnnl_primitive_execute(q->conv, q->strm, n, args));
     if (c->s->own_act) {
         DS(dnnl_stream_wait(q->strm));
-        kiln__fc_act_f32(dst, q->dst_floats, c->s->act, c->s->alpha, c->s->beta);
+        if (c->s->y_bf16) kiln__fc_act_bf16(dst, q->dst_elems, c->s->act, c->s->alpha, c->s->beta);
+        else kiln__fc_act_f32(dst, q->dst_elems, c->s->act, c->s->alpha, c->s->beta);
     }
     if (q->r_dst) DS(reorder(q->strm, q->r_dst, q->m_dst, q->m_udst));
     DS(dnnl_stream_wait(q->strm));

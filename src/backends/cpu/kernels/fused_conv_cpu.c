@@ -60,6 +60,15 @@ void kiln__fc_act_f32(float *y, int64_t n, int act, float alpha, float beta) {
     for (int64_t i = 0; i < n; i++) y[i] = kiln__fc_act(act, alpha, beta, y[i]);
 }
 
+void kiln__fc_act_bf16(uint16_t *y, int64_t n, int act, float alpha, float beta) {
+    if (act == KILN_FC_ACT_NONE) return;
+    if (act == KILN_FC_ACT_RELU) { /* a negative number (-inf too, not NaN: 0x7f80 < magnitude) becomes 0 */
+        for (int64_t i = 0; i < n; i++) y[i] = (y[i] & 0x8000) && (y[i] & 0x7fff) <= 0x7f80 ? 0 : y[i];
+        return;
+    }
+    for (int64_t i = 0; i < n; i++) y[i] = kiln__f32_to_bf16(kiln__fc_act(act, alpha, beta, kiln__bf16_to_f32(y[i])));
+}
+
 /* ---- tactics ------------------------------------------------------------------ */
 
 static bool wants_dnnl(const kiln_fused_conv_attrs *at) {

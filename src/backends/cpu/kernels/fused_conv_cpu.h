@@ -61,6 +61,9 @@ KILN_PRIVATE int kiln__dnnl_conv_split(const kiln_node_state *ns, int *parts);
  * for ReLU, Clip and HardSigmoid where the CPU has it. For kernels whose
  * library cannot apply the activation right (dnnl_conv.c). */
 KILN_PRIVATE void kiln__fc_act_f32(float *y, int64_t n, int act, float alpha, float beta);
+/* The same on bfloat16 values (ReLU exact on the bits; the others through
+ * float32, rounded to nearest even). */
+KILN_PRIVATE void kiln__fc_act_bf16(uint16_t *y, int64_t n, int act, float alpha, float beta);
 
 /* The row of the CPU table (cpu_table.c, kernel.h): run (a tactic, else the
  * op's reference kernel), workspace, tactics, their names, the in-place
