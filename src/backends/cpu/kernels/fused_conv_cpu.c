@@ -46,6 +46,18 @@ __attribute__((target("avx512f"))) static void act_avx512(float *y, int64_t n, i
         _mm512_mask_storeu_ps(y + i, m, v);
     }
 }
+
+/* ReLU on bfloat16 bits, 32 at a time: lanes with the sign set and a
+ * magnitude up to inf's (not NaN) are written 0. */
+__attribute__((target("avx512f,avx512bw"))) static void relu_bf16_avx512(uint16_t *y, int64_t n) {
+    const __m512i mag = _mm512_set1_epi16(0x7fff), inf = _mm512_set1_epi16(0x7f80);
+    for (int64_t i = 0; i < n; i += 32) {
+        __mmask32 m = n - i >= 32 ? (__mmask32)0xffffffffu : (__mmask32)((1u << (n - i)) - 1u);
+        __m512i v = _mm512_maskz_loadu_epi16(m, y + i);
+        __mmask32 neg = _mm512_movepi16_mask(v) & _mm512_cmple_epu16_mask(_mm512_and_si512(v, mag), inf);
+        _mm512_mask_storeu_epi16(y + i, m & neg, _mm512_setzero_si512());
+    }
+}
 #endif
 
 void kiln__fc_act_f32(float *y, int64_t n, int act, float alpha, float beta) {
@@ -63,6 +75,12 @@ void kiln__fc_act_f32(float *y, int64_t n, int act, float alpha, float beta) {
 void kiln__fc_act_bf16(uint16_t *y, int64_t n, int act, float alpha, float beta) {
     if (act == KILN_FC_ACT_NONE) return;
     if (act == KILN_FC_ACT_RELU) { /* a negative number (-inf too, not NaN: 0x7f80 < magnitude) becomes 0 */
+#if defined(__x86_64__) && defined(__GNUC__)
+        if (__builtin_cpu_supports("avx512bw")) {
+            relu_bf16_avx512(y, n);
+            return;
+        }
+#endif
         for (int64_t i = 0; i < n; i++) y[i] = (y[i] & 0x8000) && (y[i] & 0x7fff) <= 0x7f80 ? 0 : y[i];
         return;
     }
