@@ -124,7 +124,9 @@ static inline double ew_clamp01(double v) {
     }                                           \
     break
 
-/* SFX: libm suffix (f or nothing); EXP/EXPM1/TANH/SIGMOID: functions used. */
+/* SFX: libm suffix (f or nothing); EXP/EXPM1/TANH/SIGMOID: functions used.
+ * NaN in gives NaN out for every activation, as PyTorch (docs/onnx.md): each
+ * comparison sends NaN down the branch that returns it (v < 0 ? 0 : v). */
 #define EW_UNARY_FLOAT_FN(NAME, T, SFX, EXP, EXPM1, TANH, SIGMOID, CLAMP01)                 \
     static void NAME(int code, const kiln_ew_act_attrs *at, const T *x, T *y, int64_t n) {  \
         const T alpha = (T)at->alpha, beta = (T)at->beta, gamma = (T)at->gamma;             \
@@ -156,8 +158,7 @@ static inline double ew_clamp01(double v) {
         case EW_U_LEAKYRELU: EW_MAP(T, v < zero ? v * alpha : v);                           \
         case EW_U_ELU: EW_MAP(T, v < zero ? alpha * EXPM1(v) : v);                          \
         case EW_U_SELU: EW_MAP(T, v > zero ? gamma * v : gamma * alpha * EXPM1(v));         \
-        case EW_U_CELU:                                                                     \
-            EW_MAP(T, (v > zero ? v : zero) + (v < zero ? alpha * EXPM1(v / alpha) : zero)); \
+        case EW_U_CELU: EW_MAP(T, v < zero ? alpha * EXPM1(v / alpha) : v);                 \
         case EW_U_SIGMOID: EW_MAP(T, SIGMOID(v));                                           \
         case EW_U_HARDSIGMOID: EW_MAP(T, CLAMP01(alpha * v + beta));                        \
         case EW_U_HARDSWISH: {                                                              \
@@ -170,9 +171,9 @@ static inline double ew_clamp01(double v) {
         case EW_U_SOFTSIGN: EW_MAP(T, v / (one + fabs##SFX(v)));                            \
         case EW_U_MISH:                                                                     \
             EW_MAP(T, v * TANH((v > zero ? v : zero) + log1p##SFX(exp##SFX(-fabs##SFX(v))))); \
-        case EW_U_THRESHOLDEDRELU: EW_MAP(T, v > alpha ? v : zero);                         \
+        case EW_U_THRESHOLDEDRELU: EW_MAP(T, v <= alpha ? zero : v);                        \
         case EW_U_SHRINK: /* alpha = lambd, beta = bias */                                  \
-            EW_MAP(T, v < -alpha ? v + beta : (v > alpha ? v - beta : zero));               \
+            EW_MAP(T, v >= -alpha && v <= alpha ? zero : (v < -alpha ? v + beta : v - beta)); \
         default: break;                                                                     \
         }                                                                                   \
     }

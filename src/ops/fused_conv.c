@@ -26,9 +26,13 @@ const char *kiln__fc_act_name(int act) {
     }
 }
 
+/* NaN in gives NaN out for every activation, as ONNX and PyTorch do:
+ * comparisons are written so that a NaN x takes the branch that returns
+ * it (x < 0 ? 0 : x, not x > 0 ? x : 0). The vector kernels do the same
+ * (backends/cpu/kernels/simd_act.h). */
 float kiln__fc_act(int act, float alpha, float beta, float x) {
     switch (act) {
-    case KILN_FC_ACT_RELU: return x > 0.0f ? x : 0.0f;
+    case KILN_FC_ACT_RELU: return x < 0.0f ? 0.0f : x;
     case KILN_FC_ACT_CLIP: return x < alpha ? alpha : x > beta ? beta : x;
     case KILN_FC_ACT_LEAKY_RELU: return x >= 0.0f ? x : alpha * x;
     case KILN_FC_ACT_SIGMOID: return 1.0f / (1.0f + expf(-x));
@@ -163,7 +167,7 @@ static void epi_planes(void *vctx, int64_t p0, int64_t p1) {
         switch (c->act) {
         case KILN_FC_ACT_NONE: break;
         case KILN_FC_ACT_RELU:
-            for (int64_t i = 0; i < c->plane; i++) y[i] = y[i] > 0.0f ? y[i] : 0.0f;
+            for (int64_t i = 0; i < c->plane; i++) y[i] = y[i] < 0.0f ? 0.0f : y[i]; /* NaN kept */
             break;
         case KILN_FC_ACT_CLIP: {
             float lo = c->alpha, hi = c->beta;

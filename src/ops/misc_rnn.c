@@ -220,7 +220,7 @@ static inline float act_apply(int act, float v) {
     switch (act) {
     case KILN_RNN_ACT_SIGMOID: return 1.f / (1.f + expf(-v));
     case KILN_RNN_ACT_TANH: return tanhf(v);
-    case KILN_RNN_ACT_RELU: return v > 0.f ? v : 0.f;
+    case KILN_RNN_ACT_RELU: return v < 0.f ? 0.f : v; /* NaN kept */
     default: return v;
     }
 }

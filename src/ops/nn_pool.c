@@ -19,6 +19,15 @@
 
 #define NODE(a) ((a)->node_name ? (a)->node_name : "?")
 
+/* MaxPool, GlobalMaxPool and MaxRoiPool keep NaN, as torch's max_pool2d
+ * and numpy's maximum do (docs/onnx.md): a window holding a NaN gives NaN
+ * wherever the NaN sits in it (v > m alone drops a NaN v that does not
+ * come first). */
+static inline float max_keep_nan(float m, float v) { return v > m || v != v ? v : m; }
+/* The same for the index-tracking loops: take v (its index) when it is
+ * larger, the first, or the first NaN. */
+#define TAKE_MAX(v, best, first) ((v) > (best) || (first) || ((v) != (v) && (best) == (best)))
+
 
 
 /* ---- import --------------------------------------------------------------- */
@@ -239,7 +248,7 @@ static float max_at(const float *x, int64_t H, int64_t W, int64_t hs, int64_t ws
         for (int64_t j = j0; j < j1; j++) {
             int64_t iw = ws + j * dw;
             float v = x[ih * W + iw];
-            if (v > best || !any) best = v;
+            if (TAKE_MAX(v, best, !any)) best = v;
             any = true;
         }
     }
@@ -276,11 +285,10 @@ static void max_plane_rows(const pool_ctx *c, int64_t pl, int64_t H, int64_t W, 
                     for (int64_t ow = lo; ow < hi; ow++) yr[ow] = xs[ow * sw];
                     first = false;
                 } else if (sw == 1) {
-                    for (int64_t ow = lo; ow < hi; ow++) yr[ow] = xs[ow] > yr[ow] ? xs[ow] : yr[ow];
+                    for (int64_t ow = lo; ow < hi; ow++) yr[ow] = max_keep_nan(yr[ow], xs[ow]);
                 } else {
                     for (int64_t ow = lo; ow < hi; ow++) {
-                        float v = xs[ow * sw];
-                        yr[ow] = v > yr[ow] ? v : yr[ow];
+                        yr[ow] = max_keep_nan(yr[ow], xs[ow * sw]);
                     }
                 }
             }
@@ -322,7 +330,7 @@ static void pool_plane_f32_2d(const pool_ctx *c, int64_t pl) {
                     const float *xr = x + ih * W;
                     for (int64_t j = j0; j < j1; j++) {
                         int64_t iw = ws + j * dw;
-                        if (xr[iw] > best || bi < 0) {
+                        if (TAKE_MAX(xr[iw], best, bi < 0)) {
                             best = xr[iw];
                             bi = ih * W + iw;
                         }
@@ -392,7 +400,7 @@ static void pool_plane_generic(const pool_ctx *c, int64_t pl) {
             }
             double v = kiln__load_f64(t, c->X->data, pl * g->in_sz + idx);
             if (c->kind == POOL_MAX) {
-                if (v > best || bi < 0) {
+                if (TAKE_MAX(v, best, bi < 0)) {
                     best = v;
                     bi = c->at->storage_order ? cm : idx;
                 }
@@ -461,8 +469,13 @@ static int window_px(const pool_geom *g, int64_t hs, int64_t ow, int64_t *pix) {
 #define HAVE_MAX_PX_AVX512 1
 /* One output pixel: the max over the np > 0 input pixels px[] of C
  * channels each, kept in registers (64 channels at a time, then 16 with a
- * mask for the tail). _mm512_max_ps(x, m) is x > m ? x : m, as the plain
- * loop's compare. */
+ * mask for the tail). max_keep_nan512(m, x) is max_keep_nan. */
+/* VMAXPS returns its second operand when either is NaN: max(x, m) keeps a
+ * NaN m; a NaN x is taken by the mask of x's ordered lanes. */
+__attribute__((target("avx512f"), always_inline)) static inline __m512 max_keep_nan512(__m512 m, __m512 x) {
+    return _mm512_mask_max_ps(x, _mm512_cmp_ps_mask(x, x, _CMP_ORD_Q), x, m);
+}
+
 __attribute__((target("avx512f"))) static void max_px_avx512(float *y, const float *const *px, int np,
                                                             int64_t C) {
     int64_t ch = 0;
@@ -472,10 +485,10 @@ __attribute__((target("avx512f"))) static void max_px_avx512(float *y, const flo
                m3 = _mm512_loadu_ps(p + 48);
         for (int k = 1; k < np; k++) {
             p = px[k] + ch;
-            m0 = _mm512_max_ps(_mm512_loadu_ps(p), m0);
-            m1 = _mm512_max_ps(_mm512_loadu_ps(p + 16), m1);
-            m2 = _mm512_max_ps(_mm512_loadu_ps(p + 32), m2);
-            m3 = _mm512_max_ps(_mm512_loadu_ps(p + 48), m3);
+            m0 = max_keep_nan512(m0, _mm512_loadu_ps(p));
+            m1 = max_keep_nan512(m1, _mm512_loadu_ps(p + 16));
+            m2 = max_keep_nan512(m2, _mm512_loadu_ps(p + 32));
+            m3 = max_keep_nan512(m3, _mm512_loadu_ps(p + 48));
         }
         _mm512_storeu_ps(y + ch, m0);
         _mm512_storeu_ps(y + ch + 16, m1);
@@ -485,7 +498,7 @@ __attribute__((target("avx512f"))) static void max_px_avx512(float *y, const flo
     for (; ch < C; ch += 16) {
         __mmask16 mk = kiln__mask16(C - ch);
         __m512 m = _mm512_maskz_loadu_ps(mk, px[0] + ch);
-        for (int k = 1; k < np; k++) m = _mm512_max_ps(_mm512_maskz_loadu_ps(mk, px[k] + ch), m);
+        for (int k = 1; k < np; k++) m = max_keep_nan512(m, _mm512_maskz_loadu_ps(mk, px[k] + ch));
         _mm512_mask_storeu_ps(y + ch, mk, m);
     }
 }
@@ -495,7 +508,7 @@ __attribute__((target("avx512f"))) static void max_px_avx512(float *y, const flo
 __attribute__((target("avx512f"))) static void max16_avx512(float *y, const float *x, const int64_t *off,
                                                            int np) {
     __m512 m = np ? _mm512_loadu_ps(x + off[0]) : _mm512_set1_ps(-INFINITY);
-    for (int k = 1; k < np; k++) m = _mm512_max_ps(_mm512_loadu_ps(x + off[k]), m);
+    for (int k = 1; k < np; k++) m = max_keep_nan512(m, _mm512_loadu_ps(x + off[k]));
     _mm512_storeu_ps(y, m);
 }
 #endif
@@ -545,7 +558,7 @@ static void max_nhwc_rows(void *vctx, int64_t r0, int64_t r1) {
                         memcpy(yp, xp, sizeof(float) * (size_t)C);
                         first = false;
                     } else {
-                        for (int64_t ch = 0; ch < C; ch++) yp[ch] = xp[ch] > yp[ch] ? xp[ch] : yp[ch];
+                        for (int64_t ch = 0; ch < C; ch++) yp[ch] = max_keep_nan(yp[ch], xp[ch]);
                     }
                 }
             }
@@ -582,7 +595,7 @@ static void max_c16_rows(void *vctx, int64_t r0, int64_t r1) {
 #endif
                 for (int l = 0; l < 16; l++) {
                     float m = np ? xb[off[0] + l] : -INFINITY; /* no pixel: all padding */
-                    for (int k = 1; k < np; k++) m = xb[off[k] + l] > m ? xb[off[k] + l] : m;
+                    for (int k = 1; k < np; k++) m = max_keep_nan(m, xb[off[k] + l]);
                     yp[l] = m;
                 }
             }
@@ -713,7 +726,7 @@ static void global_planes(void *vctx, int64_t p0, int64_t p1) {
             const float *x = (const float *)c->X->data + pl * n;
             if (c->kind == POOL_MAX) {
                 float m = n > 0 ? x[0] : -INFINITY;
-                for (int64_t i = 1; i < n; i++) m = x[i] > m ? x[i] : m;
+                for (int64_t i = 1; i < n; i++) m = max_keep_nan(m, x[i]);
                 r = m;
             } else {
                 float acc[8] = {0};
@@ -732,7 +745,7 @@ static void global_planes(void *vctx, int64_t p0, int64_t p1) {
         double acc = c->kind == POOL_MAX ? -INFINITY : 0.0;
         for (int64_t i = 0; i < n; i++) {
             double v = kiln__load_f64(t, c->X->data, pl * n + i);
-            if (c->kind == POOL_MAX) acc = v > acc || i == 0 ? v : acc;
+            if (c->kind == POOL_MAX) acc = TAKE_MAX(v, acc, i == 0) ? v : acc;
             else if (c->kind == POOL_AVG) acc += v;
             else acc += pow(fabs(v), (double)c->p);
         }
@@ -1035,7 +1048,7 @@ static kiln_status maxroipool_cpu(const kiln_kernel_args *a) {
                     for (int64_t h = hs; h < he; h++)
                         for (int64_t w = ws; w < we; w++) {
                             double v = kiln__load_f64(t, X->data, ((b * C + c) * H + h) * W + w);
-                            m = v > m ? v : m;
+                            m = TAKE_MAX(v, m, false) ? v : m;
                         }
                     kiln__store_f64(t, a->out[0]->data, ((r * C + c) * PH + ph) * PW + pw, m);
                 }

@@ -1379,6 +1379,25 @@ static const struct fc_act { int act; float alpha, beta; const char *name; } fc_
 };
 _Static_assert(KILN_FC_ACT_COUNT == 8, "fc_acts: list every KILN_FC_ACT_* (then update this count)");
 
+/* NaN and +-inf through every activation of a FusedConv come out as the
+ * CPU's (NaN stays NaN: torch.relu(nan) is nan; fmaxf(x, 0) would give 0):
+ * in the residual (the epilogue) and in the input (the convolution). A GPU
+ * run checks cuDNN's fused pointwise ReLU here (docs/cuda.md). */
+TEST(test_fused_conv_special_values) {
+    kiln_conv_attrs a3 = conv_at(PAD_NOTSET, 1, 2, 3, 1, 1, 1, 1), p1 = conv_at(PAD_NOTSET, 1, 2, 1, 1, 0, 1, 1);
+    char name[64];
+    for (size_t a = 0; a < sizeof fc_acts / sizeof fc_acts[0]; a++) {
+        kiln_fused_conv_attrs at = fc_at(a3, fc_acts[a].act, fc_acts[a].alpha, fc_acts[a].beta, 1);
+        snprintf(name, sizeof name, "%s_specials_residual", fc_acts[a].name);
+        CASE(name, FusedConv, &at, 1, 0, 1e-9, trand(F32, -1, 1, S(2, 8, 9, 9)), trand(F32, -1, 1, S(16, 8, 3, 3)),
+             trand(F32, -1, 1, S(16)), specials(trand(F32, -1, 1, S(2, 16, 9, 9))));
+        kiln_fused_conv_attrs pw = fc_at(p1, fc_acts[a].act, fc_acts[a].alpha, fc_acts[a].beta, 0);
+        snprintf(name, sizeof name, "%s_specials_1x1", fc_acts[a].name);
+        CASE(name, FusedConv, &pw, 1, 0, 1e-9, specials(trand(F32, -1, 1, S(2, 8, 9, 9))),
+             trand(F32, -1, 1, S(16, 8, 1, 1)), trand(F32, -1, 1, S(16)));
+    }
+}
+
 /* NHWC depthwise FusedConv (kiln's kernel, k_dwconv.cu) against the CPU's
  * fp32 NCHW layer: the row-tiled kernels (3x3, 5x5 and 7x7, stride 1 and 2, one
  * output per thread at small sizes and TW per thread at large ones, tails
@@ -1877,6 +1896,18 @@ TEST(test_fused_transformer) {
              trand(F32, -1, 1, S(3, 5, 32)), trand(F32, -1, 1, S(32, 24)), trand(F32, -1, 1, S(24)),
              trand(F32, -1, 1, S(3, 5, 24)));
     }
+    /* NaN and +-inf in A and in the residual (cuBLASLt's ReLU epilogue must keep NaN: a GPU run checks) */
+    for (int act = KILN_FACT_NONE; act <= KILN_FACT_GELU_TANH; act++) {
+        kiln_fused_matmul_attrs ra = {.act = act};
+        char name[40];
+        snprintf(name, sizeof name, "act%d_specials", act);
+        CASE(name, FusedMatMul, &ra, 1, 0, act == KILN_FACT_GELU_TANH ? 1e-8 : 1e-10,
+             specials(trand(F32, -1, 1, S(3, 5, 32))), trand(F32, -1, 1, S(32, 24)), trand(F32, -1, 1, S(24)),
+             specials(trand(F32, -1, 1, S(3, 5, 24))));
+        snprintf(name, sizeof name, "act%d_specials_nores", act);
+        CASE(name, FusedMatMul, &ra, 1, 0, act == KILN_FACT_GELU_TANH ? 1e-8 : 1e-10,
+             specials(trand(F32, -1, 1, S(3, 5, 32))), trand(F32, -1, 1, S(32, 24)), trand(F32, -1, 1, S(24)));
+    }
     /* fp16/bf16 layers (the precision pass converts fused layers): reference in fp32 */
     kiln_fused_matmul_attrs gl = {.act = KILN_FACT_GELU_ERF};
     CASE("gelu_bias_res_f16", FusedMatMul, &gl, 1, 0, 1e-5, trand(F16, -1, 1, S(2, 9, 64)),
@@ -2258,9 +2289,9 @@ TEST(test_coverage) {
 #define TESTS_NN(X) X(test_gemm) X(test_conv) X(test_pool) X(test_pool_nhwc) X(test_dwconv_nhwc) X(test_dwconv_nchw) X(test_norm) X(test_softmax)
 #define TESTS_REDUCE(X) X(test_reduce)
 #if KILN_HAVE_CUDNN
-#define TESTS_FC(X) X(test_fused_conv) X(test_fused_conv_nhwc) X(test_fused_conv_graph) X(test_fused_conv_tactics) X(test_conv_gemm)
+#define TESTS_FC(X) X(test_fused_conv) X(test_fused_conv_special_values) X(test_fused_conv_nhwc) X(test_fused_conv_graph) X(test_fused_conv_tactics) X(test_conv_gemm)
 #else
-#define TESTS_FC(X) X(test_fused_conv) X(test_conv_gemm)
+#define TESTS_FC(X) X(test_fused_conv) X(test_fused_conv_special_values) X(test_conv_gemm)
 #endif
 #define TESTS_FT(X) X(test_fused_transformer) X(test_attention_tactics)
 #define ALL_TESTS(X) \

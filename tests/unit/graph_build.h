@@ -155,4 +155,22 @@ static inline double rel_err(const float *a, const float *b, int64_t n) {
     return d / m;
 }
 
+/* max |a - b| / max(1, max finite |b|) over finite pairs; infinite when NaN
+ * or infinite values differ in place (or sign). */
+static inline double special_rel_err(const float *a, const float *b, int64_t n) {
+    double m = 1.0, d = 0.0;
+    for (int64_t i = 0; i < n; i++)
+        if (isfinite(b[i]) && fabs(b[i]) > m) m = fabs(b[i]);
+    for (int64_t i = 0; i < n; i++) {
+        if (isnan(a[i]) || isnan(b[i])) {
+            if (isnan(a[i]) != isnan(b[i])) d = INFINITY;
+        } else if (isinf(a[i]) || isinf(b[i])) {
+            if (a[i] != b[i]) d = INFINITY;
+        } else if (fabs((double)a[i] - b[i]) > d) {
+            d = fabs((double)a[i] - b[i]);
+        }
+    }
+    return d / m;
+}
+
 #endif

@@ -29,14 +29,38 @@ static inline void kc_pools_free(kiln_pool *pools[3]) {
     kiln__pool_free(pools[2]);
 }
 
-/* max |y - ref| / (1 + maxref); a NaN in y counts as an infinite error. */
+/* max |y - ref| / (1 + maxref) over finite ref; a NaN in y where ref is
+ * not NaN, or a value other than ref's where ref is NaN or infinite (NaN
+ * and +-inf must come out where the reference has them), counts as an
+ * infinite error. */
 static inline double kc_error(const float *y, const float *ref, int64_t n, double maxref) {
     double err = 0.0;
     for (int64_t i = 0; i < n; i++) {
+        if (isnan(ref[i]) || isinf(ref[i])) {
+            if (isnan(ref[i]) ? !isnan(y[i]) : y[i] != ref[i]) err = INFINITY;
+            continue;
+        }
         double e = fabs((double)y[i] - ref[i]);
         if (!(e <= err)) err = isnan(e) ? INFINITY : e;
     }
     return err / (1.0 + maxref);
+}
+
+/* max |ref| over its finite values (the scale kc_error divides by). */
+static inline double kc_maxref(const float *ref, int64_t n) {
+    double m = 0.0;
+    for (int64_t i = 0; i < n; i++)
+        if (isfinite(ref[i])) m = fmax(m, fabs(ref[i]));
+    return m;
+}
+
+/* About one value of v in eight made NaN, +inf or -inf (the special values
+ * every activation must carry through as its reference does). */
+static inline void kc_specials(uint64_t *rng, float *v, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        float u = kc_frand(rng, 0.0f, 8.0f);
+        if (u < 1.0f) v[i] = u < 0.4f ? NAN : u < 0.7f ? INFINITY : -INFINITY;
+    }
 }
 
 /* Every pool gives the same bits as no pool on the same path: pool 0's

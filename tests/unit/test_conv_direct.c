@@ -16,6 +16,8 @@
 #include "backends/cpu/kernels/fused_conv_cpu.h"
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
+/* NaN and +-inf in the input and the residual (direct_special_values) */
+static bool g_specials;
 static float frand(float lo, float hi) { return kc_frand(&rng, lo, hi); }
 
 typedef struct dcase {
@@ -73,11 +75,11 @@ static double run_case(const dcase *k, int xl, int yl, int rl, int variant, kiln
     for (int64_t i = 0; i < wn; i++) Wt[i] = frand(-ws_scale, ws_scale) * 1.7f;
     for (int64_t i = 0; i < k->M; i++) b[i] = frand(-0.5f, 0.5f);
     for (int64_t i = 0; i < yn; i++) r[i] = frand(-1.0f, 1.0f);
+    if (g_specials) kc_specials(&rng, x, xn), kc_specials(&rng, r, yn);
     /* the residual of an output written over it has the output's layout */
     reference(k, x, xl, Wt, has_b ? b : NULL, has_r ? r : NULL, rl, yl, act, alpha, beta, ref);
     kiln__direct_pack(Wt, k->C, k->M, k->k, k->k, wp);
-    double maxref = 0.0;
-    for (int64_t i = 0; i < yn; i++) maxref = fmax(maxref, fabs(ref[i]));
+    double maxref = kc_maxref(ref, yn);
     double worst = 0.0;
     size_t wsb = kiln__direct_workspace(k->N, k->C, k->H, k->W, k->k, k->k, k->s, k->s, k->pt, k->pl, k->pb, k->pr);
     void *ws = wsb ? malloc(wsb) : NULL;
@@ -171,6 +173,25 @@ TEST(direct_padded) {
     printf("  worst error / (1 + max|ref|): %.3g\n", worst);
 }
 
+/* NaN and +-inf in the input and the residual come out where the
+ * reference has them, through every activation (with or without a
+ * residual, bias), on both paths: the AVX-512 ReLU/Clip/HardSigmoid once
+ * made a NaN 0 (or a bound). */
+TEST(direct_special_values) {
+    static const dcase cases[] = {
+        {1, 7, 7, 64, 32, 1, 1, 0, 0, 0, 0}, {2, 5, 9, 17, 40, 1, 1, 0, 0, 0, 0},
+        {2, 9, 9, 16, 32, 3, 1, 1, 1, 1, 1}, {1, 10, 12, 20, 33, 5, 2, 2, 1, 2, 0},
+    };
+    g_specials = true;
+    for (int i = 0; i < 4; i++)
+        for (int v = 0; v < 16; v++) {
+            int l = (i + v) % 3;
+            if (l == KILN_DIRECT_C16 && (cases[i].C % 16 || cases[i].M % 16)) l = KILN_DIRECT_NHWC;
+            run_case(&cases[i], l, l, l, v, g_pools, 2);
+        }
+    g_specials = false;
+}
+
 /* Sizes where the split and the next-panel prefetch matter: weights
  * heavier than the input (threads split the panels), many tiles. */
 TEST(direct_large) {
@@ -251,6 +272,7 @@ int main(void) {
     RUN(direct_pointwise);
     RUN(direct_padded);
     RUN(direct_large);
+    RUN(direct_special_values);
     RUN(direct_fits);
     RUN(direct_detects_errors);
     kc_pools_free(g_pools);

@@ -16,6 +16,8 @@
 #include "ops/fused_conv.h"
 
 static uint64_t rng = 0x2545f4914f6cdd1dull;
+/* NaN and +-inf in the input and the residual (pwdw_special_values) */
+static bool g_specials;
 static float frand(float lo, float hi) { return kc_frand(&rng, lo, hi); }
 
 typedef struct pcase {
@@ -118,6 +120,7 @@ static double run_case(const pcase *k, int variant, kiln_pool **pools, int npool
     for (int64_t i = 0; i < k->E; i++) d.b1[i] = frand(-0.3f, 0.3f), d.b2[i] = frand(-0.3f, 0.3f);
     for (int64_t i = 0; i < k->M; i++) d.b3[i] = frand(-0.3f, 0.3f);
     for (int64_t i = 0; i < yn; i++) d.r[i] = frand(-1.0f, 1.0f);
+    if (g_specials) kc_specials(&rng, d.x, xn), kc_specials(&rng, d.r, yn);
     if (!has_b) d.b1 = (free(d.b1), NULL), d.b2 = (free(d.b2), NULL), d.b3 = (free(d.b3), NULL);
     float *rr = d.r;
     if (!has_r) d.r = NULL;
@@ -128,8 +131,7 @@ static double run_case(const pcase *k, int variant, kiln_pool **pools, int npool
     float *packed = malloc(sizeof(float) * (size_t)kiln__pwdw_packed_floats(Cw, k->E, k->M));
     kiln__pwdw_pack(k->no_expand ? NULL : d.w1, k->no_expand ? NULL : d.b1, d.w2, d.b2, k->M ? d.w3 : NULL,
                     d.b3, Cw, k->E, k->M, packed);
-    double maxref = 0.0, worst = 0.0;
-    for (int64_t i = 0; i < yn; i++) maxref = fmax(maxref, fabs(ref[i]));
+    double maxref = kc_maxref(ref, yn), worst = 0.0;
     for (int gen = 0; gen < 2; gen++) {
         if (!gen && !kiln__pwdw_fast_available()) continue;
         for (int pi = 0; pi < npools; pi++) {
@@ -194,6 +196,22 @@ TEST(pwdw_shapes) {
             if (e > worst) worst = e;
         }
     printf("  worst error / (1 + max|ref|): %.3g\n", worst);
+}
+
+/* NaN and +-inf in the input and the residual come out where the
+ * reference has them, each activation in each of the three places, on
+ * both paths: the AVX-512 ReLU/Clip/HardSigmoid once made a NaN 0 (or a
+ * bound). */
+TEST(pwdw_special_values) {
+    static const pcase cases[] = {
+        {2, 9, 8, 5, 20, 7, 2, 1, 1, 1, 1, 0}, {2, 7, 13, 24, 144, 24, 1, 1, 1, 1, 1, 0},
+        {1, 9, 11, 16, 16, 8, 1, 1, 1, 1, 1, 1},
+    };
+    g_specials = true;
+    for (int i = 0; i < 3; i++)
+        for (int v = 0; v < 10; v++) /* activations: variant >> 4 in 0..4; residual on */
+            run_case(&cases[i], (v & 1) | ((v & 1) << 1) | 4 | ((v >> 1) << 4), g_pools, 2);
+    g_specials = false;
 }
 
 /* A wrong kernel fails: a perturbed packed weight gives a large error. */
@@ -281,6 +299,7 @@ int main(void) {
     kc_pools_create(g_pools);
     printf("  avx512f path: %s\n", kiln__pwdw_fast_available() ? "yes" : "no (generic only)");
     RUN(pwdw_shapes);
+    RUN(pwdw_special_values);
     RUN(pwdw_detects_errors);
     RUN(pwdw_bad_layers);
     kc_pools_free(g_pools);

@@ -12,6 +12,8 @@
 #include "backends/cpu/kernels/conv_wino.h"
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
+/* NaN and +-inf in the residual (wino_special_values) */
+static bool g_specials;
 static float frand(float lo, float hi) { return kc_frand(&rng, lo, hi); }
 
 typedef struct wcase {
@@ -69,10 +71,10 @@ static double run_case(const wcase *k, int tile, int variant, kiln_pool **pools,
     for (int64_t i = 0; i < wn; i++) Wt[i] = frand(-ws_scale, ws_scale) * 1.7f;
     for (int64_t i = 0; i < k->M; i++) b[i] = frand(-0.5f, 0.5f);
     for (int64_t i = 0; i < yn; i++) r[i] = frand(-1.0f, 1.0f);
+    if (g_specials) kc_specials(&rng, r, yn);
     reference(k, x, x_nhwc, Wt, has_b ? b : NULL, has_r ? r : NULL, y_nhwc, act, alpha, beta, ref);
     kiln__wino_pack(Wt, k->C, k->M, tile, u);
-    double maxref = 0.0;
-    for (int64_t i = 0; i < yn; i++) maxref = fmax(maxref, fabs(ref[i]));
+    double maxref = kc_maxref(ref, yn);
     double worst = 0.0;
     for (int gen = 0; gen < 2; gen++) {
         if (!gen && !kiln__wino_fast_available()) continue;
@@ -175,6 +177,20 @@ TEST(wino_c16) {
     printf("  worst error / (1 + max|ref|): %.3g\n", worst);
 }
 
+/* NaN and +-inf in the residual come out where the reference has them,
+ * through every activation, on both paths and tiles: the AVX-512 ReLU and
+ * Clip once made a NaN 0 (or a bound). (Only the residual: the transforms
+ * spread a NaN of the input over a whole tile, as every Winograd does.) */
+TEST(wino_special_values) {
+    static const wcase cases[] = {{2, 7, 7, 17, 33, 1, 1, 1, 1}, {2, 8, 8, 32, 48, 1, 1, 1, 1}};
+    g_specials = true;
+    for (int tile = 4; tile >= 2; tile -= 2)
+        for (int i = 0; i < 2; i++)
+            for (int v = 0; v < 16; v++) /* act: bits 4, 5; residual on */
+                run_case(&cases[i], tile, (v & 3) | 4 | ((v >> 2) << 4) | (i << 3), g_pools, 2);
+    g_specials = false;
+}
+
 /* kiln__fc_wino_fits: the geometry the tactic takes, and no layer whose
  * sizes could overflow the kernel's arithmetic (damaged engine files). */
 TEST(wino_fits) {
@@ -231,6 +247,7 @@ int main(void) {
     RUN(wino_small_shapes);
     RUN(wino_blocks);
     RUN(wino_c16);
+    RUN(wino_special_values);
     RUN(wino_detects_errors);
     RUN(wino_fits);
     kc_pools_free(g_pools);

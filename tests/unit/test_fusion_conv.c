@@ -471,33 +471,39 @@ static kiln_model *chain_model(int64_t *xd) { return chain_model_n(xd, 2, false)
  * set on every layer that lists it (the others run tactic 0): output `out`
  * (n0 floats) is y_ref within 1e-5 each time. Returns how many tactics
  * were set on some layer. */
+/* Sets CPU FusedConv tactic t on every layer of e that lists it (tactic 0
+ * on the others); returns how many layers list it. */
+static int set_listed_tactic(kiln_engine *e, int t) {
+    int set = 0;
+    for (int i = 0; i < e->graph->n_nodes; i++) {
+        kiln_node *n = &e->graph->nodes[i];
+        if (n->op_id != KILN_OP_FusedConv) continue;
+        kiln_fused_conv_attrs *fa = n->attrs;
+        kiln_tinfo ti[4];
+        const kiln_tinfo *tp[4] = {0};
+        for (int k = 0; k < n->n_in; k++) {
+            if (n->in[k] < 0) continue;
+            ti[k] = e->graph->values[n->in[k]].info;
+            tp[k] = &ti[k];
+        }
+        kiln_tinfo to;
+        kiln_tinfo *top[1] = {&to};
+        kiln_infer_args ia = {.op = n->op, .attrs = n->attrs, .node_name = n->name,
+                              .n_in = n->n_in, .n_out = 1, .in = tp, .out = top};
+        int32_t ids[8];
+        int k = kiln__cpu_kernel_for(KILN_OP_FusedConv)->tactics(NULL, &ia, ids, 8);
+        bool listed = false;
+        for (int q = 0; q < k; q++) listed |= ids[q] == t;
+        fa->tactic.id = listed ? t : 0;
+        set += listed;
+    }
+    return set;
+}
+
 static int each_tactic_matches(kiln_engine *e, const int64_t *xd, int out, int64_t n0) {
     int n_multi = 0;
     for (int t = 1; e && t < KILN_FC_TACTIC_COUNT; t++) {
-        int set = 0;
-        for (int i = 0; i < e->graph->n_nodes; i++) {
-            kiln_node *n = &e->graph->nodes[i];
-            if (n->op_id != KILN_OP_FusedConv) continue;
-            kiln_fused_conv_attrs *fa = n->attrs;
-            kiln_tinfo ti[4];
-            const kiln_tinfo *tp[4] = {0};
-            for (int k = 0; k < n->n_in; k++) {
-                if (n->in[k] < 0) continue;
-                ti[k] = e->graph->values[n->in[k]].info;
-                tp[k] = &ti[k];
-            }
-            kiln_tinfo to;
-            kiln_tinfo *top[1] = {&to};
-            kiln_infer_args ia = {.op = n->op, .attrs = n->attrs, .node_name = n->name,
-                                  .n_in = n->n_in, .n_out = 1, .in = tp, .out = top};
-            int32_t ids[8];
-            int k = kiln__cpu_kernel_for(KILN_OP_FusedConv)->tactics(NULL, &ia, ids, 8);
-            bool listed = false;
-            for (int q = 0; q < k; q++) listed |= ids[q] == t;
-            fa->tactic.id = listed ? t : 0;
-            set += listed;
-        }
-        if (!set) continue;
+        if (!set_listed_tactic(e, t)) continue;
         n_multi++;
         int64_t n1 = run(e, x_in, xd, out, y_opt, BIG);
         CHECK(n1 == n0);
@@ -506,6 +512,134 @@ static int each_tactic_matches(kiln_engine *e, const int64_t *xd, int out, int64
         CHECK(err <= 1e-5);
     }
     return n_multi;
+}
+
+/* Runs e on inputs "x", "xs" and "r" (x_in, xs_in, r_in, all of shape xd)
+ * and copies every output, one after the other, into y (cap floats);
+ * returns the total element count (-1 on failure). */
+static float xs_in[BIG], r_in[BIG];
+static int64_t run_xr(kiln_engine *e, const int64_t *xd, float *y, int64_t cap) {
+    kiln_context *c = NULL;
+    if (!e) return -1;
+    CHECK_OK(kiln_context_create(e, &c));
+    if (!c) return -1;
+    const char *names[3] = {"x", "xs", "r"};
+    const float *data[3] = {x_in, xs_in, r_in};
+    for (int i = 0; i < 3; i++) CHECK_OK(kiln_context_set_input(c, names[i], KILN_DTYPE_FLOAT32, 4, xd, data[i]));
+    int64_t total = kiln_context_run(c) == KILN_OK ? 0 : -1;
+    for (int k = 0; total >= 0 && k < e->graph->n_outputs; k++) {
+        const void *out = NULL;
+        int rank = 0;
+        int64_t dims[8];
+        CHECK_OK(kiln_context_get_output(c, e->graph->values[e->graph->outputs[k]].name, NULL, &rank, dims, &out));
+        int64_t n = out ? kiln__numel(rank, dims) : -1;
+        if (n < 0 || total + n > cap) {
+            total = -1;
+            break;
+        }
+        memcpy(y + total, out, sizeof(float) * (size_t)n);
+        total += n;
+    }
+    kiln_context_free(c);
+    return total;
+}
+
+/* NaN and +-inf come out of every activation of a FusedConv where the
+ * unfused layers (Conv, Add, Relu...) put them, on every CPU tactic: in the
+ * residual ("r", all tactics) and in the input of 1x1 layers ("xs"; not of
+ * 3x3 ones, whose Winograd transforms spread a NaN over a whole tile). The
+ * AVX-512 ReLU/Clip/HardSigmoid of kiln's kernels made NaN 0 (or a bound),
+ * and so did oneDNN's post-ops (dnnl_conv.c's own_act). */
+/* bf16: a bf16 engine, each activation followed by a 1x1 convolution (the
+ * activation's output passes between bf16 layers in bf16). */
+static void special_values_case(int64_t batch, int threads, bool bf16) {
+    kiln_graph *g = NULL;
+    CHECK_OK(kiln__graph_create(&g));
+    int64_t xd[4] = {batch, 16, 9, 9};
+    int x = add_input(g, "x", 4, xd), xs = add_input(g, "xs", 4, xd), r = add_input(g, "r", 4, xd);
+    kiln_ew_act_attrs la = {.alpha = 0.1f}, hsa = {.alpha = 0.7f, .beta = 0.4f};
+    char name[32];
+    int acts[16];
+    for (int a = 0; a < 8; a++)
+        for (int one = 0; one < 2; one++) {
+            snprintf(name, sizeof name, "c%d_%d", a, one);
+            int c = one ? add_conv(g, name, xs, 16, 16, 1, 1, 0, 1, 1) : add_conv(g, name, x, 16, 16, 3, 1, 1, 1, 1);
+            snprintf(name, sizeof name, "add%d_%d", a, one);
+            if (!(bf16 && one)) c = add_binary(g, KILN_OP_Add, name, c, r); /* bf16: an NCHW residual ends a bf16 chain */
+            snprintf(name, sizeof name, "act%d_%d", a, one);
+            if (a == 1 || a == 2) {
+                snprintf(name, sizeof name, "lo%d_%d", a, one);
+                int in3[3] = {c, add_scalar(g, name, a == 1 ? 0.0f : -0.2f), -1};
+                snprintf(name, sizeof name, "hi%d_%d", a, one);
+                if (a == 1) in3[2] = add_scalar(g, name, 0.5f);
+                snprintf(name, sizeof name, "act%d_%d", a, one);
+                acts[2 * a + one] = add_node(g, KILN_OP_Clip, name, a == 1 ? 3 : 2, in3, NULL);
+            } else if (a == 7) { /* SiLU */
+                int sg = add_unary(g, KILN_OP_Sigmoid, name, c, NULL);
+                snprintf(name, sizeof name, "mul%d_%d", a, one);
+                acts[2 * a + one] = add_binary(g, KILN_OP_Mul, name, c, sg);
+            } else {
+                static const int ops[7] = {KILN_OP_Relu, 0, 0, KILN_OP_LeakyRelu, KILN_OP_HardSigmoid,
+                                           KILN_OP_HardSwish, KILN_OP_Sigmoid};
+                acts[2 * a + one] = add_unary(g, ops[a], name, c, a == 3 ? &la : a == 4 ? &hsa : NULL);
+            }
+        }
+    for (int k = 0; k < 16; k++) {
+        snprintf(name, sizeof name, "p%d", k);
+        mark_output(g, bf16 ? add_conv(g, name, acts[k], 16, 16, 1, 1, 0, 1, 1) : acts[k]);
+    }
+    kiln_model *m = model_of(g);
+    int64_t nx = kiln__numel(4, xd), cap = 16 * nx;
+    for (int64_t i = 0; i < nx; i++) x_in[i] = frand(), xs_in[i] = frand(), r_in[i] = frand();
+    for (int64_t i = 0; i < nx; i += 5) {
+        float v = i % 3 == 0 ? NAN : i % 3 == 1 ? INFINITY : -INFINITY;
+        r_in[i] = v;
+        xs_in[(i * 7) % nx] = v;
+    }
+    kiln_engine *e0 = build(m, (bopts){.opt = 0}),
+                *e1 = build(m, (bopts){.opt = 1, .tuning = bf16, .threads = threads,
+                                       .prec = bf16 ? KILN_PRECISION_BF16 : 0});
+    int layers = bf16 ? 32 : 16, n_bf16 = 0;
+    CHECK(e1 && count_op(e1, KILN_OP_FusedConv) == layers && e1->graph->n_nodes == layers);
+    for (int i = 0; e1 && i < e1->graph->n_nodes; i++)
+        n_bf16 += (((const kiln_fused_conv_attrs *)e1->graph->nodes[i].attrs)->layout & KILN_FC_LAYOUT_Y_BF16) != 0;
+    if (n_bf16 != (bf16 ? 8 : 0)) fprintf(stderr, "  %d layers with bf16 outputs\n", n_bf16);
+    CHECK(n_bf16 == (bf16 ? 8 : 0)); /* bf16: the 1x1 layers of xs */
+    double tol = bf16 ? 3e-2 : 1e-5;
+    int64_t n0 = run_xr(e0, xd, y_ref, cap), nan0 = 0;
+    CHECK(n0 == cap);
+    for (int64_t i = 0; i < n0; i++) nan0 += isnan(y_ref[i]);
+    CHECK(nan0 > 0);
+    int tried = 0;
+    for (int t = 0; e1 && t < KILN_FC_TACTIC_COUNT; t++) {
+        if (t && !set_listed_tactic(e1, t)) continue;
+        if (!t) set_fc_tactic(e1, 0);
+        tried++;
+        int64_t n1 = run_xr(e1, xd, y_opt, cap);
+        CHECK(n1 == n0);
+        double err = special_rel_err(y_opt, y_ref, n0);
+        if (!(err <= tol)) {
+            fprintf(stderr, "  tactic %d (%s): relative error %g\n", t, kiln__cpu_fc_tactic_name(t), err);
+            for (int64_t i = 0; i < n0; i++)
+                if (special_rel_err(&y_opt[i], &y_ref[i], 1) > tol) {
+                    fprintf(stderr, "  output %lld, element %lld: %g, unfused %g\n", (long long)(i / nx),
+                            (long long)(i % nx), y_opt[i], y_ref[i]);
+                    i = (i / nx + 1) * nx - 1; /* the first of each output */
+                }
+        }
+        CHECK(err <= tol);
+    }
+    fprintf(stderr, "  batch %lld, %d threads%s: %d tactics, %lld NaN outputs\n", (long long)batch, threads,
+            bf16 ? ", bf16" : "", tried, (long long)nan0);
+    kiln_engine_free(e0);
+    kiln_engine_free(e1);
+    kiln_model_free(m);
+}
+
+TEST(special_values_every_tactic) {
+    special_values_case(2, 1, false); /* oneDNN splits images, */
+    special_values_case(1, 3, false); /* output rows */
+    if (kiln__have_dnnl() && kiln__cpu_has_bf16()) special_values_case(1, 2, true);
 }
 
 /* Every tactic the CPU lists for every layer gives the same outputs as the
@@ -1551,6 +1685,7 @@ int main(void) {
     RUN(no_fusion_when_shared);
     RUN(inverted_residual_block);
     RUN(every_tactic_agrees);
+    RUN(special_values_every_tactic);
     RUN(winograd_offered_by_weight_size);
     RUN(fast_math_policy);
     RUN(dnnl_channel_split);

@@ -193,9 +193,13 @@ static int64_t run_batch(const kiln_engine *e, int64_t B, int k, float *y) {
 
 static int64_t run(const kiln_engine *e, int k, float *y) { return run_batch(e, -1, k, y); }
 
+/* Run after fill_inputs when set: puts NaN or infinities in the inputs. */
+static void (*g_specials)(void);
+
 static void fill_inputs(void) {
     for (int j = 0; j < 3; j++)
         for (int i = 0; i < BIG; i++) xs[j][i] = 2.0f * frand();
+    if (g_specials) g_specials();
 }
 
 /* Optimized (with `threads`) vs unoptimized engines agree on every output. */
@@ -283,7 +287,7 @@ static void every_tactic_of(const kiln_model *m, int threads, int op, int last) 
         for (int i = 0; i < e->graph->n_nodes; i++)
             if (e->graph->nodes[i].op_id == op) ((kiln_tactic *)e->graph->nodes[i].attrs)->id = t;
         int64_t n1 = run(e, 0, yopt);
-        double err = rel_err(yopt, yref, n0);
+        double err = special_rel_err(yopt, yref, n0);
         if (!(err <= 1e-5)) fprintf(stderr, "  tactic %d: relative error %g\n", t, err);
         CHECK(n1 == n0 && err <= 1e-5);
     }
@@ -346,6 +350,52 @@ TEST(matmul_residual) {
     kiln_engine_free(e);
     every_tactic(m, 1);
     every_tactic(m, 2);
+    kiln_model_free(m);
+}
+
+/* NaN and +-inf in the inputs and the residual come out of every epilogue
+ * (bias, residual, Relu, GELU) where the unfused layers put them, on every
+ * FusedMatMul tactic: kiln__relu_f32 and oneDNN's relu post-op made NaN 0
+ * (and oneDNN's made -inf NaN). */
+TEST(matmul_special_values) {
+    kiln_graph *g = NULL;
+    CHECK_OK(kiln__graph_create(&g));
+    int64_t xd[3] = {2, 7, 40};
+    int x = add_input(g, "x", 3, xd), r = add_input(g, "r", 3, (int64_t[]){2, 7, 24});
+    mark_output(g, add_unary(g, KILN_OP_Relu, "relu", add_binary(g, KILN_OP_Add, "res", linear(g, "fc1", x, 40, 24), r), NULL));
+    mark_output(g, add_unary(g, KILN_OP_Relu, "relu2", linear(g, "fc2", x, 40, 24), NULL));
+    mark_output(g, gelu_erf(g, "ge", linear(g, "fc3", x, 40, 24), 0));
+    mark_output(g, gelu_tanh(g, "gt", linear(g, "fc4", x, 40, 24), true));
+    mark_output(g, add_binary(g, KILN_OP_Add, "res5", linear(g, "fc5", x, 40, 24), r));
+    kiln_model *m = model_of(g);
+    kiln_engine *e0 = build(m, 0, KILN_PRECISION_FP32, 1);
+    for (int threads = 1; threads <= 2; threads++) {
+        kiln_engine *e = build(m, 1, KILN_PRECISION_FP32, threads);
+        CHECK(e && count_op(e, KILN_OP_FusedMatMul) == 5 && e->graph->n_nodes == 5);
+        fill_inputs();
+        for (int i = 0; i < BIG; i += 13) xs[0][i] = i % 3 == 0 ? NAN : i % 3 == 1 ? INFINITY : -INFINITY;
+        for (int i = 0; i < BIG; i += 5) xs[1][i] = i % 3 == 0 ? NAN : i % 3 == 1 ? INFINITY : -INFINITY;
+        for (int t = 0; e && t <= KILN_FMM_TACTIC_AVX512; t++) {
+            for (int i = 0; i < e->graph->n_nodes; i++)
+                if (e->graph->nodes[i].op_id == KILN_OP_FusedMatMul) ((kiln_tactic *)e->graph->nodes[i].attrs)->id = t;
+            for (int k = 0; k < m->graph->n_outputs; k++) {
+                int64_t n0 = run(e0, k, yref), n1 = run(e, k, yopt);
+                double err = special_rel_err(yopt, yref, n0);
+                if (!(err <= 1e-5)) {
+                    fprintf(stderr, "  tactic %d (%s), %d threads, output %d: relative error %g\n", t,
+                            kiln__cpu_fmm_tactic_name(t), threads, k, err);
+                    for (int64_t i = 0; i < n0; i++)
+                        if (special_rel_err(&yopt[i], &yref[i], 1) > 1e-5) {
+                            fprintf(stderr, "  element %lld: %g, unfused %g\n", (long long)i, yopt[i], yref[i]);
+                            break;
+                        }
+                }
+                CHECK(n0 > 0 && n1 == n0 && err <= 1e-5);
+            }
+        }
+        kiln_engine_free(e);
+    }
+    kiln_engine_free(e0);
     kiln_model_free(m);
 }
 
@@ -510,17 +560,67 @@ TEST(no_fusion_when_shared) {
     kiln_model_free(m);
 }
 
-/* BERT's self-attention as exported: projections, head split, scores,
- * scale, mask, softmax, context, merge. */
-TEST(attention_bert_form) {
+/* BERT's mask (input 1, [2, 1, 1, 12]) with a NaN for image 0's key 3,
+ * +inf for image 1's key 7 and -inf for its key 5. */
+static void mask_specials(void) {
+    xs[1][3] = NAN;
+    xs[1][12 + 5] = -INFINITY;
+    xs[1][12 + 7] = INFINITY;
+}
+
+/* BERT's self-attention as exported (B 2, S 12, H 3, D 8; input "x" and an
+ * additive "mask" [2, 1, 1, 12]): projections, head split, scores, scale,
+ * mask, softmax, context, merge, and (out_proj) the output projection. */
+static kiln_model *bert_attention(bool out_proj) {
     const int64_t B = 2, S = 12, H = 3, D = 8, E = H * D;
     kiln_graph *g = NULL;
     CHECK_OK(kiln__graph_create(&g));
     int64_t xd[3] = {B, S, E}, md[4] = {B, 1, 1, S};
     int x = add_input(g, "x", 3, xd);
     int mask = add_input(g, "mask", 4, md);
-    mark_output(g, linear(g, "out", attention(g, x, x, B, S, S, H, D, mask, true), E, E));
-    kiln_model *m = model_of(g);
+    int y = attention(g, x, x, B, S, S, H, D, mask, true);
+    mark_output(g, out_proj ? linear(g, "out", y, E, E) : y);
+    return model_of(g);
+}
+
+/* A NaN or +inf score makes its softmax row NaN, as torch's softmax (-inf
+ * is a masked key), on every Attention tactic: the AVX-512 exp flushed a
+ * NaN to 0, so the row came out finite without that key. */
+TEST(attention_special_values) {
+    const int64_t B = 2, S = 12, E = 24;
+    kiln_model *m = bert_attention(false);
+    g_specials = mask_specials;
+    kiln_engine *e0 = build(m, 0, KILN_PRECISION_FP32, 1);
+    fill_inputs();
+    int64_t n0 = run(e0, 0, yref), nans = 0;
+    for (int64_t i = 0; i < n0; i++) nans += isnan(yref[i]);
+    CHECK(n0 == B * S * E && nans == n0); /* both images have a NaN row everywhere */
+    xs[1][12 + 7] = 0.0f;                 /* image 1: only its -inf key */
+    n0 = run(e0, 0, yref), nans = 0;
+    for (int64_t i = 0; i < n0; i++) nans += isnan(yref[i]);
+    CHECK(nans == n0 / 2);
+    for (int threads = 1; threads <= 2; threads++) {
+        kiln_engine *e = build(m, 1, KILN_PRECISION_FP32, threads);
+        CHECK(e && count_op(e, KILN_OP_Attention) == 1);
+        for (int t = 0; e && t <= KILN_ATTN_TACTIC_AVX512; t++) {
+            for (int i = 0; i < e->graph->n_nodes; i++)
+                if (e->graph->nodes[i].op_id == KILN_OP_Attention) ((kiln_tactic *)e->graph->nodes[i].attrs)->id = t;
+            int64_t n1 = run(e, 0, yopt);
+            double err = special_rel_err(yopt, yref, n0);
+            if (!(err <= 1e-5)) fprintf(stderr, "  tactic %d, %d threads: relative error %g\n", t, threads, err);
+            CHECK(n1 == n0 && err <= 1e-5);
+        }
+        kiln_engine_free(e);
+    }
+    kiln_engine_free(e0);
+    g_specials = NULL;
+    kiln_model_free(m);
+}
+
+/* BERT's self-attention as exported, with its output projection. */
+TEST(attention_bert_form) {
+    const int64_t H = 3, D = 8, E = H * D;
+    kiln_model *m = bert_attention(true);
     compare(m, 1e-5, 1);
     compare(m, 1e-5, 2);
     every_tactic_of(m, 2, KILN_OP_Attention, KILN_ATTN_TACTIC_AVX512);
@@ -1190,12 +1290,14 @@ int main(void) {
     RUN(gelu_forms);
     RUN(matmul_bias_act);
     RUN(matmul_residual);
+    RUN(matmul_special_values);
     RUN(gemm_and_tanh_gelu);
     RUN(gemm_between_flattening_reshapes);
     RUN(layer_scale_forms);
     RUN(convnext_layer_scale);
     RUN(no_fusion_when_shared);
     RUN(attention_bert_form);
+    RUN(attention_special_values);
     RUN(attention_gpt2_split_form);
     RUN(attention_cross);
     RUN(attention_4d_forms);

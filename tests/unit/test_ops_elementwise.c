@@ -297,6 +297,54 @@ static int check_unary(const unary_case *c, kiln_dtype dt, int64_t n, kiln_pool 
     return bad;
 }
 
+/* NaN in gives NaN out for every unary op (float32 and float64), as
+ * PyTorch: Celu, ThresholdedRelu and Shrink gave 0; and the activations'
+ * values at +-inf are torch's. */
+TEST(unary_special_values) {
+    for (int d = 0; d < 2; d++) {
+        kiln_dtype dt = d ? KILN_DTYPE_FLOAT64 : KILN_DTYPE_FLOAT32;
+        for (size_t k = 0; k < sizeof unary_cases / sizeof unary_cases[0]; k++) {
+            const unary_case *c = &unary_cases[k];
+            const kiln_op_def *op = op_of(c->id);
+            int64_t dims[1] = {3};
+            kiln_tensor x;
+            alloc_tensor(&x, dt, 1, dims);
+            const double v[3] = {NAN, INFINITY, -INFINITY};
+            for (int i = 0; i < 3; i++) kiln__store_f64(dt, x.data, i, v[i]);
+            const kiln_tensor *in[1] = {&x};
+            run_result r;
+            CHECK_OK(run_op(op, op->attr_size ? (const void *)&c->at : NULL, 1, in, NULL, &r));
+            if (r.st == KILN_OK) {
+                double y[3];
+                for (int i = 0; i < 3; i++) y[i] = kiln__load_f64(dt, r.out.data, i);
+                if (!isnan(y[0])) fprintf(stderr, "  %s %s: NaN gave %g\n", op->name, kiln_dtype_name(dt), y[0]);
+                CHECK(isnan(y[0]));
+                /* torch: relu, leaky_relu(0.1), celu(2), hardsigmoid (slope 0.2, 0.5), threshold(1, 0),
+                 * hardshrink/softshrink (1.5, bias 0.5) at +inf and -inf */
+                double want[2] = {NAN, NAN};
+                switch (c->id) {
+                case KILN_OP_Relu: want[0] = INFINITY, want[1] = 0; break;
+                case KILN_OP_LeakyRelu: want[0] = INFINITY, want[1] = -INFINITY; break;
+                case KILN_OP_Celu: want[0] = INFINITY, want[1] = -2; break;
+                case KILN_OP_HardSigmoid: want[0] = 1, want[1] = 0; break;
+                case KILN_OP_ThresholdedRelu: want[0] = INFINITY, want[1] = 0; break;
+                case KILN_OP_Shrink: want[0] = INFINITY, want[1] = -INFINITY; break;
+                default: break;
+                }
+                for (int i = 0; i < 2; i++)
+                    if (!isnan(want[i])) {
+                        if (y[1 + i] != want[i])
+                            fprintf(stderr, "  %s %s: %g gave %g, want %g\n", op->name, kiln_dtype_name(dt), v[1 + i],
+                                    y[1 + i], want[i]);
+                        CHECK(y[1 + i] == want[i]);
+                    }
+            }
+            result_free(&r);
+            free(x.data);
+        }
+    }
+}
+
 TEST(unary_float_types) {
     const kiln_dtype types[4] = {KILN_DTYPE_FLOAT32, KILN_DTYPE_FLOAT64, KILN_DTYPE_FLOAT16,
                                  KILN_DTYPE_BFLOAT16};
@@ -1174,6 +1222,7 @@ TEST(cast_rounding_and_negatives) {
 
 int main(void) {
     RUN(unary_float_types);
+    RUN(unary_special_values);
     RUN(unary_parallel_large);
     RUN(unary_f32_fast_math_accuracy);
     RUN(unary_integer_types);

@@ -10,11 +10,13 @@ namespace kcu {
 
 static_assert(KCU_ACT_COUNT == 8, "act_apply: handle every KCU_ACT_* (then update this count)");
 
-/* (callers pass only KCU_ACT_* below KCU_ACT_COUNT: the run functions check) */
+/* (callers pass only KCU_ACT_* below KCU_ACT_COUNT: the run functions check)
+ * NaN in gives NaN out, as ONNX and PyTorch: each comparison sends a NaN x
+ * down the branch that returns it (x < 0 ? 0 : x; fmaxf(x, 0) would give 0). */
 template <typename C> __device__ __forceinline__ C act_apply(int act, C a, C b, C x) {
     switch (act) {
     case KCU_ACT_NONE: return x;
-    case KCU_ACT_RELU: return x > C(0) ? x : C(0);
+    case KCU_ACT_RELU: return x < C(0) ? C(0) : x;
     case KCU_ACT_CLIP: return x < a ? a : (x > b ? b : x);
     case KCU_ACT_LEAKY_RELU: return x >= C(0) ? x : a * x;
     case KCU_ACT_SIGMOID: return C(1) / (C(1) + m_exp(-x));

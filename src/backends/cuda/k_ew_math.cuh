@@ -44,8 +44,7 @@ __device__ __forceinline__ C unary_f(C v, C alpha, C beta, C gamma) {
     case EW_U_LEAKYRELU: return v < zero ? v * alpha : v;
     case EW_U_ELU: return v < zero ? alpha * m_expm1(v) : v;
     case EW_U_SELU: return v > zero ? gamma * v : gamma * alpha * m_expm1(v);
-    case EW_U_CELU:
-        return (v > zero ? v : zero) + (v < zero ? alpha * m_expm1(v / alpha) : zero);
+    case EW_U_CELU: return v < zero ? alpha * m_expm1(v / alpha) : v;
     case EW_U_SIGMOID: return one / (one + m_exp(-v));
     case EW_U_HARDSIGMOID: return clamp01(alpha * v + beta);
     case EW_U_HARDSWISH: return v * clamp01(C(1.0 / 6.0) * v + C(0.5));
@@ -53,8 +52,8 @@ __device__ __forceinline__ C unary_f(C v, C alpha, C beta, C gamma) {
     case EW_U_SOFTPLUS: return (v > zero ? v : zero) + m_log1p(m_exp(-m_fabs(v)));
     case EW_U_SOFTSIGN: return v / (one + m_fabs(v));
     case EW_U_MISH: return v * m_tanh((v > zero ? v : zero) + m_log1p(m_exp(-m_fabs(v))));
-    case EW_U_THRESHOLDEDRELU: return v > alpha ? v : zero;
-    case EW_U_SHRINK: return v < -alpha ? v + beta : (v > alpha ? v - beta : zero);
+    case EW_U_THRESHOLDEDRELU: return v <= alpha ? zero : v;
+    case EW_U_SHRINK: return v >= -alpha && v <= alpha ? zero : (v < -alpha ? v + beta : v - beta);
     default: return v;
     }
 }

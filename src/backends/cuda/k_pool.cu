@@ -45,7 +45,7 @@ __global__ void __launch_bounds__(KCU_THREADS)
             if (in) {
                 C v = Num<T>::load(xp[idx]);
                 if (g.kind == 0) {
-                    if (v > best || bi < 0) {
+                    if (v > best || bi < 0 || (v != v && best == best)) { /* NaN kept, as torch */
                         best = v;
                         bi = idx;
                     }
@@ -157,7 +157,7 @@ __global__ void __launch_bounds__(KCU_THREADS)
                     for (int j = 0; j < V; j++) {
                         const float f = Num<T>::load(v.v[j]);
                         if (g.kind == 0) {
-                            if (n_valid == 0 || f > best[j]) best[j] = f;
+                            if (n_valid == 0 || f > best[j] || (f != f && best[j] == best[j])) best[j] = f;
                         } else {
                             acc[j] += f;
                         }

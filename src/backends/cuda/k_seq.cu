@@ -20,7 +20,7 @@ __device__ __forceinline__ float rnn_act(int act, float v) {
     switch (act) {
     case A_SIGMOID: return 1.f / (1.f + expf(-v));
     case A_TANH: return tanhf(v);
-    case A_RELU: return v > 0.f ? v : 0.f;
+    case A_RELU: return v < 0.f ? 0.f : v; /* NaN kept */
     default: return v;
     }
 }

@@ -281,7 +281,7 @@ __global__ void __launch_bounds__(KCU_THREADS)
         for (int64_t h = hs; h < he; h++)
             for (int64_t w = ws; w < we; w++) {
                 const double v = (double)Num<T>::load(x[((b * g.C + c) * g.H + h) * g.W + w]);
-                m = v > m ? v : m;
+                m = v > m || v != v ? v : m; /* NaN kept, as MaxPool */
             }
         y[i] = Num<T>::store((typename Num<T>::C)m);
     }

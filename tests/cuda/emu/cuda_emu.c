@@ -135,7 +135,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, con
                 if (!d->bias) { fprintf(stderr, "EMU: bias epilogue without a bias pointer\n"); exit(3); }
                 v += kiln__load_f64(kt(dl->t), d->bias, (int64_t)i); /* one bias per row of D */
             }
-            if (ep == CUBLASLT_EPILOGUE_RELU || ep == CUBLASLT_EPILOGUE_RELU_BIAS) v = v > 0 ? v : 0;
+            if (ep == CUBLASLT_EPILOGUE_RELU || ep == CUBLASLT_EPILOGUE_RELU_BIAS) v = v < 0 ? 0 : v; /* NaN kept: a GPU run checks cuBLASLt */
             if (ep == CUBLASLT_EPILOGUE_GELU || ep == CUBLASLT_EPILOGUE_GELU_BIAS)
                 v = 0.5 * v * (1 + tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
             kiln__store_f64(kt(dl->t), D, off, v);
@@ -181,13 +181,13 @@ cudaError_t kcu_unary(int op, kiln_dtype t, const void *x, void *y, int64_t n, f
         case EW_U_RELU: r = v < 0 ? 0 : v; break; case EW_U_LEAKYRELU: r = v < 0 ? v * a : v; break;
         case EW_U_ELU: r = v < 0 ? a * expm1(v) : v; break;
         case EW_U_SELU: r = v > 0 ? g * v : g * a * expm1(v); break;
-        case EW_U_CELU: r = (v > 0 ? v : 0) + (v < 0 ? a * expm1(v / a) : 0); break;
+        case EW_U_CELU: r = v < 0 ? a * expm1(v / a) : v; break;
         case EW_U_SIGMOID: r = 1 / (1 + exp(-v)); break; case EW_U_HARDSIGMOID: r = clamp01(a * v + b); break;
         case EW_U_HARDSWISH: r = v * clamp01(v / 6 + 0.5); break; case EW_U_TANH: r = tanh(v); break;
         case EW_U_SOFTPLUS: r = (v > 0 ? v : 0) + log1p(exp(-fabs(v))); break; case EW_U_SOFTSIGN: r = v / (1 + fabs(v)); break;
         case EW_U_MISH: r = v * tanh((v > 0 ? v : 0) + log1p(exp(-fabs(v)))); break;
-        case EW_U_THRESHOLDEDRELU: r = v > a ? v : 0; break;
-        case EW_U_SHRINK: r = v < -a ? v + b : (v > a ? v - b : 0); break;
+        case EW_U_THRESHOLDEDRELU: r = v <= a ? 0 : v; break;
+        case EW_U_SHRINK: r = v >= -a && v <= a ? 0 : (v < -a ? v + b : v - b); break;
         }
         if (t == KILN_DTYPE_FLOAT32 || kiln_dtype_size(t) == 2) r = (float)r;
         st_(t, y, i, r);
@@ -473,7 +473,7 @@ cudaError_t kcu_pool_run(kiln_dtype t, const kcu_pool *g, const void *x, void *y
         for (int64_t kp = 0; kp < kn; kp++) {
             int64_t kx[3] = {0, 0, 0}, idx = 0; unravel(g->ns, g->k, kp, kx); bool in = true, pd = true;
             for (int d = 0; d < g->ns; d++) { int64_t q = o[d] * g->s[d] - g->pb[d] + kx[d] * g->d[d]; if (q < 0 || q >= g->in[d]) in = false; if (q < -g->pb[d] || q >= g->in[d] + g->pe[d]) pd = false; idx = idx * g->in[d] + q; }
-            if (in) { double v = ld(t, x, pl * g->in_sz + idx); if (g->kind == 0) { if (v > best || bi < 0) { best = v; bi = idx; } } else acc += v; nv++; } else if (pd) np++;
+            if (in) { double v = ld(t, x, pl * g->in_sz + idx); if (g->kind == 0) { if (v > best || bi < 0 || (v != v && best == best)) { best = v; bi = idx; } } else acc += v; nv++; } else if (pd) np++;
         }
         st_(t, y, i, g->kind == 0 ? best : acc / (double)(g->count_include_pad ? nv + np : nv));
         if (ind) ind[i] = pl * g->in_sz + bi;
@@ -486,7 +486,7 @@ cudaError_t kcu_pool_nhwc_run(kiln_dtype t, const kcu_pool_nhwc *g, const void *
         double best = -INFINITY, acc = 0; int64_t nv = 0, np = 0;
         for (int64_t i = 0; i < g->kh; i++) for (int64_t j = 0; j < g->kw; j++) {
             int64_t h = ho * g->sh - g->ph + i * g->dh, w = wo * g->sw - g->pw + j * g->dw;
-            if (h >= 0 && h < g->H && w >= 0 && w < g->W) { double v = ld(t, x, ((n * g->H + h) * g->W + w) * g->C + c); if (g->kind == 0) { if (nv == 0 || v > best) best = v; } else acc += v; nv++; }
+            if (h >= 0 && h < g->H && w >= 0 && w < g->W) { double v = ld(t, x, ((n * g->H + h) * g->W + w) * g->C + c); if (g->kind == 0) { if (nv == 0 || v > best || (v != v && best == best)) best = v; } else acc += v; nv++; }
             else if (h >= -g->ph && h < g->H + g->peh && w >= -g->pw && w < g->W + g->pew) np++;
         }
         st_(t, y, ((n * g->Ho + ho) * g->Wo + wo) * g->C + c, g->kind == 0 ? best : acc / (double)(g->count_include_pad ? nv + np : nv));
@@ -574,7 +574,7 @@ cudaError_t kcu_gemm_simple(kiln_dtype t, int ta, int tb, int64_t M, int64_t N, 
 _Static_assert(KCU_ACT_COUNT == 8, "emu_act: handle every KCU_ACT_* (then update this count)");
 static double emu_act(int act, double a, double b, double x) {
     switch (act) {
-    case KCU_ACT_RELU: return x > 0 ? x : 0;
+    case KCU_ACT_RELU: return x < 0 ? 0 : x;
     case KCU_ACT_CLIP: return x < a ? a : (x > b ? b : x);
     case KCU_ACT_LEAKY_RELU: return x >= 0 ? x : a * x;
     case KCU_ACT_SIGMOID: return 1 / (1 + exp(-x));

@@ -234,7 +234,7 @@ cudaError_t kcu_maxroipool(kiln_dtype t, const kcu_roipool *g, const void *x, co
         for (int64_t h = hs; h < he; h++)
             for (int64_t w = ws; w < we; w++) {
                 double v = kiln__load_f64(t, x, ((b * g->C + c) * g->H + h) * g->W + w);
-                m = v > m ? v : m;
+                m = v > m || v != v ? v : m;
             }
         kiln__store_f64(t, y, i, m);
     }

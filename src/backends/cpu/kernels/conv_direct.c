@@ -143,6 +143,8 @@ static void tile_generic(const plan *P, const tile_at *t) {
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 
+#include "backends/cpu/kernels/simd_act.h"
+
 #define AVX512 __attribute__((target("avx512f,prfchw")))
 #define INLINE __attribute__((always_inline)) inline
 
@@ -151,12 +153,9 @@ bool kiln__direct_fast_available(void) { return __builtin_cpu_supports("avx512f"
 static AVX512 INLINE __m512 act512(const kiln_direct_args *a, __m512 v) {
     switch (a->act) {
     case KILN_FC_ACT_NONE: return v;
-    case KILN_FC_ACT_RELU: return _mm512_max_ps(v, _mm512_setzero_ps());
-    case KILN_FC_ACT_CLIP: return _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps(a->alpha)), _mm512_set1_ps(a->beta));
-    case KILN_FC_ACT_HARD_SIGMOID: {
-        __m512 t = _mm512_add_ps(_mm512_mul_ps(v, _mm512_set1_ps(a->alpha)), _mm512_set1_ps(a->beta));
-        return _mm512_min_ps(_mm512_max_ps(t, _mm512_setzero_ps()), _mm512_set1_ps(1.0f));
-    }
+    case KILN_FC_ACT_RELU: return kiln__relu512(v);
+    case KILN_FC_ACT_CLIP: return kiln__clip512(v, _mm512_set1_ps(a->alpha), _mm512_set1_ps(a->beta));
+    case KILN_FC_ACT_HARD_SIGMOID: return kiln__hard_sigmoid512(v, _mm512_set1_ps(a->alpha), _mm512_set1_ps(a->beta));
     default: { /* the others per float (kiln__fc_act has every one) */
         float f[16];
         _mm512_storeu_ps(f, v);

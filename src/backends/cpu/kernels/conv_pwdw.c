@@ -154,6 +154,7 @@ static void pj_row_c(const pwdw_plan *P, const float *drow, float *prow) {
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 
+#include "backends/cpu/kernels/simd_act.h"
 #include "backends/cpu/kernels/simd_mask.h"
 #define HAVE_X86 1
 #define AVX512 __attribute__((target("avx512f")))
@@ -170,16 +171,13 @@ static bool vec_act(int act) {
 
 static AVX512 INLINE __m512 act512(int act, __m512 v, __m512 lo, __m512 hi) {
     switch (act) {
-    case KILN_FC_ACT_RELU: return _mm512_max_ps(v, _mm512_setzero_ps());
-    case KILN_FC_ACT_CLIP: return _mm512_min_ps(_mm512_max_ps(v, lo), hi);
+    case KILN_FC_ACT_RELU: return kiln__relu512(v);
+    case KILN_FC_ACT_CLIP: return kiln__clip512(v, lo, hi);
     case KILN_FC_ACT_LEAKY_RELU: {
         __mmask16 neg = _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_LT_OQ);
         return _mm512_mask_mul_ps(v, neg, v, lo);
     }
-    case KILN_FC_ACT_HARD_SIGMOID: { /* lo, hi: alpha, beta */
-        __m512 t = _mm512_add_ps(_mm512_mul_ps(v, lo), hi);
-        return _mm512_min_ps(_mm512_max_ps(t, _mm512_setzero_ps()), _mm512_set1_ps(1.0f));
-    }
+    case KILN_FC_ACT_HARD_SIGMOID: return kiln__hard_sigmoid512(v, lo, hi); /* lo, hi: alpha, beta */
     default: return v; /* KILN_FC_ACT_NONE (callers pass vec_act's activations only) */
     }
 }

@@ -314,6 +314,8 @@ static void out_tile_gen(const wino_plan *P, int64_t tg, const float *Mb) {
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
+
+#include "backends/cpu/kernels/simd_act.h"
 #define HAVE_X86 1
 #define AVX512 __attribute__((target("avx512f")))
 #define INLINE __attribute__((always_inline)) inline
@@ -504,9 +506,9 @@ static AVX512 INLINE void out_tile_512a(const wino_plan *P, int64_t tg, const fl
                 if (res) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mk, res + (pix + j) * ps + go));
                 if (act == KILN_FC_ACT_NONE) {
                 } else if (act == KILN_FC_ACT_RELU) {
-                    v = _mm512_max_ps(v, zero);
+                    v = kiln__relu512(v);
                 } else if (act == KILN_FC_ACT_CLIP) {
-                    v = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
+                    v = kiln__clip512(v, lo, hi);
                 } else {
                     float tmp[CB];
                     _mm512_storeu_ps(tmp, v);

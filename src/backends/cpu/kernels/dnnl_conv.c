@@ -98,6 +98,7 @@ typedef struct dpart {
     void *scr;                   /* oneDNN's scratchpad for this part */
     void *own_src, *own_dst;     /* reorder scratch when the workspace is too small */
     size_t src_bytes, dst_bytes, ws_off;
+    int64_t dst_elems;           /* the convolution's output (dst_md, dense), for own_act */
 } dpart;
 
 typedef struct dconv {
@@ -112,6 +113,10 @@ typedef struct dconv {
     dpart *parts;
     size_t ws_need;              /* the parts' reorder scratch laid end to end */
     size_t y_elem;               /* bytes per output element as passed (2: bf16) */
+    bool own_act;                /* own_act(act): kiln applies it */
+    bool y_bf16;                 /* the convolution's output is bfloat16 */
+    int act;                     /* KILN_FC_ACT_* (with own_act) */
+    float alpha, beta;
     char impl[64];
 } dconv;
 
@@ -169,7 +174,18 @@ static dnnl_status_t reorder(dnnl_stream_t strm, dnnl_primitive_t r, dnnl_memory
     return dnnl_primitive_execute(r, strm, 2, args);
 }
 
-KILN_FC_ACT_ALL_HANDLED("dnnl_conv.c append_act");
+KILN_FC_ACT_ALL_HANDLED("dnnl_conv.c append_act, own_act");
+
+/* Activations kiln applies itself, after the convolution, to each part's
+ * output (float32 or bfloat16) while it is in cache: oneDNN 2.6's post-ops turn NaN into
+ * 0 or a bound (relu with alpha 0 and clip as max/min with the bound
+ * second, clip_v2 alike, logistic in the plain tactic), and its relu gives
+ * NaN for -inf (0 * -inf); ONNX and PyTorch keep NaN and give 0
+ * (test_fusion_conv's special_values_every_tactic). */
+static bool own_act(int act) {
+    return act == KILN_FC_ACT_RELU || act == KILN_FC_ACT_CLIP || act == KILN_FC_ACT_HARD_SIGMOID ||
+           act == KILN_FC_ACT_SIGMOID;
+}
 
 /* The layer's activation as eltwise post-ops (none for KILN_FC_ACT_NONE).
  * HardSigmoid, which this oneDNN (2.6) has no eltwise kind for, is linear
@@ -328,6 +344,7 @@ static kiln_status part_create(const kiln_kernel_args *a, dconv *s, const cgeom 
     if (probe) goto fail; /* st == KILN_OK: a real kernel takes it */
     q->src_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0);
     q->dst_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0);
+    q->dst_elems = (int64_t)(dnnl_memory_desc_get_size(&q->dst_md) / (c->ydt == dnnl_bf16 ? 2 : 4));
     q->w_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
     const dnnl_memory_desc_t *smd = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
     size_t sb = smd ? dnnl_memory_desc_get_size(smd) : 0;
@@ -462,7 +479,10 @@ static kiln_status dconv_create(const kiln_kernel_args *a, int tactic, int nthre
     DN(dnnl_primitive_attr_set_scratchpad_mode(pattr, dnnl_scratchpad_mode_user), "scratchpad mode");
     DN(dnnl_post_ops_create(&ops), "post-ops");
     if (at->has_residual) DN(dnnl_post_ops_append_sum(ops, 1.0f), "sum post-op");
-    DN(append_act(ops, at->act, at->alpha, at->beta), "activation post-ops");
+    s->own_act = own_act(at->act);
+    s->y_bf16 = c.ydt == dnnl_bf16;
+    s->act = at->act, s->alpha = at->alpha, s->beta = at->beta;
+    if (!s->own_act) DN(append_act(ops, at->act, at->alpha, at->beta), "activation post-ops");
     DN(dnnl_primitive_attr_set_post_ops(pattr, ops), "post-ops");
 
     /* the split: the batch when there are several images, else bands of
@@ -569,7 +589,8 @@ static dnnl_status_t part_exec(exec_ctx *c, int k) {
     DS(dnnl_memory_set_data_handle(q->m_usrc, x));
     DS(dnnl_memory_set_data_handle(q->m_udst, y));
     DS(dnnl_memory_set_data_handle(q->m_src, q->r_src ? c->sbuf[k] : x));
-    DS(dnnl_memory_set_data_handle(q->m_dst, q->r_dst || q->chan_copy ? c->dbuf[k] : y));
+    void *dst = q->r_dst || q->chan_copy ? c->dbuf[k] : y;
+    DS(dnnl_memory_set_data_handle(q->m_dst, dst));
     if (B) DS(dnnl_memory_set_data_handle(q->m_b, (float *)B->data + q->m0));
     if (q->r_src) DS(reorder(q->strm, q->r_src, q->m_usrc, q->m_src));
     /* channel split: this part's channels of every pixel (NHWC, M per
@@ -599,6 +620,11 @@ static dnnl_status_t part_exec(exec_ctx *c, int k) {
         n++;
     }
     DS(dnnl_primitive_execute(q->conv, q->strm, n, args));
+    if (c->s->own_act) {
+        DS(dnnl_stream_wait(q->strm));
+        if (c->s->y_bf16) kiln__fc_act_bf16(dst, q->dst_elems, c->s->act, c->s->alpha, c->s->beta);
+        else kiln__fc_act_f32(dst, q->dst_elems, c->s->act, c->s->alpha, c->s->beta);
+    }
     if (q->r_dst) DS(reorder(q->strm, q->r_dst, q->m_dst, q->m_udst));
     DS(dnnl_stream_wait(q->strm));
     for (int64_t p = 0; q->chan_copy && p < q->pixels; p++)

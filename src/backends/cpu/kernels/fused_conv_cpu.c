@@ -29,6 +29,64 @@
 
 #define NODE(a) ((a)->node_name ? (a)->node_name : "?")
 
+/* ---- activation pass ------------------------------------------------------------ */
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include "backends/cpu/kernels/simd_act.h"
+#include "backends/cpu/kernels/simd_mask.h"
+
+__attribute__((target("avx512f"))) static void act_avx512(float *y, int64_t n, int act, float alpha, float beta) {
+    __m512 a = _mm512_set1_ps(alpha), b = _mm512_set1_ps(beta);
+    for (int64_t i = 0; i < n; i += 16) {
+        __mmask16 m = kiln__mask16(n - i);
+        __m512 v = _mm512_maskz_loadu_ps(m, y + i);
+        v = act == KILN_FC_ACT_RELU ? kiln__relu512(v)
+            : act == KILN_FC_ACT_CLIP ? kiln__clip512(v, a, b)
+                                      : kiln__hard_sigmoid512(v, a, b);
+        _mm512_mask_storeu_ps(y + i, m, v);
+    }
+}
+
+/* ReLU on bfloat16 bits, 32 at a time: lanes with the sign set and a
+ * magnitude up to inf's (not NaN) are written 0. */
+__attribute__((target("avx512f,avx512bw"))) static void relu_bf16_avx512(uint16_t *y, int64_t n) {
+    const __m512i mag = _mm512_set1_epi16(0x7fff), inf = _mm512_set1_epi16(0x7f80);
+    for (int64_t i = 0; i < n; i += 32) {
+        __mmask32 m = n - i >= 32 ? (__mmask32)0xffffffffu : (__mmask32)((1u << (n - i)) - 1u);
+        __m512i v = _mm512_maskz_loadu_epi16(m, y + i);
+        __mmask32 neg = _mm512_movepi16_mask(v) & _mm512_cmple_epu16_mask(_mm512_and_si512(v, mag), inf);
+        _mm512_mask_storeu_epi16(y + i, m & neg, _mm512_setzero_si512());
+    }
+}
+#endif
+
+void kiln__fc_act_f32(float *y, int64_t n, int act, float alpha, float beta) {
+    if (act == KILN_FC_ACT_NONE) return;
+#if defined(__x86_64__) && defined(__GNUC__)
+    if ((act == KILN_FC_ACT_RELU || act == KILN_FC_ACT_CLIP || act == KILN_FC_ACT_HARD_SIGMOID) &&
+        __builtin_cpu_supports("avx512f")) {
+        act_avx512(y, n, act, alpha, beta);
+        return;
+    }
+#endif
+    for (int64_t i = 0; i < n; i++) y[i] = kiln__fc_act(act, alpha, beta, y[i]);
+}
+
+void kiln__fc_act_bf16(uint16_t *y, int64_t n, int act, float alpha, float beta) {
+    if (act == KILN_FC_ACT_NONE) return;
+    if (act == KILN_FC_ACT_RELU) { /* a negative number (-inf too, not NaN: 0x7f80 < magnitude) becomes 0 */
+#if defined(__x86_64__) && defined(__GNUC__)
+        if (__builtin_cpu_supports("avx512bw")) {
+            relu_bf16_avx512(y, n);
+            return;
+        }
+#endif
+        for (int64_t i = 0; i < n; i++) y[i] = (y[i] & 0x8000) && (y[i] & 0x7fff) <= 0x7f80 ? 0 : y[i];
+        return;
+    }
+    for (int64_t i = 0; i < n; i++) y[i] = kiln__f32_to_bf16(kiln__fc_act(act, alpha, beta, kiln__bf16_to_f32(y[i])));
+}
+
 /* ---- tactics ------------------------------------------------------------------ */
 
 static bool wants_dnnl(const kiln_fused_conv_attrs *at) {

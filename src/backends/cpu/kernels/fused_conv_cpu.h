@@ -57,6 +57,14 @@ KILN_PRIVATE bool kiln__fc_direct_fits(const kiln_fused_conv_attrs *at, int xr, 
 enum { KILN_DNNL_SPLIT_BATCH = 0, KILN_DNNL_SPLIT_ROWS = 1, KILN_DNNL_SPLIT_CHANS = 2 };
 KILN_PRIVATE int kiln__dnnl_conv_split(const kiln_node_state *ns, int *parts);
 
+/* y[0..n) = act(y) (KILN_FC_ACT_*), NaN kept as kiln__fc_act keeps it; AVX-512
+ * for ReLU, Clip and HardSigmoid where the CPU has it. For kernels whose
+ * library cannot apply the activation right (dnnl_conv.c). */
+KILN_PRIVATE void kiln__fc_act_f32(float *y, int64_t n, int act, float alpha, float beta);
+/* The same on bfloat16 values (ReLU exact on the bits; the others through
+ * float32, rounded to nearest even). */
+KILN_PRIVATE void kiln__fc_act_bf16(uint16_t *y, int64_t n, int act, float alpha, float beta);
+
 /* The row of the CPU table (cpu_table.c, kernel.h): run (a tactic, else the
  * op's reference kernel), workspace, tactics, their names, the in-place
  * residual. */

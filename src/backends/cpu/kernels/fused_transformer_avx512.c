@@ -18,6 +18,7 @@
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 
+#include "backends/cpu/kernels/simd_act.h"
 #include "backends/cpu/kernels/simd_exp.h"
 #include "backends/cpu/kernels/simd_mask.h"
 #include <math.h>
@@ -201,11 +202,12 @@ static AVX512 void pv_rows(int nr, const float *P, int64_t skp, const float *inv
 }
 
 /* exp(x) for x <= 0 (softmax after the max shift): x < -87.34 (and -inf)
- * gives 0 like expf's underflow; degree-6 polynomial after reduction by
- * ln 2, then 2^n by vscalefps. */
+ * gives 0 like expf's underflow, NaN gives NaN (a NaN score makes the row
+ * NaN, as torch's softmax: simd_act.h says why the max's order matters);
+ * degree-6 polynomial after reduction by ln 2, then 2^n by vscalefps. */
 static AVX512 INLINE __m512 exp_neg(__m512 x) {
-    __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.33654f), _CMP_GE_OQ);
-    x = _mm512_max_ps(x, _mm512_set1_ps(-87.33654f));
+    __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.33654f), _CMP_NLT_UQ);
+    x = kiln__max_keep_nan512(_mm512_set1_ps(-87.33654f), x);
     __m512 n, p = kiln__exp512_poly(x, &n);
     return _mm512_maskz_scalef_ps(keep, p, n);
 }

@@ -37,8 +37,8 @@ struct kiln_tf_dnnl_mm {
     void *w_all;                /* every part's packed weights (kiln__aligned_alloc) */
     int64_t K, N;
     bool has_bias, bf16, trans_b;
-    int act;                 /* fused into oneDNN (KILN_FACT_NONE when there is a residual) */
-    int act_after;           /* applied by kiln after adding the residual */
+    int act;                 /* fused into oneDNN (KILN_FACT_NONE with a residual or ReLU) */
+    int act_after;           /* applied by kiln (after adding the residual) */
     const float *B;          /* the engine's weights (row-major), packed on first use */
     dnnl_engine_t eng;
     dnnl_part parts[MAX_PARTS];
@@ -76,9 +76,8 @@ static kiln_status make_desc(kiln_tf_dnnl_mm *m, int64_t M, int64_t n0, int64_t 
     dnnl_post_ops_t po = NULL;
     dnnl_status_t s = dnnl_primitive_attr_set_scratchpad_mode(at, dnnl_scratchpad_mode_user);
     if (s == dnnl_success && m->act != KILN_FACT_NONE) {
-        dnnl_alg_kind_t alg = m->act == KILN_FACT_RELU        ? dnnl_eltwise_relu
-                              : m->act == KILN_FACT_GELU_ERF ? dnnl_eltwise_gelu_erf
-                                                             : dnnl_eltwise_gelu_tanh;
+        /* GELU only (ReLU is kiln's: act_after) */
+        dnnl_alg_kind_t alg = m->act == KILN_FACT_GELU_ERF ? dnnl_eltwise_gelu_erf : dnnl_eltwise_gelu_tanh;
         s = dnnl_post_ops_create(&po);
         if (s == dnnl_success) s = dnnl_post_ops_append_eltwise(po, 1.0f, alg, 0.0f, 0.0f);
         if (s == dnnl_success) s = dnnl_primitive_attr_set_post_ops(at, po);
@@ -163,8 +162,12 @@ kiln_status kiln__tf_dnnl_mm_create(int64_t K, int64_t N, const float *B, bool t
     m->B = B;
     m->trans_b = trans_b;
     m->has_bias = has_bias;
-    m->act = has_residual ? KILN_FACT_NONE : act;
-    m->act_after = has_residual ? act : KILN_FACT_NONE;
+    /* ReLU by kiln too: oneDNN's relu post-op (alpha 0: a max with 0, the 0
+     * second) turns NaN into 0, where ONNX and PyTorch keep it (its GELUs
+     * keep it: test_fusion_transformer's matmul_special_values) */
+    bool after = has_residual || act == KILN_FACT_RELU;
+    m->act = after ? KILN_FACT_NONE : act;
+    m->act_after = after ? act : KILN_FACT_NONE;
     m->bf16 = bf16;
     *(void **)&m->omp_set = dlsym(RTLD_DEFAULT, "omp_set_num_threads");
     *(void **)&m->omp_get = dlsym(RTLD_DEFAULT, "omp_get_max_threads");
@@ -291,8 +294,9 @@ static void run_part(void *vc, int64_t p0, int64_t p1) {
         if (ok && !dense)
             for (int64_t r = 0; r < c->M; r++)
                 memcpy(c->Y + r * m->N + pt->n0, yp + r * n, sizeof(float) * (size_t)n);
-        if (ok && c->res) /* residual (and the activation after it) on this part's columns */
-            kiln__fmm_epilogue(c->Y + pt->n0, m->N, c->M, n, NULL, c->res + pt->n0, m->N, m->act_after);
+        if (ok && (c->res || m->act_after)) /* residual and/or the activation after it on this part's columns */
+            kiln__fmm_epilogue(c->Y + pt->n0, m->N, c->M, n, NULL, c->res ? c->res + pt->n0 : NULL, m->N,
+                               m->act_after);
         if (ma) dnnl_memory_destroy(ma);
         if (my) dnnl_memory_destroy(my);
         if (mb) dnnl_memory_destroy(mb);

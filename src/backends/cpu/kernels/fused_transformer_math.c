@@ -14,6 +14,7 @@
 #define KILN_TF_X86 1
 #include <immintrin.h>
 
+#include "backends/cpu/kernels/simd_act.h"
 #include "backends/cpu/kernels/simd_exp.h"
 #else
 #define KILN_TF_X86 0
@@ -61,10 +62,11 @@ static float max_c(const float *x, int64_t n) {
 #define AVX512 __attribute__((target("avx512f")))
 
 static AVX512 inline __m512 exp512(__m512 x) {
-    /* below -87.3 the result is flushed to 0 (as expf underflows), so that -inf gives 0 */
-    __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.33654f), _CMP_GE_OQ);
-    x = _mm512_max_ps(x, _mm512_set1_ps(-87.33654f));
-    x = _mm512_min_ps(x, _mm512_set1_ps(88.37626f));
+    /* below -87.3 the result is flushed to 0 (as expf underflows), so that -inf gives 0;
+     * NaN gives NaN (the clamps keep it: simd_act.h) */
+    __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.33654f), _CMP_NLT_UQ);
+    x = kiln__max_keep_nan512(_mm512_set1_ps(-87.33654f), x);
+    x = kiln__min_keep_nan512(_mm512_set1_ps(88.37626f), x);
     __m512 n, p = kiln__exp512_poly(x, &n);
     /* 2^n, split in two factors so that n = 128 (x near 88.7) does not overflow the exponent */
     __m512i ni = _mm512_cvtps_epi32(n);
@@ -206,7 +208,7 @@ void kiln__fmm_epilogue(float *Y, int64_t ldy, int64_t rows, int64_t n, const fl
 }
 
 void kiln__relu_f32(float *x, int64_t n) {
-    for (int64_t i = 0; i < n; i++) x[i] = x[i] > 0.0f ? x[i] : 0.0f;
+    for (int64_t i = 0; i < n; i++) x[i] = x[i] < 0.0f ? 0.0f : x[i]; /* NaN kept, as torch.relu */
 }
 
 float kiln__exp_shift_sum_f32(const float *x, float *y, int64_t n, float m) {
