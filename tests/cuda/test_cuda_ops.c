@@ -1055,6 +1055,37 @@ TEST(test_pool_nhwc) {
               (kiln_tensor *[]){trand(BF16, -3, 3, S(3, 24, 30, 31))}, 1, false, 0);
     nhwc_case("gap_split_odd_c_f32", KILN_OP_GlobalAveragePool, &g0, &gn, 1,
               (kiln_tensor *[]){trand(F32, -3, 3, S(1, 45, 40, 40))}, 1, false, 0);
+    /* batch 1 (MobileNetV3-Large's squeeze-excite planes and its last pool, EfficientNet-B0's first SE
+     * plane): splits of one channel block that form a thread-block cluster (sm_90: one launch, the sums
+     * added through distributed shared memory), 7 splits (a cluster of 7 blocks), and a plane whose
+     * splits outnumber a cluster (partial sums and the second kernel) */
+    CHECK(kcu_gap_nhwc_splits(1, 28 * 28, 72) == KCU_GAP_CLUSTER && kcu_gap_nhwc_splits(1, 7 * 7, 960) == 7);
+    CHECK(kcu_gap_nhwc_splits(1, 112 * 112, 32) > KCU_GAP_CLUSTER && kcu_gap_nhwc_splits(64, 7 * 7, 2048) == 1);
+    CHECK(kcu_gap_nhwc_cluster(8, 1) && !kcu_gap_nhwc_cluster(8, 0) && !kcu_gap_nhwc_cluster(1, 1) &&
+          !kcu_gap_nhwc_cluster(KCU_GAP_CLUSTER + 1, 1));
+    {
+        static const struct { int64_t N, C, H, W; kiln_dtype t; const char *name; } gs[] = {
+            {1, 72, 28, 28, KILN_DTYPE_FLOAT16, "gap_b1_c72_28"},     {1, 120, 28, 28, KILN_DTYPE_FLOAT16, "gap_b1_c120_28"},
+            {1, 480, 14, 14, KILN_DTYPE_FLOAT16, "gap_b1_c480_14"},   {1, 960, 7, 7, KILN_DTYPE_FLOAT16, "gap_b1_c960_7"},
+            {1, 672, 7, 7, KILN_DTYPE_BFLOAT16, "gap_b1_c672_7_bf16"}, {1, 32, 112, 112, KILN_DTYPE_FLOAT16, "gap_b1_c32_112"},
+            {2, 40, 14, 14, KILN_DTYPE_FLOAT32, "gap_b2_c40_f32"},    {1, 44, 9, 9, KILN_DTYPE_FLOAT16, "gap_b1_c44_odd"},
+            {32, 960, 7, 7, KILN_DTYPE_FLOAT16, "gap_b32_c960_7"},    {32, 72, 28, 28, KILN_DTYPE_FLOAT16, "gap_b32_c72_28"},
+        };
+        kiln_cuda_state *cst = st;
+        const int keep_major = cst->cc_major;
+        for (int pass = 0; pass < 2; pass++) {
+            /* pass 1: a device without clusters (partial sums and the second kernel at every split count) */
+            if (pass == 1) cst->cc_major = 8;
+            for (size_t k = 0; k < sizeof gs / sizeof gs[0]; k++) {
+                char nm[64];
+                snprintf(nm, sizeof nm, "%s%s", gs[k].name, pass ? "_nocluster" : "");
+                nhwc_case(nm, KILN_OP_GlobalAveragePool, &g0, &gn, 1,
+                          (kiln_tensor *[]){trand(gs[k].t, -3, 3, S(gs[k].N, gs[k].C, gs[k].H, gs[k].W))}, 1, false,
+                          0);
+            }
+        }
+        cst->cc_major = keep_major;
+    }
     /* more images than a grid's y extent holds (65535): the batch shares blockIdx.x with the channel blocks */
     nhwc_case("gap_batch_70000_f16", KILN_OP_GlobalAveragePool, &g0, &gn, 1,
               (kiln_tensor *[]){trand(F16, -3, 3, S(70000, 16, 2, 2))}, 1, false, 0);

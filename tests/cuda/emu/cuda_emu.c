@@ -493,11 +493,13 @@ cudaError_t kcu_pool_nhwc_run(kiln_dtype t, const kcu_pool_nhwc *g, const void *
     }
     return cudaSuccess;
 }
-cudaError_t kcu_gap_nhwc(kiln_dtype t, int64_t N, int64_t HW, int64_t C, const void *x, void *y, float *part, cudaStream_t s) {
+cudaError_t kcu_gap_nhwc(kiln_dtype t, int64_t N, int64_t HW, int64_t C, const void *x, void *y, float *part, int clusters, cudaStream_t s) {
     (void)s;
     int64_t S = kcu_gap_nhwc_splits(N, HW, C);
-    if (S > 1 && !part) return cudaErrorInvalidValue;
-    if (S > 1) memset(part, 0, (size_t)(S * N * C) * sizeof(float)); /* the whole buffer: ASan checks its size */
+    bool need = S > 1 && !kcu_gap_nhwc_cluster(S, clusters); /* partial sums in `part` */
+    if (S > 65535 || (need && !part)) return cudaErrorInvalidValue;
+    if (need) memset(part, 0, (size_t)(S * N * C) * sizeof(float)); /* the whole buffer: ASan checks its size */
+    else if (part) return cudaErrorInvalidValue; /* the caller sized scratch it does not need */
     for (int64_t n = 0; n < N; n++) for (int64_t c = 0; c < C; c++) {
         double acc = 0; for (int64_t p = 0; p < HW; p++) acc += ld(t, x, (n * HW + p) * C + c);
         st_(t, y, n * C + c, acc / (double)HW);
