@@ -167,6 +167,11 @@ static inline bool kcu_conv_accurate_only(const kiln_cuda_state *st, cudnnDataTy
  * (kcu_patches) + one GEMM */
 #define KCU_CONV_TACTIC_GEMM 3
 #define KCU_CONV_TACTIC_PATCH 4
+/* ... KCU_CONV_TACTIC_GEMV = a 1x1 layer of one group on [N, C, 1, 1]
+ * values (the SE blocks' layers, any layout: the same bytes) as kiln's
+ * kernel with the whole epilogue inside (kcu_conv_gemv, one launch: hard
+ * sigmoid and SiLU too, which cuBLASLt's epilogue leaves to a second pass) */
+#define KCU_CONV_TACTIC_GEMV 5
 /* ... each with cuBLASLt's k-th heuristic candidate: id | k << 8 */
 #define KCU_CONV_TACTIC_CAND_SHIFT 8
 /* KCU_CONV_TACTIC_GEMM or _PATCH where tactic id names one of them, else 0 */

@@ -311,6 +311,15 @@ enum {
 cudaError_t kcu_bias_act(kiln_dtype t, const void *x, void *y, const void *bias,
                          const void *residual, int64_t N, int64_t M, int64_t plane, int act,
                          float alpha, float beta, cudaStream_t stream);
+/* Y [N, M] = act(X [N, K] W [M, K]^T + bias[M] + R [N, M]) in one launch,
+ * the epilogue inside (bias and R may be NULL; act a KCU_ACT_* below
+ * KCU_ACT_COUNT): a FusedConv on [N, C, 1, 1] values (the squeeze-excite
+ * blocks' 1x1 layers) by tactic KCU_CONV_TACTIC_GEMV (cuda_conv.c). A warp
+ * per output channel, up to 4 images per warp, 16-byte loads where K and
+ * the pointers allow; fp32 accumulation (fp64 for fp64) (k_fused.cu). */
+cudaError_t kcu_conv_gemv(kiln_dtype t, int64_t N, int64_t K, int64_t M, const void *x, const void *w,
+                          const void *bias, const void *r, void *y, int act, float alpha, float beta,
+                          cudaStream_t stream);
 
 /* Attention O = softmax(s) V per (batch, head) with s = scale Q K^T, then
  * the cond rule (cond == cond_fill_if: s = fill (mode 1) or s += fill (mode

@@ -127,11 +127,6 @@ __global__ void __launch_bounds__(KCU_THREADS)
 
 /* ---- channels last ------------------------------------------------------------- */
 
-/* V elements of T moved as one (16 bytes for 8 halves) */
-template <typename T, int V> struct alignas(sizeof(T) * V) Vec {
-    T v[V];
-};
-
 /* thread per (n, ho, wo, group of V channels) */
 /* I: the index type (32 bits where every offset fits: cheaper division) */
 template <typename T, int V, typename I>
