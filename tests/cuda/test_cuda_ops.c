@@ -1057,9 +1057,11 @@ TEST(test_pool_nhwc) {
               (kiln_tensor *[]){trand(F32, -3, 3, S(1, 45, 40, 40))}, 1, false, 0);
     /* batch 1 (MobileNetV3-Large's squeeze-excite planes and its last pool, EfficientNet-B0's first SE
      * plane): splits of one channel block that form a thread-block cluster (sm_90: one launch, the sums
-     * added through distributed shared memory), 7 splits (a cluster of 7 blocks), and a plane whose
+     * added through distributed shared memory), 7 x 7 planes (8 splits of 7 positions: the last one empty),
+     * 3 x 3 and 5 x 5 ones (clusters of 2 and 4), and a plane whose
      * splits outnumber a cluster (partial sums and the second kernel) */
-    CHECK(kcu_gap_nhwc_splits(1, 28 * 28, 72) == KCU_GAP_CLUSTER && kcu_gap_nhwc_splits(1, 7 * 7, 960) == 7);
+    CHECK(kcu_gap_nhwc_splits(1, 28 * 28, 72) == KCU_GAP_CLUSTER && kcu_gap_nhwc_splits(1, 7 * 7, 960) == 8);
+    CHECK(kcu_gap_nhwc_splits(1, 3 * 3, 960) == 2 && kcu_gap_nhwc_splits(1, 5 * 5, 960) == 4);
     CHECK(kcu_gap_nhwc_splits(1, 112 * 112, 32) > KCU_GAP_CLUSTER && kcu_gap_nhwc_splits(64, 7 * 7, 2048) == 1);
     CHECK(kcu_gap_nhwc_cluster(8, 1) && !kcu_gap_nhwc_cluster(8, 0) && !kcu_gap_nhwc_cluster(1, 1) &&
           !kcu_gap_nhwc_cluster(KCU_GAP_CLUSTER + 1, 1));
@@ -1070,6 +1072,7 @@ TEST(test_pool_nhwc) {
             {1, 672, 7, 7, KILN_DTYPE_BFLOAT16, "gap_b1_c672_7_bf16"}, {1, 32, 112, 112, KILN_DTYPE_FLOAT16, "gap_b1_c32_112"},
             {2, 40, 14, 14, KILN_DTYPE_FLOAT32, "gap_b2_c40_f32"},    {1, 44, 9, 9, KILN_DTYPE_FLOAT16, "gap_b1_c44_odd"},
             {32, 960, 7, 7, KILN_DTYPE_FLOAT16, "gap_b32_c960_7"},    {32, 72, 28, 28, KILN_DTYPE_FLOAT16, "gap_b32_c72_28"},
+            {1, 960, 3, 3, KILN_DTYPE_FLOAT16, "gap_b1_c960_3"},      {1, 512, 5, 5, KILN_DTYPE_BFLOAT16, "gap_b1_c512_5"},
         };
         kiln_cuda_state *cst = st;
         const int keep_major = cst->cc_major;

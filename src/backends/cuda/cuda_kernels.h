@@ -237,7 +237,9 @@ cudaError_t kcu_gap_nhwc(kiln_dtype t, int64_t N, int64_t HW, int64_t C, const v
  * reads at least one position); where that asks for more than one cluster
  * of splits, a plane of at most 64 positions per thread row keeps one
  * cluster (8 loads per thread at most: a 28 x 28 x 120 layer), and a larger
- * one takes at least 4 positions per thread and split. */
+ * one takes at least 4 positions per thread and split. Up to a cluster,
+ * the count is a power of two (the portable cluster shapes; the splits
+ * then cover the plane with a last one that may be empty). */
 static inline int64_t kcu_gap_nhwc_splits(int64_t N, int64_t HW, int64_t C) {
     int64_t cv = C / 8 > 0 ? C / 8 : 1, tx = cv < 32 ? cv : 32, ty = 256 / tx;
     int64_t blocks = N * ((cv + tx - 1) / tx), rows = (HW + ty - 1) / ty;
@@ -248,6 +250,7 @@ static inline int64_t kcu_gap_nhwc_splits(int64_t N, int64_t HW, int64_t C) {
         s = rows <= 8 * KCU_GAP_CLUSTER ? KCU_GAP_CLUSTER : s < most ? s : most;
         if (s < KCU_GAP_CLUSTER) s = KCU_GAP_CLUSTER;
     }
+    if (s > 2 && s < KCU_GAP_CLUSTER) s = s > 4 ? 8 : 4; /* clusters of 2, 4 or 8 blocks (a last split may be empty) */
     return s > 1 ? s : 1;
 }
 /* whether S splits run as one cluster (no `part`, one launch) */
