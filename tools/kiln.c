@@ -648,7 +648,13 @@ static const char build_help[] =
     "                           passes' lists them), e.g. to find the pass at fault with\n"
     "                           'kiln debug compare'\n"
     "  -q, --quiet              print nothing on success\n"
-    "  -h, --help               show this help\n";
+    "  -h, --help               show this help\n"
+    "\n"
+    "Environment (tuning):\n"
+    "  KILN_TUNE_VERBOSE=1      every tuned layer's candidates and times, where the layer's\n"
+    "                           tuning time went, and a summary with the 10 longest layers\n"
+    "  KILN_CUDA_PLAN_THREADS=N make the cuDNN plans of the convolutions to tune on N host\n"
+    "                           threads while the GPU times (0, the default: one at a time)\n";
 
 /* --layer-precision name:fp32[,name2:fp32...]; false (message printed) on error */
 bool set_layer_precisions(const char *cmd, kiln_builder *b, const char *list) {

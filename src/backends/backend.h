@@ -163,6 +163,13 @@ KILN_PRIVATE const char *kiln__backend_kernel_name(const kiln_backend_i *be, con
  * (kiln_kernel.tactic_fast_math) are left out. */
 KILN_PRIVATE int kiln__backend_tactics(const kiln_backend_i *be, void *state,
                                        const kiln_infer_args *a, bool fast_math, int32_t *ids, int cap);
+/* Tells the kernel of the node of `a` that the tuner will set up its
+ * tactics ids[0..n) next (kiln_kernel.tactics_ahead); nothing without the hook. */
+KILN_PRIVATE void kiln__backend_tactics_ahead(const kiln_backend_i *be, void *state, const kiln_infer_args *a,
+                                              const int32_t *ids, int n);
+/* What tactic `id` of node n is (KILN_TACTIC_KIND_*, kernel.h), and a kind's name. */
+KILN_PRIVATE int kiln__backend_tactic_kind(const kiln_backend_i *be, void *state, const kiln_node *n, int32_t id);
+KILN_PRIVATE const char *kiln__backend_tactic_kind_name(int kind);
 /* Short (static) and full names of tactic `id` of node n on `be`. */
 KILN_PRIVATE const char *kiln__backend_tactic_name(const kiln_backend_i *be, const kiln_node *n,
                                                    int32_t id);

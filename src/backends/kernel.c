@@ -3,6 +3,7 @@
 #include "backends/backend.h"
 
 #include <stdio.h>
+#include <string.h>
 
 const kiln_kernel *kiln__backend_kernel(const kiln_backend_i *be, const kiln_node *n) {
     if (!be || !n || !n->op) return NULL;
@@ -35,6 +36,28 @@ int kiln__backend_tactics(const kiln_backend_i *be, void *state, const kiln_infe
     for (int i = 0; i < n; i++)
         if (!k->tactic_fast_math(ids[i])) ids[kept++] = ids[i];
     return kept;
+}
+
+void kiln__backend_tactics_ahead(const kiln_backend_i *be, void *state, const kiln_infer_args *a,
+                                  const int32_t *ids, int n) {
+    const kiln_kernel *k = a->op ? be->kernel_for(kiln__op_id_of(a->op)) : NULL;
+    if (k && k->tactics_ahead && n > 0) k->tactics_ahead(state, a, ids, n);
+}
+
+int kiln__backend_tactic_kind(const kiln_backend_i *be, void *state, const kiln_node *n, int32_t id) {
+    const kiln_kernel *k = kiln__backend_kernel(be, n);
+    if (!k) return KILN_TACTIC_KIND_OTHER;
+    if (k->tactic_kind) return k->tactic_kind(state, id);
+    const char *s = kiln__backend_tactic_name(be, n, id);
+    return !strncmp(s, "cublas", 6) ? KILN_TACTIC_KIND_BLAS
+           : !strncmp(s, "kiln", 4) ? KILN_TACTIC_KIND_KILN
+                                    : KILN_TACTIC_KIND_OTHER;
+}
+
+const char *kiln__backend_tactic_kind_name(int kind) {
+    static const char *const names[KILN_TACTIC_KIND_COUNT] = {"other", "precompiled", "runtime-compiled",
+                                                              "legacy", "blas", "kiln"};
+    return kind >= 0 && kind < KILN_TACTIC_KIND_COUNT ? names[kind] : "other";
 }
 
 const char *kiln__backend_tactic_name(const kiln_backend_i *be, const kiln_node *n, int32_t id) {

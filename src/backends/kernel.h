@@ -64,6 +64,29 @@ typedef struct kiln_kernel {
      * restores them after the set-up), 0 when not, -1 when `id` is not to
      * be timed alone (the builder restores the attrs and skips it). */
     int (*tune_prepare)(kiln_node *n, int32_t id, const int32_t *ids, int n_ids, const kiln_kernel_args *a);
+    /* Tuning (optional): the builder will set up tactics ids[0..n) of the
+     * node of `a` (state: the tuner's state of this backend), in that
+     * order, after those of the layers it announced before: the kernel may
+     * start making what their set-up makes (library execution plans) on
+     * host threads now (CUDA: KILN_CUDA_PLAN_THREADS). Which tactics can be
+     * set up and what they compute must not depend on it. */
+    void (*tactics_ahead)(void *state, const kiln_infer_args *a, const int32_t *ids, int n);
+    /* What tactic `id` is (KILN_TACTIC_KIND_*; state: the tuner's, which
+     * listed it), for KILN_TUNE_VERBOSE's account of a build's time. NULL:
+     * guessed from tactic_name ("cublas..." a BLAS library's, "kiln..."
+     * kiln's own kernel, else other). */
+    int (*tactic_kind)(void *state, int32_t id);
 } kiln_kernel;
+
+/* Kinds of tactics (kiln_kernel.tactic_kind), by what setting one up costs. */
+enum {
+    KILN_TACTIC_KIND_OTHER = 0,
+    KILN_TACTIC_KIND_PRECOMPILED = 1, /* a library's precompiled kernel (cuDNN engine config) */
+    KILN_TACTIC_KIND_RUNTIME = 2,     /* a library kernel compiled when its plan is made (NVRTC) */
+    KILN_TACTIC_KIND_LEGACY = 3,      /* a library's older API that times its own algorithms */
+    KILN_TACTIC_KIND_BLAS = 4,        /* a BLAS library's matrix product (cuBLASLt) */
+    KILN_TACTIC_KIND_KILN = 5,        /* kiln's own kernel */
+    KILN_TACTIC_KIND_COUNT = 6
+};
 
 #endif

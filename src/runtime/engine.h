@@ -116,6 +116,26 @@ KILN_PRIVATE void kiln__tune_turns(int n, kiln_turn_fn run, void *ctx, double *u
  * kiln__builder_tune calls it for every layer it times, tests with a
  * backend of their own). */
 struct kiln_backend_i;
+/* Where one layer's tuning time went (kiln_tune_layer.stats; always
+ * collected, printed with KILN_TUNE_VERBOSE=1), in microseconds of the
+ * tuner's thread. Kinds are KILN_TACTIC_KIND_* (backends/kernel.h). */
+#define KILN_TUNE_KINDS 6
+typedef struct kiln_tune_stats {
+    int candidates;
+    double list_us;                      /* listing its tactics (the backend's hook: cuDNN
+                                            graphs and heuristics queries) */
+    double bufs_us;                      /* its buffers: allocated, filled, copied to the device */
+    double setup_us[KILN_TUNE_KINDS];    /* set-up of the candidates of each kind: state and
+                                            plans made (or taken from the threads that made
+                                            them ahead), one untimed run */
+    int setup_n[KILN_TUNE_KINDS], failed_n[KILN_TUNE_KINDS]; /* set up; of which failed */
+    double check_us;                     /* outputs poisoned before, sampled after each set-up
+                                            run (the agreement check) */
+    double judge_us;                     /* judging candidates that disagree (host reference) */
+    int ref_runs;                        /* host references computed */
+    double time_us;                      /* timing: CUDA Graph captures and replays, runs */
+    double total_us;                     /* kiln__tune_layer's whole time */
+} kiln_tune_stats;
 typedef struct kiln_tune_layer {
     const struct kiln_backend_i *be; /* the layer's backend (backends/backend.h) */
     void *state;                     /* be's state */
@@ -132,6 +152,7 @@ typedef struct kiln_tune_layer {
     /* bounds on the host reference that judges a device layer's tactics when they
      * disagree (estimated multiply-adds, host bytes; 0: none is computed) */
     double ref_max_macs, ref_max_bytes;
+    kiln_tune_stats *stats;          /* where the time went (NULL: not kept) */
 } kiln_tune_layer;
 /* Sets up, checks (a device layer: builder/tune_check.h) and times the
  * tactics of L; *best: the fastest that ran and passed the check, with its

@@ -293,6 +293,8 @@ expect "build --fast-math" 0 "" "$KILN" build tiny.onnx -o fast.kiln --fast-math
 expect "inspect: fast math" 0 "math:      fast (--fast-math" "$KILN" inspect fast.kiln
 expect "inspect --json: fast math" 0 '"math": "fast"' "$KILN" inspect fast.kiln --json
 expect "build --help: --fast-math" 0 "--fast-math" "$KILN" build --help
+expect "build --help: KILN_TUNE_VERBOSE and KILN_CUDA_PLAN_THREADS" 0 "KILN_CUDA_PLAN_THREADS=N" "$KILN" build --help
+expect "KILN_TUNE_VERBOSE=1: the build's tuning summary" 0 "kiln: tune summary: #1 mm+add+relu" env KILN_TUNE_VERBOSE=1 "$KILN" build tiny.onnx -o tv.kiln --shapes x:2x4
 
 # ---- bench ------------------------------------------------------------------------------------
 expect "bench" 0 "p50" "$KILN" bench tiny.kiln --warmup 1 --iterations 5

@@ -74,7 +74,15 @@ static kiln_status fake_conv(const kiln_kernel_args *a) {
     return KILN_OK;
 }
 
-static const kiln_kernel fake_kernel = {.name = "fake.conv", .run = fake_conv, .tactic_describe = fake_describe};
+/* what setting each tactic up costs (KILN_TUNE_VERBOSE's account) */
+static int fake_kind(void *state, int32_t id) {
+    (void)state;
+    return id == T_LEGACY ? KILN_TACTIC_KIND_LEGACY : id == T_DIRECT ? KILN_TACTIC_KIND_KILN
+                                                                      : KILN_TACTIC_KIND_PRECOMPILED;
+}
+
+static const kiln_kernel fake_kernel = {.name = "fake.conv", .run = fake_conv, .tactic_describe = fake_describe,
+                                        .tactic_kind = fake_kind};
 
 static const kiln_kernel *fake_kernel_for(int op_id) { return op_id == KILN_OP_FusedConv ? &fake_kernel : NULL; }
 static void *fake_alloc(void *st, size_t n) { (void)st; return kiln__aligned_alloc(n); }
@@ -141,7 +149,7 @@ static void layer_make(layer *L) {
                        .device = KILN_DEVICE_CUDA};
 }
 
-static kiln_status tune(const int32_t *ids, int n_ids, double max_macs, int32_t *best) {
+static kiln_status tune_stats(const int32_t *ids, int n_ids, double max_macs, int32_t *best, kiln_tune_stats *S) {
     layer *L = kiln__calloc(1, sizeof *L);
     if (!L) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "test");
     layer_make(L);
@@ -150,7 +158,7 @@ static kiln_status tune(const int32_t *ids, int n_ids, double max_macs, int32_t 
     double us = -1;
     kiln_tune_layer tl = {.be = &fake_device, .pool = &pool, .threads = 2, .n = &L->n, .in = L->in,
                           .outs = &L->y_i, .ids = ids, .n_ids = n_ids, .ref_max_macs = max_macs,
-                          .ref_max_bytes = 1e9};
+                          .ref_max_bytes = 1e9, .stats = S};
     if (st == KILN_OK) st = kiln__tune_layer(&tl, best, &us);
     if (st == KILN_OK && us < 0) st = KILN_FAIL(KILN_ERR_INTERNAL, "test: no tactic was timed");
     kiln__pool_free(pool);
@@ -158,7 +166,34 @@ static kiln_status tune(const int32_t *ids, int n_ids, double max_macs, int32_t 
     return st;
 }
 
+static kiln_status tune(const int32_t *ids, int n_ids, double max_macs, int32_t *best) {
+    return tune_stats(ids, n_ids, max_macs, best, NULL);
+}
+
 static const int32_t planted[4] = {T_ENG7, T_ENG4A, T_ENG4B, T_LEGACY};
+
+/* Where a layer's tuning time went (kiln_tune_stats, KILN_TUNE_VERBOSE):
+ * its candidates set up by kind, the host reference computed only when
+ * they disagree, every phase within the layer's whole time. */
+TEST(the_stats_say_where_the_time_went) {
+    int32_t best = -1;
+    kiln_tune_stats S;
+    memset(&S, 0xff, sizeof S); /* (all of it is written) */
+    S.list_us = 12.5;           /* (the tuner's, kept) */
+    CHECK_OK(tune_stats(planted, 4, 1e9, &best, &S));
+    CHECK(S.candidates == 4 && S.ref_runs == 1 && S.list_us == 12.5);
+    CHECK(S.setup_n[KILN_TACTIC_KIND_PRECOMPILED] == 3 && S.setup_n[KILN_TACTIC_KIND_LEGACY] == 1);
+    CHECK(S.setup_n[KILN_TACTIC_KIND_KILN] == 0 && S.setup_n[KILN_TACTIC_KIND_RUNTIME] == 0);
+    CHECK(S.failed_n[KILN_TACTIC_KIND_PRECOMPILED] == 0);
+    double parts = S.bufs_us + S.check_us + S.judge_us + S.time_us;
+    for (int k = 0; k < KILN_TUNE_KINDS; k++) parts += S.setup_us[k];
+    CHECK(S.judge_us > 0 && S.time_us > 0 && S.total_us > 0 && parts <= S.total_us * 1.001 + 1);
+    /* agreeing tactics: no judge, no reference */
+    static const int32_t right[2] = {T_DIRECT, T_LEGACY};
+    CHECK_OK(tune_stats(right, 2, 1e9, &best, &S));
+    CHECK(S.candidates == 2 && S.ref_runs == 0 && S.judge_us < S.total_us);
+    CHECK(S.setup_n[KILN_TACTIC_KIND_KILN] == 1 && S.setup_n[KILN_TACTIC_KIND_LEGACY] == 1);
+}
 
 /* The H200's case: the plurality (the two eng4 configs) is wrong; the host
  * reference keeps the legacy tactic alone. */
@@ -203,6 +238,7 @@ TEST(without_a_reference_families_vote_and_no_plurality_is_taken) {
 
 int main(void) {
     RUN(the_host_reference_keeps_the_right_tactic);
+    RUN(the_stats_say_where_the_time_went);
     RUN(tactics_that_agree_are_timed);
     RUN(every_tactic_wrong_fails_the_build);
     RUN(without_a_reference_families_vote_and_no_plurality_is_taken);

@@ -25,6 +25,7 @@ static void cuda_state_free(void *state) {
     (void)cudaSetDevice(st->device);
     if (st->own) (void)cudaStreamSynchronize(st->own);
     if (st->stream && st->stream != st->own) (void)cudaStreamSynchronize(st->stream);
+    kiln__cu_conv_plans_end(st);
 #if KILN_HAVE_CUDNN
     if (st->dnn) (void)cudnnDestroy(st->dnn);
 #endif
@@ -109,6 +110,16 @@ static kiln_status cuda_state_create(int index, void **out) {
     st->conv_find = !(find && !strcmp(find, "0"));
     st->attn_fa = kiln__env_flag("KILN_CUDA_ATTN_FA");
     st->dw_nchw_tiled = kiln__env_flag("KILN_CUDA_DW_NCHW");
+    const char *pt = getenv("KILN_CUDA_PLAN_THREADS");
+    st->plan_threads = !pt || !pt[0] ? KCU_PLAN_THREADS_DEFAULT
+                       : !strcmp(pt, "auto") ? KCU_PLAN_THREADS_AUTO
+                                             : atoi(pt) < 0 ? 0 : atoi(pt);
+    if (st->plan_threads == KCU_PLAN_THREADS_AUTO) {
+        int cores = kiln__cpu_count() - 1;
+        st->plan_threads = cores < 0 ? 0 : cores > 16 ? 16 : cores;
+    }
+    if (st->plan_threads > 64) st->plan_threads = 64;
+    st->tune_verbose = kiln__env_flag("KILN_TUNE_VERBOSE");
     *out = st;
     return KILN_OK;
 cuda_fail:

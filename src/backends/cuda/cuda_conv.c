@@ -22,9 +22,13 @@
 
 #include "backends/cuda/cuda_internal.h"
 #include "backends/cuda/k_dwconv.h"
+#include "core/prep_pool.h"
 
 
 #include <limits.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -747,10 +751,65 @@ static void gconv_key_make(gconv_key *k, const kcu_conv *g, const int64_t *pe, k
     for (int i = 0; i < 5; i++) k->al[i] = ptrs && ptrs[i] ? kcu_dg_align(ptrs[i]) : 16;
 }
 
-/* The plan of key k in the node's state (made on first use). A stored
- * tactic that cannot be made here falls back to the heuristics' order with
- * a warning (once per node), except in a tuning state (strict_tactics),
- * where it fails. p->declined: no config runs the graph. */
+/* What gconv_make made of a key. */
+enum { GM_DECLINED = 0, GM_MADE = 1, GM_MISSING = 2 };
+
+/* Makes, into p (cleared), the graph of key k and the plan of its tactic
+ * on handle h: GM_MADE; GM_DECLINED when no engine config runs the graph;
+ * GM_MISSING when k->tactic is a config id that cannot be made here (then,
+ * with `fallback`, the plan of the first config in the heuristics' order
+ * that can be made, if any). A tactic that is no config id: the first
+ * config that can be made. Touches nothing but p and h: the plan threads
+ * (KILN_CUDA_PLAN_THREADS) call it with their own handles, and it gives the
+ * same answer for the same key on any thread. */
+static int gconv_make(cudnnHandle_t h, const gconv_key *k, bool fallback, gconv_plan *p) {
+    kcu_dg_cfgs cfgs;
+    memset(&cfgs, 0, sizeof cfgs);
+    p->key = *k;
+    p->used = true;
+    p->declined = true;
+    int r = GM_DECLINED;
+    if (gconv_graph(h, k, &p->dg) != CUDNN_STATUS_SUCCESS || kcu_dg_configs(&p->dg, &cfgs) != CUDNN_STATUS_SUCCESS ||
+        cfgs.n == 0)
+        goto done;
+    if (kcu_dg_is_id(k->tactic)) {
+        int f = 0;
+        while (f < cfgs.n && cfgs.id[f] != (k->tactic & ~KCU_DG_ID_USER)) f++;
+        if (f < cfgs.n && kcu_dg_plan_make(h, &cfgs.cfg[f], k->tactic, &p->plan) == CUDNN_STATUS_SUCCESS) {
+            p->declined = false;
+            r = GM_MADE;
+            goto done;
+        }
+        r = GM_MISSING;
+        if (!fallback) goto done;
+    }
+    for (int i = 0; i < cfgs.n; i++)
+        if (kcu_dg_plan_make(h, &cfgs.cfg[i], cfgs.id[i], &p->plan) == CUDNN_STATUS_SUCCESS) {
+            p->declined = false;
+            if (r != GM_MISSING) r = GM_MADE;
+            break;
+        }
+done:
+    kcu_dg_cfgs_free(&cfgs);
+    return r;
+}
+
+/* The plan threads' window follows the layer being set up (node: its
+ * name's pointer, as it was announced; cuda_conv.c's plan threads below). */
+static void plan_window(kiln_cuda_state *st, const char *node) {
+    for (int g = st->plan_at; g < st->plan_group; g++)
+        if (st->plan_nodes[g] == node) {
+            if (g != st->plan_at || g == 0) kiln__prep_advance(st->plan_prep, g);
+            st->plan_at = g;
+            return;
+        }
+}
+
+/* The plan of key k in the node's state (made on first use; in a tuning
+ * state with plan threads, taken from them when they made it ahead). A
+ * stored tactic that cannot be made here falls back to the heuristics'
+ * order with a warning (once per node), except in a tuning state
+ * (strict_tactics), where it fails. p->declined: no config runs the graph. */
 static kiln_status gconv_plan_for(const kiln_kernel_args *a, conv_state *cs, const gconv_key *k,
                                   gconv_plan **out) {
     for (int i = 0; i < KCU_CONV_PLANS; i++)
@@ -762,45 +821,32 @@ static kiln_status gconv_plan_for(const kiln_kernel_args *a, conv_state *cs, con
     gconv_plan *p = &cs->gp[cs->gp_next];
     cs->gp_next = (cs->gp_next + 1) % KCU_CONV_PLANS;
     gconv_plan_clear(p);
-    p->key = *k;
-    p->used = true;
-    p->declined = true;
     *out = p;
-    kcu_dg_cfgs cfgs;
-    memset(&cfgs, 0, sizeof cfgs);
-    kiln_status s = KILN_OK;
-    if (gconv_graph(st->dnn, k, &p->dg) != CUDNN_STATUS_SUCCESS || kcu_dg_configs(&p->dg, &cfgs) != CUDNN_STATUS_SUCCESS ||
-        cfgs.n == 0)
-        goto done;
-    if (kcu_dg_is_id(k->tactic)) {
-        int f = 0;
-        while (f < cfgs.n && cfgs.id[f] != (k->tactic & ~KCU_DG_ID_USER)) f++;
-        if (f < cfgs.n && kcu_dg_plan_make(st->dnn, &cfgs.cfg[f], k->tactic, &p->plan) == CUDNN_STATUS_SUCCESS) {
-            p->declined = false;
-            goto done;
+    int r = -1;
+    if (st->plan_prep && st->strict_tactics) {
+        plan_window(st, KCU_NODE(a));
+        int status;
+        void *made = NULL;
+        if (kiln__prep_take(st->plan_prep, k, st->dnn, &status, &made) && made) {
+            *p = *(const gconv_plan *)made; /* (the plan's descriptors move here) */
+            kiln__free(made);
+            r = status;
         }
-        char name[48];
-        kcu_dg_id_name(k->tactic, name, sizeof name);
-        if (st->strict_tactics) {
-            s = KILN_FAIL(KILN_ERR_UNSUPPORTED, "node '%s': cuDNN engine config %s cannot be made here", KCU_NODE(a),
-                          name);
-            goto done;
-        }
-        if (!cs->warned)
-            fprintf(stderr,
-                    "kiln: warning: node '%s': cuDNN engine config %s (chosen at build) is not available for "
-                    "input [%lld, %lld, ...] with this cuDNN %zu and GPU; using cuDNN's heuristics\n",
-                    KCU_NODE(a), name, (long long)k->g.N, (long long)k->g.C, cudnnGetVersion());
-        cs->warned = true;
     }
-    for (int i = 0; i < cfgs.n; i++)
-        if (kcu_dg_plan_make(st->dnn, &cfgs.cfg[i], cfgs.id[i], &p->plan) == CUDNN_STATUS_SUCCESS) {
-            p->declined = false;
-            break;
-        }
-done:
-    kcu_dg_cfgs_free(&cfgs);
-    return s;
+    if (r < 0) r = gconv_make(st->dnn, k, !st->strict_tactics, p);
+    if (r != GM_MISSING) return KILN_OK;
+    char name[48];
+    kcu_dg_id_name(k->tactic, name, sizeof name);
+    if (st->strict_tactics)
+        return KILN_FAIL(KILN_ERR_UNSUPPORTED, "node '%s': cuDNN engine config %s cannot be made here", KCU_NODE(a),
+                         name);
+    if (!cs->warned)
+        fprintf(stderr,
+                "kiln: warning: node '%s': cuDNN engine config %s (chosen at build) is not available for "
+                "input [%lld, %lld, ...] with this cuDNN %zu and GPU; using cuDNN's heuristics\n",
+                KCU_NODE(a), name, (long long)k->g.N, (long long)k->g.C, cudnnGetVersion());
+    cs->warned = true;
+    return KILN_OK;
 }
 
 /* Runs conv + bias + residual + activation as one cuDNN graph. *handled =
@@ -1268,6 +1314,21 @@ kiln_status kiln__cu_fused_conv_run(const kiln_kernel_args *a) {
  * seconds). */
 #define KCU_CONV_MAX_RTC 3
 
+/* The geometry of an fp16/bf16 FusedConv at the shapes of `a` (the only
+ * layers with more than tactic 0); false for any other. */
+static bool fc_half_geom(const kiln_infer_args *a, kcu_conv *g, int64_t *pe) {
+    const kiln_fused_conv_attrs *at = a->attrs;
+    if (!at || a->n_in < 2 || !a->in[0] || !a->in[1] || a->n_out < 1 || !a->out[0]) return false;
+    const kiln_tinfo *x = a->in[0], *w = a->in[1], *y = a->out[0];
+    if (x->dtype != KILN_DTYPE_FLOAT16 && x->dtype != KILN_DTYPE_BFLOAT16) return false;
+    if (conv_geom_dims(a->node_name ? a->node_name : "?", &at->conv, x->rank, x->dims, w->rank, w->dims, y->rank,
+                       y->dims, g, pe) != KILN_OK) {
+        kiln__clear_error();
+        return false;
+    }
+    return true;
+}
+
 /* FusedConv's tactics on CUDA: the engine configs of cuDNN's heuristics
  * for the layer's fused graph (fp16/bf16), in their order (for a layer
  * that converts its NCHW input: those of each input variant XV_*), then
@@ -1282,16 +1343,10 @@ int kiln__cu_fused_conv_tactics(void *state, const kiln_infer_args *a, int32_t *
     if (!st || cap < 1) return 0;
     ids[0] = 0;
     const kiln_fused_conv_attrs *at = a->attrs;
-    if (!at || a->n_in < 2 || !a->in[0] || !a->in[1] || a->n_out < 1 || !a->out[0]) return 1;
-    const kiln_tinfo *x = a->in[0], *w = a->in[1], *y = a->out[0];
-    if (x->dtype != KILN_DTYPE_FLOAT16 && x->dtype != KILN_DTYPE_BFLOAT16) return 1;
     kcu_conv g;
     int64_t pe[KCU_MAX_SP] = {0, 0, 0};
-    if (conv_geom_dims(a->node_name ? a->node_name : "?", &at->conv, x->rank, x->dims, w->rank, w->dims, y->rank,
-                       y->dims, &g, pe) != KILN_OK) {
-        kiln__clear_error();
-        return 1;
-    }
+    if (!fc_half_geom(a, &g, pe)) return 1;
+    const kiln_tinfo *x = a->in[0];
     bool nhwc = at->layout != 0, x_nchw = at->layout == KILN_FC_LAYOUT_Y_NHWC;
     bool dw = conv_is_depthwise(&g);
     if (dw && !nhwc) return 1; /* depthwise NCHW: kiln's direct kernel */
@@ -1345,6 +1400,8 @@ int kiln__cu_fused_conv_tactics(void *state, const kiln_infer_args *a, int32_t *
         int rtc = 0, got = 0;
         if (gconv_graph(st->dnn, &k, &dg) == CUDNN_STATUS_SUCCESS && kcu_dg_configs(&dg, &cfgs) == CUDNN_STATUS_SUCCESS)
             for (int i = 0; i < cfgs.n && got < want; i++) {
+                st->dg_engine_kind[kcu_dg_id_engine(cfgs.id[i])] =
+                    cfgs.flags[i] & KCU_DG_CFG_RUNTIME_COMPILED ? KILN_TACTIC_KIND_RUNTIME : KILN_TACTIC_KIND_PRECOMPILED;
                 if ((cfgs.flags[i] & KCU_DG_CFG_RUNTIME_COMPILED) && rtc++ >= (dw || hs ? 1 : KCU_CONV_MAX_RTC)) continue;
                 ids[n++] = cfgs.id[i] | (int32_t)v << KCU_DG_ID_USER_SHIFT;
                 got++;
@@ -1398,6 +1455,141 @@ void kiln__cu_fused_conv_tactic_describe(int32_t id, char *buf, size_t n) {
 }
 
 
+
+/* ---- plans made ahead on host threads (KILN_CUDA_PLAN_THREADS) ----------------
+ * The tuner announces each FusedConv layer it will time (tactics_ahead):
+ * the key of every cuDNN graph config among its tactics (the key its
+ * set-up run will make: alignments 16, as the tuner's cudaMalloc'd buffers
+ * have) is queued on the state's plan threads, which make the graph, list
+ * the configs and finalize that config's plan (NVRTC for runtime-compiled
+ * engines: ~0.5 s each) with their own cuDNN handles; the set-up run takes
+ * the plan by its key (gconv_plan_for) or makes it itself where no thread
+ * has started it. What is made for a key does not depend on the thread
+ * (gconv_make), so neither do the tactics that can be set up, their order
+ * or their ids. */
+#if KILN_HAVE_CUDNN
+/* Look-ahead of the plan threads: the layers after the one being set up. */
+#define KCU_PLAN_AHEAD 3
+
+static int plan_worker_init(void *ctx, void **worker) {
+    const kiln_cuda_state *st = ctx;
+    cudnnHandle_t h = NULL;
+    /* the device's primary context, current on this thread too */
+    if (cudaSetDevice(st->device) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 1;
+    }
+    if (cudnnCreate(&h) != CUDNN_STATUS_SUCCESS) return 1;
+    *worker = h;
+    /* below the tuner's thread, whose timings (a launch, a wait) must not
+     * queue behind NVRTC compiles on a busy host */
+    (void)setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 10);
+    return 0;
+}
+
+static void plan_worker_fini(void *ctx, void *worker) {
+    (void)ctx;
+    (void)cudnnDestroy((cudnnHandle_t)worker);
+}
+
+/* One key's plan (kiln_prep_ops.prepare): status GM_*, or -1 without memory. */
+static int plan_prepare(void *ctx, void *worker, const void *key, void **result) {
+    (void)ctx;
+    gconv_plan *p = kiln__calloc(1, sizeof *p);
+    if (!p) return -1;
+    int r = gconv_make((cudnnHandle_t)worker, key, false, p);
+    *result = p;
+    return r;
+}
+
+static void plan_free(void *ctx, void *result) {
+    (void)ctx;
+    gconv_plan_clear(result);
+    kiln__free(result);
+}
+#endif
+
+void kiln__cu_fused_conv_tactics_ahead(void *state, const kiln_infer_args *a, const int32_t *ids, int n) {
+#if KILN_HAVE_CUDNN
+    kiln_cuda_state *st = state;
+    if (!st || !st->dnn || st->plan_threads <= 0 || !st->strict_tactics) return;
+    const kiln_fused_conv_attrs *at = a->attrs;
+    kcu_conv g;
+    int64_t pe[KCU_MAX_SP] = {0, 0, 0};
+    if (!fc_half_geom(a, &g, pe)) return;
+    const kiln_tinfo *x = a->in[0];
+    if (!st->plan_prep) {
+        kiln_prep_ops ops = {.ctx = st, .key_size = sizeof(gconv_key), .worker_init = plan_worker_init,
+                             .worker_fini = plan_worker_fini, .prepare = plan_prepare, .result_free = plan_free};
+        if (kiln__prep_create(st->plan_threads, KCU_PLAN_AHEAD, &ops, &st->plan_prep) != KILN_OK) {
+            kiln__clear_error(); /* the serial path */
+            st->plan_threads = 0;
+            return;
+        }
+    }
+    /* the geometry and key conv_exec gives conv_graph_run for each tactic */
+    const bool nhwc = at->layout != 0, x_nchw = at->layout == KILN_FC_LAYOUT_Y_NHWC;
+    const bool has_b = a->n_in > 2 && a->in[2] != NULL;
+    if (kiln__grow((void **)&st->plan_nodes, &st->plan_nodes_cap, st->plan_group + 1, sizeof *st->plan_nodes) !=
+        KILN_OK) {
+        kiln__clear_error(); /* (not announced: its plans are made when it is set up) */
+        return;
+    }
+    const int group = st->plan_group++;
+    st->plan_nodes[group] = a->node_name;
+    for (int i = 0; i < n; i++) {
+        if (!kcu_dg_is_id(ids[i])) continue;
+        kcu_conv gx = g;
+        int64_t pex[KCU_MAX_SP];
+        memcpy(pex, pe, sizeof pex);
+        if (nhwc && x_nchw && !conv_is_depthwise(&g)) {
+            int xv = tactic_xv(ids[i]);
+            xv_geom(&g, pe, xv_ok(&g, xv) ? xv : XV_C8, &gx, pex);
+        }
+        gconv_key k;
+        gconv_key_make(&k, &gx, pex, x->dtype, nhwc, ids[i], at->act, at->alpha, at->beta, has_b,
+                       at->has_residual != 0, NULL);
+        if (kiln__prep_submit(st->plan_prep, group, &k) != KILN_OK) kiln__clear_error(); /* (made when set up) */
+    }
+#else
+    (void)state, (void)a, (void)ids, (void)n;
+#endif
+}
+
+void kiln__cu_conv_plans_end(kiln_cuda_state *st) {
+#if KILN_HAVE_CUDNN
+    if (!st->plan_prep) return;
+    kiln_prep_stats s;
+    kiln__prep_free(st->plan_prep, &s);
+    if (st->tune_verbose)
+        fprintf(stderr,
+                "kiln: tune: cuDNN plans made ahead on %d threads (KILN_CUDA_PLAN_THREADS): %lld by the threads, "
+                "%lld by the tuner's thread (not started when needed), %lld made for nothing, %lld never started "
+                "(not needed); the tuner waited %.2f s for plans being made\n",
+                st->plan_threads, (long long)s.by_workers, (long long)s.by_caller, (long long)s.unused,
+                (long long)s.unstarted, s.wait_us / 1e6);
+    st->plan_prep = NULL;
+    kiln__free(st->plan_nodes);
+    st->plan_nodes = NULL;
+#else
+    (void)st;
+#endif
+}
+
+int kiln__cu_fused_conv_tactic_kind(void *state, int32_t id) {
+#if KILN_HAVE_CUDNN
+    const kiln_cuda_state *st = state;
+    if (kcu_dg_is_id(id))
+        return st && st->dg_engine_kind[kcu_dg_id_engine(id)] == KILN_TACTIC_KIND_RUNTIME ? KILN_TACTIC_KIND_RUNTIME
+                                                                                           : KILN_TACTIC_KIND_PRECOMPILED;
+#else
+    (void)state;
+#endif
+    return id == KCU_CONV_TACTIC_LEGACY ? KILN_TACTIC_KIND_LEGACY
+           : id == KCU_CONV_TACTIC_DW   ? KILN_TACTIC_KIND_KILN
+           : kcu_conv_gemm_kind(id)     ? KILN_TACTIC_KIND_BLAS
+                                        : KILN_TACTIC_KIND_OTHER;
+}
 
 #else
 typedef int kiln_cuda_conv_disabled;

@@ -76,7 +76,30 @@ typedef struct kiln_cuda_state {
                                  2 NaN, 3 neither (or it failed), 0 not probed */
     uint8_t sdpa_masked[256];
     uint64_t scratch_gen;     /* bumped whenever `scratch` is reallocated (graphs refer to it) */
+    int plan_threads;         /* KILN_CUDA_PLAN_THREADS=N (default KCU_PLAN_THREADS_DEFAULT): a
+                                 tuning state makes the cuDNN graph plans of the layers the tuner
+                                 announces (kiln_kernel.tactics_ahead) on N host threads, each with
+                                 its own cuDNN handle, while its own thread times; 0: each plan is
+                                 made on the tuner's thread as its candidate is set up */
+    struct kiln_prep *plan_prep; /* those threads (cuda_conv.c; made at the first announcement) */
+    int plan_group;           /* layers announced so far */
+    const char **plan_nodes;  /* [plan_group]: the name (pointer) of each layer announced, by
+                                 which its set-up moves the threads' window (owned array) */
+    int plan_nodes_cap, plan_at; /* plan_at: the layer being set up (its index) */
+    bool tune_verbose;        /* KILN_TUNE_VERBOSE=1: the plan threads' account when the state ends */
+    uint8_t dg_engine_kind[256]; /* graph engines seen listing tactics, by global index: 1
+                                 precompiled, 2 runtime-compiled (KILN_TACTIC_KIND_*) */
 } kiln_cuda_state;
+
+/* The plan threads of a state whose KILN_CUDA_PLAN_THREADS is unset: 0 is
+ * the serial path. One line to change once a GPU run has compared the
+ * two (docs/cuda.md, "Making plans ahead"): a count, or KCU_PLAN_THREADS_AUTO
+ * (the host's cores less one, at most 16; also KILN_CUDA_PLAN_THREADS=auto). */
+#define KCU_PLAN_THREADS_AUTO (-1)
+#define KCU_PLAN_THREADS_DEFAULT 0
+/* Ends a state's plan threads (their account to stderr with KILN_TUNE_VERBOSE),
+ * freeing the plans nobody took (cuda_conv.c); before the state's handles go. */
+KILN_PRIVATE void kiln__cu_conv_plans_end(kiln_cuda_state *st);
 
 /* ---- errors ----------------------------------------------------------------
  * Every CUDA failure becomes KILN_ERR_DEVICE naming the node (or what was
@@ -185,6 +208,8 @@ static inline int32_t kcu_conv_gemm_kind(int32_t id) {
 KILN_PRIVATE int kiln__cu_fused_conv_tactics(void *state, const kiln_infer_args *a, int32_t *ids,
                                              int cap);
 KILN_PRIVATE const char *kiln__cu_fused_conv_tactic_name(int32_t id);
+KILN_PRIVATE void kiln__cu_fused_conv_tactics_ahead(void *state, const kiln_infer_args *a, const int32_t *ids, int n);
+KILN_PRIVATE int kiln__cu_fused_conv_tactic_kind(void *state, int32_t id);
 KILN_PRIVATE void kiln__cu_fused_conv_tactic_describe(int32_t id, char *buf, size_t n);
 /* "cuda.conv.nhwc" / "cuda.dwconv.nhwc" (depthwise) / "cuda.conv.nchw-in.nhwc" for
  * channels-last layers */

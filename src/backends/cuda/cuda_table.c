@@ -156,6 +156,8 @@ static const kiln_kernel kiln_cuda_kernels[KILN_OP_ID_LIMIT] = {
     [KILN_OP_FusedConv] = {.name = "cuda.conv+epilogue", .supports = kiln__cu_fused_conv_supports,
                            .run = kiln__cu_fused_conv_run, .name_of = kiln__cu_fused_conv_name,
                            .tactics = kiln__cu_fused_conv_tactics,
+                           .tactics_ahead = kiln__cu_fused_conv_tactics_ahead,
+                           .tactic_kind = kiln__cu_fused_conv_tactic_kind,
                            .tactic_name = kiln__cu_fused_conv_tactic_name,
                            .tactic_describe = kiln__cu_fused_conv_tactic_describe},
     /* transformer layers (cuda_fused.c, k_fused.cu) */
