@@ -1825,6 +1825,8 @@ TEST(test_conv_gemm) {
     /* a layer that is not one (7 x 7 input): tactic 0's path */
     gemm_conv_case("gemv_not_fit_f16", KCU_CONV_TACTIC_GEMV, 0, F16, 2, 16, 7, 7, 8, 1, 1, KILN_FC_ACT_RELU, 0, 0,
                    true, false);
+    /* the tuning account counts it as kiln's own kernel */
+    CHECK(kiln__cu_fused_conv_tactic_kind(st, KCU_CONV_TACTIC_GEMV) == KILN_TACTIC_KIND_KILN);
 #if KILN_CUDA_EMU
     /* each of the cases above but the last ran the kernel once */
     CHECK(kiln_emu_gemv_count() - gemv_before == (int)(sizeof fc_acts / sizeof fc_acts[0]) + 6);

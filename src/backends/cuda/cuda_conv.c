@@ -1586,7 +1586,7 @@ int kiln__cu_fused_conv_tactic_kind(void *state, int32_t id) {
     (void)state;
 #endif
     return id == KCU_CONV_TACTIC_LEGACY ? KILN_TACTIC_KIND_LEGACY
-           : id == KCU_CONV_TACTIC_DW   ? KILN_TACTIC_KIND_KILN
+           : id == KCU_CONV_TACTIC_DW || id == KCU_CONV_TACTIC_GEMV ? KILN_TACTIC_KIND_KILN
            : kcu_conv_gemm_kind(id)     ? KILN_TACTIC_KIND_BLAS
                                         : KILN_TACTIC_KIND_OTHER;
 }
