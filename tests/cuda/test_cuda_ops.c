@@ -1075,10 +1075,11 @@ TEST(test_pool_nhwc) {
             {1, 960, 3, 3, KILN_DTYPE_FLOAT16, "gap_b1_c960_3"},      {1, 512, 5, 5, KILN_DTYPE_BFLOAT16, "gap_b1_c512_5"},
         };
         kiln_cuda_state *cst = st;
-        const int keep_major = cst->cc_major;
+        const bool keep = cst->gap_clusters;
         for (int pass = 0; pass < 2; pass++) {
-            /* pass 1: a device without clusters (partial sums and the second kernel at every split count) */
-            if (pass == 1) cst->cc_major = 8;
+            /* pass 1: without clusters (a device below sm_90, KILN_CUDA_GAP_CLUSTER=0): partial sums and the
+             * second kernel at every split count */
+            cst->gap_clusters = pass == 0 ? keep : false;
             for (size_t k = 0; k < sizeof gs / sizeof gs[0]; k++) {
                 char nm[64];
                 snprintf(nm, sizeof nm, "%s%s", gs[k].name, pass ? "_nocluster" : "");
@@ -1087,7 +1088,7 @@ TEST(test_pool_nhwc) {
                           0);
             }
         }
-        cst->cc_major = keep_major;
+        cst->gap_clusters = keep;
     }
     /* more images than a grid's y extent holds (65535): the batch shares blockIdx.x with the channel blocks */
     nhwc_case("gap_batch_70000_f16", KILN_OP_GlobalAveragePool, &g0, &gn, 1,
