@@ -1055,6 +1055,41 @@ TEST(test_pool_nhwc) {
               (kiln_tensor *[]){trand(BF16, -3, 3, S(3, 24, 30, 31))}, 1, false, 0);
     nhwc_case("gap_split_odd_c_f32", KILN_OP_GlobalAveragePool, &g0, &gn, 1,
               (kiln_tensor *[]){trand(F32, -3, 3, S(1, 45, 40, 40))}, 1, false, 0);
+    /* batch 1 (MobileNetV3-Large's squeeze-excite planes and its last pool, EfficientNet-B0's first SE
+     * plane): splits of one channel block that form a thread-block cluster (sm_90: one launch, the sums
+     * added through distributed shared memory), 7 x 7 planes (8 splits of 7 positions: the last one empty),
+     * 3 x 3 and 5 x 5 ones (clusters of 2 and 4), and a plane whose
+     * splits outnumber a cluster (partial sums and the second kernel) */
+    CHECK(kcu_gap_nhwc_splits(1, 28 * 28, 72) == KCU_GAP_CLUSTER && kcu_gap_nhwc_splits(1, 7 * 7, 960) == 8);
+    CHECK(kcu_gap_nhwc_splits(1, 3 * 3, 960) == 2 && kcu_gap_nhwc_splits(1, 5 * 5, 960) == 4);
+    CHECK(kcu_gap_nhwc_splits(1, 112 * 112, 32) > KCU_GAP_CLUSTER && kcu_gap_nhwc_splits(64, 7 * 7, 2048) == 1);
+    CHECK(kcu_gap_nhwc_cluster(8, 1) && !kcu_gap_nhwc_cluster(8, 0) && !kcu_gap_nhwc_cluster(1, 1) &&
+          !kcu_gap_nhwc_cluster(KCU_GAP_CLUSTER + 1, 1));
+    {
+        static const struct { int64_t N, C, H, W; kiln_dtype t; const char *name; } gs[] = {
+            {1, 72, 28, 28, KILN_DTYPE_FLOAT16, "gap_b1_c72_28"},     {1, 120, 28, 28, KILN_DTYPE_FLOAT16, "gap_b1_c120_28"},
+            {1, 480, 14, 14, KILN_DTYPE_FLOAT16, "gap_b1_c480_14"},   {1, 960, 7, 7, KILN_DTYPE_FLOAT16, "gap_b1_c960_7"},
+            {1, 672, 7, 7, KILN_DTYPE_BFLOAT16, "gap_b1_c672_7_bf16"}, {1, 32, 112, 112, KILN_DTYPE_FLOAT16, "gap_b1_c32_112"},
+            {2, 40, 14, 14, KILN_DTYPE_FLOAT32, "gap_b2_c40_f32"},    {1, 44, 9, 9, KILN_DTYPE_FLOAT16, "gap_b1_c44_odd"},
+            {32, 960, 7, 7, KILN_DTYPE_FLOAT16, "gap_b32_c960_7"},    {32, 72, 28, 28, KILN_DTYPE_FLOAT16, "gap_b32_c72_28"},
+            {1, 960, 3, 3, KILN_DTYPE_FLOAT16, "gap_b1_c960_3"},      {1, 512, 5, 5, KILN_DTYPE_BFLOAT16, "gap_b1_c512_5"},
+        };
+        kiln_cuda_state *cst = st;
+        const bool keep = cst->gap_clusters;
+        for (int pass = 0; pass < 2; pass++) {
+            /* pass 1: without clusters (a device below sm_90, KILN_CUDA_GAP_CLUSTER=0): partial sums and the
+             * second kernel at every split count */
+            cst->gap_clusters = pass == 0 ? keep : false;
+            for (size_t k = 0; k < sizeof gs / sizeof gs[0]; k++) {
+                char nm[64];
+                snprintf(nm, sizeof nm, "%s%s", gs[k].name, pass ? "_nocluster" : "");
+                nhwc_case(nm, KILN_OP_GlobalAveragePool, &g0, &gn, 1,
+                          (kiln_tensor *[]){trand(gs[k].t, -3, 3, S(gs[k].N, gs[k].C, gs[k].H, gs[k].W))}, 1, false,
+                          0);
+            }
+        }
+        cst->gap_clusters = keep;
+    }
     /* more images than a grid's y extent holds (65535): the batch shares blockIdx.x with the channel blocks */
     nhwc_case("gap_batch_70000_f16", KILN_OP_GlobalAveragePool, &g0, &gn, 1,
               (kiln_tensor *[]){trand(F16, -3, 3, S(70000, 16, 2, 2))}, 1, false, 0);
@@ -1239,6 +1274,7 @@ TEST(test_node_state) {
  * would synchronize and end the capture). Both agree with the CPU engine. */
 #if KILN_CUDA_EMU
 KILN_PRIVATE int kiln_emu_dtoh_count(void);
+KILN_PRIVATE int kiln_emu_gemv_count(void);
 #endif
 static float *engine_run_swin(kiln_device dev, int runs, int *dtoh, bool *graph) {
     kiln_model *m = NULL;
@@ -1778,6 +1814,43 @@ TEST(test_conv_gemm) {
                    128, 1, 1, KILN_FC_ACT_HARD_SWISH, 0, 0, true, true);
     gemm_conv_case("vit16_cand1_f16", KCU_CONV_TACTIC_PATCH | 1 << KCU_CONV_TACTIC_CAND_SHIFT, 0, F16, 4, 3, 32, 32,
                    64, 16, 16, KILN_FC_ACT_NONE, 0, 0, true, false);
+    /* kiln's GEMV kernel (KCU_CONV_TACTIC_GEMV) on the squeeze-excite layers: every activation with and
+     * without bias and residual, fp16 / bf16 / fp32, batches 1, 2, 3 (images per warp 1, 2 and a last
+     * group of 4 with one image), 32; MobileNetV3-Large's and EfficientNet-B0's largest pairs; odd K (the
+     * scalar path) */
+#if KILN_CUDA_EMU
+    const int gemv_before = kiln_emu_gemv_count();
+#endif
+    for (size_t a = 0; a < sizeof fc_acts / sizeof fc_acts[0]; a++) {
+        const struct fc_act *f = &fc_acts[a];
+        kiln_dtype t = ts[a % 3];
+        const char *tn = t == F16 ? "f16" : t == BF16 ? "bf16" : "f32";
+        static const int64_t batches[4] = {1, 2, 5, 32};
+        snprintf(name, sizeof name, "gemv_%s_%s", f->name, tn);
+        gemm_conv_case(name, KCU_CONV_TACTIC_GEMV, a % 5 == 4 ? both : 0, t, batches[a % 4], 72, 1, 1, 24, 1, 1, f->act,
+                       f->alpha, f->beta, a % 4 != 3, a % 3 == 1);
+    }
+    gemm_conv_case("gemv_mbv3_fc1_f16", KCU_CONV_TACTIC_GEMV, 0, F16, 1, 960, 1, 1, 240, 1, 1, KILN_FC_ACT_RELU, 0, 0,
+                   true, false);
+    gemm_conv_case("gemv_mbv3_fc2_f16", KCU_CONV_TACTIC_GEMV, 0, F16, 1, 240, 1, 1, 960, 1, 1,
+                   KILN_FC_ACT_HARD_SIGMOID, 1.0f / 6.0f, 0.5f, true, false);
+    gemm_conv_case("gemv_effb0_fc1_b32_bf16", KCU_CONV_TACTIC_GEMV, 0, BF16, 32, 1152, 1, 1, 48, 1, 1,
+                   KILN_FC_ACT_SILU, 0, 0, true, false);
+    gemm_conv_case("gemv_effb0_fc2_b3_f16", KCU_CONV_TACTIC_GEMV, 0, F16, 3, 48, 1, 1, 1152, 1, 1, KILN_FC_ACT_SIGMOID,
+                   0, 0, true, false);
+    gemm_conv_case("gemv_odd_k_f16", KCU_CONV_TACTIC_GEMV, 0, F16, 2, 13, 1, 1, 7, 1, 1, KILN_FC_ACT_HARD_SWISH, 0, 0,
+                   true, true);
+    gemm_conv_case("gemv_nchw_in_f16", KCU_CONV_TACTIC_GEMV, KILN_FC_LAYOUT_Y_NHWC, F16, 4, 32, 1, 1, 16, 1, 1,
+                   KILN_FC_ACT_RELU, 0, 0, true, false);
+    /* a layer that is not one (7 x 7 input): tactic 0's path */
+    gemm_conv_case("gemv_not_fit_f16", KCU_CONV_TACTIC_GEMV, 0, F16, 2, 16, 7, 7, 8, 1, 1, KILN_FC_ACT_RELU, 0, 0,
+                   true, false);
+    /* the tuning account counts it as kiln's own kernel */
+    CHECK(kiln__cu_fused_conv_tactic_kind(st, KCU_CONV_TACTIC_GEMV) == KILN_TACTIC_KIND_KILN);
+#if KILN_CUDA_EMU
+    /* each of the cases above but the last ran the kernel once */
+    CHECK(kiln_emu_gemv_count() - gemv_before == (int)(sizeof fc_acts / sizeof fc_acts[0]) + 6);
+#endif
     /* a tactic that does not fit the layer (a 3x3 padded one): tactic 0's path */
     kiln_fused_conv_attrs ref3 = fc_at(conv_at(PAD_NOTSET, 1, 2, 3, 1, 1, 1, 1), KILN_FC_ACT_RELU, 0, 0, 0), g3 = ref3;
     g3.tactic.id = KCU_CONV_TACTIC_PATCH;
@@ -1807,14 +1880,21 @@ TEST(test_conv_gemm) {
         kiln_infer_args ia = {.op = kiln__op_by_id(KILN_OP_FusedConv), .attrs = &at, .node_name = "FusedConv/gemm_tactics",
                               .n_in = 3, .n_out = 1, .in = tip, .out = top};
         int32_t ids[32];
-        int n = kiln__backend_tactics(be, st, &ia, false, ids, 32), found = 0;
+        int n = kiln__backend_tactics(be, st, &ia, false, ids, 32), found = 0, gemv = 0;
         for (int j = 0; j < n; j++) found += kcu_conv_gemm_kind(ids[j]) == ls[i].want && ls[i].want;
+        for (int j = 0; j < n; j++) gemv += ids[j] == KCU_CONV_TACTIC_GEMV;
+        /* [N, C, 1, 1] layers: kiln's GEMV kernel too, after the GEMM ones */
+        const bool se = ls[i].H == 1 && ls[i].W == 1;
+        CHECK(gemv == (se ? 1 : 0));
+        const int last = n - (se ? 1 : 0); /* the end of the list before the GEMV tactic */
 #if KILN_HAVE_CUDNN
         CHECK(n >= 1 && ids[n - 1] == KCU_CONV_TACTIC_LEGACY);
-        CHECK(ls[i].want ? found >= 1 && n >= 2 && kcu_conv_gemm_kind(ids[n - 2]) == ls[i].want
-                         : n < 2 || !kcu_conv_gemm_kind(ids[n - 2]));
+        CHECK(!se || (n >= 2 && ids[n - 2] == KCU_CONV_TACTIC_GEMV));
+        CHECK(ls[i].want ? found >= 1 && last >= 2 && kcu_conv_gemm_kind(ids[last - 2]) == ls[i].want
+                         : last < 2 || !kcu_conv_gemm_kind(ids[last - 2]));
 #else
-        CHECK(n >= 1 && (ls[i].want ? found >= 1 && kcu_conv_gemm_kind(ids[n - 1]) == ls[i].want : found == 0));
+        CHECK(!se || ids[n - 1] == KCU_CONV_TACTIC_GEMV);
+        CHECK(n >= 1 && (ls[i].want ? found >= 1 && kcu_conv_gemm_kind(ids[last - 1]) == ls[i].want : found == 0));
 #endif
     }
 #if KILN_HAVE_CUDNN

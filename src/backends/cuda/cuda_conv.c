@@ -1049,6 +1049,29 @@ static kiln_status conv_as_gemm(const kiln_kernel_args *a, const kcu_conv *g, co
     return s;
 }
 
+/* A 1x1 layer of one group on [N, C, 1, 1] values (every spatial size 1,
+ * no padding): Y [N, M] = X [N, C] W [M, C]^T in any layout */
+static bool gemv_ok(const kcu_conv *g, const int64_t *pe) {
+    if (g->G != 1 || g->in_sz != 1 || g->out_sz != 1) return false;
+    for (int i = 0; i < g->ns; i++)
+        if (g->k[i] != 1 || g->pb[i] != 0 || pe[i] != 0) return false;
+    return true;
+}
+
+/* Tactic KCU_CONV_TACTIC_GEMV: kcu_conv_gemv, epilogue included;
+ * *handled = false where the layer is not one (tactic 0's path then) */
+static kiln_status conv_as_gemv(const kiln_kernel_args *a, const kcu_conv *g, const int64_t *pe, int act,
+                                float alpha, float beta, const kiln_tensor *B, const kiln_tensor *R, bool *handled) {
+    *handled = false;
+    if (!gemv_ok(g, pe) || act < 0 || act >= KCU_ACT_COUNT) return KILN_OK;
+    const kiln_tensor *X = a->in[0];
+    KILN_CUDA_TRY(kcu_conv_gemv(X->dtype, g->N, g->C, g->M, X->data, a->in[1]->data, B ? B->data : NULL,
+                                R ? R->data : NULL, a->out[0]->data, act, alpha, beta, KCU_STREAM(a)),
+                  KCU_NODE(a));
+    *handled = true;
+    return KILN_OK;
+}
+
 /* At most this many of cuBLASLt's candidates per GEMM tactic (timed by the builder) */
 #define KCU_CONV_GEMM_CANDIDATES 4
 
@@ -1158,6 +1181,11 @@ static kiln_status conv_exec(const kiln_kernel_args *a, const kiln_conv_attrs *a
         return dw_nhwc_run(a, &g, act, alpha, beta, B, R); /* kiln's kernel, epilogue included */
     }
     const int32_t tac = kiln__cuda_tactic(a);
+    if (tac == KCU_CONV_TACTIC_GEMV) { /* kiln's kernel, epilogue included */
+        bool done = false;
+        KILN_TRY(conv_as_gemv(a, &g, pe, act, alpha, beta, B, R, &done));
+        if (done) return KILN_OK;
+    }
     if (kcu_conv_gemm_kind(tac)) { /* one cuBLASLt GEMM */
         bool done = false;
         KILN_TRY(conv_as_gemm(a, &g, pe, kcu_conv_gemm_kind(tac), tac >> KCU_CONV_TACTIC_CAND_SHIFT, nhwc, x_nchw,
@@ -1324,8 +1352,10 @@ int kiln__cu_fused_conv_tactics(void *state, const kiln_infer_args *a, int32_t *
     if (dw && !nhwc) return 1; /* depthwise NCHW: kiln's direct kernel */
     /* one cuBLASLt GEMM, where the layer is one: its candidates */
     int32_t gt[KCU_CONV_GEMM_CANDIDATES];
+    /* kiln's kernel for [N, C, 1, 1] layers */
+    const bool gv = gemv_ok(&g, pe) && at->act >= 0 && at->act < KCU_ACT_COUNT && cap >= 3;
     const int n_gt = gemm_tactics(st, &g, pe, nhwc, x_nchw, x->dtype, a->n_in > 2 && a->in[2] != NULL, at->act,
-                                  at->has_residual != 0, gt, cap - 2);
+                                  at->has_residual != 0, gt, cap - 2 - (gv ? 1 : 0));
 #if KILN_HAVE_CUDNN
     if (!st->dnn)
 #endif
@@ -1335,6 +1365,7 @@ int kiln__cu_fused_conv_tactics(void *state, const kiln_infer_args *a, int32_t *
         int n = 0;
         if (!nhwc || dw || n_gt == 0) ids[n++] = 0;
         for (int k = 0; k < n_gt && n < cap; k++) ids[n++] = gt[k];
+        if (gv && n < cap) ids[n++] = KCU_CONV_TACTIC_GEMV;
         return n;
     }
 #if KILN_HAVE_CUDNN
@@ -1364,7 +1395,7 @@ int kiln__cu_fused_conv_tactics(void *state, const kiln_infer_args *a, int32_t *
         /* the input variants share the list */
         int n_var = 1;
         for (int u = v + 1; x_nchw && u <= XV_S2D; u++) n_var += xv_ok(&g, u);
-        int want = (cap - 1 - n_gt - n) / n_var;
+        int want = (cap - 1 - n_gt - (gv ? 1 : 0) - n) / n_var;
         if (want > per) want = per;
         int rtc = 0, got = 0;
         if (gconv_graph(st->dnn, &k, &dg) == CUDNN_STATUS_SUCCESS && kcu_dg_configs(&dg, &cfgs) == CUDNN_STATUS_SUCCESS)
@@ -1378,7 +1409,8 @@ int kiln__cu_fused_conv_tactics(void *state, const kiln_infer_args *a, int32_t *
         kcu_dg_cfgs_free(&cfgs);
         kcu_dg_free(&dg);
     }
-    for (int k = 0; k < n_gt && n < cap - 1; k++) ids[n++] = gt[k];
+    for (int k = 0; k < n_gt && n < cap - 1 - (gv ? 1 : 0); k++) ids[n++] = gt[k];
+    if (gv) ids[n++] = KCU_CONV_TACTIC_GEMV;
     if (!dw) ids[n++] = KCU_CONV_TACTIC_LEGACY; /* (the legacy API has no NHWC depthwise path here) */
     return n;
 #endif
@@ -1388,6 +1420,7 @@ const char *kiln__cu_fused_conv_tactic_name(int32_t id) {
     return id == 0                        ? "cudnn-heuristic"
            : id == KCU_CONV_TACTIC_LEGACY ? "cudnn-legacy+epilogue"
            : id == KCU_CONV_TACTIC_DW     ? "kiln-dwconv-nhwc"
+           : id == KCU_CONV_TACTIC_GEMV   ? "kiln-gemv"
            : kcu_conv_gemm_kind(id) == KCU_CONV_TACTIC_GEMM  ? "cublasLt-1x1"
            : kcu_conv_gemm_kind(id) == KCU_CONV_TACTIC_PATCH ? "kiln-patch+cublasLt"
                                           : "cudnn-graph";
@@ -1416,7 +1449,9 @@ void kiln__cu_fused_conv_tactic_describe(int32_t id, char *buf, size_t n) {
     if (kcu_conv_gemm_kind(id))
         snprintf(buf, n, "%s#%d", kiln__cu_fused_conv_tactic_name(id), (int)(id >> KCU_CONV_TACTIC_CAND_SHIFT));
     else
-        snprintf(buf, n, "%s", id >= 0 && id <= KCU_CONV_TACTIC_DW ? kiln__cu_fused_conv_tactic_name(id) : "cudnn-?");
+        snprintf(buf, n, "%s",
+                 id >= 0 && (id <= KCU_CONV_TACTIC_DW || id == KCU_CONV_TACTIC_GEMV) ? kiln__cu_fused_conv_tactic_name(id)
+                                                                                    : "cudnn-?");
 }
 
 
@@ -1551,7 +1586,7 @@ int kiln__cu_fused_conv_tactic_kind(void *state, int32_t id) {
     (void)state;
 #endif
     return id == KCU_CONV_TACTIC_LEGACY ? KILN_TACTIC_KIND_LEGACY
-           : id == KCU_CONV_TACTIC_DW   ? KILN_TACTIC_KIND_KILN
+           : id == KCU_CONV_TACTIC_DW || id == KCU_CONV_TACTIC_GEMV ? KILN_TACTIC_KIND_KILN
            : kcu_conv_gemm_kind(id)     ? KILN_TACTIC_KIND_BLAS
                                         : KILN_TACTIC_KIND_OTHER;
 }

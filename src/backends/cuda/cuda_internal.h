@@ -68,6 +68,9 @@ typedef struct kiln_cuda_state {
                                  tactics (opt-in until a GPU run has checked them) */
     bool dw_nchw_tiled;       /* KILN_CUDA_DW_NCHW=1: NCHW depthwise layers run the tiled
                                  kernel (opt-in until a GPU run has checked it) */
+    bool gap_clusters;        /* the NHWC GlobalAveragePool's splits as thread-block clusters
+                                 (compute capability 9 and above; KILN_CUDA_GAP_CLUSTER=0: the
+                                 partial sums and a second kernel, to compare or fall back) */
     bool capturing;           /* a CUDA Graph capture is in progress on `stream` */
     bool strict_tactics;      /* a builder's tuning state (its tactics were listed): a
                                  tactic that cannot be made fails instead of falling back */
@@ -190,6 +193,11 @@ static inline bool kcu_conv_accurate_only(const kiln_cuda_state *st, cudnnDataTy
  * (kcu_patches) + one GEMM */
 #define KCU_CONV_TACTIC_GEMM 3
 #define KCU_CONV_TACTIC_PATCH 4
+/* ... KCU_CONV_TACTIC_GEMV = a 1x1 layer of one group on [N, C, 1, 1]
+ * values (the SE blocks' layers, any layout: the same bytes) as kiln's
+ * kernel with the whole epilogue inside (kcu_conv_gemv, one launch: hard
+ * sigmoid and SiLU too, which cuBLASLt's epilogue leaves to a second pass) */
+#define KCU_CONV_TACTIC_GEMV 5
 /* ... each with cuBLASLt's k-th heuristic candidate: id | k << 8 */
 #define KCU_CONV_TACTIC_CAND_SHIFT 8
 /* KCU_CONV_TACTIC_GEMM or _PATCH where tactic id names one of them, else 0 */

@@ -217,20 +217,45 @@ typedef struct kcu_pool_nhwc {
 } kcu_pool_nhwc;
 cudaError_t kcu_pool_nhwc_run(kiln_dtype t, const kcu_pool_nhwc *g, const void *x, void *y,
                               cudaStream_t stream);
-/* GlobalAveragePool of an NHWC x [N, HW, C] into y [N, C] (fp32 sums). A
- * plane too large for the N x (channel groups) blocks alone (EfficientNet's
- * SE blocks: 112 x 112 positions, 32-96 channels) is split in
- * kcu_gap_nhwc_splits(N, HW, C) parts, whose fp32 sums go to `part`
- * (splits x N x C floats, device; may be NULL with one split), then a
- * second kernel adds them. */
+/* GlobalAveragePool of an NHWC x [N, HW, C] into y [N, C] (fp32 sums).
+ * Blocks of 256 threads take 32 vectors of channels (fewer where C is
+ * smaller) of one image; a plane too large for the N x (channel blocks)
+ * blocks alone (batch 1; EfficientNet's SE blocks: 112 x 112 positions,
+ * 32-96 channels) is split in S = kcu_gap_nhwc_splits(N, HW, C) parts:
+ *   - S <= KCU_GAP_CLUSTER and `clusters` (the device has thread-block
+ *     clusters: compute capability 9 and above): the S blocks of a channel
+ *     block form one cluster and add up their sums through distributed
+ *     shared memory, one launch, `part` unused (kcu_gap_nhwc_cluster);
+ *   - else their fp32 sums go to `part` (S x N x C floats, device; may be
+ *     NULL with one split), then a second kernel adds them. */
 cudaError_t kcu_gap_nhwc(kiln_dtype t, int64_t N, int64_t HW, int64_t C, const void *x, void *y, float *part,
-                         cudaStream_t stream);
-/* About 1024 blocks, at least 128 positions per split. */
+                         int clusters, cudaStream_t stream);
+/* the largest portable cluster (8 blocks) */
+#define KCU_GAP_CLUSTER 8
+/* Enough blocks to give each of an H100/H200's 132 multiprocessors two
+ * (256), but no more splits than positions per thread row (each thread
+ * reads at least one position); where that asks for more than one cluster
+ * of splits, a plane of at most 64 positions per thread row keeps one
+ * cluster (8 loads per thread at most: a 28 x 28 x 120 layer), and a larger
+ * one takes at least 4 positions per thread and split. Up to a cluster,
+ * the count is a power of two (the portable cluster shapes; the splits
+ * then cover the plane with a last one that may be empty). */
 static inline int64_t kcu_gap_nhwc_splits(int64_t N, int64_t HW, int64_t C) {
-    int64_t groups = (C / 8 + 31) / 32, blocks = N * (groups > 0 ? groups : 1);
-    int64_t s = (1024 + blocks - 1) / blocks, most = HW / 128;
-    if (s > most) s = most;
+    int64_t cv = C / 8 > 0 ? C / 8 : 1, tx = cv < 32 ? cv : 32, ty = 256 / tx;
+    int64_t blocks = N * ((cv + tx - 1) / tx), rows = (HW + ty - 1) / ty;
+    int64_t s = (256 + blocks - 1) / blocks;
+    if (s > rows) s = rows;
+    if (s > KCU_GAP_CLUSTER) {
+        int64_t most = (rows + 3) / 4;
+        s = rows <= 8 * KCU_GAP_CLUSTER ? KCU_GAP_CLUSTER : s < most ? s : most;
+        if (s < KCU_GAP_CLUSTER) s = KCU_GAP_CLUSTER;
+    }
+    if (s > 2 && s < KCU_GAP_CLUSTER) s = s > 4 ? 8 : 4; /* clusters of 2, 4 or 8 blocks (a last split may be empty) */
     return s > 1 ? s : 1;
+}
+/* whether S splits run as one cluster (no `part`, one launch) */
+static inline int kcu_gap_nhwc_cluster(int64_t S, int clusters) {
+    return clusters && S > 1 && S <= KCU_GAP_CLUSTER;
 }
 /* Space-to-depth of a stride-2 convolution's input (cuda_conv.c, XV_S2D):
  * x [N, C, H, W] (NCHW) -> y [N, Lh, Lw, Cp] (NHWC), y[n, l, m, c*4 + rh*2 + rw]
@@ -289,6 +314,15 @@ enum {
 cudaError_t kcu_bias_act(kiln_dtype t, const void *x, void *y, const void *bias,
                          const void *residual, int64_t N, int64_t M, int64_t plane, int act,
                          float alpha, float beta, cudaStream_t stream);
+/* Y [N, M] = act(X [N, K] W [M, K]^T + bias[M] + R [N, M]) in one launch,
+ * the epilogue inside (bias and R may be NULL; act a KCU_ACT_* below
+ * KCU_ACT_COUNT): a FusedConv on [N, C, 1, 1] values (the squeeze-excite
+ * blocks' 1x1 layers) by tactic KCU_CONV_TACTIC_GEMV (cuda_conv.c). A warp
+ * per output channel, up to 4 images per warp, 16-byte loads where K and
+ * the pointers allow; fp32 accumulation (fp64 for fp64) (k_fused.cu). */
+cudaError_t kcu_conv_gemv(kiln_dtype t, int64_t N, int64_t K, int64_t M, const void *x, const void *w,
+                          const void *bias, const void *r, void *y, int act, float alpha, float beta,
+                          cudaStream_t stream);
 
 /* Attention O = softmax(s) V per (batch, head) with s = scale Q K^T, then
  * the cond rule (cond == cond_fill_if: s = fill (mode 1) or s += fill (mode

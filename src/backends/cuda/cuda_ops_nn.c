@@ -45,9 +45,12 @@ kiln_status kiln__cu_global_pool_run(const kiln_kernel_args *a) {
     if (lay == KILN_POOL_LAYOUT_NHWC && x->rank == 4) {
         int64_t N = x->dims[0], HW = x->dims[2] * x->dims[3], C = x->dims[1];
         int64_t S = kcu_gap_nhwc_splits(N, HW, C);
-        void *part = NULL; /* the splits' partial sums */
-        if (S > 1) KILN_TRY(kiln__cuda_scratch(KCU_STATE(a), (size_t)(S * N * C) * sizeof(float), &part, KCU_NODE(a)));
-        KILN_CUDA_TRY(kcu_gap_nhwc(x->dtype, N, HW, C, x->data, a->out[0]->data, part, KCU_STREAM(a)), KCU_NODE(a));
+        int clusters = KCU_STATE(a)->gap_clusters; /* thread-block clusters (sm_90) */
+        void *part = NULL; /* the splits' partial sums, where they are not one cluster */
+        if (S > 1 && !kcu_gap_nhwc_cluster(S, clusters))
+            KILN_TRY(kiln__cuda_scratch(KCU_STATE(a), (size_t)(S * N * C) * sizeof(float), &part, KCU_NODE(a)));
+        KILN_CUDA_TRY(kcu_gap_nhwc(x->dtype, N, HW, C, x->data, a->out[0]->data, part, clusters, KCU_STREAM(a)),
+                      KCU_NODE(a));
         return KILN_OK;
     }
     if (lay)

@@ -42,6 +42,11 @@ template <> struct IsFloat<double> { static const bool value = true; };
 template <> struct IsFloat<__half> { static const bool value = true; };
 template <> struct IsFloat<__nv_bfloat16> { static const bool value = true; };
 
+/* V elements of T moved as one (16 bytes for 8 halves) */
+template <typename T, int V> struct alignas(sizeof(T) * V) Vec {
+    T v[V];
+};
+
 /* Unsigned type of the same width (wrapping integer arithmetic). */
 template <typename T> struct Wide { typedef T U; };
 template <> struct Wide<int8_t> { typedef uint8_t U; };

@@ -152,6 +152,65 @@ static cudaError_t attention_launch(const kcu_attn *g, const void *q, const void
     return cudaGetLastError();
 }
 
+
+/* Y [N, M] = act(X [N, K] W [M, K]^T + bias[m] + R [N, M]) (kcu_conv_gemv):
+ * a warp per output channel m (8 per block), NB images per warp
+ * (blockIdx.y: the group of images); the lanes step over K by V-element
+ * vectors (up to 4 of W in flight each), then a warp sum; lane b finishes
+ * image b (the epilogue of the layer inside, one rounding). */
+template <typename T, int V, int NB>
+__global__ void __launch_bounds__(256)
+    k_conv_gemv(const T *__restrict__ x, const T *__restrict__ w, const T *__restrict__ bias,
+                const T *__restrict__ r, T *__restrict__ y, int64_t N, int64_t K, int64_t M, int act, float alpha,
+                float beta) {
+    typedef typename Num<T>::C C;
+    typedef Vec<T, V> VT;
+    const int lane = threadIdx.x & 31;
+    const int64_t m = (int64_t)blockIdx.x * 8 + (threadIdx.x >> 5), n0 = (int64_t)blockIdx.y * NB;
+    if (m >= M) return; /* (the whole warp: m is the warp's) */
+    const int64_t kv = K / V;
+    C acc[NB];
+#pragma unroll
+    for (int b = 0; b < NB; b++) acc[b] = C(0);
+    const VT *wr = (const VT *)(w + m * K);
+#pragma unroll 4
+    for (int64_t i = lane; i < kv; i += 32) {
+        const VT wv = wr[i];
+#pragma unroll
+        for (int b = 0; b < NB; b++) {
+            if (n0 + b < N) {
+                const VT xv = ((const VT *)(x + (n0 + b) * K))[i];
+#pragma unroll
+                for (int j = 0; j < V; j++) acc[b] += (C)Num<T>::load(wv.v[j]) * (C)Num<T>::load(xv.v[j]);
+            }
+        }
+    }
+#pragma unroll
+    for (int b = 0; b < NB; b++) {
+        C v = warp_reduce(acc[b], OpAdd());
+        if (lane == b && n0 + b < N) {
+            if (bias) v += Num<T>::load(bias[m]);
+            if (r) v += Num<T>::load(r[(n0 + b) * M + m]);
+            v = act_apply<C>(act, (C)alpha, (C)beta, v);
+            y[(n0 + b) * M + m] = Num<T>::store(v);
+        }
+    }
+}
+
+template <typename T, int V>
+cudaError_t conv_gemv_launch(int64_t N, int64_t K, int64_t M, const void *x, const void *w, const void *bias,
+                             const void *r, void *y, int act, float alpha, float beta, cudaStream_t stream) {
+    const int nb = N >= 4 ? 4 : N >= 2 ? 2 : 1;
+    const int64_t gy = (N + nb - 1) / nb, gx = (M + 7) / 8;
+    if (gy > 65535 || gx > INT32_MAX) return cudaErrorInvalidValue;
+    const dim3 grid((unsigned)gx, (unsigned)gy);
+    const T *xp = (const T *)x, *wp = (const T *)w, *bp = (const T *)bias, *rp = (const T *)r;
+    if (nb == 4) k_conv_gemv<T, V, 4><<<grid, 256, 0, stream>>>(xp, wp, bp, rp, (T *)y, N, K, M, act, alpha, beta);
+    else if (nb == 2) k_conv_gemv<T, V, 2><<<grid, 256, 0, stream>>>(xp, wp, bp, rp, (T *)y, N, K, M, act, alpha, beta);
+    else k_conv_gemv<T, V, 1><<<grid, 256, 0, stream>>>(xp, wp, bp, rp, (T *)y, N, K, M, act, alpha, beta);
+    return cudaGetLastError();
+}
+
 } // namespace
 
 extern "C" {
@@ -188,6 +247,20 @@ cudaError_t kcu_bias_act(kiln_dtype t, const void *x, void *y, const void *bias,
                 (const T_ *)x, (T_ *)y, (const T_ *)bias, (const T_ *)residual, total, M, plane, act,
                 alpha, beta);
         return cudaGetLastError();
+    })
+    return cudaErrorInvalidValue;
+}
+
+cudaError_t kcu_conv_gemv(kiln_dtype t, int64_t N, int64_t K, int64_t M, const void *x, const void *w,
+                          const void *bias, const void *r, void *y, int act, float alpha, float beta,
+                          cudaStream_t stream) {
+    if (N <= 0 || M <= 0) return cudaSuccess;
+    if (K <= 0 || act < 0 || act >= KCU_ACT_COUNT) return cudaErrorInvalidValue;
+    KCU_SWITCH_FLOAT(t, {
+        const int v = (int)(16 / sizeof(T_));
+        if (v > 1 && K % v == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)w % 16 == 0)
+            return conv_gemv_launch<T_, (int)(16 / sizeof(T_))>(N, K, M, x, w, bias, r, y, act, alpha, beta, stream);
+        return conv_gemv_launch<T_, 1>(N, K, M, x, w, bias, r, y, act, alpha, beta, stream);
     })
     return cudaErrorInvalidValue;
 }

@@ -46,6 +46,10 @@ cudaError_t cudaFree(void *p) { if (!p) return cudaSuccess; int i = find_reg(p);
 static int n_dtoh;
 int kiln_emu_dtoh_count(void);
 int kiln_emu_dtoh_count(void) { return n_dtoh; }
+/* launches of kcu_conv_gemv (test_conv_gemm: the GEMV tactic ran its kernel) */
+static int n_gemv;
+int kiln_emu_gemv_count(void);
+int kiln_emu_gemv_count(void) { return n_gemv; }
 static void count_dtoh(void *d, const void *s) { n_dtoh += find_reg(s) >= 0 && find_reg(d) < 0; }
 cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, enum cudaMemcpyKind k, cudaStream_t st) { (void)k; (void)st; count_dtoh(d, s); memmove(d, s, n); return cudaSuccess; }
 cudaError_t cudaMemcpy(void *d, const void *s, size_t n, enum cudaMemcpyKind k) { (void)k; count_dtoh(d, s); memmove(d, s, n); return cudaSuccess; }
@@ -493,11 +497,13 @@ cudaError_t kcu_pool_nhwc_run(kiln_dtype t, const kcu_pool_nhwc *g, const void *
     }
     return cudaSuccess;
 }
-cudaError_t kcu_gap_nhwc(kiln_dtype t, int64_t N, int64_t HW, int64_t C, const void *x, void *y, float *part, cudaStream_t s) {
+cudaError_t kcu_gap_nhwc(kiln_dtype t, int64_t N, int64_t HW, int64_t C, const void *x, void *y, float *part, int clusters, cudaStream_t s) {
     (void)s;
     int64_t S = kcu_gap_nhwc_splits(N, HW, C);
-    if (S > 1 && !part) return cudaErrorInvalidValue;
-    if (S > 1) memset(part, 0, (size_t)(S * N * C) * sizeof(float)); /* the whole buffer: ASan checks its size */
+    bool need = S > 1 && !kcu_gap_nhwc_cluster(S, clusters); /* partial sums in `part` */
+    if (S > 65535 || (need && !part)) return cudaErrorInvalidValue;
+    if (need) memset(part, 0, (size_t)(S * N * C) * sizeof(float)); /* the whole buffer: ASan checks its size */
+    else if (part) return cudaErrorInvalidValue; /* the caller sized scratch it does not need */
     for (int64_t n = 0; n < N; n++) for (int64_t c = 0; c < C; c++) {
         double acc = 0; for (int64_t p = 0; p < HW; p++) acc += ld(t, x, (n * HW + p) * C + c);
         st_(t, y, n * C + c, acc / (double)HW);
@@ -595,6 +601,20 @@ cudaError_t kcu_bias_act(kiln_dtype t, const void *x, void *y, const void *bias,
         if (bias) v += ld(t, bias, (i / plane) % M);
         if (r) v += ld(t, r, i);
         st_(t, y, i, emu_act(act, alpha, beta, v));
+    }
+    return cudaSuccess;
+}
+cudaError_t kcu_conv_gemv(kiln_dtype t, int64_t N, int64_t K, int64_t M, const void *x, const void *w, const void *bias,
+                          const void *r, void *y, int act, float alpha, float beta, cudaStream_t s) {
+    (void)s;
+    if (N <= 0 || M <= 0) return cudaSuccess;
+    if (!isf(t) || K <= 0 || act < 0 || act >= KCU_ACT_COUNT) return cudaErrorInvalidValue;
+    n_gemv++;
+    for (int64_t n = 0; n < N; n++) for (int64_t m = 0; m < M; m++) {
+        double acc = bias ? ld(t, bias, m) : 0;
+        for (int64_t k = 0; k < K; k++) acc += ld(t, w, m * K + k) * ld(t, x, n * K + k);
+        if (r) acc += ld(t, r, n * M + m);
+        st_(t, y, n * M + m, emu_act(act, alpha, beta, acc));
     }
     return cudaSuccess;
 }
