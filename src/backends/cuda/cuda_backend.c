@@ -110,8 +110,7 @@ static kiln_status cuda_state_create(int index, void **out) {
     st->conv_find = !(find && !strcmp(find, "0"));
     st->attn_fa = kiln__env_flag("KILN_CUDA_ATTN_FA");
     st->dw_nchw_tiled = kiln__env_flag("KILN_CUDA_DW_NCHW");
-    const char *gc = getenv("KILN_CUDA_GAP_CLUSTER");
-    st->gap_clusters = st->cc_major >= 9 && !(gc && !strcmp(gc, "0"));
+    st->gap_clusters = st->cc_major >= 9 && kiln__env_flag("KILN_CUDA_GAP_CLUSTER");
     const char *pt = getenv("KILN_CUDA_PLAN_THREADS");
     st->plan_threads = !pt || !pt[0] ? KCU_PLAN_THREADS_DEFAULT
                        : !strcmp(pt, "auto") ? KCU_PLAN_THREADS_AUTO

@@ -68,9 +68,10 @@ typedef struct kiln_cuda_state {
                                  tactics (opt-in until a GPU run has checked them) */
     bool dw_nchw_tiled;       /* KILN_CUDA_DW_NCHW=1: NCHW depthwise layers run the tiled
                                  kernel (opt-in until a GPU run has checked it) */
-    bool gap_clusters;        /* the NHWC GlobalAveragePool's splits as thread-block clusters
-                                 (compute capability 9 and above; KILN_CUDA_GAP_CLUSTER=0: the
-                                 partial sums and a second kernel, to compare or fall back) */
+    bool gap_clusters;        /* KILN_CUDA_GAP_CLUSTER=1: the NHWC GlobalAveragePool's splits as
+                                 thread-block clusters (compute capability 9 and above; opt-in
+                                 until a GPU run has checked them; else partial sums and a
+                                 second kernel) */
     bool capturing;           /* a CUDA Graph capture is in progress on `stream` */
     bool strict_tactics;      /* a builder's tuning state (its tactics were listed): a
                                  tactic that cannot be made fails instead of falling back */
