@@ -3,7 +3,7 @@
  * src/backends/cpu/kernels/pointwise_cpu.c). */
 #include "ops/fused_pointwise.h"
 
-#include "backends/cpu/kernels/pointwise_cpu.h"
+#include "ops/pointwise_interp.h"
 
 static bool all_zero(const void *p, size_t n) {
     const unsigned char *b = p;

@@ -13,7 +13,7 @@
 
 #include "graph_build.h"
 
-#include "backends/cpu/kernels/pointwise_cpu.h"
+#include "ops/pointwise_interp.h"
 #include "format/format.h"
 #include "ops/elementwise_impl.h"
 #include "ops/fused_pointwise.h"

@@ -6,7 +6,7 @@
  * unary ops and the arithmetic rows are the elementwise ops' own float32
  * kernels, so a fused float32 chain gives the unfused results bit for bit).
  * Blocks of the output are split across the pool. */
-#include "backends/cpu/kernels/pointwise_cpu.h"
+#include "ops/pointwise_interp.h"
 
 #include "backends/cpu/kernels/fused_transformer_math.h"
 #include "ops/elementwise_impl.h"

@@ -1,7 +1,7 @@
 /* pointwise_cpu.h -- the host kernel of kiln.Pointwise (src/ops/fused_pointwise.h):
  * the op's reference kernel and the CPU backend's. */
-#ifndef KILN_POINTWISE_CPU_H
-#define KILN_POINTWISE_CPU_H
+#ifndef KILN_POINTWISE_INTERP_H
+#define KILN_POINTWISE_INTERP_H
 
 #include "ops/fused_pointwise.h"
 
