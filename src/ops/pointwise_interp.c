@@ -1,4 +1,5 @@
-/* pointwise_cpu.c -- kiln.Pointwise on the host (pointwise_cpu.h).
+/* pointwise_interp.c -- kiln.Pointwise on the host (pointwise_interp.h): the
+ * op's reference kernel, which the CPU backend runs as its kernel.
  *
  * The output is walked in blocks of up to PW_BLOCK elements along its
  * innermost (merged) dim; each input's block is converted to float32 into
