@@ -163,8 +163,11 @@ KILN_PRIVATE void kiln__call_args(kiln_call *c, void *ws, size_t ws_size, kiln_p
  * kiln__call_infer(exact): allocates each output (c->out_t[i].data, the
  * caller's to kiln__aligned_free after success; freed on failure) and the
  * op's workspace (freed), with `pool` (may be NULL) and no node state.
- * Constant folding and the tuner's host reference (builder/tune.c) call it. */
-KILN_PRIVATE kiln_status kiln__call_run_host(kiln_call *c, kiln_pool *pool);
+ * Fails without running when the workspace would exceed max_workspace
+ * bytes (SIZE_MAX: no limit). Constant folding, the memory planner's
+ * evaluation of small values (runtime/plan.c) and the tuner's host
+ * reference (builder/tune.c) call it. */
+KILN_PRIVATE kiln_status kiln__call_run_host(kiln_call *c, kiln_pool *pool, size_t max_workspace);
 
 /* Inference (src/ir/infer.c) */
 /* Shape and type inference over the whole graph (build time). */
