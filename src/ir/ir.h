@@ -175,6 +175,11 @@ KILN_PRIVATE kiln_status kiln__graph_infer(kiln_graph *g);
 /* op->infer (kiln__infer) of node ni over the graph's value infos into
  * outs[0..n_out) (data left NULL). */
 KILN_PRIVATE kiln_status kiln__graph_infer_node(kiln_graph *g, int ni, bool runtime, kiln_tinfo *outs);
+/* The same for node n of g as the graph is now (e.g. with some dtypes
+ * changed to ask whether the op would take them): every caller that asks
+ * an op's inference about a node of a graph goes through it. outs holds
+ * n->n_out entries (at most KILN_CALL_MAX, else it fails). */
+KILN_PRIVATE kiln_status kiln__node_infer(const kiln_graph *g, const kiln_node *n, bool runtime, kiln_tinfo *outs);
 /* Merges an inferred shape with what the model declared: known inferred
  * dims win; where inference knows nothing, a declared dim (known or
  * symbolic) is kept. */
