@@ -21,6 +21,7 @@
 
 #include "kiln.h"
 #include "ops/elementwise_codes.h"
+#include "ops/reduce_codes.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -173,11 +174,7 @@ cudaError_t kcu_batchnorm(kiln_dtype t, const void *x, void *y, kiln_dtype pt,
  * Output element o (dense, out_n of them) reduces R input elements. Input
  * offsets: kept part from o's coordinates in kdims (strides kst), reduced
  * part from r's coordinates in rdims (strides rst). */
-enum {
-    KCU_R_SUM = 0, KCU_R_MEAN, KCU_R_MAX, KCU_R_MIN, KCU_R_PROD, KCU_R_L1, KCU_R_L2,
-    KCU_R_LOGSUM, KCU_R_LOGSUMEXP, KCU_R_SUMSQUARE,
-    KCU_R_COUNT
-};
+/* kind: the op's code (RK_*, ops/reduce_codes.h) */
 typedef struct kcu_reduce {
     int krank, rrank;
     int64_t out_n, R;

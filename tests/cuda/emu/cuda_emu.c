@@ -442,23 +442,23 @@ cudaError_t kcu_reduce_run(int kind, kiln_dtype t, const kcu_reduce *g, const vo
     for (int64_t o = 0; o < g->out_n; o++) {
         int64_t ko = 0, rem = o;
         for (int d = g->krank - 1; d >= 0; d--) { ko += (rem % g->kdims[d]) * g->kst[d]; rem /= g->kdims[d]; }
-        double a = kind == KCU_R_PROD ? 1 : (kind == KCU_R_MAX || kind == KCU_R_LOGSUMEXP) ? -INFINITY : kind == KCU_R_MIN ? INFINITY : 0;
-        for (int pass = 0; pass < (kind == KCU_R_LOGSUMEXP ? 2 : 1); pass++) {
+        double a = kind == RK_PROD ? 1 : (kind == RK_MAX || kind == RK_LOGSUMEXP) ? -INFINITY : kind == RK_MIN ? INFINITY : 0;
+        for (int pass = 0; pass < (kind == RK_LOGSUMEXP ? 2 : 1); pass++) {
             double shift = isfinite(a) ? a : 0, sm = 0;
             for (int64_t r = 0; r < g->R; r++) {
                 int64_t ro = 0, rr = r;
                 for (int d = g->rrank - 1; d >= 0; d--) { ro += (rr % g->rdims[d]) * g->rst[d]; rr /= g->rdims[d]; }
                 double v = ld(t, x, ko + ro);
                 if (pass == 1) { sm += exp(v - shift); continue; }
-                switch (kind) { case KCU_R_L1: a += fabs(v); break; case KCU_R_L2: case KCU_R_SUMSQUARE: a += v * v; break;
-                case KCU_R_PROD: a *= v; break; case KCU_R_MAX: case KCU_R_LOGSUMEXP: a = (v > a || v != v) ? v : a; break;
-                case KCU_R_MIN: a = (v < a || v != v) ? v : a; break; default: a += v; }
+                switch (kind) { case RK_L1: a += fabs(v); break; case RK_L2: case RK_SUMSQUARE: a += v * v; break;
+                case RK_PROD: a *= v; break; case RK_MAX: case RK_LOGSUMEXP: a = (v > a || v != v) ? v : a; break;
+                case RK_MIN: a = (v < a || v != v) ? v : a; break; default: a += v; }
             }
             if (pass == 1) a = log(sm) + shift;
         }
-        if (kind == KCU_R_MEAN) a = g->R > 0 ? a / g->R : NAN;
-        if (kind == KCU_R_L2) a = sqrt(a);
-        if (kind == KCU_R_LOGSUM) a = log(a);
+        if (kind == RK_MEAN) a = g->R > 0 ? a / g->R : NAN;
+        if (kind == RK_L2) a = sqrt(a);
+        if (kind == RK_LOGSUM) a = log(a);
         st_(t, y, o, a);
     }
     return cudaSuccess;
