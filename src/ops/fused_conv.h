@@ -20,7 +20,7 @@
 #ifndef KILN_FUSED_CONV_H
 #define KILN_FUSED_CONV_H
 
-#include "ir/ir.h"
+#include "ops/op.h"
 #include "ops/nn_attrs.h"
 
 /* Activation applied last (after bias and residual). */
