@@ -1,6 +1,7 @@
 /* build.c -- the builder: configuration, and model -> engine. */
 #include "backends/backend.h"
 #include "backends/cpu/cpu_features.h"
+#include "format/meta.h"
 #include "runtime/engine.h"
 
 #include <stdio.h>
