@@ -67,18 +67,8 @@ static kiln_status conv_geom_dims(const char *node, const kiln_conv_attrs *at, i
         int64_t s = at->n_strides ? at->strides[i] : 1, d = at->n_dilations ? at->dilations[i] : 1;
         int64_t pb = at->n_pads ? at->pads[i] : 0, p_e = at->n_pads ? at->pads[ns + i] : 0;
         if (at->auto_pad == PAD_VALID) pb = p_e = 0;
-        if (at->auto_pad == PAD_SAME_UPPER || at->auto_pad == PAD_SAME_LOWER) {
-            int64_t out = (in + s - 1) / s, dk = (k - 1) * d + 1;
-            int64_t total = (out - 1) * s + dk - in;
-            if (total < 0) total = 0;
-            if (at->auto_pad == PAD_SAME_UPPER) {
-                pb = total / 2;
-                p_e = total - pb;
-            } else {
-                p_e = total / 2;
-                pb = total - p_e;
-            }
-        }
+        if (at->auto_pad == PAD_SAME_UPPER || at->auto_pad == PAD_SAME_LOWER)
+            (void)kiln__nn_same_pads(at->auto_pad, in, k, s, d, &pb, &p_e);
         g->in[i] = in;
         g->out[i] = yd[2 + i];
         g->k[i] = k;

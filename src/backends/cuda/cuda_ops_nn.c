@@ -322,18 +322,8 @@ kiln_status kiln__cu_pool_run(const kiln_kernel_args *a) {
         int64_t s = at->n_strides ? at->strides[i] : 1, d = at->n_dilations ? at->dilations[i] : 1;
         int64_t pb = at->n_pads ? at->pads[i] : 0, pe = at->n_pads ? at->pads[ns + i] : 0;
         if (at->auto_pad == PAD_VALID) pb = pe = 0;
-        if (at->auto_pad == PAD_SAME_UPPER || at->auto_pad == PAD_SAME_LOWER) {
-            int64_t out = (in + s - 1) / s, dk = (k - 1) * d + 1;
-            int64_t total = (out - 1) * s + dk - in;
-            if (total < 0) total = 0;
-            if (at->auto_pad == PAD_SAME_UPPER) {
-                pb = total / 2;
-                pe = total - pb;
-            } else {
-                pe = total / 2;
-                pb = total - pe;
-            }
-        }
+        if (at->auto_pad == PAD_SAME_UPPER || at->auto_pad == PAD_SAME_LOWER)
+            (void)kiln__nn_same_pads(at->auto_pad, in, k, s, d, &pb, &pe);
         g.in[i] = in;
         g.out[i] = y->dims[2 + i];
         g.k[i] = k;
