@@ -21,6 +21,7 @@
 
 #include "kiln.h"
 #include "ops/elementwise_codes.h"
+#include "ops/fused_act_codes.h"
 #include "ops/reduce_codes.h"
 
 #ifdef __cplusplus
@@ -265,18 +266,10 @@ cudaError_t kcu_patches(kiln_dtype t, const kcu_patch *p, const void *x, void *c
 cudaError_t kcu_conv_direct(kiln_dtype t, const kcu_conv *g, const void *x, const void *w,
                             const void *bias, void *y, cudaStream_t stream);
 
-/* Activations of fused layers (same numbers as KILN_FC_ACT_* in
- * src/ops/fused_conv.h; cuda_conv.c checks that they agree). */
+/* Activations of fused layers: FusedConv's own codes (KILN_FC_ACT_*,
+ * ops/fused_act_codes.h), and two more the epilogues take for FusedMatMul's
+ * Gelu: */
 enum {
-    KCU_ACT_NONE = 0,
-    KCU_ACT_RELU = 1,
-    KCU_ACT_CLIP = 2,       /* min(max(x, alpha), beta) */
-    KCU_ACT_LEAKY_RELU = 3, /* x >= 0 ? x : alpha x */
-    KCU_ACT_SIGMOID = 4,
-    KCU_ACT_SILU = 5,
-    KCU_ACT_HARD_SWISH = 6,
-    KCU_ACT_HARD_SIGMOID = 7, /* max(0, min(1, alpha x + beta)) */
-    KCU_ACT_COUNT = 8,
     KCU_ACT_GELU_ERF = 100,  /* x/2 (1 + erf(x / sqrt 2)) */
     KCU_ACT_GELU_TANH = 101  /* x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
 };

@@ -161,7 +161,7 @@ cudaError_t kcu_bias_act(kiln_dtype t, const void *x, void *y, const void *bias,
                          float alpha, float beta, cudaStream_t stream) {
     int64_t total = N * M * plane;
     if (total <= 0) return cudaSuccess;
-    if (x == y && !bias && !residual && act == KCU_ACT_NONE) return cudaSuccess;
+    if (x == y && !bias && !residual && act == KILN_FC_ACT_NONE) return cudaSuccess;
     const bool al = (uintptr_t)x % 16 == 0 && (uintptr_t)y % 16 == 0 && (uintptr_t)bias % 16 == 0 &&
                     (uintptr_t)residual % 16 == 0;
     if ((t == KILN_DTYPE_FLOAT16 || t == KILN_DTYPE_BFLOAT16) && al && (plane == 1 || !bias) &&

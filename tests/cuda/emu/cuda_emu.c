@@ -571,16 +571,16 @@ cudaError_t kcu_gemm_simple(kiln_dtype t, int ta, int tb, int64_t M, int64_t N, 
 }
 
 /* ---- fused layers (k_fused.cu) ---- */
-_Static_assert(KCU_ACT_COUNT == 8, "emu_act: handle every KCU_ACT_* (then update this count)");
+_Static_assert(KILN_FC_ACT_COUNT == 8, "emu_act: handle every KILN_FC_ACT_* (then update this count)");
 static double emu_act(int act, double a, double b, double x) {
     switch (act) {
-    case KCU_ACT_RELU: return x > 0 ? x : 0;
-    case KCU_ACT_CLIP: return x < a ? a : (x > b ? b : x);
-    case KCU_ACT_LEAKY_RELU: return x >= 0 ? x : a * x;
-    case KCU_ACT_SIGMOID: return 1 / (1 + exp(-x));
-    case KCU_ACT_SILU: return x / (1 + exp(-x));
-    case KCU_ACT_HARD_SWISH: { double t = x / 6 + 0.5; t = t < 0 ? 0 : t > 1 ? 1 : t; return x * t; }
-    case KCU_ACT_HARD_SIGMOID: { double t = a * x + b; return t < 0 ? 0 : t > 1 ? 1 : t; }
+    case KILN_FC_ACT_RELU: return x > 0 ? x : 0;
+    case KILN_FC_ACT_CLIP: return x < a ? a : (x > b ? b : x);
+    case KILN_FC_ACT_LEAKY_RELU: return x >= 0 ? x : a * x;
+    case KILN_FC_ACT_SIGMOID: return 1 / (1 + exp(-x));
+    case KILN_FC_ACT_SILU: return x / (1 + exp(-x));
+    case KILN_FC_ACT_HARD_SWISH: { double t = x / 6 + 0.5; t = t < 0 ? 0 : t > 1 ? 1 : t; return x * t; }
+    case KILN_FC_ACT_HARD_SIGMOID: { double t = a * x + b; return t < 0 ? 0 : t > 1 ? 1 : t; }
     case KCU_ACT_GELU_ERF: return x * 0.5 * (1 + erf(x / sqrt(2.0)));
     case KCU_ACT_GELU_TANH: return 0.5 * x * (1 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
     default: return x;
@@ -601,7 +601,7 @@ cudaError_t kcu_bias_act(kiln_dtype t, const void *x, void *y, const void *bias,
 cudaError_t kcu_dwconv_nhwc(kiln_dtype t, const kcu_dw_nhwc *g, const void *x, const void *wt, const void *bias,
                             const void *r, void *y, cudaStream_t s) {
     (void)s;
-    if (!isf(t) || g->act >= KCU_ACT_COUNT) return cudaErrorInvalidValue;
+    if (!isf(t) || g->act >= KILN_FC_ACT_COUNT) return cudaErrorInvalidValue;
     for (int64_t i = 0; i < g->N * g->Ho * g->Wo * g->C; i++) {
         int64_t c = i % g->C, p = i / g->C, wo = p % g->Wo, q = p / g->Wo, ho = q % g->Ho, n = q / g->Ho;
         double acc = bias ? ld(t, bias, c) : 0;
@@ -622,7 +622,7 @@ cudaError_t kcu_dwconv_nchw(kiln_dtype t, const kcu_dw_nhwc *g, const void *x, c
     int tx_log2;
     int64_t blocks;
     size_t smem;
-    if (!isf(t) || g->act >= KCU_ACT_COUNT || !kcu_dw_nchw_tile(t, g, &tx_log2, &blocks, &smem))
+    if (!isf(t) || g->act >= KILN_FC_ACT_COUNT || !kcu_dw_nchw_tile(t, g, &tx_log2, &blocks, &smem))
         return cudaErrorInvalidValue;
     for (int64_t i = 0; i < g->N * g->C * g->Ho * g->Wo; i++) {
         int64_t wo = i % g->Wo, q = i / g->Wo, ho = q % g->Ho, nc = q / g->Ho, c = nc % g->C;
