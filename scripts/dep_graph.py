@@ -20,6 +20,11 @@ folder.
   scripts/dep_graph.py                   includes only
   scripts/dep_graph.py --objects build   also symbols, from build's objects
   scripts/dep_graph.py --objects build --folders   print folder -> folder edges
+  scripts/dep_graph.py --objects build --folder-circles
+                         also print the circles of the folder graph (folder A
+                         -> B when a file of A uses one of B), and the file
+                         edges that close each: a coarser view, not failing;
+                         docs/architecture.md says which ones are by design
 """
 import argparse
 import os
@@ -146,6 +151,32 @@ def sccs(nodes, g):
     return out
 
 
+def folder_circles(kind, nodes, g):
+    """Circles of the folder graph. For each pair of its folders with edges
+    both ways, the file edges of the lighter way (the ones that point back)."""
+    fe = defaultdict(list)
+    for a, bs in g.items():
+        for b in bs:
+            if folder(a) != folder(b):
+                fe[(folder(a), folder(b))].append((a, b))
+    fg = defaultdict(set)
+    for fa, fb in fe:
+        fg[fa].add(fb)
+    for c in sccs(sorted({folder(f) for f in nodes}), fg):
+        if len(c) < 2:
+            continue
+        print(f"{kind}: folder circle of {', '.join(c)}:")
+        for fa in c:
+            for fb in c:
+                back = fe.get((fb, fa), [])
+                if fa < fb and fe.get((fa, fb)) and back:
+                    light = min(fe[(fa, fb)], back, key=len)
+                    heavy = len(fe[(fa, fb)]) + len(back) - len(light)
+                    print(f"    {fa} <-> {fb}: {heavy} file edges one way, these {len(light)} back:")
+                    for a, b in sorted(light):
+                        print(f"        {a} -> {b}")
+
+
 def report(kind, nodes, g, show_folders):
     bad = 0
     circles = [c for c in sccs(nodes, g) if len(c) > 1]
@@ -179,12 +210,19 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--objects", help="a build folder: also check the symbol graph of its objects")
     ap.add_argument("--folders", action="store_true", help="print the folder -> folder edges")
+    ap.add_argument("--folder-circles", action="store_true",
+                    help="print the circles of the folder graph (not failing)")
     args = ap.parse_args()
     files = source_files()
-    bad = report("includes", files, include_graph(files), args.folders)
+    ig = include_graph(files)
+    bad = report("includes", files, ig, args.folders)
+    if args.folder_circles:
+        folder_circles("includes", files, ig)
     if args.objects:
         g, objs = symbol_graph(args.objects)
         bad += report("symbols", objs, g, args.folders)
+        if args.folder_circles:
+            folder_circles("symbols", objs, g)
     if bad:
         print("dep_graph: import circles cross folders (see docs/architecture.md)", file=sys.stderr)
         return 1

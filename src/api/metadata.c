@@ -1,5 +1,6 @@
 /* metadata.c -- public functions for user metadata (key/value strings kept
  * in the engine file; src/format/meta.h). */
+#include "format/meta.h"
 #include "runtime/engine.h"
 
 kiln_status kiln_builder_set_metadata(kiln_builder *b, const char *key, const char *value) {

@@ -1,6 +1,7 @@
 /* build.c -- the builder: configuration, and model -> engine. */
 #include "backends/backend.h"
 #include "backends/cpu/cpu_features.h"
+#include "format/meta.h"
 #include "runtime/engine.h"
 
 #include <stdio.h>
@@ -469,17 +470,16 @@ static void node_tactic(const kiln_node *n, kiln_sbuf *sb, bool json) {
     }
 }
 
-/* Tensors a CPU or CUDA layer reads and writes in NHWC or nChw16c (layers
- * of an NHWC or blocked chain, kiln_op_def.layout_io; CUDA's chains,
- * backends/cuda/cuda_layout.c, set the same bits): "x" the input, "y" the
- * output; bf16 where they hold bf16; "residual" where an NHWC residual goes
- * into an NCHW output. */
+/* Tensors a layer reads and writes in NHWC or nChw16c (layers of the
+ * chains a backend's layouts hook makes, kiln_op_def.layout_io): "x" the
+ * input, "y" the output; bf16 where they hold bf16; "residual" where an
+ * NHWC residual goes into an NCHW output. */
 static const char *layout_word(int l) {
     return l == KILN_VLAYOUT_NHWC_BF16 ? "nhwc-bf16" : l == KILN_VLAYOUT_NHWC ? "nhwc" : l == KILN_VLAYOUT_C16 ? "nchw16c" : "nchw";
 }
 
 static void node_layout(const kiln_node *n, kiln_sbuf *sb, bool json) {
-    if ((n->device != KILN_DEVICE_CPU && n->device != KILN_DEVICE_CUDA) || !n->attrs || !n->op->layout_io) return;
+    if (!n->attrs || !n->op->layout_io) return;
     int32_t l = *n->op->layout_field(n->attrs);
     if (!l) return;
     kiln_io_layout io;

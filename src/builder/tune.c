@@ -716,7 +716,7 @@ static kiln_status ref_run(const kiln_tune_layer *L, const tune_bufs *tb, kiln_c
     }
     c->ia.attrs = c->ka.attrs = attrs;
     if (!*L->pool) KILN_TRY(kiln__pool_create(L->threads, L->pool));
-    if (kiln__call_infer(c, true, NULL, true) != KILN_OK || kiln__call_run_host(c, *L->pool) != KILN_OK) {
+    if (kiln__call_infer(c, true, NULL, true) != KILN_OK || kiln__call_run_host(c, *L->pool, SIZE_MAX) != KILN_OK) {
         snprintf(why, cap, "its host kernel fails: %s", kiln_last_error());
         kiln__clear_error();
         return KILN_OK;

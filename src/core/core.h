@@ -116,6 +116,10 @@ static inline float kiln__bf16_to_f32(uint16_t h) {
     memcpy(&f, &u, 4);
     return f;
 }
+/* max(m, v) that keeps NaN wherever it sits (MaxPool, GlobalMaxPool, as
+ * torch's max_pool2d and numpy's maximum; docs/onnx.md): v > m alone drops a
+ * NaN v that does not come first. */
+static inline float kiln__max_keep_nan(float m, float v) { return v > m || v != v ? v : m; }
 static inline uint16_t kiln__f32_to_bf16(float f) {
     uint32_t u;
     memcpy(&u, &f, 4);

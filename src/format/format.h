@@ -150,6 +150,7 @@
 #ifndef KILN_FORMAT_H
 #define KILN_FORMAT_H
 
+#include "format/meta.h"
 #include "runtime/engine.h"
 
 /* Version 2: the same layout as version 1; the attributes of CPU layers may

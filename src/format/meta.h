@@ -11,24 +11,13 @@
 #ifndef KILN_FORMAT_META_H
 #define KILN_FORMAT_META_H
 
-#include "core/core.h"
+#include "runtime/engine.h" /* kiln_meta */
 
 #define KILN_META_KEY_MAX 255
 #define KILN_META_VALUE_MAX ((size_t)16 << 20) /* 16 MiB */
 #define KILN_META_MAX_ENTRIES 1024
 #define KILN_FMT_META_ID "META"
 #define KILN_FMT_META_RECORD 8 /* u32 key_size, u32 value_size; then the bytes */
-
-typedef struct kiln_meta_entry {
-    char *key;
-    char *value;
-    size_t value_len;
-} kiln_meta_entry;
-
-typedef struct kiln_meta {
-    kiln_meta_entry *items; /* sorted by key */
-    int n, cap;
-} kiln_meta;
 
 /* Sets key to value (a copy), or removes key when value is NULL. Fails with
  * KILN_ERR_INVALID_ARGUMENT (message starting with `fn`) for a key or value

@@ -90,7 +90,7 @@ void kiln__call_args(kiln_call *c, void *ws, size_t ws_size, kiln_pool *pool, ki
     c->ka.node_state = ns;
 }
 
-kiln_status kiln__call_run_host(kiln_call *c, kiln_pool *pool) {
+kiln_status kiln__call_run_host(kiln_call *c, kiln_pool *pool, size_t max_workspace) {
     const kiln_node *n = c->n;
     if (!n->op->cpu)
         return KILN_FAIL(KILN_ERR_UNSUPPORTED, "node '%s' (%s): the op has no host kernel", n->name, n->op->name);
@@ -98,6 +98,9 @@ kiln_status kiln__call_run_host(kiln_call *c, kiln_pool *pool) {
     kiln_status s = KILN_OK;
     void *ws = NULL;
     size_t ws_size = n->op->workspace ? n->op->workspace(&c->ia) : 0;
+    if (ws_size > max_workspace)
+        return KILN_FAIL(KILN_ERR_UNSUPPORTED, "node '%s' (%s): its host kernel needs %zu bytes of workspace "
+                         "(at most %zu here)", n->name, n->op->name, ws_size, max_workspace);
     for (int i = 0; i < n->n_out && s == KILN_OK; i++) {
         size_t nb = kiln__value_nbytes(&c->out[i]);
         if (!nb && kiln__numel(c->out[i].rank, c->out[i].dims) > 0)

@@ -30,7 +30,10 @@ kiln_status kiln__node_check_inputs(const kiln_node *n) {
 }
 
 kiln_status kiln__graph_infer_node(kiln_graph *g, int ni, bool runtime, kiln_tinfo *outs) {
-    kiln_node *n = &g->nodes[ni];
+    return kiln__node_infer(g, &g->nodes[ni], runtime, outs);
+}
+
+kiln_status kiln__node_infer(const kiln_graph *g, const kiln_node *n, bool runtime, kiln_tinfo *outs) {
     const kiln_tinfo *in_buf[KILN_CALL_MAX], **in_ptrs = in_buf;
     kiln_tinfo *out_ptrs[KILN_CALL_MAX];
     if (n->n_out > KILN_CALL_MAX)

@@ -163,8 +163,11 @@ KILN_PRIVATE void kiln__call_args(kiln_call *c, void *ws, size_t ws_size, kiln_p
  * kiln__call_infer(exact): allocates each output (c->out_t[i].data, the
  * caller's to kiln__aligned_free after success; freed on failure) and the
  * op's workspace (freed), with `pool` (may be NULL) and no node state.
- * Constant folding and the tuner's host reference (builder/tune.c) call it. */
-KILN_PRIVATE kiln_status kiln__call_run_host(kiln_call *c, kiln_pool *pool);
+ * Fails without running when the workspace would exceed max_workspace
+ * bytes (SIZE_MAX: no limit). Constant folding, the memory planner's
+ * evaluation of small values (runtime/plan.c) and the tuner's host
+ * reference (builder/tune.c) call it. */
+KILN_PRIVATE kiln_status kiln__call_run_host(kiln_call *c, kiln_pool *pool, size_t max_workspace);
 
 /* Inference (src/ir/infer.c) */
 /* Shape and type inference over the whole graph (build time). */
@@ -172,6 +175,11 @@ KILN_PRIVATE kiln_status kiln__graph_infer(kiln_graph *g);
 /* op->infer (kiln__infer) of node ni over the graph's value infos into
  * outs[0..n_out) (data left NULL). */
 KILN_PRIVATE kiln_status kiln__graph_infer_node(kiln_graph *g, int ni, bool runtime, kiln_tinfo *outs);
+/* The same for node n of g as the graph is now (e.g. with some dtypes
+ * changed to ask whether the op would take them): every caller that asks
+ * an op's inference about a node of a graph goes through it. outs holds
+ * n->n_out entries (at most KILN_CALL_MAX, else it fails). */
+KILN_PRIVATE kiln_status kiln__node_infer(const kiln_graph *g, const kiln_node *n, bool runtime, kiln_tinfo *outs);
 /* Merges an inferred shape with what the model declared: known inferred
  * dims win; where inference knows nothing, a declared dim (known or
  * symbolic) is kept. */
@@ -208,7 +216,7 @@ enum {
     KILN_PASS_FUSE_QKV,
     KILN_PASS_FUSE_ADD_LAYERNORM,     /* fuse_norm.c */
     KILN_PASS_FUSE_POINTWISE,         /* fuse_pointwise.c (after the precision pass) */
-    KILN_PASS_CPU_LAYOUT,             /* builder/tune.c (kiln__fc_choose_layouts) */
+    KILN_PASS_CPU_LAYOUT,             /* backends/cpu/cpu_layout.c (kiln__fc_choose_layouts) */
     KILN_PASS_CUDA_NHWC,              /* backends/cuda/cuda_layout.c */
     KILN_PASS_COUNT
 };

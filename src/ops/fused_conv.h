@@ -20,22 +20,10 @@
 #ifndef KILN_FUSED_CONV_H
 #define KILN_FUSED_CONV_H
 
-#include "ir/ir.h"
+#include "ops/fused_act_codes.h"
+#include "ops/op.h"
 #include "ops/nn_attrs.h"
 
-/* Activation applied last (after bias and residual). */
-enum {
-    KILN_FC_ACT_NONE = 0,
-    KILN_FC_ACT_RELU = 1,       /* max(x, 0) */
-    KILN_FC_ACT_CLIP = 2,       /* min(max(x, alpha), beta) (Relu6: 0, 6) */
-    KILN_FC_ACT_LEAKY_RELU = 3, /* x >= 0 ? x : alpha * x */
-    KILN_FC_ACT_SIGMOID = 4,    /* 1 / (1 + exp(-x)) */
-    KILN_FC_ACT_SILU = 5,       /* x * sigmoid(x) (Sigmoid + Mul) */
-    KILN_FC_ACT_HARD_SWISH = 6, /* x * max(0, min(1, x / 6 + 0.5)) */
-    KILN_FC_ACT_HARD_SIGMOID = 7, /* max(0, min(1, alpha * x + beta)) (ONNX HardSigmoid; the
-                                     squeeze-excite gate of MobileNetV3: 1/6, 0.5) */
-    KILN_FC_ACT_COUNT
-};
 /* Every switch over KILN_FC_ACT_* sits next to this check: an activation
  * added here fails the build until each of them handles it. */
 #define KILN_FC_ACT_ALL_HANDLED(where) \

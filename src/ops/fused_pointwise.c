@@ -1,9 +1,9 @@
 /* fused_pointwise.c -- kiln.Pointwise (fused_pointwise.h): validation,
  * inference and the reference kernel (the host interpreter in
- * src/backends/cpu/kernels/pointwise_cpu.c). */
+ * pointwise_interp.c, which the CPU backend runs too). */
 #include "ops/fused_pointwise.h"
 
-#include "backends/cpu/kernels/pointwise_cpu.h"
+#include "ops/pointwise_interp.h"
 
 static bool all_zero(const void *p, size_t n) {
     const unsigned char *b = p;

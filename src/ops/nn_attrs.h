@@ -35,7 +35,9 @@ KILN_ATTRS_AT(kiln_conv_attrs, dilations, 224); KILN_ATTRS_AT(kiln_conv_attrs, o
 KILN_ATTRS_AT(kiln_conv_attrs, output_shape, 320);
 
 /* CPU MaxPool layouts (kiln_pool_attrs.layout), set by kiln__fc_choose_layouts
- * for a float32 2-D MaxPool between layers that pass NHWC tensors. */
+ * for a float32 2-D MaxPool between layers that pass NHWC tensors. The
+ * reference kernels read and write NCHW only: these layouts are the CPU
+ * backend's kernels (backends/cpu/kernels/pool_cpu.c). */
 enum {
     KILN_POOL_LAYOUT_NHWC = 1, /* MaxPool: X and Y NHWC (rank 4); GlobalAveragePool: X NHWC */
     KILN_POOL_LAYOUT_C16 = 2,  /* the same, nChw16c (C % 16 == 0) */

@@ -1,5 +1,5 @@
 /* pointwise_geom.c -- what kiln.Pointwise's validation, its reference
- * kernel (backends/cpu/kernels/pointwise_cpu.c) and its CUDA planner share:
+ * kernel (pointwise_interp.c) and its CUDA planner share:
  * the dtypes a program reads and writes, and the run's merged geometry.
  * (A file of its own, so that the op and the CPU kernel do not call each
  * other: scripts/dep_graph.py.) */

@@ -18,24 +18,13 @@
  * generic walk over the input that scatters into one accumulator per output
  * element (double for floating types, 64-bit integer for integer types). */
 #include "ops/reduce_attrs.h"
+#include "ops/reduce_codes.h"
 #include "ops/op.h"
 
 #include <float.h>
 #include <math.h>
 #include <stdio.h>
 
-enum red_kind {
-    RK_SUM = 0,
-    RK_MEAN,
-    RK_MAX,
-    RK_MIN,
-    RK_PROD,
-    RK_L1,
-    RK_L2,
-    RK_LOGSUM,
-    RK_LOGSUMEXP,
-    RK_SUMSQUARE,
-};
 
 
 /* ---- import ------------------------------------------------------------ */

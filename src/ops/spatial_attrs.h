@@ -72,6 +72,10 @@ struct kiln_pool_attrs;
 KILN_PRIVATE kiln_status kiln__pool_geom(const char *node, const char *op,
                                          const struct kiln_pool_attrs *at, int rank,
                                          const int64_t *dims, kiln_pool_geom *g);
+/* nn_pool.c: the taps [*a, *b) of a window starting at s, k taps d apart
+ * (d >= 1), that land in [lo, hi) (the pooling kernels visit only these). */
+KILN_PRIVATE void kiln__pool_taps(int64_t s, int64_t k, int64_t d, int64_t lo, int64_t hi, int64_t *a,
+                                  int64_t *b);
 
 /* nn_conv.c: ConvTranspose's geometry (pads resolved from auto_pad,
  * output_shape, output_padding) from X [N, C, in...] and W [C, M/group, k...]

@@ -44,7 +44,7 @@ static kiln_status fold_node_call(kiln_graph *g, int ni, const kiln_tinfo *in0, 
             (total += nb) > KILN_FOLD_MAX_BYTES)
             return KILN_OK; /* not folded: runs in the plan */
     }
-    KILN_TRY(kiln__call_run_host(c, NULL));
+    KILN_TRY(kiln__call_run_host(c, NULL, SIZE_MAX));
     /* entries of a partial shape (below): folded only when all known */
     for (int i = 0; i < n->n_out && in0; i++)
         for (int64_t k = 0; k < kiln__numel(outs[i].rank, outs[i].dims); k++)

@@ -57,24 +57,9 @@ static bool overridden(const kiln_optimize_opts *o, const kiln_node *n, bool *us
 /* Whether n's shape inference accepts its inputs as they are in g now and
  * gives every output that is of type t in g type t too. */
 static bool infer_agrees(const kiln_graph *g, const kiln_node *n, kiln_dtype t) {
-    const kiln_tinfo *in_buf[KILN_CALL_MAX], **ins = in_buf;
-    kiln_tinfo outs[KILN_CALL_MAX], *outp[KILN_CALL_MAX];
-    if (n->n_out > KILN_CALL_MAX) return false;
-    if (n->n_in > KILN_CALL_MAX && !(ins = kiln__malloc(sizeof *ins * (size_t)n->n_in))) {
-        kiln__clear_error();
-        return false; /* (memory short: kept in float32) */
-    }
-    for (int i = 0; i < n->n_in; i++) ins[i] = n->in[i] >= 0 ? &g->values[n->in[i]].info : NULL;
-    for (int k = 0; k < n->n_out; k++) {
-        memset(&outs[k], 0, sizeof outs[k]);
-        outp[k] = &outs[k];
-    }
-    kiln_infer_args ia = {.op = n->op, .attrs = n->attrs, .node_name = n->name, .n_in = n->n_in,
-                          .n_out = n->n_out, .in = ins, .out = outp};
-    kiln_status st = kiln__infer(&ia);
-    if (ins != in_buf) kiln__free(ins);
-    if (st != KILN_OK) {
-        kiln__clear_error(); /* e.g. a layer whose inference wants float32 */
+    kiln_tinfo outs[KILN_CALL_MAX];
+    if (kiln__node_infer(g, n, false, outs) != KILN_OK) {
+        kiln__clear_error(); /* e.g. a layer whose inference wants float32 (or memory short: kept in float32) */
         return false;
     }
     for (int k = 0; k < n->n_out; k++)

@@ -3,10 +3,22 @@
 #ifndef KILN_ENGINE_H
 #define KILN_ENGINE_H
 
-#include "format/meta.h"
 #include "ir/ir.h"
 
 #include <pthread.h>
+
+/* User metadata of an engine or a builder: key/value strings, sorted by
+ * key (the rules, and the functions that keep them: format/meta.h). */
+typedef struct kiln_meta_entry {
+    char *key;
+    char *value;
+    size_t value_len;
+} kiln_meta_entry;
+
+typedef struct kiln_meta {
+    kiln_meta_entry *items; /* sorted by key */
+    int n, cap;
+} kiln_meta;
 
 struct kiln_model {
     kiln_graph *graph;     /* as imported, shapes inferred */

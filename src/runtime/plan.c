@@ -102,21 +102,7 @@ static void eval_node(planner *P, const kiln_node *n, kiln_call *c, bool shape_o
     if (shape_only)
         for (int i = 0; i < n->n_in; i++)
             if (n->in[i] >= 0) c->in_t[i].data = NULL;
-    bool ok = true;
-    for (int i = 0; i < n->n_out; i++) {
-        out_t[i].data = ok ? kiln__aligned_alloc(kiln__value_nbytes(&c->out[i])) : NULL;
-        ok = ok && out_t[i].data;
-    }
-    size_t ws_size = n->op->workspace ? n->op->workspace(&c->ia) : 0;
-    ok = ok && ws_size <= EVAL_MAX_WORKSPACE;
-    void *ws = ok && ws_size ? kiln__aligned_alloc(ws_size) : NULL;
-    if (ok && (!ws_size || ws)) {
-        kiln__call_args(c, ws, ws_size, NULL, NULL);
-        ok = n->op->cpu(&c->ka) == KILN_OK;
-    } else {
-        ok = false;
-    }
-    kiln__aligned_free(ws);
+    bool ok = kiln__call_run_host(c, NULL, EVAL_MAX_WORKSPACE) == KILN_OK; /* outputs NULL when not */
     for (int i = 0; i < n->n_out; i++) {
         int v = n->out[i];
         if (ok && v >= 0 && !P->eval[v]) {

@@ -1,6 +1,6 @@
 /* test_fusion_pointwise.c -- the pointwise-fusion pass
  * (src/passes/fuse_pointwise.c) and kiln.Pointwise (src/ops/fused_pointwise.c,
- * its host kernel src/backends/cpu/kernels/pointwise_cpu.c): which groups
+ * its host kernel src/ops/pointwise_interp.c): which groups
  * form (chains, diamonds, several outputs, broadcast inputs, groups split
  * by other layers, by shapes and by dtypes, the path that leaves a group
  * and comes back), that fused engines compute what unfused ones do, mixed
@@ -13,7 +13,7 @@
 
 #include "graph_build.h"
 
-#include "backends/cpu/kernels/pointwise_cpu.h"
+#include "ops/pointwise_interp.h"
 #include "format/format.h"
 #include "ops/elementwise_impl.h"
 #include "ops/fused_pointwise.h"

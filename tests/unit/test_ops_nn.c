@@ -1,12 +1,15 @@
 /* test_ops_nn.c -- kernel-level tests of the neural-network family
  * (src/ops/nn*.c, src/backends/cpu/kernels/gemm.c): kiln__sgemm against a naive triple loop,
- * and op->infer / op->cpu called directly on hand-built tensors, compared
- * with reference loops written here (double accumulation). Every output
+ * and op->infer and the CPU backend's kernel (the op's reference kernel, or
+ * its row in backends/cpu/cpu_table.c: MaxPool's NHWC and nChw16c layouts)
+ * called directly on hand-built tensors, compared with reference loops
+ * written here (double accumulation). Every output
  * buffer is followed by a canary that must survive the kernel. */
 #include "ops/nn_attrs.h"
 #include <math.h>
 #include <stdlib.h>
 
+#include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/kernels/gemm.h"
 #include "ops/op.h"
 #include "test.h"
@@ -90,7 +93,7 @@ static kiln_tensor tensor(kiln_dtype dt, int rank, const int64_t *dims, void *da
     return t;
 }
 
-/* infer (run-time mode) + workspace + cpu. Outputs and the workspace get a
+/* infer (run-time mode) + workspace + the CPU backend's kernel. Outputs and the workspace get a
  * canary after their bytes. */
 static kiln_status run_op(int op_id, const void *attrs, int n_in, const kiln_tensor *const *in,
                           int n_out, kiln_pool *pool, run_result *r) {
@@ -139,7 +142,8 @@ static kiln_status run_op(int op_id, const void *attrs, int n_in, const kiln_ten
     kiln_kernel_args ka = {.op = op, .attrs = attrs, .node_name = "t", .n_in = n_in,
                            .n_out = n_out, .in = in, .out = outp, .workspace = wsm,
                            .workspace_size = ws, .pool = pool};
-    r->st = op->cpu(&ka);
+    const kiln_kernel *k = kiln__cpu_kernel_for(op_id);
+    r->st = k ? k->run(&ka) : KILN_ERR_INTERNAL;
     for (int i = 0; i < n_out; i++)
         for (int j = 0; j < CANARY; j++)
             if (r->mem[i][r->nbytes[i] + j] != CANARY_BYTE) {

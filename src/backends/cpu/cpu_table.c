@@ -10,6 +10,7 @@
 #include "backends/cpu/kernels/add_layernorm_cpu.h"
 #include "backends/cpu/kernels/fused_conv_cpu.h"
 #include "backends/cpu/kernels/fused_transformer_cpu.h"
+#include "backends/cpu/kernels/pool_cpu.h"
 
 /* Adding or removing an op: give it a row below if the CPU runs it with more
  * than its reference kernel, then update the count. */
@@ -36,6 +37,9 @@ static const kiln_kernel cpu_kernels[KILN_OP_ID_LIMIT] = {
                            .tactics = kiln__cpu_attn_tactics,
                            .tactic_name = kiln__cpu_attn_tactic_name},
     [KILN_OP_AddLayerNorm] = {.name = "cpu", .run = kiln__cpu_add_ln_run, .workspace = kiln__cpu_add_ln_workspace},
+    /* the NHWC / nChw16c layouts of the CPU's chains (cpu_layout.c) */
+    [KILN_OP_MaxPool] = {.name = "cpu", .run = kiln__cpu_maxpool_run},
+    [KILN_OP_GlobalAveragePool] = {.name = "cpu", .run = kiln__cpu_gap_run},
 };
 
 const kiln_kernel *kiln__cpu_kernel_for(int op_id) {

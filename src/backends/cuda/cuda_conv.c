@@ -71,18 +71,8 @@ static kiln_status conv_geom_dims(const char *node, const kiln_conv_attrs *at, i
         int64_t s = at->n_strides ? at->strides[i] : 1, d = at->n_dilations ? at->dilations[i] : 1;
         int64_t pb = at->n_pads ? at->pads[i] : 0, p_e = at->n_pads ? at->pads[ns + i] : 0;
         if (at->auto_pad == PAD_VALID) pb = p_e = 0;
-        if (at->auto_pad == PAD_SAME_UPPER || at->auto_pad == PAD_SAME_LOWER) {
-            int64_t out = (in + s - 1) / s, dk = (k - 1) * d + 1;
-            int64_t total = (out - 1) * s + dk - in;
-            if (total < 0) total = 0;
-            if (at->auto_pad == PAD_SAME_UPPER) {
-                pb = total / 2;
-                p_e = total - pb;
-            } else {
-                p_e = total / 2;
-                pb = total - p_e;
-            }
-        }
+        if (at->auto_pad == PAD_SAME_UPPER || at->auto_pad == PAD_SAME_LOWER)
+            (void)kiln__nn_same_pads(at->auto_pad, in, k, s, d, &pb, &p_e);
         g->in[i] = in;
         g->out[i] = yd[2 + i];
         g->k[i] = k;
@@ -577,11 +567,11 @@ static kiln_status conv_cudnn(const kiln_kernel_args *a, const kcu_conv *g, cons
 
 enum { UID_X = 1, UID_W = 2, UID_B = 3, UID_R = 4, UID_Y = 5, UID_HS_SCALE = 6, UID_HS_SHIFT = 7, UID_VIRT = 100 };
 
-_Static_assert(KCU_ACT_COUNT == 8, "gconv_act, gconv_composed: handle every KCU_ACT_* (then update this count)");
+_Static_assert(KILN_FC_ACT_COUNT == 8, "gconv_act, gconv_composed: handle every KILN_FC_ACT_* (then update this count)");
 
 /* The activations the graph composes of several pointwise operations
  * (no cuDNN mode of their own; gconv_graph): hard swish, hard sigmoid. */
-static bool gconv_composed(int act) { return act == KCU_ACT_HARD_SWISH || act == KCU_ACT_HARD_SIGMOID; }
+static bool gconv_composed(int act) { return act == KILN_FC_ACT_HARD_SWISH || act == KILN_FC_ACT_HARD_SIGMOID; }
 
 /* The graph's activation as a pointwise mode (false: not expressible,
  * the legacy path with the epilogue kernel runs). RELU_FWD's clips are
@@ -591,21 +581,21 @@ static bool gconv_act(int act, float alpha, float beta, cudnnPointwiseMode_t *mo
     pw->relu_upper = 3.4028234663852886e38;
     pw->swish_beta = 1.0;
     switch (act) {
-    case KCU_ACT_RELU: *mode = CUDNN_POINTWISE_RELU_FWD; return true;
-    case KCU_ACT_CLIP:
+    case KILN_FC_ACT_RELU: *mode = CUDNN_POINTWISE_RELU_FWD; return true;
+    case KILN_FC_ACT_CLIP:
         if (alpha != 0.0f || !(beta > 0.0f)) return false;
         *mode = CUDNN_POINTWISE_RELU_FWD;
         pw->relu_upper = beta;
         return true;
-    case KCU_ACT_LEAKY_RELU:
+    case KILN_FC_ACT_LEAKY_RELU:
         *mode = CUDNN_POINTWISE_RELU_FWD;
         pw->relu_slope = alpha;
         return true;
-    case KCU_ACT_SIGMOID: *mode = CUDNN_POINTWISE_SIGMOID_FWD; return true;
-    case KCU_ACT_SILU: *mode = CUDNN_POINTWISE_SWISH_FWD; return true;
-    case KCU_ACT_NONE:
-    case KCU_ACT_HARD_SWISH:
-    case KCU_ACT_HARD_SIGMOID: return false; /* none, or no cuDNN pointwise mode (gconv_graph composes them) */
+    case KILN_FC_ACT_SIGMOID: *mode = CUDNN_POINTWISE_SIGMOID_FWD; return true;
+    case KILN_FC_ACT_SILU: *mode = CUDNN_POINTWISE_SWISH_FWD; return true;
+    case KILN_FC_ACT_NONE:
+    case KILN_FC_ACT_HARD_SWISH:
+    case KILN_FC_ACT_HARD_SIGMOID: return false; /* none, or no cuDNN pointwise mode (gconv_graph composes them) */
     default: return false;
     }
 }
@@ -615,7 +605,7 @@ static bool gconv_eligible(kiln_dtype t, int act, float alpha, float beta) {
     cudnnPointwiseMode_t m;
     kcu_dg_pw pw;
     if (t != KILN_DTYPE_FLOAT16 && t != KILN_DTYPE_BFLOAT16) return false;
-    return act == KCU_ACT_NONE || gconv_composed(act) || gconv_act(act, alpha, beta, &m, &pw);
+    return act == KILN_FC_ACT_NONE || gconv_composed(act) || gconv_act(act, alpha, beta, &m, &pw);
 }
 
 /* The operation graph of key k: conv -> [+ bias] -> [+ residual] -> [act],
@@ -672,7 +662,7 @@ static cudnnStatus_t gconv_graph(cudnnHandle_t h, const gconv_key *k, kcu_dg *dg
     cudnnDataType_t dt = (cudnnDataType_t)k->dt;
     cudnnPointwiseMode_t mode = CUDNN_POINTWISE_RELU_FWD;
     kcu_dg_pw pw;
-    const bool act = k->act != KCU_ACT_NONE, hs = gconv_composed(k->act), hsw = k->act == KCU_ACT_HARD_SWISH;
+    const bool act = k->act != KILN_FC_ACT_NONE, hs = gconv_composed(k->act), hsw = k->act == KILN_FC_ACT_HARD_SWISH;
     if (act && !hs && !gconv_act(k->act, k->alpha, k->beta, &mode, &pw)) return CUDNN_STATUS_NOT_SUPPORTED;
     int left = (k->has_b ? 1 : 0) + (k->has_r ? 1 : 0) + (act ? hs ? 3 + hsw : 1 : 0); /* pointwise ops to come */
     int64_t vuid = UID_VIRT;
@@ -744,8 +734,8 @@ static void gconv_key_make(gconv_key *k, const kcu_conv *g, const int64_t *pe, k
     k->nhwc = nhwc;
     k->tactic = tactic;
     k->act = act;
-    if (act == KCU_ACT_LEAKY_RELU || act == KCU_ACT_CLIP || act == KCU_ACT_HARD_SIGMOID) k->alpha = alpha;
-    if (act == KCU_ACT_CLIP || act == KCU_ACT_HARD_SIGMOID) k->beta = beta;
+    if (act == KILN_FC_ACT_LEAKY_RELU || act == KILN_FC_ACT_CLIP || act == KILN_FC_ACT_HARD_SIGMOID) k->alpha = alpha;
+    if (act == KILN_FC_ACT_CLIP || act == KILN_FC_ACT_HARD_SIGMOID) k->beta = beta;
     k->has_b = has_b;
     k->has_r = has_r;
     for (int i = 0; i < 5; i++) k->al[i] = ptrs && ptrs[i] ? kcu_dg_align(ptrs[i]) : 16;
@@ -881,8 +871,8 @@ static kiln_status conv_graph_run(const kiln_kernel_args *a, const kcu_conv *g, 
             vp[n++] = (void *)ptrs[i];
         }
     if (gconv_composed(k.act)) { /* the by-value scale and shift */
-        p->hs[0] = k.act == KCU_ACT_HARD_SWISH ? 1.0f / 6.0f : k.alpha;
-        p->hs[1] = k.act == KCU_ACT_HARD_SWISH ? 0.5f : k.beta;
+        p->hs[0] = k.act == KILN_FC_ACT_HARD_SWISH ? 1.0f / 6.0f : k.alpha;
+        p->hs[1] = k.act == KILN_FC_ACT_HARD_SWISH ? 0.5f : k.beta;
         uids[n] = UID_HS_SCALE;
         vp[n++] = &p->hs[0];
         uids[n] = UID_HS_SHIFT;
@@ -973,9 +963,9 @@ static void conv_gemm_shape(const kcu_conv *g, bool patch, bool nhwc, kiln_dtype
         p->N = g->M;
         p->ldc = g->M;
         if (has_b) p->epi |= KCU_EPI_BIAS;
-        if (act == KCU_ACT_RELU) p->epi |= KCU_EPI_RELU;
+        if (act == KILN_FC_ACT_RELU) p->epi |= KCU_EPI_RELU;
         *bias_in = has_b;
-        *act_in = act == KCU_ACT_RELU;
+        *act_in = act == KILN_FC_ACT_RELU;
     } else {
         p->M = g->M;
         p->N = g->out_sz;
@@ -1037,8 +1027,8 @@ static kiln_status conv_as_gemm(const kiln_kernel_args *a, const kcu_conv *g, co
         s = kiln__cuda_gemm(a, &p);
     }
     if (bias_in) B = NULL;
-    if (act_in) act = KCU_ACT_NONE;
-    if (s == KILN_OK && (B || act != KCU_ACT_NONE)) {
+    if (act_in) act = KILN_FC_ACT_NONE;
+    if (s == KILN_OK && (B || act != KILN_FC_ACT_NONE)) {
         cudaError_t e = kcu_bias_act(X->dtype, Y->data, Y->data, B ? B->data : NULL, NULL,
                                      rows_out ? g->N * g->out_sz : g->N, g->M, rows_out ? 1 : g->out_sz, act,
                                      alpha, beta, KCU_STREAM(a));
@@ -1063,7 +1053,7 @@ static bool gemv_ok(const kcu_conv *g, const int64_t *pe) {
 static kiln_status conv_as_gemv(const kiln_kernel_args *a, const kcu_conv *g, const int64_t *pe, int act,
                                 float alpha, float beta, const kiln_tensor *B, const kiln_tensor *R, bool *handled) {
     *handled = false;
-    if (!gemv_ok(g, pe) || act < 0 || act >= KCU_ACT_COUNT) return KILN_OK;
+    if (!gemv_ok(g, pe) || act < 0 || act >= KILN_FC_ACT_COUNT) return KILN_OK;
     const kiln_tensor *X = a->in[0];
     KILN_CUDA_TRY(kcu_conv_gemv(X->dtype, g->N, g->C, g->M, X->data, a->in[1]->data, B ? B->data : NULL,
                                 R ? R->data : NULL, a->out[0]->data, act, alpha, beta, KCU_STREAM(a)),
@@ -1266,19 +1256,9 @@ static kiln_status conv_exec(const kiln_kernel_args *a, const kiln_conv_attrs *a
 }
 
 kiln_status kiln__cu_conv_run(const kiln_kernel_args *a) {
-    return conv_exec(a, a->attrs, KCU_ACT_NONE, 0.0f, 0.0f, NULL, false, false);
+    return conv_exec(a, a->attrs, KILN_FC_ACT_NONE, 0.0f, 0.0f, NULL, false, false);
 }
 
-
-_Static_assert((int)KCU_ACT_RELU == (int)KILN_FC_ACT_RELU &&
-                   (int)KCU_ACT_CLIP == (int)KILN_FC_ACT_CLIP &&
-                   (int)KCU_ACT_LEAKY_RELU == (int)KILN_FC_ACT_LEAKY_RELU &&
-                   (int)KCU_ACT_SIGMOID == (int)KILN_FC_ACT_SIGMOID &&
-                   (int)KCU_ACT_SILU == (int)KILN_FC_ACT_SILU &&
-                   (int)KCU_ACT_HARD_SWISH == (int)KILN_FC_ACT_HARD_SWISH &&
-                   (int)KCU_ACT_HARD_SIGMOID == (int)KILN_FC_ACT_HARD_SIGMOID &&
-                   (int)KCU_ACT_COUNT == (int)KILN_FC_ACT_COUNT,
-               "kcu activations must match kiln.FusedConv's");
 
 bool kiln__cu_fused_conv_supports(const kiln_graph *g, const kiln_node *n) {
     const kiln_fused_conv_attrs *at = n->attrs;
@@ -1353,7 +1333,7 @@ int kiln__cu_fused_conv_tactics(void *state, const kiln_infer_args *a, int32_t *
     /* one cuBLASLt GEMM, where the layer is one: its candidates */
     int32_t gt[KCU_CONV_GEMM_CANDIDATES];
     /* kiln's kernel for [N, C, 1, 1] layers */
-    const bool gv = gemv_ok(&g, pe) && at->act >= 0 && at->act < KCU_ACT_COUNT && cap >= 3;
+    const bool gv = gemv_ok(&g, pe) && at->act >= 0 && at->act < KILN_FC_ACT_COUNT && cap >= 3;
     const int n_gt = gemm_tactics(st, &g, pe, nhwc, x_nchw, x->dtype, a->n_in > 2 && a->in[2] != NULL, at->act,
                                   at->has_residual != 0, gt, cap - 2 - (gv ? 1 : 0));
 #if KILN_HAVE_CUDNN

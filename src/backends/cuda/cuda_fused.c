@@ -80,7 +80,7 @@ kiln_status kiln__cu_fused_matmul_run(const kiln_kernel_args *a) {
     p.alpha = 1.0;
     p.tactic = kiln__cuda_tactic(a);
     /* epilogue: bias and ReLU / GELU(tanh) inside cuBLASLt */
-    int post = KCU_ACT_NONE;
+    int post = KILN_FC_ACT_NONE;
     p.epi = bias ? KCU_EPI_BIAS : KCU_EPI_NONE;
     p.bias = bias ? bias->data : NULL;
     if (at->act == KILN_FACT_RELU) p.epi |= KCU_EPI_RELU;
@@ -97,7 +97,7 @@ kiln_status kiln__cu_fused_matmul_run(const kiln_kernel_args *a) {
     if (p.K > 0 && (p.epi != KCU_EPI_NONE || res)) {
         kiln_status s = kiln__cuda_gemm(a, &p);
         if (s != KILN_ERR_UNSUPPORTED) {
-            if (s != KILN_OK || post == KCU_ACT_NONE) return s;
+            if (s != KILN_OK || post == KILN_FC_ACT_NONE) return s;
             KILN_CUDA_TRY(kcu_bias_act(t, Y->data, Y->data, NULL, NULL, p.M, p.N, 1, post, 0, 0,
                                        KCU_STREAM(a)),
                           node);
@@ -105,7 +105,7 @@ kiln_status kiln__cu_fused_matmul_run(const kiln_kernel_args *a) {
         }
         kiln__clear_error(); /* no algorithm with this epilogue: GEMM, then one pass */
     }
-    if (at->act == KILN_FACT_RELU) post = KCU_ACT_RELU;
+    if (at->act == KILN_FACT_RELU) post = KILN_FC_ACT_RELU;
     else if (at->act == KILN_FACT_GELU_TANH) post = KCU_ACT_GELU_TANH;
     p.epi = KCU_EPI_NONE;
     p.bias = NULL;

@@ -62,7 +62,8 @@ typedef struct kcu_elems {
 cudaError_t kcu_gather_elements(size_t es, kiln_dtype it, const kcu_elems *g, const void *x,
                                 const void *ind, void *y, cudaStream_t stream);
 
-/* Reductions of the scatter ops (same numbers as RED_* in ops/tensor_internal.h). */
+/* Reductions of the scatter ops (same numbers as RED_* in ops/tensor_internal.h;
+ * cuda_ops_index.c asserts it). */
 enum { KCU_RED_NONE = 0, KCU_RED_ADD = 1, KCU_RED_MUL = 2, KCU_RED_MAX = 3, KCU_RED_MIN = 4 };
 /* Whether the scatter kernels take dtype t (reduction none: any 1/2/4/8-byte
  * dtype; the others: kcu_index_numeric dtypes and bool). */

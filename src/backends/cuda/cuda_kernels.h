@@ -21,6 +21,8 @@
 
 #include "kiln.h"
 #include "ops/elementwise_codes.h"
+#include "ops/fused_act_codes.h"
+#include "ops/reduce_codes.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -173,11 +175,7 @@ cudaError_t kcu_batchnorm(kiln_dtype t, const void *x, void *y, kiln_dtype pt,
  * Output element o (dense, out_n of them) reduces R input elements. Input
  * offsets: kept part from o's coordinates in kdims (strides kst), reduced
  * part from r's coordinates in rdims (strides rst). */
-enum {
-    KCU_R_SUM = 0, KCU_R_MEAN, KCU_R_MAX, KCU_R_MIN, KCU_R_PROD, KCU_R_L1, KCU_R_L2,
-    KCU_R_LOGSUM, KCU_R_LOGSUMEXP, KCU_R_SUMSQUARE,
-    KCU_R_COUNT
-};
+/* kind: the op's code (RK_*, ops/reduce_codes.h) */
 typedef struct kcu_reduce {
     int krank, rrank;
     int64_t out_n, R;
@@ -293,18 +291,10 @@ cudaError_t kcu_patches(kiln_dtype t, const kcu_patch *p, const void *x, void *c
 cudaError_t kcu_conv_direct(kiln_dtype t, const kcu_conv *g, const void *x, const void *w,
                             const void *bias, void *y, cudaStream_t stream);
 
-/* Activations of fused layers (same numbers as KILN_FC_ACT_* in
- * src/ops/fused_conv.h; cuda_conv.c checks that they agree). */
+/* Activations of fused layers: FusedConv's own codes (KILN_FC_ACT_*,
+ * ops/fused_act_codes.h), and two more the epilogues take for FusedMatMul's
+ * Gelu: */
 enum {
-    KCU_ACT_NONE = 0,
-    KCU_ACT_RELU = 1,
-    KCU_ACT_CLIP = 2,       /* min(max(x, alpha), beta) */
-    KCU_ACT_LEAKY_RELU = 3, /* x >= 0 ? x : alpha x */
-    KCU_ACT_SIGMOID = 4,
-    KCU_ACT_SILU = 5,
-    KCU_ACT_HARD_SWISH = 6,
-    KCU_ACT_HARD_SIGMOID = 7, /* max(0, min(1, alpha x + beta)) */
-    KCU_ACT_COUNT = 8,
     KCU_ACT_GELU_ERF = 100,  /* x/2 (1 + erf(x / sqrt 2)) */
     KCU_ACT_GELU_TANH = 101  /* x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
 };
@@ -315,8 +305,8 @@ cudaError_t kcu_bias_act(kiln_dtype t, const void *x, void *y, const void *bias,
                          const void *residual, int64_t N, int64_t M, int64_t plane, int act,
                          float alpha, float beta, cudaStream_t stream);
 /* Y [N, M] = act(X [N, K] W [M, K]^T + bias[M] + R [N, M]) in one launch,
- * the epilogue inside (bias and R may be NULL; act a KCU_ACT_* below
- * KCU_ACT_COUNT): a FusedConv on [N, C, 1, 1] values (the squeeze-excite
+ * the epilogue inside (bias and R may be NULL; act a KILN_FC_ACT_* below
+ * KILN_FC_ACT_COUNT): a FusedConv on [N, C, 1, 1] values (the squeeze-excite
  * blocks' 1x1 layers) by tactic KCU_CONV_TACTIC_GEMV (cuda_conv.c). A warp
  * per output channel, up to 4 images per warp, 16-byte loads where K and
  * the pointers allow; fp32 accumulation (fp64 for fp64) (k_fused.cu). */

@@ -211,6 +211,12 @@ static kiln_status copy_data(const kiln_kernel_args *a) {
                              (size_t)kiln__tensor_numel(x) * kiln_dtype_size(x->dtype));
 }
 
+/* The scatter kernels take the ops' reduction attribute as it is. */
+_Static_assert((int)KCU_RED_NONE == (int)RED_NONE && (int)KCU_RED_ADD == (int)RED_ADD &&
+                   (int)KCU_RED_MUL == (int)RED_MUL && (int)KCU_RED_MAX == (int)RED_MAX &&
+                   (int)KCU_RED_MIN == (int)RED_MIN,
+               "KCU_RED_* (cuda_index.h) must be the ops' RED_* (ops/tensor_internal.h)");
+
 static kiln_status need_scatter(const kiln_kernel_args *a, kiln_dtype t, int red) {
     if (!kcu_scatter_has(t, red) || a->in[2]->dtype != t)
         return KILN_FAIL(KILN_ERR_UNSUPPORTED,

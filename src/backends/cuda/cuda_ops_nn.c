@@ -70,7 +70,7 @@ kiln_status kiln__cu_global_pool_run(const kiln_kernel_args *a) {
     g.rrank = 1;
     g.rdims[0] = plane;
     g.rst[0] = 1;
-    int kind = kiln__op_id_of(a->op) == KILN_OP_GlobalMaxPool ? KCU_R_MAX : KCU_R_MEAN;
+    int kind = kiln__op_id_of(a->op) == KILN_OP_GlobalMaxPool ? RK_MAX : RK_MEAN;
     KILN_CUDA_TRY(kcu_reduce_run(kind, x->dtype, &g, x->data, a->out[0]->data, KCU_STREAM(a)),
                   KCU_NODE(a));
     return KILN_OK;
@@ -325,18 +325,8 @@ kiln_status kiln__cu_pool_run(const kiln_kernel_args *a) {
         int64_t s = at->n_strides ? at->strides[i] : 1, d = at->n_dilations ? at->dilations[i] : 1;
         int64_t pb = at->n_pads ? at->pads[i] : 0, pe = at->n_pads ? at->pads[ns + i] : 0;
         if (at->auto_pad == PAD_VALID) pb = pe = 0;
-        if (at->auto_pad == PAD_SAME_UPPER || at->auto_pad == PAD_SAME_LOWER) {
-            int64_t out = (in + s - 1) / s, dk = (k - 1) * d + 1;
-            int64_t total = (out - 1) * s + dk - in;
-            if (total < 0) total = 0;
-            if (at->auto_pad == PAD_SAME_UPPER) {
-                pb = total / 2;
-                pe = total - pb;
-            } else {
-                pe = total / 2;
-                pb = total - pe;
-            }
-        }
+        if (at->auto_pad == PAD_SAME_UPPER || at->auto_pad == PAD_SAME_LOWER)
+            (void)kiln__nn_same_pads(at->auto_pad, in, k, s, d, &pb, &pe);
         g.in[i] = in;
         g.out[i] = y->dims[2 + i];
         g.k[i] = k;
@@ -379,24 +369,11 @@ kiln_status kiln__cu_pool_run(const kiln_kernel_args *a) {
 
 /* ---- Reduce* ------------------------------------------------------------------------------------------ */
 
-static int reduce_kind(int op_id) {
-    switch (op_id) {
-    case KILN_OP_ReduceSum: return KCU_R_SUM;
-    case KILN_OP_ReduceMean: return KCU_R_MEAN;
-    case KILN_OP_ReduceMax: return KCU_R_MAX;
-    case KILN_OP_ReduceMin: return KCU_R_MIN;
-    case KILN_OP_ReduceProd: return KCU_R_PROD;
-    case KILN_OP_ReduceL1: return KCU_R_L1;
-    case KILN_OP_ReduceL2: return KCU_R_L2;
-    case KILN_OP_ReduceLogSum: return KCU_R_LOGSUM;
-    case KILN_OP_ReduceLogSumExp: return KCU_R_LOGSUMEXP;
-    case KILN_OP_ReduceSumSquare: return KCU_R_SUMSQUARE;
-    default: return -1;
-    }
-}
+/* The reductions of the Reduce* rows: the op's code (ops/reduce_codes.h). */
+static int reduce_kind(const kiln_op_def *op) { return op->code >= 0 && op->code < RK_COUNT ? op->code : -1; }
 
 bool kiln__cu_reduce_supports(const kiln_graph *g, const kiln_node *n) {
-    return reduce_kind(n->op_id) >= 0 && float_in_out(g, n);
+    return reduce_kind(n->op) >= 0 && float_in_out(g, n);
 }
 
 kiln_status kiln__cu_reduce_run(const kiln_kernel_args *a) {
@@ -404,7 +381,7 @@ kiln_status kiln__cu_reduce_run(const kiln_kernel_args *a) {
     const kiln_tensor *x = a->in[0];
     kiln_tensor *y = a->out[0];
     const char *node = KCU_NODE(a);
-    int kind = reduce_kind(kiln__op_id_of(a->op));
+    int kind = reduce_kind(a->op);
     if (kind < 0 || !kiln__cu_is_float(x->dtype) || y->dtype != x->dtype)
         return dtype_fail(a, x->dtype);
     const int r = x->rank;

@@ -623,7 +623,7 @@ kiln_status kiln__cu_conv_transpose_run(const kiln_kernel_args *a) {
     if (handled) {
         if (B)
             KILN_CUDA_TRY(kcu_bias_act(X->dtype, Y->data, Y->data, B->data, NULL, g.N, g.M,
-                                       g.out_sz, KCU_ACT_NONE, 0.0f, 0.0f, KCU_STREAM(a)),
+                                       g.out_sz, KILN_FC_ACT_NONE, 0.0f, 0.0f, KCU_STREAM(a)),
                           KCU_NODE(a));
         return KILN_OK;
     }

@@ -45,18 +45,10 @@ kiln_status kiln__cu_dtype_fail(const kiln_kernel_args *a, kiln_dtype t) {
 }
 
 bool kiln__cu_infer_keeps_dtype(const kiln_graph *g, const kiln_node *n) {
-    const kiln_tinfo *ins[16];
-    kiln_tinfo outs[16], *outp[16];
-    if (n->n_in > 16 || n->n_out > 16 || n->n_in < 1 || !n->op || !n->op->infer) return false;
-    for (int i = 0; i < n->n_in; i++) ins[i] = kiln__cu_in(g, n, i);
-    if (!ins[0]) return false;
-    for (int k = 0; k < n->n_out; k++) {
-        memset(&outs[k], 0, sizeof outs[k]);
-        outp[k] = &outs[k];
-    }
-    kiln_infer_args ia = {.op = n->op, .attrs = n->attrs, .node_name = n->name, .n_in = n->n_in,
-                          .n_out = n->n_out, .in = ins, .out = outp};
-    bool ok = kiln__infer(&ia) == KILN_OK && outs[0].dtype == ins[0]->dtype;
+    const kiln_tinfo *x = kiln__cu_in(g, n, 0);
+    kiln_tinfo outs[KILN_CALL_MAX];
+    if (!x || n->n_out < 1 || !n->op || !n->op->infer) return false;
+    bool ok = kiln__node_infer(g, n, false, outs) == KILN_OK && outs[0].dtype == x->dtype;
     kiln__clear_error();
     return ok;
 }

@@ -293,7 +293,7 @@ cudaError_t kcu_dwconv_nchw(kiln_dtype t, const kcu_dw_nhwc *g, const void *x, c
     int tx_log2 = 0;
     int64_t blocks = 0;
     size_t smem = 0;
-    if (g->act >= KCU_ACT_COUNT || !kcu_dw_nchw_tile(t, g, &tx_log2, &blocks, &smem)) return cudaErrorInvalidValue;
+    if (g->act >= KILN_FC_ACT_COUNT || !kcu_dw_nchw_tile(t, g, &tx_log2, &blocks, &smem)) return cudaErrorInvalidValue;
     const int64_t TX = (int64_t)1 << tx_log2, TY = KCU_DW_NCHW_THREADS / TX;
     const uint32_t tiles_w = (uint32_t)((g->Wo + TX - 1) / TX), tiles_h = (uint32_t)((g->Ho + TY - 1) / TY);
     cudaError_t e = cudaErrorInvalidValue;
@@ -309,7 +309,7 @@ cudaError_t kcu_dwconv_nhwc(kiln_dtype t, const kcu_dw_nhwc *g, const void *x, c
                             const void *r, void *y, cudaStream_t stream) {
     const int64_t total = g->N * g->Ho * g->Wo * g->C;
     if (total <= 0) return cudaSuccess;
-    if (g->kh < 1 || g->kw < 1 || g->sh < 1 || g->sw < 1 || g->dh < 1 || g->dw < 1 || g->act >= KCU_ACT_COUNT)
+    if (g->kh < 1 || g->kw < 1 || g->sh < 1 || g->sw < 1 || g->dh < 1 || g->dw < 1 || g->act >= KILN_FC_ACT_COUNT)
         return cudaErrorInvalidValue;
     const bool vec = g->C % 8 == 0 && aligned16(x) && aligned16(wt) && aligned16(bias) && aligned16(r) &&
                      aligned16(y);

@@ -17,7 +17,7 @@ extern "C" {
  * r [N, Ho, Wo, C] or NULL, y [N, Ho, Wo, C]:
  *   y[n, o, p, c] = act(sum_{i,j} x[n, o sh - ph + i dh, p sw - pw + j dw, c]
  *                       * wt[i kw + j, c] + bias[c] + r[n, o, p, c])
- * (taps outside x count 0), fp32 accumulation, act a KCU_ACT_* below
+ * (taps outside x count 0), fp32 accumulation, act a KILN_FC_ACT_* below
  * (GELU excluded). fp16/bf16 with C % 8 == 0 and 16-byte aligned pointers:
  * 8 channels per thread in 16-byte vectors; 3x3, 5x5 and 7x7 kernels with
  * stride 1 or 2 and no dilation: a row of TW outputs per thread, each

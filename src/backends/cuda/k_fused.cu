@@ -220,7 +220,7 @@ cudaError_t kcu_bias_act(kiln_dtype t, const void *x, void *y, const void *bias,
                          float alpha, float beta, cudaStream_t stream) {
     int64_t total = N * M * plane;
     if (total <= 0) return cudaSuccess;
-    if (x == y && !bias && !residual && act == KCU_ACT_NONE) return cudaSuccess;
+    if (x == y && !bias && !residual && act == KILN_FC_ACT_NONE) return cudaSuccess;
     const bool al = (uintptr_t)x % 16 == 0 && (uintptr_t)y % 16 == 0 && (uintptr_t)bias % 16 == 0 &&
                     (uintptr_t)residual % 16 == 0;
     if ((t == KILN_DTYPE_FLOAT16 || t == KILN_DTYPE_BFLOAT16) && al && (plane == 1 || !bias) &&
@@ -255,7 +255,7 @@ cudaError_t kcu_conv_gemv(kiln_dtype t, int64_t N, int64_t K, int64_t M, const v
                           const void *bias, const void *r, void *y, int act, float alpha, float beta,
                           cudaStream_t stream) {
     if (N <= 0 || M <= 0) return cudaSuccess;
-    if (K <= 0 || act < 0 || act >= KCU_ACT_COUNT) return cudaErrorInvalidValue;
+    if (K <= 0 || act < 0 || act >= KILN_FC_ACT_COUNT) return cudaErrorInvalidValue;
     KCU_SWITCH_FLOAT(t, {
         const int v = (int)(16 / sizeof(T_));
         if (v > 1 && K % v == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)w % 16 == 0)

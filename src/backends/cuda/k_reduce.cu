@@ -11,35 +11,35 @@ namespace kcu {
 
 template <int K, typename C> struct Red {
     static __device__ __forceinline__ C init() {
-        if (K == KCU_R_PROD) return C(1);
-        if (K == KCU_R_MAX || K == KCU_R_LOGSUMEXP) return -(C)INFINITY;
-        if (K == KCU_R_MIN) return (C)INFINITY;
+        if (K == RK_PROD) return C(1);
+        if (K == RK_MAX || K == RK_LOGSUMEXP) return -(C)INFINITY;
+        if (K == RK_MIN) return (C)INFINITY;
         return C(0);
     }
     /* pass 0: the reduction (the max for LogSumExp) */
     static __device__ __forceinline__ C acc(C a, C v) {
         switch (K) {
-        case KCU_R_L1: return a + m_fabs(v);
-        case KCU_R_L2: case KCU_R_SUMSQUARE: return a + v * v;
-        case KCU_R_PROD: return a * v;
-        case KCU_R_MAX: case KCU_R_LOGSUMEXP: return (v > a || v != v) ? v : a;
-        case KCU_R_MIN: return (v < a || v != v) ? v : a;
+        case RK_L1: return a + m_fabs(v);
+        case RK_L2: case RK_SUMSQUARE: return a + v * v;
+        case RK_PROD: return a * v;
+        case RK_MAX: case RK_LOGSUMEXP: return (v > a || v != v) ? v : a;
+        case RK_MIN: return (v < a || v != v) ? v : a;
         default: return a + v;
         }
     }
     static __device__ __forceinline__ C combine(C a, C b) {
         switch (K) {
-        case KCU_R_PROD: return a * b;
-        case KCU_R_MAX: case KCU_R_LOGSUMEXP: return (b > a || b != b) ? b : a;
-        case KCU_R_MIN: return (b < a || b != b) ? b : a;
+        case RK_PROD: return a * b;
+        case RK_MAX: case RK_LOGSUMEXP: return (b > a || b != b) ? b : a;
+        case RK_MIN: return (b < a || b != b) ? b : a;
         default: return a + b;
         }
     }
     static __device__ __forceinline__ C finish(C a, int64_t R) {
         switch (K) {
-        case KCU_R_MEAN: return R > 0 ? a / (C)R : (C)NAN;
-        case KCU_R_L2: return m_sqrt(a);
-        case KCU_R_LOGSUM: return m_log(a);
+        case RK_MEAN: return R > 0 ? a / (C)R : (C)NAN;
+        case RK_L2: return m_sqrt(a);
+        case RK_LOGSUM: return m_log(a);
         default: return a;
         }
     }
@@ -85,7 +85,7 @@ __global__ void __launch_bounds__(KCU_THREADS)
         for (int64_t r = lane; r < g.R; r += G) a = Red<K, C>::acc(a, Num<T>::load(xo[red_offset(g, r)]));
         if constexpr (G == 32) a = warp_reduce(a, RedCombine<K, C>());
         else a = block_reduce(a, RedCombine<K, C>(), sh);
-        if constexpr (K == KCU_R_LOGSUMEXP) {
+        if constexpr (K == RK_LOGSUMEXP) {
             const C shift = isfinite(a) ? a : C(0);
             C s = 0;
             for (int64_t r = lane; r < g.R; r += G) s += m_exp(Num<T>::load(xo[red_offset(g, r)]) - shift);
@@ -105,7 +105,7 @@ __global__ void __launch_bounds__(KCU_THREADS)
         const T *xo = x + kept_offset(g, o);
         C a = Red<K, C>::init();
         for (int64_t r = 0; r < g.R; r++) a = Red<K, C>::acc(a, Num<T>::load(xo[red_offset(g, r)]));
-        if constexpr (K == KCU_R_LOGSUMEXP) {
+        if constexpr (K == RK_LOGSUMEXP) {
             const C shift = isfinite(a) ? a : C(0);
             C s = 0;
             for (int64_t r = 0; r < g.R; r++) s += m_exp(Num<T>::load(xo[red_offset(g, r)]) - shift);
@@ -136,9 +136,9 @@ static cudaError_t reduce_kind(int kind, const kcu_reduce *g, const void *x, voi
                                cudaStream_t st) {
     switch (kind) {
 #define KCU_R_CASE(K) case K: return reduce_launch<K, T>(g, x, y, st);
-        KCU_R_CASE(KCU_R_SUM) KCU_R_CASE(KCU_R_MEAN) KCU_R_CASE(KCU_R_MAX) KCU_R_CASE(KCU_R_MIN)
-        KCU_R_CASE(KCU_R_PROD) KCU_R_CASE(KCU_R_L1) KCU_R_CASE(KCU_R_L2) KCU_R_CASE(KCU_R_LOGSUM)
-        KCU_R_CASE(KCU_R_LOGSUMEXP) KCU_R_CASE(KCU_R_SUMSQUARE)
+        KCU_R_CASE(RK_SUM) KCU_R_CASE(RK_MEAN) KCU_R_CASE(RK_MAX) KCU_R_CASE(RK_MIN)
+        KCU_R_CASE(RK_PROD) KCU_R_CASE(RK_L1) KCU_R_CASE(RK_L2) KCU_R_CASE(RK_LOGSUM)
+        KCU_R_CASE(RK_LOGSUMEXP) KCU_R_CASE(RK_SUMSQUARE)
 #undef KCU_R_CASE
     default: return cudaErrorInvalidValue;
     }

@@ -446,23 +446,23 @@ cudaError_t kcu_reduce_run(int kind, kiln_dtype t, const kcu_reduce *g, const vo
     for (int64_t o = 0; o < g->out_n; o++) {
         int64_t ko = 0, rem = o;
         for (int d = g->krank - 1; d >= 0; d--) { ko += (rem % g->kdims[d]) * g->kst[d]; rem /= g->kdims[d]; }
-        double a = kind == KCU_R_PROD ? 1 : (kind == KCU_R_MAX || kind == KCU_R_LOGSUMEXP) ? -INFINITY : kind == KCU_R_MIN ? INFINITY : 0;
-        for (int pass = 0; pass < (kind == KCU_R_LOGSUMEXP ? 2 : 1); pass++) {
+        double a = kind == RK_PROD ? 1 : (kind == RK_MAX || kind == RK_LOGSUMEXP) ? -INFINITY : kind == RK_MIN ? INFINITY : 0;
+        for (int pass = 0; pass < (kind == RK_LOGSUMEXP ? 2 : 1); pass++) {
             double shift = isfinite(a) ? a : 0, sm = 0;
             for (int64_t r = 0; r < g->R; r++) {
                 int64_t ro = 0, rr = r;
                 for (int d = g->rrank - 1; d >= 0; d--) { ro += (rr % g->rdims[d]) * g->rst[d]; rr /= g->rdims[d]; }
                 double v = ld(t, x, ko + ro);
                 if (pass == 1) { sm += exp(v - shift); continue; }
-                switch (kind) { case KCU_R_L1: a += fabs(v); break; case KCU_R_L2: case KCU_R_SUMSQUARE: a += v * v; break;
-                case KCU_R_PROD: a *= v; break; case KCU_R_MAX: case KCU_R_LOGSUMEXP: a = (v > a || v != v) ? v : a; break;
-                case KCU_R_MIN: a = (v < a || v != v) ? v : a; break; default: a += v; }
+                switch (kind) { case RK_L1: a += fabs(v); break; case RK_L2: case RK_SUMSQUARE: a += v * v; break;
+                case RK_PROD: a *= v; break; case RK_MAX: case RK_LOGSUMEXP: a = (v > a || v != v) ? v : a; break;
+                case RK_MIN: a = (v < a || v != v) ? v : a; break; default: a += v; }
             }
             if (pass == 1) a = log(sm) + shift;
         }
-        if (kind == KCU_R_MEAN) a = g->R > 0 ? a / g->R : NAN;
-        if (kind == KCU_R_L2) a = sqrt(a);
-        if (kind == KCU_R_LOGSUM) a = log(a);
+        if (kind == RK_MEAN) a = g->R > 0 ? a / g->R : NAN;
+        if (kind == RK_L2) a = sqrt(a);
+        if (kind == RK_LOGSUM) a = log(a);
         st_(t, y, o, a);
     }
     return cudaSuccess;
@@ -577,16 +577,16 @@ cudaError_t kcu_gemm_simple(kiln_dtype t, int ta, int tb, int64_t M, int64_t N, 
 }
 
 /* ---- fused layers (k_fused.cu) ---- */
-_Static_assert(KCU_ACT_COUNT == 8, "emu_act: handle every KCU_ACT_* (then update this count)");
+_Static_assert(KILN_FC_ACT_COUNT == 8, "emu_act: handle every KILN_FC_ACT_* (then update this count)");
 static double emu_act(int act, double a, double b, double x) {
     switch (act) {
-    case KCU_ACT_RELU: return x < 0 ? 0 : x;
-    case KCU_ACT_CLIP: return x < a ? a : (x > b ? b : x);
-    case KCU_ACT_LEAKY_RELU: return x >= 0 ? x : a * x;
-    case KCU_ACT_SIGMOID: return 1 / (1 + exp(-x));
-    case KCU_ACT_SILU: return x / (1 + exp(-x));
-    case KCU_ACT_HARD_SWISH: { double t = x / 6 + 0.5; t = t < 0 ? 0 : t > 1 ? 1 : t; return x * t; }
-    case KCU_ACT_HARD_SIGMOID: { double t = a * x + b; return t < 0 ? 0 : t > 1 ? 1 : t; }
+    case KILN_FC_ACT_RELU: return x < 0 ? 0 : x;
+    case KILN_FC_ACT_CLIP: return x < a ? a : (x > b ? b : x);
+    case KILN_FC_ACT_LEAKY_RELU: return x >= 0 ? x : a * x;
+    case KILN_FC_ACT_SIGMOID: return 1 / (1 + exp(-x));
+    case KILN_FC_ACT_SILU: return x / (1 + exp(-x));
+    case KILN_FC_ACT_HARD_SWISH: { double t = x / 6 + 0.5; t = t < 0 ? 0 : t > 1 ? 1 : t; return x * t; }
+    case KILN_FC_ACT_HARD_SIGMOID: { double t = a * x + b; return t < 0 ? 0 : t > 1 ? 1 : t; }
     case KCU_ACT_GELU_ERF: return x * 0.5 * (1 + erf(x / sqrt(2.0)));
     case KCU_ACT_GELU_TANH: return 0.5 * x * (1 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
     default: return x;
@@ -608,7 +608,7 @@ cudaError_t kcu_conv_gemv(kiln_dtype t, int64_t N, int64_t K, int64_t M, const v
                           const void *r, void *y, int act, float alpha, float beta, cudaStream_t s) {
     (void)s;
     if (N <= 0 || M <= 0) return cudaSuccess;
-    if (!isf(t) || K <= 0 || act < 0 || act >= KCU_ACT_COUNT) return cudaErrorInvalidValue;
+    if (!isf(t) || K <= 0 || act < 0 || act >= KILN_FC_ACT_COUNT) return cudaErrorInvalidValue;
     n_gemv++;
     for (int64_t n = 0; n < N; n++) for (int64_t m = 0; m < M; m++) {
         double acc = bias ? ld(t, bias, m) : 0;
@@ -621,7 +621,7 @@ cudaError_t kcu_conv_gemv(kiln_dtype t, int64_t N, int64_t K, int64_t M, const v
 cudaError_t kcu_dwconv_nhwc(kiln_dtype t, const kcu_dw_nhwc *g, const void *x, const void *wt, const void *bias,
                             const void *r, void *y, cudaStream_t s) {
     (void)s;
-    if (!isf(t) || g->act >= KCU_ACT_COUNT) return cudaErrorInvalidValue;
+    if (!isf(t) || g->act >= KILN_FC_ACT_COUNT) return cudaErrorInvalidValue;
     for (int64_t i = 0; i < g->N * g->Ho * g->Wo * g->C; i++) {
         int64_t c = i % g->C, p = i / g->C, wo = p % g->Wo, q = p / g->Wo, ho = q % g->Ho, n = q / g->Ho;
         double acc = bias ? ld(t, bias, c) : 0;
@@ -642,7 +642,7 @@ cudaError_t kcu_dwconv_nchw(kiln_dtype t, const kcu_dw_nhwc *g, const void *x, c
     int tx_log2;
     int64_t blocks;
     size_t smem;
-    if (!isf(t) || g->act >= KCU_ACT_COUNT || !kcu_dw_nchw_tile(t, g, &tx_log2, &blocks, &smem))
+    if (!isf(t) || g->act >= KILN_FC_ACT_COUNT || !kcu_dw_nchw_tile(t, g, &tx_log2, &blocks, &smem))
         return cudaErrorInvalidValue;
     for (int64_t i = 0; i < g->N * g->C * g->Ho * g->Wo; i++) {
         int64_t wo = i % g->Wo, q = i / g->Wo, ho = q % g->Ho, nc = q / g->Ho, c = nc % g->C;

@@ -4,7 +4,7 @@
  * strides, alignment) the way the kernel relies on them, gathers each
  * input at the offsets the kernel computes (flat kinds, merged dims and
  * strides), and runs the program with the CPU interpreter. */
-#include "backends/cpu/kernels/pointwise_cpu.h"
+#include "ops/pointwise_interp.h"
 #include "backends/cuda/cuda_internal.h"
 #include "backends/cuda/k_pointwise.h"
 

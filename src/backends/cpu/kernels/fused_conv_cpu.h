@@ -5,6 +5,7 @@
 #ifndef KILN_FUSED_CONV_CPU_H
 #define KILN_FUSED_CONV_CPU_H
 
+#include "ir/ir.h"
 #include "ops/fused_conv.h"
 
 /* CPU tactics (kiln_tactic.id) of kiln.FusedConv. */

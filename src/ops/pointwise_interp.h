@@ -1,7 +1,8 @@
-/* pointwise_cpu.h -- the host kernel of kiln.Pointwise (src/ops/fused_pointwise.h):
- * the op's reference kernel and the CPU backend's. */
-#ifndef KILN_POINTWISE_CPU_H
-#define KILN_POINTWISE_CPU_H
+/* pointwise_interp.h -- the host interpreter of kiln.Pointwise
+ * (src/ops/fused_pointwise.h): the op's reference kernel, which the CPU
+ * backend runs as its kernel (no row in its table). */
+#ifndef KILN_POINTWISE_INTERP_H
+#define KILN_POINTWISE_INTERP_H
 
 #include "ops/fused_pointwise.h"
 

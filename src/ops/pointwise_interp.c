@@ -1,4 +1,5 @@
-/* pointwise_cpu.c -- kiln.Pointwise on the host (pointwise_cpu.h).
+/* pointwise_interp.c -- kiln.Pointwise on the host (pointwise_interp.h): the
+ * op's reference kernel, which the CPU backend runs as its kernel.
  *
  * The output is walked in blocks of up to PW_BLOCK elements along its
  * innermost (merged) dim; each input's block is converted to float32 into
@@ -6,7 +7,7 @@
  * unary ops and the arithmetic rows are the elementwise ops' own float32
  * kernels, so a fused float32 chain gives the unfused results bit for bit).
  * Blocks of the output are split across the pool. */
-#include "backends/cpu/kernels/pointwise_cpu.h"
+#include "ops/pointwise_interp.h"
 
 #include "backends/cpu/kernels/fused_transformer_math.h"
 #include "ops/elementwise_impl.h"
