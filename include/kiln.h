@@ -115,6 +115,12 @@ KILN_API size_t kiln_dtype_size(kiln_dtype t);        /* bytes per element; 0 if
 /* Whether this kiln has a backend for `dev` and, for GPUs, at least one
  * device is present (1) or not (0). */
 KILN_API int kiln_device_available(kiln_device dev);
+/* The device a name stands for ("cpu", "cuda": the backends this kiln knows,
+ * built in or not), as the CLI's --device takes it; KILN_ERR_INVALID_ARGUMENT
+ * naming the known devices for any other name. */
+KILN_API kiln_status kiln_device_from_name(const char *name, kiln_device *dev);
+/* The name of a device ("cpu", "cuda"); NULL for a value kiln does not know. */
+KILN_API const char *kiln_device_name(kiln_device dev);
 /* Releases memory that kiln returned to the caller (kiln_engine_serialize). */
 KILN_API void kiln_free(void *p);
 

@@ -161,17 +161,24 @@ bool opt_int(const char *cmd, const char *opt, const char *val, int64_t lo, int6
 }
 
 bool parse_device(const char *cmd, const char *val, int *device, int64_t *index) {
+    /* NAME or NAME:N, the names the backend registry knows (kiln_device_from_name) */
     *index = 0;
-    if (strcmp(val, "cpu") == 0) {
-        *device = KILN_DEVICE_CPU;
-    } else if (strcmp(val, "cuda") == 0) {
-        *device = KILN_DEVICE_CUDA;
-    } else if (strncmp(val, "cuda:", 5) == 0 && parse_int64(val + 5, 0, 1024, index)) {
-        *device = KILN_DEVICE_CUDA;
-    } else {
+    char name[32];
+    const char *colon = strchr(val, ':');
+    size_t n = colon ? (size_t)(colon - val) : strlen(val);
+    kiln_device dev = KILN_DEVICE_CPU;
+    bool ok = n < sizeof name;
+    if (ok) {
+        memcpy(name, val, n);
+        name[n] = 0;
+        ok = kiln_device_from_name(name, &dev) == KILN_OK;
+    }
+    if (ok && colon) ok = dev != KILN_DEVICE_CPU && parse_int64(colon + 1, 0, 1024, index);
+    if (!ok) {
         usage_error(cmd, "--device: expected cpu, cuda or cuda:N, got '%s'", val);
         return false;
     }
+    *device = dev;
     return true;
 }
 

@@ -139,6 +139,9 @@ expect "flag with value" 2 "takes no value" "$KILN" build tiny.onnx --fp32=yes
 expect "two precisions" 2 "only one of" "$KILN" build tiny.onnx --fp32 --fp16
 expect "bad --threads" 2 "--threads" "$KILN" build tiny.onnx --threads many
 expect "bad --device" 2 "--device" "$KILN" build tiny.onnx --device tpu
+expect "--device cpu:1 (an index is for GPUs)" 2 "--device" "$KILN" build tiny.onnx --device cpu:1
+expect "--device cuda:x" 2 "--device" "$KILN" build tiny.onnx --device cuda:x
+expect "--device with a long name" 2 "--device" "$KILN" build tiny.onnx --device "$(printf 'c%.0s' $(seq 1 300))"
 expect "bad shapes syntax" 2 "name:dims" "$KILN" build tiny.onnx --shapes 1x4
 expect "bad shapes dims" 2 "bad dims" "$KILN" build tiny.onnx --shapes x:1xfour
 expect "bad shapes trailing x" 2 "trailing" "$KILN" build tiny.onnx --shapes x:1x

@@ -363,6 +363,24 @@ TEST(test_layer_profile) {
     kiln_engine_free(e);
 }
 
+/* device names come from the backend registry (what the CLI's --device takes) */
+TEST(test_device_names) {
+    kiln_device d = (kiln_device)-1;
+    CHECK_OK(kiln_device_from_name("cpu", &d));
+    CHECK(d == KILN_DEVICE_CPU);
+    CHECK_OK(kiln_device_from_name("cuda", &d)); /* known whether or not it is built in */
+    CHECK(d == KILN_DEVICE_CUDA);
+    CHECK_ERR(kiln_device_from_name("tpu", &d), KILN_ERR_INVALID_ARGUMENT, "known: cpu, cuda");
+    CHECK_ERR(kiln_device_from_name("", &d), KILN_ERR_INVALID_ARGUMENT, "unknown device ''");
+    CHECK_ERR(kiln_device_from_name("CPU", &d), KILN_ERR_INVALID_ARGUMENT, "unknown device");
+    CHECK_ERR(kiln_device_from_name(NULL, &d), KILN_ERR_INVALID_ARGUMENT, "(null)");
+    CHECK_ERR(kiln_device_from_name("cpu", NULL), KILN_ERR_INVALID_ARGUMENT, "dev is NULL");
+    CHECK(d == KILN_DEVICE_CUDA); /* a failure leaves *dev alone */
+    CHECK(!strcmp(kiln_device_name(KILN_DEVICE_CPU), "cpu"));
+    CHECK(!strcmp(kiln_device_name(KILN_DEVICE_CUDA), "cuda"));
+    CHECK(kiln_device_name((kiln_device)7) == NULL);
+}
+
 int main(void) {
     if (!load_ref()) {
         fprintf(stderr, "cannot read %s (run from the repository root)\n", IO);
@@ -377,5 +395,6 @@ int main(void) {
     RUN(test_opset18_forms);
     RUN(test_threads_share_engine);
     RUN(test_layer_profile);
+    RUN(test_device_names);
     return test_summary();
 }
