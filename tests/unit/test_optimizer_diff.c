@@ -200,7 +200,7 @@ static struct {
     int conv, conv_bn, conv_res, conv_act[KILN_FC_ACT_COUNT];
     int pw, pw_bcast, pw_multi_out;
     int ln, rms, gelu[2];
-    int flat_linear, multi_slice, special;
+    int flat_linear, multi_slice, special, movement;
 } fired;
 
 /* Layers of e doing GELU of form `approx` (kiln.Gelu, or its instruction in a kiln.Pointwise). */
@@ -308,6 +308,11 @@ static bool check_graph(kiln_graph *g, const dyn *dy, uint64_t seed, const char 
                 break;
             }
         fired.special += dy->special;
+        for (int i = 0; i < e1->graph->n_nodes; i++) /* merge_movement: a chain as one Gather of rows */
+            if (e1->graph->nodes[i].op_id == KILN_OP_Gather && !strcmp(e1->graph->nodes[i].name, "kiln_movement")) {
+                fired.movement++;
+                break;
+            }
         fired.conv_bn += count_op(e1, KILN_OP_BatchNormalization) < count_op(e0, KILN_OP_BatchNormalization);
         fired.fewer += e1->graph->n_nodes < e0->graph->n_nodes;
         fired.no_dropout += count_op(e1, KILN_OP_Dropout) < count_op(e0, KILN_OP_Dropout);
@@ -1050,14 +1055,64 @@ static int gen_multi_slice(gen *G, int x) {
     return add_node(g, KILN_OP_Slice, nm(G, "mslice"), k, in, NULL);
 }
 
+/* A chain of data-movement layers on x (merge_movement, fuse_movement.c):
+ * Transposes, Slices (strided, reversed, several axes), Gathers of constant
+ * indices (negative, repeated, a scalar), Concats of Slices of one value (or
+ * of two), Reshapes merging two dims; inner values sometimes read elsewhere. */
+static int gen_movement(gen *G, int x) {
+    int y = x, n = 2 + ri(4);
+    for (int s = 0; s < n && y >= 0; s++) {
+        if (kiln__graph_infer(G->g) != KILN_OK) return -1;
+        const kiln_tinfo *t = ti(G, y);
+        int r = t->rank;
+        if (r < 1 || kiln__numel(r, t->dims) <= 0) return y;
+        switch (ri(5)) {
+        case 0: {
+            int32_t p[8];
+            rand_perm(r, p);
+            y = transpose(G, y, p, r);
+            break;
+        }
+        case 1: y = gen_multi_slice(G, y); break;
+        case 2: {
+            int a = ri(r), k = 1 + ri(2 * (int)t->dims[a]);
+            int64_t idx[16], d = t->dims[a], one = k > 16 ? 16 : k;
+            for (int i = 0; i < one; i++) idx[i] = ri((int)(2 * d)) - d; /* in [-d, d) */
+            kiln_graph *g = G->g;
+            int in[2] = {y, -1};
+            if (r >= 2 && ri(4) == 0) {
+                in[1] = add_index(g, nm(G, "gi"), idx[0], ri(2));
+            } else {
+                in[1] = add_i64(g, nm(G, "gi"), (int)one, idx);
+            }
+            kiln_axis_attrs aa = {.axis = ri(2) ? a : a - r};
+            y = add_node(g, KILN_OP_Gather, nm(G, "gather"), 2, in, &aa);
+            break;
+        }
+        case 3: y = gen_concat(G, y); break;
+        default: {
+            if (r < 2) break;
+            int64_t d[8];
+            int a = ri(r - 1);
+            for (int i = 0, k = 0; i < r; i++) d[k++] = i == a ? t->dims[i] * t->dims[i + 1] : t->dims[i + (i > a)];
+            int in[2] = {y, add_i64(G->g, nm(G, "shape"), r - 1, d)};
+            kiln_reshape_attrs ra = {0};
+            y = add_node(G->g, KILN_OP_Reshape, nm(G, "reshape"), 2, in, &ra);
+        }
+        }
+        if (y >= 0 && s + 1 < n && ri(4) == 0) maybe_leak(G, y);
+    }
+    return y;
+}
+
 /* One random graph from seed; -1 when the grammar made an invalid one. */
 static int gen_graph(kiln_graph *g, uint64_t seed, bool *must_stay) {
     gen G = {.g = g};
     gb_rng_state = seed;
     int steps = 1 + ri(3), y = -1;
     for (int s = 0; s < steps; s++) {
-        int fam = ri(11);
-        if ((fam < 4 || fam == 8) && y < 0) { /* the families that transform y */
+        int fam = ri(12);
+        if ((fam < 4 || fam == 8 || fam == 9) && y < 0) { /* the families that transform y */
             int r = 2 + ri(3);
             int64_t d[4];
             for (int i = 0; i < r; i++) d[i] = 1 + ri(5);
@@ -1073,6 +1128,7 @@ static int gen_graph(kiln_graph *g, uint64_t seed, bool *must_stay) {
         case 6: y = gen_norm(&G); break;
         case 7: y = gen_flat_linear(&G); break;
         case 8: y = gen_multi_slice(&G, y); break;
+        case 9: y = gen_movement(&G, y); break;
         default: {
             int r = 1 + ri(4);
             int64_t d[4];
@@ -1141,8 +1197,9 @@ TEST(test_random_graphs) {
             fired.pw_bcast, fired.pw_multi_out);
     fprintf(stderr, "  fuse_transformer: a LayerNormalization %d, an RMSNormalization %d, a GELU (erf) %d, (tanh) %d\n",
             fired.ln, fired.rms, fired.gelu[0], fired.gelu[1]);
-    fprintf(stderr, "  GPT-2's Conv1D (Reshape, Gemm, Reshape) as one FusedMatMul %d, multi-axis Slices %d, graphs run on NaN/inf inputs %d\n",
-            fired.flat_linear, fired.multi_slice, fired.special);
+    fprintf(stderr, "  GPT-2's Conv1D (Reshape, Gemm, Reshape) as one FusedMatMul %d, multi-axis Slices %d, graphs run on NaN/inf inputs %d, "
+            "a chain of data movement as one Gather %d\n",
+            fired.flat_linear, fired.multi_slice, fired.special, fired.movement);
     CHECK(failed == 0);
     CHECK(built >= iters / 2 && fired.unbuilt <= built / 10);
     if (iters >= 2000) { /* every family reached the rewrite it is for */
@@ -1150,7 +1207,7 @@ TEST(test_random_graphs) {
         CHECK(fired.conv && fired.conv_bn && fired.conv_res);
         CHECK(fired.pw && fired.pw_bcast && fired.pw_multi_out);
         CHECK(fired.ln && fired.rms && fired.gelu[0] && fired.gelu[1]);
-        CHECK(fired.flat_linear && fired.multi_slice && (fired.special || !nans));
+        CHECK(fired.flat_linear && fired.multi_slice && (fired.special || !nans) && fired.movement);
         for (int k = 0; k < KILN_FC_ACT_COUNT; k++) CHECK(fired.conv_act[k] > 0);
     }
 }
