@@ -30,6 +30,7 @@
  * Runs after the transformer fusions (whose head split/merge and Q/K/V
  * patterns read Transposes and Gathers of their own) and before the norm
  * fusion and the precision pass. */
+#include <stdio.h>
 #include <string.h>
 
 #include "passes/pattern.h"
@@ -337,9 +338,14 @@ static kiln_status new_value(kiln_graph *g, int proto, int rank, const int64_t *
     return KILN_OK;
 }
 
-/* Reshape of value `from` to `rank` dims into value `to`: node made by a new
- * node (*node < 0 on entry) or node *node replaced; the chain's nodes its sources. */
-static kiln_status add_reshape(kiln_graph *g, int from, int to, const int *src, int n_src, int *node) {
+/* The name of a node the pass adds for the chain writing value y: "<y>/kiln_<what>". */
+static void added_name(const kiln_graph *g, int y, const char *what, char *buf, size_t size) {
+    snprintf(buf, size, "%.200s/kiln_%s", g->values[y].name ? g->values[y].name : "movement", what);
+}
+
+/* Reshape of value `from` to value `to`'s dims: node *node replaced, or a
+ * new node (*node < 0 on entry) named after y; the chain's nodes src its sources. */
+static kiln_status add_reshape(kiln_graph *g, int from, int to, int y, const int *src, int n_src, int *node) {
     const kiln_tinfo *t = vi(g, to);
     int64_t dims[KILN_MAX_RANK], rank = t->rank;
     for (int k = 0; k < t->rank; k++) dims[k] = t->dims[k];
@@ -347,7 +353,9 @@ static kiln_status add_reshape(kiln_graph *g, int from, int to, const int *src, 
     KILN_TRY(kiln__graph_add_const(g, "kiln_movement_shape", KILN_DTYPE_INT64, 1, &rank, dims, &in[1]));
     kiln_reshape_attrs ra = {.allowzero = 0};
     if (*node >= 0) return kiln__pat_replace(g, *node, KILN_OP_Reshape, 2, in, 1, &to, &ra, src, n_src);
-    KILN_TRY(kiln__graph_add_node(g, KILN_OP_Reshape, "kiln_movement", 2, in, 1, &to, &ra, node));
+    char name[240];
+    added_name(g, y, "rows_in", name, sizeof name);
+    KILN_TRY(kiln__graph_add_node(g, KILN_OP_Reshape, name, 2, in, 1, &to, &ra, node));
     return kiln__node_merge_sources(g, *node, src, n_src);
 }
 
@@ -376,7 +384,7 @@ static kiln_status merge_chain(kiln_graph *g, const kiln_optimize_opts *o, int r
     for (int i = 0; i < c.count; i++) src[i] = c.n[i].node;
     if (ident) { /* the chain leaves every element where it was: one view */
         int node = root;
-        st = add_reshape(g, x, y, src, c.count, &node);
+        st = add_reshape(g, x, y, y, src, c.count, &node);
         made = true;
         goto done;
     }
@@ -410,12 +418,14 @@ static kiln_status merge_chain(kiln_graph *g, const kiln_optimize_opts *o, int r
     /* (unused values and constants, should the Gather not run there, go with DCE) */
     if (st != KILN_OK || !kiln__pat_supports(g, o->device, KILN_OP_Gather, 2, in, 1, &vg, &ga)) goto done;
     int n0 = g->n_nodes, r1 = -1, gn = -1, rl = root, dev = g->nodes[root].device;
-    st = add_reshape(g, x, vx, src, c.count, &r1);
-    if (st == KILN_OK) st = kiln__graph_add_node(g, KILN_OP_Gather, "kiln_movement", 2, in, 1, &vg, &ga, &gn);
+    st = add_reshape(g, x, vx, y, src, c.count, &r1);
+    char name[240];
+    added_name(g, y, "rows", name, sizeof name);
+    if (st == KILN_OK) st = kiln__graph_add_node(g, KILN_OP_Gather, name, 2, in, 1, &vg, &ga, &gn);
     if (st == KILN_OK) st = kiln__node_merge_sources(g, gn, src, c.count);
     if (st == KILN_OK) {
         g->nodes[r1].device = g->nodes[gn].device = dev;
-        st = add_reshape(g, vg, y, src, c.count, &rl);
+        st = add_reshape(g, vg, y, y, src, c.count, &rl);
     }
     if (st == KILN_OK) { /* the two new nodes just before the root (after everything the chain read) */
         int after[2] = {root - 1, root - 1};

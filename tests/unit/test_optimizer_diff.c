@@ -309,7 +309,7 @@ static bool check_graph(kiln_graph *g, const dyn *dy, uint64_t seed, const char 
             }
         fired.special += dy->special;
         for (int i = 0; i < e1->graph->n_nodes; i++) /* merge_movement: a chain as one Gather of rows */
-            if (e1->graph->nodes[i].op_id == KILN_OP_Gather && !strcmp(e1->graph->nodes[i].name, "kiln_movement")) {
+            if (e1->graph->nodes[i].op_id == KILN_OP_Gather && strstr(e1->graph->nodes[i].name, "/kiln_rows")) {
                 fired.movement++;
                 break;
             }
