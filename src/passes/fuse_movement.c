@@ -16,8 +16,11 @@
  * movement).
  *
  * Made only where the chain had at least two layers that copy (views do not
- * count) and the backend runs the Gather; a chain that leaves every element
- * where it was becomes one Reshape (a Transpose and its inverse, say).
+ * count), the backend runs the Gather, and the index table is small (at
+ * most 4096 rows) or its rows hold 16 bytes or more (MV_MIN_ROW_BYTES: a
+ * chain moving single elements keeps its layers); a chain that leaves every
+ * element where it was becomes one Reshape (a Transpose and its inverse,
+ * a Transpose of dims of 1).
  *
  * What it takes: torchvision's Swin has, per shifted block, torch.roll over
  * two axes (two Gathers, concat_of_slices in fuse_transformer.c) and the
@@ -40,7 +43,12 @@
 #include "ops/tensor_internal.h"
 
 #define MV_MAX_NODES 32          /* layers in one chain at most */
-#define MV_MAX_ROWS (1LL << 24) /* rows of the map at most (the index table) */
+#define MV_MAX_ROWS (1LL << 24) /* rows of the map at most (worked out at build time) */
+#define MV_MAX_TABLE (1LL << 20) /* rows of the Gather's index table at most */
+#define MV_SMALL_TABLE 4096      /* a table this small is made whatever its rows' size */
+#define MV_MIN_ROW_BYTES 16      /* else a row must hold this much: a chain moving single
+                                    elements (a Transpose of the last axis) stays as it is,
+                                    as its index table would be as large as its data */
 
 enum { MV_VIEW, MV_TRANSPOSE, MV_SLICE, MV_GATHER, MV_CONCAT };
 
@@ -407,6 +415,9 @@ static kiln_status merge_chain(kiln_graph *g, const kiln_optimize_opts *o, int r
         if (ok) P = p;
     }
     int64_t R = u * m, n_idx = rows / m / P, *idx = map; /* (reused in place) */
+    if (n_idx > MV_MAX_TABLE ||
+        (n_idx > MV_SMALL_TABLE && (uint64_t)R * kiln_dtype_size(vi(g, x)->dtype) < MV_MIN_ROW_BYTES))
+        goto done;
     for (int64_t r = 0; r < n_idx; r++) idx[r] = map[r * m] / m;
     int64_t dx[3] = {P, xrows / m / P, R}, dg[3] = {P, n_idx, R};
     int vx, vg, in[2] = {-1, -1};

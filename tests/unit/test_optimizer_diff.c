@@ -1257,9 +1257,79 @@ TEST(test_fold_bn_values_grow) {
     }
 }
 
+/* merge_movement (fuse_movement.c) on the forms it is for: PatchMerging's
+ * four strided Slices of [B, H, W, C] concatenated on C (one Gather of rows
+ * of C, the table one output image row's: 2 x H/2 blocks mapped block to
+ * block), the same with a Slice read elsewhere too (then it all stays: the
+ * Concat would read two values, x and that Slice's output),
+ * and a Transpose + strided Slice moving single elements: one Gather when
+ * its table is small, left as it is when the table would be as large as
+ * the data (6144 rows of 4 bytes). */
+TEST(test_movement_forms) {
+    for (int form = 0; form < 2; form++) {
+        kiln_graph *g;
+        CHECK_OK(kiln__graph_create(&g));
+        gb_rng_state = 11;
+        int64_t xd[4] = {2, 8, 8, 16};
+        int x = add_input(g, "x", 4, xd), parts[4];
+        for (int k = 0; k < 4; k++) {
+            int64_t st[2] = {k & 1, k >> 1}, en[2] = {INT64_MAX, INT64_MAX}, ax[2] = {1, 2}, sp[2] = {2, 2};
+            char nm[4][16];
+            for (int j = 0; j < 4; j++) snprintf(nm[j], sizeof nm[j], "%c%d", "seap"[j], k);
+            int in[5] = {x, add_i64(g, nm[0], 2, st), add_i64(g, nm[1], 2, en), add_i64(g, nm[2], 2, ax),
+                         add_i64(g, nm[3], 2, sp)};
+            snprintf(nm[0], sizeof nm[0], "slice%d", k);
+            parts[k] = add_node(g, KILN_OP_Slice, nm[0], 5, in, NULL);
+        }
+        if (form) mark_output(g, parts[2]);
+        kiln_axis_attrs ca = {.axis = -1};
+        mark_output(g, add_node(g, KILN_OP_Concat, "cat", 4, parts, &ca));
+        kiln_graph *g2 = NULL; /* (the model owns its graph: check_graph takes g) */
+        CHECK_OK(kiln__graph_clone(g, &g2));
+        kiln_model *m = model_of(g2);
+        kiln_engine *e = NULL;
+        CHECK_OK(build(m, 1, &(dyn){.on = false}, &e));
+        CHECK(e && count_op(e, KILN_OP_Gather) == !form && count_op(e, KILN_OP_Concat) == form &&
+              count_op(e, KILN_OP_Slice) == 4 * form);
+        for (int i = 0; e && i < e->graph->n_nodes; i++) {
+            const kiln_node *n = &e->graph->nodes[i];
+            const kiln_tinfo *t = &e->graph->values[n->n_in > 1 ? n->in[1] : n->in[0]].info;
+            if (n->op_id == KILN_OP_Gather) CHECK(t->rank == 1 && t->dims[0] == 16); /* 4 x 4 rows of 16 */
+        }
+        kiln_engine_free(e);
+        kiln_model_free(m);
+        CHECK(check_graph(g, &(dyn){.on = false}, 1, form ? "PatchMerging, a Slice read elsewhere" : "PatchMerging",
+                          false));
+    }
+    for (int big = 0; big < 2; big++) {
+        kiln_graph *g;
+        CHECK_OK(kiln__graph_create(&g));
+        int64_t xd[2] = {big ? 128 : 8, 96};
+        int x = add_input(g, "x", 2, xd);
+        kiln_transpose_attrs ta = {.n_perm = 2, .perm = {1, 0}};
+        int t = add_unary(g, KILN_OP_Transpose, "tr", x, &ta);
+        int64_t st = 0, en = INT64_MAX, ax = 1, sp = 2;
+        int in[5] = {t, add_i64(g, "st", 1, &st), add_i64(g, "en", 1, &en), add_i64(g, "ax", 1, &ax),
+                     add_i64(g, "sp", 1, &sp)};
+        mark_output(g, add_node(g, KILN_OP_Slice, "slice", 5, in, NULL));
+        kiln_graph *g2 = NULL;
+        CHECK_OK(kiln__graph_clone(g, &g2));
+        kiln_model *m = model_of(g2);
+        kiln_engine *e = NULL;
+        CHECK_OK(build(m, 1, &(dyn){.on = false}, &e));
+        CHECK(e && count_op(e, KILN_OP_Gather) == !big && count_op(e, KILN_OP_Transpose) == big &&
+              count_op(e, KILN_OP_Slice) == big);
+        kiln_engine_free(e);
+        kiln_model_free(m);
+        if (!big) CHECK(check_graph(g, &(dyn){.on = false}, 1, "Transpose + Slice, small", false));
+        else kiln__graph_free(g);
+    }
+}
+
 int main(void) {
     RUN(test_gemm_beta_bias_add);
     RUN(test_fold_bn_values_grow);
+    RUN(test_movement_forms);
     RUN(test_random_graphs);
     return test_summary();
 }
