@@ -37,6 +37,9 @@ static const struct {
     [KILN_PASS_FUSE_QKV] = {"fuse_qkv", "an Attention's Q, K and V projections into one FusedMatMul (a "
                                         "packed one's Split/Slices read in place; batch_first "
                                         "MultiheadAttention's transposes dropped)"},
+    [KILN_PASS_MERGE_MOVEMENT] = {"merge_movement",
+                                  "a chain of data-movement layers from one value (Transpose, Slice, Gather and "
+                                  "Concat with constant parameters, views) into one Gather of rows"},
     [KILN_PASS_FUSE_ADD_LAYERNORM] = {"fuse_add_layernorm",
                                       "Add + LayerNormalization into kiln.AddLayerNorm (the sum an output "
                                       "too where it is read elsewhere)"},
@@ -75,6 +78,7 @@ kiln_status kiln__pass_optimize(kiln_graph *g, const kiln_optimize_opts *o) {
     if (first) KILN_TRY(kiln__pass_precision(g, o));
     if (!o->disable) KILN_TRY(kiln__opt_conv(g, o));
     if (!o->disable) KILN_TRY(kiln__opt_transformer(g, o));
+    if (!o->disable) KILN_TRY(kiln__opt_movement(g, o));
     if (!o->disable) KILN_TRY(kiln__opt_norm(g, o));
     if (reduced && !first) KILN_TRY(kiln__pass_precision(g, o));
     kiln__graph_link(g);

@@ -1265,8 +1265,9 @@ TEST(test_node_state) {
 
 /* An engine whose device layers read host inputs (op->host_inputs: Slice's
  * starts/ends/axes/steps, a Reshape's shape) that are constants: torch
- * 1.13's tiny Swin Transformer (tests/data/gen_swin.py; what the optimizer
- * leaves of it still has PatchMerging's strided Slices). The kernels get
+ * 1.13's tiny Swin Transformer (tests/data/gen_swin.py), built with
+ * merge_movement off (`pass_off`) so that PatchMerging's strided Slices
+ * stay, and with it on (its Gathers of rows). The kernels get
  * the host copies, so a run copies nothing back (the output comes to the
  * host when it is read): against the emulated runtime the device-to-host
  * copies of a run are counted (none; 24 when the kernels got the device
@@ -1276,7 +1277,7 @@ TEST(test_node_state) {
 KILN_PRIVATE int kiln_emu_dtoh_count(void);
 KILN_PRIVATE int kiln_emu_gemv_count(void);
 #endif
-static float *engine_run_swin(kiln_device dev, int runs, int *dtoh, bool *graph) {
+static float *engine_run_swin(kiln_device dev, const char *pass_off, int runs, int *dtoh, bool *graph) {
     kiln_model *m = NULL;
     kiln_builder *b = NULL;
     kiln_engine *e = NULL;
@@ -1285,6 +1286,7 @@ static float *engine_run_swin(kiln_device dev, int runs, int *dtoh, bool *graph)
     CHECK_OK(kiln_model_load_onnx("tests/data/attention/swin_t113_b1.onnx", &m));
     CHECK_OK(kiln_builder_create(&b));
     CHECK_OK(kiln_builder_set_device(b, dev, 0));
+    if (pass_off) CHECK_OK(kiln_builder_disable_pass(b, pass_off));
     if (m && b && kiln_build(b, m, &e) == KILN_OK && kiln_context_create(e, &c) == KILN_OK) {
         int64_t dims[4] = {1, 3, 56, 56};
         float *x = malloc(sizeof(float) * 3 * 56 * 56);
@@ -1334,15 +1336,12 @@ static float *engine_run_swin(kiln_device dev, int runs, int *dtoh, bool *graph)
     return y;
 }
 
-TEST(test_engine_host_inputs) {
-    if (!kiln__backend_for(KILN_DEVICE_CUDA)) {
-        printf("  (no CUDA backend in the registry: skipped)\n");
-        return;
-    }
+/* The Swin engine on the CPU and on the device, merge_movement off or on (pass_off). */
+static void check_swin_host_inputs(const char *pass_off) {
     int dtoh = -1;
     bool graph = false, unused;
-    float *ref = engine_run_swin(KILN_DEVICE_CPU, 1, &dtoh, &unused);
-    float *y = engine_run_swin(KILN_DEVICE_CUDA, 3, &dtoh, &graph);
+    float *ref = engine_run_swin(KILN_DEVICE_CPU, pass_off, 1, &dtoh, &unused);
+    float *y = engine_run_swin(KILN_DEVICE_CUDA, pass_off, 3, &dtoh, &graph);
     CHECK(ref && y);
     if (ref && y) {
         double num = 0, den = 0;
@@ -1360,6 +1359,15 @@ TEST(test_engine_host_inputs) {
 #endif
     free(ref);
     free(y);
+}
+
+TEST(test_engine_host_inputs) {
+    if (!kiln__backend_for(KILN_DEVICE_CUDA)) {
+        printf("  (no CUDA backend in the registry: skipped)\n");
+        return;
+    }
+    check_swin_host_inputs("merge_movement"); /* PatchMerging's Slices kept */
+    check_swin_host_inputs(NULL);
 }
 
 static kiln_fused_conv_attrs fc_at(kiln_conv_attrs conv, int act, float alpha, float beta, int res) {

@@ -200,7 +200,7 @@ static struct {
     int conv, conv_bn, conv_res, conv_act[KILN_FC_ACT_COUNT];
     int pw, pw_bcast, pw_multi_out;
     int ln, rms, gelu[2];
-    int flat_linear, multi_slice, special;
+    int flat_linear, multi_slice, special, movement;
 } fired;
 
 /* Layers of e doing GELU of form `approx` (kiln.Gelu, or its instruction in a kiln.Pointwise). */
@@ -308,6 +308,11 @@ static bool check_graph(kiln_graph *g, const dyn *dy, uint64_t seed, const char 
                 break;
             }
         fired.special += dy->special;
+        for (int i = 0; i < e1->graph->n_nodes; i++) /* merge_movement: a chain as one Gather of rows */
+            if (e1->graph->nodes[i].op_id == KILN_OP_Gather && strstr(e1->graph->nodes[i].name, "/kiln_rows")) {
+                fired.movement++;
+                break;
+            }
         fired.conv_bn += count_op(e1, KILN_OP_BatchNormalization) < count_op(e0, KILN_OP_BatchNormalization);
         fired.fewer += e1->graph->n_nodes < e0->graph->n_nodes;
         fired.no_dropout += count_op(e1, KILN_OP_Dropout) < count_op(e0, KILN_OP_Dropout);
@@ -1050,14 +1055,64 @@ static int gen_multi_slice(gen *G, int x) {
     return add_node(g, KILN_OP_Slice, nm(G, "mslice"), k, in, NULL);
 }
 
+/* A chain of data-movement layers on x (merge_movement, fuse_movement.c):
+ * Transposes, Slices (strided, reversed, several axes), Gathers of constant
+ * indices (negative, repeated, a scalar), Concats of Slices of one value (or
+ * of two), Reshapes merging two dims; inner values sometimes read elsewhere. */
+static int gen_movement(gen *G, int x) {
+    int y = x, n = 2 + ri(4);
+    for (int s = 0; s < n && y >= 0; s++) {
+        if (kiln__graph_infer(G->g) != KILN_OK) return -1;
+        const kiln_tinfo *t = ti(G, y);
+        int r = t->rank;
+        if (r < 1 || kiln__numel(r, t->dims) <= 0) return y;
+        switch (ri(5)) {
+        case 0: {
+            int32_t p[8];
+            rand_perm(r, p);
+            y = transpose(G, y, p, r);
+            break;
+        }
+        case 1: y = gen_multi_slice(G, y); break;
+        case 2: {
+            int a = ri(r), k = 1 + ri(2 * (int)t->dims[a]);
+            int64_t idx[16], d = t->dims[a], one = k > 16 ? 16 : k;
+            for (int i = 0; i < one; i++) idx[i] = ri((int)(2 * d)) - d; /* in [-d, d) */
+            kiln_graph *g = G->g;
+            int in[2] = {y, -1};
+            if (r >= 2 && ri(4) == 0) {
+                in[1] = add_index(g, nm(G, "gi"), idx[0], ri(2));
+            } else {
+                in[1] = add_i64(g, nm(G, "gi"), (int)one, idx);
+            }
+            kiln_axis_attrs aa = {.axis = ri(2) ? a : a - r};
+            y = add_node(g, KILN_OP_Gather, nm(G, "gather"), 2, in, &aa);
+            break;
+        }
+        case 3: y = gen_concat(G, y); break;
+        default: {
+            if (r < 2) break;
+            int64_t d[8];
+            int a = ri(r - 1);
+            for (int i = 0, k = 0; i < r; i++) d[k++] = i == a ? t->dims[i] * t->dims[i + 1] : t->dims[i + (i > a)];
+            int in[2] = {y, add_i64(G->g, nm(G, "shape"), r - 1, d)};
+            kiln_reshape_attrs ra = {0};
+            y = add_node(G->g, KILN_OP_Reshape, nm(G, "reshape"), 2, in, &ra);
+        }
+        }
+        if (y >= 0 && s + 1 < n && ri(4) == 0) maybe_leak(G, y);
+    }
+    return y;
+}
+
 /* One random graph from seed; -1 when the grammar made an invalid one. */
 static int gen_graph(kiln_graph *g, uint64_t seed, bool *must_stay) {
     gen G = {.g = g};
     gb_rng_state = seed;
     int steps = 1 + ri(3), y = -1;
     for (int s = 0; s < steps; s++) {
-        int fam = ri(11);
-        if ((fam < 4 || fam == 8) && y < 0) { /* the families that transform y */
+        int fam = ri(12);
+        if ((fam < 4 || fam == 8 || fam == 9) && y < 0) { /* the families that transform y */
             int r = 2 + ri(3);
             int64_t d[4];
             for (int i = 0; i < r; i++) d[i] = 1 + ri(5);
@@ -1073,6 +1128,7 @@ static int gen_graph(kiln_graph *g, uint64_t seed, bool *must_stay) {
         case 6: y = gen_norm(&G); break;
         case 7: y = gen_flat_linear(&G); break;
         case 8: y = gen_multi_slice(&G, y); break;
+        case 9: y = gen_movement(&G, y); break;
         default: {
             int r = 1 + ri(4);
             int64_t d[4];
@@ -1141,8 +1197,9 @@ TEST(test_random_graphs) {
             fired.pw_bcast, fired.pw_multi_out);
     fprintf(stderr, "  fuse_transformer: a LayerNormalization %d, an RMSNormalization %d, a GELU (erf) %d, (tanh) %d\n",
             fired.ln, fired.rms, fired.gelu[0], fired.gelu[1]);
-    fprintf(stderr, "  GPT-2's Conv1D (Reshape, Gemm, Reshape) as one FusedMatMul %d, multi-axis Slices %d, graphs run on NaN/inf inputs %d\n",
-            fired.flat_linear, fired.multi_slice, fired.special);
+    fprintf(stderr, "  GPT-2's Conv1D (Reshape, Gemm, Reshape) as one FusedMatMul %d, multi-axis Slices %d, graphs run on NaN/inf inputs %d, "
+            "a chain of data movement as one Gather %d\n",
+            fired.flat_linear, fired.multi_slice, fired.special, fired.movement);
     CHECK(failed == 0);
     CHECK(built >= iters / 2 && fired.unbuilt <= built / 10);
     if (iters >= 2000) { /* every family reached the rewrite it is for */
@@ -1150,7 +1207,7 @@ TEST(test_random_graphs) {
         CHECK(fired.conv && fired.conv_bn && fired.conv_res);
         CHECK(fired.pw && fired.pw_bcast && fired.pw_multi_out);
         CHECK(fired.ln && fired.rms && fired.gelu[0] && fired.gelu[1]);
-        CHECK(fired.flat_linear && fired.multi_slice && (fired.special || !nans));
+        CHECK(fired.flat_linear && fired.multi_slice && (fired.special || !nans) && fired.movement);
         for (int k = 0; k < KILN_FC_ACT_COUNT; k++) CHECK(fired.conv_act[k] > 0);
     }
 }
@@ -1200,9 +1257,79 @@ TEST(test_fold_bn_values_grow) {
     }
 }
 
+/* merge_movement (fuse_movement.c) on the forms it is for: PatchMerging's
+ * four strided Slices of [B, H, W, C] concatenated on C (one Gather of rows
+ * of C, the table one output image row's: 2 x H/2 blocks mapped block to
+ * block), the same with a Slice read elsewhere too (then it all stays: the
+ * Concat would read two values, x and that Slice's output),
+ * and a Transpose + strided Slice moving single elements: one Gather when
+ * its table is small, left as it is when the table would be as large as
+ * the data (6144 rows of 4 bytes). */
+TEST(test_movement_forms) {
+    for (int form = 0; form < 2; form++) {
+        kiln_graph *g;
+        CHECK_OK(kiln__graph_create(&g));
+        gb_rng_state = 11;
+        int64_t xd[4] = {2, 8, 8, 16};
+        int x = add_input(g, "x", 4, xd), parts[4];
+        for (int k = 0; k < 4; k++) {
+            int64_t st[2] = {k & 1, k >> 1}, en[2] = {INT64_MAX, INT64_MAX}, ax[2] = {1, 2}, sp[2] = {2, 2};
+            char nm[4][16];
+            for (int j = 0; j < 4; j++) snprintf(nm[j], sizeof nm[j], "%c%d", "seap"[j], k);
+            int in[5] = {x, add_i64(g, nm[0], 2, st), add_i64(g, nm[1], 2, en), add_i64(g, nm[2], 2, ax),
+                         add_i64(g, nm[3], 2, sp)};
+            snprintf(nm[0], sizeof nm[0], "slice%d", k);
+            parts[k] = add_node(g, KILN_OP_Slice, nm[0], 5, in, NULL);
+        }
+        if (form) mark_output(g, parts[2]);
+        kiln_axis_attrs ca = {.axis = -1};
+        mark_output(g, add_node(g, KILN_OP_Concat, "cat", 4, parts, &ca));
+        kiln_graph *g2 = NULL; /* (the model owns its graph: check_graph takes g) */
+        CHECK_OK(kiln__graph_clone(g, &g2));
+        kiln_model *m = model_of(g2);
+        kiln_engine *e = NULL;
+        CHECK_OK(build(m, 1, &(dyn){.on = false}, &e));
+        CHECK(e && count_op(e, KILN_OP_Gather) == !form && count_op(e, KILN_OP_Concat) == form &&
+              count_op(e, KILN_OP_Slice) == 4 * form);
+        for (int i = 0; e && i < e->graph->n_nodes; i++) {
+            const kiln_node *n = &e->graph->nodes[i];
+            const kiln_tinfo *t = &e->graph->values[n->n_in > 1 ? n->in[1] : n->in[0]].info;
+            if (n->op_id == KILN_OP_Gather) CHECK(t->rank == 1 && t->dims[0] == 16); /* 4 x 4 rows of 16 */
+        }
+        kiln_engine_free(e);
+        kiln_model_free(m);
+        CHECK(check_graph(g, &(dyn){.on = false}, 1, form ? "PatchMerging, a Slice read elsewhere" : "PatchMerging",
+                          false));
+    }
+    for (int big = 0; big < 2; big++) {
+        kiln_graph *g;
+        CHECK_OK(kiln__graph_create(&g));
+        int64_t xd[2] = {big ? 128 : 8, 96};
+        int x = add_input(g, "x", 2, xd);
+        kiln_transpose_attrs ta = {.n_perm = 2, .perm = {1, 0}};
+        int t = add_unary(g, KILN_OP_Transpose, "tr", x, &ta);
+        int64_t st = 0, en = INT64_MAX, ax = 1, sp = 2;
+        int in[5] = {t, add_i64(g, "st", 1, &st), add_i64(g, "en", 1, &en), add_i64(g, "ax", 1, &ax),
+                     add_i64(g, "sp", 1, &sp)};
+        mark_output(g, add_node(g, KILN_OP_Slice, "slice", 5, in, NULL));
+        kiln_graph *g2 = NULL;
+        CHECK_OK(kiln__graph_clone(g, &g2));
+        kiln_model *m = model_of(g2);
+        kiln_engine *e = NULL;
+        CHECK_OK(build(m, 1, &(dyn){.on = false}, &e));
+        CHECK(e && count_op(e, KILN_OP_Gather) == !big && count_op(e, KILN_OP_Transpose) == big &&
+              count_op(e, KILN_OP_Slice) == big);
+        kiln_engine_free(e);
+        kiln_model_free(m);
+        if (!big) CHECK(check_graph(g, &(dyn){.on = false}, 1, "Transpose + Slice, small", false));
+        else kiln__graph_free(g);
+    }
+}
+
 int main(void) {
     RUN(test_gemm_beta_bias_add);
     RUN(test_fold_bn_values_grow);
+    RUN(test_movement_forms);
     RUN(test_random_graphs);
     return test_summary();
 }
