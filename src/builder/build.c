@@ -4,6 +4,7 @@
 #include "format/meta.h"
 #include "runtime/engine.h"
 
+#include <math.h>
 #include <stdio.h>
 
 kiln_status kiln_builder_create(kiln_builder **out) {
@@ -462,7 +463,9 @@ static void node_tactic(const kiln_node *n, kiln_sbuf *sb, bool json) {
     if (json) {
         kiln__sbuf_printf(sb, ", \"tactic\": {\"id\": %d, \"name\": ", (int)t->id);
         json_str(sb, name);
-        kiln__sbuf_printf(sb, ", \"us\": %.1f}", (double)t->us);
+        /* (an engine file's time may be anything: JSON has no NaN or inf) */
+        if (isfinite(t->us)) kiln__sbuf_printf(sb, ", \"us\": %.1f}", (double)t->us);
+        else kiln__sbuf_printf(sb, ", \"us\": null}");
     } else if (t->us > 0) {
         kiln__sbuf_printf(sb, "  tactic %s %.1f us", name, (double)t->us);
     } else {
