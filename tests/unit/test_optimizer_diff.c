@@ -12,6 +12,7 @@
  * none, =2: every graph). A failing
  * graph is printed with its seed. KILN_DIFF_ITERS=N runs N
  * graphs instead of the default (KILN_DIFF_SEED=S starts at seed S). */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1089,15 +1090,31 @@ static int gen_graph(kiln_graph *g, uint64_t seed, bool *must_stay) {
     return 0;
 }
 
+/* Environment variable `name` as a whole number in [lo, hi], `dflt` when
+ * unset; anything else fails the test (KILN_DIFF_ITERS=abc or -5 ran no
+ * graph at all and passed; tests/more_tests.cmake checks it). */
+static int64_t env_count(const char *name, int64_t dflt, int64_t lo, int64_t hi) {
+    const char *v = getenv(name);
+    if (!v) return dflt;
+    char *end;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    if (end == v || *end || errno || x < lo || x > hi) {
+        fprintf(stderr, "  %s='%s': expected a whole number from %lld to %lld\n", name, v, (long long)lo,
+                (long long)hi);
+        CHECK(false);
+        return lo;
+    }
+    return x;
+}
+
 TEST(test_random_graphs) {
-    const char *it = getenv("KILN_DIFF_ITERS"), *sd = getenv("KILN_DIFF_SEED");
-    int iters = it ? atoi(it) : 5000;
-    uint64_t seed0 = sd ? strtoull(sd, NULL, 10) : 1;
+    int iters = (int)env_count("KILN_DIFF_ITERS", 5000, 1, INT32_MAX);
+    uint64_t seed0 = (uint64_t)env_count("KILN_DIFF_SEED", 1, 0, INT64_MAX);
     /* NaN and infinite inputs in one graph in eight (KILN_DIFF_NANS=0: in
      * none, =2: in every graph): a fused Relu epilogue (FusedMatMul,
      * FusedConv) made NaN 0 where Relu keeps it (seeds 237, 2765, 3317) */
-    const char *nn = getenv("KILN_DIFF_NANS");
-    int nans = nn ? atoi(nn) : 1;
+    int nans = (int)env_count("KILN_DIFF_NANS", 1, 0, 2);
     int built = 0, skipped = 0, failed = 0, dynamic = 0;
     for (int i = 0; i < iters && failed < 5; i++) {
         uint64_t seed = seed0 + (uint64_t)i;
