@@ -16,11 +16,20 @@
  * piece of state outside explicit contexts, like errno). */
 static _Thread_local char kiln_errbuf[1024];
 
+/* Control characters other than newline and tab become '?': messages name
+ * a model's or engine's nodes and values, whose names may hold terminal
+ * escapes or carriage returns meant for whoever reads the message. */
+static void scrub_error(void) {
+    for (char *p = kiln_errbuf; *p; p++)
+        if (((unsigned char)*p < 0x20 && *p != '\n' && *p != '\t') || *p == 0x7f) *p = '?';
+}
+
 kiln_status kiln__fail(kiln_status code, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(kiln_errbuf, sizeof kiln_errbuf, fmt, ap);
     va_end(ap);
+    scrub_error();
     return code;
 }
 
@@ -43,6 +52,7 @@ kiln_status kiln__fail_prefix(kiln_status code, const char *fmt, ...) {
     if (no > cap - len) no = cap - len;
     memcpy(kiln_errbuf + len, old, no);
     kiln_errbuf[len + no] = 0;
+    scrub_error();
     return code;
 }
 

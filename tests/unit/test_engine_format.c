@@ -1603,6 +1603,33 @@ TEST(test_attr_values_checked_on_load) {
  * range it reads, in its title, its header table and its compatibility
  * rules: the same numbers as format.h (issue 20 4.13: the page said 3 and
  * "2 (this kiln also reads 1)" while kiln wrote 5). */
+/* Names holding terminal escapes, carriage returns and newlines (a hostile
+ * model's or engine's) come out of `kiln inspect`'s text escaped (\x1b),
+ * so they cannot clear the screen or forge lines; error messages carry
+ * '?' for them (issue 20). */
+TEST(test_control_chars_in_names) {
+    kiln_engine *e = make_engine();
+    if (!e || !test_has_nodes) {
+        kiln_engine_free(e);
+        return;
+    }
+    static const char *evil = "n0\x1b[2J\r\nlayers (0):\x7f";
+    kiln_graph *g = e->graph;
+    kiln__free(g->nodes[0].name);
+    g->nodes[0].name = kiln__strdup(evil);
+    kiln__free(g->values[g->inputs[0]].name);
+    g->values[g->inputs[0]].name = kiln__strdup(evil);
+    const char *text = kiln_engine_describe(e, 0);
+    CHECK(text && !strchr(text, 0x1b) && !strchr(text, '\r') && !strchr(text, 0x7f));
+    CHECK(text && strstr(text, "  n0\\x1b[2J\\x0d\\x0alayers (0):\\x7f: float32"));
+    CHECK(text && strstr(text, "n0\\x1b[2J\\x0d\\x0alayers (0):\\x7f kernel"));
+    const char *json = kiln_engine_describe(e, 1);
+    CHECK(json && !strchr(json, 0x1b) && strstr(json, "n0\\u001b[2J\\u000d\\u000alayers (0):"));
+    CHECK_ERR(KILN_FAIL(KILN_ERR_MODEL, "node '%s' (%s): bad", evil, "Op"), KILN_ERR_MODEL,
+              "node 'n0?[2J?\nlayers (0):?' (Op): bad");
+    kiln_engine_free(e);
+}
+
 TEST(test_doc_version) {
     FILE *f = fopen("docs/engine-format.md", "rb");
     CHECK(f != NULL);
@@ -1654,6 +1681,7 @@ int main(void) {
     RUN(test_sources);
     RUN(test_gap_attrs_by_version);
     RUN(test_doc_version);
+    RUN(test_control_chars_in_names);
     RUN(test_attr_values_checked_on_load);
     rmdir(tmpdir);
     return test_summary();
