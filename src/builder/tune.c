@@ -892,17 +892,19 @@ static kiln_status judge_tactics(const kiln_tune_layer *L, const tune_bufs *tb, 
     memset(ref, 0, sizeof ref);
     bool have_ref;
     char why[512];
+    char pn[256]; /* the node's name for messages */
     kiln_status st = host_reference(L, tb, ref, &have_ref, why, sizeof why);
     S->ref_runs += have_ref;
     kiln_tune_rule rule = kiln__tune_decide(dt, samples, nc, n->n_out, ran, have_ref ? ref : NULL, family, keep);
     if (st == KILN_OK && (rule == KILN_TUNE_REFERENCE || rule == KILN_TUNE_MAJORITY)) {
         if (rule == KILN_TUNE_REFERENCE)
-            fprintf(stderr, "kiln: tuning: node '%s': its tactics disagree; kiln's host reference keeps", n->name);
+            fprintf(stderr, "kiln: tuning: node '%s': its tactics disagree; kiln's host reference keeps",
+                    kiln__printable(n->name, pn, sizeof pn));
         else
             fprintf(stderr,
                     "kiln: tuning: node '%s': its tactics disagree and no host reference checks them (%s); a "
                     "majority of their engine families keeps",
-                    n->name, why);
+                    kiln__printable(n->name, pn, sizeof pn), why);
         for (int k = 0; k < nc; k++)
             if (ran[k] && keep[k]) fprintf(stderr, " %s", names[k]);
         fprintf(stderr, "\n");
@@ -928,12 +930,12 @@ static kiln_status judge_tactics(const kiln_tune_layer *L, const tune_bufs *tb, 
             fprintf(stderr,
                     "kiln: tuning: node '%s': tactic %s does not compute what the host reference does (max "
                     "|y - ref| %.4g where max |ref| is %.4g, %.0f NaN/Inf): it is not used\n",
-                    n->name, names[k], err, scale, bad);
+                    kiln__printable(n->name, pn, sizeof pn), names[k], err, scale, bad);
         else if (rule == KILN_TUNE_MAJORITY && !keep[k])
             fprintf(stderr,
                     "kiln: tuning: node '%s': tactic %s disagrees with that majority (max |y| %.4g, %.0f "
                     "NaN/Inf): it is not used\n",
-                    n->name, names[k], top, bad);
+                    kiln__printable(n->name, pn, sizeof pn), names[k], top, bad);
         if (!keep[k]) runs[k].ok = false;
     }
     if (st == KILN_OK && msg.oom) st = KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory (tuning)");
@@ -1064,7 +1066,8 @@ kiln_status kiln__tune_layer(const kiln_tune_layer *L, int32_t *best_id, double 
     if (st == KILN_OK && L->verbose) {
         /* KILN_TUNE_VERBOSE=1: every candidate's set-up and median time,
          * then where the layer's time went */
-        fprintf(stderr, "kiln: tune %s:", n->name);
+        char pn[256];
+        fprintf(stderr, "kiln: tune %s:", kiln__printable(n->name, pn, sizeof pn));
         for (int k = 0; k < nc; k++) {
             char nm[96];
             kiln__backend_tactic_describe(be, n, cand[k], nm, sizeof nm);
@@ -1073,7 +1076,7 @@ kiln_status kiln__tune_layer(const kiln_tune_layer *L, int32_t *best_id, double 
         fprintf(stderr, "\n");
         kiln_sbuf sb = {0};
         stats_describe(S, &sb);
-        fprintf(stderr, "kiln: tune %s: %s\n", n->name, sb.data ? sb.data : "?");
+        fprintf(stderr, "kiln: tune %s: %s\n", kiln__printable(n->name, pn, sizeof pn), sb.data ? sb.data : "?");
         kiln__sbuf_free(&sb);
     }
     for (int k = 0; k < nc; k++) {
@@ -1311,7 +1314,9 @@ static void tune_summary(const tuner *T) {
         sb.len = 0;
         if (sb.data) sb.data[0] = 0;
         stats_describe(&it->stats, &sb);
-        fprintf(stderr, "kiln: tune summary: #%d %s (%s): %s\n", i + 1, n->name, n->op->name, sb.data ? sb.data : "?");
+        char pn[256];
+        fprintf(stderr, "kiln: tune summary: #%d %s (%s): %s\n", i + 1, kiln__printable(n->name, pn, sizeof pn),
+                n->op->name, sb.data ? sb.data : "?");
     }
     kiln__sbuf_free(&sb);
 }

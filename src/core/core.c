@@ -24,6 +24,21 @@ static void scrub_error(void) {
         if (((unsigned char)*p < 0x20 && *p != '\n' && *p != '\t') || *p == 0x7f) *p = '?';
 }
 
+const char *kiln__printable(const char *s, char *buf, size_t cap) {
+    if (!s) return "(null)";
+    const char *p = s;
+    while (*p && (unsigned char)*p >= 0x20 && *p != 0x7f) p++;
+    if (!*p || !cap) return s;
+    size_t n = 0;
+    for (p = s; *p && n + 5 <= cap; p++) {
+        unsigned char c = (unsigned char)*p;
+        if (c < 0x20 || c == 0x7f) n += (size_t)snprintf(buf + n, cap - n, "\\x%02x", c);
+        else buf[n++] = (char)c;
+    }
+    buf[n < cap ? n : cap - 1] = 0;
+    return buf;
+}
+
 kiln_status kiln__fail(kiln_status code, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
