@@ -782,6 +782,17 @@ def git_describe():
 
 # --------------------------------------------------------------------------- main
 
+def seconds(text):
+    """argparse type: a finite number of seconds >= 0 (--budget -5 skipped every case and passed)."""
+    try:
+        x = float(text)
+    except ValueError:
+        x = float("nan")
+    if not (0 <= x < float("inf")):
+        raise argparse.ArgumentTypeError("expected a finite number of seconds >= 0, got %r" % text)
+    return x
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -791,7 +802,7 @@ def main():
     sel.add_argument("--models", help="comma-separated model names")
     ap.add_argument("--families", default=",".join(FAMILIES))
     ap.add_argument("--variants", default="fixed,dynamic")
-    ap.add_argument("--budget", type=float, default=0,
+    ap.add_argument("--budget", type=seconds, default=0,
                     help="seconds; cases not started by then are skipped (0: no limit)")
     ap.add_argument("--device", default="cpu", help="kiln build --device (cpu, cuda, cuda:N)")
     ap.add_argument("--precision", default="fp32", choices=sorted(PRECISION_FLAGS))
@@ -799,7 +810,7 @@ def main():
     ap.add_argument("--cache-dir", default="/tmp/zoo")
     ap.add_argument("--write", metavar="FILE", help="put the table into FILE (markdown)")
     ap.add_argument("--tol", type=float, default=1e-4, help="fp32 tolerance (max abs / max|ref|)")
-    ap.add_argument("--timeout", type=float, default=1800, help="seconds per step")
+    ap.add_argument("--timeout", type=seconds, default=1800, help="seconds per step")
     ap.add_argument("--max-params", type=float, default=400e6)
     ap.add_argument("--bench-iterations", type=int, default=5, help="0: no latency")
     ap.add_argument("--debug-arena", action="store_true", help="KILN_DEBUG_ARENA=1 for kiln")

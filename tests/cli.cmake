@@ -55,6 +55,10 @@ if(EXISTS /usr/bin/python3)
                    --kiln $<TARGET_FILE:kiln_cli> --cache-dir ${CMAKE_BINARY_DIR}/zoo
                    --keep-onnx all --bench-iterations 0)
   set_tests_properties(model_zoo PROPERTIES LABELS "zoo" TIMEOUT 900 SKIP_RETURN_CODE 77)
+  # a negative, NaN or non-numeric --budget is a usage error (-5 skipped every case and passed)
+  add_test(NAME model_zoo_bad_budget COMMAND /usr/bin/python3 ${CMAKE_SOURCE_DIR}/bench/model_zoo.py --ci --budget -5)
+  set_tests_properties(model_zoo_bad_budget PROPERTIES LABELS "cli" TIMEOUT 60
+                       PASS_REGULAR_EXPRESSION "argument --budget: expected a finite number of seconds")
   if(KILN_MODEL_TESTS)
     add_test(NAME models
              COMMAND ${CMAKE_SOURCE_DIR}/tests/models/run_model_tests.sh ${CMAKE_BINARY_DIR}/models

@@ -51,3 +51,9 @@ if(EXISTS /usr/share/libonnx-testdata/data/pytorch-converted)
   set_tests_properties(conformance_pytorch_debug_arena PROPERTIES LABELS "conformance" TIMEOUT 1800
                        ENVIRONMENT KILN_DEBUG_ARENA=1)
 endif()
+
+# ---- test_optimizer_diff refuses a malformed KILN_DIFF_* ---------------------
+# (KILN_DIFF_ITERS=abc ran no graph at all and passed)
+add_test(NAME unit_test_optimizer_diff_bad_env COMMAND test_optimizer_diff WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+set_tests_properties(unit_test_optimizer_diff_bad_env PROPERTIES LABELS unit ENVIRONMENT "KILN_DIFF_ITERS=abc"
+                     PASS_REGULAR_EXPRESSION "KILN_DIFF_ITERS='abc': expected a whole number")

@@ -4,6 +4,7 @@
 #include "format/meta.h"
 #include "runtime/engine.h"
 
+#include <math.h>
 #include <stdio.h>
 
 kiln_status kiln_builder_create(kiln_builder **out) {
@@ -404,6 +405,22 @@ static void json_str(kiln_sbuf *sb, const char *s) {
     kiln__sbuf_printf(sb, "\"");
 }
 
+/* s (n bytes) on a text line: control characters as \xNN (a hostile
+ * model's or engine's names may hold terminal escapes, carriage returns or
+ * newlines that would forge or hide lines of `kiln inspect`), padded with
+ * spaces to `width` columns. */
+static void text_str(kiln_sbuf *sb, const char *s, size_t n, int width) {
+    int w = 0;
+    for (size_t k = 0; k < n; k++) {
+        unsigned char c = (unsigned char)s[k];
+        if (c < 0x20 || c == 0x7f) kiln__sbuf_printf(sb, "\\x%02x", c), w += 4;
+        else kiln__sbuf_printf(sb, "%c", c), w++;
+    }
+    for (; w < width; w++) kiln__sbuf_printf(sb, " ");
+}
+
+static void text_name(kiln_sbuf *sb, const char *s, int width) { text_str(sb, s ? s : "", s ? strlen(s) : 0, width); }
+
 static void profile_str(const kiln_profile *p, const int64_t *d, kiln_sbuf *sb, bool json) {
     (void)p;
     kiln__sbuf_printf(sb, "[");
@@ -462,7 +479,9 @@ static void node_tactic(const kiln_node *n, kiln_sbuf *sb, bool json) {
     if (json) {
         kiln__sbuf_printf(sb, ", \"tactic\": {\"id\": %d, \"name\": ", (int)t->id);
         json_str(sb, name);
-        kiln__sbuf_printf(sb, ", \"us\": %.1f}", (double)t->us);
+        /* (an engine file's time may be anything: JSON has no NaN or inf) */
+        if (isfinite(t->us)) kiln__sbuf_printf(sb, ", \"us\": %.1f}", (double)t->us);
+        else kiln__sbuf_printf(sb, ", \"us\": null}");
     } else if (t->us > 0) {
         kiln__sbuf_printf(sb, "  tactic %s %.1f us", name, (double)t->us);
     } else {
@@ -570,7 +589,11 @@ static void node_sources(const kiln_node *n, kiln_sbuf *sb, bool json) {
     for (int i = 0; i < k; i++) kiln__sbuf_printf(&joined, "%s%s", i ? "+" : "", kiln__node_source(n, i));
     if (joined.data && strcmp(joined.data, n->name)) {
         kiln__sbuf_printf(sb, "  sources");
-        for (int i = 0; i < k; i++) kiln__sbuf_printf(sb, "%s'%s'", i ? ", " : " ", kiln__node_source(n, i));
+        for (int i = 0; i < k; i++) {
+            kiln__sbuf_printf(sb, "%s'", i ? ", " : " ");
+            text_name(sb, kiln__node_source(n, i), 0);
+            kiln__sbuf_printf(sb, "'");
+        }
     }
     kiln__sbuf_free(&joined);
 }
@@ -611,8 +634,10 @@ static void fallback_summary(const kiln_engine *e, kiln_sbuf *sb, bool json) {
                       n_cpu ? ":" : "");
     for (int i = 0; i < g->n_nodes; i++) {
         const kiln_node *n = &g->nodes[i];
-        if (n->device == KILN_DEVICE_CPU)
-            kiln__sbuf_printf(sb, "  %s (%s)\n", n->name, n->op->name);
+        if (n->device != KILN_DEVICE_CPU) continue;
+        kiln__sbuf_printf(sb, "  ");
+        text_name(sb, n->name, 0);
+        kiln__sbuf_printf(sb, " (%s)\n", n->op->name);
     }
 }
 
@@ -641,12 +666,10 @@ static void metadata_summary(const kiln_meta *m, kiln_sbuf *sb, bool json) {
             n = KILN_DESCRIBE_META_TEXT;
             while (n > 0 && ((unsigned char)x->value[n] & 0xc0) == 0x80) n--;
         }
-        kiln__sbuf_printf(sb, "  %s: ", x->key);
-        for (size_t k = 0; k < n; k++) {
-            unsigned char c = (unsigned char)x->value[k];
-            if (c < 0x20 || c == 0x7f) kiln__sbuf_printf(sb, "\\x%02x", c);
-            else kiln__sbuf_printf(sb, "%c", c);
-        }
+        kiln__sbuf_printf(sb, "  ");
+        text_name(sb, x->key, 0);
+        kiln__sbuf_printf(sb, ": ");
+        text_str(sb, x->value, n, 0);
         if (n < x->value_len) kiln__sbuf_printf(sb, " ... (%zu bytes)", x->value_len);
         kiln__sbuf_printf(sb, "\n");
     }
@@ -778,7 +801,9 @@ static void describe(const kiln_engine *e, kiln_sbuf *sb, bool json) {
     kiln__sbuf_printf(sb, "inputs (%d):\n", g->n_inputs);
     for (int k = 0; k < g->n_inputs; k++) {
         const kiln_value *v = &g->values[g->inputs[k]];
-        kiln__sbuf_printf(sb, "  %s: %s ", v->name, kiln_dtype_name(v->info.dtype));
+        kiln__sbuf_printf(sb, "  ");
+        text_name(sb, v->name, 0);
+        kiln__sbuf_printf(sb, ": %s ", kiln_dtype_name(v->info.dtype));
         dims_str(g, &v->info, sb, false);
         kiln__sbuf_printf(sb, "  profile min ");
         profile_str(&e->profiles[k], e->profiles[k].min, sb, false);
@@ -791,15 +816,18 @@ static void describe(const kiln_engine *e, kiln_sbuf *sb, bool json) {
     kiln__sbuf_printf(sb, "outputs (%d):\n", g->n_outputs);
     for (int k = 0; k < g->n_outputs; k++) {
         const kiln_value *v = &g->values[g->outputs[k]];
-        kiln__sbuf_printf(sb, "  %s: %s ", v->name, kiln_dtype_name(v->info.dtype));
+        kiln__sbuf_printf(sb, "  ");
+        text_name(sb, v->name, 0);
+        kiln__sbuf_printf(sb, ": %s ", kiln_dtype_name(v->info.dtype));
         dims_str(g, &v->info, sb, false);
         kiln__sbuf_printf(sb, "\n");
     }
     kiln__sbuf_printf(sb, "layers (%d):\n", g->n_nodes);
     for (int i = 0; i < g->n_nodes; i++) {
         const kiln_node *n = &g->nodes[i];
-        kiln__sbuf_printf(sb, "  %4d  %-22s %-28s kernel %s:%s  ->", i, n->op->name, n->name,
-                          node_kernel(g, n), n->op->name);
+        kiln__sbuf_printf(sb, "  %4d  %-22s ", i, n->op->name);
+        text_name(sb, n->name, 28);
+        kiln__sbuf_printf(sb, " kernel %s:%s  ->", node_kernel(g, n), n->op->name);
         for (int k = 0; k < n->n_out; k++) {
             if (n->out[k] < 0) continue;
             kiln__sbuf_printf(sb, " ");

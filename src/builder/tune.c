@@ -32,6 +32,8 @@
 #include "runtime/engine.h"
 
 #include <errno.h>
+#include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <stdio.h>
 #include <sys/stat.h>
@@ -50,26 +52,52 @@ typedef struct cache_ent {
 typedef struct tcache {
     cache_ent *e;
     int n, cap;
+    int *slot;    /* open-addressing index of e: entry + 1, 0 empty (a file of 10^6 lines is read in */
+    int n_slot;   /* linear time, not n^2 key comparisons); a power of two, at least twice n */
     bool dirty;
 } tcache;
+
+/* Lines of the cache file are at most this long (a key is ~1 kB) */
+#define CACHE_LINE_MAX 8192
 
 static void cache_free(tcache *c) {
     for (int i = 0; i < c->n; i++) kiln__free(c->e[i].key);
     kiln__free(c->e);
+    kiln__free(c->slot);
+}
+
+/* The slot of key: its entry's, or the empty one where it would go. */
+static int *cache_slot(const tcache *c, const char *key) {
+    size_t mask = (size_t)c->n_slot - 1, k = (size_t)kiln__fnv1a(key, strlen(key), KILN_FNV_SEED) & mask;
+    while (c->slot[k] && strcmp(c->e[c->slot[k] - 1].key, key)) k = (k + 1) & mask;
+    return &c->slot[k];
 }
 
 static cache_ent *cache_find(tcache *c, const char *key) {
-    for (int i = 0; i < c->n; i++)
-        if (!strcmp(c->e[i].key, key)) return &c->e[i];
-    return NULL;
+    if (!c->n_slot) return NULL;
+    int s = *cache_slot(c, key);
+    return s ? &c->e[s - 1] : NULL;
 }
 
 static kiln_status cache_put(tcache *c, const char *key, int32_t id, float us) {
     cache_ent *e = cache_find(c, key);
     if (!e) {
+        if ((c->n + 1) * 2 > c->n_slot) {
+            if (c->n_slot > INT32_MAX / 4) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "timing cache: too many entries");
+            int ns = c->n_slot ? c->n_slot * 2 : 64;
+            int *old = c->slot;
+            if (!(c->slot = kiln__calloc((size_t)ns, sizeof *c->slot))) {
+                c->slot = old;
+                return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory (timing cache)");
+            }
+            kiln__free(old);
+            c->n_slot = ns;
+            for (int i = 0; i < c->n; i++) *cache_slot(c, c->e[i].key) = i + 1;
+        }
         KILN_TRY(kiln__grow((void **)&c->e, &c->cap, c->n + 1, sizeof *c->e));
         char *k = kiln__strdup(key);
         if (!k) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory (timing cache)");
+        *cache_slot(c, key) = c->n + 1;
         e = &c->e[c->n++];
         memset(e, 0, sizeof *e);
         e->key = k;
@@ -78,6 +106,25 @@ static kiln_status cache_put(tcache *c, const char *key, int32_t id, float us) {
     e->us = us;
     c->dirty = true;
     return KILN_OK;
+}
+
+/* One "<key> <tactic id> <microseconds>" line: a key without spaces, an
+ * int32 id, a finite time >= 0 (a NaN would reach the engine and inspect's
+ * JSON), nothing after. */
+static bool cache_parse_line(char *line, const char **key, int32_t *id, float *us) {
+    char *sp = strchr(line, ' '), *end;
+    if (!sp || sp == line) return false;
+    *sp = 0;
+    *key = line;
+    errno = 0;
+    long long v = strtoll(sp + 1, &end, 10);
+    if (end == sp + 1 || *end != ' ' || errno || v < INT32_MIN || v > INT32_MAX) return false;
+    *id = (int32_t)v;
+    const char *t = end + 1;
+    double u = strtod(t, &end);
+    if (end == t || *end || !isfinite(u) || u < 0 || u > 3.0e38) return false;
+    *us = (float)u;
+    return true;
 }
 
 /* Reads the cache file; a missing file is an empty cache, a malformed one
@@ -92,14 +139,20 @@ static kiln_status cache_read(tcache *c, const char *path) {
         close(fd);
         return KILN_FAIL(KILN_ERR_IO, "cannot read timing cache '%s': %s", path, strerror(errno));
     }
-    char line[8192];
+    char line[CACHE_LINE_MAX];
     int ln = 0;
     kiln_status st = KILN_OK;
     bool old = false;
     while (st == KILN_OK && !old && fgets(line, sizeof line, f)) {
+        if (ln == INT32_MAX) break;
         ln++;
         size_t len = strlen(line);
         if (len && line[len - 1] == '\n') line[--len] = 0;
+        else if (len == sizeof line - 1 && !feof(f)) {
+            st = KILN_FAIL(KILN_ERR_IO, "timing cache '%s', line %d is longer than %d characters", path, ln,
+                           CACHE_LINE_MAX - 2);
+            break;
+        }
         if (ln == 1) {
             old = !strcmp(line, "kiln-timing-cache 1") || !strcmp(line, "kiln-timing-cache 2");
             if (old)
@@ -112,11 +165,13 @@ static kiln_status cache_read(tcache *c, const char *path) {
             continue;
         }
         if (!len) continue;
-        char key[8192];
-        int id;
+        const char *key;
+        int32_t id;
         float us;
-        if (sscanf(line, "%8191s %d %f", key, &id, &us) != 3) {
-            st = KILN_FAIL(KILN_ERR_IO, "timing cache '%s', line %d is malformed", path, ln);
+        if (!cache_parse_line(line, &key, &id, &us)) {
+            st = KILN_FAIL(KILN_ERR_IO,
+                           "timing cache '%s', line %d is malformed (expected '<key> <tactic id> <microseconds>', "
+                           "a finite time >= 0)", path, ln);
             break;
         }
         st = cache_put(c, key, id, us);
@@ -837,17 +892,19 @@ static kiln_status judge_tactics(const kiln_tune_layer *L, const tune_bufs *tb, 
     memset(ref, 0, sizeof ref);
     bool have_ref;
     char why[512];
+    char pn[256]; /* the node's name for messages */
     kiln_status st = host_reference(L, tb, ref, &have_ref, why, sizeof why);
     S->ref_runs += have_ref;
     kiln_tune_rule rule = kiln__tune_decide(dt, samples, nc, n->n_out, ran, have_ref ? ref : NULL, family, keep);
     if (st == KILN_OK && (rule == KILN_TUNE_REFERENCE || rule == KILN_TUNE_MAJORITY)) {
         if (rule == KILN_TUNE_REFERENCE)
-            fprintf(stderr, "kiln: tuning: node '%s': its tactics disagree; kiln's host reference keeps", n->name);
+            fprintf(stderr, "kiln: tuning: node '%s': its tactics disagree; kiln's host reference keeps",
+                    kiln__printable(n->name, pn, sizeof pn));
         else
             fprintf(stderr,
                     "kiln: tuning: node '%s': its tactics disagree and no host reference checks them (%s); a "
                     "majority of their engine families keeps",
-                    n->name, why);
+                    kiln__printable(n->name, pn, sizeof pn), why);
         for (int k = 0; k < nc; k++)
             if (ran[k] && keep[k]) fprintf(stderr, " %s", names[k]);
         fprintf(stderr, "\n");
@@ -873,12 +930,12 @@ static kiln_status judge_tactics(const kiln_tune_layer *L, const tune_bufs *tb, 
             fprintf(stderr,
                     "kiln: tuning: node '%s': tactic %s does not compute what the host reference does (max "
                     "|y - ref| %.4g where max |ref| is %.4g, %.0f NaN/Inf): it is not used\n",
-                    n->name, names[k], err, scale, bad);
+                    kiln__printable(n->name, pn, sizeof pn), names[k], err, scale, bad);
         else if (rule == KILN_TUNE_MAJORITY && !keep[k])
             fprintf(stderr,
                     "kiln: tuning: node '%s': tactic %s disagrees with that majority (max |y| %.4g, %.0f "
                     "NaN/Inf): it is not used\n",
-                    n->name, names[k], top, bad);
+                    kiln__printable(n->name, pn, sizeof pn), names[k], top, bad);
         if (!keep[k]) runs[k].ok = false;
     }
     if (st == KILN_OK && msg.oom) st = KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory (tuning)");
@@ -1009,7 +1066,8 @@ kiln_status kiln__tune_layer(const kiln_tune_layer *L, int32_t *best_id, double 
     if (st == KILN_OK && L->verbose) {
         /* KILN_TUNE_VERBOSE=1: every candidate's set-up and median time,
          * then where the layer's time went */
-        fprintf(stderr, "kiln: tune %s:", n->name);
+        char pn[256];
+        fprintf(stderr, "kiln: tune %s:", kiln__printable(n->name, pn, sizeof pn));
         for (int k = 0; k < nc; k++) {
             char nm[96];
             kiln__backend_tactic_describe(be, n, cand[k], nm, sizeof nm);
@@ -1018,7 +1076,7 @@ kiln_status kiln__tune_layer(const kiln_tune_layer *L, int32_t *best_id, double 
         fprintf(stderr, "\n");
         kiln_sbuf sb = {0};
         stats_describe(S, &sb);
-        fprintf(stderr, "kiln: tune %s: %s\n", n->name, sb.data ? sb.data : "?");
+        fprintf(stderr, "kiln: tune %s: %s\n", kiln__printable(n->name, pn, sizeof pn), sb.data ? sb.data : "?");
         kiln__sbuf_free(&sb);
     }
     for (int k = 0; k < nc; k++) {
@@ -1256,7 +1314,9 @@ static void tune_summary(const tuner *T) {
         sb.len = 0;
         if (sb.data) sb.data[0] = 0;
         stats_describe(&it->stats, &sb);
-        fprintf(stderr, "kiln: tune summary: #%d %s (%s): %s\n", i + 1, n->name, n->op->name, sb.data ? sb.data : "?");
+        char pn[256];
+        fprintf(stderr, "kiln: tune summary: #%d %s (%s): %s\n", i + 1, kiln__printable(n->name, pn, sizeof pn),
+                n->op->name, sb.data ? sb.data : "?");
     }
     kiln__sbuf_free(&sb);
 }

@@ -16,11 +16,35 @@
  * piece of state outside explicit contexts, like errno). */
 static _Thread_local char kiln_errbuf[1024];
 
+/* Control characters other than newline and tab become '?': messages name
+ * a model's or engine's nodes and values, whose names may hold terminal
+ * escapes or carriage returns meant for whoever reads the message. */
+static void scrub_error(void) {
+    for (char *p = kiln_errbuf; *p; p++)
+        if (((unsigned char)*p < 0x20 && *p != '\n' && *p != '\t') || *p == 0x7f) *p = '?';
+}
+
+const char *kiln__printable(const char *s, char *buf, size_t cap) {
+    if (!s) return "(null)";
+    const char *p = s;
+    while (*p && (unsigned char)*p >= 0x20 && *p != 0x7f) p++;
+    if (!*p || !cap) return s;
+    size_t n = 0;
+    for (p = s; *p && n + 5 <= cap; p++) {
+        unsigned char c = (unsigned char)*p;
+        if (c < 0x20 || c == 0x7f) n += (size_t)snprintf(buf + n, cap - n, "\\x%02x", c);
+        else buf[n++] = (char)c;
+    }
+    buf[n < cap ? n : cap - 1] = 0;
+    return buf;
+}
+
 kiln_status kiln__fail(kiln_status code, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(kiln_errbuf, sizeof kiln_errbuf, fmt, ap);
     va_end(ap);
+    scrub_error();
     return code;
 }
 
@@ -43,6 +67,7 @@ kiln_status kiln__fail_prefix(kiln_status code, const char *fmt, ...) {
     if (no > cap - len) no = cap - len;
     memcpy(kiln_errbuf + len, old, no);
     kiln_errbuf[len + no] = 0;
+    scrub_error();
     return code;
 }
 

@@ -138,6 +138,11 @@ KILN_PRIVATE void kiln__sbuf_printf(kiln_sbuf *b, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 KILN_PRIVATE void kiln__sbuf_free(kiln_sbuf *b);
 
+/* s for a message: s itself when it holds no control characters, else a
+ * copy in buf (cap bytes, cut to fit) with each as \xNN (a hostile model's
+ * names may hold terminal escapes or newlines meant for whoever reads). */
+KILN_PRIVATE const char *kiln__printable(const char *s, char *buf, size_t cap);
+
 /* Cheap 64-bit hash (FNV-1a) for names and checksums. */
 KILN_PRIVATE uint64_t kiln__fnv1a(const void *data, size_t n, uint64_t seed);
 #define KILN_FNV_SEED 0xcbf29ce484222325ull

@@ -519,6 +519,11 @@ static kiln_status read_values(const reader *r, kiln_graph *g) {
                            "%d-aligned range inside the weights section",
                            i, name, (unsigned long long)off, (unsigned long long)size,
                            KILN_FORMAT_ALIGN);
+            /* kernels read bool data as C bool: a byte other than 0 or 1 is undefined there */
+            for (uint64_t k = 0; dtype == KILN_DTYPE_BOOL && k < size; k++)
+                if (r->p[off + k] > 1)
+                    return bad("value %d '%s': bool constant holds byte %u at element %llu (0 or 1 only)", i,
+                               name, (unsigned)r->p[off + k], (unsigned long long)k);
             n_consts++;
         } else if (off || size) {
             return bad("value %d '%s': not a constant but has data", i, name);

@@ -352,6 +352,11 @@ static bool identity_pad_slice(const kiln_graph *g, const kiln_node *n) {
 
 /* At most this many Slices into one Gather (concat_of_slices) */
 #define CONCAT_SLICES_MAX 16
+/* and an axis of at most this many elements: the Gather's index table is a
+ * new int64 constant in the engine (512 KiB here; Swin rolls axes of 56 and
+ * less). A longer axis keeps its Slices and Concat: with 2^24 a 2 kB model
+ * made a 128 MiB engine. */
+#define CONCAT_SLICES_MAX_AXIS ((int64_t)1 << 16)
 
 /* Slice node sl taking one range [*b, *b + len) of one axis *axis of its
  * input (constant one-element starts and axes, steps absent or 1; every
@@ -365,8 +370,8 @@ static bool slice_one_range(const kiln_graph *g, int sl, int *axis, int64_t *b) 
         return false;
     const kiln_tinfo *x = info(g, n->in[0]), *y = info(g, n->out[0]);
     if (!static_shape(x) || !static_shape(y) || x->rank != y->rank || x->rank < 1) return false;
+    if (!(ax >= -x->rank && ax < x->rank)) return false; /* (before the cast: a double out of int's range) */
     int a = (int)ax < 0 ? (int)ax + x->rank : (int)ax;
-    if (a < 0 || a >= x->rank) return false;
     for (int k = 0; k < x->rank; k++)
         if (k != a && x->dims[k] != y->dims[k]) return false;
     int64_t d = x->dims[a];
@@ -391,7 +396,7 @@ static kiln_status concat_of_slices(kiln_graph *g, const kiln_optimize_opts *o, 
     int ca = ((const kiln_axis_attrs *)n->attrs)->axis;
     ca = ca < 0 ? ca + y->rank : ca;
     int64_t L = y->dims[ca], idx_n = 0;
-    if (L <= 0 || L > ((int64_t)1 << 24)) return KILN_OK;
+    if (L <= 0 || L > CONCAT_SLICES_MAX_AXIS) return KILN_OK;
     int64_t *idx = kiln__malloc(sizeof(int64_t) * (size_t)L);
     if (!idx) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory (optimizer)");
     bool ok = true;

@@ -112,6 +112,10 @@ g = helper.make_graph([helper.make_node("Relu", ["x"], ["r"])], "decl",
 onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), d + "/decl.onnx")
 g.output[0].CopyFrom(helper.make_tensor_value_info("r", TensorProto.FLOAT, [2, 4]))
 onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)]), d + "/opset19.onnx")
+# node names with a terminal escape and a newline (tiny.onnx's graph)
+for nd in m.graph.node:
+    nd.name = nd.name + "\x1b[2J\n"
+onnx.save(m, d + "/ctrl.onnx")
 open(d + "/random.kiln", "wb").write(np.random.default_rng(1).integers(0, 256, 4096, dtype=np.uint8).tobytes())
 EOF
 
@@ -298,6 +302,11 @@ expect "inspect --json: fast math" 0 '"math": "fast"' "$KILN" inspect fast.kiln 
 expect "build --help: --fast-math" 0 "--fast-math" "$KILN" build --help
 expect "build --help: KILN_TUNE_VERBOSE and KILN_CUDA_PLAN_THREADS" 0 "KILN_CUDA_PLAN_THREADS=N" "$KILN" build --help
 expect "KILN_TUNE_VERBOSE=1: the build's tuning summary" 0 "kiln: tune summary: #1 mm+add+relu" env KILN_TUNE_VERBOSE=1 "$KILN" build tiny.onnx -o tv.kiln --shapes x:2x4
+# names holding control characters come out escaped, never raw (a hostile model's terminal escapes)
+expect "KILN_TUNE_VERBOSE=1: a name with ESC and a newline escaped" 0 'kiln: tune summary: #1 mm\x1b[2J\x0a+add' env KILN_TUNE_VERBOSE=1 "$KILN" build ctrl.onnx -o ctrl.kiln --shapes x:2x4
+if grep -q "$(printf '\033')" out err; then bad "KILN_TUNE_VERBOSE printed a raw ESC"; else ok; fi
+expect "inspect: a name with ESC and a newline escaped" 0 'mm\x1b[2J\x0a+add' "$KILN" inspect ctrl.kiln
+if grep -q "$(printf '\033')" out err; then bad "inspect printed a raw ESC"; else ok; fi
 
 # ---- bench ------------------------------------------------------------------------------------
 expect "bench" 0 "p50" "$KILN" bench tiny.kiln --warmup 1 --iterations 5

@@ -1599,6 +1599,65 @@ TEST(test_attr_values_checked_on_load) {
     kiln_engine_free(e);
 }
 
+/* A bool constant of an engine file holds bytes 0 and 1 only: the kernels
+ * read it as C bool, and any other byte is undefined behaviour there
+ * (kiln.Attention's cond with a byte 205: found by fuzz_engine,
+ * regressions/engine/attention_cond_bool_byte.kiln). ONNX import makes
+ * them 0/1; the loader refuses others. */
+TEST(test_bool_constant_bytes) {
+    kiln_engine *e = make_engine();
+    int b = e ? kiln__graph_find_value(e->graph, "b") : -1;
+    CHECK(b >= 0);
+    if (b < 0) {
+        kiln_engine_free(e);
+        return;
+    }
+    static const uint8_t ok[5] = {0, 1, 1, 0, 1};
+    kiln_value *v = &e->graph->values[b];
+    v->info.dtype = KILN_DTYPE_BOOL;
+    memcpy(v->data, ok, sizeof ok);
+    size_t size = 0;
+    void *data = serialize(e, &size);
+    unsigned char *f = data ? copy_bytes(data, size) : NULL;
+    CHECK(f && read_only(f, size) == KILN_OK);
+    kiln__aligned_free(f);
+    kiln_free(data);
+    ((uint8_t *)v->data)[3] = 205;
+    data = serialize(e, &size);
+    f = data ? copy_bytes(data, size) : NULL;
+    if (f) CHECK_ERR(read_only(f, size), KILN_ERR_FORMAT, "value 3 'b': bool constant holds byte 205 at element 3");
+    kiln__aligned_free(f);
+    kiln_free(data);
+    kiln_engine_free(e);
+}
+
+/* Names holding terminal escapes, carriage returns and newlines (a hostile
+ * model's or engine's) come out of `kiln inspect`'s text escaped (\x1b),
+ * so they cannot clear the screen or forge lines; error messages carry
+ * '?' for them (issue 20). */
+TEST(test_control_chars_in_names) {
+    kiln_engine *e = make_engine();
+    if (!e || !test_has_nodes) {
+        kiln_engine_free(e);
+        return;
+    }
+    static const char *evil = "n0\x1b[2J\r\nlayers (0):\x7f";
+    kiln_graph *g = e->graph;
+    kiln__free(g->nodes[0].name);
+    g->nodes[0].name = kiln__strdup(evil);
+    kiln__free(g->values[g->inputs[0]].name);
+    g->values[g->inputs[0]].name = kiln__strdup(evil);
+    const char *text = kiln_engine_describe(e, 0);
+    CHECK(text && !strchr(text, 0x1b) && !strchr(text, '\r') && !strchr(text, 0x7f));
+    CHECK(text && strstr(text, "  n0\\x1b[2J\\x0d\\x0alayers (0):\\x7f: float32"));
+    CHECK(text && strstr(text, "n0\\x1b[2J\\x0d\\x0alayers (0):\\x7f kernel"));
+    const char *json = kiln_engine_describe(e, 1);
+    CHECK(json && !strchr(json, 0x1b) && strstr(json, "n0\\u001b[2J\\u000d\\u000alayers (0):"));
+    CHECK_ERR(KILN_FAIL(KILN_ERR_MODEL, "node '%s' (%s): bad", evil, "Op"), KILN_ERR_MODEL,
+              "node 'n0?[2J?\nlayers (0):?' (Op): bad");
+    kiln_engine_free(e);
+}
+
 /* docs/engine-format.md gives the format version this kiln writes and the
  * range it reads, in its title, its header table and its compatibility
  * rules: the same numbers as format.h (issue 20 4.13: the page said 3 and
@@ -1654,6 +1713,8 @@ int main(void) {
     RUN(test_sources);
     RUN(test_gap_attrs_by_version);
     RUN(test_doc_version);
+    RUN(test_control_chars_in_names);
+    RUN(test_bool_constant_bytes);
     RUN(test_attr_values_checked_on_load);
     rmdir(tmpdir);
     return test_summary();

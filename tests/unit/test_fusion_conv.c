@@ -1372,6 +1372,18 @@ static void rewrite_cache(const char *path, const char *txt, bool net_only, int 
     if (f) fclose(f);
 }
 
+/* Builds m with timing cache `path` (its other settings the defaults); the status. */
+static kiln_status build_with_cache(const kiln_model *m, const char *path) {
+    kiln_builder *b = NULL;
+    kiln_engine *e = NULL;
+    CHECK_OK(kiln_builder_create(&b));
+    CHECK_OK(kiln_builder_set_timing_cache(b, path));
+    kiln_status st = kiln_build(b, m, &e);
+    kiln_engine_free(e);
+    kiln_builder_free(b);
+    return st;
+}
+
 /* Tuning on and off give the same outputs; the timing cache is written,
  * and read back by the next build (whose choices it then dictates). */
 TEST(tuning_and_timing_cache) {
@@ -1460,12 +1472,7 @@ not_a_cache:;
     FILE *f = fopen(path, "w");
     fprintf(f, "something else\n");
     fclose(f);
-    kiln_builder *b = NULL;
-    kiln_engine *e3 = NULL;
-    CHECK_OK(kiln_builder_create(&b));
-    CHECK_OK(kiln_builder_set_timing_cache(b, path));
-    CHECK_ERR(kiln_build(b, m, &e3), KILN_ERR_IO, "not a kiln timing cache");
-    kiln_builder_free(b);
+    CHECK_ERR(build_with_cache(m, path), KILN_ERR_IO, "not a kiln timing cache");
     /* A cache of version 1 (before tactics had to agree on their outputs)
      * or 2 (before disagreeing tactics were judged by the host reference) is
      * read as empty: its entry is not used, the layers are timed again and
@@ -1483,6 +1490,66 @@ not_a_cache:;
         kiln_engine_free(e4);
     }
     remove(path);
+    kiln_model_free(m);
+}
+
+/* Hostile and careless timing caches (issue 20): a file of 200,000 entries
+ * is read in linear time (it was a list searched key by key: n^2/2 key
+ * comparisons, about an hour for 10^6 lines); lines with a NaN, infinite or
+ * negative time (a NaN reached the engine, and inspect's JSON said
+ * "us": nan), an id beyond int32, something after the time, or more than
+ * 8190 characters (fgets split it into two "lines") are refused with the
+ * file's name and line. And an engine whose layer time is NaN describes
+ * itself as valid JSON ("us": null). */
+TEST(timing_cache_hostile) {
+    int64_t xd[4];
+    kiln_model *m = chain_model(xd);
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/kiln_test_tch_%ld.txt", (long)getpid());
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL);
+    if (!f) return;
+    fprintf(f, "kiln-timing-cache 3\n");
+    for (int i = 0; i < 200000; i++) fprintf(f, "cpu_some_target|t1|acc|kiln.FusedConv|%08x|float32:1x8x16x16 1 2.5\n", i);
+    fclose(f);
+    double t0 = kiln__now_us();
+    kiln_engine *e = build(m, (bopts){.opt = 1, .tuning = 1, .cache = path});
+    double secs = (kiln__now_us() - t0) / 1e6;
+    fprintf(stderr, "  a build reading and rewriting a cache of 200,000 entries: %.2f s\n", secs);
+    CHECK(e != NULL && secs < 30.0);
+    kiln_engine_free(e);
+    static const char *bad[] = {
+        "k 1 nan", "k 1 inf", "k 1 -2.5", "k 1 1e39", "k 99999999999 1.0", "k -99999999999 1.0", "k 1 2.0 x",
+        "k 1", "k x 1.0", " 1 1.0", "k 1 0x",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        f = fopen(path, "w");
+        fprintf(f, "kiln-timing-cache 3\nok-key 0 1.0\n%s\n", bad[i]);
+        fclose(f);
+        kiln_status st = build_with_cache(m, path);
+        if (st != KILN_ERR_IO || !strstr(kiln_last_error(), "line 3 is malformed"))
+            fprintf(stderr, "  line '%s': status %d: %s\n", bad[i], st, kiln_last_error());
+        CHECK(st == KILN_ERR_IO && strstr(kiln_last_error(), "line 3 is malformed"));
+    }
+    f = fopen(path, "w");
+    fprintf(f, "kiln-timing-cache 3\n");
+    for (int i = 0; i < 9000; i++) fputc('a', f);
+    fprintf(f, " 1 1.0\n");
+    fclose(f);
+    CHECK_ERR(build_with_cache(m, path), KILN_ERR_IO, "line 2 is longer than 8190 characters");
+    remove(path);
+    /* an engine's layer time of NaN or inf: JSON null */
+    e = build(m, (bopts){.opt = 1, .tuning = 1});
+    int set = 0;
+    for (int i = 0; e && i < e->graph->n_nodes; i++) {
+        kiln_node *n = &e->graph->nodes[i];
+        if (n->op_id != KILN_OP_FusedConv) continue;
+        ((kiln_tactic *)n->attrs)->us = set++ % 2 ? INFINITY : NAN;
+    }
+    const char *js = e ? kiln_engine_describe(e, 1) : NULL;
+    CHECK(set > 0 && js && !strstr(js, "nan") && !strstr(js, "inf\"") && !strstr(js, ": inf"));
+    if (kiln__have_dnnl()) CHECK(js && strstr(js, "\"us\": null"));
+    kiln_engine_free(e);
     kiln_model_free(m);
 }
 
@@ -1695,6 +1762,7 @@ int main(void) {
     RUN(blocked_c16_chain);
     RUN(direct_in_chains);
     RUN(tuning_and_timing_cache);
+    RUN(timing_cache_hostile);
     RUN(bf16_cpu);
     return test_summary();
 }

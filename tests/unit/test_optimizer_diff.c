@@ -12,6 +12,7 @@
  * none, =2: every graph). A failing
  * graph is printed with its seed. KILN_DIFF_ITERS=N runs N
  * graphs instead of the default (KILN_DIFF_SEED=S starts at seed S). */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1145,15 +1146,31 @@ static int gen_graph(kiln_graph *g, uint64_t seed, bool *must_stay) {
     return 0;
 }
 
+/* Environment variable `name` as a whole number in [lo, hi], `dflt` when
+ * unset; anything else fails the test (KILN_DIFF_ITERS=abc or -5 ran no
+ * graph at all and passed; tests/more_tests.cmake checks it). */
+static int64_t env_count(const char *name, int64_t dflt, int64_t lo, int64_t hi) {
+    const char *v = getenv(name);
+    if (!v) return dflt;
+    char *end;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    if (end == v || *end || errno || x < lo || x > hi) {
+        fprintf(stderr, "  %s='%s': expected a whole number from %lld to %lld\n", name, v, (long long)lo,
+                (long long)hi);
+        CHECK(false);
+        return lo;
+    }
+    return x;
+}
+
 TEST(test_random_graphs) {
-    const char *it = getenv("KILN_DIFF_ITERS"), *sd = getenv("KILN_DIFF_SEED");
-    int iters = it ? atoi(it) : 5000;
-    uint64_t seed0 = sd ? strtoull(sd, NULL, 10) : 1;
+    int iters = (int)env_count("KILN_DIFF_ITERS", 5000, 1, INT32_MAX);
+    uint64_t seed0 = (uint64_t)env_count("KILN_DIFF_SEED", 1, 0, INT64_MAX);
     /* NaN and infinite inputs in one graph in eight (KILN_DIFF_NANS=0: in
      * none, =2: in every graph): a fused Relu epilogue (FusedMatMul,
      * FusedConv) made NaN 0 where Relu keeps it (seeds 237, 2765, 3317) */
-    const char *nn = getenv("KILN_DIFF_NANS");
-    int nans = nn ? atoi(nn) : 1;
+    int nans = (int)env_count("KILN_DIFF_NANS", 1, 0, 2);
     int built = 0, skipped = 0, failed = 0, dynamic = 0;
     for (int i = 0; i < iters && failed < 5; i++) {
         uint64_t seed = seed0 + (uint64_t)i;
@@ -1326,10 +1343,61 @@ TEST(test_movement_forms) {
     }
 }
 
+/* torch.roll of an axis of L elements, Concat(x[:, s:], x[:, :s]), is one
+ * Gather with an int64 table of L indices, a new constant in the engine.
+ * The table was bounded at 2^24 entries: a 2 kB model declaring an input
+ * [1, 2^24] gave a 128 MiB engine. Up to 2^16 (512 KiB) it is a Gather;
+ * beyond, the Slices and the Concat stay (issue 20). */
+TEST(test_concat_slices_index_bound) {
+    for (int64_t L = ((int64_t)1 << 16); L <= ((int64_t)1 << 16) + 1; L++) {
+        kiln_graph *g;
+        CHECK_OK(kiln__graph_create(&g));
+        gen G = {.g = g};
+        int64_t xd[2] = {1, L};
+        int x = add_input(g, "x", 2, xd);
+        int p[2] = {slice(&G, x, 3, INT64_MAX, 1, 1, 1), slice(&G, x, 0, 3, 1, 1, 1)};
+        kiln_axis_attrs aa = {.axis = 1};
+        mark_output(g, add_node(g, KILN_OP_Concat, "roll", 2, p, &aa));
+        kiln_model *m = model_of(g);
+        kiln_engine *e = NULL;
+        CHECK_OK(build(m, 1, &(dyn){.on = false}, &e));
+        int64_t bytes = 0;
+        for (int v = 0; e && v < e->graph->n_values; v++) {
+            const kiln_value *c = &e->graph->values[v];
+            if ((c->flags & KILN_VALUE_CONST) && c->info.rank == 1) bytes += c->info.dims[0] * 8;
+        }
+        bool big = L > ((int64_t)1 << 16);
+        CHECK(e && count_op(e, KILN_OP_Gather) == (big ? 0 : 1) && count_op(e, KILN_OP_Concat) == (big ? 1 : 0));
+        CHECK(bytes <= 8 * ((int64_t)1 << 16) + 64);
+        /* the roll's values, both ways */
+        kiln_context *c = NULL;
+        float *xin = malloc(sizeof(float) * (size_t)L);
+        for (int64_t i = 0; xin && i < L; i++) xin[i] = (float)i;
+        CHECK_OK(e ? kiln_context_create(e, &c) : KILN_ERR_INVALID_ARGUMENT);
+        if (c && xin) {
+            CHECK_OK(kiln_context_set_input(c, "x", KILN_DTYPE_FLOAT32, 2, xd, xin));
+            CHECK_OK(kiln_context_run(c));
+            const void *data = NULL;
+            int rank = 0;
+            int64_t yd[8];
+            CHECK_OK(kiln_context_get_output(c, "roll_out", NULL, &rank, yd, &data));
+            const float *y = data;
+            bool same = y && rank == 2 && yd[1] == L;
+            for (int64_t i = 0; same && i < L; i++) same = y[i] == (float)((i + 3) % L);
+            CHECK(same);
+        }
+        kiln_context_free(c);
+        free(xin);
+        kiln_engine_free(e);
+        kiln_model_free(m);
+    }
+}
+
 int main(void) {
     RUN(test_gemm_beta_bias_add);
     RUN(test_fold_bn_values_grow);
     RUN(test_movement_forms);
+    RUN(test_concat_slices_index_bound);
     RUN(test_random_graphs);
     return test_summary();
 }
