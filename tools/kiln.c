@@ -173,9 +173,9 @@ bool parse_device(const char *cmd, const char *val, int *device, int64_t *index)
         name[n] = 0;
         ok = kiln_device_from_name(name, &dev) == KILN_OK;
     }
-    if (ok && colon) ok = dev != KILN_DEVICE_CPU && parse_int64(colon + 1, 0, 1024, index);
+    if (ok && colon) ok = parse_int64(colon + 1, 0, dev == KILN_DEVICE_CPU ? 0 : 1024, index); /* cpu:0, as inspect prints it */
     if (!ok) {
-        usage_error(cmd, "--device: expected cpu, cuda or cuda:N, got '%s'", val);
+        usage_error(cmd, "--device: expected cpu, cpu:0, cuda or cuda:N, got '%s'", val);
         return false;
     }
     *device = dev;
@@ -645,7 +645,7 @@ static const char build_help[] =
     "  --layer-precision LIST   fp16/bf16 engines: layers kept in fp32, as\n"
     "                           name:fp32[,name2:fp32...] (ONNX node names; the last ':'\n"
     "                           separates the precision)\n"
-    "  --device DEV             cpu (default), cuda or cuda:N\n"
+    "  --device DEV             cpu (default, also cpu:0), cuda or cuda:N\n"
     "  --strict-device          refuse to build when a layer has no kernel on DEV and would run\n"
     "                           on the CPU between device layers (the error names the layers)\n"
     "  --threads N              threads for contexts of the engine (0 = one per core; default 0)\n"

@@ -143,7 +143,8 @@ expect "flag with value" 2 "takes no value" "$KILN" build tiny.onnx --fp32=yes
 expect "two precisions" 2 "only one of" "$KILN" build tiny.onnx --fp32 --fp16
 expect "bad --threads" 2 "--threads" "$KILN" build tiny.onnx --threads many
 expect "bad --device" 2 "--device" "$KILN" build tiny.onnx --device tpu
-expect "--device cpu:1 (an index is for GPUs)" 2 "--device" "$KILN" build tiny.onnx --device cpu:1
+expect "--device cpu:1 (the host is cpu:0)" 2 "--device" "$KILN" build tiny.onnx --device cpu:1
+expect "--device cpu:0, as inspect prints it" 0 "layers" "$KILN" build tiny.onnx -o cpu0.kiln --device cpu:0 --shapes x:2x4
 expect "--device cuda:x" 2 "--device" "$KILN" build tiny.onnx --device cuda:x
 expect "--device with a long name" 2 "--device" "$KILN" build tiny.onnx --device "$(printf 'c%.0s' $(seq 1 300))"
 expect "bad shapes syntax" 2 "name:dims" "$KILN" build tiny.onnx --shapes 1x4

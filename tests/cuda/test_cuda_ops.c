@@ -506,6 +506,21 @@ TEST(test_api) {
     void *bad = NULL;
     CHECK_ERR(be->state_create(4096, &bad), KILN_ERR_DEVICE, "does not exist");
     CHECK(bad == NULL);
+    /* KILN_CUDA_PLAN_THREADS: "auto" or 0..64, nothing else (atoi read "abc" as 0 and "8x" as 8) */
+    static const char *const badv[] = {"abc", "8x", "-5", "65", "99999999999999999999", " 4"};
+    for (size_t i = 0; i < sizeof badv / sizeof badv[0]; i++) {
+        setenv("KILN_CUDA_PLAN_THREADS", badv[i], 1);
+        CHECK_ERR(be->state_create(0, &bad), KILN_ERR_INVALID_ARGUMENT, "KILN_CUDA_PLAN_THREADS=");
+        CHECK(bad == NULL);
+    }
+    static const char *const goodv[] = {"0", "16", "64", "auto", ""};
+    for (size_t i = 0; i < sizeof goodv / sizeof goodv[0]; i++) {
+        setenv("KILN_CUDA_PLAN_THREADS", goodv[i], 1);
+        CHECK_OK(be->state_create(0, &bad));
+        if (bad) be->state_free(bad);
+        bad = NULL;
+    }
+    unsetenv("KILN_CUDA_PLAN_THREADS");
 }
 
 /* ---- elementwise ---------------------------------------------------------------------- */

@@ -7,6 +7,7 @@
 #include "backends/cuda/cuda_internal.h"
 #include "backends/cuda/cuda_layout.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -35,6 +36,29 @@ static void cuda_state_free(void *state) {
     if (st->own) (void)cudaStreamDestroy(st->own);
     (void)cudaGetLastError();
     kiln__free(st);
+}
+
+/* KILN_CUDA_PLAN_THREADS: unset or empty (the default), "auto", or an
+ * integer from 0 to 64, nothing after it; anything else is refused, naming
+ * the variable, rather than read as 0 or a prefix (atoi) */
+static kiln_status plan_threads_env(int *out) {
+    const char *v = getenv("KILN_CUDA_PLAN_THREADS");
+    if (!v || !v[0]) {
+        *out = KCU_PLAN_THREADS_DEFAULT;
+        return KILN_OK;
+    }
+    if (!strcmp(v, "auto")) {
+        *out = KCU_PLAN_THREADS_AUTO;
+        return KILN_OK;
+    }
+    char *end = NULL;
+    errno = 0;
+    long n = strtol(v, &end, 10);
+    if (errno || *v < '0' || *v > '9' || *end || n > 64)
+        return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT,
+                         "KILN_CUDA_PLAN_THREADS='%.32s': expected 'auto' or an integer from 0 to 64", v);
+    *out = (int)n;
+    return KILN_OK;
 }
 
 static kiln_status cuda_state_create(int index, void **out) {
@@ -111,15 +135,12 @@ static kiln_status cuda_state_create(int index, void **out) {
     st->attn_fa = kiln__env_flag("KILN_CUDA_ATTN_FA");
     st->dw_nchw_tiled = kiln__env_flag("KILN_CUDA_DW_NCHW");
     st->gap_clusters = st->cc_major >= 9 && kiln__env_flag("KILN_CUDA_GAP_CLUSTER");
-    const char *pt = getenv("KILN_CUDA_PLAN_THREADS");
-    st->plan_threads = !pt || !pt[0] ? KCU_PLAN_THREADS_DEFAULT
-                       : !strcmp(pt, "auto") ? KCU_PLAN_THREADS_AUTO
-                                             : atoi(pt) < 0 ? 0 : atoi(pt);
+    s = plan_threads_env(&st->plan_threads);
+    if (s != KILN_OK) goto fail;
     if (st->plan_threads == KCU_PLAN_THREADS_AUTO) {
         int cores = kiln__cpu_count() - 1;
         st->plan_threads = cores < 0 ? 0 : cores > 16 ? 16 : cores;
     }
-    if (st->plan_threads > 64) st->plan_threads = 64;
     st->tune_verbose = kiln__env_flag("KILN_TUNE_VERBOSE");
     *out = st;
     return KILN_OK;
