@@ -111,18 +111,21 @@ static bool slice_params(const kiln_graph *g, const kiln_node *n, mv_node *m) {
         if (a < 0 || a >= x->rank || seen[a] || sp[i] == 0) return false;
         seen[a] = true;
         int64_t s = st[i] < 0 ? st[i] + d : st[i], e = en[i] < 0 ? en[i] + d : en[i], len;
-        if (sp[i] > 0) {
+        /* a step longer than the axis takes one element, as a step of d + 1
+         * does: clamped so that no arithmetic below overflows (INT64_MIN) */
+        int64_t stp = sp[i] > d + 1 ? d + 1 : sp[i] < -(d + 1) ? -(d + 1) : sp[i];
+        if (stp > 0) {
             s = s < 0 ? 0 : s > d ? d : s;
             e = e < 0 ? 0 : e > d ? d : e;
-            len = e > s ? (e - s + sp[i] - 1) / sp[i] : 0;
+            len = e > s ? (e - s + stp - 1) / stp : 0;
         } else {
             s = s < -1 ? -1 : s > d - 1 ? d - 1 : s;
             e = e < -1 ? -1 : e > d - 1 ? d - 1 : e;
-            len = s > e ? (s - e - sp[i] - 1) / -sp[i] : 0;
+            len = s > e ? (s - e - stp - 1) / -stp : 0;
         }
         if (len != y->dims[a]) return false;
         m->start[a] = s;
-        m->step[a] = sp[i];
+        m->step[a] = stp;
     }
     return true;
 }
