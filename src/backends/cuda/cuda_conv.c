@@ -1040,9 +1040,10 @@ static kiln_status conv_as_gemm(const kiln_kernel_args *a, const kcu_conv *g, co
 }
 
 /* A 1x1 layer of one group on [N, C, 1, 1] values (every spatial size 1,
- * no padding): Y [N, M] = X [N, C] W [M, C]^T in any layout */
-static bool gemv_ok(const kcu_conv *g, const int64_t *pe) {
-    if (g->G != 1 || g->in_sz != 1 || g->out_sz != 1) return false;
+ * no padding): Y [N, M] = X [N, C] W [M, C]^T in any layout, with an
+ * activation kcu_conv_gemv knows */
+static bool gemv_ok(const kcu_conv *g, const int64_t *pe, int act) {
+    if (g->G != 1 || g->in_sz != 1 || g->out_sz != 1 || act < 0 || act >= KILN_FC_ACT_COUNT) return false;
     for (int i = 0; i < g->ns; i++)
         if (g->k[i] != 1 || g->pb[i] != 0 || pe[i] != 0) return false;
     return true;
@@ -1053,7 +1054,7 @@ static bool gemv_ok(const kcu_conv *g, const int64_t *pe) {
 static kiln_status conv_as_gemv(const kiln_kernel_args *a, const kcu_conv *g, const int64_t *pe, int act,
                                 float alpha, float beta, const kiln_tensor *B, const kiln_tensor *R, bool *handled) {
     *handled = false;
-    if (!gemv_ok(g, pe) || act < 0 || act >= KILN_FC_ACT_COUNT) return KILN_OK;
+    if (!gemv_ok(g, pe, act)) return KILN_OK;
     const kiln_tensor *X = a->in[0];
     KILN_CUDA_TRY(kcu_conv_gemv(X->dtype, g->N, g->C, g->M, X->data, a->in[1]->data, B ? B->data : NULL,
                                 R ? R->data : NULL, a->out[0]->data, act, alpha, beta, KCU_STREAM(a)),
@@ -1333,7 +1334,7 @@ int kiln__cu_fused_conv_tactics(void *state, const kiln_infer_args *a, int32_t *
     /* one cuBLASLt GEMM, where the layer is one: its candidates */
     int32_t gt[KCU_CONV_GEMM_CANDIDATES];
     /* kiln's kernel for [N, C, 1, 1] layers */
-    const bool gv = gemv_ok(&g, pe) && at->act >= 0 && at->act < KILN_FC_ACT_COUNT && cap >= 3;
+    const bool gv = gemv_ok(&g, pe, at->act) && cap >= 3;
     const int n_gt = gemm_tactics(st, &g, pe, nhwc, x_nchw, x->dtype, a->n_in > 2 && a->in[2] != NULL, at->act,
                                   at->has_residual != 0, gt, cap - 2 - (gv ? 1 : 0));
 #if KILN_HAVE_CUDNN
