@@ -13,7 +13,7 @@ void kiln__plan_cache_put(kiln_plan_cache *c, const kiln_plan_type *t, void *pla
     void **slot = &c->plan[c->next];
     if (*slot) t->destroy(*slot);
     *slot = plan;
-    c->next = (c->next + 1) % KILN_PLAN_CACHE_CAP;
+    c->next = (c->next + 1) % t->cap;
 }
 
 void kiln__plan_cache_clear(kiln_plan_cache *c, const kiln_plan_type *t) {

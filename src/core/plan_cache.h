@@ -5,7 +5,7 @@
  * and algorithm, a fused convolution's graph, an attention graph; making
  * one can take half a second).
  *
- * A ring of KILN_PLAN_CACHE_CAP slots. Each plan is the caller's heap
+ * A ring of t->cap slots (at most KILN_PLAN_CACHE_CAP). Each plan is the caller's heap
  * object holding its key at t->key_offset (key_size bytes, compared with
  * memcmp: keys are memset before their fields are set). put takes a plan
  * over and puts it in the next slot of the ring, destroying the plan that
@@ -24,6 +24,7 @@
 
 typedef struct kiln_plan_type {
     size_t key_offset, key_size;  /* where a plan holds its key; key_size > 0 */
+    int cap;                      /* plans kept: 1 to KILN_PLAN_CACHE_CAP */
     void (*destroy)(void *plan);  /* frees a plan the cache drops (all of it) */
 } kiln_plan_type;
 

@@ -24,7 +24,7 @@ typedef struct fake_plan {
     int tail;           /* after the key: not compared */
 } fake_plan;
 
-#define MAX_PLANS 64
+#define MAX_PLANS (3 * KILN_PLAN_CACHE_CAP)
 static int destroyed[MAX_PLANS]; /* by plan id */
 
 static void fake_destroy(void *p) {
@@ -33,7 +33,8 @@ static void fake_destroy(void *p) {
     free(f);
 }
 
-static const kiln_plan_type fake_type = {offsetof(fake_plan, key), sizeof(fake_key), fake_destroy};
+static const kiln_plan_type fake_type = {offsetof(fake_plan, key), sizeof(fake_key), KILN_PLAN_CACHE_CAP,
+                                         fake_destroy};
 
 static fake_key key_of(int i) {
     fake_key k;
@@ -105,7 +106,7 @@ TEST(keys_compare_as_bytes) {
     p->id = 0;
     /* a type whose key is the first 4 bytes only (a key prefix, as the
      * legacy convolution plans' key is everything before `declined`) */
-    const kiln_plan_type prefix = {offsetof(fake_plan, key), sizeof(int32_t), fake_destroy};
+    const kiln_plan_type prefix = {offsetof(fake_plan, key), sizeof(int32_t), KILN_PLAN_CACHE_CAP, fake_destroy};
     k.shape[1] = 99;
     CHECK(kiln__plan_cache_find(&c, &fake_type, &k) == NULL);
     CHECK(kiln__plan_cache_find(&c, &prefix, &k) == p);
@@ -113,34 +114,41 @@ TEST(keys_compare_as_bytes) {
     CHECK(destroyed[0] == 1);
 }
 
-/* Once KILN_PLAN_CACHE_CAP plans are in, each put evicts the oldest put
- * (first in, first out, whether or not it was found since), destroying it
- * then and only then. */
-TEST(eviction_order) {
+/* Once t->cap plans are in, each put evicts the oldest put (first in,
+ * first out, whether or not it was found since), destroying it then and
+ * only then. */
+static void check_eviction(int cap) {
     memset(destroyed, 0, sizeof destroyed);
-    enum { CAP = KILN_PLAN_CACHE_CAP };
+    const kiln_plan_type t = {offsetof(fake_plan, key), sizeof(fake_key), cap, fake_destroy};
     kiln_plan_cache c;
     memset(&c, 0, sizeof c);
-    for (int i = 0; i < CAP; i++) kiln__plan_cache_put(&c, &fake_type, plan_of(i, i));
-    for (int i = 0; i < CAP; i++) {
+    for (int i = 0; i < cap; i++) kiln__plan_cache_put(&c, &t, plan_of(i, i));
+    for (int i = 0; i < cap; i++) {
         fake_key k = key_of(i);
-        fake_plan *p = kiln__plan_cache_find(&c, &fake_type, &k);
+        fake_plan *p = kiln__plan_cache_find(&c, &t, &k);
         CHECK(p && p->id == i);
         CHECK(destroyed[i] == 0);
     }
-    /* 2 * CAP more: plan CAP + j evicts plan j */
-    for (int j = 0; j < 2 * CAP; j++) {
-        kiln__plan_cache_put(&c, &fake_type, plan_of(CAP + j, CAP + j));
-        for (int i = 0; i <= CAP + j; i++) {
+    /* 2 * cap more: plan cap + j evicts plan j */
+    for (int j = 0; j < 2 * cap; j++) {
+        kiln__plan_cache_put(&c, &t, plan_of(cap + j, cap + j));
+        for (int i = 0; i <= cap + j; i++) {
             fake_key k = key_of(i);
-            fake_plan *p = kiln__plan_cache_find(&c, &fake_type, &k);
+            fake_plan *p = kiln__plan_cache_find(&c, &t, &k);
             bool in = i > j;
             CHECK(in ? p && p->id == i : p == NULL);
             CHECK(destroyed[i] == (in ? 0 : 1));
         }
     }
-    kiln__plan_cache_clear(&c, &fake_type);
-    for (int i = 0; i < 3 * CAP; i++) CHECK(destroyed[i] == 1);
+    kiln__plan_cache_clear(&c, &t);
+    for (int i = 0; i < 3 * cap; i++) CHECK(destroyed[i] == 1);
+}
+
+/* the cuDNN plans' 16, cuBLASLt's 4, and 1 */
+TEST(eviction_order) {
+    check_eviction(KILN_PLAN_CACHE_CAP);
+    check_eviction(4);
+    check_eviction(1);
 }
 
 int main(void) {

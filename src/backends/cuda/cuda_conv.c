@@ -133,7 +133,7 @@ static void conv_plan_destroy(void *v) {
 }
 
 /* the key is everything before `declined` */
-static const kiln_plan_type conv_plans = {0, offsetof(conv_plan, declined), conv_plan_destroy};
+static const kiln_plan_type conv_plans = {0, offsetof(conv_plan, declined), KILN_PLAN_CACHE_CAP, conv_plan_destroy};
 
 /* The graph-API side: one fused operation graph (conv + bias + residual +
  * activation) and its execution plan per key. */
@@ -161,7 +161,8 @@ static void gconv_plan_destroy(void *v) {
     kiln__free(p);
 }
 
-static const kiln_plan_type gconv_plans = {offsetof(gconv_plan, key), sizeof(gconv_key), gconv_plan_destroy};
+static const kiln_plan_type gconv_plans = {offsetof(gconv_plan, key), sizeof(gconv_key), KILN_PLAN_CACHE_CAP,
+                                           gconv_plan_destroy};
 
 #endif /* KILN_HAVE_CUDNN */
 

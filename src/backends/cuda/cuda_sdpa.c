@@ -103,7 +103,8 @@ static void sdpa_plan_destroy(void *p) {
     kiln__free(p);
 }
 
-static const kiln_plan_type sdpa_plans = {offsetof(sdpa_plan, key), sizeof(sdpa_key), sdpa_plan_destroy};
+static const kiln_plan_type sdpa_plans = {offsetof(sdpa_plan, key), sizeof(sdpa_key), KILN_PLAN_CACHE_CAP,
+                                          sdpa_plan_destroy};
 
 static void sdpa_state_free(void *v) {
     sdpa_state *s = v;
