@@ -23,7 +23,7 @@
  * a Transpose of dims of 1).
  *
  * What it takes: torchvision's Swin has, per shifted block, torch.roll over
- * two axes (two Gathers, concat_of_slices in fuse_transformer.c) and the
+ * two axes (two Gathers, kiln__opt_concat_of_slices below) and the
  * window partition's Transpose before the QKV projection, and the window
  * reverse's Transpose and the two inverse rolls after the output
  * projection: each three copies, now one; PatchMerging's strided Slices and
@@ -32,7 +32,12 @@
  *
  * Runs after the transformer fusions (whose head split/merge and Q/K/V
  * patterns read Transposes and Gathers of their own) and before the norm
- * fusion and the precision pass. */
+ * fusion and the precision pass.
+ *
+ * Also here, the family's rewrite that runs earlier, inside the transformer
+ * pass's layout clean-up (kiln__opt_concat_of_slices, at the end): a Concat
+ * of Slices of one axis of one value (torch.roll) into one Gather with a
+ * constant index table (axes of at most 2^16 elements). */
 #include <stdio.h>
 #include <string.h>
 
@@ -453,6 +458,91 @@ done:
     }
     kiln__free(map);
     kiln__graph_link(g);
+    return st;
+}
+
+/* ---- Concat of Slices (torch.roll) --------------------------------------------------
+ * Run by fuse_transformer.c's layout clean-up (kiln__opt_transformer), node
+ * by node, before the transformer patterns and merge_movement. */
+
+/* At most this many Slices into one Gather (kiln__opt_concat_of_slices) */
+#define CONCAT_SLICES_MAX 16
+/* and an axis of at most this many elements: the Gather's index table is a
+ * new int64 constant in the engine (512 KiB here; Swin rolls axes of 56 and
+ * less). A longer axis keeps its Slices and Concat: with 2^24 a 2 kB model
+ * made a 128 MiB engine. */
+#define CONCAT_SLICES_MAX_AXIS ((int64_t)1 << 16)
+
+/* Slice node sl taking one range [*b, *b + len) of one axis *axis of its
+ * input (constant one-element starts and axes, steps absent or 1; every
+ * other axis whole; shapes known); false if not so. */
+static bool slice_one_range(const kiln_graph *g, int sl, int *axis, int64_t *b) {
+    const kiln_node *n = &g->nodes[sl];
+    double st, ax = 0, step = 1;
+    if (n->n_in < 3 || !kiln__pat_const_scalar(g, n->in[1], &st) ||
+        (n->n_in > 3 && n->in[3] >= 0 && !kiln__pat_const_scalar(g, n->in[3], &ax)) ||
+        (n->n_in > 4 && n->in[4] >= 0 && !kiln__pat_const_scalar(g, n->in[4], &step)) || step != 1)
+        return false;
+    const kiln_tinfo *x = vi(g, n->in[0]), *y = vi(g, n->out[0]);
+    if (!fixed(x) || !fixed(y) || x->rank != y->rank || x->rank < 1) return false;
+    if (!(ax >= -x->rank && ax < x->rank)) return false; /* (before the cast: a double out of int's range) */
+    int a = (int)ax < 0 ? (int)ax + x->rank : (int)ax;
+    for (int k = 0; k < x->rank; k++)
+        if (k != a && x->dims[k] != y->dims[k]) return false;
+    int64_t d = x->dims[a];
+    double s0 = st < 0 ? st + (double)d : st;
+    int64_t s = s0 < 0 ? 0 : s0 > (double)d ? d : (int64_t)s0;
+    if (s + y->dims[a] > d) return false;
+    *axis = a;
+    *b = s;
+    return true;
+}
+
+/* Concat node ci of ranges of one axis of one value x, each taken by a
+ * Slice read by the Concat alone (torch.roll as torch 1.13 and 2.x export
+ * it: Concat(x[:, s:], x[:, :s])), becomes one Gather of x along that axis
+ * with constant indices: one kernel instead of one a Slice and the Concat
+ * (Swin's shifted blocks roll twice over two axes: 12 kernels, now 4). */
+kiln_status kiln__opt_concat_of_slices(kiln_graph *g, const kiln_optimize_opts *o, int ci) {
+    const kiln_node *n = &g->nodes[ci];
+    const kiln_tinfo *y = vi(g, n->out[0]);
+    int x = -1, from[CONCAT_SLICES_MAX + 1], nf = 0;
+    if (n->n_in < 2 || n->n_in > CONCAT_SLICES_MAX || !fixed(y) || y->rank < 1) return KILN_OK;
+    int ca = ((const kiln_axis_attrs *)n->attrs)->axis;
+    ca = ca < 0 ? ca + y->rank : ca;
+    int64_t L = y->dims[ca], idx_n = 0;
+    if (L <= 0 || L > CONCAT_SLICES_MAX_AXIS) return KILN_OK;
+    int64_t *idx = kiln__malloc(sizeof(int64_t) * (size_t)L);
+    if (!idx) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory (optimizer)");
+    bool ok = true;
+    for (int i = 0; i < n->n_in && ok; i++) {
+        int v = n->in[i], a;
+        int sl = v >= 0 && kiln__pat_sole_use(g, v) ? kiln__pat_producer(g, v, KILN_OP_Slice) : -1;
+        int64_t b;
+        ok = sl >= 0 && slice_one_range(g, sl, &a, &b) && a == ca && (x < 0 || g->nodes[sl].in[0] == x);
+        if (!ok) break;
+        x = g->nodes[sl].in[0];
+        int64_t len = vi(g, n->in[i])->dims[ca];
+        ok = idx_n + len <= L;
+        for (int64_t j = 0; ok && j < len; j++) idx[idx_n++] = b + j;
+        from[nf++] = sl;
+    }
+    kiln_status st = KILN_OK;
+    if (ok && idx_n == L && vi(g, x)->dtype == y->dtype) {
+        int in[2] = {x, -1}, out = n->out[0];
+        kiln_axis_attrs ga = {.axis = ca};
+        char base[200];
+        snprintf(base, sizeof base, "%s_indices", n->name ? n->name : "concat");
+        st = kiln__graph_add_const(g, base, KILN_DTYPE_INT64, 1, &L, idx, &in[1]);
+        /* (an unused constant, should the Gather not run there, goes with DCE) */
+        if (st == KILN_OK && kiln__pat_supports(g, o->device, KILN_OP_Gather, 2, in, 1, &out, &ga)) {
+            from[nf++] = ci;
+            st = kiln__pat_replace(g, ci, KILN_OP_Gather, 2, in, 1, &out, &ga, from, nf);
+            for (int i = 0; st == KILN_OK && i < nf - 1; i++) g->nodes[from[i]].dead = true;
+            kiln__graph_link(g);
+        }
+    }
+    kiln__free(idx);
     return st;
 }
 

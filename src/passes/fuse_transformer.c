@@ -3,7 +3,8 @@
  * In order:
  *   1. layout clean-up: Transpose of Transpose (composed, or removed when the
  *      result is the identity), Reshape of Reshape (the first one skipped),
- *      Concat of one input (removed);
+ *      Concat of one input (removed), Concat of Slices (torch.roll) into a
+ *      Gather (kiln__opt_concat_of_slices, fuse_movement.c);
  *   2. decomposed LayerNorm as PyTorch exports it before opset 17
  *        ReduceMean(x) -> Sub -> Pow 2 -> ReduceMean -> Add eps -> Sqrt -> Div
  *        -> Mul gamma (-> Add beta)
@@ -85,25 +86,11 @@ static int sole_consumer_op(const kiln_graph *g, int v, int op_id) {
     return c >= 0 && g->nodes[c].op_id == op_id ? c : -1;
 }
 
-/* Value of a scalar (one element) float or int constant. */
-static bool const_scalar(const kiln_graph *g, int v, double *out) {
-    if (v < 0) return false;
-    const kiln_value *val = &g->values[v];
-    if (!(val->flags & KILN_VALUE_CONST) || kiln__numel(val->info.rank, val->info.dims) != 1) return false;
-    switch (val->info.dtype) {
-    case KILN_DTYPE_FLOAT32: *out = *(const float *)val->data; return true;
-    case KILN_DTYPE_FLOAT64: *out = *(const double *)val->data; return true;
-    case KILN_DTYPE_INT64: *out = (double)*(const int64_t *)val->data; return true;
-    case KILN_DTYPE_INT32: *out = *(const int32_t *)val->data; return true;
-    default: return false;
-    }
-}
-
 static bool near(double x, double want) { return fabs(x - want) <= 1e-6 * fabs(want); }
 
 static bool const_scalar_near(const kiln_graph *g, int v, double want) {
     double x;
-    return const_scalar(g, v, &x) && near(x, want);
+    return kiln__pat_const_scalar(g, v, &x) && near(x, want);
 }
 
 /* For a binary node ni, the input that is not v (or -1 if neither is v). */
@@ -350,86 +337,6 @@ static bool identity_pad_slice(const kiln_graph *g, const kiln_node *n) {
     return n->n_in < 5 || n->in[4] < 0 || kiln__pat_const_is(g, n->in[4], 1.0);
 }
 
-/* At most this many Slices into one Gather (concat_of_slices) */
-#define CONCAT_SLICES_MAX 16
-/* and an axis of at most this many elements: the Gather's index table is a
- * new int64 constant in the engine (512 KiB here; Swin rolls axes of 56 and
- * less). A longer axis keeps its Slices and Concat: with 2^24 a 2 kB model
- * made a 128 MiB engine. */
-#define CONCAT_SLICES_MAX_AXIS ((int64_t)1 << 16)
-
-/* Slice node sl taking one range [*b, *b + len) of one axis *axis of its
- * input (constant one-element starts and axes, steps absent or 1; every
- * other axis whole; shapes known); false if not so. */
-static bool slice_one_range(const kiln_graph *g, int sl, int *axis, int64_t *b) {
-    const kiln_node *n = &g->nodes[sl];
-    double st, ax = 0, step = 1;
-    if (n->n_in < 3 || !const_scalar(g, n->in[1], &st) ||
-        (n->n_in > 3 && n->in[3] >= 0 && !const_scalar(g, n->in[3], &ax)) ||
-        (n->n_in > 4 && n->in[4] >= 0 && !const_scalar(g, n->in[4], &step)) || step != 1)
-        return false;
-    const kiln_tinfo *x = info(g, n->in[0]), *y = info(g, n->out[0]);
-    if (!static_shape(x) || !static_shape(y) || x->rank != y->rank || x->rank < 1) return false;
-    if (!(ax >= -x->rank && ax < x->rank)) return false; /* (before the cast: a double out of int's range) */
-    int a = (int)ax < 0 ? (int)ax + x->rank : (int)ax;
-    for (int k = 0; k < x->rank; k++)
-        if (k != a && x->dims[k] != y->dims[k]) return false;
-    int64_t d = x->dims[a];
-    double s0 = st < 0 ? st + (double)d : st;
-    int64_t s = s0 < 0 ? 0 : s0 > (double)d ? d : (int64_t)s0;
-    if (s + y->dims[a] > d) return false;
-    *axis = a;
-    *b = s;
-    return true;
-}
-
-/* Concat node ci of ranges of one axis of one value x, each taken by a
- * Slice read by the Concat alone (torch.roll as torch 1.13 and 2.x export
- * it: Concat(x[:, s:], x[:, :s])), becomes one Gather of x along that axis
- * with constant indices: one kernel instead of one a Slice and the Concat
- * (Swin's shifted blocks roll twice over two axes: 12 kernels, now 4). */
-static kiln_status concat_of_slices(kiln_graph *g, const kiln_optimize_opts *o, int ci) {
-    const kiln_node *n = &g->nodes[ci];
-    const kiln_tinfo *y = info(g, n->out[0]);
-    int x = -1, from[CONCAT_SLICES_MAX + 1], nf = 0;
-    if (n->n_in < 2 || n->n_in > CONCAT_SLICES_MAX || !static_shape(y) || y->rank < 1) return KILN_OK;
-    int ca = ((const kiln_axis_attrs *)n->attrs)->axis;
-    ca = ca < 0 ? ca + y->rank : ca;
-    int64_t L = y->dims[ca], idx_n = 0;
-    if (L <= 0 || L > CONCAT_SLICES_MAX_AXIS) return KILN_OK;
-    int64_t *idx = kiln__malloc(sizeof(int64_t) * (size_t)L);
-    if (!idx) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory (optimizer)");
-    bool ok = true;
-    for (int i = 0; i < n->n_in && ok; i++) {
-        int sl = n->in[i] >= 0 ? sole_producer(g, n->in[i], KILN_OP_Slice) : -1, a;
-        int64_t b;
-        ok = sl >= 0 && slice_one_range(g, sl, &a, &b) && a == ca && (x < 0 || g->nodes[sl].in[0] == x);
-        if (!ok) break;
-        x = g->nodes[sl].in[0];
-        int64_t len = info(g, n->in[i])->dims[ca];
-        ok = idx_n + len <= L;
-        for (int64_t j = 0; ok && j < len; j++) idx[idx_n++] = b + j;
-        from[nf++] = sl;
-    }
-    kiln_status st = KILN_OK;
-    if (ok && idx_n == L && info(g, x)->dtype == y->dtype) {
-        int in[2] = {x, -1}, out = n->out[0];
-        kiln_axis_attrs ga = {.axis = ca};
-        char base[200];
-        snprintf(base, sizeof base, "%s_indices", n->name ? n->name : "concat");
-        st = kiln__graph_add_const(g, base, KILN_DTYPE_INT64, 1, &L, idx, &in[1]);
-        /* (an unused constant, should the Gather not run there, goes with DCE) */
-        if (st == KILN_OK && kiln__pat_supports(g, o->device, KILN_OP_Gather, 2, in, 1, &out, &ga)) {
-            from[nf++] = ci;
-            st = kiln__pat_replace(g, ci, KILN_OP_Gather, 2, in, 1, &out, &ga, from, nf);
-            for (int i = 0; st == KILN_OK && i < nf - 1; i++) g->nodes[from[i]].dead = true;
-            kiln__graph_link(g);
-        }
-    }
-    kiln__free(idx);
-    return st;
-}
-
 static kiln_status opt_layout(kiln_graph *g, const kiln_optimize_opts *o) {
     KILN_TRY(explicit_reshape_targets(g));
     for (int ni = 0; ni < g->n_nodes; ni++) {
@@ -466,7 +373,7 @@ static kiln_status opt_layout(kiln_graph *g, const kiln_optimize_opts *o) {
             continue;
         }
         if (n->op_id == KILN_OP_Concat) {
-            KILN_TRY(concat_of_slices(g, o, ni));
+            KILN_TRY(kiln__opt_concat_of_slices(g, o, ni)); /* fuse_movement.c */
             continue;
         }
         if (n->op_id == KILN_OP_Transpose) {
@@ -569,7 +476,7 @@ static kiln_status match_layernorm(kiln_graph *g, const kiln_optimize_opts *o, i
             epsv = ae->in[1 - i];
         }
     double eps;
-    if (var < 0 || !const_scalar(g, epsv, &eps)) return KILN_OK;
+    if (var < 0 || !kiln__pat_const_scalar(g, epsv, &eps)) return KILN_OK;
     int var_r = sole_producer(g, var, KILN_OP_ReduceMean);
     if (var_r < 0 || !reduce_last_axes(g, var_r, &k2) || k1 != k2) return KILN_OK;
     int pow_n = sole_producer(g, g->nodes[var_r].in[0], KILN_OP_Pow);
@@ -675,7 +582,7 @@ static kiln_status match_rmsnorm(kiln_graph *g, const kiln_optimize_opts *o, int
     /* + eps */
     int add = sole_consumer_op(g, g->nodes[rm].out[0], KILN_OP_Add);
     double eps;
-    if (add < 0 || !const_scalar(g, other_input(g, add, g->nodes[rm].out[0]), &eps) || !(eps >= 0.0) ||
+    if (add < 0 || !kiln__pat_const_scalar(g, other_input(g, add, g->nodes[rm].out[0]), &eps) || !(eps >= 0.0) ||
         !(eps <= FLT_MAX))
         return KILN_OK;
     pat_add(&p, add);
@@ -1185,14 +1092,14 @@ static bool scalar_factor(const kiln_graph *g, int ni, int *x, double *f) {
     const kiln_node *n = &g->nodes[ni];
     double c;
     if (n->n_in != 2) return false;
-    if (n->op_id == KILN_OP_Div && const_scalar(g, n->in[1], &c) && c != 0.0 && isfinite(c)) {
+    if (n->op_id == KILN_OP_Div && kiln__pat_const_scalar(g, n->in[1], &c) && c != 0.0 && isfinite(c)) {
         *x = n->in[0];
         *f = 1.0 / c;
         return true;
     }
     if (n->op_id != KILN_OP_Mul) return false;
     for (int i = 0; i < 2; i++)
-        if (const_scalar(g, n->in[1 - i], &c) && isfinite(c)) {
+        if (kiln__pat_const_scalar(g, n->in[1 - i], &c) && isfinite(c)) {
             *x = n->in[i];
             *f = c;
             return true;
@@ -1377,7 +1284,7 @@ static int where_inf_mask(const kiln_graph *g, int w, const sshape *sd, int *fil
     if (n->n_in != 3) return -1;
     for (int i = 1; i <= 2; i++) {
         int m2 = n->in[3 - i];
-        if (const_scalar(g, n->in[i], &f) && isinf(f) && f < 0 && is_f32(g, m2) && broadcasts_into(g, m2, sd) &&
+        if (kiln__pat_const_scalar(g, n->in[i], &f) && isinf(f) && f < 0 && is_f32(g, m2) && broadcasts_into(g, m2, sd) &&
             kiln__numel(info(g, m2)->rank, info(g, m2)->dims) != 1) { /* a tensor, not the fill (unknown count: B*H) */
             *fill_if = i == 1 ? 1 : 0;
             return m2;
@@ -1561,8 +1468,8 @@ static bool match_scores(const kiln_graph *g, int s, const sshape *sd, attn_scor
             double z, fv;
             int m2 = -1, fill_if = 0, c0 = w >= 0 ? g->nodes[w].in[0] : -1;
             if (w >= 0 && r->cond < 0 && info(g, c0)->dtype == KILN_DTYPE_BOOL && broadcasts_into(g, c0, &sdw) &&
-                ((const_scalar(g, g->nodes[w].in[1], &z) && z == 0.0 && const_scalar(g, g->nodes[w].in[2], &fv)) ||
-                 (const_scalar(g, g->nodes[w].in[2], &z) && z == 0.0 && const_scalar(g, g->nodes[w].in[1], &fv)) ||
+                ((kiln__pat_const_scalar(g, g->nodes[w].in[1], &z) && z == 0.0 && kiln__pat_const_scalar(g, g->nodes[w].in[2], &fv)) ||
+                 (kiln__pat_const_scalar(g, g->nodes[w].in[2], &z) && z == 0.0 && kiln__pat_const_scalar(g, g->nodes[w].in[1], &fv)) ||
                  (m2 = where_inf_mask(g, w, &sdw, &fill_if)) >= 0)) {
                 bool inf_form = m2 >= 0,
                      zeros = inf_form && (kiln__pat_const_is(g, m2, 0.0) || zeros_of_cond_shape(g, m2, c0));
@@ -1582,7 +1489,7 @@ static bool match_scores(const kiln_graph *g, int s, const sshape *sd, attn_scor
                     r->cond_fill_if = fill_if;
                     fv = -INFINITY;
                 } else { /* Add(s, Where(cond, 0, fill)): fill is added where cond is false */
-                    bool fill_in_else = const_scalar(g, g->nodes[w].in[1], &z) && z == 0.0;
+                    bool fill_in_else = kiln__pat_const_scalar(g, g->nodes[w].in[1], &z) && z == 0.0;
                     r->cond_fill_if = fill_in_else ? 0 : 1;
                 }
                 r->cond = cond_source(g, c0, sd);
@@ -1599,10 +1506,10 @@ static bool match_scores(const kiln_graph *g, int s, const sshape *sd, attn_scor
             double fv;
             int c = n->in[0], chain;
             if (info(g, c)->dtype != KILN_DTYPE_BOOL || !broadcasts_into(g, c, sd)) return false;
-            if (const_scalar(g, n->in[2], &fv)) { /* Where(cond, s, fill): fill where cond is false */
+            if (kiln__pat_const_scalar(g, n->in[2], &fv)) { /* Where(cond, s, fill): fill where cond is false */
                 chain = n->in[1];
                 r->cond_fill_if = 0;
-            } else if (const_scalar(g, n->in[1], &fv)) {
+            } else if (kiln__pat_const_scalar(g, n->in[1], &fv)) {
                 chain = n->in[2];
                 r->cond_fill_if = 1;
             } else {
@@ -2066,7 +1973,7 @@ static kiln_status match_split_qkv(kiln_graph *g, const kiln_optimize_opts *o, i
 static int window_gather_part(const kiln_graph *g, int v, int *x, int nodes[3]) {
     int ga = sole_producer(g, v, KILN_OP_Gather);
     double idx;
-    if (ga < 0 || g->nodes[ga].n_in < 2 || !const_scalar(g, g->nodes[ga].in[1], &idx) ||
+    if (ga < 0 || g->nodes[ga].n_in < 2 || !kiln__pat_const_scalar(g, g->nodes[ga].in[1], &idx) ||
         info(g, g->nodes[ga].in[1])->rank != 0 || ((const kiln_axis_attrs *)g->nodes[ga].attrs)->axis != 0 ||
         idx < 0 || idx > 2)
         return -1;
@@ -2118,9 +2025,9 @@ static kiln_status match_gather_qkv(kiln_graph *g, const kiln_optimize_opts *o, 
 static bool slices_columns(const kiln_graph *g, int sl, int64_t lo, int64_t hi) {
     const kiln_node *n = &g->nodes[sl];
     double st, en, ax = -1, step = 1;
-    if (n->n_in < 3 || !const_scalar(g, n->in[1], &st) || !const_scalar(g, n->in[2], &en) ||
-        (n->n_in > 3 && n->in[3] >= 0 && !const_scalar(g, n->in[3], &ax)) ||
-        (n->n_in > 4 && n->in[4] >= 0 && !const_scalar(g, n->in[4], &step)))
+    if (n->n_in < 3 || !kiln__pat_const_scalar(g, n->in[1], &st) || !kiln__pat_const_scalar(g, n->in[2], &en) ||
+        (n->n_in > 3 && n->in[3] >= 0 && !kiln__pat_const_scalar(g, n->in[3], &ax)) ||
+        (n->n_in > 4 && n->in[4] >= 0 && !kiln__pat_const_scalar(g, n->in[4], &step)))
         return false;
     int64_t d = info(g, n->in[0])->dims[2];
     if (st < 0) st += (double)d;
@@ -2133,7 +2040,7 @@ static bool slices_columns(const kiln_graph *g, int sl, int64_t lo, int64_t hi) 
  * (counted in a tensor of rank `rank`). */
 static bool one_axis(const kiln_graph *g, const kiln_node *n, int64_t axis, int rank) {
     double a;
-    if (n->n_in < 2 || !const_scalar(g, n->in[1], &a)) return false;
+    if (n->n_in < 2 || !kiln__pat_const_scalar(g, n->in[1], &a)) return false;
     return (int64_t)a == axis || (int64_t)a + rank == axis;
 }
 
@@ -2144,7 +2051,7 @@ static bool one_axis(const kiln_graph *g, const kiln_node *n, int64_t axis, int 
 static int packed_gather_part(const kiln_graph *g, int v, int *x) {
     int ga = kiln__pat_producer(g, v, KILN_OP_Gather);
     double idx;
-    if (ga < 0 || g->nodes[ga].n_in < 2 || !const_scalar(g, g->nodes[ga].in[1], &idx) ||
+    if (ga < 0 || g->nodes[ga].n_in < 2 || !kiln__pat_const_scalar(g, g->nodes[ga].in[1], &idx) ||
         info(g, g->nodes[ga].in[1])->rank != 0 || ((const kiln_axis_attrs *)g->nodes[ga].attrs)->axis != 0)
         return -1;
     int sq = kiln__pat_producer(g, g->nodes[ga].in[0], KILN_OP_Squeeze);

@@ -54,6 +54,19 @@ const float *kiln__pat_const_f32(const kiln_graph *g, int v, int64_t *numel) {
     return val->data;
 }
 
+bool kiln__pat_const_scalar(const kiln_graph *g, int v, double *out) {
+    if (v < 0) return false;
+    const kiln_value *val = &g->values[v];
+    if (!(val->flags & KILN_VALUE_CONST) || kiln__numel(val->info.rank, val->info.dims) != 1) return false;
+    switch (val->info.dtype) {
+    case KILN_DTYPE_FLOAT32: *out = *(const float *)val->data; return true;
+    case KILN_DTYPE_FLOAT64: *out = *(const double *)val->data; return true;
+    case KILN_DTYPE_INT64: *out = (double)*(const int64_t *)val->data; return true;
+    case KILN_DTYPE_INT32: *out = *(const int32_t *)val->data; return true;
+    default: return false;
+    }
+}
+
 bool kiln__pat_const_is(const kiln_graph *g, int v, double x) {
     if (v < 0) return false;
     const kiln_value *val = &g->values[v];

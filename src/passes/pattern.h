@@ -28,6 +28,9 @@ KILN_PRIVATE int kiln__pat_sole_consumer(const kiln_graph *g, int v);
 /* Float32 data of constant value v (NULL if v is not a float32 constant);
  * *numel gets its element count when non-NULL. */
 KILN_PRIVATE const float *kiln__pat_const_f32(const kiln_graph *g, int v, int64_t *numel);
+/* The value of constant v of one element (any rank; float32, float64,
+ * int64 or int32) into *out; false if v is no such constant. */
+KILN_PRIVATE bool kiln__pat_const_scalar(const kiln_graph *g, int v, double *out);
 /* Whether v is a constant with every element equal to x (any float dtype or int). */
 KILN_PRIVATE bool kiln__pat_const_is(const kiln_graph *g, int v, double x);
 /* The dims [*b, *e) of its input that Shape node sn reads (its start and end
@@ -54,5 +57,10 @@ KILN_PRIVATE kiln_status kiln__opt_transformer(kiln_graph *g, const kiln_optimiz
 KILN_PRIVATE kiln_status kiln__opt_movement(kiln_graph *g, const kiln_optimize_opts *o);    /* fuse_movement.c */
 KILN_PRIVATE kiln_status kiln__opt_norm(kiln_graph *g, const kiln_optimize_opts *o);        /* fuse_norm.c */
 KILN_PRIVATE kiln_status kiln__opt_pointwise(kiln_graph *g, const kiln_optimize_opts *o);   /* fuse_pointwise.c */
+/* One rewrite of the data-movement family (fuse_movement.c) that runs inside
+ * kiln__opt_transformer's layout clean-up, node by node, before the
+ * transformer patterns: Concat node ci of Slices of one axis of one value
+ * becomes one Gather with constant indices (torch.roll). */
+KILN_PRIVATE kiln_status kiln__opt_concat_of_slices(kiln_graph *g, const kiln_optimize_opts *o, int ci);
 
 #endif

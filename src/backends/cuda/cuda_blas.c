@@ -11,6 +11,7 @@
 
 #include "backends/cuda/cuda_internal.h"
 
+#include <stddef.h>
 #include <stdint.h>
 
 static kiln_status lt_fail(const char *node, const char *what, cublasStatus_t s) {
@@ -43,12 +44,21 @@ static kiln_status gemm_simple(const kiln_kernel_args *a, const kiln_cuda_gemm *
     return KILN_OK;
 }
 
-void kiln__cuda_gemm_plan_release(kiln_cuda_gemm_plan *pl) {
+/* Destroys a GEMM plan's descriptors and clears it. */
+static void gemm_plan_release(kiln_cuda_gemm_plan *pl) {
     for (int i = 0; i < 3; i++)
         if (pl->l[i]) cublasLtMatrixLayoutDestroy(pl->l[i]);
     if (pl->op) cublasLtMatmulDescDestroy(pl->op);
     memset(pl, 0, sizeof *pl);
 }
+
+static void gemm_plan_destroy(void *pl) {
+    gemm_plan_release(pl);
+    kiln__free(pl);
+}
+
+const kiln_plan_type kiln__cuda_gemm_plans = {offsetof(kiln_cuda_gemm_plan, key), sizeof(kiln_cuda_gemm_key),
+                                              KCU_GEMM_PLANS, gemm_plan_destroy};
 
 static void gemm_key(const kiln_cuda_state *st, const kiln_cuda_gemm *p, bool assume_aligned,
                      kiln_cuda_gemm_key *k) {
@@ -185,10 +195,9 @@ static kiln_status gemm_plan_build(kiln_cuda_state *st, const char *node,
     int n = 0;
     kiln_status s = gemm_describe(st, node, k, pl, res, KCU_GEMM_MAX_CANDIDATES, &n);
     if (s != KILN_OK) {
-        kiln__cuda_gemm_plan_release(pl);
+        gemm_plan_release(pl);
         return s;
     }
-    pl->used = true;
     if (n < 1) {
         pl->simple = true;
         return KILN_OK;
@@ -211,7 +220,7 @@ int kiln__cuda_gemm_candidates(kiln_cuda_state *st, const kiln_cuda_gemm *p, int
         kiln__clear_error();
         n = 0;
     }
-    kiln__cuda_gemm_plan_release(&pl);
+    gemm_plan_release(&pl);
     return n;
 }
 
@@ -236,13 +245,16 @@ kiln_status kiln__cuda_gemm(const kiln_kernel_args *a, const kiln_cuda_gemm *p) 
     kiln_cuda_node *ns = kiln__cuda_node(a);
     kiln_cuda_gemm_plan tmp, *pl = NULL;
     if (ns) {
-        for (int i = 0; i < KCU_GEMM_PLANS && !pl; i++)
-            if (ns->gemm[i].used && !memcmp(&ns->gemm[i].key, &k, sizeof k)) pl = &ns->gemm[i];
+        pl = kiln__plan_cache_find(&ns->gemm, &kiln__cuda_gemm_plans, &k);
         if (!pl) {
-            pl = &ns->gemm[ns->gemm_next];
-            ns->gemm_next = (ns->gemm_next + 1) % KCU_GEMM_PLANS;
-            kiln__cuda_gemm_plan_release(pl);
-            KILN_TRY(gemm_plan_build(st, node, &k, pl));
+            if (!(pl = kiln__malloc(sizeof *pl)))
+                return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "node '%s': cuBLASLt GEMM plan", node);
+            kiln_status s = gemm_plan_build(st, node, &k, pl);
+            if (s != KILN_OK) {
+                kiln__free(pl);
+                return s;
+            }
+            kiln__plan_cache_put(&ns->gemm, &kiln__cuda_gemm_plans, pl);
         }
     } else {
         KILN_TRY(gemm_plan_build(st, node, &k, &tmp));
@@ -283,7 +295,7 @@ kiln_status kiln__cuda_gemm(const kiln_kernel_args *a, const kiln_cuda_gemm *p) 
         s = lt_fail(node, "Matmul", ms);
     }
 out:
-    if (pl == &tmp) kiln__cuda_gemm_plan_release(&tmp);
+    if (pl == &tmp) gemm_plan_release(&tmp);
     return s;
 }
 

@@ -22,6 +22,7 @@
 
 #include "backends/cuda/cuda_internal.h"
 #include "backends/cuda/k_dwconv.h"
+#include "core/plan_cache.h"
 #include "core/prep_pool.h"
 
 
@@ -122,13 +123,17 @@ typedef struct conv_plan {
     size_t ws;
 } conv_plan;
 
-static void conv_plan_clear(conv_plan *p) {
+static void conv_plan_destroy(void *v) {
+    conv_plan *p = v;
     if (p->c) cudnnDestroyConvolutionDescriptor(p->c);
     if (p->w) cudnnDestroyFilterDescriptor(p->w);
     if (p->y) cudnnDestroyTensorDescriptor(p->y);
     if (p->x) cudnnDestroyTensorDescriptor(p->x);
-    memset(p, 0, sizeof *p);
+    kiln__free(p);
 }
+
+/* the key is everything before `declined` */
+static const kiln_plan_type conv_plans = {0, offsetof(conv_plan, declined), KILN_PLAN_CACHE_CAP, conv_plan_destroy};
 
 /* The graph-API side: one fused operation graph (conv + bias + residual +
  * activation) and its execution plan per key. */
@@ -142,36 +147,34 @@ typedef struct gconv_key {
 } gconv_key;
 typedef struct gconv_plan {
     gconv_key key;
-    bool used, declined;    /* declined: no engine config runs this graph (legacy path) */
+    bool declined;          /* no engine config runs this graph (legacy path) */
     float hs[2];            /* the composed activations' by-value scale and shift (hard swish:
                                1/6, 1/2; hard sigmoid: alpha, beta; the variant pack points here) */
     kcu_dg dg;
     kcu_dg_plan plan;
 } gconv_plan;
 
-/* Plans keyed by shape: a dynamic profile whose runs change shape (a
- * server's batches of 1 to max-batch requests) keeps one plan per shape
- * rather than making one again at each change (cuDNN's Find timed every
- * algorithm anew: a served ResNet-50 took 0.5 s per batch). */
-#define KCU_CONV_PLANS 16
-
-static void gconv_plan_clear(gconv_plan *p) {
+static void gconv_plan_destroy(void *v) {
+    gconv_plan *p = v;
     kcu_dg_plan_free(&p->plan);
     kcu_dg_free(&p->dg);
-    memset(p, 0, sizeof *p);
+    kiln__free(p);
 }
+
+static const kiln_plan_type gconv_plans = {offsetof(gconv_plan, key), sizeof(gconv_key), KILN_PLAN_CACHE_CAP,
+                                           gconv_plan_destroy};
 
 #endif /* KILN_HAVE_CUDNN */
 
 /* The per-node state of Conv/FusedConv (kiln_cuda_node.conv). */
 typedef struct conv_state {
 #if KILN_HAVE_CUDNN
-    conv_plan legacy[KCU_CONV_PLANS];
-    int legacy_next;
+    /* plans kept by shape (core/plan_cache.h): cuDNN's Find timed every
+     * algorithm anew at each change (a served ResNet-50 took 0.5 s per batch) */
+    kiln_plan_cache legacy;  /* conv_plan */
     bool found;             /* the algorithm cuDNN's Find chose at the first shape: ... */
     cudnnConvolutionFwdAlgo_t found_algo; /* ... every later shape runs it where it can */
-    gconv_plan gp[KCU_CONV_PLANS];
-    int gp_next;
+    kiln_plan_cache gp;      /* gconv_plan */
 #endif
     /* NHWC layers: the weights as [M, kh, kw, C] for cuDNN (w[0]) and as
      * [kh * kw, C] for kiln's depthwise kernel (w[1], XV_DW): a depthwise
@@ -193,8 +196,8 @@ typedef struct conv_state {
 
 static void conv_state_clear(conv_state *s) {
 #if KILN_HAVE_CUDNN
-    for (int i = 0; i < KCU_CONV_PLANS; i++) conv_plan_clear(&s->legacy[i]);
-    for (int i = 0; i < KCU_CONV_PLANS; i++) gconv_plan_clear(&s->gp[i]);
+    kiln__plan_cache_clear(&s->legacy, &conv_plans);
+    kiln__plan_cache_clear(&s->gp, &gconv_plans);
 #endif
     for (int i = 0; i < 2; i++)
         if (s->w[i].p) cudaFree(s->w[i].p);
@@ -527,22 +530,17 @@ static kiln_status conv_cudnn(const kiln_kernel_args *a, const kcu_conv *g, cons
         key.math = CUDNN_DEFAULT_MATH;
         break;
     }
-    /* the key is everything before `declined` */
-    const size_t key_size = offsetof(conv_plan, declined);
-    conv_plan *p = NULL;
-    for (int i = 0; i < KCU_CONV_PLANS && !p; i++)
-        if ((cs->legacy[i].x || cs->legacy[i].declined) && !memcmp(&cs->legacy[i], &key, key_size))
-            p = &cs->legacy[i];
+    conv_plan *p = kiln__plan_cache_find(&cs->legacy, &conv_plans, &key);
     if (!p) {
-        p = &cs->legacy[cs->legacy_next];
-        cs->legacy_next = (cs->legacy_next + 1) % KCU_CONV_PLANS;
-        conv_plan_clear(p);
-        memcpy(p, &key, key_size);
+        p = kiln__calloc(1, sizeof *p);
+        if (!p) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "node '%s': cuDNN convolution plan", node);
+        memcpy(p, &key, conv_plans.key_size);
         kiln_status s = conv_plan_build(a, g, wdata, p, cs);
         if (s != KILN_OK) {
-            conv_plan_clear(p);
+            conv_plan_destroy(p);
             return s;
         }
+        kiln__plan_cache_put(&cs->legacy, &conv_plans, p);
     }
     if (p->declined) return KILN_OK;
     void *ws = NULL;
@@ -756,7 +754,6 @@ static int gconv_make(cudnnHandle_t h, const gconv_key *k, bool fallback, gconv_
     kcu_dg_cfgs cfgs;
     memset(&cfgs, 0, sizeof cfgs);
     p->key = *k;
-    p->used = true;
     p->declined = true;
     int r = GM_DECLINED;
     if (gconv_graph(h, k, &p->dg) != CUDNN_STATUS_SUCCESS || kcu_dg_configs(&p->dg, &cfgs) != CUDNN_STATUS_SUCCESS ||
@@ -802,27 +799,24 @@ static void plan_window(kiln_cuda_state *st, const char *node) {
  * (strict_tactics), where it fails. p->declined: no config runs the graph. */
 static kiln_status gconv_plan_for(const kiln_kernel_args *a, conv_state *cs, const gconv_key *k,
                                   gconv_plan **out) {
-    for (int i = 0; i < KCU_CONV_PLANS; i++)
-        if (cs->gp[i].used && !memcmp(&cs->gp[i].key, k, sizeof *k)) {
-            *out = &cs->gp[i];
-            return KILN_OK;
-        }
-    kiln_cuda_state *st = KCU_STATE(a);
-    gconv_plan *p = &cs->gp[cs->gp_next];
-    cs->gp_next = (cs->gp_next + 1) % KCU_CONV_PLANS;
-    gconv_plan_clear(p);
+    gconv_plan *p = kiln__plan_cache_find(&cs->gp, &gconv_plans, k);
     *out = p;
+    if (p) return KILN_OK;
+    kiln_cuda_state *st = KCU_STATE(a);
     int r = -1;
     if (st->plan_prep && st->strict_tactics) {
         plan_window(st, KCU_NODE(a));
         int status;
         void *made = NULL;
         if (kiln__prep_take(st->plan_prep, k, st->dnn, &status, &made) && made) {
-            *p = *(const gconv_plan *)made; /* (the plan's descriptors move here) */
-            kiln__free(made);
+            p = made;
             r = status;
         }
     }
+    if (!p && !(p = kiln__calloc(1, sizeof *p)))
+        return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "node '%s': cuDNN graph plan", KCU_NODE(a));
+    kiln__plan_cache_put(&cs->gp, &gconv_plans, p);
+    *out = p;
     if (r < 0) r = gconv_make(st->dnn, k, !st->strict_tactics, p);
     if (r != GM_MISSING) return KILN_OK;
     char name[48];
@@ -1485,8 +1479,7 @@ static int plan_prepare(void *ctx, void *worker, const void *key, void **result)
 
 static void plan_free(void *ctx, void *result) {
     (void)ctx;
-    gconv_plan_clear(result);
-    kiln__free(result);
+    gconv_plan_destroy(result);
 }
 #endif
 

@@ -22,6 +22,7 @@
 #include "backends/backend.h"
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_kernels.h"
+#include "core/plan_cache.h"
 
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
@@ -362,15 +363,13 @@ typedef struct kiln_cuda_gemm_key {
 } kiln_cuda_gemm_key;
 typedef struct kiln_cuda_gemm_plan {
     kiln_cuda_gemm_key key;
-    bool used;
     bool simple;                 /* cuBLASLt has no algorithm: the fallback kernel */
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t l[3]; /* first operand (B), second (A), C/D */
     cublasLtMatmulAlgo_t algo;
 } kiln_cuda_gemm_plan;
 typedef struct kiln_cuda_node {
-    kiln_cuda_gemm_plan gemm[KCU_GEMM_PLANS];
-    int gemm_next;
+    kiln_plan_cache gemm;        /* kiln_cuda_gemm_plan, KCU_GEMM_PLANS of them (kiln__cuda_gemm_plans) */
     void *conv;                  /* cuda_conv.c's plans (a conv node), cuda_sdpa.c's (an attention node) */
     void (*conv_free)(void *);
 } kiln_cuda_node;
@@ -378,8 +377,8 @@ typedef struct kiln_cuda_node {
  * node state (constant folding, build-time timing) or memory is short:
  * then nothing is kept and the kernel sets itself up every call. */
 KILN_PRIVATE kiln_cuda_node *kiln__cuda_node(const kiln_kernel_args *a);
-/* Destroys a GEMM plan's descriptors (cuda_blas.c) and clears it. */
-KILN_PRIVATE void kiln__cuda_gemm_plan_release(kiln_cuda_gemm_plan *pl);
+/* What kiln_cuda_node.gemm keeps (cuda_blas.c). */
+KILN_PRIVATE extern const kiln_plan_type kiln__cuda_gemm_plans;
 /* The tactic id of a node whose op has KILN_OP_FLAG_TACTICS (0 otherwise). */
 KILN_PRIVATE int32_t kiln__cuda_tactic(const kiln_kernel_args *a);
 

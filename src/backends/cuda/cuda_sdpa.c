@@ -51,8 +51,10 @@
 #if KILN_HAVE_CUDA && KILN_HAVE_CUDNN
 
 #include "backends/cuda/cuda_internal.h"
+#include "core/plan_cache.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -79,17 +81,14 @@ static int sdpa_variant(int32_t id) { return (int)((id & KCU_DG_ID_USER) >> KCU_
 
 typedef struct sdpa_plan {
     sdpa_key key;
-    bool used, declined; /* declined: no config of the graph runs here */
+    bool declined;       /* no config of the graph runs here */
     float scale;         /* the by-value scale's host copy (the variant pack points here) */
     kcu_dg dg;
     kcu_dg_plan plan;
 } sdpa_plan;
 
-#define KCU_SDPA_PLANS 16
-
 typedef struct sdpa_state {
-    sdpa_plan p[KCU_SDPA_PLANS];
-    int next;
+    kiln_plan_cache plans; /* sdpa_plan, by shape (core/plan_cache.h) */
     bool warned;
 } sdpa_state;
 
@@ -99,10 +98,18 @@ static void sdpa_plan_clear(sdpa_plan *p) {
     memset(p, 0, sizeof *p);
 }
 
+static void sdpa_plan_destroy(void *p) {
+    sdpa_plan_clear(p);
+    kiln__free(p);
+}
+
+static const kiln_plan_type sdpa_plans = {offsetof(sdpa_plan, key), sizeof(sdpa_key), KILN_PLAN_CACHE_CAP,
+                                          sdpa_plan_destroy};
+
 static void sdpa_state_free(void *v) {
     sdpa_state *s = v;
     if (!s) return;
-    for (int i = 0; i < KCU_SDPA_PLANS; i++) sdpa_plan_clear(&s->p[i]);
+    kiln__plan_cache_clear(&s->plans, &sdpa_plans);
     kiln__free(s);
 }
 
@@ -395,17 +402,14 @@ static sdpa_state *sdpa_state_of(const kiln_kernel_args *a) {
 
 /* The plan of key k in s (made on first use; p->declined: none can be made). */
 static kiln_status sdpa_plan_for(const kiln_kernel_args *a, sdpa_state *s, const sdpa_key *k, sdpa_plan **out) {
-    for (int i = 0; i < KCU_SDPA_PLANS; i++)
-        if (s->p[i].used && !memcmp(&s->p[i].key, k, sizeof *k)) {
-            *out = &s->p[i];
-            return KILN_OK;
-        }
+    sdpa_plan *p = kiln__plan_cache_find(&s->plans, &sdpa_plans, k);
+    *out = p;
+    if (p) return KILN_OK;
     kiln_cuda_state *st = KCU_STATE(a);
-    sdpa_plan *p = &s->p[s->next];
-    s->next = (s->next + 1) % KCU_SDPA_PLANS;
-    sdpa_plan_clear(p);
+    if (!(p = kiln__calloc(1, sizeof *p)))
+        return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "node '%s': cuDNN attention plan", KCU_NODE(a));
+    kiln__plan_cache_put(&s->plans, &sdpa_plans, p);
     p->key = *k;
-    p->used = true;
     p->declined = true;
     *out = p;
     kcu_dg_cfgs cfgs;
@@ -478,8 +482,7 @@ kiln_status kiln__cu_sdpa_run(const kiln_kernel_args *a, kiln_dtype t, const kcu
                 *handled = true;
         }
     }
-    if (own)
-        for (int i = 0; i < KCU_SDPA_PLANS; i++) sdpa_plan_clear(&tmp.p[i]);
+    if (own) kiln__plan_cache_clear(&tmp.plans, &sdpa_plans);
     return r;
 }
 

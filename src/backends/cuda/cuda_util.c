@@ -279,7 +279,7 @@ kiln_status kiln__cuda_read_scalar(const kiln_kernel_args *a, const kiln_tensor 
 static void cuda_node_free(void *p) {
     kiln_cuda_node *ns = p;
     if (!ns) return;
-    for (int i = 0; i < KCU_GEMM_PLANS; i++) kiln__cuda_gemm_plan_release(&ns->gemm[i]);
+    kiln__plan_cache_clear(&ns->gemm, &kiln__cuda_gemm_plans);
     if (ns->conv && ns->conv_free) ns->conv_free(ns->conv);
     kiln__free(ns);
 }
