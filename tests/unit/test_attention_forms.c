@@ -123,13 +123,17 @@ static void free_inputs(inputs *in) {
     for (int i = 0; i < in->n; i++) free(in->data[i]);
 }
 
+/* m built for dev (optimization opt, precision prec; 0: fp32) with the pass pass_off (NULL: none) off and
+ * tuning on or off (off: each layer's default kernel, so that two plans can be compared bit for bit; timed
+ * choices depend on the machine's load). */
 static kiln_engine *build_form_without(const kiln_model *m, const inputs *in, kiln_device dev, int opt,
-                                       kiln_precision prec, const char *pass_off, kiln_status *st) {
+                                       kiln_precision prec, const char *pass_off, int tune, kiln_status *st) {
     kiln_builder *b = NULL;
     kiln_engine *e = NULL;
     CHECK_OK(kiln_builder_create(&b));
     CHECK_OK(kiln_builder_set_optimization(b, opt));
     if (pass_off) CHECK_OK(kiln_builder_disable_pass(b, pass_off));
+    CHECK_OK(kiln_builder_set_tuning(b, tune));
     CHECK_OK(kiln_builder_set_threads(b, 1));
     CHECK_OK(kiln_builder_set_device(b, dev, 0));
     if (prec) CHECK_OK(kiln_builder_set_precision(b, prec));
@@ -144,7 +148,7 @@ static kiln_engine *build_form_without(const kiln_model *m, const inputs *in, ki
 /* m built for dev (optimization opt, precision prec; 0: fp32) into an engine, *st its status. */
 static kiln_engine *build_form(const kiln_model *m, const inputs *in, kiln_device dev, int opt,
                                kiln_precision prec, kiln_status *st) {
-    return build_form_without(m, in, dev, opt, prec, NULL, st);
+    return build_form_without(m, in, dev, opt, prec, NULL, 1, st);
 }
 
 /* Runs e on the inputs; returns output 0 as float32 (malloc'd), *n its size. */
@@ -268,14 +272,18 @@ static void check_form(const form *f) {
         CHECK(count_op(e1, KILN_OP_Slice) + count_op(e1, KILN_OP_Concat) == 0);
         CHECK(count_op(e1, KILN_OP_Transpose) == 4);
         kiln_status sm;
-        kiln_engine *em = build_form_without(m, &in, KILN_DEVICE_CPU, 1, KILN_PRECISION_FP32, "merge_movement", &sm);
+        /* both untuned: a timed tactic choice (a GEMM kernel) may differ between two builds under load */
+        kiln_engine *et = build_form_without(m, &in, KILN_DEVICE_CPU, 1, KILN_PRECISION_FP32, NULL, 0, &sm);
+        CHECK_OK(sm);
+        kiln_engine *em = build_form_without(m, &in, KILN_DEVICE_CPU, 1, KILN_PRECISION_FP32, "merge_movement", 0, &sm);
         CHECK_OK(sm);
         CHECK(em && count_op(em, KILN_OP_Gather) == 4 && count_op(em, KILN_OP_Transpose) > 4);
         int64_t na1 = 0, nm = 0;
-        float *ya = e1 ? run_form(e1, &in, &na1) : NULL, *ym = em ? run_form(em, &in, &nm) : NULL;
+        float *ya = et ? run_form(et, &in, &na1) : NULL, *ym = em ? run_form(em, &in, &nm) : NULL;
         CHECK(ya && ym && na1 == nm && !memcmp(ya, ym, sizeof(float) * (size_t)nm));
         free(ya);
         free(ym);
+        kiln_engine_free(et);
         kiln_engine_free(em);
     }
     int64_t n0 = 0, n1 = 0;
