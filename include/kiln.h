@@ -179,6 +179,16 @@ KILN_API kiln_status kiln_builder_set_optimization(kiln_builder *b, int level);
  * run are timed on the target and the fastest is kept; 0 takes each layer's
  * default kernel without timing. */
 KILN_API kiln_status kiln_builder_set_tuning(kiln_builder *b, int on);
+/* What kiln_build prints on stderr (errors are never printed: they come
+ * back as a status and kiln_last_error). 0: nothing. 1 (default): progress
+ * lines while tuning takes more than 2 s ("kiln: tuning: N layers timed
+ * ..."), and notes: a timing cache of an older version is timed again, a
+ * device layer's tactic that computes something else than the others is
+ * not used. 2: also every tuned layer's candidates with their times and a
+ * summary of where the tuning time went (the environment variable
+ * KILN_TUNE_VERBOSE=1 asks for these at any level). Other levels fail with
+ * KILN_ERR_INVALID_ARGUMENT. */
+KILN_API kiln_status kiln_builder_set_verbosity(kiln_builder *b, int level);
 /* Fast math: when non-zero, the tuner may also choose kernels that trade
  * float32 accuracy for speed (on the CPU: kiln's Winograd F(4x4, 3x3) and
  * F(2x2, 3x3) convolutions, whose transforms round more than a direct

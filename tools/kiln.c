@@ -654,7 +654,7 @@ static const char build_help[] =
     "  --disable-pass NAME      switch graph optimizer pass NAME off (repeatable; 'kiln debug\n"
     "                           passes' lists them), e.g. to find the pass at fault with\n"
     "                           'kiln debug compare'\n"
-    "  -q, --quiet              print nothing on success\n"
+    "  -q, --quiet              print nothing on success (no warnings, no tuning progress)\n"
     "  -h, --help               show this help\n"
     "\n"
     "Environment (tuning):\n"
@@ -918,6 +918,10 @@ static int cmd_build(int argc, char **argv) {
     }
     if (precision >= 0 && (st = kiln_builder_set_precision(b, (kiln_precision)precision)) != KILN_OK) {
         fail_kiln(st, "precision");
+        goto done;
+    }
+    if (quiet && (st = kiln_builder_set_verbosity(b, 0)) != KILN_OK) { /* not the tuner's progress either */
+        fail_kiln(st, "--quiet");
         goto done;
     }
     if (strict && (st = kiln_builder_set_strict_device(b, 1)) != KILN_OK) {

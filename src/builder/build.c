@@ -16,6 +16,7 @@ kiln_status kiln_builder_create(kiln_builder **out) {
     (*out)->opts.math = KILN_MATH_ACCURATE;
     (*out)->optimization = 1;
     (*out)->tuning = true;
+    (*out)->verbosity = 1;
     return KILN_OK;
 }
 
@@ -102,6 +103,14 @@ kiln_status kiln_builder_set_optimization(kiln_builder *b, int level) {
 kiln_status kiln_builder_set_tuning(kiln_builder *b, int on) {
     CHECK_BUILDER(b, "kiln_builder_set_tuning");
     b->tuning = on != 0;
+    return KILN_OK;
+}
+
+kiln_status kiln_builder_set_verbosity(kiln_builder *b, int level) {
+    CHECK_BUILDER(b, "kiln_builder_set_verbosity");
+    if (level < 0 || level > 2)
+        return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "kiln_builder_set_verbosity: level %d is not 0, 1 or 2", level);
+    b->verbosity = level;
     return KILN_OK;
 }
 

@@ -129,7 +129,7 @@ static bool cache_parse_line(char *line, const char **key, int32_t *id, float *u
 
 /* Reads the cache file; a missing file is an empty cache, a malformed one
  * an error naming the file and line. */
-static kiln_status cache_read(tcache *c, const char *path) {
+static kiln_status cache_read(tcache *c, const char *path, bool notes) {
     struct stat sb;
     if (stat(path, &sb) != 0 && errno == ENOENT) return KILN_OK;
     int fd;
@@ -155,11 +155,12 @@ static kiln_status cache_read(tcache *c, const char *path) {
         }
         if (ln == 1) {
             old = !strcmp(line, "kiln-timing-cache 1") || !strcmp(line, "kiln-timing-cache 2");
-            if (old)
-                fprintf(stderr, "kiln: timing cache '%s' is of version %c (before a device layer's tactics "
-                                "that disagree were judged by kiln's host reference): its layers are timed "
-                                "again\n", path, line[18]);
-            else if (strcmp(line, "kiln-timing-cache 3"))
+            if (old) {
+                if (notes)
+                    fprintf(stderr, "kiln: timing cache '%s' is of version %c (before a device layer's tactics "
+                                    "that disagree were judged by kiln's host reference): its layers are timed "
+                                    "again\n", path, line[18]);
+            } else if (strcmp(line, "kiln-timing-cache 3"))
                 st = KILN_FAIL(KILN_ERR_IO, "timing cache '%s' is not a kiln timing cache (version 3)",
                                path);
             continue;
@@ -896,7 +897,7 @@ static kiln_status judge_tactics(const kiln_tune_layer *L, const tune_bufs *tb, 
     kiln_status st = host_reference(L, tb, ref, &have_ref, why, sizeof why);
     S->ref_runs += have_ref;
     kiln_tune_rule rule = kiln__tune_decide(dt, samples, nc, n->n_out, ran, have_ref ? ref : NULL, family, keep);
-    if (st == KILN_OK && (rule == KILN_TUNE_REFERENCE || rule == KILN_TUNE_MAJORITY)) {
+    if (st == KILN_OK && L->notes && (rule == KILN_TUNE_REFERENCE || rule == KILN_TUNE_MAJORITY)) {
         if (rule == KILN_TUNE_REFERENCE)
             fprintf(stderr, "kiln: tuning: node '%s': its tactics disagree; kiln's host reference keeps",
                     kiln__printable(n->name, pn, sizeof pn));
@@ -926,7 +927,9 @@ static kiln_status judge_tactics(const kiln_tune_layer *L, const tune_bufs *tb, 
                               bad);
         else
             kiln__sbuf_printf(&msg, "%s %s (max |y| %.4g, %.0f NaN/Inf)", msg.len ? "," : "", names[k], top, bad);
-        if (rule == KILN_TUNE_REFERENCE && !keep[k])
+        if (!L->notes)
+            ;
+        else if (rule == KILN_TUNE_REFERENCE && !keep[k])
             fprintf(stderr,
                     "kiln: tuning: node '%s': tactic %s does not compute what the host reference does (max "
                     "|y - ref| %.4g where max |ref| is %.4g, %.0f NaN/Inf): it is not used\n",
@@ -1174,7 +1177,7 @@ static kiln_status tune_all(kiln_layout_ctx *c) {
     T->vi = kiln__calloc((size_t)g->n_values + 1, sizeof *T->vi);
     if (!T->vi) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory (tuning)");
     kiln_tinfo *vi = T->vi;
-    if (b->timing_cache) KILN_TRY(cache_read(&T->cache, b->timing_cache));
+    if (b->timing_cache) KILN_TRY(cache_read(&T->cache, b->timing_cache, b->verbosity >= 1));
     KILN_TRY(opt_shapes(e, vi));
     c->vi = vi;
     for (int ni = 0; ni < g->n_nodes; ni++) {
@@ -1252,15 +1255,15 @@ static kiln_status tune_all(kiln_layout_ctx *c) {
         double best_us;
         kiln_tune_layer L = {.be = be, .state = T->states[it->si], .pool = &T->pool, .threads = e->opts.threads,
                              .n = n, .in = in, .outs = outs, .ids = it->ids, .n_ids = it->n_ids,
-                             .verbose = T->verbose, .ref_max_macs = REF_MAX_MACS, .ref_max_bytes = REF_MAX_BYTES,
-                             .stats = &it->stats};
+                             .verbose = T->verbose, .notes = T->b->verbosity >= 1, .ref_max_macs = REF_MAX_MACS,
+                             .ref_max_bytes = REF_MAX_BYTES, .stats = &it->stats};
         KILN_TRY(kiln__tune_layer(&L, &best, &best_us));
         it->timed = true;
         tac->id = best;
         tac->us = best_us >= 0 ? (float)best_us : 0.0f;
         T->n_timed++;
         KILN_TRY(cache_put(&T->cache, it->key, tac->id, tac->us));
-        if (kiln__now_us() - T->t_start > 2e6 && T->n_timed % 10 == 0)
+        if (T->b->verbosity >= 1 && kiln__now_us() - T->t_start > 2e6 && T->n_timed % 10 == 0)
             fprintf(stderr, "kiln: tuning: %d layers timed, %d from the cache (%.1f s)\n", T->n_timed, T->n_cached,
                     (kiln__now_us() - T->t_start) / 1e6);
     }
@@ -1391,7 +1394,7 @@ kiln_status kiln__builder_tune(const kiln_builder *b, kiln_engine *e) {
     T.b = b;
     T.e = e;
     T.t_start = kiln__now_us();
-    T.verbose = kiln__env_flag("KILN_TUNE_VERBOSE");
+    T.verbose = b->verbosity >= 2 || kiln__env_flag("KILN_TUNE_VERBOSE");
     T.pub = (kiln_layout_ctx){.g = e->graph, .device = e->opts.device, .optimize = b->optimization != 0,
                               .disabled = b->disabled_passes, .tune = tune_all, .time_node = tuner_time_node,
                               .trial = tuner_trial, .cache_get = tuner_cache_get, .cache_put = tuner_cache_put,
@@ -1402,7 +1405,7 @@ kiln_status kiln__builder_tune(const kiln_builder *b, kiln_engine *e) {
     if (st == KILN_OK && cpu->layouts) st = cpu->layouts(&T.pub);
     if (st == KILN_OK) st = tune_all(&T.pub);
     if (st == KILN_OK && b->timing_cache && T.cache.dirty) st = cache_write(&T.cache, b->timing_cache);
-    if (st == KILN_OK && T.active && kiln__now_us() - T.t_start > 2e6)
+    if (st == KILN_OK && T.active && b->verbosity >= 1 && kiln__now_us() - T.t_start > 2e6)
         fprintf(stderr, "kiln: tuning done: %d layers with tactics, %d timed, %d from the cache (%.1f s)\n",
                 T.n_layers, T.n_timed, T.n_cached, (kiln__now_us() - T.t_start) / 1e6);
     if (st == KILN_OK && T.active && T.verbose) tune_summary(&T);

@@ -253,6 +253,12 @@ ln -s /dev/null nulldev
 expect "build -o a link to a character device" nz "exists and is a character device" "$KILN" build tiny.onnx -o nulldev
 [ -L nulldev ] && [ -c /dev/null ] && ok || bad "build -o replaced the link to /dev/null"
 expect "build --timing-cache a FIFO" nz "FIFO" "$KILN" build tiny.onnx -o t.kiln --timing-cache engine.fifo
+# -q prints nothing on success, the library's notes and tuning progress included (an old cache's note here)
+printf 'kiln-timing-cache 2\n' >old.cache
+expect "build --timing-cache of version 2: a note" 0 "is of version 2" "$KILN" build tiny.onnx -o t.kiln --timing-cache old.cache
+printf 'kiln-timing-cache 2\n' >old.cache
+"$KILN" build tiny.onnx -o t.kiln --timing-cache old.cache -q >out 2>&1 && [ ! -s out ] && ok ||
+    bad "build -q printed: $(head -c 300 out)"
 mkfifo engine2.fifo
 expect "run an engine that is a FIFO" nz "FIFO" timeout 20 "$KILN" run engine2.fifo
 # long names (4.11): a 245-character -o and a 240-character output name

@@ -200,6 +200,11 @@ TEST(test_bad_models) {
     CHECK_OK(kiln_builder_create(&b));
     CHECK_OK(kiln_builder_set_precision(b, KILN_PRECISION_FP16));
     if (m) CHECK_ERR(kiln_build(b, m, &e), KILN_ERR_UNSUPPORTED, "fp16");
+    /* verbosity: 0, 1, 2 (`kiln build -q` sets 0) */
+    CHECK_ERR(kiln_builder_set_verbosity(b, 3), KILN_ERR_INVALID_ARGUMENT, "level 3 is not 0, 1 or 2");
+    CHECK_ERR(kiln_builder_set_verbosity(b, -1), KILN_ERR_INVALID_ARGUMENT, "level -1");
+    CHECK_ERR(kiln_builder_set_verbosity(NULL, 0), KILN_ERR_INVALID_ARGUMENT, "kiln_builder_set_verbosity");
+    CHECK_OK(kiln_builder_set_verbosity(b, 0));
     kiln_builder_free(b);
     kiln_model_free(m);
     /* NULL is fine for every free */
