@@ -111,6 +111,14 @@ KILN_API const char *kiln_status_name(kiln_status s); /* "KILN_ERR_MODEL" */
 /* Message of the last failure on this thread ("" if none). */
 KILN_API const char *kiln_last_error(void);
 KILN_API const char *kiln_dtype_name(kiln_dtype t);   /* "float32"; "?" if unknown */
+/* A name (of a model's or engine's node, tensor, input, output) fit to
+ * print: s itself when it holds no control characters, else a copy in buf
+ * (cap bytes, cut to fit; cap >= 4 * strlen(s) + 1 never cuts) with each
+ * byte of a control character (0x01-0x1f, 0x7f, and U+0080..U+009F in
+ * UTF-8) written as \xNN; "(null)" for NULL, "?" when buf is NULL or cap 0. Names come from model and engine files, which may hold terminal
+ * escapes, carriage returns or newlines meant to forge or hide what a
+ * terminal or log shows; kiln's own messages and `kiln` print names so. */
+KILN_API const char *kiln_printable(const char *s, char *buf, size_t cap);
 KILN_API size_t kiln_dtype_size(kiln_dtype t);        /* bytes per element; 0 if none */
 /* Whether this kiln has a backend for `dev` and, for GPUs, at least one
  * device is present (1) or not (0). */

@@ -420,10 +420,10 @@ static void json_str(kiln_sbuf *sb, const char *s) {
  * spaces to `width` columns. */
 static void text_str(kiln_sbuf *sb, const char *s, size_t n, int width) {
     int w = 0;
-    for (size_t k = 0; k < n; k++) {
-        unsigned char c = (unsigned char)s[k];
-        if (c < 0x20 || c == 0x7f) kiln__sbuf_printf(sb, "\\x%02x", c), w += 4;
-        else kiln__sbuf_printf(sb, "%c", c), w++;
+    for (size_t k = 0; k < n;) {
+        size_t c = s[k] ? kiln__control_at(s + k) : 1; /* (a metadata value may hold a 0 byte) */
+        if (!c) kiln__sbuf_printf(sb, "%c", s[k++]), w++;
+        for (; c && k < n; c--, w += 4) kiln__sbuf_printf(sb, "\\x%02x", (unsigned char)s[k++]);
     }
     for (; w < width; w++) kiln__sbuf_printf(sb, " ");
 }

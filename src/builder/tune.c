@@ -900,12 +900,12 @@ static kiln_status judge_tactics(const kiln_tune_layer *L, const tune_bufs *tb, 
     if (st == KILN_OK && L->notes && (rule == KILN_TUNE_REFERENCE || rule == KILN_TUNE_MAJORITY)) {
         if (rule == KILN_TUNE_REFERENCE)
             fprintf(stderr, "kiln: tuning: node '%s': its tactics disagree; kiln's host reference keeps",
-                    kiln__printable(n->name, pn, sizeof pn));
+                    kiln_printable(n->name, pn, sizeof pn));
         else
             fprintf(stderr,
                     "kiln: tuning: node '%s': its tactics disagree and no host reference checks them (%s); a "
                     "majority of their engine families keeps",
-                    kiln__printable(n->name, pn, sizeof pn), why);
+                    kiln_printable(n->name, pn, sizeof pn), why);
         for (int k = 0; k < nc; k++)
             if (ran[k] && keep[k]) fprintf(stderr, " %s", names[k]);
         fprintf(stderr, "\n");
@@ -933,12 +933,12 @@ static kiln_status judge_tactics(const kiln_tune_layer *L, const tune_bufs *tb, 
             fprintf(stderr,
                     "kiln: tuning: node '%s': tactic %s does not compute what the host reference does (max "
                     "|y - ref| %.4g where max |ref| is %.4g, %.0f NaN/Inf): it is not used\n",
-                    kiln__printable(n->name, pn, sizeof pn), names[k], err, scale, bad);
+                    kiln_printable(n->name, pn, sizeof pn), names[k], err, scale, bad);
         else if (rule == KILN_TUNE_MAJORITY && !keep[k])
             fprintf(stderr,
                     "kiln: tuning: node '%s': tactic %s disagrees with that majority (max |y| %.4g, %.0f "
                     "NaN/Inf): it is not used\n",
-                    kiln__printable(n->name, pn, sizeof pn), names[k], top, bad);
+                    kiln_printable(n->name, pn, sizeof pn), names[k], top, bad);
         if (!keep[k]) runs[k].ok = false;
     }
     if (st == KILN_OK && msg.oom) st = KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory (tuning)");
@@ -1070,7 +1070,7 @@ kiln_status kiln__tune_layer(const kiln_tune_layer *L, int32_t *best_id, double 
         /* KILN_TUNE_VERBOSE=1: every candidate's set-up and median time,
          * then where the layer's time went */
         char pn[256];
-        fprintf(stderr, "kiln: tune %s:", kiln__printable(n->name, pn, sizeof pn));
+        fprintf(stderr, "kiln: tune %s:", kiln_printable(n->name, pn, sizeof pn));
         for (int k = 0; k < nc; k++) {
             char nm[96];
             kiln__backend_tactic_describe(be, n, cand[k], nm, sizeof nm);
@@ -1079,7 +1079,7 @@ kiln_status kiln__tune_layer(const kiln_tune_layer *L, int32_t *best_id, double 
         fprintf(stderr, "\n");
         kiln_sbuf sb = {0};
         stats_describe(S, &sb);
-        fprintf(stderr, "kiln: tune %s: %s\n", kiln__printable(n->name, pn, sizeof pn), sb.data ? sb.data : "?");
+        fprintf(stderr, "kiln: tune %s: %s\n", kiln_printable(n->name, pn, sizeof pn), sb.data ? sb.data : "?");
         kiln__sbuf_free(&sb);
     }
     for (int k = 0; k < nc; k++) {
@@ -1318,7 +1318,7 @@ static void tune_summary(const tuner *T) {
         if (sb.data) sb.data[0] = 0;
         stats_describe(&it->stats, &sb);
         char pn[256];
-        fprintf(stderr, "kiln: tune summary: #%d %s (%s): %s\n", i + 1, kiln__printable(n->name, pn, sizeof pn),
+        fprintf(stderr, "kiln: tune summary: #%d %s (%s): %s\n", i + 1, kiln_printable(n->name, pn, sizeof pn),
                 n->op->name, sb.data ? sb.data : "?");
     }
     kiln__sbuf_free(&sb);

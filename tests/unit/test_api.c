@@ -386,6 +386,25 @@ TEST(test_device_names) {
     CHECK(kiln_device_name((kiln_device)7) == NULL);
 }
 
+/* kiln_printable: names with control characters (C0, DEL, C1 in UTF-8) as
+ * \xNN, cut to the buffer, never the raw name when there is no room. */
+TEST(test_printable) {
+    char buf[64];
+    const char *plain = "conv/1:0 \xe4\xb8\xad"; /* UTF-8 passes through */
+    CHECK(kiln_printable(plain, buf, sizeof buf) == plain);
+    CHECK(!strcmp(kiln_printable("a\x1b[2J\n\x7f\xc2\x9b", buf, sizeof buf), "a\\x1b[2J\\x0a\\x7f\\xc2\\x9b"));
+    CHECK(!strcmp(kiln_printable(NULL, buf, sizeof buf), "(null)"));
+    CHECK(!strcmp(kiln_printable("a\x1b", NULL, 0), "?"));
+    CHECK(!strcmp(kiln_printable("a\x1b", buf, 0), "?"));
+    CHECK(!strcmp(kiln_printable("ab\x1b", buf, 5), "ab")); /* "\x1b" does not fit: cut before it */
+    CHECK(!strcmp(kiln_printable("ab\x1b", buf, 7), "ab\\x1b"));
+    char big[4 * 300 + 1], name[301];
+    memset(name, 0x1b, 300);
+    name[300] = 0;
+    CHECK(strlen(kiln_printable(name, big, sizeof big)) == 1200);
+    CHECK(strlen(kiln_printable(name, buf, sizeof buf)) == 60);
+}
+
 int main(void) {
     if (!load_ref()) {
         fprintf(stderr, "cannot read %s (run from the repository root)\n", IO);
@@ -401,5 +420,6 @@ int main(void) {
     RUN(test_threads_share_engine);
     RUN(test_layer_profile);
     RUN(test_device_names);
+    RUN(test_printable);
     return test_summary();
 }
