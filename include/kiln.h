@@ -327,7 +327,12 @@ KILN_API kiln_status kiln_context_set_threads(kiln_context *c, int threads);
  * unchanged until kiln_context_run returns. The shape must lie inside the
  * engine's profile and the dtype must match. For a CUDA engine `data` may be
  * host memory or device memory of the engine's GPU (told apart by the CUDA
- * runtime; device memory is used without a copy). */
+ * runtime; device memory is used without a copy). A bool input holds one
+ * byte per element, 0 (false) or 1 (true), as numpy's and PyTorch's bools
+ * do: kiln_context_run fails with KILN_ERR_INVALID_ARGUMENT, naming the
+ * input and the element, on any other byte in host memory (convert other
+ * data with x != 0 first); bool data in device memory is not checked and
+ * must hold 0 and 1 only. */
 KILN_API kiln_status kiln_context_set_input(kiln_context *c, const char *name, kiln_dtype dtype,
                                             int rank, const int64_t *dims, const void *data);
 /* Optionally binds caller memory for an output (`capacity` bytes; host or,
