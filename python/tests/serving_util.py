@@ -12,6 +12,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -147,6 +148,22 @@ def stop(proc, timeout=60):
 def npy_bytes(arr):
     buf = io.BytesIO()
     np.save(buf, arr)
+    return buf.getvalue()
+
+
+def npy_header(shape, descr="<f4"):
+    """An .npy header (version 1.0) claiming `shape`, without the data."""
+    d = repr({"descr": descr, "fortran_order": False, "shape": tuple(shape)})
+    h = (d + " " * (118 - len(d)) + "\n").encode()
+    return b"\x93NUMPY\x01\x00" + len(h).to_bytes(2, "little") + h
+
+
+def npz_bytes(members, compression=zipfile.ZIP_STORED):
+    """An .npz archive of {member name: bytes}."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", compression) as z:
+        for name, data in members.items():
+            z.writestr(name, data)
     return buf.getvalue()
 
 

@@ -4,13 +4,16 @@ server serving on), 2,000 requests at concurrency 32 checked against the engine'
 output, and graceful shutdown (requests in flight finish). Bounded: each server is started
 and stopped by the test, every request loop has a count and a time limit."""
 
+import io
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import threading
 import time
+import zipfile
 
 import numpy as np
 import pytest
@@ -20,8 +23,8 @@ pytest.importorskip("aiohttp", reason="the serving extra (aiohttp) is not instal
 
 from kiln.serving.core import EngineSpec, RequestError, decode_response, prepare_engine  # noqa: E402
 from serving_util import (HOST, engine, free_port, http, kill_group, make_requests,  # noqa: E402,F401
-                          matches, npy_bytes, run_load, runner, serving_env, start_litserve,
-                          stop)
+                          matches, npy_bytes, npy_header, npz_bytes, run_load, runner,
+                          serving_env, start_litserve, stop)
 
 MAX_BODY_MB = 0.05  # 52 KB: a 3-row JSON request is ~1 KB
 
@@ -120,6 +123,15 @@ BAD = [
     ("pickled object .npy", npy_bytes(np.array([{"a": 1}], dtype=object)), "application/x-npy",
      400, "malformed .npy body"),
     ("unsupported type", b"x=1", "text/plain", 415, "unsupported Content-Type 'text/plain'"),
+    # hostile bodies: each was a 500 (an exception the decoder let through)
+    ("JSON nested 5000 deep", b'{"inputs": {"x": ' + b"[" * 5000 + b"]" * 5000 + b"}}",
+     "application/json", 400, "malformed JSON body: nested too deeply"),
+    ("a lone surrogate in a name", b'{"inputs": {"x\\ud800": [[1.0]]}}', "application/json", 400,
+     "unknown input 'x\\ud800'"),
+    (".npy claiming 4 TiB", npy_header([1 << 40]) + bytes(64), "application/x-npy", 400,
+     "input 'x' has shape [1099511627776], but the engine expects rank 2"),
+    (".npz member claiming 4 TiB", npz_bytes({"x.npy": npy_header([1 << 40, 16]) + bytes(64)}),
+     "application/x-npz", 400, "input 'x' has shape [1099511627776, 16], outside the engine's"),
     ("body over the limit", jbody([[0.123456789] * 16] * 8 * 50), "application/json", 413,
      "over the limit of 52428 bytes"),
 ]
@@ -300,6 +312,41 @@ def test_validation_of_shared_dimensions(tmp_path):
     with pytest.raises(RequestError, match=r"a \.npy body holds one array, but the engine has "
                                            r"2 inputs \(a, b\)"):
         spec.decode(npy_bytes(np.ones((1, 4), np.float32)), "application/x-npy")
+
+
+def test_hostile_bodies_read_no_further_than_their_headers(engine):
+    """.npy and .npz bodies are refused from their headers, before any data is read: a
+    2 MB .npz whose member inflates to 2 GB took 22 s and 2 GB of memory in the API server
+    (a 64 MB body: 64 GB), and 20,000 members not named after inputs were all read before
+    the first unknown name was refused. Big-endian data of the right type is taken."""
+    import resource
+
+    spec = EngineSpec.from_file(engine)
+    bomb = io.BytesIO()
+    with zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as z:
+        with z.open("x.npy", "w", force_zip64=True) as f:
+            f.write(npy_header([1 << 29]))
+            for _ in range(128):
+                f.write(bytes(1 << 24))
+    many = npz_bytes({f"m{i}.npy": npy_bytes(np.zeros(1, np.float32)) for i in range(20000)})
+    rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    t0 = time.monotonic()
+    for body, words in ((bomb.getvalue(), "input 'x' has shape [536870912], but the engine"),
+                        (many, "unknown input 'm0'")):
+        with pytest.raises(RequestError, match=re.escape(words)):
+            spec.decode(body, "application/x-npz")
+    assert time.monotonic() - t0 < 2.0
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss0 < 200 << 10  # KiB
+    with pytest.raises(RequestError, match="input 'x' is in it twice"):
+        spec.decode(npz_bytes({"x.npy": npy_bytes(np.ones((1, 16), np.float32)),
+                               "x": npy_bytes(np.ones((1, 16), np.float32))}), "application/x-npz")
+    x = np.arange(32, dtype=np.float32).reshape(2, 16)
+    for body, ctype in ((npy_bytes(x.astype(">f4")), "application/x-npy"),
+                        (npz_bytes({"x.npy": npy_bytes(x.astype(">f4"))}), "application/x-npz"),
+                        (json.dumps({"inputs": {"x": {"data": x.tolist(), "dtype": ">f4"}}}).encode(),
+                         "application/json")):
+        feeds, _ = spec.decode(body, ctype)
+        assert feeds["x"].dtype == np.float32 and np.array_equal(feeds["x"], x)
 
 
 def test_batches_split_back_per_request(engine, runner):

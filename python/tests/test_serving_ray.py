@@ -109,6 +109,25 @@ def test_bad_requests(app, runner, body, ctype, status, words):
     assert st == 200
 
 
+def test_chunked_body_over_limit(app):
+    """A chunked body (no Content-Length) is refused once the bytes read pass the limit,
+    before it ends (here it never does); the replica read every body whole first
+    (request.body()), of any size, and answered only once it had ended."""
+    import http.client
+
+    c = http.client.HTTPConnection(HOST, int(app.rsplit(":", 1)[1]), timeout=30)
+    c.putrequest("POST", "/predict")
+    c.putheader("Content-Type", "application/json")
+    c.putheader("Transfer-Encoding", "chunked")
+    c.endheaders()
+    chunk = b" " * 16384
+    for _ in range(8):
+        c.send(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+    r = c.getresponse()  # (no last chunk sent: the body goes on)
+    assert r.status == 413 and b"over the limit of 65536 bytes" in r.read()
+    c.close()
+
+
 def test_load_2000_requests_2_replicas(app, runner, capsys):
     assert running_replicas() == 2
     res = run_load(app + "/predict", make_requests(runner, 2000, seed=11), concurrency=32,

@@ -49,9 +49,12 @@ DEFAULT_MAX_BODY_BYTES = 64 << 20
 
 class RequestError(Exception):
     """A request the server refuses: an HTTP status (4xx) and a message naming the
-    problem."""
+    problem. The message quotes names from the request, made encodable as UTF-8 (a lone
+    surrogate from a JSON escape written as \\udXXX) so that the error response can be
+    sent."""
 
     def __init__(self, status, message):
+        message = message.encode("utf-8", "backslashreplace").decode("utf-8")
         super().__init__(message)
         self.status = status
         self.message = message
@@ -59,6 +62,24 @@ class RequestError(Exception):
 
 def _bad(message):
     return RequestError(400, message)
+
+
+async def read_body(request, limit, hint=""):
+    """The body of a Starlette request, read as it streams in: RequestError 413 as soon as
+    Content-Length says, or the bytes read show, that it is over `limit` bytes (a chunked
+    body has no Content-Length: reading it whole first would hold any size in memory).
+    hint: what sets the limit, for the message (" (--max-body-mb)")."""
+    length = request.headers.get("content-length")
+    if length is not None and length.isdigit() and int(length) > limit:
+        raise RequestError(413, f"request body of {int(length)} bytes is over the limit of "
+                                f"{limit} bytes{hint}")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise RequestError(413, f"request body is over the limit of {limit} bytes{hint}")
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def _shape_text(shape):
@@ -174,6 +195,8 @@ class EngineSpec:
             doc = json.loads(body)
         except (ValueError, UnicodeDecodeError) as e:
             raise _bad(f"malformed JSON body: {e}") from None
+        except RecursionError:  # [[[[...]]]] past Python's recursion limit
+            raise _bad("malformed JSON body: nested too deeply") from None
         if not isinstance(doc, dict) or not isinstance(doc.get("inputs"), dict):
             raise _bad('the JSON body must be an object {"inputs": {NAME: {"data": [...], '
                        '"dtype": "float32"}}}; the engine\'s inputs: '
@@ -197,6 +220,8 @@ class EngineSpec:
                 got = np.dtype(str(dtype))
             except TypeError:
                 raise _bad(f"input '{name}': unknown dtype '{dtype}'") from None
+            if got.byteorder in "<>" and got.newbyteorder("=") == want:
+                got = want  # ">f4": JSON numbers have no byte order
             if got != want:
                 raise _bad(f"input '{name}' has dtype {got.name}, but the engine expects "
                            f"{want.name}")
@@ -221,27 +246,71 @@ class EngineSpec:
                        f"engine expects bool")
         return arr.astype(want, copy=False)
 
-    @staticmethod
-    def _load_npy(body):
+    def _read_npy(self, name, open_stream, what):
+        """The array of input `name` from an .npy stream (open_stream() opens it at its
+        start). Its header is read first, and shapes the engine cannot take (and object
+        dtypes) are refused before any data is read or memory allocated: a few bytes may
+        claim terabytes, and an .npz member of a 64 MB body may inflate to 64 GB."""
         try:
-            return np.load(io.BytesIO(body), allow_pickle=False)
-        except (ValueError, OSError, EOFError) as e:
-            raise _bad(f"malformed .npy body: {e}") from None
+            with open_stream() as f:
+                version = np.lib.format.read_magic(f)
+                if version == (1, 0):
+                    shape, _fortran, dtype = np.lib.format.read_array_header_1_0(f)
+                elif version == (2, 0):
+                    shape, _fortran, dtype = np.lib.format.read_array_header_2_0(f)
+                else:
+                    raise ValueError(f".npy format version {version[0]}.{version[1]} is not read")
+            if dtype.hasobject:
+                raise ValueError("object arrays are not accepted")
+            self._check_shape(self._input(name), shape)
+            with open_stream() as f:
+                arr = np.lib.format.read_array(f, allow_pickle=False)
+        except (ValueError, OSError, EOFError, zipfile.BadZipFile) as e:
+            raise _bad(f"malformed {what}: {e}") from None
+        if arr.dtype.byteorder in "<>" and arr.dtype.newbyteorder("=") == self._dtype(name):
+            arr = arr.astype(arr.dtype.newbyteorder("="))  # big-endian data: the same values
+        return arr
+
+    def _load_npy(self, body):
+        return self._read_npy(self.input_names[0], lambda: io.BytesIO(body), ".npy body")
 
     def _load_npz(self, body):
         try:
-            with np.load(io.BytesIO(body), allow_pickle=False) as z:
-                if not isinstance(z, np.lib.npyio.NpzFile):
-                    raise ValueError("not an .npz archive")
-                return {k: z[k] for k in z.files}
+            z = zipfile.ZipFile(io.BytesIO(body))
         except (ValueError, OSError, EOFError, zipfile.BadZipFile) as e:
             raise _bad(f"malformed .npz body: {e}") from None
+        with z:
+            members = {}
+            for m in z.namelist():  # names first: nothing is read for an unknown one
+                key = m[:-4] if m.endswith(".npy") else m
+                self._input(key)
+                if key in members:
+                    raise _bad(f"malformed .npz body: input '{key}' is in it twice")
+                members[key] = m
+            return {k: self._read_npy(k, lambda m=m: z.open(m), f".npz member '{m}'")
+                    for k, m in members.items()}
 
     def _input(self, name):
         for i in self.inputs:
             if i["name"] == name:
                 return i
         raise _bad(f"unknown input '{name}' (the engine's inputs: {', '.join(self.input_names)})")
+
+    def _dtype(self, name):
+        return np.dtype(self._input(name)["dtype"])
+
+    def _check_shape(self, info, shape):
+        """Raises RequestError (400) when `shape` is not of the input's rank or lies
+        outside its profile."""
+        name = info["name"]
+        if len(shape) != len(info["min"]):
+            raise _bad(f"input '{name}' has shape {_shape_text(shape)}, but the engine "
+                       f"expects rank {len(info['min'])} {_profile_text(info)}")
+        for d, (s, a, b) in enumerate(zip(shape, info["min"], info["max"])):
+            if not a <= s <= b:
+                rule = f"must be {a}" if a == b else f"must be in {a}..{b}"
+                raise _bad(f"input '{name}' has shape {_shape_text(shape)}, outside the "
+                           f"engine's profile {_profile_text(info)} (dimension {d} {rule})")
 
     def validate(self, feeds):
         """Checks names, dtypes, shapes against the profile, shared symbolic dimensions
@@ -261,14 +330,8 @@ class EngineSpec:
             if arr.dtype != want:
                 raise _bad(f"input '{name}' has dtype {arr.dtype.name}, but the engine expects "
                            f"{want.name}")
-            if arr.ndim != len(info["min"]):
-                raise _bad(f"input '{name}' has shape {_shape_text(arr.shape)}, but the engine "
-                           f"expects rank {len(info['min'])} {_profile_text(info)}")
-            for d, (s, a, b) in enumerate(zip(arr.shape, info["min"], info["max"])):
-                if not a <= s <= b:
-                    rule = f"must be {a}" if a == b else f"must be in {a}..{b}"
-                    raise _bad(f"input '{name}' has shape {_shape_text(arr.shape)}, outside the "
-                               f"engine's profile {_profile_text(info)} (dimension {d} {rule})")
+            self._check_shape(info, arr.shape)
+            for d, s in enumerate(arr.shape):
                 sym = info["dim_names"][d] if info["dim_names"] else None
                 if sym and info["shape"][d] is None:
                     prev = symbols.setdefault(sym, (name, s))
