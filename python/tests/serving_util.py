@@ -151,6 +151,27 @@ def npy_bytes(arr):
     return buf.getvalue()
 
 
+def post_chunked_unended(url, n_chunks, timeout=30):
+    """POSTs n_chunks chunks of 16 KiB to url/predict with Transfer-Encoding: chunked (no
+    Content-Length) and never the last chunk: the body does not end, so an answer comes
+    only from a server that reads as the body streams in. -> (status, body)."""
+    import http.client
+
+    c = http.client.HTTPConnection(HOST, int(url.rsplit(":", 1)[1]), timeout=timeout)
+    try:
+        c.putrequest("POST", "/predict")
+        c.putheader("Content-Type", "application/json")
+        c.putheader("Transfer-Encoding", "chunked")
+        c.endheaders()
+        chunk = b" " * 16384
+        for _ in range(n_chunks):
+            c.send(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+        r = c.getresponse()
+        return r.status, r.read()
+    finally:
+        c.close()
+
+
 def npy_header(shape, descr="<f4"):
     """An .npy header (version 1.0) claiming `shape`, without the data."""
     d = repr({"descr": descr, "fortran_order": False, "shape": tuple(shape)})

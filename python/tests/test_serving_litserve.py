@@ -23,8 +23,8 @@ pytest.importorskip("aiohttp", reason="the serving extra (aiohttp) is not instal
 
 from kiln.serving.core import EngineSpec, RequestError, decode_response, prepare_engine  # noqa: E402
 from serving_util import (HOST, engine, free_port, http, kill_group, make_requests,  # noqa: E402,F401
-                          matches, npy_bytes, npy_header, npz_bytes, run_load, runner,
-                          serving_env, start_litserve, stop)
+                          matches, npy_bytes, npy_header, npz_bytes, post_chunked_unended,
+                          run_load, runner, serving_env, start_litserve, stop)
 
 MAX_BODY_MB = 0.05  # 52 KB: a 3-row JSON request is ~1 KB
 
@@ -150,21 +150,10 @@ def test_bad_request(server, runner, case):
 
 
 def test_body_over_limit_without_content_length(server):
-    # chunked transfer: no Content-Length, the limit is found while reading
-    import http.client
-
-    c = http.client.HTTPConnection(HOST, int(server.rsplit(":", 1)[1]), timeout=30)
-    c.putrequest("POST", "/predict")
-    c.putheader("Content-Type", "application/json")
-    c.putheader("Transfer-Encoding", "chunked")
-    c.endheaders()
-    chunk = b" " * 16384
-    for _ in range(5):
-        c.send(b"%x\r\n%s\r\n" % (len(chunk), chunk))
-    c.send(b"0\r\n\r\n")
-    r = c.getresponse()
-    assert r.status == 413 and b"over the limit" in r.read()
-    c.close()
+    # chunked transfer: no Content-Length, the limit is found while reading (and answered
+    # before the body ends)
+    status, body = post_chunked_unended(server, 5)
+    assert status == 413 and b"over the limit" in body
 
 
 def test_load_2000_requests_concurrency_32(server, runner, capsys):

@@ -25,7 +25,7 @@ from ray import serve  # noqa: E402
 
 from kiln.serving.core import decode_response  # noqa: E402
 from serving_util import (HOST, engine, free_port, http, make_requests, matches,  # noqa: E402,F401
-                          run_load, runner, serving_env, wait_healthy)
+                          post_chunked_unended, run_load, runner, serving_env, wait_healthy)
 
 APP = "kiln"
 PROXY_TIMEOUT_S = 45  # above the replicas' request_timeout_s (30 s): theirs answers first
@@ -113,19 +113,8 @@ def test_chunked_body_over_limit(app):
     """A chunked body (no Content-Length) is refused once the bytes read pass the limit,
     before it ends (here it never does); the replica read every body whole first
     (request.body()), of any size, and answered only once it had ended."""
-    import http.client
-
-    c = http.client.HTTPConnection(HOST, int(app.rsplit(":", 1)[1]), timeout=30)
-    c.putrequest("POST", "/predict")
-    c.putheader("Content-Type", "application/json")
-    c.putheader("Transfer-Encoding", "chunked")
-    c.endheaders()
-    chunk = b" " * 16384
-    for _ in range(8):
-        c.send(b"%x\r\n%s\r\n" % (len(chunk), chunk))
-    r = c.getresponse()  # (no last chunk sent: the body goes on)
-    assert r.status == 413 and b"over the limit of 65536 bytes" in r.read()
-    c.close()
+    status, body = post_chunked_unended(app, 8)
+    assert status == 413 and b"over the limit of 65536 bytes" in body
 
 
 def test_load_2000_requests_2_replicas(app, runner, capsys):
