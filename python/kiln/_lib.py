@@ -259,5 +259,32 @@ def check(status):
         raise KilnError(status, msg)
 
 
+def c_path(path):
+    """A file path as C wants it (os.fsencode). A path holding a NUL character is refused:
+    C would read the path only up to it, another file (Python's open() refuses it too)."""
+    b = os.fsencode(path)
+    if b"\0" in b:
+        raise ValueError(f"path {os.fsdecode(b)!r} holds a NUL character")
+    return b
+
+
+def c_text(s, what):
+    """A str as a UTF-8 C string; one holding a NUL character is refused (C would keep
+    only what comes before it)."""
+    b = s.encode()
+    if b"\0" in b:
+        raise ValueError(f"{what} {s!r} holds a NUL character")
+    return b
+
+
+def c_int(value, lo, hi, what):
+    """int(value), which must lie in lo..hi: ctypes would wrap a larger one around silently
+    (2**64 + 5 bytes passed as size_t is 5)."""
+    v = int(value)
+    if not lo <= v <= hi:
+        raise ValueError(f"{what} must be in {lo}..{hi}, got {v}")
+    return v
+
+
 def dtype_name(code):
     return lib().kiln_dtype_name(int(code)).decode()

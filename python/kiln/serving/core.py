@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from .._engine import DEVICE_CUDA, Engine
-from .._lib import KILN_MAX_RANK, check, lib
+from .._lib import KILN_MAX_RANK, c_path, check, lib
 
 # kiln dtype codes (ONNX numbering) that numpy has a dtype for
 KILN_TO_NUMPY = {1: "float32", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6: "int32",
@@ -556,7 +556,7 @@ def _model_inputs(onnx_path):
 
     L = lib()
     model = ctypes.c_void_p()
-    check(L.kiln_model_load_onnx(os.fsencode(str(onnx_path)), ctypes.byref(model)))
+    check(L.kiln_model_load_onnx(c_path(str(onnx_path)), ctypes.byref(model)))
     try:
         out = []
         info = IoInfo()
