@@ -85,6 +85,8 @@ kiln_status kiln_builder_set_workspace(kiln_builder *b, size_t bytes) {
 
 kiln_status kiln_builder_set_timing_cache(kiln_builder *b, const char *path) {
     CHECK_BUILDER(b, "kiln_builder_set_timing_cache");
+    if (path && !*path)
+        return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "kiln_builder_set_timing_cache: the path is empty (NULL: no cache)");
     char *p = path ? kiln__strdup(path) : NULL;
     if (path && !p) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory");
     kiln__free(b->timing_cache);

@@ -127,11 +127,25 @@ static bool cache_parse_line(char *line, const char **key, int32_t *id, float *u
     return true;
 }
 
-/* Reads the cache file; a missing file is an empty cache, a malformed one
- * an error naming the file and line. */
+/* Reads the cache file; a missing file is an empty cache (when its folder
+ * exists: it is written there after the tuning, which should not run in
+ * vain), a malformed one an error naming the file and line. */
 static kiln_status cache_read(tcache *c, const char *path, bool notes) {
     struct stat sb;
-    if (stat(path, &sb) != 0 && errno == ENOENT) return KILN_OK;
+    if (stat(path, &sb) != 0 && errno == ENOENT) {
+        const char *slash = strrchr(path, '/');
+        char dir[4096];
+        if (!slash) return KILN_OK;
+        size_t n = slash == path ? 1 : (size_t)(slash - path);
+        if (n >= sizeof dir) return KILN_OK; /* (the write names the problem) */
+        memcpy(dir, path, n);
+        dir[n] = 0;
+        if (stat(dir, &sb) != 0)
+            return KILN_FAIL(KILN_ERR_IO, "timing cache '%s': folder '%s': %s", path, dir, strerror(errno));
+        if (!S_ISDIR(sb.st_mode))
+            return KILN_FAIL(KILN_ERR_IO, "timing cache '%s': '%s' is not a folder", path, dir);
+        return KILN_OK;
+    }
     int fd;
     KILN_TRY(kiln__open_regular(path, "timing cache", &fd, NULL));
     FILE *f = fdopen(fd, "r");

@@ -263,6 +263,9 @@ ln -s /dev/null nulldev
 expect "build -o a link to a character device" nz "exists and is a character device" "$KILN" build tiny.onnx -o nulldev
 [ -L nulldev ] && [ -c /dev/null ] && ok || bad "build -o replaced the link to /dev/null"
 expect "build --timing-cache a FIFO" nz "FIFO" "$KILN" build tiny.onnx -o t.kiln --timing-cache engine.fifo
+# a cache that could not be written after the tuning fails before it (it failed at the end)
+expect "build --timing-cache in a missing folder" nz "timing cache 'nodir/c.txt': folder 'nodir': No such file" "$KILN" build tiny.onnx -o t.kiln --timing-cache nodir/c.txt
+expect "build --timing-cache ''" nz "the path is empty" "$KILN" build tiny.onnx -o t.kiln --timing-cache ''
 # -q prints nothing on success, the library's notes and tuning progress included (an old cache's note here)
 printf 'kiln-timing-cache 2\n' >old.cache
 expect "build --timing-cache of version 2: a note" 0 "is of version 2" "$KILN" build tiny.onnx -o t.kiln --timing-cache old.cache
