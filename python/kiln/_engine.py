@@ -172,7 +172,12 @@ class Engine:
         check(L.kiln_context_create(self.handle, ctypes.byref(out)))
         st = 0
         if self._threads is not None:
-            st = L.kiln_context_set_threads(out, int(self._threads))
+            try:
+                n = _lib.c_int(self._threads, 0, 1024, "threads")
+            except (TypeError, ValueError):
+                L.kiln_context_free(out)
+                raise
+            st = L.kiln_context_set_threads(out, n)
         if st == 0 and self._memory_limit:
             st = L.kiln_context_set_memory_limit(out, self._memory_limit)
         if st != 0:

@@ -17,6 +17,7 @@ It is loaded once, on first use: `import kiln` works without it.
 import ctypes
 import ctypes.util
 import enum
+import operator
 import os
 import sys
 import sysconfig
@@ -278,9 +279,16 @@ def c_text(s, what):
 
 
 def c_int(value, lo, hi, what):
-    """int(value), which must lie in lo..hi: ctypes would wrap a larger one around silently
-    (2**64 + 5 bytes passed as size_t is 5)."""
-    v = int(value)
+    """value as an int, which must lie in lo..hi: ctypes would wrap a larger one around
+    silently (2**64 + 5 bytes passed as size_t is 5). A float must be a whole number (1e9
+    is taken; 2.5 is refused, not cut to 2)."""
+    if isinstance(value, float) and value.is_integer():
+        v = int(value)
+    else:
+        try:
+            v = operator.index(value)
+        except TypeError:
+            raise TypeError(f"{what} must be an int, got {value!r}") from None
     if not lo <= v <= hi:
         raise ValueError(f"{what} must be in {lo}..{hi}, got {v}")
     return v

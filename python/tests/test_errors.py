@@ -269,6 +269,10 @@ def test_values_c_would_cut_or_wrap(mlp, engine, tmp_path):
         kiln.convert_method_to_engine(mlp, inputs=[x], workspace=2**64 + 5)
     with raises(ValueError, "threads must be in 0..1024, got 4294967297"):
         kiln.convert_method_to_engine(mlp, inputs=[x], threads=2**32 + 1)
+    with raises(TypeError, "threads must be an int, got 2.5"):  # (was cut to 2)
+        kiln.convert_method_to_engine(mlp, inputs=[x], threads=2.5)
+    with raises(ValueError, "threads must be in 0..1024, got 4294967297"):  # (was 1 thread)
+        kiln.load(path, threads=2**32 + 1)(torch.randn(2, 16))
 
 
 def test_state_not_an_engine_modules(engine):
