@@ -368,6 +368,26 @@ def test_runner_warmup_runs_every_batch_size(engine, runner):
         r.close()
 
 
+@pytest.mark.parametrize("args,words", [
+    (["--max-body-mb", "inf"], "argument --max-body-mb: 'inf' is not a finite number > 0"),
+    (["--max-body-mb", "-1"], "argument --max-body-mb: '-1' is not a finite number > 0"),
+    (["--timeout-ms", "nan"], "argument --timeout-ms: 'nan' is not a finite number >= 0"),
+    (["--drain-timeout", "-1"], "argument --drain-timeout: '-1' is not a finite number >= 0"),
+    (["--port", "99999"], "argument --port: '99999' is not a finite number in 1..65535"),
+    (["--workers", "0"], "argument --workers: '0' is not a finite number >= 1"),
+    (["--threads", "2.5"], "argument --threads: '2.5' is not an integer"),
+])
+def test_kiln_serve_bad_numbers(args, words, capsys):
+    """Numbers kiln serve took and then failed on, or served with: --max-body-mb -1 (every
+    request a 413), inf (a traceback), --timeout-ms nan (a server started), --port 99999
+    (LitServe's traceback)."""
+    from kiln.serving.cli import parser
+
+    with pytest.raises(SystemExit) as e:
+        parser().parse_args(["model.kiln"] + args)
+    assert e.value.code == 2 and words in capsys.readouterr().err
+
+
 def test_kiln_serve_cli(engine, tmp_path):
     """`kiln serve --help` through the package's console script (kiln.cli), the C tool's
     commands through the same script, and a clear error for a model that is neither."""
