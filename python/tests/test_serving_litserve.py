@@ -338,6 +338,30 @@ def test_hostile_bodies_read_no_further_than_their_headers(engine):
         assert feeds["x"].dtype == np.float32 and np.array_equal(feeds["x"], x)
 
 
+def test_bool_bytes_other_than_0_1(tmp_path):
+    """A bool .npz member holding bytes other than 0/1 (numpy takes any byte as a bool) is a
+    400 at decoding: it reached the engine, whose run refuses it, and so failed with a 500
+    every request batched with it."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    g = helper.make_graph(
+        [helper.make_node("Where", ["m", "x", "z"], ["y"])], "where",
+        [helper.make_tensor_value_info("m", TensorProto.BOOL, ["b", 4]),
+         helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", 4])],
+        initializer=[numpy_helper.from_array(np.zeros(1, np.float32), "z")])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]),
+              str(tmp_path / "where.onnx"))
+    spec = EngineSpec.from_file(prepare_engine(tmp_path / "where.onnx", work_dir=tmp_path,
+                                               max_batch=4))
+    m = np.frombuffer(bytes([1, 0, 1, 1, 0, 0, 2, 255]), dtype=bool).reshape(2, 4)
+    body = npz_bytes({"m.npy": npy_bytes(m), "x.npy": npy_bytes(np.ones((2, 4), np.float32))})
+    with pytest.raises(RequestError, match=re.escape("input 'm' holds byte 2 at index [1, 2]: a "
+                                                     "bool holds 0 (false) or 1 (true) only")):
+        spec.decode(body, "application/x-npz")
+
+
 def test_batches_split_back_per_request(engine, runner):
     """Runner.run_batch: requests of 1-3 rows concatenated into runs of at most the
     profile's 8 rows, split back in order (each answer is its own request's)."""

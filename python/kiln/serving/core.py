@@ -338,6 +338,14 @@ class EngineSpec:
                     if prev[1] != s:
                         raise _bad(f"inputs '{prev[0]}' and '{name}' disagree on dimension "
                                    f"'{sym}': {prev[1]} and {s}")
+            if want.kind == "b" and arr.size:
+                # numpy takes any byte as a bool from .npy data; kiln refuses bytes other
+                # than 0/1 at run time, which would fail every request batched with this one
+                raw = np.ascontiguousarray(arr).view(np.uint8)
+                if (raw > 1).any():
+                    idx = tuple(int(i) for i in np.argwhere(raw > 1)[0])
+                    raise _bad(f"input '{name}' holds byte {int(raw[idx])} at index {list(idx)}: a "
+                               f"bool holds 0 (false) or 1 (true) only")
             if want.kind == "f" and arr.size:
                 bad = ~np.isfinite(arr)
                 if bad.any():
