@@ -362,6 +362,37 @@ def test_bool_bytes_other_than_0_1(tmp_path):
         spec.decode(body, "application/x-npz")
 
 
+def test_one_bad_request_does_not_fail_its_batch(tmp_path):
+    """A request whose data kiln refuses at run time (an embedding id out of range) gets
+    its own 400; the requests batched with it get their outputs (the batch's run failed
+    and so did every request in it)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from kiln.serving.core import RunFailure, Runner
+
+    w = np.arange(40, dtype=np.float32).reshape(10, 4)
+    g = helper.make_graph(
+        [helper.make_node("Gather", ["W", "ids"], ["y"])], "emb",
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, ["b", 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", 3, 4])],
+        initializer=[numpy_helper.from_array(w, "W")])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]),
+              str(tmp_path / "emb.onnx"))
+    r = Runner(prepare_engine(tmp_path / "emb.onnx", work_dir=tmp_path, max_batch=8), threads=1)
+    try:
+        good = [{"ids": np.array([[1, 2, 3]] * n, np.int64)} for n in (1, 2)]
+        bad = {"ids": np.array([[1, 99, 3]], np.int64)}
+        out = r.run_batch([good[0], bad, good[1]])
+        assert isinstance(out[1], RunFailure) and out[1].http_status == 400
+        assert "index 99 is out of range for axis 0 of size 10" in out[1].message
+        for o, f in ((out[0], good[0]), (out[2], good[1])):
+            assert np.array_equal(o["y"], w[f["ids"]])
+        assert isinstance(r.run_batch([bad])[0], RunFailure)
+    finally:
+        r.close()
+
+
 def test_batches_split_back_per_request(engine, runner):
     """Runner.run_batch: requests of 1-3 rows concatenated into runs of at most the
     profile's 8 rows, split back in order (each answer is its own request's)."""

@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from .._engine import DEVICE_CUDA, Engine
-from .._lib import KILN_MAX_RANK, c_path, check, lib
+from .._lib import KILN_MAX_RANK, KilnError, Status, c_path, check, lib
 
 # kiln dtype codes (ONNX numbering) that numpy has a dtype for
 KILN_TO_NUMPY = {1: "float32", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6: "int32",
@@ -423,6 +423,23 @@ class Outputs(dict):
         return f"requests={self.batch_requests}, rows={self.batch_rows}"
 
 
+class RunFailure:
+    """The answer to a request whose own run failed (kiln refused its data at run time,
+    e.g. an index out of range): `status` (kiln Status), `message`; the servers answer it
+    with http_status: 400 where kiln refused the data (INVALID_ARGUMENT; MODEL, which
+    the run of data the profile admits gives for values a layer cannot take, as an
+    index out of range), else 500. run_batch gives one in place of
+    the request's Outputs, so that the other requests batched with it are still answered."""
+
+    def __init__(self, status, message):
+        self.status = int(status)
+        self.message = message
+
+    @property
+    def http_status(self):
+        return 400 if self.status in (Status.INVALID_ARGUMENT, Status.MODEL) else 500
+
+
 def _copy_out(ptr, shape, dtype):
     arr = np.empty(shape, dtype=dtype)
     if arr.nbytes:
@@ -492,22 +509,37 @@ class Runner:
             out[name] = _copy_out(ptr.value, tuple(self._dims[:rank.value]), o["dtype"])
         return out
 
+    def run_one(self, feeds):
+        """run(), with a failure of kiln's run as a RunFailure instead of KilnError."""
+        try:
+            return self.run(feeds)
+        except KilnError as e:
+            return RunFailure(e.status, str(e))
+
     def run_batch(self, requests):
-        """A list of validated feeds -> a list of Outputs, one per request, in order.
-        Batchable engines: requests whose non-batch dimensions agree are concatenated
-        along dimension 0 in chunks of at most the profile's max rows."""
+        """A list of validated feeds -> a list of Outputs (or RunFailure), one per request,
+        in order. Batchable engines: requests whose non-batch dimensions agree are
+        concatenated along dimension 0 in chunks of at most the profile's max rows. When a
+        chunk's run fails, its requests are run one by one: the request at fault gets its
+        RunFailure, the others their outputs (one request's bad data, an index out of
+        range, failed every request batched with it)."""
         if not self.spec.batchable or len(requests) == 1:
-            return [self.run(r) for r in requests]
+            return [self.run_one(r) for r in requests]
         results = [None] * len(requests)
         for chunk in self._chunks(requests):
             if len(chunk) == 1:
-                results[chunk[0]] = self.run(requests[chunk[0]])
+                results[chunk[0]] = self.run_one(requests[chunk[0]])
                 continue
             feeds = {n: np.concatenate([requests[k][n] for k in chunk], axis=0)
                      for n in self.spec.input_names}
             rows = [self.spec.rows(requests[k]) for k in chunk]
             total = sum(rows)
-            outs = self.run(feeds)
+            try:
+                outs = self.run(feeds)
+            except KilnError:
+                for k in chunk:
+                    results[k] = self.run_one(requests[k])
+                continue
             for name, arr in outs.items():
                 if arr.shape[:1] != (total,):
                     raise RuntimeError(

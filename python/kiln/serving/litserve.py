@@ -40,7 +40,8 @@ from fastapi.responses import JSONResponse
 from litserve.specs.base import LitSpec
 from litserve.utils import LitAPIStatus, ResponseBufferItem
 
-from .core import DEFAULT_MAX_BODY_BYTES, EngineSpec, RequestError, Runner, encode, read_body
+from .core import (DEFAULT_MAX_BODY_BYTES, EngineSpec, RequestError, RunFailure, Runner, encode,
+                   read_body)
 
 # bodies up to this size are decoded and encoded on the event loop; larger ones in a thread
 _INLINE_BYTES = 256 << 10
@@ -135,6 +136,8 @@ class KilnSpec(LitSpec):
         response, status = self.response_buffer.pop(uid).response
         if status == LitAPIStatus.ERROR:
             return self._failure(response)
+        if isinstance(response, RunFailure):
+            return _error(response.http_status, response.message)
         accept = request.headers.get("accept", "")
         if sum(a.nbytes for a in response.values()) > _INLINE_BYTES:
             data, media = await asyncio.to_thread(encode, response, fmt, accept)
@@ -225,7 +228,7 @@ class KilnLitAPI(ls.LitAPI):
     def predict(self, x):
         if self.max_batch_size > 1:
             return self.runner.run_batch(x)  # x: a list of requests' inputs
-        return self.runner.run(x)
+        return self.runner.run_one(x)
 
     def health(self):
         draining = self._spec.draining

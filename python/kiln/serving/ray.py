@@ -36,7 +36,8 @@ from ray import serve
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from .core import DEFAULT_MAX_BODY_BYTES, EngineSpec, RequestError, Runner, encode, read_body
+from .core import (DEFAULT_MAX_BODY_BYTES, EngineSpec, RequestError, RunFailure, Runner, encode,
+                   read_body)
 
 
 def put_engine(path):
@@ -123,6 +124,8 @@ class KilnServer(_EngineHolder):
             outputs = await asyncio.wait_for(self._batched(feeds), self.request_timeout_s)
         except asyncio.TimeoutError:
             return _error(504, f"no answer within {self.request_timeout_s:g} s")
+        if isinstance(outputs, RunFailure):
+            return _error(outputs.http_status, outputs.message)
         data, media = encode(outputs, fmt, request.headers.get("accept", ""))
         return Response(content=data, media_type=media,
                         headers={"X-Kiln-Batch": outputs.header()})
