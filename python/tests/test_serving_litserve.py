@@ -362,6 +362,29 @@ def test_bool_bytes_other_than_0_1(tmp_path):
         spec.decode(body, "application/x-npz")
 
 
+def test_int64_range_exact(tmp_path):
+    """JSON numbers for an int64 input are range-checked exactly: 2**63, as an int or as
+    the float 9.223372036854775807e18, passed numpy's float64 comparison and became
+    -2**63."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    g = helper.make_graph([helper.make_node("Identity", ["ids"], ["y"])], "ident",
+                          [helper.make_tensor_value_info("ids", TensorProto.INT64, [1, 2])],
+                          [helper.make_tensor_value_info("y", TensorProto.INT64, [1, 2])])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]),
+              str(tmp_path / "ident.onnx"))
+    spec = EngineSpec.from_file(prepare_engine(tmp_path / "ident.onnx", work_dir=tmp_path))
+    for v in ("9223372036854775808", "9.223372036854775807e18", "18446744073709551615",
+              "-9.3e18"):
+        with pytest.raises(RequestError, match="holds values outside int64's range"):
+            spec.decode(b'{"inputs": {"ids": [[%s, 1]]}}' % v.encode(), "application/json")
+    for v, want in (("9223372036854775807", 2**63 - 1), ("-9223372036854775808", -2**63),
+                    ("-9.223372036854775808e18", -2**63), ("4.0", 4)):
+        feeds, _ = spec.decode(b'{"inputs": {"ids": [[%s, 1]]}}' % v.encode(), "application/json")
+        assert int(feeds["ids"][0, 0]) == want
+
+
 def test_one_bad_request_does_not_fail_its_batch(tmp_path):
     """A request whose data kiln refuses at run time (an embedding id out of range) gets
     its own 400; the requests batched with it get their outputs (the batch's run failed

@@ -237,8 +237,14 @@ class EngineSpec:
                 raise _bad(f"input '{name}' holds non-integer numbers, but the engine expects "
                            f"{want.name}")
         if want.kind in "iu" and arr.size:
-            lo, hi = np.iinfo(want).min, np.iinfo(want).max
-            if arr.min() < lo or arr.max() > hi:
+            lo, hi = int(np.iinfo(want).min), int(np.iinfo(want).max)
+            # compared exactly: numpy compares uint64 with int64 (and 2**63 - 1 with a float)
+            # as float64, which let 2**63 through, to become -2**63
+            if arr.dtype.kind == "f":
+                out = arr.min() < float(lo) or arr.max() >= float(hi) + 1.0
+            else:
+                out = int(arr.min()) < lo or int(arr.max()) > hi
+            if out:
                 raise _bad(f"input '{name}' holds values outside {want.name}'s range "
                            f"[{lo}, {hi}]")
         if want.kind == "b" and arr.size and not np.all((arr == 0) | (arr == 1)):
