@@ -362,6 +362,18 @@ def test_bool_bytes_other_than_0_1(tmp_path):
         spec.decode(body, "application/x-npz")
 
 
+def test_npz_answer_of_outputs_named_like_savez_arguments():
+    """Outputs named "file" (numpy.savez's own argument) are answered as .npz; savez
+    failed ("got multiple values for argument 'file'"): a 500 for every binary request."""
+    from kiln.serving.core import encode_binary
+
+    outs = {"file": np.arange(3, dtype=np.float32), "y": np.ones((2, 2), np.int64)}
+    body, media = encode_binary(outs)
+    got = decode_response(body, media)
+    assert media == "application/x-npz" and got.keys() == outs.keys()
+    assert all(np.array_equal(got[k], v) and got[k].dtype == v.dtype for k, v in outs.items())
+
+
 def test_int64_range_exact(tmp_path):
     """JSON numbers for an int64 input are range-checked exactly: 2**63, as an int or as
     the float 9.223372036854775807e18, passed numpy's float64 comparison and became

@@ -391,7 +391,12 @@ def encode_binary(outputs):
     if len(outputs) == 1:
         np.save(buf, next(iter(outputs.values())), allow_pickle=False)
         return buf.getvalue(), NPY_TYPE
-    np.savez(buf, **outputs)
+    # as numpy.savez writes it, without passing the names as keywords (an output named
+    # "file" made savez fail: a 500 for every binary request)
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED, allowZip64=True) as z:
+        for name, arr in outputs.items():
+            with z.open(name + ".npy", "w", force_zip64=True) as f:
+                np.lib.format.write_array(f, np.asanyarray(arr), allow_pickle=False)
     return buf.getvalue(), NPZ_TYPE
 
 
