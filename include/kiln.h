@@ -111,6 +111,14 @@ KILN_API const char *kiln_status_name(kiln_status s); /* "KILN_ERR_MODEL" */
 /* Message of the last failure on this thread ("" if none). */
 KILN_API const char *kiln_last_error(void);
 KILN_API const char *kiln_dtype_name(kiln_dtype t);   /* "float32"; "?" if unknown */
+/* A name (of a model's or engine's node, tensor, input, output) fit to
+ * print: s itself when it holds no control characters, else a copy in buf
+ * (cap bytes, cut to fit; cap >= 4 * strlen(s) + 1 never cuts) with each
+ * byte of a control character (0x01-0x1f, 0x7f, and U+0080..U+009F in
+ * UTF-8) written as \xNN; "(null)" for NULL, "?" when buf is NULL or cap 0. Names come from model and engine files, which may hold terminal
+ * escapes, carriage returns or newlines meant to forge or hide what a
+ * terminal or log shows; kiln's own messages and `kiln` print names so. */
+KILN_API const char *kiln_printable(const char *s, char *buf, size_t cap);
 KILN_API size_t kiln_dtype_size(kiln_dtype t);        /* bytes per element; 0 if none */
 /* Whether this kiln has a backend for `dev` and, for GPUs, at least one
  * device is present (1) or not (0). */
@@ -179,6 +187,16 @@ KILN_API kiln_status kiln_builder_set_optimization(kiln_builder *b, int level);
  * run are timed on the target and the fastest is kept; 0 takes each layer's
  * default kernel without timing. */
 KILN_API kiln_status kiln_builder_set_tuning(kiln_builder *b, int on);
+/* What kiln_build prints on stderr (errors are never printed: they come
+ * back as a status and kiln_last_error). 0: nothing. 1 (default): progress
+ * lines while tuning takes more than 2 s ("kiln: tuning: N layers timed
+ * ..."), and notes: a timing cache of an older version is timed again, a
+ * device layer's tactic that computes something else than the others is
+ * not used. 2: also every tuned layer's candidates with their times and a
+ * summary of where the tuning time went (the environment variable
+ * KILN_TUNE_VERBOSE=1 asks for these at any level). Other levels fail with
+ * KILN_ERR_INVALID_ARGUMENT. */
+KILN_API kiln_status kiln_builder_set_verbosity(kiln_builder *b, int level);
 /* Fast math: when non-zero, the tuner may also choose kernels that trade
  * float32 accuracy for speed (on the CPU: kiln's Winograd F(4x4, 3x3) and
  * F(2x2, 3x3) convolutions, whose transforms round more than a direct
@@ -309,7 +327,12 @@ KILN_API kiln_status kiln_context_set_threads(kiln_context *c, int threads);
  * unchanged until kiln_context_run returns. The shape must lie inside the
  * engine's profile and the dtype must match. For a CUDA engine `data` may be
  * host memory or device memory of the engine's GPU (told apart by the CUDA
- * runtime; device memory is used without a copy). */
+ * runtime; device memory is used without a copy). A bool input holds one
+ * byte per element, 0 (false) or 1 (true), as numpy's and PyTorch's bools
+ * do: kiln_context_run fails with KILN_ERR_INVALID_ARGUMENT, naming the
+ * input and the element, on any other byte in host memory (convert other
+ * data with x != 0 first); bool data in device memory is not checked and
+ * must hold 0 and 1 only. */
 KILN_API kiln_status kiln_context_set_input(kiln_context *c, const char *name, kiln_dtype dtype,
                                             int rank, const int64_t *dims, const void *data);
 /* Optionally binds caller memory for an output (`capacity` bytes; host or,

@@ -22,6 +22,11 @@ int fail_kiln(kiln_status s, const char *fmt, ...) __attribute__((format(printf,
 /* A failed load of `path` ("model", "engine"). */
 int fail_load(kiln_status s, const char *what, const char *path);
 double now_s(void);
+/* A name from a model or engine (input, output, layer, tensor, source
+ * node) for stdout: control characters as \xNN (kiln_printable, in buf,
+ * a char array). Messages through fail() and the others are escaped whole. */
+#define PRINTABLE(s, buf) kiln_printable((s), (buf), sizeof(buf))
+#define NAME_CAP 1024
 /* "[1x3x224x224]"; dynamic dims (< 0) as their name or "?"; "[unknown rank]" for rank -1. */
 const char *fmt_dims(char *buf, size_t cap, int rank, const int64_t *dims, const char *const *names);
 #define DIMS_CAP (KILN_MAX_RANK * 48 + 8)

@@ -346,8 +346,9 @@ static const char *dims_str(char *buf, size_t cap, kiln_dtype dt, int rank, cons
 /* "Op 'name'" of layer l of e. */
 static void print_layer(const kiln_engine *e, int l) {
     kiln_layer_info li;
+    char op[NAME_CAP], pn[NAME_CAP];
     if (kiln_engine_layer_info(e, l, &li) != KILN_OK) return;
-    printf("%s '%s'", li.op, li.name);
+    printf("%s '%s'", PRINTABLE(li.op, op), PRINTABLE(li.name, pn));
 }
 
 static void print_sources(const kiln_engine *e, int l) {
@@ -356,7 +357,8 @@ static void print_sources(const kiln_engine *e, int l) {
         printf("none (a layer kiln added)");
         return;
     }
-    for (int i = 0; i < n; i++) printf("%s'%s'", i ? ", " : "", kiln_engine_layer_source(e, l, i));
+    char pn[NAME_CAP];
+    for (int i = 0; i < n; i++) printf("%s'%s'", i ? ", " : "", PRINTABLE(kiln_engine_layer_source(e, l, i), pn));
 }
 
 static void print_error(const entry *en) {
@@ -392,11 +394,11 @@ static void print_first(const session *s) {
     printf("  made from: ");
     print_sources(e, l);
     printf(" (ONNX nodes)\n");
-    char a[DIMS_CAP + 32];
+    char a[DIMS_CAP + 32], pn[NAME_CAP];
     for (int k = 0; k < kiln_engine_layer_num_outputs(e, l); k++) {
         const entry *en = table_find(&s->t, kiln_engine_layer_output(e, l, k));
         if (!en || en->status == ROW_NONE) continue;
-        printf("  output %d '%s': %s: ", k, en->name, dims_str(a, sizeof a, en->dtype, en->rank, en->dims));
+        printf("  output %d '%s': %s: ", k, PRINTABLE(en->name, pn), dims_str(a, sizeof a, en->dtype, en->rank, en->dims));
         if (en->status == ROW_NOREF) {
             printf("no reference (a tensor kiln made)\n");
             continue;
@@ -415,7 +417,7 @@ static void print_first(const session *s) {
                                                             !strcmp(kiln_engine_layer_input(e, l, j), name);
         if (!name || again) continue;
         const entry *en = table_find(&s->t, name);
-        printf("  input %d '%s': ", i, name);
+        printf("  input %d '%s': ", i, PRINTABLE(name, pn));
         if (!en) {
             bool input = false;
             for (int k = 0; k < kiln_engine_num_inputs(e); k++) {
@@ -455,17 +457,17 @@ static void print_first(const session *s) {
 }
 
 static void print_row(const session *s, const entry *en) {
-    char a[DIMS_CAP + 32];
+    char a[DIMS_CAP + 32], op[NAME_CAP], pn[NAME_CAP];
     kiln_layer_info li;
     kiln_engine_layer_info(s->e, en->producer, &li);
-    printf("  %5d  %-18s %-8s ", en->producer, li.op, status_word(en->status));
+    printf("  %5d  %-18s %-8s ", en->producer, PRINTABLE(li.op, op), status_word(en->status));
     if (en->status == ROW_OK || en->status == ROW_DIFF) {
         if (en->diff.is_float) printf("%9.3g %9.3g  ", en->diff.max_abs, tensor_diff_norm(&en->diff));
         else printf("%9" PRId64 " %9s  ", en->diff.differ, "(differ)");
     } else {
         printf("%9s %9s  ", "-", "-");
     }
-    printf("%s %s\n", en->name, dims_str(a, sizeof a, en->dtype, en->rank, en->dims));
+    printf("%s %s\n", PRINTABLE(en->name, pn), dims_str(a, sizeof a, en->dtype, en->rank, en->dims));
 }
 
 /* The summary; returns the number of problems (differing, mis-shaped or overwritten tensors). */
@@ -502,7 +504,8 @@ static int print_summary(const session *s, bool verbose) {
         kiln_io_info info;
         if (kiln_engine_output_info(s->e, k, &info) != KILN_OK) continue;
         const entry *en = table_find(&s->t, info.name);
-        printf("  %s: ", info.name);
+        char pn[NAME_CAP];
+        printf("  %s: ", PRINTABLE(info.name, pn));
         if (!en || en->status == ROW_NONE) printf("not compared\n");
         else if (en->status == ROW_NOREF) printf("no reference\n");
         else {
@@ -749,7 +752,8 @@ static int compare(compare_opts *o) {
     if (s.first >= 0) print_first(&s);
     if (s.first_clobber >= 0) {
         const entry *v = table_find(&s.t, s.victim);
-        printf("\ntensor '%s' changed between layer %d (", s.victim, v->producer);
+        char pn[NAME_CAP];
+        printf("\ntensor '%s' changed between layer %d (", PRINTABLE(s.victim, pn), v->producer);
         print_layer(e, v->producer);
         printf("), which wrote it, and layer %d (", s.first_clobber);
         print_layer(e, s.first_clobber);
@@ -764,7 +768,7 @@ static int compare(compare_opts *o) {
             printf(": layer %d (", s.culprit);
             print_layer(e, s.culprit);
             printf(") in a second run.\n  Its output shares memory with '%s': a fault of the memory plan "
-                   "(try --no-memory-reuse)\n", s.victim);
+                   "(try --no-memory-reuse)\n", pn);
         } else {
             printf(" (a second run did not change it between layers %d and %d: it varies from run to run)\n",
                    s.watch_from, s.watch_to);

@@ -23,11 +23,19 @@
 
 /* ---- messages --------------------------------------------------------------- */
 
+/* "kiln: error: " and the message on stderr, control characters as \xNN
+ * (kiln_printable): messages name a model's inputs, outputs and layers,
+ * whose names may hold terminal escapes or newlines. */
+static void print_error(const char *fmt, va_list ap) {
+    char msg[4096], esc[4 * sizeof msg];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    fprintf(stderr, "kiln: error: %s", kiln_printable(msg, esc, sizeof esc));
+}
+
 int fail(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    fputs("kiln: error: ", stderr);
-    vfprintf(stderr, fmt, ap);
+    print_error(fmt, ap);
     fputc('\n', stderr);
     va_end(ap);
     return EXIT_FAIL;
@@ -36,8 +44,7 @@ int fail(const char *fmt, ...) {
 int usage_error(const char *cmd, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    fputs("kiln: error: ", stderr);
-    vfprintf(stderr, fmt, ap);
+    print_error(fmt, ap);
     fputc('\n', stderr);
     va_end(ap);
     if (cmd) fprintf(stderr, "Try 'kiln %s --help'.\n", cmd);
@@ -49,9 +56,8 @@ int usage_error(const char *cmd, const char *fmt, ...) {
 int fail_kiln(kiln_status s, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    fputs("kiln: error: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    const char *msg = kiln_last_error();
+    print_error(fmt, ap);
+    const char *msg = kiln_last_error(); /* (kiln's messages come with control characters made '?') */
     fprintf(stderr, ": %s\n", msg && *msg ? msg : kiln_status_name(s));
     va_end(ap);
     return EXIT_FAIL;
@@ -82,8 +88,9 @@ const char *fmt_dims(char *buf, size_t cap, int rank, const int64_t *dims, const
     size_t n = (size_t)snprintf(buf, cap, "[");
     for (int i = 0; i < rank && n < cap; i++) {
         const char *sep = i ? (symbolic ? " x " : "x") : "";
+        char pn[NAME_CAP]; /* a symbolic dim's name comes from the model */
         if (dims[i] >= 0) n += (size_t)snprintf(buf + n, cap - n, "%s%" PRId64, sep, dims[i]);
-        else n += (size_t)snprintf(buf + n, cap - n, "%s%s", sep, names && names[i] ? names[i] : "?");
+        else n += (size_t)snprintf(buf + n, cap - n, "%s%s", sep, names && names[i] ? PRINTABLE(names[i], pn) : "?");
     }
     if (n < cap) snprintf(buf + n, cap - n, "]");
     return buf;
@@ -605,8 +612,9 @@ int bind_inputs(kiln_engine *e, kiln_context *c, const input_files *files, const
         if (st != KILN_OK)
             return fail_kiln(st, "input '%s' (%s %s from %s)", b->info.name, kiln_dtype_name(b->dtype),
                              fmt_dims(a, sizeof a, b->rank, b->dims, NULL), b->source ? b->source : "random data");
+        char pn[NAME_CAP];
         if (!quiet)
-            printf("input  '%s': %s %s  (%s)\n", b->info.name, kiln_dtype_name(b->dtype),
+            printf("input  '%s': %s %s  (%s)\n", PRINTABLE(b->info.name, pn), kiln_dtype_name(b->dtype),
                    fmt_dims(a, sizeof a, b->rank, b->dims, NULL), b->source ? b->source : "random");
     }
     return EXIT_OK;
@@ -654,7 +662,7 @@ static const char build_help[] =
     "  --disable-pass NAME      switch graph optimizer pass NAME off (repeatable; 'kiln debug\n"
     "                           passes' lists them), e.g. to find the pass at fault with\n"
     "                           'kiln debug compare'\n"
-    "  -q, --quiet              print nothing on success\n"
+    "  -q, --quiet              print nothing on success (no warnings, no tuning progress)\n"
     "  -h, --help               show this help\n"
     "\n"
     "Environment (tuning):\n"
@@ -765,10 +773,10 @@ int set_profiles(const char *cmd, const kiln_model *m, kiln_builder *b, const sh
         if (!p->name) {
             bool dynamic = false;
             for (int i = 0; i < info.rank; i++) dynamic = dynamic || info.dims[i] < 0;
-            char a[DIMS_CAP];
+            char a[DIMS_CAP], pn[NAME_CAP];
             if (dynamic && !quiet)
                 fprintf(stderr, "kiln: note: input '%s' %s has dynamic dims and no shapes: using 1 for them\n",
-                        info.name, fmt_dims(a, sizeof a, info.rank, info.dims, info.dim_names));
+                        PRINTABLE(info.name, pn), fmt_dims(a, sizeof a, info.rank, info.dims, info.dim_names));
             continue;
         }
         size_t bytes = sizeof(int64_t) * (size_t)p->rank;
@@ -920,6 +928,10 @@ static int cmd_build(int argc, char **argv) {
         fail_kiln(st, "precision");
         goto done;
     }
+    if (quiet && (st = kiln_builder_set_verbosity(b, 0)) != KILN_OK) { /* not the tuner's progress either */
+        fail_kiln(st, "--quiet");
+        goto done;
+    }
     if (strict && (st = kiln_builder_set_strict_device(b, 1)) != KILN_OK) {
         fail_kiln(st, "--strict-device");
         goto done;
@@ -960,13 +972,13 @@ static int cmd_build(int argc, char **argv) {
         goto done;
     }
     if (!quiet) {
-        char a[DIMS_CAP], bb[DIMS_CAP], c[DIMS_CAP], d[DIMS_CAP];
+        char a[DIMS_CAP], bb[DIMS_CAP], c[DIMS_CAP], d[DIMS_CAP], pn[NAME_CAP];
         printf("model:   %s (%d inputs, %d outputs)\n", model_path, n_in, n_out);
         for (int k = 0; k < kiln_engine_num_inputs(e); k++) {
             kiln_io_info info;
             int64_t mn[KILN_MAX_RANK], opt[KILN_MAX_RANK], mx[KILN_MAX_RANK];
             if (kiln_engine_input_info(e, k, &info) != KILN_OK) continue;
-            printf("  input  %s: %s %s", info.name, kiln_dtype_name(info.dtype),
+            printf("  input  %s: %s %s", PRINTABLE(info.name, pn), kiln_dtype_name(info.dtype),
                    fmt_dims(a, sizeof a, info.rank, info.dims, info.dim_names));
             if (kiln_engine_input_profile(e, k, mn, opt, mx) == KILN_OK)
                 printf("  profile min %s opt %s max %s", fmt_dims(bb, sizeof bb, info.rank, mn, NULL),
@@ -976,7 +988,7 @@ static int cmd_build(int argc, char **argv) {
         for (int k = 0; k < kiln_engine_num_outputs(e); k++) {
             kiln_io_info info;
             if (kiln_engine_output_info(e, k, &info) != KILN_OK) continue;
-            printf("  output %s: %s %s\n", info.name, kiln_dtype_name(info.dtype),
+            printf("  output %s: %s %s\n", PRINTABLE(info.name, pn), kiln_dtype_name(info.dtype),
                    fmt_dims(a, sizeof a, info.rank, info.dims, info.dim_names));
         }
         int layers = kiln_engine_num_layers(e);
@@ -1139,10 +1151,10 @@ static char **output_file_names(const kiln_engine *e, int n_out) {
 
 static void print_output(const char *name, kiln_dtype dt, int rank, const int64_t *dims, const void *data,
                          bool all) {
-    char a[DIMS_CAP];
+    char a[DIMS_CAP], pn[NAME_CAP];
     int64_t n = 1;
     for (int i = 0; i < rank; i++) n *= dims[i];
-    printf("output '%s': %s %s\n", name, kiln_dtype_name(dt), fmt_dims(a, sizeof a, rank, dims, NULL));
+    printf("output '%s': %s %s\n", PRINTABLE(name, pn), kiln_dtype_name(dt), fmt_dims(a, sizeof a, rank, dims, NULL));
     if (n == 0) {
         printf("  (empty)\n");
         return;
@@ -1298,11 +1310,12 @@ static int run_compare(const char *model_path, const kiln_engine *e, kiln_contex
         }
         tensor_diff d;
         tensor_diff_compute(dt, data, rdt, rdata, n, &d);
+        char pn[NAME_CAP];
         if (!d.is_float) {
-            printf("  %s: %lld of %lld elements differ\n", info.name, (long long)d.differ, (long long)n);
+            printf("  %s: %lld of %lld elements differ\n", PRINTABLE(info.name, pn), (long long)d.differ, (long long)n);
             continue;
         }
-        printf("  %s: max abs err %.3g, max abs err / max|ref| %.3g, max rel err %.3g", info.name,
+        printf("  %s: max abs err %.3g, max abs err / max|ref| %.3g, max rel err %.3g", PRINTABLE(info.name, pn),
                d.max_abs, tensor_diff_norm(&d), d.max_rel);
         if (d.nonfinite) printf(", %lld non-finite mismatches", (long long)d.nonfinite);
         printf("\n");
@@ -1662,8 +1675,9 @@ static int bench_profile(kiln_engine *e, kiln_context *c, int64_t runs, between_
             json_string(li.tactic);
             printf(", \"mean_us\": %.3f, \"percent\": %.2f}%s\n", rows[i].us, pct, i + 1 < n ? "," : "");
         } else {
-            printf("  %10.1f %6.2f %6.2f  %-18s %-16s %-16s %s\n", rows[i].us, pct, cum, li.op, li.kernel,
-                   li.tactic[0] ? li.tactic : "-", li.name);
+            char op[NAME_CAP], pn[NAME_CAP];
+            printf("  %10.1f %6.2f %6.2f  %-18s %-16s %-16s %s\n", rows[i].us, pct, cum, PRINTABLE(li.op, op),
+                   li.kernel, li.tactic[0] ? li.tactic : "-", PRINTABLE(li.name, pn));
         }
     }
     if (json) printf("  ]},\n");

@@ -6,7 +6,6 @@ import ctypes
 import difflib
 import inspect
 import json
-import os
 import re
 import tempfile
 import warnings
@@ -391,7 +390,7 @@ def _exporter_error(exc, module, run, label, which, opset):
 def _build(onnx_path, inputs, device, precision, opts, module, label, metadata):
     L = lib()
     model = ctypes.c_void_p()
-    st = L.kiln_model_load_onnx(os.fsencode(str(onnx_path)), ctypes.byref(model))
+    st = L.kiln_model_load_onnx(_lib.c_path(str(onnx_path)), ctypes.byref(model))
     if st != 0:
         msg = _lib.last_error()
         if st == Status.UNSUPPORTED:
@@ -407,17 +406,20 @@ def _build(onnx_path, inputs, device, precision, opts, module, label, metadata):
         check(L.kiln_builder_set_device(builder, dev, index))
         check(L.kiln_builder_set_precision(builder, _PRECISIONS[precision]))
         if "threads" in opts:
-            check(L.kiln_builder_set_threads(builder, int(opts["threads"])))
+            check(L.kiln_builder_set_threads(builder, _lib.c_int(opts["threads"], 0, 1024,
+                                                                 "threads")))
         if "workspace" in opts:
-            check(L.kiln_builder_set_workspace(builder, int(opts["workspace"])))
+            check(L.kiln_builder_set_workspace(builder, _lib.c_int(opts["workspace"], 0, 2**64 - 1,
+                                                                   "workspace (bytes)")))
         if opts.get("timing_cache") is not None:
-            check(L.kiln_builder_set_timing_cache(builder, os.fsencode(str(opts["timing_cache"]))))
+            check(L.kiln_builder_set_timing_cache(builder, _lib.c_path(str(opts["timing_cache"]))))
         if "fast_math" in opts:
             if not isinstance(opts["fast_math"], bool):
                 raise TypeError("fast_math must be True or False, got %r" % (opts["fast_math"],))
             check(L.kiln_builder_set_fast_math(builder, int(opts["fast_math"])))
         for key, value in metadata.items():
-            check(L.kiln_builder_set_metadata(builder, key.encode(), value.encode()))
+            check(L.kiln_builder_set_metadata(builder, _lib.c_text(key, "metadata key"),
+                                              _lib.c_text(value, f"metadata '{key}' value")))
         for b in inputs:
             if b.spec.is_static:
                 continue

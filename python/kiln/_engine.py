@@ -7,7 +7,6 @@ when the Engine is garbage collected or closed (contexts first, then the engine)
 
 import ctypes
 import json
-import os
 import threading
 import weakref
 from pathlib import Path
@@ -106,7 +105,7 @@ class Engine:
     @classmethod
     def from_file(cls, path, threads=None):
         out = ctypes.c_void_p()
-        check(lib().kiln_engine_load(os.fsencode(Path(path)), ctypes.byref(out)))
+        check(lib().kiln_engine_load(_lib.c_path(Path(path)), ctypes.byref(out)))
         return cls(out.value, threads)
 
     # ---- engine-level --------------------------------------------------------------
@@ -127,7 +126,7 @@ class Engine:
             L.kiln_free(data)
 
     def save(self, path):
-        check(lib().kiln_engine_save(self.handle, os.fsencode(Path(path))))
+        check(lib().kiln_engine_save(self.handle, _lib.c_path(Path(path))))
 
     @property
     def metadata(self):
@@ -143,14 +142,15 @@ class Engine:
 
     def get_metadata(self, key):
         """The value of metadata `key`, or None."""
-        v = lib().kiln_engine_metadata(self.handle, key.encode())
+        v = lib().kiln_engine_metadata(self.handle, _lib.c_text(key, "metadata key"))
         return None if v is None else v.decode()
 
     def set_metadata(self, key, value):
         """Sets metadata `key` to `value` (a str; None removes it). serialize() and save()
         then carry it."""
-        check(lib().kiln_engine_set_metadata(self.handle, key.encode(),
-                                             None if value is None else value.encode()))
+        check(lib().kiln_engine_set_metadata(
+            self.handle, _lib.c_text(key, "metadata key"),
+            None if value is None else _lib.c_text(value, f"metadata '{key}' value")))
 
     def describe(self, as_json=False):
         s = lib().kiln_engine_describe(self.handle, 1 if as_json else 0)
@@ -172,7 +172,12 @@ class Engine:
         check(L.kiln_context_create(self.handle, ctypes.byref(out)))
         st = 0
         if self._threads is not None:
-            st = L.kiln_context_set_threads(out, int(self._threads))
+            try:
+                n = _lib.c_int(self._threads, 0, 1024, "threads")
+            except (TypeError, ValueError):
+                L.kiln_context_free(out)
+                raise
+            st = L.kiln_context_set_threads(out, n)
         if st == 0 and self._memory_limit:
             st = L.kiln_context_set_memory_limit(out, self._memory_limit)
         if st != 0:
@@ -187,9 +192,7 @@ class Engine:
         """Limits the activation memory (intermediate tensors and scratch, not weights) of
         each context of this engine to `nbytes` bytes; 0 or None removes the limit. A run
         that would need more raises KilnError (Status.OUT_OF_MEMORY) before allocating."""
-        n = int(nbytes or 0)
-        if n < 0:
-            raise ValueError(f"memory limit must be >= 0 bytes, got {n}")
+        n = _lib.c_int(nbytes or 0, 0, 2**64 - 1, "memory limit (bytes)")
         L = lib()
         with self._lock:
             self._memory_limit = n

@@ -39,9 +39,10 @@ def _shape_tuple(what, shape):
     if isinstance(shape, torch.Size):
         shape = tuple(shape)
     if not isinstance(shape, (tuple, list)) or not all(
-        isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape
-    ):
-        raise ValueError(f"kiln.Input: {what} must be a tuple of non-negative ints, got {shape!r}")
+        isinstance(d, int) and not isinstance(d, bool) and 0 <= d < 2**63 for d in shape
+    ):  # (a dim past int64 was wrapped around by ctypes: 2**64 + 2 became 2)
+        raise ValueError(f"kiln.Input: {what} must be a tuple of non-negative ints below 2**63, "
+                         f"got {shape!r}")
     return tuple(shape)
 
 

@@ -17,6 +17,7 @@ It is loaded once, on first use: `import kiln` works without it.
 import ctypes
 import ctypes.util
 import enum
+import operator
 import os
 import sys
 import sysconfig
@@ -257,6 +258,40 @@ def check(status):
     if status != 0:
         msg = last_error() or f"kiln call failed with status {status}"
         raise KilnError(status, msg)
+
+
+def c_path(path):
+    """A file path as C wants it (os.fsencode). A path holding a NUL character is refused:
+    C would read the path only up to it, another file (Python's open() refuses it too)."""
+    b = os.fsencode(path)
+    if b"\0" in b:
+        raise ValueError(f"path {os.fsdecode(b)!r} holds a NUL character")
+    return b
+
+
+def c_text(s, what):
+    """A str as a UTF-8 C string; one holding a NUL character is refused (C would keep
+    only what comes before it)."""
+    b = s.encode()
+    if b"\0" in b:
+        raise ValueError(f"{what} {s!r} holds a NUL character")
+    return b
+
+
+def c_int(value, lo, hi, what):
+    """value as an int, which must lie in lo..hi: ctypes would wrap a larger one around
+    silently (2**64 + 5 bytes passed as size_t is 5). A float must be a whole number (1e9
+    is taken; 2.5 is refused, not cut to 2)."""
+    if isinstance(value, float) and value.is_integer():
+        v = int(value)
+    else:
+        try:
+            v = operator.index(value)
+        except TypeError:
+            raise TypeError(f"{what} must be an int, got {value!r}") from None
+    if not lo <= v <= hi:
+        raise ValueError(f"{what} must be in {lo}..{hi}, got {v}")
+    return v
 
 
 def dtype_name(code):

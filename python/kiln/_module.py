@@ -453,7 +453,11 @@ class EngineModule(torch.nn.Module):
     def set_extra_state(self, state):
         if not state:
             return
-        t = state["kiln_engine"]
+        t = state.get("kiln_engine") if isinstance(state, dict) else None
+        if not isinstance(t, torch.Tensor) or t.dtype != torch.uint8:
+            got = type(t if isinstance(state, dict) else state).__name__
+            raise TypeError(f"EngineModule state: expected a dict with 'kiln_engine', the engine "
+                            f"as a uint8 tensor (as EngineModule.state_dict() gives), got {got}")
         data = t.detach().cpu().contiguous().numpy().tobytes()
         spec = json.loads(state["kiln_spec"]) if state.get("kiln_spec") else None
         self._kiln_load(data, spec)

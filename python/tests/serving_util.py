@@ -12,6 +12,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -147,6 +148,43 @@ def stop(proc, timeout=60):
 def npy_bytes(arr):
     buf = io.BytesIO()
     np.save(buf, arr)
+    return buf.getvalue()
+
+
+def post_chunked_unended(url, n_chunks, timeout=30):
+    """POSTs n_chunks chunks of 16 KiB to url/predict with Transfer-Encoding: chunked (no
+    Content-Length) and never the last chunk: the body does not end, so an answer comes
+    only from a server that reads as the body streams in. -> (status, body)."""
+    import http.client
+
+    c = http.client.HTTPConnection(HOST, int(url.rsplit(":", 1)[1]), timeout=timeout)
+    try:
+        c.putrequest("POST", "/predict")
+        c.putheader("Content-Type", "application/json")
+        c.putheader("Transfer-Encoding", "chunked")
+        c.endheaders()
+        chunk = b" " * 16384
+        for _ in range(n_chunks):
+            c.send(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+        r = c.getresponse()
+        return r.status, r.read()
+    finally:
+        c.close()
+
+
+def npy_header(shape, descr="<f4"):
+    """An .npy header (version 1.0) claiming `shape`, without the data."""
+    d = repr({"descr": descr, "fortran_order": False, "shape": tuple(shape)})
+    h = (d + " " * (118 - len(d)) + "\n").encode()
+    return b"\x93NUMPY\x01\x00" + len(h).to_bytes(2, "little") + h
+
+
+def npz_bytes(members, compression=zipfile.ZIP_STORED):
+    """An .npz archive of {member name: bytes}."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", compression) as z:
+        for name, data in members.items():
+            z.writestr(name, data)
     return buf.getvalue()
 
 

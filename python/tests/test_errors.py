@@ -164,7 +164,8 @@ def test_input_errors():
     with raises(ValueError, "kiln.Input: need min_shape <= opt_shape <= max_shape in every "
                             "dimension, got (1, 2), (8, 2), (4, 2)"):
         kiln.Input(min_shape=(1, 2), opt_shape=(8, 2), max_shape=(4, 2))
-    with raises(ValueError, "kiln.Input: shape must be a tuple of non-negative ints, got (1, -2)"):
+    with raises(ValueError, "kiln.Input: shape must be a tuple of non-negative ints below 2**63, "
+                            "got (1, -2)"):
         kiln.Input((1, -2))
     with raises(TypeError, "kiln.Input: dtype must be a torch dtype kiln supports, got "
                            "torch.complex64"):
@@ -238,6 +239,52 @@ def test_engine_module_missing_file(tmp_path):
     with raises(kiln.KilnError, f"{path}: cannot open engine: No such file or directory") as e:
         kiln.load(path)
     assert e.value.status == kiln.Status.IO
+
+
+def test_values_c_would_cut_or_wrap(mlp, engine, tmp_path):
+    """What ctypes and C strings would change silently is refused: a path or metadata with
+    a NUL character (C reads up to it: kiln.load('a.kiln\\0b') loaded a.kiln, a value
+    'a\\0b' was stored as 'a'), and ints past the C type (ctypes wraps them around: a
+    max_shape of 2**64 + 2 built a profile of max 2, workspace 2**64 + 5 was 5 bytes,
+    threads 2**32 + 1 was 1 thread)."""
+    path = tmp_path / "e.kiln"
+    kiln.save(engine, path)
+    with pytest.raises(ValueError, match="e.kiln.x00other' holds a NUL character$"):
+        kiln.load(str(path) + "\0other")
+    e = kiln._engine.Engine.from_file(path)
+    with raises(ValueError, "metadata 'k' value 'a\\x00b' holds a NUL character"):
+        e.set_metadata("k", "a\0b")
+    with raises(ValueError, "metadata key 'k\\x00' holds a NUL character"):
+        e.get_metadata("k\0")
+    with raises(ValueError, "memory limit (bytes) must be in 0..18446744073709551615, got "
+                            "18446744073709551621"):
+        e.set_memory_limit(2**64 + 5)
+    e.close()
+    with raises(ValueError, "kiln.Input: max_shape must be a tuple of non-negative ints below "
+                            "2**63, got (18446744073709551618, 16)"):
+        kiln.Input(min_shape=(1, 16), max_shape=(2**64 + 2, 16))
+    x = torch.randn(2, 16)
+    with raises(ValueError, "workspace (bytes) must be in 0..18446744073709551615, got "
+                            "18446744073709551621"):
+        kiln.convert_method_to_engine(mlp, inputs=[x], workspace=2**64 + 5)
+    with raises(ValueError, "threads must be in 0..1024, got 4294967297"):
+        kiln.convert_method_to_engine(mlp, inputs=[x], threads=2**32 + 1)
+    with raises(TypeError, "threads must be an int, got 2.5"):  # (was cut to 2)
+        kiln.convert_method_to_engine(mlp, inputs=[x], threads=2.5)
+    with raises(ValueError, "threads must be in 0..1024, got 4294967297"):  # (was 1 thread)
+        kiln.load(path, threads=2**32 + 1)(torch.randn(2, 16))
+
+
+def test_state_not_an_engine_modules(engine):
+    """load_state_dict of a state that is not an EngineModule's names what it expects (it
+    failed with "'int' object is not subscriptable" or KeyError: 'kiln_engine')."""
+    m = kiln.EngineModule(engine)
+    want = ("EngineModule state: expected a dict with 'kiln_engine', the engine as a uint8 "
+            "tensor (as EngineModule.state_dict() gives), got ")
+    for state, got in ((5, "int"), ({"weights": torch.ones(2)}, "NoneType"),
+                       ({"kiln_engine": torch.ones(2)}, "Tensor")):
+        with raises(TypeError, want + got):
+            m.load_state_dict({"_extra_state": state})
 
 
 def test_save_bad_argument():

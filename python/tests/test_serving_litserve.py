@@ -4,13 +4,16 @@ server serving on), 2,000 requests at concurrency 32 checked against the engine'
 output, and graceful shutdown (requests in flight finish). Bounded: each server is started
 and stopped by the test, every request loop has a count and a time limit."""
 
+import io
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import threading
 import time
+import zipfile
 
 import numpy as np
 import pytest
@@ -20,8 +23,8 @@ pytest.importorskip("aiohttp", reason="the serving extra (aiohttp) is not instal
 
 from kiln.serving.core import EngineSpec, RequestError, decode_response, prepare_engine  # noqa: E402
 from serving_util import (HOST, engine, free_port, http, kill_group, make_requests,  # noqa: E402,F401
-                          matches, npy_bytes, run_load, runner, serving_env, start_litserve,
-                          stop)
+                          matches, npy_bytes, npy_header, npz_bytes, post_chunked_unended,
+                          run_load, runner, serving_env, start_litserve, stop)
 
 MAX_BODY_MB = 0.05  # 52 KB: a 3-row JSON request is ~1 KB
 
@@ -120,6 +123,15 @@ BAD = [
     ("pickled object .npy", npy_bytes(np.array([{"a": 1}], dtype=object)), "application/x-npy",
      400, "malformed .npy body"),
     ("unsupported type", b"x=1", "text/plain", 415, "unsupported Content-Type 'text/plain'"),
+    # hostile bodies: each was a 500 (an exception the decoder let through)
+    ("JSON nested 5000 deep", b'{"inputs": {"x": ' + b"[" * 5000 + b"]" * 5000 + b"}}",
+     "application/json", 400, "malformed JSON body: nested too deeply"),
+    ("a lone surrogate in a name", b'{"inputs": {"x\\ud800": [[1.0]]}}', "application/json", 400,
+     "unknown input 'x\\ud800'"),
+    (".npy claiming 4 TiB", npy_header([1 << 40]) + bytes(64), "application/x-npy", 400,
+     "input 'x' has shape [1099511627776], but the engine expects rank 2"),
+    (".npz member claiming 4 TiB", npz_bytes({"x.npy": npy_header([1 << 40, 16]) + bytes(64)}),
+     "application/x-npz", 400, "input 'x' has shape [1099511627776, 16], outside the engine's"),
     ("body over the limit", jbody([[0.123456789] * 16] * 8 * 50), "application/json", 413,
      "over the limit of 52428 bytes"),
 ]
@@ -138,21 +150,10 @@ def test_bad_request(server, runner, case):
 
 
 def test_body_over_limit_without_content_length(server):
-    # chunked transfer: no Content-Length, the limit is found while reading
-    import http.client
-
-    c = http.client.HTTPConnection(HOST, int(server.rsplit(":", 1)[1]), timeout=30)
-    c.putrequest("POST", "/predict")
-    c.putheader("Content-Type", "application/json")
-    c.putheader("Transfer-Encoding", "chunked")
-    c.endheaders()
-    chunk = b" " * 16384
-    for _ in range(5):
-        c.send(b"%x\r\n%s\r\n" % (len(chunk), chunk))
-    c.send(b"0\r\n\r\n")
-    r = c.getresponse()
-    assert r.status == 413 and b"over the limit" in r.read()
-    c.close()
+    # chunked transfer: no Content-Length, the limit is found while reading (and answered
+    # before the body ends)
+    status, body = post_chunked_unended(server, 5)
+    assert status == 413 and b"over the limit" in body
 
 
 def test_load_2000_requests_concurrency_32(server, runner, capsys):
@@ -302,6 +303,131 @@ def test_validation_of_shared_dimensions(tmp_path):
         spec.decode(npy_bytes(np.ones((1, 4), np.float32)), "application/x-npy")
 
 
+def test_hostile_bodies_read_no_further_than_their_headers(engine):
+    """.npy and .npz bodies are refused from their headers, before any data is read: a
+    2 MB .npz whose member inflates to 2 GB took 22 s and 2 GB of memory in the API server
+    (a 64 MB body: 64 GB), and 20,000 members not named after inputs were all read before
+    the first unknown name was refused. Big-endian data of the right type is taken."""
+    import resource
+
+    spec = EngineSpec.from_file(engine)
+    bomb = io.BytesIO()
+    with zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as z:
+        with z.open("x.npy", "w", force_zip64=True) as f:
+            f.write(npy_header([1 << 29]))
+            for _ in range(128):
+                f.write(bytes(1 << 24))
+    many = npz_bytes({f"m{i}.npy": npy_bytes(np.zeros(1, np.float32)) for i in range(20000)})
+    rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    t0 = time.monotonic()
+    for body, words in ((bomb.getvalue(), "input 'x' has shape [536870912], but the engine"),
+                        (many, "unknown input 'm0'")):
+        with pytest.raises(RequestError, match=re.escape(words)):
+            spec.decode(body, "application/x-npz")
+    assert time.monotonic() - t0 < 2.0
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss0 < 200 << 10  # KiB
+    with pytest.raises(RequestError, match="input 'x' is in it twice"):
+        spec.decode(npz_bytes({"x.npy": npy_bytes(np.ones((1, 16), np.float32)),
+                               "x": npy_bytes(np.ones((1, 16), np.float32))}), "application/x-npz")
+    x = np.arange(32, dtype=np.float32).reshape(2, 16)
+    for body, ctype in ((npy_bytes(x.astype(">f4")), "application/x-npy"),
+                        (npz_bytes({"x.npy": npy_bytes(x.astype(">f4"))}), "application/x-npz"),
+                        (json.dumps({"inputs": {"x": {"data": x.tolist(), "dtype": ">f4"}}}).encode(),
+                         "application/json")):
+        feeds, _ = spec.decode(body, ctype)
+        assert feeds["x"].dtype == np.float32 and np.array_equal(feeds["x"], x)
+
+
+def test_bool_bytes_other_than_0_1(tmp_path):
+    """A bool .npz member holding bytes other than 0/1 (numpy takes any byte as a bool) is a
+    400 at decoding: it reached the engine, whose run refuses it, and so failed with a 500
+    every request batched with it."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    g = helper.make_graph(
+        [helper.make_node("Where", ["m", "x", "z"], ["y"])], "where",
+        [helper.make_tensor_value_info("m", TensorProto.BOOL, ["b", 4]),
+         helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", 4])],
+        initializer=[numpy_helper.from_array(np.zeros(1, np.float32), "z")])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]),
+              str(tmp_path / "where.onnx"))
+    spec = EngineSpec.from_file(prepare_engine(tmp_path / "where.onnx", work_dir=tmp_path,
+                                               max_batch=4))
+    m = np.frombuffer(bytes([1, 0, 1, 1, 0, 0, 2, 255]), dtype=bool).reshape(2, 4)
+    body = npz_bytes({"m.npy": npy_bytes(m), "x.npy": npy_bytes(np.ones((2, 4), np.float32))})
+    with pytest.raises(RequestError, match=re.escape("input 'm' holds byte 2 at index [1, 2]: a "
+                                                     "bool holds 0 (false) or 1 (true) only")):
+        spec.decode(body, "application/x-npz")
+
+
+def test_npz_answer_of_outputs_named_like_savez_arguments():
+    """Outputs named "file" (numpy.savez's own argument) are answered as .npz; savez
+    failed ("got multiple values for argument 'file'"): a 500 for every binary request."""
+    from kiln.serving.core import encode_binary
+
+    outs = {"file": np.arange(3, dtype=np.float32), "y": np.ones((2, 2), np.int64)}
+    body, media = encode_binary(outs)
+    got = decode_response(body, media)
+    assert media == "application/x-npz" and got.keys() == outs.keys()
+    assert all(np.array_equal(got[k], v) and got[k].dtype == v.dtype for k, v in outs.items())
+
+
+def test_int64_range_exact(tmp_path):
+    """JSON numbers for an int64 input are range-checked exactly: 2**63, as an int or as
+    the float 9.223372036854775807e18, passed numpy's float64 comparison and became
+    -2**63."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    g = helper.make_graph([helper.make_node("Identity", ["ids"], ["y"])], "ident",
+                          [helper.make_tensor_value_info("ids", TensorProto.INT64, [1, 2])],
+                          [helper.make_tensor_value_info("y", TensorProto.INT64, [1, 2])])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]),
+              str(tmp_path / "ident.onnx"))
+    spec = EngineSpec.from_file(prepare_engine(tmp_path / "ident.onnx", work_dir=tmp_path))
+    for v in ("9223372036854775808", "9.223372036854775807e18", "18446744073709551615",
+              "-9.3e18"):
+        with pytest.raises(RequestError, match="holds values outside int64's range"):
+            spec.decode(b'{"inputs": {"ids": [[%s, 1]]}}' % v.encode(), "application/json")
+    for v, want in (("9223372036854775807", 2**63 - 1), ("-9223372036854775808", -2**63),
+                    ("-9.223372036854775808e18", -2**63), ("4.0", 4)):
+        feeds, _ = spec.decode(b'{"inputs": {"ids": [[%s, 1]]}}' % v.encode(), "application/json")
+        assert int(feeds["ids"][0, 0]) == want
+
+
+def test_one_bad_request_does_not_fail_its_batch(tmp_path):
+    """A request whose data kiln refuses at run time (an embedding id out of range) gets
+    its own 400; the requests batched with it get their outputs (the batch's run failed
+    and so did every request in it)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from kiln.serving.core import RunFailure, Runner
+
+    w = np.arange(40, dtype=np.float32).reshape(10, 4)
+    g = helper.make_graph(
+        [helper.make_node("Gather", ["W", "ids"], ["y"])], "emb",
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, ["b", 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", 3, 4])],
+        initializer=[numpy_helper.from_array(w, "W")])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]),
+              str(tmp_path / "emb.onnx"))
+    r = Runner(prepare_engine(tmp_path / "emb.onnx", work_dir=tmp_path, max_batch=8), threads=1)
+    try:
+        good = [{"ids": np.array([[1, 2, 3]] * n, np.int64)} for n in (1, 2)]
+        bad = {"ids": np.array([[1, 99, 3]], np.int64)}
+        out = r.run_batch([good[0], bad, good[1]])
+        assert isinstance(out[1], RunFailure) and out[1].http_status == 400
+        assert "index 99 is out of range for axis 0 of size 10" in out[1].message
+        for o, f in ((out[0], good[0]), (out[2], good[1])):
+            assert np.array_equal(o["y"], w[f["ids"]])
+        assert isinstance(r.run_batch([bad])[0], RunFailure)
+    finally:
+        r.close()
+
+
 def test_batches_split_back_per_request(engine, runner):
     """Runner.run_batch: requests of 1-3 rows concatenated into runs of at most the
     profile's 8 rows, split back in order (each answer is its own request's)."""
@@ -330,6 +456,26 @@ def test_runner_warmup_runs_every_batch_size(engine, runner):
         assert matches(r.run({"x": x}), want)
     finally:
         r.close()
+
+
+@pytest.mark.parametrize("args,words", [
+    (["--max-body-mb", "inf"], "argument --max-body-mb: 'inf' is not a finite number > 0"),
+    (["--max-body-mb", "-1"], "argument --max-body-mb: '-1' is not a finite number > 0"),
+    (["--timeout-ms", "nan"], "argument --timeout-ms: 'nan' is not a finite number >= 0"),
+    (["--drain-timeout", "-1"], "argument --drain-timeout: '-1' is not a finite number >= 0"),
+    (["--port", "99999"], "argument --port: '99999' is not a finite number in 1..65535"),
+    (["--workers", "0"], "argument --workers: '0' is not a finite number >= 1"),
+    (["--threads", "2.5"], "argument --threads: '2.5' is not an integer"),
+])
+def test_kiln_serve_bad_numbers(args, words, capsys):
+    """Numbers kiln serve took and then failed on, or served with: --max-body-mb -1 (every
+    request a 413), inf (a traceback), --timeout-ms nan (a server started), --port 99999
+    (LitServe's traceback)."""
+    from kiln.serving.cli import parser
+
+    with pytest.raises(SystemExit) as e:
+        parser().parse_args(["model.kiln"] + args)
+    assert e.value.code == 2 and words in capsys.readouterr().err
 
 
 def test_kiln_serve_cli(engine, tmp_path):

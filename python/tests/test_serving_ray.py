@@ -25,7 +25,7 @@ from ray import serve  # noqa: E402
 
 from kiln.serving.core import decode_response  # noqa: E402
 from serving_util import (HOST, engine, free_port, http, make_requests, matches,  # noqa: E402,F401
-                          run_load, runner, serving_env, wait_healthy)
+                          post_chunked_unended, run_load, runner, serving_env, wait_healthy)
 
 APP = "kiln"
 PROXY_TIMEOUT_S = 45  # above the replicas' request_timeout_s (30 s): theirs answers first
@@ -107,6 +107,14 @@ def test_bad_requests(app, runner, body, ctype, status, words):
     st, h, out = http("POST", app + "/predict", json.dumps({"inputs": {"x": x.tolist()}}).encode(),
                       {"Content-Type": "application/json"})
     assert st == 200
+
+
+def test_chunked_body_over_limit(app):
+    """A chunked body (no Content-Length) is refused once the bytes read pass the limit,
+    before it ends (here it never does); the replica read every body whole first
+    (request.body()), of any size, and answered only once it had ended."""
+    status, body = post_chunked_unended(app, 8)
+    assert status == 413 and b"over the limit of 65536 bytes" in body
 
 
 def test_load_2000_requests_2_replicas(app, runner, capsys):

@@ -115,12 +115,12 @@ static kiln_status model_warnings(kiln_model *m, const kiln_tinfo *declared) {
     for (int i = 0; declared && i < g->n_outputs; i++) {
         const kiln_tinfo *inf = &g->values[g->outputs[i]].info;
         if (!contradicts(&declared[i], inf)) continue;
-        char a[192], b[192];
+        char a[192], b[192], pn[512];
         KILN_TRY(add_warning(
             m,
             "graph output '%s' is declared %s %s, but the graph computes %s %s: the engine's "
             "output is %s %s",
-            g->values[g->outputs[i]].name, kiln_dtype_name(declared[i].dtype),
+            kiln_printable(g->values[g->outputs[i]].name, pn, sizeof pn), kiln_dtype_name(declared[i].dtype),
             declared[i].rank < 0 ? "(rank unknown)"
                                  : kiln__shape_str(declared[i].rank, declared[i].dims, a, sizeof a),
             kiln_dtype_name(inf->dtype),

@@ -16,6 +16,7 @@ kiln_status kiln_builder_create(kiln_builder **out) {
     (*out)->opts.math = KILN_MATH_ACCURATE;
     (*out)->optimization = 1;
     (*out)->tuning = true;
+    (*out)->verbosity = 1;
     return KILN_OK;
 }
 
@@ -84,6 +85,8 @@ kiln_status kiln_builder_set_workspace(kiln_builder *b, size_t bytes) {
 
 kiln_status kiln_builder_set_timing_cache(kiln_builder *b, const char *path) {
     CHECK_BUILDER(b, "kiln_builder_set_timing_cache");
+    if (path && !*path)
+        return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "kiln_builder_set_timing_cache: the path is empty (NULL: no cache)");
     char *p = path ? kiln__strdup(path) : NULL;
     if (path && !p) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory");
     kiln__free(b->timing_cache);
@@ -102,6 +105,14 @@ kiln_status kiln_builder_set_optimization(kiln_builder *b, int level) {
 kiln_status kiln_builder_set_tuning(kiln_builder *b, int on) {
     CHECK_BUILDER(b, "kiln_builder_set_tuning");
     b->tuning = on != 0;
+    return KILN_OK;
+}
+
+kiln_status kiln_builder_set_verbosity(kiln_builder *b, int level) {
+    CHECK_BUILDER(b, "kiln_builder_set_verbosity");
+    if (level < 0 || level > 2)
+        return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "kiln_builder_set_verbosity: level %d is not 0, 1 or 2", level);
+    b->verbosity = level;
     return KILN_OK;
 }
 
@@ -411,10 +422,10 @@ static void json_str(kiln_sbuf *sb, const char *s) {
  * spaces to `width` columns. */
 static void text_str(kiln_sbuf *sb, const char *s, size_t n, int width) {
     int w = 0;
-    for (size_t k = 0; k < n; k++) {
-        unsigned char c = (unsigned char)s[k];
-        if (c < 0x20 || c == 0x7f) kiln__sbuf_printf(sb, "\\x%02x", c), w += 4;
-        else kiln__sbuf_printf(sb, "%c", c), w++;
+    for (size_t k = 0; k < n;) {
+        size_t c = s[k] ? kiln__control_at(s + k) : 1; /* (a metadata value may hold a 0 byte) */
+        if (!c) kiln__sbuf_printf(sb, "%c", s[k++]), w++;
+        for (; c && k < n; c--, w += 4) kiln__sbuf_printf(sb, "\\x%02x", (unsigned char)s[k++]);
     }
     for (; w < width; w++) kiln__sbuf_printf(sb, " ");
 }

@@ -127,11 +127,25 @@ static bool cache_parse_line(char *line, const char **key, int32_t *id, float *u
     return true;
 }
 
-/* Reads the cache file; a missing file is an empty cache, a malformed one
- * an error naming the file and line. */
-static kiln_status cache_read(tcache *c, const char *path) {
+/* Reads the cache file; a missing file is an empty cache (when its folder
+ * exists: it is written there after the tuning, which should not run in
+ * vain), a malformed one an error naming the file and line. */
+static kiln_status cache_read(tcache *c, const char *path, bool notes) {
     struct stat sb;
-    if (stat(path, &sb) != 0 && errno == ENOENT) return KILN_OK;
+    if (stat(path, &sb) != 0 && errno == ENOENT) {
+        const char *slash = strrchr(path, '/');
+        char dir[4096];
+        if (!slash) return KILN_OK;
+        size_t n = slash == path ? 1 : (size_t)(slash - path);
+        if (n >= sizeof dir) return KILN_OK; /* (the write names the problem) */
+        memcpy(dir, path, n);
+        dir[n] = 0;
+        if (stat(dir, &sb) != 0)
+            return KILN_FAIL(KILN_ERR_IO, "timing cache '%s': folder '%s': %s", path, dir, strerror(errno));
+        if (!S_ISDIR(sb.st_mode))
+            return KILN_FAIL(KILN_ERR_IO, "timing cache '%s': '%s' is not a folder", path, dir);
+        return KILN_OK;
+    }
     int fd;
     KILN_TRY(kiln__open_regular(path, "timing cache", &fd, NULL));
     FILE *f = fdopen(fd, "r");
@@ -155,11 +169,12 @@ static kiln_status cache_read(tcache *c, const char *path) {
         }
         if (ln == 1) {
             old = !strcmp(line, "kiln-timing-cache 1") || !strcmp(line, "kiln-timing-cache 2");
-            if (old)
-                fprintf(stderr, "kiln: timing cache '%s' is of version %c (before a device layer's tactics "
-                                "that disagree were judged by kiln's host reference): its layers are timed "
-                                "again\n", path, line[18]);
-            else if (strcmp(line, "kiln-timing-cache 3"))
+            if (old) {
+                if (notes)
+                    fprintf(stderr, "kiln: timing cache '%s' is of version %c (before a device layer's tactics "
+                                    "that disagree were judged by kiln's host reference): its layers are timed "
+                                    "again\n", path, line[18]);
+            } else if (strcmp(line, "kiln-timing-cache 3"))
                 st = KILN_FAIL(KILN_ERR_IO, "timing cache '%s' is not a kiln timing cache (version 3)",
                                path);
             continue;
@@ -896,15 +911,15 @@ static kiln_status judge_tactics(const kiln_tune_layer *L, const tune_bufs *tb, 
     kiln_status st = host_reference(L, tb, ref, &have_ref, why, sizeof why);
     S->ref_runs += have_ref;
     kiln_tune_rule rule = kiln__tune_decide(dt, samples, nc, n->n_out, ran, have_ref ? ref : NULL, family, keep);
-    if (st == KILN_OK && (rule == KILN_TUNE_REFERENCE || rule == KILN_TUNE_MAJORITY)) {
+    if (st == KILN_OK && L->notes && (rule == KILN_TUNE_REFERENCE || rule == KILN_TUNE_MAJORITY)) {
         if (rule == KILN_TUNE_REFERENCE)
             fprintf(stderr, "kiln: tuning: node '%s': its tactics disagree; kiln's host reference keeps",
-                    kiln__printable(n->name, pn, sizeof pn));
+                    kiln_printable(n->name, pn, sizeof pn));
         else
             fprintf(stderr,
                     "kiln: tuning: node '%s': its tactics disagree and no host reference checks them (%s); a "
                     "majority of their engine families keeps",
-                    kiln__printable(n->name, pn, sizeof pn), why);
+                    kiln_printable(n->name, pn, sizeof pn), why);
         for (int k = 0; k < nc; k++)
             if (ran[k] && keep[k]) fprintf(stderr, " %s", names[k]);
         fprintf(stderr, "\n");
@@ -926,16 +941,18 @@ static kiln_status judge_tactics(const kiln_tune_layer *L, const tune_bufs *tb, 
                               bad);
         else
             kiln__sbuf_printf(&msg, "%s %s (max |y| %.4g, %.0f NaN/Inf)", msg.len ? "," : "", names[k], top, bad);
-        if (rule == KILN_TUNE_REFERENCE && !keep[k])
+        if (!L->notes)
+            ;
+        else if (rule == KILN_TUNE_REFERENCE && !keep[k])
             fprintf(stderr,
                     "kiln: tuning: node '%s': tactic %s does not compute what the host reference does (max "
                     "|y - ref| %.4g where max |ref| is %.4g, %.0f NaN/Inf): it is not used\n",
-                    kiln__printable(n->name, pn, sizeof pn), names[k], err, scale, bad);
+                    kiln_printable(n->name, pn, sizeof pn), names[k], err, scale, bad);
         else if (rule == KILN_TUNE_MAJORITY && !keep[k])
             fprintf(stderr,
                     "kiln: tuning: node '%s': tactic %s disagrees with that majority (max |y| %.4g, %.0f "
                     "NaN/Inf): it is not used\n",
-                    kiln__printable(n->name, pn, sizeof pn), names[k], top, bad);
+                    kiln_printable(n->name, pn, sizeof pn), names[k], top, bad);
         if (!keep[k]) runs[k].ok = false;
     }
     if (st == KILN_OK && msg.oom) st = KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory (tuning)");
@@ -1067,7 +1084,7 @@ kiln_status kiln__tune_layer(const kiln_tune_layer *L, int32_t *best_id, double 
         /* KILN_TUNE_VERBOSE=1: every candidate's set-up and median time,
          * then where the layer's time went */
         char pn[256];
-        fprintf(stderr, "kiln: tune %s:", kiln__printable(n->name, pn, sizeof pn));
+        fprintf(stderr, "kiln: tune %s:", kiln_printable(n->name, pn, sizeof pn));
         for (int k = 0; k < nc; k++) {
             char nm[96];
             kiln__backend_tactic_describe(be, n, cand[k], nm, sizeof nm);
@@ -1076,7 +1093,7 @@ kiln_status kiln__tune_layer(const kiln_tune_layer *L, int32_t *best_id, double 
         fprintf(stderr, "\n");
         kiln_sbuf sb = {0};
         stats_describe(S, &sb);
-        fprintf(stderr, "kiln: tune %s: %s\n", kiln__printable(n->name, pn, sizeof pn), sb.data ? sb.data : "?");
+        fprintf(stderr, "kiln: tune %s: %s\n", kiln_printable(n->name, pn, sizeof pn), sb.data ? sb.data : "?");
         kiln__sbuf_free(&sb);
     }
     for (int k = 0; k < nc; k++) {
@@ -1174,7 +1191,7 @@ static kiln_status tune_all(kiln_layout_ctx *c) {
     T->vi = kiln__calloc((size_t)g->n_values + 1, sizeof *T->vi);
     if (!T->vi) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory (tuning)");
     kiln_tinfo *vi = T->vi;
-    if (b->timing_cache) KILN_TRY(cache_read(&T->cache, b->timing_cache));
+    if (b->timing_cache) KILN_TRY(cache_read(&T->cache, b->timing_cache, b->verbosity >= 1));
     KILN_TRY(opt_shapes(e, vi));
     c->vi = vi;
     for (int ni = 0; ni < g->n_nodes; ni++) {
@@ -1252,15 +1269,15 @@ static kiln_status tune_all(kiln_layout_ctx *c) {
         double best_us;
         kiln_tune_layer L = {.be = be, .state = T->states[it->si], .pool = &T->pool, .threads = e->opts.threads,
                              .n = n, .in = in, .outs = outs, .ids = it->ids, .n_ids = it->n_ids,
-                             .verbose = T->verbose, .ref_max_macs = REF_MAX_MACS, .ref_max_bytes = REF_MAX_BYTES,
-                             .stats = &it->stats};
+                             .verbose = T->verbose, .notes = T->b->verbosity >= 1, .ref_max_macs = REF_MAX_MACS,
+                             .ref_max_bytes = REF_MAX_BYTES, .stats = &it->stats};
         KILN_TRY(kiln__tune_layer(&L, &best, &best_us));
         it->timed = true;
         tac->id = best;
         tac->us = best_us >= 0 ? (float)best_us : 0.0f;
         T->n_timed++;
         KILN_TRY(cache_put(&T->cache, it->key, tac->id, tac->us));
-        if (kiln__now_us() - T->t_start > 2e6 && T->n_timed % 10 == 0)
+        if (T->b->verbosity >= 1 && kiln__now_us() - T->t_start > 2e6 && T->n_timed % 10 == 0)
             fprintf(stderr, "kiln: tuning: %d layers timed, %d from the cache (%.1f s)\n", T->n_timed, T->n_cached,
                     (kiln__now_us() - T->t_start) / 1e6);
     }
@@ -1315,7 +1332,7 @@ static void tune_summary(const tuner *T) {
         if (sb.data) sb.data[0] = 0;
         stats_describe(&it->stats, &sb);
         char pn[256];
-        fprintf(stderr, "kiln: tune summary: #%d %s (%s): %s\n", i + 1, kiln__printable(n->name, pn, sizeof pn),
+        fprintf(stderr, "kiln: tune summary: #%d %s (%s): %s\n", i + 1, kiln_printable(n->name, pn, sizeof pn),
                 n->op->name, sb.data ? sb.data : "?");
     }
     kiln__sbuf_free(&sb);
@@ -1391,7 +1408,7 @@ kiln_status kiln__builder_tune(const kiln_builder *b, kiln_engine *e) {
     T.b = b;
     T.e = e;
     T.t_start = kiln__now_us();
-    T.verbose = kiln__env_flag("KILN_TUNE_VERBOSE");
+    T.verbose = b->verbosity >= 2 || kiln__env_flag("KILN_TUNE_VERBOSE");
     T.pub = (kiln_layout_ctx){.g = e->graph, .device = e->opts.device, .optimize = b->optimization != 0,
                               .disabled = b->disabled_passes, .tune = tune_all, .time_node = tuner_time_node,
                               .trial = tuner_trial, .cache_get = tuner_cache_get, .cache_put = tuner_cache_put,
@@ -1402,7 +1419,7 @@ kiln_status kiln__builder_tune(const kiln_builder *b, kiln_engine *e) {
     if (st == KILN_OK && cpu->layouts) st = cpu->layouts(&T.pub);
     if (st == KILN_OK) st = tune_all(&T.pub);
     if (st == KILN_OK && b->timing_cache && T.cache.dirty) st = cache_write(&T.cache, b->timing_cache);
-    if (st == KILN_OK && T.active && kiln__now_us() - T.t_start > 2e6)
+    if (st == KILN_OK && T.active && b->verbosity >= 1 && kiln__now_us() - T.t_start > 2e6)
         fprintf(stderr, "kiln: tuning done: %d layers with tactics, %d timed, %d from the cache (%.1f s)\n",
                 T.n_layers, T.n_timed, T.n_cached, (kiln__now_us() - T.t_start) / 1e6);
     if (st == KILN_OK && T.active && T.verbose) tune_summary(&T);

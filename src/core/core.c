@@ -20,22 +20,33 @@ static _Thread_local char kiln_errbuf[1024];
  * a model's or engine's nodes and values, whose names may hold terminal
  * escapes or carriage returns meant for whoever reads the message. */
 static void scrub_error(void) {
-    for (char *p = kiln_errbuf; *p; p++)
-        if (((unsigned char)*p < 0x20 && *p != '\n' && *p != '\t') || *p == 0x7f) *p = '?';
+    for (char *p = kiln_errbuf; *p;) {
+        size_t k = *p == '\n' || *p == '\t' ? 0 : kiln__control_at(p);
+        if (!k) p++;
+        for (; k; k--) *p++ = '?';
+    }
 }
 
-const char *kiln__printable(const char *s, char *buf, size_t cap) {
+size_t kiln__control_at(const char *s) {
+    const unsigned char *p = (const unsigned char *)s;
+    if ((p[0] && p[0] < 0x20) || p[0] == 0x7f) return 1;
+    return p[0] == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f ? 2 : 0; /* U+0080..U+009F in UTF-8 */
+}
+
+const char *kiln_printable(const char *s, char *buf, size_t cap) {
     if (!s) return "(null)";
     const char *p = s;
-    while (*p && (unsigned char)*p >= 0x20 && *p != 0x7f) p++;
-    if (!*p || !cap) return s;
+    while (*p && !kiln__control_at(p)) p++;
+    if (!*p) return s;
+    if (!buf || !cap) return "?"; /* no room for the escaped copy: never s itself */
     size_t n = 0;
-    for (p = s; *p && n + 5 <= cap; p++) {
-        unsigned char c = (unsigned char)*p;
-        if (c < 0x20 || c == 0x7f) n += (size_t)snprintf(buf + n, cap - n, "\\x%02x", c);
-        else buf[n++] = (char)c;
+    for (p = s; *p;) {
+        size_t k = kiln__control_at(p);
+        if (n + (k ? 4 * k : 1) >= cap) break;
+        if (!k) buf[n++] = *p++;
+        for (; k; k--) n += (size_t)snprintf(buf + n, cap - n, "\\x%02x", (unsigned char)*p++);
     }
-    buf[n < cap ? n : cap - 1] = 0;
+    buf[n] = 0;
     return buf;
 }
 

@@ -138,10 +138,11 @@ KILN_PRIVATE void kiln__sbuf_printf(kiln_sbuf *b, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 KILN_PRIVATE void kiln__sbuf_free(kiln_sbuf *b);
 
-/* s for a message: s itself when it holds no control characters, else a
- * copy in buf (cap bytes, cut to fit) with each as \xNN (a hostile model's
- * names may hold terminal escapes or newlines meant for whoever reads). */
-KILN_PRIVATE const char *kiln__printable(const char *s, char *buf, size_t cap);
+
+/* How many bytes at s make one control character: 1 for bytes 0x01-0x1f
+ * and 0x7f, 2 for U+0080..U+009F written in UTF-8 (C1 controls, which a
+ * UTF-8 terminal may act on), else 0. What kiln_printable escapes. */
+KILN_PRIVATE size_t kiln__control_at(const char *s);
 
 /* Cheap 64-bit hash (FNV-1a) for names and checksums. */
 KILN_PRIVATE uint64_t kiln__fnv1a(const void *data, size_t n, uint64_t seed);

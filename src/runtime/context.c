@@ -904,6 +904,31 @@ static kiln_status graph_capture_end(kiln_context *c, kiln_status loop) {
     return run_nodes(c);
 }
 
+/* Bool inputs in host memory hold bytes 0 and 1 only: kernels load them as
+ * C bool, for which any other byte is undefined behaviour (a byte 2 may
+ * read as true in one kernel and false in another). Checked at every run,
+ * as a caller may refill a bound buffer between runs; a scan at memory
+ * speed (bool inputs are masks and conditions). */
+static kiln_status check_bool_inputs(const kiln_context *c) {
+    const kiln_graph *g = c->e->graph;
+    for (int k = 0; k < g->n_inputs; k++) {
+        const kiln_binding *bd = &c->in[k];
+        if (bd->dtype != KILN_DTYPE_BOOL || bd->mem != MEM_HOST || !bd->data) continue;
+        const uint8_t *p = bd->data;
+        int64_t n = kiln__numel(bd->rank, bd->dims);
+        uint8_t high = 0;
+        for (int64_t i = 0; i < n; i++) high |= p[i];
+        if (high <= 1) continue;
+        int64_t at = 0;
+        while (p[at] <= 1) at++;
+        return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT,
+                         "input '%s': bool data holds byte %d (0x%02x) at element %lld (byte offset %lld); a "
+                         "bool input holds 0 (false) or 1 (true) only: convert other data with x != 0",
+                         g->values[g->inputs[k]].name, p[at], p[at], (long long)at, (long long)at);
+    }
+    return KILN_OK;
+}
+
 /* Inputs that share a symbolic dim (ONNX dim_param) must agree on it, and
  * an input whose dims share one (a square [n, n]) with itself: a mismatch
  * is named here, with both inputs, rather than deep inside the first layer
@@ -953,6 +978,7 @@ kiln_status kiln_context_run(kiln_context *c) {
             return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "input '%s' is not set",
                              g->values[g->inputs[k]].name);
     KILN_TRY(check_shared_dims(c));
+    KILN_TRY(check_bool_inputs(c));
     if (!c->threads_pool && (c->threads == 0 || c->threads > 1))
         KILN_TRY(kiln__pool_create(c->threads, &c->threads_pool));
     c->ran = false;

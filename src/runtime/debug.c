@@ -102,11 +102,12 @@ int kiln__plant_bug_layer(const kiln_graph *g, bool say) {
     for (int i = 0; i < g->n_nodes; i++)
         if (!g->nodes[i].dead && g->nodes[i].n_out > 0 && g->nodes[i].out[0] >= 0 &&
             !strcmp(g->nodes[i].op->name, want)) {
+            char pn[512];
             if (say)
                 fprintf(stderr,
                         "kiln: KILN_TEST_PLANT_BUG=%s: the output of layer %d '%s' is made wrong on purpose (a "
                         "test of kiln debug)\n",
-                        want, i, g->nodes[i].name);
+                        want, i, kiln_printable(g->nodes[i].name, pn, sizeof pn));
             return i;
         }
     return -1;

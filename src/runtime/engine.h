@@ -61,6 +61,7 @@ struct kiln_builder {
     bool strict_device;
     int optimization;      /* 0 none, 1 all (default) */
     bool tuning;           /* time tactics (default true) */
+    int verbosity;         /* kiln_builder_set_verbosity: 0 silent, 1 progress and notes (default), 2 all */
     uint32_t disabled_passes; /* bit KILN_PASS_x: pass x switched off (kiln_builder_disable_pass) */
     kiln_profile_req *profiles;
     int n_profiles, cap_profiles;
@@ -161,6 +162,7 @@ typedef struct kiln_tune_layer {
     const int32_t *ids;              /* the tactics to time (n_ids, at most 32) */
     int n_ids;
     bool verbose;                    /* every candidate's time on stderr (KILN_TUNE_VERBOSE) */
+    bool notes;                      /* notes on stderr: tactics that disagree and are not used */
     /* bounds on the host reference that judges a device layer's tactics when they
      * disagree (estimated multiply-adds, host bytes; 0: none is computed) */
     double ref_max_macs, ref_max_bytes;

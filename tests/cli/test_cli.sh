@@ -116,6 +116,16 @@ onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)]), d +
 for nd in m.graph.node:
     nd.name = nd.name + "\x1b[2J\n"
 onnx.save(m, d + "/ctrl.onnx")
+# inputs, outputs, a symbolic dim and tensors named with terminal escapes, a BEL, a newline and
+# a C1 CSI (U+009B); node names too
+cx, cy, cd = "x\x1b]0;owned\x07", "y\x1b[31m\n", "b\x1b[1m"
+g = helper.make_graph([helper.make_node("MatMul", [cx, "w"], ["h\x1b[2J"], name="mm\u009b2J"),
+                       helper.make_node("Relu", ["h\x1b[2J"], [cy], name="relu\r")], "ctrl2",
+                      [helper.make_tensor_value_info(cx, TensorProto.FLOAT, [cd, 4])],
+                      [helper.make_tensor_value_info(cy, TensorProto.FLOAT, [cd, 5])],  # (a warning: 3)
+                      initializer=[numpy_helper.from_array(w, "w")])
+onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), d + "/ctrl2.onnx")
+np.save(d + "/xbad.npy", rng.standard_normal((2, 5)).astype(np.float32))
 open(d + "/random.kiln", "wb").write(np.random.default_rng(1).integers(0, 256, 4096, dtype=np.uint8).tobytes())
 EOF
 
@@ -253,6 +263,15 @@ ln -s /dev/null nulldev
 expect "build -o a link to a character device" nz "exists and is a character device" "$KILN" build tiny.onnx -o nulldev
 [ -L nulldev ] && [ -c /dev/null ] && ok || bad "build -o replaced the link to /dev/null"
 expect "build --timing-cache a FIFO" nz "FIFO" "$KILN" build tiny.onnx -o t.kiln --timing-cache engine.fifo
+# a cache that could not be written after the tuning fails before it (it failed at the end)
+expect "build --timing-cache in a missing folder" nz "timing cache 'nodir/c.txt': folder 'nodir': No such file" "$KILN" build tiny.onnx -o t.kiln --timing-cache nodir/c.txt
+expect "build --timing-cache ''" nz "the path is empty" "$KILN" build tiny.onnx -o t.kiln --timing-cache ''
+# -q prints nothing on success, the library's notes and tuning progress included (an old cache's note here)
+printf 'kiln-timing-cache 2\n' >old.cache
+expect "build --timing-cache of version 2: a note" 0 "is of version 2" "$KILN" build tiny.onnx -o t.kiln --timing-cache old.cache
+printf 'kiln-timing-cache 2\n' >old.cache
+"$KILN" build tiny.onnx -o t.kiln --timing-cache old.cache -q >out 2>&1 && [ ! -s out ] && ok ||
+    bad "build -q printed: $(head -c 300 out)"
 mkfifo engine2.fifo
 expect "run an engine that is a FIFO" nz "FIFO" timeout 20 "$KILN" run engine2.fifo
 # long names (4.11): a 245-character -o and a 240-character output name
@@ -308,6 +327,25 @@ expect "KILN_TUNE_VERBOSE=1: a name with ESC and a newline escaped" 0 'kiln: tun
 if grep -q "$(printf '\033')" out err; then bad "KILN_TUNE_VERBOSE printed a raw ESC"; else ok; fi
 expect "inspect: a name with ESC and a newline escaped" 0 'mm\x1b[2J\x0a+add' "$KILN" inspect ctrl.kiln
 if grep -q "$(printf '\033')" out err; then bad "inspect printed a raw ESC"; else ok; fi
+# every command prints names from a model or engine escaped: inputs, outputs, dims, layers, sources
+raw_ctrl() { LC_ALL=C grep -q "$(printf '[\033\007\r]\|\302[\200-\237]')" "$@"; }
+ctrl_cmd() { # NAME RC PATTERN CMD...
+    local name=$1
+    expect "$@"
+    if raw_ctrl out err; then bad "$name: printed a raw control character"; sed -n l out err | head -5; else ok; fi
+}
+ctrl_cmd "build: a warning naming an output, escaped" 0 "warning: graph output 'y\x1b[31m\x0a' is declared" "$KILN" build ctrl2.onnx -o ctrl2.kiln
+ctrl_cmd "build: escaped names, dims" 0 "input 'x\x1b]0;owned\x07' [b\x1b[1m x 4] has dynamic dims" "$KILN" build ctrl2.onnx -o ctrl2.kiln
+ctrl_cmd "build --shapes: escaped names" 0 "output y\x1b[31m\x0a: float32 [2x3]" "$KILN" build ctrl2.onnx -o ctrl2.kiln --shapes "$(printf 'x\033]0;owned\007'):2x4"
+ctrl_cmd "run: escaped names" 0 "output 'y\x1b[31m\x0a'" "$KILN" run ctrl2.kiln --random-inputs
+ctrl_cmd "run --compare: escaped names" 0 'y\x1b[31m\x0a: max abs err' "$KILN" run ctrl2.kiln --random-inputs --compare ctrl2.onnx
+ctrl_cmd "run: an error naming the input, escaped" nz 'x\x1b]0;owned\x07' "$KILN" run ctrl2.kiln --input "$(printf 'x\033]0;owned\007')=xbad.npy"
+ctrl_cmd "bench --profile: escaped layer names" 0 'relu\x0d' "$KILN" bench ctrl2.kiln --iterations 2 --profile
+ctrl_cmd "inspect: escaped names, C1 too" 0 'mm\xc2\x9b2J' "$KILN" inspect ctrl2.kiln
+ctrl_cmd "debug compare: escaped names" 0 "y\x1b[31m\x0a float32 [1x3]" "$KILN" debug compare ctrl2.onnx --verbose
+# a planted bug (test_debug.sh) makes it name the layer and its source nodes
+ctrl_cmd "debug compare: escaped layer and source names" 1 "made from: 'mm\xc2\x9b2J', 'relu\x0d'" env KILN_TEST_PLANT_BUG=FusedMatMul "$KILN" debug compare ctrl2.onnx
+ctrl_cmd "debug compare: escaped node names (ctrl.onnx)" 1 "'mm\x1b[2J\x0a'" env KILN_TEST_PLANT_BUG=FusedMatMul "$KILN" debug compare ctrl.onnx
 
 # ---- bench ------------------------------------------------------------------------------------
 expect "bench" 0 "p50" "$KILN" bench tiny.kiln --warmup 1 --iterations 5

@@ -200,6 +200,11 @@ TEST(test_bad_models) {
     CHECK_OK(kiln_builder_create(&b));
     CHECK_OK(kiln_builder_set_precision(b, KILN_PRECISION_FP16));
     if (m) CHECK_ERR(kiln_build(b, m, &e), KILN_ERR_UNSUPPORTED, "fp16");
+    /* verbosity: 0, 1, 2 (`kiln build -q` sets 0) */
+    CHECK_ERR(kiln_builder_set_verbosity(b, 3), KILN_ERR_INVALID_ARGUMENT, "level 3 is not 0, 1 or 2");
+    CHECK_ERR(kiln_builder_set_verbosity(b, -1), KILN_ERR_INVALID_ARGUMENT, "level -1");
+    CHECK_ERR(kiln_builder_set_verbosity(NULL, 0), KILN_ERR_INVALID_ARGUMENT, "kiln_builder_set_verbosity");
+    CHECK_OK(kiln_builder_set_verbosity(b, 0));
     kiln_builder_free(b);
     kiln_model_free(m);
     /* NULL is fine for every free */
@@ -381,6 +386,25 @@ TEST(test_device_names) {
     CHECK(kiln_device_name((kiln_device)7) == NULL);
 }
 
+/* kiln_printable: names with control characters (C0, DEL, C1 in UTF-8) as
+ * \xNN, cut to the buffer, never the raw name when there is no room. */
+TEST(test_printable) {
+    char buf[64];
+    const char *plain = "conv/1:0 \xe4\xb8\xad"; /* UTF-8 passes through */
+    CHECK(kiln_printable(plain, buf, sizeof buf) == plain);
+    CHECK(!strcmp(kiln_printable("a\x1b[2J\n\x7f\xc2\x9b", buf, sizeof buf), "a\\x1b[2J\\x0a\\x7f\\xc2\\x9b"));
+    CHECK(!strcmp(kiln_printable(NULL, buf, sizeof buf), "(null)"));
+    CHECK(!strcmp(kiln_printable("a\x1b", NULL, 0), "?"));
+    CHECK(!strcmp(kiln_printable("a\x1b", buf, 0), "?"));
+    CHECK(!strcmp(kiln_printable("ab\x1b", buf, 5), "ab")); /* "\x1b" does not fit: cut before it */
+    CHECK(!strcmp(kiln_printable("ab\x1b", buf, 7), "ab\\x1b"));
+    char big[4 * 300 + 1], name[301];
+    memset(name, 0x1b, 300);
+    name[300] = 0;
+    CHECK(strlen(kiln_printable(name, big, sizeof big)) == 1200);
+    CHECK(strlen(kiln_printable(name, buf, sizeof buf)) == 60);
+}
+
 int main(void) {
     if (!load_ref()) {
         fprintf(stderr, "cannot read %s (run from the repository root)\n", IO);
@@ -396,5 +420,6 @@ int main(void) {
     RUN(test_threads_share_engine);
     RUN(test_layer_profile);
     RUN(test_device_names);
+    RUN(test_printable);
     return test_summary();
 }

@@ -290,6 +290,55 @@ TEST(if_branches_read_outer_values) {
     pool_free(&a);
 }
 
+/* Bool inputs hold bytes 0 and 1 only: a C API caller's other bytes (a
+ * uint8 mask passed as bool) fail the run, naming the input and element,
+ * where they reached undefined bool loads (UBSan: "load of value 2, which
+ * is not a valid value for type 'bool'") in If's condition and Not. */
+TEST(bool_input_bytes) {
+    pool a = {0};
+    kiln_model *m = NULL;
+    kiln_engine *e = NULL;
+    kiln_context *c = NULL;
+    CHECK_OK(load(&a, if_model(&a), 13, &m));
+    CHECK_OK(make_ctx(m, 0, &e, &c));
+    float x[3] = {1, -2, 3};
+    int64_t d3[] = {3};
+    uint8_t cond = 2;
+    if (c) {
+        CHECK_OK(kiln_context_set_input(c, "x0", KILN_DTYPE_FLOAT32, 1, d3, x));
+        CHECK_OK(kiln_context_set_input(c, "c", KILN_DTYPE_BOOL, 0, NULL, &cond));
+        CHECK_ERR(kiln_context_run(c), KILN_ERR_INVALID_ARGUMENT,
+                  "input 'c': bool data holds byte 2 (0x02) at element 0 (byte offset 0)");
+        cond = 1; /* the same binding, refilled */
+        CHECK_OK(kiln_context_run(c));
+        CHECK(out_is(c, "y", KILN_DTYPE_FLOAT32, 1, d3, (float[]){2, 0, 6}));
+    }
+    kiln_context_free(c);
+    kiln_engine_free(e);
+    kiln_model_free(m);
+    gparts g = {0};
+    int64_t d6[] = {6};
+    g.node[g.n_node++] = nd(&a, "Not", "mask", "y");
+    g.in[g.n_in++] = vi(&a, "mask", ONNX__TENSOR_PROTO__DATA_TYPE__BOOL, 1, d6);
+    g.out[g.n_out++] = vi(&a, "y", ONNX__TENSOR_PROTO__DATA_TYPE__BOOL, 1, d6);
+    CHECK_OK(load(&a, graph(&a, &g), 13, &m));
+    CHECK_OK(make_ctx(m, 0, &e, &c));
+    uint8_t mask[6] = {0, 1, 1, 0, 255, 1};
+    if (c) {
+        CHECK_OK(kiln_context_set_input(c, "mask", KILN_DTYPE_BOOL, 1, d6, mask));
+        CHECK_ERR(kiln_context_run(c), KILN_ERR_INVALID_ARGUMENT, "byte 255 (0xff) at element 4 (byte offset 4)");
+        mask[4] = 1;
+        CHECK_OK(kiln_context_run(c));
+        const void *y = NULL;
+        CHECK_OK(kiln_context_get_output(c, "y", NULL, NULL, NULL, &y));
+        if (y) CHECK(!memcmp(y, (uint8_t[]){1, 0, 0, 1, 0, 0}, 6));
+    }
+    kiln_context_free(c);
+    kiln_engine_free(e);
+    kiln_model_free(m);
+    pool_free(&a);
+}
+
 /* ---- Loop ---------------------------------------------------------------- */
 
 /* Loop(M, cond) with carried v that grows by one element (outer x) each
@@ -1067,6 +1116,7 @@ TEST(bad_subgraphs) {
 
 int main(void) {
     RUN(if_branches_read_outer_values);
+    RUN(bool_input_bytes);
     RUN(loop_trip_count_and_cond);
     RUN(loop_carried_declared_first_shape);
     RUN(loop_carried_passthrough_and_constant);

@@ -25,6 +25,7 @@
 #include "ops/fused_conv.h"
 #include "ops/fused_pointwise.h"
 #include "ops/fused_transformer.h"
+#include "ops/nn_attrs.h"
 #include "ops/reduce_attrs.h"
 #include "ops/tensor_internal.h"
 
@@ -146,11 +147,17 @@ typedef struct result {
 } result;
 
 /* Runs e on inputs from seed `seed` (floats in [-3, 3), false / 0 for bool
- * and integer inputs); false if a run step fails. */
-static bool run(const kiln_engine *e, const dyn *dy, uint64_t seed, result *r) {
+ * and integer inputs), with layer callback cb (NULL: none); false if a run
+ * step fails. */
+static bool run_cb(const kiln_engine *e, const dyn *dy, uint64_t seed, result *r, kiln_layer_callback cb,
+                   void *user) {
     static unsigned char in[8][MAXN * 8];
     kiln_context *c = NULL;
     if (kiln_context_create(e, &c) != KILN_OK) return false;
+    if (cb && kiln_context_set_layer_callback(c, cb, user) != KILN_OK) {
+        kiln_context_free(c);
+        return false;
+    }
     const kiln_graph *g = e->graph;
     gb_rng_state = seed;
     bool ok = true;
@@ -180,6 +187,81 @@ static bool run(const kiln_engine *e, const dyn *dy, uint64_t seed, result *r) {
     }
     kiln_context_free(c);
     return ok;
+}
+
+static bool run(const kiln_engine *e, const dyn *dy, uint64_t seed, result *r) {
+    return run_cb(e, dy, seed, r, NULL, NULL);
+}
+
+/* Where a graph has a LayerNormalization (or kiln.AddLayerNorm) the
+ * unoptimized plan computes as ReduceMean, Sub, ...: that plan rounds each
+ * row's mean to float32 before x - mean, as ONNX Runtime's and PyTorch's
+ * float32 LayerNorms do, and kiln's fused float32 row does too; a fused
+ * layer whose gamma or beta broadcasts (or of another dtype) runs the
+ * generic row, which keeps the mean in double. Where a row's values nearly
+ * cancel (|x - mean| << |mean|: two close values), the mean's rounding,
+ * at most about D u mean|x| (u = 2^-24, D the row's length: the float32
+ * sum), is a large part of x - mean, and the two plans differ by up to
+ * |gamma| D u mean|x| / sqrt(var + eps) (the fused one nearer the exact
+ * value; seeds 118603 and 247558 with KILN_DIFF_NANS=2 and
+ * KILN_DIFF_SEED=100000: 1.0e-5 and 1.3e-5 relative, bound 3.2e-5). That
+ * bound over the rows each such layer of e normalizes, twice over, is
+ * the slack the comparison allows on top of 1e-5 (ln_slack). */
+typedef struct slack_run {
+    const kiln_engine *e;
+    double slack;
+} slack_run;
+
+static int ln_slack_cb(kiln_context *c, int layer, kiln_layer_event ev, void *user) {
+    slack_run *sr = user;
+    double *slack = &sr->slack;
+    const kiln_engine *e = sr->e;
+    if (ev != KILN_LAYER_BEFORE) return 0;
+    kiln_layer_info li;
+    if (kiln_engine_layer_info(e, layer, &li) != KILN_OK) return 0;
+    bool add = !strcmp(li.op, "AddLayerNorm");
+    if (!add && strcmp(li.op, "LayerNormalization")) return 0;
+    const kiln_node *n = &e->graph->nodes[layer];
+    const kiln_ln_attrs *at = n->attrs; /* (kiln_add_ln_attrs starts alike: axis, epsilon) */
+    kiln_tensor_view x, r = {0}, s;
+    if (kiln_context_tensor(c, kiln_engine_layer_input(e, layer, 0), &x) != KILN_OK ||
+        (add && kiln_context_tensor(c, kiln_engine_layer_input(e, layer, 1), &r) != KILN_OK) ||
+        kiln_context_tensor(c, kiln_engine_layer_input(e, layer, add ? 2 : 1), &s) != KILN_OK ||
+        x.dtype != KILN_DTYPE_FLOAT32 || s.dtype != KILN_DTYPE_FLOAT32 || (add && r.dtype != KILN_DTYPE_FLOAT32)) {
+        *slack = INFINITY; /* not understood: no slack taken for granted */
+        return 0;
+    }
+    int axis = at->axis < 0 ? at->axis + x.rank : at->axis;
+    int64_t D = kiln__numel(x.rank - axis, x.dims + axis), n_all = kiln__numel(x.rank, x.dims);
+    int64_t n_r = add ? kiln__numel(r.rank, r.dims) : 1;
+    double g = 0;
+    for (int64_t i = 0; i < kiln__numel(s.rank, s.dims); i++) g = fmax(g, fabs(((const float *)s.data)[i]));
+    const float *xp = x.data, *rp = r.data;
+    for (int64_t row = 0; D > 0 && n_r > 0 && row < n_all / D; row++) {
+        double sum = 0, sa = 0, ss = 0;
+        for (int64_t i = 0; i < D; i++) {
+            int64_t k = row * D + i;
+            float v = add ? xp[k] + rp[k % n_r] : xp[k];
+            sum += v, sa += fabs(v);
+        }
+        double m = sum / (double)D;
+        for (int64_t i = 0; i < D; i++) {
+            int64_t k = row * D + i;
+            double d = (add ? xp[k] + rp[k % n_r] : xp[k]) - m;
+            ss += d * d;
+        }
+        double b = 2.0 * g * (double)D * 0x1p-24 * (sa / (double)D) / sqrt(ss / (double)D + at->epsilon);
+        if (isfinite(b) && b > *slack) *slack = b;
+    }
+    return 0;
+}
+
+static double ln_slack(const kiln_engine *e, const dyn *dy, uint64_t seed) {
+    static result scratch;
+    slack_run sr = {.e = e};
+    if (!count_op(e, KILN_OP_LayerNormalization) && !count_op(e, KILN_OP_AddLayerNorm)) return 0;
+    if (!run_cb(e, dy, seed, &scratch, ln_slack_cb, &sr)) return 0;
+    return sr.slack;
 }
 
 /* Dropouts of e whose training_mode is read at run time (ratio not 0). */
@@ -235,6 +317,7 @@ static bool check_graph(kiln_graph *g, const dyn *dy, uint64_t seed, const char 
             ok = false;
             snprintf(why, sizeof why, "run: unoptimized %d, optimized %d: %s", k0, k1, kiln_last_error());
         }
+        double slack = -1; /* ln_slack(e1), when needed */
         for (int k = 0; ok && k0 && k < r0.n_out; k++) {
             bool same = r0.rank[k] == r1.rank[k];
             for (int d = 0; same && d < r0.rank[k]; d++) same = r0.dims[k][d] == r1.dims[k][d];
@@ -245,7 +328,8 @@ static bool check_graph(kiln_graph *g, const dyn *dy, uint64_t seed, const char 
             }
             int64_t n = r0.n[k] < MAXN ? r0.n[k] : MAXN;
             double err = special_rel_err(r1.y[k], r0.y[k], n);
-            if (!(err <= 1e-5)) {
+            if (!(err <= 1e-5) && isfinite(err) && slack < 0) slack = ln_slack(e1, dy, seed * 7919 + 1);
+            if (!(err <= 1e-5 + fmax(slack, 0.0))) {
                 ok = false;
                 int64_t w = 0; /* the worst element */
                 double wd = -1;
@@ -253,8 +337,8 @@ static bool check_graph(kiln_graph *g, const dyn *dy, uint64_t seed, const char 
                     double dj = special_rel_err(&r1.y[k][j], &r0.y[k][j], 1);
                     if (!(dj <= wd)) w = j, wd = dj;
                 }
-                snprintf(why, sizeof why, "output %d: relative error %g > 1e-5 (element %lld: %.9g optimized, %.9g not)", k,
-                         err, (long long)w, r1.y[k][w], r0.y[k][w]);
+                snprintf(why, sizeof why, "output %d: relative error %g > 1e-5 + %g (element %lld: %.9g optimized, %.9g not)", k,
+                         err, fmax(slack, 0.0), (long long)w, r1.y[k][w], r0.y[k][w]);
             }
         }
     }

@@ -157,7 +157,7 @@ static kiln_status tune_stats(const int32_t *ids, int n_ids, double max_macs, in
     kiln_pool *pool = NULL;
     double us = -1;
     kiln_tune_layer tl = {.be = &fake_device, .pool = &pool, .threads = 2, .n = &L->n, .in = L->in,
-                          .outs = &L->y_i, .ids = ids, .n_ids = n_ids, .ref_max_macs = max_macs,
+                          .outs = &L->y_i, .ids = ids, .n_ids = n_ids, .notes = true, .ref_max_macs = max_macs,
                           .ref_max_bytes = 1e9, .stats = S};
     if (st == KILN_OK) st = kiln__tune_layer(&tl, best, &us);
     if (st == KILN_OK && us < 0) st = KILN_FAIL(KILN_ERR_INTERNAL, "test: no tactic was timed");

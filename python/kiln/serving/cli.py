@@ -5,6 +5,7 @@ folder removed on exit). Also runnable as `python -m kiln.serving MODEL [...]`.
 """
 
 import argparse
+import math
 import shutil
 import sys
 import tempfile
@@ -19,6 +20,22 @@ example:
 """
 
 
+def _number(kind, lo, hi=None, above=False):
+    """An argparse type: an int or finite float in lo..hi (above: > lo). nan, inf and
+    negative sizes were taken (--max-body-mb -1 refused every request, inf was a
+    traceback, --timeout-ms nan started the server)."""
+    def parse(text):
+        try:
+            v = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"'{text}' is not {'an integer' if kind is int else 'a number'}")
+        if not math.isfinite(v) or v < lo or (above and v == lo) or (hi is not None and v > hi):
+            rng = f"> {lo}" if above else f">= {lo}" if hi is None else f"in {lo}..{hi}"
+            raise argparse.ArgumentTypeError(f"'{text}' is not a finite number {rng}")
+        return v
+    return parse
+
+
 def parser():
     p = argparse.ArgumentParser(
         prog="kiln serve", description="Serve a kiln engine over HTTP with LitServe: POST "
@@ -27,24 +44,24 @@ def parser():
     p.add_argument("model", help="a .kiln engine file, or an .onnx model to build one from")
     p.add_argument("--host", default="127.0.0.1",
                    help="address to listen on: 127.0.0.1 (default), 0.0.0.0 or ::")
-    p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    p.add_argument("--port", type=_number(int, 1, 65535), default=8000, help="port (default 8000)")
     p.add_argument("--device", default="cpu",
                    help="cpu (default), cuda or cuda:N: the device to build an ONNX model for; "
                         "a .kiln file must have been built for it")
-    p.add_argument("--workers", type=int, default=1,
+    p.add_argument("--workers", type=_number(int, 1), default=1,
                    help="inference worker processes, each with one execution context (default 1)")
-    p.add_argument("--max-batch", type=int, default=None,
+    p.add_argument("--max-batch", type=_number(int, 1), default=None,
                    help="requests batched into one run (default: the engine profile's max "
                         "batch; for an ONNX model also the profile's max batch, default 8)")
-    p.add_argument("--timeout-ms", type=float, default=5.0,
+    p.add_argument("--timeout-ms", type=_number(float, 0), default=5.0,
                    help="how long a worker waits to fill a batch, in ms (default 5)")
-    p.add_argument("--threads", type=int, default=None,
+    p.add_argument("--threads", type=_number(int, 0, 1024), default=None,
                    help="CPU threads per worker (default: the cores divided among the workers)")
-    p.add_argument("--max-body-mb", type=float, default=64.0,
+    p.add_argument("--max-body-mb", type=_number(float, 0, above=True), default=64.0,
                    help="larger request bodies get 413 (default 64)")
-    p.add_argument("--api-servers", type=int, default=None,
+    p.add_argument("--api-servers", type=_number(int, 1), default=None,
                    help="HTTP server processes (default: one per worker)")
-    p.add_argument("--drain-timeout", type=float, default=30.0,
+    p.add_argument("--drain-timeout", type=_number(float, 0), default=30.0,
                    help="on SIGTERM/SIGINT, seconds to let requests in flight finish (default 30)")
     p.add_argument("--precision", default="fp32",
                    help="precision of an engine built from ONNX: fp32, tf32, fp16, bf16")

@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from .._engine import DEVICE_CUDA, Engine
-from .._lib import KILN_MAX_RANK, check, lib
+from .._lib import KILN_MAX_RANK, KilnError, Status, c_path, check, lib
 
 # kiln dtype codes (ONNX numbering) that numpy has a dtype for
 KILN_TO_NUMPY = {1: "float32", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6: "int32",
@@ -49,9 +49,12 @@ DEFAULT_MAX_BODY_BYTES = 64 << 20
 
 class RequestError(Exception):
     """A request the server refuses: an HTTP status (4xx) and a message naming the
-    problem."""
+    problem. The message quotes names from the request, made encodable as UTF-8 (a lone
+    surrogate from a JSON escape written as \\udXXX) so that the error response can be
+    sent."""
 
     def __init__(self, status, message):
+        message = message.encode("utf-8", "backslashreplace").decode("utf-8")
         super().__init__(message)
         self.status = status
         self.message = message
@@ -59,6 +62,24 @@ class RequestError(Exception):
 
 def _bad(message):
     return RequestError(400, message)
+
+
+async def read_body(request, limit, hint=""):
+    """The body of a Starlette request, read as it streams in: RequestError 413 as soon as
+    Content-Length says, or the bytes read show, that it is over `limit` bytes (a chunked
+    body has no Content-Length: reading it whole first would hold any size in memory).
+    hint: what sets the limit, for the message (" (--max-body-mb)")."""
+    length = request.headers.get("content-length")
+    if length is not None and length.isdigit() and int(length) > limit:
+        raise RequestError(413, f"request body of {int(length)} bytes is over the limit of "
+                                f"{limit} bytes{hint}")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise RequestError(413, f"request body is over the limit of {limit} bytes{hint}")
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def _shape_text(shape):
@@ -174,6 +195,8 @@ class EngineSpec:
             doc = json.loads(body)
         except (ValueError, UnicodeDecodeError) as e:
             raise _bad(f"malformed JSON body: {e}") from None
+        except RecursionError:  # [[[[...]]]] past Python's recursion limit
+            raise _bad("malformed JSON body: nested too deeply") from None
         if not isinstance(doc, dict) or not isinstance(doc.get("inputs"), dict):
             raise _bad('the JSON body must be an object {"inputs": {NAME: {"data": [...], '
                        '"dtype": "float32"}}}; the engine\'s inputs: '
@@ -197,6 +220,8 @@ class EngineSpec:
                 got = np.dtype(str(dtype))
             except TypeError:
                 raise _bad(f"input '{name}': unknown dtype '{dtype}'") from None
+            if got.byteorder in "<>" and got.newbyteorder("=") == want:
+                got = want  # ">f4": JSON numbers have no byte order
             if got != want:
                 raise _bad(f"input '{name}' has dtype {got.name}, but the engine expects "
                            f"{want.name}")
@@ -212,8 +237,14 @@ class EngineSpec:
                 raise _bad(f"input '{name}' holds non-integer numbers, but the engine expects "
                            f"{want.name}")
         if want.kind in "iu" and arr.size:
-            lo, hi = np.iinfo(want).min, np.iinfo(want).max
-            if arr.min() < lo or arr.max() > hi:
+            lo, hi = int(np.iinfo(want).min), int(np.iinfo(want).max)
+            # compared exactly: numpy compares uint64 with int64 (and 2**63 - 1 with a float)
+            # as float64, which let 2**63 through, to become -2**63
+            if arr.dtype.kind == "f":
+                out = arr.min() < float(lo) or arr.max() >= float(hi) + 1.0
+            else:
+                out = int(arr.min()) < lo or int(arr.max()) > hi
+            if out:
                 raise _bad(f"input '{name}' holds values outside {want.name}'s range "
                            f"[{lo}, {hi}]")
         if want.kind == "b" and arr.size and not np.all((arr == 0) | (arr == 1)):
@@ -221,27 +252,71 @@ class EngineSpec:
                        f"engine expects bool")
         return arr.astype(want, copy=False)
 
-    @staticmethod
-    def _load_npy(body):
+    def _read_npy(self, name, open_stream, what):
+        """The array of input `name` from an .npy stream (open_stream() opens it at its
+        start). Its header is read first, and shapes the engine cannot take (and object
+        dtypes) are refused before any data is read or memory allocated: a few bytes may
+        claim terabytes, and an .npz member of a 64 MB body may inflate to 64 GB."""
         try:
-            return np.load(io.BytesIO(body), allow_pickle=False)
-        except (ValueError, OSError, EOFError) as e:
-            raise _bad(f"malformed .npy body: {e}") from None
+            with open_stream() as f:
+                version = np.lib.format.read_magic(f)
+                if version == (1, 0):
+                    shape, _fortran, dtype = np.lib.format.read_array_header_1_0(f)
+                elif version == (2, 0):
+                    shape, _fortran, dtype = np.lib.format.read_array_header_2_0(f)
+                else:
+                    raise ValueError(f".npy format version {version[0]}.{version[1]} is not read")
+            if dtype.hasobject:
+                raise ValueError("object arrays are not accepted")
+            self._check_shape(self._input(name), shape)
+            with open_stream() as f:
+                arr = np.lib.format.read_array(f, allow_pickle=False)
+        except (ValueError, OSError, EOFError, zipfile.BadZipFile) as e:
+            raise _bad(f"malformed {what}: {e}") from None
+        if arr.dtype.byteorder in "<>" and arr.dtype.newbyteorder("=") == self._dtype(name):
+            arr = arr.astype(arr.dtype.newbyteorder("="))  # big-endian data: the same values
+        return arr
+
+    def _load_npy(self, body):
+        return self._read_npy(self.input_names[0], lambda: io.BytesIO(body), ".npy body")
 
     def _load_npz(self, body):
         try:
-            with np.load(io.BytesIO(body), allow_pickle=False) as z:
-                if not isinstance(z, np.lib.npyio.NpzFile):
-                    raise ValueError("not an .npz archive")
-                return {k: z[k] for k in z.files}
+            z = zipfile.ZipFile(io.BytesIO(body))
         except (ValueError, OSError, EOFError, zipfile.BadZipFile) as e:
             raise _bad(f"malformed .npz body: {e}") from None
+        with z:
+            members = {}
+            for m in z.namelist():  # names first: nothing is read for an unknown one
+                key = m[:-4] if m.endswith(".npy") else m
+                self._input(key)
+                if key in members:
+                    raise _bad(f"malformed .npz body: input '{key}' is in it twice")
+                members[key] = m
+            return {k: self._read_npy(k, lambda m=m: z.open(m), f".npz member '{m}'")
+                    for k, m in members.items()}
 
     def _input(self, name):
         for i in self.inputs:
             if i["name"] == name:
                 return i
         raise _bad(f"unknown input '{name}' (the engine's inputs: {', '.join(self.input_names)})")
+
+    def _dtype(self, name):
+        return np.dtype(self._input(name)["dtype"])
+
+    def _check_shape(self, info, shape):
+        """Raises RequestError (400) when `shape` is not of the input's rank or lies
+        outside its profile."""
+        name = info["name"]
+        if len(shape) != len(info["min"]):
+            raise _bad(f"input '{name}' has shape {_shape_text(shape)}, but the engine "
+                       f"expects rank {len(info['min'])} {_profile_text(info)}")
+        for d, (s, a, b) in enumerate(zip(shape, info["min"], info["max"])):
+            if not a <= s <= b:
+                rule = f"must be {a}" if a == b else f"must be in {a}..{b}"
+                raise _bad(f"input '{name}' has shape {_shape_text(shape)}, outside the "
+                           f"engine's profile {_profile_text(info)} (dimension {d} {rule})")
 
     def validate(self, feeds):
         """Checks names, dtypes, shapes against the profile, shared symbolic dimensions
@@ -261,20 +336,22 @@ class EngineSpec:
             if arr.dtype != want:
                 raise _bad(f"input '{name}' has dtype {arr.dtype.name}, but the engine expects "
                            f"{want.name}")
-            if arr.ndim != len(info["min"]):
-                raise _bad(f"input '{name}' has shape {_shape_text(arr.shape)}, but the engine "
-                           f"expects rank {len(info['min'])} {_profile_text(info)}")
-            for d, (s, a, b) in enumerate(zip(arr.shape, info["min"], info["max"])):
-                if not a <= s <= b:
-                    rule = f"must be {a}" if a == b else f"must be in {a}..{b}"
-                    raise _bad(f"input '{name}' has shape {_shape_text(arr.shape)}, outside the "
-                               f"engine's profile {_profile_text(info)} (dimension {d} {rule})")
+            self._check_shape(info, arr.shape)
+            for d, s in enumerate(arr.shape):
                 sym = info["dim_names"][d] if info["dim_names"] else None
                 if sym and info["shape"][d] is None:
                     prev = symbols.setdefault(sym, (name, s))
                     if prev[1] != s:
                         raise _bad(f"inputs '{prev[0]}' and '{name}' disagree on dimension "
                                    f"'{sym}': {prev[1]} and {s}")
+            if want.kind == "b" and arr.size:
+                # numpy takes any byte as a bool from .npy data; kiln refuses bytes other
+                # than 0/1 at run time, which would fail every request batched with this one
+                raw = np.ascontiguousarray(arr).view(np.uint8)
+                if (raw > 1).any():
+                    idx = tuple(int(i) for i in np.argwhere(raw > 1)[0])
+                    raise _bad(f"input '{name}' holds byte {int(raw[idx])} at index {list(idx)}: a "
+                               f"bool holds 0 (false) or 1 (true) only")
             if want.kind == "f" and arr.size:
                 bad = ~np.isfinite(arr)
                 if bad.any():
@@ -314,7 +391,12 @@ def encode_binary(outputs):
     if len(outputs) == 1:
         np.save(buf, next(iter(outputs.values())), allow_pickle=False)
         return buf.getvalue(), NPY_TYPE
-    np.savez(buf, **outputs)
+    # as numpy.savez writes it, without passing the names as keywords (an output named
+    # "file" made savez fail: a 500 for every binary request)
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED, allowZip64=True) as z:
+        for name, arr in outputs.items():
+            with z.open(name + ".npy", "w", force_zip64=True) as f:
+                np.lib.format.write_array(f, np.asanyarray(arr), allow_pickle=False)
     return buf.getvalue(), NPZ_TYPE
 
 
@@ -350,6 +432,23 @@ class Outputs(dict):
 
     def header(self):
         return f"requests={self.batch_requests}, rows={self.batch_rows}"
+
+
+class RunFailure:
+    """The answer to a request whose own run failed (kiln refused its data at run time,
+    e.g. an index out of range): `status` (kiln Status), `message`; the servers answer it
+    with http_status: 400 where kiln refused the data (INVALID_ARGUMENT; MODEL, which
+    the run of data the profile admits gives for values a layer cannot take, as an
+    index out of range), else 500. run_batch gives one in place of
+    the request's Outputs, so that the other requests batched with it are still answered."""
+
+    def __init__(self, status, message):
+        self.status = int(status)
+        self.message = message
+
+    @property
+    def http_status(self):
+        return 400 if self.status in (Status.INVALID_ARGUMENT, Status.MODEL) else 500
 
 
 def _copy_out(ptr, shape, dtype):
@@ -421,22 +520,37 @@ class Runner:
             out[name] = _copy_out(ptr.value, tuple(self._dims[:rank.value]), o["dtype"])
         return out
 
+    def run_one(self, feeds):
+        """run(), with a failure of kiln's run as a RunFailure instead of KilnError."""
+        try:
+            return self.run(feeds)
+        except KilnError as e:
+            return RunFailure(e.status, str(e))
+
     def run_batch(self, requests):
-        """A list of validated feeds -> a list of Outputs, one per request, in order.
-        Batchable engines: requests whose non-batch dimensions agree are concatenated
-        along dimension 0 in chunks of at most the profile's max rows."""
+        """A list of validated feeds -> a list of Outputs (or RunFailure), one per request,
+        in order. Batchable engines: requests whose non-batch dimensions agree are
+        concatenated along dimension 0 in chunks of at most the profile's max rows. When a
+        chunk's run fails, its requests are run one by one: the request at fault gets its
+        RunFailure, the others their outputs (one request's bad data, an index out of
+        range, failed every request batched with it)."""
         if not self.spec.batchable or len(requests) == 1:
-            return [self.run(r) for r in requests]
+            return [self.run_one(r) for r in requests]
         results = [None] * len(requests)
         for chunk in self._chunks(requests):
             if len(chunk) == 1:
-                results[chunk[0]] = self.run(requests[chunk[0]])
+                results[chunk[0]] = self.run_one(requests[chunk[0]])
                 continue
             feeds = {n: np.concatenate([requests[k][n] for k in chunk], axis=0)
                      for n in self.spec.input_names}
             rows = [self.spec.rows(requests[k]) for k in chunk]
             total = sum(rows)
-            outs = self.run(feeds)
+            try:
+                outs = self.run(feeds)
+            except KilnError:
+                for k in chunk:
+                    results[k] = self.run_one(requests[k])
+                continue
             for name, arr in outs.items():
                 if arr.shape[:1] != (total,):
                     raise RuntimeError(
@@ -493,7 +607,7 @@ def _model_inputs(onnx_path):
 
     L = lib()
     model = ctypes.c_void_p()
-    check(L.kiln_model_load_onnx(os.fsencode(str(onnx_path)), ctypes.byref(model)))
+    check(L.kiln_model_load_onnx(c_path(str(onnx_path)), ctypes.byref(model)))
     try:
         out = []
         info = IoInfo()

@@ -40,7 +40,8 @@ from fastapi.responses import JSONResponse
 from litserve.specs.base import LitSpec
 from litserve.utils import LitAPIStatus, ResponseBufferItem
 
-from .core import DEFAULT_MAX_BODY_BYTES, EngineSpec, RequestError, Runner, encode
+from .core import (DEFAULT_MAX_BODY_BYTES, EngineSpec, RequestError, RunFailure, Runner, encode,
+                   read_body)
 
 # bodies up to this size are decoded and encoded on the event loop; larger ones in a thread
 _INLINE_BYTES = 256 << 10
@@ -104,21 +105,6 @@ class KilnSpec(LitSpec):
     async def metadata_endpoint(self, request: Request) -> Response:
         return JSONResponse(self.engine_spec.metadata())
 
-    async def _read_body(self, request):
-        limit = self.max_body_bytes
-        length = request.headers.get("content-length")
-        if length is not None and length.isdigit() and int(length) > limit:
-            raise RequestError(413, f"request body of {int(length)} bytes is over the limit of "
-                                    f"{limit} bytes (--max-body-mb)")
-        chunks, size = [], 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit:
-                raise RequestError(413, f"request body is over the limit of {limit} bytes "
-                                        f"(--max-body-mb)")
-            chunks.append(chunk)
-        return b"".join(chunks)
-
     async def predict_endpoint(self, request: Request) -> Response:
         if self.draining is not None and self.draining.is_set():
             return _error(503, "the server is shutting down")
@@ -133,7 +119,7 @@ class KilnSpec(LitSpec):
     async def _predict(self, request):
         ctype = request.headers.get("content-type", "")
         try:
-            body = await self._read_body(request)
+            body = await read_body(request, self.max_body_bytes, " (--max-body-mb)")
             if len(body) > _INLINE_BYTES:
                 feeds, fmt = await asyncio.to_thread(self.engine_spec.decode, body, ctype)
             else:
@@ -150,6 +136,8 @@ class KilnSpec(LitSpec):
         response, status = self.response_buffer.pop(uid).response
         if status == LitAPIStatus.ERROR:
             return self._failure(response)
+        if isinstance(response, RunFailure):
+            return _error(response.http_status, response.message)
         accept = request.headers.get("accept", "")
         if sum(a.nbytes for a in response.values()) > _INLINE_BYTES:
             data, media = await asyncio.to_thread(encode, response, fmt, accept)
@@ -240,7 +228,7 @@ class KilnLitAPI(ls.LitAPI):
     def predict(self, x):
         if self.max_batch_size > 1:
             return self.runner.run_batch(x)  # x: a list of requests' inputs
-        return self.runner.run(x)
+        return self.runner.run_one(x)
 
     def health(self):
         draining = self._spec.draining

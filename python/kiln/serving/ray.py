@@ -36,7 +36,8 @@ from ray import serve
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from .core import DEFAULT_MAX_BODY_BYTES, EngineSpec, RequestError, Runner, encode
+from .core import (DEFAULT_MAX_BODY_BYTES, EngineSpec, RequestError, RunFailure, Runner, encode,
+                   read_body)
 
 
 def put_engine(path):
@@ -114,14 +115,8 @@ class KilnServer(_EngineHolder):
         if request.method != "POST":
             return _error(405, f"{request.method} {request.url.path}: POST /predict, GET "
                                f"/metadata or GET /health")
-        length = request.headers.get("content-length")
-        if length is not None and length.isdigit() and int(length) > self.max_body_bytes:
-            return _error(413, f"request body of {int(length)} bytes is over the limit of "
-                               f"{self.max_body_bytes} bytes")
-        body = await request.body()
-        if len(body) > self.max_body_bytes:
-            return _error(413, f"request body is over the limit of {self.max_body_bytes} bytes")
         try:
+            body = await read_body(request, self.max_body_bytes)
             feeds, fmt = self.spec.decode(body, request.headers.get("content-type", ""))
         except RequestError as e:
             return _error(e.status, e.message)
@@ -129,6 +124,8 @@ class KilnServer(_EngineHolder):
             outputs = await asyncio.wait_for(self._batched(feeds), self.request_timeout_s)
         except asyncio.TimeoutError:
             return _error(504, f"no answer within {self.request_timeout_s:g} s")
+        if isinstance(outputs, RunFailure):
+            return _error(outputs.http_status, outputs.message)
         data, media = encode(outputs, fmt, request.headers.get("accept", ""))
         return Response(content=data, media_type=media,
                         headers={"X-Kiln-Batch": outputs.header()})

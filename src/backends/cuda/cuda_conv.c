@@ -493,9 +493,11 @@ static kiln_status conv_plan_build(const kiln_kernel_args *a, const kcu_conv *g,
         }
     }
     p->declined = false;
+    char pn[256];
     if (st->verbose)
-        fprintf(stderr, "kiln: cuda: node '%s': cuDNN legacy convolution algorithm %d (%s)%s\n", KCU_NODE(a),
-                (int)p->algo, kcu_fwd_algo_name(p->algo), accurate ? "" : ", fast math");
+        fprintf(stderr, "kiln: cuda: node '%s': cuDNN legacy convolution algorithm %d (%s)%s\n",
+                kiln_printable(KCU_NODE(a), pn, sizeof pn), (int)p->algo, kcu_fwd_algo_name(p->algo),
+                accurate ? "" : ", fast math");
 done:
     return KILN_OK;
 }
@@ -824,11 +826,13 @@ static kiln_status gconv_plan_for(const kiln_kernel_args *a, conv_state *cs, con
     if (st->strict_tactics)
         return KILN_FAIL(KILN_ERR_UNSUPPORTED, "node '%s': cuDNN engine config %s cannot be made here", KCU_NODE(a),
                          name);
+    char pn[256];
     if (!cs->warned)
         fprintf(stderr,
                 "kiln: warning: node '%s': cuDNN engine config %s (chosen at build) is not available for "
                 "input [%lld, %lld, ...] with this cuDNN %zu and GPU; using cuDNN's heuristics\n",
-                KCU_NODE(a), name, (long long)k->g.N, (long long)k->g.C, cudnnGetVersion());
+                kiln_printable(KCU_NODE(a), pn, sizeof pn), name, (long long)k->g.N, (long long)k->g.C,
+                cudnnGetVersion());
     cs->warned = true;
     return KILN_OK;
 }

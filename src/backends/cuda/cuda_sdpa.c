@@ -420,7 +420,7 @@ static kiln_status sdpa_plan_for(const kiln_kernel_args *a, sdpa_state *s, const
     if (f < cfgs.n && kcu_dg_plan_make(st->dnn, &cfgs.cfg[f], k->tactic, &p->plan) == CUDNN_STATUS_SUCCESS) {
         p->declined = false;
     } else {
-        char name[48];
+        char name[48], pn[256];
         kiln__cu_attention_tactic_describe(k->tactic, name, sizeof name);
         if (st->strict_tactics)
             r = KILN_FAIL(KILN_ERR_UNSUPPORTED, "node '%s': cuDNN attention config %s cannot be made here",
@@ -429,7 +429,7 @@ static kiln_status sdpa_plan_for(const kiln_kernel_args *a, sdpa_state *s, const
             fprintf(stderr,
                     "kiln: warning: node '%s': cuDNN attention config %s (chosen at build) is not available for "
                     "[B %lld, H %lld, Sq %lld, Sk %lld] with this cuDNN %zu and GPU; using kiln's kernel\n",
-                    KCU_NODE(a), name, (long long)k->B, (long long)k->H, (long long)k->Sq, (long long)k->Sk,
+                    kiln_printable(KCU_NODE(a), pn, sizeof pn), name, (long long)k->B, (long long)k->H, (long long)k->Sq, (long long)k->Sk,
                     cudnnGetVersion());
         s->warned = true;
     }
