@@ -127,6 +127,12 @@ KILN_API int kiln_device_available(kiln_device dev);
  * built in or not), as the CLI's --device takes it; KILN_ERR_INVALID_ARGUMENT
  * naming the known devices for any other name. */
 KILN_API kiln_status kiln_device_from_name(const char *name, kiln_device *dev);
+/* A device with its index, as the CLI's --device and Python take it: "NAME"
+ * (index 0) or "NAME:N" with N decimal digits, 0 for the CPU and 0..1023 for
+ * a GPU ("cpu", "cpu:0", "cuda", "cuda:1"). Whether that GPU is present is
+ * for the builder / context to say. KILN_ERR_INVALID_ARGUMENT naming the
+ * spec for anything else. */
+KILN_API kiln_status kiln_device_parse(const char *spec, kiln_device *dev, int *index);
 /* The name of a device ("cpu", "cuda"); NULL for a value kiln does not know. */
 KILN_API const char *kiln_device_name(kiln_device dev);
 /* Releases memory that kiln returned to the caller (kiln_engine_serialize). */
@@ -293,7 +299,8 @@ KILN_API const char *kiln_engine_layer_source(const kiln_engine *e, int layer, i
 KILN_API kiln_precision kiln_engine_precision(const kiln_engine *e);
 /* A human-readable (or JSON, when json != 0) description of the engine:
  * inputs, outputs, profiles, layers and their kernels, memory. The string is
- * owned by the engine. */
+ * owned by the engine; "" with kiln_last_error() set if e is NULL or memory
+ * ran out. */
 KILN_API const char *kiln_engine_describe(kiln_engine *e, int json);
 
 /* User metadata (set with kiln_builder_set_metadata before the build or

@@ -168,24 +168,14 @@ bool opt_int(const char *cmd, const char *opt, const char *val, int64_t lo, int6
 }
 
 bool parse_device(const char *cmd, const char *val, int *device, int64_t *index) {
-    /* NAME or NAME:N, the names the backend registry knows (kiln_device_from_name) */
-    *index = 0;
-    char name[32];
-    const char *colon = strchr(val, ':');
-    size_t n = colon ? (size_t)(colon - val) : strlen(val);
     kiln_device dev = KILN_DEVICE_CPU;
-    bool ok = n < sizeof name;
-    if (ok) {
-        memcpy(name, val, n);
-        name[n] = 0;
-        ok = kiln_device_from_name(name, &dev) == KILN_OK;
-    }
-    if (ok && colon) ok = parse_int64(colon + 1, 0, dev == KILN_DEVICE_CPU ? 0 : 1024, index); /* cpu:0, as inspect prints it */
-    if (!ok) {
-        usage_error(cmd, "--device: expected cpu, cpu:0, cuda or cuda:N, got '%s'", val);
+    int i = 0;
+    if (kiln_device_parse(val, &dev, &i) != KILN_OK) {
+        usage_error(cmd, "--device: %s", kiln_last_error());
         return false;
     }
     *device = dev;
+    *index = i;
     return true;
 }
 

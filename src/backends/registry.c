@@ -51,6 +51,37 @@ kiln_status kiln_device_from_name(const char *name, kiln_device *dev) {
     return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "unknown device '%.64s' (known: %s)", name ? name : "(null)", known);
 }
 
+kiln_status kiln_device_parse(const char *spec, kiln_device *dev, int *index) {
+    if (!spec || !dev || !index)
+        return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "kiln_device_parse: %s is NULL",
+                         !spec ? "spec" : !dev ? "dev" : "index");
+    char name[32], shown[80];
+    const char *colon = strchr(spec, ':');
+    size_t n = colon ? (size_t)(colon - spec) : strlen(spec);
+    kiln_device d = KILN_DEVICE_CPU;
+    kiln_status st = n < sizeof name ? KILN_OK : KILN_ERR_INVALID_ARGUMENT;
+    if (st == KILN_OK) {
+        memcpy(name, spec, n);
+        name[n] = 0;
+        st = kiln_device_from_name(name, &d);
+    }
+    long idx = 0;
+    if (st == KILN_OK && colon) {
+        const char *p = colon + 1;
+        int max = d == KILN_DEVICE_CPU ? 0 : 1023, digits = 0;
+        for (; *p >= '0' && *p <= '9' && idx <= max; p++, digits++) idx = idx * 10 + (*p - '0');
+        if (!digits || *p || idx > max) st = KILN_ERR_INVALID_ARGUMENT;
+    }
+    if (st != KILN_OK) {
+        kiln__clear_error();
+        return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "device '%s': expected cpu, cpu:0, cuda or cuda:N (N in 0..1023)",
+                         kiln_printable(spec, shown, sizeof shown));
+    }
+    *dev = d;
+    *index = (int)idx;
+    return KILN_OK;
+}
+
 const char *kiln_device_name(kiln_device dev) { return kiln__device_name(dev); }
 
 int kiln_device_available(kiln_device dev) {

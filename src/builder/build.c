@@ -857,7 +857,10 @@ static void describe(const kiln_engine *e, kiln_sbuf *sb, bool json) {
 }
 
 const char *kiln_engine_describe(kiln_engine *e, int json) {
-    if (!e) return "";
+    if (!e) {
+        (void)KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "kiln_engine_describe: engine is NULL");
+        return "";
+    }
     char **slot = json ? &e->describe_json : &e->describe_text;
     if (*slot) return *slot;
     kiln_sbuf sb = {0};

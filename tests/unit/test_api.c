@@ -381,6 +381,25 @@ TEST(test_device_names) {
     CHECK_ERR(kiln_device_from_name(NULL, &d), KILN_ERR_INVALID_ARGUMENT, "(null)");
     CHECK_ERR(kiln_device_from_name("cpu", NULL), KILN_ERR_INVALID_ARGUMENT, "dev is NULL");
     CHECK(d == KILN_DEVICE_CUDA); /* a failure leaves *dev alone */
+    int idx = -1;
+    CHECK_OK(kiln_device_parse("cuda:3", &d, &idx));
+    CHECK(d == KILN_DEVICE_CUDA && idx == 3);
+    CHECK_OK(kiln_device_parse("cpu", &d, &idx));
+    CHECK(d == KILN_DEVICE_CPU && idx == 0);
+    CHECK_OK(kiln_device_parse("cpu:0", &d, &idx));
+    CHECK_OK(kiln_device_parse("cuda:1023", &d, &idx));
+    CHECK(d == KILN_DEVICE_CUDA && idx == 1023);
+    const char *bad[] = {"cpu:1", "cuda:", "cuda:1024", "cuda:-1", "cuda:+1", "cuda:1x", "cuda:99999999999999999999",
+                         "tpu:0", ":0", "", "cuda:0:1", "cuda:\x1b"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        d = (kiln_device)7;
+        CHECK_ERR(kiln_device_parse(bad[i], &d, &idx), KILN_ERR_INVALID_ARGUMENT, "expected cpu, cpu:0, cuda or cuda:N");
+        CHECK(d == (kiln_device)7); /* untouched on error */
+    }
+    CHECK_ERR(kiln_device_parse("cuda:\x1b[31m", &d, &idx), KILN_ERR_INVALID_ARGUMENT, "\\x1b"); /* escaped */
+    CHECK_ERR(kiln_device_parse(NULL, &d, &idx), KILN_ERR_INVALID_ARGUMENT, "spec is NULL");
+    CHECK_ERR(kiln_device_parse("cpu", &d, NULL), KILN_ERR_INVALID_ARGUMENT, "index is NULL");
+    CHECK(!strcmp(kiln_engine_describe(NULL, 0), "") && strstr(kiln_last_error(), "engine is NULL"));
     CHECK(!strcmp(kiln_device_name(KILN_DEVICE_CPU), "cpu"));
     CHECK(!strcmp(kiln_device_name(KILN_DEVICE_CUDA), "cuda"));
     CHECK(kiln_device_name((kiln_device)7) == NULL);
