@@ -19,6 +19,7 @@
 #include "ops/reduce_attrs.h"
 #include "ops/elementwise_impl.h"
 #include "ops/fused_conv.h"
+#include "ops/fused_se.h"
 #include "ops/tensor_internal.h"
 #include "backends/cuda/cuda_layout.h"
 #include "passes/precision.h"
@@ -678,9 +679,9 @@ static kiln_graph *mbv3_net(int nb, bool gap, bool mul_out, int64_t batch) {
 }
 
 /* The NHWC chain goes through depthwise convolutions, the SE block
- * (GlobalAveragePool reading NHWC, its 1x1 convolutions and HardSigmoid on
- * [N, C, 1, 1] values that are the same in both layouts, the Mul through
- * views) and residuals: the stem converts the input itself, and the only
+ * (its pool, 1x1 convolutions and HardSigmoid one kiln.SqueezeExcite
+ * reading NHWC, its [N, C, 1, 1] output the same in both layouts, the Mul
+ * through views) and residuals: the stem converts the input itself, and the only
  * Transpose is the one back to NCHW for a graph output that needs it. */
 static void nhwc_mobilenet_at(int64_t batch) {
     const kiln_backend_i *cu = kiln__backend_for(KILN_DEVICE_CUDA);
@@ -693,7 +694,7 @@ static void nhwc_mobilenet_at(int64_t batch) {
         CHECK(topo_ok(g));
         CHECK(n > 0);
         CHECK(live_nodes_of(g, KILN_OP_Transpose, NULL) == cs[k].transposes);
-        int dws = 0, muls = 0, gaps = 0, first = -1;
+        int dws = 0, muls = 0, gaps = 0, ses = 0, first = -1;
         live_nodes_of(g, KILN_OP_FusedConv, &first);
         for (int i = 0; i < g->n_nodes; i++) {
             const kiln_node *nd = &g->nodes[i];
@@ -713,6 +714,12 @@ static void nhwc_mobilenet_at(int64_t batch) {
                 gaps++;
                 CHECK(pool_layout(nd) == KILN_POOL_LAYOUT_NHWC);
             }
+            if (nd->op_id == KILN_OP_SqueezeExcite) { /* the SE gate: fuse_se, reading the chain NHWC */
+                const kiln_se_attrs *sa = nd->attrs;
+                ses++;
+                CHECK(sa->layout == KILN_SE_LAYOUT_NHWC && sa->act1 == KILN_FC_ACT_RELU &&
+                      sa->act2 == KILN_FC_ACT_HARD_SIGMOID && nd->n_in == 3);
+            }
             if (nd->op_id == KILN_OP_Mul || nd->op_id == KILN_OP_Pointwise) {
                 /* [N, H, W, C] x [N, 1, 1, C] over the NHWC bytes, viewed back (the Mul
                  * of a graph output is a kiln.Pointwise with the Cast to float32) */
@@ -724,7 +731,7 @@ static void nhwc_mobilenet_at(int64_t batch) {
             }
         }
         CHECK(dws == (cs[k].mul_out ? cs[k].nb : cs[k].nb) && muls == cs[k].nb);
-        CHECK(gaps == cs[k].nb + (cs[k].gap ? 1 : 0));
+        CHECK(gaps == (cs[k].gap ? 1 : 0) && ses == cs[k].nb);
         check_batch(g, batch);
         kiln__graph_free(g);
     }
@@ -783,16 +790,16 @@ TEST(cuda_nhwc_dynamic_models) {
     return;
 #else
     const kiln_backend_i *cu = kiln__backend_for(KILN_DEVICE_CUDA);
-    static const struct { const char *path; int transposes, convs, pools; } ms[3] = {
-        {"tests/data/tiny_dyncnn.onnx", 2, 6, 4}, {"tests/data/tiny_mbv3.onnx", 1, 7, 3},
-        {"tests/data/tiny_convnext.onnx", 3, 4, 1}};
+    static const struct { const char *path; int transposes, convs, pools, ses; } ms[3] = {
+        {"tests/data/tiny_dyncnn.onnx", 2, 6, 3, 1}, {"tests/data/tiny_mbv3.onnx", 1, 7, 1, 2},
+        {"tests/data/tiny_convnext.onnx", 3, 4, 1, 0}};
     for (int k = 0; k < 3; k++) {
         kiln_model *m = cuda_fp16_model(ms[k].path);
         if (!m) continue;
         kiln_graph *g = m->graph;
         int64_t batch = g->values[g->inputs[0]].info.dims[0];
         CHECK(KILN_DIM_IS_SYM(batch));
-        int n = 0, convs = 0, pools = 0;
+        int n = 0, convs = 0, pools = 0, ses = 0;
         CHECK_OK(kiln__pass_cuda_nhwc(g, &n));
         CHECK(topo_ok(g));
         CHECK(live_nodes_of(g, KILN_OP_Transpose, NULL) == ms[k].transposes);
@@ -810,13 +817,75 @@ TEST(cuda_nhwc_dynamic_models) {
                 pools++;
                 CHECK(pool_layout(nd) == KILN_POOL_LAYOUT_NHWC);
             }
+            if (nd->op_id == KILN_OP_SqueezeExcite) {
+                ses++;
+                CHECK(((const kiln_se_attrs *)nd->attrs)->layout == KILN_SE_LAYOUT_NHWC);
+                CHECK(strstr(kiln__backend_kernel_name(cu, nd), "nhwc") != NULL);
+            }
         }
-        printf("  %s: %d layers NHWC (%d convolutions, %d pools)\n", ms[k].path, n, convs, pools);
-        CHECK(convs == ms[k].convs && pools == ms[k].pools);
+        printf("  %s: %d layers NHWC (%d convolutions, %d pools, %d squeeze-excite)\n", ms[k].path, n, convs,
+               pools, ses);
+        CHECK(convs == ms[k].convs && pools == ms[k].pools && ses == ms[k].ses);
         check_batch(g, batch);
         kiln_model_free(m);
     }
 #endif
+}
+
+/* The squeeze-excite gates as exported (fuse_se, passes/fuse_se.c):
+ * tiny_mbv3's two (MobileNetV3's ReLU / HardSigmoid and EfficientNet's SiLU
+ * / Sigmoid, each after fuse_conv made its 1x1 layers FusedConvs) and
+ * se_block.onnx's (EfficientNet's MBConv, dynamic batch) become one
+ * kiln.SqueezeExcite each in CUDA plans, fp16 and fp32, with their biases
+ * and activations; none with the pass switched off or in a CPU plan (the
+ * CPU keeps the three layers). */
+TEST(fuse_se_models) {
+    if (!have_cuda()) return;
+    static const struct {
+        const char *path;
+        int device, precision;
+        uint32_t disabled;
+        int ses, gaps, head, acts[2][2]; /* head: GlobalAveragePools not of a gate */
+    } cs[] = {
+        {"tests/data/tiny_mbv3.onnx", KILN_DEVICE_CUDA, KILN_PRECISION_FP16, 0, 2, 1, 1,
+         {{KILN_FC_ACT_RELU, KILN_FC_ACT_HARD_SIGMOID}, {KILN_FC_ACT_SILU, KILN_FC_ACT_SIGMOID}}},
+        {"tests/data/tiny_mbv3.onnx", KILN_DEVICE_CUDA, KILN_PRECISION_FP32, 0, 2, 1, 1,
+         {{KILN_FC_ACT_RELU, KILN_FC_ACT_HARD_SIGMOID}, {KILN_FC_ACT_SILU, KILN_FC_ACT_SIGMOID}}},
+        {"tests/data/tiny_mbv3.onnx", KILN_DEVICE_CUDA, KILN_PRECISION_FP16, 1u << KILN_PASS_FUSE_SE, 0, 3, 1, {{0}}},
+        {"tests/data/tiny_mbv3.onnx", KILN_DEVICE_CPU, KILN_PRECISION_FP32, 0, 0, 3, 1, {{0}}},
+        {"tests/data/se_block.onnx", KILN_DEVICE_CUDA, KILN_PRECISION_FP16, 0, 1, 0, 0,
+         {{KILN_FC_ACT_SILU, KILN_FC_ACT_SIGMOID}}},
+        {"tests/data/se_block.onnx", KILN_DEVICE_CPU, KILN_PRECISION_FP32, 0, 0, 1, 0, {{0}}},
+    };
+    for (size_t k = 0; k < sizeof cs / sizeof cs[0]; k++) {
+        kiln_model *m = NULL;
+        CHECK_OK(kiln_model_load_onnx(cs[k].path, &m));
+        if (!m) continue;
+        kiln_graph *g = m->graph;
+        kiln_optimize_opts o = {.device = cs[k].device, .precision = cs[k].precision, .disabled = cs[k].disabled};
+        CHECK_OK(kiln__pass_optimize(g, &o));
+        CHECK(topo_ok(g));
+        int ses = 0, gaps = 0, se_convs = 0;
+        for (int i = 0; i < g->n_nodes; i++) {
+            const kiln_node *nd = &g->nodes[i];
+            if (nd->dead) continue;
+            gaps += nd->op_id == KILN_OP_GlobalAveragePool;
+            if (nd->op_id == KILN_OP_FusedConv && g->values[nd->in[0]].info.dims[2] == 1) se_convs++;
+            if (nd->op_id != KILN_OP_SqueezeExcite) continue;
+            const kiln_se_attrs *sa = nd->attrs;
+            const kiln_tinfo *x = &g->values[nd->in[0]].info, *y = &g->values[nd->out[0]].info;
+            CHECK(ses < 2 && sa->act1 == cs[k].acts[ses][0] && sa->act2 == cs[k].acts[ses][1]);
+            CHECK(nd->n_in == 5 && sa->layout == KILN_SE_LAYOUT_NCHW && sa->tactic.id == 0);
+            CHECK(y->rank == 4 && y->dims[1] == x->dims[1] && y->dims[2] == 1 && y->dims[3] == 1);
+            CHECK(y->dtype == (cs[k].precision == KILN_PRECISION_FP16 ? KILN_DTYPE_FLOAT16 : KILN_DTYPE_FLOAT32));
+            for (int j = 1; j < 5; j++) CHECK(g->values[nd->in[j]].info.dtype == y->dtype);
+            ses++;
+        }
+        printf("  %s on %s: %d squeeze-excite layers, %d GlobalAveragePool, %d 1x1 layers on [N, C, 1, 1]\n",
+               cs[k].path, cs[k].device == KILN_DEVICE_CUDA ? "CUDA" : "the CPU", ses, gaps, se_convs);
+        CHECK(ses == cs[k].ses && gaps == cs[k].gaps && se_convs == 2 * (cs[k].gaps - cs[k].head));
+        kiln_model_free(m);
+    }
 }
 
 /* A ConvNeXt-style net (tests/data/tiny_convnext.onnx: torchvision's
@@ -1068,6 +1137,7 @@ int main(void) {
     RUN(rmsnorm_reduced);
     RUN(cuda_nhwc_chain);
     RUN(cuda_nhwc_mobilenet);
+    RUN(fuse_se_models);
     RUN(cuda_nhwc_dynamic_batch);
     RUN(cuda_nhwc_dynamic_models);
     RUN(cuda_nhwc_convnext);

@@ -50,6 +50,10 @@ int kiln_emu_dtoh_count(void) { return n_dtoh; }
 static int n_gemv;
 int kiln_emu_gemv_count(void);
 int kiln_emu_gemv_count(void) { return n_gemv; }
+/* launches of kcu_se (test_squeeze_excite: the fused tactics ran the one-launch kernel) */
+static int n_se;
+int kiln_emu_se_count(void);
+int kiln_emu_se_count(void) { return n_se; }
 static void count_dtoh(void *d, const void *s) { n_dtoh += find_reg(s) >= 0 && find_reg(d) < 0; }
 cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, enum cudaMemcpyKind k, cudaStream_t st) { (void)k; (void)st; count_dtoh(d, s); memmove(d, s, n); return cudaSuccess; }
 cudaError_t cudaMemcpy(void *d, const void *s, size_t n, enum cudaMemcpyKind k) { (void)k; count_dtoh(d, s); memmove(d, s, n); return cudaSuccess; }
@@ -616,6 +620,55 @@ cudaError_t kcu_conv_gemv(kiln_dtype t, int64_t N, int64_t K, int64_t M, const v
         if (r) acc += ld(t, r, n * M + m);
         st_(t, y, n * M + m, emu_act(act, alpha, beta, acc));
     }
+    return cudaSuccess;
+}
+static double emu_round(kiln_dtype t, double v) {
+    uint64_t b = 0;
+    st_(t, &b, 0, v);
+    return ld(t, &b, 0);
+}
+/* the kernel's arguments as it checks them, its slices of every block (each covered once), then
+ * the math: the pooled and hidden vectors rounded to T */
+cudaError_t kcu_se(kiln_dtype t, const kcu_se_geom *g, int S, const void *x, const void *w1, const void *w2,
+                   const void *b1, const void *b2, void *y, cudaStream_t s) {
+    (void)s;
+    if (g->N <= 0 || g->C <= 0) return cudaSuccess;
+    if (!kcu_se_fits(g->C, g->R) || g->HW <= 0 || g->act1 < 0 || g->act1 >= KILN_FC_ACT_COUNT || g->act2 < 0 ||
+        g->act2 >= KILN_FC_ACT_COUNT || (S != 1 && S != 2 && S != 4 && S != 8) ||
+        (t != KILN_DTYPE_FLOAT32 && t != KILN_DTYPE_FLOAT16 && t != KILN_DTYPE_BFLOAT16))
+        return cudaErrorInvalidValue;
+    n_se++;
+    const int64_t C = g->C, R = g->R, HW = g->HW, vw = 16 / (int64_t)kiln_dtype_size(t);
+    const int64_t V = g->nhwc && C % vw == 0 && (uintptr_t)x % 16 == 0 ? vw : 1;
+    const int64_t cv = C / V, per = (cv + S - 1) / S, rper = (R + S - 1) / S;
+    int64_t covered_c = 0, covered_r = 0;
+    for (int k = 0; k < S; k++) {
+        int64_t v0 = k * per < cv ? k * per : cv, v1 = v0 + per < cv ? v0 + per : cv;
+        int64_t r0 = k * rper < R ? k * rper : R, r1 = r0 + rper < R ? r0 + rper : R;
+        covered_c += (v1 - v0) * V;
+        covered_r += r1 - r0;
+    }
+    if (covered_c != C || covered_r != R) return cudaErrorInvalidValue;
+    double *p = malloc((size_t)(C + R) * sizeof *p), *h = p + C;
+    if (!p) return cudaErrorMemoryAllocation;
+    for (int64_t n = 0; n < g->N; n++) {
+        for (int64_t c = 0; c < C; c++) {
+            double acc = 0;
+            for (int64_t q = 0; q < HW; q++) acc += ld(t, x, g->nhwc ? (n * HW + q) * C + c : (n * C + c) * HW + q);
+            p[c] = emu_round(t, acc / (double)HW);
+        }
+        for (int64_t r = 0; r < R; r++) {
+            double acc = b1 ? ld(t, b1, r) : 0;
+            for (int64_t c = 0; c < C; c++) acc += ld(t, w1, r * C + c) * p[c];
+            h[r] = emu_round(t, emu_act(g->act1, g->alpha1, g->beta1, acc));
+        }
+        for (int64_t c = 0; c < C; c++) {
+            double acc = b2 ? ld(t, b2, c) : 0;
+            for (int64_t r = 0; r < R; r++) acc += ld(t, w2, c * R + r) * h[r];
+            st_(t, y, n * C + c, emu_act(g->act2, g->alpha2, g->beta2, acc));
+        }
+    }
+    free(p);
     return cudaSuccess;
 }
 cudaError_t kcu_dwconv_nhwc(kiln_dtype t, const kcu_dw_nhwc *g, const void *x, const void *wt, const void *bias,
