@@ -888,6 +888,112 @@ TEST(fuse_se_models) {
     }
 }
 
+/* Output `out` of float32 graph g run on the host node by node with the
+ * ops' reference kernels (op->cpu, through kiln__call_run_host), its first
+ * input x of dims xd; *n gets its element count. NULL on failure (checked). */
+static float *host_run(const kiln_graph *g, const int64_t *xd, const float *x, int out, int64_t *n) {
+    kiln_tinfo *info = calloc((size_t)g->n_values + 1, sizeof *info);
+    void **data = calloc((size_t)g->n_values + 1, sizeof *data);
+    bool *owned = calloc((size_t)g->n_values + 1, sizeof *owned);
+    float *y = NULL;
+    for (int v = 0; v < g->n_values; v++) {
+        info[v] = g->values[v].info;
+        data[v] = g->values[v].data;
+    }
+    const int xi = g->inputs[0];
+    memcpy(info[xi].dims, xd, (size_t)info[xi].rank * sizeof *xd);
+    data[xi] = (void *)x;
+    bool ok = true;
+    for (int ni = 0; ni < g->n_nodes && ok; ni++) {
+        const kiln_node *nd = &g->nodes[ni];
+        if (nd->dead) continue;
+        kiln_call c;
+        CHECK_OK(kiln__call_begin(&c, g, nd));
+        for (int i = 0; i < nd->n_in; i++)
+            if (nd->in[i] >= 0) {
+                info[nd->in[i]].data = data[nd->in[i]];
+                kiln__call_input(&c, i, &info[nd->in[i]], data[nd->in[i]]);
+            }
+        kiln_status s = kiln__call_infer(&c, true, NULL, true);
+        if (s == KILN_OK) s = kiln__call_run_host(&c, NULL, SIZE_MAX);
+        if (s != KILN_OK) {
+            printf("  host run of '%s': %s\n", nd->name, kiln_last_error());
+            ok = false;
+        }
+        for (int i = 0; ok && i < nd->n_out; i++) {
+            if (nd->out[i] < 0) {
+                kiln__aligned_free(c.out_t[i].data);
+                continue;
+            }
+            info[nd->out[i]] = c.out[i];
+            data[nd->out[i]] = c.out_t[i].data;
+            owned[nd->out[i]] = true;
+        }
+        kiln__call_end(&c);
+    }
+    CHECK(ok);
+    if (ok) {
+        *n = kiln__numel(info[out].rank, info[out].dims);
+        y = malloc((size_t)*n * sizeof *y);
+        memcpy(y, data[out], (size_t)*n * sizeof *y);
+    }
+    for (int v = 0; v < g->n_values; v++)
+        if (owned[v]) kiln__aligned_free(data[v]);
+    free(info);
+    free(data);
+    free(owned);
+    return y;
+}
+
+/* The fused layer computes what the three layers did: the CUDA fp32 plans
+ * of tiny_mbv3 (MobileNetV3's and EfficientNet's gates) and se_block.onnx,
+ * with and without fuse_se, run on the host with the reference kernels
+ * (kiln.SqueezeExcite's against GlobalAveragePool's and FusedConv's) at
+ * batch 3 agree on every output to 1e-5 of its largest value. */
+TEST(fuse_se_same_outputs) {
+    if (!have_cuda()) return;
+    static const char *const paths[2] = {"tests/data/tiny_mbv3.onnx", "tests/data/se_block.onnx"};
+    for (int k = 0; k < 2; k++) {
+        kiln_model *m[2] = {NULL, NULL};
+        for (int f = 0; f < 2; f++) {
+            CHECK_OK(kiln_model_load_onnx(paths[k], &m[f]));
+            if (!m[f]) continue;
+            kiln_optimize_opts o = {.device = KILN_DEVICE_CUDA, .precision = KILN_PRECISION_FP32,
+                                    .disabled = f ? 0 : 1u << KILN_PASS_FUSE_SE};
+            CHECK_OK(kiln__pass_optimize(m[f]->graph, &o));
+        }
+        if (!m[0] || !m[1]) continue;
+        CHECK(live_nodes_of(m[0]->graph, KILN_OP_SqueezeExcite, NULL) == 0 &&
+              live_nodes_of(m[1]->graph, KILN_OP_SqueezeExcite, NULL) == (k == 0 ? 2 : 1));
+        const kiln_tinfo *xi = &m[0]->graph->values[m[0]->graph->inputs[0]].info;
+        int64_t xd[4] = {3, xi->dims[1], xi->dims[2], xi->dims[3]}, nx = 3 * xd[1] * xd[2] * xd[3];
+        float *x = malloc((size_t)nx * sizeof *x);
+        for (int64_t i = 0; i < nx; i++) x[i] = (float)((i * 7919) % 2001 - 1000) / 500.0f;
+        for (int o = 0; o < m[0]->graph->n_outputs; o++) {
+            int64_t n0 = 0, n1 = 0;
+            float *y0 = host_run(m[0]->graph, xd, x, m[0]->graph->outputs[o], &n0);
+            float *y1 = host_run(m[1]->graph, xd, x, m[1]->graph->outputs[o], &n1);
+            if (y0 && y1 && n0 == n1 && n0 > 0) {
+                double err = 0, big = 0;
+                for (int64_t i = 0; i < n0; i++) {
+                    err = fmax(err, fabs((double)y0[i] - y1[i]));
+                    big = fmax(big, fabs((double)y0[i]));
+                }
+                printf("  %s output %d: %lld values, max |fused - unfused| %.3g (max |y| %.3g)\n", paths[k], o,
+                       (long long)n0, err, big);
+                CHECK(err <= 1e-5 * big && big > 0);
+            } else {
+                CHECK(y0 && y1 && n0 == n1);
+            }
+            free(y0);
+            free(y1);
+        }
+        free(x);
+        kiln_model_free(m[0]);
+        kiln_model_free(m[1]);
+    }
+}
+
 /* A ConvNeXt-style net (tests/data/tiny_convnext.onnx: torchvision's
  * convnext as torch exports it, in small) optimized for fp16 on CUDA: one
  * NHWC chain from the stem (which converts the input itself) to the
@@ -1138,6 +1244,7 @@ int main(void) {
     RUN(cuda_nhwc_chain);
     RUN(cuda_nhwc_mobilenet);
     RUN(fuse_se_models);
+    RUN(fuse_se_same_outputs);
     RUN(cuda_nhwc_dynamic_batch);
     RUN(cuda_nhwc_dynamic_models);
     RUN(cuda_nhwc_convnext);
