@@ -1809,8 +1809,8 @@ static void se_case(const char *name, int32_t tactic, bool nhwc, kiln_dtype t, i
               t == BF16 ? 1e-4 : t == F16 ? 1e-5 : 1e-6);
 }
 
-/* kiln.SqueezeExcite: the composed path (tactic 0: the pool, then two GEMV
- * launches) and the one-launch kernel with clusters of 1, 2, 4 and 8 blocks
+/* kiln.SqueezeExcite: the composed paths (tactic 0: the pool, then two GEMV
+ * launches; 5: the pool, then two cuBLASLt GEMMs) and the one-launch kernel with clusters of 1, 2, 4 and 8 blocks
  * per image (tactics 1..4; 2..4 need sm_90, which the GPUs kiln targets
  * have), NHWC and NCHW, fp16 / bf16 / fp32, batches 1 and 32, on
  * MobileNetV3-Large's blocks (72/24 and 120/32 on 28 x 28, 480/120 and
@@ -1841,7 +1841,7 @@ TEST(test_squeeze_excite) {
 #endif
     se_fused_cases = 0;
     for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++)
-        for (int32_t tac = 0; tac <= 4; tac++) {
+        for (int32_t tac = 0; tac <= 5; tac++) {
             /* the 32-image cases: tactics 0, 1 and 4 (enough: the slices do not depend on N) */
             if (ms[i].N == 32 && (tac == 2 || tac == 3)) continue;
             const bool nhwc = i % 3 != 2;
@@ -1858,10 +1858,10 @@ TEST(test_squeeze_excite) {
         const struct fc_act *f = &fc_acts[a], *g = &fc_acts[(a + 3) % (sizeof fc_acts / sizeof fc_acts[0])];
         const kiln_dtype ts[3] = {F16, BF16, F32};
         snprintf(name, sizeof name, "acts_%s_%s", f->name, g->name);
-        se_case(name, (int32_t)(a % 5), a % 2 == 0, ts[a % 3], 1 + (int64_t)(a % 3), 40, 5, 6, 12, f->act, f->alpha,
+        se_case(name, (int32_t)(a % 6), a % 2 == 0, ts[a % 3], 1 + (int64_t)(a % 3), 40, 5, 6, 12, f->act, f->alpha,
                 f->beta, g->act, g->alpha, g->beta, a % 4 != 1, a % 4 != 2, false);
     }
-    for (int32_t tac = 0; tac <= 4; tac++) {
+    for (int32_t tac = 0; tac <= 5; tac++) {
         snprintf(name, sizeof name, "odd_c45_r7_nhwc_t%d", (int)tac);
         se_case(name, tac, true, F16, 2, 45, 5, 5, 7, KILN_FC_ACT_RELU, 0, 0, KILN_FC_ACT_HARD_SIGMOID, 0.2f, 0.5f,
                 true, true, false);
@@ -1886,9 +1886,9 @@ TEST(test_squeeze_excite) {
 #endif
     CHECK(kcu_se_fits(960, 240) && kcu_se_fits(KCU_SE_MAX_C, KCU_SE_MAX_R) && !kcu_se_fits(KCU_SE_MAX_C + 1, 8) &&
           !kcu_se_fits(64, KCU_SE_MAX_R + 1) && !kcu_se_fits(0, 8));
-    /* the tactics listed: tactic 0 alone unless KILN_CUDA_SE_FUSED=1 (the state's se_fused); then the
-     * fused kernel with 1 block per image, and clusters of 2, 4, 8 on sm_90; tactic 0 alone where the
-     * vectors do not fit or for fp64 */
+    /* the tactics listed: tactic 0, then the cuBLASLt one (not for fp64); the fused kernel with 1 block
+     * per image, and clusters of 2, 4, 8 on sm_90, only with KILN_CUDA_SE_FUSED=1 (the state's se_fused)
+     * and where the vectors fit */
     kiln_cuda_state *cs = st;
     const bool fused0 = cs->se_fused;
     static const struct { int64_t C, R; kiln_dtype t; int fits; } ls[] = {
@@ -1911,14 +1911,16 @@ TEST(test_squeeze_excite) {
                                   .n_in = 3, .n_out = 1, .in = tip, .out = top};
             int32_t ids[16];
             int n = kiln__backend_tactics(be, st, &ia, false, ids, 16);
-            const int want = on && ls[i].fits ? 1 + (cs->cc_major >= 9 ? 4 : 1) : 1;
-            CHECK(n == want && ids[0] == 0);
+            const int blas = ls[i].t != KILN_DTYPE_FLOAT64;
+            const int want = 1 + blas + (on && ls[i].fits ? (cs->cc_major >= 9 ? 4 : 1) : 0);
+            CHECK(n == want && ids[0] == 0 && (!blas || ids[1] == 5));
             if (n != want) printf("  se tactics (C %lld, R %lld, on %d): %d, want %d\n", (long long)ls[i].C,
                                   (long long)ls[i].R, on, n, want);
-            for (int k = 1; k < n; k++) CHECK(ids[k] == k);
+            for (int k = 1 + blas; k < n; k++) CHECK(ids[k] == k - blas);
         }
     cs->se_fused = fused0;
-    CHECK(!strcmp(kiln__cu_se_tactic_name(0), "kiln-gap+gemv") && !strcmp(kiln__cu_se_tactic_name(4), "kiln-se-c8"));
+    CHECK(!strcmp(kiln__cu_se_tactic_name(0), "kiln-gap+gemv") && !strcmp(kiln__cu_se_tactic_name(4), "kiln-se-c8") &&
+          !strcmp(kiln__cu_se_tactic_name(5), "cublasLt-1x1+gap"));
 }
 
 /* Convolutions that are one GEMM: the 1x1 layers of squeeze-excite blocks

@@ -227,8 +227,8 @@ KILN_PRIVATE void kiln__cu_fused_conv_tactic_describe(int32_t id, char *buf, siz
  * channels-last layers */
 KILN_PRIVATE const char *kiln__cu_fused_conv_name(const kiln_node *n);
 /* kiln.SqueezeExcite (cuda_se.c): "cuda.squeeze_excite.nhwc" for an NHWC
- * input; its tactics (0 the composed path, 1..4 kcu_se with clusters of
- * 1..8 blocks) and their names */
+ * input; its tactics (0 the pool and two GEMV launches, 5 the pool and two
+ * cuBLASLt GEMMs, 1..4 kcu_se with clusters of 1..8 blocks) and their names */
 KILN_PRIVATE const char *kiln__cu_se_name(const kiln_node *n);
 KILN_PRIVATE int kiln__cu_se_tactics(void *state, const kiln_infer_args *a, int32_t *ids, int cap);
 KILN_PRIVATE const char *kiln__cu_se_tactic_name(int32_t id);

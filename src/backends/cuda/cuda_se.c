@@ -4,6 +4,11 @@
  *      pool (kiln__cu_gap_into: GlobalAveragePool's NHWC or NCHW kernel)
  *      into Y, then two kcu_conv_gemv launches (the `kiln-gemv` tactic of
  *      the 1x1 FusedConvs) through a hidden vector in the state's scratch;
+ *   5  KCU_SE_TACTIC_BLAS (`cublasLt-1x1+gap`, fp32/fp16/bf16): the same pool,
+ *      then the two 1x1 layers as cuBLASLt GEMMs with the bias in their
+ *      epilogue (the 1x1 FusedConvs' `cublasLt-1x1` tactic; cuBLASLt's first
+ *      candidate), each activation one kcu_bias_act pass after its GEMM
+ *      (ReLU too: kiln's keeps NaN, cuBLASLt's epilogue is unchecked there);
  *   1..4  kcu_se (k_se.cu), the whole gate in one launch, one cluster of
  *      1, 2, 4 or 8 blocks per image (2..8 need compute capability 9);
  *      listed where KILN_CUDA_SE_FUSED=1 (opt-in until a GPU run has
@@ -17,6 +22,7 @@
 
 #define KCU_SE_TACTIC_COMPOSED 0
 #define KCU_SE_TACTIC_FUSED_LAST 4
+#define KCU_SE_TACTIC_BLAS 5
 
 /* blocks per image of fused tactic id (1, 2, 4, 8), 0 for the others */
 static int se_cluster(int32_t id) { return id >= 1 && id <= KCU_SE_TACTIC_FUSED_LAST ? 1 << (id - 1) : 0; }
@@ -38,6 +44,34 @@ bool kiln__cu_se_supports(const kiln_graph *g, const kiln_node *n) {
 const char *kiln__cu_se_name(const kiln_node *n) {
     const kiln_se_attrs *at = n->attrs;
     return at && at->layout == KILN_SE_LAYOUT_NHWC ? "cuda.squeeze_excite.nhwc" : NULL;
+}
+
+/* y [N, M] = act(x [N, K] w [M, K]^T + b): one cuBLASLt GEMM (the bias in
+ * its epilogue), then the activation as one kcu_bias_act pass */
+static kiln_status se_gemm(const kiln_kernel_args *a, kiln_dtype t, int64_t N, int64_t K, int64_t M, const void *x,
+                           const void *w, const kiln_tensor *b, void *y, int act, float alpha, float beta) {
+    kiln_cuda_gemm p;
+    memset(&p, 0, sizeof p);
+    p.t = t;
+    p.M = N;
+    p.N = M;
+    p.K = K;
+    p.batch = 1;
+    p.alpha = 1.0;
+    p.tb = true;
+    p.lda = p.ldb = K;
+    p.ldc = M;
+    p.A = x;
+    p.B = w;
+    p.C = y;
+    if (b) {
+        p.epi = KCU_EPI_BIAS;
+        p.bias = b->data;
+    }
+    KILN_TRY(kiln__cuda_gemm(a, &p));
+    if (act != KILN_FC_ACT_NONE)
+        KILN_CUDA_TRY(kcu_bias_act(t, y, y, NULL, NULL, N, M, 1, act, alpha, beta, KCU_STREAM(a)), KCU_NODE(a));
+    return KILN_OK;
 }
 
 kiln_status kiln__cu_se_run(const kiln_kernel_args *a) {
@@ -68,6 +102,10 @@ kiln_status kiln__cu_se_run(const kiln_kernel_args *a) {
     KILN_TRY(kiln__cu_gap_into(a, X, nhwc, Y->data));
     void *h;
     KILN_TRY(kiln__cuda_scratch(st, (size_t)(N * R) * kiln_dtype_size(t), &h, KCU_NODE(a)));
+    if (at->tactic.id == KCU_SE_TACTIC_BLAS && se_fused_dtype(t)) {
+        KILN_TRY(se_gemm(a, t, N, C, R, Y->data, W1->data, B1, h, at->act1, at->alpha1, at->beta1));
+        return se_gemm(a, t, N, R, C, h, W2->data, B2, Y->data, at->act2, at->alpha2, at->beta2);
+    }
     KILN_CUDA_TRY(kcu_conv_gemv(t, N, C, R, Y->data, W1->data, B1 ? B1->data : NULL, NULL, h, at->act1, at->alpha1,
                                 at->beta1, KCU_STREAM(a)),
                   KCU_NODE(a));
@@ -83,6 +121,7 @@ int kiln__cu_se_tactics(void *state, const kiln_infer_args *a, int32_t *ids, int
     int n = 0;
     ids[n++] = KCU_SE_TACTIC_COMPOSED;
     const kiln_tinfo *x = a->in[0], *w1 = a->in[1];
+    if (se_fused_dtype(x->dtype) && n < cap) ids[n++] = KCU_SE_TACTIC_BLAS;
     if (!st->se_fused || !se_fused_dtype(x->dtype) || x->rank != 4 || w1->rank != 4 ||
         !kcu_se_fits(x->dims[1], w1->dims[0]))
         return n;
@@ -98,6 +137,7 @@ const char *kiln__cu_se_tactic_name(int32_t id) {
     case 2: return "kiln-se-c2";
     case 3: return "kiln-se-c4";
     case 4: return "kiln-se-c8";
+    case KCU_SE_TACTIC_BLAS: return "cublasLt-1x1+gap";
     default: return "kiln-se-?";
     }
 }
