@@ -19,22 +19,36 @@ template <typename T> __device__ __forceinline__ typename Num<T>::C rnd(typename
     return Num<T>::load(Num<T>::store(v));
 }
 
-/* sum over k < K of w[k] v[k] by the 32 lanes of a warp (w in global memory,
- * VW elements per load: K % VW == 0 and w 16-byte aligned where VW > 1; v
- * in shared memory); every lane gets the sum */
+/* Rows per warp step of the matrix-vector products: their loads are issued
+ * together (a gate's rows are short: 240 fp16 values are one 16-byte load
+ * per lane, so one row at a time would wait one memory latency per row) */
+#define SE_ROWS 4
+
+/* out[j] = sum over k < K of w[row0 + j * SE_WARPS][k] v[k] for j < nr (<=
+ * SE_ROWS), by the 32 lanes of a warp (w row-major with rows of K elements
+ * in global memory, VW elements per load: K % VW == 0 and w 16-byte aligned
+ * where VW > 1; v in shared memory); every lane gets the sums */
 template <typename T, int VW, typename C>
-__device__ __forceinline__ C warp_dot(const T *__restrict__ w, const C *v, int64_t K, int lane) {
+__device__ __forceinline__ void warp_dots(const T *__restrict__ w, int64_t K, int64_t row0, int nr, const C *v,
+                                          int lane, C *out) {
     typedef Vec<T, VW> VT;
-    C acc = C(0);
-    const int64_t kv = K / VW;
-    const VT *wv = (const VT *)w;
-#pragma unroll 4
-    for (int64_t i = lane; i < kv; i += 32) {
-        const VT a = wv[i];
+    C acc[SE_ROWS];
 #pragma unroll
-        for (int j = 0; j < VW; j++) acc += (C)Num<T>::load(a.v[j]) * v[i * VW + j];
+    for (int j = 0; j < SE_ROWS; j++) acc[j] = C(0);
+    const int64_t kv = K / VW;
+    for (int64_t i = lane; i < kv; i += 32) {
+        VT a[SE_ROWS];
+#pragma unroll
+        for (int j = 0; j < SE_ROWS; j++)
+            if (j < nr) a[j] = ((const VT *)(w + (row0 + (int64_t)j * SE_WARPS) * K))[i];
+#pragma unroll
+        for (int j = 0; j < SE_ROWS; j++)
+            if (j < nr)
+#pragma unroll
+                for (int e = 0; e < VW; e++) acc[j] += (C)Num<T>::load(a[j].v[e]) * v[i * VW + e];
     }
-    return warp_reduce(acc, OpAdd());
+#pragma unroll
+    for (int j = 0; j < SE_ROWS; j++) out[j] = warp_reduce(acc[j], OpAdd());
 }
 
 /* Copies entries [lo, hi) of shared array `a` from block b of the cluster
@@ -69,7 +83,8 @@ __global__ void __launch_bounds__(SE_THREADS)
     constexpr int VW = (int)(16 / sizeof(T));
     __shared__ C pooled[KCU_SE_MAX_C];
     __shared__ C hidden[KCU_SE_MAX_R];
-    __shared__ C red[SE_THREADS * V];
+    __shared__ C red[SE_THREADS * V];  /* the pool's [row][output] sums */
+    __shared__ C red2[SE_THREADS * V]; /* their partial sums over rows */
     const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
     const int64_t n = blockIdx.x / S, Cn = g.C, R = g.R, HW = g.HW;
     const int k = (int)(blockIdx.x % S); /* the block's rank in its cluster (cluster dims S x 1 x 1) */
@@ -101,12 +116,22 @@ __global__ void __launch_bounds__(SE_THREADS)
 #pragma unroll
                 for (int j = 0; j < V; j++) red[(ty * TX + tx) * V + j] = acc[j];
             __syncthreads();
-            if (t < TX * V && base + t / V < v1) {
-                const int q = t / V, j = t % V;
+            /* row ty of red holds O = TX V sums: RR threads per output add TY / RR rows
+             * each (every thread busy), then one adds those RR */
+            const int O = TX * V, RR = O >= SE_THREADS ? 1 : SE_THREADS / O;
+            for (int i = t; i < RR * O; i += SE_THREADS) {
+                const int o = i % O, r = i / O;
                 C s = C(0);
-                for (int r = 0; r < TY; r++) s += red[(r * TX + q) * V + j];
-                pooled[(base + q) * V + j] = rnd<T>(s / (C)HW);
+                for (int k2 = r; k2 < TY; k2 += RR) s += red[k2 * O + o];
+                red2[r * O + o] = s;
             }
+            __syncthreads();
+            for (int o = t; o < O; o += SE_THREADS)
+                if (base + o / V < v1) {
+                    C s = C(0);
+                    for (int r = 0; r < RR; r++) s += red2[r * O + o];
+                    pooled[base * V + o] = rnd<T>(s / (C)HW);
+                }
             __syncthreads();
         }
     } else {
@@ -130,12 +155,20 @@ __global__ void __launch_bounds__(SE_THREADS)
         __syncthreads();
     }
     /* 3. the hidden slice: a warp per unit */
-    for (int64_t r = r0 + warp; r < r1; r += SE_WARPS) {
-        C s = w1v ? warp_dot<T, VW>(w1 + r * Cn, pooled, Cn, lane) : warp_dot<T, 1>(w1 + r * Cn, pooled, Cn, lane);
-        if (lane == 0) {
-            if (b1) s += (C)Num<T>::load(b1[r]);
-            hidden[r] = rnd<T>(act_apply<C>(g.act1, (C)g.alpha1, (C)g.beta1, s));
-        }
+    for (int64_t r = r0 + warp; r < r1; r += SE_ROWS * SE_WARPS) {
+        const int64_t left = (r1 - r + SE_WARPS - 1) / SE_WARPS;
+        const int nr = left < SE_ROWS ? (int)left : SE_ROWS;
+        C s[SE_ROWS];
+        if (w1v) warp_dots<T, VW>(w1, Cn, r, nr, pooled, lane, s);
+        else warp_dots<T, 1>(w1, Cn, r, nr, pooled, lane, s);
+        if (lane == 0)
+#pragma unroll
+            for (int j = 0; j < SE_ROWS; j++) {
+                if (j >= nr) break;
+                const int64_t rj = r + (int64_t)j * SE_WARPS;
+                const C v = b1 ? s[j] + (C)Num<T>::load(b1[rj]) : s[j];
+                hidden[rj] = rnd<T>(act_apply<C>(g.act1, (C)g.alpha1, (C)g.beta1, v));
+            }
     }
     __syncthreads();
     /* 4. the whole hidden vector; the second cluster sync: no block reads
@@ -150,12 +183,20 @@ __global__ void __launch_bounds__(SE_THREADS)
     }
     __syncthreads();
     /* 5. the output slice */
-    for (int64_t c = v0 * V + warp; c < v1 * V; c += SE_WARPS) {
-        C s = w2v ? warp_dot<T, VW>(w2 + c * R, hidden, R, lane) : warp_dot<T, 1>(w2 + c * R, hidden, R, lane);
-        if (lane == 0) {
-            if (b2) s += (C)Num<T>::load(b2[c]);
-            y[n * Cn + c] = Num<T>::store(act_apply<C>(g.act2, (C)g.alpha2, (C)g.beta2, s));
-        }
+    for (int64_t c = v0 * V + warp; c < v1 * V; c += SE_ROWS * SE_WARPS) {
+        const int64_t left = (v1 * V - c + SE_WARPS - 1) / SE_WARPS;
+        const int nr = left < SE_ROWS ? (int)left : SE_ROWS;
+        C s[SE_ROWS];
+        if (w2v) warp_dots<T, VW>(w2, R, c, nr, hidden, lane, s);
+        else warp_dots<T, 1>(w2, R, c, nr, hidden, lane, s);
+        if (lane == 0)
+#pragma unroll
+            for (int j = 0; j < SE_ROWS; j++) {
+                if (j >= nr) break;
+                const int64_t cj = c + (int64_t)j * SE_WARPS;
+                const C v = b2 ? s[j] + (C)Num<T>::load(b2[cj]) : s[j];
+                y[n * Cn + cj] = Num<T>::store(act_apply<C>(g.act2, (C)g.alpha2, (C)g.beta2, v));
+            }
     }
 }
 
