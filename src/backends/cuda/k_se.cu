@@ -51,6 +51,33 @@ __device__ __forceinline__ void warp_dots(const T *__restrict__ w, int64_t K, in
     for (int j = 0; j < SE_ROWS; j++) out[j] = warp_reduce(acc[j], OpAdd());
 }
 
+/* Rows [lo, hi) of act(w v + b) (w [rows, K] in global memory, 16-byte
+ * loads where wv; v in shared memory; b may be NULL), a warp per row,
+ * SE_ROWS rows a step: into shared `sh` rounded to T (a vector the next
+ * step reads), or into global `gl` (the layer's output). */
+template <typename T, typename C>
+__device__ __forceinline__ void gemv_rows(const T *__restrict__ w, int64_t K, int wv, int64_t lo, int64_t hi,
+                                          const C *v, const T *__restrict__ b, int act, float alpha, float beta,
+                                          int warp, int lane, C *sh, T *gl) {
+    constexpr int VW = (int)(16 / sizeof(T));
+    for (int64_t r = lo + warp; r < hi; r += SE_ROWS * SE_WARPS) {
+        const int64_t left = (hi - r + SE_WARPS - 1) / SE_WARPS;
+        const int nr = left < SE_ROWS ? (int)left : SE_ROWS;
+        C s[SE_ROWS];
+        if (wv) warp_dots<T, VW>(w, K, r, nr, v, lane, s);
+        else warp_dots<T, 1>(w, K, r, nr, v, lane, s);
+        if (lane == 0)
+#pragma unroll
+            for (int j = 0; j < SE_ROWS; j++) {
+                if (j >= nr) break;
+                const int64_t rj = r + (int64_t)j * SE_WARPS;
+                const C y = act_apply<C>(act, (C)alpha, (C)beta, b ? s[j] + (C)Num<T>::load(b[rj]) : s[j]);
+                if (sh) sh[rj] = rnd<T>(y);
+                else gl[rj] = Num<T>::store(y);
+            }
+    }
+}
+
 /* Copies entries [lo, hi) of shared array `a` from block b of the cluster
  * (the same array there) into this block's (S > 1, sm_90). */
 template <int S, typename C>
@@ -80,7 +107,6 @@ __global__ void __launch_bounds__(SE_THREADS)
          const T *__restrict__ w2, const T *__restrict__ b1, const T *__restrict__ b2, T *__restrict__ y, int w1v,
          int w2v) {
     typedef typename Num<T>::C C;
-    constexpr int VW = (int)(16 / sizeof(T));
     __shared__ C pooled[KCU_SE_MAX_C];
     __shared__ C hidden[KCU_SE_MAX_R];
     __shared__ C red[SE_THREADS * V];  /* the pool's [row][output] sums */
@@ -154,22 +180,8 @@ __global__ void __launch_bounds__(SE_THREADS)
         }
         __syncthreads();
     }
-    /* 3. the hidden slice: a warp per unit */
-    for (int64_t r = r0 + warp; r < r1; r += SE_ROWS * SE_WARPS) {
-        const int64_t left = (r1 - r + SE_WARPS - 1) / SE_WARPS;
-        const int nr = left < SE_ROWS ? (int)left : SE_ROWS;
-        C s[SE_ROWS];
-        if (w1v) warp_dots<T, VW>(w1, Cn, r, nr, pooled, lane, s);
-        else warp_dots<T, 1>(w1, Cn, r, nr, pooled, lane, s);
-        if (lane == 0)
-#pragma unroll
-            for (int j = 0; j < SE_ROWS; j++) {
-                if (j >= nr) break;
-                const int64_t rj = r + (int64_t)j * SE_WARPS;
-                const C v = b1 ? s[j] + (C)Num<T>::load(b1[rj]) : s[j];
-                hidden[rj] = rnd<T>(act_apply<C>(g.act1, (C)g.alpha1, (C)g.beta1, v));
-            }
-    }
+    /* 3. the hidden slice (rounded to T, as the first 1x1 layer stored it) */
+    gemv_rows<T>(w1, Cn, w1v, r0, r1, pooled, b1, g.act1, g.alpha1, g.beta1, warp, lane, hidden, (T *)NULL);
     __syncthreads();
     /* 4. the whole hidden vector; the second cluster sync: no block reads
      * another's shared memory after it, so any may leave */
@@ -183,21 +195,7 @@ __global__ void __launch_bounds__(SE_THREADS)
     }
     __syncthreads();
     /* 5. the output slice */
-    for (int64_t c = v0 * V + warp; c < v1 * V; c += SE_ROWS * SE_WARPS) {
-        const int64_t left = (v1 * V - c + SE_WARPS - 1) / SE_WARPS;
-        const int nr = left < SE_ROWS ? (int)left : SE_ROWS;
-        C s[SE_ROWS];
-        if (w2v) warp_dots<T, VW>(w2, R, c, nr, hidden, lane, s);
-        else warp_dots<T, 1>(w2, R, c, nr, hidden, lane, s);
-        if (lane == 0)
-#pragma unroll
-            for (int j = 0; j < SE_ROWS; j++) {
-                if (j >= nr) break;
-                const int64_t cj = c + (int64_t)j * SE_WARPS;
-                const C v = b2 ? s[j] + (C)Num<T>::load(b2[cj]) : s[j];
-                y[n * Cn + cj] = Num<T>::store(act_apply<C>(g.act2, (C)g.alpha2, (C)g.beta2, v));
-            }
-    }
+    gemv_rows<T>(w2, R, w2v, v0 * V, v1 * V, hidden, b2, g.act2, g.alpha2, g.beta2, warp, lane, (C *)NULL, y + n * Cn);
 }
 
 template <typename T, int V, int S>
