@@ -1387,6 +1387,102 @@ TEST(test_engine_host_inputs) {
     check_swin_host_inputs(NULL);
 }
 
+/* Output "y" of `path` (input "x" [n, c, hw, hw], the values below) built for
+ * `dev` at precision p, on the host; with KILN_CUDA_SE_FUSED=1 in the
+ * environment while it is built (the tuning state lists the fused
+ * tactics). *desc gets a copy of the engine's description. */
+static float *se_engine_run(const char *path, kiln_device dev, kiln_precision p, int64_t n, int64_t c, int64_t hw,
+                            int64_t ny, char **desc) {
+    kiln_model *m = NULL;
+    kiln_builder *b = NULL;
+    kiln_engine *e = NULL;
+    kiln_context *ctx = NULL;
+    float *y = NULL;
+    int64_t dims[4] = {n, c, hw, hw};
+    setenv("KILN_CUDA_SE_FUSED", "1", 1);
+    CHECK_OK(kiln_model_load_onnx(path, &m));
+    CHECK_OK(kiln_builder_create(&b));
+    if (m && b) {
+        CHECK_OK(kiln_builder_set_profile(b, "x", 4, dims, dims, dims));
+        CHECK_OK(kiln_builder_set_device(b, dev, 0));
+        CHECK_OK(kiln_builder_set_precision(b, p));
+    }
+    if (m && b && kiln_build(b, m, &e) == KILN_OK && kiln_context_create(e, &ctx) == KILN_OK) {
+        const char *d = kiln_engine_describe(e, 0);
+        *desc = d ? strdup(d) : NULL;
+        const int64_t nx = n * c * hw * hw;
+        float *x = malloc(sizeof(float) * (size_t)nx);
+        for (int64_t i = 0; i < nx; i++) x[i] = (float)((i * 7919) % 2001 - 1000) / 400.0f;
+        y = malloc(sizeof(float) * (size_t)ny);
+        CHECK_OK(kiln_context_set_input(ctx, "x", KILN_DTYPE_FLOAT32, 4, dims, x));
+        CHECK_OK(kiln_context_set_output(ctx, "y", y, sizeof(float) * (size_t)ny));
+        CHECK_OK(kiln_context_run(ctx));
+        free(x);
+    } else {
+        FAILF("%s engine for device %d: %s", path, (int)dev, kiln_last_error());
+    }
+    unsetenv("KILN_CUDA_SE_FUSED");
+    kiln_context_free(ctx);
+    kiln_engine_free(e);
+    kiln_builder_free(b);
+    kiln_model_free(m);
+    return y;
+}
+
+/* Engines with squeeze-excite gates (fuse_se): tiny_mbv3 (MobileNetV3's
+ * and EfficientNet's gates) and se_block.onnx at batches 1 and 32, fp32
+ * and fp16 (batches 1 and 3 on the emulator), built for the device with every tactic of kiln.SqueezeExcite
+ * listed (the builder sets each up, checks them against tactic 0 and times
+ * them), against the CPU's fp32 engine (which keeps the three layers). */
+TEST(test_se_engine) {
+    if (!kiln__backend_for(KILN_DEVICE_CUDA)) {
+        printf("  (no CUDA backend in the registry: skipped)\n");
+        return;
+    }
+    static const struct { const char *path; int64_t c, hw, ny, ses; } ms[2] = {
+        {"tests/data/tiny_mbv3.onnx", 3, 32, 10, 2}, {"tests/data/se_block.onnx", 32, 16, 16 * 16 * 16, 1}};
+#if KILN_CUDA_EMU
+    static const int64_t ns[2] = {1, 3}; /* (the emulated tuner runs each tactic dozens of times) */
+#else
+    static const int64_t ns[2] = {1, 32};
+#endif
+    static const kiln_precision ps[2] = {KILN_PRECISION_FP32, KILN_PRECISION_FP16};
+    for (int k = 0; k < 2; k++)
+        for (int bi = 0; bi < 2; bi++) {
+            const int64_t n = ns[bi], ny = n * ms[k].ny;
+            char *dc = NULL;
+            float *ref = se_engine_run(ms[k].path, KILN_DEVICE_CPU, KILN_PRECISION_FP32, n, ms[k].c, ms[k].hw, ny, &dc);
+            CHECK(dc && !strstr(dc, "SqueezeExcite"));
+            free(dc);
+            for (int pi = 0; pi < 2 && ref; pi++) {
+                char *d = NULL;
+                float *y = se_engine_run(ms[k].path, KILN_DEVICE_CUDA, ps[pi], n, ms[k].c, ms[k].hw, ny, &d);
+                int ses = 0;
+                for (const char *q = d; q && (q = strstr(q, " SqueezeExcite ")) != NULL; q++) ses++;
+                CHECK(ses == ms[k].ses);
+                for (const char *q = d; q && (q = strstr(q, " SqueezeExcite ")) != NULL; q++) {
+                    const char *eol = strchr(q, '\n');
+                    printf("  %s b%lld %s:%.*s\n", ms[k].path, (long long)n, pi ? "fp16" : "fp32",
+                           eol ? (int)(eol - q) : (int)strlen(q), q);
+                }
+                if (y) {
+                    double num = 0, den = 0;
+                    for (int64_t i = 0; i < ny; i++) {
+                        num += (double)(y[i] - ref[i]) * (y[i] - ref[i]);
+                        den += (double)ref[i] * ref[i];
+                    }
+                    const double nmse = den > 0 ? num / den : -1.0;
+                    if (!(den > 0 && nmse <= (pi ? 1e-5 : 1e-10)))
+                        FAILF("%s b%lld %s: NMSE against the CPU %g", ms[k].path, (long long)n, pi ? "fp16" : "fp32",
+                              nmse);
+                }
+                free(y);
+                free(d);
+            }
+            free(ref);
+        }
+}
+
 static kiln_fused_conv_attrs fc_at(kiln_conv_attrs conv, int act, float alpha, float beta, int res) {
     kiln_fused_conv_attrs at;
     memset(&at, 0, sizeof at);
@@ -2531,9 +2627,9 @@ TEST(test_coverage) {
 #define TESTS_NN(X) X(test_gemm) X(test_conv) X(test_pool) X(test_pool_nhwc) X(test_dwconv_nhwc) X(test_dwconv_nchw) X(test_norm) X(test_softmax)
 #define TESTS_REDUCE(X) X(test_reduce)
 #if KILN_HAVE_CUDNN
-#define TESTS_FC(X) X(test_fused_conv) X(test_fused_conv_special_values) X(test_fused_conv_nhwc) X(test_fused_conv_graph) X(test_fused_conv_tactics) X(test_conv_gemm) X(test_squeeze_excite)
+#define TESTS_FC(X) X(test_fused_conv) X(test_fused_conv_special_values) X(test_fused_conv_nhwc) X(test_fused_conv_graph) X(test_fused_conv_tactics) X(test_conv_gemm) X(test_squeeze_excite) X(test_se_engine)
 #else
-#define TESTS_FC(X) X(test_fused_conv) X(test_fused_conv_special_values) X(test_conv_gemm) X(test_squeeze_excite)
+#define TESTS_FC(X) X(test_fused_conv) X(test_fused_conv_special_values) X(test_conv_gemm) X(test_squeeze_excite) X(test_se_engine)
 #endif
 #define TESTS_FT(X) X(test_fused_transformer) X(test_attention_tactics)
 #define ALL_TESTS(X) \
