@@ -319,12 +319,14 @@ cudaError_t kcu_conv_gemv(kiln_dtype t, int64_t N, int64_t K, int64_t M, const v
  * [N, HW, C] (nhwc), p and h rounded to T as the layers storing them would
  * (fp32 sums; fp64 for fp64). One thread-block cluster of S blocks (1, 2, 4
  * or 8; S > 1 needs compute capability 9) per image, 256 threads each: block
- * k pools channel slice k and keeps it in shared memory; after a cluster
- * sync every block copies the whole pooled vector from the others' shared
- * memory (distributed shared memory), computes hidden slice k (a warp per
- * unit), the cluster syncs, every block copies the whole hidden vector, the
- * cluster syncs again (nothing is read remotely after it), and block k
- * writes output slice k. Needs C <= KCU_SE_MAX_C and R <= KCU_SE_MAX_R
+ * k owns channel slice k (NHWC: it sums position slice k of every channel,
+ * then, after a cluster sync, adds its channels' sums up over the cluster;
+ * NCHW: it pools its channels) and keeps their means in shared memory;
+ * after a cluster sync every block copies the whole pooled vector from the
+ * others' shared memory (distributed shared memory), computes hidden slice
+ * k (a warp per unit), the cluster syncs, every block copies the whole
+ * hidden vector, the cluster syncs again (nothing is read remotely after
+ * it), and block k writes output slice k. Needs C <= KCU_SE_MAX_C and R <= KCU_SE_MAX_R
  * (kcu_se_fits); b1, b2 may be NULL. */
 #define KCU_SE_MAX_C 4096
 #define KCU_SE_MAX_R 1024

@@ -90,17 +90,34 @@ __device__ __forceinline__ void cluster_copy(C *a, int b, int64_t lo, int64_t hi
 #endif
 }
 
+/* The sum of entry i of shared array `a` over the cluster's blocks other
+ * than k (0 for S == 1; sm_90) */
+template <int S, typename C> __device__ __forceinline__ C cluster_sum_others(C *a, int k, int64_t i) {
+    C s = C(0);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (S > 1) {
+        namespace cg = cooperative_groups;
+        cg::cluster_group cl = cg::this_cluster();
+        for (int b = 0; b < S; b++)
+            if (b != k) s += cl.map_shared_rank(a, b)[i];
+    }
+#endif
+    return s;
+}
+
 template <int S> __device__ __forceinline__ void cluster_sync() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     if (S > 1) cooperative_groups::this_cluster().sync();
 #endif
 }
 
-/* Block k (of the S of image n's cluster) pools channels [v0 V, v1 V) (V
+/* Block k (of the S of image n's cluster) owns channels [v0 V, v1 V) (V
  * channels per vector: 16-byte loads of an NHWC x where C and x allow; 1
- * for NCHW), computes hidden units [r0, r1) and writes outputs [v0 V, v1
- * V); the slices are the same in every block's arithmetic, so block b's
- * slice is known to the others. */
+ * for NCHW) and hidden units [r0, r1): it pools its channels (NCHW), or
+ * sums positions slice k of every channel and then adds its channels' sums
+ * up over the cluster (NHWC), computes its hidden units and writes its
+ * outputs; the slices are the same in every block's arithmetic, so block
+ * b's slice is known to the others. */
 template <typename T, int V, int S>
 __global__ void __launch_bounds__(SE_THREADS)
     k_se(const __grid_constant__ kcu_se_geom g, const T *__restrict__ x, const T *__restrict__ w1,
@@ -120,19 +137,23 @@ __global__ void __launch_bounds__(SE_THREADS)
 
     /* 1. the pooled slice */
     if (g.nhwc) {
-        /* TX threads across the slice's vectors, TY rows of them over the positions */
-        const int64_t nv = v1 - v0;
-        const int TX = nv >= SE_THREADS ? SE_THREADS : nv > 0 ? (int)nv : 1, TY = SE_THREADS / TX;
+        /* NHWC: the block sums positions [p0, p1) of every channel (every block of
+         * the cluster busy whatever C is: 32 channels of a 112 x 112 plane are 4
+         * vectors), TX threads across the vectors, TY rows of them over the
+         * positions; block k then adds slice k up over the cluster (below) */
+        const int64_t pper = (HW + S - 1) / S, p0 = k * pper < HW ? k * pper : HW;
+        const int64_t p1 = p0 + pper < HW ? p0 + pper : HW;
+        const int TX = cv >= SE_THREADS ? SE_THREADS : (int)cv, TY = SE_THREADS / TX;
         const int tx = t % TX, ty = t / TX;
         const T *xn = x + n * HW * Cn;
-        for (int64_t base = v0; base < v1; base += TX) {
+        for (int64_t base = 0; base < cv; base += TX) {
             C acc[V];
 #pragma unroll
             for (int j = 0; j < V; j++) acc[j] = C(0);
             const int64_t vi = base + tx;
-            if (ty < TY && vi < v1) {
+            if (ty < TY && vi < cv) {
 #pragma unroll 4
-                for (int64_t p = ty; p < HW; p += TY) {
+                for (int64_t p = p0 + ty; p < p1; p += TY) {
                     const Vec<T, V> a = *(const Vec<T, V> *)(xn + p * Cn + vi * V);
 #pragma unroll
                     for (int j = 0; j < V; j++) acc[j] += (C)Num<T>::load(a.v[j]);
@@ -153,10 +174,10 @@ __global__ void __launch_bounds__(SE_THREADS)
             }
             __syncthreads();
             for (int o = t; o < O; o += SE_THREADS)
-                if (base + o / V < v1) {
+                if (base + o / V < cv) {
                     C s = C(0);
                     for (int r = 0; r < RR; r++) s += red2[r * O + o];
-                    pooled[base * V + o] = rnd<T>(s / (C)HW);
+                    pooled[base * V + o] = s; /* (the block's positions only) */
                 }
             __syncthreads();
         }
@@ -171,6 +192,13 @@ __global__ void __launch_bounds__(SE_THREADS)
         }
     }
     __syncthreads();
+    if (g.nhwc) {
+        /* slice k of the mean: the S blocks' sums of its channels */
+        cluster_sync<S>();
+        for (int64_t c = v0 * V + t; c < v1 * V; c += SE_THREADS)
+            pooled[c] = rnd<T>((pooled[c] + cluster_sum_others<S>(pooled, k, c)) / (C)HW);
+        __syncthreads();
+    }
     /* 2. the whole pooled vector: the other blocks' slices through distributed shared memory */
     if (S > 1) {
         cluster_sync<S>();
