@@ -206,6 +206,7 @@ enum {
     KILN_PASS_FOLD_BN,                /* fuse_conv.c */
     KILN_PASS_FUSE_CONV,
     KILN_PASS_FUSE_PWDW,
+    KILN_PASS_FUSE_SE,                /* fuse_se.c */
     KILN_PASS_MERGE_TRANSPOSE_RESHAPE, /* fuse_transformer.c */
     KILN_PASS_FUSE_LAYERNORM,
     KILN_PASS_FUSE_RMSNORM,

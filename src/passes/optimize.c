@@ -17,6 +17,8 @@ static const struct {
                              "Conv + residual Add + activation into one kiln.FusedConv layer"},
     [KILN_PASS_FUSE_PWDW] = {"fuse_pwdw", "CPU: 1x1 + depthwise 3x3 (+ 1x1 project) FusedConv layers into "
                                           "one kiln.PwDwConv (MobileNet blocks)"},
+    [KILN_PASS_FUSE_SE] = {"fuse_se", "GlobalAveragePool + two 1x1 FusedConv layers (a squeeze-excite gate) into "
+                                      "one kiln.SqueezeExcite, where the device's backend takes it (CUDA)"},
     [KILN_PASS_MERGE_TRANSPOSE_RESHAPE] = {"merge_transpose_reshape",
                                            "Transpose of Transpose composed (or removed), Reshape of "
                                            "Reshape made one Reshape, Reshape targets computed at run "
@@ -77,6 +79,7 @@ kiln_status kiln__pass_optimize(kiln_graph *g, const kiln_optimize_opts *o) {
     kiln__graph_link(g);
     if (first) KILN_TRY(kiln__pass_precision(g, o));
     if (!o->disable) KILN_TRY(kiln__opt_conv(g, o));
+    if (!o->disable) KILN_TRY(kiln__opt_se(g, o));
     if (!o->disable) KILN_TRY(kiln__opt_transformer(g, o));
     if (!o->disable) KILN_TRY(kiln__opt_movement(g, o));
     if (!o->disable) KILN_TRY(kiln__opt_norm(g, o));

@@ -53,6 +53,7 @@ KILN_PRIVATE kiln_status kiln__pat_replace(kiln_graph *g, int ni, int op_id, int
 /* Rewrite families, in the order optimize.c runs them. Each returns KILN_OK
  * having changed the graph or not; they keep g linked (kiln__graph_link). */
 KILN_PRIVATE kiln_status kiln__opt_conv(kiln_graph *g, const kiln_optimize_opts *o);        /* fuse_conv.c */
+KILN_PRIVATE kiln_status kiln__opt_se(kiln_graph *g, const kiln_optimize_opts *o);          /* fuse_se.c */
 KILN_PRIVATE kiln_status kiln__opt_transformer(kiln_graph *g, const kiln_optimize_opts *o); /* fuse_transformer.c */
 KILN_PRIVATE kiln_status kiln__opt_movement(kiln_graph *g, const kiln_optimize_opts *o);    /* fuse_movement.c */
 KILN_PRIVATE kiln_status kiln__opt_norm(kiln_graph *g, const kiln_optimize_opts *o);        /* fuse_norm.c */

@@ -291,9 +291,9 @@ TEST(nhwc_mobilenet) {
     }
 }
 
-/* Whether every convolution and pool of engine e's description runs NHWC
- * (the SE blocks' convolutions on [N, C, 1, 1] values excepted: the same
- * bytes in both layouts) and its activations keep the symbolic batch;
+/* Whether every convolution, pool and squeeze-excite layer of engine e's
+ * description runs NHWC (1x1 convolutions on [N, C, 1, 1] values excepted:
+ * the same bytes in both layouts) and its activations keep the symbolic batch;
  * counts its Transposes (the chain's conversions). */
 static bool all_nhwc(kiln_engine *e, int *transposes, int *nhwc_layers) {
     const char *d = kiln_engine_describe(e, 0);
@@ -308,7 +308,8 @@ static bool all_nhwc(kiln_engine *e, int *transposes, int *nhwc_layers) {
         int idx;
         if (sscanf(line, "%d %63s %255s kernel %127s", &idx, op, name, kern) != 4) continue;
         *transposes += !strcmp(op, "Transpose");
-        bool conv = !strcmp(op, "FusedConv"), pool = strstr(op, "Pool") != NULL;
+        /* (kiln.SqueezeExcite pools its input as GlobalAveragePool does) */
+        bool conv = !strcmp(op, "FusedConv"), pool = strstr(op, "Pool") != NULL || !strcmp(op, "SqueezeExcite");
         if (!conv && !pool) continue;
         if (strstr(kern, "nhwc")) {
             ++*nhwc_layers;

@@ -26,6 +26,7 @@
 #include "backends/cuda/cuda_internal.h"
 #include "ops/elementwise_impl.h"
 #include "ops/fused_norm.h"
+#include "ops/fused_se.h"
 #include "ops/tensor_internal.h"
 #include "runtime/engine.h"
 #include "test.h"
@@ -1291,6 +1292,7 @@ TEST(test_node_state) {
 #if KILN_CUDA_EMU
 KILN_PRIVATE int kiln_emu_dtoh_count(void);
 KILN_PRIVATE int kiln_emu_gemv_count(void);
+KILN_PRIVATE int kiln_emu_se_count(void);
 #endif
 static float *engine_run_swin(kiln_device dev, const char *pass_off, int runs, int *dtoh, bool *graph) {
     kiln_model *m = NULL;
@@ -1383,6 +1385,102 @@ TEST(test_engine_host_inputs) {
     }
     check_swin_host_inputs("merge_movement"); /* PatchMerging's Slices kept */
     check_swin_host_inputs(NULL);
+}
+
+/* Output "y" of `path` (input "x" [n, c, hw, hw], the values below) built for
+ * `dev` at precision p, on the host; with KILN_CUDA_SE_FUSED=1 in the
+ * environment while it is built (the tuning state lists the fused
+ * tactics). *desc gets a copy of the engine's description. */
+static float *se_engine_run(const char *path, kiln_device dev, kiln_precision p, int64_t n, int64_t c, int64_t hw,
+                            int64_t ny, char **desc) {
+    kiln_model *m = NULL;
+    kiln_builder *b = NULL;
+    kiln_engine *e = NULL;
+    kiln_context *ctx = NULL;
+    float *y = NULL;
+    int64_t dims[4] = {n, c, hw, hw};
+    setenv("KILN_CUDA_SE_FUSED", "1", 1);
+    CHECK_OK(kiln_model_load_onnx(path, &m));
+    CHECK_OK(kiln_builder_create(&b));
+    if (m && b) {
+        CHECK_OK(kiln_builder_set_profile(b, "x", 4, dims, dims, dims));
+        CHECK_OK(kiln_builder_set_device(b, dev, 0));
+        CHECK_OK(kiln_builder_set_precision(b, p));
+    }
+    if (m && b && kiln_build(b, m, &e) == KILN_OK && kiln_context_create(e, &ctx) == KILN_OK) {
+        const char *d = kiln_engine_describe(e, 0);
+        *desc = d ? strdup(d) : NULL;
+        const int64_t nx = n * c * hw * hw;
+        float *x = malloc(sizeof(float) * (size_t)nx);
+        for (int64_t i = 0; i < nx; i++) x[i] = (float)((i * 7919) % 2001 - 1000) / 400.0f;
+        y = malloc(sizeof(float) * (size_t)ny);
+        CHECK_OK(kiln_context_set_input(ctx, "x", KILN_DTYPE_FLOAT32, 4, dims, x));
+        CHECK_OK(kiln_context_set_output(ctx, "y", y, sizeof(float) * (size_t)ny));
+        CHECK_OK(kiln_context_run(ctx));
+        free(x);
+    } else {
+        FAILF("%s engine for device %d: %s", path, (int)dev, kiln_last_error());
+    }
+    unsetenv("KILN_CUDA_SE_FUSED");
+    kiln_context_free(ctx);
+    kiln_engine_free(e);
+    kiln_builder_free(b);
+    kiln_model_free(m);
+    return y;
+}
+
+/* Engines with squeeze-excite gates (fuse_se): tiny_mbv3 (MobileNetV3's
+ * and EfficientNet's gates) and se_block.onnx at batches 1 and 32, fp32
+ * and fp16 (batches 1 and 3 on the emulator), built for the device with every tactic of kiln.SqueezeExcite
+ * listed (the builder sets each up, checks them against tactic 0 and times
+ * them), against the CPU's fp32 engine (which keeps the three layers). */
+TEST(test_se_engine) {
+    if (!kiln__backend_for(KILN_DEVICE_CUDA)) {
+        printf("  (no CUDA backend in the registry: skipped)\n");
+        return;
+    }
+    static const struct { const char *path; int64_t c, hw, ny, ses; } ms[2] = {
+        {"tests/data/tiny_mbv3.onnx", 3, 32, 10, 2}, {"tests/data/se_block.onnx", 32, 16, 16 * 16 * 16, 1}};
+#if KILN_CUDA_EMU
+    static const int64_t ns[2] = {1, 3}; /* (the emulated tuner runs each tactic dozens of times) */
+#else
+    static const int64_t ns[2] = {1, 32};
+#endif
+    static const kiln_precision ps[2] = {KILN_PRECISION_FP32, KILN_PRECISION_FP16};
+    for (int k = 0; k < 2; k++)
+        for (int bi = 0; bi < 2; bi++) {
+            const int64_t n = ns[bi], ny = n * ms[k].ny;
+            char *dc = NULL;
+            float *ref = se_engine_run(ms[k].path, KILN_DEVICE_CPU, KILN_PRECISION_FP32, n, ms[k].c, ms[k].hw, ny, &dc);
+            CHECK(dc && !strstr(dc, "SqueezeExcite"));
+            free(dc);
+            for (int pi = 0; pi < 2 && ref; pi++) {
+                char *d = NULL;
+                float *y = se_engine_run(ms[k].path, KILN_DEVICE_CUDA, ps[pi], n, ms[k].c, ms[k].hw, ny, &d);
+                int ses = 0;
+                for (const char *q = d; q && (q = strstr(q, " SqueezeExcite ")) != NULL; q++) ses++;
+                CHECK(ses == ms[k].ses);
+                for (const char *q = d; q && (q = strstr(q, " SqueezeExcite ")) != NULL; q++) {
+                    const char *eol = strchr(q, '\n');
+                    printf("  %s b%lld %s:%.*s\n", ms[k].path, (long long)n, pi ? "fp16" : "fp32",
+                           eol ? (int)(eol - q) : (int)strlen(q), q);
+                }
+                if (y) {
+                    double num = 0, den = 0;
+                    for (int64_t i = 0; i < ny; i++) {
+                        num += (double)(y[i] - ref[i]) * (y[i] - ref[i]);
+                        den += (double)ref[i] * ref[i];
+                    }
+                    const double nmse = den > 0 ? num / den : -1.0;
+                    if (!(den > 0 && nmse <= (pi ? 1e-5 : 1e-10)))
+                        FAILF("%s b%lld %s: NMSE against the CPU %g", ms[k].path, (long long)n, pi ? "fp16" : "fp32",
+                              nmse);
+                }
+                free(y);
+                free(d);
+            }
+            free(ref);
+        }
 }
 
 static kiln_fused_conv_attrs fc_at(kiln_conv_attrs conv, int act, float alpha, float beta, int res) {
@@ -1782,6 +1880,143 @@ static void gemm_conv_case(const char *name, int32_t tactic, int32_t layout, kil
     const bool x_nhwc = layout & KILN_FC_LAYOUT_X_NHWC, y_nhwc = layout & KILN_FC_LAYOUT_Y_NHWC;
     nhwc_case(name, KILN_OP_FusedConv, &ref, &at, res ? 4 : 3, in, (x_nhwc ? 1u : 0u) | (y_nhwc ? 8u : 0u), y_nhwc,
               t == BF16 ? 1e-4 : t == F16 ? 1e-5 : 1e-6);
+}
+
+/* kiln.SqueezeExcite (cuda_se.c) by tactic `tactic` on x [N, C, H, W] (NHWC
+ * bytes where nhwc) with R hidden units against the reference kernel on
+ * the same (fp16/bf16) tensors, which rounds the pooled and hidden vectors
+ * to the type as the kernels do; bias1/bias2: B1/B2 present; nan: one value
+ * of image 0 NaN (its whole scale NaN, the other images' not). */
+static int se_fused_cases; /* cases whose tactic runs kcu_se (the emulator counts its launches) */
+static void se_case(const char *name, int32_t tactic, bool nhwc, kiln_dtype t, int64_t N, int64_t C, int64_t H,
+                    int64_t W, int64_t R, int act1, float alpha1, float beta1, int act2, float alpha2, float beta2,
+                    bool bias1, bool bias2, bool nan) {
+    se_fused_cases += tactic >= 1 && tactic <= 4 && kcu_se_fits(C, R) && (tactic == 1 || ((kiln_cuda_state *)st)->cc_major >= 9);
+    kiln_se_attrs ref = {.act1 = act1, .alpha1 = alpha1, .beta1 = beta1, .act2 = act2, .alpha2 = alpha2,
+                         .beta2 = beta2},
+                  at = ref;
+    at.layout = nhwc ? KILN_SE_LAYOUT_NHWC : KILN_SE_LAYOUT_NCHW;
+    at.tactic.id = tactic;
+    kiln_tensor *in[5] = {trand(t, -1, 1, S(N, C, H, W)), trand(t, -0.5, 0.5, S(R, C, 1, 1)),
+                          trand(t, -0.5, 0.5, S(C, R, 1, 1)), bias1 ? trand(t, -1, 1, S(R)) : NULL,
+                          bias2 ? trand(t, -1, 1, S(C)) : NULL};
+    if (nan) kiln__store_f64(t, in[0]->data, (C / 2) * H * W + 1, NAN);
+    nhwc_case(name, KILN_OP_SqueezeExcite, &ref, &at, bias2 ? 5 : bias1 ? 4 : 3, in, nhwc ? 1u : 0u, false,
+              t == BF16 ? 1e-4 : t == F16 ? 1e-5 : 1e-6);
+}
+
+/* kiln.SqueezeExcite: the composed paths (tactic 0: the pool, then two GEMV
+ * launches; 5: the pool, then two cuBLASLt GEMMs) and the one-launch kernel with clusters of 1, 2, 4 and 8 blocks
+ * per image (tactics 1..4; 2..4 need sm_90, which the GPUs kiln targets
+ * have), NHWC and NCHW, fp16 / bf16 / fp32, batches 1 and 32, on
+ * MobileNetV3-Large's blocks (72/24 and 120/32 on 28 x 28, 480/120 and
+ * 672/168 on 14 x 14, 672/168 and 960/240 on 7 x 7) and EfficientNet-B0's
+ * (32/8 on 112 x 112, 144/6 on 56 x 56 and 28 x 28, 672/28 on 14 x 14,
+ * 1152/48 on 7 x 7), every activation pair of the two models (ReLU /
+ * HardSigmoid, SiLU / Sigmoid) and others, without biases, odd channel
+ * counts (the scalar loads), NaN in one image; which tactics are listed. */
+TEST(test_squeeze_excite) {
+    static const struct {
+        const char *name;
+        int64_t N, C, H, W, R;
+        kiln_dtype t;
+        bool mb; /* MobileNetV3's activations (else EfficientNet's) */
+    } ms[] = {
+        {"mbv3_c72_28", 1, 72, 28, 28, 24, F16, true},      {"mbv3_c120_28_b32", 32, 120, 28, 28, 32, F16, true},
+        {"mbv3_c480_14", 1, 480, 14, 14, 120, BF16, true},  {"mbv3_c672_14_b32", 32, 672, 14, 14, 168, BF16, true},
+        {"mbv3_c672_7", 1, 672, 7, 7, 168, F16, true},      {"mbv3_c960_7", 1, 960, 7, 7, 240, F16, true},
+        {"mbv3_c960_7_b32", 32, 960, 7, 7, 240, F16, true}, {"mbv3_c960_7_f32", 2, 960, 7, 7, 240, F32, true},
+        {"effb0_c32_112", 1, 32, 112, 112, 8, F16, false},  {"effb0_c144_56", 1, 144, 56, 56, 6, BF16, false},
+        {"effb0_c144_28_b32", 32, 144, 28, 28, 6, F16, false}, {"effb0_c672_14", 1, 672, 14, 14, 28, F16, false},
+        {"effb0_c1152_7", 1, 1152, 7, 7, 48, F16, false},   {"effb0_c1152_7_b32", 32, 1152, 7, 7, 48, BF16, false},
+        {"effb0_c1152_7_f32", 3, 1152, 7, 7, 48, F32, false},
+    };
+    char name[96];
+#if KILN_CUDA_EMU
+    const int se_before = kiln_emu_se_count();
+#endif
+    se_fused_cases = 0;
+    for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++)
+        for (int32_t tac = 0; tac <= 5; tac++) {
+            /* the 32-image cases: tactics 0, 1 and 4 (enough: the slices do not depend on N) */
+            if (ms[i].N == 32 && (tac == 2 || tac == 3)) continue;
+            const bool nhwc = i % 3 != 2;
+            snprintf(name, sizeof name, "%s_%s_t%d", ms[i].name, nhwc ? "nhwc" : "nchw", (int)tac);
+            if (ms[i].mb)
+                se_case(name, tac, nhwc, ms[i].t, ms[i].N, ms[i].C, ms[i].H, ms[i].W, ms[i].R, KILN_FC_ACT_RELU, 0, 0,
+                        KILN_FC_ACT_HARD_SIGMOID, 1.0f / 6.0f, 0.5f, true, true, false);
+            else
+                se_case(name, tac, nhwc, ms[i].t, ms[i].N, ms[i].C, ms[i].H, ms[i].W, ms[i].R, KILN_FC_ACT_SILU, 0, 0,
+                        KILN_FC_ACT_SIGMOID, 0, 0, true, true, false);
+        }
+    /* other activations, absent biases, odd channels and hidden sizes (scalar loads), a plane of 1 */
+    for (size_t a = 0; a < sizeof fc_acts / sizeof fc_acts[0]; a++) {
+        const struct fc_act *f = &fc_acts[a], *g = &fc_acts[(a + 3) % (sizeof fc_acts / sizeof fc_acts[0])];
+        const kiln_dtype ts[3] = {F16, BF16, F32};
+        snprintf(name, sizeof name, "acts_%s_%s", f->name, g->name);
+        se_case(name, (int32_t)(a % 6), a % 2 == 0, ts[a % 3], 1 + (int64_t)(a % 3), 40, 5, 6, 12, f->act, f->alpha,
+                f->beta, g->act, g->alpha, g->beta, a % 4 != 1, a % 4 != 2, false);
+    }
+    for (int32_t tac = 0; tac <= 5; tac++) {
+        snprintf(name, sizeof name, "odd_c45_r7_nhwc_t%d", (int)tac);
+        se_case(name, tac, true, F16, 2, 45, 5, 5, 7, KILN_FC_ACT_RELU, 0, 0, KILN_FC_ACT_HARD_SIGMOID, 0.2f, 0.5f,
+                true, true, false);
+        snprintf(name, sizeof name, "odd_c45_r7_nchw_t%d", (int)tac);
+        se_case(name, tac, false, BF16, 3, 45, 3, 7, 7, KILN_FC_ACT_SILU, 0, 0, KILN_FC_ACT_SIGMOID, 0, 0, false, true,
+                false);
+        snprintf(name, sizeof name, "plane1_t%d", (int)tac);
+        se_case(name, tac, true, F16, 2, 16, 1, 1, 8, KILN_FC_ACT_RELU, 0, 0, KILN_FC_ACT_SIGMOID, 0, 0, true, false,
+                false);
+        /* NaN: ReLU and the gates keep it (max(NaN, 0) would give 0) */
+        snprintf(name, sizeof name, "nan_relu_t%d", (int)tac);
+        se_case(name, tac, tac % 2 == 0, F16, 3, 64, 7, 7, 16, KILN_FC_ACT_RELU, 0, 0, KILN_FC_ACT_HARD_SIGMOID,
+                1.0f / 6.0f, 0.5f, true, true, true);
+        /* more channels or hidden units than one launch holds in shared memory: tactic 0's path */
+        snprintf(name, sizeof name, "too_wide_t%d", (int)tac);
+        se_case(name, tac, true, F16, 1, KCU_SE_MAX_C + 8, 2, 2, 8, KILN_FC_ACT_RELU, 0, 0, KILN_FC_ACT_SIGMOID, 0, 0,
+                true, true, false);
+    }
+#if KILN_CUDA_EMU
+    /* each case of a fused tactic that fits launched kcu_se once (the others: the composed path) */
+    CHECK(se_fused_cases >= 70 && kiln_emu_se_count() - se_before == se_fused_cases);
+#endif
+    CHECK(kcu_se_fits(960, 240) && kcu_se_fits(KCU_SE_MAX_C, KCU_SE_MAX_R) && !kcu_se_fits(KCU_SE_MAX_C + 1, 8) &&
+          !kcu_se_fits(64, KCU_SE_MAX_R + 1) && !kcu_se_fits(0, 8));
+    /* the tactics listed: tactic 0, then the cuBLASLt one (not for fp64); the fused kernel with 1 block
+     * per image, and clusters of 2, 4, 8 on sm_90, only with KILN_CUDA_SE_FUSED=1 (the state's se_fused)
+     * and where the vectors fit */
+    kiln_cuda_state *cs = st;
+    const bool fused0 = cs->se_fused;
+    static const struct { int64_t C, R; kiln_dtype t; int fits; } ls[] = {
+        {960, 240, F16, 1}, {32, 8, BF16, 1}, {KCU_SE_MAX_C + 8, 8, F16, 0}, {64, 16, KILN_DTYPE_FLOAT64, 0}};
+    for (size_t i = 0; i < sizeof ls / sizeof ls[0]; i++)
+        for (int on = 0; on < 2; on++) {
+            cs->se_fused = on;
+            kiln_se_attrs at = {.act1 = KILN_FC_ACT_RELU, .act2 = KILN_FC_ACT_SIGMOID};
+            kiln_tinfo ti[3], yo;
+            memset(ti, 0, sizeof ti);
+            const int64_t d[3][4] = {{1, ls[i].C, 7, 7}, {ls[i].R, ls[i].C, 1, 1}, {ls[i].C, ls[i].R, 1, 1}};
+            for (int k = 0; k < 3; k++) {
+                ti[k].dtype = ls[i].t;
+                ti[k].rank = 4;
+                memcpy(ti[k].dims, d[k], sizeof d[k]);
+            }
+            const kiln_tinfo *tip[3] = {&ti[0], &ti[1], &ti[2]};
+            kiln_tinfo *top[1] = {&yo};
+            kiln_infer_args ia = {.op = kiln__op_by_id(KILN_OP_SqueezeExcite), .attrs = &at, .node_name = "se/tactics",
+                                  .n_in = 3, .n_out = 1, .in = tip, .out = top};
+            int32_t ids[16];
+            int n = kiln__backend_tactics(be, st, &ia, false, ids, 16);
+            const int blas = ls[i].t != KILN_DTYPE_FLOAT64;
+            const int want = 1 + blas + (on && ls[i].fits ? (cs->cc_major >= 9 ? 4 : 1) : 0);
+            CHECK(n == want && ids[0] == 0 && (!blas || ids[1] == 5));
+            if (n != want) printf("  se tactics (C %lld, R %lld, on %d): %d, want %d\n", (long long)ls[i].C,
+                                  (long long)ls[i].R, on, n, want);
+            for (int k = 1 + blas; k < n; k++) CHECK(ids[k] == k - blas);
+        }
+    cs->se_fused = fused0;
+    CHECK(!strcmp(kiln__cu_se_tactic_name(0), "kiln-gap+gemv") && !strcmp(kiln__cu_se_tactic_name(4), "kiln-se-c8") &&
+          !strcmp(kiln__cu_se_tactic_name(5), "cublasLt-1x1+gap"));
 }
 
 /* Convolutions that are one GEMM: the 1x1 layers of squeeze-excite blocks
@@ -2392,9 +2627,9 @@ TEST(test_coverage) {
 #define TESTS_NN(X) X(test_gemm) X(test_conv) X(test_pool) X(test_pool_nhwc) X(test_dwconv_nhwc) X(test_dwconv_nchw) X(test_norm) X(test_softmax)
 #define TESTS_REDUCE(X) X(test_reduce)
 #if KILN_HAVE_CUDNN
-#define TESTS_FC(X) X(test_fused_conv) X(test_fused_conv_special_values) X(test_fused_conv_nhwc) X(test_fused_conv_graph) X(test_fused_conv_tactics) X(test_conv_gemm)
+#define TESTS_FC(X) X(test_fused_conv) X(test_fused_conv_special_values) X(test_fused_conv_nhwc) X(test_fused_conv_graph) X(test_fused_conv_tactics) X(test_conv_gemm) X(test_squeeze_excite) X(test_se_engine)
 #else
-#define TESTS_FC(X) X(test_fused_conv) X(test_fused_conv_special_values) X(test_conv_gemm)
+#define TESTS_FC(X) X(test_fused_conv) X(test_fused_conv_special_values) X(test_conv_gemm) X(test_squeeze_excite) X(test_se_engine)
 #endif
 #define TESTS_FT(X) X(test_fused_transformer) X(test_attention_tactics)
 #define ALL_TESTS(X) \

@@ -19,6 +19,7 @@
 #include "ops/reduce_attrs.h"
 #include "ops/elementwise_impl.h"
 #include "ops/fused_conv.h"
+#include "ops/fused_se.h"
 #include "ops/tensor_internal.h"
 #include "backends/cuda/cuda_layout.h"
 #include "passes/precision.h"
@@ -678,9 +679,9 @@ static kiln_graph *mbv3_net(int nb, bool gap, bool mul_out, int64_t batch) {
 }
 
 /* The NHWC chain goes through depthwise convolutions, the SE block
- * (GlobalAveragePool reading NHWC, its 1x1 convolutions and HardSigmoid on
- * [N, C, 1, 1] values that are the same in both layouts, the Mul through
- * views) and residuals: the stem converts the input itself, and the only
+ * (its pool, 1x1 convolutions and HardSigmoid one kiln.SqueezeExcite
+ * reading NHWC, its [N, C, 1, 1] output the same in both layouts, the Mul
+ * through views) and residuals: the stem converts the input itself, and the only
  * Transpose is the one back to NCHW for a graph output that needs it. */
 static void nhwc_mobilenet_at(int64_t batch) {
     const kiln_backend_i *cu = kiln__backend_for(KILN_DEVICE_CUDA);
@@ -693,7 +694,7 @@ static void nhwc_mobilenet_at(int64_t batch) {
         CHECK(topo_ok(g));
         CHECK(n > 0);
         CHECK(live_nodes_of(g, KILN_OP_Transpose, NULL) == cs[k].transposes);
-        int dws = 0, muls = 0, gaps = 0, first = -1;
+        int dws = 0, muls = 0, gaps = 0, ses = 0, first = -1;
         live_nodes_of(g, KILN_OP_FusedConv, &first);
         for (int i = 0; i < g->n_nodes; i++) {
             const kiln_node *nd = &g->nodes[i];
@@ -713,6 +714,12 @@ static void nhwc_mobilenet_at(int64_t batch) {
                 gaps++;
                 CHECK(pool_layout(nd) == KILN_POOL_LAYOUT_NHWC);
             }
+            if (nd->op_id == KILN_OP_SqueezeExcite) { /* the SE gate: fuse_se, reading the chain NHWC */
+                const kiln_se_attrs *sa = nd->attrs;
+                ses++;
+                CHECK(sa->layout == KILN_SE_LAYOUT_NHWC && sa->act1 == KILN_FC_ACT_RELU &&
+                      sa->act2 == KILN_FC_ACT_HARD_SIGMOID && nd->n_in == 3);
+            }
             if (nd->op_id == KILN_OP_Mul || nd->op_id == KILN_OP_Pointwise) {
                 /* [N, H, W, C] x [N, 1, 1, C] over the NHWC bytes, viewed back (the Mul
                  * of a graph output is a kiln.Pointwise with the Cast to float32) */
@@ -724,7 +731,7 @@ static void nhwc_mobilenet_at(int64_t batch) {
             }
         }
         CHECK(dws == (cs[k].mul_out ? cs[k].nb : cs[k].nb) && muls == cs[k].nb);
-        CHECK(gaps == cs[k].nb + (cs[k].gap ? 1 : 0));
+        CHECK(gaps == (cs[k].gap ? 1 : 0) && ses == cs[k].nb);
         check_batch(g, batch);
         kiln__graph_free(g);
     }
@@ -783,16 +790,16 @@ TEST(cuda_nhwc_dynamic_models) {
     return;
 #else
     const kiln_backend_i *cu = kiln__backend_for(KILN_DEVICE_CUDA);
-    static const struct { const char *path; int transposes, convs, pools; } ms[3] = {
-        {"tests/data/tiny_dyncnn.onnx", 2, 6, 4}, {"tests/data/tiny_mbv3.onnx", 1, 7, 3},
-        {"tests/data/tiny_convnext.onnx", 3, 4, 1}};
+    static const struct { const char *path; int transposes, convs, pools, ses; } ms[3] = {
+        {"tests/data/tiny_dyncnn.onnx", 2, 6, 3, 1}, {"tests/data/tiny_mbv3.onnx", 1, 7, 1, 2},
+        {"tests/data/tiny_convnext.onnx", 3, 4, 1, 0}};
     for (int k = 0; k < 3; k++) {
         kiln_model *m = cuda_fp16_model(ms[k].path);
         if (!m) continue;
         kiln_graph *g = m->graph;
         int64_t batch = g->values[g->inputs[0]].info.dims[0];
         CHECK(KILN_DIM_IS_SYM(batch));
-        int n = 0, convs = 0, pools = 0;
+        int n = 0, convs = 0, pools = 0, ses = 0;
         CHECK_OK(kiln__pass_cuda_nhwc(g, &n));
         CHECK(topo_ok(g));
         CHECK(live_nodes_of(g, KILN_OP_Transpose, NULL) == ms[k].transposes);
@@ -810,13 +817,181 @@ TEST(cuda_nhwc_dynamic_models) {
                 pools++;
                 CHECK(pool_layout(nd) == KILN_POOL_LAYOUT_NHWC);
             }
+            if (nd->op_id == KILN_OP_SqueezeExcite) {
+                ses++;
+                CHECK(((const kiln_se_attrs *)nd->attrs)->layout == KILN_SE_LAYOUT_NHWC);
+                CHECK(strstr(kiln__backend_kernel_name(cu, nd), "nhwc") != NULL);
+            }
         }
-        printf("  %s: %d layers NHWC (%d convolutions, %d pools)\n", ms[k].path, n, convs, pools);
-        CHECK(convs == ms[k].convs && pools == ms[k].pools);
+        printf("  %s: %d layers NHWC (%d convolutions, %d pools, %d squeeze-excite)\n", ms[k].path, n, convs,
+               pools, ses);
+        CHECK(convs == ms[k].convs && pools == ms[k].pools && ses == ms[k].ses);
         check_batch(g, batch);
         kiln_model_free(m);
     }
 #endif
+}
+
+/* The squeeze-excite gates as exported (fuse_se, passes/fuse_se.c):
+ * tiny_mbv3's two (MobileNetV3's ReLU / HardSigmoid and EfficientNet's SiLU
+ * / Sigmoid, each after fuse_conv made its 1x1 layers FusedConvs) and
+ * se_block.onnx's (EfficientNet's MBConv, dynamic batch) become one
+ * kiln.SqueezeExcite each in CUDA plans, fp16 and fp32, with their biases
+ * and activations; none with the pass switched off or in a CPU plan (the
+ * CPU keeps the three layers). */
+TEST(fuse_se_models) {
+    if (!have_cuda()) return;
+    static const struct {
+        const char *path;
+        int device, precision;
+        uint32_t disabled;
+        int ses, gaps, head, acts[2][2]; /* head: GlobalAveragePools not of a gate */
+    } cs[] = {
+        {"tests/data/tiny_mbv3.onnx", KILN_DEVICE_CUDA, KILN_PRECISION_FP16, 0, 2, 1, 1,
+         {{KILN_FC_ACT_RELU, KILN_FC_ACT_HARD_SIGMOID}, {KILN_FC_ACT_SILU, KILN_FC_ACT_SIGMOID}}},
+        {"tests/data/tiny_mbv3.onnx", KILN_DEVICE_CUDA, KILN_PRECISION_FP32, 0, 2, 1, 1,
+         {{KILN_FC_ACT_RELU, KILN_FC_ACT_HARD_SIGMOID}, {KILN_FC_ACT_SILU, KILN_FC_ACT_SIGMOID}}},
+        {"tests/data/tiny_mbv3.onnx", KILN_DEVICE_CUDA, KILN_PRECISION_FP16, 1u << KILN_PASS_FUSE_SE, 0, 3, 1, {{0}}},
+        {"tests/data/tiny_mbv3.onnx", KILN_DEVICE_CPU, KILN_PRECISION_FP32, 0, 0, 3, 1, {{0}}},
+        {"tests/data/se_block.onnx", KILN_DEVICE_CUDA, KILN_PRECISION_FP16, 0, 1, 0, 0,
+         {{KILN_FC_ACT_SILU, KILN_FC_ACT_SIGMOID}}},
+        {"tests/data/se_block.onnx", KILN_DEVICE_CPU, KILN_PRECISION_FP32, 0, 0, 1, 0, {{0}}},
+    };
+    for (size_t k = 0; k < sizeof cs / sizeof cs[0]; k++) {
+        kiln_model *m = NULL;
+        CHECK_OK(kiln_model_load_onnx(cs[k].path, &m));
+        if (!m) continue;
+        kiln_graph *g = m->graph;
+        kiln_optimize_opts o = {.device = cs[k].device, .precision = cs[k].precision, .disabled = cs[k].disabled};
+        CHECK_OK(kiln__pass_optimize(g, &o));
+        CHECK(topo_ok(g));
+        int ses = 0, gaps = 0, se_convs = 0;
+        for (int i = 0; i < g->n_nodes; i++) {
+            const kiln_node *nd = &g->nodes[i];
+            if (nd->dead) continue;
+            gaps += nd->op_id == KILN_OP_GlobalAveragePool;
+            if (nd->op_id == KILN_OP_FusedConv && g->values[nd->in[0]].info.dims[2] == 1) se_convs++;
+            if (nd->op_id != KILN_OP_SqueezeExcite) continue;
+            const kiln_se_attrs *sa = nd->attrs;
+            const kiln_tinfo *x = &g->values[nd->in[0]].info, *y = &g->values[nd->out[0]].info;
+            CHECK(ses < 2 && sa->act1 == cs[k].acts[ses][0] && sa->act2 == cs[k].acts[ses][1]);
+            CHECK(nd->n_in == 5 && sa->layout == KILN_SE_LAYOUT_NCHW && sa->tactic.id == 0);
+            CHECK(y->rank == 4 && y->dims[1] == x->dims[1] && y->dims[2] == 1 && y->dims[3] == 1);
+            CHECK(y->dtype == (cs[k].precision == KILN_PRECISION_FP16 ? KILN_DTYPE_FLOAT16 : KILN_DTYPE_FLOAT32));
+            for (int j = 1; j < 5; j++) CHECK(g->values[nd->in[j]].info.dtype == y->dtype);
+            ses++;
+        }
+        printf("  %s on %s: %d squeeze-excite layers, %d GlobalAveragePool, %d 1x1 layers on [N, C, 1, 1]\n",
+               cs[k].path, cs[k].device == KILN_DEVICE_CUDA ? "CUDA" : "the CPU", ses, gaps, se_convs);
+        CHECK(ses == cs[k].ses && gaps == cs[k].gaps && se_convs == 2 * (cs[k].gaps - cs[k].head));
+        kiln_model_free(m);
+    }
+}
+
+/* Output `out` of float32 graph g run on the host node by node with the
+ * ops' reference kernels (op->cpu, through kiln__call_run_host), its first
+ * input x of dims xd; *n gets its element count. NULL on failure (checked). */
+static float *host_run(const kiln_graph *g, const int64_t *xd, const float *x, int out, int64_t *n) {
+    kiln_tinfo *info = calloc((size_t)g->n_values + 1, sizeof *info);
+    void **data = calloc((size_t)g->n_values + 1, sizeof *data);
+    bool *owned = calloc((size_t)g->n_values + 1, sizeof *owned);
+    float *y = NULL;
+    for (int v = 0; v < g->n_values; v++) {
+        info[v] = g->values[v].info;
+        data[v] = g->values[v].data;
+    }
+    const int xi = g->inputs[0];
+    memcpy(info[xi].dims, xd, (size_t)info[xi].rank * sizeof *xd);
+    data[xi] = (void *)x;
+    bool ok = true;
+    for (int ni = 0; ni < g->n_nodes && ok; ni++) {
+        const kiln_node *nd = &g->nodes[ni];
+        if (nd->dead) continue;
+        kiln_call c;
+        CHECK_OK(kiln__call_begin(&c, g, nd));
+        for (int i = 0; i < nd->n_in; i++)
+            if (nd->in[i] >= 0) {
+                info[nd->in[i]].data = data[nd->in[i]];
+                kiln__call_input(&c, i, &info[nd->in[i]], data[nd->in[i]]);
+            }
+        kiln_status s = kiln__call_infer(&c, true, NULL, true);
+        if (s == KILN_OK) s = kiln__call_run_host(&c, NULL, SIZE_MAX);
+        if (s != KILN_OK) {
+            printf("  host run of '%s': %s\n", nd->name, kiln_last_error());
+            ok = false;
+        }
+        for (int i = 0; ok && i < nd->n_out; i++) {
+            if (nd->out[i] < 0) {
+                kiln__aligned_free(c.out_t[i].data);
+                continue;
+            }
+            info[nd->out[i]] = c.out[i];
+            data[nd->out[i]] = c.out_t[i].data;
+            owned[nd->out[i]] = true;
+        }
+        kiln__call_end(&c);
+    }
+    CHECK(ok);
+    if (ok) {
+        *n = kiln__numel(info[out].rank, info[out].dims);
+        y = malloc((size_t)*n * sizeof *y);
+        memcpy(y, data[out], (size_t)*n * sizeof *y);
+    }
+    for (int v = 0; v < g->n_values; v++)
+        if (owned[v]) kiln__aligned_free(data[v]);
+    free(info);
+    free(data);
+    free(owned);
+    return y;
+}
+
+/* The fused layer computes what the three layers did: the CUDA fp32 plans
+ * of tiny_mbv3 (MobileNetV3's and EfficientNet's gates) and se_block.onnx,
+ * with and without fuse_se, run on the host with the reference kernels
+ * (kiln.SqueezeExcite's against GlobalAveragePool's and FusedConv's) at
+ * batch 3 agree on every output to 1e-5 of its largest value. */
+TEST(fuse_se_same_outputs) {
+    if (!have_cuda()) return;
+    static const char *const paths[2] = {"tests/data/tiny_mbv3.onnx", "tests/data/se_block.onnx"};
+    for (int k = 0; k < 2; k++) {
+        kiln_model *m[2] = {NULL, NULL};
+        for (int f = 0; f < 2; f++) {
+            CHECK_OK(kiln_model_load_onnx(paths[k], &m[f]));
+            if (!m[f]) continue;
+            kiln_optimize_opts o = {.device = KILN_DEVICE_CUDA, .precision = KILN_PRECISION_FP32,
+                                    .disabled = f ? 0 : 1u << KILN_PASS_FUSE_SE};
+            CHECK_OK(kiln__pass_optimize(m[f]->graph, &o));
+        }
+        if (!m[0] || !m[1]) continue;
+        CHECK(live_nodes_of(m[0]->graph, KILN_OP_SqueezeExcite, NULL) == 0 &&
+              live_nodes_of(m[1]->graph, KILN_OP_SqueezeExcite, NULL) == (k == 0 ? 2 : 1));
+        const kiln_tinfo *xi = &m[0]->graph->values[m[0]->graph->inputs[0]].info;
+        int64_t xd[4] = {3, xi->dims[1], xi->dims[2], xi->dims[3]}, nx = 3 * xd[1] * xd[2] * xd[3];
+        float *x = malloc((size_t)nx * sizeof *x);
+        for (int64_t i = 0; i < nx; i++) x[i] = (float)((i * 7919) % 2001 - 1000) / 500.0f;
+        for (int o = 0; o < m[0]->graph->n_outputs; o++) {
+            int64_t n0 = 0, n1 = 0;
+            float *y0 = host_run(m[0]->graph, xd, x, m[0]->graph->outputs[o], &n0);
+            float *y1 = host_run(m[1]->graph, xd, x, m[1]->graph->outputs[o], &n1);
+            if (y0 && y1 && n0 == n1 && n0 > 0) {
+                double err = 0, big = 0;
+                for (int64_t i = 0; i < n0; i++) {
+                    err = fmax(err, fabs((double)y0[i] - y1[i]));
+                    big = fmax(big, fabs((double)y0[i]));
+                }
+                printf("  %s output %d: %lld values, max |fused - unfused| %.3g (max |y| %.3g)\n", paths[k], o,
+                       (long long)n0, err, big);
+                CHECK(err <= 1e-5 * big && big > 0);
+            } else {
+                CHECK(y0 && y1 && n0 == n1);
+            }
+            free(y0);
+            free(y1);
+        }
+        free(x);
+        kiln_model_free(m[0]);
+        kiln_model_free(m[1]);
+    }
 }
 
 /* A ConvNeXt-style net (tests/data/tiny_convnext.onnx: torchvision's
@@ -1068,6 +1243,8 @@ int main(void) {
     RUN(rmsnorm_reduced);
     RUN(cuda_nhwc_chain);
     RUN(cuda_nhwc_mobilenet);
+    RUN(fuse_se_models);
+    RUN(fuse_se_same_outputs);
     RUN(cuda_nhwc_dynamic_batch);
     RUN(cuda_nhwc_dynamic_models);
     RUN(cuda_nhwc_convnext);

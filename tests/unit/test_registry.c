@@ -45,7 +45,8 @@ static bool infers_as(const char *name, int n_in, const int64_t (*dims)[4], cons
 
 TEST(test_reducible_fused_layers_infer_half) {
     static const int64_t mm[2][4] = {{2, 4}, {4, 3}}, x1[1][4] = {{4}}, cv[2][4] = {{1, 2, 5, 5}, {3, 2, 3, 3}};
-    static const int r2[2] = {2, 2}, r1[1] = {1}, r4[2] = {4, 4};
+    static const int64_t se[3][4] = {{2, 8, 5, 5}, {2, 8, 1, 1}, {8, 2, 1, 1}};
+    static const int r2[2] = {2, 2}, r1[1] = {1}, r4[2] = {4, 4}, r3[3] = {4, 4, 4};
     kiln_fused_conv_attrs fa;
     memset(&fa, 0, sizeof fa);
     fa.conv.group = 1;
@@ -54,9 +55,10 @@ TEST(test_reducible_fused_layers_infer_half) {
         CHECK(infers_as("FusedMatMul", 2, mm, r2, NULL, half[k]));
         CHECK(infers_as("Gelu", 1, x1, r1, NULL, half[k]));
         CHECK(infers_as("FusedConv", 2, cv, r4, &fa, half[k]));
+        CHECK(infers_as("SqueezeExcite", 3, se, r3, NULL, half[k])); /* X, W1, W2 */
     }
-    const char *names[] = {"FusedMatMul", "Gelu", "FusedConv", "Attention"};
-    for (int i = 0; i < 4; i++) {
+    const char *names[] = {"FusedMatMul", "Gelu", "FusedConv", "Attention", "SqueezeExcite"};
+    for (int i = 0; i < 5; i++) {
         const kiln_op_def *op = kiln__op_by_id(kiln__op_find("kiln", names[i]));
         CHECK(op && (op->flags & KILN_OP_FLAG_REDUCIBLE));
     }
@@ -78,7 +80,7 @@ TEST(test_descriptor_flags) {
         CHECK(!op->layout_field == !op->layout_io);
         with_layout += op->layout_field != NULL;
     }
-    CHECK(with_layout == 5); /* FusedConv, PwDwConv, MaxPool, AveragePool, GlobalAveragePool */
+    CHECK(with_layout == 6); /* FusedConv, PwDwConv, SqueezeExcite, MaxPool, AveragePool, GlobalAveragePool */
     kiln_fused_conv_attrs fa;
     memset(&fa, 0, sizeof fa);
     fa.layout = KILN_FC_LAYOUT_X_NHWC | KILN_FC_LAYOUT_Y_C16;

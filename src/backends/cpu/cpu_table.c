@@ -14,12 +14,23 @@
 
 /* Adding or removing an op: give it a row below if the CPU runs it with more
  * than its reference kernel, then update the count. */
-_Static_assert(KILN_OP_COUNT == 172, "the op registry changed: see this table, then update the count");
+_Static_assert(KILN_OP_COUNT == 173, "the op registry changed: see this table, then update the count");
 
 static kiln_status cpu_ref_run(const kiln_kernel_args *a) { return a->op->cpu(a); }
 
 /* An op's reference kernel as the CPU backend runs it. */
 static const kiln_kernel cpu_ref = {.name = "cpu", .run = cpu_ref_run};
+
+/* kiln.SqueezeExcite: the CPU keeps the squeeze-excite gate as its three
+ * layers (GlobalAveragePool and two 1x1 FusedConvs on tuned GEMM kernels),
+ * so the pass (passes/fuse_se.c) does not make it for CPU plans; a layer an
+ * engine holds anyway runs the reference kernel (docs/cuda.md, "One
+ * squeeze-excite layer"). */
+static bool cpu_se_supports(const kiln_graph *g, const kiln_node *n) {
+    (void)g;
+    (void)n;
+    return false;
+}
 
 static const kiln_kernel cpu_kernels[KILN_OP_ID_LIMIT] = {
     [KILN_OP_FusedConv] = {.name = "cpu", .run = kiln__cpu_fc_run, .workspace = kiln__cpu_fc_workspace,
@@ -36,6 +47,7 @@ static const kiln_kernel cpu_kernels[KILN_OP_ID_LIMIT] = {
     [KILN_OP_Attention] = {.name = "cpu", .run = kiln__cpu_attn_run, .workspace = kiln__cpu_attn_workspace,
                            .tactics = kiln__cpu_attn_tactics,
                            .tactic_name = kiln__cpu_attn_tactic_name},
+    [KILN_OP_SqueezeExcite] = {.name = "cpu", .supports = cpu_se_supports, .run = cpu_ref_run},
     [KILN_OP_AddLayerNorm] = {.name = "cpu", .run = kiln__cpu_add_ln_run, .workspace = kiln__cpu_add_ln_workspace},
     /* the NHWC / nChw16c layouts of the CPU's chains (cpu_layout.c) */
     [KILN_OP_MaxPool] = {.name = "cpu", .run = kiln__cpu_maxpool_run},

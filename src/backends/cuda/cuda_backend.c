@@ -135,6 +135,7 @@ static kiln_status cuda_state_create(int index, void **out) {
     st->attn_fa = kiln__env_flag("KILN_CUDA_ATTN_FA");
     st->dw_nchw_tiled = kiln__env_flag("KILN_CUDA_DW_NCHW");
     st->gap_clusters = st->cc_major >= 9 && kiln__env_flag("KILN_CUDA_GAP_CLUSTER");
+    st->se_fused = kiln__env_flag("KILN_CUDA_SE_FUSED");
     s = plan_threads_env(&st->plan_threads);
     if (s != KILN_OK) goto fail;
     if (st->plan_threads == KCU_PLAN_THREADS_AUTO) {

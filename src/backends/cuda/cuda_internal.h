@@ -73,6 +73,8 @@ typedef struct kiln_cuda_state {
                                  thread-block clusters (compute capability 9 and above; opt-in
                                  until a GPU run has checked them; else partial sums and a
                                  second kernel) */
+    bool se_fused;            /* KILN_CUDA_SE_FUSED=1: list kiln.SqueezeExcite's one-launch kernel
+                                 (kcu_se) among its tactics (opt-in until a GPU run has checked it) */
     bool capturing;           /* a CUDA Graph capture is in progress on `stream` */
     bool strict_tactics;      /* a builder's tuning state (its tactics were listed): a
                                  tactic that cannot be made fails instead of falling back */
@@ -131,6 +133,11 @@ KILN_PRIVATE kiln_status kiln__cuda_fail(cudaError_t e, const char *node, const 
 KILN_PRIVATE const kiln_kernel *kiln__cuda_kernel_for(int op_id);
 /* Number of ops in the table (for tests and docs). */
 KILN_PRIVATE int kiln__cuda_kernel_count(void);
+
+/* The mean of every plane of x [N, C, H, W] (bytes NHWC where nhwc) into
+ * y [N, C] on the device: GlobalAveragePool's kernels (cuda_ops_nn.c), which
+ * kiln.SqueezeExcite's composed path runs too (cuda_se.c). */
+KILN_PRIVATE kiln_status kiln__cu_gap_into(const kiln_kernel_args *a, const kiln_tensor *x, bool nhwc, void *y);
 
 /* Declares the supports/run pair of a kernel family member: KCU_DECLARE(binary)
  * declares kiln__cu_binary_supports and kiln__cu_binary_run (in cuda_table.c,
@@ -219,6 +226,12 @@ KILN_PRIVATE void kiln__cu_fused_conv_tactic_describe(int32_t id, char *buf, siz
 /* "cuda.conv.nhwc" / "cuda.dwconv.nhwc" (depthwise) / "cuda.conv.nchw-in.nhwc" for
  * channels-last layers */
 KILN_PRIVATE const char *kiln__cu_fused_conv_name(const kiln_node *n);
+/* kiln.SqueezeExcite (cuda_se.c): "cuda.squeeze_excite.nhwc" for an NHWC
+ * input; its tactics (0 the pool and two GEMV launches, 5 the pool and two
+ * cuBLASLt GEMMs, 1..4 kcu_se with clusters of 1..8 blocks) and their names */
+KILN_PRIVATE const char *kiln__cu_se_name(const kiln_node *n);
+KILN_PRIVATE int kiln__cu_se_tactics(void *state, const kiln_infer_args *a, int32_t *ids, int cap);
+KILN_PRIVATE const char *kiln__cu_se_tactic_name(int32_t id);
 /* FusedMatMul's tactics: cuBLASLt's heuristic candidates for its shapes */
 KILN_PRIVATE int kiln__cu_fused_matmul_tactics(void *state, const kiln_infer_args *a, int32_t *ids,
                                                int cap);

@@ -314,6 +314,33 @@ cudaError_t kcu_conv_gemv(kiln_dtype t, int64_t N, int64_t K, int64_t M, const v
                           const void *bias, const void *r, void *y, int act, float alpha, float beta,
                           cudaStream_t stream);
 
+/* kiln.SqueezeExcite in one launch (k_se.cu): y [N, C] = act2(W2 h + b2),
+ * h [N, R] = act1(W1 p + b1), p [N, C] the mean of x [N, C, HW] (NCHW) or
+ * [N, HW, C] (nhwc), p and h rounded to T as the layers storing them would
+ * (fp32 sums; fp64 for fp64). One thread-block cluster of S blocks (1, 2, 4
+ * or 8; S > 1 needs compute capability 9) per image, 256 threads each: block
+ * k owns channel slice k (NHWC: it sums position slice k of every channel,
+ * then, after a cluster sync, adds its channels' sums up over the cluster;
+ * NCHW: it pools its channels) and keeps their means in shared memory;
+ * after a cluster sync every block copies the whole pooled vector from the
+ * others' shared memory (distributed shared memory), computes hidden slice
+ * k (a warp per unit), the cluster syncs, every block copies the whole
+ * hidden vector, the cluster syncs again (nothing is read remotely after
+ * it), and block k writes output slice k. Needs C <= KCU_SE_MAX_C and R <= KCU_SE_MAX_R
+ * (kcu_se_fits); b1, b2 may be NULL. */
+#define KCU_SE_MAX_C 4096
+#define KCU_SE_MAX_R 1024
+typedef struct kcu_se_geom {
+    int64_t N, C, R, HW;
+    int32_t nhwc, act1, act2, pad_;
+    float alpha1, beta1, alpha2, beta2;
+} kcu_se_geom;
+static inline int kcu_se_fits(int64_t C, int64_t R) {
+    return C > 0 && R > 0 && C <= KCU_SE_MAX_C && R <= KCU_SE_MAX_R;
+}
+cudaError_t kcu_se(kiln_dtype t, const kcu_se_geom *g, int S, const void *x, const void *w1, const void *w2,
+                   const void *b1, const void *b2, void *y, cudaStream_t stream);
+
 /* Attention O = softmax(s) V per (batch, head) with s = scale Q K^T, then
  * the cond rule (cond == cond_fill_if: s = fill (mode 1) or s += fill (mode
  * 2)), then + mask + bias; nan_to_zero: NaN probabilities count as 0 (a row

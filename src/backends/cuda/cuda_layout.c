@@ -27,8 +27,8 @@
  * a batch range: a symbol or unknown at build time): the Reshapes' targets
  * then hold 0 there (ONNX: copy the input's dim), resolved at run time, and
  * the layers read the batch from their tensors at every run.
- * GlobalAveragePool reads NHWC and writes [N, C, 1, 1], which is both (such
- * values are never converted). An elementwise layer with a per-channel
+ * GlobalAveragePool and kiln.SqueezeExcite read NHWC and write [N, C, 1, 1],
+ * which is both (such values are never converted). An elementwise layer with a per-channel
  * operand (the SE block's Mul) computes over [N, H, W, C] views. */
 #include "backends/cuda/cuda_layout.h"
 
@@ -38,6 +38,7 @@
 
 #include "ops/elementwise_impl.h"
 #include "ops/fused_conv.h"
+#include "ops/fused_se.h"
 #include "ops/tensor_internal.h"
 
 #if KILN_HAVE_CUDA && KILN_HAVE_CUDNN
@@ -214,6 +215,9 @@ static int node_kind(const kiln_graph *g, const kiln_node *n) {
     }
     if (n->op_id == KILN_OP_GlobalAveragePool)
         return !pa->layout && half_4d(x) && x->dims[1] % 8 == 0 ? K_GAP : K_NONE;
+    /* kiln.SqueezeExcite pools its input as GlobalAveragePool does: a chain's last reader */
+    if (n->op_id == KILN_OP_SqueezeExcite)
+        return !((const kiln_se_attrs *)n->attrs)->layout && half_4d(x) && x->dims[1] % 8 == 0 ? K_GAP : K_NONE;
     return K_NONE;
 }
 
@@ -414,6 +418,11 @@ static kiln_status rewrite(nhwc_ctx *c, const int *kind, bool *is_nhwc, int *nhw
             /* a tactic chosen for another layout means nothing here */
             fa->tactic.id = 0;
             fa->tactic.us = 0;
+        } else if (kind[ni] == K_GAP && n->op_id == KILN_OP_SqueezeExcite) {
+            kiln_se_attrs *sa = n->attrs;
+            sa->layout = KILN_SE_LAYOUT_NHWC;
+            sa->tactic.id = 0;
+            sa->tactic.us = 0;
         } else if (kind[ni] == K_POOL || kind[ni] == K_GAP) {
             ((kiln_pool_attrs *)n->attrs)->layout = KILN_POOL_LAYOUT_NHWC;
         }

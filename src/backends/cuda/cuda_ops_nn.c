@@ -38,27 +38,8 @@ const char *kiln__cu_global_pool_name(const kiln_node *n) {
     return global_pool_layout(n->attrs, n->op) == KILN_POOL_LAYOUT_NHWC ? "cuda.global_pool.nhwc" : NULL;
 }
 
-kiln_status kiln__cu_global_pool_run(const kiln_kernel_args *a) {
-    const kiln_tensor *x = a->in[0];
-    if (!kiln__cu_is_float(x->dtype)) return dtype_fail(a, x->dtype);
-    int lay = global_pool_layout(a->attrs, a->op);
-    if (lay == KILN_POOL_LAYOUT_NHWC && x->rank == 4) {
-        int64_t N = x->dims[0], HW = x->dims[2] * x->dims[3], C = x->dims[1];
-        int64_t S = kcu_gap_nhwc_splits(N, HW, C);
-        int clusters = KCU_STATE(a)->gap_clusters; /* thread-block clusters (sm_90) */
-        void *part = NULL; /* the splits' partial sums, where they are not one cluster */
-        if (S > 1 && !kcu_gap_nhwc_cluster(S, clusters))
-            KILN_TRY(kiln__cuda_scratch(KCU_STATE(a), (size_t)(S * N * C) * sizeof(float), &part, KCU_NODE(a)));
-        KILN_CUDA_TRY(kcu_gap_nhwc(x->dtype, N, HW, C, x->data, a->out[0]->data, part, clusters, KCU_STREAM(a)),
-                      KCU_NODE(a));
-        return KILN_OK;
-    }
-    if (lay)
-        return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (%s): layout %d (the CUDA kernel reads NCHW, or NHWC "
-                         "with rank 4)", KCU_NODE(a), a->op->name, lay);
-    if (x->rank < 2)
-        return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (%s): input must have rank >= 2, got %d",
-                         KCU_NODE(a), a->op->name, x->rank);
+/* kind (RK_MEAN, RK_MAX) over every plane of x [N, C, spatial...] (NCHW) into y [N, C] */
+static kiln_status plane_reduce(const kiln_kernel_args *a, const kiln_tensor *x, int kind, void *y) {
     kcu_reduce g;
     memset(&g, 0, sizeof g);
     int64_t plane = kiln__numel(x->rank - 2, x->dims + 2);
@@ -70,10 +51,41 @@ kiln_status kiln__cu_global_pool_run(const kiln_kernel_args *a) {
     g.rrank = 1;
     g.rdims[0] = plane;
     g.rst[0] = 1;
-    int kind = kiln__op_id_of(a->op) == KILN_OP_GlobalMaxPool ? RK_MAX : RK_MEAN;
-    KILN_CUDA_TRY(kcu_reduce_run(kind, x->dtype, &g, x->data, a->out[0]->data, KCU_STREAM(a)),
-                  KCU_NODE(a));
+    KILN_CUDA_TRY(kcu_reduce_run(kind, x->dtype, &g, x->data, y, KCU_STREAM(a)), KCU_NODE(a));
     return KILN_OK;
+}
+
+/* The mean of every [H, W] plane of x ([N, C, H, W] of a float type; its
+ * bytes NHWC where nhwc) into y [N, C] (device); the NHWC kernel's partial
+ * sums, where it needs them, in the state's scratch. GlobalAveragePool's
+ * kernel, and kiln.SqueezeExcite's first step (cuda_se.c). */
+kiln_status kiln__cu_gap_into(const kiln_kernel_args *a, const kiln_tensor *x, bool nhwc, void *y) {
+    if (nhwc) {
+        int64_t N = x->dims[0], HW = x->dims[2] * x->dims[3], C = x->dims[1];
+        int64_t S = kcu_gap_nhwc_splits(N, HW, C);
+        int clusters = KCU_STATE(a)->gap_clusters; /* thread-block clusters (sm_90) */
+        void *part = NULL; /* the splits' partial sums, where they are not one cluster */
+        if (S > 1 && !kcu_gap_nhwc_cluster(S, clusters))
+            KILN_TRY(kiln__cuda_scratch(KCU_STATE(a), (size_t)(S * N * C) * sizeof(float), &part, KCU_NODE(a)));
+        KILN_CUDA_TRY(kcu_gap_nhwc(x->dtype, N, HW, C, x->data, y, part, clusters, KCU_STREAM(a)), KCU_NODE(a));
+        return KILN_OK;
+    }
+    return plane_reduce(a, x, RK_MEAN, y);
+}
+
+kiln_status kiln__cu_global_pool_run(const kiln_kernel_args *a) {
+    const kiln_tensor *x = a->in[0];
+    if (!kiln__cu_is_float(x->dtype)) return dtype_fail(a, x->dtype);
+    int lay = global_pool_layout(a->attrs, a->op);
+    if (lay == KILN_POOL_LAYOUT_NHWC && x->rank == 4) return kiln__cu_gap_into(a, x, true, a->out[0]->data);
+    if (lay)
+        return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (%s): layout %d (the CUDA kernel reads NCHW, or NHWC "
+                         "with rank 4)", KCU_NODE(a), a->op->name, lay);
+    if (x->rank < 2)
+        return KILN_FAIL(KILN_ERR_MODEL, "node '%s' (%s): input must have rank >= 2, got %d",
+                         KCU_NODE(a), a->op->name, x->rank);
+    int kind = kiln__op_id_of(a->op) == KILN_OP_GlobalMaxPool ? RK_MAX : RK_MEAN;
+    return plane_reduce(a, x, kind, a->out[0]->data);
 }
 
 

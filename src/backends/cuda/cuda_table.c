@@ -44,6 +44,7 @@ KCU_DECLARE(matmul)
 KCU_DECLARE(gemm)
 KCU_DECLARE(conv)
 KCU_DECLARE(fused_conv)
+KCU_DECLARE(se)
 KCU_DECLARE(fused_matmul)
 KCU_DECLARE(gelu)
 KCU_DECLARE(attention)
@@ -51,7 +52,7 @@ KCU_DECLARE(pointwise)
 
 /* Adding or removing an op: give it a row below if the GPU runs it (else it
  * runs on the CPU), then update the count. */
-_Static_assert(KILN_OP_COUNT == 172, "the op registry changed: see this table, then update the count");
+_Static_assert(KILN_OP_COUNT == 173, "the op registry changed: see this table, then update the count");
 
 static const kiln_kernel kiln_cuda_kernels[KILN_OP_ID_LIMIT] = {
     /* elementwise: unary math and activations (cuda_ops_ew.c, k_elementwise.cu) */
@@ -153,6 +154,9 @@ static const kiln_kernel kiln_cuda_kernels[KILN_OP_ID_LIMIT] = {
     [KILN_OP_Softmax] = KCU_ENTRY("cuda.softmax", softmax),
     [KILN_OP_LogSoftmax] = KCU_ENTRY("cuda.softmax", softmax),
     /* fused layers (cuda_conv.c, k_fused.cu) */
+    [KILN_OP_SqueezeExcite] = {.name = "cuda.squeeze_excite", .supports = kiln__cu_se_supports,
+                               .run = kiln__cu_se_run, .name_of = kiln__cu_se_name, .tactics = kiln__cu_se_tactics,
+                               .tactic_name = kiln__cu_se_tactic_name},
     [KILN_OP_FusedConv] = {.name = "cuda.conv+epilogue", .supports = kiln__cu_fused_conv_supports,
                            .run = kiln__cu_fused_conv_run, .name_of = kiln__cu_fused_conv_name,
                            .tactics = kiln__cu_fused_conv_tactics,

@@ -103,6 +103,25 @@ static inline unsigned grid_for(int64_t n, int threads = KCU_THREADS) {
     return (unsigned)b;
 }
 
+/* The configuration of a launch of `grid` x `block` on `stream` in
+ * thread-block clusters of `cluster` blocks (sm_90; cudaLaunchKernelEx);
+ * `at` holds its one attribute and must live until the launch. */
+static inline cudaLaunchConfig_t cluster_config(dim3 grid, dim3 block, cudaStream_t stream, dim3 cluster,
+                                                cudaLaunchAttribute *at) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.stream = stream;
+    *at = cudaLaunchAttribute{};
+    at->id = cudaLaunchAttributeClusterDimension;
+    at->val.clusterDim.x = cluster.x;
+    at->val.clusterDim.y = cluster.y;
+    at->val.clusterDim.z = cluster.z;
+    cfg.attrs = at;
+    cfg.numAttrs = 1;
+    return cfg;
+}
+
 #define KCU_GRID_STRIDE(i, n)                                                         \
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);         \
          i += (int64_t)blockDim.x * gridDim.x)

@@ -409,17 +409,8 @@ template <typename T> static int vec_width(int64_t C, const void *a, const void 
 template <typename T, int V>
 static cudaError_t gap_cluster_launch(dim3 grid, dim3 block, int S, const void *x, void *y, int64_t N, int64_t HW,
                                       int64_t C, int64_t chunk, cudaStream_t stream) {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid;
-    cfg.blockDim = block;
-    cfg.stream = stream;
-    cudaLaunchAttribute at[1] = {};
-    at[0].id = cudaLaunchAttributeClusterDimension;
-    at[0].val.clusterDim.x = 1;
-    at[0].val.clusterDim.y = 1;
-    at[0].val.clusterDim.z = (unsigned)S;
-    cfg.attrs = at;
-    cfg.numAttrs = 1;
+    cudaLaunchAttribute at;
+    cudaLaunchConfig_t cfg = cluster_config(grid, block, stream, dim3(1, 1, (unsigned)S), &at);
     float *none = NULL;
     cudaError_t e = cudaLaunchKernelEx(&cfg, k_gap_nhwc<T, V, true>, (const T *)x, (T *)y, none, N, HW, C, chunk);
     return e != cudaSuccess ? e : cudaGetLastError();

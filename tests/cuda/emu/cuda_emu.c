@@ -50,6 +50,10 @@ int kiln_emu_dtoh_count(void) { return n_dtoh; }
 static int n_gemv;
 int kiln_emu_gemv_count(void);
 int kiln_emu_gemv_count(void) { return n_gemv; }
+/* launches of kcu_se (test_squeeze_excite: the fused tactics ran the one-launch kernel) */
+static int n_se;
+int kiln_emu_se_count(void);
+int kiln_emu_se_count(void) { return n_se; }
 static void count_dtoh(void *d, const void *s) { n_dtoh += find_reg(s) >= 0 && find_reg(d) < 0; }
 cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, enum cudaMemcpyKind k, cudaStream_t st) { (void)k; (void)st; count_dtoh(d, s); memmove(d, s, n); return cudaSuccess; }
 cudaError_t cudaMemcpy(void *d, const void *s, size_t n, enum cudaMemcpyKind k) { (void)k; count_dtoh(d, s); memmove(d, s, n); return cudaSuccess; }
@@ -616,6 +620,119 @@ cudaError_t kcu_conv_gemv(kiln_dtype t, int64_t N, int64_t K, int64_t M, const v
         if (r) acc += ld(t, r, n * M + m);
         st_(t, y, n * M + m, emu_act(act, alpha, beta, acc));
     }
+    return cudaSuccess;
+}
+static double emu_round(kiln_dtype t, double v) {
+    uint64_t b = 0;
+    st_(t, &b, 0, v);
+    return ld(t, &b, 0);
+}
+/* The kernel's arguments as it checks them, then its blocks' work in its
+ * own order (k_se.cu): per image, block k's sums of position slice k of
+ * every channel (NHWC: TX x TY threads, the two-step shared-memory sum) or
+ * the means of channel slice k (NCHW), block k's means of slice k over the
+ * cluster, the copies of the other slices, hidden slice k, the copies,
+ * output slice k; each block's shared vectors start NaN, so a slot no step
+ * writes and a later one reads shows in the output. Arithmetic in double,
+ * the pooled and hidden vectors rounded to T. */
+#define EMU_SE_THREADS 256
+cudaError_t kcu_se(kiln_dtype t, const kcu_se_geom *g, int S, const void *x, const void *w1, const void *w2,
+                   const void *b1, const void *b2, void *y, cudaStream_t s) {
+    (void)s;
+    if (g->N <= 0 || g->C <= 0) return cudaSuccess;
+    if (!kcu_se_fits(g->C, g->R) || g->HW <= 0 || g->act1 < 0 || g->act1 >= KILN_FC_ACT_COUNT || g->act2 < 0 ||
+        g->act2 >= KILN_FC_ACT_COUNT || (S != 1 && S != 2 && S != 4 && S != 8) ||
+        (t != KILN_DTYPE_FLOAT32 && t != KILN_DTYPE_FLOAT16 && t != KILN_DTYPE_BFLOAT16))
+        return cudaErrorInvalidValue;
+    n_se++;
+    const int64_t C = g->C, R = g->R, HW = g->HW, vw = 16 / (int64_t)kiln_dtype_size(t);
+    const int64_t V = g->nhwc && C % vw == 0 && (uintptr_t)x % 16 == 0 ? vw : 1;
+    const int64_t cv = C / V, per = (cv + S - 1) / S, rper = (R + S - 1) / S, pper = (HW + S - 1) / S;
+    double *pooled = malloc((size_t)(S * C) * sizeof *pooled), *hidden = malloc((size_t)(S * R) * sizeof *hidden);
+    double *fin = malloc((size_t)C * sizeof *fin);
+    double *red = malloc((size_t)(EMU_SE_THREADS * V) * sizeof *red), *red2 = malloc((size_t)(EMU_SE_THREADS * V) * sizeof *red2);
+    if (!pooled || !hidden || !fin || !red || !red2) {
+        free(pooled), free(hidden), free(fin), free(red), free(red2);
+        return cudaErrorMemoryAllocation;
+    }
+#define V0(k) ((k) * per < cv ? (k) * per : cv)
+#define V1(k) (V0(k) + per < cv ? V0(k) + per : cv)
+#define R0(k) ((k) * rper < R ? (k) * rper : R)
+#define R1(k) (R0(k) + rper < R ? R0(k) + rper : R)
+    for (int64_t n = 0; n < g->N; n++) {
+        for (int64_t i = 0; i < S * C; i++) pooled[i] = NAN;
+        for (int64_t i = 0; i < S * R; i++) hidden[i] = NAN;
+        for (int k = 0; k < S; k++) {
+            double *pk = pooled + k * C;
+            if (g->nhwc) {
+                const int64_t p0 = k * pper < HW ? k * pper : HW, p1 = p0 + pper < HW ? p0 + pper : HW;
+                const int TX = cv >= EMU_SE_THREADS ? EMU_SE_THREADS : (int)cv, TY = EMU_SE_THREADS / TX;
+                const int O = TX * (int)V, RR = O >= EMU_SE_THREADS ? 1 : EMU_SE_THREADS / O;
+                for (int64_t base = 0; base < cv; base += TX) {
+                    for (int64_t i = 0; i < EMU_SE_THREADS * V; i++) red[i] = red2[i] = NAN;
+                    for (int th = 0; th < TY * TX; th++) {
+                        const int tx = th % TX, ty = th / TX;
+                        for (int64_t j = 0; j < V; j++) {
+                            double acc = 0;
+                            for (int64_t q = p0 + ty; base + tx < cv && q < p1; q += TY)
+                                acc += ld(t, x, (n * HW + q) * C + (base + tx) * V + j);
+                            red[(ty * TX + tx) * V + j] = acc;
+                        }
+                    }
+                    for (int i = 0; i < RR * O; i++) {
+                        double acc = 0;
+                        for (int k2 = i / O; k2 < TY; k2 += RR) acc += red[k2 * O + i % O];
+                        red2[i] = acc;
+                    }
+                    for (int o = 0; o < O; o++)
+                        if (base + o / V < cv) {
+                            double acc = 0;
+                            for (int r = 0; r < RR; r++) acc += red2[r * O + o];
+                            pk[base * V + o] = acc;
+                        }
+                }
+            } else {
+                for (int64_t c = V0(k) * V; c < V1(k) * V; c++) {
+                    double acc = 0;
+                    for (int64_t q = 0; q < HW; q++) acc += ld(t, x, (n * C + c) * HW + q);
+                    pk[c] = emu_round(t, acc / (double)HW);
+                }
+            }
+        }
+        if (g->nhwc) /* block k: its slice's sums over the cluster */
+            for (int k = 0; k < S; k++) {
+                for (int64_t c = V0(k) * V; c < V1(k) * V; c++) {
+                    double acc = pooled[k * C + c];
+                    for (int b = 0; b < S; b++)
+                        if (b != k) acc += pooled[b * C + c];
+                    fin[c] = emu_round(t, acc / (double)HW);
+                }
+                for (int64_t c = V0(k) * V; c < V1(k) * V; c++) pooled[k * C + c] = fin[c];
+            }
+        for (int k = 0; k < S; k++) /* the other slices */
+            for (int b = 0; b < S; b++)
+                for (int64_t c = V0(b) * V; b != k && c < V1(b) * V; c++) pooled[k * C + c] = pooled[b * C + c];
+        for (int k = 0; k < S; k++)
+            for (int64_t r = R0(k); r < R1(k); r++) {
+                double acc = b1 ? ld(t, b1, r) : 0;
+                for (int64_t c = 0; c < C; c++) acc += ld(t, w1, r * C + c) * pooled[k * C + c];
+                hidden[k * R + r] = emu_round(t, emu_act(g->act1, g->alpha1, g->beta1, acc));
+            }
+        for (int k = 0; k < S; k++)
+            for (int b = 0; b < S; b++)
+                for (int64_t r = R0(b); b != k && r < R1(b); r++) hidden[k * R + r] = hidden[b * R + r];
+        for (int k = 0; k < S; k++)
+            for (int64_t c = V0(k) * V; c < V1(k) * V; c++) {
+                double acc = b2 ? ld(t, b2, c) : 0;
+                for (int64_t r = 0; r < R; r++) acc += ld(t, w2, c * R + r) * hidden[k * R + r];
+                st_(t, y, n * C + c, emu_act(g->act2, g->alpha2, g->beta2, acc));
+            }
+    }
+#undef V0
+#undef V1
+#undef R0
+#undef R1
+    free(pooled), free(hidden), free(fin), free(red), free(red2);
     return cudaSuccess;
 }
 cudaError_t kcu_dwconv_nhwc(kiln_dtype t, const kcu_dw_nhwc *g, const void *x, const void *wt, const void *bias,
