@@ -426,7 +426,7 @@ def _build(onnx_path, inputs, device, precision, opts, module, label, metadata):
             r = len(b.spec.min_shape)
             arr = [(ctypes.c_int64 * r)(*s) for s in (b.spec.min_shape, b.spec.opt_shape,
                                                        b.spec.max_shape)]
-            check(L.kiln_builder_set_profile(builder, b.name.encode(), r, *arr))
+            check(L.kiln_builder_set_profile(builder, _lib.c_text(b.name, "input name"), r, *arr))
         check(L.kiln_build(builder, model, ctypes.byref(engine)))
         got = L.kiln_engine_precision(engine)
         if got != _PRECISIONS[precision]:

@@ -25,12 +25,12 @@ class TensorInfo:
     __slots__ = ("name", "dtype", "shape", "dim_names", "min_shape", "opt_shape", "max_shape")
 
     def __init__(self, info):
-        self.name = info.name.decode()
+        self.name = _lib.py_name(info.name)
         self.dtype = info.dtype
         r = info.rank
         self.shape = tuple(int(d) if d >= 0 else None for d in info.dims[:r]) if r >= 0 else None
         self.dim_names = (
-            tuple((n.decode() if n else None) for n in info.dim_names[:r]) if r >= 0 else None
+            tuple((_lib.py_name(n) if n else None) for n in info.dim_names[:r]) if r >= 0 else None
         )
         self.min_shape = self.opt_shape = self.max_shape = None
 
@@ -137,13 +137,13 @@ class Engine:
         key, value = ctypes.c_char_p(), ctypes.c_char_p()
         for i in range(L.kiln_engine_num_metadata(self.handle)):
             check(L.kiln_engine_metadata_at(self.handle, i, ctypes.byref(key), ctypes.byref(value)))
-            out[key.value.decode()] = value.value.decode()
+            out[_lib.py_name(key.value)] = _lib.py_name(value.value)
         return out
 
     def get_metadata(self, key):
         """The value of metadata `key`, or None."""
         v = lib().kiln_engine_metadata(self.handle, _lib.c_text(key, "metadata key"))
-        return None if v is None else v.decode()
+        return None if v is None else _lib.py_name(v)
 
     def set_metadata(self, key, value):
         """Sets metadata `key` to `value` (a str; None removes it). serialize() and save()

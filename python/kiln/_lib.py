@@ -269,10 +269,17 @@ def c_path(path):
     return b
 
 
+def py_name(b):
+    """A name or text from the C library (bytes) as a str. Bytes that are not UTF-8 (an
+    engine or model may hold any) become lone surrogates (surrogateescape), so that
+    c_text gives the same bytes back: the name still finds its input or output."""
+    return b.decode("utf-8", "surrogateescape")
+
+
 def c_text(s, what):
-    """A str as a UTF-8 C string; one holding a NUL character is refused (C would keep
-    only what comes before it)."""
-    b = s.encode()
+    """A str as a UTF-8 C string (lone surrogates from py_name back to their bytes); one
+    holding a NUL character is refused (C would keep only what comes before it)."""
+    b = s.encode("utf-8", "surrogateescape")
     if b"\0" in b:
         raise ValueError(f"{what} {s!r} holds a NUL character")
     return b

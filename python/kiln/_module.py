@@ -191,8 +191,8 @@ class _Runtime:
         self.stats = {"runs": 0, "outputs_in_place": 0, "outputs_copied": 0}
         self.device = (torch.device("cuda", engine.device_index)
                        if engine.device_type == DEVICE_CUDA else torch.device("cpu"))
-        self.in_names = [i.name.encode() for i in engine.inputs]
-        self.out_names = [o.name.encode() for o in engine.outputs]
+        self.in_names = [_lib.c_text(i.name, "input name") for i in engine.inputs]
+        self.out_names = [_lib.c_text(o.name, "output name") for o in engine.outputs]
         self.out_dtypes = []
         for o in engine.outputs:
             if o.dtype not in KILN_TO_TORCH:
@@ -258,7 +258,7 @@ class _Runtime:
                 if st == Status.INVALID_ARGUMENT and "bound buffer" in msg and any(b is not None for b in bufs):
                     # a predicted shape was too small: data-dependent output shapes
                     for k, name in enumerate(self.out_names):
-                        if bufs[k] is not None and name.decode() in msg:
+                        if bufs[k] is not None and _lib.py_name(name) in msg:
                             self.unpredictable.add(k)
                             self.cache.pop(key, None)
                             bufs[k] = None

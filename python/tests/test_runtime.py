@@ -226,3 +226,26 @@ def test_memory_limit_refuses_then_allows(mlp, mlp_engine):
     assert_close(em(x), want)
     with pytest.raises(ValueError):
         em.engine.set_memory_limit(-1)
+
+
+def test_names_that_are_not_utf8(tmp_path, kiln_cli):
+    """An engine whose input and output names hold bytes that are not UTF-8 (ONNX's
+    protobuf strings are not checked; the C library takes any bytes): the names come to
+    Python as lone surrogates and go back to C as the same bytes, so the engine runs."""
+    import subprocess
+
+    from onnx import TensorProto, helper
+    g = helper.make_graph([helper.make_node("Relu", ["in_A"], ["out_B"])], "g",
+                          [helper.make_tensor_value_info("in_A", TensorProto.FLOAT, [2, 3])],
+                          [helper.make_tensor_value_info("out_B", TensorProto.FLOAT, [2, 3])])
+    data = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    data = data.replace(b"in_A", b"in\xff\xfe").replace(b"out_B", b"out\xc3(")  # same lengths
+    (tmp_path / "m.onnx").write_bytes(data)
+    subprocess.run([kiln_cli, "build", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "m.kiln"), "-q"],
+                   check=True)
+    m = kiln.load(tmp_path / "m.kiln")
+    assert [i.name for i in m.engine.inputs] == [b"in\xff\xfe".decode("utf-8", "surrogateescape")]
+    assert [o.name for o in m.engine.outputs] == [b"out\xc3(".decode("utf-8", "surrogateescape")]
+    x = torch.tensor([[-1.0, 2.0, -3.0], [4.0, float("nan"), -0.5]])
+    y = m(x)
+    assert torch.equal(torch.nan_to_num(y, 7.0), torch.nan_to_num(torch.relu(x), 7.0))

@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from .._engine import DEVICE_CUDA, Engine
-from .._lib import KILN_MAX_RANK, KilnError, Status, c_path, check, lib
+from .._lib import KILN_MAX_RANK, KilnError, Status, c_path, c_text, check, lib
 
 # kiln dtype codes (ONNX numbering) that numpy has a dtype for
 KILN_TO_NUMPY = {1: "float32", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6: "int32",
@@ -467,7 +467,7 @@ class Runner:
         self.engine = Engine.from_file(engine_path, threads=threads)
         self.spec = EngineSpec(self.engine)
         self._ctx = self.engine.acquire_context()
-        self._in = [(i["name"].encode(), t.dtype) for i, t in zip(self.spec.inputs,
+        self._in = [(c_text(i["name"], "input name"), t.dtype) for i, t in zip(self.spec.inputs,
                                                                      self.engine.inputs)]
         self._out = [o["name"] for o in self.spec.outputs]
         self._dims = (ctypes.c_int64 * KILN_MAX_RANK)()
@@ -515,7 +515,7 @@ class Runner:
         out.batch_rows = self.spec.rows(feeds)
         rank, ptr = ctypes.c_int(), ctypes.c_void_p()
         for name, o in zip(self._out, self.spec.outputs):
-            check(L.kiln_context_get_output(ctx, name.encode(), None, ctypes.byref(rank),
+            check(L.kiln_context_get_output(ctx, c_text(name, "output name"), None, ctypes.byref(rank),
                                             self._dims, ctypes.byref(ptr)))
             out[name] = _copy_out(ptr.value, tuple(self._dims[:rank.value]), o["dtype"])
         return out
