@@ -424,6 +424,23 @@ def test_one_bad_request_does_not_fail_its_batch(tmp_path):
         for o, f in ((out[0], good[0]), (out[2], good[1])):
             assert np.array_equal(o["y"], w[f["ids"]])
         assert isinstance(r.run_batch([bad])[0], RunFailure)
+        # one bad request in a batch of 8: halves run again, not each request on its
+        # own (9 runs of one request each before: one client took batching away from
+        # every request batched with its bad ones)
+        runs = []
+        run = r.run
+        r.run = lambda feeds: runs.append(len(feeds["ids"])) or run(feeds)
+        reqs = [good[0]] * 5 + [bad] + [good[0]] * 2
+        out = r.run_batch(reqs)
+        assert [isinstance(o, RunFailure) for o in out] == [k == 5 for k in range(8)]
+        assert runs == [8, 4, 4, 2, 1, 1, 2], runs
+        for o in out[:5] + out[6:]:
+            assert np.array_equal(o["y"], w[good[0]["ids"]])
+        # every request bad: each still answered with its own failure
+        runs.clear()
+        out = r.run_batch([bad] * 4)
+        assert all(isinstance(o, RunFailure) and o.http_status == 400 for o in out)
+        assert len(runs) == 7
     finally:
         r.close()
 

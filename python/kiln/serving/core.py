@@ -531,37 +531,47 @@ class Runner:
         """A list of validated feeds -> a list of Outputs (or RunFailure), one per request,
         in order. Batchable engines: requests whose non-batch dimensions agree are
         concatenated along dimension 0 in chunks of at most the profile's max rows. When a
-        chunk's run fails, its requests are run one by one: the request at fault gets its
+        chunk's run fails, it is split in two halves, each run again (and split again
+        where it fails), down to single requests: the request at fault gets its
         RunFailure, the others their outputs (one request's bad data, an index out of
-        range, failed every request batched with it)."""
+        range, failed every request batched with it). Halving bounds what one bad
+        request costs a batch of B requests to about 2 log2(B) + 1 runs, each still
+        batched (run one by one, one bad request per batch made every batch B + 1 runs
+        of single requests: a cheap way to take batching away from every client)."""
         if not self.spec.batchable or len(requests) == 1:
             return [self.run_one(r) for r in requests]
         results = [None] * len(requests)
         for chunk in self._chunks(requests):
-            if len(chunk) == 1:
-                results[chunk[0]] = self.run_one(requests[chunk[0]])
-                continue
-            feeds = {n: np.concatenate([requests[k][n] for k in chunk], axis=0)
-                     for n in self.spec.input_names}
-            rows = [self.spec.rows(requests[k]) for k in chunk]
-            total = sum(rows)
-            try:
-                outs = self.run(feeds)
-            except KilnError:
-                for k in chunk:
-                    results[k] = self.run_one(requests[k])
-                continue
-            for name, arr in outs.items():
-                if arr.shape[:1] != (total,):
-                    raise RuntimeError(
-                        f"output '{name}' of a batch of {total} rows has shape "
-                        f"{_shape_text(arr.shape)}: its dimension 0 is not the batch")
-            start = 0
-            for k, r in zip(chunk, rows):
-                res = results[k] = Outputs((n, a[start:start + r]) for n, a in outs.items())
-                res.batch_requests, res.batch_rows = len(chunk), total
-                start += r
+            self._run_chunk(requests, chunk, results)
         return results
+
+    def _run_chunk(self, requests, chunk, results):
+        """Runs the requests of chunk (indices) as one batch into results; where that
+        fails, each half of it the same way (run_batch)."""
+        if len(chunk) == 1:
+            results[chunk[0]] = self.run_one(requests[chunk[0]])
+            return
+        feeds = {n: np.concatenate([requests[k][n] for k in chunk], axis=0)
+                 for n in self.spec.input_names}
+        rows = [self.spec.rows(requests[k]) for k in chunk]
+        total = sum(rows)
+        try:
+            outs = self.run(feeds)
+        except KilnError:
+            half = len(chunk) // 2
+            self._run_chunk(requests, chunk[:half], results)
+            self._run_chunk(requests, chunk[half:], results)
+            return
+        for name, arr in outs.items():
+            if arr.shape[:1] != (total,):
+                raise RuntimeError(
+                    f"output '{name}' of a batch of {total} rows has shape "
+                    f"{_shape_text(arr.shape)}: its dimension 0 is not the batch")
+        start = 0
+        for k, r in zip(chunk, rows):
+            res = results[k] = Outputs((n, a[start:start + r]) for n, a in outs.items())
+            res.batch_requests, res.batch_rows = len(chunk), total
+            start += r
 
     def _chunks(self, requests):
         """Groups of request indices: same trailing shapes, at most max_rows rows each,
