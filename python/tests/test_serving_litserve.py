@@ -317,13 +317,26 @@ def test_hostile_bodies_read_no_further_than_their_headers(engine):
             f.write(npy_header([1 << 29]))
             for _ in range(128):
                 f.write(bytes(1 << 24))
+    # a shape inside the profile, of items of 16 MiB each: 256 MiB inflated from 256 kB
+    # before the dtype was checked (probe3); an .npy of items of 2 GB: numpy's MemoryError
+    # was a 500
+    void_bomb = io.BytesIO()
+    with zipfile.ZipFile(void_bomb, "w", zipfile.ZIP_DEFLATED) as z:
+        with z.open("x.npy", "w", force_zip64=True) as f:
+            f.write(npy_header([1, 16], "|V16777216"))
+            for _ in range(16):
+                f.write(bytes(1 << 24))
     many = npz_bytes({f"m{i}.npy": npy_bytes(np.zeros(1, np.float32)) for i in range(20000)})
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     t0 = time.monotonic()
     for body, words in ((bomb.getvalue(), "input 'x' has shape [536870912], but the engine"),
+                        (void_bomb.getvalue(), "input 'x' has dtype void134217728, but the engine "
+                                               "expects float32"),
                         (many, "unknown input 'm0'")):
         with pytest.raises(RequestError, match=re.escape(words)):
             spec.decode(body, "application/x-npz")
+    with pytest.raises(RequestError, match=re.escape("input 'x' has dtype bytes16000000000")):
+        spec.decode(npy_header([1, 16], "|S2000000000") + bytes(64), "application/x-npy")
     assert time.monotonic() - t0 < 2.0
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss0 < 200 << 10  # KiB
     with pytest.raises(RequestError, match="input 'x' is in it twice"):

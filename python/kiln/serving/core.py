@@ -269,6 +269,13 @@ class EngineSpec:
             if dtype.hasobject:
                 raise ValueError("object arrays are not accepted")
             self._check_shape(self._input(name), shape)
+            # the dtype too: a shape inside the profile of a dtype of gigabytes per item
+            # ('|V1000000000') would make numpy allocate or inflate all of it
+            want = self._dtype(name)
+            got = dtype.newbyteorder("=") if dtype.byteorder in "<>" else dtype
+            if got != want:
+                raise _bad(f"input '{name}' has dtype {dtype.name}, but the engine expects "
+                           f"{want.name}")
             with open_stream() as f:
                 arr = np.lib.format.read_array(f, allow_pickle=False)
         except (ValueError, OSError, EOFError, zipfile.BadZipFile) as e:
