@@ -111,10 +111,18 @@ static void se_images(void *vc, int64_t n0, int64_t n1) {
     }
 }
 
+/* N * (C + R) doubles; SIZE_MAX past size_t (an engine's max shapes: the
+ * planner refuses it) */
+static size_t se_ws_bytes(int64_t N, int64_t C, int64_t R) {
+    int64_t n;
+    if (!kiln__add_ok(C, R, &n) || !kiln__mul_ok(n, N, &n)) return SIZE_MAX;
+    return kiln__size_mul((size_t)n, sizeof(double));
+}
+
 static size_t se_workspace(const kiln_infer_args *a) {
     const kiln_tinfo *X = a->in[0], *W1 = a->in[1];
     if (X->rank != 4 || W1->rank != 4 || X->dims[0] < 0 || X->dims[1] < 0 || W1->dims[0] < 0) return 0;
-    return (size_t)(X->dims[0] * (X->dims[1] + W1->dims[0])) * sizeof(double);
+    return se_ws_bytes(X->dims[0], X->dims[1], W1->dims[0]);
 }
 
 static kiln_status se_ref(const kiln_kernel_args *a) {
@@ -133,7 +141,7 @@ static kiln_status se_ref(const kiln_kernel_args *a) {
     c.plane = X->dims[2] * X->dims[3];
     const int64_t N = X->dims[0];
     if (N == 0 || c.C == 0) return KILN_OK;
-    if (a->workspace_size < (size_t)(N * (c.C + c.R)) * sizeof(double))
+    if (a->workspace_size < se_ws_bytes(N, c.C, c.R))
         return KILN_FAIL(KILN_ERR_INTERNAL, "node '%s' (kiln.SqueezeExcite): workspace of %zu bytes is too small",
                          NODE(a), a->workspace_size);
     c.ws = a->workspace;

@@ -1634,7 +1634,7 @@ static kiln_engine *se_engine(const kiln_se_attrs *sa, const int64_t *xd, const 
         e->profiles[0].min[d] = e->profiles[0].opt[d] = xd[d];
         e->profiles[0].max[d] = xmax[d];
     }
-    static const float vals[64] = {0.5f, -0.25f, 0.75f, 1.0f, -1.0f, 0.125f, 0.5f, -0.5f, 0.25f, 0.3f, -0.7f, 0.9f};
+    static float vals[1 << 17] = {0.5f, -0.25f, 0.75f, 1.0f, -1.0f, 0.125f, 0.5f, -0.5f, 0.25f, 0.3f, -0.7f, 0.9f};
     in[1] = add_const(g, "w1", KILN_DTYPE_FLOAT32, 4, w1d, vals);
     in[2] = add_const(g, "w2", KILN_DTYPE_FLOAT32, 4, w2d, vals);
     int n_in = 3;
@@ -1662,6 +1662,7 @@ static kiln_status se_load_run(const kiln_engine *src, const int64_t *xd, float 
     kiln_engine *e = NULL;
     kiln_context *c = NULL;
     kiln_status s = kiln_engine_load_memory(f, size, &e);
+    if (s == KILN_OK) CHECK(strlen(kiln_engine_describe(e, 0)) > 0 && strlen(kiln_engine_describe(e, 1)) > 0);
     float x[4096];
     for (int i = 0; i < 4096; i++) x[i] = (float)(i % 17) / 8.0f - 1.0f;
     if (s == KILN_OK) s = kiln_context_create(e, &c);
@@ -1762,6 +1763,15 @@ TEST(test_squeeze_excite_engines) {
     const int64_t xb4[4] = {4, 4, 2, 2}, xb3[4] = {3, 4, 2, 2};
     e = se_engine(&ok, x4, xb4, w1, w2, 2, 4);
     CHECK_OK(se_load_run(e, xb3, y, 4, NULL));
+    kiln_engine_free(e);
+
+    /* the workspace at the profile's max shapes: N (2^46) * (C + R) (1 + 2^17) doubles
+     * past int64 (a signed overflow in se_workspace: UBSan stops the ASan build's run
+     * here without the check); loads, describes and runs at its min shape */
+    const int64_t x1[4] = {1, 1, 1, 1}, xhuge[4] = {INT64_C(1) << 46, 1, 1, 1};
+    const int64_t w1r[4] = {1 << 17, 1, 1, 1}, w2r[4] = {1, 1 << 17, 1, 1};
+    e = se_engine(&ok, x1, xhuge, w1r, w2r, 0, 0);
+    CHECK_OK(se_load_run(e, x1, y, 1, "se_workspace_overflow.kiln"));
     kiln_engine_free(e);
 
     /* tactic ids the CPU does not know */
