@@ -458,6 +458,18 @@ def test_one_bad_request_does_not_fail_its_batch(tmp_path):
         r.close()
 
 
+def test_prepare_engine_device_of_an_engine(engine):
+    """An engine is served where --device names its device, read as kiln reads a device:
+    'cpu:0' is a CPU engine's (it was refused: 'engine for cpu, but device cpu:0'), a
+    malformed device is a ValueError naming it."""
+    assert prepare_engine(engine, device="cpu:0") == engine
+    assert prepare_engine(engine, device="cpu") == engine
+    with pytest.raises(ValueError, match="is an engine for cpu, but device cuda:1 was asked"):
+        prepare_engine(engine, device="cuda:1")
+    with pytest.raises(ValueError, match=re.escape("device 'cuda: 1': expected cpu")):
+        prepare_engine(engine, device="cuda: 1")
+
+
 def test_batches_split_back_per_request(engine, runner):
     """Runner.run_batch: requests of 1-3 rows concatenated into runs of at most the
     profile's 8 rows, split back in order (each answer is its own request's)."""

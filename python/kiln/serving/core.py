@@ -689,9 +689,12 @@ def prepare_engine(model, *, device="cpu", max_batch=8, precision="fp32", thread
     with open(path, "rb") as f:
         magic = f.read(4)
     if magic == b"KILN":
+        from .._convert import parse_device
+
         got = EngineSpec.from_file(path).device
-        want = "cpu" if device in (None, "cpu") else device
-        if got.split(":")[0] != want.split(":")[0] or (":" in want and got != want):
+        want = "cpu" if device in (None, "cpu") else str(device)
+        (gd, gi), (wd, wi) = parse_device(got), parse_device(want)
+        if gd != wd or (":" in want and gi != wi):  # "cuda" takes any GPU's, "cuda:01" is cuda:1
             raise ValueError(f"{model} is an engine for {got}, but device {want} was asked "
                              f"for: build the engine for {want}, or serve it on {got}")
         return path
