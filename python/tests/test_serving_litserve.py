@@ -351,6 +351,36 @@ def test_hostile_bodies_read_no_further_than_their_headers(engine):
         assert feeds["x"].dtype == np.float32 and np.array_equal(feeds["x"], x)
 
 
+def test_npz_members_zipfile_cannot_read(engine):
+    """.npz members zipfile cannot read are a 400 naming the member: a corrupt deflate
+    stream (numpy.savez_compressed's; zlib.error) or LZMA stream (LZMAError), an encrypted
+    member (RuntimeError), a compression method zipfile lacks (NotImplementedError) were
+    500s."""
+    spec = EngineSpec.from_file(engine)
+    x = npy_bytes(np.ones((1, 16), np.float32))
+
+    def archive(method=zipfile.ZIP_STORED, flags=0, set_method=None, damage=False):
+        b = bytearray(npz_bytes({"x.npy": x}, method))
+        loc, cen = b.find(b"PK\x03\x04"), b.find(b"PK\x01\x02")
+        b[loc + 6] |= flags
+        b[cen + 8] |= flags
+        if set_method is not None:
+            b[loc + 8:loc + 10] = b[cen + 10:cen + 12] = set_method.to_bytes(2, "little")
+        if damage:  # the stream's first bytes (just past the local header)
+            start = loc + 30 + int.from_bytes(b[loc + 26:loc + 28], "little") + \
+                int.from_bytes(b[loc + 28:loc + 30], "little")
+            b[start:start + 4] = b"\xff\xff\xff\xff"
+        return bytes(b)
+
+    for body in (archive(zipfile.ZIP_DEFLATED, damage=True), archive(zipfile.ZIP_LZMA, damage=True),
+                 archive(flags=1), archive(set_method=99)):
+        with pytest.raises(RequestError, match=re.escape("malformed .npz member 'x.npy': ")) as e:
+            spec.decode(body, "application/x-npz")
+        assert e.value.status == 400
+    feeds, _ = spec.decode(archive(zipfile.ZIP_LZMA), "application/x-npz")
+    assert np.array_equal(feeds["x"], np.ones((1, 16), np.float32))
+
+
 def test_bool_bytes_other_than_0_1(tmp_path):
     """A bool .npz member holding bytes other than 0/1 (numpy takes any byte as a bool) is a
     400 at decoding: it reached the engine, whose run refuses it, and so failed with a 500

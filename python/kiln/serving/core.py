@@ -30,12 +30,25 @@ import os
 import tempfile
 import types
 import zipfile
+import zlib
 from pathlib import Path
 
 import numpy as np
 
 from .._engine import DEVICE_CUDA, Engine
 from .._lib import KILN_MAX_RANK, KilnError, Status, c_path, check, lib
+
+try:
+    from lzma import LZMAError
+except ImportError:  # a Python built without lzma: zipfile cannot read such members either
+    LZMAError = ValueError
+
+# what reading a malformed .npy body or .npz archive raises (a 400, not a 500): numpy's
+# and zipfile's own errors, a member's corrupt deflate / LZMA stream (zlib.error,
+# LZMAError), an encrypted member (RuntimeError), a compression method zipfile lacks
+# (NotImplementedError)
+_BODY_ERRORS = (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error, LZMAError,
+                RuntimeError, NotImplementedError)
 
 # kiln dtype codes (ONNX numbering) that numpy has a dtype for
 KILN_TO_NUMPY = {1: "float32", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6: "int32",
@@ -278,7 +291,7 @@ class EngineSpec:
                            f"{want.name}")
             with open_stream() as f:
                 arr = np.lib.format.read_array(f, allow_pickle=False)
-        except (ValueError, OSError, EOFError, zipfile.BadZipFile) as e:
+        except _BODY_ERRORS as e:
             raise _bad(f"malformed {what}: {e}") from None
         if arr.dtype.byteorder in "<>" and arr.dtype.newbyteorder("=") == self._dtype(name):
             arr = arr.astype(arr.dtype.newbyteorder("="))  # big-endian data: the same values
@@ -290,7 +303,7 @@ class EngineSpec:
     def _load_npz(self, body):
         try:
             z = zipfile.ZipFile(io.BytesIO(body))
-        except (ValueError, OSError, EOFError, zipfile.BadZipFile) as e:
+        except _BODY_ERRORS as e:
             raise _bad(f"malformed .npz body: {e}") from None
         with z:
             members = {}
