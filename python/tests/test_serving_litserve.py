@@ -132,6 +132,12 @@ BAD = [
      "input 'x' has shape [1099511627776], but the engine expects rank 2"),
     (".npz member claiming 4 TiB", npz_bytes({"x.npy": npy_header([1 << 40, 16]) + bytes(64)}),
      "application/x-npz", 400, "input 'x' has shape [1099511627776, 16], outside the engine's"),
+    # numpy's header tokenizer raised TokenError (a 500) on a header it cannot end
+    (".npy header unended", b"\x93NUMPY\x01\x00\x76\x00" + b"{'descr': '<f4', 'fortran_order': False, "
+     b"'shape': (2,}".ljust(117) + b"\n" + bytes(128), "application/x-npy", 400, "malformed .npy body: "),
+    # numpy.dtype raised ValueError (a 500) on a dtype string it cannot read
+    ("unreadable dtype", jbody([[1.0] * 16], dtype="999999999999999999999float32"), "application/json",
+     400, "input 'x': unknown dtype '999999999999999999999float32'"),
     ("body over the limit", jbody([[0.123456789] * 16] * 8 * 50), "application/json", 413,
      "over the limit of 52428 bytes"),
 ]

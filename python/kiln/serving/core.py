@@ -28,6 +28,7 @@ import io
 import json
 import os
 import tempfile
+import tokenize
 import types
 import zipfile
 import zlib
@@ -44,11 +45,11 @@ except ImportError:  # a Python built without lzma: zipfile cannot read such mem
     LZMAError = ValueError
 
 # what reading a malformed .npy body or .npz archive raises (a 400, not a 500): numpy's
-# and zipfile's own errors, a member's corrupt deflate / LZMA stream (zlib.error,
-# LZMAError), an encrypted member (RuntimeError), a compression method zipfile lacks
-# (NotImplementedError)
+# and zipfile's own errors, an .npy header numpy's tokenizer cannot end (TokenError), a
+# member's corrupt deflate / LZMA stream (zlib.error, LZMAError), an encrypted member
+# (RuntimeError), a compression method zipfile lacks (NotImplementedError)
 _BODY_ERRORS = (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error, LZMAError,
-                RuntimeError, NotImplementedError)
+                RuntimeError, NotImplementedError, tokenize.TokenError, SyntaxError)
 
 # kiln dtype codes (ONNX numbering) that numpy has a dtype for
 KILN_TO_NUMPY = {1: "float32", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6: "int32",
@@ -231,7 +232,7 @@ class EngineSpec:
         if dtype is not None:
             try:
                 got = np.dtype(str(dtype))
-            except TypeError:
+            except (TypeError, ValueError, SyntaxError):  # "999999999999999999999f4": ValueError
                 raise _bad(f"input '{name}': unknown dtype '{dtype}'") from None
             if got.byteorder in "<>" and got.newbyteorder("=") == want:
                 got = want  # ">f4": JSON numbers have no byte order
