@@ -131,7 +131,17 @@ def check_options(opts, fn_label, names):
 
 
 def parse_device(device):
-    """'cpu', 'cuda', 'cuda:N' or a torch.device -> (kiln device code, index)."""
+    """'cpu', 'cuda', 'cuda:N' or a torch.device -> (kiln device code, index). A string is
+    read by kiln (kiln_device_parse, as the CLI's --device): torch 1.13 keeps a device
+    index in 8 bits, so torch.device('cuda:300') is cuda:44 and 'cuda:1023' cuda:0."""
+    if isinstance(device, str):
+        dev, index = ctypes.c_int(), ctypes.c_int()
+        try:
+            check(lib().kiln_device_parse(_lib.c_text(device, "device"), ctypes.byref(dev),
+                                          ctypes.byref(index)))
+        except KilnError as e:
+            raise ValueError(str(e)) from None
+        return dev.value, index.value
     try:
         d = torch.device(device)
     except (RuntimeError, TypeError):

@@ -98,6 +98,8 @@ _PROTOTYPES = {
     "kiln_builder_create": (_st, [_pp]),
     "kiln_builder_free": (None, [_p]),
     "kiln_builder_set_device": (_st, [_p, ctypes.c_int, ctypes.c_int]),
+    "kiln_device_parse": (_st, [ctypes.c_char_p, ctypes.POINTER(ctypes.c_int),
+                                ctypes.POINTER(ctypes.c_int)]),
     "kiln_builder_set_precision": (_st, [_p, ctypes.c_int]),
     "kiln_builder_set_threads": (_st, [_p, ctypes.c_int]),
     "kiln_builder_set_fast_math": (_st, [_p, ctypes.c_int]),

@@ -72,7 +72,7 @@ def test_bad_precision_device_exporter_option(mlp):
     x = [torch.randn(2, 16)]
     with raises(ValueError, "precision must be 'fp32', 'tf32', 'fp16' or 'bf16'; got 'int8'"):
         kiln.convert_method_to_engine(mlp, inputs=x, precision="int8")
-    with raises(ValueError, "device must be 'cpu', 'cuda' or 'cuda:N'; got 'tpu'"):
+    with raises(ValueError, "device 'tpu': expected cpu, cpu:0, cuda or cuda:N (N in 0..1023)"):
         kiln.convert_method_to_engine(mlp, inputs=x, device="tpu")
     with raises(ValueError, "exporter must be 'auto', 'torchscript' or 'dynamo'; got 'onnx'"):
         kiln.convert_method_to_engine(mlp, inputs=x, exporter="onnx")
@@ -247,6 +247,17 @@ def test_values_c_would_cut_or_wrap(mlp, engine, tmp_path):
     'a\\0b' was stored as 'a'), and ints past the C type (ctypes wraps them around: a
     max_shape of 2**64 + 2 built a profile of max 2, workspace 2**64 + 5 was 5 bytes,
     threads 2**32 + 1 was 1 thread)."""
+    # device strings are kiln's to read, as the CLI's --device: torch 1.13 keeps an index
+    # in 8 bits (torch.device('cuda:300') is cuda:44, 'cuda:1023' cuda:0: another GPU)
+    from kiln._convert import parse_device
+    assert [parse_device(d) for d in ("cpu", "cuda", "cuda:300", "cuda:1023")] == \
+        [(0, 0), (1, 0), (1, 300), (1, 1023)]
+    assert parse_device(torch.device("cuda", 3)) == (1, 3)
+    with raises(ValueError, "device 'cpu\\x00' holds a NUL character"):
+        parse_device("cpu\0")
+    for d in ("cuda:1024", "cpu:1", "cuda: 1"):
+        with raises(ValueError, f"device '{d}': expected cpu, cpu:0, cuda or cuda:N (N in 0..1023)"):
+            parse_device(d)
     path = tmp_path / "e.kiln"
     kiln.save(engine, path)
     with pytest.raises(ValueError, match="e.kiln.x00other' holds a NUL character$"):

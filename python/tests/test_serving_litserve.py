@@ -132,6 +132,12 @@ BAD = [
      "input 'x' has shape [1099511627776], but the engine expects rank 2"),
     (".npz member claiming 4 TiB", npz_bytes({"x.npy": npy_header([1 << 40, 16]) + bytes(64)}),
      "application/x-npz", 400, "input 'x' has shape [1099511627776, 16], outside the engine's"),
+    # numpy's header tokenizer raised TokenError (a 500) on a header it cannot end
+    (".npy header unended", b"\x93NUMPY\x01\x00\x76\x00" + b"{'descr': '<f4', 'fortran_order': False, "
+     b"'shape': (2,}".ljust(117) + b"\n" + bytes(128), "application/x-npy", 400, "malformed .npy body: "),
+    # numpy.dtype raised ValueError (a 500) on a dtype string it cannot read
+    ("unreadable dtype", jbody([[1.0] * 16], dtype="999999999999999999999float32"), "application/json",
+     400, "input 'x': unknown dtype '999999999999999999999float32'"),
     ("body over the limit", jbody([[0.123456789] * 16] * 8 * 50), "application/json", 413,
      "over the limit of 52428 bytes"),
 ]
@@ -317,13 +323,26 @@ def test_hostile_bodies_read_no_further_than_their_headers(engine):
             f.write(npy_header([1 << 29]))
             for _ in range(128):
                 f.write(bytes(1 << 24))
+    # a shape inside the profile, of items of 16 MiB each: 256 MiB inflated from 256 kB
+    # before the dtype was checked (probe3); an .npy of items of 2 GB: numpy's MemoryError
+    # was a 500
+    void_bomb = io.BytesIO()
+    with zipfile.ZipFile(void_bomb, "w", zipfile.ZIP_DEFLATED) as z:
+        with z.open("x.npy", "w", force_zip64=True) as f:
+            f.write(npy_header([1, 16], "|V16777216"))
+            for _ in range(16):
+                f.write(bytes(1 << 24))
     many = npz_bytes({f"m{i}.npy": npy_bytes(np.zeros(1, np.float32)) for i in range(20000)})
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     t0 = time.monotonic()
     for body, words in ((bomb.getvalue(), "input 'x' has shape [536870912], but the engine"),
+                        (void_bomb.getvalue(), "input 'x' has dtype void134217728, but the engine "
+                                               "expects float32"),
                         (many, "unknown input 'm0'")):
         with pytest.raises(RequestError, match=re.escape(words)):
             spec.decode(body, "application/x-npz")
+    with pytest.raises(RequestError, match=re.escape("input 'x' has dtype bytes16000000000")):
+        spec.decode(npy_header([1, 16], "|S2000000000") + bytes(64), "application/x-npy")
     assert time.monotonic() - t0 < 2.0
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss0 < 200 << 10  # KiB
     with pytest.raises(RequestError, match="input 'x' is in it twice"):
@@ -336,6 +355,36 @@ def test_hostile_bodies_read_no_further_than_their_headers(engine):
                          "application/json")):
         feeds, _ = spec.decode(body, ctype)
         assert feeds["x"].dtype == np.float32 and np.array_equal(feeds["x"], x)
+
+
+def test_npz_members_zipfile_cannot_read(engine):
+    """.npz members zipfile cannot read are a 400 naming the member: a corrupt deflate
+    stream (numpy.savez_compressed's; zlib.error) or LZMA stream (LZMAError), an encrypted
+    member (RuntimeError), a compression method zipfile lacks (NotImplementedError) were
+    500s."""
+    spec = EngineSpec.from_file(engine)
+    x = npy_bytes(np.ones((1, 16), np.float32))
+
+    def archive(method=zipfile.ZIP_STORED, flags=0, set_method=None, damage=False):
+        b = bytearray(npz_bytes({"x.npy": x}, method))
+        loc, cen = b.find(b"PK\x03\x04"), b.find(b"PK\x01\x02")
+        b[loc + 6] |= flags
+        b[cen + 8] |= flags
+        if set_method is not None:
+            b[loc + 8:loc + 10] = b[cen + 10:cen + 12] = set_method.to_bytes(2, "little")
+        if damage:  # the stream's first bytes (just past the local header)
+            start = loc + 30 + int.from_bytes(b[loc + 26:loc + 28], "little") + \
+                int.from_bytes(b[loc + 28:loc + 30], "little")
+            b[start:start + 4] = b"\xff\xff\xff\xff"
+        return bytes(b)
+
+    for body in (archive(zipfile.ZIP_DEFLATED, damage=True), archive(zipfile.ZIP_LZMA, damage=True),
+                 archive(flags=1), archive(set_method=99)):
+        with pytest.raises(RequestError, match=re.escape("malformed .npz member 'x.npy': ")) as e:
+            spec.decode(body, "application/x-npz")
+        assert e.value.status == 400
+    feeds, _ = spec.decode(archive(zipfile.ZIP_LZMA), "application/x-npz")
+    assert np.array_equal(feeds["x"], np.ones((1, 16), np.float32))
 
 
 def test_bool_bytes_other_than_0_1(tmp_path):
@@ -424,8 +473,37 @@ def test_one_bad_request_does_not_fail_its_batch(tmp_path):
         for o, f in ((out[0], good[0]), (out[2], good[1])):
             assert np.array_equal(o["y"], w[f["ids"]])
         assert isinstance(r.run_batch([bad])[0], RunFailure)
+        # one bad request in a batch of 8: halves run again, not each request on its
+        # own (9 runs of one request each before: one client took batching away from
+        # every request batched with its bad ones)
+        runs = []
+        run = r.run
+        r.run = lambda feeds: runs.append(len(feeds["ids"])) or run(feeds)
+        reqs = [good[0]] * 5 + [bad] + [good[0]] * 2
+        out = r.run_batch(reqs)
+        assert [isinstance(o, RunFailure) for o in out] == [k == 5 for k in range(8)]
+        assert runs == [8, 4, 4, 2, 1, 1, 2], runs
+        for o in out[:5] + out[6:]:
+            assert np.array_equal(o["y"], w[good[0]["ids"]])
+        # every request bad: each still answered with its own failure
+        runs.clear()
+        out = r.run_batch([bad] * 4)
+        assert all(isinstance(o, RunFailure) and o.http_status == 400 for o in out)
+        assert len(runs) == 7
     finally:
         r.close()
+
+
+def test_prepare_engine_device_of_an_engine(engine):
+    """An engine is served where --device names its device, read as kiln reads a device:
+    'cpu:0' is a CPU engine's (it was refused: 'engine for cpu, but device cpu:0'), a
+    malformed device is a ValueError naming it."""
+    assert prepare_engine(engine, device="cpu:0") == engine
+    assert prepare_engine(engine, device="cpu") == engine
+    with pytest.raises(ValueError, match="is an engine for cpu, but device cuda:1 was asked"):
+        prepare_engine(engine, device="cuda:1")
+    with pytest.raises(ValueError, match=re.escape("device 'cuda: 1': expected cpu")):
+        prepare_engine(engine, device="cuda: 1")
 
 
 def test_batches_split_back_per_request(engine, runner):

@@ -35,6 +35,23 @@ const char *kiln__device_name(int device) {
     return b ? b->name : NULL;
 }
 
+/* A device spec for a message: at most 48 bytes of it (cut before a UTF-8
+ * sequence, "..." after), escaped as kiln_printable does. A spec of any
+ * length leaves the message room to say what is expected. */
+static const char *spec_shown(const char *spec, char *buf, size_t cap) {
+    char cut[64];
+    size_t n = strlen(spec);
+    if (n > 48) {
+        n = 48;
+        while (n > 0 && ((unsigned char)spec[n] & 0xC0) == 0x80) n--; /* spec[n] starts a character */
+        memcpy(cut, spec, n);
+        memcpy(cut + n, "...", 4);
+        spec = cut;
+    }
+    const char *s = kiln_printable(spec, buf, cap);
+    return s == cut ? (snprintf(buf, cap, "%s", cut), buf) : s;
+}
+
 kiln_status kiln_device_from_name(const char *name, kiln_device *dev) {
     const size_t nb = sizeof kiln_backends / sizeof kiln_backends[0];
     for (size_t i = 0; name && dev && i < nb; i++)
@@ -48,14 +65,16 @@ kiln_status kiln_device_from_name(const char *name, kiln_device *dev) {
         size_t n = strlen(known);
         snprintf(known + n, sizeof known - n, "%s%s", i ? ", " : "", kiln_backends[i].name);
     }
-    return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "unknown device '%.64s' (known: %s)", name ? name : "(null)", known);
+    char shown[256];
+    return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "unknown device '%s' (known: %s)",
+                     name ? spec_shown(name, shown, sizeof shown) : "(null)", known);
 }
 
 kiln_status kiln_device_parse(const char *spec, kiln_device *dev, int *index) {
     if (!spec || !dev || !index)
         return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "kiln_device_parse: %s is NULL",
                          !spec ? "spec" : !dev ? "dev" : "index");
-    char name[32], shown[80];
+    char name[32], shown[256];
     const char *colon = strchr(spec, ':');
     size_t n = colon ? (size_t)(colon - spec) : strlen(spec);
     kiln_device d = KILN_DEVICE_CPU;
@@ -75,7 +94,7 @@ kiln_status kiln_device_parse(const char *spec, kiln_device *dev, int *index) {
     if (st != KILN_OK) {
         kiln__clear_error();
         return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "device '%s': expected cpu, cpu:0, cuda or cuda:N (N in 0..1023)",
-                         kiln_printable(spec, shown, sizeof shown));
+                         spec_shown(spec, shown, sizeof shown));
     }
     *dev = d;
     *index = (int)idx;

@@ -50,13 +50,15 @@ static kiln_status se_infer(const kiln_infer_args *a) {
     const int64_t C = X->rank == 4 ? X->dims[1] : -2, R = W1->rank == 4 ? W1->dims[0] : -2;
     const int64_t w1[4] = {-2, C, 1, 1}, w2[4] = {C, R, 1, 1}, b1[1] = {R}, b2[1] = {C};
     if (!dims_fit(W1, 4, w1) || !dims_fit(W2, 4, w2) || (B1 && !dims_fit(B1, 1, b1)) || (B2 && !dims_fit(B2, 1, b2))) {
-        char s[4][128];
+        char s[5][128];
+        if (B1) kiln__shape_str(B1->rank, B1->dims, s[3], sizeof s[3]);
+        if (B2) kiln__shape_str(B2->rank, B2->dims, s[4], sizeof s[4]);
         return KILN_FAIL(KILN_ERR_MODEL,
-                         "node '%s' (kiln.SqueezeExcite): weights %s and %s do not fit X %s ([R, C, 1, 1] and "
-                         "[C, R, 1, 1] expected; biases [R] and [C])",
+                         "node '%s' (kiln.SqueezeExcite): weights %s and %s, biases %s and %s do not fit X %s "
+                         "([R, C, 1, 1] and [C, R, 1, 1] expected; biases [R] and [C])",
                          NODE(a), kiln__shape_str(W1->rank, W1->dims, s[0], sizeof s[0]),
-                         kiln__shape_str(W2->rank, W2->dims, s[1], sizeof s[1]),
-                         kiln__shape_str(X->rank, X->dims, s[2], sizeof s[2]));
+                         kiln__shape_str(W2->rank, W2->dims, s[1], sizeof s[1]), B1 ? s[3] : "none",
+                         B2 ? s[4] : "none", kiln__shape_str(X->rank, X->dims, s[2], sizeof s[2]));
     }
     kiln_tinfo *y = a->out[0];
     y->dtype = t;
@@ -109,10 +111,18 @@ static void se_images(void *vc, int64_t n0, int64_t n1) {
     }
 }
 
+/* N * (C + R) doubles; SIZE_MAX past size_t (an engine's max shapes: the
+ * planner refuses it) */
+static size_t se_ws_bytes(int64_t N, int64_t C, int64_t R) {
+    int64_t n;
+    if (!kiln__add_ok(C, R, &n) || !kiln__mul_ok(n, N, &n)) return SIZE_MAX;
+    return kiln__size_mul((size_t)n, sizeof(double));
+}
+
 static size_t se_workspace(const kiln_infer_args *a) {
     const kiln_tinfo *X = a->in[0], *W1 = a->in[1];
     if (X->rank != 4 || W1->rank != 4 || X->dims[0] < 0 || X->dims[1] < 0 || W1->dims[0] < 0) return 0;
-    return (size_t)(X->dims[0] * (X->dims[1] + W1->dims[0])) * sizeof(double);
+    return se_ws_bytes(X->dims[0], X->dims[1], W1->dims[0]);
 }
 
 static kiln_status se_ref(const kiln_kernel_args *a) {
@@ -131,7 +141,7 @@ static kiln_status se_ref(const kiln_kernel_args *a) {
     c.plane = X->dims[2] * X->dims[3];
     const int64_t N = X->dims[0];
     if (N == 0 || c.C == 0) return KILN_OK;
-    if (a->workspace_size < (size_t)(N * (c.C + c.R)) * sizeof(double))
+    if (a->workspace_size < se_ws_bytes(N, c.C, c.R))
         return KILN_FAIL(KILN_ERR_INTERNAL, "node '%s' (kiln.SqueezeExcite): workspace of %zu bytes is too small",
                          NODE(a), a->workspace_size);
     c.ws = a->workspace;

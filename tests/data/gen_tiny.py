@@ -246,6 +246,64 @@ def se_block(path):
     onnx.save(m, path)
 
 
+def se_odd(path):
+    # squeeze-excite gates fuse_se must leave alone, or fuse and keep right (test_cuda_precision
+    # fuse_se_odd_graphs): x[batch,8,4,4], each branch GlobalAveragePool -> 1x1 8->4 -> act ->
+    # 1x1 4->8 -> Sigmoid, every gate a graph output. Fused (5): plain; strides 2 and
+    # dilations 2 (1x1 kernels on a 1x1 input); the gate into an Add, not a Mul; two gates
+    # sharing their weights; no first bias (B1 absent, B2 present). Kept (6): the pooled
+    # value also a graph output; also read by another node; the hidden value also a graph
+    # output; a grouped first conv; pads on the first conv (a 3x3 hidden); the second conv
+    # giving 6 channels, not 8.
+    r = np.random.default_rng(11)
+    inits, nodes, outs = [], [], []
+
+    def t(name, *shape, scale=0.4):
+        inits.append(numpy_helper.from_array((r.standard_normal(shape) * scale).astype(np.float32), name))
+        return name
+
+    n = helper.make_node
+
+    def gate(b, w1=None, w2=None, b1=True, c1={}, c2={}, rdim=4, cout=8, g1=1):
+        w1 = w1 or t(b + "_w1", rdim, 8 // g1, 1, 1)
+        w2 = w2 or t(b + "_w2", cout, rdim, 1, 1)
+        nodes.append(n("GlobalAveragePool", ["x"], [b + "_p"], name=b + "_gap"))
+        nodes.append(n("Conv", [b + "_p", w1] + ([t(b + "_b1", rdim)] if b1 else []), [b + "_c1"], name=b + "_fc1",
+                       group=g1, **c1))
+        nodes.append(n("Relu", [b + "_c1"], [b + "_h"], name=b + "_relu"))
+        nodes.append(n("Conv", [b + "_h", w2, t(b + "_b2", cout)], [b + "_c2"], name=b + "_fc2", **c2))
+        nodes.append(n("Sigmoid", [b + "_c2"], [b + "_s"], name=b + "_sig"))
+        return b + "_s"
+
+    def out(v, shape):
+        outs.append(helper.make_tensor_value_info(v, TensorProto.FLOAT, shape))
+
+    y8 = ["batch", 8, 1, 1]
+    nodes.append(n("Mul", ["x", gate("plain")], ["plain_y"], name="plain_mul"))
+    out("plain_y", ["batch", 8, 4, 4])
+    out(gate("strided", c1={"strides": [2, 2], "dilations": [2, 2]}, c2={"strides": [3, 3]}), y8)
+    nodes.append(n("Add", ["x", gate("add")], ["add_y"], name="add_add"))
+    out("add_y", ["batch", 8, 4, 4])
+    out(gate("shared1"), y8)
+    out(gate("shared2", w1="shared1_w1", w2="shared1_w2"), y8)
+    out(gate("nob1", b1=False), y8)
+    out(gate("pout"), y8)
+    out("pout_p", y8)
+    out(gate("pread"), y8)
+    nodes.append(n("Neg", ["pread_p"], ["pread_neg"], name="pread_other"))
+    out("pread_neg", y8)
+    out(gate("hout"), y8)
+    out("hout_h", ["batch", 4, 1, 1])
+    out(gate("grouped", g1=2), y8)
+    out(gate("padded", c1={"pads": [1, 1, 1, 1]}), ["batch", 8, 3, 3])
+    out(gate("six", cout=6), ["batch", 6, 1, 1])
+    g = helper.make_graph(nodes, "se_odd", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8, 4, 4])],
+                          outs, initializer=inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], producer_name="kiln-tests")
+    onnx.checker.check_model(m)
+    onnx.save(m, path)
+
+
 def save_feat_net(path, name, nodes, inits, c):
     # a net of test_cuda_engine's nhwc_dynamic_batch: x[batch,c,32,32] ->
     # y[batch,10] and feat[batch,24,8,8], opset 17
@@ -364,6 +422,7 @@ if __name__ == "__main__":
     opset18_forms(f"{out}/opset18_forms.onnx")
     window_reverse(f"{out}/window_reverse.onnx")
     se_block(f"{out}/se_block.onnx")
+    se_odd(f"{out}/se_odd.onnx")
     tiny_mbv3(f"{out}/tiny_mbv3.onnx")
     tiny_dyncnn(f"{out}/tiny_dyncnn.onnx")
     tiny_convnext(f"{out}/tiny_convnext.onnx")

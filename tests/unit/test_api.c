@@ -397,6 +397,19 @@ TEST(test_device_names) {
         CHECK(d == (kiln_device)7); /* untouched on error */
     }
     CHECK_ERR(kiln_device_parse("cuda:\x1b[31m", &d, &idx), KILN_ERR_INVALID_ARGUMENT, "\\x1b"); /* escaped */
+    /* a spec of any length: the message still says what is expected, its
+     * copy of the spec cut before a UTF-8 character (probe3) */
+    {
+        static char longspec[20000];
+        memset(longspec, 'c', sizeof longspec - 1);
+        CHECK_ERR(kiln_device_parse(longspec, &d, &idx), KILN_ERR_INVALID_ARGUMENT,
+                  "cccccc...': expected cpu, cpu:0, cuda or cuda:N");
+        CHECK_ERR(kiln_device_from_name(longspec, &d), KILN_ERR_INVALID_ARGUMENT, "...' (known: cpu, cuda)");
+        char e8[100] = "a"; /* 'a', then 49 'é' (2 bytes each): byte 48 is inside one */
+        for (int i = 0; i < 49; i++) strcat(e8, "\xc3\xa9");
+        CHECK_ERR(kiln_device_parse(e8, &d, &idx), KILN_ERR_INVALID_ARGUMENT, "\xc3\xa9...': expected");
+        CHECK_ERR(kiln_device_from_name(e8, &d), KILN_ERR_INVALID_ARGUMENT, "\xc3\xa9...' (known");
+    }
     CHECK_ERR(kiln_device_parse(NULL, &d, &idx), KILN_ERR_INVALID_ARGUMENT, "spec is NULL");
     CHECK_ERR(kiln_device_parse("cpu", &d, NULL), KILN_ERR_INVALID_ARGUMENT, "index is NULL");
     CHECK(!strcmp(kiln_engine_describe(NULL, 0), "") && strstr(kiln_last_error(), "engine is NULL"));

@@ -20,6 +20,8 @@
 #include "backends/backend.h"
 #include "backends/cpu/cpu_features.h"
 #include "format/format.h"
+#include "ops/fused_conv.h"
+#include "ops/fused_se.h"
 #include "test.h"
 
 /* ---- building a test engine -------------------------------------------- */
@@ -1485,12 +1487,9 @@ TEST(test_cpu_target) {
 
 /* ---- attribute values in engine files (issue 20 4.3) ----------------------- */
 
-/* A one-layer CPU engine: op(inputs...) -> y, attributes `attrs`, every
- * input a graph input of the given float32 / int64 shapes (n_const of the
- * last ones int64 constants holding `cdata`). */
-static kiln_engine *one_layer(int op_id, const void *attrs, int n_in, const int64_t (*dims)[4],
-                              const int *ranks, int n_const, const int64_t *cdata,
-                              const int64_t *ydims, int yrank) {
+/* An empty CPU engine of this build: room for 4 graph inputs (and their
+ * profiles) and 1 output; NULL on failure. */
+static kiln_engine *cpu_engine_shell(void) {
     kiln_engine *e = kiln__calloc(1, sizeof *e);
     kiln_graph *g = NULL;
     CHECK_OK(kiln__graph_create(&g));
@@ -1501,10 +1500,27 @@ static kiln_engine *one_layer(int op_id, const void *attrs, int n_in, const int6
     }
     e->graph = g;
     g->opset = 17;
-    int in[4], n_graph_in = n_in - n_const;
     g->inputs = kiln__calloc(4, sizeof(int));
     g->outputs = kiln__calloc(1, sizeof(int));
     e->profiles = kiln__calloc(4, sizeof *e->profiles);
+    g->cap_inputs = 4;
+    g->cap_outputs = 1;
+    e->opts.device = KILN_DEVICE_CPU;
+    kiln__cpu_target(e->target, sizeof e->target);
+    snprintf(e->builder_version, sizeof e->builder_version, "%s", kiln_version_string());
+    return e;
+}
+
+/* A one-layer CPU engine: op(inputs...) -> y, attributes `attrs`, every
+ * input a graph input of the given float32 / int64 shapes (n_const of the
+ * last ones int64 constants holding `cdata`). */
+static kiln_engine *one_layer(int op_id, const void *attrs, int n_in, const int64_t (*dims)[4],
+                              const int *ranks, int n_const, const int64_t *cdata,
+                              const int64_t *ydims, int yrank) {
+    kiln_engine *e = cpu_engine_shell();
+    if (!e) return NULL;
+    kiln_graph *g = e->graph;
+    int in[4], n_graph_in = n_in - n_const;
     for (int i = 0; i < n_in; i++) {
         char name[8];
         snprintf(name, sizeof name, "in%d", i);
@@ -1519,37 +1535,37 @@ static kiln_engine *one_layer(int op_id, const void *attrs, int n_in, const int6
             in[i] = add_const(g, name, KILN_DTYPE_INT64, ranks[i], dims[i], cdata);
         }
     }
-    g->cap_inputs = 4;
     int y = add_value(g, "y", KILN_DTYPE_FLOAT32, yrank, ydims);
     g->values[y].flags |= KILN_VALUE_OUTPUT;
     g->outputs[g->n_outputs++] = y;
-    g->cap_outputs = 1;
     CHECK_OK(kiln__graph_add_node(g, op_id, "layer", n_in, in, 1, &y, attrs, NULL));
     kiln__graph_link(g);
-    e->opts.device = KILN_DEVICE_CPU;
-    kiln__cpu_target(e->target, sizeof e->target);
-    snprintf(e->builder_version, sizeof e->builder_version, "%s", kiln_version_string());
     return e;
 }
 
-/* The engine's bytes with the first int32 of its (only) node's attributes
- * set to v, resealed; NULL on failure. */
-static unsigned char *with_attr_word(const kiln_engine *e, int32_t v, size_t *size) {
+/* The engine's bytes with the int32 at byte `at` of its first node's
+ * attributes set to v, resealed; NULL on failure. */
+static unsigned char *with_attr_int32(const kiln_engine *e, size_t at, int32_t v, size_t *size) {
     void *data = serialize(e, size);
     unsigned char *f = data ? copy_bytes(data, *size) : NULL;
     kiln_free(data);
     if (!f) return NULL;
     unsigned char *n = node_record(f, 0);
-    kiln__put_le32(n + KILN_FMT_NODE_HEADER + 4 * (kiln__le32(n + 8) + kiln__le32(n + 12)), (uint32_t)v);
+    kiln__put_le32(n + KILN_FMT_NODE_HEADER + 4 * (kiln__le32(n + 8) + kiln__le32(n + 12)) + at, (uint32_t)v);
     reseal(f, *size);
     return f;
+}
+
+/* ... its first attribute word */
+static unsigned char *with_attr_word(const kiln_engine *e, int32_t v, size_t *size) {
+    return with_attr_int32(e, 0, v, size);
 }
 
 /* Writes the damaged engine to $KILN_WRITE_REPROS/<name> when that is set
  * (how tests/fuzz/regressions/engine/ got them). */
 static void maybe_write_repro(const char *name, const void *f, size_t size) {
     const char *dir = getenv("KILN_WRITE_REPROS");
-    if (!dir || !*dir) return;
+    if (!dir || !*dir || !name) return;
     char path[1024];
     snprintf(path, sizeof path, "%s/%s", dir, name);
     CHECK(write_file(path, f, size));
@@ -1596,6 +1612,186 @@ TEST(test_attr_values_checked_on_load) {
                   "node 'layer' (GatherND): attribute 'batch_dims' = -1 is out of range [0, 7]");
     }
     kiln__aligned_free(f);
+    kiln_engine_free(e);
+}
+
+/* A kiln.SqueezeExcite layer (CUDA plans only: passes/fuse_se.c) in a CPU
+ * engine: X [xd] (input, its profile min xd, max xmax), W1 [w1d], W2 [w2d],
+ * B1 [R], B2 [C] float32 constants (B's dims from b1n/b2n; 0: absent). */
+static kiln_engine *se_engine(const kiln_se_attrs *sa, const int64_t *xd, const int64_t *xmax, const int64_t *w1d,
+                              const int64_t *w2d, int64_t b1n, int64_t b2n) {
+    kiln_engine *e = cpu_engine_shell();
+    if (!e) return NULL;
+    kiln_graph *g = e->graph;
+    int64_t xs[4];
+    for (int d = 0; d < 4; d++) xs[d] = xd[d] == xmax[d] ? xd[d] : -1;
+    int in[5] = {-1, -1, -1, -1, -1};
+    in[0] = add_value(g, "x", KILN_DTYPE_FLOAT32, 4, xs);
+    g->values[in[0]].flags |= KILN_VALUE_INPUT;
+    g->inputs[g->n_inputs++] = in[0];
+    e->profiles[0].rank = 4;
+    for (int d = 0; d < 4; d++) {
+        e->profiles[0].min[d] = e->profiles[0].opt[d] = xd[d];
+        e->profiles[0].max[d] = xmax[d];
+    }
+    static float vals[1 << 17] = {0.5f, -0.25f, 0.75f, 1.0f, -1.0f, 0.125f, 0.5f, -0.5f, 0.25f, 0.3f, -0.7f, 0.9f};
+    in[1] = add_const(g, "w1", KILN_DTYPE_FLOAT32, 4, w1d, vals);
+    in[2] = add_const(g, "w2", KILN_DTYPE_FLOAT32, 4, w2d, vals);
+    int n_in = 3;
+    if (b1n) in[3] = add_const(g, "b1", KILN_DTYPE_FLOAT32, 1, &b1n, vals), n_in = 4;
+    if (b2n) in[4] = add_const(g, "b2", KILN_DTYPE_FLOAT32, 1, &b2n, vals), n_in = 5;
+    const int64_t yd[4] = {xs[0], xs[1], 1, 1};
+    int y = add_value(g, "y", KILN_DTYPE_FLOAT32, 4, yd);
+    g->values[y].flags |= KILN_VALUE_OUTPUT;
+    g->outputs[g->n_outputs++] = y;
+    CHECK_OK(kiln__graph_add_node(g, KILN_OP_SqueezeExcite, "se", n_in, in, 1, &y, sa, NULL));
+    kiln__graph_link(g);
+    return e;
+}
+
+/* Loads e's bytes and runs them on X of dims xd (values i / 8 - 1): the
+ * status of the first step that fails (msg: its error), y's first values
+ * into ys. */
+static kiln_status se_load_run(const kiln_engine *src, const int64_t *xd, float *ys, int n_ys, const char *name) {
+    size_t size = 0;
+    void *data = serialize(src, &size);
+    unsigned char *f = data ? copy_bytes(data, size) : NULL;
+    kiln_free(data);
+    if (!f) return KILN_ERR_OUT_OF_MEMORY;
+    maybe_write_repro(name, f, size);
+    kiln_engine *e = NULL;
+    kiln_context *c = NULL;
+    kiln_status s = kiln_engine_load_memory(f, size, &e);
+    if (s == KILN_OK) CHECK(strlen(kiln_engine_describe(e, 0)) > 0 && strlen(kiln_engine_describe(e, 1)) > 0);
+    float x[4096];
+    for (int i = 0; i < 4096; i++) x[i] = (float)(i % 17) / 8.0f - 1.0f;
+    if (s == KILN_OK) s = kiln_context_create(e, &c);
+    if (s == KILN_OK) s = kiln_context_set_input(c, "x", KILN_DTYPE_FLOAT32, 4, xd, x);
+    if (s == KILN_OK) s = kiln_context_run(c);
+    const void *y = NULL;
+    if (s == KILN_OK) s = kiln_context_get_output(c, "y", NULL, NULL, NULL, &y);
+    if (s == KILN_OK) memcpy(ys, y, (size_t)n_ys * sizeof *ys);
+    kiln_context_free(c);
+    kiln_engine_free(e);
+    kiln__aligned_free(f);
+    return s;
+}
+
+/* kiln.SqueezeExcite from a hostile engine file (issue 20): attributes,
+ * weights that do not fit X (checked when it loads, or when a dynamic C
+ * meets them at run time), a layout or activation out of range. The CPU
+ * runs a layer an engine holds with the reference kernel. */
+TEST(test_squeeze_excite_engines) {
+    const kiln_se_attrs ok = {.act1 = KILN_FC_ACT_RELU, .act2 = KILN_FC_ACT_SIGMOID};
+    const int64_t x4[4] = {1, 4, 2, 2}, w1[4] = {2, 4, 1, 1}, w2[4] = {4, 2, 1, 1};
+    float y[4] = {0};
+    kiln_engine *e = se_engine(&ok, x4, x4, w1, w2, 2, 4);
+    CHECK(e && se_load_run(e, x4, y, 4, "se_ok.kiln") == KILN_OK);
+    {   /* by hand: p = mean of the 4 values of each channel */
+        float x[16], p[4], h[2];
+        for (int i = 0; i < 16; i++) x[i] = (float)(i % 17) / 8.0f - 1.0f;
+        static const float v[12] = {0.5f, -0.25f, 0.75f, 1.0f, -1.0f, 0.125f, 0.5f, -0.5f, 0.25f, 0.3f, -0.7f, 0.9f};
+        for (int c = 0; c < 4; c++) p[c] = (x[4 * c] + x[4 * c + 1] + x[4 * c + 2] + x[4 * c + 3]) / 4;
+        for (int r = 0; r < 2; r++) {
+            double s = v[r];
+            for (int c = 0; c < 4; c++) s += v[r * 4 + c] * p[c];
+            h[r] = s > 0 ? (float)s : 0.0f;
+        }
+        for (int c = 0; c < 4; c++) {
+            double s = v[c];
+            for (int r = 0; r < 2; r++) s += v[c * 2 + r] * h[r];
+            CHECK(fabs(y[c] - 1 / (1 + exp(-s))) < 1e-6);
+        }
+    }
+    kiln_engine_free(e);
+
+    /* attributes out of range */
+    static const struct { size_t at; int32_t v; const char *msg; } bad[] = {
+        {offsetof(kiln_se_attrs, layout), 2, "'layout' = 2 is out of range [0, 1]"},
+        {offsetof(kiln_se_attrs, layout), -1, "'layout' = -1 is out of range [0, 1]"},
+        {offsetof(kiln_se_attrs, act1), KILN_FC_ACT_COUNT, "'act1' = "},
+        {offsetof(kiln_se_attrs, act2), -5, "'act2' = -5 is out of range"},
+        {offsetof(kiln_se_attrs, reserved), 7, "'reserved' = 7 is out of range [0, 0]"},
+    };
+    e = se_engine(&ok, x4, x4, w1, w2, 2, 4);
+    for (size_t k = 0; e && k < sizeof bad / sizeof bad[0]; k++) {
+        size_t size = 0;
+        unsigned char *f = with_attr_int32(e, bad[k].at, bad[k].v, &size);
+        if (f) CHECK_ERR(read_only(f, size), KILN_ERR_FORMAT, bad[k].msg);
+        kiln__aligned_free(f);
+    }
+    kiln_engine_free(e);
+
+    /* an NHWC layer (CUDA's channels-last chains) in a CPU engine */
+    kiln_se_attrs nhwc = ok;
+    nhwc.layout = KILN_SE_LAYOUT_NHWC;
+    e = se_engine(&nhwc, x4, x4, w1, w2, 2, 4);
+    CHECK_ERR(se_load_run(e, x4, y, 4, NULL), KILN_ERR_UNSUPPORTED, "the reference kernel reads NCHW tensors only");
+    kiln_engine_free(e);
+
+    /* weights that do not fit X: refused when the engine loads */
+    static const struct { int64_t w1[4], w2[4], b1, b2; } misfit[] = {
+        {{2, 3, 1, 1}, {4, 2, 1, 1}, 2, 4}, /* W1's C */
+        {{2, 4, 1, 1}, {4, 1, 1, 1}, 2, 4}, /* W2's R: read past W2 */
+        {{2, 4, 1, 1}, {3, 2, 1, 1}, 2, 4}, /* W2's C */
+        {{2, 4, 1, 1}, {4, 2, 1, 1}, 1, 4}, /* B1 */
+        {{2, 4, 1, 1}, {4, 2, 1, 1}, 2, 3}, /* B2 */
+        {{2, 4, 3, 1}, {4, 2, 1, 1}, 2, 4}, /* a 3x1 kernel */
+    };
+    static const char *const misfit_msg[] = {
+        "weights [2x3x1x1] and [4x2x1x1], biases [2] and [4] do not fit X [1x4x2x2]",
+        "weights [2x4x1x1] and [4x1x1x1], biases [2] and [4] do not fit X",
+        "weights [2x4x1x1] and [3x2x1x1], biases",
+        "weights [2x4x1x1] and [4x2x1x1], biases [1] and [4] do not fit",
+        "biases [2] and [3] do not fit",
+        "weights [2x4x3x1] and",
+    };
+    for (size_t k = 0; k < sizeof misfit / sizeof misfit[0]; k++) {
+        e = se_engine(&ok, x4, x4, misfit[k].w1, misfit[k].w2, misfit[k].b1, misfit[k].b2);
+        CHECK_ERR(se_load_run(e, x4, y, 4, NULL), KILN_ERR_MODEL, misfit_msg[k]);
+        kiln_engine_free(e);
+    }
+
+    /* C dynamic in the engine (profile 4..8): X with 8 channels meets W1 of 4 */
+    const int64_t x8[4] = {1, 8, 2, 2};
+    e = se_engine(&ok, x4, x8, w1, w2, 2, 4);
+    CHECK_ERR(se_load_run(e, x8, y, 4, "se_dynamic_c.kiln"), KILN_ERR_MODEL,
+              "biases [2] and [4] do not fit X [1x8x2x2]");
+    kiln_engine_free(e);
+
+    /* dynamic batch (1..4) runs at 3 */
+    const int64_t xb4[4] = {4, 4, 2, 2}, xb3[4] = {3, 4, 2, 2};
+    e = se_engine(&ok, x4, xb4, w1, w2, 2, 4);
+    CHECK_OK(se_load_run(e, xb3, y, 4, NULL));
+    kiln_engine_free(e);
+
+    /* the workspace of shapes an engine's profile may claim: N (2^46) * (C + R)
+     * (1 + 2^17) doubles is past int64 (a signed overflow in se_workspace before):
+     * SIZE_MAX, which the planner refuses. Such an engine loads, describes and runs at
+     * its min shape. (CPU plans reach se_workspace at the max shapes only through a
+     * workspace limit at build, which never makes this layer for the CPU.) */
+    const int64_t x1[4] = {1, 1, 1, 1}, xhuge[4] = {INT64_C(1) << 46, 1, 1, 1};
+    const int64_t w1r[4] = {1 << 17, 1, 1, 1}, w2r[4] = {1, 1 << 17, 1, 1};
+    {
+        kiln_tinfo ti[2] = {{.dtype = KILN_DTYPE_FLOAT32, .rank = 4}, {.dtype = KILN_DTYPE_FLOAT32, .rank = 4}};
+        memcpy(ti[0].dims, xhuge, sizeof xhuge);
+        memcpy(ti[1].dims, w1r, sizeof w1r);
+        const kiln_tinfo *const in[2] = {&ti[0], &ti[1]};
+        const kiln_op_def *op = kiln__op_by_id(KILN_OP_SqueezeExcite);
+        CHECK(op && op->workspace(&(kiln_infer_args){.op = op, .attrs = &ok, .n_in = 2, .in = in}) == SIZE_MAX);
+        ti[0].dims[0] = 3;
+        CHECK(op && op->workspace(&(kiln_infer_args){.op = op, .attrs = &ok, .n_in = 2, .in = in}) ==
+                        3 * (1 + (1 << 17)) * sizeof(double));
+    }
+    e = se_engine(&ok, x1, xhuge, w1r, w2r, 0, 0);
+    CHECK_OK(se_load_run(e, x1, y, 1, NULL));
+    kiln_engine_free(e);
+
+    /* tactic ids the CPU does not know */
+    kiln_se_attrs tac = ok;
+    tac.tactic.id = -7;
+    e = se_engine(&tac, x4, x4, w1, w2, 2, 4);
+    CHECK_OK(se_load_run(e, x4, y, 4, NULL)); /* the reference kernel has none */
     kiln_engine_free(e);
 }
 
@@ -1716,6 +1912,7 @@ int main(void) {
     RUN(test_control_chars_in_names);
     RUN(test_bool_constant_bytes);
     RUN(test_attr_values_checked_on_load);
+    RUN(test_squeeze_excite_engines);
     rmdir(tmpdir);
     return test_summary();
 }

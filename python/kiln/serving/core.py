@@ -28,14 +28,28 @@ import io
 import json
 import os
 import tempfile
+import tokenize
 import types
 import zipfile
+import zlib
 from pathlib import Path
 
 import numpy as np
 
 from .._engine import DEVICE_CUDA, Engine
 from .._lib import KILN_MAX_RANK, KilnError, Status, c_path, c_text, check, lib
+
+try:
+    from lzma import LZMAError
+except ImportError:  # a Python built without lzma: zipfile cannot read such members either
+    LZMAError = ValueError
+
+# what reading a malformed .npy body or .npz archive raises (a 400, not a 500): numpy's
+# and zipfile's own errors, an .npy header numpy's tokenizer cannot end (TokenError), a
+# member's corrupt deflate / LZMA stream (zlib.error, LZMAError), an encrypted member
+# (RuntimeError), a compression method zipfile lacks (NotImplementedError)
+_BODY_ERRORS = (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error, LZMAError,
+                RuntimeError, NotImplementedError, tokenize.TokenError, SyntaxError)
 
 # kiln dtype codes (ONNX numbering) that numpy has a dtype for
 KILN_TO_NUMPY = {1: "float32", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6: "int32",
@@ -218,7 +232,7 @@ class EngineSpec:
         if dtype is not None:
             try:
                 got = np.dtype(str(dtype))
-            except TypeError:
+            except (TypeError, ValueError, SyntaxError):  # "999999999999999999999f4": ValueError
                 raise _bad(f"input '{name}': unknown dtype '{dtype}'") from None
             if got.byteorder in "<>" and got.newbyteorder("=") == want:
                 got = want  # ">f4": JSON numbers have no byte order
@@ -269,9 +283,16 @@ class EngineSpec:
             if dtype.hasobject:
                 raise ValueError("object arrays are not accepted")
             self._check_shape(self._input(name), shape)
+            # the dtype too: a shape inside the profile of a dtype of gigabytes per item
+            # ('|V1000000000') would make numpy allocate or inflate all of it
+            want = self._dtype(name)
+            got = dtype.newbyteorder("=") if dtype.byteorder in "<>" else dtype
+            if got != want:
+                raise _bad(f"input '{name}' has dtype {dtype.name}, but the engine expects "
+                           f"{want.name}")
             with open_stream() as f:
                 arr = np.lib.format.read_array(f, allow_pickle=False)
-        except (ValueError, OSError, EOFError, zipfile.BadZipFile) as e:
+        except _BODY_ERRORS as e:
             raise _bad(f"malformed {what}: {e}") from None
         if arr.dtype.byteorder in "<>" and arr.dtype.newbyteorder("=") == self._dtype(name):
             arr = arr.astype(arr.dtype.newbyteorder("="))  # big-endian data: the same values
@@ -283,7 +304,7 @@ class EngineSpec:
     def _load_npz(self, body):
         try:
             z = zipfile.ZipFile(io.BytesIO(body))
-        except (ValueError, OSError, EOFError, zipfile.BadZipFile) as e:
+        except _BODY_ERRORS as e:
             raise _bad(f"malformed .npz body: {e}") from None
         with z:
             members = {}
@@ -531,37 +552,47 @@ class Runner:
         """A list of validated feeds -> a list of Outputs (or RunFailure), one per request,
         in order. Batchable engines: requests whose non-batch dimensions agree are
         concatenated along dimension 0 in chunks of at most the profile's max rows. When a
-        chunk's run fails, its requests are run one by one: the request at fault gets its
+        chunk's run fails, it is split in two halves, each run again (and split again
+        where it fails), down to single requests: the request at fault gets its
         RunFailure, the others their outputs (one request's bad data, an index out of
-        range, failed every request batched with it)."""
+        range, failed every request batched with it). Halving bounds what one bad
+        request costs a batch of B requests to about 2 log2(B) + 1 runs, each still
+        batched (run one by one, one bad request per batch made every batch B + 1 runs
+        of single requests: a cheap way to take batching away from every client)."""
         if not self.spec.batchable or len(requests) == 1:
             return [self.run_one(r) for r in requests]
         results = [None] * len(requests)
         for chunk in self._chunks(requests):
-            if len(chunk) == 1:
-                results[chunk[0]] = self.run_one(requests[chunk[0]])
-                continue
-            feeds = {n: np.concatenate([requests[k][n] for k in chunk], axis=0)
-                     for n in self.spec.input_names}
-            rows = [self.spec.rows(requests[k]) for k in chunk]
-            total = sum(rows)
-            try:
-                outs = self.run(feeds)
-            except KilnError:
-                for k in chunk:
-                    results[k] = self.run_one(requests[k])
-                continue
-            for name, arr in outs.items():
-                if arr.shape[:1] != (total,):
-                    raise RuntimeError(
-                        f"output '{name}' of a batch of {total} rows has shape "
-                        f"{_shape_text(arr.shape)}: its dimension 0 is not the batch")
-            start = 0
-            for k, r in zip(chunk, rows):
-                res = results[k] = Outputs((n, a[start:start + r]) for n, a in outs.items())
-                res.batch_requests, res.batch_rows = len(chunk), total
-                start += r
+            self._run_chunk(requests, chunk, results)
         return results
+
+    def _run_chunk(self, requests, chunk, results):
+        """Runs the requests of chunk (indices) as one batch into results; where that
+        fails, each half of it the same way (run_batch)."""
+        if len(chunk) == 1:
+            results[chunk[0]] = self.run_one(requests[chunk[0]])
+            return
+        feeds = {n: np.concatenate([requests[k][n] for k in chunk], axis=0)
+                 for n in self.spec.input_names}
+        rows = [self.spec.rows(requests[k]) for k in chunk]
+        total = sum(rows)
+        try:
+            outs = self.run(feeds)
+        except KilnError:
+            half = len(chunk) // 2
+            self._run_chunk(requests, chunk[:half], results)
+            self._run_chunk(requests, chunk[half:], results)
+            return
+        for name, arr in outs.items():
+            if arr.shape[:1] != (total,):
+                raise RuntimeError(
+                    f"output '{name}' of a batch of {total} rows has shape "
+                    f"{_shape_text(arr.shape)}: its dimension 0 is not the batch")
+        start = 0
+        for k, r in zip(chunk, rows):
+            res = results[k] = Outputs((n, a[start:start + r]) for n, a in outs.items())
+            res.batch_requests, res.batch_rows = len(chunk), total
+            start += r
 
     def _chunks(self, requests):
         """Groups of request indices: same trailing shapes, at most max_rows rows each,
@@ -672,9 +703,12 @@ def prepare_engine(model, *, device="cpu", max_batch=8, precision="fp32", thread
     with open(path, "rb") as f:
         magic = f.read(4)
     if magic == b"KILN":
+        from .._convert import parse_device
+
         got = EngineSpec.from_file(path).device
-        want = "cpu" if device in (None, "cpu") else device
-        if got.split(":")[0] != want.split(":")[0] or (":" in want and got != want):
+        want = "cpu" if device in (None, "cpu") else str(device)
+        (gd, gi), (wd, wi) = parse_device(got), parse_device(want)
+        if gd != wd or (":" in want and gi != wi):  # "cuda" takes any GPU's, "cuda:01" is cuda:1
             raise ValueError(f"{model} is an engine for {got}, but device {want} was asked "
                              f"for: build the engine for {want}, or serve it on {got}")
         return path
