@@ -368,7 +368,12 @@ KILN_PRIVATE int kiln__cuda_gemm_candidates(kiln_cuda_state *st, const kiln_cuda
  * descriptors + chosen algorithm per GEMM shape, and the convolution plan
  * (cuDNN descriptors + algorithm). Created on first use; freed by the
  * context. Everything is keyed by shapes, so a shape change rebuilds it. */
-#define KCU_GEMM_PLANS 4
+/* GEMM plans a node keeps: one per key (shapes, epilogue, tactic, pointer
+ * alignments), so a layer of several GEMMs a run (grouped convolutions,
+ * batched MatMul loops, SqueezeExcite's two) at a few batch sizes (a server's
+ * dynamic batch) keeps them all instead of rebuilding them every run; 4 was
+ * too few for two GEMMs at 3 batch sizes (probe3). */
+#define KCU_GEMM_PLANS 16
 typedef struct kiln_cuda_gemm_key {
     int32_t t, ta, tb, tf32, epi, tactic;
     uint32_t al[4];
