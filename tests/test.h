@@ -8,7 +8,9 @@
 #ifndef KILN_TEST_H
 #define KILN_TEST_H
 
+#include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kiln.h"
@@ -46,9 +48,20 @@ static int test_passed, test_failed;
         }                                                                      \
     } while (0)
 
+/* KILN_TEST_ONLY=test_a,test_b: RUN runs just those (a quick look on a GPU) */
+static inline bool test_selected(const char *name) {
+    const char *only = getenv("KILN_TEST_ONLY");
+    if (!only || !*only) return true;
+    size_t n = strlen(name);
+    for (const char *p = only; (p = strstr(p, name)) != NULL; p += n)
+        if ((p == only || p[-1] == ',') && (p[n] == 0 || p[n] == ',')) return true;
+    return false;
+}
+
 #define TEST(name) static void name(void)
 #define RUN(name)                                                              \
     do {                                                                       \
+        if (!test_selected(#name)) break;                                      \
         int before_ = test_failed_checks;                                      \
         name();                                                                \
         if (test_failed_checks == before_) {                                   \

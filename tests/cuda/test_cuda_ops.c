@@ -44,7 +44,7 @@ static kiln_node_state *case_ns;
 
 /* ---- host tensors (an arena freed after each test) ------------------------------ */
 
-#define ARENA 1024
+#define ARENA 4096
 static kiln_tensor arena_t[ARENA];
 static void *arena_m[ARENA];
 static int arena_n;
@@ -2638,23 +2638,14 @@ TEST(test_coverage) {
     X(test_coverage)
 
 #define COUNT_ONE(t) +1
-/* KILN_TEST_ONLY=test_a,test_b runs just those (a quick look on a GPU) */
+/* KILN_TEST_ONLY=test_a,test_b runs just those (tests/test.h) */
 #define RUN_ONE(t)                      \
     do {                                \
-        if (selected(#t)) {             \
+        if (test_selected(#t)) {        \
             RUN(t);                     \
             arena_reset();              \
         }                               \
     } while (0);
-
-static bool selected(const char *name) {
-    const char *only = getenv("KILN_TEST_ONLY");
-    if (!only || !*only) return true;
-    size_t n = strlen(name);
-    for (const char *p = only; (p = strstr(p, name)) != NULL; p += n)
-        if ((p == only || p[-1] == ',') && (p[n] == 0 || p[n] == ',')) return true;
-    return false;
-}
 
 int main(void) {
     const int n_tests = 0 ALL_TESTS(COUNT_ONE);
