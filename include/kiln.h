@@ -347,7 +347,11 @@ KILN_API kiln_status kiln_context_set_input(kiln_context *c, const char *name, k
  * KILN_ERR_INVALID_ARGUMENT. NULL unbinds. */
 KILN_API kiln_status kiln_context_set_output(kiln_context *c, const char *name, void *data,
                                              size_t capacity);
-/* For CUDA engines: the cudaStream_t to run on (NULL: the context's own). */
+/* For CUDA engines: the cudaStream_t to run on (NULL: the context's own).
+ * On the context's own stream a run first waits for the work queued before
+ * it on the legacy default stream (stream 0: a cudaMemcpy into an input's
+ * device buffer, a kernel writing it). On a stream given here, ordering
+ * against other streams is the caller's, as with TensorRT's enqueue. */
 KILN_API kiln_status kiln_context_set_stream(kiln_context *c, void *stream);
 /* Runs the engine on the bound inputs. For CUDA engines the work is queued
  * on the context's stream and run returns once it is complete. */

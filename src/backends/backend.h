@@ -89,6 +89,12 @@ typedef struct kiln_backend_i {
     kiln_status (*to_host)(void *state, void *dst, const void *src, size_t n);
     /* Waits until all work queued on the state's stream is done. */
     kiln_status (*sync)(void *state);
+    /* Optional: called once at the start of every run, before anything of
+     * the run is queued (or a captured graph launched). The CUDA backend,
+     * on its own stream, makes the run wait for the work the caller queued
+     * before it on the legacy default stream (an input written there by
+     * cudaMemcpy, whose DMA may still be in flight when it returns). */
+    kiln_status (*run_begin)(void *state);
     /* For the tuner's check that a layer's tactics agree (optional, all three
      * or none; builder/tune_check.h). poison_scratch fills the state's
      * scratch memory (library workspaces) and poison n bytes at p with bytes

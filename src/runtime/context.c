@@ -990,6 +990,7 @@ kiln_status kiln_context_run(kiln_context *c) {
     slots_reset(c);
     if (c->acheck) KILN_TRY(kiln__acheck_begin(c->acheck, c->arena, c->arena_cap));
     kiln_status st = KILN_OK;
+    if (c->be[MEM_DEV] && c->be[MEM_DEV]->run_begin) KILN_TRY(c->be[MEM_DEV]->run_begin(c->state[MEM_DEV]));
     bool replayed = false;
     KILN_TRY(graph_replay(c, &replayed));
     if (!replayed) {

@@ -9,7 +9,8 @@
  * squeeze-excitation block (tests/data/se_block.onnx) at batch 1 to 32; and a
  * MobileNetV3-style net's NHWC chain (tests/data/tiny_mbv3.onnx); and NHWC
  * chains of fp16 CNNs built for a batch range (tests/data/tiny_dyncnn.onnx,
- * tiny_mbv3.onnx, tiny_convnext.onnx at batches 1 to 32). */
+ * tiny_mbv3.onnx, tiny_convnext.onnx at batches 1 to 32); and inputs written on
+ * the legacy default stream while it is busy (default_stream_inputs). */
 #include <cuda_runtime_api.h>
 #include <math.h>
 #include <stdlib.h>
@@ -70,6 +71,52 @@ TEST(fp32_reference) {
     run_host(e, ref_x, 3, y);
     CHECK(rel_err(y, ref_y, 24) < 1e-5);
     kiln_engine_free(e);
+}
+
+/* An input written into device memory on the legacy default stream, queued
+ * behind a 64 MiB copy that keeps that stream busy for milliseconds, then
+ * run at once on the context's own stream: the run must wait for it
+ * (cuda_run_begin), not read the zeros the buffer held before. Five runs
+ * with new values each time: plain, captured and replayed as a CUDA Graph.
+ * A cudaMemcpy from pageable memory returns with its DMA still in flight,
+ * which once gave nhwc_dynamic_batch a replay 65% off at batch 32. */
+TEST(default_stream_inputs) {
+    enum { N = 8 };
+    const size_t big = (size_t)64 << 20;
+    kiln_engine *e = build(KILN_DEVICE_CUDA, KILN_PRECISION_FP32, NULL);
+    kiln_engine *cpu = build(KILN_DEVICE_CPU, KILN_PRECISION_FP32, NULL);
+    kiln_context *c = NULL;
+    void *hbig = NULL, *dbig = NULL;
+    float *hx = NULL, *dx = NULL;
+    float y[N * 8], want[N * 8];
+    CHECK(cudaMallocHost(&hbig, big) == cudaSuccess);
+    CHECK(cudaMalloc(&dbig, big) == cudaSuccess);
+    CHECK(cudaMallocHost((void **)&hx, sizeof(float) * N * 16) == cudaSuccess);
+    CHECK(cudaMalloc((void **)&dx, sizeof(float) * N * 16) == cudaSuccess);
+    if (e && cpu && hbig && dbig && hx && dx) CHECK_OK(kiln_context_create(e, &c));
+    for (int r = 0; c && r < 5; r++) {
+        for (int i = 0; i < N * 16; i++) hx[i] = sinf(0.37f * (float)i + (float)r) + 0.5f;
+        run_host(cpu, hx, N, want);
+        CHECK(cudaMemset(dx, 0, sizeof(float) * N * 16) == cudaSuccess);
+        CHECK(cudaDeviceSynchronize() == cudaSuccess);
+        CHECK(cudaMemcpyAsync(dbig, hbig, big, cudaMemcpyHostToDevice, 0) == cudaSuccess);
+        CHECK(cudaMemcpyAsync(dx, hx, sizeof(float) * N * 16, cudaMemcpyHostToDevice, 0) == cudaSuccess);
+        int64_t dims[2] = {N, 16};
+        CHECK_OK(kiln_context_set_input(c, "x", KILN_DTYPE_FLOAT32, 2, dims, dx));
+        CHECK_OK(kiln_context_set_output(c, "y", y, sizeof y));
+        CHECK_OK(kiln_context_run(c));
+        double err = rel_err(y, want, N * 8);
+        if (!(err < 1e-5)) fprintf(stderr, "  run %d%s: error %g\n", r, kiln__context_graph_active(c) ? " (CUDA Graph)" : "", err);
+        CHECK(err < 1e-5);
+    }
+    CHECK(cudaDeviceSynchronize() == cudaSuccess);
+    kiln_context_free(c);
+    cudaFreeHost(hbig);
+    cudaFree(dbig);
+    cudaFreeHost(hx);
+    cudaFree(dx);
+    kiln_engine_free(e);
+    kiln_engine_free(cpu);
 }
 
 TEST(graphs) {
@@ -400,7 +447,7 @@ TEST(nhwc_dynamic_batch) {
 
 int main(void) {
     if (!kiln_device_available(KILN_DEVICE_CUDA)) {
-        printf("no CUDA device: skipping\n0 passed, 0 failed, 7 skipped\n");
+        printf("no CUDA device: skipping\n0 passed, 0 failed, 8 skipped\n");
         return 0;
     }
     FILE *f = fopen(IO, "rb");
@@ -412,6 +459,7 @@ int main(void) {
     }
     RUN(fp32_reference);
     RUN(graphs);
+    RUN(default_stream_inputs);
     RUN(reduced_precision);
     RUN(batch_sizes_change_run_to_run);
     RUN(se_block_at_batch_sizes);

@@ -33,6 +33,7 @@ static void cuda_state_free(void *state) {
     if (st->lt) (void)cublasLtDestroy(st->lt);
     if (st->lt_ws) (void)cudaFree(st->lt_ws);
     if (st->scratch) (void)cudaFree(st->scratch);
+    if (st->legacy_done) (void)cudaEventDestroy(st->legacy_done);
     if (st->own) (void)cudaStreamDestroy(st->own);
     (void)cudaGetLastError();
     kiln__free(st);
@@ -105,6 +106,7 @@ static kiln_status cuda_state_create(int index, void **out) {
         goto fail;
     }
     STATE_TRY(cudaStreamCreateWithFlags(&st->own, cudaStreamNonBlocking));
+    STATE_TRY(cudaEventCreateWithFlags(&st->legacy_done, cudaEventDisableTiming));
     st->stream = st->own;
     STATE_TRY(cudaMalloc(&st->lt_ws, KILN_CUDA_LT_WORKSPACE));
     st->lt_ws_size = KILN_CUDA_LT_WORKSPACE;
@@ -249,6 +251,23 @@ static kiln_status cuda_sync(void *state) {
     if (!st) return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "sync: no CUDA state");
     KILN_CUDA_TRY(cudaSetDevice(st->device), "synchronizing the stream");
     KILN_CUDA_TRY(cudaStreamSynchronize(st->stream), "synchronizing the stream");
+    return KILN_OK;
+}
+
+/* A run on the state's own stream (no kiln_context_set_stream) first waits
+ * for the work queued before it on the legacy default stream: `own` is a
+ * non-blocking stream, so without this a kernel could read an input that a
+ * cudaMemcpy from pageable memory has not finished writing (it returns once
+ * the bytes are staged, the DMA still in flight), or one a kernel of the
+ * caller's on stream 0 is still writing. A caller's own stream is the
+ * caller's to order, as with TensorRT's enqueue. */
+static kiln_status cuda_run_begin(void *state) {
+    kiln_cuda_state *st = state;
+    if (!st) return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "run_begin: no CUDA state");
+    if (st->stream != st->own) return KILN_OK;
+    KILN_CUDA_TRY(cudaSetDevice(st->device), "ordering the run after the default stream");
+    KILN_CUDA_TRY(cudaEventRecord(st->legacy_done, cudaStreamLegacy), "ordering the run after the default stream");
+    KILN_CUDA_TRY(cudaStreamWaitEvent(st->own, st->legacy_done, 0), "ordering the run after the default stream");
     return KILN_OK;
 }
 
@@ -427,6 +446,7 @@ static const kiln_backend_i kiln_backend_cuda = {
     .to_device = cuda_to_device,
     .to_host = cuda_to_host,
     .sync = cuda_sync,
+    .run_begin = cuda_run_begin,
     .poison_scratch = cuda_poison_scratch,
     .poison = cuda_poison,
     .to_host_strided = cuda_to_host_strided,

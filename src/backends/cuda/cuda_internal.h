@@ -44,6 +44,8 @@ typedef struct kiln_cuda_state {
     int device;
     cudaStream_t stream;      /* where work is queued: `own` or the caller's */
     cudaStream_t own;
+    cudaEvent_t legacy_done;  /* recorded on the legacy default stream at the start of a run on
+                                 `own`, which waits for it (cuda_run_begin) */
     cublasLtHandle_t lt;
     void *lt_ws;
     size_t lt_ws_size;

@@ -31,6 +31,12 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned f) { (void)f; *s
 cudaError_t cudaStreamCreate(cudaStream_t *s) { *s = (cudaStream_t)malloc(8); return cudaSuccess; }
 cudaError_t cudaStreamDestroy(cudaStream_t s) { free(s); return cudaSuccess; }
 cudaError_t cudaStreamSynchronize(cudaStream_t s) { (void)s; return cudaSuccess; }
+/* events: work runs when it is queued here, so an event is complete once
+ * recorded (allocated, so that ASan sees a leak or a double destroy) */
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned f) { (void)f; *e = (cudaEvent_t)malloc(8); return *e ? cudaSuccess : cudaErrorMemoryAllocation; }
+cudaError_t cudaEventDestroy(cudaEvent_t e) { free(e); return cudaSuccess; }
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) { (void)s; return e ? cudaSuccess : cudaErrorInvalidResourceHandle; }
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned f) { (void)s, (void)f; return e ? cudaSuccess : cudaErrorInvalidResourceHandle; }
 cudaError_t cudaMalloc(void **p, size_t n) {
     *p = malloc(n + 64);
     /* poison */
