@@ -139,8 +139,13 @@ char *kiln__strdup(const char *s) {
 #define HUGE_BYTES ((size_t)2 << 20)
 
 bool kiln__env_flag(const char *name) {
+    return kiln__env_flag_default(name, false);
+}
+
+bool kiln__env_flag_default(const char *name, bool dflt) {
     const char *v = getenv(name);
-    return v && *v && strcmp(v, "0") != 0;
+    if (!v || !*v) return dflt;
+    return strcmp(v, "0") != 0;
 }
 
 bool kiln__huge_pages_wanted(void) {

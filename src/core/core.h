@@ -46,6 +46,9 @@ KILN_PRIVATE void *kiln__aligned_alloc(size_t n);
 /* Whether environment variable `name` is set to something other than "" or
  * "0" (kiln's debugging and experiment switches, e.g. KILN_CUDA_SYNC=1). */
 KILN_PRIVATE bool kiln__env_flag(const char *name);
+/* Like kiln__env_flag, but `dflt` where the variable is unset or "" (a
+ * feature on by default that "0" turns off, e.g. KILN_CUDA_SE_FUSED=0). */
+KILN_PRIVATE bool kiln__env_flag_default(const char *name, bool dflt);
 
 /* Whether large blocks are marked for huge pages (KILN_HUGE_PAGES is not "0"). */
 KILN_PRIVATE bool kiln__huge_pages_wanted(void);

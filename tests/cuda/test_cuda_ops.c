@@ -522,6 +522,36 @@ TEST(test_api) {
         bad = NULL;
     }
     unsetenv("KILN_CUDA_PLAN_THREADS");
+    /* KILN_CUDA_ATTN_FA, _GAP_CLUSTER and _SE_FUSED are on unless "0" (GAP clusters on compute capability 9 and
+     * above); KILN_CUDA_DW_NCHW is on only where set (and not "0") */
+    static const char *const fv[] = {NULL, "", "0", "1", "yes"};
+    static const char *const fnames[] = {"KILN_CUDA_ATTN_FA", "KILN_CUDA_GAP_CLUSTER", "KILN_CUDA_SE_FUSED",
+                                         "KILN_CUDA_DW_NCHW"};
+    char *fkeep[4];
+    for (int k = 0; k < 4; k++) fkeep[k] = getenv(fnames[k]) ? strdup(getenv(fnames[k])) : NULL;
+    for (size_t i = 0; i < sizeof fv / sizeof fv[0]; i++) {
+        for (int k = 0; k < 4; k++) {
+            if (fv[i]) setenv(fnames[k], fv[i], 1);
+            else unsetenv(fnames[k]);
+        }
+        CHECK_OK(be->state_create(0, &bad));
+        if (!bad) continue;
+        const kiln_cuda_state *fs = bad;
+        const bool on = !fv[i] || strcmp(fv[i], "0") != 0, set_on = fv[i] && fv[i][0] && strcmp(fv[i], "0") != 0;
+        const bool ok = fs->attn_fa == on && fs->se_fused == on && fs->gap_clusters == (on && fs->cc_major >= 9) &&
+                        fs->dw_nchw_tiled == set_on;
+        CHECK(ok);
+        if (!ok)
+            printf("  flags with \"%s\": attn_fa %d se_fused %d gap_clusters %d dw_nchw %d\n", fv[i] ? fv[i] : "(unset)",
+                   fs->attn_fa, fs->se_fused, fs->gap_clusters, fs->dw_nchw_tiled);
+        be->state_free(bad);
+        bad = NULL;
+    }
+    for (int k = 0; k < 4; k++) {
+        if (fkeep[k]) setenv(fnames[k], fkeep[k], 1);
+        else unsetenv(fnames[k]);
+        free(fkeep[k]);
+    }
 }
 
 /* ---- elementwise ---------------------------------------------------------------------- */
@@ -1093,8 +1123,8 @@ TEST(test_pool_nhwc) {
         kiln_cuda_state *cst = st;
         const bool keep = cst->gap_clusters;
         for (int pass = 0; pass < 2; pass++) {
-            /* pass 0: with clusters where the device has them (they are opt-in, KILN_CUDA_GAP_CLUSTER=1, until a
-             * GPU run has checked them); pass 1: without (partial sums and the second kernel at every split count) */
+            /* pass 0: with clusters where the device has them (the default; KILN_CUDA_GAP_CLUSTER=0 turns them
+             * off); pass 1: without (partial sums and the second kernel at every split count) */
             cst->gap_clusters = pass == 0 ? cst->cc_major >= 9 : false;
             for (size_t k = 0; k < sizeof gs / sizeof gs[0]; k++) {
                 char nm[64];
@@ -1389,8 +1419,9 @@ TEST(test_engine_host_inputs) {
 
 /* Output "y" of `path` (input "x" [n, c, hw, hw], the values below) built for
  * `dev` at precision p, on the host; with KILN_CUDA_SE_FUSED=1 in the
- * environment while it is built (the tuning state lists the fused
- * tactics). *desc gets a copy of the engine's description. */
+ * environment while it is built (the tuning state lists the fused tactics,
+ * as by default, even where the caller's environment has it "0"). *desc
+ * gets a copy of the engine's description. */
 static float *se_engine_run(const char *path, kiln_device dev, kiln_precision p, int64_t n, int64_t c, int64_t hw,
                             int64_t ny, char **desc) {
     kiln_model *m = NULL;
@@ -1983,7 +2014,8 @@ TEST(test_squeeze_excite) {
     CHECK(kcu_se_fits(960, 240) && kcu_se_fits(KCU_SE_MAX_C, KCU_SE_MAX_R) && !kcu_se_fits(KCU_SE_MAX_C + 1, 8) &&
           !kcu_se_fits(64, KCU_SE_MAX_R + 1) && !kcu_se_fits(0, 8));
     /* the tactics listed: tactic 0, then the cuBLASLt one (not for fp64); the fused kernel with 1 block
-     * per image, and clusters of 2, 4, 8 on sm_90, only with KILN_CUDA_SE_FUSED=1 (the state's se_fused)
+     * per image, and clusters of 2, 4, 8 on sm_90, only where the state's se_fused (default on; off with
+     * KILN_CUDA_SE_FUSED=0)
      * and where the vectors fit */
     kiln_cuda_state *cs = st;
     const bool fused0 = cs->se_fused;
@@ -2464,7 +2496,7 @@ TEST(test_attention_tactics) {
     if (capped) setenv("KILN_CUDNN_CANDIDATES", "4", 1);
     kiln_cuda_state *fst = st;
     const bool keep_fa = fst->attn_fa;
-    fst->attn_fa = true; /* the opt-in fa64/fa128 tactics (KILN_CUDA_ATTN_FA=1) are checked here */
+    fst->attn_fa = true; /* the fa64/fa128 tactics (on unless KILN_CUDA_ATTN_FA=0) are checked here */
     kiln_attention_attrs bshd = {.num_heads = 2, .q_layout = KILN_ATTN_BSHD, .k_layout = KILN_ATTN_BSHD,
                                  .v_layout = KILN_ATTN_BSHD, .out_layout = KILN_ATTN_BSHD, .scale = 0.125f};
     kiln_attention_attrs bhsd = {.num_heads = 2, .q_layout = KILN_ATTN_BHSD, .k_layout = KILN_ATTN_BHSD,

@@ -134,10 +134,10 @@ static kiln_status cuda_state_create(int index, void **out) {
     st->verbose = kiln__env_flag("KILN_CUDA_VERBOSE");
     const char *find = getenv("KILN_CUDNN_FIND");
     st->conv_find = !(find && !strcmp(find, "0"));
-    st->attn_fa = kiln__env_flag("KILN_CUDA_ATTN_FA");
+    st->attn_fa = kiln__env_flag_default("KILN_CUDA_ATTN_FA", true);
     st->dw_nchw_tiled = kiln__env_flag("KILN_CUDA_DW_NCHW");
-    st->gap_clusters = st->cc_major >= 9 && kiln__env_flag("KILN_CUDA_GAP_CLUSTER");
-    st->se_fused = kiln__env_flag("KILN_CUDA_SE_FUSED");
+    st->gap_clusters = st->cc_major >= 9 && kiln__env_flag_default("KILN_CUDA_GAP_CLUSTER", true);
+    st->se_fused = kiln__env_flag_default("KILN_CUDA_SE_FUSED", true);
     s = plan_threads_env(&st->plan_threads);
     if (s != KILN_OK) goto fail;
     if (st->plan_threads == KCU_PLAN_THREADS_AUTO) {

@@ -1183,9 +1183,10 @@ static kiln_status conv_exec(const kiln_kernel_args *a, const kiln_conv_attrs *a
     }
     if (g.Cg == 1 && g.G > 1 && g.Mg == 1 && g.ns == 2 && KCU_STATE(a)->dw_nchw_tiled) {
         /* depthwise NCHW, 2-D, one output channel per group: the tiled kernel,
-         * epilogue included. It runs by rule, with no other tactic to check it
-         * against, so it is opt-in (KILN_CUDA_DW_NCHW=1) until a GPU run has
-         * checked it (test_dwconv_nchw turns it on) */
+         * epilogue included. It runs by rule, untimed, so it is opt-in
+         * (KILN_CUDA_DW_NCHW=1): correct on an H100 (test_dwconv_nchw, which
+         * turns it on, under memcheck) but not yet measured against the
+         * direct kernel */
         kcu_dw_nhwc d = dw_geom(&g, act, alpha, beta);
         int tx_log2;
         int64_t blocks;

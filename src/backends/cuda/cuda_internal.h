@@ -67,16 +67,16 @@ typedef struct kiln_cuda_state {
                                  as a second pass instead of cuBLASLt's tanh-form epilogue */
     bool conv_find;           /* time cuDNN's candidate algorithms on a node's first run
                                  (KILN_CUDNN_FIND=0: take the heuristic's first choice) */
-    bool attn_fa;             /* KILN_CUDA_ATTN_FA=1: list Attention's kiln-attn-fa64/128
-                                 tactics (opt-in until a GPU run has checked them) */
+    bool attn_fa;             /* list Attention's kiln-attn-fa64/128 tactics (default;
+                                 KILN_CUDA_ATTN_FA=0: not listed) */
     bool dw_nchw_tiled;       /* KILN_CUDA_DW_NCHW=1: NCHW depthwise layers run the tiled
-                                 kernel (opt-in until a GPU run has checked it) */
-    bool gap_clusters;        /* KILN_CUDA_GAP_CLUSTER=1: the NHWC GlobalAveragePool's splits as
-                                 thread-block clusters (compute capability 9 and above; opt-in
-                                 until a GPU run has checked them; else partial sums and a
-                                 second kernel) */
-    bool se_fused;            /* KILN_CUDA_SE_FUSED=1: list kiln.SqueezeExcite's one-launch kernel
-                                 (kcu_se) among its tactics (opt-in until a GPU run has checked it) */
+                                 kernel (opt-in until its speed against the direct
+                                 kernel is measured) */
+    bool gap_clusters;        /* the NHWC GlobalAveragePool's splits as thread-block clusters
+                                 (compute capability 9 and above, unless KILN_CUDA_GAP_CLUSTER=0;
+                                 else partial sums and a second kernel) */
+    bool se_fused;            /* list kiln.SqueezeExcite's one-launch kernel (kcu_se) among its
+                                 tactics (default; KILN_CUDA_SE_FUSED=0: not listed) */
     bool capturing;           /* a CUDA Graph capture is in progress on `stream` */
     bool strict_tactics;      /* a builder's tuning state (its tactics were listed): a
                                  tactic that cannot be made fails instead of falling back */

@@ -11,8 +11,8 @@
  *      (ReLU too: kiln's keeps NaN, cuBLASLt's epilogue is unchecked there);
  *   1..4  kcu_se (k_se.cu), the whole gate in one launch, one cluster of
  *      1, 2, 4 or 8 blocks per image (2..8 need compute capability 9);
- *      listed where KILN_CUDA_SE_FUSED=1 (opt-in until a GPU run has
- *      checked it), C <= KCU_SE_MAX_C, R <= KCU_SE_MAX_R, fp32/fp16/bf16.
+ *      listed unless KILN_CUDA_SE_FUSED=0 (on by default), where
+ *      C <= KCU_SE_MAX_C, R <= KCU_SE_MAX_R, fp32/fp16/bf16.
  * An engine tuned on another GPU whose fused tactic cannot run here (no
  * clusters) runs tactic 0. */
 #if KILN_HAVE_CUDA
