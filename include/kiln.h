@@ -26,6 +26,9 @@
  *   - An engine is immutable (but for its user metadata:
  *     kiln_engine_set_metadata) and may be used from any number of threads.
  *     A context is used by one thread at a time; its engine must outlive it.
+ *     A kiln_context_* call that finds its context in use by another call
+ *     (another thread's, or the run whose layer callback made it) fails
+ *     with KILN_ERR_INVALID_ARGUMENT and changes nothing (docs/c-api.md).
  *   - Pointers returned by getters are borrowed from the object that returned
  *     them and are valid while it lives (and, for outputs, until the next run).
  */
@@ -437,7 +440,8 @@ typedef enum kiln_layer_event {
  * on; anything else stops the run, which then fails with
  * KILN_ERR_INVALID_ARGUMENT ("the layer callback stopped the run ...").
  * The callback may call kiln_context_tensor and the kiln_engine_* getters,
- * nothing that runs or changes the context. */
+ * nothing that runs or changes the context (such calls fail: the context
+ * is in use). */
 typedef int (*kiln_layer_callback)(kiln_context *c, int layer, kiln_layer_event event, void *user);
 /* Sets the context's layer callback and the pointer passed to it (NULL
  * cb: none, the default). While one is set, runs do not use CUDA Graphs. */

@@ -861,14 +861,20 @@ const char *kiln_engine_describe(kiln_engine *e, int json) {
         (void)KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "kiln_engine_describe: engine is NULL");
         return "";
     }
-    char **slot = json ? &e->describe_json : &e->describe_text;
-    if (*slot) return *slot;
+    _Atomic(char *) *slot = json ? &e->describe_json : &e->describe_text;
+    char *have = atomic_load(slot);
+    if (have) return have;
     kiln_sbuf sb = {0};
     describe(e, &sb, json != 0);
     if (sb.oom || !sb.data) {
         kiln__sbuf_free(&sb);
         return "";
     }
-    *slot = sb.data;
-    return *slot;
+    /* another thread may have described it meanwhile: the first string
+     * stays (a caller may hold it), ours goes */
+    if (!atomic_compare_exchange_strong(slot, &have, sb.data)) {
+        kiln__sbuf_free(&sb);
+        return have;
+    }
+    return sb.data;
 }

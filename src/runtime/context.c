@@ -25,6 +25,7 @@
 #include "runtime/debug.h"
 #include "runtime/engine.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -119,7 +120,31 @@ struct kiln_context {
     bool no_reuse;         /* kiln_context_set_memory_reuse(c, 0) */
     int plant_layer;       /* KILN_TEST_PLANT_BUG: the layer made wrong, or -1 */
     kiln_arena_check *acheck; /* the debug arena check, or NULL (off) */
+    atomic_int busy;       /* 1 while a kiln_context_* call runs or changes it (ctx_claim) */
 };
+
+/* A context is used by one thread at a time (kiln.h). Every kiln_context_*
+ * call but _create, _free and _tensor claims it for its duration; a call
+ * that finds it claimed fails instead of corrupting it: a second thread
+ * running or binding the same context, or a layer callback that runs,
+ * binds or reconfigures the context whose run called it (which would free
+ * the thread pool, profile or arena check under the run, or recurse). */
+static kiln_status ctx_claim(kiln_context *c, const char *fn) {
+    if (!atomic_exchange(&c->busy, 1)) return KILN_OK;
+    return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT,
+                     "%s: the context is in use (by a call on another thread, or by the run whose layer "
+                     "callback made this call); a context is used by one thread at a time",
+                     fn);
+}
+
+/* `return call;` with c claimed around it (a NULL c is the call's to report). */
+#define WITH_CLAIM(c, fn, call)                         \
+    do {                                                \
+        if (c) KILN_TRY(ctx_claim((c), (fn)));          \
+        kiln_status st_ = (call);                       \
+        if (c) atomic_store(&(c)->busy, 0);             \
+        return st_;                                     \
+    } while (0)
 
 static int node_mem(const kiln_context *c, const kiln_node *n) { return kiln__node_mem(c->e, n); }
 
@@ -229,7 +254,7 @@ void kiln_context_free(kiln_context *c) {
     kiln__free(c);
 }
 
-kiln_status kiln_context_set_threads(kiln_context *c, int threads) {
+static kiln_status ctx_set_threads(kiln_context *c, int threads) {
     if (!c) return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "kiln_context_set_threads: context is NULL");
     if (threads < 0 || threads > 1024)
         return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "threads must be in 0..1024, got %d", threads);
@@ -241,7 +266,11 @@ kiln_status kiln_context_set_threads(kiln_context *c, int threads) {
     return KILN_OK;
 }
 
-kiln_status kiln_context_set_stream(kiln_context *c, void *stream) {
+kiln_status kiln_context_set_threads(kiln_context *c, int threads) {
+    WITH_CLAIM(c, "kiln_context_set_threads", ctx_set_threads(c, threads));
+}
+
+static kiln_status ctx_set_stream(kiln_context *c, void *stream) {
     if (!c) return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "kiln_context_set_stream: context is NULL");
     if (!c->be[MEM_DEV]) {
         if (stream) return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "a stream was given for a CPU engine");
@@ -250,6 +279,10 @@ kiln_status kiln_context_set_stream(kiln_context *c, void *stream) {
     KILN_TRY(c->be[MEM_DEV]->set_stream(c->state[MEM_DEV], stream));
     c->stream = stream;
     return KILN_OK;
+}
+
+kiln_status kiln_context_set_stream(kiln_context *c, void *stream) {
+    WITH_CLAIM(c, "kiln_context_set_stream", ctx_set_stream(c, stream));
 }
 
 static int find_io(const kiln_graph *g, const int *list, int n, const char *name) {
@@ -278,7 +311,7 @@ static int pointer_mem(const kiln_context *c, const void *p) {
                                                                                       : MEM_HOST;
 }
 
-kiln_status kiln_context_set_input(kiln_context *c, const char *name, kiln_dtype dtype, int rank,
+static kiln_status ctx_set_input(kiln_context *c, const char *name, kiln_dtype dtype, int rank,
                                    const int64_t *dims, const void *data) {
     char a[160], b[160], c2[160];
     if (!c || !name)
@@ -329,7 +362,12 @@ kiln_status kiln_context_set_input(kiln_context *c, const char *name, kiln_dtype
     return KILN_OK;
 }
 
-kiln_status kiln_context_set_output(kiln_context *c, const char *name, void *data, size_t capacity) {
+kiln_status kiln_context_set_input(kiln_context *c, const char *name, kiln_dtype dtype, int rank,
+                                   const int64_t *dims, const void *data) {
+    WITH_CLAIM(c, "kiln_context_set_input", ctx_set_input(c, name, dtype, rank, dims, data));
+}
+
+static kiln_status ctx_set_output(kiln_context *c, const char *name, void *data, size_t capacity) {
     if (!c || !name)
         return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "kiln_context_set_output: NULL context or name");
     const kiln_graph *g = c->e->graph;
@@ -339,6 +377,10 @@ kiln_status kiln_context_set_output(kiln_context *c, const char *name, void *dat
     c->out[k].cap = data ? capacity : 0;
     c->out[k].mem = pointer_mem(c, data);
     return KILN_OK;
+}
+
+kiln_status kiln_context_set_output(kiln_context *c, const char *name, void *data, size_t capacity) {
+    WITH_CLAIM(c, "kiln_context_set_output", ctx_set_output(c, name, data, capacity));
 }
 
 /* ---- memory: plans, arenas, overflow buffers ---------------------------- */
@@ -769,11 +811,15 @@ static void graph_drop(kiln_context *c) {
 
 bool kiln__context_graph_active(const kiln_context *c) { return c && c->graph; }
 
-kiln_status kiln_context_set_cuda_graphs(kiln_context *c, int on) {
+static kiln_status ctx_set_cuda_graphs(kiln_context *c, int on) {
     if (!c) return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "kiln_context_set_cuda_graphs: context is NULL");
     c->graph_mode = on ? 1 : -1;
     if (!on && c->be[MEM_DEV]) graph_drop(c);
     return KILN_OK;
+}
+
+kiln_status kiln_context_set_cuda_graphs(kiln_context *c, int on) {
+    WITH_CLAIM(c, "kiln_context_set_cuda_graphs", ctx_set_cuda_graphs(c, on));
 }
 
 /* Whether this run may replay or capture a graph; fills the run's key. */
@@ -969,7 +1015,7 @@ static kiln_status check_shared_dims(const kiln_context *c) {
     return KILN_OK;
 }
 
-kiln_status kiln_context_run(kiln_context *c) {
+static kiln_status ctx_run(kiln_context *c) {
     if (!c) return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "kiln_context_run: context is NULL");
     const kiln_engine *e = c->e;
     const kiln_graph *g = e->graph;
@@ -1009,6 +1055,10 @@ kiln_status kiln_context_run(kiln_context *c) {
     if (c->be[MEM_DEV]) KILN_TRY(c->be[MEM_DEV]->sync(c->state[MEM_DEV]));
     c->ran = true;
     return KILN_OK;
+}
+
+kiln_status kiln_context_run(kiln_context *c) {
+    WITH_CLAIM(c, "kiln_context_run", ctx_run(c));
 }
 
 /* Sets every slot to the start of a run: constants and bound inputs. */
@@ -1053,7 +1103,7 @@ static kiln_status run_node_profiled(kiln_context *c, int ni) {
     return st;
 }
 
-kiln_status kiln_context_set_profiling(kiln_context *c, int on) {
+static kiln_status ctx_set_profiling(kiln_context *c, int on) {
     if (!c) return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "kiln_context_set_profiling: context is NULL");
     kiln__free(c->prof_us);
     kiln__free(c->prof_runs);
@@ -1074,7 +1124,11 @@ kiln_status kiln_context_set_profiling(kiln_context *c, int on) {
     return KILN_OK;
 }
 
-kiln_status kiln_context_layer_time(const kiln_context *c, int layer, double *total_us,
+kiln_status kiln_context_set_profiling(kiln_context *c, int on) {
+    WITH_CLAIM(c, "kiln_context_set_profiling", ctx_set_profiling(c, on));
+}
+
+static kiln_status ctx_layer_time(const kiln_context *c, int layer, double *total_us,
                                     int64_t *runs) {
     if (total_us) *total_us = 0;
     if (runs) *runs = 0;
@@ -1088,6 +1142,11 @@ kiln_status kiln_context_layer_time(const kiln_context *c, int layer, double *to
     if (total_us) *total_us = c->prof_us[layer];
     if (runs) *runs = c->prof_runs[layer];
     return KILN_OK;
+}
+
+kiln_status kiln_context_layer_time(const kiln_context *c, int layer, double *total_us,
+                                    int64_t *runs) {
+    WITH_CLAIM((kiln_context *)c, "kiln_context_layer_time", ctx_layer_time(c, layer, total_us, runs));
 }
 
 /* Reports one event of layer ni to the layer callback. */
@@ -1138,7 +1197,7 @@ static kiln_status run_nodes(kiln_context *c) {
 
 /* ---- debugging: layer callback, views, memory reuse ---------------------- */
 
-kiln_status kiln_context_set_layer_callback(kiln_context *c, kiln_layer_callback cb, void *user) {
+static kiln_status ctx_set_layer_callback(kiln_context *c, kiln_layer_callback cb, void *user) {
     if (!c) return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "kiln_context_set_layer_callback: context is NULL");
     c->layer_cb = cb;
     c->layer_user = cb ? user : NULL;
@@ -1146,11 +1205,19 @@ kiln_status kiln_context_set_layer_callback(kiln_context *c, kiln_layer_callback
     return KILN_OK;
 }
 
-kiln_status kiln_context_set_memory_reuse(kiln_context *c, int on) {
+kiln_status kiln_context_set_layer_callback(kiln_context *c, kiln_layer_callback cb, void *user) {
+    WITH_CLAIM(c, "kiln_context_set_layer_callback", ctx_set_layer_callback(c, cb, user));
+}
+
+static kiln_status ctx_set_memory_reuse(kiln_context *c, int on) {
     if (!c) return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "kiln_context_set_memory_reuse: context is NULL");
     c->no_reuse = !on;
     if (!on && c->be[MEM_DEV]) graph_drop(c);
     return KILN_OK;
+}
+
+kiln_status kiln_context_set_memory_reuse(kiln_context *c, int on) {
+    WITH_CLAIM(c, "kiln_context_set_memory_reuse", ctx_set_memory_reuse(c, on));
 }
 
 /* A host buffer of at least `bytes` for a view of the current event (kept
@@ -1239,7 +1306,7 @@ kiln_status kiln__context_plan_force(kiln_context *c, int m, int v, int64_t off)
     return KILN_OK;
 }
 
-kiln_status kiln_context_set_debug_arena(kiln_context *c, int on) {
+static kiln_status ctx_set_debug_arena(kiln_context *c, int on) {
     if (!c) return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "kiln_context_set_debug_arena: context is NULL");
     if (!on) {
         kiln__acheck_free(c->acheck);
@@ -1252,13 +1319,21 @@ kiln_status kiln_context_set_debug_arena(kiln_context *c, int on) {
     return KILN_OK;
 }
 
-kiln_status kiln_context_set_memory_limit(kiln_context *c, size_t bytes) {
+kiln_status kiln_context_set_debug_arena(kiln_context *c, int on) {
+    WITH_CLAIM(c, "kiln_context_set_debug_arena", ctx_set_debug_arena(c, on));
+}
+
+static kiln_status ctx_set_memory_limit(kiln_context *c, size_t bytes) {
     if (!c) return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "kiln_context_set_memory_limit: context is NULL");
     c->mem_limit = bytes;
     return KILN_OK;
 }
 
-kiln_status kiln_context_get_output(kiln_context *c, const char *name, kiln_dtype *dtype, int *rank,
+kiln_status kiln_context_set_memory_limit(kiln_context *c, size_t bytes) {
+    WITH_CLAIM(c, "kiln_context_set_memory_limit", ctx_set_memory_limit(c, bytes));
+}
+
+static kiln_status ctx_get_output(kiln_context *c, const char *name, kiln_dtype *dtype, int *rank,
                                     int64_t *dims, const void **data) {
     if (!c || !name)
         return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "kiln_context_get_output: NULL context or name");
@@ -1282,7 +1357,12 @@ kiln_status kiln_context_get_output(kiln_context *c, const char *name, kiln_dtyp
     return KILN_OK;
 }
 
-kiln_status kiln_context_get_output_device(kiln_context *c, const char *name, const void **data) {
+kiln_status kiln_context_get_output(kiln_context *c, const char *name, kiln_dtype *dtype, int *rank,
+                                    int64_t *dims, const void **data) {
+    WITH_CLAIM(c, "kiln_context_get_output", ctx_get_output(c, name, dtype, rank, dims, data));
+}
+
+static kiln_status ctx_get_output_device(kiln_context *c, const char *name, const void **data) {
     if (!c || !name || !data)
         return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "kiln_context_get_output_device: NULL argument");
     const kiln_graph *g = c->e->graph;
@@ -1299,6 +1379,10 @@ kiln_status kiln_context_get_output_device(kiln_context *c, const char *name, co
     KILN_TRY(c->be[MEM_DEV]->sync(c->state[MEM_DEV]));
     *data = c->slots[v].ptr[MEM_DEV];
     return KILN_OK;
+}
+
+kiln_status kiln_context_get_output_device(kiln_context *c, const char *name, const void **data) {
+    WITH_CLAIM(c, "kiln_context_get_output_device", ctx_get_output_device(c, name, data));
 }
 
 /* ---- engine-level device state ---------------------------------------- */

@@ -6,6 +6,7 @@
 #include "ir/ir.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 
 /* User metadata of an engine or a builder: key/value strings, sorted by
  * key (the rules, and the functions that keep them: format/meta.h). */
@@ -89,9 +90,11 @@ struct kiln_engine {
     bool dev_ready;
     pthread_mutex_t dev_lock;
     bool plant_noted;            /* KILN_TEST_PLANT_BUG was reported for it (under dev_lock) */
-    /* Cached descriptions (kiln_engine_describe). */
-    char *describe_text;
-    char *describe_json;
+    /* Cached descriptions (kiln_engine_describe): made by the first call, on
+     * whichever thread, and published with a compare-and-swap, so that
+     * threads describing one engine at once all get the same string. */
+    _Atomic(char *) describe_text;
+    _Atomic(char *) describe_json;
     /* User metadata (kiln_engine_metadata; the optional META section). */
     kiln_meta meta;
 };

@@ -329,6 +329,145 @@ TEST(test_threads_share_engine) {
     kiln_engine_free(e);
 }
 
+/* kiln_engine_describe's string is made by the first call: threads
+ * describing a fresh engine at once all get the one string it keeps (they
+ * raced for the cache: each made its own, all but one leaked, a data race
+ * under TSan). A barrier starts them together; 20 fresh engines. */
+typedef struct describer {
+    kiln_engine *e;
+    pthread_barrier_t *bar;
+    const char *got[2];
+} describer;
+
+static void *describe_main(void *arg) {
+    describer *d = arg;
+    pthread_barrier_wait(d->bar);
+    d->got[0] = kiln_engine_describe(d->e, 0);
+    d->got[1] = kiln_engine_describe(d->e, 1);
+    return NULL;
+}
+
+TEST(test_threads_describe_engine) {
+    enum { N = 8 };
+    int differ = 0;
+    for (int round = 0; round < 20; round++) {
+        kiln_engine *e = build_tiny(1, 2, 3);
+        if (!e) return;
+        pthread_barrier_t bar;
+        pthread_barrier_init(&bar, NULL, N);
+        pthread_t th[N];
+        describer d[N];
+        for (int i = 0; i < N; i++) {
+            d[i] = (describer){.e = e, .bar = &bar};
+            pthread_create(&th[i], NULL, describe_main, &d[i]);
+        }
+        for (int i = 0; i < N; i++) pthread_join(th[i], NULL);
+        pthread_barrier_destroy(&bar);
+        for (int i = 0; i < N; i++)
+            for (int j = 0; j < 2; j++) {
+                CHECK(d[i].got[j] && d[i].got[j][0]);
+                if (d[i].got[j] != kiln_engine_describe(e, j)) differ++;
+            }
+        kiln_engine_free(e);
+    }
+    CHECK(differ == 0);
+}
+
+/* A context is used by one thread at a time. A second thread's calls
+ * while it runs, and a layer callback's calls that would run or change the
+ * context under its run, fail naming the context in use (they crashed:
+ * two threads running one context; a callback's kiln_context_run recursed
+ * on the run's own state, its set_threads freed the thread pool under the
+ * run). The run itself goes on and its result is right. */
+typedef struct busy_probe {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int in_run, other_done, calls;
+    kiln_status inner[8], outer[6];
+    char msg[512]; /* the message of the callback's kiln_context_run */
+} busy_probe;
+
+static int busy_cb(kiln_context *c, int layer, kiln_layer_event ev, void *user) {
+    busy_probe *p = user;
+    if (layer != 0 || ev != KILN_LAYER_AFTER || p->calls++) return 0;
+    int64_t dims[2] = {3, 16};
+    float out[3 * 8];
+    const void *data = NULL;
+    p->inner[0] = kiln_context_run(c);
+    snprintf(p->msg, sizeof p->msg, "%s", kiln_last_error());
+    p->inner[1] = kiln_context_set_input(c, "x", KILN_DTYPE_FLOAT32, 2, dims, ref_x);
+    p->inner[2] = kiln_context_set_threads(c, 3);
+    p->inner[3] = kiln_context_set_profiling(c, 1);
+    p->inner[4] = kiln_context_set_debug_arena(c, 1);
+    p->inner[5] = kiln_context_set_layer_callback(c, NULL, NULL);
+    p->inner[6] = kiln_context_set_output(c, "y", out, sizeof out);
+    p->inner[7] = kiln_context_get_output(c, "y", NULL, NULL, NULL, &data);
+    /* hold the run here until the other thread has tried the context */
+    pthread_mutex_lock(&p->mu);
+    p->in_run = 1;
+    pthread_cond_broadcast(&p->cv);
+    while (!p->other_done) pthread_cond_wait(&p->cv, &p->mu);
+    pthread_mutex_unlock(&p->mu);
+    return 0;
+}
+
+typedef struct busy_other {
+    kiln_context *c;
+    busy_probe *p;
+} busy_other;
+
+static void *busy_other_main(void *arg) {
+    busy_other *o = arg;
+    busy_probe *p = o->p;
+    pthread_mutex_lock(&p->mu);
+    while (!p->in_run) pthread_cond_wait(&p->cv, &p->mu);
+    pthread_mutex_unlock(&p->mu);
+    int64_t dims[2] = {1, 16};
+    double us;
+    int64_t runs;
+    p->outer[0] = kiln_context_run(o->c);
+    p->outer[1] = kiln_context_set_input(o->c, "x", KILN_DTYPE_FLOAT32, 2, dims, ref_x);
+    p->outer[2] = kiln_context_set_memory_limit(o->c, 1);
+    p->outer[3] = kiln_context_set_memory_reuse(o->c, 0);
+    p->outer[4] = kiln_context_get_output(o->c, "y", NULL, NULL, NULL, NULL);
+    p->outer[5] = kiln_context_layer_time(o->c, 0, &us, &runs);
+    pthread_mutex_lock(&p->mu);
+    p->other_done = 1;
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    return NULL;
+}
+
+TEST(test_context_in_use) {
+    kiln_engine *e = build_tiny(1, 2, 3);
+    if (!e) return;
+    kiln_context *c = NULL;
+    CHECK_OK(kiln_context_create(e, &c));
+    CHECK_OK(kiln_context_set_threads(c, 2));
+    busy_probe p = {.calls = 0};
+    pthread_mutex_init(&p.mu, NULL);
+    pthread_cond_init(&p.cv, NULL);
+    CHECK_OK(kiln_context_set_layer_callback(c, busy_cb, &p));
+    busy_other o = {c, &p};
+    pthread_t th;
+    pthread_create(&th, NULL, busy_other_main, &o);
+    float y[3 * 8];
+    CHECK(run_batch(c, ref_x, 2, y)); /* the callback's and the other thread's calls all fail */
+    pthread_join(th, NULL);
+    CHECK(max_err(y, ref_y, 2 * 8) < 1e-5f);
+    for (int i = 0; i < 8; i++) CHECK(p.inner[i] == KILN_ERR_INVALID_ARGUMENT);
+    for (int i = 0; i < 6; i++) CHECK(p.outer[i] == KILN_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(p.msg, "kiln_context_run: the context is in use") != NULL);
+    /* usable again after the run */
+    CHECK_OK(kiln_context_set_threads(c, 1));
+    CHECK_OK(kiln_context_set_layer_callback(c, NULL, NULL));
+    CHECK(run_batch(c, ref_x, 1, y) && max_err(y, ref_y, 8) < 1e-5f);
+    pthread_cond_destroy(&p.cv);
+    pthread_mutex_destroy(&p.mu);
+    kiln_context_free(c);
+    kiln_engine_free(e);
+}
+
 /* Per-layer profiling: every layer timed once per run, totals cleared when
  * turned on again, refused when off; kiln_engine_layer_info in range. */
 TEST(test_layer_profile) {
@@ -450,6 +589,8 @@ int main(void) {
     RUN(test_lstm_activations);
     RUN(test_opset18_forms);
     RUN(test_threads_share_engine);
+    RUN(test_threads_describe_engine);
+    RUN(test_context_in_use);
     RUN(test_layer_profile);
     RUN(test_device_names);
     RUN(test_printable);
