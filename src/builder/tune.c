@@ -21,7 +21,8 @@
  * the tactic, in hex) and the input dtypes and shapes. It is read before
  * timing (a known key is not timed again, nor is a layer identical to one
  * timed before in the same build) and rewritten after, through a
- * temporary file and a rename. Files of versions 1 (made before a device
+ * temporary file and a rename, with the entries other builds added to the
+ * file meanwhile (cache_write). Files of versions 1 (made before a device
  * layer's tactics had to agree on its output, tune_check.h) and 2 (before
  * disagreeing tactics were judged by the host reference, not a vote: a
  * wrong plurality's choice may be in them) are read as empty, with a note:
@@ -196,7 +197,26 @@ static kiln_status cache_read(tcache *c, const char *path, bool notes) {
     return st;
 }
 
-static kiln_status cache_write(const tcache *c, const char *path) {
+/* Writes c to path. Entries another build wrote to the file since it was
+ * read are kept (c's own win where both have a key): builds sharing one
+ * cache file at once (make -j, CI jobs) each rewrite it whole, and without
+ * this merge the last one's rename dropped every entry the others had timed.
+ * A file now unreadable or of another version is replaced, as before. */
+static kiln_status cache_write(tcache *c, const char *path) {
+    tcache now = {0};
+    if (cache_read(&now, path, false) == KILN_OK) {
+        for (int i = 0; i < now.n; i++)
+            if (!cache_find(c, now.e[i].key)) {
+                kiln_status st = cache_put(c, now.e[i].key, now.e[i].id, now.e[i].us);
+                if (st != KILN_OK) {
+                    cache_free(&now);
+                    return st;
+                }
+            }
+    } else {
+        kiln__clear_error();
+    }
+    cache_free(&now);
     kiln_sbuf sb = {0};
     kiln__sbuf_printf(&sb, "kiln-timing-cache 3\n");
     for (int i = 0; i < c->n; i++)
