@@ -180,6 +180,8 @@ KILN_API const char *kiln_model_warning(const kiln_model *m, int index);
 
 KILN_API kiln_status kiln_builder_create(kiln_builder **out);
 KILN_API void kiln_builder_free(kiln_builder *b);
+/* Device and index the engine is built for: the CPU is index 0 only, CUDA
+ * GPUs 0..1023 (as kiln_device_parse reads "cpu" / "cuda:N"). */
 KILN_API kiln_status kiln_builder_set_device(kiln_builder *b, kiln_device dev, int index);
 KILN_API kiln_status kiln_builder_set_precision(kiln_builder *b, kiln_precision p);
 /* Threads used by contexts of the built engine (CPU). 0 = one per core. */

@@ -37,7 +37,11 @@ void kiln_builder_free(kiln_builder *b) {
 kiln_status kiln_builder_set_device(kiln_builder *b, kiln_device dev, int index) {
     CHECK_BUILDER(b, "kiln_builder_set_device");
     if (!kiln__device_name(dev)) return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "unknown device %d", (int)dev);
-    if (index < 0) return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "device index %d < 0", index);
+    /* as kiln_device_parse reads them: an engine for "cpu:3" was built, which no device
+     * string of the CLI or Python could then ask for */
+    if (index < 0 || index > kiln__device_index_max(dev))
+        return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "device index %d of %s is out of range 0..%d", index,
+                         kiln__device_name(dev), kiln__device_index_max(dev));
     b->opts.device = dev;
     b->opts.device_index = index;
     return KILN_OK;

@@ -172,6 +172,137 @@ TEST(test_bad_inputs) {
     kiln_engine_free(e);
 }
 
+/* ---- the public API misused: a table ------------------------------------
+ * Each row: a call, the status it must give and words of its message (""
+ * for KILN_OK). Every object kind and argument kind: NULLs, indices out of
+ * range, ranks, dims, dtypes, sizes, devices, and calls in the wrong order.
+ * Under ASan+UBSan none reads or writes out of bounds or leaks. */
+static void misuse_row(const char *call, kiln_status got, kiln_status want, const char *words) {
+    const char *msg = got == KILN_OK ? "" : kiln_last_error();
+    if (got != want || !strstr(msg, words)) {
+        fprintf(stderr, "  misuse: %s: expected %s with \"%s\", got %s: \"%s\"\n", call,
+                kiln_status_name(want), words, kiln_status_name(got), msg);
+        test_failed_checks++;
+    }
+}
+#define ROW(call, want, words) misuse_row(#call, (call), (want), (words))
+#define BAD KILN_ERR_INVALID_ARGUMENT
+
+TEST(test_api_misuse_table) {
+    kiln_model *m = NULL, *m2 = NULL;
+    kiln_builder *b = NULL;
+    kiln_engine *e = build_tiny(1, 2, 4), *e2 = NULL;
+    kiln_context *c = NULL, *c2 = NULL;
+    CHECK_OK(kiln_model_load_onnx(MODEL, &m));
+    CHECK_OK(kiln_builder_create(&b));
+    if (!e || !m || !b) goto done;
+    CHECK_OK(kiln_context_create(e, &c));
+    if (!c) goto done;
+    static const char zeros[64];
+    int64_t mn[2] = {1, 16}, op[2] = {2, 16}, mx[2] = {4, 16}, neg[2] = {-1, 16}, huge[2] = {INT64_MAX, 16};
+    int64_t ok[2] = {2, 16}, zero[2] = {0, 16};
+    float x[4 * 16] = {0}, y[4 * 8];
+    kiln_device dv;
+    kiln_io_info io;
+    kiln_layer_info li;
+    void *data = NULL;
+    const void *cdata = NULL;
+    size_t size = 0;
+    int idx;
+    /* model */
+    ROW(kiln_model_load_onnx(NULL, &m2), BAD, "path is NULL");
+    ROW(kiln_model_load_onnx(MODEL, NULL), BAD, "out is NULL");
+    ROW(kiln_model_load_onnx("", &m2), KILN_ERR_IO, "cannot open ''");
+    ROW(kiln_model_load_onnx("/", &m2), KILN_ERR_IO, "it is a directory");
+    ROW(kiln_model_load_onnx("/dev/zero", &m2), KILN_ERR_IO, "it is a character device");
+    ROW(kiln_model_load_onnx_memory(NULL, 10, NULL, &m2), BAD, "data is NULL");
+    ROW(kiln_model_load_onnx_memory(zeros, 0, NULL, &m2), KILN_ERR_MODEL, "it is empty");
+    ROW(kiln_model_load_onnx_memory(zeros, sizeof zeros, NULL, &m2), KILN_ERR_MODEL, "not a valid ONNX model");
+    ROW(kiln_model_input_info(m, -1, &io), BAD, "index -1 out of range");
+    ROW(kiln_model_output_info(m, INT32_MAX, &io), BAD, "out of range");
+    ROW(kiln_model_input_info(m, 0, NULL), BAD, "is NULL");
+    /* builder */
+    ROW(kiln_builder_create(NULL), BAD, "");
+    ROW(kiln_builder_set_device(b, (kiln_device)5, 0), BAD, "unknown device 5");
+    ROW(kiln_builder_set_device(b, KILN_DEVICE_CPU, -1), BAD, "out of range 0..0");
+    ROW(kiln_builder_set_device(b, KILN_DEVICE_CPU, 3), BAD, "device index 3 of cpu is out of range 0..0");
+    ROW(kiln_builder_set_device(b, KILN_DEVICE_CUDA, 1024), BAD, "device index 1024 of cuda is out of range 0..1023");
+    ROW(kiln_builder_set_device(b, KILN_DEVICE_CPU, 0), KILN_OK, "");
+    ROW(kiln_builder_set_precision(b, (kiln_precision)-1), BAD, "unknown precision -1");
+    ROW(kiln_builder_set_optimization(b, 7), BAD, "must be 0 or 1");
+    ROW(kiln_builder_set_verbosity(b, 99), BAD, "level 99");
+    ROW(kiln_builder_set_threads(b, -5), BAD, "");
+    ROW(kiln_builder_set_profile(b, NULL, 2, mn, op, mx), BAD, "NULL argument");
+    ROW(kiln_builder_set_profile(b, "x", 9, mn, op, mx), BAD, "rank 9 out of range 0..8");
+    ROW(kiln_builder_set_profile(b, "x", 2, mx, op, mn), BAD, "needs 0 <= min <= opt <= max");
+    ROW(kiln_builder_set_profile(b, "x", 2, neg, neg, neg), BAD, "min=-1");
+    ROW(kiln_builder_disable_pass(b, "no_such_pass"), BAD, "unknown pass 'no_such_pass'");
+    ROW(kiln_builder_disable_pass(b, NULL), BAD, "unknown pass");
+    ROW(kiln_builder_set_metadata(b, NULL, "v"), BAD, "must not be NULL");
+    ROW(kiln_builder_set_metadata(b, "", "v"), BAD, "keys are 1..255");
+    ROW(kiln_builder_set_layer_precision(b, "x", KILN_PRECISION_FP16), BAD, "only fp32");
+    ROW(kiln_build(NULL, m, &e2), BAD, "builder or model is NULL");
+    ROW(kiln_build(b, m, NULL), BAD, "out is NULL");
+    /* engine */
+    ROW(kiln_engine_load(NULL, &e2), BAD, "must not be NULL");
+    ROW(kiln_engine_load("/dev/null", &e2), KILN_ERR_IO, "is a character device");
+    ROW(kiln_engine_load(MODEL, &e2), KILN_ERR_FORMAT, "not a kiln engine file");
+    ROW(kiln_engine_load_memory(zeros, 0, &e2), KILN_ERR_FORMAT, "empty");
+    ROW(kiln_engine_load_memory(zeros, sizeof zeros, &e2), KILN_ERR_FORMAT, "");
+    ROW(kiln_engine_serialize(e, NULL, &size), BAD, "NULL argument");
+    ROW(kiln_engine_save(e, ""), BAD, "path must be given");
+    ROW(kiln_engine_save(e, "/"), KILN_ERR_IO, "is a directory");
+    ROW(kiln_engine_save(e, "/dev/null"), KILN_ERR_IO, "is a character device");
+    ROW(kiln_engine_input_info(e, 1, &io), BAD, "index 1 is out of range");
+    ROW(kiln_engine_output_info(e, -1, &io), BAD, "index -1 is out of range");
+    ROW(kiln_engine_input_profile(e, 5, mn, op, mx), BAD, "index 5 is out of range");
+    ROW(kiln_engine_layer_info(e, -1, &li), BAD, "layer -1 of");
+    ROW(kiln_engine_layer_info(e, 0, NULL), BAD, "NULL argument");
+    ROW(kiln_engine_metadata_at(e, 100, NULL, NULL), BAD, "index 100 is out of range");
+    ROW(kiln_engine_set_metadata(e, "k\xff", "v"), BAD, "has byte 0xff at offset 1");
+    CHECK(kiln_engine_layer_num_inputs(e, -1) == -1 && kiln_engine_layer_input(e, 0, 99) == NULL);
+    CHECK(kiln_engine_layer_source(e, 0, 1 << 20) == NULL && kiln_engine_num_inputs(NULL) == 0);
+    /* context, in the wrong order and with wrong buffers */
+    ROW(kiln_context_create(NULL, &c2), BAD, "engine is NULL");
+    ROW(kiln_context_create(e, NULL), BAD, "out is NULL");
+    ROW(kiln_context_run(c), BAD, "input 'x' is not set");
+    ROW(kiln_context_get_output(c, "y", NULL, NULL, NULL, NULL), BAD, "has not run successfully");
+    ROW(kiln_context_get_output_device(c, "y", &cdata), BAD, "a CPU engine has no device outputs");
+    ROW(kiln_context_set_input(c, "x", KILN_DTYPE_FLOAT32, 2, ok, NULL), BAD, "data is NULL");
+    ROW(kiln_context_set_input(c, "x", (kiln_dtype)-3, 2, ok, x), BAD, "expected dtype float32, got ?");
+    ROW(kiln_context_set_input(c, "x", KILN_DTYPE_FLOAT32, 2, zero, x), BAD, "outside the engine's profile");
+    ROW(kiln_context_set_input(c, "x", KILN_DTYPE_FLOAT32, 2, huge, x), BAD, "outside the engine's profile");
+    ROW(kiln_context_set_input(c, "x", KILN_DTYPE_FLOAT32, 2, neg, x), BAD, "outside the engine's profile");
+    ROW(kiln_context_set_input(c, "x", KILN_DTYPE_FLOAT32, -1, ok, x), BAD, "got rank -1");
+    ROW(kiln_context_set_input(c, NULL, KILN_DTYPE_FLOAT32, 2, ok, x), BAD, "NULL context or name");
+    ROW(kiln_context_set_output(c, "nosuch", y, sizeof y), BAD, "no output named 'nosuch'");
+    ROW(kiln_context_set_output(c, "y", y, 1), KILN_OK, "");
+    ROW(kiln_context_set_input(c, "x", KILN_DTYPE_FLOAT32, 2, ok, x), KILN_OK, "");
+    ROW(kiln_context_run(c), BAD, "needs 64 bytes, but the bound buffer holds 1");
+    ROW(kiln_context_set_output(c, "y", NULL, 100), KILN_OK, ""); /* unbinds */
+    ROW(kiln_context_run(c), KILN_OK, "");
+    ROW(kiln_context_set_threads(c, 1025), BAD, "threads must be in 0..1024");
+    ROW(kiln_context_set_stream(c, (void *)1), BAD, "a stream was given for a CPU engine");
+    ROW(kiln_context_layer_time(c, 0, NULL, NULL), BAD, "profiling is off");
+    ROW(kiln_context_tensor(c, "x", NULL), BAD, "NULL argument");
+    ROW(kiln_context_set_memory_limit(c, 1), KILN_OK, "");
+    ROW(kiln_context_run(c), KILN_ERR_OUT_OF_MEMORY, "above the context's memory limit of 1 bytes");
+    ROW(kiln_context_get_output(c, "y", NULL, NULL, NULL, NULL), BAD, "has not run successfully");
+    ROW(kiln_context_set_memory_limit(c, 0), KILN_OK, "");
+    ROW(kiln_context_run(c), KILN_OK, "");
+    ROW(kiln_device_from_name(NULL, &dv), BAD, "unknown device");
+    ROW(kiln_device_parse("cpu:1", &dv, &idx), BAD, "expected cpu, cpu:0, cuda or cuda:N");
+    (void)data;
+done:
+    kiln_free(data);
+    kiln_context_free(c);
+    kiln_engine_free(e);
+    kiln_builder_free(b);
+    kiln_model_free(m);
+}
+#undef ROW
+#undef BAD
+
 TEST(test_bad_models) {
     kiln_model *m = NULL;
     CHECK_ERR(kiln_model_load_onnx("tests/data/does_not_exist.onnx", &m), KILN_ERR_IO,
@@ -585,6 +716,7 @@ int main(void) {
     RUN(test_run_matches_reference);
     RUN(test_serialize_roundtrip);
     RUN(test_bad_inputs);
+    RUN(test_api_misuse_table);
     RUN(test_bad_models);
     RUN(test_lstm_activations);
     RUN(test_opset18_forms);
