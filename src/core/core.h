@@ -156,6 +156,11 @@ typedef void (*kiln_range_fn)(void *ctx, int64_t begin, int64_t end);
 KILN_PRIVATE kiln_status kiln__pool_create(int threads, kiln_pool **out);
 KILN_PRIVATE void kiln__pool_free(kiln_pool *p);
 KILN_PRIVATE int kiln__pool_threads(const kiln_pool *p); /* 1 for NULL */
+/* Whether p was made by another process: this one is a fork() child of it,
+ * which has none of p's worker threads. Such a pool runs jobs on the caller
+ * alone, touches no thread or lock of the parent, and is freed without
+ * joining; contexts make themselves a new one (see pool.c, "fork"). */
+KILN_PRIVATE bool kiln__pool_forked(const kiln_pool *p);
 /* While held (a context is running a plan), idle workers spin waiting for
  * the next job instead of sleeping. NULL: nothing. */
 KILN_PRIVATE void kiln__pool_hold(kiln_pool *p, bool on);

@@ -1025,6 +1025,10 @@ static kiln_status ctx_run(kiln_context *c) {
                              g->values[g->inputs[k]].name);
     KILN_TRY(check_shared_dims(c));
     KILN_TRY(check_bool_inputs(c));
+    if (kiln__pool_forked(c->threads_pool)) { /* a fork() child: the workers stayed with the parent */
+        kiln__pool_free(c->threads_pool);
+        c->threads_pool = NULL;
+    }
     if (!c->threads_pool && (c->threads == 0 || c->threads > 1))
         KILN_TRY(kiln__pool_create(c->threads, &c->threads_pool));
     c->ran = false;

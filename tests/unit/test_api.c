@@ -4,7 +4,10 @@
  * reference, misuse errors, and many contexts of one engine on threads. */
 #include <math.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "test.h"
 
@@ -599,6 +602,62 @@ TEST(test_context_in_use) {
     kiln_engine_free(e);
 }
 
+/* A fork() child using its parent's engine and context (PyTorch DataLoader
+ * workers, multiprocessing's default start method): the context's thread
+ * pool is the parent's, whose workers the child does not have. The child
+ * runs right (on a pool of its own) and frees both without hanging; it hung
+ * forever joining the parent's workers. Not under TSan (threads started after
+ * a fork of a threaded process are outside what it supports). */
+#if defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define KILN_TEST_TSAN 1
+#endif
+#endif
+#if defined(__SANITIZE_THREAD__)
+#define KILN_TEST_TSAN 1
+#endif
+
+TEST(test_fork_child_uses_parent_context) {
+#ifdef KILN_TEST_TSAN
+    fprintf(stderr, "  note: skipped under ThreadSanitizer\n");
+#else
+    kiln_engine *e = build_tiny(1, 2, 3);
+    if (!e) return;
+    kiln_context *c = NULL;
+    CHECK_OK(kiln_context_create(e, &c));
+    CHECK_OK(kiln_context_set_threads(c, 2));
+    float y[3 * 8];
+    CHECK(c && run_batch(c, ref_x, 3, y) && max_err(y, ref_y, 3 * 8) < 1e-5f);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int bad = 0;
+        for (int i = 0; i < 20; i++) {
+            memset(y, 0, sizeof y);
+            if (!run_batch(c, ref_x, 1 + i % 3, y) || max_err(y, ref_y, (1 + i % 3) * 8) >= 1e-5f) bad++;
+        }
+        kiln_context_free(c);
+        kiln_engine_free(e);
+        _exit(bad ? 3 : 0);
+    }
+    CHECK(pid > 0);
+    int status = -1, waited = 0;
+    for (; pid > 0 && waited < 2000; waited++) { /* 20 s */
+        if (waitpid(pid, &status, WNOHANG) == pid) break;
+        usleep(10000);
+    }
+    if (pid > 0 && waited == 2000) {
+        fprintf(stderr, "  the child hung\n");
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+    }
+    CHECK(waited < 2000 && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    CHECK(run_batch(c, ref_x, 2, y) && max_err(y, ref_y, 2 * 8) < 1e-5f); /* the parent's still runs */
+    kiln_context_free(c);
+    kiln_engine_free(e);
+#endif
+}
+
 /* Per-layer profiling: every layer timed once per run, totals cleared when
  * turned on again, refused when off; kiln_engine_layer_info in range. */
 TEST(test_layer_profile) {
@@ -723,6 +782,7 @@ int main(void) {
     RUN(test_threads_share_engine);
     RUN(test_threads_describe_engine);
     RUN(test_context_in_use);
+    RUN(test_fork_child_uses_parent_context);
     RUN(test_layer_profile);
     RUN(test_device_names);
     RUN(test_printable);
