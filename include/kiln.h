@@ -325,7 +325,9 @@ KILN_API kiln_status kiln_engine_metadata_at(const kiln_engine *e, int index, co
  * rules of kiln_builder_set_metadata; kiln_engine_serialize and
  * kiln_engine_save then write it. This is the one change an engine allows:
  * do not call it while another thread reads this engine's metadata or
- * description (strings kiln_engine_describe returned are freed by it).
+ * description, or serializes or saves it (which write the metadata);
+ * strings kiln_engine_describe and kiln_engine_metadata returned are freed
+ * by it.
  * Contexts and runs are not affected. */
 KILN_API kiln_status kiln_engine_set_metadata(kiln_engine *e, const char *key, const char *value);
 
