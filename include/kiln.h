@@ -351,7 +351,10 @@ KILN_API kiln_status kiln_context_set_input(kiln_context *c, const char *name, k
                                             int rank, const int64_t *dims, const void *data);
 /* Optionally binds caller memory for an output (`capacity` bytes; host or,
  * for CUDA engines, device memory). If the output needs more, run fails with
- * KILN_ERR_INVALID_ARGUMENT. NULL unbinds. */
+ * KILN_ERR_INVALID_ARGUMENT. NULL unbinds. The bytes an output takes must
+ * not overlap an input's or another output's: run fails with
+ * KILN_ERR_INVALID_ARGUMENT naming both (layers may still read an input
+ * when an output is written). */
 KILN_API kiln_status kiln_context_set_output(kiln_context *c, const char *name, void *data,
                                              size_t capacity);
 /* For CUDA engines: the cudaStream_t to run on (NULL: the context's own). */

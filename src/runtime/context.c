@@ -73,6 +73,7 @@ typedef struct kiln_out_binding {
     void *data;            /* caller memory for an output, or NULL */
     size_t cap;
     int mem;
+    size_t written;        /* bytes of this run's output written there so far */
 } kiln_out_binding;
 
 struct kiln_context {
@@ -669,6 +670,8 @@ static bool host_input(const kiln_node *n, int i) {
     return i < 32 && (n->op->host_inputs & (1u << i));
 }
 
+static kiln_status check_output_overlap(const kiln_context *c, int k, int m, size_t n);
+
 static kiln_status run_node_call(kiln_context *c, int ni, kiln_call *call) {
     const kiln_node *n = &c->e->graph->nodes[ni];
     const kiln_graph *g = c->e->graph;
@@ -719,6 +722,8 @@ static kiln_status run_node_call(kiln_context *c, int ni, kiln_call *call) {
         s->t = out_t[i];
         int ok = c->out_slot[v];
         if (ok >= 0 && c->out[ok].data && c->out[ok].mem == m && c->out[ok].cap >= nb) {
+            if ((st = check_output_overlap(c, ok, m, nb)) != KILN_OK) goto done;
+            c->out[ok].written = nb;
             s->ptr[m] = c->out[ok].data; /* write straight into caller memory */
         } else {
             if (ok >= 0 && c->out[ok].data && c->out[ok].cap < nb) {
@@ -764,6 +769,36 @@ static kiln_status run_node(kiln_context *c, int ni) {
     return st;
 }
 
+/* Output k is about to be written to its bound buffer, n bytes in memory m.
+ * Those bytes must not overlap a graph input's bytes nor another output's
+ * bytes of this run: a layer writing an output over an input changed what
+ * later layers read (a silent wrong result: with y1 bound over x, y2 = x + 1
+ * read 2x + 1), and outputs written over each other lose one. */
+static kiln_status check_output_overlap(const kiln_context *c, int k, int m, size_t n) {
+    const kiln_graph *g = c->e->graph;
+    uintptr_t a = (uintptr_t)c->out[k].data, b = a + n;
+    if (!n) return KILN_OK;
+    const char *what = NULL, *name = NULL;
+    for (int i = 0; i < g->n_inputs && !what; i++) {
+        const kiln_binding *in = &c->in[i];
+        if (!in->bound || !in->data || in->mem != m) continue;
+        uintptr_t ia = (uintptr_t)in->data;
+        uintptr_t ib = ia + (size_t)kiln__numel(in->rank, in->dims) * kiln_dtype_size(in->dtype);
+        if (a < ib && ia < b) what = "input", name = g->values[g->inputs[i]].name;
+    }
+    for (int j = 0; j < g->n_outputs && !what; j++) {
+        const kiln_out_binding *o = &c->out[j];
+        if (j == k || !o->written || o->mem != m) continue;
+        uintptr_t oa = (uintptr_t)o->data, ob = oa + o->written;
+        if (a < ob && oa < b) what = "output", name = g->values[g->outputs[j]].name;
+    }
+    if (!what) return KILN_OK;
+    return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT,
+                     "output '%s' is bound to memory that overlaps %s '%s': a run writes its outputs "
+                     "while layers still read the inputs; give each output a buffer of its own",
+                     g->values[g->outputs[k]].name, what, name);
+}
+
 /* Copies graph output k into the caller's bound buffer when the kernel
  * could not write it there directly. */
 static kiln_status deliver_output(kiln_context *c, int k) {
@@ -776,6 +811,8 @@ static kiln_status deliver_output(kiln_context *c, int k) {
         return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT,
                          "output '%s' needs %zu bytes, but the bound buffer holds %zu",
                          c->e->graph->values[v].name, nb, ob->cap);
+    KILN_TRY(check_output_overlap(c, k, ob->mem, nb));
+    ob->written = nb;
     int from = s->ptr[ob->mem] ? ob->mem : 1 - ob->mem;
     if (nb) {
         if (from == MEM_HOST && ob->mem == MEM_HOST) memcpy(ob->data, s->ptr[MEM_HOST], nb);
@@ -1038,6 +1075,7 @@ static kiln_status ctx_run(kiln_context *c) {
         KILN_TRY(arena_reserve(c));
     }
     slots_reset(c);
+    for (int k = 0; k < g->n_outputs; k++) c->out[k].written = 0;
     if (c->acheck) KILN_TRY(kiln__acheck_begin(c->acheck, c->arena, c->arena_cap));
     kiln_status st = KILN_OK;
     bool replayed = false;
