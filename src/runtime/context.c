@@ -1188,6 +1188,8 @@ static kiln_status ctx_layer_time(const kiln_context *c, int layer, double *tota
 
 kiln_status kiln_context_layer_time(const kiln_context *c, int layer, double *total_us,
                                     int64_t *runs) {
+    if (total_us) *total_us = 0; /* (also when the context is in use) */
+    if (runs) *runs = 0;
     WITH_CLAIM((kiln_context *)c, "kiln_context_layer_time", ctx_layer_time(c, layer, total_us, runs));
 }
 
