@@ -338,7 +338,10 @@ KILN_API void kiln_context_free(kiln_context *c);
 /* Threads this context uses (overrides the engine's setting). 0 = one per core. */
 KILN_API kiln_status kiln_context_set_threads(kiln_context *c, int threads);
 /* Binds an input by name. The data is not copied: it must stay valid and
- * unchanged until kiln_context_run returns. The shape must lie inside the
+ * unchanged until kiln_context_run returns. (Host bytes this context handed
+ * out, such as an output of its last run from kiln_context_get_output fed
+ * back in a recurrent loop, are copied when the run starts, since the run
+ * writes that memory; device bytes of the context are refused.) The shape must lie inside the
  * engine's profile and the dtype must match. For a CUDA engine `data` may be
  * host memory or device memory of the engine's GPU (told apart by the CUDA
  * runtime; device memory is used without a copy). A bool input holds one

@@ -58,6 +58,7 @@ typedef struct kiln_slot {
 typedef struct kiln_binding {
     const void *data;
     bool bound;
+    const void *run;       /* what this run reads: data, or the context's copy of it (inputs_for_run) */
     int mem;               /* where the caller's bytes are */
     kiln_dtype dtype;
     int rank;
@@ -117,6 +118,7 @@ struct kiln_context {
     int cb_layer;          /* the layer whose event is being reported, or -1 */
     kiln_layer_event cb_event;
     kiln_view_buf *view;   /* host copies handed out as views: used_view of them in this event */
+    kiln_view_buf *in_copy; /* per graph input: its bytes copied when they are the context's own */
     int n_view, cap_view, used_view;
     bool no_reuse;         /* kiln_context_set_memory_reuse(c, 0) */
     int plant_layer;       /* KILN_TEST_PLANT_BUG: the layer made wrong, or -1 */
@@ -174,10 +176,11 @@ kiln_status kiln_context_create(const kiln_engine *e, kiln_context **out) {
     c->slots = kiln__calloc(nv, sizeof *c->slots);
     c->out_slot = kiln__malloc(nv * sizeof *c->out_slot);
     c->in = kiln__calloc((size_t)g->n_inputs + 1, sizeof *c->in);
+    c->in_copy = kiln__calloc((size_t)g->n_inputs + 1, sizeof *c->in_copy);
     c->out = kiln__calloc((size_t)g->n_outputs + 1, sizeof *c->out);
     c->node_state = kiln__calloc((size_t)g->n_nodes + 1, sizeof *c->node_state);
     c->sig = kiln__calloc((size_t)g->n_inputs + 1, sizeof *c->sig);
-    if (!c->slots || !c->out_slot || !c->in || !c->out || !c->node_state || !c->sig) {
+    if (!c->slots || !c->out_slot || !c->in || !c->in_copy || !c->out || !c->node_state || !c->sig) {
         kiln_context_free(c);
         return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory creating a context");
     }
@@ -235,6 +238,8 @@ void kiln_context_free(kiln_context *c) {
     kiln__free(c->prof_runs);
     for (int i = 0; i < c->n_view; i++) kiln__free(c->view[i].p);
     kiln__free(c->view);
+    for (int i = 0; c->in_copy && i < c->e->graph->n_inputs; i++) kiln__free(c->in_copy[i].p);
+    kiln__free(c->in_copy);
     kiln__acheck_free(c->acheck);
     if (c->graph) c->be[MEM_DEV]->graph_free(c->state[MEM_DEV], c->graph);
     kiln__free(c->gkey);
@@ -781,8 +786,8 @@ static kiln_status check_output_overlap(const kiln_context *c, int k, int m, siz
     const char *what = NULL, *name = NULL;
     for (int i = 0; i < g->n_inputs && !what; i++) {
         const kiln_binding *in = &c->in[i];
-        if (!in->bound || !in->data || in->mem != m) continue;
-        uintptr_t ia = (uintptr_t)in->data;
+        if (!in->bound || !in->run || in->mem != m) continue;
+        uintptr_t ia = (uintptr_t)in->run;
         uintptr_t ib = ia + (size_t)kiln__numel(in->rank, in->dims) * kiln_dtype_size(in->dtype);
         if (a < ib && ia < b) what = "input", name = g->values[g->inputs[i]].name;
     }
@@ -896,7 +901,7 @@ static bool graph_usable(kiln_context *c) {
     k[j++] = (uintptr_t)c->stream;
     for (int i = 0; i < g->n_inputs; i++) {
         if (c->in[i].mem != MEM_DEV) return false;
-        k[j++] = (uintptr_t)c->in[i].data;
+        k[j++] = (uintptr_t)c->in[i].run;
         k[j++] = (uintptr_t)c->in[i].rank;
         k[j++] = (uintptr_t)c->in[i].dtype;
         for (int d = 0; d < KILN_MAX_RANK; d++)
@@ -992,12 +997,61 @@ static kiln_status graph_capture_end(kiln_context *c, kiln_status loop) {
  * read as true in one kernel and false in another). Checked at every run,
  * as a caller may refill a bound buffer between runs; a scan at memory
  * speed (bool inputs are masks and conditions). */
+/* Whether [p, p + n) of memory m lies in memory the context owns: its
+ * arena, overflow buffers and scratch, and (host) the copies it hands out. */
+static bool ctx_owns(const kiln_context *c, int m, const void *p, size_t n) {
+    uintptr_t a = (uintptr_t)p, b = a + n;
+#define KILN_IN_(q, cap) ((q) && a < (uintptr_t)(q) + (cap) && (uintptr_t)(q) < b)
+    if (KILN_IN_(c->arena[m], c->arena_cap[m]) || KILN_IN_(c->pool[m].ws, c->pool[m].ws_cap)) return true;
+    for (int i = 0; i < c->pool[m].n; i++)
+        if (KILN_IN_(c->pool[m].bufs[i].data, c->pool[m].bufs[i].cap)) return true;
+    for (int i = 0; m == MEM_HOST && i < c->n_view; i++)
+        if (KILN_IN_(c->view[i].p, c->view[i].cap)) return true;
+#undef KILN_IN_
+    return false;
+}
+
+/* The bytes each input's run reads. An input bound to memory the context
+ * itself handed out (an output of its last run, from kiln_context_get_output,
+ * fed back: a recurrent or autoregressive loop) would be written over by the
+ * layers of the run that reads it (measured: a residual MLP fed its own
+ * output was 1.1 off after one step, 3.2 after four, with no error), or
+ * freed when an arena grows; so its bytes are copied first, into memory of
+ * the context's that no layer writes. Device memory: refused (copy it). */
+static kiln_status inputs_for_run(kiln_context *c) {
+    const kiln_graph *g = c->e->graph;
+    for (int k = 0; k < g->n_inputs; k++) {
+        kiln_binding *bd = &c->in[k];
+        bd->run = bd->data;
+        size_t nb = (size_t)kiln__numel(bd->rank, bd->dims) * kiln_dtype_size(bd->dtype);
+        if (!bd->data || !nb || !c->be[bd->mem] || !ctx_owns(c, bd->mem, bd->data, nb)) continue;
+        if (bd->mem == MEM_DEV)
+            return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT,
+                             "input '%s' is bound to device memory of this context's last run (an output "
+                             "read with kiln_context_get_output_device), which this run writes over: copy it "
+                             "to memory of your own first",
+                             g->values[g->inputs[k]].name);
+        kiln_view_buf *cp = &c->in_copy[k];
+        if (cp->cap < nb) {
+            void *q = kiln__malloc(nb);
+            if (!q) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory: %zu bytes copying input '%s'", nb,
+                                     g->values[g->inputs[k]].name);
+            kiln__free(cp->p);
+            cp->p = q;
+            cp->cap = nb;
+        }
+        memcpy(cp->p, bd->data, nb);
+        bd->run = cp->p;
+    }
+    return KILN_OK;
+}
+
 static kiln_status check_bool_inputs(const kiln_context *c) {
     const kiln_graph *g = c->e->graph;
     for (int k = 0; k < g->n_inputs; k++) {
         const kiln_binding *bd = &c->in[k];
-        if (bd->dtype != KILN_DTYPE_BOOL || bd->mem != MEM_HOST || !bd->data) continue;
-        const uint8_t *p = bd->data;
+        if (bd->dtype != KILN_DTYPE_BOOL || bd->mem != MEM_HOST || !bd->run) continue;
+        const uint8_t *p = bd->run;
         int64_t n = kiln__numel(bd->rank, bd->dims);
         uint8_t high = 0;
         for (int64_t i = 0; i < n; i++) high |= p[i];
@@ -1061,6 +1115,7 @@ static kiln_status ctx_run(kiln_context *c) {
             return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "input '%s' is not set",
                              g->values[g->inputs[k]].name);
     KILN_TRY(check_shared_dims(c));
+    KILN_TRY(inputs_for_run(c));
     KILN_TRY(check_bool_inputs(c));
     if (kiln__pool_forked(c->threads_pool)) { /* a fork() child: the workers stayed with the parent */
         kiln__pool_free(c->threads_pool);
@@ -1129,7 +1184,7 @@ static void slots_reset(kiln_context *c) {
         s->t.dtype = c->in[k].dtype;
         s->t.rank = c->in[k].rank;
         memcpy(s->t.dims, c->in[k].dims, sizeof s->t.dims);
-        s->ptr[c->in[k].mem] = (void *)c->in[k].data; /* read-only: kernels never write inputs */
+        s->ptr[c->in[k].mem] = (void *)c->in[k].run; /* read-only: kernels never write inputs */
     }
 }
 
