@@ -1669,6 +1669,30 @@ TEST(timing_cache_hostile) {
     fprintf(f, " 1 1.0\n");
     fclose(f);
     CHECK_ERR(build_with_cache(m, path), KILN_ERR_IO, "line 2 is longer than 8190 characters");
+    /* a NUL byte: refused (the line was read up to it, "k 1 2.0\0junk" as "k 1 2.0"), also in a
+     * line over the limit (whose length then went unseen) */
+    f = fopen(path, "w");
+    fprintf(f, "kiln-timing-cache 3\nok-key 0 1.0\n");
+    fwrite("k 1 2.0\0junk\n", 1, 13, f);
+    fclose(f);
+    CHECK_ERR(build_with_cache(m, path), KILN_ERR_IO, "line 3 holds a NUL byte");
+    f = fopen(path, "w");
+    fprintf(f, "kiln-timing-cache 3\nk");
+    fputc(0, f);
+    for (int i = 0; i < 9000; i++) fputc('a', f);
+    fprintf(f, " 1 1.0\n");
+    fclose(f);
+    CHECK_ERR(build_with_cache(m, path), KILN_ERR_IO, "line 2 is longer than 8190 characters");
+    /* CRLF line ends (a checkout that converted them): read as the same cache */
+    f = fopen(path, "w");
+    fprintf(f, "kiln-timing-cache 3\r\nok-key 0 1.0\r\nother-key 1 2.5\r\n");
+    fclose(f);
+    CHECK_OK(build_with_cache(m, path));
+    char *crlf = read_file(path); /* rewritten (the layers were timed) with the two keys kept */
+    if (kiln__have_dnnl()) /* (else nothing is timed and the file stays as it was) */
+        CHECK(crlf && !strncmp(crlf, "kiln-timing-cache 3\n", 20) && strstr(crlf, "\nok-key 0 1.000\n") &&
+              strstr(crlf, "\nother-key 1 2.500\n") && !strchr(crlf, '\r'));
+    free(crlf);
     remove(path);
     /* an engine's layer time of NaN or inf: JSON null */
     e = build(m, (bopts){.opt = 1, .tuning = 1});
