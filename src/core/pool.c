@@ -41,7 +41,10 @@
  * an engine of its parent hung at exit, freeing it). So a pool remembers the
  * process that made it; in any other process it runs every job on the caller,
  * neither pins nor wakes workers, and is freed without joining or locking
- * (its locks may have been held at the fork). */
+ * (its locks may have been held at the fork). "Made by this process" is a
+ * fork count, which a pthread_atfork child handler raises: the one piece of
+ * process-wide state here (it describes the process, as getpid does, and
+ * costs a load where getpid is a ~100 ns system call, asked on every job). */
 #include "core/core.h"
 
 #include <pthread.h>
@@ -66,7 +69,7 @@ struct kiln_pool {
     int n_cpus;
     int *cpus;
     int *worker_cpu;                 /* -1: not pinned */
-    pid_t pid;                       /* the process whose threads the workers are */
+    unsigned fork_gen;               /* kiln_fork_gen when it was made (see "fork") */
     int caller_cpu;                  /* the caller's CPU at the last placement */
     /* current job */
     kiln_range_fn fn;
@@ -74,6 +77,11 @@ struct kiln_pool {
     int64_t n, chunk;
     atomic_int_fast64_t next;
 };
+
+static atomic_uint kiln_fork_gen;
+static pthread_once_t kiln_fork_once = PTHREAD_ONCE_INIT;
+static void fork_child(void) { atomic_fetch_add(&kiln_fork_gen, 1); }
+static void fork_watch(void) { (void)pthread_atfork(NULL, NULL, fork_child); }
 
 int kiln__cpu_count(void) {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
@@ -209,7 +217,8 @@ kiln_status kiln__pool_create(int threads, kiln_pool **out) {
     if (threads > 256) threads = 256;
     kiln_pool *p = kiln__calloc(1, sizeof *p);
     if (!p) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory creating thread pool");
-    p->pid = getpid();
+    pthread_once(&kiln_fork_once, fork_watch);
+    p->fork_gen = atomic_load(&kiln_fork_gen);
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cv_work, NULL);
     pthread_cond_init(&p->cv_done, NULL);
@@ -232,7 +241,9 @@ kiln_status kiln__pool_create(int threads, kiln_pool **out) {
     return KILN_OK;
 }
 
-bool kiln__pool_forked(const kiln_pool *p) { return p && p->pid != getpid(); }
+bool kiln__pool_forked(const kiln_pool *p) {
+    return p && p->fork_gen != atomic_load_explicit(&kiln_fork_gen, memory_order_relaxed);
+}
 
 void kiln__pool_free(kiln_pool *p) {
     if (!p) return;
