@@ -233,15 +233,10 @@ static kiln_status cache_read(tcache *c, const char *path, bool notes) {
  * cache file at once (make -j, CI jobs) each rewrite it whole, and without
  * this merge the last one's rename dropped every entry the others had timed.
  * A file now unreadable or of another version is replaced, as before. */
-static bool same_file(const struct stat *a, const struct stat *b) {
-    return a->st_ino == b->st_ino && a->st_dev == b->st_dev && a->st_size == b->st_size &&
-           a->st_mtim.tv_sec == b->st_mtim.tv_sec && a->st_mtim.tv_nsec == b->st_mtim.tv_nsec;
-}
-
 static kiln_status cache_write(tcache *c, const char *path) {
     tcache now = {0};
     struct stat cur;
-    bool changed = stat(path, &cur) == 0 ? !same_file(&cur, &c->seen) : c->seen.st_ino != 0;
+    bool changed = stat(path, &cur) == 0 ? !kiln__same_file(&cur, &c->seen) : c->seen.st_ino != 0;
     if (!changed) { /* as this build read it (or still absent): nothing to keep */
     } else if (cache_read(&now, path, false) == KILN_OK) {
         for (int i = 0; i < now.n; i++)

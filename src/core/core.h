@@ -56,6 +56,10 @@ KILN_PRIVATE kiln_status kiln__grow(void **p, int *cap, int need, size_t size);
 /* ---- files (src/core/file.c) ---------------------------------------------
  * "a FIFO (named pipe)", "a directory", ... for a st_mode. */
 KILN_PRIVATE const char *kiln__file_type_name(unsigned mode);
+/* Whether two stat results are the same file with the same size and
+ * modification time (a file replaced by rename, or written, is not). */
+struct stat;
+KILN_PRIVATE bool kiln__same_file(const struct stat *a, const struct stat *b);
 /* Opens `path` for reading when it is a regular file (symbolic links
  * followed): a FIFO, device, socket or folder is refused without a
  * blocking open. *fd_out is the caller's to close; *size_out (may be NULL)

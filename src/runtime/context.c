@@ -1115,6 +1115,7 @@ static kiln_status ctx_run(kiln_context *c) {
             return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "input '%s' is not set",
                              g->values[g->inputs[k]].name);
     KILN_TRY(check_shared_dims(c));
+    KILN_TRY(kiln__engine_check_file(e));
     KILN_TRY(inputs_for_run(c));
     KILN_TRY(check_bool_inputs(c));
     if (kiln__pool_forked(c->threads_pool)) { /* a fork() child: the workers stayed with the parent */
@@ -1488,7 +1489,9 @@ kiln_status kiln_context_get_output_device(kiln_context *c, const char *name, co
 
 kiln_engine *kiln__engine_alloc(void) {
     kiln_engine *e = kiln__calloc(1, sizeof *e);
-    if (e) pthread_mutex_init(&e->dev_lock, NULL);
+    if (!e) return NULL;
+    pthread_mutex_init(&e->dev_lock, NULL);
+    e->map_fd = -1;
     return e;
 }
 

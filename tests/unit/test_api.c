@@ -6,7 +6,10 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "test.h"
@@ -658,6 +661,72 @@ TEST(test_fork_child_uses_parent_context) {
 #endif
 }
 
+/* A loaded engine reads its weights from the file's pages: a file written in
+ * place under it (cp new.kiln model.kiln) changed its outputs silently, and a
+ * truncated one killed the process with SIGBUS. Its runs now fail, naming
+ * the file, once they see it changed (at most 10 ms after); a file renamed
+ * over or touched (same bytes) leaves the engine running. */
+static int run_ok(kiln_engine *e) {
+    kiln_context *c = NULL;
+    float y[2 * 8];
+    int ok = kiln_context_create(e, &c) == KILN_OK && run_batch(c, ref_x, 2, y) && max_err(y, ref_y, 16) < 1e-5f;
+    kiln_context_free(c);
+    return ok;
+}
+
+TEST(test_engine_file_written_in_place) {
+    kiln_engine *e = build_tiny(1, 2, 3);
+    if (!e) return;
+    char path[64], other[80];
+    snprintf(path, sizeof path, "/tmp/kiln_test_inplace_%ld.kiln", (long)getpid());
+    snprintf(other, sizeof other, "%s.other", path);
+    void *b2 = NULL;
+    size_t n2 = 0;
+    CHECK_OK(kiln_engine_set_metadata(e, "k", "bbbb"));
+    CHECK_OK(kiln_engine_serialize(e, &b2, &n2)); /* the same size, other bytes */
+    CHECK_OK(kiln_engine_set_metadata(e, "k", "aaaa"));
+    struct timespec wait = {0, 30 * 1000 * 1000};
+    for (int how = 0; how < 4 && b2; how++) {
+        CHECK_OK(kiln_engine_save(e, path));
+        kiln_engine *m = NULL;
+        CHECK_OK(kiln_engine_load(path, &m));
+        if (!m) break;
+        CHECK(run_ok(m));
+        if (how == 0 || how == 1) { /* in place: other bytes; or truncated */
+            FILE *f = fopen(path, how == 0 ? "r+b" : "wb");
+            if (f && how == 0) CHECK(fwrite(b2, 1, n2, f) == n2);
+            if (f) fclose(f);
+        } else if (how == 2) { /* renamed over */
+            FILE *f = fopen(other, "wb");
+            if (f) {
+                CHECK(fwrite(b2, 1, n2, f) == n2);
+                fclose(f);
+            }
+            CHECK(rename(other, path) == 0);
+        } else { /* touched */
+            CHECK(utimensat(AT_FDCWD, path, NULL, 0) == 0);
+        }
+        nanosleep(&wait, NULL);
+        kiln_context *c = NULL;
+        CHECK_OK(kiln_context_create(m, &c));
+        float y[2 * 8];
+        int64_t dims[2] = {2, 16};
+        CHECK_OK(kiln_context_set_input(c, "x", KILN_DTYPE_FLOAT32, 2, dims, ref_x));
+        if (how < 2) {
+            CHECK_ERR(kiln_context_run(c), KILN_ERR_IO, "was written in place since it was loaded");
+            CHECK(strstr(kiln_last_error(), path) != NULL);
+            CHECK_ERR(kiln_context_run(c), KILN_ERR_IO, "was written in place"); /* and stays so */
+        } else {
+            CHECK(run_batch(c, ref_x, 2, y) && max_err(y, ref_y, 16) < 1e-5f);
+        }
+        kiln_context_free(c);
+        kiln_engine_free(m);
+    }
+    kiln_free(b2);
+    remove(path);
+    kiln_engine_free(e);
+}
+
 /* Per-layer profiling: every layer timed once per run, totals cleared when
  * turned on again, refused when off; kiln_engine_layer_info in range. */
 TEST(test_layer_profile) {
@@ -783,6 +852,7 @@ int main(void) {
     RUN(test_threads_describe_engine);
     RUN(test_context_in_use);
     RUN(test_fork_child_uses_parent_context);
+    RUN(test_engine_file_written_in_place);
     RUN(test_layer_profile);
     RUN(test_device_names);
     RUN(test_printable);
