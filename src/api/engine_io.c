@@ -66,6 +66,7 @@ kiln_status kiln_engine_load(const char *path, kiln_engine **out) {
     /* kept open: the engine looks at the file now and then (kiln__engine_check_file) */
     kiln_engine *e = *out;
     e->map_fd = fd;
+    e->map_open = true;
     e->map_st = st0;
     e->map_sum = kiln__le64((const unsigned char *)map + KILN_FMT_OFF_CHECKSUM);
     e->map_path = kiln__strdup(path);
@@ -90,7 +91,7 @@ kiln_status kiln_engine_load_memory(const void *data, size_t size, kiln_engine *
 
 kiln_status kiln__engine_check_file(const kiln_engine *ce) {
     kiln_engine *e = (kiln_engine *)ce; /* the check's own fields only (atomics, under dev_lock) */
-    if (e->map_fd < 0) return KILN_OK;
+    if (!e->map_open) return KILN_OK;
     const char *path = e->map_path ? e->map_path : "?";
     if (atomic_load_explicit(&e->map_changed, memory_order_relaxed)) goto changed;
     struct timespec ts; /* the coarse clock (a few ns; ms resolution) is enough for a 10 ms period */
@@ -152,7 +153,7 @@ void kiln_engine_free(kiln_engine *e) {
     kiln__free(e->describe_json);
     kiln__meta_clear(&e->meta);
     pthread_mutex_destroy(&e->dev_lock);
-    if (e->map_fd >= 0) close(e->map_fd);
+    if (e->map_open) close(e->map_fd);
     kiln__free(e->map_path);
     if (e->blob_kind == 1 && e->blob)
         munmap(e->blob, e->blob_size);

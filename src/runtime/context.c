@@ -1491,7 +1491,6 @@ kiln_engine *kiln__engine_alloc(void) {
     kiln_engine *e = kiln__calloc(1, sizeof *e);
     if (!e) return NULL;
     pthread_mutex_init(&e->dev_lock, NULL);
-    e->map_fd = -1;
     return e;
 }
 

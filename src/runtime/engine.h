@@ -85,7 +85,8 @@ struct kiln_engine {
     /* Mapped engines: the file, kept open so that a rewrite in place is noticed
      * (kiln__engine_check_file): its identity and checksum when loaded, when it
      * was last looked at, and whether it was found changed. */
-    int map_fd;                  /* -1: not mapped */
+    bool map_open;               /* map_fd is open (engines made zeroed have none) */
+    int map_fd;
     struct stat map_st;
     uint64_t map_sum;
     char *map_path;
