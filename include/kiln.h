@@ -341,7 +341,8 @@ KILN_API kiln_status kiln_context_set_threads(kiln_context *c, int threads);
  * unchanged until kiln_context_run returns. (Host bytes this context handed
  * out, such as an output of its last run from kiln_context_get_output fed
  * back in a recurrent loop, are copied when the run starts, since the run
- * writes that memory; device bytes of the context are refused.) The shape must lie inside the
+ * writes that memory; device bytes of the context are refused. So are host
+ * bytes not aligned to their element size copied, to aligned memory.) The shape must lie inside the
  * engine's profile and the dtype must match. For a CUDA engine `data` may be
  * host memory or device memory of the engine's GPU (told apart by the CUDA
  * runtime; device memory is used without a copy). A bool input holds one

@@ -1011,7 +1011,8 @@ static bool ctx_owns(const kiln_context *c, int m, const void *p, size_t n) {
     return false;
 }
 
-/* The bytes each input's run reads. An input bound to memory the context
+/* The bytes each input's run reads. Host bytes not aligned to their
+ * element are copied (below). An input bound to memory the context
  * itself handed out (an output of its last run, from kiln_context_get_output,
  * fed back: a recurrent or autoregressive loop) would be written over by the
  * layers of the run that reads it (measured: a residual MLP fed its own
@@ -1023,8 +1024,13 @@ static kiln_status inputs_for_run(kiln_context *c) {
     for (int k = 0; k < g->n_inputs; k++) {
         kiln_binding *bd = &c->in[k];
         bd->run = bd->data;
-        size_t nb = (size_t)kiln__numel(bd->rank, bd->dims) * kiln_dtype_size(bd->dtype);
-        if (!bd->data || !nb || !c->be[bd->mem] || !ctx_owns(c, bd->mem, bd->data, nb)) continue;
+        size_t es = kiln_dtype_size(bd->dtype), nb = (size_t)kiln__numel(bd->rank, bd->dims) * es;
+        if (!bd->data || !nb || !c->be[bd->mem]) continue;
+        /* host bytes not aligned to their element (numpy.frombuffer(b, offset=1)): the
+         * kernels' element loads are undefined there (UBSan: misaligned load), so they
+         * read an aligned copy */
+        bool misaligned = bd->mem == MEM_HOST && es && (uintptr_t)bd->data % es;
+        if (!misaligned && !ctx_owns(c, bd->mem, bd->data, nb)) continue;
         if (bd->mem == MEM_DEV)
             return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT,
                              "input '%s' is bound to device memory of this context's last run (an output "
