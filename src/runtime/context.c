@@ -726,7 +726,11 @@ static kiln_status run_node_call(kiln_context *c, int ni, kiln_call *call) {
         slot_release(c, s);
         s->t = out_t[i];
         int ok = c->out_slot[v];
-        if (ok >= 0 && c->out[ok].data && c->out[ok].mem == m && c->out[ok].cap >= nb) {
+        /* caller memory not aligned to the element is written by a copy after the run
+         * (deliver_output), not by the kernel's element stores */
+        size_t es = kiln_dtype_size(outs[i].dtype);
+        if (ok >= 0 && c->out[ok].data && c->out[ok].mem == m && c->out[ok].cap >= nb &&
+            (m != MEM_HOST || !es || (uintptr_t)c->out[ok].data % es == 0)) {
             if ((st = check_output_overlap(c, ok, m, nb)) != KILN_OK) goto done;
             c->out[ok].written = nb;
             s->ptr[m] = c->out[ok].data; /* write straight into caller memory */
