@@ -318,7 +318,7 @@ static int pointer_mem(const kiln_context *c, const void *p) {
 }
 
 static kiln_status ctx_set_input(kiln_context *c, const char *name, kiln_dtype dtype, int rank,
-                                   const int64_t *dims, const void *data) {
+                                 const int64_t *dims, const void *data) {
     char a[160], b[160], c2[160];
     if (!c || !name)
         return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "kiln_context_set_input: NULL context or name");
@@ -1237,7 +1237,7 @@ kiln_status kiln_context_set_profiling(kiln_context *c, int on) {
 }
 
 static kiln_status ctx_layer_time(const kiln_context *c, int layer, double *total_us,
-                                    int64_t *runs) {
+                                  int64_t *runs) {
     if (total_us) *total_us = 0;
     if (runs) *runs = 0;
     if (!c) return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "kiln_context_layer_time: context is NULL");
@@ -1444,7 +1444,7 @@ kiln_status kiln_context_set_memory_limit(kiln_context *c, size_t bytes) {
 }
 
 static kiln_status ctx_get_output(kiln_context *c, const char *name, kiln_dtype *dtype, int *rank,
-                                    int64_t *dims, const void **data) {
+                                  int64_t *dims, const void **data) {
     if (!c || !name)
         return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "kiln_context_get_output: NULL context or name");
     const kiln_graph *g = c->e->graph;
