@@ -26,6 +26,9 @@
  *   - An engine is immutable (but for its user metadata:
  *     kiln_engine_set_metadata) and may be used from any number of threads.
  *     A context is used by one thread at a time; its engine must outlive it.
+ *     A kiln_context_* call that finds its context in use by another call
+ *     (another thread's, or the run whose layer callback made it) fails
+ *     with KILN_ERR_INVALID_ARGUMENT and changes nothing (docs/c-api.md).
  *   - Pointers returned by getters are borrowed from the object that returned
  *     them and are valid while it lives (and, for outputs, until the next run).
  */
@@ -177,6 +180,8 @@ KILN_API const char *kiln_model_warning(const kiln_model *m, int index);
 
 KILN_API kiln_status kiln_builder_create(kiln_builder **out);
 KILN_API void kiln_builder_free(kiln_builder *b);
+/* Device and index the engine is built for: the CPU is index 0 only, CUDA
+ * GPUs 0..1023 (as kiln_device_parse reads "cpu" / "cuda:N"). */
 KILN_API kiln_status kiln_builder_set_device(kiln_builder *b, kiln_device dev, int index);
 KILN_API kiln_status kiln_builder_set_precision(kiln_builder *b, kiln_precision p);
 /* Threads used by contexts of the built engine (CPU). 0 = one per core. */
@@ -320,7 +325,9 @@ KILN_API kiln_status kiln_engine_metadata_at(const kiln_engine *e, int index, co
  * rules of kiln_builder_set_metadata; kiln_engine_serialize and
  * kiln_engine_save then write it. This is the one change an engine allows:
  * do not call it while another thread reads this engine's metadata or
- * description (strings kiln_engine_describe returned are freed by it).
+ * description, or serializes or saves it (which write the metadata);
+ * strings kiln_engine_describe and kiln_engine_metadata returned are freed
+ * by it.
  * Contexts and runs are not affected. */
 KILN_API kiln_status kiln_engine_set_metadata(kiln_engine *e, const char *key, const char *value);
 
@@ -331,7 +338,11 @@ KILN_API void kiln_context_free(kiln_context *c);
 /* Threads this context uses (overrides the engine's setting). 0 = one per core. */
 KILN_API kiln_status kiln_context_set_threads(kiln_context *c, int threads);
 /* Binds an input by name. The data is not copied: it must stay valid and
- * unchanged until kiln_context_run returns. The shape must lie inside the
+ * unchanged until kiln_context_run returns. (Host bytes this context handed
+ * out, such as an output of its last run from kiln_context_get_output fed
+ * back in a recurrent loop, are copied when the run starts, since the run
+ * writes that memory; device bytes of the context are refused. So are host
+ * bytes not aligned to their element size copied, to aligned memory.) The shape must lie inside the
  * engine's profile and the dtype must match. For a CUDA engine `data` may be
  * host memory or device memory of the engine's GPU (told apart by the CUDA
  * runtime; device memory is used without a copy). A bool input holds one
@@ -344,7 +355,10 @@ KILN_API kiln_status kiln_context_set_input(kiln_context *c, const char *name, k
                                             int rank, const int64_t *dims, const void *data);
 /* Optionally binds caller memory for an output (`capacity` bytes; host or,
  * for CUDA engines, device memory). If the output needs more, run fails with
- * KILN_ERR_INVALID_ARGUMENT. NULL unbinds. */
+ * KILN_ERR_INVALID_ARGUMENT. NULL unbinds. The bytes an output takes must
+ * not overlap an input's or another output's: run fails with
+ * KILN_ERR_INVALID_ARGUMENT naming both (layers may still read an input
+ * when an output is written). */
 KILN_API kiln_status kiln_context_set_output(kiln_context *c, const char *name, void *data,
                                              size_t capacity);
 /* For CUDA engines: the cudaStream_t to run on (NULL: the context's own).
@@ -441,7 +455,8 @@ typedef enum kiln_layer_event {
  * on; anything else stops the run, which then fails with
  * KILN_ERR_INVALID_ARGUMENT ("the layer callback stopped the run ...").
  * The callback may call kiln_context_tensor and the kiln_engine_* getters,
- * nothing that runs or changes the context. */
+ * nothing that runs or changes the context (such calls fail: the context
+ * is in use). */
 typedef int (*kiln_layer_callback)(kiln_context *c, int layer, kiln_layer_event event, void *user);
 /* Sets the context's layer callback and the pointer passed to it (NULL
  * cb: none, the default). While one is set, runs do not use CUDA Graphs. */

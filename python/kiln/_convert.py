@@ -592,13 +592,11 @@ def convert_method_to_engine(module, method_name="forward", inputs=None, arg_inp
                         raise
                     _drop_tracebacks(e)
                     raise err from e
-                if onnx_path is not None:
-                    import shutil
-
-                    shutil.copyfile(path, onnx_path)
+                if onnx_path is not None:  # written as kiln.save writes (not through a link)
                     data_file = Path(str(path) + ".data")
                     if data_file.exists():
-                        shutil.copyfile(data_file, str(onnx_path) + ".data")
+                        _files.atomic_write(str(onnx_path) + ".data", source=data_file)
+                    _files.atomic_write(onnx_path, source=path)
                 metadata = {SPEC_KEY: spec_json(spec)}
                 data = _build_with_fallback(path, bound, device, precisions,
                                                    build_options, module, label, metadata)

@@ -72,6 +72,9 @@ class Engine:
         self._lock = threading.Lock()
         self._threads = threads
         self._memory_limit = 0  # bytes of activation memory per context; 0 = none
+        self._ctx_limit = {}  # context -> the memory limit it was given
+        self._busy = 0  # contexts acquired and not yet released (runs in progress)
+        self._closed = False
         self._finalizer = weakref.finalize(self, _free_all, handle, self._all_contexts)
         L = lib()
         info = _lib.IoInfo()
@@ -111,7 +114,7 @@ class Engine:
     # ---- engine-level --------------------------------------------------------------
     @property
     def handle(self):
-        if not self._finalizer.alive:
+        if self._closed or not self._finalizer.alive:
             raise ValueError("the engine was closed")
         return self._h
 
@@ -160,16 +163,49 @@ class Engine:
         return json.loads(s) if as_json else s
 
     def close(self):
-        self._finalizer()
+        """Frees the engine and its contexts. Runs in progress on other threads finish
+        first: the engine is freed when the last of them ends (it was freed under them: a
+        use after free in C, SIGSEGV). Later calls raise ValueError."""
+        with self._lock:
+            self._closed = True
+            idle = self._busy == 0
+        if idle:
+            self._finalizer()
 
     # ---- contexts ------------------------------------------------------------------
+    # A context is used by one thread at a time (kiln.h): each run acquires one (a free
+    # one, or a new one) and releases it after. Settings for all contexts (the memory
+    # limit) reach a context while it is free: C refuses calls on a context that another
+    # thread is running.
+    def _apply_limit(self, ctx):
+        if self._ctx_limit.get(ctx, 0) != self._memory_limit:
+            check(lib().kiln_context_set_memory_limit(ctx, self._memory_limit))
+            self._ctx_limit[ctx] = self._memory_limit
+
     def acquire_context(self):
         with self._lock:
+            if self._closed or not self._finalizer.alive:
+                raise ValueError("the engine was closed")
+            self._busy += 1
             if self._free_contexts:
-                return self._free_contexts.pop()
+                ctx = self._free_contexts.pop()
+                try:
+                    self._apply_limit(ctx)
+                except BaseException:
+                    self._free_contexts.append(ctx)
+                    self._busy -= 1
+                    raise
+                return ctx
+        try:
+            return self._new_context()
+        except BaseException:
+            self._done_with(None)
+            raise
+
+    def _new_context(self):
         L = lib()
         out = ctypes.c_void_p()
-        check(L.kiln_context_create(self.handle, ctypes.byref(out)))
+        check(L.kiln_context_create(self._h, ctypes.byref(out)))
         st = 0
         if self._threads is not None:
             try:
@@ -178,27 +214,39 @@ class Engine:
                 L.kiln_context_free(out)
                 raise
             st = L.kiln_context_set_threads(out, n)
-        if st == 0 and self._memory_limit:
-            st = L.kiln_context_set_memory_limit(out, self._memory_limit)
+        limit = self._memory_limit
+        if st == 0 and limit:
+            st = L.kiln_context_set_memory_limit(out, limit)
         if st != 0:
             msg = _lib.last_error()
             L.kiln_context_free(out)
             raise KilnError(st, msg)
         with self._lock:
             self._all_contexts.append(out.value)
+            self._ctx_limit[out.value] = limit
         return out.value
 
     def set_memory_limit(self, nbytes):
         """Limits the activation memory (intermediate tensors and scratch, not weights) of
         each context of this engine to `nbytes` bytes; 0 or None removes the limit. A run
-        that would need more raises KilnError (Status.OUT_OF_MEMORY) before allocating."""
+        that would need more raises KilnError (Status.OUT_OF_MEMORY) before allocating.
+        Contexts running on other threads meanwhile get it when their run ends."""
         n = _lib.c_int(nbytes or 0, 0, 2**64 - 1, "memory limit (bytes)")
-        L = lib()
         with self._lock:
+            if self._closed or not self._finalizer.alive:
+                raise ValueError("the engine was closed")
             self._memory_limit = n
-            for ctx in self._all_contexts:
-                check(L.kiln_context_set_memory_limit(ctx, n))
+            for ctx in self._free_contexts:
+                self._apply_limit(ctx)
+
+    def _done_with(self, ctx):
+        with self._lock:
+            self._busy -= 1
+            if ctx is not None:
+                self._free_contexts.append(ctx)
+            last = self._closed and self._busy == 0
+        if last:
+            self._finalizer()
 
     def release_context(self, ctx):
-        with self._lock:
-            self._free_contexts.append(ctx)
+        self._done_with(ctx)

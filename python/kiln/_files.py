@@ -7,6 +7,7 @@ import errno
 import io
 import os
 import secrets
+import shutil
 from pathlib import Path
 
 
@@ -47,14 +48,17 @@ def check_output_path(path, what):
                     f"io.BytesIO); got {type(path).__name__}")
 
 
-def atomic_write(path, data):
-    """Writes bytes `data` to `path`: a temporary '.<name>.<random>.tmp' in the same folder
-    (created 0666 & ~umask), fsync, rename over `path`. On failure the temporary file is
-    removed and the error names `path`."""
+def atomic_write(path, data=None, *, source=None):
+    """Writes bytes `data`, or the contents of the file `source`, to `path`: a temporary
+    '.kiln-<16 hex>.tmp' in the same folder (created 0666 & ~umask; short, as the C
+    library's, so that a name near the file system's 255-byte limit still has one), fsync,
+    rename over `path` (a symbolic link at `path` is replaced, its target untouched, as
+    `kiln build -o` does). On failure the temporary file is removed and the error names
+    `path`."""
     path = Path(os.fsdecode(os.fspath(path)))
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
     for _ in range(100):
-        tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp"
+        tmp = path.parent / f".kiln-{secrets.token_hex(8)}.tmp"
         try:
             fd = os.open(tmp, flags, 0o666)
             break
@@ -66,7 +70,11 @@ def atomic_write(path, data):
         raise FileExistsError(errno.EEXIST, f"cannot write '{path}': no free temporary name")
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            if source is None:
+                f.write(data)
+            else:
+                with open(source, "rb") as src:
+                    shutil.copyfileobj(src, f, 1 << 20)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)

@@ -205,6 +205,30 @@ def test_save_error_names_the_users_path(mlp_bytes, tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_long_names_and_links(mlp, mlp_bytes, tmp_path):
+    """Names up to the file system's 255 bytes are written (the temporary name was the
+    target's name plus 14 bytes: ENAMETOOLONG from 242 bytes on), and a symbolic link at
+    the path is replaced, its target untouched, by kiln.save and onnx_path alike, as by
+    `kiln build -o` (onnx_path was copied through the link over its target)."""
+    for n in (240, 255):
+        name = "a" * (n - 5) + ".kiln"
+        kiln.save(mlp_bytes, tmp_path / name)
+        assert (tmp_path / name).read_bytes() == bytes(mlp_bytes)
+    kiln.convert_method_to_engine(mlp, inputs=[torch.randn(2, 16)],
+                                  onnx_path=tmp_path / ("o" * 250 + ".onnx"))
+    precious = tmp_path / "precious.txt"
+    precious.write_text("keep me\n")
+    for name, write in (("m.onnx", lambda p: kiln.convert_method_to_engine(
+                            mlp, inputs=[torch.randn(2, 16)], onnx_path=p)),
+                        ("m.kiln", lambda p: kiln.save(mlp_bytes, p))):
+        link = tmp_path / name
+        link.symlink_to(precious)
+        write(link)
+        assert precious.read_text() == "keep me\n"
+        assert not link.is_symlink() and link.stat().st_size > 100
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
 # ---- 4. Torch-TensorRT's option names ---------------------------------------------------
 
 def _precision(engine_bytes):

@@ -2,6 +2,7 @@
 fallbacks, data-dependent shapes, threads, the DLPack copy path, engine files and
 objects, kiln.compile."""
 
+import ctypes
 import io
 import json
 import threading
@@ -226,6 +227,58 @@ def test_memory_limit_refuses_then_allows(mlp, mlp_engine):
     assert_close(em(x), want)
     with pytest.raises(ValueError):
         em.engine.set_memory_limit(-1)
+
+
+def test_close_and_memory_limit_while_other_threads_run(mlp, mlp_engine):
+    """Engine.close() while a run holds a context leaves engine and context alive until
+    that run releases it (they were freed under it: SIGSEGV with 3 threads running), and
+    calls after it raise ValueError. set_memory_limit while other threads run reaches
+    their contexts when they are free (C refuses a call on a context another thread is
+    running: KilnError 'the context is in use')."""
+    from kiln import _lib
+
+    em = kiln.EngineModule(mlp_engine)
+    x = torch.randn(8, 16)
+    with torch.no_grad():
+        want = mlp(x)
+    eng = em.engine
+    stop = threading.Event()
+    errors = []
+
+    def runs():
+        try:
+            while not stop.is_set():
+                assert_close(em(x), want)
+        except Exception as e:  # noqa: BLE001 (reported below)
+            errors.append(e)
+
+    threads = [threading.Thread(target=runs) for _ in range(2)]
+    for t in threads:
+        t.start()
+    try:
+        for k in range(300):
+            eng.set_memory_limit((64 << 20) + k)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    assert not errors, errors
+    # a run in progress (its context acquired) when close() comes
+    ctx = eng.acquire_context()
+    eng.close()
+    assert eng._finalizer.alive  # not freed under the run
+    L = _lib.lib()
+    dims = (ctypes.c_int64 * 2)(8, 16)
+    assert L.kiln_context_set_input(ctx, b"x", 1, 2, dims, x.data_ptr()) == 0
+    for o in eng.outputs:  # (bound by the last EngineModule run to a tensor since freed)
+        assert L.kiln_context_set_output(ctx, _lib.c_text(o.name, "name"), None, 0) == 0
+    assert L.kiln_context_run(ctx) == 0
+    eng.release_context(ctx)
+    assert not eng._finalizer.alive  # freed by the last release
+    with pytest.raises(ValueError, match="the engine was closed"):
+        em(x)
+    with pytest.raises(ValueError, match="the engine was closed"):
+        eng.set_memory_limit(0)
 
 
 def test_names_that_are_not_utf8(tmp_path, kiln_cli):

@@ -556,6 +556,29 @@ def test_kiln_serve_bad_numbers(args, words, capsys):
     assert e.value.code == 2 and words in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("kwargs, words", [
+    ({"workers": 0}, "workers must be an integer >= 1, got 0"),
+    ({"workers": 1.5}, "workers must be an integer >= 1, got 1.5"),
+    ({"max_batch": 0}, "max_batch must be an integer >= 1 (or None), got 0"),
+    ({"max_batch": 2.5}, "max_batch must be an integer >= 1 (or None), got 2.5"),
+    ({"timeout_ms": float("nan")}, "timeout_ms must be a finite number >= 0, got nan"),
+    ({"timeout_ms": -1}, "timeout_ms must be a finite number >= 0, got -1"),
+    ({"threads": -3}, "threads must be an integer in 0..1024 (or None), got -3"),
+    ({"threads": True}, "threads must be an integer in 0..1024 (or None), got True"),
+    ({"max_body_bytes": -1}, "max_body_bytes must be an integer > 0, got -1"),
+    ({"max_body_bytes": "64"}, "max_body_bytes must be an integer > 0, got '64'"),
+])
+def test_make_server_bad_numbers(kwargs, words):
+    """make_server / KilnLitAPI check their numbers as the CLI does, before the engine is
+    read: max_batch=0 or 2.5 was clamped or cut silently, timeout_ms=-1 or nan taken,
+    max_body_bytes=-1 answered every request 413, threads=-3 failed in every worker."""
+    from kiln.serving.litserve import make_server
+
+    with pytest.raises(ValueError) as e:
+        make_server("/nonexistent/model.kiln", **kwargs)
+    assert str(e.value) == words
+
+
 def test_kiln_serve_cli(engine, tmp_path):
     """`kiln serve --help` through the package's console script (kiln.cli), the C tool's
     commands through the same script, and a clear error for a model that is neither."""

@@ -67,6 +67,38 @@ def app(cluster, engine):
     serve.delete(APP)
 
 
+@pytest.mark.parametrize("kwargs, words", [
+    ({"num_replicas": 0}, "num_replicas must be an integer >= 1, got 0"),
+    ({"num_replicas": 2.7}, "num_replicas must be an integer >= 1, got 2.7"),
+    ({"num_replicas": True}, "num_replicas must be an integer >= 1, got True"),
+    ({"num_replicas": 2, "autoscaling_config": {"max_replicas": 2}},
+     "give num_replicas or autoscaling_config, not both"),
+    ({"autoscaling_config": {"mn_replicas": 1}}, "autoscaling_config: unknown key(s) "
+                                                 "'mn_replicas' (Ray Serve takes: "),
+    ({"max_batch": 0}, "max_batch must be an integer >= 1 (or None), got 0"),
+    ({"timeout_ms": float("nan")}, "timeout_ms must be a finite number >= 0, got nan"),
+    ({"timeout_ms": float("inf")}, "timeout_ms must be a finite number >= 0, got inf"),
+    ({"request_timeout_s": -1}, "request_timeout_s must be a finite number > 0, got -1"),
+    ({"max_body_bytes": -1}, "max_body_bytes must be an integer > 0, got -1"),
+    ({"threads": -3}, "threads must be an integer in 0..1024 (or None), got -3"),
+    ({"num_cpus": float("nan")}, "num_cpus must be a finite number >= 0, got nan"),
+])
+def test_build_app_bad_options(kwargs, words):
+    """build_app checks its options on the driver, before anything is deployed (no cluster
+    needed): 2.7 replicas ran 2, a misspelt autoscaling key was ignored, timeout_ms=nan
+    and request_timeout_s=-1 (every request a 504), max_body_bytes=-1 (every request a
+    413) were taken, threads=-3 failed in every replica after the deploy."""
+    from kiln.serving.ray import build_app, map_batches
+
+    with pytest.raises(ValueError) as e:
+        build_app("/nonexistent/model.kiln", **kwargs)
+    assert str(e.value).startswith(words)
+    with pytest.raises(ValueError, match=r"actors must be an integer >= 1, got 0"):
+        map_batches(None, "/nonexistent/model.kiln", actors=0)
+    with pytest.raises(ValueError, match=r"batch_size must be an integer >= 1 \(or None\), got -1"):
+        map_batches(None, "/nonexistent/model.kiln", batch_size=-1)
+
+
 def replicas():
     return sorted(a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
                   if a["name"].startswith(f"SERVE_REPLICA::{APP}#"))

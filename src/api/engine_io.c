@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 /* ---- load ------------------------------------------------------------- */
@@ -49,13 +50,29 @@ kiln_status kiln_engine_load(const char *path, kiln_engine **out) {
         return KILN_FAIL(KILN_ERR_UNSUPPORTED, "%s: engine file is too large to map", path);
     }
     size_t size = (size_t)fsize;
+    struct stat st0;
     void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
     int err = errno;
-    close(fd); /* the mapping keeps the file alive */
-    if (map == MAP_FAILED)
+    if (map == MAP_FAILED || fstat(fd, &st0) != 0) {
+        if (map != MAP_FAILED) munmap(map, size);
+        close(fd);
         return KILN_FAIL(KILN_ERR_IO, "%s: cannot map engine: %s", path, strerror(err));
+    }
     kiln_status st = engine_from_blob(map, size, 1, out);
-    if (st != KILN_OK) return kiln__fail_prefix(st, "%s", path);
+    if (st != KILN_OK) {
+        close(fd);
+        return kiln__fail_prefix(st, "%s", path);
+    }
+    /* kept open: the engine looks at the file now and then (kiln__engine_check_file) */
+    kiln_engine *e = *out;
+    e->map_fd = fd;
+    e->map_open = true;
+    e->map_st = st0;
+    e->map_sum = kiln__le64((const unsigned char *)map + KILN_FMT_OFF_CHECKSUM);
+    e->map_path = kiln__strdup(path);
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    atomic_store(&e->map_checked_us, (long long)ts.tv_sec * 1000000 + ts.tv_nsec / 1000);
     return KILN_OK;
 }
 
@@ -70,6 +87,37 @@ kiln_status kiln_engine_load_memory(const void *data, size_t size, kiln_engine *
         return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory copying an engine (%zu bytes)", size);
     memcpy(copy, data, size);
     return engine_from_blob(copy, size, 2, out);
+}
+
+kiln_status kiln__engine_check_file(const kiln_engine *ce) {
+    kiln_engine *e = (kiln_engine *)ce; /* the check's own fields only (atomics, under dev_lock) */
+    if (!e->map_open) return KILN_OK;
+    const char *path = e->map_path ? e->map_path : "?";
+    if (atomic_load_explicit(&e->map_changed, memory_order_relaxed)) goto changed;
+    struct timespec ts; /* the coarse clock (a few ns; ms resolution) is enough for a 10 ms period */
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    long long now = (long long)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+    long long last = atomic_load_explicit(&e->map_checked_us, memory_order_relaxed);
+    if (now - last < 10000 || !atomic_compare_exchange_strong(&e->map_checked_us, &last, now))
+        return KILN_OK; /* looked at less than 10 ms ago, or another thread is looking */
+    struct stat st;
+    if (fstat(e->map_fd, &st) != 0) return KILN_OK;
+    pthread_mutex_lock(&e->dev_lock);
+    bool same = kiln__same_file(&st, &e->map_st);
+    if (!same && (uint64_t)st.st_size == (uint64_t)e->blob_size &&
+        kiln__format_checksum_ex(e->blob, e->blob_size, true) == e->map_sum) {
+        e->map_st = st; /* touched, or written again with the same bytes */
+        same = true;
+    }
+    if (!same) atomic_store(&e->map_changed, true);
+    pthread_mutex_unlock(&e->dev_lock);
+    if (same) return KILN_OK;
+changed:
+    return KILN_FAIL(KILN_ERR_IO,
+                     "engine file '%s' was written in place since it was loaded (its weights are read "
+                     "from the file): load it again; replace engine files by rename, never in place "
+                     "(docs/memory.md)",
+                     path);
 }
 
 /* ---- save ------------------------------------------------------------- */
@@ -105,6 +153,8 @@ void kiln_engine_free(kiln_engine *e) {
     kiln__free(e->describe_json);
     kiln__meta_clear(&e->meta);
     pthread_mutex_destroy(&e->dev_lock);
+    if (e->map_open) close(e->map_fd);
+    kiln__free(e->map_path);
     if (e->blob_kind == 1 && e->blob)
         munmap(e->blob, e->blob_size);
     else if (e->blob_kind == 2)

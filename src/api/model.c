@@ -10,24 +10,38 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* Reads a whole file into a new buffer (kiln__free). */
+/* The most a model read from a pipe may hold: ONNX files are protobuf
+ * messages, which cannot exceed 2 GiB (larger models keep their weights in
+ * external data). */
+#define MODEL_STREAM_MAX ((size_t)2 << 30)
+
+/* Reads a whole file into a new buffer (kiln__free): a regular file, or a
+ * pipe / FIFO (`kiln build /dev/stdin`, `<(...)`) read to its end, at most
+ * MODEL_STREAM_MAX bytes. Devices, sockets and folders are refused before
+ * they are opened: /dev/zero or /dev/urandom were read until memory ran out
+ * (32 GiB asked for), and opening some devices has effects of its own. */
 static kiln_status read_file(const char *path, void **data, size_t *size) {
     *data = NULL;
     *size = 0;
+    struct stat st;
+    if (stat(path, &st) != 0) return KILN_FAIL(KILN_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+    if (!S_ISREG(st.st_mode) && !S_ISFIFO(st.st_mode))
+        return KILN_FAIL(KILN_ERR_IO, "cannot read '%s': it is %s, not a model file", path,
+                         kiln__file_type_name((unsigned)st.st_mode));
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return KILN_FAIL(KILN_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
     kiln_status s = KILN_OK;
     char *buf = NULL;
-    struct stat st;
     if (fstat(fd, &st) != 0) {
         s = KILN_FAIL(KILN_ERR_IO, "cannot stat '%s': %s", path, strerror(errno));
         goto done;
     }
-    if (S_ISDIR(st.st_mode)) {
-        s = KILN_FAIL(KILN_ERR_IO, "cannot read '%s': %s", path, strerror(EISDIR));
+    if (!S_ISREG(st.st_mode) && !S_ISFIFO(st.st_mode)) { /* replaced since the stat */
+        s = KILN_FAIL(KILN_ERR_IO, "cannot read '%s': it is %s, not a model file", path,
+                      kiln__file_type_name((unsigned)st.st_mode));
         goto done;
     }
-    /* Regular files: read st_size bytes. Others (pipes): read until EOF. */
+    /* Regular files: read st_size bytes. Pipes: read until EOF. */
     size_t cap = S_ISREG(st.st_mode) ? (size_t)st.st_size + 1 : 1 << 16, len = 0;
     if (S_ISREG(st.st_mode) && (uint64_t)st.st_size >= (uint64_t)SIZE_MAX / 2) {
         s = KILN_FAIL(KILN_ERR_IO, "'%s' is too large", path);
@@ -40,6 +54,13 @@ static kiln_status read_file(const char *path, void **data, size_t *size) {
     }
     for (;;) {
         if (len == cap) {
+            if (!S_ISREG(st.st_mode) && len >= MODEL_STREAM_MAX) {
+                s = KILN_FAIL(KILN_ERR_MODEL,
+                              "'%s' gave %zu bytes and more: an ONNX file holds less than 2 GiB (larger "
+                              "models keep their weights in external data)",
+                              path, MODEL_STREAM_MAX);
+                goto done;
+            }
             if (cap > SIZE_MAX / 4) {
                 s = KILN_FAIL(KILN_ERR_IO, "'%s' is too large", path);
                 goto done;

@@ -153,6 +153,9 @@ KILN_PRIVATE const kiln_backend_i *kiln__backend_for(int device); /* NULL if not
 /* "cpu", "cuda"...: the name of a device kiln knows (built in or not); NULL
  * for an unknown one. */
 KILN_PRIVATE const char *kiln__device_name(int device);
+/* The largest device index of a device kind (cpu: 0, one CPU device; cuda: 1023), as
+ * kiln_device_parse and kiln_builder_set_device take them. */
+KILN_PRIVATE int kiln__device_index_max(int device);
 
 /* ---- what a backend says about one node, from its kernel (kernel.c) ---- */
 

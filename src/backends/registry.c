@@ -70,6 +70,8 @@ kiln_status kiln_device_from_name(const char *name, kiln_device *dev) {
                      name ? spec_shown(name, shown, sizeof shown) : "(null)", known);
 }
 
+int kiln__device_index_max(int device) { return device == KILN_DEVICE_CPU ? 0 : 1023; }
+
 kiln_status kiln_device_parse(const char *spec, kiln_device *dev, int *index) {
     if (!spec || !dev || !index)
         return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "kiln_device_parse: %s is NULL",
@@ -87,7 +89,7 @@ kiln_status kiln_device_parse(const char *spec, kiln_device *dev, int *index) {
     long idx = 0;
     if (st == KILN_OK && colon) {
         const char *p = colon + 1;
-        int max = d == KILN_DEVICE_CPU ? 0 : 1023, digits = 0;
+        int max = kiln__device_index_max(d), digits = 0;
         for (; *p >= '0' && *p <= '9' && idx <= max; p++, digits++) idx = idx * 10 + (*p - '0');
         if (!digits || *p || idx > max) st = KILN_ERR_INVALID_ARGUMENT;
     }

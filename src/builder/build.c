@@ -37,7 +37,11 @@ void kiln_builder_free(kiln_builder *b) {
 kiln_status kiln_builder_set_device(kiln_builder *b, kiln_device dev, int index) {
     CHECK_BUILDER(b, "kiln_builder_set_device");
     if (!kiln__device_name(dev)) return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "unknown device %d", (int)dev);
-    if (index < 0) return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "device index %d < 0", index);
+    /* as kiln_device_parse reads them: an engine for "cpu:3" was built, which no device
+     * string of the CLI or Python could then ask for */
+    if (index < 0 || index > kiln__device_index_max(dev))
+        return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "device index %d of %s is out of range 0..%d", index,
+                         kiln__device_name(dev), kiln__device_index_max(dev));
     b->opts.device = dev;
     b->opts.device_index = index;
     return KILN_OK;
@@ -861,14 +865,20 @@ const char *kiln_engine_describe(kiln_engine *e, int json) {
         (void)KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "kiln_engine_describe: engine is NULL");
         return "";
     }
-    char **slot = json ? &e->describe_json : &e->describe_text;
-    if (*slot) return *slot;
+    _Atomic(char *) *slot = json ? &e->describe_json : &e->describe_text;
+    char *have = atomic_load(slot);
+    if (have) return have;
     kiln_sbuf sb = {0};
     describe(e, &sb, json != 0);
     if (sb.oom || !sb.data) {
         kiln__sbuf_free(&sb);
         return "";
     }
-    *slot = sb.data;
-    return *slot;
+    /* another thread may have described it meanwhile: the first string
+     * stays (a caller may hold it), ours goes */
+    if (!atomic_compare_exchange_strong(slot, &have, sb.data)) {
+        kiln__sbuf_free(&sb);
+        return have;
+    }
+    return sb.data;
 }

@@ -21,7 +21,8 @@
  * the tactic, in hex) and the input dtypes and shapes. It is read before
  * timing (a known key is not timed again, nor is a layer identical to one
  * timed before in the same build) and rewritten after, through a
- * temporary file and a rename. Files of versions 1 (made before a device
+ * temporary file and a rename, with the entries other builds added to the
+ * file meanwhile (cache_write). Files of versions 1 (made before a device
  * layer's tactics had to agree on its output, tune_check.h) and 2 (before
  * disagreeing tactics were judged by the host reference, not a vote: a
  * wrong plurality's choice may be in them) are read as empty, with a note:
@@ -55,6 +56,7 @@ typedef struct tcache {
     int *slot;    /* open-addressing index of e: entry + 1, 0 empty (a file of 10^6 lines is read in */
     int n_slot;   /* linear time, not n^2 key comparisons); a power of two, at least twice n */
     bool dirty;
+    struct stat seen; /* the file as read (st_ino 0: none was); cache_write merges only if it changed */
 } tcache;
 
 /* Lines of the cache file are at most this long (a key is ~1 kB) */
@@ -127,6 +129,31 @@ static bool cache_parse_line(char *line, const char **key, int32_t *id, float *u
     return true;
 }
 
+/* One line of the cache file into buf (cap bytes), without its newline and
+ * a carriage return before it (a file that went through a CRLF checkout was
+ * "not a kiln timing cache"): its length, or -1 at the end of the file, -2
+ * when it is longer than cap - 2 characters, -3 when it holds a NUL byte
+ * (fgets + strlen read such a line up to the NUL, and a long line with one
+ * escaped the length check). */
+static long cache_getline(FILE *f, char *buf, size_t cap) {
+    size_t len = 0;
+    int ch = EOF;
+    bool nul = false;
+    while ((ch = getc_unlocked(f)) != EOF && ch != '\n') {
+        if (len + 2 >= cap) {
+            while ((ch = getc_unlocked(f)) != EOF && ch != '\n') {
+            }
+            return -2;
+        }
+        nul |= ch == 0;
+        buf[len++] = (char)ch;
+    }
+    if (ch == EOF && len == 0) return -1;
+    if (len && buf[len - 1] == '\r') len--;
+    buf[len] = 0;
+    return nul ? -3 : (long)len;
+}
+
 /* Reads the cache file; a missing file is an empty cache (when its folder
  * exists: it is written there after the tuning, which should not run in
  * vain), a malformed one an error naming the file and line. */
@@ -148,6 +175,7 @@ static kiln_status cache_read(tcache *c, const char *path, bool notes) {
     }
     int fd;
     KILN_TRY(kiln__open_regular(path, "timing cache", &fd, NULL));
+    if (fstat(fd, &c->seen) != 0) memset(&c->seen, 0, sizeof c->seen);
     FILE *f = fdopen(fd, "r");
     if (!f) {
         close(fd);
@@ -157,16 +185,20 @@ static kiln_status cache_read(tcache *c, const char *path, bool notes) {
     int ln = 0;
     kiln_status st = KILN_OK;
     bool old = false;
-    while (st == KILN_OK && !old && fgets(line, sizeof line, f)) {
+    long got;
+    while (st == KILN_OK && !old && (got = cache_getline(f, line, sizeof line)) != -1) {
         if (ln == INT32_MAX) break;
         ln++;
-        size_t len = strlen(line);
-        if (len && line[len - 1] == '\n') line[--len] = 0;
-        else if (len == sizeof line - 1 && !feof(f)) {
+        if (got == -2) {
             st = KILN_FAIL(KILN_ERR_IO, "timing cache '%s', line %d is longer than %d characters", path, ln,
                            CACHE_LINE_MAX - 2);
             break;
         }
+        if (got == -3) {
+            st = KILN_FAIL(KILN_ERR_IO, "timing cache '%s', line %d holds a NUL byte", path, ln);
+            break;
+        }
+        size_t len = (size_t)got;
         if (ln == 1) {
             old = !strcmp(line, "kiln-timing-cache 1") || !strcmp(line, "kiln-timing-cache 2");
             if (old) {
@@ -196,7 +228,29 @@ static kiln_status cache_read(tcache *c, const char *path, bool notes) {
     return st;
 }
 
-static kiln_status cache_write(const tcache *c, const char *path) {
+/* Writes c to path. Entries another build wrote to the file since it was
+ * read are kept (c's own win where both have a key): builds sharing one
+ * cache file at once (make -j, CI jobs) each rewrite it whole, and without
+ * this merge the last one's rename dropped every entry the others had timed.
+ * A file now unreadable or of another version is replaced, as before. */
+static kiln_status cache_write(tcache *c, const char *path) {
+    tcache now = {0};
+    struct stat cur;
+    bool changed = stat(path, &cur) == 0 ? !kiln__same_file(&cur, &c->seen) : c->seen.st_ino != 0;
+    if (!changed) { /* as this build read it (or still absent): nothing to keep */
+    } else if (cache_read(&now, path, false) == KILN_OK) {
+        for (int i = 0; i < now.n; i++)
+            if (!cache_find(c, now.e[i].key)) {
+                kiln_status st = cache_put(c, now.e[i].key, now.e[i].id, now.e[i].us);
+                if (st != KILN_OK) {
+                    cache_free(&now);
+                    return st;
+                }
+            }
+    } else {
+        kiln__clear_error();
+    }
+    cache_free(&now);
     kiln_sbuf sb = {0};
     kiln__sbuf_printf(&sb, "kiln-timing-cache 3\n");
     for (int i = 0; i < c->n; i++)

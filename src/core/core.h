@@ -59,6 +59,10 @@ KILN_PRIVATE kiln_status kiln__grow(void **p, int *cap, int need, size_t size);
 /* ---- files (src/core/file.c) ---------------------------------------------
  * "a FIFO (named pipe)", "a directory", ... for a st_mode. */
 KILN_PRIVATE const char *kiln__file_type_name(unsigned mode);
+/* Whether two stat results are the same file with the same size and
+ * modification time (a file replaced by rename, or written, is not). */
+struct stat;
+KILN_PRIVATE bool kiln__same_file(const struct stat *a, const struct stat *b);
 /* Opens `path` for reading when it is a regular file (symbolic links
  * followed): a FIFO, device, socket or folder is refused without a
  * blocking open. *fd_out is the caller's to close; *size_out (may be NULL)
@@ -159,6 +163,11 @@ typedef void (*kiln_range_fn)(void *ctx, int64_t begin, int64_t end);
 KILN_PRIVATE kiln_status kiln__pool_create(int threads, kiln_pool **out);
 KILN_PRIVATE void kiln__pool_free(kiln_pool *p);
 KILN_PRIVATE int kiln__pool_threads(const kiln_pool *p); /* 1 for NULL */
+/* Whether p was made by another process: this one is a fork() child of it,
+ * which has none of p's worker threads. Such a pool runs jobs on the caller
+ * alone, touches no thread or lock of the parent, and is freed without
+ * joining; contexts make themselves a new one (see pool.c, "fork"). */
+KILN_PRIVATE bool kiln__pool_forked(const kiln_pool *p);
 /* While held (a context is running a plan), idle workers spin waiting for
  * the next job instead of sleeping. NULL: nothing. */
 KILN_PRIVATE void kiln__pool_hold(kiln_pool *p, bool on);

@@ -50,6 +50,11 @@ kiln_status kiln__open_regular(const char *path, const char *what, int *fd_out, 
     return KILN_OK;
 }
 
+bool kiln__same_file(const struct stat *a, const struct stat *b) {
+    return a->st_ino == b->st_ino && a->st_dev == b->st_dev && a->st_size == b->st_size &&
+           a->st_mtim.tv_sec == b->st_mtim.tv_sec && a->st_mtim.tv_nsec == b->st_mtim.tv_nsec;
+}
+
 kiln_status kiln__check_write_target(const char *path, const char *what) {
     struct stat st;
     if (stat(path, &st) != 0) return KILN_OK; /* absent (or a dangling link): created */

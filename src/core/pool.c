@@ -33,7 +33,18 @@
  * (a wake-up can move it next to the worker that woke it), and a worker is
  * only moved when the caller's CPU changed. Off when there are more threads than usable CPUs,
  * on machines without sched_getcpu, or with KILN_PIN_THREADS=0 in the
- * environment when the pool is created. */
+ * environment when the pool is created.
+ *
+ * fork. A child process gets a copy of the pool's memory but none of its
+ * workers: their thread ids are the parent's (pinning them would move the
+ * parent's threads) and joining them waited forever (a forked child that used
+ * an engine of its parent hung at exit, freeing it). So a pool remembers the
+ * process that made it; in any other process it runs every job on the caller,
+ * neither pins nor wakes workers, and is freed without joining or locking
+ * (its locks may have been held at the fork). "Made by this process" is a
+ * fork count, which a pthread_atfork child handler raises: the one piece of
+ * process-wide state here (it describes the process, as getpid does, and
+ * costs a load where getpid is a ~100 ns system call, asked on every job). */
 #include "core/core.h"
 
 #include <pthread.h>
@@ -58,6 +69,7 @@ struct kiln_pool {
     int n_cpus;
     int *cpus;
     int *worker_cpu;                 /* -1: not pinned */
+    unsigned fork_gen;               /* kiln_fork_gen when it was made (see "fork") */
     int caller_cpu;                  /* the caller's CPU at the last placement */
     /* current job */
     kiln_range_fn fn;
@@ -65,6 +77,11 @@ struct kiln_pool {
     int64_t n, chunk;
     atomic_int_fast64_t next;
 };
+
+static atomic_uint kiln_fork_gen;
+static pthread_once_t kiln_fork_once = PTHREAD_ONCE_INIT;
+static void fork_child(void) { atomic_fetch_add(&kiln_fork_gen, 1); }
+static void fork_watch(void) { (void)pthread_atfork(NULL, NULL, fork_child); }
 
 int kiln__cpu_count(void) {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
@@ -145,7 +162,7 @@ static void place_workers(kiln_pool *p) {
 }
 
 void kiln__pool_hold(kiln_pool *p, bool on) {
-    if (!p) return;
+    if (!p || kiln__pool_forked(p)) return;
     if (on && p->place) place_workers(p);
     atomic_store(&p->hold, on);
     if (!on) return;
@@ -200,6 +217,8 @@ kiln_status kiln__pool_create(int threads, kiln_pool **out) {
     if (threads > 256) threads = 256;
     kiln_pool *p = kiln__calloc(1, sizeof *p);
     if (!p) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory creating thread pool");
+    pthread_once(&kiln_fork_once, fork_watch);
+    p->fork_gen = atomic_load(&kiln_fork_gen);
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cv_work, NULL);
     pthread_cond_init(&p->cv_done, NULL);
@@ -222,8 +241,19 @@ kiln_status kiln__pool_create(int threads, kiln_pool **out) {
     return KILN_OK;
 }
 
+bool kiln__pool_forked(const kiln_pool *p) {
+    return p && p->fork_gen != atomic_load_explicit(&kiln_fork_gen, memory_order_relaxed);
+}
+
 void kiln__pool_free(kiln_pool *p) {
     if (!p) return;
+    if (kiln__pool_forked(p)) { /* the workers are the parent's: memory only */
+        kiln__free(p->threads);
+        kiln__free(p->cpus);
+        kiln__free(p->worker_cpu);
+        kiln__free(p);
+        return;
+    }
     pthread_mutex_lock(&p->mu);
     atomic_store(&p->stop, true);
     pthread_cond_broadcast(&p->cv_work);
@@ -238,10 +268,10 @@ void kiln__pool_free(kiln_pool *p) {
     kiln__free(p);
 }
 
-int kiln__pool_threads(const kiln_pool *p) { return p ? p->n_workers + 1 : 1; }
+int kiln__pool_threads(const kiln_pool *p) { return p && !kiln__pool_forked(p) ? p->n_workers + 1 : 1; }
 
 int kiln__pool_worker_cpu(const kiln_pool *p, int w) {
-    return p && p->place && w >= 0 && w < p->n_workers ? p->worker_cpu[w] : -1;
+    return p && p->place && w >= 0 && w < p->n_workers && !kiln__pool_forked(p) ? p->worker_cpu[w] : -1;
 }
 
 void kiln__parallel_for(kiln_pool *p, int64_t n, int64_t grain, kiln_range_fn fn, void *ctx) {

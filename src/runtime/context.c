@@ -25,6 +25,7 @@
 #include "runtime/debug.h"
 #include "runtime/engine.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,6 +58,7 @@ typedef struct kiln_slot {
 typedef struct kiln_binding {
     const void *data;
     bool bound;
+    const void *run;       /* what this run reads: data, or the context's copy of it (inputs_for_run) */
     int mem;               /* where the caller's bytes are */
     kiln_dtype dtype;
     int rank;
@@ -72,6 +74,7 @@ typedef struct kiln_out_binding {
     void *data;            /* caller memory for an output, or NULL */
     size_t cap;
     int mem;
+    size_t written;        /* bytes of this run's output written there so far */
 } kiln_out_binding;
 
 struct kiln_context {
@@ -115,11 +118,36 @@ struct kiln_context {
     int cb_layer;          /* the layer whose event is being reported, or -1 */
     kiln_layer_event cb_event;
     kiln_view_buf *view;   /* host copies handed out as views: used_view of them in this event */
+    kiln_view_buf *in_copy; /* per graph input: its bytes copied when they are the context's own */
     int n_view, cap_view, used_view;
     bool no_reuse;         /* kiln_context_set_memory_reuse(c, 0) */
     int plant_layer;       /* KILN_TEST_PLANT_BUG: the layer made wrong, or -1 */
     kiln_arena_check *acheck; /* the debug arena check, or NULL (off) */
+    atomic_int busy;       /* 1 while a kiln_context_* call runs or changes it (ctx_claim) */
 };
+
+/* A context is used by one thread at a time (kiln.h). Every kiln_context_*
+ * call but _create, _free and _tensor claims it for its duration; a call
+ * that finds it claimed fails instead of corrupting it: a second thread
+ * running or binding the same context, or a layer callback that runs,
+ * binds or reconfigures the context whose run called it (which would free
+ * the thread pool, profile or arena check under the run, or recurse). */
+static kiln_status ctx_claim(kiln_context *c, const char *fn) {
+    if (!atomic_exchange(&c->busy, 1)) return KILN_OK;
+    return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT,
+                     "%s: the context is in use (by a call on another thread, or by the run whose layer "
+                     "callback made this call); a context is used by one thread at a time",
+                     fn);
+}
+
+/* `return call;` with c claimed around it (a NULL c is the call's to report). */
+#define WITH_CLAIM(c, fn, call)                         \
+    do {                                                \
+        if (c) KILN_TRY(ctx_claim((c), (fn)));          \
+        kiln_status st_ = (call);                       \
+        if (c) atomic_store(&(c)->busy, 0);             \
+        return st_;                                     \
+    } while (0)
 
 static int node_mem(const kiln_context *c, const kiln_node *n) { return kiln__node_mem(c->e, n); }
 
@@ -148,10 +176,11 @@ kiln_status kiln_context_create(const kiln_engine *e, kiln_context **out) {
     c->slots = kiln__calloc(nv, sizeof *c->slots);
     c->out_slot = kiln__malloc(nv * sizeof *c->out_slot);
     c->in = kiln__calloc((size_t)g->n_inputs + 1, sizeof *c->in);
+    c->in_copy = kiln__calloc((size_t)g->n_inputs + 1, sizeof *c->in_copy);
     c->out = kiln__calloc((size_t)g->n_outputs + 1, sizeof *c->out);
     c->node_state = kiln__calloc((size_t)g->n_nodes + 1, sizeof *c->node_state);
     c->sig = kiln__calloc((size_t)g->n_inputs + 1, sizeof *c->sig);
-    if (!c->slots || !c->out_slot || !c->in || !c->out || !c->node_state || !c->sig) {
+    if (!c->slots || !c->out_slot || !c->in || !c->in_copy || !c->out || !c->node_state || !c->sig) {
         kiln_context_free(c);
         return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory creating a context");
     }
@@ -209,6 +238,8 @@ void kiln_context_free(kiln_context *c) {
     kiln__free(c->prof_runs);
     for (int i = 0; i < c->n_view; i++) kiln__free(c->view[i].p);
     kiln__free(c->view);
+    for (int i = 0; c->in_copy && i < c->e->graph->n_inputs; i++) kiln__free(c->in_copy[i].p);
+    kiln__free(c->in_copy);
     kiln__acheck_free(c->acheck);
     if (c->graph) c->be[MEM_DEV]->graph_free(c->state[MEM_DEV], c->graph);
     kiln__free(c->gkey);
@@ -229,7 +260,7 @@ void kiln_context_free(kiln_context *c) {
     kiln__free(c);
 }
 
-kiln_status kiln_context_set_threads(kiln_context *c, int threads) {
+static kiln_status ctx_set_threads(kiln_context *c, int threads) {
     if (!c) return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "kiln_context_set_threads: context is NULL");
     if (threads < 0 || threads > 1024)
         return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "threads must be in 0..1024, got %d", threads);
@@ -241,7 +272,11 @@ kiln_status kiln_context_set_threads(kiln_context *c, int threads) {
     return KILN_OK;
 }
 
-kiln_status kiln_context_set_stream(kiln_context *c, void *stream) {
+kiln_status kiln_context_set_threads(kiln_context *c, int threads) {
+    WITH_CLAIM(c, "kiln_context_set_threads", ctx_set_threads(c, threads));
+}
+
+static kiln_status ctx_set_stream(kiln_context *c, void *stream) {
     if (!c) return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "kiln_context_set_stream: context is NULL");
     if (!c->be[MEM_DEV]) {
         if (stream) return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "a stream was given for a CPU engine");
@@ -250,6 +285,10 @@ kiln_status kiln_context_set_stream(kiln_context *c, void *stream) {
     KILN_TRY(c->be[MEM_DEV]->set_stream(c->state[MEM_DEV], stream));
     c->stream = stream;
     return KILN_OK;
+}
+
+kiln_status kiln_context_set_stream(kiln_context *c, void *stream) {
+    WITH_CLAIM(c, "kiln_context_set_stream", ctx_set_stream(c, stream));
 }
 
 static int find_io(const kiln_graph *g, const int *list, int n, const char *name) {
@@ -278,8 +317,8 @@ static int pointer_mem(const kiln_context *c, const void *p) {
                                                                                       : MEM_HOST;
 }
 
-kiln_status kiln_context_set_input(kiln_context *c, const char *name, kiln_dtype dtype, int rank,
-                                   const int64_t *dims, const void *data) {
+static kiln_status ctx_set_input(kiln_context *c, const char *name, kiln_dtype dtype, int rank,
+                                 const int64_t *dims, const void *data) {
     char a[160], b[160], c2[160];
     if (!c || !name)
         return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "kiln_context_set_input: NULL context or name");
@@ -329,7 +368,12 @@ kiln_status kiln_context_set_input(kiln_context *c, const char *name, kiln_dtype
     return KILN_OK;
 }
 
-kiln_status kiln_context_set_output(kiln_context *c, const char *name, void *data, size_t capacity) {
+kiln_status kiln_context_set_input(kiln_context *c, const char *name, kiln_dtype dtype, int rank,
+                                   const int64_t *dims, const void *data) {
+    WITH_CLAIM(c, "kiln_context_set_input", ctx_set_input(c, name, dtype, rank, dims, data));
+}
+
+static kiln_status ctx_set_output(kiln_context *c, const char *name, void *data, size_t capacity) {
     if (!c || !name)
         return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "kiln_context_set_output: NULL context or name");
     const kiln_graph *g = c->e->graph;
@@ -339,6 +383,10 @@ kiln_status kiln_context_set_output(kiln_context *c, const char *name, void *dat
     c->out[k].cap = data ? capacity : 0;
     c->out[k].mem = pointer_mem(c, data);
     return KILN_OK;
+}
+
+kiln_status kiln_context_set_output(kiln_context *c, const char *name, void *data, size_t capacity) {
+    WITH_CLAIM(c, "kiln_context_set_output", ctx_set_output(c, name, data, capacity));
 }
 
 /* ---- memory: plans, arenas, overflow buffers ---------------------------- */
@@ -627,6 +675,8 @@ static bool host_input(const kiln_node *n, int i) {
     return i < 32 && (n->op->host_inputs & (1u << i));
 }
 
+static kiln_status check_output_overlap(const kiln_context *c, int k, int m, size_t n);
+
 static kiln_status run_node_call(kiln_context *c, int ni, kiln_call *call) {
     const kiln_node *n = &c->e->graph->nodes[ni];
     const kiln_graph *g = c->e->graph;
@@ -676,7 +726,13 @@ static kiln_status run_node_call(kiln_context *c, int ni, kiln_call *call) {
         slot_release(c, s);
         s->t = out_t[i];
         int ok = c->out_slot[v];
-        if (ok >= 0 && c->out[ok].data && c->out[ok].mem == m && c->out[ok].cap >= nb) {
+        /* caller memory not aligned to the element is written by a copy after the run
+         * (deliver_output), not by the kernel's element stores */
+        size_t es = kiln_dtype_size(outs[i].dtype);
+        if (ok >= 0 && c->out[ok].data && c->out[ok].mem == m && c->out[ok].cap >= nb &&
+            (m != MEM_HOST || !es || (uintptr_t)c->out[ok].data % es == 0)) {
+            if ((st = check_output_overlap(c, ok, m, nb)) != KILN_OK) goto done;
+            c->out[ok].written = nb;
             s->ptr[m] = c->out[ok].data; /* write straight into caller memory */
         } else {
             if (ok >= 0 && c->out[ok].data && c->out[ok].cap < nb) {
@@ -722,6 +778,36 @@ static kiln_status run_node(kiln_context *c, int ni) {
     return st;
 }
 
+/* Output k is about to be written to its bound buffer, n bytes in memory m.
+ * Those bytes must not overlap a graph input's bytes nor another output's
+ * bytes of this run: a layer writing an output over an input changed what
+ * later layers read (a silent wrong result: with y1 bound over x, y2 = x + 1
+ * read 2x + 1), and outputs written over each other lose one. */
+static kiln_status check_output_overlap(const kiln_context *c, int k, int m, size_t n) {
+    const kiln_graph *g = c->e->graph;
+    uintptr_t a = (uintptr_t)c->out[k].data, b = a + n;
+    if (!n) return KILN_OK;
+    const char *what = NULL, *name = NULL;
+    for (int i = 0; i < g->n_inputs && !what; i++) {
+        const kiln_binding *in = &c->in[i];
+        if (!in->bound || !in->run || in->mem != m) continue;
+        uintptr_t ia = (uintptr_t)in->run;
+        uintptr_t ib = ia + (size_t)kiln__numel(in->rank, in->dims) * kiln_dtype_size(in->dtype);
+        if (a < ib && ia < b) what = "input", name = g->values[g->inputs[i]].name;
+    }
+    for (int j = 0; j < g->n_outputs && !what; j++) {
+        const kiln_out_binding *o = &c->out[j];
+        if (j == k || !o->written || o->mem != m) continue;
+        uintptr_t oa = (uintptr_t)o->data, ob = oa + o->written;
+        if (a < ob && oa < b) what = "output", name = g->values[g->outputs[j]].name;
+    }
+    if (!what) return KILN_OK;
+    return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT,
+                     "output '%s' is bound to memory that overlaps %s '%s': a run writes its outputs "
+                     "while layers still read the inputs; give each output a buffer of its own",
+                     g->values[g->outputs[k]].name, what, name);
+}
+
 /* Copies graph output k into the caller's bound buffer when the kernel
  * could not write it there directly. */
 static kiln_status deliver_output(kiln_context *c, int k) {
@@ -734,6 +820,8 @@ static kiln_status deliver_output(kiln_context *c, int k) {
         return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT,
                          "output '%s' needs %zu bytes, but the bound buffer holds %zu",
                          c->e->graph->values[v].name, nb, ob->cap);
+    KILN_TRY(check_output_overlap(c, k, ob->mem, nb));
+    ob->written = nb;
     int from = s->ptr[ob->mem] ? ob->mem : 1 - ob->mem;
     if (nb) {
         if (from == MEM_HOST && ob->mem == MEM_HOST) memcpy(ob->data, s->ptr[MEM_HOST], nb);
@@ -769,11 +857,15 @@ static void graph_drop(kiln_context *c) {
 
 bool kiln__context_graph_active(const kiln_context *c) { return c && c->graph; }
 
-kiln_status kiln_context_set_cuda_graphs(kiln_context *c, int on) {
+static kiln_status ctx_set_cuda_graphs(kiln_context *c, int on) {
     if (!c) return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "kiln_context_set_cuda_graphs: context is NULL");
     c->graph_mode = on ? 1 : -1;
     if (!on && c->be[MEM_DEV]) graph_drop(c);
     return KILN_OK;
+}
+
+kiln_status kiln_context_set_cuda_graphs(kiln_context *c, int on) {
+    WITH_CLAIM(c, "kiln_context_set_cuda_graphs", ctx_set_cuda_graphs(c, on));
 }
 
 /* Whether this run may replay or capture a graph; fills the run's key. */
@@ -813,7 +905,7 @@ static bool graph_usable(kiln_context *c) {
     k[j++] = (uintptr_t)c->stream;
     for (int i = 0; i < g->n_inputs; i++) {
         if (c->in[i].mem != MEM_DEV) return false;
-        k[j++] = (uintptr_t)c->in[i].data;
+        k[j++] = (uintptr_t)c->in[i].run;
         k[j++] = (uintptr_t)c->in[i].rank;
         k[j++] = (uintptr_t)c->in[i].dtype;
         for (int d = 0; d < KILN_MAX_RANK; d++)
@@ -909,12 +1001,67 @@ static kiln_status graph_capture_end(kiln_context *c, kiln_status loop) {
  * read as true in one kernel and false in another). Checked at every run,
  * as a caller may refill a bound buffer between runs; a scan at memory
  * speed (bool inputs are masks and conditions). */
+/* Whether [p, p + n) of memory m lies in memory the context owns: its
+ * arena, overflow buffers and scratch, and (host) the copies it hands out. */
+static bool ctx_owns(const kiln_context *c, int m, const void *p, size_t n) {
+    uintptr_t a = (uintptr_t)p, b = a + n;
+#define KILN_IN_(q, cap) ((q) && a < (uintptr_t)(q) + (cap) && (uintptr_t)(q) < b)
+    if (KILN_IN_(c->arena[m], c->arena_cap[m]) || KILN_IN_(c->pool[m].ws, c->pool[m].ws_cap)) return true;
+    for (int i = 0; i < c->pool[m].n; i++)
+        if (KILN_IN_(c->pool[m].bufs[i].data, c->pool[m].bufs[i].cap)) return true;
+    for (int i = 0; m == MEM_HOST && i < c->n_view; i++)
+        if (KILN_IN_(c->view[i].p, c->view[i].cap)) return true;
+#undef KILN_IN_
+    return false;
+}
+
+/* The bytes each input's run reads. Host bytes not aligned to their
+ * element are copied (below). An input bound to memory the context
+ * itself handed out (an output of its last run, from kiln_context_get_output,
+ * fed back: a recurrent or autoregressive loop) would be written over by the
+ * layers of the run that reads it (measured: a residual MLP fed its own
+ * output was 1.1 off after one step, 3.2 after four, with no error), or
+ * freed when an arena grows; so its bytes are copied first, into memory of
+ * the context's that no layer writes. Device memory: refused (copy it). */
+static kiln_status inputs_for_run(kiln_context *c) {
+    const kiln_graph *g = c->e->graph;
+    for (int k = 0; k < g->n_inputs; k++) {
+        kiln_binding *bd = &c->in[k];
+        bd->run = bd->data;
+        size_t es = kiln_dtype_size(bd->dtype), nb = (size_t)kiln__numel(bd->rank, bd->dims) * es;
+        if (!bd->data || !nb || !c->be[bd->mem]) continue;
+        /* host bytes not aligned to their element (numpy.frombuffer(b, offset=1)): the
+         * kernels' element loads are undefined there (UBSan: misaligned load), so they
+         * read an aligned copy */
+        bool misaligned = bd->mem == MEM_HOST && es && (uintptr_t)bd->data % es;
+        if (!misaligned && !ctx_owns(c, bd->mem, bd->data, nb)) continue;
+        if (bd->mem == MEM_DEV)
+            return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT,
+                             "input '%s' is bound to device memory of this context's last run (an output "
+                             "read with kiln_context_get_output_device), which this run writes over: copy it "
+                             "to memory of your own first",
+                             g->values[g->inputs[k]].name);
+        kiln_view_buf *cp = &c->in_copy[k];
+        if (cp->cap < nb) {
+            void *q = kiln__malloc(nb);
+            if (!q) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory: %zu bytes copying input '%s'", nb,
+                                     g->values[g->inputs[k]].name);
+            kiln__free(cp->p);
+            cp->p = q;
+            cp->cap = nb;
+        }
+        memcpy(cp->p, bd->data, nb);
+        bd->run = cp->p;
+    }
+    return KILN_OK;
+}
+
 static kiln_status check_bool_inputs(const kiln_context *c) {
     const kiln_graph *g = c->e->graph;
     for (int k = 0; k < g->n_inputs; k++) {
         const kiln_binding *bd = &c->in[k];
-        if (bd->dtype != KILN_DTYPE_BOOL || bd->mem != MEM_HOST || !bd->data) continue;
-        const uint8_t *p = bd->data;
+        if (bd->dtype != KILN_DTYPE_BOOL || bd->mem != MEM_HOST || !bd->run) continue;
+        const uint8_t *p = bd->run;
         int64_t n = kiln__numel(bd->rank, bd->dims);
         uint8_t high = 0;
         for (int64_t i = 0; i < n; i++) high |= p[i];
@@ -969,7 +1116,7 @@ static kiln_status check_shared_dims(const kiln_context *c) {
     return KILN_OK;
 }
 
-kiln_status kiln_context_run(kiln_context *c) {
+static kiln_status ctx_run(kiln_context *c) {
     if (!c) return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "kiln_context_run: context is NULL");
     const kiln_engine *e = c->e;
     const kiln_graph *g = e->graph;
@@ -978,7 +1125,13 @@ kiln_status kiln_context_run(kiln_context *c) {
             return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "input '%s' is not set",
                              g->values[g->inputs[k]].name);
     KILN_TRY(check_shared_dims(c));
+    KILN_TRY(kiln__engine_check_file(e));
+    KILN_TRY(inputs_for_run(c));
     KILN_TRY(check_bool_inputs(c));
+    if (kiln__pool_forked(c->threads_pool)) { /* a fork() child: the workers stayed with the parent */
+        kiln__pool_free(c->threads_pool);
+        c->threads_pool = NULL;
+    }
     if (!c->threads_pool && (c->threads == 0 || c->threads > 1))
         KILN_TRY(kiln__pool_create(c->threads, &c->threads_pool));
     c->ran = false;
@@ -988,6 +1141,7 @@ kiln_status kiln_context_run(kiln_context *c) {
         KILN_TRY(arena_reserve(c));
     }
     slots_reset(c);
+    for (int k = 0; k < g->n_outputs; k++) c->out[k].written = 0;
     if (c->acheck) KILN_TRY(kiln__acheck_begin(c->acheck, c->arena, c->arena_cap));
     kiln_status st = KILN_OK;
     if (c->be[MEM_DEV] && c->be[MEM_DEV]->run_begin) KILN_TRY(c->be[MEM_DEV]->run_begin(c->state[MEM_DEV]));
@@ -1010,6 +1164,10 @@ kiln_status kiln_context_run(kiln_context *c) {
     if (c->be[MEM_DEV]) KILN_TRY(c->be[MEM_DEV]->sync(c->state[MEM_DEV]));
     c->ran = true;
     return KILN_OK;
+}
+
+kiln_status kiln_context_run(kiln_context *c) {
+    WITH_CLAIM(c, "kiln_context_run", ctx_run(c));
 }
 
 /* Sets every slot to the start of a run: constants and bound inputs. */
@@ -1038,7 +1196,7 @@ static void slots_reset(kiln_context *c) {
         s->t.dtype = c->in[k].dtype;
         s->t.rank = c->in[k].rank;
         memcpy(s->t.dims, c->in[k].dims, sizeof s->t.dims);
-        s->ptr[c->in[k].mem] = (void *)c->in[k].data; /* read-only: kernels never write inputs */
+        s->ptr[c->in[k].mem] = (void *)c->in[k].run; /* read-only: kernels never write inputs */
     }
 }
 
@@ -1054,7 +1212,7 @@ static kiln_status run_node_profiled(kiln_context *c, int ni) {
     return st;
 }
 
-kiln_status kiln_context_set_profiling(kiln_context *c, int on) {
+static kiln_status ctx_set_profiling(kiln_context *c, int on) {
     if (!c) return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "kiln_context_set_profiling: context is NULL");
     kiln__free(c->prof_us);
     kiln__free(c->prof_runs);
@@ -1075,8 +1233,12 @@ kiln_status kiln_context_set_profiling(kiln_context *c, int on) {
     return KILN_OK;
 }
 
-kiln_status kiln_context_layer_time(const kiln_context *c, int layer, double *total_us,
-                                    int64_t *runs) {
+kiln_status kiln_context_set_profiling(kiln_context *c, int on) {
+    WITH_CLAIM(c, "kiln_context_set_profiling", ctx_set_profiling(c, on));
+}
+
+static kiln_status ctx_layer_time(const kiln_context *c, int layer, double *total_us,
+                                  int64_t *runs) {
     if (total_us) *total_us = 0;
     if (runs) *runs = 0;
     if (!c) return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "kiln_context_layer_time: context is NULL");
@@ -1089,6 +1251,13 @@ kiln_status kiln_context_layer_time(const kiln_context *c, int layer, double *to
     if (total_us) *total_us = c->prof_us[layer];
     if (runs) *runs = c->prof_runs[layer];
     return KILN_OK;
+}
+
+kiln_status kiln_context_layer_time(const kiln_context *c, int layer, double *total_us,
+                                    int64_t *runs) {
+    if (total_us) *total_us = 0; /* (also when the context is in use) */
+    if (runs) *runs = 0;
+    WITH_CLAIM((kiln_context *)c, "kiln_context_layer_time", ctx_layer_time(c, layer, total_us, runs));
 }
 
 /* Reports one event of layer ni to the layer callback. */
@@ -1139,7 +1308,7 @@ static kiln_status run_nodes(kiln_context *c) {
 
 /* ---- debugging: layer callback, views, memory reuse ---------------------- */
 
-kiln_status kiln_context_set_layer_callback(kiln_context *c, kiln_layer_callback cb, void *user) {
+static kiln_status ctx_set_layer_callback(kiln_context *c, kiln_layer_callback cb, void *user) {
     if (!c) return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "kiln_context_set_layer_callback: context is NULL");
     c->layer_cb = cb;
     c->layer_user = cb ? user : NULL;
@@ -1147,11 +1316,19 @@ kiln_status kiln_context_set_layer_callback(kiln_context *c, kiln_layer_callback
     return KILN_OK;
 }
 
-kiln_status kiln_context_set_memory_reuse(kiln_context *c, int on) {
+kiln_status kiln_context_set_layer_callback(kiln_context *c, kiln_layer_callback cb, void *user) {
+    WITH_CLAIM(c, "kiln_context_set_layer_callback", ctx_set_layer_callback(c, cb, user));
+}
+
+static kiln_status ctx_set_memory_reuse(kiln_context *c, int on) {
     if (!c) return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "kiln_context_set_memory_reuse: context is NULL");
     c->no_reuse = !on;
     if (!on && c->be[MEM_DEV]) graph_drop(c);
     return KILN_OK;
+}
+
+kiln_status kiln_context_set_memory_reuse(kiln_context *c, int on) {
+    WITH_CLAIM(c, "kiln_context_set_memory_reuse", ctx_set_memory_reuse(c, on));
 }
 
 /* A host buffer of at least `bytes` for a view of the current event (kept
@@ -1240,7 +1417,7 @@ kiln_status kiln__context_plan_force(kiln_context *c, int m, int v, int64_t off)
     return KILN_OK;
 }
 
-kiln_status kiln_context_set_debug_arena(kiln_context *c, int on) {
+static kiln_status ctx_set_debug_arena(kiln_context *c, int on) {
     if (!c) return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "kiln_context_set_debug_arena: context is NULL");
     if (!on) {
         kiln__acheck_free(c->acheck);
@@ -1253,14 +1430,22 @@ kiln_status kiln_context_set_debug_arena(kiln_context *c, int on) {
     return KILN_OK;
 }
 
-kiln_status kiln_context_set_memory_limit(kiln_context *c, size_t bytes) {
+kiln_status kiln_context_set_debug_arena(kiln_context *c, int on) {
+    WITH_CLAIM(c, "kiln_context_set_debug_arena", ctx_set_debug_arena(c, on));
+}
+
+static kiln_status ctx_set_memory_limit(kiln_context *c, size_t bytes) {
     if (!c) return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "kiln_context_set_memory_limit: context is NULL");
     c->mem_limit = bytes;
     return KILN_OK;
 }
 
-kiln_status kiln_context_get_output(kiln_context *c, const char *name, kiln_dtype *dtype, int *rank,
-                                    int64_t *dims, const void **data) {
+kiln_status kiln_context_set_memory_limit(kiln_context *c, size_t bytes) {
+    WITH_CLAIM(c, "kiln_context_set_memory_limit", ctx_set_memory_limit(c, bytes));
+}
+
+static kiln_status ctx_get_output(kiln_context *c, const char *name, kiln_dtype *dtype, int *rank,
+                                  int64_t *dims, const void **data) {
     if (!c || !name)
         return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "kiln_context_get_output: NULL context or name");
     const kiln_graph *g = c->e->graph;
@@ -1283,7 +1468,12 @@ kiln_status kiln_context_get_output(kiln_context *c, const char *name, kiln_dtyp
     return KILN_OK;
 }
 
-kiln_status kiln_context_get_output_device(kiln_context *c, const char *name, const void **data) {
+kiln_status kiln_context_get_output(kiln_context *c, const char *name, kiln_dtype *dtype, int *rank,
+                                    int64_t *dims, const void **data) {
+    WITH_CLAIM(c, "kiln_context_get_output", ctx_get_output(c, name, dtype, rank, dims, data));
+}
+
+static kiln_status ctx_get_output_device(kiln_context *c, const char *name, const void **data) {
     if (!c || !name || !data)
         return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "kiln_context_get_output_device: NULL argument");
     const kiln_graph *g = c->e->graph;
@@ -1302,11 +1492,16 @@ kiln_status kiln_context_get_output_device(kiln_context *c, const char *name, co
     return KILN_OK;
 }
 
+kiln_status kiln_context_get_output_device(kiln_context *c, const char *name, const void **data) {
+    WITH_CLAIM(c, "kiln_context_get_output_device", ctx_get_output_device(c, name, data));
+}
+
 /* ---- engine-level device state ---------------------------------------- */
 
 kiln_engine *kiln__engine_alloc(void) {
     kiln_engine *e = kiln__calloc(1, sizeof *e);
-    if (e) pthread_mutex_init(&e->dev_lock, NULL);
+    if (!e) return NULL;
+    pthread_mutex_init(&e->dev_lock, NULL);
     return e;
 }
 

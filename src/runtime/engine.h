@@ -6,6 +6,8 @@
 #include "ir/ir.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
+#include <sys/stat.h>
 
 /* User metadata of an engine or a builder: key/value strings, sorted by
  * key (the rules, and the functions that keep them: format/meta.h). */
@@ -80,6 +82,16 @@ struct kiln_engine {
     void *blob;                  /* mmap'd file or kiln__aligned_alloc'd copy */
     size_t blob_size;
     int blob_kind;               /* 0 none, 1 mmap, 2 aligned_alloc */
+    /* Mapped engines: the file, kept open so that a rewrite in place is noticed
+     * (kiln__engine_check_file): its identity and checksum when loaded, when it
+     * was last looked at, and whether it was found changed. */
+    bool map_open;               /* map_fd is open (engines made zeroed have none) */
+    int map_fd;
+    struct stat map_st;
+    uint64_t map_sum;
+    char *map_path;
+    atomic_llong map_checked_us;
+    atomic_bool map_changed;
     /* Device engines: constants read by device nodes, uploaded once at
      * when the first context is created and shared by all contexts
      * (dev_const[value] or NULL), and the backend state that owns them.
@@ -89,9 +101,11 @@ struct kiln_engine {
     bool dev_ready;
     pthread_mutex_t dev_lock;
     bool plant_noted;            /* KILN_TEST_PLANT_BUG was reported for it (under dev_lock) */
-    /* Cached descriptions (kiln_engine_describe). */
-    char *describe_text;
-    char *describe_json;
+    /* Cached descriptions (kiln_engine_describe): made by the first call, on
+     * whichever thread, and published with a compare-and-swap, so that
+     * threads describing one engine at once all get the same string. */
+    _Atomic(char *) describe_text;
+    _Atomic(char *) describe_json;
     /* User metadata (kiln_engine_metadata; the optional META section). */
     kiln_meta meta;
 };
@@ -108,6 +122,12 @@ KILN_PRIVATE kiln_engine *kiln__engine_alloc(void);
 /* Device engines: uploads the constants device nodes read, once (no-op for
  * CPU engines). Thread-safe; called by kiln_context_create. */
 KILN_PRIVATE kiln_status kiln__engine_prepare(kiln_engine *e);
+/* Mapped engines: fails (KILN_ERR_IO) when the engine's file was written in
+ * place since it was loaded (its weights are read from the file's pages: a
+ * `cp` over it changed them silently, a truncation killed the process with
+ * SIGBUS). Looks at the file at most every 10 ms; a changed identity with
+ * the same checksum (touch) is taken. Thread-safe; called by every run. */
+KILN_PRIVATE kiln_status kiln__engine_check_file(const kiln_engine *e);
 /* Frees what kiln__engine_prepare made. */
 KILN_PRIVATE void kiln__engine_release(kiln_engine *e);
 

@@ -272,6 +272,11 @@ expect "build --timing-cache of version 2: a note" 0 "is of version 2" "$KILN" b
 printf 'kiln-timing-cache 2\n' >old.cache
 "$KILN" build tiny.onnx -o t.kiln --timing-cache old.cache -q >out 2>&1 && [ ! -s out ] && ok ||
     bad "build -q printed: $(head -c 300 out)"
+# a model that is a device is refused before it is read (/dev/zero was read until memory
+# ran out: 32 GiB asked for); a pipe is still read to its end
+expect "build a model that is /dev/zero" nz "it is a character device, not a model file" timeout 20 "$KILN" build /dev/zero -o t.kiln
+expect "build a model that is /dev/urandom" nz "it is a character device, not a model file" timeout 20 "$KILN" build /dev/urandom -o t.kiln
+expect "build a model through a pipe" 0 "" sh -c "cat tiny.onnx | '$KILN' build /dev/stdin -o t.kiln -q"
 mkfifo engine2.fifo
 expect "run an engine that is a FIFO" nz "FIFO" timeout 20 "$KILN" run engine2.fifo
 # long names (4.11): a 245-character -o and a 240-character output name

@@ -4,7 +4,13 @@
  * reference, misuse errors, and many contexts of one engine on threads. */
 #include <math.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "test.h"
 
@@ -172,6 +178,137 @@ TEST(test_bad_inputs) {
     kiln_engine_free(e);
 }
 
+/* ---- the public API misused: a table ------------------------------------
+ * Each row: a call, the status it must give and words of its message (""
+ * for KILN_OK). Every object kind and argument kind: NULLs, indices out of
+ * range, ranks, dims, dtypes, sizes, devices, and calls in the wrong order.
+ * Under ASan+UBSan none reads or writes out of bounds or leaks. */
+static void misuse_row(const char *call, kiln_status got, kiln_status want, const char *words) {
+    const char *msg = got == KILN_OK ? "" : kiln_last_error();
+    if (got != want || !strstr(msg, words)) {
+        fprintf(stderr, "  misuse: %s: expected %s with \"%s\", got %s: \"%s\"\n", call,
+                kiln_status_name(want), words, kiln_status_name(got), msg);
+        test_failed_checks++;
+    }
+}
+#define ROW(call, want, words) misuse_row(#call, (call), (want), (words))
+#define BAD KILN_ERR_INVALID_ARGUMENT
+
+TEST(test_api_misuse_table) {
+    kiln_model *m = NULL, *m2 = NULL;
+    kiln_builder *b = NULL;
+    kiln_engine *e = build_tiny(1, 2, 4), *e2 = NULL;
+    kiln_context *c = NULL, *c2 = NULL;
+    CHECK_OK(kiln_model_load_onnx(MODEL, &m));
+    CHECK_OK(kiln_builder_create(&b));
+    if (!e || !m || !b) goto done;
+    CHECK_OK(kiln_context_create(e, &c));
+    if (!c) goto done;
+    static const char zeros[64];
+    int64_t mn[2] = {1, 16}, op[2] = {2, 16}, mx[2] = {4, 16}, neg[2] = {-1, 16}, huge[2] = {INT64_MAX, 16};
+    int64_t ok[2] = {2, 16}, zero[2] = {0, 16};
+    float x[4 * 16] = {0}, y[4 * 8];
+    kiln_device dv;
+    kiln_io_info io;
+    kiln_layer_info li;
+    void *data = NULL;
+    const void *cdata = NULL;
+    size_t size = 0;
+    int idx;
+    /* model */
+    ROW(kiln_model_load_onnx(NULL, &m2), BAD, "path is NULL");
+    ROW(kiln_model_load_onnx(MODEL, NULL), BAD, "out is NULL");
+    ROW(kiln_model_load_onnx("", &m2), KILN_ERR_IO, "cannot open ''");
+    ROW(kiln_model_load_onnx("/", &m2), KILN_ERR_IO, "it is a directory");
+    ROW(kiln_model_load_onnx("/dev/zero", &m2), KILN_ERR_IO, "it is a character device");
+    ROW(kiln_model_load_onnx_memory(NULL, 10, NULL, &m2), BAD, "data is NULL");
+    ROW(kiln_model_load_onnx_memory(zeros, 0, NULL, &m2), KILN_ERR_MODEL, "it is empty");
+    ROW(kiln_model_load_onnx_memory(zeros, sizeof zeros, NULL, &m2), KILN_ERR_MODEL, "not a valid ONNX model");
+    ROW(kiln_model_input_info(m, -1, &io), BAD, "index -1 out of range");
+    ROW(kiln_model_output_info(m, INT32_MAX, &io), BAD, "out of range");
+    ROW(kiln_model_input_info(m, 0, NULL), BAD, "is NULL");
+    /* builder */
+    ROW(kiln_builder_create(NULL), BAD, "");
+    ROW(kiln_builder_set_device(b, (kiln_device)5, 0), BAD, "unknown device 5");
+    ROW(kiln_builder_set_device(b, KILN_DEVICE_CPU, -1), BAD, "out of range 0..0");
+    ROW(kiln_builder_set_device(b, KILN_DEVICE_CPU, 3), BAD, "device index 3 of cpu is out of range 0..0");
+    ROW(kiln_builder_set_device(b, KILN_DEVICE_CUDA, 1024), BAD, "device index 1024 of cuda is out of range 0..1023");
+    ROW(kiln_builder_set_device(b, KILN_DEVICE_CPU, 0), KILN_OK, "");
+    ROW(kiln_builder_set_precision(b, (kiln_precision)-1), BAD, "unknown precision -1");
+    ROW(kiln_builder_set_optimization(b, 7), BAD, "must be 0 or 1");
+    ROW(kiln_builder_set_verbosity(b, 99), BAD, "level 99");
+    ROW(kiln_builder_set_threads(b, -5), BAD, "");
+    ROW(kiln_builder_set_profile(b, NULL, 2, mn, op, mx), BAD, "NULL argument");
+    ROW(kiln_builder_set_profile(b, "x", 9, mn, op, mx), BAD, "rank 9 out of range 0..8");
+    ROW(kiln_builder_set_profile(b, "x", 2, mx, op, mn), BAD, "needs 0 <= min <= opt <= max");
+    ROW(kiln_builder_set_profile(b, "x", 2, neg, neg, neg), BAD, "min=-1");
+    ROW(kiln_builder_disable_pass(b, "no_such_pass"), BAD, "unknown pass 'no_such_pass'");
+    ROW(kiln_builder_disable_pass(b, NULL), BAD, "unknown pass");
+    ROW(kiln_builder_set_metadata(b, NULL, "v"), BAD, "must not be NULL");
+    ROW(kiln_builder_set_metadata(b, "", "v"), BAD, "keys are 1..255");
+    ROW(kiln_builder_set_layer_precision(b, "x", KILN_PRECISION_FP16), BAD, "only fp32");
+    ROW(kiln_build(NULL, m, &e2), BAD, "builder or model is NULL");
+    ROW(kiln_build(b, m, NULL), BAD, "out is NULL");
+    /* engine */
+    ROW(kiln_engine_load(NULL, &e2), BAD, "must not be NULL");
+    ROW(kiln_engine_load("/dev/null", &e2), KILN_ERR_IO, "is a character device");
+    ROW(kiln_engine_load(MODEL, &e2), KILN_ERR_FORMAT, "not a kiln engine file");
+    ROW(kiln_engine_load_memory(zeros, 0, &e2), KILN_ERR_FORMAT, "empty");
+    ROW(kiln_engine_load_memory(zeros, sizeof zeros, &e2), KILN_ERR_FORMAT, "");
+    ROW(kiln_engine_serialize(e, NULL, &size), BAD, "NULL argument");
+    ROW(kiln_engine_save(e, ""), BAD, "path must be given");
+    ROW(kiln_engine_save(e, "/"), KILN_ERR_IO, "is a directory");
+    ROW(kiln_engine_save(e, "/dev/null"), KILN_ERR_IO, "is a character device");
+    ROW(kiln_engine_input_info(e, 1, &io), BAD, "index 1 is out of range");
+    ROW(kiln_engine_output_info(e, -1, &io), BAD, "index -1 is out of range");
+    ROW(kiln_engine_input_profile(e, 5, mn, op, mx), BAD, "index 5 is out of range");
+    ROW(kiln_engine_layer_info(e, -1, &li), BAD, "layer -1 of");
+    ROW(kiln_engine_layer_info(e, 0, NULL), BAD, "NULL argument");
+    ROW(kiln_engine_metadata_at(e, 100, NULL, NULL), BAD, "index 100 is out of range");
+    ROW(kiln_engine_set_metadata(e, "k\xff", "v"), BAD, "has byte 0xff at offset 1");
+    CHECK(kiln_engine_layer_num_inputs(e, -1) == -1 && kiln_engine_layer_input(e, 0, 99) == NULL);
+    CHECK(kiln_engine_layer_source(e, 0, 1 << 20) == NULL && kiln_engine_num_inputs(NULL) == 0);
+    /* context, in the wrong order and with wrong buffers */
+    ROW(kiln_context_create(NULL, &c2), BAD, "engine is NULL");
+    ROW(kiln_context_create(e, NULL), BAD, "out is NULL");
+    ROW(kiln_context_run(c), BAD, "input 'x' is not set");
+    ROW(kiln_context_get_output(c, "y", NULL, NULL, NULL, NULL), BAD, "has not run successfully");
+    ROW(kiln_context_get_output_device(c, "y", &cdata), BAD, "a CPU engine has no device outputs");
+    ROW(kiln_context_set_input(c, "x", KILN_DTYPE_FLOAT32, 2, ok, NULL), BAD, "data is NULL");
+    ROW(kiln_context_set_input(c, "x", (kiln_dtype)-3, 2, ok, x), BAD, "expected dtype float32, got ?");
+    ROW(kiln_context_set_input(c, "x", KILN_DTYPE_FLOAT32, 2, zero, x), BAD, "outside the engine's profile");
+    ROW(kiln_context_set_input(c, "x", KILN_DTYPE_FLOAT32, 2, huge, x), BAD, "outside the engine's profile");
+    ROW(kiln_context_set_input(c, "x", KILN_DTYPE_FLOAT32, 2, neg, x), BAD, "outside the engine's profile");
+    ROW(kiln_context_set_input(c, "x", KILN_DTYPE_FLOAT32, -1, ok, x), BAD, "got rank -1");
+    ROW(kiln_context_set_input(c, NULL, KILN_DTYPE_FLOAT32, 2, ok, x), BAD, "NULL context or name");
+    ROW(kiln_context_set_output(c, "nosuch", y, sizeof y), BAD, "no output named 'nosuch'");
+    ROW(kiln_context_set_output(c, "y", y, 1), KILN_OK, "");
+    ROW(kiln_context_set_input(c, "x", KILN_DTYPE_FLOAT32, 2, ok, x), KILN_OK, "");
+    ROW(kiln_context_run(c), BAD, "needs 64 bytes, but the bound buffer holds 1");
+    ROW(kiln_context_set_output(c, "y", NULL, 100), KILN_OK, ""); /* unbinds */
+    ROW(kiln_context_run(c), KILN_OK, "");
+    ROW(kiln_context_set_threads(c, 1025), BAD, "threads must be in 0..1024");
+    ROW(kiln_context_set_stream(c, (void *)1), BAD, "a stream was given for a CPU engine");
+    ROW(kiln_context_layer_time(c, 0, NULL, NULL), BAD, "profiling is off");
+    ROW(kiln_context_tensor(c, "x", NULL), BAD, "NULL argument");
+    ROW(kiln_context_set_memory_limit(c, 1), KILN_OK, "");
+    ROW(kiln_context_run(c), KILN_ERR_OUT_OF_MEMORY, "above the context's memory limit of 1 bytes");
+    ROW(kiln_context_get_output(c, "y", NULL, NULL, NULL, NULL), BAD, "has not run successfully");
+    ROW(kiln_context_set_memory_limit(c, 0), KILN_OK, "");
+    ROW(kiln_context_run(c), KILN_OK, "");
+    ROW(kiln_device_from_name(NULL, &dv), BAD, "unknown device");
+    ROW(kiln_device_parse("cpu:1", &dv, &idx), BAD, "expected cpu, cpu:0, cuda or cuda:N");
+    (void)data;
+done:
+    kiln_free(data);
+    kiln_context_free(c);
+    kiln_engine_free(e);
+    kiln_builder_free(b);
+    kiln_model_free(m);
+}
+#undef ROW
+#undef BAD
+
 TEST(test_bad_models) {
     kiln_model *m = NULL;
     CHECK_ERR(kiln_model_load_onnx("tests/data/does_not_exist.onnx", &m), KILN_ERR_IO,
@@ -329,6 +466,306 @@ TEST(test_threads_share_engine) {
     kiln_engine_free(e);
 }
 
+/* kiln_engine_describe's string is made by the first call: threads
+ * describing a fresh engine at once all get the one string it keeps (they
+ * raced for the cache: each made its own, all but one leaked, a data race
+ * under TSan). A barrier starts them together; 20 fresh engines. */
+typedef struct describer {
+    kiln_engine *e;
+    pthread_barrier_t *bar;
+    const char *got[2];
+} describer;
+
+static void *describe_main(void *arg) {
+    describer *d = arg;
+    pthread_barrier_wait(d->bar);
+    d->got[0] = kiln_engine_describe(d->e, 0);
+    d->got[1] = kiln_engine_describe(d->e, 1);
+    return NULL;
+}
+
+TEST(test_threads_describe_engine) {
+    enum { N = 8 };
+    int differ = 0;
+    for (int round = 0; round < 20; round++) {
+        kiln_engine *e = build_tiny(1, 2, 3);
+        if (!e) return;
+        pthread_barrier_t bar;
+        pthread_barrier_init(&bar, NULL, N);
+        pthread_t th[N];
+        describer d[N];
+        for (int i = 0; i < N; i++) {
+            d[i] = (describer){.e = e, .bar = &bar};
+            pthread_create(&th[i], NULL, describe_main, &d[i]);
+        }
+        for (int i = 0; i < N; i++) pthread_join(th[i], NULL);
+        pthread_barrier_destroy(&bar);
+        for (int i = 0; i < N; i++)
+            for (int j = 0; j < 2; j++) {
+                CHECK(d[i].got[j] && d[i].got[j][0]);
+                if (d[i].got[j] != kiln_engine_describe(e, j)) differ++;
+            }
+        kiln_engine_free(e);
+    }
+    CHECK(differ == 0);
+}
+
+/* A context is used by one thread at a time. A second thread's calls
+ * while it runs, and a layer callback's calls that would run or change the
+ * context under its run, fail naming the context in use (they crashed:
+ * two threads running one context; a callback's kiln_context_run recursed
+ * on the run's own state, its set_threads freed the thread pool under the
+ * run). The run itself goes on and its result is right. */
+typedef struct busy_probe {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int in_run, other_done, calls;
+    kiln_status inner[8], outer[6];
+    char msg[512]; /* the message of the callback's kiln_context_run */
+} busy_probe;
+
+static int busy_cb(kiln_context *c, int layer, kiln_layer_event ev, void *user) {
+    busy_probe *p = user;
+    if (layer != 0 || ev != KILN_LAYER_AFTER || p->calls++) return 0;
+    int64_t dims[2] = {3, 16};
+    float out[3 * 8];
+    const void *data = NULL;
+    p->inner[0] = kiln_context_run(c);
+    snprintf(p->msg, sizeof p->msg, "%s", kiln_last_error());
+    p->inner[1] = kiln_context_set_input(c, "x", KILN_DTYPE_FLOAT32, 2, dims, ref_x);
+    p->inner[2] = kiln_context_set_threads(c, 3);
+    p->inner[3] = kiln_context_set_profiling(c, 1);
+    p->inner[4] = kiln_context_set_debug_arena(c, 1);
+    p->inner[5] = kiln_context_set_layer_callback(c, NULL, NULL);
+    p->inner[6] = kiln_context_set_output(c, "y", out, sizeof out);
+    p->inner[7] = kiln_context_get_output(c, "y", NULL, NULL, NULL, &data);
+    /* hold the run here until the other thread has tried the context */
+    pthread_mutex_lock(&p->mu);
+    p->in_run = 1;
+    pthread_cond_broadcast(&p->cv);
+    while (!p->other_done) pthread_cond_wait(&p->cv, &p->mu);
+    pthread_mutex_unlock(&p->mu);
+    return 0;
+}
+
+typedef struct busy_other {
+    kiln_context *c;
+    busy_probe *p;
+} busy_other;
+
+static void *busy_other_main(void *arg) {
+    busy_other *o = arg;
+    busy_probe *p = o->p;
+    pthread_mutex_lock(&p->mu);
+    while (!p->in_run) pthread_cond_wait(&p->cv, &p->mu);
+    pthread_mutex_unlock(&p->mu);
+    int64_t dims[2] = {1, 16};
+    double us;
+    int64_t runs;
+    p->outer[0] = kiln_context_run(o->c);
+    p->outer[1] = kiln_context_set_input(o->c, "x", KILN_DTYPE_FLOAT32, 2, dims, ref_x);
+    p->outer[2] = kiln_context_set_memory_limit(o->c, 1);
+    p->outer[3] = kiln_context_set_memory_reuse(o->c, 0);
+    p->outer[4] = kiln_context_get_output(o->c, "y", NULL, NULL, NULL, NULL);
+    p->outer[5] = kiln_context_layer_time(o->c, 0, &us, &runs);
+    pthread_mutex_lock(&p->mu);
+    p->other_done = 1;
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    return NULL;
+}
+
+TEST(test_context_in_use) {
+    kiln_engine *e = build_tiny(1, 2, 3);
+    if (!e) return;
+    kiln_context *c = NULL;
+    CHECK_OK(kiln_context_create(e, &c));
+    CHECK_OK(kiln_context_set_threads(c, 2));
+    busy_probe p = {.calls = 0};
+    pthread_mutex_init(&p.mu, NULL);
+    pthread_cond_init(&p.cv, NULL);
+    CHECK_OK(kiln_context_set_layer_callback(c, busy_cb, &p));
+    busy_other o = {c, &p};
+    pthread_t th;
+    pthread_create(&th, NULL, busy_other_main, &o);
+    float y[3 * 8];
+    CHECK(run_batch(c, ref_x, 2, y)); /* the callback's and the other thread's calls all fail */
+    pthread_join(th, NULL);
+    CHECK(max_err(y, ref_y, 2 * 8) < 1e-5f);
+    for (int i = 0; i < 8; i++) CHECK(p.inner[i] == KILN_ERR_INVALID_ARGUMENT);
+    for (int i = 0; i < 6; i++) CHECK(p.outer[i] == KILN_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(p.msg, "kiln_context_run: the context is in use") != NULL);
+    /* usable again after the run */
+    CHECK_OK(kiln_context_set_threads(c, 1));
+    CHECK_OK(kiln_context_set_layer_callback(c, NULL, NULL));
+    CHECK(run_batch(c, ref_x, 1, y) && max_err(y, ref_y, 8) < 1e-5f);
+    pthread_cond_destroy(&p.cv);
+    pthread_mutex_destroy(&p.mu);
+    kiln_context_free(c);
+    kiln_engine_free(e);
+}
+
+/* A fork() child using its parent's engine and context (PyTorch DataLoader
+ * workers, multiprocessing's default start method): the context's thread
+ * pool is the parent's, whose workers the child does not have. The child
+ * runs right (on a pool of its own) and frees both without hanging; it hung
+ * forever joining the parent's workers. Not under TSan (threads started after
+ * a fork of a threaded process are outside what it supports). */
+#if defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define KILN_TEST_TSAN 1
+#endif
+#endif
+#if defined(__SANITIZE_THREAD__)
+#define KILN_TEST_TSAN 1
+#endif
+
+TEST(test_fork_child_uses_parent_context) {
+#ifdef KILN_TEST_TSAN
+    fprintf(stderr, "  note: skipped under ThreadSanitizer\n");
+#else
+    kiln_engine *e = build_tiny(1, 2, 3);
+    if (!e) return;
+    kiln_context *c = NULL;
+    CHECK_OK(kiln_context_create(e, &c));
+    CHECK_OK(kiln_context_set_threads(c, 2));
+    float y[3 * 8];
+    CHECK(c && run_batch(c, ref_x, 3, y) && max_err(y, ref_y, 3 * 8) < 1e-5f);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int bad = 0;
+        for (int i = 0; i < 20; i++) {
+            memset(y, 0, sizeof y);
+            if (!run_batch(c, ref_x, 1 + i % 3, y) || max_err(y, ref_y, (1 + i % 3) * 8) >= 1e-5f) bad++;
+        }
+        kiln_context_free(c);
+        kiln_engine_free(e);
+        _exit(bad ? 3 : 0);
+    }
+    CHECK(pid > 0);
+    int status = -1, waited = 0;
+    for (; pid > 0 && waited < 2000; waited++) { /* 20 s */
+        if (waitpid(pid, &status, WNOHANG) == pid) break;
+        usleep(10000);
+    }
+    if (pid > 0 && waited == 2000) {
+        fprintf(stderr, "  the child hung\n");
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+    }
+    CHECK(waited < 2000 && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    CHECK(run_batch(c, ref_x, 2, y) && max_err(y, ref_y, 2 * 8) < 1e-5f); /* the parent's still runs */
+    kiln_context_free(c);
+    kiln_engine_free(e);
+#endif
+}
+
+/* A loaded engine reads its weights from the file's pages: a file written in
+ * place under it (cp new.kiln model.kiln) changed its outputs silently, and a
+ * truncated one killed the process with SIGBUS. Its runs now fail, naming
+ * the file, once they see it changed (at most 10 ms after); a file renamed
+ * over or touched (same bytes) leaves the engine running. */
+static int run_ok(kiln_engine *e) {
+    kiln_context *c = NULL;
+    float y[2 * 8];
+    int ok = kiln_context_create(e, &c) == KILN_OK && run_batch(c, ref_x, 2, y) && max_err(y, ref_y, 16) < 1e-5f;
+    kiln_context_free(c);
+    return ok;
+}
+
+TEST(test_engine_file_written_in_place) {
+    kiln_engine *e = build_tiny(1, 2, 3);
+    if (!e) return;
+    char path[64], other[80];
+    snprintf(path, sizeof path, "/tmp/kiln_test_inplace_%ld.kiln", (long)getpid());
+    snprintf(other, sizeof other, "%s.other", path);
+    void *b2 = NULL;
+    size_t n2 = 0;
+    CHECK_OK(kiln_engine_set_metadata(e, "k", "bbbb"));
+    CHECK_OK(kiln_engine_serialize(e, &b2, &n2)); /* the same size, other bytes */
+    CHECK_OK(kiln_engine_set_metadata(e, "k", "aaaa"));
+    struct timespec wait = {0, 30 * 1000 * 1000};
+    for (int how = 0; how < 4 && b2; how++) {
+        CHECK_OK(kiln_engine_save(e, path));
+        kiln_engine *m = NULL;
+        CHECK_OK(kiln_engine_load(path, &m));
+        if (!m) break;
+        CHECK(run_ok(m));
+        if (how == 0 || how == 1) { /* in place: other bytes; or truncated */
+            FILE *f = fopen(path, how == 0 ? "r+b" : "wb");
+            if (f && how == 0) CHECK(fwrite(b2, 1, n2, f) == n2);
+            if (f) fclose(f);
+        } else if (how == 2) { /* renamed over */
+            FILE *f = fopen(other, "wb");
+            if (f) {
+                CHECK(fwrite(b2, 1, n2, f) == n2);
+                fclose(f);
+            }
+            CHECK(rename(other, path) == 0);
+        } else { /* touched */
+            CHECK(utimensat(AT_FDCWD, path, NULL, 0) == 0);
+        }
+        nanosleep(&wait, NULL);
+        kiln_context *c = NULL;
+        CHECK_OK(kiln_context_create(m, &c));
+        float y[2 * 8];
+        int64_t dims[2] = {2, 16};
+        CHECK_OK(kiln_context_set_input(c, "x", KILN_DTYPE_FLOAT32, 2, dims, ref_x));
+        if (how < 2) {
+            CHECK_ERR(kiln_context_run(c), KILN_ERR_IO, "was written in place since it was loaded");
+            CHECK(strstr(kiln_last_error(), path) != NULL);
+            CHECK_ERR(kiln_context_run(c), KILN_ERR_IO, "was written in place"); /* and stays so */
+        } else {
+            CHECK(run_batch(c, ref_x, 2, y) && max_err(y, ref_y, 16) < 1e-5f);
+        }
+        kiln_context_free(c);
+        kiln_engine_free(m);
+    }
+    kiln_free(b2);
+    remove(path);
+    kiln_engine_free(e);
+}
+
+/* Input bytes not aligned to their element (numpy.frombuffer(b, offset=1),
+ * a packed record): the kernels' float loads there are undefined behaviour
+ * (UBSan: "load of misaligned address" in the GEMM, unary and pool kernels).
+ * The run reads an aligned copy: the layers see aligned data (a layer
+ * callback looks) and the outputs equal the aligned run's. */
+static int see_x(kiln_context *c, int layer, kiln_layer_event ev, void *user) {
+    kiln_tensor_view v;
+    if (layer == 0 && ev == KILN_LAYER_BEFORE && kiln_context_tensor(c, "x", &v) == KILN_OK)
+        *(uintptr_t *)user = (uintptr_t)v.data;
+    return 0;
+}
+
+TEST(test_misaligned_input) {
+    kiln_engine *e = build_tiny(1, 2, 3);
+    if (!e) return;
+    kiln_context *c = NULL;
+    CHECK_OK(kiln_context_create(e, &c));
+    uintptr_t seen = 0;
+    CHECK_OK(kiln_context_set_layer_callback(c, see_x, &seen));
+    static unsigned char raw[3 * 16 * 4 + 16];
+    float y[3 * 8];
+    for (int off = 1; c && off < 4; off++) {
+        memcpy(raw + off, ref_x, sizeof(float) * 3 * 16);
+        CHECK(run_batch(c, (const float *)(const void *)(raw + off), 3, y));
+        CHECK(max_err(y, ref_y, 3 * 8) < 1e-5f);
+        CHECK(seen != 0 && seen % sizeof(float) == 0);
+    }
+    /* an output buffer at an odd address: written by a copy after the run */
+    static unsigned char out_raw[3 * 8 * 4 + 16];
+    for (int off = 1; c && off < 4; off++) {
+        CHECK_OK(kiln_context_set_output(c, "y", out_raw + off, sizeof(float) * 3 * 8));
+        CHECK(run_batch(c, ref_x, 3, y)); /* (run_batch copies the output out) */
+        memcpy(y, out_raw + off, sizeof(float) * 3 * 8);
+        CHECK(max_err(y, ref_y, 3 * 8) < 1e-5f);
+    }
+    kiln_context_free(c);
+    kiln_engine_free(e);
+}
+
 /* Per-layer profiling: every layer timed once per run, totals cleared when
  * turned on again, refused when off; kiln_engine_layer_info in range. */
 TEST(test_layer_profile) {
@@ -446,10 +883,16 @@ int main(void) {
     RUN(test_run_matches_reference);
     RUN(test_serialize_roundtrip);
     RUN(test_bad_inputs);
+    RUN(test_api_misuse_table);
     RUN(test_bad_models);
     RUN(test_lstm_activations);
     RUN(test_opset18_forms);
     RUN(test_threads_share_engine);
+    RUN(test_threads_describe_engine);
+    RUN(test_context_in_use);
+    RUN(test_fork_child_uses_parent_context);
+    RUN(test_engine_file_written_in_place);
+    RUN(test_misaligned_input);
     RUN(test_layer_profile);
     RUN(test_device_names);
     RUN(test_printable);

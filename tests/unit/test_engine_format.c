@@ -12,6 +12,7 @@
  * that must never crash (run it under -DKILN_SANITIZE=ON). */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -1881,12 +1882,25 @@ TEST(test_doc_version) {
         }
 }
 
+/* Engines made zeroed (kiln__calloc, as these tests and the format code
+ * do) hold no file: freeing one closes nothing (a mapped engine keeps its
+ * file open, and a zero fd taken for it closed stdin). */
+TEST(test_zeroed_engine_keeps_stdin) {
+    if (fcntl(0, F_GETFD) == -1) /* (stdin closed under the test runner: fd 0 is then /dev/null) */
+        CHECK(open("/dev/null", O_RDONLY) == 0);
+    kiln_engine *e = kiln__calloc(1, sizeof *e);
+    CHECK(e != NULL);
+    kiln_engine_free(e);
+    CHECK(fcntl(0, F_GETFD) != -1);
+}
+
 int main(void) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/kiln_fmt_test_XXXXXX");
     if (!mkdtemp(tmpdir)) {
         fprintf(stderr, "cannot create a temporary folder: %s\n", strerror(errno));
         return 1;
     }
+    RUN(test_zeroed_engine_keeps_stdin);
     RUN(test_roundtrip_memory);
     RUN(test_save_load_mmap);
     RUN(test_load_memory);

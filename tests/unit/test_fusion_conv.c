@@ -4,9 +4,13 @@
  * in memory: optimized vs unoptimized builds give the same outputs, the
  * fused layers appear in the description, every tactic computes the same
  * result, and a timing cache is written and read back. */
+#include <fcntl.h>
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "test.h"
@@ -1493,6 +1497,134 @@ not_a_cache:;
     kiln_model_free(m);
 }
 
+/* ---- a build that shares its timing cache file with another one ---------
+ * Builds writing one cache file at once (make -j, CI jobs) each read it
+ * before tuning and write it whole after: the last rename dropped every
+ * entry the others wrote in between. Here the other build is simulated
+ * deterministically: the build's stderr is a full pipe, so that with
+ * verbosity 2 it blocks in its first "kiln: tune" line (after it read the
+ * cache); while it waits there, the test writes an entry of another build
+ * into the file; then the pipe is drained. The build's cache must keep it. */
+typedef struct tc_build {
+    const kiln_model *m;
+    const char *path;
+    kiln_status st;
+    atomic_int tid, done;
+} tc_build;
+
+static void *tc_build_main(void *arg) {
+    tc_build *t = arg;
+    atomic_store(&t->tid, (int)syscall(SYS_gettid));
+    kiln_builder *b = NULL;
+    kiln_engine *e = NULL;
+    t->st = kiln_builder_create(&b);
+    if (t->st == KILN_OK) t->st = kiln_builder_set_threads(b, 1);
+    if (t->st == KILN_OK) t->st = kiln_builder_set_verbosity(b, 2);
+    if (t->st == KILN_OK) t->st = kiln_builder_set_timing_cache(b, t->path);
+    if (t->st == KILN_OK) t->st = kiln_build(b, t->m, &e);
+    kiln_engine_free(e);
+    kiln_builder_free(b);
+    atomic_store(&t->done, 1);
+    return NULL;
+}
+
+/* Whether thread tid is blocked in write(2, ...) (/proc: its syscall number
+ * and first argument). */
+static bool blocked_writing_stderr(int tid) {
+    char path[64], buf[128] = "";
+    snprintf(path, sizeof path, "/proc/self/task/%d/syscall", tid);
+    FILE *f = fopen(path, "r");
+    if (!f) return false;
+    bool yes = fgets(buf, sizeof buf, f) && !strncmp(buf, "1 0x2 ", 6); /* SYS_write, fd 2 */
+    fclose(f);
+    return yes;
+}
+
+TEST(timing_cache_shared_by_builds) {
+    if (!kiln__have_dnnl()) {
+        fprintf(stderr, "  note: built without oneDNN (nothing to time), skipped\n");
+        return;
+    }
+    int64_t xd[4];
+    kiln_model *m = chain_model(xd);
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/kiln_test_tcs_%ld.txt", (long)getpid());
+    remove(path);
+    int fds[2];
+    if (!m || pipe(fds) != 0) {
+        CHECK(!"pipe");
+        kiln_model_free(m);
+        return;
+    }
+    (void)fcntl(fds[1], F_SETPIPE_SZ, 4096);
+    fcntl(fds[1], F_SETFL, O_NONBLOCK);
+    char fill[512];
+    memset(fill, '.', sizeof fill);
+    while (write(fds[1], fill, sizeof fill) > 0) { /* fill the pipe */
+    }
+    while (write(fds[1], fill, 1) > 0) {
+    }
+    fcntl(fds[1], F_SETFL, 0); /* the build's writes block */
+    fflush(stderr);
+    int saved = dup(2);
+    dup2(fds[1], 2);
+    tc_build t = {.m = m, .path = path};
+    atomic_init(&t.tid, 0);
+    atomic_init(&t.done, 0);
+    pthread_t th;
+    pthread_create(&th, NULL, tc_build_main, &t);
+    bool blocked = false;
+    for (int i = 0; i < 20000 && !blocked && !atomic_load(&t.done); i++) {
+        int tid = atomic_load(&t.tid);
+        blocked = tid && blocked_writing_stderr(tid);
+        if (!blocked) usleep(1000);
+    }
+    if (blocked) { /* the other build's entry, written as a build writes: temporary + rename */
+        char tmp[80];
+        snprintf(tmp, sizeof tmp, "%s.other", path);
+        FILE *f = fopen(tmp, "w");
+        if (f) {
+            fprintf(f, "kiln-timing-cache 3\nanother_build|key 3 12.500\n");
+            fclose(f);
+        }
+        CHECK(rename(tmp, path) == 0);
+    }
+    /* drain: the filler, then what the build prints, until it is done */
+    fcntl(fds[0], F_SETFL, O_NONBLOCK);
+    char got[4096 + 512];
+    size_t n_got = 0;
+    for (;;) {
+        char buf[4096];
+        ssize_t r = read(fds[0], buf, sizeof buf);
+        if (r > 0) {
+            for (ssize_t k = 0; k < r; k++)
+                if (buf[k] != '.' && n_got + 1 < sizeof got) got[n_got++] = buf[k];
+            continue;
+        }
+        if (atomic_load(&t.done)) break;
+        usleep(1000);
+    }
+    got[n_got] = 0;
+    pthread_join(th, NULL);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    close(fds[0]);
+    close(fds[1]);
+    CHECK_OK(t.st);
+    CHECK(blocked); /* the build waited in its first line */
+    CHECK(!strncmp(got, "kiln: tune ", 11)); /* which came after it read the cache */
+    char *txt = read_file(path);
+    CHECK(txt && !strncmp(txt, "kiln-timing-cache 3\n", 20));
+    CHECK(txt && strstr(txt, "\nanother_build|key 3 12.500\n")); /* kept */
+    int lines = 0;
+    for (const char *q = txt ? txt : ""; *q; q++) lines += *q == '\n';
+    CHECK(lines >= 3); /* and this build's own entries */
+    free(txt);
+    remove(path);
+    kiln_model_free(m);
+}
+
 /* Hostile and careless timing caches (issue 20): a file of 200,000 entries
  * is read in linear time (it was a list searched key by key: n^2/2 key
  * comparisons, about an hour for 10^6 lines); lines with a NaN, infinite or
@@ -1537,6 +1669,30 @@ TEST(timing_cache_hostile) {
     fprintf(f, " 1 1.0\n");
     fclose(f);
     CHECK_ERR(build_with_cache(m, path), KILN_ERR_IO, "line 2 is longer than 8190 characters");
+    /* a NUL byte: refused (the line was read up to it, "k 1 2.0\0junk" as "k 1 2.0"), also in a
+     * line over the limit (whose length then went unseen) */
+    f = fopen(path, "w");
+    fprintf(f, "kiln-timing-cache 3\nok-key 0 1.0\n");
+    fwrite("k 1 2.0\0junk\n", 1, 13, f);
+    fclose(f);
+    CHECK_ERR(build_with_cache(m, path), KILN_ERR_IO, "line 3 holds a NUL byte");
+    f = fopen(path, "w");
+    fprintf(f, "kiln-timing-cache 3\nk");
+    fputc(0, f);
+    for (int i = 0; i < 9000; i++) fputc('a', f);
+    fprintf(f, " 1 1.0\n");
+    fclose(f);
+    CHECK_ERR(build_with_cache(m, path), KILN_ERR_IO, "line 2 is longer than 8190 characters");
+    /* CRLF line ends (a checkout that converted them): read as the same cache */
+    f = fopen(path, "w");
+    fprintf(f, "kiln-timing-cache 3\r\nok-key 0 1.0\r\nother-key 1 2.5\r\n");
+    fclose(f);
+    CHECK_OK(build_with_cache(m, path));
+    char *crlf = read_file(path); /* rewritten (the layers were timed) with the two keys kept */
+    if (kiln__have_dnnl()) /* (else nothing is timed and the file stays as it was) */
+        CHECK(crlf && !strncmp(crlf, "kiln-timing-cache 3\n", 20) && strstr(crlf, "\nok-key 0 1.000\n") &&
+              strstr(crlf, "\nother-key 1 2.500\n") && !strchr(crlf, '\r'));
+    free(crlf);
     remove(path);
     /* an engine's layer time of NaN or inf: JSON null */
     e = build(m, (bopts){.opt = 1, .tuning = 1});
@@ -1763,6 +1919,7 @@ int main(void) {
     RUN(direct_in_chains);
     RUN(tuning_and_timing_cache);
     RUN(timing_cache_hostile);
+    RUN(timing_cache_shared_by_builds);
     RUN(bf16_cpu);
     return test_summary();
 }

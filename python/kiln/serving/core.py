@@ -61,6 +61,31 @@ NPZ_TYPE = "application/x-npz"
 DEFAULT_MAX_BODY_BYTES = 64 << 20
 
 
+def check_option(name, value, kind, lo, hi=None, *, above=False, none_ok=False):
+    """`value` of the option `name` as `kind` (int or float), or ValueError naming it: a
+    finite number in lo..hi (above: > lo), an int kind taking whole numbers only. bools and
+    strings are refused. For the Python APIs what the CLI's argument types check
+    (serving.cli): build_app(num_replicas=2.7) ran 2 replicas, timeout_ms=nan reached Ray
+    Serve's batcher, request_timeout_s=-1 answered every request 504, max_body_bytes=-1
+    413, threads=-3 failed in every replica after the deploy."""
+    if value is None and none_ok:
+        return None
+    ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+    if ok:
+        v = float(value)
+        ok = v == v and abs(v) != float("inf") and (kind is float or v == int(v))
+    if ok:
+        v = kind(value)
+        ok = v > lo if above else v >= lo
+        ok = ok and (hi is None or v <= hi)
+    if not ok:
+        rng = f"> {lo}" if above else f">= {lo}" if hi is None else f"in {lo}..{hi}"
+        what = "an integer" if kind is int else "a finite number"
+        extra = " (or None)" if none_ok else ""
+        raise ValueError(f"{name} must be {what} {rng}{extra}, got {value!r}")
+    return v
+
+
 class RequestError(Exception):
     """A request the server refuses: an HTTP status (4xx) and a message naming the
     problem. The message quotes names from the request, made encodable as UTF-8 (a lone

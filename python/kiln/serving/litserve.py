@@ -40,8 +40,8 @@ from fastapi.responses import JSONResponse
 from litserve.specs.base import LitSpec
 from litserve.utils import LitAPIStatus, ResponseBufferItem
 
-from .core import (DEFAULT_MAX_BODY_BYTES, EngineSpec, RequestError, RunFailure, Runner, encode,
-                   read_body)
+from .core import (DEFAULT_MAX_BODY_BYTES, EngineSpec, RequestError, RunFailure, Runner,
+                   check_option, encode, read_body)
 
 # bodies up to this size are decoded and encoded on the event loop; larger ones in a thread
 _INLINE_BYTES = 256 << 10
@@ -193,6 +193,10 @@ class KilnLitAPI(ls.LitAPI):
     def __init__(self, engine_path, *, max_batch=None, timeout_ms=5.0, threads=None,
                  max_body_bytes=DEFAULT_MAX_BODY_BYTES, api_path="/predict", warmup=True):
         engine_path = os.fspath(engine_path)
+        max_batch = check_option("max_batch", max_batch, int, 1, none_ok=True)
+        timeout_ms = check_option("timeout_ms", timeout_ms, float, 0)
+        threads = check_option("threads", threads, int, 0, 1024, none_ok=True)
+        max_body_bytes = check_option("max_body_bytes", max_body_bytes, int, 0, above=True)
         spec = EngineSpec.from_file(engine_path)
         if spec.batchable:
             n = spec.max_rows if max_batch is None else min(int(max_batch), spec.max_rows)
@@ -242,8 +246,7 @@ def make_server(engine_path, *, workers=1, max_batch=None, timeout_ms=5.0, threa
     each worker's context an equal share of the CPU cores. api_cls: a KilnLitAPI subclass
     (with api_kwargs) to use instead. warmup: see KilnLitAPI. Start it with serve_forever(server, ...) (graceful
     shutdown) or server.run(...)."""
-    if workers < 1:
-        raise ValueError(f"workers must be >= 1, got {workers}")
+    workers = check_option("workers", workers, int, 1)
     if threads is None:
         threads = max(1, (os.cpu_count() or 1) // workers)
     api = (api_cls or KilnLitAPI)(engine_path, max_batch=max_batch, timeout_ms=timeout_ms,

@@ -36,8 +36,8 @@ from ray import serve
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from .core import (DEFAULT_MAX_BODY_BYTES, EngineSpec, RequestError, RunFailure, Runner, encode,
-                   read_body)
+from .core import (DEFAULT_MAX_BODY_BYTES, EngineSpec, RequestError, RunFailure, Runner,
+                   check_option, encode, read_body)
 
 
 def put_engine(path):
@@ -140,14 +140,59 @@ class KilnServer(_EngineHolder):
 KilnDeployment = serve.deployment(KilnServer, name="kiln")
 
 
-def build_app(engine, *, num_replicas=1, autoscaling_config=None, max_batch=None,
+def _autoscaling_keys():
+    """The keys Ray Serve's autoscaling_config takes (its pydantic model's fields)."""
+    from ray.serve.config import AutoscalingConfig
+
+    fields = getattr(AutoscalingConfig, "model_fields", None) or AutoscalingConfig.__fields__
+    return sorted(fields)
+
+
+def _check_serve_options(num_replicas, autoscaling_config, max_batch, timeout_ms, num_cpus,
+                         num_gpus, threads, max_ongoing_requests, max_body_bytes,
+                         request_timeout_s):
+    """build_app's numbers, checked on the driver before anything is deployed (values Ray
+    Serve does not refuse itself were taken: 2.7 replicas ran 2, timeout_ms=nan, a
+    request_timeout_s of -1 (every request a 504), max_body_bytes=-1 (every request a 413),
+    threads=-3 (every replica failing at start), an autoscaling_config key misspelt
+    (ignored))."""
+    if autoscaling_config is not None:
+        if num_replicas is not None:
+            raise ValueError("give num_replicas or autoscaling_config, not both")
+        if not isinstance(autoscaling_config, dict):
+            raise TypeError(f"autoscaling_config must be a dict (Ray Serve's keys), got "
+                            f"{type(autoscaling_config).__name__}")
+        keys = _autoscaling_keys()
+        unknown = [k for k in autoscaling_config if k not in keys]
+        if unknown:
+            raise ValueError(f"autoscaling_config: unknown key(s) {', '.join(map(repr, unknown))} "
+                             f"(Ray Serve takes: {', '.join(keys)})")
+    out = {
+        "num_replicas": check_option("num_replicas", 1 if num_replicas is None else num_replicas,
+                                     int, 1),
+        "max_batch": check_option("max_batch", max_batch, int, 1, none_ok=True),
+        "timeout_ms": check_option("timeout_ms", timeout_ms, float, 0),
+        "num_cpus": check_option("num_cpus", num_cpus, float, 0),
+        "num_gpus": check_option("num_gpus", num_gpus, float, 0),
+        "threads": check_option("threads", threads, int, 0, 1024, none_ok=True),
+        "max_ongoing_requests": check_option("max_ongoing_requests", max_ongoing_requests, int, 1,
+                                             none_ok=True),
+        "max_body_bytes": check_option("max_body_bytes", max_body_bytes, int, 0, above=True),
+        "request_timeout_s": check_option("request_timeout_s", request_timeout_s, float, 0,
+                                          above=True),
+    }
+    return out
+
+
+def build_app(engine, *, num_replicas=None, autoscaling_config=None, max_batch=None,
               timeout_ms=5.0, num_cpus=1.0, num_gpus=0.0, threads=None,
               max_ongoing_requests=None, max_body_bytes=DEFAULT_MAX_BODY_BYTES,
               request_timeout_s=60.0, name="kiln", warmup=True):
     """A Ray Serve application serving `engine` (path, bytes or ObjectRef; see the module).
 
-    num_replicas: fixed replica count, or autoscaling_config (a dict as Ray Serve takes:
-      min_replicas, max_replicas, target_ongoing_requests, ...) instead.
+    num_replicas: fixed replica count (default 1), or autoscaling_config (a dict as Ray
+      Serve takes: min_replicas, max_replicas, target_ongoing_requests, ...) instead.
+    Every number is checked here, before anything is deployed (ValueError naming it).
     num_cpus / num_gpus: Ray resources each replica reserves (CUDA engines: num_gpus=1).
     threads: CPU threads of each replica's context (default: num_cpus rounded, at least 1).
     max_batch / timeout_ms: @serve.batch's max requests per batch and wait to fill one
@@ -156,6 +201,13 @@ def build_app(engine, *, num_replicas=1, autoscaling_config=None, max_batch=None
     warmup: each replica runs every batch size it can get once before it takes requests.
     max_ongoing_requests: requests a replica takes at once (default 2 * max_batch, or 32).
     Run it with serve.run(app, route_prefix="/")."""
+    o = _check_serve_options(num_replicas, autoscaling_config, max_batch, timeout_ms, num_cpus,
+                             num_gpus, threads, max_ongoing_requests, max_body_bytes,
+                             request_timeout_s)
+    num_replicas, max_batch, timeout_ms = o["num_replicas"], o["max_batch"], o["timeout_ms"]
+    num_cpus, num_gpus, threads = o["num_cpus"], o["num_gpus"], o["threads"]
+    max_ongoing_requests, max_body_bytes = o["max_ongoing_requests"], o["max_body_bytes"]
+    request_timeout_s = o["request_timeout_s"]
     if threads is None:
         threads = max(1, int(round(num_cpus)))
     opts = {"ray_actor_options": {"num_cpus": num_cpus, "num_gpus": num_gpus}, "name": name}
@@ -216,6 +268,11 @@ def map_batches(ds, engine, *, actors=1, batch_size=None, num_cpus=1.0, num_gpus
     """ds.map_batches with a kiln engine in a pool of `actors` actors (Ray Data's
     ActorPoolStrategy), each reserving num_cpus / num_gpus. batch_size defaults to the
     engine profile's max rows. Returns the (lazy) Dataset."""
+    actors = check_option("actors", actors, int, 1)
+    batch_size = check_option("batch_size", batch_size, int, 1, none_ok=True)
+    num_cpus = check_option("num_cpus", num_cpus, float, 0)
+    num_gpus = check_option("num_gpus", num_gpus, float, 0)
+    threads = check_option("threads", threads, int, 0, 1024, none_ok=True)
     if isinstance(engine, ray.ObjectRef):
         engine = [engine]
     if threads is None:
