@@ -2649,6 +2649,31 @@ TEST(test_grid_limits) {
     const int64_t sq = 65535 * 64 + 1;
     CASE("attention_rows_past_grid_y_f32", Attention, &bhsd, 1, 0, 1e-5, trand(F32, -1, 1, S(1, 1, sq, 4)),
          trand(F32, -1, 1, S(1, 1, 3, 4)), trand(F32, -1, 1, S(1, 1, 3, 4)));
+    /* launches that cap a grid (y or z at 65535, or x at 65535 or KCU_MAX_BLOCKS) and
+     * step over the rest in the kernel, at shapes past the cap (70000 batch entries,
+     * rows or lines): the steps were never run on a GPU before (about 60 MB in all) */
+    const int64_t big = 70000;
+    kiln_transpose_attrs p021 = {3, {0, 2, 1}};
+    CASE("transpose_batch_past_grid_z_f32", Transpose, &p021, 1, 0, 0, trand(F32, -3, 3, S(big, 8, 8)));
+    CASE("matmulinteger_batch_past_grid_z", MatMulInteger, NULL, 1, 0, 0, tbits(U8, S(big, 2, 3)),
+         tbits(U8, S(big, 3, 2)));
+    kiln_softmax_attrs last = {-1, 0};
+    CASE("softmax_rows_past_max_blocks_f32", Softmax, &last, 1, 0, 1e-10, trand(F32, -5, 5, S(big, 16)));
+    kiln_ln_attrs ln = {-1, 1e-5f, 1};
+    CASE("layernorm_rows_past_max_blocks_f32", LayerNormalization, &ln, 1, 0, 1e-10, trand(F32, -3, 3, S(big, 16)),
+         trand(F32, 0.5, 2, S(16)), trand(F32, -1, 1, S(16)));
+    kiln_reduce_attrs keep = {1, 0};
+    CASE("reducesum_rows_past_max_blocks_f32", ReduceSum, &keep, 1, 0x2, 0, trand(F32, -3, 3, S(big, 32)),
+         tvals(I64, V(1)));
+    kiln_topk_attrs lg = {-1, 1, 1};
+    CASE("topk_rows_past_grid_cap_f32", TopK, &lg, 2, 0x2, 0, trand(F32, -3, 3, S(big, 8)), tvals(I64, V(2)));
+#if !KILN_CUDA_EMU
+    /* CumSum's line kernel (integers, lines of KCU_CUMSUM_LINE or more) over 65537 lines:
+     * 2 x 134 MB on the GPU (GPU only: the emulator does not model the grid) */
+    kiln_cumsum_attrs plain = {0, 0};
+    CASE("cumsum_lines_past_grid_cap_i8", CumSum, &plain, 1, 0x2, 0, tbits(I8, S(65537, KCU_CUMSUM_LINE)),
+         tscalar(I64, 1));
+#endif
 }
 
 /* every op of the table has at least one case */
