@@ -2608,9 +2608,10 @@ TEST(test_attention_tactics) {
  * the helpers both the launchers (k_fused.cu) and the emulator use, then layers whose
  * old grids put a shape-sized count in gridDim.y and failed with "invalid
  * configuration argument": kiln's GEMV kernel on a batch of 4 x 65535 + 5 images
- * (it put the groups of 4 images in y), the thread-per-row attention kernel (fp32)
- * on 65535 x 64 + 1 query rows (it put the 64-row chunks in y). GPU memory: about
- * 10 MB and 140 MB. */
+ * (it put the groups of 4 images in y; a FusedConv by the GEMV tactic and
+ * SqueezeExcite's default path), the thread-per-row attention kernel (fp32) on
+ * 65535 x 64 + 1 query rows (it put the 64-row chunks in y). GPU memory: about
+ * 10 MB, 10 MB and 140 MB. */
 TEST(test_grid_limits) {
     CHECK(kcu_grid_ok(1, 1, 1) && kcu_grid_ok(KCU_GRID_X_MAX, 65535, 65535));
     CHECK(!kcu_grid_ok(KCU_GRID_X_MAX + 1, 1, 1) && !kcu_grid_ok(1, 65536, 1) && !kcu_grid_ok(1, 1, 65536) &&
@@ -2644,6 +2645,9 @@ TEST(test_grid_limits) {
     /* the layers */
     gemm_conv_case("gemv_batch_past_grid_y_f16", KCU_CONV_TACTIC_GEMV, 0, F16, 4 * 65535 + 5, 16, 1, 1, 8, 1, 1,
                    KILN_FC_ACT_RELU, 0, 0, true, true);
+    /* kiln.SqueezeExcite's default path (tactic 0: the pool, then two kcu_conv_gemv launches) at that batch */
+    se_case("se_gemv_batch_past_grid_y_f16", 0, false, F16, 4 * 65535 + 5, 8, 1, 1, 4, KILN_FC_ACT_RELU, 0, 0,
+            KILN_FC_ACT_SIGMOID, 0, 0, true, true, false);
     kiln_attention_attrs bhsd = {.num_heads = 1, .q_layout = KILN_ATTN_BHSD, .k_layout = KILN_ATTN_BHSD,
                                  .v_layout = KILN_ATTN_BHSD, .out_layout = KILN_ATTN_BHSD, .scale = 0.5f};
     const int64_t sq = 65535 * 64 + 1;
