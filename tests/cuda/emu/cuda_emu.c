@@ -509,9 +509,15 @@ cudaError_t kcu_pool_nhwc_run(kiln_dtype t, const kcu_pool_nhwc *g, const void *
 }
 cudaError_t kcu_gap_nhwc(kiln_dtype t, int64_t N, int64_t HW, int64_t C, const void *x, void *y, float *part, int clusters, cudaStream_t s) {
     (void)s;
+    if (N * C <= 0) return cudaSuccess;
     int64_t S = kcu_gap_nhwc_splits(N, HW, C);
     bool need = S > 1 && !kcu_gap_nhwc_cluster(S, clusters); /* partial sums in `part` */
     if (S > 65535 || (need && !part)) return cudaErrorInvalidValue;
+    /* k_pool.cu's grid: (channel blocks of every image, 1, S), 16-byte vectors where C and the pointers allow */
+    const int64_t vw = 16 / (int64_t)kiln_dtype_size(t);
+    const int64_t v = vw > 1 && C % vw == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)y % 16 == 0 ? vw : 1;
+    const int64_t cv = C / v, tx = cv < 32 ? cv : 32;
+    if (!kcu_grid_ok((cv + tx - 1) / tx * N, 1, S)) return cudaErrorInvalidConfiguration;
     if (need) memset(part, 0, (size_t)(S * N * C) * sizeof(float)); /* the whole buffer: ASan checks its size */
     else if (part) return cudaErrorInvalidValue; /* the caller sized scratch it does not need */
     for (int64_t n = 0; n < N; n++) for (int64_t c = 0; c < C; c++) {
@@ -659,6 +665,7 @@ cudaError_t kcu_se(kiln_dtype t, const kcu_se_geom *g, int S, const void *x, con
         g->act2 >= KILN_FC_ACT_COUNT || (S != 1 && S != 2 && S != 4 && S != 8) ||
         (t != KILN_DTYPE_FLOAT32 && t != KILN_DTYPE_FLOAT16 && t != KILN_DTYPE_BFLOAT16))
         return cudaErrorInvalidValue;
+    if (!kcu_grid_ok(g->N * S, 1, 1)) return cudaErrorInvalidConfiguration; /* k_se.cu's grid: S blocks per image in x */
     n_se++;
     const int64_t C = g->C, R = g->R, HW = g->HW, vw = 16 / (int64_t)kiln_dtype_size(t);
     const int64_t V = g->nhwc && C % vw == 0 && (uintptr_t)x % 16 == 0 ? vw : 1;
