@@ -2636,6 +2636,82 @@ TEST(test_attention_tactics) {
     fst->attn_fa = keep_fa;
 }
 
+/* Launch geometry past CUDA's grid limits (gridDim.y and z <= 65535, x <= 2^31 - 1):
+ * the helpers both the launchers (k_fused.cu) and the emulator use, then layers whose
+ * old grids put a shape-sized count in gridDim.y and failed with "invalid
+ * configuration argument": kiln's GEMV kernel on a batch of 4 x 65535 + 5 images
+ * (it put the groups of 4 images in y; a FusedConv by the GEMV tactic and
+ * SqueezeExcite's default path), the thread-per-row attention kernel (fp32) on
+ * 65535 x 64 + 1 query rows (it put the 64-row chunks in y). GPU memory: about
+ * 10 MB, 10 MB and 140 MB. */
+TEST(test_grid_limits) {
+    CHECK(kcu_grid_ok(1, 1, 1) && kcu_grid_ok(KCU_GRID_X_MAX, 65535, 65535));
+    CHECK(!kcu_grid_ok(KCU_GRID_X_MAX + 1, 1, 1) && !kcu_grid_ok(1, 65536, 1) && !kcu_grid_ok(1, 1, 65536) &&
+          !kcu_grid_ok(0, 1, 1));
+    /* GEMV: every image in exactly one (block row, step) for batches around the limit */
+    static const int64_t ns[] = {1, 2, 3, 4, 5, 4 * 65535, 4 * 65535 + 1, 4 * 65535 + 5, 1000003};
+    for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++) {
+        int nb = 0;
+        int64_t gx = 0, gy = 0;
+        CHECK(kcu_conv_gemv_grid(ns[i], 24, &nb, &gx, &gy));
+        CHECK(kcu_grid_ok(gx, gy, 1) && gx == 3);
+        /* the kernel's walk: block row y takes the groups of nb images at y, y + gy, ... */
+        uint8_t *hit = calloc((size_t)ns[i], 1);
+        CHECK(hit != NULL);
+        if (!hit) continue;
+        bool once = true;
+        for (int64_t y = 0; y < gy; y++)
+            for (int64_t n0 = y * nb; n0 < ns[i]; n0 += gy * nb)
+                for (int64_t n = n0; n < n0 + nb && n < ns[i]; n++) once = once && hit[n]++ == 0;
+        for (int64_t n = 0; n < ns[i]; n++) once = once && hit[n] == 1;
+        free(hit);
+        CHECK(once);
+    }
+    /* the thread-per-row attention: all of (batch, head, chunk) in gridDim.x */
+    int64_t chunks = 0, gx = 0;
+    CHECK(kcu_attention_grid(1, 1, 65535 * 64 + 1, &chunks, &gx) && chunks == 65536 && gx == 65536);
+    CHECK(kcu_attention_grid(4096, 16, 128, &chunks, &gx) && chunks == 2 && gx == 4096 * 16 * 2);
+    CHECK(kcu_attention_grid(1, 1, 0, &chunks, &gx) && gx == 0);
+    CHECK(!kcu_attention_grid(1 << 20, 1 << 11, 64 * 2, &chunks, &gx)); /* 2^32 blocks */
+    CHECK(!kcu_attention_grid(INT64_MAX / 2, 4, 64, &chunks, &gx));    /* B H overflows */
+    /* the layers */
+    gemm_conv_case("gemv_batch_past_grid_y_f16", KCU_CONV_TACTIC_GEMV, 0, F16, 4 * 65535 + 5, 16, 1, 1, 8, 1, 1,
+                   KILN_FC_ACT_RELU, 0, 0, true, true);
+    /* kiln.SqueezeExcite's default path (tactic 0: the pool, then two kcu_conv_gemv launches) at that batch */
+    se_case("se_gemv_batch_past_grid_y_f16", 0, false, F16, 4 * 65535 + 5, 8, 1, 1, 4, KILN_FC_ACT_RELU, 0, 0,
+            KILN_FC_ACT_SIGMOID, 0, 0, true, true, false);
+    kiln_attention_attrs bhsd = {.num_heads = 1, .q_layout = KILN_ATTN_BHSD, .k_layout = KILN_ATTN_BHSD,
+                                 .v_layout = KILN_ATTN_BHSD, .out_layout = KILN_ATTN_BHSD, .scale = 0.5f};
+    const int64_t sq = 65535 * 64 + 1;
+    CASE("attention_rows_past_grid_y_f32", Attention, &bhsd, 1, 0, 1e-5, trand(F32, -1, 1, S(1, 1, sq, 4)),
+         trand(F32, -1, 1, S(1, 1, 3, 4)), trand(F32, -1, 1, S(1, 1, 3, 4)));
+    /* launches that cap a grid (y or z at 65535, or x at 65535 or KCU_MAX_BLOCKS) and
+     * step over the rest in the kernel, at shapes past the cap (70000 batch entries,
+     * rows or lines): the steps were never run on a GPU before (about 60 MB in all) */
+    const int64_t big = 70000;
+    kiln_transpose_attrs p021 = {3, {0, 2, 1}};
+    CASE("transpose_batch_past_grid_z_f32", Transpose, &p021, 1, 0, 0, trand(F32, -3, 3, S(big, 8, 8)));
+    CASE("matmulinteger_batch_past_grid_z", MatMulInteger, NULL, 1, 0, 0, tbits(U8, S(big, 2, 3)),
+         tbits(U8, S(big, 3, 2)));
+    kiln_softmax_attrs last = {-1, 0};
+    CASE("softmax_rows_past_max_blocks_f32", Softmax, &last, 1, 0, 1e-10, trand(F32, -5, 5, S(big, 16)));
+    kiln_ln_attrs ln = {-1, 1e-5f, 1};
+    CASE("layernorm_rows_past_max_blocks_f32", LayerNormalization, &ln, 1, 0, 1e-10, trand(F32, -3, 3, S(big, 16)),
+         trand(F32, 0.5, 2, S(16)), trand(F32, -1, 1, S(16)));
+    kiln_reduce_attrs keep = {1, 0};
+    CASE("reducesum_rows_past_max_blocks_f32", ReduceSum, &keep, 1, 0x2, 0, trand(F32, -3, 3, S(big, 32)),
+         tvals(I64, V(1)));
+    kiln_topk_attrs lg = {-1, 1, 1};
+    CASE("topk_rows_past_grid_cap_f32", TopK, &lg, 2, 0x2, 0, trand(F32, -3, 3, S(big, 8)), tvals(I64, V(2)));
+#if !KILN_CUDA_EMU
+    /* CumSum's line kernel (integers, lines of KCU_CUMSUM_LINE or more) over 65537 lines:
+     * 2 x 134 MB on the GPU (GPU only: the emulator does not model the grid) */
+    kiln_cumsum_attrs plain = {0, 0};
+    CASE("cumsum_lines_past_grid_cap_i8", CumSum, &plain, 1, 0x2, 0, tbits(I8, S(65537, KCU_CUMSUM_LINE)),
+         tscalar(I64, 1));
+#endif
+}
+
 /* every op of the table has at least one case */
 #include "cuda/cases_index.inc"
 #include "cuda/cases_spatial.inc"
@@ -2663,7 +2739,7 @@ TEST(test_coverage) {
 #else
 #define TESTS_FC(X) X(test_fused_conv) X(test_fused_conv_special_values) X(test_conv_gemm) X(test_squeeze_excite) X(test_se_engine)
 #endif
-#define TESTS_FT(X) X(test_fused_transformer) X(test_attention_tactics)
+#define TESTS_FT(X) X(test_fused_transformer) X(test_attention_tactics) X(test_grid_limits)
 #define ALL_TESTS(X) \
     TESTS_BASE(X) TESTS_NN(X) TESTS_REDUCE(X) TESTS_FC(X) TESTS_FT(X) TESTS_INDEX(X) \
     TESTS_SPATIAL(X) TESTS_SEQ(X) TESTS_MISC(X) TESTS_PW(X) X(test_node_state) X(test_engine_host_inputs) \

@@ -40,6 +40,17 @@ static inline int kcu_i32_loop(int64_t n) {
     return n >= 0 && n <= (int64_t)INT32_MAX - (int64_t)KCU_THREADS * KCU_MAX_BLOCKS;
 }
 
+/* CUDA's limits on a grid: gridDim.x up to 2^31 - 1 blocks, gridDim.y and
+ * gridDim.z up to 65535 each. A launch past them fails with "invalid
+ * configuration argument", so a launcher that puts a shape-sized count
+ * (images, rows, heads) in y or z must cap it there and have the kernel
+ * step over the rest (or put it in x). */
+#define KCU_GRID_X_MAX ((int64_t)INT32_MAX)
+#define KCU_GRID_YZ_MAX ((int64_t)65535)
+static inline int kcu_grid_ok(int64_t gx, int64_t gy, int64_t gz) {
+    return gx >= 1 && gx <= KCU_GRID_X_MAX && gy >= 1 && gy <= KCU_GRID_YZ_MAX && gz >= 1 && gz <= KCU_GRID_YZ_MAX;
+}
+
 /* ---- broadcasting elementwise geometry -------------------------------------
  * The output is dense with `n` elements; input k is read at the element
  * offset sum_d coord[d] * st[k][d], coord being the output coordinate in the
@@ -313,6 +324,18 @@ cudaError_t kcu_bias_act(kiln_dtype t, const void *x, void *y, const void *bias,
 cudaError_t kcu_conv_gemv(kiln_dtype t, int64_t N, int64_t K, int64_t M, const void *x, const void *w,
                           const void *bias, const void *r, void *y, int act, float alpha, float beta,
                           cudaStream_t stream);
+/* kcu_conv_gemv's launch: *nb images per warp (4, 2 or 1 as N allows), a
+ * grid of *gx blocks of 8 output channels by *gy groups of nb images; the
+ * groups past KCU_GRID_YZ_MAX are stepped over by the kernel (block y takes
+ * groups y, y + gy, ...: a batch of 4 x 65535 + 1 images fits). 0 where
+ * the channels do not fit gridDim.x. */
+static inline int kcu_conv_gemv_grid(int64_t N, int64_t M, int *nb, int64_t *gx, int64_t *gy) {
+    *nb = N >= 4 ? 4 : N >= 2 ? 2 : 1;
+    const int64_t groups = (N + *nb - 1) / *nb;
+    *gx = (M + 7) / 8;
+    *gy = groups < KCU_GRID_YZ_MAX ? groups : KCU_GRID_YZ_MAX;
+    return *gx <= KCU_GRID_X_MAX;
+}
 
 /* kiln.SqueezeExcite in one launch (k_se.cu): y [N, C] = act2(W2 h + b2),
  * h [N, R] = act1(W1 p + b1), p [N, C] the mean of x [N, C, HW] (NCHW) or
@@ -359,6 +382,21 @@ typedef struct kcu_attn {
 cudaError_t kcu_attention(kiln_dtype t, const kcu_attn *g, const void *q, const void *k,
                           const void *v, const void *mask, const uint8_t *cond, const void *bias,
                           void *o, cudaStream_t stream);
+/* kcu_attention's launch (the thread-per-row kernel): one block of
+ * KCU_ATTN_ROWS query rows per (batch, head, chunk of rows), all in
+ * gridDim.x (block = (b H + h) chunks + chunk), so that neither the batch
+ * times heads nor the query chunks meet gridDim.y's 65535 (a sequence of
+ * 65535 x 64 + 1 queries, a batch of 4096 x 16 heads); *chunks: the chunks
+ * per (batch, head). 0 where the blocks do not fit gridDim.x. */
+#define KCU_ATTN_ROWS 64
+static inline int kcu_attention_grid(int64_t B, int64_t H, int64_t Sq, int64_t *chunks, int64_t *gx) {
+    *chunks = (Sq + KCU_ATTN_ROWS - 1) / KCU_ATTN_ROWS;
+    *gx = 0;
+    if (B <= 0 || H <= 0 || *chunks <= 0) return 1;
+    if (B > KCU_GRID_X_MAX / H || B * H > KCU_GRID_X_MAX / *chunks) return 0;
+    *gx = B * H * *chunks;
+    return 1;
+}
 /* The tensor-core kernel (k_attn.cu): cudaErrorNotSupported when it cannot
  * take g (dtype, head size, strides), so the caller runs the other one.
  * split: how to share out the work (k_attn_plan.h): -1 by the plan's rule,

@@ -56,10 +56,11 @@ __global__ void k_bias_act_vec(const T *x, T *y, const T *__restrict__ bias, con
 }
 
 #define ATT_TILE 32 /* keys per shared-memory tile */
-#define ATT_ROWS 64 /* query rows (threads) per block */
+#define ATT_ROWS KCU_ATTN_ROWS /* query rows (threads) per block */
 
 /* One thread per query row: scores against a tile of keys in shared
- * memory, online softmax (running max and sum), fp32 accumulation. */
+ * memory, online softmax (running max and sum), fp32 accumulation. Block
+ * (b H + h) chunks + c takes rows c ATT_ROWS.. of (b, h) (kcu_attention_grid). */
 template <typename T, int DM>
 __global__ void __launch_bounds__(ATT_ROWS)
     k_attention(const __grid_constant__ kcu_attn g, const T *__restrict__ q,
@@ -67,8 +68,9 @@ __global__ void __launch_bounds__(ATT_ROWS)
                 const uint8_t *__restrict__ cond, const T *__restrict__ bias, T *__restrict__ o) {
     __shared__ float ksh[ATT_TILE][DM];
     __shared__ float vsh[ATT_TILE][DM];
-    const int64_t b = blockIdx.x / g.H, h = blockIdx.x % g.H;
-    const int64_t i = (int64_t)blockIdx.y * ATT_ROWS + threadIdx.x;
+    const int64_t chunks = (g.Sq + ATT_ROWS - 1) / ATT_ROWS, bh = blockIdx.x / chunks;
+    const int64_t b = bh / g.H, h = bh % g.H;
+    const int64_t i = (int64_t)(blockIdx.x % chunks) * ATT_ROWS + threadIdx.x;
     const bool row = i < g.Sq;
     float qr[DM], acc[DM];
     const T *qp = q + b * g.qs[0] + h * g.qs[1] + (row ? i : 0) * g.qs[2];
@@ -136,9 +138,10 @@ static cudaError_t attention_launch(const kcu_attn *g, const void *q, const void
                                     const void *mask, const uint8_t *cond, const void *bias, void *o,
                                     cudaStream_t stream) {
     const int64_t dmax = g->D > g->Dv ? g->D : g->Dv;
-    const int64_t chunks = (g->Sq + ATT_ROWS - 1) / ATT_ROWS;
-    if (g->B * g->H > INT32_MAX || chunks > 65535) return cudaErrorInvalidConfiguration;
-    dim3 grid((unsigned)(g->B * g->H), (unsigned)chunks);
+    int64_t chunks, gx;
+    if (!kcu_attention_grid(g->B, g->H, g->Sq, &chunks, &gx)) return cudaErrorInvalidConfiguration;
+    if (gx <= 0) return cudaSuccess;
+    const dim3 grid((unsigned)gx);
     const T *qt = (const T *)q, *kt = (const T *)k, *vt = (const T *)v, *mt = (const T *)mask;
     const T *bt = (const T *)bias;
     if (dmax <= 32)
@@ -155,7 +158,8 @@ static cudaError_t attention_launch(const kcu_attn *g, const void *q, const void
 
 /* Y [N, M] = act(X [N, K] W [M, K]^T + bias[m] + R [N, M]) (kcu_conv_gemv):
  * a warp per output channel m (8 per block), NB images per warp
- * (blockIdx.y: the group of images); the lanes step over K by V-element
+ * (blockIdx.y: the groups of images y, y + gridDim.y, ..., kcu_conv_gemv_grid);
+ * the lanes step over K by V-element
  * vectors (up to 4 of W in flight each), then a warp sum; lane b finishes
  * image b (the epilogue of the layer inside, one rounding). */
 template <typename T, int V, int NB>
@@ -166,33 +170,35 @@ __global__ void __launch_bounds__(256)
     typedef typename Num<T>::C C;
     typedef Vec<T, V> VT;
     const int lane = threadIdx.x & 31;
-    const int64_t m = (int64_t)blockIdx.x * 8 + (threadIdx.x >> 5), n0 = (int64_t)blockIdx.y * NB;
+    const int64_t m = (int64_t)blockIdx.x * 8 + (threadIdx.x >> 5);
     if (m >= M) return; /* (the whole warp: m is the warp's) */
     const int64_t kv = K / V;
-    C acc[NB];
-#pragma unroll
-    for (int b = 0; b < NB; b++) acc[b] = C(0);
     const VT *wr = (const VT *)(w + m * K);
+    for (int64_t n0 = (int64_t)blockIdx.y * NB; n0 < N; n0 += (int64_t)gridDim.y * NB) {
+        C acc[NB];
+#pragma unroll
+        for (int b = 0; b < NB; b++) acc[b] = C(0);
 #pragma unroll 4
-    for (int64_t i = lane; i < kv; i += 32) {
-        const VT wv = wr[i];
+        for (int64_t i = lane; i < kv; i += 32) {
+            const VT wv = wr[i];
 #pragma unroll
-        for (int b = 0; b < NB; b++) {
-            if (n0 + b < N) {
-                const VT xv = ((const VT *)(x + (n0 + b) * K))[i];
+            for (int b = 0; b < NB; b++) {
+                if (n0 + b < N) {
+                    const VT xv = ((const VT *)(x + (n0 + b) * K))[i];
 #pragma unroll
-                for (int j = 0; j < V; j++) acc[b] += (C)Num<T>::load(wv.v[j]) * (C)Num<T>::load(xv.v[j]);
+                    for (int j = 0; j < V; j++) acc[b] += (C)Num<T>::load(wv.v[j]) * (C)Num<T>::load(xv.v[j]);
+                }
             }
         }
-    }
 #pragma unroll
-    for (int b = 0; b < NB; b++) {
-        C v = warp_reduce(acc[b], OpAdd());
-        if (lane == b && n0 + b < N) {
-            if (bias) v += Num<T>::load(bias[m]);
-            if (r) v += Num<T>::load(r[(n0 + b) * M + m]);
-            v = act_apply<C>(act, (C)alpha, (C)beta, v);
-            y[(n0 + b) * M + m] = Num<T>::store(v);
+        for (int b = 0; b < NB; b++) {
+            C v = warp_reduce(acc[b], OpAdd());
+            if (lane == b && n0 + b < N) {
+                if (bias) v += Num<T>::load(bias[m]);
+                if (r) v += Num<T>::load(r[(n0 + b) * M + m]);
+                v = act_apply<C>(act, (C)alpha, (C)beta, v);
+                y[(n0 + b) * M + m] = Num<T>::store(v);
+            }
         }
     }
 }
@@ -200,9 +206,9 @@ __global__ void __launch_bounds__(256)
 template <typename T, int V>
 cudaError_t conv_gemv_launch(int64_t N, int64_t K, int64_t M, const void *x, const void *w, const void *bias,
                              const void *r, void *y, int act, float alpha, float beta, cudaStream_t stream) {
-    const int nb = N >= 4 ? 4 : N >= 2 ? 2 : 1;
-    const int64_t gy = (N + nb - 1) / nb, gx = (M + 7) / 8;
-    if (gy > 65535 || gx > INT32_MAX) return cudaErrorInvalidValue;
+    int nb;
+    int64_t gx, gy;
+    if (!kcu_conv_gemv_grid(N, M, &nb, &gx, &gy)) return cudaErrorInvalidValue;
     const dim3 grid((unsigned)gx, (unsigned)gy);
     const T *xp = (const T *)x, *wp = (const T *)w, *bp = (const T *)bias, *rp = (const T *)r;
     if (nb == 4) k_conv_gemv<T, V, 4><<<grid, 256, 0, stream>>>(xp, wp, bp, rp, (T *)y, N, K, M, act, alpha, beta);

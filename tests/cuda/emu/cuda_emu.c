@@ -509,9 +509,15 @@ cudaError_t kcu_pool_nhwc_run(kiln_dtype t, const kcu_pool_nhwc *g, const void *
 }
 cudaError_t kcu_gap_nhwc(kiln_dtype t, int64_t N, int64_t HW, int64_t C, const void *x, void *y, float *part, int clusters, cudaStream_t s) {
     (void)s;
+    if (N * C <= 0) return cudaSuccess;
     int64_t S = kcu_gap_nhwc_splits(N, HW, C);
     bool need = S > 1 && !kcu_gap_nhwc_cluster(S, clusters); /* partial sums in `part` */
     if (S > 65535 || (need && !part)) return cudaErrorInvalidValue;
+    /* k_pool.cu's grid: (channel blocks of every image, 1, S), 16-byte vectors where C and the pointers allow */
+    const int64_t vw = 16 / (int64_t)kiln_dtype_size(t);
+    const int64_t v = vw > 1 && C % vw == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)y % 16 == 0 ? vw : 1;
+    const int64_t cv = C / v, tx = cv < 32 ? cv : 32;
+    if (!kcu_grid_ok((cv + tx - 1) / tx * N, 1, S)) return cudaErrorInvalidConfiguration;
     if (need) memset(part, 0, (size_t)(S * N * C) * sizeof(float)); /* the whole buffer: ASan checks its size */
     else if (part) return cudaErrorInvalidValue; /* the caller sized scratch it does not need */
     for (int64_t n = 0; n < N; n++) for (int64_t c = 0; c < C; c++) {
@@ -619,13 +625,22 @@ cudaError_t kcu_conv_gemv(kiln_dtype t, int64_t N, int64_t K, int64_t M, const v
     (void)s;
     if (N <= 0 || M <= 0) return cudaSuccess;
     if (!isf(t) || K <= 0 || act < 0 || act >= KILN_FC_ACT_COUNT) return cudaErrorInvalidValue;
+    /* the launch k_fused.cu makes (a grid past CUDA's limits fails there), then
+     * the images in the order its blocks take them: block row y, groups y, y + gy, ... */
+    int nb;
+    int64_t gx, gy;
+    if (!kcu_conv_gemv_grid(N, M, &nb, &gx, &gy)) return cudaErrorInvalidValue;
+    if (!kcu_grid_ok(gx, gy, 1)) return cudaErrorInvalidConfiguration;
     n_gemv++;
-    for (int64_t n = 0; n < N; n++) for (int64_t m = 0; m < M; m++) {
-        double acc = bias ? ld(t, bias, m) : 0;
-        for (int64_t k = 0; k < K; k++) acc += ld(t, w, m * K + k) * ld(t, x, n * K + k);
-        if (r) acc += ld(t, r, n * M + m);
-        st_(t, y, n * M + m, emu_act(act, alpha, beta, acc));
-    }
+    for (int64_t by = 0; by < gy; by++)
+        for (int64_t n0 = by * nb; n0 < N; n0 += gy * nb)
+            for (int64_t n = n0; n < n0 + nb && n < N; n++)
+                for (int64_t m = 0; m < M; m++) {
+                    double acc = bias ? ld(t, bias, m) : 0;
+                    for (int64_t k = 0; k < K; k++) acc += ld(t, w, m * K + k) * ld(t, x, n * K + k);
+                    if (r) acc += ld(t, r, n * M + m);
+                    st_(t, y, n * M + m, emu_act(act, alpha, beta, acc));
+                }
     return cudaSuccess;
 }
 static double emu_round(kiln_dtype t, double v) {
@@ -650,6 +665,7 @@ cudaError_t kcu_se(kiln_dtype t, const kcu_se_geom *g, int S, const void *x, con
         g->act2 >= KILN_FC_ACT_COUNT || (S != 1 && S != 2 && S != 4 && S != 8) ||
         (t != KILN_DTYPE_FLOAT32 && t != KILN_DTYPE_FLOAT16 && t != KILN_DTYPE_BFLOAT16))
         return cudaErrorInvalidValue;
+    if (!kcu_grid_ok(g->N * S, 1, 1)) return cudaErrorInvalidConfiguration; /* k_se.cu's grid: S blocks per image in x */
     n_se++;
     const int64_t C = g->C, R = g->R, HW = g->HW, vw = 16 / (int64_t)kiln_dtype_size(t);
     const int64_t V = g->nhwc && C % vw == 0 && (uintptr_t)x % 16 == 0 ? vw : 1;
@@ -785,10 +801,18 @@ cudaError_t kcu_attention(kiln_dtype t, const kcu_attn *g, const void *q, const 
                           const void *mask, const uint8_t *cond, const void *bias, void *o, cudaStream_t s) {
     (void)s;
     if (g->D > KCU_ATTN_MAX_D || g->Dv > KCU_ATTN_MAX_D) return cudaErrorInvalidValue;
+    /* the launch k_fused.cu makes (a grid past CUDA's limits fails there),
+     * then its blocks' rows: block x = (b H + h) chunks + c */
+    int64_t chunks, gx;
+    if (!kcu_attention_grid(g->B, g->H, g->Sq, &chunks, &gx)) return cudaErrorInvalidConfiguration;
+    if (gx <= 0) return cudaSuccess;
+    if (!kcu_grid_ok(gx, 1, 1)) return cudaErrorInvalidConfiguration;
     double *sc = malloc(sizeof(double) * (size_t)(g->Sk + 1));
-    for (int64_t b = 0; b < g->B; b++)
-        for (int64_t h = 0; h < g->H; h++)
-            for (int64_t i = 0; i < g->Sq; i++) {
+    if (!sc) return cudaErrorMemoryAllocation;
+    for (int64_t bx = 0; bx < gx; bx++)
+        for (int64_t i = bx % chunks * KCU_ATTN_ROWS; i < (bx % chunks + 1) * KCU_ATTN_ROWS && i < g->Sq; i++) {
+            const int64_t b = bx / chunks / g->H, h = bx / chunks % g->H;
+            {
                 double mx = -INFINITY, sum = 0;
                 for (int64_t j = 0; j < g->Sk; j++) {
                     double d = 0;
@@ -814,6 +838,7 @@ cudaError_t kcu_attention(kiln_dtype t, const kcu_attn *g, const void *q, const 
                     st_(t, o, b * g->os[0] + h * g->os[1] + i * g->os[2] + c * g->os[3], zero ? 0.0 : acc / sum);
                 }
             }
+        }
     free(sc);
     return cudaSuccess;
 }
