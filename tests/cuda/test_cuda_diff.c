@@ -1,0 +1,588 @@
+/* test_cuda_diff.c -- a differential test of CUDA plans: small random graphs
+ * (the grammar of tests/unit/graph_gen.h, shared with test_optimizer_diff,
+ * plus families around the CUDA backend's own rewrites: squeeze-excite
+ * gates for fuse_se, attention blocks in the exporters' forms for
+ * kiln.Attention and kiln's attention kernels, convolutions that are one
+ * GEMM (1x1, patchify) before pooling, shapes computed at run time on the
+ * host and read by device layers) built for the CUDA device with every
+ * pass on, in fp32 and fp16, and compared with kiln's CPU fp32 plan at
+ * optimization level 0 on the same inputs: the same shapes, values within
+ * tolerance, NaN and infinite values in the same places (NaN/inf inputs in
+ * one graph in eight), or both builds refuse with an error.
+ *
+ * Built by tests/cuda/emu/run.sh against the host emulation of the CUDA
+ * runtime, cuBLASLt and kiln's kernel launchers (tests/cuda/emu), so it runs
+ * in CI without a GPU; on a machine with a GPU it is built the same way
+ * without the emulation (the CUDA backend, `test_cuda_diff` in
+ * tests/cuda/tests.cmake) and compares the real kernels.
+ *
+ * fp32: within 1e-5 of the largest |value| (at least 1), plus the
+ * LayerNormalization slack of graph_gen.h (ln_slack). fp16: the tolerance
+ * comes from fp16's rounding on this very graph: the CPU's fp32 plan runs
+ * once more on a copy of the graph whose inputs, constants and every
+ * float32 node output are rounded to fp16 (a Cast to float16 and back after
+ * each); that copy's distance d from the fp32 result is what rounding every
+ * value to fp16 (unit roundoff 2^-11) does to this graph. The engine rounds
+ * at fewer points (fused layers compute in fp32 inside) but at other ones,
+ * so it may be off by 4 d, plus 4 fp16 ulps (2^-8) of the largest |value|
+ * for rounding ties that go the other way. Graphs whose values jump under
+ * rounding (comparisons, Where, Floor, Sign, casts to integers or bool) or
+ * whose NaN/inf placement the fp16 copy changes (values beyond fp16's
+ * range, a rounding that crosses a domain edge) are not compared in fp16.
+ *
+ * A failing graph is printed with its seed, precision and both plans.
+ * KILN_DIFF_ITERS=N runs N graphs (default 300), KILN_DIFF_SEED=S starts at
+ * seed S, KILN_DIFF_NANS=0/1/2 as in test_optimizer_diff, KILN_DIFF_FP16=0
+ * skips the fp16 engines. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "test.h"
+
+#include "unit/graph_gen.h"
+
+#include "backends/backend.h"
+#include "ops/fused_conv.h"
+#include "ops/fused_pointwise.h"
+#include "ops/fused_transformer.h"
+
+/* ---- the CUDA families -------------------------------------------------------- */
+
+static int add_i64s(gen *G, const char *what, int n, const int64_t *x) { return add_i64(G->g, nm(G, what), n, x); }
+
+/* A 1x1 (or k x k, stride s, no pads) Conv C -> M, bias or not. */
+static int conv_k(gen *G, int x, int64_t C, int64_t M, int k, int s, bool bias) {
+    kiln_conv_attrs ca;
+    memset(&ca, 0, sizeof ca);
+    ca.group = 1;
+    ca.n_strides = 2;
+    ca.strides[0] = ca.strides[1] = s;
+    int64_t wd[4] = {M, C, k, k}, bd[1] = {M};
+    float sc = 1.0f / sqrtf((float)(C * k * k));
+    int in[3] = {x, add_const(G->g, nm(G, "W"), 4, wd, -sc, sc), -1}, n = 2;
+    if (bias) in[n++] = add_const(G->g, nm(G, "B"), 1, bd, -0.5f, 0.5f);
+    return add_node(G->g, KILN_OP_Conv, nm(G, "conv"), n, in, &ca);
+}
+
+/* One of the activations fuse_conv folds (or none). */
+static int conv_act(gen *G, int y) {
+    kiln_graph *g = G->g;
+    kiln_ew_act_attrs aa = {.alpha = 0.2f, .beta = 0.5f};
+    switch (ri(6)) {
+    case 0: return add_unary(g, KILN_OP_Relu, nm(G, "relu"), y, NULL);
+    case 1: return add_unary(g, KILN_OP_HardSwish, nm(G, "hsw"), y, NULL);
+    case 2: return add_binary(g, KILN_OP_Mul, nm(G, "silu"), y, add_unary(g, KILN_OP_Sigmoid, nm(G, "sig"), y, NULL));
+    case 3: return add_unary(g, KILN_OP_HardSigmoid, nm(G, "hsig"), y, &aa);
+    case 4: return add_unary(g, KILN_OP_Sigmoid, nm(G, "sig"), y, NULL);
+    default: return y;
+    }
+}
+
+/* The squeeze-excite gate (fuse_se): [conv ->] GlobalAveragePool -> 1x1
+ * Conv C -> R + ReLU/SiLU -> 1x1 Conv R -> C + HardSigmoid/Sigmoid -> Mul
+ * with x (either order) [-> residual Add]; near misses: the pooled or
+ * hidden value read elsewhere, a second layer of other than C channels
+ * (broadcast by the Mul), padded or grouped 1x1 layers. */
+static int gen_se(gen *G) {
+    kiln_graph *g = G->g;
+    int64_t N = 1 + ri(3), C = 1 + ri(12), H = 1 + ri(5), W = ri(3) ? H : 1 + ri(5), R = 1 + ri(C + 1);
+    int64_t xd[4] = {N, C, H, W};
+    int x = add_input(g, nm(G, "x"), 4, xd);
+    if (ri(3) == 0) x = conv_act(G, add_conv(g, nm(G, "conv"), x, C, C, 3, 1, 1, 1, 1));
+    int p = add_unary(g, KILN_OP_GlobalAveragePool, nm(G, "gap"), x, NULL);
+    if (ri(10) == 0) maybe_leak(G, p);
+    int h = conv_k(G, p, C, R, 1, 1, ri(4) != 0);
+    h = ri(2) ? add_unary(g, KILN_OP_Relu, nm(G, "relu"), h, NULL)
+              : add_binary(g, KILN_OP_Mul, nm(G, "silu"), h, add_unary(g, KILN_OP_Sigmoid, nm(G, "sig"), h, NULL));
+    if (ri(10) == 0) maybe_leak(G, h);
+    int64_t C2 = ri(12) == 0 ? 1 : C;
+    int s = conv_k(G, h, R, C2, 1, 1, ri(4) != 0);
+    kiln_ew_act_attrs aa = {.alpha = 1.0f / 6.0f, .beta = 0.5f};
+    s = ri(2) ? add_unary(g, KILN_OP_HardSigmoid, nm(G, "hsig"), s, &aa) : add_unary(g, KILN_OP_Sigmoid, nm(G, "sig"), s, NULL);
+    int y = either(G, KILN_OP_Mul, "gate", x, s);
+    if (ri(3) == 0) y = add_binary(g, KILN_OP_Add, nm(G, "res"), y, x);
+    return y;
+}
+
+/* An attention block as the exporters write it: Q [B, H, Sq, D] (or BSHD
+ * through a Transpose), K as [B, H, Sk, D] through a Transpose of its last
+ * two dims or given as [B, H, D, Sk], scores scaled (Div by sqrt(D), Mul by
+ * its inverse, or both Q and K scaled by D^-1/4), a mask (none, additive
+ * [1|B, 1|H, Sq|1, Sk], masked_fill's Where(cond, scores, -inf|-1e9)),
+ * Softmax over the last axis, MatMul by V, then maybe Transpose(0,2,1,3) +
+ * Reshape [B, Sq, H*D]; near misses: Softmax not over the last axis, a
+ * scale that is an input. */
+static int gen_attention(gen *G) {
+    kiln_graph *g = G->g;
+    int64_t B = 1 + ri(2), H = 1 + ri(3), Sq = 1 + ri(6), Sk = ri(3) ? Sq : 1 + ri(6), D = 1 + ri(8);
+    if (ri(3) == 0) { /* the tensor-core kernels' sizes: D of 16 to 64, longer rows */
+        B = H = 1;
+        D = (int64_t)16 << ri(3);
+        Sq = 1 + ri(40), Sk = ri(2) ? Sq : 1 + ri(40);
+    }
+    bool bshd = ri(3) == 0;
+    int32_t p0213[4] = {0, 2, 1, 3};
+    int q, k, v;
+    if (bshd) {
+        int64_t qd[4] = {B, Sq, H, D}, kd[4] = {B, Sk, H, D};
+        q = transpose(G, add_input(g, nm(G, "q"), 4, qd), p0213, 4);
+        k = transpose(G, add_input(g, nm(G, "k"), 4, kd), p0213, 4);
+        v = transpose(G, add_input(g, nm(G, "v"), 4, kd), p0213, 4);
+    } else {
+        int64_t qd[4] = {B, H, Sq, D}, kd[4] = {B, H, Sk, D};
+        q = add_input(g, nm(G, "q"), 4, qd);
+        k = add_input(g, nm(G, "k"), 4, kd);
+        v = add_input(g, nm(G, "v"), 4, kd);
+    }
+    int kt;
+    if (!bshd && ri(4) == 0) { /* K given transposed */
+        int64_t kd[4] = {B, H, D, Sk};
+        kt = add_input(g, nm(G, "kt"), 4, kd);
+    } else {
+        int32_t p[4] = {0, 1, 3, 2};
+        kt = transpose(G, k, p, 4);
+    }
+    float scale = 1.0f / sqrtf((float)D);
+    int form = ri(4), s;
+    if (form == 2) { /* Q and K each scaled by D^-1/4 */
+        float r = sqrtf(scale);
+        s = add_binary(g, KILN_OP_MatMul, nm(G, "qk"), either(G, KILN_OP_Mul, "qs", q, add_scalar(g, nm(G, "c"), r)),
+                       either(G, KILN_OP_Mul, "ks", kt, add_scalar(g, nm(G, "c"), r)));
+    } else {
+        s = add_binary(g, KILN_OP_MatMul, nm(G, "qk"), q, kt);
+        if (form == 0) s = add_binary(g, KILN_OP_Div, nm(G, "scale"), s, add_scalar(g, nm(G, "c"), sqrtf((float)D)));
+        else if (form == 1) s = either(G, KILN_OP_Mul, "scale", s, add_scalar(g, nm(G, "c"), scale));
+        else if (ri(4) == 0) s = either(G, KILN_OP_Mul, "scale", s, add_input(g, nm(G, "c"), 0, NULL)); /* not a constant */
+    }
+    switch (ri(4)) {
+    case 0: { /* additive */
+        int64_t md[4] = {ri(2) ? B : 1, ri(3) == 0 ? H : 1, ri(2) ? Sq : 1, Sk};
+        s = either(G, KILN_OP_Add, "mask", s, ri(2) ? add_const(g, nm(G, "m"), 4, md, -3, 0) : add_input(g, nm(G, "m"), 4, md));
+        break;
+    }
+    case 1: { /* masked_fill: Where(cond, fill, s) from a comparison of an input */
+        int64_t md[4] = {ri(2) ? B : 1, 1, ri(2) ? Sq : 1, Sk};
+        int cond = add_binary(g, KILN_OP_Greater, nm(G, "cmp"), add_input(g, nm(G, "mk"), 4, md), add_scalar(g, nm(G, "z"), 1.5f));
+        int fill = add_scalar(g, nm(G, "fill"), ri(2) ? -INFINITY : -1e9f);
+        int in[3] = {cond, fill, s};
+        s = add_node(g, KILN_OP_Where, nm(G, "where"), 3, in, NULL);
+        break;
+    }
+    default: break;
+    }
+    kiln_softmax_attrs sa = {.axis = ri(10) ? (ri(2) ? -1 : 3) : 2};
+    int a = add_unary(g, KILN_OP_Softmax, nm(G, "softmax"), s, &sa);
+    if (ri(10) == 0) maybe_leak(G, a);
+    int o = add_binary(g, KILN_OP_MatMul, nm(G, "av"), a, v);
+    if (ri(2)) {
+        o = transpose(G, o, p0213, 4);
+        int64_t rd[3] = {B, Sq, H * D};
+        if (ri(3) == 0) rd[0] = 0, rd[2] = -1;
+        kiln_reshape_attrs ra = {0};
+        o = add_node(g, KILN_OP_Reshape, nm(G, "merge"), 2, (int[]){o, add_i64s(G, "shape", 3, rd)}, &ra);
+    }
+    return o;
+}
+
+/* Convolutions that are one GEMM (1x1, or a patchify k x k stride k),
+ * then an activation and a pool: MaxPool / AveragePool (kernel 2 or 3,
+ * stride 1 or 2, pads, ceil_mode, count_include_pad), GlobalAveragePool,
+ * GlobalMaxPool or none. */
+static int gen_conv_pool(gen *G) {
+    kiln_graph *g = G->g;
+    int64_t N = 1 + ri(2), C = 1 + ri(8), M = 1 + ri(8), k = ri(2) ? 1 : 2 + ri(3);
+    int64_t H = k * (1 + ri(4)) + (ri(3) == 0 ? ri((int)k) : 0), W = k * (1 + ri(4));
+    int64_t xd[4] = {N, C, H, W};
+    int y = conv_act(G, conv_k(G, add_input(g, nm(G, "x"), 4, xd), C, M, (int)k, (int)k, ri(3) != 0));
+    if (ri(3) == 0) {
+        if (kiln__graph_infer(g) != KILN_OK) return -1;
+        int64_t rd[4];
+        memcpy(rd, ti(G, y)->dims, sizeof rd);
+        y = either(G, KILN_OP_Add, "res", y, add_input(g, nm(G, "r"), 4, rd));
+    }
+    switch (ri(5)) {
+    case 0: return add_unary(g, KILN_OP_GlobalAveragePool, nm(G, "gap"), y, NULL);
+    case 1: return add_unary(g, KILN_OP_GlobalMaxPool, nm(G, "gmp"), y, NULL);
+    case 2:
+    case 3: {
+        kiln_pool_attrs pa;
+        memset(&pa, 0, sizeof pa);
+        pa.n_kernel = pa.n_strides = 2;
+        pa.kernel[0] = pa.kernel[1] = 2 + ri(2);
+        pa.strides[0] = pa.strides[1] = 1 + ri(2);
+        if (ri(2)) {
+            pa.n_pads = 4;
+            for (int i = 0; i < 4; i++) pa.pads[i] = ri((int)pa.kernel[0] / 2 + 1);
+        }
+        pa.ceil_mode = ri(3) == 0;
+        pa.count_include_pad = ri(2);
+        return add_unary(g, ri(2) ? KILN_OP_MaxPool : KILN_OP_AveragePool, nm(G, "pool"), y, &pa);
+    }
+    default: return y;
+    }
+}
+
+/* A shape computed at run time (host layers: Shape, Gather, Concat,
+ * Unsqueeze, Mul) read by device layers: Reshape of a device value to
+ * Shape(x)'s dims merged or split, or Expand of a small tensor to x's
+ * shape. */
+static int gen_shape_host(gen *G) {
+    kiln_graph *g = G->g;
+    int r = 2 + ri(3);
+    int64_t xd[4];
+    for (int i = 0; i < r; i++) xd[i] = 1 + ri(4);
+    int x = add_input(g, nm(G, "x"), r, xd);
+    int y = add_unary(g, KILN_OP_Neg, nm(G, "neg"), x, NULL); /* a device value */
+    kiln_shape_attrs sh = {0};
+    int shp = add_unary(g, KILN_OP_Shape, nm(G, "shape"), x, &sh);
+    if (ri(3) == 0) { /* Expand of [1, .., d_last] to x's shape */
+        int64_t cd[4] = {1, 1, 1, 1};
+        cd[r - 1] = xd[r - 1];
+        int c = ri(2) ? add_const(g, nm(G, "c"), r, cd, -1, 1) : add_input(g, nm(G, "c"), r, cd);
+        int e = add_binary(g, KILN_OP_Expand, nm(G, "expand"), c, shp);
+        return either(G, KILN_OP_Add, "add", e, y);
+    }
+    /* [prod of dims 0..a], dims a+1.. : Gather each, Mul the first ones */
+    int a = ri(r - 1), parts[5], np = 0;
+    kiln_axis_attrs ax0 = {.axis = 0};
+    int64_t i0 = 0;
+    int prod = add_node(g, KILN_OP_Gather, nm(G, "dim"), 2, (int[]){shp, add_i64s(G, "i", 1, &i0)}, &ax0);
+    for (int64_t i = 1; i <= a; i++)
+        prod = add_binary(g, KILN_OP_Mul, nm(G, "prod"), prod,
+                          add_node(g, KILN_OP_Gather, nm(G, "dim"), 2, (int[]){shp, add_i64s(G, "i", 1, &i)}, &ax0));
+    parts[np++] = prod;
+    for (int64_t i = a + 1; i < r; i++) {
+        int64_t idx = ri(4) == 0 ? i - r : i;
+        parts[np++] = add_node(g, KILN_OP_Gather, nm(G, "dim"), 2, (int[]){shp, add_i64s(G, "i", 1, &idx)}, &ax0);
+    }
+    if (ri(3) == 0) { /* a trailing -1 (or 1) */
+        int64_t m1 = ri(2) ? -1 : 1;
+        parts[np++] = add_i64s(G, "m1", 1, &m1);
+    }
+    int cat = add_node(g, KILN_OP_Concat, nm(G, "cat"), np, parts, &ax0);
+    kiln_reshape_attrs ra = {0};
+    y = add_node(g, KILN_OP_Reshape, nm(G, "reshape"), 2, (int[]){y, cat}, &ra);
+    if (ri(2)) y = add_unary(g, KILN_OP_Relu, nm(G, "relu"), y, NULL);
+    return y;
+}
+
+#define N_FAMILIES 16 /* graph_gen.h's 12 and the four above */
+
+/* One random graph from seed (1 to 3 steps; a CUDA family in one step in
+ * two); -1 when the grammar made an invalid one. */
+static int gen_cuda_graph(kiln_graph *g, uint64_t seed, bool *must_stay, int *multi_slices, int *fams) {
+    gen G = {.g = g, .must_stay = must_stay};
+    gb_rng_state = seed;
+    int steps = 1 + ri(3), y = -1;
+    for (int s = 0; s < steps; s++) {
+        int fam = ri(2) ? 12 + ri(4) : ri(12);
+        fams[fam]++;
+        switch (fam) {
+        case 12: y = gen_se(&G); break;
+        case 13: y = gen_attention(&G); break;
+        case 14: y = gen_conv_pool(&G); break;
+        case 15: y = gen_shape_host(&G); break;
+        default: /* (a run-time Reshape's dims are not known: the next family starts anew) */
+            for (int d = 0; y >= 0 && d < ti(&G, y)->rank; d++)
+                if (ti(&G, y)->dims[d] < 1) y = -1;
+            y = gen_step(&G, fam, y);
+            break;
+        }
+        if (gen_step_done(&G, y, s + 1 == steps) != 0) return -1;
+    }
+    mark_output(g, y);
+    *multi_slices += G.multi_slices;
+    return 0;
+}
+
+/* ---- fp16 rounding of the reference -------------------------------------------------- */
+
+/* Ops whose output jumps where rounding moves an input across a point. */
+static bool discontinuous(const kiln_graph *g) {
+    for (int i = 0; i < g->n_nodes; i++) {
+        const kiln_node *n = &g->nodes[i];
+        switch (n->op_id) {
+        case KILN_OP_Floor: case KILN_OP_Ceil: case KILN_OP_Round: case KILN_OP_Sign: case KILN_OP_Greater:
+        case KILN_OP_Less: case KILN_OP_Equal: case KILN_OP_GreaterOrEqual: case KILN_OP_LessOrEqual:
+        case KILN_OP_Not: case KILN_OP_Where: case KILN_OP_Mod: case KILN_OP_ArgMax: case KILN_OP_ArgMin:
+            return true;
+        case KILN_OP_Cast: {
+            kiln_dtype to = ((const kiln_ew_cast_attrs *)n->attrs)->to;
+            if (!kiln__dtype_is_float(to)) return true;
+            break;
+        }
+        default: break;
+        }
+    }
+    return false;
+}
+
+/* A copy of g (shapes inferred) whose float32 inputs, constants and node
+ * outputs are each rounded to fp16 (Cast to float16 and back) before any
+ * node reads them, and whose float32 outputs are rounded too. */
+static kiln_graph *fp16_rounded(const kiln_graph *g0) {
+    kiln_graph *g;
+    if (kiln__graph_clone(g0, &g) != KILN_OK) abort();
+    const int nv = g->n_values, nn = g->n_nodes;
+    int *rounded = malloc(sizeof(int) * (size_t)nv), *cast = malloc(sizeof(int) * (size_t)nv);
+    int *order = malloc(sizeof(int) * (size_t)(nn + 2 * nv + 1));
+    bool *made = calloc((size_t)nv + 1, sizeof(bool));
+    if (!rounded || !cast || !order || !made) abort();
+    for (int i = 0; i < nn; i++)
+        for (int k = 0; k < g->nodes[i].n_out; k++)
+            if (g->nodes[i].out[k] >= 0) made[g->nodes[i].out[k]] = true;
+    for (int v = 0; v < nv; v++) {
+        rounded[v] = v, cast[v] = -1;
+        const kiln_value *x = &g->values[v];
+        if (x->info.dtype != KILN_DTYPE_FLOAT32 || !(made[v] || (x->flags & (KILN_VALUE_INPUT | KILN_VALUE_CONST))))
+            continue;
+        char name[120];
+        snprintf(name, sizeof name, "%s/h", x->name);
+        kiln_ew_cast_attrs to16 = {.to = KILN_DTYPE_FLOAT16}, to32 = {.to = KILN_DTYPE_FLOAT32};
+        int h = add_unary(g, KILN_OP_Cast, name, v, &to16);
+        snprintf(name, sizeof name, "%s/r", g->values[v].name);
+        rounded[v] = add_unary(g, KILN_OP_Cast, name, h, &to32);
+        cast[v] = g->n_nodes - 2; /* and the next one */
+    }
+    /* readers of v read rounded[v] (the casts themselves excepted), and so do the outputs */
+    for (int i = 0; i < nn; i++)
+        for (int k = 0; k < g->nodes[i].n_in; k++)
+            if (g->nodes[i].in[k] >= 0) g->nodes[i].in[k] = rounded[g->nodes[i].in[k]];
+    for (int k = 0; k < g->n_outputs; k++) {
+        int v = g->outputs[k];
+        if (rounded[v] == v) continue;
+        g->values[v].flags &= ~KILN_VALUE_OUTPUT;
+        g->outputs[k] = rounded[v];
+        g->values[rounded[v]].flags |= KILN_VALUE_OUTPUT;
+    }
+    /* in order: the casts of inputs and constants, then each node followed by its outputs' casts */
+    int no = 0;
+    for (int v = 0; v < nv; v++)
+        if (cast[v] >= 0 && !made[v]) order[no++] = cast[v], order[no++] = cast[v] + 1;
+    for (int i = 0; i < nn; i++) {
+        order[no++] = i;
+        for (int k = 0; k < g->nodes[i].n_out; k++) {
+            int v = g->nodes[i].out[k];
+            if (v >= 0 && cast[v] >= 0) order[no++] = cast[v], order[no++] = cast[v] + 1;
+        }
+    }
+    kiln_node *nodes = malloc(sizeof(kiln_node) * (size_t)g->n_nodes);
+    if (!nodes || no != g->n_nodes) abort();
+    for (int i = 0; i < no; i++) nodes[i] = g->nodes[order[i]];
+    memcpy(g->nodes, nodes, sizeof(kiln_node) * (size_t)no);
+    free(nodes);
+    free(rounded);
+    free(cast);
+    free(order);
+    free(made);
+    kiln__graph_link(g);
+    if (kiln__graph_infer(g) != KILN_OK) {
+        fprintf(stderr, "fp16 copy: %s\n", kiln_last_error());
+        abort();
+    }
+    return g;
+}
+
+/* ---- the comparison -------------------------------------------------------------------- */
+
+static struct {
+    int se, attn, fused_conv, fused_mm, gemm_conv, pool, pw, ln, movement, host_shape;
+    int fp16_compared, fp16_skipped, refused_both, special, run_failed_both;
+    double worst[2]; /* the largest error / tolerance seen, fp32 and fp16 */
+} fired;
+
+static bool plan_has_name(const kiln_engine *e, int op, const char *part) {
+    for (int i = 0; e && i < e->graph->n_nodes; i++)
+        if (e->graph->nodes[i].op_id == op && (!part || strstr(e->graph->nodes[i].name, part))) return true;
+    return false;
+}
+
+static void count_fired(const kiln_engine *e) {
+    fired.se += count_op(e, KILN_OP_SqueezeExcite) > 0;
+    fired.attn += count_op(e, KILN_OP_Attention) > 0;
+    fired.fused_conv += count_op(e, KILN_OP_FusedConv) > 0;
+    fired.fused_mm += count_op(e, KILN_OP_FusedMatMul) > 0;
+    fired.pool += count_op(e, KILN_OP_MaxPool) + count_op(e, KILN_OP_AveragePool) + count_op(e, KILN_OP_GlobalAveragePool) > 0;
+    fired.pw += count_op(e, KILN_OP_Pointwise) > 0;
+    fired.ln += count_op(e, KILN_OP_LayerNormalization) + count_op(e, KILN_OP_AddLayerNorm) > 0;
+    fired.movement += plan_has_name(e, KILN_OP_Gather, "/kiln_rows");
+    fired.host_shape += count_op(e, KILN_OP_Shape) > 0 || plan_has_name(e, KILN_OP_Reshape, "reshape");
+}
+
+static void print_fail(const kiln_graph *g, const kiln_engine *e, uint64_t seed, const char *prec, const dyn *dy,
+                       const char *why) {
+    fprintf(stderr, "  FAIL seed %llu, CUDA %s%s: %s\n", (unsigned long long)seed, prec,
+            dy->on ? " (first input dims symbolic)" : "", why);
+    print_graph(g);
+    if (e) {
+        fprintf(stderr, "  CUDA plan:\n");
+        print_graph(e->graph);
+    }
+}
+
+/* y (CUDA) against r0 (CPU, level 0): shapes, then values within tol (+
+ * the LayerNorm slack of e when needed); false with why filled. */
+static bool compare(const result *y, const result *r0, double tol, const kiln_engine *e, const dyn *dy, uint64_t seed,
+                    char *why, size_t nwhy, double *worst) {
+    double slack = -1;
+    for (int k = 0; k < r0->n_out; k++) {
+        bool same = r0->rank[k] == y->rank[k];
+        for (int d = 0; same && d < r0->rank[k]; d++) same = r0->dims[k][d] == y->dims[k][d];
+        if (!same) {
+            snprintf(why, nwhy, "output %d: shapes differ", k);
+            return false;
+        }
+        int64_t n = r0->n[k] < MAXN ? r0->n[k] : MAXN;
+        double err = special_rel_err(y->y[k], r0->y[k], n);
+        if (!(err <= tol) && isfinite(err) && slack < 0) slack = ln_slack(e, dy, seed);
+        if (err / (tol + fmax(slack, 0.0)) > *worst) *worst = err / (tol + fmax(slack, 0.0));
+        if (!(err <= tol + fmax(slack, 0.0))) {
+            int64_t w = 0;
+            double wd = -1;
+            for (int64_t j = 0; j < n; j++) {
+                double dj = special_rel_err(&y->y[k][j], &r0->y[k][j], 1);
+                if (!(dj <= wd)) w = j, wd = dj;
+            }
+            snprintf(why, nwhy, "output %d: relative error %g > %g + %g (element %lld: %.9g CUDA, %.9g CPU)", k, err, tol,
+                     fmax(slack, 0.0), (long long)w, y->y[k][w], r0->y[k][w]);
+            return false;
+        }
+    }
+    return true;
+}
+
+/* Builds g for the CPU (level 0, fp32) and for CUDA (fp32 and, with fp16,
+ * fp16) and compares; false (with the graph printed) on a difference.
+ * Takes g. */
+static bool check_cuda_graph(kiln_graph *g, const dyn *dy, uint64_t seed, bool fp16) {
+    static result r0, rh, y;
+    kiln_model *m = model_of(g);
+    kiln_engine *e0 = NULL;
+    kiln_status s0 = build_for(m, 0, dy, KILN_DEVICE_CPU, KILN_PRECISION_FP32, &e0);
+    char e0_err[300];
+    snprintf(e0_err, sizeof e0_err, "%s", s0 == KILN_OK ? "" : kiln_last_error());
+    bool k0 = s0 == KILN_OK && run(e0, dy, seed * 7919 + 1, &r0);
+    if (getenv("KILN_DIFF_DEBUG") && s0 == KILN_OK && !k0) fprintf(stderr, "seed %llu: CPU run: %s\n", (unsigned long long)seed, kiln_last_error());
+    bool ok = true;
+    for (int pi = 0; pi < (fp16 ? 2 : 1) && ok; pi++) {
+        kiln_precision p = pi ? KILN_PRECISION_FP16 : KILN_PRECISION_FP32;
+        const char *pn = pi ? "fp16" : "fp32";
+        double tol = 1e-5;
+        char why[400] = "";
+        if (pi) { /* the fp16 tolerance of this graph (above) */
+            if (!k0 || discontinuous(m->graph)) {
+                fired.fp16_skipped++;
+                break;
+            }
+            kiln_model *mh = model_of(fp16_rounded(m->graph));
+            kiln_engine *eh = NULL;
+            bool kh = build_for(mh, 0, dy, KILN_DEVICE_CPU, KILN_PRECISION_FP32, &eh) == KILN_OK &&
+                      run(eh, dy, seed * 7919 + 1, &rh);
+            double d = 0;
+            for (int k = 0; kh && k < r0.n_out; k++) d = fmax(d, special_rel_err(rh.y[k], r0.y[k], r0.n[k] < MAXN ? r0.n[k] : MAXN));
+            kiln_engine_free(eh);
+            kiln_model_free(mh);
+            if (!kh || !isfinite(d)) { /* rounding moves a NaN or an infinity */
+                fired.fp16_skipped++;
+                break;
+            }
+            tol = 4.0 * d + 0x1p-8;
+            fired.fp16_compared++;
+        }
+        kiln_engine *e1 = NULL;
+        dyn dt = *dy; /* one graph in three: every tactic timed (and checked against tactic 0) */
+        dt.tune = seed % 3 == 1;
+        kiln_status s1 = build_for(m, 1, &dt, KILN_DEVICE_CUDA, p, &e1);
+        if ((s0 == KILN_OK) != (s1 == KILN_OK)) {
+            ok = false;
+            snprintf(why, sizeof why, "build: CPU level 0 %d%s%s, CUDA %d%s%s", s0, *e0_err ? ": " : "", e0_err, s1,
+                     s1 ? ": " : "", s1 ? kiln_last_error() : "");
+        } else if (s0 != KILN_OK) {
+            fired.refused_both += !pi;
+        } else {
+            if (!pi) count_fired(e1);
+            bool k1 = run(e1, dy, seed * 7919 + 1, &y);
+            if (k0 != k1) {
+                ok = false;
+                snprintf(why, sizeof why, "run: CPU %d, CUDA %d: %s", k0, k1, kiln_last_error());
+            } else if (k0) {
+                ok = compare(&y, &r0, tol, e1, dy, seed * 7919 + 1, why, sizeof why, &fired.worst[pi]);
+            } else {
+                fired.run_failed_both += !pi;
+            }
+        }
+        if (!ok) print_fail(m->graph, e1, seed, pn, dy, why);
+        kiln_engine_free(e1);
+    }
+    kiln_engine_free(e0);
+    kiln_model_free(m);
+    return ok;
+}
+
+TEST(test_cuda_random_graphs) {
+    if (!kiln__backend_for(KILN_DEVICE_CUDA)) {
+        printf("  (no CUDA backend in the registry: skipped)\n");
+        return;
+    }
+    int iters = (int)env_count("KILN_DIFF_ITERS", 300, 1, INT32_MAX);
+    uint64_t seed0 = (uint64_t)env_count("KILN_DIFF_SEED", 1, 0, INT64_MAX);
+    int nans = (int)env_count("KILN_DIFF_NANS", 1, 0, 2);
+    bool fp16 = env_count("KILN_DIFF_FP16", 1, 0, 1) != 0;
+    int built = 0, skipped = 0, failed = 0, dynamic = 0, multi_slices = 0, fams[N_FAMILIES] = {0};
+    for (int i = 0; i < iters && failed < 5; i++) {
+        uint64_t seed = seed0 + (uint64_t)i;
+        kiln_graph *g;
+        CHECK_OK(kiln__graph_create(&g));
+        bool must_stay = false;
+        if (gen_cuda_graph(g, seed, &must_stay, &multi_slices, fams) != 0) {
+            kiln__graph_free(g);
+            skipped++;
+            continue;
+        }
+        dyn dy = {.on = seed % 4 == 3, .special = nans > 1 || (nans == 1 && seed % 8 == 5)};
+        if (dy.on) { /* one symbol per size: inputs of other first dims do not share one */
+            for (int k = 0; k < g->n_inputs && k < 8; k++) {
+                kiln_tinfo *t = &g->values[g->inputs[k]].info;
+                dy.d0[k] = t->rank > 0 ? t->dims[0] : -1;
+                if (t->rank == 0) continue;
+                char sn[32];
+                snprintf(sn, sizeof sn, "batch%lld", (long long)t->dims[0]);
+                int sym = -1;
+                for (int j = 0; j < g->n_symbols; j++)
+                    if (!strcmp(g->symbols[j], sn)) sym = j;
+                if (sym < 0) CHECK_OK(kiln__graph_add_symbol(g, sn, &sym));
+                t->dims[0] = KILN_DIM_SYM(sym);
+            }
+            if (g->n_inputs > 8 || kiln__graph_infer(g) != KILN_OK) {
+                kiln__graph_free(g);
+                skipped++;
+                continue;
+            }
+            dynamic++;
+        }
+        built++;
+        fired.special += dy.special;
+        if (!check_cuda_graph(g, &dy, seed, fp16)) failed++;
+    }
+    fprintf(stderr,
+            "  %d graphs compared (%d with a symbolic batch, %d on NaN/inf inputs), %d invalid ones skipped, %d refused by "
+            "both builds, %d failed to run on both; fp16: %d compared, %d not comparable; largest error / tolerance: fp32 %.3g, "
+            "fp16 %.3g\n"
+            "  CUDA plans with: kiln.SqueezeExcite %d, kiln.Attention %d, FusedConv %d, FusedMatMul %d, a pool %d, "
+            "Pointwise %d, LayerNorm %d, a Gather of rows %d, a run-time Reshape %d; multi-axis Slices %d\n",
+            built, dynamic, fired.special, skipped, fired.refused_both, fired.run_failed_both, fired.fp16_compared,
+            fired.fp16_skipped, fired.worst[0], fired.worst[1],
+            fired.se, fired.attn, fired.fused_conv, fired.fused_mm, fired.pool, fired.pw, fired.ln, fired.movement,
+            fired.host_shape, multi_slices);
+    CHECK(failed == 0);
+    CHECK(built >= iters / 2);
+    if (iters >= 300) /* the CUDA families reached their rewrites */
+        CHECK(fired.se && fired.attn && fired.fused_conv && fired.fused_mm && fired.pool && fired.host_shape &&
+              (fired.fp16_compared || !fp16));
+}
+
+int main(void) {
+    RUN(test_cuda_random_graphs);
+    return test_summary();
+}
