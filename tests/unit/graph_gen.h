@@ -145,18 +145,11 @@ typedef struct result {
     float y[MAXO][MAXN];
 } result;
 
-/* Runs e on inputs from seed `seed` (floats in [-3, 3), false / 0 for bool
- * and integer inputs), with layer callback cb (NULL: none); false if a run
- * step fails. */
-static bool run_cb(const kiln_engine *e, const dyn *dy, uint64_t seed, result *r, kiln_layer_callback cb,
-                   void *user) {
+/* One run of context c of engine e on inputs from seed `seed` (floats in
+ * [-3, 3), false / 0 for bool and integer inputs; first dims from dy);
+ * false if a run step fails. */
+static bool run_in(kiln_context *c, const kiln_engine *e, const dyn *dy, uint64_t seed, result *r) {
     static unsigned char in[8][MAXN * 8];
-    kiln_context *c = NULL;
-    if (kiln_context_create(e, &c) != KILN_OK) return false;
-    if (cb && kiln_context_set_layer_callback(c, cb, user) != KILN_OK) {
-        kiln_context_free(c);
-        return false;
-    }
     const kiln_graph *g = e->graph;
     gb_rng_state = seed;
     bool ok = true;
@@ -184,6 +177,19 @@ static bool run_cb(const kiln_engine *e, const dyn *dy, uint64_t seed, result *r
         r->n[k] = kiln__numel(r->rank[k], r->dims[k]);
         for (int64_t j = 0; data && j < r->n[k] && j < MAXN; j++) r->y[k][j] = (float)kiln__load_f64(t, data, j);
     }
+    return ok;
+}
+
+/* run_in on a new context of e, with layer callback cb (NULL: none). */
+static bool run_cb(const kiln_engine *e, const dyn *dy, uint64_t seed, result *r, kiln_layer_callback cb,
+                   void *user) {
+    kiln_context *c = NULL;
+    if (kiln_context_create(e, &c) != KILN_OK) return false;
+    if (cb && kiln_context_set_layer_callback(c, cb, user) != KILN_OK) {
+        kiln_context_free(c);
+        return false;
+    }
+    bool ok = run_in(c, e, dy, seed, r);
     kiln_context_free(c);
     return ok;
 }
@@ -1089,6 +1095,31 @@ static inline int gen_graph(kiln_graph *g, uint64_t seed, bool *must_stay, int *
     mark_output(g, y);
     *multi_slices += G.multi_slices;
     return 0;
+}
+
+/* Makes the first dim of every input of g symbolic (their sizes into
+ * dy->d0; -1 for scalars): one symbol "batch" for all, or (per_size) one
+ * per size, so that inputs of other sizes do not claim to share a dim.
+ * The shapes the first inference gave the other values are forgotten (kept,
+ * they would act as declared shapes: a [2, ...] that a run at batch 1
+ * contradicts). False when g has more than 8 inputs or no longer infers. */
+static bool make_batch_symbolic(kiln_graph *g, dyn *dy, bool per_size) {
+    if (g->n_inputs > 8) return false;
+    for (int k = 0; k < g->n_inputs; k++) {
+        kiln_tinfo *t = &g->values[g->inputs[k]].info;
+        dy->d0[k] = t->rank > 0 ? t->dims[0] : -1;
+        if (t->rank <= 0) continue;
+        char sn[32];
+        snprintf(sn, sizeof sn, per_size ? "batch%lld" : "batch", (long long)t->dims[0]);
+        int sym = -1;
+        for (int j = 0; j < g->n_symbols; j++)
+            if (!strcmp(g->symbols[j], sn)) sym = j;
+        if (sym < 0 && kiln__graph_add_symbol(g, sn, &sym) != KILN_OK) return false;
+        t->dims[0] = KILN_DIM_SYM(sym);
+    }
+    for (int v = 0; v < g->n_values; v++)
+        if (!(g->values[v].flags & (KILN_VALUE_INPUT | KILN_VALUE_CONST))) g->values[v].info.rank = -1;
+    return kiln__graph_infer(g) == KILN_OK;
 }
 
 /* Environment variable `name` as a whole number in [lo, hi], `dflt` when

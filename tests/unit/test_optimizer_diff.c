@@ -211,14 +211,7 @@ TEST(test_random_graphs) {
          * (a batch profile), where the grammar keeps that valid */
         dyn dy = {.on = seed % 4 == 3, .special = nans > 1 || (nans == 1 && seed % 8 == 5)};
         if (dy.on) {
-            int sym;
-            CHECK_OK(kiln__graph_add_symbol(g, "batch", &sym));
-            for (int k = 0; k < g->n_inputs && k < 8; k++) {
-                kiln_tinfo *t = &g->values[g->inputs[k]].info;
-                dy.d0[k] = t->rank > 0 ? t->dims[0] : -1;
-                if (t->rank > 0) t->dims[0] = KILN_DIM_SYM(sym);
-            }
-            if (g->n_inputs > 8 || kiln__graph_infer(g) != KILN_OK) {
+            if (!make_batch_symbolic(g, &dy, false)) {
                 kiln__graph_free(g);
                 skipped++;
                 continue;

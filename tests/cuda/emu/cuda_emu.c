@@ -43,6 +43,10 @@ cudaError_t cudaMalloc(void **p, size_t n) {
     reg_p[slot] = *p; reg_n[slot] = n;
     return cudaSuccess;
 }
+/* mapped pinned host memory: the host's own (the emulated kernels run on the host) */
+cudaError_t cudaHostAlloc(void **p, size_t n, unsigned int flags) { (void)flags; *p = malloc(n ? n : 1); return *p ? cudaSuccess : cudaErrorMemoryAllocation; }
+cudaError_t cudaHostGetDevicePointer(void **d, void *h, unsigned int flags) { (void)flags; *d = h; return cudaSuccess; }
+cudaError_t cudaFreeHost(void *p) { free(p); return cudaSuccess; }
 cudaError_t cudaFree(void *p) { if (!p) return cudaSuccess; int i = find_reg(p); if (i >= 0) reg_p[i] = NULL; free(p); return cudaSuccess; }
 /* copies from device memory to the host, counted (test_engine_host_inputs) */
 static int n_dtoh;
@@ -372,12 +376,13 @@ cudaError_t kcu_transpose2d(size_t es, const kcu_copy *bc, int64_t P, int64_t Q,
     }
     return cudaSuccess;
 }
-cudaError_t kcu_gather(size_t es, kiln_dtype it, const void *x, const void *ind, void *y, int64_t outer, int64_t A, int64_t ni, int64_t inner, cudaStream_t s) {
+cudaError_t kcu_gather(size_t es, kiln_dtype it, const void *x, const void *ind, void *y, int64_t outer, int64_t A, int64_t ni, int64_t inner, int *oob, int tag, cudaStream_t s) {
     (void)s;
     int64_t total = outer * ni * inner;
     for (int64_t i = 0; i < total; i++) {
         int64_t k = i % inner, t = i / inner, j = t % ni, o = t / ni;
         int64_t v = kiln__load_i64(it, ind, j); if (v < 0) v += A;
+        if ((v < 0 || v >= A) && oob) *oob = tag;
         if (v < 0 || v >= A) memset((char *)y + i * (int64_t)es, 0, es);
         else memcpy((char *)y + i * (int64_t)es, (const char *)x + ((o * A + v) * inner + k) * (int64_t)es, es);
     }
