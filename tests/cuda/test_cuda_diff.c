@@ -647,6 +647,11 @@ static const struct {
      * layer (kcu_gather's range flag, checked at the end of the run) */
     {11923, "Gather index out of range at batch 1 (axis 0)"},
     {6255, "Gather index out of range at batch 1 (axis 1, after a data-movement chain)"},
+    /* the same, where run 2 failed before its end (a later layer refused
+     * the batch-1 shapes): its out-of-range report stayed and failed run 3,
+     * which was right; a failed run now synchronizes and clears it
+     * (kiln_context_run) */
+    {111399, "an out-of-range report of a failed run left for the next run"},
 };
 
 TEST(test_cuda_regressions) {
