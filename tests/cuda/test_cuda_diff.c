@@ -17,15 +17,18 @@
  * kernels (without one it prints "no CUDA device: skipping").
  *
  * fp32: within 1e-5 of the largest |value| (at least 1), plus the
- * LayerNormalization slack of graph_gen.h (ln_slack). fp16: the tolerance
- * comes from fp16's rounding on this very graph: the CPU's fp32 plan runs
- * once more on a copy of the graph whose inputs, constants and every
- * float32 node output are rounded to fp16 (a Cast to float16 and back after
- * each); that copy's distance d from the fp32 result is what rounding every
- * value to fp16 (unit roundoff 2^-11) does to this graph. The engine rounds
- * at fewer points (fused layers compute in fp32 inside) but at other ones,
- * so it may be off by 4 d, plus 4 fp16 ulps (2^-8) of the largest |value|
- * for rounding ties that go the other way. Graphs whose values jump under
+ * LayerNormalization slack of graph_gen.h (ln_slack) and the fp16 distance
+ * below scaled to fp32 (check_cuda_graph). fp16: the tolerance comes from
+ * fp16's rounding on this very graph: the CPU's fp32 plan runs on three
+ * copies of the graph whose inputs, constants and every float32 node output
+ * are rounded to fp16 (a Cast to float16 and back after each; in two of
+ * them then scaled by 1 + 2^-11 or 1 - 2^-11, every error in one direction,
+ * so that they cannot cancel by luck); the largest distance d of their
+ * results from the fp32 one is what rounding every value to fp16 (unit
+ * roundoff 2^-11) does to this graph. The engine rounds at fewer points
+ * (fused layers compute in fp32 inside) but at other ones, so it may be off
+ * by 4 d, plus 4 fp16 ulps (2^-8) of the largest |value| for rounding ties
+ * that go the other way. Graphs whose values jump under
  * rounding (comparisons, Where, Floor, Sign, casts to integers or bool) or
  * whose NaN/inf placement the fp16 copy changes (values beyond fp16's
  * range, a rounding that crosses a domain edge) are not compared in fp16.
