@@ -4,7 +4,8 @@
  * gates for fuse_se, attention blocks in the exporters' forms for
  * kiln.Attention and kiln's attention kernels, convolutions that are one
  * GEMM (1x1, patchify) before pooling, shapes computed at run time on the
- * host and read by device layers) built for the CUDA device with every
+ * host and read by device layers, a transformer block's residual +
+ * LayerNorm + MLP) built for the CUDA device with every
  * pass on, in fp32 and fp16, and compared with kiln's CPU fp32 plan at
  * optimization level 0 on the same inputs: the same shapes, values within
  * tolerance, NaN and infinite values in the same places (NaN/inf inputs in
@@ -36,7 +37,8 @@
  * A failing graph is printed with its seed, precision and both plans.
  * KILN_DIFF_ITERS=N runs N graphs (default 120: about 4 s under ASan), KILN_DIFF_SEED=S starts at
  * seed S, KILN_DIFF_NANS=0/1/2 as in test_optimizer_diff, KILN_DIFF_FP16=0
- * skips the fp16 engines. */
+ * skips the fp16 engines, KILN_DIFF_MAX_FAILS=N stops after N failures
+ * (default 5), KILN_DIFF_VERBOSE=1 prints each seed first. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -270,7 +272,43 @@ static int gen_shape_host(gen *G) {
     return y;
 }
 
-#define N_FAMILIES 16 /* graph_gen.h's 12 and the four above */
+/* A transformer block's tail: s = x + r (either order; s sometimes read
+ * elsewhere), LayerNormalization of s over the last axis (scale, bias or
+ * none) for kiln.AddLayerNorm, then an MLP: MatMul + bias -> GELU (erf or
+ * tanh), ReLU or nothing -> MatMul + bias [-> + s] (FusedMatMul's bias and
+ * activation epilogues, the residual through C). */
+static int gen_block(gen *G) {
+    kiln_graph *g = G->g;
+    int64_t B = 1 + ri(2), S = 1 + ri(6), D = ri(2) ? 2 + ri(8) : (int64_t)8 << ri(3), F = ri(2) ? 2 + ri(8) : 2 * D;
+    int64_t xd[3] = {B, S, D}, dd[1] = {D}, fd[1] = {F}, w1[2] = {D, F}, w2[2] = {F, D};
+    int x = add_input(g, nm(G, "x"), 3, xd);
+    int sum = either(G, KILN_OP_Add, "res", x, ri(4) ? add_input(g, nm(G, "r"), 3, xd) : add_const(g, nm(G, "r"), 1, dd, -1, 1));
+    if (ri(4) == 0) maybe_leak(G, sum);
+    kiln_ln_attrs la = {.axis = ri(2) ? -1 : 2, .epsilon = ri(2) ? 1e-5f : 1e-12f, .stash_type = 1};
+    int in[3] = {sum, add_const(g, nm(G, "gamma"), 1, dd, 0.5f, 1.5f), -1}, n = 2;
+    if (ri(3)) in[n++] = add_const(g, nm(G, "beta"), 1, dd, -0.5f, 0.5f);
+    int y = add_node(g, KILN_OP_LayerNormalization, nm(G, "ln"), n, in, &la);
+    if (ri(3) == 0) return y;
+    float s1 = 1.0f / sqrtf((float)D), s2 = 1.0f / sqrtf((float)F);
+    int h = add_binary(g, KILN_OP_MatMul, nm(G, "fc_a"), y, add_const(g, nm(G, "W"), 2, w1, -s1, s1));
+    if (ri(4)) h = either(G, KILN_OP_Add, "bias_a", h, add_const(g, nm(G, "b"), 1, fd, -0.5f, 0.5f));
+    switch (ri(4)) {
+    case 0:
+    case 1: {
+        kiln_gelu_attrs ga = {.approx = ri(2)};
+        h = add_unary(g, KILN_OP_Gelu, nm(G, "gelu"), h, &ga);
+        break;
+    }
+    case 2: h = add_unary(g, KILN_OP_Relu, nm(G, "relu"), h, NULL); break;
+    default: break;
+    }
+    int o = add_binary(g, KILN_OP_MatMul, nm(G, "fc_b"), h, add_const(g, nm(G, "W"), 2, w2, -s2, s2));
+    if (ri(4)) o = either(G, KILN_OP_Add, "bias_b", o, add_const(g, nm(G, "b"), 1, dd, -0.5f, 0.5f));
+    if (ri(2)) o = either(G, KILN_OP_Add, "resb", o, sum); /* (no name prefix ends in a digit: "b1" + 9 is "b" + 19) */
+    return o;
+}
+
+#define N_FAMILIES 17 /* graph_gen.h's 12 and the five above */
 
 /* One random graph from seed (1 to 3 steps; a CUDA family in one step in
  * two); -1 when the grammar made an invalid one. */
@@ -279,13 +317,14 @@ static int gen_cuda_graph(kiln_graph *g, uint64_t seed, bool *must_stay, int *mu
     gb_rng_state = seed;
     int steps = 1 + ri(3), y = -1;
     for (int s = 0; s < steps; s++) {
-        int fam = ri(2) ? 12 + ri(4) : ri(12);
+        int fam = ri(2) ? 12 + ri(5) : ri(12);
         fams[fam]++;
         switch (fam) {
         case 12: y = gen_se(&G); break;
         case 13: y = gen_attention(&G); break;
         case 14: y = gen_conv_pool(&G); break;
         case 15: y = gen_shape_host(&G); break;
+        case 16: y = gen_block(&G); break;
         default: /* (a run-time Reshape's dims are not known: the next family starts anew) */
             for (int d = 0; y >= 0 && d < ti(&G, y)->rank; d++)
                 if (ti(&G, y)->dims[d] < 1) y = -1;
@@ -637,6 +676,7 @@ static bool check_cuda_graph(kiln_graph *g, const dyn *dy, uint64_t seed, bool f
  * invalid one, 1 (2 with a symbolic batch) when it passed, -1 (-2) when
  * it failed. */
 static int check_seed(uint64_t seed, int nans, bool fp16, int *multi_slices, int *fams) {
+    if (getenv("KILN_DIFF_VERBOSE")) fprintf(stderr, "seed %llu\n", (unsigned long long)seed); /* (what a note is about) */
     kiln_graph *g;
     CHECK_OK(kiln__graph_create(&g));
     bool must_stay = false;
