@@ -6,7 +6,7 @@
  * GEMM (1x1, patchify) before pooling, shapes computed at run time on the
  * host and read by device layers, a transformer block's residual +
  * LayerNorm + MLP) built for the CUDA device with every
- * pass on, in fp32 and fp16, and compared with kiln's CPU fp32 plan at
+ * pass on, in fp32, fp16 and bf16, and compared with kiln's CPU fp32 plan at
  * optimization level 0 on the same inputs: the same shapes, values within
  * tolerance, NaN and infinite values in the same places (NaN/inf inputs in
  * one graph in eight), or both builds refuse with an error.
@@ -35,9 +35,9 @@
  * range, a rounding that crosses a domain edge) are not compared in fp16.
  *
  * A failing graph is printed with its seed, precision and both plans.
- * KILN_DIFF_ITERS=N runs N graphs (default 120: about 4 s under ASan), KILN_DIFF_SEED=S starts at
+ * KILN_DIFF_ITERS=N runs N graphs (default 100: about 5 s under ASan), KILN_DIFF_SEED=S starts at
  * seed S, KILN_DIFF_NANS=0/1/2 as in test_optimizer_diff, KILN_DIFF_FP16=0
- * skips the fp16 engines, KILN_DIFF_MAX_FAILS=N stops after N failures
+ * skips the fp16 engines, KILN_DIFF_BF16=0 the bf16 ones, KILN_DIFF_MAX_FAILS=N stops after N failures
  * (default 5), KILN_DIFF_VERBOSE=1 prints each seed first. */
 #include <math.h>
 #include <stdio.h>
@@ -367,13 +367,17 @@ static bool discontinuous(const kiln_graph *g) {
     return false;
 }
 
+/* fp16's (2^-11) or bf16's (2^-8) unit roundoff */
+static float unit_roundoff(kiln_dtype t) { return t == KILN_DTYPE_BFLOAT16 ? 0x1p-8f : 0x1p-11f; }
+
 /* A copy of g (shapes inferred) whose float32 inputs, constants and node
- * outputs are each rounded to fp16 (Cast to float16 and back) before any
- * node reads them, and whose float32 outputs are rounded too; with bias
- * +1 or -1 each rounded value is then scaled by 1 + bias 2^-11 (fp16's
- * largest relative rounding error, all in one direction: where the errors
- * of round-to-nearest happen to cancel, these do not). */
-static kiln_graph *fp16_rounded(const kiln_graph *g0, int bias) {
+ * outputs are each rounded to dtype t, fp16 or bf16 (Cast to t and back),
+ * before any node reads them, and whose float32 outputs are rounded too;
+ * with bias +1 or -1 each rounded value is then scaled by 1 + bias u (u:
+ * t's unit roundoff, its largest relative rounding error, all in one
+ * direction: where the errors of round-to-nearest happen to cancel, these
+ * do not). */
+static kiln_graph *half_rounded(const kiln_graph *g0, int bias, kiln_dtype t) {
     kiln_graph *g;
     if (kiln__graph_clone(g0, &g) != KILN_OK) abort();
     const int nv = g->n_values, nn = g->n_nodes, per = bias ? 3 : 2; /* nodes added per value */
@@ -391,7 +395,7 @@ static kiln_graph *fp16_rounded(const kiln_graph *g0, int bias) {
             continue;
         char name[120];
         snprintf(name, sizeof name, "%s/h", x->name);
-        kiln_ew_cast_attrs to16 = {.to = KILN_DTYPE_FLOAT16}, to32 = {.to = KILN_DTYPE_FLOAT32};
+        kiln_ew_cast_attrs to16 = {.to = t}, to32 = {.to = KILN_DTYPE_FLOAT32};
         int h = add_unary(g, KILN_OP_Cast, name, v, &to16);
         snprintf(name, sizeof name, "%s/r", g->values[v].name);
         rounded[v] = add_unary(g, KILN_OP_Cast, name, h, &to32);
@@ -399,7 +403,7 @@ static kiln_graph *fp16_rounded(const kiln_graph *g0, int bias) {
             snprintf(name, sizeof name, "%s/b", g->values[v].name);
             char kn[124];
             snprintf(kn, sizeof kn, "%s/k", g->values[v].name);
-            int k = add_scalar(g, kn, 1.0f + (float)bias * 0x1p-11f);
+            int k = add_scalar(g, kn, 1.0f + (float)bias * unit_roundoff(t));
             rounded[v] = add_binary(g, KILN_OP_Mul, name, rounded[v], k);
         }
         cast[v] = g->n_nodes - per; /* and the next ones */
@@ -474,12 +478,35 @@ static int64_t longest_sum(const kiln_graph *g) {
     return k;
 }
 
-/* How far the fp16-rounded copies' engines eh[0..2] (above: rounding to
- * nearest, then all errors up, all down), run on the inputs of seed
+/* The CPU level-0 plans of the three rounded copies of a graph for one
+ * dtype (half_rounded: to nearest, then all errors up, all down). */
+typedef struct rounded {
+    kiln_model *m[3];
+    kiln_engine *e[3];
+    bool ok;
+} rounded;
+
+static void rounded_make(rounded *R, const kiln_model *m, const dyn *dy, kiln_dtype t, bool want) {
+    memset(R, 0, sizeof *R);
+    R->ok = want;
+    for (int c = 0; R->ok && c < 3; c++) {
+        R->m[c] = model_of(half_rounded(m->graph, c == 0 ? 0 : c == 1 ? 1 : -1, t));
+        R->ok = build_for(R->m[c], 0, dy, KILN_DEVICE_CPU, KILN_PRECISION_FP32, &R->e[c]) == KILN_OK;
+    }
+}
+
+static void rounded_free(rounded *R) {
+    for (int c = 0; c < 3; c++) {
+        kiln_engine_free(R->e[c]);
+        kiln_model_free(R->m[c]);
+    }
+}
+
+/* How far the rounded copies' engines eh[0..2], run on the inputs of seed
  * `seed`, land from ref at most (special_rel_err over the outputs): the
- * effect of fp16's rounding on this graph at these inputs; -1 when one
- * fails or moves a NaN or an infinity. */
-static double fp16_distance(kiln_engine *const *eh, const dyn *dy, uint64_t seed, const result *ref) {
+ * effect of fp16's (bf16's) rounding on this graph at these inputs; -1 when
+ * one fails or moves a NaN or an infinity. */
+static double half_distance(kiln_engine *const *eh, const dyn *dy, uint64_t seed, const result *ref) {
     static result rh;
     double d = 0;
     for (int c = 0; c < 3; c++) {
@@ -493,8 +520,8 @@ static double fp16_distance(kiln_engine *const *eh, const dyn *dy, uint64_t seed
 
 static struct {
     int se, attn, fused_conv, fused_mm, gemm_conv, pool, pw, ln, movement, host_shape;
-    int fp16_compared, fp16_skipped, refused_both, special, run_failed_both, gemm_c_beta0;
-    double worst[2]; /* the largest error / tolerance seen, fp32 and fp16 */
+    int half_compared[3], half_skipped[3], refused_both, special, run_failed_both, gemm_c_beta0;
+    double worst[3]; /* the largest error / tolerance seen, fp32, fp16, bf16 */
 } fired;
 
 static bool plan_has_name(const kiln_engine *e, int op, const char *part) {
@@ -557,10 +584,10 @@ static bool compare(const result *y, const result *r0, double tol, const kiln_en
     return true;
 }
 
-/* Builds g for the CPU (level 0, fp32) and for CUDA (fp32 and, with fp16,
- * fp16) and compares; false (with the graph printed) on a difference.
- * Takes g. */
-static bool check_cuda_graph(kiln_graph *g, const dyn *dy, uint64_t seed, bool fp16) {
+/* Builds g for the CPU (level 0, fp32) and for CUDA (fp32, fp16, bf16:
+ * those prec[] asks for) and compares; false (with the graph printed) on
+ * a difference. Takes g. */
+static bool check_cuda_graph(kiln_graph *g, const dyn *dy, uint64_t seed, const bool *prec) {
     static result r0, rb, y;
     kiln_model *m = model_of(g);
     kiln_engine *e0 = NULL;
@@ -570,20 +597,23 @@ static bool check_cuda_graph(kiln_graph *g, const dyn *dy, uint64_t seed, bool f
     bool k0 = s0 == KILN_OK && run(e0, dy, seed * 7919 + 1, &r0);
     if (getenv("KILN_DIFF_DEBUG") && s0 == KILN_OK && !k0) fprintf(stderr, "seed %llu: CPU run: %s\n", (unsigned long long)seed, kiln_last_error());
     bool ok = true;
-    /* d16: the distance of the fp16-rounded copy's result from r0 (above),
-     * d16b the same on run 2's inputs; -1 where not comparable */
-    double d16 = -1, d16b = -1;
-    kiln_model *mh[3] = {NULL, NULL, NULL};
-    kiln_engine *eh[3] = {NULL, NULL, NULL};
-    bool have_h = k0 && !discontinuous(m->graph);
-    for (int c = 0; have_h && c < 3; c++) {
-        mh[c] = model_of(fp16_rounded(m->graph, c == 0 ? 0 : c == 1 ? 1 : -1));
-        have_h = build_for(mh[c], 0, dy, KILN_DEVICE_CPU, KILN_PRECISION_FP32, &eh[c]) == KILN_OK;
+    /* dh[1], dh[2]: the distance of the fp16- and bf16-rounded copies'
+     * results from r0 (above); d16b fp16's on run 2's inputs; -1 where not
+     * comparable */
+    double dh[3] = {-1, -1, -1}, d16b = -1;
+    rounded R[3];
+    const bool continuous = k0 && !discontinuous(m->graph);
+    for (int pi = 1; pi < 3; pi++) {
+        rounded_make(&R[pi], m, dy, pi == 1 ? KILN_DTYPE_FLOAT16 : KILN_DTYPE_BFLOAT16, continuous && prec[pi]);
+        if (R[pi].ok) dh[pi] = half_distance(R[pi].e, dy, seed * 7919 + 1, &r0);
     }
-    if (have_h) d16 = fp16_distance(eh, dy, seed * 7919 + 1, &r0);
-    for (int pi = 0; pi < (fp16 ? 2 : 1) && ok; pi++) {
-        kiln_precision p = pi ? KILN_PRECISION_FP16 : KILN_PRECISION_FP32;
-        const char *pn = pi ? "fp16" : "fp32";
+    const double d16 = dh[1];
+    for (int pi = 0; pi < 3 && ok; pi++) {
+        static const kiln_precision ps[3] = {KILN_PRECISION_FP32, KILN_PRECISION_FP16, KILN_PRECISION_BF16};
+        static const char *const pns[3] = {"fp32", "fp16", "bf16"};
+        if (!prec[pi]) continue;
+        kiln_precision p = ps[pi];
+        const char *pn = pns[pi];
         /* fp32: 1e-5, plus d16 scaled from fp16's unit roundoff to fp32's
          * (2^-11 -> 2^-24: rounding errors to first order are linear in
          * it), times 4 as for fp16 and sqrt of the longest sum (the CPU
@@ -592,13 +622,13 @@ static bool check_cuda_graph(kiln_graph *g, const dyn *dy, uint64_t seed, bool f
         const double c32 = 4.0 * sqrt((double)longest_sum(m->graph)) * 0x1p-13;
         double tol = 1e-5 + (d16 > 0 ? c32 * d16 : 0.0), tolb = 1e-5;
         char why[400] = "";
-        if (pi) {
-            if (d16 < 0) {
-                fired.fp16_skipped++;
-                break;
+        if (pi) { /* 4 d + 4 ulps (2^-8 fp16, 2^-5 bf16) */
+            if (dh[pi] < 0) {
+                fired.half_skipped[pi]++;
+                continue;
             }
-            tol = 4.0 * d16 + 0x1p-8;
-            fired.fp16_compared++;
+            tol = 4.0 * dh[pi] + 8.0 * unit_roundoff(pi == 1 ? KILN_DTYPE_FLOAT16 : KILN_DTYPE_BFLOAT16);
+            fired.half_compared[pi]++;
         }
         kiln_engine *e1 = NULL;
         dyn dt = *dy; /* one graph in three: every tactic timed (and checked against tactic 0) */
@@ -631,7 +661,7 @@ static bool check_cuda_graph(kiln_graph *g, const dyn *dy, uint64_t seed, bool f
                     kr = k0 && run(e0, dr, sr, &rb);
                     if (k0 && !kr) snprintf(cpu_err, sizeof cpu_err, "%s", kiln_last_error());
                     ref = &rb;
-                    if (kr && have_h) d16b = fp16_distance(eh, dr, sr, &rb);
+                    if (kr && R[1].ok) d16b = half_distance(R[1].e, dr, sr, &rb);
                     if (d16b > 0) tolb += c32 * d16b;
                 }
                 bool k1 = (c || kiln_context_create(e1, &c) == KILN_OK) && run_in(c, e1, dr, sr, &y);
@@ -662,10 +692,8 @@ static bool check_cuda_graph(kiln_graph *g, const dyn *dy, uint64_t seed, bool f
         if (!ok) print_fail(m->graph, e1, seed, pn, dy, why);
         kiln_engine_free(e1);
     }
-    for (int c = 0; c < 3; c++) {
-        kiln_engine_free(eh[c]);
-        kiln_model_free(mh[c]);
-    }
+    rounded_free(&R[1]);
+    rounded_free(&R[2]);
     kiln_engine_free(e0);
     kiln_model_free(m);
     return ok;
@@ -675,7 +703,7 @@ static bool check_cuda_graph(kiln_graph *g, const dyn *dy, uint64_t seed, bool f
  * none, 1 one graph in eight, 2 all), checked: 0 when the grammar made an
  * invalid one, 1 (2 with a symbolic batch) when it passed, -1 (-2) when
  * it failed. */
-static int check_seed(uint64_t seed, int nans, bool fp16, int *multi_slices, int *fams) {
+static int check_seed(uint64_t seed, int nans, const bool *prec, int *multi_slices, int *fams) {
     if (getenv("KILN_DIFF_VERBOSE")) fprintf(stderr, "seed %llu\n", (unsigned long long)seed); /* (what a note is about) */
     kiln_graph *g;
     CHECK_OK(kiln__graph_create(&g));
@@ -692,7 +720,7 @@ static int check_seed(uint64_t seed, int nans, bool fp16, int *multi_slices, int
     }
     fired.special += dy.special;
     int r = dy.on ? 2 : 1;
-    return check_cuda_graph(g, &dy, seed, fp16) ? r : -r;
+    return check_cuda_graph(g, &dy, seed, prec) ? r : -r;
 }
 
 /* x [batch, 1, 3] (profile 1 to 4, opt 3) -> Gather(axis 0, indices 1, 2,
@@ -760,14 +788,14 @@ TEST(test_cuda_random_graphs) {
         printf("  (no CUDA backend in the registry: skipped)\n");
         return;
     }
-    int iters = (int)env_count("KILN_DIFF_ITERS", 120, 1, INT32_MAX);
+    int iters = (int)env_count("KILN_DIFF_ITERS", 100, 1, INT32_MAX);
     uint64_t seed0 = (uint64_t)env_count("KILN_DIFF_SEED", 1, 0, INT64_MAX);
     int nans = (int)env_count("KILN_DIFF_NANS", 1, 0, 2);
-    bool fp16 = env_count("KILN_DIFF_FP16", 1, 0, 1) != 0;
+    const bool prec[3] = {true, env_count("KILN_DIFF_FP16", 1, 0, 1) != 0, env_count("KILN_DIFF_BF16", 1, 0, 1) != 0};
     int built = 0, skipped = 0, failed = 0, dynamic = 0, multi_slices = 0, fams[N_FAMILIES] = {0};
     int max_fails = (int)env_count("KILN_DIFF_MAX_FAILS", 5, 1, INT32_MAX); /* stop after so many */
     for (int i = 0; i < iters && failed < max_fails; i++) {
-        int r = check_seed(seed0 + (uint64_t)i, nans, fp16, &multi_slices, fams);
+        int r = check_seed(seed0 + (uint64_t)i, nans, prec, &multi_slices, fams);
         skipped += r == 0;
         built += r != 0;
         dynamic += r == 2 || r == -2;
@@ -775,19 +803,20 @@ TEST(test_cuda_random_graphs) {
     }
     fprintf(stderr,
             "  %d graphs compared (%d with a symbolic batch, %d on NaN/inf inputs), %d invalid ones skipped, %d refused by "
-            "both builds, %d failed to run on both; fp16: %d compared, %d not comparable; largest error / tolerance: fp32 %.3g, "
-            "fp16 %.3g\n"
+            "both builds, %d failed to run on both; fp16: %d compared, %d not comparable; bf16: %d compared, %d not "
+            "comparable; largest error / tolerance: fp32 %.3g, fp16 %.3g, bf16 %.3g\n"
             "  CUDA plans with: kiln.SqueezeExcite %d, kiln.Attention %d, FusedConv %d, FusedMatMul %d, a pool %d, "
             "Pointwise %d, LayerNorm %d, a Gather of rows %d, a run-time Reshape %d; multi-axis Slices %d\n",
-            built, dynamic, fired.special, skipped, fired.refused_both, fired.run_failed_both, fired.fp16_compared,
-            fired.fp16_skipped, fired.worst[0], fired.worst[1],
+            built, dynamic, fired.special, skipped, fired.refused_both, fired.run_failed_both,
+            fired.half_compared[1], fired.half_skipped[1], fired.half_compared[2], fired.half_skipped[2], fired.worst[0],
+            fired.worst[1], fired.worst[2],
             fired.se, fired.attn, fired.fused_conv, fired.fused_mm, fired.pool, fired.pw, fired.ln, fired.movement,
             fired.host_shape, multi_slices);
     CHECK(failed == 0);
     CHECK(built >= iters / 2);
     if (iters >= 100) /* the CUDA families reached their rewrites */
         CHECK(fired.se && fired.attn && fired.fused_conv && fired.fused_mm && fired.pool && fired.host_shape &&
-              (fired.fp16_compared || !fp16));
+              (fired.half_compared[1] || !prec[1]) && (fired.half_compared[2] || !prec[2]));
 }
 
 int main(void) {
