@@ -269,6 +269,35 @@ TEST(test_gemm_beta_bias_add) {
     }
 }
 
+/* Gemm(a [batch, 4], W, C [2, 1], beta 0) over a batch profile 1..3 (opt 2):
+ * C fits batch 2 only. The unfused plan refuses a run at batch 1 (C cannot
+ * be broadcast to 1x4); fuse_matmul dropped C (not read at beta 0) and the
+ * optimized plans ran (test_cuda_diff, seed 3015 of its first grammar).
+ * Now such a Gemm stays unfused, and both refuse batch 1 and run batch 2. */
+TEST(test_gemm_beta0_c_rows) {
+    kiln_graph *g;
+    CHECK_OK(kiln__graph_create(&g));
+    gb_rng_state = 9;
+    int sym;
+    CHECK_OK(kiln__graph_add_symbol(g, "batch", &sym));
+    int64_t ad[2] = {KILN_DIM_SYM(sym), 3}, wd[2] = {3, 4}, cd[2] = {2, 1};
+    int a = add_input(g, "a", 2, ad);
+    int in[3] = {a, add_const(g, "W", 2, wd, -1, 1), add_const(g, "C", 2, cd, -1, 1)};
+    kiln_gemm_attrs ga = {.alpha = 1.0f, .beta = 0.0f};
+    mark_output(g, add_node(g, KILN_OP_Gemm, "gemm", 3, in, &ga));
+    kiln_model *m = model_of(g);
+    static result r0, r1;
+    for (int opt = 0; opt < 2; opt++) {
+        kiln_engine *e = NULL;
+        CHECK_OK(build(m, opt, &(dyn){.on = true, .d0 = {2}}, &e));
+        CHECK(e && run(e, &(dyn){.on = true, .d0 = {2}}, 3, opt ? &r1 : &r0));
+        CHECK(e && !run(e, &(dyn){.on = true, .d0 = {1}}, 3, &r1));
+        kiln_engine_free(e);
+    }
+    CHECK(r0.n[0] == 8 && !memcmp(r0.y[0], r1.y[0], 8 * sizeof(float)));
+    kiln_model_free(m);
+}
+
 /* Conv -> BatchNormalization after 0..40 other values: fold_bn passed
  * the weights' dims from g->values to kiln__graph_add_const, which may
  * move g->values before reading them (a use after free under ASan, found
@@ -413,6 +442,7 @@ TEST(test_concat_slices_index_bound) {
 
 int main(void) {
     RUN(test_gemm_beta_bias_add);
+    RUN(test_gemm_beta0_c_rows);
     RUN(test_fold_bn_values_grow);
     RUN(test_movement_forms);
     RUN(test_concat_slices_index_bound);
