@@ -38,7 +38,7 @@ echo "== CUDA backend host code and GPU op tests against a CPU emulation of the 
 # cuBLASLt mapping) and test_cuda_ops itself, with every kernel family in the
 # table (the launchers are emulated on the host; the kernels run only on a GPU);
 # then test_cuda_diff, random graphs' CUDA plans against the CPU's level-0 plan
-# (about 5 s). The summary lines; on a failure the log's last 60 lines.
+# (about 3 s). The summary lines; on a failure the log's last 60 lines.
 if [ -f /usr/local/cuda/include/cuda_runtime_api.h ] || [ -n "${CUDA_INC:-}" ]; then
   mkdir -p build-cuda-emu
   if ! BUILD_DIR=build-cuda-emu bash tests/cuda/emu/run.sh > build-cuda-emu/run.log 2>&1; then

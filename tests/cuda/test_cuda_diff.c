@@ -35,7 +35,7 @@
  * range, a rounding that crosses a domain edge) are not compared in fp16.
  *
  * A failing graph is printed with its seed, precision and both plans.
- * KILN_DIFF_ITERS=N runs N graphs (default 100: about 5 s under ASan), KILN_DIFF_SEED=S starts at
+ * KILN_DIFF_ITERS=N runs N graphs (default 200: about 3 s under ASan), KILN_DIFF_SEED=S starts at
  * seed S, KILN_DIFF_NANS=0/1/2 as in test_optimizer_diff, KILN_DIFF_FP16=0
  * skips the fp16 engines, KILN_DIFF_BF16=0 the bf16 ones, KILN_DIFF_MAX_FAILS=N stops after N failures
  * (default 5), KILN_DIFF_VERBOSE=1 prints each seed first. */
@@ -783,7 +783,7 @@ TEST(test_cuda_random_graphs) {
         printf("  (no CUDA backend in the registry: skipped)\n");
         return;
     }
-    int iters = (int)env_count("KILN_DIFF_ITERS", 100, 1, INT32_MAX);
+    int iters = (int)env_count("KILN_DIFF_ITERS", 200, 1, INT32_MAX);
     uint64_t seed0 = (uint64_t)env_count("KILN_DIFF_SEED", 1, 0, INT64_MAX);
     int nans = (int)env_count("KILN_DIFF_NANS", 1, 0, 2);
     const bool prec[3] = {true, env_count("KILN_DIFF_FP16", 1, 0, 1) != 0, env_count("KILN_DIFF_BF16", 1, 0, 1) != 0};

@@ -31,11 +31,19 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned f) { (void)f; *s
 cudaError_t cudaStreamCreate(cudaStream_t *s) { *s = (cudaStream_t)malloc(8); return cudaSuccess; }
 cudaError_t cudaStreamDestroy(cudaStream_t s) { free(s); return cudaSuccess; }
 cudaError_t cudaStreamSynchronize(cudaStream_t s) { (void)s; return cudaSuccess; }
+/* A freed cuBLASLt workspace kept for the next state's: mapping and
+ * unmapping 32 MiB (and, under ASan, its shadow) for each of
+ * test_cuda_diff's hundreds of contexts was most of its time. */
+static void *spare_ws;
 cudaError_t cudaMalloc(void **p, size_t n) {
-    *p = malloc(n + 64);
+    if (n == KILN_CUDA_LT_WORKSPACE && spare_ws) {
+        *p = spare_ws;
+        spare_ws = NULL;
+    } else {
+        *p = malloc(n + 64);
+    }
     /* poison; not cuBLASLt's workspace, which the emulated matmul never
-     * reads (32 MiB a context: most of the time of test_cuda_diff's
-     * hundreds of contexts) */
+     * reads */
     if (*p && n != KILN_CUDA_LT_WORKSPACE) memset(*p, 0xCD, n);
     int slot = -1;
     for (int i = 0; i < nreg; i++) if (!reg_p[i]) { slot = i; break; }
@@ -47,7 +55,15 @@ cudaError_t cudaMalloc(void **p, size_t n) {
 cudaError_t cudaHostAlloc(void **p, size_t n, unsigned int flags) { (void)flags; *p = malloc(n ? n : 1); return *p ? cudaSuccess : cudaErrorMemoryAllocation; }
 cudaError_t cudaHostGetDevicePointer(void **d, void *h, unsigned int flags) { (void)flags; *d = h; return cudaSuccess; }
 cudaError_t cudaFreeHost(void *p) { free(p); return cudaSuccess; }
-cudaError_t cudaFree(void *p) { if (!p) return cudaSuccess; int i = find_reg(p); if (i >= 0) reg_p[i] = NULL; free(p); return cudaSuccess; }
+cudaError_t cudaFree(void *p) {
+    if (!p) return cudaSuccess;
+    int i = find_reg(p);
+    bool ws = i >= 0 && reg_n[i] == KILN_CUDA_LT_WORKSPACE;
+    if (i >= 0) reg_p[i] = NULL;
+    if (ws && !spare_ws) spare_ws = p;
+    else free(p);
+    return cudaSuccess;
+}
 /* copies from device memory to the host, counted (test_engine_host_inputs) */
 static int n_dtoh;
 int kiln_emu_dtoh_count(void);
@@ -63,7 +79,15 @@ int kiln_emu_se_count(void) { return n_se; }
 static void count_dtoh(void *d, const void *s) { n_dtoh += find_reg(s) >= 0 && find_reg(d) < 0; }
 cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, enum cudaMemcpyKind k, cudaStream_t st) { (void)k; (void)st; count_dtoh(d, s); memmove(d, s, n); return cudaSuccess; }
 cudaError_t cudaMemcpy(void *d, const void *s, size_t n, enum cudaMemcpyKind k) { (void)k; count_dtoh(d, s); memmove(d, s, n); return cudaSuccess; }
-cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t st) { (void)st; memset(p, v, n); return cudaSuccess; }
+/* (not into cuBLASLt's workspace, which the emulated matmul never reads:
+ * the tuner's poisoning of it before every tactic was most of the time of
+ * test_cuda_diff's tuned graphs, page faults of 32 MiB blocks) */
+cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t st) {
+    (void)st;
+    int r = find_reg(p);
+    if (r < 0 || reg_n[r] != KILN_CUDA_LT_WORKSPACE) memset(p, v, n);
+    return cudaSuccess;
+}
 cudaError_t cudaMemcpy2DAsync(void *d, size_t dp, const void *s, size_t sp, size_t w, size_t h, enum cudaMemcpyKind k, cudaStream_t st) {
     (void)k; (void)st;
     for (size_t r = 0; r < h; r++) memmove((char *)d + r * dp, (const char *)s + r * sp, w);
