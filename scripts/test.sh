@@ -36,9 +36,16 @@ export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktra
 echo "== CUDA backend host code and GPU op tests against a CPU emulation of the CUDA runtime"
 # tests/cuda/emu: the backend's host side (planners, kernel table, attributes,
 # cuBLASLt mapping) and test_cuda_ops itself, with every kernel family in the
-# table (the launchers are emulated on the host; the kernels run only on a GPU).
+# table (the launchers are emulated on the host; the kernels run only on a GPU);
+# then test_cuda_diff, random graphs' CUDA plans against the CPU's level-0 plan
+# (about 3 s). The summary lines; on a failure the log's last 60 lines.
 if [ -f /usr/local/cuda/include/cuda_runtime_api.h ] || [ -n "${CUDA_INC:-}" ]; then
-  BUILD_DIR=build-cuda-emu bash tests/cuda/emu/run.sh 2>&1 | tail -3
+  mkdir -p build-cuda-emu
+  if ! BUILD_DIR=build-cuda-emu bash tests/cuda/emu/run.sh > build-cuda-emu/run.log 2>&1; then
+    tail -60 build-cuda-emu/run.log
+    exit 1
+  fi
+  grep -E '^[0-9]+ passed, [0-9]+ failed|graphs compared' build-cuda-emu/run.log
 else
   echo "skipped: no CUDA headers (/usr/local/cuda/include)"
 fi

@@ -970,6 +970,13 @@ static kiln_status match_matmul(kiln_graph *g, const kiln_optimize_opts *o, int 
         alpha = ga->alpha;
         beta = ga->beta;
         if (n->n_in > 2 && n->in[2] >= 0 && beta != 0.0f) bias = n->in[2];
+        /* C not read (beta 0) but a rows dim other than 1 against rows M
+         * not known to match: the Gemm's check that C broadcasts to [M, N]
+         * stays, so that a run at another M fails as the unfused plan does
+         * (test_optimizer_diff's test_gemm_beta0_c_rows) */
+        const kiln_tinfo *ci = n->n_in > 2 && n->in[2] >= 0 ? info(g, n->in[2]) : NULL;
+        if (beta == 0.0f && ci && ci->rank == 2 && ci->dims[0] != 1 && (ai->dims[0] < 0 || ci->dims[0] != ai->dims[0]))
+            return KILN_OK;
     }
     /* beta scales Gemm's C only: a bias Add after a Gemm whose C is absent
      * or not read (beta 0) is taken as it is */

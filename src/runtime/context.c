@@ -1116,8 +1116,25 @@ static kiln_status check_shared_dims(const kiln_context *c) {
     return KILN_OK;
 }
 
+static kiln_status ctx_run_once(kiln_context *c);
+
 static kiln_status ctx_run(kiln_context *c) {
     if (!c) return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "kiln_context_run: context is NULL");
+    kiln_status st = ctx_run_once(c);
+    if (st != KILN_OK && c->be[MEM_DEV] && c->state[MEM_DEV]) {
+        /* A failed run leaves no device work in flight, nor a device-side
+         * report of its own (CUDA: a Gather index out of range, read at the
+         * stream's synchronization) for the next run's end to find; the
+         * run's message stays. */
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", kiln_last_error());
+        (void)c->be[MEM_DEV]->sync(c->state[MEM_DEV]);
+        st = KILN_FAIL(st, "%s", msg);
+    }
+    return st;
+}
+
+static kiln_status ctx_run_once(kiln_context *c) {
     const kiln_engine *e = c->e;
     const kiln_graph *g = e->graph;
     for (int k = 0; k < g->n_inputs; k++)

@@ -32,6 +32,13 @@ target_link_libraries(test_cuda_engine PRIVATE kiln_static)
 target_include_directories(test_cuda_engine PRIVATE ${CMAKE_SOURCE_DIR}/src ${CMAKE_SOURCE_DIR}/tests)
 add_test(NAME cuda_engine COMMAND test_cuda_engine WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
 set_tests_properties(cuda_engine PROPERTIES LABELS "cuda;unit")
+# The differential test of CUDA plans against the CPU's level-0 plan (skips
+# without a GPU; tests/cuda/emu/run.sh runs it against the emulation).
+add_executable(test_cuda_diff ${CMAKE_SOURCE_DIR}/tests/cuda/test_cuda_diff.c)
+target_link_libraries(test_cuda_diff PRIVATE kiln_static)
+target_include_directories(test_cuda_diff PRIVATE ${CMAKE_SOURCE_DIR}/src ${CMAKE_SOURCE_DIR}/tests)
+add_test(NAME cuda_diff COMMAND test_cuda_diff WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+set_tests_properties(cuda_diff PROPERTIES LABELS "cuda;unit")
 # kiln run --compare, kiln build --layer-precision (no GPU needed).
 add_test(NAME cuda_cli_precision COMMAND bash ${CMAKE_SOURCE_DIR}/tests/cuda/test_cli_precision.sh
          $<TARGET_FILE:kiln_cli> WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})

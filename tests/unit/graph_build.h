@@ -16,7 +16,10 @@
 
 static inline int add_val(kiln_graph *g, const char *name) {
     int v = -1;
-    if (kiln__graph_add_value(g, name, &v) != KILN_OK) abort();
+    if (kiln__graph_add_value(g, name, &v) != KILN_OK) {
+        fprintf(stderr, "add_val: %s\n", kiln_last_error());
+        abort();
+    }
     return v;
 }
 

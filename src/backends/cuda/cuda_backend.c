@@ -34,6 +34,7 @@ static void cuda_state_free(void *state) {
     if (st->lt_ws) (void)cudaFree(st->lt_ws);
     if (st->scratch) (void)cudaFree(st->scratch);
     if (st->legacy_done) (void)cudaEventDestroy(st->legacy_done);
+    if (st->oob) (void)cudaFreeHost(st->oob);
     if (st->own) (void)cudaStreamDestroy(st->own);
     (void)cudaGetLastError();
     kiln__free(st);
@@ -110,6 +111,9 @@ static kiln_status cuda_state_create(int index, void **out) {
     st->stream = st->own;
     STATE_TRY(cudaMalloc(&st->lt_ws, KILN_CUDA_LT_WORKSPACE));
     st->lt_ws_size = KILN_CUDA_LT_WORKSPACE;
+    STATE_TRY(cudaHostAlloc((void **)&st->oob, sizeof(int), cudaHostAllocMapped));
+    *st->oob = 0;
+    STATE_TRY(cudaHostGetDevicePointer((void **)&st->oob_dev, st->oob, 0));
     cublasStatus_t bs = cublasLtCreate(&st->lt);
     if (bs != CUBLAS_STATUS_SUCCESS) {
         s = KILN_FAIL(KILN_ERR_DEVICE, "cuBLASLt could not be initialized on CUDA device %d: %s",
@@ -246,11 +250,32 @@ static kiln_status cuda_to_host(void *state, void *dst, const void *src, size_t 
     return cuda_copy(state, dst, src, n, true, "copy to the host");
 }
 
+int kiln__cuda_oob_tag(kiln_cuda_state *st, const char *node) {
+    for (int i = 0; i < KCU_OOB_NAMES; i++) {
+        if (!st->oob_names[i]) st->oob_names[i] = node;
+        if (st->oob_names[i] == node) return i + 1;
+    }
+    return KCU_OOB_NAMES + 1;
+}
+
+/* Synchronizes the stream; then fails if a kernel since the last sync met
+ * an index out of range (kcu_gather: it wrote zeros there; the CPU kernel
+ * fails the run, and so does this one, at its end). */
 static kiln_status cuda_sync(void *state) {
     kiln_cuda_state *st = state;
     if (!st) return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "sync: no CUDA state");
     KILN_CUDA_TRY(cudaSetDevice(st->device), "synchronizing the stream");
     KILN_CUDA_TRY(cudaStreamSynchronize(st->stream), "synchronizing the stream");
+    const int tag = st->oob ? *(volatile int *)st->oob : 0;
+    if (tag) {
+        *st->oob = 0;
+        const char *node = tag <= KCU_OOB_NAMES ? st->oob_names[tag - 1] : NULL;
+        char pn[256];
+        return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT,
+                         "node '%s' (Gather): an index is out of range for the size of its axis at this run's "
+                         "shapes (indices must lie in [-size, size - 1])",
+                         node ? kiln_printable(node, pn, sizeof pn) : "a Gather layer");
+    }
     return KILN_OK;
 }
 

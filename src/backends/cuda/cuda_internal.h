@@ -40,6 +40,8 @@
 /* cuBLASLt workspace per context (NVIDIA recommends 32 MiB on Hopper). */
 #define KILN_CUDA_LT_WORKSPACE ((size_t)32 << 20)
 
+#define KCU_OOB_NAMES 32
+
 typedef struct kiln_cuda_state {
     int device;
     cudaStream_t stream;      /* where work is queued: `own` or the caller's */
@@ -98,7 +100,16 @@ typedef struct kiln_cuda_state {
     bool tune_verbose;        /* KILN_TUNE_VERBOSE=1: the plan threads' account when the state ends */
     uint8_t dg_engine_kind[256]; /* graph engines seen listing tactics, by global index: 1
                                  precompiled, 2 runtime-compiled (KILN_TACTIC_KIND_*) */
+    int *oob;                 /* an index out of range (Gather): mapped host memory the kernels
+                                 write a layer's tag into (0: none); read and cleared by `sync` */
+    int *oob_dev;             /* its device address */
+    const char *oob_names[KCU_OOB_NAMES]; /* the layer (name pointer) of tag i + 1 */
 } kiln_cuda_state;
+
+/* The layer a kernel's out-of-range tag names (1 + its slot in oob_names;
+ * KCU_OOB_NAMES + 1 once the slots are taken: "a Gather layer"), taking a
+ * slot for a name first seen. */
+KILN_PRIVATE int kiln__cuda_oob_tag(kiln_cuda_state *st, const char *node);
 
 /* The plan threads of a state whose KILN_CUDA_PLAN_THREADS is unset: 0 is
  * the serial path. One line to change once a GPU run has compared the

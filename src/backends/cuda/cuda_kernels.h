@@ -140,10 +140,12 @@ cudaError_t kcu_transpose2d(size_t es, const kcu_copy *batch, int64_t P, int64_t
 
 /* Gather along an axis: x viewed as [outer, axis_dim, inner], indices (n_ind
  * of int32/int64, negative counts from the end), y as [outer, n_ind, inner].
- * Out-of-range indices produce zeros. */
+ * An out-of-range index produces zeros and, with oob non-NULL (device
+ * address, e.g. of mapped host memory), stores `tag` there, so that the
+ * host can fail the run as the CPU kernel does. */
 cudaError_t kcu_gather(size_t es, kiln_dtype idx_t, const void *x, const void *ind, void *y,
-                       int64_t outer, int64_t axis_dim, int64_t n_ind, int64_t inner,
-                       cudaStream_t stream);
+                       int64_t outer, int64_t axis_dim, int64_t n_ind, int64_t inner, int *oob,
+                       int tag, cudaStream_t stream);
 
 /* ---- normalization, softmax -------------------------------------------------- */
 

@@ -352,8 +352,10 @@ kiln_status kiln__cu_gather_run(const kiln_kernel_args *a) {
         es = we;
         break;
     }
-    KILN_CUDA_TRY(kcu_gather(es, ind->dtype, x->data, ind->data, a->out[0]->data, outer,
-                             x->dims[axis], kiln__tensor_numel(ind), inner, KCU_STREAM(a)),
+    kiln_cuda_state *st = a->device_state;
+    int tag = st ? kiln__cuda_oob_tag(st, a->node_name) : 0;
+    KILN_CUDA_TRY(kcu_gather(es, ind->dtype, x->data, ind->data, a->out[0]->data, outer, x->dims[axis],
+                             kiln__tensor_numel(ind), inner, st ? st->oob_dev : NULL, tag, KCU_STREAM(a)),
                   KCU_NODE(a));
     return KILN_OK;
 }

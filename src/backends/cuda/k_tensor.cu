@@ -86,7 +86,7 @@ __global__ void __launch_bounds__(KCU_TILE * KCU_TILE_ROWS)
 template <typename E, typename I>
 __global__ void __launch_bounds__(KCU_THREADS)
     k_gather(const E *__restrict__ x, const I *__restrict__ ind, E *__restrict__ y, int64_t total,
-             int64_t axis_dim, int64_t n_ind, int64_t inner) {
+             int64_t axis_dim, int64_t n_ind, int64_t inner, int *oob, int tag) {
     KCU_GRID_STRIDE(i, total) {
         int64_t k = i % inner, t = i / inner;
         int64_t j = t % n_ind, o = t / n_ind;
@@ -94,6 +94,7 @@ __global__ void __launch_bounds__(KCU_THREADS)
         if (v < 0) v += axis_dim;
         if (v < 0 || v >= axis_dim) {
             y[i] = E{};
+            if (oob) *(volatile int *)oob = tag; /* (any writer's tag will do) */
         } else {
             y[i] = x[(o * axis_dim + v) * inner + k];
         }
@@ -103,14 +104,14 @@ __global__ void __launch_bounds__(KCU_THREADS)
 template <typename E>
 static cudaError_t gather_launch(kiln_dtype it, const void *x, const void *ind, void *y,
                                  int64_t outer, int64_t axis_dim, int64_t n_ind, int64_t inner,
-                                 cudaStream_t st) {
+                                 int *oob, int tag, cudaStream_t st) {
     int64_t total = outer * n_ind * inner;
     if (it == KILN_DTYPE_INT64)
         k_gather<E, int64_t><<<grid_for(total), KCU_THREADS, 0, st>>>(
-            (const E *)x, (const int64_t *)ind, (E *)y, total, axis_dim, n_ind, inner);
+            (const E *)x, (const int64_t *)ind, (E *)y, total, axis_dim, n_ind, inner, oob, tag);
     else if (it == KILN_DTYPE_INT32)
         k_gather<E, int32_t><<<grid_for(total), KCU_THREADS, 0, st>>>(
-            (const E *)x, (const int32_t *)ind, (E *)y, total, axis_dim, n_ind, inner);
+            (const E *)x, (const int32_t *)ind, (E *)y, total, axis_dim, n_ind, inner, oob, tag);
     else
         return cudaErrorInvalidValue;
     return cudaGetLastError();
@@ -176,15 +177,15 @@ cudaError_t kcu_transpose2d(size_t es, const kcu_copy *batch, int64_t P, int64_t
 }
 
 cudaError_t kcu_gather(size_t es, kiln_dtype idx_t, const void *x, const void *ind, void *y,
-                       int64_t outer, int64_t axis_dim, int64_t n_ind, int64_t inner,
-                       cudaStream_t stream) {
+                       int64_t outer, int64_t axis_dim, int64_t n_ind, int64_t inner, int *oob,
+                       int tag, cudaStream_t stream) {
     if (outer <= 0 || n_ind <= 0 || inner <= 0) return cudaSuccess;
     switch (es) {
-    case 1: return gather_launch<uint8_t>(idx_t, x, ind, y, outer, axis_dim, n_ind, inner, stream);
-    case 2: return gather_launch<uint16_t>(idx_t, x, ind, y, outer, axis_dim, n_ind, inner, stream);
-    case 4: return gather_launch<uint32_t>(idx_t, x, ind, y, outer, axis_dim, n_ind, inner, stream);
-    case 8: return gather_launch<uint64_t>(idx_t, x, ind, y, outer, axis_dim, n_ind, inner, stream);
-    case 16: return gather_launch<uint4>(idx_t, x, ind, y, outer, axis_dim, n_ind, inner, stream);
+#define KCU_GATHER(ES, T) \
+    case ES: return gather_launch<T>(idx_t, x, ind, y, outer, axis_dim, n_ind, inner, oob, tag, stream);
+        KCU_GATHER(1, uint8_t) KCU_GATHER(2, uint16_t) KCU_GATHER(4, uint32_t) KCU_GATHER(8, uint64_t)
+        KCU_GATHER(16, uint4)
+#undef KCU_GATHER
     default: return cudaErrorInvalidValue;
     }
 }

@@ -37,17 +37,39 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned f) { (void)f; *e =
 cudaError_t cudaEventDestroy(cudaEvent_t e) { free(e); return cudaSuccess; }
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) { (void)s; return e ? cudaSuccess : cudaErrorInvalidResourceHandle; }
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned f) { (void)s, (void)f; return e ? cudaSuccess : cudaErrorInvalidResourceHandle; }
+/* A freed cuBLASLt workspace kept for the next state's: mapping and
+ * unmapping 32 MiB (and, under ASan, its shadow) for each of
+ * test_cuda_diff's hundreds of contexts was most of its time. */
+static void *spare_ws;
 cudaError_t cudaMalloc(void **p, size_t n) {
-    *p = malloc(n + 64);
-    /* poison */
-    memset(*p, 0xCD, n);
+    if (n == KILN_CUDA_LT_WORKSPACE && spare_ws) {
+        *p = spare_ws;
+        spare_ws = NULL;
+    } else {
+        *p = malloc(n + 64);
+    }
+    /* poison; not cuBLASLt's workspace, which the emulated matmul never
+     * reads */
+    if (*p && n != KILN_CUDA_LT_WORKSPACE) memset(*p, 0xCD, n);
     int slot = -1;
     for (int i = 0; i < nreg; i++) if (!reg_p[i]) { slot = i; break; }
     if (slot < 0) slot = nreg++;
     reg_p[slot] = *p; reg_n[slot] = n;
     return cudaSuccess;
 }
-cudaError_t cudaFree(void *p) { if (!p) return cudaSuccess; int i = find_reg(p); if (i >= 0) reg_p[i] = NULL; free(p); return cudaSuccess; }
+/* mapped pinned host memory: the host's own (the emulated kernels run on the host) */
+cudaError_t cudaHostAlloc(void **p, size_t n, unsigned int flags) { (void)flags; *p = malloc(n ? n : 1); return *p ? cudaSuccess : cudaErrorMemoryAllocation; }
+cudaError_t cudaHostGetDevicePointer(void **d, void *h, unsigned int flags) { (void)flags; *d = h; return cudaSuccess; }
+cudaError_t cudaFreeHost(void *p) { free(p); return cudaSuccess; }
+cudaError_t cudaFree(void *p) {
+    if (!p) return cudaSuccess;
+    int i = find_reg(p);
+    bool ws = i >= 0 && reg_n[i] == KILN_CUDA_LT_WORKSPACE;
+    if (i >= 0) reg_p[i] = NULL;
+    if (ws && !spare_ws) spare_ws = p;
+    else free(p);
+    return cudaSuccess;
+}
 /* copies from device memory to the host, counted (test_engine_host_inputs) */
 static int n_dtoh;
 int kiln_emu_dtoh_count(void);
@@ -63,7 +85,15 @@ int kiln_emu_se_count(void) { return n_se; }
 static void count_dtoh(void *d, const void *s) { n_dtoh += find_reg(s) >= 0 && find_reg(d) < 0; }
 cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, enum cudaMemcpyKind k, cudaStream_t st) { (void)k; (void)st; count_dtoh(d, s); memmove(d, s, n); return cudaSuccess; }
 cudaError_t cudaMemcpy(void *d, const void *s, size_t n, enum cudaMemcpyKind k) { (void)k; count_dtoh(d, s); memmove(d, s, n); return cudaSuccess; }
-cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t st) { (void)st; memset(p, v, n); return cudaSuccess; }
+/* (not into cuBLASLt's workspace, which the emulated matmul never reads:
+ * the tuner's poisoning of it before every tactic was most of the time of
+ * test_cuda_diff's tuned graphs, page faults of 32 MiB blocks) */
+cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t st) {
+    (void)st;
+    int r = find_reg(p);
+    if (r < 0 || reg_n[r] != KILN_CUDA_LT_WORKSPACE) memset(p, v, n);
+    return cudaSuccess;
+}
 cudaError_t cudaMemcpy2DAsync(void *d, size_t dp, const void *s, size_t sp, size_t w, size_t h, enum cudaMemcpyKind k, cudaStream_t st) {
     (void)k; (void)st;
     for (size_t r = 0; r < h; r++) memmove((char *)d + r * dp, (const char *)s + r * sp, w);
@@ -376,12 +406,13 @@ cudaError_t kcu_transpose2d(size_t es, const kcu_copy *bc, int64_t P, int64_t Q,
     }
     return cudaSuccess;
 }
-cudaError_t kcu_gather(size_t es, kiln_dtype it, const void *x, const void *ind, void *y, int64_t outer, int64_t A, int64_t ni, int64_t inner, cudaStream_t s) {
+cudaError_t kcu_gather(size_t es, kiln_dtype it, const void *x, const void *ind, void *y, int64_t outer, int64_t A, int64_t ni, int64_t inner, int *oob, int tag, cudaStream_t s) {
     (void)s;
     int64_t total = outer * ni * inner;
     for (int64_t i = 0; i < total; i++) {
         int64_t k = i % inner, t = i / inner, j = t % ni, o = t / ni;
         int64_t v = kiln__load_i64(it, ind, j); if (v < 0) v += A;
+        if ((v < 0 || v >= A) && oob) *oob = tag;
         if (v < 0 || v >= A) memset((char *)y + i * (int64_t)es, 0, es);
         else memcpy((char *)y + i * (int64_t)es, (const char *)x + ((o * A + v) * inner + k) * (int64_t)es, es);
     }

@@ -24,9 +24,22 @@ if grep -q '^KILN_DNNL:STRING=\(AUTO\|ON\)' "$B/CMakeCache.txt"; then
 fi
 INC=()
 if [ -n "${KILN_EMU_INCLUDE:-}" ]; then INC+=(-I"$KILN_EMU_INCLUDE"); fi
-gcc -std=c11 -D_GNU_SOURCE -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer \
-    -Wall -Wextra -Iinclude -Isrc -Itests "${INC[@]}" -I"$CUDA_INC" \
-    -DKILN_HAVE_CUDA=1 -DKILN_HAVE_CUDNN=0 -DKILN_CUDA_EMU=1 -o "$B/test_cuda_emu" \
-    tests/cuda/emu/*.c src/backends/cuda/*.c src/backends/registry.c tests/cuda/test_cuda_ops.c \
-    "$B/libkiln.a" "${LIBS[@]}" -lpthread -lm
+CFLAGS=(-std=c11 -D_GNU_SOURCE -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer
+        -Wall -Wextra -Iinclude -Isrc -Itests "${INC[@]}" -I"$CUDA_INC"
+        -DKILN_HAVE_CUDA=1 -DKILN_HAVE_CUDNN=0 -DKILN_CUDA_EMU=1)
+# the emulation and the backend once, for both programs
+mkdir -p "$B/emu_obj"
+SRCS=(tests/cuda/emu/*.c src/backends/cuda/*.c src/backends/registry.c)
+OBJS=()
+for f in "${SRCS[@]}"; do OBJS+=("$B/emu_obj/$(echo "$f" | tr / _).o"); done
+printf '%s\n' "${SRCS[@]}" | xargs -P "${KILN_EMU_JOBS:-2}" -I{} \
+  sh -c 'gcc "$@" -c -o "$0/emu_obj/$(echo {} | tr / _).o" {}' "$B" "${CFLAGS[@]}"
+for p in test_cuda_ops test_cuda_diff; do
+  out=$B/test_cuda_emu
+  [ $p = test_cuda_diff ] && out=$B/test_cuda_diff_emu
+  gcc "${CFLAGS[@]}" -o "$out" tests/cuda/$p.c "${OBJS[@]}" "$B/libkiln.a" "${LIBS[@]}" -lpthread -lm
+done
 "$B/test_cuda_emu"
+# the differential test of CUDA plans (random graphs vs the CPU's level-0
+# plan; KILN_DIFF_ITERS / KILN_DIFF_SEED as in test_optimizer_diff)
+"$B/test_cuda_diff_emu"
