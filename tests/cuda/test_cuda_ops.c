@@ -1323,6 +1323,7 @@ TEST(test_node_state) {
 KILN_PRIVATE int kiln_emu_dtoh_count(void);
 KILN_PRIVATE int kiln_emu_gemv_count(void);
 KILN_PRIVATE int kiln_emu_se_count(void);
+KILN_PRIVATE int kiln_emu_lt_epilogue_count(int ep);
 #endif
 static float *engine_run_swin(kiln_device dev, const char *pass_off, int runs, int *dtoh, bool *graph) {
     kiln_model *m = NULL;
@@ -2010,6 +2011,24 @@ TEST(test_squeeze_excite) {
 #if KILN_CUDA_EMU
     /* each case of a fused tactic that fits launched kcu_se once (the others: the composed path) */
     CHECK(se_fused_cases >= 70 && kiln_emu_se_count() - se_before == se_fused_cases);
+    /* tactic 5's GEMMs are the 1x1 FusedConvs' (kiln__cu_conv_rows_gemm, one policy): a ReLU layer has it in
+     * cuBLASLt's epilogue (RELU_BIAS, RELU without its bias), the other activations a BIAS GEMM and a pass;
+     * a 1x1 FusedConv with ReLU by `cublasLt-1x1` gets the same RELU_BIAS */
+    {
+        const int rb0 = kiln_emu_lt_epilogue_count(CUBLASLT_EPILOGUE_RELU_BIAS),
+                  r0 = kiln_emu_lt_epilogue_count(CUBLASLT_EPILOGUE_RELU),
+                  b0 = kiln_emu_lt_epilogue_count(CUBLASLT_EPILOGUE_BIAS);
+        se_case("epi_relu_bias_t5", 5, true, F16, 2, 64, 3, 3, 16, KILN_FC_ACT_RELU, 0, 0,
+                KILN_FC_ACT_HARD_SIGMOID, 1.0f / 6.0f, 0.5f, true, true, false);
+        se_case("epi_relu_t5", 5, false, BF16, 2, 64, 3, 3, 16, KILN_FC_ACT_RELU, 0, 0,
+                KILN_FC_ACT_SIGMOID, 0, 0, false, true, false);
+        CHECK(kiln_emu_lt_epilogue_count(CUBLASLT_EPILOGUE_RELU_BIAS) - rb0 == 1 &&
+              kiln_emu_lt_epilogue_count(CUBLASLT_EPILOGUE_RELU) - r0 == 1 &&
+              kiln_emu_lt_epilogue_count(CUBLASLT_EPILOGUE_BIAS) - b0 == 2);
+        gemm_conv_case("se1x1_relu_epi_f16", KCU_CONV_TACTIC_GEMM, 0, F16, 2, 64, 1, 1, 16, 1, 1, KILN_FC_ACT_RELU, 0,
+                       0, true, false);
+        CHECK(kiln_emu_lt_epilogue_count(CUBLASLT_EPILOGUE_RELU_BIAS) - rb0 == 2);
+    }
 #endif
     CHECK(kcu_se_fits(960, 240) && kcu_se_fits(KCU_SE_MAX_C, KCU_SE_MAX_R) && !kcu_se_fits(KCU_SE_MAX_C + 1, 8) &&
           !kcu_se_fits(64, KCU_SE_MAX_R + 1) && !kcu_se_fits(0, 8));

@@ -935,44 +935,52 @@ static kiln_status patch_weights(const kiln_kernel_args *a, const kcu_conv *g, b
     return KILN_OK;
 }
 
-/* The GEMM of a layer run as one (no pointers): K, the columns of X (GEMM)
- * or of the patches (PATCH: C kh kw, + 1 for the bias column where the
- * output is NCHW, rounded up to 8 so that rows stay 16-byte aligned);
- * rows_out: Y is [N P, M] row-major (NHWC, or every spatial size 1), with
- * the bias and ReLU as cuBLASLt's epilogue (*bias_in / *act_in: they are
- * in the GEMM); else per image Y_n [M, P] = W' [M, K] patches_n [P, K]^T,
- * a strided batch sharing W', the bias a column of W'. */
-static void conv_gemm_shape(const kcu_conv *g, bool patch, bool nhwc, kiln_dtype t, bool has_b, int act, bool has_r,
-                            kiln_cuda_gemm *p, bool *bias_in, bool *act_in) {
-    const bool rows_out = nhwc || g->out_sz == 1;
-    const int64_t K = patch ? (g->C * g->k_sz + (has_b && !rows_out ? 1 : 0) + 7) / 8 * 8 : g->C;
+/* The 1x1 convolution on rows (cuda_internal.h): the one place that says
+ * what of a layer's bias and activation cuBLASLt's epilogue runs. The bias
+ * (BIAS), and ReLU (RELU / RELU_BIAS, which keep NaN as kiln's kernels do:
+ * checked on an H100, docs/cuda.md); the other activations have no
+ * epilogue of kiln's form, so the caller runs them as one kcu_bias_act pass. */
+bool kiln__cu_conv_rows_gemm(kiln_cuda_gemm *p, kiln_dtype t, int64_t rows, int64_t K, int64_t M, bool has_b,
+                             int act, bool has_r) {
     memset(p, 0, sizeof *p);
     p->t = t;
+    p->M = rows;
+    p->N = M;
     p->K = K;
     p->batch = 1;
     p->alpha = 1.0;
     p->beta = has_r ? 1.0 : 0.0;
     p->tb = true;
     p->lda = p->ldb = K;
-    *bias_in = has_b && !rows_out;
-    *act_in = false;
+    p->ldc = M;
+    const bool act_in = act == KILN_FC_ACT_RELU;
+    p->epi = (has_b ? KCU_EPI_BIAS : KCU_EPI_NONE) | (act_in ? KCU_EPI_RELU : KCU_EPI_NONE);
+    return act_in;
+}
+
+/* The GEMM of a layer run as one (no pointers): K, the columns of X (GEMM)
+ * or of the patches (PATCH: C kh kw, + 1 for the bias column where the
+ * output is NCHW, rounded up to 8 so that rows stay 16-byte aligned);
+ * rows_out: Y is [N P, M] row-major (NHWC, or every spatial size 1), the 1x1
+ * convolution on rows (kiln__cu_conv_rows_gemm) with the bias in its
+ * epilogue (*bias_in / *act_in: what is in the GEMM); else per image Y_n
+ * [M, P] = W' [M, K] patches_n [P, K]^T, a strided batch sharing W', the
+ * bias a column of W'. */
+static void conv_gemm_shape(const kcu_conv *g, bool patch, bool nhwc, kiln_dtype t, bool has_b, int act, bool has_r,
+                            kiln_cuda_gemm *p, bool *bias_in, bool *act_in) {
+    const bool rows_out = nhwc || g->out_sz == 1;
+    const int64_t K = patch ? (g->C * g->k_sz + (has_b && !rows_out ? 1 : 0) + 7) / 8 * 8 : g->C;
+    *bias_in = has_b;
     if (rows_out) { /* Y [N P, M] = X [N P, K] W [M, K]^T */
-        p->M = g->N * g->out_sz;
-        p->N = g->M;
-        p->ldc = g->M;
-        if (has_b) p->epi |= KCU_EPI_BIAS;
-        if (act == KILN_FC_ACT_RELU) p->epi |= KCU_EPI_RELU;
-        *bias_in = has_b;
-        *act_in = act == KILN_FC_ACT_RELU;
-    } else {
-        p->M = g->M;
-        p->N = g->out_sz;
-        p->batch = g->N;
-        p->sa = 0;
-        p->sb = g->out_sz * K;
-        p->ldc = g->out_sz;
-        p->sc = g->M * g->out_sz;
+        *act_in = kiln__cu_conv_rows_gemm(p, t, g->N * g->out_sz, K, g->M, has_b, act, has_r);
+        return;
     }
+    /* the same product with W' [M, K] as the rows, one per image (nothing in the epilogue) */
+    kiln__cu_conv_rows_gemm(p, t, g->M, K, g->out_sz, false, KILN_FC_ACT_NONE, has_r);
+    p->batch = g->N;
+    p->sb = g->out_sz * K;
+    p->sc = g->M * g->out_sz;
+    *act_in = false;
 }
 
 /* Y = act(conv(X, W) + B + R) as one cuBLASLt GEMM (conv_gemm_shape):

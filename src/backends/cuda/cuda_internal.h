@@ -375,6 +375,17 @@ KILN_PRIVATE kiln_status kiln__cuda_gemm(const kiln_kernel_args *a, const kiln_c
 /* Number of cuBLASLt heuristic candidates for p (shapes and dtypes only;
  * pointers are taken as 256-byte aligned), at most cap; 0 if none. */
 KILN_PRIVATE int kiln__cuda_gemm_candidates(kiln_cuda_state *st, const kiln_cuda_gemm *p, int cap);
+/* A 1x1 convolution on rows (cuda_conv.c): Y [rows, M] = act(X [rows, K]
+ * W [M, K]^T + b + R), all row-major, as one GEMM: the `cublasLt-1x1`
+ * tactic of kiln.FusedConv (NHWC, or every spatial size 1) and the two
+ * layers of kiln.SqueezeExcite's `cublasLt-1x1+gap`. Fills p without
+ * pointers (the caller sets A = X, B = W, C = Y, bias = b where has_b, Cin
+ * = R with beta 1 where has_r) with the bias in cuBLASLt's epilogue and
+ * the activation where the epilogue runs it as kiln does (KILN_FC_ACT_RELU
+ * only); returns whether it did, else the caller runs act as one
+ * kcu_bias_act pass after the GEMM. The one policy for both ops. */
+KILN_PRIVATE bool kiln__cu_conv_rows_gemm(kiln_cuda_gemm *p, kiln_dtype t, int64_t rows, int64_t K, int64_t M,
+                                          bool has_b, int act, bool has_r);
 
 /* ---- per-(context, node) state ------------------------------------------------------
  * What a node's kernel keeps between runs in a->node_state->p: cuBLASLt

@@ -5,10 +5,10 @@
  *      into Y, then two kcu_conv_gemv launches (the `kiln-gemv` tactic of
  *      the 1x1 FusedConvs) through a hidden vector in the state's scratch;
  *   5  KCU_SE_TACTIC_BLAS (`cublasLt-1x1+gap`, fp32/fp16/bf16): the same pool,
- *      then the two 1x1 layers as cuBLASLt GEMMs with the bias in their
- *      epilogue (the 1x1 FusedConvs' `cublasLt-1x1` tactic; cuBLASLt's first
- *      candidate), each activation one kcu_bias_act pass after its GEMM
- *      (ReLU too: kiln's keeps NaN, cuBLASLt's epilogue is unchecked there);
+ *      then the two 1x1 layers as cuBLASLt GEMMs, each the 1x1 FusedConvs'
+ *      `cublasLt-1x1` GEMM (kiln__cu_conv_rows_gemm: the bias and ReLU in
+ *      cuBLASLt's epilogue, the other activations one kcu_bias_act pass
+ *      after it; cuBLASLt's first candidate);
  *   1..4  kcu_se (k_se.cu), the whole gate in one launch, one cluster of
  *      1, 2, 4 or 8 blocks per image (2..8 need compute capability 9);
  *      listed unless KILN_CUDA_SE_FUSED=0 (on by default), where
@@ -46,30 +46,20 @@ const char *kiln__cu_se_name(const kiln_node *n) {
     return at && at->layout == KILN_SE_LAYOUT_NHWC ? "cuda.squeeze_excite.nhwc" : NULL;
 }
 
-/* y [N, M] = act(x [N, K] w [M, K]^T + b): one cuBLASLt GEMM (the bias in
- * its epilogue), then the activation as one kcu_bias_act pass */
+/* y [N, M] = act(x [N, K] w [M, K]^T + b): the 1x1 convolution on rows
+ * (kiln__cu_conv_rows_gemm, as the 1x1 FusedConvs' `cublasLt-1x1`: the
+ * bias and ReLU in cuBLASLt's epilogue), the other activations one
+ * kcu_bias_act pass after it */
 static kiln_status se_gemm(const kiln_kernel_args *a, kiln_dtype t, int64_t N, int64_t K, int64_t M, const void *x,
                            const void *w, const kiln_tensor *b, void *y, int act, float alpha, float beta) {
     kiln_cuda_gemm p;
-    memset(&p, 0, sizeof p);
-    p.t = t;
-    p.M = N;
-    p.N = M;
-    p.K = K;
-    p.batch = 1;
-    p.alpha = 1.0;
-    p.tb = true;
-    p.lda = p.ldb = K;
-    p.ldc = M;
+    const bool act_in = kiln__cu_conv_rows_gemm(&p, t, N, K, M, b != NULL, act, false);
     p.A = x;
     p.B = w;
     p.C = y;
-    if (b) {
-        p.epi = KCU_EPI_BIAS;
-        p.bias = b->data;
-    }
+    p.bias = b ? b->data : NULL;
     KILN_TRY(kiln__cuda_gemm(a, &p));
-    if (act != KILN_FC_ACT_NONE)
+    if (!act_in && act != KILN_FC_ACT_NONE)
         KILN_CUDA_TRY(kcu_bias_act(t, y, y, NULL, NULL, N, M, 1, act, alpha, beta, KCU_STREAM(a)), KCU_NODE(a));
     return KILN_OK;
 }

@@ -150,6 +150,11 @@ static kiln_dtype kt(cudaDataType_t t) { return t == CUDA_R_16F ? KILN_DTYPE_FLO
 static double cm(const emu_layout *l, const void *p, int64_t b, uint64_t i, uint64_t j) {
     if (i >= l->rows || j >= l->cols) { fprintf(stderr, "EMU: index out of layout\n"); exit(3); }
     return kiln__load_f64(kt(l->t), p, b * l->stride + (int64_t)j * l->ld + (int64_t)i); }
+/* products by the epilogue of their descriptor (0: none set; test_squeeze_excite: a SqueezeExcite's GEMMs
+ * have the 1x1 FusedConvs' epilogues) */
+static int n_lt_epi[1024];
+int kiln_emu_lt_epilogue_count(int ep);
+int kiln_emu_lt_epilogue_count(int ep) { return ep >= 0 && ep < 1024 ? n_lt_epi[ep] : 0; }
 cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, const void *alpha, const void *A, cublasLtMatrixLayout_t Al,
     const void *B, cublasLtMatrixLayout_t Bl, const void *beta, const void *C, cublasLtMatrixLayout_t Cl, void *D, cublasLtMatrixLayout_t Dl,
     const cublasLtMatmulAlgo_t *algo, void *ws, size_t wss, cudaStream_t st) {
@@ -162,6 +167,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, con
     uint64_t kb = d->tb == CUBLAS_OP_N ? b->rows : b->cols, n = d->tb == CUBLAS_OP_N ? b->cols : b->rows;
     if (k != kb || c->rows != m || c->cols != n) { fprintf(stderr, "EMU: shape mismatch m%llu k%llu kb%llu n%llu c %llux%llu\n",
         (unsigned long long)m, (unsigned long long)k, (unsigned long long)kb, (unsigned long long)n, (unsigned long long)c->rows, (unsigned long long)c->cols); exit(3); }
+    if ((int)d->epi >= 0 && (int)d->epi < 1024) n_lt_epi[(int)d->epi]++;
     int32_t batch = c->batch;
     for (int32_t bb = 0; bb < batch; bb++)
         for (uint64_t i = 0; i < m; i++) for (uint64_t j = 0; j < n; j++) {
