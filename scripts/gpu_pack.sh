@@ -15,7 +15,7 @@ OUTF=${2:-.carry/kiln-gpu.tar.xz}
   echo "gpu_pack: $B has no CUDA build (libkiln.so.0, test_cuda_ops); build with nvcc first" >&2; exit 1; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-for f in kiln libkiln.so.0 kiln_conformance test_cuda_ops test_cuda_engine test_cuda_precision \
+for f in kiln libkiln.so.0 kiln_conformance test_cuda_ops test_cuda_engine test_cuda_precision test_cuda_diff \
          test_attention_forms test_debug; do
   [ -e "$B/$f" ] && cp -L "$B/$f" "$tmp/"
 done
