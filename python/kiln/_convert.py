@@ -6,6 +6,7 @@ import ctypes
 import difflib
 import inspect
 import json
+import os
 import re
 import tempfile
 import warnings
@@ -397,6 +398,52 @@ def _exporter_error(exc, module, run, label, which, opset):
 
 # ---- building ------------------------------------------------------------------------
 
+def _graph_tensors(graph):
+    """Every TensorProto of an ONNX graph: initializers and tensor attributes, subgraphs
+    included (where external data can be referred to)."""
+    yield from graph.initializer
+    for node in graph.node:
+        yield from _node_tensors(node)
+
+
+def _node_tensors(node):
+    for a in node.attribute:
+        if a.HasField("t"):
+            yield a.t
+        yield from a.tensors
+        if a.HasField("g"):
+            yield from _graph_tensors(a.g)
+        for g in a.graphs:
+            yield from _graph_tensors(g)
+
+
+def _keep_onnx(path, onnx_path):
+    """Copies the exported model at `path` to `onnx_path`, as kiln.save writes (atomically,
+    replacing a link rather than writing through it). Weights the exporter stored beside it
+    (`<path>.data`, the dynamo exporter's external data) go to `<onnx_path>.data`, and the
+    copy's tensors refer to that name: the exporter wrote the temporary file's name into
+    them, which a model kept under another name would not find."""
+    path = Path(path)
+    data_file = Path(str(path) + ".data")
+    if not data_file.exists():
+        _files.atomic_write(onnx_path, source=path)
+        return
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    new_name = Path(os.fsdecode(os.fspath(onnx_path))).name + ".data"
+    tensors = list(_graph_tensors(model.graph))
+    for f in model.functions:
+        for node in f.node:
+            tensors.extend(_node_tensors(node))
+    for t in tensors:
+        for e in t.external_data:
+            if e.key == "location" and e.value == data_file.name:
+                e.value = new_name
+    _files.atomic_write(str(onnx_path) + ".data", source=data_file)
+    _files.atomic_write(onnx_path, model.SerializeToString())
+
+
 def _build(onnx_path, inputs, device, precision, opts, module, label, metadata):
     L = lib()
     model = ctypes.c_void_p()
@@ -523,7 +570,9 @@ def convert_method_to_engine(module, method_name="forward", inputs=None, arg_inp
     cannot build it. exporter: 'auto' | 'torchscript' | 'dynamo'; ir (Torch-TensorRT's
     name): 'default', 'ts'/'torchscript' or 'dynamo'/'exported_program', mapped to
     exporter. opset: ONNX opset to export (default 17 for torchscript, 18 for dynamo).
-    onnx_path: also keep the exported ONNX model there. build_options: threads,
+    onnx_path: also keep the exported ONNX model there (weights the exporter stores
+    outside the model, as the dynamo exporter does, go to `<onnx_path>.data`, and the kept
+    model names that file). build_options: threads,
     workspace (bytes; workspace_size is Torch-TensorRT's name), timing_cache (path),
     fast_math (True: the tuner may also choose kernels that are faster but round more,
     e.g. Winograd convolutions on the CPU; default False), one-to-one with
@@ -592,11 +641,8 @@ def convert_method_to_engine(module, method_name="forward", inputs=None, arg_inp
                         raise
                     _drop_tracebacks(e)
                     raise err from e
-                if onnx_path is not None:  # written as kiln.save writes (not through a link)
-                    data_file = Path(str(path) + ".data")
-                    if data_file.exists():
-                        _files.atomic_write(str(onnx_path) + ".data", source=data_file)
-                    _files.atomic_write(onnx_path, source=path)
+                if onnx_path is not None:
+                    _keep_onnx(path, onnx_path)
                 metadata = {SPEC_KEY: spec_json(spec)}
                 data = _build_with_fallback(path, bound, device, precisions,
                                                    build_options, module, label, metadata)

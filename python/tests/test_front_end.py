@@ -229,6 +229,45 @@ def test_long_names_and_links(mlp, mlp_bytes, tmp_path):
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
 
 
+def test_kept_onnx_with_external_data(tmp_path, kiln_cli):
+    """The dynamo exporter stores weights beside the model (`model.onnx.data`, named in
+    each tensor's external data). onnx_path keeps the model under the user's name and the
+    weights as `<onnx_path>.data`: the kept model must name that file, or nothing can load
+    its weights (it named the exporter's temporary `model.onnx.data`)."""
+    onnx = pytest.importorskip("onnx")
+    from onnx import helper, numpy_helper, TensorProto
+    import numpy as np
+    from kiln import _convert
+
+    w = np.arange(16 * 4, dtype=np.float32).reshape(16, 4) / 7
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])],
+        [numpy_helper.from_array(w, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    export = tmp_path / "export"
+    export.mkdir()
+    onnx.save_model(model, str(export / "model.onnx"), save_as_external_data=True,
+                    location="model.onnx.data", size_threshold=0)
+    kept = tmp_path / "kept" / "mine.onnx"
+    kept.parent.mkdir()
+    _convert._keep_onnx(export / "model.onnx", kept)
+    assert (kept.parent / "mine.onnx.data").is_file()
+    assert not (kept.parent / "model.onnx.data").exists()
+    again = onnx.load(str(kept))  # loads the weights from the kept file's folder
+    np.testing.assert_array_equal(numpy_helper.to_array(again.graph.initializer[0]), w)
+    out = tmp_path / "mine.kiln"
+    r = subprocess.run([kiln_cli, "build", str(kept), "-o", str(out), "-q"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    # a model without external data is copied as it is
+    plain = tmp_path / "plain.onnx"
+    onnx.save_model(model, str(export / "p.onnx"))
+    _convert._keep_onnx(export / "p.onnx", plain)
+    assert plain.read_bytes() == (export / "p.onnx").read_bytes()
+    assert not Path(str(plain) + ".data").exists()
+
+
 # ---- 4. Torch-TensorRT's option names ---------------------------------------------------
 
 def _precision(engine_bytes):
