@@ -126,8 +126,7 @@ static bool contradicts(const kiln_tinfo *decl, const kiln_tinfo *inf) {
  * the first). */
 static kiln_status add_declared(kiln_model *m, bool *seen, int v, const kiln_tinfo *info, bool reported) {
     if (seen[v] || (info->dtype == KILN_DTYPE_UNDEFINED && info->rank < 0)) return KILN_OK;
-    int cap = m->n_declared;
-    KILN_TRY(kiln__grow((void **)&m->declared, &cap, m->n_declared + 1, sizeof *m->declared));
+    KILN_TRY(kiln__grow((void **)&m->declared, &m->cap_declared, m->n_declared + 1, sizeof *m->declared));
     m->declared[m->n_declared++] = (kiln_declared){.value = v, .reported = reported, .info = *info};
     m->declared[m->n_declared - 1].info.data = NULL;
     seen[v] = true;

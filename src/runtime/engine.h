@@ -37,7 +37,7 @@ struct kiln_model {
     char **warnings;       /* kiln_model_warning: what loading found suspect */
     int n_warnings, cap_warnings;
     kiln_declared *declared; /* node outputs with a declared type, each value once */
-    int n_declared;
+    int n_declared, cap_declared;
 };
 
 /* Shape range of one graph input. For inputs without dynamic dims
