@@ -203,7 +203,9 @@ KILN_API kiln_status kiln_builder_set_tuning(kiln_builder *b, int on);
  * lines while tuning takes more than 2 s ("kiln: tuning: N layers timed
  * ..."), and notes: a timing cache of an older version is timed again, a
  * device layer's tactic that computes something else than the others is
- * not used. 2: also every tuned layer's candidates with their times and a
+ * not used, and warnings about values whose declared dtype or shape the
+ * inputs' shape profiles do not give (the engine uses the computed one;
+ * docs/onnx.md). 2: also every tuned layer's candidates with their times and a
  * summary of where the tuning time went (the environment variable
  * KILN_TUNE_VERBOSE=1 asks for these at any level). Other levels fail with
  * KILN_ERR_INVALID_ARGUMENT. */

@@ -121,10 +121,24 @@ static bool contradicts(const kiln_tinfo *decl, const kiln_tinfo *inf) {
     return false;
 }
 
+/* Adds value v's declared info to m->declared (once per value: a value_info
+ * entry and a graph output, or two value_info entries, for one value keep
+ * the first). */
+static kiln_status add_declared(kiln_model *m, bool *seen, int v, const kiln_tinfo *info, bool reported) {
+    if (seen[v] || (info->dtype == KILN_DTYPE_UNDEFINED && info->rank < 0)) return KILN_OK;
+    KILN_TRY(kiln__grow((void **)&m->declared, &m->cap_declared, m->n_declared + 1, sizeof *m->declared));
+    m->declared[m->n_declared++] = (kiln_declared){.value = v, .reported = reported, .info = *info};
+    m->declared[m->n_declared - 1].info.data = NULL;
+    seen[v] = true;
+    return KILN_OK;
+}
+
 /* Warnings: an opset outside the range kiln imports as it should, and
  * graph outputs whose declared type or shape contradicts what the graph
- * computes (the engine gives what the graph computes). */
-static kiln_status model_warnings(kiln_model *m, const kiln_tinfo *declared) {
+ * computes (the engine gives what the graph computes). Lists the declared
+ * types of node outputs in m->declared (kiln_build checks them against the
+ * shapes its profiles give). */
+static kiln_status model_warnings(kiln_model *m, const kiln_tinfo *declared, const kiln_onnx_decl *vi, int n_vi) {
     const kiln_graph *g = m->graph;
     if (g->opset > KILN_ONNX_OPSET_MAX)
         KILN_TRY(add_warning(m,
@@ -133,11 +147,19 @@ static kiln_status model_warnings(kiln_model *m, const kiln_tinfo *declared) {
                              "opset-%d meaning",
                              (long long)g->opset, KILN_ONNX_OPSET_MIN, KILN_ONNX_OPSET_MAX,
                              KILN_ONNX_OPSET_MAX, KILN_ONNX_OPSET_MAX));
-    for (int i = 0; declared && i < g->n_outputs; i++) {
-        const kiln_tinfo *inf = &g->values[g->outputs[i]].info;
-        if (!contradicts(&declared[i], inf)) continue;
+    bool *seen = kiln__calloc((size_t)g->n_values + 1, sizeof *seen);
+    if (!seen) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    kiln_status s = KILN_OK;
+    /* value_info first: the import applies it before the outputs' declarations */
+    for (int i = 0; i < n_vi && s == KILN_OK; i++) s = add_declared(m, seen, vi[i].value, &vi[i].info, false);
+    for (int i = 0; declared && i < g->n_outputs && s == KILN_OK; i++) {
+        int v = g->outputs[i];
+        bool bad = contradicts(&declared[i], &g->values[v].info);
+        if (g->values[v].producer >= 0) s = add_declared(m, seen, v, &declared[i], bad);
+        if (s != KILN_OK || !bad) continue;
+        const kiln_tinfo *inf = &g->values[v].info;
         char a[192], b[192], pn[512];
-        KILN_TRY(add_warning(
+        s = add_warning(
             m,
             "graph output '%s' is declared %s %s, but the graph computes %s %s: the engine's "
             "output is %s %s",
@@ -146,9 +168,10 @@ static kiln_status model_warnings(kiln_model *m, const kiln_tinfo *declared) {
                                  : kiln__shape_str(declared[i].rank, declared[i].dims, a, sizeof a),
             kiln_dtype_name(inf->dtype),
             inf->rank < 0 ? "(rank unknown)" : kiln__shape_str(inf->rank, inf->dims, b, sizeof b),
-            kiln_dtype_name(inf->dtype), inf->rank < 0 ? "(rank unknown)" : b));
+            kiln_dtype_name(inf->dtype), inf->rank < 0 ? "(rank unknown)" : b);
     }
-    return KILN_OK;
+    kiln__free(seen);
+    return s;
 }
 
 static kiln_status model_from_memory(const void *data, size_t size, const char *base_dir,
@@ -159,8 +182,9 @@ static kiln_status model_from_memory(const void *data, size_t size, const char *
     kiln_status s = kiln__onnx_import(data, size, base_dir, &m->graph, &ex);
     m->producer = ex.producer;
     if (s == KILN_OK) s = kiln__graph_infer(m->graph);
-    if (s == KILN_OK) s = model_warnings(m, ex.declared);
+    if (s == KILN_OK) s = model_warnings(m, ex.declared, ex.vi, ex.n_vi);
     kiln__free(ex.declared);
+    kiln__free(ex.vi);
     if (s != KILN_OK) {
         kiln_model_free(m);
         return s;
@@ -215,6 +239,7 @@ void kiln_model_free(kiln_model *m) {
     if (!m) return;
     kiln__graph_free(m->graph);
     kiln__free(m->producer);
+    kiln__free(m->declared);
     for (int i = 0; i < m->n_warnings; i++) kiln__free(m->warnings[i]);
     kiln__free(m->warnings);
     kiln__free(m);

@@ -266,14 +266,75 @@ static kiln_status resolve_profiles(const kiln_builder *b, kiln_graph *g, kiln_p
             }
         }
     }
-    /* Intermediate shapes were inferred under the old dims: forget them. */
+    /* Intermediate shapes were inferred under the old dims, or declared by
+     * the model (value_info; a shape of the trace's batch, say): forget
+     * them. Graph outputs keep their declared rank and symbolic dims; their
+     * fixed dims are inferred again like the others (a declared [2, 16]
+     * where the graph computes [N, 16] would bake the 2 into the layers
+     * that follow, such as merge_movement's Reshapes). */
     for (int i = 0; i < g->n_values; i++) {
         kiln_value *x = &g->values[i];
         if ((x->flags & (KILN_VALUE_CONST | KILN_VALUE_INPUT)) || x->producer < 0) continue;
-        if (x->flags & KILN_VALUE_OUTPUT) continue; /* keep declared output shapes */
+        if (x->flags & KILN_VALUE_OUTPUT) {
+            for (int j = 0; j < x->info.rank; j++)
+                if (x->info.dims[j] >= 0) x->info.dims[j] = KILN_DIM_UNKNOWN;
+            continue;
+        }
         x->info.rank = -1;
     }
     return KILN_OK;
+}
+
+/* Whether a declared type is not what the build's inference gives: dtypes
+ * or ranks differ, or a declared fixed dim is inferred otherwise (symbolic,
+ * unknown, or another number). */
+static bool declared_not_kept(const kiln_tinfo *d, const kiln_tinfo *t) {
+    if (d->dtype != KILN_DTYPE_UNDEFINED && t->dtype != KILN_DTYPE_UNDEFINED && d->dtype != t->dtype)
+        return true;
+    if (d->rank < 0) return false;
+    if (t->rank >= 0 && t->rank != d->rank) return true;
+    for (int i = 0; i < d->rank; i++)
+        if (d->dims[i] >= 0 && (t->rank < 0 || t->dims[i] != d->dims[i])) return true;
+    return false;
+}
+
+#define DECLARED_WARN_MAX 10 /* warnings printed at most, then a count */
+
+static void dims_str(const kiln_graph *g, const kiln_tinfo *t, kiln_sbuf *sb, bool json);
+
+/* Warns (verbosity >= 1) about node outputs whose declared type or shape
+ * the graph, inferred from the inputs' shape profiles, does not give: the
+ * engine uses the inferred one (item 4.10 of issue 20). Graph outputs that
+ * loading warned about already are left out. */
+static void warn_declared(const kiln_builder *b, const kiln_model *m, const kiln_graph *g) {
+    if (b->verbosity < 1) return;
+    int n = 0;
+    for (int i = 0; i < m->n_declared; i++) {
+        const kiln_declared *d = &m->declared[i];
+        if (d->reported) continue;
+        const kiln_value *mv = &m->graph->values[d->value];
+        int v = kiln__graph_find_value(g, mv->name);
+        if (v < 0) continue; /* folded into a constant or unused */
+        const kiln_tinfo *t = &g->values[v].info;
+        if (!declared_not_kept(&d->info, t)) continue;
+        if (n++ >= DECLARED_WARN_MAX) continue;
+        kiln_sbuf sa = {0}, sc = {0};
+        dims_str(g, &d->info, &sa, false); /* (the build's graph has the model's symbols) */
+        dims_str(g, t, &sc, false);
+        char a[256], c[256], pn[512];
+        fprintf(stderr,
+                "kiln: warning: %s '%s' is declared %s %s, but from the inputs' shape profiles the "
+                "graph computes %s %s: the engine uses the computed type and shape\n",
+                (mv->flags & KILN_VALUE_OUTPUT) ? "graph output" : "value",
+                kiln_printable(mv->name, pn, sizeof pn), kiln_dtype_name(d->info.dtype),
+                kiln_printable(sa.data ? sa.data : "?", a, sizeof a), kiln_dtype_name(t->dtype),
+                kiln_printable(sc.data ? sc.data : "?", c, sizeof c));
+        kiln__sbuf_free(&sa);
+        kiln__sbuf_free(&sc);
+    }
+    if (n > DECLARED_WARN_MAX)
+        fprintf(stderr, "kiln: warning: and %d more values whose declared type or shape the graph does not give\n",
+                n - DECLARED_WARN_MAX);
 }
 
 /* The target an engine for `be` is built for: asks a state of the device
@@ -363,6 +424,7 @@ kiln_status kiln_build(const kiln_builder *b, const kiln_model *m, kiln_engine *
     if ((s = kiln__pass_fold_constants(g)) != KILN_OK) goto fail;
     if ((s = kiln__pass_dce(g)) != KILN_OK) goto fail;
     if ((s = kiln__graph_infer(g)) != KILN_OK) goto fail;
+    warn_declared(b, m, g);
     kiln_optimize_opts oo = {.device = b->opts.device, .precision = b->opts.precision,
                              .disable = b->optimization == 0, .disabled = b->disabled_passes,
                              .fp32_layers = (const char *const *)b->fp32_layers,

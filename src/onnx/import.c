@@ -141,6 +141,8 @@ typedef struct importer {
     int *order;   /* nodes in topological order */
     namelist *free_of; /* per node: free names of its subgraphs (extra dependencies) */
     kiln_tinfo *declared; /* main graph: per graph output, the type the model declares */
+    kiln_onnx_decl *vi;   /* main graph: value_info entries of node outputs */
+    int n_vi, cap_vi;
     kiln_onnx_arena seq_arena; /* gp, when sequences were resolved (sequence.c) */
 } importer;
 
@@ -149,6 +151,7 @@ static void importer_free(importer *im) {
     strmap_free(&im->inits);
     kiln__free(im->order);
     kiln__free(im->declared);
+    kiln__free(im->vi);
     if (im->free_of)
         for (size_t i = 0; i < im->gp->n_node; i++) names_free(&im->free_of[i]);
     kiln__free(im->free_of);
@@ -1049,8 +1052,13 @@ done:
 
 /* ---- step 5: declared types, outputs --------------------------------------- */
 
-/* Applies a declared type to a node output whose type is still unknown;
- * *declared_out (may be NULL): the declared type. */
+/* Applies a declared type to a node output whose type is still unknown
+ * (a hint for the model's own inference: kiln_build infers every node
+ * output again from the inputs' shape profiles and keeps only declared
+ * ranks and symbolic dims of graph outputs, see resolve_profiles);
+ * *declared_out (may be NULL): the declared type. The main graph's
+ * value_info entries ("value") are listed in im->vi for the build's
+ * warnings. */
 static kiln_status apply_declared(importer *im, const Onnx__ValueInfoProto *vi, const char *kind,
                                   int *value_out, kiln_tinfo *declared_out) {
     kiln_graph *g = im->g;
@@ -1065,6 +1073,11 @@ static kiln_status apply_declared(importer *im, const Onnx__ValueInfoProto *vi, 
     if (declared_out) *declared_out = info;
     kiln_value *val = &g->values[v];
     if (val->flags & (KILN_VALUE_CONST | KILN_VALUE_INPUT)) return KILN_OK;
+    if (im->depth == 0 && !declared_out) {
+        KILN_TRY(kiln__grow((void **)&im->vi, &im->cap_vi, im->n_vi + 1, sizeof *im->vi));
+        im->vi[im->n_vi].value = v;
+        im->vi[im->n_vi++].info = info;
+    }
     if (val->info.dtype == KILN_DTYPE_UNDEFINED) val->info.dtype = info.dtype;
     if (val->info.rank < 0 && info.rank >= 0) {
         val->info.rank = info.rank;
@@ -1188,6 +1201,9 @@ kiln_status kiln__onnx_import(const void *data, size_t size, const char *base_di
         extras->producer = prod;
         extras->declared = im.declared; /* taken over */
         im.declared = NULL;
+        extras->vi = im.vi;
+        extras->n_vi = im.n_vi;
+        im.vi = NULL;
     }
     importer_free(&im);
     onnx__model_proto__free_unpacked(m, &alloc);

@@ -15,12 +15,22 @@
 #define KILN_ONNX_OPSET_MIN 1
 #define KILN_ONNX_OPSET_MAX 18
 
+/* A type and shape the model declares for a value (value_info): value
+ * index in the imported graph, and the declared info (data NULL). */
+typedef struct kiln_onnx_decl {
+    int value;
+    kiln_tinfo info;
+} kiln_onnx_decl;
+
 /* What the importer reports beside the graph. */
 typedef struct kiln_onnx_extras {
     char *producer;       /* "producer_name producer_version" (possibly ""); kiln__free */
     kiln_tinfo *declared; /* per graph output (g->n_outputs of them, in order): the type and
                              shape the model declares for it (dtype UNDEFINED / rank -1
                              where it declares none; data NULL); kiln__free */
+    kiln_onnx_decl *vi;   /* the main graph's value_info entries of node outputs (n_vi of
+                             them; a value may appear more than once); kiln__free */
+    int n_vi;
 } kiln_onnx_extras;
 
 /* Parses a serialized ONNX ModelProto (`size` bytes at `data`, not retained)

@@ -22,11 +22,22 @@ typedef struct kiln_meta {
     int n, cap;
 } kiln_meta;
 
+/* A type and shape the model declares for a node output (ONNX value_info
+ * or graph output), for the build's warnings when inference from the
+ * inputs' shape profiles contradicts it. */
+typedef struct kiln_declared {
+    int value;       /* index in the model's graph (kiln_build's copy keeps the indices) */
+    bool reported;   /* loading warned about it already (graph outputs) */
+    kiln_tinfo info; /* as declared (data NULL) */
+} kiln_declared;
+
 struct kiln_model {
     kiln_graph *graph;     /* as imported, shapes inferred */
     char *producer;        /* producer_name + version, for inspect */
     char **warnings;       /* kiln_model_warning: what loading found suspect */
     int n_warnings, cap_warnings;
+    kiln_declared *declared; /* node outputs with a declared type, each value once */
+    int n_declared, cap_declared;
 };
 
 /* Shape range of one graph input. For inputs without dynamic dims

@@ -112,6 +112,23 @@ g = helper.make_graph([helper.make_node("Relu", ["x"], ["r"])], "decl",
 onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), d + "/decl.onnx")
 g.output[0].CopyFrom(helper.make_tensor_value_info("r", TensorProto.FLOAT, [2, 4]))
 onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)]), d + "/opset19.onnx")
+# value_info of the trace's batch 2 in a model of dynamic batch N (4.10): the Reshape's target
+# goes through Cast, which inference cannot follow
+g = helper.make_graph([helper.make_node("Shape", ["x"], ["sh"]),
+                       helper.make_node("Cast", ["sh"], ["shf"], to=TensorProto.FLOAT),
+                       helper.make_node("Cast", ["shf"], ["shi"], to=TensorProto.INT64),
+                       helper.make_node("Reshape", ["x", "shi"], ["r"]),
+                       helper.make_node("Transpose", ["r"], ["b"], perm=[0, 2, 1]),
+                       helper.make_node("Reshape", ["b", "s2"], ["c"]),
+                       helper.make_node("Transpose", ["c"], ["y"], perm=[0, 2, 1, 3])], "vinfo",
+                      [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4, 4])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 2, 2, 4]),
+                       helper.make_tensor_value_info("r", TensorProto.FLOAT, ["N", 4, 4])],
+                      [numpy_helper.from_array(np.array([-1, 2, 2, 4], np.int64), "s2")],
+                      value_info=[helper.make_tensor_value_info("r", TensorProto.FLOAT, [2, 4, 4]),
+                                  helper.make_tensor_value_info("b", TensorProto.FLOAT, [2, 4, 4]),
+                                  helper.make_tensor_value_info("c", TensorProto.INT64, [2, 2, 2, 4])])
+onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), d + "/vinfo.onnx")
 # node names with a terminal escape and a newline (tiny.onnx's graph)
 for nd in m.graph.node:
     nd.name = nd.name + "\x1b[2J\n"
@@ -299,6 +316,13 @@ expect "run If else-branch" 0 "output 'r': float32 [2]" "$KILN" run ifrank.kiln 
 expect "build declared type contradicts" 0 "kiln: warning: graph output 'r' is declared int64 [3], but the graph computes float32 [2x4]" "$KILN" build decl.onnx -o decl.kiln
 grep -qF "kiln: warning:" err && ok || bad "the warning is not on stderr"
 expect "build opset 19" 0 "kiln: warning: the model uses ai.onnx opset 19; kiln supports opsets 1 to 18" "$KILN" build opset19.onnx -o opset19.kiln
+VP="--min-shapes x:1x4x4 --opt-shapes x:2x4x4 --max-shapes x:8x4x4"
+expect "build declared value shape of the trace's batch" 0 "kiln: warning: value 'b' is declared float32 [2x4x4], but from the inputs' shape profiles the graph computes float32 [?x?x?]: the engine uses the computed type and shape" "$KILN" build vinfo.onnx -o vinfo.kiln $VP
+grep -qF "kiln: warning: graph output 'r' is declared float32 [2x4x4], but from the inputs' shape profiles the graph computes float32 [?x?x?]" err && ok || bad "no warning for the declared shape of output r: $(cat err)"
+grep -qF "kiln: warning: value 'c' is declared int64 [2x2x2x4], but from the inputs' shape profiles the graph computes float32 [?x2x2x4]" err && ok || bad "no warning for the declared dtype of c: $(cat err)"
+expect "run at batch 1 what declares batch 2" 0 "output 'y': float32 [1x2x2x4]" "$KILN" run vinfo.kiln --random-inputs --shapes x:1x4x4
+expect "build -q: no declared-shape warnings" 0 "" "$KILN" build vinfo.onnx -o vinfo.kiln $VP -q
+[ -s "$T/out" ] || [ -s "$T/err" ] && bad "build -q printed: $(cat "$T/out" "$T/err")" || ok
 expect "build a consistent model: no warning" 0 "" "$KILN" build tiny.onnx -o tiny2.kiln
 grep -qF "warning" err && bad "warning for a consistent model: $(cat err)" || ok
 [ -z "$(ls -A . | grep -F .tmp)" ] && ok || bad "temporary files left: $(ls -A | grep -F .tmp)"
