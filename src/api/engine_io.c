@@ -9,7 +9,6 @@
 #include <stdio.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 /* ---- load ------------------------------------------------------------- */
@@ -63,16 +62,7 @@ kiln_status kiln_engine_load(const char *path, kiln_engine **out) {
         close(fd);
         return kiln__fail_prefix(st, "%s", path);
     }
-    /* kept open: the engine looks at the file now and then (kiln__engine_check_file) */
-    kiln_engine *e = *out;
-    e->map_fd = fd;
-    e->map_open = true;
-    e->map_st = st0;
-    e->map_sum = kiln__le64((const unsigned char *)map + KILN_FMT_OFF_CHECKSUM);
-    e->map_path = kiln__strdup(path);
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-    atomic_store(&e->map_checked_us, (long long)ts.tv_sec * 1000000 + ts.tv_nsec / 1000);
+    kiln__engine_watch_file(*out, fd, &st0, path); /* kept open: looked at now and then */
     return KILN_OK;
 }
 

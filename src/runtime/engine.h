@@ -139,6 +139,10 @@ KILN_PRIVATE kiln_status kiln__engine_prepare(kiln_engine *e);
  * SIGBUS). Looks at the file at most every 10 ms; a changed identity with
  * the same checksum (touch) is taken. Thread-safe; called by every run. */
 KILN_PRIVATE kiln_status kiln__engine_check_file(const kiln_engine *e);
+/* Starts the watch kiln__engine_check_file keeps on engine e, just mapped
+ * (e->blob) from the regular file `path` open as fd with identity *st: e
+ * owns fd from here (closed by kiln_engine_free). */
+KILN_PRIVATE void kiln__engine_watch_file(kiln_engine *e, int fd, const struct stat *st, const char *path);
 /* Frees what kiln__engine_prepare made. */
 KILN_PRIVATE void kiln__engine_release(kiln_engine *e);
 

@@ -9,14 +9,28 @@
 #include <sys/stat.h>
 #include <time.h>
 
+/* the coarse clock (a few ns; ms resolution) is enough for a 10 ms period */
+static long long coarse_now_us(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (long long)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+void kiln__engine_watch_file(kiln_engine *e, int fd, const struct stat *st, const char *path) {
+    e->map_fd = fd;
+    e->map_open = true;
+    e->map_st = *st;
+    e->map_sum = kiln__le64((const unsigned char *)e->blob + KILN_FMT_OFF_CHECKSUM);
+    e->map_path = kiln__strdup(path);
+    atomic_store(&e->map_checked_us, coarse_now_us());
+}
+
 kiln_status kiln__engine_check_file(const kiln_engine *ce) {
     kiln_engine *e = (kiln_engine *)ce; /* the check's own fields only (atomics, under dev_lock) */
     if (!e->map_open) return KILN_OK;
     const char *path = e->map_path ? e->map_path : "?";
     if (atomic_load_explicit(&e->map_changed, memory_order_relaxed)) goto changed;
-    struct timespec ts; /* the coarse clock (a few ns; ms resolution) is enough for a 10 ms period */
-    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-    long long now = (long long)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+    long long now = coarse_now_us();
     long long last = atomic_load_explicit(&e->map_checked_us, memory_order_relaxed);
     if (now - last < 10000 || !atomic_compare_exchange_strong(&e->map_checked_us, &last, now))
         return KILN_OK; /* looked at less than 10 ms ago, or another thread is looking */
