@@ -1403,7 +1403,9 @@ static void check_swin_host_inputs(const char *pass_off) {
     if (dtoh != 0) FAILF("swin: %d device-to-host copies in a run, want 0", dtoh);
     (void)graph;
 #else
-    if (!graph) FAILF("swin: no CUDA Graph captured after 3 runs");
+    /* KILN_CUDA_SYNC=1 (a debugging mode that syncs after every layer) never
+     * captures a graph (cuda_backend.c refuses it), so there is none to find */
+    if (!graph && !kiln__env_flag("KILN_CUDA_SYNC")) FAILF("swin: no CUDA Graph captured after 3 runs");
 #endif
     free(ref);
     free(y);
