@@ -111,12 +111,13 @@ typedef struct kiln_cuda_state {
  * slot for a name first seen. */
 KILN_PRIVATE int kiln__cuda_oob_tag(kiln_cuda_state *st, const char *node);
 
-/* The plan threads of a state whose KILN_CUDA_PLAN_THREADS is unset: 0 is
- * the serial path. One line to change once a GPU run has compared the
- * two (docs/cuda.md, "Making plans ahead"): a count, or KCU_PLAN_THREADS_AUTO
- * (the host's cores less one, at most 16; also KILN_CUDA_PLAN_THREADS=auto). */
+/* The plan threads of a state whose KILN_CUDA_PLAN_THREADS is unset:
+ * KCU_PLAN_THREADS_AUTO, the host's cores less one, at most 16 (the H100
+ * run of 2026-12-05 in docs/cuda.md, "Making plans ahead": EfficientNet-B0
+ * b32 fp16 builds in 8.6-8.9 s against 19-44 s serially); 0 is the serial
+ * path (KILN_CUDA_PLAN_THREADS=0). */
 #define KCU_PLAN_THREADS_AUTO (-1)
-#define KCU_PLAN_THREADS_DEFAULT 0
+#define KCU_PLAN_THREADS_DEFAULT KCU_PLAN_THREADS_AUTO
 /* Ends a state's plan threads (their account to stderr with KILN_TUNE_VERBOSE),
  * freeing the plans nobody took (cuda_conv.c); before the state's handles go. */
 KILN_PRIVATE void kiln__cu_conv_plans_end(kiln_cuda_state *st);
