@@ -168,6 +168,10 @@ KILN_PRIVATE int kiln__pool_threads(const kiln_pool *p); /* 1 for NULL */
  * alone, touches no thread or lock of the parent, and is freed without
  * joining; contexts make themselves a new one (see pool.c, "fork"). */
 KILN_PRIVATE bool kiln__pool_forked(const kiln_pool *p);
+/* This process's fork count (0 in the process that first asked; a fork()
+ * child's is higher than its parent's): what tells a child that some
+ * state, a pool or a context's claim, was made by its parent. */
+KILN_PRIVATE unsigned kiln__fork_gen(void);
 /* While held (a context is running a plan), idle workers spin waiting for
  * the next job instead of sleeping. NULL: nothing. */
 KILN_PRIVATE void kiln__pool_hold(kiln_pool *p, bool on);
