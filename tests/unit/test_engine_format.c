@@ -1885,6 +1885,48 @@ TEST(test_doc_version) {
 /* Engines made zeroed (kiln__calloc, as these tests and the format code
  * do) hold no file: freeing one closes nothing (a mapped engine keeps its
  * file open, and a zero fd taken for it closed stdin). */
+/* An engine file written in place within the file clock's grain of its
+ * load keeps every time fstat shows (Linux before 6.13 stamps files once
+ * per tick; ext4 with small inodes, FAT once per 1-2 s): such an engine
+ * compares the bytes themselves, once, after the grain has passed (the
+ * write went unseen for as long as the engine lived). probe5. */
+TEST(test_watch_same_times) {
+    kiln_engine *e = make_engine();
+    if (!e) return;
+    char path[512];
+    path_in_tmp(path, sizeof path, "same_times.kiln");
+    CHECK_OK(kiln_engine_save(e, path));
+    for (int write = 0; write < 2; write++) {
+        kiln_engine *l = NULL;
+        CHECK_OK(kiln_engine_load(path, &l));
+        if (!l) break;
+        CHECK(l->map_verify_at_ns != 0); /* the file changed just now */
+        if (write) {
+            int fd = open(path, O_RDWR);
+            unsigned char b = 0;
+            off_t at = (off_t)l->blob_size - 1;
+            CHECK(fd >= 0 && pread(fd, &b, 1, at) == 1);
+            b ^= 1;
+            CHECK(pwrite(fd, &b, 1, at) == 1);
+            if (fd >= 0) close(fd);
+            struct stat st;
+            CHECK(fstat(l->map_fd, &st) == 0);
+            l->map_st = st; /* as a coarse file clock shows it: no time moved */
+        }
+        l->map_verify_at_ns = 1; /* the grain has passed */
+        atomic_store(&l->map_checked_us, 0);
+        if (write) {
+            CHECK_ERR(kiln__engine_check_file(l), KILN_ERR_IO, "was written in place");
+        } else {
+            CHECK_OK(kiln__engine_check_file(l));
+            CHECK(l->map_verify_at_ns == 0); /* verified once */
+        }
+        kiln_engine_free(l);
+    }
+    unlink(path);
+    kiln_engine_free(e);
+}
+
 TEST(test_zeroed_engine_keeps_stdin) {
     if (fcntl(0, F_GETFD) == -1) /* (stdin closed under the test runner: fd 0 is then /dev/null) */
         CHECK(open("/dev/null", O_RDONLY) == 0);
@@ -1901,6 +1943,7 @@ int main(void) {
         return 1;
     }
     RUN(test_zeroed_engine_keeps_stdin);
+    RUN(test_watch_same_times);
     RUN(test_roundtrip_memory);
     RUN(test_save_load_mmap);
     RUN(test_load_memory);
