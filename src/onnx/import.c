@@ -1186,6 +1186,10 @@ kiln_status kiln__onnx_import(const void *data, size_t size, const char *base_di
 
     ProtobufCAllocator alloc;
     kiln__onnx_allocator(&alloc);
+    if (!kiln__pb_depth_ok(&onnx__model_proto__descriptor, data, size))
+        return KILN_FAIL(KILN_ERR_MODEL, "not a valid ONNX model: its messages are nested more than %d levels "
+                         "deep (subgraphs in subgraphs, or types in types)",
+                         KILN_PB_MAX_DEPTH);
     Onnx__ModelProto *m = onnx__model_proto__unpack(&alloc, size, data);
     if (!m) return KILN_FAIL(KILN_ERR_MODEL, "not a valid ONNX model: protobuf parse failed");
 
