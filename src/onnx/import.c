@@ -1159,6 +1159,20 @@ static kiln_status import_model(importer *im) {
         if (o->has_version && o->version < 1)
             return KILN_FAIL(KILN_ERR_MODEL, "opset_import of domain '%s' has version %" PRId64,
                              str_or_empty(o->domain), o->version);
+        /* a domain listed twice with two versions: which meaning its ops have is
+         * not said (kiln read the first; Softmax's axis, Clip's bounds differ) */
+        for (size_t j = 0; j < i; j++) {
+            const Onnx__OperatorSetIdProto *p = m->opset_import[j];
+            bool same = domain_is_onnx(o->domain) ? domain_is_onnx(p->domain)
+                                                  : !strcmp(str_or_empty(o->domain), str_or_empty(p->domain));
+            int64_t vo = o->has_version ? o->version : 1, vp = p->has_version ? p->version : 1;
+            if (same && vo != vp)
+                return KILN_FAIL(KILN_ERR_MODEL,
+                                 "opset_import entries %zu (domain '%s', version %" PRId64 ") and %zu (domain "
+                                 "'%s', version %" PRId64 ") give one domain two versions: which one the "
+                                 "model's operators follow is not said",
+                                 j, str_or_empty(p->domain), vp, i, str_or_empty(o->domain), vo);
+        }
     }
     return import_graph(im, NULL);
 }

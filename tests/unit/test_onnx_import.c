@@ -125,6 +125,8 @@ typedef struct model_parts {
     Onnx__TensorProto *inits[16];
     int n_inits;
     int64_t opset;
+    const char *opset2_domain; /* a second opset_import entry, or NULL */
+    int64_t opset2;
 } model_parts;
 
 /* Packs the model into a new buffer (free with free). */
@@ -147,14 +149,21 @@ static uint8_t *pack_model(arena *a, const model_parts *mp, size_t *size) {
     os->domain = ar_str(a, "");
     os->has_version = 1;
     os->version = mp->opset ? mp->opset : 13;
-    Onnx__OperatorSetIdProto **osl = ar_alloc(a, sizeof(void *));
+    Onnx__OperatorSetIdProto **osl = ar_alloc(a, 2 * sizeof(void *));
     osl[0] = os;
+    if (mp->opset2_domain) {
+        osl[1] = ar_alloc(a, sizeof *os);
+        onnx__operator_set_id_proto__init(osl[1]);
+        osl[1]->domain = ar_str(a, mp->opset2_domain);
+        osl[1]->has_version = 1;
+        osl[1]->version = mp->opset2;
+    }
     Onnx__ModelProto m = ONNX__MODEL_PROTO__INIT;
     m.has_ir_version = 1;
     m.ir_version = 8;
     m.producer_name = ar_str(a, "kiln-test");
     m.producer_version = ar_str(a, "1");
-    m.n_opset_import = 1;
+    m.n_opset_import = mp->opset2_domain ? 2 : 1;
     m.opset_import = osl;
     m.graph = g;
     *size = onnx__model_proto__get_packed_size(&m);
@@ -855,6 +864,32 @@ TEST(test_warnings) {
     ar_free(&a);
 }
 
+/* One domain imported twice with two versions: which meaning its operators
+ * have is not said (Softmax-11 flattens from its axis, Softmax-13 does not):
+ * refused; kiln read the first silently. The same version twice, and
+ * another domain, are fine. probe5. */
+TEST(test_opset_listed_twice) {
+    arena a = {0};
+    model_parts mp;
+    relu_add_parts(&a, &mp);
+    static const struct { const char *domain; int64_t v; int ok; } cases[] = {
+        {"", 11, 0}, {"ai.onnx", 17, 0}, {"", 13, 1}, {"ai.onnx", 13, 1}, {"com.example", 2, 1},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        mp.opset2_domain = cases[k].domain;
+        mp.opset2 = cases[k].v;
+        kiln_graph *g = NULL;
+        if (cases[k].ok) {
+            CHECK_OK(import_parts(&mp, NULL, &g));
+        } else {
+            CHECK_ERR(import_parts(&mp, NULL, &g), KILN_ERR_MODEL, "give one domain two versions");
+            CHECK(strstr(kiln_last_error(), "entries 0 (domain '', version 13) and 1 (domain '"));
+        }
+        kiln__graph_free(g);
+    }
+    ar_free(&a);
+}
+
 /* Builds the parts with dynamic dims N in 1..4 (every input of rank 2) and
  * runs them on x of dims xd and y of dims yd; returns the run's status. */
 static kiln_status run_parts(const model_parts *mp, const int64_t *xd, const int64_t *yd) {
@@ -1130,6 +1165,7 @@ TEST(test_many_inputs) {
 
 int main(void) {
     RUN(test_relu_add_shapes);
+    RUN(test_opset_listed_twice);
     RUN(test_unsorted_nodes_are_sorted);
     RUN(test_cycle);
     RUN(test_raw_vs_typed);
