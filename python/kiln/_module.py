@@ -3,7 +3,9 @@
 How tensors cross into and out of the engine (no copies on the common path):
 
 * Inputs: each tensor's memory is bound in place (kiln_context_set_input with
-  tensor.data_ptr()). Only a non-contiguous input is first made contiguous (a copy).
+  tensor.data_ptr()). Only a non-contiguous input is first made contiguous, and a lazy
+  negation or conjugation (torch's neg/conj bits) resolved (copies); sparse tensors are
+  refused.
 * Outputs: before the run, EngineModule predicts each output's shape and, when it can,
   allocates the output tensor with torch.empty on the engine's device and binds it
   (kiln_context_set_output), so the engine writes straight into the tensor it returns.
@@ -512,6 +514,9 @@ class EngineModule(torch.nn.Module):
         name = info.name
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"input '{name}' must be a torch.Tensor, got {type(t).__name__}")
+        if t.layout != torch.strided:
+            raise TypeError(f"input '{name}' is a {t.layout} tensor; kiln reads dense tensors "
+                            "(convert it with .to_dense())")
         if t.device.type != device.type or (
             device.type == "cuda" and (t.device.index or 0) != (device.index or 0)
         ):
@@ -538,6 +543,10 @@ class EngineModule(torch.nn.Module):
                     f"input '{name}' has shape {_shape_text(t.shape)}, outside the engine's "
                     f"profile {_profile_text(info)} (dimension {d} must be in {a}..{b})"
                 )
+        if t.is_neg() or t.is_conj():
+            # a lazy negation (torch._neg_view, the .imag of a conj()): data_ptr() holds
+            # the values before it, which kiln read as they were
+            t = t.resolve_neg().resolve_conj()
         if not t.is_contiguous():
             t = t.contiguous()
         return t.detach()
