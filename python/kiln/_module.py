@@ -49,7 +49,7 @@ import torch
 from . import _files, _lib
 from ._convert import SPEC_KEY, check_output_format, spec_json
 from ._engine import DEVICE_CUDA, Engine
-from ._export import KILN_TO_TORCH, tree_num_leaves, unflatten_outputs
+from ._export import KILN_TO_TORCH, tree_fits, unflatten_outputs
 from ._lib import KILN_MAX_RANK, KilnError, Status, check, lib
 
 SPEC_SUFFIX = ".json"  # the side file of engines saved by earlier versions
@@ -145,7 +145,7 @@ def _embedded_spec(eng):
         return None
     try:
         spec = json.loads(text)
-    except ValueError as e:
+    except (ValueError, RecursionError) as e:
         raise ValueError(f"EngineModule: the engine's metadata '{SPEC_KEY}' is not valid JSON "
                          f"({e}); pass spec= to override it") from None
     if not isinstance(spec, dict) or spec.get("format") != "kiln-python-spec":
@@ -361,14 +361,13 @@ class EngineModule(torch.nn.Module):
         if spec is not None:
             names = [i.name for i in eng.inputs]
             n_out = len(eng.outputs)
-            try:
-                leaves = tree_num_leaves(spec["outputs"])
-            except (KeyError, TypeError, ValueError):
-                leaves = None
-            if list(spec.get("inputs", [])) != names or leaves != n_out:
+            # each output once: a leaf read twice, or index -1 (the last output), gave
+            # the wrong tensors without a word
+            fits = isinstance(spec, dict) and tree_fits(spec.get("outputs"), n_out)
+            if not fits or list(spec.get("inputs", [])) != names:
                 raise ValueError(
-                    f"EngineModule: the spec (inputs {spec.get('inputs')}) does not describe "
-                    f"this engine (inputs {names}, {n_out} outputs)"
+                    f"EngineModule: the spec (inputs {spec.get('inputs') if isinstance(spec, dict) else spec!r}) "
+                    f"does not describe this engine (inputs {names}, {n_out} outputs, each once)"
                 )
             if eng.get_metadata(SPEC_KEY) != spec_json(spec):
                 # the engine carries its spec from now on (engine_bytes, kiln.save, ...)
