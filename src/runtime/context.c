@@ -256,18 +256,20 @@ static void mempool_free(kiln_context *c, int m) {
  * (a run in progress ends before its context is freed). Returns false when
  * c must not be freed now: the call that has it is this thread's own run,
  * whose layer callback is freeing it (then the run frees it as it returns).
- * A claim made before a fork() by the parent's thread is not waited for:
- * no thread of this child will end it. */
+ * A claim made before a fork() by another thread of the parent is not waited
+ * for: no thread of this child will end it. */
 static bool ctx_free_claim(kiln_context *c) {
     unsigned mine = ctx_claim_value();
     for (unsigned wait_us = 1;;) {
         unsigned v = 0;
         if (atomic_compare_exchange_strong(&c->busy, &v, mine)) return true;
-        if (v != mine) return true; /* claimed in the parent process */
+        /* (this thread's run; also in a child forked from its layer callback,
+         * whose copy of the run goes on) */
         if (atomic_load_explicit(&c->owner, memory_order_relaxed) == (uintptr_t)&ctx_thread_tag) {
             c->free_pending = true;
             return false;
         }
+        if (v != mine) return true; /* another thread of the parent process's */
         struct timespec ts = {0, (long)wait_us * 1000};
         nanosleep(&ts, NULL);
         if (wait_us < 1000) wait_us *= 2;

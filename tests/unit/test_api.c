@@ -724,6 +724,42 @@ TEST(test_context_free_during_run) {
  * at the fork: no thread of the child will end that run, so the free does
  * not wait for it (it would hang forever). probe5. */
 #ifndef KILN_TEST_TSAN
+/* A child forked by a layer callback frees the context there: its copy of
+ * the run goes on after the callback, so the context is freed as that run
+ * returns (it was freed at once: the claim looked like another thread's). */
+static int fork_cb(kiln_context *c, int layer, kiln_layer_event ev, void *user) {
+    int *state = user; /* 0: not yet; 1: parent after the child; 2: the child */
+    if (layer != 0 || ev != KILN_LAYER_AFTER || *state) return 0;
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        alarm(10);
+        *state = 2;
+        kiln_context_free(c);
+        return 0;
+    }
+    int status = -1;
+    if (pid > 0) waitpid(pid, &status, 0);
+    *state = WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 1 : 3;
+    return 0;
+}
+
+static void fork_in_callback_frees_context(kiln_engine *e) {
+    kiln_context *c = NULL;
+    CHECK_OK(kiln_context_create(e, &c));
+    int state = 0;
+    float y[2 * 8];
+    int64_t dims[2] = {2, 16};
+    CHECK_OK(kiln_context_set_layer_callback(c, fork_cb, &state));
+    CHECK_OK(kiln_context_set_input(c, "x", KILN_DTYPE_FLOAT32, 2, dims, ref_x));
+    CHECK_OK(kiln_context_set_output(c, "y", y, sizeof y));
+    kiln_status st = kiln_context_run(c);
+    if (state == 2) _exit(st == KILN_OK && max_err(y, ref_y, 16) < 1e-5f ? 0 : 4); /* the child: c is gone */
+    CHECK_OK(st);
+    CHECK(state == 1); /* the child's run ended right and freed c (3: it crashed or failed) */
+    kiln_context_free(c);
+}
+
 static void fork_child_frees_context_in_use(kiln_engine *e) {
     kiln_context *c = NULL;
     CHECK_OK(kiln_context_create(e, &c));
@@ -785,6 +821,7 @@ TEST(test_fork_child_uses_parent_context) {
     CHECK(run_batch(c, ref_x, 2, y) && max_err(y, ref_y, 2 * 8) < 1e-5f); /* the parent's still runs */
     kiln_context_free(c);
     fork_child_frees_context_in_use(e);
+    fork_in_callback_frees_context(e);
     kiln_engine_free(e);
 #endif
 }
