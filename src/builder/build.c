@@ -471,13 +471,20 @@ static void dims_str(const kiln_graph *g, const kiln_tinfo *t, kiln_sbuf *sb, bo
     kiln__sbuf_printf(sb, "]");
 }
 
+/* s as a JSON string. JSON is UTF-8: a byte that is not part of a
+ * well-formed character (names may hold any bytes) is written \udcNN, the
+ * lone surrogate Python's surrogateescape gives it, so that json.loads
+ * yields the name kiln's Python package uses. */
 static void json_str(kiln_sbuf *sb, const char *s) {
     kiln__sbuf_printf(sb, "\"");
-    for (; *s; s++) {
+    while (*s) {
         unsigned char c = (unsigned char)*s;
+        size_t n = kiln__utf8_at(s);
         if (c == '"' || c == '\\') kiln__sbuf_printf(sb, "\\%c", c);
         else if (c < 0x20) kiln__sbuf_printf(sb, "\\u%04x", c);
-        else kiln__sbuf_printf(sb, "%c", c);
+        else if (!n) kiln__sbuf_printf(sb, "\\udc%02x", c);
+        else kiln__sbuf_printf(sb, "%.*s", (int)n, s);
+        s += n ? n : 1;
     }
     kiln__sbuf_printf(sb, "\"");
 }

@@ -151,6 +151,11 @@ KILN_PRIVATE void kiln__sbuf_free(kiln_sbuf *b);
  * UTF-8 terminal may act on), else 0. What kiln_printable escapes. */
 KILN_PRIVATE size_t kiln__control_at(const char *s);
 
+/* Bytes of the one well-formed UTF-8 character at s (1 to 4), or 0 at the
+ * end of s and where the bytes are not UTF-8 (a stray continuation byte, a
+ * lead byte cut short, an overlong form, a surrogate, past U+10FFFF). */
+KILN_PRIVATE size_t kiln__utf8_at(const char *s);
+
 /* Cheap 64-bit hash (FNV-1a) for names and checksums. */
 KILN_PRIVATE uint64_t kiln__fnv1a(const void *data, size_t n, uint64_t seed);
 #define KILN_FNV_SEED 0xcbf29ce484222325ull

@@ -1885,6 +1885,32 @@ TEST(test_doc_version) {
 /* Engines made zeroed (kiln__calloc, as these tests and the format code
  * do) hold no file: freeing one closes nothing (a mapped engine keeps its
  * file open, and a zero fd taken for it closed stdin). */
+/* Names that are not UTF-8 in kiln_engine_describe's JSON: each stray byte
+ * as \udcNN, well-formed characters (2 to 4 bytes) kept; the raw bytes made
+ * the JSON unreadable (Python's json.load, jq). probe5. */
+TEST(test_json_names_not_utf8) {
+    kiln_engine *e = make_engine();
+    if (!e || !test_has_nodes) {
+        kiln_engine_free(e);
+        return;
+    }
+    /* 0xff, a cut-short \xc3, an overlong \xc0\xaf, a surrogate \xed\xa0\x80, past U+10FFFF,
+     * then é, €, U+1F600 */
+    static const char *name = "a\xff\xc3" "b\xc0\xaf\xed\xa0\x80\xf4\x90\x80\x80\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80";
+    kiln_graph *g = e->graph;
+    kiln__free(g->nodes[0].name);
+    g->nodes[0].name = kiln__strdup(name);
+    const char *json = kiln_engine_describe(e, 1);
+    CHECK(json && strstr(json, "\"a\\udcff\\udcc3" "b\\udcc0\\udcaf\\udced\\udca0\\udc80\\udcf4\\udc90\\udc80\\udc80"
+                               "\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\""));
+    for (const char *p = json; p && *p;) { /* the whole text is UTF-8 */
+        size_t n = kiln__utf8_at(p);
+        CHECK(n > 0);
+        p += n ? n : 1;
+    }
+    kiln_engine_free(e);
+}
+
 /* An engine file written in place within the file clock's grain of its
  * load keeps every time fstat shows (Linux before 6.13 stamps files once
  * per tick; ext4 with small inodes, FAT once per 1-2 s): such an engine
@@ -1944,6 +1970,7 @@ int main(void) {
     }
     RUN(test_zeroed_engine_keeps_stdin);
     RUN(test_watch_same_times);
+    RUN(test_json_names_not_utf8);
     RUN(test_roundtrip_memory);
     RUN(test_save_load_mmap);
     RUN(test_load_memory);
