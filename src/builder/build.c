@@ -452,6 +452,9 @@ int kiln_engine_num_layers(const kiln_engine *e) { return e ? e->graph->n_nodes 
 /* A shape: "[1x3xNx?]" (JSON: [1, 3, "N", "?"]); a rank not known before a
  * run (an If whose branches differ in rank) is "[unknown rank]" (JSON:
  * null), not the "[]" of a scalar. */
+static void json_str(kiln_sbuf *sb, const char *s);
+static void text_name(kiln_sbuf *sb, const char *s, int width);
+
 static void dims_str(const kiln_graph *g, const kiln_tinfo *t, kiln_sbuf *sb, bool json) {
     if (t->rank < 0) {
         kiln__sbuf_printf(sb, json ? "null" : "[unknown rank]");
@@ -463,9 +466,13 @@ static void dims_str(const kiln_graph *g, const kiln_tinfo *t, kiln_sbuf *sb, bo
         const char *sep = i ? (json ? ", " : "x") : "";
         if (d >= 0)
             kiln__sbuf_printf(sb, "%s%lld", sep, (long long)d);
-        else if (KILN_DIM_IS_SYM(d) && KILN_DIM_SYM_ID(d) < g->n_symbols)
-            kiln__sbuf_printf(sb, json ? "%s\"%s\"" : "%s%s", sep, g->symbols[KILN_DIM_SYM_ID(d)]);
-        else
+        else if (KILN_DIM_IS_SYM(d) && KILN_DIM_SYM_ID(d) < g->n_symbols) {
+            /* the name comes from the model: escaped as names are (it was written
+             * raw: a quote in it broke the JSON, a newline forged a text line) */
+            kiln__sbuf_printf(sb, "%s", sep);
+            if (json) json_str(sb, g->symbols[KILN_DIM_SYM_ID(d)]);
+            else text_name(sb, g->symbols[KILN_DIM_SYM_ID(d)], 0);
+        } else
             kiln__sbuf_printf(sb, json ? "%s\"?\"" : "%s?", sep);
     }
     kiln__sbuf_printf(sb, "]");

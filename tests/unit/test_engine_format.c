@@ -1844,12 +1844,21 @@ TEST(test_control_chars_in_names) {
     g->nodes[0].name = kiln__strdup(evil);
     kiln__free(g->values[g->inputs[0]].name);
     g->values[g->inputs[0]].name = kiln__strdup(evil);
+    /* a symbolic dim's name too (it was written raw: a quote broke the JSON,
+     * a newline forged a text line; probe5) */
+    CHECK(g->n_symbols > 0);
+    if (g->n_symbols > 0) {
+        kiln__free(g->symbols[0]);
+        g->symbols[0] = kiln__strdup("B\"]\n\x1b");
+    }
     const char *text = kiln_engine_describe(e, 0);
     CHECK(text && !strchr(text, 0x1b) && !strchr(text, '\r') && !strchr(text, 0x7f));
     CHECK(text && strstr(text, "  n0\\x1b[2J\\x0d\\x0alayers (0):\\x7f: float32"));
     CHECK(text && strstr(text, "n0\\x1b[2J\\x0d\\x0alayers (0):\\x7f kernel"));
+    CHECK(text && strstr(text, "[B\"]\\x0a\\x1bx4]"));
     const char *json = kiln_engine_describe(e, 1);
     CHECK(json && !strchr(json, 0x1b) && strstr(json, "n0\\u001b[2J\\u000d\\u000alayers (0):"));
+    CHECK(json && strstr(json, "[\"B\\\"]\\u000a\\u001b\", 4]"));
     CHECK_ERR(KILN_FAIL(KILN_ERR_MODEL, "node '%s' (%s): bad", evil, "Op"), KILN_ERR_MODEL,
               "node 'n0?[2J?\nlayers (0):?' (Op): bad");
     kiln_engine_free(e);
