@@ -882,10 +882,14 @@ static void describe(const kiln_engine *e, kiln_sbuf *sb, bool json) {
         kiln__plan_free(plan);
         return;
     }
-    kiln__sbuf_printf(sb, "kiln engine (built by kiln %s)\n", e->builder_version);
-    kiln__sbuf_printf(sb, "  target:    %s\n  device:    %s:%d\n  precision: %s\n  math:      %s%s\n"
+    /* the version and target strings come from the file, as names do */
+    kiln__sbuf_printf(sb, "kiln engine (built by kiln ");
+    text_name(sb, e->builder_version, 0);
+    kiln__sbuf_printf(sb, ")\n  target:    ");
+    text_name(sb, e->target, 0);
+    kiln__sbuf_printf(sb, "\n  device:    %s:%d\n  precision: %s\n  math:      %s%s\n"
                           "  threads:   %d%s\n",
-                      e->target, device_name(e->opts.device), e->opts.device_index,
+                      device_name(e->opts.device), e->opts.device_index,
                       precision_name(e->opts.precision), math_name(e->opts.math),
                       e->opts.math == KILN_MATH_FAST ? " (--fast-math: less accurate kernels allowed)" : "",
                       e->opts.threads, e->opts.threads ? "" : " (one per core)");

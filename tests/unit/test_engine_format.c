@@ -1851,8 +1851,10 @@ TEST(test_control_chars_in_names) {
         kiln__free(g->symbols[0]);
         g->symbols[0] = kiln__strdup("B\"]\n\x1b");
     }
+    snprintf(e->builder_version, sizeof e->builder_version, "0.1\x1b[2J"); /* header strings too */
     const char *text = kiln_engine_describe(e, 0);
     CHECK(text && !strchr(text, 0x1b) && !strchr(text, '\r') && !strchr(text, 0x7f));
+    CHECK(text && strstr(text, "(built by kiln 0.1\\x1b[2J)\n"));
     CHECK(text && strstr(text, "  n0\\x1b[2J\\x0d\\x0alayers (0):\\x7f: float32"));
     CHECK(text && strstr(text, "n0\\x1b[2J\\x0d\\x0alayers (0):\\x7f kernel"));
     CHECK(text && strstr(text, "[B\"]\\x0a\\x1bx4]"));
