@@ -336,6 +336,9 @@ KILN_API kiln_status kiln_engine_set_metadata(kiln_engine *e, const char *key, c
 /* ---- context ---------------------------------------------------------- */
 
 KILN_API kiln_status kiln_context_create(const kiln_engine *e, kiln_context **out);
+/* Frees c. While another thread's kiln_context_* call (a run) has c, waits
+ * for it to return first; called from the layer callback of c's own run,
+ * leaves c to that run, which frees it as it returns (docs/c-api.md). */
 KILN_API void kiln_context_free(kiln_context *c);
 /* Threads this context uses (overrides the engine's setting). 0 = one per core. */
 KILN_API kiln_status kiln_context_set_threads(kiln_context *c, int threads);

@@ -413,15 +413,33 @@ def unflatten_outputs(tree, leaves):
     raise ValueError(f"bad output structure {tree!r}")
 
 
-def tree_num_leaves(tree):
-    if "t" in tree:
-        return 1
-    if "none" in tree:
-        return 0
-    for k in ("tuple", "list"):
-        if k in tree:
-            return sum(tree_num_leaves(t) for t in tree[k])
-    return sum(tree_num_leaves(t) for _, t in tree["dict"])
+def tree_fits(tree, n_out):
+    """Whether `tree` (a spec's "outputs", maybe from a hostile engine file) is a
+    well-formed output structure whose leaves name each of the n_out outputs once.
+    Walked with a stack: no recursion limit to hit."""
+    seen = set()
+    stack = [tree]
+    while stack:
+        t = stack.pop()
+        if not isinstance(t, dict) or len(t) != 1:
+            return False
+        (key, val), = t.items()
+        if key == "t":
+            if type(val) is not int or not 0 <= val < n_out or val in seen:
+                return False
+            seen.add(val)
+        elif key == "none":
+            continue
+        elif key in ("tuple", "list") and isinstance(val, list):
+            stack.extend(val)
+        elif key == "dict" and isinstance(val, list):
+            for item in val:
+                if not isinstance(item, list) or len(item) != 2:
+                    return False
+                stack.append(item[1])
+        else:
+            return False
+    return len(seen) == n_out
 
 
 # ---- exporting -----------------------------------------------------------------------

@@ -3,7 +3,9 @@
 How tensors cross into and out of the engine (no copies on the common path):
 
 * Inputs: each tensor's memory is bound in place (kiln_context_set_input with
-  tensor.data_ptr()). Only a non-contiguous input is first made contiguous (a copy).
+  tensor.data_ptr()). Only a non-contiguous input is first made contiguous, and a lazy
+  negation or conjugation (torch's neg/conj bits) resolved (copies); sparse tensors are
+  refused.
 * Outputs: before the run, EngineModule predicts each output's shape and, when it can,
   allocates the output tensor with torch.empty on the engine's device and binds it
   (kiln_context_set_output), so the engine writes straight into the tensor it returns.
@@ -47,7 +49,7 @@ import torch
 from . import _files, _lib
 from ._convert import SPEC_KEY, check_output_format, spec_json
 from ._engine import DEVICE_CUDA, Engine
-from ._export import KILN_TO_TORCH, tree_num_leaves, unflatten_outputs
+from ._export import KILN_TO_TORCH, tree_fits, unflatten_outputs
 from ._lib import KILN_MAX_RANK, KilnError, Status, check, lib
 
 SPEC_SUFFIX = ".json"  # the side file of engines saved by earlier versions
@@ -143,7 +145,7 @@ def _embedded_spec(eng):
         return None
     try:
         spec = json.loads(text)
-    except ValueError as e:
+    except (ValueError, RecursionError) as e:
         raise ValueError(f"EngineModule: the engine's metadata '{SPEC_KEY}' is not valid JSON "
                          f"({e}); pass spec= to override it") from None
     if not isinstance(spec, dict) or spec.get("format") != "kiln-python-spec":
@@ -359,14 +361,13 @@ class EngineModule(torch.nn.Module):
         if spec is not None:
             names = [i.name for i in eng.inputs]
             n_out = len(eng.outputs)
-            try:
-                leaves = tree_num_leaves(spec["outputs"])
-            except (KeyError, TypeError, ValueError):
-                leaves = None
-            if list(spec.get("inputs", [])) != names or leaves != n_out:
+            # each output once: a leaf read twice, or index -1 (the last output), gave
+            # the wrong tensors without a word
+            fits = isinstance(spec, dict) and tree_fits(spec.get("outputs"), n_out)
+            if not fits or list(spec.get("inputs", [])) != names:
                 raise ValueError(
-                    f"EngineModule: the spec (inputs {spec.get('inputs')}) does not describe "
-                    f"this engine (inputs {names}, {n_out} outputs)"
+                    f"EngineModule: the spec (inputs {spec.get('inputs') if isinstance(spec, dict) else spec!r}) "
+                    f"does not describe this engine (inputs {names}, {n_out} outputs, each once)"
                 )
             if eng.get_metadata(SPEC_KEY) != spec_json(spec):
                 # the engine carries its spec from now on (engine_bytes, kiln.save, ...)
@@ -512,6 +513,9 @@ class EngineModule(torch.nn.Module):
         name = info.name
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"input '{name}' must be a torch.Tensor, got {type(t).__name__}")
+        if t.layout != torch.strided:
+            raise TypeError(f"input '{name}' is a {t.layout} tensor; kiln reads dense tensors "
+                            "(convert it with .to_dense())")
         if t.device.type != device.type or (
             device.type == "cuda" and (t.device.index or 0) != (device.index or 0)
         ):
@@ -538,6 +542,10 @@ class EngineModule(torch.nn.Module):
                     f"input '{name}' has shape {_shape_text(t.shape)}, outside the engine's "
                     f"profile {_profile_text(info)} (dimension {d} must be in {a}..{b})"
                 )
+        if t.is_neg() or t.is_conj():
+            # a lazy negation (torch._neg_view, the .imag of a conj()): data_ptr() holds
+            # the values before it, which kiln read as they were
+            t = t.resolve_neg().resolve_conj()
         if not t.is_contiguous():
             t = t.contiguous()
         return t.detach()

@@ -214,6 +214,21 @@ def test_engine_module_wrong_dtype(engine):
         em([[0.0] * 16])
 
 
+def test_engine_module_lazy_and_sparse_tensors(engine):
+    # probe5: a tensor with torch's negative bit was read without its negation (a
+    # silent wrong result); a sparse one failed in torch's data_ptr
+    em = kiln.EngineModule(engine)
+    x = torch.randn(2, 16)
+    neg = torch._neg_view(x)
+    assert neg.is_neg() and neg.is_contiguous()
+    assert torch.equal(em(neg), em(-x))
+    z = torch.randn(2, 16, dtype=torch.complex64)
+    assert torch.equal(em(z.conj().imag), em(-z.imag))
+    with raises(TypeError, "input 'x' is a torch.sparse_coo tensor; kiln reads dense tensors "
+                           "(convert it with .to_dense())"):
+        em(x.to_sparse())
+
+
 def test_engine_module_wrong_device(engine):
     em = kiln.EngineModule(engine)
     assert em.device == torch.device("cpu")

@@ -633,3 +633,30 @@ def test_bad_embedded_spec(embed_bytes):
         kiln.EngineModule(bad)
     em = kiln.EngineModule(bad, spec=embed_bytes.spec)  # an explicit spec wins ...
     assert json.loads(em.engine.metadata["python.spec"]) == embed_bytes.spec  # ... and is kept
+
+
+def test_embedded_spec_that_misnames_outputs(embed_bytes):
+    # probe5: a spec from the engine file whose leaves named one output twice, or
+    # output -1 (Python's last), loaded and returned the wrong tensors without a word;
+    # one nested past Python's recursion limit raised a bare RecursionError
+    good = embed_bytes.spec
+    bad_trees = [
+        {"dict": [["hidden", {"t": 0}], ["pair", {"tuple": [{"t": 0}, {"none": True}]}],
+                  ["list", {"list": [{"t": 2}]}]]},
+        {"dict": [["hidden", {"t": 0}], ["pair", {"tuple": [{"t": 1}, {"none": True}]}],
+                  ["list", {"list": [{"t": -1}]}]]},
+        {"tuple": [{"t": 0}, {"t": 1}, {"t": True}]},
+        {"tuple": [{"t": 0}, {"t": 1}, {"t": 2}], "list": []},
+    ]
+    for tree in bad_trees:
+        eng = kiln._engine.Engine.from_bytes(embed_bytes)
+        eng.set_metadata("python.spec", json.dumps(dict(good, outputs=tree)))
+        with raises(ValueError, "EngineModule: the spec (inputs ['x']) does not describe this "
+                                "engine (inputs ['x'], 3 outputs, each once)"):
+            kiln.EngineModule(eng.serialize())
+    eng = kiln._engine.Engine.from_bytes(embed_bytes)
+    eng.set_metadata("python.spec", "[" * 100000 + "]" * 100000)
+    with pytest.raises(ValueError, match="is not valid JSON"):
+        kiln.EngineModule(eng.serialize())
+    eng.set_metadata("python.spec", json.dumps(good))
+    assert isinstance(kiln.EngineModule(eng.serialize())(torch.randn(2, 16)), dict)

@@ -452,6 +452,9 @@ int kiln_engine_num_layers(const kiln_engine *e) { return e ? e->graph->n_nodes 
 /* A shape: "[1x3xNx?]" (JSON: [1, 3, "N", "?"]); a rank not known before a
  * run (an If whose branches differ in rank) is "[unknown rank]" (JSON:
  * null), not the "[]" of a scalar. */
+static void json_str(kiln_sbuf *sb, const char *s);
+static void text_name(kiln_sbuf *sb, const char *s, int width);
+
 static void dims_str(const kiln_graph *g, const kiln_tinfo *t, kiln_sbuf *sb, bool json) {
     if (t->rank < 0) {
         kiln__sbuf_printf(sb, json ? "null" : "[unknown rank]");
@@ -463,21 +466,32 @@ static void dims_str(const kiln_graph *g, const kiln_tinfo *t, kiln_sbuf *sb, bo
         const char *sep = i ? (json ? ", " : "x") : "";
         if (d >= 0)
             kiln__sbuf_printf(sb, "%s%lld", sep, (long long)d);
-        else if (KILN_DIM_IS_SYM(d) && KILN_DIM_SYM_ID(d) < g->n_symbols)
-            kiln__sbuf_printf(sb, json ? "%s\"%s\"" : "%s%s", sep, g->symbols[KILN_DIM_SYM_ID(d)]);
-        else
+        else if (KILN_DIM_IS_SYM(d) && KILN_DIM_SYM_ID(d) < g->n_symbols) {
+            /* the name comes from the model: escaped as names are (it was written
+             * raw: a quote in it broke the JSON, a newline forged a text line) */
+            kiln__sbuf_printf(sb, "%s", sep);
+            if (json) json_str(sb, g->symbols[KILN_DIM_SYM_ID(d)]);
+            else text_name(sb, g->symbols[KILN_DIM_SYM_ID(d)], 0);
+        } else
             kiln__sbuf_printf(sb, json ? "%s\"?\"" : "%s?", sep);
     }
     kiln__sbuf_printf(sb, "]");
 }
 
+/* s as a JSON string. JSON is UTF-8: a byte that is not part of a
+ * well-formed character (names may hold any bytes) is written \udcNN, the
+ * lone surrogate Python's surrogateescape gives it, so that json.loads
+ * yields the name kiln's Python package uses. */
 static void json_str(kiln_sbuf *sb, const char *s) {
     kiln__sbuf_printf(sb, "\"");
-    for (; *s; s++) {
+    while (*s) {
         unsigned char c = (unsigned char)*s;
+        size_t n = kiln__utf8_at(s);
         if (c == '"' || c == '\\') kiln__sbuf_printf(sb, "\\%c", c);
         else if (c < 0x20) kiln__sbuf_printf(sb, "\\u%04x", c);
-        else kiln__sbuf_printf(sb, "%c", c);
+        else if (!n) kiln__sbuf_printf(sb, "\\udc%02x", c);
+        else kiln__sbuf_printf(sb, "%.*s", (int)n, s);
+        s += n ? n : 1;
     }
     kiln__sbuf_printf(sb, "\"");
 }
@@ -868,10 +882,14 @@ static void describe(const kiln_engine *e, kiln_sbuf *sb, bool json) {
         kiln__plan_free(plan);
         return;
     }
-    kiln__sbuf_printf(sb, "kiln engine (built by kiln %s)\n", e->builder_version);
-    kiln__sbuf_printf(sb, "  target:    %s\n  device:    %s:%d\n  precision: %s\n  math:      %s%s\n"
+    /* the version and target strings come from the file, as names do */
+    kiln__sbuf_printf(sb, "kiln engine (built by kiln ");
+    text_name(sb, e->builder_version, 0);
+    kiln__sbuf_printf(sb, ")\n  target:    ");
+    text_name(sb, e->target, 0);
+    kiln__sbuf_printf(sb, "\n  device:    %s:%d\n  precision: %s\n  math:      %s%s\n"
                           "  threads:   %d%s\n",
-                      e->target, device_name(e->opts.device), e->opts.device_index,
+                      device_name(e->opts.device), e->opts.device_index,
                       precision_name(e->opts.precision), math_name(e->opts.math),
                       e->opts.math == KILN_MATH_FAST ? " (--fast-math: less accurate kernels allowed)" : "",
                       e->opts.threads, e->opts.threads ? "" : " (one per core)");

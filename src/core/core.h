@@ -151,6 +151,11 @@ KILN_PRIVATE void kiln__sbuf_free(kiln_sbuf *b);
  * UTF-8 terminal may act on), else 0. What kiln_printable escapes. */
 KILN_PRIVATE size_t kiln__control_at(const char *s);
 
+/* Bytes of the one well-formed UTF-8 character at s (1 to 4), or 0 at the
+ * end of s and where the bytes are not UTF-8 (a stray continuation byte, a
+ * lead byte cut short, an overlong form, a surrogate, past U+10FFFF). */
+KILN_PRIVATE size_t kiln__utf8_at(const char *s);
+
 /* Cheap 64-bit hash (FNV-1a) for names and checksums. */
 KILN_PRIVATE uint64_t kiln__fnv1a(const void *data, size_t n, uint64_t seed);
 #define KILN_FNV_SEED 0xcbf29ce484222325ull
@@ -168,6 +173,10 @@ KILN_PRIVATE int kiln__pool_threads(const kiln_pool *p); /* 1 for NULL */
  * alone, touches no thread or lock of the parent, and is freed without
  * joining; contexts make themselves a new one (see pool.c, "fork"). */
 KILN_PRIVATE bool kiln__pool_forked(const kiln_pool *p);
+/* This process's fork count (0 in the process that first asked; a fork()
+ * child's is higher than its parent's): what tells a child that some
+ * state, a pool or a context's claim, was made by its parent. */
+KILN_PRIVATE unsigned kiln__fork_gen(void);
 /* While held (a context is running a plan), idle workers spin waiting for
  * the next job instead of sleeping. NULL: nothing. */
 KILN_PRIVATE void kiln__pool_hold(kiln_pool *p, bool on);

@@ -241,6 +241,11 @@ kiln_status kiln__pool_create(int threads, kiln_pool **out) {
     return KILN_OK;
 }
 
+unsigned kiln__fork_gen(void) {
+    pthread_once(&kiln_fork_once, fork_watch);
+    return atomic_load_explicit(&kiln_fork_gen, memory_order_relaxed);
+}
+
 bool kiln__pool_forked(const kiln_pool *p) {
     return p && p->fork_gen != atomic_load_explicit(&kiln_fork_gen, memory_order_relaxed);
 }

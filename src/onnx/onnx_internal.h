@@ -11,6 +11,17 @@
 #error "kiln's ONNX importer assumes a little-endian host (ONNX raw_data is little-endian)"
 #endif
 
+/* Messages nested deeper than this are refused before protobuf-c unpacks
+ * them (its unpack recurses once a level, with no limit): ModelProto ->
+ * GraphProto -> NodeProto -> AttributeProto -> GraphProto ... is 3 levels a
+ * subgraph, so the importer's 32 subgraph levels fit with room. */
+#define KILN_PB_MAX_DEPTH 128
+
+/* False when the message `data` (described by d) nests messages more than
+ * KILN_PB_MAX_DEPTH deep (pb_depth.c). Malformed bytes give true: protobuf-c
+ * refuses them itself, before it recurses. */
+KILN_PRIVATE bool kiln__pb_depth_ok(const ProtobufCMessageDescriptor *d, const void *data, size_t size);
+
 /* A protobuf-c allocator that allocates through kiln__malloc/kiln__free. */
 KILN_PRIVATE void kiln__onnx_allocator(ProtobufCAllocator *a);
 

@@ -408,6 +408,7 @@ typedef struct pw_pass {
     int *stack;
     int mark;
     int *members;
+    int *last;     /* per group id: its last node (replace_groups) */
     pw_compiler c;
 } pw_pass;
 
@@ -543,11 +544,13 @@ static kiln_status toposort(kiln_graph *g, int *state, int *stack) {
 static kiln_status replace_groups(pw_pass *s, const kiln_optimize_opts *o, bool *changed) {
     kiln_graph *g = s->g;
     int n_nodes = g->n_nodes;
+    /* each group's last node, in one pass (a scan per group took 4 s for
+     * 200,000 one-node groups) */
+    for (int ni = 0; ni < n_nodes; ni++)
+        if (s->group[ni] >= 0) s->last[s->group[ni]] = ni;
     for (int gid = 0; gid < n_nodes; gid++) {
         if (s->group[gid] != gid) continue;
-        int hi = gid;
-        for (int ni = gid; ni < n_nodes; ni++)
-            if (s->group[ni] == gid) hi = ni;
+        int hi = s->last[gid];
         if (hi == gid) continue; /* one node */
         set_u(s, gid, hi, true);
         int m = gather(s, gid, hi);
@@ -580,10 +583,11 @@ kiln_status kiln__opt_pointwise(kiln_graph *g, const kiln_optimize_opts *o) {
     s.stamp = kiln__calloc(nn, sizeof *s.stamp);
     s.stack = kiln__malloc(nn * sizeof *s.stack);
     s.members = kiln__malloc(nn * sizeof *s.members);
+    s.last = kiln__malloc(nn * sizeof *s.last);
     s.c.reg = kiln__malloc(nv * sizeof *s.c.reg);
     s.c.uses = kiln__malloc(nv * sizeof *s.c.uses);
     kiln_status st = KILN_OK;
-    if (!s.group || !s.in_u || !s.stamp || !s.stack || !s.members || !s.c.reg || !s.c.uses) {
+    if (!s.group || !s.in_u || !s.stamp || !s.stack || !s.members || !s.last || !s.c.reg || !s.c.uses) {
         st = KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory (pointwise fusion)");
         goto done;
     }
@@ -600,6 +604,7 @@ done:
     kiln__free(s.stamp);
     kiln__free(s.stack);
     kiln__free(s.members);
+    kiln__free(s.last);
     kiln__free(s.c.reg);
     kiln__free(s.c.uses);
     return st;

@@ -74,6 +74,9 @@ kiln_status kiln__pass_optimize(kiln_graph *g, const kiln_optimize_opts *o) {
     const kiln_backend_i *be = kiln__backend_for(o->device);
     bool reduced = be && be->reduced_tensors &&
                    (o->precision == KILN_PRECISION_FP16 || o->precision == KILN_PRECISION_BF16);
+    /* CPU fp16/bf16: the fused layers carry the precision (kiln__layer_fp32_apply) */
+    bool cpu_reduced = !reduced && (o->precision == KILN_PRECISION_FP16 || o->precision == KILN_PRECISION_BF16);
+    if (cpu_reduced) KILN_TRY(kiln__layer_names_check(g, o));
     if (o->disable && !reduced) return KILN_OK;
     bool first = reduced && kiln__precision_first(o);
     kiln__graph_link(g);
@@ -83,6 +86,7 @@ kiln_status kiln__pass_optimize(kiln_graph *g, const kiln_optimize_opts *o) {
     if (!o->disable) KILN_TRY(kiln__opt_transformer(g, o));
     if (!o->disable) KILN_TRY(kiln__opt_movement(g, o));
     if (!o->disable) KILN_TRY(kiln__opt_norm(g, o));
+    if (cpu_reduced) kiln__layer_fp32_apply(g, o);
     if (reduced && !first) KILN_TRY(kiln__pass_precision(g, o));
     kiln__graph_link(g);
     if (!o->disable) KILN_TRY(kiln__opt_pointwise(g, o));

@@ -18,6 +18,8 @@
 
 #include "backends/backend.h"
 #include "ops/elementwise_impl.h"
+#include "ops/fused_conv.h"
+#include "ops/fused_transformer.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -42,6 +44,35 @@ bool kiln__layer_name_matches(const char *name, const char *want) {
         p = e ? e + 1 : NULL;
     }
     return !strcmp(name, want);
+}
+
+static kiln_status unmatched_name(const char *name) {
+    return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "layer precision given for '%s', which is not a layer of the model",
+                     name);
+}
+
+kiln_status kiln__layer_names_check(const kiln_graph *g, const kiln_optimize_opts *o) {
+    for (int i = 0; i < o->n_fp32_layers; i++) {
+        bool hit = false;
+        for (int ni = 0; ni < g->n_nodes && !hit; ni++)
+            hit = !g->nodes[ni].dead && g->nodes[ni].name &&
+                  kiln__layer_name_matches(g->nodes[ni].name, o->fp32_layers[i]);
+        if (!hit) return unmatched_name(o->fp32_layers[i]);
+    }
+    return KILN_OK;
+}
+
+void kiln__layer_fp32_apply(kiln_graph *g, const kiln_optimize_opts *o) {
+    for (int ni = 0; ni < g->n_nodes; ni++) {
+        kiln_node *n = &g->nodes[ni];
+        int32_t *p = NULL;
+        if (n->dead || !n->name) continue;
+        if (n->op_id == KILN_OP_FusedConv) p = &((kiln_fused_conv_attrs *)n->attrs)->precision;
+        if (n->op_id == KILN_OP_FusedMatMul) p = &((kiln_fused_matmul_attrs *)n->attrs)->precision;
+        if (n->op_id == KILN_OP_Attention) p = &((kiln_attention_attrs *)n->attrs)->precision;
+        for (int i = 0; p && i < o->n_fp32_layers; i++)
+            if (kiln__layer_name_matches(n->name, o->fp32_layers[i])) *p = KILN_PRECISION_FP32;
+    }
 }
 
 static bool overridden(const kiln_optimize_opts *o, const kiln_node *n, bool *used) {
@@ -273,9 +304,7 @@ kiln_status kiln__pass_precision(kiln_graph *g, const kiln_optimize_opts *o) {
     }
     for (int i = 0; i < o->n_fp32_layers; i++)
         if (!used[i]) {
-            s = KILN_FAIL(KILN_ERR_INVALID_ARGUMENT,
-                          "layer precision given for '%s', which is not a layer of the model",
-                          o->fp32_layers[i]);
+            s = unmatched_name(o->fp32_layers[i]);
             goto done;
         }
     if ((s = rewrite(&c, reduce)) != KILN_OK) goto done;

@@ -31,4 +31,12 @@ KILN_PRIVATE bool kiln__precision_first(const kiln_optimize_opts *o);
  * layer `want`. */
 KILN_PRIVATE bool kiln__layer_name_matches(const char *name, const char *want);
 
+/* fp16/bf16 plans of a backend without reduced tensors (the CPU): the
+ * precision is the fused layers' own (FusedConv, FusedMatMul, Attention).
+ * kiln__layer_names_check fails when a name in o->fp32_layers matches no
+ * node of g (before the fusions: ONNX node names); kiln__layer_fp32_apply
+ * (after them) sets every fused layer whose name matches one to float32. */
+KILN_PRIVATE kiln_status kiln__layer_names_check(const kiln_graph *g, const kiln_optimize_opts *o);
+KILN_PRIVATE void kiln__layer_fp32_apply(kiln_graph *g, const kiln_optimize_opts *o);
+
 #endif

@@ -29,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 enum { MEM_HOST = KILN_MEM_HOST, MEM_DEV = KILN_MEM_DEV };
 #define KILN_PLAN_CACHE 4
@@ -123,7 +124,10 @@ struct kiln_context {
     bool no_reuse;         /* kiln_context_set_memory_reuse(c, 0) */
     int plant_layer;       /* KILN_TEST_PLANT_BUG: the layer made wrong, or -1 */
     kiln_arena_check *acheck; /* the debug arena check, or NULL (off) */
-    atomic_int busy;       /* 1 while a kiln_context_* call runs or changes it (ctx_claim) */
+    atomic_uint busy;      /* while a kiln_context_* call runs or changes it: 1 + the fork
+                            * count of the process whose call claimed it; else 0 (ctx_claim) */
+    atomic_uintptr_t owner; /* the claiming thread's ctx_thread_tag address, or 0 */
+    bool free_pending;     /* freed by its own run's layer callback: freed as the run returns */
 };
 
 /* A context is used by one thread at a time (kiln.h). Every kiln_context_*
@@ -131,13 +135,34 @@ struct kiln_context {
  * that finds it claimed fails instead of corrupting it: a second thread
  * running or binding the same context, or a layer callback that runs,
  * binds or reconfigures the context whose run called it (which would free
- * the thread pool, profile or arena check under the run, or recurse). */
+ * the thread pool, profile or arena check under the run, or recurse).
+ * kiln_context_free waits for the claim instead (ctx_free_claim). */
+static _Thread_local char ctx_thread_tag; /* its address names the thread (never written) */
+
+static unsigned ctx_claim_value(void) { return kiln__fork_gen() + 1u; }
+
 static kiln_status ctx_claim(kiln_context *c, const char *fn) {
-    if (!atomic_exchange(&c->busy, 1)) return KILN_OK;
+    unsigned expected = 0;
+    if (atomic_compare_exchange_strong(&c->busy, &expected, ctx_claim_value())) {
+        atomic_store_explicit(&c->owner, (uintptr_t)&ctx_thread_tag, memory_order_relaxed);
+        return KILN_OK;
+    }
     return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT,
                      "%s: the context is in use (by a call on another thread, or by the run whose layer "
                      "callback made this call); a context is used by one thread at a time",
                      fn);
+}
+
+static void ctx_destroy(kiln_context *c);
+
+/* Ends c's claim; frees c if its own run's layer callback freed it. */
+static void ctx_release(kiln_context *c) {
+    if (c->free_pending) {
+        ctx_destroy(c);
+        return;
+    }
+    atomic_store_explicit(&c->owner, 0, memory_order_relaxed);
+    atomic_store(&c->busy, 0);
 }
 
 /* `return call;` with c claimed around it (a NULL c is the call's to report). */
@@ -145,7 +170,7 @@ static kiln_status ctx_claim(kiln_context *c, const char *fn) {
     do {                                                \
         if (c) KILN_TRY(ctx_claim((c), (fn)));          \
         kiln_status st_ = (call);                       \
-        if (c) atomic_store(&(c)->busy, 0);             \
+        if (c) ctx_release(c);                          \
         return st_;                                     \
     } while (0)
 
@@ -227,8 +252,36 @@ static void mempool_free(kiln_context *c, int m) {
     c->arena_cap[m] = 0;
 }
 
+/* Claims c for kiln_context_free: waits while another thread's call has it
+ * (a run in progress ends before its context is freed). Returns false when
+ * c must not be freed now: the call that has it is this thread's own run,
+ * whose layer callback is freeing it (then the run frees it as it returns).
+ * A claim made before a fork() by another thread of the parent is not waited
+ * for: no thread of this child will end it. */
+static bool ctx_free_claim(kiln_context *c) {
+    unsigned mine = ctx_claim_value();
+    for (unsigned wait_us = 1;;) {
+        unsigned v = 0;
+        if (atomic_compare_exchange_strong(&c->busy, &v, mine)) return true;
+        /* (this thread's run; also in a child forked from its layer callback,
+         * whose copy of the run goes on) */
+        if (atomic_load_explicit(&c->owner, memory_order_relaxed) == (uintptr_t)&ctx_thread_tag) {
+            c->free_pending = true;
+            return false;
+        }
+        if (v != mine) return true; /* another thread of the parent process's */
+        struct timespec ts = {0, (long)wait_us * 1000};
+        nanosleep(&ts, NULL);
+        if (wait_us < 1000) wait_us *= 2;
+    }
+}
+
 void kiln_context_free(kiln_context *c) {
-    if (!c) return;
+    if (!c || !ctx_free_claim(c)) return;
+    ctx_destroy(c);
+}
+
+static void ctx_destroy(kiln_context *c) {
     if (c->be[MEM_DEV] && c->state[MEM_DEV]) c->be[MEM_DEV]->sync(c->state[MEM_DEV]);
     if (c->node_state)
         for (int i = 0; i < c->e->graph->n_nodes; i++)

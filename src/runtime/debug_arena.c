@@ -27,6 +27,7 @@
  * only), not the poison. Everything runs on the thread that runs the plan;
  * nothing changes which bytes a layer gets, so a run that passes gives the
  * same outputs as without the check. */
+#include "runtime/debug.h"
 #include "runtime/engine.h"
 
 #include <stdio.h>
@@ -243,6 +244,16 @@ static bool aliases_input(const kiln_arena_check *a, const kiln_node *n, const k
     return false;
 }
 
+/* How output i of a layer is stored: its dtype, or bfloat16 for a float32
+ * value in the CPU's NHWC-bf16 layout (bf16 elements in the first half of
+ * its bytes: the rest is never written); *nb: the bytes it fills. */
+static kiln_dtype stored_dtype(const kiln_arena_check *a, int v, const kiln_tensor *t, size_t *nb) {
+    *nb = kiln__tensor_nbytes(t);
+    if (v < 0 || kiln__value_layout(a->e->graph, v) != KILN_VLAYOUT_NHWC_BF16) return t->dtype;
+    *nb = kiln__vlayout_stored_bytes(KILN_VLAYOUT_NHWC_BF16, t);
+    return KILN_DTYPE_BFLOAT16;
+}
+
 kiln_status kiln__acheck_before(kiln_arena_check *a, int ni, int m, const kiln_kernel_args *ka) {
     const kiln_graph *g = a->e->graph;
     const kiln_node *n = &g->nodes[ni];
@@ -294,7 +305,9 @@ kiln_status kiln__acheck_before(kiln_arena_check *a, int ni, int m, const kiln_k
         }
         if (v >= 0) a->src[m][v] = v;
         claim(a, m, v >= 0 ? v : -2 - ni, ni, p, nb);
-        if (m == KILN_MEM_HOST && !aliases_input(a, n, ka, i, &k)) poison(p, nb, ka->out[i]->dtype);
+        size_t filled;
+        kiln_dtype dt = stored_dtype(a, v, ka->out[i], &filled);
+        if (m == KILN_MEM_HOST && !aliases_input(a, n, ka, i, &k)) poison(p, nb, dt);
     }
     if (ka->workspace && ka->workspace_size) {
         claim(a, KILN_MEM_HOST, -2 - ni, ni, ka->workspace, ka->workspace_size);
@@ -309,15 +322,16 @@ kiln_status kiln__acheck_after(const kiln_arena_check *a, int ni, int m, const k
     for (int i = 0; i < ka->n_out; i++) {
         int k;
         if (aliases_input(a, n, ka, i, &k)) continue; /* not poisoned: it started as its input */
-        size_t nb = kiln__tensor_nbytes(ka->out[i]), first;
-        size_t bad = kiln__acheck_unwritten(ka->out[i]->data, nb, ka->out[i]->dtype, &first);
+        size_t nb, first;
+        kiln_dtype dt = stored_dtype(a, n->out[i], ka->out[i], &nb);
+        size_t bad = kiln__acheck_unwritten(ka->out[i]->data, nb, dt, &first);
         if (!bad) continue;
         char nm[256];
         who(a, ni, nm, sizeof nm);
         return KILN_FAIL(KILN_ERR_INTERNAL,
                          "debug arena check: %s left %zu of the %zu elements of its output '%s' unwritten "
                          "(the first at index %zu still holds the poison pattern)",
-                         nm, bad, nb / kiln_dtype_size(ka->out[i]->dtype),
+                         nm, bad, nb / kiln_dtype_size(dt),
                          n->out[i] >= 0 ? value_name(a, n->out[i]) : "(unread output)", first);
     }
     return KILN_OK;

@@ -103,6 +103,11 @@ struct kiln_engine {
     char *map_path;
     atomic_llong map_checked_us;
     atomic_bool map_changed;
+    /* A file last changed within KILN_FILE_TIME_GRAIN_NS of its load may be
+     * written again with the same timestamps (coarse file clocks): its bytes
+     * are compared once, by checksum, when a check finds the clock past this
+     * (CLOCK_REALTIME ns), else 0. Under dev_lock. */
+    long long map_verify_at_ns;
     /* Device engines: constants read by device nodes, uploaded once at
      * when the first context is created and shared by all contexts
      * (dev_const[value] or NULL), and the backend state that owns them.

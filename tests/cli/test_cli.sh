@@ -412,5 +412,23 @@ ok = p['runs'] == 3 and len(p['layers']) > 0 and abs(sum(l['percent'] for l in p
 ok = ok and all(l['mean_us'] >= 0 and l['name'] and l['op'] for l in p['layers'])
 sys.exit(0 if ok else 1)" && ok || bad "bench --profile --json: $(head -c 400 bench.json)"
 
+# names that are not UTF-8 (a model may hold any bytes): valid JSON from inspect and
+# bench, each stray byte as \udcNN (json.load read raw bytes as an error; probe5)
+$PY - "$T" <<'EOF2' && "$KILN" build "$T/bad_utf8.onnx" -o bad_utf8.kiln -q && ok || bad "bad_utf8 model"
+import sys, onnx
+from onnx import helper, TensorProto
+g = helper.make_graph([helper.make_node("Relu", ["xQQ"], ["y"], name="nQQ")], "g",
+                      [helper.make_tensor_value_info("xQQ", TensorProto.FLOAT, [2, 3])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
+m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+open(sys.argv[1] + "/bad_utf8.onnx", "wb").write(m.SerializeToString().replace(b"QQ", b"\xff\xc3"))
+EOF2
+for cmd in "inspect bad_utf8.kiln --json" "bench bad_utf8.kiln --iterations 1 --profile --json"; do
+    "$KILN" $cmd >bad_utf8.json 2>&1 && $PY -c "
+import json, sys
+d = json.load(open('bad_utf8.json', 'rb'))
+sys.exit(0 if d['inputs'][0]['name'] == 'x\udcff\udcc3' else 1)" && ok || bad "$cmd: $(head -c 300 bad_utf8.json)"
+done
+
 echo "$PASS passed, $FAIL failed"
 [ $FAIL -eq 0 ]

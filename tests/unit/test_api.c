@@ -5,6 +5,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -605,6 +606,105 @@ TEST(test_context_in_use) {
     kiln_engine_free(e);
 }
 
+/* kiln_context_free while another thread runs the context waits for that
+ * run to end (it freed the context under the run: a use after free); from
+ * the run's own layer callback, the context is freed as the run returns
+ * (it freed the arena the run was writing). probe5. */
+typedef struct free_probe {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int in_run;
+    atomic_int run_returned; /* set by the running thread after kiln_context_run returned */
+    int hold_ms;             /* how long the callback holds the run */
+    int free_in_cb;          /* the callback frees its own context */
+    int calls;
+    kiln_status inner;       /* the callback's kiln_context_run after its free */
+} free_probe;
+
+static int free_cb(kiln_context *c, int layer, kiln_layer_event ev, void *user) {
+    free_probe *p = user;
+    if (layer != 0 || ev != KILN_LAYER_AFTER || p->calls++) return 0;
+    if (p->free_in_cb) {
+        kiln_context_free(c); /* deferred: the run is still using c */
+        p->inner = kiln_context_run(c); /* c is still claimed by its run */
+        return 0;
+    }
+    pthread_mutex_lock(&p->mu);
+    p->in_run = 1;
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    usleep((useconds_t)p->hold_ms * 1000); /* the other thread is freeing meanwhile */
+    return 0;
+}
+
+typedef struct free_runner {
+    kiln_context *c;
+    free_probe *p;
+    int ok;
+    float y[3 * 8];
+} free_runner;
+
+static void *free_runner_main(void *arg) {
+    free_runner *r = arg;
+    r->ok = kiln_context_run(r->c) == KILN_OK; /* into the bound r->y: c is freed after */
+    atomic_store(&r->p->run_returned, 1);
+    return NULL;
+}
+
+/* Starts r->c's run of batch 2 on thread *th and returns once its callback
+ * holds it (for p->hold_ms). */
+static void start_held_run(free_runner *r, free_probe *p, pthread_t *th) {
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->cv, NULL);
+    CHECK_OK(kiln_context_set_layer_callback(r->c, free_cb, p));
+    r->p = p;
+    int64_t dims[2] = {2, 16};
+    CHECK_OK(kiln_context_set_input(r->c, "x", KILN_DTYPE_FLOAT32, 2, dims, ref_x));
+    CHECK_OK(kiln_context_set_output(r->c, "y", r->y, sizeof r->y));
+    pthread_create(th, NULL, free_runner_main, r);
+    pthread_mutex_lock(&p->mu);
+    while (!p->in_run) pthread_cond_wait(&p->cv, &p->mu);
+    pthread_mutex_unlock(&p->mu);
+}
+
+/* Joins the run start_held_run started; checks its outputs. */
+static void end_held_run(free_runner *r, pthread_t th) {
+    pthread_join(th, NULL);
+    CHECK(r->ok && max_err(r->y, ref_y, 2 * 8) < 1e-5f);
+    pthread_cond_destroy(&r->p->cv);
+    pthread_mutex_destroy(&r->p->mu);
+}
+
+TEST(test_context_free_during_run) {
+    kiln_engine *e = build_tiny(1, 2, 3);
+    if (!e) return;
+    kiln_context *c = NULL;
+    CHECK_OK(kiln_context_create(e, &c));
+    CHECK_OK(kiln_context_set_threads(c, 2));
+    free_probe p = {.hold_ms = 100};
+    free_runner r = {.c = c};
+    pthread_t th;
+    start_held_run(&r, &p, &th);
+    kiln_context_free(c); /* waits for the run */
+    CHECK(atomic_load(&p.run_returned) == 1);
+    end_held_run(&r, th);
+
+    /* freed by its own run's callback: the run ends right, then c is gone
+     * (LeakSanitizer: nothing leaks; ASan: nothing is read after free) */
+    c = NULL;
+    CHECK_OK(kiln_context_create(e, &c));
+    free_probe q = {.free_in_cb = 1};
+    CHECK_OK(kiln_context_set_layer_callback(c, free_cb, &q));
+    float y[2 * 8];
+    int64_t dims[2] = {2, 16};
+    CHECK_OK(kiln_context_set_input(c, "x", KILN_DTYPE_FLOAT32, 2, dims, ref_x));
+    CHECK_OK(kiln_context_set_output(c, "y", y, sizeof y));
+    CHECK_OK(kiln_context_run(c)); /* c is freed as it returns */
+    CHECK(max_err(y, ref_y, 2 * 8) < 1e-5f);
+    CHECK(q.calls == 1 && q.inner == KILN_ERR_INVALID_ARGUMENT);
+    kiln_engine_free(e);
+}
+
 /* A fork() child using its parent's engine and context (PyTorch DataLoader
  * workers, multiprocessing's default start method): the context's thread
  * pool is the parent's, whose workers the child does not have. The child
@@ -618,6 +718,69 @@ TEST(test_context_in_use) {
 #endif
 #if defined(__SANITIZE_THREAD__)
 #define KILN_TEST_TSAN 1
+#endif
+
+/* A fork() child freeing a context that a thread of its parent was running
+ * at the fork: no thread of the child will end that run, so the free does
+ * not wait for it (it would hang forever). probe5. */
+#ifndef KILN_TEST_TSAN
+/* A child forked by a layer callback frees the context there: its copy of
+ * the run goes on after the callback, so the context is freed as that run
+ * returns (it was freed at once: the claim looked like another thread's). */
+static int fork_cb(kiln_context *c, int layer, kiln_layer_event ev, void *user) {
+    int *state = user; /* 0: not yet; 1: parent after the child; 2: the child */
+    if (layer != 0 || ev != KILN_LAYER_AFTER || *state) return 0;
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        alarm(10);
+        *state = 2;
+        kiln_context_free(c);
+        return 0;
+    }
+    int status = -1;
+    if (pid > 0) waitpid(pid, &status, 0);
+    *state = WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 1 : 3;
+    return 0;
+}
+
+static void fork_in_callback_frees_context(kiln_engine *e) {
+    kiln_context *c = NULL;
+    CHECK_OK(kiln_context_create(e, &c));
+    int state = 0;
+    float y[2 * 8];
+    int64_t dims[2] = {2, 16};
+    CHECK_OK(kiln_context_set_layer_callback(c, fork_cb, &state));
+    CHECK_OK(kiln_context_set_input(c, "x", KILN_DTYPE_FLOAT32, 2, dims, ref_x));
+    CHECK_OK(kiln_context_set_output(c, "y", y, sizeof y));
+    kiln_status st = kiln_context_run(c);
+    if (state == 2) _exit(st == KILN_OK && max_err(y, ref_y, 16) < 1e-5f ? 0 : 4); /* the child: c is gone */
+    CHECK_OK(st);
+    CHECK(state == 1); /* the child's run ended right and freed c (3: it crashed or failed) */
+    kiln_context_free(c);
+}
+
+static void fork_child_frees_context_in_use(kiln_engine *e) {
+    kiln_context *c = NULL;
+    CHECK_OK(kiln_context_create(e, &c));
+    free_probe p = {.hold_ms = 300};
+    free_runner r = {.c = c};
+    pthread_t th;
+    start_held_run(&r, &p, &th);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        alarm(10);
+        kiln_context_free(c);
+        _exit(0);
+    }
+    CHECK(pid > 0);
+    int status = -1;
+    if (pid > 0) waitpid(pid, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0); /* SIGALRM: the free hung */
+    end_held_run(&r, th);
+    kiln_context_free(c);
+}
 #endif
 
 TEST(test_fork_child_uses_parent_context) {
@@ -657,6 +820,8 @@ TEST(test_fork_child_uses_parent_context) {
     CHECK(waited < 2000 && WIFEXITED(status) && WEXITSTATUS(status) == 0);
     CHECK(run_batch(c, ref_x, 2, y) && max_err(y, ref_y, 2 * 8) < 1e-5f); /* the parent's still runs */
     kiln_context_free(c);
+    fork_child_frees_context_in_use(e);
+    fork_in_callback_frees_context(e);
     kiln_engine_free(e);
 #endif
 }
@@ -686,7 +851,7 @@ TEST(test_engine_file_written_in_place) {
     CHECK_OK(kiln_engine_serialize(e, &b2, &n2)); /* the same size, other bytes */
     CHECK_OK(kiln_engine_set_metadata(e, "k", "aaaa"));
     struct timespec wait = {0, 30 * 1000 * 1000};
-    for (int how = 0; how < 4 && b2; how++) {
+    for (int how = 0; how < 5 && b2; how++) {
         CHECK_OK(kiln_engine_save(e, path));
         kiln_engine *m = NULL;
         CHECK_OK(kiln_engine_load(path, &m));
@@ -703,8 +868,16 @@ TEST(test_engine_file_written_in_place) {
                 fclose(f);
             }
             CHECK(rename(other, path) == 0);
-        } else { /* touched */
+        } else if (how == 3) { /* touched */
             CHECK(utimensat(AT_FDCWD, path, NULL, 0) == 0);
+        } else { /* in place, other bytes, its times set back (touch -r; probe5: it went unseen) */
+            struct stat st0;
+            CHECK(stat(path, &st0) == 0);
+            FILE *f = fopen(path, "r+b");
+            if (f) CHECK(fwrite(b2, 1, n2, f) == n2);
+            if (f) fclose(f);
+            struct timespec times[2] = {st0.st_atim, st0.st_mtim};
+            CHECK(utimensat(AT_FDCWD, path, times, 0) == 0);
         }
         nanosleep(&wait, NULL);
         kiln_context *c = NULL;
@@ -712,7 +885,7 @@ TEST(test_engine_file_written_in_place) {
         float y[2 * 8];
         int64_t dims[2] = {2, 16};
         CHECK_OK(kiln_context_set_input(c, "x", KILN_DTYPE_FLOAT32, 2, dims, ref_x));
-        if (how < 2) {
+        if (how < 2 || how == 4) {
             CHECK_ERR(kiln_context_run(c), KILN_ERR_IO, "was written in place since it was loaded");
             CHECK(strstr(kiln_last_error(), path) != NULL);
             CHECK_ERR(kiln_context_run(c), KILN_ERR_IO, "was written in place"); /* and stays so */
@@ -890,6 +1063,7 @@ int main(void) {
     RUN(test_threads_share_engine);
     RUN(test_threads_describe_engine);
     RUN(test_context_in_use);
+    RUN(test_context_free_during_run);
     RUN(test_fork_child_uses_parent_context);
     RUN(test_engine_file_written_in_place);
     RUN(test_misaligned_input);

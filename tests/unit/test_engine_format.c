@@ -1844,12 +1844,23 @@ TEST(test_control_chars_in_names) {
     g->nodes[0].name = kiln__strdup(evil);
     kiln__free(g->values[g->inputs[0]].name);
     g->values[g->inputs[0]].name = kiln__strdup(evil);
+    /* a symbolic dim's name too (it was written raw: a quote broke the JSON,
+     * a newline forged a text line; probe5) */
+    CHECK(g->n_symbols > 0);
+    if (g->n_symbols > 0) {
+        kiln__free(g->symbols[0]);
+        g->symbols[0] = kiln__strdup("B\"]\n\x1b");
+    }
+    snprintf(e->builder_version, sizeof e->builder_version, "0.1\x1b[2J"); /* header strings too */
     const char *text = kiln_engine_describe(e, 0);
     CHECK(text && !strchr(text, 0x1b) && !strchr(text, '\r') && !strchr(text, 0x7f));
+    CHECK(text && strstr(text, "(built by kiln 0.1\\x1b[2J)\n"));
     CHECK(text && strstr(text, "  n0\\x1b[2J\\x0d\\x0alayers (0):\\x7f: float32"));
     CHECK(text && strstr(text, "n0\\x1b[2J\\x0d\\x0alayers (0):\\x7f kernel"));
+    CHECK(text && strstr(text, "[B\"]\\x0a\\x1bx4]"));
     const char *json = kiln_engine_describe(e, 1);
     CHECK(json && !strchr(json, 0x1b) && strstr(json, "n0\\u001b[2J\\u000d\\u000alayers (0):"));
+    CHECK(json && strstr(json, "[\"B\\\"]\\u000a\\u001b\", 4]"));
     CHECK_ERR(KILN_FAIL(KILN_ERR_MODEL, "node '%s' (%s): bad", evil, "Op"), KILN_ERR_MODEL,
               "node 'n0?[2J?\nlayers (0):?' (Op): bad");
     kiln_engine_free(e);
@@ -1885,6 +1896,74 @@ TEST(test_doc_version) {
 /* Engines made zeroed (kiln__calloc, as these tests and the format code
  * do) hold no file: freeing one closes nothing (a mapped engine keeps its
  * file open, and a zero fd taken for it closed stdin). */
+/* Names that are not UTF-8 in kiln_engine_describe's JSON: each stray byte
+ * as \udcNN, well-formed characters (2 to 4 bytes) kept; the raw bytes made
+ * the JSON unreadable (Python's json.load, jq). probe5. */
+TEST(test_json_names_not_utf8) {
+    kiln_engine *e = make_engine();
+    if (!e || !test_has_nodes) {
+        kiln_engine_free(e);
+        return;
+    }
+    /* 0xff, a cut-short \xc3, an overlong \xc0\xaf, a surrogate \xed\xa0\x80, past U+10FFFF,
+     * then é, €, U+1F600 */
+    static const char *name = "a\xff\xc3" "b\xc0\xaf\xed\xa0\x80\xf4\x90\x80\x80\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80";
+    kiln_graph *g = e->graph;
+    kiln__free(g->nodes[0].name);
+    g->nodes[0].name = kiln__strdup(name);
+    const char *json = kiln_engine_describe(e, 1);
+    CHECK(json && strstr(json, "\"a\\udcff\\udcc3" "b\\udcc0\\udcaf\\udced\\udca0\\udc80\\udcf4\\udc90\\udc80\\udc80"
+                               "\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\""));
+    for (const char *p = json; p && *p;) { /* the whole text is UTF-8 */
+        size_t n = kiln__utf8_at(p);
+        CHECK(n > 0);
+        p += n ? n : 1;
+    }
+    kiln_engine_free(e);
+}
+
+/* An engine file written in place within the file clock's grain of its
+ * load keeps every time fstat shows (Linux before 6.13 stamps files once
+ * per tick; ext4 with small inodes, FAT once per 1-2 s): such an engine
+ * compares the bytes themselves, once, after the grain has passed (the
+ * write went unseen for as long as the engine lived). probe5. */
+TEST(test_watch_same_times) {
+    kiln_engine *e = make_engine();
+    if (!e) return;
+    char path[512];
+    path_in_tmp(path, sizeof path, "same_times.kiln");
+    CHECK_OK(kiln_engine_save(e, path));
+    for (int write = 0; write < 2; write++) {
+        kiln_engine *l = NULL;
+        CHECK_OK(kiln_engine_load(path, &l));
+        if (!l) break;
+        CHECK(l->map_verify_at_ns != 0); /* the file changed just now */
+        if (write) {
+            int fd = open(path, O_RDWR);
+            unsigned char b = 0;
+            off_t at = (off_t)l->blob_size - 1;
+            CHECK(fd >= 0 && pread(fd, &b, 1, at) == 1);
+            b ^= 1;
+            CHECK(pwrite(fd, &b, 1, at) == 1);
+            if (fd >= 0) close(fd);
+            struct stat st;
+            CHECK(fstat(l->map_fd, &st) == 0);
+            l->map_st = st; /* as a coarse file clock shows it: no time moved */
+        }
+        l->map_verify_at_ns = 1; /* the grain has passed */
+        atomic_store(&l->map_checked_us, 0);
+        if (write) {
+            CHECK_ERR(kiln__engine_check_file(l), KILN_ERR_IO, "was written in place");
+        } else {
+            CHECK_OK(kiln__engine_check_file(l));
+            CHECK(l->map_verify_at_ns == 0); /* verified once */
+        }
+        kiln_engine_free(l);
+    }
+    unlink(path);
+    kiln_engine_free(e);
+}
+
 TEST(test_zeroed_engine_keeps_stdin) {
     if (fcntl(0, F_GETFD) == -1) /* (stdin closed under the test runner: fd 0 is then /dev/null) */
         CHECK(open("/dev/null", O_RDONLY) == 0);
@@ -1901,6 +1980,8 @@ int main(void) {
         return 1;
     }
     RUN(test_zeroed_engine_keeps_stdin);
+    RUN(test_watch_same_times);
+    RUN(test_json_names_not_utf8);
     RUN(test_roundtrip_memory);
     RUN(test_save_load_mmap);
     RUN(test_load_memory);

@@ -142,13 +142,20 @@ static kiln_engine *build(const kiln_model *m, int opt, kiln_precision prec, int
 
 /* A bf16 engine of m, or NULL (with a note) where this kiln or CPU refuses
  * bf16 CPU engines (no oneDNN, no AVX512-BF16). */
-static kiln_engine *build_bf16_or_skip(const kiln_model *m, int threads) {
+static kiln_engine *build_bf16_fp32_or_skip(const kiln_model *m, int threads, const char *const *fp32,
+                                            kiln_status expect) {
     kiln_builder *b = NULL;
     kiln_engine *e = NULL;
     CHECK_OK(kiln_builder_create(&b));
     CHECK_OK(kiln_builder_set_threads(b, threads));
     CHECK_OK(kiln_builder_set_precision(b, KILN_PRECISION_BF16));
+    for (int i = 0; fp32 && fp32[i]; i++) CHECK_OK(kiln_builder_set_layer_precision(b, fp32[i], KILN_PRECISION_FP32));
     kiln_status s = kiln_build(b, m, &e);
+    if (expect != KILN_OK && s != KILN_ERR_UNSUPPORTED) {
+        CHECK(s == expect);
+        kiln_builder_free(b);
+        return e;
+    }
     kiln_builder_free(b);
     if (s == KILN_ERR_UNSUPPORTED) {
         printf("  (bf16 engines refused here: %s)\n", kiln_last_error());
@@ -156,6 +163,10 @@ static kiln_engine *build_bf16_or_skip(const kiln_model *m, int threads) {
     }
     CHECK_OK(s);
     return e;
+}
+
+static kiln_engine *build_bf16_or_skip(const kiln_model *m, int threads) {
+    return build_bf16_fp32_or_skip(m, threads, NULL, KILN_OK);
 }
 
 #define BIG (1 << 16)
@@ -913,7 +924,8 @@ TEST(runtime_reshape_targets) {
 }
 
 /* bf16 engines: FusedMatMul and Attention in bf16, within 2e-2 of fp32. */
-TEST(bf16_close_to_fp32) {
+/* attention, then out projection + GELU + ffn projection */
+static kiln_model *attention_ffn_model(void) {
     const int64_t B = 1, S = 16, H = 2, D = 16, E = H * D;
     kiln_graph *g = NULL;
     CHECK_OK(kiln__graph_create(&g));
@@ -921,7 +933,11 @@ TEST(bf16_close_to_fp32) {
     int x = add_input(g, "x", 3, xd);
     int o = attention(g, x, x, B, S, S, H, D, -1, false);
     mark_output(g, linear(g, "ffn", gelu_erf(g, "act", linear(g, "out", o, E, 4 * E), 0), 4 * E, E));
-    kiln_model *m = model_of(g);
+    return model_of(g);
+}
+
+TEST(bf16_close_to_fp32) {
+    kiln_model *m = attention_ffn_model();
     kiln_engine *e = build_bf16_or_skip(m, 0);
     if (e) {
         const kiln_node *n = find_layer(e, "out/MatMul+out/Add+act_0+act_1+act_2+act_3+act_4");
@@ -933,6 +949,36 @@ TEST(bf16_close_to_fp32) {
         printf("  bf16 vs fp32: relative error %.3g\n", err);
         CHECK(n0 > 0 && n0 == n1 && err <= 2e-2 && err > 0);
         kiln_engine_free(ef);
+    }
+    kiln_engine_free(e);
+    kiln_model_free(m);
+}
+
+/* bf16 CPU engines with layers named fp32 (--layer-precision): the
+ * FusedMatMul and Attention layers holding them are fp32 (they stayed bf16:
+ * only FusedConvs read the names), and a name that is no layer is refused
+ * (it was ignored). probe5. */
+TEST(bf16_layer_precision) {
+    kiln_model *m = attention_ffn_model();
+    static const char *const names[] = {"out/Add", "softmax", NULL}, *const typo[] = {"out/MatMull", NULL};
+    kiln_engine *e = build_bf16_fp32_or_skip(m, 0, names, KILN_OK);
+    if (e) {
+        int fp32 = 0, bf16 = 0;
+        for (int i = 0; i < e->graph->n_nodes; i++) {
+            const kiln_node *n = &e->graph->nodes[i];
+            int32_t p = n->op_id == KILN_OP_FusedMatMul ? ((const kiln_fused_matmul_attrs *)n->attrs)->precision
+                        : n->op_id == KILN_OP_Attention ? ((const kiln_attention_attrs *)n->attrs)->precision
+                                                        : -1;
+            bool named = strstr(n->name, "out/Add") || strstr(n->name, "softmax");
+            if (p < 0) continue;
+            CHECK(p == (named ? KILN_PRECISION_FP32 : KILN_PRECISION_BF16));
+            fp32 += p == KILN_PRECISION_FP32;
+            bf16 += p == KILN_PRECISION_BF16;
+        }
+        CHECK(fp32 == 2 && bf16 >= 1);
+        kiln_engine_free(e);
+        e = build_bf16_fp32_or_skip(m, 0, typo, KILN_ERR_INVALID_ARGUMENT);
+        CHECK(!e && strstr(kiln_last_error(), "layer precision given for 'out/MatMull', which is not a layer"));
     }
     kiln_engine_free(e);
     kiln_model_free(m);
@@ -1308,6 +1354,7 @@ int main(void) {
     RUN(transpose_reshape_cleanup);
     RUN(runtime_reshape_targets);
     RUN(bf16_close_to_fp32);
+    RUN(bf16_layer_precision);
     RUN(bf16_attention);
     RUN(add_layernorm_bert);
     RUN(add_layernorm_pre_ln);
