@@ -878,7 +878,8 @@ static kiln_model *cuda_fp16_model(const char *path) {
  * CUDA: every convolution and pool NHWC but the SE blocks' 1x1 ones, the
  * conversions only where the chain meets the NCHW input (tiny_dyncnn's
  * first MaxPool; tiny_mbv3's stem converts it itself) and the `feat`
- * output, and the batch symbolic throughout. */
+ * output, and the batch symbolic throughout; tiny_regnet's grouped layers
+ * in the chain too. */
 TEST(cuda_nhwc_dynamic_models) {
     if (!have_cuda()) return;
 #if !KILN_HAVE_CUDNN
@@ -886,10 +887,10 @@ TEST(cuda_nhwc_dynamic_models) {
     return;
 #else
     const kiln_backend_i *cu = kiln__backend_for(KILN_DEVICE_CUDA);
-    static const struct { const char *path; int transposes, convs, pools, ses; } ms[3] = {
+    static const struct { const char *path; int transposes, convs, pools, ses; } ms[4] = {
         {"tests/data/tiny_dyncnn.onnx", 2, 6, 3, 1}, {"tests/data/tiny_mbv3.onnx", 1, 7, 1, 2},
-        {"tests/data/tiny_convnext.onnx", 3, 4, 1, 0}};
-    for (int k = 0; k < 3; k++) {
+        {"tests/data/tiny_convnext.onnx", 3, 4, 1, 0}, {"tests/data/tiny_regnet.onnx", 1, 8, 1, 1}};
+    for (int k = 0; k < 4; k++) {
         kiln_model *m = cuda_fp16_model(ms[k].path);
         if (!m) continue;
         kiln_graph *g = m->graph;
