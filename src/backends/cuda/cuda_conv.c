@@ -1355,7 +1355,8 @@ kiln_status kiln__cu_fused_conv_run(const kiln_kernel_args *a) {
  * graph at most: the heuristics' first ones (one for a depthwise layer,
  * which kiln's own kernel runs at memory bandwidth: MobileNetV3 and
  * EfficientNet have 15-16 such layers, and a build should stay within
- * seconds). */
+ * seconds; one for a grouped NHWC layer too, which kiln's tensor-core
+ * kernel runs: RegNetY-1.6GF has 27). */
 #define KCU_CONV_MAX_RTC 3
 
 /* The geometry of an fp16/bf16 FusedConv at the shapes of `a` (the only
@@ -1452,7 +1453,7 @@ int kiln__cu_fused_conv_tactics(void *state, const kiln_infer_args *a, int32_t *
             for (int i = 0; i < cfgs.n && got < want; i++) {
                 st->dg_engine_kind[kcu_dg_id_engine(cfgs.id[i])] =
                     cfgs.flags[i] & KCU_DG_CFG_RUNTIME_COMPILED ? KILN_TACTIC_KIND_RUNTIME : KILN_TACTIC_KIND_PRECOMPILED;
-                if ((cfgs.flags[i] & KCU_DG_CFG_RUNTIME_COMPILED) && rtc++ >= (dw || hs ? 1 : KCU_CONV_MAX_RTC)) continue;
+                if ((cfgs.flags[i] & KCU_DG_CFG_RUNTIME_COMPILED) && rtc++ >= (dw || gc || hs ? 1 : KCU_CONV_MAX_RTC)) continue;
                 ids[n++] = cfgs.id[i] | (int32_t)v << KCU_DG_ID_USER_SHIFT;
                 got++;
             }
