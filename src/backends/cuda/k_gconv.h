@@ -20,8 +20,8 @@ extern "C" {
  *                          * wt[g Mg + m, i, j, c] + bias[g Mg + m] + r[n, o, p, g Mg + m])
  * (taps outside x count 0), fp32 accumulation, one rounding, act a
  * KILN_FC_ACT_* (NaN propagates as in k_act.cuh).
- * Tensor cores (kcu_gconv_tc_ok): fp16/bf16, Cg and Mg multiples of 8,
- * 16-byte aligned pointers: an implicit GEMM per group, rows the output
+ * Tensor cores (kcu_gconv_tc_ok): fp16/bf16, Cg and Mg multiples of 8, x
+ * and wt 16-byte aligned, y 4-byte aligned: an implicit GEMM per group, rows the output
  * pixels, columns the group's output channels, K the (tap, channel) pairs;
  * `bm` pixels (64 or 128; 0: by the grid's size) by up to 32 channels per
  * block of 4 warps, mma.sync m16n8k16, operands through shared memory by
