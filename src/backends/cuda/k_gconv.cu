@@ -10,7 +10,9 @@
  * (64 or 128: 16 or 32 rows a warp) by BN = 8 NT channels of one group; per
  * step of 32 K values it copies the pixels' input chunks (zero past the
  * image, the pixels and K) and the weights' into shared memory by cp.async,
- * two stages deep, and each warp multiplies them with mma.sync m16n8k16
+ * GC_STAGES steps ahead (a 3x3 layer of 24 channels a group has only 7
+ * steps: the copies' latency, not the math, bounds a block), and each warp
+ * multiplies them with mma.sync m16n8k16
  * (fragments by ldmatrix; rows 80 bytes apart: no bank conflicts). The
  * epilogue adds the bias and the residual to the fp32 accumulators, applies
  * the activation and rounds once. */
@@ -26,6 +28,7 @@ namespace {
 #define GC_THREADS 128
 #define GC_BK 32  /* K values per step: 4 chunks of 8 */
 #define GC_LDS 40 /* shared row stride in elements (80 bytes) */
+#define GC_STAGES 3 /* shared buffers: steps in flight + the one computed (38 KiB at most) */
 
 template <typename T, int BM, int NT>
 __global__ void __launch_bounds__(GC_THREADS)
@@ -33,8 +36,8 @@ __global__ void __launch_bounds__(GC_THREADS)
                const T *__restrict__ bias, const T *__restrict__ r, T *__restrict__ y, int nchunks, int64_t P) {
     constexpr int BN = 8 * NT, WM = BM / 64; /* m16 tiles per warp */
     constexpr int CPT = BM / 32, TPR = 4 / CPT; /* A chunks per thread, threads per row */
-    __shared__ __align__(16) T sa[2][BM * GC_LDS];
-    __shared__ __align__(16) T sb[2][BN * GC_LDS];
+    __shared__ __align__(16) T sa[GC_STAGES][BM * GC_LDS];
+    __shared__ __align__(16) T sb[GC_STAGES][BN * GC_LDS];
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int64_t grp = blockIdx.z, m0 = (int64_t)blockIdx.y * BN, p0 = (int64_t)blockIdx.x * BM;
     const int64_t C = g.G * g.Cg, M = g.G * g.Mg;
@@ -89,19 +92,19 @@ __global__ void __launch_bounds__(GC_THREADS)
 #pragma unroll
             for (int c = 0; c < 4; c++) acc[a][b][c] = 0.0f;
 
+    /* one commit group per step (empty past the end): step kt is group kt */
     const int KT = (nchunks + 3) / 4;
-    load(0, 0);
-    cp_async_commit();
+#pragma unroll
+    for (int st = 0; st < GC_STAGES - 1; st++) {
+        if (st < KT) load(st, st);
+        cp_async_commit();
+    }
     for (int kt = 0; kt < KT; kt++) {
-        if (kt + 1 < KT) {
-            load((kt + 1) & 1, kt + 1);
-            cp_async_commit();
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
-        __syncthreads();
-        const T *A = sa[kt & 1], *B = sb[kt & 1];
+        cp_async_wait<GC_STAGES - 2>(); /* this thread's copies of step kt are done */
+        __syncthreads();                /* everyone's are; and everyone is past step kt - 1's math */
+        if (kt + GC_STAGES - 1 < KT) load((kt + GC_STAGES - 1) % GC_STAGES, kt + GC_STAGES - 1);
+        cp_async_commit();
+        const T *A = sa[kt % GC_STAGES], *B = sb[kt % GC_STAGES];
 #pragma unroll
         for (int k16 = 0; k16 < GC_BK / 16; k16++) {
             uint32_t af[WM][4];
@@ -116,8 +119,8 @@ __global__ void __launch_bounds__(GC_THREADS)
                 for (int mt = 0; mt < WM; mt++) MmaType<T>::mma(acc[mt][nt], af[mt], bf[0], bf[1]);
             }
         }
-        __syncthreads(); /* the stage is overwritten by the next step's loads */
     }
+    cp_async_wait<0>(); /* (only empty groups are left) */
 
     /* epilogue: accumulator (row lane / 4 (+ 8), columns 2 (lane % 4) + {0, 1}) */
 #pragma unroll

@@ -25,8 +25,8 @@ extern "C" {
  * pixels, columns the group's output channels, K the (tap, channel) pairs;
  * `bm` pixels (64 or 128; 0: by the grid's size) by up to 32 channels per
  * block of 4 warps, mma.sync m16n8k16, operands through shared memory by
- * cp.async (two stages). Other shapes and dtypes (f32, f64 too): a thread
- * per output element. */
+ * cp.async (three buffers: two steps in flight). Other shapes and dtypes
+ * (f32, f64 too): a thread per output element. */
 typedef struct kcu_gc_nhwc {
     int64_t N, H, W, Ho, Wo;
     int64_t G, Cg, Mg;
