@@ -385,19 +385,22 @@ static bool all_nhwc(kiln_engine *e, int *transposes, int *nhwc_layers) {
  * converting the input itself) and tiny_convnext.onnx (7x7 depthwise layers,
  * the Transposes around LayerNorms and MLPs as views: 3 Transposes left, the
  * `feat` output's conversion and two that move no byte on [N, C, 1, 1]
- * values). Every convolution and pool runs NHWC with
+ * values) and tiny_regnet.onnx (grouped 3x3 layers of 24 and 8 channels a
+ * group: kiln's tensor-core kernel or cuDNN's NHWC engines, as tuned and
+ * judged). Every convolution and pool runs NHWC with
  * the batch taken at run time (before, an engine of a dynamic batch got no
  * NHWC chain: every layer NCHW); runs at batches 1, 5, 8 and 32, each a few
  * times in a row from device buffers (a CUDA Graph captured at the second
  * run and replayed: no layer allocates at a batch it was not tuned at),
  * against the CPU's fp32 engine. */
 TEST(nhwc_dynamic_batch) {
-    static const struct { const char *path; int64_t c; int transposes, min_nhwc; } ms[3] = {
-        {"tests/data/tiny_dyncnn.onnx", 8, 2, 10}, {MBV3, 3, 1, 10}, {"tests/data/tiny_convnext.onnx", 3, 3, 5}};
+    static const struct { const char *path; int64_t c; int transposes, min_nhwc; } ms[4] = {
+        {"tests/data/tiny_dyncnn.onnx", 8, 2, 10}, {MBV3, 3, 1, 10}, {"tests/data/tiny_convnext.onnx", 3, 3, 5},
+        {"tests/data/tiny_regnet.onnx", 3, 1, 10}};
     enum { NMAX = 32, HW = 32 * 32, FEAT = 24 * 8 * 8 };
     static float x[NMAX * 8 * HW], y[NMAX * 10], f[NMAX * FEAT], wy[NMAX * 10], wf[NMAX * FEAT];
     static const int ns[] = {8, 8, 8, 1, 5, 5, 5, 32, 32, 32, 1, 1, 8};
-    for (int m = 0; m < 3; m++) {
+    for (int m = 0; m < 4; m++) {
         kiln_engine *e = build_nchw(ms[m].path, ms[m].c, 32, 1, 8, NMAX, KILN_DEVICE_CUDA, KILN_PRECISION_FP16);
         kiln_engine *cpu = build_nchw(ms[m].path, ms[m].c, 32, 1, 8, NMAX, KILN_DEVICE_CPU, KILN_PRECISION_FP32);
         kiln_context *c = NULL, *cc = NULL;

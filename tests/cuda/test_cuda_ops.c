@@ -1656,6 +1656,146 @@ TEST(test_dwconv_nhwc) {
     test_failed_checks = before + (ran ? 1 : 0); /* gpu_run_op counted the expected failure */
 }
 
+/* NHWC grouped FusedConv (several input channels a group: RegNet's group
+ * width 24, ResNeXt's) against the CPU's fp32 NCHW layer: kiln's
+ * tensor-core kernel (k_gconv.cu) with 64 and 128 pixels a block and tactic
+ * 0 (cuDNN's heuristics where cuDNN is, else kiln's kernel), group widths
+ * 8, 16, 24, 32, 64 (one to four m16n8 column tiles a warp, K not a
+ * multiple of the kernel's step of 32), more output than input channels a
+ * group, strides 1 and 2, batch 1, 3 and 32, odd sizes, partial pixel
+ * tiles, asymmetric pads, dilation, 1x1 and 5x5, every activation with and
+ * without bias and residual, NaN and +-inf in the input and residual,
+ * fp16 and bf16; the scalar kernel for group widths that are not multiples
+ * of 8 and for fp32. */
+#if KILN_CUDA_EMU
+int kiln_emu_gconv_count(void);
+#endif
+static int gc_kiln_cases; /* cases whose tactic runs kiln's kernel (the emulator counts its launches) */
+static void gc_case(const char *name, kiln_dtype t, int64_t N, int64_t G, int64_t Cg, int64_t Mg, int64_t H,
+                    int64_t W, int64_t k, int64_t s, int64_t d, int64_t pb, int64_t pe, const struct fc_act *fa,
+                    bool bias, bool res, bool spec, int32_t tactic) {
+    kiln_conv_attrs ca = conv_at(PAD_NOTSET, (int)G, 2, k, s, d, pb, pe);
+    kiln_fused_conv_attrs ref = fc_at(ca, fa->act, fa->alpha, fa->beta, res), nh = ref;
+    nh.layout = KILN_FC_LAYOUT_X_NHWC | KILN_FC_LAYOUT_Y_NHWC;
+    nh.tactic.id = tactic;
+    int64_t Ho = (H + pb + pe - d * (k - 1) - 1) / s + 1, Wo = (W + pb + pe - d * (k - 1) - 1) / s + 1;
+    kiln_tensor *x = trand(t, -1, 1, S(N, G * Cg, H, W)), *r = res ? trand(t, -1, 1, S(N, G * Mg, Ho, Wo)) : NULL;
+    kiln_tensor *in[4] = {spec ? specials(x) : x, trand(t, -0.25, 0.25, S(G * Mg, Cg, k, k)),
+                          bias ? trand(t, -1, 1, S(G * Mg)) : NULL, r && spec ? specials(r) : r};
+#if KILN_HAVE_CUDNN
+    gc_kiln_cases += kcu_conv_gconv_bm(tactic) > 0 || !((kiln_cuda_state *)st)->dnn;
+#else
+    gc_kiln_cases++;
+#endif
+    nhwc_case(name, KILN_OP_FusedConv, &ref, &nh, res ? 4 : 3, in, 1u | 8u, true,
+              t == BF16 ? 1e-4 : t == F16 ? 1e-5 : 1e-9);
+}
+
+TEST(test_gconv_nhwc) {
+#if KILN_CUDA_EMU
+    const int launches = kiln_emu_gconv_count();
+#endif
+    gc_kiln_cases = 0;
+    const size_t n_acts = sizeof fc_acts / sizeof fc_acts[0];
+    const int32_t tacs[3] = {0, KCU_CONV_TACTIC_GCONV | 1 << KCU_CONV_TACTIC_CAND_SHIFT,
+                             KCU_CONV_TACTIC_GCONV | 2 << KCU_CONV_TACTIC_CAND_SHIFT};
+    static const int64_t widths[5] = {8, 16, 24, 32, 64};
+    char name[96];
+    int c = 0;
+    for (int i = 0; i < 5; i++) {
+        const int64_t w = widths[i], G = w == 64 ? 2 : 3;
+        for (int64_t s = 1; s <= 2; s++)
+            for (int k = 0; k < 3; k++, c++) {
+                const kiln_dtype t = c % 4 == 3 ? BF16 : F16;
+                const struct fc_act *fa = &fc_acts[c % n_acts];
+                snprintf(name, sizeof name, "g%lld_w%lld_s%lld_t%d_%s_%s", (long long)G, (long long)w, (long long)s, k,
+                         fa->name, t == BF16 ? "bf16" : "f16");
+                gc_case(name, t, c % 2 ? 1 : 3, G, w, w, 11 + s, 13, 3, s, 1, 1, 1, fa, c % 3 != 2, c % 2 == 0,
+                        c % 5 == 1, tacs[k]);
+            }
+        /* batch 32, odd sizes: several pixel tiles of both heights */
+        snprintf(name, sizeof name, "b32_w%lld_f16", (long long)w);
+        gc_case(name, F16, 32, 2, w, w, w >= 32 ? 5 : 9, 7, 3, 1 + i % 2, 1, 1, 1, &fc_acts[1], true, i % 2 == 0, i == 2,
+                tacs[1 + i % 2]);
+    }
+    /* RegNetY-1.6GF's group width 24 (its layers' spatial sizes, fewer groups): 28x28 stride 1, and
+     * stride 2 into 14x14 with the residual */
+    gc_case("regnet_w24_s1_f16", F16, 2, 2, 24, 24, 28, 28, 3, 1, 1, 1, 1, &fc_acts[1], true, false, false, tacs[2]);
+    gc_case("regnet_w24_s2_bf16", BF16, 1, 5, 24, 24, 28, 28, 3, 2, 1, 1, 1, &fc_acts[1], true, true, false, tacs[1]);
+    /* more output than input channels a group; 40 a group (five 8-column tiles); no bias, specials */
+    gc_case("cg16_mg32_f16", F16, 2, 3, 16, 32, 10, 9, 3, 1, 1, 1, 1, &fc_acts[6], true, true, true, tacs[1]);
+    gc_case("cg24_mg48_s2_f16", F16, 1, 2, 24, 48, 15, 16, 3, 2, 1, 1, 1, &fc_acts[7], false, false, false, tacs[2]);
+    gc_case("w40_bf16", BF16, 2, 2, 40, 40, 9, 9, 3, 1, 1, 1, 1, &fc_acts[5], true, true, true, tacs[1]);
+    /* asymmetric pads, no padding, dilation 2, 1x1 and 5x5 */
+    gc_case("asym_s2_f16", F16, 2, 4, 8, 8, 12, 11, 3, 2, 1, 0, 1, &fc_acts[0], true, false, false, tacs[1]);
+    gc_case("nopad_f16", F16, 1, 2, 16, 16, 9, 10, 3, 1, 1, 0, 0, &fc_acts[3], true, true, false, tacs[2]);
+    gc_case("dil2_f16", F16, 2, 2, 32, 32, 11, 12, 3, 1, 2, 2, 2, &fc_acts[4], true, true, false, tacs[1]);
+    gc_case("k1_f16", F16, 2, 4, 16, 8, 7, 6, 1, 1, 1, 0, 0, &fc_acts[8], true, false, false, tacs[1]);
+    gc_case("k5s2_bf16", BF16, 2, 2, 24, 24, 13, 14, 5, 2, 1, 2, 2, &fc_acts[9], true, true, false, tacs[2]);
+    /* the scalar kernel: 4 and 12 channels a group, fp32 */
+    gc_case("w4_scalar_f16", F16, 2, 4, 4, 4, 9, 8, 3, 1, 1, 1, 1, &fc_acts[1], true, true, true, tacs[1]);
+    gc_case("w12_scalar_bf16", BF16, 1, 2, 12, 12, 7, 9, 3, 2, 1, 1, 1, &fc_acts[6], true, false, false, tacs[2]);
+    gc_case("w8_f32", F32, 2, 3, 8, 8, 9, 9, 3, 1, 1, 1, 1, &fc_acts[2], true, true, true, tacs[1]);
+    /* every tactic the tuner would time for a RegNet layer (kiln's kernel first; with cuDNN its NHWC
+     * graph configs and the legacy algorithm too) computes it */
+    for (int layer = 0; layer < 2; layer++) {
+        const int64_t s = 1 + layer, H = 14 - layer;
+        kiln_fused_conv_attrs ref = fc_at(conv_at(PAD_NOTSET, 4, 2, 3, s, 1, 1, 1), KILN_FC_ACT_RELU, 0, 0, layer == 0),
+                              nh = ref;
+        nh.layout = KILN_FC_LAYOUT_X_NHWC | KILN_FC_LAYOUT_Y_NHWC;
+        const int64_t Ho = (H + 2 - 3) / s + 1;
+        kiln_tensor *in[4] = {trand(F16, -1, 1, S(2, 96, H, H)), trand(F16, -0.25, 0.25, S(96, 24, 3, 3)),
+                              trand(F16, -1, 1, S(96)), layer == 0 ? trand(F16, -1, 1, S(2, 96, Ho, Ho)) : NULL};
+        const int n_in = layer == 0 ? 4 : 3;
+        kiln_tinfo ti[4], yo;
+        const kiln_tinfo *tip[4];
+        bool sup = false;
+        if (!infer_case("FusedConv/gconv_tactics", kiln__op_by_id(KILN_OP_FusedConv), &ref, n_in, in, 1, ti, &yo, &sup))
+            return;
+        for (int i = 0; i < n_in; i++) tip[i] = &ti[i];
+        kiln_tinfo *top[1] = {&yo};
+        kiln_infer_args ia = {.op = kiln__op_by_id(KILN_OP_FusedConv), .attrs = &nh, .node_name = "FusedConv/gconv_tactics",
+                              .n_in = n_in, .n_out = 1, .in = tip, .out = top};
+        int32_t ids[32];
+        const int n = kiln__backend_tactics(be, st, &ia, false, ids, 32);
+        int kiln_ids = 0;
+        for (int k = 0; k < n; k++) kiln_ids += kcu_conv_gconv_bm(ids[k]) > 0;
+        CHECK(kiln_ids == 2 && n >= 2);
+        printf("  grouped s%lld: %d tactics:", (long long)s, n);
+        for (int k = 0; k < n; k++) {
+            char nm[64];
+            kiln__cu_fused_conv_tactic_describe(ids[k], nm, sizeof nm);
+            printf(" %s", nm);
+            CHECK(kcu_conv_gconv_bm(ids[k]) < 0 || kiln__cu_fused_conv_tactic_kind(st, ids[k]) == KILN_TACTIC_KIND_KILN);
+            kiln_fused_conv_attrs tk = nh;
+            tk.tactic.id = ids[k];
+#if KILN_HAVE_CUDNN
+            gc_kiln_cases += kcu_conv_gconv_bm(ids[k]) > 0 || !((kiln_cuda_state *)st)->dnn;
+#else
+            gc_kiln_cases++;
+#endif
+            char what[96];
+            snprintf(what, sizeof what, "gconv_s%lld_tactic_%s", (long long)s, nm);
+            nhwc_case(what, KILN_OP_FusedConv, &ref, &tk, n_in, in, 1u | 8u, true, 1e-5);
+        }
+        printf("\n");
+    }
+#if KILN_CUDA_EMU
+    CHECK(gc_kiln_cases >= 40 && kiln_emu_gconv_count() - launches == gc_kiln_cases);
+#endif
+    /* an NHWC grouped layer whose input comes NCHW is refused */
+    kiln_fused_conv_attrs bad = fc_at(conv_at(PAD_NOTSET, 2, 2, 3, 1, 1, 1, 1), KILN_FC_ACT_RELU, 0, 0, 0);
+    bad.layout = KILN_FC_LAYOUT_Y_NHWC;
+    kiln_tensor *y = tnew(F16, 4, (int64_t[]){1, 16, 5, 5});
+    int before = test_failed_checks;
+    bool ran = gpu_run_op("FusedConv/gconv_nchw_in", KILN_OP_FusedConv, &bad, 3,
+                          (kiln_tensor *[]){trand(F16, -1, 1, S(1, 16, 5, 5)), trand(F16, -1, 1, S(16, 8, 3, 3)),
+                                            trand(F16, -1, 1, S(16))},
+                          y);
+    CHECK(!ran && strstr(kiln_last_error(), "grouped") != NULL);
+    test_failed_checks = before + (ran ? 1 : 0); /* gpu_run_op counted the expected failure */
+}
+
 /* NCHW depthwise layers (2-D, one output channel per group: kiln's tiled
  * kernel kcu_dwconv_nchw, k_dwconv.cu) against the CPU: ConvNeXt's 7x7 pad 3
  * with bias at odd sizes, output widths that pick each tile width (8, 16,
@@ -2753,7 +2893,7 @@ TEST(test_coverage) {
     X(test_api) X(test_unary) X(test_predicates) X(test_clip) X(test_binary) X(test_variadic) \
     X(test_where) X(test_cast) X(test_copies) X(test_transpose) X(test_concat_split)          \
     X(test_slice) X(test_expand_tile) X(test_gather) X(test_global_pool) X(test_matmul)
-#define TESTS_NN(X) X(test_gemm) X(test_conv) X(test_pool) X(test_pool_nhwc) X(test_dwconv_nhwc) X(test_dwconv_nchw) X(test_norm) X(test_softmax)
+#define TESTS_NN(X) X(test_gemm) X(test_conv) X(test_pool) X(test_pool_nhwc) X(test_dwconv_nhwc) X(test_gconv_nhwc) X(test_dwconv_nchw) X(test_norm) X(test_softmax)
 #define TESTS_REDUCE(X) X(test_reduce)
 #if KILN_HAVE_CUDNN
 #define TESTS_FC(X) X(test_fused_conv) X(test_fused_conv_special_values) X(test_fused_conv_nhwc) X(test_fused_conv_graph) X(test_fused_conv_tactics) X(test_conv_gemm) X(test_squeeze_excite) X(test_se_engine)

@@ -747,6 +747,102 @@ TEST(cuda_nhwc_mobilenet) {
 #endif
 }
 
+/* A RegNet-style net: x[2,3,16,16] -> stem Conv 3x3/2 + Relu (32) -> nb
+ * blocks [Conv 1x1 + Relu (48); grouped Conv 3x3 (`width` channels a group,
+ * stride 2 in the first block) + Relu; Conv 1x1 (32), + the block's input
+ * from the second block on, Relu] -> GlobalAveragePool; fp16 on CUDA. */
+static kiln_graph *regnet_net(int nb, int64_t width) {
+    kiln_graph *g = NULL;
+    if (kiln__graph_create(&g) != KILN_OK) abort();
+    int x = add_val(g, "x");
+    const kiln_tinfo xi = {.dtype = KILN_DTYPE_FLOAT32, .rank = 4, .dims = {2, 3, 16, 16}};
+    g->values[x].info = xi;
+    g->values[x].flags |= KILN_VALUE_INPUT;
+    if (kiln__grow((void **)&g->inputs, &g->cap_inputs, 1, sizeof(int)) != KILN_OK) abort();
+    g->inputs[g->n_inputs++] = x;
+    static float w[48 * 48 * 9];
+    for (int i = 0; i < 48 * 48 * 9; i++) w[i] = (float)(i % 7 - 3) * 0.05f;
+    int64_t ds[4] = {32, 3, 3, 3}, da[4] = {48, 32, 1, 1}, db[4] = {48, width, 3, 3}, dc[4] = {32, 48, 1, 1};
+    int Ws = add_const(g, "Ws", KILN_DTYPE_FLOAT32, 4, ds, w), Wa = add_const(g, "Wa", KILN_DTYPE_FLOAT32, 4, da, w);
+    int Wb = add_const(g, "Wb", KILN_DTYPE_FLOAT32, 4, db, w), Wc = add_const(g, "Wc", KILN_DTYPE_FLOAT32, 4, dc, w);
+    kiln_conv_attrs c1, c3s2, gc, gcs2;
+    memset(&c1, 0, sizeof c1);
+    c1.group = 1;
+    gc = c1;
+    gc.group = 48 / width;
+    gc.n_pads = 4;
+    for (int i = 0; i < 4; i++) gc.pads[i] = 1;
+    c3s2 = gc;
+    c3s2.group = 1;
+    c3s2.n_strides = 2;
+    c3s2.strides[0] = c3s2.strides[1] = 2;
+    gcs2 = c3s2;
+    gcs2.group = gc.group;
+    int h = add_node(g, KILN_OP_Conv, "stem", 2, (int[]){x, Ws}, &c3s2);
+    h = add_node(g, KILN_OP_Relu, "stem_relu", 1, &h, NULL);
+    for (int k = 0; k < nb; k++) {
+        char nm[7][32];
+        static const char *const base[7] = {"a", "a_relu", "b", "b_relu", "c", "add", "relu"};
+        for (int q = 0; q < 7; q++) snprintf(nm[q], sizeof nm[q], "%s%d", base[q], k);
+        int a = add_node(g, KILN_OP_Conv, nm[0], 2, (int[]){h, Wa}, &c1);
+        a = add_node(g, KILN_OP_Relu, nm[1], 1, &a, NULL);
+        int b = add_node(g, KILN_OP_Conv, nm[2], 2, (int[]){a, Wb}, k ? &gc : &gcs2);
+        b = add_node(g, KILN_OP_Relu, nm[3], 1, &b, NULL);
+        int c = add_node(g, KILN_OP_Conv, nm[4], 2, (int[]){b, Wc}, &c1);
+        if (k) c = add_node(g, KILN_OP_Add, nm[5], 2, (int[]){c, h}, NULL);
+        h = add_node(g, KILN_OP_Relu, nm[6], 1, &c, NULL);
+    }
+    mark_output(g, add_node(g, KILN_OP_GlobalAveragePool, "gap", 1, &h, NULL));
+    kiln__graph_link(g);
+    CHECK_OK(kiln__graph_infer(g));
+    CHECK_OK(optimize_cuda_fp16(g));
+    return g;
+}
+
+/* RegNet's and ResNeXt's grouped convolutions (group widths that are
+ * multiples of 8) join the NHWC chain (kiln's tensor-core kernel and
+ * cuDNN's NHWC engines run them): the whole net is one chain, the stem
+ * converting the input, no Transpose. Before, a grouped layer stayed NCHW
+ * and cut every block into pieces too short to convert (the whole net ran
+ * NCHW: cuDNN's legacy non-tensor-core kernel and layout conversions inside
+ * cuDNN). A group width of 4 stays NCHW. */
+TEST(cuda_nhwc_grouped) {
+    if (!have_cuda()) return;
+#if !KILN_HAVE_CUDNN
+    printf("built without cuDNN: skipping\n");
+    return;
+#else
+    const kiln_backend_i *cu = kiln__backend_for(KILN_DEVICE_CUDA);
+    static const int64_t widths[3] = {24, 8, 4};
+    for (int k = 0; k < 3; k++) {
+        kiln_graph *g = regnet_net(3, widths[k]);
+        int n = 0;
+        CHECK_OK(kiln__pass_cuda_nhwc(g, &n));
+        CHECK(topo_ok(g));
+        int grouped = 0, nhwc_grouped = 0, first = -1;
+        live_nodes_of(g, KILN_OP_FusedConv, &first);
+        for (int i = 0; i < g->n_nodes; i++) {
+            const kiln_node *nd = &g->nodes[i];
+            if (nd->dead || nd->op_id != KILN_OP_FusedConv) continue;
+            CHECK(kiln__backend_supports(cu, g, nd));
+            const kiln_fused_conv_attrs *fa = nd->attrs;
+            if (fa->conv.group > 1) {
+                grouped++;
+                nhwc_grouped += fa->layout == (KILN_FC_LAYOUT_X_NHWC | KILN_FC_LAYOUT_Y_NHWC);
+            } else if (widths[k] % 8 == 0) {
+                CHECK(fa->layout == (i == first ? KILN_FC_LAYOUT_Y_NHWC : KILN_FC_LAYOUT_X_NHWC | KILN_FC_LAYOUT_Y_NHWC));
+            }
+        }
+        printf("  width %lld: %d layers NHWC, %d of %d grouped layers NHWC, %d Transposes\n", (long long)widths[k], n,
+               nhwc_grouped, grouped, live_nodes_of(g, KILN_OP_Transpose, NULL));
+        CHECK(grouped == 3);
+        if (widths[k] % 8 == 0) CHECK(nhwc_grouped == 3 && live_nodes_of(g, KILN_OP_Transpose, NULL) == 0);
+        else CHECK(nhwc_grouped == 0);
+        kiln__graph_free(g);
+    }
+#endif
+}
+
 /* Engines built for a batch range (a server's: min 1, max 32) have a
  * dynamic batch in every activation: the same chains as at a fixed batch
  * (a named symbol as ONNX's dim_param gives, or an unknown dim), with the
@@ -782,7 +878,8 @@ static kiln_model *cuda_fp16_model(const char *path) {
  * CUDA: every convolution and pool NHWC but the SE blocks' 1x1 ones, the
  * conversions only where the chain meets the NCHW input (tiny_dyncnn's
  * first MaxPool; tiny_mbv3's stem converts it itself) and the `feat`
- * output, and the batch symbolic throughout. */
+ * output, and the batch symbolic throughout; tiny_regnet's grouped layers
+ * in the chain too. */
 TEST(cuda_nhwc_dynamic_models) {
     if (!have_cuda()) return;
 #if !KILN_HAVE_CUDNN
@@ -790,10 +887,10 @@ TEST(cuda_nhwc_dynamic_models) {
     return;
 #else
     const kiln_backend_i *cu = kiln__backend_for(KILN_DEVICE_CUDA);
-    static const struct { const char *path; int transposes, convs, pools, ses; } ms[3] = {
+    static const struct { const char *path; int transposes, convs, pools, ses; } ms[4] = {
         {"tests/data/tiny_dyncnn.onnx", 2, 6, 3, 1}, {"tests/data/tiny_mbv3.onnx", 1, 7, 1, 2},
-        {"tests/data/tiny_convnext.onnx", 3, 4, 1, 0}};
-    for (int k = 0; k < 3; k++) {
+        {"tests/data/tiny_convnext.onnx", 3, 4, 1, 0}, {"tests/data/tiny_regnet.onnx", 1, 8, 1, 1}};
+    for (int k = 0; k < 4; k++) {
         kiln_model *m = cuda_fp16_model(ms[k].path);
         if (!m) continue;
         kiln_graph *g = m->graph;
@@ -1264,6 +1361,7 @@ int main(void) {
     RUN(rmsnorm_reduced);
     RUN(cuda_nhwc_chain);
     RUN(cuda_nhwc_mobilenet);
+    RUN(cuda_nhwc_grouped);
     RUN(fuse_se_models);
     RUN(fuse_se_same_outputs);
     RUN(cuda_nhwc_dynamic_batch);

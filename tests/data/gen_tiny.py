@@ -411,6 +411,39 @@ def tiny_convnext(path):
     save_feat_net(path, "tiny_convnext", nodes, inits, 3)
 
 
+def tiny_regnet(path):
+    # a RegNetY-style net (grouped 3x3 layers of 24 and 8 channels a group):
+    # x[batch,3,32,32] -> stem Conv 3x3/2 + Relu (24) -> block 1 [Conv 1x1 +
+    # Relu (48); grouped 3x3/2 (2 groups of 24) + Relu; SE (GlobalAveragePool,
+    # Conv 1x1 + Relu (12), Conv 1x1, Sigmoid, Mul); Conv 1x1 (24) + Conv
+    # 1x1/2 of the block's input, Relu] -> block 2 [Conv 1x1 + Relu (32);
+    # grouped 3x3 (4 groups of 8) + Relu; Conv 1x1 (24) + the block's input,
+    # Relu] -> feat [batch,24,8,8] (an output) -> GlobalAveragePool -> Flatten
+    # -> Gemm -> y [batch,10]. The CUDA fp16 engine runs it as one NHWC chain.
+    inits, nodes = [], []
+    const, conv = conv_makers(rng, inits, nodes)
+
+    def op(kind, ins, name, **kw):
+        nodes.append(helper.make_node(kind, ins, [name], name=name, **kw))
+        return name
+
+    h = op("Relu", [conv("stem", "x", 3, 24, 3, 2)], "stem_act")
+    a = op("Relu", [conv("b1_a", h, 24, 48, 1)], "b1_a_act")
+    b = op("Relu", [conv("b1_b", a, 48, 48, 3, 2, 2)], "b1_b_act")
+    p = op("GlobalAveragePool", [b], "b1_se_gap")
+    q = op("Relu", [conv("b1_se_q", p, 48, 12, 1)], "b1_se_qa")
+    s = op("Sigmoid", [conv("b1_se_r", q, 12, 48, 1)], "b1_se_gate")
+    m = op("Mul", [b, s], "b1_se")
+    r = op("Add", [conv("b1_c", m, 48, 24, 1), conv("b1_proj", h, 24, 24, 1, 2)], "b1_add")
+    h = op("Relu", [r], "b1")
+    a = op("Relu", [conv("b2_a", h, 24, 32, 1)], "b2_a_act")
+    b = op("Relu", [conv("b2_b", a, 32, 32, 3, 1, 4)], "b2_b_act")
+    h = op("Relu", [op("Add", [conv("b2_c", b, 32, 24, 1), h], "b2_add")], "feat")
+    f = op("Flatten", [op("GlobalAveragePool", [h], "gap")], "flat", axis=1)
+    op("Gemm", [f, const("fc_w", (10, 24), 0.3), const("fc_b", (10,), 0.1)], "y", transB=1)
+    save_feat_net(path, "tiny_regnet", nodes, inits, 3)
+
+
 if __name__ == "__main__":
     out = sys.argv[1] if len(sys.argv) > 1 else "."
     mlp(f"{out}/tiny_mlp.onnx")
@@ -426,3 +459,4 @@ if __name__ == "__main__":
     tiny_mbv3(f"{out}/tiny_mbv3.onnx")
     tiny_dyncnn(f"{out}/tiny_dyncnn.onnx")
     tiny_convnext(f"{out}/tiny_convnext.onnx")
+    tiny_regnet(f"{out}/tiny_regnet.onnx")

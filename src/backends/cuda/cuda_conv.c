@@ -8,6 +8,9 @@
  *   otherwise, or where no engine config runs the graph: cuDNN's legacy
  *     convolution API (symmetric pads; algorithm timed on the first run),
  *     then one epilogue pass act(y + bias + residual);
+ *   grouped (several input channels a group), NHWC: kiln's tensor-core
+ *     kernel with the epilogue inside (k_gconv.cu), or cuDNN's NHWC graph
+ *     configs or legacy algorithm, as the tactic says;
  *   depthwise (one input channel per group), NHWC: kiln's kernel with the
  *     epilogue inside (k_dwconv.cu), or cuDNN's grouped graph where the
  *     tactic names one of its configs; NCHW: kiln's tiled kernel with the
@@ -22,6 +25,7 @@
 
 #include "backends/cuda/cuda_internal.h"
 #include "backends/cuda/k_dwconv.h"
+#include "backends/cuda/k_gconv.h"
 #include "core/plan_cache.h"
 #include "core/prep_pool.h"
 
@@ -283,6 +287,43 @@ static kiln_status dw_nhwc_run(const kiln_kernel_args *a, const kcu_conv *g, int
         cudaError_t e = kcu_dwconv_nhwc(a->in[0]->dtype, &d, a->in[0]->data, wt, B ? B->data : NULL,
                                         R ? R->data : NULL, a->out[0]->data, KCU_STREAM(a));
         if (e != cudaSuccess) s = kiln__cuda_fail(e, KCU_NODE(a), "kcu_dwconv_nhwc");
+    }
+    if (cs == &tmp) conv_state_clear(&tmp); /* (the copy is ordered before the free's sync) */
+    return s;
+}
+
+/* A grouped layer with several input channels a group (RegNet, ResNeXt) */
+static bool conv_is_grouped(const kcu_conv *g) { return g->G > 1 && g->Cg > 1; }
+
+/* Grouped NHWC layers with kiln's kernel: the weights [M, Cg, kh, kw] as
+ * [M, kh, kw, Cg] (made once per weight buffer, kept in the node's state) */
+#define XV_GC 4
+static kiln_status gc_weights(const kiln_kernel_args *a, const kcu_conv *g, conv_state *cs, const void **out) {
+    size_t es = kiln_dtype_size(a->in[1]->dtype);
+    bool fresh = false;
+    void *buf = NULL;
+    KILN_TRY(w_buffer(a, cs, (size_t)(g->M * g->k_sz * g->Cg) * es, XV_GC, &buf, &fresh));
+    int64_t dims[4] = {g->M, g->k[0], g->k[1], g->Cg}, sst[4] = {g->Cg * g->k_sz, g->k[1], 1, g->k_sz};
+    if (fresh) KILN_TRY(kiln__cuda_copy(a, es, 4, dims, buf, NULL, a->in[1]->data, sst));
+    *out = buf;
+    return KILN_OK;
+}
+
+/* y = act(gconv(x) + bias + r) over NHWC tensors by kiln's kernel, bm
+ * pixels a block (0: the kernel's choice). */
+static kiln_status gc_nhwc_run(const kiln_kernel_args *a, const kcu_conv *g, int act, float alpha, float beta,
+                               const kiln_tensor *B, const kiln_tensor *R, int bm) {
+    conv_state tmp, *cs = conv_state_of(a, &tmp);
+    const void *wt = NULL;
+    kiln_status s = gc_weights(a, g, cs, &wt);
+    if (s == KILN_OK) {
+        kcu_gc_nhwc d = {.N = g->N, .H = g->in[0], .W = g->in[1], .Ho = g->out[0], .Wo = g->out[1], .G = g->G,
+                         .Cg = g->Cg, .Mg = g->Mg, .kh = g->k[0], .kw = g->k[1], .sh = g->s[0], .sw = g->s[1],
+                         .dh = g->d[0], .dw = g->d[1], .ph = g->pb[0], .pw = g->pb[1], .act = act, .alpha = alpha,
+                         .beta = beta, .bm = bm};
+        cudaError_t e = kcu_gconv_nhwc(a->in[0]->dtype, &d, a->in[0]->data, wt, B ? B->data : NULL,
+                                       R ? R->data : NULL, a->out[0]->data, KCU_STREAM(a));
+        if (e != cudaSuccess) s = kiln__cuda_fail(e, KCU_NODE(a), "kcu_gconv_nhwc");
     }
     if (cs == &tmp) conv_state_clear(&tmp); /* (the copy is ordered before the free's sync) */
     return s;
@@ -1154,10 +1195,24 @@ static kiln_status conv_exec(const kiln_kernel_args *a, const kiln_conv_attrs *a
                          a->op->name, (long long)kiln__tensor_numel(R),
                          (long long)kiln__tensor_numel(Y));
     if (kiln__tensor_numel(Y) == 0) return KILN_OK;
-    if (nhwc && (g.ns != 2 || (g.G != 1 && !conv_is_depthwise(&g))))
-        return KILN_FAIL(KILN_ERR_UNSUPPORTED,
-                         "node '%s' (%s): NHWC layout needs a 2-D convolution of one group or a "
-                         "depthwise one", node, a->op->name);
+    if (nhwc && g.ns != 2)
+        return KILN_FAIL(KILN_ERR_UNSUPPORTED, "node '%s' (%s): NHWC layout needs a 2-D convolution", node,
+                         a->op->name);
+    const int32_t tac = kiln__cuda_tactic(a);
+    const bool grouped_nhwc = nhwc && conv_is_grouped(&g);
+    if (grouped_nhwc) {
+        if (x_nchw)
+            return KILN_FAIL(KILN_ERR_UNSUPPORTED,
+                             "node '%s' (%s): an NHWC grouped layer needs its input NHWC", node, a->op->name);
+        bool dnn = false;
+#if KILN_HAVE_CUDNN
+        dnn = KCU_STATE(a)->dnn != NULL;
+#endif
+        /* kiln's kernel where the tactic names it or no cuDNN runs the layer,
+         * else cuDNN's graph config or legacy algorithm below */
+        if (kcu_conv_gconv_bm(tac) >= 0 || !dnn)
+            return gc_nhwc_run(a, &g, act, alpha, beta, B, R, kcu_conv_gconv_bm(tac) > 0 ? kcu_conv_gconv_bm(tac) : 0);
+    }
     if (nhwc && conv_is_depthwise(&g)) {
         if (x_nchw || g.M != g.C)
             return KILN_FAIL(KILN_ERR_UNSUPPORTED,
@@ -1177,7 +1232,6 @@ static kiln_status conv_exec(const kiln_kernel_args *a, const kiln_conv_attrs *a
 #endif
         return dw_nhwc_run(a, &g, act, alpha, beta, B, R); /* kiln's kernel, epilogue included */
     }
-    const int32_t tac = kiln__cuda_tactic(a);
     if (tac == KCU_CONV_TACTIC_GEMV) { /* kiln's kernel, epilogue included */
         bool done = false;
         KILN_TRY(conv_as_gemv(a, &g, pe, act, alpha, beta, B, R, &done));
@@ -1247,6 +1301,8 @@ static kiln_status conv_exec(const kiln_kernel_args *a, const kiln_conv_attrs *a
             KILN_TRY(s);
         }
 #endif
+        if (!done && grouped_nhwc) /* no cuDNN config or algorithm: kiln's kernel */
+            return gc_nhwc_run(a, &g, act, alpha, beta, B, R, 0);
         if (!done && nhwc)
             return KILN_FAIL(KILN_ERR_UNSUPPORTED,
                              "node '%s' (%s): cuDNN has no NHWC kernel for this layer (%s; build "
@@ -1299,7 +1355,8 @@ kiln_status kiln__cu_fused_conv_run(const kiln_kernel_args *a) {
  * graph at most: the heuristics' first ones (one for a depthwise layer,
  * which kiln's own kernel runs at memory bandwidth: MobileNetV3 and
  * EfficientNet have 15-16 such layers, and a build should stay within
- * seconds). */
+ * seconds; one for a grouped NHWC layer too, which kiln's tensor-core
+ * kernel runs: RegNetY-1.6GF has 27). */
 #define KCU_CONV_MAX_RTC 3
 
 /* The geometry of an fp16/bf16 FusedConv at the shapes of `a` (the only
@@ -1338,6 +1395,10 @@ int kiln__cu_fused_conv_tactics(void *state, const kiln_infer_args *a, int32_t *
     bool nhwc = at->layout != 0, x_nchw = at->layout == KILN_FC_LAYOUT_Y_NHWC;
     bool dw = conv_is_depthwise(&g);
     if (dw && !nhwc) return 1; /* depthwise NCHW: kiln's direct kernel */
+    /* grouped NHWC: kiln's kernel, 64 and 128 pixels a block */
+    const bool gc = nhwc && !x_nchw && g.ns == 2 && conv_is_grouped(&g) && cap >= 4;
+    const int32_t gc_ids[2] = {KCU_CONV_TACTIC_GCONV | 1 << KCU_CONV_TACTIC_CAND_SHIFT,
+                               KCU_CONV_TACTIC_GCONV | 2 << KCU_CONV_TACTIC_CAND_SHIFT};
     /* one cuBLASLt GEMM, where the layer is one: its candidates */
     int32_t gt[KCU_CONV_GEMM_CANDIDATES];
     /* kiln's kernel for [N, C, 1, 1] layers */
@@ -1352,6 +1413,7 @@ int kiln__cu_fused_conv_tactics(void *state, const kiln_infer_args *a, int32_t *
        * the GEMM ones */
         int n = 0;
         if (!nhwc || dw || n_gt == 0) ids[n++] = 0;
+        for (int k = 0; gc && k < 2; k++) ids[n++] = gc_ids[k];
         for (int k = 0; k < n_gt && n < cap; k++) ids[n++] = gt[k];
         if (gv && n < cap) ids[n++] = KCU_CONV_TACTIC_GEMV;
         return n;
@@ -1360,6 +1422,7 @@ int kiln__cu_fused_conv_tactics(void *state, const kiln_infer_args *a, int32_t *
     st->strict_tactics = true;
     int n = 0;
     if (dw) ids[n++] = KCU_CONV_TACTIC_DW; /* depthwise NHWC: kiln's kernel, then cuDNN's configs */
+    for (int k = 0; gc && k < 2; k++) ids[n++] = gc_ids[k]; /* grouped NHWC: kiln's kernel, then cuDNN's */
     const char *env = getenv("KILN_CUDNN_CANDIDATES"); /* at most this many configs per graph (experiments) */
     int per = env && atoi(env) > 0 ? atoi(env) : cap;
     /* hard swish and hard sigmoid are composed of four and three pointwise
@@ -1390,7 +1453,7 @@ int kiln__cu_fused_conv_tactics(void *state, const kiln_infer_args *a, int32_t *
             for (int i = 0; i < cfgs.n && got < want; i++) {
                 st->dg_engine_kind[kcu_dg_id_engine(cfgs.id[i])] =
                     cfgs.flags[i] & KCU_DG_CFG_RUNTIME_COMPILED ? KILN_TACTIC_KIND_RUNTIME : KILN_TACTIC_KIND_PRECOMPILED;
-                if ((cfgs.flags[i] & KCU_DG_CFG_RUNTIME_COMPILED) && rtc++ >= (dw || hs ? 1 : KCU_CONV_MAX_RTC)) continue;
+                if ((cfgs.flags[i] & KCU_DG_CFG_RUNTIME_COMPILED) && rtc++ >= (dw || gc || hs ? 1 : KCU_CONV_MAX_RTC)) continue;
                 ids[n++] = cfgs.id[i] | (int32_t)v << KCU_DG_ID_USER_SHIFT;
                 got++;
             }
@@ -1409,6 +1472,7 @@ const char *kiln__cu_fused_conv_tactic_name(int32_t id) {
            : id == KCU_CONV_TACTIC_LEGACY ? "cudnn-legacy+epilogue"
            : id == KCU_CONV_TACTIC_DW     ? "kiln-dwconv-nhwc"
            : id == KCU_CONV_TACTIC_GEMV   ? "kiln-gemv"
+           : kcu_conv_gconv_bm(id) > 0    ? "kiln-gconv-nhwc"
            : kcu_conv_gemm_kind(id) == KCU_CONV_TACTIC_GEMM  ? "cublasLt-1x1"
            : kcu_conv_gemm_kind(id) == KCU_CONV_TACTIC_PATCH ? "kiln-patch+cublasLt"
                                           : "cudnn-graph";
@@ -1418,7 +1482,7 @@ const char *kiln__cu_fused_conv_name(const kiln_node *n) {
     if (!n->attrs) return NULL;
     const kiln_fused_conv_attrs *fa = n->attrs;
     int32_t lay = fa->layout;
-    /* (NHWC layers of several groups are depthwise: cuda_layout.c) */
+    /* (NHWC layers of several groups: depthwise or grouped, cuda_layout.c) */
     if (lay == (KILN_FC_LAYOUT_X_NHWC | KILN_FC_LAYOUT_Y_NHWC)) return fa->conv.group > 1 ? "cuda.dwconv.nhwc" : "cuda.conv.nhwc";
     if (lay == KILN_FC_LAYOUT_Y_NHWC) return "cuda.conv.nchw-in.nhwc";
     return NULL;
@@ -1434,7 +1498,9 @@ void kiln__cu_fused_conv_tactic_describe(int32_t id, char *buf, size_t n) {
         return;
     }
 #endif
-    if (kcu_conv_gemm_kind(id))
+    if (kcu_conv_gconv_bm(id) > 0)
+        snprintf(buf, n, "%s/bm%d", kiln__cu_fused_conv_tactic_name(id), kcu_conv_gconv_bm(id));
+    else if (kcu_conv_gemm_kind(id))
         snprintf(buf, n, "%s#%d", kiln__cu_fused_conv_tactic_name(id), (int)(id >> KCU_CONV_TACTIC_CAND_SHIFT));
     else
         snprintf(buf, n, "%s",
@@ -1573,7 +1639,7 @@ int kiln__cu_fused_conv_tactic_kind(void *state, int32_t id) {
     (void)state;
 #endif
     return id == KCU_CONV_TACTIC_LEGACY ? KILN_TACTIC_KIND_LEGACY
-           : id == KCU_CONV_TACTIC_DW || id == KCU_CONV_TACTIC_GEMV ? KILN_TACTIC_KIND_KILN
+           : id == KCU_CONV_TACTIC_DW || id == KCU_CONV_TACTIC_GEMV || kcu_conv_gconv_bm(id) > 0 ? KILN_TACTIC_KIND_KILN
            : kcu_conv_gemm_kind(id)     ? KILN_TACTIC_KIND_BLAS
                                         : KILN_TACTIC_KIND_OTHER;
 }

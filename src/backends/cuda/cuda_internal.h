@@ -221,8 +221,21 @@ static inline bool kcu_conv_accurate_only(const kiln_cuda_state *st, cudnnDataTy
  * kernel with the whole epilogue inside (kcu_conv_gemv, one launch: hard
  * sigmoid and SiLU too, which cuBLASLt's epilogue leaves to a second pass) */
 #define KCU_CONV_TACTIC_GEMV 5
+/* ... KCU_CONV_TACTIC_GCONV = a 2-D grouped NHWC layer (several input
+ * channels a group) as kiln's tensor-core kernel, epilogue inside
+ * (kcu_gconv_nhwc, k_gconv.cu): id | 1 << 8 with 64 pixels a block, id |
+ * 2 << 8 with 128 (kcu_conv_gconv_bm); tactic 0 runs it too where no cuDNN
+ * config or legacy algorithm does */
+#define KCU_CONV_TACTIC_GCONV 6
 /* ... each with cuBLASLt's k-th heuristic candidate: id | k << 8 */
 #define KCU_CONV_TACTIC_CAND_SHIFT 8
+/* The pixels a block of kiln's grouped kernel takes under tactic id (64 or
+ * 128), -1 where id is no KCU_CONV_TACTIC_GCONV one */
+static inline int kcu_conv_gconv_bm(int32_t id) {
+    return id == (KCU_CONV_TACTIC_GCONV | 1 << KCU_CONV_TACTIC_CAND_SHIFT)   ? 64
+           : id == (KCU_CONV_TACTIC_GCONV | 2 << KCU_CONV_TACTIC_CAND_SHIFT) ? 128
+                                                                             : -1;
+}
 /* KCU_CONV_TACTIC_GEMM or _PATCH where tactic id names one of them, else 0 */
 static inline int32_t kcu_conv_gemm_kind(int32_t id) {
     const int32_t kind = id & 0xff;

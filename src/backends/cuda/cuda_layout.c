@@ -2,7 +2,7 @@
  *
  * cuDNN's tensor-core convolutions for fp16/bf16 read and write NHWC; given
  * NCHW tensors they transpose them around every layer or pick slower
- * kernels. Here the eligible layers (FusedConv, depthwise FusedConv,
+ * kernels. Here the eligible layers (FusedConv, depthwise and grouped FusedConv,
  * MaxPool/AveragePool, GlobalAveragePool, and the elementwise layers
  * between them) that pass values to one another keep those values NHWC,
  * and only the ends of a chain convert:
@@ -64,8 +64,8 @@ static bool half_4d(const kiln_tinfo *t) {
     return (t->dtype == KILN_DTYPE_FLOAT16 || t->dtype == KILN_DTYPE_BFLOAT16) && nchw_4d(t);
 }
 
-/* What a layer is to the pass: K_DW a depthwise FusedConv (kiln's NHWC
- * kernel or cuDNN's grouped configs), K_EW an elementwise layer that runs
+/* What a layer is to the pass: K_DW a depthwise or grouped FusedConv
+ * (kiln's NHWC kernels or cuDNN's grouped configs), K_EW an elementwise layer that runs
  * in either layout (its NHWC inputs and output keep their NCHW shapes; a
  * per-channel operand [N or 1, C, 1, 1] needs views, see ew_views), K_TIN
  * a Transpose(0,2,3,1) of an NHWC-held [N, C, H, W] value and K_TOUT a
@@ -149,6 +149,25 @@ static bool dw_ok(const kiln_graph *g, const kiln_node *n) {
     return !fa->has_residual || (n->n_in >= 4 && n->in[3] >= 0);
 }
 
+/* A grouped FusedConv with several input channels a group (RegNet's group
+ * width 24 and up, ResNeXt's; 2-D, weights [M, C / G, kh, kw]) whose
+ * groups have multiples of 8 input and output channels: kiln's tensor-core
+ * kernel (k_gconv.cu) and cuDNN's NHWC engines take it. In NCHW, cuDNN
+ * runs such layers with its legacy non-tensor-core kernel
+ * (implicit_convolve_sgemm) or its engines with layout conversions around
+ * them, and the layer cuts the NHWC chains of the 1x1 layers around it. */
+static bool gc_ok(const kiln_graph *g, const kiln_node *n) {
+    const kiln_fused_conv_attrs *fa = n->attrs;
+    if (fa->layout || n->n_in < 2 || n->in[0] < 0 || n->in[1] < 0) return false;
+    const kiln_tinfo *x = &g->values[n->in[0]].info, *w = &g->values[n->in[1]].info;
+    const kiln_tinfo *y = &g->values[n->out[0]].info;
+    if (!half_4d(x) || !static_4d(w) || !half_4d(y) || neutral(g, n->in[0])) return false;
+    int64_t G = fa->conv.group, C = x->dims[1], M = w->dims[0], Cg = w->dims[1];
+    if (G < 2 || Cg < 2 || Cg * G != C || M % G || y->dims[1] != M) return false;
+    if (Cg % 8 || (M / G) % 8) return false;
+    return !fa->has_residual || (n->n_in >= 4 && n->in[3] >= 0);
+}
+
 /* An elementwise layer that computes the same in either layout: unary
  * activations, Clip (scalar bounds), Identity, Add/Sub/Mul/Div and
  * kiln.Pointwise (one output) whose inputs are full 4-D operands, single elements or
@@ -204,7 +223,7 @@ static int node_kind(const kiln_graph *g, const kiln_node *n) {
     if (ew_ok(g, n)) return K_EW;
     if (!n->attrs) return K_NONE;
     if (n->op_id == KILN_OP_Transpose) return perm_kind(g, n);
-    if (n->op_id == KILN_OP_FusedConv) return conv_ok(g, n) ? K_CONV : dw_ok(g, n) ? K_DW : K_NONE;
+    if (n->op_id == KILN_OP_FusedConv) return conv_ok(g, n) ? K_CONV : dw_ok(g, n) || gc_ok(g, n) ? K_DW : K_NONE;
     if (n->n_in < 1 || n->in[0] < 0) return K_NONE;
     const kiln_tinfo *x = &g->values[n->in[0]].info;
     const kiln_pool_attrs *pa = n->attrs;

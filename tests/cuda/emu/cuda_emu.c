@@ -13,6 +13,7 @@
 #include <string.h>
 #include "backends/cuda/cuda_internal.h"
 #include "backends/cuda/k_dwconv.h"
+#include "backends/cuda/k_gconv.h"
 
 /* ---- runtime ---- */
 #define NREG 100000
@@ -82,6 +83,10 @@ int kiln_emu_gemv_count(void) { return n_gemv; }
 static int n_se;
 int kiln_emu_se_count(void);
 int kiln_emu_se_count(void) { return n_se; }
+/* launches of kcu_gconv_nhwc (test_gconv_nhwc: the grouped tactics ran kiln's kernel) */
+static int n_gconv;
+int kiln_emu_gconv_count(void);
+int kiln_emu_gconv_count(void) { return n_gconv; }
 static void count_dtoh(void *d, const void *s) { n_dtoh += find_reg(s) >= 0 && find_reg(d) < 0; }
 cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, enum cudaMemcpyKind k, cudaStream_t st) { (void)k; (void)st; count_dtoh(d, s); memmove(d, s, n); return cudaSuccess; }
 cudaError_t cudaMemcpy(void *d, const void *s, size_t n, enum cudaMemcpyKind k) { (void)k; count_dtoh(d, s); memmove(d, s, n); return cudaSuccess; }
@@ -806,6 +811,31 @@ cudaError_t kcu_dwconv_nhwc(kiln_dtype t, const kcu_dw_nhwc *g, const void *x, c
                 int64_t ih = ho * g->sh - g->ph + kh * g->dh, iw = wo * g->sw - g->pw + kw * g->dw;
                 if (ih >= 0 && ih < g->H && iw >= 0 && iw < g->W)
                     acc += ld(t, x, ((n * g->H + ih) * g->W + iw) * g->C + c) * ld(t, wt, (kh * g->kw + kw) * g->C + c);
+            }
+        if (r) acc += ld(t, r, i);
+        st_(t, y, i, emu_act(g->act, g->alpha, g->beta, acc));
+    }
+    return cudaSuccess;
+}
+cudaError_t kcu_gconv_nhwc(kiln_dtype t, const kcu_gc_nhwc *g, const void *x, const void *wt, const void *bias,
+                           const void *r, void *y, cudaStream_t s) {
+    (void)s;
+    if (!isf(t) || g->act < 0 || g->act >= KILN_FC_ACT_COUNT || g->kh < 1 || g->kw < 1 || g->sh < 1 || g->sw < 1 ||
+        g->dh < 1 || g->dw < 1 || g->Cg < 1 || g->Mg < 1 || (g->bm != 0 && g->bm != 64 && g->bm != 128))
+        return cudaErrorInvalidValue;
+    n_gconv++;
+    const int64_t C = g->G * g->Cg, M = g->G * g->Mg;
+    for (int64_t i = 0; i < g->N * g->Ho * g->Wo * M; i++) {
+        int64_t m = i % M, p = i / M, wo = p % g->Wo, q = p / g->Wo, ho = q % g->Ho, n = q / g->Ho;
+        int64_t c0 = m / g->Mg * g->Cg;
+        double acc = bias ? ld(t, bias, m) : 0;
+        for (int64_t kh = 0; kh < g->kh; kh++)
+            for (int64_t kw = 0; kw < g->kw; kw++) {
+                int64_t ih = ho * g->sh - g->ph + kh * g->dh, iw = wo * g->sw - g->pw + kw * g->dw;
+                if (ih >= 0 && ih < g->H && iw >= 0 && iw < g->W)
+                    for (int64_t c = 0; c < g->Cg; c++)
+                        acc += ld(t, x, ((n * g->H + ih) * g->W + iw) * C + c0 + c) *
+                               ld(t, wt, ((m * g->kh + kh) * g->kw + kw) * g->Cg + c);
             }
         if (r) acc += ld(t, r, i);
         st_(t, y, i, emu_act(g->act, g->alpha, g->beta, acc));
