@@ -1066,9 +1066,10 @@ static kiln_status nan_probe_runs(const kiln_tune_layer *L, tune_bufs *tb, tac_r
     return KILN_OK;
 }
 
-/* The NaN probe (issue 20: random CUDA graphs 53 and 101, an fp16 conv +
- * ReLU whose fastest engine turned a NaN input into 0 where the CPU, ONNX
- * and PyTorch give NaN): the candidates still in (runs[k].ok) run once more
+/* The NaN probe (issue 20: in random CUDA graphs 53 and 101 an fp16 conv +
+ * ReLU run by a cuDNN config with the ReLU inside turned a NaN input into 0
+ * where the CPU, ONNX and PyTorch give NaN; random inputs in [-1, 1) cannot
+ * show that): the candidates still in (runs[k].ok) run once more
  * with input 0 all NaN. Where they disagree on where NaN is, kiln's host
  * reference on the same inputs (where it can be computed; else the tactics
  * that give NaN) says where NaN is expected, and a tactic that gives a

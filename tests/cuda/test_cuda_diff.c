@@ -781,8 +781,10 @@ TEST(test_gather_out_of_range) {
 
 /* Seeds that failed once, checked on every run whatever KILN_DIFF_SEED says
  * (NaN/inf inputs on: each is 5 mod 8), with why (issue 20):
- *   53   fp16 FusedConv 1x1 + Relu on x [1, 3, 3, 2]: the tactic the builder
- *        timed fastest turned NaN into 0 (the tuner's NaN probe now drops it)
+ *   53   fp16 FusedConv 1x1 + Relu on x [1, 3, 3, 2], built without tuning
+ *        (seed % 3 != 1): tactic 0, cuDNN's heuristic config with the ReLU
+ *        inside, turned NaN into 0 (tactic 0 now applies a ReLU or Clip in
+ *        kiln's epilogue; tuned builds have the NaN probe, tune.c)
  *   69   fp32 kiln.Attention [1, 2, 5, 3]: an inf in K gave a key of score
  *        -inf, which kiln-attn skipped, dropping 0 * NaN of its value
  *   101  fp16 FusedConv 2x2 stride 2 + Relu on x [1, 5, 2, 4], as 53
