@@ -531,6 +531,10 @@ static bool plan_has_name(const kiln_engine *e, int op, const char *part) {
     return false;
 }
 
+/* -1: a graph is built with tuning when its seed is 1 mod 3; 0 or 1: without
+ * or with (test_cuda_pinned_seeds) */
+static int tune_override = -1;
+
 static void count_fired(const kiln_engine *e) {
     fired.se += count_op(e, KILN_OP_SqueezeExcite) > 0;
     fired.attn += count_op(e, KILN_OP_Attention) > 0;
@@ -634,7 +638,7 @@ static bool check_cuda_graph(kiln_graph *g, const dyn *dy, uint64_t seed, const 
         }
         kiln_engine *e1 = NULL;
         dyn dt = *dy; /* one graph in three: every tactic timed (and checked against tactic 0) */
-        dt.tune = seed % 3 == 1;
+        dt.tune = tune_override >= 0 ? tune_override != 0 : seed % 3 == 1;
         kiln_status s1 = build_for(m, 1, &dt, KILN_DEVICE_CUDA, p, &e1);
         if ((s0 == KILN_OK) != (s1 == KILN_OK)) {
             ok = false;
@@ -788,7 +792,10 @@ TEST(test_gather_out_of_range) {
  *   69   fp32 kiln.Attention [1, 2, 5, 3]: an inf in K gave a key of score
  *        -inf, which kiln-attn skipped, dropping 0 * NaN of its value
  *   101  fp16 FusedConv 2x2 stride 2 + Relu on x [1, 5, 2, 4], as 53
- * A failure prints the graph, both plans and the first element that differs. */
+ * Each is checked built without tuning (as it failed: tactic 0) and with
+ * tuning (every tactic timed, checked and NaN-probed), tune_override
+ * saying which. A failure prints the graph, both plans and the first
+ * element that differs. */
 static const uint64_t pinned_seeds[] = {53, 69, 101};
 
 TEST(test_cuda_pinned_seeds) {
@@ -798,11 +805,16 @@ TEST(test_cuda_pinned_seeds) {
     }
     const bool prec[3] = {true, env_count("KILN_DIFF_FP16", 1, 0, 1) != 0, env_count("KILN_DIFF_BF16", 1, 0, 1) != 0};
     int multi_slices = 0, fams[N_FAMILIES] = {0};
-    for (size_t i = 0; i < sizeof pinned_seeds / sizeof pinned_seeds[0]; i++) {
-        int r = check_seed(pinned_seeds[i], 1, prec, &multi_slices, fams);
-        if (r < 0) fprintf(stderr, "  pinned seed %llu failed (see above)\n", (unsigned long long)pinned_seeds[i]);
-        CHECK(r > 0);
-    }
+    for (int tune = 0; tune < 2; tune++)
+        for (size_t i = 0; i < sizeof pinned_seeds / sizeof pinned_seeds[0]; i++) {
+            tune_override = tune;
+            int r = check_seed(pinned_seeds[i], 1, prec, &multi_slices, fams);
+            tune_override = -1;
+            if (r < 0)
+                fprintf(stderr, "  pinned seed %llu, built %s tuning, failed (see above)\n",
+                        (unsigned long long)pinned_seeds[i], tune ? "with" : "without");
+            CHECK(r > 0);
+        }
 }
 
 TEST(test_cuda_random_graphs) {
