@@ -1687,6 +1687,24 @@ TEST(test_fused_conv_nan_tactics) {
                     printf("\n");
                 }
     printf("  %d library tactic runs differ from the CPU on NaN/inf inputs (notes above)\n", lib_notes);
+#if KILN_HAVE_CUDNN
+    /* an engine whose stored config is missing here (another cuDNN or GPU; a state that
+     * is not tuning): cuDNN's heuristics run the graph (a warning says so), the ReLU
+     * after it in kiln's epilogue, as for tactic 0 */
+    kiln_cuda_state *cst = st;
+    const bool strict = cst->strict_tactics;
+    cst->strict_tactics = false;
+    for (int lay = 0; lay < 2; lay++) {
+        kiln_fused_conv_attrs ref = fc_at(convs[0], KILN_FC_ACT_RELU, 0, 0, 0), miss = ref;
+        miss.layout = lay ? KILN_FC_LAYOUT_X_NHWC | KILN_FC_LAYOUT_Y_NHWC : 0;
+        miss.tactic.id = KCU_DG_ID_BIT | 0x0ff00000 | 0xfffff;
+        kiln_tensor *in[3] = {specials(trand(F16, -1, 1, S(1, 3, 3, 2))), trand(F16, -1, 1, S(4, 3, 1, 1)),
+                              trand(F16, -1, 1, S(4))};
+        nhwc_case(lay ? "g53_1x1_relu_missing_config_nhwc" : "g53_1x1_relu_missing_config_nchw", KILN_OP_FusedConv,
+                  &ref, &miss, 3, in, lay ? 1u : 0u, lay != 0, 1e-5);
+    }
+    cst->strict_tactics = strict;
+#endif
     if (capped) unsetenv("KILN_CUDNN_CANDIDATES");
 }
 

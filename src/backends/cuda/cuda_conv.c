@@ -148,6 +148,7 @@ typedef struct gconv_key {
 typedef struct gconv_plan {
     gconv_key key;
     bool declined;          /* no engine config runs this graph (legacy path) */
+    bool fell_back;         /* the key's config is missing here: the heuristics' first runs it */
     float hs[2];            /* the composed activations' by-value scale and shift (hard swish:
                                1/6, 1/2; hard sigmoid: alpha, beta; the variant pack points here) */
     kcu_dg dg;
@@ -821,6 +822,7 @@ static kiln_status gconv_plan_for(const kiln_kernel_args *a, conv_state *cs, con
     *out = p;
     if (r < 0) r = gconv_make(st->dnn, k, !st->strict_tactics, p);
     if (r != GM_MISSING) return KILN_OK;
+    p->fell_back = !st->strict_tactics;
     char name[48];
     kcu_dg_id_name(k->tactic, name, sizeof name);
     if (st->strict_tactics)
@@ -863,7 +865,7 @@ static kiln_status conv_graph_run(const kiln_kernel_args *a, const kcu_conv *g, 
      * activation its graph stops before the activation, and kiln's epilogue
      * (NaN kept) applies it after. The configs a tuned build times keep the
      * activation inside; the builder's NaN probe drops those that lose NaN. */
-    const bool act_after = tactic == 0 && gconv_act_clamps(act);
+    bool act_after = tactic == 0 && gconv_act_clamps(act);
     const void *wdata = a->in[1]->data;
     if (nhwc) KILN_TRY(nhwc_weights(a, g, xv, cs, &wdata));
     const void *ptrs[5] = {X->data, wdata, B ? B->data : NULL, R ? R->data : NULL, Y->data};
@@ -872,6 +874,13 @@ static kiln_status conv_graph_run(const kiln_kernel_args *a, const kcu_conv *g, 
                    R != NULL, ptrs);
     gconv_plan *p;
     KILN_TRY(gconv_plan_for(a, cs, &k, &p));
+    if (p->fell_back && !act_after && gconv_act_clamps(act)) {
+        /* the stored config is missing here (another cuDNN or GPU): the heuristics'
+         * first config runs the layer, unprobed, so as for tactic 0 */
+        act_after = true;
+        gconv_key_make(&k, g, pe, X->dtype, nhwc, 0, KILN_FC_ACT_NONE, alpha, beta, B != NULL, R != NULL, ptrs);
+        KILN_TRY(gconv_plan_for(a, cs, &k, &p));
+    }
     if (p->declined) return KILN_OK;
     void *ws = NULL;
     if (p->plan.ws) KILN_TRY(kiln__cuda_scratch(st, (size_t)p->plan.ws, &ws, KCU_NODE(a)));
