@@ -12,7 +12,7 @@
  *
  * Timing cache: a text file (the builder's timing_cache path)
  *
- *     kiln-timing-cache 3
+ *     kiln-timing-cache 4
  *     <key> <tactic id> <microseconds>
  *
  * keyed by the target, the thread count, the math setting ("acc", or
@@ -25,8 +25,9 @@
  * file meanwhile (cache_write). Files of versions 1 (made before a device
  * layer's tactics had to agree on its output, tune_check.h) and 2 (before
  * disagreeing tactics were judged by the host reference, not a vote: a
- * wrong plurality's choice may be in them) are read as empty, with a note:
- * their choices are timed and checked again. */
+ * wrong plurality's choice may be in them) and 3 (before the NaN probe: a
+ * tactic that turns NaN into numbers may be in them) are read as empty,
+ * with a note: their choices are timed and checked again. */
 #include "backends/backend.h"
 #include "builder/tune_check.h"
 #include "runtime/debug.h"
@@ -200,14 +201,17 @@ static kiln_status cache_read(tcache *c, const char *path, bool notes) {
         }
         size_t len = (size_t)got;
         if (ln == 1) {
-            old = !strcmp(line, "kiln-timing-cache 1") || !strcmp(line, "kiln-timing-cache 2");
+            old = !strcmp(line, "kiln-timing-cache 1") || !strcmp(line, "kiln-timing-cache 2") ||
+                  !strcmp(line, "kiln-timing-cache 3");
             if (old) {
                 if (notes)
-                    fprintf(stderr, "kiln: timing cache '%s' is of version %c (before a device layer's tactics "
-                                    "that disagree were judged by kiln's host reference): its layers are timed "
-                                    "again\n", path, line[18]);
-            } else if (strcmp(line, "kiln-timing-cache 3"))
-                st = KILN_FAIL(KILN_ERR_IO, "timing cache '%s' is not a kiln timing cache (version 3)",
+                    fprintf(stderr, "kiln: timing cache '%s' is of version %c (%s): its layers are timed again\n",
+                            path, line[18],
+                            line[18] == '3' ? "before the NaN probe kept tactics that turn NaN into numbers out"
+                                            : "before a device layer's tactics that disagree were judged by kiln's "
+                                              "host reference");
+            } else if (strcmp(line, "kiln-timing-cache 4"))
+                st = KILN_FAIL(KILN_ERR_IO, "timing cache '%s' is not a kiln timing cache (version 4)",
                                path);
             continue;
         }
@@ -252,7 +256,7 @@ static kiln_status cache_write(tcache *c, const char *path) {
     }
     cache_free(&now);
     kiln_sbuf sb = {0};
-    kiln__sbuf_printf(&sb, "kiln-timing-cache 3\n");
+    kiln__sbuf_printf(&sb, "kiln-timing-cache 4\n");
     for (int i = 0; i < c->n; i++)
         kiln__sbuf_printf(&sb, "%s %d %.3f\n", c->e[i].key, (int)c->e[i].id, c->e[i].us);
     kiln_status st = sb.oom ? KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory (timing cache)")
@@ -1026,10 +1030,120 @@ static kiln_status judge_tactics(const kiln_tune_layer *L, const tune_bufs *tb, 
     return st;
 }
 
+/* ---- the NaN probe (tune_check.h: kiln__tune_nan_decide) ------------------ */
+
+/* Whether the NaN probe applies to layer L: a device layer (checked) whose
+ * data input (input 0) is a float activation, not a constant, with at least
+ * two tactics still candidates; KILN_TUNE_NO_NAN_PROBE=1 turns it off. */
+static bool nan_probe_applies(const kiln_tune_layer *L, const tac_run *runs, int nc) {
+    const kiln_tinfo *x = L->n->n_in > 0 ? L->in[0] : NULL;
+    if (!x || x->data || kiln__env_flag("KILN_TUNE_NO_NAN_PROBE")) return false;
+    if (x->dtype != KILN_DTYPE_FLOAT32 && x->dtype != KILN_DTYPE_FLOAT16 && x->dtype != KILN_DTYPE_BFLOAT16)
+        return false;
+    if (!kiln__value_nbytes(x)) return false;
+    int ok = 0;
+    for (int k = 0; k < nc; k++) ok += runs[k].ok;
+    return ok >= 2;
+}
+
+/* The probe's runs: every candidate once more with input 0 all NaN (xnan,
+ * already on the device), its outputs sampled into s[k * n_out + ..];
+ * ran[k]: it ran. */
+static kiln_status nan_probe_runs(const kiln_tune_layer *L, tune_bufs *tb, tac_run *runs, int nc, void *host,
+                                  kiln_tune_sample *s, bool *ran) {
+    const kiln_backend_i *be = L->be;
+    for (int k = 0; k < nc; k++) {
+        ran[k] = false;
+        if (!runs[k].ok) continue;
+        KILN_TRY(poison_outputs(be, L->state, L->n, tb, L->outs));
+        ran[k] = be->run(L->state, &runs[k].ka) == KILN_OK && be->sync(L->state) == KILN_OK;
+        if (!ran[k]) { /* (not judged by the probe: the checked run passed) */
+            kiln__clear_error();
+            continue;
+        }
+        KILN_TRY(sample_outputs(be, L->state, L->n, tb, L->outs, host, &s[k * L->n->n_out]));
+    }
+    return KILN_OK;
+}
+
+/* The NaN probe (issue 20: in random CUDA graphs 53 and 101 an fp16 conv +
+ * ReLU run by a cuDNN config with the ReLU inside turned a NaN input into 0
+ * where the CPU, ONNX and PyTorch give NaN; random inputs in [-1, 1) cannot
+ * show that): the candidates still in (runs[k].ok) run once more
+ * with input 0 all NaN. Where they disagree on where NaN is, kiln's host
+ * reference on the same inputs (where it can be computed; else the tactics
+ * that give NaN) says where NaN is expected, and a tactic that gives a
+ * finite value there leaves the timing (runs[k].ok = false), with a note.
+ * Input 0's bytes are put back after. One run per candidate, no host
+ * reference while they agree: the cost is a fraction of the timing's. */
+static kiln_status nan_probe(const kiln_tune_layer *L, tune_bufs *tb, tac_run *runs, const int32_t *cand, int nc,
+                             void *host, kiln_tune_stats *S) {
+    if (!nan_probe_applies(L, runs, nc)) return KILN_OK;
+    const kiln_backend_i *be = L->be;
+    const kiln_node *n = L->n;
+    const kiln_tinfo *x = L->in[0];
+    size_t nb = kiln__value_nbytes(x);
+    int64_t ne = (int64_t)(nb / kiln_dtype_size(x->dtype));
+    void *orig = kiln__aligned_alloc(nb), *xnan = kiln__aligned_alloc(nb);
+    kiln_tune_sample *s = kiln__calloc((size_t)nc * (size_t)n->n_out, sizeof *s);
+    bool ran[TUNE_MAX_TACTICS], keep[TUNE_MAX_TACTICS];
+    kiln_status st = orig && xnan && s ? KILN_OK : KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory (tuning)");
+    bool planted = false;
+    for (int64_t k = 0; st == KILN_OK && k < ne; k++) kiln__store_f64(x->dtype, xnan, k, NAN);
+    if (st == KILN_OK) st = be->to_host(L->state, orig, tb->in[0], nb);
+    if (st == KILN_OK) st = be->to_device(L->state, tb->in[0], xnan, nb);
+    planted = st == KILN_OK;
+    if (st == KILN_OK) st = nan_probe_runs(L, tb, runs, nc, host, s, ran);
+    if (planted) { /* input 0 as it was, for the timing */
+        kiln_status r = be->to_device(L->state, tb->in[0], orig, nb);
+        if (st == KILN_OK) st = r;
+    }
+    int dropped = st == KILN_OK ? kiln__tune_nan_decide(s, nc, n->n_out, ran, NULL, keep) : 0;
+    bool have_ref = false;
+    kiln_tune_sample ref[16];
+    memset(ref, 0, sizeof ref);
+    if (st == KILN_OK && dropped != 0 && tb->host[0]) { /* they disagree: the host reference on the NaN input */
+        char why[512];
+        void *h0 = tb->host[0];
+        tb->host[0] = xnan;
+        st = host_reference(L, tb, ref, &have_ref, why, sizeof why);
+        tb->host[0] = h0;
+        S->ref_runs += have_ref;
+        if (st == KILN_OK && have_ref) dropped = kiln__tune_nan_decide(s, nc, n->n_out, ran, ref, keep);
+    }
+    char pn[256], nm[96];
+    if (st == KILN_OK && dropped < 0 && L->notes) {
+        fprintf(stderr, "kiln: tuning: node '%s': NaN inputs give finite outputs where %s gives NaN, in every "
+                        "tactic (", kiln_printable(n->name, pn, sizeof pn),
+                have_ref ? "kiln's host reference" : "a tactic");
+        for (int k = 0, c = 0; k < nc; k++)
+            if (ran[k]) {
+                kiln__backend_tactic_describe(be, n, cand[k], nm, sizeof nm);
+                fprintf(stderr, "%s%s", c++ ? " " : "", nm);
+            }
+        fprintf(stderr, "): they are all kept\n");
+    }
+    for (int k = 0; st == KILN_OK && dropped > 0 && k < nc; k++) {
+        if (!ran[k] || keep[k]) continue;
+        runs[k].ok = false;
+        if (!L->notes) continue;
+        kiln__backend_tactic_describe(be, n, cand[k], nm, sizeof nm);
+        fprintf(stderr, "kiln: tuning: node '%s': tactic %s gives finite values where its input is NaN and %s "
+                        "gives NaN (a NaN-dropping epilogue): it is not used\n",
+                kiln_printable(n->name, pn, sizeof pn), nm, have_ref ? "kiln's host reference" : "another tactic");
+    }
+    for (int i = 0; i < n->n_out; i++) kiln__tune_sample_free(&ref[i]);
+    for (int k = 0; s && k < nc * n->n_out; k++) kiln__tune_sample_free(&s[k]);
+    kiln__free(s);
+    kiln__aligned_free(orig);
+    kiln__aligned_free(xnan);
+    return st;
+}
+
 /* One line of where a layer's (or a build's) tuning time went, into sb:
  * "12 candidates, 812.4 ms: list 3.1, buffers 0.4, set-up 790.2 (precompiled
  * 9 in 95.0, runtime-compiled 3 in 690.1 ...), check 2.0, judge 0.0 (0
- * host references), timing 16.7" (milliseconds). */
+ * host references), NaN probe 0.3, timing 16.7" (milliseconds). */
 static void stats_describe(const kiln_tune_stats *S, kiln_sbuf *sb) {
     double setup = 0;
     for (int k = 0; k < KILN_TUNE_KINDS; k++) setup += S->setup_us[k];
@@ -1043,9 +1157,9 @@ static void stats_describe(const kiln_tune_stats *S, kiln_sbuf *sb) {
         if (S->failed_n[k]) kiln__sbuf_printf(sb, " (%d failed)", S->failed_n[k]);
         any = true;
     }
-    kiln__sbuf_printf(sb, "%s, check %.1f, judge %.1f (%d host reference%s), timing %.1f", any ? ")" : "",
-                      S->check_us / 1000.0,
-                      S->judge_us / 1000.0, S->ref_runs, S->ref_runs == 1 ? "" : "s", S->time_us / 1000.0);
+    kiln__sbuf_printf(sb, "%s, check %.1f, judge %.1f (%d host reference%s), NaN probe %.1f, timing %.1f",
+                      any ? ")" : "", S->check_us / 1000.0, S->judge_us / 1000.0, S->ref_runs,
+                      S->ref_runs == 1 ? "" : "s", S->probe_us / 1000.0, S->time_us / 1000.0);
 }
 
 kiln_status kiln__tune_layer(const kiln_tune_layer *L, int32_t *best_id, double *best_time) {
@@ -1130,6 +1244,9 @@ kiln_status kiln__tune_layer(const kiln_tune_layer *L, int32_t *best_id, double 
     t0 = kiln__now_us();
     if (check && st == KILN_OK) st = judge_tactics(L, &tb, runs, cand, nc, samples, S);
     S->judge_us = kiln__now_us() - t0;
+    t0 = kiln__now_us();
+    if (check && st == KILN_OK) st = nan_probe(L, &tb, runs, cand, nc, host, S);
+    S->probe_us = kiln__now_us() - t0;
     t0 = kiln__now_us();
     if (st == KILN_OK) time_turns(be, state, runs, nc, us);
     S->time_us = kiln__now_us() - t0;
@@ -1357,6 +1474,7 @@ static void tune_summary(const tuner *T) {
         }
         sum.check_us += S->check_us;
         sum.judge_us += S->judge_us;
+        sum.probe_us += S->probe_us;
         sum.ref_runs += S->ref_runs;
         sum.time_us += S->time_us;
         sum.total_us += S->total_us;

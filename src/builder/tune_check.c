@@ -145,3 +145,41 @@ kiln_tune_rule kiln__tune_decide(const kiln_dtype *dt, const kiln_tune_sample *s
         if (ran[k]) keep[k] = chosen >= 0 && (k == chosen || agree_all(dt, s, n_out, chosen, k));
     return chosen >= 0 ? KILN_TUNE_MAJORITY : KILN_TUNE_UNDECIDED;
 }
+
+int kiln__tune_nan_decide(const kiln_tune_sample *s, int n, int n_out, const bool *ran, const kiln_tune_sample *ref,
+                          bool *keep) {
+    int ran_n = 0, dropped = 0;
+    for (int k = 0; k < n; k++) {
+        keep[k] = true;
+        ran_n += ran[k];
+    }
+    for (int i = 0; i < n_out; i++) {
+        int64_t len = -1; /* the samples every tactic that ran has of output i (-1: not compared) */
+        for (int k = 0; k < n; k++) {
+            const kiln_tune_sample *a = &s[k * n_out + i];
+            if (!ran[k]) continue;
+            if (!a->valid || (len >= 0 && a->n != len)) {
+                len = -2;
+                break;
+            }
+            len = a->n;
+        }
+        if (len < 0 || (ref && (!ref[i].valid || ref[i].n != len))) continue;
+        for (int64_t j = 0; j < len; j++) {
+            bool want = false; /* a NaN expected here */
+            if (ref)
+                want = isnan(ref[i].v[j]);
+            else
+                for (int k = 0; k < n && !want; k++) want = ran[k] && isnan(s[k * n_out + i].v[j]);
+            if (!want) continue;
+            for (int k = 0; k < n; k++)
+                if (ran[k] && keep[k] && isfinite(s[k * n_out + i].v[j])) keep[k] = false;
+        }
+    }
+    for (int k = 0; k < n; k++) dropped += ran[k] && !keep[k];
+    if (ran_n && dropped == ran_n) {
+        for (int k = 0; k < n; k++) keep[k] = true;
+        return -1;
+    }
+    return dropped;
+}

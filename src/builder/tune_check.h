@@ -75,4 +75,18 @@ KILN_PRIVATE kiln_tune_rule kiln__tune_decide(const kiln_dtype *dt, const kiln_t
                                               const bool *ran, const kiln_tune_sample *ref, const int *family,
                                               bool *keep);
 
+/* The NaN probe (tune.c): s[k * n_out + i] the samples of tactic k's outputs
+ * on inputs whose data input is all NaN; ref (NULL: none) the host
+ * reference's on the same inputs. A NaN is expected at a sample where ref's
+ * is NaN, or without ref where any tactic that ran gives one. A tactic
+ * that gives a finite value where a NaN is expected (a max(x, 0) ReLU
+ * epilogue turns NaN into 0) has keep[k] false; one that gives more NaN
+ * than expected is kept (Winograd-like transforms spread a NaN over a
+ * tile: not a silent answer). keep[k] is true where ran[k] is false.
+ * Returns how many tactics that ran are not kept; where that would be every
+ * one, all are kept and it returns -1 (the layer then keeps its tactics, and
+ * the tuner notes that NaN inputs may give finite outputs there). */
+KILN_PRIVATE int kiln__tune_nan_decide(const kiln_tune_sample *s, int n, int n_out, const bool *ran,
+                                       const kiln_tune_sample *ref, bool *keep);
+
 #endif

@@ -186,6 +186,8 @@ typedef struct kiln_tune_stats {
                                             run (the agreement check) */
     double judge_us;                     /* judging candidates that disagree (host reference) */
     int ref_runs;                        /* host references computed */
+    double probe_us;                     /* the NaN probe: a run of each candidate on a NaN input
+                                            (tune.c: nan_probe) */
     double time_us;                      /* timing: CUDA Graph captures and replays, runs */
     double total_us;                     /* kiln__tune_layer's whole time */
 } kiln_tune_stats;

@@ -10,8 +10,11 @@
  *   fake-eng7.00000   NaN in part of its output
  *   fake-eng4.0266c   two configs of one engine that read X as NCHW: the
  *   fake-eng4.3fe3b   same wrong answer (a descriptor bug)
- *   fake-legacy       right
+ *   fake-legacy       right (and the slowest)
  *   fake-direct       right
+ *   fake-eng9.0000a   right on finite inputs, but NaN comes out as 0, as a
+ *   fake-eng9.0000b   max(x, 0) ReLU epilogue gives (issue 20: random CUDA
+ *                     graphs 53 and 101): only the NaN probe sees them
  *
  * The host reference must run the layer as the device does (its NHWC
  * input converted, its output converted back before sampling, fp16 in
@@ -22,10 +25,11 @@
 #include "test.h"
 
 #include "backends/backend.h"
+#include "builder/tune_check.h"
 #include "ops/fused_conv.h"
 #include "runtime/engine.h"
 
-enum { T_ENG7 = 70, T_ENG4A = 40, T_ENG4B = 41, T_LEGACY = 1, T_DIRECT = 2 };
+enum { T_ENG7 = 70, T_ENG4A = 40, T_ENG4B = 41, T_LEGACY = 1, T_DIRECT = 2, T_RELU9A = 90, T_RELU9B = 91 };
 
 #define N_ 2
 #define C_ 8
@@ -40,6 +44,8 @@ static void fake_describe(int32_t id, char *buf, size_t cap) {
              : id == T_ENG4B ? "fake-eng4.3fe3b"
              : id == T_LEGACY ? "fake-legacy"
              : id == T_DIRECT ? "fake-direct"
+             : id == T_RELU9A ? "fake-eng9.0000a"
+             : id == T_RELU9B ? "fake-eng9.0000b"
                               : "fake-?");
 }
 
@@ -69,6 +75,7 @@ static kiln_status fake_conv(const kiln_kernel_args *a) {
                             }
                     double v = acc / (1 + exp(-acc));
                     if (id == T_ENG7 && i % 5 == 0) v = NAN;
+                    if ((id == T_RELU9A || id == T_RELU9B) && v != v) v = 0; /* fmaxf(x, 0)'s NaN */
                     kiln__store_f64(KILN_DTYPE_FLOAT16, y, i, v); /* (row-major i = NHWC order) */
                 }
     return KILN_OK;
@@ -106,6 +113,8 @@ static kiln_status fake_strided(void *st, void *dst, const void *src, size_t ele
 }
 static kiln_status fake_run(void *st, const kiln_kernel_args *a) {
     (void)st;
+    const kiln_fused_conv_attrs *at = a->attrs;
+    for (int r = at->tactic.id == T_LEGACY ? 4 : 0; r > 0; r--) KILN_TRY(fake_conv(a)); /* (the slowest) */
     return fake_conv(a);
 }
 
@@ -236,11 +245,62 @@ TEST(without_a_reference_families_vote_and_no_plurality_is_taken) {
     CHECK(best == T_DIRECT || best == T_LEGACY);
 }
 
+/* The NaN probe (tune.c: nan_probe): the eng9 configs agree with the
+ * others on random inputs and are the fastest, but turn a NaN input into
+ * 0 where the host reference (and legacy) give NaN: they are not used,
+ * with or without a host reference. Where every tactic drops NaN, all are
+ * kept (a note says so) rather than failing the build. Without the probe
+ * the fastest, eng9, was taken. */
+TEST(the_nan_probe_drops_tactics_that_turn_nan_into_numbers) {
+    int32_t best = -1;
+    kiln_tune_stats S;
+    static const int32_t relu[3] = {T_RELU9A, T_LEGACY, T_RELU9B};
+    CHECK_OK(tune_stats(relu, 3, 1e9, &best, &S));
+    CHECK(best == T_LEGACY); /* (eng9 is 5 times faster) */
+    CHECK(S.candidates == 3 && S.ref_runs == 1 && S.probe_us > 0);
+    CHECK_OK(tune(relu, 3, 0, &best)); /* no host reference: legacy's NaN is expected */
+    CHECK(best == T_LEGACY);
+    /* tactics that keep NaN agree: no host reference */
+    static const int32_t right[2] = {T_DIRECT, T_LEGACY};
+    CHECK_OK(tune_stats(right, 2, 1e9, &best, &S));
+    CHECK(S.ref_runs == 0);
+    /* every tactic drops NaN: kept, the build goes on */
+    static const int32_t all_drop[2] = {T_RELU9A, T_RELU9B};
+    CHECK_OK(tune(all_drop, 2, 1e9, &best));
+    CHECK(best == T_RELU9A || best == T_RELU9B);
+    /* KILN_TUNE_NO_NAN_PROBE=1 turns it off */
+    setenv("KILN_TUNE_NO_NAN_PROBE", "1", 1);
+    CHECK_OK(tune_stats(relu, 3, 1e9, &best, &S));
+    unsetenv("KILN_TUNE_NO_NAN_PROBE");
+    CHECK(best != T_LEGACY && S.ref_runs == 0);
+}
+
+/* kiln__tune_nan_decide alone: NaN expected where the reference has it
+ * (or, without one, where any tactic has it); extra NaN is no fault. */
+TEST(nan_decide_rules) {
+    float a[4] = {NAN, NAN, 1, 2}, b[4] = {0, NAN, 1, 2}, c[4] = {NAN, NAN, NAN, 2}, r[4] = {NAN, NAN, 1, 2};
+    kiln_tune_sample s[3] = {{.v = a, .n = 4, .valid = true}, {.v = b, .n = 4, .valid = true},
+                             {.v = c, .n = 4, .valid = true}};
+    kiln_tune_sample ref = {.v = r, .n = 4, .valid = true};
+    bool ran[3] = {true, true, true}, keep[3];
+    CHECK(kiln__tune_nan_decide(s, 3, 1, ran, &ref, keep) == 1 && keep[0] && !keep[1] && keep[2]);
+    CHECK(kiln__tune_nan_decide(s, 3, 1, ran, NULL, keep) == 2 && !keep[0] && !keep[1] && keep[2]);
+    bool ran01[3] = {true, true, false};
+    CHECK(kiln__tune_nan_decide(s, 3, 1, ran01, NULL, keep) == 1 && keep[0] && !keep[1] && keep[2]);
+    float d[4] = {0, 0, 1, 2};
+    kiln_tune_sample s2[2] = {{.v = b, .n = 4, .valid = true}, {.v = d, .n = 4, .valid = true}};
+    CHECK(kiln__tune_nan_decide(s2, 2, 1, ran, &ref, keep) == -1 && keep[0] && keep[1]); /* all would go */
+    s2[1].valid = false; /* (not a float output: not compared) */
+    CHECK(kiln__tune_nan_decide(s2, 2, 1, ran, NULL, keep) == 0 && keep[0] && keep[1]);
+}
+
 int main(void) {
     RUN(the_host_reference_keeps_the_right_tactic);
     RUN(the_stats_say_where_the_time_went);
     RUN(tactics_that_agree_are_timed);
     RUN(every_tactic_wrong_fails_the_build);
     RUN(without_a_reference_families_vote_and_no_plurality_is_taken);
+    RUN(the_nan_probe_drops_tactics_that_turn_nan_into_numbers);
+    RUN(nan_decide_rules);
     return test_summary();
 }

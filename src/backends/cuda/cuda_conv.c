@@ -152,6 +152,7 @@ typedef struct gconv_key {
 typedef struct gconv_plan {
     gconv_key key;
     bool declined;          /* no engine config runs this graph (legacy path) */
+    bool fell_back;         /* the key's config is missing here: the heuristics' first runs it */
     float hs[2];            /* the composed activations' by-value scale and shift (hard swish:
                                1/6, 1/2; hard sigmoid: alpha, beta; the variant pack points here) */
     kcu_dg dg;
@@ -862,6 +863,7 @@ static kiln_status gconv_plan_for(const kiln_kernel_args *a, conv_state *cs, con
     *out = p;
     if (r < 0) r = gconv_make(st->dnn, k, !st->strict_tactics, p);
     if (r != GM_MISSING) return KILN_OK;
+    p->fell_back = !st->strict_tactics;
     char name[48];
     kcu_dg_id_name(k->tactic, name, sizeof name);
     if (st->strict_tactics)
@@ -881,6 +883,14 @@ static kiln_status gconv_plan_for(const kiln_kernel_args *a, conv_state *cs, con
 /* Runs conv + bias + residual + activation as one cuDNN graph. *handled =
  * false: not a graph layer (dtype, activation, tactic LEGACY) or no engine
  * config runs it: the caller takes the legacy path. */
+/* Whether cuDNN's graph computes activation act with RELU_FWD's clamps (ReLU,
+ * Clip, LeakyRelu; HardSigmoid's composition), which engines may compute as
+ * max/min that turn NaN into a number (conv_graph_run's tactic 0). */
+static bool gconv_act_clamps(int act) {
+    return act == KILN_FC_ACT_RELU || act == KILN_FC_ACT_CLIP || act == KILN_FC_ACT_LEAKY_RELU ||
+           act == KILN_FC_ACT_HARD_SIGMOID;
+}
+
 static kiln_status conv_graph_run(const kiln_kernel_args *a, const kcu_conv *g, const int64_t *pe, bool nhwc,
                                   int xv, int act, float alpha, float beta, const kiln_tensor *B,
                                   const kiln_tensor *R, conv_state *cs, bool *handled) {
@@ -890,13 +900,28 @@ static kiln_status conv_graph_run(const kiln_kernel_args *a, const kcu_conv *g, 
     int32_t tactic = kiln__cuda_tactic(a);
     *handled = false;
     if (tactic == KCU_CONV_TACTIC_LEGACY || !gconv_eligible(X->dtype, act, alpha, beta)) return KILN_OK;
+    /* Tactic 0 (a build without tuning: nothing timed, nothing checked) runs the
+     * heuristics' first config, whose fused ReLU turned NaN into 0 on an H100
+     * (fp16 random CUDA graphs 53 and 101, issue 20): with a clamping
+     * activation its graph stops before the activation, and kiln's epilogue
+     * (NaN kept) applies it after. The configs a tuned build times keep the
+     * activation inside; the builder's NaN probe drops those that lose NaN. */
+    bool act_after = tactic == 0 && gconv_act_clamps(act);
     const void *wdata = a->in[1]->data;
     if (nhwc) KILN_TRY(nhwc_weights(a, g, xv, cs, &wdata));
     const void *ptrs[5] = {X->data, wdata, B ? B->data : NULL, R ? R->data : NULL, Y->data};
     gconv_key k;
-    gconv_key_make(&k, g, pe, X->dtype, nhwc, tactic, act, alpha, beta, B != NULL, R != NULL, ptrs);
+    gconv_key_make(&k, g, pe, X->dtype, nhwc, tactic, act_after ? KILN_FC_ACT_NONE : act, alpha, beta, B != NULL,
+                   R != NULL, ptrs);
     gconv_plan *p;
     KILN_TRY(gconv_plan_for(a, cs, &k, &p));
+    if (p->fell_back && !act_after && gconv_act_clamps(act)) {
+        /* the stored config is missing here (another cuDNN or GPU): the heuristics'
+         * first config runs the layer, unprobed, so as for tactic 0 */
+        act_after = true;
+        gconv_key_make(&k, g, pe, X->dtype, nhwc, 0, KILN_FC_ACT_NONE, alpha, beta, B != NULL, R != NULL, ptrs);
+        KILN_TRY(gconv_plan_for(a, cs, &k, &p));
+    }
     if (p->declined) return KILN_OK;
     void *ws = NULL;
     if (p->plan.ws) KILN_TRY(kiln__cuda_scratch(st, (size_t)p->plan.ws, &ws, KCU_NODE(a)));
@@ -919,6 +944,10 @@ static kiln_status conv_graph_run(const kiln_kernel_args *a, const kcu_conv *g, 
     }
     cudnnStatus_t s = kcu_dg_execute(st->dnn, &p->plan, n, uids, vp, ws);
     if (s != CUDNN_STATUS_SUCCESS) return dnn_fail(KCU_NODE(a), "graph execution", s);
+    if (act_after) /* NHWC: the channel is the innermost dim (rows of M) */
+        KILN_CUDA_TRY(kcu_bias_act(X->dtype, Y->data, Y->data, NULL, NULL, nhwc ? g->N * g->out_sz : g->N, g->M,
+                                   nhwc ? 1 : g->out_sz, act, alpha, beta, KCU_STREAM(a)),
+                      KCU_NODE(a));
     *handled = true;
     return KILN_OK;
 }

@@ -116,15 +116,10 @@ __device__ __forceinline__ void attn_q_frags(uint32_t (*qf)[4], const T *Qw, int
     for (int ks = 0; ks < KS; ks++) ldsm_x4(qf[ks], Qw + ((mi & 1) * 8 + r) * DMP + ks * 16 + (mi >> 1) * 8);
 }
 
-/* The output scale of this thread's two rows from their softmax sums: 1 / l (every
- * key masked out: 0/0 = NaN, as the softmax of all -inf), and whether the row is
- * written as zeros instead (nan_to_zero where no key has weight). */
+/* The output scale of this thread's two rows from their softmax sums (kcu_attn_norm). */
 __device__ __forceinline__ void attn_norm(const float *l, int nan_to_zero, float *inv, bool *zero) {
 #pragma unroll
-    for (int u = 0; u < 2; u++) {
-        inv[u] = 1.0f / l[u];
-        zero[u] = nan_to_zero && !(l[u] > 0.0f);
-    }
+    for (int u = 0; u < 2; u++) kcu_attn_norm(l[u], nan_to_zero, &inv[u], &zero[u]);
 }
 
 /* S = Q K^T for one warp: its 16 rows (qf: KS steps of 16 of the head dim) x

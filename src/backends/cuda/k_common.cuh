@@ -184,6 +184,19 @@ struct OpMul {
     template <typename C> __device__ __forceinline__ C operator()(C a, C b) const { return a * b; }
 };
 
+/* The attention kernels' output scale for a row (k_fused.cu, k_attn.cu) from its
+ * softmax sum l, the output being acc * inv where !zero, 0 where zero.
+ * l > 0: inv = 1 / l. l == 0 (every key masked out): 0/0 = NaN, as the
+ * softmax of all -inf; with nan_to_zero the row's probabilities are 0, so
+ * inv = 0 and acc * 0 gives what P V does, 0 or NaN where V holds NaN/inf
+ * (acc then holds only the 0 * V terms of the masked keys). l NaN (a NaN or
+ * +inf score, from NaN/inf in Q or K): NaN, or with nan_to_zero zeros (every
+ * probability was NaN, then 0). */
+__device__ __forceinline__ void kcu_attn_norm(float l, int nan_to_zero, float *inv, bool *zero) {
+    *zero = nan_to_zero && l != l;
+    *inv = nan_to_zero && l == 0.0f ? 0.0f : 1.0f / l;
+}
+
 } /* namespace kcu */
 
 /* KCU_SWITCH_ES(es, body): body with E_ bound to the unsigned storage type of

@@ -87,6 +87,7 @@ __global__ void __launch_bounds__(ATT_ROWS)
     float m = -INFINITY, l = 0.0f;
     for (int64_t j0 = 0; j0 < g.Sk; j0 += ATT_TILE) {
         const int nt = g.Sk - j0 < ATT_TILE ? (int)(g.Sk - j0) : ATT_TILE;
+        int vbad = 0;
         for (int e = threadIdx.x; e < ATT_TILE * DM; e += ATT_ROWS) {
             const int jj = e / DM, d = e % DM;
             float kv = 0.0f, vv = 0.0f;
@@ -97,8 +98,10 @@ __global__ void __launch_bounds__(ATT_ROWS)
             }
             ksh[jj][d] = kv;
             vsh[jj][d] = vv;
+            vbad |= !isfinite(vv);
         }
-        __syncthreads();
+        /* whether the tile's V holds a NaN or an infinity (the barrier's OR: no extra pass) */
+        const int tile_vbad = __syncthreads_or(vbad);
         if (row) {
             for (int jj = 0; jj < nt; jj++) {
                 float s = 0.0f;
@@ -108,7 +111,12 @@ __global__ void __launch_bounds__(ATT_ROWS)
                     s = g.cond_mode == 1 ? g.fill : s + g.fill;
                 if (mrow) s += Num<T>::load(mrow[(j0 + jj) * g.ms[3]]);
                 if (brow) s += Num<T>::load(brow[(j0 + jj) * g.bs[3]]);
-                if (s == -INFINITY) continue; /* weight 0 */
+                if (s == -INFINITY) { /* weight 0, but 0 * (NaN or inf) in V is NaN, as P V gives */
+                    if (tile_vbad)
+#pragma unroll
+                        for (int d = 0; d < DM; d++) acc[d] += 0.0f * vsh[jj][d];
+                    continue;
+                }
                 if (s > m) {
                     const float c = expf(m - s);
                     l *= c;
@@ -126,8 +134,9 @@ __global__ void __launch_bounds__(ATT_ROWS)
     }
     if (!row) return;
     T *op = o + b * g.os[0] + h * g.os[1] + i * g.os[2];
-    const float inv = 1.0f / l; /* every key masked out: 0/0 = NaN, as softmax of all -inf */
-    const bool zero = g.nan_to_zero && !(l > 0.0f); /* NaN or 0: every probability is NaN */
+    float inv;
+    bool zero;
+    kcu_attn_norm(l, g.nan_to_zero, &inv, &zero);
 #pragma unroll
     for (int d = 0; d < DM; d++)
         if (d < g.Dv) op[d * g.os[3]] = Num<T>::store(zero ? 0.0f : acc[d] * inv);

@@ -897,12 +897,14 @@ cudaError_t kcu_attention(kiln_dtype t, const kcu_attn *g, const void *q, const 
                 }
                 if (mx == -INFINITY) mx = 0; /* every key masked: exp gives 0, 0/0 below */
                 for (int64_t j = 0; j < g->Sk; j++) sum += (sc[j] = exp(sc[j] - mx));
-                bool zero = g->nan_to_zero && !(sum > 0);
+                /* k_common.cuh's kcu_attn_norm: all masked (sum 0) with nan_to_zero keeps 0 * V's NaN */
+                bool zero = g->nan_to_zero && sum != sum;
+                double inv = g->nan_to_zero && sum == 0 ? 0.0 : 1.0 / sum;
                 for (int64_t c = 0; c < g->Dv; c++) {
                     double acc = 0;
                     for (int64_t j = 0; j < g->Sk; j++)
                         acc += sc[j] * ld(t, v, b * g->vs[0] + h * g->vs[1] + j * g->vs[2] + c * g->vs[3]);
-                    st_(t, o, b * g->os[0] + h * g->os[1] + i * g->os[2] + c * g->os[3], zero ? 0.0 : acc / sum);
+                    st_(t, o, b * g->os[0] + h * g->os[1] + i * g->os[2] + c * g->os[3], zero ? 0.0 : acc * inv);
                 }
             }
         }
