@@ -39,6 +39,10 @@ static const struct {
     [KILN_PASS_FUSE_QKV] = {"fuse_qkv", "an Attention's Q, K and V projections into one FusedMatMul (a "
                                         "packed one's Split/Slices read in place; batch_first "
                                         "MultiheadAttention's transposes dropped)"},
+    [KILN_PASS_SHARE_ATTENTION_MASK] = {"share_attention_mask",
+                                        "fp16/bf16 device plans: the bool cond that several Attention layers "
+                                        "share (a padding mask, -inf where masked) made into one additive mask "
+                                        "once per run (one Where), read by every one of them"},
     [KILN_PASS_MERGE_MOVEMENT] = {"merge_movement",
                                   "a chain of data-movement layers from one value (Transpose, Slice, Gather and "
                                   "Concat with constant parameters, views) into one Gather of rows"},

@@ -28,6 +28,7 @@
 #include "test.h"
 
 #include "backends/backend.h"
+#include "ops/fused_transformer.h"
 #include "graph_build.h"
 #include "runtime/engine.h"
 
@@ -179,10 +180,45 @@ static float *run_form(const kiln_engine *e, const inputs *in, int64_t *n) {
 /* The optimizer's plan of m for the CUDA backend in fp16 (no device needed):
  * the number of live nodes of op `op`. -1 when the backend is not built. in
  * NULL: the input dims stay as the model declares them (symbolic). */
+static kiln_graph *cuda_plan(const kiln_model *m, const inputs *in, uint32_t disabled);
+
 static int cuda_plan_count(const kiln_model *m, const inputs *in, int op) {
     if (!kiln__backend_for(KILN_DEVICE_CUDA)) return -1;
+    kiln_graph *g = cuda_plan(m, in, 0);
+    if (!g) return -3;
+    int count = 0;
+    for (int i = 0; i < g->n_nodes; i++) count += !g->nodes[i].dead && g->nodes[i].op_id == op;
+    kiln__graph_free(g);
+    return count;
+}
+
+/* In m's CUDA fp16 plan (passes `disabled` off): *n_cond the kiln.Attention
+ * layers that read a bool cond, *n_mask those that read an additive mask
+ * made in the plan by a Where (share_attention_mask), *n_where the live
+ * Wheres. false when the CUDA backend is not built (or the plan fails). */
+static bool cuda_plan_masks(const kiln_model *m, const inputs *in, uint32_t disabled, int *n_cond, int *n_mask,
+                            int *n_where) {
+    if (!kiln__backend_for(KILN_DEVICE_CUDA)) return false;
+    kiln_graph *g = cuda_plan(m, in, disabled);
+    if (!g) return false;
+    *n_cond = *n_mask = *n_where = 0;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const kiln_node *n = &g->nodes[i];
+        if (n->dead) continue;
+        *n_where += n->op_id == KILN_OP_Where;
+        if (n->op_id != KILN_OP_Attention) continue;
+        *n_cond += n->n_in > 4 && n->in[4] >= 0;
+        int p = n->in[3] >= 0 ? g->values[n->in[3]].producer : -1;
+        *n_mask += p >= 0 && strstr(g->nodes[p].name, "/kiln_attn_mask") != NULL;
+    }
+    kiln__graph_free(g);
+    return true;
+}
+
+/* m's CUDA fp16 plan, optimized with the passes `disabled` off (NULL: failed). */
+static kiln_graph *cuda_plan(const kiln_model *m, const inputs *in, uint32_t disabled) {
     kiln_graph *g = NULL;
-    if (kiln__graph_clone(m->graph, &g) != KILN_OK) return -2;
+    if (kiln__graph_clone(m->graph, &g) != KILN_OK) return NULL;
     /* fix the input dims (and their symbols everywhere), forget intermediate shapes */
     for (int i = 0; in && i < in->n; i++) {
         int v = kiln__graph_find_value(g, in->s[i]->name);
@@ -204,20 +240,40 @@ static int cuda_plan_count(const kiln_model *m, const inputs *in, int op) {
         if (!(v->flags & (KILN_VALUE_CONST | KILN_VALUE_INPUT | KILN_VALUE_OUTPUT)) && v->producer >= 0)
             v->info.rank = -1;
     }
-    kiln_optimize_opts oo = {.device = KILN_DEVICE_CUDA, .precision = KILN_PRECISION_FP16};
-    int count = -3;
+    kiln_optimize_opts oo = {.device = KILN_DEVICE_CUDA, .precision = KILN_PRECISION_FP16, .disabled = disabled};
     if (kiln__graph_infer(g) == KILN_OK && kiln__pass_fold_constants(g) == KILN_OK && kiln__pass_dce(g) == KILN_OK &&
-        kiln__graph_infer(g) == KILN_OK && kiln__pass_optimize(g, &oo) == KILN_OK) {
-        count = 0;
-        for (int i = 0; i < g->n_nodes; i++) count += !g->nodes[i].dead && g->nodes[i].op_id == op;
-    } else {
-        fprintf(stderr, "  CUDA plan: %s\n", kiln_last_error());
-    }
+        kiln__graph_infer(g) == KILN_OK && kiln__pass_optimize(g, &oo) == KILN_OK)
+        return g;
+    fprintf(stderr, "  CUDA plan: %s\n", kiln_last_error());
     kiln__graph_free(g);
-    return count;
+    return NULL;
 }
 
 static int n_forms, n_gpu;
+
+/* The forms whose attention layers share one bool cond that adds -inf (torch
+ * 2.x's TorchScript exports of the transformers models). */
+static bool shares_cond(const char *file) {
+    return strstr(file, "t211_ts_hf_bert_sdpa") || strstr(file, "t211_ts_hf_distilbert") ||
+           strstr(file, "t211_ts_hf_gpt2");
+}
+
+/* The number of kiln.Attention layers of e that read a cond (input 4), and
+ * in *n_mask those reading one additive mask that every masked layer shares. */
+static int count_cond_layers(const kiln_engine *e, int *n_mask) {
+    int n = 0, mask = -1;
+    *n_mask = 0;
+    for (int i = 0; i < e->graph->n_nodes; i++) {
+        const kiln_node *an = &e->graph->nodes[i];
+        if (an->op_id != KILN_OP_Attention) continue;
+        n += an->n_in > 4 && an->in[4] >= 0;
+        if (an->n_in > 3 && an->in[3] >= 0 && (mask < 0 || an->in[3] == mask)) {
+            mask = an->in[3];
+            (*n_mask)++;
+        }
+    }
+    return n;
+}
 
 static void check_form(const form *f) {
     char path[1100];
@@ -304,6 +360,24 @@ static void check_form(const form *f) {
                                      f->n_attn);
         CHECK(nc == f->n_attn);
         CHECK(cuda_plan_count(m, &in, KILN_OP_Softmax) == 0);
+        /* share_attention_mask: torch 2.x's TorchScript exports of BERT, DistilBERT
+         * and GPT-2 give every layer the same bool cond (-inf added where
+         * masked): the fp16 plan makes it one additive mask (one Where, fused
+         * with the And before it), read by every layer instead of the cond,
+         * converted once per run instead of once per layer (issue 21); with the
+         * pass off, each layer reads the cond. A layer alone with its cond keeps it. */
+        int nco, nma, nwh, nco0, nma0, nwh0;
+        CHECK(cuda_plan_masks(m, &in, 0, &nco, &nma, &nwh));
+        CHECK(cuda_plan_masks(m, &in, 1u << KILN_PASS_SHARE_ATTENTION_MASK, &nco0, &nma0, &nwh0));
+        CHECK(nma0 == 0 && (nma == 0 || nma >= 2) && nco + nma == nco0);
+        if (shares_cond(f->file)) {
+            if (nco != 0 || nma != f->n_attn)
+                fprintf(stderr, "  %s: %d layers read the cond, %d the shared mask, want 0 and %d\n", f->file, nco,
+                        nma, f->n_attn);
+            CHECK(nco == 0 && nma == f->n_attn && nco0 == f->n_attn);
+        } else if (f->n_attn < 2) {
+            CHECK(nma == 0);
+        }
         /* BERT: one projection for Q, K and V; output, FFN in and FFN out */
         if (strstr(f->file, "hf_bert")) CHECK(cuda_plan_count(m, &in, KILN_OP_FusedMatMul) == 4 * f->n_attn);
         /* Swin: no Pad kept in float32 between two Casts (the input's and the output's only) */
@@ -325,6 +399,10 @@ static void check_form(const form *f) {
         if (!eg) break;
         n_gpu++;
         CHECK(count_op(eg, KILN_OP_Attention) == f->n_attn);
+        if (shares_cond(f->file)) { /* the engine, tuned: the layers read the shared mask */
+            int n_mask = 0;
+            CHECK(count_cond_layers(eg, &n_mask) == 0 && n_mask == f->n_attn);
+        }
         /* the tactic the tuner kept for each attention layer, and its time (a note) */
         fprintf(stderr, "  %s %s attention:", f->file, p ? "bf16" : "fp16");
         for (int i = 0; i < eg->graph->n_nodes; i++) {
