@@ -2339,6 +2339,24 @@ TEST(test_conv_gemm) {
 }
 
 TEST(test_fused_transformer) {
+    {
+        /* FusedMatMul's tactics: up to KCU_GEMM_MAX_CANDIDATES of cuBLASLt's
+         * heuristic candidates (8 before: BERT-base's GEMMs at batch 64 chose
+         * the 7th), each named. BERT-base's QKV GEMM at batch 64: M 8192, K 768,
+         * N 2304, fp16, bias epilogue (the count is a note: cuBLASLt's) */
+        kiln_cuda_gemm p = {.t = F16, .M = 8192, .N = 2304, .K = 768, .batch = 1, .lda = 768, .ldb = 2304,
+                            .ldc = 2304, .epi = KCU_EPI_BIAS, .alpha = 1.0};
+        int n = kiln__cuda_gemm_candidates((kiln_cuda_state *)st, &p, 64);
+        printf("  cuBLASLt candidates for BERT-base's QKV GEMM at batch 64: %d\n", n);
+        CHECK(n >= 1 && n <= KCU_GEMM_MAX_CANDIDATES);
+        char want[32];
+        for (int k = 0; k < KCU_GEMM_MAX_CANDIDATES; k++) {
+            snprintf(want, sizeof want, "cublasLt#%d", k);
+            CHECK(!strcmp(kiln__cu_fused_matmul_tactic_name(k), want));
+        }
+        CHECK(!strcmp(kiln__cu_fused_matmul_tactic_name(KCU_GEMM_MAX_CANDIDATES), "cublasLt#?"));
+        CHECK(KCU_GEMM_MAX_CANDIDATES >= 32);
+    }
     for (int act = KILN_FACT_NONE; act <= KILN_FACT_GELU_TANH; act++) {
         kiln_fused_matmul_attrs at = {.act = act}, tb = {.act = act, .trans_b = 1};
         char name[32];
