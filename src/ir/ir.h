@@ -216,6 +216,7 @@ enum {
     KILN_PASS_FUSE_MATMUL,
     KILN_PASS_FUSE_QKV,
     KILN_PASS_SHARE_ATTENTION_MASK,
+    KILN_PASS_ATTENTION_MASK_ROWS,
     KILN_PASS_MERGE_MOVEMENT,         /* fuse_movement.c */
     KILN_PASS_FUSE_ADD_LAYERNORM,     /* fuse_norm.c */
     KILN_PASS_FUSE_POINTWISE,         /* fuse_pointwise.c (after the precision pass) */

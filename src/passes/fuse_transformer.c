@@ -2307,6 +2307,45 @@ static void cond_to_mask_args(const kiln_node *n, int m, kiln_attention_attrs *a
     in[4] = -1;
 }
 
+/* Whether v is a bool constant with every element true. */
+static bool const_all_true(const kiln_graph *g, int v) {
+    const kiln_value *val = v >= 0 ? &g->values[v] : NULL;
+    if (!val || !(val->flags & KILN_VALUE_CONST) || val->info.dtype != KILN_DTYPE_BOOL || !val->data) return false;
+    int64_t n = kiln__numel(val->info.rank, val->info.dims);
+    for (int64_t i = 0; i < n; i++)
+        if (!((const uint8_t *)val->data)[i]) return false;
+    return n > 0;
+}
+
+/* What cond c is made from when it is And(x, all true) (the all-true side a
+ * constant, as HF's SDPA mask for a bidirectional encoder folds to): x,
+ * through every such And, where x broadcasts into c's shape (each of its
+ * dims 1 or c's, right-aligned), so that x read as a mask broadcast to the
+ * scores gives what c does. BERT's cond [B, 1, S, S] comes from its padding
+ * mask [B, 1, 1, S]: the additive mask is made from that, S times smaller,
+ * and the kernels read it as one row of keys per batch. Else c. */
+static int cond_broadcast_source(const kiln_graph *g, int c) {
+    const kiln_tinfo *ci = info(g, c);
+    int x = c;
+    for (int depth = 0; depth < 8; depth++) {
+        int p = kiln__pat_producer(g, x, KILN_OP_And);
+        if (p < 0 || g->nodes[p].n_in != 2) break;
+        int a = g->nodes[p].in[0], b = g->nodes[p].in[1];
+        int y = const_all_true(g, b) ? a : const_all_true(g, a) ? b : -1;
+        if (y < 0) break;
+        const kiln_tinfo *yi = info(g, y);
+        if (yi->dtype != KILN_DTYPE_BOOL || yi->rank < 0 || yi->rank > ci->rank) break;
+        bool fits = true;
+        for (int k = 0; k < yi->rank && fits; k++) {
+            int64_t dy = yi->dims[yi->rank - 1 - k], dc = ci->dims[ci->rank - 1 - k];
+            fits = dy == 1 || (dy == dc && dy != KILN_DIM_UNKNOWN);
+        }
+        if (!fits) break;
+        x = y;
+    }
+    return x;
+}
+
 /* The attention layers of an fp16/bf16 device plan that read one bool cond
  * (BERT's padding mask, read by every layer) read one additive mask made
  * from it once, by Where(cond, -inf, 0) (or Where(cond, 0, -inf)), instead:
@@ -2322,7 +2361,7 @@ static kiln_status share_attention_mask(kiln_graph *g, const kiln_optimize_opts 
     for (int ni = an; ni < g->n_nodes; ni++) n_share += reads_cond(g, &g->nodes[ni], c, fill_if);
     if (n_share < 2) return KILN_OK;
     /* the mask value: float32 (the precision pass makes it fp16/bf16 with its
-     * readers), the cond's shape */
+     * readers), the shape of what the cond is made from (cond_broadcast_source) */
     char name[512];
     int m, k0 = 0;
     const char *cn = g->values[c].name ? g->values[c].name : "cond";
@@ -2330,7 +2369,8 @@ static kiln_status share_attention_mask(kiln_graph *g, const kiln_optimize_opts 
     while (kiln__graph_find_value(g, name) >= 0 && ++k0 < 1000)
         snprintf(name, sizeof name, "%.400s/kiln_attn_mask_%d", cn, k0);
     KILN_TRY(kiln__graph_add_value(g, name, &m));
-    g->values[m].info = *info(g, c);
+    int x = kiln__pass_on(o, KILN_PASS_ATTENTION_MASK_ROWS) ? cond_broadcast_source(g, c) : c;
+    g->values[m].info = *info(g, x);
     g->values[m].info.dtype = KILN_DTYPE_FLOAT32;
     g->values[m].producer = -1;
     for (int ni = an; ni < g->n_nodes; ni++) {
@@ -2342,14 +2382,14 @@ static kiln_status share_attention_mask(kiln_graph *g, const kiln_optimize_opts 
         if (!kiln__pat_supports(g, o->device, KILN_OP_Attention, 4, in, 1, n->out, &aa))
             return KILN_OK; /* (m, read by nothing, goes with compaction) */
     }
-    /* Where(cond, -inf, 0) where the fill applies to cond == 1, else Where(cond, 0, -inf) */
+    /* Where(x, -inf, 0) where the fill applies to cond == 1, else Where(x, 0, -inf) */
     const float ninf = -INFINITY, zero = 0.0f;
     int vf, vz, ni;
     KILN_TRY(kiln__graph_add_const(g, name, KILN_DTYPE_FLOAT32, 0, NULL, &ninf, &vf));
     KILN_TRY(kiln__graph_add_const(g, name, KILN_DTYPE_FLOAT32, 0, NULL, &zero, &vz));
-    int win[3] = {c, fill_if ? vf : vz, fill_if ? vz : vf}, n0 = g->n_nodes;
+    int win[3] = {x, fill_if ? vf : vz, fill_if ? vz : vf}, n0 = g->n_nodes;
     KILN_TRY(kiln__graph_add_node(g, KILN_OP_Where, name, 3, win, 1, &m, NULL, &ni));
-    int after = kiln__pat_producer(g, c, 0);
+    int after = kiln__pat_producer(g, x, 0);
     g->nodes[ni].added = true; /* no ONNX node behind it */
     g->nodes[ni].device = g->nodes[an].device;
     for (int nj = an; nj < n0; nj++) {

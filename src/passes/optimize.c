@@ -43,6 +43,10 @@ static const struct {
                                         "fp16/bf16 device plans: the bool cond that several Attention layers "
                                         "share (a padding mask, -inf where masked) made into one additive mask "
                                         "once per run (one Where), read by every one of them"},
+    [KILN_PASS_ATTENTION_MASK_ROWS] = {"attention_mask_rows",
+                                       "share_attention_mask's mask made from what a cond And an all-true "
+                                       "constant broadcasts (BERT's padding mask [B, 1, 1, S]: one row of keys "
+                                       "per batch) rather than in the cond's shape ([B, 1, S, S])"},
     [KILN_PASS_MERGE_MOVEMENT] = {"merge_movement",
                                   "a chain of data-movement layers from one value (Transpose, Slice, Gather and "
                                   "Concat with constant parameters, views) into one Gather of rows"},

@@ -1426,7 +1426,8 @@ TEST(test_engine_host_inputs) {
  * token ids and a padding mask (the second sequence's last 3 tokens masked
  * out); its output [2, 8, 32] into y (true: it ran). *n_cond gets the
  * engine's Attention layers that read the cond, *n_mask those that read an
- * additive mask made by a layer named after the shared mask
+ * additive mask [2, 1, 1, 8] (made from the padding mask the cond is
+ * broadcast from) made by a layer named after the shared mask
  * (share_attention_mask), *n_made the layers making one. */
 static bool bert_mask_run(kiln_device dev, kiln_precision p, const char *pass_off, float *y, int *n_cond,
                           int *n_mask, int *n_made) {
@@ -1457,8 +1458,10 @@ static bool bert_mask_run(kiln_device dev, kiln_precision p, const char *pass_of
             *n_made += strstr(n->name, "/kiln_attn_mask") != NULL;
             if (n->op_id != KILN_OP_Attention) continue;
             *n_cond += n->n_in > 4 && n->in[4] >= 0;
-            int pm = n->in[3] >= 0 ? g->values[n->in[3]].producer : -1;
-            *n_mask += pm >= 0 && strstr(g->nodes[pm].name, "/kiln_attn_mask") != NULL;
+            int pm = n->n_in > 3 && n->in[3] >= 0 ? g->values[n->in[3]].producer : -1;
+            if (pm < 0 || !strstr(g->nodes[pm].name, "/kiln_attn_mask")) continue;
+            const kiln_tinfo *mi = &g->values[n->in[3]].info;
+            *n_mask += mi->rank == 4 && mi->dims[0] == 2 && mi->dims[1] == 1 && mi->dims[2] == 1 && mi->dims[3] == 8;
         }
         CHECK_OK(kiln_context_set_input(ctx, "input_ids", KILN_DTYPE_INT64, 2, dims, ids));
         CHECK_OK(kiln_context_set_input(ctx, "attention_mask", KILN_DTYPE_INT64, 2, dims, mask));
@@ -1478,7 +1481,9 @@ static bool bert_mask_run(kiln_device dev, kiln_precision p, const char *pass_of
 /* share_attention_mask (issue 21): in an fp16/bf16 device engine, BERT's
  * layers read one additive mask made once per run from their shared bool
  * cond (one layer makes it), instead of converting the cond each (cuDNN's
- * fused attention did, once per layer); the outputs agree with the CPU's
+ * fused attention did, once per layer), and made from the [B, 1, 1, S]
+ * padding mask the cond broadcasts (And with an all-true constant), one row
+ * of keys per batch rather than [B, 1, S, S]; the outputs agree with the CPU's
  * fp32 engine (which keeps the cond) and with the device engine without
  * the pass. */
 TEST(test_shared_attention_mask) {
@@ -1486,7 +1491,7 @@ TEST(test_shared_attention_mask) {
         printf("  (no CUDA backend in the registry: skipped)\n");
         return;
     }
-    static float ref[512], y[512], y0[512];
+    static float ref[512], y[512], y0[512], yf[512];
     int nc, nm, nd;
     CHECK(bert_mask_run(KILN_DEVICE_CPU, KILN_PRECISION_FP32, NULL, ref, &nc, &nm, &nd));
     CHECK(nc == 2 && nm == 0 && nd == 0); /* fp32 plans keep the cond */
@@ -1498,16 +1503,20 @@ TEST(test_shared_attention_mask) {
                   p ? "bf16" : "fp16", nc, nm, nd);
         CHECK(bert_mask_run(KILN_DEVICE_CUDA, pr, "share_attention_mask", y0, &nc, &nm, &nd));
         CHECK(nc == 2 && nm == 0 && nd == 0);
-        double num = 0, num0 = 0, den = 0;
+        /* attention_mask_rows off: one shared mask in the cond's shape [2, 1, 8, 8] */
+        CHECK(bert_mask_run(KILN_DEVICE_CUDA, pr, "attention_mask_rows", yf, &nc, &nm, &nd));
+        CHECK(nc == 0 && nm == 0 && nd == 1);
+        double num = 0, num0 = 0, numf = 0, den = 0;
         for (int i = 0; i < 512; i++) {
             num += (double)(y[i] - ref[i]) * (y[i] - ref[i]);
             num0 += (double)(y[i] - y0[i]) * (y[i] - y0[i]);
+            numf += (double)(yf[i] - y0[i]) * (yf[i] - y0[i]);
             den += (double)ref[i] * ref[i];
         }
         double tol = p ? 1e-3 : 1e-5;
-        if (!(den > 0 && num <= tol * den && num0 <= tol * den))
-            FAILF("BERT %s: NMSE %g vs the CPU, %g vs the pass off", p ? "bf16" : "fp16", den > 0 ? num / den : -1.0,
-                  den > 0 ? num0 / den : -1.0);
+        if (!(den > 0 && num <= tol * den && num0 <= tol * den && numf <= tol * den))
+            FAILF("BERT %s: NMSE %g vs the CPU, %g vs the pass off, %g full mask vs the pass off", p ? "bf16" : "fp16",
+                  den > 0 ? num / den : -1.0, den > 0 ? num0 / den : -1.0, den > 0 ? numf / den : -1.0);
     }
 }
 

@@ -194,22 +194,26 @@ static int cuda_plan_count(const kiln_model *m, const inputs *in, int op) {
 
 /* In m's CUDA fp16 plan (passes `disabled` off): *n_cond the kiln.Attention
  * layers that read a bool cond, *n_mask those that read an additive mask
- * made in the plan by a Where (share_attention_mask), *n_where the live
- * Wheres. false when the CUDA backend is not built (or the plan fails). */
+ * made in the plan by a Where (share_attention_mask), *n_row those of them
+ * whose mask is one row of keys per batch ([B, 1, 1, Sk]: made from the
+ * padding mask the cond was broadcast from), *n_where the live Wheres. false when the CUDA backend is not built (or the plan fails). */
 static bool cuda_plan_masks(const kiln_model *m, const inputs *in, uint32_t disabled, int *n_cond, int *n_mask,
-                            int *n_where) {
+                            int *n_row, int *n_where) {
     if (!kiln__backend_for(KILN_DEVICE_CUDA)) return false;
     kiln_graph *g = cuda_plan(m, in, disabled);
     if (!g) return false;
-    *n_cond = *n_mask = *n_where = 0;
+    *n_cond = *n_mask = *n_row = *n_where = 0;
     for (int i = 0; i < g->n_nodes; i++) {
         const kiln_node *n = &g->nodes[i];
         if (n->dead) continue;
         *n_where += n->op_id == KILN_OP_Where;
         if (n->op_id != KILN_OP_Attention) continue;
         *n_cond += n->n_in > 4 && n->in[4] >= 0;
-        int p = n->in[3] >= 0 ? g->values[n->in[3]].producer : -1;
-        *n_mask += p >= 0 && strstr(g->nodes[p].name, "/kiln_attn_mask") != NULL;
+        int p = n->n_in > 3 && n->in[3] >= 0 ? g->values[n->in[3]].producer : -1;
+        if (p < 0 || !strstr(g->nodes[p].name, "/kiln_attn_mask")) continue;
+        (*n_mask)++;
+        const kiln_tinfo *mi = &g->values[n->in[3]].info;
+        *n_row += mi->rank == 4 && mi->dims[2] == 1;
     }
     kiln__graph_free(g);
     return true;
@@ -366,15 +370,22 @@ static void check_form(const form *f) {
          * with the And before it), read by every layer instead of the cond,
          * converted once per run instead of once per layer (issue 21); with the
          * pass off, each layer reads the cond. A layer alone with its cond keeps it. */
-        int nco, nma, nwh, nco0, nma0, nwh0;
-        CHECK(cuda_plan_masks(m, &in, 0, &nco, &nma, &nwh));
-        CHECK(cuda_plan_masks(m, &in, 1u << KILN_PASS_SHARE_ATTENTION_MASK, &nco0, &nma0, &nwh0));
+        int nco, nma, nro, nwh, nco0, nma0, nro0, nwh0;
+        CHECK(cuda_plan_masks(m, &in, 0, &nco, &nma, &nro, &nwh));
+        CHECK(cuda_plan_masks(m, &in, 1u << KILN_PASS_SHARE_ATTENTION_MASK, &nco0, &nma0, &nro0, &nwh0));
         CHECK(nma0 == 0 && (nma == 0 || nma >= 2) && nco + nma == nco0);
         if (shares_cond(f->file)) {
             if (nco != 0 || nma != f->n_attn)
-                fprintf(stderr, "  %s: %d layers read the cond, %d the shared mask, want 0 and %d\n", f->file, nco,
-                        nma, f->n_attn);
+                fprintf(stderr, "  %s: %d layers read the cond, %d the shared mask (%d as one row per batch), "
+                        "want 0 and %d\n", f->file, nco, nma, nro, f->n_attn);
             CHECK(nco == 0 && nma == f->n_attn && nco0 == f->n_attn);
+            /* BERT's and DistilBERT's cond is their padding mask [B, 1, 1, S] And an
+             * all-true [S, S]: the mask is made from the padding mask; GPT-2's is
+             * And a causal mask: the full [B, 1, S, S] */
+            CHECK(nro == (strstr(f->file, "gpt2") ? 0 : f->n_attn));
+            /* attention_mask_rows off: the mask in the cond's shape */
+            CHECK(cuda_plan_masks(m, &in, 1u << KILN_PASS_ATTENTION_MASK_ROWS, &nco0, &nma0, &nro0, &nwh0));
+            CHECK(nco0 == 0 && nma0 == f->n_attn && nro0 == 0);
         } else if (f->n_attn < 2) {
             CHECK(nma == 0);
         }
