@@ -56,6 +56,10 @@ static const struct {
     [KILN_PASS_FUSE_POINTWISE] = {"fuse_pointwise", "every connected group of elementwise nodes left by the "
                                                     "other fusions (activations, Cast, Where, masks) into "
                                                     "one kiln.Pointwise layer"},
+    [KILN_PASS_SHRINK_CONSTANTS] = {"shrink_constants",
+                                    "a constant operand of a binary elementwise layer that repeats along its "
+                                    "leading axes stored once, broadcast by the layer (BERT's token-type "
+                                    "embedding [B, S, E] -> [1, 1, E])"},
     [KILN_PASS_CPU_LAYOUT] = {"cpu_layout", "CPU: NHWC or blocked nChw16c tensors between convolution "
                                             "layers (chosen by timing at build)"},
     [KILN_PASS_CUDA_NHWC] = {"cuda_nhwc", "CUDA: NHWC tensors between fp16/bf16 cuDNN convolution layers"},
@@ -94,6 +98,7 @@ kiln_status kiln__pass_optimize(kiln_graph *g, const kiln_optimize_opts *o) {
     if (reduced && !first) KILN_TRY(kiln__pass_precision(g, o));
     kiln__graph_link(g);
     if (!o->disable) KILN_TRY(kiln__opt_pointwise(g, o));
+    if (!o->disable) KILN_TRY(kiln__opt_shrink_constants(g, o));
     KILN_TRY(kiln__pass_dce(g));
     return kiln__graph_infer(g);
 }

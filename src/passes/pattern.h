@@ -58,6 +58,12 @@ KILN_PRIVATE kiln_status kiln__opt_transformer(kiln_graph *g, const kiln_optimiz
 KILN_PRIVATE kiln_status kiln__opt_movement(kiln_graph *g, const kiln_optimize_opts *o);    /* fuse_movement.c */
 KILN_PRIVATE kiln_status kiln__opt_norm(kiln_graph *g, const kiln_optimize_opts *o);        /* fuse_norm.c */
 KILN_PRIVATE kiln_status kiln__opt_pointwise(kiln_graph *g, const kiln_optimize_opts *o);   /* fuse_pointwise.c */
+/* Constant operands of binary elementwise nodes (of the other operand's and
+ * the output's shape, read by that node alone) whose values repeat along
+ * their leading axes become that many axes of size 1 (broadcast again by
+ * the node: the same results; BERT's token-type embedding, folded to a
+ * [B, S, E] constant, is [1, 1, E]). fuse_pointwise.c, after the fusion. */
+KILN_PRIVATE kiln_status kiln__opt_shrink_constants(kiln_graph *g, const kiln_optimize_opts *o);
 /* One rewrite of the data-movement family (fuse_movement.c) that runs inside
  * kiln__opt_transformer's layout clean-up, node by node, before the
  * transformer patterns: Concat node ci of Slices of one axis of one value

@@ -310,6 +310,13 @@ static void check_form(const form *f) {
     /* GPT-2's merge of the heads, Transpose + Reshape to [B*S, H*D] for its
      * Conv1D's Gemm: the Transpose taken in (the layer writes [B, S, H*D]) */
     if (strstr(f->file, "_hf_gpt2")) CHECK(count_op(e1, KILN_OP_Transpose) == 0);
+    /* BERT's token-type embedding, folded to a [B, S, E] constant of one repeated
+     * row, is stored as [1, 1, E] (shrink_constants) */
+    if (strstr(f->file, "_ts_hf_bert") && e1) {
+        int tt = kiln__graph_find_value(e1->graph, "/m/embeddings/token_type_embeddings/Gather_output_0");
+        const kiln_tinfo *ti = tt >= 0 ? &e1->graph->values[tt].info : NULL;
+        CHECK(ti && ti->rank == 3 && ti->dims[0] == 1 && ti->dims[1] == 1 && ti->dims[2] > 1);
+    }
     /* torchvision's Swin: its Pads to the window multiple and the Slices that
      * take the padding off again are no-ops at 56x56 (14x14 tokens, window 7)
      * and go, as do the inference Dropouts; Q, K, V are read in place from
