@@ -607,25 +607,6 @@ done:
 
 /* ---- constants that repeat along their leading axes ------------------------ */
 
-/* The largest k in [1, r) such that constant c (r dims, es-byte elements)
- * equals its slice at index 0 of axes [0, k) along all of them (its bytes
- * repeat with period dims[k] x ... x dims[r - 1]); 0 when none. */
-static int repeated_lead_axes(const kiln_value *c, size_t es) {
-    const kiln_tinfo *t = &c->info;
-    const unsigned char *d = c->data;
-    int64_t n = kiln__numel(t->rank, t->dims);
-    if (!d || n <= 1) return 0;
-    for (int k = t->rank - 1; k >= 1; k--) {
-        int64_t period = kiln__numel(t->rank - k, t->dims + k);
-        if (period <= 0 || period == n || n % period) continue;
-        bool rep = true;
-        for (int64_t off = period; off < n && rep; off += period)
-            rep = !memcmp(d + (size_t)off * es, d, (size_t)period * es);
-        if (rep) return k; /* (the largest k, the smallest period, first) */
-    }
-    return 0;
-}
-
 kiln_status kiln__opt_shrink_constants(kiln_graph *g, const kiln_optimize_opts *o) {
     if (!kiln__pass_on(o, KILN_PASS_SHRINK_CONSTANTS)) return KILN_OK;
     kiln__graph_link(g);
@@ -647,7 +628,7 @@ kiln_status kiln__opt_shrink_constants(kiln_graph *g, const kiln_optimize_opts *
             if (ci->rank < 2 || !es || !kiln__pat_same_shape(ci, &g->values[x].info) ||
                 !kiln__pat_same_shape(ci, &g->values[y].info))
                 continue;
-            int lead = repeated_lead_axes(cv, es);
+            int lead = kiln__pat_repeated_lead_axes(cv->data, es, ci->rank, ci->dims);
             if (lead < 1) continue;
             int64_t dims[KILN_MAX_RANK];
             for (int i = 0; i < ci->rank; i++) dims[i] = i < lead ? 1 : ci->dims[i];

@@ -50,6 +50,9 @@ static const struct {
     [KILN_PASS_MERGE_MOVEMENT] = {"merge_movement",
                                   "a chain of data-movement layers from one value (Transpose, Slice, Gather and "
                                   "Concat with constant parameters, views) into one Gather of rows"},
+    [KILN_PASS_FOLD_ADDENDS] = {"fold_addends",
+                                "fp16/bf16 device plans: Add(Add(x, c1), c2) of two constants made Add(x, c1 + c2), "
+                                "the sum made at build time (BERT's embeddings: token type + position)"},
     [KILN_PASS_FUSE_ADD_LAYERNORM] = {"fuse_add_layernorm",
                                       "Add + LayerNormalization into kiln.AddLayerNorm (the sum an output "
                                       "too where it is read elsewhere)"},

@@ -177,19 +177,24 @@ static float *run_form(const kiln_engine *e, const inputs *in, int64_t *n) {
     return y;
 }
 
-/* The optimizer's plan of m for the CUDA backend in fp16 (no device needed):
- * the number of live nodes of op `op`. -1 when the backend is not built. in
- * NULL: the input dims stay as the model declares them (symbolic). */
 static kiln_graph *cuda_plan(const kiln_model *m, const inputs *in, uint32_t disabled);
 
-static int cuda_plan_count(const kiln_model *m, const inputs *in, int op) {
+/* The optimizer's plan of m for the CUDA backend in fp16 (no device needed),
+ * the passes `disabled` off: the number of live nodes of op `op`. -1 when the
+ * backend is not built. in NULL: the input dims stay as the model declares
+ * them (symbolic). */
+static int cuda_plan_count_without(const kiln_model *m, const inputs *in, int op, uint32_t disabled) {
     if (!kiln__backend_for(KILN_DEVICE_CUDA)) return -1;
-    kiln_graph *g = cuda_plan(m, in, 0);
+    kiln_graph *g = cuda_plan(m, in, disabled);
     if (!g) return -3;
     int count = 0;
     for (int i = 0; i < g->n_nodes; i++) count += !g->nodes[i].dead && g->nodes[i].op_id == op;
     kiln__graph_free(g);
     return count;
+}
+
+static int cuda_plan_count(const kiln_model *m, const inputs *in, int op) {
+    return cuda_plan_count_without(m, in, op, 0);
 }
 
 /* In m's CUDA fp16 plan (passes `disabled` off): *n_cond the kiln.Attention
@@ -395,6 +400,13 @@ static void check_form(const form *f) {
             CHECK(nco0 == 0 && nma0 == f->n_attn && nro0 == 0);
         } else if (f->n_attn < 2) {
             CHECK(nma == 0);
+        }
+        /* BERT's embeddings, word + token type + position: the two constants
+         * summed at build (fold_addends), the one Add left taken by AddLayerNorm;
+         * the fp32 CPU plan keeps its Add */
+        if (strstr(f->file, "hf_bert")) {
+            CHECK(cuda_plan_count(m, &in, KILN_OP_Add) == 0 && count_op(e1, KILN_OP_Add) == 1);
+            CHECK(cuda_plan_count_without(m, &in, KILN_OP_Add, 1u << KILN_PASS_FOLD_ADDENDS) == 1);
         }
         /* BERT: one projection for Q, K and V; output, FFN in and FFN out */
         if (strstr(f->file, "hf_bert")) CHECK(cuda_plan_count(m, &in, KILN_OP_FusedMatMul) == 4 * f->n_attn);
