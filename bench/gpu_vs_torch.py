@@ -29,6 +29,7 @@ Usage (GPU machine; libkiln.so built with CUDA):
   python3 bench/gpu_vs_torch.py --lib build-gpu/libkiln.so --write BENCH.md
   python3 bench/gpu_vs_torch.py --lib build-gpu/libkiln.so --write BENCH.md --models all --batches 1,32
   python3 bench/gpu_vs_torch.py --lib build-gpu/libkiln.so --write BENCH.md --max-batch 64
+  python3 bench/gpu_vs_torch.py --lib build-gpu/libkiln.so --write AB.md --models bert --disable-pass share_attention_mask
 """
 import argparse
 import copy
@@ -63,6 +64,7 @@ class Kiln:
             "kiln_builder_set_device": ([p, c_int, c_int], c_int),
             "kiln_builder_set_precision": ([p, c_int], c_int),
             "kiln_builder_set_profile": ([p, ctypes.c_char_p, c_int, i64p, i64p, i64p], c_int),
+            "kiln_builder_disable_pass": ([p, ctypes.c_char_p], c_int),
             "kiln_build": ([p, p, ctypes.POINTER(p)], c_int),
             "kiln_engine_free": ([p], None),
             "kiln_engine_describe": ([p, c_int], ctypes.c_char_p),
@@ -81,9 +83,10 @@ class Kiln:
         if status != 0:
             raise RuntimeError(f"{what}: {self.lib.kiln_last_error().decode()}")
 
-    def build(self, onnx_path, shapes, precision, max_batch=0):
+    def build(self, onnx_path, shapes, precision, max_batch=0, disabled=()):
         """An engine for these shapes; max_batch > 0: for batches 1 to max_batch
-        (dim 0 of every input) instead, tuned at the given shapes (the opt)."""
+        (dim 0 of every input) instead, tuned at the given shapes (the opt);
+        the graph passes named in `disabled` off ('kiln debug passes')."""
         L, p = self.lib, ctypes.c_void_p
         m, b, e = p(), p(), p()
         self.check(L.kiln_model_load_onnx(onnx_path.encode(), ctypes.byref(m)), "load")
@@ -91,6 +94,8 @@ class Kiln:
             self.check(L.kiln_builder_create(ctypes.byref(b)), "builder")
             self.check(L.kiln_builder_set_device(b, CUDA, 0), "device")
             self.check(L.kiln_builder_set_precision(b, precision), "precision")
+            for name in disabled:
+                self.check(L.kiln_builder_disable_pass(b, name.encode()), "disable pass " + name)
             for name, shape in shapes.items():
                 arr = (ctypes.c_int64 * len(shape))(*shape)
                 lo, hi = list(shape), list(shape)
@@ -302,6 +307,9 @@ def main():
     ap.add_argument("--max-batch", type=int, default=0,
                     help="build kiln's engines for batches 1 to this (a server's engine; opt = the row's "
                          "batch) instead of the row's fixed shape")
+    ap.add_argument("--disable-pass", action="append", default=[], metavar="NAME",
+                    help="switch kiln's graph pass NAME off (repeatable; 'kiln debug passes' lists them): "
+                         "an A/B of a pass, e.g. share_attention_mask")
     args = ap.parse_args()
     t_start = time.time()
     cmd = "python3 " + " ".join(shlex.quote(a) for a in sys.argv)
@@ -353,7 +361,7 @@ def main():
                 out16 = eager16()
             t0 = time.time()
             try:
-                e = k.build(onnx_path, {n: list(t.shape) for n, t in ins.items()}, FP16, args.max_batch)
+                e = k.build(onnx_path, {n: list(t.shape) for n, t in ins.items()}, FP16, args.max_batch, args.disable_pass)
             except RuntimeError as ex:
                 notes.append(f"{model_name} b{batch}: kiln build failed: {str(ex)[:300]}")
                 print(notes[-1], flush=True)

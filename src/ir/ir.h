@@ -215,9 +215,13 @@ enum {
     KILN_PASS_FOLD_LAYER_SCALE,
     KILN_PASS_FUSE_MATMUL,
     KILN_PASS_FUSE_QKV,
+    KILN_PASS_SHARE_ATTENTION_MASK,
+    KILN_PASS_ATTENTION_MASK_ROWS,
     KILN_PASS_MERGE_MOVEMENT,         /* fuse_movement.c */
-    KILN_PASS_FUSE_ADD_LAYERNORM,     /* fuse_norm.c */
+    KILN_PASS_FOLD_ADDENDS,           /* fuse_norm.c */
+    KILN_PASS_FUSE_ADD_LAYERNORM,
     KILN_PASS_FUSE_POINTWISE,         /* fuse_pointwise.c (after the precision pass) */
+    KILN_PASS_SHRINK_CONSTANTS,       /* fuse_pointwise.c (after fuse_pointwise) */
     KILN_PASS_CPU_LAYOUT,             /* backends/cpu/cpu_layout.c (kiln__fc_choose_layouts) */
     KILN_PASS_CUDA_NHWC,              /* backends/cuda/cuda_layout.c */
     KILN_PASS_COUNT

@@ -31,6 +31,8 @@
 #include "ops/fused_norm.h"
 #include "ops/nn_attrs.h"
 
+#include <stdio.h>
+
 static const kiln_tinfo *vinfo(const kiln_graph *g, int v) { return &g->values[v].info; }
 
 
@@ -99,7 +101,92 @@ static kiln_status match_add_ln(kiln_graph *g, const kiln_optimize_opts *o, int 
     return KILN_OK;
 }
 
+/* Whether v is a float32 constant. */
+static bool const_f32(const kiln_graph *g, int v) {
+    return v >= 0 && (g->values[v].flags & KILN_VALUE_CONST) && vinfo(g, v)->dtype == KILN_DTYPE_FLOAT32 &&
+           g->values[v].data;
+}
+
+/* Add node ni = Add(Add(x, c1), c2), c1 and c2 float32 constants, x not,
+ * the inner sum read by ni alone and of x's and ni's shape: ni becomes
+ * Add(x, c1 + c2), the constants summed (in float32) at build time and
+ * stored with the leading axes along which the sum repeats of size 1
+ * (BERT's embeddings: word + token type + position; the sum [1, S, E]): one
+ * Add fewer, the other taken by AddLayerNorm. *done: folded. */
+static kiln_status fold_addends(kiln_graph *g, int ni, bool *done) {
+    *done = false;
+    const kiln_node *n = &g->nodes[ni];
+    if (n->op_id != KILN_OP_Add || n->n_in != 2 || n->n_out != 1 || n->out[0] < 0) return KILN_OK;
+    for (int k = 0; k < 2; k++) {
+        int c2 = n->in[k], a = n->in[1 - k], y = n->out[0];
+        int p = const_f32(g, c2) ? kiln__pat_producer(g, a, KILN_OP_Add) : -1;
+        if (p < 0 || !kiln__pat_sole_use(g, a) || g->nodes[p].n_in != 2) continue;
+        for (int j = 0; j < 2; j++) {
+            int c1 = g->nodes[p].in[j], x = g->nodes[p].in[1 - j];
+            if (!const_f32(g, c1) || x < 0 || (g->values[x].flags & KILN_VALUE_CONST)) continue;
+            const kiln_tinfo *yi = vinfo(g, y);
+            if (!kiln__pat_same_shape(vinfo(g, x), yi) || !kiln__pat_same_shape(vinfo(g, a), yi)) continue;
+            const kiln_tinfo *ins[2] = {vinfo(g, c1), vinfo(g, c2)};
+            kiln_tinfo u;
+            if (kiln__broadcast_shapes(n->name, 2, ins, &u) != KILN_OK) {
+                kiln__clear_error();
+                continue;
+            }
+            bool fits = u.rank <= yi->rank;
+            for (int d = 0; d < u.rank && fits; d++) {
+                int64_t du = u.dims[u.rank - 1 - d], dy = yi->dims[yi->rank - 1 - d];
+                fits = du == 1 || du == dy;
+            }
+            int64_t nu = kiln__numel(u.rank, u.dims);
+            if (!fits || nu <= 0) continue;
+            float *sum = kiln__malloc(sizeof(float) * (size_t)nu);
+            if (!sum) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory (folding constant addends)");
+            int64_t s1[KILN_MAX_RANK], s2[KILN_MAX_RANK], idx[KILN_MAX_RANK] = {0};
+            kiln__bcast_strides(ins[0]->rank, ins[0]->dims, u.rank, u.dims, s1);
+            kiln__bcast_strides(ins[1]->rank, ins[1]->dims, u.rank, u.dims, s2);
+            const float *d1 = g->values[c1].data, *d2 = g->values[c2].data;
+            for (int64_t i = 0; i < nu; i++) {
+                int64_t o1 = 0, o2 = 0;
+                for (int d = 0; d < u.rank; d++) {
+                    o1 += idx[d] * s1[d];
+                    o2 += idx[d] * s2[d];
+                }
+                sum[i] = d1[o1] + d2[o2];
+                for (int d = u.rank - 1; d >= 0 && ++idx[d] == u.dims[d]; d--) idx[d] = 0;
+            }
+            int lead = kiln__pat_repeated_lead_axes(sum, sizeof(float), u.rank, u.dims);
+            for (int d = 0; d < lead; d++) u.dims[d] = 1;
+            int v;
+            char base[256];
+            snprintf(base, sizeof base, "%.200s_plus", g->values[c2].name ? g->values[c2].name : "addend");
+            kiln_status st = kiln__graph_add_const(g, base, KILN_DTYPE_FLOAT32, u.rank, u.dims, sum, &v);
+            kiln__free(sum);
+            KILN_TRY(st);
+            kiln_node *nw = &g->nodes[ni];
+            nw->in[0] = x;
+            nw->in[1] = v;
+            KILN_TRY(kiln__node_merge_sources(g, ni, (const int[2]){p, ni}, 2));
+            g->nodes[p].dead = true;
+            kiln__graph_link(g);
+            *done = true;
+            return KILN_OK;
+        }
+    }
+    return KILN_OK;
+}
+
 kiln_status kiln__opt_norm(kiln_graph *g, const kiln_optimize_opts *o) {
+    /* fp16/bf16 device plans: constant addends summed (fp32 plans keep the
+     * order of their additions, and so their results bit for bit) */
+    const kiln_backend_i *be = kiln__backend_for(o->device);
+    if (kiln__pass_on(o, KILN_PASS_FOLD_ADDENDS) && be && be->reduced_tensors &&
+        (o->precision == KILN_PRECISION_FP16 || o->precision == KILN_PRECISION_BF16)) {
+        kiln__graph_link(g);
+        for (int ni = 0; ni < g->n_nodes; ni++) {
+            bool done = !g->nodes[ni].dead;
+            for (int r = 0; done && r < 8; r++) KILN_TRY(fold_addends(g, ni, &done));
+        }
+    }
     if (!kiln__pass_on(o, KILN_PASS_FUSE_ADD_LAYERNORM)) return KILN_OK;
     kiln__graph_link(g);
     for (int ni = 0; ni < g->n_nodes; ni++)

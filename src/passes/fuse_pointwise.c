@@ -609,3 +609,36 @@ done:
     kiln__free(s.c.uses);
     return st;
 }
+
+/* ---- constants that repeat along their leading axes ------------------------ */
+
+kiln_status kiln__opt_shrink_constants(kiln_graph *g, const kiln_optimize_opts *o) {
+    if (!kiln__pass_on(o, KILN_PASS_SHRINK_CONSTANTS)) return KILN_OK;
+    kiln__graph_link(g);
+    for (int ni = 0; ni < g->n_nodes; ni++) {
+        const kiln_node *n = &g->nodes[ni];
+        if (n->dead || n->n_in != 2 || n->n_out != 1 || !binary_opcode(n->op_id) || n->op_id == KILN_OP_PRelu)
+            continue;
+        for (int k = 0; k < 2; k++) {
+            int c = n->in[k], x = n->in[1 - k], y = n->out[0];
+            if (c < 0 || x < 0 || y < 0) continue;
+            kiln_value *cv = &g->values[c];
+            if (!(cv->flags & KILN_VALUE_CONST) || (cv->flags & (KILN_VALUE_INPUT | KILN_VALUE_OUTPUT)) ||
+                cv->n_uses != 1)
+                continue;
+            /* x and the output have the constant's shape: a constant broadcast
+             * over its leading axes gives the same output */
+            const kiln_tinfo *ci = &cv->info;
+            size_t es = kiln_dtype_size(ci->dtype);
+            if (ci->rank < 2 || !es || !kiln__pat_same_shape(ci, &g->values[x].info) ||
+                !kiln__pat_same_shape(ci, &g->values[y].info))
+                continue;
+            int lead = kiln__pat_repeated_lead_axes(cv->data, es, ci->rank, ci->dims);
+            if (lead < 1) continue;
+            int64_t dims[KILN_MAX_RANK];
+            for (int i = 0; i < ci->rank; i++) dims[i] = i < lead ? 1 : ci->dims[i];
+            KILN_TRY(kiln__value_set_const(cv, ci->dtype, ci->rank, dims, cv->data));
+        }
+    }
+    return KILN_OK;
+}

@@ -2276,6 +2276,137 @@ static kiln_status match_slice_kv(kiln_graph *g, const kiln_optimize_opts *o, in
 }
 
 /* ======================================================================= */
+/* 7. One additive mask for the attention layers that share a cond          */
+/* ======================================================================= */
+
+/* Whether Attention node n takes a bool cond that can become an additive
+ * mask without changing what it computes: the cond's fill is -inf, added
+ * (ADD) or set (SELECT: -inf set or added is the same for finite scores),
+ * and the layer has no additive mask or bias of its own. */
+static bool cond_as_mask(const kiln_graph *g, const kiln_node *n) {
+    if (n->dead || n->op_id != KILN_OP_Attention || n->n_in < 5 || n->in[4] < 0 || n->in[3] >= 0) return false;
+    if (n->n_in > 5 && n->in[5] >= 0) return false;
+    const kiln_attention_attrs *aa = n->attrs;
+    if (aa->cond_mode != KILN_ATTN_COND_ADD && aa->cond_mode != KILN_ATTN_COND_SELECT) return false;
+    return isinf(aa->fill) && aa->fill < 0 && info(g, n->in[4])->dtype == KILN_DTYPE_BOOL;
+}
+
+/* Whether Attention node n reads cond c as cond_as_mask allows, c's fill applying where c == fill_if. */
+static bool reads_cond(const kiln_graph *g, const kiln_node *n, int c, int fill_if) {
+    return cond_as_mask(g, n) && n->in[4] == c && ((const kiln_attention_attrs *)n->attrs)->cond_fill_if == fill_if;
+}
+
+/* Attention node n with its cond replaced by the additive mask m (attrs *aa, in[6]). */
+static void cond_to_mask_args(const kiln_node *n, int m, kiln_attention_attrs *aa, int in[6]) {
+    *aa = *(const kiln_attention_attrs *)n->attrs;
+    aa->cond_mode = KILN_ATTN_COND_NONE;
+    aa->cond_fill_if = 0;
+    aa->fill = 0.0f;
+    for (int i = 0; i < 6; i++) in[i] = i < n->n_in ? n->in[i] : -1;
+    in[3] = m;
+    in[4] = -1;
+}
+
+/* Whether v is a bool constant with every element true. */
+static bool const_all_true(const kiln_graph *g, int v) {
+    const kiln_value *val = v >= 0 ? &g->values[v] : NULL;
+    if (!val || !(val->flags & KILN_VALUE_CONST) || val->info.dtype != KILN_DTYPE_BOOL || !val->data) return false;
+    int64_t n = kiln__numel(val->info.rank, val->info.dims);
+    for (int64_t i = 0; i < n; i++)
+        if (!((const uint8_t *)val->data)[i]) return false;
+    return n > 0;
+}
+
+/* What cond c is made from when it is And(x, all true) (the all-true side a
+ * constant, as HF's SDPA mask for a bidirectional encoder folds to): x,
+ * through every such And, where x broadcasts into c's shape (each of its
+ * dims 1 or c's, right-aligned), so that x read as a mask broadcast to the
+ * scores gives what c does. BERT's cond [B, 1, S, S] comes from its padding
+ * mask [B, 1, 1, S]: the additive mask is made from that, S times smaller,
+ * and the kernels read it as one row of keys per batch. Else c. */
+static int cond_broadcast_source(const kiln_graph *g, int c) {
+    const kiln_tinfo *ci = info(g, c);
+    int x = c;
+    for (int depth = 0; depth < 8; depth++) {
+        int p = kiln__pat_producer(g, x, KILN_OP_And);
+        if (p < 0 || g->nodes[p].n_in != 2) break;
+        int a = g->nodes[p].in[0], b = g->nodes[p].in[1];
+        int y = const_all_true(g, b) ? a : const_all_true(g, a) ? b : -1;
+        if (y < 0) break;
+        const kiln_tinfo *yi = info(g, y);
+        if (yi->dtype != KILN_DTYPE_BOOL || yi->rank < 0 || yi->rank > ci->rank) break;
+        bool fits = true;
+        for (int k = 0; k < yi->rank && fits; k++) {
+            int64_t dy = yi->dims[yi->rank - 1 - k], dc = ci->dims[ci->rank - 1 - k];
+            fits = dy == 1 || (dy == dc && dy != KILN_DIM_UNKNOWN);
+        }
+        if (!fits) break;
+        x = y;
+    }
+    return x;
+}
+
+/* The attention layers of an fp16/bf16 device plan that read one bool cond
+ * (BERT's padding mask, read by every layer) read one additive mask made
+ * from it once, by Where(cond, -inf, 0) (or Where(cond, 0, -inf)), instead:
+ * a layer whose kernel wants an additive mask (cuDNN's fused attention)
+ * then does not convert the cond itself, once per layer. Layer an is the
+ * first of them; nothing changes unless at least two share the cond and
+ * the backend supports every rewritten layer. fp32 plans (the CPU's among
+ * them) keep the cond: their kernels read it as it is. */
+static kiln_status share_attention_mask(kiln_graph *g, const kiln_optimize_opts *o, int an) {
+    if (!cond_as_mask(g, &g->nodes[an])) return KILN_OK;
+    const kiln_attention_attrs *a0 = g->nodes[an].attrs;
+    int c = g->nodes[an].in[4], fill_if = a0->cond_fill_if, n_share = 0;
+    for (int ni = an; ni < g->n_nodes; ni++) n_share += reads_cond(g, &g->nodes[ni], c, fill_if);
+    if (n_share < 2) return KILN_OK;
+    /* the mask value: float32 (the precision pass makes it fp16/bf16 with its
+     * readers), the shape of what the cond is made from (cond_broadcast_source) */
+    char name[512];
+    int m, k0 = 0;
+    const char *cn = g->values[c].name ? g->values[c].name : "cond";
+    snprintf(name, sizeof name, "%.400s/kiln_attn_mask", cn);
+    while (kiln__graph_find_value(g, name) >= 0 && ++k0 < 1000)
+        snprintf(name, sizeof name, "%.400s/kiln_attn_mask_%d", cn, k0);
+    KILN_TRY(kiln__graph_add_value(g, name, &m));
+    int x = kiln__pass_on(o, KILN_PASS_ATTENTION_MASK_ROWS) ? cond_broadcast_source(g, c) : c;
+    g->values[m].info = *info(g, x);
+    g->values[m].info.dtype = KILN_DTYPE_FLOAT32;
+    g->values[m].producer = -1;
+    for (int ni = an; ni < g->n_nodes; ni++) {
+        const kiln_node *n = &g->nodes[ni];
+        if (!reads_cond(g, n, c, fill_if)) continue;
+        kiln_attention_attrs aa;
+        int in[6];
+        cond_to_mask_args(n, m, &aa, in);
+        if (!kiln__pat_supports(g, o->device, KILN_OP_Attention, 4, in, 1, n->out, &aa))
+            return KILN_OK; /* (m, read by nothing, goes with compaction) */
+    }
+    /* Where(x, -inf, 0) where the fill applies to cond == 1, else Where(x, 0, -inf) */
+    const float ninf = -INFINITY, zero = 0.0f;
+    int vf, vz, ni;
+    KILN_TRY(kiln__graph_add_const(g, name, KILN_DTYPE_FLOAT32, 0, NULL, &ninf, &vf));
+    KILN_TRY(kiln__graph_add_const(g, name, KILN_DTYPE_FLOAT32, 0, NULL, &zero, &vz));
+    int win[3] = {x, fill_if ? vf : vz, fill_if ? vz : vf}, n0 = g->n_nodes;
+    KILN_TRY(kiln__graph_add_node(g, KILN_OP_Where, name, 3, win, 1, &m, NULL, &ni));
+    int after = kiln__pat_producer(g, x, 0);
+    g->nodes[ni].added = true; /* no ONNX node behind it */
+    g->nodes[ni].device = g->nodes[an].device;
+    for (int nj = an; nj < n0; nj++) {
+        kiln_node *n = &g->nodes[nj];
+        if (!reads_cond(g, n, c, fill_if)) continue;
+        kiln_attention_attrs aa;
+        int in[6];
+        cond_to_mask_args(n, m, &aa, in);
+        memcpy(n->attrs, &aa, sizeof aa);
+        n->in[3] = m;
+        n->in[4] = -1;
+        n->n_in = 4; /* (no bias: cond_as_mask) */
+    }
+    return kiln__nodes_place_after(g, n0, &after);
+}
+
+/* ======================================================================= */
 
 /* A Transpose undoing the Transpose that makes its input (whatever else
  * reads that): its readers read the first one's input. What the ConvNeXt
@@ -2340,5 +2471,11 @@ kiln_status kiln__opt_transformer(kiln_graph *g, const kiln_optimize_opts *o) {
             if (!g->nodes[ni].dead && g->nodes[ni].op_id == KILN_OP_Attention) KILN_TRY(match_slice_kv(g, o, ni));
             if (!g->nodes[ni].dead && g->nodes[ni].op_id == KILN_OP_Attention) KILN_TRY(match_batch_first(g, o, ni));
         }
+    /* fp16/bf16 device plans: one additive mask for the layers that share a cond */
+    const kiln_backend_i *be = kiln__backend_for(o->device);
+    if (be && be->reduced_tensors && (o->precision == KILN_PRECISION_FP16 || o->precision == KILN_PRECISION_BF16))
+        for (int ni = 0; kiln__pass_on(o, KILN_PASS_SHARE_ATTENTION_MASK) && ni < g->n_nodes; ni++)
+            if (!g->nodes[ni].dead && g->nodes[ni].op_id == KILN_OP_Attention)
+                KILN_TRY(share_attention_mask(g, o, ni));
     return KILN_OK;
 }

@@ -39,15 +39,30 @@ static const struct {
     [KILN_PASS_FUSE_QKV] = {"fuse_qkv", "an Attention's Q, K and V projections into one FusedMatMul (a "
                                         "packed one's Split/Slices read in place; batch_first "
                                         "MultiheadAttention's transposes dropped)"},
+    [KILN_PASS_SHARE_ATTENTION_MASK] = {"share_attention_mask",
+                                        "fp16/bf16 device plans: the bool cond that several Attention layers "
+                                        "share (a padding mask, -inf where masked) made into one additive mask "
+                                        "once per run (one Where), read by every one of them"},
+    [KILN_PASS_ATTENTION_MASK_ROWS] = {"attention_mask_rows",
+                                       "share_attention_mask's mask made from what a cond And an all-true "
+                                       "constant broadcasts (BERT's padding mask [B, 1, 1, S]: one row of keys "
+                                       "per batch) rather than in the cond's shape ([B, 1, S, S])"},
     [KILN_PASS_MERGE_MOVEMENT] = {"merge_movement",
                                   "a chain of data-movement layers from one value (Transpose, Slice, Gather and "
                                   "Concat with constant parameters, views) into one Gather of rows"},
+    [KILN_PASS_FOLD_ADDENDS] = {"fold_addends",
+                                "fp16/bf16 device plans: Add(Add(x, c1), c2) of two constants made Add(x, c1 + c2), "
+                                "the sum made at build time (BERT's embeddings: token type + position)"},
     [KILN_PASS_FUSE_ADD_LAYERNORM] = {"fuse_add_layernorm",
                                       "Add + LayerNormalization into kiln.AddLayerNorm (the sum an output "
                                       "too where it is read elsewhere)"},
     [KILN_PASS_FUSE_POINTWISE] = {"fuse_pointwise", "every connected group of elementwise nodes left by the "
                                                     "other fusions (activations, Cast, Where, masks) into "
                                                     "one kiln.Pointwise layer"},
+    [KILN_PASS_SHRINK_CONSTANTS] = {"shrink_constants",
+                                    "a constant operand of a binary elementwise layer that repeats along its "
+                                    "leading axes stored once, broadcast by the layer (BERT's token-type "
+                                    "embedding [B, S, E] -> [1, 1, E])"},
     [KILN_PASS_CPU_LAYOUT] = {"cpu_layout", "CPU: NHWC or blocked nChw16c tensors between convolution "
                                             "layers (chosen by timing at build)"},
     [KILN_PASS_CUDA_NHWC] = {"cuda_nhwc", "CUDA: NHWC tensors between fp16/bf16 cuDNN convolution layers"},
@@ -90,6 +105,7 @@ kiln_status kiln__pass_optimize(kiln_graph *g, const kiln_optimize_opts *o) {
     if (reduced && !first) KILN_TRY(kiln__pass_precision(g, o));
     kiln__graph_link(g);
     if (!o->disable) KILN_TRY(kiln__opt_pointwise(g, o));
+    if (!o->disable) KILN_TRY(kiln__opt_shrink_constants(g, o));
     KILN_TRY(kiln__pass_dce(g));
     return kiln__graph_infer(g);
 }

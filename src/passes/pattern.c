@@ -180,3 +180,18 @@ kiln_status kiln__pat_replace(kiln_graph *g, int ni, int op_id, int n_in, const 
         if (out[i] >= 0) g->values[out[i]].producer = ni;
     return KILN_OK;
 }
+
+int kiln__pat_repeated_lead_axes(const void *data, size_t es, int rank, const int64_t *dims) {
+    const unsigned char *d = data;
+    int64_t n = kiln__numel(rank, dims);
+    if (!d || !es || n <= 1) return 0;
+    for (int k = rank - 1; k >= 1; k--) { /* the largest k (the shortest period) first */
+        int64_t period = kiln__numel(rank - k, dims + k);
+        if (period <= 0 || period == n || n % period) continue;
+        bool rep = true;
+        for (int64_t off = period; off < n && rep; off += period)
+            rep = !memcmp(d + (size_t)off * es, d, (size_t)period * es);
+        if (rep) return k;
+    }
+    return 0;
+}

@@ -41,6 +41,11 @@ KILN_PRIVATE bool kiln__pat_shape_range(const kiln_graph *g, int sn, int *b, int
  * one-element index, that through an Unsqueeze to [1], or Shape(x, start=i,
  * end=i+1). Sets *x and *axis (in [0, rank of x)). */
 KILN_PRIVATE bool kiln__pat_shape_dim(const kiln_graph *g, int v, int *x, int *axis);
+/* The largest k in [1, rank) such that the dense tensor `data` (es-byte
+ * elements, dims) equals its slice at index 0 of axes [0, k) along all of
+ * them (its bytes repeat with period dims[k] x ... x dims[rank - 1]); 0 when
+ * none: those k axes can be of size 1, broadcast by the reader. */
+KILN_PRIVATE int kiln__pat_repeated_lead_axes(const void *data, size_t es, int rank, const int64_t *dims);
 /* Replaces node ni in place by a node of op `op_id` with the given inputs,
  * outputs and attrs (op->attr_size bytes, copied), made from the nodes
  * from[0..n_from) (ni among them): named "a+b+c" after them, with their
@@ -58,6 +63,12 @@ KILN_PRIVATE kiln_status kiln__opt_transformer(kiln_graph *g, const kiln_optimiz
 KILN_PRIVATE kiln_status kiln__opt_movement(kiln_graph *g, const kiln_optimize_opts *o);    /* fuse_movement.c */
 KILN_PRIVATE kiln_status kiln__opt_norm(kiln_graph *g, const kiln_optimize_opts *o);        /* fuse_norm.c */
 KILN_PRIVATE kiln_status kiln__opt_pointwise(kiln_graph *g, const kiln_optimize_opts *o);   /* fuse_pointwise.c */
+/* Constant operands of binary elementwise nodes (of the other operand's and
+ * the output's shape, read by that node alone) whose values repeat along
+ * their leading axes become that many axes of size 1 (broadcast again by
+ * the node: the same results; BERT's token-type embedding, folded to a
+ * [B, S, E] constant, is [1, 1, E]). fuse_pointwise.c, after the fusion. */
+KILN_PRIVATE kiln_status kiln__opt_shrink_constants(kiln_graph *g, const kiln_optimize_opts *o);
 /* One rewrite of the data-movement family (fuse_movement.c) that runs inside
  * kiln__opt_transformer's layout clean-up, node by node, before the
  * transformer patterns: Concat node ci of Slices of one axis of one value

@@ -1435,6 +1435,106 @@ TEST(test_engine_host_inputs) {
     check_swin_host_inputs(NULL);
 }
 
+/* BERT's two attention layers (torch 2.11's TorchScript export, SDPA
+ * attention: both read one bool padding cond [2, 1, 8, 8] that adds -inf)
+ * built for `dev` at precision p (pass_off: a pass switched off), run on
+ * token ids and a padding mask (the second sequence's last 3 tokens masked
+ * out); its output [2, 8, 32] into y (true: it ran). *n_cond gets the
+ * engine's Attention layers that read the cond, *n_mask those that read an
+ * additive mask [2, 1, 1, 8] (made from the padding mask the cond is
+ * broadcast from) made by a layer named after the shared mask
+ * (share_attention_mask), *n_made the layers making one. */
+static bool bert_mask_run(kiln_device dev, kiln_precision p, const char *pass_off, float *y, int *n_cond,
+                          int *n_mask, int *n_made) {
+    kiln_model *m = NULL;
+    kiln_builder *b = NULL;
+    kiln_engine *e = NULL;
+    kiln_context *ctx = NULL;
+    bool ok = false;
+    int64_t dims[2] = {2, 8}, ids[16], mask[16];
+    for (int i = 0; i < 16; i++) {
+        ids[i] = (i * 37 + 11) % 64;
+        mask[i] = i >= 13 ? 0 : 1;
+    }
+    *n_cond = *n_mask = *n_made = 0;
+    CHECK_OK(kiln_model_load_onnx("tests/data/attention/t211_ts_hf_bert_sdpa.onnx", &m));
+    CHECK_OK(kiln_builder_create(&b));
+    if (m && b) {
+        CHECK_OK(kiln_builder_set_profile(b, "input_ids", 2, dims, dims, dims));
+        CHECK_OK(kiln_builder_set_profile(b, "attention_mask", 2, dims, dims, dims));
+        CHECK_OK(kiln_builder_set_device(b, dev, 0));
+        CHECK_OK(kiln_builder_set_precision(b, p));
+        if (pass_off) CHECK_OK(kiln_builder_disable_pass(b, pass_off));
+    }
+    if (m && b && kiln_build(b, m, &e) == KILN_OK && kiln_context_create(e, &ctx) == KILN_OK) {
+        const kiln_graph *g = e->graph;
+        for (int i = 0; i < g->n_nodes; i++) {
+            const kiln_node *n = &g->nodes[i];
+            *n_made += strstr(n->name, "/kiln_attn_mask") != NULL;
+            if (n->op_id != KILN_OP_Attention) continue;
+            *n_cond += n->n_in > 4 && n->in[4] >= 0;
+            int pm = n->n_in > 3 && n->in[3] >= 0 ? g->values[n->in[3]].producer : -1;
+            if (pm < 0 || !strstr(g->nodes[pm].name, "/kiln_attn_mask")) continue;
+            const kiln_tinfo *mi = &g->values[n->in[3]].info;
+            *n_mask += mi->rank == 4 && mi->dims[0] == 2 && mi->dims[1] == 1 && mi->dims[2] == 1 && mi->dims[3] == 8;
+        }
+        CHECK_OK(kiln_context_set_input(ctx, "input_ids", KILN_DTYPE_INT64, 2, dims, ids));
+        CHECK_OK(kiln_context_set_input(ctx, "attention_mask", KILN_DTYPE_INT64, 2, dims, mask));
+        CHECK_OK(kiln_context_set_output(ctx, "y", y, sizeof(float) * 2 * 8 * 32));
+        for (int k = 0; k < 3; k++) CHECK_OK(kiln_context_run(ctx)); /* (a CUDA Graph from the second on a GPU) */
+        ok = true;
+    } else {
+        FAILF("BERT engine for device %d: %s", (int)dev, kiln_last_error());
+    }
+    kiln_context_free(ctx);
+    kiln_engine_free(e);
+    kiln_builder_free(b);
+    kiln_model_free(m);
+    return ok;
+}
+
+/* share_attention_mask (issue 21): in an fp16/bf16 device engine, BERT's
+ * layers read one additive mask made once per run from their shared bool
+ * cond (one layer makes it), instead of converting the cond each (cuDNN's
+ * fused attention did, once per layer), and made from the [B, 1, 1, S]
+ * padding mask the cond broadcasts (And with an all-true constant), one row
+ * of keys per batch rather than [B, 1, S, S]; the outputs agree with the CPU's
+ * fp32 engine (which keeps the cond) and with the device engine without
+ * the pass. */
+TEST(test_shared_attention_mask) {
+    if (!kiln__backend_for(KILN_DEVICE_CUDA)) {
+        printf("  (no CUDA backend in the registry: skipped)\n");
+        return;
+    }
+    static float ref[512], y[512], y0[512], yf[512];
+    int nc, nm, nd;
+    CHECK(bert_mask_run(KILN_DEVICE_CPU, KILN_PRECISION_FP32, NULL, ref, &nc, &nm, &nd));
+    CHECK(nc == 2 && nm == 0 && nd == 0); /* fp32 plans keep the cond */
+    for (int p = 0; p < 2; p++) {
+        kiln_precision pr = p ? KILN_PRECISION_BF16 : KILN_PRECISION_FP16;
+        CHECK(bert_mask_run(KILN_DEVICE_CUDA, pr, NULL, y, &nc, &nm, &nd));
+        if (nc != 0 || nm != 2 || nd != 1)
+            FAILF("BERT %s: %d layers read the cond, %d the shared mask, %d make it; want 0, 2, 1",
+                  p ? "bf16" : "fp16", nc, nm, nd);
+        CHECK(bert_mask_run(KILN_DEVICE_CUDA, pr, "share_attention_mask", y0, &nc, &nm, &nd));
+        CHECK(nc == 2 && nm == 0 && nd == 0);
+        /* attention_mask_rows off: one shared mask in the cond's shape [2, 1, 8, 8] */
+        CHECK(bert_mask_run(KILN_DEVICE_CUDA, pr, "attention_mask_rows", yf, &nc, &nm, &nd));
+        CHECK(nc == 0 && nm == 0 && nd == 1);
+        double num = 0, num0 = 0, numf = 0, den = 0;
+        for (int i = 0; i < 512; i++) {
+            num += (double)(y[i] - ref[i]) * (y[i] - ref[i]);
+            num0 += (double)(y[i] - y0[i]) * (y[i] - y0[i]);
+            numf += (double)(yf[i] - y0[i]) * (yf[i] - y0[i]);
+            den += (double)ref[i] * ref[i];
+        }
+        double tol = p ? 1e-3 : 1e-5;
+        if (!(den > 0 && num <= tol * den && num0 <= tol * den && numf <= tol * den))
+            FAILF("BERT %s: NMSE %g vs the CPU, %g vs the pass off, %g full mask vs the pass off", p ? "bf16" : "fp16",
+                  den > 0 ? num / den : -1.0, den > 0 ? num0 / den : -1.0, den > 0 ? numf / den : -1.0);
+    }
+}
+
 /* Output "y" of `path` (input "x" [n, c, hw, hw], the values below) built for
  * `dev` at precision p, on the host; with KILN_CUDA_SE_FUSED=1 in the
  * environment while it is built (the tuning state lists the fused tactics,
@@ -2507,6 +2607,24 @@ TEST(test_conv_gemm) {
 }
 
 TEST(test_fused_transformer) {
+    {
+        /* FusedMatMul's tactics: up to KCU_GEMM_MAX_CANDIDATES of cuBLASLt's
+         * heuristic candidates (8 before: BERT-base's GEMMs at batch 64 chose
+         * the 7th), each named. BERT-base's QKV GEMM at batch 64: M 8192, K 768,
+         * N 2304, fp16, bias epilogue (the count is a note: cuBLASLt's) */
+        kiln_cuda_gemm p = {.t = F16, .M = 8192, .N = 2304, .K = 768, .batch = 1, .lda = 768, .ldb = 2304,
+                            .ldc = 2304, .epi = KCU_EPI_BIAS, .alpha = 1.0};
+        int n = kiln__cuda_gemm_candidates((kiln_cuda_state *)st, &p, 64);
+        printf("  cuBLASLt candidates for BERT-base's QKV GEMM at batch 64: %d\n", n);
+        CHECK(n >= 1 && n <= KCU_GEMM_MAX_CANDIDATES);
+        char want[32];
+        for (int k = 0; k < KCU_GEMM_MAX_CANDIDATES; k++) {
+            snprintf(want, sizeof want, "cublasLt#%d", k);
+            CHECK(!strcmp(kiln__cu_fused_matmul_tactic_name(k), want));
+        }
+        CHECK(!strcmp(kiln__cu_fused_matmul_tactic_name(KCU_GEMM_MAX_CANDIDATES), "cublasLt#?"));
+        CHECK(KCU_GEMM_MAX_CANDIDATES >= 32);
+    }
     for (int act = KILN_FACT_NONE; act <= KILN_FACT_GELU_TANH; act++) {
         kiln_fused_matmul_attrs at = {.act = act}, tb = {.act = act, .trans_b = 1};
         char name[32];
@@ -3130,7 +3248,7 @@ TEST(test_coverage) {
 #define TESTS_FT(X) X(test_fused_transformer) X(test_attention_tactics) X(test_attention_nan_tactics) X(test_grid_limits)
 #define ALL_TESTS(X) \
     TESTS_BASE(X) TESTS_NN(X) TESTS_REDUCE(X) TESTS_FC(X) TESTS_FT(X) TESTS_INDEX(X) \
-    TESTS_SPATIAL(X) TESTS_SEQ(X) TESTS_MISC(X) TESTS_PW(X) X(test_node_state) X(test_engine_host_inputs) \
+    TESTS_SPATIAL(X) TESTS_SEQ(X) TESTS_MISC(X) TESTS_PW(X) X(test_node_state) X(test_engine_host_inputs) X(test_shared_attention_mask) \
     X(test_coverage)
 
 #define COUNT_ONE(t) +1

@@ -28,6 +28,7 @@
 #include "test.h"
 
 #include "backends/backend.h"
+#include "ops/fused_transformer.h"
 #include "graph_build.h"
 #include "runtime/engine.h"
 
@@ -176,13 +177,57 @@ static float *run_form(const kiln_engine *e, const inputs *in, int64_t *n) {
     return y;
 }
 
-/* The optimizer's plan of m for the CUDA backend in fp16 (no device needed):
- * the number of live nodes of op `op`. -1 when the backend is not built. in
- * NULL: the input dims stay as the model declares them (symbolic). */
-static int cuda_plan_count(const kiln_model *m, const inputs *in, int op) {
+static kiln_graph *cuda_plan(const kiln_model *m, const inputs *in, uint32_t disabled);
+
+/* The optimizer's plan of m for the CUDA backend in fp16 (no device needed),
+ * the passes `disabled` off: the number of live nodes of op `op`. -1 when the
+ * backend is not built. in NULL: the input dims stay as the model declares
+ * them (symbolic). */
+static int cuda_plan_count_without(const kiln_model *m, const inputs *in, int op, uint32_t disabled) {
     if (!kiln__backend_for(KILN_DEVICE_CUDA)) return -1;
+    kiln_graph *g = cuda_plan(m, in, disabled);
+    if (!g) return -3;
+    int count = 0;
+    for (int i = 0; i < g->n_nodes; i++) count += !g->nodes[i].dead && g->nodes[i].op_id == op;
+    kiln__graph_free(g);
+    return count;
+}
+
+static int cuda_plan_count(const kiln_model *m, const inputs *in, int op) {
+    return cuda_plan_count_without(m, in, op, 0);
+}
+
+/* In m's CUDA fp16 plan (passes `disabled` off): *n_cond the kiln.Attention
+ * layers that read a bool cond, *n_mask those that read an additive mask
+ * made in the plan by a Where (share_attention_mask), *n_row those of them
+ * whose mask is one row of keys per batch ([B, 1, 1, Sk]: made from the
+ * padding mask the cond was broadcast from), *n_where the live Wheres. false when the CUDA backend is not built (or the plan fails). */
+static bool cuda_plan_masks(const kiln_model *m, const inputs *in, uint32_t disabled, int *n_cond, int *n_mask,
+                            int *n_row, int *n_where) {
+    if (!kiln__backend_for(KILN_DEVICE_CUDA)) return false;
+    kiln_graph *g = cuda_plan(m, in, disabled);
+    if (!g) return false;
+    *n_cond = *n_mask = *n_row = *n_where = 0;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const kiln_node *n = &g->nodes[i];
+        if (n->dead) continue;
+        *n_where += n->op_id == KILN_OP_Where;
+        if (n->op_id != KILN_OP_Attention) continue;
+        *n_cond += n->n_in > 4 && n->in[4] >= 0;
+        int p = n->n_in > 3 && n->in[3] >= 0 ? g->values[n->in[3]].producer : -1;
+        if (p < 0 || !strstr(g->nodes[p].name, "/kiln_attn_mask")) continue;
+        (*n_mask)++;
+        const kiln_tinfo *mi = &g->values[n->in[3]].info;
+        *n_row += mi->rank == 4 && mi->dims[2] == 1;
+    }
+    kiln__graph_free(g);
+    return true;
+}
+
+/* m's CUDA fp16 plan, optimized with the passes `disabled` off (NULL: failed). */
+static kiln_graph *cuda_plan(const kiln_model *m, const inputs *in, uint32_t disabled) {
     kiln_graph *g = NULL;
-    if (kiln__graph_clone(m->graph, &g) != KILN_OK) return -2;
+    if (kiln__graph_clone(m->graph, &g) != KILN_OK) return NULL;
     /* fix the input dims (and their symbols everywhere), forget intermediate shapes */
     for (int i = 0; in && i < in->n; i++) {
         int v = kiln__graph_find_value(g, in->s[i]->name);
@@ -204,20 +249,40 @@ static int cuda_plan_count(const kiln_model *m, const inputs *in, int op) {
         if (!(v->flags & (KILN_VALUE_CONST | KILN_VALUE_INPUT | KILN_VALUE_OUTPUT)) && v->producer >= 0)
             v->info.rank = -1;
     }
-    kiln_optimize_opts oo = {.device = KILN_DEVICE_CUDA, .precision = KILN_PRECISION_FP16};
-    int count = -3;
+    kiln_optimize_opts oo = {.device = KILN_DEVICE_CUDA, .precision = KILN_PRECISION_FP16, .disabled = disabled};
     if (kiln__graph_infer(g) == KILN_OK && kiln__pass_fold_constants(g) == KILN_OK && kiln__pass_dce(g) == KILN_OK &&
-        kiln__graph_infer(g) == KILN_OK && kiln__pass_optimize(g, &oo) == KILN_OK) {
-        count = 0;
-        for (int i = 0; i < g->n_nodes; i++) count += !g->nodes[i].dead && g->nodes[i].op_id == op;
-    } else {
-        fprintf(stderr, "  CUDA plan: %s\n", kiln_last_error());
-    }
+        kiln__graph_infer(g) == KILN_OK && kiln__pass_optimize(g, &oo) == KILN_OK)
+        return g;
+    fprintf(stderr, "  CUDA plan: %s\n", kiln_last_error());
     kiln__graph_free(g);
-    return count;
+    return NULL;
 }
 
 static int n_forms, n_gpu;
+
+/* The forms whose attention layers share one bool cond that adds -inf (torch
+ * 2.x's TorchScript exports of the transformers models). */
+static bool shares_cond(const char *file) {
+    return strstr(file, "t211_ts_hf_bert_sdpa") || strstr(file, "t211_ts_hf_distilbert") ||
+           strstr(file, "t211_ts_hf_gpt2");
+}
+
+/* The number of kiln.Attention layers of e that read a cond (input 4), and
+ * in *n_mask those reading one additive mask that every masked layer shares. */
+static int count_cond_layers(const kiln_engine *e, int *n_mask) {
+    int n = 0, mask = -1;
+    *n_mask = 0;
+    for (int i = 0; i < e->graph->n_nodes; i++) {
+        const kiln_node *an = &e->graph->nodes[i];
+        if (an->op_id != KILN_OP_Attention) continue;
+        n += an->n_in > 4 && an->in[4] >= 0;
+        if (an->n_in > 3 && an->in[3] >= 0 && (mask < 0 || an->in[3] == mask)) {
+            mask = an->in[3];
+            (*n_mask)++;
+        }
+    }
+    return n;
+}
 
 static void check_form(const form *f) {
     char path[1100];
@@ -250,6 +315,13 @@ static void check_form(const form *f) {
     /* GPT-2's merge of the heads, Transpose + Reshape to [B*S, H*D] for its
      * Conv1D's Gemm: the Transpose taken in (the layer writes [B, S, H*D]) */
     if (strstr(f->file, "_hf_gpt2")) CHECK(count_op(e1, KILN_OP_Transpose) == 0);
+    /* BERT's token-type embedding, folded to a [B, S, E] constant of one repeated
+     * row, is stored as [1, 1, E] (shrink_constants) */
+    if (strstr(f->file, "_ts_hf_bert") && e1) {
+        int tt = kiln__graph_find_value(e1->graph, "/m/embeddings/token_type_embeddings/Gather_output_0");
+        const kiln_tinfo *ti = tt >= 0 ? &e1->graph->values[tt].info : NULL;
+        CHECK(ti && ti->rank == 3 && ti->dims[0] == 1 && ti->dims[1] == 1 && ti->dims[2] > 1);
+    }
     /* torchvision's Swin: its Pads to the window multiple and the Slices that
      * take the padding off again are no-ops at 56x56 (14x14 tokens, window 7)
      * and go, as do the inference Dropouts; Q, K, V are read in place from
@@ -304,6 +376,38 @@ static void check_form(const form *f) {
                                      f->n_attn);
         CHECK(nc == f->n_attn);
         CHECK(cuda_plan_count(m, &in, KILN_OP_Softmax) == 0);
+        /* share_attention_mask: torch 2.x's TorchScript exports of BERT, DistilBERT
+         * and GPT-2 give every layer the same bool cond (-inf added where
+         * masked): the fp16 plan makes it one additive mask (one Where, fused
+         * with the And before it), read by every layer instead of the cond,
+         * converted once per run instead of once per layer (issue 21); with the
+         * pass off, each layer reads the cond. A layer alone with its cond keeps it. */
+        int nco, nma, nro, nwh, nco0, nma0, nro0, nwh0;
+        CHECK(cuda_plan_masks(m, &in, 0, &nco, &nma, &nro, &nwh));
+        CHECK(cuda_plan_masks(m, &in, 1u << KILN_PASS_SHARE_ATTENTION_MASK, &nco0, &nma0, &nro0, &nwh0));
+        CHECK(nma0 == 0 && (nma == 0 || nma >= 2) && nco + nma == nco0);
+        if (shares_cond(f->file)) {
+            if (nco != 0 || nma != f->n_attn)
+                fprintf(stderr, "  %s: %d layers read the cond, %d the shared mask (%d as one row per batch), "
+                        "want 0 and %d\n", f->file, nco, nma, nro, f->n_attn);
+            CHECK(nco == 0 && nma == f->n_attn && nco0 == f->n_attn);
+            /* BERT's and DistilBERT's cond is their padding mask [B, 1, 1, S] And an
+             * all-true [S, S]: the mask is made from the padding mask; GPT-2's is
+             * And a causal mask: the full [B, 1, S, S] */
+            CHECK(nro == (strstr(f->file, "gpt2") ? 0 : f->n_attn));
+            /* attention_mask_rows off: the mask in the cond's shape */
+            CHECK(cuda_plan_masks(m, &in, 1u << KILN_PASS_ATTENTION_MASK_ROWS, &nco0, &nma0, &nro0, &nwh0));
+            CHECK(nco0 == 0 && nma0 == f->n_attn && nro0 == 0);
+        } else if (f->n_attn < 2) {
+            CHECK(nma == 0);
+        }
+        /* BERT's embeddings, word + token type + position: the two constants
+         * summed at build (fold_addends), the one Add left taken by AddLayerNorm;
+         * the fp32 CPU plan keeps its Add */
+        if (strstr(f->file, "hf_bert")) {
+            CHECK(cuda_plan_count(m, &in, KILN_OP_Add) == 0 && count_op(e1, KILN_OP_Add) == 1);
+            CHECK(cuda_plan_count_without(m, &in, KILN_OP_Add, 1u << KILN_PASS_FOLD_ADDENDS) == 1);
+        }
         /* BERT: one projection for Q, K and V; output, FFN in and FFN out */
         if (strstr(f->file, "hf_bert")) CHECK(cuda_plan_count(m, &in, KILN_OP_FusedMatMul) == 4 * f->n_attn);
         /* Swin: no Pad kept in float32 between two Casts (the input's and the output's only) */
@@ -325,6 +429,10 @@ static void check_form(const form *f) {
         if (!eg) break;
         n_gpu++;
         CHECK(count_op(eg, KILN_OP_Attention) == f->n_attn);
+        if (shares_cond(f->file)) { /* the engine, tuned: the layers read the shared mask */
+            int n_mask = 0;
+            CHECK(count_cond_layers(eg, &n_mask) == 0 && n_mask == f->n_attn);
+        }
         /* the tactic the tuner kept for each attention layer, and its time (a note) */
         fprintf(stderr, "  %s %s attention:", f->file, p ? "bf16" : "fp16");
         for (int i = 0; i < eg->graph->n_nodes; i++) {

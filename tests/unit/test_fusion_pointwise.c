@@ -268,6 +268,55 @@ TEST(test_masks) {
     kiln_engine_free(e);
 }
 
+/* shrink_constants: a constant operand that repeats along its leading axes
+ * (BERT's token-type embedding, folded to [B, S, E]) is stored once per
+ * repetition, broadcast by its layer: the same results, 6 times smaller
+ * here; a constant that does not repeat, or that another layer reads too,
+ * keeps its shape; with the pass off every one does. */
+static const kiln_value *const_of(const kiln_engine *e, const char *name) {
+    int v = e ? kiln__graph_find_value(e->graph, name) : -1;
+    return v >= 0 ? &e->graph->values[v] : NULL;
+}
+
+static kiln_graph *shrink_graph(void) {
+    kiln_graph *g;
+    CHECK_OK(kiln__graph_create(&g));
+    int64_t d[3] = {2, 3, 40};
+    int x = in_f32(g, "x", 3, d);
+    float rep[240], other[240];
+    for (int i = 0; i < 240; i++) {
+        rep[i] = (float)(i % 40) * 0.25f - 3.0f;
+        other[i] = (float)(i % 41) * 0.5f; /* (not a repetition of 40) */
+    }
+    int c = add_val(g, "rep"), o = add_val(g, "other");
+    CHECK_OK(kiln__value_set_const(&g->values[c], KILN_DTYPE_FLOAT32, 3, d, rep));
+    CHECK_OK(kiln__value_set_const(&g->values[o], KILN_DTYPE_FLOAT32, 3, d, other));
+    int a = add_binary(g, KILN_OP_Add, "add", x, c);
+    mark_output(g, a);
+    mark_output(g, add_binary(g, KILN_OP_Sub, "sub", o, x));
+    return g;
+}
+
+TEST(test_shrink_constants) {
+    kiln_engine *e = check_fused(shrink_graph(), 0);
+    const kiln_value *c = const_of(e, "rep"), *o = const_of(e, "other");
+    CHECK(c && c->info.rank == 3 && c->info.dims[0] == 1 && c->info.dims[1] == 1 && c->info.dims[2] == 40);
+    CHECK(c && c->nbytes == 40 * sizeof(float) && ((const float *)c->data)[39] == 39 * 0.25f - 3.0f);
+    CHECK(o && o->info.dims[0] == 2 && o->info.dims[1] == 3 && o->info.dims[2] == 40);
+    kiln_engine_free(e);
+    kiln_model *m = model_of(shrink_graph());
+    kiln_builder *b = NULL;
+    CHECK_OK(kiln_builder_create(&b));
+    CHECK_OK(kiln_builder_disable_pass(b, "shrink_constants"));
+    e = NULL;
+    CHECK_OK(kiln_build(b, m, &e));
+    c = const_of(e, "rep");
+    CHECK(c && c->info.dims[0] == 2 && c->info.dims[1] == 3);
+    kiln_engine_free(e);
+    kiln_builder_free(b);
+    kiln_model_free(m);
+}
+
 TEST(test_switch_off) {
     kiln_graph *g;
     CHECK_OK(kiln__graph_create(&g));
@@ -505,6 +554,7 @@ int main(void) {
     RUN(test_shape_and_dtype_boundaries);
     RUN(test_masks);
     RUN(test_switch_off);
+    RUN(test_shrink_constants);
     RUN(test_every_unary);
     RUN(test_random_graphs);
     RUN(test_kernel_mixed_dtypes);

@@ -184,8 +184,6 @@ done:
     return s;
 }
 
-#define KCU_GEMM_MAX_CANDIDATES 8
-
 /* Builds plan pl for key k (the tactic picks among the heuristic's results). */
 static kiln_status gemm_plan_build(kiln_cuda_state *st, const char *node,
                                    const kiln_cuda_gemm_key *k, kiln_cuda_gemm_plan *pl) {

@@ -148,9 +148,14 @@ int kiln__cu_fused_matmul_tactics(void *state, const kiln_infer_args *a, int32_t
 }
 
 const char *kiln__cu_fused_matmul_tactic_name(int32_t id) {
-    static const char *const lt[8] = {"cublasLt#0", "cublasLt#1", "cublasLt#2", "cublasLt#3",
-                                      "cublasLt#4", "cublasLt#5", "cublasLt#6", "cublasLt#7"};
-    return id >= 0 && id < 8 ? lt[id] : "cublasLt#?";
+    static const char *const lt[KCU_GEMM_MAX_CANDIDATES] = {
+        "cublasLt#0", "cublasLt#1", "cublasLt#2", "cublasLt#3", "cublasLt#4", "cublasLt#5",
+        "cublasLt#6", "cublasLt#7", "cublasLt#8", "cublasLt#9", "cublasLt#10", "cublasLt#11",
+        "cublasLt#12", "cublasLt#13", "cublasLt#14", "cublasLt#15", "cublasLt#16", "cublasLt#17",
+        "cublasLt#18", "cublasLt#19", "cublasLt#20", "cublasLt#21", "cublasLt#22", "cublasLt#23",
+        "cublasLt#24", "cublasLt#25", "cublasLt#26", "cublasLt#27", "cublasLt#28", "cublasLt#29",
+        "cublasLt#30", "cublasLt#31"};
+    return id >= 0 && id < KCU_GEMM_MAX_CANDIDATES ? lt[id] : "cublasLt#?";
 }
 
 /* ---- Gelu ------------------------------------------------------------------------------------ */

@@ -388,6 +388,11 @@ enum {
 KILN_PRIVATE kiln_status kiln__cuda_gemm(const kiln_kernel_args *a, const kiln_cuda_gemm *p);
 /* Number of cuBLASLt heuristic candidates for p (shapes and dtypes only;
  * pointers are taken as 256-byte aligned), at most cap; 0 if none. */
+/* The most cuBLASLt heuristic candidates a GEMM asks for (the tactics `cublasLt#k`
+ * of FusedMatMul, k < this): the builder times them all. 8 before 2026-12-05;
+ * BERT-base's GEMMs at batch 64 chose the 7th of 8 (issue 21). An engine stores
+ * k, its plan asks for this many again and takes the k-th. */
+#define KCU_GEMM_MAX_CANDIDATES 32
 KILN_PRIVATE int kiln__cuda_gemm_candidates(kiln_cuda_state *st, const kiln_cuda_gemm *p, int cap);
 /* A 1x1 convolution on rows (cuda_conv.c): Y [rows, M] = act(X [rows, K]
  * W [M, K]^T + b + R), all row-major, as one GEMM: the `cublasLt-1x1`
