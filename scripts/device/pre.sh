@@ -21,3 +21,10 @@ bench() { local n=$1 bud=$2; shift 2
     --profile-dir /tmp/prof_$n --budget $bud "$@" > $OUT/$n.log 2>&1; echo "rc=$? bench $n"
   grep -E '^\| [a-z]' $OUT/$n.md 2>/dev/null; grep -E 'skipped|Error' $OUT/$n.log | head -5
   [ -d /tmp/prof_$n ] && tar czf $OUT/prof_$n.tgz -C /tmp prof_$n; }
+# zoo PRECISION...: bench/model_zoo.py's CI subset on CUDA, each in the time left
+zoo() { local p lb; for p in "$@"; do
+  lb=$(( $(left) - 20 )); [ $lb -gt 60 ] || break
+  timeout $((lb + 10)) python3 bench/model_zoo.py --ci --device cuda --precision $p --kiln $B/kiln \
+    --cache-dir /tmp/zoo --budget $((lb - 10)) --write $OUT/zoo_$p.md > $OUT/zoo_$p.log 2>&1; echo "rc=$? zoo $p"
+  grep -E '^\|' $OUT/zoo_$p.md | cut -c1-200 | head -20
+done; }
