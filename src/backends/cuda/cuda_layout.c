@@ -136,17 +136,29 @@ static bool conv_ok(const kiln_graph *g, const kiln_node *n) {
     return true;
 }
 
+/* What dw_ok and gc_ok ask of a FusedConv alike: still NCHW, fp16/bf16 4-D
+ * input and output over a static 4-D weight, an input that is not
+ * [N, C, 1, 1] (the same bytes in either layout), and its residual present
+ * where it has one; *x, *w, *y its input, weight and output. */
+static bool grouped_io(const kiln_graph *g, const kiln_node *n, const kiln_tinfo **x, const kiln_tinfo **w,
+                       const kiln_tinfo **y) {
+    const kiln_fused_conv_attrs *fa = n->attrs;
+    if (fa->layout || n->n_in < 2 || n->in[0] < 0 || n->in[1] < 0) return false;
+    if (fa->has_residual && (n->n_in < 4 || n->in[3] < 0)) return false;
+    *x = &g->values[n->in[0]].info;
+    *w = &g->values[n->in[1]].info;
+    *y = &g->values[n->out[0]].info;
+    return half_4d(*x) && static_4d(*w) && half_4d(*y) && !neutral(g, n->in[0]);
+}
+
 /* A depthwise FusedConv (group = C = M, weights [C, 1, kh, kw], 2-D): kiln's
  * NHWC kernel takes any channel count, pads and strides. */
 static bool dw_ok(const kiln_graph *g, const kiln_node *n) {
-    const kiln_fused_conv_attrs *fa = n->attrs;
-    if (fa->layout || n->n_in < 2 || n->in[0] < 0 || n->in[1] < 0) return false;
-    const kiln_tinfo *x = &g->values[n->in[0]].info, *w = &g->values[n->in[1]].info;
-    const kiln_tinfo *y = &g->values[n->out[0]].info;
-    if (!half_4d(x) || !static_4d(w) || !half_4d(y) || neutral(g, n->in[0])) return false;
-    int64_t C = x->dims[1];
-    if (C < 2 || fa->conv.group != C || w->dims[0] != C || w->dims[1] != 1 || y->dims[1] != C) return false;
-    return !fa->has_residual || (n->n_in >= 4 && n->in[3] >= 0);
+    const kiln_tinfo *x, *w, *y;
+    if (!grouped_io(g, n, &x, &w, &y)) return false;
+    const int64_t C = x->dims[1];
+    return C >= 2 && ((const kiln_fused_conv_attrs *)n->attrs)->conv.group == C && w->dims[0] == C &&
+           w->dims[1] == 1 && y->dims[1] == C;
 }
 
 /* A grouped FusedConv with several input channels a group (RegNet's group
@@ -157,15 +169,12 @@ static bool dw_ok(const kiln_graph *g, const kiln_node *n) {
  * (implicit_convolve_sgemm) or its engines with layout conversions around
  * them, and the layer cuts the NHWC chains of the 1x1 layers around it. */
 static bool gc_ok(const kiln_graph *g, const kiln_node *n) {
-    const kiln_fused_conv_attrs *fa = n->attrs;
-    if (fa->layout || n->n_in < 2 || n->in[0] < 0 || n->in[1] < 0) return false;
-    const kiln_tinfo *x = &g->values[n->in[0]].info, *w = &g->values[n->in[1]].info;
-    const kiln_tinfo *y = &g->values[n->out[0]].info;
-    if (!half_4d(x) || !static_4d(w) || !half_4d(y) || neutral(g, n->in[0])) return false;
-    int64_t G = fa->conv.group, C = x->dims[1], M = w->dims[0], Cg = w->dims[1];
+    const kiln_tinfo *x, *w, *y;
+    if (!grouped_io(g, n, &x, &w, &y)) return false;
+    const int64_t G = ((const kiln_fused_conv_attrs *)n->attrs)->conv.group, C = x->dims[1], M = w->dims[0],
+                  Cg = w->dims[1];
     if (G < 2 || Cg < 2 || Cg * G != C || M % G || y->dims[1] != M) return false;
-    if (Cg % 8 || (M / G) % 8) return false;
-    return !fa->has_residual || (n->n_in >= 4 && n->in[3] >= 0);
+    return Cg % 8 == 0 && (M / G) % 8 == 0;
 }
 
 /* An elementwise layer that computes the same in either layout: unary
