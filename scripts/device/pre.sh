@@ -28,3 +28,17 @@ zoo() { local p lb; for p in "$@"; do
     --cache-dir /tmp/zoo --budget $((lb - 10)) --write $OUT/zoo_$p.md > $OUT/zoo_$p.log 2>&1; echo "rc=$? zoo $p"
   grep -E '^\|' $OUT/zoo_$p.md | cut -c1-200 | head -20
 done; }
+# tv_onnx NAME...: torchvision's NAME (random weights) as /tmp/NAME.onnx, opset 17, batch dynamic
+tv_onnx() { python3 - "$@" <<'PY' >> $L 2>&1
+import sys, torch, torchvision
+for n in sys.argv[1:]:
+    m = getattr(torchvision.models, n)().eval()
+    torch.onnx.export(m, (torch.randn(2, 3, 224, 224),), f"/tmp/{n}.onnx", opset_version=17, dynamo=False,
+                      input_names=["x"], output_names=["y"], dynamic_axes={"x": {0: "n"}, "y": {0: "n"}})
+PY
+}
+# bt NAME BATCH LABEL [ARGS...]: times `kiln build /tmp/NAME.onnx --device cuda --fp16` at BATCH
+# (environment set for the call applies: KILN_CUDA_PLAN_THREADS=0 bt ...)
+bt() { local n=$1 b=$2 label=$3; shift 3; local s=$(date +%s%N)
+  timeout 150 $B/kiln build /tmp/$n.onnx --device cuda --fp16 --shapes x:${b}x3x224x224 -o /tmp/e.kiln "$@" >> $L 2>&1
+  echo "build $n b$b $label $* rc=$? $(( ($(date +%s%N) - s) / 10000000 ))e-2 s" | tee -a $L; }
