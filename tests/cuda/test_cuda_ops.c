@@ -173,6 +173,13 @@ static bool compare(const char *node, int out, kiln_dtype t, const void *cpu, co
             if (bad >= 0)
                 fprintf(stderr, "; first difference at %lld: cpu %.9g gpu %.9g\n", (long long)bad,
                         kiln__load_f64(t, cpu, bad), kiln__load_f64(t, gpu, bad));
+            if (n <= 32) { /* small outputs in full: where the NaN, inf and finite values went */
+                fprintf(stderr, "    cpu:");
+                for (int64_t i = 0; i < n; i++) fprintf(stderr, " %.5g", kiln__load_f64(t, cpu, i));
+                fprintf(stderr, "\n    gpu:");
+                for (int64_t i = 0; i < n; i++) fprintf(stderr, " %.5g", kiln__load_f64(t, gpu, i));
+                fprintf(stderr, "\n");
+            }
             return false;
         }
         return true;
