@@ -6,5 +6,5 @@
 KILN_TEST_ONLY=test_fused_conv_nan_tactics KILN_CUDA_VERBOSE=1 t nan_verbose 60 $B/test_cuda_ops
 KILN_TEST_ONLY=test_fused_conv_nan_tactics KILN_CUDNN_FIND=0 t nan_nofind 60 $B/test_cuda_ops
 grep -E 'passed|^FAIL' $L; grep -B3 -A3 -E 'NMSE [0-9.e+-]+ \(limit' $L | grep -v 'note: library' | grep -E 'legacy|cpu:|gpu:|algorithm' | head -30
-bench sweep $(( ${SW:-170} )) --models vgg16,distilbert,resnet152 --batches 1,32
+bench sweep $(( ${SW:-170} )) --models ${MODELS:-vgg16,distilbert,resnet152} --batches 1,32
 zoo fp16
