@@ -625,6 +625,7 @@ static const char build_help[] =
     "\n"
     "Options:\n"
     "  -o, --output FILE        engine file to write (default: MODEL with .onnx replaced by .kiln)\n"
+    "                           (never the model itself or the --timing-cache file)\n"
     "  --shapes SPECS           shape of inputs, min = opt = max; SPECS is\n"
     "                           name:1x3x224x224[,name2:dims...] (a name may contain ':';\n"
     "                           the last ':' separates the dims; 'name:' is a scalar)\n"
@@ -660,6 +661,42 @@ static const char build_help[] =
     "                           tuning time went, and a summary with the 10 longest layers\n"
     "  KILN_CUDA_PLAN_THREADS=N make the cuDNN plans of the convolutions to tune on N host\n"
     "                           threads while the GPU times (0, the default: one at a time)\n";
+
+/* Path p made absolute with its folder's symbolic links resolved (its
+ * last name kept as given: it may not exist yet, and a file written there
+ * replaces a link of that name, not what it points to); malloc'd, NULL
+ * where its folder cannot be resolved. */
+static char *canonical_path(const char *p) {
+    const char *slash = strrchr(p, '/'), *base = slash ? slash + 1 : p;
+    size_t nd = slash ? (slash == p ? 1 : (size_t)(slash - p)) : 1;
+    char *dir = malloc(nd + 1);
+    if (!dir) return NULL;
+    memcpy(dir, slash ? p : ".", nd);
+    dir[nd] = '\0';
+    char *rd = realpath(dir, NULL);
+    free(dir);
+    if (!rd) return NULL;
+    size_t n = strlen(rd) + strlen(base) + 2;
+    char *out = malloc(n);
+    if (out) snprintf(out, n, "%s%s%s", rd, strcmp(rd, "/") ? "/" : "", base);
+    free(rd);
+    return out;
+}
+
+/* Whether writing file `out` (a temporary file renamed over it) replaces
+ * file `in` as read: out's name (its folder resolved; a link of that name
+ * is replaced, not what it points to) is where in's links lead. A hard
+ * link keeps the old file under its other name. kiln build refuses to
+ * write its engine over the model it reads or over its timing cache: the
+ * engine replaced either without a word. */
+static bool replaces_file(const char *out, const char *in) {
+    char *co = canonical_path(out), *ci = realpath(in, NULL);
+    if (!ci) ci = canonical_path(in);
+    bool same = co && ci ? !strcmp(co, ci) : !strcmp(out, in);
+    free(co);
+    free(ci);
+    return same;
+}
 
 /* --layer-precision name:fp32[,name2:fp32...]; false (message printed) on error */
 bool set_layer_precisions(const char *cmd, kiln_builder *b, const char *list) {
@@ -893,6 +930,14 @@ static int cmd_build(int argc, char **argv) {
         out_path = default_out;
     }
 
+    if (replaces_file(out_path, model_path)) {
+        fail("-o '%s' is the model itself: the engine would replace it (name another file)", out_path);
+        goto done;
+    }
+    if (tcache && replaces_file(out_path, tcache)) {
+        fail("-o '%s' is the timing cache '%s': the engine would replace it (name another file)", out_path, tcache);
+        goto done;
+    }
     double t0 = now_s();
     kiln_status st = kiln_model_load_onnx(model_path, &m);
     if (st != KILN_OK) {

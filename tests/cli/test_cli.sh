@@ -289,6 +289,18 @@ expect "build --timing-cache of version 2: a note" 0 "is of version 2" "$KILN" b
 printf 'kiln-timing-cache 2\n' >old.cache
 "$KILN" build tiny.onnx -o t.kiln --timing-cache old.cache -q >out 2>&1 && [ ! -s out ] && ok ||
     bad "build -q printed: $(head -c 300 out)"
+# -o naming the model or the timing cache (issue 20, probe6): the engine replaced the model, or
+# the cache it had just written (the next build then failed: "not a kiln timing cache")
+cp tiny.onnx self.onnx
+expect "build -o the model itself" nz "is the model itself" "$KILN" build self.onnx -o self.onnx
+cmp -s tiny.onnx self.onnx && ok || bad "build -o the model: the model was replaced"
+expect "build -o the model by another path" nz "is the model itself" "$KILN" build self.onnx -o "$T/./self.onnx"
+ln -s self.onnx selflink.onnx
+expect "build a link to the model -o the model" nz "is the model itself" "$KILN" build selflink.onnx -o self.onnx
+expect "build -o a link to the model (the link is replaced)" 0 "" "$KILN" build self.onnx -o selflink.onnx -q
+cmp -s tiny.onnx self.onnx && [ ! -L selflink.onnx ] && ok || bad "build -o a link to the model: the model changed"
+expect "build -o the timing cache" nz "is the timing cache" "$KILN" build tiny.onnx -o same.cache --timing-cache ./same.cache
+[ ! -e same.cache ] && ok || bad "build -o the timing cache wrote it"
 # a model that is a device is refused before it is read (/dev/zero was read until memory
 # ran out: 32 GiB asked for); a pipe is still read to its end
 expect "build a model that is /dev/zero" nz "it is a character device, not a model file" timeout 20 "$KILN" build /dev/zero -o t.kiln
