@@ -564,6 +564,16 @@ int bind_inputs(kiln_engine *e, kiln_context *c, const input_files *files, const
                             kiln_dtype_name(arr.dtype), fmt_dims(a, sizeof a, arr.rank, arr.dims, NULL),
                             kiln_dtype_name(b->info.dtype));
             if (!check_shape(e, k, &b->info, arr.rank, arr.dims, f->path)) return EXIT_FAIL;
+            /* --shapes for an input read from a file: the file's shape wins,
+             * and a measurement at another shape than asked for went unseen */
+            const shape_spec *sp = shapes_find(shapes, b->info.name);
+            if (sp && (sp->rank != arr.rank || memcmp(sp->dims, arr.dims, sizeof(int64_t) * (size_t)arr.rank))) {
+                char a2[DIMS_CAP];
+                return fail("input '%s': --shapes gives %s but %s holds %s (leave the input out of --shapes, or "
+                            "give a file of that shape)",
+                            b->info.name, fmt_dims(a2, sizeof a2, sp->rank, sp->dims, NULL), f->path,
+                            fmt_dims(a, sizeof a, arr.rank, arr.dims, NULL));
+            }
         } else {
             const shape_spec *sp = shapes_find(shapes, b->info.name);
             b->dtype = b->info.dtype;
@@ -1058,7 +1068,8 @@ static const char run_help[] =
     "  --random-inputs          inputs not given by --input get random data: floats uniform\n"
     "                           in [-1, 1), integers in [0, 10), random bools\n"
     "  --shapes SPECS           shapes of the random inputs (name:1x3x224x224[,...]);\n"
-    "                           default: the profile's opt shape\n"
+    "                           default: the profile's opt shape (an input read by --input\n"
+    "                           has the file's shape: --shapes may only repeat it)\n"
     "  --output-dir DIR         write each output as DIR/<name>.npy (characters other than\n"
     "                           A-Z a-z 0-9 . _ - in names become '_', names that would\n"
     "                           collide get '_<index>'; DIR is created; existing files\n"
@@ -1613,6 +1624,8 @@ static const char bench_help[] =
     "                       between requests does: the engine's weights and activations\n"
     "                       then come from memory, not the caches (default 0)\n"
     "  --shapes SPECS       shapes of the inputs (default: the profile's opt shapes)\n"
+    "                       (an input read by --input has the file's shape: --shapes\n"
+    "                       may only repeat it)\n"
     "  -i, --input NAME=FILE.npy  use an input from a file instead of random data\n"
     "  --seed S             seed of the random inputs (default 0)\n"
     "  --threads N          threads (0 = one per core; default: the engine's setting)\n"

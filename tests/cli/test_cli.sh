@@ -301,6 +301,11 @@ expect "build -o a link to the model (the link is replaced)" 0 "" "$KILN" build 
 cmp -s tiny.onnx self.onnx && [ ! -L selflink.onnx ] && ok || bad "build -o a link to the model: the model changed"
 expect "build -o the timing cache" nz "is the timing cache" "$KILN" build tiny.onnx -o same.cache --timing-cache ./same.cache
 [ ! -e same.cache ] && ok || bad "build -o the timing cache wrote it"
+# an input both from a file and in --shapes: the file's shape was taken without a word (kiln bench
+# measured another batch than asked for)
+expect "run --shapes against the --input file" nz "--shapes gives [3x4] but x.npy holds [2x4]" "$KILN" run tiny.kiln --input x=x.npy --shapes x:3x4
+expect "bench --shapes against the --input file" nz "--shapes gives [3x4] but x.npy holds [2x4]" "$KILN" bench tiny.kiln --input x=x.npy --shapes x:3x4 --iterations 1
+expect "bench --shapes as the --input file" 0 "[2x4]" "$KILN" bench tiny.kiln --input x=x.npy --shapes x:2x4 --iterations 1
 # a model that is a device is refused before it is read (/dev/zero was read until memory
 # ran out: 32 GiB asked for); a pipe is still read to its end
 expect "build a model that is /dev/zero" nz "it is a character device, not a model file" timeout 20 "$KILN" build /dev/zero -o t.kiln
