@@ -1073,7 +1073,8 @@ static const char run_help[] =
     "  --output-dir DIR         write each output as DIR/<name>.npy (characters other than\n"
     "                           A-Z a-z 0-9 . _ - in names become '_', names that would\n"
     "                           collide get '_<index>'; DIR is created; existing files\n"
-    "                           that are not regular files are never replaced)\n"
+    "                           that are not regular files are never replaced, nor an\n"
+    "                           --input file or the engine)\n"
     "  --seed S                 seed of the random inputs (default 0)\n"
     "  --threads N              threads (0 = one per core; default: the engine's setting)\n"
     "  --memory-limit MIB       fail (before allocating) if the run needs more than MIB MiB\n"
@@ -1152,6 +1153,14 @@ static bool name_in(char *const *names, int n, const char *name) {
     for (int i = 0; i < n; i++)
         if (names[i] && strcmp(names[i], name) == 0) return true;
     return false;
+}
+
+/* DIR/NAME.npy of an output (malloc'd; NULL: out of memory). */
+static char *output_path(const char *outdir, const char *fname) {
+    size_t plen = strlen(outdir) + strlen(fname) + 8, dlen = strlen(outdir);
+    char *path = malloc(plen);
+    if (path) snprintf(path, plen, "%s%s%s.npy", outdir, dlen && outdir[dlen - 1] == '/' ? "" : "/", fname);
+    return path;
 }
 
 /* --output-dir file names (without ".npy") of the engine's n_out outputs
@@ -1484,6 +1493,33 @@ static int cmd_run(int argc, char **argv) {
         fail("out of memory");
         goto done;
     }
+    /* no output file replaces an --input file or the engine (they were
+     * read, but the user's file was gone): checked before any is written */
+    for (int k = 0; outdir && k < n_out; k++) {
+        char *path = output_path(outdir, fnames[k]);
+        if (!path) {
+            fail("out of memory");
+            goto done;
+        }
+        const char *hit = replaces_file(path, engine_path) ? "the engine" : NULL, *in_name = NULL;
+        for (int j = 0; !hit && j < files.n; j++)
+            if (replaces_file(path, files.v[j].path)) {
+                hit = files.v[j].path;
+                in_name = files.v[j].name;
+            }
+        kiln_io_info info;
+        if (hit && kiln_engine_output_info(e, k, &info) == KILN_OK) {
+            char pn[NAME_CAP];
+            if (in_name)
+                fail("--output-dir: output '%s' would be written to '%s', the --input file of input '%s' "
+                     "(name another folder)", PRINTABLE(info.name, pn), path, in_name);
+            else
+                fail("--output-dir: output '%s' would be written to '%s', %s (name another folder)",
+                     PRINTABLE(info.name, pn), path, hit);
+        }
+        free(path);
+        if (hit) goto done;
+    }
     int orc = EXIT_OK;
     for (int k = 0; k < n_out && orc == EXIT_OK; k++) {
         kiln_io_info info;
@@ -1498,15 +1534,11 @@ static int cmd_run(int argc, char **argv) {
         }
         if (!quiet) print_output(info.name, dt, rank, dims, data, print_all);
         if (!outdir) continue;
-        const char *fname = fnames[k];
-        size_t plen = strlen(outdir) + strlen(fname) + 8;
-        char *path = malloc(plen);
+        char *path = output_path(outdir, fnames[k]);
         if (!path) {
             orc = fail("out of memory");
             break;
         }
-        size_t dlen = strlen(outdir);
-        snprintf(path, plen, "%s%s%s.npy", outdir, dlen && outdir[dlen - 1] == '/' ? "" : "/", fname);
         char err[1024];
         int wrc;
         if (dt == KILN_DTYPE_BFLOAT16) { /* .npy has no bfloat16: widen to float32 */

@@ -306,6 +306,13 @@ expect "build -o the timing cache" nz "is the timing cache" "$KILN" build tiny.o
 expect "run --shapes against the --input file" nz "--shapes gives [3x4] but x.npy holds [2x4]" "$KILN" run tiny.kiln --input x=x.npy --shapes x:3x4
 expect "bench --shapes against the --input file" nz "--shapes gives [3x4] but x.npy holds [2x4]" "$KILN" bench tiny.kiln --input x=x.npy --shapes x:3x4 --iterations 1
 expect "bench --shapes as the --input file" 0 "[2x4]" "$KILN" bench tiny.kiln --input x=x.npy --shapes x:2x4 --iterations 1
+# --output-dir where an output's file is an --input file or the engine: it was replaced (issue 20, probe6)
+mkdir -p iodir && cp x.npy iodir/y.npy
+expect "run --output-dir over the --input file" nz "the --input file of input 'x'" "$KILN" run tiny.kiln --input x=iodir/y.npy --output-dir ./iodir/
+cmp -s x.npy iodir/y.npy && [ ! -e iodir/sub_out_0.npy ] && ok || bad "run --output-dir over the --input file: files written"
+cp tiny.kiln iodir/y.npy
+expect "run --output-dir over the engine" nz "the engine" "$KILN" run iodir/y.npy --input x=x.npy --output-dir iodir
+cmp -s tiny.kiln iodir/y.npy && ok || bad "run --output-dir over the engine: the engine was replaced"
 # a model that is a device is refused before it is read (/dev/zero was read until memory
 # ran out: 32 GiB asked for); a pipe is still read to its end
 expect "build a model that is /dev/zero" nz "it is a character device, not a model file" timeout 20 "$KILN" build /dev/zero -o t.kiln
