@@ -301,6 +301,18 @@ expect "build -o a link to the model (the link is replaced)" 0 "" "$KILN" build 
 cmp -s tiny.onnx self.onnx && [ ! -L selflink.onnx ] && ok || bad "build -o a link to the model: the model changed"
 expect "build -o the timing cache" nz "is the timing cache" "$KILN" build tiny.onnx -o same.cache --timing-cache ./same.cache
 [ ! -e same.cache ] && ok || bad "build -o the timing cache wrote it"
+# -o naming the model's external data file: refused at the save (no engine replaces a file that
+# is not one); the next build read the engine's bytes as weights
+mkdir -p extm
+$PY - "$T" <<'EOF'
+import sys, onnx
+m = onnx.load(sys.argv[1] + "/tiny.onnx")
+onnx.save(m, sys.argv[1] + "/extm/m.onnx", save_as_external_data=True, all_tensors_to_one_file=True,
+          location="w.bin", size_threshold=0)
+EOF
+cp extm/w.bin extm/w_orig.bin
+expect "build -o the model's external data" nz "exists and is not a kiln engine" "$KILN" build extm/m.onnx -o extm/w.bin
+cmp -s extm/w.bin extm/w_orig.bin && ok || bad "build -o the external data: the weights were replaced"
 # an input both from a file and in --shapes: the file's shape was taken without a word (kiln bench
 # measured another batch than asked for)
 expect "run --shapes against the --input file" nz "--shapes gives [3x4] but x.npy holds [2x4]" "$KILN" run tiny.kiln --input x=x.npy --shapes x:3x4
