@@ -260,7 +260,10 @@ KILN_API kiln_status kiln_engine_load(const char *path, kiln_engine **out);
 KILN_API kiln_status kiln_engine_load_memory(const void *data, size_t size, kiln_engine **out);
 /* Serializes to a new buffer the caller frees with kiln_free. */
 KILN_API kiln_status kiln_engine_serialize(const kiln_engine *e, void **data, size_t *size);
-/* Writes the engine to `path` atomically (temporary file, then rename). */
+/* Writes the engine to `path` atomically (temporary file, then rename).
+ * An existing file there is replaced only if it is empty or an engine (a
+ * link there is replaced itself): anything else (a model, its external
+ * weights, a timing cache) fails with KILN_ERR_IO and is kept. */
 KILN_API kiln_status kiln_engine_save(const kiln_engine *e, const char *path);
 KILN_API void kiln_engine_free(kiln_engine *e);
 KILN_API int kiln_engine_num_inputs(const kiln_engine *e);

@@ -564,6 +564,16 @@ int bind_inputs(kiln_engine *e, kiln_context *c, const input_files *files, const
                             kiln_dtype_name(arr.dtype), fmt_dims(a, sizeof a, arr.rank, arr.dims, NULL),
                             kiln_dtype_name(b->info.dtype));
             if (!check_shape(e, k, &b->info, arr.rank, arr.dims, f->path)) return EXIT_FAIL;
+            /* --shapes for an input read from a file: the file's shape wins,
+             * and a measurement at another shape than asked for went unseen */
+            const shape_spec *sp = shapes_find(shapes, b->info.name);
+            if (sp && (sp->rank != arr.rank || memcmp(sp->dims, arr.dims, sizeof(int64_t) * (size_t)arr.rank))) {
+                char a2[DIMS_CAP];
+                return fail("input '%s': --shapes gives %s but %s holds %s (leave the input out of --shapes, or "
+                            "give a file of that shape)",
+                            b->info.name, fmt_dims(a2, sizeof a2, sp->rank, sp->dims, NULL), f->path,
+                            fmt_dims(a, sizeof a, arr.rank, arr.dims, NULL));
+            }
         } else {
             const shape_spec *sp = shapes_find(shapes, b->info.name);
             b->dtype = b->info.dtype;
@@ -625,6 +635,7 @@ static const char build_help[] =
     "\n"
     "Options:\n"
     "  -o, --output FILE        engine file to write (default: MODEL with .onnx replaced by .kiln)\n"
+    "                           (never the model itself or the --timing-cache file)\n"
     "  --shapes SPECS           shape of inputs, min = opt = max; SPECS is\n"
     "                           name:1x3x224x224[,name2:dims...] (a name may contain ':';\n"
     "                           the last ':' separates the dims; 'name:' is a scalar)\n"
@@ -660,6 +671,42 @@ static const char build_help[] =
     "                           tuning time went, and a summary with the 10 longest layers\n"
     "  KILN_CUDA_PLAN_THREADS=N make the cuDNN plans of the convolutions to tune on N host\n"
     "                           threads while the GPU times (0, the default: one at a time)\n";
+
+/* Path p made absolute with its folder's symbolic links resolved (its
+ * last name kept as given: it may not exist yet, and a file written there
+ * replaces a link of that name, not what it points to); malloc'd, NULL
+ * where its folder cannot be resolved. */
+static char *canonical_path(const char *p) {
+    const char *slash = strrchr(p, '/'), *base = slash ? slash + 1 : p;
+    size_t nd = slash ? (slash == p ? 1 : (size_t)(slash - p)) : 1;
+    char *dir = malloc(nd + 1);
+    if (!dir) return NULL;
+    memcpy(dir, slash ? p : ".", nd);
+    dir[nd] = '\0';
+    char *rd = realpath(dir, NULL);
+    free(dir);
+    if (!rd) return NULL;
+    size_t n = strlen(rd) + strlen(base) + 2;
+    char *out = malloc(n);
+    if (out) snprintf(out, n, "%s%s%s", rd, strcmp(rd, "/") ? "/" : "", base);
+    free(rd);
+    return out;
+}
+
+/* Whether writing file `out` (a temporary file renamed over it) replaces
+ * file `in` as read: out's name (its folder resolved; a link of that name
+ * is replaced, not what it points to) is where in's links lead. A hard
+ * link keeps the old file under its other name. kiln build refuses to
+ * write its engine over the model it reads or over its timing cache: the
+ * engine replaced either without a word. */
+static bool replaces_file(const char *out, const char *in) {
+    char *co = canonical_path(out), *ci = realpath(in, NULL);
+    if (!ci) ci = canonical_path(in);
+    bool same = co && ci ? !strcmp(co, ci) : !strcmp(out, in);
+    free(co);
+    free(ci);
+    return same;
+}
 
 /* --layer-precision name:fp32[,name2:fp32...]; false (message printed) on error */
 bool set_layer_precisions(const char *cmd, kiln_builder *b, const char *list) {
@@ -893,6 +940,14 @@ static int cmd_build(int argc, char **argv) {
         out_path = default_out;
     }
 
+    if (replaces_file(out_path, model_path)) {
+        fail("-o '%s' is the model itself: the engine would replace it (name another file)", out_path);
+        goto done;
+    }
+    if (tcache && replaces_file(out_path, tcache)) {
+        fail("-o '%s' is the timing cache '%s': the engine would replace it (name another file)", out_path, tcache);
+        goto done;
+    }
     double t0 = now_s();
     kiln_status st = kiln_model_load_onnx(model_path, &m);
     if (st != KILN_OK) {
@@ -1013,11 +1068,13 @@ static const char run_help[] =
     "  --random-inputs          inputs not given by --input get random data: floats uniform\n"
     "                           in [-1, 1), integers in [0, 10), random bools\n"
     "  --shapes SPECS           shapes of the random inputs (name:1x3x224x224[,...]);\n"
-    "                           default: the profile's opt shape\n"
+    "                           default: the profile's opt shape (an input read by --input\n"
+    "                           has the file's shape: --shapes may only repeat it)\n"
     "  --output-dir DIR         write each output as DIR/<name>.npy (characters other than\n"
     "                           A-Z a-z 0-9 . _ - in names become '_', names that would\n"
     "                           collide get '_<index>'; DIR is created; existing files\n"
-    "                           that are not regular files are never replaced)\n"
+    "                           that are not regular files are never replaced, nor an\n"
+    "                           --input file or the engine)\n"
     "  --seed S                 seed of the random inputs (default 0)\n"
     "  --threads N              threads (0 = one per core; default: the engine's setting)\n"
     "  --memory-limit MIB       fail (before allocating) if the run needs more than MIB MiB\n"
@@ -1096,6 +1153,14 @@ static bool name_in(char *const *names, int n, const char *name) {
     for (int i = 0; i < n; i++)
         if (names[i] && strcmp(names[i], name) == 0) return true;
     return false;
+}
+
+/* DIR/NAME.npy of an output (malloc'd; NULL: out of memory). */
+static char *output_path(const char *outdir, const char *fname) {
+    size_t plen = strlen(outdir) + strlen(fname) + 8, dlen = strlen(outdir);
+    char *path = malloc(plen);
+    if (path) snprintf(path, plen, "%s%s%s.npy", outdir, dlen && outdir[dlen - 1] == '/' ? "" : "/", fname);
+    return path;
 }
 
 /* --output-dir file names (without ".npy") of the engine's n_out outputs
@@ -1428,6 +1493,33 @@ static int cmd_run(int argc, char **argv) {
         fail("out of memory");
         goto done;
     }
+    /* no output file replaces an --input file or the engine (they were
+     * read, but the user's file was gone): checked before any is written */
+    for (int k = 0; outdir && k < n_out; k++) {
+        char *path = output_path(outdir, fnames[k]);
+        if (!path) {
+            fail("out of memory");
+            goto done;
+        }
+        const char *hit = replaces_file(path, engine_path) ? "the engine" : NULL, *in_name = NULL;
+        for (int j = 0; !hit && j < files.n; j++)
+            if (replaces_file(path, files.v[j].path)) {
+                hit = files.v[j].path;
+                in_name = files.v[j].name;
+            }
+        kiln_io_info info;
+        if (hit && kiln_engine_output_info(e, k, &info) == KILN_OK) {
+            char pn[NAME_CAP];
+            if (in_name)
+                fail("--output-dir: output '%s' would be written to '%s', the --input file of input '%s' "
+                     "(name another folder)", PRINTABLE(info.name, pn), path, in_name);
+            else
+                fail("--output-dir: output '%s' would be written to '%s', %s (name another folder)",
+                     PRINTABLE(info.name, pn), path, hit);
+        }
+        free(path);
+        if (hit) goto done;
+    }
     int orc = EXIT_OK;
     for (int k = 0; k < n_out && orc == EXIT_OK; k++) {
         kiln_io_info info;
@@ -1442,15 +1534,11 @@ static int cmd_run(int argc, char **argv) {
         }
         if (!quiet) print_output(info.name, dt, rank, dims, data, print_all);
         if (!outdir) continue;
-        const char *fname = fnames[k];
-        size_t plen = strlen(outdir) + strlen(fname) + 8;
-        char *path = malloc(plen);
+        char *path = output_path(outdir, fnames[k]);
         if (!path) {
             orc = fail("out of memory");
             break;
         }
-        size_t dlen = strlen(outdir);
-        snprintf(path, plen, "%s%s%s.npy", outdir, dlen && outdir[dlen - 1] == '/' ? "" : "/", fname);
         char err[1024];
         int wrc;
         if (dt == KILN_DTYPE_BFLOAT16) { /* .npy has no bfloat16: widen to float32 */
@@ -1568,6 +1656,8 @@ static const char bench_help[] =
     "                       between requests does: the engine's weights and activations\n"
     "                       then come from memory, not the caches (default 0)\n"
     "  --shapes SPECS       shapes of the inputs (default: the profile's opt shapes)\n"
+    "                       (an input read by --input has the file's shape: --shapes\n"
+    "                       may only repeat it)\n"
     "  -i, --input NAME=FILE.npy  use an input from a file instead of random data\n"
     "  --seed S             seed of the random inputs (default 0)\n"
     "  --threads N          threads (0 = one per core; default: the engine's setting)\n"

@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -89,10 +90,31 @@ kiln_status kiln_engine_serialize(const kiln_engine *e, void **data, size_t *siz
     return kiln__format_write(e, data, size);
 }
 
+/* An engine is written over a file only where that file is empty or an
+ * engine (or a link, which the rename replaces, not what it points to):
+ * `kiln build m.onnx -o m.onnx`, or -o naming the model's external data
+ * file or the timing cache, replaced them without a word (the next build
+ * then read the engine's bytes as weights). */
+static kiln_status check_not_other_file(const char *path) {
+    struct stat st;
+    if (lstat(path, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size == 0) return KILN_OK;
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (fd < 0) return KILN_OK; /* (unreadable: the write names what is wrong) */
+    char head[KILN_FORMAT_MAGIC_SIZE];
+    ssize_t got = pread(fd, head, sizeof head, 0);
+    close(fd);
+    if (got == (ssize_t)sizeof head && !memcmp(head, KILN_FORMAT_MAGIC, sizeof head)) return KILN_OK;
+    return KILN_FAIL(KILN_ERR_IO,
+                     "engine not saved: '%s' exists and is not a kiln engine (a model, its weights, a timing "
+                     "cache?); kiln replaces only engines and empty files: remove it or name another file",
+                     path);
+}
+
 kiln_status kiln_engine_save(const kiln_engine *e, const char *path) {
     if (!e || !path || !*path)
         return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "kiln_engine_save: engine and path must be given");
     KILN_TRY(kiln__check_write_target(path, "engine not saved"));
+    KILN_TRY(check_not_other_file(path));
     void *data;
     size_t size;
     KILN_TRY(kiln__format_write(e, &data, &size));

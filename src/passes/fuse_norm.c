@@ -31,6 +31,8 @@
 #include "ops/fused_norm.h"
 #include "ops/nn_attrs.h"
 
+#include <float.h>
+#include <math.h>
 #include <stdio.h>
 
 static const kiln_tinfo *vinfo(const kiln_graph *g, int v) { return &g->values[v].info; }
@@ -112,8 +114,12 @@ static bool const_f32(const kiln_graph *g, int v) {
  * Add(x, c1 + c2), the constants summed (in float32) at build time and
  * stored with the leading axes along which the sum repeats of size 1
  * (BERT's embeddings: word + token type + position; the sum [1, S, E]): one
- * Add fewer, the other taken by AddLayerNorm. *done: folded. */
-static kiln_status fold_addends(kiln_graph *g, int ni, bool *done) {
+ * Add fewer, the other taken by AddLayerNorm. A sum that is not finite, or
+ * (fp16 plans, `lim` 65504) beyond the range of the plan's dtype, is left
+ * unmade: stored, it would be clamped to +-65504 (precision.c) where the
+ * two Adds gave x + c1 + c2 (40000 + 40000 for x = -50000: 15504 for 30000).
+ * *done: folded. */
+static kiln_status fold_addends(kiln_graph *g, int ni, float lim, bool *done) {
     *done = false;
     const kiln_node *n = &g->nodes[ni];
     if (n->op_id != KILN_OP_Add || n->n_in != 2 || n->n_out != 1 || n->out[0] < 0) return KILN_OK;
@@ -154,6 +160,12 @@ static kiln_status fold_addends(kiln_graph *g, int ni, bool *done) {
                 sum[i] = d1[o1] + d2[o2];
                 for (int d = u.rank - 1; d >= 0 && ++idx[d] == u.dims[d]; d--) idx[d] = 0;
             }
+            bool in_range = true;
+            for (int64_t i = 0; i < nu && in_range; i++) in_range = fabsf(sum[i]) <= lim;
+            if (!in_range) {
+                kiln__free(sum);
+                continue;
+            }
             int lead = kiln__pat_repeated_lead_axes(sum, sizeof(float), u.rank, u.dims);
             for (int d = 0; d < lead; d++) u.dims[d] = 1;
             int v;
@@ -184,7 +196,8 @@ kiln_status kiln__opt_norm(kiln_graph *g, const kiln_optimize_opts *o) {
         kiln__graph_link(g);
         for (int ni = 0; ni < g->n_nodes; ni++) {
             bool done = !g->nodes[ni].dead;
-            for (int r = 0; done && r < 8; r++) KILN_TRY(fold_addends(g, ni, &done));
+            float lim = o->precision == KILN_PRECISION_FP16 ? 65504.0f : FLT_MAX;
+            for (int r = 0; done && r < 8; r++) KILN_TRY(fold_addends(g, ni, lim, &done));
         }
     }
     if (!kiln__pass_on(o, KILN_PASS_FUSE_ADD_LAYERNORM)) return KILN_OK;

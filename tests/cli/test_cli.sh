@@ -289,6 +289,42 @@ expect "build --timing-cache of version 2: a note" 0 "is of version 2" "$KILN" b
 printf 'kiln-timing-cache 2\n' >old.cache
 "$KILN" build tiny.onnx -o t.kiln --timing-cache old.cache -q >out 2>&1 && [ ! -s out ] && ok ||
     bad "build -q printed: $(head -c 300 out)"
+# -o naming the model or the timing cache (issue 20, probe6): the engine replaced the model, or
+# the cache it had just written (the next build then failed: "not a kiln timing cache")
+cp tiny.onnx self.onnx
+expect "build -o the model itself" nz "is the model itself" "$KILN" build self.onnx -o self.onnx
+cmp -s tiny.onnx self.onnx && ok || bad "build -o the model: the model was replaced"
+expect "build -o the model by another path" nz "is the model itself" "$KILN" build self.onnx -o "$T/./self.onnx"
+ln -s self.onnx selflink.onnx
+expect "build a link to the model -o the model" nz "is the model itself" "$KILN" build selflink.onnx -o self.onnx
+expect "build -o a link to the model (the link is replaced)" 0 "" "$KILN" build self.onnx -o selflink.onnx -q
+cmp -s tiny.onnx self.onnx && [ ! -L selflink.onnx ] && ok || bad "build -o a link to the model: the model changed"
+expect "build -o the timing cache" nz "is the timing cache" "$KILN" build tiny.onnx -o same.cache --timing-cache ./same.cache
+[ ! -e same.cache ] && ok || bad "build -o the timing cache wrote it"
+# -o naming the model's external data file: refused at the save (no engine replaces a file that
+# is not one); the next build read the engine's bytes as weights
+mkdir -p extm
+$PY - "$T" <<'EOF'
+import sys, onnx
+m = onnx.load(sys.argv[1] + "/tiny.onnx")
+onnx.save(m, sys.argv[1] + "/extm/m.onnx", save_as_external_data=True, all_tensors_to_one_file=True,
+          location="w.bin", size_threshold=0)
+EOF
+cp extm/w.bin extm/w_orig.bin
+expect "build -o the model's external data" nz "exists and is not a kiln engine" "$KILN" build extm/m.onnx -o extm/w.bin
+cmp -s extm/w.bin extm/w_orig.bin && ok || bad "build -o the external data: the weights were replaced"
+# an input both from a file and in --shapes: the file's shape was taken without a word (kiln bench
+# measured another batch than asked for)
+expect "run --shapes against the --input file" nz "--shapes gives [3x4] but x.npy holds [2x4]" "$KILN" run tiny.kiln --input x=x.npy --shapes x:3x4
+expect "bench --shapes against the --input file" nz "--shapes gives [3x4] but x.npy holds [2x4]" "$KILN" bench tiny.kiln --input x=x.npy --shapes x:3x4 --iterations 1
+expect "bench --shapes as the --input file" 0 "[2x4]" "$KILN" bench tiny.kiln --input x=x.npy --shapes x:2x4 --iterations 1
+# --output-dir where an output's file is an --input file or the engine: it was replaced (issue 20, probe6)
+mkdir -p iodir && cp x.npy iodir/y.npy
+expect "run --output-dir over the --input file" nz "the --input file of input 'x'" "$KILN" run tiny.kiln --input x=iodir/y.npy --output-dir ./iodir/
+cmp -s x.npy iodir/y.npy && [ ! -e iodir/sub_out_0.npy ] && ok || bad "run --output-dir over the --input file: files written"
+cp tiny.kiln iodir/y.npy
+expect "run --output-dir over the engine" nz "the engine" "$KILN" run iodir/y.npy --input x=x.npy --output-dir iodir
+cmp -s tiny.kiln iodir/y.npy && ok || bad "run --output-dir over the engine: the engine was replaced"
 # a model that is a device is refused before it is read (/dev/zero was read until memory
 # ran out: 32 GiB asked for); a pipe is still read to its end
 expect "build a model that is /dev/zero" nz "it is a character device, not a model file" timeout 20 "$KILN" build /dev/zero -o t.kiln

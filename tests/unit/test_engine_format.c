@@ -1388,6 +1388,32 @@ TEST(test_save_atomic) {
     unlink(path);
     CHECK(count_entries(tmpdir, ".tmp") == 0);
 
+    /* A file that holds something other than an engine (the model, its
+     * external weights, a timing cache: `kiln build m.onnx -o w.bin`
+     * replaced the weights, and the next build read the engine's bytes as
+     * weights) is refused and kept; an empty file, an engine and a link to
+     * such a file (the link is replaced, not its target) are written over
+     * (issue 20, probe6). */
+    path_in_tmp(path, sizeof path, "weights.bin");
+    FILE *f = fopen(path, "wb");
+    CHECK(f && fwrite("not an engine", 1, 13, f) == 13);
+    if (f) fclose(f);
+    CHECK_ERR(kiln_engine_save(e, path), KILN_ERR_IO, "exists and is not a kiln engine");
+    CHECK(stat(path, &sb) == 0 && sb.st_size == 13);
+    char lpath[600];
+    path_in_tmp(lpath, sizeof lpath, "weights_link.kiln");
+    CHECK(symlink(path, lpath) == 0);
+    CHECK_OK(kiln_engine_save(e, lpath));
+    CHECK(lstat(lpath, &sb) == 0 && S_ISREG(sb.st_mode) && stat(path, &sb) == 0 && sb.st_size == 13);
+    CHECK_OK(kiln_engine_save(e, lpath)); /* over an engine */
+    unlink(lpath);
+    unlink(path);
+    f = fopen(path, "wb");
+    if (f) fclose(f);
+    CHECK_OK(kiln_engine_save(e, path)); /* over an empty file */
+    unlink(path);
+    CHECK(count_entries(tmpdir, ".tmp") == 0);
+
     /* A name of 250 bytes, near the 255-byte limit of a file name: the
      * temporary name is short, not the name plus a suffix (issue 20 4.11). */
     char longname[251];

@@ -13,6 +13,7 @@
 
 #include "graph_build.h"
 
+#include "backends/backend.h"
 #include "backends/cpu/kernels/fused_transformer_cpu.h"
 #include "ops/elementwise_impl.h"
 #include "ops/nn_attrs.h"
@@ -1157,6 +1158,53 @@ TEST(add_layernorm_not_fused) {
     kiln_model_free(m);
 }
 
+/* Live Add nodes of g after the CUDA plan's optimization at precision p,
+ * fuse_pointwise off (-1: no CUDA backend in this build, or the
+ * optimization failed). */
+static int cuda_plan_adds(kiln_graph *g, kiln_precision p) {
+    if (!kiln__backend_for(KILN_DEVICE_CUDA)) return -1;
+    kiln_optimize_opts oo = {.device = KILN_DEVICE_CUDA, .precision = p, .disabled = 1u << KILN_PASS_FUSE_POINTWISE};
+    if (kiln__graph_infer(g) != KILN_OK || kiln__pass_optimize(g, &oo) != KILN_OK) return -1;
+    int n = 0;
+    for (int i = 0; i < g->n_nodes; i++) n += !g->nodes[i].dead && g->nodes[i].op_id == KILN_OP_Add;
+    return n;
+}
+
+/* Add(Add(x, c1), c2) with c1 = c2 = `c` everywhere: x + c1 + c2. */
+static kiln_graph *two_addends(float c) {
+    kiln_graph *g = NULL;
+    if (kiln__graph_create(&g) != KILN_OK) abort();
+    int64_t xd[2] = {2, 8}, cd[1] = {8};
+    int x = add_input(g, "x", 2, xd);
+    int c1 = add_const(g, "c1", 1, cd, c, c), c2 = add_const(g, "c2", 1, cd, c, c);
+    mark_output(g, add_binary(g, KILN_OP_Add, "outer", add_binary(g, KILN_OP_Add, "inner", x, c1), c2));
+    return g;
+}
+
+/* fold_addends (fp16/bf16 device plans, issue 20, probe6): constants whose
+ * sum leaves fp16's range are not summed at build: stored, the sum was
+ * clamped to 65504 (40000 + 40000 for x = -50000 gave 15504, not 30000)
+ * while each constant alone fits; bf16 plans (float32's range) fold them,
+ * and small constants fold in fp16 as before. */
+TEST(fold_addends_range) {
+    if (!kiln__backend_for(KILN_DEVICE_CUDA)) {
+        printf("  (no CUDA backend in this build: skipped)\n");
+        return;
+    }
+    kiln_graph *g = two_addends(40000.0f);
+    CHECK(cuda_plan_adds(g, KILN_PRECISION_FP16) == 2);
+    kiln__graph_free(g);
+    g = two_addends(40000.0f);
+    CHECK(cuda_plan_adds(g, KILN_PRECISION_BF16) == 1);
+    kiln__graph_free(g);
+    g = two_addends(3e38f); /* the sum is float32's infinity */
+    CHECK(cuda_plan_adds(g, KILN_PRECISION_BF16) == 2);
+    kiln__graph_free(g);
+    g = two_addends(0.5f);
+    CHECK(cuda_plan_adds(g, KILN_PRECISION_FP16) == 1);
+    kiln__graph_free(g);
+}
+
 /* Engine of m over a profile of batch 1 to 4 (opt 2) along axis 0 of every
  * input (the other dims as the graph has them). */
 static kiln_engine *build_batch_profile(const kiln_model *m, int opt) {
@@ -1360,6 +1408,7 @@ int main(void) {
     RUN(add_layernorm_pre_ln);
     RUN(add_layernorm_symbolic_batch);
     RUN(add_layernorm_not_fused);
+    RUN(fold_addends_range);
     RUN(rmsnorm_forms);
     RUN(rmsnorm_not_fused);
     return test_summary();
