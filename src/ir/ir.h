@@ -60,7 +60,18 @@ typedef struct kiln_graph {
     /* name -> value index hash table */
     int *hash;
     int hash_cap;
+    /* the readers of each value as of the last link (graph.c: kiln__graph_link,
+       kiln__graph_relink, kiln__graph_uses); owned, NULL until linked */
+    struct kiln_graph_links *links;
+    /* kiln__graph_add_const: per base name, the number its next name tries
+       first (every lower one is taken); owned, emptied when values go */
+    struct kiln_const_seq *const_seq;
 } kiln_graph;
+
+/* One reader of a value: input `slot` of node `node`. */
+typedef struct kiln_use {
+    int node, slot;
+} kiln_use;
 
 KILN_PRIVATE kiln_status kiln__graph_create(kiln_graph **out);
 KILN_PRIVATE void kiln__graph_free(kiln_graph *g);
@@ -76,8 +87,28 @@ KILN_PRIVATE kiln_status kiln__graph_add_node(kiln_graph *g, int op_id, const ch
                                               const int *in, int n_out, const int *out,
                                               const void *attrs, int *node_out);
 KILN_PRIVATE kiln_status kiln__graph_add_symbol(kiln_graph *g, const char *name, int *out);
-/* Recomputes producer and n_uses from live nodes. */
+/* Recomputes producer and n_uses from live nodes, and the readers of every
+ * value (kiln__graph_uses): O(size of the graph). */
 KILN_PRIVATE void kiln__graph_link(kiln_graph *g);
+/* The same after a local rewrite that changed only nodes[0..count) (their
+ * inputs, outputs or liveness; listing a node twice is harmless) and
+ * appended nodes and values: O(size of those nodes), so that a pass making
+ * one rewrite per layer stays linear. The graph's inputs and outputs must
+ * not have changed, nor nodes moved (kiln__graph_link after those). Falls
+ * back to kiln__graph_link when the readers are not known. */
+KILN_PRIVATE void kiln__graph_relink(kiln_graph *g, const int *nodes, int count);
+/* The live readers of value v as of the last link or relink, *count of
+ * them in no particular order (a node reading v twice is there twice; a
+ * graph output's extra use is not); NULL when they are not known (out of
+ * memory, v added since): then scan the nodes. */
+KILN_PRIVATE const kiln_use *kiln__graph_uses(const kiln_graph *g, int v, int *count);
+/* The work done so far by linking (a node visited: one), relinking, the
+ * optimizer's scans for readers and kiln__graph_add_const's search for a
+ * free name (one a name tried), each adding with kiln__graph_note_visits:
+ * a counter for tests, which check that optimizing a graph of n layers
+ * does O(n) of it (test_optimizer_diff, test_rewrites_linear). */
+KILN_PRIVATE uint64_t kiln__graph_link_visits(const kiln_graph *g);
+KILN_PRIVATE void kiln__graph_note_visits(const kiln_graph *g, int64_t nodes);
 /* Deep copy. */
 KILN_PRIVATE kiln_status kiln__graph_clone(const kiln_graph *g, kiln_graph **out);
 
@@ -96,7 +127,8 @@ KILN_PRIVATE kiln_status kiln__node_set_sources(kiln_node *n, const char *packed
  * below op->min_inputs) is absent. Ops' infer functions rely on it. */
 KILN_PRIVATE kiln_status kiln__node_check_inputs(const kiln_node *n);
 
-/* Whether value v is one of the graph's outputs. */
+/* Whether value v is one of the graph's outputs: O(1) once linked (the
+ * flag kiln__graph_link sets), else a scan of the outputs. */
 KILN_PRIVATE bool kiln__graph_is_output(const kiln_graph *g, int v);
 /* Adds a new constant value (data copied) named after `base` and returns its index. */
 KILN_PRIVATE kiln_status kiln__graph_add_const(kiln_graph *g, const char *base, kiln_dtype dtype,

@@ -81,7 +81,7 @@ static kiln_status fold_bn(kiln_graph *g, int device, int bi) {
     st = kiln__pat_replace(g, bi, KILN_OP_Conv, 3, in, 1, out, &ca, from, 2);
     if (st != KILN_OK) goto done;
     g->nodes[ci].dead = true;
-    kiln__graph_link(g);
+    kiln__graph_relink(g, from, 2);
 done:
     kiln__aligned_free(nw);
     kiln__aligned_free(nb);
@@ -95,9 +95,24 @@ static bool same_shape(const kiln_tinfo *a, const kiln_tinfo *b) {
     return a->dtype == b->dtype && kiln__pat_same_shape(a, b);
 }
 
-/* Live nodes reading v (up to cap), count returned. */
+/* Live nodes reading v (up to cap, in graph order), count returned. */
 static int consumers(const kiln_graph *g, int v, int *out, int cap) {
-    int n = 0;
+    int n = 0, nu = 0;
+    const kiln_use *u = kiln__graph_uses(g, v, &nu);
+    if (u && nu <= 2) { /* (match_act asks only of values read twice at most) */
+        int a = nu > 0 ? u[0].node : -1, b = nu > 1 ? u[1].node : -1;
+        if (a > b) {
+            int t = a;
+            a = b;
+            b = t;
+        }
+        if (a >= 0 && n < cap) out[n] = a;
+        if (a >= 0) n++;
+        if (b >= 0 && b != a && n < cap) out[n] = b;
+        if (b >= 0 && b != a) n++;
+        return n;
+    }
+    kiln__graph_note_visits(g, g->n_nodes);
     for (int ni = 0; ni < g->n_nodes; ni++) {
         const kiln_node *nd = &g->nodes[ni];
         if (nd->dead) continue;
@@ -128,8 +143,9 @@ static bool scalar_input(const kiln_graph *g, const kiln_node *n, int i, float d
  * that ends it (and *mid to a middle node for SiLU). */
 static bool match_act(const kiln_graph *g, int cur, kiln_fused_conv_attrs *fa, int *last, int *mid) {
     int cs[3];
+    /* read more than twice (an output's use counts): neither SiLU nor a sole reader */
+    if (kiln__graph_is_output(g, cur) || g->values[cur].n_uses > 2) return false;
     int nc = consumers(g, cur, cs, 3);
-    if (kiln__graph_is_output(g, cur)) return false;
     *mid = -1;
     if (nc == 2) { /* SiLU: Sigmoid(cur) and Mul(cur, sigmoid) */
         for (int k = 0; k < 2; k++) {
@@ -222,7 +238,7 @@ static kiln_status fuse_conv(kiln_graph *g, const kiln_optimize_opts *o, int ci)
         return KILN_OK; /* the device has no fused kernel: the nodes stay as they are */
     KILN_TRY(kiln__pat_replace(g, lastn, KILN_OP_FusedConv, n_in, in, 1, out, &fa, nodes, n_nodes));
     for (int i = 0; i < n_nodes - 1; i++) g->nodes[nodes[i]].dead = true;
-    kiln__graph_link(g);
+    kiln__graph_relink(g, nodes, n_nodes);
     return KILN_OK;
 }
 
@@ -320,7 +336,7 @@ static kiln_status make_pwdw(kiln_graph *g, const kiln_optimize_opts *o, int fir
     int from[2] = {first, keep};
     KILN_TRY(kiln__pat_replace(g, keep, KILN_OP_PwDwConv, n_in, in, 1, out, at, from, 2));
     g->nodes[first].dead = true;
-    kiln__graph_link(g);
+    kiln__graph_relink(g, from, 2);
     return KILN_OK;
 }
 

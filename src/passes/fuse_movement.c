@@ -457,7 +457,7 @@ done:
             if (c.n[i].node != root) g->nodes[c.n[i].node].dead = true;
     }
     kiln__free(map);
-    kiln__graph_link(g);
+    kiln__graph_relink(g, src, made ? c.count : 0); /* (and the nodes added) */
     return st;
 }
 
@@ -539,7 +539,7 @@ kiln_status kiln__opt_concat_of_slices(kiln_graph *g, const kiln_optimize_opts *
             from[nf++] = ci;
             st = kiln__pat_replace(g, ci, KILN_OP_Gather, 2, in, 1, &out, &ga, from, nf);
             for (int i = 0; st == KILN_OK && i < nf - 1; i++) g->nodes[from[i]].dead = true;
-            kiln__graph_link(g);
+            kiln__graph_relink(g, from, nf);
         }
     }
     kiln__free(idx);

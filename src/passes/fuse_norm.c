@@ -40,6 +40,14 @@ static const kiln_tinfo *vinfo(const kiln_graph *g, int v) { return &g->values[v
 
 /* Whether value v is read by a live node other than `skip` placed before node `before`. */
 static bool read_before(const kiln_graph *g, int v, int skip, int before) {
+    int nu = 0;
+    const kiln_use *u = kiln__graph_uses(g, v, &nu);
+    if (u) {
+        for (int k = 0; k < nu; k++)
+            if (u[k].node < before && u[k].node != skip) return true;
+        return false;
+    }
+    kiln__graph_note_visits(g, before);
     for (int ni = 0; ni < before && ni < g->n_nodes; ni++) {
         const kiln_node *n = &g->nodes[ni];
         if (n->dead || ni == skip) continue;
@@ -99,7 +107,7 @@ static kiln_status match_add_ln(kiln_graph *g, const kiln_optimize_opts *o, int 
     const int from[2] = {add, ln};
     KILN_TRY(kiln__pat_replace(g, at, KILN_OP_AddLayerNorm, n_in, in, n_out, out, &fa, from, 2));
     g->nodes[at == ln ? add : ln].dead = true;
-    kiln__graph_link(g);
+    kiln__graph_relink(g, from, 2);
     return KILN_OK;
 }
 
@@ -179,7 +187,7 @@ static kiln_status fold_addends(kiln_graph *g, int ni, float lim, bool *done) {
             nw->in[1] = v;
             KILN_TRY(kiln__node_merge_sources(g, ni, (const int[2]){p, ni}, 2));
             g->nodes[p].dead = true;
-            kiln__graph_link(g);
+            kiln__graph_relink(g, (const int[2]){p, ni}, 2);
             *done = true;
             return KILN_OK;
         }

@@ -66,7 +66,7 @@ static kiln_status match_se(kiln_graph *g, const kiln_optimize_opts *o, int gp) 
     KILN_TRY(kiln__pat_replace(g, c2, KILN_OP_SqueezeExcite, n_in, in, 1, &out, &sa, from, 3));
     g->nodes[gp].dead = true;
     g->nodes[c1].dead = true;
-    kiln__graph_link(g);
+    kiln__graph_relink(g, from, 3);
     return KILN_OK;
 }
 

@@ -115,18 +115,40 @@ static kiln_status pat_commit(kiln_graph *g, const pat *p, int op_id, int n_in, 
     KILN_TRY(kiln__pat_replace(g, last, op_id, n_in, in, 1, &out, attrs, p->nodes, p->n));
     for (int i = 0; i < p->n; i++)
         if (p->nodes[i] != last) g->nodes[p->nodes[i]].dead = true;
-    kiln__graph_link(g);
+    kiln__graph_relink(g, p->nodes, p->n);
     return KILN_OK;
 }
 
-/* Makes every live reader of value `from` read `to` instead. */
-static void redirect_uses(kiln_graph *g, int from, int to) {
-    for (int ni = 0; ni < g->n_nodes; ni++) {
-        kiln_node *n = &g->nodes[ni];
+/* Makes every live reader of value `from` read `to` instead, and re-links
+ * them with nodes more[0..n_more) (changed by the caller). */
+static kiln_status redirect_uses(kiln_graph *g, int from, int to, const int *more, int n_more) {
+    int nu = 0;
+    const kiln_use *u = kiln__graph_uses(g, from, &nu);
+    int *touched = u ? kiln__malloc(sizeof(int) * (size_t)(nu + n_more + 1)) : NULL;
+    if (!touched) { /* the readers are not known: a scan, and a full link */
+        kiln__graph_note_visits(g, g->n_nodes);
+        for (int ni = 0; ni < g->n_nodes; ni++) {
+            kiln_node *n = &g->nodes[ni];
+            if (n->dead) continue;
+            for (int i = 0; i < n->n_in; i++)
+                if (n->in[i] == from) n->in[i] = to;
+        }
+        kiln__clear_error();
+        kiln__graph_link(g);
+        return KILN_OK;
+    }
+    int nt = 0;
+    for (int k = 0; k < nu; k++) touched[nt++] = u[k].node; /* (u changes with the relink) */
+    for (int k = 0; k < nt; k++) {
+        kiln_node *n = &g->nodes[touched[k]];
         if (n->dead) continue;
         for (int i = 0; i < n->n_in; i++)
             if (n->in[i] == from) n->in[i] = to;
     }
+    for (int k = 0; k < n_more; k++) touched[nt++] = more[k];
+    kiln__graph_relink(g, touched, nt);
+    kiln__free(touched);
+    return KILN_OK;
 }
 
 /* ======================================================================= */
@@ -358,18 +380,16 @@ static kiln_status opt_layout(kiln_graph *g, const kiln_optimize_opts *o) {
         if (n->op_id == KILN_OP_Concat && n->n_in == 1 && n->in[0] >= 0 && !kiln__graph_is_output(g, n->out[0])) {
             /* one input: its value (torch 2.x's GPT-2 concatenates the new keys
              * and values to a cache that is not there) */
-            redirect_uses(g, n->out[0], n->in[0]);
             n->dead = true;
-            kiln__graph_link(g);
+            KILN_TRY(redirect_uses(g, n->out[0], n->in[0], &ni, 1));
             continue;
         }
         if ((n->op_id == KILN_OP_Dropout && inference_dropout(g, n)) || identity_pad_slice(g, n)) {
             /* a copy (torch 1.13 exports F.dropout(p, training=False) as Dropout with
              * training_mode false: torchvision's Swin after its Softmax, where it kept
              * the attention from fusing) */
-            redirect_uses(g, n->out[0], n->in[0]);
             n->dead = true;
-            kiln__graph_link(g);
+            KILN_TRY(redirect_uses(g, n->out[0], n->in[0], &ni, 1));
             continue;
         }
         if (n->op_id == KILN_OP_Concat) {
@@ -391,10 +411,9 @@ static kiln_status opt_layout(kiln_graph *g, const kiln_optimize_opts *o) {
             }
             int x = g->nodes[p].in[0], y = n->out[0];
             if (ident && !kiln__graph_is_output(g, y)) {
-                redirect_uses(g, y, x);
                 g->nodes[p].dead = true;
                 n->dead = true;
-                kiln__graph_link(g);
+                KILN_TRY(redirect_uses(g, y, x, (const int[2]){p, ni}, 2));
                 continue;
             }
             if (ident) continue;
@@ -639,7 +658,7 @@ static kiln_status match_rmsnorm(kiln_graph *g, const kiln_optimize_opts *o, int
     int in[2] = {X, w};
     if (!kiln__pat_supports(g, o->device, KILN_OP_RMSNormalization, 2, in, 1, &y, &ra)) return KILN_OK;
     if (drop_cast) {
-        redirect_uses(g, x, x0); /* the same values (the pattern's own readers die with it) */
+        KILN_TRY(redirect_uses(g, x, x0, NULL, 0)); /* the same values (the pattern's own readers die with it) */
         memmove(p.nodes + 1, p.nodes, sizeof(int) * (size_t)p.n); /* first: it names the layer */
         p.nodes[0] = xc;
         p.n++;
@@ -799,9 +818,7 @@ static kiln_status renamed_value(kiln_graph *g, int v, const char *suffix, int *
     g->values[*out].info = t;
     for (int k = 0; prod >= 0 && k < g->nodes[prod].n_out; k++)
         if (g->nodes[prod].out[k] == v) g->nodes[prod].out[k] = *out;
-    redirect_uses(g, v, *out);
-    kiln__graph_link(g);
-    return KILN_OK;
+    return redirect_uses(g, v, *out, &prod, prod >= 0 ? 1 : 0);
 }
 
 /* Whether constant s broadcasts over a rank-r tensor along axis `axis`
@@ -882,7 +899,8 @@ static kiln_status fold_layer_scale(kiln_graph *g, int mul) {
         g->nodes[last].out[0] = g->nodes[mul].out[0];
         KILN_TRY(kiln__node_merge_sources(g, last, from, 2));
         g->nodes[mul].dead = true;
-        kiln__graph_link(g);
+        int touched[4] = {mm, mul, last, badd >= 0 ? badd : mm};
+        kiln__graph_relink(g, touched, 4);
         return KILN_OK;
     }
     return KILN_OK;
@@ -942,6 +960,7 @@ static kiln_status commit_residual_nchw(kiln_graph *g, const pat *p, const resid
     int from[2] = {rn->tr, rn->radd};
     KILN_TRY(kiln__node_merge_sources(g, rn->tr, from, 2));
     g->nodes[rn->radd].dead = true;
+    kiln__graph_relink(g, from, 2);
     KILN_TRY(pat_commit(g, p, KILN_OP_FusedMatMul, 4, in, ny, fa));
     if (!rn->make) return KILN_OK;
     int n0 = g->n_nodes, after = g->values[rn->r].producer, r = rn->r, res = rn->res, ni;
@@ -1553,10 +1572,14 @@ static int match_probs(const kiln_graph *g, int y, int *nan_zero, pat *p) {
     *nan_zero = 0;
     y = skip_identity_cast(g, y, p);
     if (!kiln__graph_is_output(g, y) && g->values[y].n_uses == 2) {
-        int isn = -1, wh = -1;
-        for (int ni = 0; ni < g->n_nodes; ni++) {
+        int isn = -1, wh = -1, nu = 0;
+        const kiln_use *u = kiln__graph_uses(g, y, &nu);
+        if (!u) kiln__graph_note_visits(g, g->n_nodes);
+        for (int k = 0; k < (u ? nu : g->n_nodes); k++) { /* y's readers (in graph order: the last wins) */
+            int ni = u ? u[k].node : k;
             const kiln_node *n = &g->nodes[ni];
-            if (n->dead) continue;
+            if (n->dead || (u && ((n->op_id == KILN_OP_IsNaN && ni < isn) || (n->op_id == KILN_OP_Where && ni < wh))))
+                continue;
             if (n->op_id == KILN_OP_IsNaN && n->in[0] == y) isn = ni;
             else if (n->op_id == KILN_OP_Where && n->n_in == 3 && n->in[2] == y) wh = ni;
         }
@@ -1712,7 +1735,7 @@ static kiln_status merge_seq_first(kiln_graph *g, int t, int64_t Sq, int64_t B, 
         const char *base = g->values[g->nodes[r].in[1]].name;
         KILN_TRY(kiln__graph_add_const(g, base ? base : "reshape_shape", KILN_DTYPE_INT64, 1, sd, tgt, &shape));
         g->nodes[r].in[1] = shape;
-        kiln__graph_link(g);
+        kiln__graph_relink(g, &r, 1);
         pat_add(p, t);
         *y = *retyped = tv;
         *old_info = was;
@@ -1926,7 +1949,8 @@ static kiln_status match_qkv(kiln_graph *g, const kiln_optimize_opts *o, int an)
     kiln_node *a = &g->nodes[an];
     memcpy(a->attrs, &aa, sizeof aa);
     for (int i = 0; i < 3; i++) a->in[i] = y;
-    kiln__graph_link(g);
+    int touched[4] = {mm[0], mm[1], mm[2], an};
+    kiln__graph_relink(g, touched, 4);
     return KILN_OK;
 }
 
@@ -1968,7 +1992,7 @@ static kiln_status match_split_qkv(kiln_graph *g, const kiln_optimize_opts *o, i
     }
     if (!read_packed_qkv(g, o, a, aa, x)) return KILN_OK;
     g->nodes[sp].dead = true;
-    kiln__graph_link(g);
+    kiln__graph_relink(g, (const int[2]){sp, an}, 2);
     return KILN_OK;
 }
 
@@ -2023,7 +2047,8 @@ static kiln_status match_gather_qkv(kiln_graph *g, const kiln_optimize_opts *o, 
     for (int i = 0; i < 3; i++) g->nodes[nodes[i][0]].dead = true;
     g->nodes[nodes[0][1]].dead = true;
     if (kiln__pat_sole_use(g, g->nodes[nodes[0][2]].out[0])) g->nodes[nodes[0][2]].dead = true;
-    kiln__graph_link(g);
+    int touched[6] = {an, nodes[0][0], nodes[1][0], nodes[2][0], nodes[0][1], nodes[0][2]};
+    kiln__graph_relink(g, touched, 6);
     return KILN_OK;
 }
 
@@ -2096,19 +2121,18 @@ static int packed_slice(const kiln_graph *g, int v, int part, int parts, int *x)
 /* Marks dead the nodes making value v, and those before them along their
  * first inputs, while nothing reads their outputs any more (the split
  * nodes an in-place read leaves, so that the values before them have their
- * true readers for the rewrites that follow); re-links g. */
+ * true readers for the rewrites that follow); g linked before, and after. */
 static void drop_unread(kiln_graph *g, int v) {
     for (int guard = 0; guard < 8 && v >= 0; guard++) {
-        kiln__graph_link(g);
         int ni = g->values[v].producer;
         if (ni < 0) return;
         kiln_node *n = &g->nodes[ni];
         for (int k = 0; k < n->n_out; k++)
             if (n->out[k] >= 0 && g->values[n->out[k]].n_uses > 0) return;
         n->dead = true;
+        kiln__graph_relink(g, &ni, 1);
         v = n->n_in > 0 ? n->in[0] : -1;
     }
-    kiln__graph_link(g);
 }
 
 /* An Attention whose Q, K and V (BSHD, or SBHD) are three Slices of one
@@ -2144,14 +2168,25 @@ static kiln_status match_slice_qkv(kiln_graph *g, const kiln_optimize_opts *o, i
         else gv[ng++] = a->in[i];
         a->in[i] = x;
     }
+    int touched[4] = {an, sl[0], sl[1], sl[2]}, nt = 1;
+    for (int i = 0; i < 3; i++)
+        if (sl[i] >= 0) touched[nt++] = sl[i];
+    kiln__graph_relink(g, touched, nt);
     for (int i = 0; i < ng; i++) drop_unread(g, gv[i]);
-    kiln__graph_link(g);
     return KILN_OK;
 }
 
 /* Whether every live reader of value v is node ni (and v is no graph output). */
 static bool read_only_by(const kiln_graph *g, int v, int ni) {
     if (kiln__graph_is_output(g, v)) return false;
+    int nu = 0;
+    const kiln_use *u = kiln__graph_uses(g, v, &nu);
+    if (u) {
+        for (int k = 0; k < nu; k++)
+            if (u[k].node != ni) return false;
+        return true;
+    }
+    kiln__graph_note_visits(g, g->n_nodes);
     for (int k = 0; k < g->n_nodes; k++) {
         const kiln_node *n = &g->nodes[k];
         if (n->dead || k == ni) continue;
@@ -2246,7 +2281,10 @@ static kiln_status match_batch_first(kiln_graph *g, const kiln_optimize_opts *o,
         g->nodes[t2].dead = true;
         KILN_TRY(swapped_value(g, y, &ys, an, f2));
     }
-    kiln__graph_link(g);
+    int touched[5] = {an, f1, t1, f2, t2}, nt = 0;
+    for (int i = 0; i < 5; i++)
+        if (touched[i] >= 0) touched[nt++] = touched[i];
+    kiln__graph_relink(g, touched, nt);
     return KILN_OK;
 }
 
@@ -2271,7 +2309,7 @@ static kiln_status match_slice_kv(kiln_graph *g, const kiln_optimize_opts *o, in
         a->in[1 + i] = x;
         g->nodes[sl[i]].dead = true;
     }
-    kiln__graph_link(g);
+    kiln__graph_relink(g, (const int[3]){an, sl[0], sl[1]}, 3);
     return KILN_OK;
 }
 
@@ -2421,9 +2459,8 @@ static void cancel_transpose_pairs(kiln_graph *g) {
         bool ident = a1->n_perm == r && a2->n_perm == r;
         for (int i = 0; ident && i < r; i++) ident = a1->perm[a2->perm[i]] == i;
         if (!ident) continue;
-        redirect_uses(g, n->out[0], g->nodes[p].in[0]);
         n->dead = true;
-        kiln__graph_link(g);
+        if (redirect_uses(g, n->out[0], g->nodes[p].in[0], &ni, 1) != KILN_OK) return;
     }
 }
 

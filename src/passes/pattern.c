@@ -37,6 +37,13 @@ bool kiln__pat_sole_use(const kiln_graph *g, int v) {
 
 int kiln__pat_sole_consumer(const kiln_graph *g, int v) {
     if (!kiln__pat_sole_use(g, v)) return -1;
+    int nu = 0;
+    const kiln_use *u = kiln__graph_uses(g, v, &nu);
+    if (u && nu == 1 && u[0].node < g->n_nodes) {
+        const kiln_node *n = &g->nodes[u[0].node];
+        if (!n->dead && u[0].slot < n->n_in && n->in[u[0].slot] == v) return u[0].node;
+    }
+    kiln__graph_note_visits(g, g->n_nodes); /* the readers are not known: a scan */
     for (int ni = 0; ni < g->n_nodes; ni++) {
         const kiln_node *n = &g->nodes[ni];
         if (n->dead) continue;

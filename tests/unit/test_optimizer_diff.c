@@ -440,6 +440,67 @@ TEST(test_concat_slices_index_bound) {
     }
 }
 
+/* ---- the optimizer's work grows with the graph linearly (issue 20) -------- */
+
+/* The work (kiln__graph_link_visits) of optimizing for the CPU a graph of n
+ * layers: form 0, n MatMuls reading one input and one weight, all summed
+ * (fuse_matmul: one FusedMatMul each); form 1, a chain of n Conv +
+ * BatchNormalization + Relu sharing one weight (fold_bn: a constant named
+ * after it each, then fuse_conv); form 2, n MatMuls each a graph output.
+ * Relinking the whole graph after each rewrite, a scan of every node for a
+ * value's reader, or of every output to tell whether a value is one, made
+ * it n^2. */
+static uint64_t optimize_work(int form, int n) {
+    kiln_graph *g = NULL;
+    if (kiln__graph_create(&g) != KILN_OK) abort();
+    int64_t xd[4] = {4, 4}, cd[4] = {1, 2, 2, 2}, wd[4] = {2, 2, 1, 1};
+    int x = add_input(g, "x", form == 1 ? 4 : 2, form == 1 ? cd : xd);
+    int w = add_const(g, "w", form == 1 ? 4 : 2, form == 1 ? wd : xd, -1.0f, 1.0f);
+    int *ys = malloc(sizeof(int) * (size_t)n), cur = x;
+    if (!ys) abort();
+    kiln_conv_attrs ca;
+    memset(&ca, 0, sizeof ca);
+    ca.group = 1;
+    char name[24];
+    for (int i = 0; i < n; i++) {
+        snprintf(name, sizeof name, "l%d", i);
+        if (form != 1) {
+            ys[i] = add_binary(g, KILN_OP_MatMul, name, x, w);
+            if (form == 2) mark_output(g, ys[i]);
+            continue;
+        }
+        cur = add_node(g, KILN_OP_Conv, name, 2, (int[]){cur, w}, &ca);
+        snprintf(name, sizeof name, "bn%d", i);
+        cur = add_bnorm(g, name, cur, 2);
+        snprintf(name, sizeof name, "relu%d", i);
+        cur = add_unary(g, KILN_OP_Relu, name, cur, NULL);
+    }
+    if (form != 2) mark_output(g, form ? cur : add_node(g, KILN_OP_Sum, "sum", n, ys, NULL));
+    free(ys);
+    kiln_optimize_opts oo = {.device = KILN_DEVICE_CPU, .precision = KILN_PRECISION_FP32};
+    uint64_t work = UINT64_MAX;
+    int fused = 0;
+    if (kiln__graph_infer(g) == KILN_OK && kiln__pass_optimize(g, &oo) == KILN_OK) {
+        work = kiln__graph_link_visits(g);
+        for (int i = 0; i < g->n_nodes; i++)
+            fused += !g->nodes[i].dead && g->nodes[i].op_id == (form == 1 ? KILN_OP_FusedConv : KILN_OP_FusedMatMul);
+    }
+    kiln__graph_free(g);
+    return fused == n ? work : UINT64_MAX;
+}
+
+static void test_rewrites_linear(void) {
+    for (int form = 0; form < 3; form++) {
+        uint64_t w2 = optimize_work(form, 2000), w8 = optimize_work(form, 8000);
+        printf("  form %d: work %llu for 2,000 layers, %llu for 8,000\n", form, (unsigned long long)w2,
+               (unsigned long long)w8);
+        /* linear: 4 times as much (n^2: 16 times); and a few dozen visits a node */
+        CHECK(w2 != UINT64_MAX && w8 != UINT64_MAX);
+        CHECK(w8 < 5 * w2);
+        CHECK(w8 < (uint64_t)8000 * 100);
+    }
+}
+
 int main(void) {
     RUN(test_gemm_beta_bias_add);
     RUN(test_gemm_beta0_c_rows);
@@ -447,5 +508,6 @@ int main(void) {
     RUN(test_movement_forms);
     RUN(test_concat_slices_index_bound);
     RUN(test_random_graphs);
+    RUN(test_rewrites_linear);
     return test_summary();
 }
