@@ -447,14 +447,17 @@ TEST(test_concat_slices_index_bound) {
  * (fuse_matmul: one FusedMatMul each); form 1, a chain of n Conv +
  * BatchNormalization + Relu sharing one weight (fold_bn: a constant named
  * after it each, then fuse_conv); form 2, n MatMuls each a graph output.
+ * Form 3: a chain of n Relu + Transpose + Reshape + Transpose (merge_movement:
+ * one Gather of rows each, its nodes placed where the chain was).
  * Relinking the whole graph after each rewrite, a scan of every node for a
- * value's reader, or of every output to tell whether a value is one, made
- * it n^2. */
+ * value's reader, or of every output to tell whether a value is one, or
+ * moving every node to place a rewrite's new ones, made it n^2. */
 static uint64_t optimize_work(int form, int n) {
     kiln_graph *g = NULL;
     if (kiln__graph_create(&g) != KILN_OK) abort();
     int64_t xd[4] = {4, 4}, cd[4] = {1, 2, 2, 2}, wd[4] = {2, 2, 1, 1};
-    int x = add_input(g, "x", form == 1 ? 4 : 2, form == 1 ? cd : xd);
+    int64_t md[2] = {6, 4};
+    int x = add_input(g, "x", form == 1 ? 4 : 2, form == 1 ? cd : form == 3 ? md : xd);
     int w = add_const(g, "w", form == 1 ? 4 : 2, form == 1 ? wd : xd, -1.0f, 1.0f);
     int *ys = malloc(sizeof(int) * (size_t)n), cur = x;
     if (!ys) abort();
@@ -464,6 +467,21 @@ static uint64_t optimize_work(int form, int n) {
     char name[24];
     for (int i = 0; i < n; i++) {
         snprintf(name, sizeof name, "l%d", i);
+        if (form == 3) { /* [6,4] -> [4,6] -> [6,4] -> [4,6] (then back): moved twice */
+            kiln_transpose_attrs ta = {.n_perm = 2, .perm = {1, 0}};
+            int64_t sh[2] = {i & 1 ? 4 : 6, i & 1 ? 6 : 4};
+            snprintf(name, sizeof name, "r%d", i);
+            cur = add_unary(g, KILN_OP_Relu, name, cur, NULL);
+            snprintf(name, sizeof name, "t%d", i);
+            cur = add_unary(g, KILN_OP_Transpose, name, cur, &ta);
+            snprintf(name, sizeof name, "s%d", i);
+            int rin[2] = {cur, add_i64(g, name, 2, sh)};
+            snprintf(name, sizeof name, "v%d", i);
+            cur = add_node(g, KILN_OP_Reshape, name, 2, rin, &(kiln_reshape_attrs){.allowzero = 0});
+            snprintf(name, sizeof name, "u%d", i);
+            cur = add_unary(g, KILN_OP_Transpose, name, cur, &ta);
+            continue;
+        }
         if (form != 1) {
             ys[i] = add_binary(g, KILN_OP_MatMul, name, x, w);
             if (form == 2) mark_output(g, ys[i]);
@@ -476,6 +494,7 @@ static uint64_t optimize_work(int form, int n) {
         cur = add_unary(g, KILN_OP_Relu, name, cur, NULL);
     }
     if (form != 2) mark_output(g, form ? cur : add_node(g, KILN_OP_Sum, "sum", n, ys, NULL));
+    int want = form == 1 ? KILN_OP_FusedConv : form == 3 ? KILN_OP_Gather : KILN_OP_FusedMatMul;
     free(ys);
     kiln_optimize_opts oo = {.device = KILN_DEVICE_CPU, .precision = KILN_PRECISION_FP32};
     uint64_t work = UINT64_MAX;
@@ -483,14 +502,15 @@ static uint64_t optimize_work(int form, int n) {
     if (kiln__graph_infer(g) == KILN_OK && kiln__pass_optimize(g, &oo) == KILN_OK) {
         work = kiln__graph_link_visits(g);
         for (int i = 0; i < g->n_nodes; i++)
-            fused += !g->nodes[i].dead && g->nodes[i].op_id == (form == 1 ? KILN_OP_FusedConv : KILN_OP_FusedMatMul);
+            fused += !g->nodes[i].dead && g->nodes[i].op_id == want;
     }
     kiln__graph_free(g);
+    if (fused != n) printf("  form %d: %d of %d layers made\n", form, fused, n);
     return fused == n ? work : UINT64_MAX;
 }
 
 static void test_rewrites_linear(void) {
-    for (int form = 0; form < 3; form++) {
+    for (int form = 0; form < 4; form++) {
         uint64_t w2 = optimize_work(form, 2000), w8 = optimize_work(form, 8000);
         printf("  form %d: work %llu for 2,000 layers, %llu for 8,000\n", form, (unsigned long long)w2,
                (unsigned long long)w8);
