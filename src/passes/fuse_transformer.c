@@ -2534,6 +2534,17 @@ kiln_status kiln__opt_transformer(kiln_graph *g, const kiln_optimize_opts *o) {
         kiln_status st = KILN_OK;
         for (int ni = 0; st == KILN_OK && ni < pl.n0; ni++)
             if (!g->nodes[ni].dead && g->nodes[ni].op_id == KILN_OP_Attention) st = share_attention_mask(g, o, ni, &pl);
+        /* the Wheres in the order they had when each was placed as it was
+         * made: right after its node, before those placed there earlier
+         * (two conds made from one value; the last place_after links) */
+        for (int a = pl.n0, b = g->n_nodes - 1; st == KILN_OK && a < b; a++, b--) {
+            kiln_node t = g->nodes[a];
+            g->nodes[a] = g->nodes[b];
+            g->nodes[b] = t;
+            int ta = pl.after[a - pl.n0];
+            pl.after[a - pl.n0] = pl.after[b - pl.n0];
+            pl.after[b - pl.n0] = ta;
+        }
         if (st == KILN_OK) st = kiln__nodes_place_after(g, pl.n0, pl.after);
         kiln__free(pl.after);
         kiln__free(pl.share);
