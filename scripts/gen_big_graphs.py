@@ -14,6 +14,8 @@ KIND:
     conv_bn_relu_shared  the same, every Conv reading one weight
     layernorm            a chain of N decomposed LayerNorms (ReduceMean ... Add)
     attention            a chain of N MatMul, Mul(scale), Softmax, MatMul
+    movement             a chain of N Relu, Transpose, Reshape, Transpose (merge_movement:
+                         one Gather of rows each)
 """
 import sys
 import numpy as np
@@ -101,9 +103,25 @@ def attention(n, path):  # a chain of MatMul, scale, Softmax, MatMul
     nodes.append(h.make_node("Identity", [cur], ["out"]))
     model(nodes, [c("scale", 0.5)], [vi("x", [1, 2, 4, 8])], [vi("out", [1, 2, 4, 8])], path)
 
+def movement(n, path):  # a chain of Relu + Transpose + Reshape + Transpose: one Gather each
+    nodes, cur = [], "x"
+    for i in range(n):
+        p = f"m{i}_"
+        nodes += [
+            h.make_node("Relu", [cur], [p + "r"]),
+            h.make_node("Transpose", [p + "r"], [p + "t"], perm=[1, 0]),
+            h.make_node("Reshape", [p + "t", "s64" if i % 2 == 0 else "s46"], [p + "v"]),
+            h.make_node("Transpose", [p + "v"], [p + "o"], perm=[1, 0]),
+        ]
+        cur = p + "o"
+    nodes.append(h.make_node("Identity", [cur], ["out"]))
+    inits = [nh.from_array(np.array([6, 4], dtype=np.int64), "s64"),
+             nh.from_array(np.array([4, 6], dtype=np.int64), "s46")]
+    model(nodes, inits, [vi("x", [6, 4])], [vi("out", [6, 4] if n % 2 == 0 else [4, 6])], path)
+
 KINDS = {"mm_sum": mm_sum, "mm_outputs": mm_outputs, "add_relu": add_relu, "conv_bn_relu": conv_bn_relu,
          "conv_bn_relu_shared": lambda n, p: conv_bn_relu(n, p, True),
-         "layernorm": layernorm, "attention": attention}
+         "layernorm": layernorm, "attention": attention, "movement": movement}
 
 if __name__ == "__main__":
     if len(sys.argv) != 4 or sys.argv[1] not in KINDS:

@@ -375,8 +375,17 @@ static kiln_status add_reshape(kiln_graph *g, int from, int to, int y, const int
     return kiln__node_merge_sources(g, *node, src, n_src);
 }
 
+/* Where the pass's new nodes go: node pl->n0 + j (added by this pass, in
+ * creation order) is placed after node after[j] of the graph as it was,
+ * all at once when the pass ends (moving every node for each chain made a
+ * model of n chains n^2, issue 20). */
+typedef struct placements {
+    int n0;
+    int *after, cap;
+} placements;
+
 /* Rewrites the chain ending at node root (see the file's comment). */
-static kiln_status merge_chain(kiln_graph *g, const kiln_optimize_opts *o, int root) {
+static kiln_status merge_chain(kiln_graph *g, const kiln_optimize_opts *o, int root, placements *pl) {
     chain c;
     if (!grow_chain(g, root, &c) || c.count < 2) return KILN_OK;
     int copies = 0;
@@ -446,9 +455,10 @@ static kiln_status merge_chain(kiln_graph *g, const kiln_optimize_opts *o, int r
         g->nodes[r1].device = g->nodes[gn].device = dev;
         st = add_reshape(g, vg, y, y, src, c.count, &rl);
     }
-    if (st == KILN_OK) { /* the two new nodes just before the root (after everything the chain read) */
-        int after[2] = {root - 1, root - 1};
-        st = kiln__nodes_place_after(g, n0, after);
+    if (st == KILN_OK) /* the new nodes just before the root (after everything the chain read) */
+        st = kiln__grow((void **)&pl->after, &pl->cap, g->n_nodes - pl->n0, sizeof *pl->after);
+    if (st == KILN_OK) {
+        for (int j = n0; j < g->n_nodes; j++) pl->after[j - pl->n0] = root - 1;
         made = true;
     }
 done:
@@ -549,10 +559,14 @@ kiln_status kiln__opt_concat_of_slices(kiln_graph *g, const kiln_optimize_opts *
 kiln_status kiln__opt_movement(kiln_graph *g, const kiln_optimize_opts *o) {
     if (!kiln__pass_on(o, KILN_PASS_MERGE_MOVEMENT)) return KILN_OK;
     kiln__graph_link(g);
-    /* from the last node back: a chain's last layer first, so it takes the whole chain */
-    for (int ni = g->n_nodes - 1; ni >= 0; ni--) {
-        if (g->nodes[ni].dead) continue;
-        KILN_TRY(merge_chain(g, o, ni));
-    }
-    return KILN_OK;
+    placements pl = {.n0 = g->n_nodes};
+    kiln_status st = KILN_OK;
+    /* from the last node back: a chain's last layer first, so it takes the
+     * whole chain (the nodes of the graph as it was keep their indices: the
+     * new ones stay last until the end) */
+    for (int ni = pl.n0 - 1; ni >= 0 && st == KILN_OK; ni--)
+        if (!g->nodes[ni].dead) st = merge_chain(g, o, ni, &pl);
+    if (st == KILN_OK) st = kiln__nodes_place_after(g, pl.n0, pl.after);
+    kiln__free(pl.after);
+    return st;
 }

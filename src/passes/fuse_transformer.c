@@ -2384,6 +2384,16 @@ static int cond_broadcast_source(const kiln_graph *g, int c) {
     return x;
 }
 
+/* share_attention_mask's scratch over the pass: the layers sharing a cond,
+ * and where each Where it adds goes (node n0 + j after node after[j] of the
+ * graph as it was), all placed when the pass ends (placing each at once
+ * moved every node: n^2 for n shared conds, issue 20). */
+typedef struct mask_places {
+    int n0;
+    int *after, cap_after;
+    int *share, cap_share;
+} mask_places;
+
 /* The attention layers of an fp16/bf16 device plan that read one bool cond
  * (BERT's padding mask, read by every layer) read one additive mask made
  * from it once, by Where(cond, -inf, 0) (or Where(cond, 0, -inf)), instead:
@@ -2392,11 +2402,18 @@ static int cond_broadcast_source(const kiln_graph *g, int c) {
  * first of them; nothing changes unless at least two share the cond and
  * the backend supports every rewritten layer. fp32 plans (the CPU's among
  * them) keep the cond: their kernels read it as it is. */
-static kiln_status share_attention_mask(kiln_graph *g, const kiln_optimize_opts *o, int an) {
+static kiln_status share_attention_mask(kiln_graph *g, const kiln_optimize_opts *o, int an, mask_places *pl) {
     if (!cond_as_mask(g, &g->nodes[an])) return KILN_OK;
     const kiln_attention_attrs *a0 = g->nodes[an].attrs;
-    int c = g->nodes[an].in[4], fill_if = a0->cond_fill_if, n_share = 0;
-    for (int ni = an; ni < g->n_nodes; ni++) n_share += reads_cond(g, &g->nodes[ni], c, fill_if);
+    int c = g->nodes[an].in[4], fill_if = a0->cond_fill_if, n_share = 0, n_uses;
+    /* the layers from an on that read the cond: from its use list (a scan
+     * of the nodes from each layer made n layers with a cond each n^2) */
+    const kiln_use *u = kiln__graph_uses(g, c, &n_uses);
+    kiln__graph_note_visits(g, n_uses);
+    KILN_TRY(kiln__grow((void **)&pl->share, &pl->cap_share, n_uses + 1, sizeof *pl->share));
+    for (int k = 0; k < n_uses; k++)
+        if (u[k].slot == 4 && u[k].node >= an && reads_cond(g, &g->nodes[u[k].node], c, fill_if))
+            pl->share[n_share++] = u[k].node;
     if (n_share < 2) return KILN_OK;
     /* the mask value: float32 (the precision pass makes it fp16/bf16 with its
      * readers), the shape of what the cond is made from (cond_broadcast_source) */
@@ -2411,9 +2428,8 @@ static kiln_status share_attention_mask(kiln_graph *g, const kiln_optimize_opts 
     g->values[m].info = *info(g, x);
     g->values[m].info.dtype = KILN_DTYPE_FLOAT32;
     g->values[m].producer = -1;
-    for (int ni = an; ni < g->n_nodes; ni++) {
-        const kiln_node *n = &g->nodes[ni];
-        if (!reads_cond(g, n, c, fill_if)) continue;
+    for (int k = 0; k < n_share; k++) {
+        const kiln_node *n = &g->nodes[pl->share[k]];
         kiln_attention_attrs aa;
         int in[6];
         cond_to_mask_args(n, m, &aa, in);
@@ -2425,14 +2441,14 @@ static kiln_status share_attention_mask(kiln_graph *g, const kiln_optimize_opts 
     int vf, vz, ni;
     KILN_TRY(kiln__graph_add_const(g, name, KILN_DTYPE_FLOAT32, 0, NULL, &ninf, &vf));
     KILN_TRY(kiln__graph_add_const(g, name, KILN_DTYPE_FLOAT32, 0, NULL, &zero, &vz));
-    int win[3] = {x, fill_if ? vf : vz, fill_if ? vz : vf}, n0 = g->n_nodes;
+    int win[3] = {x, fill_if ? vf : vz, fill_if ? vz : vf};
     KILN_TRY(kiln__graph_add_node(g, KILN_OP_Where, name, 3, win, 1, &m, NULL, &ni));
-    int after = kiln__pat_producer(g, x, 0);
+    KILN_TRY(kiln__grow((void **)&pl->after, &pl->cap_after, g->n_nodes - pl->n0, sizeof *pl->after));
+    pl->after[ni - pl->n0] = kiln__pat_producer(g, x, 0);
     g->nodes[ni].added = true; /* no ONNX node behind it */
     g->nodes[ni].device = g->nodes[an].device;
-    for (int nj = an; nj < n0; nj++) {
-        kiln_node *n = &g->nodes[nj];
-        if (!reads_cond(g, n, c, fill_if)) continue;
+    for (int k = 0; k < n_share; k++) {
+        kiln_node *n = &g->nodes[pl->share[k]];
         kiln_attention_attrs aa;
         int in[6];
         cond_to_mask_args(n, m, &aa, in);
@@ -2441,7 +2457,8 @@ static kiln_status share_attention_mask(kiln_graph *g, const kiln_optimize_opts 
         n->in[4] = -1;
         n->n_in = 4; /* (no bias: cond_as_mask) */
     }
-    return kiln__nodes_place_after(g, n0, &after);
+    kiln__graph_relink(g, pl->share, n_share); /* (and the Where) */
+    return KILN_OK;
 }
 
 /* ======================================================================= */
@@ -2510,9 +2527,28 @@ kiln_status kiln__opt_transformer(kiln_graph *g, const kiln_optimize_opts *o) {
         }
     /* fp16/bf16 device plans: one additive mask for the layers that share a cond */
     const kiln_backend_i *be = kiln__backend_for(o->device);
-    if (be && be->reduced_tensors && (o->precision == KILN_PRECISION_FP16 || o->precision == KILN_PRECISION_BF16))
-        for (int ni = 0; kiln__pass_on(o, KILN_PASS_SHARE_ATTENTION_MASK) && ni < g->n_nodes; ni++)
-            if (!g->nodes[ni].dead && g->nodes[ni].op_id == KILN_OP_Attention)
-                KILN_TRY(share_attention_mask(g, o, ni));
+    if (be && be->reduced_tensors && (o->precision == KILN_PRECISION_FP16 || o->precision == KILN_PRECISION_BF16) &&
+        kiln__pass_on(o, KILN_PASS_SHARE_ATTENTION_MASK)) {
+        kiln__graph_link(g);
+        mask_places pl = {.n0 = g->n_nodes};
+        kiln_status st = KILN_OK;
+        for (int ni = 0; st == KILN_OK && ni < pl.n0; ni++)
+            if (!g->nodes[ni].dead && g->nodes[ni].op_id == KILN_OP_Attention) st = share_attention_mask(g, o, ni, &pl);
+        /* the Wheres in the order they had when each was placed as it was
+         * made: right after its node, before those placed there earlier
+         * (two conds made from one value; the last place_after links) */
+        for (int a = pl.n0, b = g->n_nodes - 1; st == KILN_OK && a < b; a++, b--) {
+            kiln_node t = g->nodes[a];
+            g->nodes[a] = g->nodes[b];
+            g->nodes[b] = t;
+            int ta = pl.after[a - pl.n0];
+            pl.after[a - pl.n0] = pl.after[b - pl.n0];
+            pl.after[b - pl.n0] = ta;
+        }
+        if (st == KILN_OK) st = kiln__nodes_place_after(g, pl.n0, pl.after);
+        kiln__free(pl.after);
+        kiln__free(pl.share);
+        return st;
+    }
     return KILN_OK;
 }

@@ -272,9 +272,12 @@ KILN_PRIVATE void kiln__plan_free(kiln_mem_plan *p);
 /* The layout step alone (exposed for tests): n blocks of size[i] bytes
  * (aligned), live from step start[i] to end[i] (inclusive, <= n_steps),
  * get offsets in offs[] within *arena bytes; *lower is the most bytes
- * live at one step. */
+ * live at one step. *work (if not NULL): the greedy placements' work
+ * (blocks and tree nodes looked at, entries sorted), to test that it grows
+ * about linearly with a chain's length. */
 KILN_PRIVATE kiln_status kiln__plan_layout(int n, const size_t *size, const int *start, const int *end,
-                                           int n_steps, int64_t *offs, size_t *arena, size_t *lower);
+                                           int n_steps, int64_t *offs, size_t *arena, size_t *lower,
+                                           uint64_t *work);
 
 /* Workspace limit of the builder (kiln_builder_set_workspace): whether a
  * layer may use `bytes` of scratch. For tactic selection: a tactic whose

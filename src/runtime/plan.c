@@ -20,7 +20,8 @@
  *   3. offsets: each block goes at the lowest aligned offset of its memory's
  *      arena that does not overlap a block live at the same time. Blocks are
  *      placed in a few orders (by size, by start, by duration); the smallest
- *      arena wins. If it is above the lower bound, a bounded search for a
+ *      arena wins. The blocks live with a new one come from an interval
+ *      tree (placer), not a look at every block placed (n^2 for a chain). If it is above the lower bound, a bounded search for a
  *      layout within the bound follows (place_within). The result depends on
  *      the engine and the shapes only, so replays of a run see the same
  *      addresses.
@@ -31,6 +32,7 @@
 #include "runtime/engine.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 
 #define EVAL_MAX_BYTES 4096             /* largest value evaluated while planning */
 #define EVAL_MAX_WORKSPACE (1u << 20)   /* and the most scratch it may take */
@@ -370,27 +372,155 @@ static void sort_idx(const plan_blk *blocks, int *idx, int *tmp, int n, int mode
         }
 }
 
-/* Places the blocks of memory m in order `idx`; returns the arena size.
- * `placed` (by offset) and `offs` are scratch of n entries. */
-static size_t place(plan_blk *blocks, const int *idx, int n, int *placed, int64_t *offs) {
-    int n_placed = 0;
-    size_t arena = 0;
-    for (int q = 0; q < n; q++) {
-        plan_blk *b = &blocks[idx[q]];
-        size_t at = 0;
-        int pos = 0; /* insertion point in `placed` */
-        for (int r = 0; r < n_placed; r++) {
-            const plan_blk *o = &blocks[placed[r]];
-            if (o->size == 0 || o->end < b->start || o->start > b->end) continue;
-            size_t oo = (size_t)offs[placed[r]];
-            if (at + b->size <= oo) break;
-            if (oo + o->size > at) at = oo + o->size;
+/* The lowest offset of block b that overlaps none of the blocks list[0..n)
+ * live with it, the list sorted by offset: the first gap that fits, where
+ * `at` only grows past the blocks below it. The result is the lowest such
+ * offset whatever the order of blocks at one offset, so any list of (at
+ * least) the blocks live with b, by offset, gives the same. */
+static size_t first_fit(const plan_blk *blocks, const plan_blk *b, const int *list, int n,
+                        const int64_t *offs, uint64_t *work) {
+    size_t at = 0;
+    int r = 0;
+    for (; r < n; r++) {
+        const plan_blk *o = &blocks[list[r]];
+        if (o->size == 0 || o->end < b->start || o->start > b->end) continue;
+        size_t oo = (size_t)offs[list[r]];
+        if (at + b->size <= oo) break;
+        if (oo + o->size > at) at = oo + o->size;
+    }
+    *work += (uint64_t)r + 1;
+    return at;
+}
+
+/* A stable merge sort of block indices a[0..n) by offset; tmp: n entries. */
+static void sort_by_off(int *a, int *tmp, int n, const int64_t *offs, uint64_t *work) {
+    for (int w = 1; w < n; w *= 2) {
+        for (int lo = 0; lo < n; lo += 2 * w) {
+            int mid = lo + w < n ? lo + w : n, hi = lo + 2 * w < n ? lo + 2 * w : n;
+            int i = lo, j = mid, k = lo;
+            while (i < mid && j < hi) tmp[k++] = offs[a[j]] < offs[a[i]] ? a[j++] : a[i++];
+            while (i < mid) tmp[k++] = a[i++];
+            while (j < hi) tmp[k++] = a[j++];
+            memcpy(a + lo, tmp + lo, (size_t)(hi - lo) * sizeof *a);
         }
+        *work += (uint64_t)n;
+    }
+}
+
+/* The blocks placed so far, for finding those live with a new block
+ * without looking at the others (a chain of n layers made this n^2, issue
+ * 20): a static interval tree over all blocks ordered by start (the node of
+ * positions [lo, hi) is (lo + hi) / 2), each node with the latest end of a
+ * placed block below it. A new block's live neighbours are found in
+ * O((k + 1) log n) for k of them, sorted by offset and looked through as
+ * before; when they are many (outputs that all live to the end of the run),
+ * all placed blocks are looked through in offset order instead (`sorted`,
+ * with those placed since merged in first), as before, so no plan is slower
+ * than that. Both give the same offset (first_fit). */
+typedef struct placer {
+    const plan_blk *blocks;
+    int n;
+    const int *by_start; /* block indices by start */
+    const int *pos;      /* per block: its position in by_start */
+    int *smax;           /* per position: the latest end of a placed block below it, or -1 */
+    bool *in;            /* per position: its block is placed */
+    int *hits, n_hits, max_hits; /* the live neighbours found */
+    long budget;                 /* tree nodes left to look at for them */
+    int *sorted, n_sorted;       /* placed blocks by offset ... */
+    int *pending, n_pending;     /* ... but these, placed since */
+    int *tmp;
+    uint64_t work;
+} placer;
+
+/* Adds to P->hits the placed blocks at positions [lo, hi) live in steps
+ * s..e; false when they are more than P->max_hits (or looking costs as
+ * much). */
+static bool live_with(placer *P, int lo, int hi, int s, int e) {
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        P->work++;
+        if (--P->budget < 0) return false;
+        if (P->smax[mid] < s) return true;
+        if (!live_with(P, lo, mid, s, e)) return false;
+        const plan_blk *o = &P->blocks[P->by_start[mid]];
+        if (o->start > e) return true;
+        if (P->in[mid] && o->end >= s) {
+            if (P->n_hits == P->max_hits) return false;
+            P->hits[P->n_hits++] = P->by_start[mid];
+        }
+        lo = mid + 1;
+    }
+    return true;
+}
+
+static void placer_add(placer *P, int b) {
+    int p = P->pos[b], lo = 0, hi = P->n, end = P->blocks[b].end;
+    P->in[p] = true;
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (P->smax[mid] < end) P->smax[mid] = end;
+        if (mid == p) break;
+        if (p < mid) hi = mid;
+        else lo = mid + 1;
+    }
+    P->pending[P->n_pending++] = b;
+}
+
+/* All placed blocks by offset, in P->sorted. */
+static void placer_sort_all(placer *P, const int64_t *offs) {
+    if (!P->n_pending) return;
+    int np = P->n_pending, ns = P->n_sorted;
+    sort_by_off(P->pending, P->tmp, np, offs, &P->work);
+    int i = 0, j = 0, k = 0;
+    while (i < ns && j < np) P->tmp[k++] = offs[P->pending[j]] < offs[P->sorted[i]] ? P->pending[j++] : P->sorted[i++];
+    while (i < ns) P->tmp[k++] = P->sorted[i++];
+    while (j < np) P->tmp[k++] = P->pending[j++];
+    memcpy(P->sorted, P->tmp, (size_t)k * sizeof *P->sorted);
+    P->n_sorted = k;
+    P->n_pending = 0;
+    P->work += (uint64_t)k;
+}
+
+/* Places the blocks in order `idx`, each at the lowest offset clear of the
+ * blocks placed before it that live at the same time; returns the arena
+ * size. P: scratch for the n blocks (by_start, pos set). */
+static size_t place(placer *P, const int *idx, int64_t *offs) {
+    const plan_blk *blocks = P->blocks;
+    int n = P->n;
+    size_t arena = 0;
+    P->n_sorted = P->n_pending = 0;
+    for (int q = 0; q < n; q++) {
+        P->smax[q] = -1;
+        P->in[q] = false;
+    }
+    for (int q = 0; q < n; q++) {
+        const plan_blk *b = &blocks[idx[q]];
+        int n_placed = P->n_sorted + P->n_pending;
+        /* a sort of k neighbours costs about k log2 k: look through them
+         * while that is below a look through all */
+        int lg = 1;
+        while (lg < 31 && (1 << lg) < n_placed) lg++;
+        P->n_hits = 0;
+        P->max_hits = n_placed / lg + 1;
+        P->budget = 2L * n_placed + 64;
+        size_t at;
+        if (live_with(P, 0, n, b->start, b->end)) {
+            sort_by_off(P->hits, P->tmp, P->n_hits, offs, &P->work);
+            at = first_fit(blocks, b, P->hits, P->n_hits, offs, &P->work);
+        } else {
+            placer_sort_all(P, offs);
+            at = first_fit(blocks, b, P->sorted, P->n_sorted, offs, &P->work);
+        }
+#ifdef KILN_PLAN_CHECK
+        /* debug builds: the old look through every placed block agrees */
+        placer_sort_all(P, offs);
+        if (first_fit(blocks, b, P->sorted, P->n_sorted, offs, &P->work) != at) {
+            fprintf(stderr, "kiln: plan check: block %d placed at %zu, a full look says otherwise\n", idx[q], at);
+            abort();
+        }
+#endif
         offs[idx[q]] = (int64_t)at;
-        while (pos < n_placed && (size_t)offs[placed[pos]] <= at) pos++;
-        memmove(placed + pos + 1, placed + pos, (size_t)(n_placed - pos) * sizeof *placed);
-        placed[pos] = idx[q];
-        n_placed++;
+        if (b->size) placer_add(P, idx[q]);
         if (at + b->size > arena) arena = at + b->size;
     }
     return arena;
@@ -463,15 +593,22 @@ static bool place_within(const plan_blk *blocks, const int *idx, int n, size_t t
 
 /* Lays out blocks[0..n) (one memory; live within steps 0..n_steps):
  * offsets into blocks[].off, the arena size and the lower bound. */
-static kiln_status layout(plan_blk *blocks, int n, int n_steps, size_t *arena, size_t *lower) {
+static kiln_status layout(plan_blk *blocks, int n, int n_steps, size_t *arena, size_t *lower,
+                          uint64_t *work) {
     size_t cnt = (size_t)n + 1;
     int *idx = kiln__malloc(cnt * sizeof *idx), *tmp = kiln__malloc(cnt * sizeof *tmp);
     int *placed = kiln__malloc(cnt * sizeof *placed), *next = kiln__malloc(cnt * sizeof *next);
     int64_t *offs = kiln__malloc(cnt * sizeof *offs), *best = kiln__malloc(cnt * sizeof *best);
     int64_t *live = kiln__calloc((size_t)n_steps + 2, sizeof *live);
+    int *by_start = kiln__malloc(cnt * sizeof *by_start), *pos = kiln__malloc(cnt * sizeof *pos);
+    placer P = {.blocks = blocks, .n = n, .by_start = by_start, .pos = pos,
+                .smax = kiln__malloc(cnt * sizeof *P.smax), .in = kiln__malloc(cnt * sizeof *P.in),
+                .hits = kiln__malloc(cnt * sizeof *P.hits), .sorted = kiln__malloc(cnt * sizeof *P.sorted),
+                .pending = kiln__malloc(cnt * sizeof *P.pending), .tmp = tmp};
     kiln_status s = KILN_OK;
     *arena = *lower = 0;
-    if (!idx || !tmp || !placed || !next || !offs || !best || !live) {
+    if (!idx || !tmp || !placed || !next || !offs || !best || !live || !by_start || !pos || !P.smax ||
+        !P.in || !P.hits || !P.sorted || !P.pending) {
         s = KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory planning activation memory");
         goto done;
     }
@@ -495,10 +632,13 @@ static kiln_status layout(plan_blk *blocks, int n, int n_steps, size_t *arena, s
     }
     *lower = (size_t)peak;
     if (n <= 0) goto done;
+    for (int q = 0; q < n; q++) by_start[q] = q;
+    sort_idx(blocks, by_start, tmp, n, 1);
+    for (int q = 0; q < n; q++) pos[by_start[q]] = q;
     size_t best_arena = SIZE_MAX;
     for (int mode = 0; mode < 3; mode++) {
         sort_idx(blocks, idx, tmp, n, mode);
-        size_t a = place(blocks, idx, n, placed, offs);
+        size_t a = place(&P, idx, offs);
         if (a < best_arena) {
             best_arena = a;
             memcpy(best, offs, (size_t)n * sizeof *best);
@@ -528,11 +668,19 @@ done:
     kiln__free(offs);
     kiln__free(best);
     kiln__free(live);
+    kiln__free(by_start);
+    kiln__free(pos);
+    kiln__free(P.smax);
+    kiln__free(P.in);
+    kiln__free(P.hits);
+    kiln__free(P.sorted);
+    kiln__free(P.pending);
+    if (work) *work += P.work;
     return s;
 }
 
 kiln_status kiln__plan_layout(int n, const size_t *size, const int *start, const int *end, int n_steps,
-                              int64_t *offs, size_t *arena, size_t *lower) {
+                              int64_t *offs, size_t *arena, size_t *lower, uint64_t *work) {
     plan_blk *b = kiln__calloc((size_t)n + 1, sizeof *b);
     if (!b) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory planning activation memory");
     for (int q = 0; q < n; q++) {
@@ -543,7 +691,8 @@ kiln_status kiln__plan_layout(int n, const size_t *size, const int *start, const
         }
         b[q] = (plan_blk){.size = size[q], .start = start[q], .end = end[q]};
     }
-    kiln_status s = layout(b, n, n_steps, arena, lower);
+    if (work) *work = 0;
+    kiln_status s = layout(b, n, n_steps, arena, lower, work);
     for (int q = 0; q < n && s == KILN_OK; q++) offs[q] = b[q].off;
     kiln__free(b);
     return s;
@@ -564,7 +713,7 @@ static kiln_status plan_offsets(planner *P) {
                 mb[n++] = P->blocks[b];
             }
         p->n_blocks[m] = n;
-        s = layout(mb, n, P->g->n_nodes, &p->arena[m], &p->lower[m]);
+        s = layout(mb, n, P->g->n_nodes, &p->arena[m], &p->lower[m], NULL);
         for (int q = 0; q < n && s == KILN_OK; q++) P->blocks[from[q]].off = mb[q].off;
     }
     kiln__free(mb);

@@ -531,12 +531,12 @@ TEST(test_layout_resnet50_blocks) {
         start[i] = r50_blocks[i][1];
         end[i] = r50_blocks[i][2];
     }
-    CHECK_OK(kiln__plan_layout(N, size, start, end, 58, offs, &arena, &lower));
+    CHECK_OK(kiln__plan_layout(N, size, start, end, 58, offs, &arena, &lower, NULL));
     printf("  resnet-50 blocks: arena %zu, lower bound %zu\n", arena, lower);
     CHECK(lower == 12042240 && arena == lower);
     CHECK(layout_valid(N, size, start, end, offs, arena, 64));
     end[0] = 59;
-    CHECK_ERR(kiln__plan_layout(N, size, start, end, 58, offs, &arena, &lower),
+    CHECK_ERR(kiln__plan_layout(N, size, start, end, 58, offs, &arena, &lower, NULL),
               KILN_ERR_INVALID_ARGUMENT, "block 0");
 }
 
@@ -560,13 +560,63 @@ TEST(test_layout_random) {
             if (end[i] > steps) end[i] = steps;
         }
         size_t arena = 0, lower = 0;
-        CHECK_OK(kiln__plan_layout(n, size, start, end, steps, offs, &arena, &lower));
+        CHECK_OK(kiln__plan_layout(n, size, start, end, steps, offs, &arena, &lower, NULL));
         CHECK(layout_valid(n, size, start, end, offs, arena, 64));
         CHECK(arena >= lower);
         if (lower && (double)arena / (double)lower > worst) worst = (double)arena / (double)lower;
     }
     printf("  random block sets: worst arena / lower bound %.3f\n", worst);
     CHECK(worst <= 1.3);
+}
+
+/* The greedy placements' work (kiln__plan_layout's count) for the blocks
+ * of a chain of n layers (each output read by the next layer, a workspace
+ * per layer, one block live the whole run, the last output live to the
+ * end; `outputs`: every layer's output is an output), with the layout's
+ * arena and lower bound. Looking at every block placed so far for each new
+ * one made a chain n^2 (issue 20). */
+static uint64_t chain_layout_work(int n, bool outputs, size_t *arena, size_t *lower) {
+    int nb = 2 * n + 1;
+    size_t *size = malloc(sizeof(size_t) * (size_t)nb);
+    int *start = malloc(sizeof(int) * (size_t)nb), *end = malloc(sizeof(int) * (size_t)nb);
+    int64_t *offs = malloc(sizeof(int64_t) * (size_t)nb);
+    uint64_t work = UINT64_MAX;
+    if (!size || !start || !end || !offs) abort();
+    for (int i = 0; i < n; i++) {
+        size[2 * i] = 4096 + 64 * (size_t)(i % 5);
+        start[2 * i] = i;
+        end[2 * i] = outputs || i == n - 1 ? n : i + 1;
+        size[2 * i + 1] = 512 * (size_t)(i % 3 + 1);
+        start[2 * i + 1] = end[2 * i + 1] = i;
+    }
+    size[nb - 1] = 1024;
+    start[nb - 1] = 0;
+    end[nb - 1] = n;
+    if (kiln__plan_layout(nb, size, start, end, n, offs, arena, lower, &work) != KILN_OK ||
+        !layout_valid(nb, size, start, end, offs, *arena, 64))
+        work = UINT64_MAX;
+    free(size);
+    free(start);
+    free(end);
+    free(offs);
+    return work;
+}
+
+TEST(test_layout_chain_linear) {
+    size_t a2, l2, a8, l8;
+    uint64_t w2 = chain_layout_work(2000, false, &a2, &l2), w8 = chain_layout_work(8000, false, &a8, &l8);
+    printf("  chain: work %llu for 2,000 layers, %llu for 8,000 (arena %zu, lower bound %zu)\n",
+           (unsigned long long)w2, (unsigned long long)w8, a8, l8);
+    /* about linear (n^2: 16 times); a few dozen steps a block */
+    CHECK(w2 != UINT64_MAX && w8 != UINT64_MAX);
+    CHECK(w8 < 6 * w2); /* n log n: a little over 4 times */
+    CHECK(w8 < (uint64_t)8000 * 2 * 3 * 60);
+    /* every output live to the end: each new block lies above all the
+     * others; not more work than looking through them all */
+    uint64_t wo = chain_layout_work(2000, true, &a2, &l2);
+    printf("  chain of outputs: work %llu for 2,000 layers (arena %zu, lower bound %zu)\n",
+           (unsigned long long)wo, a2, l2);
+    CHECK(wo != UINT64_MAX && wo < (uint64_t)3 * 4001 * 4001 * 2);
 }
 
 /* The chain's values never overlap but neighbours: arena = max(s_i + s_i+1). */
@@ -1237,6 +1287,7 @@ int main(void) {
     RUN(test_conv_resnet);
     RUN(test_layout_resnet50_blocks);
     RUN(test_layout_random);
+    RUN(test_layout_chain_linear);
     RUN(test_repeat_allocates_nothing);
     RUN(test_shape_changes);
     RUN(test_inplace);

@@ -21,6 +21,7 @@
 
 #include "graph_gen.h"
 
+#include "backends/backend.h"
 #include "ops/elementwise_impl.h"
 #include "ops/fused_conv.h"
 #include "ops/fused_pointwise.h"
@@ -447,15 +448,21 @@ TEST(test_concat_slices_index_bound) {
  * (fuse_matmul: one FusedMatMul each); form 1, a chain of n Conv +
  * BatchNormalization + Relu sharing one weight (fold_bn: a constant named
  * after it each, then fuse_conv); form 2, n MatMuls each a graph output.
+ * Form 3: a chain of n Relu + Transpose + Reshape + Transpose (merge_movement:
+ * one Gather of rows each, its nodes placed where the chain was).
+ * Form 4 (CUDA fp16 plans): a chain of n pairs of Attentions, each pair
+ * reading a bool cond of its own (share_attention_mask: both read one mask
+ * made from it).
  * Relinking the whole graph after each rewrite, a scan of every node for a
- * value's reader, or of every output to tell whether a value is one, made
- * it n^2. */
+ * value's reader, or of every output to tell whether a value is one, or
+ * moving every node to place a rewrite's new ones, made it n^2. */
 static uint64_t optimize_work(int form, int n) {
     kiln_graph *g = NULL;
     if (kiln__graph_create(&g) != KILN_OK) abort();
     int64_t xd[4] = {4, 4}, cd[4] = {1, 2, 2, 2}, wd[4] = {2, 2, 1, 1};
-    int x = add_input(g, "x", form == 1 ? 4 : 2, form == 1 ? cd : xd);
-    int w = add_const(g, "w", form == 1 ? 4 : 2, form == 1 ? wd : xd, -1.0f, 1.0f);
+    int64_t md[2] = {6, 4}, ad[4] = {1, 2, 8, 8};
+    int x = form == 4 ? add_input(g, "x", 4, ad) : add_input(g, "x", form == 1 ? 4 : 2, form == 1 ? cd : form == 3 ? md : xd);
+    int w = form == 4 ? add_scalar(g, "w", 0.0f) : add_const(g, "w", form == 1 ? 4 : 2, form == 1 ? wd : xd, -1.0f, 1.0f);
     int *ys = malloc(sizeof(int) * (size_t)n), cur = x;
     if (!ys) abort();
     kiln_conv_attrs ca;
@@ -464,6 +471,37 @@ static uint64_t optimize_work(int form, int n) {
     char name[24];
     for (int i = 0; i < n; i++) {
         snprintf(name, sizeof name, "l%d", i);
+        if (form == 4) {
+            kiln_attention_attrs aa = {.num_heads = 2, .q_layout = KILN_ATTN_BHSD, .k_layout = KILN_ATTN_BHSD,
+                                       .v_layout = KILN_ATTN_BHSD, .out_layout = KILN_ATTN_BHSD, .scale = 0.35f,
+                                       .cond_mode = KILN_ATTN_COND_ADD, .cond_fill_if = 1, .fill = -INFINITY};
+            snprintf(name, sizeof name, "c%d", i);
+            int c = add_binary(g, KILN_OP_Less, name, cur, w);
+            snprintf(name, sizeof name, "r%d", i);
+            int v2 = add_unary(g, KILN_OP_Relu, name, cur, NULL);
+            snprintf(name, sizeof name, "a%d", i);
+            int a1 = add_node(g, KILN_OP_Attention, name, 5, (int[]){cur, cur, cur, -1, c}, &aa);
+            snprintf(name, sizeof name, "b%d", i);
+            int a2 = add_node(g, KILN_OP_Attention, name, 5, (int[]){cur, cur, v2, -1, c}, &aa);
+            snprintf(name, sizeof name, "s%d", i);
+            cur = add_binary(g, KILN_OP_Add, name, a1, a2);
+            continue;
+        }
+        if (form == 3) { /* [6,4] -> [4,6] -> [6,4] -> [4,6] (then back): moved twice */
+            kiln_transpose_attrs ta = {.n_perm = 2, .perm = {1, 0}};
+            int64_t sh[2] = {i & 1 ? 4 : 6, i & 1 ? 6 : 4};
+            snprintf(name, sizeof name, "r%d", i);
+            cur = add_unary(g, KILN_OP_Relu, name, cur, NULL);
+            snprintf(name, sizeof name, "t%d", i);
+            cur = add_unary(g, KILN_OP_Transpose, name, cur, &ta);
+            snprintf(name, sizeof name, "s%d", i);
+            int rin[2] = {cur, add_i64(g, name, 2, sh)};
+            snprintf(name, sizeof name, "v%d", i);
+            cur = add_node(g, KILN_OP_Reshape, name, 2, rin, &(kiln_reshape_attrs){.allowzero = 0});
+            snprintf(name, sizeof name, "u%d", i);
+            cur = add_unary(g, KILN_OP_Transpose, name, cur, &ta);
+            continue;
+        }
         if (form != 1) {
             ys[i] = add_binary(g, KILN_OP_MatMul, name, x, w);
             if (form == 2) mark_output(g, ys[i]);
@@ -476,28 +514,33 @@ static uint64_t optimize_work(int form, int n) {
         cur = add_unary(g, KILN_OP_Relu, name, cur, NULL);
     }
     if (form != 2) mark_output(g, form ? cur : add_node(g, KILN_OP_Sum, "sum", n, ys, NULL));
+    int want = form == 1 ? KILN_OP_FusedConv : form == 3 ? KILN_OP_Gather : form == 4 ? KILN_OP_Attention : KILN_OP_FusedMatMul;
     free(ys);
-    kiln_optimize_opts oo = {.device = KILN_DEVICE_CPU, .precision = KILN_PRECISION_FP32};
+    kiln_optimize_opts oo = {.device = form == 4 ? KILN_DEVICE_CUDA : KILN_DEVICE_CPU,
+                             .precision = form == 4 ? KILN_PRECISION_FP16 : KILN_PRECISION_FP32};
     uint64_t work = UINT64_MAX;
     int fused = 0;
     if (kiln__graph_infer(g) == KILN_OK && kiln__pass_optimize(g, &oo) == KILN_OK) {
         work = kiln__graph_link_visits(g);
         for (int i = 0; i < g->n_nodes; i++)
-            fused += !g->nodes[i].dead && g->nodes[i].op_id == (form == 1 ? KILN_OP_FusedConv : KILN_OP_FusedMatMul);
+            fused += !g->nodes[i].dead && g->nodes[i].op_id == want &&
+                     (form != 4 || (g->nodes[i].in[3] >= 0 && (g->nodes[i].n_in < 5 || g->nodes[i].in[4] < 0)));
     }
     kiln__graph_free(g);
-    return fused == n ? work : UINT64_MAX;
+    if (fused != (form == 4 ? 2 * n : n)) printf("  form %d: %d layers made of %d\n", form, fused, n);
+    return fused == (form == 4 ? 2 * n : n) ? work : UINT64_MAX;
 }
 
 static void test_rewrites_linear(void) {
-    for (int form = 0; form < 3; form++) {
+    for (int form = 0; form < 5; form++) {
+        if (form == 4 && !kiln__backend_for(KILN_DEVICE_CUDA)) continue; /* (a build without CUDA) */
         uint64_t w2 = optimize_work(form, 2000), w8 = optimize_work(form, 8000);
         printf("  form %d: work %llu for 2,000 layers, %llu for 8,000\n", form, (unsigned long long)w2,
                (unsigned long long)w8);
         /* linear: 4 times as much (n^2: 16 times); and a few dozen visits a node */
         CHECK(w2 != UINT64_MAX && w8 != UINT64_MAX);
         CHECK(w8 < 5 * w2);
-        CHECK(w8 < (uint64_t)8000 * 100);
+        CHECK(w8 < (uint64_t)8000 * (form == 4 ? 200 : 100)); /* (form 4: 7 nodes a layer) */
     }
 }
 
