@@ -11,33 +11,11 @@
 #include "format/format.h"
 
 
-/* Length of the valid UTF-8 sequence at s[0..n) that starts at s, or 0 when
- * it is not one (overlong forms, surrogates and code points past U+10FFFF
- * are not). NUL is refused too. */
-static size_t utf8_char(const unsigned char *s, size_t n) {
-    unsigned c = s[0];
-    if (c == 0) return 0;
-    if (c < 0x80) return 1;
-    size_t len;
-    unsigned cp, min;
-    if ((c & 0xe0) == 0xc0) len = 2, cp = c & 0x1f, min = 0x80;
-    else if ((c & 0xf0) == 0xe0) len = 3, cp = c & 0x0f, min = 0x800;
-    else if ((c & 0xf8) == 0xf0) len = 4, cp = c & 0x07, min = 0x10000;
-    else return 0;
-    if (len > n) return 0;
-    for (size_t i = 1; i < len; i++) {
-        if ((s[i] & 0xc0) != 0x80) return 0;
-        cp = cp << 6 | (s[i] & 0x3f);
-    }
-    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
-    return len;
-}
-
 /* Offset of the first byte that breaks the value rules, or n when none does. */
 static size_t value_bad_at(const unsigned char *s, size_t n) {
     size_t i = 0;
     while (i < n) {
-        size_t k = utf8_char(s + i, n - i);
+        size_t k = kiln__utf8_len(s + i, n - i);
         if (!k) return i;
         i += k;
     }
