@@ -12,7 +12,7 @@
  *
  * Timing cache: a text file (the builder's timing_cache path)
  *
- *     kiln-timing-cache 4
+ *     kiln-timing-cache 5
  *     <key> <tactic id> <microseconds>
  *
  * keyed by the target, the thread count, the math setting ("acc", or
@@ -25,8 +25,9 @@
  * file meanwhile (cache_write). Files of versions 1 (made before a device
  * layer's tactics had to agree on its output, tune_check.h) and 2 (before
  * disagreeing tactics were judged by the host reference, not a vote: a
- * wrong plurality's choice may be in them) and 3 (before the NaN probe: a
- * tactic that turns NaN into numbers may be in them) are read as empty,
+ * wrong plurality's choice may be in them), 3 (before the NaN probe: a
+ * tactic that turns NaN into numbers may be in them) and 4 (before the
+ * probe's input with infinities) are read as empty,
  * with a note: their choices are timed and checked again. */
 #include "backends/backend.h"
 #include "builder/tune_check.h"
@@ -202,16 +203,17 @@ static kiln_status cache_read(tcache *c, const char *path, bool notes) {
         size_t len = (size_t)got;
         if (ln == 1) {
             old = !strcmp(line, "kiln-timing-cache 1") || !strcmp(line, "kiln-timing-cache 2") ||
-                  !strcmp(line, "kiln-timing-cache 3");
+                  !strcmp(line, "kiln-timing-cache 3") || !strcmp(line, "kiln-timing-cache 4");
             if (old) {
                 if (notes)
                     fprintf(stderr, "kiln: timing cache '%s' is of version %c (%s): its layers are timed again\n",
                             path, line[18],
-                            line[18] == '3' ? "before the NaN probe kept tactics that turn NaN into numbers out"
-                                            : "before a device layer's tactics that disagree were judged by kiln's "
-                                              "host reference");
-            } else if (strcmp(line, "kiln-timing-cache 4"))
-                st = KILN_FAIL(KILN_ERR_IO, "timing cache '%s' is not a kiln timing cache (version 4)",
+                            line[18] == '4'   ? "before the NaN probe tried infinities"
+                            : line[18] == '3' ? "before the NaN probe kept tactics that turn NaN into numbers out"
+                                              : "before a device layer's tactics that disagree were judged by "
+                                                "kiln's host reference");
+            } else if (strcmp(line, "kiln-timing-cache 5"))
+                st = KILN_FAIL(KILN_ERR_IO, "timing cache '%s' is not a kiln timing cache (version 5)",
                                path);
             continue;
         }
@@ -256,7 +258,7 @@ static kiln_status cache_write(tcache *c, const char *path) {
     }
     cache_free(&now);
     kiln_sbuf sb = {0};
-    kiln__sbuf_printf(&sb, "kiln-timing-cache 4\n");
+    kiln__sbuf_printf(&sb, "kiln-timing-cache 5\n");
     for (int i = 0; i < c->n; i++)
         kiln__sbuf_printf(&sb, "%s %d %.3f\n", c->e[i].key, (int)c->e[i].id, c->e[i].us);
     kiln_status st = sb.oom ? KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory (timing cache)")
@@ -1066,6 +1068,78 @@ static kiln_status nan_probe_runs(const kiln_tune_layer *L, tune_bufs *tb, tac_r
     return KILN_OK;
 }
 
+/* The probe's second input (issue 20: a 2x2 stride-2 fp16 NHWC conv of 5
+ * channels through cuDNN's legacy API gave numbers where an input of
+ * -inf makes the CPU's ReLU give 0; an all-NaN input cannot show that):
+ * input 0 as the check had it (orig, random), with 3 + ne / 4096 of its
+ * elements, spread over it, NaN, +inf and -inf in turn, so that most
+ * outputs stay finite and each kind of value meets a tactic's arithmetic.
+ * Where the candidates still in disagree, kiln's host reference on the
+ * same input (within its bounds; without one nothing is decided) drops
+ * those with a finite value that is wrong (kiln__tune_specials_decide). */
+static kiln_status specials_probe(const kiln_tune_layer *L, tune_bufs *tb, tac_run *runs, const int32_t *cand,
+                                  int nc, void *host, const void *orig, kiln_tune_stats *S) {
+    if (!nan_probe_applies(L, runs, nc) || !tb->host[0]) return KILN_OK;
+    const kiln_backend_i *be = L->be;
+    const kiln_node *n = L->n;
+    const kiln_tinfo *x = L->in[0];
+    size_t nb = kiln__value_nbytes(x);
+    int64_t ne = (int64_t)(nb / kiln_dtype_size(x->dtype)), cnt = 3 + ne / 4096;
+    if (cnt > ne) cnt = ne;
+    void *xsp = kiln__aligned_alloc(nb);
+    kiln_tune_sample *s = kiln__calloc((size_t)nc * (size_t)n->n_out, sizeof *s);
+    bool ran[TUNE_MAX_TACTICS], keep[TUNE_MAX_TACTICS];
+    kiln_status st = xsp && s ? KILN_OK : KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory (tuning)");
+    if (st == KILN_OK) {
+        static const double vals[3] = {NAN, INFINITY, -INFINITY};
+        memcpy(xsp, orig, nb);
+        for (int64_t k = 0; k < cnt; k++) /* (evenly spread, off the grid of a power-of-two layout) */
+            kiln__store_f64(x->dtype, xsp, (int64_t)(((double)k + 0.37) * (double)ne / (double)cnt) % ne,
+                            vals[k % 3]);
+        st = be->to_device(L->state, tb->in[0], xsp, nb);
+    }
+    bool planted = st == KILN_OK;
+    if (st == KILN_OK) st = nan_probe_runs(L, tb, runs, nc, host, s, ran);
+    if (planted) { /* input 0 as it was, for the timing */
+        kiln_status r = be->to_device(L->state, tb->in[0], orig, nb);
+        if (st == KILN_OK) st = r;
+    }
+    kiln_dtype dt[16];
+    for (int i = 0; i < n->n_out; i++) dt[i] = L->outs[i].dtype;
+    bool have_ref = false;
+    kiln_tune_sample ref[16];
+    memset(ref, 0, sizeof ref);
+    int dropped = 0;
+    if (st == KILN_OK && !kiln__tune_all_agree(dt, s, nc, n->n_out, ran)) {
+        char why[512];
+        void *h0 = tb->host[0];
+        tb->host[0] = xsp;
+        st = host_reference(L, tb, ref, &have_ref, why, sizeof why);
+        tb->host[0] = h0;
+        S->ref_runs += have_ref;
+        if (st == KILN_OK && have_ref) dropped = kiln__tune_specials_decide(dt, s, nc, n->n_out, ran, ref, keep);
+    }
+    char pn[256], nm[96];
+    if (st == KILN_OK && dropped < 0 && L->notes)
+        fprintf(stderr, "kiln: tuning: node '%s': with NaN and infinities in its input, every tactic gives numbers "
+                        "that kiln's host reference does not: they are all kept\n",
+                kiln_printable(n->name, pn, sizeof pn));
+    for (int k = 0; st == KILN_OK && dropped > 0 && k < nc; k++) {
+        if (!ran[k] || keep[k]) continue;
+        runs[k].ok = false;
+        if (!L->notes) continue;
+        kiln__backend_tactic_describe(be, n, cand[k], nm, sizeof nm);
+        fprintf(stderr, "kiln: tuning: node '%s': tactic %s gives wrong numbers where its input holds NaN or "
+                        "infinities (kiln's host reference differs): it is not used\n",
+                kiln_printable(n->name, pn, sizeof pn), nm);
+    }
+    for (int i = 0; i < n->n_out; i++) kiln__tune_sample_free(&ref[i]);
+    for (int k = 0; s && k < nc * n->n_out; k++) kiln__tune_sample_free(&s[k]);
+    kiln__free(s);
+    kiln__aligned_free(xsp);
+    return st;
+}
+
 /* The NaN probe (issue 20: in random CUDA graphs 53 and 101 an fp16 conv +
  * ReLU run by a cuDNN config with the ReLU inside turned a NaN input into 0
  * where the CPU, ONNX and PyTorch give NaN; random inputs in [-1, 1) cannot
@@ -1132,6 +1206,7 @@ static kiln_status nan_probe(const kiln_tune_layer *L, tune_bufs *tb, tac_run *r
                         "gives NaN (a NaN-dropping epilogue): it is not used\n",
                 kiln_printable(n->name, pn, sizeof pn), nm, have_ref ? "kiln's host reference" : "another tactic");
     }
+    if (st == KILN_OK && planted) st = specials_probe(L, tb, runs, cand, nc, host, orig, S);
     for (int i = 0; i < n->n_out; i++) kiln__tune_sample_free(&ref[i]);
     for (int k = 0; s && k < nc * n->n_out; k++) kiln__tune_sample_free(&s[k]);
     kiln__free(s);

@@ -183,3 +183,30 @@ int kiln__tune_nan_decide(const kiln_tune_sample *s, int n, int n_out, const boo
     }
     return dropped;
 }
+
+int kiln__tune_specials_decide(const kiln_dtype *dt, const kiln_tune_sample *s, int n, int n_out,
+                               const bool *ran, const kiln_tune_sample *ref, bool *keep) {
+    int ran_n = 0, dropped = 0;
+    for (int k = 0; k < n; k++) {
+        keep[k] = true;
+        ran_n += ran[k];
+    }
+    for (int i = 0; i < n_out; i++) {
+        const kiln_tune_sample *r = &ref[i];
+        if (!r->valid) continue;
+        double tol = (dt[i] == KILN_DTYPE_FLOAT32 ? 1e-2 : 2e-2) * r->max_abs + 1e-6; /* (agree_within's) */
+        for (int k = 0; k < n; k++) {
+            const kiln_tune_sample *a = &s[k * n_out + i];
+            if (!ran[k] || !keep[k] || !a->valid || a->n != r->n) continue;
+            for (int64_t j = 0; j < a->n && keep[k]; j++)
+                if (isfinite(a->v[j]) && (!isfinite(r->v[j]) || fabs((double)a->v[j] - (double)r->v[j]) > tol))
+                    keep[k] = false;
+        }
+    }
+    for (int k = 0; k < n; k++) dropped += ran[k] && !keep[k];
+    if (ran_n && dropped == ran_n) {
+        for (int k = 0; k < n; k++) keep[k] = true;
+        return -1;
+    }
+    return dropped;
+}

@@ -89,4 +89,17 @@ KILN_PRIVATE kiln_tune_rule kiln__tune_decide(const kiln_dtype *dt, const kiln_t
 KILN_PRIVATE int kiln__tune_nan_decide(const kiln_tune_sample *s, int n, int n_out, const bool *ran,
                                        const kiln_tune_sample *ref, bool *keep);
 
+/* The NaN probe's second input (tune.c): the data input random as in the
+ * check, with a few elements NaN, +inf and -inf; s as above, ref the host
+ * reference's samples on the same inputs (required: without one nothing is
+ * decided). A tactic is not kept where one of its finite samples is wrong:
+ * ref's is not finite there (-inf through a saturating conversion became
+ * -65504, and a ReLU then gave a number), or differs from ref's by more
+ * than kiln__tune_agree_ref's bound. Non-finite values where ref's are
+ * finite are no fault (a transform spreads an infinity over its tile: not
+ * a silent answer). Returns as kiln__tune_nan_decide (-1: every tactic that
+ * ran would go; all are kept). */
+KILN_PRIVATE int kiln__tune_specials_decide(const kiln_dtype *dt, const kiln_tune_sample *s, int n, int n_out,
+                                            const bool *ran, const kiln_tune_sample *ref, bool *keep);
+
 #endif

@@ -1420,7 +1420,7 @@ TEST(tuning_and_timing_cache) {
         goto not_a_cache;
     }
     char *txt = read_file(path);
-    CHECK(txt && !strncmp(txt, "kiln-timing-cache 4\n", 20));
+    CHECK(txt && !strncmp(txt, "kiln-timing-cache 5\n", 20));
     int lines = 0, net_lines = 0;
     for (const char *p = txt ? txt : ""; *p; p++) lines += *p == '\n';
     for (const char *p = txt ? txt : ""; (p = strstr(p, "|in-network ")); p++) net_lines++;
@@ -1489,10 +1489,11 @@ not_a_cache:;
     fclose(f);
     CHECK_ERR(build_with_cache(m, path), KILN_ERR_IO, "not a kiln timing cache");
     /* A cache of version 1 (before tactics had to agree on their outputs),
-     * 2 (before disagreeing tactics were judged by the host reference) or 3
-     * (before the NaN probe) is read as empty: its entry is not used, the
-     * layers are timed again and the file is rewritten as version 4. */
-    for (int v = 1; v <= 3; v++) {
+     * 2 (before disagreeing tactics were judged by the host reference), 3
+     * (before the NaN probe) or 4 (before its input with infinities) is read
+     * as empty: its entry is not used, the layers are timed again and the
+     * file is rewritten as version 5. */
+    for (int v = 1; v <= 4; v++) {
         f = fopen(path, "w");
         fprintf(f, "kiln-timing-cache %d\nsome-key 7 1.5\n", v);
         fclose(f);
@@ -1500,7 +1501,7 @@ not_a_cache:;
         CHECK(e4 != NULL);
         char *txt4 = read_file(path);
         if (kiln__have_dnnl())
-            CHECK(txt4 && !strncmp(txt4, "kiln-timing-cache 4\n", 20) && !strstr(txt4, "some-key"));
+            CHECK(txt4 && !strncmp(txt4, "kiln-timing-cache 5\n", 20) && !strstr(txt4, "some-key"));
         free(txt4);
         kiln_engine_free(e4);
     }
@@ -1595,7 +1596,7 @@ TEST(timing_cache_shared_by_builds) {
         snprintf(tmp, sizeof tmp, "%s.other", path);
         FILE *f = fopen(tmp, "w");
         if (f) {
-            fprintf(f, "kiln-timing-cache 4\nanother_build|key 3 12.500\n");
+            fprintf(f, "kiln-timing-cache 5\nanother_build|key 3 12.500\n");
             fclose(f);
         }
         CHECK(rename(tmp, path) == 0);
@@ -1626,7 +1627,7 @@ TEST(timing_cache_shared_by_builds) {
     CHECK(blocked); /* the build waited in its first line */
     CHECK(!strncmp(got, "kiln: tune ", 11)); /* which came after it read the cache */
     char *txt = read_file(path);
-    CHECK(txt && !strncmp(txt, "kiln-timing-cache 4\n", 20));
+    CHECK(txt && !strncmp(txt, "kiln-timing-cache 5\n", 20));
     CHECK(txt && strstr(txt, "\nanother_build|key 3 12.500\n")); /* kept */
     int lines = 0;
     for (const char *q = txt ? txt : ""; *q; q++) lines += *q == '\n';
@@ -1652,7 +1653,7 @@ TEST(timing_cache_hostile) {
     FILE *f = fopen(path, "w");
     CHECK(f != NULL);
     if (!f) return;
-    fprintf(f, "kiln-timing-cache 4\n");
+    fprintf(f, "kiln-timing-cache 5\n");
     for (int i = 0; i < 200000; i++) fprintf(f, "cpu_some_target|t1|acc|kiln.FusedConv|%08x|float32:1x8x16x16 1 2.5\n", i);
     fclose(f);
     double t0 = kiln__now_us();
@@ -1667,7 +1668,7 @@ TEST(timing_cache_hostile) {
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         f = fopen(path, "w");
-        fprintf(f, "kiln-timing-cache 4\nok-key 0 1.0\n%s\n", bad[i]);
+        fprintf(f, "kiln-timing-cache 5\nok-key 0 1.0\n%s\n", bad[i]);
         fclose(f);
         kiln_status st = build_with_cache(m, path);
         if (st != KILN_ERR_IO || !strstr(kiln_last_error(), "line 3 is malformed"))
@@ -1675,7 +1676,7 @@ TEST(timing_cache_hostile) {
         CHECK(st == KILN_ERR_IO && strstr(kiln_last_error(), "line 3 is malformed"));
     }
     f = fopen(path, "w");
-    fprintf(f, "kiln-timing-cache 4\n");
+    fprintf(f, "kiln-timing-cache 5\n");
     for (int i = 0; i < 9000; i++) fputc('a', f);
     fprintf(f, " 1 1.0\n");
     fclose(f);
@@ -1683,12 +1684,12 @@ TEST(timing_cache_hostile) {
     /* a NUL byte: refused (the line was read up to it, "k 1 2.0\0junk" as "k 1 2.0"), also in a
      * line over the limit (whose length then went unseen) */
     f = fopen(path, "w");
-    fprintf(f, "kiln-timing-cache 4\nok-key 0 1.0\n");
+    fprintf(f, "kiln-timing-cache 5\nok-key 0 1.0\n");
     fwrite("k 1 2.0\0junk\n", 1, 13, f);
     fclose(f);
     CHECK_ERR(build_with_cache(m, path), KILN_ERR_IO, "line 3 holds a NUL byte");
     f = fopen(path, "w");
-    fprintf(f, "kiln-timing-cache 4\nk");
+    fprintf(f, "kiln-timing-cache 5\nk");
     fputc(0, f);
     for (int i = 0; i < 9000; i++) fputc('a', f);
     fprintf(f, " 1 1.0\n");
@@ -1696,12 +1697,12 @@ TEST(timing_cache_hostile) {
     CHECK_ERR(build_with_cache(m, path), KILN_ERR_IO, "line 2 is longer than 8190 characters");
     /* CRLF line ends (a checkout that converted them): read as the same cache */
     f = fopen(path, "w");
-    fprintf(f, "kiln-timing-cache 4\r\nok-key 0 1.0\r\nother-key 1 2.5\r\n");
+    fprintf(f, "kiln-timing-cache 5\r\nok-key 0 1.0\r\nother-key 1 2.5\r\n");
     fclose(f);
     CHECK_OK(build_with_cache(m, path));
     char *crlf = read_file(path); /* rewritten (the layers were timed) with the two keys kept */
     if (kiln__have_dnnl()) /* (else nothing is timed and the file stays as it was) */
-        CHECK(crlf && !strncmp(crlf, "kiln-timing-cache 4\n", 20) && strstr(crlf, "\nok-key 0 1.000\n") &&
+        CHECK(crlf && !strncmp(crlf, "kiln-timing-cache 5\n", 20) && strstr(crlf, "\nok-key 0 1.000\n") &&
               strstr(crlf, "\nother-key 1 2.500\n") && !strchr(crlf, '\r'));
     free(crlf);
     remove(path);

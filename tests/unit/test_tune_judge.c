@@ -15,6 +15,10 @@
  *   fake-eng9.0000a   right on finite inputs, but NaN comes out as 0, as a
  *   fake-eng9.0000b   max(x, 0) ReLU epilogue gives (issue 20: random CUDA
  *                     graphs 53 and 101): only the NaN probe sees them
+ *   fake-eng5.00000   right on finite and on NaN inputs, but +-inf in X
+ *                     read as +-65504 (a saturating conversion): only the
+ *                     probe's second input (NaN and +-inf among random
+ *                     values) sees it
  *
  * The host reference must run the layer as the device does (its NHWC
  * input converted, its output converted back before sampling, fp16 in
@@ -29,7 +33,7 @@
 #include "ops/fused_conv.h"
 #include "runtime/engine.h"
 
-enum { T_ENG7 = 70, T_ENG4A = 40, T_ENG4B = 41, T_LEGACY = 1, T_DIRECT = 2, T_RELU9A = 90, T_RELU9B = 91 };
+enum { T_ENG7 = 70, T_ENG4A = 40, T_ENG4B = 41, T_LEGACY = 1, T_DIRECT = 2, T_RELU9A = 90, T_RELU9B = 91, T_SAT5 = 50 };
 
 #define N_ 2
 #define C_ 8
@@ -46,6 +50,7 @@ static void fake_describe(int32_t id, char *buf, size_t cap) {
              : id == T_DIRECT ? "fake-direct"
              : id == T_RELU9A ? "fake-eng9.0000a"
              : id == T_RELU9B ? "fake-eng9.0000b"
+             : id == T_SAT5   ? "fake-eng5.00000"
                               : "fake-?");
 }
 
@@ -70,7 +75,9 @@ static kiln_status fake_conv(const kiln_kernel_args *a) {
                                 if (ih < 0 || ih >= H_ || iw < 0 || iw >= W_) continue;
                                 int64_t xi = nchw_bug ? ((int64_t)(n * C_ + c) * H_ + ih) * W_ + iw
                                                       : ((int64_t)(n * H_ + ih) * W_ + iw) * C_ + c;
-                                acc += kiln__load_f64(KILN_DTYPE_FLOAT16, x, xi) *
+                                double xv = kiln__load_f64(KILN_DTYPE_FLOAT16, x, xi);
+                                if (id == T_SAT5 && isinf(xv)) xv = xv > 0 ? 65504 : -65504;
+                                acc += xv *
                                        kiln__load_f64(KILN_DTYPE_FLOAT16, w, ((m * C_ + c) * 3 + kh) * 3 + kw);
                             }
                     double v = acc / (1 + exp(-acc));
@@ -275,6 +282,48 @@ TEST(the_nan_probe_drops_tactics_that_turn_nan_into_numbers) {
     CHECK(best != T_LEGACY && S.ref_runs == 0);
 }
 
+/* The probe's second input: eng5 reads +-inf as +-65504 (the legacy API's
+ * 2x2 stride-2 fp16 NHWC conv of 5 channels on the H100 gave numbers where
+ * the CPU's ReLU of -inf gives 0): right on random and on all-NaN inputs,
+ * and the fastest, it is dropped where a host reference checks the layer;
+ * without one (over its bounds) nothing is decided, and without the probe
+ * it is taken. */
+TEST(the_probe_drops_tactics_wrong_on_infinities) {
+    int32_t best = -1;
+    kiln_tune_stats S;
+    static const int32_t sat[2] = {T_SAT5, T_LEGACY};
+    CHECK_OK(tune_stats(sat, 2, 1e9, &best, &S));
+    CHECK(best == T_LEGACY);
+    CHECK(S.ref_runs == 1); /* (the second input's: the first agreed) */
+    static const int32_t three[3] = {T_DIRECT, T_SAT5, T_LEGACY};
+    CHECK_OK(tune(three, 3, 1e9, &best));
+    CHECK(best == T_DIRECT || best == T_LEGACY);
+    CHECK_OK(tune(sat, 2, 0, &best)); /* no host reference */
+    CHECK(best == T_SAT5);
+    setenv("KILN_TUNE_NO_NAN_PROBE", "1", 1);
+    CHECK_OK(tune(sat, 2, 1e9, &best));
+    unsetenv("KILN_TUNE_NO_NAN_PROBE");
+    CHECK(best == T_SAT5);
+}
+
+/* kiln__tune_specials_decide alone: a finite sample where the reference is
+ * not finite, or far from it, drops the tactic; more non-finite values
+ * than the reference has do not. */
+TEST(specials_decide_rules) {
+    float r[4] = {-INFINITY, NAN, 1, 2}, a[4] = {-INFINITY, NAN, 1, 2}, b[4] = {-65504, NAN, 1, 2},
+          c[4] = {NAN, NAN, NAN, 2}, d[4] = {-INFINITY, NAN, 1.5f, 2};
+    kiln_tune_sample ref = {.v = r, .n = 4, .valid = true, .max_abs = 2};
+    kiln_tune_sample s[4] = {{.v = a, .n = 4, .valid = true}, {.v = b, .n = 4, .valid = true},
+                             {.v = c, .n = 4, .valid = true}, {.v = d, .n = 4, .valid = true}};
+    kiln_dtype dt[1] = {KILN_DTYPE_FLOAT16};
+    bool ran[4] = {true, true, true, true}, keep[4];
+    CHECK(kiln__tune_specials_decide(dt, s, 4, 1, ran, &ref, keep) == 2 && keep[0] && !keep[1] && keep[2] && !keep[3]);
+    bool ran13[4] = {false, true, false, true};
+    CHECK(kiln__tune_specials_decide(dt, s, 4, 1, ran13, &ref, keep) == -1 && keep[1] && keep[3]); /* all would go */
+    ref.valid = false; /* (not a float output: not compared) */
+    CHECK(kiln__tune_specials_decide(dt, s, 4, 1, ran, &ref, keep) == 0);
+}
+
 /* kiln__tune_nan_decide alone: NaN expected where the reference has it
  * (or, without one, where any tactic has it); extra NaN is no fault. */
 TEST(nan_decide_rules) {
@@ -302,5 +351,7 @@ int main(void) {
     RUN(without_a_reference_families_vote_and_no_plurality_is_taken);
     RUN(the_nan_probe_drops_tactics_that_turn_nan_into_numbers);
     RUN(nan_decide_rules);
+    RUN(the_probe_drops_tactics_wrong_on_infinities);
+    RUN(specials_decide_rules);
     return test_summary();
 }
