@@ -1,4 +1,4 @@
-# First call of the session of 2026-12-05 late (binaries of fb7b820): run16's one failure
+# First call of the session of 2026-12-05 late (binaries of the head then): run16's one failure
 # (test_fused_conv_nan_tactics) with the legacy algorithm named and without cuDNN's Find,
 # the sweep rows not measured since 2026-12-04 (VGG-16 never), then the CUDA zoo in fp16
 # and fp32, each in the time left; before the sweep, the NaN probe's build-time cost (ResNet-50
