@@ -9,6 +9,6 @@ KILN_TEST_ONLY=test_fused_conv_nan_tactics KILN_CUDNN_FIND=0 t nan_nofind 60 $B/
 grep -E 'passed|^FAIL' $L; grep -B2 -A6 -E 'g101_2x2s2_relu_nhwc_f16_tactic_cudnn-legacy' $L | head -60
 grep -E 'legacy convolution algorithm' $L | sort | uniq -c | head
 tv_onnx resnet50
-for probe in 0 1 0 1; do KILN_TUNE_NO_NAN_PROBE=$probe bt resnet50 32 no_nan_probe=$probe; done
+for probe in ${PROBES:-0 1 0 1}; do KILN_TUNE_NO_NAN_PROBE=$probe bt resnet50 32 no_nan_probe=$probe; done
 bench sweep $(( ${SW:-200} )) --models ${MODELS:-vgg16,distilbert,resnet152} --batches 1,32
 zoo fp16 fp32
