@@ -138,6 +138,11 @@ BAD = [
     # numpy.dtype raised ValueError (a 500) on a dtype string it cannot read
     ("unreadable dtype", jbody([[1.0] * 16], dtype="999999999999999999999float32"), "application/json",
      400, "input 'x': unknown dtype '999999999999999999999float32'"),
+    # a repeated key was read last-wins: {"x": A, "x": B} ran B (probe7)
+    ("input named twice", b'{"inputs": {"x": [[0.0]], "x": [[1.0]]}}', "application/json", 400,
+     "malformed JSON body: key 'x' appears more than once in an object"),
+    ("inputs twice", b'{"inputs": {}, "inputs": {"x": [[1.0]]}}', "application/json", 400,
+     "malformed JSON body: key 'inputs' appears more than once"),
     ("body over the limit", jbody([[0.123456789] * 16] * 8 * 50), "application/json", 413,
      "over the limit of 52428 bytes"),
 ]

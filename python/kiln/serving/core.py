@@ -103,6 +103,18 @@ def _bad(message):
     return RequestError(400, message)
 
 
+def _object_once(pairs):
+    """A JSON object as a dict, each key once: json.loads keeps the last of a repeated
+    key, so {"x": A, "x": B} ran B where whatever read the body before the server (a
+    proxy, a log, a client's own check) may have seen A."""
+    doc = dict(pairs)
+    if len(doc) != len(pairs):
+        seen = set()
+        key = next(k for k, _ in pairs if k in seen or seen.add(k))
+        raise ValueError(f"key {key!r} appears more than once in an object")
+    return doc
+
+
 async def read_body(request, limit, hint=""):
     """The body of a Starlette request, read as it streams in: RequestError 413 as soon as
     Content-Length says, or the bytes read show, that it is over `limit` bytes (a chunked
@@ -231,7 +243,7 @@ class EngineSpec:
 
     def _decode_json(self, body):
         try:
-            doc = json.loads(body)
+            doc = json.loads(body, object_pairs_hook=_object_once)
         except (ValueError, UnicodeDecodeError) as e:
             raise _bad(f"malformed JSON body: {e}") from None
         except RecursionError:  # [[[[...]]]] past Python's recursion limit
