@@ -605,6 +605,7 @@ def save(engine, path, *, output_format=None):
     check_output_format(output_format, "kiln.save")
     if isinstance(engine, EngineModule):
         _files.check_output_path(path, "kiln.save path")
+        _files.check_engine_target(path, "kiln.save path")
         data = engine.engine_bytes()  # the spec is in its metadata (_kiln_load)
     elif isinstance(engine, (bytes, bytearray, memoryview)):
         _files.check_output_path(path, "kiln.save path")
@@ -617,6 +618,7 @@ def save(engine, path, *, output_format=None):
     if hasattr(path, "write"):
         path.write(data)
     else:
+        _files.check_engine_target(path, "kiln.save path")
         _files.atomic_write(path, data)
 
 
