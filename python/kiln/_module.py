@@ -626,4 +626,7 @@ def load(path, *, threads=None):
     """An EngineModule for the engine file at `path` (or a binary file object)."""
     if isinstance(path, io.IOBase) or hasattr(path, "read"):
         return EngineModule(path, threads=threads)
-    return EngineModule(Path(path), threads=threads)
+    text = os.fsdecode(os.fspath(path))  # (a bytes path too: EngineModule takes bytes as an engine)
+    if not text:
+        raise ValueError("engine path is empty")  # (Path("") is ".": "a directory")
+    return EngineModule(Path(text), threads=threads)
