@@ -1649,6 +1649,17 @@ TEST(test_layouts_checked_on_load) {
     size_t size = 0;
     CHECK_ERR(kiln_engine_serialize(e, &data, &size), KILN_ERR_INTERNAL, "as nhwc, but it is nchw (a graph input)");
     kiln_free(data);
+    /* an elementwise layer reading two full inputs in two layouts: the Mul
+     * made to read x (NCHW) beside the FusedConv's output written NHWC */
+    kiln_node *mul = &g->nodes[4];
+    int keep_in = mul->in[1];
+    CHECK(mul->op_id == KILN_OP_Mul && g->values[g->inputs[0]].info.rank == 4);
+    fc->layout = KILN_FC_LAYOUT_Y_NHWC;
+    mul->in[1] = g->inputs[0];
+    CHECK_ERR(kiln_engine_serialize(e, &data, &size), KILN_ERR_INTERNAL,
+              "node 4 'excite' (Mul) reads value 9 'a', which is nhwc, and value 8 'x', which is nchw, as one layout");
+    kiln_free(data);
+    mul->in[1] = keep_in;
     fc->layout = keep;
     kiln_engine_free(e);
 }
