@@ -115,8 +115,10 @@ static int elementwise_layout(const kiln_graph *g, const kiln_node *n, const int
  * and any value that is not 4-D; a layout layer's output 0 in its layout
  * (its other outputs plain); for any other layer but a view, plain where
  * it reads only values known plain, and an elementwise-shaped layer's
- * (elementwise_layout) where its inputs say it. What a view passes on is
- * not followed. Fails where an elementwise-shaped layer reads two full
+ * (elementwise_layout) where its inputs say it; a view's where it keeps
+ * the shape (Identity). What a view that changes the shape passes on is
+ * not followed (a backend's chain relabels [N, H, W, C] as NHWC-held
+ * [N, C, H, W] so). Fails where an elementwise-shaped layer reads two full
  * inputs known in two layouts (it would mix orders). */
 static kiln_status written_layouts(const kiln_graph *g, int *lay) {
     for (int v = 0; v < g->n_values; v++) {
@@ -144,6 +146,11 @@ static kiln_status written_layouts(const kiln_graph *g, int *lay) {
                                  "is %s, as one layout", i, nm(n->name), op->name, mv, nm(g->values[mv].name),
                                  layout_name(lay[mv]), mw, nm(g->values[mw].name), layout_name(lay[mw]));
             if (y < 0 && l >= 0) y = l;
+        } else if (n->n_in > 0 && n->in[0] >= 0 && n->n_out > 0 && n->out[0] >= 0 &&
+                   g->values[n->in[0]].info.rank == 4 && g->values[n->out[0]].info.rank == 4 &&
+                   !memcmp(g->values[n->in[0]].info.dims, g->values[n->out[0]].info.dims,
+                           sizeof g->values[n->in[0]].info.dims)) {
+            y = lay[n->in[0]]; /* a view that keeps the shape (Identity): the same bytes, the same order */
         }
         for (int k = 0; k < n->n_out; k++)
             if (g->values[n->out[k]].info.rank == 4)

@@ -1609,16 +1609,23 @@ static void maybe_write_repro(const char *name, const void *f, size_t size) {
  * written NHWC. Refused when the engine loads, naming both ends (probe7).
  * se_block.onnx on the CPU: 0 FusedConv (reads x) -> 1 GlobalAveragePool
  * and 4 Mul; 5 FusedConv reads the Mul and writes the output y. */
-TEST(test_layouts_checked_on_load) {
+/* `model` built for the CPU, default tactics; NULL (a failed check) where
+ * that fails. */
+static kiln_engine *cpu_engine_of(const char *model) {
     kiln_model *m = NULL;
     kiln_builder *b = NULL;
     kiln_engine *e = NULL;
-    CHECK_OK(kiln_model_load_onnx("tests/data/se_block.onnx", &m));
+    CHECK_OK(kiln_model_load_onnx(model, &m));
     CHECK_OK(kiln_builder_create(&b));
     if (b) CHECK_OK(kiln_builder_set_tuning(b, 0));
     if (m && b) CHECK_OK(kiln_build(b, m, &e));
     kiln_builder_free(b);
     kiln_model_free(m);
+    return e;
+}
+
+TEST(test_layouts_checked_on_load) {
+    kiln_engine *e = cpu_engine_of("tests/data/se_block.onnx");
     if (!e) return;
     const kiln_graph *g = e->graph;
     CHECK(g->n_nodes == 6 && g->nodes[0].op_id == KILN_OP_FusedConv && g->nodes[1].op_id == KILN_OP_GlobalAveragePool &&
@@ -1661,6 +1668,24 @@ TEST(test_layouts_checked_on_load) {
     kiln_free(data);
     mul->in[1] = keep_in;
     fc->layout = keep;
+    kiln_engine_free(e);
+
+    /* through a view that keeps the shape: tiny_mbv3's head GlobalAveragePool
+     * reads the Identity 'feat' of a FusedConv's NCHW output */
+    e = cpu_engine_of("tests/data/tiny_mbv3.onnx");
+    int gap = -1;
+    for (int i = 0; e && i < e->graph->n_nodes; i++)
+        if (!strcmp(e->graph->nodes[i].name, "head_gap")) gap = i;
+    CHECK(gap > 0);
+    if (gap > 0) {
+        kiln_node *n = &e->graph->nodes[gap];
+        int32_t *field = n->op->layout_field(n->attrs), keep_gap = *field;
+        *field = 1; /* KILN_POOL_LAYOUT_NHWC */
+        CHECK_ERR(kiln_engine_serialize(e, &data, &size), KILN_ERR_INTERNAL, "(GlobalAveragePool) reads its input, value ");
+        CHECK(strstr(kiln_last_error(), "'feat', as nhwc, but it is nchw (node ") != NULL);
+        kiln_free(data);
+        *field = keep_gap;
+    }
     kiln_engine_free(e);
 }
 
