@@ -20,6 +20,7 @@
 #include "cli.h"
 #include "kiln.h"
 #include "npy.h"
+#include "../src/core/utf8.h" /* header-only: the library's UTF-8 check, compiled in */
 
 /* ---- messages --------------------------------------------------------------- */
 
@@ -1668,31 +1669,16 @@ static const char bench_help[] =
     "                       to the end of their work, without CUDA Graphs)\n"
     "  -h, --help           show this help\n";
 
-/* Length of the well-formed UTF-8 character at p (its lead byte >= 0x80),
- * or 0 (stray or cut-short bytes, overlong forms, surrogates, > U+10FFFF). */
-static int utf8_char(const unsigned char *p) {
-    unsigned b = p[0], lo = 0x80, hi = 0xbf; /* the second byte's range */
-    int len = b >= 0xc2 && b <= 0xdf ? 2 : b >= 0xe0 && b <= 0xef ? 3 : b >= 0xf0 && b <= 0xf4 ? 4 : 0;
-    if (b == 0xe0) lo = 0xa0; /* overlong */
-    if (b == 0xed) hi = 0x9f; /* surrogates */
-    if (b == 0xf0) lo = 0x90; /* overlong */
-    if (b == 0xf4) hi = 0x8f; /* past U+10FFFF */
-    if (!len || p[1] < lo || p[1] > hi) return 0;
-    for (int i = 2; i < len; i++)
-        if (p[i] < 0x80 || p[i] > 0xbf) return 0;
-    return len;
-}
-
 /* s as a JSON string; bytes that are not UTF-8 as \udcNN (as
  * kiln_engine_describe writes them, and Python's surrogateescape reads them) */
 static void json_string(const char *s) {
     putchar('"');
     for (const unsigned char *p = (const unsigned char *)s; *p;) {
-        int n = *p >= 0x80 ? utf8_char(p) : 1;
+        size_t n = kiln__utf8_at((const char *)p);
         if (*p == '"' || *p == '\\') printf("\\%c", *p);
         else if (*p < 0x20) printf("\\u%04x", *p);
         else if (!n) printf("\\udc%02x", *p);
-        else fwrite(p, 1, (size_t)n, stdout);
+        else fwrite(p, 1, n, stdout);
         p += n ? n : 1;
     }
     putchar('"');

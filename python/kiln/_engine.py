@@ -7,6 +7,7 @@ when the Engine is garbage collected or closed (contexts first, then the engine)
 
 import ctypes
 import json
+import os
 import threading
 import weakref
 from pathlib import Path
@@ -107,8 +108,14 @@ class Engine:
 
     @classmethod
     def from_file(cls, path, threads=None):
+        # (not Path(path): Path("") is ".", and loading "" said ". is a directory")
+        if not isinstance(path, (str, bytes, os.PathLike)):
+            raise TypeError(f"engine path must be a str, bytes or a pathlib.Path; got "
+                            f"{type(path).__name__}")
+        if not os.fspath(path):
+            raise ValueError("engine path is empty")
         out = ctypes.c_void_p()
-        check(lib().kiln_engine_load(_lib.c_path(Path(path)), ctypes.byref(out)))
+        check(lib().kiln_engine_load(_lib.c_path(path), ctypes.byref(out)))
         return cls(out.value, threads)
 
     # ---- engine-level --------------------------------------------------------------

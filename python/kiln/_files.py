@@ -8,6 +8,7 @@ import io
 import os
 import secrets
 import shutil
+import stat
 from pathlib import Path
 
 
@@ -46,6 +47,39 @@ def check_output_path(path, what):
         return
     raise TypeError(f"{what} must be a str, a pathlib.Path or a binary file object (e.g. "
                     f"io.BytesIO); got {type(path).__name__}")
+
+
+ENGINE_MAGIC = b"KILN\x89\r\n\x1a\n\0\0\0"  # an engine file's first 12 bytes (format.h)
+
+
+def check_engine_target(path, what):
+    """Fails where an engine written to `path` would replace a file that is not an
+    engine: kiln replaces only engines and empty files there (a link is replaced itself,
+    not what it points to), as kiln_engine_save and `kiln build -o` do. kiln.save(m,
+    'model.onnx') replaced the model, or its external weights, without a word. A binary
+    file object is the caller's to choose."""
+    if not isinstance(path, (str, os.PathLike)):
+        return
+    text = os.fsdecode(os.fspath(path))
+    try:
+        st = os.lstat(text)
+    except OSError:
+        return  # (missing: written new; other problems: check_output_path / the write)
+    if not stat.S_ISREG(st.st_mode) or st.st_size == 0:
+        return
+    try:
+        fd = os.open(text, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return  # (unreadable: the write names what is wrong)
+    try:
+        head = os.pread(fd, len(ENGINE_MAGIC), 0)
+    finally:
+        os.close(fd)
+    if head != ENGINE_MAGIC:
+        raise FileExistsError(errno.EEXIST, f"{what} '{text}' exists and is not a kiln engine "
+                                            f"(a model, its weights, a timing cache?); kiln "
+                                            f"replaces only engines and empty files: remove it "
+                                            f"or name another file")
 
 
 def atomic_write(path, data=None, *, source=None):

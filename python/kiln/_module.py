@@ -605,6 +605,7 @@ def save(engine, path, *, output_format=None):
     check_output_format(output_format, "kiln.save")
     if isinstance(engine, EngineModule):
         _files.check_output_path(path, "kiln.save path")
+        _files.check_engine_target(path, "kiln.save path")
         data = engine.engine_bytes()  # the spec is in its metadata (_kiln_load)
     elif isinstance(engine, (bytes, bytearray, memoryview)):
         _files.check_output_path(path, "kiln.save path")
@@ -617,6 +618,7 @@ def save(engine, path, *, output_format=None):
     if hasattr(path, "write"):
         path.write(data)
     else:
+        _files.check_engine_target(path, "kiln.save path")
         _files.atomic_write(path, data)
 
 
@@ -624,4 +626,7 @@ def load(path, *, threads=None):
     """An EngineModule for the engine file at `path` (or a binary file object)."""
     if isinstance(path, io.IOBase) or hasattr(path, "read"):
         return EngineModule(path, threads=threads)
-    return EngineModule(Path(path), threads=threads)
+    text = os.fsdecode(os.fspath(path))  # (a bytes path too: EngineModule takes bytes as an engine)
+    if not text:
+        raise ValueError("engine path is empty")  # (Path("") is ".": "a directory")
+    return EngineModule(Path(text), threads=threads)

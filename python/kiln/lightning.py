@@ -131,6 +131,7 @@ def to_engine(module, file_path=None, input_sample=None, method_name="forward",
     check_options(build_options, "kiln.lightning.to_engine", to_engine_options())
     if file_path is not None:
         _files.check_output_path(file_path, "file_path")
+        _files.check_engine_target(file_path, "file_path")
     if input_sample is None:
         input_sample = getattr(module, "example_input_array", None)
         if input_sample is None:

@@ -313,6 +313,16 @@ def test_state_not_an_engine_modules(engine):
             m.load_state_dict({"_extra_state": state})
 
 
+def test_load_empty_path():
+    """kiln.load("") said "KilnError: .: the engine is a directory, not a regular file"
+    (Path("") is "."); a bytes path was a TypeError from pathlib (probe7)."""
+    for load in (kiln.load, kiln.EngineModule):
+        with raises(ValueError, "engine path is empty"):
+            load("")
+    with raises(kiln.KilnError, "/nonexistent.kiln: cannot open engine: No such file or directory"):
+        kiln.load(b"/nonexistent.kiln")
+
+
 def test_save_bad_argument():
     with raises(TypeError, "kiln.save: expected an EngineModule or engine bytes, got str"):
         kiln.save("engine", "out.kiln")

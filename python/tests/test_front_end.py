@@ -189,6 +189,33 @@ def test_save_and_onnx_path_bad_paths(mlp, mlp_bytes, tmp_path, no_export):
         ro.chmod(0o700)
 
 
+def test_save_replaces_only_engines(mlp, mlp_bytes, tmp_path, no_export):
+    """kiln.save (and kiln.lightning.to_engine's file_path) replaced a model, its external
+    weights or any other file without a word, where kiln_engine_save and `kiln build -o`
+    refuse: only an engine or an empty file is replaced, and a link itself (probe7)."""
+    for name, body in (("m.onnx", b"\x08\x07\x12\x04onnx"), ("w.bin", b"weights"),
+                       ("cache.txt", b"kiln-timing-cache 4\n")):
+        victim = tmp_path / name
+        victim.write_bytes(body)
+        tail = (f"'{victim}' exists and is not a kiln engine (a model, its weights, a timing "
+                f"cache?); kiln replaces only engines and empty files: remove it or name another "
+                f"file")
+        with raises(FileExistsError, f"[Errno 17] kiln.save path {tail}"):
+            kiln.save(mlp_bytes, victim)
+        with raises(FileExistsError, f"[Errno 17] file_path {tail}"):
+            kl.to_engine(mlp, victim, torch.randn(2, 16))
+        assert victim.read_bytes() == body
+    # an engine, an empty file and a link (to a model: the link is replaced, not the model)
+    (tmp_path / "old.kiln").write_bytes(mlp_bytes)
+    (tmp_path / "empty.kiln").write_bytes(b"")
+    (tmp_path / "link.kiln").symlink_to(tmp_path / "m.onnx")
+    for name in ("old.kiln", "empty.kiln", "link.kiln"):
+        kiln.save(mlp_bytes, tmp_path / name)
+        assert (tmp_path / name).read_bytes() == bytes(mlp_bytes)
+    assert not (tmp_path / "link.kiln").is_symlink()
+    assert (tmp_path / "m.onnx").read_bytes() == b"\x08\x07\x12\x04onnx"
+
+
 def test_save_error_names_the_users_path(mlp_bytes, tmp_path, monkeypatch):
     """A failure while writing (after the checks) names the path given, not the temporary
     file, and leaves nothing behind."""

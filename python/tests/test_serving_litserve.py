@@ -138,6 +138,11 @@ BAD = [
     # numpy.dtype raised ValueError (a 500) on a dtype string it cannot read
     ("unreadable dtype", jbody([[1.0] * 16], dtype="999999999999999999999float32"), "application/json",
      400, "input 'x': unknown dtype '999999999999999999999float32'"),
+    # a repeated key was read last-wins: {"x": A, "x": B} ran B (probe7)
+    ("input named twice", b'{"inputs": {"x": [[0.0]], "x": [[1.0]]}}', "application/json", 400,
+     "malformed JSON body: key 'x' appears more than once in an object"),
+    ("inputs twice", b'{"inputs": {}, "inputs": {"x": [[1.0]]}}', "application/json", 400,
+     "malformed JSON body: key 'inputs' appears more than once"),
     ("body over the limit", jbody([[0.123456789] * 16] * 8 * 50), "application/json", 413,
      "over the limit of 52428 bytes"),
 ]
@@ -490,6 +495,45 @@ def test_one_bad_request_does_not_fail_its_batch(tmp_path):
         out = r.run_batch([bad] * 4)
         assert all(isinstance(o, RunFailure) and o.http_status == 400 for o in out)
         assert len(runs) == 7
+    finally:
+        r.close()
+
+
+def test_runner_run_reads_inputs_by_name(tmp_path):
+    """Runner.run (public: kiln.serving.Runner) took the feeds' arrays in the dict's order
+    and their bytes as the engine's dtype, C order: {"b": ..., "a": ...} swapped a and b
+    without a word, a non-contiguous view was read as if contiguous, a float64 array was
+    read as twice as many float32s, a float16 one read past its end. Each input is now
+    taken by its name, made contiguous, and a wrong dtype or a missing or unknown input
+    is a ValueError naming it (probe7)."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    from kiln.serving.core import Runner
+
+    g = helper.make_graph(
+        [helper.make_node("Sub", ["a", "b"], ["y"])], "sub",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["n", 4]) for n in ("a", "b")],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4])])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]),
+              str(tmp_path / "sub.onnx"))
+    r = Runner(prepare_engine(tmp_path / "sub.onnx", work_dir=tmp_path, max_batch=4), threads=1)
+    try:
+        a = np.arange(8, dtype=np.float32).reshape(2, 4)
+        b = np.ones((2, 4), np.float32)
+        assert np.array_equal(r.run({"b": b, "a": a})["y"], a - b)
+        wide = np.arange(16, dtype=np.float32).reshape(2, 8)
+        assert np.array_equal(r.run({"a": wide[:, ::2], "b": b})["y"], wide[:, ::2] - b)
+        for feeds, words in (({"a": a.astype(np.float64), "b": b}, "input 'a' has dtype float64"),
+                             ({"a": a, "b": b.astype(np.float16)}, "input 'b' has dtype float16"),
+                             ({"a": a}, "missing input 'b'"),
+                             ({"a": a, "b": b, "c": b}, "unknown input 'c'")):
+            with pytest.raises(ValueError, match=re.escape(words)):
+                r.run(feeds)
+        # the server's path (validated feeds) is unchanged
+        feeds, _ = r.spec.decode(json.dumps({"inputs": {"b": b.tolist(), "a": a.tolist()}}),
+                                 "application/json")
+        assert np.array_equal(r.run(feeds)["y"], a - b)
     finally:
         r.close()
 

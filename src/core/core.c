@@ -34,24 +34,6 @@ size_t kiln__control_at(const char *s) {
     return p[0] == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f ? 2 : 0; /* U+0080..U+009F in UTF-8 */
 }
 
-size_t kiln__utf8_len(const void *s, size_t n) {
-    const unsigned char *p = s;
-    if (!n || !p[0]) return 0;
-    if (p[0] < 0x80) return 1;
-    size_t len = p[0] >= 0xc2 && p[0] <= 0xdf ? 2 : p[0] >= 0xe0 && p[0] <= 0xef ? 3 : p[0] >= 0xf0 && p[0] <= 0xf4 ? 4 : 0;
-    if (len > n) return 0;
-    uint32_t cp = p[0] & (0x7f >> len);
-    for (size_t i = 1; i < len; i++) {
-        if ((p[i] & 0xc0) != 0x80) return 0;
-        cp = cp << 6 | (p[i] & 0x3f);
-    }
-    static const uint32_t least[5] = {0, 0, 0x80, 0x800, 0x10000}; /* shorter forms are overlong */
-    if (!len || cp < least[len] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
-    return len;
-}
-
-size_t kiln__utf8_at(const char *s) { return kiln__utf8_len(s, strnlen(s, 4)); }
-
 const char *kiln_printable(const char *s, char *buf, size_t cap) {
     if (!s) return "(null)";
     const char *p = s;

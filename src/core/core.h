@@ -4,6 +4,7 @@
 #define KILN_CORE_H
 
 #include "kiln.h"
+#include "core/utf8.h" /* kiln__utf8_len, kiln__utf8_at (header-only: the CLI's too) */
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -151,13 +152,6 @@ KILN_PRIVATE void kiln__sbuf_free(kiln_sbuf *b);
  * UTF-8 terminal may act on), else 0. What kiln_printable escapes. */
 KILN_PRIVATE size_t kiln__control_at(const char *s);
 
-/* Bytes of the one well-formed UTF-8 character at s (1 to 4), or 0 at the
- * end of s and where the bytes are not UTF-8 (a stray continuation byte, a
- * lead byte cut short, an overlong form, a surrogate, past U+10FFFF). */
-KILN_PRIVATE size_t kiln__utf8_at(const char *s);
-/* The same for the n bytes at s (not NUL-terminated; a NUL is not UTF-8
- * here either): a character cut short by the end is 0. */
-KILN_PRIVATE size_t kiln__utf8_len(const void *s, size_t n);
 
 /* Cheap 64-bit hash (FNV-1a) for names and checksums. */
 KILN_PRIVATE uint64_t kiln__fnv1a(const void *data, size_t n, uint64_t seed);

@@ -20,8 +20,10 @@
  *   3. offsets: each block goes at the lowest aligned offset of its memory's
  *      arena that does not overlap a block live at the same time. Blocks are
  *      placed in a few orders (by size, by start, by duration); the smallest
- *      arena wins. The blocks live with a new one come from an interval
- *      tree (placer), not a look at every block placed (n^2 for a chain). If it is above the lower bound, a bounded search for a
+ *      arena wins. A new block's offset comes from an interval tree (few
+ *      live neighbours: a chain) or a treap by offset (many: outputs all
+ *      live to the end), not a look at every block placed (placer; that
+ *      was n^2). If it is above the lower bound, a bounded search for a
  *      layout within the bound follows (place_within). The result depends on
  *      the engine and the shapes only, so replays of a run see the same
  *      addresses.
@@ -407,27 +409,44 @@ static void sort_by_off(int *a, int *tmp, int n, const int64_t *offs, uint64_t *
     }
 }
 
-/* The blocks placed so far, for finding those live with a new block
- * without looking at the others (a chain of n layers made this n^2, issue
- * 20): a static interval tree over all blocks ordered by start (the node of
- * positions [lo, hi) is (lo + hi) / 2), each node with the latest end of a
- * placed block below it. A new block's live neighbours are found in
- * O((k + 1) log n) for k of them, sorted by offset and looked through as
- * before; when they are many (outputs that all live to the end of the run),
- * all placed blocks are looked through in offset order instead (`sorted`,
- * with those placed since merged in first), as before, so no plan is slower
- * than that. Both give the same offset (first_fit). */
+/* The blocks placed so far, for finding a new block's offset without
+ * looking at every one of them (n^2, issue 20). Two structures:
+ *  - a static interval tree over all blocks ordered by start (the node of
+ *    positions [lo, hi) is (lo + hi) / 2), each node with the latest end of
+ *    a placed block below it: a new block's k live neighbours are found in
+ *    O((k + 1) log n), sorted by offset and looked through by first_fit.
+ *    That is a chain's case (a few neighbours each).
+ *  - a treap of the placed blocks by offset, each subtree knowing the
+ *    range of its blocks' starts and ends, its lowest offset, its highest
+ *    end (reach) and a bound on the gaps between its blocks: the first-fit
+ *    look through all placed blocks in offset order (first_fit's) skips a
+ *    subtree none of whose blocks is live with the new one, and passes over
+ *    one whose blocks all are and leave no gap it fits in, in one step.
+ *    That is the case of many neighbours (n outputs all live to the end:
+ *    each new block goes above the others, found at the root), and it never
+ *    looks at more blocks than the full look did.
+ * Which one: the number of live neighbours, counted first (two Fenwick
+ * trees over the steps: placed blocks that end before the new one starts,
+ * or start after it ends), against what sorting them would cost. All give
+ * first_fit's offset over all placed blocks (-DKILN_PLAN_CHECK compares). */
 typedef struct placer {
     const plan_blk *blocks;
-    int n;
+    const int64_t *offs;
+    int n, n_steps;
     const int *by_start; /* block indices by start */
     const int *pos;      /* per block: its position in by_start */
     int *smax;           /* per position: the latest end of a placed block below it, or -1 */
     bool *in;            /* per position: its block is placed */
     int *hits, n_hits, max_hits; /* the live neighbours found */
     long budget;                 /* tree nodes left to look at for them */
-    int *sorted, n_sorted;       /* placed blocks by offset ... */
-    int *pending, n_pending;     /* ... but these, placed since */
+    int *fw_start, *fw_end;      /* Fenwick trees over steps 0..n_steps: placed blocks by start, end */
+    int n_placed, n_counted, n_treap; /* blocks placed; of them, those counted, in the treap */
+    /* the treap by offset, per block (-1: none) */
+    int root;
+    int *left, *right;
+    int *min_start, *max_start, *min_end, *max_end;
+    int64_t *lo_off, *reach, *gap;
+    uint32_t seed;
     int *tmp;
     uint64_t work;
 } placer;
@@ -453,6 +472,132 @@ static bool live_with(placer *P, int lo, int hi, int s, int e) {
     return true;
 }
 
+static void fw_add(int *fw, int n, int i, uint64_t *work) {
+    for (i++; i <= n; i += i & -i, ++*work) fw[i]++;
+}
+
+/* Entries at 0..i (i < 0: none). */
+static int fw_count(const int *fw, int i, uint64_t *work) {
+    int c = 0;
+    for (i++; i > 0; i -= i & -i, ++*work) c += fw[i];
+    return c;
+}
+
+/* Placed blocks live in steps s..e: all but those that end before s and
+ * those that start after e (no block does both). */
+static int count_live(placer *P, int s, int e) {
+    return fw_count(P->fw_start, e, &P->work) - fw_count(P->fw_end, s - 1, &P->work);
+}
+
+/* Block b's priority in the treap: a shuffle of the block indices, each
+ * layout its own (P->seed: an engine file's author could otherwise order
+ * its blocks so that the treap is one long path, n^2 and a deep
+ * recursion; the offsets do not depend on the treap's shape). */
+static uint32_t treap_prio(const placer *P, int b) {
+    uint32_t x = ((uint32_t)b * 0x9E3779B9u) ^ P->seed;
+    x ^= x >> 16;
+    x *= 0x85EBCA6Bu;
+    x ^= x >> 13;
+    return x;
+}
+
+static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+/* Block t's subtree summary from its children's. gap bounds, from above,
+ * each block's offset less the highest end of the blocks before it in the
+ * subtree (the first block has none: not counted). */
+static void treap_pull(placer *P, int t) {
+    int l = P->left[t], r = P->right[t];
+    const plan_blk *b = &P->blocks[t];
+    int64_t off = P->offs[t], top = off + (int64_t)b->size;
+    P->min_start[t] = P->max_start[t] = b->start;
+    P->min_end[t] = P->max_end[t] = b->end;
+    int64_t gap = INT64_MIN, reach = top;
+    P->lo_off[t] = off;
+    if (l >= 0) {
+        P->min_start[t] = P->min_start[l] < b->start ? P->min_start[l] : b->start;
+        P->max_start[t] = P->max_start[l] > b->start ? P->max_start[l] : b->start;
+        P->min_end[t] = P->min_end[l] < b->end ? P->min_end[l] : b->end;
+        P->max_end[t] = P->max_end[l] > b->end ? P->max_end[l] : b->end;
+        P->lo_off[t] = P->lo_off[l];
+        gap = max64(P->gap[l], off - P->reach[l]);
+        reach = max64(P->reach[l], top);
+    }
+    if (r >= 0) {
+        if (P->min_start[r] < P->min_start[t]) P->min_start[t] = P->min_start[r];
+        if (P->max_start[r] > P->max_start[t]) P->max_start[t] = P->max_start[r];
+        if (P->min_end[r] < P->min_end[t]) P->min_end[t] = P->min_end[r];
+        if (P->max_end[r] > P->max_end[t]) P->max_end[t] = P->max_end[r];
+        gap = max64(gap, max64(P->lo_off[r] - reach, P->gap[r]));
+        reach = max64(reach, P->reach[r]);
+    }
+    P->gap[t] = gap;
+    P->reach[t] = reach;
+}
+
+/* The treap's order: by offset, then block index (a strict order: blocks
+ * at one offset, which are many, would make a chain otherwise). */
+static bool treap_before(const placer *P, int a, int b) {
+    return P->offs[a] < P->offs[b] || (P->offs[a] == P->offs[b] && a < b);
+}
+
+/* Splits subtree t into blocks before block b (*l) and the rest (*r). */
+static void treap_split(placer *P, int t, int b, int *l, int *r) {
+    if (t < 0) {
+        *l = *r = -1;
+        return;
+    }
+    P->work++;
+    if (treap_before(P, t, b)) {
+        treap_split(P, P->right[t], b, &P->right[t], r);
+        *l = t;
+    } else {
+        treap_split(P, P->left[t], b, l, &P->left[t]);
+        *r = t;
+    }
+    treap_pull(P, t);
+}
+
+static int treap_insert(placer *P, int t, int b) {
+    if (t < 0) return b;
+    P->work++;
+    if (treap_prio(P, b) > treap_prio(P, t)) {
+        treap_split(P, t, b, &P->left[b], &P->right[b]);
+        treap_pull(P, b);
+        return b;
+    }
+    if (treap_before(P, b, t)) P->left[t] = treap_insert(P, P->left[t], b);
+    else P->right[t] = treap_insert(P, P->right[t], b);
+    treap_pull(P, t);
+    return t;
+}
+
+/* first_fit's look through subtree t (in offset order) for block b, `at`
+ * the lowest offset clear of the blocks before it: true when b fits at
+ * *at below one of them, else *at is past those live with b. */
+static bool treap_fit(placer *P, int t, const plan_blk *b, int64_t *at) {
+    while (t >= 0) {
+        P->work++;
+        if (P->min_start[t] > b->end || P->max_end[t] < b->start) return false; /* none live */
+        int64_t sz = (int64_t)b->size;
+        if (P->max_start[t] <= b->end && P->min_end[t] >= b->start) { /* all live */
+            if (*at + sz <= P->lo_off[t]) return true;
+            if (P->gap[t] < sz) {
+                *at = max64(*at, P->reach[t]);
+                return false;
+            }
+        }
+        if (treap_fit(P, P->left[t], b, at)) return true;
+        const plan_blk *o = &P->blocks[t];
+        if (o->end >= b->start && o->start <= b->end) {
+            if (*at + sz <= P->offs[t]) return true;
+            *at = max64(*at, P->offs[t] + (int64_t)o->size);
+        }
+        t = P->right[t];
+    }
+    return false;
+}
+
 static void placer_add(placer *P, int b) {
     int p = P->pos[b], lo = 0, hi = P->n, end = P->blocks[b].end;
     P->in[p] = true;
@@ -463,23 +608,39 @@ static void placer_add(placer *P, int b) {
         if (p < mid) hi = mid;
         else lo = mid + 1;
     }
-    P->pending[P->n_pending++] = b;
+    P->n_placed++;
 }
 
-/* All placed blocks by offset, in P->sorted. */
-static void placer_sort_all(placer *P, const int64_t *offs) {
-    if (!P->n_pending) return;
-    int np = P->n_pending, ns = P->n_sorted;
-    sort_by_off(P->pending, P->tmp, np, offs, &P->work);
-    int i = 0, j = 0, k = 0;
-    while (i < ns && j < np) P->tmp[k++] = offs[P->pending[j]] < offs[P->sorted[i]] ? P->pending[j++] : P->sorted[i++];
-    while (i < ns) P->tmp[k++] = P->sorted[i++];
-    while (j < np) P->tmp[k++] = P->pending[j++];
-    memcpy(P->sorted, P->tmp, (size_t)k * sizeof *P->sorted);
-    P->n_sorted = k;
-    P->n_pending = 0;
-    P->work += (uint64_t)k;
+/* The counts and the treap learn of the blocks placed since they were last
+ * asked (idx[0..q) are placed): a chain seldom asks. */
+static void placer_sync_counts(placer *P, const int *idx, int q) {
+    for (; P->n_counted < q; P->n_counted++) {
+        const plan_blk *b = &P->blocks[idx[P->n_counted]];
+        if (!b->size) continue;
+        fw_add(P->fw_start, P->n_steps + 1, b->start, &P->work);
+        fw_add(P->fw_end, P->n_steps + 1, b->end, &P->work);
+    }
 }
+
+static void placer_sync_treap(placer *P, const int *idx, int q) {
+    for (; P->n_treap < q; P->n_treap++) {
+        int b = idx[P->n_treap];
+        if (!P->blocks[b].size) continue;
+        P->left[b] = P->right[b] = -1;
+        treap_pull(P, b);
+        P->root = treap_insert(P, P->root, b);
+    }
+}
+
+#ifdef KILN_PLAN_CHECK
+/* The placed blocks of subtree t in offset order, from list[*k]. */
+static void treap_list(const placer *P, int t, int *list, int *k) {
+    for (; t >= 0; t = P->right[t]) {
+        treap_list(P, P->left[t], list, k);
+        list[(*k)++] = t;
+    }
+}
+#endif
 
 /* Places the blocks in order `idx`, each at the lowest offset clear of the
  * blocks placed before it that live at the same time; returns the arena
@@ -488,33 +649,50 @@ static size_t place(placer *P, const int *idx, int64_t *offs) {
     const plan_blk *blocks = P->blocks;
     int n = P->n;
     size_t arena = 0;
-    P->n_sorted = P->n_pending = 0;
+    P->offs = offs;
+    P->n_placed = P->n_counted = P->n_treap = 0;
+    P->root = -1;
     for (int q = 0; q < n; q++) {
         P->smax[q] = -1;
         P->in[q] = false;
     }
+    memset(P->fw_start, 0, ((size_t)P->n_steps + 2) * sizeof *P->fw_start);
+    memset(P->fw_end, 0, ((size_t)P->n_steps + 2) * sizeof *P->fw_end);
     for (int q = 0; q < n; q++) {
         const plan_blk *b = &blocks[idx[q]];
-        int n_placed = P->n_sorted + P->n_pending;
-        /* a sort of k neighbours costs about k log2 k: look through them
-         * while that is below a look through all */
+        /* a sort of k neighbours costs about k log2 k: list them while
+         * that is below a look through all; a quick look first, then, if
+         * they are more, a count */
         int lg = 1;
-        while (lg < 31 && (1 << lg) < n_placed) lg++;
+        while (lg < 31 && (1 << lg) < P->n_placed) lg++;
         P->n_hits = 0;
-        P->max_hits = n_placed / lg + 1;
-        P->budget = 2L * n_placed + 64;
+        P->max_hits = P->n_placed / lg + 1;
+        P->budget = 4L * lg + 16;
+        bool listed = live_with(P, 0, n, b->start, b->end);
+        if (!listed) {
+            placer_sync_counts(P, idx, q);
+            if (count_live(P, b->start, b->end) <= P->max_hits) {
+                P->n_hits = 0;
+                P->budget = 2L * P->n_placed + 64;
+                listed = live_with(P, 0, n, b->start, b->end);
+            }
+        }
         size_t at;
-        if (live_with(P, 0, n, b->start, b->end)) {
+        if (listed) {
             sort_by_off(P->hits, P->tmp, P->n_hits, offs, &P->work);
             at = first_fit(blocks, b, P->hits, P->n_hits, offs, &P->work);
         } else {
-            placer_sort_all(P, offs);
-            at = first_fit(blocks, b, P->sorted, P->n_sorted, offs, &P->work);
+            int64_t a = 0;
+            placer_sync_treap(P, idx, q);
+            treap_fit(P, P->root, b, &a);
+            at = (size_t)a;
         }
 #ifdef KILN_PLAN_CHECK
         /* debug builds: the old look through every placed block agrees */
-        placer_sort_all(P, offs);
-        if (first_fit(blocks, b, P->sorted, P->n_sorted, offs, &P->work) != at) {
+        int k = 0;
+        placer_sync_treap(P, idx, q);
+        treap_list(P, P->root, P->hits, &k);
+        if (first_fit(blocks, b, P->hits, k, offs, &P->work) != at) {
             fprintf(stderr, "kiln: plan check: block %d placed at %zu, a full look says otherwise\n", idx[q], at);
             abort();
         }
@@ -601,14 +779,25 @@ static kiln_status layout(plan_blk *blocks, int n, int n_steps, size_t *arena, s
     int64_t *offs = kiln__malloc(cnt * sizeof *offs), *best = kiln__malloc(cnt * sizeof *best);
     int64_t *live = kiln__calloc((size_t)n_steps + 2, sizeof *live);
     int *by_start = kiln__malloc(cnt * sizeof *by_start), *pos = kiln__malloc(cnt * sizeof *pos);
-    placer P = {.blocks = blocks, .n = n, .by_start = by_start, .pos = pos,
+    size_t steps = (size_t)n_steps + 2;
+    placer P = {.blocks = blocks, .n = n, .n_steps = n_steps, .by_start = by_start, .pos = pos,
                 .smax = kiln__malloc(cnt * sizeof *P.smax), .in = kiln__malloc(cnt * sizeof *P.in),
-                .hits = kiln__malloc(cnt * sizeof *P.hits), .sorted = kiln__malloc(cnt * sizeof *P.sorted),
-                .pending = kiln__malloc(cnt * sizeof *P.pending), .tmp = tmp};
+                .hits = kiln__malloc(cnt * sizeof *P.hits), .tmp = tmp,
+                .fw_start = kiln__malloc(steps * sizeof *P.fw_start),
+                .fw_end = kiln__malloc(steps * sizeof *P.fw_end),
+                .left = kiln__malloc(cnt * sizeof *P.left), .right = kiln__malloc(cnt * sizeof *P.right),
+                .min_start = kiln__malloc(cnt * sizeof *P.min_start),
+                .max_start = kiln__malloc(cnt * sizeof *P.max_start),
+                .min_end = kiln__malloc(cnt * sizeof *P.min_end),
+                .max_end = kiln__malloc(cnt * sizeof *P.max_end),
+                .lo_off = kiln__malloc(cnt * sizeof *P.lo_off), .reach = kiln__malloc(cnt * sizeof *P.reach),
+                .gap = kiln__malloc(cnt * sizeof *P.gap)};
     kiln_status s = KILN_OK;
+    P.seed = (uint32_t)(uintptr_t)&P ^ (uint32_t)(kiln__now_us() * 1e3);
     *arena = *lower = 0;
     if (!idx || !tmp || !placed || !next || !offs || !best || !live || !by_start || !pos || !P.smax ||
-        !P.in || !P.hits || !P.sorted || !P.pending) {
+        !P.in || !P.hits || !P.fw_start || !P.fw_end || !P.left || !P.right || !P.min_start ||
+        !P.max_start || !P.min_end || !P.max_end || !P.lo_off || !P.reach || !P.gap) {
         s = KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory planning activation memory");
         goto done;
     }
@@ -673,8 +862,17 @@ done:
     kiln__free(P.smax);
     kiln__free(P.in);
     kiln__free(P.hits);
-    kiln__free(P.sorted);
-    kiln__free(P.pending);
+    kiln__free(P.fw_start);
+    kiln__free(P.fw_end);
+    kiln__free(P.left);
+    kiln__free(P.right);
+    kiln__free(P.min_start);
+    kiln__free(P.max_start);
+    kiln__free(P.min_end);
+    kiln__free(P.max_end);
+    kiln__free(P.lo_off);
+    kiln__free(P.reach);
+    kiln__free(P.gap);
     if (work) *work += P.work;
     return s;
 }

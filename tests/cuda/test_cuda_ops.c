@@ -1639,6 +1639,107 @@ TEST(test_se_engine) {
         }
 }
 
+/* Runs engine e on x [1, c, hw, hw] (filled as se_engine_run fills it);
+ * its output y (ny floats, malloc'd) or NULL where the run fails. */
+static float *layout_engine_run(const kiln_engine *e, int64_t c, int64_t hw, int64_t ny) {
+    kiln_context *ctx = NULL;
+    const int64_t dims[4] = {1, c, hw, hw}, nx = c * hw * hw;
+    float *x = malloc(sizeof(float) * (size_t)nx), *y = malloc(sizeof(float) * (size_t)ny);
+    for (int64_t i = 0; i < nx; i++) x[i] = (float)((i * 7919) % 2001 - 1000) / 400.0f;
+    bool ok = kiln_context_create(e, &ctx) == KILN_OK &&
+              kiln_context_set_input(ctx, "x", KILN_DTYPE_FLOAT32, 4, dims, x) == KILN_OK &&
+              kiln_context_set_output(ctx, "y", y, sizeof(float) * (size_t)ny) == KILN_OK && kiln_context_run(ctx) == KILN_OK;
+    kiln_context_free(ctx);
+    free(x);
+    if (!ok) free(y);
+    return ok ? y : NULL;
+}
+
+/* CUDA engines (se_block.onnx: FusedConv -> SqueezeExcite -> Mul ->
+ * FusedConv; tiny_mbv3.onnx; fp32, and fp16, whose layers a GPU chains
+ * NHWC) with each layer's layout field set to every value its op takes, as
+ * a file damaged and resealed would hold it: the FusedConv reading the
+ * graph's NCHW input as NHWC and the SqueezeExcite reading the FusedConv's
+ * NCHW output as NHWC ran and gave wrong numbers. Each such plan is
+ * refused by the writer (and so by the loader, which runs the same check);
+ * what is written must run right or fail with an error (probe7). */
+TEST(test_se_engine_layouts) {
+    if (!kiln__backend_for(KILN_DEVICE_CUDA)) {
+        printf("  (no CUDA backend in the registry: skipped)\n");
+        return;
+    }
+    static const struct { const char *path; int64_t c, hw, ny; } ms[2] = {
+        {"tests/data/se_block.onnx", 32, 16, 16 * 16 * 16}, {"tests/data/tiny_mbv3.onnx", 3, 32, 10}};
+    for (int k = 0; k < 2; k++)
+        for (int pi = 0; pi < 2; pi++) {
+            kiln_model *m = NULL;
+            kiln_builder *b = NULL;
+            kiln_engine *e = NULL;
+            const int64_t dims[4] = {1, ms[k].c, ms[k].hw, ms[k].hw};
+            setenv("KILN_CUDA_SE_FUSED", "1", 1);
+            CHECK_OK(kiln_model_load_onnx(ms[k].path, &m));
+            CHECK_OK(kiln_builder_create(&b));
+            if (m && b) {
+                CHECK_OK(kiln_builder_set_profile(b, "x", 4, dims, dims, dims));
+                CHECK_OK(kiln_builder_set_device(b, KILN_DEVICE_CUDA, 0));
+                CHECK_OK(kiln_builder_set_precision(b, pi ? KILN_PRECISION_FP16 : KILN_PRECISION_FP32));
+                CHECK_OK(kiln_builder_set_tuning(b, 0));
+                CHECK_OK(kiln_build(b, m, &e));
+            }
+            unsetenv("KILN_CUDA_SE_FUSED");
+            kiln_builder_free(b);
+            kiln_model_free(m);
+            float *ref = e ? layout_engine_run(e, ms[k].c, ms[k].hw, ms[k].ny) : NULL;
+            CHECK(ref != NULL);
+            int written = 0, refused = 0, failed = 0, fields = 0;
+            for (int ni = 0; ref && ni < e->graph->n_nodes; ni++) {
+                kiln_node *n = &e->graph->nodes[ni];
+                if (!n->op->layout_field || !n->attrs) continue;
+                int32_t *field = n->op->layout_field(n->attrs), keep = *field;
+                fields++;
+                for (int32_t l = 0; l < 128; l++) {
+                    if (l == keep) continue;
+                    *field = l;
+                    void *data = NULL;
+                    size_t size = 0;
+                    kiln_engine *d = NULL;
+                    if (n->op->validate(n->op, n->attrs, n->name) != KILN_OK) {
+                        *field = keep;
+                        continue; /* a value out of the field's range (the loader's attribute check) */
+                    }
+                    if (kiln_engine_serialize(e, &data, &size) != KILN_OK) {
+                        CHECK(strstr(kiln_last_error(), "reads ") || strstr(kiln_last_error(), "outputs are nchw"));
+                        refused++;
+                        *field = keep;
+                        continue;
+                    }
+                    CHECK_OK(kiln_engine_load_memory(data, size, &d));
+                    kiln_free(data);
+                    float *y = d ? layout_engine_run(d, ms[k].c, ms[k].hw, ms[k].ny) : NULL;
+                    written++;
+                    if (!y) failed++; /* an error naming the layer: fine */
+                    double num = 0, den = 0;
+                    for (int64_t i = 0; y && i < ms[k].ny; i++) {
+                        num += (double)(y[i] - ref[i]) * (y[i] - ref[i]);
+                        den += (double)ref[i] * ref[i];
+                    }
+                    if (y && !(den > 0 && num / den <= (pi ? 1e-5 : 1e-10)))
+                        FAILF("%s %s: node %d '%s' (%s) with layout %d ran and gave other numbers (NMSE %g)",
+                              ms[k].path, pi ? "fp16" : "fp32", ni, n->name, n->op->name, (int)l,
+                              den > 0 ? num / den : -1.0);
+                    free(y);
+                    kiln_engine_free(d);
+                    *field = keep;
+                }
+            }
+            printf("  %s %s: %d layout fields; %d layouts refused when written, %d written (%d of them failed "
+                   "at run)\n", ms[k].path, pi ? "fp16" : "fp32", fields, refused, written, failed);
+            CHECK(fields >= 3 && refused > 0);
+            free(ref);
+            kiln_engine_free(e);
+        }
+}
+
 static kiln_fused_conv_attrs fc_at(kiln_conv_attrs conv, int act, float alpha, float beta, int res) {
     kiln_fused_conv_attrs at;
     memset(&at, 0, sizeof at);
@@ -3254,9 +3355,9 @@ TEST(test_coverage) {
 #define TESTS_NN(X) X(test_gemm) X(test_conv) X(test_pool) X(test_pool_nhwc) X(test_dwconv_nhwc) X(test_gconv_nhwc) X(test_dwconv_nchw) X(test_norm) X(test_softmax)
 #define TESTS_REDUCE(X) X(test_reduce)
 #if KILN_HAVE_CUDNN
-#define TESTS_FC(X) X(test_fused_conv) X(test_fused_conv_special_values) X(test_fused_conv_nhwc) X(test_fused_conv_graph) X(test_fused_conv_tactics) X(test_fused_conv_nan_tactics) X(test_conv_gemm) X(test_squeeze_excite) X(test_se_engine)
+#define TESTS_FC(X) X(test_fused_conv) X(test_fused_conv_special_values) X(test_fused_conv_nhwc) X(test_fused_conv_graph) X(test_fused_conv_tactics) X(test_fused_conv_nan_tactics) X(test_conv_gemm) X(test_squeeze_excite) X(test_se_engine) X(test_se_engine_layouts)
 #else
-#define TESTS_FC(X) X(test_fused_conv) X(test_fused_conv_special_values) X(test_fused_conv_nan_tactics) X(test_conv_gemm) X(test_squeeze_excite) X(test_se_engine)
+#define TESTS_FC(X) X(test_fused_conv) X(test_fused_conv_special_values) X(test_fused_conv_nan_tactics) X(test_conv_gemm) X(test_squeeze_excite) X(test_se_engine) X(test_se_engine_layouts)
 #endif
 #define TESTS_FT(X) X(test_fused_transformer) X(test_attention_tactics) X(test_attention_nan_tactics) X(test_grid_limits)
 #define ALL_TESTS(X) \

@@ -1572,15 +1572,19 @@ static kiln_engine *one_layer(int op_id, const void *attrs, int n_in, const int6
 
 /* The engine's bytes with the int32 at byte `at` of its first node's
  * attributes set to v, resealed; NULL on failure. */
-static unsigned char *with_attr_int32(const kiln_engine *e, size_t at, int32_t v, size_t *size) {
+static unsigned char *with_node_attr_int32(const kiln_engine *e, int node, size_t at, int32_t v, size_t *size) {
     void *data = serialize(e, size);
     unsigned char *f = data ? copy_bytes(data, *size) : NULL;
     kiln_free(data);
     if (!f) return NULL;
-    unsigned char *n = node_record(f, 0);
+    unsigned char *n = node_record(f, node);
     kiln__put_le32(n + KILN_FMT_NODE_HEADER + 4 * (kiln__le32(n + 8) + kiln__le32(n + 12)) + at, (uint32_t)v);
     reseal(f, *size);
     return f;
+}
+
+static unsigned char *with_attr_int32(const kiln_engine *e, size_t at, int32_t v, size_t *size) {
+    return with_node_attr_int32(e, 0, at, v, size);
 }
 
 /* ... its first attribute word */
@@ -1596,6 +1600,93 @@ static void maybe_write_repro(const char *name, const void *f, size_t size) {
     char path[1024];
     snprintf(path, sizeof path, "%s/%s", dir, name);
     CHECK(write_file(path, f, size));
+}
+
+/* A layer's layout field (NHWC / nChw16c chains) changed in a file with its
+ * checksum fixed: a FusedConv reading the graph's NCHW input as NHWC ran
+ * and gave wrong numbers (CUDA, and the CPU's NHWC kernels), so did a
+ * layer reading as NCHW what its producer wrote NHWC, and an output
+ * written NHWC. Refused when the engine loads, naming both ends (probe7).
+ * se_block.onnx on the CPU: 0 FusedConv (reads x) -> 1 GlobalAveragePool
+ * and 4 Mul; 5 FusedConv reads the Mul and writes the output y. */
+/* `model` built for the CPU, default tactics; NULL (a failed check) where
+ * that fails. */
+static kiln_engine *cpu_engine_of(const char *model) {
+    kiln_model *m = NULL;
+    kiln_builder *b = NULL;
+    kiln_engine *e = NULL;
+    CHECK_OK(kiln_model_load_onnx(model, &m));
+    CHECK_OK(kiln_builder_create(&b));
+    if (b) CHECK_OK(kiln_builder_set_tuning(b, 0));
+    if (m && b) CHECK_OK(kiln_build(b, m, &e));
+    kiln_builder_free(b);
+    kiln_model_free(m);
+    return e;
+}
+
+TEST(test_layouts_checked_on_load) {
+    kiln_engine *e = cpu_engine_of("tests/data/se_block.onnx");
+    if (!e) return;
+    const kiln_graph *g = e->graph;
+    CHECK(g->n_nodes == 6 && g->nodes[0].op_id == KILN_OP_FusedConv && g->nodes[1].op_id == KILN_OP_GlobalAveragePool &&
+          g->nodes[5].op_id == KILN_OP_FusedConv);
+    static const struct { int node; int32_t layout; const char *msg; } bad[] = {
+        {0, KILN_FC_LAYOUT_X_NHWC, "node 0 'dw+dw_sig+dw_silu' (FusedConv) reads its input, value 8 'x', as nhwc, "
+                                   "but it is nchw (a graph input)"},
+        {0, KILN_FC_LAYOUT_X_C16 | KILN_FC_LAYOUT_Y_C16, "reads its input, value 8 'x', as nchw16c, but it is nchw"},
+        {0, KILN_FC_LAYOUT_Y_NHWC, "node 1 'gap' (GlobalAveragePool) reads its input, value "},
+        {0, KILN_FC_LAYOUT_Y_NHWC | KILN_FC_LAYOUT_Y_BF16, "as nchw, but it is nhwc-bf16 (node 0 'dw+dw_sig+dw_silu')"},
+        {5, KILN_FC_LAYOUT_Y_NHWC, "graph output 0, value "},
+        /* through a layer of no layout that reads only NCHW values */
+        {5, KILN_FC_LAYOUT_X_NHWC, "node 5 'project' (FusedConv) reads its input, value "},
+        {5, KILN_FC_LAYOUT_X_NHWC | KILN_FC_LAYOUT_Y_NHWC, "as nhwc, but it is nchw (node 4 'excite')"},
+    };
+    size_t at = offsetof(kiln_fused_conv_attrs, layout);
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        size_t size = 0;
+        unsigned char *f = with_node_attr_int32(e, bad[k].node, at, bad[k].layout, &size);
+        if (f) CHECK_ERR(read_only(f, size), KILN_ERR_FORMAT, bad[k].msg);
+        kiln__aligned_free(f);
+    }
+    /* the writer refuses to write such a plan too */
+    kiln_fused_conv_attrs *fc = g->nodes[0].attrs;
+    int32_t keep = fc->layout;
+    fc->layout = KILN_FC_LAYOUT_X_NHWC;
+    void *data = NULL;
+    size_t size = 0;
+    CHECK_ERR(kiln_engine_serialize(e, &data, &size), KILN_ERR_INTERNAL, "as nhwc, but it is nchw (a graph input)");
+    kiln_free(data);
+    /* an elementwise layer reading two full inputs in two layouts: the Mul
+     * made to read x (NCHW) beside the FusedConv's output written NHWC */
+    kiln_node *mul = &g->nodes[4];
+    int keep_in = mul->in[1];
+    CHECK(mul->op_id == KILN_OP_Mul && g->values[g->inputs[0]].info.rank == 4);
+    fc->layout = KILN_FC_LAYOUT_Y_NHWC;
+    mul->in[1] = g->inputs[0];
+    CHECK_ERR(kiln_engine_serialize(e, &data, &size), KILN_ERR_INTERNAL,
+              "node 4 'excite' (Mul) reads value 9 'a', which is nhwc, and value 8 'x', which is nchw, as one layout");
+    kiln_free(data);
+    mul->in[1] = keep_in;
+    fc->layout = keep;
+    kiln_engine_free(e);
+
+    /* through a view that keeps the shape: tiny_mbv3's head GlobalAveragePool
+     * reads the Identity 'feat' of a FusedConv's NCHW output */
+    e = cpu_engine_of("tests/data/tiny_mbv3.onnx");
+    int gap = -1;
+    for (int i = 0; e && i < e->graph->n_nodes; i++)
+        if (!strcmp(e->graph->nodes[i].name, "head_gap")) gap = i;
+    CHECK(gap > 0);
+    if (gap > 0) {
+        kiln_node *n = &e->graph->nodes[gap];
+        int32_t *field = n->op->layout_field(n->attrs), keep_gap = *field;
+        *field = 1; /* KILN_POOL_LAYOUT_NHWC */
+        CHECK_ERR(kiln_engine_serialize(e, &data, &size), KILN_ERR_INTERNAL, "(GlobalAveragePool) reads its input, value ");
+        CHECK(strstr(kiln_last_error(), "'feat', as nhwc, but it is nchw (node ") != NULL);
+        kiln_free(data);
+        *field = keep_gap;
+    }
+    kiln_engine_free(e);
 }
 
 /* The engine loader checks attribute values as the importer does: a
@@ -1749,11 +1840,17 @@ TEST(test_squeeze_excite_engines) {
     }
     kiln_engine_free(e);
 
-    /* an NHWC layer (CUDA's channels-last chains) in a CPU engine */
-    kiln_se_attrs nhwc = ok;
-    nhwc.layout = KILN_SE_LAYOUT_NHWC;
-    e = se_engine(&nhwc, x4, x4, w1, w2, 2, 4);
-    CHECK_ERR(se_load_run(e, x4, y, 4, NULL), KILN_ERR_UNSUPPORTED, "the reference kernel reads NCHW tensors only");
+    /* an NHWC layer (CUDA's channels-last chains) reading the graph's
+     * (NCHW) input: refused when the engine loads (it ran, and on the GPU
+     * read NCHW bytes as NHWC: probe7) */
+    e = se_engine(&ok, x4, x4, w1, w2, 2, 4);
+    if (e) {
+        size_t size = 0;
+        unsigned char *f = with_attr_int32(e, offsetof(kiln_se_attrs, layout), KILN_SE_LAYOUT_NHWC, &size);
+        if (f) CHECK_ERR(read_only(f, size), KILN_ERR_FORMAT,
+                         "node 0 'se' (SqueezeExcite) reads its input, value 0 'x', as nhwc, but it is nchw (a graph input)");
+        kiln__aligned_free(f);
+    }
     kiln_engine_free(e);
 
     /* weights that do not fit X: refused when the engine loads */
@@ -2033,6 +2130,7 @@ int main(void) {
     RUN(test_control_chars_in_names);
     RUN(test_bool_constant_bytes);
     RUN(test_attr_values_checked_on_load);
+    RUN(test_layouts_checked_on_load);
     RUN(test_squeeze_excite_engines);
     rmdir(tmpdir);
     return test_summary();

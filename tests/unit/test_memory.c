@@ -572,26 +572,37 @@ TEST(test_layout_random) {
 /* The greedy placements' work (kiln__plan_layout's count) for the blocks
  * of a chain of n layers (each output read by the next layer, a workspace
  * per layer, one block live the whole run, the last output live to the
- * end; `outputs`: every layer's output is an output), with the layout's
- * arena and lower bound. Looking at every block placed so far for each new
- * one made a chain n^2 (issue 20). */
-static uint64_t chain_layout_work(int n, bool outputs, size_t *arena, size_t *lower) {
-    int nb = 2 * n + 1;
+ * end; LAYOUT_CHAIN_OUTPUTS: every layer's output is an output), or of n
+ * blocks all live at one time (LAYOUT_OUTPUTS: n graph outputs, each made
+ * by its node and read by none), with the layout's arena and lower bound.
+ * Looking at every block placed so far for each new one made a chain n^2
+ * (issue 20), and n outputs too (40,000 MatMul outputs: 6.6 s to plan;
+ * probe7). UINT64_MAX where the layout is not valid. */
+enum { LAYOUT_CHAIN, LAYOUT_CHAIN_OUTPUTS, LAYOUT_OUTPUTS };
+static uint64_t layout_work(int n, int kind, size_t *arena, size_t *lower) {
+    int nb = kind == LAYOUT_OUTPUTS ? n : 2 * n + 1;
     size_t *size = malloc(sizeof(size_t) * (size_t)nb);
     int *start = malloc(sizeof(int) * (size_t)nb), *end = malloc(sizeof(int) * (size_t)nb);
     int64_t *offs = malloc(sizeof(int64_t) * (size_t)nb);
     uint64_t work = UINT64_MAX;
     if (!size || !start || !end || !offs) abort();
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < n && kind == LAYOUT_OUTPUTS; i++) {
+        size[i] = 64 * (size_t)(1 + i % 7);
+        start[i] = i;
+        end[i] = n;
+    }
+    for (int i = 0; i < n && kind != LAYOUT_OUTPUTS; i++) {
         size[2 * i] = 4096 + 64 * (size_t)(i % 5);
         start[2 * i] = i;
-        end[2 * i] = outputs || i == n - 1 ? n : i + 1;
+        end[2 * i] = kind == LAYOUT_CHAIN_OUTPUTS || i == n - 1 ? n : i + 1;
         size[2 * i + 1] = 512 * (size_t)(i % 3 + 1);
         start[2 * i + 1] = end[2 * i + 1] = i;
     }
-    size[nb - 1] = 1024;
-    start[nb - 1] = 0;
-    end[nb - 1] = n;
+    if (kind != LAYOUT_OUTPUTS) {
+        size[nb - 1] = 1024;
+        start[nb - 1] = 0;
+        end[nb - 1] = n;
+    }
     if (kiln__plan_layout(nb, size, start, end, n, offs, arena, lower, &work) != KILN_OK ||
         !layout_valid(nb, size, start, end, offs, *arena, 64))
         work = UINT64_MAX;
@@ -604,7 +615,7 @@ static uint64_t chain_layout_work(int n, bool outputs, size_t *arena, size_t *lo
 
 TEST(test_layout_chain_linear) {
     size_t a2, l2, a8, l8;
-    uint64_t w2 = chain_layout_work(2000, false, &a2, &l2), w8 = chain_layout_work(8000, false, &a8, &l8);
+    uint64_t w2 = layout_work(2000, LAYOUT_CHAIN, &a2, &l2), w8 = layout_work(8000, LAYOUT_CHAIN, &a8, &l8);
     printf("  chain: work %llu for 2,000 layers, %llu for 8,000 (arena %zu, lower bound %zu)\n",
            (unsigned long long)w2, (unsigned long long)w8, a8, l8);
     /* about linear (n^2: 16 times); a few dozen steps a block */
@@ -613,10 +624,20 @@ TEST(test_layout_chain_linear) {
     CHECK(w8 < (uint64_t)8000 * 2 * 3 * 60);
     /* every output live to the end: each new block lies above all the
      * others; not more work than looking through them all */
-    uint64_t wo = chain_layout_work(2000, true, &a2, &l2);
+    uint64_t wo = layout_work(2000, LAYOUT_CHAIN_OUTPUTS, &a2, &l2);
     printf("  chain of outputs: work %llu for 2,000 layers (arena %zu, lower bound %zu)\n",
            (unsigned long long)wo, a2, l2);
     CHECK(wo != UINT64_MAX && wo < (uint64_t)3 * 4001 * 4001 * 2);
+}
+
+TEST(test_layout_outputs_linear) {
+    size_t a4, l4, a16, l16;
+    uint64_t w4 = layout_work(4000, LAYOUT_OUTPUTS, &a4, &l4), w16 = layout_work(16000, LAYOUT_OUTPUTS, &a16, &l16);
+    printf("  outputs: work %llu for 4,000, %llu for 16,000 (arena %zu, lower bound %zu)\n",
+           (unsigned long long)w4, (unsigned long long)w16, a16, l16);
+    CHECK(w4 != UINT64_MAX && w16 != UINT64_MAX && a16 == l16);
+    CHECK(w16 < 6 * w4);                    /* n log n: a little over 4 times (n^2: 16) */
+    CHECK(w16 < (uint64_t)16000 * 3 * 150); /* a hundred-odd steps a block, three orders */
 }
 
 /* The chain's values never overlap but neighbours: arena = max(s_i + s_i+1). */
@@ -1288,6 +1309,7 @@ int main(void) {
     RUN(test_layout_resnet50_blocks);
     RUN(test_layout_random);
     RUN(test_layout_chain_linear);
+    RUN(test_layout_outputs_linear);
     RUN(test_repeat_allocates_nothing);
     RUN(test_shape_changes);
     RUN(test_inplace);

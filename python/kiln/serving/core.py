@@ -103,6 +103,18 @@ def _bad(message):
     return RequestError(400, message)
 
 
+def _object_once(pairs):
+    """A JSON object as a dict, each key once: json.loads keeps the last of a repeated
+    key, so {"x": A, "x": B} ran B where whatever read the body before the server (a
+    proxy, a log, a client's own check) may have seen A."""
+    doc = dict(pairs)
+    if len(doc) != len(pairs):
+        seen = set()
+        key = next(k for k, _ in pairs if k in seen or seen.add(k))
+        raise ValueError(f"key {key!r} appears more than once in an object")
+    return doc
+
+
 async def read_body(request, limit, hint=""):
     """The body of a Starlette request, read as it streams in: RequestError 413 as soon as
     Content-Length says, or the bytes read show, that it is over `limit` bytes (a chunked
@@ -231,7 +243,7 @@ class EngineSpec:
 
     def _decode_json(self, body):
         try:
-            doc = json.loads(body)
+            doc = json.loads(body, object_pairs_hook=_object_once)
         except (ValueError, UnicodeDecodeError) as e:
             raise _bad(f"malformed JSON body: {e}") from None
         except RecursionError:  # [[[[...]]]] past Python's recursion limit
@@ -547,12 +559,35 @@ class Runner:
                       for i in spec.inputs})
         return sizes
 
+    def _feed(self, feeds, k):
+        """The array of the engine's k-th input from feeds, by its name, C-contiguous
+        (the bytes kiln reads), or ValueError naming what is wrong. Feeds from
+        EngineSpec.validate pass as they are; a direct caller's dict may be in any order
+        and hold views or other dtypes, which read as they were gave silent wrong results
+        (or a read past a float16 array's end)."""
+        info = self.spec.inputs[k]
+        name = info["name"]
+        if name not in feeds:
+            raise ValueError(f"missing input '{name}' (the engine's inputs: "
+                             f"{', '.join(self.spec.input_names)})")
+        arr = np.asarray(feeds[name])
+        if arr.dtype != np.dtype(info["dtype"]):
+            raise ValueError(f"input '{name}' has dtype {arr.dtype.name}, but the engine "
+                             f"expects {np.dtype(info['dtype']).name}")
+        return np.ascontiguousarray(arr)
+
     def run(self, feeds):
-        """{input name: ndarray} (validated) -> Outputs {output name: ndarray} (fresh
-        copies)."""
+        """{input name: ndarray} -> Outputs {output name: ndarray} (fresh copies). Inputs
+        are taken by name; shapes are kiln's to check (validate() checks requests first).
+        ValueError for a missing or unknown input or a wrong dtype."""
         L = lib()
         ctx = self._ctx
-        for (name, code), arr in zip(self._in, feeds.values()):
+        for name in feeds:
+            if name not in self.spec.input_names:
+                raise ValueError(f"unknown input '{name}' (the engine's inputs: "
+                                 f"{', '.join(self.spec.input_names)})")
+        arrays = [self._feed(feeds, k) for k in range(len(self._in))]  # alive through the run
+        for (name, code), arr in zip(self._in, arrays):
             dims = (ctypes.c_int64 * max(arr.ndim, 1))(*arr.shape)
             check(L.kiln_context_set_input(ctx, name, code, arr.ndim, dims,
                                            arr.ctypes.data or None))
