@@ -163,7 +163,7 @@ static kiln_status written_layouts(const kiln_graph *g, int *lay) {
  * nChw16c chains) read it as its producer wrote it, and graph outputs are
  * plain: a layout field changed in a file (a checksum is no signature)
  * read NCHW bytes as NHWC, a silent wrong result. Only what the file says
- * for sure is compared (written_layout). */
+ * for sure is compared (written_layouts). */
 static kiln_status check_layouts(const kiln_graph *g) {
     size_t nv = (size_t)g->n_values + 1;
     int *prod = kiln__malloc(nv * sizeof *prod), *lay = kiln__malloc(nv * sizeof *lay);
