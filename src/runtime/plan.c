@@ -793,7 +793,7 @@ static kiln_status layout(plan_blk *blocks, int n, int n_steps, size_t *arena, s
                 .lo_off = kiln__malloc(cnt * sizeof *P.lo_off), .reach = kiln__malloc(cnt * sizeof *P.reach),
                 .gap = kiln__malloc(cnt * sizeof *P.gap)};
     kiln_status s = KILN_OK;
-    P.seed = (uint32_t)(uintptr_t)&P ^ (uint32_t)(kiln__now_us() * 1e3);
+    P.seed = (uint32_t)(uintptr_t)&P ^ (uint32_t)(uint64_t)(kiln__now_us() * 1e3);
     *arena = *lower = 0;
     if (!idx || !tmp || !placed || !next || !offs || !best || !live || !by_start || !pos || !P.smax ||
         !P.in || !P.hits || !P.fw_start || !P.fw_end || !P.left || !P.right || !P.min_start ||
