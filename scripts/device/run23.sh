@@ -7,7 +7,7 @@ grep -E 'passed|^FAIL' $L; grep -B2 -A6 -E 'g101_2x2s2_relu_nhwc_f16_tactic_cudn
 grep -E 'legacy convolution algorithm' $L | sort | uniq -c | head
 KILN_TEST_ONLY=test_se_engine_layouts,test_se_engine t layouts 60 $B/test_cuda_ops
 grep -E 'passed|^FAIL|other numbers|refusing to write' $L | tail -4
-bench sweep $(( $(left) - 200 > 130 ? 130 : $(left) - 200 )) --models vgg16 --batches 1,32
+bench sweep $(( $(left) - 70 > 130 ? 130 : $(left) - 70 )) --models vgg16 --batches 1,32
 [ $(left) -gt 130 ] && KILN_CUDA_SYNC=1 t ops $(( $(left) - 100 > 150 ? 150 : $(left) - 100 )) $B/test_cuda_ops
 grep -E '^FAIL|passed' $L | tail -6
 zoo fp16
