@@ -1,4 +1,4 @@
-# The one call left with 700 s of device time (2026-12-05 late: eleven starts failed): the
+# One call in what E allows (2026-12-05 late, when every start failed): the
 # nan failure with the legacy algorithm named, probe7's layout check on a GPU's plans,
 # VGG-16 (never measured), the CUDA op tests, then the CUDA zoo in fp16, each where time is left.
 . scripts/device/pre.sh
