@@ -671,7 +671,8 @@ static const char build_help[] =
     "  KILN_TUNE_VERBOSE=1      every tuned layer's candidates and times, where the layer's\n"
     "                           tuning time went, and a summary with the 10 longest layers\n"
     "  KILN_CUDA_PLAN_THREADS=N make the cuDNN plans of the convolutions to tune on N host\n"
-    "                           threads while the GPU times (0, the default: one at a time)\n";
+    "                           threads while the GPU times (auto, the default: the host's\n"
+    "                           cores less one, at most 16; 0: one at a time)\n";
 
 /* Path p made absolute with its folder's symbolic links resolved (its
  * last name kept as given: it may not exist yet, and a file written there

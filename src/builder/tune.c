@@ -1076,10 +1076,12 @@ static kiln_status nan_probe_runs(const kiln_tune_layer *L, tune_bufs *tb, tac_r
  * outputs stay finite and each kind of value meets a tactic's arithmetic.
  * Where the candidates still in disagree, kiln's host reference on the
  * same input (within its bounds; without one nothing is decided) drops
- * those with a finite value that is wrong (kiln__tune_specials_decide). */
+ * those with a finite value that is wrong (kiln__tune_specials_decide).
+ * KILN_TUNE_NO_INF_PROBE=1 turns this input off alone (an A/B of what it
+ * drops), KILN_TUNE_NO_NAN_PROBE=1 both. */
 static kiln_status specials_probe(const kiln_tune_layer *L, tune_bufs *tb, tac_run *runs, const int32_t *cand,
                                   int nc, void *host, const void *orig, kiln_tune_stats *S) {
-    if (!nan_probe_applies(L, runs, nc) || !tb->host[0]) return KILN_OK;
+    if (!nan_probe_applies(L, runs, nc) || !tb->host[0] || kiln__env_flag("KILN_TUNE_NO_INF_PROBE")) return KILN_OK;
     const kiln_backend_i *be = L->be;
     const kiln_node *n = L->n;
     const kiln_tinfo *x = L->in[0];

@@ -304,6 +304,10 @@ TEST(the_probe_drops_tactics_wrong_on_infinities) {
     CHECK_OK(tune(sat, 2, 1e9, &best));
     unsetenv("KILN_TUNE_NO_NAN_PROBE");
     CHECK(best == T_SAT5);
+    setenv("KILN_TUNE_NO_INF_PROBE", "1", 1); /* (this input alone) */
+    CHECK_OK(tune(sat, 2, 1e9, &best));
+    unsetenv("KILN_TUNE_NO_INF_PROBE");
+    CHECK(best == T_SAT5);
 }
 
 /* kiln__tune_specials_decide alone: a finite sample where the reference is
