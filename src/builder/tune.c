@@ -1048,24 +1048,57 @@ static bool nan_probe_applies(const kiln_tune_layer *L, const tac_run *runs, int
     return ok >= 2;
 }
 
-/* The probe's runs: every candidate once more with input 0 all NaN (xnan,
- * already on the device), its outputs sampled into s[k * n_out + ..];
- * ran[k]: it ran. */
-static kiln_status nan_probe_runs(const kiln_tune_layer *L, tune_bufs *tb, tac_run *runs, int nc, void *host,
-                                  kiln_tune_sample *s, bool *ran) {
+/* The probe's runs: input 0's nb bytes on the device replaced by xin, every
+ * candidate still in once more, its outputs sampled into s[k * n_out + ..]
+ * (ran[k]: it ran), then input 0 put back as orig (for the timing). */
+static kiln_status probe_runs(const kiln_tune_layer *L, tune_bufs *tb, tac_run *runs, int nc, void *host,
+                              const void *xin, const void *orig, size_t nb, kiln_tune_sample *s, bool *ran) {
     const kiln_backend_i *be = L->be;
-    for (int k = 0; k < nc; k++) {
-        ran[k] = false;
+    for (int k = 0; k < nc; k++) ran[k] = false;
+    KILN_TRY(be->to_device(L->state, tb->in[0], xin, nb));
+    kiln_status st = KILN_OK;
+    for (int k = 0; st == KILN_OK && k < nc; k++) {
         if (!runs[k].ok) continue;
-        KILN_TRY(poison_outputs(be, L->state, L->n, tb, L->outs));
+        st = poison_outputs(be, L->state, L->n, tb, L->outs);
+        if (st != KILN_OK) break;
         ran[k] = be->run(L->state, &runs[k].ka) == KILN_OK && be->sync(L->state) == KILN_OK;
         if (!ran[k]) { /* (not judged by the probe: the checked run passed) */
             kiln__clear_error();
             continue;
         }
-        KILN_TRY(sample_outputs(be, L->state, L->n, tb, L->outs, host, &s[k * L->n->n_out]));
+        st = sample_outputs(be, L->state, L->n, tb, L->outs, host, &s[k * L->n->n_out]);
     }
-    return KILN_OK;
+    kiln_status r = be->to_device(L->state, tb->in[0], orig, nb);
+    return st != KILN_OK ? st : r;
+}
+
+/* kiln's host reference of layer L on input 0 = xin (host bytes), into ref
+ * (*have: it could be computed; counted in S). */
+static kiln_status probe_reference(const kiln_tune_layer *L, tune_bufs *tb, void *xin, kiln_tune_sample *ref,
+                                   bool *have, kiln_tune_stats *S) {
+    char why[512];
+    void *h0 = tb->host[0];
+    tb->host[0] = xin;
+    kiln_status st = host_reference(L, tb, ref, have, why, sizeof why);
+    tb->host[0] = h0;
+    S->ref_runs += *have;
+    return st;
+}
+
+/* The candidates that ran and a probe did not keep leave the timing
+ * (runs[k].ok = false), each with the note "tactic <name> <what>: it is
+ * not used". */
+static void probe_drop(const kiln_tune_layer *L, tac_run *runs, const int32_t *cand, int nc, const bool *ran,
+                       const bool *keep, const char *what) {
+    char pn[256], nm[96];
+    for (int k = 0; k < nc; k++) {
+        if (!ran[k] || keep[k]) continue;
+        runs[k].ok = false;
+        if (!L->notes) continue;
+        kiln__backend_tactic_describe(L->be, L->n, cand[k], nm, sizeof nm);
+        fprintf(stderr, "kiln: tuning: node '%s': tactic %s %s: it is not used\n",
+                kiln_printable(L->n->name, pn, sizeof pn), nm, what);
+    }
 }
 
 /* The probe's second input (issue 20: a 2x2 stride-2 fp16 NHWC conv of 5
@@ -1082,7 +1115,6 @@ static kiln_status nan_probe_runs(const kiln_tune_layer *L, tune_bufs *tb, tac_r
 static kiln_status specials_probe(const kiln_tune_layer *L, tune_bufs *tb, tac_run *runs, const int32_t *cand,
                                   int nc, void *host, const void *orig, kiln_tune_stats *S) {
     if (!nan_probe_applies(L, runs, nc) || !tb->host[0] || kiln__env_flag("KILN_TUNE_NO_INF_PROBE")) return KILN_OK;
-    const kiln_backend_i *be = L->be;
     const kiln_node *n = L->n;
     const kiln_tinfo *x = L->in[0];
     size_t nb = kiln__value_nbytes(x);
@@ -1098,13 +1130,7 @@ static kiln_status specials_probe(const kiln_tune_layer *L, tune_bufs *tb, tac_r
         for (int64_t k = 0; k < cnt; k++) /* (evenly spread, off the grid of a power-of-two layout) */
             kiln__store_f64(x->dtype, xsp, (int64_t)(((double)k + 0.37) * (double)ne / (double)cnt) % ne,
                             vals[k % 3]);
-        st = be->to_device(L->state, tb->in[0], xsp, nb);
-    }
-    bool planted = st == KILN_OK;
-    if (st == KILN_OK) st = nan_probe_runs(L, tb, runs, nc, host, s, ran);
-    if (planted) { /* input 0 as it was, for the timing */
-        kiln_status r = be->to_device(L->state, tb->in[0], orig, nb);
-        if (st == KILN_OK) st = r;
+        st = probe_runs(L, tb, runs, nc, host, xsp, orig, nb, s, ran);
     }
     kiln_dtype dt[16];
     for (int i = 0; i < n->n_out; i++) dt[i] = L->outs[i].dtype;
@@ -1113,28 +1139,17 @@ static kiln_status specials_probe(const kiln_tune_layer *L, tune_bufs *tb, tac_r
     memset(ref, 0, sizeof ref);
     int dropped = 0;
     if (st == KILN_OK && !kiln__tune_all_agree(dt, s, nc, n->n_out, ran)) {
-        char why[512];
-        void *h0 = tb->host[0];
-        tb->host[0] = xsp;
-        st = host_reference(L, tb, ref, &have_ref, why, sizeof why);
-        tb->host[0] = h0;
-        S->ref_runs += have_ref;
+        st = probe_reference(L, tb, xsp, ref, &have_ref, S);
         if (st == KILN_OK && have_ref) dropped = kiln__tune_specials_decide(dt, s, nc, n->n_out, ran, ref, keep);
     }
-    char pn[256], nm[96];
+    char pn[256];
     if (st == KILN_OK && dropped < 0 && L->notes)
         fprintf(stderr, "kiln: tuning: node '%s': with NaN and infinities in its input, every tactic gives numbers "
                         "that kiln's host reference does not: they are all kept\n",
                 kiln_printable(n->name, pn, sizeof pn));
-    for (int k = 0; st == KILN_OK && dropped > 0 && k < nc; k++) {
-        if (!ran[k] || keep[k]) continue;
-        runs[k].ok = false;
-        if (!L->notes) continue;
-        kiln__backend_tactic_describe(be, n, cand[k], nm, sizeof nm);
-        fprintf(stderr, "kiln: tuning: node '%s': tactic %s gives wrong numbers where its input holds NaN or "
-                        "infinities (kiln's host reference differs): it is not used\n",
-                kiln_printable(n->name, pn, sizeof pn), nm);
-    }
+    if (st == KILN_OK && dropped > 0)
+        probe_drop(L, runs, cand, nc, ran, keep,
+                   "gives wrong numbers where its input holds NaN or infinities (kiln's host reference differs)");
     for (int i = 0; i < n->n_out; i++) kiln__tune_sample_free(&ref[i]);
     for (int k = 0; s && k < nc * n->n_out; k++) kiln__tune_sample_free(&s[k]);
     kiln__free(s);
@@ -1164,27 +1179,15 @@ static kiln_status nan_probe(const kiln_tune_layer *L, tune_bufs *tb, tac_run *r
     kiln_tune_sample *s = kiln__calloc((size_t)nc * (size_t)n->n_out, sizeof *s);
     bool ran[TUNE_MAX_TACTICS], keep[TUNE_MAX_TACTICS];
     kiln_status st = orig && xnan && s ? KILN_OK : KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory (tuning)");
-    bool planted = false;
     for (int64_t k = 0; st == KILN_OK && k < ne; k++) kiln__store_f64(x->dtype, xnan, k, NAN);
     if (st == KILN_OK) st = be->to_host(L->state, orig, tb->in[0], nb);
-    if (st == KILN_OK) st = be->to_device(L->state, tb->in[0], xnan, nb);
-    planted = st == KILN_OK;
-    if (st == KILN_OK) st = nan_probe_runs(L, tb, runs, nc, host, s, ran);
-    if (planted) { /* input 0 as it was, for the timing */
-        kiln_status r = be->to_device(L->state, tb->in[0], orig, nb);
-        if (st == KILN_OK) st = r;
-    }
+    if (st == KILN_OK) st = probe_runs(L, tb, runs, nc, host, xnan, orig, nb, s, ran);
     int dropped = st == KILN_OK ? kiln__tune_nan_decide(s, nc, n->n_out, ran, NULL, keep) : 0;
     bool have_ref = false;
     kiln_tune_sample ref[16];
     memset(ref, 0, sizeof ref);
     if (st == KILN_OK && dropped != 0 && tb->host[0]) { /* they disagree: the host reference on the NaN input */
-        char why[512];
-        void *h0 = tb->host[0];
-        tb->host[0] = xnan;
-        st = host_reference(L, tb, ref, &have_ref, why, sizeof why);
-        tb->host[0] = h0;
-        S->ref_runs += have_ref;
+        st = probe_reference(L, tb, xnan, ref, &have_ref, S);
         if (st == KILN_OK && have_ref) dropped = kiln__tune_nan_decide(s, nc, n->n_out, ran, ref, keep);
     }
     char pn[256], nm[96];
@@ -1199,16 +1202,13 @@ static kiln_status nan_probe(const kiln_tune_layer *L, tune_bufs *tb, tac_run *r
             }
         fprintf(stderr, "): they are all kept\n");
     }
-    for (int k = 0; st == KILN_OK && dropped > 0 && k < nc; k++) {
-        if (!ran[k] || keep[k]) continue;
-        runs[k].ok = false;
-        if (!L->notes) continue;
-        kiln__backend_tactic_describe(be, n, cand[k], nm, sizeof nm);
-        fprintf(stderr, "kiln: tuning: node '%s': tactic %s gives finite values where its input is NaN and %s "
-                        "gives NaN (a NaN-dropping epilogue): it is not used\n",
-                kiln_printable(n->name, pn, sizeof pn), nm, have_ref ? "kiln's host reference" : "another tactic");
-    }
-    if (st == KILN_OK && planted) st = specials_probe(L, tb, runs, cand, nc, host, orig, S);
+    if (st == KILN_OK && dropped > 0)
+        probe_drop(L, runs, cand, nc, ran, keep,
+                   have_ref ? "gives finite values where its input is NaN and kiln's host reference gives NaN (a "
+                              "NaN-dropping epilogue)"
+                            : "gives finite values where its input is NaN and another tactic gives NaN (a "
+                              "NaN-dropping epilogue)");
+    if (st == KILN_OK) st = specials_probe(L, tb, runs, cand, nc, host, orig, S);
     for (int i = 0; i < n->n_out; i++) kiln__tune_sample_free(&ref[i]);
     for (int k = 0; s && k < nc * n->n_out; k++) kiln__tune_sample_free(&s[k]);
     kiln__free(s);

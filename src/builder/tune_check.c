@@ -37,14 +37,16 @@ void kiln__tune_sample_free(kiln_tune_sample *s) {
     memset(s, 0, sizeof *s);
 }
 
-/* a and b agree to within rtol * scale (plus a small absolute term) */
+/* The bound two samples of dt values of magnitude scale must agree within:
+ * a gross-error check, not a precision test (different algorithms round
+ * differently; reduced precision outputs: a few ulps of the largest). */
+static double agree_tol(kiln_dtype dt, double scale) { return (dt == KILN_DTYPE_FLOAT32 ? 1e-2 : 2e-2) * scale + 1e-6; }
+
+/* a and b agree to within agree_tol(dt, scale) */
 static bool agree_within(kiln_dtype dt, const kiln_tune_sample *a, const kiln_tune_sample *b, double scale) {
     if (!a->valid || !b->valid) return true; /* nothing to compare */
     if (a->n != b->n || a->nonfinite != b->nonfinite) return false;
-    /* a gross-error check, not a precision test: different algorithms round
-     * differently (reduced precision outputs: a few ulps of the largest) */
-    double rtol = dt == KILN_DTYPE_FLOAT32 ? 1e-2 : 2e-2;
-    double tol = rtol * scale + 1e-6;
+    double tol = agree_tol(dt, scale);
     if (fabs(a->max_abs - b->max_abs) > tol || fabs(a->mean_abs - b->mean_abs) > tol) return false;
     for (int64_t j = 0; j < a->n; j++) {
         float x = a->v[j], y = b->v[j];
@@ -194,7 +196,7 @@ int kiln__tune_specials_decide(const kiln_dtype *dt, const kiln_tune_sample *s, 
     for (int i = 0; i < n_out; i++) {
         const kiln_tune_sample *r = &ref[i];
         if (!r->valid) continue;
-        double tol = (dt[i] == KILN_DTYPE_FLOAT32 ? 1e-2 : 2e-2) * r->max_abs + 1e-6; /* (agree_within's) */
+        double tol = agree_tol(dt[i], r->max_abs);
         for (int k = 0; k < n; k++) {
             const kiln_tune_sample *a = &s[k * n_out + i];
             if (!ran[k] || !keep[k] || !a->valid || a->n != r->n) continue;
