@@ -429,6 +429,14 @@ static void sort_by_off(int *a, int *tmp, int n, const int64_t *offs, uint64_t *
  * trees over the steps: placed blocks that end before the new one starts,
  * or start after it ends), against what sorting them would cost. All give
  * first_fit's offset over all placed blocks (-DKILN_PLAN_CHECK compares). */
+/* A placed block's node in the treap (placer): its children (-1: none)
+ * and its subtree's summary (treap_pull). */
+typedef struct tnode {
+    int left, right;
+    int min_start, max_start, min_end, max_end;
+    int64_t lo_off, reach, gap;
+} tnode;
+
 typedef struct placer {
     const plan_blk *blocks;
     const int64_t *offs;
@@ -441,11 +449,8 @@ typedef struct placer {
     long budget;                 /* tree nodes left to look at for them */
     int *fw_start, *fw_end;      /* Fenwick trees over steps 0..n_steps: placed blocks by start, end */
     int n_placed, n_counted, n_treap; /* blocks placed; of them, those counted, in the treap */
-    /* the treap by offset, per block (-1: none) */
-    int root;
-    int *left, *right;
-    int *min_start, *max_start, *min_end, *max_end;
-    int64_t *lo_off, *reach, *gap;
+    int root;   /* the treap by offset (-1: empty) */
+    tnode *t;   /* per block: its node */
     uint32_t seed;
     int *tmp;
     uint64_t work;
@@ -503,36 +508,40 @@ static uint32_t treap_prio(const placer *P, int b) {
 
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
+/* x's ranges of starts and ends widened by child c's. */
+static void treap_span(tnode *x, const tnode *c) {
+    if (c->min_start < x->min_start) x->min_start = c->min_start;
+    if (c->max_start > x->max_start) x->max_start = c->max_start;
+    if (c->min_end < x->min_end) x->min_end = c->min_end;
+    if (c->max_end > x->max_end) x->max_end = c->max_end;
+}
+
 /* Block t's subtree summary from its children's. gap bounds, from above,
  * each block's offset less the highest end of the blocks before it in the
  * subtree (the first block has none: not counted). */
 static void treap_pull(placer *P, int t) {
-    int l = P->left[t], r = P->right[t];
+    tnode *x = &P->t[t];
     const plan_blk *b = &P->blocks[t];
     int64_t off = P->offs[t], top = off + (int64_t)b->size;
-    P->min_start[t] = P->max_start[t] = b->start;
-    P->min_end[t] = P->max_end[t] = b->end;
+    x->min_start = x->max_start = b->start;
+    x->min_end = x->max_end = b->end;
     int64_t gap = INT64_MIN, reach = top;
-    P->lo_off[t] = off;
-    if (l >= 0) {
-        P->min_start[t] = P->min_start[l] < b->start ? P->min_start[l] : b->start;
-        P->max_start[t] = P->max_start[l] > b->start ? P->max_start[l] : b->start;
-        P->min_end[t] = P->min_end[l] < b->end ? P->min_end[l] : b->end;
-        P->max_end[t] = P->max_end[l] > b->end ? P->max_end[l] : b->end;
-        P->lo_off[t] = P->lo_off[l];
-        gap = max64(P->gap[l], off - P->reach[l]);
-        reach = max64(P->reach[l], top);
+    x->lo_off = off;
+    if (x->left >= 0) {
+        const tnode *l = &P->t[x->left];
+        treap_span(x, l);
+        x->lo_off = l->lo_off;
+        gap = max64(l->gap, off - l->reach);
+        reach = max64(l->reach, top);
     }
-    if (r >= 0) {
-        if (P->min_start[r] < P->min_start[t]) P->min_start[t] = P->min_start[r];
-        if (P->max_start[r] > P->max_start[t]) P->max_start[t] = P->max_start[r];
-        if (P->min_end[r] < P->min_end[t]) P->min_end[t] = P->min_end[r];
-        if (P->max_end[r] > P->max_end[t]) P->max_end[t] = P->max_end[r];
-        gap = max64(gap, max64(P->lo_off[r] - reach, P->gap[r]));
-        reach = max64(reach, P->reach[r]);
+    if (x->right >= 0) {
+        const tnode *r = &P->t[x->right];
+        treap_span(x, r);
+        gap = max64(gap, max64(r->lo_off - reach, r->gap));
+        reach = max64(reach, r->reach);
     }
-    P->gap[t] = gap;
-    P->reach[t] = reach;
+    x->gap = gap;
+    x->reach = reach;
 }
 
 /* The treap's order: by offset, then block index (a strict order: blocks
@@ -549,10 +558,10 @@ static void treap_split(placer *P, int t, int b, int *l, int *r) {
     }
     P->work++;
     if (treap_before(P, t, b)) {
-        treap_split(P, P->right[t], b, &P->right[t], r);
+        treap_split(P, P->t[t].right, b, &P->t[t].right, r);
         *l = t;
     } else {
-        treap_split(P, P->left[t], b, l, &P->left[t]);
+        treap_split(P, P->t[t].left, b, l, &P->t[t].left);
         *r = t;
     }
     treap_pull(P, t);
@@ -562,12 +571,12 @@ static int treap_insert(placer *P, int t, int b) {
     if (t < 0) return b;
     P->work++;
     if (treap_prio(P, b) > treap_prio(P, t)) {
-        treap_split(P, t, b, &P->left[b], &P->right[b]);
+        treap_split(P, t, b, &P->t[b].left, &P->t[b].right);
         treap_pull(P, b);
         return b;
     }
-    if (treap_before(P, b, t)) P->left[t] = treap_insert(P, P->left[t], b);
-    else P->right[t] = treap_insert(P, P->right[t], b);
+    if (treap_before(P, b, t)) P->t[t].left = treap_insert(P, P->t[t].left, b);
+    else P->t[t].right = treap_insert(P, P->t[t].right, b);
     treap_pull(P, t);
     return t;
 }
@@ -578,22 +587,22 @@ static int treap_insert(placer *P, int t, int b) {
 static bool treap_fit(placer *P, int t, const plan_blk *b, int64_t *at) {
     while (t >= 0) {
         P->work++;
-        if (P->min_start[t] > b->end || P->max_end[t] < b->start) return false; /* none live */
+        if (P->t[t].min_start > b->end || P->t[t].max_end < b->start) return false; /* none live */
         int64_t sz = (int64_t)b->size;
-        if (P->max_start[t] <= b->end && P->min_end[t] >= b->start) { /* all live */
-            if (*at + sz <= P->lo_off[t]) return true;
-            if (P->gap[t] < sz) {
-                *at = max64(*at, P->reach[t]);
+        if (P->t[t].max_start <= b->end && P->t[t].min_end >= b->start) { /* all live */
+            if (*at + sz <= P->t[t].lo_off) return true;
+            if (P->t[t].gap < sz) {
+                *at = max64(*at, P->t[t].reach);
                 return false;
             }
         }
-        if (treap_fit(P, P->left[t], b, at)) return true;
+        if (treap_fit(P, P->t[t].left, b, at)) return true;
         const plan_blk *o = &P->blocks[t];
         if (o->end >= b->start && o->start <= b->end) {
             if (*at + sz <= P->offs[t]) return true;
             *at = max64(*at, P->offs[t] + (int64_t)o->size);
         }
-        t = P->right[t];
+        t = P->t[t].right;
     }
     return false;
 }
@@ -626,7 +635,7 @@ static void placer_sync_treap(placer *P, const int *idx, int q) {
     for (; P->n_treap < q; P->n_treap++) {
         int b = idx[P->n_treap];
         if (!P->blocks[b].size) continue;
-        P->left[b] = P->right[b] = -1;
+        P->t[b].left = P->t[b].right = -1;
         treap_pull(P, b);
         P->root = treap_insert(P, P->root, b);
     }
@@ -635,8 +644,8 @@ static void placer_sync_treap(placer *P, const int *idx, int q) {
 #ifdef KILN_PLAN_CHECK
 /* The placed blocks of subtree t in offset order, from list[*k]. */
 static void treap_list(const placer *P, int t, int *list, int *k) {
-    for (; t >= 0; t = P->right[t]) {
-        treap_list(P, P->left[t], list, k);
+    for (; t >= 0; t = P->t[t].right) {
+        treap_list(P, P->t[t].left, list, k);
         list[(*k)++] = t;
     }
 }
@@ -785,19 +794,12 @@ static kiln_status layout(plan_blk *blocks, int n, int n_steps, size_t *arena, s
                 .hits = kiln__malloc(cnt * sizeof *P.hits), .tmp = tmp,
                 .fw_start = kiln__malloc(steps * sizeof *P.fw_start),
                 .fw_end = kiln__malloc(steps * sizeof *P.fw_end),
-                .left = kiln__malloc(cnt * sizeof *P.left), .right = kiln__malloc(cnt * sizeof *P.right),
-                .min_start = kiln__malloc(cnt * sizeof *P.min_start),
-                .max_start = kiln__malloc(cnt * sizeof *P.max_start),
-                .min_end = kiln__malloc(cnt * sizeof *P.min_end),
-                .max_end = kiln__malloc(cnt * sizeof *P.max_end),
-                .lo_off = kiln__malloc(cnt * sizeof *P.lo_off), .reach = kiln__malloc(cnt * sizeof *P.reach),
-                .gap = kiln__malloc(cnt * sizeof *P.gap)};
+                .t = kiln__malloc(cnt * sizeof *P.t)};
     kiln_status s = KILN_OK;
     P.seed = (uint32_t)(uintptr_t)&P ^ (uint32_t)(uint64_t)(kiln__now_us() * 1e3);
     *arena = *lower = 0;
     if (!idx || !tmp || !placed || !next || !offs || !best || !live || !by_start || !pos || !P.smax ||
-        !P.in || !P.hits || !P.fw_start || !P.fw_end || !P.left || !P.right || !P.min_start ||
-        !P.max_start || !P.min_end || !P.max_end || !P.lo_off || !P.reach || !P.gap) {
+        !P.in || !P.hits || !P.fw_start || !P.fw_end || !P.t) {
         s = KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory planning activation memory");
         goto done;
     }
@@ -864,15 +866,7 @@ done:
     kiln__free(P.hits);
     kiln__free(P.fw_start);
     kiln__free(P.fw_end);
-    kiln__free(P.left);
-    kiln__free(P.right);
-    kiln__free(P.min_start);
-    kiln__free(P.max_start);
-    kiln__free(P.min_end);
-    kiln__free(P.max_end);
-    kiln__free(P.lo_off);
-    kiln__free(P.reach);
-    kiln__free(P.gap);
+    kiln__free(P.t);
     if (work) *work += P.work;
     return s;
 }
