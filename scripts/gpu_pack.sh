@@ -13,6 +13,9 @@ B=${1:-build}
 OUTF=${2:-.carry/kiln-gpu.tar.xz}
 [ -f "$B/libkiln.so.0" ] && [ -x "$B/test_cuda_ops" ] || {
   echo "gpu_pack: $B has no CUDA build (libkiln.so.0, test_cuda_ops); build with nvcc first" >&2; exit 1; }
+# (a build of PTX alone, as CI's: the GPU would compile every kernel at load and time that)
+if grep -q '^CMAKE_CUDA_ARCHITECTURES:.*=.*virtual' "$B/CMakeCache.txt" 2>/dev/null; then
+  echo "gpu_pack: $B was built for PTX alone (CMAKE_CUDA_ARCHITECTURES *-virtual); rebuild it with 90a" >&2; exit 1; fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 for f in kiln libkiln.so.0 kiln_conformance test_cuda_ops test_cuda_engine test_cuda_precision test_cuda_diff \
