@@ -586,6 +586,7 @@ static kiln_graph *nhwc_chain(int nb, int cin, bool pool, bool gap, int64_t batc
  * unknown, through the conversions and views), and every view's target
  * holds 0 for a dynamic batch (the input's own, at run time) or the batch. */
 static void check_batch(const kiln_graph *g, int64_t batch) {
+    CHECK_OK(check_plan(g)); /* (and the plan passes the engine checks: a writer would refuse it) */
     for (int i = 0; i < g->n_nodes; i++) {
         const kiln_node *nd = &g->nodes[i];
         if (nd->dead) continue;
