@@ -25,6 +25,7 @@
 #include "passes/precision.h"
 #include "runtime/engine.h"
 #include "format/format.h"
+#include "runtime/debug.h"
 
 static int add_val(kiln_graph *g, const char *name) {
     int v = -1;
@@ -1301,7 +1302,8 @@ TEST(cuda_nhwc_perm_views) {
  * is refused. Those ran: ConvNeXt's depthwise layer set to write NCHW
  * before the view its LayerNorm reads [N, H, W, C], perm_net's reading
  * the view of its Sigmoid's [N, H, W, C] output as NCHW, or writing NCHW
- * into the view back: each a wrong result without a word (probe8). */
+ * into the view back: each a wrong result without a word. The debugger's
+ * layouts (kiln__value_layout) are the checks' (probe8). */
 TEST(cuda_nhwc_views_checked) {
     if (!have_cuda()) return;
 #if !KILN_HAVE_CUDNN
@@ -1323,6 +1325,19 @@ TEST(cuda_nhwc_views_checked) {
         CHECK(n > 0);
         CHECK_OK(check_plan(gs[3]));
     }
+    /* the debugger reads each tensor in the layout it is written in: the SE
+     * blocks' Muls (per-channel: computed over views) write NHWC bytes
+     * under the model's names, which it read as NCHW (kiln debug compare on
+     * a CUDA fp16 engine: a difference where there is none) */
+    int muls = 0;
+    for (int i = 0; i < gs[1]->n_nodes; i++) {
+        const kiln_node *nd = &gs[1]->nodes[i];
+        if (nd->dead || !strstr(nd->name, "/kiln_nhwc_out_view")) continue;
+        muls++;
+        CHECK(kiln__value_layout(gs[1], nd->out[0]) == KILN_VLAYOUT_NHWC);
+        CHECK(kiln__value_layout(gs[1], nd->in[0]) == KILN_VLAYOUT_PLAIN); /* (the [N, H, W, C] view) */
+    }
+    CHECK(muls >= 2);
     /* perm_net: t_in -> Sigmoid -> view -> dw (reads it NHWC) -> view -> Sigmoid */
     kiln_graph *g = gs[0];
     int dw = -1;
