@@ -10,30 +10,37 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 JOBS=$(nproc)
+# stage TITLE: ends the stage before (its seconds, and the total so far:
+# CI is meant to finish within 30 minutes), then names the next
+stage() {
+  [ -z "${STAGE_T0:-}" ] || echo "   (stage: $((SECONDS - STAGE_T0)) s; total: $SECONDS s)"
+  STAGE_T0=$SECONDS
+  echo "== $1"
+}
 
-echo "== release build"
+stage "release build"
 BUILD_DIR=build bash scripts/build.sh -DKILN_MODEL_TESTS=ON
 (cd build && ctest --output-on-failure -j"$JOBS" -E '^models(_bf16)?$' -LE '^zoo$')
-echo "== import circles: none may cross a folder (scripts/dep_graph.py, docs/architecture.md)"
+stage "import circles: none may cross a folder (scripts/dep_graph.py, docs/architecture.md)"
 /usr/bin/python3 scripts/dep_graph.py --objects build
-echo "== every attribute struct engines store has its layout asserts (scripts/attrs_layout.py)"
+stage "every attribute struct engines store has its layout asserts (scripts/attrs_layout.py)"
 /usr/bin/python3 scripts/attrs_layout.py --check
-echo "== model zoo: a varied subset of torchvision's models vs PyTorch (bench/model_zoo.py --ci)"
+stage "model zoo: a varied subset of torchvision's models vs PyTorch (bench/model_zoo.py --ci)"
 (cd build && ctest --output-on-failure -V -L '^zoo$' | grep -vE '^[0-9]+: (Test command|Working Directory|Environment)')
-echo "== real models vs PyTorch (ResNet-50, MobileNetV2, BERT-base, MLP; then ResNet-50 and MobileNetV2 in bf16)"
+stage "real models vs PyTorch (ResNet-50, MobileNetV2, BERT-base, MLP; then ResNet-50 and MobileNetV2 in bf16)"
 (cd build && ctest --output-on-failure -V -R '^models(_bf16)?$' | grep -vE '^[0-9]+: (Test command|Working Directory|Environment)')
 
-echo "== Python front end (python/: pytest, Lightning)"
+stage "Python front end (python/: pytest, Lightning)"
 bash scripts/setup_python.sh
 KILN_LIBRARY=build/libkiln.so KILN_CLI=build/kiln .venv/bin/python -m pytest -q -rs python/tests
 
-echo "== ASan + UBSan build"
+stage "ASan + UBSan build"
 # (the CUDA backend is left out here: no GPU in CI, and the release build compiles it)
 BUILD_DIR=build-asan bash scripts/build.sh -DKILN_SANITIZE=ON -DKILN_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 (cd build-asan && ctest --output-on-failure -j"$JOBS" -E '^models(_bf16)?$' -LE '^zoo$')
 
-echo "== CUDA backend host code and GPU op tests against a CPU emulation of the CUDA runtime"
+stage "CUDA backend host code and GPU op tests against a CPU emulation of the CUDA runtime"
 # tests/cuda/emu: the backend's host side (planners, kernel table, attributes,
 # cuBLASLt mapping) and test_cuda_ops itself, with every kernel family in the
 # table (the launchers are emulated on the host; the kernels run only on a GPU);
@@ -50,7 +57,7 @@ else
   echo "skipped: no CUDA headers (/usr/local/cuda/include)"
 fi
 
-echo "== ThreadSanitizer build (clang): unit tests (thread pool, threads sharing an engine), stress test, conformance"
+stage "ThreadSanitizer build (clang): unit tests (thread pool, threads sharing an engine), stress test, conformance"
 # -Werror stays with the gcc builds above: clang warns about other things.
 CC=clang-14 BUILD_DIR=build-tsan bash scripts/build.sh -DKILN_TSAN=ON -DKILN_CUDA=OFF \
   -DKILN_WERROR=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo
@@ -59,9 +66,9 @@ CC=clang-14 BUILD_DIR=build-tsan bash scripts/build.sh -DKILN_TSAN=ON -DKILN_CUD
 (cd build-tsan && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:ignore_noninstrumented_modules=1 \
   ctest --output-on-failure -j"$JOBS" -L '^(unit|threads|conformance)$')
 
-echo "== fuzzing (libFuzzer, ASan + UBSan): regressions, then up to 60 s per target"
+stage "fuzzing (libFuzzer, ASan + UBSan): regressions, then up to 60 s per target"
 # A fixed seed and a fixed number of executions per target keep CI's runs
 # repeatable (tests/fuzz/README.md); KILN_FUZZ_SEED=0 picks a random seed.
 CC=clang-14 KILN_FUZZ_BUILD="$PWD/build-fuzz" KILN_FUZZ_SEED="${KILN_FUZZ_SEED:-1}" \
   bash tests/fuzz/build_and_run.sh 60
-echo "all test suites passed"
+stage "all test suites passed"

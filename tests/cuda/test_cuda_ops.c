@@ -1840,9 +1840,76 @@ static bool conv_tactic_is_library(int32_t id) {
     /* (tactic 0: cuDNN's heuristic graph, but a ReLU or Clip comes after it, in
      * kiln's epilogue; without cuDNN, kiln's GEMM + epilogue) */
     if (kcu_dg_is_id(id)) return true;
+    /* (cuDNN's legacy algorithm, pinned: its arithmetic on infinities is
+     * cuDNN's, and the probe judges it as it will run, test_conv_legacy_pinned) */
+    if (kcu_conv_legacy_algo(id) >= 0) return true;
 #endif
     return kcu_conv_gemm_kind(id) != 0;
 }
+
+#if KILN_HAVE_CUDNN
+/* The legacy path's tactics pin cuDNN's forward algorithm
+ * (kcu_conv_legacy_algo), so that an engine runs the algorithm its builder
+ * timed and its NaN probe checked: one found by timing at the engine's
+ * first run may treat infinities otherwise (issue 20: the 2x2 stride-2
+ * fp16 NHWC layer of test_fused_conv_nan_tactics gave numbers for -inf in
+ * one run of the op tests and not in the next). An fp32 layer lists its
+ * first algorithms, each pinned, none twice, each computing the layer; an
+ * algorithm that does not run it here (FFT pinned in an engine without
+ * --fast-math, which must not round so) fails in a tuning state and runs
+ * the found algorithm, with a warning, in an engine. */
+TEST(test_conv_legacy_pinned) {
+    kiln_fused_conv_attrs ref = fc_at(conv_at(PAD_NOTSET, 1, 2, 3, 1, 1, 1, 1), KILN_FC_ACT_RELU, 0, 0, 0);
+    kiln_tensor *in[3] = {trand(F32, -1, 1, S(2, 8, 9, 11)), trand(F32, -0.5, 0.5, S(16, 8, 3, 3)),
+                          trand(F32, -1, 1, S(16))};
+    kiln_tinfo ti[3], yo;
+    const kiln_tinfo *tip[3] = {&ti[0], &ti[1], &ti[2]};
+    kiln_tinfo *top[1] = {&yo};
+    bool sup = false;
+    if (!infer_case("FusedConv/legacy_pinned", kiln__op_by_id(KILN_OP_FusedConv), &ref, 3, in, 1, ti, &yo, &sup))
+        return;
+    kiln_infer_args ia = {.op = kiln__op_by_id(KILN_OP_FusedConv), .attrs = &ref, .node_name = "FusedConv/legacy_pinned",
+                          .n_in = 3, .n_out = 1, .in = tip, .out = top};
+    kiln_cuda_state *cst = st;
+    const bool strict = cst->strict_tactics, fast = cst->fast_math;
+    cst->fast_math = false;
+    int32_t ids[32];
+    int n = kiln__backend_tactics(be, st, &ia, false, ids, 32), pinned = 0;
+    unsigned seen = 0;
+    printf("  fp32 3x3: %d tactics:", n);
+    for (int k = 0; k < n; k++) {
+        char nm[64], what[96];
+        kiln__cu_fused_conv_tactic_describe(ids[k], nm, sizeof nm);
+        printf(" %s", nm);
+        CHECK(ids[k] != KCU_CONV_TACTIC_LEGACY); /* (the algorithm found at run time: not listed) */
+        const int algo = kcu_conv_legacy_algo(ids[k]);
+        if (algo < 0) continue;
+        pinned++;
+        CHECK(!(seen & 1u << algo));
+        seen |= 1u << algo;
+        CHECK(!kcu_fwd_algo_rounds_more((cudnnConvolutionFwdAlgo_t)algo));
+        kiln_fused_conv_attrs t = ref;
+        t.tactic.id = ids[k];
+        snprintf(what, sizeof what, "legacy_pinned_%s", nm);
+        nhwc_case(what, KILN_OP_FusedConv, &ref, &t, 3, in, 0, false, 1e-6);
+    }
+    printf("\n");
+    CHECK(pinned >= 1 && pinned <= 4);
+    kiln_fused_conv_attrs fft = ref;
+    fft.tactic.id = KCU_CONV_TACTIC_LEGACY | (CUDNN_CONVOLUTION_FWD_ALGO_FFT + 1) << KCU_CONV_TACTIC_CAND_SHIFT;
+    CHECK(kcu_conv_legacy_algo(fft.tactic.id) == CUDNN_CONVOLUTION_FWD_ALGO_FFT);
+    cst->strict_tactics = true;
+    kiln_tensor *y = tnew(F32, S(2, 16, 9, 11));
+    int before = test_failed_checks;
+    bool ran = gpu_run_op("FusedConv/legacy_fft_tuning", KILN_OP_FusedConv, &fft, 3, in, y);
+    CHECK(!ran && strstr(kiln_last_error(), "does not run this layer") != NULL);
+    test_failed_checks = before + (ran ? 1 : 0); /* gpu_run_op counted the expected failure */
+    cst->strict_tactics = false;
+    nhwc_case("legacy_fft_in_an_engine", KILN_OP_FusedConv, &ref, &fft, 3, in, 0, false, 1e-6);
+    cst->strict_tactics = strict;
+    cst->fast_math = fast;
+}
+#endif
 
 TEST(test_fused_conv_nan_tactics) {
     int lib_notes = 0;
@@ -2311,7 +2378,7 @@ TEST(test_fused_conv_tactics) {
                               .node_name = "FusedConv/tactics", .n_in = n_in, .n_out = 1, .in = tip, .out = top};
         int32_t ids[32];
         int n = kiln__backend_tactics(be, st, &ia, false, ids, 32);
-        CHECK(n >= 2 && ids[n - 1] == KCU_CONV_TACTIC_LEGACY);
+        CHECK(n >= 2 && kcu_conv_is_legacy(ids[n - 1]));
         int s2d = 0;
         printf("  %s: %d tactics:", stem ? "stem" : "3x3", n);
         for (int k = 0; k < n; k++) {
@@ -2351,7 +2418,7 @@ TEST(test_fused_conv_tactics) {
             char nm[64];
             kiln__cu_fused_conv_tactic_describe(ids[k], nm, sizeof nm);
             printf(" %s", nm);
-            CHECK(ids[k] != KCU_CONV_TACTIC_LEGACY);
+            CHECK(!kcu_conv_is_legacy(ids[k]));
             kiln_fused_conv_attrs t = dnh;
             t.tactic.id = ids[k];
             char what[96];
@@ -2674,13 +2741,17 @@ TEST(test_conv_gemm) {
         /* [N, C, 1, 1] layers: kiln's GEMV kernel too, after the GEMM ones */
         const bool se = ls[i].H == 1 && ls[i].W == 1;
         CHECK(gemv == (se ? 1 : 0));
-        const int last = n - (se ? 1 : 0); /* the end of the list before the GEMV tactic */
 #if KILN_HAVE_CUDNN
-        CHECK(n >= 1 && ids[n - 1] == KCU_CONV_TACTIC_LEGACY);
-        CHECK(!se || (n >= 2 && ids[n - 2] == KCU_CONV_TACTIC_GEMV));
-        CHECK(ls[i].want ? found >= 1 && last >= 2 && kcu_conv_gemm_kind(ids[last - 2]) == ls[i].want
-                         : last < 2 || !kcu_conv_gemm_kind(ids[last - 2]));
+        /* ... GEMM tactics, [GEMV,] then the legacy ones (each pinning an algorithm) */
+        int nl = 0;
+        while (nl < n && kcu_conv_is_legacy(ids[n - 1 - nl])) nl++;
+        const int end = n - nl - (se ? 1 : 0); /* the end of the list before them */
+        CHECK(nl >= 1 && nl <= 2);
+        CHECK(!se || (end >= 0 && ids[end] == KCU_CONV_TACTIC_GEMV));
+        CHECK(ls[i].want ? found >= 1 && end >= 1 && kcu_conv_gemm_kind(ids[end - 1]) == ls[i].want
+                         : end < 1 || !kcu_conv_gemm_kind(ids[end - 1]));
 #else
+        const int last = n - (se ? 1 : 0); /* the end of the list before the GEMV tactic */
         CHECK(!se || ids[n - 1] == KCU_CONV_TACTIC_GEMV);
         CHECK(n >= 1 && (ls[i].want ? found >= 1 && kcu_conv_gemm_kind(ids[last - 1]) == ls[i].want : found == 0));
 #endif
@@ -3359,7 +3430,7 @@ TEST(test_coverage) {
 #define TESTS_NN(X) X(test_gemm) X(test_conv) X(test_pool) X(test_pool_nhwc) X(test_dwconv_nhwc) X(test_gconv_nhwc) X(test_dwconv_nchw) X(test_norm) X(test_softmax)
 #define TESTS_REDUCE(X) X(test_reduce)
 #if KILN_HAVE_CUDNN
-#define TESTS_FC(X) X(test_fused_conv) X(test_fused_conv_special_values) X(test_fused_conv_nhwc) X(test_fused_conv_graph) X(test_fused_conv_tactics) X(test_fused_conv_nan_tactics) X(test_conv_gemm) X(test_squeeze_excite) X(test_se_engine) X(test_se_engine_layouts)
+#define TESTS_FC(X) X(test_fused_conv) X(test_fused_conv_special_values) X(test_fused_conv_nhwc) X(test_fused_conv_graph) X(test_fused_conv_tactics) X(test_fused_conv_nan_tactics) X(test_conv_legacy_pinned) X(test_conv_gemm) X(test_squeeze_excite) X(test_se_engine) X(test_se_engine_layouts)
 #else
 #define TESTS_FC(X) X(test_fused_conv) X(test_fused_conv_special_values) X(test_fused_conv_nan_tactics) X(test_conv_gemm) X(test_squeeze_excite) X(test_se_engine) X(test_se_engine_layouts)
 #endif

@@ -119,6 +119,7 @@ typedef struct conv_plan {
     int64_t pe[KCU_MAX_SP];
     int32_t dt, math;
     int32_t nhwc;           /* 1: X, Y (and R) hold NHWC bytes (kiln.FusedConv layout) */
+    int32_t pin;            /* the forward algorithm the tactic pins, -1: found by timing */
     bool declined;
     cudnnTensorDescriptor_t x, y;
     cudnnFilterDescriptor_t w;
@@ -448,19 +449,38 @@ static kiln_status nhwc_input(const kiln_kernel_args *a, int v, const kcu_conv *
 /* Largest workspace an algorithm may use. */
 #define KCU_CONV_WS_LIMIT ((size_t)256 << 20)
 
-/* Sets up legacy plan p for geometry g (descriptors, algorithm; the
- * candidates timed once per node, at its first shape, on its own buffers
- * unless KILN_CUDNN_FIND=0: later shapes run the algorithm found where it
- * runs them within the workspace limit, else the heuristics' first).
- * Leaves p->declined set when cuDNN cannot run it. */
-static kiln_status conv_plan_build(const kiln_kernel_args *a, const kcu_conv *g, const void *wdata,
-                                   conv_plan *p, conv_state *cs) {
-    kiln_cuda_state *st = KCU_STATE(a);
-    const kiln_tensor *X = a->in[0];
-    kiln_tensor *Y = a->out[0];
+/* The legacy key of a layer of geometry g and dtype t (pin: the algorithm
+ * the tactic pins, -1 none). */
+static void conv_plan_key(const kiln_cuda_state *st, const kcu_conv *g, const int64_t *pe, bool nhwc, kiln_dtype t,
+                          int pin, conv_plan *key) {
+    memset(key, 0, sizeof *key);
+    key->g = *g;
+    memcpy(key->pe, pe, sizeof key->pe);
+    key->math = CUDNN_TENSOR_OP_MATH;
+    key->nhwc = nhwc;
+    key->pin = pin;
+    switch (t) {
+    case KILN_DTYPE_FLOAT32:
+        key->dt = CUDNN_DATA_FLOAT;
+        key->math = st->allow_tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
+        break;
+    case KILN_DTYPE_FLOAT16: key->dt = CUDNN_DATA_HALF; break;
+    case KILN_DTYPE_BFLOAT16: key->dt = CUDNN_DATA_BFLOAT16; break;
+    default:
+        key->dt = CUDNN_DATA_DOUBLE;
+        key->math = CUDNN_DEFAULT_MATH;
+        break;
+    }
+}
+
+/* The descriptors of legacy plan p (its key set) and cuDNN's heuristic
+ * list of algorithms for them (perf, *np); false where cuDNN declines the
+ * geometry (asymmetric padding, a ceil-mode output, NHWC other than 2-D). */
+static bool conv_plan_describe(const kiln_cuda_state *st, conv_plan *p,
+                               cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT], int *np) {
+    const kcu_conv *g = &p->g;
     cudnnDataType_t dt = (cudnnDataType_t)p->dt, ct = CUDNN_DATA_FLOAT;
     if (dt == CUDNN_DATA_DOUBLE) ct = CUDNN_DATA_DOUBLE;
-    p->declined = true;
     kcu_conv_nd v; /* the geometry as cuDNN's int arrays (cuda_spatial.h) */
     kiln__cuda_conv_nd(g, false, &v);
     const int nsp = v.nsp, nd = v.nd;
@@ -487,13 +507,48 @@ static kiln_status conv_plan_build(const kiln_kernel_args *a, const kcu_conv *g,
     DNN_SETUP(cudnnGetConvolutionNdForwardOutputDim(p->c, p->x, p->w, nd, od));
     for (int i = 0; i < nd; i++)
         if (od[i] != yd[i]) goto done; /* asymmetric padding or ceil: not expressible */
+    DNN_SETUP(cudnnGetConvolutionForwardAlgorithm_v7(st->dnn, p->x, p->w, p->c, p->y,
+                                                     CUDNN_CONVOLUTION_FWD_ALGO_COUNT, np, perf));
+    return true;
+done:
+    return false;
+}
+
+/* Sets up legacy plan p for geometry g (descriptors, algorithm: the one the
+ * tactic pins, else the candidates timed once per node, at its first
+ * shape, on its own buffers unless KILN_CUDNN_FIND=0: later shapes run the
+ * algorithm found where it runs them within the workspace limit, else the
+ * heuristics' first). Leaves p->declined set when cuDNN cannot run it (the
+ * pinned algorithm: not within the workspace limit or not for this shape). */
+static kiln_status conv_plan_build(const kiln_kernel_args *a, const void *wdata, conv_plan *p, conv_state *cs) {
+    kiln_cuda_state *st = KCU_STATE(a);
+    const kiln_tensor *X = a->in[0];
+    kiln_tensor *Y = a->out[0];
+    cudnnDataType_t dt = (cudnnDataType_t)p->dt;
+    p->declined = true;
     cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
     int np = 0;
-    DNN_SETUP(cudnnGetConvolutionForwardAlgorithm_v7(st->dnn, p->x, p->w, p->c, p->y,
-                                                     CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &np, perf));
+    if (!conv_plan_describe(st, p, perf, &np)) return KILN_OK;
+    const bool accurate = kcu_conv_accurate_only(st, dt);
+    if (p->pin >= 0) {
+        size_t pws = 0;
+        bool listed = false;
+        for (int i = 0; i < np; i++) listed |= (int)perf[i].algo == p->pin && perf[i].status == CUDNN_STATUS_SUCCESS;
+        /* (an algorithm that rounds more, in an engine that must not: a file's
+         * tactic the builder would not have listed, declined) */
+        if (!listed || (accurate && kcu_fwd_algo_rounds_more((cudnnConvolutionFwdAlgo_t)p->pin)) ||
+            cudnnGetConvolutionForwardWorkspaceSize(st->dnn, p->x, p->w, p->c, p->y,
+                                                               (cudnnConvolutionFwdAlgo_t)p->pin,
+                                                               &pws) != CUDNN_STATUS_SUCCESS ||
+            pws > KCU_CONV_WS_LIMIT)
+            return KILN_OK;
+        p->algo = (cudnnConvolutionFwdAlgo_t)p->pin;
+        p->ws = pws;
+        p->declined = false;
+        goto named;
+    }
     int nc = 0, first = -1;
     size_t ws_max = 0;
-    const bool accurate = kcu_conv_accurate_only(st, dt);
     for (int i = 0; i < np; i++)
         if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= KCU_CONV_WS_LIMIT &&
             !(accurate && kcu_fwd_algo_rounds_more(perf[i].algo))) {
@@ -501,7 +556,7 @@ static kiln_status conv_plan_build(const kiln_kernel_args *a, const kcu_conv *g,
             nc++;
             if (perf[i].memory > ws_max) ws_max = perf[i].memory;
         }
-    if (nc == 0) goto done;
+    if (nc == 0) return KILN_OK;
     p->algo = perf[first].algo;
     p->ws = perf[first].memory;
     size_t fws = 0;
@@ -535,20 +590,21 @@ static kiln_status conv_plan_build(const kiln_kernel_args *a, const kcu_conv *g,
         }
     }
     p->declined = false;
+named:;
     char pn[256];
     if (st->verbose)
-        fprintf(stderr, "kiln: cuda: node '%s': cuDNN legacy convolution algorithm %d (%s)%s\n",
+        fprintf(stderr, "kiln: cuda: node '%s': cuDNN legacy convolution algorithm %d (%s)%s%s\n",
                 kiln_printable(KCU_NODE(a), pn, sizeof pn), (int)p->algo, kcu_fwd_algo_name(p->algo),
-                accurate ? "" : ", fast math");
-done:
+                accurate ? "" : ", fast math", p->pin >= 0 ? ", pinned by the tactic" : "");
     return KILN_OK;
 }
 
 /* Runs the convolution alone through cuDNN's legacy API (the epilogue is
- * the caller's). *handled = false: cuDNN declined (no algorithm,
- * unexpected output shape); the caller falls back. */
+ * the caller's), with algorithm pin (-1: found by timing). *handled =
+ * false: cuDNN declined (no algorithm, unexpected output shape, the pinned
+ * algorithm not here); the caller falls back. */
 static kiln_status conv_cudnn(const kiln_kernel_args *a, const kcu_conv *g, const int64_t *pe,
-                              bool nhwc, int xv, conv_state *cs, bool *handled) {
+                              bool nhwc, int xv, int pin, conv_state *cs, bool *handled) {
     kiln_cuda_state *st = KCU_STATE(a);
     const char *node = KCU_NODE(a);
     const kiln_tensor *X = a->in[0];
@@ -557,29 +613,13 @@ static kiln_status conv_cudnn(const kiln_kernel_args *a, const kcu_conv *g, cons
     const void *wdata = a->in[1]->data;
     if (nhwc) KILN_TRY(nhwc_weights(a, g, xv, cs, &wdata));
     conv_plan key;
-    memset(&key, 0, sizeof key);
-    key.g = *g;
-    memcpy(key.pe, pe, sizeof key.pe);
-    key.math = CUDNN_TENSOR_OP_MATH;
-    key.nhwc = nhwc;
-    switch (X->dtype) {
-    case KILN_DTYPE_FLOAT32:
-        key.dt = CUDNN_DATA_FLOAT;
-        key.math = st->allow_tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
-        break;
-    case KILN_DTYPE_FLOAT16: key.dt = CUDNN_DATA_HALF; break;
-    case KILN_DTYPE_BFLOAT16: key.dt = CUDNN_DATA_BFLOAT16; break;
-    default:
-        key.dt = CUDNN_DATA_DOUBLE;
-        key.math = CUDNN_DEFAULT_MATH;
-        break;
-    }
+    conv_plan_key(st, g, pe, nhwc, X->dtype, pin, &key);
     conv_plan *p = kiln__plan_cache_find(&cs->legacy, &conv_plans, &key);
     if (!p) {
         p = kiln__calloc(1, sizeof *p);
         if (!p) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "node '%s': cuDNN convolution plan", node);
         memcpy(p, &key, conv_plans.key_size);
-        kiln_status s = conv_plan_build(a, g, wdata, p, cs);
+        kiln_status s = conv_plan_build(a, wdata, p, cs);
         if (s != KILN_OK) {
             conv_plan_destroy(p);
             return s;
@@ -603,6 +643,30 @@ static kiln_status conv_cudnn(const kiln_kernel_args *a, const kcu_conv *g, cons
     if (fs != CUDNN_STATUS_SUCCESS) return dnn_fail(node, "ConvolutionForward", fs);
     *handled = true;
     return KILN_OK;
+}
+
+/* conv_cudnn with the algorithm the layer's tactic pins, where it pins one:
+ * where that algorithm does not run the layer here (another shape of its
+ * profile, another cuDNN or GPU), one found by timing runs it, with a
+ * warning (once per node), except in a tuning state, where the tactic fails. */
+static kiln_status conv_legacy(const kiln_kernel_args *a, const kcu_conv *g, const int64_t *pe, bool nhwc, int xv,
+                               conv_state *cs, bool *handled) {
+    kiln_cuda_state *st = KCU_STATE(a);
+    const int pin = kcu_conv_legacy_algo(kiln__cuda_tactic(a));
+    KILN_TRY(conv_cudnn(a, g, pe, nhwc, xv, pin, cs, handled));
+    if (*handled || pin < 0) return KILN_OK;
+    const char *an = kcu_fwd_algo_name((cudnnConvolutionFwdAlgo_t)pin);
+    if (st->strict_tactics)
+        return KILN_FAIL(KILN_ERR_UNSUPPORTED, "node '%s': cuDNN's legacy algorithm %s does not run this layer here",
+                         KCU_NODE(a), an);
+    char pn[256];
+    if (!cs->warned)
+        fprintf(stderr,
+                "kiln: warning: node '%s': cuDNN's legacy algorithm %s (chosen at build) does not run input "
+                "[%lld, %lld, ...] with this cuDNN %zu and GPU; using the fastest of those that do\n",
+                kiln_printable(KCU_NODE(a), pn, sizeof pn), an, (long long)g->N, (long long)g->C, cudnnGetVersion());
+    cs->warned = true;
+    return conv_cudnn(a, g, pe, nhwc, xv, -1, cs, handled);
 }
 
 /* ---- the fused graph ------------------------------------------------------------------ */
@@ -899,7 +963,7 @@ static kiln_status conv_graph_run(const kiln_kernel_args *a, const kcu_conv *g, 
     kiln_tensor *Y = a->out[0];
     int32_t tactic = kiln__cuda_tactic(a);
     *handled = false;
-    if (tactic == KCU_CONV_TACTIC_LEGACY || !gconv_eligible(X->dtype, act, alpha, beta)) return KILN_OK;
+    if (kcu_conv_is_legacy(tactic) || !gconv_eligible(X->dtype, act, alpha, beta)) return KILN_OK;
     /* Tactic 0 (a build without tuning: nothing timed, nothing checked) runs the
      * heuristics' first config, whose fused ReLU turned NaN into 0 on an H100
      * (fp16 random CUDA graphs 53 and 101, issue 20): with a clamping
@@ -1325,7 +1389,7 @@ static kiln_status conv_exec(const kiln_kernel_args *a, const kiln_conv_attrs *a
             bool sym = true, fits = g.N * g.C * g.in_sz < INT_MAX && g.N * g.M * g.out_sz < INT_MAX;
             for (int i = 0; i < g.ns; i++)
                 if (g.pb[i] != pe[i]) sym = false;
-            if (s == KILN_OK && sym && fits) s = conv_cudnn(&ac, &g, pe, nhwc, xv, cs, &done);
+            if (s == KILN_OK && sym && fits) s = conv_legacy(&ac, &g, pe, nhwc, xv, cs, &done);
             if (cs == &tmp) conv_state_clear(&tmp);
             KILN_TRY(s);
         }
@@ -1403,11 +1467,59 @@ static bool fc_half_geom(const kiln_infer_args *a, kcu_conv *g, int64_t *pe) {
     return true;
 }
 
+#if KILN_HAVE_CUDNN
+_Static_assert(KCU_CONV_LEGACY_ALGOS == CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
+               "kcu_conv_legacy_algo: one tactic id per cuDNN forward algorithm");
+/* Legacy tactics a layer lists at most: fp16/bf16 layers (their fused
+ * graph's configs come first, and are faster) and the others (the legacy
+ * API is cuDNN's only path for them). */
+#define KCU_CONV_LEGACY_TACTICS_HALF 2
+#define KCU_CONV_LEGACY_TACTICS_FULL 4
+
+/* The legacy tactics of a layer of geometry g (the build's shape) into ids
+ * (room: their space, >= 1): one per algorithm of cuDNN's heuristic list
+ * that runs it within the workspace limit (and rounds as a direct one
+ * does, where the engine must: kcu_conv_accurate_only), pinned (the
+ * builder times and probes what the engine runs), in the list's order;
+ * the plain KCU_CONV_TACTIC_LEGACY where cuDNN declines the geometry
+ * (the path then runs kiln's im2col GEMM, or fails for an NHWC layer). */
+static int legacy_tactics(kiln_cuda_state *st, const kcu_conv *g0, const int64_t *pe0, bool nhwc, bool x_nchw,
+                          kiln_dtype t, int32_t *ids, int room) {
+    if (room < 1) return 0;
+    kcu_conv g = *g0;
+    int64_t pe[KCU_MAX_SP];
+    memcpy(pe, pe0, sizeof pe);
+    if (nhwc && x_nchw) xv_geom(g0, pe0, XV_C8, &g, pe); /* as conv_exec converts X for the legacy API */
+    bool sym = g.N * g.C * g.in_sz < INT_MAX && g.N * g.M * g.out_sz < INT_MAX;
+    for (int i = 0; i < g.ns; i++)
+        if (g.pb[i] != pe[i]) sym = false;
+    conv_plan *p = sym ? kiln__calloc(1, sizeof *p) : NULL;
+    int n = 0;
+    if (p) {
+        conv_plan_key(st, &g, pe, nhwc, t, -1, p);
+        const bool half = t == KILN_DTYPE_FLOAT16 || t == KILN_DTYPE_BFLOAT16;
+        const int most = half ? KCU_CONV_LEGACY_TACTICS_HALF : KCU_CONV_LEGACY_TACTICS_FULL;
+        const bool accurate = kcu_conv_accurate_only(st, (cudnnDataType_t)p->dt);
+        cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+        int np = 0;
+        if (conv_plan_describe(st, p, perf, &np))
+            for (int i = 0; i < np && n < room && n < most; i++)
+                if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= KCU_CONV_WS_LIMIT &&
+                    (int)perf[i].algo >= 0 && (int)perf[i].algo < KCU_CONV_LEGACY_ALGOS &&
+                    !(accurate && kcu_fwd_algo_rounds_more(perf[i].algo)))
+                    ids[n++] = KCU_CONV_TACTIC_LEGACY | ((int32_t)perf[i].algo + 1) << KCU_CONV_TACTIC_CAND_SHIFT;
+        conv_plan_destroy(p);
+    }
+    if (n == 0) ids[n++] = KCU_CONV_TACTIC_LEGACY;
+    return n;
+}
+#endif
+
 /* FusedConv's tactics on CUDA: the engine configs of cuDNN's heuristics
  * for the layer's fused graph (fp16/bf16), in their order (for a layer
  * that converts its NCHW input: those of each input variant XV_*), then
- * the legacy path (KCU_CONV_TACTIC_LEGACY: the convolution alone, cuDNN's
- * timed algorithm, then kiln's epilogue kernel). Every one is timed by the
+ * the legacy path (the convolution alone, each of cuDNN's first
+ * algorithms for it pinned (legacy_tactics), then kiln's epilogue kernel). Every one is timed by the
  * builder. A state whose tactics were listed is a tuning state: a tactic
  * that cannot be made there fails instead of falling back. The GEMM
  * tactics come before the legacy path where the layer is one GEMM; without
@@ -1491,14 +1603,15 @@ int kiln__cu_fused_conv_tactics(void *state, const kiln_infer_args *a, int32_t *
     }
     for (int k = 0; k < n_gt && n < cap - 1 - (gv ? 1 : 0); k++) ids[n++] = gt[k];
     if (gv) ids[n++] = KCU_CONV_TACTIC_GEMV;
-    if (!dw) ids[n++] = KCU_CONV_TACTIC_LEGACY; /* (the legacy API has no NHWC depthwise path here) */
+    if (!dw) n += legacy_tactics(st, &g, pe, nhwc, x_nchw, x->dtype, ids + n, cap - n); /* (the legacy
+                                                  API has no NHWC depthwise path here) */
     return n;
 #endif
 }
 
 const char *kiln__cu_fused_conv_tactic_name(int32_t id) {
     return id == 0                        ? "cudnn-heuristic"
-           : id == KCU_CONV_TACTIC_LEGACY ? "cudnn-legacy+epilogue"
+           : kcu_conv_is_legacy(id)       ? "cudnn-legacy+epilogue"
            : id == KCU_CONV_TACTIC_DW     ? "kiln-dwconv-nhwc"
            : id == KCU_CONV_TACTIC_GEMV   ? "kiln-gemv"
            : kcu_conv_gconv_bm(id) > 0    ? "kiln-gconv-nhwc"
@@ -1529,6 +1642,13 @@ void kiln__cu_fused_conv_tactic_describe(int32_t id, char *buf, size_t n) {
 #endif
     if (kcu_conv_gconv_bm(id) > 0)
         snprintf(buf, n, "%s/bm%d", kiln__cu_fused_conv_tactic_name(id), kcu_conv_gconv_bm(id));
+    else if (kcu_conv_legacy_algo(id) >= 0)
+#if KILN_HAVE_CUDNN
+        snprintf(buf, n, "%s/%s", kiln__cu_fused_conv_tactic_name(id),
+                 kcu_fwd_algo_name((cudnnConvolutionFwdAlgo_t)kcu_conv_legacy_algo(id)));
+#else
+        snprintf(buf, n, "%s/algo%d", kiln__cu_fused_conv_tactic_name(id), kcu_conv_legacy_algo(id));
+#endif
     else if (kcu_conv_gemm_kind(id))
         snprintf(buf, n, "%s#%d", kiln__cu_fused_conv_tactic_name(id), (int)(id >> KCU_CONV_TACTIC_CAND_SHIFT));
     else
@@ -1667,7 +1787,7 @@ int kiln__cu_fused_conv_tactic_kind(void *state, int32_t id) {
 #else
     (void)state;
 #endif
-    return id == KCU_CONV_TACTIC_LEGACY ? KILN_TACTIC_KIND_LEGACY
+    return kcu_conv_is_legacy(id) ? KILN_TACTIC_KIND_LEGACY
            : id == KCU_CONV_TACTIC_DW || id == KCU_CONV_TACTIC_GEMV || kcu_conv_gconv_bm(id) > 0 ? KILN_TACTIC_KIND_KILN
            : kcu_conv_gemm_kind(id)     ? KILN_TACTIC_KIND_BLAS
                                         : KILN_TACTIC_KIND_OTHER;

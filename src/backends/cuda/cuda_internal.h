@@ -200,9 +200,19 @@ static inline bool kcu_conv_accurate_only(const kiln_cuda_state *st, cudnnDataTy
 
 /* FusedConv's tactics: 0 = cuDNN's heuristics' first engine config for the
  * fused graph (else the legacy path); KCU_CONV_TACTIC_LEGACY = the legacy
- * API's timed algorithm + kiln's epilogue kernel; kcu_dg_is_id(id) = one
- * engine config of the fused graph (cuda_dnn_graph.h). */
+ * API + kiln's epilogue kernel, the algorithm found by timing them all at
+ * the layer's first run (engines of before 2026-12-06; what a layer runs
+ * where the algorithm of the tactic below does not); KCU_CONV_TACTIC_LEGACY
+ * | (a + 1) << KCU_CONV_TACTIC_CAND_SHIFT = the same with cuDNN's forward
+ * algorithm a pinned (kcu_conv_legacy_algo), as the builder timed it and
+ * its NaN probe checked it: an algorithm found at run time may treat NaN
+ * and infinities otherwise than the one checked (issue 20: a 2x2 stride-2
+ * fp16 NHWC layer gave numbers for -inf inputs in one run of the op tests
+ * and not in the next); kcu_dg_is_id(id) = one engine config of the fused
+ * graph (cuda_dnn_graph.h). */
 #define KCU_CONV_TACTIC_LEGACY 1
+/* cuDNN's forward algorithms (CUDNN_CONVOLUTION_FWD_ALGO_COUNT, asserted in cuda_conv.c) */
+#define KCU_CONV_LEGACY_ALGOS 8
 /* ... KCU_CONV_TACTIC_DW = kiln's NHWC depthwise kernel (kcu_dwconv_nhwc), the
  * first candidate of an NHWC depthwise layer (tactic 0 runs it too) */
 #define KCU_CONV_TACTIC_DW 2
@@ -235,6 +245,16 @@ static inline int kcu_conv_gconv_bm(int32_t id) {
     return id == (KCU_CONV_TACTIC_GCONV | 1 << KCU_CONV_TACTIC_CAND_SHIFT)   ? 64
            : id == (KCU_CONV_TACTIC_GCONV | 2 << KCU_CONV_TACTIC_CAND_SHIFT) ? 128
                                                                              : -1;
+}
+/* Whether tactic id is a legacy-path one (plain or with an algorithm pinned). */
+static inline bool kcu_conv_is_legacy(int32_t id) {
+    return (id & 0xff) == KCU_CONV_TACTIC_LEGACY && id > 0 &&
+           (id >> KCU_CONV_TACTIC_CAND_SHIFT) <= KCU_CONV_LEGACY_ALGOS;
+}
+/* The forward algorithm legacy tactic id pins (0 .. KCU_CONV_LEGACY_ALGOS - 1),
+ * -1 where it pins none (the plain KCU_CONV_TACTIC_LEGACY, or not a legacy tactic) */
+static inline int kcu_conv_legacy_algo(int32_t id) {
+    return kcu_conv_is_legacy(id) ? (int)(id >> KCU_CONV_TACTIC_CAND_SHIFT) - 1 : -1;
 }
 /* KCU_CONV_TACTIC_GEMM or _PATCH where tactic id names one of them, else 0 */
 static inline int32_t kcu_conv_gemm_kind(int32_t id) {
