@@ -604,6 +604,8 @@ def convert_method_to_engine(module, method_name="forward", inputs=None, arg_inp
     for b in bound:
         if b.example is None:
             b.example = b.spec.example(dev, gen)
+        else:  # the method may write its inputs in place (x.add_(1)): never the caller's
+            b.example = b.example.detach().clone()
     # a ScriptModule is exported through a plain module that calls it (see ScriptCall)
     target = _export.ScriptCall(module) if isinstance(module, torch.jit.ScriptModule) else module
 

@@ -262,12 +262,19 @@ def check(status):
         raise KilnError(status, msg)
 
 
+def clipped(text, limit=200):
+    """repr(text) cut to about `limit` characters for a message (engine bytes taken for a
+    path made a message of four times their size)."""
+    r = repr(text)
+    return r if len(r) <= limit else f"{r[:limit]}... ({len(text)} characters)"
+
+
 def c_path(path):
     """A file path as C wants it (os.fsencode). A path holding a NUL character is refused:
     C would read the path only up to it, another file (Python's open() refuses it too)."""
     b = os.fsencode(path)
     if b"\0" in b:
-        raise ValueError(f"path {os.fsdecode(b)!r} holds a NUL character")
+        raise ValueError(f"path {clipped(os.fsdecode(b))} holds a NUL character")
     return b
 
 
@@ -283,7 +290,7 @@ def c_text(s, what):
     holding a NUL character is refused (C would keep only what comes before it)."""
     b = s.encode("utf-8", "surrogateescape")
     if b"\0" in b:
-        raise ValueError(f"{what} {s!r} holds a NUL character")
+        raise ValueError(f"{what} {clipped(s)} holds a NUL character")
     return b
 
 

@@ -623,8 +623,12 @@ def save(engine, path, *, output_format=None):
 
 
 def load(path, *, threads=None):
-    """An EngineModule for the engine file at `path` (or a binary file object)."""
+    """An EngineModule for the engine file at `path` (or a binary file object, or the
+    bytes of an engine, such as convert_method_to_engine returns: bytes that begin as
+    an engine file does, which no path can, holding NUL bytes)."""
     if isinstance(path, io.IOBase) or hasattr(path, "read"):
+        return EngineModule(path, threads=threads)
+    if isinstance(path, (bytes, bytearray)) and bytes(path[:len(_files.ENGINE_MAGIC)]) == _files.ENGINE_MAGIC:
         return EngineModule(path, threads=threads)
     text = os.fsdecode(os.fspath(path))  # (a bytes path too: EngineModule takes bytes as an engine)
     if not text:

@@ -323,6 +323,39 @@ def test_load_empty_path():
         kiln.load(b"/nonexistent.kiln")
 
 
+def test_load_engine_bytes(engine):
+    """kiln.load(kiln.convert_method_to_engine(...)) took the engine's bytes for a path and
+    failed with a message four times their size, the whole engine escaped in it; bytes
+    that begin as an engine does (no path can: they hold NUL bytes) load as that engine,
+    and a path refused for a NUL byte is named in a few hundred characters (probe8)."""
+    m = kiln.load(engine)
+    x = torch.randn(3, 16)
+    assert torch.equal(m(x), kiln.EngineModule(engine)(x))
+    assert torch.equal(kiln.load(bytearray(engine))(x), m(x))
+    with pytest.raises(ValueError) as e:
+        kiln.load(b"/tmp/" + b"x" * 1_000_000 + b"\0")
+    msg = str(e.value)
+    assert len(msg) < 400 and msg.endswith("... (1000006 characters) holds a NUL character"), msg
+    with pytest.raises(kiln.KilnError, match="cannot open engine"):
+        kiln.load(bytes(engine[:8]))  # (no NUL yet: a path, of no file)
+
+
+def test_convert_leaves_the_inputs_alone():
+    """A method writing its input in place (x.add_(1)) changed the caller's example tensor
+    while kiln converted it (the eager check and the export each ran the method on it);
+    the engine computes what the method returns (probe8)."""
+    class AddInPlace(torch.nn.Module):
+        def forward(self, x):
+            x.add_(1)
+            return x * 2
+
+    x = torch.randn(2, 3)
+    keep = x.clone()
+    e = kiln.convert_method_to_engine(AddInPlace(), "forward", [x], exporter="torchscript")
+    assert torch.equal(x, keep)
+    assert torch.allclose(kiln.EngineModule(e)(x), (keep + 1) * 2)
+
+
 def test_save_bad_argument():
     with raises(TypeError, "kiln.save: expected an EngineModule or engine bytes, got str"):
         kiln.save("engine", "out.kiln")

@@ -362,6 +362,27 @@ def test_hostile_bodies_read_no_further_than_their_headers(engine):
         assert feeds["x"].dtype == np.float32 and np.array_equal(feeds["x"], x)
 
 
+def test_json_body_too_big_for_the_engine(engine):
+    """A JSON body is parsed into Python numbers (24 to 32 bytes each) before its shape is
+    checked: a 32 MB list of numbers for an input of 8 x 16 took 420 MB to refuse (a 64 MB
+    body, the default limit: 850 MB a request). Refused from its commas before parsing
+    when it holds more values than the inputs take at their largest shapes (probe8)."""
+    import resource
+
+    spec = EngineSpec.from_file(engine)
+    n = 8_000_000
+    body = b'{"inputs": {"x": [[' + b"1.5," * (n - 1) + b"1.5]]}}"
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with pytest.raises(RequestError, match=r"the JSON body holds over 7999999 values, more than "
+                                           r"the engine's inputs take at their largest shapes "
+                                           r"\(128 values: 'x' \[8, 16\]\)"):
+        spec.decode(body, "application/json")
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 100_000  # KiB
+    x = np.arange(128, dtype=np.float32).reshape(8, 16)  # the largest request still reads
+    feeds, _ = spec.decode(json.dumps({"inputs": {"x": x.tolist()}}, indent=1).encode(), "application/json")
+    assert np.array_equal(feeds["x"], x)
+
+
 def test_npz_members_zipfile_cannot_read(engine):
     """.npz members zipfile cannot read are a 400 naming the member: a corrupt deflate
     stream (numpy.savez_compressed's; zlib.error) or LZMA stream (LZMAError), an encrypted

@@ -229,10 +229,14 @@ KILN_PRIVATE uint64_t kiln__format_checksum_ex(const void *data, size_t size, bo
  * graph): value types and shapes, constant sizes, node ops and arities,
  * value indices, topological order (every input is a constant, a graph input
  * or an output of an earlier node; every value has at most one producer),
- * graph inputs/outputs, and one consistent profile per input. Fails with
- * KILN_ERR_FORMAT and a message naming the value or node. */
-KILN_PRIVATE kiln_status kiln__format_check_graph(const kiln_graph *g,
-                                                  const kiln_profile *profiles);
+ * graph inputs/outputs, one consistent profile per input, and every layer
+ * reading each value in the layout it is written in. `sources`: whether
+ * the nodes' `added` says which nodes kiln added (a writer's graph, a file
+ * with a SRCS section), which tells a backend's relabelling Reshapes from a
+ * model's own. Fails with KILN_ERR_FORMAT and a message naming the value or
+ * node. */
+KILN_PRIVATE kiln_status kiln__format_check_graph(const kiln_graph *g, const kiln_profile *profiles,
+                                                  bool sources);
 
 /* Little-endian field access (the format's byte order, on any host). */
 static inline uint32_t kiln__le32(const unsigned char *p) {

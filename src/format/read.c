@@ -7,6 +7,7 @@
 
 #include "backends/backend.h"
 #include "backends/cpu/cpu_features.h"
+#include "ir/layouts.h"
 
 #include <limits.h>
 #include <stdarg.h>
@@ -60,157 +61,19 @@ static bool const_bytes(kiln_dtype dt, int rank, const int64_t *dims, uint64_t *
 
 /* ---- layouts ------------------------------------------------------------ */
 
-static const char *layout_name(int l) {
-    return l == KILN_VLAYOUT_NHWC ? "nhwc" : l == KILN_VLAYOUT_NHWC_BF16 ? "nhwc-bf16"
-           : l == KILN_VLAYOUT_C16 ? "nchw16c" : "nchw";
-}
-
-/* Whether a 4-D value's bytes read the same in layouts a and b: NHWC and
- * NCHW where C = 1 or H = W = 1 (a pool's [N, C, 1, 1]). */
-static bool same_bytes(const kiln_tinfo *t, int a, int b) {
-    if (a == b) return true;
-    bool nhwc_plain = (a == KILN_VLAYOUT_NHWC && b == KILN_VLAYOUT_PLAIN) ||
-                      (b == KILN_VLAYOUT_NHWC && a == KILN_VLAYOUT_PLAIN);
-    return nhwc_plain && t->rank == 4 && (t->dims[1] == 1 || (t->dims[2] == 1 && t->dims[3] == 1));
-}
-
-/* The layout an elementwise-shaped layer n of no layout of its own writes
- * (a layer of a backend's NHWC chain runs in either layout: its 4-D
- * inputs of the output's dims, "full", are in one layout and so is its
- * output), from lay[] of its inputs: that layout; -1 where an input is of
- * unknown layout or of another shape than full or per-channel ([.., C or
- * 1, 1, 1]: the same bytes either way); -2 where n is not elementwise-
- * shaped. *mixed: two full inputs known in two layouts (v, w). */
-static int elementwise_layout(const kiln_graph *g, const kiln_node *n, const int *lay, int *mixed_v, int *mixed_w) {
-    *mixed_v = *mixed_w = -1;
-    if (n->n_out != 1 || n->out[0] < 0) return -2;
-    const kiln_tinfo *y = &g->values[n->out[0]].info;
-    if (y->rank != 4) return -2;
-    int l = -2, first = -1;
-    for (int k = 0; k < n->n_in; k++) {
-        int v = n->in[k];
-        if (v < 0) continue;
-        const kiln_tinfo *t = &g->values[v].info;
-        if (t->rank == 4 && !memcmp(t->dims, y->dims, sizeof t->dims)) {
-            if (lay[v] < 0) return -1;
-            if (l == -2) l = lay[v], first = v;
-            else if (l != lay[v] && !same_bytes(t, l, lay[v])) {
-                *mixed_v = first;
-                *mixed_w = v;
-                return -1;
-            }
-            continue;
-        }
-        if (t->rank < 0 || t->rank > 4) return -1;
-        bool chan = true; /* right-aligned: its last two dims 1 */
-        for (int d = t->rank - 2; d < t->rank; d++)
-            if (d >= 0 && t->dims[d] != 1) chan = false;
-        if (!chan) return -1;
-    }
-    return l;
-}
-
-/* The layout in which each value's bytes are written, where the file says
- * it for sure (lay[v] >= 0), else -1: plain for a graph input, a constant
- * and any value that is not 4-D; a layout layer's output 0 in its layout
- * (its other outputs plain); for any other layer but a view, plain where
- * it reads only values known plain, and an elementwise-shaped layer's
- * (elementwise_layout) where its inputs say it; a view's where it keeps
- * the shape (Identity). What a view that changes the shape passes on is
- * not followed (a backend's chain relabels [N, H, W, C] as NHWC-held
- * [N, C, H, W] so). Fails where an elementwise-shaped layer reads two full
- * inputs known in two layouts (it would mix orders). */
-static kiln_status written_layouts(const kiln_graph *g, int *lay) {
-    for (int v = 0; v < g->n_values; v++) {
-        bool given = (g->values[v].flags & KILN_VALUE_CONST) || g->values[v].info.rank != 4;
-        lay[v] = given ? KILN_VLAYOUT_PLAIN : -1;
-    }
-    for (int i = 0; i < g->n_inputs; i++) lay[g->inputs[i]] = KILN_VLAYOUT_PLAIN;
-    for (int i = 0; i < g->n_nodes; i++) {
-        const kiln_node *n = &g->nodes[i];
-        const kiln_op_def *op = kiln__op_by_id(n->op_id);
-        if (n->dead) continue;
-        int y = -1;
-        if (op->layout_io && n->attrs) {
-            kiln_io_layout io;
-            op->layout_io(*op->layout_field(n->attrs), &io);
-            y = io.y;
-        } else if (!(op->flags & KILN_OP_FLAG_VIEW)) {
-            y = KILN_VLAYOUT_PLAIN;
-            for (int k = 0; k < n->n_in; k++)
-                if (n->in[k] >= 0 && lay[n->in[k]] != KILN_VLAYOUT_PLAIN) y = -1;
-            int mv, mw, l = elementwise_layout(g, n, lay, &mv, &mw);
-            if (mv >= 0)
-                return KILN_FAIL(KILN_ERR_FORMAT,
-                                 "node %d '%s' (%s) reads value %d '%s', which is %s, and value %d '%s', which "
-                                 "is %s, as one layout", i, nm(n->name), op->name, mv, nm(g->values[mv].name),
-                                 layout_name(lay[mv]), mw, nm(g->values[mw].name), layout_name(lay[mw]));
-            if (y < 0 && l >= 0) y = l;
-        } else if (n->n_in > 0 && n->in[0] >= 0 && n->n_out > 0 && n->out[0] >= 0 &&
-                   g->values[n->in[0]].info.rank == 4 && g->values[n->out[0]].info.rank == 4 &&
-                   !memcmp(g->values[n->in[0]].info.dims, g->values[n->out[0]].info.dims,
-                           sizeof g->values[n->in[0]].info.dims)) {
-            y = lay[n->in[0]]; /* a view that keeps the shape (Identity): the same bytes, the same order */
-        }
-        for (int k = 0; k < n->n_out; k++)
-            if (g->values[n->out[k]].info.rank == 4)
-                lay[n->out[k]] = k > 0 && op->layout_io ? KILN_VLAYOUT_PLAIN : y;
-    }
-    return KILN_OK;
-}
-
-/* Layers whose attributes say in which layout they read a value (NHWC or
- * nChw16c chains) read it as its producer wrote it, and graph outputs are
- * plain: a layout field changed in a file (a checksum is no signature)
- * read NCHW bytes as NHWC, a silent wrong result. Only what the file says
- * for sure is compared (written_layouts). */
-static kiln_status check_layouts(const kiln_graph *g) {
-    size_t nv = (size_t)g->n_values + 1;
-    int *prod = kiln__malloc(nv * sizeof *prod), *lay = kiln__malloc(nv * sizeof *lay);
-    kiln_status st = KILN_OK;
-    if (!prod || !lay) {
-        st = KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory checking an engine");
-        goto done;
-    }
-    for (int v = 0; v < g->n_values; v++) prod[v] = -1;
-    for (int i = 0; i < g->n_nodes; i++)
-        if (!g->nodes[i].dead)
-            for (int k = 0; k < g->nodes[i].n_out; k++) prod[g->nodes[i].out[k]] = i;
-    if ((st = written_layouts(g, lay)) != KILN_OK) goto done;
-    for (int i = 0; i < g->n_nodes && st == KILN_OK; i++) {
-        const kiln_node *n = &g->nodes[i];
-        const kiln_op_def *op = kiln__op_by_id(n->op_id);
-        if (n->dead || !op->layout_io || !n->attrs) continue;
-        kiln_io_layout io;
-        op->layout_io(*op->layout_field(n->attrs), &io);
-        for (int pass = 0; pass < 2 && st == KILN_OK; pass++) {
-            int k = pass == 0 ? 0 : io.r_in;
-            if ((pass == 1 && k <= 0) || k >= n->n_in || n->in[k] < 0) continue;
-            int want = pass == 0 ? io.x : io.r_nhwc ? KILN_VLAYOUT_NHWC : io.y;
-            int v = n->in[k], have = g->values[v].info.rank == 4 ? lay[v] : want;
-            if (have < 0 || same_bytes(&g->values[v].info, have, want)) continue;
-            char by[96];
-            if (prod[v] >= 0) snprintf(by, sizeof by, "node %d '%s'", prod[v], nm(g->nodes[prod[v]].name));
-            else snprintf(by, sizeof by, "%s", g->values[v].flags & KILN_VALUE_CONST ? "a constant" : "a graph input");
-            st = KILN_FAIL(KILN_ERR_FORMAT, "node %d '%s' (%s) reads its %s, value %d '%s', as %s, but it is %s (%s)",
-                           i, nm(n->name), op->name, pass == 0 ? "input" : "residual", v, nm(g->values[v].name),
-                           layout_name(want), layout_name(have), by);
-        }
-    }
-    for (int i = 0; i < g->n_outputs && st == KILN_OK; i++) {
-        int v = g->outputs[i], have = lay[v];
-        if (have > 0 && !same_bytes(&g->values[v].info, have, KILN_VLAYOUT_PLAIN))
-            st = KILN_FAIL(KILN_ERR_FORMAT, "graph output %d, value %d '%s', is written %s by node %d '%s': "
-                           "outputs are nchw", i, v, nm(g->values[v].name), layout_name(have), prod[v],
-                           prod[v] >= 0 ? nm(g->nodes[prod[v]].name) : "");
-    }
-done:
-    kiln__free(prod);
+/* Every layer reads each value in the order its producer wrote its bytes
+ * in, and graph outputs are plain (kiln__plan_layouts): a layout field
+ * changed in a file (a checksum is no signature) read NCHW bytes as NHWC,
+ * a silent wrong result. */
+static kiln_status check_layouts(const kiln_graph *g, bool sources) {
+    int *lay = kiln__malloc(((size_t)g->n_values + 1) * sizeof *lay);
+    if (!lay) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory checking an engine");
+    kiln_status st = kiln__plan_layouts(g, sources, lay);
     kiln__free(lay);
     return st;
 }
 
-kiln_status kiln__format_check_graph(const kiln_graph *g, const kiln_profile *profiles) {
+kiln_status kiln__format_check_graph(const kiln_graph *g, const kiln_profile *profiles, bool sources) {
     if (!g) return KILN_FAIL(KILN_ERR_FORMAT, "no graph");
     if (g->n_values < 0 || g->n_nodes < 0 || g->n_inputs < 0 || g->n_outputs < 0 ||
         g->n_symbols < 0)
@@ -386,7 +249,7 @@ kiln_status kiln__format_check_graph(const kiln_graph *g, const kiln_profile *pr
             goto done;
         }
     }
-    st = check_layouts(g);
+    st = check_layouts(g, sources);
 done:
     kiln__free(state);
     return st;
@@ -978,7 +841,7 @@ kiln_status kiln__format_read(const void *data, size_t size, kiln_engine *e) {
     if (st == KILN_OK) st = read_sources(&r, g);
     if (st == KILN_OK) st = read_io(&r, g, &profiles);
     if (st == KILN_OK) {
-        st = kiln__format_check_graph(g, profiles);
+        st = kiln__format_check_graph(g, profiles, r.sec[SEC_SRCS].present);
         if (st != KILN_OK) st = kiln__fail_prefix(KILN_ERR_FORMAT, "engine file is malformed");
     }
     if (st == KILN_OK && r.meta.present) {

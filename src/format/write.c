@@ -134,7 +134,7 @@ kiln_status kiln__format_write(const kiln_engine *e, void **data, size_t *size) 
         return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "cannot write engine: no engine or no plan");
     const kiln_graph *g = e->graph;
 
-    kiln_status st = kiln__format_check_graph(g, e->profiles);
+    kiln_status st = kiln__format_check_graph(g, e->profiles, true);
     if (st != KILN_OK)
         return kiln__fail_prefix(KILN_ERR_INTERNAL, "refusing to write an invalid engine");
     if (memchr(e->target, 0, sizeof e->target) == NULL ||

@@ -39,7 +39,7 @@ KILN_ATTRS_AT(kiln_conv_attrs, output_shape, 320);
  * reference kernels read and write NCHW only: these layouts are the CPU
  * backend's kernels (backends/cpu/kernels/pool_cpu.c). */
 enum {
-    KILN_POOL_LAYOUT_NHWC = 1, /* MaxPool: X and Y NHWC (rank 4); GlobalAveragePool: X NHWC */
+    KILN_POOL_LAYOUT_NHWC = 1, /* MaxPool, AveragePool (CUDA): X and Y NHWC (rank 4); GlobalAveragePool: X NHWC */
     KILN_POOL_LAYOUT_C16 = 2,  /* the same, nChw16c (C % 16 == 0) */
 };
 

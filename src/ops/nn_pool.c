@@ -58,8 +58,11 @@ static kiln_status pool_validate(const kiln_op_def *op, const void *attrs, const
     KILN_TRY(kiln__check_attr(op, node, "ceil_mode", at->ceil_mode, 0, 1));
     KILN_TRY(kiln__check_attr(op, node, "count_include_pad", at->count_include_pad, 0, 1));
     KILN_TRY(kiln__check_attr(op, node, "storage_order", at->storage_order, 0, 1));
+    /* (MaxPool NHWC or nChw16c: the CPU's chains and CUDA's; AveragePool NHWC: CUDA's) */
     KILN_TRY(kiln__check_attr(op, node, "layout", at->layout, 0,
-                              !strcmp(op->name, "MaxPool") ? KILN_POOL_LAYOUT_C16 : 0));
+                              !strcmp(op->name, "MaxPool")       ? KILN_POOL_LAYOUT_C16
+                              : !strcmp(op->name, "AveragePool") ? KILN_POOL_LAYOUT_NHWC
+                                                                 : 0));
     if (at->n_kernel == 0) return KILN_VALIDATE_FAIL(op, node, "attribute 'kernel_shape' is required");
     const struct {
         const char *name;

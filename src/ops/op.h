@@ -320,6 +320,22 @@ enum {
 };
 
 KILN_PRIVATE const kiln_op_def *kiln__op_by_id(int id);
+/* Whether op `id` computes each output element from its inputs' elements
+ * at the same index (numpy broadcasting) and from nothing else, so that a
+ * layer of it runs in any one byte order its output and its inputs of the
+ * output's shape share: the elementwise layers a backend's NHWC chain
+ * carries (src/backends/cuda/cuda_layout.c), which the engine checks let
+ * pass a layout on (src/format/read.c). */
+static inline bool kiln__op_same_index(int id) {
+    switch (id) {
+    case KILN_OP_Add: case KILN_OP_Sub: case KILN_OP_Mul: case KILN_OP_Div:
+    case KILN_OP_Relu: case KILN_OP_LeakyRelu: case KILN_OP_Sigmoid: case KILN_OP_HardSigmoid:
+    case KILN_OP_HardSwish: case KILN_OP_Tanh: case KILN_OP_Clip:
+    case KILN_OP_Pointwise: /* (a fused chain of such ops) */
+        return true;
+    default: return false;
+    }
+}
 /* Finds the op for (domain, type). Returns its id or 0. */
 KILN_PRIVATE int kiln__op_find(const char *domain, const char *type);
 KILN_PRIVATE int kiln__op_id_of(const kiln_op_def *op);

@@ -128,6 +128,7 @@ struct kiln_context {
                             * count of the process whose call claimed it; else 0 (ctx_claim) */
     atomic_uintptr_t owner; /* the claiming thread's ctx_thread_tag address, or 0 */
     bool free_pending;     /* freed by its own run's layer callback: freed as the run returns */
+    int *vlayout;          /* per value: its layout (kiln__value_layouts), made when a debugger asks */
 };
 
 /* A context is used by one thread at a time (kiln.h). Every kiln_context_*
@@ -294,6 +295,7 @@ static void ctx_destroy(kiln_context *c) {
     for (int i = 0; c->in_copy && i < c->e->graph->n_inputs; i++) kiln__free(c->in_copy[i].p);
     kiln__free(c->in_copy);
     kiln__acheck_free(c->acheck);
+    kiln__free(c->vlayout);
     if (c->graph) c->be[MEM_DEV]->graph_free(c->state[MEM_DEV], c->graph);
     kiln__free(c->gkey);
     kiln__free(c->graph_out);
@@ -698,13 +700,23 @@ static void release_packed_constants(kiln_context *c, const kiln_node *n) {
     }
 }
 
+/* The layout value v's bytes are in (the layouts made on first use: a
+ * debugger's or a test's, never a plain run's). */
+static kiln_status value_layout(kiln_context *c, int v, int *layout) {
+    if (!c->vlayout && !(c->vlayout = kiln__value_layouts(c->e->graph)))
+        return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory (tensor layouts)");
+    *layout = c->vlayout[v];
+    return KILN_OK;
+}
+
 /* KILN_TEST_PLANT_BUG (tests of kiln debug only): makes output 0 of layer
  * ni wrong, as a buggy kernel would. */
 static kiln_status plant_bug(kiln_context *c, int ni) {
     const kiln_graph *g = c->e->graph;
     int v = g->nodes[ni].out[0], m = node_mem(c, &g->nodes[ni]);
     kiln_slot *s = &c->slots[v];
-    int layout = kiln__value_layout(g, v);
+    int layout = KILN_VLAYOUT_PLAIN;
+    KILN_TRY(value_layout(c, v, &layout));
     size_t nb = kiln__vlayout_stored_bytes(layout, &s->t);
     if (m == MEM_HOST || !nb) {
         if (s->ptr[MEM_HOST]) kiln__plant_bug_apply(layout, &s->t, s->ptr[MEM_HOST]);
@@ -1434,7 +1446,8 @@ kiln_status kiln_context_tensor(kiln_context *c, const char *name, kiln_tensor_v
     if (v < 0) return KILN_FAIL(KILN_ERR_INVALID_ARGUMENT, "kiln_context_tensor: the engine has no tensor '%s'", name);
     const kiln_slot *s = &c->slots[v];
     kiln_tensor t = s->t;
-    int layout = kiln__value_layout(g, v);
+    int layout = KILN_VLAYOUT_PLAIN;
+    KILN_TRY(value_layout(c, v, &layout));
     size_t stored = kiln__vlayout_stored_bytes(layout, &t);
     const void *raw = s->ptr[MEM_HOST];
     if (!raw && !s->ptr[MEM_DEV])

@@ -13,11 +13,13 @@
  * value know its layout; a debugger must be told. */
 #include "runtime/debug.h"
 
+#include "ir/layouts.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 
-int kiln__value_layout(const kiln_graph *g, int v) {
-    if (v < 0 || v >= g->n_values) return KILN_VLAYOUT_PLAIN;
+/* The layout the producer of v writes it in by its attributes (layout_io), else plain. */
+static int producer_layout(const kiln_graph *g, int v) {
     int p = g->values[v].producer;
     if (p < 0 || p >= g->n_nodes || g->values[v].info.rank != 4) return KILN_VLAYOUT_PLAIN;
     const kiln_node *n = &g->nodes[p];
@@ -25,6 +27,24 @@ int kiln__value_layout(const kiln_graph *g, int v) {
     kiln_io_layout io;
     n->op->layout_io(*n->op->layout_field(n->attrs), &io);
     return io.y;
+}
+
+int *kiln__value_layouts(const kiln_graph *g) {
+    int *lay = kiln__malloc(((size_t)g->n_values + 1) * sizeof *lay);
+    if (!lay) return NULL;
+    bool known = kiln__plan_layouts(g, true, lay) == KILN_OK;
+    if (!known) kiln__clear_error();
+    for (int v = 0; v < g->n_values; v++)
+        if (!known || lay[v] < 0) lay[v] = producer_layout(g, v);
+    return lay;
+}
+
+int kiln__value_layout(const kiln_graph *g, int v) {
+    if (v < 0 || v >= g->n_values) return KILN_VLAYOUT_PLAIN;
+    int *lay = kiln__value_layouts(g);
+    int l = lay ? lay[v] : producer_layout(g, v);
+    kiln__free(lay);
+    return l;
 }
 
 const char *kiln__vlayout_name(int layout) {

@@ -5,8 +5,13 @@
 
 #include "ir/ir.h"
 
-/* The layout of value v of plan g (KILN_VLAYOUT_*, ops/op.h), as the layer
- * producing it writes it (kiln_op_def.layout_io). */
+/* The layout (KILN_VLAYOUT_*, ops/op.h) each value of plan g is written in
+ * (kiln__plan_layouts: a layer's attributes, and the elementwise layers and
+ * views that pass a layout on, such as a CUDA chain's Mul of a
+ * squeeze-excite block), an array of g->n_values (kiln__free it), NULL when
+ * out of memory. */
+KILN_PRIVATE int *kiln__value_layouts(const kiln_graph *g);
+/* The same for one value v (tests: computes the whole array). */
 KILN_PRIVATE int kiln__value_layout(const kiln_graph *g, int v);
 KILN_PRIVATE const char *kiln__vlayout_name(int layout);
 /* Bytes a value of shape and dtype t takes in `layout`. */

@@ -42,6 +42,7 @@ struct kiln_arena_check {
     int32_t *owner[2];   /* per granule: value, FREE, or scratch (-2 - node) */
     int32_t *writer[2];  /* per granule: the node that wrote it (-1: after the run) */
     int32_t *src[2];     /* per value: the value whose bytes it is in memory m, or -1 */
+    int *vlayout;        /* per value: its layout (kiln__value_layouts) */
 };
 
 static size_t gran_size(int m) { return m == KILN_MEM_DEV ? KILN_ARENA_ALIGN_DEV : KILN_ARENA_ALIGN_HOST; }
@@ -59,6 +60,10 @@ kiln_status kiln__acheck_create(const kiln_engine *e, kiln_arena_check **out) {
     if (!a) return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory (debug arena check)");
     a->e = e;
     size_t nv = (size_t)e->graph->n_values + 1;
+    if (!(a->vlayout = kiln__value_layouts(e->graph))) {
+        kiln__acheck_free(a);
+        return KILN_FAIL(KILN_ERR_OUT_OF_MEMORY, "out of memory (debug arena check)");
+    }
     for (int m = 0; m < 2; m++) {
         a->src[m] = kiln__malloc(nv * sizeof *a->src[m]);
         if (!a->src[m]) {
@@ -77,6 +82,7 @@ void kiln__acheck_free(kiln_arena_check *a) {
         kiln__free(a->writer[m]);
         kiln__free(a->src[m]);
     }
+    kiln__free(a->vlayout);
     kiln__free(a);
 }
 
@@ -249,7 +255,7 @@ static bool aliases_input(const kiln_arena_check *a, const kiln_node *n, const k
  * its bytes: the rest is never written); *nb: the bytes it fills. */
 static kiln_dtype stored_dtype(const kiln_arena_check *a, int v, const kiln_tensor *t, size_t *nb) {
     *nb = kiln__tensor_nbytes(t);
-    if (v < 0 || kiln__value_layout(a->e->graph, v) != KILN_VLAYOUT_NHWC_BF16) return t->dtype;
+    if (v < 0 || a->vlayout[v] != KILN_VLAYOUT_NHWC_BF16) return t->dtype;
     *nb = kiln__vlayout_stored_bytes(KILN_VLAYOUT_NHWC_BF16, t);
     return KILN_DTYPE_BFLOAT16;
 }

@@ -1656,8 +1656,9 @@ static float *layout_engine_run(const kiln_engine *e, int64_t c, int64_t hw, int
 }
 
 /* CUDA engines (se_block.onnx: FusedConv -> SqueezeExcite -> Mul ->
- * FusedConv; tiny_mbv3.onnx; fp32, and fp16, whose layers a GPU chains
- * NHWC) with each layer's layout field set to every value its op takes, as
+ * FusedConv; tiny_mbv3.onnx, tiny_convnext.onnx, tiny_dyncnn.onnx; fp32,
+ * and fp16, whose layers a GPU chains NHWC, through views where a
+ * Transpose was) with each layer's layout field set to every value its op takes, as
  * a file damaged and resealed would hold it: the FusedConv reading the
  * graph's NCHW input as NHWC and the SqueezeExcite reading the FusedConv's
  * NCHW output as NHWC ran and gave wrong numbers. Each such plan is
@@ -1668,9 +1669,12 @@ TEST(test_se_engine_layouts) {
         printf("  (no CUDA backend in the registry: skipped)\n");
         return;
     }
-    static const struct { const char *path; int64_t c, hw, ny; } ms[2] = {
-        {"tests/data/se_block.onnx", 32, 16, 16 * 16 * 16}, {"tests/data/tiny_mbv3.onnx", 3, 32, 10}};
-    for (int k = 0; k < 2; k++)
+    /* (tiny_convnext and tiny_dyncnn: a GPU's fp16 chains hold views that relabel
+     * [N, H, W, C] values as NHWC bytes, conversions and an NHWC AveragePool; probe8) */
+    static const struct { const char *path; int64_t c, hw, ny; } ms[4] = {
+        {"tests/data/se_block.onnx", 32, 16, 16 * 16 * 16}, {"tests/data/tiny_mbv3.onnx", 3, 32, 10},
+        {"tests/data/tiny_convnext.onnx", 3, 32, 10}, {"tests/data/tiny_dyncnn.onnx", 8, 32, 10}};
+    for (int k = 0; k < 4; k++)
         for (int pi = 0; pi < 2; pi++) {
             kiln_model *m = NULL;
             kiln_builder *b = NULL;

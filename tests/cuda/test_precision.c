@@ -24,6 +24,8 @@
 #include "backends/cuda/cuda_layout.h"
 #include "passes/precision.h"
 #include "runtime/engine.h"
+#include "format/format.h"
+#include "runtime/debug.h"
 
 static int add_val(kiln_graph *g, const char *name) {
     int v = -1;
@@ -506,6 +508,36 @@ static kiln_graph *conv_chain(int nb, int cin, bool pool, bool gap, int64_t batc
     return g;
 }
 
+/* The engine checks (format/read.c, as the writer and the loader run
+ * them) on plan g: KILN_OK or the status, with a profile per input of its
+ * dims (a dynamic dim 1..4). */
+static kiln_status check_plan(const kiln_graph *g) {
+    kiln_profile *p = calloc((size_t)g->n_inputs + 1, sizeof *p);
+    for (int i = 0; i < g->n_inputs; i++) {
+        const kiln_tinfo *t = &g->values[g->inputs[i]].info;
+        p[i].rank = t->rank;
+        for (int d = 0; d < t->rank; d++) {
+            p[i].min[d] = t->dims[d] < 0 ? 1 : t->dims[d];
+            p[i].opt[d] = p[i].min[d];
+            p[i].max[d] = t->dims[d] < 0 ? 4 : t->dims[d];
+        }
+    }
+    kiln_status st = kiln__format_check_graph(g, p, true);
+    free(p);
+    return st;
+}
+
+/* Sets the layout field of FusedConv ni to l: the status of check_plan,
+ * with the field put back. */
+static kiln_status check_with_layout(kiln_graph *g, int ni, int32_t l) {
+    kiln_fused_conv_attrs *fa = g->nodes[ni].attrs;
+    int32_t keep = fa->layout;
+    fa->layout = l;
+    kiln_status st = check_plan(g);
+    fa->layout = keep;
+    return st;
+}
+
 static int32_t pool_layout(const kiln_node *nd) { return ((const kiln_pool_attrs *)nd->attrs)->layout; }
 
 /* The NHWC pass on conv_chain(nb, cin, pool, gap, batch): *n layers made NHWC;
@@ -555,6 +587,7 @@ static kiln_graph *nhwc_chain(int nb, int cin, bool pool, bool gap, int64_t batc
  * unknown, through the conversions and views), and every view's target
  * holds 0 for a dynamic batch (the input's own, at run time) or the batch. */
 static void check_batch(const kiln_graph *g, int64_t batch) {
+    CHECK_OK(check_plan(g)); /* (and the plan passes the engine checks: a writer would refuse it) */
     for (int i = 0; i < g->n_nodes; i++) {
         const kiln_node *nd = &g->nodes[i];
         if (nd->dead) continue;
@@ -1262,6 +1295,80 @@ TEST(cuda_nhwc_perm_views) {
 #endif
 }
 
+/* The views the NHWC pass makes (a Transpose between the two orders of one
+ * tensor made a Reshape of the bytes, and the conversions' Reshapes) pass
+ * the layout on as the pass means it: every plan it makes passes the
+ * engine checks, and a FusedConv's layout field changed beside such a view
+ * is refused. Those ran: ConvNeXt's depthwise layer set to write NCHW
+ * before the view its LayerNorm reads [N, H, W, C], perm_net's reading
+ * the view of its Sigmoid's [N, H, W, C] output as NCHW, or writing NCHW
+ * into the view back: each a wrong result without a word. The debugger's
+ * layouts (kiln__value_layout) are the checks' (probe8). */
+TEST(cuda_nhwc_views_checked) {
+    if (!have_cuda()) return;
+#if !KILN_HAVE_CUDNN
+    printf("built without cuDNN: skipping\n");
+    return;
+#else
+    int n = 0;
+    /* plans the pass makes: views out, in, conversions, per-channel views */
+    kiln_graph *gs[4] = {perm_net(true), mbv3_net(2, true, true, 2), nhwc_chain(2, 3, true, true, 2, &n), NULL};
+    kiln_model *m = cuda_fp16_model("tests/data/tiny_convnext.onnx");
+    for (int k = 0; k < 3; k++) {
+        if (k < 2) CHECK_OK(kiln__pass_cuda_nhwc(gs[k], &n));
+        CHECK(n > 0);
+        CHECK_OK(check_plan(gs[k]));
+    }
+    if (m) {
+        gs[3] = m->graph;
+        CHECK_OK(kiln__pass_cuda_nhwc(gs[3], &n));
+        CHECK(n > 0);
+        CHECK_OK(check_plan(gs[3]));
+    }
+    /* the debugger reads each tensor in the layout it is written in: the SE
+     * blocks' Muls (per-channel: computed over views) write NHWC bytes
+     * under the model's names, which it read as NCHW (kiln debug compare on
+     * a CUDA fp16 engine: a difference where there is none) */
+    int muls = 0;
+    for (int i = 0; i < gs[1]->n_nodes; i++) {
+        const kiln_node *nd = &gs[1]->nodes[i];
+        if (nd->dead || !strstr(nd->name, "/kiln_nhwc_out_view")) continue;
+        muls++;
+        CHECK(kiln__value_layout(gs[1], nd->out[0]) == KILN_VLAYOUT_NHWC);
+        CHECK(kiln__value_layout(gs[1], nd->in[0]) == KILN_VLAYOUT_PLAIN); /* (the [N, H, W, C] view) */
+    }
+    CHECK(muls >= 2);
+    /* perm_net: t_in -> Sigmoid -> view -> dw (reads it NHWC) -> view -> Sigmoid */
+    kiln_graph *g = gs[0];
+    int dw = -1;
+    live_nodes_of(g, KILN_OP_FusedConv, &dw);
+    if (dw >= 0) {
+        CHECK_ERR(check_with_layout(g, dw, KILN_FC_LAYOUT_Y_NHWC), KILN_ERR_FORMAT,
+                  "(FusedConv) reads its input, value ");
+        CHECK(strstr(kiln_last_error(), "as nchw, but it is nhwc (node ") != NULL);
+        CHECK_ERR(check_with_layout(g, dw, KILN_FC_LAYOUT_X_NHWC), KILN_ERR_FORMAT,
+                  "(Reshape), which kiln added, reads value ");
+        CHECK(strstr(kiln_last_error(), "as nhwc bytes of [2x16x8x8], but it is nchw (node ") != NULL);
+        CHECK_OK(check_plan(g));
+    }
+    /* ConvNeXt: a depthwise layer's NHWC output read [N, H, W, C] through a view */
+    int refused = 0, dws = 0;
+    for (int i = 0; gs[3] && i < gs[3]->n_nodes; i++) {
+        const kiln_node *nd = &gs[3]->nodes[i];
+        if (nd->dead || nd->op_id != KILN_OP_FusedConv || ((const kiln_fused_conv_attrs *)nd->attrs)->conv.group < 2)
+            continue;
+        dws++;
+        int32_t l = ((const kiln_fused_conv_attrs *)nd->attrs)->layout;
+        if (check_with_layout(gs[3], i, l & ~KILN_FC_LAYOUT_Y_NHWC) == KILN_ERR_FORMAT &&
+            strstr(kiln_last_error(), "which kiln added, reads value "))
+            refused++;
+    }
+    CHECK(dws == 2 && refused == dws);
+    for (int k = 0; k < 3; k++) kiln__graph_free(gs[k]);
+    kiln_model_free(m);
+#endif
+}
+
 TEST(left_alone) {
     if (!have_cuda()) return;
     /* fp32 CUDA plans and CPU plans get no casts */
@@ -1368,6 +1475,7 @@ int main(void) {
     RUN(cuda_nhwc_dynamic_models);
     RUN(cuda_nhwc_convnext);
     RUN(cuda_nhwc_perm_views);
+    RUN(cuda_nhwc_views_checked);
     RUN(left_alone);
     RUN(unknown_layer);
     RUN(fused_names);

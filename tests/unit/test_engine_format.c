@@ -23,6 +23,7 @@
 #include "format/format.h"
 #include "ops/fused_conv.h"
 #include "ops/fused_se.h"
+#include "ops/tensor_internal.h"
 #include "test.h"
 
 /* ---- building a test engine -------------------------------------------- */
@@ -1662,11 +1663,14 @@ TEST(test_layouts_checked_on_load) {
     int keep_in = mul->in[1];
     CHECK(mul->op_id == KILN_OP_Mul && g->values[g->inputs[0]].info.rank == 4);
     fc->layout = KILN_FC_LAYOUT_Y_NHWC;
+    int32_t *gap_field = g->nodes[1].op->layout_field(g->nodes[1].attrs), keep_gap0 = *gap_field;
+    *gap_field = 1; /* KILN_POOL_LAYOUT_NHWC: the pool reads 'a' as written (the checks go in node order) */
     mul->in[1] = g->inputs[0];
     CHECK_ERR(kiln_engine_serialize(e, &data, &size), KILN_ERR_INTERNAL,
               "node 4 'excite' (Mul) reads value 9 'a', which is nhwc, and value 8 'x', which is nchw, as one layout");
     kiln_free(data);
     mul->in[1] = keep_in;
+    *gap_field = keep_gap0;
     fc->layout = keep;
     kiln_engine_free(e);
 
@@ -1687,6 +1691,86 @@ TEST(test_layouts_checked_on_load) {
         *field = keep_gap;
     }
     kiln_engine_free(e);
+}
+
+/* Runs engine bytes f on se_block's x [1, 32, 16, 16]: the first n floats
+ * of its output 'z' into y. */
+static kiln_status run_bytes(const unsigned char *f, size_t size, float *y, size_t n) {
+    kiln_engine *e = NULL;
+    kiln_context *ctx = NULL;
+    static float x[32 * 16 * 16];
+    for (int i = 0; i < 32 * 16 * 16; i++) x[i] = (float)((i * 7919) % 2001 - 1000) / 400.0f;
+    const int64_t dims[4] = {1, 32, 16, 16};
+    kiln_status st = kiln_engine_load_memory(f, size, &e);
+    if (st == KILN_OK) st = kiln_context_create(e, &ctx);
+    if (st == KILN_OK) st = kiln_context_set_input(ctx, "x", KILN_DTYPE_FLOAT32, 4, dims, x);
+    if (st == KILN_OK) st = kiln_context_run(ctx);
+    const void *out = NULL;
+    if (st == KILN_OK) st = kiln_context_get_output(ctx, "z", NULL, NULL, NULL, &out);
+    if (st == KILN_OK) memcpy(y, out, n * sizeof(float));
+    kiln_context_free(ctx);
+    kiln_engine_free(e);
+    return st;
+}
+
+/* A view that changes the shape (Reshape, Flatten, Squeeze, Unsqueeze)
+ * passes its input's bytes on in their order, and a layer of no layout of
+ * its own that is not elementwise (a Concat, a Transpose...) reads NCHW: a
+ * FusedConv's layout field set to write NHWC or nChw16c before either
+ * loaded (this CPU's FusedConv kernel then refused the layout at run; a
+ * kernel that takes it reads the bytes in the other order). Refused when
+ * the engine loads, naming the reader and the writer (probe8).
+ * se_block.onnx's output y [1, 16, 16, 16] flattened (or concatenated
+ * with itself) into the output z. */
+TEST(test_layouts_through_views) {
+    for (int form = 0; form < 2; form++) {
+        kiln_engine *e = cpu_engine_of("tests/data/se_block.onnx");
+        if (!e) return;
+        kiln_graph *g = e->graph;
+        int y = g->outputs[0], z = -1;
+        const int64_t *d = g->values[y].info.dims;
+        CHECK(g->nodes[5].op_id == KILN_OP_FusedConv && g->nodes[5].out[0] == y && g->values[y].info.rank == 4);
+        if (form == 0) {
+            const int64_t flat[2] = {d[0], d[1] * d[2] * d[3]};
+            kiln_flatten_attrs fa = {.axis = 1};
+            z = add_value(g, "z", KILN_DTYPE_FLOAT32, 2, flat);
+            CHECK_OK(kiln__graph_add_node(g, KILN_OP_Flatten, "flat", 1, &y, 1, &z, &fa, NULL));
+        } else {
+            const int64_t cd[4] = {d[0], 2 * d[1], d[2], d[3]};
+            kiln_axis_attrs ca = {.axis = 1};
+            z = add_value(g, "z", KILN_DTYPE_FLOAT32, 4, cd);
+            CHECK_OK(kiln__graph_add_node(g, KILN_OP_Concat, "cat", 2, (int[]){y, y}, 1, &z, &ca, NULL));
+        }
+        g->values[y].flags &= ~(uint32_t)KILN_VALUE_OUTPUT;
+        g->values[z].flags |= KILN_VALUE_OUTPUT;
+        g->outputs[0] = z;
+        g->nodes[6].device = KILN_DEVICE_CPU;
+        kiln__graph_link(g);
+        size_t size = 0, n = 16 * 16 * 16;
+        float *ref = malloc(n * sizeof(float)), *out = malloc(n * sizeof(float));
+        void *data = serialize(e, &size); /* the plan as built */
+        CHECK(data && ref && out && run_bytes(data, size, ref, n) == KILN_OK);
+        kiln_free(data);
+        static const int32_t bad[2] = {KILN_FC_LAYOUT_Y_NHWC, KILN_FC_LAYOUT_Y_C16};
+        for (int k = 0; k < 2 && ref && out; k++) {
+            unsigned char *f = with_node_attr_int32(e, 5, offsetof(kiln_fused_conv_attrs, layout), bad[k], &size);
+            if (!f) continue;
+            kiln_status st = read_only(f, size);
+            if (st == KILN_OK && run_bytes(f, size, out, n) == KILN_OK && memcmp(out, ref, n * sizeof(float))) {
+                fprintf(stderr, "  %s: FusedConv 'project' set to write %s loaded and ran, with other numbers\n",
+                        form ? "Concat" : "Flatten", k ? "nchw16c" : "nhwc");
+                test_failed_checks++;
+            }
+            char msg[200];
+            snprintf(msg, sizeof msg, "node 6 '%s' (%s) reads value %d 'y' as nchw, but it is %s (node 5 'project')",
+                     form ? "cat" : "flat", form ? "Concat" : "Flatten", y, k ? "nchw16c" : "nhwc");
+            CHECK_ERR(st, KILN_ERR_FORMAT, msg);
+            kiln__aligned_free(f);
+        }
+        free(ref);
+        free(out);
+        kiln_engine_free(e);
+    }
 }
 
 /* The engine loader checks attribute values as the importer does: a
@@ -2131,6 +2215,7 @@ int main(void) {
     RUN(test_bool_constant_bytes);
     RUN(test_attr_values_checked_on_load);
     RUN(test_layouts_checked_on_load);
+    RUN(test_layouts_through_views);
     RUN(test_squeeze_excite_engines);
     rmdir(tmpdir);
     return test_summary();

@@ -26,6 +26,7 @@ Engines without such a batch dimension run one request at a time.
 import ctypes
 import io
 import json
+import math
 import os
 import tempfile
 import tokenize
@@ -173,6 +174,9 @@ class EngineSpec:
                        else "cpu")
         self.precision = engine.precision
         self.input_names = [i["name"] for i in self.inputs]
+        # the most values a JSON body can hold for the engine: every input at its profile's
+        # largest shape, with fewer separators between nested lists than values (_decode_json)
+        self.max_json_values = sum(math.prod(max(int(d), 1) for d in i["max"]) for i in self.inputs)
         self.batch_dim = self._find_batch_dim()
         if self.batch_dim is not None:
             self.min_rows = max(i["min"][0] for i in self.inputs)
@@ -242,6 +246,16 @@ class EngineSpec:
                                 f"{NPY_TYPE} or {NPZ_TYPE}")
 
     def _decode_json(self, body):
+        # Python's json holds a number as an object of 24 to 32 bytes (and numpy the array
+        # after it): a body many times larger than any the engine takes (a 32 MB list of
+        # numbers: 420 MB) is refused before it is parsed, from its commas
+        cap = 2 * self.max_json_values + 16 * len(self.inputs) + 64
+        commas = body.count(b"," if isinstance(body, (bytes, bytearray)) else ",")
+        if commas > cap:
+            raise _bad(f"the JSON body holds over {commas} values, more than the engine's inputs "
+                       f"take at their largest shapes ({self.max_json_values} values: "
+                       + ", ".join(f"'{i['name']}' {_shape_text(i['max'])}" for i in self.inputs)
+                       + ")")
         try:
             doc = json.loads(body, object_pairs_hook=_object_once)
         except (ValueError, UnicodeDecodeError) as e:

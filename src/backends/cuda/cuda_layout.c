@@ -186,18 +186,11 @@ static bool gc_ok(const kiln_graph *g, const kiln_node *n) {
  * unknown (-1) they may differ at run time only by broadcasting over the
  * batch, which is the same in both layouts. */
 static bool ew_ok(const kiln_graph *g, const kiln_node *n) {
-    switch (n->op_id) {
-    case KILN_OP_Add: case KILN_OP_Sub: case KILN_OP_Mul: case KILN_OP_Div: {
+    /* (Identity: a model's named output, `feat`, read by the next layer too) */
+    if (!kiln__op_same_index(n->op_id) && n->op_id != KILN_OP_Identity) return false;
+    if (n->op_id == KILN_OP_Add || n->op_id == KILN_OP_Sub || n->op_id == KILN_OP_Mul || n->op_id == KILN_OP_Div) {
         const kiln_ew_bin_attrs *ba = n->attrs;
         if (ba && ba->legacy_bcast) return false;
-        break;
-    }
-    case KILN_OP_Relu: case KILN_OP_LeakyRelu: case KILN_OP_Sigmoid: case KILN_OP_HardSigmoid:
-    case KILN_OP_HardSwish: case KILN_OP_Tanh: case KILN_OP_Clip:
-    case KILN_OP_Pointwise: /* (numpy-broadcast inputs, like the binary ops) */
-    case KILN_OP_Identity:  /* (a model's named output: `feat` read by the next layer too) */
-        break;
-    default: return false;
     }
     if (n->n_out != 1 || n->out[0] < 0 || neutral(g, n->out[0])) return false;
     const kiln_tinfo *y = &g->values[n->out[0]].info; /* (a Pointwise may end with a Cast to float32) */
