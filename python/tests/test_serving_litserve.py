@@ -143,6 +143,11 @@ BAD = [
      "malformed JSON body: key 'x' appears more than once in an object"),
     ("inputs twice", b'{"inputs": {}, "inputs": {"x": [[1.0]]}}', "application/json", 400,
      "malformed JSON body: key 'inputs' appears more than once"),
+    # JSON's true/false in a float input were read as 1.0 and 0.0 (probe8's Left)
+    ("true in a float input", b'{"inputs": {"x": [[' + b", ".join([b"1.5"] * 15 + [b"true"]) + b"]]}}",
+     "application/json", 400, "input 'x' holds true/false, but the engine expects float32 numbers"),
+    ("all false in a float input", b'{"inputs": {"x": [[' + b", ".join([b"false"] * 16) + b"]]}}",
+     "application/json", 400, "input 'x' holds true/false"),
     ("body over the limit", jbody([[0.123456789] * 16] * 8 * 50), "application/json", 413,
      "over the limit of 52428 bytes"),
 ]

@@ -134,6 +134,18 @@ async def read_body(request, limit, hint=""):
     return b"".join(chunks)
 
 
+def _holds_bool(data):
+    """Whether nested lists data hold a JSON true/false (iteratively: no recursion limit)."""
+    stack = [data]
+    while stack:
+        v = stack.pop()
+        if v is True or v is False:
+            return True
+        if isinstance(v, list):
+            stack.extend(v)
+    return False
+
+
 def _shape_text(shape):
     return "[" + ", ".join(str(int(d)) for d in shape) + "]"
 
@@ -266,6 +278,10 @@ class EngineSpec:
             raise _bad('the JSON body must be an object {"inputs": {NAME: {"data": [...], '
                        '"dtype": "float32"}}}; the engine\'s inputs: '
                        + ", ".join(self.input_names))
+        # (JSON's true/false in a number input: numpy reads them as 1 and 0 without a word;
+        # looked for only where the body holds the words)
+        words = (b"true", b"false") if isinstance(body, (bytes, bytearray)) else ("true", "false")
+        maybe_bools = words[0] in body or words[1] in body
         feeds = {}
         for name, value in doc["inputs"].items():
             if isinstance(value, dict):
@@ -274,12 +290,15 @@ class EngineSpec:
                 data, dtype = value["data"], value.get("dtype")
             else:
                 data, dtype = value, None
-            feeds[name] = self._array_from_json(name, data, dtype)
+            feeds[name] = self._array_from_json(name, data, dtype, maybe_bools)
         return feeds
 
-    def _array_from_json(self, name, data, dtype):
+    def _array_from_json(self, name, data, dtype, maybe_bools=False):
         info = self._input(name)
         want = np.dtype(info["dtype"])
+        if maybe_bools and want.kind != "b" and _holds_bool(data):
+            raise _bad(f"input '{name}' holds true/false, but the engine expects {want.name} "
+                       f"numbers")
         if dtype is not None:
             try:
                 got = np.dtype(str(dtype))
