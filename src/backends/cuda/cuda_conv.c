@@ -536,13 +536,13 @@ static kiln_status conv_plan_build(const kiln_kernel_args *a, const void *wdata,
         for (int i = 0; i < np; i++) listed |= (int)perf[i].algo == p->pin && perf[i].status == CUDNN_STATUS_SUCCESS;
         /* (an algorithm that rounds more, in an engine that must not: a file's
          * tactic the builder would not have listed, declined) */
-        if (!listed || (accurate && kcu_fwd_algo_rounds_more((cudnnConvolutionFwdAlgo_t)p->pin)) ||
-            cudnnGetConvolutionForwardWorkspaceSize(st->dnn, p->x, p->w, p->c, p->y,
-                                                               (cudnnConvolutionFwdAlgo_t)p->pin,
-                                                               &pws) != CUDNN_STATUS_SUCCESS ||
+        const cudnnConvolutionFwdAlgo_t pa = (cudnnConvolutionFwdAlgo_t)p->pin;
+        if (!listed || (accurate && kcu_fwd_algo_rounds_more(pa)) ||
+            cudnnGetConvolutionForwardWorkspaceSize(st->dnn, p->x, p->w, p->c, p->y, pa, &pws) !=
+                CUDNN_STATUS_SUCCESS ||
             pws > KCU_CONV_WS_LIMIT)
             return KILN_OK;
-        p->algo = (cudnnConvolutionFwdAlgo_t)p->pin;
+        p->algo = pa;
         p->ws = pws;
         p->declined = false;
         goto named;
