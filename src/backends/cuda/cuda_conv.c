@@ -449,6 +449,22 @@ static kiln_status nhwc_input(const kiln_kernel_args *a, int v, const kcu_conv *
 /* Largest workspace an algorithm may use. */
 #define KCU_CONV_WS_LIMIT ((size_t)256 << 20)
 
+/* Whether the legacy API takes geometry g: symmetric padding (pe: the end
+ * pads), tensors of fewer than INT_MAX elements. */
+static bool legacy_geom_ok(const kcu_conv *g, const int64_t *pe) {
+    for (int i = 0; i < g->ns; i++)
+        if (g->pb[i] != pe[i]) return false;
+    return g->N * g->C * g->in_sz < INT_MAX && g->N * g->M * g->out_sz < INT_MAX;
+}
+
+/* Whether cuDNN's heuristic entry pf may run a layer: it runs it, within
+ * the workspace limit, rounding as a direct algorithm does where the engine
+ * must (accurate: kcu_conv_accurate_only). */
+static bool legacy_algo_ok(const cudnnConvolutionFwdAlgoPerf_t *pf, bool accurate) {
+    return pf->status == CUDNN_STATUS_SUCCESS && pf->memory <= KCU_CONV_WS_LIMIT &&
+           !(accurate && kcu_fwd_algo_rounds_more(pf->algo));
+}
+
 /* The legacy key of a layer of geometry g and dtype t (pin: the algorithm
  * the tactic pins, -1 none). */
 static void conv_plan_key(const kiln_cuda_state *st, const kcu_conv *g, const int64_t *pe, bool nhwc, kiln_dtype t,
@@ -550,8 +566,7 @@ static kiln_status conv_plan_build(const kiln_kernel_args *a, const void *wdata,
     int nc = 0, first = -1;
     size_t ws_max = 0;
     for (int i = 0; i < np; i++)
-        if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= KCU_CONV_WS_LIMIT &&
-            !(accurate && kcu_fwd_algo_rounds_more(perf[i].algo))) {
+        if (legacy_algo_ok(&perf[i], accurate)) {
             if (first < 0) first = i;
             nc++;
             if (perf[i].memory > ws_max) ws_max = perf[i].memory;
@@ -1386,10 +1401,7 @@ static kiln_status conv_exec(const kiln_kernel_args *a, const kiln_conv_attrs *a
                 if (cs == &tmp) conv_state_clear(&tmp);
                 return KILN_OK;
             }
-            bool sym = true, fits = g.N * g.C * g.in_sz < INT_MAX && g.N * g.M * g.out_sz < INT_MAX;
-            for (int i = 0; i < g.ns; i++)
-                if (g.pb[i] != pe[i]) sym = false;
-            if (s == KILN_OK && sym && fits) s = conv_legacy(&ac, &g, pe, nhwc, xv, cs, &done);
+            if (s == KILN_OK && legacy_geom_ok(&g, pe)) s = conv_legacy(&ac, &g, pe, nhwc, xv, cs, &done);
             if (cs == &tmp) conv_state_clear(&tmp);
             KILN_TRY(s);
         }
@@ -1490,10 +1502,7 @@ static int legacy_tactics(kiln_cuda_state *st, const kcu_conv *g0, const int64_t
     int64_t pe[KCU_MAX_SP];
     memcpy(pe, pe0, sizeof pe);
     if (nhwc && x_nchw) xv_geom(g0, pe0, XV_C8, &g, pe); /* as conv_exec converts X for the legacy API */
-    bool sym = g.N * g.C * g.in_sz < INT_MAX && g.N * g.M * g.out_sz < INT_MAX;
-    for (int i = 0; i < g.ns; i++)
-        if (g.pb[i] != pe[i]) sym = false;
-    conv_plan *p = sym ? kiln__calloc(1, sizeof *p) : NULL;
+    conv_plan *p = legacy_geom_ok(&g, pe) ? kiln__calloc(1, sizeof *p) : NULL;
     int n = 0;
     if (p) {
         conv_plan_key(st, &g, pe, nhwc, t, -1, p);
@@ -1504,9 +1513,8 @@ static int legacy_tactics(kiln_cuda_state *st, const kcu_conv *g0, const int64_t
         int np = 0;
         if (conv_plan_describe(st, p, perf, &np))
             for (int i = 0; i < np && n < room && n < most; i++)
-                if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= KCU_CONV_WS_LIMIT &&
-                    (int)perf[i].algo >= 0 && (int)perf[i].algo < KCU_CONV_LEGACY_ALGOS &&
-                    !(accurate && kcu_fwd_algo_rounds_more(perf[i].algo)))
+                if (legacy_algo_ok(&perf[i], accurate) && (int)perf[i].algo >= 0 &&
+                    (int)perf[i].algo < KCU_CONV_LEGACY_ALGOS)
                     ids[n++] = KCU_CONV_TACTIC_LEGACY | ((int32_t)perf[i].algo + 1) << KCU_CONV_TACTIC_CAND_SHIFT;
         conv_plan_destroy(p);
     }
