@@ -272,6 +272,23 @@ static bool infer_case(const char *node, const kiln_op_def *op, const void *attr
     return true;
 }
 
+/* The tactics the backend lists (into ids, at most cap) for a one-output
+ * layer `node` of op op_id with attributes at, its shapes inferred with
+ * ref's (a layout or a tactic changes no shape); -1 where inference fails
+ * (infer_case reports it). */
+static int list_tactics(const char *node, int op_id, const void *ref, const void *at, int n_in,
+                        kiln_tensor *const *in, int32_t *ids, int cap) {
+    const kiln_op_def *op = kiln__op_by_id(op_id);
+    kiln_tinfo ti[MAXIO], yo;
+    const kiln_tinfo *tip[MAXIO];
+    bool sup = false;
+    if (!infer_case(node, op, ref, n_in, in, 1, ti, &yo, &sup)) return -1;
+    for (int i = 0; i < n_in; i++) tip[i] = in[i] ? &ti[i] : NULL;
+    kiln_tinfo *top[1] = {&yo};
+    kiln_infer_args ia = {.op = op, .attrs = at, .node_name = node, .n_in = n_in, .n_out = 1, .in = tip, .out = top};
+    return kiln__backend_tactics(be, st, &ia, false, ids, cap);
+}
+
 /* Runs op's CPU kernel (with its workspace) on in -> out; ti/to: their infos. */
 static kiln_status cpu_kernel_run(const kiln_op_def *op, const void *attrs, const char *node, int n_in,
                                   const kiln_tensor *const *in, const kiln_tinfo *const *tip, int n_out,
@@ -1862,19 +1879,15 @@ TEST(test_conv_legacy_pinned) {
     kiln_fused_conv_attrs ref = fc_at(conv_at(PAD_NOTSET, 1, 2, 3, 1, 1, 1, 1), KILN_FC_ACT_RELU, 0, 0, 0);
     kiln_tensor *in[3] = {trand(F32, -1, 1, S(2, 8, 9, 11)), trand(F32, -0.5, 0.5, S(16, 8, 3, 3)),
                           trand(F32, -1, 1, S(16))};
-    kiln_tinfo ti[3], yo;
-    const kiln_tinfo *tip[3] = {&ti[0], &ti[1], &ti[2]};
-    kiln_tinfo *top[1] = {&yo};
-    bool sup = false;
-    if (!infer_case("FusedConv/legacy_pinned", kiln__op_by_id(KILN_OP_FusedConv), &ref, 3, in, 1, ti, &yo, &sup))
-        return;
-    kiln_infer_args ia = {.op = kiln__op_by_id(KILN_OP_FusedConv), .attrs = &ref, .node_name = "FusedConv/legacy_pinned",
-                          .n_in = 3, .n_out = 1, .in = tip, .out = top};
     kiln_cuda_state *cst = st;
     const bool strict = cst->strict_tactics, fast = cst->fast_math;
     cst->fast_math = false;
     int32_t ids[32];
-    int n = kiln__backend_tactics(be, st, &ia, false, ids, 32), pinned = 0;
+    int n = list_tactics("FusedConv/legacy_pinned", KILN_OP_FusedConv, &ref, &ref, 3, in, ids, 32), pinned = 0;
+    if (n < 0) {
+        cst->fast_math = fast;
+        return;
+    }
     unsigned seen = 0;
     printf("  fp32 3x3: %d tactics:", n);
     for (int k = 0; k < n; k++) {
@@ -1933,18 +1946,11 @@ TEST(test_fused_conv_nan_tactics) {
                     char what[40];
                     snprintf(what, sizeof what, "%s_%s_%s_%s", g ? "g101_2x2s2" : "g53_1x1", a ? "relu6" : "relu",
                              lay ? "nhwc" : "nchw", h ? "bf16" : "f16");
-                    kiln_tinfo ti[3], yo;
-                    const kiln_tinfo *tip[3];
-                    bool sup = false;
-                    if (!infer_case(what, kiln__op_by_id(KILN_OP_FusedConv), &ref, 3, in, 1, ti, &yo, &sup)) continue;
-                    for (int i = 0; i < 3; i++) tip[i] = &ti[i];
-                    kiln_tinfo *top[1] = {&yo};
-                    kiln_infer_args ia = {.op = kiln__op_by_id(KILN_OP_FusedConv), .attrs = &nh, .node_name = what,
-                                          .n_in = 3, .n_out = 1, .in = tip, .out = top};
                     /* with cuDNN, tactic 0 first (what untuned builds run: not listed), then
                      * those listed (without cuDNN 0 is listed where it runs the layer) */
                     int32_t ids[33] = {0};
-                    int n = kiln__backend_tactics(be, st, &ia, false, ids + 1, 32);
+                    int n = list_tactics(what, KILN_OP_FusedConv, &ref, &nh, 3, in, ids + 1, 32);
+                    if (n < 0) continue;
                     CHECK(n >= 1);
                     const int k0 = KILN_HAVE_CUDNN && ids[1] != 0 ? 0 : 1, kn = n + 1;
                     printf("  %s: %d tactics:", what, kn - k0);
@@ -2151,17 +2157,9 @@ TEST(test_gconv_nhwc) {
         kiln_tensor *in[4] = {trand(F16, -1, 1, S(2, 96, H, H)), trand(F16, -0.25, 0.25, S(96, 24, 3, 3)),
                               trand(F16, -1, 1, S(96)), layer == 0 ? trand(F16, -1, 1, S(2, 96, Ho, Ho)) : NULL};
         const int n_in = layer == 0 ? 4 : 3;
-        kiln_tinfo ti[4], yo;
-        const kiln_tinfo *tip[4];
-        bool sup = false;
-        if (!infer_case("FusedConv/gconv_tactics", kiln__op_by_id(KILN_OP_FusedConv), &ref, n_in, in, 1, ti, &yo, &sup))
-            return;
-        for (int i = 0; i < n_in; i++) tip[i] = &ti[i];
-        kiln_tinfo *top[1] = {&yo};
-        kiln_infer_args ia = {.op = kiln__op_by_id(KILN_OP_FusedConv), .attrs = &nh, .node_name = "FusedConv/gconv_tactics",
-                              .n_in = n_in, .n_out = 1, .in = tip, .out = top};
         int32_t ids[32];
-        const int n = kiln__backend_tactics(be, st, &ia, false, ids, 32);
+        const int n = list_tactics("FusedConv/gconv_tactics", KILN_OP_FusedConv, &ref, &nh, n_in, in, ids, 32);
+        if (n < 0) return;
         int kiln_ids = 0;
         for (int k = 0; k < n; k++) kiln_ids += kcu_conv_gconv_bm(ids[k]) > 0;
         CHECK(kiln_ids == 2 && n >= 2);
@@ -2367,17 +2365,9 @@ TEST(test_fused_conv_tactics) {
             in[2] = trand(F16, -1, 1, S(64));
             in[3] = trand(F16, -1, 1, S(4, 64, 14, 14));
         }
-        kiln_tinfo ti[4], yo;
-        const kiln_tinfo *tip[4];
-        bool sup = false;
-        if (!infer_case("FusedConv/tactics", kiln__op_by_id(KILN_OP_FusedConv), &ref, n_in, in, 1, ti, &yo, &sup))
-            return;
-        for (int i = 0; i < n_in; i++) tip[i] = &ti[i];
-        kiln_tinfo *top[1] = {&yo};
-        kiln_infer_args ia = {.op = kiln__op_by_id(KILN_OP_FusedConv), .attrs = &nh,
-                              .node_name = "FusedConv/tactics", .n_in = n_in, .n_out = 1, .in = tip, .out = top};
         int32_t ids[32];
-        int n = kiln__backend_tactics(be, st, &ia, false, ids, 32);
+        int n = list_tactics("FusedConv/tactics", KILN_OP_FusedConv, &ref, &nh, n_in, in, ids, 32);
+        if (n < 0) return;
         CHECK(n >= 2 && kcu_conv_is_legacy(ids[n - 1]));
         int s2d = 0;
         printf("  %s: %d tactics:", stem ? "stem" : "3x3", n);
@@ -2402,16 +2392,9 @@ TEST(test_fused_conv_tactics) {
     dnh.layout = KILN_FC_LAYOUT_X_NHWC | KILN_FC_LAYOUT_Y_NHWC;
     kiln_tensor *din[4] = {trand(F16, -1, 1, S(4, 48, 15, 14)), trand(F16, -0.5, 0.5, S(48, 1, 3, 3)),
                            trand(F16, -1, 1, S(48)), trand(F16, -1, 1, S(4, 48, 8, 7))};
-    kiln_tinfo dti[4], dyo;
-    const kiln_tinfo *dtip[4];
-    bool dsup = false;
-    if (infer_case("FusedConv/dw_tactics", kiln__op_by_id(KILN_OP_FusedConv), &dref, 4, din, 1, dti, &dyo, &dsup)) {
-        for (int i = 0; i < 4; i++) dtip[i] = &dti[i];
-        kiln_tinfo *dtop[1] = {&dyo};
-        kiln_infer_args ia = {.op = kiln__op_by_id(KILN_OP_FusedConv), .attrs = &dnh, .node_name = "FusedConv/dw_tactics",
-                              .n_in = 4, .n_out = 1, .in = dtip, .out = dtop};
-        int32_t ids[32];
-        int n = kiln__backend_tactics(be, st, &ia, false, ids, 32);
+    int32_t ids[32];
+    const int n = list_tactics("FusedConv/dw_tactics", KILN_OP_FusedConv, &dref, &dnh, 4, din, ids, 32);
+    if (n >= 0) {
         CHECK(n >= 1 && ids[0] == KCU_CONV_TACTIC_DW);
         printf("  depthwise: %d tactics:", n);
         for (int k = 0; k < n; k++) {
@@ -2726,16 +2709,9 @@ TEST(test_conv_gemm) {
         kiln_tensor *in[3] = {tnew(F16, 4, (int64_t[]){2, ls[i].C, ls[i].H, ls[i].W}),
                               tnew(F16, 4, (int64_t[]){ls[i].M, ls[i].C, ls[i].k, ls[i].k}),
                               tnew(F16, 1, (int64_t[]){ls[i].M})};
-        kiln_tinfo ti[3], yo;
-        const kiln_tinfo *tip[3] = {&ti[0], &ti[1], &ti[2]};
-        kiln_tinfo *top[1] = {&yo};
-        bool sup = false;
-        if (!infer_case("FusedConv/gemm_tactics", kiln__op_by_id(KILN_OP_FusedConv), &at, 3, in, 1, ti, &yo, &sup))
-            continue;
-        kiln_infer_args ia = {.op = kiln__op_by_id(KILN_OP_FusedConv), .attrs = &at, .node_name = "FusedConv/gemm_tactics",
-                              .n_in = 3, .n_out = 1, .in = tip, .out = top};
         int32_t ids[32];
-        int n = kiln__backend_tactics(be, st, &ia, false, ids, 32), found = 0, gemv = 0;
+        int n = list_tactics("FusedConv/gemm_tactics", KILN_OP_FusedConv, &at, &at, 3, in, ids, 32), found = 0, gemv = 0;
+        if (n < 0) continue;
         for (int j = 0; j < n; j++) found += kcu_conv_gemm_kind(ids[j]) == ls[i].want && ls[i].want;
         for (int j = 0; j < n; j++) gemv += ids[j] == KCU_CONV_TACTIC_GEMV;
         /* [N, C, 1, 1] layers: kiln's GEMV kernel too, after the GEMM ones */
@@ -2768,16 +2744,10 @@ TEST(test_conv_gemm) {
         hnh.layout = both;
         kiln_tensor *hin[4] = {trand(F16, -1, 1, S(2, 16, 9, 7)), trand(F16, -0.3, 0.3, S(24, 16, 3, 3)),
                                trand(F16, -1, 1, S(24)), trand(F16, -1, 1, S(2, 24, 9, 7))};
-        kiln_tinfo hti[4], hyo;
-        const kiln_tinfo *htip[4] = {&hti[0], &hti[1], &hti[2], &hti[3]};
-        kiln_tinfo *htop[1] = {&hyo};
-        bool hsup = false;
         snprintf(name, sizeof name, "FusedConv/%s_tactics", composed[c].name);
-        if (!infer_case(name, kiln__op_by_id(KILN_OP_FusedConv), &href, 4, hin, 1, hti, &hyo, &hsup)) continue;
-        kiln_infer_args ia = {.op = kiln__op_by_id(KILN_OP_FusedConv), .attrs = &hnh, .node_name = name,
-                              .n_in = 4, .n_out = 1, .in = htip, .out = htop};
         int32_t ids[32];
-        int n = kiln__backend_tactics(be, st, &ia, false, ids, 32), n_dnn = 0;
+        int n = list_tactics(name, KILN_OP_FusedConv, &href, &hnh, 4, hin, ids, 32), n_dnn = 0;
+        if (n < 0) continue;
         printf("  %s 3x3: %d tactics:", composed[c].name, n);
         for (int k = 0; k < n; k++) {
             char nm[64], cn[96];
@@ -3038,16 +3008,9 @@ static int attn_dnn_forms[3];
  * configs were listed (attn_dnn_forms counts them by form). */
 static int attn_tactic_cases(const char *what, const kiln_attention_attrs *at, int n_in, kiln_tensor *const *in,
                              double tol) {
-    const kiln_op_def *op = kiln__op_by_id(KILN_OP_Attention);
-    kiln_tinfo ti[MAXIO], yo;
-    const kiln_tinfo *tip[MAXIO];
-    bool sup = false;
-    if (!infer_case(what, op, at, n_in, in, 1, ti, &yo, &sup)) return 0;
-    for (int i = 0; i < n_in; i++) tip[i] = in[i] ? &ti[i] : NULL;
-    kiln_tinfo *top[1] = {&yo};
-    kiln_infer_args ia = {.op = op, .attrs = at, .node_name = what, .n_in = n_in, .n_out = 1, .in = tip, .out = top};
     int32_t ids[32];
-    int n = kiln__backend_tactics(be, st, &ia, false, ids, 32), n_dnn = 0;
+    int n = list_tactics(what, KILN_OP_Attention, at, at, n_in, in, ids, 32), n_dnn = 0;
+    if (n < 0) return 0;
     bool half = in[0]->dtype == F16 || in[0]->dtype == BF16;
     CHECK(n >= 1);
     if (half)
