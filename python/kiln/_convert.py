@@ -4,6 +4,7 @@ import ast
 import contextlib
 import ctypes
 import difflib
+import hashlib
 import inspect
 import json
 import os
@@ -417,12 +418,37 @@ def _node_tensors(node):
             yield from _graph_tensors(g)
 
 
+def _data_name(onnx_path):
+    """The name of the file beside `onnx_path` that keeps its external data:
+    `<name>.data`, or, where that is longer than the folder's file system takes (a name
+    near its 255-byte limit), the name cut short with 8 hex of its hash:
+    `<first bytes of name>-<hash>.data`, so that two long names still differ."""
+    onnx_path = Path(os.fsdecode(os.fspath(onnx_path)))
+    name = os.fsencode(onnx_path.name)
+    try:
+        limit = os.pathconf(onnx_path.parent, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        limit = 255
+    if len(name) + 5 <= limit:
+        return os.fsdecode(name + b".data")
+    tail = b"-" + hashlib.sha256(name).hexdigest()[:8].encode() + b".data"
+    head = name[:max(1, limit - len(tail))]
+    while head:  # (a UTF-8 name keeps whole characters)
+        try:
+            head.decode("utf-8")
+            break
+        except UnicodeDecodeError:
+            head = head[:-1]
+    return os.fsdecode(head + tail)
+
+
 def _keep_onnx(path, onnx_path):
     """Copies the exported model at `path` to `onnx_path`, as kiln.save writes (atomically,
     replacing a link rather than writing through it). Weights the exporter stored beside it
-    (`<path>.data`, the dynamo exporter's external data) go to `<onnx_path>.data`, and the
-    copy's tensors refer to that name: the exporter wrote the temporary file's name into
-    them, which a model kept under another name would not find."""
+    (`<path>.data`, the dynamo exporter's external data) go to `<onnx_path>.data`
+    (_data_name: a shorter name where that one is too long), and the copy's tensors refer
+    to that name: the exporter wrote the temporary file's name into them, which a model
+    kept under another name would not find."""
     path = Path(path)
     data_file = Path(str(path) + ".data")
     if not data_file.exists():
@@ -431,7 +457,7 @@ def _keep_onnx(path, onnx_path):
     import onnx
 
     model = onnx.load(str(path), load_external_data=False)
-    new_name = Path(os.fsdecode(os.fspath(onnx_path))).name + ".data"
+    new_name = _data_name(onnx_path)
     tensors = list(_graph_tensors(model.graph))
     for f in model.functions:
         for node in f.node:
@@ -440,7 +466,7 @@ def _keep_onnx(path, onnx_path):
         for e in t.external_data:
             if e.key == "location" and e.value == data_file.name:
                 e.value = new_name
-    _files.atomic_write(str(onnx_path) + ".data", source=data_file)
+    _files.atomic_write(Path(os.fsdecode(os.fspath(onnx_path))).parent / new_name, source=data_file)
     _files.atomic_write(onnx_path, model.SerializeToString())
 
 
@@ -571,8 +597,9 @@ def convert_method_to_engine(module, method_name="forward", inputs=None, arg_inp
     name): 'default', 'ts'/'torchscript' or 'dynamo'/'exported_program', mapped to
     exporter. opset: ONNX opset to export (default 17 for torchscript, 18 for dynamo).
     onnx_path: also keep the exported ONNX model there (weights the exporter stores
-    outside the model, as the dynamo exporter does, go to `<onnx_path>.data`, and the kept
-    model names that file). build_options: threads,
+    outside the model, as the dynamo exporter does, go to `<onnx_path>.data`, cut short
+    with a hash where that name is too long for the file system, and the kept model names
+    that file). build_options: threads,
     workspace (bytes; workspace_size is Torch-TensorRT's name), timing_cache (path),
     fast_math (True: the tuner may also choose kernels that are faster but round more,
     e.g. Winograd convolutions on the CPU; default False), one-to-one with

@@ -1874,7 +1874,9 @@ static bool conv_tactic_is_library(int32_t id) {
  * first algorithms, each pinned, none twice, each computing the layer; an
  * algorithm that does not run it here (FFT pinned in an engine without
  * --fast-math, which must not round so) fails in a tuning state and runs
- * the found algorithm, with a warning, in an engine. */
+ * the found algorithm, with a warning, in an engine. fp32 layers list
+ * these alone (before, none: their one tactic found its algorithm at the
+ * engine's first run). */
 TEST(test_conv_legacy_pinned) {
     kiln_fused_conv_attrs ref = fc_at(conv_at(PAD_NOTSET, 1, 2, 3, 1, 1, 1, 1), KILN_FC_ACT_RELU, 0, 0, 0);
     kiln_tensor *in[3] = {trand(F32, -1, 1, S(2, 8, 9, 11)), trand(F32, -0.5, 0.5, S(16, 8, 3, 3)),
@@ -1908,6 +1910,21 @@ TEST(test_conv_legacy_pinned) {
     }
     printf("\n");
     CHECK(pinned >= 1 && pinned <= 4);
+    /* fp16: at most two, none twice (cuDNN's list names an algorithm once per
+     * math type: IMPLICIT_PRECOMP_GEMM was listed twice on an H100) */
+    kiln_tensor *hin[3] = {trand(F16, -1, 1, S(2, 8, 9, 11)), trand(F16, -0.5, 0.5, S(16, 8, 3, 3)),
+                           trand(F16, -1, 1, S(16))};
+    n = list_tactics("FusedConv/legacy_pinned_f16", KILN_OP_FusedConv, &ref, &ref, 3, hin, ids, 32);
+    int hpinned = 0;
+    seen = 0;
+    for (int k = 0; k < n; k++) {
+        const int algo = kcu_conv_legacy_algo(ids[k]);
+        if (algo < 0) continue;
+        hpinned++;
+        CHECK(!(seen & 1u << algo));
+        seen |= 1u << algo;
+    }
+    CHECK(n < 0 || (hpinned >= 1 && hpinned <= 2));
     kiln_fused_conv_attrs fft = ref;
     fft.tactic.id = KCU_CONV_TACTIC_LEGACY | (CUDNN_CONVOLUTION_FWD_ALGO_FFT + 1) << KCU_CONV_TACTIC_CAND_SHIFT;
     CHECK(kcu_conv_legacy_algo(fft.tactic.id) == CUDNN_CONVOLUTION_FWD_ALGO_FFT);

@@ -1464,19 +1464,23 @@ kiln_status kiln__cu_fused_conv_run(const kiln_kernel_args *a) {
  * kernel runs: RegNetY-1.6GF has 27). */
 #define KCU_CONV_MAX_RTC 3
 
-/* The geometry of an fp16/bf16 FusedConv at the shapes of `a` (the only
- * layers with more than tactic 0); false for any other. */
-static bool fc_half_geom(const kiln_infer_args *a, kcu_conv *g, int64_t *pe) {
+/* The geometry of a FusedConv at the shapes of `a`; false where it has none. */
+static bool fc_geom(const kiln_infer_args *a, kcu_conv *g, int64_t *pe) {
     const kiln_fused_conv_attrs *at = a->attrs;
     if (!at || a->n_in < 2 || !a->in[0] || !a->in[1] || a->n_out < 1 || !a->out[0]) return false;
     const kiln_tinfo *x = a->in[0], *w = a->in[1], *y = a->out[0];
-    if (x->dtype != KILN_DTYPE_FLOAT16 && x->dtype != KILN_DTYPE_BFLOAT16) return false;
     if (conv_geom_dims(a->node_name ? a->node_name : "?", &at->conv, x->rank, x->dims, w->rank, w->dims, y->rank,
                        y->dims, g, pe) != KILN_OK) {
         kiln__clear_error();
         return false;
     }
     return true;
+}
+
+/* fc_geom of an fp16/bf16 FusedConv (the layers with cuDNN's fused graphs); false for any other. */
+static bool fc_half_geom(const kiln_infer_args *a, kcu_conv *g, int64_t *pe) {
+    const kiln_dtype t = a->n_in > 0 && a->in[0] ? a->in[0]->dtype : KILN_DTYPE_FLOAT32;
+    return (t == KILN_DTYPE_FLOAT16 || t == KILN_DTYPE_BFLOAT16) && fc_geom(a, g, pe);
 }
 
 #if KILN_HAVE_CUDNN
@@ -1511,11 +1515,14 @@ static int legacy_tactics(kiln_cuda_state *st, const kcu_conv *g0, const int64_t
         const bool accurate = kcu_conv_accurate_only(st, (cudnnDataType_t)p->dt);
         cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
         int np = 0;
+        unsigned seen = 0; /* (cuDNN's list may name an algorithm twice, once per math type) */
         if (conv_plan_describe(st, p, perf, &np))
             for (int i = 0; i < np && n < room && n < most; i++)
                 if (legacy_algo_ok(&perf[i], accurate) && (int)perf[i].algo >= 0 &&
-                    (int)perf[i].algo < KCU_CONV_LEGACY_ALGOS)
+                    (int)perf[i].algo < KCU_CONV_LEGACY_ALGOS && !(seen & 1u << perf[i].algo)) {
+                    seen |= 1u << perf[i].algo;
                     ids[n++] = KCU_CONV_TACTIC_LEGACY | ((int32_t)perf[i].algo + 1) << KCU_CONV_TACTIC_CAND_SHIFT;
+                }
         conv_plan_destroy(p);
     }
     if (n == 0) ids[n++] = KCU_CONV_TACTIC_LEGACY;
@@ -1539,7 +1546,21 @@ int kiln__cu_fused_conv_tactics(void *state, const kiln_infer_args *a, int32_t *
     const kiln_fused_conv_attrs *at = a->attrs;
     kcu_conv g;
     int64_t pe[KCU_MAX_SP] = {0, 0, 0};
-    if (!fc_half_geom(a, &g, pe)) return 1;
+    if (!fc_half_geom(a, &g, pe)) {
+#if KILN_HAVE_CUDNN
+        /* fp32: cuDNN's first algorithms, pinned (the legacy API is its path
+         * for them), where conv_exec runs the legacy path: not for depthwise
+         * layers (kiln's direct kernels) or NHWC ones */
+        if (st->dnn && fc_geom(a, &g, pe) && at->layout == 0 && a->in[0]->dtype == KILN_DTYPE_FLOAT32 &&
+            !(g.Cg == 1 && g.G > 1)) {
+            int n = legacy_tactics(st, &g, pe, false, false, KILN_DTYPE_FLOAT32, ids, cap);
+            if (n == 1 && ids[0] == KCU_CONV_TACTIC_LEGACY) ids[0] = 0; /* (cuDNN declines it: as untuned) */
+            else st->strict_tactics = true;
+            return n;
+        }
+#endif
+        return 1;
+    }
     const kiln_tinfo *x = a->in[0];
     bool nhwc = at->layout != 0, x_nchw = at->layout == KILN_FC_LAYOUT_Y_NHWC;
     bool dw = conv_is_depthwise(&g);
