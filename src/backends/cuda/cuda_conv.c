@@ -1550,8 +1550,11 @@ int kiln__cu_fused_conv_tactics(void *state, const kiln_infer_args *a, int32_t *
 #if KILN_HAVE_CUDNN
         /* fp32: cuDNN's first algorithms, pinned (the legacy API is its path
          * for them), where conv_exec runs the legacy path: not for depthwise
-         * layers (kiln's direct kernels) or NHWC ones */
-        if (st->dnn && fc_geom(a, &g, pe) && at->layout == 0 && a->in[0]->dtype == KILN_DTYPE_FLOAT32 &&
+         * layers (kiln's direct kernels) or NHWC ones. KILN_CUDA_FP32_CONV_FIND=1:
+         * tactic 0 alone, its algorithm found at the engine's first run (as
+         * before 2026-12-06; for A/B timings) */
+        const char *find = getenv("KILN_CUDA_FP32_CONV_FIND");
+        if (st->dnn && !(find && atoi(find) == 1) && fc_geom(a, &g, pe) && at->layout == 0 && a->in[0]->dtype == KILN_DTYPE_FLOAT32 &&
             !(g.Cg == 1 && g.G > 1)) {
             int n = legacy_tactics(st, &g, pe, false, false, KILN_DTYPE_FLOAT32, ids, cap);
             if (n == 1 && ids[0] == KCU_CONV_TACTIC_LEGACY) ids[0] = 0; /* (cuDNN declines it: as untuned) */
