@@ -42,3 +42,16 @@ PY
 bt() { local n=$1 b=$2 label=$3; shift 3; local s=$(date +%s%N)
   timeout 150 $B/kiln build /tmp/$n.onnx --device cuda --fp16 --shapes x:${b}x3x224x224 -o /tmp/e.kiln "$@" >> $L 2>&1
   echo "build $n b$b $label $* rc=$? $(( ($(date +%s%N) - s) / 10000000 ))e-2 s" | tee -a $L; }
+# tv_fp16 NAME...: torchvision's NAME exported (tv_onnx), built fp16 at batch 8 and run on random
+# inputs, each where time is left; one line of exit statuses each
+tv_fp16() { local n rc; [ $(left) -gt 90 ] && tv_onnx "$@"
+  for n in "$@"; do [ $(left) -gt 40 ] || break
+    timeout 150 $B/kiln build /tmp/$n.onnx --device cuda --fp16 --shapes x:8x3x224x224 -o /tmp/$n.kiln >> $L 2>&1
+    rc=$?; timeout 60 $B/kiln run /tmp/$n.kiln --random-inputs --output-dir /tmp/o$n >> $L 2>&1
+    echo "tv $n fp16: build rc=$rc run rc=$?" | tee -a $L; done; }
+# se_engines MIN_LEFT: the GPU's fp16 engines of tiny_mbv3 and se_block (squeeze-excite fused)
+# into $OUT, to load with the engine reader on the build machine, each with MIN_LEFT s left
+se_engines() { local m n c; for m in tiny_mbv3:32 se_block:16; do [ $(left) -gt $1 ] || break
+    n=${m%%:*}; c=3; [ $n = se_block ] && c=32
+    KILN_CUDA_SE_FUSED=1 timeout 20 $B/kiln build tests/data/$n.onnx --device cuda --fp16 \
+      --shapes x:1x${c}x${m##*:}x${m##*:} -o $OUT/${n}_fp16.kiln >> $L 2>&1; echo "build $n rc=$?"; done; }

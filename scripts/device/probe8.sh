@@ -18,11 +18,5 @@ for m in tiny_dyncnn tiny_convnext tiny_mbv3 se_block; do
     echo "debug compare $m $p: rc=$? $(grep -E '^result' $OUT/dbg_$m$p.log)" | tee -a $L
   done
 done
-[ $(left) -gt 90 ] && tv_onnx convnext_tiny densenet121 efficientnet_b0
-for n in convnext_tiny densenet121 efficientnet_b0; do
-  [ $(left) -gt 40 ] || break
-  timeout 150 $B/kiln build /tmp/$n.onnx --device cuda --fp16 --shapes x:8x3x224x224 -o /tmp/$n.kiln >> $L 2>&1
-  rc=$?; timeout 60 $B/kiln run /tmp/$n.kiln --random-inputs --output-dir /tmp/o$n >> $L 2>&1
-  echo "tv $n fp16: build rc=$rc run rc=$?" | tee -a $L
-done
+tv_fp16 convnext_tiny densenet121 efficientnet_b0
 grep -E 'passed|^FAIL|layout fields|other numbers|refusing to write|reads |outputs are nchw|as one layout' $L | head -40

@@ -18,9 +18,7 @@ for m in tiny_dyncnn tiny_convnext tiny_mbv3 se_block; do for p in --fp16 --bf16
   timeout 60 $B/kiln build tests/data/$m.onnx --device cuda $p -o /tmp/$m.kiln >> $L 2>&1; rc=$?
   timeout 30 $B/kiln run /tmp/$m.kiln --random-inputs --output-dir /tmp/o$m >> $L 2>&1
   echo "$m ${p}: build rc=$rc run rc=$?" | tee -a $L; done; done
-for m in tiny_mbv3:32 se_block:16; do n=${m%%:*}; c=3; [ $n = se_block ] && c=32
-  KILN_CUDA_SE_FUSED=1 $B/kiln build tests/data/$n.onnx --device cuda --fp16 --shapes x:1x${c}x${m##*:}x${m##*:} \
-    -o $OUT/${n}_fp16.kiln >> $L 2>&1; echo "build $n rc=$?"; done
+se_engines 0
 grep -E 'refusing to write|reads |outputs are nchw|as one layout' $L | head -10
 bench main $(( $(left) - 60 > 200 ? 200 : $(left) - 60 )) --models resnet50,bert --batches 1,64
 zoo fp32

@@ -6,7 +6,5 @@ t ops $(( $(left) - 15 )) $B/test_cuda_ops
 grep -E '^[0-9]+ passed|^FAIL' $L; grep -B4 -E '^FAIL' $L | grep -vE '^PASS' | cut -c1-400 | head -30
 grep -E 'other numbers|layout fields|fp32 3x3' $L | cut -c1-300 | head -12
 [ $(left) -gt 40 ] && t precision $(( $(left) - 15 )) $B/test_cuda_precision
-for m in tiny_mbv3:32 se_block:16; do [ $(left) -gt 10 ] || break; n=${m%%:*}; c=3; [ $n = se_block ] && c=32
-  KILN_CUDA_SE_FUSED=1 timeout 20 $B/kiln build tests/data/$n.onnx --device cuda --fp16 --shapes x:1x${c}x${m##*:}x${m##*:} \
-    -o $OUT/${n}_fp16.kiln >> $L 2>&1; echo "build $n rc=$?"; done
+se_engines 10
 grep -E 'refusing to write|^rc=' $L | head

@@ -9,9 +9,7 @@ KILN_PREBUILT=.gpu-bin ONLY="ops unit engine debug models memcheck" OUT=/tmp/gc1
   timeout $(( $(left) - 60 )) bash scripts/gpu_check.sh > /tmp/gc1.txt 2>&1; echo "rc=$? gpu_check half 1 ($(( $(date +%s) - s )) s)" | tee -a $L
 grep -vE '^(PASS|ok) ' /tmp/gc1.txt | cut -c1-300 | head -120
 tar czf $OUT/gc1.tgz -C /tmp gc1 gc1.txt
-for m in tiny_mbv3:32 se_block:16; do [ $(left) -gt 20 ] || break; n=${m%%:*}; c=3; [ $n = se_block ] && c=32
-  KILN_CUDA_SE_FUSED=1 timeout 20 $B/kiln build tests/data/$n.onnx --device cuda --fp16 --shapes x:1x${c}x${m##*:}x${m##*:} \
-    -o $OUT/${n}_fp16.kiln >> $L 2>&1; echo "build $n rc=$?"; done
+se_engines 20
 for m in tiny_dyncnn tiny_convnext tiny_mbv3 se_block; do for p in --fp16 --bf16; do
   [ $(left) -gt 15 ] || break 2
   timeout 30 $B/kiln build tests/data/$m.onnx --device cuda $p -o /tmp/$m.kiln >> $L 2>&1; rc=$?
