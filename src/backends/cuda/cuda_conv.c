@@ -1555,7 +1555,7 @@ int kiln__cu_fused_conv_tactics(void *state, const kiln_infer_args *a, int32_t *
          * before 2026-12-06; for A/B timings) */
         const char *find = getenv("KILN_CUDA_FP32_CONV_FIND");
         if (st->dnn && !(find && atoi(find) == 1) && fc_geom(a, &g, pe) && at->layout == 0 &&
-            a->in[0]->dtype == KILN_DTYPE_FLOAT32 && !(g.Cg == 1 && g.G > 1)) {
+            a->in[0]->dtype == KILN_DTYPE_FLOAT32 && !conv_is_depthwise(&g)) {
             int n = legacy_tactics(st, &g, pe, false, false, KILN_DTYPE_FLOAT32, ids, cap);
             if (n == 1 && ids[0] == KCU_CONV_TACTIC_LEGACY) ids[0] = 0; /* (cuDNN declines it: as untuned) */
             else st->strict_tactics = true;
