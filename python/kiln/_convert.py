@@ -418,11 +418,12 @@ def _node_tensors(node):
             yield from _graph_tensors(g)
 
 
-def _data_name(onnx_path):
-    """The name of the file beside `onnx_path` that keeps its external data:
-    `<name>.data`, or, where that is longer than the folder's file system takes (a name
-    near its 255-byte limit), the name cut short with 8 hex of its hash:
-    `<first bytes of name>-<hash>.data`, so that two long names still differ."""
+def _data_path(onnx_path):
+    """The file beside `onnx_path` that keeps its external data: `<name>.data`, or, where
+    that is longer than the folder's file system takes (a name near its 255-byte limit),
+    the name cut short with 8 hex of its hash: `<first bytes of name>-<hash>.data`, so
+    that two long names still differ (whole UTF-8 characters: the model names it in a
+    protobuf string)."""
     onnx_path = Path(os.fsdecode(os.fspath(onnx_path)))
     name = os.fsencode(onnx_path.name)
     try:
@@ -430,23 +431,23 @@ def _data_name(onnx_path):
     except (OSError, ValueError):
         limit = 255
     if len(name) + 5 <= limit:
-        return os.fsdecode(name + b".data")
+        return onnx_path.parent / os.fsdecode(name + b".data")
     tail = b"-" + hashlib.sha256(name).hexdigest()[:8].encode() + b".data"
     head = name[:max(1, limit - len(tail))]
-    while head:  # (a UTF-8 name keeps whole characters)
+    while head:
         try:
             head.decode("utf-8")
             break
         except UnicodeDecodeError:
             head = head[:-1]
-    return os.fsdecode(head + tail)
+    return onnx_path.parent / os.fsdecode(head + tail)
 
 
 def _keep_onnx(path, onnx_path):
     """Copies the exported model at `path` to `onnx_path`, as kiln.save writes (atomically,
     replacing a link rather than writing through it). Weights the exporter stored beside it
     (`<path>.data`, the dynamo exporter's external data) go to `<onnx_path>.data`
-    (_data_name: a shorter name where that one is too long), and the copy's tensors refer
+    (_data_path: a shorter name where that one is too long), and the copy's tensors refer
     to that name: the exporter wrote the temporary file's name into them, which a model
     kept under another name would not find."""
     path = Path(path)
@@ -457,7 +458,7 @@ def _keep_onnx(path, onnx_path):
     import onnx
 
     model = onnx.load(str(path), load_external_data=False)
-    new_name = _data_name(onnx_path)
+    new_data = _data_path(onnx_path)
     tensors = list(_graph_tensors(model.graph))
     for f in model.functions:
         for node in f.node:
@@ -465,8 +466,8 @@ def _keep_onnx(path, onnx_path):
     for t in tensors:
         for e in t.external_data:
             if e.key == "location" and e.value == data_file.name:
-                e.value = new_name
-    _files.atomic_write(Path(os.fsdecode(os.fspath(onnx_path))).parent / new_name, source=data_file)
+                e.value = new_data.name
+    _files.atomic_write(new_data, source=data_file)
     _files.atomic_write(onnx_path, model.SerializeToString())
 
 
