@@ -1336,7 +1336,8 @@ kiln_status kiln__tune_layer(const kiln_tune_layer *L, int32_t *best_id, double 
         for (int k = 0; k < nc; k++) {
             char nm[96];
             kiln__backend_tactic_describe(be, n, cand[k], nm, sizeof nm);
-            fprintf(stderr, " %s=%.1fus(setup %.0fms)", nm, us[k], setup_us[k] / 1000.0);
+            fprintf(stderr, " %s=%.1fus(setup %.0fms%s)", nm, us[k], setup_us[k] / 1000.0,
+                    runs[k].no_graph && be->device != KILN_DEVICE_CPU ? ", plain runs" : "");
         }
         fprintf(stderr, "\n");
         kiln_sbuf sb = {0};

@@ -107,6 +107,7 @@ struct kiln_context {
     uintptr_t *gkey;       /* 4 keys of graph_klen words: this run, last run, graph, refused */
     int graph_klen;
     bool graph_refused;    /* a capture at the refused key failed */
+    bool graph_verbose;    /* KILN_CUDA_VERBOSE: say why a capture failed */
     uint64_t graph_overflow; /* overflow counter when the capture began */
     bool graph_run;        /* this run may replay or capture (its key is in gkey) */
     kiln_slot *graph_out;  /* per graph output: its slot right after the captured run */
@@ -942,6 +943,7 @@ static bool graph_usable(kiln_context *c) {
     if (c->graph_mode == 0) {
         const char *env = getenv("KILN_CUDA_GRAPHS");
         c->graph_mode = env && !strcmp(env, "0") ? -1 : 1;
+        c->graph_verbose = kiln__env_flag("KILN_CUDA_VERBOSE");
     }
     /* profiling times layers one by one; the debug arena check checks them; a layer callback
      * and a planted bug see each layer */
@@ -1049,11 +1051,18 @@ static kiln_status graph_capture_end(kiln_context *c, kiln_status loop) {
         for (int k = 0; k < g->n_outputs; k++) c->graph_out[k] = c->slots[g->outputs[k]];
         s = c->be[MEM_DEV]->graph_launch(c->state[MEM_DEV], c->graph, &launched);
         if (s != KILN_OK) return s;
+        if (launched && c->graph_verbose)
+            fprintf(stderr, "kiln: CUDA Graph captured: later runs at these shapes replay it\n");
     } else if (gr) {
         c->be[MEM_DEV]->graph_free(c->state[MEM_DEV], gr);
     }
     if (launched) return KILN_OK;
     graph_drop(c);
+    if (c->graph_verbose) /* KILN_CUDA_VERBOSE=1: why a plan runs without its graph */
+        fprintf(stderr, "kiln: CUDA Graph capture failed, layers run one by one at these shapes: %s\n",
+                loop != KILN_OK || s != KILN_OK                   ? kiln_last_error()
+                : c->counters.overflow != c->graph_overflow       ? "the run overflowed the arena"
+                                                                  : "the device's scratch memory moved");
     kiln__clear_error();
     gkey_copy(c, GK_REFUSED, GK_RUN);
     c->graph_refused = true;

@@ -383,14 +383,15 @@ static kiln_status cuda_capture_end(void *state, void **out) {
         /* invalidated (a synchronizing call during the capture): nothing recorded ran */
         (void)cudaGetLastError();
         if (graph) (void)cudaGraphDestroy(graph);
-        return KILN_OK;
+        return KILN_FAIL(KILN_ERR_UNSUPPORTED, "CUDA Graph capture invalidated: %s",
+                         e != cudaSuccess ? cudaGetErrorString(e) : "no graph");
     }
     cudaGraphExec_t exec = NULL;
     e = cudaGraphInstantiate(&exec, graph, 0);
     (void)cudaGraphDestroy(graph);
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
-        return KILN_OK;
+        return KILN_FAIL(KILN_ERR_UNSUPPORTED, "CUDA Graph not instantiated: %s", cudaGetErrorString(e));
     }
     kiln_cuda_graph *cg = kiln__calloc(1, sizeof *cg);
     if (!cg) {
