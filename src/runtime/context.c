@@ -59,8 +59,16 @@ typedef struct kiln_slot {
 typedef struct kiln_binding {
     const void *data;
     bool bound;
-    const void *run;       /* what this run reads: data, or the context's copy of it (inputs_for_run) */
+    const void *run;       /* what this run reads: data, or the context's copy of it (inputs_for_run,
+                            * graph_stage_io) */
     int mem;               /* where the caller's bytes are */
+    int run_mem;           /* where `run` is */
+    /* CUDA Graphs (graph_stage_io): the device pointer of the last run that could use one, whether
+     * it has changed between two such runs, and the device copy read instead from then on */
+    const void *prev;
+    bool churn;
+    void *stage;
+    size_t stage_cap;
     kiln_dtype dtype;
     int rank;
     int64_t dims[KILN_MAX_RANK];
@@ -76,6 +84,10 @@ typedef struct kiln_out_binding {
     size_t cap;
     int mem;
     size_t written;        /* bytes of this run's output written there so far */
+    /* CUDA Graphs (graph_stage_io): as kiln_binding's; once churned, a graph run writes the output
+     * into the context's memory and copies it here */
+    void *prev;
+    bool churn;
 } kiln_out_binding;
 
 struct kiln_context {
@@ -298,6 +310,8 @@ static void ctx_destroy(kiln_context *c) {
     kiln__acheck_free(c->acheck);
     kiln__free(c->vlayout);
     if (c->graph) c->be[MEM_DEV]->graph_free(c->state[MEM_DEV], c->graph);
+    for (int i = 0; c->in && c->be[MEM_DEV] && c->state[MEM_DEV] && i < c->e->graph->n_inputs; i++)
+        if (c->in[i].stage) c->be[MEM_DEV]->free(c->state[MEM_DEV], c->in[i].stage);
     kiln__free(c->gkey);
     kiln__free(c->graph_out);
     for (int m = 0; m < 2; m++) {
@@ -796,7 +810,8 @@ static kiln_status run_node_call(kiln_context *c, int ni, kiln_call *call) {
          * (deliver_output), not by the kernel's element stores */
         size_t es = kiln_dtype_size(outs[i].dtype);
         if (ok >= 0 && c->out[ok].data && c->out[ok].mem == m && c->out[ok].cap >= nb &&
-            (m != MEM_HOST || !es || (uintptr_t)c->out[ok].data % es == 0)) {
+            (m != MEM_HOST || !es || (uintptr_t)c->out[ok].data % es == 0) &&
+            !(c->graph_run && c->out[ok].churn)) {
             if ((st = check_output_overlap(c, ok, m, nb)) != KILN_OK) goto done;
             c->out[ok].written = nb;
             s->ptr[m] = c->out[ok].data; /* write straight into caller memory */
@@ -903,10 +918,11 @@ static kiln_status deliver_output(kiln_context *c, int k) {
 }
 
 /* ---- graph capture (CUDA Graphs) ----------------------------------------
- * A device context whose whole plan runs on the device, with device inputs
- * and a memory plan that places every value, records its launch sequence
- * on the second run with the same key (plan, arenas, stream, input pointers
- * and shapes, output bindings) and replays it from then on: a replay skips
+ * A device context whose whole plan runs on the device and a memory plan
+ * that places every value records its launch sequence on the second run
+ * with the same key (plan, arenas, stream, input pointers and shapes, the
+ * outputs written in place; host inputs and buffers that change from run to
+ * run are staged: graph_stage_io) and replays it from then on: a replay skips
  * the node loop and restores the outputs' slots as the captured run left
  * them. A capture the backend invalidates (a kernel synchronized or had to
  * allocate) is dropped, the run is done node by node, and that key is not
@@ -932,6 +948,50 @@ static kiln_status ctx_set_cuda_graphs(kiln_context *c, int on) {
 
 kiln_status kiln_context_set_cuda_graphs(kiln_context *c, int on) {
     WITH_CLAIM(c, "kiln_context_set_cuda_graphs", ctx_set_cuda_graphs(c, on));
+}
+
+/* A graph reads its inputs and writes its in-place outputs at the addresses it was captured with.
+ * Callers that hand new buffers at each run (a framework's allocator, two buffers in turn) would
+ * never run one: a device input or output whose address changed between two runs that could use a
+ * graph is staged from then on (churn) — the input copied into a device buffer of the context's
+ * own (stage) before the run, the output written into the context's memory and copied to the
+ * caller's buffer after it — one device copy each per run. Host inputs are always staged (a graph
+ * reads device memory). False where it cannot stage (out of memory): this run goes node by node. */
+static bool graph_stage_io(kiln_context *c) {
+    const kiln_graph *g = c->e->graph;
+    const kiln_backend_i *dev = c->be[MEM_DEV];
+    for (int k = 0; k < g->n_outputs; k++) {
+        kiln_out_binding *ob = &c->out[k];
+        if (ob->mem == MEM_DEV && ob->data && ob->prev && ob->prev != ob->data) ob->churn = true;
+        if (ob->mem == MEM_DEV && ob->data) ob->prev = ob->data;
+    }
+    for (int k = 0; k < g->n_inputs; k++) {
+        kiln_binding *bd = &c->in[k];
+        size_t nb = (size_t)kiln__numel(bd->rank, bd->dims) * kiln_dtype_size(bd->dtype);
+        if (bd->mem == MEM_DEV && bd->data) {
+            if (bd->prev && bd->prev != bd->data) bd->churn = true;
+            bd->prev = bd->data;
+        }
+        if (!nb || !bd->run || (bd->run_mem == MEM_DEV && !bd->churn)) continue;
+        if (bd->stage_cap < nb) {
+            if (bd->stage) dev->free(c->state[MEM_DEV], bd->stage);
+            bd->stage = NULL;
+            bd->stage_cap = 0;
+            if (ctx_alloc(c, MEM_DEV, nb, "an input's copy for CUDA Graphs", &bd->stage) != KILN_OK) {
+                kiln__clear_error();
+                return false;
+            }
+            bd->stage_cap = nb;
+        }
+        if (dev->to_device(c->state[MEM_DEV], bd->stage, bd->run, nb) != KILN_OK) {
+            kiln__clear_error();
+            return false;
+        }
+        bd->run = bd->stage;
+        bd->run_mem = MEM_DEV;
+        c->slots[g->inputs[k]].ptr[MEM_DEV] = bd->stage;
+    }
+    return true;
 }
 
 /* Whether this run may replay or capture a graph; fills the run's key. */
@@ -963,7 +1023,7 @@ static bool graph_usable(kiln_context *c) {
         c->graph_out = kiln__calloc((size_t)g->n_outputs + 1, sizeof *c->graph_out);
         if (!c->gkey || !c->graph_out) c->graph_static = -1;
     }
-    if (c->graph_static < 0 || !c->plan || c->plan->n_dynamic) return false;
+    if (c->graph_static < 0 || !c->plan || c->plan->n_dynamic || !graph_stage_io(c)) return false;
     uintptr_t *k = c->gkey; /* this run's key */
     int j = 0;
     k[j++] = (uintptr_t)c->plan;
@@ -971,17 +1031,19 @@ static bool graph_usable(kiln_context *c) {
     k[j++] = (uintptr_t)c->arena[1];
     k[j++] = (uintptr_t)c->stream;
     for (int i = 0; i < g->n_inputs; i++) {
-        if (c->in[i].mem != MEM_DEV) return false;
+        if (c->in[i].run_mem != MEM_DEV && c->in[i].run) return false;
         k[j++] = (uintptr_t)c->in[i].run;
         k[j++] = (uintptr_t)c->in[i].rank;
         k[j++] = (uintptr_t)c->in[i].dtype;
         for (int d = 0; d < KILN_MAX_RANK; d++)
             k[j++] = d < c->in[i].rank ? (uintptr_t)c->in[i].dims[d] : 0;
     }
-    for (int i = 0; i < g->n_outputs; i++) {
-        k[j++] = (uintptr_t)c->out[i].data;
-        k[j++] = (uintptr_t)c->out[i].cap;
-        k[j++] = (uintptr_t)c->out[i].mem;
+    for (int i = 0; i < g->n_outputs; i++) { /* (where a replay may write: the device buffers written in place) */
+        const kiln_out_binding *ob = &c->out[i];
+        bool in_place = ob->data && ob->mem == MEM_DEV && !ob->churn;
+        k[j++] = in_place ? (uintptr_t)ob->data : 0;
+        k[j++] = in_place ? (uintptr_t)ob->cap : 0;
+        k[j++] = (uintptr_t)ob->mem;
     }
     return true;
 }
@@ -1102,6 +1164,7 @@ static kiln_status inputs_for_run(kiln_context *c) {
     for (int k = 0; k < g->n_inputs; k++) {
         kiln_binding *bd = &c->in[k];
         bd->run = bd->data;
+        bd->run_mem = bd->mem;
         size_t es = kiln_dtype_size(bd->dtype), nb = (size_t)kiln__numel(bd->rank, bd->dims) * es;
         if (!bd->data || !nb || !c->be[bd->mem]) continue;
         /* host bytes not aligned to their element (numpy.frombuffer(b, offset=1)): the
@@ -1287,7 +1350,7 @@ static void slots_reset(kiln_context *c) {
         s->t.dtype = c->in[k].dtype;
         s->t.rank = c->in[k].rank;
         memcpy(s->t.dims, c->in[k].dims, sizeof s->t.dims);
-        s->ptr[c->in[k].mem] = (void *)c->in[k].run; /* read-only: kernels never write inputs */
+        s->ptr[c->in[k].run_mem] = (void *)c->in[k].run; /* read-only: kernels never write inputs */
     }
 }
 
@@ -1491,6 +1554,7 @@ size_t kiln__context_memory(const kiln_context *c) {
         total += c->pool[m].ws_cap + c->arena_cap[m];
         for (int i = 0; i < c->pool[m].n; i++) total += c->pool[m].bufs[i].cap;
     }
+    for (int i = 0; c->in && i < c->e->graph->n_inputs; i++) total += c->in[i].stage_cap;
     return total;
 }
 

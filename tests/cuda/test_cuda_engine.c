@@ -1,6 +1,7 @@
 /* test_cuda_engine.c -- CUDA engines end to end on the GPU (skips without
  * one): fp32 vs the committed reference, CUDA Graph capture and replay
- * (new data in the same device buffer, other shapes, turned off), and
+ * (new data in the same device buffer, other shapes, turned off; buffers
+ * that change from run to run, host inputs and outputs), and
  * fp16/bf16 engines (casts at the boundaries, outputs within reduced-
  * precision tolerance, a layer kept in fp32). Model: tests/data/tiny_mlp.onnx.
  * And a dynamic-batch CNN (tests/stress/stress_cnn.onnx) whose runs change
@@ -154,6 +155,59 @@ TEST(graphs) {
     cudaFree(dy);
     kiln_context_free(c);
 out0:
+    kiln_engine_free(e);
+    kiln_engine_free(cpu);
+}
+
+/* Callers that hand other buffers at each run still get CUDA Graphs (graph_stage_io): a device
+ * input and output in two buffers taken in turn (a framework's allocator), captured at the third
+ * run and replayed after; and host input and output, captured at the second run. New values every
+ * run: a replay that read the last run's input, or wrote the last run's output buffer, fails. */
+TEST(graphs_new_buffers) {
+    enum { N = 5 };
+    kiln_engine *e = build(KILN_DEVICE_CUDA, KILN_PRECISION_FP32, NULL);
+    kiln_engine *cpu = build(KILN_DEVICE_CPU, KILN_PRECISION_FP32, NULL);
+    kiln_context *c = NULL;
+    float *dx[2] = {NULL, NULL}, *dy[2] = {NULL, NULL};
+    if (!e || !cpu) goto out;
+    for (int i = 0; i < 2; i++) {
+        CHECK(cudaMalloc((void **)&dx[i], sizeof(float) * N * 16) == cudaSuccess);
+        CHECK(cudaMalloc((void **)&dy[i], sizeof(float) * N * 8) == cudaSuccess);
+    }
+    float x[N * 16], y[N * 8], want[N * 8];
+    int64_t dims[2] = {N, 16};
+    for (int host = 0; host < 2; host++) {
+        CHECK_OK(kiln_context_create(e, &c));
+        for (int r = 0; c && r < 6; r++) {
+            for (int i = 0; i < N * 16; i++) x[i] = sinf(0.37f * (float)i + 1.3f * (float)(r + 7 * host));
+            run_host(cpu, x, N, want);
+            memset(y, 0, sizeof y);
+            if (host) {
+                CHECK_OK(kiln_context_set_input(c, "x", KILN_DTYPE_FLOAT32, 2, dims, x));
+                CHECK_OK(kiln_context_set_output(c, "y", y, sizeof y));
+            } else {
+                CHECK(cudaMemcpy(dx[r % 2], x, sizeof x, cudaMemcpyHostToDevice) == cudaSuccess);
+                CHECK(cudaMemset(dy[r % 2], 0, sizeof y) == cudaSuccess);
+                CHECK_OK(kiln_context_set_input(c, "x", KILN_DTYPE_FLOAT32, 2, dims, dx[r % 2]));
+                CHECK_OK(kiln_context_set_output(c, "y", dy[r % 2], sizeof y));
+            }
+            CHECK_OK(kiln_context_run(c));
+            if (!host) CHECK(cudaMemcpy(y, dy[r % 2], sizeof y, cudaMemcpyDeviceToHost) == cudaSuccess);
+            double err = rel_err(y, want, N * 8);
+            bool active = kiln__context_graph_active(c);
+            if (!(err < 1e-5) || active != (r >= 2 - host))
+                fprintf(stderr, "  %s, run %d: error %g, graph %d\n", host ? "host" : "device", r, err, active);
+            CHECK(err < 1e-5);
+            CHECK(active == (r >= 2 - host));
+        }
+        kiln_context_free(c);
+        c = NULL;
+    }
+out:
+    for (int i = 0; i < 2; i++) {
+        cudaFree(dx[i]);
+        cudaFree(dy[i]);
+    }
     kiln_engine_free(e);
     kiln_engine_free(cpu);
 }
@@ -450,7 +504,7 @@ TEST(nhwc_dynamic_batch) {
 
 int main(void) {
     if (!kiln_device_available(KILN_DEVICE_CUDA)) {
-        printf("no CUDA device: skipping\n0 passed, 0 failed, 8 skipped\n");
+        printf("no CUDA device: skipping\n0 passed, 0 failed, 9 skipped\n");
         return 0;
     }
     FILE *f = fopen(IO, "rb");
@@ -462,6 +516,7 @@ int main(void) {
     }
     RUN(fp32_reference);
     RUN(graphs);
+    RUN(graphs_new_buffers);
     RUN(default_stream_inputs);
     RUN(reduced_precision);
     RUN(batch_sizes_change_run_to_run);
