@@ -3,16 +3,16 @@ set -uo pipefail
 T0=$(date +%s); E=${E:-540}
 left() { echo $(( E - ($(date +%s) - T0) )); }
 mkdir -p .gpu-bin && tar xJf .carry/kiln-gpu.tar.xz -C .gpu-bin && ln -sf libkiln.so.0 .gpu-bin/libkiln.so
-# (.carry/quick.tgz, where packed: kiln and libkiln.so.0 alone, newer than the tarball's, for a
+# (.carry/quick.txz, where packed: kiln and libkiln.so.0 alone, newer than the tarball's, for a
 # quick look at a change before the test programs are packed again)
-[ -f .carry/quick.tgz ] && tar xzf .carry/quick.tgz -C .gpu-bin
+[ -f .carry/quick.txz ] && tar xJf .carry/quick.txz -C .gpu-bin
 CUDNN=/opt/torch/.venv/lib/python3.12/site-packages/nvidia/cudnn
 export LD_LIBRARY_PATH=$PWD/.gpu-bin:$CUDNN/lib:${LD_LIBRARY_PATH:-}
 export PYTHONUNBUFFERED=1
 B=.gpu-bin
 L=$OUT/tests.log
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee -a $L
-echo "binaries packed at $(cat .carry/PACKED_AT)$([ -f .carry/quick.tgz ] && echo ", kiln and libkiln.so.0 at $(cat .carry/QUICK_AT)")" | tee -a $L
+echo "binaries packed at $(cat .carry/PACKED_AT)$([ -f .carry/quick.txz ] && echo ", kiln and libkiln.so.0 at $(cat .carry/QUICK_AT)")" | tee -a $L
 # t NAME TIMEOUT CMD...: one test step, its output into tests.log, a one-line verdict
 t() { local n=$1 to=$2; shift 2; echo "== $n" >> $L; local s=$(date +%s)
   timeout $to "$@" >> $L 2>&1; local rc=$?
