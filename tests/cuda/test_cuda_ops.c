@@ -1459,6 +1459,78 @@ TEST(test_engine_host_inputs) {
     check_swin_host_inputs(NULL);
 }
 
+/* A context whose caller binds other device buffers at each run (two in turn, as torch's
+ * allocator hands them) and then host ones (graph_stage_io: such inputs are read from the
+ * context's copy and such outputs written to its memory, then copied): every run's output equals
+ * the CPU engine's for that run's input, lands in the buffer bound for that run, and leaves the
+ * other buffer as it was. On a GPU the runs from the third on replay a CUDA Graph
+ * (test_cuda_engine's graphs_new_buffers checks that); the emulation, which captures none, runs
+ * the staging and the copies under ASan. */
+TEST(test_engine_changing_buffers) {
+    if (!kiln__backend_for(KILN_DEVICE_CUDA)) {
+        printf("  (no CUDA backend in the registry: skipped)\n");
+        return;
+    }
+    enum { N = 3, NX = N * 16, NY = N * 8 };
+    kiln_model *m = NULL;
+    kiln_engine *e[2] = {NULL, NULL}; /* CPU, device */
+    CHECK_OK(kiln_model_load_onnx("tests/data/tiny_mlp.onnx", &m));
+    for (int d = 0; d < 2 && m; d++) {
+        kiln_builder *b = NULL;
+        int64_t sh[2] = {N, 16};
+        CHECK_OK(kiln_builder_create(&b));
+        if (!b) break;
+        CHECK_OK(kiln_builder_set_profile(b, "x", 2, sh, sh, sh));
+        CHECK_OK(kiln_builder_set_device(b, d ? KILN_DEVICE_CUDA : KILN_DEVICE_CPU, 0));
+        CHECK_OK(kiln_build(b, m, &e[d]));
+        kiln_builder_free(b);
+    }
+    kiln_context *c[2] = {NULL, NULL};
+    float *dx[2] = {NULL, NULL}, *dy[2] = {NULL, NULL};
+    for (int d = 0; d < 2; d++) {
+        if (e[d]) CHECK_OK(kiln_context_create(e[d], &c[d]));
+        CHECK(cudaMalloc((void **)&dx[d], sizeof(float) * NX) == cudaSuccess);
+        CHECK(cudaMalloc((void **)&dy[d], sizeof(float) * NY) == cudaSuccess);
+    }
+    const int64_t dims[2] = {N, 16};
+    float x[NX], want[NY], y[NY], other[NY], mark[NY];
+    for (int i = 0; i < NY; i++) mark[i] = -1234.5f;
+    for (int r = 0; c[0] && c[1] && dx[1] && dy[1] && r < 8; r++) {
+        const bool host = r >= 5; /* runs 0-4: device buffers in turn; 5-7: host buffers */
+        for (int i = 0; i < NX; i++) x[i] = sinf(0.31f * (float)i + 0.9f * (float)r);
+        CHECK_OK(kiln_context_set_input(c[0], "x", KILN_DTYPE_FLOAT32, 2, dims, x));
+        CHECK_OK(kiln_context_set_output(c[0], "y", want, sizeof want));
+        CHECK_OK(kiln_context_run(c[0]));
+        const int k = r % 2;
+        if (host) {
+            memcpy(y, mark, sizeof y);
+            CHECK_OK(kiln_context_set_input(c[1], "x", KILN_DTYPE_FLOAT32, 2, dims, x));
+            CHECK_OK(kiln_context_set_output(c[1], "y", y, sizeof y));
+        } else {
+            CHECK(cudaMemcpy(dx[k], x, sizeof x, cudaMemcpyHostToDevice) == cudaSuccess);
+            for (int j = 0; j < 2; j++) CHECK(cudaMemcpy(dy[j], mark, sizeof mark, cudaMemcpyHostToDevice) == cudaSuccess);
+            CHECK_OK(kiln_context_set_input(c[1], "x", KILN_DTYPE_FLOAT32, 2, dims, dx[k]));
+            CHECK_OK(kiln_context_set_output(c[1], "y", dy[k], sizeof(float) * NY));
+        }
+        CHECK_OK(kiln_context_run(c[1]));
+        if (!host) {
+            CHECK(cudaMemcpy(y, dy[k], sizeof y, cudaMemcpyDeviceToHost) == cudaSuccess);
+            CHECK(cudaMemcpy(other, dy[1 - k], sizeof other, cudaMemcpyDeviceToHost) == cudaSuccess);
+            if (memcmp(other, mark, sizeof mark)) FAILF("run %d: the other output buffer was written", r);
+        }
+        double md = 0;
+        for (int i = 0; i < NY; i++) md = fmax(md, fabs((double)y[i] - want[i]));
+        if (!(md < 1e-5)) FAILF("run %d (%s buffers): max abs diff %g from the CPU engine", r, host ? "host" : "device", md);
+    }
+    for (int d = 0; d < 2; d++) {
+        kiln_context_free(c[d]);
+        kiln_engine_free(e[d]);
+        cudaFree(dx[d]);
+        cudaFree(dy[d]);
+    }
+    kiln_model_free(m);
+}
+
 /* BERT's two attention layers (torch 2.11's TorchScript export, SDPA
  * attention: both read one bool padding cond [2, 1, 8, 8] that adds -inf)
  * built for `dev` at precision p (pass_off: a pass switched off), run on
@@ -3417,7 +3489,7 @@ TEST(test_coverage) {
 #define TESTS_FT(X) X(test_fused_transformer) X(test_attention_tactics) X(test_attention_nan_tactics) X(test_grid_limits)
 #define ALL_TESTS(X) \
     TESTS_BASE(X) TESTS_NN(X) TESTS_REDUCE(X) TESTS_FC(X) TESTS_FT(X) TESTS_INDEX(X) \
-    TESTS_SPATIAL(X) TESTS_SEQ(X) TESTS_MISC(X) TESTS_PW(X) X(test_node_state) X(test_engine_host_inputs) X(test_shared_attention_mask) \
+    TESTS_SPATIAL(X) TESTS_SEQ(X) TESTS_MISC(X) TESTS_PW(X) X(test_node_state) X(test_engine_host_inputs) X(test_engine_changing_buffers) X(test_shared_attention_mask) \
     X(test_coverage)
 
 #define COUNT_ONE(t) +1
