@@ -490,8 +490,11 @@ KILN_API kiln_status kiln_context_set_memory_reuse(kiln_context *c, int on);
 
 /* CUDA engines: whether the context captures its launch sequence into a
  * CUDA Graph and replays it (on by default; see docs/cuda.md for when a
- * context can use one). The environment variable KILN_CUDA_GRAPHS=0 turns
- * it off for new contexts. No-op for CPU engines. */
+ * context can use one). Host inputs, and device inputs or outputs bound to
+ * another address than at the last run, are copied through buffers of the
+ * context's own from then on, one copy each per run, so that a graph can
+ * replay. The environment variable KILN_CUDA_GRAPHS=0 turns it off for new
+ * contexts. No-op for CPU engines. */
 KILN_API kiln_status kiln_context_set_cuda_graphs(kiln_context *c, int on);
 
 #ifdef __cplusplus
