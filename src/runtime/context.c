@@ -962,12 +962,14 @@ static bool graph_stage_io(kiln_context *c) {
     const kiln_backend_i *dev = c->be[MEM_DEV];
     for (int k = 0; k < g->n_outputs; k++) {
         kiln_out_binding *ob = &c->out[k];
-        if (ob->mem == MEM_DEV && ob->data && ob->prev && ob->prev != ob->data) ob->churn = true;
-        if (ob->mem == MEM_DEV && ob->data) ob->prev = ob->data;
+        if (ob->mem != MEM_DEV || !ob->data) continue;
+        if (ob->prev && ob->prev != ob->data) ob->churn = true;
+        ob->prev = ob->data;
     }
     for (int k = 0; k < g->n_inputs; k++) {
         kiln_binding *bd = &c->in[k];
-        size_t nb = (size_t)kiln__numel(bd->rank, bd->dims) * kiln_dtype_size(bd->dtype);
+        kiln_slot *s = &c->slots[g->inputs[k]]; /* (slots_reset gave it the binding's shape) */
+        const size_t nb = slot_bytes(s);
         if (bd->mem == MEM_DEV && bd->data) {
             if (bd->prev && bd->prev != bd->data) bd->churn = true;
             bd->prev = bd->data;
@@ -989,7 +991,7 @@ static bool graph_stage_io(kiln_context *c) {
         }
         bd->run = bd->stage;
         bd->run_mem = MEM_DEV;
-        c->slots[g->inputs[k]].ptr[MEM_DEV] = bd->stage;
+        s->ptr[MEM_DEV] = bd->stage;
     }
     return true;
 }
