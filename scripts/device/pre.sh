@@ -3,8 +3,8 @@ set -uo pipefail
 T0=$(date +%s); E=${E:-540}
 left() { echo $(( E - ($(date +%s) - T0) )); }
 mkdir -p .gpu-bin && tar xJf .carry/kiln-gpu.tar.xz -C .gpu-bin && ln -sf libkiln.so.0 .gpu-bin/libkiln.so
-# (.carry/quick.txz, where packed: kiln and libkiln.so.0 alone, newer than the tarball's, for a
-# quick look at a change before the test programs are packed again)
+# (.carry/quick.txz, where packed: a few of the binaries (kiln, libkiln.so.0, a test program),
+# newer than the tarball's, for a quick look at a change before all are packed again)
 [ -f .carry/quick.txz ] && tar xJf .carry/quick.txz -C .gpu-bin
 CUDNN=/opt/torch/.venv/lib/python3.12/site-packages/nvidia/cudnn
 export LD_LIBRARY_PATH=$PWD/.gpu-bin:$CUDNN/lib:${LD_LIBRARY_PATH:-}
@@ -12,7 +12,7 @@ export PYTHONUNBUFFERED=1
 B=.gpu-bin
 L=$OUT/tests.log
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee -a $L
-echo "binaries packed at $(cat .carry/PACKED_AT)$([ -f .carry/quick.txz ] && echo ", kiln and libkiln.so.0 at $(cat .carry/QUICK_AT)")" | tee -a $L
+echo "binaries packed at $(cat .carry/PACKED_AT)$([ -f .carry/quick.txz ] && echo ", quick.txz's at $(cat .carry/QUICK_AT)")" | tee -a $L
 # t NAME TIMEOUT CMD...: one test step, its output into tests.log, a one-line verdict
 t() { local n=$1 to=$2; shift 2; echo "== $n" >> $L; local s=$(date +%s)
   timeout $to "$@" >> $L 2>&1; local rc=$?
@@ -58,3 +58,13 @@ se_engines() { local m n c; for m in tiny_mbv3:32 se_block:16; do [ $(left) -gt 
     n=${m%%:*}; c=3; [ $n = se_block ] && c=32
     KILN_CUDA_SE_FUSED=1 timeout 20 $B/kiln build tests/data/$n.onnx --device cuda --fp16 \
       --shapes x:1x${c}x${m##*:}x${m##*:} -o $OUT/${n}_fp16.kiln >> $L 2>&1; echo "build $n rc=$?"; done; }
+# gc DIR TIMEOUT VAR=VALUE...: gpu_check.sh's sections (ONLY=...) on the packed binaries, with
+# the ONNX node tests of .carry/node.tar.xz, logs into DIR and DIR.txt; one line of exit status
+gc() { local d=$1 to=$2; shift 2; local s=$(date +%s)
+  [ -d /tmp/nt/node ] || { mkdir -p /tmp/nt && tar xJf .carry/node.tar.xz -C /tmp/nt; }
+  env KILN_NODE_TESTS=/tmp/nt/node KILN_PREBUILT=.gpu-bin OUT=$d "$@" timeout $to bash scripts/gpu_check.sh >> $d.txt 2>&1
+  echo "rc=$? gpu_check $* ($(( $(date +%s) - s )) s)" | tee -a $L; }
+# gc_done DIR: gc's lines other than passes, then its logs into $OUT/<DIR's name>.tgz
+gc_done() { local n=$(basename $1)
+  grep -vE '^(PASS|ok) ' $1.txt | grep -v 'prebuilt:\|^name, driver\|^NVIDIA' | cut -c1-300 | head -80
+  tar czf $OUT/$n.tgz -C $(dirname $1) $n $n.txt; }
