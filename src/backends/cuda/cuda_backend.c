@@ -138,6 +138,8 @@ static kiln_status cuda_state_create(int index, void **out) {
     st->verbose = kiln__env_flag("KILN_CUDA_VERBOSE");
     const char *find = getenv("KILN_CUDNN_FIND");
     st->conv_find = !(find && !strcmp(find, "0"));
+    const char *fp32_find = getenv("KILN_CUDA_FP32_CONV_FIND");
+    st->fp32_conv_find = fp32_find && atoi(fp32_find) == 1;
     st->attn_fa = kiln__env_flag_default("KILN_CUDA_ATTN_FA", true);
     st->dw_nchw_tiled = kiln__env_flag("KILN_CUDA_DW_NCHW");
     st->gap_clusters = st->cc_major >= 9 && kiln__env_flag_default("KILN_CUDA_GAP_CLUSTER", true);

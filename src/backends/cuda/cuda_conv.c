@@ -1553,8 +1553,7 @@ int kiln__cu_fused_conv_tactics(void *state, const kiln_infer_args *a, int32_t *
          * layers (kiln's direct kernels) or NHWC ones. KILN_CUDA_FP32_CONV_FIND=1:
          * tactic 0 alone, its algorithm found at the engine's first run (as
          * before 2026-12-06; for A/B timings) */
-        const char *find = getenv("KILN_CUDA_FP32_CONV_FIND");
-        if (st->dnn && !(find && atoi(find) == 1) && fc_geom(a, &g, pe) && at->layout == 0 &&
+        if (st->dnn && !st->fp32_conv_find && fc_geom(a, &g, pe) && at->layout == 0 &&
             a->in[0]->dtype == KILN_DTYPE_FLOAT32 && !conv_is_depthwise(&g)) {
             int n = legacy_tactics(st, &g, pe, false, false, KILN_DTYPE_FLOAT32, ids, cap);
             if (n == 1 && ids[0] == KCU_CONV_TACTIC_LEGACY) ids[0] = 0; /* (cuDNN declines it: as untuned) */

@@ -69,6 +69,9 @@ typedef struct kiln_cuda_state {
                                  as a second pass instead of cuBLASLt's tanh-form epilogue */
     bool conv_find;           /* time cuDNN's candidate algorithms on a node's first run
                                  (KILN_CUDNN_FIND=0: take the heuristic's first choice) */
+    bool fp32_conv_find;      /* KILN_CUDA_FP32_CONV_FIND=1: an fp32 FusedConv lists tactic 0
+                                 alone, its algorithm found at the first run, instead of cuDNN's
+                                 first legacy algorithms pinned and timed */
     bool attn_fa;             /* list Attention's kiln-attn-fa64/128 tactics (default;
                                  KILN_CUDA_ATTN_FA=0: not listed) */
     bool dw_nchw_tiled;       /* KILN_CUDA_DW_NCHW=1: NCHW depthwise layers run the tiled
